@@ -1,0 +1,130 @@
+//! Command-line arguments (clap). Doc comments here are the `--help` text.
+//! Only parsing and validation live here; `main.rs` dispatches.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::settings::RegistryFormat;
+
+/// Build tool-use benchmarks for LLM agents from real tool ecosystems.
+///
+/// Each stage reads earlier artifacts, writes its own under `artifacts/<stage>/`
+/// with a `manifest.json`, and is skipped when that manifest is up to date.
+/// Every decision is recorded in the ledger (`artifacts/ledger.sqlite`), so
+/// `benchgen explain ID` can show how any item was made.
+#[derive(Debug, Parser)]
+#[command(
+    name = "benchgen",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Pipeline config; paths inside it are relative to the folder above `pipeline/`.
+    #[arg(long, global = true, default_value = crate::settings::DEFAULT_CONFIG, env = "BENCHGEN_CONFIG")]
+    pub config: PathBuf,
+    /// More output (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Only errors and warnings on stderr; no summary.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Machine-readable summary on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Get a catalog of MCP servers and tools.
+    #[command(subcommand)]
+    Registry(RegistryCommand),
+    /// Drop servers and tools a benchmark must not contain, recording why.
+    ///
+    /// Reads `artifacts/catalog/catalog.json` and the `[filter]` section of the
+    /// config. Writes `artifacts/filter/`: `catalog.json` (what remains),
+    /// `dropped.csv` and `undecided.csv` (one row per server or tool with rule,
+    /// class, reason and evidence) and `summary.json`; one `filter.decision` event
+    /// per server and tool goes to the ledger. Skipped when up to date.
+    Filter(ForceArgs),
+    /// Corpus statistics of the catalog (and of the filtered catalog).
+    ///
+    /// Reads `artifacts/catalog/catalog.json` and, when present,
+    /// `artifacts/filter/catalog.json`. Writes `artifacts/stats/catalog.json`,
+    /// `catalog.md` (tables) and `servers_per_category.svg`. Skipped when up to date.
+    Stats(ForceArgs),
+    /// Run the pipeline's stages in order, skipping those that are up to date.
+    ///
+    /// Stages: catalog (`registry import` of `registry.source`), filter, stats.
+    Run(RunArgs),
+    /// Show every stage as done, stale (with the reason) or missing.
+    Status,
+    /// Show the lineage of one item: how it entered and what decided its fate.
+    ///
+    /// ID is a tool (`server::tool`), a server name, a filter decision
+    /// (`filter:server::tool`) or a ledger event (`#42`). Only the runs that
+    /// produced the current artifacts are consulted.
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RegistryCommand {
+    /// Import a registry snapshot file into `artifacts/catalog/`.
+    ///
+    /// Reads FILE (default: `registry.source` from the config). Writes
+    /// `artifacts/catalog/catalog.json` (servers and tools sorted by name, tool ids
+    /// `server::tool` with names trimmed) and `import_report.json` (every note and
+    /// every record left out). Invalid records (duplicates, tools without names,
+    /// schemas that are not JSON-Schema objects, wrong types) stop the import with
+    /// their locations, unless `--lenient`. Skipped when up to date.
+    Import(ImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Snapshot file; default `registry.source` from the config.
+    pub file: Option<PathBuf>,
+    /// Snapshot format.
+    #[arg(long, value_enum)]
+    pub format: Option<RegistryFormat>,
+    /// Leave invalid records out (each listed with its reason) instead of failing.
+    #[arg(long)]
+    pub lenient: bool,
+    #[command(flatten)]
+    pub force: ForceArgs,
+}
+
+#[derive(Debug, Args, Clone, Copy)]
+pub struct ForceArgs {
+    /// Rerun even when the stage is up to date.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// First stage to run (earlier stages must be up to date).
+    #[arg(long, value_name = "STAGE")]
+    pub from: Option<String>,
+    /// Last stage to run.
+    #[arg(long, value_name = "STAGE")]
+    pub until: Option<String>,
+    /// Rerun every selected stage even when up to date.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// `server::tool`, `server`, `filter:<id>` or `#<event id>`.
+    pub id: String,
+}

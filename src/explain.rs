@@ -1,0 +1,241 @@
+//! `benchgen explain ID`: the lineage of one item, from the ledger runs that
+//! produced the current artifacts.
+//!
+//! IDs: a tool (`server::tool`), a server (`server`), a filter decision
+//! (`filter:<tool or server>`), or a ledger event (`#123`).
+
+use anyhow::Result;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::hinted;
+use crate::ledger::{Event, Ledger, kind};
+use crate::model::{Catalog, TOOL_ID_SEP};
+use crate::pipeline::STAGES;
+use crate::settings::Settings;
+use crate::stage::Manifest;
+
+#[derive(Debug, Serialize)]
+pub struct Explanation {
+    pub id: String,
+    pub item: &'static str,
+    /// One line saying where the item stands now.
+    pub status: String,
+    /// The item's current record, when it is a catalog entry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<Value>,
+    /// Lineage events, oldest first.
+    pub lineage: Vec<Event>,
+}
+
+pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
+    let not_found = |what: String| {
+        hinted(
+            what,
+            "ids look like `server::tool`, `server`, `filter:server::tool` or `#<event id>`; `benchgen status` shows what has run",
+        )
+    };
+    let Some(ledger) = Ledger::open_existing(&settings.artifacts)? else {
+        return Err(not_found(format!(
+            "nothing to explain yet: `{}` has no ledger",
+            settings.display_path(&settings.artifacts)
+        )));
+    };
+    let id = raw_id.trim();
+    if let Some(n) = id.strip_prefix('#').or_else(|| id.strip_prefix("event:")) {
+        let n: i64 = n
+            .parse()
+            .map_err(|_| not_found(format!("`{id}` is not an event id")))?;
+        let lineage = ledger.lineage(&[n])?;
+        if lineage.is_empty() {
+            return Err(not_found(format!("no event #{n} in the ledger")));
+        }
+        let ev = lineage
+            .iter()
+            .find(|e| e.id == n)
+            .expect("root is in its own lineage");
+        let status = format!(
+            "{} event of stage `{}`, run {}",
+            ev.kind, ev.stage, ev.run_id
+        );
+        return Ok(Explanation {
+            id: id.into(),
+            item: "event",
+            status,
+            record: None,
+            lineage,
+        });
+    }
+
+    let (subject, only_filter) = match id.strip_prefix("filter:") {
+        Some(rest) => (normalise_id(rest), true),
+        None => (normalise_id(id), false),
+    };
+    let item = if subject.contains(TOOL_ID_SEP) {
+        "tool"
+    } else {
+        "server"
+    };
+    // Only the runs behind the current artifacts count.
+    let runs: Vec<i64> = STAGES
+        .iter()
+        .filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten())
+        .map(|m| m.run_id)
+        .collect();
+    let direct = ledger.events_for(&subject, &runs)?;
+    let roots: Vec<i64> = direct
+        .iter()
+        .filter(|e| !only_filter || e.kind == kind::FILTER_DECISION)
+        .map(|e| e.id)
+        .collect();
+    if roots.is_empty() {
+        let what = if only_filter {
+            "filter decision for"
+        } else {
+            item
+        };
+        return Err(not_found(format!(
+            "no {what} `{subject}` in the current artifacts"
+        )));
+    }
+    let lineage = ledger.lineage(&roots)?;
+    let decision = direct
+        .iter()
+        .rev()
+        .find(|e| e.kind == kind::FILTER_DECISION);
+    let status = match decision {
+        Some(d) => {
+            let p = &d.payload;
+            let verdict = p["verdict"].as_str().unwrap_or("?");
+            let word = match verdict {
+                "drop" => "dropped",
+                "keep" => "kept",
+                _ => "undecided",
+            };
+            let rule = p["rule"]
+                .as_str()
+                .filter(|r| !r.is_empty())
+                .map(|r| format!(" (rule `{r}`)"))
+                .unwrap_or_default();
+            format!(
+                "{word} by `filter`{rule}: {}",
+                p["reason"].as_str().unwrap_or("")
+            )
+        }
+        None => "imported; `filter` has not run".into(),
+    };
+    let record = current_record(settings, &subject)?;
+    Ok(Explanation {
+        id: subject,
+        item: if only_filter { "filter decision" } else { item },
+        status,
+        record,
+        lineage,
+    })
+}
+
+fn normalise_id(id: &str) -> String {
+    match id.split_once(TOOL_ID_SEP) {
+        Some((s, t)) => crate::model::tool_id(s, t),
+        None => id.trim().to_string(),
+    }
+}
+
+fn current_record(settings: &Settings, subject: &str) -> Result<Option<Value>> {
+    let path = settings.artifacts.join("catalog").join("catalog.json");
+    if !path.exists() {
+        return Ok(None);
+    }
+    let cat = Catalog::load(&path)?;
+    for s in &cat.servers {
+        if s.name == subject {
+            return Ok(Some(serde_json::json!({
+                "description": s.description, "categories": s.categories, "tools": s.tools.len(), "url": s.url,
+            })));
+        }
+        if let Some(t) = s.tools.iter().find(|t| t.id == subject) {
+            let params: Vec<&String> = t
+                .input_schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .map(|p| p.keys().collect())
+                .unwrap_or_default();
+            return Ok(Some(
+                serde_json::json!({"description": t.description, "parameters": params}),
+            ));
+        }
+    }
+    Ok(None)
+}
+
+fn describe(e: &Event) -> String {
+    let p = &e.payload;
+    let s = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("");
+    match e.kind.as_str() {
+        kind::INPUT_READ => format!(
+            "read `{}` ({} bytes, {})",
+            s("path"),
+            p["bytes"],
+            s("sha256")
+        ),
+        kind::CATALOG_SERVER | kind::CATALOG_TOOL => {
+            let mut d = format!(
+                "`{}` from `{}` at {}",
+                e.subject.as_deref().unwrap_or(""),
+                s("source"),
+                s("location")
+            );
+            if let Some(orig) = p.get("original_name").and_then(Value::as_str) {
+                d.push_str(&format!(" (name {orig:?} trimmed)"));
+            }
+            d
+        }
+        kind::CATALOG_REJECT => format!("left out at {}: {}", s("location"), s("reason")),
+        kind::FILTER_DECISION => {
+            let rule = if s("rule").is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", s("rule"))
+            };
+            let ev = if s("evidence").is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", s("evidence"))
+            };
+            format!("{}{rule}: {}{ev}", s("verdict"), s("reason"))
+        }
+        _ => p.to_string(),
+    }
+}
+
+pub fn render(x: &Explanation) -> String {
+    let mut out = format!("{} `{}`: {}\n", x.item, x.id, x.status);
+    if let Some(r) = &x.record {
+        if let Some(d) = r.get("description").and_then(Value::as_str) {
+            out.push_str(&format!("  description: {d}\n"));
+        }
+        if let Some(p) = r.get("parameters").and_then(Value::as_array) {
+            let names: Vec<&str> = p.iter().filter_map(Value::as_str).collect();
+            out.push_str(&format!(
+                "  parameters: {}\n",
+                if names.is_empty() {
+                    "none".into()
+                } else {
+                    names.join(", ")
+                }
+            ));
+        }
+    }
+    out.push_str("\nlineage (oldest first):\n");
+    for e in &x.lineage {
+        out.push_str(&format!(
+            "  #{:<6} {:<16} {:<8} run {:<4} {}\n",
+            e.id,
+            e.kind,
+            e.stage,
+            e.run_id,
+            describe(e)
+        ));
+    }
+    out
+}

@@ -1,0 +1,705 @@
+//! `benchgen filter`: drop what a tool-use benchmark must not contain, and say
+//! why for every single drop.
+//!
+//! Order of decisions: servers without tools; server rules (a dropped server
+//! takes its tools with it, each recorded); tool rules (first matching rule in
+//! config order wins); servers whose every tool was dropped. A rule with
+//! `action = "ask"` hands its matches to a [`Classifier`]; until an LLM
+//! classifier is configured, [`Unclassified`] keeps them and lists them in
+//! `undecided.csv`, so nothing is dropped on a guess.
+//!
+//! Outputs in `artifacts/filter/`: `catalog.json` (what remains), `dropped.csv`
+//! and `undecided.csv` (`kind,id,rule,class,reason,evidence`), `summary.json`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use anyhow::Result;
+use regex::Regex;
+use serde::Serialize;
+
+use crate::ledger::{Ledger, NewEvent, Parent, kind};
+use crate::model::{Catalog, Server, Tool};
+use crate::settings::{
+    FilterRule, FilterSettings, MatchMode, RuleAction, RuleClass, RuleTarget, Settings,
+    section_hash,
+};
+use crate::stage::{Ctx, Inputs, Manifest, Output, Plan, Stage};
+
+/// What a classifier sees of an undecided item.
+pub struct Candidate<'a> {
+    pub id: &'a str,
+    pub target: RuleTarget,
+    pub name: &'a str,
+    pub description: &'a str,
+    pub server: &'a Server,
+    pub rule: &'a FilterRule,
+}
+
+/// A classifier's answer for one undecided item.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Classification {
+    Keep { reason: String },
+    Drop { reason: String },
+    Undecided { reason: String },
+}
+
+/// Decides the items that rules flag with `action = "ask"`.
+pub trait Classifier {
+    fn classify(&self, c: &Candidate) -> Result<Classification>;
+}
+
+/// The classifier used when none is configured: decides nothing.
+pub struct Unclassified;
+
+impl Classifier for Unclassified {
+    fn classify(&self, _c: &Candidate) -> Result<Classification> {
+        Ok(Classification::Undecided {
+            reason: "no classifier configured; kept for a human or LLM decision".into(),
+        })
+    }
+}
+
+/// A compiled rule.
+struct Compiled<'a> {
+    rule: &'a FilterRule,
+    name: Vec<Regex>,
+    description: Vec<Regex>,
+    server: Vec<Regex>,
+}
+
+impl<'a> Compiled<'a> {
+    fn new(rule: &'a FilterRule) -> Result<Self> {
+        let c = |pats: &[String]| {
+            pats.iter()
+                .map(|p| Regex::new(p))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(Self {
+            rule,
+            name: c(&rule.name)?,
+            description: c(&rule.description)?,
+            server: c(&rule.server)?,
+        })
+    }
+
+    /// `Some(evidence)` when the rule matches.
+    fn matches(&self, name: &str, description: &str, server: &str) -> Option<String> {
+        if !self.server.is_empty() && !self.server.iter().any(|r| r.is_match(server)) {
+            return None;
+        }
+        let field = |regs: &[Regex], text: &str, what: &str| -> Option<Option<String>> {
+            if regs.is_empty() {
+                return None; // field not used by this rule
+            }
+            Some(
+                regs.iter()
+                    .find(|r| r.is_match(text))
+                    .map(|r| format!("{what} matches /{}/", r.as_str())),
+            )
+        };
+        let checks: Vec<Option<String>> = [
+            field(&self.name, name, "name"),
+            field(&self.description, description, "description"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let hit = match self.rule.mode {
+            MatchMode::Any => checks.iter().any(Option::is_some),
+            MatchMode::All => checks.iter().all(Option::is_some),
+        };
+        hit.then(|| checks.into_iter().flatten().collect::<Vec<_>>().join("; "))
+    }
+}
+
+/// One decision about a server or tool.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Decision {
+    pub kind: &'static str,
+    pub id: String,
+    pub verdict: &'static str,
+    pub rule: String,
+    pub class: String,
+    pub reason: String,
+    pub evidence: String,
+}
+
+/// The result of filtering a catalog.
+pub struct Filtered {
+    pub catalog: Catalog,
+    /// Every server and tool of the input, in catalog order.
+    pub decisions: Vec<Decision>,
+}
+
+fn decision(
+    kind: &'static str,
+    id: &str,
+    verdict: &'static str,
+    rule: &str,
+    class: &str,
+    reason: &str,
+    evidence: &str,
+) -> Decision {
+    Decision {
+        kind,
+        id: id.into(),
+        verdict,
+        rule: rule.into(),
+        class: class.into(),
+        reason: reason.into(),
+        evidence: evidence.into(),
+    }
+}
+
+/// Apply the filter settings to a catalog.
+pub fn apply(
+    catalog: &Catalog,
+    settings: &FilterSettings,
+    classifier: &dyn Classifier,
+) -> Result<Filtered> {
+    let rules: Vec<Compiled> = settings
+        .rules
+        .iter()
+        .map(Compiled::new)
+        .collect::<Result<_>>()?;
+    let mut kept = Catalog::default();
+    let mut decisions = Vec::new();
+
+    for server in &catalog.servers {
+        let mut server_drop: Option<(String, String, String, String)> = None;
+        let mut server_ask: Option<Decision> = None;
+        if server.tools.is_empty() && settings.drop_servers_without_tools {
+            server_drop = Some((
+                "no-tools".into(),
+                RuleClass::NoTools.as_str().into(),
+                "the server exposes no tools".into(),
+                "tools: []".into(),
+            ));
+        }
+        if server_drop.is_none() {
+            for c in rules.iter().filter(|c| c.rule.target == RuleTarget::Server) {
+                let Some(evidence) = c.matches(&server.name, &server.description, &server.name)
+                else {
+                    continue;
+                };
+                match resolve(
+                    c.rule,
+                    classifier,
+                    Candidate {
+                        id: &server.name,
+                        target: RuleTarget::Server,
+                        name: &server.name,
+                        description: &server.description,
+                        server,
+                        rule: c.rule,
+                    },
+                )? {
+                    Verdict::Drop(reason) => {
+                        server_drop = Some((
+                            c.rule.id.clone(),
+                            c.rule.class.as_str().into(),
+                            reason,
+                            evidence,
+                        ))
+                    }
+                    Verdict::Keep(reason) => {
+                        server_ask = Some(decision(
+                            "server",
+                            &server.name,
+                            "keep",
+                            &c.rule.id,
+                            c.rule.class.as_str(),
+                            &reason,
+                            &evidence,
+                        ))
+                    }
+                    Verdict::Undecided(reason) => {
+                        server_ask = Some(decision(
+                            "server",
+                            &server.name,
+                            "undecided",
+                            &c.rule.id,
+                            c.rule.class.as_str(),
+                            &reason,
+                            &evidence,
+                        ))
+                    }
+                }
+                break;
+            }
+        }
+        if let Some((rule, class, reason, evidence)) = server_drop {
+            decisions.push(decision(
+                "server",
+                &server.name,
+                "drop",
+                &rule,
+                &class,
+                &reason,
+                &evidence,
+            ));
+            for t in &server.tools {
+                decisions.push(decision(
+                    "tool",
+                    &t.id,
+                    "drop",
+                    &rule,
+                    &class,
+                    &format!("its server `{}` was dropped: {reason}", server.name),
+                    "",
+                ));
+            }
+            continue;
+        }
+
+        let mut tools: Vec<Tool> = Vec::new();
+        let mut tool_decisions = Vec::new();
+        for t in &server.tools {
+            let mut d = decision("tool", &t.id, "keep", "", "", "no rule matched", "");
+            for c in rules.iter().filter(|c| c.rule.target == RuleTarget::Tool) {
+                let Some(evidence) = c.matches(&t.name, &t.description, &server.name) else {
+                    continue;
+                };
+                let class = c.rule.class.as_str();
+                d = match resolve(
+                    c.rule,
+                    classifier,
+                    Candidate {
+                        id: &t.id,
+                        target: RuleTarget::Tool,
+                        name: &t.name,
+                        description: &t.description,
+                        server,
+                        rule: c.rule,
+                    },
+                )? {
+                    Verdict::Drop(reason) => {
+                        decision("tool", &t.id, "drop", &c.rule.id, class, &reason, &evidence)
+                    }
+                    Verdict::Keep(reason) => {
+                        decision("tool", &t.id, "keep", &c.rule.id, class, &reason, &evidence)
+                    }
+                    Verdict::Undecided(reason) => decision(
+                        "tool",
+                        &t.id,
+                        "undecided",
+                        &c.rule.id,
+                        class,
+                        &reason,
+                        &evidence,
+                    ),
+                };
+                break;
+            }
+            if d.verdict != "drop" {
+                tools.push(t.clone());
+            }
+            tool_decisions.push(d);
+        }
+        if tools.is_empty() && settings.drop_servers_without_tools {
+            let n = server.tools.len();
+            decisions.push(decision(
+                "server",
+                &server.name,
+                "drop",
+                "no-tools-left",
+                RuleClass::NoTools.as_str(),
+                &format!("all {n} of its tools were dropped by rules"),
+                "",
+            ));
+        } else {
+            decisions.push(server_ask.unwrap_or_else(|| {
+                decision(
+                    "server",
+                    &server.name,
+                    "keep",
+                    "",
+                    "",
+                    "no rule matched",
+                    "",
+                )
+            }));
+            kept.servers.push(Server {
+                tools,
+                ..server.clone()
+            });
+        }
+        decisions.extend(tool_decisions);
+    }
+    Ok(Filtered {
+        catalog: kept,
+        decisions,
+    })
+}
+
+enum Verdict {
+    Drop(String),
+    Keep(String),
+    Undecided(String),
+}
+
+fn resolve(rule: &FilterRule, classifier: &dyn Classifier, c: Candidate) -> Result<Verdict> {
+    Ok(match rule.action {
+        RuleAction::Drop => Verdict::Drop(rule.reason.clone()),
+        RuleAction::Ask => match classifier.classify(&c)? {
+            Classification::Drop { reason } => Verdict::Drop(reason),
+            Classification::Keep { reason } => Verdict::Keep(reason),
+            Classification::Undecided { reason } => Verdict::Undecided(reason),
+        },
+    })
+}
+
+/// Write decisions as CSV (`kind,id,rule,class,reason,evidence`).
+fn to_csv<'a>(rows: impl Iterator<Item = &'a Decision>) -> Result<Vec<u8>> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(["kind", "id", "rule", "class", "reason", "evidence"])?;
+    for d in rows {
+        w.write_record([d.kind, &d.id, &d.rule, &d.class, &d.reason, &d.evidence])?;
+    }
+    Ok(w.into_inner()?)
+}
+
+pub struct FilterStage;
+
+impl FilterStage {
+    fn input(settings: &Settings) -> PathBuf {
+        settings.artifacts.join("catalog").join("catalog.json")
+    }
+}
+
+#[derive(Serialize)]
+struct Summary {
+    servers_in: usize,
+    tools_in: usize,
+    servers_kept: usize,
+    tools_kept: usize,
+    servers_dropped: usize,
+    tools_dropped: usize,
+    undecided: usize,
+    /// Drops per rule: `{rule: {servers, tools}}`.
+    by_rule: BTreeMap<String, BTreeMap<&'static str, usize>>,
+    /// Drops per class (no-tools, trivial, meta, template, custom).
+    by_class: BTreeMap<String, BTreeMap<&'static str, usize>>,
+}
+
+impl Stage for FilterStage {
+    fn name(&self) -> &'static str {
+        "filter"
+    }
+    fn command(&self) -> &'static str {
+        "filter"
+    }
+    fn version(&self) -> u32 {
+        1
+    }
+    fn upstream(&self) -> &'static [&'static str] {
+        &["catalog"]
+    }
+
+    fn plan(&self, settings: &Settings) -> Result<Plan> {
+        Ok(Plan {
+            inputs: vec![Self::input(settings)],
+            prompts: vec![],
+            config_hash: section_hash(&settings.config.filter)?,
+        })
+    }
+
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let path = Self::input(ctx.settings);
+        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&path)?).map_err(|e| {
+            anyhow::anyhow!(
+                "`{}` is not a benchgen catalog: {e}",
+                ctx.settings.display_path(&path)
+            )
+        })?;
+        let pb = ctx.printer.progress(catalog.servers.len() as u64, "filter");
+        let filtered = apply(&catalog, &ctx.settings.config.filter, &Unclassified)?;
+        pb.finish_and_clear();
+
+        // Link each decision to the catalog record it is about.
+        let mut parents: HashMap<String, i64> = HashMap::new();
+        if let (Some(m), Some(ledger)) = (
+            Manifest::load(&ctx.settings.artifacts, "catalog")?,
+            Ledger::open_existing(&ctx.settings.artifacts)?,
+        ) {
+            for k in [kind::CATALOG_SERVER, kind::CATALOG_TOOL] {
+                for ev in ledger.events_of_kind(m.run_id, k)? {
+                    if let Some(s) = ev.subject {
+                        parents.insert(
+                            format!(
+                                "{}:{s}",
+                                if k == kind::CATALOG_SERVER {
+                                    "server"
+                                } else {
+                                    "tool"
+                                }
+                            ),
+                            ev.id,
+                        );
+                    }
+                }
+            }
+        }
+        for d in &filtered.decisions {
+            let mut ev =
+                NewEvent::new(kind::FILTER_DECISION, Some(&d.id), serde_json::to_value(d)?);
+            if let Some(&p) = parents.get(&format!("{}:{}", d.kind, d.id)) {
+                ev = ev.with_parent(Parent::Id(p));
+            }
+            out.event(ev);
+        }
+
+        let mut summary = Summary {
+            servers_in: catalog.servers.len(),
+            tools_in: catalog.tool_count(),
+            servers_kept: filtered.catalog.servers.len(),
+            tools_kept: filtered.catalog.tool_count(),
+            servers_dropped: 0,
+            tools_dropped: 0,
+            undecided: 0,
+            by_rule: BTreeMap::new(),
+            by_class: BTreeMap::new(),
+        };
+        for d in &filtered.decisions {
+            match d.verdict {
+                "drop" => {
+                    let plural = if d.kind == "server" {
+                        "servers"
+                    } else {
+                        "tools"
+                    };
+                    if d.kind == "server" {
+                        summary.servers_dropped += 1;
+                    } else {
+                        summary.tools_dropped += 1;
+                    }
+                    *summary
+                        .by_rule
+                        .entry(d.rule.clone())
+                        .or_default()
+                        .entry(plural)
+                        .or_default() += 1;
+                    *summary
+                        .by_class
+                        .entry(d.class.clone())
+                        .or_default()
+                        .entry(plural)
+                        .or_default() += 1;
+                }
+                "undecided" => summary.undecided += 1,
+                _ => {}
+            }
+        }
+        let mut dropped: Vec<&Decision> = filtered
+            .decisions
+            .iter()
+            .filter(|d| d.verdict == "drop")
+            .collect();
+        dropped.sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
+        let mut undecided: Vec<&Decision> = filtered
+            .decisions
+            .iter()
+            .filter(|d| d.verdict == "undecided")
+            .collect();
+        undecided.sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
+
+        out.json("catalog.json", &filtered.catalog)?;
+        out.file("dropped.csv", to_csv(dropped.into_iter())?);
+        out.file("undecided.csv", to_csv(undecided.into_iter())?);
+        out.json("summary.json", &summary)?;
+        out.count("servers_kept", summary.servers_kept);
+        out.count("tools_kept", summary.tools_kept);
+        out.count("servers_dropped", summary.servers_dropped);
+        out.count("tools_dropped", summary.tools_dropped);
+        out.count("undecided", summary.undecided);
+        out.notes.push(format!(
+            "kept {} of {} servers and {} of {} tools; dropped {} servers and {} tools ({} undecided kept for review)",
+            summary.servers_kept,
+            summary.servers_in,
+            summary.tools_kept,
+            summary.tools_in,
+            summary.servers_dropped,
+            summary.tools_dropped,
+            summary.undecided
+        ));
+        for (class, n) in &summary.by_class {
+            out.notes.push(format!(
+                "  {class}: {} servers, {} tools",
+                n.get("servers").copied().unwrap_or(0),
+                n.get("tools").copied().unwrap_or(0)
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(server: &str, name: &str, desc: &str) -> Tool {
+        Tool {
+            id: crate::model::tool_id(server, name),
+            name: name.into(),
+            description: desc.into(),
+            input_schema: json!({"type": "object"}),
+            output_schema: None,
+        }
+    }
+
+    fn server(name: &str, desc: &str, tools: Vec<Tool>) -> Server {
+        Server {
+            name: name.into(),
+            description: desc.into(),
+            summary: String::new(),
+            url: String::new(),
+            categories: vec!["x".into()],
+            license: None,
+            tools,
+        }
+    }
+
+    fn rule(
+        id: &str,
+        target: RuleTarget,
+        class: RuleClass,
+        name: &[&str],
+        desc: &[&str],
+        mode: MatchMode,
+        action: RuleAction,
+    ) -> FilterRule {
+        FilterRule {
+            id: id.into(),
+            target,
+            class,
+            reason: format!("reason {id}"),
+            name: name.iter().map(|s| s.to_string()).collect(),
+            description: desc.iter().map(|s| s.to_string()).collect(),
+            server: vec![],
+            mode,
+            action,
+        }
+    }
+
+    #[test]
+    fn every_server_and_tool_gets_exactly_one_decision() {
+        let cat = Catalog {
+            servers: vec![
+                server(
+                    "calc",
+                    "arithmetic",
+                    vec![
+                        tool("calc", "add", "sum of numbers"),
+                        tool("calc", "divide", "divide numbers"),
+                    ],
+                ),
+                server(
+                    "db",
+                    "a database",
+                    vec![
+                        tool("db", "add", "insert a row"),
+                        tool("db", "query", "run SQL"),
+                    ],
+                ),
+                server("empty", "", vec![]),
+                server(
+                    "my-template",
+                    "a template to copy",
+                    vec![tool("my-template", "echo", "echo")],
+                ),
+            ],
+        };
+        let settings = FilterSettings {
+            drop_servers_without_tools: true,
+            rules: vec![
+                rule(
+                    "tmpl",
+                    RuleTarget::Server,
+                    RuleClass::Template,
+                    &["template"],
+                    &["template"],
+                    MatchMode::All,
+                    RuleAction::Drop,
+                ),
+                rule(
+                    "arith",
+                    RuleTarget::Tool,
+                    RuleClass::Trivial,
+                    &["^(add|divide)$"],
+                    &["(?i)sum|divide"],
+                    MatchMode::All,
+                    RuleAction::Drop,
+                ),
+                rule(
+                    "q",
+                    RuleTarget::Tool,
+                    RuleClass::Custom,
+                    &["^query$"],
+                    &[],
+                    MatchMode::Any,
+                    RuleAction::Ask,
+                ),
+            ],
+        };
+        let f = apply(&cat, &settings, &Unclassified).unwrap();
+        let got: Vec<String> = f
+            .decisions
+            .iter()
+            .map(|d| format!("{} {} {} {}", d.kind, d.id, d.verdict, d.rule))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "server calc drop no-tools-left",
+                "tool calc::add drop arith",
+                "tool calc::divide drop arith",
+                "server db keep ",
+                "tool db::add keep ",
+                "tool db::query undecided q",
+                "server empty drop no-tools",
+                "server my-template drop tmpl",
+                "tool my-template::echo drop tmpl",
+            ]
+        );
+        assert_eq!(f.catalog.servers.len(), 1);
+        assert_eq!(f.catalog.tool_count(), 2, "undecided tools stay");
+        assert_eq!(f.decisions.len(), 4 + cat.tool_count());
+    }
+
+    #[test]
+    fn classifier_verdicts_are_applied() {
+        struct DropAll;
+        impl Classifier for DropAll {
+            fn classify(&self, c: &Candidate) -> Result<Classification> {
+                Ok(Classification::Drop {
+                    reason: format!("classifier dropped {}", c.id),
+                })
+            }
+        }
+        let cat = Catalog {
+            servers: vec![server(
+                "s",
+                "",
+                vec![tool("s", "a", ""), tool("s", "b", "")],
+            )],
+        };
+        let settings = FilterSettings {
+            drop_servers_without_tools: false,
+            rules: vec![rule(
+                "ask",
+                RuleTarget::Tool,
+                RuleClass::Meta,
+                &["^a$"],
+                &[],
+                MatchMode::Any,
+                RuleAction::Ask,
+            )],
+        };
+        let f = apply(&cat, &settings, &DropAll).unwrap();
+        assert_eq!(f.decisions[1].verdict, "drop");
+        assert_eq!(f.decisions[1].reason, "classifier dropped s::a");
+        assert_eq!(f.catalog.tool_count(), 1);
+    }
+}

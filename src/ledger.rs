@@ -1,0 +1,449 @@
+//! The provenance ledger: an append-only SQLite database of every event that
+//! shapes an artifact (inputs read, catalog records, filter decisions, and in
+//! later stages LLM exchanges, MCP calls, sampling draws, verdicts and reviews).
+//!
+//! Runs group the events of one stage execution. A stage's `manifest.json` names
+//! the run that produced it, so "what produced X" is answered from the runs the
+//! current artifacts came from, never from an abandoned run.
+//!
+//! Schema (version 1):
+//! - `runs(id, stage, started_at, finished_at, status, config_hash, code_version)`
+//! - `events(id, run_id, kind, stage, subject, time, payload)` — payload is JSON
+//! - `event_parents(event_id, parent_id)` — lineage edges
+//!
+//! Triggers reject UPDATE and DELETE on events and parents.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use serde_json::Value;
+
+pub const LEDGER_FILE: &str = "ledger.sqlite";
+
+/// Well-known event kinds. Kinds are plain strings in the database so new stages
+/// can add their own; these constants keep the spelling in one place.
+pub mod kind {
+    pub const INPUT_READ: &str = "input.read";
+    pub const CATALOG_SERVER: &str = "catalog.server";
+    pub const CATALOG_TOOL: &str = "catalog.tool";
+    pub const CATALOG_REJECT: &str = "catalog.reject";
+    pub const FILTER_DECISION: &str = "filter.decision";
+    pub const LLM_EXCHANGE: &str = "llm.exchange";
+    pub const MCP_CALL: &str = "mcp.call";
+    pub const SAMPLING: &str = "sampling.draw";
+    pub const VERDICT: &str = "verdict";
+    pub const REVIEW: &str = "review";
+}
+
+/// A parent of a new event: an event already in the ledger, or an earlier event
+/// of the same batch (by its index in the batch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parent {
+    Id(i64),
+    Batch(usize),
+}
+
+/// An event to append.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub kind: String,
+    pub subject: Option<String>,
+    pub payload: Value,
+    pub parents: Vec<Parent>,
+}
+
+impl NewEvent {
+    pub fn new(kind: &str, subject: Option<&str>, payload: Value) -> Self {
+        Self {
+            kind: kind.to_string(),
+            subject: subject.map(str::to_string),
+            payload,
+            parents: Vec::new(),
+        }
+    }
+
+    pub fn with_parent(mut self, p: Parent) -> Self {
+        self.parents.push(p);
+        self
+    }
+}
+
+/// A recorded event.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Event {
+    pub id: i64,
+    pub run_id: i64,
+    pub kind: String,
+    pub stage: String,
+    pub subject: Option<String>,
+    pub time: String,
+    pub payload: Value,
+    pub parents: Vec<i64>,
+}
+
+/// Metadata of one stage run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Run {
+    pub id: i64,
+    pub stage: String,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub status: String,
+    pub config_hash: String,
+    pub code_version: String,
+}
+
+pub struct Ledger {
+    conn: Connection,
+    path: PathBuf,
+}
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs(
+    id INTEGER PRIMARY KEY,
+    stage TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    finished_at TEXT,
+    status TEXT NOT NULL,
+    config_hash TEXT NOT NULL,
+    code_version TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events(
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    kind TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    subject TEXT,
+    time TEXT NOT NULL,
+    payload TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_subject ON events(subject);
+CREATE INDEX IF NOT EXISTS events_run_kind ON events(run_id, kind);
+CREATE TABLE IF NOT EXISTS event_parents(
+    event_id INTEGER NOT NULL REFERENCES events(id),
+    parent_id INTEGER NOT NULL REFERENCES events(id),
+    PRIMARY KEY(event_id, parent_id)
+);
+CREATE INDEX IF NOT EXISTS event_parents_parent ON event_parents(parent_id);
+CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
+    BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
+    BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS parents_no_update BEFORE UPDATE ON event_parents
+    BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS parents_no_delete BEFORE DELETE ON event_parents
+    BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS runs_finish_once BEFORE UPDATE ON runs
+    WHEN OLD.finished_at IS NOT NULL
+    BEGIN SELECT RAISE(ABORT, 'a finished run is immutable'); END;
+CREATE TRIGGER IF NOT EXISTS runs_no_delete BEFORE DELETE ON runs
+    BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
+"#;
+
+pub fn now() -> String {
+    jiff::Timestamp::now().to_string()
+}
+
+impl Ledger {
+    /// Open (creating if needed) the ledger in an artifacts folder.
+    pub fn open(artifacts: &Path) -> Result<Self> {
+        std::fs::create_dir_all(artifacts)
+            .with_context(|| format!("cannot create `{}`", artifacts.display()))?;
+        let path = artifacts.join(LEDGER_FILE);
+        let conn = Connection::open(&path)
+            .with_context(|| format!("cannot open ledger `{}`", path.display()))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(30))?;
+        conn.execute_batch(SCHEMA)
+            .with_context(|| format!("cannot initialise ledger `{}`", path.display()))?;
+        Ok(Self { conn, path })
+    }
+
+    /// Open an existing ledger read-only; `None` when there is none yet.
+    pub fn open_existing(artifacts: &Path) -> Result<Option<Self>> {
+        if !artifacts.join(LEDGER_FILE).exists() {
+            return Ok(None);
+        }
+        Self::open(artifacts).map(Some)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Start a run; events are appended to it until [`Ledger::finish_run`].
+    pub fn begin_run(&self, stage: &str, config_hash: &str, code_version: &str) -> Result<i64> {
+        insert_run(&self.conn, stage, config_hash, code_version)
+    }
+
+    pub fn finish_run(&self, run_id: i64, status: &str) -> Result<()> {
+        update_run(&self.conn, run_id, status)
+    }
+
+    /// Append a batch of events to a run in one transaction; returns their ids in
+    /// batch order.
+    pub fn append(&mut self, run_id: i64, stage: &str, events: &[NewEvent]) -> Result<Vec<i64>> {
+        let tx = self.conn.transaction()?;
+        let ids = insert_events(&tx, run_id, stage, events)?;
+        tx.commit()?;
+        Ok(ids)
+    }
+
+    /// Record a whole finished run in one transaction: the run and its events
+    /// appear together or not at all.
+    pub fn record_run(
+        &mut self,
+        stage: &str,
+        config_hash: &str,
+        code_version: &str,
+        events: &[NewEvent],
+    ) -> Result<(i64, Vec<i64>)> {
+        let tx = self.conn.transaction()?;
+        let run = insert_run(&tx, stage, config_hash, code_version)?;
+        let ids = insert_events(&tx, run, stage, events)?;
+        update_run(&tx, run, "ok")?;
+        tx.commit()?;
+        Ok((run, ids))
+    }
+
+    pub fn run(&self, id: i64) -> Result<Option<Run>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id, stage, started_at, finished_at, status, config_hash, code_version FROM runs WHERE id = ?1",
+                [id],
+                |r| {
+                    Ok(Run {
+                        id: r.get(0)?,
+                        stage: r.get(1)?,
+                        started_at: r.get(2)?,
+                        finished_at: r.get(3)?,
+                        status: r.get(4)?,
+                        config_hash: r.get(5)?,
+                        code_version: r.get(6)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    fn read_events(&self, sql: &str, params: impl rusqlite::Params) -> Result<Vec<Event>> {
+        let mut stmt = self.conn.prepare(sql)?;
+        let rows = stmt.query_map(params, |r| {
+            let payload: String = r.get(6)?;
+            Ok(Event {
+                id: r.get(0)?,
+                run_id: r.get(1)?,
+                kind: r.get(2)?,
+                stage: r.get(3)?,
+                subject: r.get(4)?,
+                time: r.get(5)?,
+                payload: serde_json::from_str(&payload).unwrap_or(Value::String(payload)),
+                parents: Vec::new(),
+            })
+        })?;
+        let mut events = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut par = self.conn.prepare_cached(
+            "SELECT parent_id FROM event_parents WHERE event_id = ?1 ORDER BY parent_id",
+        )?;
+        for ev in &mut events {
+            ev.parents = par
+                .query_map([ev.id], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+        }
+        Ok(events)
+    }
+
+    pub fn event(&self, id: i64) -> Result<Option<Event>> {
+        Ok(self
+            .read_events(
+                "SELECT id, run_id, kind, stage, subject, time, payload FROM events WHERE id = ?1",
+                [id],
+            )?
+            .pop())
+    }
+
+    /// Events about `subject` recorded by the given runs, oldest first.
+    pub fn events_for(&self, subject: &str, runs: &[i64]) -> Result<Vec<Event>> {
+        let mut out = Vec::new();
+        for run in runs {
+            out.extend(self.read_events(
+                "SELECT id, run_id, kind, stage, subject, time, payload FROM events WHERE subject = ?1 AND run_id = ?2 ORDER BY id",
+                params![subject, run],
+            )?);
+        }
+        out.sort_by_key(|e| e.id);
+        Ok(out)
+    }
+
+    /// Events of one kind in a run, oldest first.
+    pub fn events_of_kind(&self, run_id: i64, kind: &str) -> Result<Vec<Event>> {
+        self.read_events(
+            "SELECT id, run_id, kind, stage, subject, time, payload FROM events WHERE run_id = ?1 AND kind = ?2 ORDER BY id",
+            params![run_id, kind],
+        )
+    }
+
+    /// "What produced X": the given events and all their ancestors, oldest first.
+    pub fn lineage(&self, roots: &[i64]) -> Result<Vec<Event>> {
+        let mut seen = BTreeSet::new();
+        let mut stack: Vec<i64> = roots.to_vec();
+        let mut found = BTreeMap::new();
+        while let Some(id) = stack.pop() {
+            if !seen.insert(id) {
+                continue;
+            }
+            if let Some(ev) = self.event(id)? {
+                stack.extend(ev.parents.iter().copied());
+                found.insert(id, ev);
+            }
+        }
+        Ok(found.into_values().collect())
+    }
+
+    /// Count of events per kind (for summaries and tests).
+    pub fn count_by_kind(&self) -> Result<BTreeMap<String, i64>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT kind, COUNT(*) FROM events GROUP BY kind ORDER BY kind")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Direct access for stages with their own tables (e.g. the LLM cache).
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+fn insert_run(
+    conn: &Connection,
+    stage: &str,
+    config_hash: &str,
+    code_version: &str,
+) -> Result<i64> {
+    conn.execute(
+        "INSERT INTO runs(stage, started_at, status, config_hash, code_version) VALUES (?1, ?2, 'running', ?3, ?4)",
+        params![stage, now(), config_hash, code_version],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
+
+fn update_run(conn: &Connection, run_id: i64, status: &str) -> Result<()> {
+    conn.execute(
+        "UPDATE runs SET finished_at = ?1, status = ?2 WHERE id = ?3",
+        params![now(), status, run_id],
+    )?;
+    Ok(())
+}
+
+fn insert_events(
+    conn: &Connection,
+    run_id: i64,
+    stage: &str,
+    events: &[NewEvent],
+) -> Result<Vec<i64>> {
+    let mut ids = Vec::with_capacity(events.len());
+    let mut ins = conn.prepare_cached(
+        "INSERT INTO events(run_id, kind, stage, subject, time, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    let mut par = conn.prepare_cached(
+        "INSERT OR IGNORE INTO event_parents(event_id, parent_id) VALUES (?1, ?2)",
+    )?;
+    let time = now();
+    for ev in events {
+        ins.execute(params![
+            run_id,
+            ev.kind,
+            stage,
+            ev.subject,
+            time,
+            ev.payload.to_string()
+        ])?;
+        let id = conn.last_insert_rowid();
+        for p in &ev.parents {
+            let pid = match *p {
+                Parent::Id(i) => i,
+                Parent::Batch(i) => *ids.get(i).with_context(|| {
+                    format!("event parent refers to batch item {i}, which comes later")
+                })?,
+            };
+            par.execute(params![id, pid])?;
+        }
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn records_runs_events_and_lineage() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Ledger::open(dir.path()).unwrap();
+        let (run, ids) = l
+            .record_run(
+                "catalog",
+                "sha256:c",
+                "0.1.0",
+                &[
+                    NewEvent::new(kind::INPUT_READ, Some("file.json"), json!({"sha256": "x"})),
+                    NewEvent::new(kind::CATALOG_TOOL, Some("s::t"), json!({}))
+                        .with_parent(Parent::Batch(0)),
+                ],
+            )
+            .unwrap();
+        let (_, ids2) = l
+            .record_run(
+                "filter",
+                "sha256:f",
+                "0.1.0",
+                &[NewEvent::new(
+                    kind::FILTER_DECISION,
+                    Some("s::t"),
+                    json!({"verdict": "keep"}),
+                )
+                .with_parent(Parent::Id(ids[1]))],
+            )
+            .unwrap();
+        let lineage = l.lineage(&ids2).unwrap();
+        assert_eq!(
+            lineage.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
+            ["input.read", "catalog.tool", "filter.decision"]
+        );
+        assert_eq!(l.events_for("s::t", &[run]).unwrap().len(), 1);
+        assert_eq!(l.run(run).unwrap().unwrap().status, "ok");
+    }
+
+    #[test]
+    fn events_cannot_be_changed_or_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Ledger::open(dir.path()).unwrap();
+        l.record_run("s", "c", "v", &[NewEvent::new("k", None, json!(1))])
+            .unwrap();
+        let c = l.connection();
+        assert!(c.execute("UPDATE events SET kind = 'x'", []).is_err());
+        assert!(c.execute("DELETE FROM events", []).is_err());
+        assert!(c.execute("UPDATE runs SET status = 'x'", []).is_err());
+    }
+
+    #[test]
+    fn forward_batch_parent_is_rejected_and_nothing_is_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Ledger::open(dir.path()).unwrap();
+        let bad = NewEvent::new("k", None, json!(1)).with_parent(Parent::Batch(5));
+        assert!(l.record_run("s", "c", "v", &[bad]).is_err());
+        assert!(l.count_by_kind().unwrap().is_empty());
+        assert!(l.run(1).unwrap().is_none());
+    }
+}

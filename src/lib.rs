@@ -1,0 +1,20 @@
+//! benchgen: build tool-use benchmarks for LLM agents from real tool
+//! ecosystems, with the full lineage of every item.
+//!
+//! One module per stage (named like its command), plus the shared pieces:
+//! `settings` (pipeline config), `stage` (runner, manifests, freshness),
+//! `store` (atomic files), `ledger` (provenance), `model` (core records).
+
+pub mod cli;
+pub mod error;
+pub mod explain;
+pub mod filter;
+pub mod ledger;
+pub mod model;
+pub mod pipeline;
+pub mod printer;
+pub mod registry;
+pub mod settings;
+pub mod stage;
+pub mod stats;
+pub mod store;

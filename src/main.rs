@@ -1,0 +1,95 @@
+//! The `benchgen` binary: parse, dispatch, render the error, exit.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Parser;
+
+use benchgen::cli::{Cli, Command, RegistryCommand};
+use benchgen::printer::Printer;
+use benchgen::settings::Settings;
+use benchgen::stage::{self, Ctx, Stage};
+use benchgen::{error, explain, filter, pipeline, registry, stats};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.global.verbose, cli.global.quiet);
+    let printer = Printer {
+        quiet: cli.global.quiet,
+        verbose: cli.global.verbose,
+        json: cli.global.json,
+    };
+    match dispatch(&cli, &printer) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("{}", error::render(&err));
+            ExitCode::from(error::exit_code(&err) as u8)
+        }
+    }
+}
+
+fn init_tracing(verbose: u8, quiet: bool) {
+    let level = match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BENCHGEN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("benchgen={level}")));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
+    let settings = Settings::load(&cli.global.config)?;
+    let ctx = Ctx {
+        settings: &settings,
+        printer,
+    };
+    match &cli.command {
+        Command::Registry(RegistryCommand::Import(a)) => {
+            let stage = registry::CatalogStage::from_settings(
+                &settings,
+                a.file.clone(),
+                a.format,
+                a.lenient,
+            )?;
+            run_one(&ctx, &stage, a.force.force)
+        }
+        Command::Filter(f) => run_one(&ctx, &filter::FilterStage, f.force),
+        Command::Stats(f) => run_one(&ctx, &stats::StatsStage, f.force),
+        Command::Run(a) => {
+            let reports = pipeline::run(&ctx, a.from.as_deref(), a.until.as_deref(), a.force)?;
+            let human: String = reports.iter().map(pipeline::render_report).collect();
+            printer.summary(&human, &reports);
+            Ok(())
+        }
+        Command::Status => {
+            let rows = pipeline::status(&settings);
+            printer.summary(&pipeline::render_status(&rows), &rows);
+            Ok(())
+        }
+        Command::Explain(a) => {
+            let x = explain::explain(&settings, &a.id)?;
+            printer.summary(&explain::render(&x), &x);
+            Ok(())
+        }
+    }
+}
+
+/// Run one stage on its own; its upstream stages must be up to date.
+fn run_one(ctx: &Ctx, stage: &dyn Stage, force: bool) -> Result<()> {
+    let rows = pipeline::status(ctx.settings);
+    let states = rows
+        .into_iter()
+        .map(|r| (r.stage.to_string(), r.state))
+        .collect();
+    let report = stage::execute(ctx, stage, force, &states)?;
+    ctx.printer
+        .summary(&pipeline::render_report(&report), &report);
+    Ok(())
+}

@@ -1,0 +1,150 @@
+//! `benchgen run` and `benchgen status`: the stages of a pipeline config in
+//! order, with their freshness.
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::error::UsageError;
+use crate::filter::FilterStage;
+use crate::registry::CatalogStage;
+use crate::settings::Settings;
+use crate::stage::{self, Ctx, Freshness, Stage, StageReport};
+use crate::stats::StatsStage;
+
+/// Stage names in pipeline order.
+pub const STAGES: &[&str] = &["catalog", "filter", "stats"];
+
+/// The stages of the pipeline, in order. The catalog stage is absent when the
+/// config names no registry source (it can still be imported by hand).
+pub fn stages(settings: &Settings) -> Vec<(&'static str, Result<Box<dyn Stage>>)> {
+    vec![
+        (
+            "catalog",
+            CatalogStage::from_settings(settings, None, None, false)
+                .map(|s| Box::new(s) as Box<dyn Stage>),
+        ),
+        ("filter", Ok(Box::new(FilterStage))),
+        ("stats", Ok(Box::new(StatsStage))),
+    ]
+}
+
+/// Freshness of every stage, in order.
+pub fn status(settings: &Settings) -> Vec<StatusRow> {
+    let mut states: BTreeMap<String, Freshness> = BTreeMap::new();
+    let mut rows = Vec::new();
+    for (name, stage) in stages(settings) {
+        let (command, state) = match &stage {
+            Ok(s) => (s.command(), stage::freshness(s.as_ref(), settings, &states)),
+            Err(e) => ("registry import", Freshness::Missing(format!("{e:#}"))),
+        };
+        let manifest = stage::Manifest::load(&settings.artifacts, name)
+            .ok()
+            .flatten();
+        states.insert(name.to_string(), state.clone());
+        rows.push(StatusRow {
+            stage: name,
+            command,
+            state,
+            run_id: manifest.as_ref().map(|m| m.run_id),
+            finished_at: manifest.map(|m| m.finished_at),
+        });
+    }
+    rows
+}
+
+#[derive(Debug, Serialize)]
+pub struct StatusRow {
+    pub stage: &'static str,
+    pub command: &'static str,
+    #[serde(flatten)]
+    pub state: Freshness,
+    pub run_id: Option<i64>,
+    pub finished_at: Option<String>,
+}
+
+pub fn render_status(rows: &[StatusRow]) -> String {
+    let mut s = String::new();
+    for r in rows {
+        let (word, reason) = match &r.state {
+            Freshness::Done => ("done", String::new()),
+            Freshness::Stale(why) => ("stale", format!(" — {why}")),
+            Freshness::Missing(why) => ("missing", format!(" — {why}")),
+        };
+        let run = r
+            .run_id
+            .map(|id| format!(" (run {id})"))
+            .unwrap_or_default();
+        s.push_str(&format!("{:<10} {:<8}{run}{reason}\n", r.stage, word));
+    }
+    s
+}
+
+fn index_of(name: &str) -> Result<usize> {
+    STAGES.iter().position(|s| *s == name).ok_or_else(|| {
+        UsageError(format!(
+            "unknown stage `{name}`; the stages are: {}",
+            STAGES.join(", ")
+        ))
+        .into()
+    })
+}
+
+/// Run the stages from `from` to `until` (inclusive), skipping fresh ones.
+pub fn run(
+    ctx: &Ctx,
+    from: Option<&str>,
+    until: Option<&str>,
+    force: bool,
+) -> Result<Vec<StageReport>> {
+    let lo = from.map(index_of).transpose()?.unwrap_or(0);
+    let hi = until.map(index_of).transpose()?.unwrap_or(STAGES.len() - 1);
+    if lo > hi {
+        return Err(UsageError(format!(
+            "`--from {}` comes after `--until {}`",
+            STAGES[lo], STAGES[hi]
+        ))
+        .into());
+    }
+    let mut states: BTreeMap<String, Freshness> = BTreeMap::new();
+    let mut reports = Vec::new();
+    for (i, (name, stage)) in stages(ctx.settings).into_iter().enumerate() {
+        let stage = stage?;
+        if i < lo || i > hi {
+            states.insert(
+                name.into(),
+                stage::freshness(stage.as_ref(), ctx.settings, &states),
+            );
+            continue;
+        }
+        ctx.printer
+            .info(&format!("running `{}` …", stage.command()));
+        let report = stage::execute(ctx, stage.as_ref(), force, &states)?;
+        states.insert(name.into(), Freshness::Done);
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+pub fn render_report(r: &StageReport) -> String {
+    let mut s = match r.status {
+        "skipped" => format!(
+            "{}: up to date, skipped (run {})\n",
+            r.stage,
+            r.run_id.unwrap_or_default()
+        ),
+        _ => format!(
+            "{}: done (run {}) in {} ms\n",
+            r.stage,
+            r.run_id.unwrap_or_default(),
+            r.duration_ms
+        ),
+    };
+    if r.status != "skipped" {
+        for n in &r.notes {
+            s.push_str(&format!("  {n}\n"));
+        }
+    }
+    s
+}

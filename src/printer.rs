@@ -1,0 +1,67 @@
+//! Output modes in one place: quiet / default / verbose, human or `--json`
+//! summaries on stdout, warnings and progress bars on stderr.
+//!
+//! Progress bars are hidden when stderr is not a terminal, with `--quiet`, or
+//! when `BENCHGEN_NO_PROGRESS` is set (tests set it for stable output).
+
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Printer {
+    pub quiet: bool,
+    pub verbose: u8,
+    pub json: bool,
+}
+
+impl Printer {
+    /// A progress line for status messages (stderr), hidden in quiet and JSON modes.
+    pub fn info(&self, msg: &str) {
+        if !self.quiet && !self.json {
+            eprintln!("{msg}");
+        }
+    }
+
+    pub fn warn(&self, msg: &str) {
+        if !self.quiet {
+            eprintln!("warning: {msg}");
+        }
+    }
+
+    /// The command's result: human text, or the JSON value with `--json`.
+    pub fn summary<T: Serialize>(&self, human: &str, json: &T) {
+        if self.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(json).unwrap_or_else(|_| "null".into())
+            );
+        } else if !self.quiet {
+            print!("{human}");
+            if !human.ends_with('\n') {
+                println!();
+            }
+        }
+    }
+
+    pub fn progress(&self, len: u64, what: &str) -> ProgressBar {
+        let hidden = self.quiet
+            || self.json
+            || std::env::var_os("BENCHGEN_NO_PROGRESS").is_some()
+            || !std::io::stderr().is_terminal();
+        if hidden {
+            return ProgressBar::hidden();
+        }
+        let pb = ProgressBar::new(len);
+        pb.set_style(
+            ProgressStyle::with_template(
+                "{prefix:>12} [{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        pb.set_prefix(what.to_string());
+        pb
+    }
+}

@@ -1,0 +1,257 @@
+//! `benchgen registry …`: get a catalog of MCP servers and tools into
+//! `artifacts/catalog/`.
+//!
+//! `registry import` reads a snapshot file (ETOM's `mcp_registry.json` format);
+//! live scrapers of registry APIs belong beside it in this folder.
+
+pub mod etom;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::error::{InputError, Problem};
+use crate::ledger::{NewEvent, Parent, kind};
+use crate::model::Catalog;
+use crate::settings::{RegistryFormat, Settings, section_hash};
+use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+
+/// A remark about the input that did not stop the import (a trimmed name, an
+/// ignored field, a header count that disagrees with the file).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Note {
+    pub location: String,
+    pub kind: &'static str,
+    pub message: String,
+}
+
+/// A record left out in lenient mode, with its reason.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Rejected {
+    pub location: String,
+    pub id: String,
+    pub reason: String,
+}
+
+/// Where each imported record came from (for the ledger).
+#[derive(Debug, Clone)]
+pub struct Origin {
+    pub id: String,
+    pub is_server: bool,
+    pub location: String,
+    pub original_name: Option<String>,
+}
+
+/// The result of parsing a snapshot.
+#[derive(Debug, Default)]
+pub struct Imported {
+    pub catalog: Catalog,
+    pub notes: Vec<Note>,
+    pub problems: Vec<Problem>,
+    pub rejected: Vec<Rejected>,
+    pub origins: Vec<Origin>,
+}
+
+/// The `catalog` stage, run by `registry import`.
+pub struct CatalogStage {
+    pub source: PathBuf,
+    pub format: RegistryFormat,
+    pub lenient: bool,
+}
+
+impl CatalogStage {
+    /// The stage as the pipeline config describes it, with optional command-line overrides.
+    pub fn from_settings(
+        settings: &Settings,
+        file: Option<PathBuf>,
+        format: Option<RegistryFormat>,
+        lenient: bool,
+    ) -> Result<Self> {
+        let reg = &settings.config.registry;
+        let source = match file {
+            Some(f) => crate::settings::normalize(&f),
+            None => match &reg.source {
+                Some(s) => settings.resolve(s),
+                None => {
+                    return Err(crate::error::hinted(
+                        format!(
+                            "no registry snapshot to import: `{}` has no `registry.source`",
+                            settings.config_path.display()
+                        ),
+                        "pass a file (`benchgen registry import FILE`) or set `[registry] source = \"raw/…\"`",
+                    ));
+                }
+            },
+        };
+        Ok(Self {
+            source,
+            format: format.unwrap_or(reg.format),
+            lenient: lenient || reg.lenient,
+        })
+    }
+}
+
+#[derive(Serialize)]
+struct ImportSettings {
+    format: RegistryFormat,
+    lenient: bool,
+}
+
+#[derive(Serialize)]
+struct ImportReport<'a> {
+    source: String,
+    format: RegistryFormat,
+    servers: usize,
+    tools: usize,
+    categories: usize,
+    notes: &'a [Note],
+    rejected: &'a [Rejected],
+}
+
+impl Stage for CatalogStage {
+    fn name(&self) -> &'static str {
+        "catalog"
+    }
+    fn command(&self) -> &'static str {
+        "registry import"
+    }
+    fn version(&self) -> u32 {
+        1
+    }
+    fn upstream(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    fn plan(&self, _settings: &Settings) -> Result<Plan> {
+        Ok(Plan {
+            inputs: vec![self.source.clone()],
+            prompts: vec![],
+            config_hash: section_hash(&ImportSettings {
+                format: self.format,
+                lenient: self.lenient,
+            })?,
+        })
+    }
+
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let bytes = inputs.bytes(&self.source)?;
+        let shown = ctx.settings.display_path(&self.source);
+        let imported = match self.format {
+            RegistryFormat::Etom => etom::parse(bytes, self.lenient),
+        }
+        .map_err(|problems| InputError {
+            file: shown.clone(),
+            problems,
+        })?;
+        if !imported.problems.is_empty() {
+            return Err(InputError {
+                file: shown,
+                problems: imported.problems,
+            }
+            .into());
+        }
+        for n in &imported.notes {
+            if ctx.printer.verbose > 0 {
+                ctx.printer
+                    .warn(&format!("{shown}: {}: {}", n.location, n.message));
+            }
+        }
+        for r in &imported.rejected {
+            ctx.printer.warn(&format!(
+                "{shown}: {}: left out `{}`: {}",
+                r.location, r.id, r.reason
+            ));
+        }
+
+        let catalog = &imported.catalog;
+        let categories: std::collections::BTreeSet<&str> = catalog
+            .servers
+            .iter()
+            .flat_map(|s| s.categories.iter().map(String::as_str))
+            .collect();
+
+        let input_ev = out.event(NewEvent::new(
+            kind::INPUT_READ,
+            Some(&shown),
+            serde_json::json!({
+                "path": shown,
+                "sha256": crate::store::sha256_hex(bytes),
+                "format": self.format,
+                "bytes": bytes.len(),
+            }),
+        ));
+        let mut server_ev = std::collections::HashMap::new();
+        for o in &imported.origins {
+            let server_name =
+                o.id.split(crate::model::TOOL_ID_SEP)
+                    .next()
+                    .unwrap_or(&o.id);
+            let mut ev = NewEvent::new(
+                if o.is_server {
+                    kind::CATALOG_SERVER
+                } else {
+                    kind::CATALOG_TOOL
+                },
+                Some(&o.id),
+                serde_json::json!({
+                    "source": shown,
+                    "location": o.location,
+                    "original_name": o.original_name,
+                }),
+            )
+            .with_parent(Parent::Batch(input_ev));
+            if !o.is_server {
+                if let Some(&p) = server_ev.get(server_name) {
+                    ev = ev.with_parent(Parent::Batch(p));
+                }
+            }
+            let idx = out.event(ev);
+            if o.is_server {
+                server_ev.insert(server_name.to_string(), idx);
+            }
+        }
+        for r in &imported.rejected {
+            out.event(
+                NewEvent::new(
+                    kind::CATALOG_REJECT,
+                    Some(&r.id),
+                    serde_json::json!({"source": shown, "location": r.location, "reason": r.reason}),
+                )
+                .with_parent(Parent::Batch(input_ev)),
+            );
+        }
+
+        out.json("catalog.json", catalog)?;
+        out.json(
+            "import_report.json",
+            &ImportReport {
+                source: shown.clone(),
+                format: self.format,
+                servers: catalog.servers.len(),
+                tools: catalog.tool_count(),
+                categories: categories.len(),
+                notes: &imported.notes,
+                rejected: &imported.rejected,
+            },
+        )?;
+        out.count("servers", catalog.servers.len());
+        out.count("tools", catalog.tool_count());
+        out.count("categories", categories.len());
+        out.count("notes", imported.notes.len());
+        out.count("rejected", imported.rejected.len());
+        out.notes.push(format!(
+            "imported {} servers and {} tools in {} categories from `{shown}`",
+            catalog.servers.len(),
+            catalog.tool_count(),
+            categories.len()
+        ));
+        if !imported.rejected.is_empty() {
+            out.notes.push(format!(
+                "{} records left out (see import_report.json)",
+                imported.rejected.len()
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,409 @@
+//! The pipeline config (`pipeline/NAME.toml`), parsed once and checked up front.
+//!
+//! Paths inside a config are relative to the project root, which is the folder
+//! `project.root` names relative to the config file (default `..`, the folder
+//! above `pipeline/`). Every section is `deny_unknown_fields`, so a typo is an
+//! error naming the file, line and key instead of a silently ignored setting.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{InputError, Problem};
+
+pub const DEFAULT_CONFIG: &str = "pipeline/demo.toml";
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub project: ProjectSettings,
+    #[serde(default)]
+    pub registry: RegistrySettings,
+    #[serde(default)]
+    pub filter: FilterSettings,
+    #[serde(default)]
+    pub stats: StatsSettings,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectSettings {
+    /// A short name for this pipeline (shown in status and reports).
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// Project root relative to the config file's folder.
+    #[serde(default = "default_root")]
+    pub root: PathBuf,
+    /// Artifacts folder relative to the project root.
+    #[serde(default = "default_artifacts")]
+    pub artifacts: PathBuf,
+    /// Seed every random choice derives from.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+impl Default for ProjectSettings {
+    fn default() -> Self {
+        Self {
+            name: default_name(),
+            root: default_root(),
+            artifacts: default_artifacts(),
+            seed: 0,
+        }
+    }
+}
+
+fn default_name() -> String {
+    "benchgen".into()
+}
+fn default_root() -> PathBuf {
+    PathBuf::from("..")
+}
+fn default_artifacts() -> PathBuf {
+    PathBuf::from("artifacts")
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum RegistryFormat {
+    /// ETOM's `mcp_registry.json` (`{total_servers, total_tools, servers: [...]}`).
+    #[default]
+    Etom,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RegistrySettings {
+    /// Snapshot file that `registry import` and `run` read (relative to the root).
+    pub source: Option<PathBuf>,
+    #[serde(default)]
+    pub format: RegistryFormat,
+    /// Drop invalid records (each recorded with its reason) instead of failing.
+    #[serde(default)]
+    pub lenient: bool,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleTarget {
+    Server,
+    Tool,
+}
+
+/// Why a rule drops something; the four classes the benchmark must not contain.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum RuleClass {
+    /// Servers that expose no tools.
+    NoTools,
+    /// Tools a plain LLM covers without a tool (calculators).
+    Trivial,
+    /// Tools that only extend the agent itself (memory, thinking).
+    Meta,
+    /// Template or example servers.
+    Template,
+    /// Anything else a maintainer wants out, with their own reason.
+    Custom,
+}
+
+impl RuleClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleClass::NoTools => "no-tools",
+            RuleClass::Trivial => "trivial",
+            RuleClass::Meta => "meta",
+            RuleClass::Template => "template",
+            RuleClass::Custom => "custom",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleAction {
+    /// Drop what the rule matches.
+    #[default]
+    Drop,
+    /// Undecided: hand the match to the classifier (kept and listed until one is configured).
+    Ask,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MatchMode {
+    /// Any listed field matching is enough.
+    #[default]
+    Any,
+    /// Every listed field must match.
+    All,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterRule {
+    pub id: String,
+    pub target: RuleTarget,
+    pub class: RuleClass,
+    /// Human reason recorded with every drop.
+    pub reason: String,
+    /// Regexes over the tool's (or server's) trimmed name.
+    #[serde(default)]
+    pub name: Vec<String>,
+    /// Regexes over the description.
+    #[serde(default)]
+    pub description: Vec<String>,
+    /// Tool rules only: regexes over the owning server's name; the rule applies
+    /// only inside matching servers.
+    #[serde(default)]
+    pub server: Vec<String>,
+    #[serde(default, rename = "match")]
+    pub mode: MatchMode,
+    #[serde(default)]
+    pub action: RuleAction,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterSettings {
+    /// Drop servers that list no tools (before rules) and servers all of whose
+    /// tools the rules dropped (after).
+    #[serde(default = "yes")]
+    pub drop_servers_without_tools: bool,
+    #[serde(default)]
+    pub rules: Vec<FilterRule>,
+}
+
+impl Default for FilterSettings {
+    fn default() -> Self {
+        Self {
+            drop_servers_without_tools: true,
+            rules: Vec::new(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatsSettings {
+    /// How many categories the bar chart shows (largest first).
+    #[serde(default = "default_top")]
+    pub chart_categories: usize,
+}
+
+impl Default for StatsSettings {
+    fn default() -> Self {
+        Self {
+            chart_categories: default_top(),
+        }
+    }
+}
+
+fn default_top() -> usize {
+    40
+}
+
+/// A loaded config and where it came from.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub config: Config,
+    pub config_path: PathBuf,
+    pub root: PathBuf,
+    pub artifacts: PathBuf,
+}
+
+impl Settings {
+    /// Load and check a pipeline config. Every problem is reported at once.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            crate::error::hinted(
+                format!("cannot read pipeline config `{}`: {e}", path.display()),
+                "pass `--config pipeline/NAME.toml`, or run from the project root",
+            )
+        })?;
+        let config: Config = toml::from_str(&text).map_err(|e| {
+            let location = match e.span() {
+                Some(span) => {
+                    let line = text[..span.start].matches('\n').count() + 1;
+                    format!("line {line}")
+                }
+                None => "config".to_string(),
+            };
+            InputError {
+                file: path.display().to_string(),
+                problems: vec![Problem::new(location, e.message())],
+            }
+        })?;
+        config.check(path)?;
+        let config_dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let root = config_dir.join(&config.project.root);
+        let root = normalize(&root);
+        let artifacts = root.join(&config.project.artifacts);
+        Ok(Self {
+            config,
+            config_path: path.to_path_buf(),
+            root,
+            artifacts,
+        })
+    }
+
+    /// A path from the config, resolved against the project root.
+    pub fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.root.join(p)
+        }
+    }
+
+    /// A path shown relative to the project root when it lies inside it (so
+    /// manifests and ledgers do not depend on where the clone lives).
+    pub fn display_path(&self, p: &Path) -> String {
+        let abs = normalize(p);
+        match abs.strip_prefix(&self.root) {
+            Ok(rel) => rel.to_string_lossy().replace('\\', "/"),
+            Err(_) => abs.to_string_lossy().into_owned(),
+        }
+    }
+}
+
+impl Config {
+    fn check(&self, path: &Path) -> Result<()> {
+        let mut problems = Vec::new();
+        let mut ids = std::collections::BTreeSet::new();
+        for (i, rule) in self.filter.rules.iter().enumerate() {
+            let loc = format!("filter.rules[{i}] (`{}`)", rule.id);
+            if !ids.insert(rule.id.as_str()) {
+                problems.push(Problem::new(&loc, "duplicate rule id"));
+            }
+            if rule.name.is_empty() && rule.description.is_empty() {
+                problems.push(Problem::new(
+                    &loc,
+                    "a rule needs at least one `name` or `description` pattern",
+                ));
+            }
+            if rule.target == RuleTarget::Server && !rule.server.is_empty() {
+                problems.push(Problem::new(
+                    &loc,
+                    "`server` guards apply to tool rules only",
+                ));
+            }
+            if rule.class == RuleClass::NoTools {
+                problems.push(Problem::new(
+                    &loc,
+                    "class `no-tools` is built in (`drop_servers_without_tools`); pick trivial, meta, template or custom",
+                ));
+            }
+            for (field, pats) in [
+                ("name", &rule.name),
+                ("description", &rule.description),
+                ("server", &rule.server),
+            ] {
+                for (j, p) in pats.iter().enumerate() {
+                    if let Err(e) = regex::Regex::new(p) {
+                        problems.push(Problem::new(
+                            format!("{loc}.{field}[{j}]"),
+                            format!("invalid regex: {e}"),
+                        ));
+                    }
+                }
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(InputError {
+                file: path.display().to_string(),
+                problems,
+            }
+            .into())
+        }
+    }
+}
+
+/// Lexically normalise a path (make it absolute, drop `.` and resolve `..`)
+/// without touching the filesystem.
+pub fn normalize(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let abs = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(p)
+    };
+    let mut out = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Hash of a config section: canonical JSON of the parsed values, so comments
+/// and formatting in the TOML do not make a stage stale.
+pub fn section_hash<T: Serialize>(section: &T) -> Result<String> {
+    let json = serde_json::to_vec(section).context("cannot serialise config section")?;
+    Ok(crate::store::sha256_hex(&json))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_str(text: &str) -> Result<Settings> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pipeline/x.toml");
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        Settings::load(&p)
+    }
+
+    #[test]
+    fn unknown_key_names_line_and_key() {
+        let err = load_str("[filter]\ndrop_servers_without_tool = true\n").unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("line 2"), "{msg}");
+        assert!(msg.contains("drop_servers_without_tool"), "{msg}");
+    }
+
+    #[test]
+    fn every_bad_rule_is_reported_at_once() {
+        let err = load_str(
+            r#"
+[[filter.rules]]
+id = "a"
+target = "tool"
+class = "trivial"
+reason = "r"
+name = ["("]
+[[filter.rules]]
+id = "a"
+target = "server"
+class = "meta"
+reason = "r"
+"#,
+        )
+        .unwrap_err();
+        let e = err.downcast_ref::<InputError>().unwrap();
+        assert_eq!(e.problems.len(), 3, "{e}");
+    }
+
+    #[test]
+    fn root_defaults_to_folder_above_pipeline() {
+        let s = load_str("").unwrap();
+        assert!(s.artifacts.ends_with("artifacts"));
+        assert!(!s.root.ends_with("pipeline"));
+    }
+}
