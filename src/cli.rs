@@ -14,12 +14,7 @@ use crate::settings::RegistryFormat;
 /// Every decision is recorded in the ledger (`artifacts/ledger.sqlite`), so
 /// `benchgen explain ID` can show how any item was made.
 #[derive(Debug, Parser)]
-#[command(
-    name = "benchgen",
-    version,
-    propagate_version = true,
-    max_term_width = 100
-)]
+#[command(name = "benchgen", version, propagate_version = true, max_term_width = 100)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,

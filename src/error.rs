@@ -15,10 +15,7 @@ pub struct Problem {
 
 impl Problem {
     pub fn new(location: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            location: location.into(),
-            message: message.into(),
-        }
+        Self { location: location.into(), message: message.into() }
     }
 }
 
@@ -32,12 +29,7 @@ pub struct InputError {
 impl fmt::Display for InputError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.problems.len();
-        write!(
-            f,
-            "`{}` has {n} problem{}:",
-            self.file,
-            if n == 1 { "" } else { "s" }
-        )?;
+        write!(f, "`{}` has {n} problem{}:", self.file, if n == 1 { "" } else { "s" })?;
         const SHOWN: usize = 20;
         for p in self.problems.iter().take(SHOWN) {
             write!(f, "\n  - {}: {}", p.location, p.message)?;
@@ -63,20 +55,12 @@ pub struct Hinted {
 }
 
 pub fn hinted(message: impl Into<String>, hint: impl Into<String>) -> anyhow::Error {
-    Hinted {
-        message: message.into(),
-        hint: hint.into(),
-    }
-    .into()
+    Hinted { message: message.into(), hint: hint.into() }.into()
 }
 
 /// The exit code for an error that reached `main`.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
-    if err.chain().any(|e| e.is::<UsageError>()) {
-        2
-    } else {
-        1
-    }
+    if err.chain().any(|e| e.is::<UsageError>()) { 2 } else { 1 }
 }
 
 /// Render an error the uv way: `error: …`, `Caused by: …` lines, `hint: …`.

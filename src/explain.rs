@@ -43,66 +43,33 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
     };
     let id = raw_id.trim();
     if let Some(n) = id.strip_prefix('#').or_else(|| id.strip_prefix("event:")) {
-        let n: i64 = n
-            .parse()
-            .map_err(|_| not_found(format!("`{id}` is not an event id")))?;
+        let n: i64 = n.parse().map_err(|_| not_found(format!("`{id}` is not an event id")))?;
         let lineage = ledger.lineage(&[n])?;
         if lineage.is_empty() {
             return Err(not_found(format!("no event #{n} in the ledger")));
         }
-        let ev = lineage
-            .iter()
-            .find(|e| e.id == n)
-            .expect("root is in its own lineage");
-        let status = format!(
-            "{} event of stage `{}`, run {}",
-            ev.kind, ev.stage, ev.run_id
-        );
-        return Ok(Explanation {
-            id: id.into(),
-            item: "event",
-            status,
-            record: None,
-            lineage,
-        });
+        let ev = lineage.iter().find(|e| e.id == n).expect("root is in its own lineage");
+        let status = format!("{} event of stage `{}`, run {}", ev.kind, ev.stage, ev.run_id);
+        return Ok(Explanation { id: id.into(), item: "event", status, record: None, lineage });
     }
 
     let (subject, only_filter) = match id.strip_prefix("filter:") {
         Some(rest) => (normalise_id(rest), true),
         None => (normalise_id(id), false),
     };
-    let item = if subject.contains(TOOL_ID_SEP) {
-        "tool"
-    } else {
-        "server"
-    };
+    let item = if subject.contains(TOOL_ID_SEP) { "tool" } else { "server" };
     // Only the runs behind the current artifacts count.
-    let runs: Vec<i64> = STAGES
-        .iter()
-        .filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten())
-        .map(|m| m.run_id)
-        .collect();
+    let runs: Vec<i64> =
+        STAGES.iter().filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten()).map(|m| m.run_id).collect();
     let direct = ledger.events_for(&subject, &runs)?;
-    let roots: Vec<i64> = direct
-        .iter()
-        .filter(|e| !only_filter || e.kind == kind::FILTER_DECISION)
-        .map(|e| e.id)
-        .collect();
+    let roots: Vec<i64> =
+        direct.iter().filter(|e| !only_filter || e.kind == kind::FILTER_DECISION).map(|e| e.id).collect();
     if roots.is_empty() {
-        let what = if only_filter {
-            "filter decision for"
-        } else {
-            item
-        };
-        return Err(not_found(format!(
-            "no {what} `{subject}` in the current artifacts"
-        )));
+        let what = if only_filter { "filter decision for" } else { item };
+        return Err(not_found(format!("no {what} `{subject}` in the current artifacts")));
     }
     let lineage = ledger.lineage(&roots)?;
-    let decision = direct
-        .iter()
-        .rev()
-        .find(|e| e.kind == kind::FILTER_DECISION);
+    let decision = direct.iter().rev().find(|e| e.kind == kind::FILTER_DECISION);
     let status = match decision {
         Some(d) => {
             let p = &d.payload;
@@ -112,26 +79,14 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
                 "keep" => "kept",
                 _ => "undecided",
             };
-            let rule = p["rule"]
-                .as_str()
-                .filter(|r| !r.is_empty())
-                .map(|r| format!(" (rule `{r}`)"))
-                .unwrap_or_default();
-            format!(
-                "{word} by `filter`{rule}: {}",
-                p["reason"].as_str().unwrap_or("")
-            )
+            let rule =
+                p["rule"].as_str().filter(|r| !r.is_empty()).map(|r| format!(" (rule `{r}`)")).unwrap_or_default();
+            format!("{word} by `filter`{rule}: {}", p["reason"].as_str().unwrap_or(""))
         }
         None => "imported; `filter` has not run".into(),
     };
     let record = current_record(settings, &subject)?;
-    Ok(Explanation {
-        id: subject,
-        item: if only_filter { "filter decision" } else { item },
-        status,
-        record,
-        lineage,
-    })
+    Ok(Explanation { id: subject, item: if only_filter { "filter decision" } else { item }, status, record, lineage })
 }
 
 fn normalise_id(id: &str) -> String {
@@ -160,9 +115,7 @@ fn current_record(settings: &Settings, subject: &str) -> Result<Option<Value>> {
                 .and_then(Value::as_object)
                 .map(|p| p.keys().collect())
                 .unwrap_or_default();
-            return Ok(Some(
-                serde_json::json!({"description": t.description, "parameters": params}),
-            ));
+            return Ok(Some(serde_json::json!({"description": t.description, "parameters": params})));
         }
     }
     Ok(None)
@@ -172,19 +125,9 @@ fn describe(e: &Event) -> String {
     let p = &e.payload;
     let s = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("");
     match e.kind.as_str() {
-        kind::INPUT_READ => format!(
-            "read `{}` ({} bytes, {})",
-            s("path"),
-            p["bytes"],
-            s("sha256")
-        ),
+        kind::INPUT_READ => format!("read `{}` ({} bytes, {})", s("path"), p["bytes"], s("sha256")),
         kind::CATALOG_SERVER | kind::CATALOG_TOOL => {
-            let mut d = format!(
-                "`{}` from `{}` at {}",
-                e.subject.as_deref().unwrap_or(""),
-                s("source"),
-                s("location")
-            );
+            let mut d = format!("`{}` from `{}` at {}", e.subject.as_deref().unwrap_or(""), s("source"), s("location"));
             if let Some(orig) = p.get("original_name").and_then(Value::as_str) {
                 d.push_str(&format!(" (name {orig:?} trimmed)"));
             }
@@ -192,16 +135,8 @@ fn describe(e: &Event) -> String {
         }
         kind::CATALOG_REJECT => format!("left out at {}: {}", s("location"), s("reason")),
         kind::FILTER_DECISION => {
-            let rule = if s("rule").is_empty() {
-                String::new()
-            } else {
-                format!(" [{}]", s("rule"))
-            };
-            let ev = if s("evidence").is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", s("evidence"))
-            };
+            let rule = if s("rule").is_empty() { String::new() } else { format!(" [{}]", s("rule")) };
+            let ev = if s("evidence").is_empty() { String::new() } else { format!(" ({})", s("evidence")) };
             format!("{}{rule}: {}{ev}", s("verdict"), s("reason"))
         }
         _ => p.to_string(),
@@ -218,24 +153,13 @@ pub fn render(x: &Explanation) -> String {
             let names: Vec<&str> = p.iter().filter_map(Value::as_str).collect();
             out.push_str(&format!(
                 "  parameters: {}\n",
-                if names.is_empty() {
-                    "none".into()
-                } else {
-                    names.join(", ")
-                }
+                if names.is_empty() { "none".into() } else { names.join(", ") }
             ));
         }
     }
     out.push_str("\nlineage (oldest first):\n");
     for e in &x.lineage {
-        out.push_str(&format!(
-            "  #{:<6} {:<16} {:<8} run {:<4} {}\n",
-            e.id,
-            e.kind,
-            e.stage,
-            e.run_id,
-            describe(e)
-        ));
+        out.push_str(&format!("  #{:<6} {:<16} {:<8} run {:<4} {}\n", e.id, e.kind, e.stage, e.run_id, describe(e)));
     }
     out
 }

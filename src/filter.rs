@@ -21,8 +21,7 @@ use serde::Serialize;
 use crate::ledger::{Ledger, NewEvent, Parent, kind};
 use crate::model::{Catalog, Server, Tool};
 use crate::settings::{
-    FilterRule, FilterSettings, MatchMode, RuleAction, RuleClass, RuleTarget, Settings,
-    section_hash,
+    FilterRule, FilterSettings, MatchMode, RuleAction, RuleClass, RuleTarget, Settings, section_hash,
 };
 use crate::stage::{Ctx, Inputs, Manifest, Output, Plan, Stage};
 
@@ -54,9 +53,7 @@ pub struct Unclassified;
 
 impl Classifier for Unclassified {
     fn classify(&self, _c: &Candidate) -> Result<Classification> {
-        Ok(Classification::Undecided {
-            reason: "no classifier configured; kept for a human or LLM decision".into(),
-        })
+        Ok(Classification::Undecided { reason: "no classifier configured; kept for a human or LLM decision".into() })
     }
 }
 
@@ -70,17 +67,8 @@ struct Compiled<'a> {
 
 impl<'a> Compiled<'a> {
     fn new(rule: &'a FilterRule) -> Result<Self> {
-        let c = |pats: &[String]| {
-            pats.iter()
-                .map(|p| Regex::new(p))
-                .collect::<Result<Vec<_>, _>>()
-        };
-        Ok(Self {
-            rule,
-            name: c(&rule.name)?,
-            description: c(&rule.description)?,
-            server: c(&rule.server)?,
-        })
+        let c = |pats: &[String]| pats.iter().map(|p| Regex::new(p)).collect::<Result<Vec<_>, _>>();
+        Ok(Self { rule, name: c(&rule.name)?, description: c(&rule.description)?, server: c(&rule.server)? })
     }
 
     /// `Some(evidence)` when the rule matches.
@@ -92,19 +80,13 @@ impl<'a> Compiled<'a> {
             if regs.is_empty() {
                 return None; // field not used by this rule
             }
-            Some(
-                regs.iter()
-                    .find(|r| r.is_match(text))
-                    .map(|r| format!("{what} matches /{}/", r.as_str())),
-            )
+            Some(regs.iter().find(|r| r.is_match(text)).map(|r| format!("{what} matches /{}/", r.as_str())))
         };
-        let checks: Vec<Option<String>> = [
-            field(&self.name, name, "name"),
-            field(&self.description, description, "description"),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let checks: Vec<Option<String>> =
+            [field(&self.name, name, "name"), field(&self.description, description, "description")]
+                .into_iter()
+                .flatten()
+                .collect();
         let hit = match self.rule.mode {
             MatchMode::Any => checks.iter().any(Option::is_some),
             MatchMode::All => checks.iter().all(Option::is_some),
@@ -153,16 +135,8 @@ fn decision(
 }
 
 /// Apply the filter settings to a catalog.
-pub fn apply(
-    catalog: &Catalog,
-    settings: &FilterSettings,
-    classifier: &dyn Classifier,
-) -> Result<Filtered> {
-    let rules: Vec<Compiled> = settings
-        .rules
-        .iter()
-        .map(Compiled::new)
-        .collect::<Result<_>>()?;
+pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Classifier) -> Result<Filtered> {
+    let rules: Vec<Compiled> = settings.rules.iter().map(Compiled::new).collect::<Result<_>>()?;
     let mut kept = Catalog::default();
     let mut decisions = Vec::new();
 
@@ -179,8 +153,7 @@ pub fn apply(
         }
         if server_drop.is_none() {
             for c in rules.iter().filter(|c| c.rule.target == RuleTarget::Server) {
-                let Some(evidence) = c.matches(&server.name, &server.description, &server.name)
-                else {
+                let Some(evidence) = c.matches(&server.name, &server.description, &server.name) else {
                     continue;
                 };
                 match resolve(
@@ -196,12 +169,7 @@ pub fn apply(
                     },
                 )? {
                     Verdict::Drop(reason) => {
-                        server_drop = Some((
-                            c.rule.id.clone(),
-                            c.rule.class.as_str().into(),
-                            reason,
-                            evidence,
-                        ))
+                        server_drop = Some((c.rule.id.clone(), c.rule.class.as_str().into(), reason, evidence))
                     }
                     Verdict::Keep(reason) => {
                         server_ask = Some(decision(
@@ -230,15 +198,7 @@ pub fn apply(
             }
         }
         if let Some((rule, class, reason, evidence)) = server_drop {
-            decisions.push(decision(
-                "server",
-                &server.name,
-                "drop",
-                &rule,
-                &class,
-                &reason,
-                &evidence,
-            ));
+            decisions.push(decision("server", &server.name, "drop", &rule, &class, &reason, &evidence));
             for t in &server.tools {
                 decisions.push(decision(
                     "tool",
@@ -274,21 +234,11 @@ pub fn apply(
                         rule: c.rule,
                     },
                 )? {
-                    Verdict::Drop(reason) => {
-                        decision("tool", &t.id, "drop", &c.rule.id, class, &reason, &evidence)
+                    Verdict::Drop(reason) => decision("tool", &t.id, "drop", &c.rule.id, class, &reason, &evidence),
+                    Verdict::Keep(reason) => decision("tool", &t.id, "keep", &c.rule.id, class, &reason, &evidence),
+                    Verdict::Undecided(reason) => {
+                        decision("tool", &t.id, "undecided", &c.rule.id, class, &reason, &evidence)
                     }
-                    Verdict::Keep(reason) => {
-                        decision("tool", &t.id, "keep", &c.rule.id, class, &reason, &evidence)
-                    }
-                    Verdict::Undecided(reason) => decision(
-                        "tool",
-                        &t.id,
-                        "undecided",
-                        &c.rule.id,
-                        class,
-                        &reason,
-                        &evidence,
-                    ),
                 };
                 break;
             }
@@ -309,28 +259,14 @@ pub fn apply(
                 "",
             ));
         } else {
-            decisions.push(server_ask.unwrap_or_else(|| {
-                decision(
-                    "server",
-                    &server.name,
-                    "keep",
-                    "",
-                    "",
-                    "no rule matched",
-                    "",
-                )
-            }));
-            kept.servers.push(Server {
-                tools,
-                ..server.clone()
-            });
+            decisions.push(
+                server_ask.unwrap_or_else(|| decision("server", &server.name, "keep", "", "", "no rule matched", "")),
+            );
+            kept.servers.push(Server { tools, ..server.clone() });
         }
         decisions.extend(tool_decisions);
     }
-    Ok(Filtered {
-        catalog: kept,
-        decisions,
-    })
+    Ok(Filtered { catalog: kept, decisions })
 }
 
 enum Verdict {
@@ -407,34 +343,22 @@ impl Stage for FilterStage {
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let path = Self::input(ctx.settings);
-        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&path)?).map_err(|e| {
-            anyhow::anyhow!(
-                "`{}` is not a benchgen catalog: {e}",
-                ctx.settings.display_path(&path)
-            )
-        })?;
+        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&path)?)
+            .map_err(|e| anyhow::anyhow!("`{}` is not a benchgen catalog: {e}", ctx.settings.display_path(&path)))?;
         let pb = ctx.printer.progress(catalog.servers.len() as u64, "filter");
         let filtered = apply(&catalog, &ctx.settings.config.filter, &Unclassified)?;
         pb.finish_and_clear();
 
         // Link each decision to the catalog record it is about.
         let mut parents: HashMap<String, i64> = HashMap::new();
-        if let (Some(m), Some(ledger)) = (
-            Manifest::load(&ctx.settings.artifacts, "catalog")?,
-            Ledger::open_existing(&ctx.settings.artifacts)?,
-        ) {
+        if let (Some(m), Some(ledger)) =
+            (Manifest::load(&ctx.settings.artifacts, "catalog")?, Ledger::open_existing(&ctx.settings.artifacts)?)
+        {
             for k in [kind::CATALOG_SERVER, kind::CATALOG_TOOL] {
                 for ev in ledger.events_of_kind(m.run_id, k)? {
                     if let Some(s) = ev.subject {
                         parents.insert(
-                            format!(
-                                "{}:{s}",
-                                if k == kind::CATALOG_SERVER {
-                                    "server"
-                                } else {
-                                    "tool"
-                                }
-                            ),
+                            format!("{}:{s}", if k == kind::CATALOG_SERVER { "server" } else { "tool" }),
                             ev.id,
                         );
                     }
@@ -442,8 +366,7 @@ impl Stage for FilterStage {
             }
         }
         for d in &filtered.decisions {
-            let mut ev =
-                NewEvent::new(kind::FILTER_DECISION, Some(&d.id), serde_json::to_value(d)?);
+            let mut ev = NewEvent::new(kind::FILTER_DECISION, Some(&d.id), serde_json::to_value(d)?);
             if let Some(&p) = parents.get(&format!("{}:{}", d.kind, d.id)) {
                 ev = ev.with_parent(Parent::Id(p));
             }
@@ -464,44 +387,22 @@ impl Stage for FilterStage {
         for d in &filtered.decisions {
             match d.verdict {
                 "drop" => {
-                    let plural = if d.kind == "server" {
-                        "servers"
-                    } else {
-                        "tools"
-                    };
+                    let plural = if d.kind == "server" { "servers" } else { "tools" };
                     if d.kind == "server" {
                         summary.servers_dropped += 1;
                     } else {
                         summary.tools_dropped += 1;
                     }
-                    *summary
-                        .by_rule
-                        .entry(d.rule.clone())
-                        .or_default()
-                        .entry(plural)
-                        .or_default() += 1;
-                    *summary
-                        .by_class
-                        .entry(d.class.clone())
-                        .or_default()
-                        .entry(plural)
-                        .or_default() += 1;
+                    *summary.by_rule.entry(d.rule.clone()).or_default().entry(plural).or_default() += 1;
+                    *summary.by_class.entry(d.class.clone()).or_default().entry(plural).or_default() += 1;
                 }
                 "undecided" => summary.undecided += 1,
                 _ => {}
             }
         }
-        let mut dropped: Vec<&Decision> = filtered
-            .decisions
-            .iter()
-            .filter(|d| d.verdict == "drop")
-            .collect();
+        let mut dropped: Vec<&Decision> = filtered.decisions.iter().filter(|d| d.verdict == "drop").collect();
         dropped.sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
-        let mut undecided: Vec<&Decision> = filtered
-            .decisions
-            .iter()
-            .filter(|d| d.verdict == "undecided")
-            .collect();
+        let mut undecided: Vec<&Decision> = filtered.decisions.iter().filter(|d| d.verdict == "undecided").collect();
         undecided.sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
 
         out.json("catalog.json", &filtered.catalog)?;
@@ -590,25 +491,11 @@ mod tests {
                 server(
                     "calc",
                     "arithmetic",
-                    vec![
-                        tool("calc", "add", "sum of numbers"),
-                        tool("calc", "divide", "divide numbers"),
-                    ],
+                    vec![tool("calc", "add", "sum of numbers"), tool("calc", "divide", "divide numbers")],
                 ),
-                server(
-                    "db",
-                    "a database",
-                    vec![
-                        tool("db", "add", "insert a row"),
-                        tool("db", "query", "run SQL"),
-                    ],
-                ),
+                server("db", "a database", vec![tool("db", "add", "insert a row"), tool("db", "query", "run SQL")]),
                 server("empty", "", vec![]),
-                server(
-                    "my-template",
-                    "a template to copy",
-                    vec![tool("my-template", "echo", "echo")],
-                ),
+                server("my-template", "a template to copy", vec![tool("my-template", "echo", "echo")]),
             ],
         };
         let settings = FilterSettings {
@@ -632,23 +519,12 @@ mod tests {
                     MatchMode::All,
                     RuleAction::Drop,
                 ),
-                rule(
-                    "q",
-                    RuleTarget::Tool,
-                    RuleClass::Custom,
-                    &["^query$"],
-                    &[],
-                    MatchMode::Any,
-                    RuleAction::Ask,
-                ),
+                rule("q", RuleTarget::Tool, RuleClass::Custom, &["^query$"], &[], MatchMode::Any, RuleAction::Ask),
             ],
         };
         let f = apply(&cat, &settings, &Unclassified).unwrap();
-        let got: Vec<String> = f
-            .decisions
-            .iter()
-            .map(|d| format!("{} {} {} {}", d.kind, d.id, d.verdict, d.rule))
-            .collect();
+        let got: Vec<String> =
+            f.decisions.iter().map(|d| format!("{} {} {} {}", d.kind, d.id, d.verdict, d.rule)).collect();
         assert_eq!(
             got,
             [
@@ -673,29 +549,13 @@ mod tests {
         struct DropAll;
         impl Classifier for DropAll {
             fn classify(&self, c: &Candidate) -> Result<Classification> {
-                Ok(Classification::Drop {
-                    reason: format!("classifier dropped {}", c.id),
-                })
+                Ok(Classification::Drop { reason: format!("classifier dropped {}", c.id) })
             }
         }
-        let cat = Catalog {
-            servers: vec![server(
-                "s",
-                "",
-                vec![tool("s", "a", ""), tool("s", "b", "")],
-            )],
-        };
+        let cat = Catalog { servers: vec![server("s", "", vec![tool("s", "a", ""), tool("s", "b", "")])] };
         let settings = FilterSettings {
             drop_servers_without_tools: false,
-            rules: vec![rule(
-                "ask",
-                RuleTarget::Tool,
-                RuleClass::Meta,
-                &["^a$"],
-                &[],
-                MatchMode::Any,
-                RuleAction::Ask,
-            )],
+            rules: vec![rule("ask", RuleTarget::Tool, RuleClass::Meta, &["^a$"], &[], MatchMode::Any, RuleAction::Ask)],
         };
         let f = apply(&cat, &settings, &DropAll).unwrap();
         assert_eq!(f.decisions[1].verdict, "drop");

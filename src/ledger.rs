@@ -57,12 +57,7 @@ pub struct NewEvent {
 
 impl NewEvent {
     pub fn new(kind: &str, subject: Option<&str>, payload: Value) -> Self {
-        Self {
-            kind: kind.to_string(),
-            subject: subject.map(str::to_string),
-            payload,
-            parents: Vec::new(),
-        }
+        Self { kind: kind.to_string(), subject: subject.map(str::to_string), payload, parents: Vec::new() }
     }
 
     pub fn with_parent(mut self, p: Parent) -> Self {
@@ -152,17 +147,14 @@ pub fn now() -> String {
 impl Ledger {
     /// Open (creating if needed) the ledger in an artifacts folder.
     pub fn open(artifacts: &Path) -> Result<Self> {
-        std::fs::create_dir_all(artifacts)
-            .with_context(|| format!("cannot create `{}`", artifacts.display()))?;
+        std::fs::create_dir_all(artifacts).with_context(|| format!("cannot create `{}`", artifacts.display()))?;
         let path = artifacts.join(LEDGER_FILE);
-        let conn = Connection::open(&path)
-            .with_context(|| format!("cannot open ledger `{}`", path.display()))?;
+        let conn = Connection::open(&path).with_context(|| format!("cannot open ledger `{}`", path.display()))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(30))?;
-        conn.execute_batch(SCHEMA)
-            .with_context(|| format!("cannot initialise ledger `{}`", path.display()))?;
+        conn.execute_batch(SCHEMA).with_context(|| format!("cannot initialise ledger `{}`", path.display()))?;
         Ok(Self { conn, path })
     }
 
@@ -250,23 +242,17 @@ impl Ledger {
             })
         })?;
         let mut events = rows.collect::<rusqlite::Result<Vec<_>>>()?;
-        let mut par = self.conn.prepare_cached(
-            "SELECT parent_id FROM event_parents WHERE event_id = ?1 ORDER BY parent_id",
-        )?;
+        let mut par =
+            self.conn.prepare_cached("SELECT parent_id FROM event_parents WHERE event_id = ?1 ORDER BY parent_id")?;
         for ev in &mut events {
-            ev.parents = par
-                .query_map([ev.id], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
+            ev.parents = par.query_map([ev.id], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
         }
         Ok(events)
     }
 
     pub fn event(&self, id: i64) -> Result<Option<Event>> {
         Ok(self
-            .read_events(
-                "SELECT id, run_id, kind, stage, subject, time, payload FROM events WHERE id = ?1",
-                [id],
-            )?
+            .read_events("SELECT id, run_id, kind, stage, subject, time, payload FROM events WHERE id = ?1", [id])?
             .pop())
     }
 
@@ -310,9 +296,7 @@ impl Ledger {
 
     /// Count of events per kind (for summaries and tests).
     pub fn count_by_kind(&self) -> Result<BTreeMap<String, i64>> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT kind, COUNT(*) FROM events GROUP BY kind ORDER BY kind")?;
+        let mut stmt = self.conn.prepare("SELECT kind, COUNT(*) FROM events GROUP BY kind ORDER BY kind")?;
         let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -323,12 +307,7 @@ impl Ledger {
     }
 }
 
-fn insert_run(
-    conn: &Connection,
-    stage: &str,
-    config_hash: &str,
-    code_version: &str,
-) -> Result<i64> {
+fn insert_run(conn: &Connection, stage: &str, config_hash: &str, code_version: &str) -> Result<i64> {
     conn.execute(
         "INSERT INTO runs(stage, started_at, status, config_hash, code_version) VALUES (?1, ?2, 'running', ?3, ?4)",
         params![stage, now(), config_hash, code_version],
@@ -337,43 +316,26 @@ fn insert_run(
 }
 
 fn update_run(conn: &Connection, run_id: i64, status: &str) -> Result<()> {
-    conn.execute(
-        "UPDATE runs SET finished_at = ?1, status = ?2 WHERE id = ?3",
-        params![now(), status, run_id],
-    )?;
+    conn.execute("UPDATE runs SET finished_at = ?1, status = ?2 WHERE id = ?3", params![now(), status, run_id])?;
     Ok(())
 }
 
-fn insert_events(
-    conn: &Connection,
-    run_id: i64,
-    stage: &str,
-    events: &[NewEvent],
-) -> Result<Vec<i64>> {
+fn insert_events(conn: &Connection, run_id: i64, stage: &str, events: &[NewEvent]) -> Result<Vec<i64>> {
     let mut ids = Vec::with_capacity(events.len());
     let mut ins = conn.prepare_cached(
         "INSERT INTO events(run_id, kind, stage, subject, time, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
-    let mut par = conn.prepare_cached(
-        "INSERT OR IGNORE INTO event_parents(event_id, parent_id) VALUES (?1, ?2)",
-    )?;
+    let mut par = conn.prepare_cached("INSERT OR IGNORE INTO event_parents(event_id, parent_id) VALUES (?1, ?2)")?;
     let time = now();
     for ev in events {
-        ins.execute(params![
-            run_id,
-            ev.kind,
-            stage,
-            ev.subject,
-            time,
-            ev.payload.to_string()
-        ])?;
+        ins.execute(params![run_id, ev.kind, stage, ev.subject, time, ev.payload.to_string()])?;
         let id = conn.last_insert_rowid();
         for p in &ev.parents {
             let pid = match *p {
                 Parent::Id(i) => i,
-                Parent::Batch(i) => *ids.get(i).with_context(|| {
-                    format!("event parent refers to batch item {i}, which comes later")
-                })?,
+                Parent::Batch(i) => {
+                    *ids.get(i).with_context(|| format!("event parent refers to batch item {i}, which comes later"))?
+                }
             };
             par.execute(params![id, pid])?;
         }
@@ -398,8 +360,7 @@ mod tests {
                 "0.1.0",
                 &[
                     NewEvent::new(kind::INPUT_READ, Some("file.json"), json!({"sha256": "x"})),
-                    NewEvent::new(kind::CATALOG_TOOL, Some("s::t"), json!({}))
-                        .with_parent(Parent::Batch(0)),
+                    NewEvent::new(kind::CATALOG_TOOL, Some("s::t"), json!({})).with_parent(Parent::Batch(0)),
                 ],
             )
             .unwrap();
@@ -408,12 +369,8 @@ mod tests {
                 "filter",
                 "sha256:f",
                 "0.1.0",
-                &[NewEvent::new(
-                    kind::FILTER_DECISION,
-                    Some("s::t"),
-                    json!({"verdict": "keep"}),
-                )
-                .with_parent(Parent::Id(ids[1]))],
+                &[NewEvent::new(kind::FILTER_DECISION, Some("s::t"), json!({"verdict": "keep"}))
+                    .with_parent(Parent::Id(ids[1]))],
             )
             .unwrap();
         let lineage = l.lineage(&ids2).unwrap();
@@ -429,8 +386,7 @@ mod tests {
     fn events_cannot_be_changed_or_deleted() {
         let dir = tempfile::tempdir().unwrap();
         let mut l = Ledger::open(dir.path()).unwrap();
-        l.record_run("s", "c", "v", &[NewEvent::new("k", None, json!(1))])
-            .unwrap();
+        l.record_run("s", "c", "v", &[NewEvent::new("k", None, json!(1))]).unwrap();
         let c = l.connection();
         assert!(c.execute("UPDATE events SET kind = 'x'", []).is_err());
         assert!(c.execute("DELETE FROM events", []).is_err());

@@ -14,11 +14,7 @@ use benchgen::{error, explain, filter, pipeline, registry, stats};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.global.verbose, cli.global.quiet);
-    let printer = Printer {
-        quiet: cli.global.quiet,
-        verbose: cli.global.verbose,
-        json: cli.global.json,
-    };
+    let printer = Printer { quiet: cli.global.quiet, verbose: cli.global.verbose, json: cli.global.json };
     match dispatch(&cli, &printer) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -37,27 +33,15 @@ fn init_tracing(verbose: u8, quiet: bool) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("BENCHGEN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("benchgen={level}")));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
 }
 
 fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
     let settings = Settings::load(&cli.global.config)?;
-    let ctx = Ctx {
-        settings: &settings,
-        printer,
-    };
+    let ctx = Ctx::new(&settings, printer);
     match &cli.command {
         Command::Registry(RegistryCommand::Import(a)) => {
-            let stage = registry::CatalogStage::from_settings(
-                &settings,
-                a.file.clone(),
-                a.format,
-                a.lenient,
-            )?;
+            let stage = registry::CatalogStage::from_settings(&settings, a.file.clone(), a.format, a.lenient)?;
             run_one(&ctx, &stage, a.force.force)
         }
         Command::Filter(f) => run_one(&ctx, &filter::FilterStage, f.force),
@@ -84,12 +68,8 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
 /// Run one stage on its own; its upstream stages must be up to date.
 fn run_one(ctx: &Ctx, stage: &dyn Stage, force: bool) -> Result<()> {
     let rows = pipeline::status(ctx.settings);
-    let states = rows
-        .into_iter()
-        .map(|r| (r.stage.to_string(), r.state))
-        .collect();
-    let report = stage::execute(ctx, stage, force, &states)?;
-    ctx.printer
-        .summary(&pipeline::render_report(&report), &report);
+    let states = rows.into_iter().map(|r| (r.stage.to_string(), r.state)).collect();
+    let report = stage::execute(ctx.settings, ctx.printer, stage, force, &states)?;
+    ctx.printer.summary(&pipeline::render_report(&report), &report);
     Ok(())
 }

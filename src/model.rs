@@ -60,16 +60,12 @@ impl Catalog {
     }
 
     pub fn tools(&self) -> impl Iterator<Item = (&Server, &Tool)> {
-        self.servers
-            .iter()
-            .flat_map(|s| s.tools.iter().map(move |t| (s, t)))
+        self.servers.iter().flat_map(|s| s.tools.iter().map(move |t| (s, t)))
     }
 
     pub fn load(path: &std::path::Path) -> anyhow::Result<Self> {
         use anyhow::Context;
-        let bytes =
-            std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
-        serde_json::from_slice(&bytes)
-            .with_context(|| format!("`{}` is not a benchgen catalog", path.display()))
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+        serde_json::from_slice(&bytes).with_context(|| format!("`{}` is not a benchgen catalog", path.display()))
     }
 }

@@ -20,11 +20,7 @@ pub const STAGES: &[&str] = &["catalog", "filter", "stats"];
 /// config names no registry source (it can still be imported by hand).
 pub fn stages(settings: &Settings) -> Vec<(&'static str, Result<Box<dyn Stage>>)> {
     vec![
-        (
-            "catalog",
-            CatalogStage::from_settings(settings, None, None, false)
-                .map(|s| Box::new(s) as Box<dyn Stage>),
-        ),
+        ("catalog", CatalogStage::from_settings(settings, None, None, false).map(|s| Box::new(s) as Box<dyn Stage>)),
         ("filter", Ok(Box::new(FilterStage))),
         ("stats", Ok(Box::new(StatsStage))),
     ]
@@ -39,9 +35,7 @@ pub fn status(settings: &Settings) -> Vec<StatusRow> {
             Ok(s) => (s.command(), stage::freshness(s.as_ref(), settings, &states)),
             Err(e) => ("registry import", Freshness::Missing(format!("{e:#}"))),
         };
-        let manifest = stage::Manifest::load(&settings.artifacts, name)
-            .ok()
-            .flatten();
+        let manifest = stage::Manifest::load(&settings.artifacts, name).ok().flatten();
         states.insert(name.to_string(), state.clone());
         rows.push(StatusRow {
             stage: name,
@@ -72,55 +66,36 @@ pub fn render_status(rows: &[StatusRow]) -> String {
             Freshness::Stale(why) => ("stale", format!(" — {why}")),
             Freshness::Missing(why) => ("missing", format!(" — {why}")),
         };
-        let run = r
-            .run_id
-            .map(|id| format!(" (run {id})"))
-            .unwrap_or_default();
+        let run = r.run_id.map(|id| format!(" (run {id})")).unwrap_or_default();
         s.push_str(&format!("{:<10} {:<8}{run}{reason}\n", r.stage, word));
     }
     s
 }
 
 fn index_of(name: &str) -> Result<usize> {
-    STAGES.iter().position(|s| *s == name).ok_or_else(|| {
-        UsageError(format!(
-            "unknown stage `{name}`; the stages are: {}",
-            STAGES.join(", ")
-        ))
-        .into()
-    })
+    STAGES
+        .iter()
+        .position(|s| *s == name)
+        .ok_or_else(|| UsageError(format!("unknown stage `{name}`; the stages are: {}", STAGES.join(", "))).into())
 }
 
 /// Run the stages from `from` to `until` (inclusive), skipping fresh ones.
-pub fn run(
-    ctx: &Ctx,
-    from: Option<&str>,
-    until: Option<&str>,
-    force: bool,
-) -> Result<Vec<StageReport>> {
+pub fn run(ctx: &Ctx, from: Option<&str>, until: Option<&str>, force: bool) -> Result<Vec<StageReport>> {
     let lo = from.map(index_of).transpose()?.unwrap_or(0);
     let hi = until.map(index_of).transpose()?.unwrap_or(STAGES.len() - 1);
     if lo > hi {
-        return Err(UsageError(format!(
-            "`--from {}` comes after `--until {}`",
-            STAGES[lo], STAGES[hi]
-        ))
-        .into());
+        return Err(UsageError(format!("`--from {}` comes after `--until {}`", STAGES[lo], STAGES[hi])).into());
     }
     let mut states: BTreeMap<String, Freshness> = BTreeMap::new();
     let mut reports = Vec::new();
     for (i, (name, stage)) in stages(ctx.settings).into_iter().enumerate() {
         let stage = stage?;
         if i < lo || i > hi {
-            states.insert(
-                name.into(),
-                stage::freshness(stage.as_ref(), ctx.settings, &states),
-            );
+            states.insert(name.into(), stage::freshness(stage.as_ref(), ctx.settings, &states));
             continue;
         }
-        ctx.printer
-            .info(&format!("running `{}` …", stage.command()));
-        let report = stage::execute(ctx, stage.as_ref(), force, &states)?;
+        ctx.printer.info(&format!("running `{}` …", stage.command()));
+        let report = stage::execute(ctx.settings, ctx.printer, stage.as_ref(), force, &states)?;
         states.insert(name.into(), Freshness::Done);
         reports.push(report);
     }
@@ -129,17 +104,8 @@ pub fn run(
 
 pub fn render_report(r: &StageReport) -> String {
     let mut s = match r.status {
-        "skipped" => format!(
-            "{}: up to date, skipped (run {})\n",
-            r.stage,
-            r.run_id.unwrap_or_default()
-        ),
-        _ => format!(
-            "{}: done (run {}) in {} ms\n",
-            r.stage,
-            r.run_id.unwrap_or_default(),
-            r.duration_ms
-        ),
+        "skipped" => format!("{}: up to date, skipped (run {})\n", r.stage, r.run_id.unwrap_or_default()),
+        _ => format!("{}: done (run {}) in {} ms\n", r.stage, r.run_id.unwrap_or_default(), r.duration_ms),
     };
     if r.status != "skipped" {
         for n in &r.notes {

@@ -33,10 +33,7 @@ impl Printer {
     /// The command's result: human text, or the JSON value with `--json`.
     pub fn summary<T: Serialize>(&self, human: &str, json: &T) {
         if self.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(json).unwrap_or_else(|_| "null".into())
-            );
+            println!("{}", serde_json::to_string_pretty(json).unwrap_or_else(|_| "null".into()));
         } else if !self.quiet {
             print!("{human}");
             if !human.ends_with('\n') {
@@ -55,11 +52,9 @@ impl Printer {
         }
         let pb = ProgressBar::new(len);
         pb.set_style(
-            ProgressStyle::with_template(
-                "{prefix:>12} [{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
+            ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
         );
         pb.set_prefix(what.to_string());
         pb

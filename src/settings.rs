@@ -46,12 +46,7 @@ pub struct ProjectSettings {
 
 impl Default for ProjectSettings {
     fn default() -> Self {
-        Self {
-            name: default_name(),
-            root: default_root(),
-            artifacts: default_artifacts(),
-            seed: 0,
-        }
+        Self { name: default_name(), root: default_root(), artifacts: default_artifacts(), seed: 0 }
     }
 }
 
@@ -177,10 +172,7 @@ pub struct FilterSettings {
 
 impl Default for FilterSettings {
     fn default() -> Self {
-        Self {
-            drop_servers_without_tools: true,
-            rules: Vec::new(),
-        }
+        Self { drop_servers_without_tools: true, rules: Vec::new() }
     }
 }
 
@@ -198,9 +190,7 @@ pub struct StatsSettings {
 
 impl Default for StatsSettings {
     fn default() -> Self {
-        Self {
-            chart_categories: default_top(),
-        }
+        Self { chart_categories: default_top() }
     }
 }
 
@@ -234,34 +224,19 @@ impl Settings {
                 }
                 None => "config".to_string(),
             };
-            InputError {
-                file: path.display().to_string(),
-                problems: vec![Problem::new(location, e.message())],
-            }
+            InputError { file: path.display().to_string(), problems: vec![Problem::new(location, e.message())] }
         })?;
         config.check(path)?;
-        let config_dir = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
+        let config_dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let root = config_dir.join(&config.project.root);
         let root = normalize(&root);
         let artifacts = root.join(&config.project.artifacts);
-        Ok(Self {
-            config,
-            config_path: path.to_path_buf(),
-            root,
-            artifacts,
-        })
+        Ok(Self { config, config_path: path.to_path_buf(), root, artifacts })
     }
 
     /// A path from the config, resolved against the project root.
     pub fn resolve(&self, p: &Path) -> PathBuf {
-        if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            self.root.join(p)
-        }
+        if p.is_absolute() { p.to_path_buf() } else { self.root.join(p) }
     }
 
     /// A path shown relative to the project root when it lies inside it (so
@@ -285,16 +260,10 @@ impl Config {
                 problems.push(Problem::new(&loc, "duplicate rule id"));
             }
             if rule.name.is_empty() && rule.description.is_empty() {
-                problems.push(Problem::new(
-                    &loc,
-                    "a rule needs at least one `name` or `description` pattern",
-                ));
+                problems.push(Problem::new(&loc, "a rule needs at least one `name` or `description` pattern"));
             }
             if rule.target == RuleTarget::Server && !rule.server.is_empty() {
-                problems.push(Problem::new(
-                    &loc,
-                    "`server` guards apply to tool rules only",
-                ));
+                problems.push(Problem::new(&loc, "`server` guards apply to tool rules only"));
             }
             if rule.class == RuleClass::NoTools {
                 problems.push(Problem::new(
@@ -302,30 +271,15 @@ impl Config {
                     "class `no-tools` is built in (`drop_servers_without_tools`); pick trivial, meta, template or custom",
                 ));
             }
-            for (field, pats) in [
-                ("name", &rule.name),
-                ("description", &rule.description),
-                ("server", &rule.server),
-            ] {
+            for (field, pats) in [("name", &rule.name), ("description", &rule.description), ("server", &rule.server)] {
                 for (j, p) in pats.iter().enumerate() {
                     if let Err(e) = regex::Regex::new(p) {
-                        problems.push(Problem::new(
-                            format!("{loc}.{field}[{j}]"),
-                            format!("invalid regex: {e}"),
-                        ));
+                        problems.push(Problem::new(format!("{loc}.{field}[{j}]"), format!("invalid regex: {e}")));
                     }
                 }
             }
         }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(InputError {
-                file: path.display().to_string(),
-                problems,
-            }
-            .into())
-        }
+        if problems.is_empty() { Ok(()) } else { Err(InputError { file: path.display().to_string(), problems }.into()) }
     }
 }
 
@@ -333,11 +287,7 @@ impl Config {
 /// without touching the filesystem.
 pub fn normalize(p: &Path) -> PathBuf {
     use std::path::Component;
-    let abs = if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        std::env::current_dir().unwrap_or_default().join(p)
-    };
+    let abs = if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir().unwrap_or_default().join(p) };
     let mut out = PathBuf::new();
     for c in abs.components() {
         match c {

@@ -46,12 +46,10 @@ pub struct Inputs {
 
 impl Inputs {
     pub fn bytes(&self, path: &Path) -> Result<&[u8]> {
-        self.files.get(path).map(Vec::as_slice).with_context(|| {
-            format!(
-                "internal: `{}` was not declared as a stage input",
-                path.display()
-            )
-        })
+        self.files
+            .get(path)
+            .map(Vec::as_slice)
+            .with_context(|| format!("internal: `{}` was not declared as a stage input", path.display()))
     }
 }
 
@@ -95,6 +93,45 @@ impl Output {
 pub struct Ctx<'a> {
     pub settings: &'a Settings,
     pub printer: &'a Printer,
+    /// Set by [`execute`] for the stage being run.
+    run: Option<RunHandle>,
+}
+
+/// The ledger run of the stage being executed, begun on first use.
+struct RunHandle {
+    stage: &'static str,
+    config_hash: String,
+    id: std::cell::OnceCell<i64>,
+}
+
+impl<'a> Ctx<'a> {
+    /// A context for commands outside a stage run (status, explain, …).
+    pub fn new(settings: &'a Settings, printer: &'a Printer) -> Self {
+        Self { settings, printer, run: None }
+    }
+
+    /// The ledger run id of the stage being executed. The run is begun on first
+    /// call, so stages that never ask (pure transformations) leave the ledger
+    /// untouched when they fail. Stages that record as they go (LLM exchanges,
+    /// MCP calls) open their own ledger connection and append to this run, so
+    /// finished work survives an interruption and is reused on rerun.
+    pub fn ledger_run(&self) -> Result<i64> {
+        let h = self.run.as_ref().context("internal: no stage is being executed")?;
+        if let Some(id) = h.id.get() {
+            return Ok(*id);
+        }
+        std::fs::create_dir_all(&self.settings.artifacts)?;
+        let id = Ledger::open(&self.settings.artifacts)?.begin_run(h.stage, &h.config_hash, CODE_VERSION)?;
+        let _ = h.id.set(id);
+        Ok(id)
+    }
+
+    /// Per-item checkpoints of the stage being executed (see [`store::Checkpoint`]).
+    /// They survive a failed or killed run and are cleared once the stage commits.
+    pub fn checkpoint(&self) -> Result<store::Checkpoint> {
+        let h = self.run.as_ref().context("internal: no stage is being executed")?;
+        store::Checkpoint::open(&self.settings.artifacts.join(".work").join(h.stage))
+    }
 }
 
 /// A pipeline stage.
@@ -134,8 +171,7 @@ impl Manifest {
         if !path.exists() {
             return Ok(None);
         }
-        let bytes =
-            std::fs::read(&path).with_context(|| format!("cannot read `{}`", path.display()))?;
+        let bytes = std::fs::read(&path).with_context(|| format!("cannot read `{}`", path.display()))?;
         let m = serde_json::from_slice(&bytes)
             .with_context(|| format!("`{}` is not a benchgen manifest", path.display()))?;
         Ok(Some(m))
@@ -157,10 +193,10 @@ impl Freshness {
     }
 }
 
-fn hash_inputs(
-    settings: &Settings,
-    paths: &[PathBuf],
-) -> Result<(BTreeMap<String, String>, BTreeMap<PathBuf, Vec<u8>>)> {
+/// Path → content hash.
+type Hashes = BTreeMap<String, String>;
+
+fn hash_inputs(settings: &Settings, paths: &[PathBuf]) -> Result<(Hashes, BTreeMap<PathBuf, Vec<u8>>)> {
     let mut hashes = BTreeMap::new();
     let mut files = BTreeMap::new();
     for p in paths {
@@ -176,11 +212,7 @@ fn hash_inputs(
     Ok((hashes, files))
 }
 
-fn diff_maps(
-    what: &str,
-    old: &BTreeMap<String, String>,
-    new: &BTreeMap<String, String>,
-) -> Option<String> {
+fn diff_maps(what: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Option<String> {
     for (k, v) in new {
         match old.get(k) {
             None => return Some(format!("{what} `{k}` is new")),
@@ -188,27 +220,17 @@ fn diff_maps(
             _ => {}
         }
     }
-    old.keys()
-        .find(|k| !new.contains_key(*k))
-        .map(|k| format!("{what} `{k}` is no longer used"))
+    old.keys().find(|k| !new.contains_key(*k)).map(|k| format!("{what} `{k}` is no longer used"))
 }
 
 /// Freshness of one stage, given its upstream stages' states.
-pub fn freshness(
-    stage: &dyn Stage,
-    settings: &Settings,
-    upstream: &BTreeMap<String, Freshness>,
-) -> Freshness {
+pub fn freshness(stage: &dyn Stage, settings: &Settings, upstream: &BTreeMap<String, Freshness>) -> Freshness {
     let manifest = match Manifest::load(&settings.artifacts, stage.name()) {
         Ok(Some(m)) => m,
         Ok(None) => return Freshness::Missing("never run".into()),
         Err(e) => return Freshness::Stale(format!("{e:#}")),
     };
-    if let Some(up) = stage
-        .upstream()
-        .iter()
-        .find(|u| upstream.get(**u).is_some_and(|f| !f.is_done()))
-    {
+    if let Some(up) = stage.upstream().iter().find(|u| upstream.get(**u).is_some_and(|f| !f.is_done())) {
         return Freshness::Stale(format!("upstream `{up}` is not done"));
     }
     if manifest.code_version != CODE_VERSION || manifest.stage_version != stage.version() {
@@ -225,15 +247,10 @@ pub fn freshness(
         Err(e) => return Freshness::Stale(format!("{e:#}")),
     };
     if plan.config_hash != manifest.config_hash {
-        return Freshness::Stale(format!(
-            "its settings in `{}` changed",
-            settings.display_path(&settings.config_path)
-        ));
+        return Freshness::Stale(format!("its settings in `{}` changed", settings.display_path(&settings.config_path)));
     }
-    for (what, paths, old) in [
-        ("input", &plan.inputs, &manifest.inputs),
-        ("prompt", &plan.prompts, &manifest.prompts),
-    ] {
+    for (what, paths, old) in [("input", &plan.inputs, &manifest.inputs), ("prompt", &plan.prompts, &manifest.prompts)]
+    {
         let mut now = BTreeMap::new();
         for p in paths {
             let key = settings.display_path(p);
@@ -276,27 +293,20 @@ pub struct StageReport {
 
 /// Run a stage unless it is fresh (or `force`), then commit its output.
 pub fn execute(
-    ctx: &Ctx,
+    settings: &Settings,
+    printer: &Printer,
     stage: &dyn Stage,
     force: bool,
     upstream: &BTreeMap<String, Freshness>,
 ) -> Result<StageReport> {
-    let settings = ctx.settings;
     if settings.artifacts.exists() {
         for note in store::recover(&settings.artifacts)? {
-            ctx.printer.warn(&note);
+            printer.warn(&note);
         }
     }
-    if let Some(up) = stage
-        .upstream()
-        .iter()
-        .find(|u| upstream.get(**u).is_some_and(|f| !f.is_done()))
-    {
+    if let Some(up) = stage.upstream().iter().find(|u| upstream.get(**u).is_some_and(|f| !f.is_done())) {
         return Err(crate::error::hinted(
-            format!(
-                "`{}` needs the output of `{up}`, which is not up to date",
-                stage.command()
-            ),
+            format!("`{}` needs the output of `{up}`, which is not up to date", stage.command()),
             "run `benchgen run` to bring every stage up to date, or run the upstream stage first",
         ));
     }
@@ -312,18 +322,23 @@ pub fn execute(
         });
     }
     let plan = stage.plan(settings)?;
+    let ctx = Ctx {
+        settings,
+        printer,
+        run: Some(RunHandle { stage: stage.name(), config_hash: plan.config_hash.clone(), id: Default::default() }),
+    };
     let (input_hashes, files) = hash_inputs(settings, &plan.inputs)?;
     let (prompt_hashes, _) = hash_inputs(settings, &plan.prompts)?;
     let inputs = Inputs { files };
     let started_at = crate::ledger::now();
     let clock = Instant::now();
     let mut out = Output::default();
-    stage.run(ctx, &inputs, &mut out).with_context(|| {
-        format!(
-            "`{}` failed; artifacts were left as they were",
-            stage.command()
-        )
-    })?;
+    if let Err(e) = stage.run(&ctx, &inputs, &mut out) {
+        if let Some(id) = ctx.run.as_ref().and_then(|h| h.id.get()) {
+            let _ = Ledger::open(&settings.artifacts).and_then(|l| l.finish_run(*id, "failed"));
+        }
+        return Err(e.context(format!("`{}` failed; its previous artifacts were left as they were", stage.command())));
+    }
 
     // Commit: ledger first (its run id goes into the manifest), then the folder swap.
     // A crash between the two leaves an unreferenced ledger run, never a manifest
@@ -332,8 +347,14 @@ pub fn execute(
         .with_context(|| format!("cannot create `{}`", settings.artifacts.display()))?;
     let _lock = lock_artifacts(&settings.artifacts)?;
     let mut ledger = Ledger::open(&settings.artifacts)?;
-    let (run_id, _) =
-        ledger.record_run(stage.name(), &plan.config_hash, CODE_VERSION, &out.events)?;
+    let run_id = match ctx.run.as_ref().and_then(|h| h.id.get()) {
+        Some(&id) => {
+            ledger.append(id, stage.name(), &out.events)?;
+            ledger.finish_run(id, "ok")?;
+            id
+        }
+        None => ledger.record_run(stage.name(), &plan.config_hash, CODE_VERSION, &out.events)?.0,
+    };
     let mut staging = StagingDir::create(&settings.artifacts, stage.name())?;
     for (rel, bytes) in &out.files {
         staging.write(rel, bytes)?;
@@ -355,6 +376,7 @@ pub fn execute(
     };
     staging.write_json(MANIFEST, &manifest)?;
     staging.commit()?;
+    ctx.checkpoint()?.clear()?;
     Ok(StageReport {
         stage: stage.name().into(),
         status: "ran",
@@ -378,10 +400,7 @@ fn lock_artifacts(artifacts: &Path) -> Result<std::fs::File> {
     match f.try_lock() {
         Ok(()) => Ok(f),
         Err(std::fs::TryLockError::WouldBlock) => {
-            bail!(
-                "another benchgen process is writing to `{}`; wait for it to finish",
-                artifacts.display()
-            )
+            bail!("another benchgen process is writing to `{}`; wait for it to finish", artifacts.display())
         }
         Err(std::fs::TryLockError::Error(e)) => Err(e).context("cannot lock the artifacts folder"),
     }
@@ -396,10 +415,7 @@ mod tests {
         let a: BTreeMap<_, _> = [("x".to_string(), "1".to_string())].into();
         let b: BTreeMap<_, _> = [("x".to_string(), "2".to_string())].into();
         assert_eq!(diff_maps("input", &a, &b).unwrap(), "input `x` changed");
-        assert_eq!(
-            diff_maps("input", &a, &BTreeMap::new()).unwrap(),
-            "input `x` is no longer used"
-        );
+        assert_eq!(diff_maps("input", &a, &BTreeMap::new()).unwrap(), "input `x` is no longer used");
         assert!(diff_maps("input", &a, &a).is_none());
     }
 }

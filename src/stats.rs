@@ -29,33 +29,17 @@ pub struct Distribution {
 impl Distribution {
     fn of(values: &[usize]) -> Self {
         if values.is_empty() {
-            return Self {
-                min: 0,
-                max: 0,
-                mean: 0.0,
-                median: 0.0,
-                histogram: BTreeMap::new(),
-            };
+            return Self { min: 0, max: 0, mean: 0.0, median: 0.0, histogram: BTreeMap::new() };
         }
         let mut v = values.to_vec();
         v.sort_unstable();
         let n = v.len();
-        let median = if n % 2 == 1 {
-            v[n / 2] as f64
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) as f64 / 2.0
-        };
+        let median = if n % 2 == 1 { v[n / 2] as f64 } else { (v[n / 2 - 1] + v[n / 2]) as f64 / 2.0 };
         let mut histogram = BTreeMap::new();
         for x in &v {
             *histogram.entry(*x).or_default() += 1;
         }
-        Self {
-            min: v[0],
-            max: v[n - 1],
-            mean: round(v.iter().sum::<usize>() as f64 / n as f64),
-            median,
-            histogram,
-        }
+        Self { min: v[0], max: v[n - 1], mean: round(v.iter().sum::<usize>() as f64 / n as f64), median, histogram }
     }
 }
 
@@ -106,27 +90,19 @@ pub fn compute(c: &Catalog) -> CatalogStats {
         }
     }
     let mut params = Vec::new();
-    let (mut with_props, mut with_params, mut with_req, mut described, mut with_out) =
-        (0, 0, 0, 0, 0);
+    let (mut with_props, mut with_params, mut with_req, mut described, mut with_out) = (0, 0, 0, 0, 0);
     for (_, t) in c.tools() {
         let props = t.input_schema.get("properties").and_then(Value::as_object);
         with_props += usize::from(props.is_some());
         let n = props.map_or(0, |p| p.len());
         params.push(n);
         with_params += usize::from(n > 0);
-        with_req += usize::from(
-            t.input_schema
-                .get("required")
-                .and_then(Value::as_array)
-                .is_some_and(|r| !r.is_empty()),
-        );
+        with_req +=
+            usize::from(t.input_schema.get("required").and_then(Value::as_array).is_some_and(|r| !r.is_empty()));
         described += usize::from(props.is_some_and(|p| {
             !p.is_empty()
-                && p.values().all(|v| {
-                    v.get("description")
-                        .and_then(Value::as_str)
-                        .is_some_and(|d| !d.trim().is_empty())
-                })
+                && p.values()
+                    .all(|v| v.get("description").and_then(Value::as_str).is_some_and(|d| !d.trim().is_empty()))
         }));
         with_out += usize::from(t.output_schema.is_some());
     }
@@ -136,25 +112,12 @@ pub fn compute(c: &Catalog) -> CatalogStats {
         categories: per_cat.len(),
         servers_per_category: per_cat,
         servers_per_main_category: per_main,
-        categories_per_server: Distribution::of(
-            &c.servers
-                .iter()
-                .map(|s| s.categories.len())
-                .collect::<Vec<_>>(),
-        ),
-        tools_per_server: Distribution::of(
-            &c.servers.iter().map(|s| s.tools.len()).collect::<Vec<_>>(),
-        ),
+        categories_per_server: Distribution::of(&c.servers.iter().map(|s| s.categories.len()).collect::<Vec<_>>()),
+        tools_per_server: Distribution::of(&c.servers.iter().map(|s| s.tools.len()).collect::<Vec<_>>()),
         tool_description_chars: Distribution::of(
-            &c.tools()
-                .map(|(_, t)| t.description.chars().count())
-                .collect::<Vec<_>>(),
+            &c.tools().map(|(_, t)| t.description.chars().count()).collect::<Vec<_>>(),
         ),
-        servers_without_description: c
-            .servers
-            .iter()
-            .filter(|s| s.description.trim().is_empty())
-            .count(),
+        servers_without_description: c.servers.iter().filter(|s| s.description.trim().is_empty()).count(),
         schema: SchemaCoverage {
             with_properties_key: with_props,
             with_parameters: with_params,
@@ -174,11 +137,7 @@ fn ranked(m: &BTreeMap<String, usize>) -> Vec<(&str, usize)> {
 }
 
 fn pct(n: usize, of: usize) -> String {
-    if of == 0 {
-        "–".into()
-    } else {
-        format!("{:.1} %", 100.0 * n as f64 / of as f64)
-    }
+    if of == 0 { "–".into() } else { format!("{:.1} %", 100.0 * n as f64 / of as f64) }
 }
 
 pub fn markdown(imported: &CatalogStats, filtered: Option<&CatalogStats>) -> String {
@@ -186,11 +145,7 @@ pub fn markdown(imported: &CatalogStats, filtered: Option<&CatalogStats>) -> Str
     if filtered.is_some() {
         md.push_str(" filtered |");
     }
-    md.push_str(if filtered.is_some() {
-        "\n|---|---:|---:|\n"
-    } else {
-        "\n|---|---:|\n"
-    });
+    md.push_str(if filtered.is_some() { "\n|---|---:|---:|\n" } else { "\n|---|---:|\n" });
     let row = |md: &mut String, label: &str, f: &dyn Fn(&CatalogStats) -> String| {
         md.push_str(&format!("| {label} | {} |", f(imported)));
         if let Some(fs) = filtered {
@@ -201,69 +156,41 @@ pub fn markdown(imported: &CatalogStats, filtered: Option<&CatalogStats>) -> Str
     row(&mut md, "servers", &|s| s.servers.to_string());
     row(&mut md, "tools", &|s| s.tools.to_string());
     row(&mut md, "categories", &|s| s.categories.to_string());
-    row(
-        &mut md,
-        "tools per server (min / median / mean / max)",
-        &|s| {
-            let d = &s.tools_per_server;
-            format!("{} / {} / {:.2} / {}", d.min, d.median, d.mean, d.max)
-        },
-    );
+    row(&mut md, "tools per server (min / median / mean / max)", &|s| {
+        let d = &s.tools_per_server;
+        format!("{} / {} / {:.2} / {}", d.min, d.median, d.mean, d.max)
+    });
     row(&mut md, "parameters per tool (median / mean / max)", &|s| {
         let d = &s.schema.parameters_per_tool;
         format!("{} / {:.2} / {}", d.median, d.mean, d.max)
     });
     row(&mut md, "tools with ≥ 1 parameter", &|s| {
-        format!(
-            "{} ({})",
-            s.schema.with_parameters,
-            pct(s.schema.with_parameters, s.tools)
-        )
+        format!("{} ({})", s.schema.with_parameters, pct(s.schema.with_parameters, s.tools))
     });
     row(&mut md, "tools with required parameters", &|s| {
-        format!(
-            "{} ({})",
-            s.schema.with_required,
-            pct(s.schema.with_required, s.tools)
-        )
+        format!("{} ({})", s.schema.with_required, pct(s.schema.with_required, s.tools))
     });
     row(&mut md, "tools with every parameter described", &|s| {
-        format!(
-            "{} ({})",
-            s.schema.all_parameters_described,
-            pct(s.schema.all_parameters_described, s.tools)
-        )
+        format!("{} ({})", s.schema.all_parameters_described, pct(s.schema.all_parameters_described, s.tools))
     });
     row(&mut md, "tools with an output schema", &|s| {
-        format!(
-            "{} ({})",
-            s.schema.with_output_schema,
-            pct(s.schema.with_output_schema, s.tools)
-        )
+        format!("{} ({})", s.schema.with_output_schema, pct(s.schema.with_output_schema, s.tools))
     });
-    row(
-        &mut md,
-        "tool description length (chars, min–max, mean)",
-        &|s| {
-            let d = &s.tool_description_chars;
-            format!("{}–{}, {:.0}", d.min, d.max, d.mean)
-        },
-    );
-    row(&mut md, "servers without a description", &|s| {
-        s.servers_without_description.to_string()
+    row(&mut md, "tool description length (chars, min–max, mean)", &|s| {
+        let d = &s.tool_description_chars;
+        format!("{}–{}, {:.0}", d.min, d.max, d.mean)
     });
+    row(&mut md, "servers without a description", &|s| s.servers_without_description.to_string());
 
     md.push_str("\n## Tools per server\n\n| tools | servers |\n|---:|---:|\n");
     for (k, n) in &imported.tools_per_server.histogram {
         md.push_str(&format!("| {k} | {n} |\n"));
     }
-    md.push_str("\n## Servers per category (imported)\n\n| category | servers (any) | servers (main) |\n|---|---:|---:|\n");
+    md.push_str(
+        "\n## Servers per category (imported)\n\n| category | servers (any) | servers (main) |\n|---|---:|---:|\n",
+    );
     for (cat, n) in ranked(&imported.servers_per_category) {
-        let main = imported
-            .servers_per_main_category
-            .get(cat)
-            .copied()
-            .unwrap_or(0);
+        let main = imported.servers_per_main_category.get(cat).copied().unwrap_or(0);
         md.push_str(&format!("| {cat} | {n} | {main} |\n"));
     }
     md
@@ -272,23 +199,16 @@ pub fn markdown(imported: &CatalogStats, filtered: Option<&CatalogStats>) -> Str
 /// Horizontal bar chart of servers per category, as SVG text.
 pub fn chart_svg(stats: &CatalogStats, top: usize) -> Result<String> {
     use plotters::prelude::*;
-    let bars: Vec<(&str, usize)> = ranked(&stats.servers_per_category)
-        .into_iter()
-        .take(top.max(1))
-        .collect();
+    let bars: Vec<(&str, usize)> = ranked(&stats.servers_per_category).into_iter().take(top.max(1)).collect();
     let n = bars.len().max(1);
     let height = 80 + 22 * n as u32;
     let max = bars.iter().map(|b| b.1).max().unwrap_or(1).max(1);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (900, height)).into_drawing_area();
-        root.fill(&WHITE)
-            .map_err(|e| anyhow::anyhow!("chart: {e}"))?;
+        root.fill(&WHITE).map_err(|e| anyhow::anyhow!("chart: {e}"))?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!("Servers per category ({} servers)", stats.servers),
-                ("sans-serif", 20),
-            )
+            .caption(format!("Servers per category ({} servers)", stats.servers), ("sans-serif", 20))
             .margin(12)
             .x_label_area_size(30)
             .y_label_area_size(230)
@@ -309,10 +229,7 @@ pub fn chart_svg(stats: &CatalogStats, top: usize) -> Result<String> {
         chart
             .draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
                 let mut r = Rectangle::new(
-                    [
-                        (0, SegmentValue::Exact(i)),
-                        (*v, SegmentValue::Exact(i + 1)),
-                    ],
+                    [(0, SegmentValue::Exact(i)), (*v, SegmentValue::Exact(i + 1))],
                     RGBColor(66, 113, 196).filled(),
                 );
                 r.set_margin(3, 3, 0, 0);
@@ -353,35 +270,21 @@ impl Stage for StatsStage {
         if filtered_path(settings).exists() {
             inputs.push(filtered_path(settings));
         }
-        Ok(Plan {
-            inputs,
-            prompts: vec![],
-            config_hash: section_hash(&settings.config.stats)?,
-        })
+        Ok(Plan { inputs, prompts: vec![], config_hash: section_hash(&settings.config.stats)? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let load = |p: PathBuf| -> Result<Catalog> {
-            serde_json::from_slice(inputs.bytes(&p)?).map_err(|e| {
-                anyhow::anyhow!(
-                    "`{}` is not a benchgen catalog: {e}",
-                    ctx.settings.display_path(&p)
-                )
-            })
+            serde_json::from_slice(inputs.bytes(&p)?)
+                .map_err(|e| anyhow::anyhow!("`{}` is not a benchgen catalog: {e}", ctx.settings.display_path(&p)))
         };
         let imported = compute(&load(imported_path(ctx.settings))?);
         let filtered = match filtered_path(ctx.settings).exists() {
             true => Some(compute(&load(filtered_path(ctx.settings))?)),
             false => None,
         };
-        out.json(
-            "catalog.json",
-            &serde_json::json!({ "imported": imported, "filtered": filtered }),
-        )?;
-        out.file(
-            "catalog.md",
-            markdown(&imported, filtered.as_ref()).into_bytes(),
-        );
+        out.json("catalog.json", &serde_json::json!({ "imported": imported, "filtered": filtered }))?;
+        out.file("catalog.md", markdown(&imported, filtered.as_ref()).into_bytes());
         out.file(
             "servers_per_category.svg",
             chart_svg(&imported, ctx.settings.config.stats.chart_categories)?.into_bytes(),
@@ -399,7 +302,8 @@ impl Stage for StatsStage {
                 f.servers, f.tools, f.categories
             ));
         }
-        out.notes.push("tables in artifacts/stats/catalog.md, chart in artifacts/stats/servers_per_category.svg".into());
+        out.notes
+            .push("tables in artifacts/stats/catalog.md, chart in artifacts/stats/servers_per_category.svg".into());
         Ok(())
     }
 }

@@ -29,28 +29,17 @@ pub fn hash_file(path: &Path) -> Result<String> {
 /// Write `bytes` to `path` atomically: temp file in the same folder, fsync,
 /// rename over the target, fsync the folder.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     fs::create_dir_all(dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
     let result = (|| -> Result<()> {
-        let mut f =
-            File::create(&tmp).with_context(|| format!("cannot create `{}`", tmp.display()))?;
-        f.write_all(bytes)
-            .with_context(|| format!("cannot write `{}`", tmp.display()))?;
-        f.sync_all()
-            .with_context(|| format!("cannot fsync `{}`", tmp.display()))?;
+        let mut f = File::create(&tmp).with_context(|| format!("cannot create `{}`", tmp.display()))?;
+        f.write_all(bytes).with_context(|| format!("cannot write `{}`", tmp.display()))?;
+        f.sync_all().with_context(|| format!("cannot fsync `{}`", tmp.display()))?;
         drop(f);
         fail_point("write_atomic")?;
-        fs::rename(&tmp, path).with_context(|| {
-            format!("cannot rename `{}` to `{}`", tmp.display(), path.display())
-        })?;
+        fs::rename(&tmp, path).with_context(|| format!("cannot rename `{}` to `{}`", tmp.display(), path.display()))?;
         sync_dir(dir);
         Ok(())
     })();
@@ -109,16 +98,10 @@ impl StagingDir {
     pub fn create(artifacts: &Path, stage_dir: &str) -> Result<Self> {
         let path = artifacts.join(".staging").join(stage_dir);
         if path.exists() {
-            fs::remove_dir_all(&path)
-                .with_context(|| format!("cannot clear `{}`", path.display()))?;
+            fs::remove_dir_all(&path).with_context(|| format!("cannot clear `{}`", path.display()))?;
         }
         fs::create_dir_all(&path).with_context(|| format!("cannot create `{}`", path.display()))?;
-        Ok(Self {
-            artifacts: artifacts.to_path_buf(),
-            stage_dir: stage_dir.to_string(),
-            path,
-            files: Vec::new(),
-        })
+        Ok(Self { artifacts: artifacts.to_path_buf(), stage_dir: stage_dir.to_string(), path, files: Vec::new() })
     }
 
     pub fn path(&self) -> &Path {
@@ -148,21 +131,17 @@ impl StagingDir {
         let trash_root = self.artifacts.join(".trash");
         let trash = trash_root.join(&self.stage_dir);
         if trash.exists() {
-            fs::remove_dir_all(&trash)
-                .with_context(|| format!("cannot clear `{}`", trash.display()))?;
+            fs::remove_dir_all(&trash).with_context(|| format!("cannot clear `{}`", trash.display()))?;
         }
         if target.exists() {
             fs::create_dir_all(&trash_root)?;
-            fs::rename(&target, &trash)
-                .with_context(|| format!("cannot move aside `{}`", target.display()))?;
+            fs::rename(&target, &trash).with_context(|| format!("cannot move aside `{}`", target.display()))?;
         }
         fail_point("commit_swap")?;
-        fs::rename(&self.path, &target)
-            .with_context(|| format!("cannot move `{}` into place", self.path.display()))?;
+        fs::rename(&self.path, &target).with_context(|| format!("cannot move `{}` into place", self.path.display()))?;
         sync_dir(&self.artifacts);
         if trash.exists() {
-            fs::remove_dir_all(&trash)
-                .with_context(|| format!("cannot remove `{}`", trash.display()))?;
+            fs::remove_dir_all(&trash).with_context(|| format!("cannot remove `{}`", trash.display()))?;
         }
         for empty in [trash_root, self.artifacts.join(".staging")] {
             let _ = fs::remove_dir(empty); // only succeeds when empty
@@ -191,11 +170,75 @@ pub fn recover(artifacts: &Path) -> Result<Vec<String>> {
     }
     let staging = artifacts.join(".staging");
     if staging.exists() {
-        fs::remove_dir_all(&staging)
-            .with_context(|| format!("cannot remove `{}`", staging.display()))?;
+        fs::remove_dir_all(&staging).with_context(|| format!("cannot remove `{}`", staging.display()))?;
         notes.push("discarded unfinished output of an interrupted run".to_string());
     }
     Ok(notes)
+}
+
+/// Per-item checkpoints of a long stage: one JSON line per finished item in
+/// `artifacts/.work/<stage>/items.jsonl`, appended and fsynced as each item
+/// finishes. A rerun after a crash reads them back and skips those items; a
+/// torn last line (the crash hit mid-append) is ignored.
+pub struct Checkpoint {
+    dir: PathBuf,
+    done: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+impl Checkpoint {
+    pub fn open(dir: &Path) -> Result<Self> {
+        let mut done = std::collections::BTreeMap::new();
+        if let Ok(text) = fs::read_to_string(dir.join("items.jsonl")) {
+            for line in text.lines() {
+                if let Ok(serde_json::Value::Object(mut o)) = serde_json::from_str::<serde_json::Value>(line)
+                    && let (Some(serde_json::Value::String(id)), Some(v)) = (o.remove("id"), o.remove("value"))
+                {
+                    done.insert(id, v);
+                }
+            }
+        }
+        Ok(Self { dir: dir.to_path_buf(), done })
+    }
+
+    pub fn get(&self, id: &str) -> Option<&serde_json::Value> {
+        self.done.get(id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.done.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.done.is_empty()
+    }
+
+    /// Record a finished item durably before returning.
+    pub fn put(&mut self, id: &str, value: serde_json::Value) -> Result<()> {
+        fs::create_dir_all(&self.dir).with_context(|| format!("cannot create `{}`", self.dir.display()))?;
+        let path = self.dir.join("items.jsonl");
+        let mut f = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("cannot open `{}`", path.display()))?;
+        let mut line = serde_json::to_vec(&serde_json::json!({"id": id, "value": value}))?;
+        line.push(b'\n');
+        f.write_all(&line)?;
+        f.sync_data()?;
+        self.done.insert(id.to_string(), value);
+        Ok(())
+    }
+
+    /// Forget every checkpoint (after the stage's output was committed).
+    pub fn clear(self) -> Result<()> {
+        if self.dir.exists() {
+            fs::remove_dir_all(&self.dir).with_context(|| format!("cannot remove `{}`", self.dir.display()))?;
+        }
+        if let Some(parent) = self.dir.parent() {
+            let _ = fs::remove_dir(parent); // only when empty
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -233,10 +276,23 @@ mod tests {
     }
 
     #[test]
+    fn checkpoint_survives_reopen_and_ignores_torn_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().join(".work/verify");
+        let mut c = Checkpoint::open(&w).unwrap();
+        c.put("a", serde_json::json!(1)).unwrap();
+        c.put("b", serde_json::json!({"x": 2})).unwrap();
+        let mut f = fs::OpenOptions::new().append(true).open(w.join("items.jsonl")).unwrap();
+        f.write_all(b"{\"id\": \"c\", \"val").unwrap();
+        let c = Checkpoint::open(&w).unwrap();
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.get("b").unwrap()["x"], 2);
+        c.clear().unwrap();
+        assert!(!dir.path().join(".work").exists());
+    }
+
+    #[test]
     fn hashes_are_prefixed_and_stable() {
-        assert_eq!(
-            sha256_hex(b"abc"),
-            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+        assert_eq!(sha256_hex(b"abc"), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     }
 }

@@ -27,18 +27,9 @@ const SERVER_KEYS: &[&str] = &[
     "tools",
     "license",
 ];
-const TOOL_KEYS: &[&str] = &[
-    "tool_name",
-    "tool_description",
-    "input_schema",
-    "output_schema",
-];
+const TOOL_KEYS: &[&str] = &["tool_name", "tool_description", "input_schema", "output_schema"];
 /// Keys that ETOM's own scripts add (embeddings); ignored without a note.
-const DERIVED_KEYS: &[&str] = &[
-    "server_embedding",
-    "tool_embedding",
-    "tool_description_embedding",
-];
+const DERIVED_KEYS: &[&str] = &["server_embedding", "tool_embedding", "tool_description_embedding"];
 
 fn type_name(v: &Value) -> &'static str {
     match v {
@@ -64,8 +55,7 @@ impl<'a> Fields<'a> {
             Some(Value::String(s)) => Some(s),
             Some(Value::Null) | None if !required => None,
             None => {
-                self.problems
-                    .push(Problem::new(&self.loc, format!("missing field `{key}`")));
+                self.problems.push(Problem::new(&self.loc, format!("missing field `{key}`")));
                 None
             }
             Some(other) => {
@@ -118,40 +108,33 @@ impl<'a> Fields<'a> {
 }
 
 /// Check that a value is a JSON-Schema object schema.
-fn check_schema(
-    v: Option<&Value>,
-    loc: &str,
-    required: bool,
-    problems: &mut Vec<Problem>,
-) -> Option<Value> {
+fn check_schema(v: Option<&Value>, loc: &str, required: bool, problems: &mut Vec<Problem>) -> Option<Value> {
     match v {
         None | Some(Value::Null) if !required => None,
         None => {
             problems.push(Problem::new(loc, "missing input schema"));
             None
         }
-        Some(Value::Object(m)) => {
-            match m.get("type") {
-                Some(Value::String(t)) if t == "object" => Some(Value::Object(m.clone())),
-                None if m.contains_key("properties") => Some(Value::Object(m.clone())),
-                Some(t) => {
-                    problems.push(Problem::new(
+        Some(Value::Object(m)) => match m.get("type") {
+            Some(Value::String(t)) if t == "object" => Some(Value::Object(m.clone())),
+            None if m.contains_key("properties") => Some(Value::Object(m.clone())),
+            Some(t) => {
+                problems.push(Problem::new(
                     format!("{loc}.type"),
                     format!("a tool schema must describe an object (`\"type\": \"object\"`), found {t}"),
                 ));
-                    None
-                }
-                None => {
-                    problems.push(Problem::new(loc, "a tool schema must describe an object: it has neither `type` nor `properties`"));
-                    None
-                }
+                None
             }
-        }
+            None => {
+                problems.push(Problem::new(
+                    loc,
+                    "a tool schema must describe an object: it has neither `type` nor `properties`",
+                ));
+                None
+            }
+        },
         Some(other) => {
-            problems.push(Problem::new(
-                loc,
-                format!("expected a JSON-Schema object, found {}", type_name(other)),
-            ));
+            problems.push(Problem::new(loc, format!("expected a JSON-Schema object, found {}", type_name(other))));
             None
         }
     }
@@ -176,27 +159,18 @@ fn trimmed(raw: &str, loc: &str, what: &str, notes: &mut Vec<Note>) -> (String, 
 /// as `Imported::rejected` (lenient).
 pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
     let root: Value = serde_json::from_slice(bytes).map_err(|e| {
-        vec![Problem::new(
-            format!("line {}, column {}", e.line(), e.column()),
-            format!("invalid JSON: {e}"),
-        )]
+        vec![Problem::new(format!("line {}, column {}", e.line(), e.column()), format!("invalid JSON: {e}"))]
     })?;
     let Value::Object(top) = &root else {
         return Err(vec![Problem::new(
             "$",
-            format!(
-                "expected an object with a `servers` list, found {}",
-                type_name(&root)
-            ),
+            format!("expected an object with a `servers` list, found {}", type_name(&root)),
         )]);
     };
     let servers = match top.get("servers") {
         Some(Value::Array(s)) => s,
         Some(other) => {
-            return Err(vec![Problem::new(
-                "servers",
-                format!("expected an array, found {}", type_name(other)),
-            )]);
+            return Err(vec![Problem::new("servers", format!("expected an array, found {}", type_name(other)))]);
         }
         None => return Err(vec![Problem::new("$", "missing field `servers`")]),
     };
@@ -213,23 +187,13 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
             format!("servers[{si}] {:?}", raw_name.trim())
         };
         let Value::Object(obj) = sv else {
-            let p = Problem::new(
-                &sloc,
-                format!("expected a server object, found {}", type_name(sv)),
-            );
+            let p = Problem::new(&sloc, format!("expected a server object, found {}", type_name(sv)));
             reject_or_fail(&mut out, lenient, p, format!("servers[{si}]"));
             continue;
         };
-        let mut f = Fields {
-            obj,
-            loc: sloc.clone(),
-            problems: Vec::new(),
-        };
+        let mut f = Fields { obj, loc: sloc.clone(), problems: Vec::new() };
         let name = f.string("server_name", true);
-        let description = f
-            .string("server_description", false)
-            .unwrap_or("")
-            .to_string();
+        let description = f.string("server_description", false).unwrap_or("").to_string();
         let summary = f.string("server_summary", false).unwrap_or("").to_string();
         let url = f.string("server_url", false).unwrap_or("").to_string();
         let license = f.string("license", false).map(str::to_string);
@@ -246,8 +210,7 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
                 None
             }
             None => {
-                f.problems
-                    .push(Problem::new(&sloc, "missing field `tools`"));
+                f.problems.push(Problem::new(&sloc, "missing field `tools`"));
                 None
             }
         };
@@ -258,35 +221,22 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
             Some(n) if !n.trim().is_empty() => {
                 (server_name, original) = trimmed(n, &sloc, "server name", &mut out.notes);
                 if let Some(first) = seen_servers.get(&server_name) {
-                    server_problems.push(Problem::new(
-                        &sloc,
-                        format!("duplicate server name {server_name:?} (first at {first})"),
-                    ));
+                    server_problems
+                        .push(Problem::new(&sloc, format!("duplicate server name {server_name:?} (first at {first})")));
                 }
             }
-            Some(_) => server_problems.push(Problem::new(
-                format!("{sloc}.server_name"),
-                "server name is empty",
-            )),
+            Some(_) => server_problems.push(Problem::new(format!("{sloc}.server_name"), "server name is empty")),
             None => {}
         }
         if !server_problems.is_empty() {
-            let id = if server_name.is_empty() {
-                format!("servers[{si}]")
-            } else {
-                server_name.clone()
-            };
+            let id = if server_name.is_empty() { format!("servers[{si}]") } else { server_name.clone() };
             if lenient {
                 let reason = server_problems
                     .iter()
                     .map(|p| format!("{}: {}", p.location, p.message))
                     .collect::<Vec<_>>()
                     .join("; ");
-                out.rejected.push(Rejected {
-                    location: sloc.clone(),
-                    id,
-                    reason,
-                });
+                out.rejected.push(Rejected { location: sloc.clone(), id, reason });
             } else {
                 out.problems.extend(server_problems);
             }
@@ -312,37 +262,19 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
                 format!("{sloc}.tools[{ti}] {:?}", raw_tool.trim())
             };
             let Value::Object(tobj) = tv else {
-                let p = Problem::new(
-                    &tloc,
-                    format!("expected a tool object, found {}", type_name(tv)),
-                );
+                let p = Problem::new(&tloc, format!("expected a tool object, found {}", type_name(tv)));
                 reject_or_fail(&mut out, lenient, p, tloc.clone());
                 continue;
             };
-            let mut tf = Fields {
-                obj: tobj,
-                loc: tloc.clone(),
-                problems: Vec::new(),
-            };
+            let mut tf = Fields { obj: tobj, loc: tloc.clone(), problems: Vec::new() };
             let tname = tf.string("tool_name", false);
-            let tdesc = tf
-                .string("tool_description", true)
-                .unwrap_or("")
-                .to_string();
+            let tdesc = tf.string("tool_description", true).unwrap_or("").to_string();
             tf.ignored(TOOL_KEYS, &mut out.notes);
             let mut problems = std::mem::take(&mut tf.problems);
-            let input_schema = check_schema(
-                tobj.get("input_schema"),
-                &format!("{tloc}.input_schema"),
-                true,
-                &mut problems,
-            );
-            let output_schema = check_schema(
-                tobj.get("output_schema"),
-                &format!("{tloc}.output_schema"),
-                false,
-                &mut problems,
-            );
+            let input_schema =
+                check_schema(tobj.get("input_schema"), &format!("{tloc}.input_schema"), true, &mut problems);
+            let output_schema =
+                check_schema(tobj.get("output_schema"), &format!("{tloc}.output_schema"), false, &mut problems);
             let mut tool_name = String::new();
             let mut toriginal = None;
             match tname {
@@ -355,10 +287,7 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
                         ));
                     }
                 }
-                _ => problems.push(Problem::new(
-                    &tloc,
-                    "tool without a name (`tool_name` missing or empty)",
-                )),
+                _ => problems.push(Problem::new(&tloc, "tool without a name (`tool_name` missing or empty)")),
             }
             if tdesc.trim().is_empty() && problems.is_empty() {
                 out.notes.push(Note {
@@ -369,21 +298,13 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
             }
             if !problems.is_empty() {
                 if lenient {
-                    let id = if tool_name.is_empty() {
-                        tloc.clone()
-                    } else {
-                        tool_id(&server_name, &tool_name)
-                    };
+                    let id = if tool_name.is_empty() { tloc.clone() } else { tool_id(&server_name, &tool_name) };
                     let reason = problems
                         .iter()
                         .map(|p| format!("{}: {}", p.location, p.message))
                         .collect::<Vec<_>>()
                         .join("; ");
-                    out.rejected.push(Rejected {
-                        location: tloc.clone(),
-                        id,
-                        reason,
-                    });
+                    out.rejected.push(Rejected { location: tloc.clone(), id, reason });
                 } else {
                     out.problems.extend(problems);
                 }
@@ -391,12 +312,7 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
             }
             seen_tools.insert(tool_name.clone(), tloc.clone());
             let id = tool_id(&server_name, &tool_name);
-            out.origins.push(Origin {
-                id: id.clone(),
-                is_server: false,
-                location: tloc,
-                original_name: toriginal,
-            });
+            out.origins.push(Origin { id: id.clone(), is_server: false, location: tloc, original_name: toriginal });
             tools.push(Tool {
                 id,
                 name: tool_name,
@@ -416,10 +332,7 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
         });
     }
 
-    for (key, actual) in [
-        ("total_servers", servers.len()),
-        ("total_tools", total_tools_in_file),
-    ] {
+    for (key, actual) in [("total_servers", servers.len()), ("total_tools", total_tools_in_file)] {
         match top.get(key) {
             Some(Value::Number(n)) if n.as_u64() == Some(actual as u64) => {}
             Some(v) => out.notes.push(Note {
@@ -431,18 +344,13 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
         }
     }
     out.catalog.sort();
-    out.origins
-        .sort_by(|a, b| a.id.cmp(&b.id).then(b.is_server.cmp(&a.is_server)));
+    out.origins.sort_by(|a, b| a.id.cmp(&b.id).then(b.is_server.cmp(&a.is_server)));
     Ok(out)
 }
 
 fn reject_or_fail(out: &mut Imported, lenient: bool, p: Problem, id: String) {
     if lenient {
-        out.rejected.push(Rejected {
-            location: p.location.clone(),
-            id,
-            reason: p.message,
-        });
+        out.rejected.push(Rejected { location: p.location.clone(), id, reason: p.message });
     } else {
         out.problems.push(p);
     }
@@ -471,10 +379,7 @@ mod tests {
         assert!(r.problems.is_empty());
         assert_eq!(r.catalog.servers[0].name, "alpha");
         let z = &r.catalog.servers[1];
-        assert_eq!(
-            z.tools.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
-            ["zeta::a", "zeta::b"]
-        );
+        assert_eq!(z.tools.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["zeta::a", "zeta::b"]);
         let kinds: Vec<_> = r.notes.iter().map(|n| n.kind).collect();
         assert_eq!(kinds, ["trimmed-name", "trimmed-name", "ignored-field"]);
     }
@@ -493,11 +398,7 @@ mod tests {
             {"server_name": "t", "categories": "x", "tools": []}
         ]));
         let r = parse(&b, false).unwrap();
-        let got: Vec<String> = r
-            .problems
-            .iter()
-            .map(|p| format!("{}: {}", p.location, p.message))
-            .collect();
+        let got: Vec<String> = r.problems.iter().map(|p| format!("{}: {}", p.location, p.message)).collect();
         let want = [
             "servers[0] \"s\".tools[1] \"a\": duplicate tool name \"a\" in server \"s\" (first at servers[0] \"s\".tools[0] \"a\")",
             "servers[0] \"s\".tools[2]: tool without a name (`tool_name` missing or empty)",
@@ -531,7 +432,10 @@ mod tests {
 
     #[test]
     fn header_mismatch_is_a_note() {
-        let b = serde_json::to_vec(&json!({"total_servers": 2, "total_tools": 1, "servers": [{"server_name": "s", "tools": [tool("a")]}]})).unwrap();
+        let b = serde_json::to_vec(
+            &json!({"total_servers": 2, "total_tools": 1, "servers": [{"server_name": "s", "tools": [tool("a")]}]}),
+        )
+        .unwrap();
         let r = parse(&b, false).unwrap();
         assert_eq!(r.notes.len(), 1);
         assert_eq!(r.notes[0].kind, "header-mismatch");

@@ -84,11 +84,7 @@ impl CatalogStage {
                 }
             },
         };
-        Ok(Self {
-            source,
-            format: format.unwrap_or(reg.format),
-            lenient: lenient || reg.lenient,
-        })
+        Ok(Self { source, format: format.unwrap_or(reg.format), lenient: lenient || reg.lenient })
     }
 }
 
@@ -127,10 +123,7 @@ impl Stage for CatalogStage {
         Ok(Plan {
             inputs: vec![self.source.clone()],
             prompts: vec![],
-            config_hash: section_hash(&ImportSettings {
-                format: self.format,
-                lenient: self.lenient,
-            })?,
+            config_hash: section_hash(&ImportSettings { format: self.format, lenient: self.lenient })?,
         })
     }
 
@@ -140,36 +133,22 @@ impl Stage for CatalogStage {
         let imported = match self.format {
             RegistryFormat::Etom => etom::parse(bytes, self.lenient),
         }
-        .map_err(|problems| InputError {
-            file: shown.clone(),
-            problems,
-        })?;
+        .map_err(|problems| InputError { file: shown.clone(), problems })?;
         if !imported.problems.is_empty() {
-            return Err(InputError {
-                file: shown,
-                problems: imported.problems,
-            }
-            .into());
+            return Err(InputError { file: shown, problems: imported.problems }.into());
         }
         for n in &imported.notes {
             if ctx.printer.verbose > 0 {
-                ctx.printer
-                    .warn(&format!("{shown}: {}: {}", n.location, n.message));
+                ctx.printer.warn(&format!("{shown}: {}: {}", n.location, n.message));
             }
         }
         for r in &imported.rejected {
-            ctx.printer.warn(&format!(
-                "{shown}: {}: left out `{}`: {}",
-                r.location, r.id, r.reason
-            ));
+            ctx.printer.warn(&format!("{shown}: {}: left out `{}`: {}", r.location, r.id, r.reason));
         }
 
         let catalog = &imported.catalog;
-        let categories: std::collections::BTreeSet<&str> = catalog
-            .servers
-            .iter()
-            .flat_map(|s| s.categories.iter().map(String::as_str))
-            .collect();
+        let categories: std::collections::BTreeSet<&str> =
+            catalog.servers.iter().flat_map(|s| s.categories.iter().map(String::as_str)).collect();
 
         let input_ev = out.event(NewEvent::new(
             kind::INPUT_READ,
@@ -183,16 +162,9 @@ impl Stage for CatalogStage {
         ));
         let mut server_ev = std::collections::HashMap::new();
         for o in &imported.origins {
-            let server_name =
-                o.id.split(crate::model::TOOL_ID_SEP)
-                    .next()
-                    .unwrap_or(&o.id);
+            let server_name = o.id.split(crate::model::TOOL_ID_SEP).next().unwrap_or(&o.id);
             let mut ev = NewEvent::new(
-                if o.is_server {
-                    kind::CATALOG_SERVER
-                } else {
-                    kind::CATALOG_TOOL
-                },
+                if o.is_server { kind::CATALOG_SERVER } else { kind::CATALOG_TOOL },
                 Some(&o.id),
                 serde_json::json!({
                     "source": shown,
@@ -201,10 +173,10 @@ impl Stage for CatalogStage {
                 }),
             )
             .with_parent(Parent::Batch(input_ev));
-            if !o.is_server {
-                if let Some(&p) = server_ev.get(server_name) {
-                    ev = ev.with_parent(Parent::Batch(p));
-                }
+            if !o.is_server
+                && let Some(&p) = server_ev.get(server_name)
+            {
+                ev = ev.with_parent(Parent::Batch(p));
             }
             let idx = out.event(ev);
             if o.is_server {
@@ -247,10 +219,7 @@ impl Stage for CatalogStage {
             categories.len()
         ));
         if !imported.rejected.is_empty() {
-            out.notes.push(format!(
-                "{} records left out (see import_report.json)",
-                imported.rejected.len()
-            ));
+            out.notes.push(format!("{} records left out (see import_report.json)", imported.rejected.len()));
         }
         Ok(())
     }

@@ -1,0 +1,36 @@
+# benchgen — the two commands: `make demo` and `make test`.
+SHELL := /bin/bash
+CARGO ?= cargo
+BENCHGEN := target/release/benchgen
+export BENCHGEN_CACHE ?= $(HOME)/.cache/benchgen
+
+.PHONY: demo test setup build lint unit bench clean-demo
+
+## Install what is missing (Debian packages, model assets, local LLM server, MCP servers).
+setup:
+	@scripts/setup.sh
+
+build:
+	$(CARGO) build --release --locked
+
+## Run the whole pipeline on raw/demo with the local model.
+demo: setup build
+	$(BENCHGEN) --config pipeline/demo.toml run
+	$(BENCHGEN) --config pipeline/demo.toml status
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets --locked -- -D warnings
+
+unit:
+	$(CARGO) test --all-targets --locked
+
+## Everything CI checks.
+test: setup lint unit
+
+## Figures for the README (not part of `make test`).
+bench: build
+	@scripts/bench.sh
+
+clean-demo:
+	rm -rf artifacts/catalog artifacts/filter artifacts/stats artifacts/ledger.sqlite*

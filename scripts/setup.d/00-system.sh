@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Debian packages the build and tests need.
+set -euo pipefail
+need=()
+command -v cmake >/dev/null || need+=(cmake)
+command -v g++ >/dev/null || need+=(g++)
+command -v make >/dev/null || need+=(make)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "  installing Debian packages: ${need[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+else
+  echo "  Debian packages: present"
+fi
