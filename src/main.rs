@@ -37,6 +37,10 @@ fn init_tracing(verbose: u8, quiet: bool) {
 }
 
 fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
+    // `score` reads only the files it is given: no pipeline config needed.
+    if let Command::Score(a) = &cli.command {
+        return benchgen::score::command(a, printer);
+    }
     let settings = Settings::load(&cli.global.config)?;
     let ctx = Ctx::new(&settings, printer);
     match &cli.command {
@@ -57,6 +61,7 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             printer.summary(&pipeline::render_status(&rows), &rows);
             Ok(())
         }
+        Command::Score(_) => unreachable!("handled before the config is loaded"),
         Command::Explain(a) => {
             let x = explain::explain(&settings, &a.id)?;
             printer.summary(&explain::render(&x), &x);

@@ -1,0 +1,1106 @@
+//! Input formats and their auto-detection.
+//!
+//! Benchmarks (`--bench`, several allowed):
+//! - unified JSONL (one [`crate::model::Sample`] per line);
+//! - ETOM `level_N.json` (a JSON array of `{query_id, query, ground_truth_tools, …}`); sample
+//!   ids become `L<level>-<query_id>`; the level comes from the file name or `--etom-level`;
+//! - FinMCP sample JSON (a JSON array of `{id, scenery, diff_level, messages, task, …}`).
+//!
+//! Predictions (`--pred`, JSONL, or a JSON array for FinMCP inference output):
+//! - ours: `{id, turns: [{calls: [{tool: "server::tool" | {server, tool}, group?, arguments?}]}]}`
+//!   or `{id, refusal: true}`;
+//! - ETOM orchestrator style: `{id, prediction: <list of JSON strings/objects, a string, …>}`;
+//! - FinMCP inference records: `{id, messages_pred: [...], error?}` (other fields ignored).
+//!
+//! The format of each prediction record is detected from its keys unless `--format` is given.
+//! Unreadable lines become [`Diagnostic`]s and the run goes on.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use anyhow::Context;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::{GoldCall, Item, Mode, NormPred, Options, Pred, PredCall, Raw, RawPred};
+use crate::error::{InputError, Problem};
+use crate::model::{Difficulty, Family, Kind, Sample, TOOL_ID_SEP};
+
+/// Benchmark file formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BenchFormat {
+    /// Our unified sample JSONL.
+    Unified,
+    /// ETOM `level_N.json`.
+    Etom,
+    /// FinMCP sample JSON.
+    Finmcp,
+}
+
+/// Prediction record formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum PredFormat {
+    /// `{id, turns: [{calls: [...]}]}` or `{id, refusal: true}`.
+    Unified,
+    /// `{id, prediction: ...}` as an ETOM orchestrator returns it.
+    Etom,
+    /// `{id, messages_pred: [...]}` FinMCP inference output.
+    Finmcp,
+}
+
+/// A problem with one input record that did not stop the run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Diagnostic {
+    pub file: String,
+    /// `line 12` (JSONL) or `record 3` (JSON array), or empty.
+    pub location: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub message: String,
+}
+
+impl Diagnostic {
+    /// A diagnostic whose file is filled in by the reader.
+    pub fn line(location: &str, id: Option<&str>, message: impl Into<String>) -> Self {
+        Diagnostic { file: String::new(), location: location.to_string(), id: id.map(str::to_string), message: message.into() }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchFile {
+    pub path: String,
+    pub format: BenchFormat,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<u8>,
+    pub samples: usize,
+}
+
+/// The loaded benchmark.
+#[derive(Debug, Default)]
+pub struct Bench {
+    pub files: Vec<BenchFile>,
+    pub items: Vec<Item>,
+    /// Duplicate ids and other non-fatal notes about benchmark records.
+    pub diagnostics: Vec<Diagnostic>,
+    /// Later occurrences of a duplicated id: `(first index, later index)`.
+    pub duplicates: Vec<(usize, usize)>,
+}
+
+/// What was read from the predictions file.
+#[derive(Debug, Clone, Serialize)]
+pub struct PredStats {
+    pub path: String,
+    pub records: usize,
+    pub formats: Vec<(PredFormat, usize)>,
+    #[serde(skip)]
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+// ---------------------------------------------------------------------------
+// Tool ids
+
+/// `server::tool` with both parts trimmed; a bare name is trimmed.
+pub fn norm_tool_id(s: &str) -> String {
+    match s.split_once(TOOL_ID_SEP) {
+        Some((a, b)) => crate::model::tool_id(a, b),
+        None => s.trim().to_string(),
+    }
+}
+
+/// The comparison key of a tool id for a family: ETOM compares full ids; FinMCP logs name
+/// tools without their server, so FinMCP compares the tool part only.
+pub fn key_for(family: Family, tool: &str) -> &str {
+    match family {
+        Family::Etom => tool,
+        Family::Finmcp => match tool.split_once(TOOL_ID_SEP) {
+            Some((_, t)) => t,
+            None => tool,
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Benchmarks
+
+pub fn load_benches(opts: &Options) -> anyhow::Result<Bench> {
+    let keep_raw = opts.mode != Mode::Corrected;
+    let mut bench = Bench::default();
+    for path in &opts.benches {
+        let file_idx = bench.files.len();
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read benchmark `{}`", path.display()))?;
+        let format = match opts.bench_format {
+            Some(f) => f,
+            None => detect_bench(path, &text)?,
+        };
+        let shown = path.display().to_string();
+        let (items, level) = match format {
+            BenchFormat::Unified => (load_unified(&shown, &text, file_idx, keep_raw)?, None),
+            BenchFormat::Etom => {
+                let level = etom_level(path, opts.etom_level)?;
+                (load_etom(&shown, &text, level, file_idx, keep_raw)?, Some(level))
+            }
+            BenchFormat::Finmcp => (load_finmcp(&shown, &text, file_idx, keep_raw)?, None),
+        };
+        bench.files.push(BenchFile { path: shown, format, level, samples: items.len() });
+        bench.items.extend(items);
+    }
+    let mut first: HashMap<&str, usize> = HashMap::with_capacity(bench.items.len());
+    let mut dups = Vec::new();
+    for (i, it) in bench.items.iter().enumerate() {
+        match first.get(it.id.as_str()) {
+            Some(&j) => dups.push((j, i)),
+            None => {
+                first.insert(it.id.as_str(), i);
+            }
+        }
+    }
+    drop(first);
+    for &(j, i) in &dups {
+        let (a, b) = (&bench.items[j], &bench.items[i]);
+        let same = a.turns == b.turns;
+        bench.diagnostics.push(Diagnostic {
+            file: bench.files[b.file].path.clone(),
+            location: format!("record {}", b.record),
+            id: Some(b.id.clone()),
+            message: format!(
+                "duplicate sample id (first at {} record {}{}); the corrected mode scores it once, the compat modes score every entry as the published evaluators do",
+                bench.files[a.file].path,
+                a.record,
+                if same { ", identical reference" } else { ", DIFFERENT reference" }
+            ),
+        });
+    }
+    bench.duplicates = dups;
+    Ok(bench)
+}
+
+fn detect_bench(path: &Path, text: &str) -> anyhow::Result<BenchFormat> {
+    let trimmed = text.trim_start();
+    if !trimmed.starts_with('[') {
+        return Ok(BenchFormat::Unified);
+    }
+    // A JSON array: look at the first element's keys.
+    let v: Value = serde_json::from_str(text).map_err(|e| InputError {
+        file: path.display().to_string(),
+        problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
+    })?;
+    let first = v.as_array().and_then(|a| a.first()).and_then(Value::as_object);
+    match first {
+        Some(o) if o.contains_key("ground_truth_tools") || o.contains_key("query_id") => Ok(BenchFormat::Etom),
+        Some(o) if o.contains_key("messages") && (o.contains_key("scenery") || o.contains_key("diff_level")) => {
+            Ok(BenchFormat::Finmcp)
+        }
+        _ => Err(crate::error::hinted(
+            format!("cannot tell the format of benchmark `{}`", path.display()),
+            "pass `--bench-format unified|etom|finmcp`",
+        )),
+    }
+}
+
+fn etom_level(path: &Path, given: Option<u8>) -> anyhow::Result<u8> {
+    if let Some(l) = given {
+        return Ok(l);
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let re = regex::Regex::new(r"level_?([1-5])").expect("static regex");
+    match re.captures(&name) {
+        Some(c) => Ok(c[1].parse().expect("digit")),
+        None => Err(crate::error::hinted(
+            format!("cannot tell the ETOM level of `{}`", path.display()),
+            "name the file `level_N.json` (N = 1…5) or pass `--etom-level N`",
+        )),
+    }
+}
+
+fn category_and_scenario(scenario: &[String]) -> (String, String) {
+    let s: Vec<&str> = scenario.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();
+    match s.as_slice() {
+        [] => ("(none)".into(), "(none)".into()),
+        [a] => (a.to_string(), a.to_string()),
+        [a, b, ..] => (a.to_string(), format!("{a} / {b}")),
+    }
+}
+
+/// Validate dependencies of one turn's plan; invalid ones are dropped and reported.
+fn check_deps(calls: &mut [GoldCall], turn: usize, defects: &mut Vec<String>) {
+    let n = calls.len();
+    for (i, c) in calls.iter_mut().enumerate() {
+        let mut kept = Vec::with_capacity(c.deps.len());
+        for &d in &c.deps {
+            if d >= n {
+                defects.push(format!("turn {turn} call {i} depends on call {d}, which does not exist; dependency ignored"));
+            } else if d == i {
+                defects.push(format!("turn {turn} call {i} depends on itself; dependency ignored"));
+            } else {
+                if d > i {
+                    defects.push(format!(
+                        "turn {turn} call {i} depends on later-listed call {d} (forward reference); scored by the dependency, not the listing order"
+                    ));
+                }
+                if !kept.contains(&d) {
+                    kept.push(d);
+                }
+            }
+        }
+        c.deps = kept;
+    }
+    // Cycles make a plan unsatisfiable: report and drop the dependencies of the calls involved.
+    let mut indeg: Vec<usize> = calls.iter().map(|c| c.deps.len()).collect();
+    let mut done = vec![false; n];
+    let mut progress = true;
+    while progress {
+        progress = false;
+        for i in 0..n {
+            if !done[i] && indeg[i] == 0 {
+                done[i] = true;
+                progress = true;
+                for (j, c) in calls.iter().enumerate() {
+                    if c.deps.contains(&i) {
+                        indeg[j] -= 1;
+                    }
+                }
+            }
+        }
+    }
+    let cyclic: Vec<usize> = (0..n).filter(|&i| !done[i]).collect();
+    if !cyclic.is_empty() {
+        defects.push(format!("turn {turn}: dependency cycle among calls {cyclic:?}; their dependencies ignored"));
+        for i in cyclic {
+            calls[i].deps.clear();
+        }
+    }
+}
+
+/// Group = depth in the dependency graph (calls with no dependency share step 0).
+fn depth_groups(calls: &mut [GoldCall]) {
+    let n = calls.len();
+    let mut depth = vec![0u32; n];
+    // Dependencies are acyclic after `check_deps`; n rounds of relaxation reach the fixpoint.
+    for _ in 0..n {
+        let mut changed = false;
+        for i in 0..n {
+            let d = calls[i].deps.iter().map(|&j| depth[j] + 1).max().unwrap_or(0);
+            if d != depth[i] {
+                depth[i] = d;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for (c, d) in calls.iter_mut().zip(depth) {
+        c.group = d;
+    }
+}
+
+fn load_unified(file: &str, text: &str, file_idx: usize, keep_raw: bool) -> anyhow::Result<Vec<Item>> {
+    let mut items = Vec::new();
+    let mut problems = Vec::new();
+    for (ln, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let loc = format!("line {}", ln + 1);
+        let s: Sample = match serde_json::from_str(line) {
+            Ok(s) => s,
+            Err(e) => {
+                problems.push(Problem::new(&loc, format!("not a unified sample: {e}")));
+                continue;
+            }
+        };
+        if s.kind.family() != s.family {
+            problems.push(Problem::new(
+                format!("{loc} ({})", s.id),
+                format!("kind {} does not belong to family {:?}", s.kind.as_str(), s.family),
+            ));
+            continue;
+        }
+        let mut defects = Vec::new();
+        let mut turns = Vec::with_capacity(s.turns.len());
+        for (t, turn) in s.turns.iter().enumerate() {
+            let mut calls: Vec<GoldCall> = Vec::with_capacity(turn.reference_plan.len());
+            for (i, c) in turn.reference_plan.iter().enumerate() {
+                let alts: Vec<String> = c
+                    .alternatives
+                    .iter()
+                    .map(|a| key_for(s.family, &norm_tool_id(a)).to_string())
+                    .filter(|a| !a.is_empty())
+                    .collect();
+                if alts.is_empty() {
+                    problems.push(Problem::new(
+                        format!("{loc} ({}).turns[{t}].reference_plan[{i}]", s.id),
+                        "a reference call needs at least one alternative",
+                    ));
+                }
+                calls.push(GoldCall { alts, group: c.group, deps: c.depends_on.clone() });
+            }
+            check_deps(&mut calls, t, &mut defects);
+            turns.push(calls);
+        }
+        let computed = Difficulty::from_calls(s.reference_calls());
+        if computed != s.difficulty {
+            defects.push(format!(
+                "difficulty says {} but {} reference calls make it {}; reports use {}",
+                s.difficulty.as_str(),
+                s.reference_calls(),
+                computed.as_str(),
+                computed.as_str()
+            ));
+        }
+        if s.kind == Kind::L5 && s.reference_calls() > 0 {
+            defects.push("an L5 (out-of-scope) sample has reference calls; scored as a rejection task".into());
+        }
+        let (category, scenario) = category_and_scenario(&s.scenario);
+        let raw = keep_raw.then(|| unified_raw(&s));
+        items.push(Item {
+            id: s.id,
+            family: s.family,
+            kind: s.kind,
+            difficulty: computed,
+            category,
+            scenario,
+            turns,
+            raw,
+            defects,
+            file: file_idx,
+            record: ln + 1,
+        });
+    }
+    if !problems.is_empty() {
+        return Err(InputError { file: file.to_string(), problems }.into());
+    }
+    Ok(items)
+}
+
+/// The published shape of a unified sample, for the compat evaluators.
+fn unified_raw(s: &Sample) -> Raw {
+    let split = |id: &str| -> (String, String) {
+        match id.split_once(TOOL_ID_SEP) {
+            Some((a, b)) => (a.trim().to_string(), b.trim().to_string()),
+            None => (String::new(), id.trim().to_string()),
+        }
+    };
+    match s.family {
+        Family::Etom => {
+            // L1 and L3 are flat in the published files, L2 and L4 lists of alternatives.
+            let flat = matches!(s.kind, Kind::L1 | Kind::L3);
+            let plan = s.turns.first().map(|t| t.reference_plan.as_slice()).unwrap_or(&[]);
+            let tool = |id: &str, deps: &[usize]| {
+                let (server, tool) = split(id);
+                serde_json::json!({"server_name": server, "tool_name": tool, "dependencies": deps})
+            };
+            let gt: Vec<Value> = plan
+                .iter()
+                .map(|c| {
+                    if flat {
+                        tool(c.alternatives.first().map(String::as_str).unwrap_or(""), &c.depends_on)
+                    } else {
+                        Value::Array(c.alternatives.iter().map(|a| tool(a, &c.depends_on)).collect())
+                    }
+                })
+                .collect();
+            Raw::Etom(Value::Array(gt))
+        }
+        Family::Finmcp => {
+            let mut messages = Vec::new();
+            for t in &s.turns {
+                messages.push(serde_json::json!({"role": "user", "content": t.user}));
+                let mut groups: Vec<u32> = t.reference_plan.iter().map(|c| c.group).collect();
+                groups.sort_unstable();
+                groups.dedup();
+                for g in groups {
+                    let calls: Vec<Value> = t
+                        .reference_plan
+                        .iter()
+                        .filter(|c| c.group == g)
+                        .map(|c| {
+                            let name = split(c.alternatives.first().map(String::as_str).unwrap_or("")).1;
+                            serde_json::json!({"type": "function", "function": {"name": name, "arguments": "{}"}})
+                        })
+                        .collect();
+                    messages.push(serde_json::json!({"role": "assistant", "tool_calls": calls}));
+                }
+                if let Some(r) = &t.gold_reply {
+                    messages.push(serde_json::json!({"role": "assistant", "content": r}));
+                }
+            }
+            let task = match s.kind {
+                Kind::SingleTool => "single step",
+                Kind::MultiTool => "multi step",
+                _ => "multi turn",
+            };
+            Raw::Finmcp(serde_json::json!({
+                "scenery": s.scenario.join("-"),
+                "diff_level": {"level": s.difficulty.as_str()},
+                "task": task,
+                "messages": messages,
+            }))
+        }
+    }
+}
+
+fn value_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn id_string(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn load_etom(file: &str, text: &str, level: u8, file_idx: usize, keep_raw: bool) -> anyhow::Result<Vec<Item>> {
+    let v: Value = serde_json::from_str(text).map_err(|e| InputError {
+        file: file.to_string(),
+        problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
+    })?;
+    let Value::Array(records) = v else {
+        return Err(InputError { file: file.into(), problems: vec![Problem::new("top level", "expected a JSON list of queries")] }.into());
+    };
+    let kind = Kind::from_level(level).expect("level 1..5");
+    let mut items = Vec::with_capacity(records.len());
+    let mut problems = Vec::new();
+    for (r, rec) in records.into_iter().enumerate() {
+        let loc = format!("record {}", r + 1);
+        let Some(obj) = rec.as_object() else {
+            problems.push(Problem::new(&loc, format!("expected an object, got {}", value_kind(&rec))));
+            continue;
+        };
+        let Some(qid) = id_string(obj.get("query_id")) else {
+            problems.push(Problem::new(&loc, "missing `query_id` (a number or string)"));
+            continue;
+        };
+        let id = format!("L{level}-{qid}");
+        let gt = obj.get("ground_truth_tools").cloned().unwrap_or(Value::Array(vec![]));
+        let Some(entries) = gt.as_array() else {
+            problems.push(Problem::new(format!("{loc} ({id}).ground_truth_tools"), "expected a list"));
+            continue;
+        };
+        let mut defects = Vec::new();
+        // Each entry: a tool object, or a list of alternative tool objects.
+        let mut steps: Vec<(Vec<String>, Vec<usize>)> = Vec::new();
+        for (e, entry) in entries.iter().enumerate() {
+            let members: Vec<&Value> = match entry {
+                Value::Array(a) => a.iter().collect(),
+                other => vec![other],
+            };
+            let mut alts = Vec::new();
+            let mut deps: Vec<usize> = Vec::new();
+            let mut first_deps: Option<Vec<usize>> = None;
+            for (m, member) in members.iter().enumerate() {
+                let Some(t) = member.as_object() else {
+                    defects.push(format!("ground_truth_tools[{e}][{m}] is {}, not a tool; ignored", value_kind(member)));
+                    continue;
+                };
+                let server = t.get("server_name").or_else(|| t.get("server")).and_then(Value::as_str).unwrap_or("");
+                let Some(tool) = t.get("tool_name").and_then(Value::as_str) else {
+                    defects.push(format!("ground_truth_tools[{e}][{m}] has no `tool_name`; ignored"));
+                    continue;
+                };
+                let id_norm = crate::model::tool_id(server, tool);
+                if let Some(given) = t.get("tool_id").and_then(Value::as_str)
+                    && given != id_norm
+                {
+                    defects.push(format!("tool_id `{given}` differs from server_name::tool_name `{id_norm}`; matched as the latter"));
+                }
+                let mdeps: Vec<usize> = match t.get("dependencies") {
+                    Some(Value::Array(a)) => a.iter().filter_map(|d| d.as_u64().map(|d| d as usize)).collect(),
+                    _ => Vec::new(),
+                };
+                match &first_deps {
+                    None => first_deps = Some(mdeps.clone()),
+                    Some(f) if *f != mdeps => defects.push(format!(
+                        "alternatives of step {e} disagree on dependencies ({f:?} vs {mdeps:?}); using their union"
+                    )),
+                    _ => {}
+                }
+                for d in mdeps {
+                    if !deps.contains(&d) {
+                        deps.push(d);
+                    }
+                }
+                if !alts.contains(&id_norm) {
+                    alts.push(id_norm);
+                }
+            }
+            if alts.is_empty() {
+                defects.push(format!("ground_truth_tools[{e}] has no usable tool; step ignored"));
+                continue;
+            }
+            steps.push((alts, deps));
+        }
+        let mut calls: Vec<GoldCall> = match kind {
+            // L2: one call; any tool of any row is correct (the rows are one EFS, listed per member).
+            Kind::L2 => {
+                let mut union: Vec<String> = Vec::new();
+                for (alts, _) in &steps {
+                    for a in alts {
+                        if !union.contains(a) {
+                            union.push(a.clone());
+                        }
+                    }
+                }
+                if union.is_empty() { vec![] } else { vec![GoldCall { alts: union, group: 0, deps: vec![] }] }
+            }
+            _ => steps.into_iter().map(|(alts, deps)| GoldCall { alts, group: 0, deps }).collect(),
+        };
+        if kind == Kind::L5 && !calls.is_empty() {
+            defects.push("an L5 query lists ground-truth tools; scored as a rejection task".into());
+        }
+        if kind != Kind::L5 && calls.is_empty() {
+            defects.push("no reference tools; every non-empty prediction is wrong".into());
+        }
+        if kind == Kind::L1 && calls.len() > 1 {
+            defects.push(format!("an L1 query lists {} tools", calls.len()));
+        }
+        check_deps(&mut calls, 0, &mut defects);
+        depth_groups(&mut calls);
+        let n = calls.len();
+        items.push(Item {
+            id,
+            family: Family::Etom,
+            kind,
+            difficulty: Difficulty::from_calls(n),
+            category: "(none)".into(),
+            scenario: "(none)".into(),
+            turns: vec![calls],
+            raw: keep_raw.then(|| Raw::Etom(gt.clone())),
+            defects,
+            file: file_idx,
+            record: r + 1,
+        });
+    }
+    if !problems.is_empty() {
+        return Err(InputError { file: file.to_string(), problems }.into());
+    }
+    Ok(items)
+}
+
+/// The user text that ends a simulated FinMCP conversation (not a request).
+pub const STOP: &str = "###STOP###";
+
+/// One conversation turn cut out of OpenAI-style messages.
+#[derive(Debug, Default)]
+pub struct MsgTurn {
+    pub user: String,
+    /// One entry per assistant message with tool calls; each call's name, or why it is unreadable.
+    pub groups: Vec<Vec<Result<String, String>>>,
+}
+
+/// Cut messages into turns at each user message; calls before the first user message go to
+/// turn 0. `Err` when `messages` is not a list of objects.
+pub fn split_turns(messages: &Value) -> Result<Vec<MsgTurn>, String> {
+    let Some(list) = messages.as_array() else {
+        return Err(format!("expected a list of messages, got {}", value_kind(messages)));
+    };
+    let mut turns: Vec<MsgTurn> = Vec::new();
+    for (i, m) in list.iter().enumerate() {
+        let Some(m) = m.as_object() else {
+            return Err(format!("message {i} is {}, not an object", value_kind(m)));
+        };
+        if m.get("role").and_then(Value::as_str) == Some("user") {
+            let user = m.get("content").and_then(Value::as_str).unwrap_or("").to_string();
+            turns.push(MsgTurn { user, groups: Vec::new() });
+            continue;
+        }
+        let calls = match m.get("tool_calls") {
+            Some(Value::Array(a)) if !a.is_empty() => a,
+            _ => continue,
+        };
+        if turns.is_empty() {
+            turns.push(MsgTurn::default());
+        }
+        let group = calls
+            .iter()
+            .enumerate()
+            .map(|(k, c)| match c.get("function").and_then(|f| f.get("name")) {
+                Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.trim().to_string()),
+                Some(other) => Err(format!("message {i} tool call {k}: name is {}", value_kind(other))),
+                None => Err(format!("message {i} tool call {k}: no function.name")),
+            })
+            .collect();
+        turns.last_mut().expect("pushed above").groups.push(group);
+    }
+    Ok(turns)
+}
+
+fn load_finmcp(file: &str, text: &str, file_idx: usize, keep_raw: bool) -> anyhow::Result<Vec<Item>> {
+    let v: Value = serde_json::from_str(text).map_err(|e| InputError {
+        file: file.to_string(),
+        problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
+    })?;
+    let Value::Array(records) = v else {
+        return Err(InputError { file: file.into(), problems: vec![Problem::new("top level", "expected a JSON list of samples")] }.into());
+    };
+    let mut items = Vec::with_capacity(records.len());
+    let mut problems = Vec::new();
+    for (r, rec) in records.into_iter().enumerate() {
+        let loc = format!("record {}", r + 1);
+        let Some(obj) = rec.as_object() else {
+            problems.push(Problem::new(&loc, format!("expected an object, got {}", value_kind(&rec))));
+            continue;
+        };
+        let Some(id) = id_string(obj.get("id")) else {
+            problems.push(Problem::new(&loc, "missing `id` (a number or string)"));
+            continue;
+        };
+        let turns_msg = match obj.get("messages").map(split_turns) {
+            Some(Ok(t)) => t,
+            Some(Err(e)) => {
+                problems.push(Problem::new(format!("{loc} ({id}).messages"), e));
+                continue;
+            }
+            None => {
+                problems.push(Problem::new(format!("{loc} ({id})"), "missing `messages` (the gold trajectory)"));
+                continue;
+            }
+        };
+        let mut defects = Vec::new();
+        let mut turns: Vec<Vec<GoldCall>> = Vec::new();
+        let last = turns_msg.len().saturating_sub(1);
+        for (t, mt) in turns_msg.iter().enumerate() {
+            if t == last && t > 0 && mt.user.trim() == STOP {
+                if !mt.groups.is_empty() {
+                    defects.push("tool calls after the final `###STOP###` user message; ignored".into());
+                }
+                continue;
+            }
+            let mut calls = Vec::new();
+            for (g, group) in mt.groups.iter().enumerate() {
+                for c in group {
+                    match c {
+                        Ok(name) => calls.push(GoldCall { alts: vec![name.clone()], group: g as u32, deps: vec![] }),
+                        Err(e) => defects.push(format!("gold {e}; call ignored")),
+                    }
+                }
+            }
+            turns.push(calls);
+        }
+        let task = obj.get("task").and_then(Value::as_str).unwrap_or("");
+        let n_calls: usize = turns.iter().map(Vec::len).sum();
+        let kind = match task {
+            "single step" => Kind::SingleTool,
+            "multi step" => Kind::MultiTool,
+            "multi turn" => Kind::MultiTurn,
+            _ if turns.len() > 1 => Kind::MultiTurn,
+            _ if n_calls <= 1 => Kind::SingleTool,
+            _ => Kind::MultiTool,
+        };
+        let difficulty = Difficulty::from_calls(n_calls);
+        if let Some(level) = obj.get("diff_level").and_then(|d| d.get("level")).and_then(Value::as_str)
+            && level != difficulty.as_str()
+        {
+            defects.push(format!(
+                "diff_level.level `{level}` but {n_calls} reference calls make it {}; corrected reports use {}",
+                difficulty.as_str(),
+                difficulty.as_str()
+            ));
+        }
+        // The Chinese main/sub class is present for every task; `scenery` is English for
+        // multi-turn samples and Chinese otherwise, so it cannot group them together.
+        let scenery: Vec<String> =
+            obj.get("scenery").and_then(Value::as_str).unwrap_or("").split('-').map(|s| s.trim().to_string()).collect();
+        let mut scenario: Vec<String> = Vec::new();
+        match (obj.get("first-class").and_then(Value::as_str), obj.get("sub-class").and_then(Value::as_str)) {
+            (Some(a), Some(b)) => {
+                scenario.push(a.to_string());
+                scenario.push(b.to_string());
+                scenario.extend(scenery.iter().skip(2).cloned());
+            }
+            _ => scenario = scenery,
+        }
+        let (category, scenario) = category_and_scenario(&scenario);
+        let raw = keep_raw.then(|| {
+            let mut m = Map::new();
+            for k in ["scenery", "diff_level", "messages", "task"] {
+                if let Some(v) = obj.get(k) {
+                    m.insert(k.to_string(), v.clone());
+                }
+            }
+            Raw::Finmcp(Value::Object(m))
+        });
+        items.push(Item {
+            id,
+            family: Family::Finmcp,
+            kind,
+            difficulty,
+            category,
+            scenario,
+            turns,
+            raw,
+            defects,
+            file: file_idx,
+            record: r + 1,
+        });
+    }
+    if !problems.is_empty() {
+        return Err(InputError { file: file.to_string(), problems }.into());
+    }
+    Ok(items)
+}
+
+// ---------------------------------------------------------------------------
+// Predictions
+
+/// Read every prediction record and hand it to `on_pred(id, location, pred, diagnostics)`.
+pub fn read_predictions(
+    opts: &Options,
+    bench: &Bench,
+    mut on_pred: impl FnMut(&str, &str, Pred, &mut Vec<Diagnostic>),
+) -> anyhow::Result<PredStats> {
+    let _ = bench;
+    let path = &opts.pred;
+    let shown = path.display().to_string();
+    let file = std::fs::File::open(path).with_context(|| format!("cannot read predictions `{shown}`"))?;
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut diags: Vec<Diagnostic> = Vec::new();
+    let mut formats: HashMap<PredFormat, usize> = HashMap::new();
+    let mut records = 0usize;
+    let mut bad_lines = 0usize;
+
+    let mut handle = |loc: &str, v: Value, diags: &mut Vec<Diagnostic>| {
+        records += 1;
+        let Value::Object(obj) = v else {
+            diags.push(Diagnostic::line(loc, None, format!("expected a JSON object, got {}", value_kind(&v))));
+            return;
+        };
+        let Some(id) = id_string(obj.get("id")) else {
+            let msg = match obj.get("id") {
+                None => "no `id`; not scored".to_string(),
+                Some(v) => format!("`id` is {}, expected a string or number; not scored", value_kind(v)),
+            };
+            diags.push(Diagnostic::line(loc, None, msg));
+            return;
+        };
+        let format = opts.pred_format.or_else(|| detect_pred(&obj));
+        let pred = match format {
+            None => Pred::Malformed(
+                "cannot tell the prediction format: expected `turns`/`refusal`, `prediction` or `messages_pred`".into(),
+            ),
+            Some(f) => {
+                *formats.entry(f).or_default() += 1;
+                match f {
+                    PredFormat::Unified => parse_unified(&obj),
+                    PredFormat::Etom => parse_etom(&obj),
+                    PredFormat::Finmcp => parse_finmcp(&obj),
+                }
+            }
+        };
+        if let Pred::Malformed(why) = &pred {
+            diags.push(Diagnostic::line(loc, Some(&id), format!("malformed prediction: {why}; scored as wrong")));
+        }
+        on_pred(&id, loc, pred, diags);
+    };
+
+    // Peek the first non-space byte: `[` means one JSON array, else JSONL.
+    let first = {
+        let buf = reader.fill_buf()?;
+        buf.iter().copied().find(|b| !b.is_ascii_whitespace())
+    };
+    if first == Some(b'[') {
+        let mut text = String::new();
+        reader.read_to_string(&mut text).with_context(|| format!("cannot read predictions `{shown}`"))?;
+        match serde_json::from_str::<Vec<Value>>(&text) {
+            Ok(list) => {
+                for (i, v) in list.into_iter().enumerate() {
+                    handle(&format!("record {}", i + 1), v, &mut diags);
+                }
+            }
+            Err(e) => diags.push(Diagnostic::line(
+                &format!("line {}", e.line()),
+                None,
+                format!("the predictions file starts with `[` but is not a JSON list: {e}; nothing scored from it"),
+            )),
+        }
+    } else {
+        let mut line = String::new();
+        let mut ln = 0usize;
+        loop {
+            line.clear();
+            let n = reader.read_line(&mut line).with_context(|| format!("cannot read predictions `{shown}`"))?;
+            if n == 0 {
+                break;
+            }
+            ln += 1;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let loc = format!("line {ln}");
+            match serde_json::from_str::<Value>(&line) {
+                Ok(v) => handle(&loc, v, &mut diags),
+                Err(e) => {
+                    bad_lines += 1;
+                    diags.push(Diagnostic::line(&loc, None, format!("not valid JSON: {e}; not scored")));
+                }
+            }
+        }
+    }
+    drop(handle);
+    let records = records + bad_lines;
+    for d in &mut diags {
+        if d.file.is_empty() {
+            d.file = shown.clone();
+        }
+    }
+    let mut formats: Vec<(PredFormat, usize)> = formats.into_iter().collect();
+    formats.sort();
+    Ok(PredStats { path: shown, records, formats, diagnostics: diags })
+}
+
+fn detect_pred(obj: &Map<String, Value>) -> Option<PredFormat> {
+    if obj.contains_key("messages_pred") || obj.contains_key("error") {
+        Some(PredFormat::Finmcp)
+    } else if obj.contains_key("prediction") {
+        Some(PredFormat::Etom)
+    } else if obj.contains_key("turns") || obj.contains_key("refusal") {
+        Some(PredFormat::Unified)
+    } else {
+        None
+    }
+}
+
+/// A tool given as `"server::tool"` or `{server, tool}` (also `server_name`/`tool_name`).
+fn tool_from(v: &Value) -> Result<String, String> {
+    match v {
+        Value::String(s) if !s.trim().is_empty() => Ok(norm_tool_id(s)),
+        Value::Object(o) => {
+            let server = o.get("server").or_else(|| o.get("server_name")).and_then(Value::as_str);
+            let tool = o.get("tool").or_else(|| o.get("tool_name")).and_then(Value::as_str);
+            match (server, tool) {
+                (Some(s), Some(t)) if !t.trim().is_empty() => Ok(crate::model::tool_id(s, t)),
+                (None, Some(t)) if !t.trim().is_empty() => Ok(t.trim().to_string()),
+                _ => Err("an object without string `server` and `tool`".into()),
+            }
+        }
+        other => Err(format!("{}; expected \"server::tool\" or {{server, tool}}", value_kind(other))),
+    }
+}
+
+fn parse_unified(obj: &Map<String, Value>) -> Pred {
+    let refusal = match obj.get("refusal") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => return Pred::Malformed(format!("`refusal` is {}, expected true or false", value_kind(v))),
+    };
+    let turns_v = match obj.get("turns") {
+        None | Some(Value::Null) if refusal => return Pred::Ok { norm: NormPred { refusal: true, ..Default::default() }, raw: RawPred::Unified },
+        None => return Pred::Malformed("no `turns` (and no `refusal: true`)".into()),
+        Some(Value::Array(a)) => a,
+        Some(v) => return Pred::Malformed(format!("`turns` is {}, expected a list", value_kind(v))),
+    };
+    let mut turns = Vec::with_capacity(turns_v.len());
+    for (t, turn) in turns_v.iter().enumerate() {
+        let calls_v = match turn.get("calls") {
+            Some(Value::Array(a)) => a,
+            Some(v) => return Pred::Malformed(format!("turns[{t}].calls is {}, expected a list", value_kind(v))),
+            None if turn.is_object() => return Pred::Malformed(format!("turns[{t}] has no `calls`")),
+            None => return Pred::Malformed(format!("turns[{t}] is {}, expected an object", value_kind(turn))),
+        };
+        let mut calls = Vec::with_capacity(calls_v.len());
+        let mut with_group = 0;
+        for (k, c) in calls_v.iter().enumerate() {
+            let Some(co) = c.as_object() else {
+                return Pred::Malformed(format!("turns[{t}].calls[{k}] is {}, expected an object", value_kind(c)));
+            };
+            let tool = match co.get("tool").map(tool_from) {
+                Some(Ok(tool)) => tool,
+                Some(Err(e)) => return Pred::Malformed(format!("turns[{t}].calls[{k}].tool is {e}")),
+                None => return Pred::Malformed(format!("turns[{t}].calls[{k}] has no `tool`")),
+            };
+            let group = match co.get("group") {
+                None | Some(Value::Null) => k as i64,
+                Some(Value::Number(n)) if n.as_i64().is_some() => {
+                    with_group += 1;
+                    n.as_i64().expect("checked")
+                }
+                Some(v) => {
+                    return Pred::Malformed(format!("turns[{t}].calls[{k}].group is {}, expected an integer", value_kind(v)));
+                }
+            };
+            calls.push(PredCall { tool, group });
+        }
+        if with_group != 0 && with_group != calls.len() {
+            return Pred::Malformed(format!(
+                "turns[{t}]: `group` is given for {with_group} of {} calls; give it for all or none",
+                calls.len()
+            ));
+        }
+        turns.push(calls);
+    }
+    if refusal && turns.iter().any(|t| !t.is_empty()) {
+        return Pred::Malformed("`refusal: true` together with tool calls".into());
+    }
+    Pred::Ok { norm: NormPred { turns, refusal, notes: Vec::new() }, raw: RawPred::Unified }
+}
+
+/// Whether a string says "no" (the ETOM no-tool sentinel), any case, surrounding space ignored.
+fn is_no(s: &str) -> bool {
+    s.trim().eq_ignore_ascii_case("no")
+}
+
+/// Field of an ETOM tool selection under any key spelling (`server`, `server_name`,
+/// `Server Name`, …): keys compared lower-cased without non-alphanumerics.
+fn field<'a>(o: &'a Map<String, Value>, names: &[&str]) -> Option<&'a Value> {
+    o.iter().find_map(|(k, v)| {
+        let norm: String = k.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect();
+        names.contains(&norm.as_str()).then_some(v)
+    })
+}
+
+enum EtomItem {
+    Tool(String),
+    No,
+    Unreadable(String),
+}
+
+fn etom_item(v: &Value) -> EtomItem {
+    match v {
+        Value::String(s) => match serde_json::from_str::<Value>(s) {
+            Ok(inner @ Value::Object(_)) => etom_item(&inner),
+            _ if is_no(s) => EtomItem::No,
+            _ if s.contains(TOOL_ID_SEP) => EtomItem::Tool(norm_tool_id(s)),
+            _ => EtomItem::Unreadable(format!("`{}` is not a tool selection", truncate(s, 60))),
+        },
+        Value::Object(o) => {
+            let server = field(o, &["server", "servername"]);
+            let tool = field(o, &["toolname", "tool", "name"]);
+            match (server, tool) {
+                (Some(Value::String(s)), Some(Value::String(t))) if is_no(s) && is_no(t) => EtomItem::No,
+                (None, Some(Value::String(t))) if is_no(t) => EtomItem::No,
+                (Some(Value::String(s)), Some(Value::String(t))) if !t.trim().is_empty() => {
+                    EtomItem::Tool(crate::model::tool_id(s, t))
+                }
+                _ => EtomItem::Unreadable("an object without string server and tool_name".into()),
+            }
+        }
+        other => EtomItem::Unreadable(format!("{} is not a tool selection", value_kind(other))),
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
+}
+
+/// Normalise what an ETOM orchestrator returned.
+pub fn norm_etom(pred: &Value) -> NormPred {
+    let mut norm = NormPred::default();
+    let items: Vec<Value> = match pred {
+        Value::Array(a) => a.clone(),
+        Value::Null => {
+            norm.refusal = true;
+            norm.notes.push("null prediction: no tool call".into());
+            return norm;
+        }
+        Value::String(s) => match serde_json::from_str::<Value>(s) {
+            Ok(Value::Array(a)) => a,
+            Ok(o @ Value::Object(_)) => vec![o],
+            _ if s.contains(TOOL_ID_SEP) && !s.trim().contains(char::is_whitespace) => vec![pred.clone()],
+            _ => {
+                norm.refusal = true;
+                if !is_no(s) {
+                    norm.notes.push("plain-text answer: no tool call".into());
+                }
+                return norm;
+            }
+        },
+        other => vec![other.clone()],
+    };
+    let mut calls = Vec::with_capacity(items.len());
+    let mut nos = 0;
+    for (k, it) in items.iter().enumerate() {
+        match etom_item(it) {
+            EtomItem::Tool(t) => calls.push(PredCall { tool: t, group: k as i64 }),
+            EtomItem::No => nos += 1,
+            EtomItem::Unreadable(why) => {
+                norm.notes.push(format!("item {k}: {why}; counted as a wrong call"));
+                calls.push(PredCall { tool: String::new(), group: k as i64 });
+            }
+        }
+    }
+    if nos > 0 && calls.is_empty() {
+        norm.refusal = true;
+    } else if nos > 0 {
+        norm.notes.push(format!("{nos} \"No\" item(s) next to tool calls ignored"));
+    }
+    norm.turns = vec![calls];
+    norm
+}
+
+fn parse_etom(obj: &Map<String, Value>) -> Pred {
+    let Some(p) = obj.get("prediction") else {
+        return Pred::Malformed("no `prediction`".into());
+    };
+    Pred::Ok { norm: norm_etom(p), raw: RawPred::Etom(p.clone()) }
+}
+
+fn truthy(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Number(n)) => n.as_f64().is_some_and(|x| x != 0.0),
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+    }
+}
+
+/// Normalise FinMCP `messages_pred`: one turn per user message, one group per assistant message.
+pub fn norm_finmcp(messages: &Value) -> Result<NormPred, String> {
+    let turns = split_turns(messages)?;
+    let mut norm = NormPred::default();
+    let last = turns.len().saturating_sub(1);
+    let mut seen_ok: HashSet<usize> = HashSet::new();
+    for (t, mt) in turns.into_iter().enumerate() {
+        if t == last && t > 0 && mt.user.trim() == STOP {
+            let n: usize = mt.groups.iter().map(Vec::len).sum();
+            if n > 0 {
+                norm.notes.push(format!("{n} call(s) after the final `###STOP###` message ignored"));
+            }
+            continue;
+        }
+        let mut calls = Vec::new();
+        for (g, group) in mt.groups.into_iter().enumerate() {
+            for c in group {
+                match c {
+                    Ok(name) => calls.push(PredCall { tool: name, group: g as i64 }),
+                    Err(e) => {
+                        norm.notes.push(format!("{e}; counted as a wrong call"));
+                        calls.push(PredCall { tool: String::new(), group: g as i64 });
+                    }
+                }
+            }
+        }
+        seen_ok.insert(t);
+        norm.turns.push(calls);
+    }
+    Ok(norm)
+}
+
+fn parse_finmcp(obj: &Map<String, Value>) -> Pred {
+    let error = truthy(obj.get("error"));
+    let messages = obj.get("messages_pred").cloned().unwrap_or(Value::Null);
+    let norm = if error {
+        let mut n = NormPred::default();
+        n.notes.push("inference failed (record has `error`); scored as no tool calls".into());
+        n
+    } else {
+        match norm_finmcp(&messages) {
+            Ok(n) => n,
+            Err(e) => return Pred::Malformed(format!("messages_pred: {e}")),
+        }
+    };
+    Pred::Ok { norm, raw: RawPred::Finmcp { messages_pred: messages, error } }
+}
