@@ -15,7 +15,7 @@
 //! The format of each prediction record is detected from its keys unless `--format` is given.
 //! Unreadable lines become [`Diagnostic`]s and the run goes on.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
@@ -1062,7 +1062,6 @@ pub fn norm_finmcp(messages: &Value) -> Result<NormPred, String> {
     let turns = split_turns(messages)?;
     let mut norm = NormPred::default();
     let last = turns.len().saturating_sub(1);
-    let mut seen_ok: HashSet<usize> = HashSet::new();
     for (t, mt) in turns.into_iter().enumerate() {
         if t == last && t > 0 && mt.user.trim() == STOP {
             let n: usize = mt.groups.iter().map(Vec::len).sum();
@@ -1083,7 +1082,6 @@ pub fn norm_finmcp(messages: &Value) -> Result<NormPred, String> {
                 }
             }
         }
-        seen_ok.insert(t);
         norm.turns.push(calls);
     }
     Ok(norm)

@@ -374,7 +374,11 @@ fn table(mode: Mode, s: &Section) -> (Vec<String>, Vec<Vec<String>>) {
 }
 
 fn fmt_extra(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() >= 1.0 { format!("{v:.0}") } else { format!("{v:.4}") }
+    if v.fract() == 0.0 { format!("{v:.0}") } else { format!("{v:.4}") }
+}
+
+fn width(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
 }
 
 fn mode_title(mode: Mode) -> &'static str {
@@ -400,16 +404,16 @@ pub fn render_text(rep: &Report) -> String {
     for s in &rep.sections {
         out.push('\n');
         let (head, rows) = table(rep.mode, s);
-        let mut width: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
+        let mut widths: Vec<usize> = head.iter().map(|h| width(h)).collect();
         for r in &rows {
             for (i, c) in r.iter().enumerate() {
-                width[i] = width[i].max(c.chars().count());
+                widths[i] = widths[i].max(width(c));
             }
         }
         let line = |cells: &[String]| {
             let mut l = String::new();
             for (i, c) in cells.iter().enumerate() {
-                let pad = width[i] - c.chars().count();
+                let pad = widths[i] - width(c);
                 if i == 0 || i == cells.len() - 1 && rep.mode == Mode::CompatEtom {
                     l.push_str(c);
                     l.push_str(&" ".repeat(pad));
