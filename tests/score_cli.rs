@@ -52,8 +52,10 @@ fn etom_oracle(files: &[PathBuf]) -> Vec<Value> {
             let mut order: Vec<usize> = Vec::new();
             while order.len() < steps.len() {
                 for (i, s) in steps.iter().enumerate() {
-                    let deps: Vec<usize> =
-                        s["dependencies"].as_array().map(|a| a.iter().map(|d| d.as_u64().unwrap() as usize).collect()).unwrap_or_default();
+                    let deps: Vec<usize> = s["dependencies"]
+                        .as_array()
+                        .map(|a| a.iter().map(|d| d.as_u64().unwrap() as usize).collect())
+                        .unwrap_or_default();
                     if !order.contains(&i) && deps.iter().all(|d| order.contains(d)) {
                         order.push(i);
                     }
@@ -63,7 +65,11 @@ fn etom_oracle(files: &[PathBuf]) -> Vec<Value> {
             let pred: Vec<Value> = order
                 .iter()
                 .take(take)
-                .map(|&i| Value::String(json!({"server": steps[i]["server_name"], "tool_name": steps[i]["tool_name"]}).to_string()))
+                .map(|&i| {
+                    Value::String(
+                        json!({"server": steps[i]["server_name"], "tool_name": steps[i]["tool_name"]}).to_string(),
+                    )
+                })
                 .collect();
             out.push(json!({"id": id, "prediction": pred}));
         }
@@ -72,7 +78,8 @@ fn etom_oracle(files: &[PathBuf]) -> Vec<Value> {
 }
 
 fn finmcp_oracle(d: &Path) -> Value {
-    let samples: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(d.join("finmcp/demo_samples.json")).unwrap()).unwrap();
+    let samples: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(d.join("finmcp/demo_samples.json")).unwrap()).unwrap();
     Value::Array(samples.iter().map(|s| json!({"id": s["id"], "messages_pred": s["messages"]})).collect())
 }
 
@@ -162,7 +169,8 @@ fn real_examples_all_outputs_and_compat_finmcp() {
     assert!(text.contains("consist_mean") && text.contains("PlatformTechnicalSupport"), "{text}");
     let md = std::fs::read_to_string(md).unwrap();
     assert!(md.contains("## By class_Level1") && md.contains("| all | 6 | 1.0000"), "{md}");
-    let lines: Vec<Value> = std::fs::read_to_string(per).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Value> =
+        std::fs::read_to_string(per).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 6);
     assert!(lines.iter().all(|l| l["em"] == true && l["compat_groups"].is_array()));
 }
@@ -195,12 +203,23 @@ fn malformed_predictions_give_per_line_diagnostics_and_a_finished_report() {
         ),
     );
     let per = f.dir.path().join("per.jsonl");
-    let out = benchgen().arg("--json").arg("score").arg("--bench").arg(&bench).arg("--pred").arg(&pred).arg("--per-sample").arg(&per).output().unwrap();
+    let out = benchgen()
+        .arg("--json")
+        .arg("score")
+        .arg("--bench")
+        .arg(&bench)
+        .arg("--pred")
+        .arg(&pred)
+        .arg("--per-sample")
+        .arg(&per)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "unscorable lines are remembered in the exit code");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("could not be scored"), "{stderr}");
     let rep: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let diags: Vec<String> = rep["diagnostics"].as_array().unwrap().iter().map(|d| format!("{} {}", d["location"], d["message"])).collect();
+    let diags: Vec<String> =
+        rep["diagnostics"].as_array().unwrap().iter().map(|d| format!("{} {}", d["location"], d["message"])).collect();
     let has = |loc: &str, what: &str| diags.iter().any(|d| d.contains(loc) && d.contains(what));
     assert!(has("line 2", "not valid JSON"), "{diags:#?}");
     assert!(has("line 3", "no sample with this id"), "{diags:#?}");
@@ -212,8 +231,12 @@ fn malformed_predictions_give_per_line_diagnostics_and_a_finished_report() {
     // Every benchmark sample is in N: s1 right; s2, s3, s5 malformed; s4 wrong (unknown tool); s6 missing.
     let all = &rep["sections"][0]["rows"][0];
     assert_eq!((all["n"].as_u64(), all["em_count"].as_u64()), (Some(6), Some(1)));
-    assert_eq!((all["malformed"].as_u64(), all["missing"].as_u64(), all["wrong"].as_u64()), (Some(3), Some(1), Some(1)));
-    let per: Vec<Value> = std::fs::read_to_string(per).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(
+        (all["malformed"].as_u64(), all["missing"].as_u64(), all["wrong"].as_u64()),
+        (Some(3), Some(1), Some(1))
+    );
+    let per: Vec<Value> =
+        std::fs::read_to_string(per).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(per.len(), 6);
     let s4 = per.iter().find(|p| p["id"] == "s4").unwrap();
     assert!(s4["reasons"].to_string().contains("unknown tool"), "{s4}");
@@ -240,6 +263,15 @@ fn etom_file_without_level_in_its_name_needs_the_flag() {
     let out = benchgen().arg("score").arg("--bench").arg(&bench).arg("--pred").arg(&pred).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--etom-level"));
-    let out = benchgen().arg("score").arg("--bench").arg(&bench).arg("--etom-level").arg("5").arg("--pred").arg(&pred).output().unwrap();
+    let out = benchgen()
+        .arg("score")
+        .arg("--bench")
+        .arg(&bench)
+        .arg("--etom-level")
+        .arg("5")
+        .arg("--pred")
+        .arg(&pred)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

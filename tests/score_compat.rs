@@ -36,7 +36,8 @@ fn l2_efs_rows_are_separate_required_nodes_in_compat() {
 fn l2_fifteen_rows_one_correct_tool() {
     // The reference's query 607: k = 15 rows; one correct tool gives P 1, R 0.067, F1 0.125.
     let names: Vec<String> = (0..15).map(|i| format!("t{i}")).collect();
-    let rows: Vec<Value> = (0..15).map(|i| Value::Array(vec![t("S", &names[i], &[]), t("S", &names[(i + 1) % 15], &[])])).collect();
+    let rows: Vec<Value> =
+        (0..15).map(|i| Value::Array(vec![t("S", &names[i], &[]), t("S", &names[(i + 1) % 15], &[])])).collect();
     let (cor, com) = etom(2, &[(607, Value::Array(rows.clone()))], &[(id("L2-607"), json!([sel("S", "t3")]))]);
     let m = row(&com, "level", "L2").calls_macro.unwrap();
     assert!(close(m.r, 1.0 / 15.0) && close(m.f1, 0.125), "{m:?}");
@@ -86,7 +87,8 @@ fn l3_empty_and_non_list_answers_leave_the_f1_average() {
 fn four_perfect_four_wrong_gives_half_f1_in_both() {
     let gt = json!([t("S", "a", &[]), t("S", "b", &[0])]);
     let q: Vec<(u32, Value)> = (1..=8).map(|i| (i, gt.clone())).collect();
-    let mut preds: Vec<(String, Value)> = (1..=4).map(|i| (format!("L3-{i}"), json!([sel("S", "a"), sel("S", "b")]))).collect();
+    let mut preds: Vec<(String, Value)> =
+        (1..=4).map(|i| (format!("L3-{i}"), json!([sel("S", "a"), sel("S", "b")]))).collect();
     preds.extend((5..=8).map(|i| (format!("L3-{i}"), json!([sel("S", "x")]))));
     let (cor, com) = etom(3, &q, &preds);
     assert_eq!(row(&com, "level", "L3").calls_macro.unwrap().f1, 0.5);
@@ -304,7 +306,10 @@ fn calls_after_stop_count_only_in_compat() {
 fn missing_prediction_leaves_n_in_compat_and_scores_zero_corrected() {
     let g: &[&[&str]] = &[&["A"]];
     let (cor, com) = finmcp(
-        &[fin_sample(1, "single step", "x-y", "easy", messages(&[("q", g)])), fin_sample(2, "single step", "x-y", "easy", messages(&[("q", g)]))],
+        &[
+            fin_sample(1, "single step", "x-y", "easy", messages(&[("q", g)])),
+            fin_sample(2, "single step", "x-y", "easy", messages(&[("q", g)])),
+        ],
         &[rec(1, messages(&[("q", g)]))],
     );
     assert_eq!(row(&com, "overall", "all").n, 1);

@@ -21,15 +21,22 @@ fn tool(family: Family, i: usize) -> String {
     }
 }
 
+/// One reference call: alternative tool indices, dependencies on earlier calls, group.
+type PlanStep = (Vec<usize>, Vec<usize>, u32);
+
 /// A reference plan: per call (alternative tool indices, dependencies on earlier calls).
 #[derive(Debug, Clone)]
 struct Plan {
     kind: Kind,
-    turns: Vec<Vec<(Vec<usize>, Vec<usize>, u32)>>,
+    turns: Vec<Vec<PlanStep>>,
 }
 
 fn etom_plan() -> impl Strategy<Value = Plan> {
-    (1u8..=4, 1usize..=7, prop::collection::vec((prop::collection::vec(0..POOL, 1..=3), prop::collection::vec(any::<bool>(), 7)), 7))
+    (
+        1u8..=4,
+        1usize..=7,
+        prop::collection::vec((prop::collection::vec(0..POOL, 1..=3), prop::collection::vec(any::<bool>(), 7)), 7),
+    )
         .prop_map(|(level, n, raw)| {
             let kind = Kind::from_level(level).unwrap();
             let n = match kind {
@@ -39,9 +46,14 @@ fn etom_plan() -> impl Strategy<Value = Plan> {
             let calls = (0..n)
                 .map(|i| {
                     let (alts, dep_bits) = &raw[i];
-                    let mut alts: Vec<usize> = if kind == Kind::L3 || kind == Kind::L1 { alts[..1].to_vec() } else { alts.clone() };
+                    let mut alts: Vec<usize> =
+                        if kind == Kind::L3 || kind == Kind::L1 { alts[..1].to_vec() } else { alts.clone() };
                     alts.dedup();
-                    let deps = if matches!(kind, Kind::L3 | Kind::L4) { (0..i).filter(|&d| dep_bits[d]).collect() } else { vec![] };
+                    let deps = if matches!(kind, Kind::L3 | Kind::L4) {
+                        (0..i).filter(|&d| dep_bits[d]).collect()
+                    } else {
+                        vec![]
+                    };
                     (alts, deps, 0)
                 })
                 .collect();
@@ -86,7 +98,11 @@ fn item(plan: &Plan) -> Item {
         .iter()
         .map(|t| {
             t.iter()
-                .map(|(alts, deps, g)| GoldCall { alts: alts.iter().map(|&a| tool(family, a)).collect(), group: *g, deps: deps.clone() })
+                .map(|(alts, deps, g)| GoldCall {
+                    alts: alts.iter().map(|&a| tool(family, a)).collect(),
+                    group: *g,
+                    deps: deps.clone(),
+                })
                 .collect()
         })
         .collect();
@@ -122,8 +138,11 @@ fn oracle(it: &Item, pick: usize, sequential: bool) -> NormPred {
         .turns
         .iter()
         .map(|calls| {
-            let key: Vec<i64> =
-                if it.family == Family::Etom { depth(calls) } else { calls.iter().map(|c| i64::from(c.group)).collect() };
+            let key: Vec<i64> = if it.family == Family::Etom {
+                depth(calls)
+            } else {
+                calls.iter().map(|c| i64::from(c.group)).collect()
+            };
             let mut idx: Vec<usize> = (0..calls.len()).collect();
             idx.sort_by_key(|&i| key[i]);
             idx.iter()
@@ -145,7 +164,11 @@ fn score(it: &Item, norm: NormPred) -> SampleResult {
 
 fn perfect(r: &SampleResult) -> bool {
     let c = r.calls.unwrap();
-    r.em && c.p == 1.0 && c.r == 1.0 && c.f1 == 1.0 && r.node_set_em.unwrap_or(true) && r.tool_set.is_none_or(|s| s.f1 == 1.0)
+    r.em && c.p == 1.0
+        && c.r == 1.0
+        && c.f1 == 1.0
+        && r.node_set_em.unwrap_or(true)
+        && r.tool_set.is_none_or(|s| s.f1 == 1.0)
 }
 
 fn any_plan() -> impl Strategy<Value = Plan> {
@@ -252,7 +275,10 @@ fn oracle_report_is_100_everywhere() {
                 .iter()
                 .map(|t| Turn {
                     user: "u".into(),
-                    reference_plan: t.iter().map(|c| PlanCall { alternatives: c.alts.clone(), group: c.group, depends_on: c.deps.clone() }).collect(),
+                    reference_plan: t
+                        .iter()
+                        .map(|c| PlanCall { alternatives: c.alts.clone(), group: c.group, depends_on: c.deps.clone() })
+                        .collect(),
                     gold_reply: None,
                 })
                 .collect(),
@@ -262,7 +288,11 @@ fn oracle_report_is_100_everywhere() {
         };
         samples.push(serde_json::to_value(&s).unwrap());
         let o = oracle(&it, i, i % 2 == 0);
-        let turns: Vec<_> = o.turns.iter().map(|t| json!({"calls": t.iter().map(|c| json!({"tool": c.tool, "group": c.group})).collect::<Vec<_>>()})).collect();
+        let turns: Vec<_> = o
+            .turns
+            .iter()
+            .map(|t| json!({"calls": t.iter().map(|c| json!({"tool": c.tool, "group": c.group})).collect::<Vec<_>>()}))
+            .collect();
         preds.push(json!({"id": it.id, "turns": turns}));
     }
     samples.push(json!({"id": "oos", "family": "etom", "kind": "L5", "scenario": [], "turns": [{"user": "u", "reference_plan": []}], "out_of_scope": true, "difficulty": "easy", "provenance_id": ""}));

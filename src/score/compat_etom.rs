@@ -165,7 +165,9 @@ fn dep_ids(deps: &Value) -> Py<Vec<Option<i64>>> {
         Value::Array(a) => a
             .iter()
             .map(|d| match d {
-                Value::Number(n) => Ok(n.as_i64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))),
+                Value::Number(n) => {
+                    Ok(n.as_i64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64)))
+                }
                 Value::Bool(b) => Ok(Some(i64::from(*b))),
                 Value::Array(_) | Value::Object(_) => Err(format!("TypeError: unhashable type: '{}'", py_type(d))),
                 _ => Ok(None),
@@ -178,6 +180,9 @@ fn dep_ids(deps: &Value) -> Py<Vec<Option<i64>>> {
         other => Err(format!("TypeError: '{}' object is not iterable", py_type(other))),
     }
 }
+
+/// A GT graph node: its EFS `(server, tool)` pairs and the union of its dependency ids.
+type Node = (Vec<(Value, Value)>, Vec<Option<i64>>);
 
 /// Result of `GraphEvaluator.evaluate`.
 struct Graph {
@@ -201,7 +206,7 @@ fn graph_evaluate(gt: &[Vec<GtTool>], raw: &[Value]) -> Py<Graph> {
         return Ok(Graph { em: false, p: 0.0, r: 1.0, f1: 0.0, tp: 0, fp: raw.len() as u32, fn_: 0 });
     }
     // parse_ground_truth: one node per step (keyed by position), EFS set and union of deps.
-    let mut nodes: Vec<(Vec<(Value, Value)>, Vec<Option<i64>>)> = Vec::with_capacity(gt.len());
+    let mut nodes: Vec<Node> = Vec::with_capacity(gt.len());
     for step in gt {
         let mut efs = Vec::new();
         let mut deps = Vec::new();
@@ -252,7 +257,9 @@ fn graph_evaluate(gt: &[Vec<GtTool>], raw: &[Value]) -> Py<Graph> {
     for (p, a) in assign.iter().enumerate() {
         if let Some(n) = a {
             let ok = nodes[*n].1.iter().all(|d| match d {
-                Some(d) if *d >= 0 && (*d as usize) < nodes.len() => matches!(pos_of_node[*d as usize], Some(q) if q < p),
+                Some(d) if *d >= 0 && (*d as usize) < nodes.len() => {
+                    matches!(pos_of_node[*d as usize], Some(q) if q < p)
+                }
                 _ => false,
             });
             placed += u32::from(ok);
@@ -442,7 +449,8 @@ fn level5(result: &Value) -> Eval {
                         Err(_) => actual += 1,
                     },
                     Value::Object(d) => {
-                        let server = match lower(or(get(d, "server", empty_str()), get(d, "server_name", empty_str()))) {
+                        let server = match lower(or(get(d, "server", empty_str()), get(d, "server_name", empty_str())))
+                        {
                             Ok(x) => x,
                             Err(e) => return Eval::processing_error(e),
                         };
@@ -459,7 +467,11 @@ fn level5(result: &Value) -> Eval {
             let r = if actual == 0 { 1.0 } else { 0.0 };
             let f = super::f1(p, r);
             let em = actual == 0;
-            let mut e = Eval::new(if em { "correct_no_tools" } else { "incorrect_tools_predicted" }, em, Some((p, r, f, no, actual, 0)));
+            let mut e = Eval::new(
+                if em { "correct_no_tools" } else { "incorrect_tools_predicted" },
+                em,
+                Some((p, r, f, no, actual, 0)),
+            );
             e.tool_name_match = em;
             e.server_match = em;
             e
@@ -471,7 +483,9 @@ fn level5(result: &Value) -> Eval {
                     Value::Object(d) => d,
                     Value::String(s) => {
                         parsed = serde_json::from_str::<Value>(s).map_err(|e| format!("JSONDecodeError: {e}"))?;
-                        parsed.as_object().ok_or_else(|| format!("AttributeError: '{}' object has no attribute 'get'", py_type(&parsed)))?
+                        parsed.as_object().ok_or_else(|| {
+                            format!("AttributeError: '{}' object has no attribute 'get'", py_type(&parsed))
+                        })?
                     }
                     v => return Err(format!("TypeError: the JSON object must be str, not {}", py_type(v))),
                 };
@@ -564,7 +578,8 @@ pub fn score(item: &Item, pred: Option<&Pred>) -> SampleResult {
         None => Eval::processing_error("no orchestrator result".into()),
     };
     res.em = ev.em;
-    res.calls = ev.f1.map(|(p, r, f1, tp, fp, fn_)| Prf { p, r, f1, tp_p: tp, tp_r: tp, pred: tp + fp, gold: tp + fn_ });
+    res.calls =
+        ev.f1.map(|(p, r, f1, tp, fp, fn_)| Prf { p, r, f1, tp_p: tp, tp_r: tp, pred: tp + fp, gold: tp + fn_ });
     // L3/L4 average F1 only over answers with the graph status and `f1_metrics`.
     if matches!(item.kind, Kind::L3 | Kind::L4) && !matches!(ev.status, "tool_graph" | "tool_chain_efs") {
         res.calls = None;

@@ -78,7 +78,8 @@ pub fn score(item: &Item, pred: Option<&Pred>) -> SampleResult {
     };
     let pred_names: Vec<String> = match pred {
         None => {
-            res.reasons.push("no prediction record: left out of N (evaluation.py would stop: messages_pred not found)".into());
+            res.reasons
+                .push("no prediction record: left out of N (evaluation.py would stop: messages_pred not found)".into());
             return res;
         }
         Some(Pred::Malformed(why)) => {
@@ -86,7 +87,8 @@ pub fn score(item: &Item, pred: Option<&Pred>) -> SampleResult {
             return res;
         }
         Some(Pred::Ok { raw: RawPred::Finmcp { error: true, .. }, .. }) => {
-            res.reasons.push("error record: dropped (--drop_error_data defaults to True and cannot be turned off)".into());
+            res.reasons
+                .push("error record: dropped (--drop_error_data defaults to True and cannot be turned off)".into());
             return res;
         }
         Some(Pred::Ok { raw: RawPred::Finmcp { messages_pred, .. }, .. }) => match extract(messages_pred) {

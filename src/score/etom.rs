@@ -48,7 +48,8 @@ pub fn score(ctx: &ScoreCtx, item: &Item, pred: Option<&Pred>) -> SampleResult {
         res.calls = Some(Prf { p: v, r: v, f1: v, tp_p: 0, tp_r: 0, pred: n_pred, gold: 0 });
         if !ok {
             let shown: Vec<String> = calls.iter().take(5).map(|(t, _)| format!("`{t}`")).collect();
-            res.reasons.push(format!("out-of-scope request, but {n_pred} tool call(s) predicted: {}", shown.join(", ")));
+            res.reasons
+                .push(format!("out-of-scope request, but {n_pred} tool call(s) predicted: {}", shown.join(", ")));
         }
         finish(&mut res);
         return res;
@@ -83,7 +84,9 @@ pub fn score(ctx: &ScoreCtx, item: &Item, pred: Option<&Pred>) -> SampleResult {
     for (p, (tool, _)) in calls.iter().enumerate() {
         match pl.assign[p] {
             None if tool.is_empty() => {} // the reader's note already says why
-            None if !ctx.universe.contains(*tool) => why.push(format!("call {p} `{tool}`: unknown tool (not in the benchmark)")),
+            None if !ctx.universe.contains(*tool) => {
+                why.push(format!("call {p} `{tool}`: unknown tool (not in the benchmark)"))
+            }
             None if cand[p].is_empty() => why.push(format!("call {p} `{tool}`: not a reference tool of this sample")),
             None => why.push(format!("call {p} `{tool}`: extra call (its reference call is already matched)")),
             Some(n) if !pl.placed[p] => {

@@ -13,7 +13,9 @@
 
 use super::input::key_for;
 use super::matching::max_matching;
-use super::{Item, NormPred, Pred, PredCall, Prf, SampleResult, ScoreCtx, Status, TurnResult, corrected_pred, push_capped};
+use super::{
+    Item, NormPred, Pred, PredCall, Prf, SampleResult, ScoreCtx, Status, TurnResult, corrected_pred, push_capped,
+};
 use crate::model::Kind;
 
 pub fn score(ctx: &ScoreCtx, item: &Item, pred: Option<&Pred>) -> SampleResult {
@@ -37,7 +39,13 @@ pub fn score(ctx: &ScoreCtx, item: &Item, pred: Option<&Pred>) -> SampleResult {
         // Multiset: one-to-one matching of calls.
         let cand: Vec<Vec<usize>> = keys
             .iter()
-            .map(|k| gold.iter().enumerate().filter(|(_, g)| !k.is_empty() && g.alts.iter().any(|a| a == k)).map(|(i, _)| i).collect())
+            .map(|k| {
+                gold.iter()
+                    .enumerate()
+                    .filter(|(_, g)| !k.is_empty() && g.alts.iter().any(|a| a == k))
+                    .map(|(i, _)| i)
+                    .collect()
+            })
             .collect();
         let matched = max_matching(&cand, gold.len()) as u32;
         tp += matched;
@@ -76,7 +84,13 @@ pub fn score(ctx: &ScoreCtx, item: &Item, pred: Option<&Pred>) -> SampleResult {
                 g.len() == p.len() && {
                     let c: Vec<Vec<usize>> = p
                         .iter()
-                        .map(|k| g.iter().enumerate().filter(|(_, alts)| !k.is_empty() && alts.iter().any(|a| a == k)).map(|(i, _)| i).collect())
+                        .map(|k| {
+                            g.iter()
+                                .enumerate()
+                                .filter(|(_, alts)| !k.is_empty() && alts.iter().any(|a| a == k))
+                                .map(|(i, _)| i)
+                                .collect()
+                        })
                         .collect();
                     max_matching(&c, g.len()) == g.len()
                 }

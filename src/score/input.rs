@@ -65,7 +65,12 @@ pub struct Diagnostic {
 impl Diagnostic {
     /// A diagnostic whose file is filled in by the reader.
     pub fn line(location: &str, id: Option<&str>, message: impl Into<String>) -> Self {
-        Diagnostic { file: String::new(), location: location.to_string(), id: id.map(str::to_string), message: message.into() }
+        Diagnostic {
+            file: String::new(),
+            location: location.to_string(),
+            id: id.map(str::to_string),
+            message: message.into(),
+        }
     }
 }
 
@@ -130,7 +135,8 @@ pub fn load_benches(opts: &Options) -> anyhow::Result<Bench> {
     let mut bench = Bench::default();
     for path in &opts.benches {
         let file_idx = bench.files.len();
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read benchmark `{}`", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("cannot read benchmark `{}`", path.display()))?;
         let format = match opts.bench_format {
             Some(f) => f,
             None => detect_bench(path, &text)?,
@@ -231,7 +237,9 @@ fn check_deps(calls: &mut [GoldCall], turn: usize, defects: &mut Vec<String>) {
         let mut kept = Vec::with_capacity(c.deps.len());
         for &d in &c.deps {
             if d >= n {
-                defects.push(format!("turn {turn} call {i} depends on call {d}, which does not exist; dependency ignored"));
+                defects.push(format!(
+                    "turn {turn} call {i} depends on call {d}, which does not exist; dependency ignored"
+                ));
             } else if d == i {
                 defects.push(format!("turn {turn} call {i} depends on itself; dependency ignored"));
             } else {
@@ -468,7 +476,11 @@ fn load_etom(file: &str, text: &str, level: u8, file_idx: usize, keep_raw: bool)
         problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
     })?;
     let Value::Array(records) = v else {
-        return Err(InputError { file: file.into(), problems: vec![Problem::new("top level", "expected a JSON list of queries")] }.into());
+        return Err(InputError {
+            file: file.into(),
+            problems: vec![Problem::new("top level", "expected a JSON list of queries")],
+        }
+        .into());
     };
     let kind = Kind::from_level(level).expect("level 1..5");
     let mut items = Vec::with_capacity(records.len());
@@ -502,7 +514,8 @@ fn load_etom(file: &str, text: &str, level: u8, file_idx: usize, keep_raw: bool)
             let mut first_deps: Option<Vec<usize>> = None;
             for (m, member) in members.iter().enumerate() {
                 let Some(t) = member.as_object() else {
-                    defects.push(format!("ground_truth_tools[{e}][{m}] is {}, not a tool; ignored", value_kind(member)));
+                    defects
+                        .push(format!("ground_truth_tools[{e}][{m}] is {}, not a tool; ignored", value_kind(member)));
                     continue;
                 };
                 let server = t.get("server_name").or_else(|| t.get("server")).and_then(Value::as_str).unwrap_or("");
@@ -514,7 +527,9 @@ fn load_etom(file: &str, text: &str, level: u8, file_idx: usize, keep_raw: bool)
                 if let Some(given) = t.get("tool_id").and_then(Value::as_str)
                     && given != id_norm
                 {
-                    defects.push(format!("tool_id `{given}` differs from server_name::tool_name `{id_norm}`; matched as the latter"));
+                    defects.push(format!(
+                        "tool_id `{given}` differs from server_name::tool_name `{id_norm}`; matched as the latter"
+                    ));
                 }
                 let mdeps: Vec<usize> = match t.get("dependencies") {
                     Some(Value::Array(a)) => a.iter().filter_map(|d| d.as_u64().map(|d| d as usize)).collect(),
@@ -643,7 +658,11 @@ fn load_finmcp(file: &str, text: &str, file_idx: usize, keep_raw: bool) -> anyho
         problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
     })?;
     let Value::Array(records) = v else {
-        return Err(InputError { file: file.into(), problems: vec![Problem::new("top level", "expected a JSON list of samples")] }.into());
+        return Err(InputError {
+            file: file.into(),
+            problems: vec![Problem::new("top level", "expected a JSON list of samples")],
+        }
+        .into());
     };
     let mut items = Vec::with_capacity(records.len());
     let mut problems = Vec::new();
@@ -848,7 +867,6 @@ pub fn read_predictions(
             }
         }
     }
-    drop(handle);
     let records = records + bad_lines;
     for d in &mut diags {
         if d.file.is_empty() {
@@ -896,7 +914,9 @@ fn parse_unified(obj: &Map<String, Value>) -> Pred {
         Some(v) => return Pred::Malformed(format!("`refusal` is {}, expected true or false", value_kind(v))),
     };
     let turns_v = match obj.get("turns") {
-        None | Some(Value::Null) if refusal => return Pred::Ok { norm: NormPred { refusal: true, ..Default::default() }, raw: RawPred::Unified },
+        None | Some(Value::Null) if refusal => {
+            return Pred::Ok { norm: NormPred { refusal: true, ..Default::default() }, raw: RawPred::Unified };
+        }
         None => return Pred::Malformed("no `turns` (and no `refusal: true`)".into()),
         Some(Value::Array(a)) => a,
         Some(v) => return Pred::Malformed(format!("`turns` is {}, expected a list", value_kind(v))),
@@ -927,7 +947,10 @@ fn parse_unified(obj: &Map<String, Value>) -> Pred {
                     n.as_i64().expect("checked")
                 }
                 Some(v) => {
-                    return Pred::Malformed(format!("turns[{t}].calls[{k}].group is {}, expected an integer", value_kind(v)));
+                    return Pred::Malformed(format!(
+                        "turns[{t}].calls[{k}].group is {}, expected an integer",
+                        value_kind(v)
+                    ));
                 }
             };
             calls.push(PredCall { tool, group });

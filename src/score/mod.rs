@@ -272,7 +272,8 @@ pub struct ScoreCtx {
 
 impl ScoreCtx {
     pub fn new(mode: Mode, items: &[Item]) -> Self {
-        let universe = items.iter().flat_map(|i| i.turns.iter().flatten().flat_map(|c| c.alts.iter().cloned())).collect();
+        let universe =
+            items.iter().flat_map(|i| i.turns.iter().flatten().flat_map(|c| c.alts.iter().cloned())).collect();
         ScoreCtx { mode, universe }
     }
 }
@@ -290,7 +291,11 @@ pub fn score_item(ctx: &ScoreCtx, item: &Item, pred: Option<&Pred>) -> SampleRes
 }
 
 /// The prediction to score in the corrected mode, with the sample's status so far.
-pub(crate) fn corrected_pred<'a>(item: &Item, pred: Option<&'a Pred>, empty: &'a NormPred) -> (SampleResult, &'a NormPred) {
+pub(crate) fn corrected_pred<'a>(
+    item: &Item,
+    pred: Option<&'a Pred>,
+    empty: &'a NormPred,
+) -> (SampleResult, &'a NormPred) {
     match pred {
         None => {
             let mut r = SampleResult::new(item, Status::Missing);
@@ -363,7 +368,11 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
             return;
         };
         if results[i].is_some() {
-            diags.push(input::Diagnostic::line(line, Some(id), "second prediction for this id; only the first is scored"));
+            diags.push(input::Diagnostic::line(
+                line,
+                Some(id),
+                "second prediction for this id; only the first is scored",
+            ));
             return;
         }
         results[i] = Some(score_item(&ctx, &bench.items[i], Some(&pred)));

@@ -190,7 +190,10 @@ fn compat_etom_extras(row: &mut Row, rs: &[&SampleResult]) {
             e.insert("response_rate.error".into(), contains("error"));
             if kind == Kind::L3 {
                 e.insert("structure_match_rate".into(), row.em);
-                e.insert("node_set_match_rate".into(), rs.iter().filter(|r| r.node_set_em == Some(true)).count() as f64 / n);
+                e.insert(
+                    "node_set_match_rate".into(),
+                    rs.iter().filter(|r| r.node_set_em == Some(true)).count() as f64 / n,
+                );
             } else {
                 e.insert("structure_match_rate".into(), 0.0);
                 e.insert("node_set_match_rate".into(), 0.0);
@@ -205,7 +208,12 @@ fn compat_etom_extras(row: &mut Row, rs: &[&SampleResult]) {
     }
 }
 
-fn section(mode: Mode, dimension: &str, results: &[SampleResult], key: impl Fn(&SampleResult) -> Option<String>) -> Section {
+fn section(
+    mode: Mode,
+    dimension: &str,
+    results: &[SampleResult],
+    key: impl Fn(&SampleResult) -> Option<String>,
+) -> Section {
     let mut groups: BTreeMap<String, Vec<&SampleResult>> = BTreeMap::new();
     for r in results {
         if let Some(k) = key(r) {
@@ -254,7 +262,11 @@ pub fn build(
     let mut data_defects = Vec::new();
     for it in &bench.items {
         for d in &it.defects {
-            data_defects.push(Defect { file: bench.files[it.file].path.clone(), id: it.id.clone(), message: d.clone() });
+            data_defects.push(Defect {
+                file: bench.files[it.file].path.clone(),
+                id: it.id.clone(),
+                message: d.clone(),
+            });
         }
     }
     Report {
@@ -294,8 +306,22 @@ fn table(mode: Mode, s: &Section) -> (Vec<String>, Vec<Vec<String>>) {
     match mode {
         Mode::Corrected => {
             let head = [
-                &s.dimension as &str, "N", "EM", "node EM", "P", "R", "F1", "µP", "µR", "µF1", "set µP", "set µR", "set µF1", "wrong",
-                "missing", "malformed",
+                &s.dimension as &str,
+                "N",
+                "EM",
+                "node EM",
+                "P",
+                "R",
+                "F1",
+                "µP",
+                "µR",
+                "µF1",
+                "set µP",
+                "set µR",
+                "set µF1",
+                "wrong",
+                "missing",
+                "malformed",
             ];
             let rows = s
                 .rows
@@ -324,7 +350,19 @@ fn table(mode: Mode, s: &Section) -> (Vec<String>, Vec<Vec<String>>) {
             (head.iter().map(|h| h.to_string()).collect(), rows)
         }
         Mode::CompatEtom => {
-            let head = ["level", "N", "exact_match_rate", "precision", "recall", "f1", "f1 sample_size", "tp", "fp", "fn", "level_specific"];
+            let head = [
+                "level",
+                "N",
+                "exact_match_rate",
+                "precision",
+                "recall",
+                "f1",
+                "f1 sample_size",
+                "tp",
+                "fp",
+                "fn",
+                "level_specific",
+            ];
             let rows = s
                 .rows
                 .iter()
@@ -348,7 +386,14 @@ fn table(mode: Mode, s: &Section) -> (Vec<String>, Vec<Vec<String>>) {
         }
         Mode::CompatFinmcp => {
             let head = [
-                &s.dimension as &str, "N", "macro_Precision", "macro_Recall", "macro_F1", "micro_Precision", "micro_Recall", "micro_F1",
+                &s.dimension as &str,
+                "N",
+                "macro_Precision",
+                "macro_Recall",
+                "macro_F1",
+                "micro_Precision",
+                "micro_Recall",
+                "micro_F1",
                 "consist_mean",
             ];
             let rows = s
@@ -400,7 +445,13 @@ pub fn render_text(rep: &Report) -> String {
         let _ = writeln!(out, "  bench {} ({:?}{lvl}): {} samples", b.path, b.format, b.samples);
     }
     let fm: Vec<String> = rep.predictions.formats.iter().map(|(f, n)| format!("{n} {f:?}")).collect();
-    let _ = writeln!(out, "  predictions {}: {} records ({})", rep.predictions.path, rep.predictions.records, fm.join(", "));
+    let _ = writeln!(
+        out,
+        "  predictions {}: {} records ({})",
+        rep.predictions.path,
+        rep.predictions.records,
+        fm.join(", ")
+    );
     for s in &rep.sections {
         out.push('\n');
         let (head, rows) = table(rep.mode, s);
@@ -477,7 +528,11 @@ pub fn render_markdown(rep: &Report) -> String {
         let _ = writeln!(out, "\n## By {}\n", s.dimension);
         let (head, rows) = table(rep.mode, s);
         let _ = writeln!(out, "| {} |", head.iter().map(|h| md_escape(h)).collect::<Vec<_>>().join(" | "));
-        let _ = writeln!(out, "|{}", head.iter().enumerate().map(|(i, _)| if i == 0 { " --- |" } else { " ---: |" }).collect::<String>());
+        let _ = writeln!(
+            out,
+            "|{}",
+            head.iter().enumerate().map(|(i, _)| if i == 0 { " --- |" } else { " ---: |" }).collect::<String>()
+        );
         for r in rows {
             let _ = writeln!(out, "| {} |", r.iter().map(|c| md_escape(c)).collect::<Vec<_>>().join(" | "));
         }
