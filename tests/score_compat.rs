@@ -316,3 +316,58 @@ fn missing_prediction_leaves_n_in_compat_and_scores_zero_corrected() {
     let k = row(&cor, "overall", "all");
     assert_eq!((k.n, k.missing, k.em), (2, 1, 0.5));
 }
+
+#[test]
+fn unparseable_item_is_skipped_by_compat_and_wrong_when_corrected() {
+    let gt = json!([t("S", "a", &[])]);
+    let (cor, com) = etom(3, &[(1, gt)], &[(id("L3-1"), json!([sel("S", "a"), "garbage"]))]);
+    let c = com.results[0].calls.unwrap();
+    assert!(com.results[0].em && c.p == 1.0, "skipped item counts in neither TP nor FP");
+    assert_eq!(com.results[0].node_set_em, Some(false), "but enters the node set as ('parse_error', …)");
+    let k = cor.results[0].calls.unwrap();
+    assert!(!cor.results[0].em && close(k.p, 0.5));
+}
+
+#[test]
+fn l5_mixed_no_and_tool() {
+    let (cor, com) = etom(5, &[(1, json!([]))], &[(id("L5-1"), json!([sel("No", "No"), sel("S", "a")]))]);
+    let c = com.results[0].calls.unwrap();
+    assert_eq!((com.results[0].em, c.p, c.r), (false, 0.5, 0.0));
+    let k = cor.results[0].calls.unwrap();
+    assert_eq!((cor.results[0].em, k.p, k.r, k.f1), (false, 0.0, 0.0, 0.0));
+}
+
+#[test]
+fn unreadable_tool_call_skips_the_sample_in_compat() {
+    let g: &[&[&str]] = &[&["A"]];
+    let mut bad = messages(&[("q", g)]);
+    bad[1]["tool_calls"][0]["function"].as_object_mut().unwrap().remove("name");
+    let (cor, com) = finmcp(&[fin_sample(1, "single step", "x-y", "easy", messages(&[("q", g)]))], &[rec(1, bad)]);
+    assert_eq!(row(&com, "overall", "all").n, 0);
+    assert_eq!(com.results[0].status, benchgen::score::Status::Dropped);
+    let k = row(&cor, "overall", "all");
+    assert_eq!((k.n, k.em), (1, 0.0));
+    assert_eq!(cor.results[0].calls.unwrap().p, 0.0);
+}
+
+#[test]
+fn missing_etom_prediction_is_a_processing_error_in_compat() {
+    let gt = json!([t("S", "a", &[]), t("S", "b", &[0])]);
+    let (cor, com) = etom(3, &[(1, gt.clone()), (2, gt)], &[(id("L3-1"), json!([sel("S", "a"), sel("S", "b")]))]);
+    let c = row(&com, "level", "L3");
+    assert_eq!((c.n, c.calls_n, c.em), (2, 1, 0.5));
+    assert_eq!(com.results[1].compat_status.as_deref(), Some("processing_error"));
+    let k = row(&cor, "kind", "L3");
+    assert_eq!((k.n, k.calls_n, k.missing), (2, 2, 1));
+    assert_eq!(k.calls_macro.unwrap().f1, 0.5);
+}
+
+#[test]
+fn difficulty_comes_from_the_label_in_compat_and_from_the_calls_corrected() {
+    let g: Vec<&[&str]> = vec![&["A"]; 7];
+    let s = fin_sample(1, "multi step", "x-y", "easy", messages(&[("q", &g)]));
+    let (cor, com) = finmcp(&[s], &[rec(1, messages(&[("q", &g)]))]);
+    assert_eq!(row(&com, "difficulty", "easy").n, 1);
+    assert_eq!(row(&cor, "difficulty", "medium").n, 1);
+    assert!(cor.data_defects.iter().any(|d| d.message.contains("diff_level.level `easy`")));
+}

@@ -99,7 +99,7 @@ fn item(plan: &Plan) -> Item {
         .map(|t| {
             t.iter()
                 .map(|(alts, deps, g)| GoldCall {
-                    alts: alts.iter().map(|&a| tool(family, a)).collect(),
+                    alts: alts.iter().map(|&a| tool(family, a).into()).collect(),
                     group: *g,
                     deps: deps.clone(),
                 })
@@ -112,6 +112,7 @@ fn item(plan: &Plan) -> Item {
         family,
         kind: plan.kind,
         difficulty: Difficulty::from_calls(n),
+        given_difficulty: Difficulty::from_calls(n),
         category: "c".into(),
         scenario: "c / s".into(),
         turns,
@@ -148,7 +149,7 @@ fn oracle(it: &Item, pick: usize, sequential: bool) -> NormPred {
             idx.iter()
                 .enumerate()
                 .map(|(pos, &i)| PredCall {
-                    tool: calls[i].alts[pick % calls[i].alts.len()].clone(),
+                    tool: calls[i].alts[pick % calls[i].alts.len()].to_string(),
                     group: if sequential && it.family == Family::Etom { pos as i64 } else { key[i] },
                 })
                 .collect()
@@ -277,7 +278,11 @@ fn oracle_report_is_100_everywhere() {
                     user: "u".into(),
                     reference_plan: t
                         .iter()
-                        .map(|c| PlanCall { alternatives: c.alts.clone(), group: c.group, depends_on: c.deps.clone() })
+                        .map(|c| PlanCall {
+                            alternatives: c.alts.iter().map(|a| a.to_string()).collect(),
+                            group: c.group,
+                            depends_on: c.deps.clone(),
+                        })
                         .collect(),
                     gold_reply: None,
                 })

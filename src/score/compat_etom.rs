@@ -552,12 +552,39 @@ pub fn to_orchestrator(norm: &NormPred) -> Value {
     Value::Array(items)
 }
 
+/// A unified ETOM sample in the published `ground_truth_tools` shape: L1 and L3 flat, L2 and
+/// L4 one list of alternatives per step.
+pub fn gt_from_item(item: &Item) -> Value {
+    let flat = matches!(item.kind, Kind::L1 | Kind::L3);
+    let tool = |id: &str, deps: &[usize]| {
+        let (server, tool) = id.split_once(crate::model::TOOL_ID_SEP).unwrap_or(("", id));
+        serde_json::json!({"server_name": server, "tool_name": tool, "dependencies": deps})
+    };
+    let steps = item
+        .turns
+        .iter()
+        .flatten()
+        .map(|c| {
+            if flat {
+                tool(c.alts.first().map(|a| &**a).unwrap_or(""), &c.deps)
+            } else {
+                Value::Array(c.alts.iter().map(|a| tool(a, &c.deps)).collect())
+            }
+        })
+        .collect();
+    Value::Array(steps)
+}
+
 pub fn score(item: &Item, pred: Option<&Pred>) -> SampleResult {
     let level = item.kind.level().unwrap_or(5);
     let mut res = SampleResult::new(item, Status::Wrong);
+    let derived;
     let gt = match &item.raw {
-        Some(Raw::Etom(v)) => v.clone(),
-        _ => Value::Array(vec![]),
+        Some(Raw::Etom(v)) => v,
+        _ => {
+            derived = gt_from_item(item);
+            &derived
+        }
     };
     let result: Option<Value> = match pred {
         None => {
@@ -574,7 +601,7 @@ pub fn score(item: &Item, pred: Option<&Pred>) -> SampleResult {
         Some(Pred::Ok { norm, .. }) => Some(to_orchestrator(norm)),
     };
     let ev = match &result {
-        Some(r) => evaluate(level, &gt, r),
+        Some(r) => evaluate(level, gt, r),
         None => Eval::processing_error("no orchestrator result".into()),
     };
     res.em = ev.em;

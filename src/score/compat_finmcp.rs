@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::compat_etom::py_str;
-use super::{Item, Pred, Prf, Raw, RawPred, SampleResult, Status};
+use super::{GoldCall, Item, Pred, Prf, Raw, RawPred, SampleResult, Status};
 
 /// `extract_toolcall_from_meg`: Err is a KeyError (the record is skipped).
 fn extract(messages: &Value) -> Result<Vec<String>, String> {
@@ -72,10 +72,6 @@ pub fn counts(pred: &[String], gold: &[String]) -> (u32, u32, u32) {
 
 pub fn score(item: &Item, pred: Option<&Pred>) -> SampleResult {
     let mut res = SampleResult::new(item, Status::Dropped);
-    let Some(Raw::Finmcp(rec)) = &item.raw else {
-        res.reasons.push("no FinMCP record".into());
-        return res;
-    };
     let pred_names: Vec<String> = match pred {
         None => {
             res.reasons
@@ -105,19 +101,10 @@ pub fn score(item: &Item, pred: Option<&Pred>) -> SampleResult {
             .map(|c| super::input::key_for(crate::model::Family::Finmcp, &c.tool).to_string())
             .collect(),
     };
-    let keys = (|| -> Result<([String; 3], Vec<String>), String> {
-        let scenery = rec.get("scenery").ok_or("KeyError: 'scenery'")?;
-        let scenery = scenery.as_str().ok_or("scenery is not a string")?;
-        let class = scenery.split('-').next().unwrap_or("").trim().to_string();
-        let level = rec.get("diff_level").and_then(|d| d.get("level")).ok_or("KeyError: 'diff_level.level'")?;
-        let task = match rec.get("task") {
-            None => "any".to_string(),
-            Some(Value::String(s)) => s.replace(' ', "_"),
-            Some(_) => return Err("task is not a string".into()),
-        };
-        let gold = extract(rec.get("messages").ok_or("KeyError: 'messages'")?)?;
-        Ok(([class, py_str(level), task], gold))
-    })();
+    let keys = match &item.raw {
+        Some(Raw::Finmcp(rec)) => keys_of_record(rec),
+        _ => Ok(keys_of_unified(item)),
+    };
     let (groups, gold) = match keys {
         Ok(k) => k,
         Err(e) => {
@@ -135,4 +122,45 @@ pub fn score(item: &Item, pred: Option<&Pred>) -> SampleResult {
         res.reasons.push(format!("flat call list {pred_names:?} differs from the reference {gold:?}"));
     }
     res
+}
+
+/// Grouping keys (class_Level1, diff_level.level, task) and the flat gold name list.
+type Keys = ([String; 3], Vec<String>);
+
+/// What `get_instance_result` reads from a FinMCP record; Err is the KeyError that skips it.
+fn keys_of_record(rec: &Value) -> Result<Keys, String> {
+    (|| -> Result<Keys, String> {
+        let scenery = rec.get("scenery").ok_or("KeyError: 'scenery'")?;
+        let scenery = scenery.as_str().ok_or("scenery is not a string")?;
+        let class = scenery.split('-').next().unwrap_or("").trim().to_string();
+        let level = rec.get("diff_level").and_then(|d| d.get("level")).ok_or("KeyError: 'diff_level.level'")?;
+        let task = match rec.get("task") {
+            None => "any".to_string(),
+            Some(Value::String(s)) => s.replace(' ', "_"),
+            Some(_) => return Err("task is not a string".into()),
+        };
+        let gold = extract(rec.get("messages").ok_or("KeyError: 'messages'")?)?;
+        Ok(([class, py_str(level), task], gold))
+    })()
+}
+
+/// The same for a unified FinMCP sample: `scenery` = the scenario path, the file's difficulty
+/// label, the task from the kind, reference calls in order (first alternative, tool name).
+fn keys_of_unified(item: &Item) -> Keys {
+    let class = if &*item.category == "(none)" { String::new() } else { item.category.to_string() };
+    let task = match item.kind {
+        crate::model::Kind::SingleTool => "single_step",
+        crate::model::Kind::MultiTool => "multi_step",
+        _ => "multi_turn",
+    };
+    let mut gold = Vec::new();
+    for turn in &item.turns {
+        // Messages list the groups in step order.
+        let mut calls: Vec<&GoldCall> = turn.iter().collect();
+        calls.sort_by_key(|c| c.group);
+        gold.extend(calls.iter().map(|c| {
+            super::input::key_for(crate::model::Family::Finmcp, c.alts.first().map(|a| &**a).unwrap_or("")).to_string()
+        }));
+    }
+    ([class, item.given_difficulty.as_str().to_string(), task.to_string()], gold)
 }

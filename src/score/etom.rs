@@ -13,6 +13,8 @@
 //!
 //! The same graph metric gives P/R/F1 for L1 and L2 (one node each).
 
+use std::sync::Arc;
+
 use super::input::key_for;
 use super::matching::placed_matching;
 use super::{Item, NormPred, Pred, Prf, SampleResult, ScoreCtx, Status, corrected_pred, push_capped};
@@ -23,7 +25,7 @@ pub fn score(ctx: &ScoreCtx, item: &Item, pred: Option<&Pred>) -> SampleResult {
     let (mut res, norm) = corrected_pred(item, pred, &empty);
 
     // ETOM samples have one turn; should a sample have several, score them as one plan.
-    let mut nodes_alts: Vec<&[String]> = Vec::new();
+    let mut nodes_alts: Vec<&[Arc<str>]> = Vec::new();
     let mut deps: Vec<Vec<usize>> = Vec::new();
     for turn in &item.turns {
         let base = nodes_alts.len();
@@ -61,7 +63,7 @@ pub fn score(ctx: &ScoreCtx, item: &Item, pred: Option<&Pred>) -> SampleResult {
             if t.is_empty() {
                 return Vec::new();
             }
-            nodes_alts.iter().enumerate().filter(|(_, alts)| alts.iter().any(|a| a == t)).map(|(n, _)| n).collect()
+            nodes_alts.iter().enumerate().filter(|(_, alts)| alts.iter().any(|a| **a == **t)).map(|(n, _)| n).collect()
         })
         .collect();
     let groups: Vec<i64> = calls.iter().map(|c| c.1).collect();

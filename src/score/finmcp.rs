@@ -11,6 +11,8 @@
 //! Micro and macro averages are taken in the report. A turn with no reference call and no
 //! predicted call is perfect (the published code gives it 0).
 
+use std::sync::Arc;
+
 use super::input::key_for;
 use super::matching::max_matching;
 use super::{
@@ -42,7 +44,7 @@ pub fn score(ctx: &ScoreCtx, item: &Item, pred: Option<&Pred>) -> SampleResult {
             .map(|k| {
                 gold.iter()
                     .enumerate()
-                    .filter(|(_, g)| !k.is_empty() && g.alts.iter().any(|a| a == k))
+                    .filter(|(_, g)| !k.is_empty() && g.alts.iter().any(|a| **a == **k))
                     .map(|(i, _)| i)
                     .collect()
             })
@@ -62,7 +64,7 @@ pub fn score(ctx: &ScoreCtx, item: &Item, pred: Option<&Pred>) -> SampleResult {
                 pset.push(k);
             }
         }
-        let mut gset: Vec<&[String]> = Vec::new();
+        let mut gset: Vec<&[Arc<str>]> = Vec::new();
         for g in gold {
             if !gset.contains(&g.alts.as_slice()) {
                 gset.push(&g.alts);
@@ -70,7 +72,9 @@ pub fn score(ctx: &ScoreCtx, item: &Item, pred: Option<&Pred>) -> SampleResult {
         }
         let scand: Vec<Vec<usize>> = pset
             .iter()
-            .map(|k| gset.iter().enumerate().filter(|(_, alts)| alts.iter().any(|a| a == k)).map(|(i, _)| i).collect())
+            .map(|k| {
+                gset.iter().enumerate().filter(|(_, alts)| alts.iter().any(|a| **a == **k)).map(|(i, _)| i).collect()
+            })
             .collect();
         stp += max_matching(&scand, gset.len()) as u32;
         s_pred += pset.len() as u32 + unreadable;
@@ -87,7 +91,7 @@ pub fn score(ctx: &ScoreCtx, item: &Item, pred: Option<&Pred>) -> SampleResult {
                         .map(|k| {
                             g.iter()
                                 .enumerate()
-                                .filter(|(_, alts)| !k.is_empty() && alts.iter().any(|a| a == k))
+                                .filter(|(_, alts)| !k.is_empty() && alts.iter().any(|a| **a == **k))
                                 .map(|(i, _)| i)
                                 .collect()
                         })

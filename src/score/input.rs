@@ -15,9 +15,10 @@
 //! The format of each prediction record is detected from its keys unless `--format` is given.
 //! Unreadable lines become [`Diagnostic`]s and the run goes on.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Context;
 use serde::Serialize;
@@ -83,9 +84,23 @@ pub struct BenchFile {
     pub samples: usize,
 }
 
+/// Every tool key and scenario name, stored once.
+pub type Interner = HashSet<Arc<str>, foldhash::fast::RandomState>;
+
+fn intern(pool: &mut Interner, s: &str) -> Arc<str> {
+    if let Some(a) = pool.get(s) {
+        return a.clone();
+    }
+    let a: Arc<str> = Arc::from(s);
+    pool.insert(a.clone());
+    a
+}
+
 /// The loaded benchmark.
 #[derive(Debug, Default)]
 pub struct Bench {
+    /// Comparison keys of every reference tool (the "known tools").
+    pub tools: Interner,
     pub files: Vec<BenchFile>,
     pub items: Vec<Item>,
     /// Duplicate ids and other non-fatal notes about benchmark records.
@@ -133,22 +148,35 @@ pub fn key_for(family: Family, tool: &str) -> &str {
 pub fn load_benches(opts: &Options) -> anyhow::Result<Bench> {
     let keep_raw = opts.mode != Mode::Corrected;
     let mut bench = Bench::default();
+    let mut names = Interner::default();
     for path in &opts.benches {
         let file_idx = bench.files.len();
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("cannot read benchmark `{}`", path.display()))?;
+        let shown = path.display().to_string();
+        let file = std::fs::File::open(path).with_context(|| format!("cannot read benchmark `{shown}`"))?;
+        let mut reader = BufReader::with_capacity(1 << 20, file);
+        // JSONL is streamed; a JSON list (ETOM, FinMCP) is read whole.
+        let first = reader.fill_buf()?.iter().copied().find(|b| !b.is_ascii_whitespace());
+        let streamed = match opts.bench_format {
+            Some(f) => f == BenchFormat::Unified,
+            None => first != Some(b'['),
+        };
+        let mut text = String::new();
+        if !streamed {
+            reader.read_to_string(&mut text).with_context(|| format!("cannot read benchmark `{shown}`"))?;
+        }
         let format = match opts.bench_format {
             Some(f) => f,
+            None if streamed => BenchFormat::Unified,
             None => detect_bench(path, &text)?,
         };
-        let shown = path.display().to_string();
+        let mut pools = Pools { tools: &mut bench.tools, names: &mut names };
         let (items, level) = match format {
-            BenchFormat::Unified => (load_unified(&shown, &text, file_idx, keep_raw)?, None),
+            BenchFormat::Unified => (load_unified(&shown, reader, file_idx, &mut pools)?, None),
             BenchFormat::Etom => {
                 let level = etom_level(path, opts.etom_level)?;
-                (load_etom(&shown, &text, level, file_idx, keep_raw)?, Some(level))
+                (load_etom(&shown, &text, level, file_idx, keep_raw, &mut pools)?, Some(level))
             }
-            BenchFormat::Finmcp => (load_finmcp(&shown, &text, file_idx, keep_raw)?, None),
+            BenchFormat::Finmcp => (load_finmcp(&shown, &text, file_idx, keep_raw, &mut pools)?, None),
         };
         bench.files.push(BenchFile { path: shown, format, level, samples: items.len() });
         bench.items.extend(items);
@@ -183,12 +211,14 @@ pub fn load_benches(opts: &Options) -> anyhow::Result<Bench> {
     Ok(bench)
 }
 
+/// The interners a loader fills.
+struct Pools<'a> {
+    tools: &'a mut Interner,
+    names: &'a mut Interner,
+}
+
+/// A JSON list: look at the first element's keys.
 fn detect_bench(path: &Path, text: &str) -> anyhow::Result<BenchFormat> {
-    let trimmed = text.trim_start();
-    if !trimmed.starts_with('[') {
-        return Ok(BenchFormat::Unified);
-    }
-    // A JSON array: look at the first element's keys.
     let v: Value = serde_json::from_str(text).map_err(|e| InputError {
         file: path.display().to_string(),
         problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
@@ -221,12 +251,12 @@ fn etom_level(path: &Path, given: Option<u8>) -> anyhow::Result<u8> {
     }
 }
 
-fn category_and_scenario(scenario: &[String]) -> (String, String) {
+fn category_and_scenario(scenario: &[String], names: &mut Interner) -> (Arc<str>, Arc<str>) {
     let s: Vec<&str> = scenario.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();
     match s.as_slice() {
-        [] => ("(none)".into(), "(none)".into()),
-        [a] => (a.to_string(), a.to_string()),
-        [a, b, ..] => (a.to_string(), format!("{a} / {b}")),
+        [] => (intern(names, "(none)"), intern(names, "(none)")),
+        [a] => (intern(names, a), intern(names, a)),
+        [a, b, ..] => (intern(names, a), intern(names, &format!("{a} / {b}"))),
     }
 }
 
@@ -305,15 +335,23 @@ fn depth_groups(calls: &mut [GoldCall]) {
     }
 }
 
-fn load_unified(file: &str, text: &str, file_idx: usize, keep_raw: bool) -> anyhow::Result<Vec<Item>> {
+fn load_unified(file: &str, mut reader: impl BufRead, file_idx: usize, pools: &mut Pools) -> anyhow::Result<Vec<Item>> {
     let mut items = Vec::new();
     let mut problems = Vec::new();
-    for (ln, line) in text.lines().enumerate() {
+    let mut line = String::new();
+    let mut ln = 0usize;
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).with_context(|| format!("cannot read benchmark `{file}`"))? == 0 {
+            break;
+        }
+        ln += 1;
+        let ln = ln - 1;
         if line.trim().is_empty() {
             continue;
         }
         let loc = format!("line {}", ln + 1);
-        let s: Sample = match serde_json::from_str(line) {
+        let s: Sample = match serde_json::from_str(&line) {
             Ok(s) => s,
             Err(e) => {
                 problems.push(Problem::new(&loc, format!("not a unified sample: {e}")));
@@ -332,11 +370,12 @@ fn load_unified(file: &str, text: &str, file_idx: usize, keep_raw: bool) -> anyh
         for (t, turn) in s.turns.iter().enumerate() {
             let mut calls: Vec<GoldCall> = Vec::with_capacity(turn.reference_plan.len());
             for (i, c) in turn.reference_plan.iter().enumerate() {
-                let alts: Vec<String> = c
+                let alts: Vec<Arc<str>> = c
                     .alternatives
                     .iter()
-                    .map(|a| key_for(s.family, &norm_tool_id(a)).to_string())
-                    .filter(|a| !a.is_empty())
+                    .map(|a| norm_tool_id(a))
+                    .filter(|a| !key_for(s.family, a).is_empty())
+                    .map(|a| intern(pools.tools, key_for(s.family, &a)))
                     .collect();
                 if alts.is_empty() {
                     problems.push(Problem::new(
@@ -362,17 +401,17 @@ fn load_unified(file: &str, text: &str, file_idx: usize, keep_raw: bool) -> anyh
         if s.kind == Kind::L5 && s.reference_calls() > 0 {
             defects.push("an L5 (out-of-scope) sample has reference calls; scored as a rejection task".into());
         }
-        let (category, scenario) = category_and_scenario(&s.scenario);
-        let raw = keep_raw.then(|| unified_raw(&s));
+        let (category, scenario) = category_and_scenario(&s.scenario, pools.names);
         items.push(Item {
             id: s.id,
             family: s.family,
             kind: s.kind,
             difficulty: computed,
+            given_difficulty: s.difficulty,
             category,
             scenario,
             turns,
-            raw,
+            raw: None,
             defects,
             file: file_idx,
             record: ln + 1,
@@ -382,73 +421,6 @@ fn load_unified(file: &str, text: &str, file_idx: usize, keep_raw: bool) -> anyh
         return Err(InputError { file: file.to_string(), problems }.into());
     }
     Ok(items)
-}
-
-/// The published shape of a unified sample, for the compat evaluators.
-fn unified_raw(s: &Sample) -> Raw {
-    let split = |id: &str| -> (String, String) {
-        match id.split_once(TOOL_ID_SEP) {
-            Some((a, b)) => (a.trim().to_string(), b.trim().to_string()),
-            None => (String::new(), id.trim().to_string()),
-        }
-    };
-    match s.family {
-        Family::Etom => {
-            // L1 and L3 are flat in the published files, L2 and L4 lists of alternatives.
-            let flat = matches!(s.kind, Kind::L1 | Kind::L3);
-            let plan = s.turns.first().map(|t| t.reference_plan.as_slice()).unwrap_or(&[]);
-            let tool = |id: &str, deps: &[usize]| {
-                let (server, tool) = split(id);
-                serde_json::json!({"server_name": server, "tool_name": tool, "dependencies": deps})
-            };
-            let gt: Vec<Value> = plan
-                .iter()
-                .map(|c| {
-                    if flat {
-                        tool(c.alternatives.first().map(String::as_str).unwrap_or(""), &c.depends_on)
-                    } else {
-                        Value::Array(c.alternatives.iter().map(|a| tool(a, &c.depends_on)).collect())
-                    }
-                })
-                .collect();
-            Raw::Etom(Value::Array(gt))
-        }
-        Family::Finmcp => {
-            let mut messages = Vec::new();
-            for t in &s.turns {
-                messages.push(serde_json::json!({"role": "user", "content": t.user}));
-                let mut groups: Vec<u32> = t.reference_plan.iter().map(|c| c.group).collect();
-                groups.sort_unstable();
-                groups.dedup();
-                for g in groups {
-                    let calls: Vec<Value> = t
-                        .reference_plan
-                        .iter()
-                        .filter(|c| c.group == g)
-                        .map(|c| {
-                            let name = split(c.alternatives.first().map(String::as_str).unwrap_or("")).1;
-                            serde_json::json!({"type": "function", "function": {"name": name, "arguments": "{}"}})
-                        })
-                        .collect();
-                    messages.push(serde_json::json!({"role": "assistant", "tool_calls": calls}));
-                }
-                if let Some(r) = &t.gold_reply {
-                    messages.push(serde_json::json!({"role": "assistant", "content": r}));
-                }
-            }
-            let task = match s.kind {
-                Kind::SingleTool => "single step",
-                Kind::MultiTool => "multi step",
-                _ => "multi turn",
-            };
-            Raw::Finmcp(serde_json::json!({
-                "scenery": s.scenario.join("-"),
-                "diff_level": {"level": s.difficulty.as_str()},
-                "task": task,
-                "messages": messages,
-            }))
-        }
-    }
 }
 
 fn value_kind(v: &Value) -> &'static str {
@@ -470,7 +442,14 @@ fn id_string(v: Option<&Value>) -> Option<String> {
     }
 }
 
-fn load_etom(file: &str, text: &str, level: u8, file_idx: usize, keep_raw: bool) -> anyhow::Result<Vec<Item>> {
+fn load_etom(
+    file: &str,
+    text: &str,
+    level: u8,
+    file_idx: usize,
+    keep_raw: bool,
+    pools: &mut Pools,
+) -> anyhow::Result<Vec<Item>> {
     let v: Value = serde_json::from_str(text).map_err(|e| InputError {
         file: file.to_string(),
         problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
@@ -503,7 +482,7 @@ fn load_etom(file: &str, text: &str, level: u8, file_idx: usize, keep_raw: bool)
         };
         let mut defects = Vec::new();
         // Each entry: a tool object, or a list of alternative tool objects.
-        let mut steps: Vec<(Vec<String>, Vec<usize>)> = Vec::new();
+        let mut steps: Vec<(Vec<Arc<str>>, Vec<usize>)> = Vec::new();
         for (e, entry) in entries.iter().enumerate() {
             let members: Vec<&Value> = match entry {
                 Value::Array(a) => a.iter().collect(),
@@ -547,6 +526,7 @@ fn load_etom(file: &str, text: &str, level: u8, file_idx: usize, keep_raw: bool)
                         deps.push(d);
                     }
                 }
+                let id_norm = intern(pools.tools, &id_norm);
                 if !alts.contains(&id_norm) {
                     alts.push(id_norm);
                 }
@@ -560,7 +540,7 @@ fn load_etom(file: &str, text: &str, level: u8, file_idx: usize, keep_raw: bool)
         let mut calls: Vec<GoldCall> = match kind {
             // L2: one call; any tool of any row is correct (the rows are one EFS, listed per member).
             Kind::L2 => {
-                let mut union: Vec<String> = Vec::new();
+                let mut union: Vec<Arc<str>> = Vec::new();
                 for (alts, _) in &steps {
                     for a in alts {
                         if !union.contains(a) {
@@ -589,8 +569,9 @@ fn load_etom(file: &str, text: &str, level: u8, file_idx: usize, keep_raw: bool)
             family: Family::Etom,
             kind,
             difficulty: Difficulty::from_calls(n),
-            category: "(none)".into(),
-            scenario: "(none)".into(),
+            given_difficulty: Difficulty::from_calls(n),
+            category: intern(pools.names, "(none)"),
+            scenario: intern(pools.names, "(none)"),
             turns: vec![calls],
             raw: keep_raw.then(|| Raw::Etom(gt.clone())),
             defects,
@@ -652,7 +633,13 @@ pub fn split_turns(messages: &Value) -> Result<Vec<MsgTurn>, String> {
     Ok(turns)
 }
 
-fn load_finmcp(file: &str, text: &str, file_idx: usize, keep_raw: bool) -> anyhow::Result<Vec<Item>> {
+fn load_finmcp(
+    file: &str,
+    text: &str,
+    file_idx: usize,
+    keep_raw: bool,
+    pools: &mut Pools,
+) -> anyhow::Result<Vec<Item>> {
     let v: Value = serde_json::from_str(text).map_err(|e| InputError {
         file: file.to_string(),
         problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
@@ -701,7 +688,11 @@ fn load_finmcp(file: &str, text: &str, file_idx: usize, keep_raw: bool) -> anyho
             for (g, group) in mt.groups.iter().enumerate() {
                 for c in group {
                     match c {
-                        Ok(name) => calls.push(GoldCall { alts: vec![name.clone()], group: g as u32, deps: vec![] }),
+                        Ok(name) => calls.push(GoldCall {
+                            alts: vec![intern(pools.tools, name)],
+                            group: g as u32,
+                            deps: vec![],
+                        }),
                         Err(e) => defects.push(format!("gold {e}; call ignored")),
                     }
                 }
@@ -719,7 +710,14 @@ fn load_finmcp(file: &str, text: &str, file_idx: usize, keep_raw: bool) -> anyho
             _ => Kind::MultiTool,
         };
         let difficulty = Difficulty::from_calls(n_calls);
-        if let Some(level) = obj.get("diff_level").and_then(|d| d.get("level")).and_then(Value::as_str)
+        let label = obj.get("diff_level").and_then(|d| d.get("level")).and_then(Value::as_str);
+        let given_difficulty = match label {
+            Some("easy") => Difficulty::Easy,
+            Some("medium") => Difficulty::Medium,
+            Some("hard") => Difficulty::Hard,
+            _ => difficulty,
+        };
+        if let Some(level) = label
             && level != difficulty.as_str()
         {
             defects.push(format!(
@@ -741,7 +739,7 @@ fn load_finmcp(file: &str, text: &str, file_idx: usize, keep_raw: bool) -> anyho
             }
             _ => scenario = scenery,
         }
-        let (category, scenario) = category_and_scenario(&scenario);
+        let (category, scenario) = category_and_scenario(&scenario, pools.names);
         let raw = keep_raw.then(|| {
             let mut m = Map::new();
             for k in ["scenery", "diff_level", "messages", "task"] {
@@ -756,6 +754,7 @@ fn load_finmcp(file: &str, text: &str, file_idx: usize, keep_raw: bool) -> anyho
             family: Family::Finmcp,
             kind,
             difficulty,
+            given_difficulty,
             category,
             scenario,
             turns,
@@ -790,8 +789,16 @@ pub fn read_predictions(
     let mut records = 0usize;
     let mut bad_lines = 0usize;
 
-    let mut handle = |loc: &str, v: Value, diags: &mut Vec<Diagnostic>| {
+    let mut handle = |loc: &str, v: Record, diags: &mut Vec<Diagnostic>| {
         records += 1;
+        let v = match v {
+            Record::Fast(id, norm) => {
+                *formats.entry(PredFormat::Unified).or_default() += 1;
+                on_pred(&id, loc, Pred::Ok { norm, raw: RawPred::Unified }, diags);
+                return;
+            }
+            Record::Value(v) => v,
+        };
         let Value::Object(obj) = v else {
             diags.push(Diagnostic::line(loc, None, format!("expected a JSON object, got {}", value_kind(&v))));
             return;
@@ -835,7 +842,7 @@ pub fn read_predictions(
         match serde_json::from_str::<Vec<Value>>(&text) {
             Ok(list) => {
                 for (i, v) in list.into_iter().enumerate() {
-                    handle(&format!("record {}", i + 1), v, &mut diags);
+                    handle(&format!("record {}", i + 1), Record::Value(v), &mut diags);
                 }
             }
             Err(e) => diags.push(Diagnostic::line(
@@ -858,8 +865,14 @@ pub fn read_predictions(
                 continue;
             }
             let loc = format!("line {ln}");
+            if matches!(opts.pred_format, None | Some(PredFormat::Unified))
+                && let Some((id, norm)) = fast_unified(&line)
+            {
+                handle(&loc, Record::Fast(id, norm), &mut diags);
+                continue;
+            }
             match serde_json::from_str::<Value>(&line) {
-                Ok(v) => handle(&loc, v, &mut diags),
+                Ok(v) => handle(&loc, Record::Value(v), &mut diags),
                 Err(e) => {
                     bad_lines += 1;
                     diags.push(Diagnostic::line(&loc, None, format!("not valid JSON: {e}; not scored")));
@@ -876,6 +889,86 @@ pub fn read_predictions(
     let mut formats: Vec<(PredFormat, usize)> = formats.into_iter().collect();
     formats.sort();
     Ok(PredStats { path: shown, records, formats, diagnostics: diags })
+}
+
+/// A prediction record, parsed generically or by the fast path.
+enum Record {
+    Value(Value),
+    Fast(String, NormPred),
+}
+
+/// Marks that a key is present, whatever its value (even `null`).
+#[derive(Default)]
+struct Present(bool);
+
+impl<'de> serde::Deserialize<'de> for Present {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d)?;
+        Ok(Present(true))
+    }
+}
+
+/// The common unified record, deserialised without building a JSON tree.
+#[derive(serde::Deserialize)]
+struct FastRecord<'a> {
+    #[serde(borrow)]
+    id: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    turns: Option<Vec<FastTurn<'a>>>,
+    #[serde(default)]
+    refusal: Option<bool>,
+    #[serde(default)]
+    prediction: Present,
+    #[serde(default)]
+    messages_pred: Present,
+    #[serde(default)]
+    error: Present,
+}
+
+#[derive(serde::Deserialize)]
+struct FastTurn<'a> {
+    #[serde(borrow)]
+    calls: Vec<FastCall<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct FastCall<'a> {
+    #[serde(borrow)]
+    tool: std::borrow::Cow<'a, str>,
+    #[serde(default)]
+    group: Option<i64>,
+}
+
+/// Fast path for well-formed unified records; `None` sends the line through the general
+/// reader, which gives the same result for these records and the diagnostics for the rest.
+fn fast_unified(line: &str) -> Option<(String, NormPred)> {
+    let r: FastRecord = serde_json::from_str(line).ok()?;
+    if r.prediction.0 || r.messages_pred.0 || r.error.0 {
+        return None;
+    }
+    let refusal = r.refusal.unwrap_or(false);
+    let Some(turns_in) = r.turns else {
+        return refusal.then(|| (r.id.into_owned(), NormPred { refusal: true, ..Default::default() }));
+    };
+    let mut turns = Vec::with_capacity(turns_in.len());
+    for t in turns_in {
+        let with_group = t.calls.iter().filter(|c| c.group.is_some()).count();
+        if with_group != 0 && with_group != t.calls.len() {
+            return None;
+        }
+        let mut calls = Vec::with_capacity(t.calls.len());
+        for (k, c) in t.calls.into_iter().enumerate() {
+            if c.tool.trim().is_empty() {
+                return None;
+            }
+            calls.push(PredCall { tool: norm_tool_id(&c.tool), group: c.group.unwrap_or(k as i64) });
+        }
+        turns.push(calls);
+    }
+    if refusal && turns.iter().any(|t: &Vec<PredCall>| !t.is_empty()) {
+        return None;
+    }
+    Some((r.id.into_owned(), NormPred { turns, refusal, notes: Vec::new() }))
 }
 
 fn detect_pred(obj: &Map<String, Value>) -> Option<PredFormat> {
@@ -1124,4 +1217,42 @@ fn parse_finmcp(obj: &Map<String, Value>) -> Pred {
         }
     };
     Pred::Ok { norm, raw: RawPred::Finmcp { messages_pred: messages, error } }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_path_agrees_with_the_general_reader() {
+        let lines = [
+            r#"{"id": "a", "turns": [{"calls": [{"tool": " S :: t ", "arguments": {"x": [1, {"y": 2}]}}, {"tool": "S::u"}]}]}"#,
+            r#"{"id": "b", "turns": [{"calls": [{"tool": "S::t", "group": 0}, {"tool": "S::u", "group": 0}]}, {"calls": []}]}"#,
+            r#"{"id": "c", "refusal": true}"#,
+            r#"{"id": "d", "refusal": true, "turns": []}"#,
+            r#"{"id": "e", "turns": [{"calls": [{"tool": "S::t", "group": null}]}], "refusal": null}"#,
+        ];
+        for l in lines {
+            let (id, fast) = fast_unified(l).expect("fast path takes it");
+            let v: Value = serde_json::from_str(l).unwrap();
+            let obj = v.as_object().unwrap();
+            assert_eq!(id_string(obj.get("id")).unwrap(), id);
+            match parse_unified(obj) {
+                Pred::Ok { norm, .. } => assert_eq!(norm, fast, "{l}"),
+                Pred::Malformed(m) => panic!("{l}: {m}"),
+            }
+        }
+        // Everything else goes to the general reader.
+        for l in [
+            r#"{"id": 1, "turns": []}"#,
+            r#"{"id": "a", "turns": [{"calls": [{"tool": {"server": "S", "tool": "t"}}]}]}"#,
+            r#"{"id": "a", "turns": [{"calls": [{"tool": "S::t", "group": 0}, {"tool": "S::u"}]}]}"#,
+            r#"{"id": "a", "refusal": true, "turns": [{"calls": [{"tool": "S::t"}]}]}"#,
+            r#"{"id": "a", "turns": [], "prediction": null}"#,
+            r#"{"id": "a"}"#,
+            r#"{"id": "a", "turns": [{"calls": [{"tool": "  "}]}]}"#,
+        ] {
+            assert!(fast_unified(l).is_none(), "{l}");
+        }
+    }
 }

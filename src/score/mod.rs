@@ -18,6 +18,7 @@ pub mod report;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -70,7 +71,8 @@ pub struct Options {
 /// One reference call, ready for matching: comparison keys of its alternatives.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GoldCall {
-    pub alts: Vec<String>,
+    /// Interned: a benchmark names a few thousand tools across millions of calls.
+    pub alts: Vec<Arc<str>>,
     pub group: u32,
     pub deps: Vec<usize>,
 }
@@ -81,13 +83,17 @@ pub struct Item {
     pub id: String,
     pub family: Family,
     pub kind: Kind,
+    /// Counted from the reference calls (easy ≤ 5, medium 6–10, hard > 10).
     pub difficulty: Difficulty,
+    /// The difficulty label the file gives (compat finmcp groups by it).
+    pub given_difficulty: Difficulty,
     /// `scenario[0]`, or `(none)`.
-    pub category: String,
+    pub category: Arc<str>,
     /// `scenario[0] / scenario[1]`, or `(none)`.
-    pub scenario: String,
+    pub scenario: Arc<str>,
     pub turns: Vec<Vec<GoldCall>>,
-    /// The sample in its published shape, kept only for the compat modes.
+    /// A published-format sample in its own shape, kept only for the compat modes (unified
+    /// samples are converted from `turns` when scored).
     pub raw: Option<Raw>,
     /// Problems in the reference data of this sample (reported, never silent).
     pub defects: Vec<String>,
@@ -210,8 +216,8 @@ pub struct SampleResult {
     pub family: Family,
     pub kind: Kind,
     pub difficulty: Difficulty,
-    pub category: String,
-    pub scenario: String,
+    pub category: Arc<str>,
+    pub scenario: Arc<str>,
     pub status: Status,
     /// Exact match (ETOM L5: correct rejection; FinMCP: grouped structure; compat: as published).
     pub em: bool,
@@ -267,7 +273,7 @@ pub struct ScoreCtx {
     pub mode: Mode,
     /// Comparison keys of every reference tool in the loaded benchmarks: a predicted tool
     /// outside it is reported as unknown, not just as wrong.
-    pub universe: HashSet<String>,
+    pub universe: HashSet<Arc<str>, foldhash::fast::RandomState>,
 }
 
 impl ScoreCtx {
@@ -334,8 +340,9 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
         Mode::CompatEtom => Some(Family::Etom),
         Mode::CompatFinmcp => Some(Family::Finmcp),
     };
-    let ctx = ScoreCtx::new(opts.mode, &bench.items);
-    let mut index: HashMap<&str, usize> = HashMap::with_capacity(bench.items.len());
+    let ctx = ScoreCtx { mode: opts.mode, universe: bench.tools.clone() };
+    let mut index: HashMap<&str, usize, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(bench.items.len(), Default::default());
     let mut in_mode: Vec<bool> = vec![true; bench.items.len()];
     let mut not_in_mode: Vec<usize> = Vec::new();
     for (i, it) in bench.items.iter().enumerate() {

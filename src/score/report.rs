@@ -208,19 +208,22 @@ fn compat_etom_extras(row: &mut Row, rs: &[&SampleResult]) {
     }
 }
 
-fn section(
+fn section<'a>(
     mode: Mode,
     dimension: &str,
-    results: &[SampleResult],
-    key: impl Fn(&SampleResult) -> Option<String>,
+    results: &'a [SampleResult],
+    key: impl Fn(&'a SampleResult) -> Option<&'a str>,
 ) -> Section {
-    let mut groups: BTreeMap<String, Vec<&SampleResult>> = BTreeMap::new();
+    let mut groups: BTreeMap<&str, Vec<&SampleResult>> = BTreeMap::new();
     for r in results {
         if let Some(k) = key(r) {
             groups.entry(k).or_default().push(r);
         }
     }
-    Section { dimension: dimension.into(), rows: groups.into_iter().map(|(k, rs)| row(mode, k, &rs)).collect() }
+    Section {
+        dimension: dimension.into(),
+        rows: groups.into_iter().map(|(k, rs)| row(mode, k.to_string(), &rs)).collect(),
+    }
 }
 
 pub fn build(
@@ -235,25 +238,27 @@ pub fn build(
     let mut sections = Vec::new();
     match mode {
         Mode::Corrected => {
-            sections.push(section(mode, "overall", &results, |_| Some("all".into())));
+            sections.push(section(mode, "overall", &results, |_| Some("all")));
             // Kinds and difficulties sort in their natural order (the sort key is prefixed).
-            let mut kinds = section(mode, "kind", &results, |r| Some(r.kind.as_str().to_string()));
+            let mut kinds = section(mode, "kind", &results, |r| Some(r.kind.as_str()));
             kinds.rows.sort_by_key(|r| kind_rank(&r.key));
             sections.push(kinds);
-            let mut diff = section(mode, "difficulty", &results, |r| Some(r.difficulty.as_str().to_string()));
+            let mut diff = section(mode, "difficulty", &results, |r| Some(r.difficulty.as_str()));
             diff.rows.sort_by_key(|r| ["easy", "medium", "hard"].iter().position(|d| *d == r.key));
             sections.push(diff);
-            sections.push(section(mode, "category", &results, |r| Some(r.category.clone())));
-            sections.push(section(mode, "scenario", &results, |r| Some(r.scenario.clone())));
+            sections.push(section(mode, "category", &results, |r| Some(&*r.category)));
+            sections.push(section(mode, "scenario", &results, |r| Some(&*r.scenario)));
         }
         Mode::CompatEtom => {
-            let mut levels = section(mode, "level", &results, |r| Some(r.kind.as_str().to_string()));
+            let mut levels = section(mode, "level", &results, |r| Some(r.kind.as_str()));
             levels.rows.sort_by_key(|r| kind_rank(&r.key));
             sections.push(levels);
         }
         Mode::CompatFinmcp => {
-            let g = |i: usize| move |r: &SampleResult| r.compat_groups.as_ref().map(|g| g[i].clone());
-            sections.push(section(mode, "overall", &results, |r| (r.status != Status::Dropped).then(|| "all".into())));
+            fn g(i: usize) -> impl Fn(&SampleResult) -> Option<&str> {
+                move |r| r.compat_groups.as_ref().map(|g| g[i].as_str())
+            }
+            sections.push(section(mode, "overall", &results, |_| Some("all")));
             sections.push(section(mode, "class_Level1", &results, g(0)));
             sections.push(section(mode, "difficulty", &results, g(1)));
             sections.push(section(mode, "task", &results, g(2)));
