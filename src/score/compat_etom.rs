@@ -381,7 +381,8 @@ fn level34(efs: bool, gt: &Value, result: &Value) -> Eval {
         Ok(i) => i,
         Err(e) => return Eval::processing_error(e),
     };
-    if info.iter().any(|(s, t)| !hashable(s) || !hashable(t)) {
+    // Only entries passing the truthiness filter are hashed into the set.
+    if info.iter().any(|(s, t)| truthy(s) && truthy(t) && (!hashable(s) || !hashable(t))) {
         return Eval::processing_error("TypeError: unhashable type in predicted tool".into());
     }
     let mut pred_nodes: Vec<(Value, Value)> = Vec::new();

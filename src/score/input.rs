@@ -15,6 +15,7 @@
 //! The format of each prediction record is detected from its keys unless `--format` is given.
 //! Unreadable lines become [`Diagnostic`]s and the run goes on.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -26,7 +27,7 @@ use serde_json::{Map, Value};
 
 use super::{GoldCall, Item, Mode, NormPred, Options, Pred, PredCall, Raw, RawPred};
 use crate::error::{InputError, Problem};
-use crate::model::{Difficulty, Family, Kind, Sample, TOOL_ID_SEP};
+use crate::model::{Difficulty, Family, Kind, TOOL_ID_SEP};
 
 /// Benchmark file formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -251,8 +252,8 @@ fn etom_level(path: &Path, given: Option<u8>) -> anyhow::Result<u8> {
     }
 }
 
-fn category_and_scenario(scenario: &[String], names: &mut Interner) -> (Arc<str>, Arc<str>) {
-    let s: Vec<&str> = scenario.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();
+fn category_and_scenario<S: AsRef<str>>(scenario: &[S], names: &mut Interner) -> (Arc<str>, Arc<str>) {
+    let s: Vec<&str> = scenario.iter().map(|s| s.as_ref().trim()).filter(|s| !s.is_empty()).collect();
     match s.as_slice() {
         [] => (intern(names, "(none)"), intern(names, "(none)")),
         [a] => (intern(names, a), intern(names, a)),
@@ -335,6 +336,57 @@ fn depth_groups(calls: &mut [GoldCall]) {
     }
 }
 
+/// A unified sample borrowed from its line: the same fields and checks as
+/// [`crate::model::Sample`], without copying texts the scorer does not need.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SampleIn<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    family: Family,
+    kind: Kind,
+    #[serde(default, borrow)]
+    scenario: Vec<Cow<'a, str>>,
+    #[serde(borrow)]
+    turns: Vec<TurnIn<'a>>,
+    #[serde(default)]
+    #[allow(dead_code)] // validated, not needed for scoring
+    out_of_scope: bool,
+    difficulty: Difficulty,
+    #[serde(default, borrow)]
+    #[allow(dead_code)]
+    provenance_id: Cow<'a, str>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TurnIn<'a> {
+    #[serde(borrow)]
+    #[allow(dead_code)]
+    user: Cow<'a, str>,
+    #[serde(borrow)]
+    reference_plan: Vec<PlanCallIn<'a>>,
+    #[serde(default, borrow)]
+    #[allow(dead_code)]
+    gold_reply: Option<Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanCallIn<'a> {
+    #[serde(borrow)]
+    alternatives: Vec<Cow<'a, str>>,
+    group: u32,
+    #[serde(default)]
+    depends_on: Vec<usize>,
+}
+
+impl SampleIn<'_> {
+    fn reference_calls(&self) -> usize {
+        self.turns.iter().map(|t| t.reference_plan.len()).sum()
+    }
+}
+
 fn load_unified(file: &str, mut reader: impl BufRead, file_idx: usize, pools: &mut Pools) -> anyhow::Result<Vec<Item>> {
     let mut items = Vec::new();
     let mut problems = Vec::new();
@@ -351,7 +403,7 @@ fn load_unified(file: &str, mut reader: impl BufRead, file_idx: usize, pools: &m
             continue;
         }
         let loc = format!("line {}", ln + 1);
-        let s: Sample = match serde_json::from_str(&line) {
+        let s: SampleIn = match serde_json::from_str(&line) {
             Ok(s) => s,
             Err(e) => {
                 problems.push(Problem::new(&loc, format!("not a unified sample: {e}")));
@@ -403,7 +455,7 @@ fn load_unified(file: &str, mut reader: impl BufRead, file_idx: usize, pools: &m
         }
         let (category, scenario) = category_and_scenario(&s.scenario, pools.names);
         items.push(Item {
-            id: s.id,
+            id: s.id.into_owned(),
             family: s.family,
             kind: s.kind,
             difficulty: computed,

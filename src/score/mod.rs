@@ -395,7 +395,9 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
             results[i] = Some(score_item(&ctx, it, None));
         }
     }
-    let results: Vec<SampleResult> = results.into_iter().flatten().collect();
+    // In place: `Option<SampleResult>` and `SampleResult` share a layout, so no second copy.
+    results.retain(Option::is_some);
+    let results: Vec<SampleResult> = results.into_iter().map(|r| r.expect("retained")).collect();
     Ok(report::build(opts, &bench, &preds, diagnostics, not_in_mode, results))
 }
 
