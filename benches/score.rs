@@ -152,6 +152,16 @@ fn generate(i: usize, rng: &mut Rng) -> (String, String) {
     (sample.to_string(), pred.to_string())
 }
 
+/// User + system CPU time of this process so far (`/proc/self/stat`, clock ticks of 1/100 s).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
@@ -169,7 +179,6 @@ fn child(mode: &str, bench: &str, pred: &str, n: usize) {
         "etom" => Mode::CompatEtom,
         _ => Mode::CompatFinmcp,
     };
-    let t = Instant::now();
     let opts = Options {
         benches: vec![bench.into()],
         pred: pred.into(),
@@ -178,12 +187,29 @@ fn child(mode: &str, bench: &str, pred: &str, n: usize) {
         etom_level: None,
         mode: m,
     };
+    // Loading the benchmark alone first, to separate it from scoring the predictions.
+    let cpu0 = cpu_seconds();
+    let loaded = benchgen::score::input::load_benches(&opts).expect("load");
+    let load_cpu = cpu_seconds() - cpu0;
+    drop(loaded);
+    let cpu0 = cpu_seconds();
+    let t = Instant::now();
     let rep = benchgen::score::run(&opts).expect("score");
     let text = report::render_text(&rep);
     let secs = t.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
     std::hint::black_box(text);
     let name = if mode == "corrected" { "corrected".to_string() } else { format!("compat {mode}") };
-    println!("{name:<14} {:>9} {:>10.2} {:>16.0} {:>14.0}", rep.samples, secs, n as f64 / secs, peak_rss_mib());
+    println!(
+        "{name:<14} {:>8} {:>8.2} {:>8.2} {:>10.0} {:>10.0} {:>14.0} {:>9.0}",
+        rep.samples,
+        secs,
+        cpu,
+        n as f64 / secs,
+        n as f64 / cpu,
+        n as f64 / (cpu - load_cpu).max(1e-9),
+        peak_rss_mib()
+    );
 }
 
 fn main() {
@@ -216,7 +242,11 @@ fn main() {
         println!("generated in {:.1} s", t0.elapsed().as_secs_f64());
     }
     println!("{n} samples ({:.0} MB), {n} predictions ({:.0} MB), all kinds", mb(&bench), mb(&pred));
-    println!("{:<14} {:>9} {:>10} {:>16} {:>14}", "mode", "scored", "seconds", "predictions/s", "peak RSS MiB");
+    println!(
+        "{:<14} {:>8} {:>8} {:>8} {:>10} {:>10} {:>14} {:>9}",
+        "mode", "scored", "wall s", "cpu s", "pred/s", "pred/s cpu", "pred/s cpu *", "peak MiB"
+    );
+    println!("(cpu = user + system time of the run; * = excluding the time to load the benchmark)");
     let exe = std::env::current_exe().expect("own path");
     for mode in ["corrected", "etom", "finmcp"] {
         let status = std::process::Command::new(&exe)

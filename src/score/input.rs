@@ -123,9 +123,16 @@ pub struct PredStats {
 // ---------------------------------------------------------------------------
 // Tool ids
 
+/// Split a tool id at the first `::` (a byte scan: this runs for every call read).
+pub fn split_id(s: &str) -> Option<(&str, &str)> {
+    let b = s.as_bytes();
+    let i = b.windows(2).position(|w| w == b"::")?;
+    Some((&s[..i], &s[i + 2..]))
+}
+
 /// `server::tool` with both parts trimmed; a bare name is trimmed.
 pub fn norm_tool_id(s: &str) -> String {
-    match s.split_once(TOOL_ID_SEP) {
+    match split_id(s) {
         Some((a, b)) => crate::model::tool_id(a, b),
         None => s.trim().to_string(),
     }
@@ -136,7 +143,7 @@ pub fn norm_tool_id(s: &str) -> String {
 pub fn key_for(family: Family, tool: &str) -> &str {
     match family {
         Family::Etom => tool,
-        Family::Finmcp => match tool.split_once(TOOL_ID_SEP) {
+        Family::Finmcp => match split_id(tool) {
             Some((_, t)) => t,
             None => tool,
         },
@@ -182,7 +189,8 @@ pub fn load_benches(opts: &Options) -> anyhow::Result<Bench> {
         bench.files.push(BenchFile { path: shown, format, level, samples: items.len() });
         bench.items.extend(items);
     }
-    let mut first: HashMap<&str, usize> = HashMap::with_capacity(bench.items.len());
+    let mut first: HashMap<&str, usize, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(bench.items.len(), Default::default());
     let mut dups = Vec::new();
     for (i, it) in bench.items.iter().enumerate() {
         match first.get(it.id.as_str()) {

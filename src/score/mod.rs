@@ -398,7 +398,12 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
     // In place: `Option<SampleResult>` and `SampleResult` share a layout, so no second copy.
     results.retain(Option::is_some);
     let results: Vec<SampleResult> = results.into_iter().map(|r| r.expect("retained")).collect();
-    Ok(report::build(opts, &bench, &preds, diagnostics, not_in_mode, results))
+    drop(index);
+    let mut rep = report::build(opts, &bench, &preds, diagnostics, not_in_mode, results);
+    // Handed to the caller, who may let the process exit instead of freeing millions of
+    // small allocations one by one.
+    rep.bench = Some(bench);
+    Ok(rep)
 }
 
 /// The `score` command: run, print, write the requested files; exit 1 when prediction
@@ -421,6 +426,9 @@ pub fn command(args: &crate::cli::ScoreArgs, printer: &crate::printer::Printer) 
     }
     printer.summary(&report::render_text(&rep), &rep);
     let unreadable = rep.diagnostics.iter().filter(|d| d.file == rep.predictions.path).count();
+    // The process ends here: skip freeing the benchmark and the results piece by piece
+    // (seconds for millions of samples).
+    std::mem::forget(rep);
     if unreadable > 0 {
         return Err(crate::error::hinted(
             format!("{unreadable} prediction record(s) could not be scored as given (listed above)"),

@@ -73,7 +73,7 @@ pub struct Defect {
 }
 
 /// The whole result of a `score` run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Serialize)]
 pub struct Report {
     pub mode: Mode,
     pub benches: Vec<BenchFile>,
@@ -89,6 +89,9 @@ pub struct Report {
     pub not_in_mode: usize,
     #[serde(skip)]
     pub results: Vec<SampleResult>,
+    /// The loaded benchmark, kept so the caller decides when (or whether) to free it.
+    #[serde(skip)]
+    pub bench: Option<Bench>,
 }
 
 fn mean(xs: impl Iterator<Item = f64>) -> Option<f64> {
@@ -284,6 +287,7 @@ pub fn build(
         data_defects,
         not_in_mode: not_in_mode.len(),
         results,
+        bench: None,
     }
 }
 
