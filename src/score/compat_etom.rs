@@ -195,7 +195,15 @@ struct Graph {
     fn_: u32,
 }
 
-fn graph_evaluate(gt: &[Vec<GtTool>], raw: &[Value]) -> Py<Graph> {
+/// Each raw item run through `json.loads` once (`None`: not a str), shared by the evaluator
+/// and `_extract_predicted_tools_info`, which both parse every item.
+type Parsed = Vec<Option<Result<Value, ()>>>;
+
+fn parse_items(raw: &[Value]) -> Parsed {
+    raw.iter().map(|v| v.as_str().map(|s| serde_json::from_str(s).map_err(|_| ()))).collect()
+}
+
+fn graph_evaluate(gt: &[Vec<GtTool>], raw: &[Value], parsed: &Parsed) -> Py<Graph> {
     if raw.is_empty() && gt.is_empty() {
         return Ok(Graph { em: true, p: 1.0, r: 1.0, f1: 1.0, tp: 0, fp: 0, fn_: 0 });
     }
@@ -222,10 +230,14 @@ fn graph_evaluate(gt: &[Vec<GtTool>], raw: &[Value]) -> Py<Graph> {
     }
     // parse_prediction: JSONDecodeError skips the item; any other error propagates.
     let mut seq: Vec<(Value, Value)> = Vec::new();
-    for item in raw {
-        let Ok(parsed) = json_loads(item)? else { continue };
-        let Value::Object(d) = &parsed else {
-            return Err(format!("AttributeError: '{}' object has no attribute 'get'", py_type(&parsed)));
+    for (item, pre) in raw.iter().zip(parsed) {
+        let parsed = match pre {
+            None => return Err(json_loads(item).err().unwrap_or_default()),
+            Some(Err(())) => continue,
+            Some(Ok(v)) => v,
+        };
+        let Value::Object(d) = parsed else {
+            return Err(format!("AttributeError: '{}' object has no attribute 'get'", py_type(parsed)));
         };
         let server = get(d, "server_name", get(d, "server", empty_str())).clone();
         let tool = get(d, "tool_name", empty_str()).clone();
@@ -279,13 +291,14 @@ fn graph_evaluate(gt: &[Vec<GtTool>], raw: &[Value]) -> Py<Graph> {
 }
 
 /// `_extract_predicted_tools_info`: (server, tool_name) per raw item.
-fn predicted_info(raw: &[Value]) -> Py<Vec<(Value, Value)>> {
+fn predicted_info(raw: &[Value], parsed: &Parsed) -> Py<Vec<(Value, Value)>> {
     raw.iter()
-        .map(|item| match item {
-            Value::String(s) => match serde_json::from_str::<Value>(s) {
-                Ok(Value::Object(d)) => Ok(info_of(&d)),
-                Ok(other) => Err(format!("AttributeError: '{}' object has no attribute 'get'", py_type(&other))),
-                Err(_) => Ok((Value::String("parse_error".into()), Value::String(s.clone()))),
+        .zip(parsed)
+        .map(|(item, pre)| match item {
+            Value::String(s) => match pre {
+                Some(Ok(Value::Object(d))) => Ok(info_of(d)),
+                Some(Ok(other)) => Err(format!("AttributeError: '{}' object has no attribute 'get'", py_type(other))),
+                _ => Ok((Value::String("parse_error".into()), Value::String(s.clone()))),
             },
             Value::Object(d) => Ok(info_of(d)),
             other => Ok((Value::String("unknown_format".into()), Value::String(py_str(other)))),
@@ -327,18 +340,19 @@ fn level12(level: u8, gt: &Value, result: &Value) -> Eval {
         other => vec![other.clone()],
     };
     let formatted = format_gt(gt, true);
-    let g = match graph_evaluate(&formatted, &raw) {
+    let parsed = parse_items(&raw);
+    let g = match graph_evaluate(&formatted, &raw, &parsed) {
         Ok(g) => g,
         Err(e) => return Eval::processing_error(e),
     };
-    let info = match predicted_info(&raw) {
+    let info = match predicted_info(&raw, &parsed) {
         Ok(i) => i,
         Err(e) => return Eval::processing_error(e),
     };
     let status = if raw.len() > 1 { "multi_tool_error" } else { "tool_call" };
     let mut e = Eval::new(status, g.em, fm(&g));
     if let Some((server, tool)) = info.first() {
-        for t in format_gt(gt, true).iter().flatten() {
+        for t in formatted.iter().flatten() {
             e.tool_name_match |= *tool == t.tool;
             e.server_match |= *server == t.server;
         }
@@ -369,7 +383,8 @@ fn level34(efs: bool, gt: &Value, result: &Value) -> Eval {
     // _ensure_json_strings: non-strings are dumped and parsed back by the evaluator.
     let raw: Vec<Value> =
         items.iter().map(|i| if i.is_string() { i.clone() } else { Value::String(i.to_string()) }).collect();
-    let g = match graph_evaluate(&formatted, &raw) {
+    let parsed = parse_items(&raw);
+    let g = match graph_evaluate(&formatted, &raw, &parsed) {
         Ok(g) => g,
         Err(e) => {
             let mut ev = Eval::new("error", false, None);
@@ -377,7 +392,7 @@ fn level34(efs: bool, gt: &Value, result: &Value) -> Eval {
             return ev;
         }
     };
-    let info = match predicted_info(&raw) {
+    let info = match predicted_info(&raw, &parsed) {
         Ok(i) => i,
         Err(e) => return Eval::processing_error(e),
     };
