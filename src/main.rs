@@ -38,6 +38,7 @@ fn init_tracing(verbose: u8, quiet: bool) {
 
 fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
     let settings = Settings::load(&cli.global.config)?;
+    stage::recover_if_idle(&settings, printer)?;
     let ctx = Ctx::new(&settings, printer);
     match &cli.command {
         Command::Registry(RegistryCommand::Import(a)) => {

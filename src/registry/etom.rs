@@ -159,7 +159,10 @@ fn trimmed(raw: &str, loc: &str, what: &str, notes: &mut Vec<Note>) -> (String, 
 /// as `Imported::rejected` (lenient).
 pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
     let root: Value = serde_json::from_slice(bytes).map_err(|e| {
-        vec![Problem::new(format!("line {}, column {}", e.line(), e.column()), format!("invalid JSON: {e}"))]
+        // serde_json's message ends with its own "at line L column C"; the location says it already.
+        let msg = e.to_string();
+        let msg = msg.rsplit_once(" at line ").map_or(msg.as_str(), |(m, _)| m).to_string();
+        vec![Problem::new(format!("line {}, column {}", e.line(), e.column()), format!("invalid JSON: {msg}"))]
     })?;
     let Value::Object(top) = &root else {
         return Err(vec![Problem::new(
