@@ -42,6 +42,7 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         return benchgen::score::command(a, printer);
     }
     let settings = Settings::load(&cli.global.config)?;
+    stage::recover_if_idle(&settings, printer)?;
     let ctx = Ctx::new(&settings, printer);
     match &cli.command {
         Command::Registry(RegistryCommand::Import(a)) => {
@@ -52,8 +53,7 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Command::Stats(f) => run_one(&ctx, &stats::StatsStage, f.force),
         Command::Run(a) => {
             let reports = pipeline::run(&ctx, a.from.as_deref(), a.until.as_deref(), a.force)?;
-            let human: String = reports.iter().map(pipeline::render_report).collect();
-            printer.summary(&human, &reports);
+            printer.summary("", &reports); // the human text was streamed per stage
             Ok(())
         }
         Command::Status => {
