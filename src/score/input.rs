@@ -1183,7 +1183,8 @@ pub fn norm_etom(pred: &Value) -> NormPred {
         Value::String(s) => match serde_json::from_str::<Value>(s) {
             Ok(Value::Array(a)) => a,
             Ok(o @ Value::Object(_)) => vec![o],
-            _ if s.contains(TOOL_ID_SEP) && !s.trim().contains(char::is_whitespace) => vec![pred.clone()],
+            // A bare `server::tool` id (server names may contain spaces; an answer has more text).
+            _ if s.contains(TOOL_ID_SEP) && !s.contains('\n') && s.len() < 300 => vec![pred.clone()],
             _ => {
                 norm.refusal = true;
                 if !is_no(s) {
@@ -1303,6 +1304,7 @@ mod tests {
             }
         }
         // Everything else goes to the general reader.
+        assert!(fast_unified(r#"{"id": "a", "turns": "x"}"#).is_none());
         for l in [
             r#"{"id": 1, "turns": []}"#,
             r#"{"id": "a", "turns": [{"calls": [{"tool": {"server": "S", "tool": "t"}}]}]}"#,
@@ -1314,5 +1316,26 @@ mod tests {
         ] {
             assert!(fast_unified(l).is_none(), "{l}");
         }
+    }
+
+    #[test]
+    fn orchestrator_outputs() {
+        let tools = |v: Value| -> (Vec<String>, bool) {
+            let n = norm_etom(&v);
+            (n.turns.iter().flatten().map(|c| c.tool.clone()).collect(), n.refusal)
+        };
+        let sel = |s: &str, t: &str| Value::String(serde_json::json!({"server": s, "tool_name": t}).to_string());
+        assert_eq!(tools(Value::String("My Server::do it".into())), (vec!["My Server::do it".to_string()], false));
+        assert_eq!(tools(Value::String("Sorry, I cannot do that.".into())), (vec![], true));
+        assert_eq!(tools(serde_json::json!([sel("No", "NO")])), (vec![], true));
+        assert_eq!(tools(serde_json::json!([{"Server Name": "no", "Tool_Name": "No"}])), (vec![], true));
+        assert_eq!(tools(serde_json::json!(["no"])), (vec![], true));
+        assert_eq!(tools(serde_json::json!([])), (vec![], false));
+        assert_eq!(
+            tools(serde_json::json!([sel("S ", " t"), {"server_name": "S", "tool_name": "u"}])).0,
+            vec!["S::t", "S::u"]
+        );
+        // Unreadable items stay in the sequence as wrong calls.
+        assert_eq!(tools(serde_json::json!([5, "garbage", sel("S", "t")])).0, vec!["", "", "S::t"]);
     }
 }
