@@ -13,6 +13,7 @@
 //!
 //! The same graph metric gives P/R/F1 for L1 and L2 (one node each).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::input::key_for;
@@ -26,12 +27,16 @@ pub fn score(ctx: &ScoreCtx, item: &Item, pred: Option<&Pred>) -> SampleResult {
 
     // ETOM samples have one turn; should a sample have several, score them as one plan.
     let mut nodes_alts: Vec<&[Arc<str>]> = Vec::new();
-    let mut deps: Vec<Vec<usize>> = Vec::new();
+    let mut deps: Vec<Cow<[usize]>> = Vec::new();
     for turn in &item.turns {
         let base = nodes_alts.len();
         for c in turn {
             nodes_alts.push(&c.alts);
-            deps.push(c.deps.iter().map(|d| d + base).collect());
+            deps.push(if base == 0 {
+                Cow::Borrowed(&c.deps)
+            } else {
+                Cow::Owned(c.deps.iter().map(|d| d + base).collect())
+            });
         }
     }
     let mut calls: Vec<(&str, i64)> = Vec::new();

@@ -130,6 +130,16 @@ pub fn split_id(s: &str) -> Option<(&str, &str)> {
     Some((&s[..i], &s[i + 2..]))
 }
 
+/// [`norm_tool_id`] without allocating when the id is already normal (the usual case).
+pub fn norm_tool_id_cow(s: &str) -> Cow<'_, str> {
+    let clean = |p: &str| p.trim().len() == p.len();
+    let normal = match split_id(s) {
+        Some((a, b)) => clean(a) && clean(b),
+        None => clean(s),
+    };
+    if normal { Cow::Borrowed(s) } else { Cow::Owned(norm_tool_id(s)) }
+}
+
 /// `server::tool` with both parts trimmed; a bare name is trimmed.
 pub fn norm_tool_id(s: &str) -> String {
     match split_id(s) {
@@ -265,12 +275,22 @@ fn category_and_scenario<S: AsRef<str>>(scenario: &[S], names: &mut Interner) ->
     match s.as_slice() {
         [] => (intern(names, "(none)"), intern(names, "(none)")),
         [a] => (intern(names, a), intern(names, a)),
-        [a, b, ..] => (intern(names, a), intern(names, &format!("{a} / {b}"))),
+        [a, b, ..] => {
+            // Interned: one shared copy of the joined name for all its samples.
+            let mut joined = String::with_capacity(a.len() + b.len() + 3);
+            joined.push_str(a);
+            joined.push_str(" / ");
+            joined.push_str(b);
+            (intern(names, a), intern(names, &joined))
+        }
     }
 }
 
 /// Validate dependencies of one turn's plan; invalid ones are dropped and reported.
 fn check_deps(calls: &mut [GoldCall], turn: usize, defects: &mut Vec<String>) {
+    if calls.iter().all(|c| c.deps.is_empty()) {
+        return; // the common case: nothing to check
+    }
     let n = calls.len();
     for (i, c) in calls.iter_mut().enumerate() {
         let mut kept = Vec::with_capacity(c.deps.len());
@@ -433,7 +453,7 @@ fn load_unified(file: &str, mut reader: impl BufRead, file_idx: usize, pools: &m
                 let alts: Vec<Arc<str>> = c
                     .alternatives
                     .iter()
-                    .map(|a| norm_tool_id(a))
+                    .map(|a| norm_tool_id_cow(a))
                     .filter(|a| !key_for(s.family, a).is_empty())
                     .map(|a| intern(pools.tools, key_for(s.family, &a)))
                     .collect();
@@ -1021,7 +1041,7 @@ fn fast_unified(line: &str) -> Option<(String, NormPred)> {
             if c.tool.trim().is_empty() {
                 return None;
             }
-            calls.push(PredCall { tool: norm_tool_id(&c.tool), group: c.group.unwrap_or(k as i64) });
+            calls.push(PredCall { tool: norm_tool_id_cow(&c.tool).into_owned(), group: c.group.unwrap_or(k as i64) });
         }
         turns.push(calls);
     }

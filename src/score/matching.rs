@@ -65,7 +65,7 @@ const BUDGET: usize = 200_000;
 
 /// Match predictions (`cand[p]` = nodes prediction `p` can serve, `group[p]` = its step)
 /// to nodes with dependencies `deps[n]`: maximise matched nodes, then correctly placed calls.
-pub fn placed_matching(cand: &[Vec<usize>], group: &[i64], deps: &[Vec<usize>]) -> Placement {
+pub fn placed_matching<D: AsRef<[usize]>>(cand: &[Vec<usize>], group: &[i64], deps: &[D]) -> Placement {
     let nodes = deps.len();
     let preds = cand.len();
     let best_size = max_matching(cand, nodes);
@@ -114,10 +114,10 @@ pub fn placed_matching(cand: &[Vec<usize>], group: &[i64], deps: &[Vec<usize>]) 
     }
 }
 
-struct Search<'a> {
+struct Search<'a, D> {
     cand: &'a [Vec<usize>],
     group: &'a [i64],
-    deps: &'a [Vec<usize>],
+    deps: &'a [D],
     order: &'a [usize],
     target: usize,
     node_group: Vec<Option<i64>>,
@@ -127,7 +127,7 @@ struct Search<'a> {
     matchable_after: Vec<usize>,
 }
 
-impl Search<'_> {
+impl<D: AsRef<[usize]>> Search<'_, D> {
     fn dfs(&mut self, i: usize, matched: usize, placed: usize) {
         self.steps += 1;
         if self.steps >= BUDGET {
@@ -153,7 +153,7 @@ impl Search<'_> {
             if self.node_group[n].is_some() {
                 continue;
             }
-            let ok = self.deps[n].iter().all(|&d| matches!(self.node_group[d], Some(dg) if dg < g));
+            let ok = self.deps[n].as_ref().iter().all(|&d| matches!(self.node_group[d], Some(dg) if dg < g));
             self.node_group[n] = Some(g);
             self.assign[p] = Some(n);
             self.dfs(i + 1, matched + 1, placed + usize::from(ok));
@@ -164,7 +164,7 @@ impl Search<'_> {
     }
 }
 
-fn evaluate(assign: Vec<Option<usize>>, group: &[i64], deps: &[Vec<usize>], truncated: bool) -> Placement {
+fn evaluate<D: AsRef<[usize]>>(assign: Vec<Option<usize>>, group: &[i64], deps: &[D], truncated: bool) -> Placement {
     let mut node_group: Vec<Option<i64>> = vec![None; deps.len()];
     for (p, a) in assign.iter().enumerate() {
         if let Some(n) = a {
@@ -175,7 +175,7 @@ fn evaluate(assign: Vec<Option<usize>>, group: &[i64], deps: &[Vec<usize>], trun
         .iter()
         .enumerate()
         .map(|(p, a)| match a {
-            Some(n) => deps[*n].iter().all(|&d| matches!(node_group[d], Some(dg) if dg < group[p])),
+            Some(n) => deps[*n].as_ref().iter().all(|&d| matches!(node_group[d], Some(dg) if dg < group[p])),
             None => false,
         })
         .collect();
