@@ -54,7 +54,9 @@ pub enum Command {
     /// config. Writes `artifacts/filter/`: `catalog.json` (what remains),
     /// `dropped.csv` and `undecided.csv` (one row per server or tool with rule,
     /// class, reason and evidence) and `summary.json`; one `filter.decision` event
-    /// per server and tool goes to the ledger. Skipped when up to date.
+    /// per server and tool goes to the ledger. With `[filter] classifier_role`, matches
+    /// of `action = "ask"` rules are decided by that LLM role (answers cached in the
+    /// ledger; see `--llm-mode`). Skipped when up to date.
     Filter(ForceArgs),
     /// Corpus statistics of the catalog (and of the filtered catalog).
     ///
