@@ -791,6 +791,13 @@ mod tests {
         assert_eq!(split_messages("just user\n"), vec![json!({"role": "user", "content": "just user"})]);
     }
 
+    #[test]
+    fn client_is_send_sync_and_cheap_to_clone() {
+        fn check<T: Send + Sync + Clone>() {}
+        check::<LlmClient>();
+        check::<LlmError>();
+    }
+
     #[derive(Debug, Deserialize, schemars::JsonSchema, PartialEq)]
     struct V {
         verdict: String,
