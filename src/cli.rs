@@ -69,6 +69,9 @@ pub enum Command {
     /// (`filter:server::tool`) or a ledger event (`#42`). Only the runs that
     /// produced the current artifacts are consulted.
     Explain(ExplainArgs),
+    /// Talk to the MCP servers of `[mcp.servers]`: list tools, call one, import a config.
+    #[command(subcommand)]
+    Mcp(McpCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -122,4 +125,44 @@ pub struct RunArgs {
 pub struct ExplainArgs {
     /// `server::tool`, `server`, `filter:<id>` or `#<event id>`.
     pub id: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// List every tool of a configured server (all pages).
+    ///
+    /// Spawns (stdio) or connects to (Streamable HTTP) SERVER from `[mcp.servers]`
+    /// or the `mcp.import` file; a spawned server's stderr goes to
+    /// `artifacts/mcp/logs/SERVER.stderr.log`. Writes nothing else.
+    Tools(McpToolsArgs),
+    /// Call one tool and print its result (exit 1 on a tool error or a failed call).
+    ///
+    /// With `--json` the output is `{server, tool, arguments, latency_ms, status,
+    /// output | failure}` where status is `ok`, `tool_error` or `failed`.
+    Call(McpCallArgs),
+    /// Check a desktop-client `mcpServers` JSON file and print it as `[mcp.servers.*]` TOML.
+    Import(McpImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct McpToolsArgs {
+    /// Server name from the config.
+    pub server: String,
+}
+
+#[derive(Debug, Args)]
+pub struct McpCallArgs {
+    /// Server name from the config.
+    pub server: String,
+    /// Tool name as the server lists it.
+    pub tool: String,
+    /// Arguments as a JSON object.
+    #[arg(long, default_value = "{}")]
+    pub args: String,
+}
+
+#[derive(Debug, Args)]
+pub struct McpImportArgs {
+    /// A JSON file with `{"mcpServers": {...}}`.
+    pub file: PathBuf,
 }

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod error;
 pub mod explain;
 pub mod filter;
+pub mod mcp;
 pub mod ledger;
 pub mod model;
 pub mod pipeline;

@@ -5,11 +5,11 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Parser;
 
-use benchgen::cli::{Cli, Command, RegistryCommand};
+use benchgen::cli::{Cli, Command, McpCommand, RegistryCommand};
 use benchgen::printer::Printer;
 use benchgen::settings::Settings;
 use benchgen::stage::{self, Ctx, Stage};
-use benchgen::{error, explain, filter, pipeline, registry, stats};
+use benchgen::{error, explain, filter, mcp, pipeline, registry, stats};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -62,6 +62,9 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             printer.summary(&explain::render(&x), &x);
             Ok(())
         }
+        Command::Mcp(McpCommand::Tools(a)) => mcp::commands::tools(&settings, printer, &a.server),
+        Command::Mcp(McpCommand::Call(a)) => mcp::commands::call(&settings, printer, &a.server, &a.tool, &a.args),
+        Command::Mcp(McpCommand::Import(a)) => mcp::commands::import(printer, &a.file),
     }
 }
 

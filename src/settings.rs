@@ -25,6 +25,8 @@ pub struct Config {
     pub filter: FilterSettings,
     #[serde(default)]
     pub stats: StatsSettings,
+    #[serde(default)]
+    pub mcp: crate::mcp::McpSettings,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -279,6 +281,7 @@ impl Config {
                 }
             }
         }
+        problems.extend(self.mcp.check());
         if problems.is_empty() { Ok(()) } else { Err(InputError { file: path.display().to_string(), problems }.into()) }
     }
 }
