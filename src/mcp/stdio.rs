@@ -306,7 +306,8 @@ mod tests {
     fn lines_are_classified() {
         assert!(matches!(classify(b"\n"), Line::Ignore));
         assert!(matches!(classify(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n"), Line::Message(_)));
-        assert!(matches!(classify(b"{\"jsonrpc\":\"2.0\",\"method\":\"x/unknown\",\"params\":{}}\n"), Line::Ignore));
+        // Unknown notifications are delivered (rmcp models them as custom) or ignored, never fatal.
+        assert!(!matches!(classify(b"{\"jsonrpc\":\"2.0\",\"method\":\"x/unknown\",\"params\":{}}\n"), Line::Fatal(_)));
         assert!(matches!(classify(b"hello world\n"), Line::Fatal(m) if m.contains("not JSON")));
         assert!(matches!(classify(b"[1,2]\n"), Line::Fatal(_)));
         match classify(b"{\"id\":7,\"weird\":true}\n") {
