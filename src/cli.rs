@@ -72,6 +72,15 @@ pub enum Command {
     /// Talk to the MCP servers of `[mcp.servers]`: list tools, call one, import a config.
     #[command(subcommand)]
     Mcp(McpCommand),
+    /// Serve every tool of a catalog as an MCP server with deterministic answers.
+    ///
+    /// Reads `artifacts/filter/catalog.json` (or `--catalog FILE`). Serves over stdio,
+    /// or Streamable HTTP at `http://ADDR/mcp` with `--http ADDR` (loopback only; the URL
+    /// is printed on stdout). Tool names are catalog ids (`server::tool`). Arguments are
+    /// validated against each input schema; valid calls get output shaped by the output
+    /// schema (else a generic shape), seeded by tool and arguments. Writes nothing
+    /// unless `--call-log`. Fault flags are for tests and rehearsals.
+    Sandbox(SandboxArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -165,4 +174,49 @@ pub struct McpCallArgs {
 pub struct McpImportArgs {
     /// A JSON file with `{"mcpServers": {...}}`.
     pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    /// Catalog to serve (default `artifacts/filter/catalog.json`).
+    #[arg(long, value_name = "FILE")]
+    pub catalog: Option<PathBuf>,
+    /// Serve Streamable HTTP on this loopback address (e.g. `127.0.0.1:0` for any port).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<std::net::SocketAddr>,
+    /// Seed of the answers (default: `project.seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Tools per `tools/list` page.
+    #[arg(long, default_value_t = 1000)]
+    pub page_size: usize,
+    /// Append one JSON line per call to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub call_log: Option<PathBuf>,
+    /// Delay every call by this many milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub latency_ms: u64,
+    /// Add a per-call delay in [0, N] ms (from the call's hash).
+    #[arg(long, default_value_t = 0)]
+    pub jitter_ms: u64,
+    /// Share of calls answered with an injected tool error (`isError`).
+    #[arg(long, default_value_t = 0.0)]
+    pub error_rate: f64,
+    /// Share of calls never answered (the client times out).
+    #[arg(long, default_value_t = 0.0)]
+    pub timeout_rate: f64,
+    /// Share of calls on which the process exits.
+    #[arg(long, default_value_t = 0.0)]
+    pub crash_rate: f64,
+    /// Exit on the N-th call.
+    #[arg(long, value_name = "N")]
+    pub crash_after: Option<u64>,
+    /// Share of calls answered with a line that is not JSON-RPC (stdio).
+    #[arg(long, default_value_t = 0.0)]
+    pub garbage_rate: f64,
+    /// Share of calls answered with `--huge-bytes` of text.
+    #[arg(long, default_value_t = 0.0)]
+    pub huge_rate: f64,
+    #[arg(long, default_value_t = 32 * 1024 * 1024)]
+    pub huge_bytes: usize,
 }

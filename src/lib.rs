@@ -15,6 +15,7 @@ pub mod model;
 pub mod pipeline;
 pub mod printer;
 pub mod registry;
+pub mod sandbox;
 pub mod settings;
 pub mod stage;
 pub mod stats;

@@ -9,7 +9,7 @@ use benchgen::cli::{Cli, Command, McpCommand, RegistryCommand};
 use benchgen::printer::Printer;
 use benchgen::settings::Settings;
 use benchgen::stage::{self, Ctx, Stage};
-use benchgen::{error, explain, filter, mcp, pipeline, registry, stats};
+use benchgen::{error, explain, filter, mcp, pipeline, registry, sandbox, stats};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -65,6 +65,7 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Command::Mcp(McpCommand::Tools(a)) => mcp::commands::tools(&settings, printer, &a.server),
         Command::Mcp(McpCommand::Call(a)) => mcp::commands::call(&settings, printer, &a.server, &a.tool, &a.args),
         Command::Mcp(McpCommand::Import(a)) => mcp::commands::import(printer, &a.file),
+        Command::Sandbox(a) => sandbox::command::run(&settings, printer, a),
     }
 }
 
