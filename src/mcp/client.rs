@@ -177,6 +177,7 @@ struct Conn {
     child: Option<tokio::sync::Mutex<ChildGuard>>,
     /// The stderr log and its length when this connection started.
     stderr: Option<(PathBuf, u64)>,
+    http: bool,
 }
 
 impl Conn {
@@ -203,17 +204,36 @@ impl Conn {
     }
 }
 
+type BoxRead = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+type BoxWrite = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+
 /// A client for one named server. Cheap to share (`Arc`); calls may run concurrently.
 pub struct McpClient {
     name: String,
     spec: ServerSpec,
     opts: ClientOptions,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// An in-process stream pair, used by the first connection only.
+    io: std::sync::Mutex<Option<(BoxRead, BoxWrite)>>,
 }
 
 impl McpClient {
     pub fn new(name: &str, spec: ServerSpec, opts: ClientOptions) -> Self {
-        Self { name: name.to_string(), spec, opts, conn: tokio::sync::Mutex::new(None) }
+        Self { name: name.to_string(), spec, opts, conn: tokio::sync::Mutex::new(None), io: Default::default() }
+    }
+
+    /// A client over an in-process stream pair (e.g. a sandbox on a `tokio::io::duplex`).
+    /// Once that connection breaks there is nothing to reconnect to: later calls fail
+    /// with [`CallFailure::Connect`].
+    pub fn from_io<R, W>(name: &str, tool_ids: ToolIds, opts: ClientOptions, read: R, write: W) -> Self
+    where
+        R: tokio::io::AsyncRead + Send + Unpin + 'static,
+        W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        let spec = ServerSpec { tool_ids, ..Default::default() };
+        let c = Self::new(name, spec, opts);
+        *c.io.lock().unwrap_or_else(|e| e.into_inner()) = Some((Box::new(read), Box::new(write)));
+        c
     }
 
     pub fn name(&self) -> &str {
@@ -268,6 +288,22 @@ impl McpClient {
 
     async fn connect(&self) -> Result<Conn, CallFailure> {
         let fail = |m: String| CallFailure::Connect { message: m };
+        if self.spec.command.is_none() && self.spec.url.is_none() {
+            let io = self.io.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let Some((read, write)) = io else {
+                return Err(fail("the in-process connection is closed".into()));
+            };
+            let link = Arc::new(LinkState::default());
+            let transport = StdioTransport::new(read, write, self.opts.max_message_bytes, link.clone());
+            let service = tokio::time::timeout(
+                self.opts.startup_timeout,
+                serve_client_with_lifecycle(Handler, transport, ClientLifecycleMode::Initialize),
+            )
+            .await
+            .map_err(|_| fail("in-process handshake timed out".into()))?
+            .map_err(|e| fail(format!("in-process handshake failed: {e}")))?;
+            return Ok(Conn { service, link, child: None, stderr: None, http: false });
+        }
         let endpoint = self.spec.endpoint(&self.opts.root).map_err(|e| fail(format!("{e:#}")))?;
         let lifecycle = match self.spec.lifecycle {
             Lifecycle::Initialize => ClientLifecycleMode::Initialize,
@@ -296,7 +332,9 @@ impl McpClient {
                         .await;
                 let stderr = Some((log, start));
                 match started {
-                    Ok(Ok(service)) => Ok(Conn { service, link, child: Some(tokio::sync::Mutex::new(child)), stderr }),
+                    Ok(Ok(service)) => {
+                        Ok(Conn { service, link, child: Some(tokio::sync::Mutex::new(child)), stderr, http: false })
+                    }
                     Ok(Err(e)) => {
                         let conn_tail = tail_of(stderr.as_ref());
                         let why = match link.broken() {
@@ -348,7 +386,7 @@ impl McpClient {
                 )
                 .await
                 {
-                    Ok(Ok(service)) => Ok(Conn { service, link, child: None, stderr: None }),
+                    Ok(Ok(service)) => Ok(Conn { service, link, child: None, stderr: None, http: true }),
                     Ok(Err(e)) => Err(fail(format!("handshake with {url} failed: {e}"))),
                     Err(_) => {
                         Err(fail(format!("{url} did not finish the handshake within {:?}", self.opts.startup_timeout)))
@@ -504,7 +542,7 @@ impl McpClient {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
                 let why = conn.dead_reason().await.unwrap_or_else(|| e.to_string());
-                if conn.child.is_some() {
+                if !conn.http {
                     CallFailure::ServerCrashed { message: why }
                 } else {
                     CallFailure::Transport { message: format!("{e}: {why}") }
