@@ -37,9 +37,13 @@ pub fn venv_bin(name: &str) -> Option<PathBuf> {
     require(mcp_cache().join("venv/bin").join(name), name)
 }
 
-/// `../shared/data/...` relative to the repository root, or `None` with a printed reason.
+/// `../shared/data/...` relative to the repository root (or under `$BENCHGEN_SHARED_DATA`
+/// when set), or `None` with a printed reason.
 pub fn shared_data(rel: &str) -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data").join(rel);
+    let base = std::env::var_os("BENCHGEN_SHARED_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data"));
+    let p = base.join(rel);
     if p.exists() {
         Some(p)
     } else {
