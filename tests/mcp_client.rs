@@ -11,8 +11,8 @@ use benchgen::mcp::config::{ServerSpec, ToolIds};
 use benchgen::mcp::{CallOutcome, ClientOptions, McpClient};
 use benchgen::model::Catalog;
 use benchgen::sandbox::{Sandbox, SandboxOptions};
-use serde_json::{Value, json};
 use mcp_assets::*;
+use serde_json::{Value, json};
 
 fn opts(dir: &std::path::Path) -> ClientOptions {
     let mut o = ClientOptions::new(&dir.join("logs"));
@@ -133,7 +133,8 @@ pub fn process_alive(pid: u32) -> bool {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
 }
 
 #[tokio::test]
@@ -145,7 +146,10 @@ async fn server_everything_over_stdio() {
     assert_eq!(tools.len(), 13, "{:?}", tools.iter().map(|t| &t.name).collect::<Vec<_>>());
     let (protocol, _) = client.server_info().await.unwrap();
     assert_eq!(protocol, "2025-11-25");
-    assert_eq!(ok_text(&client.call("echo", &json!({"message": "hello benchgen"}), None).await), "Echo: hello benchgen");
+    assert_eq!(
+        ok_text(&client.call("echo", &json!({"message": "hello benchgen"}), None).await),
+        "Echo: hello benchgen"
+    );
     // A tool error is an `isError` result, not a transport failure.
     let wrong = client.call("get-sum", &json!({"a": "x", "b": 2}), None).await;
     assert!(matches!(wrong, CallOutcome::ToolError { .. } | CallOutcome::Failed { .. }), "{wrong:?}");
@@ -196,7 +200,8 @@ async fn server_memory() {
     let spec = stdio("node", &[js.to_str().unwrap()], &[("MEMORY_FILE_PATH", mem.to_str().unwrap())]);
     let client = McpClient::new("memory", spec, opts(dir.path()));
     assert_eq!(client.list_tools().await.unwrap().len(), 9);
-    let args = json!({"entities": [{"name": "Ada", "entityType": "person", "observations": ["wrote the first program"]}]});
+    let args =
+        json!({"entities": [{"name": "Ada", "entityType": "person", "observations": ["wrote the first program"]}]});
     ok_text(&client.call("create_entities", &args, None).await);
     let graph = ok_text(&client.call("read_graph", &json!({}), None).await);
     assert!(graph.contains("Ada") && graph.contains("wrote the first program"), "{graph}");
@@ -213,7 +218,8 @@ async fn server_filesystem() {
         dir.path().join("files").canonicalize().unwrap()
     });
     std::fs::write(root.join("hello.txt"), "hello from benchgen\n").unwrap();
-    let client = McpClient::new("fs", stdio("node", &[js.to_str().unwrap(), root.to_str().unwrap()], &[]), opts(dir.path()));
+    let client =
+        McpClient::new("fs", stdio("node", &[js.to_str().unwrap(), root.to_str().unwrap()], &[]), opts(dir.path()));
     assert_eq!(client.list_tools().await.unwrap().len(), 14);
     let text = ok_text(&client.call("read_text_file", &json!({"path": root.join("hello.txt")}), None).await);
     assert_eq!(text.trim(), "hello from benchgen");
@@ -232,7 +238,9 @@ async fn mcp_server_time() {
     let client = McpClient::new("time", stdio(bin.to_str().unwrap(), &[], &[]), opts(dir.path()));
     let tools = client.list_tools().await.unwrap();
     assert_eq!(tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["get_current_time", "convert_time"]);
-    let now: Value = serde_json::from_str(&ok_text(&client.call("get_current_time", &json!({"timezone": "UTC"}), None).await)).unwrap();
+    let now: Value =
+        serde_json::from_str(&ok_text(&client.call("get_current_time", &json!({"timezone": "UTC"}), None).await))
+            .unwrap();
     assert_eq!(now["timezone"], "UTC");
     assert!(now["datetime"].as_str().unwrap().ends_with("+00:00"), "{now}");
     client.shutdown().await;

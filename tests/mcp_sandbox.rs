@@ -161,7 +161,10 @@ async fn injected_faults_are_typed_failures_and_never_hang() {
     };
     let huge = McpClient::new("huge", spec("3000000"), c.clone());
     let o = huge.call("weather::forecast", &args, None).await;
-    assert!(matches!(failure(&o), CallFailure::ResultTooLarge { bytes, limit } if *bytes > 3_000_000 && *limit == 1 << 20), "{o:?}");
+    assert!(
+        matches!(failure(&o), CallFailure::ResultTooLarge { bytes, limit } if *bytes > 3_000_000 && *limit == 1 << 20),
+        "{o:?}"
+    );
     // The connection survives an oversized message.
     assert_eq!(huge.list_tools().await.unwrap().len(), 3);
     huge.shutdown().await;

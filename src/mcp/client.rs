@@ -16,7 +16,9 @@ use rmcp::model::{
     CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientRequest,
     Implementation, InitializeRequestParams, PaginatedRequestParams, ProtocolVersion, Request, ServerResult,
 };
-use rmcp::service::{ClientLifecycleMode, PeerRequestOptions, RunningService, ServiceError, serve_client_with_lifecycle};
+use rmcp::service::{
+    ClientLifecycleMode, PeerRequestOptions, RunningService, ServiceError, serve_client_with_lifecycle,
+};
 use rmcp::{ClientHandler, RoleClient};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -117,6 +119,18 @@ pub struct ToolOutput {
     /// Present when the output was cut to `mcp.max_result_bytes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<Truncation>,
+}
+
+impl ToolOutput {
+    /// An output that is only a text note (for calls refused before reaching a server).
+    pub fn note(text: &str) -> Self {
+        Self {
+            text: text.to_string(),
+            content: serde_json::json!([{"type": "text", "text": text}]),
+            structured: None,
+            truncated: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -327,9 +341,11 @@ impl McpClient {
                 let (mut child, out, inp) = stdio::spawn(&command, &args, &env, cwd.as_deref(), file)
                     .map_err(|e| fail(format!("cannot spawn `{command}`: {e}")))?;
                 let transport = StdioTransport::new(out, inp, self.opts.max_message_bytes, link.clone());
-                let started =
-                    tokio::time::timeout(self.opts.startup_timeout, serve_client_with_lifecycle(Handler, transport, lifecycle))
-                        .await;
+                let started = tokio::time::timeout(
+                    self.opts.startup_timeout,
+                    serve_client_with_lifecycle(Handler, transport, lifecycle),
+                )
+                .await;
                 let stderr = Some((log, start));
                 match started {
                     Ok(Ok(service)) => {
@@ -368,8 +384,8 @@ impl McpClient {
                     }
                     let name = http::HeaderName::from_bytes(k.as_bytes())
                         .map_err(|_| fail(format!("header name `{k}` is invalid")))?;
-                    let value =
-                        http::HeaderValue::from_str(v).map_err(|_| fail(format!("header `{k}` has an invalid value")))?;
+                    let value = http::HeaderValue::from_str(v)
+                        .map_err(|_| fail(format!("header `{k}` has an invalid value")))?;
                     custom.insert(name, value);
                 }
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.clone())
@@ -418,7 +434,10 @@ impl McpClient {
                 tools.push(ToolInfo {
                     name: t.name.to_string(),
                     description: t.description.map(|d| d.to_string()).unwrap_or_default(),
-                    input_schema: v.get("inputSchema").cloned().unwrap_or_else(|| serde_json::json!({"type": "object"})),
+                    input_schema: v
+                        .get("inputSchema")
+                        .cloned()
+                        .unwrap_or_else(|| serde_json::json!({"type": "object"})),
                     output_schema: v.get("outputSchema").cloned(),
                 });
             }
@@ -617,20 +636,21 @@ fn tool_output(result: &Value, max: usize) -> ToolOutput {
     let structured = result.get("structuredContent").cloned();
     let text = content
         .as_array()
-        .map(|blocks| blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n"))
+        .map(|blocks| {
+            blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
+        })
         .unwrap_or_default();
-    let text = if text.is_empty() {
-        structured.as_ref().map(|s| s.to_string()).unwrap_or_default()
-    } else {
-        text
-    };
+    let text = if text.is_empty() { structured.as_ref().map(|s| s.to_string()).unwrap_or_default() } else { text };
     let original = serde_json::to_vec(&content).map(|v| v.len()).unwrap_or(0)
         + structured.as_ref().map(|s| s.to_string().len()).unwrap_or(0);
     if original <= max {
         return ToolOutput { text, content, structured, truncated: None };
     }
     let kept_text = truncate_str(&text, max).to_string();
-    let note = format!("output truncated: {original} bytes, first {} bytes of text kept (mcp.max_result_bytes)", kept_text.len());
+    let note = format!(
+        "output truncated: {original} bytes, first {} bytes of text kept (mcp.max_result_bytes)",
+        kept_text.len()
+    );
     ToolOutput {
         text: format!("{kept_text}\n[{note}]"),
         // The blocks are replaced by the kept text so recorded trajectories stay bounded.
@@ -660,6 +680,9 @@ mod tests {
     #[test]
     fn outcomes_serialise_with_a_status_and_a_kind() {
         let o = CallOutcome::Failed { failure: CallFailure::Timeout { after_ms: 5 } };
-        assert_eq!(serde_json::to_value(&o).unwrap(), serde_json::json!({"status": "failed", "failure": {"kind": "timeout", "after_ms": 5}}));
+        assert_eq!(
+            serde_json::to_value(&o).unwrap(),
+            serde_json::json!({"status": "failed", "failure": {"kind": "timeout", "after_ms": 5}})
+        );
     }
 }

@@ -241,7 +241,8 @@ impl McpSettings {
             }
             p.extend(spec.check(&format!("mcp.servers.{name}")));
         }
-        for (key, v) in [("call_timeout_secs", self.call_timeout_secs), ("startup_timeout_secs", self.startup_timeout_secs)]
+        for (key, v) in
+            [("call_timeout_secs", self.call_timeout_secs), ("startup_timeout_secs", self.startup_timeout_secs)]
         {
             if !(v > 0.0 && v.is_finite()) {
                 p.push(Problem::new(format!("mcp.{key}"), "must be a positive number of seconds"));
@@ -293,7 +294,8 @@ pub fn import_desktop_json(path: &Path) -> anyhow::Result<BTreeMap<String, Serve
                     Some(s) => spec.cwd = Some(PathBuf::from(s)),
                     None => problems.push(bad("a string")),
                 },
-                "args" => match val.as_array().and_then(|a| a.iter().map(|x| x.as_str().map(str::to_string)).collect()) {
+                "args" => match val.as_array().and_then(|a| a.iter().map(|x| x.as_str().map(str::to_string)).collect())
+                {
                     Some(a) => spec.args = a,
                     None => problems.push(bad("an array of strings")),
                 },

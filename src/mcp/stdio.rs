@@ -213,11 +213,7 @@ async fn read_loop<R: tokio::io::AsyncRead + Unpin>(
         if !newline {
             continue;
         }
-        let line = if total > max {
-            oversized(&buf, &tail, total, max)
-        } else {
-            classify(&buf)
-        };
+        let line = if total > max { oversized(&buf, &tail, total, max) } else { classify(&buf) };
         buf.clear();
         tail.clear();
         total = 0;
@@ -291,7 +287,8 @@ fn oversized(head: &[u8], tail: &[u8], total: usize, max: usize) -> Line {
 }
 
 fn error_for(id: serde_json::Value, code: i32, message: String, data: serde_json::Value) -> Line {
-    let msg = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message, "data": data}});
+    let msg =
+        serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message, "data": data}});
     match serde_json::from_value::<RxJsonRpcMessage<RoleClient>>(msg) {
         Ok(m) => Line::Message(Box::new(m)),
         Err(e) => Line::Fatal(format!("cannot represent the server's bad response: {e}")),
@@ -318,7 +315,12 @@ mod tests {
 
     #[test]
     fn oversized_line_becomes_an_error_for_its_id_from_the_tail() {
-        match oversized(b"{\"result\":{\"content\":[{\"text\":\"aaaa", b"aaaa\"}]},\"jsonrpc\":\"2.0\",\"id\":12}", 99, 10) {
+        match oversized(
+            b"{\"result\":{\"content\":[{\"text\":\"aaaa",
+            b"aaaa\"}]},\"jsonrpc\":\"2.0\",\"id\":12}",
+            99,
+            10,
+        ) {
             Line::Message(m) => {
                 let s = serde_json::to_string(&m).unwrap();
                 assert!(s.contains("\"id\":12") && s.contains("-32097"), "{s}");

@@ -129,8 +129,11 @@ fn from_schema(rng: &mut ChaCha8Rng, s: &Value, depth: usize) -> Value {
     };
     match ty {
         "object" => {
-            let required: Vec<&str> =
-                o.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+            let required: Vec<&str> = o
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
             let mut out = Map::new();
             if let Some(props) = o.get("properties").and_then(Value::as_object) {
                 for (k, ps) in props {
@@ -167,7 +170,13 @@ fn from_schema(rng: &mut ChaCha8Rng, s: &Value, depth: usize) -> Value {
 
 fn string(rng: &mut ChaCha8Rng, o: &Map<String, Value>) -> String {
     let s = match o.get("format").and_then(Value::as_str) {
-        Some("date-time") => format!("2026-{:02}-{:02}T{:02}:{:02}:00Z", rng.random_range(1..=12), rng.random_range(1..=28), rng.random_range(0..24), rng.random_range(0..60)),
+        Some("date-time") => format!(
+            "2026-{:02}-{:02}T{:02}:{:02}:00Z",
+            rng.random_range(1..=12),
+            rng.random_range(1..=28),
+            rng.random_range(0..24),
+            rng.random_range(0..60)
+        ),
         Some("date") => format!("2026-{:02}-{:02}", rng.random_range(1..=12), rng.random_range(1..=28)),
         Some("email") => format!("{}@example.com", words(rng, 1)),
         Some("uri" | "url") => format!("https://example.com/{}", hex(rng, 8)),

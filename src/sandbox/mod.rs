@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -178,7 +178,8 @@ impl Sandbox {
             return Err(format!("unknown tool `{tool}`"));
         };
         let v = e.validator.get_or_init(|| {
-            jsonschema::validator_for(&e.input_schema).map_err(|err| format!("the catalog's input schema is invalid: {err}"))
+            jsonschema::validator_for(&e.input_schema)
+                .map_err(|err| format!("the catalog's input schema is invalid: {err}"))
         });
         let validator = match v {
             Ok(v) => v,
