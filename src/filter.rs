@@ -500,6 +500,7 @@ mod tests {
         };
         let settings = FilterSettings {
             drop_servers_without_tools: true,
+            classifier_role: None,
             rules: vec![
                 rule(
                     "tmpl",
@@ -555,6 +556,7 @@ mod tests {
         let cat = Catalog { servers: vec![server("s", "", vec![tool("s", "a", ""), tool("s", "b", "")])] };
         let settings = FilterSettings {
             drop_servers_without_tools: false,
+            classifier_role: None,
             rules: vec![rule("ask", RuleTarget::Tool, RuleClass::Meta, &["^a$"], &[], MatchMode::Any, RuleAction::Ask)],
         };
         let f = apply(&cat, &settings, &DropAll).unwrap();

@@ -10,6 +10,7 @@ pub mod error;
 pub mod explain;
 pub mod filter;
 pub mod ledger;
+pub mod llm;
 pub mod mcp;
 pub mod model;
 pub mod pipeline;
