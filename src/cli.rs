@@ -86,6 +86,16 @@ pub enum Command {
     /// schema (else a generic shape), seeded by tool and arguments. Writes nothing
     /// unless `--call-log`. Fault flags are for tests and rehearsals.
     Sandbox(SandboxArgs),
+    /// Run queries with an LLM agent over MCP tools and record reference trajectories.
+    ///
+    /// Reads the queries file (`--queries FILE` or `execute.queries`; JSON Lines or a JSON
+    /// array of `{id, query, chain?}`), the servers of `[mcp.servers]` (or
+    /// `execute.servers`) and the LLM role `execute.role`. Writes `artifacts/execute/`:
+    /// `trajectories/<id>.json` and `summary.json`; every tool call is an `mcp.call`
+    /// ledger event linked to the LLM exchange that asked for it. A query that fails is
+    /// recorded with its reason and the run goes on. Finished queries are checkpointed;
+    /// skipped when up to date.
+    Execute(ExecuteArgs),
     /// Check and account for the configured LLM roles (`[llm.roles.<role>]`).
     #[command(subcommand)]
     Llm(LlmCommand),
@@ -253,4 +263,13 @@ pub struct SandboxArgs {
     pub huge_rate: f64,
     #[arg(long, default_value_t = 32 * 1024 * 1024)]
     pub huge_bytes: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecuteArgs {
+    /// Queries file (default: `execute.queries` from the config).
+    #[arg(long, value_name = "FILE")]
+    pub queries: Option<PathBuf>,
+    #[command(flatten)]
+    pub force: ForceArgs,
 }

@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod error;
+pub mod execute;
 pub mod explain;
 pub mod filter;
 pub mod ledger;

@@ -9,7 +9,7 @@ use benchgen::cli::{Cli, Command, LlmCommand, McpCommand, RegistryCommand};
 use benchgen::printer::Printer;
 use benchgen::settings::Settings;
 use benchgen::stage::{self, Ctx, Stage};
-use benchgen::{error, explain, filter, llm, mcp, pipeline, registry, sandbox, stats};
+use benchgen::{error, execute, explain, filter, llm, mcp, pipeline, registry, sandbox, stats};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -80,6 +80,10 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Command::Mcp(McpCommand::Call(a)) => mcp::commands::call(&settings, printer, &a.server, &a.tool, &a.args),
         Command::Mcp(McpCommand::Import(a)) => mcp::commands::import(printer, &a.file),
         Command::Sandbox(a) => sandbox::command::run(&settings, printer, a),
+        Command::Execute(a) => {
+            let stage = execute::ExecuteStage::from_settings(&settings, a.queries.clone())?;
+            run_one(&ctx, &stage, a.force.force)
+        }
     }
 }
 

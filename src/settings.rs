@@ -27,7 +27,10 @@ pub struct Config {
     pub stats: StatsSettings,
     #[serde(default)]
     pub llm: crate::llm::LlmSettings,
+    #[serde(default)]
     pub mcp: crate::mcp::McpSettings,
+    #[serde(default)]
+    pub execute: crate::execute::ExecuteSettings,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -39,7 +39,6 @@ use serde_json::{Value, json};
 use crate::error::{InputError, Problem};
 use crate::ledger::{Ledger, NewEvent, Parent, kind};
 use crate::llm::{ChatMessage, ChatTurn, LlmClient, ToolCall, ToolSpec};
-use crate::mcp::client::truncate_str;
 use crate::mcp::{CallFailure, CallOutcome, ClientOptions, McpClient};
 use crate::settings::Settings;
 use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
@@ -137,7 +136,9 @@ pub fn parse_queries(bytes: &[u8], file: &str) -> Result<Vec<Query>, InputError>
     let records: Vec<(String, Result<Value, String>)> = if trimmed.starts_with('[') {
         match serde_json::from_str::<Vec<Value>>(trimmed) {
             Ok(v) => v.into_iter().enumerate().map(|(i, r)| (format!("[{i}]"), Ok(r))).collect(),
-            Err(e) => return Err(InputError { file: file.into(), problems: vec![Problem::new("json", e.to_string())] }),
+            Err(e) => {
+                return Err(InputError { file: file.into(), problems: vec![Problem::new("json", e.to_string())] });
+            }
         }
     } else {
         text.lines()
@@ -179,9 +180,8 @@ pub fn parse_queries(bytes: &[u8], file: &str) -> Result<Vec<Query>, InputError>
             Some(Value::Array(steps)) => {
                 for (i, s) in steps.iter().enumerate() {
                     match s {
-                        Value::String(t) => {
-                            chain.push(ChainStep { tool: t.clone(), depends_on: if i == 0 { vec![] } else { vec![i - 1] } })
-                        }
+                        Value::String(t) => chain
+                            .push(ChainStep { tool: t.clone(), depends_on: if i == 0 { vec![] } else { vec![i - 1] } }),
                         other => match serde_json::from_value::<ChainStep>(other.clone()) {
                             Ok(step) => {
                                 if let Some(d) = step.depends_on.iter().find(|d| **d >= i) {
@@ -356,10 +356,12 @@ impl Executor {
     ) -> Result<Self> {
         let mut tools = BTreeMap::new();
         for c in &clients {
-            let listed = c.list_tools().await.map_err(|f| anyhow::anyhow!("cannot list the tools of `{}`: {f}", c.name()))?;
+            let listed =
+                c.list_tools().await.map_err(|f| anyhow::anyhow!("cannot list the tools of `{}`: {f}", c.name()))?;
             for t in listed {
                 let id = c.tool_id(&t.name);
-                let spec = ToolSpec { name: String::new(), description: t.description.clone(), parameters: t.input_schema };
+                let spec =
+                    ToolSpec { name: String::new(), description: t.description.clone(), parameters: t.input_schema };
                 tools.insert(id, ExecTool { server: c.name().to_string(), tool: t.name, spec });
             }
         }
@@ -407,7 +409,8 @@ impl Executor {
             llm_ms: 0,
             other_ms: 0,
         };
-        let mut messages = vec![ChatMessage::System(self.settings.system_prompt.clone()), ChatMessage::User(q.query.clone())];
+        let mut messages =
+            vec![ChatMessage::System(self.settings.system_prompt.clone()), ChatMessage::User(q.query.clone())];
         let mut executed = 0usize;
         let mut llm_ms = 0u64;
         loop {
@@ -448,7 +451,8 @@ impl Executor {
             }
             executed += tool_calls.len();
             let base = t.calls.len();
-            let runs = tool_calls.iter().enumerate().map(|(i, call)| self.run_call(q, base + i, group, call, reply.event_id));
+            let runs =
+                tool_calls.iter().enumerate().map(|(i, call)| self.run_call(q, base + i, group, call, reply.event_id));
             let records = futures::future::join_all(runs).await;
             let mut failed = None;
             for rec in records {
@@ -499,11 +503,18 @@ impl Executor {
 
     async fn run_call(&self, q: &Query, index: usize, group: usize, call: &ToolCall, llm_event: i64) -> CallRecord {
         let mut rec = self.record_base(index, group, call, llm_event);
-        let target = rec.tool_id.as_ref().and_then(|id| self.tools.get(id)).and_then(|t| Some((self.clients.get(&t.server)?, t)));
+        let target = rec
+            .tool_id
+            .as_ref()
+            .and_then(|id| self.tools.get(id))
+            .and_then(|t| Some((self.clients.get(&t.server)?, t)));
         match (target, &call.arguments) {
             (None, _) => {
                 rec.outcome = CallOutcome::ToolError {
-                    output: crate::mcp::ToolOutput::note(&format!("unknown tool `{}`; use one of the listed tools", call.name)),
+                    output: crate::mcp::ToolOutput::note(&format!(
+                        "unknown tool `{}`; use one of the listed tools",
+                        call.name
+                    )),
                 };
             }
             (Some(_), args) if !args.is_object() => {
@@ -604,9 +615,9 @@ pub struct ExecuteStage {
 
 impl ExecuteStage {
     pub fn from_settings(settings: &Settings, queries: Option<PathBuf>) -> Result<Self> {
-        let q = queries.or_else(|| settings.config.execute.queries.as_ref().map(|p| settings.resolve(p))).ok_or_else(|| {
-            crate::error::UsageError("no queries: pass `--queries FILE` or set `execute.queries`".into())
-        })?;
+        let q = queries.or_else(|| settings.config.execute.queries.as_ref().map(|p| settings.resolve(p))).ok_or_else(
+            || crate::error::UsageError("no queries: pass `--queries FILE` or set `execute.queries`".into()),
+        )?;
         Ok(Self { queries: crate::settings::normalize(&q) })
     }
 
@@ -666,7 +677,11 @@ impl Stage for ExecuteStage {
         let mut ckpt = ctx.checkpoint()?;
         let todo: Vec<Query> = queries.iter().filter(|q| ckpt.get(&q.id).is_none()).cloned().collect();
         if todo.len() < queries.len() {
-            ctx.printer.info(&format!("execute: {} of {} queries done in an earlier run", queries.len() - todo.len(), queries.len()));
+            ctx.printer.info(&format!(
+                "execute: {} of {} queries done in an earlier run",
+                queries.len() - todo.len(),
+                queries.len()
+            ));
         }
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
         let pb = ctx.printer.progress(queries.len() as u64, "execute");
@@ -697,12 +712,13 @@ impl Stage for ExecuteStage {
         let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
         for q in &queries {
             let t: Trajectory = serde_json::from_value(ckpt.get(&q.id).cloned().context("a query has no result")?)?;
-            *counts.entry(match t.status.as_str() {
-                "answered" => "answered",
-                "cap_reached" => "cap_reached",
-                _ => "failed",
-            })
-            .or_default() += 1;
+            *counts
+                .entry(match t.status.as_str() {
+                    "answered" => "answered",
+                    "cap_reached" => "cap_reached",
+                    _ => "failed",
+                })
+                .or_default() += 1;
             *counts.entry("calls").or_default() += t.calls.len() as u64;
             if let Some(c) = &t.chain_check {
                 *counts.entry(if c.preserved { "chain_preserved" } else { "chain_broken" }).or_default() += 1;
@@ -717,7 +733,10 @@ impl Stage for ExecuteStage {
         }
         let failed = counts.get("failed").copied().unwrap_or(0);
         if failed > 0 {
-            out.notes.push(format!("{failed} quer{} failed; reasons in summary.json", if failed == 1 { "y" } else { "ies" }));
+            out.notes.push(format!(
+                "{failed} quer{} failed; reasons in summary.json",
+                if failed == 1 { "y" } else { "ies" }
+            ));
         }
         out.json("summary.json", &json!({"queries": queries.len(), "counts": counts, "rows": rows}))?;
         Ok(())

@@ -17,7 +17,10 @@ pub struct ToolNames {
 }
 
 fn base(id: &str) -> String {
-    id.replace("::", "__").chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
+    id.replace("::", "__")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+        .collect()
 }
 
 fn hashed(id: &str) -> String {
