@@ -3,6 +3,8 @@
 
 #[path = "support/mcp_assets.rs"]
 mod mcp_assets;
+#[path = "support/scripted_llm.rs"]
+mod scripted_llm;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -108,4 +110,71 @@ async fn bench_sandbox_throughput() {
     for c in c1.iter().chain(&c32) {
         c.shutdown().await;
     }
+}
+
+/// Executor time per call outside the LLM: (wall − LLM time) / calls, with the sandbox's
+/// own per-call latency beside it; the difference is the agent loop's bookkeeping (name
+/// mapping, concurrency, ledger writes, messages).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run by scripts/bench.d/30-mcp.sh"]
+async fn bench_executor_overhead() {
+    use benchgen::execute::{ExecuteSettings, Executor, Query, Recorder};
+    use scripted_llm::{Answer, ScriptedLlm};
+
+    let queries_n = env_usize("BENCH_QUERIES", 50);
+    // Two groups of 4 parallel calls, then an answer.
+    let llm = ScriptedLlm::start(|r| {
+        let turns = r.body["messages"].as_array().unwrap().iter().filter(|m| m["tool_calls"].is_array()).count();
+        if turns < 2 {
+            let q = r.last_user();
+            Answer::ToolCalls(
+                (0..4)
+                    .map(|i| ("weather__forecast".to_string(), json!({"city": format!("{q}-{turns}-{i}")})))
+                    .collect(),
+            )
+        } else {
+            Answer::text("done")
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = mcp_assets::write_fixture_catalog(dir.path());
+    std::fs::create_dir_all(dir.path().join("pipeline")).unwrap();
+    let config = dir.path().join("pipeline/b.toml");
+    std::fs::write(
+        &config,
+        format!("[llm.roles.agent]\nprovider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"m\"\nseed = 1\n", llm.base_url()),
+    )
+    .unwrap();
+    let settings = benchgen::settings::Settings::load(&config).unwrap();
+    let run = benchgen::ledger::Ledger::open(&settings.artifacts).unwrap().begin_run("bench", "", "0").unwrap();
+    let spec = ServerSpec {
+        command: Some(BIN.into()),
+        args: vec!["--quiet".into(), "sandbox".into(), "--catalog".into(), catalog.display().to_string()],
+        tool_ids: ToolIds::AsIs,
+        ..Default::default()
+    };
+    let client = Arc::new(McpClient::new("sb", spec, ClientOptions::new(&dir.path().join("logs"))));
+    let recorder = Recorder::open(&settings.artifacts, run, "bench").unwrap();
+    let exec = Executor::connect(vec![client], ExecuteSettings::default(), Some(recorder)).await.unwrap();
+    let llm_client = benchgen::llm::LlmClient::from_settings(&settings, "bench", run).await.unwrap();
+    let queries: Vec<Query> =
+        (0..queries_n).map(|i| Query { id: format!("q{i}"), query: format!("q{i}"), chain: vec![] }).collect();
+    let (mut calls, mut other_ms, mut tool_ms) = (0u64, 0f64, 0f64);
+    for q in &queries {
+        let t = exec.run_query(&llm_client, q).await;
+        assert_eq!(t.status, "answered", "{:?}", t.reason);
+        calls += t.calls.len() as u64;
+        other_ms += t.other_ms;
+        // Calls of a group run concurrently: the group costs its slowest call.
+        for g in 0..t.groups {
+            tool_ms += t.calls.iter().filter(|c| c.group == g).map(|c| c.latency_ms).fold(0.0, f64::max);
+        }
+    }
+    exec.shutdown().await;
+    println!(
+        "executor: {calls} calls in {queries_n} queries; non-LLM time {:.2} ms/call, of which waiting for sandbox calls {:.2} ms/call, loop overhead {:.2} ms/call",
+        other_ms / calls as f64,
+        tool_ms / calls as f64,
+        (other_ms - tool_ms) / calls as f64
+    );
 }

@@ -224,7 +224,8 @@ pub struct CallRecord {
     pub executed: bool,
     #[serde(flatten)]
     pub outcome: CallOutcome,
-    pub latency_ms: u64,
+    /// Wall time of the call in milliseconds (microsecond resolution).
+    pub latency_ms: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger_event: Option<i64>,
     /// The LLM exchange that asked for this call.
@@ -303,8 +304,8 @@ pub struct Trajectory {
     pub chain_check: Option<ChainCheck>,
     pub llm_events: Vec<i64>,
     /// Time waiting for the model, and everything else (tool calls, bookkeeping).
-    pub llm_ms: u64,
-    pub other_ms: u64,
+    pub llm_ms: f64,
+    pub other_ms: f64,
 }
 
 struct ExecTool {
@@ -406,17 +407,17 @@ impl Executor {
             chain: q.chain.clone(),
             chain_check: None,
             llm_events: Vec::new(),
-            llm_ms: 0,
-            other_ms: 0,
+            llm_ms: 0.0,
+            other_ms: 0.0,
         };
         let mut messages =
             vec![ChatMessage::System(self.settings.system_prompt.clone()), ChatMessage::User(q.query.clone())];
         let mut executed = 0usize;
-        let mut llm_ms = 0u64;
+        let mut llm_ms = 0.0f64;
         loop {
             let asked = Instant::now();
             let reply = llm.chat(&self.settings.role, &messages, &self.specs, &q.id).await;
-            llm_ms += asked.elapsed().as_millis() as u64;
+            llm_ms += ms(asked);
             let reply = match reply {
                 Ok(r) => r,
                 Err(e) => {
@@ -478,8 +479,8 @@ impl Executor {
         if !q.chain.is_empty() {
             t.chain_check = Some(check_chain(&q.chain, &t.calls));
         }
-        t.llm_ms = llm_ms;
-        t.other_ms = (started.elapsed().as_millis() as u64).saturating_sub(llm_ms);
+        t.llm_ms = round3(llm_ms);
+        t.other_ms = round3((ms(started) - llm_ms).max(0.0));
         t
     }
 
@@ -495,7 +496,7 @@ impl Executor {
             arguments: call.arguments.clone(),
             executed: false,
             outcome: CallOutcome::Failed { failure: CallFailure::Cancelled },
-            latency_ms: 0,
+            latency_ms: 0.0,
             ledger_event: None,
             llm_event: Some(llm_event),
         }
@@ -525,7 +526,7 @@ impl Executor {
             (Some((client, tool)), args) => {
                 let started = Instant::now();
                 rec.outcome = client.call(&tool.tool, args, None).await;
-                rec.latency_ms = started.elapsed().as_millis() as u64;
+                rec.latency_ms = round3(ms(started));
                 rec.executed = true;
             }
         }
@@ -566,6 +567,14 @@ impl Executor {
         }
         Ok(results.into_iter().flatten().collect())
     }
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
 }
 
 fn truncate_chars(s: &str, max: usize) -> String {
