@@ -751,3 +751,49 @@ impl Stage for ExecuteStage {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(group: usize, tool: &str, ok: bool) -> CallRecord {
+        let output = crate::mcp::ToolOutput::note("x");
+        CallRecord {
+            index: 0,
+            group,
+            call_id: String::new(),
+            function: String::new(),
+            tool_id: Some(tool.into()),
+            server: None,
+            arguments: json!({}),
+            executed: true,
+            outcome: if ok { CallOutcome::Ok { output } } else { CallOutcome::ToolError { output } },
+            latency_ms: 0.0,
+            ledger_event: None,
+            llm_event: None,
+        }
+    }
+
+    #[test]
+    fn chain_check_takes_the_earliest_fitting_successful_call() {
+        let chain =
+            parse_queries(br#"{"id": 1, "query": "q", "chain": ["a", "b", "c"]}"#, "f").unwrap()[0].chain.clone();
+        assert_eq!(chain[2].depends_on, [1]);
+        // `b` in group 0 is too early, the one in group 2 fits; `c` failed in 3, succeeded in 4.
+        let calls = [
+            call(0, "b", true),
+            call(1, "a", true),
+            call(1, "x", true),
+            call(2, "b", true),
+            call(3, "c", false),
+            call(4, "c", true),
+        ];
+        let c = check_chain(&chain, &calls);
+        assert!(c.preserved, "{c:?}");
+        assert_eq!(c.groups, [Some(1), Some(2), Some(4)]);
+        // Only a failed `c`: broken, and the reason says so.
+        let c = check_chain(&chain, &calls[..5]);
+        assert!(!c.preserved);
+        assert!(c.problems[0].contains("`c` was never called successfully"), "{c:?}");
+    }
+}
