@@ -7,7 +7,7 @@ mod mcp_assets;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use benchgen::mcp::config::{ServerSpec, ToolIds};
+use benchgen::mcp::config::{Lifecycle, ServerSpec, ToolIds};
 use benchgen::mcp::{CallOutcome, ClientOptions, McpClient};
 use benchgen::model::Catalog;
 use benchgen::sandbox::{Sandbox, SandboxOptions};
@@ -155,6 +155,14 @@ async fn server_everything_over_stdio() {
     assert!(matches!(wrong, CallOutcome::ToolError { .. } | CallOutcome::Failed { .. }), "{wrong:?}");
     client.shutdown().await;
     assert!(std::fs::read_to_string(dir.path().join("logs/everything.stderr.log")).unwrap().contains("STDIO"));
+
+    // `lifecycle = "auto"` falls back to `initialize` against the npm server.
+    let mut spec = stdio("node", &[js.to_str().unwrap()], &[]);
+    spec.lifecycle = Lifecycle::Auto;
+    let client = McpClient::new("everything-auto", spec, opts(dir.path()));
+    assert_eq!(client.list_tools().await.unwrap().len(), 13);
+    assert_eq!(client.server_info().await.unwrap().0, "2025-11-25");
+    client.shutdown().await;
 }
 
 #[tokio::test]
@@ -243,6 +251,16 @@ async fn mcp_server_time() {
             .unwrap();
     assert_eq!(now["timezone"], "UTC");
     assert!(now["datetime"].as_str().unwrap().ends_with("+00:00"), "{now}");
+    client.shutdown().await;
+
+    // `lifecycle = "auto"`: the Python server answers `server/discover` and speaks 2026-07-28.
+    let mut spec = stdio(bin.to_str().unwrap(), &[], &[]);
+    spec.lifecycle = Lifecycle::Auto;
+    let client = McpClient::new("time-auto", spec, opts(dir.path()));
+    assert_eq!(client.list_tools().await.unwrap().len(), 2);
+    assert_eq!(client.server_info().await.unwrap().0, "2026-07-28");
+    let now = ok_text(&client.call("get_current_time", &json!({"timezone": "UTC"}), None).await);
+    assert!(now.contains("\"timezone\": \"UTC\""), "{now}");
     client.shutdown().await;
 }
 
