@@ -21,7 +21,10 @@ pub struct LocalSpec {
     pub binary: PathBuf,
     pub model: PathBuf,
     pub threads: u32,
+    /// Context per request; the server gets `ctx_size * parallel` shared by `parallel` slots.
     pub ctx_size: u32,
+    /// Parallel slots (the endpoint's concurrency bound, so no request waits inside the server).
+    pub parallel: usize,
     pub startup_timeout: Duration,
 }
 
@@ -76,7 +79,8 @@ impl LocalServer {
         cmd.arg("-m")
             .arg(&spec.model)
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["-t", &spec.threads.to_string(), "-c", &spec.ctx_size.to_string(), "--no-webui"])
+            .args(["-t", &spec.threads.to_string(), "--no-webui"])
+            .args(["-c", &(spec.ctx_size as usize * spec.parallel).to_string(), "-np", &spec.parallel.to_string()])
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
             .stderr(log_file)

@@ -610,6 +610,36 @@ impl LlmClient {
     }
 }
 
+/// One line about an `llm.exchange` or `llm.failure` event (for `benchgen explain`).
+pub fn describe_event(kind: &str, p: &Value) -> String {
+    let s = |k: &str| p[k].as_str().unwrap_or("").to_string();
+    let short = |t: &str| -> String {
+        let one: String = t.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut out: String = one.chars().take(160).collect();
+        if one.chars().count() > 160 {
+            out.push('…');
+        }
+        out
+    };
+    let who = format!("role `{}` ({})", s("role"), s("model"));
+    if kind == LLM_FAILURE {
+        return format!("{who} failed ({}): {}", s("kind"), short(&s("error")));
+    }
+    let tmpl = if s("template").is_empty() { String::new() } else { format!(", template `{}`", s("template")) };
+    if p["cached"] == Value::Bool(true) {
+        return format!("{who}{tmpl}: served from the ledger (answer of #{})", p["source_event"]);
+    }
+    let content = p["response"]["choices"][0]["message"]["content"].as_str().unwrap_or("(tool calls)");
+    format!(
+        "{who}{tmpl}: {}+{} tokens, {} ms, {} attempt(s): {}",
+        p["usage"]["prompt_tokens"],
+        p["usage"]["completion_tokens"],
+        p["latency_ms"],
+        p["attempts"],
+        short(content)
+    )
+}
+
 /// The canonical request body: its sha256 is the cache key. Built in a fixed key order
 /// from the model, sampling parameters, messages and the extras (response_format, tools);
 /// never contains the API key.

@@ -184,12 +184,14 @@ fn truncate(s: &str, n: usize) -> String {
 impl Endpoint {
     pub fn new(key: &str, members: &[&RoleSettings], resolve: &dyn Fn(&Path) -> PathBuf) -> anyhow::Result<Self> {
         let first = members[0];
+        let concurrency = members.iter().map(|r| r.max_concurrency).min().unwrap_or(1).max(1);
         let target = match first.provider {
             Provider::Local => Target::Local(LocalSpec {
                 binary: first.local_server_binary(resolve),
                 model: first.local_model_path(resolve),
                 threads: first.threads,
                 ctx_size: first.ctx_size,
+                parallel: concurrency,
                 startup_timeout: Duration::from_secs_f64(first.startup_timeout_s.max(1.0)),
             }),
             _ => Target::Remote { base_url: first.base_url().unwrap_or_default().trim_end_matches('/').to_string() },
@@ -202,7 +204,6 @@ impl Endpoint {
                 Err(_) => Err(format!("the API key variable `${name}` is not set")),
             },
         };
-        let concurrency = members.iter().map(|r| r.max_concurrency).min().unwrap_or(1).max(1);
         let min_nonzero = |f: &dyn Fn(&RoleSettings) -> u32| members.iter().map(|r| f(r)).filter(|v| *v > 0).min();
         let (rpm, tpm) = (min_nonzero(&|r| r.rpm), min_nonzero(&|r| r.tpm));
         let limiter = (rpm.is_some() || tpm.is_some()).then(|| {
@@ -282,9 +283,11 @@ impl Endpoint {
         if cancel.is_cancelled() {
             return Err(SendError::Cancelled);
         }
+        // `biased`, cancel first: once cancelled, no branch that could send a request is polled.
         let conn = tokio::select! {
-            c = self.conn.get_or_init(|| self.connect()) => c,
+            biased;
             _ = cancel.cancelled() => return Err(SendError::Cancelled),
+            c = self.conn.get_or_init(|| self.connect()) => c,
         };
         let conn = conn.as_ref().map_err(|e| SendError::Setup(e.clone()))?;
         let timeout = Duration::from_secs_f64(s.timeout_s);
@@ -294,19 +297,22 @@ impl Endpoint {
             if let Some(lim) = &self.limiter {
                 let slot = lim.lock().unwrap_or_else(|p| p.into_inner()).reserve(est_tokens);
                 tokio::select! {
-                    _ = tokio::time::sleep_until(slot.into()) => {}
+                    biased;
                     _ = cancel.cancelled() => return Err(SendError::Cancelled),
+                    _ = tokio::time::sleep_until(slot.into()) => {}
                 }
             }
             let permit = tokio::select! {
-                p = self.semaphore.acquire() => p.map_err(|_| SendError::Cancelled)?,
+                biased;
                 _ = cancel.cancelled() => return Err(SendError::Cancelled),
+                p = self.semaphore.acquire() => p.map_err(|_| SendError::Cancelled)?,
             };
             let started = Instant::now();
             let chat = conn.client.chat();
             let result = tokio::select! {
-                r = tokio::time::timeout(timeout, chat.create_byot::<&Value, Value>(body)) => r,
+                biased;
                 _ = cancel.cancelled() => return Err(SendError::Cancelled),
+                r = tokio::time::timeout(timeout, chat.create_byot::<&Value, Value>(body)) => r,
             };
             let latency_ms = started.elapsed().as_millis() as u64;
             drop(permit);
@@ -323,6 +329,8 @@ impl Endpoint {
                 Ok(Err(e)) => classify(e),
                 Err(_) => (format!("timeout after {}s", s.timeout_s), "the request timed out".to_string(), true, None),
             };
+            // Server bodies may echo request headers: never let the key reach a log or an error.
+            let message = self.redact(&message);
             tracing::debug!("LLM endpoint attempt {attempts}: {status}: {message}");
             if !retryable || attempts > s.max_retries {
                 return Err(SendError::Failed { attempts, last_status: status, message: truncate(&message, 500) });
@@ -334,8 +342,9 @@ impl Endpoint {
                 None => exp.mul_f64(jitter()),
             };
             tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
+                biased;
                 _ = cancel.cancelled() => return Err(SendError::Cancelled),
+                _ = tokio::time::sleep(delay) => {}
             }
         }
     }
