@@ -669,7 +669,12 @@ impl Stage for ExecuteStage {
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
         let servers = Self::servers(settings)?;
-        let role = crate::llm::role_hash(settings, &settings.config.execute.role).unwrap_or_default();
+        let role = crate::llm::role_hash(settings, &settings.config.execute.role).map_err(|e| {
+            crate::error::hinted(
+                format!("`execute` uses the LLM role `{}`: {e}", settings.config.execute.role),
+                "add `[llm.roles.<role>]` to the config, or set `execute.role` to a configured role",
+            )
+        })?;
         let hash = crate::settings::section_hash(&json!({
             "execute": settings.config.execute, "servers": servers, "role": role,
         }))?;
