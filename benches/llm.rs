@@ -114,7 +114,6 @@ fn local_model() {
             ("get_current_weather", "Current weather for a city from a weather service."),
             ("add", "Add two numbers."),
         ];
-        let t0 = Instant::now();
         // The first call includes the server start; time it separately.
         let mut per_call = Vec::new();
         for (i, (name, desc)) in items.iter().enumerate() {
@@ -130,7 +129,6 @@ fn local_model() {
                 println!("local model {model}: first call incl. server start {:.1} s", t.elapsed().as_secs_f64());
             }
         }
-        let _ = t0;
         drop(cl);
         // Token rates from llama-server's own timings, recorded in the ledger.
         let l = Ledger::open(&s.artifacts).unwrap();
@@ -158,7 +156,14 @@ fn local_model() {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; nothing to parse.
-    throughput();
-    local_model();
+    // `cargo bench --bench llm -- throughput|local` runs one part; default both.
+    let args: Vec<String> = std::env::args().collect();
+    let only = |p: &str| args.iter().any(|a| a == p);
+    let all = !only("throughput") && !only("local");
+    if all || only("throughput") {
+        throughput();
+    }
+    if all || only("local") {
+        local_model();
+    }
 }
