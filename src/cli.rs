@@ -76,6 +76,28 @@ pub enum Command {
     /// (`filter:server::tool`) or a ledger event (`#42`). Only the runs that
     /// produced the current artifacts are consulted.
     Explain(ExplainArgs),
+    /// Talk to the MCP servers of `[mcp.servers]`: list tools, call one, import a config.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+    /// Serve every tool of a catalog as an MCP server with deterministic answers.
+    ///
+    /// Reads `artifacts/filter/catalog.json` (or `--catalog FILE`). Serves over stdio,
+    /// or Streamable HTTP at `http://ADDR/mcp` with `--http ADDR` (loopback only; the URL
+    /// is printed on stdout). Tool names are catalog ids (`server::tool`). Arguments are
+    /// validated against each input schema; valid calls get output shaped by the output
+    /// schema (else a generic shape), seeded by tool and arguments. Writes nothing
+    /// unless `--call-log`. Fault flags are for tests and rehearsals.
+    Sandbox(SandboxArgs),
+    /// Run queries with an LLM agent over MCP tools and record reference trajectories.
+    ///
+    /// Reads the queries file (`--queries FILE` or `execute.queries`; JSON Lines or a JSON
+    /// array of `{id, query, chain?}`), the servers of `[mcp.servers]` (or
+    /// `execute.servers`) and the LLM role `execute.role`. Writes `artifacts/execute/`:
+    /// `trajectories/<id>.json` and `summary.json`; every tool call is an `mcp.call`
+    /// ledger event linked to the LLM exchange that asked for it. A query that fails is
+    /// recorded with its reason and the run goes on. Finished queries are checkpointed;
+    /// skipped when up to date.
+    Execute(ExecuteArgs),
     /// Check and account for the configured LLM roles (`[llm.roles.<role>]`).
     #[command(subcommand)]
     Llm(LlmCommand),
@@ -196,4 +218,98 @@ pub struct RunArgs {
 pub struct ExplainArgs {
     /// `server::tool`, `server`, `filter:<id>` or `#<event id>`.
     pub id: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// List every tool of a configured server (all pages).
+    ///
+    /// Spawns (stdio) or connects to (Streamable HTTP) SERVER from `[mcp.servers]`
+    /// or the `mcp.import` file; a spawned server's stderr goes to
+    /// `artifacts/mcp/logs/SERVER.stderr.log`. Writes nothing else.
+    Tools(McpToolsArgs),
+    /// Call one tool and print its result (exit 1 on a tool error or a failed call).
+    ///
+    /// With `--json` the output is `{server, tool, arguments, latency_ms, status,
+    /// output | failure}` where status is `ok`, `tool_error` or `failed`.
+    Call(McpCallArgs),
+    /// Check a desktop-client `mcpServers` JSON file and print it as `[mcp.servers.*]` TOML.
+    Import(McpImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct McpToolsArgs {
+    /// Server name from the config.
+    pub server: String,
+}
+
+#[derive(Debug, Args)]
+pub struct McpCallArgs {
+    /// Server name from the config.
+    pub server: String,
+    /// Tool name as the server lists it.
+    pub tool: String,
+    /// Arguments as a JSON object.
+    #[arg(long, default_value = "{}")]
+    pub args: String,
+}
+
+#[derive(Debug, Args)]
+pub struct McpImportArgs {
+    /// A JSON file with `{"mcpServers": {...}}`.
+    pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    /// Catalog to serve (default `artifacts/filter/catalog.json`).
+    #[arg(long, value_name = "FILE")]
+    pub catalog: Option<PathBuf>,
+    /// Serve Streamable HTTP on this loopback address (e.g. `127.0.0.1:0` for any port).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<std::net::SocketAddr>,
+    /// Seed of the answers (default: `project.seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Tools per `tools/list` page.
+    #[arg(long, default_value_t = 1000)]
+    pub page_size: usize,
+    /// Append one JSON line per call to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub call_log: Option<PathBuf>,
+    /// Delay every call by this many milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub latency_ms: u64,
+    /// Add a per-call delay in [0, N] ms (from the call's hash).
+    #[arg(long, default_value_t = 0)]
+    pub jitter_ms: u64,
+    /// Share of calls answered with an injected tool error (`isError`).
+    #[arg(long, default_value_t = 0.0)]
+    pub error_rate: f64,
+    /// Share of calls never answered (the client times out).
+    #[arg(long, default_value_t = 0.0)]
+    pub timeout_rate: f64,
+    /// Share of calls on which the process exits.
+    #[arg(long, default_value_t = 0.0)]
+    pub crash_rate: f64,
+    /// Exit on the N-th call.
+    #[arg(long, value_name = "N")]
+    pub crash_after: Option<u64>,
+    /// Share of calls answered with a line that is not JSON-RPC (stdio).
+    #[arg(long, default_value_t = 0.0)]
+    pub garbage_rate: f64,
+    /// Share of calls answered with `--huge-bytes` of text.
+    #[arg(long, default_value_t = 0.0)]
+    pub huge_rate: f64,
+    #[arg(long, default_value_t = 32 * 1024 * 1024)]
+    pub huge_bytes: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecuteArgs {
+    /// Queries file (default: `execute.queries` from the config).
+    #[arg(long, value_name = "FILE")]
+    pub queries: Option<PathBuf>,
+    #[command(flatten)]
+    pub force: ForceArgs,
 }

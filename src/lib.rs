@@ -7,14 +7,17 @@
 
 pub mod cli;
 pub mod error;
+pub mod execute;
 pub mod explain;
 pub mod filter;
 pub mod ledger;
 pub mod llm;
+pub mod mcp;
 pub mod model;
 pub mod pipeline;
 pub mod printer;
 pub mod registry;
+pub mod sandbox;
 pub mod score;
 pub mod settings;
 pub mod stage;

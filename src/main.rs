@@ -5,11 +5,11 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Parser;
 
-use benchgen::cli::{Cli, Command, LlmCommand, RegistryCommand};
+use benchgen::cli::{Cli, Command, LlmCommand, McpCommand, RegistryCommand};
 use benchgen::printer::Printer;
 use benchgen::settings::Settings;
 use benchgen::stage::{self, Ctx, Stage};
-use benchgen::{error, explain, filter, llm, pipeline, registry, stats};
+use benchgen::{error, execute, explain, filter, llm, mcp, pipeline, registry, sandbox, stats};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -80,6 +80,14 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             let rows = llm::stats::collect(&settings, a.stage.as_deref())?;
             printer.summary(&llm::stats::render(&rows), &rows);
             Ok(())
+        }
+        Command::Mcp(McpCommand::Tools(a)) => mcp::commands::tools(&settings, printer, &a.server),
+        Command::Mcp(McpCommand::Call(a)) => mcp::commands::call(&settings, printer, &a.server, &a.tool, &a.args),
+        Command::Mcp(McpCommand::Import(a)) => mcp::commands::import(printer, &a.file),
+        Command::Sandbox(a) => sandbox::command::run(&settings, printer, a),
+        Command::Execute(a) => {
+            let stage = execute::ExecuteStage::from_settings(&settings, a.queries.clone())?;
+            run_one(&ctx, &stage, a.force.force)
         }
     }
 }

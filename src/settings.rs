@@ -27,6 +27,10 @@ pub struct Config {
     pub stats: StatsSettings,
     #[serde(default)]
     pub llm: crate::llm::LlmSettings,
+    #[serde(default)]
+    pub mcp: crate::mcp::McpSettings,
+    #[serde(default)]
+    pub execute: crate::execute::ExecuteSettings,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -293,6 +297,7 @@ impl Config {
         {
             problems.push(Problem::new("filter.classifier_role", format!("no `[llm.roles.{role}]` is configured")));
         }
+        problems.extend(self.mcp.check());
         if problems.is_empty() { Ok(()) } else { Err(InputError { file: path.display().to_string(), problems }.into()) }
     }
 }

@@ -1,0 +1,804 @@
+//! `benchgen execute`: run queries with an LLM agent connected to MCP servers and record
+//! each trajectory as a reference (FinMCP-Bench's execution step).
+//!
+//! The loop, per query: the model gets the system prompt, the query and every tool of the
+//! selected servers as OpenAI `tools` (names mapped by [`names::ToolNames`]). Each
+//! assistant message's tool calls run concurrently and form one parallel **group**; the
+//! results go back as `tool` messages in call order; the loop stops at a reply without
+//! tool calls (status `answered`) or when the next group would pass `max_calls`
+//! (`cap_reached`; that group is recorded, not executed). A transport failure (crash,
+//! timeout, invalid JSON-RPC, …) ends the query as `failed` when `stop_on_failure` (the
+//! default), with the reason; an LLM failure does too. Tool errors (`isError`), unknown
+//! tool names and non-object arguments go back to the model, which may correct itself.
+//!
+//! Every call is an `mcp.call` ledger event written as it finishes, with the LLM exchange
+//! that asked for it as parent; each query ends with an `execute.trajectory` event whose
+//! parents are its exchanges and calls.
+//!
+//! Output `artifacts/execute/`: `trajectories/<query id>.json` ([`Trajectory`]) and
+//! `summary.json` (counts and one row per query).
+//!
+//! Queries file: JSON Lines or a JSON array of `{"id", "query", "chain"?}`; `chain` is a
+//! list of tool ids (each depends on the one before) or of `{"tool", "depends_on": [i]}`
+//! (indices of earlier steps). A trajectory **preserves the chain** when every chain tool
+//! was called successfully in a later group than each tool it depends on; extra calls are
+//! allowed.
+
+pub mod names;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::error::{InputError, Problem};
+use crate::ledger::{Ledger, NewEvent, Parent, kind};
+use crate::llm::{ChatMessage, ChatTurn, LlmClient, ToolCall, ToolSpec};
+use crate::mcp::{CallFailure, CallOutcome, ClientOptions, McpClient};
+use crate::settings::Settings;
+use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use names::ToolNames;
+
+/// Ledger event kind of a finished query.
+pub const TRAJECTORY: &str = "execute.trajectory";
+
+/// `[execute]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecuteSettings {
+    /// Queries file (relative to the root); `benchgen execute --queries` overrides it.
+    #[serde(default)]
+    pub queries: Option<PathBuf>,
+    /// Servers whose tools the agent gets (default: every configured server).
+    #[serde(default)]
+    pub servers: Vec<String>,
+    /// LLM role (`[llm.roles.<role>]`).
+    #[serde(default = "default_role")]
+    pub role: String,
+    /// Most tool calls executed per query.
+    #[serde(default = "default_max_calls")]
+    pub max_calls: usize,
+    /// A transport failure ends the query as failed (else it goes back to the model).
+    #[serde(default = "yes")]
+    pub stop_on_failure: bool,
+    /// Characters of a tool result passed back to the model (cut with a note).
+    #[serde(default = "default_result_chars")]
+    pub tool_result_chars: usize,
+    #[serde(default = "default_system")]
+    pub system_prompt: String,
+    /// Queries run at once (a tuning knob, not part of the config hash).
+    #[serde(default = "default_concurrency", skip_serializing)]
+    pub concurrency: usize,
+}
+
+impl Default for ExecuteSettings {
+    fn default() -> Self {
+        Self {
+            queries: None,
+            servers: Vec::new(),
+            role: default_role(),
+            max_calls: default_max_calls(),
+            stop_on_failure: true,
+            tool_result_chars: default_result_chars(),
+            system_prompt: default_system(),
+            concurrency: default_concurrency(),
+        }
+    }
+}
+
+fn default_role() -> String {
+    "agent".into()
+}
+fn default_max_calls() -> usize {
+    20
+}
+fn yes() -> bool {
+    true
+}
+fn default_result_chars() -> usize {
+    8000
+}
+fn default_concurrency() -> usize {
+    4
+}
+fn default_system() -> String {
+    "You are an assistant with tools. Call tools to gather what the request needs; call tools that do not \
+     depend on each other in the same turn. When you have what you need, answer the user."
+        .into()
+}
+
+/// One step of a required dependency chain.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ChainStep {
+    pub tool: String,
+    /// Indices of earlier steps whose output this one needs.
+    #[serde(default)]
+    pub depends_on: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Query {
+    pub id: String,
+    pub query: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<ChainStep>,
+}
+
+/// Parse a queries file (JSON Lines or a JSON array). Every problem is reported at once.
+pub fn parse_queries(bytes: &[u8], file: &str) -> Result<Vec<Query>, InputError> {
+    let text = String::from_utf8_lossy(bytes);
+    let trimmed = text.trim_start();
+    let records: Vec<(String, Result<Value, String>)> = if trimmed.starts_with('[') {
+        match serde_json::from_str::<Vec<Value>>(trimmed) {
+            Ok(v) => v.into_iter().enumerate().map(|(i, r)| (format!("[{i}]"), Ok(r))).collect(),
+            Err(e) => {
+                return Err(InputError { file: file.into(), problems: vec![Problem::new("json", e.to_string())] });
+            }
+        }
+    } else {
+        text.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| (format!("line {}", i + 1), serde_json::from_str(l).map_err(|e| e.to_string())))
+            .collect()
+    };
+    let mut problems = Vec::new();
+    let mut out = Vec::new();
+    let mut ids = BTreeSet::new();
+    for (loc, r) in records {
+        let v = match r {
+            Ok(v) => v,
+            Err(e) => {
+                problems.push(Problem::new(&loc, format!("not JSON: {e}")));
+                continue;
+            }
+        };
+        let id = match v.get("id") {
+            Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            _ => {
+                problems.push(Problem::new(&loc, "`id` (a non-empty string or a number) is missing"));
+                continue;
+            }
+        };
+        let loc = format!("{loc} (`{id}`)");
+        let Some(query) = v.get("query").and_then(Value::as_str).filter(|q| !q.trim().is_empty()) else {
+            problems.push(Problem::new(&loc, "`query` (a non-empty string) is missing"));
+            continue;
+        };
+        if !ids.insert(id.clone()) {
+            problems.push(Problem::new(&loc, "duplicate id"));
+        }
+        let mut chain = Vec::new();
+        match v.get("chain") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(steps)) => {
+                for (i, s) in steps.iter().enumerate() {
+                    match s {
+                        Value::String(t) => chain
+                            .push(ChainStep { tool: t.clone(), depends_on: if i == 0 { vec![] } else { vec![i - 1] } }),
+                        other => match serde_json::from_value::<ChainStep>(other.clone()) {
+                            Ok(step) => {
+                                if let Some(d) = step.depends_on.iter().find(|d| **d >= i) {
+                                    problems.push(Problem::new(
+                                        format!("{loc}.chain[{i}].depends_on"),
+                                        format!("refers to step {d}, which is not earlier"),
+                                    ));
+                                }
+                                chain.push(step);
+                            }
+                            Err(e) => problems.push(Problem::new(format!("{loc}.chain[{i}]"), e.to_string())),
+                        },
+                    }
+                }
+            }
+            Some(_) => problems.push(Problem::new(format!("{loc}.chain"), "must be an array")),
+        }
+        out.push(Query { id, query: query.to_string(), chain });
+    }
+    if problems.is_empty() { Ok(out) } else { Err(InputError { file: file.into(), problems }) }
+}
+
+/// One tool call of a trajectory.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CallRecord {
+    /// Position in the trajectory (0-based, in the order the model listed the calls).
+    pub index: usize,
+    /// Parallel group (0-based): the calls of one assistant message.
+    pub group: usize,
+    pub call_id: String,
+    /// The function name the model used.
+    pub function: String,
+    /// The benchgen tool id (`server::tool`), when the name maps to a tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    pub arguments: Value,
+    /// Sent to a server (false: refused before sending, or past the cap).
+    pub executed: bool,
+    #[serde(flatten)]
+    pub outcome: CallOutcome,
+    /// Wall time of the call in milliseconds (microsecond resolution).
+    pub latency_ms: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger_event: Option<i64>,
+    /// The LLM exchange that asked for this call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm_event: Option<i64>,
+}
+
+/// The result of checking a trajectory against a required chain.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ChainCheck {
+    pub preserved: bool,
+    /// The group matched to each chain step (`None`: no fitting successful call).
+    pub groups: Vec<Option<usize>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+}
+
+/// Does a trajectory preserve a chain? Each step is matched, in order, to the earliest
+/// successful call of its tool whose group comes after the groups of all its
+/// dependencies. Extra calls are allowed.
+pub fn check_chain(chain: &[ChainStep], calls: &[CallRecord]) -> ChainCheck {
+    let mut groups: Vec<Option<usize>> = Vec::with_capacity(chain.len());
+    let mut problems = Vec::new();
+    for (i, step) in chain.iter().enumerate() {
+        let deps: Vec<Option<usize>> = step.depends_on.iter().map(|d| groups.get(*d).copied().flatten()).collect();
+        let ok_groups: Vec<usize> = calls
+            .iter()
+            .filter(|c| c.tool_id.as_deref() == Some(step.tool.as_str()) && matches!(c.outcome, CallOutcome::Ok { .. }))
+            .map(|c| c.group)
+            .collect();
+        if deps.iter().any(Option::is_none) {
+            problems.push(format!("step {i} `{}`: a step it depends on was not matched", step.tool));
+            groups.push(None);
+            continue;
+        }
+        let after = deps.iter().flatten().max().copied();
+        let g = ok_groups.iter().copied().filter(|g| after.is_none_or(|a| *g > a)).min();
+        match g {
+            Some(g) => groups.push(Some(g)),
+            None => {
+                problems.push(if ok_groups.is_empty() {
+                    format!("step {i} `{}` was never called successfully", step.tool)
+                } else {
+                    format!(
+                        "step {i} `{}` was called in group(s) {ok_groups:?}, none after group {} of what it depends on",
+                        step.tool,
+                        after.unwrap_or(0)
+                    )
+                });
+                groups.push(None);
+            }
+        }
+    }
+    ChainCheck { preserved: problems.is_empty(), groups, problems }
+}
+
+/// The recorded run of one query.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Trajectory {
+    pub id: String,
+    pub query: String,
+    /// `answered`, `cap_reached` or `failed`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    /// The conversation in OpenAI chat format (function names as the model saw them).
+    pub messages: Vec<Value>,
+    pub calls: Vec<CallRecord>,
+    /// Number of parallel groups (assistant messages with tool calls).
+    pub groups: usize,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<ChainStep>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain_check: Option<ChainCheck>,
+    pub llm_events: Vec<i64>,
+    /// Time waiting for the model, and everything else (tool calls, bookkeeping).
+    pub llm_ms: f64,
+    pub other_ms: f64,
+}
+
+struct ExecTool {
+    server: String,
+    tool: String,
+    spec: ToolSpec,
+}
+
+/// Records calls in the ledger as they finish.
+pub struct Recorder {
+    ledger: Mutex<Ledger>,
+    run_id: i64,
+    stage: String,
+}
+
+impl Recorder {
+    pub fn open(artifacts: &Path, run_id: i64, stage: &str) -> Result<Self> {
+        Ok(Self { ledger: Mutex::new(Ledger::open(artifacts)?), run_id, stage: stage.to_string() })
+    }
+
+    fn append(&self, ev: NewEvent) -> Option<i64> {
+        let mut l = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
+        match l.append(self.run_id, &self.stage, std::slice::from_ref(&ev)) {
+            Ok(ids) => ids.first().copied(),
+            Err(e) => {
+                tracing::warn!("cannot record `{}` in the ledger: {e:#}", ev.kind);
+                None
+            }
+        }
+    }
+}
+
+/// The agent: MCP clients, their tools as OpenAI functions, and the loop.
+pub struct Executor {
+    clients: BTreeMap<String, Arc<McpClient>>,
+    tools: BTreeMap<String, ExecTool>,
+    specs: Vec<ToolSpec>,
+    names: ToolNames,
+    settings: ExecuteSettings,
+    recorder: Option<Recorder>,
+}
+
+impl Executor {
+    /// List the tools of every client (a server that cannot list its tools is an error).
+    pub async fn connect(
+        clients: Vec<Arc<McpClient>>,
+        settings: ExecuteSettings,
+        recorder: Option<Recorder>,
+    ) -> Result<Self> {
+        let mut tools = BTreeMap::new();
+        for c in &clients {
+            let listed =
+                c.list_tools().await.map_err(|f| anyhow::anyhow!("cannot list the tools of `{}`: {f}", c.name()))?;
+            for t in listed {
+                let id = c.tool_id(&t.name);
+                let spec =
+                    ToolSpec { name: String::new(), description: t.description.clone(), parameters: t.input_schema };
+                tools.insert(id, ExecTool { server: c.name().to_string(), tool: t.name, spec });
+            }
+        }
+        let names = ToolNames::new(tools.keys().map(String::as_str));
+        let mut specs = Vec::with_capacity(tools.len());
+        for (id, t) in &mut tools {
+            t.spec.name = names.name(id).unwrap_or(id).to_string();
+            specs.push(t.spec.clone());
+        }
+        let clients = clients.into_iter().map(|c| (c.name().to_string(), c)).collect();
+        Ok(Self { clients, tools, specs, names, settings, recorder })
+    }
+
+    pub fn tool_specs(&self) -> &[ToolSpec] {
+        &self.specs
+    }
+
+    pub fn names(&self) -> &ToolNames {
+        &self.names
+    }
+
+    /// Kill spawned servers.
+    pub async fn shutdown(&self) {
+        for c in self.clients.values() {
+            c.shutdown().await;
+        }
+    }
+
+    /// Run one query to its end. Never returns an error: failures are recorded in the
+    /// trajectory's `status` and `reason`.
+    pub async fn run_query(&self, llm: &LlmClient, q: &Query) -> Trajectory {
+        let started = Instant::now();
+        let mut t = Trajectory {
+            id: q.id.clone(),
+            query: q.query.clone(),
+            status: "answered".into(),
+            reason: None,
+            answer: None,
+            messages: Vec::new(),
+            calls: Vec::new(),
+            groups: 0,
+            chain: q.chain.clone(),
+            chain_check: None,
+            llm_events: Vec::new(),
+            llm_ms: 0.0,
+            other_ms: 0.0,
+        };
+        let mut messages =
+            vec![ChatMessage::System(self.settings.system_prompt.clone()), ChatMessage::User(q.query.clone())];
+        let mut executed = 0usize;
+        let mut llm_ms = 0.0f64;
+        loop {
+            let asked = Instant::now();
+            let reply = llm.chat(&self.settings.role, &messages, &self.specs, &q.id).await;
+            llm_ms += ms(asked);
+            let reply = match reply {
+                Ok(r) => r,
+                Err(e) => {
+                    t.status = "failed".into();
+                    t.reason = Some(format!("LLM: {e}"));
+                    break;
+                }
+            };
+            t.llm_events.push(reply.event_id);
+            let ChatTurn { content, tool_calls, .. } = reply.value;
+            messages.push(ChatMessage::Assistant { content: content.clone(), tool_calls: tool_calls.clone() });
+            if tool_calls.is_empty() {
+                t.answer = Some(content.unwrap_or_default());
+                break;
+            }
+            let group = t.groups;
+            t.groups += 1;
+            if executed + tool_calls.len() > self.settings.max_calls {
+                let note = format!("not executed: the call cap of {} was reached", self.settings.max_calls);
+                for call in &tool_calls {
+                    let mut rec = self.record_base(t.calls.len(), group, call, reply.event_id);
+                    rec.outcome = CallOutcome::ToolError { output: crate::mcp::ToolOutput::note(&note) };
+                    t.calls.push(rec);
+                }
+                t.status = "cap_reached".into();
+                t.reason = Some(format!(
+                    "the model asked for {} more call(s) after {executed}; the cap is {}",
+                    tool_calls.len(),
+                    self.settings.max_calls
+                ));
+                break;
+            }
+            executed += tool_calls.len();
+            let base = t.calls.len();
+            let runs =
+                tool_calls.iter().enumerate().map(|(i, call)| self.run_call(q, base + i, group, call, reply.event_id));
+            let records = futures::future::join_all(runs).await;
+            let mut failed = None;
+            for rec in records {
+                let text = truncate_chars(&rec.outcome.as_text(), self.settings.tool_result_chars);
+                messages.push(ChatMessage::Tool { call_id: rec.call_id.clone(), content: text });
+                if rec.executed
+                    && let CallOutcome::Failed { failure } = &rec.outcome
+                    && failed.is_none()
+                {
+                    failed = Some(format!("call {} (`{}`) failed: {failure}", rec.index, rec.function));
+                }
+                t.calls.push(rec);
+            }
+            if let Some(why) = failed
+                && self.settings.stop_on_failure
+            {
+                t.status = "failed".into();
+                t.reason = Some(why);
+                break;
+            }
+        }
+        t.messages = messages.iter().map(openai_message).collect();
+        if !q.chain.is_empty() {
+            t.chain_check = Some(check_chain(&q.chain, &t.calls));
+        }
+        t.llm_ms = round3(llm_ms);
+        t.other_ms = round3((ms(started) - llm_ms).max(0.0));
+        t
+    }
+
+    fn record_base(&self, index: usize, group: usize, call: &ToolCall, llm_event: i64) -> CallRecord {
+        let tool_id = self.names.id(&call.name).map(str::to_string);
+        CallRecord {
+            index,
+            group,
+            call_id: call.id.clone(),
+            function: call.name.clone(),
+            server: tool_id.as_ref().and_then(|id| self.tools.get(id)).map(|t| t.server.clone()),
+            tool_id,
+            arguments: call.arguments.clone(),
+            executed: false,
+            outcome: CallOutcome::Failed { failure: CallFailure::Cancelled },
+            latency_ms: 0.0,
+            ledger_event: None,
+            llm_event: Some(llm_event),
+        }
+    }
+
+    async fn run_call(&self, q: &Query, index: usize, group: usize, call: &ToolCall, llm_event: i64) -> CallRecord {
+        let mut rec = self.record_base(index, group, call, llm_event);
+        let target = rec
+            .tool_id
+            .as_ref()
+            .and_then(|id| self.tools.get(id))
+            .and_then(|t| Some((self.clients.get(&t.server)?, t)));
+        match (target, &call.arguments) {
+            (None, _) => {
+                rec.outcome = CallOutcome::ToolError {
+                    output: crate::mcp::ToolOutput::note(&format!(
+                        "unknown tool `{}`; use one of the listed tools",
+                        call.name
+                    )),
+                };
+            }
+            (Some(_), args) if !args.is_object() => {
+                rec.outcome = CallOutcome::ToolError {
+                    output: crate::mcp::ToolOutput::note("the arguments are not a JSON object; send a JSON object"),
+                };
+            }
+            (Some((client, tool)), args) => {
+                let started = Instant::now();
+                rec.outcome = client.call(&tool.tool, args, None).await;
+                rec.latency_ms = round3(ms(started));
+                rec.executed = true;
+            }
+        }
+        if let Some(r) = &self.recorder {
+            let mut payload = serde_json::to_value(&rec).unwrap_or(Value::Null);
+            if let Some(o) = payload.as_object_mut() {
+                o.insert("query".into(), json!(q.id));
+                o.remove("ledger_event");
+            }
+            let ev = NewEvent::new(kind::MCP_CALL, Some(&q.id), payload).with_parent(Parent::Id(llm_event));
+            rec.ledger_event = r.append(ev);
+        }
+        rec
+    }
+
+    /// Run queries (`concurrency` at once); `done` is called with each finished one, in
+    /// completion order. The result is in query order.
+    pub async fn run_all(
+        &self,
+        llm: &LlmClient,
+        queries: &[Query],
+        mut done: impl FnMut(&Trajectory) -> Result<()>,
+    ) -> Result<Vec<Trajectory>> {
+        let mut results: Vec<Option<Trajectory>> = vec![None; queries.len()];
+        let mut stream = futures::stream::iter(queries.iter().enumerate())
+            .map(|(i, q)| async move { (i, self.run_query(llm, q).await) })
+            .buffer_unordered(self.settings.concurrency.max(1));
+        while let Some((i, t)) = stream.next().await {
+            if let Some(r) = &self.recorder {
+                let mut ev = NewEvent::new(TRAJECTORY, Some(&t.id), trajectory_summary(&t));
+                for id in t.llm_events.iter().chain(t.calls.iter().filter_map(|c| c.ledger_event.as_ref())) {
+                    ev = ev.with_parent(Parent::Id(*id));
+                }
+                r.append(ev);
+            }
+            done(&t)?;
+            results[i] = Some(t);
+        }
+        Ok(results.into_iter().flatten().collect())
+    }
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn truncate_chars(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let kept: String = s.chars().take(max).collect();
+    format!("{kept}\n[cut: {} of {} characters shown]", max, s.chars().count())
+}
+
+/// A message in OpenAI chat format.
+pub fn openai_message(m: &ChatMessage) -> Value {
+    match m {
+        ChatMessage::System(c) => json!({"role": "system", "content": c}),
+        ChatMessage::User(c) => json!({"role": "user", "content": c}),
+        ChatMessage::Assistant { content, tool_calls } => {
+            let calls: Vec<Value> = tool_calls
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    json!({"id": c.id, "type": "function", "index": i,
+                           "function": {"name": c.name, "arguments": match &c.arguments {
+                               Value::String(s) => s.clone(), other => other.to_string() }}})
+                })
+                .collect();
+            if calls.is_empty() {
+                json!({"role": "assistant", "content": content})
+            } else {
+                json!({"role": "assistant", "content": content, "tool_calls": calls})
+            }
+        }
+        ChatMessage::Tool { call_id, content } => json!({"role": "tool", "tool_call_id": call_id, "content": content}),
+    }
+}
+
+fn trajectory_summary(t: &Trajectory) -> Value {
+    json!({
+        "status": t.status, "reason": t.reason, "calls": t.calls.len(), "groups": t.groups,
+        "chain_preserved": t.chain_check.as_ref().map(|c| c.preserved),
+    })
+}
+
+/// The `execute` stage.
+pub struct ExecuteStage {
+    pub queries: PathBuf,
+}
+
+impl ExecuteStage {
+    pub fn from_settings(settings: &Settings, queries: Option<PathBuf>) -> Result<Self> {
+        let q = queries.or_else(|| settings.config.execute.queries.as_ref().map(|p| settings.resolve(p))).ok_or_else(
+            || crate::error::UsageError("no queries: pass `--queries FILE` or set `execute.queries`".into()),
+        )?;
+        Ok(Self { queries: crate::settings::normalize(&q) })
+    }
+
+    fn servers(settings: &Settings) -> Result<BTreeMap<String, crate::mcp::ServerSpec>> {
+        let all = settings.config.mcp.all_servers(&settings.root)?;
+        let wanted = &settings.config.execute.servers;
+        if wanted.is_empty() {
+            if all.is_empty() {
+                return Err(crate::error::hinted(
+                    "`execute` needs MCP servers, and the config declares none",
+                    "add `[mcp.servers.NAME]` (e.g. a `benchgen sandbox`), or set `mcp.import`",
+                ));
+            }
+            return Ok(all);
+        }
+        let mut out = BTreeMap::new();
+        for w in wanted {
+            let spec = all.get(w).ok_or_else(|| {
+                crate::error::UsageError(format!("`execute.servers` names `{w}`, which is not in `[mcp.servers]`"))
+            })?;
+            out.insert(w.clone(), spec.clone());
+        }
+        Ok(out)
+    }
+}
+
+impl Stage for ExecuteStage {
+    fn name(&self) -> &'static str {
+        "execute"
+    }
+    fn command(&self) -> &'static str {
+        "execute"
+    }
+    fn version(&self) -> u32 {
+        1
+    }
+    fn upstream(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    fn plan(&self, settings: &Settings) -> Result<Plan> {
+        let servers = Self::servers(settings)?;
+        let role = crate::llm::role_hash(settings, &settings.config.execute.role).map_err(|e| {
+            crate::error::hinted(
+                format!("`execute` uses the LLM role `{}`: {e}", settings.config.execute.role),
+                "add `[llm.roles.<role>]` to the config, or set `execute.role` to a configured role",
+            )
+        })?;
+        let hash = crate::settings::section_hash(&json!({
+            "execute": settings.config.execute, "servers": servers, "role": role,
+        }))?;
+        Ok(Plan { inputs: vec![self.queries.clone()], prompts: vec![], config_hash: hash })
+    }
+
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let settings = ctx.settings;
+        let es = settings.config.execute.clone();
+        let file = settings.display_path(&self.queries);
+        let queries = parse_queries(inputs.bytes(&self.queries)?, &file)?;
+        let servers = Self::servers(settings)?;
+        let run_id = ctx.ledger_run()?;
+        let mut ckpt = ctx.checkpoint()?;
+        let todo: Vec<Query> = queries.iter().filter(|q| ckpt.get(&q.id).is_none()).cloned().collect();
+        if todo.len() < queries.len() {
+            ctx.printer.info(&format!(
+                "execute: {} of {} queries done in an earlier run",
+                queries.len() - todo.len(),
+                queries.len()
+            ));
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
+        let pb = ctx.printer.progress(queries.len() as u64, "execute");
+        pb.set_position((queries.len() - todo.len()) as u64);
+        rt.block_on(async {
+            let opts = ClientOptions::from_settings(settings, &settings.config.mcp);
+            let clients = servers.iter().map(|(n, s)| Arc::new(McpClient::new(n, s.clone(), opts.clone()))).collect();
+            let recorder = Recorder::open(&settings.artifacts, run_id, "execute")?;
+            let exec = Executor::connect(clients, es.clone(), Some(recorder)).await;
+            let exec = match exec {
+                Ok(e) => e,
+                Err(e) => return Err(e),
+            };
+            let llm = LlmClient::from_settings(settings, "execute", run_id).await?;
+            let r = exec
+                .run_all(&llm, &todo, |t| {
+                    pb.inc(1);
+                    ckpt.put(&t.id, serde_json::to_value(t)?)
+                })
+                .await;
+            exec.shutdown().await;
+            llm.add_counts(out);
+            r.map(|_| ())
+        })?;
+        pb.finish_and_clear();
+
+        let mut rows = Vec::new();
+        let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+        for q in &queries {
+            let t: Trajectory = serde_json::from_value(ckpt.get(&q.id).cloned().context("a query has no result")?)?;
+            *counts
+                .entry(match t.status.as_str() {
+                    "answered" => "answered",
+                    "cap_reached" => "cap_reached",
+                    _ => "failed",
+                })
+                .or_default() += 1;
+            *counts.entry("calls").or_default() += t.calls.len() as u64;
+            if let Some(c) = &t.chain_check {
+                *counts.entry(if c.preserved { "chain_preserved" } else { "chain_broken" }).or_default() += 1;
+            }
+            rows.push(json!({"id": t.id, "status": t.status, "reason": t.reason, "calls": t.calls.len(),
+                             "groups": t.groups, "chain_preserved": t.chain_check.as_ref().map(|c| c.preserved)}));
+            out.json(&format!("trajectories/{}.json", crate::mcp::client::safe_file_name(&t.id)), &t)?;
+        }
+        out.count("queries", queries.len() as u64);
+        for (k, v) in &counts {
+            out.count(k, *v);
+        }
+        let failed = counts.get("failed").copied().unwrap_or(0);
+        if failed > 0 {
+            out.notes.push(format!(
+                "{failed} quer{} failed; reasons in summary.json",
+                if failed == 1 { "y" } else { "ies" }
+            ));
+        }
+        out.json("summary.json", &json!({"queries": queries.len(), "counts": counts, "rows": rows}))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(group: usize, tool: &str, ok: bool) -> CallRecord {
+        let output = crate::mcp::ToolOutput::note("x");
+        CallRecord {
+            index: 0,
+            group,
+            call_id: String::new(),
+            function: String::new(),
+            tool_id: Some(tool.into()),
+            server: None,
+            arguments: json!({}),
+            executed: true,
+            outcome: if ok { CallOutcome::Ok { output } } else { CallOutcome::ToolError { output } },
+            latency_ms: 0.0,
+            ledger_event: None,
+            llm_event: None,
+        }
+    }
+
+    #[test]
+    fn chain_check_takes_the_earliest_fitting_successful_call() {
+        let chain =
+            parse_queries(br#"{"id": 1, "query": "q", "chain": ["a", "b", "c"]}"#, "f").unwrap()[0].chain.clone();
+        assert_eq!(chain[2].depends_on, [1]);
+        // `b` in group 0 is too early, the one in group 2 fits; `c` failed in 3, succeeded in 4.
+        let calls = [
+            call(0, "b", true),
+            call(1, "a", true),
+            call(1, "x", true),
+            call(2, "b", true),
+            call(3, "c", false),
+            call(4, "c", true),
+        ];
+        let c = check_chain(&chain, &calls);
+        assert!(c.preserved, "{c:?}");
+        assert_eq!(c.groups, [Some(1), Some(2), Some(4)]);
+        // Only a failed `c`: broken, and the reason says so.
+        let c = check_chain(&chain, &calls[..5]);
+        assert!(!c.preserved);
+        assert!(c.problems[0].contains("`c` was never called successfully"), "{c:?}");
+    }
+}

@@ -1,0 +1,77 @@
+//! `benchgen sandbox`: resolve the flags, load the catalog, serve until the peer leaves.
+
+use anyhow::{Context, Result};
+
+use super::{Faults, Sandbox, SandboxOptions};
+use crate::cli::SandboxArgs;
+use crate::error::UsageError;
+use crate::model::Catalog;
+use crate::printer::Printer;
+use crate::settings::Settings;
+
+/// The options a command line asks for (rates checked to lie in [0, 1]).
+pub fn options(settings: &Settings, a: &SandboxArgs) -> Result<SandboxOptions> {
+    for (flag, v) in [
+        ("--error-rate", a.error_rate),
+        ("--timeout-rate", a.timeout_rate),
+        ("--crash-rate", a.crash_rate),
+        ("--garbage-rate", a.garbage_rate),
+        ("--huge-rate", a.huge_rate),
+    ] {
+        if !(0.0..=1.0).contains(&v) {
+            return Err(UsageError(format!("`{flag}` must lie between 0 and 1, not {v}")).into());
+        }
+    }
+    Ok(SandboxOptions {
+        seed: a.seed.unwrap_or(settings.config.project.seed),
+        page_size: a.page_size.max(1),
+        call_log: a.call_log.clone(),
+        exit_on_crash: true,
+        faults: Faults {
+            latency_ms: a.latency_ms,
+            jitter_ms: a.jitter_ms,
+            error_rate: a.error_rate,
+            timeout_rate: a.timeout_rate,
+            crash_rate: a.crash_rate,
+            crash_after: a.crash_after,
+            garbage_rate: a.garbage_rate,
+            huge_rate: a.huge_rate,
+            huge_bytes: a.huge_bytes,
+        },
+    })
+}
+
+pub fn run(settings: &Settings, printer: &Printer, a: &SandboxArgs) -> Result<()> {
+    let path = a.catalog.clone().unwrap_or_else(|| settings.artifacts.join("filter").join("catalog.json"));
+    if !path.exists() {
+        return Err(crate::error::hinted(
+            format!("catalog `{}` does not exist", path.display()),
+            "run `benchgen run` (or `benchgen filter`) first, or pass `--catalog FILE`",
+        ));
+    }
+    let catalog = Catalog::load(&path)?;
+    let sandbox = Sandbox::new(&catalog, options(settings, a)?)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
+    rt.block_on(async {
+        match a.http {
+            Some(addr) => {
+                let http = super::serve_http(&sandbox, addr).await?;
+                // The URL on stdout is the contract for scripts and tests that start us.
+                println!("{}", http.url());
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                printer.info(&format!("sandbox: {} tools at {}", sandbox.tool_count(), http.url()));
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => http.stop.cancel(),
+                    _ = http.stop.cancelled() => {}
+                }
+                let _ = http.task.await;
+                Ok(())
+            }
+            None => {
+                printer.info(&format!("sandbox: {} tools on stdio", sandbox.tool_count()));
+                super::serve_io(&sandbox, tokio::io::stdin(), tokio::io::stdout()).await
+            }
+        }
+    })
+}
