@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::Serialize;
 
+use crate::embed::EmbedStage;
 use crate::error::UsageError;
 use crate::filter::FilterStage;
 use crate::registry::CatalogStage;
@@ -14,7 +15,7 @@ use crate::stage::{self, Ctx, Freshness, Stage, StageReport};
 use crate::stats::StatsStage;
 
 /// Stage names in pipeline order.
-pub const STAGES: &[&str] = &["catalog", "filter", "stats"];
+pub const STAGES: &[&str] = &["catalog", "filter", "embed", "efs-pairs", "stats"];
 
 /// The stages of the pipeline, in order. The catalog stage is absent when the
 /// config names no registry source (it can still be imported by hand).
@@ -22,6 +23,8 @@ pub fn stages(settings: &Settings) -> Vec<(&'static str, Result<Box<dyn Stage>>)
     vec![
         ("catalog", CatalogStage::from_settings(settings, None, None, false).map(|s| Box::new(s) as Box<dyn Stage>)),
         ("filter", Ok(Box::new(FilterStage))),
+        ("embed", Ok(Box::new(EmbedStage))),
+        ("efs-pairs", Ok(Box::new(crate::efs::pairs::PairsStage))),
         ("stats", Ok(Box::new(StatsStage))),
     ]
 }

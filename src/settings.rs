@@ -25,6 +25,10 @@ pub struct Config {
     pub filter: FilterSettings,
     #[serde(default)]
     pub stats: StatsSettings,
+    #[serde(default)]
+    pub embed: crate::embed::EmbedSettings,
+    #[serde(default)]
+    pub efs: crate::efs::EfsSettings,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
