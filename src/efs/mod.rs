@@ -117,7 +117,7 @@ fn d_verifier() -> String {
     "verifier".into()
 }
 fn d_writer() -> String {
-    "writer".into()
+    "generator".into()
 }
 fn d_verify_template() -> String {
     "efs_verify".into()
