@@ -36,6 +36,11 @@ pub struct GlobalArgs {
     /// Machine-readable summary on stdout.
     #[arg(long, global = true)]
     pub json: bool,
+    /// How LLM calls use the ledger: `cached` answers repeats from the ledger and calls the
+    /// endpoint on a miss; `live` always calls (and records); `replay` never calls and fails
+    /// on a miss.
+    #[arg(long, global = true, value_enum, default_value = "cached", env = "BENCHGEN_LLM_MODE")]
+    pub llm_mode: crate::llm::LlmMode,
 }
 
 #[derive(Debug, Subcommand)]
@@ -80,6 +85,35 @@ pub enum Command {
     /// (`filter:server::tool`) or a ledger event (`#42`). Only the runs that
     /// produced the current artifacts are consulted.
     Explain(ExplainArgs),
+    /// Check and account for the configured LLM roles (`[llm.roles.<role>]`).
+    #[command(subcommand)]
+    Llm(LlmCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LlmCommand {
+    /// Check roles end to end: one live typed call each (starting the local model server
+    /// for `provider = "local"`). Records the exchange in the ledger (stage `llm-ping`);
+    /// writes nothing else. Fails when any role fails.
+    Ping(PingArgs),
+    /// LLM accounting from the ledger, per stage and role: calls, cache hits, retries,
+    /// failures, prompt/completion tokens, latency p50/p90/p99 and estimated cost (when the
+    /// role has `prices`). Reads `artifacts/ledger.sqlite`; writes nothing.
+    Stats(LlmStatsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PingArgs {
+    /// Only this role (default: every configured role).
+    #[arg(long)]
+    pub role: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LlmStatsArgs {
+    /// Only this stage.
+    #[arg(long)]
+    pub stage: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -139,6 +139,7 @@ fn describe(e: &Event) -> String {
             let ev = if s("evidence").is_empty() { String::new() } else { format!(" ({})", s("evidence")) };
             format!("{}{rule}: {}{ev}", s("verdict"), s("reason"))
         }
+        kind::LLM_EXCHANGE | crate::llm::LLM_FAILURE => crate::llm::describe_event(&e.kind, p),
         _ => p.to_string(),
     }
 }

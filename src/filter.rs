@@ -4,13 +4,18 @@
 //! Order of decisions: servers without tools; server rules (a dropped server
 //! takes its tools with it, each recorded); tool rules (first matching rule in
 //! config order wins); servers whose every tool was dropped. A rule with
-//! `action = "ask"` hands its matches to a [`Classifier`]; until an LLM
-//! classifier is configured, [`Unclassified`] keeps them and lists them in
-//! `undecided.csv`, so nothing is dropped on a guess.
+//! `action = "ask"` hands its matches to a [`Classifier`]. With
+//! `[filter] classifier_role = "<role>"` that is the LLM (prompt
+//! `pipeline/prompts/filter-classify.md`, typed verdict keep/drop plus a one-line
+//! reason; each decision's ledger event has the `llm.exchange` as a parent); without
+//! one, [`Unclassified`] keeps the matches and lists them in `undecided.csv`, so
+//! nothing is dropped on a guess. An answer that stays invalid after re-asks is also
+//! kept as undecided, with the error as its reason.
 //!
 //! Outputs in `artifacts/filter/`: `catalog.json` (what remains), `dropped.csv`
 //! and `undecided.csv` (`kind,id,rule,class,reason,evidence`), `summary.json`.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
@@ -19,6 +24,7 @@ use regex::Regex;
 use serde::Serialize;
 
 use crate::ledger::{Ledger, NewEvent, Parent, kind};
+use crate::llm::{LlmClient, Prompt};
 use crate::model::{Catalog, Server, Tool};
 use crate::settings::{
     FilterRule, FilterSettings, MatchMode, RuleAction, RuleClass, RuleTarget, Settings, section_hash,
@@ -334,10 +340,17 @@ impl Stage for FilterStage {
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
-        Ok(Plan {
-            inputs: vec![Self::input(settings)],
-            prompts: vec![],
-            config_hash: section_hash(&settings.config.filter)?,
+        let filter = &settings.config.filter;
+        Ok(match &filter.classifier_role {
+            None => Plan { inputs: vec![Self::input(settings)], prompts: vec![], config_hash: section_hash(filter)? },
+            Some(role) => Plan {
+                inputs: vec![Self::input(settings)],
+                prompts: vec![crate::llm::prompt_path(settings, CLASSIFY_PROMPT)],
+                config_hash: section_hash(&serde_json::json!({
+                    "filter": filter,
+                    "classifier": crate::llm::role_hash(settings, role)?,
+                }))?,
+            },
         })
     }
 
@@ -345,9 +358,15 @@ impl Stage for FilterStage {
         let path = Self::input(ctx.settings);
         let catalog: Catalog = serde_json::from_slice(inputs.bytes(&path)?)
             .map_err(|e| anyhow::anyhow!("`{}` is not a benchgen catalog: {e}", ctx.settings.display_path(&path)))?;
-        let pb = ctx.printer.progress(catalog.servers.len() as u64, "filter");
-        let filtered = apply(&catalog, &ctx.settings.config.filter, &Unclassified)?;
-        pb.finish_and_clear();
+        let (filtered, llm_parents) = match &ctx.settings.config.filter.classifier_role {
+            None => {
+                let pb = ctx.printer.progress(catalog.servers.len() as u64, "filter");
+                let f = apply(&catalog, &ctx.settings.config.filter, &Unclassified)?;
+                pb.finish_and_clear();
+                (f, HashMap::new())
+            }
+            Some(role) => classify_with_llm(ctx, &catalog, role, out)?,
+        };
 
         // Link each decision to the catalog record it is about.
         let mut parents: HashMap<String, i64> = HashMap::new();
@@ -368,6 +387,9 @@ impl Stage for FilterStage {
         for d in &filtered.decisions {
             let mut ev = NewEvent::new(kind::FILTER_DECISION, Some(&d.id), serde_json::to_value(d)?);
             if let Some(&p) = parents.get(&format!("{}:{}", d.kind, d.id)) {
+                ev = ev.with_parent(Parent::Id(p));
+            }
+            if let Some(&p) = llm_parents.get(&format!("{}:{}", d.kind, d.id)) {
                 ev = ev.with_parent(Parent::Id(p));
             }
             out.event(ev);
@@ -435,6 +457,133 @@ impl Stage for FilterStage {
     }
 }
 
+/// Prompt template (under `pipeline/prompts/`) of the LLM classifier.
+pub const CLASSIFY_PROMPT: &str = "filter-classify";
+
+#[derive(Debug, Clone, Copy, serde::Deserialize, schemars::JsonSchema, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum KeepOrDrop {
+    Keep,
+    Drop,
+}
+
+/// The classifier's typed answer.
+#[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
+struct LlmVerdict {
+    /// One line saying why (asked before the verdict so the model reasons first).
+    reason: String,
+    /// `keep` when the item belongs in a tool-use benchmark, `drop` when it does not.
+    verdict: KeepOrDrop,
+}
+
+/// What the LLM is asked about one undecided item.
+#[derive(Debug, Clone)]
+struct Question {
+    key: String,
+    id: String,
+    vars: serde_json::Value,
+}
+
+/// Answers known so far; unknown items are collected and left undecided for this pass.
+struct Collect<'a> {
+    answers: &'a HashMap<String, (Classification, Option<i64>)>,
+    missing: RefCell<Vec<Question>>,
+}
+
+fn target_str(t: RuleTarget) -> &'static str {
+    match t {
+        RuleTarget::Server => "server",
+        RuleTarget::Tool => "tool",
+    }
+}
+
+impl Classifier for Collect<'_> {
+    fn classify(&self, c: &Candidate) -> Result<Classification> {
+        let key = format!("{}:{}", target_str(c.target), c.id);
+        if let Some((answer, _)) = self.answers.get(&key) {
+            return Ok(answer.clone());
+        }
+        let tools: Vec<&str> = c.server.tools.iter().map(|t| t.name.as_str()).collect();
+        self.missing.borrow_mut().push(Question {
+            key,
+            id: c.id.to_string(),
+            vars: serde_json::json!({
+                "target": target_str(c.target),
+                "name": c.name,
+                "description": c.description,
+                "server_name": c.server.name,
+                "server_description": c.server.description,
+                "server_tools": tools,
+                "rule_id": c.rule.id,
+                "rule_class": c.rule.class.as_str(),
+                "rule_reason": c.rule.reason,
+            }),
+        });
+        Ok(Classification::Undecided { reason: "pending".into() })
+    }
+}
+
+/// Filter with the LLM deciding `ask` matches. Passes repeat until every candidate that
+/// the final decisions depend on has an answer: servers are asked before tools, so the
+/// tools of a server the LLM drops are never asked about. Returns the decisions and, per
+/// `kind:id`, the ledger event (exchange or failure) behind each LLM verdict.
+fn classify_with_llm(
+    ctx: &Ctx,
+    catalog: &Catalog,
+    role: &str,
+    out: &mut Output,
+) -> Result<(Filtered, HashMap<String, i64>)> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let run_id = ctx.ledger_run()?;
+    let client = rt.block_on(LlmClient::from_settings(ctx.settings, "filter", run_id))?;
+    let mut answers: HashMap<String, (Classification, Option<i64>)> = HashMap::new();
+    let filtered = loop {
+        let collect = Collect { answers: &answers, missing: RefCell::new(Vec::new()) };
+        let f = apply(catalog, &ctx.settings.config.filter, &collect)?;
+        let missing = collect.missing.into_inner();
+        if missing.is_empty() {
+            break f;
+        }
+        let servers: Vec<Question> = missing.iter().filter(|q| q.key.starts_with("server:")).cloned().collect();
+        let batch = if servers.is_empty() { missing } else { servers };
+        let pb = ctx.printer.progress(batch.len() as u64, "classify");
+        let results = rt.block_on(futures::future::join_all(batch.iter().map(|q| {
+            let client = client.clone();
+            let pb = pb.clone();
+            async move {
+                let r = client.typed::<LlmVerdict>(role, &Prompt::new(CLASSIFY_PROMPT, q.vars.clone()), &q.id).await;
+                pb.inc(1);
+                r
+            }
+        })));
+        pb.finish_and_clear();
+        for (q, r) in batch.into_iter().zip(results) {
+            let answer = match r {
+                Ok(reply) => {
+                    let reason = format!("LLM classifier: {}", reply.value.reason.trim());
+                    let c = match reply.value.verdict {
+                        KeepOrDrop::Keep => Classification::Keep { reason },
+                        KeepOrDrop::Drop => Classification::Drop { reason },
+                    };
+                    (c, Some(reply.event_id))
+                }
+                Err(e) if e.is_item_level() => (
+                    Classification::Undecided { reason: format!("LLM classifier gave no valid verdict: {e}") },
+                    e.event_id(),
+                ),
+                Err(e) => {
+                    client.add_counts(out);
+                    return Err(anyhow::Error::new(e).context("the filter's LLM classifier failed"));
+                }
+            };
+            answers.insert(q.key, answer);
+        }
+    };
+    client.add_counts(out);
+    let parents = answers.into_iter().filter_map(|(k, (_, ev))| ev.map(|e| (k, e))).collect();
+    Ok((filtered, parents))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -500,6 +649,7 @@ mod tests {
         };
         let settings = FilterSettings {
             drop_servers_without_tools: true,
+            classifier_role: None,
             rules: vec![
                 rule(
                     "tmpl",
@@ -555,6 +705,7 @@ mod tests {
         let cat = Catalog { servers: vec![server("s", "", vec![tool("s", "a", ""), tool("s", "b", "")])] };
         let settings = FilterSettings {
             drop_servers_without_tools: false,
+            classifier_role: None,
             rules: vec![rule("ask", RuleTarget::Tool, RuleClass::Meta, &["^a$"], &[], MatchMode::Any, RuleAction::Ask)],
         };
         let f = apply(&cat, &settings, &DropAll).unwrap();

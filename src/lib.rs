@@ -12,6 +12,7 @@ pub mod error;
 pub mod explain;
 pub mod filter;
 pub mod ledger;
+pub mod llm;
 pub mod model;
 pub mod pipeline;
 pub mod printer;

@@ -5,11 +5,11 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Parser;
 
-use benchgen::cli::{Cli, Command, EfsCommand, EfsReviewCommand, RegistryCommand};
+use benchgen::cli::{Cli, Command, EfsCommand, EfsReviewCommand, LlmCommand, RegistryCommand};
 use benchgen::printer::Printer;
 use benchgen::settings::Settings;
 use benchgen::stage::{self, Ctx, Stage};
-use benchgen::{embed, error, explain, filter, pipeline, registry, stats};
+use benchgen::{embed, error, explain, filter, llm, pipeline, registry, stats};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -37,7 +37,8 @@ fn init_tracing(verbose: u8, quiet: bool) {
 }
 
 fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
-    let settings = Settings::load(&cli.global.config)?;
+    let mut settings = Settings::load(&cli.global.config)?;
+    settings.llm_mode = cli.global.llm_mode;
     let ctx = Ctx::new(&settings, printer);
     match &cli.command {
         Command::Registry(RegistryCommand::Import(a)) => {
@@ -62,6 +63,19 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Command::Explain(a) => {
             let x = explain::explain(&settings, &a.id)?;
             printer.summary(&explain::render(&x), &x);
+            Ok(())
+        }
+        Command::Llm(LlmCommand::Ping(a)) => {
+            let results = llm::ping::ping(&settings, a.role.as_deref())?;
+            printer.summary(&llm::ping::render(&results), &results);
+            match results.iter().find(|r| !r.ok) {
+                Some(r) => Err(anyhow::anyhow!("role `{}` failed the ping", r.role)),
+                None => Ok(()),
+            }
+        }
+        Command::Llm(LlmCommand::Stats(a)) => {
+            let rows = llm::stats::collect(&settings, a.stage.as_deref())?;
+            printer.summary(&llm::stats::render(&rows), &rows);
             Ok(())
         }
     }

@@ -29,6 +29,8 @@ pub struct Config {
     pub embed: crate::embed::EmbedSettings,
     #[serde(default)]
     pub efs: crate::efs::EfsSettings,
+    #[serde(default)]
+    pub llm: crate::llm::LlmSettings,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -172,11 +174,15 @@ pub struct FilterSettings {
     pub drop_servers_without_tools: bool,
     #[serde(default)]
     pub rules: Vec<FilterRule>,
+    /// LLM role (`[llm.roles.<role>]`) that decides `action = "ask"` matches; absent:
+    /// they are kept and listed in `undecided.csv`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classifier_role: Option<String>,
 }
 
 impl Default for FilterSettings {
     fn default() -> Self {
-        Self { drop_servers_without_tools: true, rules: Vec::new() }
+        Self { drop_servers_without_tools: true, rules: Vec::new(), classifier_role: None }
     }
 }
 
@@ -209,6 +215,8 @@ pub struct Settings {
     pub config_path: PathBuf,
     pub root: PathBuf,
     pub artifacts: PathBuf,
+    /// How LLM calls use the ledger cache (`--llm-mode`; not part of any config hash).
+    pub llm_mode: crate::llm::LlmMode,
 }
 
 impl Settings {
@@ -235,7 +243,7 @@ impl Settings {
         let root = config_dir.join(&config.project.root);
         let root = normalize(&root);
         let artifacts = root.join(&config.project.artifacts);
-        Ok(Self { config, config_path: path.to_path_buf(), root, artifacts })
+        Ok(Self { config, config_path: path.to_path_buf(), root, artifacts, llm_mode: Default::default() })
     }
 
     /// A path from the config, resolved against the project root.
@@ -282,6 +290,12 @@ impl Config {
                     }
                 }
             }
+        }
+        self.llm.check(&mut problems);
+        if let Some(role) = &self.filter.classifier_role
+            && !self.llm.roles.contains_key(role)
+        {
+            problems.push(Problem::new("filter.classifier_role", format!("no `[llm.roles.{role}]` is configured")));
         }
         if problems.is_empty() { Ok(()) } else { Err(InputError { file: path.display().to_string(), problems }.into()) }
     }

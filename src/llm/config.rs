@@ -1,0 +1,280 @@
+//! `[llm]` config: one `[llm.roles.<role>]` table per role (verifier, generator, classifier, …).
+//!
+//! Only the fields that change what a model answers (provider, model, sampling parameters,
+//! the local model file) enter [`role_hash`]; load knobs (concurrency, limits, timeouts,
+//! retries, prices) do not, so tuning them never makes a stage stale.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Problem;
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmSettings {
+    /// Folder of prompt templates (`NAME.md`), relative to the project root.
+    #[serde(default = "default_prompts_dir")]
+    pub prompts_dir: PathBuf,
+    #[serde(default)]
+    pub roles: BTreeMap<String, RoleSettings>,
+}
+
+impl Default for LlmSettings {
+    fn default() -> Self {
+        Self { prompts_dir: default_prompts_dir(), roles: BTreeMap::new() }
+    }
+}
+
+fn default_prompts_dir() -> PathBuf {
+    PathBuf::from("pipeline/prompts")
+}
+
+/// Which kind of server a role talks to. All speak the OpenAI chat-completions API;
+/// the provider only sets defaults (base URL, API key variable, structured-output support).
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    Openai,
+    Vllm,
+    Sglang,
+    Ollama,
+    Llamacpp,
+    /// benchgen starts llama.cpp's `llama-server` itself (the embedded default).
+    Local,
+}
+
+impl Provider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Openai => "openai",
+            Provider::Vllm => "vllm",
+            Provider::Sglang => "sglang",
+            Provider::Ollama => "ollama",
+            Provider::Llamacpp => "llamacpp",
+            Provider::Local => "local",
+        }
+    }
+
+    fn default_base_url(self) -> Option<&'static str> {
+        match self {
+            Provider::Openai => Some("https://api.openai.com/v1"),
+            Provider::Vllm => Some("http://127.0.0.1:8000/v1"),
+            Provider::Sglang => Some("http://127.0.0.1:30000/v1"),
+            Provider::Ollama => Some("http://127.0.0.1:11434/v1"),
+            Provider::Llamacpp => Some("http://127.0.0.1:8080/v1"),
+            Provider::Local => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleSettings {
+    pub provider: Provider,
+    /// OpenAI-compatible base URL ending in `/v1` (default per provider; unused for `local`).
+    pub base_url: Option<String>,
+    /// Model name sent to the endpoint (for `local`: default the GGUF file's stem).
+    pub model: Option<String>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub max_tokens: Option<u32>,
+    /// Sampling seed, where the server supports one.
+    pub seed: Option<u64>,
+    /// NAME of the environment variable holding the API key (never the key itself).
+    /// Default `OPENAI_API_KEY` for `openai`, none otherwise.
+    pub api_key_env: Option<String>,
+    /// Ask for `response_format: json_schema` in typed calls (default true). When false,
+    /// the schema is only given in the prompt and the JSON is extracted from the text.
+    #[serde(default = "yes")]
+    pub json_schema: bool,
+    /// Per-request timeout in seconds.
+    #[serde(default = "default_timeout")]
+    pub timeout_s: f64,
+    /// Requests in flight at once against this endpoint.
+    #[serde(default = "default_concurrency")]
+    pub max_concurrency: usize,
+    /// Requests per minute (0 = unlimited).
+    #[serde(default)]
+    pub rpm: u32,
+    /// Tokens per minute, prompt estimate plus `max_tokens` (0 = unlimited).
+    #[serde(default)]
+    pub tpm: u32,
+    /// Retries of 429, 5xx, connection errors and timeouts after the first attempt.
+    #[serde(default = "default_retries")]
+    pub max_retries: u32,
+    /// First back-off in milliseconds; doubles per retry (jittered, capped at 60 s).
+    #[serde(default = "default_backoff")]
+    pub backoff_ms: u64,
+    /// Re-asks of a typed call whose answer does not validate.
+    #[serde(default = "default_reask")]
+    pub reask: u32,
+    /// Prices in USD per million tokens, for `llm stats` estimates.
+    pub prices: Option<Prices>,
+    /// `local` only: the llama-server binary (default `$BENCHGEN_CACHE/llm/build/bin/llama-server`).
+    pub server_binary: Option<PathBuf>,
+    /// `local` only: the GGUF model (default the 1.5B Qwen2.5-Coder instruct in the setup cache).
+    pub model_path: Option<PathBuf>,
+    /// `local` only: threads and context size given to llama-server.
+    #[serde(default = "default_threads")]
+    pub threads: u32,
+    #[serde(default = "default_ctx")]
+    pub ctx_size: u32,
+    /// `local` only: seconds to wait for `/health` after start.
+    #[serde(default = "default_startup")]
+    pub startup_timeout_s: f64,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Prices {
+    /// USD per million prompt tokens.
+    pub prompt: f64,
+    /// USD per million completion tokens.
+    pub completion: f64,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_timeout() -> f64 {
+    120.0
+}
+fn default_concurrency() -> usize {
+    4
+}
+fn default_retries() -> u32 {
+    5
+}
+fn default_backoff() -> u64 {
+    500
+}
+fn default_reask() -> u32 {
+    2
+}
+fn default_threads() -> u32 {
+    2
+}
+fn default_ctx() -> u32 {
+    4096
+}
+fn default_startup() -> f64 {
+    120.0
+}
+
+/// The setup cache (`$BENCHGEN_CACHE`, default `~/.cache/benchgen`).
+pub fn cache_dir() -> PathBuf {
+    match std::env::var_os("BENCHGEN_CACHE") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/benchgen"),
+    }
+}
+
+pub const DEFAULT_LOCAL_MODEL: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
+pub const SMALL_LOCAL_MODEL: &str = "qwen2.5-coder-0.5b-instruct.gguf";
+
+pub fn default_server_binary() -> PathBuf {
+    cache_dir().join("llm/build/bin/llama-server")
+}
+
+pub fn default_model_path() -> PathBuf {
+    cache_dir().join("llm/models").join(DEFAULT_LOCAL_MODEL)
+}
+
+impl RoleSettings {
+    /// The model name sent in requests and used in cache keys.
+    pub fn model_name(&self, resolve: &dyn Fn(&Path) -> PathBuf) -> String {
+        if let Some(m) = &self.model {
+            return m.clone();
+        }
+        match self.provider {
+            Provider::Local => self
+                .local_model_path(resolve)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "local".into()),
+            _ => String::new(),
+        }
+    }
+
+    pub fn local_model_path(&self, resolve: &dyn Fn(&Path) -> PathBuf) -> PathBuf {
+        self.model_path.as_deref().map(resolve).unwrap_or_else(default_model_path)
+    }
+
+    pub fn local_server_binary(&self, resolve: &dyn Fn(&Path) -> PathBuf) -> PathBuf {
+        self.server_binary.as_deref().map(resolve).unwrap_or_else(default_server_binary)
+    }
+
+    pub fn base_url(&self) -> Option<String> {
+        self.base_url.clone().or_else(|| self.provider.default_base_url().map(str::to_string))
+    }
+
+    pub fn api_key_env(&self) -> Option<String> {
+        self.api_key_env.clone().or_else(|| (self.provider == Provider::Openai).then(|| "OPENAI_API_KEY".to_string()))
+    }
+
+    /// Config problems of this role (checked when the config is loaded).
+    pub fn check(&self, role: &str, problems: &mut Vec<Problem>) {
+        let loc = format!("llm.roles.{role}");
+        if self.provider != Provider::Local && self.model.as_deref().unwrap_or("").is_empty() {
+            problems.push(Problem::new(&loc, "`model` is required for this provider"));
+        }
+        if self.provider == Provider::Local && self.base_url.is_some() {
+            problems.push(Problem::new(&loc, "`base_url` is chosen by benchgen for provider `local`; remove it"));
+        }
+        if self.provider != Provider::Local && (self.server_binary.is_some() || self.model_path.is_some()) {
+            problems.push(Problem::new(&loc, "`server_binary` and `model_path` apply to provider `local` only"));
+        }
+        if let Some(u) = &self.base_url
+            && !(u.starts_with("http://") || u.starts_with("https://"))
+        {
+            problems.push(Problem::new(&loc, format!("`base_url` must start with http:// or https://, got `{u}`")));
+        }
+        if let Some(name) = &self.api_key_env
+            && (name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        {
+            problems.push(Problem::new(
+                &loc,
+                "`api_key_env` is the NAME of an environment variable (letters, digits, `_`), not the key",
+            ));
+        }
+        if self.max_concurrency == 0 {
+            problems.push(Problem::new(&loc, "`max_concurrency` must be at least 1"));
+        }
+        if self.timeout_s.is_nan() || self.timeout_s <= 0.0 {
+            problems.push(Problem::new(&loc, "`timeout_s` must be positive"));
+        }
+        if let Some(t) = self.temperature
+            && !(0.0..=2.0).contains(&t)
+        {
+            problems.push(Problem::new(&loc, "`temperature` must be between 0 and 2"));
+        }
+        if let Some(p) = self.top_p
+            && !(p > 0.0 && p <= 1.0)
+        {
+            problems.push(Problem::new(&loc, "`top_p` must be in (0, 1]"));
+        }
+    }
+
+    /// The part of a role that changes answers (hashed into stage config hashes).
+    pub fn semantic(&self, resolve: &dyn Fn(&Path) -> PathBuf) -> serde_json::Value {
+        serde_json::json!({
+            "provider": self.provider.as_str(),
+            "model": self.model_name(resolve),
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+            "seed": self.seed,
+            "json_schema": self.json_schema,
+        })
+    }
+}
+
+impl LlmSettings {
+    pub fn check(&self, problems: &mut Vec<Problem>) {
+        for (name, role) in &self.roles {
+            role.check(name, problems);
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Getting JSON out of a model's text: drop `<think>…</think>` blocks, then take the whole
+//! text if it is JSON, else the first fenced ```json block (or any fenced block) that parses,
+//! else the first balanced `{…}` or `[…]` that parses.
+
+use serde_json::Value;
+
+/// Remove reasoning blocks (`<think>…</think>`; an unclosed one runs to the end).
+pub fn strip_think(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("<think>") {
+        out.push_str(&rest[..start]);
+        match rest[start..].find("</think>") {
+            Some(end) => rest = &rest[start + end + "</think>".len()..],
+            None => {
+                rest = "";
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The JSON value in a model answer, or why there is none.
+pub fn extract_json(text: &str) -> Result<Value, String> {
+    let text = strip_think(text);
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err("the answer is empty (no JSON value)".into());
+    }
+    if let Ok(v) = serde_json::from_str::<Value>(trimmed) {
+        return Ok(v);
+    }
+    if let Some(v) = fenced(trimmed) {
+        return Ok(v);
+    }
+    if let Some(v) = first_balanced(trimmed) {
+        return Ok(v);
+    }
+    let shown: String = trimmed.chars().take(120).collect();
+    Err(format!("no JSON value found in the answer (it starts with {shown:?})"))
+}
+
+fn fenced(text: &str) -> Option<Value> {
+    let mut rest = text;
+    let mut blocks = Vec::new();
+    while let Some(start) = rest.find("```") {
+        let after = &rest[start + 3..];
+        let (lang, body_start) = match after.find('\n') {
+            Some(nl) => (after[..nl].trim(), nl + 1),
+            None => return None,
+        };
+        let body = &after[body_start..];
+        let Some(end) = body.find("```") else { break };
+        blocks.push((lang.eq_ignore_ascii_case("json"), &body[..end]));
+        rest = &body[end + 3..];
+    }
+    // Prefer blocks labelled json, then any block.
+    blocks.sort_by_key(|(is_json, _)| !*is_json);
+    blocks.into_iter().find_map(|(_, b)| serde_json::from_str(b.trim()).ok())
+}
+
+/// The first `{…}` or `[…]` whose brackets balance (outside strings) and that parses.
+fn first_balanced(text: &str) -> Option<Value> {
+    let bytes = text.as_bytes();
+    for (start, &b) in bytes.iter().enumerate() {
+        if b != b'{' && b != b'[' {
+            continue;
+        }
+        let mut depth = 0i32;
+        let mut in_str = false;
+        let mut escaped = false;
+        for (i, &c) in bytes.iter().enumerate().skip(start) {
+            if in_str {
+                match c {
+                    _ if escaped => escaped = false,
+                    b'\\' => escaped = true,
+                    b'"' => in_str = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match c {
+                b'"' => in_str = true,
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        if let Ok(v) = serde_json::from_str(&text[start..=i]) {
+                            return Some(v);
+                        }
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn extracts_from_the_usual_shapes() {
+        assert_eq!(extract_json(" {\"a\": 1} ").unwrap(), json!({"a": 1}));
+        assert_eq!(extract_json("<think>maybe {\"a\": 0}</think>\n{\"a\": 2}").unwrap(), json!({"a": 2}));
+        assert_eq!(extract_json("Sure:\n```json\n{\"a\": 3}\n```\nDone.").unwrap(), json!({"a": 3}));
+        assert_eq!(extract_json("```\n[1, 2]\n```").unwrap(), json!([1, 2]));
+        assert_eq!(extract_json("The answer is {\"a\": \"}{\", \"b\": [1]} ok").unwrap(), json!({"a": "}{", "b": [1]}));
+        assert_eq!(extract_json("noise {broken} then [3]").unwrap(), json!([3]));
+        assert!(extract_json("<think>only thinking").is_err());
+        assert!(extract_json("{\"a\": ").is_err());
+    }
+
+    #[test]
+    fn strip_think_handles_several_blocks() {
+        assert_eq!(strip_think("a<think>x</think>b<think>y</think>c"), "abc");
+    }
+}

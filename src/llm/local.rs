@@ -1,0 +1,203 @@
+//! The embedded default model: llama.cpp's `llama-server` started by benchgen.
+//!
+//! The server runs in its own process group on a free loopback port, with its stderr in a
+//! log file under the temp folder (named in errors). It is started by a guard thread that
+//! owns the child: dropping [`LocalServer`] (normal exit, an error, Ctrl-C unwinding the
+//! stage) tells the thread to stop it — SIGTERM to the group, SIGKILL after 5 s — and wait.
+//! The child also gets `PR_SET_PDEATHSIG = SIGKILL`, tied to that thread, so even a
+//! SIGKILLed benchgen leaves no orphan. A second Ctrl-C kills every group in [`kill_all`].
+
+use std::collections::BTreeSet;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct LocalSpec {
+    pub binary: PathBuf,
+    pub model: PathBuf,
+    pub threads: u32,
+    /// Context per request; the server gets `ctx_size * parallel` shared by `parallel` slots.
+    pub ctx_size: u32,
+    /// Parallel slots (the endpoint's concurrency bound, so no request waits inside the server).
+    pub parallel: usize,
+    pub startup_timeout: Duration,
+}
+
+/// Process groups of running local servers (for the second Ctrl-C).
+static GROUPS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+
+/// Kill every local server at once (used just before exiting on a second Ctrl-C).
+pub fn kill_all() {
+    let groups = GROUPS.lock().unwrap_or_else(|p| p.into_inner());
+    for &pg in groups.iter() {
+        // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
+        unsafe {
+            libc::kill(-pg, libc::SIGKILL);
+        }
+    }
+}
+
+pub struct LocalServer {
+    pid: u32,
+    port: u16,
+    log: PathBuf,
+    stop: Option<mpsc::Sender<()>>,
+    guard: Option<std::thread::JoinHandle<()>>,
+}
+
+const SETUP_HINT: &str = "run `make setup` (scripts/setup.d/10-llm.sh builds llama-server and assembles the models into $BENCHGEN_CACHE), or set `server_binary` / `model_path` in the role";
+
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot find a free port: {e}"))?;
+    l.local_addr().map(|a| a.port()).map_err(|e| format!("cannot find a free port: {e}"))
+}
+
+fn log_tail(path: &PathBuf) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(8)..].join("\n")
+}
+
+impl LocalServer {
+    /// Start llama-server and wait until `/health` answers 200.
+    pub async fn start(spec: &LocalSpec) -> Result<LocalServer, String> {
+        if !spec.binary.is_file() {
+            return Err(format!("llama-server not found at `{}`; {SETUP_HINT}", spec.binary.display()));
+        }
+        if !spec.model.is_file() {
+            return Err(format!("model file not found at `{}`; {SETUP_HINT}", spec.model.display()));
+        }
+        let port = free_port()?;
+        let log = std::env::temp_dir().join(format!("benchgen-llama-server-{}-{port}.log", std::process::id()));
+        let log_file = std::fs::File::create(&log).map_err(|e| format!("cannot create `{}`: {e}", log.display()))?;
+        let mut cmd = Command::new(&spec.binary);
+        cmd.arg("-m")
+            .arg(&spec.model)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["-t", &spec.threads.to_string(), "--no-webui"])
+            .args(["-c", &(spec.ctx_size as usize * spec.parallel).to_string(), "-np", &spec.parallel.to_string()])
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log_file)
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe; it runs in the child between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let (pid_tx, pid_rx) = mpsc::channel::<Result<u32, String>>();
+        let exited = Arc::new(AtomicBool::new(false));
+        let exited_t = exited.clone();
+        let guard = std::thread::Builder::new()
+            .name("benchgen-llama-server".into())
+            .spawn(move || {
+                let mut child = match cmd.spawn() {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = pid_tx.send(Err(format!("cannot start llama-server: {e}")));
+                        return;
+                    }
+                };
+                let pg = child.id() as i32;
+                GROUPS.lock().unwrap_or_else(|p| p.into_inner()).insert(pg);
+                let _ = pid_tx.send(Ok(child.id()));
+                // Until stop is requested (or the owner is gone); an early exit is reported but
+                // the group is still reaped below.
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(Duration::from_millis(200)) {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        exited_t.store(true, Ordering::SeqCst);
+                    }
+                }
+                // SAFETY: signals to our own child's process group.
+                unsafe {
+                    libc::kill(-pg, libc::SIGTERM);
+                }
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                // SAFETY: as above; harmless when the group is already gone.
+                unsafe {
+                    libc::kill(-pg, libc::SIGKILL);
+                }
+                let _ = child.wait();
+                GROUPS.lock().unwrap_or_else(|p| p.into_inner()).remove(&pg);
+            })
+            .map_err(|e| format!("cannot start the llama-server guard thread: {e}"))?;
+        let pid = match pid_rx.recv() {
+            Ok(Ok(pid)) => pid,
+            Ok(Err(e)) => {
+                let _ = guard.join();
+                return Err(e);
+            }
+            Err(_) => return Err("the llama-server guard thread died".into()),
+        };
+        // From here on, dropping `server` stops the process (also on the error paths below).
+        let mut server = LocalServer { pid, port, log: log.clone(), stop: Some(stop_tx), guard: Some(guard) };
+        tracing::info!("started llama-server pid {pid} on 127.0.0.1:{port} with `{}`", spec.model.display());
+        let http = reqwest::Client::new();
+        let url = format!("http://127.0.0.1:{port}/health");
+        let deadline = Instant::now() + spec.startup_timeout;
+        loop {
+            if exited.load(Ordering::SeqCst) {
+                server.log = PathBuf::new(); // keep the log for the user
+                return Err(format!(
+                    "llama-server exited during start-up (log `{}`):\n{}",
+                    log.display(),
+                    log_tail(&log)
+                ));
+            }
+            if let Ok(r) = http.get(&url).timeout(Duration::from_secs(2)).send().await
+                && r.status().is_success()
+            {
+                return Ok(server);
+            }
+            if Instant::now() > deadline {
+                server.log = PathBuf::new();
+                return Err(format!(
+                    "llama-server did not become healthy within {:.0}s (log `{}`):\n{}",
+                    spec.startup_timeout.as_secs_f64(),
+                    log.display(),
+                    log_tail(&log)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(g) = self.guard.take() {
+            let _ = g.join();
+        }
+        let _ = std::fs::remove_file(&self.log);
+        tracing::info!("stopped llama-server pid {}", self.pid);
+    }
+}

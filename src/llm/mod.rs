@@ -1,0 +1,792 @@
+//! LLM access: the one way every stage talks to a model.
+//!
+//! * One client for any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, SGLang,
+//!   Ollama, llama.cpp), configured per role in `[llm.roles.<role>]` (see [`config`]).
+//! * Load behaviour per endpoint: a concurrency bound, an rpm/tpm limiter, retries of 429,
+//!   5xx, connection errors, malformed bodies and timeouts with jittered exponential back-off
+//!   that honours `Retry-After`, a per-request timeout, and Ctrl-C cancellation ([`transport`]).
+//! * Typed structured output ([`LlmClient::typed`]): a schemars schema sent as
+//!   `response_format: json_schema` (when the role allows it) and always stated in the prompt;
+//!   the answer is extracted (`<think>` dropped, fenced or first balanced JSON), validated with
+//!   serde and jsonschema, and re-asked with the validation error up to `reask` times.
+//! * The ledger as cache ([`record`]): every exchange is an `llm.exchange` event; the
+//!   `llm_cache` table maps the sha256 of the canonical request body to the event that
+//!   answered it. Modes ([`LlmMode`]): `cached` (default) serves repeats from the ledger and
+//!   goes live on a miss; `live` always calls the endpoint and records (the newest answer
+//!   becomes the cached one); `replay` never touches the network and fails on a miss.
+//! * `provider = "local"` starts llama.cpp's `llama-server` on a free loopback port on first
+//!   use and stops it when the client is dropped, on error and on Ctrl-C ([`local`]).
+
+// LlmError carries stage, item, role and the failure's details by value so callers can
+// match on them; it is returned once per item, so its size does not matter.
+#![allow(clippy::result_large_err)]
+
+pub mod config;
+pub mod extract;
+pub mod local;
+pub mod ping;
+pub mod record;
+pub mod stats;
+pub mod transport;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+pub use config::{LlmSettings, Prices, Provider, RoleSettings};
+
+use crate::ledger::kind;
+use crate::settings::Settings;
+use record::Recorder;
+use transport::{Endpoint, SendError};
+
+/// Event kind of a final failure of a call (transport exhausted or invalid answer).
+pub const LLM_FAILURE: &str = "llm.failure";
+
+/// How LLM calls use the ledger cache (global `--llm-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LlmMode {
+    /// Always call the endpoint; record the exchange, which becomes the cached answer.
+    Live,
+    /// Answer repeats from the ledger with no network; call the endpoint on a miss.
+    #[default]
+    Cached,
+    /// Answer only from the ledger; a miss is an error naming the request hash.
+    Replay,
+}
+
+/// A prompt: a template under the prompts folder (`pipeline/prompts/<template>.md`) and
+/// its variables. Rendered with minijinja, undefined variables are errors. A line
+/// `--- user ---` splits the rendered text into a system message (above) and the user
+/// message (below); without it the whole text is the user message.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Prompt {
+    pub template: String,
+    pub vars: Value,
+}
+
+impl Prompt {
+    pub fn new(template: &str, vars: Value) -> Self {
+        Self { template: template.to_string(), vars }
+    }
+}
+
+/// A successful answer.
+#[derive(Debug, Clone)]
+pub struct Reply<T> {
+    pub value: T,
+    /// The ledger event of the exchange that produced the answer (link it as a parent).
+    pub event_id: i64,
+    /// Served from the ledger without network.
+    pub cached: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ChatMessage {
+    System(String),
+    User(String),
+    Assistant { content: Option<String>, tool_calls: Vec<ToolCall> },
+    Tool { call_id: String, content: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// Parsed arguments; when the model's argument string is not JSON, the raw string.
+    pub arguments: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub parameters: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatTurn {
+    pub content: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: Option<String>,
+}
+
+/// An item-level failure of an LLM call. Every variant names the stage and item; failures
+/// after a request was attempted are recorded in the ledger (`event_id`).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LlmError {
+    #[error(
+        "LLM call failed in stage `{stage}`, item `{item}` (role `{role}`) after {attempts} attempt(s); last status: {last_status}: {message}"
+    )]
+    Transport {
+        stage: String,
+        item: String,
+        role: String,
+        attempts: u32,
+        last_status: String,
+        message: String,
+        event_id: Option<i64>,
+    },
+    #[error(
+        "LLM answer in stage `{stage}`, item `{item}` (role `{role}`) is still invalid after {attempts} attempt(s): {error}"
+    )]
+    Invalid {
+        stage: String,
+        item: String,
+        role: String,
+        attempts: u32,
+        error: String,
+        raw: String,
+        event_id: Option<i64>,
+    },
+    #[error(
+        "replay mode: no recorded answer for request {hash} (stage `{stage}`, item `{item}`, role `{role}`); run once with `--llm-mode cached` to record it"
+    )]
+    ReplayMiss { stage: String, item: String, role: String, hash: String },
+    #[error("LLM call cancelled (Ctrl-C) in stage `{stage}`, item `{item}`")]
+    Cancelled { stage: String, item: String },
+    #[error("LLM setup failed in stage `{stage}`, item `{item}` (role `{role}`): {message}")]
+    Setup { stage: String, item: String, role: String, message: String },
+}
+
+impl LlmError {
+    /// The ledger event recording this failure, when one was recorded.
+    pub fn event_id(&self) -> Option<i64> {
+        match self {
+            LlmError::Transport { event_id, .. } | LlmError::Invalid { event_id, .. } => *event_id,
+            _ => None,
+        }
+    }
+
+    /// Failures that concern one item only (an invalid answer); the others (endpoint down,
+    /// replay miss, Ctrl-C, setup) will hit every item and should usually stop the stage.
+    pub fn is_item_level(&self) -> bool {
+        matches!(self, LlmError::Invalid { .. })
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, LlmError::Cancelled { .. })
+    }
+}
+
+/// Path of a prompt template (for `Stage::plan().prompts`, so manifests hash it).
+pub fn prompt_path(settings: &Settings, template: &str) -> PathBuf {
+    settings.resolve(&settings.config.llm.prompts_dir).join(format!("{template}.md"))
+}
+
+/// Hash of the answer-changing settings of a role (for stage config hashes).
+pub fn role_hash(settings: &Settings, role: &str) -> anyhow::Result<String> {
+    let r =
+        settings.config.llm.roles.get(role).ok_or_else(|| anyhow::anyhow!("no `[llm.roles.{role}]` is configured"))?;
+    crate::settings::section_hash(&r.semantic(&|p: &Path| settings.resolve(p)))
+}
+
+/// One configured role, resolved.
+pub(crate) struct Role {
+    name: String,
+    settings: RoleSettings,
+    model: String,
+    endpoint: Arc<Endpoint>,
+}
+
+#[derive(Default)]
+struct Counters {
+    calls: AtomicU64,
+    cache_hits: AtomicU64,
+    retries: AtomicU64,
+    failures: AtomicU64,
+    prompt_tokens: AtomicU64,
+    completion_tokens: AtomicU64,
+}
+
+struct Inner {
+    stage: String,
+    mode: LlmMode,
+    roles: BTreeMap<String, Role>,
+    recorder: Recorder,
+    prompts_dir: PathBuf,
+    cancel: CancellationToken,
+    counters: Counters,
+}
+
+/// The LLM client of one stage run. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct LlmClient {
+    inner: Arc<Inner>,
+}
+
+/// The result of one request/response exchange (live or from the ledger).
+struct Exchange {
+    response: Value,
+    event_id: i64,
+    cached: bool,
+}
+
+impl Exchange {
+    fn message(&self) -> &Value {
+        &self.response["choices"][0]["message"]
+    }
+    fn content(&self) -> Option<String> {
+        self.message()["content"].as_str().map(str::to_string)
+    }
+}
+
+impl LlmClient {
+    /// Built once per stage run: roles from `[llm.roles.<role>]`, records into ledger run `run_id`.
+    pub async fn from_settings(settings: &Settings, stage: &str, run_id: i64) -> anyhow::Result<LlmClient> {
+        Self::with_mode(settings, stage, run_id, settings.llm_mode)
+    }
+
+    /// Like [`LlmClient::from_settings`] with an explicit mode (e.g. `llm ping` is always live).
+    pub fn with_mode(settings: &Settings, stage: &str, run_id: i64, mode: LlmMode) -> anyhow::Result<LlmClient> {
+        let resolve = |p: &Path| settings.resolve(p);
+        let mut endpoints: BTreeMap<String, Arc<Endpoint>> = BTreeMap::new();
+        let mut roles = BTreeMap::new();
+        // Roles that name the same server share one endpoint (one concurrency bound and one
+        // limiter); the strictest setting among them applies.
+        let mut groups: BTreeMap<String, Vec<(&String, &RoleSettings)>> = BTreeMap::new();
+        for (name, r) in &settings.config.llm.roles {
+            groups.entry(transport::endpoint_key(r, &resolve)).or_default().push((name, r));
+        }
+        for (key, members) in &groups {
+            let ep = Endpoint::new(key, &members.iter().map(|(_, r)| *r).collect::<Vec<_>>(), &resolve)?;
+            endpoints.insert(key.clone(), Arc::new(ep));
+        }
+        for (key, members) in groups {
+            for (name, r) in members {
+                roles.insert(
+                    name.clone(),
+                    Role {
+                        name: name.clone(),
+                        settings: r.clone(),
+                        model: r.model_name(&resolve),
+                        endpoint: endpoints[&key].clone(),
+                    },
+                );
+            }
+        }
+        let recorder = Recorder::open(&settings.artifacts, run_id, stage)?;
+        Ok(LlmClient {
+            inner: Arc::new(Inner {
+                stage: stage.to_string(),
+                mode,
+                roles,
+                recorder,
+                prompts_dir: settings.resolve(&settings.config.llm.prompts_dir),
+                cancel: transport::interrupt_token().child_token(),
+                counters: Counters::default(),
+            }),
+        })
+    }
+
+    pub fn mode(&self) -> LlmMode {
+        self.inner.mode
+    }
+
+    /// Stop issuing requests from this client (Ctrl-C does this for every client).
+    pub fn cancel(&self) {
+        self.inner.cancel.cancel();
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancel.is_cancelled()
+    }
+
+    /// Counts of this client's calls, for stage manifests: `llm_calls` (live exchanges),
+    /// `llm_cache_hits`, `llm_retries`, `llm_failures`, `llm_prompt_tokens`,
+    /// `llm_completion_tokens`.
+    pub fn counts(&self) -> BTreeMap<String, Value> {
+        let c = &self.inner.counters;
+        let g = |a: &AtomicU64| Value::from(a.load(Ordering::Relaxed));
+        BTreeMap::from([
+            ("llm_calls".to_string(), g(&c.calls)),
+            ("llm_cache_hits".to_string(), g(&c.cache_hits)),
+            ("llm_retries".to_string(), g(&c.retries)),
+            ("llm_failures".to_string(), g(&c.failures)),
+            ("llm_prompt_tokens".to_string(), g(&c.prompt_tokens)),
+            ("llm_completion_tokens".to_string(), g(&c.completion_tokens)),
+        ])
+    }
+
+    /// Add [`LlmClient::counts`] to a stage's output counts (they go into its manifest).
+    pub fn add_counts(&self, out: &mut crate::stage::Output) {
+        for (k, v) in self.counts() {
+            out.count(&k, v);
+        }
+    }
+
+    fn role(&self, role: &str, item: &str) -> Result<&Role, LlmError> {
+        self.inner.roles.get(role).ok_or_else(|| LlmError::Setup {
+            stage: self.inner.stage.clone(),
+            item: item.to_string(),
+            role: role.to_string(),
+            message: format!("no `[llm.roles.{role}]` is configured"),
+        })
+    }
+
+    /// Render a prompt into chat messages; returns them with (template name, template hash).
+    fn render(&self, role: &str, prompt: &Prompt, item: &str) -> Result<(Vec<Value>, String), LlmError> {
+        let err = |message: String| LlmError::Setup {
+            stage: self.inner.stage.clone(),
+            item: item.to_string(),
+            role: role.to_string(),
+            message,
+        };
+        let path = self.inner.prompts_dir.join(format!("{}.md", prompt.template));
+        let source = std::fs::read_to_string(&path)
+            .map_err(|e| err(format!("cannot read prompt template `{}`: {e}", path.display())))?;
+        let text = render_template(&prompt.template, &source, &prompt.vars).map_err(err)?;
+        let hash = crate::store::sha256_hex(source.as_bytes());
+        Ok((split_messages(&text), hash))
+    }
+
+    /// Typed structured output (response_format json_schema when supported; else extract);
+    /// re-asks on invalid output; Err(LlmError) is an item-level failure, recorded in the ledger.
+    pub async fn typed<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
+        &self,
+        role: &str,
+        prompt: &Prompt,
+        item: &str,
+    ) -> Result<Reply<T>, LlmError> {
+        let r = self.role(role, item)?;
+        let (mut messages, hash) = self.render(role, prompt, item)?;
+        let schema = schema_of::<T>();
+        let validator = jsonschema::validator_for(&schema).map_err(|e| LlmError::Setup {
+            stage: self.inner.stage.clone(),
+            item: item.to_string(),
+            role: role.to_string(),
+            message: format!("the answer type's JSON schema is not usable: {e}"),
+        })?;
+        let instruction = format!(
+            "\n\nAnswer with only a JSON value that matches this JSON Schema, nothing else:\n```json\n{}\n```",
+            serde_json::to_string(&schema).unwrap_or_default()
+        );
+        if let Some(last) = messages.iter_mut().rev().find(|m| m["role"] == "user") {
+            let text = format!("{}{instruction}", last["content"].as_str().unwrap_or_default());
+            last["content"] = Value::String(text);
+        }
+        let mut extra = serde_json::Map::new();
+        if r.settings.json_schema {
+            extra.insert(
+                "response_format".into(),
+                json!({"type": "json_schema", "json_schema": {"name": schema_name::<T>(), "schema": schema}}),
+            );
+        }
+        let tmpl = Some((prompt.template.as_str(), hash.as_str()));
+        let mut parent = None;
+        let mut attempts = 0;
+        let (mut last_error, mut raw) = (String::new(), String::new());
+        for _ in 0..=r.settings.reask {
+            attempts += 1;
+            let ex = self.exchange(r, &messages, &extra, item, tmpl, parent).await?;
+            let content = ex.content().unwrap_or_default();
+            match validate::<T>(&content, &validator) {
+                Ok(value) => return Ok(Reply { value, event_id: ex.event_id, cached: ex.cached }),
+                Err(e) => {
+                    last_error = e;
+                    raw = content.clone();
+                    parent = Some(ex.event_id);
+                    messages.push(json!({"role": "assistant", "content": content}));
+                    messages.push(json!({"role": "user", "content": format!(
+                        "That answer is not valid: {last_error}. Reply again with only the corrected JSON value."
+                    )}));
+                }
+            }
+        }
+        let event_id = self.record_failure(
+            r,
+            item,
+            parent,
+            json!({"kind": "invalid", "error": last_error, "raw": raw, "attempts": attempts}),
+        );
+        Err(LlmError::Invalid {
+            stage: self.inner.stage.clone(),
+            item: item.to_string(),
+            role: role.to_string(),
+            attempts,
+            error: last_error,
+            raw,
+            event_id,
+        })
+    }
+
+    /// Plain text answer (`<think>…</think>` blocks removed).
+    pub async fn text(&self, role: &str, prompt: &Prompt, item: &str) -> Result<Reply<String>, LlmError> {
+        let r = self.role(role, item)?;
+        let (messages, hash) = self.render(role, prompt, item)?;
+        let ex =
+            self.exchange(r, &messages, &serde_json::Map::new(), item, Some((&prompt.template, &hash)), None).await?;
+        let text = extract::strip_think(&ex.content().unwrap_or_default()).trim().to_string();
+        Ok(Reply { value: text, event_id: ex.event_id, cached: ex.cached })
+    }
+
+    /// One tool-calling turn (for the agent executor).
+    pub async fn chat(
+        &self,
+        role: &str,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        item: &str,
+    ) -> Result<Reply<ChatTurn>, LlmError> {
+        let r = self.role(role, item)?;
+        let wire: Vec<Value> = messages.iter().map(chat_message_json).collect();
+        let mut extra = serde_json::Map::new();
+        if !tools.is_empty() {
+            extra.insert(
+                "tools".into(),
+                Value::Array(
+                    tools
+                        .iter()
+                        .map(|t| {
+                            json!({"type": "function", "function": {
+                                "name": t.name, "description": t.description, "parameters": t.parameters}})
+                        })
+                        .collect(),
+                ),
+            );
+        }
+        let ex = self.exchange(r, &wire, &extra, item, None, None).await?;
+        let msg = ex.message();
+        let tool_calls = msg["tool_calls"]
+            .as_array()
+            .map(|calls| {
+                calls
+                    .iter()
+                    .map(|c| {
+                        let args = &c["function"]["arguments"];
+                        let arguments = match args {
+                            Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone())),
+                            Value::Null => json!({}),
+                            other => other.clone(),
+                        };
+                        ToolCall {
+                            id: c["id"].as_str().unwrap_or_default().to_string(),
+                            name: c["function"]["name"].as_str().unwrap_or_default().to_string(),
+                            arguments,
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let turn = ChatTurn {
+            content: msg["content"].as_str().map(|s| extract::strip_think(s).trim().to_string()),
+            tool_calls,
+            finish_reason: ex.response["choices"][0]["finish_reason"].as_str().map(str::to_string),
+        };
+        Ok(Reply { value: turn, event_id: ex.event_id, cached: ex.cached })
+    }
+
+    /// One request: from the ledger when allowed and present, else over the network; the
+    /// exchange is recorded either way.
+    async fn exchange(
+        &self,
+        r: &Role,
+        messages: &[Value],
+        extra: &serde_json::Map<String, Value>,
+        item: &str,
+        template: Option<(&str, &str)>,
+        parent: Option<i64>,
+    ) -> Result<Exchange, LlmError> {
+        let inner = &self.inner;
+        let body = request_body(r, messages, extra);
+        let body_bytes = serde_json::to_vec(&body).unwrap_or_default();
+        let hash = crate::store::sha256_hex(&body_bytes);
+        let ledger_err = |e: anyhow::Error| LlmError::Setup {
+            stage: inner.stage.clone(),
+            item: item.to_string(),
+            role: r.name.clone(),
+            message: format!("ledger: {e:#}"),
+        };
+        let base = json!({
+            "role": r.name,
+            "provider": r.settings.provider.as_str(),
+            "model": r.model,
+            "item": item,
+            "template": template.map(|t| t.0),
+            "template_hash": template.map(|t| t.1),
+            "request_hash": hash,
+        });
+        if inner.mode != LlmMode::Live {
+            if let Some((source, payload)) = inner.recorder.lookup(&hash).map_err(ledger_err)? {
+                let mut p = base.clone();
+                p["cached"] = json!(true);
+                p["source_event"] = json!(source);
+                p["usage"] = payload["usage"].clone();
+                p["latency_ms"] = json!(0);
+                p["attempts"] = json!(0);
+                let mut parents = vec![source];
+                parents.extend(parent);
+                let id = inner.recorder.record(kind::LLM_EXCHANGE, item, p, &parents).map_err(ledger_err)?;
+                inner.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(Exchange { response: payload["response"].clone(), event_id: id, cached: true });
+            }
+            if inner.mode == LlmMode::Replay {
+                return Err(LlmError::ReplayMiss {
+                    stage: inner.stage.clone(),
+                    item: item.to_string(),
+                    role: r.name.clone(),
+                    hash,
+                });
+            }
+        }
+        let est_tokens = body_bytes.len() as u64 / 4 + u64::from(r.settings.max_tokens.unwrap_or(256));
+        match r.endpoint.send(&r.settings, &body, est_tokens, &inner.cancel).await {
+            Ok(sent) => {
+                let usage = &sent.response["usage"];
+                let (pt, ct) =
+                    (usage["prompt_tokens"].as_u64().unwrap_or(0), usage["completion_tokens"].as_u64().unwrap_or(0));
+                let c = &inner.counters;
+                c.calls.fetch_add(1, Ordering::Relaxed);
+                c.retries.fetch_add(u64::from(sent.attempts - 1), Ordering::Relaxed);
+                c.prompt_tokens.fetch_add(pt, Ordering::Relaxed);
+                c.completion_tokens.fetch_add(ct, Ordering::Relaxed);
+                let mut p = base;
+                p["cached"] = json!(false);
+                p["params"] = json!({
+                    "temperature": r.settings.temperature, "top_p": r.settings.top_p,
+                    "max_tokens": r.settings.max_tokens, "seed": r.settings.seed});
+                p["request"] = body;
+                p["response"] = sent.response.clone();
+                p["usage"] = json!({"prompt_tokens": pt, "completion_tokens": ct});
+                p["latency_ms"] = json!(sent.latency_ms);
+                p["attempts"] = json!(sent.attempts);
+                let parents: Vec<i64> = parent.into_iter().collect();
+                let id = inner.recorder.record(kind::LLM_EXCHANGE, item, p, &parents).map_err(ledger_err)?;
+                inner.recorder.cache_put(&hash, id).map_err(ledger_err)?;
+                Ok(Exchange { response: sent.response, event_id: id, cached: false })
+            }
+            Err(SendError::Cancelled) => {
+                Err(LlmError::Cancelled { stage: inner.stage.clone(), item: item.to_string() })
+            }
+            Err(SendError::Setup(message)) => Err(LlmError::Setup {
+                stage: inner.stage.clone(),
+                item: item.to_string(),
+                role: r.name.clone(),
+                message,
+            }),
+            Err(SendError::Failed { attempts, last_status, message }) => {
+                let message = r.endpoint.redact(&message);
+                inner.counters.retries.fetch_add(u64::from(attempts.saturating_sub(1)), Ordering::Relaxed);
+                let event_id = self.record_failure(
+                    r,
+                    item,
+                    parent,
+                    json!({"kind": "transport", "request_hash": hash, "attempts": attempts,
+                           "last_status": last_status, "error": message}),
+                );
+                Err(LlmError::Transport {
+                    stage: inner.stage.clone(),
+                    item: item.to_string(),
+                    role: r.name.clone(),
+                    attempts,
+                    last_status,
+                    message,
+                    event_id,
+                })
+            }
+        }
+    }
+
+    fn record_failure(&self, r: &Role, item: &str, parent: Option<i64>, mut payload: Value) -> Option<i64> {
+        self.inner.counters.failures.fetch_add(1, Ordering::Relaxed);
+        payload["role"] = json!(r.name);
+        payload["model"] = json!(r.model);
+        payload["item"] = json!(item);
+        let parents: Vec<i64> = parent.into_iter().collect();
+        match self.inner.recorder.record(LLM_FAILURE, item, payload, &parents) {
+            Ok(id) => Some(id),
+            Err(e) => {
+                tracing::warn!("cannot record an LLM failure in the ledger: {e:#}");
+                None
+            }
+        }
+    }
+}
+
+/// One line about an `llm.exchange` or `llm.failure` event (for `benchgen explain`).
+pub fn describe_event(kind: &str, p: &Value) -> String {
+    let s = |k: &str| p[k].as_str().unwrap_or("").to_string();
+    let short = |t: &str| -> String {
+        let one: String = t.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut out: String = one.chars().take(160).collect();
+        if one.chars().count() > 160 {
+            out.push('…');
+        }
+        out
+    };
+    let who = format!("role `{}` ({})", s("role"), s("model"));
+    if kind == LLM_FAILURE {
+        return format!("{who} failed ({}): {}", s("kind"), short(&s("error")));
+    }
+    let tmpl = if s("template").is_empty() { String::new() } else { format!(", template `{}`", s("template")) };
+    if p["cached"] == Value::Bool(true) {
+        return format!("{who}{tmpl}: served from the ledger (answer of #{})", p["source_event"]);
+    }
+    let content = p["response"]["choices"][0]["message"]["content"].as_str().unwrap_or("(tool calls)");
+    format!(
+        "{who}{tmpl}: {}+{} tokens, {} ms, {} attempt(s): {}",
+        p["usage"]["prompt_tokens"],
+        p["usage"]["completion_tokens"],
+        p["latency_ms"],
+        p["attempts"],
+        short(content)
+    )
+}
+
+/// The canonical request body: its sha256 is the cache key. Built in a fixed key order
+/// from the model, sampling parameters, messages and the extras (response_format, tools);
+/// never contains the API key.
+fn request_body(r: &Role, messages: &[Value], extra: &serde_json::Map<String, Value>) -> Value {
+    let mut b = serde_json::Map::new();
+    b.insert("model".into(), json!(r.model));
+    b.insert("messages".into(), Value::Array(messages.to_vec()));
+    let s = &r.settings;
+    if let Some(t) = s.temperature {
+        b.insert("temperature".into(), json!(t));
+    }
+    if let Some(t) = s.top_p {
+        b.insert("top_p".into(), json!(t));
+    }
+    if let Some(t) = s.max_tokens {
+        b.insert("max_tokens".into(), json!(t));
+    }
+    if let Some(t) = s.seed {
+        b.insert("seed".into(), json!(t));
+    }
+    for (k, v) in extra {
+        b.insert(k.clone(), v.clone());
+    }
+    b.insert("stream".into(), json!(false));
+    Value::Object(b)
+}
+
+fn chat_message_json(m: &ChatMessage) -> Value {
+    match m {
+        ChatMessage::System(s) => json!({"role": "system", "content": s}),
+        ChatMessage::User(s) => json!({"role": "user", "content": s}),
+        ChatMessage::Assistant { content, tool_calls } => {
+            let mut v = json!({"role": "assistant", "content": content});
+            if !tool_calls.is_empty() {
+                v["tool_calls"] = Value::Array(
+                    tool_calls
+                        .iter()
+                        .map(|c| {
+                            json!({"id": c.id, "type": "function", "function": {
+                            "name": c.name,
+                            "arguments": match &c.arguments {
+                                Value::String(s) => s.clone(),
+                                other => other.to_string(),
+                            }}})
+                        })
+                        .collect(),
+                );
+            }
+            v
+        }
+        ChatMessage::Tool { call_id, content } => json!({"role": "tool", "tool_call_id": call_id, "content": content}),
+    }
+}
+
+/// Render a template with strict undefined variables.
+pub fn render_template(name: &str, source: &str, vars: &Value) -> Result<String, String> {
+    let mut env = minijinja::Environment::new();
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    env.add_template(name, source).map_err(|e| format!("prompt template `{name}`: {e}"))?;
+    let t = env.get_template(name).map_err(|e| format!("prompt template `{name}`: {e}"))?;
+    t.render(minijinja::value::Serde(vars)).map_err(|e| format!("prompt template `{name}`: {e}"))
+}
+
+/// Split a rendered prompt at a `--- user ---` line into system and user messages.
+fn split_messages(text: &str) -> Vec<Value> {
+    let mut system = None;
+    let mut user = text;
+    if let Some(pos) = text.lines().position(|l| l.trim() == "--- user ---") {
+        let mut offset = 0;
+        for (i, line) in text.split_inclusive('\n').enumerate() {
+            if i == pos {
+                system = Some(text[..offset].trim());
+                user = &text[offset + line.len()..];
+                break;
+            }
+            offset += line.len();
+        }
+    }
+    let mut out = Vec::new();
+    if let Some(s) = system.filter(|s| !s.is_empty()) {
+        out.push(json!({"role": "system", "content": s}));
+    }
+    out.push(json!({"role": "user", "content": user.trim()}));
+    out
+}
+
+/// JSON schema of an answer type, without the `$schema` marker some servers reject.
+pub fn schema_of<T: schemars::JsonSchema>() -> Value {
+    let mut v = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(json!({}));
+    if let Some(o) = v.as_object_mut() {
+        o.remove("$schema");
+    }
+    v
+}
+
+fn schema_name<T: schemars::JsonSchema>() -> String {
+    let n: String = T::schema_name()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+        .collect();
+    if n.is_empty() { "answer".into() } else { n.chars().take(64).collect() }
+}
+
+/// Extract, schema-check and deserialise an answer.
+fn validate<T: serde::de::DeserializeOwned>(content: &str, validator: &jsonschema::Validator) -> Result<T, String> {
+    let value = extract::extract_json(content)?;
+    let errors: Vec<String> =
+        validator.iter_errors(&value).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
+    if !errors.is_empty() {
+        return Err(format!("does not match the schema: {}", errors.join("; ")));
+    }
+    serde_json::from_value(value).map_err(|e| format!("does not match the expected shape: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_are_strict_and_split_into_messages() {
+        let err = render_template("t", "Hi {{ name }} {{ missing }}", &json!({"name": "x"})).unwrap_err();
+        assert!(err.contains("undefined"), "{err}");
+        let text =
+            render_template("t", "You judge.\n--- user ---\nTool: {{ name }}\n", &json!({"name": "add"})).unwrap();
+        let m = split_messages(&text);
+        assert_eq!(
+            m,
+            vec![json!({"role": "system", "content": "You judge."}), json!({"role": "user", "content": "Tool: add"})]
+        );
+        assert_eq!(split_messages("just user\n"), vec![json!({"role": "user", "content": "just user"})]);
+    }
+
+    #[derive(Debug, Deserialize, schemars::JsonSchema, PartialEq)]
+    struct V {
+        verdict: String,
+        n: u32,
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        let schema = schema_of::<V>();
+        assert!(schema.get("$schema").is_none());
+        let val = jsonschema::validator_for(&schema).unwrap();
+        assert_eq!(validate::<V>("```json\n{\"verdict\": \"keep\", \"n\": 2}\n```", &val).unwrap().n, 2);
+        let e = validate::<V>("{\"verdict\": \"keep\"}", &val).unwrap_err();
+        assert!(e.contains("n"), "{e}");
+        let e = validate::<V>("no json here", &val).unwrap_err();
+        assert!(e.contains("no JSON"), "{e}");
+    }
+}

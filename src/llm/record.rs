@@ -1,0 +1,69 @@
+//! The ledger as the LLM cache. Exchanges are appended as `llm.exchange` events as they
+//! happen (not at stage commit), so an interrupted stage keeps what it paid for. The
+//! `llm_cache(key, event_id, created_at)` table maps the sha256 of a canonical request body
+//! to the newest live exchange that answered it; a lookup reads that event's `response`.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use anyhow::{Context, Result};
+use rusqlite::{OptionalExtension, params};
+use serde_json::Value;
+
+use crate::ledger::{Ledger, NewEvent, Parent};
+
+const CACHE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS llm_cache(
+    key TEXT PRIMARY KEY,
+    event_id INTEGER NOT NULL REFERENCES events(id),
+    created_at TEXT NOT NULL
+)";
+
+pub struct Recorder {
+    ledger: Mutex<Ledger>,
+    run_id: i64,
+    stage: String,
+}
+
+impl Recorder {
+    pub fn open(artifacts: &Path, run_id: i64, stage: &str) -> Result<Self> {
+        let ledger = Ledger::open(artifacts)?;
+        ledger.connection().execute(CACHE_SCHEMA, []).context("cannot create the LLM cache table")?;
+        Ok(Self { ledger: Mutex::new(ledger), run_id, stage: stage.to_string() })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        // A panic while holding the lock cannot leave the connection inconsistent
+        // (every write is one statement or one transaction), so poisoning is ignored.
+        self.ledger.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The event that answered `key` and its payload.
+    pub fn lookup(&self, key: &str) -> Result<Option<(i64, Value)>> {
+        let l = self.lock();
+        let id: Option<i64> = l
+            .connection()
+            .query_row("SELECT event_id FROM llm_cache WHERE key = ?1", [key], |r| r.get(0))
+            .optional()?;
+        let Some(id) = id else { return Ok(None) };
+        Ok(l.event(id)?.map(|e| (id, e.payload)))
+    }
+
+    pub fn record(&self, kind: &str, subject: &str, payload: Value, parents: &[i64]) -> Result<i64> {
+        let mut ev = NewEvent::new(kind, Some(subject), payload);
+        for p in parents {
+            ev = ev.with_parent(Parent::Id(*p));
+        }
+        let mut l = self.lock();
+        let ids = l.append(self.run_id, &self.stage, &[ev])?;
+        Ok(ids[0])
+    }
+
+    pub fn cache_put(&self, key: &str, event_id: i64) -> Result<()> {
+        self.lock().connection().execute(
+            "INSERT INTO llm_cache(key, event_id, created_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT(key) DO UPDATE SET event_id = excluded.event_id, created_at = excluded.created_at",
+            params![key, event_id, crate::ledger::now()],
+        )?;
+        Ok(())
+    }
+}

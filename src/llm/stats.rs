@@ -1,0 +1,152 @@
+//! `benchgen llm stats`: LLM accounting from the ledger, per stage and role.
+//!
+//! calls = live exchanges; cache hits = exchanges served from the ledger; retries = extra
+//! attempts of live exchanges and of failed ones; failures = `llm.failure` events (retries
+//! exhausted or an answer still invalid after re-asks); tokens and latency percentiles
+//! (nearest rank, over live exchanges); cost = tokens × the role's `prices` in the current
+//! config (USD per million tokens), absent when no prices are given.
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::ledger::{Ledger, kind};
+use crate::settings::Settings;
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct RoleStats {
+    pub stage: String,
+    pub role: String,
+    pub model: String,
+    pub calls: u64,
+    pub cache_hits: u64,
+    pub retries: u64,
+    pub failures: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub latency_ms_p50: Option<u64>,
+    pub latency_ms_p90: Option<u64>,
+    pub latency_ms_p99: Option<u64>,
+    pub cost_usd: Option<f64>,
+}
+
+/// Nearest-rank percentile of sorted values.
+pub fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    Some(sorted[rank.min(sorted.len()) - 1])
+}
+
+/// Accounting rows, sorted by stage and role; `stage` limits to one stage.
+pub fn collect(settings: &Settings, stage: Option<&str>) -> Result<Vec<RoleStats>> {
+    let Some(ledger) = Ledger::open_existing(&settings.artifacts)? else { return Ok(Vec::new()) };
+    let mut stmt =
+        ledger.connection().prepare("SELECT kind, stage, payload FROM events WHERE kind IN (?1, ?2) ORDER BY id")?;
+    let rows = stmt.query_map([kind::LLM_EXCHANGE, super::LLM_FAILURE], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?))
+    })?;
+    let mut acc: BTreeMap<(String, String), (RoleStats, Vec<u64>)> = BTreeMap::new();
+    for row in rows {
+        let (k, st, payload) = row?;
+        if stage.is_some_and(|s| s != st) {
+            continue;
+        }
+        let p: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
+        let role = p["role"].as_str().unwrap_or("?").to_string();
+        let (s, lat) = acc
+            .entry((st.clone(), role.clone()))
+            .or_insert_with(|| (RoleStats { stage: st.clone(), role: role.clone(), ..Default::default() }, Vec::new()));
+        if let Some(m) = p["model"].as_str() {
+            s.model = m.to_string();
+        }
+        let attempts = p["attempts"].as_u64().unwrap_or(1);
+        if k == super::LLM_FAILURE {
+            s.failures += 1;
+            if p["kind"] == "transport" {
+                s.retries += attempts.saturating_sub(1);
+            }
+        } else if p["cached"] == Value::Bool(true) {
+            s.cache_hits += 1;
+        } else {
+            s.calls += 1;
+            s.retries += attempts.saturating_sub(1);
+            s.prompt_tokens += p["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
+            s.completion_tokens += p["usage"]["completion_tokens"].as_u64().unwrap_or(0);
+            if let Some(l) = p["latency_ms"].as_u64() {
+                lat.push(l);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (_, (mut s, mut lat)) in acc {
+        lat.sort_unstable();
+        s.latency_ms_p50 = percentile(&lat, 50.0);
+        s.latency_ms_p90 = percentile(&lat, 90.0);
+        s.latency_ms_p99 = percentile(&lat, 99.0);
+        if let Some(prices) = settings.config.llm.roles.get(&s.role).and_then(|r| r.prices) {
+            s.cost_usd =
+                Some((s.prompt_tokens as f64 * prices.prompt + s.completion_tokens as f64 * prices.completion) / 1e6);
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
+pub fn render(rows: &[RoleStats]) -> String {
+    if rows.is_empty() {
+        return "no LLM calls recorded in the ledger\n".into();
+    }
+    let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
+    let mut out = format!(
+        "{:<12} {:<12} {:>6} {:>6} {:>7} {:>8} {:>10} {:>10} {:>7} {:>7} {:>7} {:>9}\n",
+        "stage",
+        "role",
+        "calls",
+        "hits",
+        "retries",
+        "failures",
+        "prompt_tok",
+        "compl_tok",
+        "p50_ms",
+        "p90_ms",
+        "p99_ms",
+        "cost_usd"
+    );
+    for r in rows {
+        out.push_str(&format!(
+            "{:<12} {:<12} {:>6} {:>6} {:>7} {:>8} {:>10} {:>10} {:>7} {:>7} {:>7} {:>9}\n",
+            r.stage,
+            r.role,
+            r.calls,
+            r.cache_hits,
+            r.retries,
+            r.failures,
+            r.prompt_tokens,
+            r.completion_tokens,
+            opt(r.latency_ms_p50),
+            opt(r.latency_ms_p90),
+            opt(r.latency_ms_p99),
+            r.cost_usd.map(|c| format!("{c:.4}")).unwrap_or_else(|| "-".into()),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 50.0), Some(50));
+        assert_eq!(percentile(&v, 90.0), Some(90));
+        assert_eq!(percentile(&v, 99.0), Some(99));
+        assert_eq!(percentile(&[7], 99.0), Some(7));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+}

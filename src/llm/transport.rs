@@ -1,0 +1,433 @@
+//! One endpoint (a server that one or more roles talk to): the async-openai client, the
+//! concurrency bound, the rpm/tpm limiter and the retry loop.
+//!
+//! Requests go through async-openai's raw-JSON (`byot`) chat call. Its HTTP layer is our
+//! own tower service, so a non-2xx answer reaches us with its status and `Retry-After`
+//! header (async-openai's own error type drops the headers).
+//!
+//! Retried: 408, 409, 429, every 5xx, connection errors, timeouts and bodies that are not
+//! a chat completion. Not retried: other 4xx (a bad request does not get better).
+//! Back-off before retry n (1-based): `Retry-After` when the server sent one (seconds or an
+//! HTTP date), else `backoff_ms * 2^(n-1)` capped at 60 s, times a random factor in
+//! [0.5, 1.0) so parallel workers do not retry in lockstep.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use async_openai::config::OpenAIConfig;
+use async_openai::error::OpenAIError;
+use async_openai::middleware::HttpRequestFactory;
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::config::{Provider, RoleSettings};
+use super::local::{LocalServer, LocalSpec};
+
+/// The process-wide Ctrl-C token. The first Ctrl-C cancels it (every client stops issuing
+/// requests; finished exchanges are already in the ledger; the stage fails and benchgen
+/// exits non-zero). A second Ctrl-C stops local model servers and exits at once (130).
+pub fn interrupt_token() -> CancellationToken {
+    static TOKEN: OnceLock<CancellationToken> = OnceLock::new();
+    TOKEN
+        .get_or_init(|| {
+            let token = CancellationToken::new();
+            let t = token.clone();
+            let spawned = std::thread::Builder::new().name("benchgen-ctrl-c".into()).spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+                rt.block_on(async move {
+                    while tokio::signal::ctrl_c().await.is_ok() {
+                        if t.is_cancelled() {
+                            super::local::kill_all();
+                            eprintln!("benchgen: interrupted twice, exiting now");
+                            std::process::exit(130);
+                        }
+                        eprintln!(
+                            "benchgen: interrupted; no new LLM requests, finished exchanges stay recorded (Ctrl-C again to exit at once)"
+                        );
+                        t.cancel();
+                    }
+                });
+            });
+            if let Err(e) = spawned {
+                tracing::warn!("cannot watch for Ctrl-C: {e}");
+            }
+            token
+        })
+        .clone()
+}
+
+/// Roles with the same key share an endpoint.
+pub fn endpoint_key(r: &RoleSettings, resolve: &dyn Fn(&Path) -> PathBuf) -> String {
+    match r.provider {
+        Provider::Local => format!("local:{}", r.local_model_path(resolve).display()),
+        _ => format!("{}|{}", r.base_url().unwrap_or_default(), r.api_key_env().unwrap_or_default()),
+    }
+}
+
+pub enum SendError {
+    Cancelled,
+    /// The endpoint cannot be used at all (missing key, local server does not start).
+    Setup(String),
+    Failed {
+        attempts: u32,
+        last_status: String,
+        message: String,
+    },
+}
+
+pub struct Sent {
+    pub response: Value,
+    pub attempts: u32,
+    /// Latency of the attempt that succeeded.
+    pub latency_ms: u64,
+}
+
+enum Target {
+    Remote { base_url: String },
+    Local(LocalSpec),
+}
+
+struct Conn {
+    client: async_openai::Client<OpenAIConfig>,
+    _server: Option<LocalServer>,
+}
+
+/// Evenly spaced admission (no bursts): each request takes the next free slot of the
+/// request budget (`60 s / rpm`) and of the token budget (`tokens * 60 s / tpm`).
+struct Limiter {
+    rpm: u32,
+    tpm: u32,
+    next_req: Instant,
+    next_tok: Instant,
+}
+
+impl Limiter {
+    fn reserve(&mut self, tokens: u64) -> Instant {
+        let now = Instant::now();
+        let mut slot = now;
+        if self.rpm > 0 {
+            slot = slot.max(self.next_req);
+            self.next_req = slot + Duration::from_secs_f64(60.0 / f64::from(self.rpm));
+        }
+        if self.tpm > 0 {
+            slot = slot.max(self.next_tok);
+            self.next_tok = slot + Duration::from_secs_f64(60.0 * tokens as f64 / f64::from(self.tpm));
+        }
+        slot
+    }
+}
+
+pub struct Endpoint {
+    key: String,
+    target: Target,
+    api_key: Result<Option<String>, String>,
+    http: reqwest::Client,
+    semaphore: Semaphore,
+    limiter: Option<Mutex<Limiter>>,
+    conn: tokio::sync::OnceCell<Result<Conn, String>>,
+}
+
+/// A non-2xx HTTP answer, as our tower service reports it.
+#[derive(Debug)]
+struct HttpStatus {
+    status: u16,
+    retry_after: Option<Duration>,
+    body: String,
+}
+
+impl std::fmt::Display for HttpStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HTTP {}: {}", self.status, self.body)
+    }
+}
+
+impl std::error::Error for HttpStatus {}
+
+fn parse_retry_after(v: Option<&reqwest::header::HeaderValue>) -> Option<Duration> {
+    let s = v?.to_str().ok()?.trim();
+    if let Ok(secs) = s.parse::<f64>() {
+        return (secs >= 0.0 && secs.is_finite()).then(|| Duration::from_secs_f64(secs.min(3600.0)));
+    }
+    // HTTP date (RFC 2822 form, e.g. `Wed, 21 Oct 2015 07:28:00 GMT`).
+    let t = jiff::fmt::rfc2822::parse(s).ok()?.timestamp();
+    let d = t.duration_since(jiff::Timestamp::now());
+    Some(Duration::from_secs_f64(d.as_secs_f64().clamp(0.0, 3600.0)))
+}
+
+/// A small random factor in [0.5, 1.0) for back-off jitter (not for anything that must be
+/// reproducible, so it is seeded from the clock).
+fn jitter() -> f64 {
+    use std::cell::Cell;
+    thread_local!(static STATE: Cell<u64> = Cell::new(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1) | 1
+    ));
+    STATE.with(|s| {
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        0.5 + (x >> 11) as f64 / (1u64 << 53) as f64 / 2.0
+    })
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    let mut out: String = s.chars().take(n).collect();
+    if s.chars().count() > n {
+        out.push('…');
+    }
+    out
+}
+
+impl Endpoint {
+    pub fn new(key: &str, members: &[&RoleSettings], resolve: &dyn Fn(&Path) -> PathBuf) -> anyhow::Result<Self> {
+        let first = members[0];
+        let concurrency = members.iter().map(|r| r.max_concurrency).min().unwrap_or(1).max(1);
+        let target = match first.provider {
+            Provider::Local => Target::Local(LocalSpec {
+                binary: first.local_server_binary(resolve),
+                model: first.local_model_path(resolve),
+                threads: first.threads,
+                ctx_size: first.ctx_size,
+                parallel: concurrency,
+                startup_timeout: Duration::from_secs_f64(first.startup_timeout_s.max(1.0)),
+            }),
+            _ => Target::Remote { base_url: first.base_url().unwrap_or_default().trim_end_matches('/').to_string() },
+        };
+        let api_key = match first.api_key_env() {
+            None => Ok(None),
+            Some(name) => match std::env::var(&name) {
+                Ok(k) if k.bytes().all(|b| (0x21..0x7f).contains(&b)) && !k.is_empty() => Ok(Some(k)),
+                Ok(_) => Err(format!("the API key in `${name}` is empty or has characters not allowed in a header")),
+                Err(_) => Err(format!("the API key variable `${name}` is not set")),
+            },
+        };
+        let min_nonzero = |f: &dyn Fn(&RoleSettings) -> u32| members.iter().map(|r| f(r)).filter(|v| *v > 0).min();
+        let (rpm, tpm) = (min_nonzero(&|r| r.rpm), min_nonzero(&|r| r.tpm));
+        let limiter = (rpm.is_some() || tpm.is_some()).then(|| {
+            let now = Instant::now();
+            Mutex::new(Limiter { rpm: rpm.unwrap_or(0), tpm: tpm.unwrap_or(0), next_req: now, next_tok: now })
+        });
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(concurrency)
+            .connect_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?;
+        Ok(Self {
+            key: key.to_string(),
+            target,
+            api_key,
+            http,
+            semaphore: Semaphore::new(concurrency),
+            limiter,
+            conn: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Remove the API key from text that may echo it (server error bodies, error messages).
+    pub fn redact(&self, text: &str) -> String {
+        match &self.api_key {
+            Ok(Some(k)) => text.replace(k.as_str(), "[redacted]"),
+            _ => text.to_string(),
+        }
+    }
+
+    async fn connect(&self) -> Result<Conn, String> {
+        let key = self.api_key.clone()?;
+        let (base_url, server) = match &self.target {
+            Target::Remote { base_url } => (base_url.clone(), None),
+            Target::Local(spec) => {
+                let server = LocalServer::start(spec).await?;
+                (server.base_url(), Some(server))
+            }
+        };
+        let http = self.http.clone();
+        let service = tower::service_fn(move |factory: HttpRequestFactory| {
+            let http = http.clone();
+            async move {
+                let request = factory.build().await?;
+                let response = http.execute(request).await.map_err(OpenAIError::Reqwest)?;
+                let status = response.status();
+                if status.is_success() {
+                    return Ok::<_, OpenAIError>(response);
+                }
+                let retry_after = parse_retry_after(response.headers().get(reqwest::header::RETRY_AFTER));
+                let body = response.text().await.unwrap_or_default();
+                Err(OpenAIError::Boxed(Box::new(HttpStatus { status: status.as_u16(), retry_after, body })))
+            }
+        });
+        let config = OpenAIConfig::new()
+            .with_api_base(base_url)
+            .with_api_key(key.unwrap_or_default())
+            .with_org_id("")
+            .with_project_id("");
+        let client = async_openai::Client::with_config(config).with_http_service(service);
+        Ok(Conn { client, _server: server })
+    }
+
+    /// Send one request with retries. Cancellation is honoured while waiting for a slot,
+    /// during the request and during back-off.
+    pub async fn send(
+        &self,
+        s: &RoleSettings,
+        body: &Value,
+        est_tokens: u64,
+        cancel: &CancellationToken,
+    ) -> Result<Sent, SendError> {
+        if cancel.is_cancelled() {
+            return Err(SendError::Cancelled);
+        }
+        // `biased`, cancel first: once cancelled, no branch that could send a request is polled.
+        let conn = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(SendError::Cancelled),
+            c = self.conn.get_or_init(|| self.connect()) => c,
+        };
+        let conn = conn.as_ref().map_err(|e| SendError::Setup(e.clone()))?;
+        let timeout = Duration::from_secs_f64(s.timeout_s);
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            if let Some(lim) = &self.limiter {
+                let slot = lim.lock().unwrap_or_else(|p| p.into_inner()).reserve(est_tokens);
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return Err(SendError::Cancelled),
+                    _ = tokio::time::sleep_until(slot.into()) => {}
+                }
+            }
+            let permit = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(SendError::Cancelled),
+                p = self.semaphore.acquire() => p.map_err(|_| SendError::Cancelled)?,
+            };
+            let started = Instant::now();
+            let chat = conn.client.chat();
+            let result = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(SendError::Cancelled),
+                r = tokio::time::timeout(timeout, chat.create_byot::<&Value, Value>(body)) => r,
+            };
+            let latency_ms = started.elapsed().as_millis() as u64;
+            drop(permit);
+            let (status, message, retryable, retry_after) = match result {
+                Ok(Ok(v)) if v["choices"][0]["message"].is_object() => {
+                    return Ok(Sent { response: v, attempts, latency_ms });
+                }
+                Ok(Ok(v)) => (
+                    "malformed response".to_string(),
+                    format!("not a chat completion: {}", truncate(&v.to_string(), 300)),
+                    true,
+                    None,
+                ),
+                Ok(Err(e)) => classify(e),
+                Err(_) => (format!("timeout after {}s", s.timeout_s), "the request timed out".to_string(), true, None),
+            };
+            // Server bodies may echo request headers: never let the key reach a log or an error.
+            let message = self.redact(&message);
+            tracing::debug!("LLM endpoint attempt {attempts}: {status}: {message}");
+            if !retryable || attempts > s.max_retries {
+                return Err(SendError::Failed { attempts, last_status: status, message: truncate(&message, 500) });
+            }
+            let exp = Duration::from_millis(s.backoff_ms.saturating_mul(1u64 << (attempts - 1).min(20)))
+                .min(Duration::from_secs(60));
+            let delay = match retry_after {
+                Some(ra) => ra.mul_f64(1.0 + (jitter() - 0.5) / 5.0),
+                None => exp.mul_f64(jitter()),
+            };
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(SendError::Cancelled),
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+}
+
+/// (status text, message, retryable, Retry-After) of a failed attempt.
+fn classify(e: OpenAIError) -> (String, String, bool, Option<Duration>) {
+    let reqwest_err = |e: &reqwest::Error| {
+        let status = if e.is_timeout() {
+            "timeout"
+        } else if e.is_connect() {
+            "connection error"
+        } else if e.is_body() || e.is_decode() || e.is_request() {
+            "transfer error"
+        } else {
+            "http error"
+        };
+        let mut msg = e.to_string();
+        let mut src = std::error::Error::source(e);
+        while let Some(s) = src {
+            msg.push_str(&format!(": {s}"));
+            src = s.source();
+        }
+        (status.to_string(), msg, !e.is_builder(), None)
+    };
+    match e {
+        OpenAIError::Boxed(b) => match b.downcast::<HttpStatus>() {
+            Ok(h) => {
+                let retry = matches!(h.status, 408 | 409 | 429) || h.status >= 500;
+                (format!("HTTP {}", h.status), truncate(h.body.trim(), 300), retry, h.retry_after)
+            }
+            Err(b) => match b.downcast::<reqwest::Error>() {
+                Ok(r) => reqwest_err(&r),
+                Err(b) => ("error".into(), b.to_string(), true, None),
+            },
+        },
+        OpenAIError::Reqwest(r) => reqwest_err(&r),
+        OpenAIError::JSONDeserialize(err, body) => (
+            "malformed response".into(),
+            format!("the response body is not JSON ({err}): {}", truncate(&body, 200)),
+            true,
+            None,
+        ),
+        OpenAIError::ApiError(a) => {
+            let code = a.status_code.as_u16();
+            (format!("HTTP {code}"), a.api_error.message, code == 429 || code >= 500, None)
+        }
+        other => ("error".into(), other.to_string(), false, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limiter_spaces_requests_evenly() {
+        let start = Instant::now();
+        let mut l = Limiter { rpm: 600, tpm: 0, next_req: start, next_tok: start };
+        let slots: Vec<Instant> = (0..4).map(|_| l.reserve(10)).collect();
+        for w in slots.windows(2) {
+            assert!(w[1] - w[0] >= Duration::from_millis(99), "{:?}", w[1] - w[0]);
+        }
+        let mut l = Limiter { rpm: 0, tpm: 6000, next_req: start, next_tok: start };
+        let a = l.reserve(100);
+        let b = l.reserve(100);
+        assert!(b - a >= Duration::from_millis(999));
+    }
+
+    #[test]
+    fn retry_after_in_seconds_and_dates() {
+        let h = reqwest::header::HeaderValue::from_static("2");
+        assert_eq!(parse_retry_after(Some(&h)), Some(Duration::from_secs(2)));
+        let h = reqwest::header::HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT");
+        assert_eq!(parse_retry_after(Some(&h)), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after(None), None);
+    }
+
+    #[test]
+    fn jitter_stays_in_range() {
+        for _ in 0..1000 {
+            let j = jitter();
+            assert!((0.5..1.0).contains(&j), "{j}");
+        }
+    }
+}

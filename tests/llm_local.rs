@@ -1,0 +1,240 @@
+//! `provider = "local"`: benchgen starts llama-server itself and leaves no process behind —
+//! on success, on a start-up failure and on Ctrl-C. The smoke test runs the real 0.5B model
+//! from the setup cache; the others use small shell scripts standing in for the server
+//! binary (test doubles written by the tests into their temp folders).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use benchgen::ledger::Ledger;
+use benchgen::llm::{LlmClient, LlmError, LlmMode, Prompt};
+use benchgen::settings::Settings;
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct Capital {
+    country: String,
+    capital: String,
+}
+
+fn write_project(dir: &Path, role: &str) -> PathBuf {
+    std::fs::create_dir_all(dir.join("pipeline/prompts")).unwrap();
+    std::fs::write(
+        dir.join("pipeline/prompts/capital.md"),
+        "You answer geography questions in JSON.\n--- user ---\nWhat is the capital of {{ country }}?\n",
+    )
+    .unwrap();
+    let p = dir.join("pipeline/test.toml");
+    std::fs::write(&p, format!("[llm.roles.r]\nprovider = \"local\"\n{role}\n")).unwrap();
+    p
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+fn client(settings: &Settings) -> LlmClient {
+    let run = Ledger::open(&settings.artifacts).unwrap().begin_run("test", "", "0").unwrap();
+    LlmClient::with_mode(settings, "test", run, LlmMode::Cached).unwrap()
+}
+
+/// Alive = exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s.rsplit(')').next().map(|r| !r.trim_start().starts_with('Z')).unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+fn wait_dead(pid: u32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if !alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// A stand-in "llama-server" that never answers /health and starts a child of its own,
+/// writing both pids next to itself.
+fn hanging_server(dir: &Path) -> PathBuf {
+    let bin = dir.join("fake-llama-server");
+    std::fs::write(
+        &bin,
+        "#!/bin/bash\nd=$(dirname \"$0\")\necho $$ > \"$d/server.pid\"\nsleep 1000 &\necho $! > \"$d/child.pid\"\nwait\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.join("model.gguf"), b"not a model").unwrap();
+    bin
+}
+
+fn read_pid(path: &Path) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path)
+            && let Ok(p) = s.trim().parse()
+        {
+            return p;
+        }
+        assert!(Instant::now() < deadline, "`{}` never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_server_that_never_gets_healthy_is_stopped_with_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = hanging_server(dir.path());
+    let cfg = write_project(
+        dir.path(),
+        &format!(
+            "server_binary = \"{}\"\nmodel_path = \"{}\"\nstartup_timeout_s = 1.5",
+            bin.display(),
+            dir.path().join("model.gguf").display()
+        ),
+    );
+    let settings = Settings::load(&cfg).unwrap();
+    let c = client(&settings);
+    let err = rt()
+        .block_on(c.typed::<Capital>("r", &Prompt::new("capital", json!({"country": "France"})), "fr"))
+        .unwrap_err();
+    assert!(matches!(err, LlmError::Setup { .. }), "{err:?}");
+    assert!(err.to_string().contains("did not become healthy"), "{err}");
+    let (server, child) = (read_pid(&dir.path().join("server.pid")), read_pid(&dir.path().join("child.pid")));
+    assert!(wait_dead(server), "server {server} survived");
+    assert!(wait_dead(child), "its child {child} survived");
+    // The failure is remembered: the next item fails at once instead of starting again.
+    std::fs::remove_file(dir.path().join("server.pid")).unwrap();
+    let again = rt().block_on(c.typed::<Capital>("r", &Prompt::new("capital", json!({"country": "Peru"})), "pe"));
+    assert!(again.is_err());
+    assert!(!dir.path().join("server.pid").exists());
+}
+
+#[test]
+fn a_server_that_exits_at_once_is_reported_with_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("crashing-llama-server");
+    std::fs::write(&bin, "#!/bin/bash\necho 'error: cannot load model: bad magic' >&2\nexit 1\n").unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.path().join("model.gguf"), b"x").unwrap();
+    let cfg = write_project(
+        dir.path(),
+        &format!("server_binary = \"{}\"\nmodel_path = \"{}\"", bin.display(), dir.path().join("model.gguf").display()),
+    );
+    let settings = Settings::load(&cfg).unwrap();
+    let err = rt()
+        .block_on(client(&settings).text("r", &Prompt::new("capital", json!({"country": "France"})), "fr"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("exited during start-up") && err.contains("bad magic"), "{err}");
+}
+
+#[test]
+fn missing_assets_point_at_make_setup() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_project(dir.path(), "server_binary = \"nowhere/llama-server\"");
+    let settings = Settings::load(&cfg).unwrap();
+    let err = rt()
+        .block_on(client(&settings).text("r", &Prompt::new("capital", json!({"country": "France"})), "fr"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("make setup"), "{err}");
+}
+
+#[test]
+fn ctrl_c_during_start_up_stops_the_server_and_exits_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = hanging_server(dir.path());
+    let cfg = write_project(
+        dir.path(),
+        &format!(
+            "server_binary = \"{}\"\nmodel_path = \"{}\"\nstartup_timeout_s = 60",
+            bin.display(),
+            dir.path().join("model.gguf").display()
+        ),
+    );
+    std::fs::create_dir_all(dir.path().join("pipeline/prompts")).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("pipeline/prompts/llm-ping.md"),
+        dir.path().join("pipeline/prompts/llm-ping.md"),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_benchgen"))
+        .args(["--config", cfg.to_str().unwrap(), "llm", "ping"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let server = read_pid(&dir.path().join("server.pid"));
+    let grandchild = read_pid(&dir.path().join("child.pid"));
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "benchgen did not exit after Ctrl-C");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!status.success(), "exit must be non-zero");
+    assert!(stderr.contains("interrupted") || stderr.contains("cancelled"), "{stderr}");
+    assert!(wait_dead(server), "llama-server stand-in {server} survived Ctrl-C");
+    assert!(wait_dead(grandchild), "its child {grandchild} survived Ctrl-C");
+}
+
+/// The embedded default on this machine: the real llama-server and the 0.5B model that
+/// `make setup` put into $BENCHGEN_CACHE. In CI (CI=true) missing assets fail the test.
+#[test]
+fn real_local_model_gives_a_schema_valid_typed_answer() {
+    let cache = benchgen::llm::config::cache_dir();
+    let bin = cache.join("llm/build/bin/llama-server");
+    let model = cache.join("llm/models").join(benchgen::llm::config::SMALL_LOCAL_MODEL);
+    if !bin.is_file() || !model.is_file() {
+        let msg = format!(
+            "llama-server or the 0.5B model is missing from `{}`; run `make setup` (scripts/setup.d/10-llm.sh)",
+            cache.display()
+        );
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("{msg}");
+        }
+        eprintln!("skipping the real-model smoke test: {msg}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A uniquely named link to the model, so this test can find its own server in /proc.
+    let link = dir.path().join("smoke-model.gguf");
+    std::os::unix::fs::symlink(&model, &link).unwrap();
+    let cfg = write_project(
+        dir.path(),
+        &format!("model_path = \"{}\"\ntemperature = 0.0\nseed = 7\nmax_tokens = 64", link.display()),
+    );
+    let settings = Settings::load(&cfg).unwrap();
+    let c = client(&settings);
+    let reply =
+        rt().block_on(c.typed::<Capital>("r", &Prompt::new("capital", json!({"country": "France"})), "fr")).unwrap();
+    eprintln!("local model answered: {:?}", reply.value);
+    assert!(!reply.value.country.is_empty() && !reply.value.capital.is_empty());
+    assert!(!reply.cached);
+    let running = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .any(|c| String::from_utf8_lossy(&c).contains(link.to_str().unwrap()))
+    };
+    assert!(running(), "the server runs while the client lives");
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running() {
+        assert!(Instant::now() < deadline, "llama-server still running after the client was dropped");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

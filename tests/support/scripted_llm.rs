@@ -1,0 +1,303 @@
+//! TEST DOUBLE: a scripted OpenAI-compatible chat-completions server on 127.0.0.1.
+//!
+//! Not a model: it answers each request with whatever the test's rule returns for it —
+//! content (plain, `<think>` blocks, fenced JSON, malformed JSON), tool calls, an HTTP
+//! status with an optional `Retry-After`, a body that is not JSON, or a delay before any
+//! of these. It logs every request (arrival time, body, `Authorization` header) and the
+//! highest number of requests in flight at once, so tests can check retries, back-off,
+//! rate limits, the concurrency bound, re-asks and cache hits (zero new requests).
+//!
+//! Hand-written HTTP/1.1 (keep-alive, Content-Length bodies) on its own thread and tokio
+//! runtime, so it serves sync tests and benchgen subprocesses alike.
+//!
+//! Use: `let s = ScriptedLlm::start(|req| Answer::json(json!({"ok": true})));`
+//! then point a role's `base_url` at `s.base_url()`.
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+/// What the server does with one request.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    /// 200 with this assistant content.
+    Content(String),
+    /// 200 with tool calls `(name, arguments JSON)` and no content.
+    ToolCalls(Vec<(String, Value)>),
+    /// A non-2xx status with a JSON error body (`body`) and an optional `Retry-After`.
+    Status { code: u16, retry_after: Option<String>, body: String },
+    /// 200 whose body is not JSON at all.
+    MalformedBody,
+    /// Wait, then answer.
+    Delay(Duration, Box<Answer>),
+}
+
+impl Answer {
+    pub fn text(s: &str) -> Answer {
+        Answer::Content(s.to_string())
+    }
+    pub fn json(v: Value) -> Answer {
+        Answer::Content(v.to_string())
+    }
+    pub fn status(code: u16) -> Answer {
+        Answer::Status {
+            code,
+            retry_after: None,
+            body: json!({"error": {"message": format!("scripted status {code}"), "type": "scripted"}}).to_string(),
+        }
+    }
+    pub fn too_many(retry_after: &str) -> Answer {
+        Answer::Status {
+            code: 429,
+            retry_after: Some(retry_after.to_string()),
+            body: json!({"error": {"message": "rate limited", "type": "rate_limit_error"}}).to_string(),
+        }
+    }
+    pub fn after(self, ms: u64) -> Answer {
+        Answer::Delay(Duration::from_millis(ms), Box::new(self))
+    }
+}
+
+/// One request as the server saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// 0-based arrival index.
+    pub n: usize,
+    pub at: Instant,
+    pub path: String,
+    pub authorization: Option<String>,
+    pub body: Value,
+}
+
+impl Seen {
+    /// Content of the last user message.
+    pub fn last_user(&self) -> String {
+        self.body["messages"]
+            .as_array()
+            .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    }
+    /// Every message's content joined (for rules that match on the prompt).
+    pub fn all_text(&self) -> String {
+        self.body["messages"]
+            .as_array()
+            .map(|m| m.iter().filter_map(|m| m["content"].as_str()).collect::<Vec<_>>().join("\n"))
+            .unwrap_or_default()
+    }
+}
+
+type Rule = dyn Fn(&Seen) -> Answer + Send + Sync;
+
+struct State {
+    log: Mutex<Vec<Seen>>,
+    count: AtomicUsize,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    rule: Box<Rule>,
+}
+
+pub struct ScriptedLlm {
+    port: u16,
+    state: Arc<State>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ScriptedLlm {
+    /// Start on a free loopback port; `rule` decides every answer.
+    pub fn start(rule: impl Fn(&Seen) -> Answer + Send + Sync + 'static) -> ScriptedLlm {
+        let state = Arc::new(State {
+            log: Mutex::new(Vec::new()),
+            count: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+            rule: Box::new(rule),
+        });
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let st = state.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let accept = async {
+                    loop {
+                        let Ok((sock, _)) = listener.accept().await else { continue };
+                        let st = st.clone();
+                        tokio::spawn(async move {
+                            let _ = serve(sock, st).await;
+                        });
+                    }
+                };
+                tokio::select! {
+                    _ = accept => {}
+                    _ = stop_rx => {}
+                }
+            });
+            rt.shutdown_timeout(Duration::from_millis(100));
+        });
+        ScriptedLlm { port, state, stop: Some(stop_tx), thread: Some(thread) }
+    }
+
+    /// A server that answers every request with the same content.
+    pub fn constant(content: &str) -> ScriptedLlm {
+        let c = content.to_string();
+        Self::start(move |_| Answer::text(&c))
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `http://127.0.0.1:PORT/v1`
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    pub fn count(&self) -> usize {
+        self.state.count.load(Ordering::SeqCst)
+    }
+
+    pub fn requests(&self) -> Vec<Seen> {
+        self.state.log.lock().unwrap().clone()
+    }
+
+    pub fn max_in_flight(&self) -> usize {
+        self.state.max_in_flight.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for ScriptedLlm {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn serve(sock: tokio::net::TcpStream, st: Arc<State>) -> std::io::Result<()> {
+    let (r, mut w) = sock.into_split();
+    let mut r = BufReader::new(r);
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).await? == 0 {
+            return Ok(());
+        }
+        let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+        let mut len = 0usize;
+        let mut auth = None;
+        loop {
+            let mut h = String::new();
+            r.read_line(&mut h).await?;
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = h.split_once(':') {
+                let k = k.trim().to_ascii_lowercase();
+                if k == "content-length" {
+                    len = v.trim().parse().unwrap_or(0);
+                } else if k == "authorization" {
+                    auth = Some(v.trim().to_string());
+                }
+            }
+        }
+        let mut body = vec![0u8; len];
+        r.read_exact(&mut body).await?;
+        if path.ends_with("/health") {
+            write(&mut w, 200, None, "{\"status\":\"ok\"}").await?;
+            continue;
+        }
+        let seen = Seen {
+            n: st.count.fetch_add(1, Ordering::SeqCst),
+            at: Instant::now(),
+            path,
+            authorization: auth,
+            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        };
+        st.log.lock().unwrap().push(seen.clone());
+        let now = st.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        st.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        let mut answer = (st.rule)(&seen);
+        while let Answer::Delay(d, inner) = answer {
+            tokio::time::sleep(d).await;
+            answer = *inner;
+        }
+        st.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let model = seen.body["model"].clone();
+        let prompt_tokens = seen.all_text().len() / 4;
+        match answer {
+            Answer::Content(c) => {
+                let b =
+                    completion(&model, json!({"role": "assistant", "content": c}), "stop", prompt_tokens, c.len() / 4);
+                write(&mut w, 200, None, &b).await?;
+            }
+            Answer::ToolCalls(calls) => {
+                let tc: Vec<Value> = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (n, a))| {
+                        json!({"id": format!("call_{i}"), "type": "function",
+                               "function": {"name": n, "arguments": a.to_string()}})
+                    })
+                    .collect();
+                let b = completion(
+                    &model,
+                    json!({"role": "assistant", "content": null, "tool_calls": tc}),
+                    "tool_calls",
+                    prompt_tokens,
+                    10,
+                );
+                write(&mut w, 200, None, &b).await?;
+            }
+            Answer::Status { code, retry_after, body } => write(&mut w, code, retry_after.as_deref(), &body).await?,
+            Answer::MalformedBody => write(&mut w, 200, None, "{\"choices\": [ this is not json").await?,
+            Answer::Delay(..) => unreachable!("delays are unwrapped above"),
+        }
+    }
+}
+
+fn completion(model: &Value, message: Value, finish: &str, pt: usize, ct: usize) -> String {
+    json!({
+        "id": "chatcmpl-scripted", "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}
+    })
+    .to_string()
+}
+
+async fn write(
+    w: &mut tokio::net::tcp::OwnedWriteHalf,
+    code: u16,
+    retry_after: Option<&str>,
+    body: &str,
+) -> std::io::Result<()> {
+    let reason = match code {
+        200 => "OK",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Status",
+    };
+    let mut head =
+        format!("HTTP/1.1 {code} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n", body.len());
+    if let Some(ra) = retry_after {
+        head.push_str(&format!("retry-after: {ra}\r\n"));
+    }
+    head.push_str("\r\n");
+    w.write_all(head.as_bytes()).await?;
+    w.write_all(body.as_bytes()).await?;
+    w.flush().await
+}
