@@ -75,7 +75,8 @@ pub enum Command {
     Efs(EfsCommand),
     /// Run the pipeline's stages in order, skipping those that are up to date.
     ///
-    /// Stages: catalog (`registry import` of `registry.source`), filter, stats.
+    /// Stages: catalog (`registry import` of `registry.source`), filter, embed,
+    /// efs-pairs, efs-verify, efs-build, efs-topdown, efs (`efs finalize`), stats.
     Run(RunArgs),
     /// Show every stage as done, stale (with the reason) or missing.
     Status,
@@ -127,12 +128,28 @@ pub enum EfsCommand {
     /// `artifacts/efs-pairs/pairs.csv`, `similarity.svg` and `summary.json`.
     /// Skipped when up to date.
     Pairs(ForceArgs),
+    /// The LLM judges each candidate pair: equivalent yes/no with a one-line reason.
+    ///
+    /// Reads `artifacts/efs-pairs/pairs.csv`, the filtered catalog, `[efs.verify]`
+    /// and the prompt `pipeline/prompts/efs_verify.md`. Writes
+    /// `artifacts/efs-verify/verdicts.json` and one `verdict` ledger event per pair
+    /// (its parent is the LLM exchange). Resumable: an interrupted run keeps every
+    /// verdict it got. Skipped when up to date.
+    Verify(ForceArgs),
     /// Union–find over verified pairs into candidate sets (no LLM).
     ///
     /// Reads `artifacts/efs-pairs/pairs.csv` and `artifacts/efs-verify/verdicts.json`.
     /// Writes `artifacts/efs-build/sets.json` (members sorted, sets by first member,
     /// evidence per set). Skipped when up to date.
     Build(ForceArgs),
+    /// Top-down cross-check: requests per set, retrieval, LLM selection.
+    ///
+    /// Reads `artifacts/efs-build/sets.json`, `artifacts/embed/` and `[efs.topdown]`.
+    /// Writes `artifacts/efs-topdown/results.json` (requests, retrieved and selected
+    /// tools, metrics per set) and `items.json` (review items: outside tools
+    /// selected, members never selected, sets split across requests). Resumable
+    /// per set. Skipped when up to date.
+    Topdown(ForceArgs),
     /// Human review of candidate sets.
     #[command(subcommand)]
     Review(EfsReviewCommand),

@@ -85,7 +85,9 @@ fn efs_command(ctx: &Ctx, c: &EfsCommand) -> Result<()> {
     use benchgen::efs;
     match c {
         EfsCommand::Pairs(f) => run_one(ctx, &efs::pairs::PairsStage, f.force),
+        EfsCommand::Verify(f) => run_one(ctx, &efs::verify::VerifyStage, f.force),
         EfsCommand::Build(f) => run_one(ctx, &efs::build::BuildStage, f.force),
+        EfsCommand::Topdown(f) => run_one(ctx, &efs::topdown::TopdownStage, f.force),
         EfsCommand::Finalize(f) => run_one(ctx, &efs::finalize::FinalizeStage, f.force),
         EfsCommand::Review(EfsReviewCommand::Export(f)) => {
             let (path, n) = efs::review::export(ctx.settings, f.force)?;

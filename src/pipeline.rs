@@ -15,7 +15,7 @@ use crate::stage::{self, Ctx, Freshness, Stage, StageReport};
 use crate::stats::StatsStage;
 
 /// Stage names in pipeline order.
-pub const STAGES: &[&str] = &["catalog", "filter", "embed", "efs-pairs", "stats"];
+pub const STAGES: &[&str] = &["catalog", "filter", "embed", "efs-pairs", "efs-verify", "efs-build", "efs-topdown", "efs", "stats"];
 
 /// The stages of the pipeline, in order. The catalog stage is absent when the
 /// config names no registry source (it can still be imported by hand).
@@ -25,6 +25,10 @@ pub fn stages(settings: &Settings) -> Vec<(&'static str, Result<Box<dyn Stage>>)
         ("filter", Ok(Box::new(FilterStage))),
         ("embed", Ok(Box::new(EmbedStage))),
         ("efs-pairs", Ok(Box::new(crate::efs::pairs::PairsStage))),
+        ("efs-verify", Ok(Box::new(crate::efs::verify::VerifyStage))),
+        ("efs-build", Ok(Box::new(crate::efs::build::BuildStage))),
+        ("efs-topdown", Ok(Box::new(crate::efs::topdown::TopdownStage))),
+        ("efs", Ok(Box::new(crate::efs::finalize::FinalizeStage))),
         ("stats", Ok(Box::new(StatsStage))),
     ]
 }

@@ -27,7 +27,6 @@ use serde::{Deserialize, Serialize};
 use super::AutoPolicy;
 use super::build::{CandidateSet, Evidence, Sets, sets_path};
 use super::review::{Decision, ReviewItem, decisions_path, items_path};
-use crate::ledger::{Ledger, kind};
 use crate::model::Catalog;
 use crate::settings::{Settings, section_hash};
 use crate::stage::{Ctx, Inputs, Manifest, Output, Plan, Stage};
@@ -277,31 +276,25 @@ fn histogram(values: impl Iterator<Item = usize>) -> BTreeMap<usize, usize> {
 pub struct StepCost {
     pub stage: String,
     pub duration_ms: Option<u64>,
+    /// Live LLM exchanges (cache hits are counted apart).
     pub llm_calls: usize,
     pub llm_cached: usize,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
 }
 
-fn step_cost(settings: &Settings, stage: &str, ledger: Option<&Ledger>) -> StepCost {
+fn step_cost(settings: &Settings, stage: &str) -> StepCost {
     let mut c = StepCost { stage: stage.into(), ..Default::default() };
     let Ok(Some(m)) = Manifest::load(&settings.artifacts, stage) else {
         return c;
     };
+    // LLM stages put their client's counts into the manifest (`LlmClient::add_counts`).
+    let n = |k: &str| m.counts.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
     c.duration_ms = Some(m.duration_ms);
-    if let Some(l) = ledger
-        && let Ok(evs) = l.events_of_kind(m.run_id, kind::LLM_EXCHANGE)
-    {
-        for e in evs {
-            c.llm_calls += 1;
-            let p = &e.payload;
-            c.llm_cached += usize::from(p.get("cached").and_then(|v| v.as_bool()).unwrap_or(false));
-            let usage = p.get("usage").unwrap_or(p);
-            let n = |k: &str| usage.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
-            c.prompt_tokens += n("prompt_tokens");
-            c.completion_tokens += n("completion_tokens");
-        }
-    }
+    c.llm_calls = n("llm_calls") as usize;
+    c.llm_cached = n("llm_cache_hits") as usize;
+    c.prompt_tokens = n("llm_prompt_tokens");
+    c.completion_tokens = n("llm_completion_tokens");
     c
 }
 
@@ -364,7 +357,7 @@ pub fn report(f: &Final, funnel: &Funnel, sets: &[CandidateSet], costs: &[StepCo
         histogram(sets.iter().map(|s| s.servers.len())),
         histogram(f.sets.iter().map(|s| s.servers.len())),
     );
-    md.push_str("\n## Cost and time per step\n\n| stage | time | LLM calls | from cache | prompt tokens | completion tokens |\n|---|---:|---:|---:|---:|---:|\n");
+    md.push_str("\n## Cost and time per step\n\n| stage | time | live LLM calls | from cache | prompt tokens | completion tokens |\n|---|---:|---:|---:|---:|---:|\n");
     for c in costs {
         let t = c.duration_ms.map_or("not run".to_string(), |ms| format!("{:.1} s", ms as f64 / 1000.0));
         md.push_str(&format!(
@@ -433,10 +426,9 @@ impl Stage for FinalizeStage {
             tools_in_final_sets: fin.sets.iter().map(|x| x.members.len()).sum(),
             review_items: items.len(),
         };
-        let ledger = Ledger::open_existing(&s.artifacts)?;
         let costs: Vec<StepCost> = ["embed", "efs-pairs", "efs-verify", "efs-build", "efs-topdown", "efs-review"]
             .iter()
-            .map(|st| step_cost(s, st, ledger.as_ref()))
+            .map(|st| step_cost(s, st))
             .collect();
         out.json("final.json", &fin)?;
         out.json("tool_equivalence_sets.json", &etom_shape(&fin))?;

@@ -15,6 +15,8 @@ pub mod finalize;
 pub mod lexical;
 pub mod pairs;
 pub mod review;
+pub mod topdown;
+pub mod verify;
 
 use serde::{Deserialize, Serialize};
 

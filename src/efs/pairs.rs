@@ -245,14 +245,15 @@ fn block_neighbours(
     cands
 }
 
+/// A selected pair of rows: `(i, j, rank of j in i's list, rank of i in j's list, scores)`.
+pub type Selected = (usize, usize, Option<usize>, Option<usize>, Neighbour);
+
 /// Pairs from neighbour lists: a pair qualifies when either endpoint keeps the
 /// other with score ≥ `min_score` (both, with `mutual_only`). Returns
 /// `(i, j, rank_i, rank_j, neighbour)` with `i < j`, sorted by `(i, j)`.
-pub fn select(
-    lists: &[Vec<Neighbour>],
-    p: &PairSettings,
-) -> Vec<(usize, usize, Option<usize>, Option<usize>, Neighbour)> {
-    let mut by_pair: BTreeMap<(usize, usize), (Option<usize>, Option<usize>, Neighbour)> = BTreeMap::new();
+pub fn select(lists: &[Vec<Neighbour>], p: &PairSettings) -> Vec<Selected> {
+    type Ranks = (Option<usize>, Option<usize>, Neighbour);
+    let mut by_pair: BTreeMap<(usize, usize), Ranks> = BTreeMap::new();
     for (i, list) in lists.iter().enumerate() {
         for (r, nb) in list.iter().enumerate().filter(|(_, nb)| nb.score >= p.min_score) {
             let (a, b) = (i.min(nb.j), i.max(nb.j));
