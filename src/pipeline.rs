@@ -15,7 +15,8 @@ use crate::stage::{self, Ctx, Freshness, Stage, StageReport};
 use crate::stats::StatsStage;
 
 /// Stage names in pipeline order.
-pub const STAGES: &[&str] = &["catalog", "filter", "embed", "efs-pairs", "efs-verify", "efs-build", "efs-topdown", "efs", "stats"];
+pub const STAGES: &[&str] =
+    &["catalog", "filter", "embed", "efs-pairs", "efs-verify", "efs-build", "efs-topdown", "efs", "stats"];
 
 /// The stages of the pipeline, in order. The catalog stage is absent when the
 /// config names no registry source (it can still be imported by hand).

@@ -124,7 +124,8 @@ pub fn cross_check(set: &CandidateSet, requests: &[RequestResult]) -> (Vec<Revie
             .iter()
             .enumerate()
             .map(|(i, r)| {
-                let m: Vec<&str> = r.selected.iter().filter(|t| members.contains(t.as_str())).map(String::as_str).collect();
+                let m: Vec<&str> =
+                    r.selected.iter().filter(|t| members.contains(t.as_str())).map(String::as_str).collect();
                 format!("request {}: {}", i + 1, if m.is_empty() { "none".to_string() } else { m.join(", ") })
             })
             .collect();
@@ -137,7 +138,8 @@ pub fn cross_check(set: &CandidateSet, requests: &[RequestResult]) -> (Vec<Revie
     }
     let precision = if sel == 0 { 0.0 } else { round4(hit as f64 / sel as f64) };
     let recall = if members.is_empty() { 0.0 } else { round4(chosen.len() as f64 / members.len() as f64) };
-    let rag_hit = !requests.is_empty() && requests.iter().all(|r| r.retrieved.iter().any(|t| members.contains(t.as_str())));
+    let rag_hit =
+        !requests.is_empty() && requests.iter().all(|r| r.retrieved.iter().any(|t| members.contains(t.as_str())));
     (items, precision, recall, rag_hit)
 }
 
@@ -188,11 +190,10 @@ impl Stage for TopdownStage {
         let t = &s.config.efs.topdown;
         let catalog: Catalog = serde_json::from_slice(inputs.bytes(&crate::embed::catalog_path(s))?)?;
         let sets: Sets = serde_json::from_slice(inputs.bytes(&sets_path(s))?).context("efs-build/sets.json")?;
-        let vectors = Vectors::from_bytes(
-            inputs.bytes(&embed_dir(s).join(INDEX))?,
-            inputs.bytes(&embed_dir(s).join(VECTORS))?,
-        )?;
-        let tools: HashMap<&str, (&Server, &Tool)> = catalog.tools().map(|(sv, tl)| (tl.id.as_str(), (sv, tl))).collect();
+        let vectors =
+            Vectors::from_bytes(inputs.bytes(&embed_dir(s).join(INDEX))?, inputs.bytes(&embed_dir(s).join(VECTORS))?)?;
+        let tools: HashMap<&str, (&Server, &Tool)> =
+            catalog.tools().map(|(sv, tl)| (tl.id.as_str(), (sv, tl))).collect();
         let mut checkpoint = ctx.checkpoint()?;
         let run_id = ctx.ledger_run()?;
         let pb = ctx.printer.progress(sets.sets.len() as u64, "topdown");
@@ -211,10 +212,16 @@ impl Stage for TopdownStage {
             let members: Vec<serde_json::Value> = set
                 .members
                 .iter()
-                .map(|m| tools.get(m.as_str()).map(|(sv, tl)| tool_vars(sv, tl)).with_context(|| format!("`{m}` is not in the catalog")))
+                .map(|m| {
+                    tools
+                        .get(m.as_str())
+                        .map(|(sv, tl)| tool_vars(sv, tl))
+                        .with_context(|| format!("`{m}` is not in the catalog"))
+                })
                 .collect::<Result<_>>()?;
             let prompt = Prompt::new(&t.requests_template, json!({"tools": members, "n": t.requests_per_set}));
-            let reqs = match rt.block_on(client.typed::<Requests>(&t.writer_role, &prompt, &format!("{key}:requests"))) {
+            let reqs = match rt.block_on(client.typed::<Requests>(&t.writer_role, &prompt, &format!("{key}:requests")))
+            {
                 Ok(r) => r,
                 Err(e) if e.is_item_level() => {
                     failures.push(e.to_string());
@@ -238,7 +245,8 @@ impl Stage for TopdownStage {
                     .map(|(_, tl)| json!({"id": tl.id, "description": tl.description}))
                     .collect();
                 let prompt = Prompt::new(&t.select_template, json!({"request": text, "tools": cands}));
-                let (client, role, sem, item) = (client.clone(), t.judge_role.clone(), sem.clone(), format!("{key}:request{}", i + 1));
+                let (client, role, sem, item) =
+                    (client.clone(), t.judge_role.clone(), sem.clone(), format!("{key}:request{}", i + 1));
                 let text = text.clone();
                 handles.push(rt.spawn(async move {
                     let _p = sem.acquire_owned().await;
@@ -252,8 +260,12 @@ impl Stage for TopdownStage {
                 match r {
                     Ok(sel) => {
                         let known: BTreeSet<&str> = retrieved.iter().map(String::as_str).collect();
-                        let (mut selected, mut unknown): (Vec<String>, Vec<String>) =
-                            sel.value.selected.iter().map(|x| crate::efs::compare::normalise_id(x)).partition(|x| known.contains(x.as_str()));
+                        let (mut selected, mut unknown): (Vec<String>, Vec<String>) = sel
+                            .value
+                            .selected
+                            .iter()
+                            .map(|x| crate::efs::compare::normalise_id(x))
+                            .partition(|x| known.contains(x.as_str()));
                         selected.sort();
                         selected.dedup();
                         unknown.sort();
@@ -297,9 +309,14 @@ impl Stage for TopdownStage {
         let mut items = Vec::new();
         for r in &results {
             let (its, ..) = cross_check(by_id[r.set_id.as_str()], &r.requests);
-            let parents: Vec<i64> = std::iter::once(r.requests_event).chain(r.requests.iter().map(|q| q.event_id)).collect();
+            let parents: Vec<i64> =
+                std::iter::once(r.requests_event).chain(r.requests.iter().map(|q| q.event_id)).collect();
             for it in &its {
-                let mut ev = NewEvent::new(kind::VERDICT, Some(&format!("efs:{}", r.set_id)), json!({"check": "efs-topdown", "item": it}));
+                let mut ev = NewEvent::new(
+                    kind::VERDICT,
+                    Some(&format!("efs:{}", r.set_id)),
+                    json!({"check": "efs-topdown", "item": it}),
+                );
                 for p in &parents {
                     ev = ev.with_parent(Parent::Id(*p));
                 }
@@ -309,12 +326,15 @@ impl Stage for TopdownStage {
         }
         let n = results.len().max(1) as f64;
         let mean = |f: &dyn Fn(&SetResult) -> f64| round4(results.iter().map(f).sum::<f64>() / n);
-        out.json("results.json", &json!({
-            "sets": results,
-            "mean_precision": mean(&|r| r.precision),
-            "mean_recall": mean(&|r| r.recall),
-            "rag_hit_rate": mean(&|r| f64::from(u8::from(r.rag_hit))),
-        }))?;
+        out.json(
+            "results.json",
+            &json!({
+                "sets": results,
+                "mean_precision": mean(&|r| r.precision),
+                "mean_recall": mean(&|r| r.recall),
+                "rag_hit_rate": mean(&|r| f64::from(u8::from(r.rag_hit))),
+            }),
+        )?;
         out.json("items.json", &items)?;
         out.count("sets", results.len());
         out.count("review_items", items.len());

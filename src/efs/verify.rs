@@ -152,7 +152,8 @@ impl Stage for VerifyStage {
         let mut verdicts = Vec::with_capacity(pairs.len());
         for p in &pairs {
             let c = checkpoint.get(&p.key()).context("internal: a pair has no verdict")?;
-            let verdict: VerdictRecord = serde_json::from_value(c.clone()).context("a checkpointed verdict is not valid")?;
+            let verdict: VerdictRecord =
+                serde_json::from_value(c.clone()).context("a checkpointed verdict is not valid")?;
             verdicts.push(Verdict {
                 a: p.a.clone(),
                 b: p.b.clone(),
