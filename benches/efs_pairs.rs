@@ -46,6 +46,11 @@ fn vectors(n: usize, dim: usize) -> Vec<f32> {
 }
 
 fn main() {
+    // `cargo test --all-targets` runs bench binaries too; only `cargo bench` passes `--bench`.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("efs_pairs: run with `cargo bench --bench efs_pairs`");
+        return;
+    }
     let sizes: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let sizes = if sizes.is_empty() { vec![2_375, 20_000, 100_000] } else { sizes };
     let p = PairSettings::default();

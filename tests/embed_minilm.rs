@@ -74,7 +74,8 @@ fn a_grown_catalog_embeds_only_new_and_changed_tools() {
     let root = dir.path();
     std::fs::create_dir_all(root.join("pipeline")).unwrap();
     let registry = root.join("registry.json");
-    let original = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("raw/demo/registry.json")).unwrap();
+    let original =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("raw/demo/registry.json")).unwrap();
     std::fs::write(&registry, &original).unwrap();
     let cfg = root.join("pipeline/t.toml");
     std::fs::write(&cfg, format!("[registry]\nsource = \"{}\"\n", registry.display())).unwrap();
@@ -97,7 +98,8 @@ fn a_grown_catalog_embeds_only_new_and_changed_tools() {
     let before = Vectors::load(&root.join("artifacts/embed")).unwrap();
 
     // Edit one description and the stage re-embeds exactly that tool.
-    let edited = original.replacen("Get the real-time quote for a stock ticker", "Get the live quote for a stock ticker", 1);
+    let edited =
+        original.replacen("Get the real-time quote for a stock ticker", "Get the live quote for a stock ticker", 1);
     assert_ne!(edited, original, "the demo registry has that description");
     std::fs::write(&registry, edited).unwrap();
     let second = run();
