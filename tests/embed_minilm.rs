@@ -61,7 +61,7 @@ fn minilm_vectors_are_normalised_and_rank_paraphrases_first() {
     assert!(para > 0.6, "paraphrase cosine {para} (unrelated {unrelated})");
     assert!(unrelated < 0.2, "unrelated cosine {unrelated}");
     // Batching and order do not change a text's vector beyond float noise.
-    let single = e.embed(&texts[1..2].to_vec(), 1, &indicatif::ProgressBar::hidden()).unwrap();
+    let single = e.embed(&texts[1..2], 1, &indicatif::ProgressBar::hidden()).unwrap();
     assert!(dot(&single[0], &v[1]) > 0.9999);
 }
 

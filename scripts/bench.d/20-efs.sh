@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Embeddings and EFS candidate pairs on the ETOM snapshot (../shared/data/etom/mcp_registry.json):
+# Embeddings and EFS candidate pairs on the ETOM snapshot (../shared/data/etom/mcp_registry.json,
+# or $ETOM_SNAPSHOT):
 # embedding throughput, pair search time, peak RSS; candidate counts at several pair settings
 # with the recall ceiling on a hand-checked sanity list; pair search on synthetic vectors.
 # Targets (2-core machine): embedding < 20 s, pair search < 1 s, peak RSS < 1 GB.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo="$(pwd)"
-snapshot="$repo/../shared/data/etom/mcp_registry.json"
+snapshot="${ETOM_SNAPSHOT:-$repo/../shared/data/etom/mcp_registry.json}"
 sanity="$repo/scripts/bench.d/data/etom-efs-sanity.json"
 if [ ! -f "$snapshot" ]; then
   echo "skipping: $snapshot is not there"
