@@ -185,6 +185,12 @@ impl EmbedSettings {
     }
 }
 
+/// `[embed]` of the config, or the defaults when the section is absent.
+pub fn embed_settings(settings: &Settings) -> &EmbedSettings {
+    static DEFAULT: std::sync::LazyLock<EmbedSettings> = std::sync::LazyLock::new(EmbedSettings::default);
+    settings.config.embed.as_ref().unwrap_or(&DEFAULT)
+}
+
 /// `$BENCHGEN_CACHE`, default `~/.cache/benchgen` (where `make setup` puts assets).
 pub fn cache_dir() -> PathBuf {
     match std::env::var_os("BENCHGEN_CACHE") {
@@ -231,14 +237,16 @@ pub fn tool_text(recipe: &TextRecipe, server: &Server, tool: &Tool) -> String {
     }
 }
 
-/// `text` without case-insensitive occurrences of `name` (whitespace collapsed).
+/// `text` without case-insensitive whole-word occurrences of `name` (whitespace collapsed).
 fn strip_name(text: &str, name: &str) -> String {
     let name = name.trim();
     if name.is_empty() {
         return text.trim().to_string();
     }
-    let re = regex::Regex::new(&format!("(?i){}", regex::escape(name))).expect("an escaped literal is a valid regex");
-    re.replace_all(text, "").split_whitespace().collect::<Vec<_>>().join(" ")
+    // Whole words only: a short server name must not eat letters inside other words.
+    let re = regex::Regex::new(&format!(r"(?i)(^|\W){}(\W|$)", regex::escape(name)))
+        .expect("an escaped literal is a valid regex");
+    re.replace_all(text, "${1}${2}").split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// `(name, description)` of every parameter that has a non-empty description,
@@ -283,7 +291,7 @@ fn init_ort(dylib: &Path) -> Result<ort::environment::Environment> {
 
 impl Embedder {
     pub fn load(settings: &Settings) -> Result<Self> {
-        let cfg = &settings.config.embed;
+        let cfg = &embed_settings(settings);
         let dir = cfg.model_dir(settings);
         let dylib = cfg.ort_dylib(settings);
         let missing: Vec<PathBuf> = ["model.onnx", "tokenizer.json", "config.json", "special_tokens_map.json"]
@@ -461,7 +469,7 @@ impl Stage for EmbedStage {
         Ok(Plan {
             inputs: vec![catalog_path(settings)],
             prompts: vec![],
-            config_hash: section_hash(&settings.config.embed.hashed())?,
+            config_hash: section_hash(&embed_settings(settings).hashed())?,
         })
     }
 
@@ -469,7 +477,7 @@ impl Stage for EmbedStage {
         let path = catalog_path(ctx.settings);
         let catalog: Catalog = serde_json::from_slice(inputs.bytes(&path)?)
             .map_err(|e| anyhow::anyhow!("`{}` is not a benchgen catalog: {e}", ctx.settings.display_path(&path)))?;
-        let cfg = &ctx.settings.config.embed;
+        let cfg = embed_settings(ctx.settings);
         let rows: Vec<(String, String)> =
             catalog.tools().map(|(s, t)| (t.id.clone(), tool_text(&cfg.text, s, t))).collect();
         let clock = std::time::Instant::now();
@@ -496,7 +504,7 @@ impl Stage for EmbedStage {
 /// Embed `(id, text)` rows, reusing vectors of the previous `artifacts/embed/`
 /// whose text hash and model match. Returns the vectors and how many were reused.
 pub fn embed_rows(settings: &Settings, printer: &Printer, rows: &[(String, String)]) -> Result<(Vectors, usize)> {
-    let cfg = &settings.config.embed;
+    let cfg = &embed_settings(settings);
     let previous = Vectors::load(&settings.artifacts.join("embed")).ok();
     let mut embedder = Embedder::load(settings)?;
     let hashes: Vec<String> = rows.iter().map(|(_, t)| crate::store::sha256_hex(t.as_bytes())).collect();
@@ -586,6 +594,16 @@ mod tests {
         let r = TextRecipe { max_chars: 9, ..TextRecipe::default() };
         assert_eq!(tool_text(&TextRecipe::default(), &s, &t), "Tool: get_quote | Description: Latest price.");
         assert_eq!(tool_text(&r, &s, &t), "Tool: get");
+    }
+
+    #[test]
+    fn server_name_is_stripped_as_whole_words_only() {
+        assert_eq!(
+            strip_name("Send mail via the Luno MCP Server, fast.", "luno mcp server"),
+            "Send mail via the , fast."
+        );
+        assert_eq!(strip_name("Latest price of s.", "s"), "Latest price of .");
+        assert_eq!(strip_name("Lists stars", "s"), "Lists stars");
     }
 
     #[test]

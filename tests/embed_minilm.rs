@@ -78,7 +78,7 @@ fn a_grown_catalog_embeds_only_new_and_changed_tools() {
         std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("raw/demo/registry.json")).unwrap();
     std::fs::write(&registry, &original).unwrap();
     let cfg = root.join("pipeline/t.toml");
-    std::fs::write(&cfg, format!("[registry]\nsource = \"{}\"\n", registry.display())).unwrap();
+    std::fs::write(&cfg, format!("[registry]\nsource = \"{}\"\n\n[embed]\n", registry.display())).unwrap();
     let run = || {
         let o = Command::cargo_bin("benchgen")
             .unwrap()

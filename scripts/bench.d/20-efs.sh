@@ -60,4 +60,5 @@ default, mutual neighbours only|mutual_only = true
 EOF
 
 echo
-cargo bench --locked --bench efs_pairs -q 2>/dev/null
+# EFS_BENCH_SIZES="2375 20000" limits the synthetic sizes (default 2,375, 20,000, 100,000).
+cargo bench --locked --bench efs_pairs -q -- ${EFS_BENCH_SIZES:-} 2>/dev/null

@@ -396,7 +396,7 @@ impl Stage for FinalizeStage {
             super::build::verdicts_path(settings),
         ];
         inputs.extend(opt_inputs(settings));
-        Ok(Plan { inputs, prompts: vec![], config_hash: section_hash(&settings.config.efs.finalize)? })
+        Ok(Plan { inputs, prompts: vec![], config_hash: section_hash(&super::efs_settings(settings).finalize)? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
@@ -411,7 +411,7 @@ impl Stage for FinalizeStage {
             true => serde_json::from_slice(inputs.bytes(&decisions_path(s))?).context("efs-review/decisions.json")?,
             false => Vec::new(),
         };
-        let fin = finalize(&sets.sets, &items, &decisions, s.config.efs.finalize.policy, &catalog)?;
+        let fin = finalize(&sets.sets, &items, &decisions, super::efs_settings(s).finalize.policy, &catalog)?;
         let pairs = super::pairs::read_csv(inputs.bytes(&super::pairs::pairs_path(s))?, "efs-pairs/pairs.csv")?;
         let verdicts: Vec<super::build::Verdict> =
             serde_json::from_slice(inputs.bytes(&super::build::verdicts_path(s))?)?;

@@ -140,6 +140,12 @@ fn d_retrieve() -> usize {
     10
 }
 
+/// `[efs]` of the config, or the defaults when the section is absent.
+pub fn efs_settings(settings: &crate::settings::Settings) -> &EfsSettings {
+    static DEFAULT: std::sync::LazyLock<EfsSettings> = std::sync::LazyLock::new(EfsSettings::default);
+    settings.config.efs.as_ref().unwrap_or(&DEFAULT)
+}
+
 /// A stable, short set id derived from the set's smallest member, so ids survive
 /// unrelated sets appearing or disappearing (review decisions refer to them).
 pub fn set_id(members: &[String]) -> String {

@@ -463,7 +463,7 @@ impl Stage for PairsStage {
         Ok(Plan {
             inputs: vec![catalog_path(settings), embed_dir(settings).join(INDEX), embed_dir(settings).join(VECTORS)],
             prompts: vec![],
-            config_hash: section_hash(&settings.config.efs.pairs)?,
+            config_hash: section_hash(&super::efs_settings(settings).pairs)?,
         })
     }
 
@@ -475,7 +475,7 @@ impl Stage for PairsStage {
             Vectors::from_bytes(inputs.bytes(&embed_dir(s).join(INDEX))?, inputs.bytes(&embed_dir(s).join(VECTORS))?)
                 .context("in `artifacts/embed/`")?;
         let table = ToolTable::new(&catalog, &vectors)?;
-        let p = &s.config.efs.pairs;
+        let p = &super::efs_settings(s).pairs;
         let clock = std::time::Instant::now();
         let (pairs, all_cos) = find_pairs(&table, &vectors, p);
         let ms = clock.elapsed().as_millis();

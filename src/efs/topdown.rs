@@ -168,7 +168,7 @@ impl Stage for TopdownStage {
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
-        let t = &settings.config.efs.topdown;
+        let t = &super::efs_settings(settings).topdown;
         Ok(Plan {
             inputs: vec![
                 crate::embed::catalog_path(settings),
@@ -187,7 +187,7 @@ impl Stage for TopdownStage {
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let s = ctx.settings;
-        let t = &s.config.efs.topdown;
+        let t = &super::efs_settings(s).topdown;
         let catalog: Catalog = serde_json::from_slice(inputs.bytes(&crate::embed::catalog_path(s))?)?;
         let sets: Sets = serde_json::from_slice(inputs.bytes(&sets_path(s))?).context("efs-build/sets.json")?;
         let vectors =

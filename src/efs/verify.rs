@@ -72,7 +72,7 @@ impl Stage for VerifyStage {
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
-        let v = &settings.config.efs.verify;
+        let v = &super::efs_settings(settings).verify;
         Ok(Plan {
             inputs: vec![crate::embed::catalog_path(settings), pairs_path(settings)],
             prompts: vec![prompt_path(settings, &v.template)],
@@ -82,7 +82,7 @@ impl Stage for VerifyStage {
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let s = ctx.settings;
-        let v = &s.config.efs.verify;
+        let v = &super::efs_settings(s).verify;
         let catalog: Catalog = serde_json::from_slice(inputs.bytes(&crate::embed::catalog_path(s))?)
             .context("the filtered catalog is not valid")?;
         let pairs = read_csv(inputs.bytes(&pairs_path(s))?, &s.display_path(&pairs_path(s)))?;
