@@ -222,6 +222,12 @@ fn demo_groups_end_in_one_set_each_and_rerun_makes_no_llm_call() {
         .query_row("SELECT COUNT(*) FROM events WHERE kind = 'verdict' AND payload LIKE '%efs-pair%'", [], |r| r.get(0))
         .unwrap();
     assert_eq!(n as usize, pairs);
+    // The scripted judge selects exactly the group: nothing outside, every member found.
+    let results = p.json("artifacts/efs-topdown/results.json");
+    assert_eq!(results["sets"].as_array().unwrap().len(), 6);
+    assert_eq!(results["mean_recall"], 1.0, "{results}");
+    let items = p.json("artifacts/efs-topdown/items.json");
+    assert_eq!(items, json!([]), "{items}");
     let report = std::fs::read_to_string(p.path("artifacts/efs/report.md")).unwrap();
     assert!(report.contains(&format!("| candidate pairs (`efs pairs`) | {pairs} |")), "{report}");
 
