@@ -48,13 +48,13 @@ fn client(s: &Settings) -> LlmClient {
     LlmClient::with_mode(s, "bench", run, LlmMode::Live).unwrap()
 }
 
-fn throughput() {
+fn throughput(levels: &[usize], rounds: usize) {
     let server = scripted_llm::ScriptedLlm::start(|_| {
         scripted_llm::Answer::json(json!({"reason": "r", "verdict": "keep"})).after(200)
     });
     println!("scripted server at 200 ms per call (process CPU includes the test server):");
     println!("{:>4} {:>6} {:>9} {:>9} {:>7} {:>12}", "C", "calls", "calls/s", "ceiling", "share", "cpu_ms/call");
-    for c in [1usize, 8, 64] {
+    for &c in levels {
         let dir = tempfile::tempdir().unwrap();
         let s = project(
             dir.path(),
@@ -65,7 +65,7 @@ fn throughput() {
         );
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let cl = client(&s);
-        let n = (c * 8).max(20);
+        let n = (c * rounds).max(rounds * 2 + 4);
         let cpu0 = cpu_seconds();
         let t0 = Instant::now();
         rt.block_on(async {
@@ -114,7 +114,6 @@ fn local_model() {
             ("get_current_weather", "Current weather for a city from a weather service."),
             ("add", "Add two numbers."),
         ];
-        let t0 = Instant::now();
         // The first call includes the server start; time it separately.
         let mut per_call = Vec::new();
         for (i, (name, desc)) in items.iter().enumerate() {
@@ -130,7 +129,6 @@ fn local_model() {
                 println!("local model {model}: first call incl. server start {:.1} s", t.elapsed().as_secs_f64());
             }
         }
-        let _ = t0;
         drop(cl);
         // Token rates from llama-server's own timings, recorded in the ledger.
         let l = Ledger::open(&s.artifacts).unwrap();
@@ -158,7 +156,20 @@ fn local_model() {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; nothing to parse.
-    throughput();
-    local_model();
+    // `cargo bench --bench llm -- throughput|local` runs one part; default both.
+    // `cargo test --all-targets` runs this target without `--bench`: then only a quick
+    // throughput smoke run (no local model) keeps the test suite fast.
+    let args: Vec<String> = std::env::args().collect();
+    let only = |p: &str| args.iter().any(|a| a == p);
+    if !only("--bench") {
+        throughput(&[1, 8], 2);
+        return;
+    }
+    let all = !only("throughput") && !only("local");
+    if all || only("throughput") {
+        throughput(&[1, 8, 64], 8);
+    }
+    if all || only("local") {
+        local_model();
+    }
 }

@@ -54,7 +54,9 @@ pub enum Command {
     /// config. Writes `artifacts/filter/`: `catalog.json` (what remains),
     /// `dropped.csv` and `undecided.csv` (one row per server or tool with rule,
     /// class, reason and evidence) and `summary.json`; one `filter.decision` event
-    /// per server and tool goes to the ledger. Skipped when up to date.
+    /// per server and tool goes to the ledger. With `[filter] classifier_role`, matches
+    /// of `action = "ask"` rules are decided by that LLM role (answers cached in the
+    /// ledger; see `--llm-mode`). Skipped when up to date.
     Filter(ForceArgs),
     /// Corpus statistics of the catalog (and of the filtered catalog).
     ///
@@ -89,6 +91,16 @@ pub enum Command {
     /// Check and account for the configured LLM roles (`[llm.roles.<role>]`).
     #[command(subcommand)]
     Llm(LlmCommand),
+    /// Score predictions against a benchmark (ETOM- and FinMCP-style metrics).
+    ///
+    /// Reads the benchmark files (`--bench`, repeatable: unified sample JSONL, ETOM
+    /// `level_N.json`, FinMCP sample JSON) and the predictions (`--pred`: our JSONL,
+    /// ETOM `{id, prediction}` JSONL, or FinMCP records with `messages_pred`); formats are
+    /// detected unless given. Default: corrected metrics; `--compat etom|finmcp` reproduces a
+    /// published evaluator exactly, defects included. Prints a table (or `--json`); writes
+    /// only the files asked for (`--markdown`, `--per-sample`). Needs no pipeline config.
+    /// Unreadable prediction lines are listed and the report still finishes, with exit code 1.
+    Score(ScoreArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -115,6 +127,34 @@ pub struct LlmStatsArgs {
     /// Only this stage.
     #[arg(long)]
     pub stage: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ScoreArgs {
+    /// Benchmark file (repeat for several).
+    #[arg(long = "bench", value_name = "FILE", required = true)]
+    pub benches: Vec<PathBuf>,
+    /// Predictions file (JSONL, or a JSON list of FinMCP inference records).
+    #[arg(long, value_name = "FILE")]
+    pub pred: PathBuf,
+    /// Prediction format (default: detected per record from its keys).
+    #[arg(long, value_enum)]
+    pub format: Option<crate::score::PredFormat>,
+    /// Benchmark format (default: detected from the content).
+    #[arg(long, value_enum)]
+    pub bench_format: Option<crate::score::BenchFormat>,
+    /// ETOM level of benchmark files not named `level_N.json`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=5))]
+    pub etom_level: Option<u8>,
+    /// Reproduce a published evaluator instead of the corrected metrics.
+    #[arg(long, value_enum, value_name = "EVALUATOR")]
+    pub compat: Option<crate::score::CompatArg>,
+    /// Write per-sample results with reasons (JSONL) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub per_sample: Option<PathBuf>,
+    /// Write the report as Markdown to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -177,22 +177,12 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
                     Verdict::Drop(reason) => {
                         server_drop = Some((c.rule.id.clone(), c.rule.class.as_str().into(), reason, evidence))
                     }
-                    Verdict::Keep(reason) => {
+                    kept => {
+                        let (verdict, reason) = kept.word_and_reason();
                         server_ask = Some(decision(
                             "server",
                             &server.name,
-                            "keep",
-                            &c.rule.id,
-                            c.rule.class.as_str(),
-                            &reason,
-                            &evidence,
-                        ))
-                    }
-                    Verdict::Undecided(reason) => {
-                        server_ask = Some(decision(
-                            "server",
-                            &server.name,
-                            "undecided",
+                            verdict,
                             &c.rule.id,
                             c.rule.class.as_str(),
                             &reason,
@@ -228,7 +218,7 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
                     continue;
                 };
                 let class = c.rule.class.as_str();
-                d = match resolve(
+                let (verdict, reason) = resolve(
                     c.rule,
                     classifier,
                     Candidate {
@@ -239,13 +229,9 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
                         server,
                         rule: c.rule,
                     },
-                )? {
-                    Verdict::Drop(reason) => decision("tool", &t.id, "drop", &c.rule.id, class, &reason, &evidence),
-                    Verdict::Keep(reason) => decision("tool", &t.id, "keep", &c.rule.id, class, &reason, &evidence),
-                    Verdict::Undecided(reason) => {
-                        decision("tool", &t.id, "undecided", &c.rule.id, class, &reason, &evidence)
-                    }
-                };
+                )?
+                .word_and_reason();
+                d = decision("tool", &t.id, verdict, &c.rule.id, class, &reason, &evidence);
                 break;
             }
             if d.verdict != "drop" {
@@ -279,6 +265,16 @@ enum Verdict {
     Drop(String),
     Keep(String),
     Undecided(String),
+}
+
+impl Verdict {
+    fn word_and_reason(self) -> (&'static str, String) {
+        match self {
+            Verdict::Drop(r) => ("drop", r),
+            Verdict::Keep(r) => ("keep", r),
+            Verdict::Undecided(r) => ("undecided", r),
+        }
+    }
 }
 
 fn resolve(rule: &FilterRule, classifier: &dyn Classifier, c: Candidate) -> Result<Verdict> {

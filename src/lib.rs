@@ -17,6 +17,7 @@ pub mod model;
 pub mod pipeline;
 pub mod printer;
 pub mod registry;
+pub mod score;
 pub mod settings;
 pub mod stage;
 pub mod stats;

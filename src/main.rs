@@ -37,8 +37,13 @@ fn init_tracing(verbose: u8, quiet: bool) {
 }
 
 fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
+    // `score` reads only the files it is given: no pipeline config needed.
+    if let Command::Score(a) = &cli.command {
+        return benchgen::score::command(a, printer);
+    }
     let mut settings = Settings::load(&cli.global.config)?;
     settings.llm_mode = cli.global.llm_mode;
+    stage::recover_if_idle(&settings, printer)?;
     let ctx = Ctx::new(&settings, printer);
     match &cli.command {
         Command::Registry(RegistryCommand::Import(a)) => {
@@ -51,8 +56,7 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Command::Efs(c) => efs_command(&ctx, c),
         Command::Run(a) => {
             let reports = pipeline::run(&ctx, a.from.as_deref(), a.until.as_deref(), a.force)?;
-            let human: String = reports.iter().map(pipeline::render_report).collect();
-            printer.summary(&human, &reports);
+            printer.summary("", &reports); // the human text was streamed per stage
             Ok(())
         }
         Command::Status => {
@@ -60,6 +64,7 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             printer.summary(&pipeline::render_status(&rows), &rows);
             Ok(())
         }
+        Command::Score(_) => unreachable!("handled before the config is loaded"),
         Command::Explain(a) => {
             let x = explain::explain(&settings, &a.id)?;
             printer.summary(&explain::render(&x), &x);

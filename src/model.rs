@@ -69,3 +69,148 @@ impl Catalog {
         serde_json::from_slice(&bytes).with_context(|| format!("`{}` is not a benchgen catalog", path.display()))
     }
 }
+
+// ---------------------------------------------------------------------------
+// Unified benchmark samples (SPEC.md "Core model").
+//
+// Wire format, one JSON object per line of a `.jsonl` file:
+// `{"id", "family": "etom"|"finmcp", "kind": "L1".."L5"|"single_tool"|"multi_tool"|"multi_turn",
+//   "scenario": [..], "turns": [{"user", "reference_plan": [PlanCall], "gold_reply"?}],
+//   "out_of_scope", "difficulty": "easy"|"medium"|"hard", "provenance_id"}`.
+
+/// Which reference method a sample follows (decides how it is scored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    Etom,
+    Finmcp,
+}
+
+/// The task type of a sample: ETOM levels or FinMCP task kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Kind {
+    L1,
+    L2,
+    L3,
+    L4,
+    L5,
+    #[serde(rename = "single_tool")]
+    SingleTool,
+    #[serde(rename = "multi_tool")]
+    MultiTool,
+    #[serde(rename = "multi_turn")]
+    MultiTurn,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::L1 => "L1",
+            Kind::L2 => "L2",
+            Kind::L3 => "L3",
+            Kind::L4 => "L4",
+            Kind::L5 => "L5",
+            Kind::SingleTool => "single_tool",
+            Kind::MultiTool => "multi_tool",
+            Kind::MultiTurn => "multi_turn",
+        }
+    }
+
+    /// The family a kind belongs to.
+    pub fn family(self) -> Family {
+        match self {
+            Kind::L1 | Kind::L2 | Kind::L3 | Kind::L4 | Kind::L5 => Family::Etom,
+            _ => Family::Finmcp,
+        }
+    }
+
+    /// The ETOM level number, if this is an ETOM kind.
+    pub fn level(self) -> Option<u8> {
+        match self {
+            Kind::L1 => Some(1),
+            Kind::L2 => Some(2),
+            Kind::L3 => Some(3),
+            Kind::L4 => Some(4),
+            Kind::L5 => Some(5),
+            _ => None,
+        }
+    }
+
+    pub fn from_level(level: u8) -> Option<Kind> {
+        [Kind::L1, Kind::L2, Kind::L3, Kind::L4, Kind::L5].get(usize::from(level).checked_sub(1)?).copied()
+    }
+}
+
+/// Difficulty by the number of reference calls: easy ≤ 5, medium 6–10, hard > 10.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Difficulty {
+    Easy,
+    Medium,
+    Hard,
+}
+
+impl Difficulty {
+    pub fn from_calls(calls: usize) -> Self {
+        match calls {
+            0..=5 => Difficulty::Easy,
+            6..=10 => Difficulty::Medium,
+            _ => Difficulty::Hard,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Difficulty::Easy => "easy",
+            Difficulty::Medium => "medium",
+            Difficulty::Hard => "hard",
+        }
+    }
+}
+
+/// One call of a reference plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanCall {
+    /// Tool ids; more than one when any member of an equal function set serves the call.
+    pub alternatives: Vec<String>,
+    /// Index of the sequential step; calls sharing a group may run in parallel.
+    pub group: u32,
+    /// Indices of earlier calls (in this turn's plan) whose output this call consumes.
+    #[serde(default)]
+    pub depends_on: Vec<usize>,
+}
+
+/// One user turn and what a correct agent does in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Turn {
+    pub user: String,
+    pub reference_plan: Vec<PlanCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gold_reply: Option<String>,
+}
+
+/// One benchmark item in the unified format.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sample {
+    pub id: String,
+    pub family: Family,
+    pub kind: Kind,
+    #[serde(default)]
+    pub scenario: Vec<String>,
+    pub turns: Vec<Turn>,
+    #[serde(default)]
+    pub out_of_scope: bool,
+    pub difficulty: Difficulty,
+    #[serde(default)]
+    pub provenance_id: String,
+}
+
+impl Sample {
+    /// Number of reference calls over all turns (what difficulty counts).
+    pub fn reference_calls(&self) -> usize {
+        self.turns.iter().map(|t| t.reference_plan.len()).sum()
+    }
+}

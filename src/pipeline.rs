@@ -116,6 +116,8 @@ pub fn run(ctx: &Ctx, from: Option<&str>, until: Option<&str>, force: bool) -> R
         }
         ctx.printer.info(&format!("running `{}` …", stage.command()));
         let report = stage::execute(ctx.settings, ctx.printer, stage.as_ref(), force, &states)?;
+        // Each result as soon as it is known; `--json` gets the whole list at the end.
+        ctx.printer.partial(&render_report(&report));
         states.insert(name.into(), Freshness::Done);
         reports.push(report);
     }

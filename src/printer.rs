@@ -30,11 +30,19 @@ impl Printer {
         }
     }
 
+    /// Part of the human result, printed as soon as it is known (nothing with
+    /// `--json` or `--quiet`, whose output comes from [`Printer::summary`]).
+    pub fn partial(&self, human: &str) {
+        if !self.json && !self.quiet {
+            print!("{human}");
+        }
+    }
+
     /// The command's result: human text, or the JSON value with `--json`.
     pub fn summary<T: Serialize>(&self, human: &str, json: &T) {
         if self.json {
             println!("{}", serde_json::to_string_pretty(json).unwrap_or_else(|_| "null".into()));
-        } else if !self.quiet {
+        } else if !self.quiet && !human.is_empty() {
             print!("{human}");
             if !human.ends_with('\n') {
                 println!();

@@ -144,6 +144,10 @@ pub trait Stage {
     fn version(&self) -> u32;
     /// Stages whose artifacts this one reads.
     fn upstream(&self) -> &'static [&'static str];
+    /// Stages whose artifacts this one reads when they exist (stale if they are stale).
+    fn optional_upstream(&self) -> &'static [&'static str] {
+        &[]
+    }
     fn plan(&self, settings: &Settings) -> Result<Plan>;
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()>;
 }
@@ -213,6 +217,11 @@ fn hash_inputs(settings: &Settings, paths: &[PathBuf]) -> Result<(Hashes, BTreeM
 }
 
 fn diff_maps(what: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Option<String> {
+    let added: Vec<&String> = new.keys().filter(|k| !old.contains_key(*k)).collect();
+    let removed: Vec<&String> = old.keys().filter(|k| !new.contains_key(*k)).collect();
+    if let ([a], [r]) = (added.as_slice(), removed.as_slice()) {
+        return Some(format!("last run read {what} `{r}`; the config now names `{a}`"));
+    }
     for (k, v) in new {
         match old.get(k) {
             None => return Some(format!("{what} `{k}` is new")),
@@ -232,6 +241,11 @@ pub fn freshness(stage: &dyn Stage, settings: &Settings, upstream: &BTreeMap<Str
     };
     if let Some(up) = stage.upstream().iter().find(|u| upstream.get(**u).is_some_and(|f| !f.is_done())) {
         return Freshness::Stale(format!("upstream `{up}` is not done"));
+    }
+    if let Some(up) =
+        stage.optional_upstream().iter().find(|u| upstream.get(**u).is_some_and(|f| matches!(f, Freshness::Stale(_))))
+    {
+        return Freshness::Stale(format!("upstream `{up}` is stale"));
     }
     if manifest.code_version != CODE_VERSION || manifest.stage_version != stage.version() {
         return Freshness::Stale(format!(
@@ -299,16 +313,22 @@ pub fn execute(
     force: bool,
     upstream: &BTreeMap<String, Freshness>,
 ) -> Result<StageReport> {
-    if settings.artifacts.exists() {
-        for note in store::recover(&settings.artifacts)? {
-            printer.warn(&note);
+    recover_if_idle(settings, printer)?;
+    // Run alone, a stage needs its upstream output to exist; stale upstream
+    // output is used with a warning (`benchgen run` brings it up to date first).
+    for up in stage.upstream().iter().chain(stage.optional_upstream()) {
+        match upstream.get(*up) {
+            Some(Freshness::Missing(_)) if stage.upstream().contains(up) => {
+                return Err(crate::error::hinted(
+                    format!("`{}` needs the output of `{up}`, which has not been produced", stage.command()),
+                    "run `benchgen run` to bring every stage up to date, or run the upstream stage first",
+                ));
+            }
+            Some(Freshness::Stale(why)) => {
+                printer.warn(&format!("`{up}` is stale ({why}); `{}` reads its last complete output", stage.command()))
+            }
+            _ => {}
         }
-    }
-    if let Some(up) = stage.upstream().iter().find(|u| upstream.get(**u).is_some_and(|f| !f.is_done())) {
-        return Err(crate::error::hinted(
-            format!("`{}` needs the output of `{up}`, which is not up to date", stage.command()),
-            "run `benchgen run` to bring every stage up to date, or run the upstream stage first",
-        ));
     }
     if !force && freshness(stage, settings, upstream).is_done() {
         let m = Manifest::load(&settings.artifacts, stage.name())?.context("manifest vanished")?;
@@ -385,6 +405,19 @@ pub fn execute(
         notes: out.notes,
         duration_ms,
     })
+}
+
+/// Finish or undo what a killed commit left behind, unless another process is
+/// committing right now (then its staging folder is not ours to touch).
+pub fn recover_if_idle(settings: &Settings, printer: &Printer) -> Result<()> {
+    if !settings.artifacts.join(".staging").exists() && !settings.artifacts.join(".trash").exists() {
+        return Ok(());
+    }
+    let Ok(_lock) = lock_artifacts(&settings.artifacts) else { return Ok(()) };
+    for note in store::recover(&settings.artifacts)? {
+        printer.warn(&note);
+    }
+    Ok(())
 }
 
 /// An exclusive lock on the artifacts folder, so two benchgen processes never

@@ -220,7 +220,7 @@ pub fn chart_svg(stats: &CatalogStats, top: usize) -> Result<String> {
             .disable_y_mesh()
             .y_labels(n)
             .y_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+                SegmentValue::CenterOf(row) if *row < n => labels.get(n - 1 - *row).cloned().unwrap_or_default(),
                 _ => String::new(),
             })
             .x_desc("servers")
@@ -228,8 +228,10 @@ pub fn chart_svg(stats: &CatalogStats, top: usize) -> Result<String> {
             .map_err(|e| anyhow::anyhow!("chart: {e}"))?;
         chart
             .draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
+                // Largest first from the top: row 0 of the chart is at the bottom.
+                let row = n - 1 - i;
                 let mut r = Rectangle::new(
-                    [(0, SegmentValue::Exact(i)), (*v, SegmentValue::Exact(i + 1))],
+                    [(0, SegmentValue::Exact(row)), (*v, SegmentValue::Exact(row + 1))],
                     RGBColor(66, 113, 196).filled(),
                 );
                 r.set_margin(3, 3, 0, 0);
@@ -262,6 +264,9 @@ impl Stage for StatsStage {
     }
     fn upstream(&self) -> &'static [&'static str] {
         &["catalog"]
+    }
+    fn optional_upstream(&self) -> &'static [&'static str] {
+        &["filter"]
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {

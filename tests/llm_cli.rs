@@ -94,7 +94,7 @@ fn ledger_payloads(dir: &Path, kind: &str) -> Vec<Value> {
 #[test]
 fn filter_uses_the_llm_and_reruns_come_from_the_ledger() {
     let s = ScriptedLlm::start(keep_or_drop);
-    let dir = project(&s.base_url(), "");
+    let dir = project(&s.base_url(), "prices = { prompt = 1.5, completion = 4.0 }");
     let o = run(dir.path(), &["run"]);
     assert!(o.status.success(), "{}", text(&o));
     let asked = s.count();
@@ -103,7 +103,8 @@ fn filter_uses_the_llm_and_reruns_come_from_the_ledger() {
     assert!(dropped.contains("ask-getters") && dropped.contains("LLM classifier: not needed"), "{dropped}");
     let manifest: Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("artifacts/filter/manifest.json")).unwrap()).unwrap();
-    assert_eq!(manifest["counts"]["llm_calls"], 16);
+    assert_eq!(manifest["counts"]["llm_exchanges"], 16);
+    let first_counts = manifest["counts"].clone();
     assert!(manifest["prompts"]["pipeline/prompts/filter-classify.md"].is_string(), "{manifest}");
     // Every LLM decision has its exchange as a parent.
     let explain = run(dir.path(), &["explain", "alpha-markets-mcp::get_company_profile"]);
@@ -115,8 +116,8 @@ fn filter_uses_the_llm_and_reruns_come_from_the_ledger() {
     assert_eq!(s.count(), asked);
     let manifest: Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("artifacts/filter/manifest.json")).unwrap()).unwrap();
-    assert_eq!(manifest["counts"]["llm_cache_hits"], 16);
-    assert_eq!(manifest["counts"]["llm_calls"], 0);
+    assert_eq!(manifest["counts"], first_counts, "manifest counts are reproduced by a cached rerun");
+    assert!(text(&o).contains("16 exchanges (0 live, 16 from the ledger)"), "{}", text(&o));
     assert_eq!(std::fs::read_to_string(dir.path().join("artifacts/filter/dropped.csv")).unwrap(), dropped);
 
     // Replay also works from the ledger; stats add it all up.
@@ -128,6 +129,10 @@ fn filter_uses_the_llm_and_reruns_come_from_the_ledger() {
     assert_eq!(rows[0]["calls"], 16);
     assert_eq!(rows[0]["cache_hits"], 32);
     assert!(rows[0]["latency_ms_p50"].is_u64());
+    let (pt, ct) = (rows[0]["prompt_tokens"].as_f64().unwrap(), rows[0]["completion_tokens"].as_f64().unwrap());
+    assert!(pt > 0.0 && ct > 0.0);
+    let cost = rows[0]["cost_usd"].as_f64().unwrap();
+    assert!((cost - (pt * 1.5 + ct * 4.0) / 1e6).abs() < 1e-12, "{cost}");
 
     // Changing the prompt makes the stage stale.
     let p = dir.path().join("pipeline/prompts/filter-classify.md");
@@ -249,4 +254,19 @@ fn ping_checks_each_role() {
     let o = run(dir.path(), &["llm", "ping", "--role", "nope"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("llm.roles.nope"), "{}", text(&o));
+}
+
+#[test]
+fn invalid_verdicts_leave_items_undecided_with_the_error() {
+    let s = ScriptedLlm::constant("I would rather not say.");
+    let dir = project(&s.base_url(), "reask = 1");
+    let o = run(dir.path(), &["run"]);
+    assert!(o.status.success(), "an invalid answer is an item-level failure: {}", text(&o));
+    assert_eq!(s.count(), 16 * 2, "one question and one re-ask per item");
+    let undecided = std::fs::read_to_string(dir.path().join("artifacts/filter/undecided.csv")).unwrap();
+    assert_eq!(undecided.lines().count(), 1 + 16, "{undecided}");
+    assert!(undecided.contains("LLM classifier gave no valid verdict"), "{undecided}");
+    let failures = ledger_payloads(dir.path(), "llm.failure");
+    assert_eq!(failures.len(), 16);
+    assert_eq!(failures[0]["raw"], "I would rather not say.");
 }

@@ -136,6 +136,7 @@ fn rate_limiter_spaces_requests() {
     let s = ScriptedLlm::start(|_| good());
     let p = project(&s.base_url(), "rpm = 600\nmax_concurrency = 8");
     let c = client(&p, LlmMode::Cached);
+    let start = Instant::now();
     rt().block_on(async {
         let calls: Vec<_> = (0..5)
             .map(|i| {
@@ -149,9 +150,9 @@ fn rate_limiter_spaces_requests() {
     });
     let mut at: Vec<Instant> = s.requests().iter().map(|r| r.at).collect();
     at.sort();
-    for w in at.windows(2) {
-        // 600 rpm = one request per 100 ms; allow a little scheduling slack.
-        assert!(w[1] - w[0] >= Duration::from_millis(90), "{:?}", w[1] - w[0]);
+    // 600 rpm = one admission per 100 ms: the k-th request cannot arrive before k × 100 ms.
+    for (k, t) in at.iter().enumerate() {
+        assert!(*t - start >= Duration::from_millis(100 * k as u64), "request {k} came after {:?}", *t - start);
     }
 }
 
@@ -172,7 +173,8 @@ fn concurrency_is_bounded_per_endpoint() {
         }
     });
     assert_eq!(s.count(), 12);
-    assert_eq!(s.max_in_flight(), 3);
+    assert!(s.max_in_flight() <= 3, "{}", s.max_in_flight());
+    assert!(s.max_in_flight() >= 2, "requests did run concurrently: {}", s.max_in_flight());
 }
 
 #[test]

@@ -83,6 +83,7 @@ PY
     echo "  model $name: sha256 mismatch (got $got, want $sha)"; exit 1
   fi
   mv "$tmp" "$out"
+  rm -rf "$dl" # the parts are in the model now
   echo "  model $name: assembled, sha256 ok"
 }
 

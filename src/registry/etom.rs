@@ -159,7 +159,10 @@ fn trimmed(raw: &str, loc: &str, what: &str, notes: &mut Vec<Note>) -> (String, 
 /// as `Imported::rejected` (lenient).
 pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
     let root: Value = serde_json::from_slice(bytes).map_err(|e| {
-        vec![Problem::new(format!("line {}, column {}", e.line(), e.column()), format!("invalid JSON: {e}"))]
+        // serde_json's message ends with its own "at line L column C"; the location says it already.
+        let msg = e.to_string();
+        let msg = msg.rsplit_once(" at line ").map_or(msg.as_str(), |(m, _)| m).to_string();
+        vec![Problem::new(format!("line {}, column {}", e.line(), e.column()), format!("invalid JSON: {msg}"))]
     })?;
     let Value::Object(top) = &root else {
         return Err(vec![Problem::new(
@@ -180,12 +183,7 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
     let mut total_tools_in_file = 0usize;
 
     for (si, sv) in servers.iter().enumerate() {
-        let raw_name = sv.get("server_name").and_then(Value::as_str).unwrap_or("");
-        let sloc = if raw_name.trim().is_empty() {
-            format!("servers[{si}]")
-        } else {
-            format!("servers[{si}] {:?}", raw_name.trim())
-        };
+        let sloc = located(format!("servers[{si}]"), sv, "server_name");
         let Value::Object(obj) = sv else {
             let p = Problem::new(&sloc, format!("expected a server object, found {}", type_name(sv)));
             reject_or_fail(&mut out, lenient, p, format!("servers[{si}]"));
@@ -230,16 +228,7 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
         }
         if !server_problems.is_empty() {
             let id = if server_name.is_empty() { format!("servers[{si}]") } else { server_name.clone() };
-            if lenient {
-                let reason = server_problems
-                    .iter()
-                    .map(|p| format!("{}: {}", p.location, p.message))
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                out.rejected.push(Rejected { location: sloc.clone(), id, reason });
-            } else {
-                out.problems.extend(server_problems);
-            }
+            settle(&mut out, lenient, &sloc, id, server_problems);
             total_tools_in_file += tools_v.map_or(0, Vec::len);
             continue;
         }
@@ -255,12 +244,7 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
         let mut seen_tools: BTreeMap<String, String> = BTreeMap::new();
         for (ti, tv) in tools_v.into_iter().flatten().enumerate() {
             total_tools_in_file += 1;
-            let raw_tool = tv.get("tool_name").and_then(Value::as_str).unwrap_or("");
-            let tloc = if raw_tool.trim().is_empty() {
-                format!("{sloc}.tools[{ti}]")
-            } else {
-                format!("{sloc}.tools[{ti}] {:?}", raw_tool.trim())
-            };
+            let tloc = located(format!("{sloc}.tools[{ti}]"), tv, "tool_name");
             let Value::Object(tobj) = tv else {
                 let p = Problem::new(&tloc, format!("expected a tool object, found {}", type_name(tv)));
                 reject_or_fail(&mut out, lenient, p, tloc.clone());
@@ -297,17 +281,8 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
                 });
             }
             if !problems.is_empty() {
-                if lenient {
-                    let id = if tool_name.is_empty() { tloc.clone() } else { tool_id(&server_name, &tool_name) };
-                    let reason = problems
-                        .iter()
-                        .map(|p| format!("{}: {}", p.location, p.message))
-                        .collect::<Vec<_>>()
-                        .join("; ");
-                    out.rejected.push(Rejected { location: tloc.clone(), id, reason });
-                } else {
-                    out.problems.extend(problems);
-                }
+                let id = if tool_name.is_empty() { tloc.clone() } else { tool_id(&server_name, &tool_name) };
+                settle(&mut out, lenient, &tloc, id, problems);
                 continue;
             }
             seen_tools.insert(tool_name.clone(), tloc.clone());
@@ -349,10 +324,27 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
 }
 
 fn reject_or_fail(out: &mut Imported, lenient: bool, p: Problem, id: String) {
+    let location = p.location.clone();
+    settle(out, lenient, &location, id, vec![p]);
+}
+
+/// A record's problems: fatal in strict mode; in lenient mode the record is
+/// left out and listed with every reason.
+fn settle(out: &mut Imported, lenient: bool, location: &str, id: String, problems: Vec<Problem>) {
     if lenient {
-        out.rejected.push(Rejected { location: p.location.clone(), id, reason: p.message });
+        let reason = problems.iter().map(|p| format!("{}: {}", p.location, p.message)).collect::<Vec<_>>().join("; ");
+        out.rejected.push(Rejected { location: location.to_string(), id, reason });
     } else {
-        out.problems.push(p);
+        out.problems.extend(problems);
+    }
+}
+
+/// `base` plus the record's trimmed name when it has one, so messages point
+/// at both the index and the name a user searches for.
+fn located(base: String, record: &Value, name_key: &str) -> String {
+    match record.get(name_key).and_then(Value::as_str).map(str::trim) {
+        Some(n) if !n.is_empty() => format!("{base} {n:?}"),
+        _ => base,
     }
 }
 

@@ -132,6 +132,7 @@ impl ScriptedLlm {
                 let accept = async {
                     loop {
                         let Ok((sock, _)) = listener.accept().await else { continue };
+                        let _ = sock.set_nodelay(true);
                         let st = st.clone();
                         tokio::spawn(async move {
                             let _ = serve(sock, st).await;
@@ -297,7 +298,8 @@ async fn write(
         head.push_str(&format!("retry-after: {ra}\r\n"));
     }
     head.push_str("\r\n");
+    // One write: head and body in separate segments would meet Nagle + delayed ACK (40 ms).
+    head.push_str(body);
     w.write_all(head.as_bytes()).await?;
-    w.write_all(body.as_bytes()).await?;
     w.flush().await
 }
