@@ -480,9 +480,7 @@ impl Stage for EmbedStage {
         let cfg = embed_settings(ctx.settings);
         let rows: Vec<(String, String)> =
             catalog.tools().map(|(s, t)| (t.id.clone(), tool_text(&cfg.text, s, t))).collect();
-        let clock = std::time::Instant::now();
         let (vectors, reused) = embed_rows(ctx.settings, ctx.printer, &rows)?;
-        let secs = clock.elapsed().as_secs_f64();
         let embedded = rows.len() - reused;
         out.file(VECTORS, vectors.vector_bytes());
         out.json(INDEX, &vectors.index)?;
@@ -491,7 +489,7 @@ impl Stage for EmbedStage {
         out.count("reused", reused);
         out.count("dim", vectors.dim());
         out.notes.push(format!(
-            "{} tools: {embedded} embedded, {reused} reused from the previous run ({} × {} floats, model `{}`) in {secs:.1} s",
+            "{} tools: {embedded} embedded, {reused} reused from the previous run ({} × {} floats, model `{}`)",
             rows.len(),
             vectors.len(),
             vectors.dim(),

@@ -476,9 +476,7 @@ impl Stage for PairsStage {
                 .context("in `artifacts/embed/`")?;
         let table = ToolTable::new(&catalog, &vectors)?;
         let p = &super::efs_settings(s).pairs;
-        let clock = std::time::Instant::now();
         let (pairs, all_cos) = find_pairs(&table, &vectors, p);
-        let ms = clock.elapsed().as_millis();
         let mut by_cosine = BTreeMap::new();
         for pr in &pairs {
             let band = ((pr.cosine * 20.0).floor() / 20.0).max(-1.0);
@@ -514,7 +512,7 @@ impl Stage for PairsStage {
         out.count("cross_server", summary.cross_server);
         out.count("same_server", summary.same_server);
         out.notes.push(format!(
-            "{} candidate pairs ({} cross-server, {} same-server, {} mutual) over {} of {} tools, searched in {ms} ms",
+            "{} candidate pairs ({} cross-server, {} same-server, {} mutual) over {} of {} tools",
             summary.pairs,
             summary.cross_server,
             summary.same_server,
