@@ -485,8 +485,8 @@ impl Stage for EmbedStage {
         out.file(VECTORS, vectors.vector_bytes());
         out.json(INDEX, &vectors.index)?;
         out.count("tools", rows.len());
-        out.count("embedded", embedded);
-        out.count("reused", reused);
+        // How many vectors were reused depends on the previous run, so it goes to the
+        // notes, not the manifest's counts (a forced rerun must give the same manifest).
         out.count("dim", vectors.dim());
         out.notes.push(format!(
             "{} tools: {embedded} embedded, {reused} reused from the previous run ({} × {} floats, model `{}`)",

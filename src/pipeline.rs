@@ -86,7 +86,7 @@ pub fn render_status(rows: &[StatusRow]) -> String {
             Freshness::Missing(why) => ("missing", format!(" — {why}")),
         };
         let run = r.run_id.map(|id| format!(" (run {id})")).unwrap_or_default();
-        s.push_str(&format!("{:<12} {:<8}{run}{reason}\n", r.stage, word));
+        s.push_str(&format!("{:<10} {:<8}{run}{reason}\n", r.stage, word));
     }
     s
 }

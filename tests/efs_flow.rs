@@ -208,7 +208,7 @@ fn demo_groups_end_in_one_set_each_and_rerun_makes_no_llm_call() {
     }
     let fin = p.json("artifacts/efs/final.json");
     assert!(fin["sets"].as_array().unwrap().iter().all(|s| s["status"] == "unreviewed"));
-    assert!(fin["sets"][0]["evidence"][0]["verdict_event"].as_i64().unwrap() > 0);
+    assert!(fin["sets"][0]["evidence"][0]["verdict_exchange"].as_str().unwrap().starts_with("sha256:"));
     let etom = p.json("artifacts/efs/tool_equivalence_sets.json");
     assert_eq!(etom[0]["set_id"], 1);
     assert_eq!(etom[0]["size"], 2);
@@ -265,9 +265,8 @@ fn killed_verify_resumes_without_repeating_verdicts() {
     assert_eq!(done_keys.len(), 3);
     assert!(!p.path("artifacts/efs-verify").exists(), "nothing committed by the killed run");
 
-    p.ok(&["efs", "verify"]);
-    let m = p.json("artifacts/efs-verify/manifest.json");
-    assert_eq!(m["counts"]["resumed"], 3);
+    let out = p.ok(&["efs", "verify"]);
+    assert!(out.contains("(3 resumed from an interrupted run)"), "{out}");
     let asked = verify_requests(&llm);
     for key in &done_keys {
         let (a, b) = key.split_once(" <> ").unwrap();

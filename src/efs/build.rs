@@ -7,7 +7,8 @@
 //! ledger ids of the verdicts.
 //!
 //! Output `artifacts/efs-build/sets.json`: `{sets: [CandidateSet], rejected_pairs,
-//! verified_pairs}` (see [`CandidateSet`]).
+//! verified_pairs}` (see [`CandidateSet`]). Evidence names each verdict's LLM
+//! exchange by its request hash (stable across reruns; the ledger resolves it).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -29,8 +30,8 @@ pub struct Verdict {
     pub b: String,
     pub equivalent: bool,
     pub reason: String,
-    /// Ledger event of the LLM exchange that gave the verdict.
-    pub event_id: i64,
+    /// Request hash of the LLM exchange that gave the verdict (see [`super::exchange_hash`]).
+    pub exchange: String,
 }
 
 /// A verified pair inside a set.
@@ -42,7 +43,8 @@ pub struct Evidence {
     pub cosine: f32,
     pub score: f32,
     pub reason: String,
-    pub verdict_event: i64,
+    /// Request hash of the verdict's LLM exchange.
+    pub verdict_exchange: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -106,7 +108,7 @@ pub fn build_sets(pairs: &[Pair], verdicts: &[Verdict], server_of: &HashMap<Stri
             cosine: p.cosine,
             score: p.score,
             reason: v.reason.clone(),
-            verdict_event: v.event_id,
+            verdict_exchange: v.exchange.clone(),
         });
     }
     for (members, mut ev) in groups.into_iter().zip(evidence) {
@@ -223,7 +225,7 @@ mod tests {
             b: b.into(),
             equivalent: eq,
             reason: "r".into(),
-            event_id: id,
+            exchange: format!("sha256:{id}"),
         };
         let pairs = vec![pair("s1::a", "s2::a"), pair("s2::a", "s3::a"), pair("s1::b", "s2::b")];
         let verdicts = vec![v("s1::a", "s2::a", true, 7), v("s2::a", "s3::a", true, 8), v("s1::b", "s2::b", false, 9)];
@@ -236,7 +238,10 @@ mod tests {
         let s = &sets.sets[0];
         assert_eq!(s.members, ["s1::a", "s2::a", "s3::a"]);
         assert_eq!(s.servers, ["s1", "s2", "s3"]);
-        assert_eq!(s.evidence.iter().map(|e| e.verdict_event).collect::<Vec<_>>(), [7, 8]);
+        assert_eq!(
+            s.evidence.iter().map(|e| e.verdict_exchange.as_str()).collect::<Vec<_>>(),
+            ["sha256:7", "sha256:8"]
+        );
         assert_eq!((sets.verified_pairs, sets.rejected_pairs), (2, 1));
         // A verdict about a pair that was never a candidate is an error, not ignored.
         assert!(build_sets(&pairs, &[v("s1::a", "s3::a", true, 1)], &servers).is_err());

@@ -276,9 +276,9 @@ fn histogram(values: impl Iterator<Item = usize>) -> BTreeMap<usize, usize> {
 pub struct StepCost {
     pub stage: String,
     pub duration_ms: Option<u64>,
-    /// Live LLM exchanges (cache hits are counted apart).
-    pub llm_calls: usize,
-    pub llm_cached: usize,
+    /// LLM exchanges, live or answered from the ledger.
+    pub llm_exchanges: usize,
+    pub llm_failures: usize,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
 }
@@ -288,11 +288,12 @@ fn step_cost(settings: &Settings, stage: &str) -> StepCost {
     let Ok(Some(m)) = Manifest::load(&settings.artifacts, stage) else {
         return c;
     };
-    // LLM stages put their client's counts into the manifest (`LlmClient::add_counts`).
+    // LLM stages put their client's counts into the manifest (`LlmClient::add_counts`):
+    // exchanges (live or from the ledger, so reruns report the same) and tokens.
     let n = |k: &str| m.counts.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
     c.duration_ms = Some(m.duration_ms);
-    c.llm_calls = n("llm_calls") as usize;
-    c.llm_cached = n("llm_cache_hits") as usize;
+    c.llm_exchanges = n("llm_exchanges") as usize;
+    c.llm_failures = n("llm_failures") as usize;
     c.prompt_tokens = n("llm_prompt_tokens");
     c.completion_tokens = n("llm_completion_tokens");
     c
@@ -357,12 +358,12 @@ pub fn report(f: &Final, funnel: &Funnel, sets: &[CandidateSet], costs: &[StepCo
         histogram(sets.iter().map(|s| s.servers.len())),
         histogram(f.sets.iter().map(|s| s.servers.len())),
     );
-    md.push_str("\n## Cost and time per step\n\n| stage | time | live LLM calls | from cache | prompt tokens | completion tokens |\n|---|---:|---:|---:|---:|---:|\n");
+    md.push_str("\n## Cost and time per step\n\n| stage | time | LLM exchanges | failures | prompt tokens | completion tokens |\n|---|---:|---:|---:|---:|---:|\n");
     for c in costs {
         let t = c.duration_ms.map_or("not run".to_string(), |ms| format!("{:.1} s", ms as f64 / 1000.0));
         md.push_str(&format!(
             "| {} | {t} | {} | {} | {} | {} |\n",
-            c.stage, c.llm_calls, c.llm_cached, c.prompt_tokens, c.completion_tokens
+            c.stage, c.llm_exchanges, c.llm_failures, c.prompt_tokens, c.completion_tokens
         ));
     }
     md

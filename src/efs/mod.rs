@@ -146,6 +146,31 @@ pub fn efs_settings(settings: &crate::settings::Settings) -> &EfsSettings {
     settings.config.efs.as_ref().unwrap_or(&DEFAULT)
 }
 
+/// The request hash of a recorded LLM exchange: a stable name for it. Event ids
+/// depend on the order concurrent calls finish (and a cache hit is a new event),
+/// so artifacts name exchanges by request hash, which the ledger resolves
+/// ([`exchange_event`]), and stay byte-identical across reruns.
+pub fn exchange_hash(ledger: &crate::ledger::Ledger, event_id: i64) -> anyhow::Result<String> {
+    let ev = ledger.event(event_id)?.ok_or_else(|| anyhow::anyhow!("ledger event #{event_id} is missing"))?;
+    ev.payload["request_hash"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow::anyhow!("ledger event #{event_id} is not an LLM exchange"))
+}
+
+/// The newest ledger event of the exchange with this request hash.
+pub fn exchange_event(ledger: &crate::ledger::Ledger, hash: &str) -> anyhow::Result<Option<i64>> {
+    use rusqlite::OptionalExtension;
+    Ok(ledger
+        .connection()
+        .query_row(
+            "SELECT id FROM events WHERE kind = ?1 AND json_extract(payload, '$.request_hash') = ?2 ORDER BY id DESC LIMIT 1",
+            rusqlite::params![crate::ledger::kind::LLM_EXCHANGE, hash],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
 /// A stable, short set id derived from the set's smallest member, so ids survive
 /// unrelated sets appearing or disappearing (review decisions refer to them).
 pub fn set_id(members: &[String]) -> String {

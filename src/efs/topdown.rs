@@ -54,14 +54,16 @@ pub struct RequestResult {
     pub selected: Vec<String>,
     /// Ids the judge named that were not retrieved (ignored, kept for audit).
     pub unknown: Vec<String>,
-    pub event_id: i64,
+    /// Request hash of the judge's LLM exchange.
+    pub exchange: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SetResult {
     pub set_id: String,
-    pub requests_event: i64,
+    /// Request hash of the writer's LLM exchange.
+    pub requests_exchange: String,
     pub requests: Vec<RequestResult>,
     /// |selected ∩ set| / |selected|, over all requests.
     pub precision: f64,
@@ -198,6 +200,7 @@ impl Stage for TopdownStage {
         let run_id = ctx.ledger_run()?;
         let pb = ctx.printer.progress(sets.sets.len() as u64, "topdown");
         let mut embedder: Option<Embedder> = None;
+        let ledger = crate::ledger::Ledger::open(&s.artifacts)?;
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
         let client = rt.block_on(LlmClient::from_settings(s, self.name(), run_id))?;
         let mut results: Vec<SetResult> = Vec::new();
@@ -270,7 +273,8 @@ impl Stage for TopdownStage {
                         selected.dedup();
                         unknown.sort();
                         unknown.dedup();
-                        reqs_out.push(RequestResult { request, retrieved, selected, unknown, event_id: sel.event_id });
+                        let exchange = super::exchange_hash(&ledger, sel.event_id)?;
+                        reqs_out.push(RequestResult { request, retrieved, selected, unknown, exchange });
                     }
                     Err(e) if e.is_item_level() => {
                         failures.push(e.to_string());
@@ -285,7 +289,7 @@ impl Stage for TopdownStage {
             let (_, precision, recall, rag_hit) = cross_check(set, &reqs_out);
             let res = SetResult {
                 set_id: set.id.clone(),
-                requests_event: reqs.event_id,
+                requests_exchange: super::exchange_hash(&ledger, reqs.event_id)?,
                 requests: reqs_out,
                 precision,
                 recall,
@@ -309,8 +313,10 @@ impl Stage for TopdownStage {
         let mut items = Vec::new();
         for r in &results {
             let (its, ..) = cross_check(by_id[r.set_id.as_str()], &r.requests);
-            let parents: Vec<i64> =
-                std::iter::once(r.requests_event).chain(r.requests.iter().map(|q| q.event_id)).collect();
+            let mut parents: Vec<i64> = Vec::new();
+            for h in std::iter::once(&r.requests_exchange).chain(r.requests.iter().map(|q| &q.exchange)) {
+                parents.extend(super::exchange_event(&ledger, h)?);
+            }
             for it in &its {
                 let mut ev = NewEvent::new(
                     kind::VERDICT,
@@ -369,7 +375,7 @@ mod tests {
             retrieved: retrieved.iter().map(|s| s.to_string()).collect(),
             selected: selected.iter().map(|s| s.to_string()).collect(),
             unknown: vec![],
-            event_id: 1,
+            exchange: "sha256:1".into(),
         }
     }
 

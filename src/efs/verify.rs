@@ -13,7 +13,8 @@
 //! after all other pairs are done (a rerun retries only those).
 //!
 //! Output `artifacts/efs-verify/verdicts.json`: `[{a, b, equivalent, reason,
-//! event_id}]` sorted by `(a, b)`.
+//! exchange}]` sorted by `(a, b)`; `exchange` is the request hash of the LLM
+//! exchange (stable across reruns, unlike event ids; the ledger resolves it).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -94,6 +95,7 @@ impl Stage for VerifyStage {
         let pb = ctx.printer.progress(pairs.len() as u64, "verify");
         pb.inc(resumed as u64);
 
+        let ledger = crate::ledger::Ledger::open(&s.artifacts)?;
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
         let mut failures: Vec<String> = Vec::new();
         let client = rt.block_on(async {
@@ -123,7 +125,7 @@ impl Stage for VerifyStage {
                     Ok(reply) => {
                         checkpoint.put(
                             &key,
-                            json!({"equivalent": reply.value.equivalent, "reason": one_line(&reply.value.reason), "event_id": reply.event_id}),
+                            json!({"equivalent": reply.value.equivalent, "reason": one_line(&reply.value.reason), "exchange": super::exchange_hash(&ledger, reply.event_id)?}),
                         )?;
                         crate::store::fail_point("efs_verify_pair")?;
                         pb.inc(1);
@@ -159,26 +161,26 @@ impl Stage for VerifyStage {
                 b: p.b.clone(),
                 equivalent: verdict.equivalent,
                 reason: verdict.reason,
-                event_id: verdict.event_id,
+                exchange: verdict.exchange,
             });
         }
         verdicts.sort_by(|x, y| (&x.a, &x.b).cmp(&(&y.a, &y.b)));
         for vd in &verdicts {
-            out.event(
-                NewEvent::new(
-                    kind::VERDICT,
-                    Some(&super::pairs::pair_key(&vd.a, &vd.b)),
-                    json!({"check": "efs-pair", "a": vd.a, "b": vd.b, "equivalent": vd.equivalent, "reason": vd.reason}),
-                )
-                .with_parent(Parent::Id(vd.event_id)),
+            let mut ev = NewEvent::new(
+                kind::VERDICT,
+                Some(&super::pairs::pair_key(&vd.a, &vd.b)),
+                json!({"check": "efs-pair", "a": vd.a, "b": vd.b, "equivalent": vd.equivalent, "reason": vd.reason, "exchange": vd.exchange}),
             );
+            if let Some(id) = super::exchange_event(&ledger, &vd.exchange)? {
+                ev = ev.with_parent(Parent::Id(id));
+            }
+            out.event(ev);
         }
         let yes = verdicts.iter().filter(|x| x.equivalent).count();
         let path = verdicts_path(s);
         out.json(path.file_name().and_then(|f| f.to_str()).unwrap_or("verdicts.json"), &verdicts)?;
         out.count("pairs", verdicts.len());
         out.count("equivalent", yes);
-        out.count("resumed", resumed);
         out.notes.push(format!(
             "{} pairs judged: {yes} equivalent, {} not ({resumed} resumed from an interrupted run)",
             verdicts.len(),
@@ -192,7 +194,7 @@ impl Stage for VerifyStage {
 struct VerdictRecord {
     equivalent: bool,
     reason: String,
-    event_id: i64,
+    exchange: String,
 }
 
 /// The reason on one line (models sometimes add line breaks).
