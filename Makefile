@@ -33,4 +33,4 @@ bench: build
 	@scripts/bench.sh
 
 clean-demo:
-	rm -rf artifacts/catalog artifacts/filter artifacts/stats artifacts/ledger.sqlite*
+	rm -rf artifacts/catalog artifacts/filter artifacts/stats artifacts/embed artifacts/efs artifacts/efs-* artifacts/ledger.sqlite*

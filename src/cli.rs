@@ -64,9 +64,21 @@ pub enum Command {
     /// `artifacts/filter/catalog.json`. Writes `artifacts/stats/catalog.json`,
     /// `catalog.md` (tables) and `servers_per_category.svg`. Skipped when up to date.
     Stats(ForceArgs),
+    /// Embed every tool of the filtered catalog with a local ONNX model.
+    ///
+    /// Reads `artifacts/filter/catalog.json` and `[embed]` (model files from
+    /// `make setup` by default). Writes `artifacts/embed/vectors.f32` (row-major
+    /// little-endian f32, L2-normalised) and `index.json` (tool id, row, text hash,
+    /// model id). Tools whose text and model are unchanged since the previous run
+    /// reuse their vectors. Skipped when up to date.
+    Embed(ForceArgs),
+    /// Equal function sets: groups of tools that do the same job.
+    #[command(subcommand)]
+    Efs(EfsCommand),
     /// Run the pipeline's stages in order, skipping those that are up to date.
     ///
-    /// Stages: catalog (`registry import` of `registry.source`), filter, stats.
+    /// Stages: catalog (`registry import` of `registry.source`), filter, embed,
+    /// efs-pairs, efs-verify, efs-build, efs-topdown, efs (`efs finalize`), stats.
     Run(RunArgs),
     /// Show every stage as done, stale (with the reason) or missing.
     Status,
@@ -165,6 +177,86 @@ pub struct ScoreArgs {
     /// Write the report as Markdown to FILE.
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EfsCommand {
+    /// Candidate pairs of possibly equivalent tools (no LLM).
+    ///
+    /// Reads `artifacts/filter/catalog.json`, `artifacts/embed/` and `[efs.pairs]`.
+    /// Each tool keeps its top-k neighbours by a score combining cosine similarity
+    /// with name and parameter overlap (minus penalties for differing actions and a
+    /// shared server); a pair qualifies if either endpoint keeps it. Writes
+    /// `artifacts/efs-pairs/pairs.csv`, `similarity.svg` and `summary.json`.
+    /// Skipped when up to date.
+    Pairs(ForceArgs),
+    /// The LLM judges each candidate pair: equivalent yes/no with a one-line reason.
+    ///
+    /// Reads `artifacts/efs-pairs/pairs.csv`, the filtered catalog, `[efs.verify]`
+    /// and the prompt `pipeline/prompts/efs_verify.md`. Writes
+    /// `artifacts/efs-verify/verdicts.json` and one `verdict` ledger event per pair
+    /// (its parent is the LLM exchange). Resumable: an interrupted run keeps every
+    /// verdict it got. Skipped when up to date.
+    Verify(ForceArgs),
+    /// Union–find over verified pairs into candidate sets (no LLM).
+    ///
+    /// Reads `artifacts/efs-pairs/pairs.csv` and `artifacts/efs-verify/verdicts.json`.
+    /// Writes `artifacts/efs-build/sets.json` (members sorted, sets by first member,
+    /// evidence per set). Skipped when up to date.
+    Build(ForceArgs),
+    /// Top-down cross-check: requests per set, retrieval, LLM selection.
+    ///
+    /// Reads `artifacts/efs-build/sets.json`, `artifacts/embed/` and `[efs.topdown]`.
+    /// Writes `artifacts/efs-topdown/results.json` (requests, retrieved and selected
+    /// tools, metrics per set) and `items.json` (review items: outside tools
+    /// selected, members never selected, sets split across requests). Resumable
+    /// per set. Skipped when up to date.
+    Topdown(ForceArgs),
+    /// Human review of candidate sets.
+    #[command(subcommand)]
+    Review(EfsReviewCommand),
+    /// The final sets, with decisions and evidence, and the EFS report.
+    ///
+    /// Reads `artifacts/efs-build/sets.json` and, when present,
+    /// `artifacts/efs-topdown/items.json` and `artifacts/efs-review/decisions.json`.
+    /// Writes `artifacts/efs/final.json`, `tool_equivalence_sets.json` (ETOM shape)
+    /// and `report.md`. Sets without a human decision follow `[efs.finalize] policy`
+    /// and are marked `unreviewed`. Skipped when up to date.
+    Finalize(ForceArgs),
+    /// Compare our sets with a reference EFS file (ETOM `tool_equivalence_sets.json` shape).
+    ///
+    /// Reads `artifacts/efs/final.json` (or `--sets FILE`), the reference, and when
+    /// present `artifacts/efs-pairs/pairs.csv` and the filtered catalog. Prints
+    /// co-membership pair precision/recall/F1, exact set matches and the reference
+    /// pairs the candidate stage never proposed. Writes nothing unless `--out`.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EfsReviewCommand {
+    /// Write the review sheet `reviews/efs/efs_review.csv` (one row per set, member
+    /// and top-down candidate). Refuses to overwrite a sheet holding decisions
+    /// unless `--force`.
+    Export(ForceArgs),
+    /// Check and record the decisions in every `reviews/efs/*.csv`.
+    ///
+    /// Writes `artifacts/efs-review/decisions.json` and one `review` ledger event
+    /// per decision. Any malformed row rejects the whole import with `file:line`
+    /// messages; the sheets are never modified. Skipped when up to date.
+    Import(ForceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Reference EFS file: `[{set_id, size, tools: [{tool_id, server_name, tool_name, description}]}]`.
+    #[arg(long)]
+    pub reference: PathBuf,
+    /// Our sets (default `artifacts/efs/final.json`); ETOM shape accepted too.
+    #[arg(long)]
+    pub sets: Option<PathBuf>,
+    /// Also write the comparison as JSON to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

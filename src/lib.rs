@@ -6,6 +6,8 @@
 //! `store` (atomic files), `ledger` (provenance), `model` (core records).
 
 pub mod cli;
+pub mod efs;
+pub mod embed;
 pub mod error;
 pub mod execute;
 pub mod explain;

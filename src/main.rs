@@ -5,11 +5,11 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Parser;
 
-use benchgen::cli::{Cli, Command, LlmCommand, McpCommand, RegistryCommand};
+use benchgen::cli::{Cli, Command, EfsCommand, EfsReviewCommand, LlmCommand, McpCommand, RegistryCommand};
 use benchgen::printer::Printer;
 use benchgen::settings::Settings;
 use benchgen::stage::{self, Ctx, Stage};
-use benchgen::{error, execute, explain, filter, llm, mcp, pipeline, registry, sandbox, stats};
+use benchgen::{embed, error, execute, explain, filter, llm, mcp, pipeline, registry, sandbox, stats};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -52,6 +52,8 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         }
         Command::Filter(f) => run_one(&ctx, &filter::FilterStage, f.force),
         Command::Stats(f) => run_one(&ctx, &stats::StatsStage, f.force),
+        Command::Embed(f) => run_one(&ctx, &embed::EmbedStage, f.force),
+        Command::Efs(c) => efs_command(&ctx, c),
         Command::Run(a) => {
             let reports = pipeline::run(&ctx, a.from.as_deref(), a.until.as_deref(), a.force)?;
             printer.summary("", &reports); // the human text was streamed per stage
@@ -88,6 +90,35 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Command::Execute(a) => {
             let stage = execute::ExecuteStage::from_settings(&settings, a.queries.clone())?;
             run_one(&ctx, &stage, a.force.force)
+        }
+    }
+}
+
+fn efs_command(ctx: &Ctx, c: &EfsCommand) -> Result<()> {
+    use benchgen::efs;
+    match c {
+        EfsCommand::Pairs(f) => run_one(ctx, &efs::pairs::PairsStage, f.force),
+        EfsCommand::Verify(f) => run_one(ctx, &efs::verify::VerifyStage, f.force),
+        EfsCommand::Build(f) => run_one(ctx, &efs::build::BuildStage, f.force),
+        EfsCommand::Topdown(f) => run_one(ctx, &efs::topdown::TopdownStage, f.force),
+        EfsCommand::Finalize(f) => run_one(ctx, &efs::finalize::FinalizeStage, f.force),
+        EfsCommand::Review(EfsReviewCommand::Export(f)) => {
+            let (path, n) = efs::review::export(ctx.settings, f.force)?;
+            let shown = ctx.settings.display_path(&path);
+            ctx.printer.summary(
+                &format!("wrote `{shown}` ({n} sets); fill in `decision`, `target`, `reviewer`, `note`"),
+                &serde_json::json!({"sheet": shown, "sets": n}),
+            );
+            Ok(())
+        }
+        EfsCommand::Review(EfsReviewCommand::Import(f)) => run_one(ctx, &efs::review::ReviewStage, f.force),
+        EfsCommand::Compare(a) => {
+            let c = efs::compare::run(ctx.settings, &a.reference, a.sets.as_deref())?;
+            if let Some(out) = &a.out {
+                benchgen::store::write_atomic(out, &benchgen::store::to_json_bytes(&c)?)?;
+            }
+            ctx.printer.summary(&efs::compare::render(&c), &c);
+            Ok(())
         }
     }
 }

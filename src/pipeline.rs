@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::Serialize;
 
+use crate::embed::EmbedStage;
 use crate::error::UsageError;
 use crate::filter::FilterStage;
 use crate::registry::CatalogStage;
@@ -14,16 +15,34 @@ use crate::stage::{self, Ctx, Freshness, Stage, StageReport};
 use crate::stats::StatsStage;
 
 /// Stage names in pipeline order.
-pub const STAGES: &[&str] = &["catalog", "filter", "stats"];
+pub const STAGES: &[&str] =
+    &["catalog", "filter", "embed", "efs-pairs", "efs-verify", "efs-build", "efs-topdown", "efs", "stats"];
 
 /// The stages of the pipeline, in order. The catalog stage is absent when the
-/// config names no registry source (it can still be imported by hand).
+/// config names no registry source (it can still be imported by hand); `embed` and
+/// `efs-pairs` are part of the pipeline when the config has an `[embed]` or `[efs]`
+/// section, the LLM-backed EFS stages (and finalize) when it has `[efs]`.
 pub fn stages(settings: &Settings) -> Vec<(&'static str, Result<Box<dyn Stage>>)> {
-    vec![
+    let embed = settings.config.embed.is_some() || settings.config.efs.is_some();
+    let efs = settings.config.efs.is_some();
+    let all: Vec<(&'static str, Result<Box<dyn Stage>>)> = vec![
         ("catalog", CatalogStage::from_settings(settings, None, None, false).map(|s| Box::new(s) as Box<dyn Stage>)),
         ("filter", Ok(Box::new(FilterStage))),
+        ("embed", Ok(Box::new(EmbedStage))),
+        ("efs-pairs", Ok(Box::new(crate::efs::pairs::PairsStage))),
+        ("efs-verify", Ok(Box::new(crate::efs::verify::VerifyStage))),
+        ("efs-build", Ok(Box::new(crate::efs::build::BuildStage))),
+        ("efs-topdown", Ok(Box::new(crate::efs::topdown::TopdownStage))),
+        ("efs", Ok(Box::new(crate::efs::finalize::FinalizeStage))),
         ("stats", Ok(Box::new(StatsStage))),
-    ]
+    ];
+    all.into_iter()
+        .filter(|(name, _)| match *name {
+            "embed" | "efs-pairs" => embed,
+            "efs-verify" | "efs-build" | "efs-topdown" | "efs" => efs,
+            _ => true,
+        })
+        .collect()
 }
 
 /// Freshness of every stage, in order.
@@ -88,8 +107,9 @@ pub fn run(ctx: &Ctx, from: Option<&str>, until: Option<&str>, force: bool) -> R
     }
     let mut states: BTreeMap<String, Freshness> = BTreeMap::new();
     let mut reports = Vec::new();
-    for (i, (name, stage)) in stages(ctx.settings).into_iter().enumerate() {
+    for (name, stage) in stages(ctx.settings) {
         let stage = stage?;
+        let i = index_of(name)?;
         if i < lo || i > hi {
             states.insert(name.into(), stage::freshness(stage.as_ref(), ctx.settings, &states));
             continue;

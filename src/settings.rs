@@ -25,6 +25,12 @@ pub struct Config {
     pub filter: FilterSettings,
     #[serde(default)]
     pub stats: StatsSettings,
+    /// Absent: `embed` and `efs pairs` are not part of `run` (they still run alone, with defaults).
+    #[serde(default)]
+    pub embed: Option<crate::embed::EmbedSettings>,
+    /// Absent: no EFS stage is part of `run` (each still runs alone, with defaults).
+    #[serde(default)]
+    pub efs: Option<crate::efs::EfsSettings>,
     #[serde(default)]
     pub llm: crate::llm::LlmSettings,
     #[serde(default)]

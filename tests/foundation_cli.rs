@@ -124,7 +124,8 @@ fn force_reruns_a_fresh_stage() {
     assert_code(&p.run(&["run"]), 0);
     let o = p.run(&["stats", "--force"]);
     assert_code(&o, 0);
-    assert!(stdout(&o).starts_with("stats: done (run 4)"), "{}", stdout(&o));
+    // catalog, filter, embed, efs-pairs, efs-verify, efs-build, efs-topdown, efs, stats = runs 1–9.
+    assert!(stdout(&o).starts_with("stats: done (run 10)"), "{}", stdout(&o));
 }
 
 #[test]
@@ -139,7 +140,7 @@ fn run_from_until_selects_stages() {
 
     let bad = p.run(&["run", "--from", "nope"]);
     assert_code(&bad, 2);
-    assert!(stderr(&bad).contains("unknown stage `nope`; the stages are: catalog, filter, stats"), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("unknown stage `nope`; the stages are: catalog, filter, embed, efs-pairs, efs-verify, efs-build, efs-topdown, efs, stats"), "{}", stderr(&bad));
     let reversed = p.run(&["run", "--from", "stats", "--until", "catalog"]);
     assert_code(&reversed, 2);
 }
@@ -203,7 +204,7 @@ fn explain_follows_the_current_artifacts_after_a_rerun() {
     let o = p.run(&["explain", "calculator-mcp::add", "--json"]);
     let x: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let runs: Vec<i64> = x["lineage"].as_array().unwrap().iter().map(|e| e["run_id"].as_i64().unwrap()).collect();
-    assert_eq!(runs, [1, 1, 1, 4], "the decision comes from the newest filter run only");
+    assert_eq!(runs, [1, 1, 1, 10], "the decision comes from the newest filter run only");
 }
 
 #[test]

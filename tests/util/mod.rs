@@ -42,8 +42,23 @@ impl Project {
         let mut p = Self::empty();
         p.copy_in("raw/demo/registry.json");
         p.copy_in("pipeline/prompts/filter-classify.md");
-        let llm = scripted_llm::ScriptedLlm::start(|_| {
-            scripted_llm::Answer::json(serde_json::json!({"reason": "needs live data", "verdict": "keep"}))
+        for t in ["efs_verify", "efs_requests", "efs_select"] {
+            p.copy_in(&format!("pipeline/prompts/{t}.md"));
+        }
+        let llm = scripted_llm::ScriptedLlm::start(|seen| {
+            // EFS prompts (the demo's verifier and generator roles): no pair is equivalent,
+            // so the EFS stages run through with empty sets.
+            let text = seen.all_text();
+            let answer = if text.contains("Tool A: `") {
+                serde_json::json!({"equivalent": false, "reason": "scripted"})
+            } else if text.contains("User request:") {
+                serde_json::json!({"selected": []})
+            } else if text.contains("user requests") {
+                serde_json::json!({"requests": []})
+            } else {
+                serde_json::json!({"reason": "needs live data", "verdict": "keep"})
+            };
+            scripted_llm::Answer::json(answer)
         });
         let cfg = std::fs::read_to_string(repo().join("pipeline/demo.toml")).unwrap();
         assert!(cfg.contains("provider = \"local\""), "the demo's classifier role changed; update tests/util");

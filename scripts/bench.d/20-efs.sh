@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Embeddings and EFS candidate pairs on the ETOM snapshot (../shared/data/etom/mcp_registry.json,
+# or $ETOM_SNAPSHOT):
+# embedding throughput, pair search time, peak RSS; candidate counts at several pair settings
+# with the recall ceiling on a hand-checked sanity list; pair search on synthetic vectors.
+# Targets (2-core machine): embedding < 20 s, pair search < 1 s, peak RSS < 1 GB.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo="$(pwd)"
+snapshot="${ETOM_SNAPSHOT:-$repo/../shared/data/etom/mcp_registry.json}"
+sanity="$repo/scripts/bench.d/data/etom-efs-sanity.json"
+if [ ! -f "$snapshot" ]; then
+  echo "skipping: $snapshot is not there"
+  exit 0
+fi
+cargo build --release --locked -q
+bin="$repo/target/release/benchgen"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/pipeline"
+export BENCHGEN_NO_PROGRESS=1
+
+config() { # $1 = extra TOML for [efs.pairs]
+  printf '[registry]\nsource = "%s"\n\n[efs.pairs]\n%b\n' "$snapshot" "$1" > "$work/pipeline/etom.toml"
+}
+timed() { # run benchgen, print "seconds max_rss_kb"
+  /usr/bin/time -f "%e %M" -o "$work/time" "$bin" --config "$work/pipeline/etom.toml" "$@" >/dev/null
+  cat "$work/time"
+}
+
+config ""
+"$bin" --config "$work/pipeline/etom.toml" run --until filter >/dev/null
+read -r secs rss < <(timed embed)
+tools=$(python3 -c "import json;print(json.load(open('$work/artifacts/embed/index.json'))['count'])")
+echo "embed: $tools tools in ${secs} s ($(python3 -c "print(round($tools/$secs))") texts/s), peak RSS $((rss / 1024)) MB"
+read -r secs rss < <(timed efs pairs)
+search_ms=$(python3 -c "import json;print(json.load(open('$work/artifacts/efs-pairs/manifest.json'))['duration_ms'])")
+echo "efs pairs: stage ${search_ms} ms (process ${secs} s), peak RSS $((rss / 1024)) MB"
+read -r secs rss < <(timed embed --force)
+echo "embed again with every vector reused: ${secs} s"
+
+echo
+echo "candidate pairs on the ETOM snapshot (sanity list: $(python3 -c "import json;d=json.load(open('$sanity'));print(len(d),'sets,',sum(s['size']*(s['size']-1)//2 for s in d),'pairs')"))"
+printf '%-52s %7s %7s %7s %9s\n' setting pairs cross same ceiling
+while IFS='|' read -r label extra; do
+  config "$extra"
+  "$bin" --config "$work/pipeline/etom.toml" efs pairs --force >/dev/null
+  read -r pairs cross same < <(python3 -c "import json;s=json.load(open('$work/artifacts/efs-pairs/summary.json'));print(s['pairs'],s['cross_server'],s['same_server'])")
+  ceiling=$("$bin" --config "$work/pipeline/etom.toml" --json efs compare --reference "$sanity" --sets "$sanity" | python3 -c "import json,sys;print(json.load(sys.stdin)['candidate_recall_ceiling'])")
+  printf '%-52s %7s %7s %7s %9s\n' "$label" "$pairs" "$cross" "$same" "$ceiling"
+done <<'EOF'
+ETOM rule: cosine >= 0.80 in top-10|min_cosine = 0.8\nmin_score = 0.8\nname_weight = 0.0\nparam_weight = 0.0\naction_penalty = 0.0\nsame_server_penalty = 0.0
+cosine >= 0.70 in top-10|min_cosine = 0.7\nmin_score = 0.7\nname_weight = 0.0\nparam_weight = 0.0\naction_penalty = 0.0\nsame_server_penalty = 0.0
+cosine >= 0.60 in top-10|min_cosine = 0.6\nmin_score = 0.6\nname_weight = 0.0\nparam_weight = 0.0\naction_penalty = 0.0\nsame_server_penalty = 0.0
+combined score >= 0.80|min_score = 0.8
+combined score >= 0.75 (default)|
+combined score >= 0.70|min_score = 0.7
+default, cross-server only|cross_server_only = true
+default, mutual neighbours only|mutual_only = true
+EOF
+
+echo
+# EFS_BENCH_SIZES="2375 20000" limits the synthetic sizes (default 2,375, 20,000, 100,000).
+cargo bench --locked --bench efs_pairs -q -- ${EFS_BENCH_SIZES:-} 2>/dev/null

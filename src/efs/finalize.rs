@@ -1,0 +1,547 @@
+//! `benchgen efs finalize`: the final equal function sets, with every decision
+//! that shaped them, and the EFS report.
+//!
+//! Input: the candidate sets (`efs-build`), the top-down review items
+//! (`efs-topdown`, when it has run) and imported human decisions (`efs-review`,
+//! when a review was imported). Decisions apply in this order: `reject` drops a
+//! set; `drop` removes a member; `add` moves a tool into a set (out of any other
+//! set, so no tool is ever in two sets); `split` moves labelled members into new
+//! sets; `merge` joins sets. Sets left with fewer than two members are dropped
+//! and listed with the reason.
+//!
+//! Sets no reviewer touched are marked `unreviewed` and follow the automatic
+//! policy `[efs.finalize] policy`: `keep` (default) keeps them as verified,
+//! leaving top-down findings as open items; `drop-unselected` also removes members
+//! the top-down judge never selected for any request of their set.
+//!
+//! Outputs in `artifacts/efs/`: `final.json` ([`Final`]),
+//! `tool_equivalence_sets.json` (ETOM's shape: `[{set_id, size, tools: [{tool_id,
+//! server_name, tool_name, description}]}]`) and `report.md`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::AutoPolicy;
+use super::build::{CandidateSet, Evidence, Sets, sets_path};
+use super::review::{Decision, ReviewItem, decisions_path, items_path};
+use crate::model::Catalog;
+use crate::settings::{Settings, section_hash};
+use crate::stage::{Ctx, Inputs, Manifest, Output, Plan, Stage};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    pub tool_id: String,
+    pub server_name: String,
+    pub tool_name: String,
+    pub description: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FinalSet {
+    pub id: String,
+    /// `reviewed` or `unreviewed`.
+    pub status: String,
+    /// Candidate sets this set came from.
+    pub from: Vec<String>,
+    pub members: Vec<Member>,
+    pub servers: Vec<String>,
+    pub evidence: Vec<Evidence>,
+    pub decisions: Vec<Decision>,
+    /// Top-down findings about this set that no decision settled.
+    pub open_items: Vec<ReviewItem>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DroppedSet {
+    pub from: Vec<String>,
+    pub members: Vec<String>,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Final {
+    pub policy: AutoPolicy,
+    pub reviewed: bool,
+    pub sets: Vec<FinalSet>,
+    pub dropped: Vec<DroppedSet>,
+}
+
+/// A set under construction.
+struct Work {
+    from: BTreeSet<String>,
+    members: BTreeSet<String>,
+    decisions: Vec<Decision>,
+    reviewed: bool,
+    rejected: Option<String>,
+}
+
+/// Apply decisions and the automatic policy to candidate sets.
+pub fn finalize(
+    sets: &[CandidateSet],
+    items: &[ReviewItem],
+    decisions: &[Decision],
+    policy: AutoPolicy,
+    catalog: &Catalog,
+) -> Result<Final> {
+    let tools: HashMap<&str, (&str, &str, &str)> = catalog
+        .tools()
+        .map(|(s, t)| (t.id.as_str(), (s.name.as_str(), t.name.as_str(), t.description.as_str())))
+        .collect();
+    let mut work: BTreeMap<String, Work> = sets
+        .iter()
+        .map(|s| {
+            (
+                s.id.clone(),
+                Work {
+                    from: BTreeSet::from([s.id.clone()]),
+                    members: s.members.iter().cloned().collect(),
+                    decisions: Vec::new(),
+                    reviewed: false,
+                    rejected: None,
+                },
+            )
+        })
+        .collect();
+    for (id, w) in work.iter_mut() {
+        w.decisions = decisions.iter().filter(|d| d.set_id == *id).cloned().collect();
+        w.reviewed = !w.decisions.is_empty();
+    }
+    // reject, drop
+    for d in decisions {
+        let w = work.get_mut(&d.set_id).with_context(|| format!("decision for unknown set `{}`", d.set_id))?;
+        match d.action.as_str() {
+            "reject" => w.rejected = Some(format!("rejected by {} ({}): {}", d.reviewer, d.source, d.note)),
+            "drop" => {
+                w.members.remove(&d.tool_id);
+            }
+            _ => {}
+        }
+    }
+    // add: a tool moves into the set it is added to
+    for d in decisions.iter().filter(|d| d.action == "add") {
+        for w in work.values_mut() {
+            w.members.remove(&d.tool_id);
+        }
+        work.get_mut(&d.set_id).expect("checked above").members.insert(d.tool_id.clone());
+    }
+    // automatic policy for unreviewed sets
+    if policy == AutoPolicy::DropUnselected {
+        for it in items.iter().filter(|i| i.kind == "member-never-selected") {
+            if let Some(w) = work.get_mut(&it.set_id)
+                && !w.reviewed
+            {
+                w.members.remove(&it.tool_id);
+            }
+        }
+    }
+    // split: labelled members leave for new sets
+    let mut split_sets: Vec<Work> = Vec::new();
+    for (id, w) in work.iter_mut() {
+        let mut labels: BTreeMap<String, Vec<&Decision>> = BTreeMap::new();
+        for d in decisions.iter().filter(|d| d.set_id == *id && d.action == "split") {
+            labels.entry(d.target.clone()).or_default().push(d);
+        }
+        for (_, ds) in labels {
+            let members: BTreeSet<String> =
+                ds.iter().map(|d| d.tool_id.clone()).filter(|t| w.members.contains(t)).collect();
+            w.members.retain(|m| !members.contains(m));
+            split_sets.push(Work {
+                from: BTreeSet::from([id.clone()]),
+                members,
+                decisions: ds.into_iter().cloned().collect(),
+                reviewed: true,
+                rejected: None,
+            });
+        }
+    }
+    // merge: union of sets (transitively)
+    let ids: Vec<String> = work.keys().cloned().collect();
+    let index: HashMap<&str, usize> = ids.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
+    let mut uf = petgraph::unionfind::UnionFind::<usize>::new(ids.len());
+    for d in decisions.iter().filter(|d| d.action == "merge") {
+        uf.union(index[d.set_id.as_str()], index[d.target.as_str()]);
+    }
+    let mut merged: BTreeMap<usize, Work> = BTreeMap::new();
+    for (i, (_, w)) in std::mem::take(&mut work).into_iter().enumerate() {
+        let root = uf.find(i);
+        match merged.get_mut(&root) {
+            None => {
+                merged.insert(root, w);
+            }
+            Some(m) => {
+                m.from.extend(w.from);
+                m.members.extend(w.members);
+                m.decisions.extend(w.decisions);
+                m.reviewed |= w.reviewed;
+                if m.rejected.is_none() {
+                    m.rejected = w.rejected;
+                }
+            }
+        }
+    }
+    let evidence: Vec<&Evidence> = sets.iter().flat_map(|s| s.evidence.iter()).collect();
+    let mut out = Final { policy, reviewed: !decisions.is_empty(), sets: Vec::new(), dropped: Vec::new() };
+    for w in merged.into_values().chain(split_sets) {
+        let from: Vec<String> = w.from.into_iter().collect();
+        let members: Vec<String> = w.members.into_iter().collect();
+        if let Some(reason) = w.rejected {
+            out.dropped.push(DroppedSet { from, members, reason });
+            continue;
+        }
+        if members.len() < 2 {
+            out.dropped.push(DroppedSet {
+                from,
+                members,
+                reason: "fewer than two members left after review decisions and policy".into(),
+            });
+            continue;
+        }
+        let inside: BTreeSet<&str> = members.iter().map(String::as_str).collect();
+        let mut ev: Vec<Evidence> = evidence
+            .iter()
+            .filter(|e| inside.contains(e.a.as_str()) && inside.contains(e.b.as_str()))
+            .map(|e| (*e).clone())
+            .collect();
+        ev.sort_by(|x, y| (&x.a, &x.b).cmp(&(&y.a, &y.b)));
+        let mut ms = Vec::new();
+        for m in &members {
+            let (server, name, desc) =
+                tools.get(m.as_str()).copied().with_context(|| format!("`{m}` is not in the catalog"))?;
+            ms.push(Member {
+                tool_id: m.clone(),
+                server_name: server.into(),
+                tool_name: name.into(),
+                description: desc.into(),
+            });
+        }
+        let servers: BTreeSet<String> = ms.iter().map(|m| m.server_name.clone()).collect();
+        let settled: BTreeSet<&str> = w.decisions.iter().map(|d| d.tool_id.as_str()).collect();
+        let open_items: Vec<ReviewItem> = items
+            .iter()
+            .filter(|i| from.contains(&i.set_id) && !w.reviewed && !settled.contains(i.tool_id.as_str()))
+            .cloned()
+            .collect();
+        let mut decisions = w.decisions;
+        decisions.sort_by(|a, b| a.source.cmp(&b.source));
+        out.sets.push(FinalSet {
+            id: super::set_id(&members),
+            status: if w.reviewed { "reviewed" } else { "unreviewed" }.into(),
+            from,
+            members: ms,
+            servers: servers.into_iter().collect(),
+            evidence: ev,
+            decisions,
+            open_items,
+        });
+    }
+    out.sets.sort_by(|a, b| a.members[0].tool_id.cmp(&b.members[0].tool_id));
+    out.dropped.sort_by(|a, b| a.from.cmp(&b.from));
+    Ok(out)
+}
+
+/// ETOM's `tool_equivalence_sets.json` shape.
+pub fn etom_shape(f: &Final) -> serde_json::Value {
+    serde_json::Value::Array(
+        f.sets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                serde_json::json!({
+                    "set_id": i + 1,
+                    "size": s.members.len(),
+                    "tools": s.members,
+                })
+            })
+            .collect(),
+    )
+}
+
+fn histogram(values: impl Iterator<Item = usize>) -> BTreeMap<usize, usize> {
+    let mut h = BTreeMap::new();
+    for v in values {
+        *h.entry(v).or_default() += 1;
+    }
+    h
+}
+
+/// Cost and time of one step, from its manifest and ledger run.
+#[derive(Debug, Default, Serialize)]
+pub struct StepCost {
+    pub stage: String,
+    pub duration_ms: Option<u64>,
+    /// LLM exchanges, live or answered from the ledger.
+    pub llm_exchanges: usize,
+    pub llm_failures: usize,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+fn step_cost(settings: &Settings, stage: &str) -> StepCost {
+    let mut c = StepCost { stage: stage.into(), ..Default::default() };
+    let Ok(Some(m)) = Manifest::load(&settings.artifacts, stage) else {
+        return c;
+    };
+    // LLM stages put their client's counts into the manifest (`LlmClient::add_counts`):
+    // exchanges (live or from the ledger, so reruns report the same) and tokens.
+    let n = |k: &str| m.counts.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+    c.duration_ms = Some(m.duration_ms);
+    c.llm_exchanges = n("llm_exchanges") as usize;
+    c.llm_failures = n("llm_failures") as usize;
+    c.prompt_tokens = n("llm_prompt_tokens");
+    c.completion_tokens = n("llm_completion_tokens");
+    c
+}
+
+/// The counts that `report.md` shows.
+#[derive(Debug, Default, Serialize)]
+pub struct Funnel {
+    pub tools: usize,
+    pub candidate_pairs: usize,
+    pub judged_pairs: usize,
+    pub verified_pairs: usize,
+    pub candidate_sets: usize,
+    pub tools_in_candidate_sets: usize,
+    pub final_sets: usize,
+    pub tools_in_final_sets: usize,
+    pub review_items: usize,
+}
+
+pub fn report(f: &Final, funnel: &Funnel, sets: &[CandidateSet], costs: &[StepCost]) -> String {
+    let mut md = String::from("# Equal function sets: report\n\n## Funnel\n\n| step | count |\n|---|---:|\n");
+    for (k, v) in [
+        ("tools embedded", funnel.tools),
+        ("candidate pairs (`efs pairs`)", funnel.candidate_pairs),
+        ("pairs judged (`efs verify`)", funnel.judged_pairs),
+        ("pairs verified equivalent", funnel.verified_pairs),
+        ("candidate sets (`efs build`)", funnel.candidate_sets),
+        ("tools in candidate sets", funnel.tools_in_candidate_sets),
+        ("top-down review items (`efs topdown`)", funnel.review_items),
+        ("final sets", funnel.final_sets),
+        ("tools in final sets", funnel.tools_in_final_sets),
+    ] {
+        md.push_str(&format!("| {k} | {v} |\n"));
+    }
+    let reviewed = f.sets.iter().filter(|s| s.status == "reviewed").count();
+    md.push_str(&format!(
+        "\nFinal sets: {reviewed} reviewed, {} unreviewed (policy `{}`); {} sets dropped.\n",
+        f.sets.len() - reviewed,
+        serde_json::to_value(f.policy).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+        f.dropped.len()
+    ));
+    let table = |md: &mut String, title: &str, cand: BTreeMap<usize, usize>, fin: BTreeMap<usize, usize>| {
+        md.push_str(&format!("\n## {title}\n\n| value | candidate sets | final sets |\n|---:|---:|---:|\n"));
+        let keys: BTreeSet<usize> = cand.keys().chain(fin.keys()).copied().collect();
+        for k in keys {
+            md.push_str(&format!(
+                "| {k} | {} | {} |\n",
+                cand.get(&k).copied().unwrap_or(0),
+                fin.get(&k).copied().unwrap_or(0)
+            ));
+        }
+    };
+    table(
+        &mut md,
+        "Set size",
+        histogram(sets.iter().map(|s| s.members.len())),
+        histogram(f.sets.iter().map(|s| s.members.len())),
+    );
+    table(
+        &mut md,
+        "Servers per set",
+        histogram(sets.iter().map(|s| s.servers.len())),
+        histogram(f.sets.iter().map(|s| s.servers.len())),
+    );
+    md.push_str("\n## Cost and time per step\n\n| stage | time | LLM exchanges | failures | prompt tokens | completion tokens |\n|---|---:|---:|---:|---:|---:|\n");
+    for c in costs {
+        let t = c.duration_ms.map_or("not run".to_string(), |ms| format!("{:.1} s", ms as f64 / 1000.0));
+        md.push_str(&format!(
+            "| {} | {t} | {} | {} | {} | {} |\n",
+            c.stage, c.llm_exchanges, c.llm_failures, c.prompt_tokens, c.completion_tokens
+        ));
+    }
+    md
+}
+
+pub struct FinalizeStage;
+
+fn opt_inputs(s: &Settings) -> Vec<PathBuf> {
+    [items_path(s), decisions_path(s)].into_iter().filter(|p| p.exists()).collect()
+}
+
+impl Stage for FinalizeStage {
+    fn name(&self) -> &'static str {
+        "efs"
+    }
+    fn command(&self) -> &'static str {
+        "efs finalize"
+    }
+    fn version(&self) -> u32 {
+        1
+    }
+    fn upstream(&self) -> &'static [&'static str] {
+        &["efs-build"]
+    }
+
+    fn plan(&self, settings: &Settings) -> Result<Plan> {
+        let mut inputs = vec![
+            crate::embed::catalog_path(settings),
+            sets_path(settings),
+            super::pairs::pairs_path(settings),
+            super::build::verdicts_path(settings),
+        ];
+        inputs.extend(opt_inputs(settings));
+        Ok(Plan { inputs, prompts: vec![], config_hash: section_hash(&super::efs_settings(settings).finalize)? })
+    }
+
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let s = ctx.settings;
+        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&crate::embed::catalog_path(s))?)?;
+        let sets: Sets = serde_json::from_slice(inputs.bytes(&sets_path(s))?).context("efs-build/sets.json")?;
+        let items: Vec<ReviewItem> = match items_path(s).exists() {
+            true => serde_json::from_slice(inputs.bytes(&items_path(s))?).context("efs-topdown/items.json")?,
+            false => Vec::new(),
+        };
+        let decisions: Vec<Decision> = match decisions_path(s).exists() {
+            true => serde_json::from_slice(inputs.bytes(&decisions_path(s))?).context("efs-review/decisions.json")?,
+            false => Vec::new(),
+        };
+        let fin = finalize(&sets.sets, &items, &decisions, super::efs_settings(s).finalize.policy, &catalog)?;
+        let pairs = super::pairs::read_csv(inputs.bytes(&super::pairs::pairs_path(s))?, "efs-pairs/pairs.csv")?;
+        let verdicts: Vec<super::build::Verdict> =
+            serde_json::from_slice(inputs.bytes(&super::build::verdicts_path(s))?)?;
+        let funnel = Funnel {
+            tools: catalog.tool_count(),
+            candidate_pairs: pairs.len(),
+            judged_pairs: verdicts.len(),
+            verified_pairs: verdicts.iter().filter(|v| v.equivalent).count(),
+            candidate_sets: sets.sets.len(),
+            tools_in_candidate_sets: sets.sets.iter().map(|x| x.members.len()).sum(),
+            final_sets: fin.sets.len(),
+            tools_in_final_sets: fin.sets.iter().map(|x| x.members.len()).sum(),
+            review_items: items.len(),
+        };
+        let costs: Vec<StepCost> = ["embed", "efs-pairs", "efs-verify", "efs-build", "efs-topdown", "efs-review"]
+            .iter()
+            .map(|st| step_cost(s, st))
+            .collect();
+        out.json("final.json", &fin)?;
+        out.json("tool_equivalence_sets.json", &etom_shape(&fin))?;
+        out.file("report.md", report(&fin, &funnel, &sets.sets, &costs).into_bytes());
+        out.count("final_sets", fin.sets.len());
+        out.count("tools_in_final_sets", funnel.tools_in_final_sets);
+        out.count("dropped_sets", fin.dropped.len());
+        let unreviewed = fin.sets.iter().filter(|x| x.status == "unreviewed").count();
+        out.notes.push(format!(
+            "{} final sets over {} tools ({unreviewed} unreviewed), {} dropped; report in artifacts/efs/report.md",
+            fin.sets.len(),
+            funnel.tools_in_final_sets,
+            fin.dropped.len()
+        ));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Server, Tool};
+
+    fn catalog(ids: &[&str]) -> Catalog {
+        let mut servers: BTreeMap<String, Vec<Tool>> = BTreeMap::new();
+        for id in ids {
+            let (s, t) = id.split_once("::").unwrap();
+            servers.entry(s.into()).or_default().push(Tool {
+                id: id.to_string(),
+                name: t.into(),
+                description: format!("does {t}"),
+                input_schema: serde_json::json!({"type": "object"}),
+                output_schema: None,
+            });
+        }
+        Catalog {
+            servers: servers
+                .into_iter()
+                .map(|(name, tools)| Server {
+                    name,
+                    description: String::new(),
+                    summary: String::new(),
+                    url: String::new(),
+                    categories: vec![],
+                    license: None,
+                    tools,
+                })
+                .collect(),
+        }
+    }
+
+    fn set(members: &[&str]) -> CandidateSet {
+        let m: Vec<String> = members.iter().map(|s| s.to_string()).collect();
+        CandidateSet { id: super::super::set_id(&m), servers: vec![], members: m, evidence: vec![] }
+    }
+
+    fn dec(set_id: &str, action: &str, tool: &str, target: &str) -> Decision {
+        Decision {
+            set_id: set_id.into(),
+            action: action.into(),
+            tool_id: tool.into(),
+            target: target.into(),
+            reviewer: "ana".into(),
+            note: String::new(),
+            source: format!("sheet.csv:{action}{tool}"),
+        }
+    }
+
+    #[test]
+    fn without_review_every_set_is_kept_and_unreviewed() {
+        let c = catalog(&["a::x", "b::x", "c::y", "d::y"]);
+        let sets = [set(&["a::x", "b::x"]), set(&["c::y", "d::y"])];
+        let items = vec![ReviewItem {
+            set_id: sets[0].id.clone(),
+            kind: "member-never-selected".into(),
+            tool_id: "b::x".into(),
+            detail: String::new(),
+        }];
+        let f = finalize(&sets, &items, &[], AutoPolicy::Keep, &c).unwrap();
+        assert_eq!(f.sets.len(), 2);
+        assert!(f.sets.iter().all(|s| s.status == "unreviewed"));
+        assert_eq!(f.sets[0].open_items.len(), 1);
+        let f = finalize(&sets, &items, &[], AutoPolicy::DropUnselected, &c).unwrap();
+        assert_eq!(f.sets.len(), 1, "the set left with one member is dropped");
+        assert_eq!(f.dropped.len(), 1);
+    }
+
+    #[test]
+    fn decisions_drop_add_split_merge_and_reject() {
+        let c = catalog(&["a::x", "b::x", "c::x", "d::y", "e::y", "f::z", "g::z", "h::w", "i::w"]);
+        let sets =
+            [set(&["a::x", "b::x", "c::x"]), set(&["d::y", "e::y"]), set(&["f::z", "g::z"]), set(&["h::w", "i::w"])];
+        let (s0, s1, s2, s3) = (&sets[0].id, &sets[1].id, &sets[2].id, &sets[3].id);
+        let decisions = vec![
+            dec(s0, "drop", "c::x", ""),
+            dec(s1, "add", "c::x", ""),
+            dec(s1, "merge", "", s2),
+            dec(s3, "reject", "", ""),
+        ];
+        let f = finalize(&sets, &[], &decisions, AutoPolicy::Keep, &c).unwrap();
+        let members: Vec<Vec<&str>> =
+            f.sets.iter().map(|s| s.members.iter().map(|m| m.tool_id.as_str()).collect()).collect();
+        assert_eq!(members, vec![vec!["a::x", "b::x"], vec!["c::x", "d::y", "e::y", "f::z", "g::z"]]);
+        assert!(f.sets.iter().all(|s| s.status == "reviewed"));
+        assert_eq!(f.dropped.len(), 1);
+        assert!(f.dropped[0].reason.contains("rejected by ana"));
+
+        let split = vec![dec(s0, "split", "b::x", "B"), dec(s0, "split", "c::x", "B")];
+        let f = finalize(&sets[..1], &[], &split, AutoPolicy::Keep, &c).unwrap();
+        // `a::x` alone is dropped; b and c form the split set.
+        assert_eq!(f.sets.len(), 1);
+        assert_eq!(f.sets[0].members.len(), 2);
+        assert_eq!(f.dropped[0].members, ["a::x"]);
+    }
+}

@@ -1,0 +1,180 @@
+//! Equal function sets (EFS): groups of tools that do the same job, any of
+//! which is a correct answer (ETOM's ground truth for implicit requests).
+//!
+//! Bottom-up: `efs pairs` proposes candidate pairs from embeddings and lexical
+//! signals, `efs verify` has the LLM judge each pair, `efs build` joins verified
+//! pairs with union–find. Top-down: `efs topdown` writes requests per set,
+//! retrieves tools for each and lets the LLM pick every tool that serves it.
+//! Humans settle what is borderline (`efs review export/import`), and
+//! `efs finalize` writes `artifacts/efs/final.json` and `report.md`;
+//! `efs compare` measures the sets against a reference EFS file.
+
+pub mod build;
+pub mod compare;
+pub mod finalize;
+pub mod lexical;
+pub mod pairs;
+pub mod review;
+pub mod topdown;
+pub mod verify;
+
+use serde::{Deserialize, Serialize};
+
+pub use pairs::PairSettings;
+
+/// `[efs]` in the pipeline config.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EfsSettings {
+    #[serde(default)]
+    pub pairs: PairSettings,
+    #[serde(default)]
+    pub verify: VerifySettings,
+    #[serde(default)]
+    pub topdown: TopdownSettings,
+    #[serde(default)]
+    pub finalize: FinalizeSettings,
+}
+
+/// `[efs.verify]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VerifySettings {
+    /// LLM role (`[llm.roles.<role>]`) that judges pairs.
+    #[serde(default = "d_verifier")]
+    pub role: String,
+    /// Prompt template (file stem under `pipeline/prompts/`).
+    #[serde(default = "d_verify_template")]
+    pub template: String,
+    /// Pairs judged at once (a tuning knob, not hashed).
+    #[serde(default = "d_concurrency", skip_serializing)]
+    pub concurrency: usize,
+}
+
+impl Default for VerifySettings {
+    fn default() -> Self {
+        Self { role: d_verifier(), template: d_verify_template(), concurrency: d_concurrency() }
+    }
+}
+
+/// `[efs.topdown]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TopdownSettings {
+    /// LLM role that writes user requests for a set.
+    #[serde(default = "d_writer")]
+    pub writer_role: String,
+    /// LLM role that selects the retrieved tools able to serve a request.
+    #[serde(default = "d_verifier")]
+    pub judge_role: String,
+    #[serde(default = "d_requests_template")]
+    pub requests_template: String,
+    #[serde(default = "d_select_template")]
+    pub select_template: String,
+    /// Requests written per candidate set.
+    #[serde(default = "d_requests")]
+    pub requests_per_set: usize,
+    /// Tools retrieved from the whole catalog per request.
+    #[serde(default = "d_retrieve")]
+    pub retrieve: usize,
+    #[serde(default = "d_concurrency", skip_serializing)]
+    pub concurrency: usize,
+}
+
+impl Default for TopdownSettings {
+    fn default() -> Self {
+        Self {
+            writer_role: d_writer(),
+            judge_role: d_verifier(),
+            requests_template: d_requests_template(),
+            select_template: d_select_template(),
+            requests_per_set: d_requests(),
+            retrieve: d_retrieve(),
+            concurrency: d_concurrency(),
+        }
+    }
+}
+
+/// What `efs finalize` does with top-down findings no human has decided.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum AutoPolicy {
+    /// Keep every verified set as built; findings stay open review items.
+    #[default]
+    Keep,
+    /// Also drop members the top-down judge never selected for any request of their set.
+    DropUnselected,
+}
+
+/// `[efs.finalize]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FinalizeSettings {
+    /// Policy for sets without a human decision.
+    #[serde(default)]
+    pub policy: AutoPolicy,
+}
+
+fn d_verifier() -> String {
+    "verifier".into()
+}
+fn d_writer() -> String {
+    "generator".into()
+}
+fn d_verify_template() -> String {
+    "efs_verify".into()
+}
+fn d_requests_template() -> String {
+    "efs_requests".into()
+}
+fn d_select_template() -> String {
+    "efs_select".into()
+}
+fn d_concurrency() -> usize {
+    4
+}
+fn d_requests() -> usize {
+    2
+}
+fn d_retrieve() -> usize {
+    10
+}
+
+/// `[efs]` of the config, or the defaults when the section is absent.
+pub fn efs_settings(settings: &crate::settings::Settings) -> &EfsSettings {
+    static DEFAULT: std::sync::LazyLock<EfsSettings> = std::sync::LazyLock::new(EfsSettings::default);
+    settings.config.efs.as_ref().unwrap_or(&DEFAULT)
+}
+
+/// The request hash of a recorded LLM exchange: a stable name for it. Event ids
+/// depend on the order concurrent calls finish (and a cache hit is a new event),
+/// so artifacts name exchanges by request hash, which the ledger resolves
+/// ([`exchange_event`]), and stay byte-identical across reruns.
+pub fn exchange_hash(ledger: &crate::ledger::Ledger, event_id: i64) -> anyhow::Result<String> {
+    let ev = ledger.event(event_id)?.ok_or_else(|| anyhow::anyhow!("ledger event #{event_id} is missing"))?;
+    ev.payload["request_hash"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow::anyhow!("ledger event #{event_id} is not an LLM exchange"))
+}
+
+/// The newest ledger event of the exchange with this request hash.
+pub fn exchange_event(ledger: &crate::ledger::Ledger, hash: &str) -> anyhow::Result<Option<i64>> {
+    use rusqlite::OptionalExtension;
+    Ok(ledger
+        .connection()
+        .query_row(
+            "SELECT id FROM events WHERE kind = ?1 AND json_extract(payload, '$.request_hash') = ?2 ORDER BY id DESC LIMIT 1",
+            rusqlite::params![crate::ledger::kind::LLM_EXCHANGE, hash],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+/// A stable, short set id derived from the set's smallest member, so ids survive
+/// unrelated sets appearing or disappearing (review decisions refer to them).
+pub fn set_id(members: &[String]) -> String {
+    let first = members.iter().min().map(String::as_str).unwrap_or("");
+    let h = crate::store::sha256_hex(first.as_bytes());
+    format!("S{}", &h["sha256:".len().."sha256:".len() + 6])
+}

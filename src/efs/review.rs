@@ -1,0 +1,380 @@
+//! Human review of candidate sets: `efs review export` writes a sheet,
+//! reviewers fill in decisions, `efs review import` checks and records them.
+//!
+//! Sheet `reviews/efs/efs_review.csv` (UTF-8, comma-separated, one header row):
+//! `set_id,row,tool_id,server,description,signal,decision,target,reviewer,note`.
+//! - `row = set` (one per set): decision `approve`, `reject` (drop the whole set)
+//!   or `merge` (`target` = another set id);
+//! - `row = member` (one per member): `drop`, or `split` (`target` = a label;
+//!   members of one set sharing a label become a new set);
+//! - `row = candidate` (a tool outside the set that the top-down check selected;
+//!   reviewers may add rows of their own): `add`.
+//!
+//! An empty decision means "no decision". A decision needs a `reviewer`.
+//! Cells that a spreadsheet would run as a formula (starting with `=`, `+`, `-`,
+//! `@`, tab or carriage return) are written with a leading `'`, which import
+//! removes again. Import reads every `*.csv` under `reviews/efs/`, never changes
+//! them, and rejects the whole import when any row is malformed, naming each
+//! problem as `file:line`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::build::{CandidateSet, Sets, sets_path};
+use crate::error::{InputError, Problem};
+use crate::ledger::{NewEvent, kind};
+use crate::model::Catalog;
+use crate::settings::Settings;
+use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+
+pub const SHEET: &str = "efs_review.csv";
+pub const HEADER: [&str; 10] =
+    ["set_id", "row", "tool_id", "server", "description", "signal", "decision", "target", "reviewer", "note"];
+
+/// A review item from the top-down check (`artifacts/efs-topdown/items.json`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewItem {
+    pub set_id: String,
+    /// `outside-selected`, `member-never-selected` or `split-across-requests`.
+    pub kind: String,
+    /// The tool concerned (empty for set-level items).
+    pub tool_id: String,
+    pub detail: String,
+}
+
+/// Neutralise a cell a spreadsheet would evaluate.
+pub fn neutralise(cell: &str) -> String {
+    match cell.chars().next() {
+        Some('=' | '+' | '-' | '@' | '\t' | '\r') => format!("'{cell}"),
+        _ => cell.to_string(),
+    }
+}
+
+/// Undo [`neutralise`].
+pub fn restore(cell: &str) -> String {
+    let t = cell.trim();
+    match t.strip_prefix('\'') {
+        Some(rest) if rest.starts_with(['=', '+', '-', '@', '\t', '\r']) => rest.to_string(),
+        _ => t.to_string(),
+    }
+}
+
+/// The review sheet for the current candidate sets and top-down items.
+pub fn export_sheet(sets: &[CandidateSet], items: &[ReviewItem], catalog: &Catalog) -> Result<Vec<u8>> {
+    let tools: HashMap<&str, (&str, &str)> =
+        catalog.tools().map(|(s, t)| (t.id.as_str(), (s.name.as_str(), t.description.as_str()))).collect();
+    let mut by_set: BTreeMap<&str, Vec<&ReviewItem>> = BTreeMap::new();
+    for it in items {
+        by_set.entry(it.set_id.as_str()).or_default().push(it);
+    }
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(HEADER)?;
+    for set in sets {
+        let its = by_set.get(set.id.as_str()).cloned().unwrap_or_default();
+        let set_signal: Vec<&str> = its.iter().filter(|i| i.tool_id.is_empty()).map(|i| i.detail.as_str()).collect();
+        let summary = format!("{} members on {} servers", set.members.len(), set.servers.len());
+        let row = |w: &mut csv::Writer<Vec<u8>>, cells: [&str; 6]| -> Result<()> {
+            let [sid, kind, tool, server, desc, signal] = cells;
+            let r: Vec<String> =
+                [sid, kind, tool, server, desc, signal, "", "", "", ""].iter().map(|c| neutralise(c)).collect();
+            w.write_record(&r)?;
+            Ok(())
+        };
+        let sig = if set_signal.is_empty() { summary } else { format!("{summary}; {}", set_signal.join("; ")) };
+        row(&mut w, [&set.id, "set", "", "", "", &sig])?;
+        for m in &set.members {
+            let (server, desc) = tools.get(m.as_str()).copied().unwrap_or(("", ""));
+            let signal: Vec<&str> = its.iter().filter(|i| i.tool_id == *m).map(|i| i.kind.as_str()).collect::<Vec<_>>();
+            row(&mut w, [&set.id, "member", m, server, desc, &signal.join("; ")])?;
+        }
+        for it in its.iter().filter(|i| i.kind == "outside-selected") {
+            let (server, desc) = tools.get(it.tool_id.as_str()).copied().unwrap_or(("", ""));
+            row(&mut w, [&set.id, "candidate", &it.tool_id, server, desc, &it.detail])?;
+        }
+    }
+    Ok(w.into_inner()?)
+}
+
+/// One imported decision.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Decision {
+    pub set_id: String,
+    /// `approve`, `reject`, `merge`, `drop`, `split` or `add`.
+    pub action: String,
+    #[serde(default)]
+    pub tool_id: String,
+    #[serde(default)]
+    pub target: String,
+    pub reviewer: String,
+    #[serde(default)]
+    pub note: String,
+    /// `file:line` of the row in the returned sheet.
+    pub source: String,
+}
+
+/// Read and check every sheet; all problems of all files are reported at once.
+pub fn import_sheets(
+    files: &[(String, Vec<u8>)],
+    sets: &[CandidateSet],
+    catalog: &Catalog,
+) -> std::result::Result<Vec<Decision>, InputError> {
+    let set_ids: HashMap<&str, &CandidateSet> = sets.iter().map(|s| (s.id.as_str(), s)).collect();
+    let tool_ids: BTreeSet<&str> = catalog.tools().map(|(_, t)| t.id.as_str()).collect();
+    let mut problems = Vec::new();
+    let mut out = Vec::new();
+    for (name, bytes) in files {
+        let mut r = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(bytes.as_slice());
+        for (i, rec) in r.records().enumerate() {
+            let line = rec.as_ref().ok().and_then(|r| r.position()).map_or(i as u64 + 1, |p| p.line());
+            let loc = format!("{name}:{line}");
+            let rec = match rec {
+                Ok(r) => r,
+                Err(e) => {
+                    problems.push(Problem::new(&loc, format!("unreadable CSV row: {e}")));
+                    continue;
+                }
+            };
+            if i == 0 {
+                let got: Vec<String> = rec.iter().map(restore).collect();
+                if got != HEADER {
+                    problems.push(Problem::new(
+                        &loc,
+                        format!("the header must be `{}`, found `{}`", HEADER.join(","), got.join(",")),
+                    ));
+                    break;
+                }
+                continue;
+            }
+            if rec.iter().all(|c| c.trim().is_empty()) {
+                continue;
+            }
+            if rec.len() != HEADER.len() {
+                problems.push(Problem::new(&loc, format!("expected {} cells, found {}", HEADER.len(), rec.len())));
+                continue;
+            }
+            let c: Vec<String> = rec.iter().map(restore).collect();
+            let (set_id, row, tool, decision, target, reviewer, note) =
+                (&c[0], &c[1], &c[2], c[6].to_lowercase(), &c[7], &c[8], &c[9]);
+            let mut bad = |m: String| problems.push(Problem::new(&loc, m));
+            let Some(set) = set_ids.get(set_id.as_str()) else {
+                bad(format!("unknown set id `{set_id}` (rerun `benchgen efs review export` if the sets changed)"));
+                continue;
+            };
+            let allowed: &[&str] = match row.as_str() {
+                "set" => &["approve", "reject", "merge"],
+                "member" => &["drop", "split", "keep"],
+                "candidate" => &["add"],
+                other => {
+                    bad(format!("row kind must be `set`, `member` or `candidate`, found `{other}`"));
+                    continue;
+                }
+            };
+            if decision.is_empty() {
+                if !target.is_empty() {
+                    bad("a `target` without a decision".into());
+                }
+                continue;
+            }
+            if !allowed.contains(&decision.as_str()) {
+                bad(format!("decision `{decision}` is not allowed on a `{row}` row (allowed: {})", allowed.join(", ")));
+                continue;
+            }
+            if reviewer.is_empty() {
+                bad(format!("decision `{decision}` has no reviewer"));
+                continue;
+            }
+            match row.as_str() {
+                "set" if !tool.is_empty() => {
+                    bad("a `set` row names no tool".into());
+                    continue;
+                }
+                "member" if !set.members.contains(tool) => {
+                    bad(format!("`{tool}` is not a member of set `{set_id}`"));
+                    continue;
+                }
+                "candidate" if !tool_ids.contains(tool.as_str()) => {
+                    bad(format!("`{tool}` is not a tool of the catalog"));
+                    continue;
+                }
+                "candidate" if set.members.contains(tool) => {
+                    bad(format!("`{tool}` is already a member of set `{set_id}`"));
+                    continue;
+                }
+                _ => {}
+            }
+            match decision.as_str() {
+                "merge" if !set_ids.contains_key(target.as_str()) || target == set_id => {
+                    bad(format!("`merge` needs another existing set id as target, found `{target}`"));
+                    continue;
+                }
+                "split" if target.is_empty() => {
+                    bad("`split` needs a target label (members sharing a label form a new set)".into());
+                    continue;
+                }
+                "approve" | "reject" | "drop" | "add" | "keep" if !target.is_empty() => {
+                    bad(format!("`{decision}` takes no target, found `{target}`"));
+                    continue;
+                }
+                _ => {}
+            }
+            if decision == "keep" {
+                continue; // the default; nothing to record
+            }
+            out.push(Decision {
+                set_id: set_id.clone(),
+                action: decision,
+                tool_id: tool.clone(),
+                target: target.clone(),
+                reviewer: reviewer.clone(),
+                note: note.clone(),
+                source: loc,
+            });
+        }
+    }
+    // A tool may be added to one set only.
+    let mut added: HashMap<&str, &Decision> = HashMap::new();
+    for d in out.iter().filter(|d| d.action == "add") {
+        if let Some(prev) = added.insert(d.tool_id.as_str(), d) {
+            problems.push(Problem::new(
+                &d.source,
+                format!("`{}` is also added to set `{}` at {}", d.tool_id, prev.set_id, prev.source),
+            ));
+        }
+    }
+    if problems.is_empty() { Ok(out) } else { Err(InputError { file: "reviews/efs".into(), problems }) }
+}
+
+pub fn review_dir(s: &Settings) -> PathBuf {
+    s.root.join("reviews").join("efs")
+}
+pub fn items_path(s: &Settings) -> PathBuf {
+    s.artifacts.join("efs-topdown").join("items.json")
+}
+pub fn decisions_path(s: &Settings) -> PathBuf {
+    s.artifacts.join("efs-review").join("decisions.json")
+}
+
+/// The returned sheets: every `*.csv` in `reviews/efs/`, sorted by name.
+pub fn sheet_files(s: &Settings) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(review_dir(s))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "csv") && p.is_file())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// `efs review export`: write the sheet; refuses to overwrite one with decisions unless `force`.
+pub fn export(settings: &Settings, force: bool) -> Result<(PathBuf, usize)> {
+    let sets: Sets = load_json(&sets_path(settings), "run `benchgen efs build` first")?;
+    let catalog = Catalog::load(&crate::embed::catalog_path(settings))?;
+    let items: Vec<ReviewItem> = if items_path(settings).exists() {
+        load_json(&items_path(settings), "rerun `benchgen efs topdown`")?
+    } else {
+        Vec::new()
+    };
+    let path = review_dir(settings).join(SHEET);
+    if path.exists() && !force {
+        let existing = std::fs::read(&path)?;
+        let filled = import_sheets(&[(SHEET.to_string(), existing)], &sets.sets, &catalog)
+            .map(|d| !d.is_empty())
+            .unwrap_or(true);
+        if filled {
+            return Err(crate::error::hinted(
+                format!("`{}` already holds review decisions; not overwriting it", settings.display_path(&path)),
+                "import it first (`benchgen efs review import`), move it aside, or pass `--force`",
+            ));
+        }
+    }
+    let bytes = export_sheet(&sets.sets, &items, &catalog)?;
+    crate::store::write_atomic(&path, &bytes)?;
+    Ok((path, sets.sets.len()))
+}
+
+fn load_json<T: serde::de::DeserializeOwned>(path: &Path, hint: &str) -> Result<T> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| crate::error::hinted(format!("cannot read `{}`: {e}", path.display()), hint.to_string()))?;
+    serde_json::from_slice(&bytes).with_context(|| format!("`{}` is not valid", path.display()))
+}
+
+/// `efs review import`, as a stage: reads the sheets, writes
+/// `artifacts/efs-review/decisions.json`, one `review` ledger event per decision.
+pub struct ReviewStage;
+
+impl Stage for ReviewStage {
+    fn name(&self) -> &'static str {
+        "efs-review"
+    }
+    fn command(&self) -> &'static str {
+        "efs review import"
+    }
+    fn version(&self) -> u32 {
+        1
+    }
+    fn upstream(&self) -> &'static [&'static str] {
+        &["efs-build"]
+    }
+
+    fn plan(&self, settings: &Settings) -> Result<Plan> {
+        let mut inputs = vec![crate::embed::catalog_path(settings), sets_path(settings)];
+        let sheets = sheet_files(settings);
+        if sheets.is_empty() {
+            return Err(crate::error::hinted(
+                format!("no review sheets in `{}`", settings.display_path(&review_dir(settings))),
+                "run `benchgen efs review export`, fill in the sheet, then import it",
+            ));
+        }
+        inputs.extend(sheets);
+        Ok(Plan { inputs, prompts: vec![], config_hash: crate::settings::section_hash(&"efs-review")? })
+    }
+
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let s = ctx.settings;
+        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&crate::embed::catalog_path(s))?)?;
+        let sets: Sets = serde_json::from_slice(inputs.bytes(&sets_path(s))?)?;
+        let mut files = Vec::new();
+        for p in sheet_files(s) {
+            files.push((s.display_path(&p), inputs.bytes(&p)?.to_vec()));
+        }
+        let decisions = import_sheets(&files, &sets.sets, &catalog)?;
+        for d in &decisions {
+            out.event(NewEvent::new(kind::REVIEW, Some(&format!("efs:{}", d.set_id)), serde_json::to_value(d)?));
+        }
+        let reviewers: BTreeSet<&str> = decisions.iter().map(|d| d.reviewer.as_str()).collect();
+        out.json("decisions.json", &decisions)?;
+        out.count("decisions", decisions.len());
+        out.count("sheets", files.len());
+        out.notes.push(format!(
+            "{} decisions by {} reviewer(s) from {} sheet(s)",
+            decisions.len(),
+            reviewers.len(),
+            files.len()
+        ));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formula_cells_are_neutralised_and_restored() {
+        for c in ["=1+1", "+x", "-3", "@SUM(A1)"] {
+            assert!(neutralise(c).starts_with('\''), "{c:?}");
+            assert_eq!(restore(&neutralise(c)), c);
+        }
+        assert!(neutralise("\tx").starts_with('\''));
+        assert_eq!(neutralise("plain"), "plain");
+        assert_eq!(restore("'quoted but harmless"), "'quoted but harmless");
+    }
+}

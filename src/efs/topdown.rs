@@ -1,0 +1,397 @@
+//! `benchgen efs topdown`: cross-check each candidate set from the user's side.
+//!
+//! Per set, the LLM (`writer_role`) writes N realistic user requests that any
+//! member could serve. Each request is embedded and the `retrieve` most similar
+//! tools of the whole catalog are retrieved; the LLM (`judge_role`) selects every
+//! retrieved tool that can fully serve the request. Selections are compared
+//! with the set and become review items:
+//! - `outside-selected`: a tool outside the set was selected (a missing member?);
+//! - `member-never-selected`: a member was never selected for any request (a false member?);
+//! - `split-across-requests`: members were selected, but no request selected two
+//!   of them together (the set may be two sets).
+//!
+//! Per-set work is checkpointed; LLM exchanges are in the ledger (and its cache).
+//! Outputs in `artifacts/efs-topdown/`: `results.json` (per set: requests, for
+//! each the retrieved and selected tools, exchange ids, and ETOM's metrics
+//! precision, recall, RAG hit) and `items.json` ([`ReviewItem`]s).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::build::{CandidateSet, Sets, sets_path};
+use super::review::ReviewItem;
+use super::verify::tool_vars;
+use crate::embed::{Embedder, INDEX, VECTORS, Vectors};
+use crate::ledger::{NewEvent, Parent, kind};
+use crate::llm::{LlmClient, Prompt, prompt_path, role_hash};
+use crate::model::{Catalog, Server, Tool};
+use crate::settings::{Settings, section_hash};
+use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Requests {
+    /// Realistic, specific user requests that any of the tools could fully serve.
+    pub requests: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Selection {
+    /// Ids of every listed tool that can fully serve the request (possibly none).
+    pub selected: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RequestResult {
+    pub request: String,
+    /// Retrieved tool ids, most similar first.
+    pub retrieved: Vec<String>,
+    /// Selected tool ids (only ids that were retrieved), sorted.
+    pub selected: Vec<String>,
+    /// Ids the judge named that were not retrieved (ignored, kept for audit).
+    pub unknown: Vec<String>,
+    /// Request hash of the judge's LLM exchange.
+    pub exchange: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SetResult {
+    pub set_id: String,
+    /// Request hash of the writer's LLM exchange.
+    pub requests_exchange: String,
+    pub requests: Vec<RequestResult>,
+    /// |selected ∩ set| / |selected|, over all requests.
+    pub precision: f64,
+    /// Members selected for at least one request / members.
+    pub recall: f64,
+    /// Some member was retrieved for every request.
+    pub rag_hit: bool,
+}
+
+/// Top-`k` catalog rows by cosine to `q` (ties: lower row first).
+pub fn retrieve(vectors: &Vectors, q: &[f32], k: usize) -> Vec<usize> {
+    let mut scored: Vec<(f32, usize)> =
+        (0..vectors.len()).map(|i| (vectors.row(i).iter().zip(q).map(|(a, b)| a * b).sum::<f32>(), i)).collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored.into_iter().take(k).map(|(_, i)| i).collect()
+}
+
+/// Review items and metrics of one set's requests.
+pub fn cross_check(set: &CandidateSet, requests: &[RequestResult]) -> (Vec<ReviewItem>, f64, f64, bool) {
+    let members: BTreeSet<&str> = set.members.iter().map(String::as_str).collect();
+    let mut items = Vec::new();
+    let mut outside: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    let mut chosen: BTreeSet<&str> = BTreeSet::new();
+    let (mut sel, mut hit) = (0usize, 0usize);
+    for (i, r) in requests.iter().enumerate() {
+        for t in &r.selected {
+            sel += 1;
+            if members.contains(t.as_str()) {
+                hit += 1;
+                chosen.insert(t);
+            } else {
+                outside.entry(t).or_default().push(i + 1);
+            }
+        }
+    }
+    for (t, reqs) in outside {
+        items.push(ReviewItem {
+            set_id: set.id.clone(),
+            kind: "outside-selected".into(),
+            tool_id: t.into(),
+            detail: format!(
+                "selected for request {} but not a member",
+                reqs.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        });
+    }
+    for m in &set.members {
+        if !chosen.contains(m.as_str()) {
+            items.push(ReviewItem {
+                set_id: set.id.clone(),
+                kind: "member-never-selected".into(),
+                tool_id: m.clone(),
+                detail: format!("not selected for any of {} requests", requests.len()),
+            });
+        }
+    }
+    let together = requests.iter().any(|r| r.selected.iter().filter(|t| members.contains(t.as_str())).count() >= 2);
+    if chosen.len() >= 2 && !together {
+        let per: Vec<String> = requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let m: Vec<&str> =
+                    r.selected.iter().filter(|t| members.contains(t.as_str())).map(String::as_str).collect();
+                format!("request {}: {}", i + 1, if m.is_empty() { "none".to_string() } else { m.join(", ") })
+            })
+            .collect();
+        items.push(ReviewItem {
+            set_id: set.id.clone(),
+            kind: "split-across-requests".into(),
+            tool_id: String::new(),
+            detail: format!("no request selected two members together ({})", per.join("; ")),
+        });
+    }
+    let precision = if sel == 0 { 0.0 } else { round4(hit as f64 / sel as f64) };
+    let recall = if members.is_empty() { 0.0 } else { round4(chosen.len() as f64 / members.len() as f64) };
+    let rag_hit =
+        !requests.is_empty() && requests.iter().all(|r| r.retrieved.iter().any(|t| members.contains(t.as_str())));
+    (items, precision, recall, rag_hit)
+}
+
+fn round4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+pub struct TopdownStage;
+
+fn embed_dir(s: &Settings) -> std::path::PathBuf {
+    s.artifacts.join("embed")
+}
+
+impl Stage for TopdownStage {
+    fn name(&self) -> &'static str {
+        "efs-topdown"
+    }
+    fn command(&self) -> &'static str {
+        "efs topdown"
+    }
+    fn version(&self) -> u32 {
+        1
+    }
+    fn upstream(&self) -> &'static [&'static str] {
+        &["embed", "efs-build"]
+    }
+
+    fn plan(&self, settings: &Settings) -> Result<Plan> {
+        let t = &super::efs_settings(settings).topdown;
+        Ok(Plan {
+            inputs: vec![
+                crate::embed::catalog_path(settings),
+                sets_path(settings),
+                embed_dir(settings).join(INDEX),
+                embed_dir(settings).join(VECTORS),
+            ],
+            prompts: vec![prompt_path(settings, &t.requests_template), prompt_path(settings, &t.select_template)],
+            config_hash: section_hash(&json!({
+                "topdown": t,
+                "writer": role_hash(settings, &t.writer_role)?,
+                "judge": role_hash(settings, &t.judge_role)?,
+            }))?,
+        })
+    }
+
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let s = ctx.settings;
+        let t = &super::efs_settings(s).topdown;
+        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&crate::embed::catalog_path(s))?)?;
+        let sets: Sets = serde_json::from_slice(inputs.bytes(&sets_path(s))?).context("efs-build/sets.json")?;
+        let vectors =
+            Vectors::from_bytes(inputs.bytes(&embed_dir(s).join(INDEX))?, inputs.bytes(&embed_dir(s).join(VECTORS))?)?;
+        let tools: HashMap<&str, (&Server, &Tool)> =
+            catalog.tools().map(|(sv, tl)| (tl.id.as_str(), (sv, tl))).collect();
+        let mut checkpoint = ctx.checkpoint()?;
+        let run_id = ctx.ledger_run()?;
+        let pb = ctx.printer.progress(sets.sets.len() as u64, "topdown");
+        let mut embedder: Option<Embedder> = None;
+        let ledger = crate::ledger::Ledger::open(&s.artifacts)?;
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        let client = rt.block_on(LlmClient::from_settings(s, self.name(), run_id))?;
+        let mut results: Vec<SetResult> = Vec::new();
+        let mut failures = Vec::new();
+        for set in &sets.sets {
+            let key = format!("set:{}", set.id);
+            if let Some(done) = checkpoint.get(&key) {
+                results.push(serde_json::from_value(done.clone()).context("a checkpointed set result is not valid")?);
+                pb.inc(1);
+                continue;
+            }
+            let members: Vec<serde_json::Value> = set
+                .members
+                .iter()
+                .map(|m| {
+                    tools
+                        .get(m.as_str())
+                        .map(|(sv, tl)| tool_vars(sv, tl))
+                        .with_context(|| format!("`{m}` is not in the catalog"))
+                })
+                .collect::<Result<_>>()?;
+            let prompt = Prompt::new(&t.requests_template, json!({"tools": members, "n": t.requests_per_set}));
+            let reqs = match rt.block_on(client.typed::<Requests>(&t.writer_role, &prompt, &format!("{key}:requests")))
+            {
+                Ok(r) => r,
+                Err(e) if e.is_item_level() => {
+                    failures.push(e.to_string());
+                    continue;
+                }
+                Err(e) => return Err(anyhow::Error::new(e).context("stopping: the LLM is unusable")),
+            };
+            let texts: Vec<String> = reqs.value.requests.iter().take(t.requests_per_set).cloned().collect();
+            if embedder.is_none() {
+                embedder = Some(Embedder::load(s)?);
+            }
+            let qv = embedder.as_mut().expect("loaded above").embed(&texts, 32, &indicatif::ProgressBar::hidden())?;
+            let sem = Arc::new(tokio::sync::Semaphore::new(t.concurrency.max(1)));
+            let mut handles = Vec::new();
+            for (i, (text, q)) in texts.iter().zip(&qv).enumerate() {
+                let retrieved: Vec<String> =
+                    retrieve(&vectors, q, t.retrieve).into_iter().map(|r| vectors.index.tools[r].id.clone()).collect();
+                let cands: Vec<serde_json::Value> = retrieved
+                    .iter()
+                    .filter_map(|id| tools.get(id.as_str()))
+                    .map(|(_, tl)| json!({"id": tl.id, "description": tl.description}))
+                    .collect();
+                let prompt = Prompt::new(&t.select_template, json!({"request": text, "tools": cands}));
+                let (client, role, sem, item) =
+                    (client.clone(), t.judge_role.clone(), sem.clone(), format!("{key}:request{}", i + 1));
+                let text = text.clone();
+                handles.push(rt.spawn(async move {
+                    let _p = sem.acquire_owned().await;
+                    (text, retrieved, client.typed::<Selection>(&role, &prompt, &item).await)
+                }));
+            }
+            let mut reqs_out = Vec::new();
+            let mut failed = false;
+            for h in handles {
+                let (request, retrieved, r) = rt.block_on(h).context("a top-down task panicked")?;
+                match r {
+                    Ok(sel) => {
+                        let known: BTreeSet<&str> = retrieved.iter().map(String::as_str).collect();
+                        let (mut selected, mut unknown): (Vec<String>, Vec<String>) = sel
+                            .value
+                            .selected
+                            .iter()
+                            .map(|x| crate::efs::compare::normalise_id(x))
+                            .partition(|x| known.contains(x.as_str()));
+                        selected.sort();
+                        selected.dedup();
+                        unknown.sort();
+                        unknown.dedup();
+                        let exchange = super::exchange_hash(&ledger, sel.event_id)?;
+                        reqs_out.push(RequestResult { request, retrieved, selected, unknown, exchange });
+                    }
+                    Err(e) if e.is_item_level() => {
+                        failures.push(e.to_string());
+                        failed = true;
+                    }
+                    Err(e) => return Err(anyhow::Error::new(e).context("stopping: the LLM is unusable")),
+                }
+            }
+            if failed {
+                continue;
+            }
+            let (_, precision, recall, rag_hit) = cross_check(set, &reqs_out);
+            let res = SetResult {
+                set_id: set.id.clone(),
+                requests_exchange: super::exchange_hash(&ledger, reqs.event_id)?,
+                requests: reqs_out,
+                precision,
+                recall,
+                rag_hit,
+            };
+            checkpoint.put(&key, serde_json::to_value(&res)?)?;
+            pb.inc(1);
+            results.push(res);
+        }
+        pb.finish_and_clear();
+        client.add_counts(out);
+        if !failures.is_empty() {
+            anyhow::bail!(
+                "{} top-down calls got no valid answer (finished sets are kept; a rerun retries the rest):\n  {}",
+                failures.len(),
+                failures.join("\n  ")
+            );
+        }
+        results.sort_by(|a, b| a.set_id.cmp(&b.set_id));
+        let by_id: HashMap<&str, &CandidateSet> = sets.sets.iter().map(|x| (x.id.as_str(), x)).collect();
+        let mut items = Vec::new();
+        for r in &results {
+            let (its, ..) = cross_check(by_id[r.set_id.as_str()], &r.requests);
+            let mut parents: Vec<i64> = Vec::new();
+            for h in std::iter::once(&r.requests_exchange).chain(r.requests.iter().map(|q| &q.exchange)) {
+                parents.extend(super::exchange_event(&ledger, h)?);
+            }
+            for it in &its {
+                let mut ev = NewEvent::new(
+                    kind::VERDICT,
+                    Some(&format!("efs:{}", r.set_id)),
+                    json!({"check": "efs-topdown", "item": it}),
+                );
+                for p in &parents {
+                    ev = ev.with_parent(Parent::Id(*p));
+                }
+                out.event(ev);
+            }
+            items.extend(its);
+        }
+        let n = results.len().max(1) as f64;
+        let mean = |f: &dyn Fn(&SetResult) -> f64| round4(results.iter().map(f).sum::<f64>() / n);
+        out.json(
+            "results.json",
+            &json!({
+                "sets": results,
+                "mean_precision": mean(&|r| r.precision),
+                "mean_recall": mean(&|r| r.recall),
+                "rag_hit_rate": mean(&|r| f64::from(u8::from(r.rag_hit))),
+            }),
+        )?;
+        out.json("items.json", &items)?;
+        out.count("sets", results.len());
+        out.count("review_items", items.len());
+        let count = |k: &str| items.iter().filter(|i| i.kind == k).count();
+        out.notes.push(format!(
+            "{} sets cross-checked: {} outside tools selected, {} members never selected, {} sets split across requests",
+            results.len(),
+            count("outside-selected"),
+            count("member-never-selected"),
+            count("split-across-requests")
+        ));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(m: &[&str]) -> CandidateSet {
+        CandidateSet {
+            id: "S1".into(),
+            members: m.iter().map(|s| s.to_string()).collect(),
+            servers: vec![],
+            evidence: vec![],
+        }
+    }
+
+    fn req(retrieved: &[&str], selected: &[&str]) -> RequestResult {
+        RequestResult {
+            request: "r".into(),
+            retrieved: retrieved.iter().map(|s| s.to_string()).collect(),
+            selected: selected.iter().map(|s| s.to_string()).collect(),
+            unknown: vec![],
+            exchange: "sha256:1".into(),
+        }
+    }
+
+    #[test]
+    fn cross_check_finds_outside_unselected_and_split() {
+        let s = set(&["a::x", "b::x", "c::x"]);
+        let reqs = [req(&["a::x", "b::x", "z::x"], &["a::x", "z::x"]), req(&["b::x"], &["b::x"])];
+        let (items, p, r, hit) = cross_check(&s, &reqs);
+        let kinds: Vec<(&str, &str)> = items.iter().map(|i| (i.kind.as_str(), i.tool_id.as_str())).collect();
+        assert_eq!(
+            kinds,
+            [("outside-selected", "z::x"), ("member-never-selected", "c::x"), ("split-across-requests", "")]
+        );
+        assert_eq!((p, r, hit), (0.6667, 0.6667, true));
+        // Selected together once: not split.
+        let (items, ..) = cross_check(&s, &[req(&["a::x"], &["a::x", "b::x", "c::x"])]);
+        assert!(items.is_empty());
+    }
+}

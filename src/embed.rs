@@ -1,0 +1,625 @@
+//! `benchgen embed`: one vector per tool of the filtered catalog, from a local
+//! ONNX sentence-embedding model (fastembed, ONNX Runtime loaded at run time).
+//!
+//! The tool text follows ETOM's recipe by default (`Tool: <name> | Description:
+//! <description> | Parameters: <name>: <description>; …` with up to 5 described
+//! parameters) and is configurable in `[embed.text]`.
+//!
+//! Outputs in `artifacts/embed/`:
+//! - `vectors.f32`: row-major little-endian `f32`, `count × dim`, every row
+//!   L2-normalised (so a dot product is the cosine similarity);
+//! - `index.json`: `{model_id, model_sha256, dim, count, tools: [{row, id, text_sha256}]}`
+//!   with rows in catalog order (servers by name, tools by name).
+//!
+//! A rerun reuses the vector of every tool whose text hash (and model) is
+//! unchanged from the previous `artifacts/embed/`, so a growing catalog only
+//! embeds its new or edited tools.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::hinted;
+use crate::model::{Catalog, Server, Tool};
+use crate::printer::Printer;
+use crate::settings::{Settings, section_hash};
+use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+
+pub const VECTORS: &str = "vectors.f32";
+pub const INDEX: &str = "index.json";
+
+/// `[embed]` in the pipeline config.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbedSettings {
+    /// Name recorded with every vector; change it when pointing at another model.
+    #[serde(default = "default_model_id")]
+    pub model_id: String,
+    /// Folder with `model.onnx`, `tokenizer.json`, `config.json`,
+    /// `special_tokens_map.json`, `tokenizer_config.json`. Default:
+    /// `$BENCHGEN_CACHE/embed/all-MiniLM-L6-v2-int8` (fetched by `make setup`).
+    #[serde(default)]
+    pub model_dir: Option<PathBuf>,
+    /// ONNX Runtime shared library (1.24 or newer). Default:
+    /// `$BENCHGEN_CACHE/embed/onnxruntime-1.24.4/libonnxruntime.so.1.24.4`.
+    #[serde(default)]
+    pub ort_dylib: Option<PathBuf>,
+    /// Pooling over token vectors: `mean` (right for MiniLM) or `cls`.
+    #[serde(default)]
+    pub pooling: PoolingKind,
+    /// Tokens per text; longer texts are truncated.
+    #[serde(default = "default_max_length")]
+    pub max_length: usize,
+    #[serde(default)]
+    pub text: TextRecipe,
+    /// Texts per inference batch (a tuning knob: not part of the config hash).
+    #[serde(default = "default_batch")]
+    pub batch_size: usize,
+}
+
+impl Default for EmbedSettings {
+    fn default() -> Self {
+        Self {
+            model_id: default_model_id(),
+            model_dir: None,
+            ort_dylib: None,
+            pooling: PoolingKind::default(),
+            max_length: default_max_length(),
+            text: TextRecipe::default(),
+            batch_size: default_batch(),
+        }
+    }
+}
+
+fn default_model_id() -> String {
+    "all-MiniLM-L6-v2-int8".into()
+}
+fn default_max_length() -> usize {
+    256
+}
+fn default_batch() -> usize {
+    // Measured on the ETOM snapshot (2 loaded cores): batch 8 took 46 s and 530 MB
+    // peak RSS, 16 took 59 s / 880 MB, 32 took 64 s / 1.6 GB (ONNX Runtime's arena
+    // grows with the largest batch shape).
+    8
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolingKind {
+    #[default]
+    Mean,
+    Cls,
+}
+
+/// What goes into a tool's text, in order, joined by `separator`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TextRecipe {
+    /// Any of `name`, `description`, `parameters`, `server`, `server_description`.
+    #[serde(default = "default_fields")]
+    pub fields: Vec<TextField>,
+    /// At most this many parameters (those with a description, in schema order).
+    #[serde(default = "default_max_params")]
+    pub max_parameters: usize,
+    #[serde(default = "default_sep")]
+    pub separator: String,
+    /// Texts are cut to this many characters before tokenising (ETOM: 2,048).
+    #[serde(default = "default_max_chars")]
+    pub max_chars: usize,
+    /// Remove the server's own name from the tool description ("… using the Luno
+    /// MCP Server"): vendor names make equivalent tools of different servers look
+    /// less alike.
+    #[serde(default = "yes")]
+    pub strip_server_name: bool,
+}
+
+impl Default for TextRecipe {
+    fn default() -> Self {
+        Self {
+            fields: default_fields(),
+            max_parameters: default_max_params(),
+            separator: default_sep(),
+            max_chars: default_max_chars(),
+            strip_server_name: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TextField {
+    Name,
+    Description,
+    Parameters,
+    Server,
+    ServerDescription,
+}
+
+fn default_fields() -> Vec<TextField> {
+    vec![TextField::Name, TextField::Description, TextField::Parameters]
+}
+fn default_max_params() -> usize {
+    5
+}
+fn default_sep() -> String {
+    " | ".into()
+}
+fn yes() -> bool {
+    true
+}
+fn default_max_chars() -> usize {
+    2048
+}
+
+/// The hashed part of `[embed]`: what changes the vectors (not paths, not batch size).
+#[derive(Serialize)]
+struct Hashed<'a> {
+    model_id: &'a str,
+    pooling: PoolingKind,
+    max_length: usize,
+    text: &'a TextRecipe,
+}
+
+impl EmbedSettings {
+    fn hashed(&self) -> Hashed<'_> {
+        Hashed { model_id: &self.model_id, pooling: self.pooling, max_length: self.max_length, text: &self.text }
+    }
+
+    pub fn model_dir(&self, settings: &Settings) -> PathBuf {
+        match &self.model_dir {
+            Some(p) => settings.resolve(p),
+            None => cache_dir().join("embed").join("all-MiniLM-L6-v2-int8"),
+        }
+    }
+
+    pub fn ort_dylib(&self, settings: &Settings) -> PathBuf {
+        match &self.ort_dylib {
+            Some(p) => settings.resolve(p),
+            None => cache_dir().join("embed").join("onnxruntime-1.24.4").join("libonnxruntime.so.1.24.4"),
+        }
+    }
+}
+
+/// `[embed]` of the config, or the defaults when the section is absent.
+pub fn embed_settings(settings: &Settings) -> &EmbedSettings {
+    static DEFAULT: std::sync::LazyLock<EmbedSettings> = std::sync::LazyLock::new(EmbedSettings::default);
+    settings.config.embed.as_ref().unwrap_or(&DEFAULT)
+}
+
+/// `$BENCHGEN_CACHE`, default `~/.cache/benchgen` (where `make setup` puts assets).
+pub fn cache_dir() -> PathBuf {
+    match std::env::var_os("BENCHGEN_CACHE") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(".cache").join("benchgen"),
+    }
+}
+
+/// The text embedded for one tool.
+pub fn tool_text(recipe: &TextRecipe, server: &Server, tool: &Tool) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for f in &recipe.fields {
+        match f {
+            TextField::Name => parts.push(format!("Tool: {}", tool.name.trim())),
+            TextField::Description if !tool.description.trim().is_empty() => {
+                let d = if recipe.strip_server_name {
+                    strip_name(&tool.description, &server.name)
+                } else {
+                    tool.description.trim().to_string()
+                };
+                parts.push(format!("Description: {d}"))
+            }
+            TextField::Parameters => {
+                let params: Vec<String> = described_parameters(&tool.input_schema)
+                    .into_iter()
+                    .take(recipe.max_parameters)
+                    .map(|(n, d)| format!("{n}: {d}"))
+                    .collect();
+                if !params.is_empty() {
+                    parts.push(format!("Parameters: {}", params.join("; ")));
+                }
+            }
+            TextField::Server => parts.push(format!("Server: {}", server.name.trim())),
+            TextField::ServerDescription if !server.description.trim().is_empty() => {
+                parts.push(format!("Server description: {}", server.description.trim()))
+            }
+            _ => {}
+        }
+    }
+    let text = parts.join(&recipe.separator);
+    match text.char_indices().nth(recipe.max_chars) {
+        Some((cut, _)) => text[..cut].to_string(),
+        None => text,
+    }
+}
+
+/// `text` without case-insensitive whole-word occurrences of `name` (whitespace collapsed).
+fn strip_name(text: &str, name: &str) -> String {
+    let name = name.trim();
+    if name.is_empty() {
+        return text.trim().to_string();
+    }
+    // Whole words only: a short server name must not eat letters inside other words.
+    let re = regex::Regex::new(&format!(r"(?i)(^|\W){}(\W|$)", regex::escape(name)))
+        .expect("an escaped literal is a valid regex");
+    re.replace_all(text, "${1}${2}").split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `(name, description)` of every parameter that has a non-empty description,
+/// in schema order.
+pub fn described_parameters(schema: &Value) -> Vec<(String, String)> {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    props
+        .iter()
+        .filter_map(|(n, v)| {
+            let d = v.get("description").and_then(Value::as_str)?.trim();
+            (!d.is_empty()).then(|| (n.clone(), d.to_string()))
+        })
+        .collect()
+}
+
+/// A loaded embedding model.
+pub struct Embedder {
+    model: fastembed::TextEmbedding,
+    pub model_id: String,
+    /// sha256 of `model.onnx`, recorded so vectors of another model are never reused.
+    pub model_sha256: String,
+}
+
+/// ONNX Runtime allows one environment per process; it is created once.
+static ORT_ENV: OnceLock<std::result::Result<ort::environment::Environment, String>> = OnceLock::new();
+
+fn init_ort(dylib: &Path) -> Result<ort::environment::Environment> {
+    let env = ORT_ENV.get_or_init(|| {
+        let builder = ort::init_from(dylib).map_err(|e| format!("{e}"))?;
+        builder.with_name("benchgen").build().map_err(|e| format!("{e}"))
+    });
+    match env {
+        Ok(env) => Ok(env.clone()),
+        Err(e) => Err(hinted(
+            format!("cannot load ONNX Runtime from `{}`: {e}", dylib.display()),
+            "run `make setup` (scripts/setup.d/20-embed.sh fetches ONNX Runtime 1.24.4), or set `[embed] ort_dylib`",
+        )),
+    }
+}
+
+impl Embedder {
+    pub fn load(settings: &Settings) -> Result<Self> {
+        let cfg = &embed_settings(settings);
+        let dir = cfg.model_dir(settings);
+        let dylib = cfg.ort_dylib(settings);
+        let missing: Vec<PathBuf> = ["model.onnx", "tokenizer.json", "config.json", "special_tokens_map.json"]
+            .iter()
+            .map(|f| dir.join(f))
+            .chain(std::iter::once(dylib.clone()))
+            .filter(|p| !p.exists())
+            .collect();
+        if !missing.is_empty() {
+            return Err(hinted(
+                format!(
+                    "embedding assets are missing: {}",
+                    missing.iter().map(|p| format!("`{}`", p.display())).collect::<Vec<_>>().join(", ")
+                ),
+                "run `make setup` (scripts/setup.d/20-embed.sh), or point `[embed] model_dir` / `ort_dylib` at local files",
+            ));
+        }
+        let env = init_ort(&dylib)?;
+        let read =
+            |f: &str| std::fs::read(dir.join(f)).with_context(|| format!("cannot read `{}`", dir.join(f).display()));
+        let onnx = read("model.onnx")?;
+        let model_sha256 = crate::store::sha256_hex(&onnx);
+        // tokenizer_config.json is optional in some exports; an empty object is what fastembed expects then.
+        let tokenizer_config = read("tokenizer_config.json").unwrap_or_else(|_| b"{}".to_vec());
+        let files = fastembed::TokenizerFiles {
+            tokenizer_file: read("tokenizer.json")?,
+            config_file: read("config.json")?,
+            special_tokens_map_file: read("special_tokens_map.json")?,
+            tokenizer_config_file: tokenizer_config,
+        };
+        // Pooling must be explicit: fastembed's default for user models (CLS) is wrong for MiniLM.
+        let pooling = match cfg.pooling {
+            PoolingKind::Mean => fastembed::Pooling::Mean,
+            PoolingKind::Cls => fastembed::Pooling::Cls,
+        };
+        let model = fastembed::UserDefinedEmbeddingModel::new(onnx, files).with_pooling(pooling);
+        let options = fastembed::InitOptionsUserDefined::new()
+            .with_max_length(cfg.max_length)
+            .with_environment(env)
+            // Spinning worker threads only burn CPU that other processes on a shared
+            // 2-core machine need; batches are large enough that waking costs nothing.
+            .with_session_config("session.intra_op.allow_spinning", "0");
+        let model = fastembed::TextEmbedding::try_new_from_user_defined(model, options)
+            .map_err(|e| anyhow::anyhow!("cannot load the embedding model from `{}`: {e}", dir.display()))?;
+        Ok(Self { model, model_id: cfg.model_id.clone(), model_sha256 })
+    }
+
+    /// Embed texts in batches; every vector is L2-normalised. Texts are batched
+    /// in length order, so a batch pads to a similar length (much less work than
+    /// padding short texts to the longest of a random batch); results come back in
+    /// input order.
+    pub fn embed(&mut self, texts: &[String], batch: usize, pb: &indicatif::ProgressBar) -> Result<Vec<Vec<f32>>> {
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| (texts[i].len(), i));
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+        for chunk in order.chunks(batch.max(1)) {
+            let batch_texts: Vec<&str> = chunk.iter().map(|&i| texts[i].as_str()).collect();
+            let vs = self
+                .model
+                .embed(&batch_texts, Some(batch_texts.len()))
+                .map_err(|e| anyhow::anyhow!("embedding failed: {e}"))?;
+            for (&i, v) in chunk.iter().zip(vs) {
+                out[i] = normalised(v);
+            }
+            pb.inc(chunk.len() as u64);
+        }
+        Ok(out)
+    }
+}
+
+pub fn normalised(mut v: Vec<f32>) -> Vec<f32> {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if n > 0.0 {
+        v.iter_mut().for_each(|x| *x /= n);
+    }
+    v
+}
+
+/// One row of `index.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct IndexRow {
+    pub row: usize,
+    pub id: String,
+    pub text_sha256: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Index {
+    pub model_id: String,
+    pub model_sha256: String,
+    pub dim: usize,
+    pub count: usize,
+    pub tools: Vec<IndexRow>,
+}
+
+/// Vectors with their index, in memory.
+#[derive(Debug, Clone)]
+pub struct Vectors {
+    pub index: Index,
+    pub data: Vec<f32>,
+}
+
+impl Vectors {
+    pub fn len(&self) -> usize {
+        self.index.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.index.count == 0
+    }
+
+    pub fn dim(&self) -> usize {
+        self.index.dim
+    }
+
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.index.dim..(i + 1) * self.index.dim]
+    }
+
+    pub fn ids(&self) -> Vec<&str> {
+        self.index.tools.iter().map(|t| t.id.as_str()).collect()
+    }
+
+    pub fn from_bytes(index: &[u8], vectors: &[u8]) -> Result<Self> {
+        let index: Index = serde_json::from_slice(index).context("the embedding index is not valid")?;
+        if vectors.len() != index.count * index.dim * 4 {
+            bail!(
+                "`{VECTORS}` holds {} bytes, but the index says {} vectors of {} floats",
+                vectors.len(),
+                index.count,
+                index.dim
+            );
+        }
+        let data = vectors.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        Ok(Self { index, data })
+    }
+
+    /// Read `index.json` and `vectors.f32` from a folder.
+    pub fn load(dir: &Path) -> Result<Self> {
+        let i =
+            std::fs::read(dir.join(INDEX)).with_context(|| format!("cannot read `{}`", dir.join(INDEX).display()))?;
+        let v = std::fs::read(dir.join(VECTORS))
+            .with_context(|| format!("cannot read `{}`", dir.join(VECTORS).display()))?;
+        Self::from_bytes(&i, &v).with_context(|| format!("in `{}`", dir.display()))
+    }
+
+    pub fn vector_bytes(&self) -> Vec<u8> {
+        self.data.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+}
+
+pub struct EmbedStage;
+
+pub fn catalog_path(s: &Settings) -> PathBuf {
+    s.artifacts.join("filter").join("catalog.json")
+}
+
+impl Stage for EmbedStage {
+    fn name(&self) -> &'static str {
+        "embed"
+    }
+    fn command(&self) -> &'static str {
+        "embed"
+    }
+    fn version(&self) -> u32 {
+        1
+    }
+    fn upstream(&self) -> &'static [&'static str] {
+        &["filter"]
+    }
+
+    fn plan(&self, settings: &Settings) -> Result<Plan> {
+        Ok(Plan {
+            inputs: vec![catalog_path(settings)],
+            prompts: vec![],
+            config_hash: section_hash(&embed_settings(settings).hashed())?,
+        })
+    }
+
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let path = catalog_path(ctx.settings);
+        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&path)?)
+            .map_err(|e| anyhow::anyhow!("`{}` is not a benchgen catalog: {e}", ctx.settings.display_path(&path)))?;
+        let cfg = embed_settings(ctx.settings);
+        let rows: Vec<(String, String)> =
+            catalog.tools().map(|(s, t)| (t.id.clone(), tool_text(&cfg.text, s, t))).collect();
+        let (vectors, reused) = embed_rows(ctx.settings, ctx.printer, &rows)?;
+        let embedded = rows.len() - reused;
+        out.file(VECTORS, vectors.vector_bytes());
+        out.json(INDEX, &vectors.index)?;
+        out.count("tools", rows.len());
+        // How many vectors were reused depends on the previous run, so it goes to the
+        // notes, not the manifest's counts (a forced rerun must give the same manifest).
+        out.count("dim", vectors.dim());
+        out.notes.push(format!(
+            "{} tools: {embedded} embedded, {reused} reused from the previous run ({} × {} floats, model `{}`)",
+            rows.len(),
+            vectors.len(),
+            vectors.dim(),
+            vectors.index.model_id
+        ));
+        Ok(())
+    }
+}
+
+/// Embed `(id, text)` rows, reusing vectors of the previous `artifacts/embed/`
+/// whose text hash and model match. Returns the vectors and how many were reused.
+pub fn embed_rows(settings: &Settings, printer: &Printer, rows: &[(String, String)]) -> Result<(Vectors, usize)> {
+    let cfg = &embed_settings(settings);
+    let previous = Vectors::load(&settings.artifacts.join("embed")).ok();
+    let mut embedder = Embedder::load(settings)?;
+    let hashes: Vec<String> = rows.iter().map(|(_, t)| crate::store::sha256_hex(t.as_bytes())).collect();
+    let mut known: HashMap<&str, &[f32]> = HashMap::new();
+    if let Some(p) = &previous
+        && p.index.model_id == embedder.model_id
+        && p.index.model_sha256 == embedder.model_sha256
+    {
+        for r in &p.index.tools {
+            known.insert(r.text_sha256.as_str(), p.row(r.row));
+        }
+    }
+    let todo: Vec<usize> = (0..rows.len()).filter(|&i| !known.contains_key(hashes[i].as_str())).collect();
+    let texts: Vec<String> = todo.iter().map(|&i| rows[i].1.clone()).collect();
+    let pb = printer.progress(texts.len() as u64, "embed");
+    let fresh = embedder.embed(&texts, cfg.batch_size, &pb)?;
+    pb.finish_and_clear();
+    let dim = fresh.first().map(Vec::len).or_else(|| known.values().next().map(|v| v.len())).unwrap_or(0);
+    let mut by_row: HashMap<usize, Vec<f32>> = todo.into_iter().zip(fresh).collect();
+    let mut data = Vec::with_capacity(rows.len() * dim);
+    let mut tools = Vec::with_capacity(rows.len());
+    for (i, (id, _)) in rows.iter().enumerate() {
+        let v = match by_row.remove(&i) {
+            Some(v) => v,
+            None => known[hashes[i].as_str()].to_vec(),
+        };
+        if v.len() != dim {
+            bail!("the model returned a vector of {} floats for `{id}`, expected {dim}", v.len());
+        }
+        data.extend_from_slice(&v);
+        tools.push(IndexRow { row: i, id: id.clone(), text_sha256: hashes[i].clone() });
+    }
+    let reused = rows.len() - texts.len();
+    let index = Index {
+        model_id: embedder.model_id.clone(),
+        model_sha256: embedder.model_sha256.clone(),
+        dim,
+        count: rows.len(),
+        tools,
+    };
+    Ok((Vectors { index, data }, reused))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(schema: Value) -> (Server, Tool) {
+        let t = Tool {
+            id: "s::t".into(),
+            name: " get_quote ".into(),
+            description: "Latest price.".into(),
+            input_schema: schema,
+            output_schema: None,
+        };
+        let s = Server {
+            name: "s".into(),
+            description: String::new(),
+            summary: String::new(),
+            url: String::new(),
+            categories: vec![],
+            license: None,
+            tools: vec![],
+        };
+        (s, t)
+    }
+
+    #[test]
+    fn etom_text_recipe_takes_first_five_described_parameters() {
+        let mut props = serde_json::Map::new();
+        for i in 0..7 {
+            props.insert(format!("p{i}"), json!({"type": "string", "description": format!("d{i}")}));
+        }
+        props.insert("q".into(), json!({"type": "string"}));
+        let (s, t) = tool(json!({"type": "object", "properties": props}));
+        let text = tool_text(&TextRecipe::default(), &s, &t);
+        assert_eq!(
+            text,
+            "Tool: get_quote | Description: Latest price. | Parameters: p0: d0; p1: d1; p2: d2; p3: d3; p4: d4"
+        );
+    }
+
+    #[test]
+    fn text_without_parameters_and_cut_to_max_chars() {
+        let (s, t) = tool(json!({"type": "object"}));
+        let r = TextRecipe { max_chars: 9, ..TextRecipe::default() };
+        assert_eq!(tool_text(&TextRecipe::default(), &s, &t), "Tool: get_quote | Description: Latest price.");
+        assert_eq!(tool_text(&r, &s, &t), "Tool: get");
+    }
+
+    #[test]
+    fn server_name_is_stripped_as_whole_words_only() {
+        assert_eq!(
+            strip_name("Send mail via the Luno MCP Server, fast.", "luno mcp server"),
+            "Send mail via the , fast."
+        );
+        assert_eq!(strip_name("Latest price of s.", "s"), "Latest price of .");
+        assert_eq!(strip_name("Lists stars", "s"), "Lists stars");
+    }
+
+    #[test]
+    fn vectors_round_trip_and_size_is_checked() {
+        let index = Index {
+            model_id: "m".into(),
+            model_sha256: "h".into(),
+            dim: 2,
+            count: 2,
+            tools: vec![
+                IndexRow { row: 0, id: "a".into(), text_sha256: "x".into() },
+                IndexRow { row: 1, id: "b".into(), text_sha256: "y".into() },
+            ],
+        };
+        let v = Vectors { index: index.clone(), data: vec![1.0, 0.0, 0.6, 0.8] };
+        let bytes = v.vector_bytes();
+        let back = Vectors::from_bytes(&serde_json::to_vec(&index).unwrap(), &bytes).unwrap();
+        assert_eq!(back.row(1), &[0.6, 0.8]);
+        assert!(Vectors::from_bytes(&serde_json::to_vec(&index).unwrap(), &bytes[..12]).is_err());
+    }
+}
