@@ -9,20 +9,16 @@ use std::collections::BTreeMap;
 use util::{Project, assert_code, shared_data, stderr, stdout, tree};
 
 /// Artifacts without what legitimately differs between runs: the ledger
-/// (timestamps), the manifests' times and run ids, and the EFS report, which
-/// quotes each step's wall time (its hash in the manifest goes with it).
+/// (timestamps) and the manifests' times and run ids.
 fn comparable(p: &Project) -> BTreeMap<String, Vec<u8>> {
     p.artifacts()
         .into_iter()
-        .filter(|(k, _)| !k.starts_with("ledger.sqlite") && k != ".lock" && k != "efs/report.md")
+        .filter(|(k, _)| !k.starts_with("ledger.sqlite") && k != ".lock")
         .map(|(k, v)| {
             if k.ends_with("manifest.json") {
                 let mut m: serde_json::Value = serde_json::from_slice(&v).unwrap();
                 for f in ["started_at", "finished_at", "duration_ms", "run_id"] {
                     m.as_object_mut().unwrap().remove(f);
-                }
-                if let Some(o) = m["outputs"].as_object_mut() {
-                    o.remove("report.md");
                 }
                 (k, serde_json::to_vec_pretty(&m).unwrap())
             } else {

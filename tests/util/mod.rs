@@ -148,7 +148,9 @@ pub fn stderr(o: &Output) -> String {
 /// Replace run durations so summaries snapshot stably.
 pub fn redact_times(s: &str) -> String {
     let re = regex::Regex::new(r"in \d+ ms").unwrap();
-    re.replace_all(s, "in [ms] ms").into_owned()
+    let s = re.replace_all(s, "in [ms] ms");
+    let secs = regex::Regex::new(r"\b\d+\.\d s\b").unwrap();
+    secs.replace_all(&s, "[s] s").into_owned()
 }
 
 #[track_caller]
