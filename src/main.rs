@@ -41,7 +41,16 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
     if let Command::Score(a) = &cli.command {
         return benchgen::score::command(a, printer);
     }
-    let mut settings = Settings::load(&cli.global.config)?;
+    // The sandbox serving an explicit `--catalog` needs no pipeline config: a
+    // spawned `benchgen sandbox` must work from any folder.
+    let config_is_default = cli.global.config.as_path() == std::path::Path::new(benchgen::settings::DEFAULT_CONFIG)
+        && std::env::var_os("BENCHGEN_CONFIG").is_none();
+    let mut settings = match &cli.command {
+        Command::Sandbox(a) if a.catalog.is_some() && config_is_default && !cli.global.config.exists() => {
+            Settings::defaults()?
+        }
+        _ => Settings::load(&cli.global.config)?,
+    };
     settings.llm_mode = cli.global.llm_mode;
     stage::recover_if_idle(&settings, printer)?;
     let ctx = Ctx::new(&settings, printer);

@@ -252,6 +252,15 @@ impl Settings {
         Ok(Self { config, config_path: path.to_path_buf(), root, artifacts, llm_mode: Default::default() })
     }
 
+    /// Settings with every default, rooted at the working folder: for commands
+    /// that can run without a pipeline config (e.g. `sandbox --catalog FILE`).
+    pub fn defaults() -> Result<Self> {
+        let config: Config = toml::from_str("").context("default config")?;
+        let root = normalize(Path::new("."));
+        let artifacts = root.join(&config.project.artifacts);
+        Ok(Self { config, config_path: PathBuf::from(DEFAULT_CONFIG), root, artifacts, llm_mode: Default::default() })
+    }
+
     /// A path from the config, resolved against the project root.
     pub fn resolve(&self, p: &Path) -> PathBuf {
         if p.is_absolute() { p.to_path_buf() } else { self.root.join(p) }

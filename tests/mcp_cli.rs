@@ -112,3 +112,31 @@ fn sandbox_refuses_non_loopback_and_bad_rates() {
         .code(1)
         .stderr(predicates::str::contains("artifacts/filter/catalog.json"));
 }
+
+/// Regression: a spawned `benchgen sandbox --catalog FILE` used to demand
+/// `pipeline/demo.toml` in its working folder, so it failed under any other
+/// config. With `--catalog` it needs no pipeline config.
+#[test]
+fn spawned_sandbox_needs_no_default_config_in_its_folder() {
+    let (dir, config) = project();
+    assert!(!dir.path().join("pipeline/demo.toml").exists());
+    let out = benchgen(&config)
+        .current_dir(dir.path())
+        .env_remove("BENCHGEN_CONFIG")
+        .args(["--json", "mcp", "call", "sandbox", "weather::forecast", "--args", r#"{"city": "Oslo"}"#])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["status"], "ok", "{v}");
+
+    // An explicitly named config that is missing is still an error.
+    Command::cargo_bin("benchgen")
+        .unwrap()
+        .current_dir(dir.path())
+        .args(["--config", "pipeline/missing.toml", "sandbox", "--catalog", "x.json"])
+        .assert()
+        .code(1);
+}
