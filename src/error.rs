@@ -58,6 +58,19 @@ pub fn hinted(message: impl Into<String>, hint: impl Into<String>) -> anyhow::Er
     Hinted { message: message.into(), hint: hint.into() }.into()
 }
 
+/// How a JSON value's type reads in an error message ("expected a string, found a number").
+pub fn json_type_name(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// The exit code for an error that reached `main`.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
     if err.chain().any(|e| e.is::<UsageError>()) { 2 } else { 1 }

@@ -307,6 +307,33 @@ impl Ledger {
     }
 }
 
+/// A ledger connection bound to one stage run and shareable between tasks, for
+/// stages that record events as they happen (LLM exchanges, MCP calls) rather
+/// than at commit.
+pub struct RunRecorder {
+    ledger: std::sync::Mutex<Ledger>,
+    run_id: i64,
+    stage: String,
+}
+
+impl RunRecorder {
+    pub fn open(artifacts: &Path, run_id: i64, stage: &str) -> Result<Self> {
+        Ok(Self { ledger: std::sync::Mutex::new(Ledger::open(artifacts)?), run_id, stage: stage.to_string() })
+    }
+
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        // Every write is one statement or one transaction, so a panic while the
+        // lock was held cannot leave the connection inconsistent: ignore poisoning.
+        self.ledger.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Append one event to the run; returns its id.
+    pub fn record(&self, ev: NewEvent) -> Result<i64> {
+        let ids = self.lock().append(self.run_id, &self.stage, std::slice::from_ref(&ev))?;
+        Ok(ids[0])
+    }
+}
+
 fn insert_run(conn: &Connection, stage: &str, config_hash: &str, code_version: &str) -> Result<i64> {
     conn.execute(
         "INSERT INTO runs(stage, started_at, status, config_hash, code_version) VALUES (?1, ?2, 'running', ?3, ?4)",

@@ -28,7 +28,7 @@ pub mod names;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::error::{InputError, Problem};
-use crate::ledger::{Ledger, NewEvent, Parent, kind};
+use crate::ledger::{NewEvent, Parent, RunRecorder, kind};
 use crate::llm::{ChatMessage, ChatTurn, LlmClient, ToolCall, ToolSpec};
 use crate::mcp::{CallFailure, CallOutcome, ClientOptions, McpClient};
 use crate::settings::Settings;
@@ -314,27 +314,18 @@ struct ExecTool {
     spec: ToolSpec,
 }
 
-/// Records calls in the ledger as they finish.
-pub struct Recorder {
-    ledger: Mutex<Ledger>,
-    run_id: i64,
-    stage: String,
-}
+/// Records calls in the ledger as they finish. A ledger write that fails is
+/// warned about and the trajectory JSON still holds the call.
+pub struct Recorder(RunRecorder);
 
 impl Recorder {
     pub fn open(artifacts: &Path, run_id: i64, stage: &str) -> Result<Self> {
-        Ok(Self { ledger: Mutex::new(Ledger::open(artifacts)?), run_id, stage: stage.to_string() })
+        Ok(Self(RunRecorder::open(artifacts, run_id, stage)?))
     }
 
     fn append(&self, ev: NewEvent) -> Option<i64> {
-        let mut l = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
-        match l.append(self.run_id, &self.stage, std::slice::from_ref(&ev)) {
-            Ok(ids) => ids.first().copied(),
-            Err(e) => {
-                tracing::warn!("cannot record `{}` in the ledger: {e:#}", ev.kind);
-                None
-            }
-        }
+        let what = ev.kind.clone();
+        self.0.record(ev).map_err(|e| tracing::warn!("cannot record `{what}` in the ledger: {e:#}")).ok()
     }
 }
 

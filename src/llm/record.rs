@@ -4,13 +4,12 @@
 //! to the newest live exchange that answered it; a lookup reads that event's `response`.
 
 use std::path::Path;
-use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 use rusqlite::{OptionalExtension, params};
 use serde_json::Value;
 
-use crate::ledger::{Ledger, NewEvent, Parent};
+use crate::ledger::{Ledger, NewEvent, Parent, RunRecorder};
 
 const CACHE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS llm_cache(
     key TEXT PRIMARY KEY,
@@ -18,23 +17,20 @@ const CACHE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS llm_cache(
     created_at TEXT NOT NULL
 )";
 
+/// The run's recorder plus the cache table.
 pub struct Recorder {
-    ledger: Mutex<Ledger>,
-    run_id: i64,
-    stage: String,
+    run: RunRecorder,
 }
 
 impl Recorder {
     pub fn open(artifacts: &Path, run_id: i64, stage: &str) -> Result<Self> {
-        let ledger = Ledger::open(artifacts)?;
-        ledger.connection().execute(CACHE_SCHEMA, []).context("cannot create the LLM cache table")?;
-        Ok(Self { ledger: Mutex::new(ledger), run_id, stage: stage.to_string() })
+        let run = RunRecorder::open(artifacts, run_id, stage)?;
+        run.lock().connection().execute(CACHE_SCHEMA, []).context("cannot create the LLM cache table")?;
+        Ok(Self { run })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Ledger> {
-        // A panic while holding the lock cannot leave the connection inconsistent
-        // (every write is one statement or one transaction), so poisoning is ignored.
-        self.ledger.lock().unwrap_or_else(|p| p.into_inner())
+        self.run.lock()
     }
 
     /// The event that answered `key` and its payload.
@@ -53,9 +49,7 @@ impl Recorder {
         for p in parents {
             ev = ev.with_parent(Parent::Id(*p));
         }
-        let mut l = self.lock();
-        let ids = l.append(self.run_id, &self.stage, &[ev])?;
-        Ok(ids[0])
+        self.run.record(ev)
     }
 
     pub fn cache_put(&self, key: &str, event_id: i64) -> Result<()> {

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{Endpoint, Lifecycle, McpSettings, ServerSpec, ToolIds};
 use super::stdio::{self, Broken, ChildGuard, LinkState, StdioTransport};
+use crate::error::json_type_name as json_kind;
 use crate::settings::Settings;
 
 /// Client-wide limits and where spawned servers' stderr goes.
@@ -600,17 +601,6 @@ fn tail_of(stderr: Option<&(PathBuf, u64)>) -> String {
     let lines: Vec<&str> = new.lines().filter(|l| !l.trim().is_empty()).collect();
     let tail = lines[lines.len().saturating_sub(3)..].join(" | ");
     if tail.is_empty() { String::new() } else { format!("; stderr: {}", truncate_str(&tail, 400)) }
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// A file name for a server name (server names may contain spaces and slashes).

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::{Map, Value};
 
 use super::{Imported, Note, Origin, Rejected};
-use crate::error::Problem;
+use crate::error::{Problem, json_type_name as type_name};
 use crate::model::{Server, Tool, tool_id};
 
 /// Server keys benchgen reads; anything else is noted as ignored.
@@ -30,17 +30,6 @@ const SERVER_KEYS: &[&str] = &[
 const TOOL_KEYS: &[&str] = &["tool_name", "tool_description", "input_schema", "output_schema"];
 /// Keys that ETOM's own scripts add (embeddings); ignored without a note.
 const DERIVED_KEYS: &[&str] = &["server_embedding", "tool_embedding", "tool_description_embedding"];
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
 
 /// Reads fields of one JSON object and collects problems about them.
 struct Fields<'a> {
