@@ -522,6 +522,23 @@ fn id_string(v: Option<&Value>) -> Option<String> {
     }
 }
 
+/// A benchmark file that must hold a JSON list of `what`; errors name the file
+/// and the line (bad JSON) or the top level (not a list).
+fn json_list(file: &str, text: &str, what: &str) -> anyhow::Result<Vec<Value>> {
+    let v: Value = serde_json::from_str(text).map_err(|e| InputError {
+        file: file.to_string(),
+        problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
+    })?;
+    match v {
+        Value::Array(records) => Ok(records),
+        _ => Err(InputError {
+            file: file.into(),
+            problems: vec![Problem::new("top level", format!("expected a JSON list of {what}"))],
+        }
+        .into()),
+    }
+}
+
 fn load_etom(
     file: &str,
     text: &str,
@@ -530,17 +547,7 @@ fn load_etom(
     keep_raw: bool,
     pools: &mut Pools,
 ) -> anyhow::Result<Vec<Item>> {
-    let v: Value = serde_json::from_str(text).map_err(|e| InputError {
-        file: file.to_string(),
-        problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
-    })?;
-    let Value::Array(records) = v else {
-        return Err(InputError {
-            file: file.into(),
-            problems: vec![Problem::new("top level", "expected a JSON list of queries")],
-        }
-        .into());
-    };
+    let records = json_list(file, text, "queries")?;
     let kind = Kind::from_level(level).expect("level 1..5");
     let mut items = Vec::with_capacity(records.len());
     let mut problems = Vec::new();
@@ -720,17 +727,7 @@ fn load_finmcp(
     keep_raw: bool,
     pools: &mut Pools,
 ) -> anyhow::Result<Vec<Item>> {
-    let v: Value = serde_json::from_str(text).map_err(|e| InputError {
-        file: file.to_string(),
-        problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
-    })?;
-    let Value::Array(records) = v else {
-        return Err(InputError {
-            file: file.into(),
-            problems: vec![Problem::new("top level", "expected a JSON list of samples")],
-        }
-        .into());
-    };
+    let records = json_list(file, text, "samples")?;
     let mut items = Vec::with_capacity(records.len());
     let mut problems = Vec::new();
     for (r, rec) in records.into_iter().enumerate() {
