@@ -131,14 +131,10 @@ fn malformed_bodies_and_timeouts_are_retried() {
     assert_eq!(s.count(), 3);
 }
 
-#[test]
-fn rate_limiter_spaces_requests() {
-    let s = ScriptedLlm::start(|_| good());
-    let p = project(&s.base_url(), "rpm = 600\nmax_concurrency = 8");
-    let c = client(&p, LlmMode::Cached);
-    let start = Instant::now();
+/// `n` typed calls on distinct prompts, all in flight at once; each must succeed.
+fn call_concurrently(c: &LlmClient, n: usize) {
     rt().block_on(async {
-        let calls: Vec<_> = (0..5)
+        let calls: Vec<_> = (0..n)
             .map(|i| {
                 let c = c.clone();
                 tokio::spawn(async move { c.typed::<Verdict>("r", &prompt(&format!("t{i}")), "x").await })
@@ -148,6 +144,15 @@ fn rate_limiter_spaces_requests() {
             h.await.unwrap().unwrap();
         }
     });
+}
+
+#[test]
+fn rate_limiter_spaces_requests() {
+    let s = ScriptedLlm::start(|_| good());
+    let p = project(&s.base_url(), "rpm = 600\nmax_concurrency = 8");
+    let c = client(&p, LlmMode::Cached);
+    let start = Instant::now();
+    call_concurrently(&c, 5);
     let mut at: Vec<Instant> = s.requests().iter().map(|r| r.at).collect();
     at.sort();
     // 600 rpm = one admission per 100 ms: the k-th request cannot arrive before k × 100 ms.
@@ -161,17 +166,7 @@ fn concurrency_is_bounded_per_endpoint() {
     let s = ScriptedLlm::start(|_| good().after(150));
     let p = project(&s.base_url(), "max_concurrency = 3");
     let c = client(&p, LlmMode::Cached);
-    rt().block_on(async {
-        let calls: Vec<_> = (0..12)
-            .map(|i| {
-                let c = c.clone();
-                tokio::spawn(async move { c.typed::<Verdict>("r", &prompt(&format!("t{i}")), "x").await })
-            })
-            .collect();
-        for h in calls {
-            h.await.unwrap().unwrap();
-        }
-    });
+    call_concurrently(&c, 12);
     assert_eq!(s.count(), 12);
     assert!(s.max_in_flight() <= 3, "{}", s.max_in_flight());
     assert!(s.max_in_flight() >= 2, "requests did run concurrently: {}", s.max_in_flight());
