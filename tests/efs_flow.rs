@@ -174,7 +174,7 @@ impl Project {
 }
 
 fn final_sets(p: &Project) -> Vec<Vec<String>> {
-    p.json("artifacts/efs/final.json")["sets"]
+    p.json("artifacts/efs-finalize/final.json")["sets"]
         .as_array()
         .unwrap()
         .iter()
@@ -206,10 +206,10 @@ fn demo_groups_end_in_one_set_each_and_rerun_makes_no_llm_call() {
     for (a, b) in NEAR_MISSES {
         assert!(!sets.iter().any(|s| s.contains(&a.to_string()) && s.contains(&b.to_string())), "{a} / {b}");
     }
-    let fin = p.json("artifacts/efs/final.json");
+    let fin = p.json("artifacts/efs-finalize/final.json");
     assert!(fin["sets"].as_array().unwrap().iter().all(|s| s["status"] == "unreviewed"));
     assert!(fin["sets"][0]["evidence"][0]["verdict_exchange"].as_str().unwrap().starts_with("sha256:"));
-    let etom = p.json("artifacts/efs/tool_equivalence_sets.json");
+    let etom = p.json("artifacts/efs-finalize/tool_equivalence_sets.json");
     assert_eq!(etom[0]["set_id"], 1);
     assert_eq!(etom[0]["size"], 2);
 
@@ -228,7 +228,7 @@ fn demo_groups_end_in_one_set_each_and_rerun_makes_no_llm_call() {
     assert_eq!(results["mean_recall"], 1.0, "{results}");
     let items = p.json("artifacts/efs-topdown/items.json");
     assert_eq!(items, json!([]), "{items}");
-    let report = std::fs::read_to_string(p.path("artifacts/efs/report.md")).unwrap();
+    let report = std::fs::read_to_string(p.path("artifacts/efs-finalize/report.md")).unwrap();
     assert!(report.contains(&format!("| candidate pairs (`efs pairs`) | {pairs} |")), "{report}");
 
     // Rerun: everything is up to date; a forced rerun is answered from the ledger.
@@ -346,7 +346,7 @@ fn review_round_trip_rejects_bad_rows_precisely_and_loses_nothing() {
     }
     assert!(err.contains("4 problems"), "{err}");
     assert_eq!(std::fs::read(&sheet).unwrap(), before, "the sheet is never modified");
-    assert!(!p.path("artifacts/efs-review").exists());
+    assert!(!p.path("artifacts/efs-review-import").exists());
 
     // A good sheet: approve, drop a member, merge two sets, add a tool.
     let mut good = rows.clone();
@@ -376,11 +376,11 @@ fn review_round_trip_rejects_bad_rows_precisely_and_loses_nothing() {
     let before = std::fs::read(&sheet).unwrap();
     p.ok(&["efs", "review", "import"]);
     assert_eq!(std::fs::read(&sheet).unwrap(), before);
-    let decisions = p.json("artifacts/efs-review/decisions.json");
+    let decisions = p.json("artifacts/efs-review-import/decisions.json");
     assert_eq!(decisions.as_array().unwrap().len(), 4, "{decisions}");
     assert_eq!(decisions[0]["note"], "=looks right");
     p.ok(&["efs", "finalize"]);
-    let fin = p.json("artifacts/efs/final.json");
+    let fin = p.json("artifacts/efs-finalize/final.json");
     let sets = fin["sets"].as_array().unwrap();
     // 6 sets: one loses its only partner (dropped), two merge → 4 left.
     assert_eq!(sets.len(), 4, "{fin}");

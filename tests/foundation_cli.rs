@@ -33,7 +33,7 @@ fn import_writes_a_normalised_sorted_catalog() {
     assert_eq!(summary["counts"]["servers"], 18);
     assert_eq!(summary["counts"]["tools"], 56);
 
-    let cat: serde_json::Value = serde_json::from_str(&p.read("artifacts/catalog/catalog.json")).unwrap();
+    let cat: serde_json::Value = serde_json::from_str(&p.read("artifacts/registry-import/catalog.json")).unwrap();
     let names: Vec<&str> = cat["servers"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
     let mut sorted = names.clone();
     sorted.sort();
@@ -41,7 +41,7 @@ fn import_writes_a_normalised_sorted_catalog() {
     let fx = cat["servers"].as_array().unwrap().iter().find(|s| s["name"] == "fx-rates-mcp").unwrap();
     let ids: Vec<&str> = fx["tools"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
     assert!(ids.contains(&"fx-rates-mcp::get_exchange_rate_history"), "name trimmed in id: {ids:?}");
-    insta::assert_snapshot!("import_report", p.read("artifacts/catalog/import_report.json"));
+    insta::assert_snapshot!("import_report", p.read("artifacts/registry-import/import_report.json"));
 }
 
 #[test]
@@ -141,7 +141,7 @@ fn run_from_until_selects_stages() {
     let bad = p.run(&["run", "--from", "nope"]);
     assert_code(&bad, 2);
     assert!(stderr(&bad).contains("unknown stage `nope`; the stages are: catalog, filter, embed, efs-pairs, efs-verify, efs-build, efs-topdown, efs, stats"), "{}", stderr(&bad));
-    let reversed = p.run(&["run", "--from", "stats", "--until", "catalog"]);
+    let reversed = p.run(&["run", "--from", "stats", "--until", "registry-import"]);
     assert_code(&reversed, 2);
 }
 
@@ -212,7 +212,7 @@ fn json_status_is_machine_readable() {
     let p = Project::demo();
     let o = p.run(&["status", "--json"]);
     let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(rows[0]["stage"], "catalog");
+    assert_eq!(rows[0]["stage"], "registry-import");
     assert_eq!(rows[0]["state"], "missing");
     assert_eq!(rows[0]["reason"], "never run");
 }

@@ -86,7 +86,7 @@ fn a_kill_on_the_first_ever_run_leaves_nothing_half_done() {
     let p = Project::demo();
     let o = p.cmd().args(["registry", "import"]).env("BENCHGEN_FAIL_AT", "write_atomic:1").output().unwrap();
     assert!(!o.status.success());
-    assert!(!p.path("artifacts/catalog").exists());
+    assert!(!p.path("artifacts/registry-import").exists());
     let st = stdout(&p.run(&["status"]));
     assert!(st.starts_with("catalog    missing"), "{st}");
     assert_code(&p.run(&["run"]), 0);
@@ -174,7 +174,8 @@ fn lenient_import_leaves_bad_records_out_with_reasons() {
     let o = p.run(&["registry", "import", "bad.json", "--lenient"]);
     assert_code(&o, 0);
     assert!(stderr(&o).contains("left out `a::bad`"), "{}", stderr(&o));
-    let report: serde_json::Value = serde_json::from_str(&p.read("artifacts/catalog/import_report.json")).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&p.read("artifacts/registry-import/import_report.json")).unwrap();
     assert_eq!(report["tools"], 1);
     assert_eq!(report["rejected"].as_array().unwrap().len(), 2);
     let x = p.run(&["explain", "a::bad", "--json"]);
@@ -207,6 +208,7 @@ fn etom_snapshot_imports_491_servers_2375_tools_30_categories() {
     assert_eq!(imp["schema"]["with_parameters"], 2094);
     assert_eq!(imp["servers_per_main_category"]["communication"], 24);
     // Two server names carry stray spaces; they are trimmed and noted.
-    let report: serde_json::Value = serde_json::from_str(&p.read("artifacts/catalog/import_report.json")).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&p.read("artifacts/registry-import/import_report.json")).unwrap();
     assert_eq!(report["notes"].as_array().unwrap().len(), 2);
 }

@@ -39,7 +39,7 @@ fn etom_catalog(dir: &std::path::Path) -> Option<std::path::PathBuf> {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    Some(dir.join("artifacts/catalog/catalog.json"))
+    Some(dir.join("artifacts/registry-import/catalog.json"))
 }
 
 #[tokio::test]
