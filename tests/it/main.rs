@@ -5,6 +5,7 @@
 
 mod support;
 
+mod docs;
 mod efs_compare;
 mod efs_flow;
 mod embed_minilm;
