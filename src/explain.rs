@@ -162,7 +162,7 @@ pub fn render(x: &Explanation) -> String {
     }
     out.push_str("\nlineage (oldest first):\n");
     for e in &x.lineage {
-        out.push_str(&format!("  #{:<6} {:<16} {:<8} run {:<4} {}\n", e.id, e.kind, e.stage, e.run_id, describe(e)));
+        out.push_str(&format!("  #{:<6} {:<16} {:<15} run {:<4} {}\n", e.id, e.kind, e.stage, e.run_id, describe(e)));
     }
     out
 }

@@ -95,7 +95,7 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             let text = match a.format {
                 StagesFormat::Text => stages::render_text(&rows),
                 StagesFormat::Dot => stages::render_dot(&rows),
-                StagesFormat::Markdown => stages::markdown_table(),
+                StagesFormat::Markdown => stages::markdown_table(&settings),
             };
             printer.summary(&text, &rows);
             Ok(())
