@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::AutoPolicy;
 use super::build::{CandidateSet, Evidence, Sets, sets_path};
 use super::review::{Decision, ReviewItem, decisions_path, items_path};
+use crate::formats::etom::{EfsFile, EfsSet, SetTool};
 use crate::model::Catalog;
 use crate::settings::{Settings, section_hash};
 use crate::stage::{Ctx, Inputs, Manifest, Output, Plan, Stage};
@@ -44,8 +45,7 @@ pub struct Member {
 #[serde(deny_unknown_fields)]
 pub struct FinalSet {
     pub id: String,
-    /// `reviewed` or `unreviewed`.
-    pub status: String,
+    pub status: SetStatus,
     /// Candidate sets this set came from.
     pub from: Vec<String>,
     pub members: Vec<Member>,
@@ -54,6 +54,15 @@ pub struct FinalSet {
     pub decisions: Vec<Decision>,
     /// Top-down findings about this set that no decision settled.
     pub open_items: Vec<ReviewItem>,
+}
+
+/// Whether a human review decided about a final set (`reviewed`) or the automatic policy
+/// kept it (`unreviewed`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SetStatus {
+    Reviewed,
+    Unreviewed,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -232,7 +241,7 @@ pub fn finalize(
         decisions.sort_by(|a, b| a.source.cmp(&b.source));
         out.sets.push(FinalSet {
             id: super::set_id(&members),
-            status: if w.reviewed { "reviewed" } else { "unreviewed" }.into(),
+            status: if w.reviewed { SetStatus::Reviewed } else { SetStatus::Unreviewed },
             from,
             members: ms,
             servers: servers.into_iter().collect(),
@@ -247,20 +256,25 @@ pub fn finalize(
 }
 
 /// ETOM's `tool_equivalence_sets.json` shape.
-pub fn etom_shape(f: &Final) -> serde_json::Value {
-    serde_json::Value::Array(
-        f.sets
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                serde_json::json!({
-                    "set_id": i + 1,
-                    "size": s.members.len(),
-                    "tools": s.members,
+pub fn etom_shape(f: &Final) -> EfsFile {
+    f.sets
+        .iter()
+        .zip(1..)
+        .map(|(s, set_id)| EfsSet {
+            set_id,
+            size: s.members.len(),
+            tools: s
+                .members
+                .iter()
+                .map(|m| SetTool {
+                    tool_id: m.tool_id.clone(),
+                    server_name: m.server_name.clone(),
+                    tool_name: m.tool_name.clone(),
+                    description: m.description.clone(),
                 })
-            })
-            .collect(),
-    )
+                .collect(),
+        })
+        .collect()
 }
 
 fn histogram(values: impl Iterator<Item = usize>) -> BTreeMap<usize, usize> {
@@ -328,7 +342,7 @@ pub fn report(f: &Final, funnel: &Funnel, sets: &[CandidateSet], costs: &[StepCo
     ] {
         md.push_str(&format!("| {k} | {v} |\n"));
     }
-    let reviewed = f.sets.iter().filter(|s| s.status == "reviewed").count();
+    let reviewed = f.sets.iter().filter(|s| s.status == SetStatus::Reviewed).count();
     md.push_str(&format!(
         "\nFinal sets: {reviewed} reviewed, {} unreviewed (policy `{}`); {} sets dropped.\n",
         f.sets.len() - reviewed,
@@ -451,7 +465,7 @@ impl Stage for FinalizeStage {
         out.count("final_sets", fin.sets.len());
         out.count("tools_in_final_sets", funnel.tools_in_final_sets);
         out.count("dropped_sets", fin.dropped.len());
-        let unreviewed = fin.sets.iter().filter(|x| x.status == "unreviewed").count();
+        let unreviewed = fin.sets.iter().filter(|x| x.status == SetStatus::Unreviewed).count();
         out.notes.push(format!(
             "{} final sets over {} tools ({unreviewed} unreviewed), {} dropped; report in artifacts/efs/report.md",
             fin.sets.len(),
@@ -525,7 +539,7 @@ mod tests {
         }];
         let f = finalize(&sets, &items, &[], AutoPolicy::Keep, &c).unwrap();
         assert_eq!(f.sets.len(), 2);
-        assert!(f.sets.iter().all(|s| s.status == "unreviewed"));
+        assert!(f.sets.iter().all(|s| s.status == SetStatus::Unreviewed));
         assert_eq!(f.sets[0].open_items.len(), 1);
         let f = finalize(&sets, &items, &[], AutoPolicy::DropUnselected, &c).unwrap();
         assert_eq!(f.sets.len(), 1, "the set left with one member is dropped");
@@ -548,7 +562,7 @@ mod tests {
         let members: Vec<Vec<&str>> =
             f.sets.iter().map(|s| s.members.iter().map(|m| m.tool_id.as_str()).collect()).collect();
         assert_eq!(members, vec![vec!["a::x", "b::x"], vec!["c::x", "d::y", "e::y", "f::z", "g::z"]]);
-        assert!(f.sets.iter().all(|s| s.status == "reviewed"));
+        assert!(f.sets.iter().all(|s| s.status == SetStatus::Reviewed));
         assert_eq!(f.dropped.len(), 1);
         assert!(f.dropped[0].reason.contains("rejected by ana"));
 

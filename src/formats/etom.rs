@@ -83,7 +83,6 @@ pub struct EfsSet {
 /// A member of an EFS set. Every field may be missing on read (`efs compare` accepts sets
 /// from other tools that give only `tool_id`, or only the two names).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct SetTool {
     #[serde(default)]
     pub tool_id: String,
