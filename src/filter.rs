@@ -286,7 +286,8 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
             ));
         } else {
             decisions.push(
-                server_ask.unwrap_or_else(|| decision("server", &server.name, Verdict::Keep, "", "", "no rule matched", "")),
+                server_ask
+                    .unwrap_or_else(|| decision("server", &server.name, Verdict::Keep, "", "", "no rule matched", "")),
             );
             kept.servers.push(Server { tools, ..server.clone() });
         }
@@ -462,11 +463,11 @@ impl Stage for FilterStage {
             let plural = if d.kind == "server" { "servers" } else { "tools" };
             *drops.entry(format!("{plural} dropped by rule `{}` (class {})", d.rule, d.class)).or_default() += 1;
         }
-        summary.drops =
-            drops.into_iter().map(|(reason, count)| Drops { count, intentional: true, reason }).collect();
+        summary.drops = drops.into_iter().map(|(reason, count)| Drops { count, intentional: true, reason }).collect();
         let mut dropped: Vec<&Decision> = filtered.decisions.iter().filter(|d| d.verdict == Verdict::Drop).collect();
         dropped.sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
-        let mut undecided: Vec<&Decision> = filtered.decisions.iter().filter(|d| d.verdict == Verdict::Undecided).collect();
+        let mut undecided: Vec<&Decision> =
+            filtered.decisions.iter().filter(|d| d.verdict == Verdict::Undecided).collect();
         undecided.sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
 
         out.json("catalog.json", &filtered.catalog)?;

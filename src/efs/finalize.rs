@@ -65,6 +65,22 @@ pub enum SetStatus {
     Unreviewed,
 }
 
+impl SetStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SetStatus::Reviewed => "reviewed",
+            SetStatus::Unreviewed => "unreviewed",
+        }
+    }
+}
+
+/// Compare with the serialised word (`set.status == "reviewed"`).
+impl PartialEq<&str> for SetStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct DroppedSet {

@@ -304,6 +304,13 @@ impl RunStatus {
     }
 }
 
+/// Compare with the serialised word (`trajectory.status == "answered"`).
+impl PartialEq<&str> for RunStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// The recorded run of one query.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Trajectory {
@@ -713,9 +720,7 @@ impl Stage for ExecuteStage {
         let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
         for q in &queries {
             let t: Trajectory = serde_json::from_value(ckpt.get(&q.id).cloned().context("a query has no result")?)?;
-            *counts
-                .entry(t.status.as_str())
-                .or_default() += 1;
+            *counts.entry(t.status.as_str()).or_default() += 1;
             *counts.entry("calls").or_default() += t.calls.len() as u64;
             if let Some(c) = &t.chain_check {
                 *counts.entry(if c.preserved { "chain_preserved" } else { "chain_broken" }).or_default() += 1;
