@@ -629,6 +629,16 @@ fn classify_with_llm(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn verdicts_serialise_as_before() {
+        let words: Vec<String> = [Verdict::Keep, Verdict::Drop, Verdict::Undecided]
+            .iter()
+            .map(|v| serde_json::to_string(v).unwrap())
+            .collect();
+        assert_eq!(words, ["\"keep\"", "\"drop\"", "\"undecided\""]);
+        assert!(Verdict::Drop == "drop" && Verdict::Keep.to_string() == "keep");
+    }
+
     use super::*;
     use serde_json::json;
 

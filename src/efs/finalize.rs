@@ -495,6 +495,14 @@ impl Stage for FinalizeStage {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn set_status_serialises_as_before() {
+        for (s, word) in [(super::SetStatus::Reviewed, "reviewed"), (super::SetStatus::Unreviewed, "unreviewed")] {
+            assert_eq!(serde_json::to_value(s).unwrap(), serde_json::json!(word));
+            assert_eq!(serde_json::from_value::<super::SetStatus>(serde_json::json!(word)).unwrap(), s);
+        }
+    }
+
     use super::*;
     use crate::model::{Server, Tool};
 

@@ -747,6 +747,18 @@ impl Stage for ExecuteStage {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn run_status_serialises_as_before() {
+        use super::RunStatus;
+        for (s, word) in
+            [(RunStatus::Answered, "answered"), (RunStatus::CapReached, "cap_reached"), (RunStatus::Failed, "failed")]
+        {
+            assert_eq!(serde_json::to_value(s).unwrap(), serde_json::json!(word));
+            assert_eq!(serde_json::from_value::<RunStatus>(serde_json::json!(word)).unwrap(), s);
+            assert_eq!(s.as_str(), word);
+        }
+    }
+
     use super::*;
 
     fn call(group: usize, tool: &str, ok: bool) -> CallRecord {

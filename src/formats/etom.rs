@@ -199,4 +199,36 @@ mod tests {
         let e = serde_json::from_str::<LevelQuery>(r#"{"query_id": 1, "ground_truth_tools": [5]}"#).unwrap_err();
         assert!(e.to_string().contains("a tool object or a list of tool objects"), "{e}");
     }
+
+    #[test]
+    fn registry_key_lists_match_the_types() {
+        let tool = RegistryTool {
+            tool_name: "t".into(),
+            tool_description: String::new(),
+            input_schema: serde_json::json!({"type": "object"}),
+            output_schema: Some(serde_json::json!({})),
+        };
+        let server = RegistryServer {
+            server_name: "s".into(),
+            server_description: Some(String::new()),
+            server_url: Some(String::new()),
+            server_summary: Some(String::new()),
+            categories: vec![],
+            license: Some(String::new()),
+            tools: vec![tool.clone()],
+            source_file: Some(String::new()),
+        };
+        let keys = |v: Value| -> Vec<String> {
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            k
+        };
+        let sorted = |k: &[&str]| -> Vec<String> {
+            let mut k: Vec<String> = k.iter().map(|s| s.to_string()).collect();
+            k.sort();
+            k
+        };
+        assert_eq!(keys(serde_json::to_value(&server).unwrap()), sorted(RegistryServer::KEYS));
+        assert_eq!(keys(serde_json::to_value(&tool).unwrap()), sorted(RegistryTool::KEYS));
+    }
 }

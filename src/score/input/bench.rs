@@ -645,3 +645,74 @@ fn load_finmcp(
     }
     Ok(items)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pools_run<T>(f: impl FnOnce(&mut Pools) -> T) -> T {
+        let (mut tools, mut names) = (Interner::default(), Interner::default());
+        f(&mut Pools { tools: &mut tools, names: &mut names })
+    }
+
+    #[test]
+    fn unreadable_etom_entries_are_defects_and_raw_is_the_file_text() {
+        let text = r#"[{"query_id": 7, "query": "q", "ground_truth_tools": [
+            [{"tool_id": "S::a", "server_name": "S", "tool_name": "a", "description": "", "dependencies": []},
+             5,
+             {"server_name": "S"},
+             {"server_name": "S", "tool_name": "b", "dependencies": ["x"]},
+             {"tool_id": "S ::c", "server": "S", "tool_name": "c"}]
+        ]}]"#;
+        let items = pools_run(|p| load_etom("f.json", text, 2, 0, true, p)).unwrap();
+        let it = &items[0];
+        assert_eq!(it.id, "L2-7");
+        let alts: Vec<&str> = it.turns[0][0].alts.iter().map(|a| &**a).collect();
+        assert_eq!(alts, ["S::a", "S::c"]);
+        let d = it.defects.join("\n");
+        assert!(d.contains("ground_truth_tools[0][1] is a number, not a tool; ignored"), "{d}");
+        assert!(d.contains("ground_truth_tools[0][2] has no `tool_name`; ignored"), "{d}");
+        assert!(d.contains("ground_truth_tools[0][3] is not a readable tool"), "{d}");
+        assert!(d.contains("tool_id `S ::c` differs from server_name::tool_name `S::c`"), "{d}");
+        let want: Value = serde_json::from_str::<Value>(text).unwrap()[0]["ground_truth_tools"].clone();
+        assert!(matches!(&it.raw, Some(Raw::Etom(v)) if *v == want));
+    }
+
+    #[test]
+    fn bad_records_name_the_record() {
+        let e = pools_run(|p| load_etom("f.json", r#"[{"query_id": 1}, 3, {"query": "no id"}]"#, 1, 0, false, p))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("f.json"), "{e}");
+        let e = format!(
+            "{:?}",
+            pools_run(|p| load_etom("f.json", r#"[{"query_id": 1}, 3, {"query": "x"}]"#, 1, 0, false, p)).unwrap_err()
+        );
+        assert!(e.contains("record 2") && e.contains("expected an object, got a number"), "{e}");
+        assert!(e.contains("record 3") && e.contains("missing field `query_id`"), "{e}");
+        let e = format!("{:?}", pools_run(|p| load_finmcp("g.json", r#"[{"id": 1}]"#, 0, false, p)).unwrap_err());
+        assert!(e.contains("record 1") && e.contains("missing field `messages`"), "{e}");
+    }
+
+    #[test]
+    fn finmcp_raw_keeps_what_the_evaluator_reads() {
+        let text = r#"[{"id": 3, "scenery": "A-B-C", "diff_level": {"turns": 1, "tool_number": 1, "level": "easy"},
+            "tool_list": [["f"]], "messages": [{"role": "user", "content": "hi"},
+            {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}, "type": "function", "index": 0}]}],
+            "first-class": "A", "sub-class": "B", "task": "single step", "annotation": {"x": 1}}]"#;
+        let items = pools_run(|p| load_finmcp("g.json", text, 0, true, p)).unwrap();
+        let rec: Value = serde_json::from_str::<Value>(text).unwrap()[0].clone();
+        let want = serde_json::json!({"scenery": rec["scenery"], "diff_level": rec["diff_level"], "messages": rec["messages"], "task": rec["task"]});
+        match &items[0].raw {
+            Some(Raw::Finmcp(v)) => {
+                assert_eq!(*v, want);
+                let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+                assert_eq!(keys, ["scenery", "diff_level", "messages", "task"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(items[0].id, "3");
+        assert_eq!(&*items[0].scenario, "A / B");
+        assert_eq!(items[0].kind, Kind::SingleTool);
+    }
+}
