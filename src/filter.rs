@@ -636,7 +636,8 @@ mod tests {
             .map(|v| serde_json::to_string(v).unwrap())
             .collect();
         assert_eq!(words, ["\"keep\"", "\"drop\"", "\"undecided\""]);
-        assert!(Verdict::Drop == "drop" && Verdict::Keep.to_string() == "keep");
+        assert!(Verdict::Drop == "drop");
+        assert_eq!(format!("{} {}", Verdict::Keep, Verdict::Undecided), "keep undecided");
     }
 
     use super::*;

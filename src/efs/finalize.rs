@@ -495,14 +495,6 @@ impl Stage for FinalizeStage {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn set_status_serialises_as_before() {
-        for (s, word) in [(super::SetStatus::Reviewed, "reviewed"), (super::SetStatus::Unreviewed, "unreviewed")] {
-            assert_eq!(serde_json::to_value(s).unwrap(), serde_json::json!(word));
-            assert_eq!(serde_json::from_value::<super::SetStatus>(serde_json::json!(word)).unwrap(), s);
-        }
-    }
-
     use super::*;
     use crate::model::{Server, Tool};
 
@@ -563,7 +555,7 @@ mod tests {
         }];
         let f = finalize(&sets, &items, &[], AutoPolicy::Keep, &c).unwrap();
         assert_eq!(f.sets.len(), 2);
-        assert!(f.sets.iter().all(|s| s.status == SetStatus::Unreviewed));
+        assert!(f.sets.iter().all(|s| s.status == "unreviewed"));
         assert_eq!(f.sets[0].open_items.len(), 1);
         let f = finalize(&sets, &items, &[], AutoPolicy::DropUnselected, &c).unwrap();
         assert_eq!(f.sets.len(), 1, "the set left with one member is dropped");
@@ -586,7 +578,7 @@ mod tests {
         let members: Vec<Vec<&str>> =
             f.sets.iter().map(|s| s.members.iter().map(|m| m.tool_id.as_str()).collect()).collect();
         assert_eq!(members, vec![vec!["a::x", "b::x"], vec!["c::x", "d::y", "e::y", "f::z", "g::z"]]);
-        assert!(f.sets.iter().all(|s| s.status == SetStatus::Reviewed));
+        assert!(f.sets.iter().all(|s| s.status == "reviewed"));
         assert_eq!(f.dropped.len(), 1);
         assert!(f.dropped[0].reason.contains("rejected by ana"));
 
@@ -596,5 +588,30 @@ mod tests {
         assert_eq!(f.sets.len(), 1);
         assert_eq!(f.sets[0].members.len(), 2);
         assert_eq!(f.dropped[0].members, ["a::x"]);
+    }
+
+    #[test]
+    fn set_status_serialises_as_before() {
+        for (s, word) in [(SetStatus::Reviewed, "reviewed"), (SetStatus::Unreviewed, "unreviewed")] {
+            assert_eq!(serde_json::to_value(s).unwrap(), serde_json::json!(word));
+            assert_eq!(serde_json::from_value::<SetStatus>(serde_json::json!(word)).unwrap(), s);
+        }
+    }
+
+    #[test]
+    fn the_etom_file_keeps_its_bytes() {
+        let c = catalog(&["a::x", "b::x", "c::y", "d::y"]);
+        let f = finalize(&[set(&["a::x", "b::x"]), set(&["c::y", "d::y"])], &[], &[], AutoPolicy::Keep, &c).unwrap();
+        // What the `json!` builder wrote before the wire types: same keys, same order.
+        let before = serde_json::Value::Array(
+            f.sets
+                .iter()
+                .enumerate()
+                .map(|(i, s)| serde_json::json!({"set_id": i + 1, "size": s.members.len(), "tools": s.members}))
+                .collect(),
+        );
+        assert_eq!(serde_json::to_vec_pretty(&etom_shape(&f)).unwrap(), serde_json::to_vec_pretty(&before).unwrap());
+        let back: crate::formats::etom::EfsFile = serde_json::from_value(before).unwrap();
+        assert_eq!(back, etom_shape(&f));
     }
 }
