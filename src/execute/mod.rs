@@ -725,8 +725,12 @@ impl Stage for ExecuteStage {
             if let Some(c) = &t.chain_check {
                 *counts.entry(if c.preserved { "chain_preserved" } else { "chain_broken" }).or_default() += 1;
             }
-            rows.push(json!({"id": t.id, "status": t.status, "reason": t.reason, "calls": t.calls.len(),
-                             "groups": t.groups, "chain_preserved": t.chain_check.as_ref().map(|c| c.preserved)}));
+            // The ledger's trajectory summary, led by the id.
+            let mut row = serde_json::Map::from_iter([("id".to_string(), json!(t.id))]);
+            if let Value::Object(summary) = trajectory_summary(&t) {
+                row.extend(summary);
+            }
+            rows.push(Value::Object(row));
             out.json(&format!("trajectories/{}.json", crate::mcp::client::safe_file_name(&t.id)), &t)?;
         }
         out.count("queries", queries.len() as u64);
