@@ -96,11 +96,11 @@ pub struct SetTool {
 
 impl SetTool {
     /// The normalised tool id: `tool_id` when given, else `server_name::tool_name`; `None`
-    /// when the member names no tool.
+    /// when the member names no tool (neither an id nor both names).
     pub fn id(&self) -> Option<String> {
         if !self.tool_id.trim().is_empty() {
             Some(crate::model::norm_tool_id(&self.tool_id))
-        } else if !self.tool_name.trim().is_empty() {
+        } else if !self.server_name.trim().is_empty() && !self.tool_name.trim().is_empty() {
             Some(crate::model::tool_id(&self.server_name, &self.tool_name))
         } else {
             None
@@ -187,11 +187,12 @@ mod tests {
         let v: Value = serde_json::from_str(text).unwrap();
         let sets: EfsFile = serde_json::from_value(v.clone()).unwrap();
         assert_eq!(serde_json::to_value(&sets).unwrap(), v);
-        let partial: EfsSet =
-            serde_json::from_str(r#"{"tools": [{"tool_id": " A :: x "}, {"server_name": "B", "tool_name": "y"}, {}]}"#)
-                .unwrap();
+        let partial: EfsSet = serde_json::from_str(
+            r#"{"tools": [{"tool_id": " A :: x "}, {"server_name": "B", "tool_name": "y"}, {"tool_name": "z"}, {}]}"#,
+        )
+        .unwrap();
         let ids: Vec<Option<String>> = partial.tools.iter().map(SetTool::id).collect();
-        assert_eq!(ids, [Some("A::x".to_string()), Some("B::y".to_string()), None]);
+        assert_eq!(ids, [Some("A::x".to_string()), Some("B::y".to_string()), None, None]);
     }
 
     #[test]
