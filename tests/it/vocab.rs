@@ -2,8 +2,8 @@
 //! `{count, intentional, reason}`) account for every dropped server and tool, and the
 //! decision words in the ledger stay `keep`/`drop`/`undecided`.
 
-use serde_json::Value;
 use crate::support::{Project, assert_code};
+use serde_json::Value;
 
 #[test]
 fn filter_summary_counts_every_drop_with_its_reason() {
