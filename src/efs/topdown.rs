@@ -302,7 +302,7 @@ impl Stage for TopdownStage {
                             .value
                             .selected
                             .iter()
-                            .map(|x| crate::efs::compare::normalise_id(x))
+                            .map(|x| crate::model::norm_tool_id(x))
                             .partition(|x| known.contains(x.as_str()));
                         selected.sort();
                         selected.dedup();
