@@ -228,3 +228,31 @@ fn every_docs_page_is_linked_from_the_readme_and_every_link_resolves() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+#[test]
+fn readme_is_short_and_opens_with_the_two_commands() {
+    let readme = &pages()[0].1;
+    let lines: Vec<&str> = readme.lines().collect();
+    assert!(lines.len() <= 250, "README.md has {} lines; topic detail belongs in docs/", lines.len());
+    let first_code: Vec<&str> = lines
+        .iter()
+        .skip_while(|l| !l.starts_with("```"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("```"))
+        .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        .map(|s| {
+            if s == "make demo" {
+                "make demo"
+            } else if s == "make test" {
+                "make test"
+            } else {
+                "other"
+            }
+        })
+        .collect();
+    assert_eq!(first_code, ["make demo", "make test"], "the README opens with `make demo` and `make test`");
+    assert!(
+        readme.contains("<!-- stages:begin -->") && readme.contains("<!-- stages:end -->"),
+        "the stage table sits between its markers"
+    );
+}
