@@ -49,11 +49,19 @@ pub struct VerifySettings {
     /// Pairs judged at once (a tuning knob, not hashed).
     #[serde(default = "d_concurrency", skip_serializing)]
     pub concurrency: usize,
+    /// Share of pairs (0..=1) whose answer may stay invalid before the stage fails;
+    /// those pairs are left out and listed in `failed.json` (see `docs/llm-batch.md`).
+    #[serde(
+        default,
+        deserialize_with = "crate::llm::batch::de_share",
+        skip_serializing_if = "crate::llm::batch::is_zero_share"
+    )]
+    pub max_failed_share: f64,
 }
 
 impl Default for VerifySettings {
     fn default() -> Self {
-        Self { role: d_verifier(), template: d_verify_template(), concurrency: d_concurrency() }
+        Self { role: d_verifier(), template: d_verify_template(), concurrency: d_concurrency(), max_failed_share: 0.0 }
     }
 }
 
@@ -79,6 +87,14 @@ pub struct TopdownSettings {
     pub retrieve: usize,
     #[serde(default = "d_concurrency", skip_serializing)]
     pub concurrency: usize,
+    /// Share of sets (0..=1) that may fail (an answer still invalid) before the stage
+    /// fails; those sets are left out and listed in `failed.json`.
+    #[serde(
+        default,
+        deserialize_with = "crate::llm::batch::de_share",
+        skip_serializing_if = "crate::llm::batch::is_zero_share"
+    )]
+    pub max_failed_share: f64,
 }
 
 impl Default for TopdownSettings {
@@ -91,6 +107,7 @@ impl Default for TopdownSettings {
             requests_per_set: d_requests(),
             retrieve: d_retrieve(),
             concurrency: d_concurrency(),
+            max_failed_share: 0.0,
         }
     }
 }
@@ -160,15 +177,7 @@ pub fn exchange_hash(ledger: &crate::ledger::Ledger, event_id: i64) -> anyhow::R
 
 /// The newest ledger event of the exchange with this request hash.
 pub fn exchange_event(ledger: &crate::ledger::Ledger, hash: &str) -> anyhow::Result<Option<i64>> {
-    use rusqlite::OptionalExtension;
-    Ok(ledger
-        .connection()
-        .query_row(
-            "SELECT id FROM events WHERE kind = ?1 AND json_extract(payload, '$.request_hash') = ?2 ORDER BY id DESC LIMIT 1",
-            rusqlite::params![crate::ledger::kind::LLM_EXCHANGE, hash],
-            |r| r.get(0),
-        )
-        .optional()?)
+    crate::llm::record::exchange_event(ledger, hash)
 }
 
 /// A stable, short set id derived from the set's smallest member, so ids survive

@@ -16,7 +16,7 @@
 //! precision, recall, RAG hit) and `items.json` ([`ReviewItem`]s).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -27,7 +27,8 @@ use super::review::ReviewItem;
 use super::verify::tool_vars;
 use crate::embed::{Embedder, INDEX, VECTORS, Vectors};
 use crate::ledger::{NewEvent, Parent, kind};
-use crate::llm::{LlmClient, Prompt, prompt_path, role_hash};
+use crate::llm::batch::{self, Batch, BatchOptions, Item};
+use crate::llm::{Prompt, prompt_path, role_hash};
 use crate::model::{Catalog, Server, Tool};
 use crate::settings::{Settings, section_hash};
 use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
@@ -145,6 +146,28 @@ pub fn cross_check(set: &CandidateSet, requests: &[RequestResult]) -> (Vec<Revie
     (items, precision, recall, rag_hit)
 }
 
+/// What the judge's selection means for one request: only retrieved ids count
+/// (others are kept as `unknown` for audit), both lists sorted and deduplicated.
+fn request_result(request: String, retrieved: Vec<String>, sel: &Selection, exchange: String) -> RequestResult {
+    let known: BTreeSet<&str> = retrieved.iter().map(String::as_str).collect();
+    let (mut selected, mut unknown): (Vec<String>, Vec<String>) =
+        sel.selected.iter().map(|x| crate::efs::compare::normalise_id(x)).partition(|x| known.contains(x.as_str()));
+    selected.sort();
+    selected.dedup();
+    unknown.sort();
+    unknown.dedup();
+    RequestResult { request, retrieved, selected, unknown, exchange }
+}
+
+/// One set's checkpointed work: the writer's exchange and each request's result.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetRequests {
+    set_id: String,
+    requests_exchange: String,
+    requests: Vec<RequestResult>,
+}
+
 fn round4(x: f64) -> f64 {
     (x * 10_000.0).round() / 10_000.0
 }
@@ -196,22 +219,24 @@ impl Stage for TopdownStage {
             Vectors::from_bytes(inputs.bytes(&embed_dir(s).join(INDEX))?, inputs.bytes(&embed_dir(s).join(VECTORS))?)?;
         let tools: HashMap<&str, (&Server, &Tool)> =
             catalog.tools().map(|(sv, tl)| (tl.id.as_str(), (sv, tl))).collect();
-        let mut checkpoint = ctx.checkpoint()?;
-        let run_id = ctx.ledger_run()?;
-        let pb = ctx.printer.progress(sets.sets.len() as u64, "topdown");
-        let mut embedder: Option<Embedder> = None;
-        let ledger = crate::ledger::Ledger::open(&s.artifacts)?;
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-        let client = rt.block_on(LlmClient::from_settings(s, self.name(), run_id))?;
-        let mut results: Vec<SetResult> = Vec::new();
-        let mut failures = Vec::new();
-        for set in &sets.sets {
-            let key = format!("set:{}", set.id);
-            if let Some(done) = checkpoint.get(&key) {
-                results.push(serde_json::from_value(done.clone()).context("a checkpointed set result is not valid")?);
-                pb.inc(1);
-                continue;
+        // Loaded on the first set that needs it (a fully resumed run needs none).
+        let embedder: Mutex<Option<Embedder>> = Mutex::new(None);
+        let embed = |texts: &[String]| -> Result<Vec<Vec<f32>>> {
+            let mut e = embedder.lock().map_err(|_| anyhow::anyhow!("internal: the embedder lock is poisoned"))?;
+            if e.is_none() {
+                *e = Some(Embedder::load(s)?);
             }
+            e.as_mut().expect("loaded above").embed(texts, 32, &indicatif::ProgressBar::hidden())
+        };
+
+        let opts = BatchOptions::new(self.name(), "topdown", "sets")
+            .concurrency(t.concurrency.max(1))
+            .max_failed_share(t.max_failed_share, "efs.topdown.max_failed_share")
+            .fail_point("efs_topdown_set");
+        let mut batch = Batch::new(ctx, opts)?;
+        let items = sets.sets.iter().map(|set| (format!("set:{}", set.id), set)).collect();
+        let (tools, vectors, embed) = (&tools, &vectors, &embed);
+        let done = batch.run(items, |set: &CandidateSet, llm: Item| async move {
             let members: Vec<serde_json::Value> = set
                 .members
                 .iter()
@@ -223,99 +248,37 @@ impl Stage for TopdownStage {
                 })
                 .collect::<Result<_>>()?;
             let prompt = Prompt::new(&t.requests_template, json!({"tools": members, "n": t.requests_per_set}));
-            let reqs = match rt.block_on(client.typed::<Requests>(&t.writer_role, &prompt, &format!("{key}:requests")))
-            {
-                Ok(r) => r,
-                Err(e) if e.is_item_level() => {
-                    failures.push(e.to_string());
-                    continue;
-                }
-                Err(e) => return Err(anyhow::Error::new(e).context("stopping: the LLM is unusable")),
-            };
+            let reqs = llm.typed_as::<Requests>(&t.writer_role, &prompt, "requests").await?;
             let texts: Vec<String> = reqs.value.requests.iter().take(t.requests_per_set).cloned().collect();
-            if embedder.is_none() {
-                embedder = Some(Embedder::load(s)?);
-            }
-            let qv = embedder.as_mut().expect("loaded above").embed(&texts, 32, &indicatif::ProgressBar::hidden())?;
-            let sem = Arc::new(tokio::sync::Semaphore::new(t.concurrency.max(1)));
-            let mut handles = Vec::new();
-            for (i, (text, q)) in texts.iter().zip(&qv).enumerate() {
+            let qv = embed(&texts)?;
+            let judged = futures::future::join_all(texts.iter().zip(&qv).enumerate().map(|(i, (text, q))| {
                 let retrieved: Vec<String> =
-                    retrieve(&vectors, q, t.retrieve).into_iter().map(|r| vectors.index.tools[r].id.clone()).collect();
+                    retrieve(vectors, q, t.retrieve).into_iter().map(|r| vectors.index.tools[r].id.clone()).collect();
                 let cands: Vec<serde_json::Value> = retrieved
                     .iter()
                     .filter_map(|id| tools.get(id.as_str()))
                     .map(|(_, tl)| json!({"id": tl.id, "description": tl.description}))
                     .collect();
                 let prompt = Prompt::new(&t.select_template, json!({"request": text, "tools": cands}));
-                let (client, role, sem, item) =
-                    (client.clone(), t.judge_role.clone(), sem.clone(), format!("{key}:request{}", i + 1));
-                let text = text.clone();
-                handles.push(rt.spawn(async move {
-                    let _p = sem.acquire_owned().await;
-                    (text, retrieved, client.typed::<Selection>(&role, &prompt, &item).await)
-                }));
-            }
-            let mut reqs_out = Vec::new();
-            let mut failed = false;
-            for h in handles {
-                let (request, retrieved, r) = rt.block_on(h).context("a top-down task panicked")?;
-                match r {
-                    Ok(sel) => {
-                        let known: BTreeSet<&str> = retrieved.iter().map(String::as_str).collect();
-                        let (mut selected, mut unknown): (Vec<String>, Vec<String>) = sel
-                            .value
-                            .selected
-                            .iter()
-                            .map(|x| crate::efs::compare::normalise_id(x))
-                            .partition(|x| known.contains(x.as_str()));
-                        selected.sort();
-                        selected.dedup();
-                        unknown.sort();
-                        unknown.dedup();
-                        let exchange = super::exchange_hash(&ledger, sel.event_id)?;
-                        reqs_out.push(RequestResult { request, retrieved, selected, unknown, exchange });
-                    }
-                    Err(e) if e.is_item_level() => {
-                        failures.push(e.to_string());
-                        failed = true;
-                    }
-                    Err(e) => return Err(anyhow::Error::new(e).context("stopping: the LLM is unusable")),
+                let llm = &llm;
+                async move {
+                    let sel = llm.typed_as::<Selection>(&t.judge_role, &prompt, &format!("request{}", i + 1)).await?;
+                    Ok(request_result(text.clone(), retrieved, &sel.value, sel.exchange))
                 }
-            }
-            if failed {
-                continue;
-            }
-            let (_, precision, recall, rag_hit) = cross_check(set, &reqs_out);
-            let res = SetResult {
-                set_id: set.id.clone(),
-                requests_exchange: super::exchange_hash(&ledger, reqs.event_id)?,
-                requests: reqs_out,
-                precision,
-                recall,
-                rag_hit,
-            };
-            checkpoint.put(&key, serde_json::to_value(&res)?)?;
-            pb.inc(1);
-            results.push(res);
-        }
-        pb.finish_and_clear();
-        client.add_counts(out);
-        if !failures.is_empty() {
-            anyhow::bail!(
-                "{} top-down calls got no valid answer (finished sets are kept; a rerun retries the rest):\n  {}",
-                failures.len(),
-                failures.join("\n  ")
-            );
-        }
-        results.sort_by(|a, b| a.set_id.cmp(&b.set_id));
+            }))
+            .await;
+            Ok(SetRequests { set_id: set.id.clone(), requests_exchange: reqs.exchange, requests: batch::all(judged)? })
+        })?;
+
+        // Metrics and review items are computed here, not checkpointed, so resumed sets
+        // give the same bytes.
         let by_id: HashMap<&str, &CandidateSet> = sets.sets.iter().map(|x| (x.id.as_str(), x)).collect();
-        let mut items = Vec::new();
-        for r in &results {
-            let (its, ..) = cross_check(by_id[r.set_id.as_str()], &r.requests);
+        let (mut results, mut items) = (Vec::new(), Vec::new());
+        for r in done.values.into_values() {
+            let (its, precision, recall, rag_hit) = cross_check(by_id[r.set_id.as_str()], &r.requests);
             let mut parents: Vec<i64> = Vec::new();
             for h in std::iter::once(&r.requests_exchange).chain(r.requests.iter().map(|q| &q.exchange)) {
-                parents.extend(super::exchange_event(&ledger, h)?);
+                parents.extend(batch.exchange_event(h)?);
             }
             for it in &its {
                 let mut ev = NewEvent::new(
@@ -329,7 +292,10 @@ impl Stage for TopdownStage {
                 out.event(ev);
             }
             items.extend(its);
+            let SetRequests { set_id, requests_exchange, requests } = r;
+            results.push(SetResult { set_id, requests_exchange, requests, precision, recall, rag_hit });
         }
+        batch.finish(out)?;
         let n = results.len().max(1) as f64;
         let mean = |f: &dyn Fn(&SetResult) -> f64| round4(results.iter().map(f).sum::<f64>() / n);
         out.json(

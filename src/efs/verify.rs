@@ -17,7 +17,6 @@
 //! exchange (stable across reruns, unlike event ids; the ledger resolves it).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -27,7 +26,8 @@ use super::build::{Verdict, verdicts_path};
 use super::pairs::{Pair, pairs_path, read_csv};
 use crate::embed::described_parameters;
 use crate::ledger::{NewEvent, Parent, kind};
-use crate::llm::{LlmClient, Prompt, prompt_path, role_hash};
+use crate::llm::batch::{Batch, BatchOptions, Item};
+use crate::llm::{Prompt, prompt_path, role_hash};
 use crate::model::{Catalog, Server, Tool};
 use crate::settings::{Settings, section_hash};
 use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
@@ -88,74 +88,29 @@ impl Stage for VerifyStage {
             .context("the filtered catalog is not valid")?;
         let pairs = read_csv(inputs.bytes(&pairs_path(s))?, &s.display_path(&pairs_path(s)))?;
         let tools: HashMap<&str, (&Server, &Tool)> = catalog.tools().map(|(sv, t)| (t.id.as_str(), (sv, t))).collect();
-        let mut checkpoint = ctx.checkpoint()?;
-        let resumed = pairs.iter().filter(|p| checkpoint.get(&p.key()).is_some()).count();
-        let todo: Vec<&Pair> = pairs.iter().filter(|p| checkpoint.get(&p.key()).is_none()).collect();
-        let run_id = ctx.ledger_run()?;
-        let pb = ctx.printer.progress(pairs.len() as u64, "verify");
-        pb.inc(resumed as u64);
+        let items = pairs.iter().map(|p| Ok((p.key(), pair_prompt(&tools, &v.template, p)?))).collect::<Result<_>>()?;
 
-        let ledger = crate::ledger::Ledger::open(&s.artifacts)?;
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-        let mut failures: Vec<String> = Vec::new();
-        let client = rt.block_on(async {
-            let client = LlmClient::from_settings(s, self.name(), run_id).await?;
-            let sem = Arc::new(tokio::sync::Semaphore::new(v.concurrency.max(1)));
-            let mut set = tokio::task::JoinSet::new();
-            for p in todo {
-                let (sa, ta) = *tools.get(p.a.as_str()).with_context(|| format!("pair tool `{}` is not in the catalog", p.a))?;
-                let (sb, tb) = *tools.get(p.b.as_str()).with_context(|| format!("pair tool `{}` is not in the catalog", p.b))?;
-                // ETOM orders the two tools by tool name; ties by id.
-                let (x, y) = if (&ta.name, &ta.id) <= (&tb.name, &tb.id) {
-                    (tool_vars(sa, ta), tool_vars(sb, tb))
-                } else {
-                    (tool_vars(sb, tb), tool_vars(sa, ta))
-                };
-                let prompt = Prompt::new(&v.template, json!({"tool_a": x, "tool_b": y}));
-                let (client, role, sem, key) = (client.clone(), v.role.clone(), sem.clone(), p.key());
-                set.spawn(async move {
-                    let _permit = sem.acquire_owned().await;
-                    let r = client.typed::<PairJudgement>(&role, &prompt, &key).await;
-                    (key, r)
-                });
-            }
-            while let Some(joined) = set.join_next().await {
-                let (key, r) = joined.context("a verification task panicked")?;
-                match r {
-                    Ok(reply) => {
-                        checkpoint.put(
-                            &key,
-                            json!({"equivalent": reply.value.equivalent, "reason": one_line(&reply.value.reason), "exchange": super::exchange_hash(&ledger, reply.event_id)?}),
-                        )?;
-                        crate::store::fail_point("efs_verify_pair")?;
-                        pb.inc(1);
-                    }
-                    Err(e) if e.is_item_level() => failures.push(format!("{e}")),
-                    Err(e) => {
-                        set.abort_all();
-                        return Err(anyhow::Error::new(e).context("stopping: the LLM is unusable for every pair"));
-                    }
-                }
-            }
-            anyhow::Ok(client)
+        let opts = BatchOptions::new(self.name(), "verify", "pairs")
+            .concurrency(v.concurrency.max(1))
+            .max_failed_share(v.max_failed_share, "efs.verify.max_failed_share")
+            .fail_point("efs_verify_pair");
+        let mut batch = Batch::new(ctx, opts)?;
+        let role = v.role.as_str();
+        let done = batch.run(items, |prompt: Prompt, llm: Item| async move {
+            let reply = llm.typed::<PairJudgement>(role, &prompt).await?;
+            Ok(VerdictRecord {
+                equivalent: reply.value.equivalent,
+                reason: one_line(&reply.value.reason),
+                exchange: reply.exchange,
+            })
         })?;
-        pb.finish_and_clear();
-        client.add_counts(out);
-        if !failures.is_empty() {
-            anyhow::bail!(
-                "{} of {} pairs got no valid verdict (the {} verdicts so far are kept; a rerun retries only these):\n  {}",
-                failures.len(),
-                pairs.len(),
-                checkpoint.len(),
-                failures.join("\n  ")
-            );
-        }
+        let resumed = done.resumed;
 
         let mut verdicts = Vec::with_capacity(pairs.len());
         for p in &pairs {
-            let c = checkpoint.get(&p.key()).context("internal: a pair has no verdict")?;
-            let verdict: VerdictRecord =
-                serde_json::from_value(c.clone()).context("a checkpointed verdict is not valid")?;
+            // Pairs that failed within `max_failed_share` have no verdict (see failed.json).
+            let Some(verdict) = done.values.get(&p.key()) else { continue };
+            let verdict = verdict.clone();
             verdicts.push(Verdict {
                 a: p.a.clone(),
                 b: p.b.clone(),
@@ -171,11 +126,12 @@ impl Stage for VerifyStage {
                 Some(&super::pairs::pair_key(&vd.a, &vd.b)),
                 json!({"check": "efs-pair", "a": vd.a, "b": vd.b, "equivalent": vd.equivalent, "reason": vd.reason, "exchange": vd.exchange}),
             );
-            if let Some(id) = super::exchange_event(&ledger, &vd.exchange)? {
+            if let Some(id) = batch.exchange_event(&vd.exchange)? {
                 ev = ev.with_parent(Parent::Id(id));
             }
             out.event(ev);
         }
+        batch.finish(out)?;
         let yes = verdicts.iter().filter(|x| x.equivalent).count();
         let path = verdicts_path(s);
         out.json(path.file_name().and_then(|f| f.to_str()).unwrap_or("verdicts.json"), &verdicts)?;
@@ -190,11 +146,25 @@ impl Stage for VerifyStage {
     }
 }
 
-#[derive(Deserialize)]
+/// One pair's checkpointed verdict.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct VerdictRecord {
     equivalent: bool,
     reason: String,
     exchange: String,
+}
+
+/// The prompt for one pair. ETOM orders the two tools by tool name; ties by id.
+fn pair_prompt(tools: &HashMap<&str, (&Server, &Tool)>, template: &str, p: &Pair) -> Result<Prompt> {
+    let (sa, ta) = *tools.get(p.a.as_str()).with_context(|| format!("pair tool `{}` is not in the catalog", p.a))?;
+    let (sb, tb) = *tools.get(p.b.as_str()).with_context(|| format!("pair tool `{}` is not in the catalog", p.b))?;
+    let (x, y) = if (&ta.name, &ta.id) <= (&tb.name, &tb.id) {
+        (tool_vars(sa, ta), tool_vars(sb, tb))
+    } else {
+        (tool_vars(sb, tb), tool_vars(sa, ta))
+    };
+    Ok(Prompt::new(template, json!({"tool_a": x, "tool_b": y})))
 }
 
 /// The reason on one line (models sometimes add line breaks).
