@@ -399,3 +399,83 @@ fn review_round_trip_rejects_bad_rows_precisely_and_loses_nothing() {
     let n: i64 = conn.query_row("SELECT COUNT(*) FROM events WHERE kind = 'review'", [], |r| r.get(0)).unwrap();
     assert_eq!(n, 4);
 }
+
+/// Every artifact file (ledger, lock and checkpoints aside), by path; manifests without
+/// their run-dependent fields (run id and times).
+fn artifact_files(p: &Project) -> std::collections::BTreeMap<String, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            let rel = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if rel.starts_with('.') || rel.starts_with("ledger.sqlite") {
+                continue;
+            }
+            if path.is_dir() {
+                walk(root, &path, out);
+                continue;
+            }
+            let mut bytes = std::fs::read(&path).unwrap();
+            if rel.ends_with("manifest.json") {
+                let mut m: Value = serde_json::from_slice(&bytes).unwrap();
+                for k in ["run_id", "started_at", "finished_at", "duration_ms"] {
+                    m.as_object_mut().unwrap().remove(k);
+                }
+                bytes = serde_json::to_vec_pretty(&m).unwrap();
+            }
+            out.insert(rel, bytes);
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    let root = p.path("artifacts");
+    walk(&root, &root, &mut out);
+    out
+}
+
+#[test]
+fn killed_verify_and_topdown_resume_to_byte_identical_artifacts() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm = scripted();
+    let reference = project(&llm);
+    reference.ok(&["run"]);
+    let want = artifact_files(&reference);
+    assert!(want.contains_key("efs/report.md") && want.contains_key("efs-topdown/results.json"));
+
+    let p = project(&llm);
+    let killed = |args: &[&str], at: &str| {
+        let o = Command::cargo_bin("benchgen")
+            .unwrap()
+            .current_dir(p.dir.path())
+            .env("BENCHGEN_NO_PROGRESS", "1")
+            .env("BENCHGEN_FAIL_AT", at)
+            .arg("--config")
+            .arg(&p.config)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "the fail point `{at}` aborts `{}`", args.join(" "));
+    };
+    p.ok(&["run", "--until", "efs-pairs"]);
+    killed(&["efs", "verify"], "efs_verify_pair:3");
+    let out = p.ok(&["run", "--until", "efs-build"]);
+    assert!(out.contains("(3 resumed from an interrupted run)"), "{out}");
+    killed(&["efs", "topdown"], "efs_topdown_set:2");
+    let done = std::fs::read_to_string(p.path("artifacts/.work/efs-topdown/items.jsonl")).unwrap();
+    assert_eq!(done.lines().count(), 2);
+    p.ok(&["run"]);
+
+    let got = artifact_files(&p);
+    assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+    for (file, bytes) in &want {
+        assert!(
+            &got[file] == bytes,
+            "`{file}` differs after kill and resume:\n--- uninterrupted\n{}\n--- resumed\n{}",
+            String::from_utf8_lossy(bytes),
+            String::from_utf8_lossy(&got[file])
+        );
+    }
+    let m = p.json("artifacts/efs-verify/manifest.json");
+    let pairs = std::fs::read_to_string(p.path("artifacts/efs-pairs/pairs.csv")).unwrap().lines().count() - 1;
+    assert_eq!(m["counts"]["llm_exchanges"], pairs as u64, "one exchange per pair, resumed ones included");
+}
