@@ -10,7 +10,9 @@
 //! reason; each decision's ledger event has the `llm.exchange` as a parent); without
 //! one, [`Unclassified`] keeps the matches and lists them in `undecided.csv`, so
 //! nothing is dropped on a guess. An answer that stays invalid after re-asks is also
-//! kept as undecided, with the error as its reason.
+//! kept as undecided, with the error as its reason. The questions go through
+//! [`crate::llm::batch`]: answers are checkpointed per item, so a killed run asks
+//! nothing twice and its manifest counts equal an uninterrupted run's.
 //!
 //! Outputs in `artifacts/filter/`: `catalog.json` (what remains), `dropped.csv`
 //! and `undecided.csv` (`kind,id,rule,class,reason,evidence`), `summary.json`.

@@ -10,7 +10,10 @@
 //! - `split-across-requests`: members were selected, but no request selected two
 //!   of them together (the set may be two sets).
 //!
-//! Per-set work is checkpointed; LLM exchanges are in the ledger (and its cache).
+//! Each set is one [`crate::llm::batch`] item (write requests, embed, retrieve,
+//! select per request), checkpointed with its LLM counts; LLM exchanges are in the
+//! ledger (and its cache). A set whose answers stay invalid fails the stage unless
+//! `[efs.topdown] max_failed_share` allows it (then it is listed in `failed.json`).
 //! Outputs in `artifacts/efs-topdown/`: `results.json` (per set: requests, for
 //! each the retrieved and selected tools, exchange ids, and ETOM's metrics
 //! precision, recall, RAG hit) and `items.json` ([`ReviewItem`]s).

@@ -6,11 +6,13 @@
 //! shown as Tool A and Tool B in tool-name order (ETOM's order), so a pair's
 //! prompt never depends on the catalog's order.
 //!
-//! Resumable per pair: each verdict is checkpointed as it arrives, and the LLM
-//! exchange is in the ledger (which also answers repeated requests), so a killed
-//! run repeats no verdict. Every verdict becomes a `verdict` ledger event whose
-//! parent is the exchange. A pair whose answer stays invalid fails the stage
-//! after all other pairs are done (a rerun retries only those).
+//! The fan-out is [`crate::llm::batch`]: resumable per pair (each verdict is
+//! checkpointed as it arrives, with its LLM counts, so a killed run repeats no
+//! verdict and the resumed run's counts equal an uninterrupted run's). Every verdict
+//! becomes a `verdict` ledger event whose parent is the exchange. A pair whose
+//! answer stays invalid fails the stage after all other pairs are done (a rerun
+//! retries only those), unless `[efs.verify] max_failed_share` allows it: then the
+//! pair is left out and listed in `failed.json`.
 //!
 //! Output `artifacts/efs-verify/verdicts.json`: `[{a, b, equivalent, reason,
 //! exchange}]` sorted by `(a, b)`; `exchange` is the request hash of the LLM
