@@ -85,6 +85,7 @@ pub struct TopdownSettings {
     /// Tools retrieved from the whole catalog per request.
     #[serde(default = "d_retrieve")]
     pub retrieve: usize,
+    /// Sets, and LLM requests, in flight at once (a tuning knob, not hashed).
     #[serde(default = "d_concurrency", skip_serializing)]
     pub concurrency: usize,
     /// Share of sets (0..=1) that may fail (an answer still invalid) before the stage
@@ -163,7 +164,8 @@ pub fn efs_settings(settings: &crate::settings::Settings) -> &EfsSettings {
     settings.config.efs.as_ref().unwrap_or(&DEFAULT)
 }
 
-/// The request hash of a recorded LLM exchange: a stable name for it. Event ids
+/// The request hash of a recorded LLM exchange: a stable name for it (the same as
+/// [`crate::llm::Reply::exchange`], which stages get without asking the ledger). Event ids
 /// depend on the order concurrent calls finish (and a cache hit is a new event),
 /// so artifacts name exchanges by request hash, which the ledger resolves
 /// ([`exchange_event`]), and stay byte-identical across reruns.

@@ -496,6 +496,50 @@ mod tests {
         assert!(matches!(all::<u8>(vec![Err(invalid("a")), Err(fatal)]), Err(ItemError::Fatal(_))));
     }
 
+    /// A batch over a temp project without LLM roles (the closures below never call one).
+    fn offline_batch<'a>(dir: &std::path::Path, printer: &'a Printer, opts: BatchOptions) -> Batch<'a> {
+        let cfg = dir.join("pipeline/t.toml");
+        std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+        std::fs::write(&cfg, "").unwrap();
+        let settings = Settings::load(&cfg).unwrap();
+        std::fs::create_dir_all(&settings.artifacts).unwrap();
+        let run = Ledger::open(&settings.artifacts).unwrap().begin_run("t", "", "0").unwrap();
+        let ckpt = Checkpoint::open(&settings.artifacts.join(".work/t")).unwrap();
+        Batch::open(&settings, printer, run, ckpt, opts).unwrap()
+    }
+
+    #[test]
+    fn resume_skips_checkpointed_items_and_failed_ones_are_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let printer = Printer::default();
+        let items = || (0..6).map(|i| (format!("k{i}"), i)).collect::<Vec<(String, u32)>>();
+        let seen = std::sync::Mutex::new(Vec::new());
+        let work = |fail: &'static [u32]| {
+            let seen = &seen;
+            move |i: u32, llm: Item| async move {
+                seen.lock().unwrap().push(llm.key().to_string());
+                if fail.contains(&i) { Err(ItemError::Failed(format!("no luck with {i}"))) } else { Ok(i * 10) }
+            }
+        };
+        let opts = BatchOptions::new("t", "t", "things").concurrency(2);
+        let mut b = offline_batch(dir.path(), &printer, opts.clone());
+        let e = b.run(items(), work(&[1, 4])).unwrap_err().to_string();
+        assert!(e.starts_with("2 of 6 things failed (33.3%, more than `max_failed_share` = 0)"), "{e}");
+        assert!(e.contains("k1: no luck with 1\n  k4: no luck with 4"), "{e}");
+        drop(b);
+        seen.lock().unwrap().clear();
+        let mut b = offline_batch(dir.path(), &printer, opts.max_failed_share(0.2, "k"));
+        let done = b.run(items(), work(&[4])).unwrap();
+        assert_eq!(*seen.lock().unwrap(), ["k1", "k4"], "only the failed items are run again");
+        assert_eq!((done.resumed, done.values.len()), (4, 5));
+        assert_eq!(done.failed, [FailedItem { item: "k4".into(), reason: "no luck with 4".into() }]);
+        let done = b.run(items(), work(&[])).unwrap();
+        assert_eq!(done.resumed, 5);
+        assert_eq!(done.values.values().copied().collect::<Vec<_>>(), [0, 10, 20, 30, 40, 50]);
+        let e = b.run(vec![("a".to_string(), 1), ("a".to_string(), 2)], work(&[])).unwrap_err();
+        assert!(e.to_string().contains("`a` is listed twice"), "{e}");
+    }
+
     #[test]
     fn counts_add_up_and_map_to_the_manifest_keys() {
         let mut c = LlmCounts { exchanges: 1, failures: 0, prompt_tokens: 10, completion_tokens: 3 };
