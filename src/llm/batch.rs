@@ -376,14 +376,15 @@ impl<'a> Batch<'a> {
                     }
                     Err(ItemError::Failed(reason)) => failed.push(FailedItem { item: key, reason }),
                     Err(ItemError::Fatal(e)) => {
-                        let done = values.len();
-                        return Err(if e.downcast_ref::<LlmError>().is_some() {
-                            e.context(format!(
-                                "stopping: the LLM is unusable for every item ({done} of {total} {} finished are kept; a rerun resumes from there)",
-                                opts.noun
-                            ))
-                        } else {
-                            e.context(format!("work item `{key}`"))
+                        let kept = format!(
+                            "{} of {total} {} finished are kept; a rerun resumes from there",
+                            values.len(),
+                            opts.noun
+                        );
+                        return Err(match e.downcast_ref::<LlmError>() {
+                            Some(l) if l.is_cancelled() => e.context(format!("stopped ({kept})")),
+                            Some(_) => e.context(format!("stopping: the LLM is unusable for every item ({kept})")),
+                            None => e.context(format!("work item `{key}`")),
                         });
                     }
                 }
