@@ -25,6 +25,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::TopdownSettings;
 use super::build::{CandidateSet, Sets, sets_path};
 use super::review::ReviewItem;
 use super::verify::tool_vars;
@@ -149,6 +150,56 @@ pub fn cross_check(set: &CandidateSet, requests: &[RequestResult]) -> (Vec<Revie
     (items, precision, recall, rag_hit)
 }
 
+/// The writer's prompt for one set: its members described.
+fn requests_prompt(t: &TopdownSettings, tools: &HashMap<&str, (&Server, &Tool)>, set: &CandidateSet) -> Result<Prompt> {
+    let members: Vec<serde_json::Value> = set
+        .members
+        .iter()
+        .map(|m| {
+            tools
+                .get(m.as_str())
+                .map(|(sv, tl)| tool_vars(sv, tl))
+                .with_context(|| format!("`{m}` is not in the catalog"))
+        })
+        .collect::<Result<_>>()?;
+    Ok(Prompt::new(&t.requests_template, json!({"tools": members, "n": t.requests_per_set})))
+}
+
+/// The `retrieve` catalog tools nearest to a request, and the judge's prompt over them.
+fn select_prompt(
+    t: &TopdownSettings,
+    tools: &HashMap<&str, (&Server, &Tool)>,
+    vectors: &Vectors,
+    request: &str,
+    q: &[f32],
+) -> (Vec<String>, Prompt) {
+    let retrieved: Vec<String> =
+        retrieve(vectors, q, t.retrieve).into_iter().map(|r| vectors.index.tools[r].id.clone()).collect();
+    let cands: Vec<serde_json::Value> = retrieved
+        .iter()
+        .filter_map(|id| tools.get(id.as_str()))
+        .map(|(_, tl)| json!({"id": tl.id, "description": tl.description}))
+        .collect();
+    (retrieved, Prompt::new(&t.select_template, json!({"request": request, "tools": cands})))
+}
+
+/// The embedding model, loaded by the first set that needs it (a fully resumed run
+/// needs none); sets in flight take turns.
+struct LazyEmbedder<'s> {
+    settings: &'s Settings,
+    cell: Mutex<Option<Embedder>>,
+}
+
+impl LazyEmbedder<'_> {
+    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        let mut e = self.cell.lock().map_err(|_| anyhow::anyhow!("internal: the embedder lock is poisoned"))?;
+        if e.is_none() {
+            *e = Some(Embedder::load(self.settings)?);
+        }
+        e.as_mut().expect("loaded above").embed(texts, 32, &indicatif::ProgressBar::hidden())
+    }
+}
+
 /// What the judge's selection means for one request: only retrieved ids count
 /// (others are kept as `unknown` for audit), both lists sorted and deduplicated.
 fn request_result(request: String, retrieved: Vec<String>, sel: &Selection, exchange: String) -> RequestResult {
@@ -222,15 +273,7 @@ impl Stage for TopdownStage {
             Vectors::from_bytes(inputs.bytes(&embed_dir(s).join(INDEX))?, inputs.bytes(&embed_dir(s).join(VECTORS))?)?;
         let tools: HashMap<&str, (&Server, &Tool)> =
             catalog.tools().map(|(sv, tl)| (tl.id.as_str(), (sv, tl))).collect();
-        // Loaded on the first set that needs it (a fully resumed run needs none).
-        let embedder: Mutex<Option<Embedder>> = Mutex::new(None);
-        let embed = |texts: &[String]| -> Result<Vec<Vec<f32>>> {
-            let mut e = embedder.lock().map_err(|_| anyhow::anyhow!("internal: the embedder lock is poisoned"))?;
-            if e.is_none() {
-                *e = Some(Embedder::load(s)?);
-            }
-            e.as_mut().expect("loaded above").embed(texts, 32, &indicatif::ProgressBar::hidden())
-        };
+        let embedder = LazyEmbedder { settings: s, cell: Mutex::new(None) };
 
         let opts = BatchOptions::new(self.name(), "topdown", "sets")
             .concurrency(t.concurrency.max(1))
@@ -238,32 +281,15 @@ impl Stage for TopdownStage {
             .fail_point("efs_topdown_set");
         let mut batch = Batch::new(ctx, opts)?;
         let items = sets.sets.iter().map(|set| (format!("set:{}", set.id), set)).collect();
-        let (tools, vectors, embed) = (&tools, &vectors, &embed);
+        let (tools, vectors, embedder) = (&tools, &vectors, &embedder);
         let done = batch.run(items, |set: &CandidateSet, llm: Item| async move {
-            let members: Vec<serde_json::Value> = set
-                .members
-                .iter()
-                .map(|m| {
-                    tools
-                        .get(m.as_str())
-                        .map(|(sv, tl)| tool_vars(sv, tl))
-                        .with_context(|| format!("`{m}` is not in the catalog"))
-                })
-                .collect::<Result<_>>()?;
-            let prompt = Prompt::new(&t.requests_template, json!({"tools": members, "n": t.requests_per_set}));
+            let prompt = requests_prompt(t, tools, set)?;
             let reqs = llm.typed_as::<Requests>(&t.writer_role, &prompt, "requests").await?;
             let texts: Vec<String> = reqs.value.requests.iter().take(t.requests_per_set).cloned().collect();
-            let qv = embed(&texts)?;
+            let qv = embedder.embed(&texts)?;
+            let llm = &llm;
             let judged = futures::future::join_all(texts.iter().zip(&qv).enumerate().map(|(i, (text, q))| {
-                let retrieved: Vec<String> =
-                    retrieve(vectors, q, t.retrieve).into_iter().map(|r| vectors.index.tools[r].id.clone()).collect();
-                let cands: Vec<serde_json::Value> = retrieved
-                    .iter()
-                    .filter_map(|id| tools.get(id.as_str()))
-                    .map(|(_, tl)| json!({"id": tl.id, "description": tl.description}))
-                    .collect();
-                let prompt = Prompt::new(&t.select_template, json!({"request": text, "tools": cands}));
-                let llm = &llm;
+                let (retrieved, prompt) = select_prompt(t, tools, vectors, text, q);
                 async move {
                     let sel = llm.typed_as::<Selection>(&t.judge_role, &prompt, &format!("request{}", i + 1)).await?;
                     Ok(request_result(text.clone(), retrieved, &sel.value, sel.exchange))
