@@ -11,7 +11,6 @@ use serde_json::Value;
 use crate::error::hinted;
 use crate::ledger::{Event, Ledger, kind};
 use crate::model::{Catalog, TOOL_ID_SEP};
-use crate::pipeline::STAGES;
 use crate::settings::Settings;
 use crate::stage::Manifest;
 
@@ -59,8 +58,11 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
     };
     let item = if subject.contains(TOOL_ID_SEP) { "tool" } else { "server" };
     // Only the runs behind the current artifacts count.
-    let runs: Vec<i64> =
-        STAGES.iter().filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten()).map(|m| m.run_id).collect();
+    let runs: Vec<i64> = crate::stages::all()
+        .iter()
+        .filter_map(|s| Manifest::load(&settings.artifacts, s.spec().name).ok().flatten())
+        .map(|m| m.run_id)
+        .collect();
     let direct = ledger.events_for(&subject, &runs)?;
     let roots: Vec<i64> =
         direct.iter().filter(|e| !only_filter || e.kind == kind::FILTER_DECISION).map(|e| e.id).collect();
@@ -97,7 +99,7 @@ fn normalise_id(id: &str) -> String {
 }
 
 fn current_record(settings: &Settings, subject: &str) -> Result<Option<Value>> {
-    let path = settings.artifacts.join("catalog").join("catalog.json");
+    let path = crate::registry::CATALOG.path(settings);
     if !path.exists() {
         return Ok(None);
     }

@@ -19,7 +19,6 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 
 use anyhow::Result;
 use regex::Regex;
@@ -32,7 +31,7 @@ use crate::model::{Catalog, Server, Tool};
 use crate::settings::{
     FilterRule, FilterSettings, MatchMode, RuleAction, RuleClass, RuleTarget, Settings, section_hash,
 };
-use crate::stage::{Ctx, Inputs, Manifest, Output, Plan, Stage};
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Read, Stage, StageSpec};
 
 /// What a classifier sees of an undecided item.
 pub struct Candidate<'a> {
@@ -301,13 +300,20 @@ fn to_csv<'a>(rows: impl Iterator<Item = &'a Decision>) -> Result<Vec<u8>> {
     Ok(w.into_inner()?)
 }
 
-pub struct FilterStage;
+/// What the filter keeps: the catalog every later stage works on.
+pub const CATALOG: Artifact<Catalog> = Artifact::new("filter", "catalog.json");
 
-impl FilterStage {
-    fn input(settings: &Settings) -> PathBuf {
-        settings.artifacts.join("catalog").join("catalog.json")
-    }
-}
+pub static SPEC: StageSpec = StageSpec {
+    name: "filter",
+    command: "filter",
+    version: 1,
+    about: "drop servers and tools a benchmark must not contain, with reasons",
+    // The manifest leads to the import run's ledger events, each decision's parent.
+    reads: &[crate::registry::CATALOG.read(), Read::manifest("registry-import")],
+    writes: &["catalog.json", "dropped.csv", "undecided.csv", "summary.json"],
+};
+
+pub struct FilterStage;
 
 #[derive(Serialize)]
 struct Summary {
@@ -325,38 +331,32 @@ struct Summary {
 }
 
 impl Stage for FilterStage {
-    fn name(&self) -> &'static str {
-        "filter"
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "filter"
+
+    fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
+        let role = settings.config.filter.classifier_role.as_ref();
+        role.map(|r| ConfigRef::new("filter.classifier_role", r)).into_iter().collect()
     }
-    fn version(&self) -> u32 {
-        1
-    }
-    fn upstream(&self) -> &'static [&'static str] {
-        &["catalog"]
+
+    fn prompts(&self, settings: &Settings) -> Vec<PromptRef> {
+        if settings.config.filter.classifier_role.is_none() {
+            return Vec::new();
+        }
+        let vars = serde_json::json!({
+            "target": "tool", "name": "t", "description": "d", "server_name": "s",
+            "server_description": "d", "server_tools": ["t"], "rule_reason": "r",
+        });
+        vec![PromptRef::new("filter.classifier_role", CLASSIFY_PROMPT, vars)]
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
-        let filter = &settings.config.filter;
-        Ok(match &filter.classifier_role {
-            None => Plan { inputs: vec![Self::input(settings)], prompts: vec![], config_hash: section_hash(filter)? },
-            Some(role) => Plan {
-                inputs: vec![Self::input(settings)],
-                prompts: vec![crate::llm::prompt_path(settings, CLASSIFY_PROMPT)],
-                config_hash: section_hash(&serde_json::json!({
-                    "filter": filter,
-                    "classifier": crate::llm::role_hash(settings, role)?,
-                }))?,
-            },
-        })
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&settings.config.filter)? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
-        let path = Self::input(ctx.settings);
-        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&path)?)
-            .map_err(|e| anyhow::anyhow!("`{}` is not a benchgen catalog: {e}", ctx.settings.display_path(&path)))?;
+        let catalog = inputs.json(&crate::registry::CATALOG)?;
         let (filtered, llm_parents) = match &ctx.settings.config.filter.classifier_role {
             None => {
                 let pb = ctx.printer.progress(catalog.servers.len() as u64, "filter");
@@ -370,7 +370,7 @@ impl Stage for FilterStage {
         // Link each decision to the catalog record it is about.
         let mut parents: HashMap<String, i64> = HashMap::new();
         if let (Some(m), Some(ledger)) =
-            (Manifest::load(&ctx.settings.artifacts, "catalog")?, Ledger::open_existing(&ctx.settings.artifacts)?)
+            (ctx.manifest_of(crate::registry::SPEC.name), Ledger::open_existing(&ctx.settings.artifacts)?)
         {
             for k in [kind::CATALOG_SERVER, kind::CATALOG_TOOL] {
                 for ev in ledger.events_of_kind(m.run_id, k)? {

@@ -5,6 +5,7 @@
 //! `settings` (pipeline config), `stage` (runner, manifests, freshness),
 //! `store` (atomic files), `ledger` (provenance), `model` (core records).
 
+pub mod clean;
 pub mod cli;
 pub mod efs;
 pub mod embed;
@@ -23,5 +24,6 @@ pub mod sandbox;
 pub mod score;
 pub mod settings;
 pub mod stage;
+pub mod stages;
 pub mod stats;
 pub mod store;

@@ -1,6 +1,6 @@
 //! Core records shared by the stages: the normalised catalog.
 //!
-//! Wire format of `artifacts/catalog/catalog.json` and `artifacts/filter/catalog.json`:
+//! Wire format of `artifacts/registry-import/catalog.json` and `artifacts/filter/catalog.json`:
 //! `{"servers": [Server]}`, servers sorted by name and tools by name, so the same
 //! catalog always serialises to the same bytes. Categories keep their given order
 //! because the first one is the server's main category.

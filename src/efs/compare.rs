@@ -178,7 +178,7 @@ pub fn compare(
 pub fn run(settings: &crate::settings::Settings, reference: &Path, sets: Option<&Path>) -> Result<Comparison> {
     let ours_path = match sets {
         Some(p) => p.to_path_buf(),
-        None => settings.artifacts.join("efs").join("final.json"),
+        None => super::finalize::FINAL.path(settings),
     };
     if !ours_path.exists() {
         return Err(crate::error::hinted(
@@ -188,7 +188,7 @@ pub fn run(settings: &crate::settings::Settings, reference: &Path, sets: Option<
     }
     let ours = load_sets(&ours_path)?;
     let reference = load_sets(reference)?;
-    let pairs_path = super::pairs::pairs_path(settings);
+    let pairs_path = super::pairs::PAIRS.path(settings);
     let candidates: Option<BTreeSet<(String, String)>> = match pairs_path.exists() {
         true => {
             let bytes = std::fs::read(&pairs_path)?;
@@ -205,7 +205,7 @@ pub fn run(settings: &crate::settings::Settings, reference: &Path, sets: Option<
         }
         false => None,
     };
-    let catalog_path = crate::embed::catalog_path(settings);
+    let catalog_path = crate::filter::CATALOG.path(settings);
     let catalog: Option<BTreeSet<String>> = match catalog_path.exists() {
         true => Some(crate::model::Catalog::load(&catalog_path)?.tools().map(|(_, t)| t.id.clone()).collect()),
         false => None,

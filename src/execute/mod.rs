@@ -41,7 +41,7 @@ use crate::ledger::{NewEvent, Parent, RunRecorder, kind};
 use crate::llm::{ChatMessage, ChatTurn, LlmClient, ToolCall, ToolSpec};
 use crate::mcp::{CallFailure, CallOutcome, ClientOptions, McpClient};
 use crate::settings::Settings;
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{ConfigRef, Ctx, Inputs, Output, Plan, Stage, StageSpec};
 use names::ToolNames;
 
 /// Ledger event kind of a finished query.
@@ -609,19 +609,31 @@ fn trajectory_summary(t: &Trajectory) -> Value {
 }
 
 /// The `execute` stage.
+/// The `execute` stage; `queries` overrides `execute.queries` (`--queries FILE`).
+#[derive(Debug, Clone, Default)]
 pub struct ExecuteStage {
-    pub queries: PathBuf,
+    pub queries: Option<PathBuf>,
 }
 
+pub static SPEC: StageSpec = StageSpec {
+    name: "execute",
+    command: "execute",
+    version: 1,
+    about: "run queries with an LLM agent over MCP tools; record reference trajectories",
+    reads: &[],
+    writes: &["trajectories/*", "summary.json"],
+};
+
 impl ExecuteStage {
-    pub fn from_settings(settings: &Settings, queries: Option<PathBuf>) -> Result<Self> {
-        let q = queries.or_else(|| settings.config.execute.queries.as_ref().map(|p| settings.resolve(p))).ok_or_else(
-            || crate::error::UsageError("no queries: pass `--queries FILE` or set `execute.queries`".into()),
-        )?;
-        Ok(Self { queries: crate::settings::normalize(&q) })
+    fn queries(&self, settings: &Settings) -> Result<PathBuf> {
+        let q = self.queries.clone().or_else(|| settings.config.execute.queries.as_ref().map(|p| settings.resolve(p)));
+        let q = q.ok_or_else(|| {
+            crate::error::UsageError("no queries: pass `--queries FILE` or set `execute.queries`".into())
+        })?;
+        Ok(crate::settings::normalize(&q))
     }
 
-    fn servers(settings: &Settings) -> Result<BTreeMap<String, crate::mcp::ServerSpec>> {
+    fn server_specs(settings: &Settings) -> Result<BTreeMap<String, crate::mcp::ServerSpec>> {
         let all = settings.config.mcp.all_servers(&settings.root)?;
         let wanted = &settings.config.execute.servers;
         if wanted.is_empty() {
@@ -645,39 +657,45 @@ impl ExecuteStage {
 }
 
 impl Stage for ExecuteStage {
-    fn name(&self) -> &'static str {
-        "execute"
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "execute"
+
+    /// Part of `run` when the config names a queries file.
+    fn enabled(&self, settings: &Settings) -> bool {
+        settings.config.execute.queries.is_some()
     }
-    fn version(&self) -> u32 {
-        1
+
+    fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
+        vec![ConfigRef::new("execute.role", &settings.config.execute.role)]
     }
-    fn upstream(&self) -> &'static [&'static str] {
-        &[]
+
+    fn servers(&self, settings: &Settings) -> Vec<ConfigRef> {
+        let names = settings.config.execute.servers.iter().enumerate();
+        names.map(|(i, n)| ConfigRef::new(format!("execute.servers[{i}]"), n)).collect()
+    }
+
+    fn check(&self, settings: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        use crate::settings::check_positive;
+        let e = &settings.config.execute;
+        check_positive(problems, "execute.max_calls", e.max_calls);
+        check_positive(problems, "execute.concurrency", e.concurrency);
+        check_positive(problems, "execute.tool_result_chars", e.tool_result_chars);
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
-        let servers = Self::servers(settings)?;
-        let role = crate::llm::role_hash(settings, &settings.config.execute.role).map_err(|e| {
-            crate::error::hinted(
-                format!("`execute` uses the LLM role `{}`: {e}", settings.config.execute.role),
-                "add `[llm.roles.<role>]` to the config, or set `execute.role` to a configured role",
-            )
-        })?;
-        let hash = crate::settings::section_hash(&json!({
-            "execute": settings.config.execute, "servers": servers, "role": role,
-        }))?;
-        Ok(Plan { inputs: vec![self.queries.clone()], prompts: vec![], config_hash: hash })
+        let servers = Self::server_specs(settings)?;
+        let hash = crate::settings::section_hash(&json!({"execute": settings.config.execute, "servers": servers}))?;
+        Ok(Plan { inputs: vec![self.queries(settings)?], config_hash: hash })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let settings = ctx.settings;
         let es = settings.config.execute.clone();
-        let file = settings.display_path(&self.queries);
-        let queries = parse_queries(inputs.bytes(&self.queries)?, &file)?;
-        let servers = Self::servers(settings)?;
+        let path = self.queries(settings)?;
+        let file = settings.display_path(&path);
+        let queries = parse_queries(inputs.bytes(&path)?, &file)?;
+        let servers = Self::server_specs(settings)?;
         let run_id = ctx.ledger_run()?;
         let mut ckpt = ctx.checkpoint()?;
         let todo: Vec<Query> = queries.iter().filter(|q| ckpt.get(&q.id).is_none()).cloned().collect();

@@ -1,5 +1,5 @@
 //! `benchgen registry …`: get a catalog of MCP servers and tools into
-//! `artifacts/catalog/`.
+//! `artifacts/registry-import/`.
 //!
 //! `registry import` reads a snapshot file (ETOM's `mcp_registry.json` format);
 //! live scrapers of registry APIs belong beside it in this folder.
@@ -15,7 +15,7 @@ use crate::error::{InputError, Problem};
 use crate::ledger::{NewEvent, Parent, kind};
 use crate::model::Catalog;
 use crate::settings::{RegistryFormat, Settings, section_hash};
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{Artifact, Ctx, Inputs, Output, Plan, Stage, StageSpec};
 
 /// A remark about the input that did not stop the import (a trimmed name, an
 /// ignored field, a header count that disagrees with the file).
@@ -53,38 +53,44 @@ pub struct Imported {
     pub origins: Vec<Origin>,
 }
 
-/// The `catalog` stage, run by `registry import`.
-pub struct CatalogStage {
-    pub source: PathBuf,
-    pub format: RegistryFormat,
+/// The imported catalog (`registry import`), read by `filter` and `stats`.
+pub const CATALOG: Artifact<Catalog> = Artifact::new("registry-import", "catalog.json");
+
+pub static SPEC: StageSpec = StageSpec {
+    name: "registry-import",
+    command: "registry import",
+    version: 1,
+    about: "import a registry snapshot into a normalised catalog",
+    reads: &[],
+    writes: &["catalog.json", "import_report.json"],
+};
+
+/// The `registry-import` stage, with optional command-line overrides of `[registry]`.
+#[derive(Debug, Clone, Default)]
+pub struct ImportStage {
+    pub file: Option<PathBuf>,
+    pub format: Option<RegistryFormat>,
     pub lenient: bool,
 }
 
-impl CatalogStage {
-    /// The stage as the pipeline config describes it, with optional command-line overrides.
-    pub fn from_settings(
-        settings: &Settings,
-        file: Option<PathBuf>,
-        format: Option<RegistryFormat>,
-        lenient: bool,
-    ) -> Result<Self> {
+impl ImportStage {
+    fn source(&self, settings: &Settings) -> Result<PathBuf> {
+        match (&self.file, &settings.config.registry.source) {
+            (Some(f), _) => Ok(crate::settings::normalize(f)),
+            (None, Some(s)) => Ok(settings.resolve(s)),
+            (None, None) => Err(crate::error::hinted(
+                format!(
+                    "no registry snapshot to import: `{}` has no `registry.source`",
+                    settings.config_path.display()
+                ),
+                "pass a file (`benchgen registry import FILE`) or set `[registry] source = \"raw/…\"`",
+            )),
+        }
+    }
+
+    fn settings(&self, settings: &Settings) -> ImportSettings {
         let reg = &settings.config.registry;
-        let source = match file {
-            Some(f) => crate::settings::normalize(&f),
-            None => match &reg.source {
-                Some(s) => settings.resolve(s),
-                None => {
-                    return Err(crate::error::hinted(
-                        format!(
-                            "no registry snapshot to import: `{}` has no `registry.source`",
-                            settings.config_path.display()
-                        ),
-                        "pass a file (`benchgen registry import FILE`) or set `[registry] source = \"raw/…\"`",
-                    ));
-                }
-            },
-        };
-        Ok(Self { source, format: format.unwrap_or(reg.format), lenient: lenient || reg.lenient })
+        ImportSettings { format: self.format.unwrap_or(reg.format), lenient: self.lenient || reg.lenient }
     }
 }
 
@@ -105,33 +111,22 @@ struct ImportReport<'a> {
     rejected: &'a [Rejected],
 }
 
-impl Stage for CatalogStage {
-    fn name(&self) -> &'static str {
-        "catalog"
-    }
-    fn command(&self) -> &'static str {
-        "registry import"
-    }
-    fn version(&self) -> u32 {
-        1
-    }
-    fn upstream(&self) -> &'static [&'static str] {
-        &[]
+impl Stage for ImportStage {
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
 
-    fn plan(&self, _settings: &Settings) -> Result<Plan> {
-        Ok(Plan {
-            inputs: vec![self.source.clone()],
-            prompts: vec![],
-            config_hash: section_hash(&ImportSettings { format: self.format, lenient: self.lenient })?,
-        })
+    fn plan(&self, settings: &Settings) -> Result<Plan> {
+        Ok(Plan { inputs: vec![self.source(settings)?], config_hash: section_hash(&self.settings(settings))? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
-        let bytes = inputs.bytes(&self.source)?;
-        let shown = ctx.settings.display_path(&self.source);
-        let imported = match self.format {
-            RegistryFormat::Etom => etom::parse(bytes, self.lenient),
+        let source = self.source(ctx.settings)?;
+        let ImportSettings { format, lenient } = self.settings(ctx.settings);
+        let bytes = inputs.bytes(&source)?;
+        let shown = ctx.settings.display_path(&source);
+        let imported = match format {
+            RegistryFormat::Etom => etom::parse(bytes, lenient),
         }
         .map_err(|problems| InputError { file: shown.clone(), problems })?;
         if !imported.problems.is_empty() {
@@ -156,7 +151,7 @@ impl Stage for CatalogStage {
             serde_json::json!({
                 "path": shown,
                 "sha256": crate::store::sha256_hex(bytes),
-                "format": self.format,
+                "format": format,
                 "bytes": bytes.len(),
             }),
         ));
@@ -199,7 +194,7 @@ impl Stage for CatalogStage {
             "import_report.json",
             &ImportReport {
                 source: shown.clone(),
-                format: self.format,
+                format,
                 servers: catalog.servers.len(),
                 tools: catalog.tool_count(),
                 categories: categories.len(),
