@@ -62,7 +62,7 @@ pub static SPEC: StageSpec = StageSpec {
         crate::embed::INDEX.read(),
         crate::embed::VECTORS.read(),
     ],
-    writes: &["results.json", "items.json"],
+    writes: &["results.json", "items.json", crate::llm::batch::FAILED_FILE],
 };
 
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]

@@ -54,7 +54,7 @@ pub static SPEC: StageSpec = StageSpec {
     version: 1,
     about: "the LLM judges each candidate pair: equivalent or not, with a reason",
     reads: &[crate::filter::CATALOG.read(), super::pairs::PAIRS.read()],
-    writes: &["verdicts.json"],
+    writes: &["verdicts.json", crate::llm::batch::FAILED_FILE],
 };
 
 /// The verifier's typed answer.

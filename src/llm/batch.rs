@@ -66,6 +66,10 @@ use crate::settings::Settings;
 use crate::stage::{Ctx, Output};
 use crate::store::Checkpoint;
 
+/// The file [`Batch::finish`] writes when items failed within `max_failed_share`
+/// (declare it in the stage spec's `writes`; it exists only when something failed).
+pub const FAILED_FILE: &str = "failed.json";
+
 /// The async runtime of a command that talks to models: two worker threads (the
 /// work is I/O; the machine is shared), timers and I/O enabled.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -436,7 +440,7 @@ impl<'a> Batch<'a> {
         out.notes.push(note);
         if !self.failed.is_empty() {
             self.failed.sort_by(|a, b| a.item.cmp(&b.item));
-            out.json("failed.json", &self.failed)?;
+            out.json(FAILED_FILE, &self.failed)?;
             out.count("failed_items", self.failed.len());
             out.notes.push(format!(
                 "{} {} failed and are left out (allowed by `{}` = {}); reasons in failed.json",
