@@ -205,7 +205,8 @@ pub struct ScoreArgs {
 pub enum EfsCommand {
     /// Candidate pairs of possibly equivalent tools (no LLM).
     ///
-    /// Reads `artifacts/filter/catalog.json`, `artifacts/embed/` and `[efs.pairs]`.
+    /// Reads `artifacts/filter/catalog.json`, `artifacts/embed/` (`index.json`,
+    /// `vectors.f32`) and `[efs.pairs]`.
     /// Each tool keeps its top-k neighbours by a score combining cosine similarity
     /// with name and parameter overlap (minus penalties for differing actions and a
     /// shared server); a pair qualifies if either endpoint keeps it. Writes
@@ -214,7 +215,7 @@ pub enum EfsCommand {
     Pairs(ForceArgs),
     /// The LLM judges each candidate pair: equivalent yes/no with a one-line reason.
     ///
-    /// Reads `artifacts/efs-pairs/pairs.csv`, the filtered catalog, `[efs.verify]`
+    /// Reads `artifacts/efs-pairs/pairs.csv`, `artifacts/filter/catalog.json`, `[efs.verify]`
     /// and the prompt `pipeline/prompts/efs_verify.md`. Writes
     /// `artifacts/efs-verify/verdicts.json` and one `verdict` ledger event per pair
     /// (its parent is the LLM exchange). Resumable: an interrupted run keeps every
@@ -222,13 +223,15 @@ pub enum EfsCommand {
     Verify(ForceArgs),
     /// Union–find over verified pairs into candidate sets (no LLM).
     ///
-    /// Reads `artifacts/efs-pairs/pairs.csv` and `artifacts/efs-verify/verdicts.json`.
+    /// Reads `artifacts/filter/catalog.json`, `artifacts/efs-pairs/pairs.csv` and
+    /// `artifacts/efs-verify/verdicts.json`.
     /// Writes `artifacts/efs-build/sets.json` (members sorted, sets by first member,
     /// evidence per set). Skipped when up to date.
     Build(ForceArgs),
     /// Top-down cross-check: requests per set, retrieval, LLM selection.
     ///
-    /// Reads `artifacts/efs-build/sets.json`, `artifacts/embed/` and `[efs.topdown]`.
+    /// Reads `artifacts/filter/catalog.json`, `artifacts/efs-build/sets.json`,
+    /// `artifacts/embed/` (`index.json`, `vectors.f32`) and `[efs.topdown]`.
     /// Writes `artifacts/efs-topdown/results.json` (requests, retrieved and selected
     /// tools, metrics per set) and `items.json` (review items: outside tools
     /// selected, members never selected, sets split across requests). Resumable
@@ -239,7 +242,9 @@ pub enum EfsCommand {
     Review(EfsReviewCommand),
     /// The final sets, with decisions and evidence, and the EFS report.
     ///
-    /// Reads `artifacts/efs-build/sets.json` and, when present,
+    /// Reads `artifacts/filter/catalog.json`, `artifacts/efs-build/sets.json`,
+    /// `artifacts/efs-pairs/pairs.csv`, `artifacts/efs-verify/verdicts.json`, the manifests
+    /// of the EFS stages (for the cost table) and, when present,
     /// `artifacts/efs-topdown/items.json` and `artifacts/efs-review-import/decisions.json`.
     /// Writes `artifacts/efs-finalize/final.json`, `tool_equivalence_sets.json` (ETOM shape)
     /// and `report.md`. Sets without a human decision follow `[efs.finalize] policy`
@@ -262,7 +267,9 @@ pub enum EfsReviewCommand {
     Export(ForceArgs),
     /// Check and record the decisions in every `reviews/efs/*.csv`.
     ///
-    /// Writes `artifacts/efs-review-import/decisions.json` and one `review` ledger event
+    /// Reads the sheets, `artifacts/filter/catalog.json` and `artifacts/efs-build/sets.json`
+    /// (decisions must name existing sets and tools). Part of `benchgen run` once a sheet
+    /// is in `reviews/efs/`. Writes `artifacts/efs-review-import/decisions.json` and one `review` ledger event
     /// per decision. Any malformed row rejects the whole import with `file:line`
     /// messages; the sheets are never modified. Skipped when up to date.
     Import(ForceArgs),

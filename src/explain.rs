@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::error::hinted;
 use crate::ledger::{Event, Ledger, kind};
-use crate::model::{Catalog, TOOL_ID_SEP};
+use crate::model::{Catalog, TOOL_ID_SEP, norm_tool_id};
 use crate::settings::Settings;
 use crate::stage::Manifest;
 
@@ -53,8 +53,8 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
     }
 
     let (subject, only_filter) = match id.strip_prefix("filter:") {
-        Some(rest) => (normalise_id(rest), true),
-        None => (normalise_id(id), false),
+        Some(rest) => (norm_tool_id(rest), true),
+        None => (norm_tool_id(id), false),
     };
     let item = if subject.contains(TOOL_ID_SEP) { "tool" } else { "server" };
     // Only the runs behind the current artifacts count.
@@ -89,13 +89,6 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
     };
     let record = current_record(settings, &subject)?;
     Ok(Explanation { id: subject, item: if only_filter { "filter decision" } else { item }, status, record, lineage })
-}
-
-fn normalise_id(id: &str) -> String {
-    match id.split_once(TOOL_ID_SEP) {
-        Some((s, t)) => crate::model::tool_id(s, t),
-        None => id.trim().to_string(),
-    }
 }
 
 fn current_record(settings: &Settings, subject: &str) -> Result<Option<Value>> {
@@ -162,7 +155,7 @@ pub fn render(x: &Explanation) -> String {
     }
     out.push_str("\nlineage (oldest first):\n");
     for e in &x.lineage {
-        out.push_str(&format!("  #{:<6} {:<16} {:<8} run {:<4} {}\n", e.id, e.kind, e.stage, e.run_id, describe(e)));
+        out.push_str(&format!("  #{:<6} {:<16} {:<15} run {:<4} {}\n", e.id, e.kind, e.stage, e.run_id, describe(e)));
     }
     out
 }

@@ -15,7 +15,8 @@
 //! nothing twice and its manifest counts equal an uninterrupted run's.
 //!
 //! Outputs in `artifacts/filter/`: `catalog.json` (what remains), `dropped.csv`
-//! and `undecided.csv` (`kind,id,rule,class,reason,evidence`), `summary.json`.
+//! and `undecided.csv` (`kind,id,rule,class,reason,evidence`), `summary.json` (counts per
+//! rule and class, and `drops`: `[{count, intentional, reason}]`, see [`crate::model::Drops`]).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -27,7 +28,7 @@ use serde::Serialize;
 use crate::ledger::{Ledger, NewEvent, Parent, kind};
 use crate::llm::Prompt;
 use crate::llm::batch::{Batch, BatchOptions, Item, ItemError};
-use crate::model::{Catalog, Server, Tool};
+use crate::model::{Catalog, Drops, Server, Tool};
 use crate::settings::{
     FilterRule, FilterSettings, MatchMode, RuleAction, RuleClass, RuleTarget, Settings, section_hash,
 };
@@ -103,12 +104,45 @@ impl<'a> Compiled<'a> {
     }
 }
 
+/// What the filter decided about a server or tool.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Keep,
+    Drop,
+    /// The classifier gave no valid verdict: kept, and listed for review.
+    Undecided,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Keep => "keep",
+            Verdict::Drop => "drop",
+            Verdict::Undecided => "undecided",
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compare with the serialised word (`decision.verdict == "drop"`).
+impl PartialEq<&str> for Verdict {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// One decision about a server or tool.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Decision {
     pub kind: &'static str,
     pub id: String,
-    pub verdict: &'static str,
+    pub verdict: Verdict,
     pub rule: String,
     pub class: String,
     pub reason: String,
@@ -125,7 +159,7 @@ pub struct Filtered {
 fn decision(
     kind: &'static str,
     id: &str,
-    verdict: &'static str,
+    verdict: Verdict,
     rule: &str,
     class: &str,
     reason: &str,
@@ -176,7 +210,7 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
                         rule: c.rule,
                     },
                 )? {
-                    Verdict::Drop(reason) => {
+                    Resolution::Drop(reason) => {
                         server_drop = Some((c.rule.id.clone(), c.rule.class.as_str().into(), reason, evidence))
                     }
                     kept => {
@@ -196,12 +230,12 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
             }
         }
         if let Some((rule, class, reason, evidence)) = server_drop {
-            decisions.push(decision("server", &server.name, "drop", &rule, &class, &reason, &evidence));
+            decisions.push(decision("server", &server.name, Verdict::Drop, &rule, &class, &reason, &evidence));
             for t in &server.tools {
                 decisions.push(decision(
                     "tool",
                     &t.id,
-                    "drop",
+                    Verdict::Drop,
                     &rule,
                     &class,
                     &format!("its server `{}` was dropped: {reason}", server.name),
@@ -214,7 +248,7 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
         let mut tools: Vec<Tool> = Vec::new();
         let mut tool_decisions = Vec::new();
         for t in &server.tools {
-            let mut d = decision("tool", &t.id, "keep", "", "", "no rule matched", "");
+            let mut d = decision("tool", &t.id, Verdict::Keep, "", "", "no rule matched", "");
             for c in rules.iter().filter(|c| c.rule.target == RuleTarget::Tool) {
                 let Some(evidence) = c.matches(&t.name, &t.description, &server.name) else {
                     continue;
@@ -236,7 +270,7 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
                 d = decision("tool", &t.id, verdict, &c.rule.id, class, &reason, &evidence);
                 break;
             }
-            if d.verdict != "drop" {
+            if d.verdict != Verdict::Drop {
                 tools.push(t.clone());
             }
             tool_decisions.push(d);
@@ -246,7 +280,7 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
             decisions.push(decision(
                 "server",
                 &server.name,
-                "drop",
+                Verdict::Drop,
                 "no-tools-left",
                 RuleClass::NoTools.as_str(),
                 &format!("all {n} of its tools were dropped by rules"),
@@ -254,7 +288,8 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
             ));
         } else {
             decisions.push(
-                server_ask.unwrap_or_else(|| decision("server", &server.name, "keep", "", "", "no rule matched", "")),
+                server_ask
+                    .unwrap_or_else(|| decision("server", &server.name, Verdict::Keep, "", "", "no rule matched", "")),
             );
             kept.servers.push(Server { tools, ..server.clone() });
         }
@@ -263,29 +298,30 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
     Ok(Filtered { catalog: kept, decisions })
 }
 
-enum Verdict {
+/// A rule's outcome for one item, with its reason.
+enum Resolution {
     Drop(String),
     Keep(String),
     Undecided(String),
 }
 
-impl Verdict {
-    fn word_and_reason(self) -> (&'static str, String) {
+impl Resolution {
+    fn word_and_reason(self) -> (Verdict, String) {
         match self {
-            Verdict::Drop(r) => ("drop", r),
-            Verdict::Keep(r) => ("keep", r),
-            Verdict::Undecided(r) => ("undecided", r),
+            Resolution::Drop(r) => (Verdict::Drop, r),
+            Resolution::Keep(r) => (Verdict::Keep, r),
+            Resolution::Undecided(r) => (Verdict::Undecided, r),
         }
     }
 }
 
-fn resolve(rule: &FilterRule, classifier: &dyn Classifier, c: Candidate) -> Result<Verdict> {
+fn resolve(rule: &FilterRule, classifier: &dyn Classifier, c: Candidate) -> Result<Resolution> {
     Ok(match rule.action {
-        RuleAction::Drop => Verdict::Drop(rule.reason.clone()),
+        RuleAction::Drop => Resolution::Drop(rule.reason.clone()),
         RuleAction::Ask => match classifier.classify(&c)? {
-            Classification::Drop { reason } => Verdict::Drop(reason),
-            Classification::Keep { reason } => Verdict::Keep(reason),
-            Classification::Undecided { reason } => Verdict::Undecided(reason),
+            Classification::Drop { reason } => Resolution::Drop(reason),
+            Classification::Keep { reason } => Resolution::Keep(reason),
+            Classification::Undecided { reason } => Resolution::Undecided(reason),
         },
     })
 }
@@ -328,6 +364,9 @@ struct Summary {
     by_rule: BTreeMap<String, BTreeMap<&'static str, usize>>,
     /// Drops per class (no-tools, trivial, meta, template, custom).
     by_class: BTreeMap<String, BTreeMap<&'static str, usize>>,
+    /// Every drop counted with its reason (the shape all stages share): one entry per
+    /// servers-or-tools and rule, sorted by reason. All filter drops are intentional.
+    drops: Vec<Drops>,
 }
 
 impl Stage for FilterStage {
@@ -404,10 +443,11 @@ impl Stage for FilterStage {
             undecided: 0,
             by_rule: BTreeMap::new(),
             by_class: BTreeMap::new(),
+            drops: Vec::new(),
         };
         for d in &filtered.decisions {
             match d.verdict {
-                "drop" => {
+                Verdict::Drop => {
                     let plural = if d.kind == "server" { "servers" } else { "tools" };
                     if d.kind == "server" {
                         summary.servers_dropped += 1;
@@ -417,13 +457,20 @@ impl Stage for FilterStage {
                     *summary.by_rule.entry(d.rule.clone()).or_default().entry(plural).or_default() += 1;
                     *summary.by_class.entry(d.class.clone()).or_default().entry(plural).or_default() += 1;
                 }
-                "undecided" => summary.undecided += 1,
-                _ => {}
+                Verdict::Undecided => summary.undecided += 1,
+                Verdict::Keep => {}
             }
         }
-        let mut dropped: Vec<&Decision> = filtered.decisions.iter().filter(|d| d.verdict == "drop").collect();
+        let mut drops: BTreeMap<String, usize> = BTreeMap::new();
+        for d in filtered.decisions.iter().filter(|d| d.verdict == Verdict::Drop) {
+            let plural = if d.kind == "server" { "servers" } else { "tools" };
+            *drops.entry(format!("{plural} dropped by rule `{}` (class {})", d.rule, d.class)).or_default() += 1;
+        }
+        summary.drops = drops.into_iter().map(|(reason, count)| Drops { count, intentional: true, reason }).collect();
+        let mut dropped: Vec<&Decision> = filtered.decisions.iter().filter(|d| d.verdict == Verdict::Drop).collect();
         dropped.sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
-        let mut undecided: Vec<&Decision> = filtered.decisions.iter().filter(|d| d.verdict == "undecided").collect();
+        let mut undecided: Vec<&Decision> =
+            filtered.decisions.iter().filter(|d| d.verdict == Verdict::Undecided).collect();
         undecided.sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
 
         out.json("catalog.json", &filtered.catalog)?;
@@ -606,6 +653,17 @@ fn classify_with_llm(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn verdicts_serialise_as_before() {
+        let words: Vec<String> = [Verdict::Keep, Verdict::Drop, Verdict::Undecided]
+            .iter()
+            .map(|v| serde_json::to_string(v).unwrap())
+            .collect();
+        assert_eq!(words, ["\"keep\"", "\"drop\"", "\"undecided\""]);
+        assert!(Verdict::Drop == "drop");
+        assert_eq!(format!("{} {}", Verdict::Keep, Verdict::Undecided), "keep undecided");
+    }
+
     use super::*;
     use serde_json::json;
 

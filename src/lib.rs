@@ -13,6 +13,7 @@ pub mod error;
 pub mod execute;
 pub mod explain;
 pub mod filter;
+pub mod formats;
 pub mod ledger;
 pub mod llm;
 pub mod mcp;

@@ -41,7 +41,16 @@ fn init_tracing(verbose: u8, quiet: bool) {
 fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
     // `score` reads only the files it is given: no pipeline config needed.
     if let Command::Score(a) = &cli.command {
-        return benchgen::score::command(a, printer);
+        let opts = benchgen::score::Options {
+            benches: a.benches.clone(),
+            pred: a.pred.clone(),
+            bench_format: a.bench_format,
+            pred_format: a.format,
+            etom_level: a.etom_level,
+            mode: a.compat.into(),
+        };
+        let files = benchgen::score::ReportFiles { per_sample: a.per_sample.clone(), markdown: a.markdown.clone() };
+        return benchgen::score::command(&opts, &files, printer);
     }
     // The sandbox serving an explicit `--catalog` needs no pipeline config: a
     // spawned `benchgen sandbox` must work from any folder.
@@ -95,7 +104,7 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             let text = match a.format {
                 StagesFormat::Text => stages::render_text(&rows),
                 StagesFormat::Dot => stages::render_dot(&rows),
-                StagesFormat::Markdown => stages::markdown_table(),
+                StagesFormat::Markdown => stages::markdown_table(&settings),
             };
             printer.summary(&text, &rows);
             Ok(())

@@ -215,18 +215,23 @@ pub fn render_dot(rows: &[StageRow]) -> String {
     s
 }
 
-/// The README's stage table (Markdown), generated so it cannot go stale.
-pub fn markdown_table() -> String {
-    let mut s = String::from("| stage | command | what it does | reads | writes |\n|---|---|---|---|---|\n");
+/// The README's stage table (Markdown), generated so it cannot go stale. LLM
+/// roles are shown as `config key = role` under the given config.
+pub fn markdown_table(settings: &Settings) -> String {
+    let mut s = String::from(
+        "| stage | command | what it does | reads | writes (`artifacts/<stage>/`) | LLM roles |\n|---|---|---|---|---|---|\n",
+    );
     for st in all() {
         let spec = st.spec();
+        let roles: Vec<String> = st.roles(settings).iter().map(|r| format!("`{}` = `{}`", r.key, r.name)).collect();
         s.push_str(&format!(
-            "| `{}` | `benchgen {}` | {} | {} | {} |\n",
+            "| `{}` | `benchgen {}` | {} | {} | {} | {} |\n",
             spec.name,
             spec.command,
             spec.about,
             reads_text(spec),
-            spec.writes.iter().map(|w| format!("`{w}`")).collect::<Vec<_>>().join(", ")
+            spec.writes.iter().map(|w| format!("`{w}`")).collect::<Vec<_>>().join(", "),
+            if roles.is_empty() { "—".into() } else { roles.join(", ") }
         ));
     }
     s

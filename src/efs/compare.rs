@@ -10,34 +10,11 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::error::{InputError, Problem};
-
-/// A set as ETOM writes it (only the fields we need; others are ignored).
-#[derive(Debug, Deserialize)]
-struct RefSet {
-    #[serde(default)]
-    tools: Vec<RefTool>,
-}
-
-#[derive(Debug, Deserialize)]
-struct RefTool {
-    #[serde(default)]
-    tool_id: Option<String>,
-    #[serde(default)]
-    server_name: Option<String>,
-    #[serde(default)]
-    tool_name: Option<String>,
-}
-
-/// `server::tool` with both parts trimmed.
-pub fn normalise_id(id: &str) -> String {
-    match id.split_once(crate::model::TOOL_ID_SEP) {
-        Some((s, t)) => crate::model::tool_id(s, t),
-        None => id.trim().to_string(),
-    }
-}
+use crate::formats::etom::EfsSet;
+use crate::model::norm_tool_id;
 
 /// Sets (lists of normalised tool ids) from an ETOM-shaped file or our `final.json`.
 pub fn load_sets(path: &Path) -> Result<Vec<BTreeSet<String>>> {
@@ -65,7 +42,7 @@ pub fn load_sets(path: &Path) -> Result<Vec<BTreeSet<String>>> {
     let mut problems = Vec::new();
     let mut out = Vec::new();
     for (i, s) in list.into_iter().enumerate() {
-        let set: RefSet = match serde_json::from_value(s) {
+        let set: EfsSet = match serde_json::from_value(s) {
             Ok(x) => x,
             Err(e) => {
                 problems.push(Problem::new(format!("[{i}]"), e.to_string()));
@@ -74,13 +51,9 @@ pub fn load_sets(path: &Path) -> Result<Vec<BTreeSet<String>>> {
         };
         let mut ids = BTreeSet::new();
         for (j, t) in set.tools.iter().enumerate() {
-            let id = match (&t.tool_id, &t.server_name, &t.tool_name) {
-                (Some(id), _, _) if !id.trim().is_empty() => normalise_id(id),
-                (_, Some(s), Some(n)) => crate::model::tool_id(s, n),
-                _ => {
-                    problems.push(Problem::new(format!("[{i}].tools[{j}]"), "no `tool_id` and no server/tool name"));
-                    continue;
-                }
+            let Some(id) = t.id() else {
+                problems.push(Problem::new(format!("[{i}].tools[{j}]"), "no `tool_id` and no server/tool name"));
+                continue;
             };
             ids.insert(id);
         }
@@ -197,7 +170,7 @@ pub fn run(settings: &crate::settings::Settings, reference: &Path, sets: Option<
                 pairs
                     .into_iter()
                     .map(|p| {
-                        let (a, b) = (normalise_id(&p.a), normalise_id(&p.b));
+                        let (a, b) = (norm_tool_id(&p.a), norm_tool_id(&p.b));
                         if a <= b { (a, b) } else { (b, a) }
                     })
                     .collect(),
@@ -248,7 +221,7 @@ mod tests {
     use super::*;
 
     fn sets(v: &[&[&str]]) -> Vec<BTreeSet<String>> {
-        v.iter().map(|s| s.iter().map(|x| normalise_id(x)).collect()).collect()
+        v.iter().map(|s| s.iter().map(|x| norm_tool_id(x)).collect()).collect()
     }
 
     #[test]

@@ -27,6 +27,7 @@ use super::AutoPolicy;
 use super::build::{CandidateSet, Evidence, Sets};
 use super::review::Decision;
 use super::topdown::ReviewItem;
+use crate::formats::etom::{EfsFile, EfsSet, SetTool};
 use crate::model::Catalog;
 use crate::settings::{Settings, section_hash};
 use crate::stage::{Artifact, Ctx, Inputs, Manifest, Output, Plan, Read, Stage, StageSpec};
@@ -44,8 +45,7 @@ pub struct Member {
 #[serde(deny_unknown_fields)]
 pub struct FinalSet {
     pub id: String,
-    /// `reviewed` or `unreviewed`.
-    pub status: String,
+    pub status: SetStatus,
     /// Candidate sets this set came from.
     pub from: Vec<String>,
     pub members: Vec<Member>,
@@ -54,6 +54,31 @@ pub struct FinalSet {
     pub decisions: Vec<Decision>,
     /// Top-down findings about this set that no decision settled.
     pub open_items: Vec<ReviewItem>,
+}
+
+/// Whether a human review decided about a final set (`reviewed`) or the automatic policy
+/// kept it (`unreviewed`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SetStatus {
+    Reviewed,
+    Unreviewed,
+}
+
+impl SetStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SetStatus::Reviewed => "reviewed",
+            SetStatus::Unreviewed => "unreviewed",
+        }
+    }
+}
+
+/// Compare with the serialised word (`set.status == "reviewed"`).
+impl PartialEq<&str> for SetStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -232,7 +257,7 @@ pub fn finalize(
         decisions.sort_by(|a, b| a.source.cmp(&b.source));
         out.sets.push(FinalSet {
             id: super::set_id(&members),
-            status: if w.reviewed { "reviewed" } else { "unreviewed" }.into(),
+            status: if w.reviewed { SetStatus::Reviewed } else { SetStatus::Unreviewed },
             from,
             members: ms,
             servers: servers.into_iter().collect(),
@@ -247,20 +272,25 @@ pub fn finalize(
 }
 
 /// ETOM's `tool_equivalence_sets.json` shape.
-pub fn etom_shape(f: &Final) -> serde_json::Value {
-    serde_json::Value::Array(
-        f.sets
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                serde_json::json!({
-                    "set_id": i + 1,
-                    "size": s.members.len(),
-                    "tools": s.members,
+pub fn etom_shape(f: &Final) -> EfsFile {
+    f.sets
+        .iter()
+        .zip(1..)
+        .map(|(s, set_id)| EfsSet {
+            set_id,
+            size: s.members.len(),
+            tools: s
+                .members
+                .iter()
+                .map(|m| SetTool {
+                    tool_id: m.tool_id.clone(),
+                    server_name: m.server_name.clone(),
+                    tool_name: m.tool_name.clone(),
+                    description: m.description.clone(),
                 })
-            })
-            .collect(),
-    )
+                .collect(),
+        })
+        .collect()
 }
 
 fn histogram(values: impl Iterator<Item = usize>) -> BTreeMap<usize, usize> {
@@ -329,7 +359,7 @@ pub fn report(f: &Final, funnel: &Funnel, sets: &[CandidateSet], costs: &[StepCo
     ] {
         md.push_str(&format!("| {k} | {v} |\n"));
     }
-    let reviewed = f.sets.iter().filter(|s| s.status == "reviewed").count();
+    let reviewed = f.sets.iter().filter(|s| s.status == SetStatus::Reviewed).count();
     md.push_str(&format!(
         "\nFinal sets: {reviewed} reviewed, {} unreviewed (policy `{}`); {} sets dropped.\n",
         f.sets.len() - reviewed,
@@ -462,7 +492,7 @@ impl Stage for FinalizeStage {
         out.count("final_sets", fin.sets.len());
         out.count("tools_in_final_sets", funnel.tools_in_final_sets);
         out.count("dropped_sets", fin.dropped.len());
-        let unreviewed = fin.sets.iter().filter(|x| x.status == "unreviewed").count();
+        let unreviewed = fin.sets.iter().filter(|x| x.status == SetStatus::Unreviewed).count();
         out.notes.push(format!(
             "{} final sets over {} tools ({unreviewed} unreviewed), {} dropped; report in artifacts/efs-finalize/report.md",
             fin.sets.len(),
@@ -569,5 +599,30 @@ mod tests {
         assert_eq!(f.sets.len(), 1);
         assert_eq!(f.sets[0].members.len(), 2);
         assert_eq!(f.dropped[0].members, ["a::x"]);
+    }
+
+    #[test]
+    fn set_status_serialises_as_before() {
+        for (s, word) in [(SetStatus::Reviewed, "reviewed"), (SetStatus::Unreviewed, "unreviewed")] {
+            assert_eq!(serde_json::to_value(s).unwrap(), serde_json::json!(word));
+            assert_eq!(serde_json::from_value::<SetStatus>(serde_json::json!(word)).unwrap(), s);
+        }
+    }
+
+    #[test]
+    fn the_etom_file_keeps_its_bytes() {
+        let c = catalog(&["a::x", "b::x", "c::y", "d::y"]);
+        let f = finalize(&[set(&["a::x", "b::x"]), set(&["c::y", "d::y"])], &[], &[], AutoPolicy::Keep, &c).unwrap();
+        // What the `json!` builder wrote before the wire types: same keys, same order.
+        let before = serde_json::Value::Array(
+            f.sets
+                .iter()
+                .enumerate()
+                .map(|(i, s)| serde_json::json!({"set_id": i + 1, "size": s.members.len(), "tools": s.members}))
+                .collect(),
+        );
+        assert_eq!(serde_json::to_vec_pretty(&etom_shape(&f)).unwrap(), serde_json::to_vec_pretty(&before).unwrap());
+        let back: crate::formats::etom::EfsFile = serde_json::from_value(before).unwrap();
+        assert_eq!(back, etom_shape(&f));
     }
 }

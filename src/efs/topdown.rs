@@ -233,7 +233,7 @@ impl LazyEmbedder<'_> {
 fn request_result(request: String, retrieved: Vec<String>, sel: &Selection, exchange: String) -> RequestResult {
     let known: BTreeSet<&str> = retrieved.iter().map(String::as_str).collect();
     let (mut selected, mut unknown): (Vec<String>, Vec<String>) =
-        sel.selected.iter().map(|x| crate::efs::compare::normalise_id(x)).partition(|x| known.contains(x.as_str()));
+        sel.selected.iter().map(|x| crate::model::norm_tool_id(x)).partition(|x| known.contains(x.as_str()));
     selected.sort();
     selected.dedup();
     unknown.sort();

@@ -282,13 +282,41 @@ pub fn check_chain(chain: &[ChainStep], calls: &[CallRecord]) -> ChainCheck {
     ChainCheck { preserved: problems.is_empty(), groups, problems }
 }
 
+/// How the run of one query ended.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// The model answered without asking for more calls.
+    Answered,
+    /// The model asked for calls past `max_calls`.
+    CapReached,
+    /// The LLM failed, or a call failed with `stop_on_failure`.
+    Failed,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Answered => "answered",
+            RunStatus::CapReached => "cap_reached",
+            RunStatus::Failed => "failed",
+        }
+    }
+}
+
+/// Compare with the serialised word (`trajectory.status == "answered"`).
+impl PartialEq<&str> for RunStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// The recorded run of one query.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Trajectory {
     pub id: String,
     pub query: String,
-    /// `answered`, `cap_reached` or `failed`.
-    pub status: String,
+    pub status: RunStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -389,7 +417,7 @@ impl Executor {
         let mut t = Trajectory {
             id: q.id.clone(),
             query: q.query.clone(),
-            status: "answered".into(),
+            status: RunStatus::Answered,
             reason: None,
             answer: None,
             messages: Vec::new(),
@@ -412,7 +440,7 @@ impl Executor {
             let reply = match reply {
                 Ok(r) => r,
                 Err(e) => {
-                    t.status = "failed".into();
+                    t.status = RunStatus::Failed;
                     t.reason = Some(format!("LLM: {e}"));
                     break;
                 }
@@ -433,7 +461,7 @@ impl Executor {
                     rec.outcome = CallOutcome::ToolError { output: crate::mcp::ToolOutput::note(&note) };
                     t.calls.push(rec);
                 }
-                t.status = "cap_reached".into();
+                t.status = RunStatus::CapReached;
                 t.reason = Some(format!(
                     "the model asked for {} more call(s) after {executed}; the cap is {}",
                     tool_calls.len(),
@@ -461,12 +489,12 @@ impl Executor {
             if let Some(why) = failed
                 && self.settings.stop_on_failure
             {
-                t.status = "failed".into();
+                t.status = RunStatus::Failed;
                 t.reason = Some(why);
                 break;
             }
         }
-        t.messages = messages.iter().map(openai_message).collect();
+        t.messages = messages.iter().map(|m| crate::llm::openai_message(m, crate::llm::CallIndex::Include)).collect();
         if !q.chain.is_empty() {
             t.chain_check = Some(check_chain(&q.chain, &t.calls));
         }
@@ -574,31 +602,6 @@ fn truncate_chars(s: &str, max: usize) -> String {
     }
     let kept: String = s.chars().take(max).collect();
     format!("{kept}\n[cut: {} of {} characters shown]", max, s.chars().count())
-}
-
-/// A message in OpenAI chat format.
-pub fn openai_message(m: &ChatMessage) -> Value {
-    match m {
-        ChatMessage::System(c) => json!({"role": "system", "content": c}),
-        ChatMessage::User(c) => json!({"role": "user", "content": c}),
-        ChatMessage::Assistant { content, tool_calls } => {
-            let calls: Vec<Value> = tool_calls
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    json!({"id": c.id, "type": "function", "index": i,
-                           "function": {"name": c.name, "arguments": match &c.arguments {
-                               Value::String(s) => s.clone(), other => other.to_string() }}})
-                })
-                .collect();
-            if calls.is_empty() {
-                json!({"role": "assistant", "content": content})
-            } else {
-                json!({"role": "assistant", "content": content, "tool_calls": calls})
-            }
-        }
-        ChatMessage::Tool { call_id, content } => json!({"role": "tool", "tool_call_id": call_id, "content": content}),
-    }
 }
 
 fn trajectory_summary(t: &Trajectory) -> Value {
@@ -736,19 +739,17 @@ impl Stage for ExecuteStage {
         let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
         for q in &queries {
             let t: Trajectory = serde_json::from_value(ckpt.get(&q.id).cloned().context("a query has no result")?)?;
-            *counts
-                .entry(match t.status.as_str() {
-                    "answered" => "answered",
-                    "cap_reached" => "cap_reached",
-                    _ => "failed",
-                })
-                .or_default() += 1;
+            *counts.entry(t.status.as_str()).or_default() += 1;
             *counts.entry("calls").or_default() += t.calls.len() as u64;
             if let Some(c) = &t.chain_check {
                 *counts.entry(if c.preserved { "chain_preserved" } else { "chain_broken" }).or_default() += 1;
             }
-            rows.push(json!({"id": t.id, "status": t.status, "reason": t.reason, "calls": t.calls.len(),
-                             "groups": t.groups, "chain_preserved": t.chain_check.as_ref().map(|c| c.preserved)}));
+            // The ledger's trajectory summary, led by the id.
+            let mut row = serde_json::Map::from_iter([("id".to_string(), json!(t.id))]);
+            if let Value::Object(summary) = trajectory_summary(&t) {
+                row.extend(summary);
+            }
+            rows.push(Value::Object(row));
             out.json(&format!("trajectories/{}.json", crate::mcp::client::safe_file_name(&t.id)), &t)?;
         }
         out.count("queries", queries.len() as u64);
@@ -769,6 +770,18 @@ impl Stage for ExecuteStage {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn run_status_serialises_as_before() {
+        use super::RunStatus;
+        for (s, word) in
+            [(RunStatus::Answered, "answered"), (RunStatus::CapReached, "cap_reached"), (RunStatus::Failed, "failed")]
+        {
+            assert_eq!(serde_json::to_value(s).unwrap(), serde_json::json!(word));
+            assert_eq!(serde_json::from_value::<RunStatus>(serde_json::json!(word)).unwrap(), s);
+            assert_eq!(s.as_str(), word);
+        }
+    }
+
     use super::*;
 
     fn call(group: usize, tool: &str, ok: bool) -> CallRecord {

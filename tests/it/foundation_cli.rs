@@ -75,7 +75,11 @@ fn filter_needs_an_imported_catalog() {
     let p = Project::demo();
     let o = p.run(&["filter"]);
     assert_code(&o, 1);
-    assert!(stderr(&o).contains("needs the output of `catalog`, which has not been produced"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("needs the output of `registry-import`, which has not been produced"),
+        "{}",
+        stderr(&o)
+    );
     assert!(stderr(&o).contains("hint:"), "{}", stderr(&o));
 }
 
@@ -138,7 +142,7 @@ fn run_from_until_selects_stages() {
 
     let bad = p.run(&["run", "--from", "nope"]);
     assert_code(&bad, 2);
-    assert!(stderr(&bad).contains("unknown stage `nope`; the stages are: catalog, filter, embed, efs-pairs, efs-verify, efs-build, efs-topdown, efs, stats"), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("unknown stage `nope`; the stages are: registry-import, filter, embed, efs-pairs, efs-verify, efs-build, efs-topdown, efs-review-import, efs-finalize, stats, execute"), "{}", stderr(&bad));
     let reversed = p.run(&["run", "--from", "stats", "--until", "registry-import"]);
     assert_code(&reversed, 2);
 }
@@ -187,7 +191,7 @@ fn explain_shows_lineage_of_tools_servers_and_decisions() {
 
     let o = p.run(&["explain", "#1"]);
     assert_code(&o, 0);
-    assert!(stdout(&o).starts_with("event `#1`: input.read event of stage `catalog`, run 1"), "{}", stdout(&o));
+    assert!(stdout(&o).starts_with("event `#1`: input.read event of stage `registry-import`, run 1"), "{}", stdout(&o));
 
     let o = p.run(&["explain", "no-such-server::tool"]);
     assert_code(&o, 1);

@@ -57,7 +57,7 @@ fn a_kill_during_the_folder_swap_keeps_the_previous_output() {
     let st = p.run(&["status"]);
     assert_code(&st, 0);
     assert!(stderr(&st).contains("restored `filter` from an interrupted run"), "{}", stderr(&st));
-    assert!(stdout(&st).contains("filter     done"), "{}", stdout(&st));
+    assert!(stdout(&st).contains("filter          done"), "{}", stdout(&st));
     assert_eq!(tree(&p.path("artifacts/filter")), before);
 
     // And a rerun completes.
@@ -86,7 +86,7 @@ fn a_kill_on_the_first_ever_run_leaves_nothing_half_done() {
     assert!(!o.status.success());
     assert!(!p.path("artifacts/registry-import").exists());
     let st = stdout(&p.run(&["status"]));
-    assert!(st.starts_with("catalog    missing"), "{st}");
+    assert!(st.starts_with("registry-import missing"), "{st}");
     assert_code(&p.run(&["run"]), 0);
 }
 

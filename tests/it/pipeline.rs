@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use crate::support::scripted_llm::{Answer, ScriptedLlm};
 use crate::support::{Project, assert_code, repo, stderr, stdout};
 
 /// The stage list as `benchgen stages --json` reports it.
@@ -33,9 +34,25 @@ fn docs_text() -> String {
 /// A demo project whose every stage takes part: the demo pipeline, a filled-in
 /// EFS review sheet, and an `execute` queries file run against a sandbox.
 fn full_project() -> Project {
-    let p = Project::demo();
-    let cfg = p.read("pipeline/demo.toml");
-    let base_url = p.llm.as_ref().unwrap().base_url();
+    let mut p = Project::demo();
+    // A scripted model that judges every candidate pair equivalent, so there are sets
+    // to review (the demo's default double judges none).
+    let llm = ScriptedLlm::start(|seen| {
+        let text = seen.all_text();
+        Answer::json(if text.contains("Tool A: `") {
+            serde_json::json!({"equivalent": true, "reason": "scripted"})
+        } else if text.contains("User request:") {
+            serde_json::json!({"selected": []})
+        } else if text.contains("user requests") {
+            serde_json::json!({"requests": ["convert 5 EUR"]})
+        } else {
+            serde_json::json!({"reason": "needs live data", "verdict": "keep"})
+        })
+    });
+    let old = p.llm.as_ref().unwrap().base_url();
+    let cfg = p.read("pipeline/demo.toml").replace(&old, &llm.base_url());
+    let base_url = llm.base_url();
+    p.llm = Some(llm);
     p.write(
         "pipeline/demo.toml",
         format!(
@@ -52,8 +69,6 @@ fn full_project() -> Project {
 #[test]
 fn every_stage_in_the_list_has_help_manifest_status_clean_and_docs() {
     let p = full_project();
-    let stages = stage_list(&p);
-    assert!(stages.len() >= 11, "{stages:?}");
 
     // Run everything: the pipeline, then the review round trip (not part of `run`
     // until a sheet exists), then `run` again to pick the decisions up.
@@ -70,6 +85,8 @@ fn every_stage_in_the_list_has_help_manifest_status_clean_and_docs() {
     p.write("reviews/efs/efs_review.csv", lines.join("\n") + "\n");
     let run = p.run(&["run"]);
     assert_code(&run, 0);
+    let stages = stage_list(&p);
+    assert!(stages.len() >= 11, "{stages:?}");
 
     let status = p.run(&["status", "--json"]);
     assert_code(&status, 0);
