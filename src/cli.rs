@@ -218,8 +218,9 @@ pub enum EfsCommand {
     /// Reads `artifacts/efs-pairs/pairs.csv`, `artifacts/filter/catalog.json`, `[efs.verify]`
     /// and the prompt `pipeline/prompts/efs_verify.md`. Writes
     /// `artifacts/efs-verify/verdicts.json` and one `verdict` ledger event per pair
-    /// (its parent is the LLM exchange). Resumable: an interrupted run keeps every
-    /// verdict it got. Skipped when up to date.
+    /// (its parent is the LLM exchange); `failed.json` lists pairs left out when
+    /// `[efs.verify] max_failed_share` lets some fail. Resumable: an interrupted run
+    /// keeps every verdict it got. Skipped when up to date.
     Verify(ForceArgs),
     /// Union–find over verified pairs into candidate sets (no LLM).
     ///
@@ -234,8 +235,9 @@ pub enum EfsCommand {
     /// `artifacts/embed/` (`index.json`, `vectors.f32`) and `[efs.topdown]`.
     /// Writes `artifacts/efs-topdown/results.json` (requests, retrieved and selected
     /// tools, metrics per set) and `items.json` (review items: outside tools
-    /// selected, members never selected, sets split across requests). Resumable
-    /// per set. Skipped when up to date.
+    /// selected, members never selected, sets split across requests); `failed.json`
+    /// lists sets left out when `[efs.topdown] max_failed_share` lets some fail.
+    /// Resumable per set. Skipped when up to date.
     Topdown(ForceArgs),
     /// Human review of candidate sets.
     #[command(subcommand)]

@@ -10,7 +10,9 @@
 //! reason; each decision's ledger event has the `llm.exchange` as a parent); without
 //! one, [`Unclassified`] keeps the matches and lists them in `undecided.csv`, so
 //! nothing is dropped on a guess. An answer that stays invalid after re-asks is also
-//! kept as undecided, with the error as its reason.
+//! kept as undecided, with the error as its reason. The questions go through
+//! [`crate::llm::batch`]: answers are checkpointed per item, so a killed run asks
+//! nothing twice and its manifest counts equal an uninterrupted run's.
 //!
 //! Outputs in `artifacts/filter/`: `catalog.json` (what remains), `dropped.csv`
 //! and `undecided.csv` (`kind,id,rule,class,reason,evidence`), `summary.json` (counts per
@@ -24,7 +26,8 @@ use regex::Regex;
 use serde::Serialize;
 
 use crate::ledger::{Ledger, NewEvent, Parent, kind};
-use crate::llm::{LlmClient, Prompt};
+use crate::llm::Prompt;
+use crate::llm::batch::{Batch, BatchOptions, Item, ItemError};
 use crate::model::{Catalog, Drops, Server, Tool};
 use crate::settings::{
     FilterRule, FilterSettings, MatchMode, RuleAction, RuleClass, RuleTarget, Settings, section_hash,
@@ -503,7 +506,7 @@ impl Stage for FilterStage {
 /// Prompt template (under `pipeline/prompts/`) of the LLM classifier.
 pub const CLASSIFY_PROMPT: &str = "filter-classify";
 
-#[derive(Debug, Clone, Copy, serde::Deserialize, schemars::JsonSchema, PartialEq)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize, schemars::JsonSchema, PartialEq)]
 #[serde(rename_all = "lowercase")]
 enum KeepOrDrop {
     Keep,
@@ -527,9 +530,33 @@ struct Question {
     vars: serde_json::Value,
 }
 
+/// The classifier's answer about one item, as checkpointed: a verdict, or none when the
+/// answer stayed invalid (the item stays undecided, with the error as its reason).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Answer {
+    verdict: Option<KeepOrDrop>,
+    reason: String,
+    /// Request hash of the exchange behind a verdict.
+    exchange: Option<String>,
+    /// The `llm.failure` event behind a missing verdict.
+    failure_event: Option<i64>,
+}
+
+impl Answer {
+    fn classification(&self) -> Classification {
+        let reason = self.reason.clone();
+        match self.verdict {
+            Some(KeepOrDrop::Keep) => Classification::Keep { reason },
+            Some(KeepOrDrop::Drop) => Classification::Drop { reason },
+            None => Classification::Undecided { reason },
+        }
+    }
+}
+
 /// Answers known so far; unknown items are collected and left undecided for this pass.
 struct Collect<'a> {
-    answers: &'a HashMap<String, (Classification, Option<i64>)>,
+    answers: &'a HashMap<String, Answer>,
     missing: RefCell<Vec<Question>>,
 }
 
@@ -543,8 +570,8 @@ fn target_str(t: RuleTarget) -> &'static str {
 impl Classifier for Collect<'_> {
     fn classify(&self, c: &Candidate) -> Result<Classification> {
         let key = format!("{}:{}", target_str(c.target), c.id);
-        if let Some((answer, _)) = self.answers.get(&key) {
-            return Ok(answer.clone());
+        if let Some(answer) = self.answers.get(&key) {
+            return Ok(answer.classification());
         }
         let tools: Vec<&str> = c.server.tools.iter().map(|t| t.name.as_str()).collect();
         self.missing.borrow_mut().push(Question {
@@ -576,10 +603,11 @@ fn classify_with_llm(
     role: &str,
     out: &mut Output,
 ) -> Result<(Filtered, HashMap<String, i64>)> {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let run_id = ctx.ledger_run()?;
-    let client = rt.block_on(LlmClient::from_settings(ctx.settings, "filter", run_id))?;
-    let mut answers: HashMap<String, (Classification, Option<i64>)> = HashMap::new();
+    // No bound of the stage's own: the role's `max_concurrency` governs. No item fails
+    // the stage either: an answer that stays invalid leaves its item undecided.
+    let opts = BatchOptions::new("filter", "classify", "items").fail_point("filter_classify_item");
+    let mut batch = Batch::new(ctx, opts)?;
+    let mut answers: HashMap<String, Answer> = HashMap::new();
     let filtered = loop {
         let collect = Collect { answers: &answers, missing: RefCell::new(Vec::new()) };
         let f = apply(catalog, &ctx.settings.config.filter, &collect)?;
@@ -588,42 +616,38 @@ fn classify_with_llm(
             break f;
         }
         let servers: Vec<Question> = missing.iter().filter(|q| q.key.starts_with("server:")).cloned().collect();
-        let batch = if servers.is_empty() { missing } else { servers };
-        let pb = ctx.printer.progress(batch.len() as u64, "classify");
-        let results = rt.block_on(futures::future::join_all(batch.iter().map(|q| {
-            let client = client.clone();
-            let pb = pb.clone();
-            async move {
-                let r = client.typed::<LlmVerdict>(role, &Prompt::new(CLASSIFY_PROMPT, q.vars.clone()), &q.id).await;
-                pb.inc(1);
-                r
+        let pass = if servers.is_empty() { missing } else { servers };
+        let items = pass.into_iter().map(|q| (q.key, (q.id, q.vars))).collect();
+        let done = batch.run(items, |(id, vars): (String, serde_json::Value), llm: Item| async move {
+            match llm.typed_for::<LlmVerdict>(role, &Prompt::new(CLASSIFY_PROMPT, vars), &id).await {
+                Ok(reply) => Ok(Answer {
+                    verdict: Some(reply.value.verdict),
+                    reason: format!("LLM classifier: {}", reply.value.reason.trim()),
+                    exchange: Some(reply.exchange),
+                    failure_event: None,
+                }),
+                Err(e) if e.is_item_level() => Ok(Answer {
+                    verdict: None,
+                    reason: format!("LLM classifier gave no valid verdict: {e}"),
+                    exchange: None,
+                    failure_event: e.event_id(),
+                }),
+                Err(e) => Err(ItemError::Fatal(anyhow::Error::new(e).context("the filter's LLM classifier failed"))),
             }
-        })));
-        pb.finish_and_clear();
-        for (q, r) in batch.into_iter().zip(results) {
-            let answer = match r {
-                Ok(reply) => {
-                    let reason = format!("LLM classifier: {}", reply.value.reason.trim());
-                    let c = match reply.value.verdict {
-                        KeepOrDrop::Keep => Classification::Keep { reason },
-                        KeepOrDrop::Drop => Classification::Drop { reason },
-                    };
-                    (c, Some(reply.event_id))
-                }
-                Err(e) if e.is_item_level() => (
-                    Classification::Undecided { reason: format!("LLM classifier gave no valid verdict: {e}") },
-                    e.event_id(),
-                ),
-                Err(e) => {
-                    client.add_counts(out);
-                    return Err(anyhow::Error::new(e).context("the filter's LLM classifier failed"));
-                }
-            };
-            answers.insert(q.key, answer);
-        }
+        })?;
+        answers.extend(done.values);
     };
-    client.add_counts(out);
-    let parents = answers.into_iter().filter_map(|(k, (_, ev))| ev.map(|e| (k, e))).collect();
+    let mut parents = HashMap::new();
+    for (k, a) in answers {
+        let event = match &a.exchange {
+            Some(hash) => batch.exchange_event(hash)?,
+            None => a.failure_event,
+        };
+        if let Some(e) = event {
+            parents.insert(k, e);
+        }
+    }
+    batch.finish(out)?;
     Ok((filtered, parents))
 }
 

@@ -318,8 +318,9 @@ fn step_cost(settings: &Settings, stage: &str) -> StepCost {
     let Ok(Some(m)) = Manifest::load(&settings.artifacts, stage) else {
         return c;
     };
-    // LLM stages put their client's counts into the manifest (`LlmClient::add_counts`):
-    // exchanges (live or from the ledger, so reruns report the same) and tokens.
+    // LLM stages put their counts into the manifest (`llm::batch::Batch::finish`):
+    // exchanges (live or from the ledger) and tokens summed over the checkpointed
+    // items, so reruns and resumed runs report what an uninterrupted run does.
     let n = |k: &str| m.counts.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
     c.duration_ms = Some(m.duration_ms);
     c.llm_exchanges = n("llm_exchanges") as usize;

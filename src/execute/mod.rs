@@ -729,7 +729,8 @@ impl Stage for ExecuteStage {
                 })
                 .await;
             exec.shutdown().await;
-            llm.add_counts(out);
+            out.counts.extend(llm.manifest_counts());
+            out.notes.push(llm.summary());
             r.map(|_| ())
         })?;
         pb.finish_and_clear();

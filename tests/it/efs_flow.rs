@@ -2,6 +2,8 @@
 //! embedding model and the scripted LLM test double standing in for the model:
 //! its verifier answers from the demo README's equivalence groups, so the test
 //! checks what the pipeline does with verdicts, not what a model believes.
+//! Also: kills inside `efs verify` and `efs topdown` resume to byte-identical
+//! artifacts, and the verifier's `max_failed_share` policy (see `docs/llm-batch.md`).
 //!
 //! Needs the embedding assets from `make setup`: without them the tests fail
 //! under CI (`CI=true`) and are skipped (with the reason printed) elsewhere.
@@ -66,41 +68,43 @@ fn assets_or_skip() -> bool {
 
 /// The scripted model: verifier from the groups, writer and judge from tags.
 fn scripted() -> ScriptedLlm {
-    ScriptedLlm::start(|req: &Seen| {
-        let text = req.all_text();
-        if text.contains("Tool A: `") {
-            let id = |label: &str| -> String {
-                let re = regex::Regex::new(&format!(r"Tool {label}: `([^`]+)` \(server: ([^)]+)\)")).unwrap();
-                let c = re.captures(&text).expect("tool in the verify prompt");
-                format!("{}::{}", &c[2], &c[1])
-            };
-            let (a, b) = (id("A"), id("B"));
-            let same = group_of(&a).is_some() && group_of(&a) == group_of(&b);
-            return Answer::json(json!({"equivalent": same, "reason": format!("scripted: {a} vs {b}")}));
-        }
-        if text.contains("diverse, realistic and specific user requests") {
-            let re = regex::Regex::new(r"- `([^`]+)` \(server: ([^)]+)\): (.*)").unwrap();
-            let c = re.captures(&text).expect("a tool in the requests prompt");
-            let id = format!("{}::{}", &c[2], &c[1]);
-            let desc = c[3].to_string();
-            return Answer::json(json!({"requests": [
-                format!("{desc} [for {id}]"),
-                format!("Please help: {desc} [for {id}]"),
-            ]}));
-        }
-        if text.contains("User request:") {
-            let tag = regex::Regex::new(r"\[for ([^\]]+)\]").unwrap();
-            let id = tag.captures(&text).map(|c| c[1].to_string()).unwrap_or_default();
-            let cand = regex::Regex::new(r"(?m)^- `([^`]+)`:").unwrap();
-            let selected: Vec<String> = cand
-                .captures_iter(&text)
-                .map(|c| c[1].to_string())
-                .filter(|c| *c == id || (group_of(c).is_some() && group_of(c) == group_of(&id)))
-                .collect();
-            return Answer::json(json!({"selected": selected}));
-        }
-        Answer::status(400)
-    })
+    ScriptedLlm::start(scripted_answer)
+}
+
+fn scripted_answer(req: &Seen) -> Answer {
+    let text = req.all_text();
+    if text.contains("Tool A: `") {
+        let id = |label: &str| -> String {
+            let re = regex::Regex::new(&format!(r"Tool {label}: `([^`]+)` \(server: ([^)]+)\)")).unwrap();
+            let c = re.captures(&text).expect("tool in the verify prompt");
+            format!("{}::{}", &c[2], &c[1])
+        };
+        let (a, b) = (id("A"), id("B"));
+        let same = group_of(&a).is_some() && group_of(&a) == group_of(&b);
+        return Answer::json(json!({"equivalent": same, "reason": format!("scripted: {a} vs {b}")}));
+    }
+    if text.contains("diverse, realistic and specific user requests") {
+        let re = regex::Regex::new(r"- `([^`]+)` \(server: ([^)]+)\): (.*)").unwrap();
+        let c = re.captures(&text).expect("a tool in the requests prompt");
+        let id = format!("{}::{}", &c[2], &c[1]);
+        let desc = c[3].to_string();
+        return Answer::json(json!({"requests": [
+            format!("{desc} [for {id}]"),
+            format!("Please help: {desc} [for {id}]"),
+        ]}));
+    }
+    if text.contains("User request:") {
+        let tag = regex::Regex::new(r"\[for ([^\]]+)\]").unwrap();
+        let id = tag.captures(&text).map(|c| c[1].to_string()).unwrap_or_default();
+        let cand = regex::Regex::new(r"(?m)^- `([^`]+)`:").unwrap();
+        let selected: Vec<String> = cand
+            .captures_iter(&text)
+            .map(|c| c[1].to_string())
+            .filter(|c| *c == id || (group_of(c).is_some() && group_of(c) == group_of(&id)))
+            .collect();
+        return Answer::json(json!({"selected": selected}));
+    }
+    Answer::status(400)
 }
 
 struct Project {
@@ -395,4 +399,150 @@ fn review_round_trip_rejects_bad_rows_precisely_and_loses_nothing() {
     let conn = rusqlite::Connection::open(p.path("artifacts/ledger.sqlite")).unwrap();
     let n: i64 = conn.query_row("SELECT COUNT(*) FROM events WHERE kind = 'review'", [], |r| r.get(0)).unwrap();
     assert_eq!(n, 4);
+}
+
+/// Every artifact file (ledger, lock and checkpoints aside), by path; manifests without
+/// their run-dependent fields (run id and times).
+fn artifact_files(p: &Project) -> std::collections::BTreeMap<String, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            let rel = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if rel.starts_with('.') || rel.starts_with("ledger.sqlite") {
+                continue;
+            }
+            if path.is_dir() {
+                walk(root, &path, out);
+                continue;
+            }
+            let mut bytes = std::fs::read(&path).unwrap();
+            if rel.ends_with("manifest.json") {
+                let mut m: Value = serde_json::from_slice(&bytes).unwrap();
+                for k in ["run_id", "started_at", "finished_at", "duration_ms"] {
+                    m.as_object_mut().unwrap().remove(k);
+                }
+                bytes = serde_json::to_vec_pretty(&m).unwrap();
+            }
+            out.insert(rel, bytes);
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    let root = p.path("artifacts");
+    walk(&root, &root, &mut out);
+    out
+}
+
+#[test]
+fn killed_verify_and_topdown_resume_to_byte_identical_artifacts() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm = scripted();
+    let reference = project(&llm);
+    reference.ok(&["run"]);
+    let want = artifact_files(&reference);
+    assert!(want.contains_key("efs-finalize/report.md") && want.contains_key("efs-topdown/results.json"));
+
+    let p = project(&llm);
+    let killed = |args: &[&str], at: &str| {
+        let o = Command::cargo_bin("benchgen")
+            .unwrap()
+            .current_dir(p.dir.path())
+            .env("BENCHGEN_NO_PROGRESS", "1")
+            .env("BENCHGEN_FAIL_AT", at)
+            .arg("--config")
+            .arg(&p.config)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "the fail point `{at}` aborts `{}`", args.join(" "));
+    };
+    p.ok(&["run", "--until", "efs-pairs"]);
+    killed(&["efs", "verify"], "efs_verify_pair:3");
+    let out = p.ok(&["run", "--until", "efs-build"]);
+    assert!(out.contains("(3 resumed from an interrupted run)"), "{out}");
+    killed(&["efs", "topdown"], "efs_topdown_set:2");
+    let done = std::fs::read_to_string(p.path("artifacts/.work/efs-topdown/items.jsonl")).unwrap();
+    assert_eq!(done.lines().count(), 2);
+    p.ok(&["run"]);
+
+    let got = artifact_files(&p);
+    assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+    for (file, bytes) in &want {
+        assert!(
+            &got[file] == bytes,
+            "`{file}` differs after kill and resume:\n--- uninterrupted\n{}\n--- resumed\n{}",
+            String::from_utf8_lossy(bytes),
+            String::from_utf8_lossy(&got[file])
+        );
+    }
+    let m = p.json("artifacts/efs-verify/manifest.json");
+    let pairs = std::fs::read_to_string(p.path("artifacts/efs-pairs/pairs.csv")).unwrap().lines().count() - 1;
+    assert_eq!(m["counts"]["llm_exchanges"], pairs as u64, "one exchange per pair, resumed ones included");
+}
+
+#[test]
+fn verify_failure_share_fails_naming_counts_or_records_failed_pairs() {
+    if !assets_or_skip() {
+        return;
+    }
+    // The verifier answers prose (an invalid answer, every time) for one chosen pair.
+    let bad: std::sync::Arc<std::sync::Mutex<Option<(String, String)>>> = Default::default();
+    let b = bad.clone();
+    let llm = ScriptedLlm::start(move |req: &Seen| {
+        let text = req.all_text();
+        if let Some((x, y)) = b.lock().unwrap().clone()
+            && text.contains("Tool A: `")
+            && text.contains(&x)
+            && text.contains(&y)
+        {
+            return Answer::text("These two are hard to compare.");
+        }
+        scripted_answer(req)
+    });
+    let p = project(&llm);
+    p.ok(&["run", "--until", "efs-pairs"]);
+    let csv = std::fs::read_to_string(p.path("artifacts/efs-pairs/pairs.csv")).unwrap();
+    let pairs = csv.lines().count() - 1;
+    let first: Vec<&str> = csv.lines().nth(1).unwrap().split(',').take(2).collect();
+    let name = |id: &str| format!("`{}`", id.split_once("::").unwrap().1);
+    *bad.lock().unwrap() = Some((name(first[0]), name(first[1])));
+    let key = if first[0] <= first[1] {
+        format!("{} <> {}", first[0], first[1])
+    } else {
+        format!("{} <> {}", first[1], first[0])
+    };
+
+    // Default 0: the stage fails after every other pair, naming counts and the pair.
+    let o = p.cmd(&["efs", "verify"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("1 of {pairs} pairs failed")), "{err}");
+    assert!(err.contains("`efs.verify.max_failed_share` = 0"), "{err}");
+    assert!(err.contains(&format!("{key}: LLM answer in stage `efs-verify`")), "{err}");
+    assert!(!p.path("artifacts/efs-verify").exists());
+
+    // An out-of-range share is refused when the config loads, naming the key.
+    let cfg = std::fs::read_to_string(&p.config).unwrap();
+    std::fs::write(&p.config, cfg.replace("concurrency = 1\n", "concurrency = 1\nmax_failed_share = nan\n")).unwrap();
+    let o = p.cmd(&["efs", "verify"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("max_failed_share must be a number from 0 to 1"), "{err}");
+
+    // Allowed: the stage commits without the pair and lists it with its reason.
+    std::fs::write(&p.config, cfg.replace("concurrency = 1\n", "concurrency = 1\nmax_failed_share = 0.5\n")).unwrap();
+    let before = llm.count();
+    let out = p.ok(&["efs", "verify"]);
+    assert!(out.contains("1 pairs failed and are left out"), "{out}");
+    assert_eq!(llm.count(), before, "the finished pairs come from the checkpoint, the failed one from the ledger");
+    let failed = p.json("artifacts/efs-verify/failed.json");
+    assert_eq!(failed.as_array().unwrap().len(), 1, "{failed}");
+    assert_eq!(failed[0]["item"], key.as_str());
+    assert!(failed[0]["reason"].as_str().unwrap().contains("is still invalid after"), "{failed}");
+    let verdicts = p.json("artifacts/efs-verify/verdicts.json");
+    assert_eq!(verdicts.as_array().unwrap().len(), pairs - 1);
+    let m = p.json("artifacts/efs-verify/manifest.json");
+    assert_eq!(m["counts"]["failed_items"], 1);
+    assert_eq!(m["counts"]["llm_failures"], 1);
 }
