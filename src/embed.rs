@@ -567,6 +567,7 @@ mod tests {
             categories: vec![],
             license: None,
             tools: vec![],
+            registry: None,
         };
         (s, t)
     }

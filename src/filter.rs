@@ -604,6 +604,7 @@ mod tests {
             categories: vec!["x".into()],
             license: None,
             tools,
+            registry: None,
         }
     }
 

@@ -59,6 +59,9 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             let stage = registry::CatalogStage::from_settings(&settings, a.file.clone(), a.format, a.lenient)?;
             run_one(&ctx, &stage, a.force.force)
         }
+        Command::Registry(RegistryCommand::Scrape(a)) => registry::commands::scrape(&settings, printer, a),
+        Command::Registry(RegistryCommand::Merge(a)) => registry::commands::merge(&settings, printer, a),
+        Command::Registry(RegistryCommand::Tools(a)) => registry::commands::tools(&settings, printer, a),
         Command::Filter(f) => run_one(&ctx, &filter::FilterStage, f.force),
         Command::Stats(f) => run_one(&ctx, &stats::StatsStage, f.force),
         Command::Embed(f) => run_one(&ctx, &embed::EmbedStage, f.force),

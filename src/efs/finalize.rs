@@ -491,6 +491,7 @@ mod tests {
                     categories: vec![],
                     license: None,
                     tools,
+                    registry: None,
                 })
                 .collect(),
         }

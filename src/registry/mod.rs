@@ -1,10 +1,19 @@
 //! `benchgen registry …`: get a catalog of MCP servers and tools into
 //! `artifacts/catalog/`.
 //!
-//! `registry import` reads a snapshot file (ETOM's `mcp_registry.json` format);
-//! live scrapers of registry APIs belong beside it in this folder.
+//! `registry import` reads a snapshot file (ETOM's `mcp_registry.json` format) or one or
+//! more scraped snapshot folders (merged); `registry scrape` fetches those folders from
+//! the Glama, official and Smithery APIs; `registry tools` lists tools live over MCP.
+//! See `docs/registry.md`.
 
+pub mod categories;
+pub mod commands;
 pub mod etom;
+pub mod import;
+pub mod merge;
+pub mod pages;
+pub mod scrape;
+pub mod tools;
 
 use std::path::PathBuf;
 
@@ -58,6 +67,9 @@ pub struct CatalogStage {
     pub source: PathBuf,
     pub format: RegistryFormat,
     pub lenient: bool,
+    /// Scraped snapshot folders to import and merge (priority order) instead of `source`.
+    pub snapshots: Vec<PathBuf>,
+    pub categories: categories::CategorySettings,
 }
 
 impl CatalogStage {
@@ -69,6 +81,22 @@ impl CatalogStage {
         lenient: bool,
     ) -> Result<Self> {
         let reg = &settings.config.registry;
+        let format = format.unwrap_or(reg.format);
+        let categories = reg.categories.clone();
+        if format != RegistryFormat::Etom || (file.is_none() && !reg.snapshots.is_empty()) {
+            let snapshots: Vec<PathBuf> = match &file {
+                Some(f) => vec![crate::settings::normalize(f)],
+                None => reg.snapshots.iter().map(|p| settings.resolve(p)).collect(),
+            };
+            if snapshots.is_empty() {
+                return Err(crate::error::hinted(
+                    "no snapshot folder to import",
+                    "pass one (`benchgen registry import --format glama raw/registry/glama/ID`) or set `registry.snapshots`",
+                ));
+            }
+            let source = snapshots[0].clone();
+            return Ok(Self { source, format, lenient: lenient || reg.lenient, snapshots, categories });
+        }
         let source = match file {
             Some(f) => crate::settings::normalize(&f),
             None => match &reg.source {
@@ -84,7 +112,7 @@ impl CatalogStage {
                 }
             },
         };
-        Ok(Self { source, format: format.unwrap_or(reg.format), lenient: lenient || reg.lenient })
+        Ok(Self { source, format, lenient: lenient || reg.lenient, snapshots: vec![], categories })
     }
 }
 
@@ -120,6 +148,16 @@ impl Stage for CatalogStage {
     }
 
     fn plan(&self, _settings: &Settings) -> Result<Plan> {
+        if !self.snapshots.is_empty() {
+            return Ok(Plan {
+                inputs: self.snapshots.iter().map(|d| snapshot_files(d)).collect::<Result<Vec<_>>>()?.concat(),
+                prompts: vec![],
+                config_hash: section_hash(&(
+                    ImportSettings { format: self.format, lenient: self.lenient },
+                    &self.categories,
+                ))?,
+            });
+        }
         Ok(Plan {
             inputs: vec![self.source.clone()],
             prompts: vec![],
@@ -128,10 +166,14 @@ impl Stage for CatalogStage {
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        if !self.snapshots.is_empty() {
+            return self.run_snapshots(ctx, inputs, out);
+        }
         let bytes = inputs.bytes(&self.source)?;
         let shown = ctx.settings.display_path(&self.source);
         let imported = match self.format {
             RegistryFormat::Etom => etom::parse(bytes, self.lenient),
+            _ => unreachable!("scraped formats are imported as snapshot folders"),
         }
         .map_err(|problems| InputError { file: shown.clone(), problems })?;
         if !imported.problems.is_empty() {
@@ -221,6 +263,81 @@ impl Stage for CatalogStage {
         if !imported.rejected.is_empty() {
             out.notes.push(format!("{} records left out (see import_report.json)", imported.rejected.len()));
         }
+        Ok(())
+    }
+}
+
+/// Every file of a snapshot that an import reads: `state.json`, its pages and details.
+fn snapshot_files(dir: &std::path::Path) -> Result<Vec<PathBuf>> {
+    let st = commands::snapshot_state(dir)?;
+    let mut files = vec![dir.join("state.json")];
+    files.extend(st.pages.iter().map(|p| dir.join(&p.file)));
+    files.extend(st.details.values().map(|d| dir.join(&d.file)));
+    Ok(files)
+}
+
+impl CatalogStage {
+    /// Import and merge scraped snapshots (one is a merge of one).
+    fn run_snapshots(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let mut snaps: Vec<(String, pages::SourceKind, commands::Reader)> = Vec::new();
+        for d in &self.snapshots {
+            let st = commands::snapshot_state(d)?;
+            if self.snapshots.len() == 1 && self.format != RegistryFormat::Etom {
+                let want = match self.format {
+                    RegistryFormat::Glama => pages::SourceKind::Glama,
+                    RegistryFormat::Official => pages::SourceKind::Official,
+                    _ => pages::SourceKind::Smithery,
+                };
+                if want != st.kind {
+                    return Err(crate::error::hinted(
+                        format!("`{}` is a {} snapshot, not {}", ctx.settings.display_path(d), st.kind.as_str(), want.as_str()),
+                        format!("use `--format {}`", st.kind.as_str()),
+                    ));
+                }
+            }
+            let dir = d.clone();
+            snaps.push((
+                ctx.settings.display_path(d),
+                st.kind,
+                Box::new(move |rel: &str| Ok(inputs.bytes(&dir.join(rel))?.to_vec())),
+            ));
+        }
+        let (merged, cats, notes) = commands::build_catalog(&snaps, &self.categories)?;
+        for n in &notes {
+            if ctx.printer.verbose > 0 {
+                ctx.printer.warn(&format!("{}: {}", n.location, n.message));
+            }
+        }
+        for (name, bytes) in commands::merge_files(&merged, &cats)? {
+            out.file(name, bytes);
+        }
+        let catalog = &merged.catalog;
+        let categories: std::collections::BTreeSet<&str> =
+            catalog.servers.iter().flat_map(|s| s.categories.iter().map(String::as_str)).collect();
+        out.json(
+            "import_report.json",
+            &ImportReport {
+                source: snaps.iter().map(|s| s.0.clone()).collect::<Vec<_>>().join(", "),
+                format: self.format,
+                servers: catalog.servers.len(),
+                tools: catalog.tool_count(),
+                categories: categories.len(),
+                notes: &notes,
+                rejected: &[],
+            },
+        )?;
+        out.count("servers", catalog.servers.len());
+        out.count("tools", catalog.tool_count());
+        out.count("categories", categories.len());
+        out.count("notes", notes.len());
+        out.count("conflicts", merged.conflicts.len());
+        out.notes.push(format!(
+            "imported {} servers and {} tools in {} categories from {} snapshot(s)",
+            catalog.servers.len(),
+            catalog.tool_count(),
+            categories.len(),
+            snaps.len()
+        ));
         Ok(())
     }
 }
