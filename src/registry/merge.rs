@@ -354,7 +354,7 @@ fn choose(
             });
         }
     }
-    if !out.is_empty() && recs.len() > 1 {
+    if !out.is_empty() {
         prov.insert(field.to_string(), out);
     }
     chosen

@@ -366,7 +366,7 @@ impl Fetcher<'_> {
             && len > max
         {
             return Attempt::Fatal(format!(
-                "response of {len} bytes is larger than `max_response_bytes` ({max}); field `$`"
+                "response is larger than `max_response_bytes` ({max}): Content-Length {len}; field `$`"
             ));
         }
         let mut body = Vec::new();
