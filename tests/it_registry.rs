@@ -86,7 +86,11 @@ fn glama_full_scrape_equals_the_fixture_politely_and_keeps_the_key_secret() {
     fx.log(|l| {
         assert_eq!(l.counts.len(), 9);
         assert!(l.counts.values().all(|&c| c == 1), "{:?}", l.counts);
-        assert!(l.user_agents.iter().all(|ua| ua.starts_with("benchgen/") && ua.contains("registry")), "{:?}", l.user_agents);
+        assert!(
+            l.user_agents.iter().all(|ua| ua.starts_with("benchgen/") && ua.contains("registry")),
+            "{:?}",
+            l.user_agents
+        );
         assert_eq!(l.auth, BTreeSet::from([format!("Bearer {KEY}")]));
     });
     // The key is nowhere: not in pages, state, stdout or stderr.
@@ -96,11 +100,17 @@ fn glama_full_scrape_equals_the_fixture_politely_and_keeps_the_key_secret() {
     assert!(!stdout(&o).contains(KEY) && !stderr(&o).contains(KEY));
 
     // Without the key: a clear error naming the variable, and still no key anywhere.
-    let o = p.cmd().env_remove("FIXTURE_KEY").args(["registry", "scrape", "--source", "glama", "--new"]).output().unwrap();
+    let o =
+        p.cmd().env_remove("FIXTURE_KEY").args(["registry", "scrape", "--source", "glama", "--new"]).output().unwrap();
     assert_code(&o, 1);
     assert!(stderr(&o).contains("`FIXTURE_KEY` is not set"), "{}", stderr(&o));
     // A wrong key: the 401 stops the scrape; the message names source and page, not the key.
-    let o = p.cmd().env("FIXTURE_KEY", "wrong-key-777").args(["registry", "scrape", "--source", "glama", "--new"]).output().unwrap();
+    let o = p
+        .cmd()
+        .env("FIXTURE_KEY", "wrong-key-777")
+        .args(["registry", "scrape", "--source", "glama", "--new"])
+        .output()
+        .unwrap();
     assert_code(&o, 1);
     assert!(stderr(&o).contains("source `glama`, page 1: HTTP 401"), "{}", stderr(&o));
     assert!(!stderr(&o).contains("wrong-key-777"));
@@ -133,10 +143,7 @@ fn official_and_smithery_scrapes_equal_their_fixtures() {
 #[test]
 fn rate_limits_server_errors_timeouts_and_truncated_pages_are_retried() {
     let faults = Faults {
-        statuses: BTreeMap::from([
-            (2, vec![(429, Some("1".to_string()))]),
-            (3, vec![(500, None), (503, None)]),
-        ]),
+        statuses: BTreeMap::from([(2, vec![(429, Some("1".to_string()))]), (3, vec![(500, None), (503, None)])]),
         delay_once: BTreeMap::from([(4, Duration::from_secs(3))]),
         truncate_once: BTreeSet::from([5]),
         ..Default::default()
@@ -233,7 +240,8 @@ fn a_killed_scrape_resumes_without_fetching_a_saved_page_twice() {
 
     // A real SIGKILL at an arbitrary moment: every page saved before the kill is never
     // requested again (the one in flight may be).
-    let (fx, _) = start(Kind::Glama, 500, Faults { every_delay: Some(Duration::from_millis(150)), ..Default::default() });
+    let (fx, _) =
+        start(Kind::Glama, 500, Faults { every_delay: Some(Duration::from_millis(150)), ..Default::default() });
     let p = project(&source_toml("glama", "glama", &fx.base_url(), ""));
     let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("benchgen"))
         .current_dir(p.root())
@@ -313,11 +321,19 @@ fn each_format_imports_with_provenance_fields_and_feeds_filter() {
         assert_eq!(info.sources[fmt].snapshot, "s1");
         match fmt {
             "glama" => {
-                let s = cat.servers.iter().find(|s| s.name == "Alpha Bravo 00000" || s.registry.as_ref().unwrap().sources["glama"].id == "g00000").unwrap();
+                let s = cat
+                    .servers
+                    .iter()
+                    .find(|s| {
+                        s.name == "Alpha Bravo 00000" || s.registry.as_ref().unwrap().sources["glama"].id == "g00000"
+                    })
+                    .unwrap();
                 let i = s.registry.as_ref().unwrap();
                 assert_eq!(i.repository.as_deref().map(|r| r.starts_with("https://github.com/")), Some(true));
                 assert_eq!(s.license.as_deref(), Some("MIT"));
-                assert!(i.extra.contains_key("glama.slug") && i.extra.contains_key("glama.environmentVariablesJsonSchema"));
+                assert!(
+                    i.extra.contains_key("glama.slug") && i.extra.contains_key("glama.environmentVariablesJsonSchema")
+                );
                 assert_eq!(s.categories, ["finance", "remote"]);
                 assert_eq!(i.category_reasons[0].by, "source");
                 assert!(i.tools_from.as_deref().unwrap().starts_with("glama snapshot s1"));
@@ -357,7 +373,8 @@ fn each_format_imports_with_provenance_fields_and_feeds_filter() {
 fn merge_recognises_known_duplicates_and_lists_conflicts() {
     let n = 180;
     let (p, _fx, u) = three_sources(n);
-    let o = p.run(&["registry", "merge", "raw/registry/glama/s1", "raw/registry/official/s1", "raw/registry/smithery/s1"]);
+    let o =
+        p.run(&["registry", "merge", "raw/registry/glama/s1", "raw/registry/official/s1", "raw/registry/smithery/s1"]);
     assert_code(&o, 0);
     let cat: Catalog = serde_json::from_str(&p.read("artifacts/registry-merge/catalog.json")).unwrap();
     // Every official and Smithery server is a duplicate of a Glama one: one server each.
@@ -397,8 +414,15 @@ fn merge_recognises_known_duplicates_and_lists_conflicts() {
     // Smithery matches are by name only: all listed for review; the monorepo servers
     // (same repository, different names) are never merged with each other.
     let review = p.read("artifacts/registry-merge/review.csv");
-    assert_eq!(review.lines().filter(|l| l.starts_with("merged,name,")).count(), u.servers.iter().filter(|b| b.i % 3 == 0).count());
-    let mono = cat.servers.iter().filter(|s| s.registry.as_ref().unwrap().repository.as_deref() == Some("https://github.com/acme/monorepo")).count();
+    assert_eq!(
+        review.lines().filter(|l| l.starts_with("merged,name,")).count(),
+        u.servers.iter().filter(|b| b.i % 3 == 0).count()
+    );
+    let mono = cat
+        .servers
+        .iter()
+        .filter(|s| s.registry.as_ref().unwrap().repository.as_deref() == Some("https://github.com/acme/monorepo"))
+        .count();
     assert_eq!(mono, u.servers.iter().filter(|b| b.i % 10 == 5).count());
     // Provenance: the description of a conflicting server names both claims.
     let s = by_glama["g00000"];
@@ -407,7 +431,10 @@ fn merge_recognises_known_duplicates_and_lists_conflicts() {
     assert!(prov[0].chosen && !prov[2].chosen);
     // Same inputs, same bytes.
     let before = p.read("artifacts/registry-merge/catalog.json");
-    assert_code(&p.run(&["registry", "merge", "raw/registry/glama/s1", "raw/registry/official/s1", "raw/registry/smithery/s1"]), 0);
+    assert_code(
+        &p.run(&["registry", "merge", "raw/registry/glama/s1", "raw/registry/official/s1", "raw/registry/smithery/s1"]),
+        0,
+    );
     assert_eq!(before, p.read("artifacts/registry-merge/catalog.json"));
 
     // The pipeline's import stage merges `registry.snapshots` the same way; `filter` reads it.
@@ -500,7 +527,12 @@ fn a_hanging_server_is_cut_off_with_its_process_group() {
     p2.write("in/catalog.json", serde_json::to_vec_pretty(&cat).unwrap());
     let pids = p.path("pids");
     let t0 = std::time::Instant::now();
-    let o = p2.cmd().env("HANG_PIDS", &pids).args(["registry", "tools", "--catalog", "in/catalog.json", "--out", "out"]).output().unwrap();
+    let o = p2
+        .cmd()
+        .env("HANG_PIDS", &pids)
+        .args(["registry", "tools", "--catalog", "in/catalog.json", "--out", "out"])
+        .output()
+        .unwrap();
     assert_code(&o, 0);
     assert!(t0.elapsed() < Duration::from_secs(30), "not cut off");
     let live: Value = serde_json::from_str(&p2.read("out/live.json")).unwrap();
@@ -578,4 +610,60 @@ mod fuzz {
             }
         }
     }
+}
+
+#[test]
+fn servers_no_rule_places_go_to_the_llm_classifier_with_its_reason() {
+    let (fx, u) = start(Kind::Official, 60, Faults::default());
+    let llm = util::scripted_llm::ScriptedLlm::start(|seen| {
+        let text = seen.all_text();
+        let category = if text.contains("file-system server") { "file-system" } else { "not-a-category" };
+        util::scripted_llm::Answer::json(
+            serde_json::json!({"reason": "scripted: its description says so", "category": category}),
+        )
+    });
+    let p = project(&format!(
+        "[registry]\nformat = \"official\"\nsnapshots = [\"raw/registry/official/s1\"]\n\n\
+         [registry.categories]\nclassifier_role = \"cat\"\n\n\
+         [llm.roles.cat]\nprovider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"\nmax_tokens = 100\n\n{}",
+        llm.base_url(),
+        source_toml("official", "official", &fx.base_url(), "")
+    ));
+    p.copy_in("pipeline/prompts/registry-categories.md");
+    assert_code(&scrape(&p, "official", &["--snapshot", "s1"]), 0);
+    let o = p.run(&["registry", "import"]);
+    assert_code(&o, 0);
+    let cat: Catalog = serde_json::from_str(&p.read("artifacts/catalog/catalog.json")).unwrap();
+    // Rules place most servers ("A finance server: …" → finance); file-system and
+    // communication descriptions match no rule, so the LLM is asked about them.
+    let fs: Vec<&benchgen::model::Server> =
+        cat.servers.iter().filter(|s| s.description.contains("file-system server")).collect();
+    assert_eq!(fs.len(), u.servers.iter().filter(|b| b.i % 2 == 0 && b.category == "file-system").count());
+    for s in &fs {
+        assert_eq!(s.categories, ["file-system"]);
+        let r = &s.registry.as_ref().unwrap().category_reasons[0];
+        assert_eq!(r.by, "llm");
+        assert!(
+            r.reason.starts_with("cat (ledger #") && r.reason.ends_with("scripted: its description says so"),
+            "{}",
+            r.reason
+        );
+    }
+    let fin = cat.servers.iter().find(|s| s.description.contains("finance server")).unwrap();
+    assert_eq!(fin.registry.as_ref().unwrap().category_reasons[0].by, "rule");
+    // An answer outside the taxonomy is not taken: those servers stay unassigned and listed.
+    let comm: Vec<&benchgen::model::Server> =
+        cat.servers.iter().filter(|s| s.description.contains("communication server")).collect();
+    assert!(
+        !comm.is_empty() && comm.iter().all(|s| s.categories.is_empty()),
+        "{:?}",
+        comm.iter().map(|s| (&s.description, &s.registry.as_ref().unwrap().category_reasons)).collect::<Vec<_>>()
+    );
+    let csv = p.read("artifacts/catalog/categories.csv");
+    assert_eq!(csv.lines().filter(|l| l.ends_with(",none,no rule matched")).count(), comm.len());
+    // A rerun is up to date (answers cached, nothing asked again).
+    let asked = llm.count();
+    assert!(asked >= fs.len() + comm.len());
+    assert_code(&p.run(&["registry", "import", "--force"]), 0);
+    assert_eq!(llm.count(), asked);
 }

@@ -81,7 +81,13 @@ fn default_max() -> usize {
 
 impl Default for CategorySettings {
     fn default() -> Self {
-        Self { taxonomy: None, rules: vec![], builtin_rules: true, max_categories: default_max(), classifier_role: None }
+        Self {
+            taxonomy: None,
+            rules: vec![],
+            builtin_rules: true,
+            max_categories: default_max(),
+            classifier_role: None,
+        }
     }
 }
 
@@ -124,7 +130,12 @@ fn builtin() -> Vec<CategoryRule> {
         text: None,
         category: c.to_string(),
     };
-    let tx = |p: &str, c: &str| CategoryRule { source: None, source_category: None, text: Some(p.to_string()), category: c.to_string() };
+    let tx = |p: &str, c: &str| CategoryRule {
+        source: None,
+        source_category: None,
+        text: Some(p.to_string()),
+        category: c.to_string(),
+    };
     vec![
         sc(r"^hosting:remote", "remote"),
         sc(r"^hosting:local", "local"),
@@ -147,7 +158,7 @@ fn builtin() -> Vec<CategoryRule> {
         tx(r"\b(memory|knowledge graph|notes?)\b", "knowledge-and-memory"),
         tx(r"\b(jira|linear|asana|trello|task|project management)\b", "project-management"),
         tx(r"\b(aws|azure|gcp|cloud|kubernetes|docker|heroku)\b", "cloud-platform"),
-        tx(r"\b(git|github|gitlab|lint|code review|static analysis)\b", "code-analysis"),
+        tx(r"\b(git|gitlab|lint|linter|code review|static analysis)\b", "code-analysis"),
         tx(r"\b(execute code|sandbox|run code|interpreter)\b", "code-execution"),
         tx(r"\b(docs|documentation)\b", "documentation-access"),
         tx(r"\b(cms|wordpress|contentful|strapi)\b", "content-managemant-systems"),
@@ -180,16 +191,14 @@ pub fn assign(servers: &mut [Server], cfg: &CategorySettings) -> Result<Category
         let re = |p: &Option<String>, what: &str| -> Result<Option<Regex>> {
             p.as_deref()
                 .map(|p| {
-                    Regex::new(&format!("(?i){p}"))
-                        .map_err(|e| anyhow::anyhow!("`registry.categories.rules[{i}].{what}` is not a valid regex: {e}"))
+                    Regex::new(&format!("(?i){p}")).map_err(|e| {
+                        anyhow::anyhow!("`registry.categories.rules[{i}].{what}` is not a valid regex: {e}")
+                    })
                 })
                 .transpose()
         };
         if !known.contains(&normal(&r.category)) {
-            anyhow::bail!(
-                "`registry.categories.rules[{i}].category` = `{}` is not in the taxonomy",
-                r.category
-            );
+            anyhow::bail!("`registry.categories.rules[{i}].category` = `{}` is not in the taxonomy", r.category);
         }
         let label = match (&r.source_category, &r.text) {
             (Some(p), _) => format!("source category matches /{p}/"),
@@ -244,7 +253,10 @@ pub fn assign(servers: &mut [Server], cfg: &CategorySettings) -> Result<Category
             }
         }
         if cats.is_empty() {
-            let text = format!("{} {}", s.name, s.description);
+            // The last path segment of the name only: namespaces such as `io.github.owner/`
+            // say where a server is published, not what it does.
+            let short = s.name.rsplit('/').next().unwrap_or(&s.name).replace(['-', '_'], " ");
+            let text = format!("{short} {}", s.description);
             for r in &compiled {
                 let Some(re) = &r.text else { continue };
                 if r.source.as_ref().is_some_and(|want| !sources.contains(want)) {
@@ -306,9 +318,103 @@ mod tests {
     #[test]
     fn a_rule_outside_the_taxonomy_is_an_error() {
         let cfg = CategorySettings {
-            rules: vec![CategoryRule { source: None, source_category: Some("x".into()), text: None, category: "nope".into() }],
+            rules: vec![CategoryRule {
+                source: None,
+                source_category: Some("x".into()),
+                text: None,
+                category: "nope".into(),
+            }],
             ..Default::default()
         };
         assert!(assign(&mut [], &cfg).unwrap_err().to_string().contains("rules[0].category"));
     }
+}
+
+/// Prompt template (under the prompts folder) of the category classifier.
+pub const CLASSIFY_PROMPT: &str = "registry-categories";
+
+/// The classifier's typed answer.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+struct LlmCategory {
+    /// One short sentence saying why (asked first so the model reasons before answering).
+    reason: String,
+    /// One category name from the list, or `none`.
+    category: String,
+}
+
+/// Ask the LLM role for every server no rule placed; each answer becomes a category with
+/// the model's reason (`by = "llm"`), or stays unassigned with the reason it was refused.
+/// Answers are cached in the ledger, so a rerun asks nothing again.
+pub fn classify_with_llm(
+    ctx: &crate::stage::Ctx,
+    servers: &mut [Server],
+    cfg: &CategorySettings,
+    report: &mut CategoryReport,
+    out: &mut crate::stage::Output,
+) -> Result<()> {
+    let Some(role) = cfg.classifier_role.as_deref() else { return Ok(()) };
+    if report.unassigned.is_empty() {
+        return Ok(());
+    }
+    let taxonomy: Vec<String> = match &cfg.taxonomy {
+        Some(t) => t.clone(),
+        None => ETOM_TAXONOMY.iter().map(|s| s.to_string()).collect(),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let run_id = ctx.ledger_run()?;
+    let client = rt.block_on(crate::llm::LlmClient::from_settings(ctx.settings, "catalog", run_id))?;
+    let wanted: BTreeSet<String> = report.unassigned.iter().cloned().collect();
+    let idx: Vec<usize> =
+        servers.iter().enumerate().filter(|(_, s)| wanted.contains(&s.name)).map(|(i, _)| i).collect();
+    let pb = ctx.printer.progress(idx.len() as u64, "categories");
+    let results = rt.block_on(futures::future::join_all(idx.iter().map(|&i| {
+        let s = &servers[i];
+        let vars = serde_json::json!({
+            "name": s.name,
+            "description": s.description,
+            "tools": s.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            "source_categories": s.registry.as_ref().map(|r| r.source_categories.clone()).unwrap_or_default(),
+            "taxonomy": taxonomy,
+        });
+        let client = client.clone();
+        let pb = pb.clone();
+        let item = format!("category:{}", s.name);
+        async move {
+            let r = client.typed::<LlmCategory>(role, &crate::llm::Prompt::new(CLASSIFY_PROMPT, vars), &item).await;
+            pb.inc(1);
+            r
+        }
+    })));
+    pb.finish_and_clear();
+    let mut still = Vec::new();
+    for (&i, r) in idx.iter().zip(results) {
+        let s = &mut servers[i];
+        match r {
+            Ok(reply) => {
+                let answer = reply.value.category.trim().to_string();
+                match taxonomy.iter().find(|t| normal(t) == normal(&answer)) {
+                    Some(t) => {
+                        s.categories = vec![t.clone()];
+                        if let Some(info) = s.registry.as_mut() {
+                            info.category_reasons = vec![CategoryReason {
+                                category: t.clone(),
+                                by: "llm".into(),
+                                reason: format!("{role} (ledger #{}): {}", reply.event_id, reply.value.reason.trim()),
+                            }];
+                        }
+                        report.assigned += 1;
+                    }
+                    None => still.push(s.name.clone()),
+                }
+            }
+            Err(e) if e.is_item_level() => still.push(s.name.clone()),
+            Err(e) => {
+                client.add_counts(out);
+                return Err(anyhow::Error::new(e).context("the category classifier failed"));
+            }
+        }
+    }
+    client.add_counts(out);
+    report.unassigned = still;
+    Ok(())
 }

@@ -61,7 +61,8 @@ pub fn scrape(settings: &Settings, printer: &Printer, a: &ScrapeArgs) -> Result<
 /// The kind and source name of a snapshot folder, from its `state.json`.
 pub fn snapshot_state(dir: &Path) -> Result<State> {
     let p = dir.join("state.json");
-    let b = std::fs::read(&p).with_context(|| format!("`{}` is not a snapshot folder (no state.json)", dir.display()))?;
+    let b =
+        std::fs::read(&p).with_context(|| format!("`{}` is not a snapshot folder (no state.json)", dir.display()))?;
     serde_json::from_slice(&b).with_context(|| format!("`{}` is not a scrape state file", p.display()))
 }
 
@@ -80,10 +81,12 @@ fn merge_inputs(settings: &Settings, given: &[PathBuf]) -> Result<Vec<PathBuf>> 
         let dir = settings.resolve(&cfg.folder).join(name);
         match scrape::snapshots(&dir).into_iter().rev().find(|(_, s)| s.as_ref().is_some_and(|s| s.complete)) {
             Some((id, _)) => out.push(dir.join(id)),
-            None => return Err(crate::error::hinted(
-                format!("source `{name}` has no complete snapshot under `{}`", settings.display_path(&dir)),
-                format!("run `benchgen registry scrape --source {name}`"),
-            )),
+            None => {
+                return Err(crate::error::hinted(
+                    format!("source `{name}` has no complete snapshot under `{}`", settings.display_path(&dir)),
+                    format!("run `benchgen registry scrape --source {name}`"),
+                ));
+            }
         }
     }
     if out.is_empty() {
@@ -217,6 +220,12 @@ pub fn merge(settings: &Settings, printer: &Printer, a: &MergeArgs) -> Result<()
         ));
     }
     let (merged, cats, notes) = build_catalog(&snaps, &settings.config.registry.categories)?;
+    if settings.config.registry.categories.classifier_role.is_some() && !cats.unassigned.is_empty() {
+        printer.warn(&format!(
+            "{} servers have no category; the LLM classifier runs in the pipeline's `registry import` (with `registry.snapshots`), not here",
+            cats.unassigned.len()
+        ));
+    }
     for n in &notes {
         if printer.verbose > 0 {
             printer.warn(&format!("{}: {}", n.location, n.message));

@@ -77,7 +77,12 @@ pub fn import(kind: SourceKind, label: &str, read: &dyn Fn(&str) -> Result<Vec<u
         let info = s.registry.get_or_insert_with(Default::default);
         info.sources.insert(
             source.to_string(),
-            SourceRef { id: id.clone(), url: s.url.clone(), snapshot: state.snapshot.clone(), fetched_at: fetched_at.clone() },
+            SourceRef {
+                id: id.clone(),
+                url: s.url.clone(),
+                snapshot: state.snapshot.clone(),
+                fetched_at: fetched_at.clone(),
+            },
         );
         if has_tool_list {
             info.tools_from = Some(format!("{source} snapshot {}", state.snapshot));
@@ -127,7 +132,12 @@ fn s_of(m: &Map<String, Value>, key: &str, loc: &Loc, field: &str) -> Result<Str
     }
 }
 
-fn o_of<'a>(m: &'a Map<String, Value>, key: &str, loc: &Loc, field: &str) -> Result<Option<&'a Map<String, Value>>, PageError> {
+fn o_of<'a>(
+    m: &'a Map<String, Value>,
+    key: &str,
+    loc: &Loc,
+    field: &str,
+) -> Result<Option<&'a Map<String, Value>>, PageError> {
     match m.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Object(o)) => Ok(Some(o)),
@@ -157,7 +167,9 @@ fn tools(list: &[Value], loc: &Loc, field: &str) -> Result<Vec<Tool>, PageError>
             None | Some(Value::Null) => serde_json::json!({"type": "object"}),
             Some(Value::Object(o)) => Value::Object(o.clone()),
             Some(v) => {
-                return Err(loc.err(format!("{f}.inputSchema"), format!("expected an object, found {}", json_type_name(v))));
+                return Err(
+                    loc.err(format!("{f}.inputSchema"), format!("expected an object, found {}", json_type_name(v)))
+                );
             }
         };
         let output_schema = match m.get("outputSchema") {
@@ -186,7 +198,14 @@ fn extra(info: &mut RegistryInfo, source: &str, m: &Map<String, Value>, known: &
     }
 }
 
-fn server(name: String, description: String, url: String, license: Option<String>, tools: Vec<Tool>, info: RegistryInfo) -> Server {
+fn server(
+    name: String,
+    description: String,
+    url: String,
+    license: Option<String>,
+    tools: Vec<Tool>,
+    info: RegistryInfo,
+) -> Server {
     Server {
         name,
         description,
@@ -220,11 +239,20 @@ fn glama(m: &Map<String, Value>, loc: &Loc) -> Result<Server, PageError> {
     for (i, a) in a_of(m, "attributes", loc, f)?.iter().enumerate() {
         match a {
             Value::String(s) => info.source_categories.push(s.trim().to_string()),
-            v => return Err(loc.err(format!("attributes[{i}]"), format!("expected a string, found {}", json_type_name(v)))),
+            v => {
+                return Err(
+                    loc.err(format!("attributes[{i}]"), format!("expected a string, found {}", json_type_name(v)))
+                );
+            }
         }
     }
     let tools = tools(a_of(m, "tools", loc, f)?, loc, "tools")?;
-    extra(&mut info, "glama", m, &["id", "name", "description", "url", "repository", "spdxLicense", "attributes", "tools"]);
+    extra(
+        &mut info,
+        "glama",
+        m,
+        &["id", "name", "description", "url", "repository", "spdxLicense", "attributes", "tools"],
+    );
     if let Some(l) = o_of(m, "spdxLicense", loc, f)?
         && let Some(u) = l.get("url").filter(|u| !u.is_null())
     {
@@ -251,7 +279,8 @@ fn official(m: &Map<String, Value>, loc: &Loc) -> Result<Server, PageError> {
     }
     for (i, p) in a_of(sm, "packages", loc, f)?.iter().enumerate() {
         let pf = format!("server.packages[{i}]");
-        let pm = p.as_object().ok_or_else(|| loc.err(&pf, format!("expected an object, found {}", json_type_name(p))))?;
+        let pm =
+            p.as_object().ok_or_else(|| loc.err(&pf, format!("expected an object, found {}", json_type_name(p))))?;
         let transport = match o_of(pm, "transport", loc, &pf)? {
             Some(t) => Some(s_of(t, "type", loc, &format!("{pf}.transport"))?).filter(|s| !s.is_empty()),
             None => None,
@@ -276,7 +305,8 @@ fn official(m: &Map<String, Value>, loc: &Loc) -> Result<Server, PageError> {
     }
     for (i, r) in a_of(sm, "remotes", loc, f)?.iter().enumerate() {
         let rf = format!("server.remotes[{i}]");
-        let rm = r.as_object().ok_or_else(|| loc.err(&rf, format!("expected an object, found {}", json_type_name(r))))?;
+        let rm =
+            r.as_object().ok_or_else(|| loc.err(&rf, format!("expected an object, found {}", json_type_name(r))))?;
         info.remotes.push(Remote { transport: s_of(rm, "type", loc, &rf)?, url: s_of(rm, "url", loc, &rf)? });
     }
     extra(&mut info, "official", sm, &["name", "description", "repository", "packages", "remotes", "websiteUrl"]);
@@ -316,7 +346,9 @@ fn smithery(m: &Map<String, Value>, detail: Option<&Map<String, Value>>, loc: &L
             {
                 info.remotes.push(Remote { transport: "streamable-http".into(), url: u.to_string() });
             } else if !c.is_object() {
-                return Err(dloc.err(format!("connections[{i}]"), format!("expected an object, found {}", json_type_name(c))));
+                return Err(
+                    dloc.err(format!("connections[{i}]"), format!("expected an object, found {}", json_type_name(c)))
+                );
             }
         }
         for (k, v) in d {
@@ -328,7 +360,9 @@ fn smithery(m: &Map<String, Value>, detail: Option<&Map<String, Value>>, loc: &L
     }
     let description = match s_of(m, "description", loc, f)? {
         d if !d.is_empty() => d,
-        _ => detail.map(|d| d.get("description").and_then(Value::as_str).unwrap_or("").trim().to_string()).unwrap_or_default(),
+        _ => detail
+            .map(|d| d.get("description").and_then(Value::as_str).unwrap_or("").trim().to_string())
+            .unwrap_or_default(),
     };
     Ok(server(name, description, url, None, tool_list, info))
 }

@@ -190,29 +190,29 @@ pub fn merge(inputs: &[SourceCatalog]) -> Merged {
             by_pkg.entry(format!("{}:{}", p.registry_type, p.identifier).to_lowercase()).or_default().push(i);
         }
     }
-    let mut join = |dsu: &mut Dsu, a: usize, b: usize, rule: &str, review: &mut Vec<Review>, doubtful: bool| {
-        match dsu.union(a, b) {
-            Ok(true) => {
-                *merged_by.entry(rule.to_string()).or_default() += 1;
-                if doubtful {
-                    review.push(Review {
-                        decision: "merged".into(),
-                        rule: rule.into(),
-                        a: label(&recs[a], &names),
-                        b: label(&recs[b], &names),
-                        reason: "matched by normalised name only".into(),
-                    });
-                }
+    let mut join = |dsu: &mut Dsu, a: usize, b: usize, rule: &str, review: &mut Vec<Review>, doubtful: bool| match dsu
+        .union(a, b)
+    {
+        Ok(true) => {
+            *merged_by.entry(rule.to_string()).or_default() += 1;
+            if doubtful {
+                review.push(Review {
+                    decision: "merged".into(),
+                    rule: rule.into(),
+                    a: label(&recs[a], &names),
+                    b: label(&recs[b], &names),
+                    reason: "matched by normalised name only".into(),
+                });
             }
-            Ok(false) => {}
-            Err(()) => review.push(Review {
-                decision: "kept-apart".into(),
-                rule: rule.into(),
-                a: label(&recs[a], &names),
-                b: label(&recs[b], &names),
-                reason: "would join two servers that one source lists separately".into(),
-            }),
         }
+        Ok(false) => {}
+        Err(()) => review.push(Review {
+            decision: "kept-apart".into(),
+            rule: rule.into(),
+            a: label(&recs[a], &names),
+            b: label(&recs[b], &names),
+            reason: "would join two servers that one source lists separately".into(),
+        }),
     };
     for ids in by_pkg.values() {
         for w in ids.windows(2) {
@@ -343,7 +343,12 @@ fn choose(
     let distinct: BTreeSet<String> = claims.iter().map(|(_, v)| norm(v)).collect();
     let mut out = Vec::new();
     for (k, (i, v)) in claims.iter().enumerate() {
-        out.push(FieldClaim { source: names[recs[*i].source].clone(), at: recs[*i].at.clone(), value: v.clone(), chosen: k == 0 });
+        out.push(FieldClaim {
+            source: names[recs[*i].source].clone(),
+            at: recs[*i].at.clone(),
+            value: v.clone(),
+            chosen: k == 0,
+        });
         if distinct.len() > 1 {
             conflicts.push(Conflict {
                 server: server.to_string(),
@@ -386,11 +391,9 @@ fn build(m: &[usize], recs: &[Rec], infos: &[RegistryInfo], names: &[String], co
     let description = pick("description", &|i| json!(recs[i].server.description), &text);
     let url = pick("url", &|i| json!(recs[i].server.url), &text);
     let license = pick("license", &|i| json!(recs[i].server.license), &text);
-    let repository = pick(
-        "repository",
-        &|i| json!(infos[i].repository),
-        &|v| v.as_str().and_then(normalise_repo).unwrap_or_default(),
-    );
+    let repository = pick("repository", &|i| json!(infos[i].repository), &|v| {
+        v.as_str().and_then(normalise_repo).unwrap_or_default()
+    });
     let canon = |v: &Value| {
         let mut a: Vec<String> = v.as_array().map(|a| a.iter().map(|x| x.to_string()).collect()).unwrap_or_default();
         a.sort();
@@ -454,7 +457,12 @@ fn build(m: &[usize], recs: &[Rec], infos: &[RegistryInfo], names: &[String], co
         let mut claims = Vec::new();
         for (k, &i) in by_recency.iter().enumerate() {
             let names_v: Vec<&str> = sets[k].iter().copied().collect();
-            claims.push(FieldClaim { source: names[recs[i].source].clone(), at: recs[i].at.clone(), value: json!(names_v), chosen: k == 0 });
+            claims.push(FieldClaim {
+                source: names[recs[i].source].clone(),
+                at: recs[i].at.clone(),
+                value: json!(names_v),
+                chosen: k == 0,
+            });
             if differ {
                 conflicts.push(Conflict {
                     server: server_name.clone(),
@@ -468,11 +476,8 @@ fn build(m: &[usize], recs: &[Rec], infos: &[RegistryInfo], names: &[String], co
         prov.insert("tools".into(), claims);
     }
     info.provenance = prov;
-    let (categories, cat_reasons) = if single {
-        (first.categories.clone(), infos[m[0]].category_reasons.clone())
-    } else {
-        (vec![], vec![])
-    };
+    let (categories, cat_reasons) =
+        if single { (first.categories.clone(), infos[m[0]].category_reasons.clone()) } else { (vec![], vec![]) };
     info.category_reasons = cat_reasons;
     Server {
         name: server_name,
@@ -492,7 +497,11 @@ mod tests {
 
     #[test]
     fn repositories_normalise() {
-        for u in ["https://github.com/Acme/Weather.git", "git@github.com:acme/weather", "http://www.github.com/acme/weather/"] {
+        for u in [
+            "https://github.com/Acme/Weather.git",
+            "git@github.com:acme/weather",
+            "http://www.github.com/acme/weather/",
+        ] {
             assert_eq!(normalise_repo(u).as_deref(), Some("github.com/acme/weather"), "{u}");
         }
         assert_eq!(

@@ -149,12 +149,20 @@ impl Stage for CatalogStage {
 
     fn plan(&self, _settings: &Settings) -> Result<Plan> {
         if !self.snapshots.is_empty() {
+            let (prompts, role) = match &self.categories.classifier_role {
+                Some(r) => (
+                    vec![crate::llm::prompt_path(_settings, categories::CLASSIFY_PROMPT)],
+                    Some(crate::llm::role_hash(_settings, r)?),
+                ),
+                None => (vec![], None),
+            };
             return Ok(Plan {
                 inputs: self.snapshots.iter().map(|d| snapshot_files(d)).collect::<Result<Vec<_>>>()?.concat(),
-                prompts: vec![],
+                prompts,
                 config_hash: section_hash(&(
                     ImportSettings { format: self.format, lenient: self.lenient },
                     &self.categories,
+                    role,
                 ))?,
             });
         }
@@ -290,7 +298,12 @@ impl CatalogStage {
                 };
                 if want != st.kind {
                     return Err(crate::error::hinted(
-                        format!("`{}` is a {} snapshot, not {}", ctx.settings.display_path(d), st.kind.as_str(), want.as_str()),
+                        format!(
+                            "`{}` is a {} snapshot, not {}",
+                            ctx.settings.display_path(d),
+                            st.kind.as_str(),
+                            want.as_str()
+                        ),
                         format!("use `--format {}`", st.kind.as_str()),
                     ));
                 }
@@ -302,7 +315,8 @@ impl CatalogStage {
                 Box::new(move |rel: &str| Ok(inputs.bytes(&dir.join(rel))?.to_vec())),
             ));
         }
-        let (merged, cats, notes) = commands::build_catalog(&snaps, &self.categories)?;
+        let (mut merged, mut cats, notes) = commands::build_catalog(&snaps, &self.categories)?;
+        categories::classify_with_llm(ctx, &mut merged.catalog.servers, &self.categories, &mut cats, out)?;
         for n in &notes {
             if ctx.printer.verbose > 0 {
                 ctx.printer.warn(&format!("{}: {}", n.location, n.message));

@@ -130,27 +130,37 @@ fn opt_u64(m: &Map<String, Value>, key: &str, loc: &Loc, field: &str) -> Result<
 pub fn parse_page(kind: SourceKind, source: &str, page: u64, bytes: &[u8]) -> Result<Page, PageError> {
     let loc = Loc { source, page: format!("page {page}") };
     let doc: Value = serde_json::from_slice(bytes).map_err(|e| loc.err("$", format!("not JSON: {e}")))?;
-    let root = obj(&doc, &loc, "$")?;
+    let mut root = match doc {
+        Value::Object(m) => m,
+        other => return Err(loc.err("$", format!("expected an object, found {}", json_type_name(&other)))),
+    };
     if let Some(e) = root.get("error") {
         return Err(loc.err("error", format!("the source answered with an error: {}", truncate(&e.to_string(), 300))));
     }
-    let list = match get(root, "servers", &loc, "")? {
-        Value::Array(a) => a,
-        other => return Err(loc.err("servers", format!("expected an array, found {}", json_type_name(other)))),
+    // Items are moved out of the document, not copied (pages are large).
+    let list = match root.remove("servers") {
+        Some(Value::Array(a)) => a,
+        Some(other) => return Err(loc.err("servers", format!("expected an array, found {}", json_type_name(&other)))),
+        None => return Err(loc.err("servers", "missing")),
     };
+    let root = &root;
     let mut items = Vec::with_capacity(list.len());
-    for (i, v) in list.iter().enumerate() {
+    for (i, v) in list.into_iter().enumerate() {
         let field = format!("servers[{i}]");
-        let m = obj(v, &loc, &field)?;
+        let m = match v {
+            Value::Object(m) => m,
+            other => return Err(loc.err(field, format!("expected an object, found {}", json_type_name(&other)))),
+        };
         let id = match kind {
-            SourceKind::Glama => req_str(m, "id", &loc, &field)?,
+            SourceKind::Glama => req_str(&m, "id", &loc, &field)?,
             SourceKind::Official => {
-                let inner = obj(get(m, "server", &loc, &field)?, &loc, &format!("{field}.server"))?;
+                let inner = obj(get(&m, "server", &loc, &field)?, &loc, &format!("{field}.server"))?;
                 req_str(inner, "name", &loc, &format!("{field}.server"))?
             }
-            SourceKind::Smithery => req_str(m, "qualifiedName", &loc, &field)?,
-        };
-        items.push(Item { id: id.to_string(), value: m.clone() });
+            SourceKind::Smithery => req_str(&m, "qualifiedName", &loc, &field)?,
+        }
+        .to_string();
+        items.push(Item { id, value: m });
     }
     let (next, total_pages) = match kind {
         SourceKind::Glama => {
@@ -158,10 +168,9 @@ pub fn parse_page(kind: SourceKind, source: &str, page: u64, bytes: &[u8]) -> Re
             let has_next = match get(info, "hasNextPage", &loc, "pageInfo")? {
                 Value::Bool(b) => *b,
                 other => {
-                    return Err(loc.err(
-                        "pageInfo.hasNextPage",
-                        format!("expected a boolean, found {}", json_type_name(other)),
-                    ));
+                    return Err(
+                        loc.err("pageInfo.hasNextPage", format!("expected a boolean, found {}", json_type_name(other)))
+                    );
                 }
             };
             let cursor = opt_str(info, "endCursor", &loc, "pageInfo")?;

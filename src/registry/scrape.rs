@@ -281,6 +281,8 @@ struct Fetcher<'a> {
     rng: rand_chacha::ChaCha8Rng,
     requests: u64,
     retries: u64,
+    /// The next request's rate-limiter slot was already waited for.
+    prepaid: bool,
 }
 
 impl Fetcher<'_> {
@@ -294,17 +296,15 @@ impl Fetcher<'_> {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            self.limiter.acquire().await;
+            if !std::mem::take(&mut self.prepaid) {
+                self.limiter.acquire().await;
+            }
             self.requests += 1;
             let outcome = self.once(&url, etag).await;
             let (message, retry_after) = match outcome {
                 Attempt::Done(f) => return Ok(f),
                 Attempt::Fatal(message) => {
-                    return Err(ScrapeError::Http {
-                        source_name: self.name.into(),
-                        page: what.into(),
-                        message,
-                    });
+                    return Err(ScrapeError::Http { source_name: self.name.into(), page: what.into(), message });
                 }
                 Attempt::Retry { message, retry_after } => (message, retry_after),
             };
@@ -352,11 +352,8 @@ impl Fetcher<'_> {
             Err(e) => return Attempt::Retry { message: describe(&e), retry_after: None },
         };
         let status = resp.status().as_u16();
-        let retry_after = resp
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_retry_after);
+        let retry_after =
+            resp.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
         if status == 304 && etag.is_some() {
             return Attempt::Done(Fetched::NotModified);
         }
@@ -639,6 +636,7 @@ async fn scrape_async(opts: ScrapeOptions<'_>) -> Result<ScrapeReport> {
         rng: rand_chacha::ChaCha8Rng::seed_from_u64(opts.seed ^ 0x005c_4a9e),
         requests: 0,
         retries: 0,
+        prepaid: false,
     };
     let mut report = ScrapeReport {
         source: name.into(),
@@ -725,15 +723,10 @@ async fn scrape_async(opts: ScrapeOptions<'_>) -> Result<ScrapeReport> {
                 let bad = dir.join(format!("page-{n:06}.rejected.json"));
                 let _ = write_atomic(&bad, &bytes);
                 let _ = std::fs::remove_file(&path);
-                return Err(ScrapeError::Page(e)).with_context(|| {
-                    format!("the page as received is kept in `{}` for inspection", bad.display())
-                });
+                return Err(ScrapeError::Page(e))
+                    .with_context(|| format!("the page as received is kept in `{}` for inspection", bad.display()));
             }
         };
-        if !adopted {
-            write_atomic(&path, &bytes)?;
-        }
-        crate::store::fail_point("registry-page-saved")?;
         if let Next::Cursor(c) = &page.next
             && let Some(earlier) = cursors.insert(c.clone(), n)
         {
@@ -767,7 +760,23 @@ async fn scrape_async(opts: ScrapeOptions<'_>) -> Result<ScrapeReport> {
             fetched_at: now(),
             not_modified,
         });
-        write_atomic(&state_path, &to_json_bytes(&state)?)?;
+        // Persist (page, then state) while the rate limiter waits for the next request's
+        // slot, so the disk's fsyncs use time the scraper would spend idle; the next request
+        // goes out only once this page is durable, so a kill never loses a fetched page.
+        let state_bytes = to_json_bytes(&state)?;
+        let sp = state_path.clone();
+        let persist = tokio::task::spawn_blocking(move || -> Result<()> {
+            if !adopted {
+                write_atomic(&path, &bytes)?;
+            }
+            crate::store::fail_point("registry-page-saved")?;
+            write_atomic(&sp, &state_bytes)
+        });
+        if page.next != Next::End {
+            f.limiter.acquire().await;
+            f.prepaid = true;
+        }
+        persist.await.context("internal: page writer panicked")??;
         if adopted {
             report.pages_adopted += 1;
         } else {

@@ -151,7 +151,12 @@ fn now() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-async fn list_one(name: &str, spec: ServerSpec, cfg: &ToolsSettings, log_dir: &Path) -> (String, String, Vec<crate::mcp::ToolInfo>) {
+async fn list_one(
+    name: &str,
+    spec: ServerSpec,
+    cfg: &ToolsSettings,
+    log_dir: &Path,
+) -> (String, String, Vec<crate::mcp::ToolInfo>) {
     let limit = Duration::from_secs_f64(cfg.time_limit_secs);
     let mut opts = ClientOptions::new(log_dir);
     opts.startup_timeout = limit;
@@ -169,7 +174,11 @@ async fn list_one(name: &str, spec: ServerSpec, cfg: &ToolsSettings, log_dir: &P
         Ok(Err(e)) => {
             let msg = e.to_string();
             if msg.contains("within") || msg.contains("timed out") || msg.contains("timeout") {
-                ("timed-out".into(), format!("cut off after the time limit of {} s: {msg}", cfg.time_limit_secs), vec![])
+                (
+                    "timed-out".into(),
+                    format!("cut off after the time limit of {} s: {msg}", cfg.time_limit_secs),
+                    vec![],
+                )
             } else {
                 ("failed".into(), msg, vec![])
             }
@@ -211,7 +220,9 @@ pub fn run(catalog: &mut Catalog, opts: &ToolsOptions) -> Result<(ToolsReport, B
     let allow: Vec<Regex> = opts.cfg.allow.iter().map(|p| glob(p)).collect::<Result<_>>()?;
     let live_path = opts.out.join("live.json");
     let mut live: BTreeMap<String, LiveResult> = match std::fs::read(&live_path) {
-        Ok(b) => serde_json::from_slice(&b).with_context(|| format!("`{}` is not a live tool list", live_path.display()))?,
+        Ok(b) => {
+            serde_json::from_slice(&b).with_context(|| format!("`{}` is not a live tool list", live_path.display()))?
+        }
         Err(_) => BTreeMap::new(),
     };
     let log_dir = opts.out.join("logs");
@@ -237,11 +248,16 @@ pub fn run(catalog: &mut Catalog, opts: &ToolsOptions) -> Result<(ToolsReport, B
             continue;
         }
         let result = match plan(s, opts.cfg, &allow) {
-            Plan::Nothing(r) => LiveResult { status: "skipped".into(), target: String::new(), reason: r, at: now(), tools: vec![] },
-            Plan::Refuse(r) => LiveResult { status: "refused".into(), target: String::new(), reason: r, at: now(), tools: vec![] },
+            Plan::Nothing(r) => {
+                LiveResult { status: "skipped".into(), target: String::new(), reason: r, at: now(), tools: vec![] }
+            }
+            Plan::Refuse(r) => {
+                LiveResult { status: "refused".into(), target: String::new(), reason: r, at: now(), tools: vec![] }
+            }
             Plan::Spawn { target, command, args } => {
                 let (command, args) = if opts.cfg.memory_limit_mb > 0 {
-                    let mut a = vec![format!("--as={}", opts.cfg.memory_limit_mb * 1024 * 1024), "--".to_string(), command];
+                    let mut a =
+                        vec![format!("--as={}", opts.cfg.memory_limit_mb * 1024 * 1024), "--".to_string(), command];
                     a.extend(args);
                     ("prlimit".to_string(), a)
                 } else {

@@ -61,6 +61,8 @@ pub struct Log {
 struct Shared {
     kind: Kind,
     items: Vec<Value>,
+    /// The items serialised once (pages are assembled from these: fast even unoptimised).
+    items_json: Vec<String>,
     details: BTreeMap<String, Value>,
     faults: Faults,
     log: Log,
@@ -77,8 +79,10 @@ pub struct FixtureServer {
 impl FixtureServer {
     pub fn start(kind: Kind, items: Vec<Value>, details: BTreeMap<String, Value>, faults: Faults) -> Self {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let items_json = items.iter().map(|v| serde_json::to_string(v).unwrap()).collect();
         let shared = Arc::new(Mutex::new(Shared {
             kind,
+            items_json,
             items,
             details,
             faults,
@@ -214,12 +218,16 @@ fn decide(shared: &Mutex<Shared>, uri: axum::http::Uri, hdrs: axum::http::Header
             let (size, offset, page_no) = match s.kind {
                 Kind::Glama => {
                     let size: usize = q.get("first").and_then(|v| v.parse().ok()).unwrap_or(10);
-                    let off = q.get("after").map(|c| c.trim_start_matches("cur-").parse::<usize>().unwrap_or(0)).unwrap_or(0);
+                    let off =
+                        q.get("after").map(|c| c.trim_start_matches("cur-").parse::<usize>().unwrap_or(0)).unwrap_or(0);
                     (size, off, (off / size.max(1)) as u64 + 1)
                 }
                 Kind::Official => {
                     let size: usize = q.get("limit").and_then(|v| v.parse().ok()).unwrap_or(30);
-                    let off = q.get("cursor").map(|c| c.trim_start_matches("off:").parse::<usize>().unwrap_or(0)).unwrap_or(0);
+                    let off = q
+                        .get("cursor")
+                        .map(|c| c.trim_start_matches("off:").parse::<usize>().unwrap_or(0))
+                        .unwrap_or(0);
                     (size, off, (off / size.max(1)) as u64 + 1)
                 }
                 Kind::Smithery => {
@@ -237,7 +245,12 @@ fn decide(shared: &Mutex<Shared>, uri: axum::http::Uri, hdrs: axum::http::Header
                 && let Some((st, ra)) = list.get(hit - 1)
             {
                 let h = ra.iter().map(|v| ("retry-after", v.clone())).collect();
-                break 'out (*st, format!(r#"{{"error":{{"code":"e{st}","message":"scripted"}}}}"#).into_bytes(), h, page_no);
+                break 'out (
+                    *st,
+                    format!(r#"{{"error":{{"code":"e{st}","message":"scripted"}}}}"#).into_bytes(),
+                    h,
+                    page_no,
+                );
             }
             // A delayed first answer arrives after the client gave up: not "served".
             let delayed = hit == 1 && s.faults.delay_once.contains_key(&page_no);
@@ -246,7 +259,10 @@ fn decide(shared: &Mutex<Shared>, uri: axum::http::Uri, hdrs: axum::http::Header
             }
             let total = s.items.len();
             let end = (offset + size).min(total);
-            let slice: Vec<Value> = if offset < total { s.items[offset..end].to_vec() } else { vec![] };
+            let special =
+                s.faults.wrong_shape == Some(page_no) || s.faults.oversized.is_some_and(|(p, _)| p == page_no);
+            let slice: Vec<Value> = if offset < total && special { s.items[offset..end].to_vec() } else { vec![] };
+            let joined = if offset < total { s.items_json[offset..end].join(",") } else { String::new() };
             let more = end < total || s.faults.endless;
             let mut next_off = end.max(offset + size);
             if let Some(at) = s.faults.cursor_loop_at
@@ -280,6 +296,12 @@ fn decide(shared: &Mutex<Shared>, uri: axum::http::Uri, hdrs: axum::http::Header
                 doc["padding"] = json!("x".repeat(bytes + 1));
             }
             let mut body = serde_json::to_vec(&doc).unwrap();
+            if !special {
+                // `"servers":[]` was rendered empty; splice the pre-serialised items in.
+                let text =
+                    String::from_utf8(body).unwrap().replacen("\"servers\":[]", &format!("\"servers\":[{joined}]"), 1);
+                body = text.into_bytes();
+            }
             let tag = etag_of(&body);
             if hit == 1 && s.faults.truncate_once.contains(&page_no) {
                 body.truncate(body.len() / 2);
@@ -339,7 +361,8 @@ impl Universe {
             let slug = format!("{w1}-{w2}-{i:05}");
             let cat = CATS[i % CATS.len()];
             let ntools = rng.random_range(1..5);
-            let tools = (0..ntools).map(|t| (format!("{w1}_op_{t}"), format!("Do {w1} operation {t} for {cat}."))).collect();
+            let tools =
+                (0..ntools).map(|t| (format!("{w1}_op_{t}"), format!("Do {w1} operation {t} for {cat}."))).collect();
             let repo = if i % 10 == 5 {
                 "https://github.com/acme/monorepo".to_string()
             } else {
