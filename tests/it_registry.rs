@@ -53,6 +53,15 @@ fn pages_of(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     tree(dir).into_iter().filter(|(k, _)| k != "state.json").collect()
 }
 
+/// Same files with the same bytes (reported by name, not by dumping bytes).
+#[track_caller]
+fn assert_same_files(got: &BTreeMap<String, Vec<u8>>, want: &BTreeMap<String, Vec<u8>>) {
+    assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+    for (k, v) in got {
+        assert!(v == &want[k], "`{k}` differs");
+    }
+}
+
 fn ids_in(dir: &Path, kind: benchgen::registry::pages::SourceKind) -> BTreeSet<String> {
     let imported = benchgen::registry::import::import_dir(kind, dir).unwrap();
     imported
@@ -232,7 +241,7 @@ fn a_killed_scrape_resumes_without_fetching_a_saved_page_twice() {
     let o = scrape(&p, "glama", &[]);
     assert_code(&o, 0);
     assert!(stdout(&o).contains("(6 fetched, 1 adopted"), "{}", stdout(&o));
-    assert_eq!(pages_of(&snapshot_dir(&p, "glama", "s")), reference, "resumed snapshot differs");
+    assert_same_files(&pages_of(&snapshot_dir(&p, "glama", "s")), &reference);
     fx.log(|l| {
         assert_eq!(l.counts.len(), 10);
         assert!(l.counts.values().all(|&c| c == 1), "a page was fetched twice: {:?}", l.counts);
@@ -263,7 +272,7 @@ fn a_killed_scrape_resumes_without_fetching_a_saved_page_twice() {
     let saved: BTreeSet<String> = pages_of(&dir).into_keys().collect();
     let requested_before = fx.log(|l| l.counts.clone());
     assert_code(&scrape(&p, "glama", &[]), 0);
-    assert_eq!(pages_of(&dir), reference);
+    assert_same_files(&pages_of(&dir), &reference);
     let state: Value = serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();
     fx.log(|l| {
         for page in state["pages"].as_array().unwrap() {
@@ -287,7 +296,7 @@ fn a_rescrape_sends_etags_and_reuses_unchanged_pages() {
     assert_code(&o, 0);
     assert!(stdout(&o).contains("4 not modified"), "{}", stdout(&o));
     fx.log(|l| assert_eq!(l.if_none_match, 4));
-    assert_eq!(pages_of(&snapshot_dir(&p, "glama", "a")), pages_of(&snapshot_dir(&p, "glama", "b")));
+    assert_same_files(&pages_of(&snapshot_dir(&p, "glama", "a")), &pages_of(&snapshot_dir(&p, "glama", "b")));
 }
 
 /// Scrape all three fixture sources of one universe into `p`.
@@ -519,7 +528,11 @@ fn a_hanging_server_is_cut_off_with_its_process_group() {
     let p = Project::empty();
     // Test double: a "server" that starts a child and never answers, recording both pids.
     let script = p.path("hang.sh");
-    std::fs::write(&script, "#!/bin/sh\nsleep 300 &\necho \"$$ $!\" > \"$HANG_PIDS\"\nwait\n").unwrap();
+    std::fs::write(
+        &script,
+        "#!/bin/sh\nulimit -v > \"$HANG_PIDS.limit\"\nsleep 300 &\necho \"$$ $!\" > \"$HANG_PIDS\"\nwait\n",
+    )
+    .unwrap();
     std::process::Command::new("chmod").arg("+x").arg(&script).status().unwrap();
     let launch = format!("[\"{}\"]", script.display());
     let p2 = tools_project(&["npm:hang-*"], &launch, "[\"false\"]", 2.0);
@@ -538,6 +551,9 @@ fn a_hanging_server_is_cut_off_with_its_process_group() {
     let live: Value = serde_json::from_str(&p2.read("out/live.json")).unwrap();
     assert_eq!(live["hang"]["status"], "timed-out", "{live}");
     assert!(stderr(&o).contains("`hang`: timed-out"), "{}", stderr(&o));
+    // It ran under the configured address-space limit (4096 MiB, in KiB as `ulimit -v` shows it).
+    let limit = std::fs::read_to_string(p.path("pids.limit")).unwrap();
+    assert_eq!(limit.trim(), (4096 * 1024).to_string());
     // Both the server and its child are gone (the whole process group was killed).
     let text = std::fs::read_to_string(&pids).unwrap();
     std::thread::sleep(Duration::from_millis(300));

@@ -55,10 +55,27 @@ fn registry_scrape_and_merge_figures() {
     // 1. Scrape at 20 requests/s.
     let (cpu0, _) = children_usage();
     let t0 = Instant::now();
-    let out = p.run(&["registry", "scrape", "--source", "glama", "--snapshot", "b"]);
+    // Under GNU time when present, for the scraper's own peak RSS.
+    let time = std::path::Path::new("/usr/bin/time");
+    let out = if time.exists() {
+        std::process::Command::new(time)
+            .args(["-f", "maxrss_kib=%M"])
+            .arg(assert_cmd::cargo::cargo_bin("benchgen"))
+            .args(["registry", "scrape", "--source", "glama", "--snapshot", "b"])
+            .current_dir(p.root())
+            .env("BENCHGEN_NO_PROGRESS", "1")
+            .output()
+            .unwrap()
+    } else {
+        p.run(&["registry", "scrape", "--source", "glama", "--snapshot", "b"])
+    };
     util::assert_code(&out, 0);
     let wall = t0.elapsed();
-    let (cpu1, maxrss_kib) = children_usage();
+    let (cpu1, children_maxrss) = children_usage();
+    let maxrss_kib = util::stderr(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("maxrss_kib=").and_then(|v| v.trim().parse::<i64>().ok()))
+        .unwrap_or(children_maxrss);
     let (pages, span) = g.log(|l| {
         let first = l.seen.first().unwrap().2;
         let last = l.seen.last().unwrap().2;

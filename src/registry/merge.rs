@@ -177,8 +177,8 @@ pub fn merge(inputs: &[SourceCatalog]) -> Merged {
     let mut review = Vec::new();
     let mut merged_by: BTreeMap<String, usize> = BTreeMap::new();
 
-    let info = |r: &Rec| r.server.registry.as_deref().cloned().unwrap_or_default();
-    let infos: Vec<RegistryInfo> = recs.iter().map(info).collect();
+    let empty = RegistryInfo::default();
+    let infos: Vec<&RegistryInfo> = recs.iter().map(|r| r.server.registry.as_deref().unwrap_or(&empty)).collect();
     let repo_keys: Vec<Option<String>> =
         infos.iter().map(|i| i.repository.as_deref().and_then(normalise_repo)).collect();
     let name_keys: Vec<String> = recs.iter().map(|r| normalise_name(&r.server.name)).collect();
@@ -375,17 +375,23 @@ fn is_empty(v: &Value) -> bool {
     }
 }
 
-fn build(m: &[usize], recs: &[Rec], infos: &[RegistryInfo], names: &[String], conflicts: &mut Vec<Conflict>) -> Server {
+fn build(
+    m: &[usize],
+    recs: &[Rec],
+    infos: &[&RegistryInfo],
+    names: &[String],
+    conflicts: &mut Vec<Conflict>,
+) -> Server {
     let first = recs[m[0]].server;
+    if m.len() == 1 {
+        // Seen by one source only: nothing to choose between.
+        return first.clone();
+    }
     let server_name = first.name.clone();
     let mut prov = BTreeMap::new();
-    let single = m.len() == 1;
     let text = |v: &Value| display(v).trim().to_lowercase();
     let mut pick = |field: &str, f: &dyn Fn(usize) -> Value, norm: &dyn Fn(&Value) -> String| {
         let claims: Vec<(usize, Value)> = m.iter().map(|&i| (i, f(i))).collect();
-        if single {
-            return claims.into_iter().next().map(|(_, v)| v).filter(|v| !is_empty(v));
-        }
         choose(field, claims, recs, names, &mut prov, conflicts, &server_name, norm)
     };
     let description = pick("description", &|i| json!(recs[i].server.description), &text);
@@ -408,7 +414,7 @@ fn build(m: &[usize], recs: &[Rec], infos: &[RegistryInfo], names: &[String], co
             info.sources.insert(k.clone(), v.clone());
         }
         for c in &infos[i].source_categories {
-            let tagged = if single { c.clone() } else { format!("{}:{c}", names[recs[i].source]) };
+            let tagged = format!("{}:{c}", names[recs[i].source]);
             if !info.source_categories.contains(&tagged) {
                 info.source_categories.push(tagged);
             }
@@ -416,9 +422,6 @@ fn build(m: &[usize], recs: &[Rec], infos: &[RegistryInfo], names: &[String], co
         for (k, v) in &infos[i].extra {
             info.extra.entry(k.clone()).or_insert_with(|| v.clone());
         }
-    }
-    if single {
-        info.source_categories = infos[m[0]].source_categories.clone();
     }
     info.repository = repository.and_then(|v| v.as_str().map(str::to_string));
     info.packages = packages.and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default();
@@ -476,9 +479,8 @@ fn build(m: &[usize], recs: &[Rec], infos: &[RegistryInfo], names: &[String], co
         prov.insert("tools".into(), claims);
     }
     info.provenance = prov;
-    let (categories, cat_reasons) =
-        if single { (first.categories.clone(), infos[m[0]].category_reasons.clone()) } else { (vec![], vec![]) };
-    info.category_reasons = cat_reasons;
+    // Categories are mapped afterwards, over the merged source categories.
+    let categories = vec![];
     Server {
         name: server_name,
         description: description.map(|v| display(&v)).unwrap_or_default(),

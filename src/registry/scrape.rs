@@ -566,6 +566,15 @@ async fn scrape_async(opts: ScrapeOptions<'_>) -> Result<ScrapeReport> {
     let dir = source_dir.join(&snapshot);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
     let state_path = dir.join("state.json");
+    // Temp files of atomic writes cut off by a kill: never part of a snapshot.
+    for d in [dir.clone(), dir.join("details")] {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with('.') && n.contains(".tmp.") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
 
     // ETags of the latest complete snapshot, by request.
     let previous: Option<(PathBuf, State)> = snapshots(&source_dir)
