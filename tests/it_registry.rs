@@ -683,3 +683,36 @@ fn servers_no_rule_places_go_to_the_llm_classifier_with_its_reason() {
     assert_code(&p.run(&["registry", "import", "--force"]), 0);
     assert_eq!(llm.count(), asked);
 }
+
+#[test]
+fn registry_tools_connects_to_an_allowed_streamable_http_remote() {
+    // A loopback MCP server over Streamable HTTP: `benchgen sandbox` serving a small catalog.
+    let p = tools_project(&["remote:http://127.0.0.1:*"], "[\"false\"]", "[\"false\"]", 30.0);
+    let cat_path = mcp_assets::write_fixture_catalog(p.root());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut server = std::process::Command::new(assert_cmd::cargo::cargo_bin("benchgen"))
+        .args(["sandbox", "--catalog", cat_path.to_str().unwrap(), "--http", &format!("127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.stdout.take().unwrap()), &mut url).unwrap();
+    let url = url.trim().to_string();
+    let remote = |name: &str, u: &str| {
+        serde_json::json!({"name": name, "description": "", "summary": "", "url": "", "categories": [], "tools": [],
+            "registry": {"remotes": [{"transport": "streamable-http", "url": u}]}})
+    };
+    let cat = catalog_with(vec![remote("remote", &url), remote("elsewhere", "https://mcp.example.org/mcp")]);
+    p.write("in/catalog.json", serde_json::to_vec_pretty(&cat).unwrap());
+    let o = p.run(&["registry", "tools", "--catalog", "in/catalog.json", "--out", "out"]);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert_code(&o, 0);
+    let got: Catalog = serde_json::from_str(&p.read("out/catalog.json")).unwrap();
+    let r = got.servers.iter().find(|s| s.name == "remote").unwrap();
+    let names: BTreeSet<&str> = r.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, BTreeSet::from(["books::find_book", "books::get_reviews", "weather::forecast"]));
+    assert!(r.registry.as_ref().unwrap().tools_from.as_deref().unwrap().contains(&format!("(remote:{url})")));
+    let live: Value = serde_json::from_str(&p.read("out/live.json")).unwrap();
+    assert_eq!(live["elsewhere"]["status"], "refused");
+}
