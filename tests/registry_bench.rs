@@ -91,6 +91,24 @@ fn registry_scrape_and_merge_figures() {
         maxrss_kib as f64 / 1024.0
     );
 
+    // 1b. The limiter alone: cheap pages (10 servers each), 100 pages at 20 req/s.
+    let small = FixtureServer::start(
+        Kind::Glama,
+        u.glama().into_iter().take(1000).collect(),
+        BTreeMap::new(),
+        Faults::default(),
+    );
+    let cfg = p.read("pipeline/demo.toml")
+        + &source("small", "glama", &small.base_url(), 20.0, 1).replace("page_size = 100", "page_size = 10");
+    p.write("pipeline/demo.toml", cfg);
+    util::assert_code(&p.run(&["registry", "scrape", "--source", "small", "--snapshot", "b"]), 0);
+    let (n_small, span_small) = small.log(|l| (l.seen.len(), l.seen.last().unwrap().2 - l.seen.first().unwrap().2));
+    let rate_small = (n_small - 1) as f64 / span_small.as_secs_f64();
+    println!(
+        "registry scrape (limiter): {n_small} pages of 10 servers at a configured 20 req/s: achieved {rate_small:.2} req/s ({:+.1} %)",
+        (rate_small / 20.0 - 1.0) * 100.0
+    );
+
     // 2. Merge three 10,000-server snapshots.
     for src in ["official", "smithery"] {
         util::assert_code(&p.run(&["registry", "scrape", "--source", src, "--snapshot", "b"]), 0);
