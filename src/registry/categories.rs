@@ -213,6 +213,13 @@ pub fn assign(servers: &mut [Server], cfg: &CategorySettings) -> Result<Category
             label,
         });
     }
+    // One pass over each server's text finds every text rule that matches; only those run
+    // again to quote the match.
+    let text_rules: Vec<&Compiled> = compiled.iter().filter(|r| r.text.is_some()).collect();
+    let text_set = regex::RegexSet::new(text_rules.iter().map(|r| r.text.as_ref().map(Regex::as_str).unwrap_or("")))?;
+    let cat_rules: Vec<&Compiled> = compiled.iter().filter(|r| r.source_category.is_some()).collect();
+    let cat_set =
+        regex::RegexSet::new(cat_rules.iter().map(|r| r.source_category.as_ref().map(Regex::as_str).unwrap_or("")))?;
     let mut report = CategoryReport::default();
     for s in servers.iter_mut() {
         let Some(info) = s.registry.as_mut() else { continue };
@@ -240,16 +247,16 @@ pub fn assign(servers: &mut [Server], cfg: &CategorySettings) -> Result<Category
                 report.by_source += 1;
             }
         }
-        for r in &compiled {
-            let Some(re) = &r.source_category else { continue };
-            for (src, c) in &tagged {
-                if r.source.as_ref().is_some_and(|want| Some(want) != src.as_ref()) {
+        // Rule order first, then the server's category order (as before), with one set
+        // match per source category.
+        let hits: Vec<regex::SetMatches> = tagged.iter().map(|(_, c)| cat_set.matches(c)).collect();
+        for (k, r) in cat_rules.iter().enumerate() {
+            for ((src, c), m) in tagged.iter().zip(&hits) {
+                if !m.matched(k) || r.source.as_ref().is_some_and(|want| Some(want) != src.as_ref()) {
                     continue;
                 }
-                if re.is_match(c) {
-                    add(&r.category, "rule", format!("{} (`{c}`)", r.label), &mut cats);
-                    report.by_rule += 1;
-                }
+                add(&r.category, "rule", format!("{} (`{c}`)", r.label), &mut cats);
+                report.by_rule += 1;
             }
         }
         if cats.is_empty() {
@@ -257,7 +264,8 @@ pub fn assign(servers: &mut [Server], cfg: &CategorySettings) -> Result<Category
             // say where a server is published, not what it does.
             let short = s.name.rsplit('/').next().unwrap_or(&s.name).replace(['-', '_'], " ");
             let text = format!("{short} {}", s.description);
-            for r in &compiled {
+            for k in text_set.matches(&text).iter() {
+                let r = text_rules[k];
                 let Some(re) = &r.text else { continue };
                 if r.source.as_ref().is_some_and(|want| !sources.contains(want)) {
                     continue;
