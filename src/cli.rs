@@ -50,7 +50,7 @@ pub enum Command {
     Registry(RegistryCommand),
     /// Drop servers and tools a benchmark must not contain, recording why.
     ///
-    /// Reads `artifacts/catalog/catalog.json` and the `[filter]` section of the
+    /// Reads `artifacts/registry-import/catalog.json` and the `[filter]` section of the
     /// config. Writes `artifacts/filter/`: `catalog.json` (what remains),
     /// `dropped.csv` and `undecided.csv` (one row per server or tool with rule,
     /// class, reason and evidence) and `summary.json`; one `filter.decision` event
@@ -60,7 +60,7 @@ pub enum Command {
     Filter(ForceArgs),
     /// Corpus statistics of the catalog (and of the filtered catalog).
     ///
-    /// Reads `artifacts/catalog/catalog.json` and, when present,
+    /// Reads `artifacts/registry-import/catalog.json` and, when present,
     /// `artifacts/filter/catalog.json`. Writes `artifacts/stats/catalog.json`,
     /// `catalog.md` (tables) and `servers_per_category.svg`. Skipped when up to date.
     Stats(ForceArgs),
@@ -77,11 +77,33 @@ pub enum Command {
     Efs(EfsCommand),
     /// Run the pipeline's stages in order, skipping those that are up to date.
     ///
-    /// Stages: catalog (`registry import` of `registry.source`), filter, embed,
-    /// efs-pairs, efs-verify, efs-build, efs-topdown, efs (`efs finalize`), stats.
+    /// The stages and what each reads and writes: `benchgen stages`. A stage runs when
+    /// the config enables it (e.g. the EFS stages need `[efs]`); `--from`/`--until` take
+    /// stage names.
     Run(RunArgs),
     /// Show every stage as done, stale (with the reason) or missing.
     Status,
+    /// Check the whole pipeline config before anything runs.
+    ///
+    /// Every LLM role, prompt template (it must exist and render with the variables its
+    /// stage provides) and MCP server a stage names, every file a stage reads being
+    /// produced by an earlier stage, and every numeric setting's range. All problems are
+    /// listed at once, each with its config key; exit 1 when there is any. Every command
+    /// that loads a config runs the same check first. Reads the config and prompts only.
+    Check,
+    /// The pipeline as a graph: each stage with its command, reads, writes and LLM roles.
+    ///
+    /// Text by default, `--json`, or `--format dot` for Graphviz (`benchgen stages --format
+    /// dot | dot -Tsvg > stages.svg`). `--format markdown` prints the README's stage table.
+    /// Reads the config only.
+    Stages(StagesArgs),
+    /// Remove stage outputs so the next `run` makes them again.
+    ///
+    /// `benchgen clean STAGE…` removes `artifacts/<stage>/` and its unfinished work
+    /// (`artifacts/.work/<stage>/`) for each stage named; later stages then show as stale.
+    /// Without names, everything benchgen wrote under `artifacts/` goes: every stage
+    /// folder, `.work/`, MCP server logs (`mcp/`) and the ledger.
+    Clean(CleanArgs),
     /// Show the lineage of one item: how it entered and what decided its fate.
     ///
     /// ID is a tool (`server::tool`), a server name, a filter decision
@@ -183,7 +205,8 @@ pub struct ScoreArgs {
 pub enum EfsCommand {
     /// Candidate pairs of possibly equivalent tools (no LLM).
     ///
-    /// Reads `artifacts/filter/catalog.json`, `artifacts/embed/` and `[efs.pairs]`.
+    /// Reads `artifacts/filter/catalog.json`, `artifacts/embed/` (`index.json`,
+    /// `vectors.f32`) and `[efs.pairs]`.
     /// Each tool keeps its top-k neighbours by a score combining cosine similarity
     /// with name and parameter overlap (minus penalties for differing actions and a
     /// shared server); a pair qualifies if either endpoint keeps it. Writes
@@ -192,7 +215,7 @@ pub enum EfsCommand {
     Pairs(ForceArgs),
     /// The LLM judges each candidate pair: equivalent yes/no with a one-line reason.
     ///
-    /// Reads `artifacts/efs-pairs/pairs.csv`, the filtered catalog, `[efs.verify]`
+    /// Reads `artifacts/efs-pairs/pairs.csv`, `artifacts/filter/catalog.json`, `[efs.verify]`
     /// and the prompt `pipeline/prompts/efs_verify.md`. Writes
     /// `artifacts/efs-verify/verdicts.json` and one `verdict` ledger event per pair
     /// (its parent is the LLM exchange). Resumable: an interrupted run keeps every
@@ -200,13 +223,15 @@ pub enum EfsCommand {
     Verify(ForceArgs),
     /// Union–find over verified pairs into candidate sets (no LLM).
     ///
-    /// Reads `artifacts/efs-pairs/pairs.csv` and `artifacts/efs-verify/verdicts.json`.
+    /// Reads `artifacts/filter/catalog.json`, `artifacts/efs-pairs/pairs.csv` and
+    /// `artifacts/efs-verify/verdicts.json`.
     /// Writes `artifacts/efs-build/sets.json` (members sorted, sets by first member,
     /// evidence per set). Skipped when up to date.
     Build(ForceArgs),
     /// Top-down cross-check: requests per set, retrieval, LLM selection.
     ///
-    /// Reads `artifacts/efs-build/sets.json`, `artifacts/embed/` and `[efs.topdown]`.
+    /// Reads `artifacts/filter/catalog.json`, `artifacts/efs-build/sets.json`,
+    /// `artifacts/embed/` (`index.json`, `vectors.f32`) and `[efs.topdown]`.
     /// Writes `artifacts/efs-topdown/results.json` (requests, retrieved and selected
     /// tools, metrics per set) and `items.json` (review items: outside tools
     /// selected, members never selected, sets split across requests). Resumable
@@ -217,15 +242,17 @@ pub enum EfsCommand {
     Review(EfsReviewCommand),
     /// The final sets, with decisions and evidence, and the EFS report.
     ///
-    /// Reads `artifacts/efs-build/sets.json` and, when present,
-    /// `artifacts/efs-topdown/items.json` and `artifacts/efs-review/decisions.json`.
-    /// Writes `artifacts/efs/final.json`, `tool_equivalence_sets.json` (ETOM shape)
+    /// Reads `artifacts/filter/catalog.json`, `artifacts/efs-build/sets.json`,
+    /// `artifacts/efs-pairs/pairs.csv`, `artifacts/efs-verify/verdicts.json`, the manifests
+    /// of the EFS stages (for the cost table) and, when present,
+    /// `artifacts/efs-topdown/items.json` and `artifacts/efs-review-import/decisions.json`.
+    /// Writes `artifacts/efs-finalize/final.json`, `tool_equivalence_sets.json` (ETOM shape)
     /// and `report.md`. Sets without a human decision follow `[efs.finalize] policy`
     /// and are marked `unreviewed`. Skipped when up to date.
     Finalize(ForceArgs),
     /// Compare our sets with a reference EFS file (ETOM `tool_equivalence_sets.json` shape).
     ///
-    /// Reads `artifacts/efs/final.json` (or `--sets FILE`), the reference, and when
+    /// Reads `artifacts/efs-finalize/final.json` (or `--sets FILE`), the reference, and when
     /// present `artifacts/efs-pairs/pairs.csv` and the filtered catalog. Prints
     /// co-membership pair precision/recall/F1, exact set matches and the reference
     /// pairs the candidate stage never proposed. Writes nothing unless `--out`.
@@ -240,7 +267,9 @@ pub enum EfsReviewCommand {
     Export(ForceArgs),
     /// Check and record the decisions in every `reviews/efs/*.csv`.
     ///
-    /// Writes `artifacts/efs-review/decisions.json` and one `review` ledger event
+    /// Reads the sheets, `artifacts/filter/catalog.json` and `artifacts/efs-build/sets.json`
+    /// (decisions must name existing sets and tools). Part of `benchgen run` once a sheet
+    /// is in `reviews/efs/`. Writes `artifacts/efs-review-import/decisions.json` and one `review` ledger event
     /// per decision. Any malformed row rejects the whole import with `file:line`
     /// messages; the sheets are never modified. Skipped when up to date.
     Import(ForceArgs),
@@ -251,7 +280,7 @@ pub struct CompareArgs {
     /// Reference EFS file: `[{set_id, size, tools: [{tool_id, server_name, tool_name, description}]}]`.
     #[arg(long)]
     pub reference: PathBuf,
-    /// Our sets (default `artifacts/efs/final.json`); ETOM shape accepted too.
+    /// Our sets (default `artifacts/efs-finalize/final.json`); ETOM shape accepted too.
     #[arg(long)]
     pub sets: Option<PathBuf>,
     /// Also write the comparison as JSON to this file.
@@ -261,10 +290,10 @@ pub struct CompareArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum RegistryCommand {
-    /// Import a registry snapshot file into `artifacts/catalog/`.
+    /// Import a registry snapshot file into `artifacts/registry-import/`.
     ///
     /// Reads FILE (default: `registry.source` from the config). Writes
-    /// `artifacts/catalog/catalog.json` (servers and tools sorted by name, tool ids
+    /// `artifacts/registry-import/catalog.json` (servers and tools sorted by name, tool ids
     /// `server::tool` with names trimmed) and `import_report.json` (every note and
     /// every record left out). Invalid records (duplicates, tools without names,
     /// schemas that are not JSON-Schema objects, wrong types) stop the import with
@@ -348,6 +377,27 @@ pub struct ForceArgs {
     /// Rerun even when the stage is up to date.
     #[arg(long)]
     pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StagesArgs {
+    /// Output format (`--json` also works).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: StagesFormat,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum StagesFormat {
+    Text,
+    Dot,
+    Markdown,
+}
+
+#[derive(Debug, Args)]
+pub struct CleanArgs {
+    /// Stages to clean (default: everything under `artifacts/`).
+    #[arg(value_name = "STAGE")]
+    pub stages: Vec<String>,
 }
 
 #[derive(Debug, Args)]

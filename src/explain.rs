@@ -10,8 +10,7 @@ use serde_json::Value;
 
 use crate::error::hinted;
 use crate::ledger::{Event, Ledger, kind};
-use crate::model::{Catalog, TOOL_ID_SEP};
-use crate::pipeline::STAGES;
+use crate::model::{Catalog, TOOL_ID_SEP, norm_tool_id};
 use crate::settings::Settings;
 use crate::stage::Manifest;
 
@@ -54,13 +53,16 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
     }
 
     let (subject, only_filter) = match id.strip_prefix("filter:") {
-        Some(rest) => (normalise_id(rest), true),
-        None => (normalise_id(id), false),
+        Some(rest) => (norm_tool_id(rest), true),
+        None => (norm_tool_id(id), false),
     };
     let item = if subject.contains(TOOL_ID_SEP) { "tool" } else { "server" };
     // Only the runs behind the current artifacts count.
-    let runs: Vec<i64> =
-        STAGES.iter().filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten()).map(|m| m.run_id).collect();
+    let runs: Vec<i64> = crate::stages::all()
+        .iter()
+        .filter_map(|s| Manifest::load(&settings.artifacts, s.spec().name).ok().flatten())
+        .map(|m| m.run_id)
+        .collect();
     let direct = ledger.events_for(&subject, &runs)?;
     let roots: Vec<i64> =
         direct.iter().filter(|e| !only_filter || e.kind == kind::FILTER_DECISION).map(|e| e.id).collect();
@@ -89,15 +91,8 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
     Ok(Explanation { id: subject, item: if only_filter { "filter decision" } else { item }, status, record, lineage })
 }
 
-fn normalise_id(id: &str) -> String {
-    match id.split_once(TOOL_ID_SEP) {
-        Some((s, t)) => crate::model::tool_id(s, t),
-        None => id.trim().to_string(),
-    }
-}
-
 fn current_record(settings: &Settings, subject: &str) -> Result<Option<Value>> {
-    let path = settings.artifacts.join("catalog").join("catalog.json");
+    let path = crate::registry::CATALOG.path(settings);
     if !path.exists() {
         return Ok(None);
     }
@@ -160,7 +155,7 @@ pub fn render(x: &Explanation) -> String {
     }
     out.push_str("\nlineage (oldest first):\n");
     for e in &x.lineage {
-        out.push_str(&format!("  #{:<6} {:<16} {:<8} run {:<4} {}\n", e.id, e.kind, e.stage, e.run_id, describe(e)));
+        out.push_str(&format!("  #{:<6} {:<16} {:<15} run {:<4} {}\n", e.id, e.kind, e.stage, e.run_id, describe(e)));
     }
     out
 }

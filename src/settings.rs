@@ -336,6 +336,23 @@ impl Config {
     }
 }
 
+/// A count that must be at least 1 (`top_k = 0` would silently produce nothing).
+pub fn check_positive(problems: &mut Vec<Problem>, key: &str, value: usize) {
+    if value == 0 {
+        problems.push(Problem::new(key, "must be at least 1"));
+    }
+}
+
+/// A real number that must be finite and within `lo..=hi` (NaN compares false
+/// with everything, so it would silently disable a threshold).
+pub fn check_range(problems: &mut Vec<Problem>, key: &str, value: f64, lo: f64, hi: f64) {
+    if !value.is_finite() {
+        problems.push(Problem::new(key, format!("must be a finite number, not {value}")));
+    } else if value < lo || value > hi {
+        problems.push(Problem::new(key, format!("must be between {lo} and {hi}, not {value}")));
+    }
+}
+
 /// Lexically normalise a path (make it absolute, drop `.` and resolve `..`)
 /// without touching the filesystem.
 pub fn normalize(p: &Path) -> PathBuf {

@@ -6,7 +6,7 @@
 //! pairs with union–find. Top-down: `efs topdown` writes requests per set,
 //! retrieves tools for each and lets the LLM pick every tool that serves it.
 //! Humans settle what is borderline (`efs review export/import`), and
-//! `efs finalize` writes `artifacts/efs/final.json` and `report.md`;
+//! `efs finalize` writes `artifacts/efs-finalize/final.json` and `report.md`;
 //! `efs compare` measures the sets against a reference EFS file.
 
 pub mod build;

@@ -22,15 +22,43 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::build::{CandidateSet, Sets, sets_path};
-use super::review::ReviewItem;
+use super::build::{CandidateSet, Sets};
 use super::verify::tool_vars;
-use crate::embed::{Embedder, INDEX, VECTORS, Vectors};
+use crate::embed::{Embedder, Vectors};
 use crate::ledger::{NewEvent, Parent, kind};
-use crate::llm::{LlmClient, Prompt, prompt_path, role_hash};
+use crate::llm::{LlmClient, Prompt};
 use crate::model::{Catalog, Server, Tool};
 use crate::settings::{Settings, section_hash};
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
+
+/// A review item from the top-down check (`items.json` is a list of these).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewItem {
+    pub set_id: String,
+    /// `outside-selected`, `member-never-selected` or `split-across-requests`.
+    pub kind: String,
+    /// The tool concerned (empty for set-level items).
+    pub tool_id: String,
+    pub detail: String,
+}
+
+/// What the top-down check flags for review.
+pub const ITEMS: Artifact<Vec<ReviewItem>> = Artifact::new("efs-topdown", "items.json");
+
+pub static SPEC: StageSpec = StageSpec {
+    name: "efs-topdown",
+    command: "efs topdown",
+    version: 1,
+    about: "cross-check each set from the user's side: requests, retrieval, LLM selection",
+    reads: &[
+        crate::filter::CATALOG.read(),
+        super::build::SETS.read(),
+        crate::embed::INDEX.read(),
+        crate::embed::VECTORS.read(),
+    ],
+    writes: &["results.json", "items.json"],
+};
 
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Requests {
@@ -151,49 +179,56 @@ fn round4(x: f64) -> f64 {
 
 pub struct TopdownStage;
 
-fn embed_dir(s: &Settings) -> std::path::PathBuf {
-    s.artifacts.join("embed")
-}
-
 impl Stage for TopdownStage {
-    fn name(&self) -> &'static str {
-        "efs-topdown"
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "efs topdown"
+
+    fn enabled(&self, settings: &Settings) -> bool {
+        settings.config.efs.is_some()
     }
-    fn version(&self) -> u32 {
-        1
+
+    fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
+        let t = &super::efs_settings(settings).topdown;
+        vec![
+            ConfigRef::new("efs.topdown.writer_role", &t.writer_role),
+            ConfigRef::new("efs.topdown.judge_role", &t.judge_role),
+        ]
     }
-    fn upstream(&self) -> &'static [&'static str] {
-        &["embed", "efs-build"]
+
+    fn prompts(&self, settings: &Settings) -> Vec<PromptRef> {
+        let t = &super::efs_settings(settings).topdown;
+        let tool = json!({"id": "s::t", "name": "t", "server": "s", "description": "d",
+            "parameters": [{"name": "p", "description": "d"}]});
+        vec![
+            PromptRef::new("efs.topdown.requests_template", &t.requests_template, json!({"tools": [tool], "n": 2})),
+            PromptRef::new(
+                "efs.topdown.select_template",
+                &t.select_template,
+                json!({"request": "r", "tools": [{"id": "s::t", "description": "d"}]}),
+            ),
+        ]
+    }
+
+    fn check(&self, settings: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        use crate::settings::check_positive;
+        let t = &super::efs_settings(settings).topdown;
+        check_positive(problems, "efs.topdown.requests_per_set", t.requests_per_set);
+        check_positive(problems, "efs.topdown.retrieve", t.retrieve);
+        check_positive(problems, "efs.topdown.concurrency", t.concurrency);
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
         let t = &super::efs_settings(settings).topdown;
-        Ok(Plan {
-            inputs: vec![
-                crate::embed::catalog_path(settings),
-                sets_path(settings),
-                embed_dir(settings).join(INDEX),
-                embed_dir(settings).join(VECTORS),
-            ],
-            prompts: vec![prompt_path(settings, &t.requests_template), prompt_path(settings, &t.select_template)],
-            config_hash: section_hash(&json!({
-                "topdown": t,
-                "writer": role_hash(settings, &t.writer_role)?,
-                "judge": role_hash(settings, &t.judge_role)?,
-            }))?,
-        })
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&json!({"topdown": t}))? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let s = ctx.settings;
         let t = &super::efs_settings(s).topdown;
-        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&crate::embed::catalog_path(s))?)?;
-        let sets: Sets = serde_json::from_slice(inputs.bytes(&sets_path(s))?).context("efs-build/sets.json")?;
-        let vectors =
-            Vectors::from_bytes(inputs.bytes(&embed_dir(s).join(INDEX))?, inputs.bytes(&embed_dir(s).join(VECTORS))?)?;
+        let catalog: Catalog = inputs.json(&crate::filter::CATALOG)?;
+        let sets: Sets = inputs.json(&super::build::SETS)?;
+        let vectors = Vectors::read(inputs)?;
         let tools: HashMap<&str, (&Server, &Tool)> =
             catalog.tools().map(|(sv, tl)| (tl.id.as_str(), (sv, tl))).collect();
         let mut checkpoint = ctx.checkpoint()?;
@@ -202,7 +237,7 @@ impl Stage for TopdownStage {
         let mut embedder: Option<Embedder> = None;
         let ledger = crate::ledger::Ledger::open(&s.artifacts)?;
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-        let client = rt.block_on(LlmClient::from_settings(s, self.name(), run_id))?;
+        let client = rt.block_on(LlmClient::from_settings(s, SPEC.name, run_id))?;
         let mut results: Vec<SetResult> = Vec::new();
         let mut failures = Vec::new();
         for set in &sets.sets {
@@ -267,7 +302,7 @@ impl Stage for TopdownStage {
                             .value
                             .selected
                             .iter()
-                            .map(|x| crate::efs::compare::normalise_id(x))
+                            .map(|x| crate::model::norm_tool_id(x))
                             .partition(|x| known.contains(x.as_str()));
                         selected.sort();
                         selected.dedup();
@@ -341,7 +376,7 @@ impl Stage for TopdownStage {
                 "rag_hit_rate": mean(&|r| f64::from(u8::from(r.rag_hit))),
             }),
         )?;
-        out.json("items.json", &items)?;
+        out.json(ITEMS.file, &items)?;
         out.count("sets", results.len());
         out.count("review_items", items.len());
         let count = |k: &str| items.iter().filter(|i| i.kind == k).count();

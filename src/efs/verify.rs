@@ -23,14 +23,37 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::build::{Verdict, verdicts_path};
-use super::pairs::{Pair, pairs_path, read_csv};
+use super::pairs::Pair;
 use crate::embed::described_parameters;
 use crate::ledger::{NewEvent, Parent, kind};
-use crate::llm::{LlmClient, Prompt, prompt_path, role_hash};
+use crate::llm::{LlmClient, Prompt};
 use crate::model::{Catalog, Server, Tool};
 use crate::settings::{Settings, section_hash};
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
+
+/// One verdict (`verdicts.json` is a list of these, sorted by `(a, b)`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Verdict {
+    pub a: String,
+    pub b: String,
+    pub equivalent: bool,
+    pub reason: String,
+    /// Request hash of the LLM exchange that gave the verdict (see [`super::exchange_hash`]).
+    pub exchange: String,
+}
+
+/// Every pair's verdict.
+pub const VERDICTS: Artifact<Vec<Verdict>> = Artifact::new("efs-verify", "verdicts.json");
+
+pub static SPEC: StageSpec = StageSpec {
+    name: "efs-verify",
+    command: "efs verify",
+    version: 1,
+    about: "the LLM judges each candidate pair: equivalent or not, with a reason",
+    reads: &[crate::filter::CATALOG.read(), super::pairs::PAIRS.read()],
+    writes: &["verdicts.json"],
+};
 
 /// The verifier's typed answer.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -59,34 +82,43 @@ pub fn tool_vars(server: &Server, tool: &Tool) -> serde_json::Value {
 pub struct VerifyStage;
 
 impl Stage for VerifyStage {
-    fn name(&self) -> &'static str {
-        "efs-verify"
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "efs verify"
+
+    fn enabled(&self, settings: &Settings) -> bool {
+        settings.config.efs.is_some()
     }
-    fn version(&self) -> u32 {
-        1
+
+    fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
+        vec![ConfigRef::new("efs.verify.role", &super::efs_settings(settings).verify.role)]
     }
-    fn upstream(&self) -> &'static [&'static str] {
-        &["efs-pairs"]
+
+    fn prompts(&self, settings: &Settings) -> Vec<PromptRef> {
+        let tool = json!({"id": "s::t", "name": "t", "server": "s", "description": "d",
+            "parameters": [{"name": "p", "description": "d"}]});
+        let v = &super::efs_settings(settings).verify;
+        vec![PromptRef::new("efs.verify.template", &v.template, json!({"tool_a": tool, "tool_b": tool}))]
+    }
+
+    fn check(&self, settings: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        crate::settings::check_positive(
+            problems,
+            "efs.verify.concurrency",
+            super::efs_settings(settings).verify.concurrency,
+        );
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
         let v = &super::efs_settings(settings).verify;
-        Ok(Plan {
-            inputs: vec![crate::embed::catalog_path(settings), pairs_path(settings)],
-            prompts: vec![prompt_path(settings, &v.template)],
-            config_hash: section_hash(&json!({"verify": v, "role": role_hash(settings, &v.role)?}))?,
-        })
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&json!({"verify": v}))? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let s = ctx.settings;
         let v = &super::efs_settings(s).verify;
-        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&crate::embed::catalog_path(s))?)
-            .context("the filtered catalog is not valid")?;
-        let pairs = read_csv(inputs.bytes(&pairs_path(s))?, &s.display_path(&pairs_path(s)))?;
+        let catalog: Catalog = inputs.json(&crate::filter::CATALOG)?;
+        let pairs = super::pairs::read_pairs(inputs)?;
         let tools: HashMap<&str, (&Server, &Tool)> = catalog.tools().map(|(sv, t)| (t.id.as_str(), (sv, t))).collect();
         let mut checkpoint = ctx.checkpoint()?;
         let resumed = pairs.iter().filter(|p| checkpoint.get(&p.key()).is_some()).count();
@@ -99,7 +131,7 @@ impl Stage for VerifyStage {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
         let mut failures: Vec<String> = Vec::new();
         let client = rt.block_on(async {
-            let client = LlmClient::from_settings(s, self.name(), run_id).await?;
+            let client = LlmClient::from_settings(s, SPEC.name, run_id).await?;
             let sem = Arc::new(tokio::sync::Semaphore::new(v.concurrency.max(1)));
             let mut set = tokio::task::JoinSet::new();
             for p in todo {
@@ -177,8 +209,7 @@ impl Stage for VerifyStage {
             out.event(ev);
         }
         let yes = verdicts.iter().filter(|x| x.equivalent).count();
-        let path = verdicts_path(s);
-        out.json(path.file_name().and_then(|f| f.to_str()).unwrap_or("verdicts.json"), &verdicts)?;
+        out.json(VERDICTS.file, &verdicts)?;
         out.count("pairs", verdicts.len());
         out.count("equivalent", yes);
         out.notes.push(format!(

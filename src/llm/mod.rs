@@ -451,7 +451,7 @@ impl LlmClient {
         item: &str,
     ) -> Result<Reply<ChatTurn>, LlmError> {
         let r = self.role(role, item)?;
-        let wire: Vec<Value> = messages.iter().map(chat_message_json).collect();
+        let wire: Vec<Value> = messages.iter().map(|m| openai_message(m, CallIndex::Omit)).collect();
         let mut extra = serde_json::Map::new();
         if !tools.is_empty() {
             extra.insert(
@@ -686,7 +686,18 @@ fn request_body(r: &Role, messages: &[Value], extra: &serde_json::Map<String, Va
     Value::Object(b)
 }
 
-fn chat_message_json(m: &ChatMessage) -> Value {
+/// Whether the tool calls of an assistant message carry their position (`index`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallIndex {
+    /// What a chat request sends.
+    Omit,
+    /// What FinMCP trajectories store (and `execute` records).
+    Include,
+}
+
+/// A message in OpenAI chat format: the one place that writes it, for requests and for
+/// recorded trajectories.
+pub fn openai_message(m: &ChatMessage, index: CallIndex) -> Value {
     match m {
         ChatMessage::System(s) => json!({"role": "system", "content": s}),
         ChatMessage::User(s) => json!({"role": "user", "content": s}),
@@ -696,13 +707,20 @@ fn chat_message_json(m: &ChatMessage) -> Value {
                 v["tool_calls"] = Value::Array(
                     tool_calls
                         .iter()
-                        .map(|c| {
-                            json!({"id": c.id, "type": "function", "function": {
-                            "name": c.name,
-                            "arguments": match &c.arguments {
+                        .enumerate()
+                        .map(|(i, c)| {
+                            let mut call = serde_json::Map::new();
+                            call.insert("id".into(), json!(c.id));
+                            call.insert("type".into(), json!("function"));
+                            if index == CallIndex::Include {
+                                call.insert("index".into(), json!(i));
+                            }
+                            let arguments = match &c.arguments {
                                 Value::String(s) => s.clone(),
                                 other => other.to_string(),
-                            }}})
+                            };
+                            call.insert("function".into(), json!({"name": c.name, "arguments": arguments}));
+                            Value::Object(call)
                         })
                         .collect(),
                 );
@@ -814,5 +832,32 @@ mod tests {
         assert!(e.contains("n"), "{e}");
         let e = validate::<V>("no json here", &val).unwrap_err();
         assert!(e.contains("no JSON"), "{e}");
+    }
+
+    #[test]
+    fn openai_messages_differ_only_by_the_call_index() {
+        let m = ChatMessage::Assistant {
+            content: None,
+            tool_calls: vec![
+                ToolCall { id: "c1".into(), name: "f".into(), arguments: json!({"a": 1}) },
+                ToolCall { id: "c2".into(), name: "g".into(), arguments: json!("not json") },
+            ],
+        };
+        assert_eq!(
+            openai_message(&m, CallIndex::Omit).to_string(),
+            r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}},{"id":"c2","type":"function","function":{"name":"g","arguments":"not json"}}]}"#
+        );
+        assert_eq!(
+            openai_message(&m, CallIndex::Include).to_string(),
+            r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","index":0,"function":{"name":"f","arguments":"{\"a\":1}"}},{"id":"c2","type":"function","index":1,"function":{"name":"g","arguments":"not json"}}]}"#
+        );
+        let plain = ChatMessage::Assistant { content: Some("hi".into()), tool_calls: vec![] };
+        for index in [CallIndex::Omit, CallIndex::Include] {
+            assert_eq!(openai_message(&plain, index), json!({"role": "assistant", "content": "hi"}));
+            assert_eq!(
+                openai_message(&ChatMessage::Tool { call_id: "c1".into(), content: "r".into() }, index),
+                json!({"role": "tool", "tool_call_id": "c1", "content": "r"})
+            );
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! `benchgen registry …`: get a catalog of MCP servers and tools into
-//! `artifacts/catalog/`.
+//! `artifacts/registry-import/`.
 //!
 //! `registry import` reads a snapshot file (ETOM's `mcp_registry.json` format) or one or
 //! more scraped snapshot folders (merged); `registry scrape` fetches those folders from
@@ -24,7 +24,7 @@ use crate::error::{InputError, Problem};
 use crate::ledger::{NewEvent, Parent, kind};
 use crate::model::Catalog;
 use crate::settings::{RegistryFormat, Settings, section_hash};
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
 
 /// A remark about the input that did not stop the import (a trimmed name, an
 /// ignored field, a header count that disagrees with the file).
@@ -62,57 +62,67 @@ pub struct Imported {
     pub origins: Vec<Origin>,
 }
 
-/// The `catalog` stage, run by `registry import`.
-pub struct CatalogStage {
-    pub source: PathBuf,
-    pub format: RegistryFormat,
+/// The imported catalog (`registry import`), read by `filter` and `stats`.
+pub const CATALOG: Artifact<Catalog> = Artifact::new("registry-import", "catalog.json");
+
+pub static SPEC: StageSpec = StageSpec {
+    name: "registry-import",
+    command: "registry import",
+    version: 1,
+    about: "import a registry snapshot into a normalised catalog",
+    reads: &[],
+    // The last five only from scraped snapshots (see `docs/registry.md`).
+    writes: &[
+        "catalog.json",
+        "import_report.json",
+        "merge.md",
+        "merge_summary.json",
+        "conflicts.csv",
+        "review.csv",
+        "categories.csv",
+    ],
+};
+
+/// The `registry-import` stage, with optional command-line overrides of `[registry]`.
+#[derive(Debug, Clone, Default)]
+pub struct ImportStage {
+    pub file: Option<PathBuf>,
+    pub format: Option<RegistryFormat>,
     pub lenient: bool,
-    /// Scraped snapshot folders to import and merge (priority order) instead of `source`.
-    pub snapshots: Vec<PathBuf>,
-    pub categories: categories::CategorySettings,
 }
 
-impl CatalogStage {
-    /// The stage as the pipeline config describes it, with optional command-line overrides.
-    pub fn from_settings(
-        settings: &Settings,
-        file: Option<PathBuf>,
-        format: Option<RegistryFormat>,
-        lenient: bool,
-    ) -> Result<Self> {
-        let reg = &settings.config.registry;
-        let format = format.unwrap_or(reg.format);
-        let categories = reg.categories.clone();
-        if format != RegistryFormat::Etom || (file.is_none() && !reg.snapshots.is_empty()) {
-            let snapshots: Vec<PathBuf> = match &file {
-                Some(f) => vec![crate::settings::normalize(f)],
-                None => reg.snapshots.iter().map(|p| settings.resolve(p)).collect(),
-            };
-            if snapshots.is_empty() {
-                return Err(crate::error::hinted(
-                    "no snapshot folder to import",
-                    "pass one (`benchgen registry import --format glama raw/registry/glama/ID`) or set `registry.snapshots`",
-                ));
-            }
-            let source = snapshots[0].clone();
-            return Ok(Self { source, format, lenient: lenient || reg.lenient, snapshots, categories });
+impl ImportStage {
+    fn source(&self, settings: &Settings) -> Result<PathBuf> {
+        match (&self.file, &settings.config.registry.source) {
+            (Some(f), _) => Ok(crate::settings::normalize(f)),
+            (None, Some(s)) => Ok(settings.resolve(s)),
+            (None, None) => Err(crate::error::hinted(
+                format!(
+                    "no registry snapshot to import: `{}` has no `registry.source`",
+                    settings.config_path.display()
+                ),
+                "pass a file (`benchgen registry import FILE`) or set `[registry] source = \"raw/…\"`",
+            )),
         }
-        let source = match file {
-            Some(f) => crate::settings::normalize(&f),
-            None => match &reg.source {
-                Some(s) => settings.resolve(s),
-                None => {
-                    return Err(crate::error::hinted(
-                        format!(
-                            "no registry snapshot to import: `{}` has no `registry.source`",
-                            settings.config_path.display()
-                        ),
-                        "pass a file (`benchgen registry import FILE`) or set `[registry] source = \"raw/…\"`",
-                    ));
-                }
-            },
-        };
-        Ok(Self { source, format, lenient: lenient || reg.lenient, snapshots: vec![], categories })
+    }
+
+    /// Scraped snapshot folders to import and merge (priority order); empty for ETOM's file.
+    fn snapshots(&self, settings: &Settings) -> Vec<PathBuf> {
+        let reg = &settings.config.registry;
+        let format = self.format.unwrap_or(reg.format);
+        match &self.file {
+            Some(f) if format != RegistryFormat::Etom => vec![crate::settings::normalize(f)],
+            Some(_) => vec![],
+            None if format != RegistryFormat::Etom || !reg.snapshots.is_empty() => {
+                reg.snapshots.iter().map(|p| settings.resolve(p)).collect()
+            }
+            None => vec![],
+        }
+    }
+
+    fn settings(&self, settings: &Settings) -> ImportSettings {
+        let reg = &settings.config.registry;
+        ImportSettings { format: self.format.unwrap_or(reg.format), lenient: self.lenient || reg.lenient }
     }
 }
 
@@ -133,54 +143,48 @@ struct ImportReport<'a> {
     rejected: &'a [Rejected],
 }
 
-impl Stage for CatalogStage {
-    fn name(&self) -> &'static str {
-        "catalog"
-    }
-    fn command(&self) -> &'static str {
-        "registry import"
-    }
-    fn version(&self) -> u32 {
-        1
-    }
-    fn upstream(&self) -> &'static [&'static str] {
-        &[]
+impl Stage for ImportStage {
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
 
-    fn plan(&self, _settings: &Settings) -> Result<Plan> {
-        if !self.snapshots.is_empty() {
-            let (prompts, role) = match &self.categories.classifier_role {
-                Some(r) => (
-                    vec![crate::llm::prompt_path(_settings, categories::CLASSIFY_PROMPT)],
-                    Some(crate::llm::role_hash(_settings, r)?),
-                ),
-                None => (vec![], None),
-            };
+    fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
+        let role = settings.config.registry.categories.classifier_role.as_ref();
+        role.map(|r| ConfigRef::new("registry.categories.classifier_role", r)).into_iter().collect()
+    }
+
+    fn prompts(&self, settings: &Settings) -> Vec<PromptRef> {
+        if settings.config.registry.categories.classifier_role.is_none() {
+            return Vec::new();
+        }
+        let vars = serde_json::json!({
+            "name": "s", "description": "d", "tools": ["t"], "source_categories": ["c"], "taxonomy": ["x"],
+        });
+        vec![PromptRef::new("registry.categories.classifier_role", categories::CLASSIFY_PROMPT, vars)]
+    }
+
+    fn plan(&self, settings: &Settings) -> Result<Plan> {
+        let snapshots = self.snapshots(settings);
+        if !snapshots.is_empty() {
             return Ok(Plan {
-                inputs: self.snapshots.iter().map(|d| snapshot_files(d)).collect::<Result<Vec<_>>>()?.concat(),
-                prompts,
-                config_hash: section_hash(&(
-                    ImportSettings { format: self.format, lenient: self.lenient },
-                    &self.categories,
-                    role,
-                ))?,
+                inputs: snapshots.iter().map(|d| snapshot_files(d)).collect::<Result<Vec<_>>>()?.concat(),
+                config_hash: section_hash(&(self.settings(settings), &settings.config.registry.categories))?,
             });
         }
-        Ok(Plan {
-            inputs: vec![self.source.clone()],
-            prompts: vec![],
-            config_hash: section_hash(&ImportSettings { format: self.format, lenient: self.lenient })?,
-        })
+        Ok(Plan { inputs: vec![self.source(settings)?], config_hash: section_hash(&self.settings(settings))? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
-        if !self.snapshots.is_empty() {
-            return self.run_snapshots(ctx, inputs, out);
+        let snapshots = self.snapshots(ctx.settings);
+        if !snapshots.is_empty() {
+            return self.run_snapshots(ctx, inputs, out, &snapshots);
         }
-        let bytes = inputs.bytes(&self.source)?;
-        let shown = ctx.settings.display_path(&self.source);
-        let imported = match self.format {
-            RegistryFormat::Etom => etom::parse(bytes, self.lenient),
+        let source = self.source(ctx.settings)?;
+        let ImportSettings { format, lenient } = self.settings(ctx.settings);
+        let bytes = inputs.bytes(&source)?;
+        let shown = ctx.settings.display_path(&source);
+        let imported = match format {
+            RegistryFormat::Etom => etom::parse(bytes, lenient),
             _ => unreachable!("scraped formats are imported as snapshot folders"),
         }
         .map_err(|problems| InputError { file: shown.clone(), problems })?;
@@ -206,7 +210,7 @@ impl Stage for CatalogStage {
             serde_json::json!({
                 "path": shown,
                 "sha256": crate::store::sha256_hex(bytes),
-                "format": self.format,
+                "format": format,
                 "bytes": bytes.len(),
             }),
         ));
@@ -249,7 +253,7 @@ impl Stage for CatalogStage {
             "import_report.json",
             &ImportReport {
                 source: shown.clone(),
-                format: self.format,
+                format,
                 servers: catalog.servers.len(),
                 tools: catalog.tool_count(),
                 categories: categories.len(),
@@ -284,14 +288,16 @@ fn snapshot_files(dir: &std::path::Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-impl CatalogStage {
+impl ImportStage {
     /// Import and merge scraped snapshots (one is a merge of one).
-    fn run_snapshots(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+    fn run_snapshots(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output, dirs: &[PathBuf]) -> Result<()> {
+        let cats_cfg = &ctx.settings.config.registry.categories;
+        let format = self.settings(ctx.settings).format;
         let mut snaps: Vec<(String, pages::SourceKind, commands::Reader)> = Vec::new();
-        for d in &self.snapshots {
+        for d in dirs {
             let st = commands::snapshot_state(d)?;
-            if self.snapshots.len() == 1 && self.format != RegistryFormat::Etom {
-                let want = match self.format {
+            if dirs.len() == 1 && format != RegistryFormat::Etom {
+                let want = match format {
                     RegistryFormat::Glama => pages::SourceKind::Glama,
                     RegistryFormat::Official => pages::SourceKind::Official,
                     _ => pages::SourceKind::Smithery,
@@ -315,8 +321,8 @@ impl CatalogStage {
                 Box::new(move |rel: &str| Ok(inputs.bytes(&dir.join(rel))?.to_vec())),
             ));
         }
-        let (mut merged, mut cats, notes) = commands::build_catalog(&snaps, &self.categories)?;
-        categories::classify_with_llm(ctx, &mut merged.catalog.servers, &self.categories, &mut cats, out)?;
+        let (mut merged, mut cats, notes) = commands::build_catalog(&snaps, cats_cfg)?;
+        categories::classify_with_llm(ctx, &mut merged.catalog.servers, cats_cfg, &mut cats, out)?;
         for n in &notes {
             if ctx.printer.verbose > 0 {
                 ctx.printer.warn(&format!("{}: {}", n.location, n.message));
@@ -332,7 +338,7 @@ impl CatalogStage {
             "import_report.json",
             &ImportReport {
                 source: snaps.iter().map(|s| s.0.clone()).collect::<Vec<_>>().join(", "),
-                format: self.format,
+                format,
                 servers: catalog.servers.len(),
                 tools: catalog.tool_count(),
                 categories: categories.len(),
