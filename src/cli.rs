@@ -298,6 +298,11 @@ pub enum RegistryCommand {
     /// every record left out). Invalid records (duplicates, tools without names,
     /// schemas that are not JSON-Schema objects, wrong types) stop the import with
     /// their locations, unless `--lenient`. Skipped when up to date.
+    ///
+    /// With `--format glama|official|smithery` FILE is a scraped snapshot folder; without
+    /// FILE, `registry.snapshots` are merged in order. Those imports also write `merge.md`,
+    /// `merge_summary.json`, `conflicts.csv`, `review.csv` and `categories.csv` (see
+    /// docs/registry.md).
     Import(ImportArgs),
     /// Page through a registry API and save every page as received.
     ///
