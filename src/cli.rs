@@ -300,7 +300,69 @@ pub enum RegistryCommand {
     /// every record left out). Invalid records (duplicates, tools without names,
     /// schemas that are not JSON-Schema objects, wrong types) stop the import with
     /// their locations, unless `--lenient`. Skipped when up to date.
+    ///
+    /// With `--format glama|official|smithery` FILE is a scraped snapshot folder; without
+    /// FILE, `registry.snapshots` are merged in order. Those imports also write `merge.md`,
+    /// `merge_summary.json`, `conflicts.csv`, `review.csv` and `categories.csv` (see
+    /// docs/registry.md).
     Import(ImportArgs),
+    /// Page through a registry API and save every page as received.
+    ///
+    /// Reads `[registry.sources.NAME]` (kind glama, official or smithery; base_url,
+    /// api_key_env, page_size, rate_per_s, burst, max_pages, timeouts). Writes
+    /// `raw/registry/NAME/SNAPSHOT/` (`page-NNNNNN.json`, Smithery `details/`, and
+    /// `state.json`). Resumes the latest unfinished snapshot of the source unless
+    /// `--new` or `--snapshot`; a saved page is never fetched again.
+    Scrape(ScrapeArgs),
+    /// Merge scraped snapshots of several sources into one catalog with provenance.
+    ///
+    /// Reads each SNAPSHOT folder (default: `registry.snapshots`, else the latest complete
+    /// snapshot of every configured source, by name); the first has the highest priority. Writes `catalog.json`,
+    /// `merge.md`, `conflicts.csv`, `review.csv` and `categories.csv` into `--out`.
+    Merge(MergeArgs),
+    /// List tools live over MCP for catalog servers that have none.
+    ///
+    /// Starts allowed npm/PyPI packages (pinned versions) or connects to Streamable
+    /// HTTP remotes (`[registry.tools]`), each under a time and memory limit. Writes
+    /// the catalog with the tools to `--out` and per-server outcomes to `live.json`
+    /// beside it.
+    Tools(ToolsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ScrapeArgs {
+    /// The `[registry.sources.NAME]` section to scrape.
+    #[arg(long)]
+    pub source: String,
+    /// Snapshot id (folder name); default: resume the latest unfinished one, else a new
+    /// id from the UTC time.
+    #[arg(long)]
+    pub snapshot: Option<String>,
+    /// Start a new snapshot even when an unfinished one exists.
+    #[arg(long = "new", conflicts_with = "snapshot")]
+    pub fresh: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Snapshot folders in priority order.
+    pub snapshots: Vec<PathBuf>,
+    /// Output folder (default `artifacts/registry-merge/`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ToolsArgs {
+    /// Catalog to complete.
+    #[arg(long)]
+    pub catalog: PathBuf,
+    /// Output folder (`catalog.json`, `live.json`, `logs/`).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Only these servers (default: every server without tools).
+    #[arg(long = "server")]
+    pub servers: Vec<String>,
 }
 
 #[derive(Debug, Args)]

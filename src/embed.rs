@@ -577,6 +577,7 @@ mod tests {
             categories: vec![],
             license: None,
             tools: vec![],
+            registry: None,
         };
         (s, t)
     }

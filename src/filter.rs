@@ -686,6 +686,7 @@ mod tests {
             categories: vec!["x".into()],
             license: None,
             tools,
+            registry: None,
         }
     }
 

@@ -75,6 +75,9 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             let stage = registry::ImportStage { file: a.file.clone(), format: a.format, lenient: a.lenient };
             run_one(&ctx, &stage, a.force.force)
         }
+        Command::Registry(RegistryCommand::Scrape(a)) => registry::commands::scrape(&settings, printer, a),
+        Command::Registry(RegistryCommand::Merge(a)) => registry::commands::merge(&settings, printer, a),
+        Command::Registry(RegistryCommand::Tools(a)) => registry::commands::tools(&settings, printer, a),
         Command::Filter(f) => run_named(&ctx, "filter", f.force),
         Command::Stats(f) => run_named(&ctx, "stats", f.force),
         Command::Embed(f) => run_named(&ctx, "embed", f.force),

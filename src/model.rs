@@ -71,6 +71,95 @@ pub struct Server {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub license: Option<String>,
     pub tools: Vec<Tool>,
+    /// Where a scraped server came from (registry ids, repository, packages, remotes,
+    /// per-field provenance). Absent for catalogs imported from ETOM's snapshot, so those
+    /// serialise exactly as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<Box<RegistryInfo>>,
+}
+
+/// Registry metadata of one server (see `docs/registry.md`, "Catalog fields").
+///
+/// Every collection is skipped when empty so a record carries only what its sources said.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryInfo {
+    /// Per source name: the server's id, page URL and snapshot in that source.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sources: std::collections::BTreeMap<String, SourceRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<Package>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remotes: Vec<Remote>,
+    /// Categories (or attributes) as the sources gave them, before mapping.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub source_categories: Vec<String>,
+    /// Why each entry of `categories` was assigned.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub category_reasons: Vec<CategoryReason>,
+    /// Where the tool list came from: `"<source> snapshot <id>"` or `"listed live at <time>"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools_from: Option<String>,
+    /// Per field: which source said what (only fields some source set).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub provenance: std::collections::BTreeMap<String, Vec<FieldClaim>>,
+    /// Source fields benchgen does not model, kept as given (`"<source>.<field>"` keys).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub extra: std::collections::BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SourceRef {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub url: String,
+    pub snapshot: String,
+    /// When the snapshot was taken (RFC 3339, UTC).
+    pub fetched_at: String,
+}
+
+/// A runnable package (`registry_type` is `npm`, `pypi`, `oci`, …).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(deny_unknown_fields)]
+pub struct Package {
+    pub registry_type: String,
+    pub identifier: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<String>,
+}
+
+/// A remote endpoint (`transport` is `streamable-http`, `sse`, …).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(deny_unknown_fields)]
+pub struct Remote {
+    pub transport: String,
+    pub url: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CategoryReason {
+    pub category: String,
+    /// `rule`, `llm` or `source`.
+    pub by: String,
+    pub reason: String,
+}
+
+/// One source's value for one field.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FieldClaim {
+    pub source: String,
+    pub at: String,
+    pub value: Value,
+    /// This claim's value is the one the catalog uses.
+    #[serde(default)]
+    pub chosen: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -78,6 +78,12 @@ pub enum RegistryFormat {
     /// ETOM's `mcp_registry.json` (`{total_servers, total_tools, servers: [...]}`).
     #[default]
     Etom,
+    /// A scraped Glama snapshot folder (`raw/registry/<source>/<snapshot>/`).
+    Glama,
+    /// A scraped official MCP Registry snapshot folder.
+    Official,
+    /// A scraped Smithery snapshot folder.
+    Smithery,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
@@ -90,6 +96,19 @@ pub struct RegistrySettings {
     /// Drop invalid records (each recorded with its reason) instead of failing.
     #[serde(default)]
     pub lenient: bool,
+    /// Scraped snapshot folders that `registry import` merges into one catalog (in priority
+    /// order) instead of reading `source` (see `docs/registry.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<PathBuf>,
+    /// Registry APIs that `registry scrape --source NAME` pages through.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sources: std::collections::BTreeMap<String, crate::registry::scrape::SourceSettings>,
+    /// Mapping of source categories onto one taxonomy.
+    #[serde(default)]
+    pub categories: crate::registry::categories::CategorySettings,
+    /// Live tool listing (`registry tools`).
+    #[serde(default)]
+    pub tools: crate::registry::tools::ToolsSettings,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]

@@ -532,6 +532,7 @@ mod tests {
                     categories: vec![],
                     license: None,
                     tools,
+                    registry: None,
                 })
                 .collect(),
         }

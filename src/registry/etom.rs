@@ -286,6 +286,7 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
             categories,
             license,
             tools,
+            registry: None,
         });
     }
 

@@ -22,6 +22,8 @@ mod mcp_cli;
 mod mcp_client;
 mod mcp_sandbox;
 mod pipeline;
+mod registry;
+mod registry_bench;
 mod score_cli;
 mod score_compat;
 mod score_properties;

@@ -11,6 +11,7 @@ use std::process::Output;
 use assert_cmd::Command;
 
 pub mod mcp_assets;
+pub mod registry_fixture;
 pub mod score_fixtures;
 pub mod scripted_llm;
 
