@@ -15,6 +15,7 @@ use anyhow::Result;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
+use crate::llm::batch::{Batch, BatchOptions, Item, ItemError};
 use crate::model::{CategoryReason, Server};
 
 /// ETOM's 30 categories (Glama's category slugs, spelling as in ETOM's snapshot).
@@ -341,6 +342,17 @@ mod tests {
 /// Prompt template (under the prompts folder) of the category classifier.
 pub const CLASSIFY_PROMPT: &str = "registry-categories";
 
+/// One server's classification, as checkpointed by the batch.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Answer {
+    /// The model's category (not yet matched against the taxonomy), or none when its
+    /// answer stayed invalid.
+    category: Option<String>,
+    reason: String,
+    /// Request hash of the exchange (stable across reruns).
+    exchange: String,
+}
+
 /// The classifier's typed answer.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 struct LlmCategory {
@@ -368,61 +380,61 @@ pub fn classify_with_llm(
         Some(t) => t.clone(),
         None => ETOM_TAXONOMY.iter().map(|s| s.to_string()).collect(),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let run_id = ctx.ledger_run()?;
-    let client = rt.block_on(crate::llm::LlmClient::from_settings(ctx.settings, "catalog", run_id))?;
     let wanted: BTreeSet<String> = report.unassigned.iter().cloned().collect();
     let idx: Vec<usize> =
         servers.iter().enumerate().filter(|(_, s)| wanted.contains(&s.name)).map(|(i, _)| i).collect();
-    let pb = ctx.printer.progress(idx.len() as u64, "categories");
-    let results = rt.block_on(futures::future::join_all(idx.iter().map(|&i| {
-        let s = &servers[i];
-        let vars = serde_json::json!({
-            "name": s.name,
-            "description": s.description,
-            "tools": s.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
-            "source_categories": s.registry.as_ref().map(|r| r.source_categories.clone()).unwrap_or_default(),
-            "taxonomy": taxonomy,
-        });
-        let client = client.clone();
-        let pb = pb.clone();
-        let item = format!("category:{}", s.name);
-        async move {
-            let r = client.typed::<LlmCategory>(role, &crate::llm::Prompt::new(CLASSIFY_PROMPT, vars), &item).await;
-            pb.inc(1);
-            r
+    let items: Vec<(String, serde_json::Value)> = idx
+        .iter()
+        .map(|&i| {
+            let s = &servers[i];
+            let vars = serde_json::json!({
+                "name": s.name,
+                "description": s.description,
+                "tools": s.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+                "source_categories": s.registry.as_ref().map(|r| r.source_categories.clone()).unwrap_or_default(),
+                "taxonomy": taxonomy,
+            });
+            (format!("category:{}", s.name), vars)
+        })
+        .collect();
+    let opts = BatchOptions::new(crate::registry::SPEC.name, "categories", "servers");
+    let mut batch = Batch::new(ctx, opts)?;
+    let done = batch.run(items, |vars, llm: Item| async move {
+        // An answer that stays invalid leaves the server unassigned, with the reason.
+        match llm.typed::<LlmCategory>(role, &crate::llm::Prompt::new(CLASSIFY_PROMPT, vars)).await {
+            Ok(reply) => Ok(Answer {
+                category: Some(reply.value.category.trim().to_string()),
+                reason: reply.value.reason.trim().to_string(),
+                exchange: reply.exchange,
+            }),
+            Err(e) if e.is_item_level() => {
+                Ok(Answer { category: None, reason: e.to_string(), exchange: String::new() })
+            }
+            Err(e) => Err(ItemError::from(e)),
         }
-    })));
-    pb.finish_and_clear();
+    })?;
+    batch.finish(out)?;
     let mut still = Vec::new();
-    for (&i, r) in idx.iter().zip(results) {
+    for &i in &idx {
         let s = &mut servers[i];
-        match r {
-            Ok(reply) => {
-                let answer = reply.value.category.trim().to_string();
-                match taxonomy.iter().find(|t| normal(t) == normal(&answer)) {
-                    Some(t) => {
-                        s.categories = vec![t.clone()];
-                        if let Some(info) = s.registry.as_mut() {
-                            info.category_reasons = vec![CategoryReason {
-                                category: t.clone(),
-                                by: "llm".into(),
-                                reason: format!("{role} (ledger #{}): {}", reply.event_id, reply.value.reason.trim()),
-                            }];
-                        }
-                        report.assigned += 1;
-                    }
-                    None => still.push(s.name.clone()),
+        let answer = done.values.get(&format!("category:{}", s.name));
+        let known =
+            answer.and_then(|a| a.category.as_ref().and_then(|c| taxonomy.iter().find(|t| normal(t) == normal(c))));
+        match (answer, known) {
+            (Some(a), Some(t)) => {
+                s.categories = vec![t.clone()];
+                if let Some(info) = s.registry.as_mut() {
+                    info.category_reasons = vec![CategoryReason {
+                        category: t.clone(),
+                        by: "llm".into(),
+                        reason: format!("{role} (exchange {}): {}", a.exchange, a.reason),
+                    }];
                 }
+                report.assigned += 1;
             }
-            Err(e) if e.is_item_level() => still.push(s.name.clone()),
-            Err(e) => {
-                client.add_counts(out);
-                return Err(anyhow::Error::new(e).context("the category classifier failed"));
-            }
+            _ => still.push(s.name.clone()),
         }
     }
-    client.add_counts(out);
     report.unassigned = still;
     Ok(())
 }
