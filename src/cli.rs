@@ -403,7 +403,7 @@ pub struct SandboxArgs {
     /// Serve Streamable HTTP on this loopback address (e.g. `127.0.0.1:0` for any port).
     #[arg(long, value_name = "ADDR")]
     pub http: Option<std::net::SocketAddr>,
-    /// Seed of the answers (default: `project.seed`).
+    /// Seed of the answers, printed at start (default: 0 with `--catalog`, else `project.seed`).
     #[arg(long)]
     pub seed: Option<u64>,
     /// Tools per `tools/list` page.

@@ -26,6 +26,7 @@ pub mod extract;
 pub mod local;
 pub mod ping;
 pub mod record;
+pub mod redact;
 pub mod stats;
 pub mod transport;
 

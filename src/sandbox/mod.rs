@@ -392,6 +392,18 @@ where
     Ok(())
 }
 
+/// Accepted connections with Nagle's algorithm off. A response goes out in several small
+/// writes (headers, then SSE events); with Nagle on, a peer that reuses its connection and
+/// delays its ACKs waits ~40 ms for every call after the first.
+fn nodelay(listener: tokio::net::TcpListener) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
+    use axum::serve::ListenerExt;
+    listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY on a sandbox connection: {e}");
+        }
+    })
+}
+
 /// A running Streamable HTTP sandbox.
 pub struct HttpSandbox {
     pub addr: SocketAddr,
@@ -437,9 +449,26 @@ pub async fn serve_http(sandbox: &Sandbox, addr: SocketAddr) -> Result<HttpSandb
     let router = axum::Router::new().nest_service("/mcp", service);
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot bind {addr}"))?;
     let addr = listener.local_addr()?;
+    let listener = nodelay(listener);
     let s2 = stop.clone();
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, router).with_graceful_shutdown(async move { s2.cancelled_owned().await }).await;
     });
     Ok(HttpSandbox { addr, stop, task })
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::serve::Listener;
+
+    #[tokio::test]
+    async fn http_connections_have_nagle_off() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut l = super::nodelay(l);
+        let client = tokio::spawn(async move { tokio::net::TcpStream::connect(addr).await.unwrap() });
+        let (tcp, _) = l.accept().await;
+        assert!(tcp.nodelay().unwrap(), "TCP_NODELAY is set on accepted connections");
+        drop(client.await.unwrap());
+    }
 }

@@ -12,6 +12,7 @@ mod embed_minilm;
 mod execute_agent;
 mod foundation_cli;
 mod foundation_safety;
+mod harden;
 mod llm_cli;
 mod llm_client;
 mod llm_local;
