@@ -172,10 +172,11 @@ fn api_key_echoed_at_any_offset_and_encoding_leaks_nowhere() {
 
 #[test]
 fn api_key_straddling_the_display_cut_leaks_into_no_output_line() {
-    // `llm ping` through the binary, verbose, at the offsets around the 500-character cut.
+    // `llm ping` through the binary, verbose, at the offsets around the cuts (300
+    // characters of a body before the fix, 500 of a message now).
     let next = Arc::new(AtomicUsize::new(0));
     let offsets: Vec<(usize, &str)> =
-        FORMS.iter().flat_map(|f| (470..=505).step_by(5).map(move |o| (o, *f))).collect();
+        FORMS.iter().flat_map(|f| (280..=305).chain(480..=505).step_by(5).map(move |o| (o, *f))).collect();
     let (n2, offs) = (next.clone(), offsets.clone());
     let s = ScriptedLlm::start(move |_| {
         let (off, form) = offs[n2.fetch_add(1, Ordering::SeqCst).min(offs.len() - 1)];
