@@ -109,11 +109,9 @@ pub fn install() {
         use tokio::signal::unix::{SignalKind, signal};
         let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
         rt.block_on(async {
-            let (Ok(mut term), Ok(mut hup), Ok(mut int)) = (
-                signal(SignalKind::terminate()),
-                signal(SignalKind::hangup()),
-                signal(SignalKind::interrupt()),
-            ) else {
+            let (Ok(mut term), Ok(mut hup), Ok(mut int)) =
+                (signal(SignalKind::terminate()), signal(SignalKind::hangup()), signal(SignalKind::interrupt()))
+            else {
                 return;
             };
             let sig = loop {

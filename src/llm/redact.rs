@@ -69,11 +69,7 @@ impl Redactor {
             return;
         }
         match v {
-            Value::String(s) => {
-                if self.needles.iter().any(|n| s.contains(n.as_str())) {
-                    *s = self.text(s);
-                }
-            }
+            Value::String(s) if self.needles.iter().any(|n| s.contains(n.as_str())) => *s = self.text(s),
             Value::Array(a) => a.iter_mut().for_each(|x| self.value(x)),
             Value::Object(m) => {
                 if m.keys().any(|k| self.needles.iter().any(|n| k.contains(n.as_str()))) {

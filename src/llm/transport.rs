@@ -322,12 +322,7 @@ impl Endpoint {
                     self.redactor.value(&mut v);
                     return Ok(Sent { response: v, attempts, latency_ms });
                 }
-                Ok(Ok(v)) => (
-                    "malformed response".to_string(),
-                    format!("not a chat completion: {v}"),
-                    true,
-                    None,
-                ),
+                Ok(Ok(v)) => ("malformed response".to_string(), format!("not a chat completion: {v}"), true, None),
                 Ok(Err(e)) => classify(e),
                 Err(_) => (format!("timeout after {}s", s.timeout_s), "the request timed out".to_string(), true, None),
             };
@@ -387,12 +382,9 @@ fn classify(e: OpenAIError) -> (String, String, bool, Option<Duration>) {
             },
         },
         OpenAIError::Reqwest(r) => reqwest_err(&r),
-        OpenAIError::JSONDeserialize(err, body) => (
-            "malformed response".into(),
-            format!("the response body is not JSON ({err}): {body}"),
-            true,
-            None,
-        ),
+        OpenAIError::JSONDeserialize(err, body) => {
+            ("malformed response".into(), format!("the response body is not JSON ({err}): {body}"), true, None)
+        }
         OpenAIError::ApiError(a) => {
             let code = a.status_code.as_u16();
             (format!("HTTP {code}"), a.api_error.message, code == 429 || code >= 500, None)

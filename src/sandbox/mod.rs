@@ -395,7 +395,9 @@ where
 /// Accepted connections with Nagle's algorithm off. A response goes out in several small
 /// writes (headers, then SSE events); with Nagle on, a peer that reuses its connection and
 /// delays its ACKs waits ~40 ms for every call after the first.
-fn nodelay(listener: tokio::net::TcpListener) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
+fn nodelay(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
     use axum::serve::ListenerExt;
     listener.tap_io(|tcp| {
         if let Err(e) = tcp.set_nodelay(true) {

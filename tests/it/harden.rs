@@ -47,7 +47,8 @@ fn b64(bytes: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for c in bytes.chunks(3) {
-        let n = (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
+        let n =
+            (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
         for i in 0..4 {
             out.push(if i <= c.len() { A[((n >> (18 - 6 * i)) & 63) as usize] as char } else { '=' });
         }
@@ -57,7 +58,13 @@ fn b64(bytes: &[u8]) -> String {
 
 fn pct(s: &str) -> String {
     s.bytes()
-        .map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
         .collect()
 }
 
@@ -226,8 +233,7 @@ fn api_key_straddling_the_display_cut_leaks_into_no_output_line() {
 /// Returns the pipe's client end and the page counter.
 fn endless_pager(
     tools_per_page: usize,
-) -> (tokio::io::ReadHalf<tokio::io::DuplexStream>, tokio::io::WriteHalf<tokio::io::DuplexStream>, Arc<AtomicUsize>)
-{
+) -> (tokio::io::ReadHalf<tokio::io::DuplexStream>, tokio::io::WriteHalf<tokio::io::DuplexStream>, Arc<AtomicUsize>) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let (client, server) = tokio::io::duplex(1 << 16);
     let pages = Arc::new(AtomicUsize::new(0));
@@ -298,7 +304,11 @@ async fn endless_pagination_stops_at_the_tool_and_time_bounds() {
     o.max_list_tools = usize::MAX;
     o.list_timeout = std::time::Duration::from_millis(300);
     let err = McpClient::from_io("slow", ToolIds::AsIs, o, r, w).list_tools().await.unwrap_err();
-    assert!(err.to_string().contains("`slow` did not finish listing its tools") && err.to_string().contains("list_timeout_secs"), "{err}");
+    assert!(
+        err.to_string().contains("`slow` did not finish listing its tools")
+            && err.to_string().contains("list_timeout_secs"),
+        "{err}"
+    );
     assert!(pages.load(Ordering::SeqCst) > 1);
 }
 

@@ -243,7 +243,14 @@ fn bench_sandbox_http_keep_alive_client() {
     let port = mcp_assets::free_port();
     let mut server = mcp_assets::KillOnDrop(
         std::process::Command::new(BIN)
-            .args(["--quiet", "sandbox", "--catalog", catalog.to_str().unwrap(), "--http", &format!("127.0.0.1:{port}")])
+            .args([
+                "--quiet",
+                "sandbox",
+                "--catalog",
+                catalog.to_str().unwrap(),
+                "--http",
+                &format!("127.0.0.1:{port}"),
+            ])
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap(),
@@ -257,8 +264,11 @@ fn bench_sandbox_http_keep_alive_client() {
     let (st, headers, _) = keep_alive_post(&mut s, None, &init.to_string());
     assert_eq!(st, 200);
     let session = headers.iter().find(|(k, _)| k == "mcp-session-id").map(|(_, v)| v.clone()).unwrap();
-    let (st, _, _) =
-        keep_alive_post(&mut s, Some(&session), &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string());
+    let (st, _, _) = keep_alive_post(
+        &mut s,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
+    );
     assert!(st == 202 || st == 200, "{st}");
     let mut lat = Vec::with_capacity(n);
     let started = Instant::now();
