@@ -264,8 +264,18 @@ pub enum EfsReviewCommand {
     ///
     /// Writes `artifacts/efs-review-import/decisions.json` and one `review` ledger event
     /// per decision. Any malformed row rejects the whole import with `file:line`
-    /// messages; the sheets are never modified. Skipped when up to date.
-    Import(ForceArgs),
+    /// messages; the sheets are never modified. Skipped when up to date. An empty (or
+    /// BOM-only) sheet is refused unless `--allow-empty`: it would wipe earlier decisions.
+    Import(ReviewImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReviewImportArgs {
+    /// Import empty or BOM-only sheets as "no decisions" instead of refusing them.
+    #[arg(long)]
+    pub allow_empty: bool,
+    #[command(flatten)]
+    pub force: ForceArgs,
 }
 
 #[derive(Debug, Args)]

@@ -156,7 +156,9 @@ fn efs_command(ctx: &Ctx, c: &EfsCommand) -> Result<()> {
             );
             Ok(())
         }
-        EfsCommand::Review(EfsReviewCommand::Import(f)) => run_named(ctx, "efs-review-import", f.force),
+        EfsCommand::Review(EfsReviewCommand::Import(a)) => {
+            run_one(ctx, &efs::review::ReviewStage { allow_empty: a.allow_empty }, a.force.force)
+        }
         EfsCommand::Compare(a) => {
             let c = efs::compare::run(ctx.settings, &a.reference, a.sets.as_deref())?;
             if let Some(out) = &a.out {
