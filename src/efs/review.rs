@@ -143,7 +143,7 @@ pub fn import_sheets(
         if is_blank_sheet(bytes) {
             if !allow_empty {
                 problems.push(Problem::new(
-                    &format!("{name}:1"),
+                    format!("{name}:1"),
                     "the sheet is empty (no header row): importing it would wipe the earlier decisions; \
                      fill it in, remove it, or pass `--allow-empty` to record no decisions from it",
                 ));

@@ -18,6 +18,7 @@
 //! Served over stdio (default) or Streamable HTTP on a loopback address (`--http`).
 
 pub mod command;
+pub mod conform;
 pub mod generate;
 
 use std::collections::HashMap;
@@ -320,19 +321,35 @@ struct LineServer {
 impl LineServer {
     fn new<R: tokio::io::AsyncRead + Send + Unpin + 'static>(read: R, out: RawOut) -> Self {
         let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let err_out = out.clone();
         let reader = tokio::spawn(async move {
             let mut lines = tokio::io::BufReader::new(read).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 if line.trim().is_empty() {
                     continue;
                 }
-                match serde_json::from_str::<RxJsonRpcMessage<RoleServer>>(&line) {
-                    Ok(m) => {
-                        if tx.send(m).await.is_err() {
-                            break;
+                // Lines the MCP service cannot take get their JSON-RPC error here (-32700,
+                // -32600, -32602) instead of silence.
+                let refused = match conform::precheck(line.as_bytes()) {
+                    Some(e) => Some(e),
+                    None => match serde_json::from_str::<RxJsonRpcMessage<RoleServer>>(&line) {
+                        Ok(m) => {
+                            if tx.send(m).await.is_err() {
+                                break;
+                            }
+                            None
                         }
+                        Err(e) => Some(conform::invalid_request(line.as_bytes(), &e.to_string())),
+                    },
+                };
+                if let Some(e) = refused {
+                    tracing::warn!("sandbox: refused a line: {}", e["error"]["message"]);
+                    let mut w = err_out.lock().await;
+                    let mut bytes = e.to_string().into_bytes();
+                    bytes.push(b'\n');
+                    if w.write_all(&bytes).await.is_err() || w.flush().await.is_err() {
+                        break;
                     }
-                    Err(e) => tracing::warn!("sandbox: ignoring a line that is not JSON-RPC: {e}"),
                 }
             }
         });
@@ -448,7 +465,8 @@ pub async fn serve_http(sandbox: &Sandbox, addr: SocketAddr) -> Result<HttpSandb
         Default::default(),
         config,
     );
-    let router = axum::Router::new().nest_service("/mcp", service);
+    let router =
+        axum::Router::new().nest_service("/mcp", service).layer(axum::middleware::from_fn(conform::http_guard));
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot bind {addr}"))?;
     let addr = listener.local_addr()?;
     let listener = nodelay(listener);

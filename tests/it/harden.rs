@@ -502,3 +502,151 @@ fn a_closed_stdout_ends_quietly() {
         assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Item 5: MCP conformance of the sandbox on both transports.
+
+#[test]
+fn sandbox_stdio_answers_bad_lines_with_json_rpc_errors() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = crate::support::mcp_assets::write_fixture_catalog(dir.path());
+    let mut child = bin()
+        .args(["--quiet", "sandbox", "--catalog", catalog.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    // A sandbox that stays silent (as before the fix) must fail the test, not hang it.
+    let pid = child.id() as i32;
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(20));
+        // SAFETY: signalling our own child; harmless if it has already exited and been reaped
+        // by then only if the pid was not reused, which 20 s in a test makes unlikely.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    });
+    let mut ask = |line: &str| -> serde_json::Value {
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        let mut l = String::new();
+        out.read_line(&mut l).unwrap();
+        serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l:?}"))
+    };
+    let e = ask("this is not json");
+    assert_eq!((e["id"].clone(), e["error"]["code"].clone()), (json!(null), json!(-32700)), "{e}");
+    let e =
+        ask(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"weather::forecast","arguments":[1]}}"#);
+    assert_eq!((e["id"].clone(), e["error"]["code"].clone()), (json!(4), json!(-32602)), "{e}");
+    let e =
+        ask(r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"weather::forecast","arguments":"x"}}"#);
+    assert_eq!(e["error"]["code"], -32602, "{e}");
+    let e = ask(r#"{"jsonrpc":"2.0","id":6,"result":"#);
+    assert_eq!(e["error"]["code"], -32700, "{e}");
+    // The connection still works afterwards.
+    let init = ask(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+    );
+    assert_eq!(init["result"]["serverInfo"]["name"], "benchgen-sandbox", "{init}");
+    drop(stdin);
+    child.wait().unwrap();
+}
+
+#[tokio::test]
+async fn sandbox_http_checks_origin_bodies_arguments_and_delete() {
+    use benchgen::sandbox::{Sandbox, SandboxOptions, serve_http};
+    let catalog: benchgen::model::Catalog =
+        serde_json::from_value(crate::support::mcp_assets::fixture_catalog()).unwrap();
+    let sb = Sandbox::new(&catalog, SandboxOptions::default()).unwrap();
+    let http = serve_http(&sb, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let url = http.url();
+    let c = reqwest::Client::new();
+    let post = |body: &str, origin: Option<&str>, session: Option<&str>| {
+        let mut r = c
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        if let Some(o) = origin {
+            r = r.header("origin", o);
+        }
+        if let Some(s) = session {
+            r = r.header("mcp-session-id", s).header("mcp-protocol-version", "2025-06-18");
+        }
+        r.send()
+    };
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+    let r = post(init, Some("http://evil.example"), None).await.unwrap();
+    assert_eq!(r.status(), 403, "a foreign Origin is refused");
+    let r = post(init, Some("http://localhost:5173"), None).await.unwrap();
+    assert_eq!(r.status(), 200, "a loopback Origin is served");
+    let r = post(init, None, None).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let session = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let _ = r.text().await;
+    let r = post("not json", None, Some(&session)).await.unwrap();
+    assert_eq!(r.status(), 400);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32700, "{body}");
+    let r = post(
+        r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"weather::forecast","arguments":[1]}}"#,
+        None,
+        Some(&session),
+    )
+    .await
+    .unwrap();
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (json!(9), json!(-32602)), "{body}");
+    let r = c.delete(&url).header("mcp-session-id", &session).send().await.unwrap();
+    assert!(r.status() == 200 || r.status() == 204, "session DELETE: {}", r.status());
+    http.stop.cancel();
+}
+
+/// The official MCP conformance suite (installed by `scripts/setup.d/35-mcp-conformance.sh`
+/// with its own Node 22) against `benchgen sandbox --http`, offline. Scenarios that test
+/// the reference server's own tools, resources, prompts, logging or completions (features a
+/// catalog sandbox does not offer) do not apply; every applicable one must pass.
+#[test]
+fn official_conformance_suite_passes_every_applicable_scenario() {
+    use crate::support::mcp_assets::{KillOnDrop, free_port, mcp_cache, require, write_fixture_catalog};
+    let root = mcp_cache().join("conformance/node_modules");
+    let Some(node) = require(root.join("node/bin/node"), "Node 22 (npm node@22)") else { return };
+    let Some(suite) = require(root.join("@modelcontextprotocol/conformance/dist/index.js"), "MCP conformance suite")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = write_fixture_catalog(dir.path());
+    let port = free_port();
+    let mut server = KillOnDrop(
+        bin()
+            .args([
+                "--quiet",
+                "sandbox",
+                "--catalog",
+                catalog.to_str().unwrap(),
+                "--http",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut url = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.0.stdout.take().unwrap()), &mut url).unwrap();
+    for scenario in
+        ["server-initialize", "ping", "tools-list", "server-sse-multiple-streams", "dns-rebinding-protection"]
+    {
+        let o = Command::new(&node)
+            .arg(&suite)
+            .args(["server", "--url", url.trim(), "--scenario", scenario])
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let out = text(&o);
+        assert!(o.status.success(), "scenario `{scenario}` failed:\n{out}");
+        assert!(out.contains(" 0 failed"), "scenario `{scenario}`:\n{out}");
+    }
+}
