@@ -14,6 +14,7 @@ pub mod error;
 pub mod execute;
 pub mod explain;
 pub mod filter;
+pub mod json;
 pub mod ledger;
 pub mod llm;
 pub mod mcp;

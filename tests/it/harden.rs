@@ -650,3 +650,27 @@ fn official_conformance_suite_passes_every_applicable_scenario() {
         assert!(out.contains(" 0 failed"), "scenario `{scenario}`:\n{out}");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Item 12: duplicate JSON keys in the registry are refused, naming the key and place.
+
+#[test]
+fn registry_with_a_duplicate_key_is_refused_naming_key_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("pipeline")).unwrap();
+    std::fs::write(dir.path().join("pipeline/demo.toml"), "").unwrap();
+    let demo =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("raw/demo/registry.json")).unwrap();
+    // The demo registry with `"servers": []` added at the end of its top-level object.
+    let cut = demo.trim_end().strip_suffix('}').unwrap().to_string();
+    let text_written = format!("{cut},\n  \"servers\": []\n}}\n");
+    let second = text_written.rfind("\"servers\"").unwrap();
+    let line = text_written[..second].matches('\n').count() + 1;
+    std::fs::write(dir.path().join("dup.json"), &text_written).unwrap();
+    let o = bin().current_dir(dir.path()).args(["registry", "import", "dup.json"]).output().unwrap();
+    let err = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("duplicate key `servers`"), "{err}");
+    assert!(err.contains(&format!("line {line}, column")), "the line of the second key ({line}): {err}");
+    assert!(!dir.path().join("artifacts/registry-import").exists(), "nothing written");
+}
