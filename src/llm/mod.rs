@@ -257,7 +257,8 @@ impl LlmClient {
             groups.entry(transport::endpoint_key(r, &resolve)).or_default().push((name, r));
         }
         for (key, members) in &groups {
-            let ep = Endpoint::new(key, &members.iter().map(|(_, r)| *r).collect::<Vec<_>>(), &resolve)?;
+            let log_dir = settings.artifacts.join("llm").join("logs");
+            let ep = Endpoint::new(key, &members.iter().map(|(_, r)| *r).collect::<Vec<_>>(), &resolve, &log_dir)?;
             endpoints.insert(key.clone(), Arc::new(ep));
         }
         for (key, members) in groups {

@@ -179,7 +179,13 @@ fn jitter() -> f64 {
 }
 
 impl Endpoint {
-    pub fn new(key: &str, members: &[&RoleSettings], resolve: &dyn Fn(&Path) -> PathBuf) -> anyhow::Result<Self> {
+    /// `log_dir`: where a local model server's log goes (`artifacts/llm/logs`).
+    pub fn new(
+        key: &str,
+        members: &[&RoleSettings],
+        resolve: &dyn Fn(&Path) -> PathBuf,
+        log_dir: &Path,
+    ) -> anyhow::Result<Self> {
         let first = members[0];
         let concurrency = members.iter().map(|r| r.max_concurrency).min().unwrap_or(1).max(1);
         let target = match first.provider {
@@ -190,6 +196,7 @@ impl Endpoint {
                 ctx_size: first.ctx_size,
                 parallel: concurrency,
                 startup_timeout: Duration::from_secs_f64(first.startup_timeout_s.max(1.0)),
+                log_dir: log_dir.to_path_buf(),
             }),
             _ => Target::Remote { base_url: first.base_url().unwrap_or_default().trim_end_matches('/').to_string() },
         };

@@ -674,3 +674,73 @@ fn registry_with_a_duplicate_key_is_refused_naming_key_and_line() {
     assert!(err.contains(&format!("line {line}, column")), "the line of the second key ({line}): {err}");
     assert!(!dir.path().join("artifacts/registry-import").exists(), "nothing written");
 }
+
+// ---------------------------------------------------------------------------------------
+// Item 14: a killed run leaves no llama-server log in $TMPDIR; its log under
+// `artifacts/llm/logs` is removed by the next start.
+
+#[test]
+fn killed_runs_leave_no_local_server_log_in_tmpdir() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    // A stand-in llama-server that never gets healthy and writes its pid next to itself.
+    let fake = dir.path().join("fake-llama-server");
+    std::fs::write(&fake, "#!/bin/sh\necho $$ > \"$(dirname \"$0\")/server.pid\"\nexec sleep 1000\n").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.path().join("model.gguf"), b"not a model").unwrap();
+    std::fs::create_dir_all(dir.path().join("pipeline/prompts")).unwrap();
+    std::fs::copy(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("pipeline/prompts/llm-ping.md"),
+        dir.path().join("pipeline/prompts/llm-ping.md"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("pipeline/demo.toml"),
+        format!(
+            "[llm.roles.r]\nprovider = \"local\"\nserver_binary = \"{}\"\nmodel_path = \"{}\"\nstartup_timeout_s = 60\n",
+            fake.display(),
+            dir.path().join("model.gguf").display()
+        ),
+    )
+    .unwrap();
+    let logs = dir.path().join("artifacts/llm/logs");
+    let start_and_kill = || -> Vec<String> {
+        let _ = std::fs::remove_file(dir.path().join("server.pid"));
+        let mut child = bin()
+            .current_dir(dir.path())
+            .args(["llm", "ping"])
+            .env("TMPDIR", &tmp)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut server = None;
+        for _ in 0..500 {
+            if let Some(p) =
+                std::fs::read_to_string(dir.path().join("server.pid")).ok().and_then(|s| s.trim().parse::<i32>().ok())
+            {
+                server = Some(p);
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let server = server.expect("the stand-in server started");
+        let in_logs: Vec<String> = std::fs::read_dir(&logs)
+            .map(|r| r.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        child.kill().unwrap(); // SIGKILL: no destructor runs
+        child.wait().unwrap();
+        assert!(wait_gone(server), "PDEATHSIG stops the stand-in");
+        in_logs
+    };
+    let first = start_and_kill();
+    assert_eq!(first.len(), 1, "one log under artifacts/llm/logs: {first:?}");
+    let leftovers: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(leftovers.is_empty(), "nothing in $TMPDIR: {leftovers:?}");
+    assert!(logs.join(&first[0]).exists(), "the killed run's log is kept for the user");
+    let second = start_and_kill();
+    assert_eq!(second.len(), 1, "the next start removed the dead run's log: {second:?}");
+    assert_ne!(first, second);
+}
