@@ -5,6 +5,7 @@
 //! `settings` (pipeline config), `stage` (runner, manifests, freshness),
 //! `store` (atomic files), `ledger` (provenance), `model` (core records).
 
+pub mod children;
 pub mod clean;
 pub mod cli;
 pub mod efs;
@@ -14,6 +15,7 @@ pub mod execute;
 pub mod explain;
 pub mod filter;
 pub mod formats;
+pub mod json;
 pub mod ledger;
 pub mod llm;
 pub mod mcp;
