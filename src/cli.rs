@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::settings::RegistryFormat;
+use crate::registry::RegistryFormat;
 
 /// Build tool-use benchmarks for LLM agents from real tool ecosystems.
 ///

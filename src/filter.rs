@@ -23,15 +23,14 @@ use std::collections::{BTreeMap, HashMap};
 
 use anyhow::Result;
 use regex::Regex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::error::Problem;
 use crate::ledger::{Ledger, NewEvent, Parent, kind};
 use crate::llm::Prompt;
 use crate::llm::batch::{Batch, BatchOptions, Item, ItemError};
 use crate::model::{Catalog, Drops, Server, Tool};
-use crate::settings::{
-    FilterRule, FilterSettings, MatchMode, RuleAction, RuleClass, RuleTarget, Settings, section_hash,
-};
+use crate::settings::{Settings, section_hash};
 use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Read, Stage, StageSpec};
 
 /// What a classifier sees of an undecided item.
@@ -334,6 +333,140 @@ fn to_csv<'a>(rows: impl Iterator<Item = &'a Decision>) -> Result<Vec<u8>> {
         w.write_record([d.kind, &d.id, &d.rule, &d.class, &d.reason, &d.evidence])?;
     }
     Ok(w.into_inner()?)
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleTarget {
+    Server,
+    Tool,
+}
+
+/// Why a rule drops something; the four classes the benchmark must not contain.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum RuleClass {
+    /// Servers that expose no tools.
+    NoTools,
+    /// Tools a plain LLM covers without a tool (calculators).
+    Trivial,
+    /// Tools that only extend the agent itself (memory, thinking).
+    Meta,
+    /// Template or example servers.
+    Template,
+    /// Anything else a maintainer wants out, with their own reason.
+    Custom,
+}
+
+impl RuleClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleClass::NoTools => "no-tools",
+            RuleClass::Trivial => "trivial",
+            RuleClass::Meta => "meta",
+            RuleClass::Template => "template",
+            RuleClass::Custom => "custom",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleAction {
+    /// Drop what the rule matches.
+    #[default]
+    Drop,
+    /// Undecided: hand the match to the classifier (kept and listed until one is configured).
+    Ask,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MatchMode {
+    /// Any listed field matching is enough.
+    #[default]
+    Any,
+    /// Every listed field must match.
+    All,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterRule {
+    pub id: String,
+    pub target: RuleTarget,
+    pub class: RuleClass,
+    /// Human reason recorded with every drop.
+    pub reason: String,
+    /// Regexes over the tool's (or server's) trimmed name.
+    #[serde(default)]
+    pub name: Vec<String>,
+    /// Regexes over the description.
+    #[serde(default)]
+    pub description: Vec<String>,
+    /// Tool rules only: regexes over the owning server's name; the rule applies
+    /// only inside matching servers.
+    #[serde(default)]
+    pub server: Vec<String>,
+    #[serde(default, rename = "match")]
+    pub mode: MatchMode,
+    #[serde(default)]
+    pub action: RuleAction,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterSettings {
+    /// Drop servers that list no tools (before rules) and servers all of whose
+    /// tools the rules dropped (after).
+    #[serde(default = "yes")]
+    pub drop_servers_without_tools: bool,
+    #[serde(default)]
+    pub rules: Vec<FilterRule>,
+    /// LLM role (`[llm.roles.<role>]`) that decides `action = "ask"` matches; absent:
+    /// they are kept and listed in `undecided.csv`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classifier_role: Option<String>,
+}
+
+impl Default for FilterSettings {
+    fn default() -> Self {
+        Self { drop_servers_without_tools: true, rules: Vec::new(), classifier_role: None }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Check the rules of `[filter]` (run when the config is loaded): every problem at once.
+pub fn check_rules(settings: &FilterSettings, problems: &mut Vec<Problem>) {
+    let mut ids = std::collections::BTreeSet::new();
+    for (i, rule) in settings.rules.iter().enumerate() {
+        let loc = format!("filter.rules[{i}] (`{}`)", rule.id);
+        if !ids.insert(rule.id.as_str()) {
+            problems.push(Problem::new(&loc, "duplicate rule id"));
+        }
+        if rule.name.is_empty() && rule.description.is_empty() {
+            problems.push(Problem::new(&loc, "a rule needs at least one `name` or `description` pattern"));
+        }
+        if rule.target == RuleTarget::Server && !rule.server.is_empty() {
+            problems.push(Problem::new(&loc, "`server` guards apply to tool rules only"));
+        }
+        if rule.class == RuleClass::NoTools {
+            problems.push(Problem::new(
+                &loc,
+                "class `no-tools` is built in (`drop_servers_without_tools`); pick trivial, meta, template or custom",
+            ));
+        }
+        for (field, pats) in [("name", &rule.name), ("description", &rule.description), ("server", &rule.server)] {
+            for (j, p) in pats.iter().enumerate() {
+                if let Err(e) = regex::Regex::new(p) {
+                    problems.push(Problem::new(format!("{loc}.{field}[{j}]"), format!("invalid regex: {e}")));
+                }
+            }
+        }
+    }
 }
 
 /// What the filter keeps: the catalog every later stage works on.

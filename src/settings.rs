@@ -20,11 +20,11 @@ pub struct Config {
     #[serde(default)]
     pub project: ProjectSettings,
     #[serde(default)]
-    pub registry: RegistrySettings,
+    pub registry: crate::registry::RegistrySettings,
     #[serde(default)]
-    pub filter: FilterSettings,
+    pub filter: crate::filter::FilterSettings,
     #[serde(default)]
-    pub stats: StatsSettings,
+    pub stats: crate::stats::StatsSettings,
     /// Absent: `embed` and `efs pairs` are not part of `run` (they still run alone, with defaults).
     #[serde(default)]
     pub embed: Option<crate::embed::EmbedSettings>,
@@ -70,167 +70,6 @@ fn default_root() -> PathBuf {
 }
 fn default_artifacts() -> PathBuf {
     PathBuf::from("artifacts")
-}
-
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum RegistryFormat {
-    /// ETOM's `mcp_registry.json` (`{total_servers, total_tools, servers: [...]}`).
-    #[default]
-    Etom,
-    /// A scraped Glama snapshot folder (`raw/registry/<source>/<snapshot>/`).
-    Glama,
-    /// A scraped official MCP Registry snapshot folder.
-    Official,
-    /// A scraped Smithery snapshot folder.
-    Smithery,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct RegistrySettings {
-    /// Snapshot file that `registry import` and `run` read (relative to the root).
-    pub source: Option<PathBuf>,
-    #[serde(default)]
-    pub format: RegistryFormat,
-    /// Drop invalid records (each recorded with its reason) instead of failing.
-    #[serde(default)]
-    pub lenient: bool,
-    /// Scraped snapshot folders that `registry import` merges into one catalog (in priority
-    /// order) instead of reading `source` (see `docs/registry.md`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub snapshots: Vec<PathBuf>,
-    /// Registry APIs that `registry scrape --source NAME` pages through.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub sources: std::collections::BTreeMap<String, crate::registry::scrape::SourceSettings>,
-    /// Mapping of source categories onto one taxonomy.
-    #[serde(default)]
-    pub categories: crate::registry::categories::CategorySettings,
-    /// Live tool listing (`registry tools`).
-    #[serde(default)]
-    pub tools: crate::registry::tools::ToolsSettings,
-}
-
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum RuleTarget {
-    Server,
-    Tool,
-}
-
-/// Why a rule drops something; the four classes the benchmark must not contain.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, PartialOrd, Ord)]
-#[serde(rename_all = "kebab-case")]
-pub enum RuleClass {
-    /// Servers that expose no tools.
-    NoTools,
-    /// Tools a plain LLM covers without a tool (calculators).
-    Trivial,
-    /// Tools that only extend the agent itself (memory, thinking).
-    Meta,
-    /// Template or example servers.
-    Template,
-    /// Anything else a maintainer wants out, with their own reason.
-    Custom,
-}
-
-impl RuleClass {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RuleClass::NoTools => "no-tools",
-            RuleClass::Trivial => "trivial",
-            RuleClass::Meta => "meta",
-            RuleClass::Template => "template",
-            RuleClass::Custom => "custom",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum RuleAction {
-    /// Drop what the rule matches.
-    #[default]
-    Drop,
-    /// Undecided: hand the match to the classifier (kept and listed until one is configured).
-    Ask,
-}
-
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum MatchMode {
-    /// Any listed field matching is enough.
-    #[default]
-    Any,
-    /// Every listed field must match.
-    All,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct FilterRule {
-    pub id: String,
-    pub target: RuleTarget,
-    pub class: RuleClass,
-    /// Human reason recorded with every drop.
-    pub reason: String,
-    /// Regexes over the tool's (or server's) trimmed name.
-    #[serde(default)]
-    pub name: Vec<String>,
-    /// Regexes over the description.
-    #[serde(default)]
-    pub description: Vec<String>,
-    /// Tool rules only: regexes over the owning server's name; the rule applies
-    /// only inside matching servers.
-    #[serde(default)]
-    pub server: Vec<String>,
-    #[serde(default, rename = "match")]
-    pub mode: MatchMode,
-    #[serde(default)]
-    pub action: RuleAction,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct FilterSettings {
-    /// Drop servers that list no tools (before rules) and servers all of whose
-    /// tools the rules dropped (after).
-    #[serde(default = "yes")]
-    pub drop_servers_without_tools: bool,
-    #[serde(default)]
-    pub rules: Vec<FilterRule>,
-    /// LLM role (`[llm.roles.<role>]`) that decides `action = "ask"` matches; absent:
-    /// they are kept and listed in `undecided.csv`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub classifier_role: Option<String>,
-}
-
-impl Default for FilterSettings {
-    fn default() -> Self {
-        Self { drop_servers_without_tools: true, rules: Vec::new(), classifier_role: None }
-    }
-}
-
-fn yes() -> bool {
-    true
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct StatsSettings {
-    /// How many categories the bar chart shows (largest first).
-    #[serde(default = "default_top")]
-    pub chart_categories: usize,
-}
-
-impl Default for StatsSettings {
-    fn default() -> Self {
-        Self { chart_categories: default_top() }
-    }
-}
-
-fn default_top() -> usize {
-    40
 }
 
 /// A loaded config and where it came from.
@@ -299,32 +138,7 @@ impl Settings {
 impl Config {
     fn check(&self, path: &Path) -> Result<()> {
         let mut problems = Vec::new();
-        let mut ids = std::collections::BTreeSet::new();
-        for (i, rule) in self.filter.rules.iter().enumerate() {
-            let loc = format!("filter.rules[{i}] (`{}`)", rule.id);
-            if !ids.insert(rule.id.as_str()) {
-                problems.push(Problem::new(&loc, "duplicate rule id"));
-            }
-            if rule.name.is_empty() && rule.description.is_empty() {
-                problems.push(Problem::new(&loc, "a rule needs at least one `name` or `description` pattern"));
-            }
-            if rule.target == RuleTarget::Server && !rule.server.is_empty() {
-                problems.push(Problem::new(&loc, "`server` guards apply to tool rules only"));
-            }
-            if rule.class == RuleClass::NoTools {
-                problems.push(Problem::new(
-                    &loc,
-                    "class `no-tools` is built in (`drop_servers_without_tools`); pick trivial, meta, template or custom",
-                ));
-            }
-            for (field, pats) in [("name", &rule.name), ("description", &rule.description), ("server", &rule.server)] {
-                for (j, p) in pats.iter().enumerate() {
-                    if let Err(e) = regex::Regex::new(p) {
-                        problems.push(Problem::new(format!("{loc}.{field}[{j}]"), format!("invalid regex: {e}")));
-                    }
-                }
-            }
-        }
+        crate::filter::check_rules(&self.filter, &mut problems);
         self.llm.check(&mut problems);
         if let Some(role) = &self.filter.classifier_role
             && !self.llm.roles.contains_key(role)

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::Catalog;
@@ -240,6 +240,24 @@ pub fn chart_svg(stats: &CatalogStats, top: usize) -> Result<String> {
         root.present().map_err(|e| anyhow::anyhow!("chart: {e}"))?;
     }
     Ok(svg)
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatsSettings {
+    /// How many categories the bar chart shows (largest first).
+    #[serde(default = "default_top")]
+    pub chart_categories: usize,
+}
+
+impl Default for StatsSettings {
+    fn default() -> Self {
+        Self { chart_categories: default_top() }
+    }
+}
+
+fn default_top() -> usize {
+    40
 }
 
 pub struct StatsStage;

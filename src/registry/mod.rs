@@ -18,12 +18,12 @@ pub mod tools;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{InputError, Problem};
 use crate::ledger::{NewEvent, Parent, kind};
 use crate::model::Catalog;
-use crate::settings::{RegistryFormat, Settings, section_hash};
+use crate::settings::{Settings, section_hash};
 use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
 
 /// A remark about the input that did not stop the import (a trimmed name, an
@@ -60,6 +60,45 @@ pub struct Imported {
     pub problems: Vec<Problem>,
     pub rejected: Vec<Rejected>,
     pub origins: Vec<Origin>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum RegistryFormat {
+    /// ETOM's `mcp_registry.json` (`{total_servers, total_tools, servers: [...]}`).
+    #[default]
+    Etom,
+    /// A scraped Glama snapshot folder (`raw/registry/<source>/<snapshot>/`).
+    Glama,
+    /// A scraped official MCP Registry snapshot folder.
+    Official,
+    /// A scraped Smithery snapshot folder.
+    Smithery,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RegistrySettings {
+    /// Snapshot file that `registry import` and `run` read (relative to the root).
+    pub source: Option<PathBuf>,
+    #[serde(default)]
+    pub format: RegistryFormat,
+    /// Drop invalid records (each recorded with its reason) instead of failing.
+    #[serde(default)]
+    pub lenient: bool,
+    /// Scraped snapshot folders that `registry import` merges into one catalog (in priority
+    /// order) instead of reading `source` (see `docs/registry.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<PathBuf>,
+    /// Registry APIs that `registry scrape --source NAME` pages through.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sources: std::collections::BTreeMap<String, crate::registry::scrape::SourceSettings>,
+    /// Mapping of source categories onto one taxonomy.
+    #[serde(default)]
+    pub categories: crate::registry::categories::CategorySettings,
+    /// Live tool listing (`registry tools`).
+    #[serde(default)]
+    pub tools: crate::registry::tools::ToolsSettings,
 }
 
 /// The imported catalog (`registry import`), read by `filter` and `stats`.
