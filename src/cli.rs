@@ -75,6 +75,12 @@ pub enum Command {
     /// Equal function sets: groups of tools that do the same job.
     #[command(subcommand)]
     Efs(EfsCommand),
+    /// Tool-call logs of a domain: import (normalise + anonymise), curate, split.
+    #[command(subcommand)]
+    Logs(LogsCommand),
+    /// The tool dependency graph from grouped multi-tool logs.
+    #[command(subcommand)]
+    Graph(GraphCommand),
     /// Run the pipeline's stages in order, skipping those that are up to date.
     ///
     /// Stages: catalog (`registry import` of `registry.source`), filter, embed,
@@ -230,6 +236,47 @@ pub enum EfsCommand {
     /// co-membership pair precision/recall/F1, exact set matches and the reference
     /// pairs the candidate stage never proposed. Writes nothing unless `--out`.
     Compare(CompareArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LogsCommand {
+    /// Read the `[logs]` sources (FinMCP JSON, OpenAI chat JSONL, event JSONL) and the
+    /// tool catalog into one normalised, anonymised session per line.
+    ///
+    /// Writes `artifacts/logs-import/`: `sessions.jsonl`, `catalog.json`,
+    /// `malformed.jsonl` (`file:line` + reason of every record kept out) and
+    /// `report.json` (counts, flags, anonymisation per detector). Needs the secret in the
+    /// environment variable `[logs.anonymise] secret_env`. Skipped when up to date.
+    Import(ForceArgs),
+    /// Keep sessions that reflect a genuine need, were resolved through tool calls and
+    /// got a satisfactory answer (LLM judge with `[logs.curate]`; each decision in the
+    /// ledger, see `benchgen explain log:<id>`). Resumable per session.
+    Curate(ForceArgs),
+    /// Single-tool sessions → benchmark and seed pools (seeded, stratified by tool and
+    /// sub-scenario); multi-tool sessions → the graph source set. Reports coverage.
+    Split(ForceArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GraphCommand {
+    /// Candidate edges from adjacent groups of multi-tool sessions, validated by the
+    /// LLM (`[graph]`); writes `graph.json`, `graph.dot`, `graph.svg`, `report.md`,
+    /// `candidates.json` under `artifacts/graph-build/`. Resumable per candidate.
+    Build(ForceArgs),
+    /// Human review of the graph's edges.
+    #[command(subcommand)]
+    Review(GraphReviewCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GraphReviewCommand {
+    /// Write `reviews/graph/graph_review.csv` (one row per candidate edge). Refuses to
+    /// overwrite a sheet holding decisions unless `--force`.
+    Export(ForceArgs),
+    /// Apply the `add`/`remove` decisions of every `reviews/graph/*.csv`; writes the
+    /// reviewed graph under `artifacts/graph-review-import/`. Any malformed row rejects
+    /// the whole import with `file:line` messages.
+    Import(ForceArgs),
 }
 
 #[derive(Debug, Subcommand)]

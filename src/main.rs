@@ -5,7 +5,10 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Parser;
 
-use benchgen::cli::{Cli, Command, EfsCommand, EfsReviewCommand, LlmCommand, McpCommand, RegistryCommand};
+use benchgen::cli::{
+    Cli, Command, EfsCommand, EfsReviewCommand, GraphCommand, GraphReviewCommand, LlmCommand, LogsCommand, McpCommand,
+    RegistryCommand,
+};
 use benchgen::printer::Printer;
 use benchgen::settings::Settings;
 use benchgen::stage::{self, Ctx, Stage};
@@ -63,6 +66,22 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Command::Stats(f) => run_one(&ctx, &stats::StatsStage, f.force),
         Command::Embed(f) => run_one(&ctx, &embed::EmbedStage, f.force),
         Command::Efs(c) => efs_command(&ctx, c),
+        Command::Logs(LogsCommand::Import(f)) => run_one(&ctx, &benchgen::logs::import::ImportStage, f.force),
+        Command::Logs(LogsCommand::Curate(f)) => run_one(&ctx, &benchgen::logs::curate::CurateStage, f.force),
+        Command::Logs(LogsCommand::Split(f)) => run_one(&ctx, &benchgen::logs::split::SplitStage, f.force),
+        Command::Graph(GraphCommand::Build(f)) => run_one(&ctx, &benchgen::graph::build::BuildStage, f.force),
+        Command::Graph(GraphCommand::Review(GraphReviewCommand::Export(f))) => {
+            let (path, n) = benchgen::graph::review::export(&settings, f.force)?;
+            let shown = settings.display_path(&path);
+            printer.summary(
+                &format!("wrote `{shown}` ({n} candidate edges); fill in `decision` (add/remove) and `reviewer`"),
+                &serde_json::json!({"sheet": shown, "edges": n}),
+            );
+            Ok(())
+        }
+        Command::Graph(GraphCommand::Review(GraphReviewCommand::Import(f))) => {
+            run_one(&ctx, &benchgen::graph::review::ReviewStage, f.force)
+        }
         Command::Run(a) => {
             let reports = pipeline::run(&ctx, a.from.as_deref(), a.until.as_deref(), a.force)?;
             printer.summary("", &reports); // the human text was streamed per stage

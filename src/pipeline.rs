@@ -15,8 +15,21 @@ use crate::stage::{self, Ctx, Freshness, Stage, StageReport};
 use crate::stats::StatsStage;
 
 /// Stage names in pipeline order.
-pub const STAGES: &[&str] =
-    &["catalog", "filter", "embed", "efs-pairs", "efs-verify", "efs-build", "efs-topdown", "efs", "stats"];
+pub const STAGES: &[&str] = &[
+    "catalog",
+    "filter",
+    "embed",
+    "efs-pairs",
+    "efs-verify",
+    "efs-build",
+    "efs-topdown",
+    "efs",
+    "stats",
+    "logs-import",
+    "logs-curate",
+    "logs-split",
+    "graph-build",
+];
 
 /// The stages of the pipeline, in order. The catalog stage is absent when the
 /// config names no registry source (it can still be imported by hand); `embed` and
@@ -35,11 +48,21 @@ pub fn stages(settings: &Settings) -> Vec<(&'static str, Result<Box<dyn Stage>>)
         ("efs-topdown", Ok(Box::new(crate::efs::topdown::TopdownStage))),
         ("efs", Ok(Box::new(crate::efs::finalize::FinalizeStage))),
         ("stats", Ok(Box::new(StatsStage))),
+        ("logs-import", Ok(Box::new(crate::logs::import::ImportStage))),
+        ("logs-curate", Ok(Box::new(crate::logs::curate::CurateStage))),
+        ("logs-split", Ok(Box::new(crate::logs::split::SplitStage))),
+        ("graph-build", Ok(Box::new(crate::graph::build::BuildStage))),
     ];
+    let logs = settings.config.logs.is_some();
+    let graph = logs && settings.config.graph.is_some();
+    let registry = settings.config.registry.source.is_some() || !logs;
     all.into_iter()
         .filter(|(name, _)| match *name {
             "embed" | "efs-pairs" => embed,
             "efs-verify" | "efs-build" | "efs-topdown" | "efs" => efs,
+            "logs-import" | "logs-curate" | "logs-split" => logs,
+            "graph-build" => graph,
+            "catalog" | "filter" | "stats" => registry,
             _ => true,
         })
         .collect()

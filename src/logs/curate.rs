@@ -1,0 +1,356 @@
+//! `benchgen logs curate` (stage `logs-curate`): FinMCP's three retention criteria,
+//! each decision with its reason in the ledger (`benchgen explain log:<id>`).
+//!
+//! 1. **Resolved through tool calls** (rule, checked first, no LLM): at least one call,
+//!    and every failing call (an error result or arguments that are not JSON) is followed,
+//!    later in the same turn, by a successful call of the same tool.
+//! 2. **Genuine need of the domain** (LLM judge, typed [`NeedVerdict`]).
+//! 3. **Satisfactory answer**: the logs' feedback field when present; otherwise no final
+//!    answer fails, and an answer is judged by the LLM (typed [`AnswerVerdict`]).
+//!
+//! A session failing a criterion is dropped without asking the later ones. Scenario
+//! labels: the logs' own, or (`scenarios = "llm"`) one label from `taxonomy` picked by
+//! the LLM ([`LabelPick`]) for sessions without one (all with `relabel`).
+//!
+//! Each LLM item is "prompt + typed answer + record": `*_prompt` builds the prompt,
+//! the typed struct is the answer, [`Decision`] records it; decisions are checkpointed
+//! per session, so a killed run repeats no judgement.
+//!
+//! Outputs: `curated.jsonl` (kept sessions, scenario set), `decisions.jsonl`
+//! (`{id, keep, dropped_by?, resolved, need?, answer?, scenario}` in input order), `report.json`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::{CurateSettings, ScenarioSource, Session};
+use crate::ledger::{NewEvent, Parent};
+use crate::llm::{LlmClient, Prompt, prompt_path, role_hash};
+use crate::settings::{Settings, section_hash};
+use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+
+pub const STAGE: &str = "logs-curate";
+
+/// Does the query reflect a genuine need of the domain?
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NeedVerdict {
+    /// True when a real user of this domain could plausibly ask this and needs the tools for it.
+    pub genuine: bool,
+    /// One line saying why.
+    pub reason: String,
+}
+
+/// Is the final answer satisfactory?
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AnswerVerdict {
+    /// True when the answer addresses the request using the tool results.
+    pub satisfactory: bool,
+    /// One line saying why.
+    pub reason: String,
+}
+
+/// A scenario label from the configured taxonomy.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LabelPick {
+    /// Exactly one label of the list.
+    pub scenario: String,
+}
+
+/// One criterion's outcome.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Criterion {
+    pub ok: bool,
+    pub reason: String,
+    /// `rule`, `feedback` or `llm`.
+    pub by: String,
+}
+
+/// The recorded decision of one session.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Decision {
+    pub id: String,
+    pub keep: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped_by: Option<String>,
+    pub resolved: Criterion,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub need: Option<Criterion>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Criterion>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<String>,
+    /// Ledger ids of the LLM exchanges behind it (not written to artifacts).
+    #[serde(default, skip_serializing)]
+    pub exchanges: Vec<i64>,
+}
+
+/// Criterion 1 (rule).
+pub fn resolved(s: &Session) -> Criterion {
+    let rule = |ok, reason: String| Criterion { ok, reason, by: "rule".into() };
+    if s.call_count() == 0 {
+        return rule(false, "no tool call: the request was not resolved through tools".into());
+    }
+    for (ti, t) in s.turns.iter().enumerate() {
+        let calls: Vec<&super::Call> = t.groups.iter().flatten().collect();
+        for (i, c) in calls.iter().enumerate() {
+            let failed =
+                |c: &super::Call| c.error.is_some() || c.flags.iter().any(|f| f.code == super::flag::BAD_ARGUMENTS);
+            if failed(c) && !calls[i + 1..].iter().any(|d| d.tool == c.tool && !failed(d)) {
+                let why = if c.error.is_some() { "failed" } else { "had arguments that are not JSON" };
+                return rule(false, format!("turn {}: the call of `{}` {why} and was never repaired", ti + 1, c.tool));
+            }
+        }
+    }
+    rule(true, format!("{} call(s), no failing call left unrepaired", s.call_count()))
+}
+
+fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
+}
+
+fn requests(s: &Session) -> Vec<String> {
+    s.turns.iter().map(|t| clip(&t.user, 600)).filter(|u| !u.trim().is_empty()).collect()
+}
+
+fn tools_used(s: &Session) -> Vec<String> {
+    let mut v: Vec<String> = s.calls().map(|c| c.tool.clone()).collect();
+    v.dedup();
+    v
+}
+
+pub fn need_prompt(c: &CurateSettings, s: &Session) -> Prompt {
+    Prompt::new(&c.need_template, json!({"domain": c.domain, "requests": requests(s), "tools": tools_used(s)}))
+}
+
+pub fn answer_prompt(c: &CurateSettings, s: &Session) -> Prompt {
+    let answer = s.turns.iter().rev().find_map(|t| t.answer.clone()).unwrap_or_default();
+    Prompt::new(
+        &c.answer_template,
+        json!({"domain": c.domain, "requests": requests(s), "tools": tools_used(s), "answer": clip(&answer, 1200)}),
+    )
+}
+
+pub fn label_prompt(c: &CurateSettings, s: &Session) -> Prompt {
+    Prompt::new(
+        &c.label_template,
+        json!({"domain": c.domain, "requests": requests(s), "tools": tools_used(s), "taxonomy": c.taxonomy}),
+    )
+}
+
+/// Judge one session (criteria in order, stopping at the first failure).
+pub async fn judge(client: &LlmClient, c: &CurateSettings, s: &Session) -> Result<Decision, crate::llm::LlmError> {
+    let mut d = Decision {
+        id: s.id.clone(),
+        keep: false,
+        dropped_by: None,
+        resolved: resolved(s),
+        need: None,
+        answer: None,
+        scenario: s.scenario.clone(),
+        exchanges: Vec::new(),
+    };
+    if !d.resolved.ok {
+        d.dropped_by = Some("resolved".into());
+        return Ok(d);
+    }
+    let key = format!("need:{}", s.id);
+    let r = client.typed::<NeedVerdict>(&c.judge_role, &need_prompt(c, s), &key).await?;
+    d.exchanges.push(r.event_id);
+    d.need = Some(Criterion { ok: r.value.genuine, reason: one_line(&r.value.reason), by: "llm".into() });
+    if !r.value.genuine {
+        d.dropped_by = Some("need".into());
+        return Ok(d);
+    }
+    let answer = s.turns.iter().rev().find_map(|t| t.answer.as_ref()).filter(|a| !a.trim().is_empty());
+    d.answer = Some(match (s.feedback, answer) {
+        (Some(f), _) => Criterion {
+            ok: f,
+            reason: if f { "the user's feedback was positive" } else { "the user's feedback was negative" }.into(),
+            by: "feedback".into(),
+        },
+        (None, None) => Criterion { ok: false, reason: "no final answer".into(), by: "rule".into() },
+        (None, Some(_)) => {
+            let r =
+                client.typed::<AnswerVerdict>(&c.judge_role, &answer_prompt(c, s), &format!("answer:{}", s.id)).await?;
+            d.exchanges.push(r.event_id);
+            Criterion { ok: r.value.satisfactory, reason: one_line(&r.value.reason), by: "llm".into() }
+        }
+    });
+    if !d.answer.as_ref().is_some_and(|a| a.ok) {
+        d.dropped_by = Some("answer".into());
+        return Ok(d);
+    }
+    if c.scenarios == ScenarioSource::Llm && (s.scenario.is_none() || c.relabel) {
+        let r = client.typed::<LabelPick>(&c.judge_role, &label_prompt(c, s), &format!("label:{}", s.id)).await?;
+        d.exchanges.push(r.event_id);
+        let pick = r.value.scenario.trim().to_string();
+        // An answer outside the taxonomy is not trusted; the session keeps what it had.
+        if c.taxonomy.contains(&pick) {
+            d.scenario = Some(pick);
+        }
+    }
+    d.keep = true;
+    Ok(d)
+}
+
+pub fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+pub struct CurateStage;
+
+impl Stage for CurateStage {
+    fn name(&self) -> &'static str {
+        STAGE
+    }
+    fn command(&self) -> &'static str {
+        "logs curate"
+    }
+    fn version(&self) -> u32 {
+        1
+    }
+    fn upstream(&self) -> &'static [&'static str] {
+        &[super::import::STAGE]
+    }
+    fn plan(&self, s: &Settings) -> Result<Plan> {
+        let c = super::import::settings(s).curate;
+        let mut prompts = vec![prompt_path(s, &c.need_template), prompt_path(s, &c.answer_template)];
+        if c.scenarios == ScenarioSource::Llm {
+            prompts.push(prompt_path(s, &c.label_template));
+        }
+        Ok(Plan {
+            inputs: vec![super::import::path(s, "sessions.jsonl")],
+            prompts,
+            config_hash: section_hash(&json!({"curate": c, "role": role_hash(s, &c.judge_role)?}))?,
+        })
+    }
+
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let s = ctx.settings;
+        let c = super::import::settings(s).curate;
+        let sessions = super::parse_sessions(
+            inputs.bytes(&super::import::path(s, "sessions.jsonl"))?,
+            "logs-import/sessions.jsonl",
+        )?;
+        let mut checkpoint = ctx.checkpoint()?;
+        let todo: Vec<&Session> = sessions.iter().filter(|x| checkpoint.get(&x.id).is_none()).collect();
+        let resumed = sessions.len() - todo.len();
+        let run_id = ctx.ledger_run()?;
+        let pb = ctx.printer.progress(sessions.len() as u64, "curate");
+        pb.inc(resumed as u64);
+        let mut failures = Vec::new();
+        if !todo.is_empty() {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            let client = rt.block_on(async {
+                let client = LlmClient::from_settings(s, STAGE, run_id).await?;
+                let sem = Arc::new(tokio::sync::Semaphore::new(c.concurrency.max(1)));
+                let mut set = tokio::task::JoinSet::new();
+                for sess in todo {
+                    let (client, c, sem, sess) = (client.clone(), c.clone(), sem.clone(), sess.clone());
+                    set.spawn(async move {
+                        let _p = sem.acquire_owned().await;
+                        let r = judge(&client, &c, &sess).await;
+                        (sess.id, r)
+                    });
+                }
+                while let Some(j) = set.join_next().await {
+                    let (id, r) = j.context("a curation task panicked")?;
+                    match r {
+                        Ok(d) => {
+                            let mut v = serde_json::to_value(&d)?;
+                            v["exchanges"] = json!(d.exchanges);
+                            checkpoint.put(&id, v)?;
+                            crate::store::fail_point("logs_curate_session")?;
+                            pb.inc(1);
+                        }
+                        Err(e) if e.is_item_level() => failures.push(format!("{e}")),
+                        Err(e) => {
+                            set.abort_all();
+                            return Err(
+                                anyhow::Error::new(e).context("stopping: the LLM is unusable for every session")
+                            );
+                        }
+                    }
+                }
+                anyhow::Ok(client)
+            })?;
+            client.add_counts(out);
+        }
+        pb.finish_and_clear();
+        if !failures.is_empty() {
+            anyhow::bail!(
+                "{} of {} sessions got no valid judgement (the {} decisions so far are kept; a rerun retries only these):\n  {}",
+                failures.len(),
+                sessions.len(),
+                checkpoint.len(),
+                failures.join("\n  ")
+            );
+        }
+        let mut kept = Vec::new();
+        let mut decisions = Vec::new();
+        let mut by: BTreeMap<String, u64> = BTreeMap::new();
+        for sess in &sessions {
+            let v = checkpoint.get(&sess.id).context("internal: a session has no decision")?;
+            let exchanges: Vec<i64> = serde_json::from_value(v.get("exchanges").cloned().unwrap_or(json!([])))?;
+            let d: Decision = serde_json::from_value(v.clone()).context("a checkpointed decision is not valid")?;
+            let mut ev =
+                NewEvent::new(super::kind::DECISION, Some(&super::subject(&sess.id)), serde_json::to_value(&d)?);
+            for x in exchanges {
+                ev = ev.with_parent(Parent::Id(x));
+            }
+            out.event(ev);
+            *by.entry(d.dropped_by.clone().unwrap_or_else(|| "kept".into())).or_default() += 1;
+            if d.keep {
+                let mut k = sess.clone();
+                k.scenario = d.scenario.clone();
+                kept.push(k);
+            }
+            decisions.push(d);
+        }
+        let mut dec_bytes = Vec::new();
+        for d in &decisions {
+            serde_json::to_writer(&mut dec_bytes, d)?;
+            dec_bytes.push(b'\n');
+        }
+        out.file("curated.jsonl", super::sessions_jsonl(&kept)?);
+        out.file("decisions.jsonl", dec_bytes);
+        let report = json!({"sessions": sessions.len(), "kept": kept.len(), "outcome": by});
+        out.json("report.json", &report)?;
+        out.count("sessions", sessions.len());
+        out.count("kept", kept.len());
+        for (k, v) in &by {
+            if k != "kept" {
+                out.count(&format!("dropped_{k}"), *v);
+            }
+        }
+        let drops: Vec<String> =
+            by.iter().filter(|(k, _)| *k != "kept").map(|(k, v)| format!("{v} by `{k}`")).collect();
+        out.notes.push(format!(
+            "{} of {} sessions kept; dropped: {} ({resumed} decisions resumed)",
+            kept.len(),
+            sessions.len(),
+            if drops.is_empty() { "none".into() } else { drops.join(", ") }
+        ));
+        Ok(())
+    }
+}
+
+/// The decision of a session as recorded (for `explain log:<id>`).
+pub fn describe(p: &Value) -> String {
+    let keep = p["keep"].as_bool().unwrap_or(false);
+    let mut parts = Vec::new();
+    for k in ["resolved", "need", "answer"] {
+        if let Some(c) = p.get(k).filter(|c| c.is_object()) {
+            parts.push(format!(
+                "{k}: {} by {} ({})",
+                if c["ok"].as_bool().unwrap_or(false) { "yes" } else { "no" },
+                c["by"].as_str().unwrap_or("?"),
+                c["reason"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    format!("{}; {}", if keep { "kept" } else { "dropped" }, parts.join("; "))
+}
