@@ -141,7 +141,8 @@ pub fn label_prompt(c: &CurateSettings, s: &Session) -> Prompt {
 }
 
 /// Judge one session (criteria in order, stopping at the first failure).
-pub async fn judge(client: &LlmClient, c: &CurateSettings, s: &Session) -> Result<Decision, crate::llm::LlmError> {
+/// `sampled = false`: the LLM criteria pass unjudged (see `llm_sample`).
+pub async fn judge(client: &LlmClient, c: &CurateSettings, s: &Session, sampled: bool) -> Result<Decision, crate::llm::LlmError> {
     let mut d = Decision {
         id: s.id.clone(),
         keep: false,
@@ -156,11 +157,20 @@ pub async fn judge(client: &LlmClient, c: &CurateSettings, s: &Session) -> Resul
         d.dropped_by = Some("resolved".into());
         return Ok(d);
     }
-    let key = format!("need:{}", s.id);
-    let r = client.typed::<NeedVerdict>(&c.judge_role, &need_prompt(c, s), &key).await?;
-    d.exchanges.push(r.event_id);
-    d.need = Some(Criterion { ok: r.value.genuine, reason: one_line(&r.value.reason), by: "llm".into() });
-    if !r.value.genuine {
+    let unjudged = || Criterion {
+        ok: true,
+        reason: format!("not judged: outside the LLM sample (llm_sample = {})", c.llm_sample.unwrap_or(0)),
+        by: "unjudged".into(),
+    };
+    if sampled {
+        let key = format!("need:{}", s.id);
+        let r = client.typed::<NeedVerdict>(&c.judge_role, &need_prompt(c, s), &key).await?;
+        d.exchanges.push(r.event_id);
+        d.need = Some(Criterion { ok: r.value.genuine, reason: one_line(&r.value.reason), by: "llm".into() });
+    } else {
+        d.need = Some(unjudged());
+    }
+    if !d.need.as_ref().is_some_and(|n| n.ok) {
         d.dropped_by = Some("need".into());
         return Ok(d);
     }
@@ -172,6 +182,7 @@ pub async fn judge(client: &LlmClient, c: &CurateSettings, s: &Session) -> Resul
             by: "feedback".into(),
         },
         (None, None) => Criterion { ok: false, reason: "no final answer".into(), by: "rule".into() },
+        (None, Some(_)) if !sampled => unjudged(),
         (None, Some(_)) => {
             let r =
                 client.typed::<AnswerVerdict>(&c.judge_role, &answer_prompt(c, s), &format!("answer:{}", s.id)).await?;
@@ -183,7 +194,7 @@ pub async fn judge(client: &LlmClient, c: &CurateSettings, s: &Session) -> Resul
         d.dropped_by = Some("answer".into());
         return Ok(d);
     }
-    if c.scenarios == ScenarioSource::Llm && (s.scenario.is_none() || c.relabel) {
+    if sampled && c.scenarios == ScenarioSource::Llm && (s.scenario.is_none() || c.relabel) {
         let r = client.typed::<LabelPick>(&c.judge_role, &label_prompt(c, s), &format!("label:{}", s.id)).await?;
         d.exchanges.push(r.event_id);
         let pick = r.value.scenario.trim().to_string();
@@ -194,6 +205,20 @@ pub async fn judge(client: &LlmClient, c: &CurateSettings, s: &Session) -> Resul
     }
     d.keep = true;
     Ok(d)
+}
+
+/// The sessions the LLM judges: all, or a seeded sample of `llm_sample` among those
+/// passing the rule.
+pub fn sample(sessions: &[Session], c: &CurateSettings, seed: u64) -> std::collections::HashSet<String> {
+    use rand::SeedableRng;
+    use rand::seq::SliceRandom;
+    let mut ids: Vec<&str> = sessions.iter().filter(|s| resolved(s).ok).map(|s| s.id.as_str()).collect();
+    if let Some(n) = c.llm_sample {
+        ids.sort();
+        ids.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x6375_7261_7465));
+        ids.truncate(n);
+    }
+    ids.into_iter().map(str::to_string).collect()
 }
 
 pub fn one_line(s: &str) -> String {
@@ -236,6 +261,7 @@ impl Stage for CurateStage {
             "logs-import/sessions.jsonl",
         )?;
         let mut checkpoint = ctx.checkpoint()?;
+        let sampled = sample(&sessions, &c, s.config.project.seed);
         let todo: Vec<&Session> = sessions.iter().filter(|x| checkpoint.get(&x.id).is_none()).collect();
         let resumed = sessions.len() - todo.len();
         let run_id = ctx.ledger_run()?;
@@ -250,9 +276,10 @@ impl Stage for CurateStage {
                 let mut set = tokio::task::JoinSet::new();
                 for sess in todo {
                     let (client, c, sem, sess) = (client.clone(), c.clone(), sem.clone(), sess.clone());
+                    let in_sample = sampled.contains(&sess.id);
                     set.spawn(async move {
                         let _p = sem.acquire_owned().await;
-                        let r = judge(&client, &c, &sess).await;
+                        let r = judge(&client, &c, &sess, in_sample).await;
                         (sess.id, r)
                     });
                 }

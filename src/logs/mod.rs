@@ -162,6 +162,11 @@ pub struct CurateSettings {
     pub relabel: bool,
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,
+    /// Cost control: ask the LLM about at most this many sessions (a seeded sample of
+    /// those passing the rule); the others pass the LLM criteria as `unjudged`, with that
+    /// reason recorded. Absent: every session is judged.
+    #[serde(default)]
+    pub llm_sample: Option<usize>,
 }
 
 impl Default for CurateSettings {
@@ -176,6 +181,7 @@ impl Default for CurateSettings {
             taxonomy: Vec::new(),
             relabel: false,
             concurrency: default_concurrency(),
+            llm_sample: None,
         }
     }
 }
