@@ -15,15 +15,27 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
 
 const TOOLS: &[(&str, &str, &[&str])] = &[
-    ("search_incidents", "Search incidents by free text and status; returns incident ids, titles and services.", &["query", "status"]),
+    (
+        "search_incidents",
+        "Search incidents by free text and status; returns incident ids, titles and services.",
+        &["query", "status"],
+    ),
     ("get_incident", "Full details of one incident: timeline, affected service, severity, assignee.", &["incident_id"]),
-    ("create_incident", "Open a new incident for a service with a title and severity.", &["title", "severity", "service"]),
+    (
+        "create_incident",
+        "Open a new incident for a service with a title and severity.",
+        &["title", "severity", "service"],
+    ),
     ("update_incident", "Change an incident's status or add a note.", &["incident_id", "status", "note"]),
     ("assign_incident", "Assign an incident to a team.", &["incident_id", "team"]),
     ("list_services", "List the monitored services with their owners.", &[]),
     ("get_service_status", "Current health of a service: up, degraded or down, with error rate.", &["service"]),
     ("get_service_dependencies", "The services a service calls (its upstream dependencies).", &["service"]),
-    ("query_metrics", "Time series of a metric (latency_p99, error_rate, cpu, memory) of a service.", &["service", "metric", "window"]),
+    (
+        "query_metrics",
+        "Time series of a metric (latency_p99, error_rate, cpu, memory) of a service.",
+        &["service", "metric", "window"],
+    ),
     ("search_logs", "Search a service's logs for a text over a time window.", &["service", "query", "window"]),
     ("get_alerts", "Open alerts of a service, with alert ids and severity.", &["service", "severity"]),
     ("acknowledge_alert", "Acknowledge an alert so it stops paging.", &["alert_id"]),
@@ -37,7 +49,8 @@ const TOOLS: &[(&str, &str, &[&str])] = &[
     ("get_runbook", "The runbook for a topic (how to handle a known problem).", &["topic"]),
 ];
 
-const SERVICES: &[&str] = &["payments", "checkout", "search", "auth", "inventory", "notifications", "billing", "gateway"];
+const SERVICES: &[&str] =
+    &["payments", "checkout", "search", "auth", "inventory", "notifications", "billing", "gateway"];
 const TEAMS: &[&str] = &["sre", "platform", "database", "network", "payments-dev"];
 const METRICS: &[&str] = &["latency_p99", "error_rate", "cpu", "memory"];
 const HOSTS: &[&str] = &["web-01", "web-02", "db-01", "cache-03", "worker-07"];
@@ -76,13 +89,25 @@ impl Gen {
             .iter()
             .rev()
             .enumerate()
-            .map(|(i, &x)| if i % 2 == 0 { let y = x * 2; if y > 9 { y - 9 } else { y } } else { x })
+            .map(|(i, &x)| {
+                if i % 2 == 0 {
+                    let y = x * 2;
+                    if y > 9 { y - 9 } else { y }
+                } else {
+                    x
+                }
+            })
             .sum();
         d.push((10 - sum % 10) % 10);
         d.iter().map(|x| x.to_string()).collect()
     }
     fn cn_id(&mut self) -> String {
-        let mut s = format!("1101051{:03}{:02}{:02}", self.rng.random_range(960..999), self.rng.random_range(1..13), self.rng.random_range(10..29));
+        let mut s = format!(
+            "1101051{:03}{:02}{:02}",
+            self.rng.random_range(960..999),
+            self.rng.random_range(1..13),
+            self.rng.random_range(10..29)
+        );
         s.push_str(&format!("{:03}", self.rng.random_range(100..999)));
         const W: [u32; 17] = [7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2];
         let sum: u32 = s.bytes().zip(W).map(|(b, w)| (b - b'0') as u32 * w).sum();
@@ -97,60 +122,127 @@ impl Gen {
         format!("{}@{}", self.pick(&names), self.pick(&["example.com", "corp.example.org"]))
     }
     fn ip(&mut self) -> String {
-        format!("10.{}.{}.{}", self.rng.random_range(0..255), self.rng.random_range(0..255), self.rng.random_range(1..255))
+        format!(
+            "10.{}.{}.{}",
+            self.rng.random_range(0..255),
+            self.rng.random_range(0..255),
+            self.rng.random_range(1..255)
+        )
     }
 
     fn single(&mut self) -> (String, &'static str, Vec<Vec<C>>, String) {
         let svc = self.pick(SERVICES).to_string();
         match self.rng.random_range(0..10) {
-            0 => (format!("Is the {svc} service healthy right now?"), "Infrastructure-Services",
-                vec![vec![c("get_service_status", json!({"service": svc}), json!({"service": svc, "state": "up", "error_rate": 0.2}))]],
-                format!("{svc} is up with an error rate of 0.2%.")),
+            0 => (
+                format!("Is the {svc} service healthy right now?"),
+                "Infrastructure-Services",
+                vec![vec![c(
+                    "get_service_status",
+                    json!({"service": svc}),
+                    json!({"service": svc, "state": "up", "error_rate": 0.2}),
+                )]],
+                format!("{svc} is up with an error rate of 0.2%."),
+            ),
             1 => {
                 let m = self.pick(METRICS).to_string();
-                (format!("Show me {m} for {svc} over the last hour"), "Monitoring-Metrics",
-                 vec![vec![c("query_metrics", json!({"service": svc, "metric": m, "window": "1h"}), json!({"points": [12, 15, 11], "unit": "ms"}))]],
-                 format!("{m} of {svc} stayed between 11 and 15 over the last hour."))
+                (
+                    format!("Show me {m} for {svc} over the last hour"),
+                    "Monitoring-Metrics",
+                    vec![vec![c(
+                        "query_metrics",
+                        json!({"service": svc, "metric": m, "window": "1h"}),
+                        json!({"points": [12, 15, 11], "unit": "ms"}),
+                    )]],
+                    format!("{m} of {svc} stayed between 11 and 15 over the last hour."),
+                )
             }
-            2 => (format!("Any open alerts on {svc}?"), "Monitoring-Alerts",
+            2 => (
+                format!("Any open alerts on {svc}?"),
+                "Monitoring-Alerts",
                 vec![vec![c("get_alerts", json!({"service": svc, "severity": "any"}), json!({"alerts": []}))]],
-                format!("There are no open alerts on {svc}.")),
+                format!("There are no open alerts on {svc}."),
+            ),
             3 => {
                 let q = self.pick(&["timeout", "OOM", "connection refused", "500"]).to_string();
-                (format!("Search the {svc} logs for '{q}' in the last 30 minutes"), "IncidentManagement-Triage",
-                 vec![vec![c("search_logs", json!({"service": svc, "query": q, "window": "30m"}), json!({"matches": 3}))]],
-                 format!("Found 3 log lines matching '{q}' in {svc}."))
+                (
+                    format!("Search the {svc} logs for '{q}' in the last 30 minutes"),
+                    "IncidentManagement-Triage",
+                    vec![vec![c(
+                        "search_logs",
+                        json!({"service": svc, "query": q, "window": "30m"}),
+                        json!({"matches": 3}),
+                    )]],
+                    format!("Found 3 log lines matching '{q}' in {svc}."),
+                )
             }
-            4 => (format!("What does {svc} depend on?"), "Infrastructure-Services",
-                vec![vec![c("get_service_dependencies", json!({"service": svc}), json!({"depends_on": ["auth", "gateway"]}))]],
-                format!("{svc} depends on auth and gateway.")),
+            4 => (
+                format!("What does {svc} depend on?"),
+                "Infrastructure-Services",
+                vec![vec![c(
+                    "get_service_dependencies",
+                    json!({"service": svc}),
+                    json!({"depends_on": ["auth", "gateway"]}),
+                )]],
+                format!("{svc} depends on auth and gateway."),
+            ),
             5 => {
                 let team = self.pick(TEAMS).to_string();
-                (format!("Who is on call for {team}?"), "Support-OnCall",
-                 vec![vec![c("get_oncall", json!({"team": team}), json!({"name": "Anna", "email": "anna.schmidt@example.com", "phone": "+44 20 7946 0958"}))]],
-                 "Anna is on call (anna.schmidt@example.com, +44 20 7946 0958).".into())
+                (
+                    format!("Who is on call for {team}?"),
+                    "Support-OnCall",
+                    vec![vec![c(
+                        "get_oncall",
+                        json!({"team": team}),
+                        json!({"name": "Anna", "email": "anna.schmidt@example.com", "phone": "+44 20 7946 0958"}),
+                    )]],
+                    "Anna is on call (anna.schmidt@example.com, +44 20 7946 0958).".into(),
+                )
             }
             6 => {
                 let h = self.pick(HOSTS).to_string();
                 let ip = self.ip();
-                (format!("Give me the details of host {h}"), "Infrastructure-Hosts",
-                 vec![vec![c("get_host_info", json!({"hostname": h}), json!({"hostname": h, "ip": ip, "os": "debian 12"}))]],
-                 format!("{h} runs debian 12 at {ip}."))
+                (
+                    format!("Give me the details of host {h}"),
+                    "Infrastructure-Hosts",
+                    vec![vec![c(
+                        "get_host_info",
+                        json!({"hostname": h}),
+                        json!({"hostname": h, "ip": ip, "os": "debian 12"}),
+                    )]],
+                    format!("{h} runs debian 12 at {ip}."),
+                )
             }
-            7 => (format!("Which versions of {svc} were deployed recently?"), "ChangeManagement-Deployments",
-                vec![vec![c("list_deployments", json!({"service": svc}), json!({"deployments": [{"id": "DEP-4411", "version": "2.3.1"}]}))]],
-                format!("The latest {svc} deployment is DEP-4411 (2.3.1).")),
+            7 => (
+                format!("Which versions of {svc} were deployed recently?"),
+                "ChangeManagement-Deployments",
+                vec![vec![c(
+                    "list_deployments",
+                    json!({"service": svc}),
+                    json!({"deployments": [{"id": "DEP-4411", "version": "2.3.1"}]}),
+                )]],
+                format!("The latest {svc} deployment is DEP-4411 (2.3.1)."),
+            ),
             8 => {
                 let topic = self.pick(&["disk full", "certificate expiry", "database failover"]).to_string();
-                (format!("How do we handle {topic}?"), "Support-OnCall",
-                 vec![vec![c("get_runbook", json!({"topic": topic}), json!({"steps": ["check", "fix", "verify"]}))]],
-                 format!("The runbook for {topic}: check, fix, verify."))
+                (
+                    format!("How do we handle {topic}?"),
+                    "Support-OnCall",
+                    vec![vec![c("get_runbook", json!({"topic": topic}), json!({"steps": ["check", "fix", "verify"]}))]],
+                    format!("The runbook for {topic}: check, fix, verify."),
+                )
             }
             _ => {
                 let q = self.pick(&["login failures", "slow checkout", "payment errors"]).to_string();
-                (format!("Find open incidents about {q}"), "IncidentManagement-Triage",
-                 vec![vec![c("search_incidents", json!({"query": q, "status": "open"}), json!({"incidents": [{"id": "INC-2231", "title": q}]}))]],
-                 format!("One open incident: INC-2231 ({q})."))
+                (
+                    format!("Find open incidents about {q}"),
+                    "IncidentManagement-Triage",
+                    vec![vec![c(
+                        "search_incidents",
+                        json!({"query": q, "status": "open"}),
+                        json!({"incidents": [{"id": "INC-2231", "title": q}]}),
+                    )]],
+                    format!("One open incident: INC-2231 ({q})."),
+                )
             }
         }
     }
@@ -161,75 +253,132 @@ impl Gen {
             0 => {
                 let inc = self.id("INC");
                 let team = self.pick(TEAMS).to_string();
-                (format!("Find the open incident about {svc} errors and assign it to {team}"), "IncidentManagement-Triage",
-                 vec![
-                    vec![c("search_incidents", json!({"query": format!("{svc} errors"), "status": "open"}), json!({"incidents": [{"id": inc, "service": svc}]}))],
-                    vec![c("get_incident", json!({"incident_id": inc}), json!({"id": inc, "severity": "high"}))],
-                    vec![c("assign_incident", json!({"incident_id": inc, "team": team}), json!({"ok": true}))],
-                 ],
-                 format!("{inc} is now assigned to {team}."))
+                (
+                    format!("Find the open incident about {svc} errors and assign it to {team}"),
+                    "IncidentManagement-Triage",
+                    vec![
+                        vec![c(
+                            "search_incidents",
+                            json!({"query": format!("{svc} errors"), "status": "open"}),
+                            json!({"incidents": [{"id": inc, "service": svc}]}),
+                        )],
+                        vec![c("get_incident", json!({"incident_id": inc}), json!({"id": inc, "severity": "high"}))],
+                        vec![c("assign_incident", json!({"incident_id": inc, "team": team}), json!({"ok": true}))],
+                    ],
+                    format!("{inc} is now assigned to {team}."),
+                )
             }
-            1 => (format!("{svc} feels slow: check its status and alerts, then its latency"), "Monitoring-Metrics",
+            1 => (
+                format!("{svc} feels slow: check its status and alerts, then its latency"),
+                "Monitoring-Metrics",
                 vec![
                     vec![
                         c("get_service_status", json!({"service": svc}), json!({"state": "degraded"})),
-                        c("get_alerts", json!({"service": svc, "severity": "high"}), json!({"alerts": [{"id": "ALR-77"}]})),
+                        c(
+                            "get_alerts",
+                            json!({"service": svc, "severity": "high"}),
+                            json!({"alerts": [{"id": "ALR-77"}]}),
+                        ),
                     ],
-                    vec![c("query_metrics", json!({"service": svc, "metric": "latency_p99", "window": "1h"}), json!({"points": [900, 1200]}))],
+                    vec![c(
+                        "query_metrics",
+                        json!({"service": svc, "metric": "latency_p99", "window": "1h"}),
+                        json!({"points": [900, 1200]}),
+                    )],
                 ],
-                format!("{svc} is degraded; p99 latency rose to 1.2 s.")),
+                format!("{svc} is degraded; p99 latency rose to 1.2 s."),
+            ),
             2 => {
                 let h = self.pick(HOSTS).to_string();
                 let ip = self.ip();
-                (format!("{svc} on {h} is stuck: check the host is reachable and restart it"), "Infrastructure-Hosts",
-                 vec![
-                    vec![c("get_host_info", json!({"hostname": h}), json!({"hostname": h, "ip": ip}))],
-                    vec![c("ping_host", json!({"ip": ip}), json!({"rtt_ms": 0.4}))],
-                    vec![c("restart_service", json!({"service": svc, "host": h}), json!({"ok": true}))],
-                 ],
-                 format!("{h} ({ip}) answers; {svc} was restarted."))
+                (
+                    format!("{svc} on {h} is stuck: check the host is reachable and restart it"),
+                    "Infrastructure-Hosts",
+                    vec![
+                        vec![c("get_host_info", json!({"hostname": h}), json!({"hostname": h, "ip": ip}))],
+                        vec![c("ping_host", json!({"ip": ip}), json!({"rtt_ms": 0.4}))],
+                        vec![c("restart_service", json!({"service": svc, "host": h}), json!({"ok": true}))],
+                    ],
+                    format!("{h} ({ip}) answers; {svc} was restarted."),
+                )
             }
             3 => {
                 let dep = self.id("DEP");
                 let email = self.email();
-                (format!("Roll back the last {svc} deployment and tell {email}"), "ChangeManagement-Deployments",
-                 vec![
-                    vec![c("list_deployments", json!({"service": svc}), json!({"deployments": [{"id": dep, "version": "3.1.0"}]}))],
-                    vec![c("rollback_deployment", json!({"deployment_id": dep}), json!({"ok": true}))],
-                    vec![c("notify_user", json!({"email": email, "message": format!("{dep} rolled back")}), json!({"sent": true}))],
-                 ],
-                 format!("{dep} was rolled back and {email} was told."))
+                (
+                    format!("Roll back the last {svc} deployment and tell {email}"),
+                    "ChangeManagement-Deployments",
+                    vec![
+                        vec![c(
+                            "list_deployments",
+                            json!({"service": svc}),
+                            json!({"deployments": [{"id": dep, "version": "3.1.0"}]}),
+                        )],
+                        vec![c("rollback_deployment", json!({"deployment_id": dep}), json!({"ok": true}))],
+                        vec![c(
+                            "notify_user",
+                            json!({"email": email, "message": format!("{dep} rolled back")}),
+                            json!({"sent": true}),
+                        )],
+                    ],
+                    format!("{dep} was rolled back and {email} was told."),
+                )
             }
             4 => {
                 let team = self.pick(TEAMS).to_string();
                 let email = self.email();
                 let phone = if self.rng.random_bool(0.5) { self.mobile() } else { "+49 30 901820".to_string() };
-                (format!("Page whoever is on call for {team} about the {svc} outage"), "Support-OnCall",
-                 vec![
-                    vec![c("get_oncall", json!({"team": team}), json!({"email": email, "phone": phone}))],
-                    vec![c("notify_user", json!({"email": email, "message": format!("{svc} outage")}), json!({"sent": true}))],
-                 ],
-                 format!("The on-call engineer of {team} was notified."))
+                (
+                    format!("Page whoever is on call for {team} about the {svc} outage"),
+                    "Support-OnCall",
+                    vec![
+                        vec![c("get_oncall", json!({"team": team}), json!({"email": email, "phone": phone}))],
+                        vec![c(
+                            "notify_user",
+                            json!({"email": email, "message": format!("{svc} outage")}),
+                            json!({"sent": true}),
+                        )],
+                    ],
+                    format!("The on-call engineer of {team} was notified."),
+                )
             }
             5 => {
                 let alr = self.id("ALR");
-                (format!("Acknowledge the critical alert on {svc}"), "Monitoring-Alerts",
-                 vec![
-                    vec![c("get_alerts", json!({"service": svc, "severity": "critical"}), json!({"alerts": [{"id": alr}]}))],
-                    vec![c("acknowledge_alert", json!({"alert_id": alr}), json!({"ok": true}))],
-                 ],
-                 format!("{alr} acknowledged."))
+                (
+                    format!("Acknowledge the critical alert on {svc}"),
+                    "Monitoring-Alerts",
+                    vec![
+                        vec![c(
+                            "get_alerts",
+                            json!({"service": svc, "severity": "critical"}),
+                            json!({"alerts": [{"id": alr}]}),
+                        )],
+                        vec![c("acknowledge_alert", json!({"alert_id": alr}), json!({"ok": true}))],
+                    ],
+                    format!("{alr} acknowledged."),
+                )
             }
-            _ => (format!("Is anything {svc} depends on down?"), "Infrastructure-Services",
+            _ => (
+                format!("Is anything {svc} depends on down?"),
+                "Infrastructure-Services",
                 vec![
-                    vec![c("get_service_dependencies", json!({"service": svc}), json!({"depends_on": ["auth", "gateway"]}))],
+                    vec![c(
+                        "get_service_dependencies",
+                        json!({"service": svc}),
+                        json!({"depends_on": ["auth", "gateway"]}),
+                    )],
                     vec![
                         c("get_service_status", json!({"service": "auth"}), json!({"state": "up"})),
                         c("get_service_status", json!({"service": "gateway"}), json!({"state": "down"})),
                     ],
-                    vec![c("create_incident", json!({"title": "gateway down", "severity": "high", "service": "gateway"}), json!({"id": "INC-5120"}))],
+                    vec![c(
+                        "create_incident",
+                        json!({"title": "gateway down", "severity": "high", "service": "gateway"}),
+                        json!({"id": "INC-5120"}),
+                    )],
                 ],
-                format!("gateway, which {svc} depends on, is down; INC-5120 was opened.")),
+                format!("gateway, which {svc} depends on, is down; INC-5120 was opened."),
+            ),
         }
     }
 
@@ -272,7 +421,8 @@ fn main() -> std::io::Result<()> {
     let tools: Vec<Value> = TOOLS
         .iter()
         .map(|(n, d, ps)| {
-            let props: serde_json::Map<String, Value> = ps.iter().map(|p| (p.to_string(), json!({"type": "string"}))).collect();
+            let props: serde_json::Map<String, Value> =
+                ps.iter().map(|p| (p.to_string(), json!({"type": "string"}))).collect();
             json!({"name": n, "description": d, "inputSchema": {"type": "object", "properties": props, "required": ps}})
         })
         .collect();
@@ -286,6 +436,8 @@ fn main() -> std::io::Result<()> {
         if g.rng.random_bool(0.25) {
             user.push_str(&g.pii_suffix());
         }
+        // Multi-turn: the last group answers a follow-up question (decided before a retry is added).
+        let multi_turn = groups.len() > 1 && g.rng.random_bool(0.1);
         // Failures: some unrepaired (dropped by curation), some repaired by a retry.
         let fate = g.rng.random_range(0..100);
         if fate < 8 {
@@ -305,7 +457,6 @@ fn main() -> std::io::Result<()> {
             6..=69 => Some(json!("thumbs_up")),
             _ => None,
         };
-        let multi_turn = groups.len() > 1 && g.rng.random_bool(0.1);
         let explicit = g.rng.random_bool(0.1);
         let rfc = g.rng.random_bool(0.5);
         g.t += 600_000;
@@ -343,7 +494,8 @@ fn main() -> std::io::Result<()> {
                     }
                 }
                 if turn == 0 && gi == last_turn0 && ci == 0 {
-                    ev["answer"] = json!(if multi_turn { "Here is what I found so far.".to_string() } else { answer.clone() });
+                    ev["answer"] =
+                        json!(if multi_turn { "Here is what I found so far.".to_string() } else { answer.clone() });
                 }
                 if explicit {
                     ev["group"] = json!(gi);

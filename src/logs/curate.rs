@@ -142,7 +142,12 @@ pub fn label_prompt(c: &CurateSettings, s: &Session) -> Prompt {
 
 /// Judge one session (criteria in order, stopping at the first failure).
 /// `sampled = false`: the LLM criteria pass unjudged (see `llm_sample`).
-pub async fn judge(client: &LlmClient, c: &CurateSettings, s: &Session, sampled: bool) -> Result<Decision, crate::llm::LlmError> {
+pub async fn judge(
+    client: &LlmClient,
+    c: &CurateSettings,
+    s: &Session,
+    sampled: bool,
+) -> Result<Decision, crate::llm::LlmError> {
     let mut d = Decision {
         id: s.id.clone(),
         keep: false,
