@@ -140,7 +140,7 @@ fn run_from_until_selects_stages() {
 
     let bad = p.run(&["run", "--from", "nope"]);
     assert_code(&bad, 2);
-    assert!(stderr(&bad).contains("unknown stage `nope`; the stages are: catalog, filter, embed, efs-pairs, efs-verify, efs-build, efs-topdown, efs, stats"), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("unknown stage `nope`; the stages are: catalog, filter, embed, efs-pairs, efs-verify, efs-build, efs-topdown, efs, stats, logs-import, logs-curate, logs-split, graph-build"), "{}", stderr(&bad));
     let reversed = p.run(&["run", "--from", "stats", "--until", "catalog"]);
     assert_code(&reversed, 2);
 }
