@@ -14,20 +14,41 @@ use benchgen::logs::{AnonSettings, LogFormat};
 fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<f64>().unwrap_or(0.0)))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<f64>().unwrap_or(0.0))
+        })
         .unwrap_or(0.0)
         / 1024.0
 }
 
 const TOOLS: [&str; 20] = [
-    "search_incidents", "get_incident", "create_incident", "update_incident", "assign_incident", "list_services",
-    "get_service_status", "get_service_dependencies", "query_metrics", "search_logs", "get_alerts", "acknowledge_alert",
-    "get_host_info", "ping_host", "restart_service", "list_deployments", "rollback_deployment", "get_oncall",
-    "notify_user", "get_runbook",
+    "search_incidents",
+    "get_incident",
+    "create_incident",
+    "update_incident",
+    "assign_incident",
+    "list_services",
+    "get_service_status",
+    "get_service_dependencies",
+    "query_metrics",
+    "search_logs",
+    "get_alerts",
+    "acknowledge_alert",
+    "get_host_info",
+    "ping_host",
+    "restart_service",
+    "list_deployments",
+    "rollback_deployment",
+    "get_oncall",
+    "notify_user",
+    "get_runbook",
 ];
 
 fn main() -> anyhow::Result<()> {
-    let n: usize = std::env::args().skip(1).find(|a| !a.starts_with('-')).and_then(|a| a.parse().ok()).unwrap_or(100_000);
+    let n: usize =
+        std::env::args().skip(1).find(|a| !a.starts_with('-')).and_then(|a| a.parse().ok()).unwrap_or(100_000);
     let calls = 10;
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("events.jsonl");
@@ -41,7 +62,11 @@ fn main() -> anyhow::Result<()> {
                     let tool = TOOLS[(k * 7 + step * 3) % TOOLS.len()];
                     let ts = 1_772_352_000_000_i64 + k as i64 * 60_000 + (step / 2) as i64 * 1000;
                     let user = if step == 0 {
-                        format!(",\"user\":\"check service {k} and mail ops{}@example.com or call 138{:08}\"", k % 5000, k)
+                        format!(
+                            ",\"user\":\"check service {k} and mail ops{}@example.com or call 138{:08}\"",
+                            k % 5000,
+                            k
+                        )
                     } else {
                         String::new()
                     };
@@ -60,13 +85,23 @@ fn main() -> anyhow::Result<()> {
         w.flush()?;
     }
     let bytes = std::fs::metadata(&path)?.len();
-    eprintln!("generated {n} sessions, {} events, {:.0} MB in {:.1} s", n * calls, bytes as f64 / 1e6, t.elapsed().as_secs_f64());
+    eprintln!(
+        "generated {n} sessions, {} events, {:.0} MB in {:.1} s",
+        n * calls,
+        bytes as f64 / 1e6,
+        t.elapsed().as_secs_f64()
+    );
     let rss0 = peak_rss_mb();
 
     let mut anon = Anonymiser::new(b"bench-secret", &AnonSettings::default())?;
     let out_path = dir.path().join("sessions.jsonl");
     let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(&out_path)?);
-    let src = [SourceFile { path: path.clone(), display: "events.jsonl".into(), name: "bench".into(), format: LogFormat::Auto }];
+    let src = [SourceFile {
+        path: path.clone(),
+        display: "events.jsonl".into(),
+        name: "bench".into(),
+        format: LogFormat::Auto,
+    }];
     let t = Instant::now();
     let rep = import_sources(&src, None, &mut anon, &mut out, &mut |_, _| Ok(()))?;
     out.flush()?;
@@ -88,7 +123,8 @@ fn main() -> anyhow::Result<()> {
     let cands = benchgen::graph::candidates(&sessions);
     let cand_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let info: benchgen::graph::render::ToolInfo = TOOLS.iter().map(|t| (t.to_string(), (String::new(), vec![]))).collect();
+    let info: benchgen::graph::render::ToolInfo =
+        TOOLS.iter().map(|t| (t.to_string(), (String::new(), vec![]))).collect();
     let edges = cands
         .iter()
         .map(|c| benchgen::graph::Edge {

@@ -608,33 +608,27 @@ fn real_small_model_curates_a_few_sessions() {
         return;
     }
     let lp = LogProject::demo("");
-    let cfg = lp.p.read("pipeline/demo.toml").replace(
-        &format!("provider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"", lp.llm.base_url()),
-        &format!("provider = \"local\"\nmodel_path = \"{}\"", model.display()),
-    );
-    lp.p.write(
-        "pipeline/demo.toml",
-        cfg.replace("[logs.split]", "[logs.split]")
-            .replace("scenarios = \"logs\"", "scenarios = \"logs\"\nllm_sample = 3"),
-    );
+    let cfg = lp
+        .p
+        .read("pipeline/demo.toml")
+        .replace(
+            &format!("provider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"", lp.llm.base_url()),
+            &format!("provider = \"local\"\nmodel_path = \"{}\"", model.display()),
+        )
+        .replace("scenarios = \"logs\"", "scenarios = \"logs\"\nllm_sample = 3")
+        .replace("[[logs.sources]]\nname = \"chat\"\npath = \"raw/demo/logs/chats.jsonl\"\nformat = \"openai\"\n", "");
+    assert!(cfg.contains("provider = \"local\"") && !cfg.contains("chats.jsonl"), "{cfg}");
+    lp.p.write("pipeline/demo.toml", cfg);
     let events = lp.p.read("raw/demo/logs/events.jsonl");
     let first: Vec<&str> = events.lines().take(12).collect();
     lp.p.write("raw/demo/logs/events.jsonl", first.join("\n") + "\n");
-    lp.p.write("raw/demo/logs/chats.jsonl", "");
-    lp.p.write(
-        "pipeline/demo.toml",
-        lp.p.read("pipeline/demo.toml").replace(
-            "[[logs.sources]]\nname = \"chat\"\npath = \"raw/demo/logs/chats.jsonl\"\nformat = \"openai\"\n",
-            "",
-        ),
-    );
     let out = lp.ok(&["logs", "import"]);
     assert!(out.contains("sessions"), "{out}");
     let out = lp.ok(&["logs", "curate"]);
     assert!(out.contains("sessions kept"), "{out}");
     let decisions = lp.jsonl("artifacts/logs-curate/decisions.jsonl");
     let judged = decisions.iter().filter(|d| d["need"]["by"] == "llm").count();
-    assert!(judged >= 1 && judged <= 3, "{decisions:?}");
+    assert!((1..=3).contains(&judged), "{decisions:?}");
     for d in decisions.iter().filter(|d| d["need"]["by"] == "llm") {
         assert!(d["need"]["ok"].is_boolean() && !d["need"]["reason"].as_str().unwrap().is_empty());
     }

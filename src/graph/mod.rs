@@ -102,7 +102,7 @@ fn leaves(v: &Value, path: &str, out: &mut Vec<(String, String)>) {
 /// A value worth tracing: not trivially common (long enough, or carrying a digit).
 fn distinctive(s: &str) -> bool {
     let n = s.chars().count();
-    n >= 3 && n <= 200 && (n >= 6 || s.chars().any(|c| c.is_ascii_digit()))
+    (3..=200).contains(&n) && (n >= 6 || s.chars().any(|c| c.is_ascii_digit()))
 }
 
 /// Values in a logged result: JSON leaves, or word-like tokens of plain text.

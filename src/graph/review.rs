@@ -16,7 +16,6 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::render;
 use super::{Edge, GraphDoc, Judged, Support};
@@ -53,7 +52,7 @@ pub fn export_sheet(judged: &[Judged]) -> Result<Vec<u8>> {
             String::new(),
         ])?;
     }
-    Ok(w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))?)
+    w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))
 }
 
 /// One reviewed decision.
@@ -243,23 +242,20 @@ impl Stage for ReviewStage {
                 if edges.remove(&key).is_some() {
                     removed += 1;
                 }
-            } else if !edges.contains_key(&key) {
+            } else if let std::collections::btree_map::Entry::Vacant(slot) = edges.entry(key.clone()) {
                 let (support, value_flow) = match cand.get(&key) {
                     Some(j) => (j.candidate.support.clone(), j.candidate.value_flow.clone()),
                     None => (Support { sessions: vec![], count: 0, sub_scenarios: vec![] }, vec![]),
                 };
-                edges.insert(
-                    key,
-                    Edge {
-                        from: d.from.clone(),
-                        to: d.to.clone(),
-                        support,
-                        value_flow,
-                        verdict: "added".into(),
-                        reason,
-                        exchange: String::new(),
-                    },
-                );
+                slot.insert(Edge {
+                    from: d.from.clone(),
+                    to: d.to.clone(),
+                    support,
+                    value_flow,
+                    verdict: "added".into(),
+                    reason,
+                    exchange: String::new(),
+                });
                 added += 1;
             }
             out.event(NewEvent::new(
@@ -282,7 +278,6 @@ impl Stage for ReviewStage {
             decisions.len(),
             doc.edges.len()
         ));
-        let _ = json!({});
         Ok(())
     }
 }

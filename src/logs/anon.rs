@@ -43,6 +43,9 @@ pub fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
     outer.finalize().into()
 }
 
+/// A built-in detector: name, pattern, validation.
+type Builtin = (&'static str, &'static str, fn(&str) -> bool);
+
 struct Detector {
     name: String,
     re: Regex,
@@ -148,7 +151,7 @@ impl Anonymiser {
             let group = re.captures_len() > 1;
             detectors.push(Detector { name: r.name.clone(), re, group, valid: always });
         }
-        let builtin: [(&str, &str, fn(&str) -> bool); 7] = [
+        let builtin: [Builtin; 7] = [
             ("email", r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}", always),
             ("iban", r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b", iban_valid),
             ("id_cn", r"\b\d{17}[\dXx]\b", id_cn_valid),

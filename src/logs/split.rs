@@ -206,3 +206,60 @@ fn curated_path(s: &Settings) -> std::path::PathBuf {
 pub fn path(s: &Settings, file: &str) -> std::path::PathBuf {
     s.artifacts.join(STAGE).join(file)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logs::{Call, Turn};
+
+    fn session(id: &str, tools: &[&str], scenario: &str) -> Session {
+        let groups = tools
+            .iter()
+            .map(|t| {
+                vec![Call {
+                    tool: t.to_string(),
+                    arguments: json!({}),
+                    result: None,
+                    error: None,
+                    ts_start: None,
+                    ts_end: None,
+                    flags: vec![],
+                }]
+            })
+            .collect();
+        Session {
+            id: id.into(),
+            source: "s".into(),
+            format: "events".into(),
+            location: "f:1".into(),
+            scenario: Some(scenario.into()),
+            feedback: None,
+            turns: vec![Turn { user: "u".into(), groups, answer: None }],
+            flags: vec![],
+            meta: Default::default(),
+        }
+    }
+
+    #[test]
+    fn every_stratum_keeps_a_seed_example_and_the_split_is_seeded() {
+        let mut sessions = Vec::new();
+        for i in 0..60 {
+            sessions.push(session(&format!("a{i:02}"), &["common"], "X-One"));
+        }
+        sessions.push(session("rare", &["rare_tool"], "Y-Two"));
+        sessions.push(session("multi", &["common", "rare_tool"], "X-One"));
+        sessions.push(session("none", &[], "X-One"));
+        let cfg = SplitSettings { seed_size: Some(5), benchmark_size: Some(40), seed_ratio: None };
+        let sp = split(&sessions, &cfg, 1, &["common".into(), "rare_tool".into(), "never_used".into()]);
+        assert_eq!(sp.seed.len(), 5);
+        assert!(sp.seed.contains(&"rare".to_string()), "the rare stratum keeps its only example as seed");
+        assert_eq!(sp.benchmark.len(), 40);
+        assert_eq!(sp.unused.len(), 61 - 45);
+        assert_eq!(sp.graph_source, ["multi"]);
+        assert_eq!(sp.left_out, [("none".to_string(), "no tool call".to_string())]);
+        assert_eq!(sp.coverage.tools_without_seed, ["never_used"]);
+        assert!(sp.coverage.sub_scenarios_without_seed.is_empty());
+        assert_eq!(split(&sessions, &cfg, 1, &[]).seed, sp.seed, "same seed, same split");
+        assert_ne!(split(&sessions, &cfg, 2, &[]).seed, sp.seed, "another seed, another split");
+    }
+}
