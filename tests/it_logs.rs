@@ -632,3 +632,68 @@ fn real_small_model_curates_a_few_sessions() {
         assert!(d["need"]["ok"].is_boolean() && !d["need"]["reason"].as_str().unwrap().is_empty());
     }
 }
+
+/// The real FinMCP samples re-expressed as OpenAI JSONL and as timed events import with the
+/// same groups as their `tool_list`; the samples file itself imports through the CLI with the
+/// "current user id" rule.
+#[test]
+fn real_finmcp_samples_in_every_format_and_through_the_cli() {
+    let Some(p) = util::shared_data("finmcp/demo_samples.json") else { return };
+    let raw: Vec<Value> = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    let (finmcp, _, _) = read_all(&p, LogFormat::Finmcp);
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl: Vec<String> =
+        raw.iter().map(|r| json!({"id": r["id"], "messages": r["messages"]}).to_string()).collect();
+    let oa = write(dir.path(), "oa.jsonl", &(jsonl.join("\n") + "\n"));
+    let (openai, bad, used) = read_all(&oa, LogFormat::Auto);
+    assert_eq!(used, LogFormat::Openai);
+    assert!(bad.is_empty());
+    // Events: one span per group (calls of a group overlap), groups one after another.
+    let mut lines = Vec::new();
+    for s in &finmcp {
+        let mut t = 0i64;
+        for (ti, turn) in s.turns.iter().enumerate() {
+            for g in &turn.groups {
+                for (k, c) in g.iter().enumerate() {
+                    lines.push(
+                        json!({"session": s.id, "tool": c.tool, "ts_start": t + k as i64, "ts_end": t + 100, "turn": ti, "arguments": c.arguments})
+                            .to_string(),
+                    );
+                }
+                t += 200;
+            }
+        }
+    }
+    let ev = write(dir.path(), "ev.jsonl", &(lines.join("\n") + "\n"));
+    let (events, bad, used) = read_all(&ev, LogFormat::Auto);
+    assert_eq!(used, LogFormat::Events);
+    assert!(bad.is_empty());
+    let events: BTreeMap<String, &Session> =
+        events.iter().map(|s| (s.id.strip_prefix("src:").unwrap().to_string(), s)).collect();
+    for (f, o) in finmcp.iter().zip(&openai) {
+        assert_eq!(groups(f), groups(o), "{}", f.id);
+        let e = events[&f.id];
+        let non_empty: Vec<Vec<Vec<String>>> = groups(f).into_iter().filter(|t| !t.is_empty()).collect();
+        assert_eq!(non_empty, groups(e), "{}", f.id);
+    }
+
+    // Through the CLI: the FinMCP user-id suffix is pseudonymised by a configured rule.
+    let proj = Project::empty();
+    proj.write("raw/samples.json", std::fs::read(&p).unwrap());
+    proj.write(
+        "pipeline/demo.toml",
+        "[[logs.sources]]\npath = \"raw/samples.json\"\n\n[[logs.anonymise.rules]]\nname = \"user_id\"\npattern = '当前用户id是([0-9a-f]+)'\n",
+    );
+    let o = proj.cmd().env("BENCHGEN_ANON_SECRET", SECRET).args(["logs", "import"]).output().unwrap();
+    assert!(o.status.success(), "{}", util::stderr(&o));
+    let report: Value = serde_json::from_str(&proj.read("artifacts/logs-import/report.json")).unwrap();
+    assert_eq!(report["sessions"], 6);
+    assert_eq!(report["flags"]["tool-list-flat"], 2, "the two multi-turn samples: {report}");
+    assert!(report["anonymised"]["user_id"].as_u64().unwrap() > 0, "{report}");
+    let text = proj.read("artifacts/logs-import/sessions.jsonl");
+    let raw_text = std::fs::read_to_string(&p).unwrap();
+    let re = regex::Regex::new("当前用户id是([0-9a-f]+)").unwrap();
+    for c in re.captures_iter(&raw_text) {
+        assert!(!text.contains(&c[1]), "user id {} survived", &c[1]);
+    }
+}

@@ -59,6 +59,9 @@ pub struct Anonymiser {
     secret: Vec<u8>,
     detectors: Vec<Detector>,
     pub counts: BTreeMap<String, u64>,
+    /// Values found by configured rules → (rule, pseudonym): replaced wherever they appear
+    /// later as a whole token, even without the rule's context ("user id is X" … "X").
+    learned: std::collections::HashMap<String, (String, String)>,
 }
 
 fn always(_: &str) -> bool {
@@ -175,7 +178,7 @@ impl Anonymiser {
                 valid: *valid,
             });
         }
-        Ok(Self { secret: secret.to_vec(), detectors, counts: BTreeMap::new() })
+        Ok(Self { secret: secret.to_vec(), detectors, counts: BTreeMap::new(), learned: Default::default() })
     }
 
     /// The stable pseudonym of one value.
@@ -188,8 +191,79 @@ impl Anonymiser {
         format!("{}_{}", kind.to_ascii_uppercase(), &hex::encode(h)[..10])
     }
 
+    /// Remember the values configured rules find in `text` (call on all of a session's
+    /// texts before scrubbing them, so a value is caught even where it appears first).
+    pub fn learn(&mut self, text: &str) {
+        for i in 0..self.detectors.len() {
+            if !self.detectors[i].group {
+                continue;
+            }
+            let found: Vec<String> = self.detectors[i]
+                .re
+                .captures_iter(text)
+                .filter_map(|c| c.get(1).map(|m| m.as_str().to_string()))
+                .filter(|v| v.len() >= 4 && !self.learned.contains_key(v))
+                .collect();
+            for v in found {
+                let name = self.detectors[i].name.clone();
+                let p = self.pseudonym(&name, &v);
+                self.learned.insert(v, (name, p));
+            }
+        }
+    }
+
+    /// `learn` over every string of a JSON value.
+    pub fn learn_json(&mut self, v: &serde_json::Value) {
+        match v {
+            serde_json::Value::String(s) => self.learn(s),
+            serde_json::Value::Array(a) => a.iter().for_each(|x| self.learn_json(x)),
+            serde_json::Value::Object(o) => o.values().for_each(|x| self.learn_json(x)),
+            _ => {}
+        }
+    }
+
+    /// Replace learned values that stand as whole ASCII tokens.
+    fn replace_learned(&mut self, text: &str) -> Option<String> {
+        if self.learned.is_empty() {
+            return None;
+        }
+        let tok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '@' | '+');
+        let mut out = String::new();
+        let mut last = 0;
+        let mut hits: Vec<String> = Vec::new();
+        let mut start = None;
+        for (i, c) in text.char_indices().chain(std::iter::once((text.len(), ' '))) {
+            match (tok(c) && i < text.len(), start) {
+                (true, None) => start = Some(i),
+                (false, Some(st)) => {
+                    if let Some((name, p)) = self.learned.get(&text[st..i]) {
+                        out.push_str(&text[last..st]);
+                        out.push_str(p);
+                        last = i;
+                        hits.push(name.clone());
+                    }
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        if hits.is_empty() {
+            return None;
+        }
+        out.push_str(&text[last..]);
+        for h in hits {
+            *self.counts.entry(h).or_default() += 1;
+        }
+        Some(out)
+    }
+
     /// Replace every detected value in `text`.
     pub fn scrub(&mut self, text: &str) -> String {
+        let s = self.scrub_detectors(text);
+        self.replace_learned(&s).unwrap_or(s)
+    }
+
+    fn scrub_detectors(&mut self, text: &str) -> String {
         // Cheap pre-check: every built-in detector needs a digit or an `@`.
         let has_digit_or_at = text.bytes().any(|b| b.is_ascii_digit() || b == b'@');
         let mut cur = std::borrow::Cow::Borrowed(text);

@@ -147,6 +147,24 @@ fn finish_session(
     rep: &mut ImportReport,
     seen: &mut HashSet<String>,
 ) {
+    // First learn what the configured rules find anywhere in the session, so a value is
+    // replaced even where it appears before (or without) its rule's context.
+    anon.learn(&s.id);
+    for t in &s.turns {
+        anon.learn(&t.user);
+        if let Some(a) = &t.answer {
+            anon.learn(a);
+        }
+        for c in t.groups.iter().flatten() {
+            anon.learn_json(&c.arguments);
+            for x in [&c.result, &c.error].into_iter().flatten() {
+                anon.learn(x);
+            }
+        }
+    }
+    for m in s.meta.values() {
+        anon.learn_json(m);
+    }
     s.id = anon.scrub(&s.id);
     if !seen.insert(s.id.clone()) {
         let mut k = 2;
