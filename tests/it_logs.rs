@@ -612,9 +612,10 @@ fn real_small_model_curates_a_few_sessions() {
         .read("pipeline/demo.toml")
         .replace(
             &format!("provider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"", lp.llm.base_url()),
-            &format!("provider = \"local\"\nmodel_path = \"{}\"", model.display()),
+            // A loaded 2-core machine answers slowly: one long attempt rather than retries.
+            &format!("provider = \"local\"\nmodel_path = \"{}\"\ntimeout_s = 900\nmax_retries = 1", model.display()),
         )
-        .replace("scenarios = \"logs\"", "scenarios = \"logs\"\nllm_sample = 3")
+        .replace("scenarios = \"logs\"", "scenarios = \"logs\"\nllm_sample = 2")
         .replace("[[logs.sources]]\nname = \"chat\"\npath = \"raw/demo/logs/chats.jsonl\"\nformat = \"openai\"\n", "");
     assert!(cfg.contains("provider = \"local\"") && !cfg.contains("chats.jsonl"), "{cfg}");
     lp.p.write("pipeline/demo.toml", cfg);
@@ -627,7 +628,7 @@ fn real_small_model_curates_a_few_sessions() {
     assert!(out.contains("sessions kept"), "{out}");
     let decisions = lp.jsonl("artifacts/logs-curate/decisions.jsonl");
     let judged = decisions.iter().filter(|d| d["need"]["by"] == "llm").count();
-    assert!((1..=3).contains(&judged), "{decisions:?}");
+    assert!((1..=2).contains(&judged), "{decisions:?}");
     for d in decisions.iter().filter(|d| d["need"]["by"] == "llm") {
         assert!(d["need"]["ok"].is_boolean() && !d["need"]["reason"].as_str().unwrap().is_empty());
     }

@@ -140,6 +140,9 @@ pub fn candidates(sessions: &[Session]) -> Vec<Candidate> {
         for t in &s.turns {
             for w in t.groups.windows(2) {
                 let (a, b) = (&w[0], &w[1]);
+                // Values per call, computed once per window and only when needed.
+                let mut a_vals: Vec<Option<HashSet<String>>> = vec![None; a.len()];
+                let mut b_args: Vec<Option<Vec<(String, String)>>> = vec![None; b.len()];
                 let mut pairs: BTreeSet<(&str, &str)> = BTreeSet::new();
                 for x in a {
                     for y in b {
@@ -155,27 +158,48 @@ pub fn candidates(sessions: &[Session]) -> Vec<Candidate> {
                         subs: BTreeSet::new(),
                         flow: BTreeSet::new(),
                     });
-                    e.sessions.insert(s.id.clone());
+                    if e.sessions.last() != Some(&s.id) && !e.sessions.contains(&s.id) {
+                        e.sessions.insert(s.id.clone());
+                    }
                     e.count += 1;
-                    e.subs.insert(sub.clone());
+                    if !e.subs.contains(&sub) {
+                        e.subs.insert(sub.clone());
+                    }
                     if e.flow.len() >= 20 {
                         continue;
                     }
-                    let values: HashSet<String> = a
+                    for (i, c) in a.iter().enumerate() {
+                        if c.tool == from
+                            && a_vals[i].is_none()
+                            && let Some(r) = c.result.as_deref()
+                        {
+                            a_vals[i] = Some(result_values(r));
+                        }
+                    }
+                    let values: HashSet<&str> = a
                         .iter()
-                        .filter(|c| c.tool == from)
-                        .filter_map(|c| c.result.as_deref())
-                        .flat_map(result_values)
+                        .enumerate()
+                        .filter(|(_, c)| c.tool == from)
+                        .filter_map(|(i, _)| a_vals[i].as_ref())
+                        .flatten()
+                        .map(String::as_str)
                         .collect();
                     if values.is_empty() {
                         continue;
                     }
-                    for c in b.iter().filter(|c| c.tool == to) {
-                        let mut l = Vec::new();
-                        leaves(&c.arguments, "", &mut l);
-                        for (path, v) in l {
-                            if distinctive(&v) && values.contains(&v) {
-                                e.flow.insert(Flow { session: s.id.clone(), argument: path });
+                    for (i, c) in b.iter().enumerate() {
+                        if c.tool != to {
+                            continue;
+                        }
+                        let l = b_args[i].get_or_insert_with(|| {
+                            let mut l = Vec::new();
+                            leaves(&c.arguments, "", &mut l);
+                            l.retain(|(_, v)| distinctive(v));
+                            l
+                        });
+                        for (path, v) in l.iter() {
+                            if values.contains(v.as_str()) {
+                                e.flow.insert(Flow { session: s.id.clone(), argument: path.clone() });
                             }
                         }
                     }

@@ -58,6 +58,8 @@ struct Detector {
 pub struct Anonymiser {
     secret: Vec<u8>,
     detectors: Vec<Detector>,
+    /// All detector patterns in one automaton: a single pass tells which detectors can match.
+    set: regex::RegexSet,
     pub counts: BTreeMap<String, u64>,
     /// Values found by configured rules → (rule, pseudonym): replaced wherever they appear
     /// later as a whole token, even without the rule's context ("user id is X" … "X").
@@ -178,7 +180,8 @@ impl Anonymiser {
                 valid: *valid,
             });
         }
-        Ok(Self { secret: secret.to_vec(), detectors, counts: BTreeMap::new(), learned: Default::default() })
+        let set = regex::RegexSet::new(detectors.iter().map(|d| d.re.as_str())).context("anonymisation patterns")?;
+        Ok(Self { secret: secret.to_vec(), detectors, set, counts: BTreeMap::new(), learned: Default::default() })
     }
 
     /// The stable pseudonym of one value.
@@ -266,12 +269,13 @@ impl Anonymiser {
     fn scrub_detectors(&mut self, text: &str) -> String {
         // Cheap pre-check: every built-in detector needs a digit or an `@`.
         let has_digit_or_at = text.bytes().any(|b| b.is_ascii_digit() || b == b'@');
+        if !has_digit_or_at && !self.detectors.iter().any(|d| d.group) {
+            return text.to_string();
+        }
         let mut cur = std::borrow::Cow::Borrowed(text);
-        for i in 0..self.detectors.len() {
+        let candidates: Vec<usize> = self.set.matches(text).into_iter().collect();
+        for i in candidates {
             let d = &self.detectors[i];
-            if !d.group && !has_digit_or_at {
-                continue;
-            }
             let mut out = String::new();
             let mut last = 0;
             let mut n = 0u64;
