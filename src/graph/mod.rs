@@ -126,6 +126,9 @@ fn result_values(r: &str) -> HashSet<String> {
     set
 }
 
+/// Occurrences of a candidate searched for value flow (bounds the work on large logs).
+pub const FLOW_CHECKS: u32 = 500;
+
 /// Every candidate edge of the sessions, sorted by `(from, to)`.
 pub fn candidates(sessions: &[Session]) -> Vec<Candidate> {
     struct Acc {
@@ -133,6 +136,7 @@ pub fn candidates(sessions: &[Session]) -> Vec<Candidate> {
         count: u64,
         subs: BTreeSet<String>,
         flow: BTreeSet<Flow>,
+        checked: u32,
     }
     let mut acc: BTreeMap<(String, String), Acc> = BTreeMap::new();
     for s in sessions {
@@ -157,6 +161,7 @@ pub fn candidates(sessions: &[Session]) -> Vec<Candidate> {
                         count: 0,
                         subs: BTreeSet::new(),
                         flow: BTreeSet::new(),
+                        checked: 0,
                     });
                     if e.sessions.last() != Some(&s.id) && !e.sessions.contains(&s.id) {
                         e.sessions.insert(s.id.clone());
@@ -165,9 +170,11 @@ pub fn candidates(sessions: &[Session]) -> Vec<Candidate> {
                     if !e.subs.contains(&sub) {
                         e.subs.insert(sub.clone());
                     }
-                    if e.flow.len() >= 20 {
+                    // Evidence is sampled: the first FLOW_CHECKS occurrences, at most 20 findings.
+                    if e.flow.len() >= 20 || e.checked >= FLOW_CHECKS {
                         continue;
                     }
+                    e.checked += 1;
                     for (i, c) in a.iter().enumerate() {
                         if c.tool == from
                             && a_vals[i].is_none()
