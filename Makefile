@@ -34,5 +34,6 @@ test: setup lint unit
 bench: build
 	@scripts/bench.sh
 
-clean-demo:
-	rm -rf artifacts/catalog artifacts/filter artifacts/stats artifacts/embed artifacts/efs artifacts/efs-* artifacts/ledger.sqlite*
+## Remove everything the demo wrote under artifacts/ (the stage list knows what that is).
+clean-demo: build
+	$(BENCHGEN) --config pipeline/demo.toml clean

@@ -6,7 +6,7 @@
 //! 2. The local model (llama-server via `provider = "local"`): tokens/s and seconds per
 //!    typical call (the filter classifier's prompt and schema), for each GGUF in the cache.
 
-#[path = "../tests/support/scripted_llm.rs"]
+#[path = "../tests/it/support/scripted_llm.rs"]
 mod scripted_llm;
 
 use std::path::Path;

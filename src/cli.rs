@@ -50,7 +50,7 @@ pub enum Command {
     Registry(RegistryCommand),
     /// Drop servers and tools a benchmark must not contain, recording why.
     ///
-    /// Reads `artifacts/catalog/catalog.json` and the `[filter]` section of the
+    /// Reads `artifacts/registry-import/catalog.json` and the `[filter]` section of the
     /// config. Writes `artifacts/filter/`: `catalog.json` (what remains),
     /// `dropped.csv` and `undecided.csv` (one row per server or tool with rule,
     /// class, reason and evidence) and `summary.json`; one `filter.decision` event
@@ -60,7 +60,7 @@ pub enum Command {
     Filter(ForceArgs),
     /// Corpus statistics of the catalog (and of the filtered catalog).
     ///
-    /// Reads `artifacts/catalog/catalog.json` and, when present,
+    /// Reads `artifacts/registry-import/catalog.json` and, when present,
     /// `artifacts/filter/catalog.json`. Writes `artifacts/stats/catalog.json`,
     /// `catalog.md` (tables) and `servers_per_category.svg`. Skipped when up to date.
     Stats(ForceArgs),
@@ -83,11 +83,33 @@ pub enum Command {
     Graph(GraphCommand),
     /// Run the pipeline's stages in order, skipping those that are up to date.
     ///
-    /// Stages: catalog (`registry import` of `registry.source`), filter, embed,
-    /// efs-pairs, efs-verify, efs-build, efs-topdown, efs (`efs finalize`), stats.
+    /// The stages and what each reads and writes: `benchgen stages`. A stage runs when
+    /// the config enables it (e.g. the EFS stages need `[efs]`); `--from`/`--until` take
+    /// stage names.
     Run(RunArgs),
     /// Show every stage as done, stale (with the reason) or missing.
     Status,
+    /// Check the whole pipeline config before anything runs.
+    ///
+    /// Every LLM role, prompt template (it must exist and render with the variables its
+    /// stage provides) and MCP server a stage names, every file a stage reads being
+    /// produced by an earlier stage, and every numeric setting's range. All problems are
+    /// listed at once, each with its config key; exit 1 when there is any. Every command
+    /// that loads a config runs the same check first. Reads the config and prompts only.
+    Check,
+    /// The pipeline as a graph: each stage with its command, reads, writes and LLM roles.
+    ///
+    /// Text by default, `--json`, or `--format dot` for Graphviz (`benchgen stages --format
+    /// dot | dot -Tsvg > stages.svg`). `--format markdown` prints the README's stage table.
+    /// Reads the config only.
+    Stages(StagesArgs),
+    /// Remove stage outputs so the next `run` makes them again.
+    ///
+    /// `benchgen clean STAGE…` removes `artifacts/<stage>/` and its unfinished work
+    /// (`artifacts/.work/<stage>/`) for each stage named; later stages then show as stale.
+    /// Without names, everything benchgen wrote under `artifacts/` goes: every stage
+    /// folder, `.work/`, MCP server logs (`mcp/`) and the ledger.
+    Clean(CleanArgs),
     /// Show the lineage of one item: how it entered and what decided its fate.
     ///
     /// ID is a tool (`server::tool`), a server name, a filter decision
@@ -189,7 +211,8 @@ pub struct ScoreArgs {
 pub enum EfsCommand {
     /// Candidate pairs of possibly equivalent tools (no LLM).
     ///
-    /// Reads `artifacts/filter/catalog.json`, `artifacts/embed/` and `[efs.pairs]`.
+    /// Reads `artifacts/filter/catalog.json`, `artifacts/embed/` (`index.json`,
+    /// `vectors.f32`) and `[efs.pairs]`.
     /// Each tool keeps its top-k neighbours by a score combining cosine similarity
     /// with name and parameter overlap (minus penalties for differing actions and a
     /// shared server); a pair qualifies if either endpoint keeps it. Writes
@@ -198,40 +221,46 @@ pub enum EfsCommand {
     Pairs(ForceArgs),
     /// The LLM judges each candidate pair: equivalent yes/no with a one-line reason.
     ///
-    /// Reads `artifacts/efs-pairs/pairs.csv`, the filtered catalog, `[efs.verify]`
+    /// Reads `artifacts/efs-pairs/pairs.csv`, `artifacts/filter/catalog.json`, `[efs.verify]`
     /// and the prompt `pipeline/prompts/efs_verify.md`. Writes
     /// `artifacts/efs-verify/verdicts.json` and one `verdict` ledger event per pair
-    /// (its parent is the LLM exchange). Resumable: an interrupted run keeps every
-    /// verdict it got. Skipped when up to date.
+    /// (its parent is the LLM exchange); `failed.json` lists pairs left out when
+    /// `[efs.verify] max_failed_share` lets some fail. Resumable: an interrupted run
+    /// keeps every verdict it got. Skipped when up to date.
     Verify(ForceArgs),
     /// Union–find over verified pairs into candidate sets (no LLM).
     ///
-    /// Reads `artifacts/efs-pairs/pairs.csv` and `artifacts/efs-verify/verdicts.json`.
+    /// Reads `artifacts/filter/catalog.json`, `artifacts/efs-pairs/pairs.csv` and
+    /// `artifacts/efs-verify/verdicts.json`.
     /// Writes `artifacts/efs-build/sets.json` (members sorted, sets by first member,
     /// evidence per set). Skipped when up to date.
     Build(ForceArgs),
     /// Top-down cross-check: requests per set, retrieval, LLM selection.
     ///
-    /// Reads `artifacts/efs-build/sets.json`, `artifacts/embed/` and `[efs.topdown]`.
+    /// Reads `artifacts/filter/catalog.json`, `artifacts/efs-build/sets.json`,
+    /// `artifacts/embed/` (`index.json`, `vectors.f32`) and `[efs.topdown]`.
     /// Writes `artifacts/efs-topdown/results.json` (requests, retrieved and selected
     /// tools, metrics per set) and `items.json` (review items: outside tools
-    /// selected, members never selected, sets split across requests). Resumable
-    /// per set. Skipped when up to date.
+    /// selected, members never selected, sets split across requests); `failed.json`
+    /// lists sets left out when `[efs.topdown] max_failed_share` lets some fail.
+    /// Resumable per set. Skipped when up to date.
     Topdown(ForceArgs),
     /// Human review of candidate sets.
     #[command(subcommand)]
     Review(EfsReviewCommand),
     /// The final sets, with decisions and evidence, and the EFS report.
     ///
-    /// Reads `artifacts/efs-build/sets.json` and, when present,
-    /// `artifacts/efs-topdown/items.json` and `artifacts/efs-review/decisions.json`.
-    /// Writes `artifacts/efs/final.json`, `tool_equivalence_sets.json` (ETOM shape)
+    /// Reads `artifacts/filter/catalog.json`, `artifacts/efs-build/sets.json`,
+    /// `artifacts/efs-pairs/pairs.csv`, `artifacts/efs-verify/verdicts.json`, the manifests
+    /// of the EFS stages (for the cost table) and, when present,
+    /// `artifacts/efs-topdown/items.json` and `artifacts/efs-review-import/decisions.json`.
+    /// Writes `artifacts/efs-finalize/final.json`, `tool_equivalence_sets.json` (ETOM shape)
     /// and `report.md`. Sets without a human decision follow `[efs.finalize] policy`
     /// and are marked `unreviewed`. Skipped when up to date.
     Finalize(ForceArgs),
     /// Compare our sets with a reference EFS file (ETOM `tool_equivalence_sets.json` shape).
     ///
-    /// Reads `artifacts/efs/final.json` (or `--sets FILE`), the reference, and when
+    /// Reads `artifacts/efs-finalize/final.json` (or `--sets FILE`), the reference, and when
     /// present `artifacts/efs-pairs/pairs.csv` and the filtered catalog. Prints
     /// co-membership pair precision/recall/F1, exact set matches and the reference
     /// pairs the candidate stage never proposed. Writes nothing unless `--out`.
@@ -243,25 +272,39 @@ pub enum LogsCommand {
     /// Read the `[logs]` sources (FinMCP JSON, OpenAI chat JSONL, event JSONL) and the
     /// tool catalog into one normalised, anonymised session per line.
     ///
-    /// Writes `artifacts/logs-import/`: `sessions.jsonl`, `catalog.json`,
-    /// `malformed.jsonl` (`file:line` + reason of every record kept out) and
-    /// `report.json` (counts, flags, anonymisation per detector). Needs the secret in the
-    /// environment variable `[logs.anonymise] secret_env`. Skipped when up to date.
+    /// Reads the files of `[[logs.sources]]` and `[logs.catalog]` (or lists the tools of
+    /// its MCP server), streaming them record by record. Writes `artifacts/logs-import/`:
+    /// `sessions.jsonl`, `catalog.json`, `malformed.jsonl` (`file:line` + reason of every
+    /// record kept out) and `report.json` (counts, flags, anonymisation per detector).
+    /// Needs the secret in the environment variable `[logs.anonymise] secret_env`.
+    /// Skipped when up to date.
     Import(ForceArgs),
     /// Keep sessions that reflect a genuine need, were resolved through tool calls and
     /// got a satisfactory answer (LLM judge with `[logs.curate]`; each decision in the
-    /// ledger, see `benchgen explain log:<id>`). Resumable per session.
+    /// ledger, see `benchgen explain log:<id>`).
+    ///
+    /// Reads `logs-import/sessions.jsonl`. Writes `artifacts/logs-curate/`:
+    /// `curated.jsonl` (kept sessions), `decisions.jsonl` (one decision per session),
+    /// `report.json`. Resumable per session; a session whose answers stay invalid
+    /// fails the stage after the others are done (a rerun asks only for it).
     Curate(ForceArgs),
     /// Single-tool sessions → benchmark and seed pools (seeded, stratified by tool and
     /// sub-scenario); multi-tool sessions → the graph source set. Reports coverage.
+    ///
+    /// Reads `logs-curate/curated.jsonl` and `logs-import/catalog.json`. Writes
+    /// `artifacts/logs-split/`: `benchmark.jsonl`, `seed.jsonl`, `graph_source.jsonl`
+    /// and `split.json` (ids per pool, coverage).
     Split(ForceArgs),
 }
 
 #[derive(Debug, Subcommand)]
 pub enum GraphCommand {
     /// Candidate edges from adjacent groups of multi-tool sessions, validated by the
-    /// LLM (`[graph]`); writes `graph.json`, `graph.dot`, `graph.svg`, `report.md`,
-    /// `candidates.json` under `artifacts/graph-build/`. Resumable per candidate.
+    /// LLM (`[graph]`). Resumable per candidate.
+    ///
+    /// Reads `logs-split/graph_source.jsonl` and `logs-import/catalog.json`. Writes
+    /// `artifacts/graph-build/`: `candidates.json`, `graph.json`, `graph.dot`,
+    /// `graph.svg` and `report.md`.
     Build(ForceArgs),
     /// Human review of the graph's edges.
     #[command(subcommand)]
@@ -270,12 +313,16 @@ pub enum GraphCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum GraphReviewCommand {
-    /// Write `reviews/graph/graph_review.csv` (one row per candidate edge). Refuses to
-    /// overwrite a sheet holding decisions unless `--force`.
+    /// Write `reviews/graph/graph_review.csv` (one row per candidate edge of
+    /// `graph-build/candidates.json`). Refuses to overwrite a sheet holding decisions
+    /// unless `--force`.
     Export(ForceArgs),
-    /// Apply the `add`/`remove` decisions of every `reviews/graph/*.csv`; writes the
-    /// reviewed graph under `artifacts/graph-review-import/`. Any malformed row rejects
-    /// the whole import with `file:line` messages.
+    /// Apply the `add`/`remove` decisions of every `reviews/graph/*.csv`.
+    ///
+    /// Reads `graph-build/graph.json`, `graph-build/candidates.json` and the sheets.
+    /// Writes `artifacts/graph-review-import/`: the reviewed `graph.json`, `graph.dot`,
+    /// `graph.svg`, `report.md`, and `decisions.json`. Any malformed row rejects the
+    /// whole import with `file:line` messages.
     Import(ForceArgs),
 }
 
@@ -287,7 +334,9 @@ pub enum EfsReviewCommand {
     Export(ForceArgs),
     /// Check and record the decisions in every `reviews/efs/*.csv`.
     ///
-    /// Writes `artifacts/efs-review/decisions.json` and one `review` ledger event
+    /// Reads the sheets, `artifacts/filter/catalog.json` and `artifacts/efs-build/sets.json`
+    /// (decisions must name existing sets and tools). Part of `benchgen run` once a sheet
+    /// is in `reviews/efs/`. Writes `artifacts/efs-review-import/decisions.json` and one `review` ledger event
     /// per decision. Any malformed row rejects the whole import with `file:line`
     /// messages; the sheets are never modified. Skipped when up to date.
     Import(ForceArgs),
@@ -298,7 +347,7 @@ pub struct CompareArgs {
     /// Reference EFS file: `[{set_id, size, tools: [{tool_id, server_name, tool_name, description}]}]`.
     #[arg(long)]
     pub reference: PathBuf,
-    /// Our sets (default `artifacts/efs/final.json`); ETOM shape accepted too.
+    /// Our sets (default `artifacts/efs-finalize/final.json`); ETOM shape accepted too.
     #[arg(long)]
     pub sets: Option<PathBuf>,
     /// Also write the comparison as JSON to this file.
@@ -308,15 +357,77 @@ pub struct CompareArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum RegistryCommand {
-    /// Import a registry snapshot file into `artifacts/catalog/`.
+    /// Import a registry snapshot file into `artifacts/registry-import/`.
     ///
     /// Reads FILE (default: `registry.source` from the config). Writes
-    /// `artifacts/catalog/catalog.json` (servers and tools sorted by name, tool ids
+    /// `artifacts/registry-import/catalog.json` (servers and tools sorted by name, tool ids
     /// `server::tool` with names trimmed) and `import_report.json` (every note and
     /// every record left out). Invalid records (duplicates, tools without names,
     /// schemas that are not JSON-Schema objects, wrong types) stop the import with
     /// their locations, unless `--lenient`. Skipped when up to date.
+    ///
+    /// With `--format glama|official|smithery` FILE is a scraped snapshot folder; without
+    /// FILE, `registry.snapshots` are merged in order. Those imports also write `merge.md`,
+    /// `merge_summary.json`, `conflicts.csv`, `review.csv` and `categories.csv` (see
+    /// docs/registry.md).
     Import(ImportArgs),
+    /// Page through a registry API and save every page as received.
+    ///
+    /// Reads `[registry.sources.NAME]` (kind glama, official or smithery; base_url,
+    /// api_key_env, page_size, rate_per_s, burst, max_pages, timeouts). Writes
+    /// `raw/registry/NAME/SNAPSHOT/` (`page-NNNNNN.json`, Smithery `details/`, and
+    /// `state.json`). Resumes the latest unfinished snapshot of the source unless
+    /// `--new` or `--snapshot`; a saved page is never fetched again.
+    Scrape(ScrapeArgs),
+    /// Merge scraped snapshots of several sources into one catalog with provenance.
+    ///
+    /// Reads each SNAPSHOT folder (default: `registry.snapshots`, else the latest complete
+    /// snapshot of every configured source, by name); the first has the highest priority. Writes `catalog.json`,
+    /// `merge.md`, `conflicts.csv`, `review.csv` and `categories.csv` into `--out`.
+    Merge(MergeArgs),
+    /// List tools live over MCP for catalog servers that have none.
+    ///
+    /// Starts allowed npm/PyPI packages (pinned versions) or connects to Streamable
+    /// HTTP remotes (`[registry.tools]`), each under a time and memory limit. Writes
+    /// the catalog with the tools to `--out` and per-server outcomes to `live.json`
+    /// beside it.
+    Tools(ToolsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ScrapeArgs {
+    /// The `[registry.sources.NAME]` section to scrape.
+    #[arg(long)]
+    pub source: String,
+    /// Snapshot id (folder name); default: resume the latest unfinished one, else a new
+    /// id from the UTC time.
+    #[arg(long)]
+    pub snapshot: Option<String>,
+    /// Start a new snapshot even when an unfinished one exists.
+    #[arg(long = "new", conflicts_with = "snapshot")]
+    pub fresh: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Snapshot folders in priority order.
+    pub snapshots: Vec<PathBuf>,
+    /// Output folder (default `artifacts/registry-merge/`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ToolsArgs {
+    /// Catalog to complete.
+    #[arg(long)]
+    pub catalog: PathBuf,
+    /// Output folder (`catalog.json`, `live.json`, `logs/`).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Only these servers (default: every server without tools).
+    #[arg(long = "server")]
+    pub servers: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -338,6 +449,27 @@ pub struct ForceArgs {
     /// Rerun even when the stage is up to date.
     #[arg(long)]
     pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StagesArgs {
+    /// Output format (`--json` also works).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: StagesFormat,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum StagesFormat {
+    Text,
+    Dot,
+    Markdown,
+}
+
+#[derive(Debug, Args)]
+pub struct CleanArgs {
+    /// Stages to clean (default: everything under `artifacts/`).
+    #[arg(value_name = "STAGE")]
+    pub stages: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -24,13 +24,26 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::hinted;
-use crate::model::{Catalog, Server, Tool};
+use crate::model::{Server, Tool};
 use crate::printer::Printer;
 use crate::settings::{Settings, section_hash};
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{Artifact, Ctx, Inputs, Output, Plan, Stage, StageSpec};
 
-pub const VECTORS: &str = "vectors.f32";
-pub const INDEX: &str = "index.json";
+/// The vectors, row-major little-endian `f32` (see the module doc).
+pub const VECTORS: Artifact = Artifact::new("embed", VECTORS_FILE);
+/// Which tool each row is, and the model that made it.
+pub const INDEX: Artifact<Index> = Artifact::new("embed", INDEX_FILE);
+const VECTORS_FILE: &str = "vectors.f32";
+const INDEX_FILE: &str = "index.json";
+
+pub static SPEC: StageSpec = StageSpec {
+    name: "embed",
+    command: "embed",
+    version: 1,
+    about: "one vector per tool of the filtered catalog (local ONNX model)",
+    reads: &[crate::filter::CATALOG.read()],
+    writes: &[VECTORS_FILE, INDEX_FILE],
+};
 
 /// `[embed]` in the pipeline config.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -421,7 +434,7 @@ impl Vectors {
         let index: Index = serde_json::from_slice(index).context("the embedding index is not valid")?;
         if vectors.len() != index.count * index.dim * 4 {
             bail!(
-                "`{VECTORS}` holds {} bytes, but the index says {} vectors of {} floats",
+                "`{VECTORS_FILE}` holds {} bytes, but the index says {} vectors of {} floats",
                 vectors.len(),
                 index.count,
                 index.dim
@@ -432,11 +445,17 @@ impl Vectors {
     }
 
     /// Read `index.json` and `vectors.f32` from a folder.
+    /// The vectors of the `embed` stage, from a consumer's declared inputs.
+    pub fn read(inputs: &Inputs) -> Result<Self> {
+        Self::from_bytes(inputs.bytes_of(&INDEX)?, inputs.bytes_of(&VECTORS)?)
+            .context("the `embed` output is not valid; rerun `benchgen embed --force`")
+    }
+
     pub fn load(dir: &Path) -> Result<Self> {
-        let i =
-            std::fs::read(dir.join(INDEX)).with_context(|| format!("cannot read `{}`", dir.join(INDEX).display()))?;
-        let v = std::fs::read(dir.join(VECTORS))
-            .with_context(|| format!("cannot read `{}`", dir.join(VECTORS).display()))?;
+        let i = std::fs::read(dir.join(INDEX_FILE))
+            .with_context(|| format!("cannot read `{}`", dir.join(INDEX_FILE).display()))?;
+        let v = std::fs::read(dir.join(VECTORS_FILE))
+            .with_context(|| format!("cannot read `{}`", dir.join(VECTORS_FILE).display()))?;
         Self::from_bytes(&i, &v).with_context(|| format!("in `{}`", dir.display()))
     }
 
@@ -447,43 +466,34 @@ impl Vectors {
 
 pub struct EmbedStage;
 
-pub fn catalog_path(s: &Settings) -> PathBuf {
-    s.artifacts.join("filter").join("catalog.json")
-}
-
 impl Stage for EmbedStage {
-    fn name(&self) -> &'static str {
-        "embed"
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "embed"
+
+    fn enabled(&self, settings: &Settings) -> bool {
+        settings.config.embed.is_some() || settings.config.efs.is_some()
     }
-    fn version(&self) -> u32 {
-        1
-    }
-    fn upstream(&self) -> &'static [&'static str] {
-        &["filter"]
+
+    fn check(&self, settings: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        let cfg = embed_settings(settings);
+        crate::settings::check_positive(problems, "embed.batch_size", cfg.batch_size);
+        crate::settings::check_positive(problems, "embed.max_length", cfg.max_length);
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
-        Ok(Plan {
-            inputs: vec![catalog_path(settings)],
-            prompts: vec![],
-            config_hash: section_hash(&embed_settings(settings).hashed())?,
-        })
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&embed_settings(settings).hashed())? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
-        let path = catalog_path(ctx.settings);
-        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&path)?)
-            .map_err(|e| anyhow::anyhow!("`{}` is not a benchgen catalog: {e}", ctx.settings.display_path(&path)))?;
+        let catalog = inputs.json(&crate::filter::CATALOG)?;
         let cfg = embed_settings(ctx.settings);
         let rows: Vec<(String, String)> =
             catalog.tools().map(|(s, t)| (t.id.clone(), tool_text(&cfg.text, s, t))).collect();
         let (vectors, reused) = embed_rows(ctx.settings, ctx.printer, &rows)?;
         let embedded = rows.len() - reused;
-        out.file(VECTORS, vectors.vector_bytes());
-        out.json(INDEX, &vectors.index)?;
+        out.file(VECTORS_FILE, vectors.vector_bytes());
+        out.json(INDEX_FILE, &vectors.index)?;
         out.count("tools", rows.len());
         // How many vectors were reused depends on the previous run, so it goes to the
         // notes, not the manifest's counts (a forced rerun must give the same manifest).
@@ -567,6 +577,7 @@ mod tests {
             categories: vec![],
             license: None,
             tools: vec![],
+            registry: None,
         };
         (s, t)
     }

@@ -10,8 +10,7 @@ use serde_json::Value;
 
 use crate::error::hinted;
 use crate::ledger::{Event, Ledger, kind};
-use crate::model::{Catalog, TOOL_ID_SEP};
-use crate::pipeline::STAGES;
+use crate::model::{Catalog, TOOL_ID_SEP, norm_tool_id};
 use crate::settings::Settings;
 use crate::stage::Manifest;
 
@@ -57,13 +56,16 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
         return explain_log(settings, &ledger, id);
     }
     let (subject, only_filter) = match id.strip_prefix("filter:") {
-        Some(rest) => (normalise_id(rest), true),
-        None => (normalise_id(id), false),
+        Some(rest) => (norm_tool_id(rest), true),
+        None => (norm_tool_id(id), false),
     };
     let item = if subject.contains(TOOL_ID_SEP) { "tool" } else { "server" };
     // Only the runs behind the current artifacts count.
-    let runs: Vec<i64> =
-        STAGES.iter().filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten()).map(|m| m.run_id).collect();
+    let runs: Vec<i64> = crate::stages::all()
+        .iter()
+        .filter_map(|s| Manifest::load(&settings.artifacts, s.spec().name).ok().flatten())
+        .map(|m| m.run_id)
+        .collect();
     let direct = ledger.events_for(&subject, &runs)?;
     let roots: Vec<i64> =
         direct.iter().filter(|e| !only_filter || e.kind == kind::FILTER_DECISION).map(|e| e.id).collect();
@@ -94,8 +96,11 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
 
 /// A log session (`log:<session id>`): its curation decision and split pool.
 fn explain_log(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Explanation> {
-    let runs: Vec<i64> =
-        STAGES.iter().filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten()).map(|m| m.run_id).collect();
+    let runs: Vec<i64> = crate::stages::names()
+        .into_iter()
+        .filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten())
+        .map(|m| m.run_id)
+        .collect();
     let direct = ledger.events_for(id, &runs)?;
     if direct.is_empty() {
         return Err(hinted(
@@ -115,15 +120,8 @@ fn explain_log(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Explana
     Ok(Explanation { id: id.into(), item: "log session", status, record: None, lineage })
 }
 
-fn normalise_id(id: &str) -> String {
-    match id.split_once(TOOL_ID_SEP) {
-        Some((s, t)) => crate::model::tool_id(s, t),
-        None => id.trim().to_string(),
-    }
-}
-
 fn current_record(settings: &Settings, subject: &str) -> Result<Option<Value>> {
-    let path = settings.artifacts.join("catalog").join("catalog.json");
+    let path = crate::registry::CATALOG.path(settings);
     if !path.exists() {
         return Ok(None);
     }
@@ -187,7 +185,7 @@ pub fn render(x: &Explanation) -> String {
     }
     out.push_str("\nlineage (oldest first):\n");
     for e in &x.lineage {
-        out.push_str(&format!("  #{:<6} {:<16} {:<8} run {:<4} {}\n", e.id, e.kind, e.stage, e.run_id, describe(e)));
+        out.push_str(&format!("  #{:<6} {:<16} {:<15} run {:<4} {}\n", e.id, e.kind, e.stage, e.run_id, describe(e)));
     }
     out
 }

@@ -10,26 +10,29 @@
 //! reason; each decision's ledger event has the `llm.exchange` as a parent); without
 //! one, [`Unclassified`] keeps the matches and lists them in `undecided.csv`, so
 //! nothing is dropped on a guess. An answer that stays invalid after re-asks is also
-//! kept as undecided, with the error as its reason.
+//! kept as undecided, with the error as its reason. The questions go through
+//! [`crate::llm::batch`]: answers are checkpointed per item, so a killed run asks
+//! nothing twice and its manifest counts equal an uninterrupted run's.
 //!
 //! Outputs in `artifacts/filter/`: `catalog.json` (what remains), `dropped.csv`
-//! and `undecided.csv` (`kind,id,rule,class,reason,evidence`), `summary.json`.
+//! and `undecided.csv` (`kind,id,rule,class,reason,evidence`), `summary.json` (counts per
+//! rule and class, and `drops`: `[{count, intentional, reason}]`, see [`crate::model::Drops`]).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 
 use anyhow::Result;
 use regex::Regex;
 use serde::Serialize;
 
 use crate::ledger::{Ledger, NewEvent, Parent, kind};
-use crate::llm::{LlmClient, Prompt};
-use crate::model::{Catalog, Server, Tool};
+use crate::llm::Prompt;
+use crate::llm::batch::{Batch, BatchOptions, Item, ItemError};
+use crate::model::{Catalog, Drops, Server, Tool};
 use crate::settings::{
     FilterRule, FilterSettings, MatchMode, RuleAction, RuleClass, RuleTarget, Settings, section_hash,
 };
-use crate::stage::{Ctx, Inputs, Manifest, Output, Plan, Stage};
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Read, Stage, StageSpec};
 
 /// What a classifier sees of an undecided item.
 pub struct Candidate<'a> {
@@ -101,12 +104,45 @@ impl<'a> Compiled<'a> {
     }
 }
 
+/// What the filter decided about a server or tool.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Keep,
+    Drop,
+    /// The classifier gave no valid verdict: kept, and listed for review.
+    Undecided,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Keep => "keep",
+            Verdict::Drop => "drop",
+            Verdict::Undecided => "undecided",
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compare with the serialised word (`decision.verdict == "drop"`).
+impl PartialEq<&str> for Verdict {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// One decision about a server or tool.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Decision {
     pub kind: &'static str,
     pub id: String,
-    pub verdict: &'static str,
+    pub verdict: Verdict,
     pub rule: String,
     pub class: String,
     pub reason: String,
@@ -123,7 +159,7 @@ pub struct Filtered {
 fn decision(
     kind: &'static str,
     id: &str,
-    verdict: &'static str,
+    verdict: Verdict,
     rule: &str,
     class: &str,
     reason: &str,
@@ -174,7 +210,7 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
                         rule: c.rule,
                     },
                 )? {
-                    Verdict::Drop(reason) => {
+                    Resolution::Drop(reason) => {
                         server_drop = Some((c.rule.id.clone(), c.rule.class.as_str().into(), reason, evidence))
                     }
                     kept => {
@@ -194,12 +230,12 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
             }
         }
         if let Some((rule, class, reason, evidence)) = server_drop {
-            decisions.push(decision("server", &server.name, "drop", &rule, &class, &reason, &evidence));
+            decisions.push(decision("server", &server.name, Verdict::Drop, &rule, &class, &reason, &evidence));
             for t in &server.tools {
                 decisions.push(decision(
                     "tool",
                     &t.id,
-                    "drop",
+                    Verdict::Drop,
                     &rule,
                     &class,
                     &format!("its server `{}` was dropped: {reason}", server.name),
@@ -212,7 +248,7 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
         let mut tools: Vec<Tool> = Vec::new();
         let mut tool_decisions = Vec::new();
         for t in &server.tools {
-            let mut d = decision("tool", &t.id, "keep", "", "", "no rule matched", "");
+            let mut d = decision("tool", &t.id, Verdict::Keep, "", "", "no rule matched", "");
             for c in rules.iter().filter(|c| c.rule.target == RuleTarget::Tool) {
                 let Some(evidence) = c.matches(&t.name, &t.description, &server.name) else {
                     continue;
@@ -234,7 +270,7 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
                 d = decision("tool", &t.id, verdict, &c.rule.id, class, &reason, &evidence);
                 break;
             }
-            if d.verdict != "drop" {
+            if d.verdict != Verdict::Drop {
                 tools.push(t.clone());
             }
             tool_decisions.push(d);
@@ -244,7 +280,7 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
             decisions.push(decision(
                 "server",
                 &server.name,
-                "drop",
+                Verdict::Drop,
                 "no-tools-left",
                 RuleClass::NoTools.as_str(),
                 &format!("all {n} of its tools were dropped by rules"),
@@ -252,7 +288,8 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
             ));
         } else {
             decisions.push(
-                server_ask.unwrap_or_else(|| decision("server", &server.name, "keep", "", "", "no rule matched", "")),
+                server_ask
+                    .unwrap_or_else(|| decision("server", &server.name, Verdict::Keep, "", "", "no rule matched", "")),
             );
             kept.servers.push(Server { tools, ..server.clone() });
         }
@@ -261,29 +298,30 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
     Ok(Filtered { catalog: kept, decisions })
 }
 
-enum Verdict {
+/// A rule's outcome for one item, with its reason.
+enum Resolution {
     Drop(String),
     Keep(String),
     Undecided(String),
 }
 
-impl Verdict {
-    fn word_and_reason(self) -> (&'static str, String) {
+impl Resolution {
+    fn word_and_reason(self) -> (Verdict, String) {
         match self {
-            Verdict::Drop(r) => ("drop", r),
-            Verdict::Keep(r) => ("keep", r),
-            Verdict::Undecided(r) => ("undecided", r),
+            Resolution::Drop(r) => (Verdict::Drop, r),
+            Resolution::Keep(r) => (Verdict::Keep, r),
+            Resolution::Undecided(r) => (Verdict::Undecided, r),
         }
     }
 }
 
-fn resolve(rule: &FilterRule, classifier: &dyn Classifier, c: Candidate) -> Result<Verdict> {
+fn resolve(rule: &FilterRule, classifier: &dyn Classifier, c: Candidate) -> Result<Resolution> {
     Ok(match rule.action {
-        RuleAction::Drop => Verdict::Drop(rule.reason.clone()),
+        RuleAction::Drop => Resolution::Drop(rule.reason.clone()),
         RuleAction::Ask => match classifier.classify(&c)? {
-            Classification::Drop { reason } => Verdict::Drop(reason),
-            Classification::Keep { reason } => Verdict::Keep(reason),
-            Classification::Undecided { reason } => Verdict::Undecided(reason),
+            Classification::Drop { reason } => Resolution::Drop(reason),
+            Classification::Keep { reason } => Resolution::Keep(reason),
+            Classification::Undecided { reason } => Resolution::Undecided(reason),
         },
     })
 }
@@ -298,13 +336,20 @@ fn to_csv<'a>(rows: impl Iterator<Item = &'a Decision>) -> Result<Vec<u8>> {
     Ok(w.into_inner()?)
 }
 
-pub struct FilterStage;
+/// What the filter keeps: the catalog every later stage works on.
+pub const CATALOG: Artifact<Catalog> = Artifact::new("filter", "catalog.json");
 
-impl FilterStage {
-    fn input(settings: &Settings) -> PathBuf {
-        settings.artifacts.join("catalog").join("catalog.json")
-    }
-}
+pub static SPEC: StageSpec = StageSpec {
+    name: "filter",
+    command: "filter",
+    version: 1,
+    about: "drop servers and tools a benchmark must not contain, with reasons",
+    // The manifest leads to the import run's ledger events, each decision's parent.
+    reads: &[crate::registry::CATALOG.read(), Read::manifest("registry-import")],
+    writes: &["catalog.json", "dropped.csv", "undecided.csv", "summary.json"],
+};
+
+pub struct FilterStage;
 
 #[derive(Serialize)]
 struct Summary {
@@ -319,41 +364,42 @@ struct Summary {
     by_rule: BTreeMap<String, BTreeMap<&'static str, usize>>,
     /// Drops per class (no-tools, trivial, meta, template, custom).
     by_class: BTreeMap<String, BTreeMap<&'static str, usize>>,
+    /// Every drop counted with its reason (the shape all stages share): one entry per
+    /// servers-or-tools and rule, sorted by reason. All filter drops are intentional.
+    drops: Vec<Drops>,
 }
 
 impl Stage for FilterStage {
-    fn name(&self) -> &'static str {
-        "filter"
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "filter"
+
+    fn enabled(&self, settings: &Settings) -> bool {
+        crate::registry::in_pipeline(settings)
     }
-    fn version(&self) -> u32 {
-        1
+
+    fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
+        let role = settings.config.filter.classifier_role.as_ref();
+        role.map(|r| ConfigRef::new("filter.classifier_role", r)).into_iter().collect()
     }
-    fn upstream(&self) -> &'static [&'static str] {
-        &["catalog"]
+
+    fn prompts(&self, settings: &Settings) -> Vec<PromptRef> {
+        if settings.config.filter.classifier_role.is_none() {
+            return Vec::new();
+        }
+        let vars = serde_json::json!({
+            "target": "tool", "name": "t", "description": "d", "server_name": "s",
+            "server_description": "d", "server_tools": ["t"], "rule_reason": "r",
+        });
+        vec![PromptRef::new("filter.classifier_role", CLASSIFY_PROMPT, vars)]
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
-        let filter = &settings.config.filter;
-        Ok(match &filter.classifier_role {
-            None => Plan { inputs: vec![Self::input(settings)], prompts: vec![], config_hash: section_hash(filter)? },
-            Some(role) => Plan {
-                inputs: vec![Self::input(settings)],
-                prompts: vec![crate::llm::prompt_path(settings, CLASSIFY_PROMPT)],
-                config_hash: section_hash(&serde_json::json!({
-                    "filter": filter,
-                    "classifier": crate::llm::role_hash(settings, role)?,
-                }))?,
-            },
-        })
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&settings.config.filter)? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
-        let path = Self::input(ctx.settings);
-        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&path)?)
-            .map_err(|e| anyhow::anyhow!("`{}` is not a benchgen catalog: {e}", ctx.settings.display_path(&path)))?;
+        let catalog = inputs.json(&crate::registry::CATALOG)?;
         let (filtered, llm_parents) = match &ctx.settings.config.filter.classifier_role {
             None => {
                 let pb = ctx.printer.progress(catalog.servers.len() as u64, "filter");
@@ -367,7 +413,7 @@ impl Stage for FilterStage {
         // Link each decision to the catalog record it is about.
         let mut parents: HashMap<String, i64> = HashMap::new();
         if let (Some(m), Some(ledger)) =
-            (Manifest::load(&ctx.settings.artifacts, "catalog")?, Ledger::open_existing(&ctx.settings.artifacts)?)
+            (ctx.manifest_of(crate::registry::SPEC.name), Ledger::open_existing(&ctx.settings.artifacts)?)
         {
             for k in [kind::CATALOG_SERVER, kind::CATALOG_TOOL] {
                 for ev in ledger.events_of_kind(m.run_id, k)? {
@@ -401,10 +447,11 @@ impl Stage for FilterStage {
             undecided: 0,
             by_rule: BTreeMap::new(),
             by_class: BTreeMap::new(),
+            drops: Vec::new(),
         };
         for d in &filtered.decisions {
             match d.verdict {
-                "drop" => {
+                Verdict::Drop => {
                     let plural = if d.kind == "server" { "servers" } else { "tools" };
                     if d.kind == "server" {
                         summary.servers_dropped += 1;
@@ -414,13 +461,20 @@ impl Stage for FilterStage {
                     *summary.by_rule.entry(d.rule.clone()).or_default().entry(plural).or_default() += 1;
                     *summary.by_class.entry(d.class.clone()).or_default().entry(plural).or_default() += 1;
                 }
-                "undecided" => summary.undecided += 1,
-                _ => {}
+                Verdict::Undecided => summary.undecided += 1,
+                Verdict::Keep => {}
             }
         }
-        let mut dropped: Vec<&Decision> = filtered.decisions.iter().filter(|d| d.verdict == "drop").collect();
+        let mut drops: BTreeMap<String, usize> = BTreeMap::new();
+        for d in filtered.decisions.iter().filter(|d| d.verdict == Verdict::Drop) {
+            let plural = if d.kind == "server" { "servers" } else { "tools" };
+            *drops.entry(format!("{plural} dropped by rule `{}` (class {})", d.rule, d.class)).or_default() += 1;
+        }
+        summary.drops = drops.into_iter().map(|(reason, count)| Drops { count, intentional: true, reason }).collect();
+        let mut dropped: Vec<&Decision> = filtered.decisions.iter().filter(|d| d.verdict == Verdict::Drop).collect();
         dropped.sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
-        let mut undecided: Vec<&Decision> = filtered.decisions.iter().filter(|d| d.verdict == "undecided").collect();
+        let mut undecided: Vec<&Decision> =
+            filtered.decisions.iter().filter(|d| d.verdict == Verdict::Undecided).collect();
         undecided.sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
 
         out.json("catalog.json", &filtered.catalog)?;
@@ -456,7 +510,7 @@ impl Stage for FilterStage {
 /// Prompt template (under `pipeline/prompts/`) of the LLM classifier.
 pub const CLASSIFY_PROMPT: &str = "filter-classify";
 
-#[derive(Debug, Clone, Copy, serde::Deserialize, schemars::JsonSchema, PartialEq)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize, schemars::JsonSchema, PartialEq)]
 #[serde(rename_all = "lowercase")]
 enum KeepOrDrop {
     Keep,
@@ -480,9 +534,33 @@ struct Question {
     vars: serde_json::Value,
 }
 
+/// The classifier's answer about one item, as checkpointed: a verdict, or none when the
+/// answer stayed invalid (the item stays undecided, with the error as its reason).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Answer {
+    verdict: Option<KeepOrDrop>,
+    reason: String,
+    /// Request hash of the exchange behind a verdict.
+    exchange: Option<String>,
+    /// The `llm.failure` event behind a missing verdict.
+    failure_event: Option<i64>,
+}
+
+impl Answer {
+    fn classification(&self) -> Classification {
+        let reason = self.reason.clone();
+        match self.verdict {
+            Some(KeepOrDrop::Keep) => Classification::Keep { reason },
+            Some(KeepOrDrop::Drop) => Classification::Drop { reason },
+            None => Classification::Undecided { reason },
+        }
+    }
+}
+
 /// Answers known so far; unknown items are collected and left undecided for this pass.
 struct Collect<'a> {
-    answers: &'a HashMap<String, (Classification, Option<i64>)>,
+    answers: &'a HashMap<String, Answer>,
     missing: RefCell<Vec<Question>>,
 }
 
@@ -496,8 +574,8 @@ fn target_str(t: RuleTarget) -> &'static str {
 impl Classifier for Collect<'_> {
     fn classify(&self, c: &Candidate) -> Result<Classification> {
         let key = format!("{}:{}", target_str(c.target), c.id);
-        if let Some((answer, _)) = self.answers.get(&key) {
-            return Ok(answer.clone());
+        if let Some(answer) = self.answers.get(&key) {
+            return Ok(answer.classification());
         }
         let tools: Vec<&str> = c.server.tools.iter().map(|t| t.name.as_str()).collect();
         self.missing.borrow_mut().push(Question {
@@ -529,10 +607,11 @@ fn classify_with_llm(
     role: &str,
     out: &mut Output,
 ) -> Result<(Filtered, HashMap<String, i64>)> {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let run_id = ctx.ledger_run()?;
-    let client = rt.block_on(LlmClient::from_settings(ctx.settings, "filter", run_id))?;
-    let mut answers: HashMap<String, (Classification, Option<i64>)> = HashMap::new();
+    // No bound of the stage's own: the role's `max_concurrency` governs. No item fails
+    // the stage either: an answer that stays invalid leaves its item undecided.
+    let opts = BatchOptions::new("filter", "classify", "items").fail_point("filter_classify_item");
+    let mut batch = Batch::new(ctx, opts)?;
+    let mut answers: HashMap<String, Answer> = HashMap::new();
     let filtered = loop {
         let collect = Collect { answers: &answers, missing: RefCell::new(Vec::new()) };
         let f = apply(catalog, &ctx.settings.config.filter, &collect)?;
@@ -541,47 +620,54 @@ fn classify_with_llm(
             break f;
         }
         let servers: Vec<Question> = missing.iter().filter(|q| q.key.starts_with("server:")).cloned().collect();
-        let batch = if servers.is_empty() { missing } else { servers };
-        let pb = ctx.printer.progress(batch.len() as u64, "classify");
-        let results = rt.block_on(futures::future::join_all(batch.iter().map(|q| {
-            let client = client.clone();
-            let pb = pb.clone();
-            async move {
-                let r = client.typed::<LlmVerdict>(role, &Prompt::new(CLASSIFY_PROMPT, q.vars.clone()), &q.id).await;
-                pb.inc(1);
-                r
+        let pass = if servers.is_empty() { missing } else { servers };
+        let items = pass.into_iter().map(|q| (q.key, (q.id, q.vars))).collect();
+        let done = batch.run(items, |(id, vars): (String, serde_json::Value), llm: Item| async move {
+            match llm.typed_for::<LlmVerdict>(role, &Prompt::new(CLASSIFY_PROMPT, vars), &id).await {
+                Ok(reply) => Ok(Answer {
+                    verdict: Some(reply.value.verdict),
+                    reason: format!("LLM classifier: {}", reply.value.reason.trim()),
+                    exchange: Some(reply.exchange),
+                    failure_event: None,
+                }),
+                Err(e) if e.is_item_level() => Ok(Answer {
+                    verdict: None,
+                    reason: format!("LLM classifier gave no valid verdict: {e}"),
+                    exchange: None,
+                    failure_event: e.event_id(),
+                }),
+                Err(e) => Err(ItemError::Fatal(anyhow::Error::new(e).context("the filter's LLM classifier failed"))),
             }
-        })));
-        pb.finish_and_clear();
-        for (q, r) in batch.into_iter().zip(results) {
-            let answer = match r {
-                Ok(reply) => {
-                    let reason = format!("LLM classifier: {}", reply.value.reason.trim());
-                    let c = match reply.value.verdict {
-                        KeepOrDrop::Keep => Classification::Keep { reason },
-                        KeepOrDrop::Drop => Classification::Drop { reason },
-                    };
-                    (c, Some(reply.event_id))
-                }
-                Err(e) if e.is_item_level() => (
-                    Classification::Undecided { reason: format!("LLM classifier gave no valid verdict: {e}") },
-                    e.event_id(),
-                ),
-                Err(e) => {
-                    client.add_counts(out);
-                    return Err(anyhow::Error::new(e).context("the filter's LLM classifier failed"));
-                }
-            };
-            answers.insert(q.key, answer);
-        }
+        })?;
+        answers.extend(done.values);
     };
-    client.add_counts(out);
-    let parents = answers.into_iter().filter_map(|(k, (_, ev))| ev.map(|e| (k, e))).collect();
+    let mut parents = HashMap::new();
+    for (k, a) in answers {
+        let event = match &a.exchange {
+            Some(hash) => batch.exchange_event(hash)?,
+            None => a.failure_event,
+        };
+        if let Some(e) = event {
+            parents.insert(k, e);
+        }
+    }
+    batch.finish(out)?;
     Ok((filtered, parents))
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn verdicts_serialise_as_before() {
+        let words: Vec<String> = [Verdict::Keep, Verdict::Drop, Verdict::Undecided]
+            .iter()
+            .map(|v| serde_json::to_string(v).unwrap())
+            .collect();
+        assert_eq!(words, ["\"keep\"", "\"drop\"", "\"undecided\""]);
+        assert!(Verdict::Drop == "drop");
+        assert_eq!(format!("{} {}", Verdict::Keep, Verdict::Undecided), "keep undecided");
+    }
+
     use super::*;
     use serde_json::json;
 
@@ -604,6 +690,7 @@ mod tests {
             categories: vec!["x".into()],
             license: None,
             tools,
+            registry: None,
         }
     }
 

@@ -5,6 +5,7 @@
 //! `settings` (pipeline config), `stage` (runner, manifests, freshness),
 //! `store` (atomic files), `ledger` (provenance), `model` (core records).
 
+pub mod clean;
 pub mod cli;
 pub mod efs;
 pub mod embed;
@@ -12,6 +13,7 @@ pub mod error;
 pub mod execute;
 pub mod explain;
 pub mod filter;
+pub mod formats;
 pub mod graph;
 pub mod ledger;
 pub mod llm;
@@ -25,5 +27,6 @@ pub mod sandbox;
 pub mod score;
 pub mod settings;
 pub mod stage;
+pub mod stages;
 pub mod stats;
 pub mod store;

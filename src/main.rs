@@ -7,12 +7,12 @@ use clap::Parser;
 
 use benchgen::cli::{
     Cli, Command, EfsCommand, EfsReviewCommand, GraphCommand, GraphReviewCommand, LlmCommand, LogsCommand, McpCommand,
-    RegistryCommand,
+    RegistryCommand, StagesFormat,
 };
 use benchgen::printer::Printer;
 use benchgen::settings::Settings;
 use benchgen::stage::{self, Ctx, Stage};
-use benchgen::{embed, error, execute, explain, filter, llm, mcp, pipeline, registry, sandbox, stats};
+use benchgen::{clean, error, execute, explain, llm, mcp, pipeline, registry, sandbox, stages};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -42,7 +42,16 @@ fn init_tracing(verbose: u8, quiet: bool) {
 fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
     // `score` reads only the files it is given: no pipeline config needed.
     if let Command::Score(a) = &cli.command {
-        return benchgen::score::command(a, printer);
+        let opts = benchgen::score::Options {
+            benches: a.benches.clone(),
+            pred: a.pred.clone(),
+            bench_format: a.bench_format,
+            pred_format: a.format,
+            etom_level: a.etom_level,
+            mode: a.compat.into(),
+        };
+        let files = benchgen::score::ReportFiles { per_sample: a.per_sample.clone(), markdown: a.markdown.clone() };
+        return benchgen::score::command(&opts, &files, printer);
     }
     // The sandbox serving an explicit `--catalog` needs no pipeline config: a
     // spawned `benchgen sandbox` must work from any folder.
@@ -55,21 +64,29 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         _ => Settings::load(&cli.global.config)?,
     };
     settings.llm_mode = cli.global.llm_mode;
+    // The whole pipeline is checked on every load (roles, prompts, servers, reads,
+    // ranges), so a typo fails here, naming its key, before any stage runs.
+    if !matches!(cli.command, Command::Check | Command::Sandbox(_)) {
+        stages::check(&settings)?;
+    }
     stage::recover_if_idle(&settings, printer)?;
     let ctx = Ctx::new(&settings, printer);
     match &cli.command {
         Command::Registry(RegistryCommand::Import(a)) => {
-            let stage = registry::CatalogStage::from_settings(&settings, a.file.clone(), a.format, a.lenient)?;
+            let stage = registry::ImportStage { file: a.file.clone(), format: a.format, lenient: a.lenient };
             run_one(&ctx, &stage, a.force.force)
         }
-        Command::Filter(f) => run_one(&ctx, &filter::FilterStage, f.force),
-        Command::Stats(f) => run_one(&ctx, &stats::StatsStage, f.force),
-        Command::Embed(f) => run_one(&ctx, &embed::EmbedStage, f.force),
+        Command::Registry(RegistryCommand::Scrape(a)) => registry::commands::scrape(&settings, printer, a),
+        Command::Registry(RegistryCommand::Merge(a)) => registry::commands::merge(&settings, printer, a),
+        Command::Registry(RegistryCommand::Tools(a)) => registry::commands::tools(&settings, printer, a),
+        Command::Filter(f) => run_named(&ctx, "filter", f.force),
+        Command::Stats(f) => run_named(&ctx, "stats", f.force),
+        Command::Embed(f) => run_named(&ctx, "embed", f.force),
         Command::Efs(c) => efs_command(&ctx, c),
-        Command::Logs(LogsCommand::Import(f)) => run_one(&ctx, &benchgen::logs::import::ImportStage, f.force),
-        Command::Logs(LogsCommand::Curate(f)) => run_one(&ctx, &benchgen::logs::curate::CurateStage, f.force),
-        Command::Logs(LogsCommand::Split(f)) => run_one(&ctx, &benchgen::logs::split::SplitStage, f.force),
-        Command::Graph(GraphCommand::Build(f)) => run_one(&ctx, &benchgen::graph::build::BuildStage, f.force),
+        Command::Logs(LogsCommand::Import(f)) => run_named(&ctx, "logs-import", f.force),
+        Command::Logs(LogsCommand::Curate(f)) => run_named(&ctx, "logs-curate", f.force),
+        Command::Logs(LogsCommand::Split(f)) => run_named(&ctx, "logs-split", f.force),
+        Command::Graph(GraphCommand::Build(f)) => run_named(&ctx, "graph-build", f.force),
         Command::Graph(GraphCommand::Review(GraphReviewCommand::Export(f))) => {
             let (path, n) = benchgen::graph::review::export(&settings, f.force)?;
             let shown = settings.display_path(&path);
@@ -80,7 +97,7 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             Ok(())
         }
         Command::Graph(GraphCommand::Review(GraphReviewCommand::Import(f))) => {
-            run_one(&ctx, &benchgen::graph::review::ReviewStage, f.force)
+            run_named(&ctx, "graph-review-import", f.force)
         }
         Command::Run(a) => {
             let reports = pipeline::run(&ctx, a.from.as_deref(), a.until.as_deref(), a.force)?;
@@ -90,6 +107,31 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Command::Status => {
             let rows = pipeline::status(&settings);
             printer.summary(&pipeline::render_status(&rows), &rows);
+            Ok(())
+        }
+        Command::Check => {
+            stages::check(&settings)?;
+            let n = stages::enabled(&settings).len();
+            let shown = settings.display_path(&settings.config_path);
+            printer.summary(
+                &format!("`{shown}`: no problems ({n} stages in the pipeline)"),
+                &serde_json::json!({"config": shown, "problems": [], "stages": n}),
+            );
+            Ok(())
+        }
+        Command::Stages(a) => {
+            let rows = stages::rows(&settings);
+            let text = match a.format {
+                StagesFormat::Text => stages::render_text(&rows),
+                StagesFormat::Dot => stages::render_dot(&rows),
+                StagesFormat::Markdown => stages::markdown_table(&settings),
+            };
+            printer.summary(&text, &rows);
+            Ok(())
+        }
+        Command::Clean(a) => {
+            let c = clean::clean(&settings, &a.stages)?;
+            printer.summary(&clean::render(&c), &c);
             Ok(())
         }
         Command::Score(_) => unreachable!("handled before the config is loaded"),
@@ -116,7 +158,7 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Command::Mcp(McpCommand::Import(a)) => mcp::commands::import(printer, &a.file),
         Command::Sandbox(a) => sandbox::command::run(&settings, printer, a),
         Command::Execute(a) => {
-            let stage = execute::ExecuteStage::from_settings(&settings, a.queries.clone())?;
+            let stage = execute::ExecuteStage { queries: a.queries.clone() };
             run_one(&ctx, &stage, a.force.force)
         }
     }
@@ -125,11 +167,11 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
 fn efs_command(ctx: &Ctx, c: &EfsCommand) -> Result<()> {
     use benchgen::efs;
     match c {
-        EfsCommand::Pairs(f) => run_one(ctx, &efs::pairs::PairsStage, f.force),
-        EfsCommand::Verify(f) => run_one(ctx, &efs::verify::VerifyStage, f.force),
-        EfsCommand::Build(f) => run_one(ctx, &efs::build::BuildStage, f.force),
-        EfsCommand::Topdown(f) => run_one(ctx, &efs::topdown::TopdownStage, f.force),
-        EfsCommand::Finalize(f) => run_one(ctx, &efs::finalize::FinalizeStage, f.force),
+        EfsCommand::Pairs(f) => run_named(ctx, "efs-pairs", f.force),
+        EfsCommand::Verify(f) => run_named(ctx, "efs-verify", f.force),
+        EfsCommand::Build(f) => run_named(ctx, "efs-build", f.force),
+        EfsCommand::Topdown(f) => run_named(ctx, "efs-topdown", f.force),
+        EfsCommand::Finalize(f) => run_named(ctx, "efs-finalize", f.force),
         EfsCommand::Review(EfsReviewCommand::Export(f)) => {
             let (path, n) = efs::review::export(ctx.settings, f.force)?;
             let shown = ctx.settings.display_path(&path);
@@ -139,7 +181,7 @@ fn efs_command(ctx: &Ctx, c: &EfsCommand) -> Result<()> {
             );
             Ok(())
         }
-        EfsCommand::Review(EfsReviewCommand::Import(f)) => run_one(ctx, &efs::review::ReviewStage, f.force),
+        EfsCommand::Review(EfsReviewCommand::Import(f)) => run_named(ctx, "efs-review-import", f.force),
         EfsCommand::Compare(a) => {
             let c = efs::compare::run(ctx.settings, &a.reference, a.sets.as_deref())?;
             if let Some(out) = &a.out {
@@ -151,10 +193,14 @@ fn efs_command(ctx: &Ctx, c: &EfsCommand) -> Result<()> {
     }
 }
 
+/// Run the stage of the list called `name` on its own.
+fn run_named(ctx: &Ctx, name: &str, force: bool) -> Result<()> {
+    run_one(ctx, stages::get(name)?.as_ref(), force)
+}
+
 /// Run one stage on its own; its upstream stages must be up to date.
 fn run_one(ctx: &Ctx, stage: &dyn Stage, force: bool) -> Result<()> {
-    let rows = pipeline::status(ctx.settings);
-    let states = rows.into_iter().map(|r| (r.stage.to_string(), r.state)).collect();
+    let states = pipeline::states(ctx.settings);
     let report = stage::execute(ctx.settings, ctx.printer, stage, force, &states)?;
     ctx.printer.summary(&pipeline::render_report(&report), &report);
     Ok(())

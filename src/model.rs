@@ -1,6 +1,6 @@
 //! Core records shared by the stages: the normalised catalog.
 //!
-//! Wire format of `artifacts/catalog/catalog.json` and `artifacts/filter/catalog.json`:
+//! Wire format of `artifacts/registry-import/catalog.json` and `artifacts/filter/catalog.json`:
 //! `{"servers": [Server]}`, servers sorted by name and tools by name, so the same
 //! catalog always serialises to the same bytes. Categories keep their given order
 //! because the first one is the server's main category.
@@ -14,6 +14,44 @@ pub const TOOL_ID_SEP: &str = "::";
 /// The tool id `"<server>::<tool>"`, both parts trimmed.
 pub fn tool_id(server: &str, tool: &str) -> String {
     format!("{}{TOOL_ID_SEP}{}", server.trim(), tool.trim())
+}
+
+/// Split a tool id at the first `::` (a byte scan: scoring runs this for every call read).
+pub fn split_tool_id(id: &str) -> Option<(&str, &str)> {
+    let b = id.as_bytes();
+    let i = b.windows(2).position(|w| w == TOOL_ID_SEP.as_bytes())?;
+    Some((&id[..i], &id[i + 2..]))
+}
+
+/// A tool id as every stage compares it: `server::tool` with both parts trimmed (split at the
+/// first `::`, so a tool name may itself hold `::`); an id without `::` is trimmed whole.
+/// Published benchmarks carry stray spaces around `::`, and user-given ids are typed by hand.
+pub fn norm_tool_id(id: &str) -> String {
+    match split_tool_id(id) {
+        Some((server, tool)) => tool_id(server, tool),
+        None => id.trim().to_string(),
+    }
+}
+
+/// [`norm_tool_id`] without allocating when the id is already normal (the usual case).
+pub fn norm_tool_id_cow(id: &str) -> std::borrow::Cow<'_, str> {
+    let clean = |p: &str| p.trim().len() == p.len();
+    let normal = match split_tool_id(id) {
+        Some((a, b)) => clean(a) && clean(b),
+        None => clean(id),
+    };
+    if normal { std::borrow::Cow::Borrowed(id) } else { std::borrow::Cow::Owned(norm_tool_id(id)) }
+}
+
+/// What a stage left out of its output, in vector's shape: how many, whether on purpose (a
+/// rule, a verdict, a policy) or because something failed, and why. Stage summaries list these
+/// under `drops` so every drop is counted with its reason.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Drops {
+    pub count: usize,
+    pub intentional: bool,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -33,6 +71,95 @@ pub struct Server {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub license: Option<String>,
     pub tools: Vec<Tool>,
+    /// Where a scraped server came from (registry ids, repository, packages, remotes,
+    /// per-field provenance). Absent for catalogs imported from ETOM's snapshot, so those
+    /// serialise exactly as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<Box<RegistryInfo>>,
+}
+
+/// Registry metadata of one server (see `docs/registry.md`, "Catalog fields").
+///
+/// Every collection is skipped when empty so a record carries only what its sources said.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryInfo {
+    /// Per source name: the server's id, page URL and snapshot in that source.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sources: std::collections::BTreeMap<String, SourceRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<Package>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remotes: Vec<Remote>,
+    /// Categories (or attributes) as the sources gave them, before mapping.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub source_categories: Vec<String>,
+    /// Why each entry of `categories` was assigned.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub category_reasons: Vec<CategoryReason>,
+    /// Where the tool list came from: `"<source> snapshot <id>"` or `"listed live at <time>"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools_from: Option<String>,
+    /// Per field: which source said what (only fields some source set).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub provenance: std::collections::BTreeMap<String, Vec<FieldClaim>>,
+    /// Source fields benchgen does not model, kept as given (`"<source>.<field>"` keys).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub extra: std::collections::BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SourceRef {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub url: String,
+    pub snapshot: String,
+    /// When the snapshot was taken (RFC 3339, UTC).
+    pub fetched_at: String,
+}
+
+/// A runnable package (`registry_type` is `npm`, `pypi`, `oci`, …).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(deny_unknown_fields)]
+pub struct Package {
+    pub registry_type: String,
+    pub identifier: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<String>,
+}
+
+/// A remote endpoint (`transport` is `streamable-http`, `sse`, …).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(deny_unknown_fields)]
+pub struct Remote {
+    pub transport: String,
+    pub url: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CategoryReason {
+    pub category: String,
+    /// `rule`, `llm` or `source`.
+    pub by: String,
+    pub reason: String,
+}
+
+/// One source's value for one field.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FieldClaim {
+    pub source: String,
+    pub at: String,
+    pub value: Value,
+    /// This claim's value is the one the catalog uses.
+    #[serde(default)]
+    pub chosen: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -212,5 +339,37 @@ impl Sample {
     /// Number of reference calls over all turns (what difficulty counts).
     pub fn reference_calls(&self) -> usize {
         self.turns.iter().map(|t| t.reference_plan.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_ids_normalise_around_the_first_separator() {
+        assert_eq!(norm_tool_id(" My Server :: do it "), "My Server::do it");
+        assert_eq!(norm_tool_id("S::a::b"), "S::a::b");
+        assert_eq!(norm_tool_id(" S ::a:: b"), "S::a:: b");
+        assert_eq!(norm_tool_id("  bare  "), "bare");
+        assert_eq!(norm_tool_id("::t"), "::t");
+        assert_eq!(norm_tool_id(""), "");
+        assert_eq!(split_tool_id("S::t"), Some(("S", "t")));
+        assert_eq!(split_tool_id("S:t"), None);
+        for id in ["S::t", " S::t", "S ::t", "S:: t", "S::t ", "bare", " bare", "", "a::b::c", "::"] {
+            let cow = norm_tool_id_cow(id);
+            assert_eq!(cow, norm_tool_id(id), "{id:?}");
+            assert_eq!(
+                matches!(cow, std::borrow::Cow::Borrowed(_)),
+                cow == id,
+                "{id:?} allocates only when it changes"
+            );
+        }
+    }
+
+    #[test]
+    fn drops_serialise_in_vectors_shape() {
+        let d = Drops { count: 3, intentional: true, reason: "rule `arith`".into() };
+        assert_eq!(serde_json::to_string(&d).unwrap(), r#"{"count":3,"intentional":true,"reason":"rule `arith`"}"#);
     }
 }

@@ -84,6 +84,12 @@ pub enum RegistryFormat {
     /// ETOM's `mcp_registry.json` (`{total_servers, total_tools, servers: [...]}`).
     #[default]
     Etom,
+    /// A scraped Glama snapshot folder (`raw/registry/<source>/<snapshot>/`).
+    Glama,
+    /// A scraped official MCP Registry snapshot folder.
+    Official,
+    /// A scraped Smithery snapshot folder.
+    Smithery,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
@@ -96,6 +102,19 @@ pub struct RegistrySettings {
     /// Drop invalid records (each recorded with its reason) instead of failing.
     #[serde(default)]
     pub lenient: bool,
+    /// Scraped snapshot folders that `registry import` merges into one catalog (in priority
+    /// order) instead of reading `source` (see `docs/registry.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<PathBuf>,
+    /// Registry APIs that `registry scrape --source NAME` pages through.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sources: std::collections::BTreeMap<String, crate::registry::scrape::SourceSettings>,
+    /// Mapping of source categories onto one taxonomy.
+    #[serde(default)]
+    pub categories: crate::registry::categories::CategorySettings,
+    /// Live tool listing (`registry tools`).
+    #[serde(default)]
+    pub tools: crate::registry::tools::ToolsSettings,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
@@ -320,6 +339,23 @@ impl Config {
         }
         problems.extend(self.mcp.check());
         if problems.is_empty() { Ok(()) } else { Err(InputError { file: path.display().to_string(), problems }.into()) }
+    }
+}
+
+/// A count that must be at least 1 (`top_k = 0` would silently produce nothing).
+pub fn check_positive(problems: &mut Vec<Problem>, key: &str, value: usize) {
+    if value == 0 {
+        problems.push(Problem::new(key, "must be at least 1"));
+    }
+}
+
+/// A real number that must be finite and within `lo..=hi` (NaN compares false
+/// with everything, so it would silently disable a threshold).
+pub fn check_range(problems: &mut Vec<Problem>, key: &str, value: f64, lo: f64, hi: f64) {
+    if !value.is_finite() {
+        problems.push(Problem::new(key, format!("must be a finite number, not {value}")));
+    } else if value < lo || value > hi {
+        problems.push(Problem::new(key, format!("must be between {lo} and {hi}, not {value}")));
     }
 }
 

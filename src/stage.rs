@@ -12,12 +12,17 @@
 //!  started_at, finished_at, duration_ms}`. Paths are relative to the project root.
 
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::error::Problem;
 
 use crate::ledger::{Ledger, NewEvent};
 use crate::printer::Printer;
@@ -27,36 +32,275 @@ use crate::store::{self, StagingDir};
 pub const CODE_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const MANIFEST: &str = "manifest.json";
 
-/// What a stage reads and how it is configured: everything its freshness depends on.
+/// A file one stage writes, addressed through its producer: the producing
+/// module exports `pub const X: Artifact<T>` and consumers read it with
+/// [`Inputs::json`] (or [`Inputs::bytes_of`] for non-JSON files), so no stage
+/// builds another stage's paths or defines its output types.
+pub struct Artifact<T: ?Sized = Raw> {
+    pub stage: &'static str,
+    pub file: &'static str,
+    _type: PhantomData<fn() -> Box<T>>,
+}
+
+/// The type parameter of artifacts that are not JSON (CSV, binary vectors, SVG).
+pub enum Raw {}
+
+impl<T: ?Sized> Artifact<T> {
+    pub const fn new(stage: &'static str, file: &'static str) -> Self {
+        Self { stage, file, _type: PhantomData }
+    }
+
+    /// Declare this artifact as a required read of a stage.
+    pub const fn read(&self) -> Read {
+        Read { stage: self.stage, file: self.file, kind: ReadKind::Required }
+    }
+
+    /// Declare this artifact as a read used only when its producer has run.
+    pub const fn optional(&self) -> Read {
+        Read { stage: self.stage, file: self.file, kind: ReadKind::Optional }
+    }
+
+    pub fn path(&self, settings: &Settings) -> PathBuf {
+        settings.artifacts.join(self.stage).join(self.file)
+    }
+}
+
+impl<T: ?Sized> Clone for Artifact<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: ?Sized> Copy for Artifact<T> {}
+
+/// One declared input of a stage: a file of an upstream stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Read {
+    pub stage: &'static str,
+    pub file: &'static str,
+    pub kind: ReadKind,
+}
+
+impl Read {
+    /// The counts and timings of an upstream stage (its `manifest.json`), read
+    /// for reports. Not hashed as an input: manifests carry times and run ids.
+    pub const fn manifest(stage: &'static str) -> Read {
+        Read { stage, file: MANIFEST, kind: ReadKind::Manifest }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadKind {
+    /// The stage cannot run without it; its producer is an upstream stage.
+    Required,
+    /// Read when present; stale when its producer is stale.
+    Optional,
+    /// The producer's manifest (counts, timings), for reports only.
+    Manifest,
+}
+
+/// What a stage is, declared once: the stage list, `status`, `stages`, `clean`,
+/// `check` and the README's stage table are all derived from these.
+#[derive(Debug, Serialize)]
+pub struct StageSpec {
+    /// Its command's words joined by `-`; also its folder under `artifacts/`.
+    pub name: &'static str,
+    /// The command that runs it (`efs verify`).
+    pub command: &'static str,
+    /// Bump when the stage's logic changes its output, so old artifacts go stale.
+    pub version: u32,
+    /// One line for the stage table.
+    pub about: &'static str,
+    /// Files of upstream stages it reads; upstream dependencies derive from these.
+    pub reads: &'static [Read],
+    /// Files it writes under `artifacts/<name>/` (`dir/*` for a folder of files).
+    pub writes: &'static [&'static str],
+}
+
+impl StageSpec {
+    /// Stages this one cannot run without.
+    pub fn upstream(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.reads_of(ReadKind::Required)
+    }
+
+    /// Stages whose output this one uses when it exists.
+    pub fn optional_upstream(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.reads
+            .iter()
+            .filter(|r| r.kind != ReadKind::Required)
+            .map(|r| r.stage)
+            .filter(|st| !self.reads_of(ReadKind::Required).any(|u| u == *st))
+    }
+
+    fn reads_of(&self, kind: ReadKind) -> impl Iterator<Item = &'static str> + '_ {
+        let mut seen = Vec::new();
+        self.reads.iter().filter(move |r| r.kind == kind).map(|r| r.stage).filter(move |st| {
+            if seen.contains(st) {
+                false
+            } else {
+                seen.push(*st);
+                true
+            }
+        })
+    }
+
+    /// Whether `file` (relative to the stage folder) is one of the declared writes.
+    pub fn declares(&self, file: &str) -> bool {
+        self.writes.iter().any(|w| match w.strip_suffix("/*") {
+            Some(dir) => file.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/') && rest.len() > 1),
+            None => *w == file,
+        })
+    }
+}
+
+/// A name a stage takes from the config (an LLM role, a prompt template, an MCP
+/// server), with the config key that names it, so `check` can point at the key.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ConfigRef {
+    pub key: String,
+    pub name: String,
+}
+
+impl ConfigRef {
+    pub fn new(key: impl Into<String>, name: impl Into<String>) -> Self {
+        Self { key: key.into(), name: name.into() }
+    }
+}
+
+/// A prompt template a stage renders, with example variables of the shape the
+/// stage provides, so `check` can render it before anything runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptRef {
+    pub key: String,
+    pub template: String,
+    #[serde(skip)]
+    pub vars: Value,
+}
+
+impl PromptRef {
+    pub fn new(key: impl Into<String>, template: impl Into<String>, vars: Value) -> Self {
+        Self { key: key.into(), template: template.into(), vars }
+    }
+}
+
+/// How a stage is configured, and which files outside `artifacts/` it reads:
+/// together with its declared reads, everything its freshness depends on.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// Input files (absolute paths).
+    /// Input files outside `artifacts/` (absolute paths): snapshots, logs, sheets.
     pub inputs: Vec<PathBuf>,
-    /// Prompt templates (absolute paths); empty for stages without an LLM.
-    pub prompts: Vec<PathBuf>,
-    /// Hash of the config values the stage uses.
+    /// Hash of the config values the stage uses (its roles are added by the runner).
     pub config_hash: String,
 }
 
-/// Input files read once by the runner; stages read them from here so the
-/// hashes in the manifest are exactly of the bytes that were used.
+/// Input files, hashed by the runner before the stage runs and read on demand,
+/// so a large input is never held whole unless the stage asks for its bytes.
+/// A file that changes between hashing and reading is an error: the manifest's
+/// hashes are always of the bytes that were used.
 pub struct Inputs {
-    files: BTreeMap<PathBuf, Vec<u8>>,
+    artifacts: PathBuf,
+    files: BTreeMap<PathBuf, InputFile>,
+}
+
+struct InputFile {
+    shown: String,
+    hash: String,
+    bytes: std::cell::OnceCell<Vec<u8>>,
 }
 
 impl Inputs {
+    /// The whole contents of a declared input.
     pub fn bytes(&self, path: &Path) -> Result<&[u8]> {
+        let f = self.file(path)?;
+        if let Some(b) = f.bytes.get() {
+            return Ok(b);
+        }
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read input `{}`", f.shown))?;
+        if store::sha256_hex(&bytes) != f.hash {
+            bail!("input `{}` changed while the stage was running; run it again", f.shown);
+        }
+        Ok(f.bytes.get_or_init(|| bytes))
+    }
+
+    /// A declared input as a stream, for files too large to hold: the reader
+    /// hashes what it reads and fails at the end if the file changed.
+    pub fn open(&self, path: &Path) -> Result<HashedReader> {
+        let f = self.file(path)?;
+        let file = std::fs::File::open(path).with_context(|| format!("cannot read input `{}`", f.shown))?;
+        Ok(HashedReader { inner: file, hasher: Sha256::new(), expected: f.hash.clone(), shown: f.shown.clone() })
+    }
+
+    /// The bytes of an upstream artifact this stage declared in `reads`.
+    pub fn bytes_of<T: ?Sized>(&self, a: &Artifact<T>) -> Result<&[u8]> {
+        self.bytes(&self.artifacts.join(a.stage).join(a.file))
+    }
+
+    /// Stream an upstream artifact (see [`Inputs::open`]).
+    pub fn open_of<T: ?Sized>(&self, a: &Artifact<T>) -> Result<HashedReader> {
+        self.open(&self.artifacts.join(a.stage).join(a.file))
+    }
+
+    /// Whether an optional read was present when the stage started.
+    pub fn has<T: ?Sized>(&self, a: &Artifact<T>) -> bool {
+        self.files.contains_key(&self.artifacts.join(a.stage).join(a.file))
+    }
+
+    /// Parse an upstream JSON artifact into its producer's type. The one error
+    /// for a corrupt or foreign file names it and the command that remakes it.
+    pub fn json<T: DeserializeOwned>(&self, a: &Artifact<T>) -> Result<T> {
+        let path = self.artifacts.join(a.stage).join(a.file);
+        let bytes = self.bytes(&path)?;
+        serde_json::from_slice(bytes).map_err(|e| {
+            let shown = self.files.get(&path).map(|f| f.shown.clone()).unwrap_or_else(|| path.display().to_string());
+            crate::error::hinted(
+                format!("`{shown}` is not a valid `{}` output: {e}", a.stage),
+                format!("rerun `benchgen {} --force` to remake it", a.stage.replace('-', " ")),
+            )
+        })
+    }
+
+    fn file(&self, path: &Path) -> Result<&InputFile> {
         self.files
             .get(path)
-            .map(Vec::as_slice)
             .with_context(|| format!("internal: `{}` was not declared as a stage input", path.display()))
     }
 }
 
-/// What a stage produces.
+/// A reader over an input file that checks, at its end, that the bytes read are
+/// the bytes the runner hashed.
+pub struct HashedReader {
+    inner: std::fs::File,
+    hasher: Sha256,
+    expected: String,
+    shown: String,
+}
+
+impl std::io::Read for HashedReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n > 0 {
+            self.hasher.update(&buf[..n]);
+        } else if !buf.is_empty() && !self.expected.is_empty() {
+            let got = format!("sha256:{}", hex::encode(std::mem::take(&mut self.hasher).finalize()));
+            if got != std::mem::take(&mut self.expected) {
+                return Err(std::io::Error::other(format!(
+                    "input `{}` changed while the stage was running; run it again",
+                    self.shown
+                )));
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// What a stage produces. Small files are held in memory; large ones are
+/// written straight into the stage's work folder with [`Output::create`]. Either
+/// way nothing reaches `artifacts/<stage>/` until the runner commits.
 #[derive(Default)]
 pub struct Output {
     files: Vec<(String, Vec<u8>)>,
+    streamed: Vec<(String, PathBuf)>,
+    stream_dir: Option<PathBuf>,
     pub events: Vec<NewEvent>,
     pub counts: BTreeMap<String, Value>,
     /// Lines for the human summary.
@@ -66,6 +310,7 @@ pub struct Output {
 impl Output {
     pub fn file(&mut self, rel: &str, bytes: Vec<u8>) {
         self.files.retain(|(r, _)| r != rel);
+        self.streamed.retain(|(r, _)| r != rel);
         self.files.push((rel.to_string(), bytes));
     }
 
@@ -74,8 +319,29 @@ impl Output {
         Ok(())
     }
 
+    /// A large output file written as the stage goes, without holding it in
+    /// memory. Call [`OutputFile::finish`] when done; an unfinished file is
+    /// never committed.
+    pub fn create(&mut self, rel: &str) -> Result<OutputFile> {
+        let dir = self.stream_dir.clone().context("internal: streamed output outside a stage run")?;
+        let path = dir.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("cannot create `{}`", parent.display()))?;
+        }
+        let f = std::fs::File::create(&path).with_context(|| format!("cannot create `{}`", path.display()))?;
+        self.files.retain(|(r, _)| r != rel);
+        self.streamed.retain(|(r, _)| r != rel);
+        self.streamed.push((rel.to_string(), path.clone()));
+        Ok(OutputFile { writer: std::io::BufWriter::with_capacity(1 << 20, f), path })
+    }
+
     pub fn count(&mut self, key: &str, value: impl Into<Value>) {
         self.counts.insert(key.to_string(), value.into());
+    }
+
+    /// Add several counts at once (e.g. an LLM client's).
+    pub fn counts(&mut self, counts: BTreeMap<String, Value>) {
+        self.counts.extend(counts);
     }
 
     /// Index the next event will have in this batch (for `Parent::Batch`).
@@ -86,6 +352,34 @@ impl Output {
     pub fn event(&mut self, ev: NewEvent) -> usize {
         self.events.push(ev);
         self.events.len() - 1
+    }
+
+    fn file_names(&self) -> impl Iterator<Item = &str> {
+        self.files.iter().map(|(r, _)| r.as_str()).chain(self.streamed.iter().map(|(r, _)| r.as_str()))
+    }
+}
+
+/// A streamed output file (see [`Output::create`]).
+pub struct OutputFile {
+    writer: std::io::BufWriter<std::fs::File>,
+    path: PathBuf,
+}
+
+impl std::io::Write for OutputFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.writer.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.writer.flush()
+    }
+}
+
+impl OutputFile {
+    /// Flush and fsync; the runner moves the file into place at commit.
+    pub fn finish(self) -> Result<()> {
+        let f = self.writer.into_inner().map_err(|e| e.into_error()).context("cannot flush a streamed output")?;
+        f.sync_all().with_context(|| format!("cannot fsync `{}`", self.path.display()))?;
+        Ok(())
     }
 }
 
@@ -110,6 +404,11 @@ impl<'a> Ctx<'a> {
         Self { settings, printer, run: None }
     }
 
+    /// The name of the stage being executed.
+    pub fn stage(&self) -> Result<&'static str> {
+        Ok(self.run.as_ref().context("internal: no stage is being executed")?.stage)
+    }
+
     /// The ledger run id of the stage being executed. The run is begun on first
     /// call, so stages that never ask (pure transformations) leave the ledger
     /// untouched when they fail. Stages that record as they go (LLM exchanges,
@@ -130,26 +429,81 @@ impl<'a> Ctx<'a> {
     /// They survive a failed or killed run and are cleared once the stage commits.
     pub fn checkpoint(&self) -> Result<store::Checkpoint> {
         let h = self.run.as_ref().context("internal: no stage is being executed")?;
-        store::Checkpoint::open(&self.settings.artifacts.join(".work").join(h.stage))
+        store::Checkpoint::open(&work_dir(&self.settings.artifacts, h.stage))
+    }
+
+    /// The manifest of a stage this one declared with [`Read::manifest`].
+    pub fn manifest_of(&self, stage: &str) -> Option<Manifest> {
+        Manifest::load(&self.settings.artifacts, stage).ok().flatten()
     }
 }
 
-/// A pipeline stage.
-pub trait Stage {
-    /// Stage name, also its folder under `artifacts/`.
-    fn name(&self) -> &'static str;
-    /// The command that runs it (for messages and `status`).
-    fn command(&self) -> &'static str;
-    /// Bump when the stage's logic changes its output, so old artifacts go stale.
-    fn version(&self) -> u32;
-    /// Stages whose artifacts this one reads.
-    fn upstream(&self) -> &'static [&'static str];
-    /// Stages whose artifacts this one reads when they exist (stale if they are stale).
-    fn optional_upstream(&self) -> &'static [&'static str] {
-        &[]
+/// `artifacts/.work/<stage>`: checkpoints and streamed outputs of a stage that
+/// has not committed yet.
+pub fn work_dir(artifacts: &Path, stage: &str) -> PathBuf {
+    artifacts.join(".work").join(stage)
+}
+
+/// A pipeline stage: a declared spec plus a plain `run`.
+pub trait Stage: Send + Sync {
+    fn spec(&self) -> &'static StageSpec;
+    /// Whether `benchgen run` includes it under this config (it can always run alone).
+    fn enabled(&self, _settings: &Settings) -> bool {
+        true
     }
+    /// LLM roles it calls, with the config keys that name them.
+    fn roles(&self, _settings: &Settings) -> Vec<ConfigRef> {
+        Vec::new()
+    }
+    /// Prompt templates it renders, with example variables.
+    fn prompts(&self, _settings: &Settings) -> Vec<PromptRef> {
+        Vec::new()
+    }
+    /// MCP servers it connects to, with the config keys that name them.
+    fn servers(&self, _settings: &Settings) -> Vec<ConfigRef> {
+        Vec::new()
+    }
+    /// Range checks of its own settings (reported with every other problem by `check`).
+    fn check(&self, _settings: &Settings, _problems: &mut Vec<Problem>) {}
     fn plan(&self, settings: &Settings) -> Result<Plan>;
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()>;
+}
+
+/// Everything a run of `stage` depends on: declared reads that exist (or are
+/// required), the plan's own inputs, prompt files, and the config hash with
+/// the stage's LLM roles folded in.
+struct Resolved {
+    inputs: Vec<PathBuf>,
+    prompts: Vec<PathBuf>,
+    config_hash: String,
+}
+
+fn resolve(stage: &dyn Stage, settings: &Settings) -> Result<Resolved> {
+    let spec = stage.spec();
+    let plan = stage.plan(settings)?;
+    let mut inputs = Vec::new();
+    for r in spec.reads {
+        let p = settings.artifacts.join(r.stage).join(r.file);
+        match r.kind {
+            ReadKind::Required => inputs.push(p),
+            ReadKind::Optional if p.exists() => inputs.push(p),
+            _ => {}
+        }
+    }
+    inputs.extend(plan.inputs);
+    let prompts = stage.prompts(settings).iter().map(|p| crate::llm::prompt_path(settings, &p.template)).collect();
+    let roles = stage.roles(settings);
+    let config_hash = if roles.is_empty() {
+        plan.config_hash
+    } else {
+        let mut hashes = BTreeMap::new();
+        for r in &roles {
+            let h = crate::llm::role_hash(settings, &r.name).with_context(|| format!("`{}` names it", r.key))?;
+            hashes.insert(r.key.clone(), h);
+        }
+        crate::settings::section_hash(&serde_json::json!({"stage": plan.config_hash, "roles": hashes}))?
+    };
+    Ok(Resolved { inputs, prompts, config_hash })
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -200,18 +554,19 @@ impl Freshness {
 /// Path → content hash.
 type Hashes = BTreeMap<String, String>;
 
-fn hash_inputs(settings: &Settings, paths: &[PathBuf]) -> Result<(Hashes, BTreeMap<PathBuf, Vec<u8>>)> {
+fn hash_inputs(settings: &Settings, paths: &[PathBuf]) -> Result<(Hashes, BTreeMap<PathBuf, InputFile>)> {
     let mut hashes = BTreeMap::new();
     let mut files = BTreeMap::new();
     for p in paths {
-        let bytes = std::fs::read(p).map_err(|e| {
+        let shown = settings.display_path(p);
+        let hash = store::hash_file(p).map_err(|e| {
             crate::error::hinted(
-                format!("cannot read input `{}`: {e}", settings.display_path(p)),
+                format!("cannot read input `{shown}`: {}", e.root_cause()),
                 "check the path in the pipeline config, or run the stage that produces it",
             )
         })?;
-        hashes.insert(settings.display_path(p), store::sha256_hex(&bytes));
-        files.insert(p.clone(), bytes);
+        hashes.insert(shown.clone(), hash.clone());
+        files.insert(p.clone(), InputFile { shown, hash, bytes: Default::default() });
     }
     Ok((hashes, files))
 }
@@ -234,29 +589,27 @@ fn diff_maps(what: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, 
 
 /// Freshness of one stage, given its upstream stages' states.
 pub fn freshness(stage: &dyn Stage, settings: &Settings, upstream: &BTreeMap<String, Freshness>) -> Freshness {
-    let manifest = match Manifest::load(&settings.artifacts, stage.name()) {
+    let spec = stage.spec();
+    let manifest = match Manifest::load(&settings.artifacts, spec.name) {
         Ok(Some(m)) => m,
         Ok(None) => return Freshness::Missing("never run".into()),
         Err(e) => return Freshness::Stale(format!("{e:#}")),
     };
-    if let Some(up) = stage.upstream().iter().find(|u| upstream.get(**u).is_some_and(|f| !f.is_done())) {
+    if let Some(up) = spec.upstream().find(|u| upstream.get(*u).is_some_and(|f| !f.is_done())) {
         return Freshness::Stale(format!("upstream `{up}` is not done"));
     }
     if let Some(up) =
-        stage.optional_upstream().iter().find(|u| upstream.get(**u).is_some_and(|f| matches!(f, Freshness::Stale(_))))
+        spec.optional_upstream().find(|u| upstream.get(*u).is_some_and(|f| matches!(f, Freshness::Stale(_))))
     {
         return Freshness::Stale(format!("upstream `{up}` is stale"));
     }
-    if manifest.code_version != CODE_VERSION || manifest.stage_version != stage.version() {
+    if manifest.code_version != CODE_VERSION || manifest.stage_version != spec.version {
         return Freshness::Stale(format!(
             "benchgen changed: made by {} (stage v{}), now {} (stage v{})",
-            manifest.code_version,
-            manifest.stage_version,
-            CODE_VERSION,
-            stage.version()
+            manifest.code_version, manifest.stage_version, CODE_VERSION, spec.version
         ));
     }
-    let plan = match stage.plan(settings) {
+    let plan = match resolve(stage, settings) {
         Ok(p) => p,
         Err(e) => return Freshness::Stale(format!("{e:#}")),
     };
@@ -279,7 +632,7 @@ pub fn freshness(stage: &dyn Stage, settings: &Settings, upstream: &BTreeMap<Str
             return Freshness::Stale(reason);
         }
     }
-    let dir = settings.artifacts.join(stage.name());
+    let dir = settings.artifacts.join(spec.name);
     for (file, hash) in &manifest.outputs {
         match store::hash_file(&dir.join(file)) {
             Ok(h) if &h == hash => {}
@@ -292,11 +645,21 @@ pub fn freshness(stage: &dyn Stage, settings: &Settings, upstream: &BTreeMap<Str
     Freshness::Done
 }
 
+/// What became of a stage in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// It ran and committed new output.
+    Ran,
+    /// It was up to date.
+    Skipped,
+}
+
 /// The result of running (or skipping) one stage.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageReport {
     pub stage: String,
-    pub status: &'static str,
+    pub status: RunStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<i64>,
     pub counts: BTreeMap<String, Value>,
@@ -313,51 +676,61 @@ pub fn execute(
     force: bool,
     upstream: &BTreeMap<String, Freshness>,
 ) -> Result<StageReport> {
+    let spec = stage.spec();
     recover_if_idle(settings, printer)?;
     // Run alone, a stage needs its upstream output to exist; stale upstream
     // output is used with a warning (`benchgen run` brings it up to date first).
-    for up in stage.upstream().iter().chain(stage.optional_upstream()) {
-        match upstream.get(*up) {
-            Some(Freshness::Missing(_)) if stage.upstream().contains(up) => {
-                return Err(crate::error::hinted(
-                    format!("`{}` needs the output of `{up}`, which has not been produced", stage.command()),
-                    "run `benchgen run` to bring every stage up to date, or run the upstream stage first",
-                ));
-            }
-            Some(Freshness::Stale(why)) => {
-                printer.warn(&format!("`{up}` is stale ({why}); `{}` reads its last complete output", stage.command()))
-            }
-            _ => {}
+    for up in spec.upstream() {
+        if let Some(Freshness::Missing(_)) = upstream.get(up) {
+            return Err(crate::error::hinted(
+                format!("`{}` needs the output of `{up}`, which has not been produced", spec.command),
+                "run `benchgen run` to bring every stage up to date, or run the upstream stage first",
+            ));
+        }
+    }
+    for up in spec.upstream().chain(spec.optional_upstream()) {
+        if let Some(Freshness::Stale(why)) = upstream.get(up) {
+            printer.warn(&format!("`{up}` is stale ({why}); `{}` reads its last complete output", spec.command))
         }
     }
     if !force && freshness(stage, settings, upstream).is_done() {
-        let m = Manifest::load(&settings.artifacts, stage.name())?.context("manifest vanished")?;
+        let m = Manifest::load(&settings.artifacts, spec.name)?.context("manifest vanished")?;
         return Ok(StageReport {
-            stage: stage.name().into(),
-            status: "skipped",
+            stage: spec.name.into(),
+            status: RunStatus::Skipped,
             run_id: Some(m.run_id),
             counts: m.counts,
             notes: vec!["up to date (use --force to rerun)".into()],
             duration_ms: 0,
         });
     }
-    let plan = stage.plan(settings)?;
+    let plan = resolve(stage, settings)?;
     let ctx = Ctx {
         settings,
         printer,
-        run: Some(RunHandle { stage: stage.name(), config_hash: plan.config_hash.clone(), id: Default::default() }),
+        run: Some(RunHandle { stage: spec.name, config_hash: plan.config_hash.clone(), id: Default::default() }),
     };
     let (input_hashes, files) = hash_inputs(settings, &plan.inputs)?;
     let (prompt_hashes, _) = hash_inputs(settings, &plan.prompts)?;
-    let inputs = Inputs { files };
+    let inputs = Inputs { artifacts: settings.artifacts.clone(), files };
     let started_at = crate::ledger::now();
     let clock = Instant::now();
-    let mut out = Output::default();
-    if let Err(e) = stage.run(&ctx, &inputs, &mut out) {
+    let stream_dir = work_dir(&settings.artifacts, spec.name).join("out");
+    if stream_dir.exists() {
+        // Streamed files of a killed run are incomplete: never reuse them.
+        std::fs::remove_dir_all(&stream_dir).with_context(|| format!("cannot clear `{}`", stream_dir.display()))?;
+    }
+    let mut out = Output { stream_dir: Some(stream_dir.clone()), ..Default::default() };
+    let result = stage.run(&ctx, &inputs, &mut out).and_then(|()| match out.file_names().find(|f| !spec.declares(f)) {
+        Some(f) => Err(anyhow::anyhow!("internal: `{}` wrote `{f}`, which its spec does not declare", spec.name)),
+        None => Ok(()),
+    });
+    if let Err(e) = result {
         if let Some(id) = ctx.run.as_ref().and_then(|h| h.id.get()) {
             let _ = Ledger::open(&settings.artifacts).and_then(|l| l.finish_run(*id, "failed"));
         }
-        return Err(e.context(format!("`{}` failed; its previous artifacts were left as they were", stage.command())));
+        let _ = std::fs::remove_dir_all(&stream_dir);
+        return Err(e.context(format!("`{}` failed; its previous artifacts were left as they were", spec.command)));
     }
 
     // Commit: ledger first (its run id goes into the manifest), then the folder swap.
@@ -369,20 +742,23 @@ pub fn execute(
     let mut ledger = Ledger::open(&settings.artifacts)?;
     let run_id = match ctx.run.as_ref().and_then(|h| h.id.get()) {
         Some(&id) => {
-            ledger.append(id, stage.name(), &out.events)?;
+            ledger.append(id, spec.name, &out.events)?;
             ledger.finish_run(id, "ok")?;
             id
         }
-        None => ledger.record_run(stage.name(), &plan.config_hash, CODE_VERSION, &out.events)?.0,
+        None => ledger.record_run(spec.name, &plan.config_hash, CODE_VERSION, &out.events)?.0,
     };
-    let mut staging = StagingDir::create(&settings.artifacts, stage.name())?;
+    let mut staging = StagingDir::create(&settings.artifacts, spec.name)?;
     for (rel, bytes) in &out.files {
         staging.write(rel, bytes)?;
     }
+    for (rel, path) in &out.streamed {
+        staging.adopt(rel, path)?;
+    }
     let duration_ms = clock.elapsed().as_millis() as u64;
     let manifest = Manifest {
-        stage: stage.name().into(),
-        stage_version: stage.version(),
+        stage: spec.name.into(),
+        stage_version: spec.version,
         code_version: CODE_VERSION.into(),
         config_hash: plan.config_hash,
         inputs: input_hashes,
@@ -398,8 +774,8 @@ pub fn execute(
     staging.commit()?;
     ctx.checkpoint()?.clear()?;
     Ok(StageReport {
-        stage: stage.name().into(),
-        status: "ran",
+        stage: spec.name.into(),
+        status: RunStatus::Ran,
         run_id: Some(run_id),
         counts: out.counts,
         notes: out.notes,
@@ -422,7 +798,7 @@ pub fn recover_if_idle(settings: &Settings, printer: &Printer) -> Result<()> {
 
 /// An exclusive lock on the artifacts folder, so two benchgen processes never
 /// commit into it at once.
-fn lock_artifacts(artifacts: &Path) -> Result<std::fs::File> {
+pub fn lock_artifacts(artifacts: &Path) -> Result<std::fs::File> {
     let path = artifacts.join(".lock");
     let f = std::fs::OpenOptions::new()
         .create(true)
@@ -442,6 +818,104 @@ fn lock_artifacts(artifacts: &Path) -> Result<std::fs::File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stage that copies a large input to its output through the streaming
+    /// path (test double; the same shape runs in `benches/stream.rs`).
+    struct TestOnlyCopy {
+        input: PathBuf,
+    }
+
+    static COPY: StageSpec = StageSpec {
+        name: "copy",
+        command: "copy",
+        version: 1,
+        about: "test double",
+        reads: &[],
+        writes: &["out/copy.bin"],
+    };
+
+    impl Stage for TestOnlyCopy {
+        fn spec(&self) -> &'static StageSpec {
+            &COPY
+        }
+        fn plan(&self, _: &Settings) -> Result<Plan> {
+            Ok(Plan { inputs: vec![self.input.clone()], config_hash: "h".into() })
+        }
+        fn run(&self, _ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+            let mut r = inputs.open(&self.input)?;
+            let mut w = out.create("out/copy.bin")?;
+            std::io::copy(&mut r, &mut w)?;
+            w.finish()
+        }
+    }
+
+    fn project() -> (tempfile::TempDir, Settings) {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("pipeline/t.toml");
+        std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+        std::fs::write(&cfg, "").unwrap();
+        let s = Settings::load(&cfg).unwrap();
+        (dir, s)
+    }
+
+    #[test]
+    fn streamed_input_and_output_are_hashed_and_committed() {
+        let (dir, s) = project();
+        let input = dir.path().join("big.bin");
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&input, &data).unwrap();
+        let stage = TestOnlyCopy { input: input.clone() };
+        let printer = Printer::default();
+        let r = execute(&s, &printer, &stage, false, &BTreeMap::new()).unwrap();
+        assert_eq!(r.status, RunStatus::Ran);
+        let out = s.artifacts.join("copy/out/copy.bin");
+        assert_eq!(std::fs::read(&out).unwrap(), data);
+        let m = Manifest::load(&s.artifacts, "copy").unwrap().unwrap();
+        assert_eq!(m.outputs["out/copy.bin"], store::sha256_hex(&data));
+        assert_eq!(m.inputs["big.bin"], store::sha256_hex(&data));
+        assert!(!work_dir(&s.artifacts, "copy").exists(), "the work folder is cleared after commit");
+        // Fresh now; skipped without --force.
+        let r = execute(&s, &printer, &stage, false, &BTreeMap::new()).unwrap();
+        assert_eq!(r.status, RunStatus::Skipped);
+    }
+
+    #[test]
+    fn a_stage_writing_an_undeclared_file_fails_and_commits_nothing() {
+        struct TestOnlyStray;
+        impl Stage for TestOnlyStray {
+            fn spec(&self) -> &'static StageSpec {
+                &COPY
+            }
+            fn plan(&self, _: &Settings) -> Result<Plan> {
+                Ok(Plan { inputs: vec![], config_hash: "h".into() })
+            }
+            fn run(&self, _ctx: &Ctx, _inputs: &Inputs, out: &mut Output) -> Result<()> {
+                out.file("stray.json", b"{}".to_vec());
+                Ok(())
+            }
+        }
+        let (_dir, s) = project();
+        let err = execute(&s, &Printer::default(), &TestOnlyStray, false, &BTreeMap::new()).unwrap_err();
+        assert!(format!("{err:#}").contains("wrote `stray.json`, which its spec does not declare"), "{err:#}");
+        assert!(!s.artifacts.join("copy").exists());
+    }
+
+    #[test]
+    fn a_hashed_reader_notices_a_file_changed_under_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"before").unwrap();
+        let (_, files) = {
+            let (_d, s) = project();
+            hash_inputs(&s, std::slice::from_ref(&p)).unwrap()
+        };
+        let inputs = Inputs { artifacts: dir.path().to_path_buf(), files };
+        std::fs::write(&p, b"after!").unwrap();
+        let mut text = String::new();
+        let err = std::io::Read::read_to_string(&mut inputs.open(&p).unwrap(), &mut text).unwrap_err();
+        assert!(err.to_string().contains("changed while the stage was running"), "{err}");
+        assert!(inputs.bytes(&p).is_err());
+    }
 
     #[test]
     fn diff_names_the_changed_input() {

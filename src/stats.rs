@@ -6,7 +6,6 @@
 //! `servers_per_category.svg` (bar chart, imported catalog).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use anyhow::Result;
 use serde::Serialize;
@@ -14,7 +13,7 @@ use serde_json::Value;
 
 use crate::model::Catalog;
 use crate::settings::{Settings, section_hash};
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{Ctx, Inputs, Output, Plan, Stage, StageSpec};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Distribution {
@@ -245,47 +244,37 @@ pub fn chart_svg(stats: &CatalogStats, top: usize) -> Result<String> {
 
 pub struct StatsStage;
 
-fn imported_path(s: &Settings) -> PathBuf {
-    s.artifacts.join("catalog").join("catalog.json")
-}
-fn filtered_path(s: &Settings) -> PathBuf {
-    s.artifacts.join("filter").join("catalog.json")
-}
+pub static SPEC: StageSpec = StageSpec {
+    name: "stats",
+    command: "stats",
+    version: 1,
+    about: "corpus statistics and a chart of the imported (and filtered) catalog",
+    // The filtered catalog is described too when the filter has run.
+    reads: &[crate::registry::CATALOG.read(), crate::filter::CATALOG.optional()],
+    writes: &["catalog.json", "catalog.md", "servers_per_category.svg"],
+};
 
 impl Stage for StatsStage {
-    fn name(&self) -> &'static str {
-        "stats"
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "stats"
+
+    fn enabled(&self, settings: &Settings) -> bool {
+        crate::registry::in_pipeline(settings)
     }
-    fn version(&self) -> u32 {
-        1
-    }
-    fn upstream(&self) -> &'static [&'static str] {
-        &["catalog"]
-    }
-    fn optional_upstream(&self) -> &'static [&'static str] {
-        &["filter"]
+
+    fn check(&self, settings: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        crate::settings::check_positive(problems, "stats.chart_categories", settings.config.stats.chart_categories);
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
-        // The filtered catalog is described too when the filter has run.
-        let mut inputs = vec![imported_path(settings)];
-        if filtered_path(settings).exists() {
-            inputs.push(filtered_path(settings));
-        }
-        Ok(Plan { inputs, prompts: vec![], config_hash: section_hash(&settings.config.stats)? })
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&settings.config.stats)? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
-        let load = |p: PathBuf| -> Result<Catalog> {
-            serde_json::from_slice(inputs.bytes(&p)?)
-                .map_err(|e| anyhow::anyhow!("`{}` is not a benchgen catalog: {e}", ctx.settings.display_path(&p)))
-        };
-        let imported = compute(&load(imported_path(ctx.settings))?);
-        let filtered = match filtered_path(ctx.settings).exists() {
-            true => Some(compute(&load(filtered_path(ctx.settings))?)),
+        let imported = compute(&inputs.json(&crate::registry::CATALOG)?);
+        let filtered = match inputs.has(&crate::filter::CATALOG) {
+            true => Some(compute(&inputs.json(&crate::filter::CATALOG)?)),
             false => None,
         };
         out.json("catalog.json", &serde_json::json!({ "imported": imported, "filtered": filtered }))?;

@@ -20,10 +20,12 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
-/// Hash of a file's contents.
+/// Hash of a file's contents, streamed (inputs may be larger than memory).
 pub fn hash_file(path: &Path) -> Result<String> {
-    let bytes = fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
-    Ok(sha256_hex(&bytes))
+    let mut f = File::open(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).with_context(|| format!("cannot read `{}`", path.display()))?;
+    Ok(format!("sha256:{}", hex::encode(h.finalize())))
 }
 
 /// Write `bytes` to `path` atomically: temp file in the same folder, fsync,
@@ -118,6 +120,20 @@ impl StagingDir {
 
     pub fn write_json<T: serde::Serialize + ?Sized>(&mut self, rel: &str, value: &T) -> Result<()> {
         self.write(rel, &to_json_bytes(value)?)
+    }
+
+    /// Move an already written (and fsynced) file into the staging folder, for
+    /// outputs streamed to disk rather than held in memory.
+    pub fn adopt(&mut self, rel: &str, from: &Path) -> Result<()> {
+        let to = self.path.join(rel);
+        if let Some(dir) = to.parent() {
+            fs::create_dir_all(dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
+        }
+        fs::rename(from, &to).with_context(|| format!("cannot move `{}` into `{}`", from.display(), to.display()))?;
+        let hash = hash_file(&to)?;
+        self.files.retain(|(r, _)| r != rel);
+        self.files.push((rel.to_string(), hash));
+        Ok(())
     }
 
     /// Hashes of every file written so far, sorted by path.

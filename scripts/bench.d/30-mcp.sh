@@ -4,5 +4,5 @@
 # call excluding LLM time. Release build; BENCH_CALLS sets the calls per run (default 2000).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cargo test --release --locked --test mcp_bench -- --ignored --nocapture --test-threads=1 2>&1 \
+cargo test --release --locked --test it -- mcp_bench:: --ignored --nocapture --test-threads=1 2>&1 \
   | grep -oE '(sandbox (stdio|http)|executor):? .*' || { echo "mcp bench failed" >&2; exit 1; }

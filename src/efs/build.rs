@@ -11,28 +11,16 @@
 //! exchange by its request hash (stable across reruns; the ledger resolves it).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use petgraph::unionfind::UnionFind;
 use serde::{Deserialize, Serialize};
 
-use super::pairs::{Pair, pairs_path, read_csv};
+use super::pairs::Pair;
+use super::verify::Verdict;
 use crate::model::Catalog;
 use crate::settings::Settings;
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
-
-/// One verdict of `efs verify` (`artifacts/efs-verify/verdicts.json`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Verdict {
-    pub a: String,
-    pub b: String,
-    pub equivalent: bool,
-    pub reason: String,
-    /// Request hash of the LLM exchange that gave the verdict (see [`super::exchange_hash`]).
-    pub exchange: String,
-}
+use crate::stage::{Artifact, Ctx, Inputs, Output, Plan, Stage, StageSpec};
 
 /// A verified pair inside a set.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -127,12 +115,17 @@ pub fn build_sets(pairs: &[Pair], verdicts: &[Verdict], server_of: &HashMap<Stri
     Ok(Sets { sets, verified_pairs: yes.len(), rejected_pairs: verdicts.len() - yes.len() })
 }
 
-pub fn verdicts_path(s: &Settings) -> PathBuf {
-    s.artifacts.join("efs-verify").join("verdicts.json")
-}
-pub fn sets_path(s: &Settings) -> PathBuf {
-    s.artifacts.join("efs-build").join("sets.json")
-}
+/// The candidate sets (`sets.json`).
+pub const SETS: Artifact<Sets> = Artifact::new("efs-build", "sets.json");
+
+pub static SPEC: StageSpec = StageSpec {
+    name: "efs-build",
+    command: "efs build",
+    version: 1,
+    about: "candidate sets from verified pairs, by union–find",
+    reads: &[crate::filter::CATALOG.read(), super::pairs::PAIRS.read(), super::verify::VERDICTS.read()],
+    writes: &["sets.json"],
+};
 
 /// Server name of every tool of the filtered catalog.
 pub fn servers_by_tool(catalog: &Catalog) -> HashMap<String, String> {
@@ -142,34 +135,23 @@ pub fn servers_by_tool(catalog: &Catalog) -> HashMap<String, String> {
 pub struct BuildStage;
 
 impl Stage for BuildStage {
-    fn name(&self) -> &'static str {
-        "efs-build"
-    }
-    fn command(&self) -> &'static str {
-        "efs build"
-    }
-    fn version(&self) -> u32 {
-        1
-    }
-    fn upstream(&self) -> &'static [&'static str] {
-        &["efs-pairs", "efs-verify"]
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
 
-    fn plan(&self, settings: &Settings) -> Result<Plan> {
-        Ok(Plan {
-            inputs: vec![crate::embed::catalog_path(settings), pairs_path(settings), verdicts_path(settings)],
-            prompts: vec![],
-            config_hash: crate::settings::section_hash(&"union-find")?,
-        })
+    fn enabled(&self, settings: &Settings) -> bool {
+        settings.config.efs.is_some()
+    }
+
+    fn plan(&self, _settings: &Settings) -> Result<Plan> {
+        Ok(Plan { inputs: vec![], config_hash: crate::settings::section_hash(&"union-find")? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
-        let s = ctx.settings;
-        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&crate::embed::catalog_path(s))?)
-            .context("the filtered catalog is not valid")?;
-        let pairs = read_csv(inputs.bytes(&pairs_path(s))?, &s.display_path(&pairs_path(s)))?;
-        let verdicts: Vec<Verdict> = serde_json::from_slice(inputs.bytes(&verdicts_path(s))?)
-            .with_context(|| format!("`{}` is not a verdict list", s.display_path(&verdicts_path(s))))?;
+        let _ = ctx;
+        let catalog = inputs.json(&crate::filter::CATALOG)?;
+        let pairs = super::pairs::read_pairs(inputs)?;
+        let verdicts = inputs.json(&super::verify::VERDICTS)?;
         let sets = build_sets(&pairs, &verdicts, &servers_by_tool(&catalog))?;
         let tools: usize = sets.sets.iter().map(|x| x.members.len()).sum();
         out.json("sets.json", &sets)?;

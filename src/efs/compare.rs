@@ -10,34 +10,11 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::error::{InputError, Problem};
-
-/// A set as ETOM writes it (only the fields we need; others are ignored).
-#[derive(Debug, Deserialize)]
-struct RefSet {
-    #[serde(default)]
-    tools: Vec<RefTool>,
-}
-
-#[derive(Debug, Deserialize)]
-struct RefTool {
-    #[serde(default)]
-    tool_id: Option<String>,
-    #[serde(default)]
-    server_name: Option<String>,
-    #[serde(default)]
-    tool_name: Option<String>,
-}
-
-/// `server::tool` with both parts trimmed.
-pub fn normalise_id(id: &str) -> String {
-    match id.split_once(crate::model::TOOL_ID_SEP) {
-        Some((s, t)) => crate::model::tool_id(s, t),
-        None => id.trim().to_string(),
-    }
-}
+use crate::formats::etom::EfsSet;
+use crate::model::norm_tool_id;
 
 /// Sets (lists of normalised tool ids) from an ETOM-shaped file or our `final.json`.
 pub fn load_sets(path: &Path) -> Result<Vec<BTreeSet<String>>> {
@@ -65,7 +42,7 @@ pub fn load_sets(path: &Path) -> Result<Vec<BTreeSet<String>>> {
     let mut problems = Vec::new();
     let mut out = Vec::new();
     for (i, s) in list.into_iter().enumerate() {
-        let set: RefSet = match serde_json::from_value(s) {
+        let set: EfsSet = match serde_json::from_value(s) {
             Ok(x) => x,
             Err(e) => {
                 problems.push(Problem::new(format!("[{i}]"), e.to_string()));
@@ -74,13 +51,9 @@ pub fn load_sets(path: &Path) -> Result<Vec<BTreeSet<String>>> {
         };
         let mut ids = BTreeSet::new();
         for (j, t) in set.tools.iter().enumerate() {
-            let id = match (&t.tool_id, &t.server_name, &t.tool_name) {
-                (Some(id), _, _) if !id.trim().is_empty() => normalise_id(id),
-                (_, Some(s), Some(n)) => crate::model::tool_id(s, n),
-                _ => {
-                    problems.push(Problem::new(format!("[{i}].tools[{j}]"), "no `tool_id` and no server/tool name"));
-                    continue;
-                }
+            let Some(id) = t.id() else {
+                problems.push(Problem::new(format!("[{i}].tools[{j}]"), "no `tool_id` and no server/tool name"));
+                continue;
             };
             ids.insert(id);
         }
@@ -178,7 +151,7 @@ pub fn compare(
 pub fn run(settings: &crate::settings::Settings, reference: &Path, sets: Option<&Path>) -> Result<Comparison> {
     let ours_path = match sets {
         Some(p) => p.to_path_buf(),
-        None => settings.artifacts.join("efs").join("final.json"),
+        None => super::finalize::FINAL.path(settings),
     };
     if !ours_path.exists() {
         return Err(crate::error::hinted(
@@ -188,7 +161,7 @@ pub fn run(settings: &crate::settings::Settings, reference: &Path, sets: Option<
     }
     let ours = load_sets(&ours_path)?;
     let reference = load_sets(reference)?;
-    let pairs_path = super::pairs::pairs_path(settings);
+    let pairs_path = super::pairs::PAIRS.path(settings);
     let candidates: Option<BTreeSet<(String, String)>> = match pairs_path.exists() {
         true => {
             let bytes = std::fs::read(&pairs_path)?;
@@ -197,7 +170,7 @@ pub fn run(settings: &crate::settings::Settings, reference: &Path, sets: Option<
                 pairs
                     .into_iter()
                     .map(|p| {
-                        let (a, b) = (normalise_id(&p.a), normalise_id(&p.b));
+                        let (a, b) = (norm_tool_id(&p.a), norm_tool_id(&p.b));
                         if a <= b { (a, b) } else { (b, a) }
                     })
                     .collect(),
@@ -205,7 +178,7 @@ pub fn run(settings: &crate::settings::Settings, reference: &Path, sets: Option<
         }
         false => None,
     };
-    let catalog_path = crate::embed::catalog_path(settings);
+    let catalog_path = crate::filter::CATALOG.path(settings);
     let catalog: Option<BTreeSet<String>> = match catalog_path.exists() {
         true => Some(crate::model::Catalog::load(&catalog_path)?.tools().map(|(_, t)| t.id.clone()).collect()),
         false => None,
@@ -248,7 +221,7 @@ mod tests {
     use super::*;
 
     fn sets(v: &[&[&str]]) -> Vec<BTreeSet<String>> {
-        v.iter().map(|s| s.iter().map(|x| normalise_id(x)).collect()).collect()
+        v.iter().map(|s| s.iter().map(|x| norm_tool_id(x)).collect()).collect()
     }
 
     #[test]

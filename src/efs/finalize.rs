@@ -14,22 +14,23 @@
 //! leaving top-down findings as open items; `drop-unselected` also removes members
 //! the top-down judge never selected for any request of their set.
 //!
-//! Outputs in `artifacts/efs/`: `final.json` ([`Final`]),
+//! Outputs in `artifacts/efs-finalize/`: `final.json` ([`Final`]),
 //! `tool_equivalence_sets.json` (ETOM's shape: `[{set_id, size, tools: [{tool_id,
 //! server_name, tool_name, description}]}]`) and `report.md`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::AutoPolicy;
-use super::build::{CandidateSet, Evidence, Sets, sets_path};
-use super::review::{Decision, ReviewItem, decisions_path, items_path};
+use super::build::{CandidateSet, Evidence, Sets};
+use super::review::Decision;
+use super::topdown::ReviewItem;
+use crate::formats::etom::{EfsFile, EfsSet, SetTool};
 use crate::model::Catalog;
 use crate::settings::{Settings, section_hash};
-use crate::stage::{Ctx, Inputs, Manifest, Output, Plan, Stage};
+use crate::stage::{Artifact, Ctx, Inputs, Manifest, Output, Plan, Read, Stage, StageSpec};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -44,8 +45,7 @@ pub struct Member {
 #[serde(deny_unknown_fields)]
 pub struct FinalSet {
     pub id: String,
-    /// `reviewed` or `unreviewed`.
-    pub status: String,
+    pub status: SetStatus,
     /// Candidate sets this set came from.
     pub from: Vec<String>,
     pub members: Vec<Member>,
@@ -54,6 +54,31 @@ pub struct FinalSet {
     pub decisions: Vec<Decision>,
     /// Top-down findings about this set that no decision settled.
     pub open_items: Vec<ReviewItem>,
+}
+
+/// Whether a human review decided about a final set (`reviewed`) or the automatic policy
+/// kept it (`unreviewed`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SetStatus {
+    Reviewed,
+    Unreviewed,
+}
+
+impl SetStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SetStatus::Reviewed => "reviewed",
+            SetStatus::Unreviewed => "unreviewed",
+        }
+    }
+}
+
+/// Compare with the serialised word (`set.status == "reviewed"`).
+impl PartialEq<&str> for SetStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -232,7 +257,7 @@ pub fn finalize(
         decisions.sort_by(|a, b| a.source.cmp(&b.source));
         out.sets.push(FinalSet {
             id: super::set_id(&members),
-            status: if w.reviewed { "reviewed" } else { "unreviewed" }.into(),
+            status: if w.reviewed { SetStatus::Reviewed } else { SetStatus::Unreviewed },
             from,
             members: ms,
             servers: servers.into_iter().collect(),
@@ -247,20 +272,25 @@ pub fn finalize(
 }
 
 /// ETOM's `tool_equivalence_sets.json` shape.
-pub fn etom_shape(f: &Final) -> serde_json::Value {
-    serde_json::Value::Array(
-        f.sets
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                serde_json::json!({
-                    "set_id": i + 1,
-                    "size": s.members.len(),
-                    "tools": s.members,
+pub fn etom_shape(f: &Final) -> EfsFile {
+    f.sets
+        .iter()
+        .zip(1..)
+        .map(|(s, set_id)| EfsSet {
+            set_id,
+            size: s.members.len(),
+            tools: s
+                .members
+                .iter()
+                .map(|m| SetTool {
+                    tool_id: m.tool_id.clone(),
+                    server_name: m.server_name.clone(),
+                    tool_name: m.tool_name.clone(),
+                    description: m.description.clone(),
                 })
-            })
-            .collect(),
-    )
+                .collect(),
+        })
+        .collect()
 }
 
 fn histogram(values: impl Iterator<Item = usize>) -> BTreeMap<usize, usize> {
@@ -288,8 +318,9 @@ fn step_cost(settings: &Settings, stage: &str) -> StepCost {
     let Ok(Some(m)) = Manifest::load(&settings.artifacts, stage) else {
         return c;
     };
-    // LLM stages put their client's counts into the manifest (`LlmClient::add_counts`):
-    // exchanges (live or from the ledger, so reruns report the same) and tokens.
+    // LLM stages put their counts into the manifest (`llm::batch::Batch::finish`):
+    // exchanges (live or from the ledger) and tokens summed over the checkpointed
+    // items, so reruns and resumed runs report what an uninterrupted run does.
     let n = |k: &str| m.counts.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
     c.duration_ms = Some(m.duration_ms);
     c.llm_exchanges = n("llm_exchanges") as usize;
@@ -328,7 +359,7 @@ pub fn report(f: &Final, funnel: &Funnel, sets: &[CandidateSet], costs: &[StepCo
     ] {
         md.push_str(&format!("| {k} | {v} |\n"));
     }
-    let reviewed = f.sets.iter().filter(|s| s.status == "reviewed").count();
+    let reviewed = f.sets.iter().filter(|s| s.status == SetStatus::Reviewed).count();
     md.push_str(&format!(
         "\nFinal sets: {reviewed} reviewed, {} unreviewed (policy `{}`); {} sets dropped.\n",
         f.sets.len() - reviewed,
@@ -385,51 +416,64 @@ fn time_line(costs: &[StepCost]) -> String {
 
 pub struct FinalizeStage;
 
-fn opt_inputs(s: &Settings) -> Vec<PathBuf> {
-    [items_path(s), decisions_path(s)].into_iter().filter(|p| p.exists()).collect()
-}
+/// The final equal function sets, with status and evidence.
+pub const FINAL: Artifact<Final> = Artifact::new("efs-finalize", "final.json");
+/// The same sets in ETOM's `tool_equivalence_sets.json` shape.
+pub const ETOM_SETS: Artifact = Artifact::new("efs-finalize", "tool_equivalence_sets.json");
+
+/// Stages whose cost (LLM exchanges, tokens, wall time) the report lists.
+const COSTED: [&str; 6] = ["embed", "efs-pairs", "efs-verify", "efs-build", "efs-topdown", "efs-review-import"];
+
+pub static SPEC: StageSpec = StageSpec {
+    name: "efs-finalize",
+    command: "efs finalize",
+    version: 1,
+    about: "apply review decisions (or the automatic policy): final sets and a report",
+    reads: &[
+        crate::filter::CATALOG.read(),
+        super::build::SETS.read(),
+        super::pairs::PAIRS.read(),
+        super::verify::VERDICTS.read(),
+        super::topdown::ITEMS.optional(),
+        super::review::DECISIONS.optional(),
+        Read::manifest(COSTED[0]),
+        Read::manifest(COSTED[1]),
+        Read::manifest(COSTED[2]),
+        Read::manifest(COSTED[3]),
+        Read::manifest(COSTED[4]),
+        Read::manifest(COSTED[5]),
+    ],
+    writes: &["final.json", "tool_equivalence_sets.json", "report.md"],
+};
 
 impl Stage for FinalizeStage {
-    fn name(&self) -> &'static str {
-        "efs"
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "efs finalize"
-    }
-    fn version(&self) -> u32 {
-        1
-    }
-    fn upstream(&self) -> &'static [&'static str] {
-        &["efs-build"]
+
+    fn enabled(&self, settings: &Settings) -> bool {
+        settings.config.efs.is_some()
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
-        let mut inputs = vec![
-            crate::embed::catalog_path(settings),
-            sets_path(settings),
-            super::pairs::pairs_path(settings),
-            super::build::verdicts_path(settings),
-        ];
-        inputs.extend(opt_inputs(settings));
-        Ok(Plan { inputs, prompts: vec![], config_hash: section_hash(&super::efs_settings(settings).finalize)? })
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&super::efs_settings(settings).finalize)? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let s = ctx.settings;
-        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&crate::embed::catalog_path(s))?)?;
-        let sets: Sets = serde_json::from_slice(inputs.bytes(&sets_path(s))?).context("efs-build/sets.json")?;
-        let items: Vec<ReviewItem> = match items_path(s).exists() {
-            true => serde_json::from_slice(inputs.bytes(&items_path(s))?).context("efs-topdown/items.json")?,
+        let catalog: Catalog = inputs.json(&crate::filter::CATALOG)?;
+        let sets: Sets = inputs.json(&super::build::SETS)?;
+        let items: Vec<ReviewItem> = match inputs.has(&super::topdown::ITEMS) {
+            true => inputs.json(&super::topdown::ITEMS)?,
             false => Vec::new(),
         };
-        let decisions: Vec<Decision> = match decisions_path(s).exists() {
-            true => serde_json::from_slice(inputs.bytes(&decisions_path(s))?).context("efs-review/decisions.json")?,
+        let decisions: Vec<Decision> = match inputs.has(&super::review::DECISIONS) {
+            true => inputs.json(&super::review::DECISIONS)?,
             false => Vec::new(),
         };
         let fin = finalize(&sets.sets, &items, &decisions, super::efs_settings(s).finalize.policy, &catalog)?;
-        let pairs = super::pairs::read_csv(inputs.bytes(&super::pairs::pairs_path(s))?, "efs-pairs/pairs.csv")?;
-        let verdicts: Vec<super::build::Verdict> =
-            serde_json::from_slice(inputs.bytes(&super::build::verdicts_path(s))?)?;
+        let pairs = super::pairs::read_pairs(inputs)?;
+        let verdicts = inputs.json(&super::verify::VERDICTS)?;
         let funnel = Funnel {
             tools: catalog.tool_count(),
             candidate_pairs: pairs.len(),
@@ -441,19 +485,16 @@ impl Stage for FinalizeStage {
             tools_in_final_sets: fin.sets.iter().map(|x| x.members.len()).sum(),
             review_items: items.len(),
         };
-        let costs: Vec<StepCost> = ["embed", "efs-pairs", "efs-verify", "efs-build", "efs-topdown", "efs-review"]
-            .iter()
-            .map(|st| step_cost(s, st))
-            .collect();
-        out.json("final.json", &fin)?;
-        out.json("tool_equivalence_sets.json", &etom_shape(&fin))?;
+        let costs: Vec<StepCost> = COSTED.iter().map(|st| step_cost(s, st)).collect();
+        out.json(FINAL.file, &fin)?;
+        out.json(ETOM_SETS.file, &etom_shape(&fin))?;
         out.file("report.md", report(&fin, &funnel, &sets.sets, &costs).into_bytes());
         out.count("final_sets", fin.sets.len());
         out.count("tools_in_final_sets", funnel.tools_in_final_sets);
         out.count("dropped_sets", fin.dropped.len());
-        let unreviewed = fin.sets.iter().filter(|x| x.status == "unreviewed").count();
+        let unreviewed = fin.sets.iter().filter(|x| x.status == SetStatus::Unreviewed).count();
         out.notes.push(format!(
-            "{} final sets over {} tools ({unreviewed} unreviewed), {} dropped; report in artifacts/efs/report.md",
+            "{} final sets over {} tools ({unreviewed} unreviewed), {} dropped; report in artifacts/efs-finalize/report.md",
             fin.sets.len(),
             funnel.tools_in_final_sets,
             fin.dropped.len()
@@ -491,6 +532,7 @@ mod tests {
                     categories: vec![],
                     license: None,
                     tools,
+                    registry: None,
                 })
                 .collect(),
         }
@@ -558,5 +600,30 @@ mod tests {
         assert_eq!(f.sets.len(), 1);
         assert_eq!(f.sets[0].members.len(), 2);
         assert_eq!(f.dropped[0].members, ["a::x"]);
+    }
+
+    #[test]
+    fn set_status_serialises_as_before() {
+        for (s, word) in [(SetStatus::Reviewed, "reviewed"), (SetStatus::Unreviewed, "unreviewed")] {
+            assert_eq!(serde_json::to_value(s).unwrap(), serde_json::json!(word));
+            assert_eq!(serde_json::from_value::<SetStatus>(serde_json::json!(word)).unwrap(), s);
+        }
+    }
+
+    #[test]
+    fn the_etom_file_keeps_its_bytes() {
+        let c = catalog(&["a::x", "b::x", "c::y", "d::y"]);
+        let f = finalize(&[set(&["a::x", "b::x"]), set(&["c::y", "d::y"])], &[], &[], AutoPolicy::Keep, &c).unwrap();
+        // What the `json!` builder wrote before the wire types: same keys, same order.
+        let before = serde_json::Value::Array(
+            f.sets
+                .iter()
+                .enumerate()
+                .map(|(i, s)| serde_json::json!({"set_id": i + 1, "size": s.members.len(), "tools": s.members}))
+                .collect(),
+        );
+        assert_eq!(serde_json::to_vec_pretty(&etom_shape(&f)).unwrap(), serde_json::to_vec_pretty(&before).unwrap());
+        let back: crate::formats::etom::EfsFile = serde_json::from_value(before).unwrap();
+        assert_eq!(back, etom_shape(&f));
     }
 }

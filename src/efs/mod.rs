@@ -6,7 +6,7 @@
 //! pairs with union–find. Top-down: `efs topdown` writes requests per set,
 //! retrieves tools for each and lets the LLM pick every tool that serves it.
 //! Humans settle what is borderline (`efs review export/import`), and
-//! `efs finalize` writes `artifacts/efs/final.json` and `report.md`;
+//! `efs finalize` writes `artifacts/efs-finalize/final.json` and `report.md`;
 //! `efs compare` measures the sets against a reference EFS file.
 
 pub mod build;
@@ -49,11 +49,19 @@ pub struct VerifySettings {
     /// Pairs judged at once (a tuning knob, not hashed).
     #[serde(default = "d_concurrency", skip_serializing)]
     pub concurrency: usize,
+    /// Share of pairs (0..=1) whose answer may stay invalid before the stage fails;
+    /// those pairs are left out and listed in `failed.json` (see `docs/llm-batch.md`).
+    #[serde(
+        default,
+        deserialize_with = "crate::llm::batch::de_share",
+        skip_serializing_if = "crate::llm::batch::is_zero_share"
+    )]
+    pub max_failed_share: f64,
 }
 
 impl Default for VerifySettings {
     fn default() -> Self {
-        Self { role: d_verifier(), template: d_verify_template(), concurrency: d_concurrency() }
+        Self { role: d_verifier(), template: d_verify_template(), concurrency: d_concurrency(), max_failed_share: 0.0 }
     }
 }
 
@@ -77,8 +85,17 @@ pub struct TopdownSettings {
     /// Tools retrieved from the whole catalog per request.
     #[serde(default = "d_retrieve")]
     pub retrieve: usize,
+    /// Sets, and LLM requests, in flight at once (a tuning knob, not hashed).
     #[serde(default = "d_concurrency", skip_serializing)]
     pub concurrency: usize,
+    /// Share of sets (0..=1) that may fail (an answer still invalid) before the stage
+    /// fails; those sets are left out and listed in `failed.json`.
+    #[serde(
+        default,
+        deserialize_with = "crate::llm::batch::de_share",
+        skip_serializing_if = "crate::llm::batch::is_zero_share"
+    )]
+    pub max_failed_share: f64,
 }
 
 impl Default for TopdownSettings {
@@ -91,6 +108,7 @@ impl Default for TopdownSettings {
             requests_per_set: d_requests(),
             retrieve: d_retrieve(),
             concurrency: d_concurrency(),
+            max_failed_share: 0.0,
         }
     }
 }
@@ -146,7 +164,8 @@ pub fn efs_settings(settings: &crate::settings::Settings) -> &EfsSettings {
     settings.config.efs.as_ref().unwrap_or(&DEFAULT)
 }
 
-/// The request hash of a recorded LLM exchange: a stable name for it. Event ids
+/// The request hash of a recorded LLM exchange: a stable name for it (the same as
+/// [`crate::llm::Reply::exchange`], which stages get without asking the ledger). Event ids
 /// depend on the order concurrent calls finish (and a cache hit is a new event),
 /// so artifacts name exchanges by request hash, which the ledger resolves
 /// ([`exchange_event`]), and stay byte-identical across reruns.
@@ -160,15 +179,7 @@ pub fn exchange_hash(ledger: &crate::ledger::Ledger, event_id: i64) -> anyhow::R
 
 /// The newest ledger event of the exchange with this request hash.
 pub fn exchange_event(ledger: &crate::ledger::Ledger, hash: &str) -> anyhow::Result<Option<i64>> {
-    use rusqlite::OptionalExtension;
-    Ok(ledger
-        .connection()
-        .query_row(
-            "SELECT id FROM events WHERE kind = ?1 AND json_extract(payload, '$.request_hash') = ?2 ORDER BY id DESC LIMIT 1",
-            rusqlite::params![crate::ledger::kind::LLM_EXCHANGE, hash],
-            |r| r.get(0),
-        )
-        .optional()?)
+    crate::llm::record::exchange_event(ledger, hash)
 }
 
 /// A stable, short set id derived from the set's smallest member, so ids survive

@@ -21,17 +21,16 @@
 //! neighbours vs the selected pairs) and `summary.json`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::lexical::{Features, Interner, jaccard};
-use crate::embed::{INDEX, VECTORS, Vectors};
+use crate::embed::Vectors;
 use crate::model::Catalog;
 use crate::settings::{Settings, section_hash};
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{Artifact, Ctx, Inputs, Output, Plan, Stage, StageSpec};
 
 pub const PAIRS_CSV: &str = "pairs.csv";
 
@@ -435,45 +434,57 @@ pub struct Summary {
 
 pub struct PairsStage;
 
-pub fn catalog_path(s: &Settings) -> PathBuf {
-    crate::embed::catalog_path(s)
-}
-pub fn embed_dir(s: &Settings) -> PathBuf {
-    s.artifacts.join("embed")
-}
-pub fn pairs_path(s: &Settings) -> PathBuf {
-    s.artifacts.join("efs-pairs").join(PAIRS_CSV)
+/// Candidate pairs with every signal (CSV; read with [`read_pairs`]).
+pub const PAIRS: Artifact = Artifact::new("efs-pairs", PAIRS_CSV);
+
+pub static SPEC: StageSpec = StageSpec {
+    name: "efs-pairs",
+    command: "efs pairs",
+    version: 1,
+    about: "candidate pairs of possibly equivalent tools (embeddings + lexical signals, no LLM)",
+    reads: &[crate::filter::CATALOG.read(), crate::embed::INDEX.read(), crate::embed::VECTORS.read()],
+    writes: &[PAIRS_CSV, "similarity.svg", "summary.json"],
+};
+
+/// The candidate pairs, from a consumer's declared inputs.
+pub fn read_pairs(inputs: &Inputs) -> Result<Vec<Pair>> {
+    read_csv(inputs.bytes_of(&PAIRS)?, &format!("artifacts/{}/{}", PAIRS.stage, PAIRS.file))
 }
 
 impl Stage for PairsStage {
-    fn name(&self) -> &'static str {
-        "efs-pairs"
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "efs pairs"
+
+    fn enabled(&self, settings: &Settings) -> bool {
+        settings.config.embed.is_some() || settings.config.efs.is_some()
     }
-    fn version(&self) -> u32 {
-        1
-    }
-    fn upstream(&self) -> &'static [&'static str] {
-        &["filter", "embed"]
+
+    fn check(&self, settings: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        use crate::settings::{check_positive, check_range};
+        let p = &super::efs_settings(settings).pairs;
+        check_positive(problems, "efs.pairs.top_k", p.top_k);
+        check_range(problems, "efs.pairs.min_cosine", p.min_cosine as f64, -1.0, 1.0);
+        // Scores are cosine plus bonuses minus penalties, so they range a little wider.
+        check_range(problems, "efs.pairs.min_score", p.min_score as f64, -3.0, 3.0);
+        for (k, v) in [
+            ("efs.pairs.name_weight", p.name_weight),
+            ("efs.pairs.param_weight", p.param_weight),
+            ("efs.pairs.action_penalty", p.action_penalty),
+            ("efs.pairs.same_server_penalty", p.same_server_penalty),
+        ] {
+            check_range(problems, k, v as f64, 0.0, 1.0);
+        }
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
-        Ok(Plan {
-            inputs: vec![catalog_path(settings), embed_dir(settings).join(INDEX), embed_dir(settings).join(VECTORS)],
-            prompts: vec![],
-            config_hash: section_hash(&super::efs_settings(settings).pairs)?,
-        })
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&super::efs_settings(settings).pairs)? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let s = ctx.settings;
-        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&catalog_path(s))?)
-            .with_context(|| format!("`{}` is not a benchgen catalog", s.display_path(&catalog_path(s))))?;
-        let vectors =
-            Vectors::from_bytes(inputs.bytes(&embed_dir(s).join(INDEX))?, inputs.bytes(&embed_dir(s).join(VECTORS))?)
-                .context("in `artifacts/embed/`")?;
+        let catalog = inputs.json(&crate::filter::CATALOG)?;
+        let vectors = Vectors::read(inputs)?;
         let table = ToolTable::new(&catalog, &vectors)?;
         let p = &super::efs_settings(s).pairs;
         let (pairs, all_cos) = find_pairs(&table, &vectors, p);

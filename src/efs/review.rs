@@ -23,28 +23,17 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::build::{CandidateSet, Sets, sets_path};
+use super::build::{CandidateSet, Sets};
+use super::topdown::ReviewItem;
 use crate::error::{InputError, Problem};
 use crate::ledger::{NewEvent, kind};
 use crate::model::Catalog;
 use crate::settings::Settings;
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{Artifact, Ctx, Inputs, Output, Plan, Stage, StageSpec};
 
 pub const SHEET: &str = "efs_review.csv";
 pub const HEADER: [&str; 10] =
     ["set_id", "row", "tool_id", "server", "description", "signal", "decision", "target", "reviewer", "note"];
-
-/// A review item from the top-down check (`artifacts/efs-topdown/items.json`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct ReviewItem {
-    pub set_id: String,
-    /// `outside-selected`, `member-never-selected` or `split-across-requests`.
-    pub kind: String,
-    /// The tool concerned (empty for set-level items).
-    pub tool_id: String,
-    pub detail: String,
-}
 
 /// Neutralise a cell a spreadsheet would evaluate.
 pub fn neutralise(cell: &str) -> String {
@@ -252,12 +241,17 @@ pub fn import_sheets(
 pub fn review_dir(s: &Settings) -> PathBuf {
     s.root.join("reviews").join("efs")
 }
-pub fn items_path(s: &Settings) -> PathBuf {
-    s.artifacts.join("efs-topdown").join("items.json")
-}
-pub fn decisions_path(s: &Settings) -> PathBuf {
-    s.artifacts.join("efs-review").join("decisions.json")
-}
+/// The reviewers' decisions, applied by `efs finalize`.
+pub const DECISIONS: Artifact<Vec<Decision>> = Artifact::new("efs-review-import", "decisions.json");
+
+pub static SPEC: StageSpec = StageSpec {
+    name: "efs-review-import",
+    command: "efs review import",
+    version: 1,
+    about: "read filled-in review sheets (`reviews/efs/*.csv`) into decisions",
+    reads: &[crate::filter::CATALOG.read(), super::build::SETS.read()],
+    writes: &["decisions.json"],
+};
 
 /// The returned sheets: every `*.csv` in `reviews/efs/`, sorted by name.
 pub fn sheet_files(s: &Settings) -> Vec<PathBuf> {
@@ -275,13 +269,11 @@ pub fn sheet_files(s: &Settings) -> Vec<PathBuf> {
 
 /// `efs review export`: write the sheet; refuses to overwrite one with decisions unless `force`.
 pub fn export(settings: &Settings, force: bool) -> Result<(PathBuf, usize)> {
-    let sets: Sets = load_json(&sets_path(settings), "run `benchgen efs build` first")?;
-    let catalog = Catalog::load(&crate::embed::catalog_path(settings))?;
-    let items: Vec<ReviewItem> = if items_path(settings).exists() {
-        load_json(&items_path(settings), "rerun `benchgen efs topdown`")?
-    } else {
-        Vec::new()
-    };
+    let sets: Sets = load_json(&super::build::SETS.path(settings), "run `benchgen efs build` first")?;
+    let catalog = Catalog::load(&crate::filter::CATALOG.path(settings))?;
+    let items_path = super::topdown::ITEMS.path(settings);
+    let items: Vec<ReviewItem> =
+        if items_path.exists() { load_json(&items_path, "rerun `benchgen efs topdown`")? } else { Vec::new() };
     let path = review_dir(settings).join(SHEET);
     if path.exists() && !force {
         let existing = std::fs::read(&path)?;
@@ -307,25 +299,20 @@ fn load_json<T: serde::de::DeserializeOwned>(path: &Path, hint: &str) -> Result<
 }
 
 /// `efs review import`, as a stage: reads the sheets, writes
-/// `artifacts/efs-review/decisions.json`, one `review` ledger event per decision.
+/// `artifacts/efs-review-import/decisions.json`, one `review` ledger event per decision.
 pub struct ReviewStage;
 
 impl Stage for ReviewStage {
-    fn name(&self) -> &'static str {
-        "efs-review"
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "efs review import"
-    }
-    fn version(&self) -> u32 {
-        1
-    }
-    fn upstream(&self) -> &'static [&'static str] {
-        &["efs-build"]
+
+    /// Part of `run` once there are sheets to import (they come back from people).
+    fn enabled(&self, settings: &Settings) -> bool {
+        settings.config.efs.is_some() && !sheet_files(settings).is_empty()
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
-        let mut inputs = vec![crate::embed::catalog_path(settings), sets_path(settings)];
         let sheets = sheet_files(settings);
         if sheets.is_empty() {
             return Err(crate::error::hinted(
@@ -333,14 +320,13 @@ impl Stage for ReviewStage {
                 "run `benchgen efs review export`, fill in the sheet, then import it",
             ));
         }
-        inputs.extend(sheets);
-        Ok(Plan { inputs, prompts: vec![], config_hash: crate::settings::section_hash(&"efs-review")? })
+        Ok(Plan { inputs: sheets, config_hash: crate::settings::section_hash(&"efs-review")? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let s = ctx.settings;
-        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&crate::embed::catalog_path(s))?)?;
-        let sets: Sets = serde_json::from_slice(inputs.bytes(&sets_path(s))?)?;
+        let catalog: Catalog = inputs.json(&crate::filter::CATALOG)?;
+        let sets: Sets = inputs.json(&super::build::SETS)?;
         let mut files = Vec::new();
         for p in sheet_files(s) {
             files.push((s.display_path(&p), inputs.bytes(&p)?.to_vec()));
@@ -350,7 +336,7 @@ impl Stage for ReviewStage {
             out.event(NewEvent::new(kind::REVIEW, Some(&format!("efs:{}", d.set_id)), serde_json::to_value(d)?));
         }
         let reviewers: BTreeSet<&str> = decisions.iter().map(|d| d.reviewer.as_str()).collect();
-        out.json("decisions.json", &decisions)?;
+        out.json(DECISIONS.file, &decisions)?;
         out.count("decisions", decisions.len());
         out.count("sheets", files.len());
         out.notes.push(format!(

@@ -10,27 +10,60 @@
 //! - `split-across-requests`: members were selected, but no request selected two
 //!   of them together (the set may be two sets).
 //!
-//! Per-set work is checkpointed; LLM exchanges are in the ledger (and its cache).
+//! Each set is one [`crate::llm::batch`] item (write requests, embed, retrieve,
+//! select per request), checkpointed with its LLM counts; LLM exchanges are in the
+//! ledger (and its cache). A set whose answers stay invalid fails the stage unless
+//! `[efs.topdown] max_failed_share` allows it (then it is listed in `failed.json`).
 //! Outputs in `artifacts/efs-topdown/`: `results.json` (per set: requests, for
 //! each the retrieved and selected tools, exchange ids, and ETOM's metrics
 //! precision, recall, RAG hit) and `items.json` ([`ReviewItem`]s).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::build::{CandidateSet, Sets, sets_path};
-use super::review::ReviewItem;
+use super::TopdownSettings;
+use super::build::{CandidateSet, Sets};
 use super::verify::tool_vars;
-use crate::embed::{Embedder, INDEX, VECTORS, Vectors};
+use crate::embed::{Embedder, Vectors};
 use crate::ledger::{NewEvent, Parent, kind};
-use crate::llm::{LlmClient, Prompt, prompt_path, role_hash};
+use crate::llm::Prompt;
+use crate::llm::batch::{self, Batch, BatchOptions, Item};
 use crate::model::{Catalog, Server, Tool};
 use crate::settings::{Settings, section_hash};
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
+
+/// A review item from the top-down check (`items.json` is a list of these).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewItem {
+    pub set_id: String,
+    /// `outside-selected`, `member-never-selected` or `split-across-requests`.
+    pub kind: String,
+    /// The tool concerned (empty for set-level items).
+    pub tool_id: String,
+    pub detail: String,
+}
+
+/// What the top-down check flags for review.
+pub const ITEMS: Artifact<Vec<ReviewItem>> = Artifact::new("efs-topdown", "items.json");
+
+pub static SPEC: StageSpec = StageSpec {
+    name: "efs-topdown",
+    command: "efs topdown",
+    version: 1,
+    about: "cross-check each set from the user's side: requests, retrieval, LLM selection",
+    reads: &[
+        crate::filter::CATALOG.read(),
+        super::build::SETS.read(),
+        crate::embed::INDEX.read(),
+        crate::embed::VECTORS.read(),
+    ],
+    writes: &["results.json", "items.json", crate::llm::batch::FAILED_FILE],
+};
 
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Requests {
@@ -145,177 +178,171 @@ pub fn cross_check(set: &CandidateSet, requests: &[RequestResult]) -> (Vec<Revie
     (items, precision, recall, rag_hit)
 }
 
+/// The writer's prompt for one set: its members described.
+fn requests_prompt(t: &TopdownSettings, tools: &HashMap<&str, (&Server, &Tool)>, set: &CandidateSet) -> Result<Prompt> {
+    let members: Vec<serde_json::Value> = set
+        .members
+        .iter()
+        .map(|m| {
+            tools
+                .get(m.as_str())
+                .map(|(sv, tl)| tool_vars(sv, tl))
+                .with_context(|| format!("`{m}` is not in the catalog"))
+        })
+        .collect::<Result<_>>()?;
+    Ok(Prompt::new(&t.requests_template, json!({"tools": members, "n": t.requests_per_set})))
+}
+
+/// The `retrieve` catalog tools nearest to a request, and the judge's prompt over them.
+fn select_prompt(
+    t: &TopdownSettings,
+    tools: &HashMap<&str, (&Server, &Tool)>,
+    vectors: &Vectors,
+    request: &str,
+    q: &[f32],
+) -> (Vec<String>, Prompt) {
+    let retrieved: Vec<String> =
+        retrieve(vectors, q, t.retrieve).into_iter().map(|r| vectors.index.tools[r].id.clone()).collect();
+    let cands: Vec<serde_json::Value> = retrieved
+        .iter()
+        .filter_map(|id| tools.get(id.as_str()))
+        .map(|(_, tl)| json!({"id": tl.id, "description": tl.description}))
+        .collect();
+    (retrieved, Prompt::new(&t.select_template, json!({"request": request, "tools": cands})))
+}
+
+/// The embedding model, loaded by the first set that needs it (a fully resumed run
+/// needs none); sets in flight take turns.
+struct LazyEmbedder<'s> {
+    settings: &'s Settings,
+    cell: Mutex<Option<Embedder>>,
+}
+
+impl LazyEmbedder<'_> {
+    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        let mut e = self.cell.lock().map_err(|_| anyhow::anyhow!("internal: the embedder lock is poisoned"))?;
+        if e.is_none() {
+            *e = Some(Embedder::load(self.settings)?);
+        }
+        e.as_mut().expect("loaded above").embed(texts, 32, &indicatif::ProgressBar::hidden())
+    }
+}
+
+/// What the judge's selection means for one request: only retrieved ids count
+/// (others are kept as `unknown` for audit), both lists sorted and deduplicated.
+fn request_result(request: String, retrieved: Vec<String>, sel: &Selection, exchange: String) -> RequestResult {
+    let known: BTreeSet<&str> = retrieved.iter().map(String::as_str).collect();
+    let (mut selected, mut unknown): (Vec<String>, Vec<String>) =
+        sel.selected.iter().map(|x| crate::model::norm_tool_id(x)).partition(|x| known.contains(x.as_str()));
+    selected.sort();
+    selected.dedup();
+    unknown.sort();
+    unknown.dedup();
+    RequestResult { request, retrieved, selected, unknown, exchange }
+}
+
+/// One set's checkpointed work: the writer's exchange and each request's result.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetRequests {
+    set_id: String,
+    requests_exchange: String,
+    requests: Vec<RequestResult>,
+}
+
 fn round4(x: f64) -> f64 {
     (x * 10_000.0).round() / 10_000.0
 }
 
 pub struct TopdownStage;
 
-fn embed_dir(s: &Settings) -> std::path::PathBuf {
-    s.artifacts.join("embed")
-}
-
 impl Stage for TopdownStage {
-    fn name(&self) -> &'static str {
-        "efs-topdown"
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "efs topdown"
+
+    fn enabled(&self, settings: &Settings) -> bool {
+        settings.config.efs.is_some()
     }
-    fn version(&self) -> u32 {
-        1
+
+    fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
+        let t = &super::efs_settings(settings).topdown;
+        vec![
+            ConfigRef::new("efs.topdown.writer_role", &t.writer_role),
+            ConfigRef::new("efs.topdown.judge_role", &t.judge_role),
+        ]
     }
-    fn upstream(&self) -> &'static [&'static str] {
-        &["embed", "efs-build"]
+
+    fn prompts(&self, settings: &Settings) -> Vec<PromptRef> {
+        let t = &super::efs_settings(settings).topdown;
+        let tool = json!({"id": "s::t", "name": "t", "server": "s", "description": "d",
+            "parameters": [{"name": "p", "description": "d"}]});
+        vec![
+            PromptRef::new("efs.topdown.requests_template", &t.requests_template, json!({"tools": [tool], "n": 2})),
+            PromptRef::new(
+                "efs.topdown.select_template",
+                &t.select_template,
+                json!({"request": "r", "tools": [{"id": "s::t", "description": "d"}]}),
+            ),
+        ]
+    }
+
+    fn check(&self, settings: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        use crate::settings::check_positive;
+        let t = &super::efs_settings(settings).topdown;
+        check_positive(problems, "efs.topdown.requests_per_set", t.requests_per_set);
+        check_positive(problems, "efs.topdown.retrieve", t.retrieve);
+        check_positive(problems, "efs.topdown.concurrency", t.concurrency);
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
         let t = &super::efs_settings(settings).topdown;
-        Ok(Plan {
-            inputs: vec![
-                crate::embed::catalog_path(settings),
-                sets_path(settings),
-                embed_dir(settings).join(INDEX),
-                embed_dir(settings).join(VECTORS),
-            ],
-            prompts: vec![prompt_path(settings, &t.requests_template), prompt_path(settings, &t.select_template)],
-            config_hash: section_hash(&json!({
-                "topdown": t,
-                "writer": role_hash(settings, &t.writer_role)?,
-                "judge": role_hash(settings, &t.judge_role)?,
-            }))?,
-        })
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&json!({"topdown": t}))? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let s = ctx.settings;
         let t = &super::efs_settings(s).topdown;
-        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&crate::embed::catalog_path(s))?)?;
-        let sets: Sets = serde_json::from_slice(inputs.bytes(&sets_path(s))?).context("efs-build/sets.json")?;
-        let vectors =
-            Vectors::from_bytes(inputs.bytes(&embed_dir(s).join(INDEX))?, inputs.bytes(&embed_dir(s).join(VECTORS))?)?;
+        let catalog: Catalog = inputs.json(&crate::filter::CATALOG)?;
+        let sets: Sets = inputs.json(&super::build::SETS)?;
+        let vectors = Vectors::read(inputs)?;
         let tools: HashMap<&str, (&Server, &Tool)> =
             catalog.tools().map(|(sv, tl)| (tl.id.as_str(), (sv, tl))).collect();
-        let mut checkpoint = ctx.checkpoint()?;
-        let run_id = ctx.ledger_run()?;
-        let pb = ctx.printer.progress(sets.sets.len() as u64, "topdown");
-        let mut embedder: Option<Embedder> = None;
-        let ledger = crate::ledger::Ledger::open(&s.artifacts)?;
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-        let client = rt.block_on(LlmClient::from_settings(s, self.name(), run_id))?;
-        let mut results: Vec<SetResult> = Vec::new();
-        let mut failures = Vec::new();
-        for set in &sets.sets {
-            let key = format!("set:{}", set.id);
-            if let Some(done) = checkpoint.get(&key) {
-                results.push(serde_json::from_value(done.clone()).context("a checkpointed set result is not valid")?);
-                pb.inc(1);
-                continue;
-            }
-            let members: Vec<serde_json::Value> = set
-                .members
-                .iter()
-                .map(|m| {
-                    tools
-                        .get(m.as_str())
-                        .map(|(sv, tl)| tool_vars(sv, tl))
-                        .with_context(|| format!("`{m}` is not in the catalog"))
-                })
-                .collect::<Result<_>>()?;
-            let prompt = Prompt::new(&t.requests_template, json!({"tools": members, "n": t.requests_per_set}));
-            let reqs = match rt.block_on(client.typed::<Requests>(&t.writer_role, &prompt, &format!("{key}:requests")))
-            {
-                Ok(r) => r,
-                Err(e) if e.is_item_level() => {
-                    failures.push(e.to_string());
-                    continue;
-                }
-                Err(e) => return Err(anyhow::Error::new(e).context("stopping: the LLM is unusable")),
-            };
+        let embedder = LazyEmbedder { settings: s, cell: Mutex::new(None) };
+
+        let opts = BatchOptions::new(SPEC.name, "topdown", "sets")
+            .concurrency(t.concurrency.max(1))
+            .max_failed_share(t.max_failed_share, "efs.topdown.max_failed_share")
+            .fail_point("efs_topdown_set");
+        let mut batch = Batch::new(ctx, opts)?;
+        let items = sets.sets.iter().map(|set| (format!("set:{}", set.id), set)).collect();
+        let (tools, vectors, embedder) = (&tools, &vectors, &embedder);
+        let done = batch.run(items, |set: &CandidateSet, llm: Item| async move {
+            let prompt = requests_prompt(t, tools, set)?;
+            let reqs = llm.typed_as::<Requests>(&t.writer_role, &prompt, "requests").await?;
             let texts: Vec<String> = reqs.value.requests.iter().take(t.requests_per_set).cloned().collect();
-            if embedder.is_none() {
-                embedder = Some(Embedder::load(s)?);
-            }
-            let qv = embedder.as_mut().expect("loaded above").embed(&texts, 32, &indicatif::ProgressBar::hidden())?;
-            let sem = Arc::new(tokio::sync::Semaphore::new(t.concurrency.max(1)));
-            let mut handles = Vec::new();
-            for (i, (text, q)) in texts.iter().zip(&qv).enumerate() {
-                let retrieved: Vec<String> =
-                    retrieve(&vectors, q, t.retrieve).into_iter().map(|r| vectors.index.tools[r].id.clone()).collect();
-                let cands: Vec<serde_json::Value> = retrieved
-                    .iter()
-                    .filter_map(|id| tools.get(id.as_str()))
-                    .map(|(_, tl)| json!({"id": tl.id, "description": tl.description}))
-                    .collect();
-                let prompt = Prompt::new(&t.select_template, json!({"request": text, "tools": cands}));
-                let (client, role, sem, item) =
-                    (client.clone(), t.judge_role.clone(), sem.clone(), format!("{key}:request{}", i + 1));
-                let text = text.clone();
-                handles.push(rt.spawn(async move {
-                    let _p = sem.acquire_owned().await;
-                    (text, retrieved, client.typed::<Selection>(&role, &prompt, &item).await)
-                }));
-            }
-            let mut reqs_out = Vec::new();
-            let mut failed = false;
-            for h in handles {
-                let (request, retrieved, r) = rt.block_on(h).context("a top-down task panicked")?;
-                match r {
-                    Ok(sel) => {
-                        let known: BTreeSet<&str> = retrieved.iter().map(String::as_str).collect();
-                        let (mut selected, mut unknown): (Vec<String>, Vec<String>) = sel
-                            .value
-                            .selected
-                            .iter()
-                            .map(|x| crate::efs::compare::normalise_id(x))
-                            .partition(|x| known.contains(x.as_str()));
-                        selected.sort();
-                        selected.dedup();
-                        unknown.sort();
-                        unknown.dedup();
-                        let exchange = super::exchange_hash(&ledger, sel.event_id)?;
-                        reqs_out.push(RequestResult { request, retrieved, selected, unknown, exchange });
-                    }
-                    Err(e) if e.is_item_level() => {
-                        failures.push(e.to_string());
-                        failed = true;
-                    }
-                    Err(e) => return Err(anyhow::Error::new(e).context("stopping: the LLM is unusable")),
+            let qv = embedder.embed(&texts)?;
+            let llm = &llm;
+            let judged = futures::future::join_all(texts.iter().zip(&qv).enumerate().map(|(i, (text, q))| {
+                let (retrieved, prompt) = select_prompt(t, tools, vectors, text, q);
+                async move {
+                    let sel = llm.typed_as::<Selection>(&t.judge_role, &prompt, &format!("request{}", i + 1)).await?;
+                    Ok(request_result(text.clone(), retrieved, &sel.value, sel.exchange))
                 }
-            }
-            if failed {
-                continue;
-            }
-            let (_, precision, recall, rag_hit) = cross_check(set, &reqs_out);
-            let res = SetResult {
-                set_id: set.id.clone(),
-                requests_exchange: super::exchange_hash(&ledger, reqs.event_id)?,
-                requests: reqs_out,
-                precision,
-                recall,
-                rag_hit,
-            };
-            checkpoint.put(&key, serde_json::to_value(&res)?)?;
-            pb.inc(1);
-            results.push(res);
-        }
-        pb.finish_and_clear();
-        client.add_counts(out);
-        if !failures.is_empty() {
-            anyhow::bail!(
-                "{} top-down calls got no valid answer (finished sets are kept; a rerun retries the rest):\n  {}",
-                failures.len(),
-                failures.join("\n  ")
-            );
-        }
-        results.sort_by(|a, b| a.set_id.cmp(&b.set_id));
+            }))
+            .await;
+            Ok(SetRequests { set_id: set.id.clone(), requests_exchange: reqs.exchange, requests: batch::all(judged)? })
+        })?;
+
+        // Metrics and review items are computed here, not checkpointed, so resumed sets
+        // give the same bytes.
         let by_id: HashMap<&str, &CandidateSet> = sets.sets.iter().map(|x| (x.id.as_str(), x)).collect();
-        let mut items = Vec::new();
-        for r in &results {
-            let (its, ..) = cross_check(by_id[r.set_id.as_str()], &r.requests);
+        let (mut results, mut items) = (Vec::new(), Vec::new());
+        for r in done.values.into_values() {
+            let (its, precision, recall, rag_hit) = cross_check(by_id[r.set_id.as_str()], &r.requests);
             let mut parents: Vec<i64> = Vec::new();
             for h in std::iter::once(&r.requests_exchange).chain(r.requests.iter().map(|q| &q.exchange)) {
-                parents.extend(super::exchange_event(&ledger, h)?);
+                parents.extend(batch.exchange_event(h)?);
             }
             for it in &its {
                 let mut ev = NewEvent::new(
@@ -329,7 +356,10 @@ impl Stage for TopdownStage {
                 out.event(ev);
             }
             items.extend(its);
+            let SetRequests { set_id, requests_exchange, requests } = r;
+            results.push(SetResult { set_id, requests_exchange, requests, precision, recall, rag_hit });
         }
+        batch.finish(out)?;
         let n = results.len().max(1) as f64;
         let mean = |f: &dyn Fn(&SetResult) -> f64| round4(results.iter().map(f).sum::<f64>() / n);
         out.json(
@@ -341,7 +371,7 @@ impl Stage for TopdownStage {
                 "rag_hit_rate": mean(&|r| f64::from(u8::from(r.rag_hit))),
             }),
         )?;
-        out.json("items.json", &items)?;
+        out.json(ITEMS.file, &items)?;
         out.count("sets", results.len());
         out.count("review_items", items.len());
         let count = |k: &str| items.iter().filter(|i| i.kind == k).count();

@@ -6,31 +6,56 @@
 //! shown as Tool A and Tool B in tool-name order (ETOM's order), so a pair's
 //! prompt never depends on the catalog's order.
 //!
-//! Resumable per pair: each verdict is checkpointed as it arrives, and the LLM
-//! exchange is in the ledger (which also answers repeated requests), so a killed
-//! run repeats no verdict. Every verdict becomes a `verdict` ledger event whose
-//! parent is the exchange. A pair whose answer stays invalid fails the stage
-//! after all other pairs are done (a rerun retries only those).
+//! The fan-out is [`crate::llm::batch`]: resumable per pair (each verdict is
+//! checkpointed as it arrives, with its LLM counts, so a killed run repeats no
+//! verdict and the resumed run's counts equal an uninterrupted run's). Every verdict
+//! becomes a `verdict` ledger event whose parent is the exchange. A pair whose
+//! answer stays invalid fails the stage after all other pairs are done (a rerun
+//! retries only those), unless `[efs.verify] max_failed_share` allows it: then the
+//! pair is left out and listed in `failed.json`.
 //!
 //! Output `artifacts/efs-verify/verdicts.json`: `[{a, b, equivalent, reason,
 //! exchange}]` sorted by `(a, b)`; `exchange` is the request hash of the LLM
 //! exchange (stable across reruns, unlike event ids; the ledger resolves it).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::build::{Verdict, verdicts_path};
-use super::pairs::{Pair, pairs_path, read_csv};
+use super::pairs::Pair;
 use crate::embed::described_parameters;
 use crate::ledger::{NewEvent, Parent, kind};
-use crate::llm::{LlmClient, Prompt, prompt_path, role_hash};
+use crate::llm::Prompt;
+use crate::llm::batch::{Batch, BatchOptions, Item};
 use crate::model::{Catalog, Server, Tool};
 use crate::settings::{Settings, section_hash};
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
+
+/// One verdict (`verdicts.json` is a list of these, sorted by `(a, b)`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Verdict {
+    pub a: String,
+    pub b: String,
+    pub equivalent: bool,
+    pub reason: String,
+    /// Request hash of the LLM exchange that gave the verdict (see [`super::exchange_hash`]).
+    pub exchange: String,
+}
+
+/// Every pair's verdict.
+pub const VERDICTS: Artifact<Vec<Verdict>> = Artifact::new("efs-verify", "verdicts.json");
+
+pub static SPEC: StageSpec = StageSpec {
+    name: "efs-verify",
+    command: "efs verify",
+    version: 1,
+    about: "the LLM judges each candidate pair: equivalent or not, with a reason",
+    reads: &[crate::filter::CATALOG.read(), super::pairs::PAIRS.read()],
+    writes: &["verdicts.json", crate::llm::batch::FAILED_FILE],
+};
 
 /// The verifier's typed answer.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -59,103 +84,67 @@ pub fn tool_vars(server: &Server, tool: &Tool) -> serde_json::Value {
 pub struct VerifyStage;
 
 impl Stage for VerifyStage {
-    fn name(&self) -> &'static str {
-        "efs-verify"
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "efs verify"
+
+    fn enabled(&self, settings: &Settings) -> bool {
+        settings.config.efs.is_some()
     }
-    fn version(&self) -> u32 {
-        1
+
+    fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
+        vec![ConfigRef::new("efs.verify.role", &super::efs_settings(settings).verify.role)]
     }
-    fn upstream(&self) -> &'static [&'static str] {
-        &["efs-pairs"]
+
+    fn prompts(&self, settings: &Settings) -> Vec<PromptRef> {
+        let tool = json!({"id": "s::t", "name": "t", "server": "s", "description": "d",
+            "parameters": [{"name": "p", "description": "d"}]});
+        let v = &super::efs_settings(settings).verify;
+        vec![PromptRef::new("efs.verify.template", &v.template, json!({"tool_a": tool, "tool_b": tool}))]
+    }
+
+    fn check(&self, settings: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        crate::settings::check_positive(
+            problems,
+            "efs.verify.concurrency",
+            super::efs_settings(settings).verify.concurrency,
+        );
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
         let v = &super::efs_settings(settings).verify;
-        Ok(Plan {
-            inputs: vec![crate::embed::catalog_path(settings), pairs_path(settings)],
-            prompts: vec![prompt_path(settings, &v.template)],
-            config_hash: section_hash(&json!({"verify": v, "role": role_hash(settings, &v.role)?}))?,
-        })
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&json!({"verify": v}))? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let s = ctx.settings;
         let v = &super::efs_settings(s).verify;
-        let catalog: Catalog = serde_json::from_slice(inputs.bytes(&crate::embed::catalog_path(s))?)
-            .context("the filtered catalog is not valid")?;
-        let pairs = read_csv(inputs.bytes(&pairs_path(s))?, &s.display_path(&pairs_path(s)))?;
+        let catalog: Catalog = inputs.json(&crate::filter::CATALOG)?;
+        let pairs = super::pairs::read_pairs(inputs)?;
         let tools: HashMap<&str, (&Server, &Tool)> = catalog.tools().map(|(sv, t)| (t.id.as_str(), (sv, t))).collect();
-        let mut checkpoint = ctx.checkpoint()?;
-        let resumed = pairs.iter().filter(|p| checkpoint.get(&p.key()).is_some()).count();
-        let todo: Vec<&Pair> = pairs.iter().filter(|p| checkpoint.get(&p.key()).is_none()).collect();
-        let run_id = ctx.ledger_run()?;
-        let pb = ctx.printer.progress(pairs.len() as u64, "verify");
-        pb.inc(resumed as u64);
+        let items = pairs.iter().map(|p| Ok((p.key(), pair_prompt(&tools, &v.template, p)?))).collect::<Result<_>>()?;
 
-        let ledger = crate::ledger::Ledger::open(&s.artifacts)?;
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-        let mut failures: Vec<String> = Vec::new();
-        let client = rt.block_on(async {
-            let client = LlmClient::from_settings(s, self.name(), run_id).await?;
-            let sem = Arc::new(tokio::sync::Semaphore::new(v.concurrency.max(1)));
-            let mut set = tokio::task::JoinSet::new();
-            for p in todo {
-                let (sa, ta) = *tools.get(p.a.as_str()).with_context(|| format!("pair tool `{}` is not in the catalog", p.a))?;
-                let (sb, tb) = *tools.get(p.b.as_str()).with_context(|| format!("pair tool `{}` is not in the catalog", p.b))?;
-                // ETOM orders the two tools by tool name; ties by id.
-                let (x, y) = if (&ta.name, &ta.id) <= (&tb.name, &tb.id) {
-                    (tool_vars(sa, ta), tool_vars(sb, tb))
-                } else {
-                    (tool_vars(sb, tb), tool_vars(sa, ta))
-                };
-                let prompt = Prompt::new(&v.template, json!({"tool_a": x, "tool_b": y}));
-                let (client, role, sem, key) = (client.clone(), v.role.clone(), sem.clone(), p.key());
-                set.spawn(async move {
-                    let _permit = sem.acquire_owned().await;
-                    let r = client.typed::<PairJudgement>(&role, &prompt, &key).await;
-                    (key, r)
-                });
-            }
-            while let Some(joined) = set.join_next().await {
-                let (key, r) = joined.context("a verification task panicked")?;
-                match r {
-                    Ok(reply) => {
-                        checkpoint.put(
-                            &key,
-                            json!({"equivalent": reply.value.equivalent, "reason": one_line(&reply.value.reason), "exchange": super::exchange_hash(&ledger, reply.event_id)?}),
-                        )?;
-                        crate::store::fail_point("efs_verify_pair")?;
-                        pb.inc(1);
-                    }
-                    Err(e) if e.is_item_level() => failures.push(format!("{e}")),
-                    Err(e) => {
-                        set.abort_all();
-                        return Err(anyhow::Error::new(e).context("stopping: the LLM is unusable for every pair"));
-                    }
-                }
-            }
-            anyhow::Ok(client)
+        let opts = BatchOptions::new(SPEC.name, "verify", "pairs")
+            .concurrency(v.concurrency.max(1))
+            .max_failed_share(v.max_failed_share, "efs.verify.max_failed_share")
+            .fail_point("efs_verify_pair");
+        let mut batch = Batch::new(ctx, opts)?;
+        let role = v.role.as_str();
+        let done = batch.run(items, |prompt: Prompt, llm: Item| async move {
+            let reply = llm.typed::<PairJudgement>(role, &prompt).await?;
+            Ok(VerdictRecord {
+                equivalent: reply.value.equivalent,
+                reason: one_line(&reply.value.reason),
+                exchange: reply.exchange,
+            })
         })?;
-        pb.finish_and_clear();
-        client.add_counts(out);
-        if !failures.is_empty() {
-            anyhow::bail!(
-                "{} of {} pairs got no valid verdict (the {} verdicts so far are kept; a rerun retries only these):\n  {}",
-                failures.len(),
-                pairs.len(),
-                checkpoint.len(),
-                failures.join("\n  ")
-            );
-        }
+        let resumed = done.resumed;
 
         let mut verdicts = Vec::with_capacity(pairs.len());
         for p in &pairs {
-            let c = checkpoint.get(&p.key()).context("internal: a pair has no verdict")?;
-            let verdict: VerdictRecord =
-                serde_json::from_value(c.clone()).context("a checkpointed verdict is not valid")?;
+            // Pairs that failed within `max_failed_share` have no verdict (see failed.json).
+            let Some(verdict) = done.values.get(&p.key()) else { continue };
+            let verdict = verdict.clone();
             verdicts.push(Verdict {
                 a: p.a.clone(),
                 b: p.b.clone(),
@@ -171,14 +160,14 @@ impl Stage for VerifyStage {
                 Some(&super::pairs::pair_key(&vd.a, &vd.b)),
                 json!({"check": "efs-pair", "a": vd.a, "b": vd.b, "equivalent": vd.equivalent, "reason": vd.reason, "exchange": vd.exchange}),
             );
-            if let Some(id) = super::exchange_event(&ledger, &vd.exchange)? {
+            if let Some(id) = batch.exchange_event(&vd.exchange)? {
                 ev = ev.with_parent(Parent::Id(id));
             }
             out.event(ev);
         }
+        batch.finish(out)?;
         let yes = verdicts.iter().filter(|x| x.equivalent).count();
-        let path = verdicts_path(s);
-        out.json(path.file_name().and_then(|f| f.to_str()).unwrap_or("verdicts.json"), &verdicts)?;
+        out.json(VERDICTS.file, &verdicts)?;
         out.count("pairs", verdicts.len());
         out.count("equivalent", yes);
         out.notes.push(format!(
@@ -190,11 +179,25 @@ impl Stage for VerifyStage {
     }
 }
 
-#[derive(Deserialize)]
+/// One pair's checkpointed verdict.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct VerdictRecord {
     equivalent: bool,
     reason: String,
     exchange: String,
+}
+
+/// The prompt for one pair. ETOM orders the two tools by tool name; ties by id.
+fn pair_prompt(tools: &HashMap<&str, (&Server, &Tool)>, template: &str, p: &Pair) -> Result<Prompt> {
+    let (sa, ta) = *tools.get(p.a.as_str()).with_context(|| format!("pair tool `{}` is not in the catalog", p.a))?;
+    let (sb, tb) = *tools.get(p.b.as_str()).with_context(|| format!("pair tool `{}` is not in the catalog", p.b))?;
+    let (x, y) = if (&ta.name, &ta.id) <= (&tb.name, &tb.id) {
+        (tool_vars(sa, ta), tool_vars(sb, tb))
+    } else {
+        (tool_vars(sb, tb), tool_vars(sa, ta))
+    };
+    Ok(Prompt::new(template, json!({"tool_a": x, "tool_b": y})))
 }
 
 /// The reason on one line (models sometimes add line breaks).

@@ -41,7 +41,7 @@ use crate::ledger::{NewEvent, Parent, RunRecorder, kind};
 use crate::llm::{ChatMessage, ChatTurn, LlmClient, ToolCall, ToolSpec};
 use crate::mcp::{CallFailure, CallOutcome, ClientOptions, McpClient};
 use crate::settings::Settings;
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{ConfigRef, Ctx, Inputs, Output, Plan, Stage, StageSpec};
 use names::ToolNames;
 
 /// Ledger event kind of a finished query.
@@ -282,13 +282,41 @@ pub fn check_chain(chain: &[ChainStep], calls: &[CallRecord]) -> ChainCheck {
     ChainCheck { preserved: problems.is_empty(), groups, problems }
 }
 
+/// How the run of one query ended.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// The model answered without asking for more calls.
+    Answered,
+    /// The model asked for calls past `max_calls`.
+    CapReached,
+    /// The LLM failed, or a call failed with `stop_on_failure`.
+    Failed,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Answered => "answered",
+            RunStatus::CapReached => "cap_reached",
+            RunStatus::Failed => "failed",
+        }
+    }
+}
+
+/// Compare with the serialised word (`trajectory.status == "answered"`).
+impl PartialEq<&str> for RunStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// The recorded run of one query.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Trajectory {
     pub id: String,
     pub query: String,
-    /// `answered`, `cap_reached` or `failed`.
-    pub status: String,
+    pub status: RunStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -389,7 +417,7 @@ impl Executor {
         let mut t = Trajectory {
             id: q.id.clone(),
             query: q.query.clone(),
-            status: "answered".into(),
+            status: RunStatus::Answered,
             reason: None,
             answer: None,
             messages: Vec::new(),
@@ -412,7 +440,7 @@ impl Executor {
             let reply = match reply {
                 Ok(r) => r,
                 Err(e) => {
-                    t.status = "failed".into();
+                    t.status = RunStatus::Failed;
                     t.reason = Some(format!("LLM: {e}"));
                     break;
                 }
@@ -433,7 +461,7 @@ impl Executor {
                     rec.outcome = CallOutcome::ToolError { output: crate::mcp::ToolOutput::note(&note) };
                     t.calls.push(rec);
                 }
-                t.status = "cap_reached".into();
+                t.status = RunStatus::CapReached;
                 t.reason = Some(format!(
                     "the model asked for {} more call(s) after {executed}; the cap is {}",
                     tool_calls.len(),
@@ -461,12 +489,12 @@ impl Executor {
             if let Some(why) = failed
                 && self.settings.stop_on_failure
             {
-                t.status = "failed".into();
+                t.status = RunStatus::Failed;
                 t.reason = Some(why);
                 break;
             }
         }
-        t.messages = messages.iter().map(openai_message).collect();
+        t.messages = messages.iter().map(|m| crate::llm::openai_message(m, crate::llm::CallIndex::Include)).collect();
         if !q.chain.is_empty() {
             t.chain_check = Some(check_chain(&q.chain, &t.calls));
         }
@@ -576,31 +604,6 @@ fn truncate_chars(s: &str, max: usize) -> String {
     format!("{kept}\n[cut: {} of {} characters shown]", max, s.chars().count())
 }
 
-/// A message in OpenAI chat format.
-pub fn openai_message(m: &ChatMessage) -> Value {
-    match m {
-        ChatMessage::System(c) => json!({"role": "system", "content": c}),
-        ChatMessage::User(c) => json!({"role": "user", "content": c}),
-        ChatMessage::Assistant { content, tool_calls } => {
-            let calls: Vec<Value> = tool_calls
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    json!({"id": c.id, "type": "function", "index": i,
-                           "function": {"name": c.name, "arguments": match &c.arguments {
-                               Value::String(s) => s.clone(), other => other.to_string() }}})
-                })
-                .collect();
-            if calls.is_empty() {
-                json!({"role": "assistant", "content": content})
-            } else {
-                json!({"role": "assistant", "content": content, "tool_calls": calls})
-            }
-        }
-        ChatMessage::Tool { call_id, content } => json!({"role": "tool", "tool_call_id": call_id, "content": content}),
-    }
-}
-
 fn trajectory_summary(t: &Trajectory) -> Value {
     json!({
         "status": t.status, "reason": t.reason, "calls": t.calls.len(), "groups": t.groups,
@@ -609,19 +612,31 @@ fn trajectory_summary(t: &Trajectory) -> Value {
 }
 
 /// The `execute` stage.
+/// The `execute` stage; `queries` overrides `execute.queries` (`--queries FILE`).
+#[derive(Debug, Clone, Default)]
 pub struct ExecuteStage {
-    pub queries: PathBuf,
+    pub queries: Option<PathBuf>,
 }
 
+pub static SPEC: StageSpec = StageSpec {
+    name: "execute",
+    command: "execute",
+    version: 1,
+    about: "run queries with an LLM agent over MCP tools; record reference trajectories",
+    reads: &[],
+    writes: &["trajectories/*", "summary.json"],
+};
+
 impl ExecuteStage {
-    pub fn from_settings(settings: &Settings, queries: Option<PathBuf>) -> Result<Self> {
-        let q = queries.or_else(|| settings.config.execute.queries.as_ref().map(|p| settings.resolve(p))).ok_or_else(
-            || crate::error::UsageError("no queries: pass `--queries FILE` or set `execute.queries`".into()),
-        )?;
-        Ok(Self { queries: crate::settings::normalize(&q) })
+    fn queries(&self, settings: &Settings) -> Result<PathBuf> {
+        let q = self.queries.clone().or_else(|| settings.config.execute.queries.as_ref().map(|p| settings.resolve(p)));
+        let q = q.ok_or_else(|| {
+            crate::error::UsageError("no queries: pass `--queries FILE` or set `execute.queries`".into())
+        })?;
+        Ok(crate::settings::normalize(&q))
     }
 
-    fn servers(settings: &Settings) -> Result<BTreeMap<String, crate::mcp::ServerSpec>> {
+    fn server_specs(settings: &Settings) -> Result<BTreeMap<String, crate::mcp::ServerSpec>> {
         let all = settings.config.mcp.all_servers(&settings.root)?;
         let wanted = &settings.config.execute.servers;
         if wanted.is_empty() {
@@ -645,39 +660,45 @@ impl ExecuteStage {
 }
 
 impl Stage for ExecuteStage {
-    fn name(&self) -> &'static str {
-        "execute"
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "execute"
+
+    /// Part of `run` when the config names a queries file.
+    fn enabled(&self, settings: &Settings) -> bool {
+        settings.config.execute.queries.is_some()
     }
-    fn version(&self) -> u32 {
-        1
+
+    fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
+        vec![ConfigRef::new("execute.role", &settings.config.execute.role)]
     }
-    fn upstream(&self) -> &'static [&'static str] {
-        &[]
+
+    fn servers(&self, settings: &Settings) -> Vec<ConfigRef> {
+        let names = settings.config.execute.servers.iter().enumerate();
+        names.map(|(i, n)| ConfigRef::new(format!("execute.servers[{i}]"), n)).collect()
+    }
+
+    fn check(&self, settings: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        use crate::settings::check_positive;
+        let e = &settings.config.execute;
+        check_positive(problems, "execute.max_calls", e.max_calls);
+        check_positive(problems, "execute.concurrency", e.concurrency);
+        check_positive(problems, "execute.tool_result_chars", e.tool_result_chars);
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
-        let servers = Self::servers(settings)?;
-        let role = crate::llm::role_hash(settings, &settings.config.execute.role).map_err(|e| {
-            crate::error::hinted(
-                format!("`execute` uses the LLM role `{}`: {e}", settings.config.execute.role),
-                "add `[llm.roles.<role>]` to the config, or set `execute.role` to a configured role",
-            )
-        })?;
-        let hash = crate::settings::section_hash(&json!({
-            "execute": settings.config.execute, "servers": servers, "role": role,
-        }))?;
-        Ok(Plan { inputs: vec![self.queries.clone()], prompts: vec![], config_hash: hash })
+        let servers = Self::server_specs(settings)?;
+        let hash = crate::settings::section_hash(&json!({"execute": settings.config.execute, "servers": servers}))?;
+        Ok(Plan { inputs: vec![self.queries(settings)?], config_hash: hash })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let settings = ctx.settings;
         let es = settings.config.execute.clone();
-        let file = settings.display_path(&self.queries);
-        let queries = parse_queries(inputs.bytes(&self.queries)?, &file)?;
-        let servers = Self::servers(settings)?;
+        let path = self.queries(settings)?;
+        let file = settings.display_path(&path);
+        let queries = parse_queries(inputs.bytes(&path)?, &file)?;
+        let servers = Self::server_specs(settings)?;
         let run_id = ctx.ledger_run()?;
         let mut ckpt = ctx.checkpoint()?;
         let todo: Vec<Query> = queries.iter().filter(|q| ckpt.get(&q.id).is_none()).cloned().collect();
@@ -708,7 +729,8 @@ impl Stage for ExecuteStage {
                 })
                 .await;
             exec.shutdown().await;
-            llm.add_counts(out);
+            out.counts.extend(llm.manifest_counts());
+            out.notes.push(llm.summary());
             r.map(|_| ())
         })?;
         pb.finish_and_clear();
@@ -717,19 +739,17 @@ impl Stage for ExecuteStage {
         let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
         for q in &queries {
             let t: Trajectory = serde_json::from_value(ckpt.get(&q.id).cloned().context("a query has no result")?)?;
-            *counts
-                .entry(match t.status.as_str() {
-                    "answered" => "answered",
-                    "cap_reached" => "cap_reached",
-                    _ => "failed",
-                })
-                .or_default() += 1;
+            *counts.entry(t.status.as_str()).or_default() += 1;
             *counts.entry("calls").or_default() += t.calls.len() as u64;
             if let Some(c) = &t.chain_check {
                 *counts.entry(if c.preserved { "chain_preserved" } else { "chain_broken" }).or_default() += 1;
             }
-            rows.push(json!({"id": t.id, "status": t.status, "reason": t.reason, "calls": t.calls.len(),
-                             "groups": t.groups, "chain_preserved": t.chain_check.as_ref().map(|c| c.preserved)}));
+            // The ledger's trajectory summary, led by the id.
+            let mut row = serde_json::Map::from_iter([("id".to_string(), json!(t.id))]);
+            if let Value::Object(summary) = trajectory_summary(&t) {
+                row.extend(summary);
+            }
+            rows.push(Value::Object(row));
             out.json(&format!("trajectories/{}.json", crate::mcp::client::safe_file_name(&t.id)), &t)?;
         }
         out.count("queries", queries.len() as u64);
@@ -750,6 +770,18 @@ impl Stage for ExecuteStage {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn run_status_serialises_as_before() {
+        use super::RunStatus;
+        for (s, word) in
+            [(RunStatus::Answered, "answered"), (RunStatus::CapReached, "cap_reached"), (RunStatus::Failed, "failed")]
+        {
+            assert_eq!(serde_json::to_value(s).unwrap(), serde_json::json!(word));
+            assert_eq!(serde_json::from_value::<RunStatus>(serde_json::json!(word)).unwrap(), s);
+            assert_eq!(s.as_str(), word);
+        }
+    }
+
     use super::*;
 
     fn call(group: usize, tool: &str, ok: bool) -> CallRecord {

@@ -7,22 +7,46 @@
 //! `graph.dot`, `graph.svg` and `report.md` (see [`super::render`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::render::{self, ToolInfo};
 use super::{Candidate, Edge, GraphSettings, Judged};
 use crate::ledger::{NewEvent, Parent, kind};
-use crate::llm::{LlmClient, Prompt, prompt_path, role_hash};
+use crate::llm::Prompt;
+use crate::llm::batch::{Batch, BatchOptions, Item};
 use crate::logs::Session;
 use crate::logs::import::LogTool;
 use crate::settings::{Settings, section_hash};
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
 
 pub const STAGE: &str = "graph-build";
+
+/// The accepted dependency graph.
+pub const GRAPH: Artifact<super::GraphDoc> = Artifact::new(STAGE, "graph.json");
+/// Every candidate edge with its support, value flow, verdict and reason; read by
+/// `graph review import` (and `graph review export`).
+pub const CANDIDATES: Artifact<Vec<Judged>> = Artifact::new(STAGE, "candidates.json");
+
+pub static SPEC: StageSpec = StageSpec {
+    name: STAGE,
+    command: "graph build",
+    version: 2,
+    about: "tool dependency graph from the multi-tool sessions, each candidate edge validated by the LLM",
+    reads: &[crate::logs::split::GRAPH_SOURCE.read(), crate::logs::import::CATALOG.read()],
+    writes: &["candidates.json", "graph.json", "graph.dot", "graph.svg", "report.md"],
+};
+
+/// One candidate's checkpointed verdict.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EdgeRecord {
+    pub dependent: bool,
+    pub reason: String,
+    /// Request hash of the LLM exchange.
+    pub exchange: String,
+}
 
 /// The validator's typed answer.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -80,109 +104,65 @@ pub fn tool_info(sessions: &[Session], catalog: &BTreeMap<String, LogTool>) -> T
 pub struct BuildStage;
 
 impl Stage for BuildStage {
-    fn name(&self) -> &'static str {
-        STAGE
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "graph build"
+
+    fn enabled(&self, s: &Settings) -> bool {
+        s.config.logs.is_some() && s.config.graph.is_some()
     }
-    fn version(&self) -> u32 {
-        1
+
+    fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
+        vec![ConfigRef::new("graph.role", &settings(s).role)]
     }
-    fn upstream(&self) -> &'static [&'static str] {
-        &[crate::logs::split::STAGE, crate::logs::import::STAGE]
+
+    fn prompts(&self, s: &Settings) -> Vec<PromptRef> {
+        let tool = json!({"name": "t", "description": "d", "parameters": ["p"]});
+        let vars = json!({"from": tool, "to": tool, "sessions": 2, "count": 3, "value_flow": ["p"]});
+        vec![PromptRef::new("graph.template", &settings(s).template, vars)]
     }
-    fn plan(&self, s: &Settings) -> Result<Plan> {
+
+    fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
         let g = settings(s);
-        Ok(Plan {
-            inputs: vec![
-                crate::logs::split::path(s, "graph_source.jsonl"),
-                crate::logs::import::path(s, "catalog.json"),
-            ],
-            prompts: vec![prompt_path(s, &g.template)],
-            config_hash: section_hash(&json!({"graph": g, "role": role_hash(s, &g.role)?}))?,
-        })
+        crate::settings::check_positive(problems, "graph.concurrency", g.concurrency);
+        crate::settings::check_positive(problems, "graph.min_support", g.min_support);
+    }
+
+    fn plan(&self, s: &Settings) -> Result<Plan> {
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&json!({"graph": settings(s)}))? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let s = ctx.settings;
         let g = settings(s);
-        let sessions = crate::logs::parse_sessions(
-            inputs.bytes(&crate::logs::split::path(s, "graph_source.jsonl"))?,
+        let sessions = crate::logs::read_sessions(
+            inputs.open_of(&crate::logs::split::GRAPH_SOURCE)?,
             "logs-split/graph_source.jsonl",
         )?;
-        let catalog: Vec<LogTool> =
-            serde_json::from_slice(inputs.bytes(&crate::logs::import::path(s, "catalog.json"))?)
-                .context("logs-import/catalog.json is not valid")?;
+        let catalog = inputs.json(&crate::logs::import::CATALOG)?;
         let tools: BTreeMap<String, LogTool> = catalog.into_iter().map(|t| (t.name.clone(), t)).collect();
         let cands = super::candidates(&sessions);
         let asked: Vec<&Candidate> = cands.iter().filter(|c| c.support.sessions.len() >= g.min_support).collect();
-        let mut checkpoint = ctx.checkpoint()?;
-        let todo: Vec<&Candidate> = asked.iter().copied().filter(|c| checkpoint.get(&c.key()).is_none()).collect();
-        let resumed = asked.len() - todo.len();
-        let run_id = ctx.ledger_run()?;
-        let pb = ctx.printer.progress(asked.len() as u64, "edges");
-        pb.inc(resumed as u64);
-        let mut failures = Vec::new();
-        if !todo.is_empty() {
-            let ledger = crate::ledger::Ledger::open(&s.artifacts)?;
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-            let client = rt.block_on(async {
-                let client = LlmClient::from_settings(s, STAGE, run_id).await?;
-                let sem = Arc::new(tokio::sync::Semaphore::new(g.concurrency.max(1)));
-                let mut set = tokio::task::JoinSet::new();
-                for c in todo {
-                    let prompt = edge_prompt(&g, c, &tools);
-                    let (client, role, sem, key) = (client.clone(), g.role.clone(), sem.clone(), c.key());
-                    set.spawn(async move {
-                        let _p = sem.acquire_owned().await;
-                        let r = client.typed::<EdgeVerdict>(&role, &prompt, &key).await;
-                        (key, r)
-                    });
-                }
-                while let Some(j) = set.join_next().await {
-                    let (key, r) = j.context("an edge task panicked")?;
-                    match r {
-                        Ok(reply) => {
-                            checkpoint.put(
-                                &key,
-                                json!({"dependent": reply.value.dependent, "reason": crate::logs::curate::one_line(&reply.value.reason),
-                                       "exchange": crate::efs::exchange_hash(&ledger, reply.event_id)?}),
-                            )?;
-                            crate::store::fail_point("graph_build_edge")?;
-                            pb.inc(1);
-                        }
-                        Err(e) if e.is_item_level() => failures.push(format!("{e}")),
-                        Err(e) => {
-                            set.abort_all();
-                            return Err(anyhow::Error::new(e).context("stopping: the LLM is unusable for every candidate"));
-                        }
-                    }
-                }
-                anyhow::Ok(client)
-            })?;
-            client.add_counts(out);
-        }
-        pb.finish_and_clear();
-        if !failures.is_empty() {
-            anyhow::bail!(
-                "{} of {} candidate edges got no valid verdict (the {} verdicts so far are kept; a rerun retries only these):\n  {}",
-                failures.len(),
-                asked.len(),
-                checkpoint.len(),
-                failures.join("\n  ")
-            );
-        }
-        let ledger = crate::ledger::Ledger::open(&s.artifacts)?;
+        let items: Vec<(String, Prompt)> = asked.iter().map(|c| (c.key(), edge_prompt(&g, c, &tools))).collect();
+        let opts = BatchOptions::new(STAGE, "edges", "candidate edges")
+            .concurrency(g.concurrency.max(1))
+            .fail_point("graph_build_edge");
+        let mut batch = Batch::new(ctx, opts)?;
+        let role = g.role.as_str();
+        let done = batch.run(items, |prompt: Prompt, llm: Item| async move {
+            let reply = llm.typed::<EdgeVerdict>(role, &prompt).await?;
+            Ok(EdgeRecord {
+                dependent: reply.value.dependent,
+                reason: crate::logs::curate::one_line(&reply.value.reason),
+                exchange: reply.exchange,
+            })
+        })?;
+        let resumed = done.resumed;
         let mut judged = Vec::new();
         let mut edges = Vec::new();
         for c in &cands {
-            let (accepted, reason, exchange) = match checkpoint.get(&c.key()) {
-                Some(v) => (
-                    v["dependent"].as_bool().unwrap_or(false),
-                    v["reason"].as_str().unwrap_or("").to_string(),
-                    v["exchange"].as_str().unwrap_or("").to_string(),
-                ),
+            let (accepted, reason, exchange) = match done.values.get(&c.key()) {
+                Some(v) => (v.dependent, v.reason.clone(), v.exchange.clone()),
                 None => (
                     false,
                     format!("support {} below min_support {}", c.support.sessions.len(), g.min_support),
@@ -194,7 +174,7 @@ impl Stage for BuildStage {
                 Some(&format!("edge:{}", c.key())),
                 json!({"check": "graph-edge", "from": c.from, "to": c.to, "accepted": accepted, "reason": reason, "sessions": c.support.sessions.len(), "exchange": exchange}),
             );
-            if let Some(id) = crate::efs::exchange_event(&ledger, &exchange)? {
+            if let Some(id) = batch.exchange_event(&exchange)? {
                 ev = ev.with_parent(Parent::Id(id));
             }
             out.event(ev);
@@ -211,6 +191,7 @@ impl Stage for BuildStage {
             }
             judged.push(Judged { candidate: c.clone(), accepted, reason, exchange });
         }
+        batch.finish(out)?;
         out.json("candidates.json", &judged)?;
         let doc = render::doc(&tool_info(&sessions, &tools), edges);
         let extra = vec![format!(

@@ -23,7 +23,7 @@ use crate::efs::review::{neutralise, restore};
 use crate::error::{InputError, Problem};
 use crate::ledger::{NewEvent, kind};
 use crate::settings::Settings;
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{Ctx, Inputs, Output, Plan, Stage, StageSpec};
 
 pub const STAGE: &str = "graph-review-import";
 pub const SHEET: &str = "graph_review.csv";
@@ -167,7 +167,7 @@ pub fn sheet_files(s: &Settings) -> Vec<PathBuf> {
 
 /// `graph review export`; refuses to overwrite a sheet with decisions unless `force`.
 pub fn export(s: &Settings, force: bool) -> Result<(PathBuf, usize)> {
-    let p = super::build::path(s, "candidates.json");
+    let p = super::build::CANDIDATES.path(s);
     let bytes = std::fs::read(&p).map_err(|e| {
         crate::error::hinted(format!("cannot read `{}`: {e}", s.display_path(&p)), "run `benchgen graph build` first")
     })?;
@@ -191,18 +191,21 @@ pub fn export(s: &Settings, force: bool) -> Result<(PathBuf, usize)> {
 
 pub struct ReviewStage;
 
+pub static SPEC: StageSpec = StageSpec {
+    name: STAGE,
+    command: "graph review import",
+    version: 2,
+    about: "imports filled graph review sheets (add/remove edges) into the reviewed graph",
+    reads: &[super::build::GRAPH.read(), super::build::CANDIDATES.read()],
+    writes: &["graph.json", "graph.dot", "graph.svg", "report.md", "decisions.json"],
+};
+
 impl Stage for ReviewStage {
-    fn name(&self) -> &'static str {
-        STAGE
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "graph review import"
-    }
-    fn version(&self) -> u32 {
-        1
-    }
-    fn upstream(&self) -> &'static [&'static str] {
-        &[super::build::STAGE]
+    fn enabled(&self, s: &Settings) -> bool {
+        s.config.logs.is_some() && s.config.graph.is_some() && !sheet_files(s).is_empty()
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let sheets = sheet_files(s);
@@ -212,14 +215,12 @@ impl Stage for ReviewStage {
                 "run `benchgen graph review export`, fill in the sheet, then import it",
             ));
         }
-        let mut inputs = vec![super::build::path(s, "graph.json"), super::build::path(s, "candidates.json")];
-        inputs.extend(sheets);
-        Ok(Plan { inputs, prompts: vec![], config_hash: crate::settings::section_hash(&"graph-review")? })
+        Ok(Plan { inputs: sheets, config_hash: crate::settings::section_hash(&"graph-review")? })
     }
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let s = ctx.settings;
-        let graph: GraphDoc = serde_json::from_slice(inputs.bytes(&super::build::path(s, "graph.json"))?)?;
-        let judged: Vec<Judged> = serde_json::from_slice(inputs.bytes(&super::build::path(s, "candidates.json"))?)?;
+        let graph: GraphDoc = inputs.json(&super::build::GRAPH)?;
+        let judged: Vec<Judged> = inputs.json(&super::build::CANDIDATES)?;
         let tools: BTreeSet<String> = graph.nodes.iter().map(|n| n.tool.clone()).collect();
         let mut files = Vec::new();
         for p in sheet_files(s) {

@@ -1,7 +1,7 @@
 //! `[llm]` config: one `[llm.roles.<role>]` table per role (verifier, generator, classifier, …).
 //!
 //! Only the fields that change what a model answers (provider, model, sampling parameters,
-//! the local model file) enter [`role_hash`]; load knobs (concurrency, limits, timeouts,
+//! the local model file) enter [`role_hash`](super::role_hash); load knobs (concurrency, limits, timeouts,
 //! retries, prices) do not, so tuning them never makes a stage stale.
 
 use std::collections::BTreeMap;

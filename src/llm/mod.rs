@@ -21,6 +21,7 @@
 // match on them; it is returned once per item, so its size does not matter.
 #![allow(clippy::result_large_err)]
 
+pub mod batch;
 pub mod config;
 pub mod extract;
 pub mod local;
@@ -85,6 +86,10 @@ pub struct Reply<T> {
     pub event_id: i64,
     /// Served from the ledger without network.
     pub cached: bool,
+    /// The request hash of that exchange: a stable name for it across reruns (event ids
+    /// depend on the order concurrent calls finish, and a cache hit is a new event).
+    /// Artifacts name exchanges by it; [`record::exchange_event`] resolves it to an event.
+    pub exchange: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -197,7 +202,7 @@ pub(crate) struct Role {
 }
 
 #[derive(Default)]
-struct Counters {
+pub(crate) struct Counters {
     calls: AtomicU64,
     cache_hits: AtomicU64,
     retries: AtomicU64,
@@ -220,6 +225,63 @@ struct Inner {
 #[derive(Clone)]
 pub struct LlmClient {
     inner: Arc<Inner>,
+    /// Extra counters of one work item (see [`LlmClient::tallied`]), besides the client's.
+    tally: Option<Arc<Counters>>,
+}
+
+/// The counts of LLM work that a rerun reproduces, so manifests may carry them:
+/// exchanges (live or served from the ledger), final failures, and tokens (those of
+/// answers served from the ledger included). Live calls, cache hits and retries depend
+/// on the process and stay out of artifacts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmCounts {
+    pub exchanges: u64,
+    pub failures: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+impl LlmCounts {
+    pub fn add(&mut self, other: &LlmCounts) {
+        self.exchanges += other.exchanges;
+        self.failures += other.failures;
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+    }
+
+    /// The manifest keys: `llm_exchanges`, `llm_failures`, `llm_prompt_tokens`,
+    /// `llm_completion_tokens`.
+    pub fn to_map(&self) -> BTreeMap<String, Value> {
+        BTreeMap::from([
+            ("llm_exchanges".to_string(), Value::from(self.exchanges)),
+            ("llm_failures".to_string(), Value::from(self.failures)),
+            ("llm_prompt_tokens".to_string(), Value::from(self.prompt_tokens)),
+            ("llm_completion_tokens".to_string(), Value::from(self.completion_tokens)),
+        ])
+    }
+}
+
+impl Counters {
+    fn reproducible(&self) -> LlmCounts {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        LlmCounts {
+            exchanges: g(&self.calls) + g(&self.cache_hits),
+            failures: g(&self.failures),
+            prompt_tokens: g(&self.prompt_tokens),
+            completion_tokens: g(&self.completion_tokens),
+        }
+    }
+}
+
+/// The counts of the calls made through one [`LlmClient::tallied`] handle.
+#[derive(Clone)]
+pub struct Tally(Arc<Counters>);
+
+impl Tally {
+    pub fn counts(&self) -> LlmCounts {
+        self.0.reproducible()
+    }
 }
 
 /// The result of one request/response exchange (live or from the ledger).
@@ -227,6 +289,8 @@ struct Exchange {
     response: Value,
     event_id: i64,
     cached: bool,
+    /// Request hash (the cache key).
+    hash: String,
 }
 
 impl Exchange {
@@ -283,7 +347,23 @@ impl LlmClient {
                 cancel: transport::interrupt_token().child_token(),
                 counters: Counters::default(),
             }),
+            tally: None,
         })
+    }
+
+    /// A handle on the same client whose calls are also counted apart, in the returned
+    /// [`Tally`] (so a stage can store the counts of each work item with its checkpoint).
+    pub fn tallied(&self) -> (LlmClient, Tally) {
+        let t = Arc::new(Counters::default());
+        (LlmClient { inner: self.inner.clone(), tally: Some(t.clone()) }, Tally(t))
+    }
+
+    /// Add `n` to one counter of the client and of the handle's tally.
+    fn bump(&self, which: fn(&Counters) -> &AtomicU64, n: u64) {
+        which(&self.inner.counters).fetch_add(n, Ordering::Relaxed);
+        if let Some(t) = &self.tally {
+            which(t).fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     pub fn mode(&self) -> LlmMode {
@@ -315,26 +395,27 @@ impl LlmClient {
         ])
     }
 
-    /// Record this client's accounting in a stage's output. The manifest gets only counts
-    /// that a rerun reproduces (`llm_exchanges` = live + from the ledger, `llm_failures`,
-    /// `llm_prompt_tokens`, `llm_completion_tokens`, tokens of cached answers included), so
-    /// manifests stay byte-identical across reruns; the run-dependent split (live calls,
-    /// cache hits, retries) goes into the summary notes and `benchgen llm stats`.
-    pub fn add_counts(&self, out: &mut crate::stage::Output) {
+    /// This client's reproducible counts in manifest form (see [`LlmCounts::to_map`]).
+    /// They cover the calls of this process only; a stage that resumes from checkpoints
+    /// counts per item instead ([`batch`]), so that a resumed run reports what an
+    /// uninterrupted one does.
+    pub fn manifest_counts(&self) -> BTreeMap<String, Value> {
+        self.inner.counters.reproducible().to_map()
+    }
+
+    /// One summary line with the run-dependent split (live calls, cache hits, retries),
+    /// which stays out of artifacts (it goes to the printed summary and `llm stats`).
+    pub fn summary(&self) -> String {
         let c = self.counts();
         let n = |k: &str| c[k].as_u64().unwrap_or(0);
-        out.count("llm_exchanges", n("llm_calls") + n("llm_cache_hits"));
-        out.count("llm_failures", n("llm_failures"));
-        out.count("llm_prompt_tokens", n("llm_prompt_tokens"));
-        out.count("llm_completion_tokens", n("llm_completion_tokens"));
-        out.notes.push(format!(
+        format!(
             "LLM: {} exchanges ({} live, {} from the ledger), {} retries, {} failures",
             n("llm_calls") + n("llm_cache_hits"),
             n("llm_calls"),
             n("llm_cache_hits"),
             n("llm_retries"),
             n("llm_failures")
-        ));
+        )
     }
 
     fn role(&self, role: &str, item: &str) -> Result<&Role, LlmError> {
@@ -403,7 +484,7 @@ impl LlmClient {
             let ex = self.exchange(r, &messages, &extra, item, tmpl, parent).await?;
             let content = ex.content().unwrap_or_default();
             match validate::<T>(&content, &validator) {
-                Ok(value) => return Ok(Reply { value, event_id: ex.event_id, cached: ex.cached }),
+                Ok(value) => return Ok(Reply { value, event_id: ex.event_id, cached: ex.cached, exchange: ex.hash }),
                 Err(e) => {
                     last_error = e;
                     raw = content.clone();
@@ -439,7 +520,7 @@ impl LlmClient {
         let ex =
             self.exchange(r, &messages, &serde_json::Map::new(), item, Some((&prompt.template, &hash)), None).await?;
         let text = extract::strip_think(&ex.content().unwrap_or_default()).trim().to_string();
-        Ok(Reply { value: text, event_id: ex.event_id, cached: ex.cached })
+        Ok(Reply { value: text, event_id: ex.event_id, cached: ex.cached, exchange: ex.hash })
     }
 
     /// One tool-calling turn (for the agent executor).
@@ -451,7 +532,7 @@ impl LlmClient {
         item: &str,
     ) -> Result<Reply<ChatTurn>, LlmError> {
         let r = self.role(role, item)?;
-        let wire: Vec<Value> = messages.iter().map(chat_message_json).collect();
+        let wire: Vec<Value> = messages.iter().map(|m| openai_message(m, CallIndex::Omit)).collect();
         let mut extra = serde_json::Map::new();
         if !tools.is_empty() {
             extra.insert(
@@ -495,7 +576,7 @@ impl LlmClient {
             tool_calls,
             finish_reason: ex.response["choices"][0]["finish_reason"].as_str().map(str::to_string),
         };
-        Ok(Reply { value: turn, event_id: ex.event_id, cached: ex.cached })
+        Ok(Reply { value: turn, event_id: ex.event_id, cached: ex.cached, exchange: ex.hash })
     }
 
     /// One request: from the ledger when allowed and present, else over the network; the
@@ -539,12 +620,10 @@ impl LlmClient {
                 let mut parents = vec![source];
                 parents.extend(parent);
                 let id = inner.recorder.record(kind::LLM_EXCHANGE, item, p, &parents).map_err(ledger_err)?;
-                let c = &inner.counters;
-                c.cache_hits.fetch_add(1, Ordering::Relaxed);
-                c.prompt_tokens.fetch_add(payload["usage"]["prompt_tokens"].as_u64().unwrap_or(0), Ordering::Relaxed);
-                c.completion_tokens
-                    .fetch_add(payload["usage"]["completion_tokens"].as_u64().unwrap_or(0), Ordering::Relaxed);
-                return Ok(Exchange { response: payload["response"].clone(), event_id: id, cached: true });
+                self.bump(|c| &c.cache_hits, 1);
+                self.bump(|c| &c.prompt_tokens, payload["usage"]["prompt_tokens"].as_u64().unwrap_or(0));
+                self.bump(|c| &c.completion_tokens, payload["usage"]["completion_tokens"].as_u64().unwrap_or(0));
+                return Ok(Exchange { response: payload["response"].clone(), event_id: id, cached: true, hash });
             }
             if inner.mode == LlmMode::Replay {
                 return Err(LlmError::ReplayMiss {
@@ -561,11 +640,10 @@ impl LlmClient {
                 let usage = &sent.response["usage"];
                 let (pt, ct) =
                     (usage["prompt_tokens"].as_u64().unwrap_or(0), usage["completion_tokens"].as_u64().unwrap_or(0));
-                let c = &inner.counters;
-                c.calls.fetch_add(1, Ordering::Relaxed);
-                c.retries.fetch_add(u64::from(sent.attempts - 1), Ordering::Relaxed);
-                c.prompt_tokens.fetch_add(pt, Ordering::Relaxed);
-                c.completion_tokens.fetch_add(ct, Ordering::Relaxed);
+                self.bump(|c| &c.calls, 1);
+                self.bump(|c| &c.retries, u64::from(sent.attempts - 1));
+                self.bump(|c| &c.prompt_tokens, pt);
+                self.bump(|c| &c.completion_tokens, ct);
                 let mut p = base;
                 p["cached"] = json!(false);
                 p["params"] = json!({
@@ -579,7 +657,7 @@ impl LlmClient {
                 let parents: Vec<i64> = parent.into_iter().collect();
                 let id = inner.recorder.record(kind::LLM_EXCHANGE, item, p, &parents).map_err(ledger_err)?;
                 inner.recorder.cache_put(&hash, id).map_err(ledger_err)?;
-                Ok(Exchange { response: sent.response, event_id: id, cached: false })
+                Ok(Exchange { response: sent.response, event_id: id, cached: false, hash })
             }
             Err(SendError::Cancelled) => {
                 Err(LlmError::Cancelled { stage: inner.stage.clone(), item: item.to_string() })
@@ -592,7 +670,7 @@ impl LlmClient {
             }),
             Err(SendError::Failed { attempts, last_status, message }) => {
                 let message = r.endpoint.redact(&message);
-                inner.counters.retries.fetch_add(u64::from(attempts.saturating_sub(1)), Ordering::Relaxed);
+                self.bump(|c| &c.retries, u64::from(attempts.saturating_sub(1)));
                 let event_id = self.record_failure(
                     r,
                     item,
@@ -614,7 +692,7 @@ impl LlmClient {
     }
 
     fn record_failure(&self, r: &Role, item: &str, parent: Option<i64>, mut payload: Value) -> Option<i64> {
-        self.inner.counters.failures.fetch_add(1, Ordering::Relaxed);
+        self.bump(|c| &c.failures, 1);
         payload["role"] = json!(r.name);
         payload["model"] = json!(r.model);
         payload["item"] = json!(item);
@@ -686,7 +764,18 @@ fn request_body(r: &Role, messages: &[Value], extra: &serde_json::Map<String, Va
     Value::Object(b)
 }
 
-fn chat_message_json(m: &ChatMessage) -> Value {
+/// Whether the tool calls of an assistant message carry their position (`index`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallIndex {
+    /// What a chat request sends.
+    Omit,
+    /// What FinMCP trajectories store (and `execute` records).
+    Include,
+}
+
+/// A message in OpenAI chat format: the one place that writes it, for requests and for
+/// recorded trajectories.
+pub fn openai_message(m: &ChatMessage, index: CallIndex) -> Value {
     match m {
         ChatMessage::System(s) => json!({"role": "system", "content": s}),
         ChatMessage::User(s) => json!({"role": "user", "content": s}),
@@ -696,13 +785,20 @@ fn chat_message_json(m: &ChatMessage) -> Value {
                 v["tool_calls"] = Value::Array(
                     tool_calls
                         .iter()
-                        .map(|c| {
-                            json!({"id": c.id, "type": "function", "function": {
-                            "name": c.name,
-                            "arguments": match &c.arguments {
+                        .enumerate()
+                        .map(|(i, c)| {
+                            let mut call = serde_json::Map::new();
+                            call.insert("id".into(), json!(c.id));
+                            call.insert("type".into(), json!("function"));
+                            if index == CallIndex::Include {
+                                call.insert("index".into(), json!(i));
+                            }
+                            let arguments = match &c.arguments {
                                 Value::String(s) => s.clone(),
                                 other => other.to_string(),
-                            }}})
+                            };
+                            call.insert("function".into(), json!({"name": c.name, "arguments": arguments}));
+                            Value::Object(call)
                         })
                         .collect(),
                 );
@@ -814,5 +910,32 @@ mod tests {
         assert!(e.contains("n"), "{e}");
         let e = validate::<V>("no json here", &val).unwrap_err();
         assert!(e.contains("no JSON"), "{e}");
+    }
+
+    #[test]
+    fn openai_messages_differ_only_by_the_call_index() {
+        let m = ChatMessage::Assistant {
+            content: None,
+            tool_calls: vec![
+                ToolCall { id: "c1".into(), name: "f".into(), arguments: json!({"a": 1}) },
+                ToolCall { id: "c2".into(), name: "g".into(), arguments: json!("not json") },
+            ],
+        };
+        assert_eq!(
+            openai_message(&m, CallIndex::Omit).to_string(),
+            r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}},{"id":"c2","type":"function","function":{"name":"g","arguments":"not json"}}]}"#
+        );
+        assert_eq!(
+            openai_message(&m, CallIndex::Include).to_string(),
+            r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","index":0,"function":{"name":"f","arguments":"{\"a\":1}"}},{"id":"c2","type":"function","index":1,"function":{"name":"g","arguments":"not json"}}]}"#
+        );
+        let plain = ChatMessage::Assistant { content: Some("hi".into()), tool_calls: vec![] };
+        for index in [CallIndex::Omit, CallIndex::Include] {
+            assert_eq!(openai_message(&plain, index), json!({"role": "assistant", "content": "hi"}));
+            assert_eq!(
+                openai_message(&ChatMessage::Tool { call_id: "c1".into(), content: "r".into() }, index),
+                json!({"role": "tool", "tool_call_id": "c1", "content": "r"})
+            );
+        }
     }
 }

@@ -51,7 +51,7 @@ pub fn ping(settings: &Settings, role: Option<&str>) -> Result<Vec<PingResult>> 
     }
     let ledger = Ledger::open(&settings.artifacts)?;
     let run = ledger.begin_run("llm-ping", "", crate::stage::CODE_VERSION)?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = super::batch::runtime()?;
     let results = rt.block_on(async {
         let client = LlmClient::with_mode(settings, "llm-ping", run, LlmMode::Live)?;
         let mut out = Vec::new();

@@ -61,3 +61,16 @@ impl Recorder {
         Ok(())
     }
 }
+
+/// The newest ledger event of the exchange with this request hash ([`super::Reply::exchange`]),
+/// for linking what a stage records to the exchange behind it.
+pub fn exchange_event(ledger: &Ledger, hash: &str) -> Result<Option<i64>> {
+    Ok(ledger
+        .connection()
+        .query_row(
+            "SELECT id FROM events WHERE kind = ?1 AND json_extract(payload, '$.request_hash') = ?2 ORDER BY id DESC LIMIT 1",
+            params![crate::ledger::kind::LLM_EXCHANGE, hash],
+            |r| r.get(0),
+        )
+        .optional()?)
+}

@@ -20,7 +20,6 @@
 //! (`{id, keep, dropped_by?, resolved, need?, answer?, scenario}` in input order), `report.json`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -28,11 +27,24 @@ use serde_json::{Value, json};
 
 use super::{CurateSettings, ScenarioSource, Session};
 use crate::ledger::{NewEvent, Parent};
-use crate::llm::{LlmClient, Prompt, prompt_path, role_hash};
+use crate::llm::Prompt;
+use crate::llm::batch::{Batch, BatchOptions, Item};
 use crate::settings::{Settings, section_hash};
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
 
 pub const STAGE: &str = "logs-curate";
+
+/// Kept sessions (one JSON [`Session`] a line), read by `logs split`.
+pub const CURATED: Artifact<Session> = Artifact::new(STAGE, "curated.jsonl");
+
+pub static SPEC: StageSpec = StageSpec {
+    name: STAGE,
+    command: "logs curate",
+    version: 2,
+    about: "keeps sessions resolved through tools, with a genuine need and a satisfactory answer (LLM judge)",
+    reads: &[super::import::SESSIONS.read()],
+    writes: &["curated.jsonl", "decisions.jsonl", "report.json"],
+};
 
 /// Does the query reflect a genuine need of the domain?
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -82,9 +94,15 @@ pub struct Decision {
     pub answer: Option<Criterion>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scenario: Option<String>,
-    /// Ledger ids of the LLM exchanges behind it (not written to artifacts).
-    #[serde(default, skip_serializing)]
-    pub exchanges: Vec<i64>,
+}
+
+/// A decision with the request hashes of the LLM exchanges behind it (the
+/// checkpointed value; the hashes become event parents, not artifact fields).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Judged {
+    pub decision: Decision,
+    #[serde(default)]
+    pub exchanges: Vec<String>,
 }
 
 /// Criterion 1 (rule).
@@ -142,12 +160,8 @@ pub fn label_prompt(c: &CurateSettings, s: &Session) -> Prompt {
 
 /// Judge one session (criteria in order, stopping at the first failure).
 /// `sampled = false`: the LLM criteria pass unjudged (see `llm_sample`).
-pub async fn judge(
-    client: &LlmClient,
-    c: &CurateSettings,
-    s: &Session,
-    sampled: bool,
-) -> Result<Decision, crate::llm::LlmError> {
+pub async fn judge(llm: &Item, c: &CurateSettings, s: &Session, sampled: bool) -> Result<Judged, crate::llm::LlmError> {
+    let mut exchanges = Vec::new();
     let mut d = Decision {
         id: s.id.clone(),
         keep: false,
@@ -156,11 +170,10 @@ pub async fn judge(
         need: None,
         answer: None,
         scenario: s.scenario.clone(),
-        exchanges: Vec::new(),
     };
     if !d.resolved.ok {
         d.dropped_by = Some("resolved".into());
-        return Ok(d);
+        return Ok(Judged { decision: d, exchanges });
     }
     let unjudged = || Criterion {
         ok: true,
@@ -168,16 +181,15 @@ pub async fn judge(
         by: "unjudged".into(),
     };
     if sampled {
-        let key = format!("need:{}", s.id);
-        let r = client.typed::<NeedVerdict>(&c.judge_role, &need_prompt(c, s), &key).await?;
-        d.exchanges.push(r.event_id);
+        let r = llm.typed_as::<NeedVerdict>(&c.judge_role, &need_prompt(c, s), "need").await?;
+        exchanges.push(r.exchange);
         d.need = Some(Criterion { ok: r.value.genuine, reason: one_line(&r.value.reason), by: "llm".into() });
     } else {
         d.need = Some(unjudged());
     }
     if !d.need.as_ref().is_some_and(|n| n.ok) {
         d.dropped_by = Some("need".into());
-        return Ok(d);
+        return Ok(Judged { decision: d, exchanges });
     }
     let answer = s.turns.iter().rev().find_map(|t| t.answer.as_ref()).filter(|a| !a.trim().is_empty());
     d.answer = Some(match (s.feedback, answer) {
@@ -189,19 +201,18 @@ pub async fn judge(
         (None, None) => Criterion { ok: false, reason: "no final answer".into(), by: "rule".into() },
         (None, Some(_)) if !sampled => unjudged(),
         (None, Some(_)) => {
-            let r =
-                client.typed::<AnswerVerdict>(&c.judge_role, &answer_prompt(c, s), &format!("answer:{}", s.id)).await?;
-            d.exchanges.push(r.event_id);
+            let r = llm.typed_as::<AnswerVerdict>(&c.judge_role, &answer_prompt(c, s), "answer").await?;
+            exchanges.push(r.exchange);
             Criterion { ok: r.value.satisfactory, reason: one_line(&r.value.reason), by: "llm".into() }
         }
     });
     if !d.answer.as_ref().is_some_and(|a| a.ok) {
         d.dropped_by = Some("answer".into());
-        return Ok(d);
+        return Ok(Judged { decision: d, exchanges });
     }
     if sampled && c.scenarios == ScenarioSource::Llm && (s.scenario.is_none() || c.relabel) {
-        let r = client.typed::<LabelPick>(&c.judge_role, &label_prompt(c, s), &format!("label:{}", s.id)).await?;
-        d.exchanges.push(r.event_id);
+        let r = llm.typed_as::<LabelPick>(&c.judge_role, &label_prompt(c, s), "label").await?;
+        exchanges.push(r.exchange);
         let pick = r.value.scenario.trim().to_string();
         // An answer outside the taxonomy is not trusted; the session keeps what it had.
         if c.taxonomy.contains(&pick) {
@@ -209,7 +220,7 @@ pub async fn judge(
         }
     }
     d.keep = true;
-    Ok(d)
+    Ok(Judged { decision: d, exchanges })
 }
 
 /// The sessions the LLM judges: all, or a seeded sample of `llm_sample` among those
@@ -233,105 +244,79 @@ pub fn one_line(s: &str) -> String {
 pub struct CurateStage;
 
 impl Stage for CurateStage {
-    fn name(&self) -> &'static str {
-        STAGE
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "logs curate"
+
+    fn enabled(&self, s: &Settings) -> bool {
+        s.config.logs.is_some()
     }
-    fn version(&self) -> u32 {
-        1
+
+    fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
+        vec![ConfigRef::new("logs.curate.judge_role", &super::import::settings(s).curate.judge_role)]
     }
-    fn upstream(&self) -> &'static [&'static str] {
-        &[super::import::STAGE]
+
+    fn prompts(&self, s: &Settings) -> Vec<PromptRef> {
+        let c = super::import::settings(s).curate;
+        let base = json!({"domain": "d", "requests": ["r"], "tools": ["t"]});
+        let mut answer = base.clone();
+        answer["answer"] = json!("a");
+        let mut label = base.clone();
+        label["taxonomy"] = json!(["x"]);
+        let mut v = vec![
+            PromptRef::new("logs.curate.need_template", &c.need_template, base),
+            PromptRef::new("logs.curate.answer_template", &c.answer_template, answer),
+        ];
+        if c.scenarios == ScenarioSource::Llm {
+            v.push(PromptRef::new("logs.curate.label_template", &c.label_template, label));
+        }
+        v
     }
+
+    fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        let c = super::import::settings(s).curate;
+        crate::settings::check_positive(problems, "logs.curate.concurrency", c.concurrency);
+        if c.scenarios == ScenarioSource::Llm && c.taxonomy.is_empty() {
+            problems.push(crate::error::Problem::new(
+                "logs.curate.taxonomy",
+                "is empty, but `scenarios = \"llm\"` picks labels from it",
+            ));
+        }
+    }
+
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let c = super::import::settings(s).curate;
-        let mut prompts = vec![prompt_path(s, &c.need_template), prompt_path(s, &c.answer_template)];
-        if c.scenarios == ScenarioSource::Llm {
-            prompts.push(prompt_path(s, &c.label_template));
-        }
-        Ok(Plan {
-            inputs: vec![super::import::path(s, "sessions.jsonl")],
-            prompts,
-            config_hash: section_hash(&json!({"curate": c, "role": role_hash(s, &c.judge_role)?}))?,
-        })
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&json!({"curate": c}))? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let s = ctx.settings;
         let c = super::import::settings(s).curate;
-        let sessions = super::parse_sessions(
-            inputs.bytes(&super::import::path(s, "sessions.jsonl"))?,
-            "logs-import/sessions.jsonl",
-        )?;
-        let mut checkpoint = ctx.checkpoint()?;
+        let sessions = super::read_sessions(inputs.open_of(&super::import::SESSIONS)?, "logs-import/sessions.jsonl")?;
         let sampled = sample(&sessions, &c, s.config.project.seed);
-        let todo: Vec<&Session> = sessions.iter().filter(|x| checkpoint.get(&x.id).is_none()).collect();
-        let resumed = sessions.len() - todo.len();
-        let run_id = ctx.ledger_run()?;
-        let pb = ctx.printer.progress(sessions.len() as u64, "curate");
-        pb.inc(resumed as u64);
-        let mut failures = Vec::new();
-        if !todo.is_empty() {
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-            let client = rt.block_on(async {
-                let client = LlmClient::from_settings(s, STAGE, run_id).await?;
-                let sem = Arc::new(tokio::sync::Semaphore::new(c.concurrency.max(1)));
-                let mut set = tokio::task::JoinSet::new();
-                for sess in todo {
-                    let (client, c, sem, sess) = (client.clone(), c.clone(), sem.clone(), sess.clone());
-                    let in_sample = sampled.contains(&sess.id);
-                    set.spawn(async move {
-                        let _p = sem.acquire_owned().await;
-                        let r = judge(&client, &c, &sess, in_sample).await;
-                        (sess.id, r)
-                    });
-                }
-                while let Some(j) = set.join_next().await {
-                    let (id, r) = j.context("a curation task panicked")?;
-                    match r {
-                        Ok(d) => {
-                            let mut v = serde_json::to_value(&d)?;
-                            v["exchanges"] = json!(d.exchanges);
-                            checkpoint.put(&id, v)?;
-                            crate::store::fail_point("logs_curate_session")?;
-                            pb.inc(1);
-                        }
-                        Err(e) if e.is_item_level() => failures.push(format!("{e}")),
-                        Err(e) => {
-                            set.abort_all();
-                            return Err(
-                                anyhow::Error::new(e).context("stopping: the LLM is unusable for every session")
-                            );
-                        }
-                    }
-                }
-                anyhow::Ok(client)
-            })?;
-            client.add_counts(out);
-        }
-        pb.finish_and_clear();
-        if !failures.is_empty() {
-            anyhow::bail!(
-                "{} of {} sessions got no valid judgement (the {} decisions so far are kept; a rerun retries only these):\n  {}",
-                failures.len(),
-                sessions.len(),
-                checkpoint.len(),
-                failures.join("\n  ")
-            );
-        }
+        let items: Vec<(String, (Session, bool))> =
+            sessions.iter().map(|x| (x.id.clone(), (x.clone(), sampled.contains(&x.id)))).collect();
+        let opts = BatchOptions::new(STAGE, "curate", "sessions")
+            .concurrency(c.concurrency.max(1))
+            .fail_point("logs_curate_session");
+        let mut batch = Batch::new(ctx, opts)?;
+        let cref = &c;
+        let done = batch.run(items, |(sess, in_sample): (Session, bool), llm: Item| async move {
+            Ok(judge(&llm, cref, &sess, in_sample).await?)
+        })?;
+        let resumed = done.resumed;
         let mut kept = Vec::new();
         let mut decisions = Vec::new();
         let mut by: BTreeMap<String, u64> = BTreeMap::new();
         for sess in &sessions {
-            let v = checkpoint.get(&sess.id).context("internal: a session has no decision")?;
-            let exchanges: Vec<i64> = serde_json::from_value(v.get("exchanges").cloned().unwrap_or(json!([])))?;
-            let d: Decision = serde_json::from_value(v.clone()).context("a checkpointed decision is not valid")?;
+            let j = done.values.get(&sess.id).context("internal: a session has no decision")?;
+            let d = j.decision.clone();
             let mut ev =
                 NewEvent::new(super::kind::DECISION, Some(&super::subject(&sess.id)), serde_json::to_value(&d)?);
-            for x in exchanges {
-                ev = ev.with_parent(Parent::Id(x));
+            for x in &j.exchanges {
+                if let Some(id) = batch.exchange_event(x)? {
+                    ev = ev.with_parent(Parent::Id(id));
+                }
             }
             out.event(ev);
             *by.entry(d.dropped_by.clone().unwrap_or_else(|| "kept".into())).or_default() += 1;
@@ -347,7 +332,10 @@ impl Stage for CurateStage {
             serde_json::to_writer(&mut dec_bytes, d)?;
             dec_bytes.push(b'\n');
         }
-        out.file("curated.jsonl", super::sessions_jsonl(&kept)?);
+        batch.finish(out)?;
+        let mut w = out.create("curated.jsonl")?;
+        super::write_sessions(&mut w, &kept)?;
+        w.finish()?;
         out.file("decisions.jsonl", dec_bytes);
         let report = json!({"sessions": sessions.len(), "kept": kept.len(), "outcome": by});
         out.json("report.json", &report)?;

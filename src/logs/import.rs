@@ -8,8 +8,8 @@
 //! - `malformed.jsonl`: `{location: "file:line", reason}` of every record kept out;
 //! - `report.json`: counts (sessions, calls, groups, flags per code, malformed, detector hits).
 //!
-//! Sessions are written one by one through a buffered writer into the stage's work
-//! folder, so memory does not grow with the log (the runner then takes the file over).
+//! Sessions are written one by one into a streamed output (`out.create`), and the
+//! sources are read record by record, so memory does not grow with the log.
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
@@ -24,9 +24,23 @@ use super::readers::{Item, read_source};
 use super::{CatalogFormat, Flag, LogFormat, LogsSettings, Session, flag};
 use crate::ledger::NewEvent;
 use crate::settings::{Settings, section_hash};
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, Stage, StageSpec};
 
 pub const STAGE: &str = "logs-import";
+
+/// Normalised, anonymised sessions (one JSON [`Session`] a line), read by `logs curate`.
+pub const SESSIONS: Artifact<Session> = Artifact::new(STAGE, "sessions.jsonl");
+/// The domain's tools, read by `logs split` and `graph build`.
+pub const CATALOG: Artifact<Vec<LogTool>> = Artifact::new(STAGE, "catalog.json");
+
+pub static SPEC: StageSpec = StageSpec {
+    name: STAGE,
+    command: "logs import",
+    version: 2,
+    about: "a domain's tool logs and catalog → normalised, anonymised sessions",
+    reads: &[],
+    writes: &["sessions.jsonl", "malformed.jsonl", "catalog.json", "report.json"],
+};
 
 /// One tool of the domain's catalog.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -244,18 +258,24 @@ fn source_files(s: &Settings) -> Vec<SourceFile> {
 pub struct ImportStage;
 
 impl Stage for ImportStage {
-    fn name(&self) -> &'static str {
-        STAGE
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "logs import"
+
+    fn enabled(&self, s: &Settings) -> bool {
+        s.config.logs.is_some()
     }
-    fn version(&self) -> u32 {
-        1
+
+    fn servers(&self, s: &Settings) -> Vec<ConfigRef> {
+        let l = settings(s);
+        l.catalog
+            .as_ref()
+            .filter(|c| c.path.is_none())
+            .and_then(|c| c.server.as_ref())
+            .map(|name| vec![ConfigRef::new("logs.catalog.server", name)])
+            .unwrap_or_default()
     }
-    fn upstream(&self) -> &'static [&'static str] {
-        &[]
-    }
+
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let l = settings(s);
         let mut inputs: Vec<PathBuf> = source_files(s).into_iter().map(|f| f.path).collect();
@@ -269,7 +289,6 @@ impl Stage for ImportStage {
             .unwrap_or_default();
         Ok(Plan {
             inputs,
-            prompts: Vec::new(),
             config_hash: section_hash(
                 &json!({"sources": l.sources, "catalog": l.catalog, "anonymise": l.anonymise, "secret": secret_tag}),
             )?,
@@ -289,11 +308,7 @@ impl Stage for ImportStage {
         let catalog = load_catalog(ctx, inputs, &l)?;
         let known: Option<HashSet<String>> = catalog.as_ref().map(|c| c.iter().map(|t| t.name.clone()).collect());
 
-        let work = s.artifacts.join(".work").join(STAGE);
-        std::fs::create_dir_all(&work).with_context(|| format!("cannot create `{}`", work.display()))?;
-        let tmp = work.join("sessions.jsonl.tmp");
-        let file = std::fs::File::create(&tmp).with_context(|| format!("cannot write `{}`", tmp.display()))?;
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+        let mut w = out.create("sessions.jsonl")?;
         let mut rejects = Vec::new();
         let mut malformed_lines = Vec::new();
         let rep = import_sources(&source_files(s), known.as_ref(), &mut anon, &mut w, &mut |loc, reason| {
@@ -302,12 +317,7 @@ impl Stage for ImportStage {
             rejects.push(NewEvent::new(super::kind::REJECT, Some(loc), json!({"location": loc, "reason": reason})));
             Ok(())
         })?;
-        w.flush()?;
-        drop(w);
-        // Hand-over point: when the runner streams outputs, pass the file instead.
-        let bytes = std::fs::read(&tmp)?;
-        let _ = std::fs::remove_file(&tmp);
-        out.file("sessions.jsonl", bytes);
+        w.finish()?;
         out.file("malformed.jsonl", malformed_lines);
         out.json("catalog.json", &catalog.unwrap_or_default())?;
         out.json("report.json", &rep)?;
@@ -345,7 +355,7 @@ fn load_catalog(ctx: &Ctx, inputs: &Inputs, l: &LogsSettings) -> Result<Option<V
         anyhow::bail!("`[logs.catalog]` needs `path` (a file) or `server` (a configured MCP server)");
     };
     let client = crate::mcp::commands::client_for(s, server)?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = crate::llm::batch::runtime()?;
     let tools = rt.block_on(async {
         let t = client.list_tools().await;
         client.shutdown().await;

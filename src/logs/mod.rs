@@ -335,6 +335,35 @@ pub fn parse_sessions(bytes: &[u8], what: &str) -> anyhow::Result<Vec<Session>> 
     Ok(out)
 }
 
+/// Read a JSONL stream of sessions line by line (a large artifact is never held
+/// whole as bytes), naming the line of any bad record.
+pub fn read_sessions(r: impl std::io::Read, what: &str) -> anyhow::Result<Vec<Session>> {
+    use std::io::BufRead;
+    let mut out = Vec::new();
+    for (i, line) in std::io::BufReader::new(r).lines().enumerate() {
+        let line = line.map_err(|e| anyhow::anyhow!("cannot read `{what}`: {e}"))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let s: Session = serde_json::from_str(&line)
+            .map_err(|e| anyhow::anyhow!("`{what}` line {}: not a benchgen session: {e}", i + 1))?;
+        out.push(s);
+    }
+    Ok(out)
+}
+
+/// Write sessions as JSONL (one per line) to a stream.
+pub fn write_sessions<'a>(
+    w: &mut impl std::io::Write,
+    sessions: impl IntoIterator<Item = &'a Session>,
+) -> anyhow::Result<()> {
+    for s in sessions {
+        serde_json::to_writer(&mut *w, s)?;
+        w.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
 /// Sessions as JSONL bytes (one per line).
 pub fn sessions_jsonl<'a>(sessions: impl IntoIterator<Item = &'a Session>) -> anyhow::Result<Vec<u8>> {
     let mut out = Vec::new();

@@ -22,9 +22,25 @@ use serde_json::json;
 
 use super::{Session, SplitSettings};
 use crate::settings::{Settings, section_hash};
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{Artifact, Ctx, Inputs, Output, Plan, Stage, StageSpec};
 
 pub const STAGE: &str = "logs-split";
+
+/// Multi-tool sessions (one JSON [`Session`] a line), read by `graph build`.
+pub const GRAPH_SOURCE: Artifact<Session> = Artifact::new(STAGE, "graph_source.jsonl");
+/// Single-tool sessions of the benchmark pool.
+pub const BENCHMARK: Artifact<Session> = Artifact::new(STAGE, "benchmark.jsonl");
+/// Single-tool sessions of the seed pool.
+pub const SEED: Artifact<Session> = Artifact::new(STAGE, "seed.jsonl");
+
+pub static SPEC: StageSpec = StageSpec {
+    name: STAGE,
+    command: "logs split",
+    version: 2,
+    about: "curated sessions → seeded, stratified benchmark and seed pools, and the graph source",
+    reads: &[super::curate::CURATED.read(), super::import::CATALOG.read()],
+    writes: &["benchmark.jsonl", "seed.jsonl", "graph_source.jsonl", "split.json"],
+};
 
 #[derive(Debug, Serialize, PartialEq)]
 pub struct Split {
@@ -119,22 +135,23 @@ pub fn split(sessions: &[Session], cfg: &SplitSettings, seed: u64, catalog_tools
 pub struct SplitStage;
 
 impl Stage for SplitStage {
-    fn name(&self) -> &'static str {
-        STAGE
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
-    fn command(&self) -> &'static str {
-        "logs split"
+    fn enabled(&self, s: &Settings) -> bool {
+        s.config.logs.is_some()
     }
-    fn version(&self) -> u32 {
-        1
-    }
-    fn upstream(&self) -> &'static [&'static str] {
-        &[super::curate::STAGE, super::import::STAGE]
+    fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        let sp = super::import::settings(s).split;
+        if let Some(r) = sp.seed_ratio
+            && !(0.0..=1.0).contains(&r)
+        {
+            problems.push(crate::error::Problem::new("logs.split.seed_ratio", format!("is {r}; it must be in [0, 1]")));
+        }
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
         Ok(Plan {
-            inputs: vec![curated_path(s), super::import::path(s, "catalog.json")],
-            prompts: vec![],
+            inputs: vec![],
             config_hash: section_hash(
                 &json!({"split": super::import::settings(s).split, "seed": s.config.project.seed}),
             )?,
@@ -142,16 +159,17 @@ impl Stage for SplitStage {
     }
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let s = ctx.settings;
-        let sessions = super::parse_sessions(inputs.bytes(&curated_path(s))?, "logs-curate/curated.jsonl")?;
-        let catalog: Vec<super::import::LogTool> =
-            serde_json::from_slice(inputs.bytes(&super::import::path(s, "catalog.json"))?)?;
+        let sessions = super::read_sessions(inputs.open_of(&super::curate::CURATED)?, "logs-curate/curated.jsonl")?;
+        let catalog = inputs.json(&super::import::CATALOG)?;
         let names: Vec<String> = catalog.into_iter().map(|t| t.name).collect();
         let sp = split(&sessions, &super::import::settings(s).split, s.config.project.seed, &names);
         let by_id: BTreeMap<&str, &Session> = sessions.iter().map(|x| (x.id.as_str(), x)).collect();
         for (file, ids) in
             [("benchmark.jsonl", &sp.benchmark), ("seed.jsonl", &sp.seed), ("graph_source.jsonl", &sp.graph_source)]
         {
-            out.file(file, super::sessions_jsonl(ids.iter().map(|i| by_id[i.as_str()]))?);
+            let mut w = out.create(file)?;
+            super::write_sessions(&mut w, ids.iter().map(|i| by_id[i.as_str()]))?;
+            w.finish()?;
         }
         for (pool, ids) in [
             ("benchmark", &sp.benchmark),
@@ -197,10 +215,6 @@ impl Stage for SplitStage {
         }
         Ok(())
     }
-}
-
-fn curated_path(s: &Settings) -> std::path::PathBuf {
-    s.artifacts.join(super::curate::STAGE).join("curated.jsonl")
 }
 
 pub fn path(s: &Settings, file: &str) -> std::path::PathBuf {

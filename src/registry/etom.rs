@@ -3,7 +3,8 @@
 //! server_description, server_summary, server_url, categories[], source_file,
 //! tools: [{tool_name, tool_description, input_schema}]}]}`.
 //!
-//! Parsing walks the JSON by hand so each problem names its exact place
+//! The wire types are [`crate::formats::etom::Registry`] and its records (what release
+//! export writes); parsing walks the JSON by hand instead, so each problem names its exact place
 //! (`servers[3] "name" .tools[1] "tool" .input_schema`). All problems are
 //! collected before reporting. In lenient mode, invalid or duplicate records
 //! are left out and each is listed with its reason instead.
@@ -14,22 +15,14 @@ use serde_json::{Map, Value};
 
 use super::{Imported, Note, Origin, Rejected};
 use crate::error::{Problem, json_type_name as type_name};
+use crate::formats::etom::{REGISTRY_DERIVED_KEYS, RegistryServer, RegistryTool};
 use crate::model::{Server, Tool, tool_id};
 
-/// Server keys benchgen reads; anything else is noted as ignored.
-const SERVER_KEYS: &[&str] = &[
-    "server_name",
-    "server_description",
-    "server_summary",
-    "server_url",
-    "categories",
-    "source_file",
-    "tools",
-    "license",
-];
-const TOOL_KEYS: &[&str] = &["tool_name", "tool_description", "input_schema", "output_schema"];
+// The format's field names live with its wire types: what import reads is what export writes.
+const SERVER_KEYS: &[&str] = RegistryServer::KEYS;
+const TOOL_KEYS: &[&str] = RegistryTool::KEYS;
 /// Keys that ETOM's own scripts add (embeddings); ignored without a note.
-const DERIVED_KEYS: &[&str] = &["server_embedding", "tool_embedding", "tool_description_embedding"];
+const DERIVED_KEYS: &[&str] = REGISTRY_DERIVED_KEYS;
 
 /// Reads fields of one JSON object and collects problems about them.
 struct Fields<'a> {
@@ -293,6 +286,7 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
             categories,
             license,
             tools,
+            registry: None,
         });
     }
 

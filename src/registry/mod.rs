@@ -1,10 +1,19 @@
 //! `benchgen registry …`: get a catalog of MCP servers and tools into
-//! `artifacts/catalog/`.
+//! `artifacts/registry-import/`.
 //!
-//! `registry import` reads a snapshot file (ETOM's `mcp_registry.json` format);
-//! live scrapers of registry APIs belong beside it in this folder.
+//! `registry import` reads a snapshot file (ETOM's `mcp_registry.json` format) or one or
+//! more scraped snapshot folders (merged); `registry scrape` fetches those folders from
+//! the Glama, official and Smithery APIs; `registry tools` lists tools live over MCP.
+//! See `docs/registry.md`.
 
+pub mod categories;
+pub mod commands;
 pub mod etom;
+pub mod import;
+pub mod merge;
+pub mod pages;
+pub mod scrape;
+pub mod tools;
 
 use std::path::PathBuf;
 
@@ -15,7 +24,7 @@ use crate::error::{InputError, Problem};
 use crate::ledger::{NewEvent, Parent, kind};
 use crate::model::Catalog;
 use crate::settings::{RegistryFormat, Settings, section_hash};
-use crate::stage::{Ctx, Inputs, Output, Plan, Stage};
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
 
 /// A remark about the input that did not stop the import (a trimmed name, an
 /// ignored field, a header count that disagrees with the file).
@@ -53,38 +62,67 @@ pub struct Imported {
     pub origins: Vec<Origin>,
 }
 
-/// The `catalog` stage, run by `registry import`.
-pub struct CatalogStage {
-    pub source: PathBuf,
-    pub format: RegistryFormat,
+/// The imported catalog (`registry import`), read by `filter` and `stats`.
+pub const CATALOG: Artifact<Catalog> = Artifact::new("registry-import", "catalog.json");
+
+pub static SPEC: StageSpec = StageSpec {
+    name: "registry-import",
+    command: "registry import",
+    version: 1,
+    about: "import a registry snapshot into a normalised catalog",
+    reads: &[],
+    // The last five only from scraped snapshots (see `docs/registry.md`).
+    writes: &[
+        "catalog.json",
+        "import_report.json",
+        "merge.md",
+        "merge_summary.json",
+        "conflicts.csv",
+        "review.csv",
+        "categories.csv",
+    ],
+};
+
+/// The `registry-import` stage, with optional command-line overrides of `[registry]`.
+#[derive(Debug, Clone, Default)]
+pub struct ImportStage {
+    pub file: Option<PathBuf>,
+    pub format: Option<RegistryFormat>,
     pub lenient: bool,
 }
 
-impl CatalogStage {
-    /// The stage as the pipeline config describes it, with optional command-line overrides.
-    pub fn from_settings(
-        settings: &Settings,
-        file: Option<PathBuf>,
-        format: Option<RegistryFormat>,
-        lenient: bool,
-    ) -> Result<Self> {
+impl ImportStage {
+    fn source(&self, settings: &Settings) -> Result<PathBuf> {
+        match (&self.file, &settings.config.registry.source) {
+            (Some(f), _) => Ok(crate::settings::normalize(f)),
+            (None, Some(s)) => Ok(settings.resolve(s)),
+            (None, None) => Err(crate::error::hinted(
+                format!(
+                    "no registry snapshot to import: `{}` has no `registry.source`",
+                    settings.config_path.display()
+                ),
+                "pass a file (`benchgen registry import FILE`) or set `[registry] source = \"raw/…\"`",
+            )),
+        }
+    }
+
+    /// Scraped snapshot folders to import and merge (priority order); empty for ETOM's file.
+    fn snapshots(&self, settings: &Settings) -> Vec<PathBuf> {
         let reg = &settings.config.registry;
-        let source = match file {
-            Some(f) => crate::settings::normalize(&f),
-            None => match &reg.source {
-                Some(s) => settings.resolve(s),
-                None => {
-                    return Err(crate::error::hinted(
-                        format!(
-                            "no registry snapshot to import: `{}` has no `registry.source`",
-                            settings.config_path.display()
-                        ),
-                        "pass a file (`benchgen registry import FILE`) or set `[registry] source = \"raw/…\"`",
-                    ));
-                }
-            },
-        };
-        Ok(Self { source, format: format.unwrap_or(reg.format), lenient: lenient || reg.lenient })
+        let format = self.format.unwrap_or(reg.format);
+        match &self.file {
+            Some(f) if format != RegistryFormat::Etom => vec![crate::settings::normalize(f)],
+            Some(_) => vec![],
+            None if format != RegistryFormat::Etom || !reg.snapshots.is_empty() => {
+                reg.snapshots.iter().map(|p| settings.resolve(p)).collect()
+            }
+            None => vec![],
+        }
+    }
+
+    fn settings(&self, settings: &Settings) -> ImportSettings {
+        let reg = &settings.config.registry;
+        ImportSettings { format: self.format.unwrap_or(reg.format), lenient: self.lenient || reg.lenient }
     }
 }
 
@@ -105,33 +143,60 @@ struct ImportReport<'a> {
     rejected: &'a [Rejected],
 }
 
-impl Stage for CatalogStage {
-    fn name(&self) -> &'static str {
-        "catalog"
-    }
-    fn command(&self) -> &'static str {
-        "registry import"
-    }
-    fn version(&self) -> u32 {
-        1
-    }
-    fn upstream(&self) -> &'static [&'static str] {
-        &[]
+/// Whether the registry track (import, filter, stats) is part of `run`: always,
+/// unless the config is a log-track project that names no registry snapshot.
+pub fn in_pipeline(settings: &Settings) -> bool {
+    let r = &settings.config.registry;
+    settings.config.logs.is_none() || r.source.is_some() || !r.snapshots.is_empty()
+}
+
+impl Stage for ImportStage {
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
     }
 
-    fn plan(&self, _settings: &Settings) -> Result<Plan> {
-        Ok(Plan {
-            inputs: vec![self.source.clone()],
-            prompts: vec![],
-            config_hash: section_hash(&ImportSettings { format: self.format, lenient: self.lenient })?,
-        })
+    fn enabled(&self, settings: &Settings) -> bool {
+        in_pipeline(settings)
+    }
+
+    fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
+        let role = settings.config.registry.categories.classifier_role.as_ref();
+        role.map(|r| ConfigRef::new("registry.categories.classifier_role", r)).into_iter().collect()
+    }
+
+    fn prompts(&self, settings: &Settings) -> Vec<PromptRef> {
+        if settings.config.registry.categories.classifier_role.is_none() {
+            return Vec::new();
+        }
+        let vars = serde_json::json!({
+            "name": "s", "description": "d", "tools": ["t"], "source_categories": ["c"], "taxonomy": ["x"],
+        });
+        vec![PromptRef::new("registry.categories.classifier_role", categories::CLASSIFY_PROMPT, vars)]
+    }
+
+    fn plan(&self, settings: &Settings) -> Result<Plan> {
+        let snapshots = self.snapshots(settings);
+        if !snapshots.is_empty() {
+            return Ok(Plan {
+                inputs: snapshots.iter().map(|d| snapshot_files(d)).collect::<Result<Vec<_>>>()?.concat(),
+                config_hash: section_hash(&(self.settings(settings), &settings.config.registry.categories))?,
+            });
+        }
+        Ok(Plan { inputs: vec![self.source(settings)?], config_hash: section_hash(&self.settings(settings))? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
-        let bytes = inputs.bytes(&self.source)?;
-        let shown = ctx.settings.display_path(&self.source);
-        let imported = match self.format {
-            RegistryFormat::Etom => etom::parse(bytes, self.lenient),
+        let snapshots = self.snapshots(ctx.settings);
+        if !snapshots.is_empty() {
+            return self.run_snapshots(ctx, inputs, out, &snapshots);
+        }
+        let source = self.source(ctx.settings)?;
+        let ImportSettings { format, lenient } = self.settings(ctx.settings);
+        let bytes = inputs.bytes(&source)?;
+        let shown = ctx.settings.display_path(&source);
+        let imported = match format {
+            RegistryFormat::Etom => etom::parse(bytes, lenient),
+            _ => unreachable!("scraped formats are imported as snapshot folders"),
         }
         .map_err(|problems| InputError { file: shown.clone(), problems })?;
         if !imported.problems.is_empty() {
@@ -156,7 +221,7 @@ impl Stage for CatalogStage {
             serde_json::json!({
                 "path": shown,
                 "sha256": crate::store::sha256_hex(bytes),
-                "format": self.format,
+                "format": format,
                 "bytes": bytes.len(),
             }),
         ));
@@ -199,7 +264,7 @@ impl Stage for CatalogStage {
             "import_report.json",
             &ImportReport {
                 source: shown.clone(),
-                format: self.format,
+                format,
                 servers: catalog.servers.len(),
                 tools: catalog.tool_count(),
                 categories: categories.len(),
@@ -221,6 +286,89 @@ impl Stage for CatalogStage {
         if !imported.rejected.is_empty() {
             out.notes.push(format!("{} records left out (see import_report.json)", imported.rejected.len()));
         }
+        Ok(())
+    }
+}
+
+/// Every file of a snapshot that an import reads: `state.json`, its pages and details.
+fn snapshot_files(dir: &std::path::Path) -> Result<Vec<PathBuf>> {
+    let st = commands::snapshot_state(dir)?;
+    let mut files = vec![dir.join("state.json")];
+    files.extend(st.pages.iter().map(|p| dir.join(&p.file)));
+    files.extend(st.details.values().map(|d| dir.join(&d.file)));
+    Ok(files)
+}
+
+impl ImportStage {
+    /// Import and merge scraped snapshots (one is a merge of one).
+    fn run_snapshots(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output, dirs: &[PathBuf]) -> Result<()> {
+        let cats_cfg = &ctx.settings.config.registry.categories;
+        let format = self.settings(ctx.settings).format;
+        let mut snaps: Vec<(String, pages::SourceKind, commands::Reader)> = Vec::new();
+        for d in dirs {
+            let st = commands::snapshot_state(d)?;
+            if dirs.len() == 1 && format != RegistryFormat::Etom {
+                let want = match format {
+                    RegistryFormat::Glama => pages::SourceKind::Glama,
+                    RegistryFormat::Official => pages::SourceKind::Official,
+                    _ => pages::SourceKind::Smithery,
+                };
+                if want != st.kind {
+                    return Err(crate::error::hinted(
+                        format!(
+                            "`{}` is a {} snapshot, not {}",
+                            ctx.settings.display_path(d),
+                            st.kind.as_str(),
+                            want.as_str()
+                        ),
+                        format!("use `--format {}`", st.kind.as_str()),
+                    ));
+                }
+            }
+            let dir = d.clone();
+            snaps.push((
+                ctx.settings.display_path(d),
+                st.kind,
+                Box::new(move |rel: &str| Ok(inputs.bytes(&dir.join(rel))?.to_vec())),
+            ));
+        }
+        let (mut merged, mut cats, notes) = commands::build_catalog(&snaps, cats_cfg)?;
+        categories::classify_with_llm(ctx, &mut merged.catalog.servers, cats_cfg, &mut cats, out)?;
+        for n in &notes {
+            if ctx.printer.verbose > 0 {
+                ctx.printer.warn(&format!("{}: {}", n.location, n.message));
+            }
+        }
+        for (name, bytes) in commands::merge_files(&merged, &cats)? {
+            out.file(name, bytes);
+        }
+        let catalog = &merged.catalog;
+        let categories: std::collections::BTreeSet<&str> =
+            catalog.servers.iter().flat_map(|s| s.categories.iter().map(String::as_str)).collect();
+        out.json(
+            "import_report.json",
+            &ImportReport {
+                source: snaps.iter().map(|s| s.0.clone()).collect::<Vec<_>>().join(", "),
+                format,
+                servers: catalog.servers.len(),
+                tools: catalog.tool_count(),
+                categories: categories.len(),
+                notes: &notes,
+                rejected: &[],
+            },
+        )?;
+        out.count("servers", catalog.servers.len());
+        out.count("tools", catalog.tool_count());
+        out.count("categories", categories.len());
+        out.count("notes", notes.len());
+        out.count("conflicts", merged.conflicts.len());
+        out.notes.push(format!(
+            "imported {} servers and {} tools in {} categories from {} snapshot(s)",
+            catalog.servers.len(),
+            catalog.tool_count(),
+            categories.len(),
+            snaps.len()
+        ));
         Ok(())
     }
 }

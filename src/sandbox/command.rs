@@ -42,7 +42,7 @@ pub fn options(settings: &Settings, a: &SandboxArgs) -> Result<SandboxOptions> {
 }
 
 pub fn run(settings: &Settings, printer: &Printer, a: &SandboxArgs) -> Result<()> {
-    let path = a.catalog.clone().unwrap_or_else(|| settings.artifacts.join("filter").join("catalog.json"));
+    let path = a.catalog.clone().unwrap_or_else(|| crate::filter::CATALOG.path(settings));
     if !path.exists() {
         return Err(crate::error::hinted(
             format!("catalog `{}` does not exist", path.display()),

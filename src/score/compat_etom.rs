@@ -553,7 +553,7 @@ pub fn to_orchestrator(norm: &NormPred) -> Value {
         .iter()
         .flatten()
         .map(|c| {
-            let (server, tool) = match super::input::split_id(&c.tool) {
+            let (server, tool) = match crate::model::split_tool_id(&c.tool) {
                 Some((s, t)) => (s, t),
                 None => ("", c.tool.as_str()),
             };
@@ -573,7 +573,7 @@ pub fn to_orchestrator(norm: &NormPred) -> Value {
 pub fn gt_from_item(item: &Item) -> Value {
     let flat = matches!(item.kind, Kind::L1 | Kind::L3);
     let tool = |id: &str, deps: &[usize]| {
-        let (server, tool) = super::input::split_id(id).unwrap_or(("", id));
+        let (server, tool) = crate::model::split_tool_id(id).unwrap_or(("", id));
         serde_json::json!({"server_name": server, "tool_name": tool, "dependencies": deps})
     };
     let steps = item

@@ -68,6 +68,15 @@ pub struct Options {
     pub mode: Mode,
 }
 
+/// Files the `score` command writes besides printing the report.
+#[derive(Debug, Clone, Default)]
+pub struct ReportFiles {
+    /// Per-sample results with reasons (JSONL).
+    pub per_sample: Option<PathBuf>,
+    /// The report as Markdown.
+    pub markdown: Option<PathBuf>,
+}
+
 /// One reference call, ready for matching: comparison keys of its alternatives.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GoldCall {
@@ -408,20 +417,12 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
 
 /// The `score` command: run, print, write the requested files; exit 1 when prediction
 /// records could not be scored (the report is complete either way).
-pub fn command(args: &crate::cli::ScoreArgs, printer: &crate::printer::Printer) -> anyhow::Result<()> {
-    let opts = Options {
-        benches: args.benches.clone(),
-        pred: args.pred.clone(),
-        bench_format: args.bench_format,
-        pred_format: args.format,
-        etom_level: args.etom_level,
-        mode: args.compat.into(),
-    };
-    let rep = run(&opts)?;
-    if let Some(p) = &args.per_sample {
+pub fn command(opts: &Options, files: &ReportFiles, printer: &crate::printer::Printer) -> anyhow::Result<()> {
+    let rep = run(opts)?;
+    if let Some(p) = &files.per_sample {
         crate::store::write_atomic(p, &report::render_per_sample(&rep))?;
     }
-    if let Some(p) = &args.markdown {
+    if let Some(p) = &files.markdown {
         crate::store::write_atomic(p, report::render_markdown(&rep).as_bytes())?;
     }
     printer.summary(&report::render_text(&rep), &rep);

@@ -1,0 +1,718 @@
+//! Benchmark loading: unified JSONL (streamed), ETOM level files and FinMCP sample files
+//! (read whole, through [`crate::formats`]), into score's [`Item`]s with every reference
+//! defect noted.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::{Bench, BenchFile, BenchFormat, Diagnostic, Interner, STOP, intern, key_for, split_turns};
+use crate::error::{InputError, Problem, json_type_name};
+use crate::formats::{etom, finmcp};
+use crate::model::{Difficulty, Family, Kind, norm_tool_id_cow};
+use crate::score::{GoldCall, Item, Mode, Options, Raw};
+
+pub fn load_benches(opts: &Options) -> anyhow::Result<Bench> {
+    let keep_raw = opts.mode != Mode::Corrected;
+    let mut bench = Bench::default();
+    let mut names = Interner::default();
+    for path in &opts.benches {
+        let file_idx = bench.files.len();
+        let shown = path.display().to_string();
+        let file = std::fs::File::open(path).with_context(|| format!("cannot read benchmark `{shown}`"))?;
+        let mut reader = BufReader::with_capacity(1 << 20, file);
+        // JSONL is streamed; a JSON list (ETOM, FinMCP) is read whole.
+        let first = reader.fill_buf()?.iter().copied().find(|b| !b.is_ascii_whitespace());
+        let streamed = match opts.bench_format {
+            Some(f) => f == BenchFormat::Unified,
+            None => first != Some(b'['),
+        };
+        let mut text = String::new();
+        if !streamed {
+            reader.read_to_string(&mut text).with_context(|| format!("cannot read benchmark `{shown}`"))?;
+        }
+        let format = match opts.bench_format {
+            Some(f) => f,
+            None if streamed => BenchFormat::Unified,
+            None => detect_bench(path, &text)?,
+        };
+        let mut pools = Pools { tools: &mut bench.tools, names: &mut names };
+        let (items, level) = match format {
+            BenchFormat::Unified => (load_unified(&shown, reader, file_idx, &mut pools)?, None),
+            BenchFormat::Etom => {
+                let level = etom_level(path, opts.etom_level)?;
+                (load_etom(&shown, &text, level, file_idx, keep_raw, &mut pools)?, Some(level))
+            }
+            BenchFormat::Finmcp => (load_finmcp(&shown, &text, file_idx, keep_raw, &mut pools)?, None),
+        };
+        bench.files.push(BenchFile { path: shown, format, level, samples: items.len() });
+        bench.items.extend(items);
+    }
+    let mut first: HashMap<&str, usize, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(bench.items.len(), Default::default());
+    let mut dups = Vec::new();
+    for (i, it) in bench.items.iter().enumerate() {
+        match first.get(it.id.as_str()) {
+            Some(&j) => dups.push((j, i)),
+            None => {
+                first.insert(it.id.as_str(), i);
+            }
+        }
+    }
+    drop(first);
+    for &(j, i) in &dups {
+        let (a, b) = (&bench.items[j], &bench.items[i]);
+        let same = a.turns == b.turns;
+        bench.diagnostics.push(Diagnostic {
+            file: bench.files[b.file].path.clone(),
+            location: format!("record {}", b.record),
+            id: Some(b.id.clone()),
+            message: format!(
+                "duplicate sample id (first at {} record {}{}); the corrected mode scores it once, the compat modes score every entry as the published evaluators do",
+                bench.files[a.file].path,
+                a.record,
+                if same { ", identical reference" } else { ", DIFFERENT reference" }
+            ),
+        });
+    }
+    bench.duplicates = dups;
+    Ok(bench)
+}
+
+/// The interners a loader fills.
+struct Pools<'a> {
+    tools: &'a mut Interner,
+    names: &'a mut Interner,
+}
+
+/// A JSON list: look at the first element's keys.
+fn detect_bench(path: &Path, text: &str) -> anyhow::Result<BenchFormat> {
+    let v: Value = serde_json::from_str(text).map_err(|e| InputError {
+        file: path.display().to_string(),
+        problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
+    })?;
+    let first = v.as_array().and_then(|a| a.first()).and_then(Value::as_object);
+    match first {
+        Some(o) if o.contains_key("ground_truth_tools") || o.contains_key("query_id") => Ok(BenchFormat::Etom),
+        Some(o) if o.contains_key("messages") && (o.contains_key("scenery") || o.contains_key("diff_level")) => {
+            Ok(BenchFormat::Finmcp)
+        }
+        _ => Err(crate::error::hinted(
+            format!("cannot tell the format of benchmark `{}`", path.display()),
+            "pass `--bench-format unified|etom|finmcp`",
+        )),
+    }
+}
+
+fn etom_level(path: &Path, given: Option<u8>) -> anyhow::Result<u8> {
+    if let Some(l) = given {
+        return Ok(l);
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let re = regex::Regex::new(r"level_?([1-5])").expect("static regex");
+    match re.captures(&name) {
+        Some(c) => Ok(c[1].parse().expect("digit")),
+        None => Err(crate::error::hinted(
+            format!("cannot tell the ETOM level of `{}`", path.display()),
+            "name the file `level_N.json` (N = 1…5) or pass `--etom-level N`",
+        )),
+    }
+}
+
+fn category_and_scenario<S: AsRef<str>>(scenario: &[S], names: &mut Interner) -> (Arc<str>, Arc<str>) {
+    let s: Vec<&str> = scenario.iter().map(|s| s.as_ref().trim()).filter(|s| !s.is_empty()).collect();
+    match s.as_slice() {
+        [] => (intern(names, "(none)"), intern(names, "(none)")),
+        [a] => (intern(names, a), intern(names, a)),
+        [a, b, ..] => {
+            // Interned: one shared copy of the joined name for all its samples.
+            let mut joined = String::with_capacity(a.len() + b.len() + 3);
+            joined.push_str(a);
+            joined.push_str(" / ");
+            joined.push_str(b);
+            (intern(names, a), intern(names, &joined))
+        }
+    }
+}
+
+/// Validate dependencies of one turn's plan; invalid ones are dropped and reported.
+fn check_deps(calls: &mut [GoldCall], turn: usize, defects: &mut Vec<String>) {
+    if calls.iter().all(|c| c.deps.is_empty()) {
+        return; // the common case: nothing to check
+    }
+    let n = calls.len();
+    for (i, c) in calls.iter_mut().enumerate() {
+        let mut kept = Vec::with_capacity(c.deps.len());
+        for &d in &c.deps {
+            if d >= n {
+                defects.push(format!(
+                    "turn {turn} call {i} depends on call {d}, which does not exist; dependency ignored"
+                ));
+            } else if d == i {
+                defects.push(format!("turn {turn} call {i} depends on itself; dependency ignored"));
+            } else {
+                if d > i {
+                    defects.push(format!(
+                        "turn {turn} call {i} depends on later-listed call {d} (forward reference); scored by the dependency, not the listing order"
+                    ));
+                }
+                if !kept.contains(&d) {
+                    kept.push(d);
+                }
+            }
+        }
+        c.deps = kept;
+    }
+    // Cycles make a plan unsatisfiable: report and drop the dependencies of the calls involved.
+    let mut indeg: Vec<usize> = calls.iter().map(|c| c.deps.len()).collect();
+    let mut done = vec![false; n];
+    let mut progress = true;
+    while progress {
+        progress = false;
+        for i in 0..n {
+            if !done[i] && indeg[i] == 0 {
+                done[i] = true;
+                progress = true;
+                for (j, c) in calls.iter().enumerate() {
+                    if c.deps.contains(&i) {
+                        indeg[j] -= 1;
+                    }
+                }
+            }
+        }
+    }
+    let cyclic: Vec<usize> = (0..n).filter(|&i| !done[i]).collect();
+    if !cyclic.is_empty() {
+        defects.push(format!("turn {turn}: dependency cycle among calls {cyclic:?}; their dependencies ignored"));
+        for i in cyclic {
+            calls[i].deps.clear();
+        }
+    }
+}
+
+/// Group = depth in the dependency graph (calls with no dependency share step 0).
+fn depth_groups(calls: &mut [GoldCall]) {
+    let n = calls.len();
+    let mut depth = vec![0u32; n];
+    // Dependencies are acyclic after `check_deps`; n rounds of relaxation reach the fixpoint.
+    for _ in 0..n {
+        let mut changed = false;
+        for i in 0..n {
+            let d = calls[i].deps.iter().map(|&j| depth[j] + 1).max().unwrap_or(0);
+            if d != depth[i] {
+                depth[i] = d;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for (c, d) in calls.iter_mut().zip(depth) {
+        c.group = d;
+    }
+}
+
+/// A unified sample borrowed from its line: the same fields and checks as
+/// [`crate::model::Sample`], without copying texts the scorer does not need.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SampleIn<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    family: Family,
+    kind: Kind,
+    #[serde(default, borrow)]
+    scenario: Vec<Cow<'a, str>>,
+    #[serde(borrow)]
+    turns: Vec<TurnIn<'a>>,
+    #[serde(default)]
+    #[allow(dead_code)] // validated, not needed for scoring
+    out_of_scope: bool,
+    difficulty: Difficulty,
+    #[serde(default, borrow)]
+    #[allow(dead_code)]
+    provenance_id: Cow<'a, str>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TurnIn<'a> {
+    #[serde(borrow)]
+    #[allow(dead_code)]
+    user: Cow<'a, str>,
+    #[serde(borrow)]
+    reference_plan: Vec<PlanCallIn<'a>>,
+    #[serde(default, borrow)]
+    #[allow(dead_code)]
+    gold_reply: Option<Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanCallIn<'a> {
+    #[serde(borrow)]
+    alternatives: Vec<Cow<'a, str>>,
+    group: u32,
+    #[serde(default)]
+    depends_on: Vec<usize>,
+}
+
+impl SampleIn<'_> {
+    fn reference_calls(&self) -> usize {
+        self.turns.iter().map(|t| t.reference_plan.len()).sum()
+    }
+}
+
+fn load_unified(file: &str, mut reader: impl BufRead, file_idx: usize, pools: &mut Pools) -> anyhow::Result<Vec<Item>> {
+    let mut items = Vec::new();
+    let mut problems = Vec::new();
+    let mut line = String::new();
+    let mut ln = 0usize;
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).with_context(|| format!("cannot read benchmark `{file}`"))? == 0 {
+            break;
+        }
+        ln += 1;
+        let ln = ln - 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let loc = format!("line {}", ln + 1);
+        let s: SampleIn = match serde_json::from_str(&line) {
+            Ok(s) => s,
+            Err(e) => {
+                problems.push(Problem::new(&loc, format!("not a unified sample: {e}")));
+                continue;
+            }
+        };
+        if s.kind.family() != s.family {
+            problems.push(Problem::new(
+                format!("{loc} ({})", s.id),
+                format!("kind {} does not belong to family {:?}", s.kind.as_str(), s.family),
+            ));
+            continue;
+        }
+        let mut defects = Vec::new();
+        let mut turns = Vec::with_capacity(s.turns.len());
+        for (t, turn) in s.turns.iter().enumerate() {
+            let mut calls: Vec<GoldCall> = Vec::with_capacity(turn.reference_plan.len());
+            for (i, c) in turn.reference_plan.iter().enumerate() {
+                let alts: Vec<Arc<str>> = c
+                    .alternatives
+                    .iter()
+                    .map(|a| norm_tool_id_cow(a))
+                    .filter(|a| !key_for(s.family, a).is_empty())
+                    .map(|a| intern(pools.tools, key_for(s.family, &a)))
+                    .collect();
+                if alts.is_empty() {
+                    problems.push(Problem::new(
+                        format!("{loc} ({}).turns[{t}].reference_plan[{i}]", s.id),
+                        "a reference call needs at least one alternative",
+                    ));
+                }
+                calls.push(GoldCall { alts, group: c.group, deps: c.depends_on.clone() });
+            }
+            check_deps(&mut calls, t, &mut defects);
+            turns.push(calls);
+        }
+        let computed = Difficulty::from_calls(s.reference_calls());
+        if computed != s.difficulty {
+            defects.push(format!(
+                "difficulty says {} but {} reference calls make it {}; reports use {}",
+                s.difficulty.as_str(),
+                s.reference_calls(),
+                computed.as_str(),
+                computed.as_str()
+            ));
+        }
+        if s.kind == Kind::L5 && s.reference_calls() > 0 {
+            defects.push("an L5 (out-of-scope) sample has reference calls; scored as a rejection task".into());
+        }
+        let (category, scenario) = category_and_scenario(&s.scenario, pools.names);
+        items.push(Item {
+            id: s.id.into_owned(),
+            family: s.family,
+            kind: s.kind,
+            difficulty: computed,
+            given_difficulty: s.difficulty,
+            category,
+            scenario,
+            turns,
+            raw: None,
+            defects,
+            file: file_idx,
+            record: ln + 1,
+        });
+    }
+    if !problems.is_empty() {
+        return Err(InputError { file: file.to_string(), problems }.into());
+    }
+    Ok(items)
+}
+
+/// A benchmark file that must hold a JSON list of `what`; errors name the file
+/// and the line (bad JSON) or the top level (not a list).
+fn json_list(file: &str, text: &str, what: &str) -> anyhow::Result<Vec<Value>> {
+    let v: Value = serde_json::from_str(text).map_err(|e| InputError {
+        file: file.to_string(),
+        problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
+    })?;
+    match v {
+        Value::Array(records) => Ok(records),
+        _ => Err(InputError {
+            file: file.into(),
+            problems: vec![Problem::new("top level", format!("expected a JSON list of {what}"))],
+        }
+        .into()),
+    }
+}
+
+fn load_etom(
+    file: &str,
+    text: &str,
+    level: u8,
+    file_idx: usize,
+    keep_raw: bool,
+    pools: &mut Pools,
+) -> anyhow::Result<Vec<Item>> {
+    let records = json_list(file, text, "queries")?;
+    let kind = Kind::from_level(level).expect("level 1..5");
+    let mut items = Vec::with_capacity(records.len());
+    let mut problems = Vec::new();
+    for (r, rec) in records.into_iter().enumerate() {
+        let loc = format!("record {}", r + 1);
+        if !rec.is_object() {
+            problems.push(Problem::new(&loc, format!("expected an object, got {}", json_type_name(&rec))));
+            continue;
+        }
+        // Entries stay JSON here: an unreadable one is a defect of this query, not a fatal error.
+        let q = match etom::LevelQuery::<Value>::deserialize(rec) {
+            Ok(q) => q,
+            Err(e) => {
+                problems.push(Problem::new(&loc, format!("not an ETOM query: {e}")));
+                continue;
+            }
+        };
+        let id = format!("L{level}-{}", q.query_id);
+        let mut defects = Vec::new();
+        // Each entry: a tool object, or a list of alternative tool objects.
+        let mut steps: Vec<(Vec<Arc<str>>, Vec<usize>)> = Vec::new();
+        for (e, entry) in q.ground_truth_tools.iter().enumerate() {
+            let members: &[Value] = match entry {
+                Value::Array(a) => a,
+                other => std::slice::from_ref(other),
+            };
+            let mut alts = Vec::new();
+            let mut deps: Vec<usize> = Vec::new();
+            let mut first_deps: Option<Vec<usize>> = None;
+            for (m, member) in members.iter().enumerate() {
+                let t = match etom::GroundTruthTool::deserialize(member) {
+                    Ok(t) => t,
+                    Err(err) => {
+                        defects.push(match member {
+                            Value::Object(o) if !o.get("tool_name").is_some_and(Value::is_string) => {
+                                format!("ground_truth_tools[{e}][{m}] has no `tool_name`; ignored")
+                            }
+                            Value::Object(_) => {
+                                format!("ground_truth_tools[{e}][{m}] is not a readable tool ({err}); ignored")
+                            }
+                            other => format!(
+                                "ground_truth_tools[{e}][{m}] is {}, not a tool; ignored",
+                                json_type_name(other)
+                            ),
+                        });
+                        continue;
+                    }
+                };
+                let id_norm = crate::model::tool_id(&t.server_name, &t.tool_name);
+                if !t.tool_id.is_empty() && t.tool_id != id_norm {
+                    defects.push(format!(
+                        "tool_id `{}` differs from server_name::tool_name `{id_norm}`; matched as the latter",
+                        t.tool_id
+                    ));
+                }
+                let mdeps = t.dependencies.unwrap_or_default();
+                match &first_deps {
+                    None => first_deps = Some(mdeps.clone()),
+                    Some(f) if *f != mdeps => defects.push(format!(
+                        "alternatives of step {e} disagree on dependencies ({f:?} vs {mdeps:?}); using their union"
+                    )),
+                    _ => {}
+                }
+                for d in mdeps {
+                    if !deps.contains(&d) {
+                        deps.push(d);
+                    }
+                }
+                let id_norm = intern(pools.tools, &id_norm);
+                if !alts.contains(&id_norm) {
+                    alts.push(id_norm);
+                }
+            }
+            if alts.is_empty() {
+                defects.push(format!("ground_truth_tools[{e}] has no usable tool; step ignored"));
+                continue;
+            }
+            steps.push((alts, deps));
+        }
+        let mut calls: Vec<GoldCall> = match kind {
+            // L2: one call; any tool of any row is correct (the rows are one EFS, listed per member).
+            Kind::L2 => {
+                let mut union: Vec<Arc<str>> = Vec::new();
+                for (alts, _) in &steps {
+                    for a in alts {
+                        if !union.contains(a) {
+                            union.push(a.clone());
+                        }
+                    }
+                }
+                if union.is_empty() { vec![] } else { vec![GoldCall { alts: union, group: 0, deps: vec![] }] }
+            }
+            _ => steps.into_iter().map(|(alts, deps)| GoldCall { alts, group: 0, deps }).collect(),
+        };
+        if kind == Kind::L5 && !calls.is_empty() {
+            defects.push("an L5 query lists ground-truth tools; scored as a rejection task".into());
+        }
+        if kind != Kind::L5 && calls.is_empty() {
+            defects.push("no reference tools; every non-empty prediction is wrong".into());
+        }
+        if kind == Kind::L1 && calls.len() > 1 {
+            defects.push(format!("an L1 query lists {} tools", calls.len()));
+        }
+        check_deps(&mut calls, 0, &mut defects);
+        depth_groups(&mut calls);
+        let n = calls.len();
+        items.push(Item {
+            id,
+            family: Family::Etom,
+            kind,
+            difficulty: Difficulty::from_calls(n),
+            given_difficulty: Difficulty::from_calls(n),
+            category: intern(pools.names, "(none)"),
+            scenario: intern(pools.names, "(none)"),
+            turns: vec![calls],
+            raw: keep_raw.then(|| Raw::Etom(Value::Array(q.ground_truth_tools))),
+            defects,
+            file: file_idx,
+            record: r + 1,
+        });
+    }
+    if !problems.is_empty() {
+        return Err(InputError { file: file.to_string(), problems }.into());
+    }
+    Ok(items)
+}
+
+fn load_finmcp(
+    file: &str,
+    text: &str,
+    file_idx: usize,
+    keep_raw: bool,
+    pools: &mut Pools,
+) -> anyhow::Result<Vec<Item>> {
+    let records = json_list(file, text, "samples")?;
+    let mut items = Vec::with_capacity(records.len());
+    let mut problems = Vec::new();
+    for (r, rec) in records.into_iter().enumerate() {
+        let loc = format!("record {}", r + 1);
+        if !rec.is_object() {
+            problems.push(Problem::new(&loc, format!("expected an object, got {}", json_type_name(&rec))));
+            continue;
+        }
+        // Messages stay JSON: unreadable gold calls are defects of this sample (and the compat
+        // mode must see them as the published evaluator does).
+        let sample = match finmcp::Sample::<Value>::deserialize(rec) {
+            Ok(s) => s,
+            Err(e) => {
+                problems.push(Problem::new(&loc, format!("not a FinMCP sample: {e}")));
+                continue;
+            }
+        };
+        let id = sample.id.to_string();
+        let turns_msg = match split_turns(&sample.messages) {
+            Ok(t) => t,
+            Err(e) => {
+                problems.push(Problem::new(format!("{loc} ({id}).messages"), e));
+                continue;
+            }
+        };
+        let mut defects = Vec::new();
+        let mut turns: Vec<Vec<GoldCall>> = Vec::new();
+        let last = turns_msg.len().saturating_sub(1);
+        for (t, mt) in turns_msg.iter().enumerate() {
+            if t == last && t > 0 && mt.user.trim() == STOP {
+                if !mt.groups.is_empty() {
+                    defects.push("tool calls after the final `###STOP###` user message; ignored".into());
+                }
+                continue;
+            }
+            let mut calls = Vec::new();
+            for (g, group) in mt.groups.iter().enumerate() {
+                for c in group {
+                    match c {
+                        Ok(name) => calls.push(GoldCall {
+                            alts: vec![intern(pools.tools, name)],
+                            group: g as u32,
+                            deps: vec![],
+                        }),
+                        Err(e) => defects.push(format!("gold {e}; call ignored")),
+                    }
+                }
+            }
+            turns.push(calls);
+        }
+        let task = sample.task.as_deref().unwrap_or("");
+        let n_calls: usize = turns.iter().map(Vec::len).sum();
+        let kind = match task {
+            "single step" => Kind::SingleTool,
+            "multi step" => Kind::MultiTool,
+            "multi turn" => Kind::MultiTurn,
+            _ if turns.len() > 1 => Kind::MultiTurn,
+            _ if n_calls <= 1 => Kind::SingleTool,
+            _ => Kind::MultiTool,
+        };
+        let difficulty = Difficulty::from_calls(n_calls);
+        let label = sample.diff_level.as_ref().and_then(|d| d.level.as_deref());
+        let given_difficulty = match label {
+            Some("easy") => Difficulty::Easy,
+            Some("medium") => Difficulty::Medium,
+            Some("hard") => Difficulty::Hard,
+            _ => difficulty,
+        };
+        if let Some(level) = label
+            && level != difficulty.as_str()
+        {
+            defects.push(format!(
+                "diff_level.level `{level}` but {n_calls} reference calls make it {}; corrected reports use {}",
+                difficulty.as_str(),
+                difficulty.as_str()
+            ));
+        }
+        // The Chinese main/sub class is present for every task; `scenery` is English for
+        // multi-turn samples and Chinese otherwise, so it cannot group them together.
+        let scenery: Vec<String> =
+            sample.scenery.as_deref().unwrap_or("").split('-').map(|s| s.trim().to_string()).collect();
+        let mut scenario: Vec<String> = Vec::new();
+        match (&sample.first_class, &sample.sub_class) {
+            (Some(a), Some(b)) => {
+                scenario.push(a.to_string());
+                scenario.push(b.to_string());
+                scenario.extend(scenery.iter().skip(2).cloned());
+            }
+            _ => scenario = scenery,
+        }
+        let (category, scenario) = category_and_scenario(&scenario, pools.names);
+        // What the published evaluator reads of a sample, as the file gave it.
+        let raw = keep_raw.then(|| {
+            let mut m = Map::new();
+            if let Some(v) = sample.scenery {
+                m.insert("scenery".into(), Value::String(v));
+            }
+            if let Some(v) = &sample.diff_level {
+                m.insert("diff_level".into(), serde_json::to_value(v).expect("a JSON object"));
+            }
+            m.insert("messages".into(), Value::Array(sample.messages));
+            if let Some(v) = sample.task {
+                m.insert("task".into(), Value::String(v));
+            }
+            Raw::Finmcp(Value::Object(m))
+        });
+        items.push(Item {
+            id,
+            family: Family::Finmcp,
+            kind,
+            difficulty,
+            given_difficulty,
+            category,
+            scenario,
+            turns,
+            raw,
+            defects,
+            file: file_idx,
+            record: r + 1,
+        });
+    }
+    if !problems.is_empty() {
+        return Err(InputError { file: file.to_string(), problems }.into());
+    }
+    Ok(items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pools_run<T>(f: impl FnOnce(&mut Pools) -> T) -> T {
+        let (mut tools, mut names) = (Interner::default(), Interner::default());
+        f(&mut Pools { tools: &mut tools, names: &mut names })
+    }
+
+    #[test]
+    fn unreadable_etom_entries_are_defects_and_raw_is_the_file_text() {
+        let text = r#"[{"query_id": 7, "query": "q", "ground_truth_tools": [
+            [{"tool_id": "S::a", "server_name": "S", "tool_name": "a", "description": "", "dependencies": []},
+             5,
+             {"server_name": "S"},
+             {"server_name": "S", "tool_name": "b", "dependencies": ["x"]},
+             {"tool_id": "S ::c", "server": "S", "tool_name": "c"}]
+        ]}]"#;
+        let items = pools_run(|p| load_etom("f.json", text, 2, 0, true, p)).unwrap();
+        let it = &items[0];
+        assert_eq!(it.id, "L2-7");
+        let alts: Vec<&str> = it.turns[0][0].alts.iter().map(|a| &**a).collect();
+        assert_eq!(alts, ["S::a", "S::c"]);
+        let d = it.defects.join("\n");
+        assert!(d.contains("ground_truth_tools[0][1] is a number, not a tool; ignored"), "{d}");
+        assert!(d.contains("ground_truth_tools[0][2] has no `tool_name`; ignored"), "{d}");
+        assert!(d.contains("ground_truth_tools[0][3] is not a readable tool"), "{d}");
+        assert!(d.contains("tool_id `S ::c` differs from server_name::tool_name `S::c`"), "{d}");
+        let want: Value = serde_json::from_str::<Value>(text).unwrap()[0]["ground_truth_tools"].clone();
+        assert!(matches!(&it.raw, Some(Raw::Etom(v)) if *v == want));
+    }
+
+    #[test]
+    fn bad_records_name_the_record() {
+        let e = pools_run(|p| load_etom("f.json", r#"[{"query_id": 1}, 3, {"query": "no id"}]"#, 1, 0, false, p))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("f.json"), "{e}");
+        let e = format!(
+            "{:?}",
+            pools_run(|p| load_etom("f.json", r#"[{"query_id": 1}, 3, {"query": "x"}]"#, 1, 0, false, p)).unwrap_err()
+        );
+        assert!(e.contains("record 2") && e.contains("expected an object, got a number"), "{e}");
+        assert!(e.contains("record 3") && e.contains("missing field `query_id`"), "{e}");
+        let e = format!("{:?}", pools_run(|p| load_finmcp("g.json", r#"[{"id": 1}]"#, 0, false, p)).unwrap_err());
+        assert!(e.contains("record 1") && e.contains("missing field `messages`"), "{e}");
+    }
+
+    #[test]
+    fn finmcp_raw_keeps_what_the_evaluator_reads() {
+        let text = r#"[{"id": 3, "scenery": "A-B-C", "diff_level": {"turns": 1, "tool_number": 1, "level": "easy"},
+            "tool_list": [["f"]], "messages": [{"role": "user", "content": "hi"},
+            {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}, "type": "function", "index": 0}]}],
+            "first-class": "A", "sub-class": "B", "task": "single step", "annotation": {"x": 1}}]"#;
+        let items = pools_run(|p| load_finmcp("g.json", text, 0, true, p)).unwrap();
+        let rec: Value = serde_json::from_str::<Value>(text).unwrap()[0].clone();
+        let want = serde_json::json!({"scenery": rec["scenery"], "diff_level": rec["diff_level"], "messages": rec["messages"], "task": rec["task"]});
+        match &items[0].raw {
+            Some(Raw::Finmcp(v)) => {
+                assert_eq!(*v, want);
+                let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+                assert_eq!(keys, ["scenery", "diff_level", "messages", "task"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(items[0].id, "3");
+        assert_eq!(&*items[0].scenario, "A / B");
+        assert_eq!(items[0].kind, Kind::SingleTool);
+    }
+}

@@ -1,0 +1,334 @@
+//! The one stage list. `run`, `status`, `explain`, `clean`, `check`, `stages`,
+//! command dispatch and the README's stage table all come from [`all`], and
+//! every edge between stages comes from the `reads` of their specs.
+//!
+//! Adding a stage: write its module (a `StageSpec`, its artifact handles and an
+//! `impl Stage`), then add one line to [`all`] in pipeline order. See
+//! `docs/pipeline.md`, "Adding a stage".
+
+use std::collections::BTreeSet;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::error::{InputError, Problem, UsageError};
+use crate::settings::Settings;
+use crate::stage::{ReadKind, Stage, StageSpec};
+
+/// Every stage, in pipeline order.
+pub fn all() -> Vec<Box<dyn Stage>> {
+    vec![
+        Box::new(crate::registry::ImportStage::default()),
+        Box::new(crate::filter::FilterStage),
+        Box::new(crate::embed::EmbedStage),
+        Box::new(crate::efs::pairs::PairsStage),
+        Box::new(crate::efs::verify::VerifyStage),
+        Box::new(crate::efs::build::BuildStage),
+        Box::new(crate::efs::topdown::TopdownStage),
+        Box::new(crate::efs::review::ReviewStage),
+        Box::new(crate::efs::finalize::FinalizeStage),
+        Box::new(crate::stats::StatsStage),
+        Box::new(crate::execute::ExecuteStage::default()),
+        Box::new(crate::logs::import::ImportStage),
+        Box::new(crate::logs::curate::CurateStage),
+        Box::new(crate::logs::split::SplitStage),
+        Box::new(crate::graph::build::BuildStage),
+        Box::new(crate::graph::review::ReviewStage),
+    ]
+}
+
+/// Stage names in pipeline order.
+pub fn names() -> Vec<&'static str> {
+    all().iter().map(|s| s.spec().name).collect()
+}
+
+/// The stage called `name`, or a usage error listing the stages.
+pub fn get(name: &str) -> Result<Box<dyn Stage>> {
+    all()
+        .into_iter()
+        .find(|s| s.spec().name == name)
+        .ok_or_else(|| UsageError(format!("unknown stage `{name}`; the stages are: {}", names().join(", "))).into())
+}
+
+/// The stages `benchgen run` includes under this config, in order.
+pub fn enabled(settings: &Settings) -> Vec<Box<dyn Stage>> {
+    all().into_iter().filter(|s| s.enabled(settings)).collect()
+}
+
+/// Check the whole pipeline before anything runs (vector's config compiler):
+/// every LLM role, prompt template and MCP server a stage names, every
+/// declared read produced upstream, and every numeric setting's range. All
+/// problems are reported at once, each with the config key it comes from.
+pub fn check(settings: &Settings) -> Result<()> {
+    let problems = problems(settings);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(InputError { file: settings.display_path(&settings.config_path), problems }.into())
+}
+
+/// Every problem [`check`] reports, in stage order.
+pub fn problems(settings: &Settings) -> Vec<Problem> {
+    problems_of(settings, &all())
+}
+
+fn problems_of(settings: &Settings, stages: &[Box<dyn Stage>]) -> Vec<Problem> {
+    let on: Vec<&dyn Stage> = stages.iter().map(|s| s.as_ref()).filter(|s| s.enabled(settings)).collect();
+    let mut problems = Vec::new();
+    let mut seen_keys = BTreeSet::new();
+    let servers = settings.config.mcp.all_servers(&settings.root).unwrap_or_default();
+    for (i, stage) in on.iter().enumerate() {
+        let spec = stage.spec();
+        for r in stage.roles(settings) {
+            if seen_keys.insert(r.key.clone()) && !settings.config.llm.roles.contains_key(&r.name) {
+                problems.push(Problem::new(&r.key, format!("no `[llm.roles.{}]` is configured", r.name)));
+            }
+        }
+        for p in stage.prompts(settings) {
+            if !seen_keys.insert(format!("{}={}", p.key, p.template)) {
+                continue;
+            }
+            let path = crate::llm::prompt_path(settings, &p.template);
+            match std::fs::read_to_string(&path) {
+                Err(e) => problems.push(Problem::new(
+                    &p.key,
+                    format!("prompt template `{}` cannot be read: {e}", settings.display_path(&path)),
+                )),
+                Ok(source) => {
+                    if let Err(e) = crate::llm::render_template(&p.template, &source, &p.vars) {
+                        problems.push(Problem::new(
+                            &p.key,
+                            format!("`{}` does not render: {e}", settings.display_path(&path)),
+                        ));
+                    }
+                }
+            }
+        }
+        for s in stage.servers(settings) {
+            if !servers.contains_key(&s.name) {
+                problems
+                    .push(Problem::new(&s.key, format!("no MCP server `{}` is configured in `[mcp.servers]`", s.name)));
+            }
+        }
+        for r in spec.reads.iter().filter(|r| r.kind == ReadKind::Required) {
+            let producer = on[..i].iter().find(|p| p.spec().name == r.stage);
+            match producer {
+                Some(p) if r.file == crate::stage::MANIFEST || p.spec().declares(r.file) => {}
+                Some(_) => problems.push(Problem::new(
+                    format!("stage `{}`", spec.name),
+                    format!("reads `{}/{}`, which `{}` does not write", r.stage, r.file, r.stage),
+                )),
+                None => problems.push(Problem::new(
+                    format!("stage `{}`", spec.name),
+                    format!("reads `{}/{}`, but no stage before it in this pipeline produces it", r.stage, r.file),
+                )),
+            }
+        }
+        stage.check(settings, &mut problems);
+    }
+    problems
+}
+
+/// One row of `benchgen stages`.
+#[derive(Debug, Serialize)]
+pub struct StageRow {
+    #[serde(flatten)]
+    pub spec: &'static StageSpec,
+    pub upstream: Vec<&'static str>,
+    /// Part of `benchgen run` under the loaded config.
+    pub enabled: bool,
+    /// `config key → role` under the loaded config.
+    pub roles: Vec<crate::stage::ConfigRef>,
+    pub prompts: Vec<crate::stage::PromptRef>,
+    pub servers: Vec<crate::stage::ConfigRef>,
+}
+
+pub fn rows(settings: &Settings) -> Vec<StageRow> {
+    all()
+        .iter()
+        .map(|s| {
+            let spec = s.spec();
+            let mut upstream: Vec<&str> = spec.upstream().chain(spec.optional_upstream()).collect();
+            upstream.dedup();
+            StageRow {
+                spec,
+                upstream,
+                enabled: s.enabled(settings),
+                roles: s.roles(settings),
+                prompts: s.prompts(settings),
+                servers: s.servers(settings),
+            }
+        })
+        .collect()
+}
+
+fn reads_text(spec: &StageSpec) -> String {
+    let parts: Vec<String> = spec
+        .reads
+        .iter()
+        .map(|r| match r.kind {
+            ReadKind::Required => format!("{}/{}", r.stage, r.file),
+            ReadKind::Optional => format!("{}/{} (optional)", r.stage, r.file),
+            ReadKind::Manifest => format!("{} (manifest)", r.stage),
+        })
+        .collect();
+    if parts.is_empty() { "—".into() } else { parts.join(", ") }
+}
+
+/// `benchgen stages`: the graph as text.
+pub fn render_text(rows: &[StageRow]) -> String {
+    let mut s = String::new();
+    for r in rows {
+        let on = if r.enabled { "" } else { "  (not in this pipeline's `run`)" };
+        s.push_str(&format!("{}  — `benchgen {}`{on}\n  {}\n", r.spec.name, r.spec.command, r.spec.about));
+        s.push_str(&format!("  reads:  {}\n", reads_text(r.spec)));
+        s.push_str(&format!("  writes: {}\n", r.spec.writes.join(", ")));
+        if !r.roles.is_empty() {
+            let roles: Vec<String> = r.roles.iter().map(|c| format!("{} = {}", c.key, c.name)).collect();
+            s.push_str(&format!("  roles:  {}\n", roles.join(", ")));
+        }
+        if !r.servers.is_empty() {
+            let servers: Vec<String> = r.servers.iter().map(|c| format!("{} = {}", c.key, c.name)).collect();
+            s.push_str(&format!("  mcp:    {}\n", servers.join(", ")));
+        }
+    }
+    s
+}
+
+/// `benchgen stages --format dot`: the graph for Graphviz. Solid edges are
+/// required reads, dashed ones optional reads and manifests.
+pub fn render_dot(rows: &[StageRow]) -> String {
+    let mut s = String::from("digraph benchgen {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\"];\n");
+    for r in rows {
+        let style = if r.enabled { "" } else { ", style=dashed" };
+        s.push_str(&format!(
+            "  \"{}\" [label=\"{}\\n(benchgen {})\"{style}];\n",
+            r.spec.name, r.spec.name, r.spec.command
+        ));
+    }
+    for r in rows {
+        let mut done = BTreeSet::new();
+        for read in r.spec.reads {
+            if !done.insert((read.stage, read.kind == ReadKind::Required)) {
+                continue;
+            }
+            let style = if read.kind == ReadKind::Required { "" } else { " [style=dashed]" };
+            s.push_str(&format!("  \"{}\" -> \"{}\"{style};\n", read.stage, r.spec.name));
+        }
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// The README's stage table (Markdown), generated so it cannot go stale. LLM
+/// roles are shown as `config key = role` under the given config.
+pub fn markdown_table(settings: &Settings) -> String {
+    let mut s = String::from(
+        "| stage | command | what it does | reads | writes (`artifacts/<stage>/`) | LLM roles |\n|---|---|---|---|---|---|\n",
+    );
+    for st in all() {
+        let spec = st.spec();
+        let roles: Vec<String> = st.roles(settings).iter().map(|r| format!("`{}` = `{}`", r.key, r.name)).collect();
+        s.push_str(&format!(
+            "| `{}` | `benchgen {}` | {} | {} | {} | {} |\n",
+            spec.name,
+            spec.command,
+            spec.about,
+            reads_text(spec),
+            spec.writes.iter().map(|w| format!("`{w}`")).collect::<Vec<_>>().join(", "),
+            if roles.is_empty() { "—".into() } else { roles.join(", ") }
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_commands_joined_by_dashes_and_unique() {
+        let mut seen = BTreeSet::new();
+        for s in all() {
+            let spec = s.spec();
+            assert_eq!(spec.name, spec.command.replace(' ', "-"), "stage `{}`", spec.name);
+            assert!(seen.insert(spec.name), "duplicate stage `{}`", spec.name);
+        }
+    }
+
+    #[test]
+    fn every_read_names_an_earlier_stage_that_writes_it() {
+        let stages = all();
+        for (i, s) in stages.iter().enumerate() {
+            for r in s.spec().reads {
+                let producer = stages[..i].iter().find(|p| p.spec().name == r.stage);
+                let producer =
+                    producer.unwrap_or_else(|| panic!("`{}` reads `{}`, not an earlier stage", s.spec().name, r.stage));
+                assert!(
+                    r.file == crate::stage::MANIFEST || producer.spec().declares(r.file),
+                    "`{}` reads `{}/{}`, which is not declared",
+                    s.spec().name,
+                    r.stage,
+                    r.file
+                );
+            }
+        }
+    }
+
+    /// A stage reading a file no earlier stage of the pipeline writes (test double).
+    struct TestOnlyOrphanReader;
+
+    static ORPHAN: StageSpec = StageSpec {
+        name: "orphan-reader",
+        command: "orphan reader",
+        version: 1,
+        about: "test double",
+        reads: &[
+            crate::stage::Artifact::<()>::new("filter", "not-written.json").read(),
+            crate::stage::Artifact::<()>::new("nowhere", "x.json").read(),
+        ],
+        writes: &["out.json"],
+    };
+
+    impl Stage for TestOnlyOrphanReader {
+        fn spec(&self) -> &'static StageSpec {
+            &ORPHAN
+        }
+        fn plan(&self, _: &Settings) -> Result<crate::stage::Plan> {
+            unreachable!("check never plans")
+        }
+        fn run(&self, _: &crate::stage::Ctx, _: &crate::stage::Inputs, _: &mut crate::stage::Output) -> Result<()> {
+            unreachable!("check never runs")
+        }
+    }
+
+    #[test]
+    fn check_names_reads_no_earlier_stage_produces() {
+        let settings = Settings::defaults().unwrap();
+        let list: Vec<Box<dyn Stage>> = vec![
+            Box::new(crate::registry::ImportStage::default()),
+            Box::new(crate::filter::FilterStage),
+            Box::new(TestOnlyOrphanReader),
+        ];
+        let problems = problems_of(&settings, &list);
+        let text: Vec<String> = problems.iter().map(|p| format!("{}: {}", p.location, p.message)).collect();
+        assert_eq!(
+            text,
+            [
+                "stage `orphan-reader`: reads `filter/not-written.json`, which `filter` does not write",
+                "stage `orphan-reader`: reads `nowhere/x.json`, but no stage before it in this pipeline produces it",
+            ]
+        );
+        // In the real list every read is produced.
+        assert!(problems_of(&settings, &all()).is_empty(), "{:?}", problems_of(&settings, &all()));
+    }
+
+    #[test]
+    fn declared_writes_match_files_and_folders() {
+        let spec = &crate::execute::SPEC;
+        assert!(spec.declares("trajectories/q1.json"));
+        assert!(spec.declares("summary.json"));
+        assert!(!spec.declares("trajectories"));
+        assert!(!spec.declares("other.json"));
+    }
+}

@@ -1,0 +1,548 @@
+//! The whole EFS flow on the demo catalog (`raw/demo/`), with the real MiniLM
+//! embedding model and the scripted LLM test double standing in for the model:
+//! its verifier answers from the demo README's equivalence groups, so the test
+//! checks what the pipeline does with verdicts, not what a model believes.
+//! Also: kills inside `efs verify` and `efs topdown` resume to byte-identical
+//! artifacts, and the verifier's `max_failed_share` policy (see `docs/llm-batch.md`).
+//!
+//! Needs the embedding assets from `make setup`: without them the tests fail
+//! under CI (`CI=true`) and are skipped (with the reason printed) elsewhere.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use crate::support::scripted_llm::{Answer, ScriptedLlm, Seen};
+use assert_cmd::Command;
+use serde_json::{Value, json};
+
+/// The demo README's equivalence groups.
+const GROUPS: &[&[&str]] = &[
+    &["alpha-markets-mcp::get_stock_quote", "yfinance-mcp::stock_price"],
+    &["alpha-markets-mcp::get_daily_prices", "yfinance-mcp::price_history"],
+    &["ecb-exchange-mcp::currency_conversion", "fx-rates-mcp::convert_currency"],
+    &["brave-search-mcp::web_search", "tavily-search-mcp::search"],
+    &["openweather-mcp::get_current_weather", "weatherapi-mcp::current_conditions"],
+    &["github-mcp::create_issue", "gitlab-mcp::create_new_issue"],
+];
+
+/// The demo README's near-miss pairs (look alike, not equivalent).
+const NEAR_MISSES: &[(&str, &str)] = &[
+    ("alpha-markets-mcp::get_stock_quote", "alpha-markets-mcp::get_company_profile"),
+    ("yfinance-mcp::stock_price", "yfinance-mcp::price_history"),
+    ("fx-rates-mcp::convert_currency", "fx-rates-mcp::get_exchange_rate_history"),
+    ("fx-rates-mcp::get_latest_rates", "ecb-exchange-mcp::currency_conversion"),
+    ("brave-search-mcp::web_search", "brave-search-mcp::news_search"),
+    ("tavily-search-mcp::search", "brave-search-mcp::news_search"),
+    ("openweather-mcp::get_current_weather", "weatherapi-mcp::daily_forecast"),
+    ("weatherapi-mcp::current_conditions", "weatherapi-mcp::daily_forecast"),
+    ("github-mcp::list_issues", "github-mcp::create_issue"),
+    ("github-mcp::list_issues", "gitlab-mcp::create_new_issue"),
+];
+
+fn group_of(id: &str) -> Option<usize> {
+    GROUPS.iter().position(|g| g.contains(&id))
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Whether the embedding assets are there; fails under CI when they are not.
+fn assets_or_skip() -> bool {
+    let cache = std::env::var_os("BENCHGEN_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/benchgen"));
+    let need = [
+        cache.join("embed/all-MiniLM-L6-v2-int8/model.onnx"),
+        cache.join("embed/onnxruntime-1.24.4/libonnxruntime.so.1.24.4"),
+    ];
+    if let Some(missing) = need.iter().find(|p| !p.exists()) {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("embedding asset `{}` is missing: run make setup", missing.display());
+        }
+        eprintln!("skipping: embedding asset `{}` is missing (run `make setup`)", missing.display());
+        return false;
+    }
+    true
+}
+
+/// The scripted model: verifier from the groups, writer and judge from tags.
+fn scripted() -> ScriptedLlm {
+    ScriptedLlm::start(scripted_answer)
+}
+
+fn scripted_answer(req: &Seen) -> Answer {
+    let text = req.all_text();
+    if text.contains("Tool A: `") {
+        let id = |label: &str| -> String {
+            let re = regex::Regex::new(&format!(r"Tool {label}: `([^`]+)` \(server: ([^)]+)\)")).unwrap();
+            let c = re.captures(&text).expect("tool in the verify prompt");
+            format!("{}::{}", &c[2], &c[1])
+        };
+        let (a, b) = (id("A"), id("B"));
+        let same = group_of(&a).is_some() && group_of(&a) == group_of(&b);
+        return Answer::json(json!({"equivalent": same, "reason": format!("scripted: {a} vs {b}")}));
+    }
+    if text.contains("diverse, realistic and specific user requests") {
+        let re = regex::Regex::new(r"- `([^`]+)` \(server: ([^)]+)\): (.*)").unwrap();
+        let c = re.captures(&text).expect("a tool in the requests prompt");
+        let id = format!("{}::{}", &c[2], &c[1]);
+        let desc = c[3].to_string();
+        return Answer::json(json!({"requests": [
+            format!("{desc} [for {id}]"),
+            format!("Please help: {desc} [for {id}]"),
+        ]}));
+    }
+    if text.contains("User request:") {
+        let tag = regex::Regex::new(r"\[for ([^\]]+)\]").unwrap();
+        let id = tag.captures(&text).map(|c| c[1].to_string()).unwrap_or_default();
+        let cand = regex::Regex::new(r"(?m)^- `([^`]+)`:").unwrap();
+        let selected: Vec<String> = cand
+            .captures_iter(&text)
+            .map(|c| c[1].to_string())
+            .filter(|c| *c == id || (group_of(c).is_some() && group_of(c) == group_of(&id)))
+            .collect();
+        return Answer::json(json!({"selected": selected}));
+    }
+    Answer::status(400)
+}
+
+struct Project {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+fn project(llm: &ScriptedLlm) -> Project {
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = dir.path().join("pipeline/prompts");
+    std::fs::create_dir_all(&prompts).unwrap();
+    for t in ["efs_verify", "efs_requests", "efs_select"] {
+        std::fs::copy(repo().join(format!("pipeline/prompts/{t}.md")), prompts.join(format!("{t}.md"))).unwrap();
+    }
+    let role = |t: f64| {
+        format!(
+            "provider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"\ntemperature = {t}\nseed = 1\nbackoff_ms = 20\nmax_retries = 1\n",
+            llm.base_url()
+        )
+    };
+    let config = dir.path().join("pipeline/demo.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[registry]\nsource = \"{}\"\n\n[efs.verify]\nconcurrency = 1\n\n[llm.roles.verifier]\n{}\n[llm.roles.generator]\n{}",
+            repo().join("raw/demo/registry.json").display(),
+            role(0.0),
+            role(0.7)
+        ),
+    )
+    .unwrap();
+    Project { dir, config }
+}
+
+impl Project {
+    fn cmd(&self, args: &[&str]) -> Output {
+        Command::cargo_bin("benchgen")
+            .unwrap()
+            .current_dir(self.dir.path())
+            .env("BENCHGEN_NO_PROGRESS", "1")
+            .env_remove("BENCHGEN_FAIL_AT")
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.cmd(args);
+        assert!(
+            o.status.success(),
+            "`benchgen {}` failed:\n{}\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn json(&self, rel: &str) -> Value {
+        serde_json::from_slice(&std::fs::read(self.path(rel)).unwrap()).unwrap()
+    }
+}
+
+fn final_sets(p: &Project) -> Vec<Vec<String>> {
+    p.json("artifacts/efs-finalize/final.json")["sets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["members"].as_array().unwrap().iter().map(|m| m["tool_id"].as_str().unwrap().to_string()).collect())
+        .collect()
+}
+
+fn verify_requests(llm: &ScriptedLlm) -> Vec<String> {
+    llm.requests().iter().map(Seen::all_text).filter(|t| t.contains("Tool A: `")).collect()
+}
+
+#[test]
+fn demo_groups_end_in_one_set_each_and_rerun_makes_no_llm_call() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm = scripted();
+    let p = project(&llm);
+    p.ok(&["run"]);
+
+    let sets = final_sets(&p);
+    let mut want: Vec<Vec<String>> =
+        GROUPS.iter().map(|g| g.iter().map(|s| s.to_string()).collect::<Vec<_>>()).collect();
+    for g in &mut want {
+        g.sort();
+    }
+    want.sort();
+    assert_eq!(sets, want, "each equivalence group is exactly one final set");
+    for (a, b) in NEAR_MISSES {
+        assert!(!sets.iter().any(|s| s.contains(&a.to_string()) && s.contains(&b.to_string())), "{a} / {b}");
+    }
+    let fin = p.json("artifacts/efs-finalize/final.json");
+    assert!(fin["sets"].as_array().unwrap().iter().all(|s| s["status"] == "unreviewed"));
+    assert!(fin["sets"][0]["evidence"][0]["verdict_exchange"].as_str().unwrap().starts_with("sha256:"));
+    let etom = p.json("artifacts/efs-finalize/tool_equivalence_sets.json");
+    assert_eq!(etom[0]["set_id"], 1);
+    assert_eq!(etom[0]["size"], 2);
+
+    // Every candidate pair got a verdict event in the ledger.
+    let pairs = std::fs::read_to_string(p.path("artifacts/efs-pairs/pairs.csv")).unwrap().lines().count() - 1;
+    let verdicts = p.json("artifacts/efs-verify/verdicts.json");
+    assert_eq!(verdicts.as_array().unwrap().len(), pairs);
+    let conn = rusqlite::Connection::open(p.path("artifacts/ledger.sqlite")).unwrap();
+    let n: i64 = conn
+        .query_row("SELECT COUNT(*) FROM events WHERE kind = 'verdict' AND payload LIKE '%efs-pair%'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n as usize, pairs);
+    // The scripted judge selects exactly the group: nothing outside, every member found.
+    let results = p.json("artifacts/efs-topdown/results.json");
+    assert_eq!(results["sets"].as_array().unwrap().len(), 6);
+    assert_eq!(results["mean_recall"], 1.0, "{results}");
+    let items = p.json("artifacts/efs-topdown/items.json");
+    assert_eq!(items, json!([]), "{items}");
+    let report = std::fs::read_to_string(p.path("artifacts/efs-finalize/report.md")).unwrap();
+    assert!(report.contains(&format!("| candidate pairs (`efs pairs`) | {pairs} |")), "{report}");
+
+    // Rerun: everything is up to date; a forced rerun is answered from the ledger.
+    let calls = llm.count();
+    let out = p.ok(&["run"]);
+    assert!(out.contains("efs-verify: up to date, skipped"), "{out}");
+    p.ok(&["run", "--force"]);
+    assert_eq!(llm.count(), calls, "a rerun makes zero LLM calls");
+    assert_eq!(final_sets(&p), sets, "and gives the same sets");
+}
+
+#[test]
+fn killed_verify_resumes_without_repeating_verdicts() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm = scripted();
+    let p = project(&llm);
+    p.ok(&["run", "--until", "efs-pairs"]);
+    let killed = Command::cargo_bin("benchgen")
+        .unwrap()
+        .current_dir(p.dir.path())
+        .env("BENCHGEN_NO_PROGRESS", "1")
+        .env("BENCHGEN_FAIL_AT", "efs_verify_pair:3")
+        .arg("--config")
+        .arg(&p.config)
+        .args(["efs", "verify"])
+        .output()
+        .unwrap();
+    assert!(!killed.status.success(), "the fail point aborts the run");
+    let done = std::fs::read_to_string(p.path("artifacts/.work/efs-verify/items.jsonl")).unwrap();
+    let done_keys: Vec<String> =
+        done.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(done_keys.len(), 3);
+    assert!(!p.path("artifacts/efs-verify").exists(), "nothing committed by the killed run");
+
+    let out = p.ok(&["efs", "verify"]);
+    assert!(out.contains("(3 resumed from an interrupted run)"), "{out}");
+    let asked = verify_requests(&llm);
+    for key in &done_keys {
+        let (a, b) = key.split_once(" <> ").unwrap();
+        let name = |id: &str| format!("`{}`", id.split_once("::").unwrap().1);
+        let n = asked.iter().filter(|t| t.contains(&name(a)) && t.contains(&name(b))).count();
+        assert_eq!(n, 1, "the verdict for `{key}` was asked for once");
+    }
+    let pairs = std::fs::read_to_string(p.path("artifacts/efs-pairs/pairs.csv")).unwrap().lines().count() - 1;
+    // With one request in flight at a time, at most the one cut off by the kill is asked twice.
+    assert!(asked.len() <= pairs + 1, "{} requests for {pairs} pairs", asked.len());
+    assert!(!p.path("artifacts/.work/efs-verify").exists(), "checkpoints cleared after the commit");
+}
+
+fn sheet_rows(path: &Path) -> Vec<Vec<String>> {
+    let mut r = csv::ReaderBuilder::new().has_headers(false).from_path(path).unwrap();
+    r.records().map(|x| x.unwrap().iter().map(str::to_string).collect()).collect()
+}
+
+fn write_sheet(path: &Path, rows: &[Vec<String>]) {
+    let mut w = csv::Writer::from_path(path).unwrap();
+    for r in rows {
+        w.write_record(r).unwrap();
+    }
+    w.flush().unwrap();
+}
+
+#[test]
+fn review_round_trip_rejects_bad_rows_precisely_and_loses_nothing() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm = scripted();
+    let p = project(&llm);
+    p.ok(&["run"]);
+    p.ok(&["efs", "review", "export"]);
+    let sheet = p.path("reviews/efs/efs_review.csv");
+    let rows = sheet_rows(&sheet);
+    assert_eq!(rows[0][0], "set_id");
+    let set_rows: Vec<usize> = (1..rows.len()).filter(|&i| rows[i][1] == "set").collect();
+    assert_eq!(set_rows.len(), 6);
+    let member_of = |i: usize| rows[i + 1].clone(); // the first member row follows its set row
+
+    // A sheet with bad rows (line numbers are 1-based, header = line 1).
+    let mut bad = rows.clone();
+    bad[set_rows[0]][6] = "frobnicate".into(); // not a decision
+    bad[set_rows[0]][8] = "ana".into();
+    let m = set_rows[1] + 1;
+    bad[m][6] = "drop".into(); // no reviewer
+    bad[set_rows[2]][6] = "merge".into(); // target does not exist
+    bad[set_rows[2]][7] = "S000000".into();
+    bad[set_rows[2]][8] = "ana".into();
+    bad.push(vec![
+        "Snope00".into(),
+        "member".into(),
+        "x::y".into(),
+        "".into(),
+        "".into(),
+        "".into(),
+        "drop".into(),
+        "".into(),
+        "ana".into(),
+        "".into(),
+    ]);
+    write_sheet(&sheet, &bad);
+    let before = std::fs::read(&sheet).unwrap();
+    let o = p.cmd(&["efs", "review", "import"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let f = "reviews/efs/efs_review.csv";
+    for (line, what) in [
+        (set_rows[0] + 1, "decision `frobnicate` is not allowed"),
+        (m + 1, "decision `drop` has no reviewer"),
+        (set_rows[2] + 1, "`merge` needs another existing set id"),
+        (bad.len(), "unknown set id `Snope00`"),
+    ] {
+        assert!(err.contains(&format!("{f}:{line}: {what}")), "missing `{f}:{line}: {what}` in:\n{err}");
+    }
+    assert!(err.contains("4 problems"), "{err}");
+    assert_eq!(std::fs::read(&sheet).unwrap(), before, "the sheet is never modified");
+    assert!(!p.path("artifacts/efs-review-import").exists());
+
+    // A good sheet: approve, drop a member, merge two sets, add a tool.
+    let mut good = rows.clone();
+    let sid = |i: usize| rows[set_rows[i]][0].clone();
+    good[set_rows[0]][6] = "approve".into();
+    good[set_rows[0]][8] = "ana".into();
+    good[set_rows[0]][9] = "=looks right".into(); // a formula-looking note is kept as text
+    let dropped = member_of(set_rows[1]);
+    good[set_rows[1] + 1][6] = "drop".into();
+    good[set_rows[1] + 1][8] = "bo".into();
+    good[set_rows[2]][6] = "merge".into();
+    good[set_rows[2]][7] = sid(3);
+    good[set_rows[2]][8] = "ana".into();
+    good.push(vec![
+        sid(4),
+        "candidate".into(),
+        "fx-rates-mcp::get_latest_rates".into(),
+        "".into(),
+        "".into(),
+        "".into(),
+        "add".into(),
+        "".into(),
+        "bo".into(),
+        "reviewer's own row".into(),
+    ]);
+    write_sheet(&sheet, &good);
+    let before = std::fs::read(&sheet).unwrap();
+    p.ok(&["efs", "review", "import"]);
+    assert_eq!(std::fs::read(&sheet).unwrap(), before);
+    let decisions = p.json("artifacts/efs-review-import/decisions.json");
+    assert_eq!(decisions.as_array().unwrap().len(), 4, "{decisions}");
+    assert_eq!(decisions[0]["note"], "=looks right");
+    p.ok(&["efs", "finalize"]);
+    let fin = p.json("artifacts/efs-finalize/final.json");
+    let sets = fin["sets"].as_array().unwrap();
+    // 6 sets: one loses its only partner (dropped), two merge → 4 left.
+    assert_eq!(sets.len(), 4, "{fin}");
+    assert_eq!(fin["dropped"].as_array().unwrap().len(), 1);
+    assert!(!sets.iter().any(|s| s["members"].as_array().unwrap().iter().any(|m| m["tool_id"] == dropped[2])));
+    let reviewed = sets.iter().filter(|s| s["status"] == "reviewed").count();
+    assert_eq!(reviewed, 3, "approved, merged and added-to sets");
+    assert!(
+        sets.iter().any(|s| s["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["tool_id"] == "fx-rates-mcp::get_latest_rates"))
+    );
+    let conn = rusqlite::Connection::open(p.path("artifacts/ledger.sqlite")).unwrap();
+    let n: i64 = conn.query_row("SELECT COUNT(*) FROM events WHERE kind = 'review'", [], |r| r.get(0)).unwrap();
+    assert_eq!(n, 4);
+}
+
+/// Every artifact file (ledger, lock and checkpoints aside), by path; manifests without
+/// their run-dependent fields (run id and times).
+fn artifact_files(p: &Project) -> std::collections::BTreeMap<String, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            let rel = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if rel.starts_with('.') || rel.starts_with("ledger.sqlite") {
+                continue;
+            }
+            if path.is_dir() {
+                walk(root, &path, out);
+                continue;
+            }
+            let mut bytes = std::fs::read(&path).unwrap();
+            if rel.ends_with("manifest.json") {
+                let mut m: Value = serde_json::from_slice(&bytes).unwrap();
+                for k in ["run_id", "started_at", "finished_at", "duration_ms"] {
+                    m.as_object_mut().unwrap().remove(k);
+                }
+                bytes = serde_json::to_vec_pretty(&m).unwrap();
+            }
+            out.insert(rel, bytes);
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    let root = p.path("artifacts");
+    walk(&root, &root, &mut out);
+    out
+}
+
+#[test]
+fn killed_verify_and_topdown_resume_to_byte_identical_artifacts() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm = scripted();
+    let reference = project(&llm);
+    reference.ok(&["run"]);
+    let want = artifact_files(&reference);
+    assert!(want.contains_key("efs-finalize/report.md") && want.contains_key("efs-topdown/results.json"));
+
+    let p = project(&llm);
+    let killed = |args: &[&str], at: &str| {
+        let o = Command::cargo_bin("benchgen")
+            .unwrap()
+            .current_dir(p.dir.path())
+            .env("BENCHGEN_NO_PROGRESS", "1")
+            .env("BENCHGEN_FAIL_AT", at)
+            .arg("--config")
+            .arg(&p.config)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "the fail point `{at}` aborts `{}`", args.join(" "));
+    };
+    p.ok(&["run", "--until", "efs-pairs"]);
+    killed(&["efs", "verify"], "efs_verify_pair:3");
+    let out = p.ok(&["run", "--until", "efs-build"]);
+    assert!(out.contains("(3 resumed from an interrupted run)"), "{out}");
+    killed(&["efs", "topdown"], "efs_topdown_set:2");
+    let done = std::fs::read_to_string(p.path("artifacts/.work/efs-topdown/items.jsonl")).unwrap();
+    assert_eq!(done.lines().count(), 2);
+    p.ok(&["run"]);
+
+    let got = artifact_files(&p);
+    assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+    for (file, bytes) in &want {
+        assert!(
+            &got[file] == bytes,
+            "`{file}` differs after kill and resume:\n--- uninterrupted\n{}\n--- resumed\n{}",
+            String::from_utf8_lossy(bytes),
+            String::from_utf8_lossy(&got[file])
+        );
+    }
+    let m = p.json("artifacts/efs-verify/manifest.json");
+    let pairs = std::fs::read_to_string(p.path("artifacts/efs-pairs/pairs.csv")).unwrap().lines().count() - 1;
+    assert_eq!(m["counts"]["llm_exchanges"], pairs as u64, "one exchange per pair, resumed ones included");
+}
+
+#[test]
+fn verify_failure_share_fails_naming_counts_or_records_failed_pairs() {
+    if !assets_or_skip() {
+        return;
+    }
+    // The verifier answers prose (an invalid answer, every time) for one chosen pair.
+    let bad: std::sync::Arc<std::sync::Mutex<Option<(String, String)>>> = Default::default();
+    let b = bad.clone();
+    let llm = ScriptedLlm::start(move |req: &Seen| {
+        let text = req.all_text();
+        if let Some((x, y)) = b.lock().unwrap().clone()
+            && text.contains("Tool A: `")
+            && text.contains(&x)
+            && text.contains(&y)
+        {
+            return Answer::text("These two are hard to compare.");
+        }
+        scripted_answer(req)
+    });
+    let p = project(&llm);
+    p.ok(&["run", "--until", "efs-pairs"]);
+    let csv = std::fs::read_to_string(p.path("artifacts/efs-pairs/pairs.csv")).unwrap();
+    let pairs = csv.lines().count() - 1;
+    let first: Vec<&str> = csv.lines().nth(1).unwrap().split(',').take(2).collect();
+    let name = |id: &str| format!("`{}`", id.split_once("::").unwrap().1);
+    *bad.lock().unwrap() = Some((name(first[0]), name(first[1])));
+    let key = if first[0] <= first[1] {
+        format!("{} <> {}", first[0], first[1])
+    } else {
+        format!("{} <> {}", first[1], first[0])
+    };
+
+    // Default 0: the stage fails after every other pair, naming counts and the pair.
+    let o = p.cmd(&["efs", "verify"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("1 of {pairs} pairs failed")), "{err}");
+    assert!(err.contains("`efs.verify.max_failed_share` = 0"), "{err}");
+    assert!(err.contains(&format!("{key}: LLM answer in stage `efs-verify`")), "{err}");
+    assert!(!p.path("artifacts/efs-verify").exists());
+
+    // An out-of-range share is refused when the config loads, naming the key.
+    let cfg = std::fs::read_to_string(&p.config).unwrap();
+    std::fs::write(&p.config, cfg.replace("concurrency = 1\n", "concurrency = 1\nmax_failed_share = nan\n")).unwrap();
+    let o = p.cmd(&["efs", "verify"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("max_failed_share must be a number from 0 to 1"), "{err}");
+
+    // Allowed: the stage commits without the pair and lists it with its reason.
+    std::fs::write(&p.config, cfg.replace("concurrency = 1\n", "concurrency = 1\nmax_failed_share = 0.5\n")).unwrap();
+    let before = llm.count();
+    let out = p.ok(&["efs", "verify"]);
+    assert!(out.contains("1 pairs failed and are left out"), "{out}");
+    assert_eq!(llm.count(), before, "the finished pairs come from the checkpoint, the failed one from the ledger");
+    let failed = p.json("artifacts/efs-verify/failed.json");
+    assert_eq!(failed.as_array().unwrap().len(), 1, "{failed}");
+    assert_eq!(failed[0]["item"], key.as_str());
+    assert!(failed[0]["reason"].as_str().unwrap().contains("is still invalid after"), "{failed}");
+    let verdicts = p.json("artifacts/efs-verify/verdicts.json");
+    assert_eq!(verdicts.as_array().unwrap().len(), pairs - 1);
+    let m = p.json("artifacts/efs-verify/manifest.json");
+    assert_eq!(m["counts"]["failed_items"], 1);
+    assert_eq!(m["counts"]["llm_failures"], 1);
+}

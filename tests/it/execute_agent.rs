@@ -1,0 +1,220 @@
+//! `benchgen execute` with the scripted LLM test server and a sandbox: a two-group
+//! trajectory (parallel, then dependent) recorded in the artifacts and the ledger, the call
+//! cap, and a server crashing mid-run while the run goes on with the other queries.
+
+use crate::support::mcp_assets;
+
+use crate::support::scripted_llm::{Answer, ScriptedLlm, Seen};
+use assert_cmd::Command;
+use benchgen::ledger::Ledger;
+use serde_json::{Value, json};
+
+struct Project {
+    dir: tempfile::TempDir,
+    config: std::path::PathBuf,
+}
+
+fn project(base_url: &str, sandbox_flags: &str, execute: &str) -> Project {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = mcp_assets::write_fixture_catalog(dir.path());
+    std::fs::create_dir_all(dir.path().join("pipeline")).unwrap();
+    let config = dir.path().join("pipeline/t.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[llm.roles.agent]
+provider = "vllm"
+base_url = "{base_url}"
+model = "m"
+temperature = 0.0
+seed = 1
+backoff_ms = 20
+
+[mcp.servers.sb]
+command = {bin:?}
+args = ["--quiet", "sandbox", "--catalog", {cat:?}{sandbox_flags}]
+tool_ids = "as-is"
+
+[execute]
+concurrency = 1
+{execute}
+"#,
+            bin = env!("CARGO_BIN_EXE_benchgen"),
+            cat = catalog.to_str().unwrap(),
+        ),
+    )
+    .unwrap();
+    Project { dir, config }
+}
+
+fn write_queries(p: &Project, lines: &[Value]) -> std::path::PathBuf {
+    let f = p.dir.path().join("queries.jsonl");
+    std::fs::write(&f, lines.iter().map(|l| l.to_string() + "\n").collect::<String>()).unwrap();
+    f
+}
+
+fn execute(p: &Project, queries: &std::path::Path) -> assert_cmd::assert::Assert {
+    Command::cargo_bin("benchgen")
+        .unwrap()
+        .arg("--config")
+        .arg(&p.config)
+        .args(["execute", "--queries"])
+        .arg(queries)
+        .env("BENCHGEN_NO_PROGRESS", "1")
+        .assert()
+}
+
+fn trajectory(p: &Project, id: &str) -> Value {
+    let f = p.dir.path().join(format!("artifacts/execute/trajectories/{id}.json"));
+    serde_json::from_slice(&std::fs::read(&f).unwrap()).unwrap()
+}
+
+/// How many assistant turns with tool calls the conversation already has.
+fn turn(r: &Seen) -> usize {
+    r.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant" && m["tool_calls"].is_array())
+        .count()
+}
+
+fn query_of(r: &Seen) -> String {
+    r.body["messages"].as_array().unwrap().iter().find(|m| m["role"] == "user").unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .into()
+}
+
+fn calls(list: &[(&str, Value)]) -> Answer {
+    Answer::ToolCalls(list.iter().map(|(n, a)| (n.to_string(), a.clone())).collect())
+}
+
+#[test]
+fn two_group_trajectory_is_recorded_and_the_chain_check_sees_the_order() {
+    let llm = ScriptedLlm::start(|r| {
+        let q = query_of(r);
+        match (q.as_str(), turn(r)) {
+            // Parallel: the book and the weather; then dependent: the book's reviews.
+            ("plan my reading day", 0) => {
+                calls(&[("books__find_book", json!({"title": "Dune"})), ("weather__forecast", json!({"city": "Oslo"}))])
+            }
+            ("plan my reading day", 1) => calls(&[("books__get_reviews", json!({"isbn": "978-0441013593"}))]),
+            // Reviews asked in the same group as the book: the chain is not preserved.
+            ("hurried", 0) => calls(&[
+                ("books__find_book", json!({"title": "Dune"})),
+                ("books__get_reviews", json!({"isbn": "978-0441013593"})),
+            ]),
+            // Endless calls: three per turn against a cap of four.
+            ("greedy", _) => calls(&[
+                ("weather__forecast", json!({"city": "A"})),
+                ("weather__forecast", json!({"city": "B"})),
+                ("weather__forecast", json!({"city": "C"})),
+            ]),
+            _ => Answer::text("Here is your plan."),
+        }
+    });
+    let p = project(&llm.base_url(), "", "max_calls = 4");
+    let chain = json!([{"tool": "books::find_book"}, {"tool": "books::get_reviews", "depends_on": [0]}]);
+    let q = write_queries(
+        &p,
+        &[
+            json!({"id": "plan", "query": "plan my reading day", "chain": chain}),
+            json!({"id": "hurried", "query": "hurried", "chain": ["books::find_book", "books::get_reviews"]}),
+            json!({"id": "greedy", "query": "greedy"}),
+        ],
+    );
+    execute(&p, &q).success();
+
+    let t = trajectory(&p, "plan");
+    assert_eq!(t["status"], "answered");
+    assert_eq!(t["answer"], "Here is your plan.");
+    assert_eq!(t["groups"], 2);
+    let c = t["calls"].as_array().unwrap();
+    let shape: Vec<(u64, &str, &str)> = c
+        .iter()
+        .map(|c| (c["group"].as_u64().unwrap(), c["tool_id"].as_str().unwrap(), c["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(shape, [(0, "books::find_book", "ok"), (0, "weather::forecast", "ok"), (1, "books::get_reviews", "ok")]);
+    assert_eq!(c[0]["arguments"], json!({"title": "Dune"}));
+    assert!(c[0]["output"]["structured"]["isbn"].is_string(), "output schema shapes the result: {}", c[0]);
+    assert_eq!(t["chain_check"]["preserved"], true);
+    assert_eq!(t["chain_check"]["groups"], json!([0, 1]));
+    // OpenAI-format messages: system, user, assistant(2 calls), 2 tool, assistant(1 call), tool, final.
+    let roles: Vec<&str> = t["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "tool", "assistant", "tool", "assistant"]);
+    // The model saw safe function names.
+    let sent = &llm.requests()[0].body["tools"];
+    let names: Vec<&str> = sent.as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["books__find_book", "books__get_reviews", "weather__forecast"]);
+
+    let h = trajectory(&p, "hurried");
+    assert_eq!(h["chain_check"]["preserved"], false);
+    assert!(h["chain_check"]["problems"][0].as_str().unwrap().contains("books::get_reviews"), "{h}");
+
+    let g = trajectory(&p, "greedy");
+    assert_eq!(g["status"], "cap_reached");
+    let executed = g["calls"].as_array().unwrap().iter().filter(|c| c["executed"] == true).count();
+    assert_eq!(executed, 3, "the second group of 3 would pass the cap of 4 and is not executed");
+    assert_eq!(g["calls"].as_array().unwrap().len(), 6);
+
+    // Ledger: each mcp.call links to the LLM exchange that asked for it.
+    let ledger = Ledger::open(&p.dir.path().join("artifacts")).unwrap();
+    let ev = ledger.event(c[2]["ledger_event"].as_i64().unwrap()).unwrap().unwrap();
+    assert_eq!(ev.kind, "mcp.call");
+    assert_eq!(ev.payload["group"], 1);
+    assert_eq!(ev.payload["query"], "plan");
+    let parent = ledger.event(ev.parents[0]).unwrap().unwrap();
+    assert_eq!(parent.kind, "llm.exchange");
+    assert_eq!(Some(parent.id), c[2]["llm_event"].as_i64());
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(p.dir.path().join("artifacts/execute/summary.json")).unwrap()).unwrap();
+    assert_eq!(
+        summary["counts"],
+        json!({"answered": 2, "calls": 11, "cap_reached": 1, "chain_broken": 1, "chain_preserved": 1})
+    );
+}
+
+#[test]
+fn a_server_crash_fails_that_query_and_the_run_goes_on() {
+    let llm = ScriptedLlm::start(|r| match (query_of(r).as_str(), turn(r)) {
+        ("first", 0) => calls(&[("weather__forecast", json!({"city": "Oslo"}))]),
+        ("first", 1) => calls(&[("weather__forecast", json!({"city": "Rome"}))]),
+        ("second", 0) => calls(&[("books__find_book", json!({"title": "Emma"}))]),
+        _ => Answer::text("done"),
+    });
+    // The sandbox exits on its second call: the second call of the first query.
+    let p = project(&llm.base_url(), r#", "--crash-after", "2""#, "");
+    let q = write_queries(&p, &[json!({"id": "first", "query": "first"}), json!({"id": "second", "query": "second"})]);
+    execute(&p, &q).success().stdout(predicates::str::contains("1 query failed"));
+
+    let first = trajectory(&p, "first");
+    assert_eq!(first["status"], "failed");
+    let reason = first["reason"].as_str().unwrap();
+    assert!(reason.contains("server crashed") && reason.contains("weather__forecast"), "{reason}");
+    assert_eq!(first["calls"][1]["failure"]["kind"], "server_crashed");
+    assert_eq!(first["calls"][0]["status"], "ok");
+
+    // The next query respawned the server and finished.
+    let second = trajectory(&p, "second");
+    assert_eq!(second["status"], "answered");
+    assert_eq!(second["calls"][0]["status"], "ok");
+    let log = std::fs::read_to_string(p.dir.path().join("artifacts/mcp/logs/sb.stderr.log")).unwrap();
+    assert!(log.contains("injected crash"), "{log}");
+}
+
+#[test]
+fn bad_queries_file_names_every_problem() {
+    let llm = ScriptedLlm::start(|_| Answer::text("x"));
+    let p = project(&llm.base_url(), "", "");
+    let f = p.dir.path().join("q.jsonl");
+    std::fs::write(&f, "{\"id\": \"a\"}\nnot json\n{\"id\": \"b\", \"query\": \"x\", \"chain\": [{\"tool\": \"t\", \"depends_on\": [0]}]}\n")
+        .unwrap();
+    execute(&p, &f)
+        .code(1)
+        .stderr(predicates::str::contains("line 1 (`a`): `query`"))
+        .stderr(predicates::str::contains("line 2: not JSON"))
+        .stderr(predicates::str::contains("chain[0].depends_on"));
+    assert_eq!(llm.count(), 0);
+}

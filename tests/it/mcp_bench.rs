@@ -1,0 +1,178 @@
+//! Benchmarks (ignored in `cargo test`; `scripts/bench.d/30-mcp.sh` runs them in release
+//! mode and prints the figures quoted in the README). No timing is asserted.
+
+use crate::support::mcp_assets;
+use crate::support::scripted_llm;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use benchgen::mcp::config::{ServerSpec, ToolIds};
+use benchgen::mcp::{CallOutcome, ClientOptions, McpClient};
+use serde_json::json;
+
+const BIN: &str = env!("CARGO_BIN_EXE_benchgen");
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+/// `clients` clients, each making `per_client` sequential calls; returns (calls/s, p50 ms, p99 ms).
+async fn drive(clients: &[Arc<McpClient>], per_client: usize) -> (f64, f64, f64) {
+    for c in clients {
+        c.ensure_connected().await.unwrap();
+        // Warm up (first call compiles the tool's validator).
+        assert!(matches!(c.call("weather::forecast", &json!({"city": "warm"}), None).await, CallOutcome::Ok { .. }));
+    }
+    let started = Instant::now();
+    let tasks: Vec<_> = clients
+        .iter()
+        .enumerate()
+        .map(|(k, c)| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(per_client);
+                for i in 0..per_client {
+                    let t = Instant::now();
+                    let o = c.call("weather::forecast", &json!({"city": format!("c{k}-{i}"), "days": 3}), None).await;
+                    assert!(matches!(o, CallOutcome::Ok { .. }), "{o:?}");
+                    lat.push(t.elapsed());
+                }
+                lat
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let wall = started.elapsed().as_secs_f64();
+    all.sort();
+    (all.len() as f64 / wall, percentile(&all, 0.5), percentile(&all, 0.99))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run by scripts/bench.d/30-mcp.sh"]
+async fn bench_sandbox_throughput() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = mcp_assets::write_fixture_catalog(dir.path());
+    let n = env_usize("BENCH_CALLS", 2000);
+    let opts = ClientOptions::new(&dir.path().join("logs"));
+    let stdio_spec = ServerSpec {
+        command: Some(BIN.into()),
+        args: vec!["sandbox".into(), "--catalog".into(), catalog.display().to_string()],
+        tool_ids: ToolIds::AsIs,
+        ..Default::default()
+    };
+
+    // stdio: one client; then 32 concurrent callers multiplexed over that one connection
+    // (a stdio server serves exactly one client).
+    let one = Arc::new(McpClient::new("s", stdio_spec.clone(), opts.clone()));
+    let r = drive(std::slice::from_ref(&one), n).await;
+    println!("sandbox stdio  1 client : {:>8.0} calls/s  p50 {:>6.2} ms  p99 {:>6.2} ms", r.0, r.1, r.2);
+    let shared: Vec<_> = (0..32).map(|_| one.clone()).collect();
+    let r = drive(&shared, n / 32).await;
+    println!("sandbox stdio 32 callers: {:>8.0} calls/s  p50 {:>6.2} ms  p99 {:>6.2} ms", r.0, r.1, r.2);
+    one.shutdown().await;
+
+    // Streamable HTTP: one server process, 1 and 32 separate client sessions.
+    let port = mcp_assets::free_port();
+    let mut server = mcp_assets::KillOnDrop(
+        std::process::Command::new(BIN)
+            .args([
+                "--quiet",
+                "sandbox",
+                "--catalog",
+                catalog.to_str().unwrap(),
+                "--http",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut url = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.0.stdout.take().unwrap()), &mut url).unwrap();
+    let http = ServerSpec { url: Some(url.trim().into()), tool_ids: ToolIds::AsIs, ..Default::default() };
+    let c1 = vec![Arc::new(McpClient::new("h", http.clone(), opts.clone()))];
+    let r = drive(&c1, n).await;
+    println!("sandbox http   1 client : {:>8.0} calls/s  p50 {:>6.2} ms  p99 {:>6.2} ms", r.0, r.1, r.2);
+    let c32: Vec<_> = (0..32).map(|i| Arc::new(McpClient::new(&format!("h{i}"), http.clone(), opts.clone()))).collect();
+    let r = drive(&c32, n / 32).await;
+    println!("sandbox http  32 clients: {:>8.0} calls/s  p50 {:>6.2} ms  p99 {:>6.2} ms", r.0, r.1, r.2);
+    for c in c1.iter().chain(&c32) {
+        c.shutdown().await;
+    }
+}
+
+/// Executor time per call outside the LLM: (wall − LLM time) / calls, with the sandbox's
+/// own per-call latency beside it; the difference is the agent loop's bookkeeping (name
+/// mapping, concurrency, ledger writes, messages).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run by scripts/bench.d/30-mcp.sh"]
+async fn bench_executor_overhead() {
+    use benchgen::execute::{ExecuteSettings, Executor, Query, Recorder};
+    use scripted_llm::{Answer, ScriptedLlm};
+
+    let queries_n = env_usize("BENCH_QUERIES", 50);
+    // Two groups of 4 parallel calls, then an answer.
+    let llm = ScriptedLlm::start(|r| {
+        let turns = r.body["messages"].as_array().unwrap().iter().filter(|m| m["tool_calls"].is_array()).count();
+        if turns < 2 {
+            let q = r.last_user();
+            Answer::ToolCalls(
+                (0..4)
+                    .map(|i| ("weather__forecast".to_string(), json!({"city": format!("{q}-{turns}-{i}")})))
+                    .collect(),
+            )
+        } else {
+            Answer::text("done")
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = mcp_assets::write_fixture_catalog(dir.path());
+    std::fs::create_dir_all(dir.path().join("pipeline")).unwrap();
+    let config = dir.path().join("pipeline/b.toml");
+    std::fs::write(
+        &config,
+        format!("[llm.roles.agent]\nprovider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"m\"\nseed = 1\n", llm.base_url()),
+    )
+    .unwrap();
+    let settings = benchgen::settings::Settings::load(&config).unwrap();
+    let run = benchgen::ledger::Ledger::open(&settings.artifacts).unwrap().begin_run("bench", "", "0").unwrap();
+    let spec = ServerSpec {
+        command: Some(BIN.into()),
+        args: vec!["--quiet".into(), "sandbox".into(), "--catalog".into(), catalog.display().to_string()],
+        tool_ids: ToolIds::AsIs,
+        ..Default::default()
+    };
+    let client = Arc::new(McpClient::new("sb", spec, ClientOptions::new(&dir.path().join("logs"))));
+    let recorder = Recorder::open(&settings.artifacts, run, "bench").unwrap();
+    let exec = Executor::connect(vec![client], ExecuteSettings::default(), Some(recorder)).await.unwrap();
+    let llm_client = benchgen::llm::LlmClient::from_settings(&settings, "bench", run).await.unwrap();
+    let queries: Vec<Query> =
+        (0..queries_n).map(|i| Query { id: format!("q{i}"), query: format!("q{i}"), chain: vec![] }).collect();
+    let (mut calls, mut other_ms, mut tool_ms) = (0u64, 0f64, 0f64);
+    for q in &queries {
+        let t = exec.run_query(&llm_client, q).await;
+        assert_eq!(t.status, "answered", "{:?}", t.reason);
+        calls += t.calls.len() as u64;
+        other_ms += t.other_ms;
+        // Calls of a group run concurrently: the group costs its slowest call.
+        for g in 0..t.groups {
+            tool_ms += t.calls.iter().filter(|c| c.group == g).map(|c| c.latency_ms).fold(0.0, f64::max);
+        }
+    }
+    exec.shutdown().await;
+    println!(
+        "executor: {calls} calls in {queries_n} queries; non-LLM time {:.2} ms/call, of which waiting for sandbox calls {:.2} ms/call, loop overhead {:.2} ms/call",
+        other_ms / calls as f64,
+        tool_ms / calls as f64,
+        (other_ms - tool_ms) / calls as f64
+    );
+}

@@ -1,0 +1,272 @@
+//! The pipeline as a declared graph: one table-driven test over the stage list
+//! (help, manifest, status, clean, docs for every stage), `benchgen check` on
+//! wrong keys, `benchgen stages`, and the README's generated stage table.
+
+use serde_json::Value;
+
+use crate::support::scripted_llm::{Answer, ScriptedLlm};
+use crate::support::{Project, assert_code, repo, stderr, stdout};
+
+/// The stage list as `benchgen stages --json` reports it.
+fn stage_list(p: &Project) -> Vec<Value> {
+    let o = p.run(&["stages", "--json"]);
+    assert_code(&o, 0);
+    serde_json::from_slice::<Value>(&o.stdout).unwrap().as_array().unwrap().clone()
+}
+
+fn strs(v: &Value) -> Vec<String> {
+    v.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect()
+}
+
+/// Every doc page's text (README and docs/*.md).
+fn docs_text() -> String {
+    let mut text = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    if let Ok(rd) = std::fs::read_dir(repo().join("docs")) {
+        for e in rd.flatten() {
+            if e.path().extension().is_some_and(|x| x == "md") {
+                text.push_str(&std::fs::read_to_string(e.path()).unwrap());
+            }
+        }
+    }
+    text
+}
+
+/// A demo project whose every stage takes part: the demo pipeline with its log
+/// track, filled-in EFS and graph review sheets, and an `execute` queries file run
+/// against a sandbox.
+fn full_project() -> Project {
+    let mut p = Project::demo();
+    // A scripted model that judges every candidate pair equivalent, so there are sets
+    // to review (the demo's default double judges none), and keeps every log session
+    // and candidate edge.
+    let llm = ScriptedLlm::start(|seen| {
+        let text = seen.all_text();
+        Answer::json(if text.contains("genuine need") {
+            serde_json::json!({"genuine": true, "reason": "scripted"})
+        } else if text.contains("satisfactory") {
+            serde_json::json!({"satisfactory": true, "reason": "scripted"})
+        } else if text.contains("must run after it") {
+            serde_json::json!({"dependent": true, "reason": "scripted"})
+        } else if text.contains("Tool A: `") {
+            serde_json::json!({"equivalent": true, "reason": "scripted"})
+        } else if text.contains("User request:") {
+            serde_json::json!({"selected": []})
+        } else if text.contains("user requests") {
+            serde_json::json!({"requests": ["convert 5 EUR"]})
+        } else {
+            serde_json::json!({"reason": "needs live data", "verdict": "keep"})
+        })
+    });
+    let old = p.llm.as_ref().unwrap().base_url();
+    let cfg = p.read("pipeline/demo.toml").replace(&old, &llm.base_url());
+    let base_url = llm.base_url();
+    p.llm = Some(llm);
+    // The demo's log track (Project::demo leaves it out), its judge on the double.
+    for f in ["raw/demo/logs/catalog.json", "raw/demo/logs/events.jsonl", "raw/demo/logs/chats.jsonl"] {
+        p.copy_in(f);
+    }
+    for t in ["logs_need", "logs_answer", "logs_label", "graph_edge"] {
+        p.copy_in(&format!("pipeline/prompts/{t}.md"));
+    }
+    let demo = std::fs::read_to_string(repo().join("pipeline/demo.toml")).unwrap();
+    let logs = &demo[demo.find("[[logs.sources]]").expect("the demo has a log track")..];
+    let logs = logs.replace(
+        "provider = \"local\"",
+        &format!("provider = \"vllm\"\nbase_url = \"{base_url}\"\nmodel = \"scripted\""),
+    );
+    p.write(
+        "pipeline/demo.toml",
+        format!(
+            "{cfg}\n{logs}\n[llm.roles.agent]\nprovider = \"vllm\"\nbase_url = \"{base_url}\"\nmodel = \"scripted\"\n\n\
+             [mcp.servers.sb]\ncommand = {bin:?}\nargs = [\"--quiet\", \"sandbox\", \"--catalog\", \"artifacts/filter/catalog.json\"]\n\n\
+             [execute]\nqueries = \"raw/queries.jsonl\"\nrole = \"agent\"\nservers = [\"sb\"]\n",
+            bin = env!("CARGO_BIN_EXE_benchgen"),
+        ),
+    );
+    p.write("raw/queries.jsonl", "{\"id\": \"q1\", \"query\": \"What is the EUR/USD rate?\"}\n");
+    p
+}
+
+#[test]
+fn every_stage_in_the_list_has_help_manifest_status_clean_and_docs() {
+    let p = full_project();
+
+    // Run everything: the pipeline, then the review round trip (not part of `run`
+    // until a sheet exists), then `run` again to pick the decisions up.
+    assert_code(&p.run(&["run", "--until", "efs-topdown"]), 0);
+    assert_code(&p.run(&["efs", "review", "export"]), 0);
+    let sheet = p.read("reviews/efs/efs_review.csv");
+    let mut lines: Vec<String> = sheet.lines().map(String::from).collect();
+    assert!(lines.len() >= 2, "the demo has candidate sets to review:\n{sheet}");
+    // Approve the first set: decision column 7, reviewer column 9.
+    let mut cells: Vec<String> = lines[1].split(',').map(String::from).collect();
+    cells[6] = "approve".into();
+    cells[8] = "tester".into();
+    lines[1] = cells.join(",");
+    p.write("reviews/efs/efs_review.csv", lines.join("\n") + "\n");
+    // The graph's review round trip: remove the first candidate edge.
+    assert_code(&p.run(&["run", "--until", "graph-build"]), 0);
+    assert_code(&p.run(&["graph", "review", "export"]), 0);
+    let sheet = p.read("reviews/graph/graph_review.csv");
+    let mut lines: Vec<String> = sheet.lines().map(String::from).collect();
+    assert!(lines.len() >= 2, "the demo logs have candidate edges:\n{sheet}");
+    lines[1] = format!("{}remove,tester,", lines[1].strip_suffix(",,").expect("an undecided row"));
+    p.write("reviews/graph/graph_review.csv", lines.join("\n") + "\n");
+    let run = p.run(&["run"]);
+    assert_code(&run, 0);
+    let stages = stage_list(&p);
+    assert!(stages.len() >= 11, "{stages:?}");
+
+    let status = p.run(&["status", "--json"]);
+    assert_code(&status, 0);
+    let rows: Vec<Value> = serde_json::from_slice(&status.stdout).unwrap();
+    let docs = docs_text();
+    for st in &stages {
+        let name = st["name"].as_str().unwrap();
+        let command = st["command"].as_str().unwrap();
+        assert!(st["enabled"].as_bool().unwrap(), "`{name}` is part of the full project's pipeline");
+
+        // --help names what it reads and writes.
+        let mut args: Vec<&str> = command.split(' ').collect();
+        args.push("--help");
+        let o = p.run(&args);
+        assert_code(&o, 0);
+        let help = stdout(&o).split_whitespace().collect::<Vec<_>>().join(" ");
+        for r in st["reads"].as_array().unwrap() {
+            if r["kind"] == "manifest" {
+                continue;
+            }
+            let file = r["file"].as_str().unwrap();
+            assert!(help.contains(file), "`benchgen {command} --help` does not name its read `{file}`:\n{help}");
+        }
+        for w in strs(&st["writes"]) {
+            let w = w.trim_end_matches("/*");
+            assert!(help.contains(w), "`benchgen {command} --help` does not name its output `{w}`:\n{help}");
+        }
+
+        // A manifest and a status line.
+        let manifest = p.path(&format!("artifacts/{name}/manifest.json"));
+        assert!(manifest.exists(), "`{name}` wrote no manifest");
+        let row = rows.iter().find(|r| r["stage"] == name).unwrap_or_else(|| panic!("no status line for `{name}`"));
+        assert_eq!(row["state"], "done", "{row}");
+
+        // Documented.
+        assert!(docs.contains(&format!("benchgen {command}")), "`benchgen {command}` is not in README.md or docs/");
+    }
+
+    // Clean, one stage then everything.
+    let o = p.run(&["clean", "stats"]);
+    assert_code(&o, 0);
+    assert!(!p.path("artifacts/stats").exists());
+    assert!(p.path("artifacts/filter/manifest.json").exists());
+    let status = stdout(&p.run(&["status"]));
+    assert!(status.lines().any(|l| l.starts_with("stats ") && l.contains("missing")), "{status}");
+    assert_code(&p.run(&["clean"]), 0);
+    let left: Vec<String> = std::fs::read_dir(p.path("artifacts"))
+        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    assert!(left.iter().all(|f| f == ".lock"), "left after `clean`: {left:?}");
+    assert_code(&p.run(&["clean", "nope"]), 2);
+}
+
+#[test]
+fn check_reports_every_wrong_key_at_once_before_anything_runs() {
+    let p = Project::demo();
+    let cfg = p.read("pipeline/demo.toml");
+    let cfg = cfg
+        .replace("[efs.verify]\nrole = \"verifier\"", "[efs.verify]\nrole = \"verifer\"")
+        .replace("requests_per_set = 2", "requests_per_set = 0\nselect_template = \"no-such-template\"")
+        .replace("min_cosine = 0.45", "min_cosine = nan");
+    assert!(cfg.contains("verifer") && cfg.contains("nan") && cfg.contains("no-such-template"), "demo.toml changed");
+    let base_url = p.llm.as_ref().unwrap().base_url();
+    let cfg = format!(
+        "{cfg}\n[llm.roles.agent]\nprovider = \"vllm\"\nbase_url = \"{base_url}\"\nmodel = \"m\"\n\n\
+         [execute]\nqueries = \"raw/q.jsonl\"\nrole = \"agent\"\nservers = [\"ghost\"]\n"
+    );
+    p.write("pipeline/demo.toml", &cfg);
+
+    let o = p.run(&["check"]);
+    assert_code(&o, 1);
+    let err = stderr(&o);
+    for key in [
+        "efs.verify.role: no `[llm.roles.verifer]`",
+        "efs.topdown.select_template:",
+        "efs.topdown.requests_per_set: must be at least 1",
+        "efs.pairs.min_cosine: must be a finite number",
+        "execute.servers[0]: no MCP server `ghost`",
+    ] {
+        assert!(err.contains(key), "missing `{key}` in:\n{err}");
+    }
+    assert!(err.contains("pipeline/demo.toml"), "{err}");
+
+    // The same check runs on every load: nothing runs, nothing is written.
+    for args in [&["run"][..], &["status"], &["filter"]] {
+        let o = p.run(args);
+        assert_code(&o, 1);
+        assert!(stderr(&o).contains("efs.verify.role"), "{}", stderr(&o));
+    }
+    assert!(!p.path("artifacts").exists(), "a failed check must write nothing");
+    assert_eq!(p.llm.as_ref().unwrap().count(), 0);
+
+    // Fixed, it passes.
+    p.write("pipeline/demo.toml", p.read("pipeline/demo.toml").replace("servers = [\"ghost\"]", "servers = []"));
+    let fixed = p
+        .read("pipeline/demo.toml")
+        .replace("verifer", "verifier")
+        .replace("requests_per_set = 0\nselect_template = \"no-such-template\"", "requests_per_set = 2")
+        .replace("min_cosine = nan", "min_cosine = 0.45");
+    p.write("pipeline/demo.toml", fixed);
+    let o = p.run(&["check"]);
+    assert_code(&o, 0);
+    assert!(stdout(&o).contains("no problems"), "{}", stdout(&o));
+}
+
+#[test]
+fn a_prompt_that_does_not_render_is_named_with_its_key() {
+    let p = Project::demo();
+    // A variable the verify stage does not provide.
+    p.write("pipeline/prompts/efs_verify.md", "Compare {{ tool_a.name }} with {{ tool_c.name }}.\n");
+    let o = p.run(&["check"]);
+    assert_code(&o, 1);
+    let err = stderr(&o);
+    assert!(err.contains("efs.verify.template") && err.contains("does not render"), "{err}");
+}
+
+#[test]
+fn stages_prints_the_graph_as_text_json_and_dot() {
+    let p = Project::demo();
+    let stages = stage_list(&p);
+    let verify = stages.iter().find(|s| s["name"] == "efs-verify").unwrap();
+    assert_eq!(verify["command"], "efs verify");
+    assert_eq!(strs(&verify["upstream"]), ["filter", "efs-pairs"]);
+    assert_eq!(verify["roles"][0]["key"], "efs.verify.role");
+    assert_eq!(verify["roles"][0]["name"], "verifier");
+
+    let o = p.run(&["stages", "--format", "dot"]);
+    assert_code(&o, 0);
+    let dot = stdout(&o);
+    assert!(dot.starts_with("digraph benchgen {"), "{dot}");
+    assert!(dot.contains("\"efs-pairs\" -> \"efs-verify\";"), "{dot}");
+    assert!(dot.contains("\"efs-topdown\" -> \"efs-finalize\" [style=dashed];"), "{dot}");
+
+    let text = stdout(&p.run(&["stages"]));
+    assert!(text.contains("efs-verify  — `benchgen efs verify`"), "{text}");
+    assert!(text.contains("roles:  efs.verify.role = verifier"), "{text}");
+}
+
+#[test]
+fn the_readme_stage_table_is_the_generated_one() {
+    let p = Project::demo();
+    let o = p.run(&["stages", "--format", "markdown"]);
+    assert_code(&o, 0);
+    let table = stdout(&o);
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let begin = readme.find("<!-- stages:begin -->").expect("README has a `<!-- stages:begin -->` marker");
+    let end = readme.find("<!-- stages:end -->").expect("README has a `<!-- stages:end -->` marker");
+    let inside = readme[begin + "<!-- stages:begin -->".len()..end].trim();
+    assert_eq!(
+        inside,
+        table.trim(),
+        "the README's stage table is stale: replace it with `benchgen stages --format markdown`"
+    );
+}

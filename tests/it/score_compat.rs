@@ -1,0 +1,370 @@
+//! One table test per published-evaluator defect: the `--compat` number and the corrected
+//! number side by side (the README's difference table lists the same cases).
+
+use crate::support::score_fixtures::*;
+use serde_json::{Value, json};
+
+fn id(s: &str) -> String {
+    s.to_string()
+}
+
+// ---------------------------------------------------------------------------
+// ETOM
+
+#[test]
+fn l2_efs_rows_are_separate_required_nodes_in_compat() {
+    // One EFS of 3 tools, listed as 3 rows (ids 605–773 of the published L2).
+    let rows = json!([
+        [t("S", "a", &[]), t("S", "b", &[]), t("S", "c", &[])],
+        [t("S", "b", &[]), t("S", "a", &[]), t("S", "c", &[])],
+        [t("S", "c", &[]), t("S", "a", &[])]
+    ]);
+    let (cor, com) = etom(2, &[(605, rows)], &[(id("L2-605"), json!([sel("S", "c")]))]);
+    let c = row(&com, "level", "L2");
+    assert_eq!(c.em, 0.0);
+    let m = c.calls_macro.unwrap();
+    assert!(close(m.p, 1.0) && close(m.r, 1.0 / 3.0) && close(m.f1, 0.5), "{m:?}");
+    let k = row(&cor, "kind", "L2");
+    assert_eq!(k.em, 1.0);
+    assert_eq!(k.calls_macro.unwrap().f1, 1.0);
+}
+
+#[test]
+fn l2_fifteen_rows_one_correct_tool() {
+    // The reference's query 607: k = 15 rows; one correct tool gives P 1, R 0.067, F1 0.125.
+    let names: Vec<String> = (0..15).map(|i| format!("t{i}")).collect();
+    let rows: Vec<Value> =
+        (0..15).map(|i| Value::Array(vec![t("S", &names[i], &[]), t("S", &names[(i + 1) % 15], &[])])).collect();
+    let (cor, com) = etom(2, &[(607, Value::Array(rows.clone()))], &[(id("L2-607"), json!([sel("S", "t3")]))]);
+    let m = row(&com, "level", "L2").calls_macro.unwrap();
+    assert!(close(m.r, 1.0 / 15.0) && close(m.f1, 0.125), "{m:?}");
+    assert_eq!(row(&cor, "kind", "L2").em, 1.0);
+    // Predicting all 15 row heads passes compat EM (status multi_tool_error) but not corrected EM.
+    let heads: Vec<Value> = names.iter().map(|n| sel("S", n)).collect();
+    let (cor, com) = etom(2, &[(607, Value::Array(rows))], &[(id("L2-607"), Value::Array(heads))]);
+    assert_eq!(row(&com, "level", "L2").em, 1.0);
+    assert_eq!(com.results[0].compat_status.as_deref(), Some("multi_tool_error"));
+    assert_eq!(row(&cor, "kind", "L2").em, 0.0);
+}
+
+#[test]
+fn greedy_matching_loses_a_node_that_maximum_matching_keeps() {
+    // Step 0 may be served by A or B; step 1 only by A and needs step 0 first.
+    let gt = json!([[t("S", "A", &[]), t("S", "B", &[])], [t("S", "A", &[0])]]);
+    // Prediction A then B: greedy gives A to step 0 and leaves B unmatched.
+    let (cor, com) = etom(4, &[(1, gt)], &[(id("L4-1"), json!([sel("S", "A"), sel("S", "B")]))]);
+    let c = com.results[0].calls.unwrap();
+    assert!(close(c.p, 0.5) && close(c.r, 0.5), "compat {c:?}");
+    let k = cor.results[0].calls.unwrap();
+    // Maximum matching covers both steps; A (step 1) comes before B (step 0): misplaced.
+    assert!(close(k.p, 0.5) && close(k.r, 1.0), "corrected {k:?}");
+    assert_eq!((com.results[0].em, cor.results[0].em), (false, false));
+}
+
+#[test]
+fn l3_empty_and_non_list_answers_leave_the_f1_average() {
+    let gt = json!([t("S", "a", &[]), t("S", "b", &[0])]);
+    let q: Vec<(u32, Value)> = (1..=8).map(|i| (i, gt.clone())).collect();
+    let perfect = json!([sel("S", "a"), sel("S", "b")]);
+    let mut preds: Vec<(String, Value)> = (1..=4).map(|i| (format!("L3-{i}"), perfect.clone())).collect();
+    preds.extend((5..=6).map(|i| (format!("L3-{i}"), json!([]))));
+    preds.extend((7..=8).map(|i| (format!("L3-{i}"), json!("I could not find a tool."))));
+    let (cor, com) = etom(3, &q, &preds);
+    let c = row(&com, "level", "L3");
+    assert_eq!((c.n, c.calls_n), (8, 4));
+    assert_eq!(c.em, 0.5);
+    assert_eq!(c.calls_macro.unwrap().f1, 1.0);
+    let k = row(&cor, "kind", "L3");
+    assert_eq!((k.n, k.calls_n), (8, 8));
+    assert_eq!(k.em, 0.5);
+    assert_eq!(k.calls_macro.unwrap().f1, 0.5);
+}
+
+#[test]
+fn four_perfect_four_wrong_gives_half_f1_in_both() {
+    let gt = json!([t("S", "a", &[]), t("S", "b", &[0])]);
+    let q: Vec<(u32, Value)> = (1..=8).map(|i| (i, gt.clone())).collect();
+    let mut preds: Vec<(String, Value)> =
+        (1..=4).map(|i| (format!("L3-{i}"), json!([sel("S", "a"), sel("S", "b")]))).collect();
+    preds.extend((5..=8).map(|i| (format!("L3-{i}"), json!([sel("S", "x")]))));
+    let (cor, com) = etom(3, &q, &preds);
+    assert_eq!(row(&com, "level", "L3").calls_macro.unwrap().f1, 0.5);
+    assert_eq!(row(&cor, "kind", "L3").calls_macro.unwrap().f1, 0.5);
+}
+
+#[test]
+fn parallel_aware_rule_forgives_duplicates_in_compat() {
+    let gt = json!([t("S", "a", &[]), t("S", "b", &[])]);
+    let (cor, com) = etom(3, &[(1, gt)], &[(id("L3-1"), json!([sel("S", "a"), sel("S", "a"), sel("S", "b")]))]);
+    assert!(com.results[0].em, "compat EM via node-set + fully parallel GT");
+    let c = com.results[0].calls.unwrap();
+    assert!(close(c.p, 2.0 / 3.0));
+    assert!(!cor.results[0].em);
+    assert_eq!(cor.results[0].node_set_em, Some(false));
+}
+
+#[test]
+fn l4_node_set_compares_against_the_union_of_alternatives() {
+    // Choosing one alternative per step: compat node_set_match is false (union has 3 tools),
+    // the corrected node-set EM is true.
+    let gt = json!([[t("S", "a", &[]), t("T", "a2", &[])], [t("S", "b", &[0])]]);
+    let (cor, com) = etom(4, &[(1, gt)], &[(id("L4-1"), json!([sel("T", "a2"), sel("S", "b")]))]);
+    assert_eq!(com.results[0].node_set_em, Some(false));
+    assert!(com.results[0].em, "graph EM still holds");
+    assert_eq!(cor.results[0].node_set_em, Some(true));
+    // The published L4 summary reads keys no strategy writes: always 0.
+    let c = row(&com, "level", "L4");
+    assert_eq!(c.extras["node_set_match_rate"], 0.0);
+    assert_eq!(c.extras["structure_match_rate"], 0.0);
+    assert_eq!(row(&cor, "kind", "L4").node_set_em, Some(1.0));
+}
+
+#[test]
+fn l5_key_quirks() {
+    let no_server_name = Value::String(json!({"server_name": "No", "tool_name": "No"}).to_string());
+    let q: Vec<(u32, Value)> = (1..=4).map(|i| (i, json!([]))).collect();
+    let preds = vec![
+        (id("L5-1"), json!([no_server_name])),
+        (id("L5-2"), json!("I am sorry, no tool can do that.")),
+        (id("L5-3"), json!([{"server_name": "No", "tool_name": "No"}])),
+        (id("L5-4"), json!([])),
+    ];
+    let (cor, com) = etom(5, &q, &preds);
+    let em = |r: &benchgen::score::Report| r.results.iter().map(|s| s.em).collect::<Vec<_>>();
+    assert_eq!(em(&com), vec![false, false, true, true]);
+    assert_eq!(em(&cor), vec![true, true, true, true]);
+    assert_eq!(com.results[1].compat_status.as_deref(), Some("error"));
+}
+
+#[test]
+fn bare_tool_id_string_is_ignored_by_compat() {
+    let gt = json!([t("S", "a", &[])]);
+    let (cor, com) = etom(1, &[(1, gt)], &[(id("L1-1"), json!(["S::a"]))]);
+    assert!(!com.results[0].em);
+    assert_eq!(com.results[0].calls.unwrap().r, 0.0);
+    assert!(cor.results[0].em);
+}
+
+#[test]
+fn object_items_crash_the_published_l1_evaluator() {
+    let gt = json!([t("S", "a", &[])]);
+    let (cor, com) = etom(1, &[(1, gt)], &[(id("L1-1"), json!([{"server": "S", "tool_name": "a"}]))]);
+    assert_eq!(com.results[0].compat_status.as_deref(), Some("processing_error"));
+    assert!(!com.results[0].em);
+    assert!(cor.results[0].em);
+}
+
+#[test]
+fn l1_empty_result_has_no_false_negative_in_compat() {
+    let gt = json!([t("S", "a", &[])]);
+    let (cor, com) = etom(1, &[(1, gt)], &[(id("L1-1"), json!([]))]);
+    assert_eq!(row(&com, "level", "L1").support.fn_, 0);
+    assert_eq!(row(&cor, "kind", "L1").support.fn_, 1);
+}
+
+#[test]
+fn l2_empty_result_is_a_processing_error() {
+    let gt = json!([[t("S", "a", &[])]]);
+    let (cor, com) = etom(2, &[(1, gt)], &[(id("L2-1"), json!([]))]);
+    assert_eq!(com.results[0].compat_status.as_deref(), Some("processing_error"));
+    assert_eq!(row(&com, "level", "L2").support.fn_, 1);
+    assert!(!cor.results[0].em);
+}
+
+#[test]
+fn whitespace_in_names_is_trimmed_only_when_corrected() {
+    let gt = json!([t("S", "a", &[])]);
+    let (cor, com) = etom(1, &[(1, gt)], &[(id("L1-1"), json!([sel("S", "a ")]))]);
+    assert!(!com.results[0].em);
+    assert!(cor.results[0].em);
+}
+
+#[test]
+fn forward_reference_is_a_reported_defect_and_orders_by_dependency() {
+    // Step 0 depends on step 1 (listed later). An oracle in listing order fails in both modes;
+    // the dependency order passes in both. Only the corrected mode reports the defect.
+    let gt = json!([t("S", "a", &[1]), t("S", "b", &[])]);
+    let (cor, com) = etom(3, &[(1, gt.clone())], &[(id("L3-1"), json!([sel("S", "a"), sel("S", "b")]))]);
+    assert!(!com.results[0].em && !cor.results[0].em);
+    let (cor, com) = etom(3, &[(1, gt)], &[(id("L3-1"), json!([sel("S", "b"), sel("S", "a")]))]);
+    assert!(com.results[0].em && cor.results[0].em);
+    assert!(cor.data_defects.iter().any(|d| d.message.contains("forward reference")), "{:?}", cor.data_defects);
+}
+
+#[test]
+fn duplicate_entries_are_scored_twice_in_compat_once_corrected() {
+    let gt = json!([t("S", "a", &[])]);
+    let (cor, com) = etom(1, &[(1, gt.clone()), (1, gt)], &[(id("L1-1"), json!([sel("S", "a")]))]);
+    assert_eq!(row(&com, "level", "L1").n, 2);
+    assert_eq!(row(&cor, "kind", "L1").n, 1);
+}
+
+// ---------------------------------------------------------------------------
+// FinMCP
+
+fn rec(id: u32, msgs: Value) -> Value {
+    json!({"id": id, "messages_pred": msgs})
+}
+
+#[test]
+fn multiset_versus_set_recall() {
+    // Sample 202: GetUserAssetView, then GetStrategyAssetClassAnalysis five times.
+    let g: &[&[&str]] = &[&["V"], &["S"], &["S"], &["S"], &["S"], &["S"]];
+    let p: &[&[&str]] = &[&["V"], &["S"]];
+    let (cor, com) = finmcp(
+        &[fin_sample(202, "multi step", "账户-报告", "medium", messages(&[("q", g)]))],
+        &[rec(202, messages(&[("q", p)]))],
+    );
+    let c = row(&com, "overall", "all").calls_micro.unwrap();
+    assert!(close(c.r, 2.0 / 6.0) && close(c.p, 1.0));
+    let k = row(&cor, "overall", "all");
+    assert!(close(k.calls_micro.unwrap().r, 2.0 / 6.0), "the corrected report keeps the multiset figure");
+    assert!(close(k.set_micro.unwrap().r, 1.0), "and adds the paper's set recall");
+}
+
+#[test]
+fn grouped_exact_match_ignores_order_inside_a_group_only() {
+    let g: &[&[&str]] = &[&["A", "B"], &["C"]];
+    let swapped: &[&[&str]] = &[&["B", "A"], &["C"]];
+    let sequential: &[&[&str]] = &[&["A"], &["B"], &["C"]];
+    let s = fin_sample(1, "multi step", "x-y", "easy", messages(&[("q", g)]));
+    let (cor, com) = finmcp(std::slice::from_ref(&s), &[rec(1, messages(&[("q", swapped)]))]);
+    assert_eq!((com.results[0].em, cor.results[0].em), (false, true));
+    let (cor, com) = finmcp(&[s], &[rec(1, messages(&[("q", sequential)]))]);
+    assert_eq!((com.results[0].em, cor.results[0].em), (true, false));
+}
+
+#[test]
+fn no_calls_expected_and_none_made() {
+    let none: &[&[&str]] = &[];
+    let (cor, com) = finmcp(
+        &[fin_sample(1, "single step", "x-y", "easy", messages(&[("hi", none)]))],
+        &[rec(1, messages(&[("hi", none)]))],
+    );
+    let c = com.results[0].calls.unwrap();
+    assert_eq!((c.p, c.r, c.f1, com.results[0].em), (0.0, 0.0, 0.0, true));
+    let k = cor.results[0].calls.unwrap();
+    assert_eq!((k.p, k.r, k.f1, cor.results[0].em), (1.0, 1.0, 1.0, true));
+}
+
+#[test]
+fn error_records_leave_n_in_compat() {
+    let g: &[&[&str]] = &[&["A"]];
+    let s1 = fin_sample(1, "single step", "x-y", "easy", messages(&[("q", g)]));
+    let s2 = fin_sample(2, "single step", "x-y", "easy", messages(&[("q", g)]));
+    let (cor, com) = finmcp(
+        &[s1, s2],
+        &[rec(1, messages(&[("q", g)])), json!({"error": true, "error_message": "boom", "messages_pred": [], "id": 2})],
+    );
+    let c = row(&com, "overall", "all");
+    assert_eq!((c.n, c.em), (1, 1.0));
+    let k = row(&cor, "overall", "all");
+    assert_eq!((k.n, k.em), (2, 0.5));
+}
+
+#[test]
+fn multi_turn_is_scored_per_turn_when_corrected() {
+    let g: &[(&str, &[&[&str]])] = &[("one", &[&["A"]]), ("two", &[&["B"]])];
+    let p: &[(&str, &[&[&str]])] = &[("one", &[]), ("two", &[&["A"], &["B"]])];
+    let (cor, com) = finmcp(&[fin_sample(9, "multi turn", "En-Sub", "easy", messages(g))], &[rec(9, messages(p))]);
+    assert!(com.results[0].em, "flat concatenation hides the late call");
+    assert_eq!(com.results[0].calls.unwrap().r, 1.0);
+    assert!(!cor.results[0].em);
+    let k = cor.results[0].calls.unwrap();
+    assert!(close(k.p, 0.5) && close(k.r, 0.5), "{k:?}");
+    assert_eq!(cor.results[0].turns.len(), 2);
+}
+
+#[test]
+fn groups_by_scenery_in_compat_by_first_class_when_corrected() {
+    let g: &[&[&str]] = &[&["A"]];
+    let a = fin_sample(1, "single step", "主类-子类-三级", "easy", messages(&[("q", g)]));
+    let b = fin_sample(2, "multi turn", "MainClass-Sub", "easy", messages(&[("q", g)]));
+    let (cor, com) = finmcp(&[a, b], &[rec(1, messages(&[("q", g)])), rec(2, messages(&[("q", g)]))]);
+    let keys = |r: &benchgen::score::Report, d: &str| -> Vec<String> {
+        r.sections.iter().find(|s| s.dimension == d).unwrap().rows.iter().map(|r| r.key.clone()).collect()
+    };
+    assert_eq!(keys(&com, "class_Level1"), vec!["MainClass".to_string(), "主类".to_string()]);
+    assert_eq!(keys(&cor, "category"), vec!["主类".to_string()]);
+}
+
+#[test]
+fn calls_after_stop_count_only_in_compat() {
+    let g: &[(&str, &[&[&str]])] = &[("one", &[&["A"]]), ("###STOP###", &[])];
+    let p: &[(&str, &[&[&str]])] = &[("one", &[&["A"]]), ("###STOP###", &[&["B"]])];
+    let (cor, com) = finmcp(&[fin_sample(3, "multi turn", "X-Y", "easy", messages(g))], &[rec(3, messages(p))]);
+    assert!(!com.results[0].em);
+    assert!(close(com.results[0].calls.unwrap().p, 0.5));
+    assert!(cor.results[0].em);
+    assert!(cor.results[0].reasons.iter().any(|r| r.contains("###STOP###")));
+}
+
+#[test]
+fn missing_prediction_leaves_n_in_compat_and_scores_zero_corrected() {
+    let g: &[&[&str]] = &[&["A"]];
+    let (cor, com) = finmcp(
+        &[
+            fin_sample(1, "single step", "x-y", "easy", messages(&[("q", g)])),
+            fin_sample(2, "single step", "x-y", "easy", messages(&[("q", g)])),
+        ],
+        &[rec(1, messages(&[("q", g)]))],
+    );
+    assert_eq!(row(&com, "overall", "all").n, 1);
+    let k = row(&cor, "overall", "all");
+    assert_eq!((k.n, k.missing, k.em), (2, 1, 0.5));
+}
+
+#[test]
+fn unparseable_item_is_skipped_by_compat_and_wrong_when_corrected() {
+    let gt = json!([t("S", "a", &[])]);
+    let (cor, com) = etom(3, &[(1, gt)], &[(id("L3-1"), json!([sel("S", "a"), "garbage"]))]);
+    let c = com.results[0].calls.unwrap();
+    assert!(com.results[0].em && c.p == 1.0, "skipped item counts in neither TP nor FP");
+    assert_eq!(com.results[0].node_set_em, Some(false), "but enters the node set as ('parse_error', …)");
+    let k = cor.results[0].calls.unwrap();
+    assert!(!cor.results[0].em && close(k.p, 0.5));
+}
+
+#[test]
+fn l5_mixed_no_and_tool() {
+    let (cor, com) = etom(5, &[(1, json!([]))], &[(id("L5-1"), json!([sel("No", "No"), sel("S", "a")]))]);
+    let c = com.results[0].calls.unwrap();
+    assert_eq!((com.results[0].em, c.p, c.r), (false, 0.5, 0.0));
+    let k = cor.results[0].calls.unwrap();
+    assert_eq!((cor.results[0].em, k.p, k.r, k.f1), (false, 0.0, 0.0, 0.0));
+}
+
+#[test]
+fn unreadable_tool_call_skips_the_sample_in_compat() {
+    let g: &[&[&str]] = &[&["A"]];
+    let mut bad = messages(&[("q", g)]);
+    bad[1]["tool_calls"][0]["function"].as_object_mut().unwrap().remove("name");
+    let (cor, com) = finmcp(&[fin_sample(1, "single step", "x-y", "easy", messages(&[("q", g)]))], &[rec(1, bad)]);
+    assert_eq!(row(&com, "overall", "all").n, 0);
+    assert_eq!(com.results[0].status, benchgen::score::Status::Dropped);
+    let k = row(&cor, "overall", "all");
+    assert_eq!((k.n, k.em), (1, 0.0));
+    assert_eq!(cor.results[0].calls.unwrap().p, 0.0);
+}
+
+#[test]
+fn missing_etom_prediction_is_a_processing_error_in_compat() {
+    let gt = json!([t("S", "a", &[]), t("S", "b", &[0])]);
+    let (cor, com) = etom(3, &[(1, gt.clone()), (2, gt)], &[(id("L3-1"), json!([sel("S", "a"), sel("S", "b")]))]);
+    let c = row(&com, "level", "L3");
+    assert_eq!((c.n, c.calls_n, c.em), (2, 1, 0.5));
+    assert_eq!(com.results[1].compat_status.as_deref(), Some("processing_error"));
+    let k = row(&cor, "kind", "L3");
+    assert_eq!((k.n, k.calls_n, k.missing), (2, 2, 1));
+    assert_eq!(k.calls_macro.unwrap().f1, 0.5);
+}
+
+#[test]
+fn difficulty_comes_from_the_label_in_compat_and_from_the_calls_corrected() {
+    let g: Vec<&[&str]> = vec![&["A"]; 7];
+    let s = fin_sample(1, "multi step", "x-y", "easy", messages(&[("q", &g)]));
+    let (cor, com) = finmcp(&[s], &[rec(1, messages(&[("q", &g)]))]);
+    assert_eq!(row(&com, "difficulty", "easy").n, 1);
+    assert_eq!(row(&cor, "difficulty", "medium").n, 1);
+    assert!(cor.data_defects.iter().any(|d| d.message.contains("diff_level.level `easy`")));
+}

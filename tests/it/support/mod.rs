@@ -1,0 +1,176 @@
+//! Shared helpers of the integration tests, in one place: a temporary benchgen project
+//! (pipeline config + demo data copied in) and a command runner with stable output
+//! settings here; the scripted LLM test double, the MCP asset finder and the score
+//! fixtures in the submodules.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use assert_cmd::Command;
+
+pub mod mcp_assets;
+pub mod registry_fixture;
+pub mod score_fixtures;
+pub mod scripted_llm;
+
+/// The repository root (where Cargo.toml is).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `../shared/data/<rel>` beside the repository, when present.
+pub fn shared_data(rel: &str) -> Option<PathBuf> {
+    let p = repo().join("..").join("shared").join("data").join(rel);
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!("skipped: `{}` is absent (CI keeps ../shared beside the clone)", p.display());
+        None
+    }
+}
+
+pub struct Project {
+    pub dir: tempfile::TempDir,
+    /// Stands in for the demo's local model (see [`Project::demo`]).
+    pub llm: Option<scripted_llm::ScriptedLlm>,
+}
+
+impl Project {
+    /// A project with the demo pipeline and the demo registry. The demo's filter
+    /// classifier (`provider = "local"`, a real model) is pointed at the scripted test
+    /// server, which keeps every item it is asked about, so these tests need no model and
+    /// see the demo's intended keep/drop split.
+    pub fn demo() -> Self {
+        let mut p = Self::empty();
+        p.copy_in("raw/demo/registry.json");
+        p.copy_in("pipeline/prompts/filter-classify.md");
+        for t in ["efs_verify", "efs_requests", "efs_select"] {
+            p.copy_in(&format!("pipeline/prompts/{t}.md"));
+        }
+        let llm = scripted_llm::ScriptedLlm::start(|seen| {
+            // EFS prompts (the demo's verifier and generator roles): no pair is equivalent,
+            // so the EFS stages run through with empty sets.
+            let text = seen.all_text();
+            let answer = if text.contains("Tool A: `") {
+                serde_json::json!({"equivalent": false, "reason": "scripted"})
+            } else if text.contains("User request:") {
+                serde_json::json!({"selected": []})
+            } else if text.contains("user requests") {
+                serde_json::json!({"requests": []})
+            } else {
+                serde_json::json!({"reason": "needs live data", "verdict": "keep"})
+            };
+            scripted_llm::Answer::json(answer)
+        });
+        let cfg = std::fs::read_to_string(repo().join("pipeline/demo.toml")).unwrap();
+        // The demo's log track (last in the file) has its own tests in tests/it/logs.rs.
+        let cfg = match cfg.find("# The log track") {
+            Some(i) => cfg[..i].to_string(),
+            None => cfg,
+        };
+        assert!(cfg.contains("provider = \"local\""), "the demo's classifier role changed; update tests/it/support");
+        let cfg = cfg.replace(
+            "provider = \"local\"",
+            &format!("provider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"", llm.base_url()),
+        );
+        p.write("pipeline/demo.toml", cfg);
+        p.llm = Some(llm);
+        p
+    }
+
+    pub fn empty() -> Self {
+        Self { dir: tempfile::tempdir().expect("tempdir"), llm: None }
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root().join(rel)
+    }
+
+    pub fn copy_in(&self, rel: &str) {
+        let dst = self.path(rel);
+        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        std::fs::copy(repo().join(rel), dst).unwrap();
+    }
+
+    pub fn write(&self, rel: &str, contents: impl AsRef<[u8]>) {
+        let dst = self.path(rel);
+        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        std::fs::write(dst, contents).unwrap();
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.path(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
+    }
+
+    /// `benchgen` in the project root, with progress bars off.
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::cargo_bin("benchgen").unwrap();
+        c.current_dir(self.root())
+            .env("BENCHGEN_NO_PROGRESS", "1")
+            // The log track's pseudonym key (tests of a missing secret remove it).
+            .env("BENCHGEN_ANON_SECRET", "it-support-secret")
+            .env_remove("BENCHGEN_CONFIG")
+            .env_remove("BENCHGEN_FAIL_AT");
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().unwrap()
+    }
+
+    /// Every file under `artifacts/` (relative path → bytes).
+    pub fn artifacts(&self) -> BTreeMap<String, Vec<u8>> {
+        tree(&self.path("artifacts"))
+    }
+}
+
+pub fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(base, &p, out);
+            } else {
+                let rel = p.strip_prefix(base).unwrap().to_string_lossy().replace('\\', "/");
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    walk(dir, dir, &mut out);
+    out
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Replace run durations so summaries snapshot stably.
+pub fn redact_times(s: &str) -> String {
+    let re = regex::Regex::new(r"in \d+ ms").unwrap();
+    let s = re.replace_all(s, "in [ms] ms");
+    let secs = regex::Regex::new(r"\b\d+\.\d s\b").unwrap();
+    secs.replace_all(&s, "[s] s").into_owned()
+}
+
+#[track_caller]
+pub fn assert_code(o: &Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "expected exit {code}\n--- stdout\n{}\n--- stderr\n{}",
+        stdout(o),
+        stderr(o)
+    );
+}
