@@ -338,8 +338,18 @@ pub enum EfsReviewCommand {
     /// (decisions must name existing sets and tools). Part of `benchgen run` once a sheet
     /// is in `reviews/efs/`. Writes `artifacts/efs-review-import/decisions.json` and one `review` ledger event
     /// per decision. Any malformed row rejects the whole import with `file:line`
-    /// messages; the sheets are never modified. Skipped when up to date.
-    Import(ForceArgs),
+    /// messages; the sheets are never modified. Skipped when up to date. An empty (or
+    /// BOM-only) sheet is refused unless `--allow-empty`: it would wipe earlier decisions.
+    Import(ReviewImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReviewImportArgs {
+    /// Import empty or BOM-only sheets as "no decisions" instead of refusing them.
+    #[arg(long)]
+    pub allow_empty: bool,
+    #[command(flatten)]
+    pub force: ForceArgs,
 }
 
 #[derive(Debug, Args)]
@@ -539,7 +549,7 @@ pub struct SandboxArgs {
     /// Serve Streamable HTTP on this loopback address (e.g. `127.0.0.1:0` for any port).
     #[arg(long, value_name = "ADDR")]
     pub http: Option<std::net::SocketAddr>,
-    /// Seed of the answers (default: `project.seed`).
+    /// Seed of the answers, printed at start (default: 0 with `--catalog`, else `project.seed`).
     #[arg(long)]
     pub seed: Option<u64>,
     /// Tools per `tools/list` page.

@@ -5,6 +5,7 @@
 //! `settings` (pipeline config), `stage` (runner, manifests, freshness),
 //! `store` (atomic files), `ledger` (provenance), `model` (core records).
 
+pub mod children;
 pub mod clean;
 pub mod cli;
 pub mod efs;
@@ -15,6 +16,7 @@ pub mod explain;
 pub mod filter;
 pub mod formats;
 pub mod graph;
+pub mod json;
 pub mod ledger;
 pub mod llm;
 pub mod logs;

@@ -16,9 +16,13 @@ use benchgen::{clean, error, execute, explain, llm, mcp, pipeline, registry, san
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Spawned servers must not outlive us, whatever signal ends us.
+    benchgen::children::install();
     init_tracing(cli.global.verbose, cli.global.quiet);
     let printer = Printer { quiet: cli.global.quiet, verbose: cli.global.verbose, json: cli.global.json };
-    match dispatch(&cli, &printer) {
+    let result = dispatch(&cli, &printer);
+    benchgen::children::wait_if_signalled();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("{}", error::render(&err));
@@ -181,7 +185,9 @@ fn efs_command(ctx: &Ctx, c: &EfsCommand) -> Result<()> {
             );
             Ok(())
         }
-        EfsCommand::Review(EfsReviewCommand::Import(f)) => run_named(ctx, "efs-review-import", f.force),
+        EfsCommand::Review(EfsReviewCommand::Import(a)) => {
+            run_one(ctx, &efs::review::ReviewStage { allow_empty: a.allow_empty }, a.force.force)
+        }
         EfsCommand::Compare(a) => {
             let c = efs::compare::run(ctx.settings, &a.reference, a.sets.as_deref())?;
             if let Some(out) = &a.out {

@@ -9,6 +9,27 @@ use std::io::IsTerminal;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
+/// Write to stdout and flush. A reader that has gone away (`benchgen … | head -1`) ends
+/// benchgen quietly with exit 0, as ripgrep does: `print!` would panic (exit 101). Child
+/// processes are stopped first; everything already committed stays.
+pub fn out(text: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    let r = o.write_all(text.as_bytes()).and_then(|()| o.flush());
+    match r {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            crate::children::terminate_all(std::time::Duration::from_secs(2));
+            crate::llm::local::kill_all();
+            std::process::exit(0);
+        }
+        Err(e) => {
+            eprintln!("error: cannot write to stdout: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Printer {
     pub quiet: bool,
@@ -34,18 +55,18 @@ impl Printer {
     /// `--json` or `--quiet`, whose output comes from [`Printer::summary`]).
     pub fn partial(&self, human: &str) {
         if !self.json && !self.quiet {
-            print!("{human}");
+            out(human);
         }
     }
 
     /// The command's result: human text, or the JSON value with `--json`.
     pub fn summary<T: Serialize>(&self, human: &str, json: &T) {
         if self.json {
-            println!("{}", serde_json::to_string_pretty(json).unwrap_or_else(|_| "null".into()));
+            out(&(serde_json::to_string_pretty(json).unwrap_or_else(|_| "null".into()) + "\n"));
         } else if !self.quiet && !human.is_empty() {
-            print!("{human}");
+            out(human);
             if !human.ends_with('\n') {
-                println!();
+                out("\n");
             }
         }
     }

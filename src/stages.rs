@@ -25,7 +25,7 @@ pub fn all() -> Vec<Box<dyn Stage>> {
         Box::new(crate::efs::verify::VerifyStage),
         Box::new(crate::efs::build::BuildStage),
         Box::new(crate::efs::topdown::TopdownStage),
-        Box::new(crate::efs::review::ReviewStage),
+        Box::new(crate::efs::review::ReviewStage::default()),
         Box::new(crate::efs::finalize::FinalizeStage),
         Box::new(crate::stats::StatsStage),
         Box::new(crate::execute::ExecuteStage::default()),

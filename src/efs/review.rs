@@ -106,20 +106,56 @@ pub struct Decision {
     pub source: String,
 }
 
-/// Read and check every sheet; all problems of all files are reported at once.
+/// 1-based line of the record starting at byte `start` of `bytes`. The csv crate's own
+/// line count runs one behind after CRLF line ends (the record's position is taken before
+/// the `\n` of the previous `\r\n` is consumed), so count the line ends ourselves, past
+/// any line-end bytes the position still points at.
+fn line_at(bytes: &[u8], start: u64) -> u64 {
+    let mut start = (start as usize).min(bytes.len());
+    while start < bytes.len() && matches!(bytes[start], b'\r' | b'\n') {
+        start += 1;
+    }
+    let crlf_or_lf = bytes[..start].iter().filter(|&&b| b == b'\n').count();
+    // A lone `\r` (old Mac line ends) also ends a line for the csv reader.
+    let lone_cr = (0..start).filter(|&i| bytes[i] == b'\r' && bytes.get(i + 1) != Some(&b'\n')).count();
+    (crlf_or_lf + lone_cr) as u64 + 1
+}
+
+/// Nothing but a UTF-8 byte order mark and white space.
+fn is_blank_sheet(bytes: &[u8]) -> bool {
+    bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes).iter().all(u8::is_ascii_whitespace)
+}
+
+/// Read and check every sheet; all problems of all files are reported at once. An empty
+/// or BOM-only sheet is a problem unless `allow_empty` (importing it would silently wipe
+/// the decisions of an earlier import).
 pub fn import_sheets(
     files: &[(String, Vec<u8>)],
     sets: &[CandidateSet],
     catalog: &Catalog,
+    allow_empty: bool,
 ) -> std::result::Result<Vec<Decision>, InputError> {
     let set_ids: HashMap<&str, &CandidateSet> = sets.iter().map(|s| (s.id.as_str(), s)).collect();
     let tool_ids: BTreeSet<&str> = catalog.tools().map(|(_, t)| t.id.as_str()).collect();
     let mut problems = Vec::new();
     let mut out = Vec::new();
     for (name, bytes) in files {
+        if is_blank_sheet(bytes) {
+            if !allow_empty {
+                problems.push(Problem::new(
+                    format!("{name}:1"),
+                    "the sheet is empty (no header row): importing it would wipe the earlier decisions; \
+                     fill it in, remove it, or pass `--allow-empty` to record no decisions from it",
+                ));
+            }
+            continue;
+        }
         let mut r = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(bytes.as_slice());
         for (i, rec) in r.records().enumerate() {
-            let line = rec.as_ref().ok().and_then(|r| r.position()).map_or(i as u64 + 1, |p| p.line());
+            let line = match &rec {
+                Ok(r) => r.position().map_or(i as u64 + 1, |p| line_at(bytes, p.byte())),
+                Err(e) => e.position().map_or(i as u64 + 1, |p| line_at(bytes, p.byte())),
+            };
             let loc = format!("{name}:{line}");
             let rec = match rec {
                 Ok(r) => r,
@@ -277,7 +313,7 @@ pub fn export(settings: &Settings, force: bool) -> Result<(PathBuf, usize)> {
     let path = review_dir(settings).join(SHEET);
     if path.exists() && !force {
         let existing = std::fs::read(&path)?;
-        let filled = import_sheets(&[(SHEET.to_string(), existing)], &sets.sets, &catalog)
+        let filled = import_sheets(&[(SHEET.to_string(), existing)], &sets.sets, &catalog, true)
             .map(|d| !d.is_empty())
             .unwrap_or(true);
         if filled {
@@ -300,7 +336,11 @@ fn load_json<T: serde::de::DeserializeOwned>(path: &Path, hint: &str) -> Result<
 
 /// `efs review import`, as a stage: reads the sheets, writes
 /// `artifacts/efs-review-import/decisions.json`, one `review` ledger event per decision.
-pub struct ReviewStage;
+#[derive(Debug, Default)]
+pub struct ReviewStage {
+    /// `--allow-empty`: an empty or BOM-only sheet means "no decisions" instead of an error.
+    pub allow_empty: bool,
+}
 
 impl Stage for ReviewStage {
     fn spec(&self) -> &'static StageSpec {
@@ -331,7 +371,7 @@ impl Stage for ReviewStage {
         for p in sheet_files(s) {
             files.push((s.display_path(&p), inputs.bytes(&p)?.to_vec()));
         }
-        let decisions = import_sheets(&files, &sets.sets, &catalog)?;
+        let decisions = import_sheets(&files, &sets.sets, &catalog, self.allow_empty)?;
         for d in &decisions {
             out.event(NewEvent::new(kind::REVIEW, Some(&format!("efs:{}", d.set_id)), serde_json::to_value(d)?));
         }
@@ -362,5 +402,58 @@ mod tests {
         assert!(neutralise("\tx").starts_with('\''));
         assert_eq!(neutralise("plain"), "plain");
         assert_eq!(restore("'quoted but harmless"), "'quoted but harmless");
+    }
+
+    fn one_set() -> Vec<CandidateSet> {
+        vec![CandidateSet {
+            id: "S1".into(),
+            members: vec!["a::x".into(), "a::y".into()],
+            servers: vec!["a".into()],
+            evidence: vec![],
+        }]
+    }
+
+    /// Rows: header, a good `approve` (line 2), a quoted note spanning two lines (3–4), an
+    /// unknown set (5), a decision without reviewer (6); joined with `eol`.
+    fn sheet(eol: &str, bom: bool) -> Vec<u8> {
+        let rows = [
+            HEADER.join(","),
+            "S1,set,,a,,,approve,,ana,".to_string(),
+            format!("S1,member,a::x,a,,,drop,,bo,\"two{eol}lines\""),
+            "Snope,set,,a,,,approve,,ana,".to_string(),
+            "S1,member,a::y,a,,,drop,,,".to_string(),
+        ];
+        let mut out = if bom { b"\xEF\xBB\xBF".to_vec() } else { Vec::new() };
+        out.extend_from_slice((rows.join(eol) + eol).as_bytes());
+        out
+    }
+
+    #[test]
+    fn crlf_and_lf_sheets_report_the_same_lines_and_sources() {
+        for (eol, bom) in [("\n", false), ("\r\n", false), ("\r\n", true), ("\r", false)] {
+            let files = [("s.csv".to_string(), sheet(eol, bom))];
+            let err = import_sheets(&files, &one_set(), &Catalog::default(), false).unwrap_err();
+            let locs: Vec<&str> = err.problems.iter().map(|p| p.location.as_str()).collect();
+            assert_eq!(locs, ["s.csv:5", "s.csv:6"], "{eol:?} bom={bom}: {err}");
+            // Without the bad rows, the decisions carry their own line as `source`.
+            let mut good = sheet(eol, bom);
+            let cut = String::from_utf8_lossy(&good).find("Snope").unwrap();
+            good.truncate(cut);
+            let d = import_sheets(&[("s.csv".to_string(), good)], &one_set(), &Catalog::default(), false).unwrap();
+            let src: Vec<&str> = d.iter().map(|d| d.source.as_str()).collect();
+            assert_eq!(src, ["s.csv:2", "s.csv:3"], "{eol:?} bom={bom}");
+        }
+    }
+
+    #[test]
+    fn empty_and_bom_only_sheets_are_refused_unless_allowed() {
+        for bytes in [&b""[..], b"\xEF\xBB\xBF", b"\xEF\xBB\xBF\r\n", b"  \n"] {
+            let files = [("s.csv".to_string(), bytes.to_vec())];
+            let err = import_sheets(&files, &one_set(), &Catalog::default(), false).unwrap_err();
+            assert_eq!(err.problems.len(), 1, "{bytes:?}");
+            assert_eq!(err.problems[0].location, "s.csv:1");
+            assert!(err.to_string().contains("--allow-empty"), "{err}");
+            assert_eq!(import_sheets(&files, &one_set(), &Catalog::default(), true).unwrap(), vec![]);
+        }
     }
 }

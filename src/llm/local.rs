@@ -1,7 +1,9 @@
 //! The embedded default model: llama.cpp's `llama-server` started by benchgen.
 //!
 //! The server runs in its own process group on a free loopback port, with its stderr in a
-//! log file under the temp folder (named in errors). It is started by a guard thread that
+//! log file `artifacts/llm/logs/llama-server.<benchgen pid>-<port>.log` (named in errors;
+//! removed on a clean stop; a killed run's log stays there, never in `$TMPDIR`, and is
+//! removed by the next start once its benchgen is gone). It is started by a guard thread that
 //! owns the child: dropping [`LocalServer`] (normal exit, an error, Ctrl-C unwinding the
 //! stage) tells the thread to stop it — SIGTERM to the group, SIGKILL after 5 s — and wait.
 //! The child also gets `PR_SET_PDEATHSIG = SIGKILL`, tied to that thread, so even a
@@ -26,6 +28,27 @@ pub struct LocalSpec {
     /// Parallel slots (the endpoint's concurrency bound, so no request waits inside the server).
     pub parallel: usize,
     pub startup_timeout: Duration,
+    /// Folder of the server logs (`artifacts/llm/logs`).
+    pub log_dir: PathBuf,
+}
+
+/// Remove logs left by benchgen processes that no longer run (killed runs).
+fn remove_stale_logs(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) =
+            name.strip_prefix("llama-server.").and_then(|r| r.split_once('-')).and_then(|(p, _)| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks whether the process exists.
+        let gone =
+            unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Process groups of running local servers (for the second Ctrl-C).
@@ -73,7 +96,10 @@ impl LocalServer {
             return Err(format!("model file not found at `{}`; {SETUP_HINT}", spec.model.display()));
         }
         let port = free_port()?;
-        let log = std::env::temp_dir().join(format!("benchgen-llama-server-{}-{port}.log", std::process::id()));
+        std::fs::create_dir_all(&spec.log_dir)
+            .map_err(|e| format!("cannot create `{}`: {e}", spec.log_dir.display()))?;
+        remove_stale_logs(&spec.log_dir);
+        let log = spec.log_dir.join(format!("llama-server.{}-{port}.log", std::process::id()));
         let log_file = std::fs::File::create(&log).map_err(|e| format!("cannot create `{}`: {e}", log.display()))?;
         let mut cmd = Command::new(&spec.binary);
         cmd.arg("-m")

@@ -27,6 +27,7 @@ pub mod extract;
 pub mod local;
 pub mod ping;
 pub mod record;
+pub mod redact;
 pub mod stats;
 pub mod transport;
 
@@ -320,7 +321,8 @@ impl LlmClient {
             groups.entry(transport::endpoint_key(r, &resolve)).or_default().push((name, r));
         }
         for (key, members) in &groups {
-            let ep = Endpoint::new(key, &members.iter().map(|(_, r)| *r).collect::<Vec<_>>(), &resolve)?;
+            let log_dir = settings.artifacts.join("llm").join("logs");
+            let ep = Endpoint::new(key, &members.iter().map(|(_, r)| *r).collect::<Vec<_>>(), &resolve, &log_dir)?;
             endpoints.insert(key.clone(), Arc::new(ep));
         }
         for (key, members) in groups {

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{Provider, RoleSettings};
 use super::local::{LocalServer, LocalSpec};
+use super::redact::{Redactor, truncate};
 
 /// The process-wide Ctrl-C token. The first Ctrl-C cancels it (every client stops issuing
 /// requests; finished exchanges are already in the ledger; the stage fails and benchgen
@@ -34,12 +35,15 @@ pub fn interrupt_token() -> CancellationToken {
         .get_or_init(|| {
             let token = CancellationToken::new();
             let t = token.clone();
+            // From here on, Ctrl-C is ours (graceful), not `children`'s (immediate).
+            crate::children::set_graceful_interrupt();
             let spawned = std::thread::Builder::new().name("benchgen-ctrl-c".into()).spawn(move || {
                 let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
                 rt.block_on(async move {
                     while tokio::signal::ctrl_c().await.is_ok() {
                         if t.is_cancelled() {
                             super::local::kill_all();
+                            crate::children::kill_all();
                             eprintln!("benchgen: interrupted twice, exiting now");
                             std::process::exit(130);
                         }
@@ -123,6 +127,7 @@ pub struct Endpoint {
     key: String,
     target: Target,
     api_key: Result<Option<String>, String>,
+    redactor: Redactor,
     http: reqwest::Client,
     semaphore: Semaphore,
     limiter: Option<Mutex<Limiter>>,
@@ -173,16 +178,14 @@ fn jitter() -> f64 {
     })
 }
 
-fn truncate(s: &str, n: usize) -> String {
-    let mut out: String = s.chars().take(n).collect();
-    if s.chars().count() > n {
-        out.push('…');
-    }
-    out
-}
-
 impl Endpoint {
-    pub fn new(key: &str, members: &[&RoleSettings], resolve: &dyn Fn(&Path) -> PathBuf) -> anyhow::Result<Self> {
+    /// `log_dir`: where a local model server's log goes (`artifacts/llm/logs`).
+    pub fn new(
+        key: &str,
+        members: &[&RoleSettings],
+        resolve: &dyn Fn(&Path) -> PathBuf,
+        log_dir: &Path,
+    ) -> anyhow::Result<Self> {
         let first = members[0];
         let concurrency = members.iter().map(|r| r.max_concurrency).min().unwrap_or(1).max(1);
         let target = match first.provider {
@@ -193,6 +196,7 @@ impl Endpoint {
                 ctx_size: first.ctx_size,
                 parallel: concurrency,
                 startup_timeout: Duration::from_secs_f64(first.startup_timeout_s.max(1.0)),
+                log_dir: log_dir.to_path_buf(),
             }),
             _ => Target::Remote { base_url: first.base_url().unwrap_or_default().trim_end_matches('/').to_string() },
         };
@@ -203,6 +207,10 @@ impl Endpoint {
                 Ok(_) => Err(format!("the API key in `${name}` is empty or has characters not allowed in a header")),
                 Err(_) => Err(format!("the API key variable `${name}` is not set")),
             },
+        };
+        let redactor = match &api_key {
+            Ok(Some(k)) => Redactor::new(k),
+            _ => Redactor::default(),
         };
         let min_nonzero = |f: &dyn Fn(&RoleSettings) -> u32| members.iter().map(|r| f(r)).filter(|v| *v > 0).min();
         let (rpm, tpm) = (min_nonzero(&|r| r.rpm), min_nonzero(&|r| r.tpm));
@@ -219,6 +227,7 @@ impl Endpoint {
             key: key.to_string(),
             target,
             api_key,
+            redactor,
             http,
             semaphore: Semaphore::new(concurrency),
             limiter,
@@ -230,12 +239,10 @@ impl Endpoint {
         &self.key
     }
 
-    /// Remove the API key from text that may echo it (server error bodies, error messages).
+    /// Remove the API key (every form, see `redact`) from text that may echo it (server
+    /// error bodies, error messages). Always on the whole text, before any cut.
     pub fn redact(&self, text: &str) -> String {
-        match &self.api_key {
-            Ok(Some(k)) => text.replace(k.as_str(), "[redacted]"),
-            _ => text.to_string(),
-        }
+        self.redactor.text(text)
     }
 
     async fn connect(&self) -> Result<Conn, String> {
@@ -317,23 +324,23 @@ impl Endpoint {
             let latency_ms = started.elapsed().as_millis() as u64;
             drop(permit);
             let (status, message, retryable, retry_after) = match result {
-                Ok(Ok(v)) if v["choices"][0]["message"].is_object() => {
+                Ok(Ok(mut v)) if v["choices"][0]["message"].is_object() => {
+                    // The answer is stored in the ledger and shown: it must not carry the key.
+                    self.redactor.value(&mut v);
                     return Ok(Sent { response: v, attempts, latency_ms });
                 }
-                Ok(Ok(v)) => (
-                    "malformed response".to_string(),
-                    format!("not a chat completion: {}", truncate(&v.to_string(), 300)),
-                    true,
-                    None,
-                ),
+                Ok(Ok(v)) => ("malformed response".to_string(), format!("not a chat completion: {v}"), true, None),
                 Ok(Err(e)) => classify(e),
                 Err(_) => (format!("timeout after {}s", s.timeout_s), "the request timed out".to_string(), true, None),
             };
-            // Server bodies may echo request headers: never let the key reach a log or an error.
-            let message = self.redact(&message);
+            // Server bodies may echo request headers: never let the key reach a log or an
+            // error. Redact the whole text first, then cut it for display (cutting first
+            // would leave the start of a key that straddles the cut).
+            let message = truncate(&self.redact(&message), 500);
+            let status = truncate(&self.redact(&status), 100);
             tracing::debug!("LLM endpoint attempt {attempts}: {status}: {message}");
             if !retryable || attempts > s.max_retries {
-                return Err(SendError::Failed { attempts, last_status: status, message: truncate(&message, 500) });
+                return Err(SendError::Failed { attempts, last_status: status, message });
             }
             let exp = Duration::from_millis(s.backoff_ms.saturating_mul(1u64 << (attempts - 1).min(20)))
                 .min(Duration::from_secs(60));
@@ -374,7 +381,7 @@ fn classify(e: OpenAIError) -> (String, String, bool, Option<Duration>) {
         OpenAIError::Boxed(b) => match b.downcast::<HttpStatus>() {
             Ok(h) => {
                 let retry = matches!(h.status, 408 | 409 | 429) || h.status >= 500;
-                (format!("HTTP {}", h.status), truncate(h.body.trim(), 300), retry, h.retry_after)
+                (format!("HTTP {}", h.status), h.body.trim().to_string(), retry, h.retry_after)
             }
             Err(b) => match b.downcast::<reqwest::Error>() {
                 Ok(r) => reqwest_err(&r),
@@ -382,12 +389,9 @@ fn classify(e: OpenAIError) -> (String, String, bool, Option<Duration>) {
             },
         },
         OpenAIError::Reqwest(r) => reqwest_err(&r),
-        OpenAIError::JSONDeserialize(err, body) => (
-            "malformed response".into(),
-            format!("the response body is not JSON ({err}): {}", truncate(&body, 200)),
-            true,
-            None,
-        ),
+        OpenAIError::JSONDeserialize(err, body) => {
+            ("malformed response".into(), format!("the response body is not JSON ({err}): {body}"), true, None)
+        }
         OpenAIError::ApiError(a) => {
             let code = a.status_code.as_u16();
             (format!("HTTP {code}"), a.api_error.message, code == 429 || code >= 500, None)

@@ -36,6 +36,10 @@ pub struct ClientOptions {
     pub startup_timeout: Duration,
     pub max_result_bytes: usize,
     pub max_message_bytes: usize,
+    /// Bounds on one tool listing: pages, tools and total time.
+    pub max_list_pages: usize,
+    pub max_list_tools: usize,
+    pub list_timeout: Duration,
     /// Folder for `<server>.stderr.log` files.
     pub log_dir: PathBuf,
     /// Project root (relative `cwd`s resolve against it).
@@ -49,6 +53,9 @@ impl ClientOptions {
             startup_timeout: Duration::from_secs_f64(mcp.startup_timeout_secs),
             max_result_bytes: mcp.max_result_bytes,
             max_message_bytes: mcp.max_message_bytes,
+            max_list_pages: mcp.max_list_pages,
+            max_list_tools: mcp.max_list_tools,
+            list_timeout: Duration::from_secs_f64(mcp.list_timeout_secs.max(0.001)),
             log_dir: settings.artifacts.join("mcp").join("logs"),
             root: settings.root.clone(),
         }
@@ -61,6 +68,9 @@ impl ClientOptions {
             startup_timeout: Duration::from_secs_f64(d.startup_timeout_secs),
             max_result_bytes: d.max_result_bytes,
             max_message_bytes: d.max_message_bytes,
+            max_list_pages: d.max_list_pages,
+            max_list_tools: d.max_list_tools,
+            list_timeout: Duration::from_secs_f64(d.list_timeout_secs),
             log_dir: log_dir.to_path_buf(),
             root: std::env::current_dir().unwrap_or_default(),
         }
@@ -103,6 +113,10 @@ pub enum CallFailure {
     /// The server answered with a JSON-RPC error (unknown tool, invalid params, …).
     #[error("JSON-RPC error {code}: {message}")]
     Protocol { code: i32, message: String },
+    /// A tool listing went past `mcp.max_list_pages`, `mcp.max_list_tools` or
+    /// `mcp.list_timeout_secs` (a server paging forever).
+    #[error("tool listing stopped: {message}")]
+    ListLimit { message: String },
     /// An HTTP or other transport error.
     #[error("transport error: {message}")]
     Transport { message: String },
@@ -413,13 +427,38 @@ impl McpClient {
         }
     }
 
-    /// Every tool the server lists, following `nextCursor` to the last page.
+    /// Every tool the server lists, following `nextCursor` to the last page, within
+    /// `mcp.max_list_pages` pages, `mcp.max_list_tools` tools and `mcp.list_timeout_secs`
+    /// (a server that always returns a new cursor is otherwise paged forever).
     pub async fn list_tools(&self) -> Result<Vec<ToolInfo>, CallFailure> {
+        let limit = self.opts.list_timeout;
+        match tokio::time::timeout(limit, self.list_tools_paged()).await {
+            Ok(r) => r,
+            Err(_) => Err(CallFailure::ListLimit {
+                message: format!(
+                    "server `{}` did not finish listing its tools within {:?} (`mcp.list_timeout_secs`)",
+                    self.name, limit
+                ),
+            }),
+        }
+    }
+
+    async fn list_tools_paged(&self) -> Result<Vec<ToolInfo>, CallFailure> {
         let conn = self.connection().await?;
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
         let mut seen = std::collections::BTreeSet::new();
-        loop {
+        let (max_pages, max_tools) = (self.opts.max_list_pages.max(1), self.opts.max_list_tools);
+        for page_no in 1.. {
+            if page_no > max_pages {
+                return Err(CallFailure::ListLimit {
+                    message: format!(
+                        "server `{}` listed more than {max_pages} pages of tools, each with a new `nextCursor` \
+                         (`mcp.max_list_pages`)",
+                        self.name
+                    ),
+                });
+            }
             let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
             let req = ClientRequest::ListToolsRequest(rmcp::model::ListToolsRequest {
                 method: Default::default(),
@@ -440,6 +479,14 @@ impl McpClient {
                         .cloned()
                         .unwrap_or_else(|| serde_json::json!({"type": "object"})),
                     output_schema: v.get("outputSchema").cloned(),
+                });
+            }
+            if tools.len() > max_tools {
+                return Err(CallFailure::ListLimit {
+                    message: format!(
+                        "server `{}` listed more than {max_tools} tools (`mcp.max_list_tools`)",
+                        self.name
+                    ),
                 });
             }
             match page.next_cursor {

@@ -93,7 +93,9 @@ pub fn call(settings: &Settings, printer: &Printer, server: &str, tool: &str, ar
     let outcome = rt.block_on(async {
         let cancel = tokio_util::sync::CancellationToken::new();
         let c2 = cancel.clone();
-        // Ctrl-C cancels the call (and the server is told so) instead of killing us mid-call.
+        // Ctrl-C cancels the call (and the server is told so) instead of killing us mid-call;
+        // the shutdown below stops the server.
+        crate::children::set_graceful_interrupt();
         let watcher = tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 c2.cancel();

@@ -50,6 +50,14 @@ pub struct McpSettings {
     /// (`result_too_large`) instead of exhausting memory.
     #[serde(default = "default_max_message_bytes")]
     pub max_message_bytes: usize,
+    /// Bounds on one tool listing (`tools/list` and its `nextCursor` pages): a server that
+    /// always returns a new cursor would otherwise be paged forever.
+    #[serde(default = "default_max_list_pages")]
+    pub max_list_pages: usize,
+    #[serde(default = "default_max_list_tools")]
+    pub max_list_tools: usize,
+    #[serde(default = "default_list_timeout")]
+    pub list_timeout_secs: f64,
 }
 
 impl Default for McpSettings {
@@ -61,6 +69,9 @@ impl Default for McpSettings {
             startup_timeout_secs: default_startup_timeout(),
             max_result_bytes: default_max_result_bytes(),
             max_message_bytes: default_max_message_bytes(),
+            max_list_pages: default_max_list_pages(),
+            max_list_tools: default_max_list_tools(),
+            list_timeout_secs: default_list_timeout(),
         }
     }
 }
@@ -76,6 +87,15 @@ fn default_max_result_bytes() -> usize {
 }
 fn default_max_message_bytes() -> usize {
     16 * 1024 * 1024
+}
+fn default_max_list_pages() -> usize {
+    1000
+}
+fn default_max_list_tools() -> usize {
+    100_000
+}
+fn default_list_timeout() -> f64 {
+    120.0
 }
 
 /// How the client opens the MCP lifecycle.

@@ -59,6 +59,8 @@ impl LinkState {
 #[derive(Debug)]
 pub struct ChildGuard {
     child: Box<dyn ChildWrapper>,
+    /// Registered with `crate::children` so a signal to benchgen reaches the group too.
+    pgid: Option<u32>,
 }
 
 impl ChildGuard {
@@ -75,6 +77,9 @@ impl ChildGuard {
     pub async fn kill(&mut self) {
         let _ = self.child.start_kill();
         let _ = tokio::time::timeout(std::time::Duration::from_secs(3), self.child.wait()).await;
+        if let Some(pg) = self.pgid.take() {
+            crate::children::unregister(pg);
+        }
     }
 }
 
@@ -82,6 +87,9 @@ impl Drop for ChildGuard {
     fn drop(&mut self) {
         // SIGKILL to the group; tokio's kill-on-drop and orphan reaping collect the leader.
         let _ = self.child.start_kill();
+        if let Some(pg) = self.pgid.take() {
+            crate::children::unregister(pg);
+        }
     }
 }
 
@@ -107,7 +115,11 @@ pub fn spawn(
     let mut child = cmd.spawn()?;
     let stdout = child.stdout().take().ok_or_else(|| std::io::Error::other("no stdout pipe"))?;
     let stdin = child.stdin().take().ok_or_else(|| std::io::Error::other("no stdin pipe"))?;
-    Ok((ChildGuard { child }, stdout, stdin))
+    let pgid = child.id();
+    if let Some(pg) = pgid {
+        crate::children::register(pg);
+    }
+    Ok((ChildGuard { child, pgid }, stdout, stdin))
 }
 
 /// A client transport over a child's stdout/stdin (or any reader/writer pair).

@@ -140,7 +140,8 @@ fn trimmed(raw: &str, loc: &str, what: &str, notes: &mut Vec<Note>) -> (String, 
 /// list); record-level problems come back in `Imported::problems` (strict) or
 /// as `Imported::rejected` (lenient).
 pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
-    let root: Value = serde_json::from_slice(bytes).map_err(|e| {
+    // Strict: a duplicate key is an error, not last-one-wins (issue 10, item 12).
+    let root: Value = crate::json::value_from_slice(bytes).map_err(|e| {
         // serde_json's message ends with its own "at line L column C"; the location says it already.
         let msg = e.to_string();
         let msg = msg.rsplit_once(" at line ").map_or(msg.as_str(), |(m, _)| m).to_string();

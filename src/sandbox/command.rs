@@ -23,7 +23,7 @@ pub fn options(settings: &Settings, a: &SandboxArgs) -> Result<SandboxOptions> {
         }
     }
     Ok(SandboxOptions {
-        seed: a.seed.unwrap_or(settings.config.project.seed),
+        seed: seed(settings, a).0,
         page_size: a.page_size.max(1),
         call_log: a.call_log.clone(),
         exit_on_crash: true,
@@ -41,6 +41,18 @@ pub fn options(settings: &Settings, a: &SandboxArgs) -> Result<SandboxOptions> {
     })
 }
 
+/// The seed of the answers and where it came from: `--seed N`; else, for an explicit
+/// `--catalog`, 0 (never a config file found in the current folder, so the same call
+/// answers the same from any folder); else, serving the project's own catalog,
+/// `project.seed` of the project's config.
+pub fn seed(settings: &Settings, a: &SandboxArgs) -> (u64, &'static str) {
+    match (a.seed, &a.catalog) {
+        (Some(s), _) => (s, "--seed"),
+        (None, Some(_)) => (0, "default for --catalog"),
+        (None, None) => (settings.config.project.seed, "project.seed"),
+    }
+}
+
 pub fn run(settings: &Settings, printer: &Printer, a: &SandboxArgs) -> Result<()> {
     let path = a.catalog.clone().unwrap_or_else(|| crate::filter::CATALOG.path(settings));
     if !path.exists() {
@@ -51,15 +63,19 @@ pub fn run(settings: &Settings, printer: &Printer, a: &SandboxArgs) -> Result<()
     }
     let catalog = Catalog::load(&path)?;
     let sandbox = Sandbox::new(&catalog, options(settings, a)?)?;
+    let (seed, from) = seed(settings, a);
+    // Said on stderr (stdout is the protocol or the URL) unless --quiet, so a run can be
+    // repeated.
+    if !printer.quiet {
+        eprintln!("sandbox: seed {seed} ({from})");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
     rt.block_on(async {
         match a.http {
             Some(addr) => {
                 let http = super::serve_http(&sandbox, addr).await?;
                 // The URL on stdout is the contract for scripts and tests that start us.
-                println!("{}", http.url());
-                use std::io::Write;
-                let _ = std::io::stdout().flush();
+                crate::printer::out(&format!("{}\n", http.url()));
                 printer.info(&format!("sandbox: {} tools at {}", sandbox.tool_count(), http.url()));
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => http.stop.cancel(),

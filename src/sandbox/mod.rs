@@ -18,6 +18,7 @@
 //! Served over stdio (default) or Streamable HTTP on a loopback address (`--http`).
 
 pub mod command;
+pub mod conform;
 pub mod generate;
 
 use std::collections::HashMap;
@@ -320,19 +321,35 @@ struct LineServer {
 impl LineServer {
     fn new<R: tokio::io::AsyncRead + Send + Unpin + 'static>(read: R, out: RawOut) -> Self {
         let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let err_out = out.clone();
         let reader = tokio::spawn(async move {
             let mut lines = tokio::io::BufReader::new(read).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 if line.trim().is_empty() {
                     continue;
                 }
-                match serde_json::from_str::<RxJsonRpcMessage<RoleServer>>(&line) {
-                    Ok(m) => {
-                        if tx.send(m).await.is_err() {
-                            break;
+                // Lines the MCP service cannot take get their JSON-RPC error here (-32700,
+                // -32600, -32602) instead of silence.
+                let refused = match conform::precheck(line.as_bytes()) {
+                    Some(e) => Some(e),
+                    None => match serde_json::from_str::<RxJsonRpcMessage<RoleServer>>(&line) {
+                        Ok(m) => {
+                            if tx.send(m).await.is_err() {
+                                break;
+                            }
+                            None
                         }
+                        Err(e) => Some(conform::invalid_request(line.as_bytes(), &e.to_string())),
+                    },
+                };
+                if let Some(e) = refused {
+                    tracing::warn!("sandbox: refused a line: {}", e["error"]["message"]);
+                    let mut w = err_out.lock().await;
+                    let mut bytes = e.to_string().into_bytes();
+                    bytes.push(b'\n');
+                    if w.write_all(&bytes).await.is_err() || w.flush().await.is_err() {
+                        break;
                     }
-                    Err(e) => tracing::warn!("sandbox: ignoring a line that is not JSON-RPC: {e}"),
                 }
             }
         });
@@ -392,6 +409,20 @@ where
     Ok(())
 }
 
+/// Accepted connections with Nagle's algorithm off. A response goes out in several small
+/// writes (headers, then SSE events); with Nagle on, a peer that reuses its connection and
+/// delays its ACKs waits ~40 ms for every call after the first.
+fn nodelay(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
+    use axum::serve::ListenerExt;
+    listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY on a sandbox connection: {e}");
+        }
+    })
+}
+
 /// A running Streamable HTTP sandbox.
 pub struct HttpSandbox {
     pub addr: SocketAddr,
@@ -434,12 +465,30 @@ pub async fn serve_http(sandbox: &Sandbox, addr: SocketAddr) -> Result<HttpSandb
         Default::default(),
         config,
     );
-    let router = axum::Router::new().nest_service("/mcp", service);
+    let router =
+        axum::Router::new().nest_service("/mcp", service).layer(axum::middleware::from_fn(conform::http_guard));
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot bind {addr}"))?;
     let addr = listener.local_addr()?;
+    let listener = nodelay(listener);
     let s2 = stop.clone();
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, router).with_graceful_shutdown(async move { s2.cancelled_owned().await }).await;
     });
     Ok(HttpSandbox { addr, stop, task })
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::serve::Listener;
+
+    #[tokio::test]
+    async fn http_connections_have_nagle_off() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut l = super::nodelay(l);
+        let client = tokio::spawn(async move { tokio::net::TcpStream::connect(addr).await.unwrap() });
+        let (tcp, _) = l.accept().await;
+        assert!(tcp.nodelay().unwrap(), "TCP_NODELAY is set on accepted connections");
+        drop(client.await.unwrap());
+    }
 }

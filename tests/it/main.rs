@@ -13,6 +13,7 @@ mod execute_agent;
 mod formats;
 mod foundation_cli;
 mod foundation_safety;
+mod harden;
 mod llm_batch;
 mod llm_cli;
 mod llm_client;

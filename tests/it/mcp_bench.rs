@@ -176,3 +176,117 @@ async fn bench_executor_overhead() {
         (other_ms - tool_ms) / calls as f64
     );
 }
+
+/// One HTTP/1.1 request on a kept-alive connection; returns (status, headers lower-cased, body).
+fn keep_alive_post(
+    s: &mut std::io::BufReader<std::net::TcpStream>,
+    session: Option<&str>,
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
+    use std::io::{BufRead, Read, Write};
+    let mut req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(id) = session {
+        req.push_str(&format!("Mcp-Session-Id: {id}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    // One write per request, so only the server's side decides how segments go out.
+    s.get_mut().write_all(req.as_bytes()).unwrap();
+    let mut line = String::new();
+    s.read_line(&mut line).unwrap();
+    let status: u16 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        s.read_line(&mut line).unwrap();
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        let (k, v) = l.split_once(':').unwrap();
+        headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let header = |k: &str| headers.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let mut out = Vec::new();
+    if let Some(n) = header("content-length") {
+        let mut b = vec![0u8; n.parse().unwrap()];
+        s.read_exact(&mut b).unwrap();
+        out = b;
+    } else if header("transfer-encoding").is_some_and(|t| t.contains("chunked")) {
+        loop {
+            line.clear();
+            s.read_line(&mut line).unwrap();
+            let n = usize::from_str_radix(line.trim(), 16).unwrap();
+            let mut b = vec![0u8; n + 2];
+            s.read_exact(&mut b).unwrap();
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&b[..n]);
+        }
+    }
+    (status, headers, String::from_utf8_lossy(&out).into_owned())
+}
+
+/// A peer that keeps one TCP connection for every call (as the MCP Inspector's load mode
+/// and curl with several URLs do), with its own Nagle left on. Before the sandbox set
+/// TCP_NODELAY, each call after the first waited for a delayed ACK (~40 ms).
+#[test]
+#[ignore = "benchmark: run by scripts/bench.d/30-mcp.sh"]
+fn bench_sandbox_http_keep_alive_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = mcp_assets::write_fixture_catalog(dir.path());
+    let n = env_usize("BENCH_CALLS", 2000).min(500);
+    let port = mcp_assets::free_port();
+    let mut server = mcp_assets::KillOnDrop(
+        std::process::Command::new(BIN)
+            .args([
+                "--quiet",
+                "sandbox",
+                "--catalog",
+                catalog.to_str().unwrap(),
+                "--http",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut url = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.0.stdout.take().unwrap()), &mut url).unwrap();
+    let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut s = std::io::BufReader::new(tcp);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}});
+    let (st, headers, _) = keep_alive_post(&mut s, None, &init.to_string());
+    assert_eq!(st, 200);
+    let session = headers.iter().find(|(k, _)| k == "mcp-session-id").map(|(_, v)| v.clone()).unwrap();
+    let (st, _, _) = keep_alive_post(
+        &mut s,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
+    );
+    assert!(st == 202 || st == 200, "{st}");
+    let mut lat = Vec::with_capacity(n);
+    let started = Instant::now();
+    for i in 0..n {
+        let call = json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
+            "params": {"name": "weather::forecast", "arguments": {"city": format!("k{i}"), "days": 3}}});
+        let t = Instant::now();
+        let (st, _, body) = keep_alive_post(&mut s, Some(&session), &call.to_string());
+        assert_eq!(st, 200, "{body}");
+        assert!(body.contains("\"result\""), "{body}");
+        lat.push(t.elapsed());
+    }
+    let wall = started.elapsed().as_secs_f64();
+    lat.sort();
+    println!(
+        "sandbox http   1 keep-alive raw client: {:>8.0} calls/s  p50 {:>6.2} ms  p99 {:>6.2} ms",
+        n as f64 / wall,
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99)
+    );
+}
