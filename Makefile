@@ -3,6 +3,8 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BENCHGEN := target/release/benchgen
 export BENCHGEN_CACHE ?= $(HOME)/.cache/benchgen
+# Pseudonym key of the demo's log anonymisation (real use: a secret of your own).
+export BENCHGEN_ANON_SECRET ?= benchgen-demo-only
 
 .PHONY: demo test setup build lint unit bench clean-demo
 

@@ -75,6 +75,12 @@ pub enum Command {
     /// Equal function sets: groups of tools that do the same job.
     #[command(subcommand)]
     Efs(EfsCommand),
+    /// Tool-call logs of a domain: import (normalise + anonymise), curate, split.
+    #[command(subcommand)]
+    Logs(LogsCommand),
+    /// The tool dependency graph from grouped multi-tool logs.
+    #[command(subcommand)]
+    Graph(GraphCommand),
     /// Run the pipeline's stages in order, skipping those that are up to date.
     ///
     /// The stages and what each reads and writes: `benchgen stages`. A stage runs when
@@ -259,6 +265,65 @@ pub enum EfsCommand {
     /// co-membership pair precision/recall/F1, exact set matches and the reference
     /// pairs the candidate stage never proposed. Writes nothing unless `--out`.
     Compare(CompareArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LogsCommand {
+    /// Read the `[logs]` sources (FinMCP JSON, OpenAI chat JSONL, event JSONL) and the
+    /// tool catalog into one normalised, anonymised session per line.
+    ///
+    /// Reads the files of `[[logs.sources]]` and `[logs.catalog]` (or lists the tools of
+    /// its MCP server), streaming them record by record. Writes `artifacts/logs-import/`:
+    /// `sessions.jsonl`, `catalog.json`, `malformed.jsonl` (`file:line` + reason of every
+    /// record kept out) and `report.json` (counts, flags, anonymisation per detector).
+    /// Needs the secret in the environment variable `[logs.anonymise] secret_env`.
+    /// Skipped when up to date.
+    Import(ForceArgs),
+    /// Keep sessions that reflect a genuine need, were resolved through tool calls and
+    /// got a satisfactory answer (LLM judge with `[logs.curate]`; each decision in the
+    /// ledger, see `benchgen explain log:<id>`).
+    ///
+    /// Reads `logs-import/sessions.jsonl`. Writes `artifacts/logs-curate/`:
+    /// `curated.jsonl` (kept sessions), `decisions.jsonl` (one decision per session),
+    /// `report.json`. Resumable per session; a session whose answers stay invalid
+    /// fails the stage after the others are done (a rerun asks only for it).
+    Curate(ForceArgs),
+    /// Single-tool sessions → benchmark and seed pools (seeded, stratified by tool and
+    /// sub-scenario); multi-tool sessions → the graph source set. Reports coverage.
+    ///
+    /// Reads `logs-curate/curated.jsonl` and `logs-import/catalog.json`. Writes
+    /// `artifacts/logs-split/`: `benchmark.jsonl`, `seed.jsonl`, `graph_source.jsonl`
+    /// and `split.json` (ids per pool, coverage).
+    Split(ForceArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GraphCommand {
+    /// Candidate edges from adjacent groups of multi-tool sessions, validated by the
+    /// LLM (`[graph]`). Resumable per candidate.
+    ///
+    /// Reads `logs-split/graph_source.jsonl` and `logs-import/catalog.json`. Writes
+    /// `artifacts/graph-build/`: `candidates.json`, `graph.json`, `graph.dot`,
+    /// `graph.svg` and `report.md`.
+    Build(ForceArgs),
+    /// Human review of the graph's edges.
+    #[command(subcommand)]
+    Review(GraphReviewCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GraphReviewCommand {
+    /// Write `reviews/graph/graph_review.csv` (one row per candidate edge of
+    /// `graph-build/candidates.json`). Refuses to overwrite a sheet holding decisions
+    /// unless `--force`.
+    Export(ForceArgs),
+    /// Apply the `add`/`remove` decisions of every `reviews/graph/*.csv`.
+    ///
+    /// Reads `graph-build/graph.json`, `graph-build/candidates.json` and the sheets.
+    /// Writes `artifacts/graph-review-import/`: the reviewed `graph.json`, `graph.dot`,
+    /// `graph.svg`, `report.md`, and `decisions.json`. Any malformed row rejects the
+    /// whole import with `file:line` messages.
+    Import(ForceArgs),
 }
 
 #[derive(Debug, Subcommand)]

@@ -2,7 +2,7 @@
 //! produced the current artifacts.
 //!
 //! IDs: a tool (`server::tool`), a server (`server`), a filter decision
-//! (`filter:<tool or server>`), or a ledger event (`#123`).
+//! (`filter:<tool or server>`), a log session (`log:<session id>`), or a ledger event (`#123`).
 
 use anyhow::Result;
 use serde::Serialize;
@@ -52,6 +52,9 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
         return Ok(Explanation { id: id.into(), item: "event", status, record: None, lineage });
     }
 
+    if id.starts_with("log:") {
+        return explain_log(settings, &ledger, id);
+    }
     let (subject, only_filter) = match id.strip_prefix("filter:") {
         Some(rest) => (norm_tool_id(rest), true),
         None => (norm_tool_id(id), false),
@@ -89,6 +92,32 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
     };
     let record = current_record(settings, &subject)?;
     Ok(Explanation { id: subject, item: if only_filter { "filter decision" } else { item }, status, record, lineage })
+}
+
+/// A log session (`log:<session id>`): its curation decision and split pool.
+fn explain_log(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Explanation> {
+    let runs: Vec<i64> = crate::stages::names()
+        .into_iter()
+        .filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten())
+        .map(|m| m.run_id)
+        .collect();
+    let direct = ledger.events_for(id, &runs)?;
+    if direct.is_empty() {
+        return Err(hinted(
+            format!("no log session `{id}` in the current artifacts"),
+            "session ids are in `artifacts/logs-import/sessions.jsonl` (field `id`); run `benchgen logs curate` first",
+        ));
+    }
+    let lineage = ledger.lineage(&direct.iter().map(|e| e.id).collect::<Vec<_>>())?;
+    let mut status = Vec::new();
+    if let Some(d) = direct.iter().rev().find(|e| e.kind == crate::logs::kind::DECISION) {
+        status.push(crate::logs::curate::describe(&d.payload));
+    }
+    if let Some(sp) = direct.iter().rev().find(|e| e.kind == crate::logs::kind::SPLIT) {
+        status.push(format!("pool: {}", sp.payload["pool"].as_str().unwrap_or("?")));
+    }
+    let status = if status.is_empty() { "imported; not curated yet".into() } else { status.join("; ") };
+    Ok(Explanation { id: id.into(), item: "log session", status, record: None, lineage })
 }
 
 fn current_record(settings: &Settings, subject: &str) -> Result<Option<Value>> {
@@ -135,6 +164,7 @@ fn describe(e: &Event) -> String {
             format!("{}{rule}: {}{ev}", s("verdict"), s("reason"))
         }
         kind::LLM_EXCHANGE | crate::llm::LLM_FAILURE => crate::llm::describe_event(&e.kind, p),
+        crate::logs::kind::DECISION => crate::logs::curate::describe(p),
         _ => p.to_string(),
     }
 }

@@ -507,6 +507,10 @@ impl Stage for FilterStage {
         &SPEC
     }
 
+    fn enabled(&self, settings: &Settings) -> bool {
+        crate::registry::in_pipeline(settings)
+    }
+
     fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
         let role = settings.config.filter.classifier_role.as_ref();
         role.map(|r| ConfigRef::new("filter.classifier_role", r)).into_iter().collect()

@@ -6,7 +6,8 @@ use anyhow::Result;
 use clap::Parser;
 
 use benchgen::cli::{
-    Cli, Command, EfsCommand, EfsReviewCommand, LlmCommand, McpCommand, RegistryCommand, StagesFormat,
+    Cli, Command, EfsCommand, EfsReviewCommand, GraphCommand, GraphReviewCommand, LlmCommand, LogsCommand, McpCommand,
+    RegistryCommand, StagesFormat,
 };
 use benchgen::printer::Printer;
 use benchgen::settings::Settings;
@@ -86,6 +87,22 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Command::Stats(f) => run_named(&ctx, "stats", f.force),
         Command::Embed(f) => run_named(&ctx, "embed", f.force),
         Command::Efs(c) => efs_command(&ctx, c),
+        Command::Logs(LogsCommand::Import(f)) => run_named(&ctx, "logs-import", f.force),
+        Command::Logs(LogsCommand::Curate(f)) => run_named(&ctx, "logs-curate", f.force),
+        Command::Logs(LogsCommand::Split(f)) => run_named(&ctx, "logs-split", f.force),
+        Command::Graph(GraphCommand::Build(f)) => run_named(&ctx, "graph-build", f.force),
+        Command::Graph(GraphCommand::Review(GraphReviewCommand::Export(f))) => {
+            let (path, n) = benchgen::graph::review::export(&settings, f.force)?;
+            let shown = settings.display_path(&path);
+            printer.summary(
+                &format!("wrote `{shown}` ({n} candidate edges); fill in `decision` (add/remove) and `reviewer`"),
+                &serde_json::json!({"sheet": shown, "edges": n}),
+            );
+            Ok(())
+        }
+        Command::Graph(GraphCommand::Review(GraphReviewCommand::Import(f))) => {
+            run_named(&ctx, "graph-review-import", f.force)
+        }
         Command::Run(a) => {
             let reports = pipeline::run(&ctx, a.from.as_deref(), a.until.as_deref(), a.force)?;
             printer.summary("", &reports); // the human text was streamed per stage

@@ -37,6 +37,12 @@ pub struct Config {
     pub mcp: crate::mcp::McpSettings,
     #[serde(default)]
     pub execute: crate::execute::ExecuteSettings,
+    /// Absent: the log stages are not part of `run` (each still runs alone).
+    #[serde(default)]
+    pub logs: Option<crate::logs::LogsSettings>,
+    /// Absent: `graph build` is not part of `run` (it still runs alone).
+    #[serde(default)]
+    pub graph: Option<crate::graph::GraphSettings>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -29,6 +29,11 @@ pub fn all() -> Vec<Box<dyn Stage>> {
         Box::new(crate::efs::finalize::FinalizeStage),
         Box::new(crate::stats::StatsStage),
         Box::new(crate::execute::ExecuteStage::default()),
+        Box::new(crate::logs::import::ImportStage),
+        Box::new(crate::logs::curate::CurateStage),
+        Box::new(crate::logs::split::SplitStage),
+        Box::new(crate::graph::build::BuildStage),
+        Box::new(crate::graph::review::ReviewStage),
     ]
 }
 

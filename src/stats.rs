@@ -277,6 +277,10 @@ impl Stage for StatsStage {
         &SPEC
     }
 
+    fn enabled(&self, settings: &Settings) -> bool {
+        crate::registry::in_pipeline(settings)
+    }
+
     fn check(&self, settings: &Settings, problems: &mut Vec<crate::error::Problem>) {
         crate::settings::check_positive(problems, "stats.chart_categories", settings.config.stats.chart_categories);
     }

@@ -182,9 +182,20 @@ struct ImportReport<'a> {
     rejected: &'a [Rejected],
 }
 
+/// Whether the registry track (import, filter, stats) is part of `run`: always,
+/// unless the config is a log-track project that names no registry snapshot.
+pub fn in_pipeline(settings: &Settings) -> bool {
+    let r = &settings.config.registry;
+    settings.config.logs.is_none() || r.source.is_some() || !r.snapshots.is_empty()
+}
+
 impl Stage for ImportStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
+    }
+
+    fn enabled(&self, settings: &Settings) -> bool {
+        in_pipeline(settings)
     }
 
     fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {

@@ -18,6 +18,7 @@ mod llm_batch;
 mod llm_cli;
 mod llm_client;
 mod llm_local;
+mod logs;
 mod mcp_bench;
 mod mcp_cli;
 mod mcp_client;

@@ -31,15 +31,23 @@ fn docs_text() -> String {
     text
 }
 
-/// A demo project whose every stage takes part: the demo pipeline, a filled-in
-/// EFS review sheet, and an `execute` queries file run against a sandbox.
+/// A demo project whose every stage takes part: the demo pipeline with its log
+/// track, filled-in EFS and graph review sheets, and an `execute` queries file run
+/// against a sandbox.
 fn full_project() -> Project {
     let mut p = Project::demo();
     // A scripted model that judges every candidate pair equivalent, so there are sets
-    // to review (the demo's default double judges none).
+    // to review (the demo's default double judges none), and keeps every log session
+    // and candidate edge.
     let llm = ScriptedLlm::start(|seen| {
         let text = seen.all_text();
-        Answer::json(if text.contains("Tool A: `") {
+        Answer::json(if text.contains("genuine need") {
+            serde_json::json!({"genuine": true, "reason": "scripted"})
+        } else if text.contains("satisfactory") {
+            serde_json::json!({"satisfactory": true, "reason": "scripted"})
+        } else if text.contains("must run after it") {
+            serde_json::json!({"dependent": true, "reason": "scripted"})
+        } else if text.contains("Tool A: `") {
             serde_json::json!({"equivalent": true, "reason": "scripted"})
         } else if text.contains("User request:") {
             serde_json::json!({"selected": []})
@@ -53,10 +61,23 @@ fn full_project() -> Project {
     let cfg = p.read("pipeline/demo.toml").replace(&old, &llm.base_url());
     let base_url = llm.base_url();
     p.llm = Some(llm);
+    // The demo's log track (Project::demo leaves it out), its judge on the double.
+    for f in ["raw/demo/logs/catalog.json", "raw/demo/logs/events.jsonl", "raw/demo/logs/chats.jsonl"] {
+        p.copy_in(f);
+    }
+    for t in ["logs_need", "logs_answer", "logs_label", "graph_edge"] {
+        p.copy_in(&format!("pipeline/prompts/{t}.md"));
+    }
+    let demo = std::fs::read_to_string(repo().join("pipeline/demo.toml")).unwrap();
+    let logs = &demo[demo.find("[[logs.sources]]").expect("the demo has a log track")..];
+    let logs = logs.replace(
+        "provider = \"local\"",
+        &format!("provider = \"vllm\"\nbase_url = \"{base_url}\"\nmodel = \"scripted\""),
+    );
     p.write(
         "pipeline/demo.toml",
         format!(
-            "{cfg}\n[llm.roles.agent]\nprovider = \"vllm\"\nbase_url = \"{base_url}\"\nmodel = \"scripted\"\n\n\
+            "{cfg}\n{logs}\n[llm.roles.agent]\nprovider = \"vllm\"\nbase_url = \"{base_url}\"\nmodel = \"scripted\"\n\n\
              [mcp.servers.sb]\ncommand = {bin:?}\nargs = [\"--quiet\", \"sandbox\", \"--catalog\", \"artifacts/filter/catalog.json\"]\n\n\
              [execute]\nqueries = \"raw/queries.jsonl\"\nrole = \"agent\"\nservers = [\"sb\"]\n",
             bin = env!("CARGO_BIN_EXE_benchgen"),
@@ -83,6 +104,14 @@ fn every_stage_in_the_list_has_help_manifest_status_clean_and_docs() {
     cells[8] = "tester".into();
     lines[1] = cells.join(",");
     p.write("reviews/efs/efs_review.csv", lines.join("\n") + "\n");
+    // The graph's review round trip: remove the first candidate edge.
+    assert_code(&p.run(&["run", "--until", "graph-build"]), 0);
+    assert_code(&p.run(&["graph", "review", "export"]), 0);
+    let sheet = p.read("reviews/graph/graph_review.csv");
+    let mut lines: Vec<String> = sheet.lines().map(String::from).collect();
+    assert!(lines.len() >= 2, "the demo logs have candidate edges:\n{sheet}");
+    lines[1] = format!("{}remove,tester,", lines[1].strip_suffix(",,").expect("an undecided row"));
+    p.write("reviews/graph/graph_review.csv", lines.join("\n") + "\n");
     let run = p.run(&["run"]);
     assert_code(&run, 0);
     let stages = stage_list(&p);

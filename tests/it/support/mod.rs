@@ -65,6 +65,11 @@ impl Project {
             scripted_llm::Answer::json(answer)
         });
         let cfg = std::fs::read_to_string(repo().join("pipeline/demo.toml")).unwrap();
+        // The demo's log track (last in the file) has its own tests in tests/it/logs.rs.
+        let cfg = match cfg.find("# The log track") {
+            Some(i) => cfg[..i].to_string(),
+            None => cfg,
+        };
         assert!(cfg.contains("provider = \"local\""), "the demo's classifier role changed; update tests/it/support");
         let cfg = cfg.replace(
             "provider = \"local\"",
@@ -108,6 +113,8 @@ impl Project {
         let mut c = Command::cargo_bin("benchgen").unwrap();
         c.current_dir(self.root())
             .env("BENCHGEN_NO_PROGRESS", "1")
+            // The log track's pseudonym key (tests of a missing secret remove it).
+            .env("BENCHGEN_ANON_SECRET", "it-support-secret")
             .env_remove("BENCHGEN_CONFIG")
             .env_remove("BENCHGEN_FAIL_AT");
         c

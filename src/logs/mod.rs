@@ -1,0 +1,375 @@
+//! The log track (FinMCP's method for any domain): import a domain's tool-call logs
+//! into one normalised, anonymised session model (`import`), keep the sessions that
+//! reflect a real need, were resolved through tool calls and answered (`curate`), and
+//! split single-tool sessions into a benchmark and a seed pool (`split`). The grouped
+//! multi-tool sessions feed the tool dependency graph (`crate::graph`).
+//!
+//! Config section `[logs]` (see docs/logs.md for every key).
+
+pub mod anon;
+pub mod curate;
+pub mod import;
+pub mod readers;
+pub mod split;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `[logs]`.
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct LogsSettings {
+    /// Log files to import, in order.
+    #[serde(default)]
+    pub sources: Vec<LogSource>,
+    /// Where the domain's tool catalog comes from (absent: tool names are not checked).
+    #[serde(default)]
+    pub catalog: Option<CatalogSource>,
+    #[serde(default)]
+    pub anonymise: AnonSettings,
+    #[serde(default)]
+    pub curate: CurateSettings,
+    #[serde(default)]
+    pub split: SplitSettings,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Decided from the file's first non-blank byte and first record.
+    #[default]
+    Auto,
+    /// FinMCP sample JSON: a JSON array of samples with `messages` (and `tool_list`, `scenery`).
+    Finmcp,
+    /// OpenAI chat-messages JSONL: one conversation per line.
+    Openai,
+    /// Generic event JSONL: one tool call per line.
+    Events,
+}
+
+impl LogFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Auto => "auto",
+            LogFormat::Finmcp => "finmcp",
+            LogFormat::Openai => "openai",
+            LogFormat::Events => "events",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSource {
+    /// Short name; session ids are `<name>:<native id>`. Default: the file stem.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// File relative to the project root.
+    pub path: PathBuf,
+    #[serde(default)]
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CatalogFormat {
+    /// An MCP `tools/list` result: `{tools: [...]}` or a bare list of tools.
+    #[default]
+    Mcp,
+    /// benchgen's catalog (`{servers: [{name, tools: [...]}]}`).
+    Catalog,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogSource {
+    /// A file relative to the project root.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    #[serde(default)]
+    pub format: CatalogFormat,
+    /// Or: fetch `tools/list` live from this `[mcp.servers.<name>]`.
+    #[serde(default)]
+    pub server: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnonSettings {
+    /// Environment variable holding the pseudonym key (never written anywhere).
+    #[serde(default = "default_secret_env")]
+    pub secret_env: String,
+    /// Built-in detectors to run (default: all).
+    #[serde(default = "anon::all_detectors")]
+    pub detectors: Vec<String>,
+    /// Extra rules: the first capture group (or the whole match) is replaced.
+    #[serde(default)]
+    pub rules: Vec<AnonRule>,
+}
+
+impl Default for AnonSettings {
+    fn default() -> Self {
+        Self { secret_env: default_secret_env(), detectors: anon::all_detectors(), rules: Vec::new() }
+    }
+}
+
+fn default_secret_env() -> String {
+    "BENCHGEN_ANON_SECRET".into()
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnonRule {
+    /// Detector name in the report and the pseudonym prefix (upper-cased).
+    pub name: String,
+    pub pattern: String,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ScenarioSource {
+    /// The logs' own label (FinMCP `scenery`).
+    #[default]
+    Logs,
+    /// The LLM picks one label of `taxonomy` (used when a session has none, or always with `relabel`).
+    Llm,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CurateSettings {
+    /// LLM role judging "genuine domain need" and "satisfactory answer".
+    #[serde(default = "default_judge")]
+    pub judge_role: String,
+    #[serde(default = "default_need_template")]
+    pub need_template: String,
+    #[serde(default = "default_answer_template")]
+    pub answer_template: String,
+    #[serde(default = "default_label_template")]
+    pub label_template: String,
+    /// One line describing the domain, shown to the judge.
+    #[serde(default)]
+    pub domain: String,
+    #[serde(default)]
+    pub scenarios: ScenarioSource,
+    /// `scenario-sub-scenario` labels the LLM may assign.
+    #[serde(default)]
+    pub taxonomy: Vec<String>,
+    /// With `scenarios = "llm"`: also relabel sessions that carry a label.
+    #[serde(default)]
+    pub relabel: bool,
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Cost control: ask the LLM about at most this many sessions (a seeded sample of
+    /// those passing the rule); the others pass the LLM criteria as `unjudged`, with that
+    /// reason recorded. Absent: every session is judged.
+    #[serde(default)]
+    pub llm_sample: Option<usize>,
+}
+
+impl Default for CurateSettings {
+    fn default() -> Self {
+        Self {
+            judge_role: default_judge(),
+            need_template: default_need_template(),
+            answer_template: default_answer_template(),
+            label_template: default_label_template(),
+            domain: String::new(),
+            scenarios: ScenarioSource::Logs,
+            taxonomy: Vec::new(),
+            relabel: false,
+            concurrency: default_concurrency(),
+            llm_sample: None,
+        }
+    }
+}
+
+fn default_judge() -> String {
+    "judge".into()
+}
+fn default_need_template() -> String {
+    "logs_need".into()
+}
+fn default_answer_template() -> String {
+    "logs_answer".into()
+}
+fn default_label_template() -> String {
+    "logs_label".into()
+}
+pub(crate) fn default_concurrency() -> usize {
+    2
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SplitSettings {
+    /// Seed-pool size (single-tool sessions); wins over `seed_ratio`.
+    #[serde(default)]
+    pub seed_size: Option<usize>,
+    /// Benchmark-pool size; absent: every single-tool session not in the seed pool.
+    #[serde(default)]
+    pub benchmark_size: Option<usize>,
+    /// Share of single-tool sessions for the seed pool (default 0.5).
+    #[serde(default)]
+    pub seed_ratio: Option<f64>,
+}
+
+// ---------------------------------------------------------------------------
+// The normalised session model (one JSON object per line of `sessions.jsonl`).
+
+/// One conversation with its tool calls, after anonymisation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Session {
+    /// `<source>:<native id>` (anonymised like any other text).
+    pub id: String,
+    pub source: String,
+    /// Format it was read as.
+    pub format: String,
+    /// `file:line` of the record (first line for multi-line records).
+    pub location: String,
+    /// Scenario label, `scenario-sub-scenario[-…]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<String>,
+    /// A user-feedback signal when the logs have one (true = satisfied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<bool>,
+    pub turns: Vec<Turn>,
+    /// Session-level flags (e.g. a FinMCP `tool_list` that disagrees with the messages).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<Flag>,
+    /// Free metadata from the record (anonymised).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub meta: serde_json::Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Turn {
+    pub user: String,
+    /// Sequential groups; calls inside one group ran in parallel.
+    pub groups: Vec<Vec<Call>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Call {
+    pub tool: String,
+    /// Parsed arguments; the raw (anonymised) text when they were not valid JSON.
+    pub arguments: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Epoch milliseconds, when logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ts_start: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ts_end: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<Flag>,
+}
+
+/// Why a kept record is suspicious: `{code, detail}`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Flag {
+    pub code: String,
+    pub detail: String,
+}
+
+impl Flag {
+    pub fn new(code: &str, detail: impl Into<String>) -> Self {
+        Self { code: code.into(), detail: detail.into() }
+    }
+}
+
+pub mod flag {
+    pub const UNKNOWN_TOOL: &str = "unknown-tool";
+    pub const BAD_ARGUMENTS: &str = "bad-arguments";
+    pub const ERROR_RESULT: &str = "error-result";
+    pub const NO_RESULT: &str = "no-result";
+    pub const TOOL_LIST_FLAT: &str = "tool-list-flat";
+    pub const TOOL_LIST_MISMATCH: &str = "tool-list-mismatch";
+}
+
+impl Session {
+    pub fn calls(&self) -> impl Iterator<Item = &Call> {
+        self.turns.iter().flat_map(|t| t.groups.iter().flatten())
+    }
+    pub fn call_count(&self) -> usize {
+        self.calls().count()
+    }
+    /// `scenario-sub-scenario` (the first two levels), or `unlabelled`.
+    pub fn sub_scenario(&self) -> String {
+        match &self.scenario {
+            Some(s) => s.split('-').take(2).collect::<Vec<_>>().join("-"),
+            None => "unlabelled".into(),
+        }
+    }
+}
+
+/// The ledger subject of a session's decisions (`benchgen explain log:<id>`).
+pub fn subject(session_id: &str) -> String {
+    format!("log:{session_id}")
+}
+
+/// Ledger event kinds of the log track.
+pub mod kind {
+    pub const REJECT: &str = "logs.reject";
+    pub const DECISION: &str = "logs.decision";
+    pub const SPLIT: &str = "logs.split";
+}
+
+/// Read a JSONL artifact of sessions, naming the line of any bad record.
+pub fn parse_sessions(bytes: &[u8], what: &str) -> anyhow::Result<Vec<Session>> {
+    let mut out = Vec::new();
+    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let s: Session = serde_json::from_slice(line)
+            .map_err(|e| anyhow::anyhow!("`{what}` line {}: not a benchgen session: {e}", i + 1))?;
+        out.push(s);
+    }
+    Ok(out)
+}
+
+/// Read a JSONL stream of sessions line by line (a large artifact is never held
+/// whole as bytes), naming the line of any bad record.
+pub fn read_sessions(r: impl std::io::Read, what: &str) -> anyhow::Result<Vec<Session>> {
+    use std::io::BufRead;
+    let mut out = Vec::new();
+    for (i, line) in std::io::BufReader::new(r).lines().enumerate() {
+        let line = line.map_err(|e| anyhow::anyhow!("cannot read `{what}`: {e}"))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let s: Session = serde_json::from_str(&line)
+            .map_err(|e| anyhow::anyhow!("`{what}` line {}: not a benchgen session: {e}", i + 1))?;
+        out.push(s);
+    }
+    Ok(out)
+}
+
+/// Write sessions as JSONL (one per line) to a stream.
+pub fn write_sessions<'a>(
+    w: &mut impl std::io::Write,
+    sessions: impl IntoIterator<Item = &'a Session>,
+) -> anyhow::Result<()> {
+    for s in sessions {
+        serde_json::to_writer(&mut *w, s)?;
+        w.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// Sessions as JSONL bytes (one per line).
+pub fn sessions_jsonl<'a>(sessions: impl IntoIterator<Item = &'a Session>) -> anyhow::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for s in sessions {
+        serde_json::to_writer(&mut out, s)?;
+        out.push(b'\n');
+    }
+    Ok(out)
+}

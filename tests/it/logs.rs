@@ -1,0 +1,713 @@
+//! The log track: import (three formats, grouping, malformed records, anonymisation),
+//! curation, split, the dependency graph and its review, on fixtures, the real FinMCP
+//! files and the demo's IT-operations logs, with the scripted LLM (a test double).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::support::scripted_llm::{Answer, ScriptedLlm};
+use crate::support::{Project, repo};
+use benchgen::logs::readers::{Item, read_source};
+use benchgen::logs::{LogFormat, Session};
+use serde_json::{Value, json};
+
+const SECRET: &str = "test-secret-1";
+
+fn read_all(path: &Path, format: LogFormat) -> (Vec<Session>, Vec<(String, String)>, LogFormat) {
+    let (mut sessions, mut bad) = (Vec::new(), Vec::new());
+    let used = read_source(path, "log", "src", format, &mut |item| {
+        match item {
+            Item::Session(s) => sessions.push(*s),
+            Item::Malformed { location, reason } => bad.push((location, reason)),
+        }
+        Ok(())
+    })
+    .unwrap();
+    (sessions, bad, used)
+}
+
+fn groups(s: &Session) -> Vec<Vec<Vec<String>>> {
+    s.turns.iter().map(|t| t.groups.iter().map(|g| g.iter().map(|c| c.tool.clone()).collect()).collect()).collect()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+// ---------------------------------------------------------------------------
+// Formats and grouping.
+
+#[test]
+fn finmcp_fixture_groups_and_flat_tool_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "s.json",
+        r#"[
+ {"id": 7, "scenery": "A-B-C", "tool_list": [["x", "y"], ["z"]],
+  "messages": [{"role": "user", "content": "q"},
+   {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "x", "arguments": "{\"a\": 1}"}},
+                                         {"id": "c2", "function": {"name": "y", "arguments": "{}"}}]},
+   {"role": "tool", "tool_call_id": "c2", "content": "{\"v\": 2}"},
+   {"role": "tool", "tool_call_id": "c1", "content": "{\"v\": 1}"},
+   {"role": "assistant", "tool_calls": [{"id": "c3", "function": {"name": "z", "arguments": "{\"b\""}}]},
+   {"role": "tool", "tool_call_id": "c3", "content": "调用失败"},
+   {"role": "assistant", "content": "done"}]},
+ {"id": 8, "scenery": "P-Q", "tool_list": ["a", "b"],
+  "messages": [{"role": "user", "content": "q1"},
+   {"role": "assistant", "content": "", "tool_calls": [{"id": "d1", "function": {"name": "b", "arguments": "{}"}}]},
+   {"role": "tool", "tool_call_id": "d1", "content": "{}"},
+   {"role": "assistant", "content": "a1"},
+   {"role": "user", "content": "q2"},
+   {"role": "assistant", "content": "", "tool_calls": [{"id": "d2", "function": {"name": "a", "arguments": "{}"}}]},
+   {"role": "tool", "tool_call_id": "d2", "content": "{}"},
+   {"role": "assistant", "content": "a2"}]},
+ {"id": 9, "messages": "not a list"}
+]"#,
+    );
+    let (s, bad, used) = read_all(&p, LogFormat::Auto);
+    assert_eq!(used, LogFormat::Finmcp);
+    assert_eq!(s.len(), 2);
+    assert_eq!(groups(&s[0]), vec![vec![vec!["x".to_string(), "y".into()], vec!["z".into()]]]);
+    assert_eq!(s[0].turns[0].groups[0][0].result.as_deref(), Some("{\"v\": 1}"), "results matched by call id");
+    let z = &s[0].turns[0].groups[1][0];
+    let codes: Vec<&str> = z.flags.iter().map(|f| f.code.as_str()).collect();
+    assert_eq!(codes, ["bad-arguments", "error-result"]);
+    assert!(s[0].flags.is_empty(), "a matching grouped tool_list raises no flag: {:?}", s[0].flags);
+    assert_eq!(groups(&s[1]), vec![vec![vec!["b".to_string()]], vec![vec!["a".to_string()]]], "two turns");
+    assert_eq!(s[1].flags[0].code, "tool-list-flat");
+    assert_eq!(bad.len(), 1);
+    assert!(bad[0].0.starts_with("log:") && bad[0].0.contains("record 2"), "{bad:?}");
+    assert!(bad[0].1.contains("messages"), "{bad:?}");
+}
+
+#[test]
+fn openai_jsonl_one_group_per_assistant_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = json!({"id": "c1", "feedback": "thumbs_up", "messages": [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "t1", "arguments": "{}"}},
+            {"id": "b", "type": "function", "function": {"name": "t2", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "a", "content": "1"},
+        {"role": "tool", "tool_call_id": "b", "content": "2"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "t3", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "3"},
+        {"role": "assistant", "content": "answer"}]});
+    let p = write(dir.path(), "c.jsonl", &format!("{line}\n\nnot json\n{{\"id\": 2}}\n"));
+    let (s, bad, used) = read_all(&p, LogFormat::Auto);
+    assert_eq!(used, LogFormat::Openai);
+    assert_eq!(s.len(), 1);
+    assert_eq!(groups(&s[0]), vec![vec![vec!["t1".to_string(), "t2".into()], vec!["t3".into()]]]);
+    assert_eq!(s[0].feedback, Some(true));
+    assert_eq!(s[0].turns[0].answer.as_deref(), Some("answer"));
+    let locs: Vec<&str> = bad.iter().map(|b| b.0.as_str()).collect();
+    assert_eq!(locs, ["log:3", "log:4"], "{bad:?}");
+    assert!(bad[0].1.starts_with("not JSON"), "{bad:?}");
+    assert!(bad[1].1.contains("`messages`"), "{bad:?}");
+}
+
+#[test]
+fn events_overlap_rule_explicit_group_turns_and_malformed_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let ev = |s: &str, tool: &str, a: Value, b: Value, extra: Value| {
+        let mut v = json!({"session": s, "tool": tool, "ts_start": a, "ts_end": b, "arguments": {}, "result": "ok"});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v.to_string()
+    };
+    let lines = [
+        // s1: a [0,100) and b [50,150) overlap → one group; c [150,200) touches → next group.
+        ev("s1", "a", json!(0), json!(100), json!({"user": "u1"})),
+        ev("s2", "x", json!("2026-01-01T00:00:00Z"), json!("2026-01-01T00:00:01Z"), json!({"group": "g1"})),
+        ev("s1", "b", json!(50), json!(150), json!({})),
+        ev("s1", "c", json!(150), json!(200), json!({})),
+        // s1 turn 1: a separate turn, never merged with turn 0.
+        ev("s1", "d", json!(160), json!(300), json!({"turn": 1, "user": "u2"})),
+        // s2: y does not overlap x in time, but the explicit group wins.
+        ev("s2", "y", json!("2026-01-01T00:00:05Z"), json!("2026-01-01T00:00:06Z"), json!({"group": "g1"})),
+        ev(
+            "s2",
+            "z",
+            json!("2026-01-01T00:00:07Z"),
+            json!("2026-01-01T00:00:08Z"),
+            json!({"group": "g2", "error": "boom"}),
+        ),
+        "{\"session\": \"s3\", \"tool\": \"q\"}".to_string(),
+        "{broken".to_string(),
+        ev("s3", "q", json!(10), json!(5), json!({})),
+        ev("s3", "q", json!("yesterday"), json!(5), json!({})),
+    ];
+    let p = write(dir.path(), "e.jsonl", &(lines.join("\n") + "\n"));
+    let (s, bad, used) = read_all(&p, LogFormat::Auto);
+    assert_eq!(used, LogFormat::Events);
+    let by: BTreeMap<&str, &Session> = s.iter().map(|x| (x.id.as_str(), x)).collect();
+    assert_eq!(by.len(), 2, "s3 has no valid event: {:?}", by.keys());
+    assert_eq!(
+        groups(by["src:s1"]),
+        vec![vec![vec!["a".to_string(), "b".into()], vec!["c".into()]], vec![vec!["d".to_string()]]]
+    );
+    assert_eq!(by["src:s1"].turns[0].user, "u1");
+    assert_eq!(by["src:s1"].turns[1].user, "u2");
+    assert_eq!(groups(by["src:s2"]), vec![vec![vec!["x".to_string(), "y".into()], vec!["z".into()]]]);
+    assert_eq!(by["src:s2"].turns[0].groups[1][0].error.as_deref(), Some("boom"));
+    let got: Vec<(String, &str)> = bad.iter().map(|(l, r)| (l.clone(), r.split(':').next().unwrap())).collect();
+    assert_eq!(
+        got,
+        [
+            ("log:8".to_string(), "not an event record"),
+            ("log:9".to_string(), "not JSON"),
+            ("log:10".to_string(), "`ts_end` is before `ts_start`"),
+            ("log:11".to_string(), "`ts_start`"),
+        ],
+        "{bad:?}"
+    );
+    assert!(bad[0].1.contains("ts_start"), "names the missing field: {bad:?}");
+}
+
+#[test]
+fn real_finmcp_samples_import_with_their_groups() {
+    let Some(p) = crate::support::shared_data("finmcp/demo_samples.json") else { return };
+    let (s, bad, used) = read_all(&p, LogFormat::Auto);
+    assert_eq!(used, LogFormat::Finmcp);
+    assert!(bad.is_empty(), "{bad:?}");
+    assert_eq!(s.len(), 6);
+    let raw: Vec<Value> = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    for (sess, r) in s.iter().zip(&raw) {
+        let tl = &r["tool_list"];
+        let flat_given = tl.as_array().unwrap().iter().all(Value::is_string);
+        if flat_given {
+            // Multi-turn: a flat sorted list; detected and reported, groups from messages.
+            assert_eq!(sess.flags[0].code, "tool-list-flat", "{}", sess.id);
+            let mut distinct: Vec<String> = sess.calls().map(|c| c.tool.clone()).collect();
+            distinct.sort();
+            distinct.dedup();
+            let given: Vec<String> = tl.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect();
+            assert_eq!(distinct, given);
+            assert!(sess.turns.len() > 1);
+        } else {
+            let given: Vec<Vec<String>> = serde_json::from_value(tl.clone()).unwrap();
+            let derived: Vec<Vec<String>> = groups(sess).into_iter().flatten().collect();
+            assert_eq!(derived, given, "{}", sess.id);
+            assert!(sess.flags.is_empty(), "{:?}", sess.flags);
+        }
+    }
+}
+
+#[test]
+fn real_finmcp_trajectories_in_three_shapes_import() {
+    let Some(p) = crate::support::shared_data("finmcp/demo_trajectories.json") else { return };
+    let (s, bad, _) = read_all(&p, LogFormat::Finmcp);
+    assert!(bad.is_empty(), "{bad:?}");
+    assert_eq!(s.len(), 6);
+    for sess in &s {
+        assert!(sess.call_count() > 0, "{}: tool calls written as Python literals are read", sess.id);
+    }
+    // The ones with `tool_path` compare it with the call sequence.
+    let raw: Vec<Value> = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    for (sess, r) in s.iter().zip(&raw) {
+        if let Some(tp) = r.get("tool_path") {
+            let path: Vec<String> = serde_json::from_value(tp.clone()).unwrap();
+            let calls: Vec<String> = sess.calls().map(|c| c.tool.clone()).collect();
+            assert_eq!(calls == path, sess.flags.iter().all(|f| f.code != "tool-list-mismatch"), "{}", sess.id);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Graph candidates.
+
+#[test]
+fn graph_candidates_never_link_one_group_or_cross_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = [
+        json!({"session": "s", "tool": "a", "ts_start": 0, "ts_end": 100, "result": {"id": "INC-4242"}}),
+        json!({"session": "s", "tool": "b", "ts_start": 10, "ts_end": 90, "result": "x"}),
+        json!({"session": "s", "tool": "c", "ts_start": 200, "ts_end": 300, "arguments": {"incident": "INC-4242"}}),
+        json!({"session": "s", "tool": "c", "ts_start": 400, "ts_end": 500}),
+        json!({"session": "s", "tool": "d", "ts_start": 600, "ts_end": 700, "turn": 1}),
+    ];
+    let p = write(dir.path(), "e.jsonl", &lines.iter().map(Value::to_string).collect::<Vec<_>>().join("\n"));
+    let (s, _, _) = read_all(&p, LogFormat::Events);
+    let c = benchgen::graph::candidates(&s);
+    let edges: Vec<(&str, &str)> = c.iter().map(|x| (x.from.as_str(), x.to.as_str())).collect();
+    assert_eq!(edges, [("a", "c"), ("b", "c")], "no a–b (one group), no c→c, no c→d (next turn)");
+    assert_eq!(c[0].value_flow.len(), 1, "INC-4242 flows from a's result into c's argument");
+    assert_eq!(c[0].value_flow[0].argument, "incident");
+    assert!(c[1].value_flow.is_empty());
+}
+
+// ---------------------------------------------------------------------------
+// The demo's log track end to end with the scripted LLM.
+
+/// Scripted verdicts: requests marked OFF-TOPIC are not genuine; answers saying "Sorry"
+/// are unsatisfactory; an edge is a dependency unless its target is `notify_user`.
+fn scripted() -> ScriptedLlm {
+    ScriptedLlm::start(|seen| {
+        let t = seen.all_text();
+        let v = if t.contains("genuine need") {
+            json!({"genuine": !t.contains("OFF-TOPIC"), "reason": "scripted need"})
+        } else if t.contains("satisfactory") {
+            json!({"satisfactory": !t.contains("Sorry"), "reason": "scripted answer"})
+        } else if t.contains("must run after it") {
+            json!({"dependent": !t.contains("Does `notify_user` depend"), "reason": "scripted edge"})
+        } else {
+            json!({"scenario": "Monitoring-Alerts"})
+        };
+        Answer::json(v)
+    })
+}
+
+struct LogProject {
+    p: Project,
+    llm: ScriptedLlm,
+}
+
+impl LogProject {
+    /// The demo config's log sections on the demo logs, the judge pointed at the scripted server.
+    fn demo(extra: &str) -> Self {
+        let p = Project::empty();
+        for f in ["raw/demo/logs/catalog.json", "raw/demo/logs/events.jsonl", "raw/demo/logs/chats.jsonl"] {
+            p.copy_in(f);
+        }
+        for t in ["logs_need", "logs_answer", "logs_label", "graph_edge"] {
+            p.copy_in(&format!("pipeline/prompts/{t}.md"));
+        }
+        let llm = scripted();
+        let demo = std::fs::read_to_string(repo().join("pipeline/demo.toml")).unwrap();
+        let logs = &demo[demo.find("[[logs.sources]]").expect("demo has a log track")..];
+        let logs = logs.replace("llm_sample = 3\n", "").replace(
+            "provider = \"local\"",
+            &format!("provider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"", llm.base_url()),
+        );
+        p.write("pipeline/demo.toml", format!("[project]\nseed = 7\n\n{logs}\n{extra}"));
+        Self { p, llm }
+    }
+
+    fn run(&self, args: &[&str], secret: &str) -> std::process::Output {
+        self.p.cmd().env("BENCHGEN_ANON_SECRET", secret).args(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args, SECRET);
+        assert!(
+            o.status.success(),
+            "`{}` failed:\n{}\n{}",
+            args.join(" "),
+            crate::support::stdout(&o),
+            crate::support::stderr(&o)
+        );
+        crate::support::stdout(&o)
+    }
+
+    fn jsonl(&self, rel: &str) -> Vec<Value> {
+        self.p.read(rel).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+}
+
+#[test]
+fn demo_log_track_runs_end_to_end_with_the_scripted_llm() {
+    let lp = LogProject::demo("");
+    let out = lp.ok(&["run"]);
+    for st in ["logs-import", "logs-curate", "logs-split", "graph-build"] {
+        assert!(out.contains(&format!("{st}: done")), "{out}");
+    }
+    assert!(!out.contains("catalog:"), "a logs-only config runs no registry stage: {out}");
+    let report: Value = serde_json::from_str(&lp.p.read("artifacts/logs-import/report.json")).unwrap();
+    assert_eq!(report["sessions"], 300, "{report}");
+    assert_eq!(report["malformed"], 3, "{report}");
+    assert!(report["parallel_groups"].as_u64().unwrap() > 0);
+    assert!(report["flags"]["error-result"].as_u64().unwrap() > 0);
+    assert!(report["flags"]["bad-arguments"].as_u64().unwrap() > 0);
+    let malformed = lp.jsonl("artifacts/logs-import/malformed.jsonl");
+    let locs: Vec<&str> = malformed.iter().map(|m| m["location"].as_str().unwrap()).collect();
+    assert!(locs.iter().all(|l| l.starts_with("raw/demo/logs/") && l.contains(".jsonl:")), "{locs:?}");
+    for d in ["email", "mobile_cn", "phone", "ip", "id_cn", "bank_card", "employee_id"] {
+        assert!(report["anonymised"][d].as_u64().unwrap_or(0) > 0, "{d}: {}", report["anonymised"]);
+    }
+
+    // Curation: every drop has a criterion and a reason; the planted bad sessions go.
+    let decisions = lp.jsonl("artifacts/logs-curate/decisions.jsonl");
+    assert_eq!(decisions.len(), 300);
+    let by: BTreeMap<&str, &Value> = decisions.iter().map(|d| (d["id"].as_str().unwrap(), d)).collect();
+    let chats = lp.jsonl("artifacts/logs-import/sessions.jsonl");
+    let find = |needle: &str| -> Vec<String> {
+        chats.iter().filter(|s| s.to_string().contains(needle)).map(|s| s["id"].as_str().unwrap().to_string()).collect()
+    };
+    let off_topic = find("OFF-TOPIC");
+    assert!(!off_topic.is_empty());
+    for id in &off_topic {
+        assert_eq!(by[id.as_str()]["dropped_by"], "need", "{id}");
+    }
+    for id in find("Tell me a joke") {
+        assert_eq!(by[id.as_str()]["dropped_by"], "resolved", "{id}");
+    }
+    for id in find("invalid arguments") {
+        assert_eq!(by[id.as_str()]["dropped_by"], "resolved", "{id}: broken arguments never repaired");
+    }
+    for id in find("upstream timeout") {
+        assert_eq!(by[id.as_str()]["dropped_by"], "resolved", "{id}");
+    }
+    for id in find("503 service unavailable") {
+        assert_ne!(by[id.as_str()]["dropped_by"], "resolved", "{id}: repaired by a retry");
+    }
+    assert!(decisions.iter().any(|d| d["dropped_by"] == "answer" && d["answer"]["by"] == "feedback"));
+    for d in &decisions {
+        if d["keep"] == false {
+            let c = d["dropped_by"].as_str().unwrap();
+            assert!(!d[c]["reason"].as_str().unwrap().is_empty(), "{d}");
+        }
+    }
+
+    // explain log:<id> shows the decision and the exchange behind it.
+    let id = &off_topic[0];
+    let x = lp.ok(&["explain", &format!("log:{id}")]);
+    assert!(x.contains("dropped") && x.contains("need: no by llm (scripted need)"), "{x}");
+    assert!(x.contains("llm.exchange"), "{x}");
+
+    // Split: every tool and sub-scenario with a single-tool session has a seed example.
+    let split: Value = serde_json::from_str(&lp.p.read("artifacts/logs-split/split.json")).unwrap();
+    let seed = lp.jsonl("artifacts/logs-split/seed.jsonl");
+    let bench = lp.jsonl("artifacts/logs-split/benchmark.jsonl");
+    assert!(!seed.is_empty() && !bench.is_empty());
+    let singles: Vec<&Value> = seed.iter().chain(&bench).collect();
+    let tools_with_single: std::collections::BTreeSet<String> =
+        singles.iter().map(|s| s["turns"][0]["groups"][0][0]["tool"].as_str().unwrap().to_string()).collect();
+    for t in split["coverage"]["tools_without_seed"].as_array().unwrap() {
+        assert!(!tools_with_single.contains(t.as_str().unwrap()), "{t} has single-tool sessions but no seed");
+    }
+    let gs = lp.jsonl("artifacts/logs-split/graph_source.jsonl");
+    assert!(gs.len() > 20, "{}", gs.len());
+
+    // Graph: scripted verdicts decide; no edge into notify_user; never within a group.
+    let g: Value = serde_json::from_str(&lp.p.read("artifacts/graph-build/graph.json")).unwrap();
+    let edges = g["edges"].as_array().unwrap();
+    assert!(!edges.is_empty());
+    assert!(edges.iter().all(|e| e["to"] != "notify_user"), "rejected by the scripted LLM");
+    let cands: Vec<Value> = serde_json::from_str(&lp.p.read("artifacts/graph-build/candidates.json")).unwrap();
+    assert!(cands.iter().any(|c| c["to"] == "notify_user" && c["accepted"] == false && c["reason"] == "scripted edge"));
+    let parallel = |a: &str, b: &str| {
+        gs.iter().any(|s| {
+            s["turns"].as_array().unwrap().iter().any(|t| {
+                t["groups"].as_array().unwrap().iter().any(|grp| {
+                    let names: Vec<&str> =
+                        grp.as_array().unwrap().iter().map(|c| c["tool"].as_str().unwrap()).collect();
+                    names.contains(&a) && names.contains(&b)
+                })
+            })
+        })
+    };
+    assert!(parallel("get_service_status", "get_alerts"), "the demo has parallel groups");
+    assert!(
+        cands.iter().all(|c| !(c["from"] == "get_service_status" && c["to"] == "get_alerts")),
+        "tools of one parallel group are never linked"
+    );
+    assert!(cands.iter().any(|c| !c["value_flow"].as_array().unwrap().is_empty()), "value flow survives anonymisation");
+    for f in ["graph.dot", "graph.svg", "report.md"] {
+        assert!(lp.p.path("artifacts/graph-build").join(f).is_file());
+    }
+    let report = lp.p.read("artifacts/graph-build/report.md");
+    assert!(report.contains("| density |") && report.contains("strongly connected"), "{report}");
+
+    // Review round trip: remove one accepted edge, add one rejected; a bad sheet applies nothing.
+    lp.ok(&["graph", "review", "export"]);
+    let sheet = lp.p.read("reviews/graph/graph_review.csv");
+    let e0 = &edges[0];
+    let (rf, rt) = (e0["from"].as_str().unwrap(), e0["to"].as_str().unwrap());
+    let mut lines: Vec<String> = sheet.lines().map(str::to_string).collect();
+    let bad = lines.clone();
+    let decide = |l: &str, d: &str| format!("{}{d}", l.strip_suffix(",,,").expect("an undecided row"));
+    for l in lines.iter_mut().skip(1) {
+        if l.starts_with(&format!("{rf},{rt},")) {
+            *l = decide(l, ",remove,ann,");
+        } else if l.contains(",notify_user,") && l.contains(",rejected,") {
+            *l = decide(l, ",add,ann,=cmd()");
+        }
+    }
+    let mut bad_lines = bad;
+    bad_lines[1] = decide(&bad_lines[1], ",maybe,,");
+    lp.p.write("reviews/graph/graph_review.csv", bad_lines.join("\n") + "\n");
+    let o = lp.run(&["graph", "review", "import"], SECRET);
+    assert!(!o.status.success());
+    let err = crate::support::stderr(&o);
+    assert!(err.contains("graph_review.csv:2") && err.contains("maybe") && err.contains("reviewer"), "{err}");
+    assert!(!lp.p.path("artifacts/graph-review-import").exists(), "nothing applied");
+    lp.p.write("reviews/graph/graph_review.csv", lines.join("\n") + "\n");
+    lp.ok(&["graph", "review", "import"]);
+    let rg: Value = serde_json::from_str(&lp.p.read("artifacts/graph-review-import/graph.json")).unwrap();
+    let re = rg["edges"].as_array().unwrap();
+    assert!(!re.iter().any(|e| e["from"] == rf && e["to"] == rt), "removed");
+    assert!(re.iter().any(|e| e["to"] == "notify_user" && e["verdict"] == "added"), "added");
+
+    // A rerun is up to date; a forced rerun in a fresh project is byte-identical.
+    let again = lp.ok(&["run"]);
+    assert!(again.contains("graph-build: up to date"), "{again}");
+    let lp2 = LogProject::demo("");
+    lp2.ok(&["run"]);
+    let (a, b) = (lp.p.artifacts(), lp2.p.artifacts());
+    for (k, v) in &a {
+        if k.ends_with("manifest.json") || k.ends_with("ledger.sqlite") || k.starts_with("graph-review-import") {
+            continue;
+        }
+        assert_eq!(Some(v), b.get(k), "{k} differs between two runs");
+    }
+    let _ = &lp.llm;
+}
+
+#[test]
+fn seeded_pii_never_reaches_artifacts_or_ledger_and_pseudonyms_are_stable() {
+    let pii = [
+        "ann.lee@example.com",
+        "13812345678",
+        "+44 20 7946 0958",
+        "11010519491231002X",
+        "4111111111111111",
+        "GB82WEST12345698765432",
+        "192.168.7.21",
+        "E654321",
+    ];
+    let session = |id: &str, t: i64| {
+        json!({"session": id, "tool": "get_oncall", "ts_start": t, "ts_end": t + 10,
+            "user": format!("mail {} or {} / {}; id {} card {} iban {} from {}; my employee id is {}", pii[0], pii[1], pii[2], pii[3], pii[4], pii[5], pii[6], pii[7]),
+            "arguments": {"email": pii[0], "card": 4111111111111111_u64}, "result": {"ip": pii[6], "phone": pii[1]},
+            "answer": format!("sent to {}", pii[0]), "feedback": true, "scenario": "Support-OnCall"})
+        .to_string()
+    };
+    let lp = LogProject::demo("");
+    let second = session("p2", 1000);
+    lp.p.write("raw/demo/logs/events.jsonl", format!("{}\n{second}\n{second}\n", session("p1", 0)));
+    lp.ok(&["run"]);
+    let mut files = lp.p.artifacts();
+    files.insert("ledger".into(), std::fs::read(lp.p.path("artifacts/ledger.sqlite")).unwrap());
+    for (name, bytes) in &files {
+        let text = String::from_utf8_lossy(bytes);
+        for v in pii {
+            assert!(!text.contains(v), "`{v}` found in {name}");
+        }
+        assert!(!text.contains(SECRET), "the secret itself leaked into {name}");
+    }
+    let sessions = lp.jsonl("artifacts/logs-import/sessions.jsonl");
+    let user = |i: usize| sessions[i]["turns"][0]["user"].as_str().unwrap().to_string();
+    assert_eq!(user(0), user(1), "same values → same pseudonyms across sessions");
+    assert!(user(0).contains("EMAIL_") && user(0).contains("EMPLOYEE_ID_"), "{}", user(0));
+    let email_pseudo = user(0).split_whitespace().nth(1).unwrap().to_string();
+    assert_eq!(
+        sessions[0]["turns"][0]["groups"][0][0]["arguments"]["email"],
+        email_pseudo.as_str(),
+        "ids survive as one pseudonym"
+    );
+
+    // Another run with the same secret: same bytes. A new secret: new pseudonyms.
+    let lp2 = LogProject::demo("");
+    lp2.p.write("raw/demo/logs/events.jsonl", lp.p.read("raw/demo/logs/events.jsonl"));
+    lp2.ok(&["logs", "import"]);
+    assert_eq!(lp2.p.read("artifacts/logs-import/sessions.jsonl"), lp.p.read("artifacts/logs-import/sessions.jsonl"));
+    let o = lp2.run(&["logs", "import", "--force"], "another-secret");
+    assert!(o.status.success(), "{}", crate::support::stderr(&o));
+    let other = lp2.jsonl("artifacts/logs-import/sessions.jsonl");
+    assert_ne!(other[0]["turns"][0]["user"], sessions[0]["turns"][0]["user"]);
+    // No secret: a clear error naming the variable.
+    let o = lp2.p.cmd().env_remove("BENCHGEN_ANON_SECRET").args(["logs", "import", "--force"]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(crate::support::stderr(&o).contains("BENCHGEN_ANON_SECRET"), "{}", crate::support::stderr(&o));
+}
+
+#[test]
+fn killed_graph_build_resumes_without_repeating_a_verdict() {
+    let lp = LogProject::demo("");
+    lp.ok(&["logs", "import"]);
+    lp.ok(&["logs", "curate"]);
+    lp.ok(&["logs", "split"]);
+    let before = lp.llm.count();
+    let killed =
+        lp.p.cmd()
+            .env("BENCHGEN_ANON_SECRET", SECRET)
+            .env("BENCHGEN_FAIL_AT", "graph_build_edge:3")
+            .args(["graph", "build"])
+            .output()
+            .unwrap();
+    assert!(!killed.status.success());
+    assert!(!lp.p.path("artifacts/graph-build").exists(), "nothing committed by the killed run");
+    let out = lp.ok(&["graph", "build"]);
+    assert!(out.contains("(3 verdicts resumed)"), "{out}");
+    let edge_asks: Vec<String> =
+        lp.llm.requests()[before..].iter().map(|r| r.all_text()).filter(|t| t.contains("must run after it")).collect();
+    let mut distinct = edge_asks.clone();
+    distinct.sort();
+    distinct.dedup();
+    let cands: Vec<Value> = serde_json::from_str(&lp.p.read("artifacts/graph-build/candidates.json")).unwrap();
+    let asked = cands.iter().filter(|c| !c["reason"].as_str().unwrap().starts_with("support ")).count();
+    assert!(asked >= 5, "{asked}");
+    assert_eq!(distinct.len(), asked);
+    // Concurrency 2: at most the two verdicts in flight at the kill are asked twice.
+    assert!(edge_asks.len() <= asked + 2, "{} asks for {asked} candidates", edge_asks.len());
+}
+
+// ---------------------------------------------------------------------------
+// Fuzzing the readers: never a panic; problems name file:line.
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn check(text: &str, format: LogFormat) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(dir.path(), "f", text);
+        let r = read_source(&p, "f", "s", format, &mut |item| {
+            if let Item::Malformed { location, reason } = item {
+                assert!(location.starts_with("f:"), "{location}");
+                assert!(!reason.is_empty());
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            let m = format!("{e:#}");
+            assert!(m.contains("`f") || m.contains("f:"), "{m}");
+        }
+    }
+
+    fn line() -> impl Strategy<Value = String> {
+        prop_oneof![
+            ".{0,40}",
+            Just("{\"session\": 1, \"tool\": \"t\", \"ts_start\": 5}".to_string()),
+            Just("{\"session\": \"a\", \"tool\": \"t\", \"ts_start\": \"2026-01-01T00:00:00Z\", \"ts_end\": 3, \"group\": [1]}".to_string()),
+            Just("{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": \"[{'function': {'name': 'x', 'arguments': {'a': (1,)}}}]\"}]}".to_string()),
+            Just("{\"messages\": [{\"role\": \"tool\", \"content\": 5}]}".to_string()),
+            "\\{\"(session|tool|ts_start|messages|role)\": [0-9a-z\\[\\]{}\"',:]{0,20}\\}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn readers_never_panic(lines in proptest::collection::vec(line(), 0..8), fmt in 0..3usize) {
+            let text = lines.join("\n");
+            let format = [LogFormat::Events, LogFormat::Openai, LogFormat::Finmcp][fmt];
+            let text = if format == LogFormat::Finmcp { format!("[{}]", lines.join(",")) } else { text };
+            check(&text, format);
+            check(&text, LogFormat::Auto);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The real local model (0.5B) on a few sessions.
+
+#[test]
+fn real_small_model_curates_a_few_sessions() {
+    let cache = benchgen::llm::config::cache_dir();
+    let bin = cache.join("llm/build/bin/llama-server");
+    let model = cache.join("llm/models").join(benchgen::llm::config::SMALL_LOCAL_MODEL);
+    if !bin.is_file() || !model.is_file() {
+        let msg = format!("llama-server or the 0.5B model is missing from `{}`; run `make setup`", cache.display());
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("{msg}");
+        }
+        eprintln!("skipping the real-model smoke test: {msg}");
+        return;
+    }
+    let lp = LogProject::demo("");
+    let cfg = lp
+        .p
+        .read("pipeline/demo.toml")
+        .replace(
+            &format!("provider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"", lp.llm.base_url()),
+            // A loaded 2-core machine answers slowly: one long attempt rather than retries.
+            &format!("provider = \"local\"\nmodel_path = \"{}\"\ntimeout_s = 900\nmax_retries = 1", model.display()),
+        )
+        .replace("scenarios = \"logs\"", "scenarios = \"logs\"\nllm_sample = 2")
+        .replace("[[logs.sources]]\nname = \"chat\"\npath = \"raw/demo/logs/chats.jsonl\"\nformat = \"openai\"\n", "");
+    assert!(cfg.contains("provider = \"local\"") && !cfg.contains("chats.jsonl"), "{cfg}");
+    lp.p.write("pipeline/demo.toml", cfg);
+    let events = lp.p.read("raw/demo/logs/events.jsonl");
+    let first: Vec<&str> = events.lines().take(12).collect();
+    lp.p.write("raw/demo/logs/events.jsonl", first.join("\n") + "\n");
+    let out = lp.ok(&["logs", "import"]);
+    assert!(out.contains("sessions"), "{out}");
+    let out = lp.ok(&["logs", "curate"]);
+    assert!(out.contains("sessions kept"), "{out}");
+    let decisions = lp.jsonl("artifacts/logs-curate/decisions.jsonl");
+    let judged = decisions.iter().filter(|d| d["need"]["by"] == "llm").count();
+    assert!((1..=2).contains(&judged), "{decisions:?}");
+    for d in decisions.iter().filter(|d| d["need"]["by"] == "llm") {
+        assert!(d["need"]["ok"].is_boolean() && !d["need"]["reason"].as_str().unwrap().is_empty());
+    }
+}
+
+/// The real FinMCP samples re-expressed as OpenAI JSONL and as timed events import with the
+/// same groups as their `tool_list`; the samples file itself imports through the CLI with the
+/// "current user id" rule.
+#[test]
+fn real_finmcp_samples_in_every_format_and_through_the_cli() {
+    let Some(p) = crate::support::shared_data("finmcp/demo_samples.json") else { return };
+    let raw: Vec<Value> = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    let (finmcp, _, _) = read_all(&p, LogFormat::Finmcp);
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl: Vec<String> =
+        raw.iter().map(|r| json!({"id": r["id"], "messages": r["messages"]}).to_string()).collect();
+    let oa = write(dir.path(), "oa.jsonl", &(jsonl.join("\n") + "\n"));
+    let (openai, bad, used) = read_all(&oa, LogFormat::Auto);
+    assert_eq!(used, LogFormat::Openai);
+    assert!(bad.is_empty());
+    // Events: one span per group (calls of a group overlap), groups one after another.
+    let mut lines = Vec::new();
+    for s in &finmcp {
+        let mut t = 0i64;
+        for (ti, turn) in s.turns.iter().enumerate() {
+            for g in &turn.groups {
+                for (k, c) in g.iter().enumerate() {
+                    lines.push(
+                        json!({"session": s.id, "tool": c.tool, "ts_start": t + k as i64, "ts_end": t + 100, "turn": ti, "arguments": c.arguments})
+                            .to_string(),
+                    );
+                }
+                t += 200;
+            }
+        }
+    }
+    let ev = write(dir.path(), "ev.jsonl", &(lines.join("\n") + "\n"));
+    let (events, bad, used) = read_all(&ev, LogFormat::Auto);
+    assert_eq!(used, LogFormat::Events);
+    assert!(bad.is_empty());
+    let events: BTreeMap<String, &Session> =
+        events.iter().map(|s| (s.id.strip_prefix("src:").unwrap().to_string(), s)).collect();
+    for (f, o) in finmcp.iter().zip(&openai) {
+        assert_eq!(groups(f), groups(o), "{}", f.id);
+        let e = events[&f.id];
+        let non_empty: Vec<Vec<Vec<String>>> = groups(f).into_iter().filter(|t| !t.is_empty()).collect();
+        assert_eq!(non_empty, groups(e), "{}", f.id);
+    }
+
+    // Through the CLI: the FinMCP user-id suffix is pseudonymised by a configured rule.
+    let proj = Project::empty();
+    proj.write("raw/samples.json", std::fs::read(&p).unwrap());
+    // `benchgen check` validates the whole log track on load: its prompts and judge role.
+    for t in ["logs_need", "logs_answer"] {
+        proj.copy_in(&format!("pipeline/prompts/{t}.md"));
+    }
+    let llm = scripted();
+    proj.write(
+        "pipeline/demo.toml",
+        format!(
+            "[[logs.sources]]\npath = \"raw/samples.json\"\n\n[[logs.anonymise.rules]]\nname = \"user_id\"\npattern = '当前用户id是([0-9a-f]+)'\n\n\
+             [llm.roles.judge]\nprovider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"\n",
+            llm.base_url()
+        ),
+    );
+    let o = proj.cmd().env("BENCHGEN_ANON_SECRET", SECRET).args(["logs", "import"]).output().unwrap();
+    assert!(o.status.success(), "{}", crate::support::stderr(&o));
+    let report: Value = serde_json::from_str(&proj.read("artifacts/logs-import/report.json")).unwrap();
+    assert_eq!(report["sessions"], 6);
+    assert_eq!(report["flags"]["tool-list-flat"], 2, "the two multi-turn samples: {report}");
+    assert!(report["anonymised"]["user_id"].as_u64().unwrap() > 0, "{report}");
+    let text = proj.read("artifacts/logs-import/sessions.jsonl");
+    let raw_text = std::fs::read_to_string(&p).unwrap();
+    let re = regex::Regex::new("当前用户id是([0-9a-f]+)").unwrap();
+    for c in re.captures_iter(&raw_text) {
+        assert!(!text.contains(&c[1]), "user id {} survived", &c[1]);
+    }
+}
