@@ -32,6 +32,16 @@ pub fn wait_if_signalled() {
     }
 }
 
+/// Spawns in progress: a spawner holds this from before `spawn` until the child is
+/// registered, and the signal handler takes it before collecting the groups, so a
+/// signal that lands between the two still finds (and stops) the new child.
+static SPAWN: Mutex<()> = Mutex::new(());
+
+/// Hold while spawning a child process until [`register`] has recorded it.
+pub fn spawn_guard() -> std::sync::MutexGuard<'static, ()> {
+    SPAWN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Record a live child process group (its leader's pid).
 pub fn register(pgid: u32) {
     if let Ok(pg) = i32::try_from(pgid) {
@@ -132,6 +142,8 @@ pub fn install() {
                 _ => "SIGINT",
             };
             eprintln!("benchgen: interrupted ({name}); stopping child processes");
+            // Wait for a spawn in progress to register its child, and start no new one.
+            let _spawns = spawn_guard();
             terminate_all(Duration::from_secs(2));
             crate::llm::local::kill_all();
             std::process::exit(128 + sig);

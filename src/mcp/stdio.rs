@@ -112,6 +112,8 @@ pub fn spawn(
         }
     });
     cmd.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
+    // Held until the child is registered, so a signal in between still stops it.
+    let _spawning = crate::children::spawn_guard();
     let mut child = cmd.spawn()?;
     let stdout = child.stdout().take().ok_or_else(|| std::io::Error::other("no stdout pipe"))?;
     let stdin = child.stdin().take().ok_or_else(|| std::io::Error::other("no stdin pipe"))?;
