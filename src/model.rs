@@ -202,8 +202,12 @@ impl Catalog {
 //
 // Wire format, one JSON object per line of a `.jsonl` file:
 // `{"id", "family": "etom"|"finmcp", "kind": "L1".."L5"|"single_tool"|"multi_tool"|"multi_turn",
-//   "scenario": [..], "turns": [{"user", "reference_plan": [PlanCall], "gold_reply"?}],
-//   "out_of_scope", "difficulty": "easy"|"medium"|"hard", "provenance_id"}`.
+//   "scenario": [..], "turns": [{"user", "reference_plan": [PlanCall], "gold_reply"?,
+//   "trajectory"?: [[RecordedCall]]}], "out_of_scope", "difficulty": "easy"|"medium"|"hard",
+//   "provenance_id", "author"?}`.
+//
+// This is the sample pool's contract: every stage that makes samples writes them in this
+// shape (see `crate::samples`), and review and release read nothing else.
 
 /// Which reference method a sample follows (decides how it is scored).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -316,6 +320,25 @@ pub struct Turn {
     pub reference_plan: Vec<PlanCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gold_reply: Option<String>,
+    /// The executed reference trajectory of this turn: sequential groups of calls (calls in
+    /// one group ran in parallel), as reviewers see it. Empty when nothing was executed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trajectory: Vec<Vec<RecordedCall>>,
+}
+
+/// One executed tool call of a reference trajectory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordedCall {
+    /// Tool id (`server::tool`).
+    pub tool: String,
+    pub arguments: serde_json::Value,
+    /// The tool's result as text (what the agent saw).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    /// Set when the call failed (transport failure or `isError`), with the reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One benchmark item in the unified format.
@@ -333,9 +356,19 @@ pub struct Sample {
     pub difficulty: Difficulty,
     #[serde(default)]
     pub provenance_id: String,
+    /// Who wrote the sample (a reviewer id, or `llm:<role>` for synthesised ones), so review
+    /// never assigns a sample to its author.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
 }
 
 impl Sample {
+    /// SHA-256 of the sample's JSON line: review scores are tied to it, so editing a sample
+    /// invalidates the scores given to the old text.
+    pub fn content_hash(&self) -> String {
+        crate::store::sha256_hex(&serde_json::to_vec(self).expect("a sample serialises"))
+    }
+
     /// Number of reference calls over all turns (what difficulty counts).
     pub fn reference_calls(&self) -> usize {
         self.turns.iter().map(|t| t.reference_plan.len()).sum()
@@ -371,5 +404,25 @@ mod tests {
     fn drops_serialise_in_vectors_shape() {
         let d = Drops { count: 3, intentional: true, reason: "rule `arith`".into() };
         assert_eq!(serde_json::to_string(&d).unwrap(), r#"{"count":3,"intentional":true,"reason":"rule `arith`"}"#);
+    }
+
+    #[test]
+    fn samples_round_trip_with_trajectory_and_hash_follows_content() {
+        let line = r#"{"id":"m1","family":"finmcp","kind":"multi_tool","scenario":["ops","disk"],"turns":[{"user":"q","reference_plan":[{"alternatives":["S::a"],"group":0}],"gold_reply":"done","trajectory":[[{"tool":"S::a","arguments":{"x":1},"result":"ok"}]]}],"out_of_scope":false,"difficulty":"easy","provenance_id":"chain:3","author":"llm:synth"}"#;
+        let mut s: Sample = serde_json::from_str(line).unwrap();
+        assert_eq!(s.turns[0].trajectory[0][0].result.as_deref(), Some("ok"));
+        let before = s.content_hash();
+        assert_eq!(before, s.clone().content_hash());
+        s.turns[0].gold_reply = Some("done.".into());
+        assert_ne!(before, s.content_hash(), "an edit changes the hash");
+        let old: Sample = serde_json::from_str(
+            r#"{"id":"x","family":"etom","kind":"L1","turns":[{"user":"q","reference_plan":[]}],"difficulty":"easy"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            serde_json::to_string(&old).unwrap(),
+            r#"{"id":"x","family":"etom","kind":"L1","scenario":[],"turns":[{"user":"q","reference_plan":[]}],"out_of_scope":false,"difficulty":"easy","provenance_id":""}"#,
+            "optional fields stay out of old lines"
+        );
     }
 }

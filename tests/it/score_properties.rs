@@ -284,11 +284,13 @@ fn oracle_report_is_100_everywhere() {
                         })
                         .collect(),
                     gold_reply: None,
+                    trajectory: Vec::new(),
                 })
                 .collect(),
             out_of_scope: false,
             difficulty: it.difficulty,
             provenance_id: String::new(),
+            author: None,
         };
         samples.push(serde_json::to_value(&s).unwrap());
         let o = oracle(&it, i, i % 2 == 0);

@@ -239,6 +239,9 @@ struct SampleIn<'a> {
     #[serde(default, borrow)]
     #[allow(dead_code)]
     provenance_id: Cow<'a, str>,
+    #[serde(default, borrow)]
+    #[allow(dead_code)]
+    author: Option<Cow<'a, str>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -252,6 +255,9 @@ struct TurnIn<'a> {
     #[serde(default, borrow)]
     #[allow(dead_code)]
     gold_reply: Option<Cow<'a, str>>,
+    #[serde(default)]
+    #[allow(dead_code)] // shown to reviewers, not scored
+    trajectory: serde::de::IgnoredAny,
 }
 
 #[derive(serde::Deserialize)]

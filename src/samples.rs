@@ -1,0 +1,21 @@
+//! The sample pool: where review and release find benchmark samples.
+//!
+//! Every stage that makes samples writes them as unified JSON Lines
+//! ([`crate::model::Sample`], one per line, sorted by id) and is listed here, so consumers
+//! declare one set of reads instead of naming each producer. A producer that is disabled in
+//! the config simply has no artifact; its read is optional.
+
+use crate::model::Sample;
+use crate::stage::{Artifact, Read};
+
+/// Samples that passed automatic validation (real log samples, synthesised chains and
+/// role-play dialogues), written by `benchgen validate`.
+pub const VALIDATED: Artifact<Sample> = Artifact::new("validate", "samples.jsonl");
+
+/// ETOM level queries L1–L5 in the unified shape, written by `benchgen levels export`.
+pub const LEVELS: Artifact<Sample> = Artifact::new("levels-export", "samples.jsonl");
+
+/// The pool's reads, in pipeline order (each optional: a track may be off).
+pub const fn reads() -> [Read; 2] {
+    [VALIDATED.optional(), LEVELS.optional()]
+}
