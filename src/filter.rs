@@ -327,12 +327,12 @@ fn resolve(rule: &FilterRule, classifier: &dyn Classifier, c: Candidate) -> Resu
 
 /// Write decisions as CSV (`kind,id,rule,class,reason,evidence`).
 fn to_csv<'a>(rows: impl Iterator<Item = &'a Decision>) -> Result<Vec<u8>> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut w = crate::csvout::Writer::new();
     w.write_record(["kind", "id", "rule", "class", "reason", "evidence"])?;
     for d in rows {
         w.write_record([d.kind, &d.id, &d.rule, &d.class, &d.reason, &d.evidence])?;
     }
-    Ok(w.into_inner()?)
+    w.into_bytes()
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
