@@ -24,11 +24,117 @@ pub fn value_from_str(text: &str) -> Result<Value, serde_json::Error> {
 
 /// Parse into `T` after checking for duplicate keys (type errors keep their position).
 pub fn from_slice<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
-    value_from_slice(bytes)?;
+    check_unique_keys(bytes)?;
     serde_json::from_slice(bytes)
 }
 
-struct Strict;
+/// [`from_slice`] for text.
+pub fn from_str<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    from_slice(text.as_bytes())
+}
+
+/// Check `bytes` is one JSON value without duplicate object keys, building nothing (a
+/// pass before a typed parse: serde's derives refuse a known field twice, but skip an
+/// unknown one, and a `Value` field would keep the last).
+pub fn check_unique_keys(bytes: &[u8]) -> Result<(), serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    Check.deserialize(&mut de)?;
+    de.end()
+}
+
+/// A [`DeserializeSeed`] giving a `Value` and refusing duplicate keys, for streams
+/// (`seq.next_element_seed(Strict)`).
+pub struct Strict;
+
+/// Walks a value refusing duplicate keys and keeps nothing.
+struct Check;
+
+/// An object key, borrowed from the input when it has no escapes.
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Check {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Check {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_none<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        Check.deserialize(d)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Check)?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        // Objects are small: a linear scan beats hashing until a few dozen keys.
+        let mut seen: Vec<std::borrow::Cow<'de, str>> = Vec::new();
+        let mut set: std::collections::HashSet<std::borrow::Cow<'de, str>> = std::collections::HashSet::new();
+        while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+            let dup = if seen.len() < 32 {
+                let d = seen.contains(&k);
+                seen.push(k.clone());
+                if seen.len() == 32 {
+                    set.extend(seen.iter().cloned());
+                }
+                d
+            } else {
+                !set.insert(k.clone())
+            };
+            if dup {
+                return Err(de::Error::custom(format!("duplicate key `{k}`")));
+            }
+            map.next_value_seed(Check)?;
+        }
+        Ok(())
+    }
+}
 
 impl<'de> DeserializeSeed<'de> for Strict {
     type Value = Value;
@@ -107,5 +213,23 @@ mod tests {
         assert_eq!(value_from_str(ok).unwrap(), serde_json::from_str::<Value>(ok).unwrap());
         assert!(value_from_str("{} x").is_err(), "trailing characters");
         assert!(from_slice::<Vec<u8>>(b"[1, 2]").is_ok());
+    }
+
+    #[test]
+    fn the_check_pass_agrees_with_the_strict_value() {
+        let many: String = (0..40).map(|i| format!("\"k{i}\": {i}, ")).collect();
+        for (text, dup) in [
+            (r#"{"a": 1, "b": {"a": 2}}"#.to_string(), false),
+            (r#"{"a": 1, "\u0061": 2}"#.to_string(), true),
+            (r#"[{"x": [{"y": 1, "y": 2}]}]"#.to_string(), true),
+            (format!("{{{many}\"z\": 0}}"), false),
+            (format!("{{{many}\"k35\": 0}}"), true),
+            (format!("{{{many}\"k3\": 0}}"), true),
+        ] {
+            assert_eq!(check_unique_keys(text.as_bytes()).is_err(), dup, "{text}");
+            assert_eq!(value_from_str(&text).is_err(), dup, "{text}");
+        }
+        let e = from_str::<serde_json::Value>("{\"id\": 1,\n\"id\": 2}").unwrap_err();
+        assert!(e.to_string().starts_with("duplicate key `id` at line 2"), "{e}");
     }
 }

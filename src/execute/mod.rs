@@ -134,7 +134,7 @@ pub fn parse_queries(bytes: &[u8], file: &str) -> Result<Vec<Query>, InputError>
     let text = String::from_utf8_lossy(bytes);
     let trimmed = text.trim_start();
     let records: Vec<(String, Result<Value, String>)> = if trimmed.starts_with('[') {
-        match serde_json::from_str::<Vec<Value>>(trimmed) {
+        match crate::json::from_str::<Vec<Value>>(trimmed) {
             Ok(v) => v.into_iter().enumerate().map(|(i, r)| (format!("[{i}]"), Ok(r))).collect(),
             Err(e) => {
                 return Err(InputError { file: file.into(), problems: vec![Problem::new("json", e.to_string())] });
@@ -144,7 +144,7 @@ pub fn parse_queries(bytes: &[u8], file: &str) -> Result<Vec<Query>, InputError>
         text.lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, l)| (format!("line {}", i + 1), serde_json::from_str(l).map_err(|e| e.to_string())))
+            .map(|(i, l)| (format!("line {}", i + 1), crate::json::value_from_str(l).map_err(|e| e.to_string())))
             .collect()
     };
     let mut problems = Vec::new();

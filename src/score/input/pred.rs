@@ -27,6 +27,9 @@ pub fn read_predictions(
     mut on_pred: impl FnMut(&str, &str, Pred, &mut Vec<Diagnostic>),
 ) -> anyhow::Result<PredStats> {
     let _ = bench;
+    // The corrected mode refuses a record with a duplicate key; the compat modes read it as
+    // the published evaluators' `json.loads` does (the last value wins).
+    let strict = opts.mode == crate::score::Mode::Corrected;
     let path = &opts.pred;
     let shown = path.display().to_string();
     let file = std::fs::File::open(path).with_context(|| format!("cannot read predictions `{shown}`"))?;
@@ -86,7 +89,8 @@ pub fn read_predictions(
     if first == Some(b'[') {
         let mut text = String::new();
         reader.read_to_string(&mut text).with_context(|| format!("cannot read predictions `{shown}`"))?;
-        match serde_json::from_str::<Vec<Value>>(&text) {
+        let parsed = if strict { crate::json::from_str::<Vec<Value>>(&text) } else { serde_json::from_str(&text) };
+        match parsed {
             Ok(list) => {
                 for (i, v) in list.into_iter().enumerate() {
                     handle(&format!("record {}", i + 1), Record::Value(v), &mut diags);
@@ -112,6 +116,11 @@ pub fn read_predictions(
                 continue;
             }
             let loc = format!("line {ln}");
+            if strict && let Err(e) = crate::json::check_unique_keys(line.as_bytes()) {
+                bad_lines += 1;
+                diags.push(Diagnostic::line(&loc, None, format!("not valid JSON: {e}; not scored")));
+                continue;
+            }
             if matches!(opts.pred_format, None | Some(PredFormat::Unified))
                 && let Some((id, norm)) = fast_unified(&line)
             {
