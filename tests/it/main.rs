@@ -13,6 +13,7 @@ mod execute_agent;
 mod formats;
 mod foundation_cli;
 mod foundation_safety;
+mod fuzz;
 mod harden;
 mod harden2;
 mod llm_batch;
