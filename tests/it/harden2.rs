@@ -366,3 +366,45 @@ fn a_killed_execute_resumes_with_the_counts_of_an_uninterrupted_run() {
     };
     assert_eq!(summary(&whole), summary(&p));
 }
+
+// ---------------------------------------------------------------------------------------
+// Item 15: the compat modes read what Python's `json.loads` reads.
+
+#[test]
+fn compat_reads_nan_infinity_1e400_and_lone_surrogates_like_json_loads() {
+    use crate::support::score_fixtures::{Fixture, run, t};
+    use benchgen::score::Mode;
+    let f = Fixture::new();
+    let q = serde_json::json!([{"query_id": 1, "query": "q", "ground_truth_tools": [t("s", "a", &[])], "ground_truth_tools_count": 1}]);
+    let bench = f.write("level_1.json", &q.to_string());
+    for extra in ["NaN", "Infinity", "-Infinity", "1e400", "\"\\ud800\""] {
+        // In an item string (eval.py runs json.loads on each) …
+        let item = format!(r#"{{"server": "s", "tool_name": "a", "x": {extra}}}"#);
+        let line = format!("{{\"id\": \"L1-1\", \"prediction\": [{}]}}\n", serde_json::Value::String(item));
+        let pred = f.write("pred.jsonl", &line);
+        let rep = run(vec![bench.clone()], pred, Mode::CompatEtom);
+        assert!(rep.results[0].em, "item with {extra}: {:?}", rep.diagnostics);
+        // … and in the record itself.
+        let line = format!(
+            "{{\"id\": \"L1-1\", \"prediction\": [{}], \"x\": {extra}}}\n",
+            serde_json::Value::String(r#"{"server": "s", "tool_name": "a"}"#.into())
+        );
+        let pred = f.write("pred.jsonl", &line);
+        let rep = run(vec![bench.clone()], pred.clone(), Mode::CompatEtom);
+        assert!(rep.results[0].em, "record with {extra}: {:?}", rep.diagnostics);
+        // The corrected mode follows the JSON standard: such a record is refused, named.
+        if extra != "1e400" && extra != "\"\\ud800\"" {
+            let rep = run(vec![bench.clone()], pred, Mode::Corrected);
+            assert!(rep.diagnostics.iter().any(|d| d.location == "line 1"), "{:?}", rep.diagnostics);
+        }
+    }
+    // A float where a name belongs is a float, as in Python: NaN behaves like 1.5.
+    let em = |name: &str| {
+        let item = format!(r#"{{"server": "s", "tool_name": {name}}}"#);
+        let line = format!("{{\"id\": \"L1-1\", \"prediction\": [{}]}}\n", serde_json::Value::String(item));
+        let rep = run(vec![bench.clone()], f.write("pred.jsonl", &line), Mode::CompatEtom);
+        (rep.results[0].em, rep.results[0].compat_status.clone())
+    };
+    assert_eq!(em("NaN"), em("1.5"));
+    assert_eq!(em("1e400"), em("1.5"));
+}

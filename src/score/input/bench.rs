@@ -93,7 +93,8 @@ struct Pools<'a> {
 
 /// A JSON list: look at the first element's keys.
 fn detect_bench(path: &Path, text: &str) -> anyhow::Result<BenchFormat> {
-    let v: Value = serde_json::from_str(text).map_err(|e| InputError {
+    // Lenient here (Python's reading); the loaders apply each mode's own rules after.
+    let v: Value = crate::json::python_loads(text).map_err(|e| InputError {
         file: path.display().to_string(),
         problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
     })?;
@@ -371,7 +372,7 @@ fn load_unified(file: &str, mut reader: impl BufRead, file_idx: usize, pools: &m
 fn json_list(file: &str, text: &str, what: &str, strict: bool) -> anyhow::Result<Vec<Value>> {
     // The corrected mode refuses duplicate keys; the compat modes read what the published
     // evaluators' `json.load` reads (the last value of a key wins).
-    let parsed = if strict { crate::json::from_str(text) } else { serde_json::from_str(text) };
+    let parsed = if strict { crate::json::from_str(text) } else { crate::json::python_loads(text) };
     let v: Value = parsed.map_err(|e| InputError {
         file: file.to_string(),
         problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],

@@ -89,7 +89,12 @@ pub fn read_predictions(
     if first == Some(b'[') {
         let mut text = String::new();
         reader.read_to_string(&mut text).with_context(|| format!("cannot read predictions `{shown}`"))?;
-        let parsed = if strict { crate::json::from_str::<Vec<Value>>(&text) } else { serde_json::from_str(&text) };
+        // Compat modes read what Python's json.loads reads (NaN, 1e400, lone surrogates).
+        let parsed = if strict {
+            crate::json::from_str::<Vec<Value>>(&text)
+        } else {
+            crate::json::python_loads(&text).and_then(serde_json::from_value)
+        };
         match parsed {
             Ok(list) => {
                 for (i, v) in list.into_iter().enumerate() {
@@ -127,7 +132,8 @@ pub fn read_predictions(
                 handle(&loc, Record::Fast(id, norm), &mut diags);
                 continue;
             }
-            match serde_json::from_str::<Value>(&line) {
+            let parsed = if strict { serde_json::from_str::<Value>(&line) } else { crate::json::python_loads(&line) };
+            match parsed {
                 Ok(v) => handle(&loc, Record::Value(v), &mut diags),
                 Err(e) => {
                     bad_lines += 1;
