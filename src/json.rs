@@ -90,6 +90,10 @@ fn python_sanitise(text: &str) -> Option<String> {
             i += 1;
             continue;
         }
+        if !c.is_ascii() {
+            i += 1; // inside a multi-byte character: no token starts here
+            continue;
+        }
         let rest = &text[i..];
         let (token_len, kind) = if c == b'"' {
             in_str = true;
@@ -360,6 +364,8 @@ mod tests {
         assert!(py_float("nan").is_none());
         assert_eq!(python_loads("[1, 2.5, -3]").unwrap(), serde_json::json!([1, 2.5, -3]));
         assert!(python_loads("[1,").is_err());
+        assert!(python_loads("é漢[NaN]").is_err(), "found by the fuzz suite: no panic mid-character");
+        assert!(py_float(python_loads("[\"é\", NaN]").unwrap()[1].as_str().unwrap()).is_some());
         assert_eq!(python_loads(r#"{"k": 1, "k": 2}"#).unwrap()["k"], 2, "last one wins");
     }
 }

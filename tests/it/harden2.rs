@@ -408,3 +408,38 @@ fn compat_reads_nan_infinity_1e400_and_lone_surrogates_like_json_loads() {
     assert_eq!(em("NaN"), em("1.5"));
     assert_eq!(em("1e400"), em("1.5"));
 }
+
+#[test]
+fn finmcp_inference_error_records_without_id_and_the_inference_file_as_bench() {
+    use crate::support::score_fixtures::{Fixture, fin_sample, messages, row, run};
+    use benchgen::score::Mode;
+    let g: &[&[&str]] = &[&["A"]];
+    let samples: Vec<serde_json::Value> =
+        (1..=3).map(|i| fin_sample(i, "single step", "x-y", "easy", messages(&[("q", g)]))).collect();
+    // What inference_api.py writes: the samples with `messages_pred`, and a failed sample
+    // replaced by an error record that has lost every other field, its id included.
+    let mut out = samples.clone();
+    for s in &mut out {
+        s["messages_pred"] = messages(&[("q", g)]);
+    }
+    out[1] = serde_json::json!({"error": true, "error_message": "boom", "messages_pred": []});
+    let f = Fixture::new();
+    let bench = f.write("bench.json", &serde_json::Value::Array(samples).to_string());
+    let eval = f.write("eval.json", &serde_json::Value::Array(out).to_string());
+
+    // evaluation.py: the error record is dropped, N = 2, both others exact.
+    let com = run(vec![bench.clone()], eval.clone(), Mode::CompatFinmcp);
+    let c = row(&com, "overall", "all");
+    assert_eq!((c.n, c.em), (2, 1.0), "{:?}", com.diagnostics);
+    assert!(!com.diagnostics.iter().any(|d| d.message.contains("no `id`")), "{:?}", com.diagnostics);
+
+    // The inference output as the benchmark too (as the FinMCP docs run it).
+    let com = run(vec![eval.clone()], eval.clone(), Mode::CompatFinmcp);
+    let c = row(&com, "overall", "all");
+    assert_eq!((c.n, c.em), (2, 1.0), "{:?}", com.diagnostics);
+    let left_out: Vec<_> = com.diagnostics.iter().filter(|d| d.message.contains("inference error record")).collect();
+    assert_eq!(left_out.len(), 1, "reported once: {:?}", com.diagnostics);
+    assert_eq!(left_out[0].location, "record 2");
+    let cor = run(vec![eval.clone()], eval, Mode::Corrected);
+    assert_eq!(row(&cor, "overall", "all").n, 2);
+}

@@ -53,7 +53,15 @@ pub fn read_predictions(
             diags.push(Diagnostic::line(loc, None, format!("expected a JSON object, got {}", json_type_name(&v))));
             return;
         };
-        let Some(id) = id_string(obj.get("id")) else {
+        // FinMCP inference writes a failed sample as `{error, error_message, messages_pred: []}`
+        // without its id, at the sample's position in the list; evaluation.py drops it from N.
+        // The compat mode does the same, matching it by position (see `score::run`).
+        let positional =
+            (opts.mode == crate::score::Mode::CompatFinmcp && obj.get("id").is_none() && truthy(obj.get("error")))
+                .then(|| loc.strip_prefix("record ").and_then(|n| n.parse::<usize>().ok()))
+                .flatten()
+                .map(|n| format!("{}{}", crate::score::POSITION, n - 1));
+        let Some(id) = id_string(obj.get("id")).or(positional) else {
             let msg = match obj.get("id") {
                 None => "no `id`; not scored".to_string(),
                 Some(v) => format!("`id` is {}, expected a string or number; not scored", json_type_name(v)),
@@ -425,7 +433,7 @@ fn parse_etom(obj: &Map<String, Value>) -> Pred {
     Pred::Ok { norm: norm_etom(p), raw: RawPred::Etom(p.clone()) }
 }
 
-fn truthy(v: Option<&Value>) -> bool {
+pub(crate) fn truthy(v: Option<&Value>) -> bool {
     match v {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
