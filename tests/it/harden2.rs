@@ -443,3 +443,23 @@ fn finmcp_inference_error_records_without_id_and_the_inference_file_as_bench() {
     let cor = run(vec![eval.clone()], eval, Mode::Corrected);
     assert_eq!(row(&cor, "overall", "all").n, 2);
 }
+
+#[test]
+fn compat_etom_reports_status_counts_and_the_l4_efs_match_counts() {
+    use crate::support::score_fixtures::{etom, row, sel, t};
+    let gt = serde_json::json!([t("s", "a", &[]), t("s", "b", &[0])]);
+    let (_, com) = etom(
+        4,
+        &[(1, gt.clone()), (2, gt)],
+        &[
+            ("L4-1".into(), serde_json::json!([sel("s", "a"), sel("s", "b")])),
+            ("L4-2".into(), serde_json::json!("No tools")),
+        ],
+    );
+    let e = &row(&com, "level", "L4").extras;
+    assert_eq!(e.get("efs_matches"), Some(&0.0), "{e:?}");
+    assert_eq!(e.get("total_efs_alternatives"), Some(&0.0), "{e:?}");
+    let statuses: f64 = e.iter().filter(|(k, _)| k.starts_with("status.")).map(|(_, v)| v).sum();
+    assert_eq!(statuses, 2.0, "every query has a status: {e:?}");
+    assert_eq!(e.get("status.tool_chain_efs"), Some(&1.0), "{e:?}");
+}
