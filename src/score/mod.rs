@@ -381,6 +381,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
         }
     }
     let mut results: Vec<Option<SampleResult>> = vec![None; bench.items.len()];
+    let mut again: Vec<SampleResult> = Vec::new();
     let mut diagnostics = bench.diagnostics.clone();
     // Record positions of the first FinMCP file, for id-less inference error records.
     let first_fin = bench.items.iter().find(|it| it.family == Family::Finmcp).map(|it| it.file);
@@ -413,6 +414,16 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
             return;
         };
         if results[i].is_some() {
+            if opts.mode == Mode::CompatFinmcp {
+                // evaluation.py scores every record of the inference output, repeats included.
+                diags.push(input::Diagnostic::line(
+                    line,
+                    Some(id),
+                    "second prediction for this id; scored again, as evaluation.py scores every record",
+                ));
+                again.push(score_item(&ctx, &bench.items[i], Some(&pred)));
+                return;
+            }
             diags.push(input::Diagnostic::line(
                 line,
                 Some(id),
@@ -435,7 +446,8 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
     }
     // In place: `Option<SampleResult>` and `SampleResult` share a layout, so no second copy.
     results.retain(Option::is_some);
-    let results: Vec<SampleResult> = results.into_iter().map(|r| r.expect("retained")).collect();
+    let mut results: Vec<SampleResult> = results.into_iter().map(|r| r.expect("retained")).collect();
+    results.extend(again);
     drop(index);
     let mut rep = report::build(opts, &bench, &preds, diagnostics, not_in_mode, results);
     // Handed to the caller, who may let the process exit instead of freeing millions of

@@ -463,3 +463,22 @@ fn compat_etom_reports_status_counts_and_the_l4_efs_match_counts() {
     assert_eq!(statuses, 2.0, "every query has a status: {e:?}");
     assert_eq!(e.get("status.tool_chain_efs"), Some(&1.0), "{e:?}");
 }
+
+#[test]
+fn compat_finmcp_scores_a_repeated_record_again_as_evaluation_py_does() {
+    use crate::support::score_fixtures::{fin_sample, finmcp, messages, row};
+    let g: &[&[&str]] = &[&["A"]];
+    let wrong: &[&[&str]] = &[&["B"]];
+    let s = |i| fin_sample(i, "single step", "x-y", "easy", messages(&[("q", g)]));
+    let rec = |i: u32, m| serde_json::json!({"id": i, "messages_pred": m});
+    let (cor, com) = finmcp(
+        &[s(1), s(2)],
+        &[rec(1, messages(&[("q", g)])), rec(2, messages(&[("q", g)])), rec(1, messages(&[("q", wrong)]))],
+    );
+    let c = row(&com, "overall", "all");
+    assert_eq!(c.n, 3, "every record counts: {:?}", com.diagnostics);
+    assert!((c.em - 2.0 / 3.0).abs() < 1e-9, "{}", c.em);
+    let k = row(&cor, "overall", "all");
+    assert_eq!((k.n, k.em), (2, 1.0), "corrected: the first prediction only");
+    assert!(cor.diagnostics.iter().any(|d| d.message.contains("only the first is scored")));
+}
