@@ -46,7 +46,7 @@ impl Project {
         let mut p = Self::empty();
         p.copy_in("raw/demo/registry.json");
         p.copy_in("pipeline/prompts/filter-classify.md");
-        for t in ["efs_verify", "efs_requests", "efs_select"] {
+        for t in ["efs_verify", "efs_verify_list", "efs_requests", "efs_select"] {
             p.copy_in(&format!("pipeline/prompts/{t}.md"));
         }
         let llm = scripted_llm::ScriptedLlm::start(|seen| {
