@@ -1,7 +1,8 @@
-//! `benchgen efs pairs`: candidate pairs of possibly equivalent tools.
+//! `benchgen efs pairs`: candidate pairs of possibly equivalent tools, and the
+//! plan of LLM calls that will judge them (`calls.jsonl`, see [`super::plan`]).
 //!
-//! Each candidate costs one LLM verdict later, so the search favours few
-//! candidates with high recall. For every tool, every other tool with cosine ≥
+//! Cost is LLM calls: a listwise call judges a tool against up to `list_size`
+//! candidates, so the search favours recall and the plan keeps calls few. For every tool, every other tool with cosine ≥
 //! `min_cosine` gets a combined score
 //!
 //! `score = cosine + name_weight·J(name tokens) + param_weight·J(parameter tokens)
@@ -65,6 +66,13 @@ pub struct PairSettings {
     /// Keep a pair only when both endpoints select each other.
     #[serde(default)]
     pub mutual_only: bool,
+    /// How each tool ranks its neighbours (with score ≥ `min_score`) to keep `top_k`:
+    /// by the combined score, or by reciprocal-rank fusion of several views.
+    #[serde(default, skip_serializing_if = "RankBy::is_score")]
+    pub rank_by: RankBy,
+    /// RRF's constant k: a view's vote for rank r is `1 / (rrf_k + r)`.
+    #[serde(default = "d_rrf_k")]
+    pub rrf_k: f32,
     /// Candidates shown in one listwise verification call (see [`super::plan`]).
     #[serde(default = "d_list_size")]
     pub list_size: usize,
@@ -74,6 +82,31 @@ pub struct PairSettings {
     /// Worker threads (0: one per core). A tuning knob, not hashed.
     #[serde(default, skip_serializing)]
     pub threads: usize,
+}
+
+/// How a tool orders its neighbours before keeping `top_k`.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RankBy {
+    /// The combined score.
+    #[default]
+    Score,
+    /// Reciprocal-rank fusion of four views of the tool text: embedding cosine (name,
+    /// description and parameters together), name words, description words and
+    /// parameter names (Jaccard overlaps; a view with no overlap gives no vote). A
+    /// neighbour that several views rank high wins over one that only the embedding
+    /// likes (same-server siblings share wording, not names).
+    Rrf,
+}
+
+impl RankBy {
+    fn is_score(&self) -> bool {
+        *self == RankBy::Score
+    }
+}
+
+fn d_rrf_k() -> f32 {
+    10.0
 }
 
 fn is_zero(v: &usize) -> bool {
@@ -87,7 +120,10 @@ fn d_top_k() -> usize {
     10
 }
 fn d_min_score() -> f32 {
-    0.75
+    // Low, since a listwise call judges up to `list_size` pairs at once: on the ETOM
+    // snapshot 0.5 plans 2,040 calls for 13,414 pairs (0.75 planned 870 calls but
+    // missed real equivalents of different servers; see docs/efs.md).
+    0.5
 }
 fn d_min_cosine() -> f32 {
     0.45
@@ -114,6 +150,8 @@ impl Default for PairSettings {
             same_server_penalty: d_penalty(),
             cross_server_only: false,
             mutual_only: false,
+            rank_by: RankBy::Score,
+            rrf_k: d_rrf_k(),
             list_size: d_list_size(),
             max_calls: 0,
             threads: 0,
@@ -254,11 +292,50 @@ fn block_neighbours(
             cands[i - lo].push(Neighbour { j, cosine, score, name, param });
         }
     }
-    for c in &mut cands {
-        c.sort_by(|x, y| y.score.total_cmp(&x.score).then(x.j.cmp(&y.j)));
-        c.truncate(p.top_k);
+    for (r, c) in cands.iter_mut().enumerate() {
+        if p.rank_by == RankBy::Rrf {
+            // Fusion ranks only neighbours that qualify (score mode sorts by score, so
+            // its top-k before `min_score` is the same).
+            c.retain(|nb| nb.score >= p.min_score);
+            let i = lo + r;
+            let desc: Vec<f32> = c.iter().map(|nb| jaccard(&feats[i].desc, &feats[nb.j].desc)).collect();
+            let fused = rrf(c, &desc, p.rrf_k);
+            let mut order: Vec<usize> = (0..c.len()).collect();
+            order.sort_by(|&x, &y| {
+                fused[y]
+                    .total_cmp(&fused[x])
+                    .then(c[x].score.total_cmp(&c[y].score).reverse())
+                    .then(c[x].j.cmp(&c[y].j))
+            });
+            order.truncate(p.top_k);
+            let kept: Vec<Neighbour> = order.into_iter().map(|k| c[k]).collect();
+            *c = kept;
+        } else {
+            c.sort_by(|x, y| y.score.total_cmp(&x.score).then(x.j.cmp(&y.j)));
+            c.truncate(p.top_k);
+        }
     }
     cands
+}
+
+/// Reciprocal-rank fusion of the views of each candidate: cosine, name, description
+/// (`desc`, aligned with `c`) and parameter overlap. Ranks are 1-based in descending
+/// value (ties: lower row first); a zero overlap gives no vote.
+fn rrf(c: &[Neighbour], desc: &[f32], k: f32) -> Vec<f32> {
+    let mut fused = vec![0f32; c.len()];
+    let views: [Box<dyn Fn(usize) -> f32>; 4] =
+        [Box::new(|x| c[x].cosine), Box::new(|x| c[x].name), Box::new(|x| desc[x]), Box::new(|x| c[x].param)];
+    for (v, value) in views.iter().enumerate() {
+        let mut order: Vec<usize> = (0..c.len()).collect();
+        order.sort_by(|&x, &y| value(y).total_cmp(&value(x)).then(c[x].j.cmp(&c[y].j)));
+        for (rank, &x) in order.iter().enumerate() {
+            if v > 0 && value(x) <= 0.0 {
+                break;
+            }
+            fused[x] += 1.0 / (k + rank as f32 + 1.0);
+        }
+    }
+    fused
 }
 
 /// A selected pair of rows: `(i, j, rank of j in i's list, rank of i in j's list, scores)`.
@@ -309,7 +386,7 @@ impl ToolTable {
         for (s, t) in catalog.tools() {
             let next = server_index.len() as u32;
             let si = *server_index.entry(s.name.as_str()).or_insert(next);
-            by_id.insert(t.id.as_str(), (si, s.name.clone(), interner.features(t)));
+            by_id.insert(t.id.as_str(), (si, s.name.clone(), interner.features_of(t, &s.name)));
         }
         let mut out = ToolTable { ids: vec![], servers: vec![], server_names: vec![], feats: vec![] };
         for row in &vectors.index.tools {

@@ -109,20 +109,14 @@ impl Stage for VerifyStage {
         let tool = json!({"id": "s::t", "name": "t", "server": "s", "description": "d",
             "parameters": [{"name": "p", "description": "d"}]});
         let v = &super::efs_settings(settings).verify;
-        match v.mode {
-            VerifyMode::Pairwise => {
-                vec![PromptRef::new("efs.verify.template", &v.template, json!({"tool_a": tool, "tool_b": tool}))]
-            }
-            VerifyMode::Listwise => {
-                let mut cand = tool.clone();
-                cand["n"] = json!(1);
-                vec![PromptRef::new(
-                    "efs.verify.list_template",
-                    &v.list_template,
-                    json!({"anchor": tool, "candidates": [cand]}),
-                )]
-            }
-        }
+        // Both templates are checked whatever the mode, so switching modes never meets
+        // a broken prompt.
+        let mut cand = tool.clone();
+        cand["n"] = json!(1);
+        vec![
+            PromptRef::new("efs.verify.template", &v.template, json!({"tool_a": tool, "tool_b": tool})),
+            PromptRef::new("efs.verify.list_template", &v.list_template, json!({"anchor": tool, "candidates": [cand]})),
+        ]
     }
 
     fn check(&self, settings: &Settings, problems: &mut Vec<crate::error::Problem>) {

@@ -55,6 +55,13 @@ impl Project {
             let text = seen.all_text();
             let answer = if text.contains("Tool A: `") {
                 serde_json::json!({"equivalent": false, "reason": "scripted"})
+            } else if text.contains("Anchor: `") {
+                // Listwise: "not equivalent" for every numbered candidate.
+                let n = text.matches("\nCandidate ").count();
+                let v: Vec<_> = (1..=n)
+                    .map(|i| serde_json::json!({"candidate": i, "equivalent": false, "reason": "scripted"}))
+                    .collect();
+                serde_json::json!({"verdicts": v})
             } else if text.contains("User request:") {
                 serde_json::json!({"selected": []})
             } else if text.contains("user requests") {
