@@ -200,7 +200,7 @@ impl Stage for VerifyStage {
         let resumed = done.resumed;
 
         // Every pair's verdicts (one per call that judged it), then one verdict per pair.
-        let mut by_pair: BTreeMap<(String, String), Vec<(bool, String, String)>> = BTreeMap::new();
+        let mut by_pair: PairVerdicts = BTreeMap::new();
         for rec in done.values.values() {
             for pv in &rec.verdicts {
                 by_pair.entry((pv.a.clone(), pv.b.clone())).or_default().push((
@@ -267,11 +267,14 @@ pub struct ConflictVerdict {
     pub exchange: String,
 }
 
+/// Every verdict of each pair `(a, b)`: `(equivalent, reason, exchange)`, one per call.
+pub type PairVerdicts = BTreeMap<(String, String), Vec<(bool, String, String)>>;
+
 /// One verdict per pair. The conflict rule: when calls disagree on a pair, it is not
 /// equivalent (a wrong "yes" merges two whole groups in union–find, a wrong "no"
 /// loses one edge that other members or the top-down check often restore); the
 /// verdict kept is the first "no" by exchange hash, and the pair is listed.
-pub fn resolve(by_pair: BTreeMap<(String, String), Vec<(bool, String, String)>>) -> (Vec<Verdict>, Vec<Conflict>) {
+pub fn resolve(by_pair: PairVerdicts) -> (Vec<Verdict>, Vec<Conflict>) {
     let mut verdicts = Vec::with_capacity(by_pair.len());
     let mut conflicts = Vec::new();
     for ((a, b), mut vs) in by_pair {
@@ -419,4 +422,43 @@ fn pair_prompt(tools: &HashMap<&str, (&Server, &Tool)>, template: &str, a: &str,
 /// The reason on one line (models sometimes add line breaks).
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(eq: bool, reason: &str, ex: &str) -> (bool, String, String) {
+        (eq, reason.into(), ex.into())
+    }
+
+    #[test]
+    fn disagreeing_calls_make_a_pair_not_equivalent_and_are_listed() {
+        let mut by: PairVerdicts = BTreeMap::new();
+        by.insert(("a".into(), "b".into()), vec![v(true, "same", "sha256:2"), v(false, "differs", "sha256:9")]);
+        by.insert(("a".into(), "c".into()), vec![v(true, "same", "sha256:5"), v(true, "same too", "sha256:1")]);
+        by.insert(("b".into(), "c".into()), vec![v(false, "no", "sha256:3")]);
+        let (verdicts, conflicts) = resolve(by);
+        let got: Vec<(&str, &str, bool, &str)> =
+            verdicts.iter().map(|x| (x.a.as_str(), x.b.as_str(), x.equivalent, x.exchange.as_str())).collect();
+        assert_eq!(got, [("a", "b", false, "sha256:9"), ("a", "c", true, "sha256:1"), ("b", "c", false, "sha256:3")]);
+        assert_eq!(conflicts.len(), 1);
+        assert_eq!((conflicts[0].a.as_str(), conflicts[0].b.as_str()), ("a", "b"));
+        assert_eq!(conflicts[0].verdicts.len(), 2);
+    }
+
+    #[test]
+    fn a_listwise_answer_must_judge_each_candidate_once() {
+        let j = |ns: &[u32]| ListJudgement {
+            verdicts: ns
+                .iter()
+                .map(|&n| CandidateVerdict { candidate: n, equivalent: false, reason: String::new() })
+                .collect(),
+        };
+        assert!(check_list(&j(&[2, 1, 3]), 3).is_ok());
+        assert!(check_list(&j(&[1, 3]), 3).unwrap_err().contains("candidates 2 are not judged"));
+        assert!(check_list(&j(&[1, 1, 2, 3]), 3).unwrap_err().contains("judged twice"));
+        assert!(check_list(&j(&[0, 1, 2]), 3).unwrap_err().contains("not one of the candidates"));
+        assert!(check_list(&j(&[1, 2, 4]), 3).is_err());
+    }
 }
