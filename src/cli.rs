@@ -209,24 +209,29 @@ pub struct ScoreArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum EfsCommand {
-    /// Candidate pairs of possibly equivalent tools (no LLM).
+    /// Candidate pairs of possibly equivalent tools, and the plan of LLM calls that will judge them (no LLM).
     ///
     /// Reads `artifacts/filter/catalog.json`, `artifacts/embed/` (`index.json`,
     /// `vectors.f32`) and `[efs.pairs]`.
     /// Each tool keeps its top-k neighbours by a score combining cosine similarity
     /// with name and parameter overlap (minus penalties for differing actions and a
-    /// shared server); a pair qualifies if either endpoint keeps it. Writes
-    /// `artifacts/efs-pairs/pairs.csv`, `similarity.svg` and `summary.json`.
+    /// shared server); a pair qualifies if either endpoint keeps it. Plans the
+    /// verification calls (listwise: greedy set cover of the pairs by anchor tools)
+    /// and prints their number. Writes `artifacts/efs-pairs/pairs.csv` (planned
+    /// pairs), `calls.jsonl` (one line per planned call), `left_out.csv` (pairs
+    /// `max_calls` left out), `similarity.svg` and `summary.json`.
     /// Skipped when up to date.
     Pairs(ForceArgs),
-    /// The LLM judges each candidate pair: equivalent yes/no with a one-line reason.
+    /// The LLM judges the candidate pairs as planned: equivalent yes/no with a one-line reason.
     ///
-    /// Reads `artifacts/efs-pairs/pairs.csv`, `artifacts/filter/catalog.json`, `[efs.verify]`
-    /// and the prompt `pipeline/prompts/efs_verify.md`. Writes
-    /// `artifacts/efs-verify/verdicts.json` and one `verdict` ledger event per pair
-    /// (its parent is the LLM exchange); `failed.json` lists pairs left out when
+    /// Reads `artifacts/efs-pairs/calls.jsonl` and `pairs.csv`, `artifacts/filter/catalog.json`,
+    /// `[efs.verify]` and the prompt `pipeline/prompts/efs_verify_list.md` (listwise, the
+    /// default: an anchor against its candidates) or `efs_verify.md` (pairwise). Writes
+    /// `artifacts/efs-verify/verdicts.json`, `conflicts.json` (pairs judged differently by
+    /// several calls; they count as not equivalent) and one `verdict` ledger event per pair
+    /// (its parent is the LLM exchange); `failed.json` lists calls left out when
     /// `[efs.verify] max_failed_share` lets some fail. Resumable: an interrupted run
-    /// keeps every verdict it got. Skipped when up to date.
+    /// keeps every call it got. Skipped when up to date.
     Verify(ForceArgs),
     /// Union–find over verified pairs into candidate sets (no LLM).
     ///

@@ -94,6 +94,10 @@ pub struct Comparison {
     pub reference_pairs_not_proposed: Option<usize>,
     /// Share of in-catalog reference pairs the candidate stage proposed.
     pub candidate_recall_ceiling: Option<f64>,
+    /// Share of in-catalog reference pairs a perfect verifier would recover: it accepts
+    /// exactly the proposed pairs that are reference pairs, and union–find joins them
+    /// (so a group needs only a spanning subset of its pairs proposed).
+    pub perfect_verifier_recall: Option<f64>,
     pub not_proposed: Vec<(String, String)>,
 }
 
@@ -129,6 +133,13 @@ pub fn compare(
         }
         None => (None, None),
     };
+    let perfect = candidates.map(|c| {
+        let edges: Vec<(String, String)> = in_catalog.iter().filter(|p| c.contains(p)).map(|p| (*p).clone()).collect();
+        let groups: Vec<BTreeSet<String>> =
+            super::build::components(&edges).into_iter().map(|g| g.into_iter().collect()).collect();
+        let got = co_pairs(&groups);
+        ratio(in_catalog.iter().filter(|p| got.contains(p)).count(), in_catalog.len())
+    });
     Comparison {
         our_sets: ours.len(),
         reference_sets: reference.len(),
@@ -142,6 +153,7 @@ pub fn compare(
         reference_pairs_outside_catalog: catalog.map(|_| rp.len() - in_catalog.len()),
         reference_pairs_not_proposed: not_proposed.as_ref().map(Vec::len),
         candidate_recall_ceiling: ceiling,
+        perfect_verifier_recall: perfect,
         not_proposed: not_proposed.unwrap_or_default(),
     }
 }
@@ -206,6 +218,9 @@ pub fn render(c: &Comparison) -> String {
         s.push_str(&format!(
             "reference pairs never proposed by `efs pairs`: {n} (candidate recall ceiling {ceil:.3})\n"
         ));
+        if let Some(pv) = c.perfect_verifier_recall {
+            s.push_str(&format!("recall of a perfect verifier on the candidates (with union–find): {pv:.3}\n"));
+        }
         for (a, b) in c.not_proposed.iter().take(20) {
             s.push_str(&format!("  {a}  <>  {b}\n"));
         }
@@ -253,5 +268,23 @@ mod tests {
         let c = compare(&ours, &reference, Some(&none), Some(&catalog));
         assert_eq!(c.reference_pairs_not_proposed, Some(1));
         assert_eq!(c.candidate_recall_ceiling, Some(0.0));
+    }
+
+    #[test]
+    fn a_perfect_verifier_needs_only_a_spanning_subset_of_a_group() {
+        // Group a-b-c-d: three of six pairs proposed, forming a path; e-f proposed, but
+        // not a reference pair, joins nothing.
+        let reference = sets(&[&["a", "b", "c", "d"]]);
+        let cand: BTreeSet<(String, String)> = [("a", "b"), ("b", "c"), ("c", "d"), ("d", "e")]
+            .iter()
+            .map(|(x, y)| (x.to_string(), y.to_string()))
+            .collect();
+        let c = compare(&[], &reference, Some(&cand), None);
+        assert_eq!(c.candidate_recall_ceiling, Some(0.5));
+        assert_eq!(c.perfect_verifier_recall, Some(1.0));
+        let cand: BTreeSet<(String, String)> =
+            [("a", "b"), ("c", "d")].iter().map(|(x, y)| (x.to_string(), y.to_string())).collect();
+        let c = compare(&[], &reference, Some(&cand), None);
+        assert_eq!(c.perfect_verifier_recall, Some(0.3333), "two halves: 2 of 6 pairs");
     }
 }

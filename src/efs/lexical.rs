@@ -205,6 +205,8 @@ pub fn jaccard(a: &[u32], b: &[u32]) -> f32 {
 pub struct Features {
     pub name: Vec<u32>,
     pub params: Vec<u32>,
+    /// Content words of the description, without the server's own name.
+    pub desc: Vec<u32>,
     pub action: Option<&'static str>,
 }
 
@@ -228,13 +230,26 @@ impl Interner {
     }
 
     pub fn features(&mut self, tool: &Tool) -> Features {
+        self.features_of(tool, "")
+    }
+
+    /// Features, with the words of `server` (its name) left out of the description's.
+    pub fn features_of(&mut self, tool: &Tool, server: &str) -> Features {
         let params: BTreeSet<String> = tool
             .input_schema
             .get("properties")
             .and_then(serde_json::Value::as_object)
             .map(|p| p.keys().flat_map(|k| content_tokens(k)).collect())
             .unwrap_or_default();
-        Features { name: self.ids(content_tokens(&tool.name)), params: self.ids(params), action: action(tool) }
+        let own = content_tokens(server);
+        let desc: BTreeSet<String> =
+            content_tokens(&tool.description).into_iter().filter(|w| !own.contains(w)).collect();
+        Features {
+            name: self.ids(content_tokens(&tool.name)),
+            params: self.ids(params),
+            desc: self.ids(desc),
+            action: action(tool),
+        }
     }
 }
 

@@ -14,6 +14,7 @@ pub mod compare;
 pub mod finalize;
 pub mod lexical;
 pub mod pairs;
+pub mod plan;
 pub mod review;
 pub mod topdown;
 pub mod verify;
@@ -43,9 +44,16 @@ pub struct VerifySettings {
     /// LLM role (`[llm.roles.<role>]`) that judges pairs.
     #[serde(default = "d_verifier")]
     pub role: String,
-    /// Prompt template (file stem under `pipeline/prompts/`).
+    /// Listwise (default: one call per anchor tool and its candidates, as planned by
+    /// `efs pairs`) or pairwise (one call per pair).
+    #[serde(default)]
+    pub mode: plan::VerifyMode,
+    /// Prompt template of pairwise calls (file stem under `pipeline/prompts/`).
     #[serde(default = "d_verify_template")]
     pub template: String,
+    /// Prompt template of listwise calls.
+    #[serde(default = "d_verify_list_template")]
+    pub list_template: String,
     /// Pairs judged at once (a tuning knob, not hashed).
     #[serde(default = "d_concurrency", skip_serializing)]
     pub concurrency: usize,
@@ -61,7 +69,14 @@ pub struct VerifySettings {
 
 impl Default for VerifySettings {
     fn default() -> Self {
-        Self { role: d_verifier(), template: d_verify_template(), concurrency: d_concurrency(), max_failed_share: 0.0 }
+        Self {
+            role: d_verifier(),
+            mode: plan::VerifyMode::default(),
+            template: d_verify_template(),
+            list_template: d_verify_list_template(),
+            concurrency: d_concurrency(),
+            max_failed_share: 0.0,
+        }
     }
 }
 
@@ -141,6 +156,9 @@ fn d_writer() -> String {
 }
 fn d_verify_template() -> String {
     "efs_verify".into()
+}
+fn d_verify_list_template() -> String {
+    "efs_verify_list".into()
 }
 fn d_requests_template() -> String {
     "efs_requests".into()

@@ -1,7 +1,8 @@
-//! `benchgen efs pairs`: candidate pairs of possibly equivalent tools.
+//! `benchgen efs pairs`: candidate pairs of possibly equivalent tools, and the
+//! plan of LLM calls that will judge them (`calls.jsonl`, see [`super::plan`]).
 //!
-//! Each candidate costs one LLM verdict later, so the search favours few
-//! candidates with high recall. For every tool, every other tool with cosine ≥
+//! Cost is LLM calls: a listwise call judges a tool against up to `list_size`
+//! candidates, so the search favours recall and the plan keeps calls few. For every tool, every other tool with cosine ≥
 //! `min_cosine` gets a combined score
 //!
 //! `score = cosine + name_weight·J(name tokens) + param_weight·J(parameter tokens)
@@ -33,6 +34,8 @@ use crate::settings::{Settings, section_hash};
 use crate::stage::{Artifact, Ctx, Inputs, Output, Plan, Stage, StageSpec};
 
 pub const PAIRS_CSV: &str = "pairs.csv";
+pub const CALLS_JSONL: &str = "calls.jsonl";
+pub const LEFT_OUT_CSV: &str = "left_out.csv";
 
 /// `[efs.pairs]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -63,16 +66,64 @@ pub struct PairSettings {
     /// Keep a pair only when both endpoints select each other.
     #[serde(default)]
     pub mutual_only: bool,
+    /// How each tool ranks its neighbours (with score ≥ `min_score`) to keep `top_k`:
+    /// by the combined score, or by reciprocal-rank fusion of several views.
+    #[serde(default, skip_serializing_if = "RankBy::is_score")]
+    pub rank_by: RankBy,
+    /// RRF's constant k: a view's vote for rank r is `1 / (rrf_k + r)`.
+    #[serde(default = "d_rrf_k")]
+    pub rrf_k: f32,
+    /// Candidates shown in one listwise verification call (see [`super::plan`]).
+    #[serde(default = "d_list_size")]
+    pub list_size: usize,
+    /// Budget of planned LLM calls (0: no limit); the least valuable calls are left out.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max_calls: usize,
     /// Worker threads (0: one per core). A tuning knob, not hashed.
     #[serde(default, skip_serializing)]
     pub threads: usize,
+}
+
+/// How a tool orders its neighbours before keeping `top_k`.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RankBy {
+    /// The combined score.
+    #[default]
+    Score,
+    /// Reciprocal-rank fusion of four views of the tool text: embedding cosine (name,
+    /// description and parameters together), name words, description words and
+    /// parameter names (Jaccard overlaps; a view with no overlap gives no vote). A
+    /// neighbour that several views rank high wins over one that only the embedding
+    /// likes (same-server siblings share wording, not names).
+    Rrf,
+}
+
+impl RankBy {
+    fn is_score(&self) -> bool {
+        *self == RankBy::Score
+    }
+}
+
+fn d_rrf_k() -> f32 {
+    10.0
+}
+
+fn is_zero(v: &usize) -> bool {
+    *v == 0
+}
+fn d_list_size() -> usize {
+    10
 }
 
 fn d_top_k() -> usize {
     10
 }
 fn d_min_score() -> f32 {
-    0.75
+    // Low, since a listwise call judges up to `list_size` pairs at once: on the ETOM
+    // snapshot 0.5 plans 2,040 calls for 13,414 pairs (0.75 planned 870 calls but
+    // missed real equivalents of different servers; see docs/efs.md).
+    0.5
 }
 fn d_min_cosine() -> f32 {
     0.45
@@ -99,6 +150,10 @@ impl Default for PairSettings {
             same_server_penalty: d_penalty(),
             cross_server_only: false,
             mutual_only: false,
+            rank_by: RankBy::Score,
+            rrf_k: d_rrf_k(),
+            list_size: d_list_size(),
+            max_calls: 0,
             threads: 0,
         }
     }
@@ -237,11 +292,50 @@ fn block_neighbours(
             cands[i - lo].push(Neighbour { j, cosine, score, name, param });
         }
     }
-    for c in &mut cands {
-        c.sort_by(|x, y| y.score.total_cmp(&x.score).then(x.j.cmp(&y.j)));
-        c.truncate(p.top_k);
+    for (r, c) in cands.iter_mut().enumerate() {
+        if p.rank_by == RankBy::Rrf {
+            // Fusion ranks only neighbours that qualify (score mode sorts by score, so
+            // its top-k before `min_score` is the same).
+            c.retain(|nb| nb.score >= p.min_score);
+            let i = lo + r;
+            let desc: Vec<f32> = c.iter().map(|nb| jaccard(&feats[i].desc, &feats[nb.j].desc)).collect();
+            let fused = rrf(c, &desc, p.rrf_k);
+            let mut order: Vec<usize> = (0..c.len()).collect();
+            order.sort_by(|&x, &y| {
+                fused[y]
+                    .total_cmp(&fused[x])
+                    .then(c[x].score.total_cmp(&c[y].score).reverse())
+                    .then(c[x].j.cmp(&c[y].j))
+            });
+            order.truncate(p.top_k);
+            let kept: Vec<Neighbour> = order.into_iter().map(|k| c[k]).collect();
+            *c = kept;
+        } else {
+            c.sort_by(|x, y| y.score.total_cmp(&x.score).then(x.j.cmp(&y.j)));
+            c.truncate(p.top_k);
+        }
     }
     cands
+}
+
+/// Reciprocal-rank fusion of the views of each candidate: cosine, name, description
+/// (`desc`, aligned with `c`) and parameter overlap. Ranks are 1-based in descending
+/// value (ties: lower row first); a zero overlap gives no vote.
+fn rrf(c: &[Neighbour], desc: &[f32], k: f32) -> Vec<f32> {
+    let mut fused = vec![0f32; c.len()];
+    let views: [Box<dyn Fn(usize) -> f32>; 4] =
+        [Box::new(|x| c[x].cosine), Box::new(|x| c[x].name), Box::new(|x| desc[x]), Box::new(|x| c[x].param)];
+    for (v, value) in views.iter().enumerate() {
+        let mut order: Vec<usize> = (0..c.len()).collect();
+        order.sort_by(|&x, &y| value(y).total_cmp(&value(x)).then(c[x].j.cmp(&c[y].j)));
+        for (rank, &x) in order.iter().enumerate() {
+            if v > 0 && value(x) <= 0.0 {
+                break;
+            }
+            fused[x] += 1.0 / (k + rank as f32 + 1.0);
+        }
+    }
+    fused
 }
 
 /// A selected pair of rows: `(i, j, rank of j in i's list, rank of i in j's list, scores)`.
@@ -292,7 +386,7 @@ impl ToolTable {
         for (s, t) in catalog.tools() {
             let next = server_index.len() as u32;
             let si = *server_index.entry(s.name.as_str()).or_insert(next);
-            by_id.insert(t.id.as_str(), (si, s.name.clone(), interner.features(t)));
+            by_id.insert(t.id.as_str(), (si, s.name.clone(), interner.features_of(t, &s.name)));
         }
         let mut out = ToolTable { ids: vec![], servers: vec![], server_names: vec![], feats: vec![] };
         for row in &vectors.index.tools {
@@ -430,21 +524,34 @@ pub struct Summary {
     pub settings: PairSettings,
     /// Pairs per cosine band (lower bound, step 0.05).
     pub by_cosine: BTreeMap<String, usize>,
+    /// The verification plan (`calls.jsonl`): how `efs verify` asks.
+    pub verify_mode: super::plan::VerifyMode,
+    /// Planned LLM calls.
+    pub calls: usize,
+    /// Calls and pairs `max_calls` left out (the pairs are in `left_out.csv`).
+    pub left_out: super::plan::LeftOut,
 }
 
 pub struct PairsStage;
 
-/// Candidate pairs with every signal (CSV; read with [`read_pairs`]).
+/// Candidate pairs with every signal, those the plan judges (CSV; read with [`read_pairs`]).
 pub const PAIRS: Artifact = Artifact::new("efs-pairs", PAIRS_CSV);
+/// The verification plan (JSON lines; read with [`read_calls`]).
+pub const CALLS: Artifact = Artifact::new("efs-pairs", CALLS_JSONL);
 
 pub static SPEC: StageSpec = StageSpec {
     name: "efs-pairs",
     command: "efs pairs",
     version: 1,
-    about: "candidate pairs of possibly equivalent tools (embeddings + lexical signals, no LLM)",
+    about: "candidate pairs of possibly equivalent tools and the plan of LLM calls that will judge them (no LLM)",
     reads: &[crate::filter::CATALOG.read(), crate::embed::INDEX.read(), crate::embed::VECTORS.read()],
-    writes: &[PAIRS_CSV, "similarity.svg", "summary.json"],
+    writes: &[PAIRS_CSV, CALLS_JSONL, LEFT_OUT_CSV, "similarity.svg", "summary.json"],
 };
+
+/// The planned verification calls, from a consumer's declared inputs.
+pub fn read_calls(inputs: &Inputs) -> Result<Vec<super::plan::PlannedCall>> {
+    super::plan::read_jsonl(inputs.bytes_of(&CALLS)?, &format!("artifacts/{}/{}", CALLS.stage, CALLS.file))
+}
 
 /// The candidate pairs, from a consumer's declared inputs.
 pub fn read_pairs(inputs: &Inputs) -> Result<Vec<Pair>> {
@@ -475,10 +582,21 @@ impl Stage for PairsStage {
         ] {
             check_range(problems, k, v as f64, 0.0, 1.0);
         }
+        check_positive(problems, "efs.pairs.list_size", p.list_size);
+        if super::efs_settings(settings).verify.mode == super::plan::VerifyMode::Listwise && p.top_k > p.list_size {
+            problems.push(crate::error::Problem::new(
+                "efs.pairs.list_size",
+                format!("must be at least `top_k` ({}), so one listwise call can hold every tool's own picks", p.top_k),
+            ));
+        }
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
-        Ok(Plan { inputs: vec![], config_hash: section_hash(&super::efs_settings(settings).pairs)? })
+        let e = super::efs_settings(settings);
+        Ok(Plan {
+            inputs: vec![],
+            config_hash: section_hash(&serde_json::json!({"pairs": e.pairs, "verify_mode": e.verify.mode}))?,
+        })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
@@ -487,7 +605,15 @@ impl Stage for PairsStage {
         let vectors = Vectors::read(inputs)?;
         let table = ToolTable::new(&catalog, &vectors)?;
         let p = &super::efs_settings(s).pairs;
-        let (pairs, all_cos) = find_pairs(&table, &vectors, p);
+        let (found, all_cos) = find_pairs(&table, &vectors, p);
+        let mode = super::efs_settings(s).verify.mode;
+        let scores: HashMap<(String, String), f32> =
+            found.iter().map(|x| ((x.a.clone(), x.b.clone()), x.score)).collect();
+        let (calls, dropped) = super::plan::trim(super::plan::plan(&found, mode, p.list_size), &scores, p.max_calls);
+        let left_out = super::plan::left_out(&dropped, &scores);
+        let dropped: std::collections::HashSet<&[String; 2]> = dropped.iter().flat_map(|c| &c.pairs).collect();
+        let (left_pairs, pairs): (Vec<Pair>, Vec<Pair>) =
+            found.into_iter().partition(|x| dropped.contains(&[x.a.clone(), x.b.clone()]));
         let mut by_cosine = BTreeMap::new();
         for pr in &pairs {
             let band = ((pr.cosine * 20.0).floor() / 20.0).max(-1.0);
@@ -505,9 +631,14 @@ impl Stage for PairsStage {
             tools_in_pairs: in_pairs.len(),
             settings: p.clone(),
             by_cosine,
+            verify_mode: mode,
+            calls: calls.len(),
+            left_out,
         };
         let sel: Vec<f32> = pairs.iter().map(|p| p.cosine).collect();
         out.file(PAIRS_CSV, write_csv(&pairs)?);
+        out.file(LEFT_OUT_CSV, write_csv(&left_pairs)?);
+        out.file(CALLS_JSONL, super::plan::write_jsonl(&calls)?);
         out.file(
             "similarity.svg",
             histogram_svg(
@@ -522,6 +653,20 @@ impl Stage for PairsStage {
         out.count("pairs", summary.pairs);
         out.count("cross_server", summary.cross_server);
         out.count("same_server", summary.same_server);
+        out.count("calls", summary.calls);
+        let per = match mode {
+            super::plan::VerifyMode::Listwise => format!("listwise, up to {} candidates each", p.list_size),
+            super::plan::VerifyMode::Pairwise => "pairwise, one per pair".to_string(),
+        };
+        out.notes
+            .push(format!("plan: {} LLM calls ({per}) judge {} pairs (calls.jsonl)", summary.calls, summary.pairs));
+        if summary.left_out.calls > 0 {
+            out.count("left_out_calls", summary.left_out.calls);
+            out.notes.push(format!(
+                "`efs.pairs.max_calls` = {} left out {} calls with {} pairs (about {:.1} expected equivalences; left_out.csv)",
+                p.max_calls, summary.left_out.calls, summary.left_out.pairs, summary.left_out.expected_equivalent
+            ));
+        }
         out.notes.push(format!(
             "{} candidate pairs ({} cross-server, {} same-server, {} mutual) over {} of {} tools",
             summary.pairs,

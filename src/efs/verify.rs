@@ -1,30 +1,39 @@
-//! `benchgen efs verify`: the LLM judges every candidate pair.
+//! `benchgen efs verify`: the LLM judges the candidate pairs, as `efs pairs` planned.
 //!
-//! Question (after ETOM's verifier): do the two tools reach the same end result
-//! with the same scope and depth, whatever their server, API or implementation?
-//! The answer is typed: `{equivalent: bool, reason: "<one line>"}`. The tools are
-//! shown as Tool A and Tool B in tool-name order (ETOM's order), so a pair's
-//! prompt never depends on the catalog's order.
+//! Question (after ETOM's verifier): do two tools reach the same end result with
+//! the same scope and depth, whatever their server, API or implementation? The
+//! plan (`calls.jsonl`, see [`super::plan`]) says how it is asked:
 //!
-//! The fan-out is [`crate::llm::batch`]: resumable per pair (each verdict is
-//! checkpointed as it arrives, with its LLM counts, so a killed run repeats no
-//! verdict and the resumed run's counts equal an uninterrupted run's). Every verdict
-//! becomes a `verdict` ledger event whose parent is the exchange. A pair whose
-//! answer stays invalid fails the stage after all other pairs are done (a rerun
-//! retries only those), unless `[efs.verify] max_failed_share` allows it: then the
-//! pair is left out and listed in `failed.json`.
+//! * listwise (default): one call shows an anchor tool and its candidates
+//!   (`efs_verify_list.md`); the typed answer has one `{candidate, equivalent,
+//!   reason}` per candidate, and an answer that misses or repeats a candidate is
+//!   re-asked like a schema error;
+//! * pairwise: one call per pair, tools shown as Tool A and Tool B in tool-name
+//!   order (ETOM's), `{equivalent, reason}` (`efs_verify.md`).
+//!
+//! Either way every pair gets a verdict that feeds union–find unchanged. A pair
+//! judged by several calls with different answers is not equivalent and listed
+//! in `conflicts.json` ([`resolve`]).
+//!
+//! The fan-out is [`crate::llm::batch`]: resumable per call (each call's verdicts
+//! are checkpointed as they arrive, with its LLM counts, so a killed run repeats no
+//! call and the resumed run's counts equal an uninterrupted run's). Every verdict
+//! becomes a `verdict` ledger event whose parent is the exchange. A call whose
+//! answer stays invalid fails the stage after all other calls are done (a rerun
+//! retries only those), unless `[efs.verify] max_failed_share` allows it: then its
+//! pairs are left out and the call is listed in `failed.json`.
 //!
 //! Output `artifacts/efs-verify/verdicts.json`: `[{a, b, equivalent, reason,
 //! exchange}]` sorted by `(a, b)`; `exchange` is the request hash of the LLM
 //! exchange (stable across reruns, unlike event ids; the ledger resolves it).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::pairs::Pair;
+use super::plan::{PlannedCall, VerifyMode};
 use crate::embed::described_parameters;
 use crate::ledger::{NewEvent, Parent, kind};
 use crate::llm::Prompt;
@@ -52,9 +61,9 @@ pub static SPEC: StageSpec = StageSpec {
     name: "efs-verify",
     command: "efs verify",
     version: 1,
-    about: "the LLM judges each candidate pair: equivalent or not, with a reason",
-    reads: &[crate::filter::CATALOG.read(), super::pairs::PAIRS.read()],
-    writes: &["verdicts.json", crate::llm::batch::FAILED_FILE],
+    about: "the LLM judges the candidate pairs as planned (listwise: an anchor against its candidates), with reasons",
+    reads: &[crate::filter::CATALOG.read(), super::pairs::PAIRS.read(), super::pairs::CALLS.read()],
+    writes: &["verdicts.json", CONFLICTS_FILE, crate::llm::batch::FAILED_FILE],
 };
 
 /// The verifier's typed answer.
@@ -100,7 +109,14 @@ impl Stage for VerifyStage {
         let tool = json!({"id": "s::t", "name": "t", "server": "s", "description": "d",
             "parameters": [{"name": "p", "description": "d"}]});
         let v = &super::efs_settings(settings).verify;
-        vec![PromptRef::new("efs.verify.template", &v.template, json!({"tool_a": tool, "tool_b": tool}))]
+        // Both templates are checked whatever the mode, so switching modes never meets
+        // a broken prompt.
+        let mut cand = tool.clone();
+        cand["n"] = json!(1);
+        vec![
+            PromptRef::new("efs.verify.template", &v.template, json!({"tool_a": tool, "tool_b": tool})),
+            PromptRef::new("efs.verify.list_template", &v.list_template, json!({"anchor": tool, "candidates": [cand]})),
+        ]
     }
 
     fn check(&self, settings: &Settings, problems: &mut Vec<crate::error::Problem>) {
@@ -121,39 +137,80 @@ impl Stage for VerifyStage {
         let v = &super::efs_settings(s).verify;
         let catalog: Catalog = inputs.json(&crate::filter::CATALOG)?;
         let pairs = super::pairs::read_pairs(inputs)?;
+        let calls = super::pairs::read_calls(inputs)?;
         let tools: HashMap<&str, (&Server, &Tool)> = catalog.tools().map(|(sv, t)| (t.id.as_str(), (sv, t))).collect();
-        let items = pairs.iter().map(|p| Ok((p.key(), pair_prompt(&tools, &v.template, p)?))).collect::<Result<_>>()?;
+        let known: HashSet<(&str, &str)> = pairs.iter().map(|p| (p.a.as_str(), p.b.as_str())).collect();
+        let mut items = Vec::with_capacity(calls.len());
+        for c in &calls {
+            if let Some([a, b]) = c.pairs.iter().find(|[a, b]| !known.contains(&(a.as_str(), b.as_str()))) {
+                bail!(
+                    "`artifacts/efs-pairs/calls.jsonl` call {} plans the pair `{a}` / `{b}`, which is not in `pairs.csv`; rerun `benchgen efs pairs`",
+                    c.call
+                );
+            }
+            items.push(call_item(&tools, v, c)?);
+        }
 
-        let opts = BatchOptions::new(SPEC.name, "verify", "pairs")
+        let opts = BatchOptions::new(SPEC.name, "verify", "calls")
             .concurrency(v.concurrency.max(1))
             .max_failed_share(v.max_failed_share, "efs.verify.max_failed_share")
-            .fail_point("efs_verify_pair");
+            .fail_point(match v.mode {
+                VerifyMode::Pairwise => "efs_verify_pair",
+                VerifyMode::Listwise => "efs_verify_call",
+            });
         let mut batch = Batch::new(ctx, opts)?;
         let role = v.role.as_str();
-        let done = batch.run(items, |prompt: Prompt, llm: Item| async move {
-            let reply = llm.typed::<PairJudgement>(role, &prompt).await?;
-            Ok(VerdictRecord {
-                equivalent: reply.value.equivalent,
-                reason: one_line(&reply.value.reason),
-                exchange: reply.exchange,
-            })
+        let done = batch.run(items, |call: CallInput, llm: Item| async move {
+            match call {
+                CallInput::Pair { prompt, a, b } => {
+                    let reply = llm.typed::<PairJudgement>(role, &prompt).await?;
+                    Ok(CallRecord {
+                        verdicts: vec![PairRecord {
+                            a,
+                            b,
+                            equivalent: reply.value.equivalent,
+                            reason: one_line(&reply.value.reason),
+                        }],
+                        exchange: reply.exchange,
+                    })
+                }
+                CallInput::List { prompt, anchor, candidates } => {
+                    let n = candidates.len();
+                    let reply = llm.typed_checked::<ListJudgement>(role, &prompt, |j| check_list(j, n)).await?;
+                    let mut verdicts: Vec<PairRecord> = reply
+                        .value
+                        .verdicts
+                        .iter()
+                        .map(|cv| {
+                            let other = &candidates[cv.candidate as usize - 1];
+                            let (a, b) = if anchor <= *other { (&anchor, other) } else { (other, &anchor) };
+                            PairRecord {
+                                a: a.clone(),
+                                b: b.clone(),
+                                equivalent: cv.equivalent,
+                                reason: one_line(&cv.reason),
+                            }
+                        })
+                        .collect();
+                    verdicts.sort_by(|x, y| (&x.a, &x.b).cmp(&(&y.a, &y.b)));
+                    Ok(CallRecord { verdicts, exchange: reply.exchange })
+                }
+            }
         })?;
         let resumed = done.resumed;
 
-        let mut verdicts = Vec::with_capacity(pairs.len());
-        for p in &pairs {
-            // Pairs that failed within `max_failed_share` have no verdict (see failed.json).
-            let Some(verdict) = done.values.get(&p.key()) else { continue };
-            let verdict = verdict.clone();
-            verdicts.push(Verdict {
-                a: p.a.clone(),
-                b: p.b.clone(),
-                equivalent: verdict.equivalent,
-                reason: verdict.reason,
-                exchange: verdict.exchange,
-            });
+        // Every pair's verdicts (one per call that judged it), then one verdict per pair.
+        let mut by_pair: PairVerdicts = BTreeMap::new();
+        for rec in done.values.values() {
+            for pv in &rec.verdicts {
+                by_pair.entry((pv.a.clone(), pv.b.clone())).or_default().push((
+                    pv.equivalent,
+                    pv.reason.clone(),
+                    rec.exchange.clone(),
+                ));
+            }
         }
-        verdicts.sort_by(|x, y| (&x.a, &x.b).cmp(&(&y.a, &y.b)));
+        let (verdicts, conflicts) = resolve(by_pair);
         for vd in &verdicts {
             let mut ev = NewEvent::new(
                 kind::VERDICT,
@@ -168,30 +225,192 @@ impl Stage for VerifyStage {
         batch.finish(out)?;
         let yes = verdicts.iter().filter(|x| x.equivalent).count();
         out.json(VERDICTS.file, &verdicts)?;
+        out.json(CONFLICTS_FILE, &conflicts)?;
+        out.count("calls", done.values.len());
         out.count("pairs", verdicts.len());
         out.count("equivalent", yes);
+        out.count("conflicts", conflicts.len());
         out.notes.push(format!(
-            "{} pairs judged: {yes} equivalent, {} not ({resumed} resumed from an interrupted run)",
+            "{} pairs judged in {} calls: {yes} equivalent, {} not ({resumed} calls resumed from an interrupted run)",
             verdicts.len(),
+            done.values.len(),
             verdicts.len() - yes
         ));
+        if !conflicts.is_empty() {
+            out.notes.push(format!(
+                "{} pairs got conflicting verdicts and count as not equivalent (conflicts.json)",
+                conflicts.len()
+            ));
+        }
         Ok(())
     }
 }
 
-/// One pair's checkpointed verdict.
+/// The file listing pairs judged differently by different calls.
+pub const CONFLICTS_FILE: &str = "conflicts.json";
+
+/// A pair judged differently by several calls.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Conflict {
+    pub a: String,
+    pub b: String,
+    /// Every verdict, sorted by exchange.
+    pub verdicts: Vec<ConflictVerdict>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ConflictVerdict {
+    pub equivalent: bool,
+    pub reason: String,
+    pub exchange: String,
+}
+
+/// Every verdict of each pair `(a, b)`: `(equivalent, reason, exchange)`, one per call.
+pub type PairVerdicts = BTreeMap<(String, String), Vec<(bool, String, String)>>;
+
+/// One verdict per pair. The conflict rule: when calls disagree on a pair, it is not
+/// equivalent (a wrong "yes" merges two whole groups in union–find, a wrong "no"
+/// loses one edge that other members or the top-down check often restore); the
+/// verdict kept is the first "no" by exchange hash, and the pair is listed.
+pub fn resolve(by_pair: PairVerdicts) -> (Vec<Verdict>, Vec<Conflict>) {
+    let mut verdicts = Vec::with_capacity(by_pair.len());
+    let mut conflicts = Vec::new();
+    for ((a, b), mut vs) in by_pair {
+        vs.sort_by(|x, y| x.2.cmp(&y.2).then(x.0.cmp(&y.0)));
+        let disagree = vs.iter().any(|v| v.0) && vs.iter().any(|v| !v.0);
+        let pick = if disagree { vs.iter().find(|v| !v.0).unwrap_or(&vs[0]) } else { &vs[0] };
+        verdicts.push(Verdict {
+            a: a.clone(),
+            b: b.clone(),
+            equivalent: pick.0,
+            reason: pick.1.clone(),
+            exchange: pick.2.clone(),
+        });
+        if disagree {
+            conflicts.push(Conflict {
+                a,
+                b,
+                verdicts: vs
+                    .into_iter()
+                    .map(|(equivalent, reason, exchange)| ConflictVerdict { equivalent, reason, exchange })
+                    .collect(),
+            });
+        }
+    }
+    (verdicts, conflicts)
+}
+
+/// One planned call, ready to ask.
+enum CallInput {
+    Pair { prompt: Prompt, a: String, b: String },
+    List { prompt: Prompt, anchor: String, candidates: Vec<String> },
+}
+
+/// The work item of a planned call: its key (a pair key in pairwise mode; in listwise
+/// mode the anchor and a hash of the candidates, so a changed plan never reuses a
+/// checkpoint) and its prompt.
+fn call_item(
+    tools: &HashMap<&str, (&Server, &Tool)>,
+    v: &super::VerifySettings,
+    c: &PlannedCall,
+) -> Result<(String, CallInput)> {
+    let get = |id: &str| {
+        tools.get(id).copied().with_context(|| format!("planned call {}: tool `{id}` is not in the catalog", c.call))
+    };
+    match v.mode {
+        VerifyMode::Pairwise => {
+            let [a, b] = c.pairs.first().with_context(|| format!("planned call {} has no pair", c.call))?;
+            if c.pairs.len() != 1 {
+                bail!(
+                    "planned call {} holds {} pairs, but `[efs.verify] mode` is pairwise; rerun `benchgen efs pairs`",
+                    c.call,
+                    c.pairs.len()
+                );
+            }
+            let prompt = pair_prompt(tools, &v.template, a, b)?;
+            Ok((super::pairs::pair_key(a, b), CallInput::Pair { prompt, a: a.clone(), b: b.clone() }))
+        }
+        VerifyMode::Listwise => {
+            let (sa, ta) = get(&c.anchor)?;
+            let candidates: Vec<String> = c.candidates().map(str::to_string).collect();
+            let cands = candidates
+                .iter()
+                .enumerate()
+                .map(|(i, id)| {
+                    let (sv, t) = get(id)?;
+                    let mut vars = tool_vars(sv, t);
+                    vars["n"] = json!(i + 1);
+                    Ok(vars)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let h = crate::store::sha256_hex(candidates.join("\n").as_bytes());
+            let key = format!("list {} #{}", c.anchor, &h["sha256:".len().."sha256:".len() + 8]);
+            let prompt = Prompt::new(&v.list_template, json!({"anchor": tool_vars(sa, ta), "candidates": cands}));
+            Ok((key, CallInput::List { prompt, anchor: c.anchor.clone(), candidates }))
+        }
+    }
+}
+
+/// The listwise answer must judge every candidate exactly once.
+fn check_list(j: &ListJudgement, n: usize) -> Result<(), String> {
+    let mut seen = vec![false; n];
+    for v in &j.verdicts {
+        let i = v.candidate as usize;
+        if i == 0 || i > n {
+            return Err(format!("`candidate` {i} is not one of the candidates 1..={n}"));
+        }
+        if std::mem::replace(&mut seen[i - 1], true) {
+            return Err(format!("candidate {i} is judged twice"));
+        }
+    }
+    let missing: Vec<String> =
+        seen.iter().enumerate().filter(|(_, s)| !**s).map(|(i, _)| (i + 1).to_string()).collect();
+    if !missing.is_empty() {
+        return Err(format!("candidates {} are not judged; give one verdict per candidate", missing.join(", ")));
+    }
+    Ok(())
+}
+
+/// The listwise verifier's typed answer.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ListJudgement {
+    /// One verdict per candidate.
+    pub verdicts: Vec<CandidateVerdict>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CandidateVerdict {
+    /// The candidate's number as shown.
+    pub candidate: u32,
+    /// True when the candidate reaches the same end result as the anchor with the same scope and depth.
+    pub equivalent: bool,
+    /// One line saying why.
+    pub reason: String,
+}
+
+/// One call's checkpointed verdicts.
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct VerdictRecord {
-    equivalent: bool,
-    reason: String,
+struct CallRecord {
+    verdicts: Vec<PairRecord>,
     exchange: String,
 }
 
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PairRecord {
+    a: String,
+    b: String,
+    equivalent: bool,
+    reason: String,
+}
+
 /// The prompt for one pair. ETOM orders the two tools by tool name; ties by id.
-fn pair_prompt(tools: &HashMap<&str, (&Server, &Tool)>, template: &str, p: &Pair) -> Result<Prompt> {
-    let (sa, ta) = *tools.get(p.a.as_str()).with_context(|| format!("pair tool `{}` is not in the catalog", p.a))?;
-    let (sb, tb) = *tools.get(p.b.as_str()).with_context(|| format!("pair tool `{}` is not in the catalog", p.b))?;
+fn pair_prompt(tools: &HashMap<&str, (&Server, &Tool)>, template: &str, a: &str, b: &str) -> Result<Prompt> {
+    let (sa, ta) = *tools.get(a).with_context(|| format!("pair tool `{a}` is not in the catalog"))?;
+    let (sb, tb) = *tools.get(b).with_context(|| format!("pair tool `{b}` is not in the catalog"))?;
     let (x, y) = if (&ta.name, &ta.id) <= (&tb.name, &tb.id) {
         (tool_vars(sa, ta), tool_vars(sb, tb))
     } else {
@@ -203,4 +422,43 @@ fn pair_prompt(tools: &HashMap<&str, (&Server, &Tool)>, template: &str, p: &Pair
 /// The reason on one line (models sometimes add line breaks).
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(eq: bool, reason: &str, ex: &str) -> (bool, String, String) {
+        (eq, reason.into(), ex.into())
+    }
+
+    #[test]
+    fn disagreeing_calls_make_a_pair_not_equivalent_and_are_listed() {
+        let mut by: PairVerdicts = BTreeMap::new();
+        by.insert(("a".into(), "b".into()), vec![v(true, "same", "sha256:2"), v(false, "differs", "sha256:9")]);
+        by.insert(("a".into(), "c".into()), vec![v(true, "same", "sha256:5"), v(true, "same too", "sha256:1")]);
+        by.insert(("b".into(), "c".into()), vec![v(false, "no", "sha256:3")]);
+        let (verdicts, conflicts) = resolve(by);
+        let got: Vec<(&str, &str, bool, &str)> =
+            verdicts.iter().map(|x| (x.a.as_str(), x.b.as_str(), x.equivalent, x.exchange.as_str())).collect();
+        assert_eq!(got, [("a", "b", false, "sha256:9"), ("a", "c", true, "sha256:1"), ("b", "c", false, "sha256:3")]);
+        assert_eq!(conflicts.len(), 1);
+        assert_eq!((conflicts[0].a.as_str(), conflicts[0].b.as_str()), ("a", "b"));
+        assert_eq!(conflicts[0].verdicts.len(), 2);
+    }
+
+    #[test]
+    fn a_listwise_answer_must_judge_each_candidate_once() {
+        let j = |ns: &[u32]| ListJudgement {
+            verdicts: ns
+                .iter()
+                .map(|&n| CandidateVerdict { candidate: n, equivalent: false, reason: String::new() })
+                .collect(),
+        };
+        assert!(check_list(&j(&[2, 1, 3]), 3).is_ok());
+        assert!(check_list(&j(&[1, 3]), 3).unwrap_err().contains("candidates 2 are not judged"));
+        assert!(check_list(&j(&[1, 1, 2, 3]), 3).unwrap_err().contains("judged twice"));
+        assert!(check_list(&j(&[0, 1, 2]), 3).unwrap_err().contains("not one of the candidates"));
+        assert!(check_list(&j(&[1, 2, 4]), 3).is_err());
+    }
 }

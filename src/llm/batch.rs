@@ -210,6 +210,17 @@ impl Item {
         self.client.typed(role, prompt, &self.key).await
     }
 
+    /// Typed answer with a check beyond the schema (see [`LlmClient::typed_checked`]).
+    pub async fn typed_checked<T: DeserializeOwned + schemars::JsonSchema>(
+        &self,
+        role: &str,
+        prompt: &Prompt,
+        check: impl Fn(&T) -> Result<(), String>,
+    ) -> Result<Reply<T>, LlmError> {
+        let _p = self.calls.acquire().await;
+        self.client.typed_checked(role, prompt, &self.key, check).await
+    }
+
     /// Typed answer recorded under `<key>:<part>` (for items that ask several things).
     pub async fn typed_as<T: DeserializeOwned + schemars::JsonSchema>(
         &self,

@@ -453,6 +453,18 @@ impl LlmClient {
         prompt: &Prompt,
         item: &str,
     ) -> Result<Reply<T>, LlmError> {
+        self.typed_checked(role, prompt, item, |_: &T| Ok(())).await
+    }
+
+    /// [`Self::typed`] with a check beyond the schema (e.g. "every candidate answered
+    /// once"): an answer it refuses is re-asked with its message, like a schema error.
+    pub async fn typed_checked<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
+        &self,
+        role: &str,
+        prompt: &Prompt,
+        item: &str,
+        check: impl Fn(&T) -> Result<(), String>,
+    ) -> Result<Reply<T>, LlmError> {
         let r = self.role(role, item)?;
         let (mut messages, hash) = self.render(role, prompt, item)?;
         let schema = schema_of::<T>();
@@ -485,7 +497,7 @@ impl LlmClient {
             attempts += 1;
             let ex = self.exchange(r, &messages, &extra, item, tmpl, parent).await?;
             let content = ex.content().unwrap_or_default();
-            match validate::<T>(&content, &validator) {
+            match validate::<T>(&content, &validator).and_then(|v| check(&v).map(|()| v)) {
                 Ok(value) => return Ok(Reply { value, event_id: ex.event_id, cached: ex.cached, exchange: ex.hash }),
                 Err(e) => {
                     last_error = e;

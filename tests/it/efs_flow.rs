@@ -83,6 +83,26 @@ fn scripted_answer(req: &Seen) -> Answer {
         let same = group_of(&a).is_some() && group_of(&a) == group_of(&b);
         return Answer::json(json!({"equivalent": same, "reason": format!("scripted: {a} vs {b}")}));
     }
+    if text.contains("Anchor: `") {
+        let re = regex::Regex::new(r"(?m)^(Anchor|Candidate (\d+)): `([^`]+)` \(server: ([^)]+)\)").unwrap();
+        let mut anchor = String::new();
+        let mut verdicts = Vec::new();
+        for c in re.captures_iter(&text) {
+            let id = format!("{}::{}", &c[4], &c[3]);
+            match c.get(2) {
+                None => anchor = id,
+                Some(n) => {
+                    let same = group_of(&anchor).is_some() && group_of(&anchor) == group_of(&id);
+                    let n: u32 = n.as_str().parse().unwrap();
+                    verdicts.push(
+                        json!({"candidate": n, "equivalent": same, "reason": format!("scripted: {anchor} vs {id}")}),
+                    );
+                }
+            }
+        }
+        assert!(!verdicts.is_empty(), "candidates in the listwise prompt");
+        return Answer::json(json!({"verdicts": verdicts}));
+    }
     if text.contains("diverse, realistic and specific user requests") {
         let re = regex::Regex::new(r"- `([^`]+)` \(server: ([^)]+)\): (.*)").unwrap();
         let c = re.captures(&text).expect("a tool in the requests prompt");
@@ -116,7 +136,7 @@ fn project(llm: &ScriptedLlm) -> Project {
     let dir = tempfile::tempdir().unwrap();
     let prompts = dir.path().join("pipeline/prompts");
     std::fs::create_dir_all(&prompts).unwrap();
-    for t in ["efs_verify", "efs_requests", "efs_select"] {
+    for t in ["efs_verify", "efs_verify_list", "efs_requests", "efs_select"] {
         std::fs::copy(repo().join(format!("pipeline/prompts/{t}.md")), prompts.join(format!("{t}.md"))).unwrap();
     }
     let role = |t: f64| {
@@ -184,7 +204,16 @@ fn final_sets(p: &Project) -> Vec<Vec<String>> {
 }
 
 fn verify_requests(llm: &ScriptedLlm) -> Vec<String> {
-    llm.requests().iter().map(Seen::all_text).filter(|t| t.contains("Tool A: `")).collect()
+    llm.requests().iter().map(Seen::all_text).filter(|t| t.contains("Tool A: `") || t.contains("Anchor: `")).collect()
+}
+
+/// The planned calls (`calls.jsonl`).
+fn planned_calls(p: &Project) -> Vec<Value> {
+    std::fs::read_to_string(p.path("artifacts/efs-pairs/calls.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 #[test]
@@ -216,6 +245,32 @@ fn demo_groups_end_in_one_set_each_and_rerun_makes_no_llm_call() {
 
     // Every candidate pair got a verdict event in the ledger.
     let pairs = std::fs::read_to_string(p.path("artifacts/efs-pairs/pairs.csv")).unwrap().lines().count() - 1;
+    // Listwise (the default): the plan covers every candidate pair once, in fewer calls
+    // than pairs, and the verifier was asked once per planned call.
+    let calls = planned_calls(&p);
+    let mut covered: Vec<String> = calls
+        .iter()
+        .flat_map(|c| {
+            c["pairs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| format!("{},{}", x[0].as_str().unwrap(), x[1].as_str().unwrap()))
+        })
+        .collect();
+    covered.sort();
+    let mut listed: Vec<String> = std::fs::read_to_string(p.path("artifacts/efs-pairs/pairs.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').take(2).collect::<Vec<_>>().join(","))
+        .collect();
+    listed.sort();
+    assert_eq!(covered, listed, "the plan judges every candidate pair exactly once");
+    assert!(calls.len() < pairs, "{} calls for {pairs} pairs", calls.len());
+    assert_eq!(verify_requests(&llm).len(), calls.len());
+    assert!(verify_requests(&llm).iter().all(|t| t.contains("Anchor: `")));
+    assert_eq!(p.json("artifacts/efs-verify/conflicts.json"), json!([]));
     let verdicts = p.json("artifacts/efs-verify/verdicts.json");
     assert_eq!(verdicts.as_array().unwrap().len(), pairs);
     let conn = rusqlite::Connection::open(p.path("artifacts/ledger.sqlite")).unwrap();
@@ -253,7 +308,7 @@ fn killed_verify_resumes_without_repeating_verdicts() {
         .unwrap()
         .current_dir(p.dir.path())
         .env("BENCHGEN_NO_PROGRESS", "1")
-        .env("BENCHGEN_FAIL_AT", "efs_verify_pair:3")
+        .env("BENCHGEN_FAIL_AT", "efs_verify_call:3")
         .arg("--config")
         .arg(&p.config)
         .args(["efs", "verify"])
@@ -267,18 +322,81 @@ fn killed_verify_resumes_without_repeating_verdicts() {
     assert!(!p.path("artifacts/efs-verify").exists(), "nothing committed by the killed run");
 
     let out = p.ok(&["efs", "verify"]);
-    assert!(out.contains("(3 resumed from an interrupted run)"), "{out}");
+    assert!(out.contains("(3 calls resumed from an interrupted run)"), "{out}");
     let asked = verify_requests(&llm);
     for key in &done_keys {
-        let (a, b) = key.split_once(" <> ").unwrap();
-        let name = |id: &str| format!("`{}`", id.split_once("::").unwrap().1);
-        let n = asked.iter().filter(|t| t.contains(&name(a)) && t.contains(&name(b))).count();
-        assert_eq!(n, 1, "the verdict for `{key}` was asked for once");
+        // `list <anchor> #<hash>`: the call with that anchor was asked once.
+        let anchor = key.strip_prefix("list ").unwrap().rsplit_once(" #").unwrap().0;
+        let (server, name) = anchor.split_once("::").unwrap();
+        let line = format!("Anchor: `{name}` (server: {server})");
+        let n = asked.iter().filter(|t| t.contains(&line)).count();
+        assert_eq!(n, 1, "the call for `{key}` was asked once");
     }
-    let pairs = std::fs::read_to_string(p.path("artifacts/efs-pairs/pairs.csv")).unwrap().lines().count() - 1;
+    let calls = planned_calls(&p).len();
     // With one request in flight at a time, at most the one cut off by the kill is asked twice.
-    assert!(asked.len() <= pairs + 1, "{} requests for {pairs} pairs", asked.len());
+    assert!(asked.len() <= calls + 1, "{} requests for {calls} calls", asked.len());
     assert!(!p.path("artifacts/.work/efs-verify").exists(), "checkpoints cleared after the commit");
+}
+
+#[test]
+fn max_calls_trims_the_plan_by_expected_value_and_says_what_was_left_out() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm = scripted();
+    let p = project(&llm);
+    p.ok(&["run", "--until", "efs-pairs"]);
+    let full = planned_calls(&p);
+    let pairs_full = std::fs::read_to_string(p.path("artifacts/efs-pairs/pairs.csv")).unwrap().lines().count() - 1;
+    assert!(full.len() > 3, "{} calls", full.len());
+    let cfg = std::fs::read_to_string(&p.config).unwrap();
+    std::fs::write(&p.config, format!("{cfg}\n[efs.pairs]\nmax_calls = 3\n")).unwrap();
+    let out = p.ok(&["efs", "pairs"]);
+    let kept = planned_calls(&p);
+    assert_eq!(kept.len(), 3);
+    assert_eq!(kept.iter().map(|c| c["call"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2, 3]);
+    let summary = p.json("artifacts/efs-pairs/summary.json");
+    let left = summary["left_out"]["calls"].as_u64().unwrap() as usize;
+    assert_eq!(left, full.len() - 3);
+    let left_pairs = std::fs::read_to_string(p.path("artifacts/efs-pairs/left_out.csv")).unwrap().lines().count() - 1;
+    let pairs = std::fs::read_to_string(p.path("artifacts/efs-pairs/pairs.csv")).unwrap().lines().count() - 1;
+    assert_eq!(pairs + left_pairs, pairs_full, "every candidate pair is either planned or listed as left out");
+    assert_eq!(summary["left_out"]["pairs"].as_u64().unwrap() as usize, left_pairs);
+    assert!(out.contains(&format!("left out {left} calls with {left_pairs} pairs")), "{out}");
+    assert!(out.contains("plan: 3 LLM calls"), "{out}");
+    // The kept calls are the most valuable: each holds at least as much prior mass as any
+    // left-out call (prior = logistic of the score, see `efs::plan::prior`).
+    let csv = |f: &str| -> std::collections::HashMap<(String, String), f64> {
+        std::fs::read_to_string(p.path(&format!("artifacts/efs-pairs/{f}")))
+            .unwrap()
+            .lines()
+            .skip(1)
+            .map(|l| {
+                let c: Vec<&str> = l.split(',').collect();
+                ((c[0].to_string(), c[1].to_string()), c[3].parse().unwrap())
+            })
+            .collect()
+    };
+    let (scores_kept, scores_left) = (csv("pairs.csv"), csv("left_out.csv"));
+    let prior = |s: f64| 1.0 / (1.0 + (-(s - 0.7) / 0.05).exp());
+    let value = |c: &Value, scores: &std::collections::HashMap<(String, String), f64>| -> f64 {
+        c["pairs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| prior(scores[&(x[0].as_str().unwrap().to_string(), x[1].as_str().unwrap().to_string())]))
+            .sum()
+    };
+    let min_kept = kept.iter().map(|c| value(c, &scores_kept)).fold(f64::INFINITY, f64::min);
+    let dropped: Vec<&Value> =
+        full.iter().filter(|c| !kept.iter().any(|k| k["anchor"] == c["anchor"] && k["pairs"] == c["pairs"])).collect();
+    assert_eq!(dropped.len(), left);
+    for c in dropped {
+        assert!(value(c, &scores_left) <= min_kept + 1e-3, "a left-out call is worth more than a kept one: {c}");
+    }
+    // Verify runs only the kept calls.
+    p.ok(&["efs", "verify"]);
+    assert_eq!(verify_requests(&llm).len(), 3);
 }
 
 fn sheet_rows(path: &Path) -> Vec<Vec<String>> {
@@ -458,9 +576,9 @@ fn killed_verify_and_topdown_resume_to_byte_identical_artifacts() {
         assert!(!o.status.success(), "the fail point `{at}` aborts `{}`", args.join(" "));
     };
     p.ok(&["run", "--until", "efs-pairs"]);
-    killed(&["efs", "verify"], "efs_verify_pair:3");
+    killed(&["efs", "verify"], "efs_verify_call:3");
     let out = p.ok(&["run", "--until", "efs-build"]);
-    assert!(out.contains("(3 resumed from an interrupted run)"), "{out}");
+    assert!(out.contains("(3 calls resumed from an interrupted run)"), "{out}");
     killed(&["efs", "topdown"], "efs_topdown_set:2");
     let done = std::fs::read_to_string(p.path("artifacts/.work/efs-topdown/items.jsonl")).unwrap();
     assert_eq!(done.lines().count(), 2);
@@ -477,8 +595,8 @@ fn killed_verify_and_topdown_resume_to_byte_identical_artifacts() {
         );
     }
     let m = p.json("artifacts/efs-verify/manifest.json");
-    let pairs = std::fs::read_to_string(p.path("artifacts/efs-pairs/pairs.csv")).unwrap().lines().count() - 1;
-    assert_eq!(m["counts"]["llm_exchanges"], pairs as u64, "one exchange per pair, resumed ones included");
+    let calls = planned_calls(&p).len();
+    assert_eq!(m["counts"]["llm_exchanges"], calls as u64, "one exchange per planned call, resumed ones included");
 }
 
 #[test]
@@ -501,7 +619,15 @@ fn verify_failure_share_fails_naming_counts_or_records_failed_pairs() {
         scripted_answer(req)
     });
     let p = project(&llm);
+    // Pairwise mode (one call per pair, ETOM's verifier) stays available.
+    let cfg = std::fs::read_to_string(&p.config).unwrap();
+    std::fs::write(&p.config, cfg.replace("[efs.verify]\n", "[efs.verify]\nmode = \"pairwise\"\n")).unwrap();
     p.ok(&["run", "--until", "efs-pairs"]);
+    assert_eq!(
+        planned_calls(&p).len(),
+        std::fs::read_to_string(p.path("artifacts/efs-pairs/pairs.csv")).unwrap().lines().count() - 1,
+        "pairwise: one planned call per pair"
+    );
     let csv = std::fs::read_to_string(p.path("artifacts/efs-pairs/pairs.csv")).unwrap();
     let pairs = csv.lines().count() - 1;
     let first: Vec<&str> = csv.lines().nth(1).unwrap().split(',').take(2).collect();
@@ -517,7 +643,7 @@ fn verify_failure_share_fails_naming_counts_or_records_failed_pairs() {
     let o = p.cmd(&["efs", "verify"]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains(&format!("1 of {pairs} pairs failed")), "{err}");
+    assert!(err.contains(&format!("1 of {pairs} calls failed")), "{err}");
     assert!(err.contains("`efs.verify.max_failed_share` = 0"), "{err}");
     assert!(err.contains(&format!("{key}: LLM answer in stage `efs-verify`")), "{err}");
     assert!(!p.path("artifacts/efs-verify").exists());
@@ -534,7 +660,7 @@ fn verify_failure_share_fails_naming_counts_or_records_failed_pairs() {
     std::fs::write(&p.config, cfg.replace("concurrency = 1\n", "concurrency = 1\nmax_failed_share = 0.5\n")).unwrap();
     let before = llm.count();
     let out = p.ok(&["efs", "verify"]);
-    assert!(out.contains("1 pairs failed and are left out"), "{out}");
+    assert!(out.contains("1 calls failed and are left out"), "{out}");
     assert_eq!(llm.count(), before, "the finished pairs come from the checkpoint, the failed one from the ledger");
     let failed = p.json("artifacts/efs-verify/failed.json");
     assert_eq!(failed.as_array().unwrap().len(), 1, "{failed}");

@@ -49,6 +49,12 @@ pub(crate) fn full_project() -> Project {
             serde_json::json!({"dependent": true, "reason": "scripted"})
         } else if text.contains("Tool A: `") {
             serde_json::json!({"equivalent": true, "reason": "scripted"})
+        } else if text.contains("Anchor: `") {
+            let n = text.matches("\nCandidate ").count();
+            let v: Vec<_> = (1..=n)
+                .map(|i| serde_json::json!({"candidate": i, "equivalent": true, "reason": "scripted"}))
+                .collect();
+            serde_json::json!({"verdicts": v})
         } else if text.contains("User request:") {
             serde_json::json!({"selected": []})
         } else if text.contains("user requests") {

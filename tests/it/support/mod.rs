@@ -46,7 +46,7 @@ impl Project {
         let mut p = Self::empty();
         p.copy_in("raw/demo/registry.json");
         p.copy_in("pipeline/prompts/filter-classify.md");
-        for t in ["efs_verify", "efs_requests", "efs_select"] {
+        for t in ["efs_verify", "efs_verify_list", "efs_requests", "efs_select"] {
             p.copy_in(&format!("pipeline/prompts/{t}.md"));
         }
         let llm = scripted_llm::ScriptedLlm::start(|seen| {
@@ -55,6 +55,13 @@ impl Project {
             let text = seen.all_text();
             let answer = if text.contains("Tool A: `") {
                 serde_json::json!({"equivalent": false, "reason": "scripted"})
+            } else if text.contains("Anchor: `") {
+                // Listwise: "not equivalent" for every numbered candidate.
+                let n = text.matches("\nCandidate ").count();
+                let v: Vec<_> = (1..=n)
+                    .map(|i| serde_json::json!({"candidate": i, "equivalent": false, "reason": "scripted"}))
+                    .collect();
+                serde_json::json!({"verdicts": v})
             } else if text.contains("User request:") {
                 serde_json::json!({"selected": []})
             } else if text.contains("user requests") {
