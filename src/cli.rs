@@ -151,6 +151,46 @@ pub enum Command {
     /// only the files asked for (`--markdown`, `--per-sample`). Needs no pipeline config.
     /// Unreadable prediction lines are listed and the report still finishes, with exit code 1.
     Score(ScoreArgs),
+    /// The versioned benchmark: `release/<name>-<version>/` (`[release] name`, `version`).
+    ///
+    /// Reads the sample pool (`validate/samples.jsonl`, `levels-export/samples.jsonl`), the
+    /// review decisions (`review-merge/decisions.jsonl`, required unless `[release]
+    /// require_review = false`) and agreement figures (`review-merge/report.md`), the catalogs (`filter/catalog.json`,
+    /// `logs-import/catalog.json`), `efs-finalize/tool_equivalence_sets.json`, the ledger and
+    /// the previous version's `samples.jsonl`. Writes `artifacts/release/` and the same files
+    /// into `release/<name>-<version>/`: `level_1.json`, `level_2.json`, `level_3.json`,
+    /// `level_4.json`, `level_5.json`,
+    /// `tool_equivalence_sets.json`, `finmcp_single_tool.json`, `finmcp_multi_tool.json`,
+    /// `finmcp_multi_turn.json`, `samples.jsonl`, `samples.parquet`, `tools.parquet`,
+    /// `lineage.jsonl`, the dataset card `README.md` with `plots/*.svg`, `CHANGELOG.md` and
+    /// `SHA256SUMS`. A published version is never overwritten. `benchgen release verify DIR`
+    /// checks a release.
+    Release(ReleaseArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ReleaseArgs {
+    #[command(subcommand)]
+    pub command: Option<ReleaseCommand>,
+    #[command(flatten)]
+    pub force: ForceArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReleaseCommand {
+    /// Check a release folder: every file parses in its format, oracle predictions score
+    /// 100 % (`benchgen score`, corrected and compat modes) on every part, every tool is in
+    /// `tools.parquet`, dependencies point backward, every sample has lineage, and
+    /// `SHA256SUMS` matches. Reads DIR only; writes nothing. Exit 1 with the first failures
+    /// listed.
+    Verify(ReleaseVerifyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseVerifyArgs {
+    /// The release folder (`release/<name>-<version>`).
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]
