@@ -276,7 +276,7 @@ fn release_parses_scores_100_and_has_a_full_card() {
             etom_pred.push_str(&format!("{}\n", json!({"id": format!("L{l}-{}", q["query_id"]), "prediction": pred})));
         }
     }
-    etom_pred.push_str(&format!("{}\n", json!({"id": "L5-1", "prediction": "No"})));
+    etom_pred.push_str(&format!("{}\n", json!({"id": "L5-1", "prediction": []})));
     let ep = fx.path().join("etom.jsonl");
     std::fs::write(&ep, etom_pred).unwrap();
     let mut args: Vec<String> = Vec::new();
@@ -385,6 +385,8 @@ fn without_review_the_release_needs_the_switch() {
     p.write(CONFIG, config("0.1.0", true));
     upstream_fixture(p.root(), &validated_pool(), &[], &[]);
     std::fs::remove_dir_all(p.path("artifacts/review-merge")).unwrap();
+    // The registry track is off: no levels.
+    std::fs::remove_dir_all(p.path("artifacts/levels-export")).unwrap();
     let o = release(&p, &[]);
     assert_code(&o, 1);
     assert!(stderr(&o).contains("require_review = false"), "{}", stderr(&o));
