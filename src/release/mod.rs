@@ -95,7 +95,7 @@ pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "release",
     version: 1,
-    about: "the versioned benchmark release/<name>-<version>/: ETOM and FinMCP files, samples.jsonl/.parquet, tools.parquet, lineage, dataset card, SHA256SUMS",
+    about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, checksums",
     reads: &[
         crate::samples::VALIDATED.optional(),
         crate::samples::LEVELS.optional(),
@@ -195,8 +195,11 @@ fn safe_part(v: &str) -> bool {
         && v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+'))
 }
 
+/// A version's sort key.
+type VersionKey = Vec<(u64, String)>;
+
 /// Version order: dot/dash-separated parts, numbers compared as numbers.
-fn version_key(v: &str) -> Vec<(u64, String)> {
+fn version_key(v: &str) -> VersionKey {
     v.split(['.', '-', '+']).map(|p| (p.parse::<u64>().unwrap_or(u64::MAX), p.to_string())).collect()
 }
 
@@ -205,7 +208,7 @@ fn previous(s: &Settings) -> Option<(String, PathBuf)> {
     let r = settings(s);
     let dir = s.root.join(&r.dir);
     let prefix = format!("{}-", r.name);
-    let mut found: Vec<(Vec<(u64, String)>, String, PathBuf)> = std::fs::read_dir(&dir)
+    let mut found: Vec<(VersionKey, String, PathBuf)> = std::fs::read_dir(&dir)
         .ok()?
         .filter_map(|e| e.ok())
         .filter_map(|e| {
