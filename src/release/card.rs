@@ -36,6 +36,7 @@ pub fn bars_svg(title: &str, unit: &str, bars: &[(String, usize)]) -> Result<Str
                 _ => String::new(),
             })
             .x_desc(unit)
+            .label_style(("sans-serif", 14))
             .draw()
             .map_err(|e| err(&e))?;
         chart
@@ -319,6 +320,12 @@ mod tests {
     #[test]
     fn a_chart_is_svg() {
         let svg = bars_svg("t", "n", &[("a".into(), 3), ("b".into(), 1)]).unwrap();
-        assert!(svg.starts_with("<svg") && svg.contains(">a<"), "{svg}");
+        assert!(svg.starts_with("<svg") && svg.contains("\na\n</text>") && svg.contains("\nb\n</text>"), "{svg}");
+        let sizes: Vec<f64> = svg
+            .split("font-size=\"")
+            .skip(1)
+            .map(|r| r.split('"').next().unwrap().parse().unwrap())
+            .collect();
+        assert!(!sizes.is_empty() && sizes.iter().all(|s| *s >= 10.0), "labels are readable: {sizes:?}");
     }
 }
