@@ -114,10 +114,11 @@ fn generate(root: &std::path::Path, n: usize) {
     let mut decisions: Vec<(String, String)> = Vec::new();
     for (stage, items) in [("levels-export", &levels), ("validate", &fins)] {
         let mut buf = Vec::new();
-        for (id, line) in items.iter() {
+        for (k, (id, line)) in items.iter().enumerate() {
             writeln!(buf, "{line}").unwrap();
             let s: benchgen::model::Sample = serde_json::from_str(line).unwrap();
-            let d = if id.ends_with('7') { "rejected" } else { "accepted" };
+            // Every 7th sample of each pool is rejected (about 14 %).
+            let d = if k % 7 == 3 { "rejected" } else { "accepted" };
             decisions.push((id.clone(), json!({"id": id, "content_hash": s.content_hash(), "decision": d, "decided_by": "llm", "reviewers": [{"scores": {"a": 4}}]}).to_string()));
         }
         write_stage(root, stage, &[("samples.jsonl", buf)]);
@@ -160,11 +161,16 @@ fn main() {
         return;
     }
     let n: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(if benching { 100_000 } else { 500 });
+    // RELEASE_BENCH_DIR keeps the project and its release (to look at); default: a temp dir.
     let tmp = tempfile::tempdir().expect("tempdir");
+    let root =
+        std::env::var_os("RELEASE_BENCH_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| tmp.path().to_path_buf());
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).expect("bench dir");
     let t0 = Instant::now();
-    generate(tmp.path(), n);
+    generate(&root, n);
     println!("generated {n} samples in {:.1} s", t0.elapsed().as_secs_f64());
     let exe = std::env::current_exe().expect("own path");
-    let status = std::process::Command::new(exe).arg("--child").arg(tmp.path()).status().expect("child");
+    let status = std::process::Command::new(exe).arg("--child").arg(&root).status().expect("child");
     assert!(status.success(), "release failed");
 }
