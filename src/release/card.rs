@@ -321,11 +321,8 @@ mod tests {
     fn a_chart_is_svg() {
         let svg = bars_svg("t", "n", &[("a".into(), 3), ("b".into(), 1)]).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("\na\n</text>") && svg.contains("\nb\n</text>"), "{svg}");
-        let sizes: Vec<f64> = svg
-            .split("font-size=\"")
-            .skip(1)
-            .map(|r| r.split('"').next().unwrap().parse().unwrap())
-            .collect();
+        let sizes: Vec<f64> =
+            svg.split("font-size=\"").skip(1).map(|r| r.split('"').next().unwrap().parse().unwrap()).collect();
         assert!(!sizes.is_empty() && sizes.iter().all(|s| *s >= 10.0), "labels are readable: {sizes:?}");
     }
 }
