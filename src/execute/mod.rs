@@ -38,7 +38,7 @@ use serde_json::{Value, json};
 
 use crate::error::{InputError, Problem};
 use crate::ledger::{NewEvent, Parent, RunRecorder, kind};
-use crate::llm::{ChatMessage, ChatTurn, LlmClient, ToolCall, ToolSpec};
+use crate::llm::{ChatMessage, ChatTurn, LlmClient, LlmCounts, ToolCall, ToolSpec};
 use crate::mcp::{CallFailure, CallOutcome, ClientOptions, McpClient};
 use crate::settings::Settings;
 use crate::stage::{ConfigRef, Ctx, Inputs, Output, Plan, Stage, StageSpec};
@@ -134,7 +134,7 @@ pub fn parse_queries(bytes: &[u8], file: &str) -> Result<Vec<Query>, InputError>
     let text = String::from_utf8_lossy(bytes);
     let trimmed = text.trim_start();
     let records: Vec<(String, Result<Value, String>)> = if trimmed.starts_with('[') {
-        match serde_json::from_str::<Vec<Value>>(trimmed) {
+        match crate::json::from_str::<Vec<Value>>(trimmed) {
             Ok(v) => v.into_iter().enumerate().map(|(i, r)| (format!("[{i}]"), Ok(r))).collect(),
             Err(e) => {
                 return Err(InputError { file: file.into(), problems: vec![Problem::new("json", e.to_string())] });
@@ -144,7 +144,7 @@ pub fn parse_queries(bytes: &[u8], file: &str) -> Result<Vec<Query>, InputError>
         text.lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, l)| (format!("line {}", i + 1), serde_json::from_str(l).map_err(|e| e.to_string())))
+            .map(|(i, l)| (format!("line {}", i + 1), crate::json::value_from_str(l).map_err(|e| e.to_string())))
             .collect()
     };
     let mut problems = Vec::new();
@@ -334,6 +334,13 @@ pub struct Trajectory {
     /// Time waiting for the model, and everything else (tool calls, bookkeeping).
     pub llm_ms: f64,
     pub other_ms: f64,
+}
+
+/// A finished query as checkpointed: its trajectory and the counts of its LLM calls.
+#[derive(Deserialize)]
+struct DoneQuery {
+    trajectory: Trajectory,
+    llm: LlmCounts,
 }
 
 struct ExecTool {
@@ -561,19 +568,23 @@ impl Executor {
         rec
     }
 
-    /// Run queries (`concurrency` at once); `done` is called with each finished one, in
-    /// completion order. The result is in query order.
+    /// Run queries (`concurrency` at once); `done` is called with each finished one and
+    /// the counts of its own LLM calls, in completion order. The result is in query order.
     pub async fn run_all(
         &self,
         llm: &LlmClient,
         queries: &[Query],
-        mut done: impl FnMut(&Trajectory) -> Result<()>,
+        mut done: impl FnMut(&Trajectory, LlmCounts) -> Result<()>,
     ) -> Result<Vec<Trajectory>> {
         let mut results: Vec<Option<Trajectory>> = vec![None; queries.len()];
         let mut stream = futures::stream::iter(queries.iter().enumerate())
-            .map(|(i, q)| async move { (i, self.run_query(llm, q).await) })
+            .map(|(i, q)| async move {
+                let (llm, tally) = llm.tallied();
+                let t = self.run_query(&llm, q).await;
+                (i, t, tally.counts())
+            })
             .buffer_unordered(self.settings.concurrency.max(1));
-        while let Some((i, t)) = stream.next().await {
+        while let Some((i, t, counts)) = stream.next().await {
             if let Some(r) = &self.recorder {
                 let mut ev = NewEvent::new(TRAJECTORY, Some(&t.id), trajectory_summary(&t));
                 for id in t.llm_events.iter().chain(t.calls.iter().filter_map(|c| c.ledger_event.as_ref())) {
@@ -581,7 +592,7 @@ impl Executor {
                 }
                 r.append(ev);
             }
-            done(&t)?;
+            done(&t, counts)?;
             results[i] = Some(t);
         }
         Ok(results.into_iter().flatten().collect())
@@ -701,7 +712,11 @@ impl Stage for ExecuteStage {
         let servers = Self::server_specs(settings)?;
         let run_id = ctx.ledger_run()?;
         let mut ckpt = ctx.checkpoint()?;
-        let todo: Vec<Query> = queries.iter().filter(|q| ckpt.get(&q.id).is_none()).cloned().collect();
+        // A checkpoint without its LLM counts (an older run) is redone, from the ledger cache.
+        let done_item = |ckpt: &crate::store::Checkpoint, id: &str| {
+            ckpt.get(id).and_then(|v| serde_json::from_value::<DoneQuery>(v.clone()).ok())
+        };
+        let todo: Vec<Query> = queries.iter().filter(|q| done_item(&ckpt, &q.id).is_none()).cloned().collect();
         if todo.len() < queries.len() {
             ctx.printer.info(&format!(
                 "execute: {} of {} queries done in an earlier run",
@@ -723,13 +738,13 @@ impl Stage for ExecuteStage {
             };
             let llm = LlmClient::from_settings(settings, "execute", run_id).await?;
             let r = exec
-                .run_all(&llm, &todo, |t| {
+                .run_all(&llm, &todo, |t, llm| {
                     pb.inc(1);
-                    ckpt.put(&t.id, serde_json::to_value(t)?)
+                    ckpt.put(&t.id, json!({"trajectory": t, "llm": llm}))?;
+                    crate::store::fail_point("execute_query")
                 })
                 .await;
             exec.shutdown().await;
-            out.counts.extend(llm.manifest_counts());
             out.notes.push(llm.summary());
             r.map(|_| ())
         })?;
@@ -737,8 +752,12 @@ impl Stage for ExecuteStage {
 
         let mut rows = Vec::new();
         let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+        // LLM counts from the checkpointed queries, not from this process: a resumed run
+        // counts what an uninterrupted one does.
+        let mut llm_counts = LlmCounts::default();
         for q in &queries {
-            let t: Trajectory = serde_json::from_value(ckpt.get(&q.id).cloned().context("a query has no result")?)?;
+            let DoneQuery { trajectory: t, llm } = done_item(&ckpt, &q.id).context("a query has no result")?;
+            llm_counts.add(&llm);
             *counts.entry(t.status.as_str()).or_default() += 1;
             *counts.entry("calls").or_default() += t.calls.len() as u64;
             if let Some(c) = &t.chain_check {
@@ -753,6 +772,7 @@ impl Stage for ExecuteStage {
             out.json(&format!("trajectories/{}.json", crate::mcp::client::safe_file_name(&t.id)), &t)?;
         }
         out.count("queries", queries.len() as u64);
+        out.counts.extend(llm_counts.to_map());
         for (k, v) in &counts {
             out.count(k, *v);
         }
