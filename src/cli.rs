@@ -326,7 +326,8 @@ pub enum LogsCommand {
     ///
     /// Reads `logs-import/sessions.jsonl`. Writes `artifacts/logs-curate/`:
     /// `curated.jsonl` (kept sessions), `decisions.jsonl` (one decision per session),
-    /// `report.json`. Resumable per session; a session whose answers stay invalid
+    /// `report.json`, `failed.json` (judgements that failed, with their reasons). Resumable
+    /// per session; a session whose answers stay invalid
     /// fails the stage after the others are done (a rerun asks only for it).
     Curate(ForceArgs),
     /// Single-tool sessions → benchmark and seed pools (seeded, stratified by tool and
@@ -345,7 +346,7 @@ pub enum GraphCommand {
     ///
     /// Reads `logs-split/graph_source.jsonl` and `logs-import/catalog.json`. Writes
     /// `artifacts/graph-build/`: `candidates.json`, `graph.json`, `graph.dot`,
-    /// `graph.svg` and `report.md`.
+    /// `graph.svg`, `report.md` and `failed.json` (candidates whose judgement failed).
     Build(ForceArgs),
     /// Human review of the graph's edges.
     #[command(subcommand)]
