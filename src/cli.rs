@@ -113,8 +113,9 @@ pub enum Command {
     /// Show the lineage of one item: how it entered and what decided its fate.
     ///
     /// ID is a tool (`server::tool`), a server name, a filter decision
-    /// (`filter:server::tool`) or a ledger event (`#42`). Only the runs that
-    /// produced the current artifacts are consulted.
+    /// (`filter:server::tool`), a released sample (`sample:<id>`: where it was
+    /// released, its review and full lineage) or a ledger event (`#42`). Only the runs
+    /// that produced the current artifacts are consulted.
     Explain(ExplainArgs),
     /// Talk to the MCP servers of `[mcp.servers]`: list tools, call one, import a config.
     #[command(subcommand)]
@@ -151,6 +152,46 @@ pub enum Command {
     /// only the files asked for (`--markdown`, `--per-sample`). Needs no pipeline config.
     /// Unreadable prediction lines are listed and the report still finishes, with exit code 1.
     Score(ScoreArgs),
+    /// The versioned benchmark: `release/<name>-<version>/` (`[release] name`, `version`).
+    ///
+    /// Reads the sample pool (`validate/samples.jsonl`, `levels-export/samples.jsonl`), the
+    /// review decisions (`review-merge/decisions.jsonl`, required unless `[release]
+    /// require_review = false`) and agreement figures (`review-merge/report.md`), the catalogs (`filter/catalog.json`,
+    /// `logs-import/catalog.json`), `efs-finalize/tool_equivalence_sets.json`, the ledger and
+    /// the previous version's `samples.jsonl`. Writes `artifacts/release/` and the same files
+    /// into `release/<name>-<version>/`: `level_1.json`, `level_2.json`, `level_3.json`,
+    /// `level_4.json`, `level_5.json`,
+    /// `tool_equivalence_sets.json`, `finmcp_single_tool.json`, `finmcp_multi_tool.json`,
+    /// `finmcp_multi_turn.json`, `samples.jsonl`, `samples.parquet`, `tools.parquet`,
+    /// `lineage.jsonl`, the dataset card `README.md` with `plots/*.svg`, `CHANGELOG.md` and
+    /// `SHA256SUMS`. A published version is never overwritten. `benchgen release verify DIR`
+    /// checks a release.
+    Release(ReleaseArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ReleaseArgs {
+    #[command(subcommand)]
+    pub command: Option<ReleaseCommand>,
+    #[command(flatten)]
+    pub force: ForceArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReleaseCommand {
+    /// Check a release folder: every file parses in its format, oracle predictions score
+    /// 100 % (`benchgen score`, corrected and compat modes) on every part, every tool is in
+    /// `tools.parquet`, dependencies point backward, every sample has lineage, and
+    /// `SHA256SUMS` matches. Reads DIR only; writes nothing. Exit 1 with the first failures
+    /// listed.
+    Verify(ReleaseVerifyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseVerifyArgs {
+    /// The release folder (`release/<name>-<version>`).
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]
@@ -290,7 +331,8 @@ pub enum LogsCommand {
     ///
     /// Reads `logs-import/sessions.jsonl`. Writes `artifacts/logs-curate/`:
     /// `curated.jsonl` (kept sessions), `decisions.jsonl` (one decision per session),
-    /// `report.json`. Resumable per session; a session whose answers stay invalid
+    /// `report.json`, `failed.json` (judgements that failed, with their reasons). Resumable
+    /// per session; a session whose answers stay invalid
     /// fails the stage after the others are done (a rerun asks only for it).
     Curate(ForceArgs),
     /// Single-tool sessions → benchmark and seed pools (seeded, stratified by tool and
@@ -309,7 +351,7 @@ pub enum GraphCommand {
     ///
     /// Reads `logs-split/graph_source.jsonl` and `logs-import/catalog.json`. Writes
     /// `artifacts/graph-build/`: `candidates.json`, `graph.json`, `graph.dot`,
-    /// `graph.svg` and `report.md`.
+    /// `graph.svg`, `report.md` and `failed.json` (candidates whose judgement failed).
     Build(ForceArgs),
     /// Human review of the graph's edges.
     #[command(subcommand)]

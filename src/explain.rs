@@ -41,6 +41,10 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
         )));
     };
     let id = raw_id.trim();
+    // A released sample: its release record, then its ledger lineage.
+    if let Some(x) = crate::release::explain(settings, id)? {
+        return Ok(x);
+    }
     if let Some(n) = id.strip_prefix('#').or_else(|| id.strip_prefix("event:")) {
         let n: i64 = n.parse().map_err(|_| not_found(format!("`{id}` is not an event id")))?;
         let lineage = ledger.lineage(&[n])?;

@@ -26,6 +26,7 @@ pub mod model;
 pub mod pipeline;
 pub mod printer;
 pub mod registry;
+pub mod release;
 pub mod samples;
 pub mod sandbox;
 pub mod score;

@@ -57,6 +57,14 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         let files = benchgen::score::ReportFiles { per_sample: a.per_sample.clone(), markdown: a.markdown.clone() };
         return benchgen::score::command(&opts, &files, printer);
     }
+    // `release verify` reads only the folder it is given.
+    if let Command::Release(benchgen::cli::ReleaseArgs {
+        command: Some(benchgen::cli::ReleaseCommand::Verify(a)),
+        ..
+    }) = &cli.command
+    {
+        return benchgen::release::verify::command(&a.dir, printer);
+    }
     // The sandbox serving an explicit `--catalog` needs no pipeline config: a
     // spawned `benchgen sandbox` must work from any folder.
     let config_is_default = cli.global.config.as_path() == std::path::Path::new(benchgen::settings::DEFAULT_CONFIG)
@@ -139,6 +147,7 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             Ok(())
         }
         Command::Score(_) => unreachable!("handled before the config is loaded"),
+        Command::Release(a) => run_named(&ctx, "release", a.force.force),
         Command::Explain(a) => {
             let x = explain::explain(&settings, &a.id)?;
             printer.summary(&explain::render(&x), &x);

@@ -43,6 +43,9 @@ pub struct Config {
     /// Absent: `graph build` is not part of `run` (it still runs alone).
     #[serde(default)]
     pub graph: Option<crate::graph::GraphSettings>,
+    /// Absent: `release` is not part of `run` (it still runs alone).
+    #[serde(default)]
+    pub release: Option<crate::release::ReleaseSettings>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -34,6 +34,7 @@ pub fn all() -> Vec<Box<dyn Stage>> {
         Box::new(crate::logs::split::SplitStage),
         Box::new(crate::graph::build::BuildStage),
         Box::new(crate::graph::review::ReviewStage),
+        Box::new(crate::release::ReleaseStage),
     ]
 }
 

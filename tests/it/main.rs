@@ -28,6 +28,7 @@ mod mcp_sandbox;
 mod pipeline;
 mod registry;
 mod registry_bench;
+mod release;
 mod score_cli;
 mod score_compat;
 mod score_properties;

@@ -14,6 +14,7 @@ pub mod mcp_assets;
 pub mod registry_fixture;
 pub mod score_fixtures;
 pub mod scripted_llm;
+pub mod upstream;
 
 /// The repository root (where Cargo.toml is).
 pub fn repo() -> PathBuf {

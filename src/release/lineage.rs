@@ -1,0 +1,205 @@
+//! Per-sample lineage from the ledger, in a form that stays byte-identical when the pipeline
+//! is rerun from the same inputs and ledger (`--llm-mode replay`).
+//!
+//! Roots of a sample: the events of the runs behind the current artifacts whose subject is
+//! `sample:<id>` or the sample's `provenance_id`; its lineage is everything they descend
+//! from. A rerun appends new events (new ids, new times), so released lineage never names
+//! event ids or times: each event is `{kind, stage, subject, ref}`, where `ref` is the
+//! request hash of an LLM exchange (what the ledger cache keys on) and otherwise the hash of
+//! the event's payload without its timing fields. Entries are deduplicated and sorted by
+//! pipeline order, so concurrent stages recording in a different order change nothing.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use rusqlite::{Connection, params};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::ledger::kind;
+
+/// Payload keys that differ between a run and its replay.
+const VOLATILE: &[&str] =
+    &["time", "latency_ms", "attempts", "cached", "source_event", "duration_ms", "started_at", "finished_at", "run_id"];
+
+/// One released lineage entry.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
+pub struct Entry {
+    pub stage: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    #[serde(rename = "ref")]
+    pub reference: String,
+}
+
+/// What an LLM exchange cost, for the dataset card.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LlmUse {
+    pub provider: String,
+    pub model: String,
+    pub role: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+struct Node {
+    entry: Arc<Entry>,
+    parents: Vec<i64>,
+    llm: Option<(String, LlmUse)>,
+}
+
+/// Lineage lookups over one ledger, with every event read once.
+pub struct Index {
+    conn: Option<Connection>,
+    runs: String,
+    stage_order: HashMap<String, usize>,
+    cache: HashMap<i64, Node>,
+    /// LLM exchanges behind released samples, by request hash.
+    pub llm: BTreeMap<String, LlmUse>,
+    /// Events by kind behind released samples (each distinct entry once).
+    pub kinds: BTreeMap<String, usize>,
+    seen: BTreeSet<Arc<Entry>>,
+}
+
+impl Index {
+    /// `runs`: the ledger runs behind the current artifacts.
+    pub fn open(artifacts: &std::path::Path, runs: &[i64], stage_order: &[&str]) -> Result<Self> {
+        let path = artifacts.join(crate::ledger::LEDGER_FILE);
+        let conn = if path.exists() {
+            let c = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .with_context(|| format!("cannot open ledger `{}`", path.display()))?;
+            c.busy_timeout(std::time::Duration::from_secs(30))?;
+            Some(c)
+        } else {
+            None
+        };
+        let runs = runs.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        Ok(Index {
+            conn,
+            runs,
+            stage_order: stage_order.iter().enumerate().map(|(i, s)| (s.to_string(), i)).collect(),
+            cache: HashMap::new(),
+            llm: BTreeMap::new(),
+            kinds: BTreeMap::new(),
+            seen: BTreeSet::new(),
+        })
+    }
+
+    /// Root event ids of a sample.
+    pub fn roots(&self, id: &str, provenance_id: &str) -> Result<Vec<i64>> {
+        let Some(conn) = &self.conn else { return Ok(Vec::new()) };
+        if self.runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let subject = format!("sample:{id}");
+        let sql = format!(
+            "SELECT id FROM events WHERE (subject = ?1 OR subject = ?2) AND run_id IN ({}) ORDER BY id",
+            self.runs
+        );
+        let mut stmt = conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params![subject, provenance_id], |r| r.get::<_, i64>(0))?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    fn node(&mut self, id: i64) -> Result<Option<&Node>> {
+        if !self.cache.contains_key(&id) {
+            let Some(conn) = &self.conn else { return Ok(None) };
+            let row = conn.prepare_cached("SELECT kind, stage, subject, payload FROM events WHERE id = ?1")?.query_row(
+                params![id],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, Option<String>>(2)?,
+                        r.get::<_, String>(3)?,
+                    ))
+                },
+            );
+            let (k, stage, subject, payload) = match row {
+                Ok(r) => r,
+                Err(rusqlite::Error::QueryReturnedNoRows) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            let parents: Vec<i64> = conn
+                .prepare_cached("SELECT parent_id FROM event_parents WHERE event_id = ?1 ORDER BY parent_id")?
+                .query_map(params![id], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            let p: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
+            let (reference, llm) = if k == kind::LLM_EXCHANGE {
+                let hash = p["request_hash"].as_str().unwrap_or("").to_string();
+                let s = |key: &str| p[key].as_str().unwrap_or("").to_string();
+                let u = LlmUse {
+                    provider: s("provider"),
+                    model: s("model"),
+                    role: s("role"),
+                    prompt_tokens: p["usage"]["prompt_tokens"].as_u64().unwrap_or(0),
+                    completion_tokens: p["usage"]["completion_tokens"].as_u64().unwrap_or(0),
+                };
+                (format!("request:{hash}"), Some((hash, u)))
+            } else {
+                (stable_hash(&p), None)
+            };
+            let entry = Arc::new(Entry { stage, kind: k, subject, reference });
+            self.cache.insert(id, Node { entry, parents, llm });
+        }
+        Ok(self.cache.get(&id))
+    }
+
+    /// The released lineage of a sample: every event its roots descend from, deduplicated
+    /// and in pipeline order.
+    pub fn lineage(&mut self, roots: &[i64]) -> Result<Vec<Arc<Entry>>> {
+        let mut seen = BTreeSet::new();
+        let mut stack = roots.to_vec();
+        let mut out: BTreeSet<(usize, Arc<Entry>)> = BTreeSet::new();
+        while let Some(id) = stack.pop() {
+            if !seen.insert(id) {
+                continue;
+            }
+            let Some(node) = self.node(id)? else { continue };
+            stack.extend(node.parents.iter().copied());
+            let entry = node.entry.clone();
+            let llm = node.llm.clone();
+            let order = self.stage_order.get(&entry.stage).copied().unwrap_or(usize::MAX);
+            if let Some((hash, u)) = llm {
+                self.llm.entry(hash).or_insert(u);
+            }
+            if self.seen.insert(entry.clone()) {
+                *self.kinds.entry(entry.kind.clone()).or_default() += 1;
+            }
+            out.insert((order, entry));
+        }
+        Ok(out.into_iter().map(|(_, e)| e).collect())
+    }
+}
+
+/// Hash of a payload without its timing fields (top level and one level down).
+fn stable_hash(p: &Value) -> String {
+    fn strip(v: &Value, depth: u8) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .filter(|(k, _)| !VOLATILE.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), if depth > 0 { strip(v, depth - 1) } else { v.clone() }))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    crate::store::sha256_hex(&serde_json::to_vec(&strip(p, 1)).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timing_fields_do_not_change_the_reference() {
+        let a = serde_json::json!({"tool": "S::a", "latency_ms": 3, "result": {"x": 1, "time": "t1"}});
+        let b = serde_json::json!({"tool": "S::a", "latency_ms": 9, "result": {"x": 1, "time": "t2"}});
+        let c = serde_json::json!({"tool": "S::b", "latency_ms": 9});
+        assert_eq!(stable_hash(&a), stable_hash(&b));
+        assert_ne!(stable_hash(&a), stable_hash(&c));
+    }
+}

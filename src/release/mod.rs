@@ -1,0 +1,1128 @@
+//! `benchgen release`: the benchmark users come for, as a versioned folder
+//! `release/<name>-<version>/` they can publish, regenerate, extend and audit.
+//!
+//! Why a stage of its own: it is the one place where the sample pool (`crate::samples`),
+//! the review decisions, the catalogs, the EFS sets and the ledger meet, and the one output
+//! that must never change once published. It streams the pool (two sorted JSONL files,
+//! merged by id) and writes every file as it goes; only small per-sample values (table rows,
+//! ids and hashes for the changelog) are kept.
+//!
+//! Publication: the files are written into `release/.<name>-<version>.partial/`, checked
+//! into the stage's artifacts, and the folder is renamed into place. An existing version is
+//! never overwritten: the same bytes again is a no-op, anything else is an error asking
+//! for a new `[release] version`.
+//!
+//! See docs/release.md for the layout, the table schemas and `benchgen release verify`.
+
+pub mod card;
+pub mod convert;
+pub mod lineage;
+pub mod tables;
+pub mod verify;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::error::{InputError, Problem, hinted};
+use crate::ledger::NewEvent;
+use crate::model::{Family, Kind, Sample};
+use crate::settings::{Settings, section_hash};
+use crate::stage::{Artifact, Ctx, Inputs, Manifest, Output, Plan, Read, Stage, StageSpec};
+
+pub const STAGE: &str = "release";
+
+/// Review decisions, one JSON line per sample sorted by id, written by `benchgen review
+/// merge`. Declared here until the review stage exports its own handle with this name.
+const DECISIONS: Artifact<Decision> = Artifact::new("review-merge", "decisions.jsonl");
+/// The review report, for its agreement figures.
+const REVIEW_REPORT: Artifact = Artifact::new("review-merge", "report.md");
+
+/// One review decision. Fields the release does not name (per-reviewer scores, notes, the
+/// rule) are kept in `extra` and carried into `samples.parquet`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Decision {
+    pub id: String,
+    pub content_hash: String,
+    /// `accepted`, `rejected`, `excluded` or `undecided`.
+    pub decision: String,
+    /// `human`, `llm` or `adjudication`.
+    #[serde(default)]
+    pub decided_by: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The files a release may hold (under `artifacts/release/` and the published folder).
+pub const FILES: &[&str] = &[
+    "README.md",
+    "CHANGELOG.md",
+    "SHA256SUMS",
+    "samples.jsonl",
+    "samples.parquet",
+    "tools.parquet",
+    "lineage.jsonl",
+    "level_1.json",
+    "level_2.json",
+    "level_3.json",
+    "level_4.json",
+    "level_5.json",
+    "tool_equivalence_sets.json",
+    "finmcp_single_tool.json",
+    "finmcp_multi_tool.json",
+    "finmcp_multi_turn.json",
+];
+
+/// Stages whose manifest counts make the card's yield funnel.
+const FUNNEL: &[&str] = &[
+    "registry-import",
+    "filter",
+    "efs-finalize",
+    "logs-import",
+    "logs-curate",
+    "logs-split",
+    "levels-export",
+    "validate",
+    "review-merge",
+];
+
+pub static SPEC: StageSpec = StageSpec {
+    name: STAGE,
+    command: "release",
+    version: 1,
+    about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, checksums",
+    reads: &[
+        crate::samples::VALIDATED.optional(),
+        crate::samples::LEVELS.optional(),
+        DECISIONS.optional(),
+        REVIEW_REPORT.optional(),
+        crate::filter::CATALOG.optional(),
+        crate::logs::import::CATALOG.optional(),
+        crate::efs::finalize::ETOM_SETS.optional(),
+        Read::manifest("registry-import"),
+        Read::manifest("filter"),
+        Read::manifest("efs-finalize"),
+        Read::manifest("logs-import"),
+        Read::manifest("logs-curate"),
+        Read::manifest("logs-split"),
+        Read::manifest("levels-export"),
+        Read::manifest("validate"),
+        Read::manifest("review-merge"),
+    ],
+    writes: &[
+        "README.md",
+        "CHANGELOG.md",
+        "SHA256SUMS",
+        "samples.jsonl",
+        "samples.parquet",
+        "tools.parquet",
+        "lineage.jsonl",
+        "level_1.json",
+        "level_2.json",
+        "level_3.json",
+        "level_4.json",
+        "level_5.json",
+        "tool_equivalence_sets.json",
+        "finmcp_single_tool.json",
+        "finmcp_multi_tool.json",
+        "finmcp_multi_turn.json",
+        "plots/*",
+    ],
+};
+
+/// `[release]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseSettings {
+    /// The benchmark's name (folder `release/<name>-<version>/`).
+    pub name: String,
+    /// Its version; a published version is never overwritten.
+    pub version: String,
+    /// Release only samples the review accepted, and fail when there is no review.
+    #[serde(default = "yes")]
+    pub require_review: bool,
+    /// License on the dataset card (a Hugging Face license id).
+    #[serde(default = "default_license")]
+    pub license: String,
+    /// One paragraph for the top of the card.
+    #[serde(default)]
+    pub description: String,
+    /// Known limitations listed on the card (besides those the release finds itself).
+    #[serde(default)]
+    pub limitations: Vec<String>,
+    /// Folder of releases, relative to the project root.
+    #[serde(default = "default_dir")]
+    pub dir: PathBuf,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_license() -> String {
+    "cc-by-4.0".into()
+}
+fn default_dir() -> PathBuf {
+    PathBuf::from("release")
+}
+
+fn settings(s: &Settings) -> ReleaseSettings {
+    s.config.release.clone().unwrap_or_else(|| ReleaseSettings {
+        name: s.config.project.name.clone(),
+        version: "0.1.0".into(),
+        require_review: true,
+        license: default_license(),
+        description: String::new(),
+        limitations: Vec::new(),
+        dir: default_dir(),
+    })
+}
+
+/// The published folder of the configured version.
+pub fn target_dir(s: &Settings) -> PathBuf {
+    let r = settings(s);
+    s.root.join(&r.dir).join(format!("{}-{}", r.name, r.version))
+}
+
+fn safe_part(v: &str) -> bool {
+    !v.is_empty()
+        && v != "."
+        && v != ".."
+        && v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+'))
+}
+
+/// A version's sort key.
+type VersionKey = Vec<(u64, String)>;
+
+/// Version order: dot/dash-separated parts, numbers compared as numbers.
+fn version_key(v: &str) -> VersionKey {
+    v.split(['.', '-', '+']).map(|p| (p.parse::<u64>().unwrap_or(u64::MAX), p.to_string())).collect()
+}
+
+/// The newest published version below the configured one: `(version, folder)`.
+fn previous(s: &Settings) -> Option<(String, PathBuf)> {
+    let r = settings(s);
+    let dir = s.root.join(&r.dir);
+    let prefix = format!("{}-", r.name);
+    let mut found: Vec<(VersionKey, String, PathBuf)> = std::fs::read_dir(&dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            let v = name.strip_prefix(&prefix)?.to_string();
+            let p = e.path();
+            (p.join("samples.jsonl").is_file() && version_key(&v) < version_key(&r.version))
+                .then(|| (version_key(&v), v, p))
+        })
+        .collect();
+    found.sort();
+    found.pop().map(|(_, v, p)| (v, p))
+}
+
+pub struct ReleaseStage;
+
+impl Stage for ReleaseStage {
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
+    }
+
+    fn enabled(&self, s: &Settings) -> bool {
+        s.config.release.is_some()
+    }
+
+    fn check(&self, s: &Settings, problems: &mut Vec<Problem>) {
+        let r = settings(s);
+        for (key, v) in [("release.name", &r.name), ("release.version", &r.version)] {
+            if !safe_part(v) {
+                problems.push(Problem::new(
+                    key,
+                    format!("`{v}` must be non-empty and use only letters, digits and `.`, `_`, `-`, `+`"),
+                ));
+            }
+        }
+    }
+
+    fn plan(&self, s: &Settings) -> Result<Plan> {
+        let inputs = previous(s).map(|(_, p)| vec![p.join("samples.jsonl")]).unwrap_or_default();
+        Ok(Plan { inputs, config_hash: section_hash(&json!({"release": settings(s)}))? })
+    }
+
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        build(ctx, inputs, out)
+    }
+}
+
+/// Per-type figures for the card's table.
+#[derive(Debug, Default, Clone)]
+pub struct KindStats {
+    pub n: usize,
+    pub turns: usize,
+    pub calls: usize,
+    pub steps: usize,
+    pub tools: usize,
+    pub difficulty: BTreeMap<String, usize>,
+}
+
+impl KindStats {
+    fn add(&mut self, o: &KindStats) {
+        self.n += o.n;
+        self.turns += o.turns;
+        self.calls += o.calls;
+        self.steps += o.steps;
+        self.tools += o.tools;
+        for (k, v) in &o.difficulty {
+            *self.difficulty.entry(k.clone()).or_default() += v;
+        }
+    }
+}
+
+/// Review figures for the card.
+#[derive(Debug, Default, Clone)]
+pub struct ReviewSummary {
+    pub reviewed: usize,
+    pub decisions: BTreeMap<String, usize>,
+    pub by: BTreeMap<String, usize>,
+    /// No human decided any released sample: the LLM pre-review stood in.
+    pub llm_stand_in: bool,
+    pub agreement: Option<String>,
+}
+
+/// Everything the card shows.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub name: String,
+    pub version: String,
+    pub license: String,
+    pub description: String,
+    pub samples: usize,
+    pub pool: usize,
+    pub tools: usize,
+    pub files: Vec<String>,
+    pub by_kind: BTreeMap<String, KindStats>,
+    pub scenarios: BTreeMap<String, usize>,
+    pub funnel: Vec<(String, String)>,
+    pub left_out: BTreeMap<String, usize>,
+    pub review: Option<ReviewSummary>,
+    pub llm: BTreeMap<(String, String), card::ModelUse>,
+    pub event_kinds: BTreeMap<String, usize>,
+    pub limitations: Vec<String>,
+    pub changelog_head: Option<String>,
+}
+
+/// A JSON array written one element per line, so large files stream.
+struct ArrayWriter {
+    w: std::io::BufWriter<std::fs::File>,
+    n: usize,
+}
+
+impl ArrayWriter {
+    fn create(path: &Path) -> Result<Self> {
+        let f = std::fs::File::create(path).with_context(|| format!("cannot create `{}`", path.display()))?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+        w.write_all(b"[")?;
+        Ok(ArrayWriter { w, n: 0 })
+    }
+
+    fn push<T: Serialize>(&mut self, v: &T) -> Result<()> {
+        self.w.write_all(if self.n == 0 { b"\n" } else { b",\n" })?;
+        serde_json::to_writer(&mut self.w, v)?;
+        self.n += 1;
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<()> {
+        self.w.write_all(if self.n == 0 { b"]\n" } else { b"\n]\n" })?;
+        self.w.flush()?;
+        Ok(())
+    }
+}
+
+/// One sorted JSONL source of the pool.
+struct Source<'a> {
+    name: &'static str,
+    file: String,
+    lines: std::io::Lines<BufReader<crate::stage::HashedReader>>,
+    line: usize,
+    last: Option<String>,
+    head: Option<(usize, Sample)>,
+    _inputs: std::marker::PhantomData<&'a ()>,
+}
+
+impl Source<'_> {
+    fn advance(&mut self) -> Result<()> {
+        self.head = None;
+        for l in self.lines.by_ref() {
+            self.line += 1;
+            let l = l.with_context(|| format!("cannot read `{}`", self.file))?;
+            if l.trim().is_empty() {
+                continue;
+            }
+            let s: Sample = serde_json::from_str(&l).map_err(|e| InputError {
+                file: self.file.clone(),
+                problems: vec![Problem::new(format!("line {}", self.line), format!("not a unified sample: {e}"))],
+            })?;
+            if let Some(prev) = &self.last
+                && s.id.as_str() <= prev.as_str()
+            {
+                return Err(InputError {
+                    file: self.file.clone(),
+                    problems: vec![Problem::new(
+                        format!("line {} ({})", self.line, s.id),
+                        format!("ids must be unique and sorted; `{}` follows `{prev}`", s.id),
+                    )],
+                }
+                .into());
+            }
+            self.last = Some(s.id.clone());
+            self.head = Some((self.line, s));
+            return Ok(());
+        }
+        Ok(())
+    }
+}
+
+/// A tool of the catalogs the release may use.
+struct CatalogTool {
+    server: String,
+    tool: String,
+    description: String,
+    categories: String,
+    input_schema: String,
+    catalog: &'static str,
+}
+
+fn load_tools(inputs: &Inputs) -> Result<HashMap<String, CatalogTool>> {
+    let mut tools = HashMap::new();
+    if inputs.has(&crate::logs::import::CATALOG) {
+        for t in inputs.json(&crate::logs::import::CATALOG)? {
+            tools.insert(
+                t.name.clone(),
+                CatalogTool {
+                    server: String::new(),
+                    tool: t.name.clone(),
+                    description: t.description.clone(),
+                    categories: String::new(),
+                    input_schema: t.input_schema.to_string(),
+                    catalog: "logs-import",
+                },
+            );
+        }
+    }
+    if inputs.has(&crate::filter::CATALOG) {
+        let cat = inputs.json(&crate::filter::CATALOG)?;
+        for (s, t) in cat.tools() {
+            tools.insert(
+                t.id.clone(),
+                CatalogTool {
+                    server: s.name.clone(),
+                    tool: t.name.clone(),
+                    description: t.description.clone(),
+                    categories: s.categories.join(", "),
+                    input_schema: t.input_schema.to_string(),
+                    catalog: "filter",
+                },
+            );
+        }
+    }
+    Ok(tools)
+}
+
+fn read_decisions(inputs: &Inputs) -> Result<HashMap<String, Decision>> {
+    let file = "review-merge/decisions.jsonl";
+    let mut out = HashMap::new();
+    let mut problems = Vec::new();
+    for (i, l) in BufReader::new(inputs.open_of(&DECISIONS)?).lines().enumerate() {
+        let l = l.with_context(|| format!("cannot read `{file}`"))?;
+        if l.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Decision>(&l) {
+            Ok(d) if !["accepted", "rejected", "excluded", "undecided"].contains(&d.decision.as_str()) => problems
+                .push(Problem::new(
+                    format!("line {} ({}).decision", i + 1, d.id),
+                    format!("`{}` is not accepted, rejected, excluded or undecided", d.decision),
+                )),
+            Ok(d) => {
+                out.insert(d.id.clone(), d);
+            }
+            Err(e) => problems.push(Problem::new(format!("line {}", i + 1), format!("not a review decision: {e}"))),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(InputError { file: file.into(), problems }.into());
+    }
+    Ok(out)
+}
+
+/// Mean of every number under a key containing `score` (per-reviewer scores).
+fn score_mean(extra: &Map<String, Value>) -> Option<f64> {
+    fn walk(v: &Value, scored: bool, acc: &mut (f64, usize)) {
+        match v {
+            Value::Number(n) if scored => {
+                if let Some(f) = n.as_f64() {
+                    acc.0 += f;
+                    acc.1 += 1;
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, scored, acc)),
+            Value::Object(m) => m.iter().for_each(|(k, x)| walk(x, scored || k.to_lowercase().contains("score"), acc)),
+            _ => {}
+        }
+    }
+    let mut acc = (0.0, 0);
+    for (k, v) in extra {
+        walk(v, k.to_lowercase().contains("score"), &mut acc);
+    }
+    (acc.1 > 0).then(|| acc.0 / acc.1 as f64)
+}
+
+/// Counts of a manifest for the funnel, without the ones a replay changes (LLM client
+/// counters, timings).
+fn funnel_counts(m: &Manifest) -> String {
+    let volatile = ["cache", "retr", "token", "latency", "_ms", "duration", "attempt", "llm", "calls_made"];
+    m.counts
+        .iter()
+        .filter(|(k, v)| v.is_number() && !volatile.iter().any(|w| k.contains(w)))
+        .take(10)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h)?;
+    Ok(hex::encode(h.finalize()))
+}
+
+/// Every file under `dir`, relative, sorted.
+fn list_files(dir: &Path) -> Result<Vec<String>> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
+        for e in std::fs::read_dir(dir).with_context(|| format!("cannot list `{}`", dir.display()))? {
+            let p = e?.path();
+            if p.is_dir() {
+                walk(base, &p, out)?;
+            } else {
+                out.push(p.strip_prefix(base).expect("under base").to_string_lossy().replace('\\', "/"));
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out)?;
+    out.sort();
+    Ok(out)
+}
+
+/// `SHA256SUMS` of a release folder (every file but itself), in `sha256sum` format.
+pub fn checksums(dir: &Path) -> Result<String> {
+    let mut text = String::new();
+    for f in list_files(dir)? {
+        if f != "SHA256SUMS" {
+            text.push_str(&format!("{}  {f}\n", sha256_file(&dir.join(&f))?));
+        }
+    }
+    Ok(text)
+}
+
+/// Removes the partial folder unless publication took it.
+struct Partial(Option<PathBuf>);
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_dir_all(p);
+        }
+    }
+}
+
+fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+    let s = ctx.settings;
+    let cfg = settings(s);
+    let rel_name = format!("{}-{}", cfg.name, cfg.version);
+    let releases = s.root.join(&cfg.dir);
+    let target = releases.join(&rel_name);
+
+    let decisions = if inputs.has(&DECISIONS) { Some(read_decisions(inputs)?) } else { None };
+    if decisions.is_none() && cfg.require_review {
+        return Err(hinted(
+            "no review decisions (`artifacts/review-merge/decisions.jsonl`); a release takes only reviewed samples",
+            "run `benchgen review merge` first, or set `[release] require_review = false` to release unreviewed samples",
+        ));
+    }
+    let catalog = load_tools(inputs)?;
+
+    let tmp = releases.join(format!(".{rel_name}.partial"));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot clear `{}`", tmp.display()))?;
+    }
+    std::fs::create_dir_all(tmp.join("plots")).with_context(|| format!("cannot create `{}`", tmp.display()))?;
+    let mut partial = Partial(Some(tmp.clone()));
+
+    // The pool, merged by id.
+    let mut sources = Vec::new();
+    for (h, name) in [(&crate::samples::VALIDATED, "validate"), (&crate::samples::LEVELS, "levels-export")] {
+        if inputs.has(h) {
+            let mut src = Source {
+                name,
+                file: format!("{}/{}", h.stage, h.file),
+                lines: BufReader::with_capacity(1 << 20, inputs.open_of(h)?).lines(),
+                line: 0,
+                last: None,
+                head: None,
+                _inputs: Default::default(),
+            };
+            src.advance()?;
+            sources.push(src);
+        }
+    }
+    if sources.is_empty() {
+        return Err(hinted(
+            "the sample pool is empty: neither `validate` nor `levels export` has produced samples",
+            "run `benchgen run` (the log track needs `[synth]`, the registry track `[levels]`)",
+        ));
+    }
+    let etom_track = inputs.has(&crate::samples::LEVELS);
+    let fin_track = inputs.has(&crate::samples::VALIDATED);
+
+    let mut samples_out = std::io::BufWriter::with_capacity(
+        1 << 20,
+        std::fs::File::create(tmp.join("samples.jsonl")).context("cannot create samples.jsonl")?,
+    );
+    let mut lineage_out = std::io::BufWriter::with_capacity(
+        1 << 20,
+        std::fs::File::create(tmp.join("lineage.jsonl")).context("cannot create lineage.jsonl")?,
+    );
+    let mut levels: Vec<Option<ArrayWriter>> = Vec::new();
+    for l in 1..=5 {
+        levels.push(if etom_track { Some(ArrayWriter::create(&tmp.join(format!("level_{l}.json")))?) } else { None });
+    }
+    let fin_kinds = [Kind::SingleTool, Kind::MultiTool, Kind::MultiTurn];
+    let mut fins: Vec<Option<ArrayWriter>> = Vec::new();
+    for k in fin_kinds {
+        fins.push(if fin_track {
+            Some(ArrayWriter::create(&tmp.join(format!("finmcp_{}.json", k.as_str())))?)
+        } else {
+            None
+        });
+    }
+    let descriptions: convert::Descriptions = catalog
+        .iter()
+        .filter(|(_, t)| t.catalog == "filter")
+        .map(|(k, t)| (k.clone(), t.description.clone()))
+        .collect();
+
+    let runs: Vec<i64> = crate::stages::names()
+        .into_iter()
+        .chain(FUNNEL.iter().copied())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .filter(|st| *st != STAGE)
+        .filter_map(|st| Manifest::load(&s.artifacts, st).ok().flatten())
+        .map(|m| m.run_id)
+        .collect();
+    let mut order: Vec<&str> = crate::stages::names();
+    for f in FUNNEL {
+        if !order.contains(f) {
+            order.push(f);
+        }
+    }
+    let mut index = lineage::Index::open(&s.artifacts, &runs, &order)?;
+
+    let mut summary = Summary {
+        name: cfg.name.clone(),
+        version: cfg.version.clone(),
+        license: cfg.license.clone(),
+        description: cfg.description.clone(),
+        ..Default::default()
+    };
+    let mut review = decisions.as_ref().map(|_| ReviewSummary::default());
+    let mut cols = tables::SampleColumns::default();
+    let mut used: BTreeMap<String, u32> = BTreeMap::new();
+    let mut problems: Vec<Problem> = Vec::new();
+    let mut current: HashMap<String, String> = HashMap::new();
+    let mut left_out: HashMap<String, String> = HashMap::new();
+    let mut without_events = 0usize;
+    let mut human = 0usize;
+
+    loop {
+        // The source whose head has the smallest id.
+        let pick = sources
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.head.as_ref().map(|(_, h)| (i, h.id.clone())))
+            .min_by(|a, b| a.1.cmp(&b.1));
+        let Some((i, id)) = pick else { break };
+        if let Some(other) =
+            sources.iter().enumerate().find(|(j, s)| *j != i && s.head.as_ref().is_some_and(|h| h.1.id == id))
+        {
+            bail!(
+                "sample id `{id}` is in both `{}` and `{}`; ids must be unique across the pool",
+                sources[i].file,
+                other.1.file
+            );
+        }
+        let (line, sample) = sources[i].head.take().expect("picked a head");
+        let source = sources[i].name;
+        let file = sources[i].file.clone();
+        sources[i].advance()?;
+        summary.pool += 1;
+
+        let hash = sample.content_hash();
+        let decision = decisions.as_ref().and_then(|d| d.get(&sample.id));
+        if let Some(r) = review.as_mut() {
+            let key = decision.map(|d| d.decision.as_str()).unwrap_or("not reviewed");
+            *r.decisions.entry(key.to_string()).or_default() += 1;
+            if let Some(d) = decision {
+                r.reviewed += 1;
+                *r.by.entry(if d.decided_by.is_empty() { "?".into() } else { d.decided_by.clone() }).or_default() += 1;
+            }
+        }
+        let why_not = match (&decisions, decision) {
+            (None, _) => None,
+            (Some(_), None) => Some("not reviewed".to_string()),
+            (Some(_), Some(d)) if d.decision != "accepted" => Some(format!("review: {}", d.decision)),
+            (Some(_), Some(d)) if d.content_hash != hash => {
+                Some("changed after review (content hash differs from the reviewed one)".to_string())
+            }
+            _ => None,
+        };
+        if let Some(reason) = why_not {
+            *summary.left_out.entry(reason.clone()).or_default() += 1;
+            left_out.insert(sample.id.clone(), reason);
+            continue;
+        }
+        if sample.kind.family() != sample.family {
+            problems.push(Problem::new(
+                format!("{file} line {line} ({})", sample.id),
+                format!("kind {} does not belong to family {:?}", sample.kind.as_str(), sample.family),
+            ));
+            continue;
+        }
+        let mut tools: BTreeSet<&str> = BTreeSet::new();
+        for (t, turn) in sample.turns.iter().enumerate() {
+            for (c, call) in turn.reference_plan.iter().enumerate() {
+                if call.alternatives.is_empty() {
+                    problems.push(Problem::new(
+                        format!("{file} line {line} ({}).turns[{t}].reference_plan[{c}]", sample.id),
+                        "a reference call needs at least one alternative",
+                    ));
+                }
+                if let Some(d) = call.depends_on.iter().find(|d| **d >= c) {
+                    problems.push(Problem::new(
+                        format!("{file} line {line} ({}).turns[{t}].reference_plan[{c}].depends_on", sample.id),
+                        format!("depends on call {d}, which is not an earlier call"),
+                    ));
+                }
+                for a in &call.alternatives {
+                    if !catalog.contains_key(a) {
+                        problems.push(Problem::new(
+                            format!("{file} line {line} ({}).turns[{t}].reference_plan[{c}]", sample.id),
+                            format!("tool `{a}` is in no catalog (filter/catalog.json, logs-import/catalog.json)"),
+                        ));
+                    }
+                    tools.insert(a);
+                }
+            }
+        }
+        if problems.len() > 50 {
+            break;
+        }
+        for t in &tools {
+            *used.entry(t.to_string()).or_default() += 1;
+        }
+
+        let released_as = match sample.family {
+            Family::Etom => {
+                let level = sample.kind.level().expect("etom kind");
+                let Some(n) = convert::etom_query_number(&sample.id, level) else {
+                    problems.push(Problem::new(
+                        format!("{file} line {line} ({})", sample.id),
+                        format!("an ETOM L{level} sample needs the id `L{level}-<number>` (its query id in level_{level}.json)"),
+                    ));
+                    continue;
+                };
+                let w = match &mut levels[usize::from(level) - 1] {
+                    Some(w) => w,
+                    slot => slot.insert(ArrayWriter::create(&tmp.join(format!("level_{level}.json")))?),
+                };
+                w.push(&convert::to_etom(&sample, n, &descriptions))?;
+                format!("level_{level}.json#{n}")
+            }
+            Family::Finmcp => {
+                let k = fin_kinds.iter().position(|k| *k == sample.kind).expect("finmcp kind");
+                let w = match &mut fins[k] {
+                    Some(w) => w,
+                    slot => {
+                        slot.insert(ArrayWriter::create(&tmp.join(format!("finmcp_{}.json", sample.kind.as_str())))?)
+                    }
+                };
+                w.push(&convert::to_finmcp(&sample))?;
+                format!("finmcp_{}.json#{}", sample.kind.as_str(), sample.id)
+            }
+        };
+
+        serde_json::to_writer(&mut samples_out, &sample)?;
+        samples_out.write_all(b"\n")?;
+
+        let roots = index.roots(&sample.id, &sample.provenance_id)?;
+        let events = index.lineage(&roots)?;
+        if events.is_empty() {
+            without_events += 1;
+        }
+        let mut l = json!({
+            "id": sample.id,
+            "content_hash": hash,
+            "source": {"stage": source, "file": file, "line": line},
+            "provenance_id": sample.provenance_id,
+            "released_as": released_as,
+        });
+        if let Some(d) = decision {
+            l["review"] = json!({"decision": d.decision, "decided_by": d.decided_by});
+            if d.decided_by == "human" || d.decided_by == "adjudication" {
+                human += 1;
+            }
+        }
+        l["events"] = serde_json::to_value(&events)?;
+        serde_json::to_writer(&mut lineage_out, &l)?;
+        lineage_out.write_all(b"\n")?;
+
+        let steps: usize =
+            sample.turns.iter().map(|t| t.reference_plan.iter().map(|c| c.group).collect::<BTreeSet<_>>().len()).sum();
+        let ks = summary.by_kind.entry(sample.kind.as_str().to_string()).or_default();
+        ks.n += 1;
+        ks.turns += sample.turns.len();
+        ks.calls += sample.reference_calls();
+        ks.steps += steps;
+        ks.tools += tools.len();
+        *ks.difficulty.entry(sample.difficulty.as_str().to_string()).or_default() += 1;
+        let category = sample.scenario.first().cloned().unwrap_or_default();
+        *summary.scenarios.entry(category.clone()).or_default() += 1;
+        cols.push(tables::SampleRow {
+            id: sample.id.clone(),
+            family: match sample.family {
+                Family::Etom => "etom".into(),
+                Family::Finmcp => "finmcp".into(),
+            },
+            kind: sample.kind.as_str().into(),
+            level: sample.kind.level().map(u32::from),
+            difficulty: sample.difficulty.as_str().into(),
+            category,
+            scenario: sample.scenario.join(" / "),
+            turns: sample.turns.len() as u32,
+            calls: sample.reference_calls() as u32,
+            steps: steps as u32,
+            distinct_tools: tools.len() as u32,
+            out_of_scope: sample.out_of_scope,
+            source: source.into(),
+            author: sample.author.clone(),
+            review_decision: decision.map(|d| d.decision.clone()),
+            decided_by: decision.map(|d| d.decided_by.clone()),
+            review_score_mean: decision.and_then(|d| score_mean(&d.extra)),
+            review_details: decision
+                .filter(|d| !d.extra.is_empty())
+                .map(|d| Value::Object(d.extra.clone()).to_string()),
+            content_hash: hash.clone(),
+            released_as,
+        });
+        current.insert(sample.id.clone(), hash);
+        summary.samples += 1;
+    }
+    if !problems.is_empty() {
+        problems.truncate(50);
+        return Err(InputError { file: "the sample pool".into(), problems }.into());
+    }
+    samples_out.flush()?;
+    lineage_out.flush()?;
+    drop((samples_out, lineage_out));
+    for w in levels.into_iter().chain(fins).flatten() {
+        w.finish()?;
+    }
+    if summary.samples == 0 {
+        return Err(hinted(
+            format!("nothing to release: none of the {} pool samples was accepted", summary.pool),
+            "see `artifacts/review-merge/` for the decisions",
+        ));
+    }
+
+    // EFS sets, where the registry track made levels.
+    if etom_track && inputs.has(&crate::efs::finalize::ETOM_SETS) {
+        std::fs::write(tmp.join("tool_equivalence_sets.json"), inputs.bytes_of(&crate::efs::finalize::ETOM_SETS)?)?;
+    }
+    // Tools used.
+    let tool_rows: Vec<tables::ToolRow> = used
+        .iter()
+        .map(|(id, n)| {
+            let t = &catalog[id];
+            tables::ToolRow {
+                tool_id: id.clone(),
+                server: t.server.clone(),
+                tool: t.tool.clone(),
+                description: t.description.clone(),
+                categories: t.categories.clone(),
+                input_schema: t.input_schema.clone(),
+                catalog: t.catalog.into(),
+                samples: *n,
+            }
+        })
+        .collect();
+    summary.tools = tool_rows.len();
+    tables::write_tools(&tmp.join("tools.parquet"), tool_rows)?;
+    tables::write_samples(&tmp.join("samples.parquet"), cols)?;
+
+    // Changelog against the previous version.
+    let changelog = changelog(inputs, s, &cfg, &current, &left_out, decisions.as_ref())?;
+    summary.changelog_head = changelog.1;
+    std::fs::write(tmp.join("CHANGELOG.md"), changelog.0)?;
+
+    // The card.
+    for st in FUNNEL {
+        if let Some(m) = ctx.manifest_of(st) {
+            summary.funnel.push((st.to_string(), funnel_counts(&m)));
+        }
+    }
+    if let Some(r) = review.as_mut() {
+        r.llm_stand_in = human == 0;
+        if inputs.has(&REVIEW_REPORT) {
+            r.agreement = card::agreement_from_report(&String::from_utf8_lossy(inputs.bytes_of(&REVIEW_REPORT)?));
+        }
+    }
+    summary.review = review;
+    summary.llm = card::model_use(&index.llm);
+    summary.event_kinds = index.kinds.clone();
+    let mut limits = cfg.limitations.clone();
+    if summary.review.is_none() {
+        limits.push("Not reviewed: samples passed automatic validation only.".into());
+    } else if summary.review.as_ref().is_some_and(|r| r.llm_stand_in) {
+        limits.push("Review decisions come from an LLM pre-review standing in for human reviewers.".into());
+    }
+    if without_events > 0 {
+        limits.push(format!(
+            "{without_events} sample(s) have no ledger events of their own; their lineage names the artifact line they came from."
+        ));
+    }
+    if !etom_track {
+        limits.push("No ETOM levels: the registry track did not run.".into());
+    }
+    if !fin_track {
+        limits.push("No FinMCP-style samples: the log track did not run.".into());
+    }
+    limits.push("Tool outputs in trajectories come from the benchgen sandbox or recorded logs, not live services; answers that depend on fresh data may date.".into());
+    summary.limitations = limits;
+    for (rel, svg) in card::plots(&summary)? {
+        std::fs::write(tmp.join(&rel), svg)?;
+    }
+    let mut files = list_files(&tmp)?;
+    files.push("README.md".into());
+    files.push("SHA256SUMS".into());
+    files.sort();
+    files.dedup();
+    summary.files = files;
+    std::fs::write(tmp.join("README.md"), card::render(&summary))?;
+    let sums = checksums(&tmp)?;
+    std::fs::write(tmp.join("SHA256SUMS"), &sums)?;
+
+    // Into the stage's artifacts, then publish.
+    for rel in list_files(&tmp)? {
+        let mut f = out.create(&rel)?;
+        std::io::copy(&mut std::fs::File::open(tmp.join(&rel))?, &mut f)?;
+        f.finish()?;
+    }
+    let shown = s.display_path(&target);
+    if target.exists() {
+        let old = std::fs::read_to_string(target.join("SHA256SUMS")).unwrap_or_default();
+        if old != sums {
+            return Err(hinted(
+                format!("`{shown}` already exists with different content; a published version is never overwritten"),
+                "set a new `[release] version` in the config (the previous version stays as it is)",
+            ));
+        }
+        out.notes.push(format!("`{shown}` is already published with these exact files"));
+    } else {
+        std::fs::rename(&tmp, &target).with_context(|| format!("cannot publish `{shown}`"))?;
+        partial.0 = None;
+        out.notes.push(format!("published `{shown}`"));
+    }
+    drop(partial);
+
+    out.count("samples", summary.samples);
+    out.count("pool", summary.pool);
+    out.count("left_out", summary.pool - summary.samples);
+    out.count("tools", summary.tools);
+    for (k, v) in &summary.by_kind {
+        out.count(&format!("kind_{k}"), v.n);
+    }
+    out.notes.push(format!(
+        "{} of {} pool samples released ({} tools); card `{shown}/README.md`",
+        summary.samples, summary.pool, summary.tools
+    ));
+    out.event(NewEvent::new(
+        "release.published",
+        Some(&format!("release:{rel_name}")),
+        json!({"name": cfg.name, "version": cfg.version, "dir": shown, "samples": summary.samples,
+               "sha256sums": crate::store::sha256_hex(sums.as_bytes())}),
+    ));
+    Ok(())
+}
+
+/// `CHANGELOG.md` and the one line the card shows.
+fn changelog(
+    inputs: &Inputs,
+    s: &Settings,
+    cfg: &ReleaseSettings,
+    current: &HashMap<String, String>,
+    left_out: &HashMap<String, String>,
+    decisions: Option<&HashMap<String, Decision>>,
+) -> Result<(String, Option<String>)> {
+    let mut md = format!("# Changelog of {}\n\n## {}\n\n", cfg.name, cfg.version);
+    let Some((prev_version, prev_dir)) = previous(s) else {
+        md.push_str(&format!("First version: {} samples.\n", current.len()));
+        return Ok((md, None));
+    };
+    let path = prev_dir.join("samples.jsonl");
+    let mut prev: HashMap<String, String> = HashMap::new();
+    for (i, l) in BufReader::new(inputs.open(&path)?).lines().enumerate() {
+        let l = l.with_context(|| format!("cannot read `{}`", s.display_path(&path)))?;
+        if l.trim().is_empty() {
+            continue;
+        }
+        let sample: Sample = serde_json::from_str(&l).map_err(|e| InputError {
+            file: s.display_path(&path),
+            problems: vec![Problem::new(format!("line {}", i + 1), format!("not a unified sample: {e}"))],
+        })?;
+        prev.insert(sample.id.clone(), sample.content_hash());
+    }
+    let mut added: Vec<&String> = current.keys().filter(|k| !prev.contains_key(*k)).collect();
+    let mut removed: Vec<(&String, String)> = prev
+        .keys()
+        .filter(|k| !current.contains_key(*k))
+        .map(|k| {
+            let why = left_out.get(k).cloned().unwrap_or_else(|| "no longer produced by the pipeline".into());
+            (k, why)
+        })
+        .collect();
+    let mut changed: Vec<(&String, String)> = current
+        .iter()
+        .filter(|(k, h)| prev.get(*k).is_some_and(|p| p != *h))
+        .map(|(k, _)| {
+            let why = match decisions.and_then(|d| d.get(k)) {
+                Some(d) => format!("content changed; reviewed again ({} by {})", d.decision, d.decided_by),
+                None => "content changed".into(),
+            };
+            (k, why)
+        })
+        .collect();
+    added.sort();
+    removed.sort();
+    changed.sort();
+    let head = format!(
+        "Against {prev_version}: {} added, {} removed, {} changed, {} unchanged.",
+        added.len(),
+        removed.len(),
+        changed.len(),
+        current.len() - added.len() - changed.len()
+    );
+    md.push_str(&format!("{head}\n"));
+    const CAP: usize = 1000;
+    let mut section = |title: &str, rows: Vec<String>| {
+        if rows.is_empty() {
+            return;
+        }
+        md.push_str(&format!("\n### {title} ({})\n\n", rows.len()));
+        for r in rows.iter().take(CAP) {
+            md.push_str(&format!("- {r}\n"));
+        }
+        if rows.len() > CAP {
+            md.push_str(&format!("- … and {} more\n", rows.len() - CAP));
+        }
+    };
+    section("Added", added.iter().map(|k| format!("`{k}`: new in the sample pool")).collect());
+    section("Removed", removed.iter().map(|(k, w)| format!("`{k}`: {w}")).collect());
+    section("Changed", changed.iter().map(|(k, w)| format!("`{k}`: {w}")).collect());
+    Ok((md, Some(head)))
+}
+
+/// `benchgen explain sample:<id>` for a released sample: its release record and ledger
+/// lineage. `None` when the id is not in the current release (other explainers try).
+pub fn explain(s: &Settings, id: &str) -> Result<Option<crate::explain::Explanation>> {
+    let Some(sample) = id.strip_prefix("sample:") else { return Ok(None) };
+    let path = s.artifacts.join(STAGE).join("lineage.jsonl");
+    let Ok(f) = std::fs::File::open(&path) else { return Ok(None) };
+    let needle = format!("{{\"id\":{}", serde_json::to_string(sample)?);
+    let mut record: Option<Value> = None;
+    for l in BufReader::new(f).lines() {
+        let l = l?;
+        if l.starts_with(&needle) {
+            record = Some(serde_json::from_str(&l).with_context(|| format!("`{}` is corrupt", path.display()))?);
+            break;
+        }
+    }
+    let Some(record) = record else { return Ok(None) };
+    let cfg = settings(s);
+    let mut lineage = Vec::new();
+    if let Some(ledger) = crate::ledger::Ledger::open_existing(&s.artifacts)? {
+        let runs: Vec<i64> = crate::stages::names()
+            .into_iter()
+            .chain(FUNNEL.iter().copied())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .filter_map(|st| Manifest::load(&s.artifacts, st).ok().flatten())
+            .map(|m| m.run_id)
+            .collect();
+        let mut roots = Vec::new();
+        for subject in [format!("sample:{sample}"), record["provenance_id"].as_str().unwrap_or("").to_string()] {
+            if !subject.is_empty() {
+                roots.extend(ledger.events_for(&subject, &runs)?.into_iter().map(|e| e.id));
+            }
+        }
+        lineage = ledger.lineage(&roots)?;
+    }
+    let review = match &record["review"] {
+        Value::Object(r) => format!(
+            "; review: {} by {}",
+            r.get("decision").and_then(Value::as_str).unwrap_or("?"),
+            r.get("decided_by").and_then(Value::as_str).unwrap_or("?")
+        ),
+        _ => "; not reviewed".into(),
+    };
+    let status = format!(
+        "released in `{}-{}` as `{}` (from `{}`){review}",
+        cfg.name,
+        cfg.version,
+        record["released_as"].as_str().unwrap_or("?"),
+        record["source"]["file"].as_str().unwrap_or("?"),
+    );
+    Ok(Some(crate::explain::Explanation {
+        id: format!("sample:{sample}"),
+        item: "released sample",
+        status,
+        record: Some(record),
+        lineage,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_order_numerically() {
+        assert!(version_key("0.10.0") > version_key("0.9.1"));
+        assert!(version_key("1.0.0") > version_key("0.99"));
+        assert!(safe_part("0.1.0-rc1") && !safe_part("../x") && !safe_part(""));
+    }
+
+    #[test]
+    fn score_mean_takes_numbers_under_score_keys() {
+        let m: Map<String, Value> = serde_json::from_str(
+            r#"{"reviewers": [{"id": "a", "scores": {"q": 4, "c": 5}}, {"id": "b", "scores": {"q": 3, "c": 4}}], "rule": "both >= 4", "n": 7}"#,
+        )
+        .unwrap();
+        assert_eq!(score_mean(&m), Some(4.0));
+        assert_eq!(score_mean(&Map::new()), None);
+    }
+}

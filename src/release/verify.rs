@@ -1,0 +1,447 @@
+//! `benchgen release verify DIR`: a published release checked as its users will use it.
+//!
+//! Every file parses in its format (and the tables have the documented schemas); oracle
+//! predictions built from each part score 100 % with `benchgen score` in the corrected mode
+//! and, for the ETOM and FinMCP files, in the matching compat mode; every tool a sample
+//! names is in `tools.parquet`; every dependency points at an earlier call; every sample
+//! has its lineage; `SHA256SUMS` matches. Reads only DIR (needs no pipeline config).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::tables;
+use crate::formats::{etom, finmcp};
+use crate::model::{Kind, Sample};
+use crate::score::{self, BenchFormat, Mode};
+
+/// At most this many failures are listed.
+const SHOWN: usize = 20;
+
+#[derive(Debug, Default, Serialize)]
+pub struct Verified {
+    pub dir: String,
+    pub samples: usize,
+    /// Each check that ran, with what it covered.
+    pub checks: Vec<String>,
+    pub failures: Vec<String>,
+}
+
+impl Verified {
+    fn fail(&mut self, f: impl Into<String>) {
+        self.failures.push(f.into());
+    }
+}
+
+/// Temporary prediction files, removed on drop.
+struct Scratch(PathBuf);
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn verify(dir: &Path) -> Result<Verified> {
+    let mut v = Verified { dir: dir.display().to_string(), ..Default::default() };
+    if !dir.is_dir() {
+        v.fail(format!("`{}` is not a folder", dir.display()));
+        return Ok(v);
+    }
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let scratch = Scratch(std::env::temp_dir().join(format!("benchgen-verify-{}-{nanos}", std::process::id())));
+    std::fs::create_dir_all(&scratch.0)?;
+
+    checksums(dir, &mut v)?;
+
+    // samples.jsonl: the unified samples, their tools and dependencies.
+    let mut ids: Vec<String> = Vec::new();
+    let mut hashes: HashMap<String, String> = HashMap::new();
+    let mut referenced: Vec<(String, String)> = Vec::new();
+    let mut oracle: Vec<Value> = Vec::new();
+    match std::fs::File::open(dir.join("samples.jsonl")) {
+        Err(e) => v.fail(format!("samples.jsonl: cannot open: {e}")),
+        Ok(f) => {
+            for (i, l) in BufReader::new(f).lines().enumerate() {
+                let l = l?;
+                if l.trim().is_empty() {
+                    continue;
+                }
+                let s: Sample = match serde_json::from_str(&l) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        v.fail(format!("samples.jsonl line {}: not a unified sample: {e}", i + 1));
+                        continue;
+                    }
+                };
+                for (t, turn) in s.turns.iter().enumerate() {
+                    for (c, call) in turn.reference_plan.iter().enumerate() {
+                        if let Some(d) = call.depends_on.iter().find(|d| **d >= c) {
+                            v.fail(format!(
+                                "samples.jsonl line {} ({}): turn {t} call {c} depends on call {d}, which is not earlier (forward dependency)",
+                                i + 1,
+                                s.id
+                            ));
+                        }
+                        for a in &call.alternatives {
+                            referenced.push((a.clone(), format!("samples.jsonl ({})", s.id)));
+                        }
+                    }
+                }
+                oracle.push(unified_oracle(&s));
+                hashes.insert(s.id.clone(), s.content_hash());
+                ids.push(s.id);
+            }
+            v.samples = ids.len();
+            v.checks.push(format!("samples.jsonl: {} samples parse", ids.len()));
+        }
+    }
+
+    // Tables.
+    let tools: HashSet<String> = match tables::read_checked(&dir.join("tools.parquet"), tables::TOOLS_SCHEMA) {
+        Ok(df) => {
+            let t = tables::strings(&df, "tool_id").unwrap_or_default();
+            v.checks.push(format!("tools.parquet: {} tools, documented schema", t.len()));
+            t.into_iter().collect()
+        }
+        Err(e) => {
+            v.fail(format!("tools.parquet: {e}"));
+            HashSet::new()
+        }
+    };
+    match tables::read_checked(&dir.join("samples.parquet"), tables::SAMPLES_SCHEMA) {
+        Ok(df) => {
+            let rows = tables::strings(&df, "id").unwrap_or_default();
+            if rows != ids {
+                v.fail(format!(
+                    "samples.parquet: its {} ids are not the {} ids of samples.jsonl in order",
+                    rows.len(),
+                    ids.len()
+                ));
+            } else {
+                v.checks.push(format!("samples.parquet: {} rows, documented schema", rows.len()));
+            }
+        }
+        Err(e) => v.fail(format!("samples.parquet: {e}")),
+    }
+
+    // Lineage.
+    let mut lineage: HashMap<String, Value> = HashMap::new();
+    match std::fs::File::open(dir.join("lineage.jsonl")) {
+        Err(e) => v.fail(format!("lineage.jsonl: cannot open: {e}")),
+        Ok(f) => {
+            for (i, l) in BufReader::new(f).lines().enumerate() {
+                let l = l?;
+                if l.trim().is_empty() {
+                    continue;
+                }
+                match serde_json::from_str::<Value>(&l) {
+                    Ok(x) if x["id"].is_string() => {
+                        lineage.insert(x["id"].as_str().unwrap_or("").to_string(), x);
+                    }
+                    Ok(_) => v.fail(format!("lineage.jsonl line {}: no `id`", i + 1)),
+                    Err(e) => v.fail(format!("lineage.jsonl line {}: not JSON: {e}", i + 1)),
+                }
+            }
+            let mut missing = 0;
+            for id in &ids {
+                match lineage.get(id) {
+                    None => {
+                        missing += 1;
+                        v.fail(format!("sample `{id}` has no lineage in lineage.jsonl"));
+                    }
+                    Some(x) => {
+                        if x["content_hash"].as_str() != hashes.get(id).map(String::as_str) {
+                            v.fail(format!("lineage of `{id}` is for other content (content_hash differs)"));
+                        }
+                        let has_events = x["events"].as_array().is_some_and(|a| !a.is_empty());
+                        let has_source = x["source"]["stage"].is_string() && x["source"]["file"].is_string();
+                        if !has_events && !has_source {
+                            v.fail(format!("lineage of `{id}` names neither ledger events nor a source artifact"));
+                        }
+                    }
+                }
+            }
+            if missing == 0 {
+                v.checks.push(format!("lineage.jsonl: every one of {} samples has its lineage", ids.len()));
+            }
+        }
+    }
+
+    // Published formats.
+    let mut parts: Vec<(String, BenchFormat, Option<u8>, Vec<Value>)> = Vec::new();
+    for level in 1..=5u8 {
+        let name = format!("level_{level}.json");
+        let path = dir.join(&name);
+        if !path.exists() {
+            continue;
+        }
+        let queries: Vec<etom::LevelQuery> = match read_json(&path) {
+            Ok(q) => q,
+            Err(e) => {
+                v.fail(format!("{name}: not an ETOM level file: {e}"));
+                continue;
+            }
+        };
+        let mut preds = Vec::new();
+        for q in &queries {
+            for (e, entry) in q.ground_truth_tools.iter().enumerate() {
+                for t in entry.tools() {
+                    let id = crate::model::tool_id(&t.server_name, &t.tool_name);
+                    referenced.push((id, format!("{name} query {}", q.query_id)));
+                    if let Some(d) = t.dependencies.iter().flatten().find(|d| **d >= e) {
+                        v.fail(format!(
+                            "{name} query {}: entry {e} depends on entry {d}, which is not earlier (forward dependency)",
+                            q.query_id
+                        ));
+                    }
+                }
+            }
+            preds.push(etom_oracle(level, q));
+        }
+        v.checks.push(format!("{name}: {} queries parse", queries.len()));
+        parts.push((name, BenchFormat::Etom, Some(level), preds));
+    }
+    for kind in [Kind::SingleTool, Kind::MultiTool, Kind::MultiTurn] {
+        let name = format!("finmcp_{}.json", kind.as_str());
+        let path = dir.join(&name);
+        if !path.exists() {
+            continue;
+        }
+        match read_json::<Vec<finmcp::Sample>>(&path) {
+            Ok(samples) => {
+                v.checks.push(format!("{name}: {} samples parse", samples.len()));
+                let preds = samples.iter().map(|s| json!({"id": s.id, "messages_pred": s.messages})).collect();
+                parts.push((name, BenchFormat::Finmcp, None, preds));
+            }
+            Err(e) => v.fail(format!("{name}: not a FinMCP sample file: {e}")),
+        }
+    }
+    let efs = dir.join("tool_equivalence_sets.json");
+    if efs.exists() {
+        match read_json::<etom::EfsFile>(&efs) {
+            Ok(sets) => v.checks.push(format!("tool_equivalence_sets.json: {} sets parse", sets.len())),
+            Err(e) => v.fail(format!("tool_equivalence_sets.json: not an ETOM EFS file: {e}")),
+        }
+    }
+    match std::fs::read_to_string(dir.join("README.md")) {
+        Ok(card) if card.starts_with("---\n") && card[4..].contains("\n---\n") => {
+            v.checks.push("README.md: dataset card with a YAML header".into())
+        }
+        Ok(_) => v.fail("README.md: no YAML header (`---` … `---`)"),
+        Err(e) => v.fail(format!("README.md: cannot read: {e}")),
+    }
+
+    // Tools.
+    let mut unknown = 0;
+    for (tool, wher) in &referenced {
+        if !tools.contains(tool) {
+            unknown += 1;
+            if unknown <= SHOWN {
+                v.fail(format!("{wher}: tool `{tool}` is not in tools.parquet"));
+            }
+        }
+    }
+    if unknown == 0 {
+        v.checks.push(format!("tools: all {} references are in tools.parquet", referenced.len()));
+    }
+
+    // Oracle scores.
+    if dir.join("samples.jsonl").exists() {
+        parts.insert(0, ("samples.jsonl".into(), BenchFormat::Unified, None, oracle));
+    }
+    for (i, (name, format, level, preds)) in parts.iter().enumerate() {
+        let pred_path = scratch.0.join(format!("pred_{i}.jsonl"));
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&pred_path)?);
+        for p in preds {
+            serde_json::to_writer(&mut f, p)?;
+            f.write_all(b"\n")?;
+        }
+        f.flush()?;
+        drop(f);
+        let mut modes = vec![Mode::Corrected];
+        match format {
+            BenchFormat::Etom => modes.push(Mode::CompatEtom),
+            BenchFormat::Finmcp => modes.push(Mode::CompatFinmcp),
+            BenchFormat::Unified => {}
+        }
+        for mode in modes {
+            let opts = score::Options {
+                benches: vec![dir.join(name)],
+                pred: pred_path.clone(),
+                bench_format: Some(*format),
+                pred_format: None,
+                etom_level: *level,
+                mode,
+            };
+            match score::run(&opts) {
+                Err(e) => v.fail(format!("{name}: `benchgen score` cannot read it ({mode:?}): {e:#}")),
+                Ok(rep) => {
+                    let label = match mode {
+                        Mode::Corrected => "corrected",
+                        Mode::CompatEtom => "--compat etom",
+                        Mode::CompatFinmcp => "--compat finmcp",
+                    };
+                    let mut ok = true;
+                    for d in rep.diagnostics.iter().take(3) {
+                        ok = false;
+                        v.fail(format!(
+                            "{name} ({label}): {} {}: {}",
+                            d.location,
+                            d.id.as_deref().unwrap_or(""),
+                            d.message
+                        ));
+                    }
+                    for d in rep.data_defects.iter().take(3) {
+                        ok = false;
+                        v.fail(format!("{name} ({label}): sample `{}`: {}", d.id, d.message));
+                    }
+                    for r in rep.results.iter().filter(|r| !r.em).take(3) {
+                        ok = false;
+                        v.fail(format!(
+                            "{name} ({label}): the oracle misses sample `{}`: {}",
+                            r.id,
+                            r.reasons.join("; ")
+                        ));
+                    }
+                    // Corrected: pooled F1; compat: the published per-sample average (their
+                    // pooled counts are zero for L5, where nothing is expected).
+                    let perfect = |t: Option<crate::score::report::Triple>| t.is_none_or(|t| (t.f1 - 1.0).abs() < 1e-9);
+                    let f1_ok = rep.sections.iter().flat_map(|s| &s.rows).all(|r| match mode {
+                        Mode::Corrected => perfect(r.calls_micro) && perfect(r.set_micro),
+                        _ => perfect(r.calls_macro),
+                    });
+                    if !f1_ok && ok {
+                        ok = false;
+                        v.fail(format!("{name} ({label}): the oracle's F1 is below 100 %"));
+                    }
+                    if ok {
+                        v.checks.push(format!("{name}: oracle scores 100 % ({label}, {} samples)", rep.samples));
+                    }
+                }
+            }
+        }
+    }
+    Ok(v)
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let f = std::fs::File::open(path)?;
+    Ok(serde_json::from_reader(BufReader::with_capacity(1 << 20, f))?)
+}
+
+fn checksums(dir: &Path, v: &mut Verified) -> Result<()> {
+    let text = match std::fs::read_to_string(dir.join("SHA256SUMS")) {
+        Ok(t) => t,
+        Err(e) => {
+            v.fail(format!("SHA256SUMS: cannot read: {e}"));
+            return Ok(());
+        }
+    };
+    let mut listed: BTreeMap<String, String> = BTreeMap::new();
+    for (i, l) in text.lines().enumerate() {
+        match l.split_once("  ") {
+            Some((h, f)) if h.len() == 64 => {
+                listed.insert(f.to_string(), h.to_string());
+            }
+            _ => v.fail(format!("SHA256SUMS line {}: not `<sha256>  <file>`", i + 1)),
+        }
+    }
+    let before = v.failures.len();
+    for (f, h) in &listed {
+        match super::sha256_file(&dir.join(f)) {
+            Ok(got) if &got == h => {}
+            Ok(_) => v.fail(format!("SHA256SUMS: `{f}` does not match its checksum")),
+            Err(_) => v.fail(format!("SHA256SUMS: `{f}` is listed but missing")),
+        }
+    }
+    for f in super::list_files(dir)? {
+        if f != "SHA256SUMS" && !listed.contains_key(&f) {
+            v.fail(format!("SHA256SUMS: `{f}` is not listed"));
+        }
+    }
+    if v.failures.len() == before {
+        v.checks.push(format!("SHA256SUMS: {} files match", listed.len()));
+    }
+    Ok(())
+}
+
+/// A correct prediction for a unified sample: the first alternative of every call.
+fn unified_oracle(s: &Sample) -> Value {
+    if s.kind == Kind::L5 || s.reference_calls() == 0 {
+        return json!({"id": s.id, "refusal": true});
+    }
+    let turns: Vec<Value> = s
+        .turns
+        .iter()
+        .map(|t| {
+            let calls: Vec<Value> = t
+                .reference_plan
+                .iter()
+                .map(|c| json!({"tool": c.alternatives.first().cloned().unwrap_or_default(), "group": c.group}))
+                .collect();
+            json!({"calls": calls})
+        })
+        .collect();
+    json!({"id": s.id, "turns": turns})
+}
+
+/// A correct prediction for an ETOM query: one member of each entry, grouped by dependency depth.
+fn etom_oracle(level: u8, q: &etom::LevelQuery) -> Value {
+    let id = format!("L{level}-{}", q.query_id);
+    if q.ground_truth_tools.is_empty() {
+        return json!({"id": id, "refusal": true});
+    }
+    let first: Vec<&etom::GroundTruthTool> = q.ground_truth_tools.iter().filter_map(|e| e.tools().first()).collect();
+    if level == 2 {
+        let t = first[0];
+        return json!({"id": id, "turns": [{"calls": [{"tool": crate::model::tool_id(&t.server_name, &t.tool_name), "group": 0}]}]});
+    }
+    let n = first.len();
+    let mut depth = vec![0u32; n];
+    for _ in 0..n {
+        for i in 0..n {
+            let d =
+                first[i].dependencies.iter().flatten().filter(|&&j| j < n).map(|&j| depth[j] + 1).max().unwrap_or(0);
+            depth[i] = d;
+        }
+    }
+    let calls: Vec<Value> = first
+        .iter()
+        .zip(&depth)
+        .map(|(t, d)| json!({"tool": crate::model::tool_id(&t.server_name, &t.tool_name), "group": d}))
+        .collect();
+    json!({"id": id, "turns": [{"calls": calls}]})
+}
+
+/// Text of a verification for the terminal.
+pub fn render(v: &Verified) -> String {
+    let mut out = String::new();
+    for c in &v.checks {
+        out.push_str(&format!("ok    {c}\n"));
+    }
+    if v.failures.is_empty() {
+        out.push_str(&format!("`{}`: release verified ({} samples)", v.dir, v.samples));
+    }
+    out
+}
+
+/// The `release verify` command: exit 1 with the first failures listed.
+pub fn command(dir: &Path, printer: &crate::printer::Printer) -> Result<()> {
+    let v = verify(dir)?;
+    if v.failures.is_empty() {
+        printer.summary(&render(&v), &v);
+        return Ok(());
+    }
+    let mut msg = format!("`{}` failed verification ({} problem(s)):", dir.display(), v.failures.len());
+    for f in v.failures.iter().take(SHOWN) {
+        msg.push_str(&format!("\n  - {f}"));
+    }
+    if v.failures.len() > SHOWN {
+        msg.push_str(&format!("\n  … and {} more", v.failures.len() - SHOWN));
+    }
+    Err(crate::error::hinted(msg, "rebuild the release with `benchgen release` under a new `[release] version`"))
+}

@@ -1,0 +1,526 @@
+//! `benchgen release` and `benchgen release verify` on a pool made by hand (both tracks,
+//! review decisions, ledger lineage): every format parses and scores 100 % for oracle
+//! predictions, the tables have the documented schema, the card has every section, planted
+//! defects fail verification, a version is never overwritten, an extension gets a
+//! changelog, and a rebuild from the same inputs and ledger is byte-identical.
+
+use std::path::{Path, PathBuf};
+
+use benchgen::ledger::{NewEvent, Parent};
+use serde_json::{Value, json};
+
+use crate::support::{Project, assert_code, stderr, stdout, tree, upstream};
+
+const CONFIG: &str = "pipeline/release.toml";
+
+fn config(version: &str, require_review: bool) -> String {
+    format!(
+        "[project]\nname = \"it-release\"\n\n[release]\nname = \"it-bench\"\nversion = \"{version}\"\nrequire_review = {require_review}\ndescription = \"Fixture benchmark of the release tests.\"\nlimitations = [\"Made by hand for tests.\"]\n"
+    )
+}
+
+fn plan(calls: &[(&[&str], u32, &[usize])]) -> Value {
+    Value::Array(
+        calls.iter().map(|(alts, g, deps)| json!({"alternatives": alts, "group": g, "depends_on": deps})).collect(),
+    )
+}
+
+fn etom(id: &str, kind: &str, user: &str, p: Value, scenario: &[&str]) -> Value {
+    let n = p.as_array().unwrap().len();
+    json!({"id": id, "family": "etom", "kind": kind, "scenario": scenario,
+           "turns": [{"user": user, "reference_plan": p}], "out_of_scope": kind == "L5",
+           "difficulty": if n > 5 { "medium" } else { "easy" }, "provenance_id": format!("levels:{id}")})
+}
+
+fn fin(id: &str, kind: &str, turns: Value, scenario: &[&str]) -> Value {
+    json!({"id": id, "family": "finmcp", "kind": kind, "scenario": scenario, "turns": turns,
+           "out_of_scope": false, "difficulty": "easy", "provenance_id": format!("sample:{id}"), "author": "llm:synth"})
+}
+
+fn levels_pool() -> Vec<Value> {
+    vec![
+        etom("L1-1", "L1", "On Alpha, run x.", plan(&[(&["Alpha::x"], 0, &[])]), &["dev"]),
+        etom("L2-1", "L2", "Do the x thing.", plan(&[(&["Alpha::x", "Beta::u"], 0, &[])]), &["dev"]),
+        etom("L3-1", "L3", "x then y.", plan(&[(&["Alpha::x"], 0, &[]), (&["Alpha::y"], 1, &[0])]), &["dev"]),
+        etom(
+            "L4-1",
+            "L4",
+            "z, then v or y with it.",
+            plan(&[(&["Alpha::z"], 0, &[]), (&["Beta::v", "Alpha::y"], 1, &[0])]),
+            &["ops"],
+        ),
+        etom("L5-1", "L5", "Pause my music.", plan(&[]), &["media"]),
+    ]
+}
+
+fn validated_pool() -> Vec<Value> {
+    let traj = |tool: &str, r: &str| json!({"tool": tool, "arguments": {"symbol": "ACME"}, "result": r});
+    vec![
+        fin(
+            "fin-a",
+            "single_tool",
+            json!([{"user": "Quote for ACME?", "reference_plan": plan(&[(&["get_quote"], 0, &[])]),
+                    "gold_reply": "ACME trades at 10.", "trajectory": [[traj("get_quote", "10")]]}]),
+            &["markets", "quotes"],
+        ),
+        fin(
+            "fin-b",
+            "multi_tool",
+            json!([{"user": "Quote and news for ACME, then in EUR.",
+                    "reference_plan": plan(&[(&["get_quote"], 0, &[]), (&["get_news"], 0, &[]), (&["get_fx"], 1, &[0])]),
+                    "gold_reply": "Done.",
+                    "trajectory": [[traj("get_quote", "10"), traj("get_news", "none")], [traj("get_fx", "9.2")]]}]),
+            &["markets", "news"],
+        ),
+        fin(
+            "fin-c",
+            "multi_turn",
+            json!([{"user": "Quote ACME.", "reference_plan": plan(&[(&["get_quote"], 0, &[])]), "gold_reply": "10."},
+                   {"user": "And news?", "reference_plan": plan(&[(&["get_news"], 0, &[])]), "gold_reply": "None."}]),
+            &["markets", "quotes"],
+        ),
+        fin(
+            "fin-d",
+            "single_tool",
+            json!([{"user": "News?", "reference_plan": plan(&[(&["get_news"], 0, &[])]), "gold_reply": "None."}]),
+            &["markets", "news"],
+        ),
+    ]
+}
+
+fn hash(v: &Value) -> String {
+    serde_json::from_value::<benchgen::model::Sample>(v.clone()).unwrap().content_hash()
+}
+
+fn decisions(pool: &[Value], rejected: &[&str]) -> Vec<Value> {
+    let mut d: Vec<Value> = pool
+        .iter()
+        .map(|s| {
+            let id = s["id"].as_str().unwrap();
+            let decision = if rejected.contains(&id) { "rejected" } else { "accepted" };
+            json!({"id": id, "content_hash": hash(s), "decision": decision, "decided_by": "llm",
+                   "reviewers": [{"id": "llm:pre", "scores": {"relevance": 5, "completeness": 4}}], "rule": "both >= 4"})
+        })
+        .collect();
+    d.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+    d
+}
+
+/// The upstream artifacts and ledger of a release: catalogs, EFS sets, both pools,
+/// review decisions, and per-sample ledger events behind an LLM exchange.
+fn upstream_fixture(root: &Path, validated: &[Value], levels: &[Value], rejected: &[&str]) {
+    let catalog = json!({"servers": [
+        {"name": "Alpha", "description": "a", "summary": "", "url": "", "categories": ["Developer Tools"], "tools": [
+            {"id": "Alpha::x", "name": "x", "description": "does x", "input_schema": {"type": "object"}},
+            {"id": "Alpha::y", "name": "y", "description": "does y", "input_schema": {"type": "object"}},
+            {"id": "Alpha::z", "name": "z", "description": "does z", "input_schema": {"type": "object"}}]},
+        {"name": "Beta", "description": "b", "summary": "", "url": "", "categories": ["Operations"], "tools": [
+            {"id": "Beta::u", "name": "u", "description": "does x too", "input_schema": {"type": "object"}},
+            {"id": "Beta::v", "name": "v", "description": "does y too", "input_schema": {"type": "object"}}]}]});
+    upstream::stage(root, "filter", &[("catalog.json", serde_json::to_vec_pretty(&catalog).unwrap())], &[]);
+    let log_tools = json!([
+        {"name": "get_quote", "description": "quote", "input_schema": {"type": "object"}},
+        {"name": "get_news", "description": "news", "input_schema": {"type": "object"}},
+        {"name": "get_fx", "description": "fx", "input_schema": {"type": "object"}}]);
+    upstream::stage(root, "logs-import", &[("catalog.json", serde_json::to_vec(&log_tools).unwrap())], &[]);
+    let sets = json!([{"set_id": 1, "size": 2, "tools": [
+        {"tool_id": "Alpha::x", "server_name": "Alpha", "tool_name": "x", "description": "does x"},
+        {"tool_id": "Beta::u", "server_name": "Beta", "tool_name": "u", "description": "does x too"}]}]);
+    upstream::stage(root, "efs-finalize", &[("tool_equivalence_sets.json", serde_json::to_vec(&sets).unwrap())], &[]);
+
+    let exchange = |item: &str, hash: &str| {
+        NewEvent::new(
+            "llm.exchange",
+            Some(item),
+            json!({"role": "synth", "provider": "vllm", "model": "qwen-test", "item": item, "request_hash": hash,
+                   "cached": false, "usage": {"prompt_tokens": 100, "completion_tokens": 20}, "latency_ms": 7}),
+        )
+    };
+    let mut events = Vec::new();
+    for s in validated {
+        let id = s["id"].as_str().unwrap();
+        events.push(exchange(id, &format!("sha256:req-{id}")));
+        let parent = Parent::Batch(events.len() - 1);
+        events.push(
+            NewEvent::new("validate.verdict", Some(&format!("sample:{id}")), json!({"accepted": true, "time": "t"}))
+                .with_parent(parent),
+        );
+    }
+    upstream::stage(root, "validate", &[("samples.jsonl", upstream::jsonl(validated))], &events);
+    let events: Vec<NewEvent> = levels
+        .iter()
+        .map(|s| NewEvent::new("levels.query", Some(s["provenance_id"].as_str().unwrap()), json!({"id": s["id"]})))
+        .collect();
+    upstream::stage(root, "levels-export", &[("samples.jsonl", upstream::jsonl(levels))], &events);
+    let mut all: Vec<Value> = validated.iter().chain(levels).cloned().collect();
+    all.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+    let report = "# Review merge\n\n## Agreement\n\n| dimension | Cohen's kappa | Krippendorff's alpha |\n|---|---:|---:|\n| relevance | 0.81 | 0.80 |\n\n## Discussion\n\nnone\n";
+    upstream::stage(
+        root,
+        "review-merge",
+        &[("decisions.jsonl", upstream::jsonl(&decisions(&all, rejected))), ("report.md", report.as_bytes().to_vec())],
+        &[],
+    );
+}
+
+fn project(version: &str) -> Project {
+    let p = Project::empty();
+    p.write(CONFIG, config(version, true));
+    upstream_fixture(p.root(), &validated_pool(), &levels_pool(), &["fin-d"]);
+    p
+}
+
+fn release(p: &Project, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["--config", CONFIG, "release"];
+    args.extend_from_slice(extra);
+    p.run(&args)
+}
+
+fn dir(p: &Project, version: &str) -> PathBuf {
+    p.path(&format!("release/it-bench-{version}"))
+}
+
+fn benchgen(args: &[&str]) -> std::process::Output {
+    assert_cmd::Command::cargo_bin("benchgen")
+        .unwrap()
+        .env("BENCHGEN_NO_PROGRESS", "1")
+        .env_remove("BENCHGEN_CONFIG")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn score_json(args: &[&str]) -> Value {
+    let mut a = vec!["--json", "score"];
+    a.extend_from_slice(args);
+    let o = benchgen(&a);
+    assert_code(&o, 0);
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn all_perfect(rep: &Value, n: usize) {
+    assert_eq!(rep["samples"], n, "{rep}");
+    for s in rep["sections"].as_array().unwrap() {
+        for r in s["rows"].as_array().unwrap() {
+            assert_eq!(r["em"], 1.0, "{} {}: {r}", s["dimension"], r["key"]);
+        }
+    }
+    assert!(rep["data_defects"].as_array().unwrap().is_empty(), "{rep}");
+}
+
+#[test]
+fn release_parses_scores_100_and_has_a_full_card() {
+    let p = project("1.0.0");
+    let o = release(&p, &[]);
+    assert_code(&o, 0);
+    let d = dir(&p, "1.0.0");
+    let files: Vec<String> = tree(&d).into_keys().collect();
+    for f in [
+        "README.md",
+        "CHANGELOG.md",
+        "SHA256SUMS",
+        "samples.jsonl",
+        "samples.parquet",
+        "tools.parquet",
+        "lineage.jsonl",
+        "level_1.json",
+        "level_5.json",
+        "tool_equivalence_sets.json",
+        "finmcp_single_tool.json",
+        "finmcp_multi_tool.json",
+        "finmcp_multi_turn.json",
+        "plots/difficulty.svg",
+        "plots/scenarios.svg",
+    ] {
+        assert!(files.contains(&f.to_string()), "{f} missing from {files:?}");
+    }
+    assert_eq!(
+        tree(&d),
+        tree(&p.path("artifacts/release")).into_iter().filter(|(k, _)| k != "manifest.json").collect()
+    );
+
+    // The rejected sample is left out; the others are released in id order.
+    let ids: Vec<String> = std::fs::read_to_string(d.join("samples.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<benchgen::model::Sample>(l).unwrap().id)
+        .collect();
+    assert_eq!(ids, ["L1-1", "L2-1", "L3-1", "L4-1", "L5-1", "fin-a", "fin-b", "fin-c"]);
+
+    // `release verify` passes and names every part it scored.
+    let o = benchgen(&["release", "verify", d.to_str().unwrap()]);
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    for part in ["samples.jsonl", "level_2.json", "level_4.json", "finmcp_multi_tool.json", "finmcp_multi_turn.json"] {
+        assert!(out.contains(&format!("{part}: oracle scores 100 %")), "{part}: {out}");
+    }
+    assert!(out.contains("--compat etom") && out.contains("--compat finmcp"), "{out}");
+
+    // The published files load in `benchgen score` as their own formats, oracle 100 %.
+    let fx = tempfile::tempdir().unwrap();
+    let mut etom_pred = String::new();
+    for l in 1..=4 {
+        let q: Vec<Value> = serde_json::from_slice(&std::fs::read(d.join(format!("level_{l}.json"))).unwrap()).unwrap();
+        for q in q {
+            let first: Vec<&Value> = q["ground_truth_tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| if e.is_array() { &e[0] } else { e })
+                .collect();
+            let take = if l == 2 { 1 } else { first.len() };
+            let pred: Vec<String> = first[..take]
+                .iter()
+                .map(|t| json!({"server": t["server_name"], "tool_name": t["tool_name"]}).to_string())
+                .collect();
+            etom_pred.push_str(&format!("{}\n", json!({"id": format!("L{l}-{}", q["query_id"]), "prediction": pred})));
+        }
+    }
+    etom_pred.push_str(&format!("{}\n", json!({"id": "L5-1", "prediction": []})));
+    let ep = fx.path().join("etom.jsonl");
+    std::fs::write(&ep, etom_pred).unwrap();
+    let mut args: Vec<String> = Vec::new();
+    for l in 1..=5 {
+        args.push("--bench".into());
+        args.push(d.join(format!("level_{l}.json")).display().to_string());
+    }
+    args.extend(["--pred".into(), ep.display().to_string()]);
+    for compat in [None, Some("etom")] {
+        let mut a: Vec<&str> = args.iter().map(String::as_str).collect();
+        if let Some(c) = compat {
+            a.extend(["--compat", c]);
+        }
+        all_perfect(&score_json(&a), 5);
+    }
+    let mut fin_pred = String::new();
+    let mut fargs: Vec<String> = Vec::new();
+    for k in ["single_tool", "multi_tool", "multi_turn"] {
+        let f = d.join(format!("finmcp_{k}.json"));
+        let samples: Vec<Value> = serde_json::from_slice(&std::fs::read(&f).unwrap()).unwrap();
+        for s in samples {
+            fin_pred.push_str(&format!("{}\n", json!({"id": s["id"], "messages_pred": s["messages"]})));
+        }
+        fargs.extend(["--bench".into(), f.display().to_string()]);
+    }
+    let fp = fx.path().join("fin.jsonl");
+    std::fs::write(&fp, fin_pred).unwrap();
+    fargs.extend(["--pred".into(), fp.display().to_string()]);
+    for compat in [None, Some("finmcp")] {
+        let mut a: Vec<&str> = fargs.iter().map(String::as_str).collect();
+        if let Some(c) = compat {
+            a.extend(["--compat", c]);
+        }
+        all_perfect(&score_json(&a), 3);
+    }
+
+    // Parquet, read back with polars: the documented schema and one row per sample.
+    use polars::prelude::*;
+    let df = ParquetReader::new(std::fs::File::open(d.join("samples.parquet")).unwrap()).finish().unwrap();
+    let cols: Vec<String> = df.get_column_names().iter().map(|c| c.to_string()).collect();
+    let want: Vec<String> = benchgen::release::tables::SAMPLES_SCHEMA.iter().map(|(n, _)| n.to_string()).collect();
+    assert_eq!(cols, want);
+    assert_eq!(df.height(), 8);
+    assert_eq!(df.column("calls").unwrap().dtype(), &DataType::UInt32);
+    assert_eq!(df.column("review_score_mean").unwrap().dtype(), &DataType::Float64);
+    let decision = df.column("review_decision").unwrap().str().unwrap().get(6).map(str::to_string);
+    assert_eq!(decision.as_deref(), Some("accepted"));
+    let mean = df.column("review_score_mean").unwrap().f64().unwrap().get(0);
+    assert_eq!(mean, Some(4.5));
+    let tools = ParquetReader::new(std::fs::File::open(d.join("tools.parquet")).unwrap()).finish().unwrap();
+    let ids = benchgen::release::tables::strings(&tools, "tool_id").unwrap();
+    assert_eq!(ids, ["Alpha::x", "Alpha::y", "Alpha::z", "Beta::u", "Beta::v", "get_fx", "get_news", "get_quote"]);
+
+    // The card: HF header and every section.
+    let card = std::fs::read_to_string(d.join("README.md")).unwrap();
+    assert!(card.starts_with("---\npretty_name: \"it-bench\"\nlicense: \"cc-by-4.0\"\n"), "{card}");
+    for needle in [
+        "task_categories:",
+        "configs:",
+        "path: samples.parquet",
+        "config_name: level_4",
+        "config_name: finmcp_multi_turn",
+        "# it-bench 1.0.0",
+        "## Files",
+        "## Statistics",
+        "| L4 | 1 | 1.00 | 2.00 | 2.00 | 3.00 | 1 | 0 | 0 |",
+        "![difficulty](plots/difficulty.svg)",
+        "## Scenarios",
+        "## Yield funnel",
+        "| left out | 1: review: rejected |",
+        "| **release** | 8 samples |",
+        "## Review and agreement",
+        "| relevance | 0.81 | 0.80 |",
+        "LLM pre-review standing in for human reviewers",
+        "## How it was made",
+        "| vllm | qwen-test | synth | 3 | 300 | 60 |",
+        "## Known limitations",
+        "Made by hand for tests.",
+        "## Lineage and verification",
+    ] {
+        assert!(card.contains(needle), "card lacks {needle:?}:\n{card}");
+    }
+    assert!(std::fs::read_to_string(d.join("plots/kinds.svg")).unwrap().starts_with("<svg"));
+
+    // Lineage, and `explain` of a released id.
+    let lineage = std::fs::read_to_string(d.join("lineage.jsonl")).unwrap();
+    let fb: Value = serde_json::from_str(lineage.lines().find(|l| l.contains("\"fin-b\"")).unwrap()).unwrap();
+    let kinds: Vec<&str> = fb["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["llm.exchange", "validate.verdict"], "{fb}");
+    assert_eq!(fb["events"][0]["ref"], "request:sha256:req-fin-b");
+    assert_eq!(fb["review"]["decision"], "accepted");
+    let o = p.run(&["--config", CONFIG, "--json", "explain", "sample:fin-b"]);
+    assert_code(&o, 0);
+    let x: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(x["item"], "released sample");
+    assert!(x["status"].as_str().unwrap().contains("finmcp_multi_tool.json#fin-b"), "{x}");
+    assert_eq!(x["lineage"].as_array().unwrap().len(), 2, "{x}");
+    let o = p.run(&["--config", CONFIG, "explain", "sample:L3-1"]);
+    assert_code(&o, 0);
+    assert!(stdout(&o).contains("levels.query"), "{}", stdout(&o));
+}
+
+#[test]
+fn without_review_the_release_needs_the_switch() {
+    let p = Project::empty();
+    p.write(CONFIG, config("0.1.0", true));
+    upstream_fixture(p.root(), &validated_pool(), &[], &[]);
+    std::fs::remove_dir_all(p.path("artifacts/review-merge")).unwrap();
+    // The registry track is off: no levels.
+    std::fs::remove_dir_all(p.path("artifacts/levels-export")).unwrap();
+    let o = release(&p, &[]);
+    assert_code(&o, 1);
+    assert!(stderr(&o).contains("require_review = false"), "{}", stderr(&o));
+    assert!(!dir(&p, "0.1.0").exists());
+    p.write(CONFIG, config("0.1.0", false));
+    assert_code(&release(&p, &[]), 0);
+    let d = dir(&p, "0.1.0");
+    assert!(!d.join("level_1.json").exists(), "no levels track, no ETOM files");
+    let card = std::fs::read_to_string(d.join("README.md")).unwrap();
+    assert!(card.contains("built without the review stage") && card.contains("No ETOM levels"), "{card}");
+    assert_code(&benchgen(&["release", "verify", d.to_str().unwrap()]), 0);
+}
+
+fn planted(p: &Project, name: &str, edit: impl FnOnce(&Path), resum: bool) -> String {
+    let src = dir(p, "1.0.0");
+    let d = p.path(&format!("planted/{name}"));
+    for (rel, bytes) in tree(&src) {
+        p.write(&format!("planted/{name}/{rel}"), bytes);
+    }
+    edit(&d);
+    if resum {
+        std::fs::write(d.join("SHA256SUMS"), benchgen::release::checksums(&d).unwrap()).unwrap();
+    }
+    let o = benchgen(&["release", "verify", d.to_str().unwrap()]);
+    assert_code(&o, 1);
+    stderr(&o)
+}
+
+fn replace_in(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains(from), "{from} not in {}", path.display());
+    std::fs::write(path, text.replacen(from, to, 1)).unwrap();
+}
+
+#[test]
+fn verify_fails_on_each_planted_defect() {
+    let p = project("1.0.0");
+    assert_code(&release(&p, &[]), 0);
+    let e = planted(&p, "tool", |d| replace_in(&d.join("samples.jsonl"), "\"Alpha::z\"", "\"Alpha::gone\""), true);
+    assert!(e.contains("tool `Alpha::gone` is not in tools.parquet"), "{e}");
+    let e = planted(
+        &p,
+        "forward",
+        |d| replace_in(&d.join("level_3.json"), "\"dependencies\":[]", "\"dependencies\":[1]"),
+        true,
+    );
+    assert!(
+        e.contains("level_3.json query 1: entry 0 depends on entry 1, which is not earlier (forward dependency)"),
+        "{e}"
+    );
+    let e = planted(
+        &p,
+        "checksum",
+        |d| {
+            let mut t = std::fs::read(d.join("tools.parquet")).unwrap();
+            t.push(0);
+            std::fs::write(d.join("tools.parquet"), t).unwrap();
+        },
+        false,
+    );
+    assert!(e.contains("SHA256SUMS: `tools.parquet` does not match its checksum"), "{e}");
+    let e = planted(
+        &p,
+        "lineage",
+        |d| {
+            let text = std::fs::read_to_string(d.join("lineage.jsonl")).unwrap();
+            let kept: String = text.lines().filter(|l| !l.contains("\"fin-b\"")).map(|l| format!("{l}\n")).collect();
+            std::fs::write(d.join("lineage.jsonl"), kept).unwrap();
+        },
+        true,
+    );
+    assert!(e.contains("sample `fin-b` has no lineage in lineage.jsonl"), "{e}");
+    assert!(e.starts_with("error: `") && e.contains("failed verification"), "{e}");
+}
+
+#[test]
+fn a_version_is_never_overwritten_and_an_extension_gets_a_changelog() {
+    let p = project("1.0.0");
+    assert_code(&release(&p, &[]), 0);
+    let v1 = tree(&dir(&p, "1.0.0"));
+    // The same inputs again: the same bytes, nothing rewritten.
+    let o = release(&p, &["--force"]);
+    assert_code(&o, 0);
+    assert!(stdout(&o).contains("already published"), "{}", stdout(&o));
+    assert_eq!(tree(&dir(&p, "1.0.0")), v1);
+
+    // Extend: a new sample, one changed (and reviewed again), one now rejected.
+    let mut validated = validated_pool();
+    validated[0]["turns"][0]["gold_reply"] = json!("ACME trades at 11.");
+    validated.push(fin(
+        "fin-e",
+        "single_tool",
+        json!([{"user": "EUR rate?", "reference_plan": plan(&[(&["get_fx"], 0, &[])]), "gold_reply": "0.92"}]),
+        &["markets", "fx"],
+    ));
+    upstream_fixture(p.root(), &validated, &levels_pool(), &["fin-d", "fin-c"]);
+    let o = release(&p, &[]);
+    assert_code(&o, 1);
+    assert!(stderr(&o).contains("already exists with different content"), "{}", stderr(&o));
+    assert_eq!(tree(&dir(&p, "1.0.0")), v1, "the published version is untouched");
+
+    p.write(CONFIG, config("1.1.0", true));
+    assert_code(&release(&p, &[]), 0);
+    assert_eq!(tree(&dir(&p, "1.0.0")), v1);
+    let log = std::fs::read_to_string(dir(&p, "1.1.0").join("CHANGELOG.md")).unwrap();
+    for needle in [
+        "## 1.1.0",
+        "Against 1.0.0: 1 added, 1 removed, 1 changed, 6 unchanged.",
+        "- `fin-e`: new in the sample pool",
+        "- `fin-c`: review: rejected",
+        "- `fin-a`: content changed; reviewed again (accepted by llm)",
+    ] {
+        assert!(log.contains(needle), "changelog lacks {needle:?}:\n{log}");
+    }
+    assert!(std::fs::read_to_string(dir(&p, "1.1.0").join("README.md")).unwrap().contains("## Changes"));
+    assert_code(&benchgen(&["release", "verify", dir(&p, "1.1.0").to_str().unwrap()]), 0);
+}
+
+#[test]
+fn a_rebuild_from_the_same_inputs_and_ledger_is_byte_identical() {
+    let a = project("1.0.0");
+    assert_code(&release(&a, &[]), 0);
+    let first = tree(&dir(&a, "1.0.0"));
+    // Same project: the release removed and remade, replaying from the ledger.
+    std::fs::remove_dir_all(dir(&a, "1.0.0")).unwrap();
+    assert_code(&a.run(&["--config", CONFIG, "clean", "release"]), 0);
+    assert_code(&a.run(&["--config", CONFIG, "--llm-mode", "replay", "release"]), 0);
+    assert_eq!(tree(&dir(&a, "1.0.0")), first);
+    // A fresh project from the same inputs and ledger events.
+    let b = project("1.0.0");
+    assert_code(&b.run(&["--config", CONFIG, "--llm-mode", "replay", "release"]), 0);
+    let second = tree(&dir(&b, "1.0.0"));
+    assert_eq!(first.keys().collect::<Vec<_>>(), second.keys().collect::<Vec<_>>());
+    for (k, v) in &first {
+        assert!(second[k] == *v, "{k} differs between the two builds");
+    }
+}
