@@ -25,6 +25,7 @@ pub mod model;
 pub mod pipeline;
 pub mod printer;
 pub mod registry;
+pub mod review;
 pub mod samples;
 pub mod sandbox;
 pub mod score;

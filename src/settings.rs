@@ -43,6 +43,9 @@ pub struct Config {
     /// Absent: `graph build` is not part of `run` (it still runs alone).
     #[serde(default)]
     pub graph: Option<crate::graph::GraphSettings>,
+    /// Absent: the review stages are not part of `run` (each still runs alone).
+    #[serde(default)]
+    pub review: Option<crate::review::ReviewSettings>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
