@@ -404,9 +404,13 @@ pub fn merge(
                     &loc,
                     format!("adjudicator `{}` is not on the roster (or write `consensus`)", w.adjudicator),
                 )),
-                Some(rv) if rv.role != Role::Lead => problems
-                    .push(Problem::new(&loc, format!("`{}` is not a lead (role = \"lead\" in the roster)", rv.id))),
                 Some(rv) => {
+                    if rv.role != Role::Lead {
+                        problems.push(Problem::new(
+                            &loc,
+                            format!("`{}` is not a lead (role = \"lead\" in the roster)", rv.id),
+                        ));
+                    }
                     if assigned.is_some_and(|x| x.reviewers.contains(&rv.id)) {
                         problems.push(Problem::new(
                             &loc,

@@ -131,7 +131,13 @@ impl Stage for PrereviewStage {
     }
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         settings(s)
-            .map(|p| p.roles.iter().map(|r| ConfigRef::new("review.prereview.roles", r)).collect())
+            .map(|p| {
+                p.roles
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| ConfigRef::new(format!("review.prereview.roles[{i}]"), r))
+                    .collect()
+            })
             .unwrap_or_default()
     }
     fn prompts(&self, s: &Settings) -> Vec<PromptRef> {

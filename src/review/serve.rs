@@ -300,6 +300,8 @@ pub fn serve(s: &Settings, printer: &crate::printer::Printer, addr: Option<Socke
         dirty: AtomicBool::new(true),
     });
     let web_dir = super::sheets::web_dir(s);
+    // Ctrl-C stops serving gracefully (final dump of `reviews/web/`), not the process at once.
+    crate::children::set_graceful_interrupt();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
         let listener =

@@ -26,6 +26,7 @@ mod mcp_sandbox;
 mod pipeline;
 mod registry;
 mod registry_bench;
+mod review;
 mod score_cli;
 mod score_compat;
 mod score_properties;
