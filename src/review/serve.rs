@@ -363,7 +363,9 @@ async fn security_headers(mut r: Response) -> Response {
     h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // Not `no-referrer`: with it Chromium sends `Origin: null` on our own form posts,
+    // which the origin check must refuse.
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
@@ -1043,14 +1045,18 @@ document.addEventListener('DOMContentLoaded', function () {
   var cur = 0;
   for (var i = 0; i < dims.length; i++) { if (!dims[i].querySelector('input:checked')) { cur = i; break; } }
   function mark() { dims.forEach(function (d, i) { d.classList.toggle('current', i === cur); }); }
-  var pending = null;
+  // One save in flight at a time, always sending the latest form state, so an older
+  // save can never land after a newer one.
+  var pending = null, inFlight = false, again = false;
   function save() {
+    if (inFlight) { again = true; return; }
+    inFlight = true; again = false;
     var body = new URLSearchParams(new FormData(form));
     status.textContent = 'Saving…';
     fetch(form.getAttribute('data-draft'), { method: 'POST', headers: { 'X-CSRF-Token': csrf }, body: body, credentials: 'same-origin' })
       .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
-      .then(function (j) { status.textContent = j.submitted ? 'Submitted' : 'Draft saved'; })
-      .catch(function (e) { status.textContent = 'Not saved (' + e + ')'; });
+      .then(function (j) { inFlight = false; if (again) { save(); } else { status.textContent = j.submitted ? 'Submitted' : 'Draft saved'; } })
+      .catch(function (e) { inFlight = false; status.textContent = 'Not saved (' + e + ')'; if (again) save(); });
   }
   form.addEventListener('change', save);
   var note = form.querySelector('textarea[name=note]');

@@ -27,6 +27,7 @@ mod pipeline;
 mod registry;
 mod registry_bench;
 mod review;
+mod review_browser;
 mod score_cli;
 mod score_compat;
 mod score_properties;
