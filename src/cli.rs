@@ -361,8 +361,9 @@ pub enum ReviewCommand {
     Prereview(ForceArgs),
     /// Decide every sample, queue disagreements for adjudication, measure agreement.
     ///
-    /// Reads `review-assign/`, `review-import/scores.jsonl` and `review-prereview/scores.jsonl`
-    /// when present, `reviews/adjudications.csv` and `reviews/web/adjudications.jsonl`.
+    /// Reads `review-assign/assignments.json` and `samples.jsonl`, `review-import/scores.jsonl`
+    /// and `review-prereview/scores.jsonl` when present, `reviews/adjudications.csv` and
+    /// `reviews/web/adjudications.jsonl` (rewritten from the web app's database first).
     /// Writes `artifacts/review-merge/`: `decisions.jsonl`, `agreement.json`, `report.md`,
     /// `heatmap.svg` and `queue.csv` (the adjudication queue).
     Merge(ForceArgs),
