@@ -15,6 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const SECRET: &str = "bench-review-secret-0123456789";
+/// An acknowledged submission: (sample, reviewer, scores).
+type Ack = (String, String, BTreeMap<String, u8>);
+
 const DIMS: [&str; 5] = ["relevance", "completeness", "consistency", "reliability", "freshness"];
 
 fn start(dir: &std::path::Path, port: u16) -> Child {
@@ -116,7 +119,7 @@ fn main() {
     let retries = Arc::new(AtomicUsize::new(0));
     let pages = Arc::new(Mutex::new(Vec::new()));
     let submits = Arc::new(Mutex::new(Vec::new()));
-    let confirmed: Arc<Mutex<Vec<(String, String, BTreeMap<String, u8>)>>> = Arc::new(Mutex::new(Vec::new()));
+    let confirmed: Arc<Mutex<Vec<Ack>>> = Arc::new(Mutex::new(Vec::new()));
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let t0 = Instant::now();
     let killed_at = Arc::new(Mutex::new(None::<(Duration, Duration)>));
@@ -173,7 +176,10 @@ fn main() {
                         if cookie.is_none() {
                             match http.get(format!("{base}/login?token={token}")).send().await {
                                 Ok(r) if r.status() == 303 => {
-                                    cookie = r.headers()["set-cookie"].to_str().ok().map(|c| c.split(';').next().unwrap().to_string())
+                                    cookie = r.headers()["set-cookie"]
+                                        .to_str()
+                                        .ok()
+                                        .map(|c| c.split(';').next().unwrap().to_string())
                                 }
                                 _ => {
                                     retries.fetch_add(1, Ordering::Relaxed);
@@ -194,7 +200,14 @@ fn main() {
                             continue;
                         };
                         pages.lock().unwrap().push(t.elapsed().as_secs_f64() * 1000.0);
-                        let csrf = page.split("name=\"csrf\" content=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+                        let csrf = page
+                            .split("name=\"csrf\" content=\"")
+                            .nth(1)
+                            .unwrap()
+                            .split('"')
+                            .next()
+                            .unwrap()
+                            .to_string();
                         let mut pairs: Vec<(&str, String)> = vec![("csrf", csrf)];
                         for (k, v) in &scores {
                             pairs.push((k.as_str(), v.to_string()));
@@ -247,7 +260,9 @@ fn main() {
             })
             .ok();
         match row {
-            Some((s, st)) if st == "submitted" && serde_json::from_str::<BTreeMap<String, u8>>(&s).ok().as_ref() == Some(scores) => {}
+            Some((s, st))
+                if st == "submitted"
+                    && serde_json::from_str::<BTreeMap<String, u8>>(&s).ok().as_ref() == Some(scores) => {}
             _ => lost += 1,
         }
     }
@@ -255,18 +270,8 @@ fn main() {
     let mut p = pages.lock().unwrap().clone();
     let mut s = submits.lock().unwrap().clone();
     println!("review serve under load: {n_rev} concurrent reviewers, {} samples, {total} submissions", a.samples.len());
-    println!(
-        "  page   p50 {:.1} ms  p99 {:.1} ms  ({} requests)",
-        pct(&mut p, 0.5),
-        pct(&mut p, 0.99),
-        p.len()
-    );
-    println!(
-        "  submit p50 {:.1} ms  p99 {:.1} ms  ({} acknowledged)",
-        pct(&mut s, 0.5),
-        pct(&mut s, 0.99),
-        s.len()
-    );
+    println!("  page   p50 {:.1} ms  p99 {:.1} ms  ({} requests)", pct(&mut p, 0.5), pct(&mut p, 0.99), p.len());
+    println!("  submit p50 {:.1} ms  p99 {:.1} ms  ({} acknowledged)", pct(&mut s, 0.5), pct(&mut s, 0.99), s.len());
     println!(
         "  kill -9 after {:.2} s ({}% acknowledged), restarted in {:.0} ms; {} retried requests; wall {:.2} s",
         kill.as_secs_f64(),

@@ -45,8 +45,8 @@ role = "lead"
 pub fn sample(i: usize, author: Option<&str>) -> Value {
     let mut v = json!({
         "id": format!("s{i:03}"), "family": "finmcp",
-        "kind": if i % 3 == 0 { "single_tool" } else { "multi_tool" },
-        "scenario": ["wealth", if i % 2 == 0 { "funds" } else { "stocks" }],
+        "kind": if i.is_multiple_of(3) { "single_tool" } else { "multi_tool" },
+        "scenario": ["wealth", if i.is_multiple_of(2) { "funds" } else { "stocks" }],
         "turns": [{
             "user": format!("What is the latest NAV of fund F{i}?"),
             "reference_plan": [{"alternatives": ["fin::nav"], "group": 0}],
@@ -811,4 +811,102 @@ async fn web_app_authorises_every_request_and_its_submissions_reach_the_pipeline
         .query_row("SELECT count(*) FROM events WHERE stage = 'review-serve' AND kind = 'review'", [], |r| r.get(0))
         .unwrap();
     assert_eq!(n, 2, "every web submission is a review event");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_adjudication_is_for_leads_who_did_not_review_and_reaches_merge() {
+    let rp = RP::new(12, "");
+    rp.ok(&["review", "assign"]);
+    let a = rp.assignments();
+    // A sample lena (the lead) did not review, and one she did.
+    let x = a.samples.iter().find(|x| !x.reviewers.contains(&"lena".into())).unwrap().clone();
+    let own = a.samples.iter().find(|x| x.reviewers.contains(&"lena".into())).unwrap().clone();
+    let srv = Server::start(&rp.p);
+    let base = srv.base.clone();
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let ct = ("content-type", "application/x-www-form-urlencoded");
+    let session = |who: &str| {
+        let (http, base, token) = (http.clone(), base.clone(), token_of(&rp.p, who));
+        async move {
+            let r = http.get(format!("{base}/login?token={token}")).send().await.unwrap();
+            r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string()
+        }
+    };
+    let csrf_of =
+        |page: &str| page.split("name=\"csrf\" content=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    // Both reviewers of each sample submit: the first accepts, the second rejects (freshness 1).
+    for s in [&x, &own] {
+        for (i, rv) in s.reviewers.iter().enumerate() {
+            let c = session(rv).await;
+            let page =
+                http.get(format!("{base}/s/{}", s.id)).header("cookie", &c).send().await.unwrap().text().await.unwrap();
+            let fresh = if i == 0 { "5" } else { "1" };
+            let body = form_body(&[
+                ("csrf", &csrf_of(&page)),
+                ("relevance", "5"),
+                ("completeness", "5"),
+                ("consistency", "5"),
+                ("reliability", "5"),
+                ("freshness", fresh),
+            ]);
+            let r = http
+                .post(format!("{base}/s/{}/submit", s.id))
+                .header("cookie", &c)
+                .header(ct.0, ct.1)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 303);
+        }
+    }
+    // Not a lead: 403. The lead sees x in her queue, not the sample she reviewed herself.
+    let cr = session(&x.reviewers[0]).await;
+    assert_eq!(http.get(format!("{base}/adjudicate")).header("cookie", &cr).send().await.unwrap().status(), 403);
+    let cl = session("lena").await;
+    let q = http.get(format!("{base}/adjudicate")).header("cookie", &cl).send().await.unwrap().text().await.unwrap();
+    assert!(q.contains(&format!("/adjudicate/{}", x.id)), "{q}");
+    assert!(!q.contains(&format!("/adjudicate/{}\"", own.id)), "{q}");
+    assert_eq!(
+        http.get(format!("{base}/adjudicate/{}", own.id)).header("cookie", &cl).send().await.unwrap().status(),
+        403
+    );
+    let page = http
+        .get(format!("{base}/adjudicate/{}", x.id))
+        .header("cookie", &cl)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("freshness = 1") && page.contains("freshness = 5"), "both reviews are shown: {page}");
+    let body = form_body(&[("csrf", &csrf_of(&page)), ("decision", "reject"), ("reason", "stale data in the answer")]);
+    let r = http
+        .post(format!("{base}/adjudicate/{}", x.id))
+        .header("cookie", &cl)
+        .header(ct.0, ct.1)
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let r = http
+        .post(format!("{base}/adjudicate/{}", own.id))
+        .header("cookie", &cl)
+        .header(ct.0, ct.1)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "a reviewer never adjudicates their own disagreement");
+    drop(srv);
+
+    rp.ok(&["review", "import"]);
+    rp.ok(&["review", "merge"]);
+    let d = rp.decisions();
+    assert_eq!(d[&x.id]["decision"], "rejected");
+    assert_eq!(d[&x.id]["decided_by"], "adjudication");
+    assert_eq!(d[&x.id]["adjudication"]["adjudicator"], "lena");
+    assert_eq!(d[&own.id]["decision"], "undecided", "still in the queue");
 }
