@@ -81,6 +81,9 @@ pub enum Command {
     /// The tool dependency graph from grouped multi-tool logs.
     #[command(subcommand)]
     Graph(GraphCommand),
+    /// Review of the samples: two reviewers each, sheets, a web app, merge and agreement.
+    #[command(subcommand)]
+    Review(ReviewCommand),
     /// Run the pipeline's stages in order, skipping those that are up to date.
     ///
     /// The stages and what each reads and writes: `benchgen stages`. A stage runs when
@@ -371,6 +374,60 @@ pub enum GraphReviewCommand {
     /// `graph.svg`, `report.md`, and `decisions.json`. Any malformed row rejects the
     /// whole import with `file:line` messages.
     Import(ForceArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReviewCommand {
+    /// Two distinct reviewers per sample from the roster (`reviews/reviewers.toml`).
+    ///
+    /// Reads the sample pool (`validate/samples.jsonl`, `levels-export/samples.jsonl`, and
+    /// `[review] extra_samples`) and the roster. Seeded, balanced draw respecting expertise
+    /// tags and capacity; never a sample's author. Earlier assignments are kept: a rerun
+    /// assigns only new samples. Writes `artifacts/review-assign/`: `assignments.json`,
+    /// `samples.jsonl`, `report.md`; then each reviewer's personal link to
+    /// `reviews/links/<id>.txt` when the review secret (`[review] token_secret_env`) is set.
+    Assign(ForceArgs),
+    /// One sheet per reviewer: `artifacts/review-export/sheets/<id>.csv` and `.xlsx`.
+    ///
+    /// Reads `review-assign/assignments.json` and `samples.jsonl`. Each row shows the query,
+    /// every turn with its tool-call groups (arguments, shortened results) and the answer,
+    /// with empty score columns (XLSX: drop-downs) and a note. Writes `report.md` too.
+    Export(ForceArgs),
+    /// Validate and apply filled sheets (`reviews/returned/*.csv`) and web submissions.
+    ///
+    /// Reads `review-assign/assignments.json`, the sheets and `reviews/web/scores.jsonl`
+    /// (rewritten from the web app's database first). Every bad row (score off the scale,
+    /// reviewer not assigned, stale content hash, duplicate) is reported with `file:line`
+    /// and nothing is applied. Writes `artifacts/review-import/scores.jsonl` and `report.json`.
+    Import(ForceArgs),
+    /// LLM pre-review: `[review.prereview] roles` score every sample with the rubric.
+    ///
+    /// Reads `review-assign/assignments.json` and `samples.jsonl` and the prompt
+    /// `pipeline/prompts/review_score.md`. Writes `artifacts/review-prereview/scores.jsonl`
+    /// (marked as LLM scores) and `report.md`. Resumable per sample and role.
+    Prereview(ForceArgs),
+    /// Decide every sample, queue disagreements for adjudication, measure agreement.
+    ///
+    /// Reads `review-assign/assignments.json` and `samples.jsonl`, `review-import/scores.jsonl`
+    /// and `review-prereview/scores.jsonl` when present, `reviews/adjudications.csv` and
+    /// `reviews/web/adjudications.jsonl` (rewritten from the web app's database first).
+    /// Writes `artifacts/review-merge/`: `decisions.jsonl`, `agreement.json`, `report.md`,
+    /// `heatmap.svg` and `queue.csv` (the adjudication queue).
+    Merge(ForceArgs),
+    /// The review web app: sign-in links, blind scoring with keyboard shortcuts and
+    /// autosave, progress, and an adjudication view for leads.
+    ///
+    /// Reads `review-assign/` and the review secret; keeps scores in `reviews/review.sqlite`
+    /// and writes `reviews/web/*.jsonl` for `review import` and `review merge`. Listens on
+    /// `[review.serve] addr` (loopback by default) until Ctrl-C.
+    Serve(ReviewServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReviewServeArgs {
+    /// Listen address (default `[review.serve] addr`, `127.0.0.1:8377`; port 0 picks one).
+    #[arg(long, value_name = "ADDR")]
+    pub addr: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -56,6 +56,9 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
         return Ok(Explanation { id: id.into(), item: "event", status, record: None, lineage });
     }
 
+    if id.starts_with("sample:") {
+        return crate::review::explain_sample(settings, &ledger, id);
+    }
     if id.starts_with("log:") {
         return explain_log(settings, &ledger, id);
     }
@@ -169,6 +172,9 @@ fn describe(e: &Event) -> String {
         }
         kind::LLM_EXCHANGE | crate::llm::LLM_FAILURE => crate::llm::describe_event(&e.kind, p),
         crate::logs::kind::DECISION => crate::logs::curate::describe(p),
+        crate::review::kind::REVIEW | crate::review::kind::DECISION | crate::review::kind::ASSIGN => {
+            crate::review::describe(&e.kind, p)
+        }
         _ => p.to_string(),
     }
 }

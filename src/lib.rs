@@ -27,6 +27,7 @@ pub mod pipeline;
 pub mod printer;
 pub mod registry;
 pub mod release;
+pub mod review;
 pub mod samples;
 pub mod sandbox;
 pub mod score;

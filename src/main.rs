@@ -7,7 +7,7 @@ use clap::Parser;
 
 use benchgen::cli::{
     Cli, Command, EfsCommand, EfsReviewCommand, GraphCommand, GraphReviewCommand, LlmCommand, LogsCommand, McpCommand,
-    RegistryCommand, StagesFormat,
+    RegistryCommand, ReviewCommand, StagesFormat,
 };
 use benchgen::printer::Printer;
 use benchgen::settings::Settings;
@@ -111,6 +111,7 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Command::Graph(GraphCommand::Review(GraphReviewCommand::Import(f))) => {
             run_named(&ctx, "graph-review-import", f.force)
         }
+        Command::Review(c) => review_command(&ctx, c),
         Command::Run(a) => {
             let reports = pipeline::run(&ctx, a.from.as_deref(), a.until.as_deref(), a.force)?;
             printer.summary("", &reports); // the human text was streamed per stage
@@ -205,6 +206,32 @@ fn efs_command(ctx: &Ctx, c: &EfsCommand) -> Result<()> {
             ctx.printer.summary(&efs::compare::render(&c), &c);
             Ok(())
         }
+    }
+}
+
+fn review_command(ctx: &Ctx, c: &ReviewCommand) -> Result<()> {
+    use benchgen::review;
+    let s = ctx.settings;
+    match c {
+        ReviewCommand::Assign(f) => {
+            run_named(ctx, "review-assign", f.force)?;
+            match review::assign::write_links(s) {
+                Ok(paths) => ctx.printer.info(&format!("{} personal links in `reviews/links/`", paths.len())),
+                Err(e) => ctx.printer.warn(&format!("no review links written: {e:#}")),
+            }
+            Ok(())
+        }
+        ReviewCommand::Export(f) => run_named(ctx, "review-export", f.force),
+        ReviewCommand::Import(f) => {
+            review::serve::dump(s)?;
+            run_named(ctx, "review-import", f.force)
+        }
+        ReviewCommand::Prereview(f) => run_named(ctx, "review-prereview", f.force),
+        ReviewCommand::Merge(f) => {
+            review::serve::dump(s)?;
+            run_named(ctx, "review-merge", f.force)
+        }
+        ReviewCommand::Serve(a) => review::serve::serve(s, ctx.printer, a.addr),
     }
 }
 

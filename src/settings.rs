@@ -46,6 +46,9 @@ pub struct Config {
     /// Absent: `release` is not part of `run` (it still runs alone).
     #[serde(default)]
     pub release: Option<crate::release::ReleaseSettings>,
+    /// Absent: the review stages are not part of `run` (each still runs alone).
+    #[serde(default)]
+    pub review: Option<crate::review::ReviewSettings>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

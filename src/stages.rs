@@ -34,6 +34,11 @@ pub fn all() -> Vec<Box<dyn Stage>> {
         Box::new(crate::logs::split::SplitStage),
         Box::new(crate::graph::build::BuildStage),
         Box::new(crate::graph::review::ReviewStage),
+        Box::new(crate::review::assign::AssignStage),
+        Box::new(crate::review::sheets::ExportStage),
+        Box::new(crate::review::sheets::ImportStage),
+        Box::new(crate::review::prereview::PrereviewStage),
+        Box::new(crate::review::merge::MergeStage),
         Box::new(crate::release::ReleaseStage),
     ]
 }

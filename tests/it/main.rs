@@ -29,6 +29,8 @@ mod pipeline;
 mod registry;
 mod registry_bench;
 mod release;
+mod review;
+mod review_browser;
 mod score_cli;
 mod score_compat;
 mod score_properties;

@@ -90,6 +90,10 @@ pub(crate) fn full_project() -> Project {
         ),
     );
     p.write("raw/queries.jsonl", "{\"id\": \"q1\", \"query\": \"What is the EUR/USD rate?\"}\n");
+    // Review: the demo roster and prompt; an (empty) web dump makes `review import` take part.
+    p.copy_in("reviews/reviewers.toml");
+    p.copy_in("pipeline/prompts/review_score.md");
+    p.write("reviews/web/scores.jsonl", "");
     p
 }
 

@@ -1,0 +1,790 @@
+//! `benchgen review merge` (stage `review-merge`): one decision per sample, the
+//! adjudication queue, and agreement between reviewers.
+//!
+//! A sample is **accepted** iff the acceptance rule holds for both of its reviewers,
+//! **rejected** iff it fails for both; when one accepts and the other rejects it goes to
+//! the adjudication queue (`queue.csv`, and the web app's adjudication view), where a
+//! lead who did not review it (or a recorded `consensus`) decides, with a reason, in
+//! `reviews/adjudications.csv` or the web app. Any sample may be **excluded** the same
+//! way. Everything else is **undecided**, and undecided samples block the release until
+//! decided or excluded. Human scores decide; LLM pre-review scores decide only where no
+//! pair of human scores exists and `[review.prereview] count_as_human = true`, and those
+//! decisions say `decided_by = "llm"`.
+//!
+//! `decisions.jsonl` ([`DECISIONS`], one [`Decision`] per sample sorted by id) is what
+//! the release reads. `report.md` has the counts, the agreement figures (quadratic κ,
+//! ordinal α, exact and ±1 agreement with seeded bootstrap intervals), accepted shares
+//! per sample type and sub-scenario; `heatmap.svg` the score pairs per dimension.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::agreement::{self, DimensionAgreement};
+use super::assign::{ASSIGNMENTS, Assignments, SAMPLES};
+use super::{Role, Score, ScoreKind};
+use crate::efs::review::{neutralise, restore};
+use crate::error::{InputError, Problem};
+use crate::ledger::NewEvent;
+use crate::model::Sample;
+use crate::settings::{Settings, section_hash};
+use crate::stage::{Artifact, Ctx, Inputs, Output, Plan, Stage, StageSpec};
+
+pub const STAGE: &str = "review-merge";
+
+/// One decision per sample (sorted by id): read by the release.
+pub const DECISIONS: Artifact<Decision> = Artifact::new(STAGE, "decisions.jsonl");
+
+pub static SPEC: StageSpec = StageSpec {
+    name: STAGE,
+    command: "review merge",
+    version: 1,
+    about: "decisions per sample (rule, adjudication, exclusions) and reviewer agreement (κ, α, heatmap)",
+    reads: &[ASSIGNMENTS.read(), SAMPLES.read(), super::sheets::SCORES.optional(), super::prereview::SCORES.optional()],
+    writes: &["decisions.jsonl", "agreement.json", "report.md", "heatmap.svg", "queue.csv"],
+};
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Accepted,
+    Rejected,
+    Excluded,
+    Undecided,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum DecidedBy {
+    Human,
+    Llm,
+    Adjudication,
+}
+
+/// One reviewer's scores as they entered the decision.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ReviewOf {
+    pub reviewer: String,
+    pub kind: ScoreKind,
+    pub scores: BTreeMap<String, u8>,
+    #[serde(default)]
+    pub note: String,
+    /// Whether these scores alone satisfy the rule.
+    pub passes: bool,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Adjudication {
+    /// `accept`, `reject` or `exclude`.
+    pub decision: String,
+    /// A lead's roster id, or `consensus`.
+    pub adjudicator: String,
+    pub reason: String,
+    /// `file:line` or `web (time)`.
+    pub source: String,
+}
+
+/// The merged decision of one sample.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Decision {
+    pub id: String,
+    pub content_hash: String,
+    pub decision: Outcome,
+    /// Who decided; absent while undecided.
+    pub decided_by: Option<DecidedBy>,
+    pub kind: crate::model::Kind,
+    #[serde(default)]
+    pub scenario: Vec<String>,
+    /// The assigned reviewers (empty when the sample could not be assigned).
+    pub reviewers: Vec<String>,
+    /// Every review of the sample: the assigned reviewers' and the LLM pre-reviews.
+    pub reviews: Vec<ReviewOf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adjudication: Option<Adjudication>,
+    pub rule: String,
+    /// Why, in one line.
+    pub reason: String,
+}
+
+pub fn adjudications_path(s: &Settings) -> PathBuf {
+    s.root.join("reviews").join("adjudications.csv")
+}
+
+pub fn web_adjudications_path(s: &Settings) -> PathBuf {
+    super::sheets::web_dir(s).join("adjudications.jsonl")
+}
+
+/// An adjudication as the web app dumps it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WebAdjudication {
+    pub sample_id: String,
+    pub content_hash: String,
+    pub decision: String,
+    pub adjudicator: String,
+    pub reason: String,
+    pub at: String,
+}
+
+pub struct MergeStage;
+
+impl Stage for MergeStage {
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
+    }
+    fn enabled(&self, s: &Settings) -> bool {
+        s.config.review.is_some()
+    }
+    fn plan(&self, s: &Settings) -> Result<Plan> {
+        let r = super::settings(s);
+        let inputs: Vec<PathBuf> =
+            [adjudications_path(s), web_adjudications_path(s)].into_iter().filter(|p| p.exists()).collect();
+        let hash = section_hash(&json!({
+            "seed": s.config.project.seed, "bootstrap": r.bootstrap,
+            "count_as_human": r.prereview.as_ref().is_some_and(|p| p.count_as_human),
+        }))?;
+        Ok(Plan { inputs, config_hash: hash })
+    }
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let s = ctx.settings;
+        let r = super::settings(s);
+        let a: Assignments = inputs.json(&ASSIGNMENTS)?;
+        let samples: Vec<Sample> =
+            super::from_jsonl(inputs.bytes_of(&SAMPLES)?, "artifacts/review-assign/samples.jsonl")?;
+        let mut scores: Vec<Score> = Vec::new();
+        if inputs.has(&super::sheets::SCORES) {
+            scores.extend(super::from_jsonl::<Score>(
+                inputs.bytes_of(&super::sheets::SCORES)?,
+                "review-import/scores.jsonl",
+            )?);
+        }
+        if inputs.has(&super::prereview::SCORES) {
+            scores.extend(super::from_jsonl::<Score>(
+                inputs.bytes_of(&super::prereview::SCORES)?,
+                "review-prereview/scores.jsonl",
+            )?);
+        }
+        let mut csv_adj = None;
+        if adjudications_path(s).exists() {
+            let p = adjudications_path(s);
+            csv_adj = Some((s.display_path(&p), inputs.bytes(&p)?.to_vec()));
+        }
+        let mut web_adj = None;
+        if web_adjudications_path(s).exists() {
+            let p = web_adjudications_path(s);
+            web_adj = Some((s.display_path(&p), inputs.bytes(&p)?.to_vec()));
+        }
+        let count_as_human = r.prereview.as_ref().is_some_and(|p| p.count_as_human);
+        let merged = merge(
+            &r,
+            &a,
+            &samples,
+            &scores,
+            csv_adj.as_ref().map(|(n, b)| (n.as_str(), b.as_slice())),
+            web_adj.as_ref().map(|(n, b)| (n.as_str(), b.as_slice())),
+            count_as_human,
+        )?;
+        let agreement = agreement_of(&r, &a, &merged.decisions, s.config.project.seed);
+        for d in &merged.decisions {
+            out.event(NewEvent::new(super::kind::DECISION, Some(&super::subject(&d.id)), serde_json::to_value(d)?));
+        }
+        out.file("decisions.jsonl", super::to_jsonl(&merged.decisions)?);
+        out.json("agreement.json", &agreement)?;
+        out.file("heatmap.svg", heatmap(&a, &merged.decisions)?.into_bytes());
+        out.file("queue.csv", queue_csv(&merged.decisions)?);
+        out.file("report.md", report(&r, &merged, &agreement, count_as_human).into_bytes());
+        let n = |o: Outcome| merged.decisions.iter().filter(|d| d.decision == o).count();
+        let by = |b: DecidedBy| merged.decisions.iter().filter(|d| d.decided_by == Some(b)).count();
+        out.count("samples", merged.decisions.len());
+        out.count("accepted", n(Outcome::Accepted));
+        out.count("rejected", n(Outcome::Rejected));
+        out.count("excluded", n(Outcome::Excluded));
+        out.count("undecided", n(Outcome::Undecided));
+        out.count("in_queue", merged.queue);
+        out.count("decided_by_human", by(DecidedBy::Human));
+        out.count("decided_by_llm", by(DecidedBy::Llm));
+        out.count("decided_by_adjudication", by(DecidedBy::Adjudication));
+        out.notes.push(format!(
+            "{} samples: {} accepted, {} rejected, {} excluded, {} undecided ({} in the adjudication queue); decided by human {}, LLM {}, adjudication {}",
+            merged.decisions.len(),
+            n(Outcome::Accepted),
+            n(Outcome::Rejected),
+            n(Outcome::Excluded),
+            n(Outcome::Undecided),
+            merged.queue,
+            by(DecidedBy::Human),
+            by(DecidedBy::Llm),
+            by(DecidedBy::Adjudication)
+        ));
+        if n(Outcome::Undecided) > 0 {
+            out.notes.push(format!(
+                "{} undecided samples block the release until decided or excluded (see `artifacts/review-merge/report.md`)",
+                n(Outcome::Undecided)
+            ));
+        }
+        if by(DecidedBy::Llm) > 0 {
+            out.notes.push("LLM pre-review scores stood in for human reviewers (`count_as_human = true`)".into());
+        }
+        Ok(())
+    }
+}
+
+/// The merge's result.
+#[derive(Debug)]
+pub struct Merged {
+    pub decisions: Vec<Decision>,
+    pub queue: usize,
+    /// Web adjudications left out because their sample changed.
+    pub web_stale: Vec<String>,
+}
+
+/// Decide every sample (pure). Bad adjudications are errors naming `file:line`.
+#[allow(clippy::too_many_arguments)]
+pub fn merge(
+    r: &super::ReviewSettings,
+    a: &Assignments,
+    samples: &[Sample],
+    scores: &[Score],
+    csv_adj: Option<(&str, &[u8])>,
+    web_adj: Option<(&str, &[u8])>,
+    count_as_human: bool,
+) -> Result<Merged> {
+    let mut by_sample: BTreeMap<&str, Vec<&Score>> = BTreeMap::new();
+    for sc in scores {
+        by_sample.entry(sc.sample_id.as_str()).or_default().push(sc);
+    }
+    let review_of = |sc: &Score| ReviewOf {
+        reviewer: sc.reviewer.clone(),
+        kind: sc.kind,
+        scores: sc.scores.clone(),
+        note: sc.note.clone(),
+        passes: r.passes(&sc.scores),
+        source: sc.source.clone(),
+    };
+    // First the pair outcome of every sample (needed to check adjudications).
+    struct Pre {
+        reviews: Vec<ReviewOf>,
+        pair: Option<(DecidedBy, Vec<bool>)>,
+        waiting: Vec<String>,
+    }
+    let mut pre: BTreeMap<&str, Pre> = BTreeMap::new();
+    for smp in samples {
+        let hash = smp.content_hash();
+        let assigned = a.sample(&smp.id);
+        let all: Vec<&Score> = by_sample
+            .get(smp.id.as_str())
+            .map(|v| v.iter().copied().filter(|x| x.content_hash == hash).collect())
+            .unwrap_or_default();
+        let mut reviews = Vec::new();
+        let mut humans = Vec::new();
+        let mut waiting = Vec::new();
+        for rv in assigned.map(|x| x.reviewers.as_slice()).unwrap_or_default() {
+            match all.iter().find(|x| x.kind == ScoreKind::Human && &x.reviewer == rv) {
+                Some(sc) => {
+                    humans.push(r.passes(&sc.scores));
+                    reviews.push(review_of(sc));
+                }
+                None => waiting.push(rv.clone()),
+            }
+        }
+        let llm: Vec<&Score> = all.iter().copied().filter(|x| x.kind == ScoreKind::Llm).collect();
+        reviews.extend(llm.iter().map(|x| review_of(x)));
+        let pair = if assigned.is_some() && humans.len() == 2 {
+            Some((DecidedBy::Human, humans))
+        } else if count_as_human && !llm.is_empty() {
+            Some((DecidedBy::Llm, llm.iter().map(|x| r.passes(&x.scores)).collect()))
+        } else {
+            None
+        };
+        pre.insert(smp.id.as_str(), Pre { reviews, pair, waiting });
+    }
+
+    // Adjudications, checked all at once.
+    let mut problems = Vec::new();
+    let mut adj: BTreeMap<String, Adjudication> = BTreeMap::new();
+    let mut web_stale = Vec::new();
+    let mut rows: Vec<(String, WebAdjudication)> = Vec::new();
+    if let Some((name, bytes)) = csv_adj {
+        let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+        let mut rd = csv::ReaderBuilder::new().flexible(true).from_reader(bytes);
+        let cols = match rd.headers() {
+            Ok(h) => {
+                let pos = |c: &str| h.iter().position(|x| x.trim() == c);
+                match (pos("sample_id"), pos("content_hash"), pos("decision"), pos("adjudicator"), pos("reason")) {
+                    (Some(a1), Some(a2), Some(a3), Some(a4), Some(a5)) => Some([a1, a2, a3, a4, a5]),
+                    _ => {
+                        problems.push(Problem::new(
+                            format!("{name}:1"),
+                            "the header needs `sample_id`, `content_hash`, `decision`, `adjudicator` and `reason`",
+                        ));
+                        None
+                    }
+                }
+            }
+            Err(e) => {
+                problems.push(Problem::new(format!("{name}:1"), format!("not CSV: {e}")));
+                None
+            }
+        };
+        if let Some(c) = cols {
+            for rec in rd.records() {
+                match rec {
+                    Err(e) => problems.push(Problem::new(
+                        format!("{name}:{}", e.position().map(|p| p.line()).unwrap_or(0)),
+                        format!("not CSV: {e}"),
+                    )),
+                    Ok(rec) => {
+                        let cell = |i: usize| restore(rec.get(i).unwrap_or(""));
+                        let loc = format!("{name}:{}", rec.position().map(|p| p.line()).unwrap_or(0));
+                        if cell(c[2]).is_empty() {
+                            continue; // a queue row nobody decided yet
+                        }
+                        rows.push((
+                            loc,
+                            WebAdjudication {
+                                sample_id: cell(c[0]),
+                                content_hash: cell(c[1]),
+                                decision: cell(c[2]).to_ascii_lowercase(),
+                                adjudicator: cell(c[3]),
+                                reason: cell(c[4]),
+                                at: String::new(),
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if let Some((name, bytes)) = web_adj {
+        match super::from_jsonl::<WebAdjudication>(bytes, name) {
+            Err(e) => problems.push(Problem::new(name, format!("{e:#}"))),
+            Ok(v) => {
+                for (i, w) in v.into_iter().enumerate() {
+                    let current = samples.iter().find(|x| x.id == w.sample_id).map(|x| x.content_hash());
+                    if current.as_deref() != Some(w.content_hash.as_str()) {
+                        web_stale
+                            .push(format!("{} by {}: the sample changed or left review", w.sample_id, w.adjudicator));
+                        continue;
+                    }
+                    rows.push((format!("{name}:{} (web {})", i + 1, w.at), w));
+                }
+            }
+        }
+    }
+    let hashes: BTreeMap<&str, String> = samples.iter().map(|x| (x.id.as_str(), x.content_hash())).collect();
+    for (loc, w) in rows {
+        let before = problems.len();
+        let Some(hash) = hashes.get(w.sample_id.as_str()) else {
+            problems.push(Problem::new(&loc, format!("unknown sample `{}`", w.sample_id)));
+            continue;
+        };
+        if *hash != w.content_hash {
+            problems.push(Problem::new(
+                &loc,
+                format!("stale: `{}` changed since (now {hash}); look at it again", w.sample_id),
+            ));
+        }
+        if !["accept", "reject", "exclude"].contains(&w.decision.as_str()) {
+            problems.push(Problem::new(
+                &loc,
+                format!("decision must be accept, reject or exclude, found `{}`", w.decision),
+            ));
+        }
+        if w.reason.trim().is_empty() {
+            problems.push(Problem::new(&loc, "an adjudication needs a `reason`"));
+        }
+        let assigned = a.sample(&w.sample_id);
+        if w.adjudicator != "consensus" {
+            match a.reviewer(&w.adjudicator) {
+                None => problems.push(Problem::new(
+                    &loc,
+                    format!("adjudicator `{}` is not on the roster (or write `consensus`)", w.adjudicator),
+                )),
+                Some(rv) => {
+                    if rv.role != Role::Lead {
+                        problems.push(Problem::new(
+                            &loc,
+                            format!("`{}` is not a lead (role = \"lead\" in the roster)", rv.id),
+                        ));
+                    }
+                    if assigned.is_some_and(|x| x.reviewers.contains(&rv.id)) {
+                        problems.push(Problem::new(
+                            &loc,
+                            format!("`{}` reviewed `{}` and cannot adjudicate it", rv.id, w.sample_id),
+                        ));
+                    }
+                    if assigned.and_then(|x| x.author.as_deref()) == Some(rv.id.as_str()) {
+                        problems.push(Problem::new(
+                            &loc,
+                            format!("`{}` wrote `{}` and cannot adjudicate it", rv.id, w.sample_id),
+                        ));
+                    }
+                }
+            }
+        }
+        let split = pre
+            .get(w.sample_id.as_str())
+            .and_then(|p| p.pair.as_ref())
+            .is_some_and(|(_, v)| v.iter().any(|x| *x) && v.iter().any(|x| !*x));
+        if w.decision != "exclude" && !split {
+            problems
+                .push(Problem::new(&loc, format!("`{}` is not disputed; only `exclude` applies to it", w.sample_id)));
+        }
+        if problems.len() > before {
+            continue;
+        }
+        if let Some(prev) = adj.get(&w.sample_id) {
+            problems.push(Problem::new(&loc, format!("`{}` was already adjudicated at {}", w.sample_id, prev.source)));
+            continue;
+        }
+        adj.insert(
+            w.sample_id.clone(),
+            Adjudication { decision: w.decision, adjudicator: w.adjudicator, reason: w.reason, source: loc },
+        );
+    }
+    if !problems.is_empty() {
+        return Err(InputError { file: "the adjudications".into(), problems }.into());
+    }
+
+    let rule = r.rule();
+    let mut decisions = Vec::new();
+    let mut queue = 0;
+    for smp in samples {
+        let p = pre.remove(smp.id.as_str()).expect("every sample");
+        let assigned = a.sample(&smp.id);
+        let adjud = adj.remove(&smp.id);
+        let (decision, decided_by, reason) = if let Some(x) = adjud.as_ref().filter(|x| x.decision == "exclude") {
+            (Outcome::Excluded, Some(DecidedBy::Adjudication), format!("excluded by `{}`: {}", x.adjudicator, x.reason))
+        } else if let Some((by, passes)) = &p.pair {
+            let who = if *by == DecidedBy::Llm { "LLM reviewers (standing in for humans)" } else { "both reviewers" };
+            if passes.iter().all(|x| *x) {
+                (Outcome::Accepted, Some(*by), format!("{who} accept"))
+            } else if passes.iter().all(|x| !*x) {
+                (Outcome::Rejected, Some(*by), format!("{who} reject"))
+            } else if let Some(x) = &adjud {
+                let o = if x.decision == "accept" { Outcome::Accepted } else { Outcome::Rejected };
+                (
+                    o,
+                    Some(DecidedBy::Adjudication),
+                    format!("reviewers disagreed; `{}` decided: {}", x.adjudicator, x.reason),
+                )
+            } else {
+                queue += 1;
+                (Outcome::Undecided, None, "reviewers disagree: in the adjudication queue".into())
+            }
+        } else if assigned.is_none() {
+            let why = a.unassigned.iter().find(|u| u.id == smp.id).map(|u| u.reason.clone()).unwrap_or_default();
+            (Outcome::Undecided, None, format!("not assigned: {why}"))
+        } else {
+            (Outcome::Undecided, None, format!("waiting for scores from {}", p.waiting.join(" and ")))
+        };
+        decisions.push(Decision {
+            id: smp.id.clone(),
+            content_hash: smp.content_hash(),
+            decision,
+            decided_by,
+            kind: smp.kind,
+            scenario: smp.scenario.clone(),
+            reviewers: assigned.map(|x| x.reviewers.clone()).unwrap_or_default(),
+            reviews: p.reviews,
+            adjudication: adjud,
+            rule: rule.clone(),
+            reason,
+        });
+    }
+    Ok(Merged { decisions, queue, web_stale })
+}
+
+/// Agreement figures per dimension, for each kind of reviewer pair that exists.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Agreement {
+    /// `human` (the assigned reviewers) or `llm` (the two LLM pre-reviewers).
+    pub between: String,
+    pub samples: usize,
+    pub dimensions: Vec<DimensionAgreement>,
+    /// Agreement on the accept/reject verdict itself (κ over 0/1).
+    pub verdict_exact: Option<f64>,
+}
+
+/// Score pairs of each dimension from reviews of one kind (two per sample, in order).
+pub fn pairs_of(a: &Assignments, decisions: &[Decision], kind: ScoreKind) -> BTreeMap<String, Vec<(u8, u8)>> {
+    let mut out: BTreeMap<String, Vec<(u8, u8)>> = a.dimensions.iter().map(|d| (d.id.clone(), vec![])).collect();
+    for d in decisions {
+        let rs: Vec<&ReviewOf> = d.reviews.iter().filter(|x| x.kind == kind).collect();
+        if rs.len() != 2 {
+            continue;
+        }
+        for dim in &a.dimensions {
+            if let (Some(x), Some(y)) = (rs[0].scores.get(&dim.id), rs[1].scores.get(&dim.id)) {
+                out.get_mut(&dim.id).expect("dimension").push((*x, *y));
+            }
+        }
+    }
+    out
+}
+
+pub fn agreement_of(r: &super::ReviewSettings, a: &Assignments, decisions: &[Decision], seed: u64) -> Vec<Agreement> {
+    let mut out = Vec::new();
+    for (kind, label) in [(ScoreKind::Human, "human"), (ScoreKind::Llm, "llm")] {
+        let pairs = pairs_of(a, decisions, kind);
+        let n = pairs.values().map(Vec::len).max().unwrap_or(0);
+        if n == 0 {
+            continue;
+        }
+        let dims = a
+            .dimensions
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                agreement::dimension(
+                    &d.id,
+                    &pairs[&d.id],
+                    a.scale_min,
+                    a.scale_max,
+                    r.bootstrap,
+                    seed ^ ((i as u64 + 1) << 8),
+                )
+            })
+            .collect();
+        let verdicts: Vec<(bool, bool)> = decisions
+            .iter()
+            .filter_map(|d| {
+                let rs: Vec<&ReviewOf> = d.reviews.iter().filter(|x| x.kind == kind).collect();
+                (rs.len() == 2).then(|| (rs[0].passes, rs[1].passes))
+            })
+            .collect();
+        let verdict_exact = (!verdicts.is_empty())
+            .then(|| verdicts.iter().filter(|(x, y)| x == y).count() as f64 / verdicts.len() as f64);
+        out.push(Agreement { between: label.into(), samples: n, dimensions: dims, verdict_exact });
+    }
+    out
+}
+
+fn f(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.3}")).unwrap_or_else(|| "–".into())
+}
+
+fn est(e: &agreement::Estimate) -> String {
+    match (e.value, e.ci_low, e.ci_high) {
+        (Some(v), Some(l), Some(h)) => format!("{v:.3} [{l:.3}, {h:.3}]"),
+        (v, _, _) => f(v),
+    }
+}
+
+fn report(r: &super::ReviewSettings, m: &Merged, ag: &[Agreement], count_as_human: bool) -> String {
+    let ds = &m.decisions;
+    let mut s = String::from("# Review: decisions and agreement\n\n");
+    let _ = writeln!(s, "Rule: {}.\n", r.rule());
+    let n = |o: Outcome| ds.iter().filter(|d| d.decision == o).count();
+    let by = |b: DecidedBy| ds.iter().filter(|d| d.decided_by == Some(b)).count();
+    let _ = writeln!(s, "| outcome | samples |\n|---|---|");
+    for (o, l) in [
+        (Outcome::Accepted, "accepted"),
+        (Outcome::Rejected, "rejected"),
+        (Outcome::Excluded, "excluded"),
+        (Outcome::Undecided, "undecided"),
+    ] {
+        let _ = writeln!(s, "| {l} | {} |", n(o));
+    }
+    let _ = writeln!(s, "| **total** | {} |\n", ds.len());
+    let _ = writeln!(
+        s,
+        "Decided by: human reviewers {}, LLM reviewers {}, adjudication {}.\n",
+        by(DecidedBy::Human),
+        by(DecidedBy::Llm),
+        by(DecidedBy::Adjudication)
+    );
+    if by(DecidedBy::Llm) > 0 || count_as_human {
+        let _ = writeln!(
+            s,
+            "**LLM pre-review stood in for human reviewers** (`[review.prereview] count_as_human = true`): \
+             decisions with `decided_by = llm` rest on LLM scores, not on people.\n"
+        );
+    }
+    if n(Outcome::Undecided) > 0 {
+        let _ = writeln!(
+            s,
+            "{} undecided samples block the release until they are decided or excluded; {} of them are in the \
+             adjudication queue (`queue.csv`).\n",
+            n(Outcome::Undecided),
+            m.queue
+        );
+    }
+    let _ = writeln!(s, "## Agreement\n");
+    if ag.is_empty() {
+        let _ = writeln!(s, "No sample has two reviews yet.\n");
+    }
+    for g in ag {
+        let who = if g.between == "human" { "the two assigned reviewers" } else { "the two LLM pre-reviewers" };
+        let _ = writeln!(
+            s,
+            "Between {who} ({} samples; 95 % percentile-bootstrap intervals, {} resamples, seeded):\n",
+            g.samples, r.bootstrap
+        );
+        let _ =
+            writeln!(s, "| dimension | pairs | κ (quadratic) | α (ordinal) | exact | ±1 |\n|---|---|---|---|---|---|");
+        for d in &g.dimensions {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} |",
+                d.dimension,
+                d.pairs,
+                est(&d.kappa_quadratic),
+                est(&d.alpha_ordinal),
+                est(&d.exact),
+                est(&d.within_one)
+            );
+        }
+        let _ = writeln!(s, "\nSame verdict (both accept or both reject): {}.\n", f(g.verdict_exact));
+    }
+    let _ = writeln!(s, "Score pairs per dimension: `heatmap.svg`.\n");
+    for (title, key) in [("sample type", 0), ("sub-scenario", 1)] {
+        let _ = writeln!(
+            s,
+            "## Accepted share per {title}\n\n| {title} | samples | decided | accepted | share |\n|---|---|---|---|---|"
+        );
+        let mut g: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
+        for d in ds {
+            let k = if key == 0 {
+                d.kind.as_str().to_string()
+            } else if d.scenario.is_empty() {
+                "(none)".into()
+            } else {
+                d.scenario.join(" / ")
+            };
+            let e = g.entry(k).or_default();
+            e.0 += 1;
+            if matches!(d.decision, Outcome::Accepted | Outcome::Rejected) {
+                e.1 += 1;
+            }
+            if d.decision == Outcome::Accepted {
+                e.2 += 1;
+            }
+        }
+        for (k, (t, dec, acc)) in g {
+            let share = if dec == 0 { "–".into() } else { format!("{:.1} %", 100.0 * acc as f64 / dec as f64) };
+            let _ = writeln!(s, "| {k} | {t} | {dec} | {acc} | {share} |");
+        }
+        let _ = writeln!(s);
+    }
+    let und: Vec<&Decision> = ds.iter().filter(|d| d.decision == Outcome::Undecided).collect();
+    if !und.is_empty() {
+        let _ = writeln!(s, "## Undecided\n");
+        for d in und {
+            let _ = writeln!(s, "- `{}`: {}", d.id, d.reason);
+        }
+        let _ = writeln!(s);
+    }
+    for w in &m.web_stale {
+        let _ = writeln!(s, "- web adjudication left out: {w}");
+    }
+    s
+}
+
+/// The adjudication queue as a sheet: fill `decision`, `adjudicator`, `reason` and save
+/// it as `reviews/adjudications.csv`.
+fn queue_csv(ds: &[Decision]) -> Result<Vec<u8>> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(["sample_id", "content_hash", "reviews", "decision", "adjudicator", "reason"])?;
+    for d in ds.iter().filter(|d| d.decision == Outcome::Undecided && d.reason.contains("adjudication queue")) {
+        let reviews: Vec<String> = d
+            .reviews
+            .iter()
+            .map(|r| {
+                let sc: Vec<String> = r.scores.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!(
+                    "{} ({}): {} — {}",
+                    r.reviewer,
+                    if r.passes { "accepts" } else { "rejects" },
+                    sc.join(" "),
+                    r.note
+                )
+            })
+            .collect();
+        w.write_record([
+            neutralise(&d.id),
+            d.content_hash.clone(),
+            neutralise(&reviews.join(" | ")),
+            String::new(),
+            String::new(),
+            String::new(),
+        ])?;
+    }
+    w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))
+}
+
+/// One panel per dimension: counts of (first reviewer, second reviewer) score pairs.
+fn heatmap(a: &Assignments, ds: &[Decision]) -> Result<String> {
+    use plotters::prelude::*;
+    let mut pairs = pairs_of(a, ds, ScoreKind::Human);
+    let mut label = "human reviewers";
+    if pairs.values().all(Vec::is_empty) {
+        pairs = pairs_of(a, ds, ScoreKind::Llm);
+        label = "LLM pre-reviewers";
+    }
+    let k = (a.scale_max - a.scale_min) as i32 + 1;
+    let cell = 34;
+    let panel = cell * k + 70;
+    let w = (panel * a.dimensions.len() as i32).max(300) as u32 + 20;
+    let h = (cell * k + 120) as u32;
+    let mut buf = String::new();
+    {
+        let root = SVGBackend::with_string(&mut buf, (w, h)).into_drawing_area();
+        let e = |e: DrawingAreaErrorKind<_>| anyhow::anyhow!("svg: {e}");
+        root.fill(&WHITE).map_err(e)?;
+        let title = TextStyle::from(("sans-serif", 15).into_font()).color(&BLACK);
+        root.draw(&Text::new(
+            format!("Score pairs per dimension ({label}: first reviewer → rows, second → columns)"),
+            (10, 8),
+            title,
+        ))
+        .map_err(e)?;
+        for (pi, d) in a.dimensions.iter().enumerate() {
+            let x0 = 40 + pi as i32 * panel;
+            let y0 = 60;
+            let small = TextStyle::from(("sans-serif", 12).into_font()).color(&BLACK);
+            root.draw(&Text::new(d.id.clone(), (x0, y0 - 22), small.clone())).map_err(e)?;
+            let mut counts = vec![vec![0usize; k as usize]; k as usize];
+            for (x, y) in &pairs[&d.id] {
+                counts[(x - a.scale_min) as usize][(y - a.scale_min) as usize] += 1;
+            }
+            let max = counts.iter().flatten().copied().max().unwrap_or(0).max(1);
+            for i in 0..k {
+                root.draw(&Text::new(
+                    format!("{}", a.scale_min as i32 + i),
+                    (x0 - 14, y0 + i * cell + cell / 2 - 6),
+                    small.clone(),
+                ))
+                .map_err(e)?;
+                root.draw(&Text::new(
+                    format!("{}", a.scale_min as i32 + i),
+                    (x0 + i * cell + cell / 2 - 4, y0 + k * cell + 4),
+                    small.clone(),
+                ))
+                .map_err(e)?;
+                for j in 0..k {
+                    let c = counts[i as usize][j as usize];
+                    let t = c as f64 / max as f64;
+                    let shade = RGBColor((255.0 - 200.0 * t) as u8, (255.0 - 140.0 * t) as u8, 255);
+                    let (cx, cy) = (x0 + j * cell, y0 + i * cell);
+                    root.draw(&Rectangle::new([(cx, cy), (cx + cell, cy + cell)], shade.filled())).map_err(e)?;
+                    root.draw(&Rectangle::new(
+                        [(cx, cy), (cx + cell, cy + cell)],
+                        RGBColor(200, 200, 200).stroke_width(1),
+                    ))
+                    .map_err(e)?;
+                    if c > 0 {
+                        root.draw(&Text::new(c.to_string(), (cx + cell / 2 - 4, cy + cell / 2 - 6), small.clone()))
+                            .map_err(e)?;
+                    }
+                }
+            }
+        }
+        root.present().map_err(|e| anyhow::anyhow!("svg: {e}"))?;
+    }
+    Ok(buf)
+}

@@ -1,0 +1,547 @@
+//! Review (FinMCP's dual expert review, made auditable): two reviewers score every
+//! sample on a Likert scale in several dimensions; a sample is kept only when the
+//! acceptance rule holds for both; disagreements go to an adjudicator; agreement
+//! between reviewers is measured and reported.
+//!
+//! Stages, in order: `review-assign` ([`assign`]: who reviews what, seeded and
+//! load-balanced, sticky across reruns), `review-export` ([`sheets`]: one CSV/XLSX
+//! sheet per reviewer), `review-import` ([`sheets`]: filled sheets and the web app's
+//! submissions, validated all-or-nothing), `review-prereview` ([`prereview`]: optional
+//! LLM scores with the same rubric, marked as LLM scores), `review-merge` ([`merge`]:
+//! decisions, adjudication, agreement figures). `benchgen review serve` ([`serve`]) is
+//! the web app for reviewers; it is a command, not a stage: its durable state is
+//! `reviews/review.sqlite`, and what it collected enters the pipeline through
+//! `reviews/web/*.jsonl`, which `review import` and `review merge` read.
+
+pub mod agreement;
+pub mod assign;
+pub mod merge;
+pub mod prereview;
+pub mod serve;
+pub mod sheets;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{InputError, Problem};
+use crate::settings::Settings;
+
+/// Ledger event kinds of the review stages (subject `sample:<id>`).
+pub mod kind {
+    /// One reviewer's scores for one sample (human or LLM), as applied.
+    pub const REVIEW: &str = crate::ledger::kind::REVIEW;
+    /// The merged decision of one sample: both reviews, adjudication, rule.
+    pub const DECISION: &str = "review.decision";
+    /// One assignment of a sample to its reviewers.
+    pub const ASSIGN: &str = "review.assign";
+}
+
+/// The ledger subject of a sample (`benchgen explain sample:<id>`).
+pub fn subject(id: &str) -> String {
+    format!("sample:{id}")
+}
+
+/// One scored dimension of the rubric.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Dimension {
+    /// Column name in sheets and key in score maps (`[a-z0-9_]+`).
+    pub id: String,
+    /// What reviewers see.
+    pub name: String,
+    /// One line of guidance for reviewers and the LLM pre-reviewer.
+    #[serde(default)]
+    pub description: String,
+}
+
+fn dim(id: &str, name: &str, description: &str) -> Dimension {
+    Dimension { id: id.into(), name: name.into(), description: description.into() }
+}
+
+/// FinMCP-Bench's five dimensions.
+pub fn default_dimensions() -> Vec<Dimension> {
+    vec![
+        dim("relevance", "Question relevance", "the query is a realistic request of the domain and clearly stated"),
+        dim(
+            "completeness",
+            "Tool-chain completeness",
+            "the tool calls cover everything the query needs; nothing required is missing",
+        ),
+        dim(
+            "consistency",
+            "Tool-chain logical consistency",
+            "the calls come in a sensible order, each using what earlier calls returned",
+        ),
+        dim(
+            "reliability",
+            "Answer reliability and traceability",
+            "the final answer is correct and every claim can be traced to a tool result",
+        ),
+        dim("freshness", "Data freshness", "time-sensitive data comes from the tools, not from stale knowledge"),
+    ]
+}
+
+/// `[review]`: the rubric, the roster, and the acceptance rule.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewSettings {
+    /// The reviewer roster (TOML, `[[reviewer]]` tables).
+    #[serde(default = "default_roster")]
+    pub roster: PathBuf,
+    /// Extra sample files (unified JSONL, `model::Sample`) reviewed with the pool's.
+    #[serde(default)]
+    pub extra_samples: Vec<PathBuf>,
+    #[serde(default = "default_dimensions")]
+    pub dimensions: Vec<Dimension>,
+    #[serde(default = "default_scale_min")]
+    pub scale_min: u8,
+    #[serde(default = "default_scale_max")]
+    pub scale_max: u8,
+    /// A reviewer accepts a sample when every dimension scores at least this.
+    #[serde(default = "default_accept_min")]
+    pub accept_min: u8,
+    /// Characters of a tool result shown in sheets and pages before it is shortened.
+    #[serde(default = "default_result_chars")]
+    pub result_chars: usize,
+    /// Bootstrap resamples for the agreement confidence intervals.
+    #[serde(default = "default_bootstrap")]
+    pub bootstrap: usize,
+    /// Environment variable holding the secret the reviewers' link tokens derive from.
+    #[serde(default = "default_secret_env")]
+    pub token_secret_env: String,
+    #[serde(default)]
+    pub prereview: Option<prereview::PrereviewSettings>,
+    #[serde(default)]
+    pub serve: serve::ServeSettings,
+}
+
+impl Default for ReviewSettings {
+    fn default() -> Self {
+        toml::from_str("").expect("review defaults")
+    }
+}
+
+fn default_roster() -> PathBuf {
+    PathBuf::from("reviews/reviewers.toml")
+}
+fn default_scale_min() -> u8 {
+    1
+}
+fn default_scale_max() -> u8 {
+    5
+}
+fn default_accept_min() -> u8 {
+    4
+}
+fn default_result_chars() -> usize {
+    300
+}
+fn default_bootstrap() -> usize {
+    1000
+}
+fn default_secret_env() -> String {
+    "BENCHGEN_REVIEW_SECRET".into()
+}
+
+impl ReviewSettings {
+    /// The acceptance rule in words (written into every decision).
+    pub fn rule(&self) -> String {
+        let ids: Vec<&str> = self.dimensions.iter().map(|d| d.id.as_str()).collect();
+        format!(
+            "accepted iff both reviewers score >= {} (scale {}-{}) on all of: {}",
+            self.accept_min,
+            self.scale_min,
+            self.scale_max,
+            ids.join(", ")
+        )
+    }
+
+    /// Whether one reviewer's scores accept the sample.
+    pub fn passes(&self, scores: &BTreeMap<String, u8>) -> bool {
+        self.dimensions.iter().all(|d| scores.get(&d.id).is_some_and(|s| *s >= self.accept_min))
+    }
+
+    pub fn check(&self, problems: &mut Vec<Problem>) {
+        if self.dimensions.is_empty() {
+            problems.push(Problem::new("review.dimensions", "must name at least one dimension"));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, d) in self.dimensions.iter().enumerate() {
+            if d.id.is_empty() || !d.id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+                problems.push(Problem::new(
+                    format!("review.dimensions[{i}].id"),
+                    format!("`{}` must be lowercase letters, digits and `_`", d.id),
+                ));
+            }
+            if !seen.insert(d.id.clone()) {
+                problems.push(Problem::new(format!("review.dimensions[{i}].id"), format!("`{}` appears twice", d.id)));
+            }
+            if ["sample_id", "content_hash", "reviewer", "note"].contains(&d.id.as_str()) {
+                problems.push(Problem::new(
+                    format!("review.dimensions[{i}].id"),
+                    format!("`{}` is a reserved column name", d.id),
+                ));
+            }
+        }
+        if self.scale_min >= self.scale_max {
+            problems.push(Problem::new("review.scale_max", "must be greater than `review.scale_min`"));
+        }
+        if self.scale_max > 9 {
+            problems.push(Problem::new("review.scale_max", "at most 9 (keys 1-9 score in the web app)"));
+        }
+        if self.accept_min < self.scale_min || self.accept_min > self.scale_max {
+            problems.push(Problem::new("review.accept_min", "must lie on the scale"));
+        }
+        crate::settings::check_positive(problems, "review.bootstrap", self.bootstrap);
+        if let Some(p) = &self.prereview {
+            p.check(problems);
+        }
+    }
+}
+
+/// The `[review]` section, or its defaults when absent.
+pub fn settings(s: &Settings) -> ReviewSettings {
+    s.config.review.clone().unwrap_or_default()
+}
+
+/// A member of the roster.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Reviewer {
+    pub id: String,
+    pub name: String,
+    /// Sample tags this reviewer is qualified for (family, kind or a scenario label);
+    /// empty: any sample.
+    #[serde(default)]
+    pub expertise: Vec<String>,
+    /// Most samples this reviewer takes (absent: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<usize>,
+    /// `reviewer` (default) or `lead` (also adjudicates disagreements).
+    #[serde(default)]
+    pub role: Role,
+    /// Raise to revoke this reviewer's link (a new token derives from it).
+    #[serde(default = "one_u32")]
+    pub token_version: u32,
+}
+
+fn one_u32() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    #[default]
+    Reviewer,
+    Lead,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RosterFile {
+    #[serde(default)]
+    reviewer: Vec<Reviewer>,
+}
+
+/// Parse a roster; every problem (duplicate ids, zero capacity, bad ids) at once.
+pub fn parse_roster(text: &str, shown: &str) -> Result<Vec<Reviewer>, InputError> {
+    let err = |location: String, message: String| InputError {
+        file: shown.to_string(),
+        problems: vec![Problem::new(location, message)],
+    };
+    let file: RosterFile = toml::from_str(text).map_err(|e| {
+        let loc = e.span().map(|s| format!("line {}", text[..s.start].matches('\n').count() + 1));
+        err(loc.unwrap_or_else(|| "roster".into()), e.message().to_string())
+    })?;
+    let mut problems = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, r) in file.reviewer.iter().enumerate() {
+        let loc = format!("reviewer[{i}] ({:?})", r.id);
+        if r.id.is_empty()
+            || !r.id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+            || r.id.starts_with("llm")
+        {
+            problems.push(Problem::new(
+                &loc,
+                "id must be letters, digits, `_`, `-` or `.` and must not start with `llm` (kept for LLM reviewers)",
+            ));
+        }
+        if !seen.insert(r.id.clone()) {
+            problems.push(Problem::new(&loc, format!("id `{}` appears twice", r.id)));
+        }
+        if r.capacity == Some(0) {
+            problems.push(Problem::new(&loc, "capacity must be at least 1 (remove the reviewer instead)"));
+        }
+    }
+    if file.reviewer.is_empty() {
+        problems.push(Problem::new("roster", "no `[[reviewer]]` entries"));
+    }
+    if problems.is_empty() { Ok(file.reviewer) } else { Err(InputError { file: shown.to_string(), problems }) }
+}
+
+/// The roster named in the config, resolved against the project root.
+pub fn roster_path(s: &Settings) -> PathBuf {
+    s.resolve(&settings(s).roster)
+}
+
+pub fn load_roster(s: &Settings, path: &Path) -> Result<Vec<Reviewer>> {
+    let shown = s.display_path(path);
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        crate::error::hinted(
+            format!("cannot read the reviewer roster `{shown}`: {e}"),
+            "write `[[reviewer]]` tables with `id` and `name` (see docs/review.md), or set `review.roster`",
+        )
+    })?;
+    Ok(parse_roster(&text, &shown)?)
+}
+
+/// One reviewer's scores for one sample.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Score {
+    pub sample_id: String,
+    /// A roster id, or `llm:<role>` for LLM pre-review.
+    pub reviewer: String,
+    /// `human` or `llm`: LLM scores never count as human ones unless the config says so.
+    pub kind: ScoreKind,
+    /// The sample's content hash the reviewer saw.
+    pub content_hash: String,
+    pub scores: BTreeMap<String, u8>,
+    #[serde(default)]
+    pub note: String,
+    /// Where it came from: `file:line` of a sheet, `web`, or `llm:<exchange hash>`.
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum ScoreKind {
+    Human,
+    Llm,
+}
+
+/// Write records as JSON Lines (one compact object a line).
+pub fn to_jsonl<T: Serialize>(items: &[T]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for it in items {
+        serde_json::to_writer(&mut out, it)?;
+        out.push(b'\n');
+    }
+    Ok(out)
+}
+
+/// Parse JSON Lines; a bad line is an error naming `shown:line`.
+pub fn from_jsonl<T: serde::de::DeserializeOwned>(bytes: &[u8], shown: &str) -> Result<Vec<T>> {
+    let text = std::str::from_utf8(bytes).with_context(|| format!("`{shown}` is not UTF-8"))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        out.push(serde_json::from_str(line).with_context(|| format!("`{shown}:{}` is not a valid record", i + 1))?);
+    }
+    Ok(out)
+}
+
+/// HMAC-SHA256 (RFC 2104), for link tokens derived from the review secret.
+pub fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
+    let mut k = [0u8; 64];
+    if key.len() > 64 {
+        k[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        k[..key.len()].copy_from_slice(key);
+    }
+    let mut inner = Sha256::new();
+    inner.update(k.map(|b| b ^ 0x36));
+    inner.update(msg);
+    let mut outer = Sha256::new();
+    outer.update(k.map(|b| b ^ 0x5c));
+    outer.update(inner.finalize());
+    outer.finalize().into()
+}
+
+/// A reviewer's link token: HMAC of the secret over the reviewer id and token version.
+/// Never written to artifacts or the ledger; the server keeps only its SHA-256.
+pub fn token_for(secret: &str, reviewer: &Reviewer) -> String {
+    let msg = format!("benchgen-review-token:{}:{}", reviewer.id, reviewer.token_version);
+    hex::encode(hmac_sha256(secret.as_bytes(), msg.as_bytes()))
+}
+
+/// SHA-256 of a token (what the server stores and compares).
+pub fn token_hash(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// The review secret from the environment variable the config names.
+pub fn secret(s: &Settings) -> Result<String> {
+    let var = settings(s).token_secret_env;
+    match std::env::var(&var) {
+        Ok(v) if v.len() >= 16 => Ok(v),
+        Ok(_) => Err(crate::error::hinted(
+            format!("the review secret in `${var}` is shorter than 16 characters"),
+            "use a long random value, e.g. `openssl rand -hex 32`",
+        )),
+        Err(_) => Err(crate::error::hinted(
+            format!("the review secret is not set: `${var}` is empty"),
+            format!("export {var}=<a long random value> (reviewers' link tokens derive from it)"),
+        )),
+    }
+}
+
+/// Shorten a text to `n` characters (with `…`), on one line.
+pub fn clip(s: &str, n: usize) -> String {
+    let one: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one.chars().count() <= n { one } else { format!("{}…", one.chars().take(n).collect::<String>()) }
+}
+
+/// A sample rendered for a reviewer: each turn's request, its tool-call groups with
+/// arguments and shortened results, and the answer.
+pub fn render_sample(s: &crate::model::Sample, result_chars: usize) -> String {
+    let mut out = String::new();
+    for (ti, t) in s.turns.iter().enumerate() {
+        if s.turns.len() > 1 {
+            out.push_str(&format!("Turn {}\n", ti + 1));
+        }
+        out.push_str(&format!("User: {}\n", t.user.trim()));
+        if t.trajectory.is_empty() && !t.reference_plan.is_empty() {
+            out.push_str("Reference plan (not executed):\n");
+            for c in &t.reference_plan {
+                out.push_str(&format!("  step {}: {}\n", c.group + 1, c.alternatives.join(" | ")));
+            }
+        }
+        for (gi, g) in t.trajectory.iter().enumerate() {
+            let par = if g.len() > 1 { " (parallel)" } else { "" };
+            out.push_str(&format!("Step {}{par}:\n", gi + 1));
+            for c in g {
+                let args = serde_json::to_string(&c.arguments).unwrap_or_default();
+                let res = match (&c.error, &c.result) {
+                    (Some(e), _) => format!("ERROR {}", clip(e, result_chars)),
+                    (None, Some(r)) => clip(r, result_chars),
+                    (None, None) => "(no result)".into(),
+                };
+                out.push_str(&format!("  {}({}) -> {}\n", c.tool, clip(&args, result_chars), res));
+            }
+        }
+        if let Some(a) = &t.gold_reply {
+            out.push_str(&format!("Answer: {}\n", a.trim()));
+        }
+    }
+    out
+}
+
+/// `explain sample:<id>`: every review event of the sample in the runs behind the
+/// current artifacts (assignment, each review, the decision with its rule).
+pub fn explain_sample(
+    settings: &Settings,
+    ledger: &crate::ledger::Ledger,
+    id: &str,
+) -> Result<crate::explain::Explanation> {
+    let runs: Vec<i64> = crate::stages::names()
+        .into_iter()
+        .filter_map(|s| crate::stage::Manifest::load(&settings.artifacts, s).ok().flatten())
+        .map(|m| m.run_id)
+        .collect();
+    let direct = ledger.events_for(id, &runs)?;
+    if direct.is_empty() {
+        return Err(crate::error::hinted(
+            format!("no sample `{id}` in the current review artifacts"),
+            "sample ids are in `artifacts/review-assign/samples.jsonl`; run `benchgen review assign` first",
+        ));
+    }
+    let lineage = ledger.lineage(&direct.iter().map(|e| e.id).collect::<Vec<_>>())?;
+    let status = match direct.iter().rev().find(|e| e.kind == kind::DECISION) {
+        Some(d) => describe(&d.kind, &d.payload),
+        None => format!(
+            "assigned; {} review(s) so far, not merged yet",
+            direct.iter().filter(|e| e.kind == kind::REVIEW).count()
+        ),
+    };
+    Ok(crate::explain::Explanation { id: id.into(), item: "sample", status, record: None, lineage })
+}
+
+/// One line for a review event (used by `explain`).
+pub fn describe(kind_: &str, p: &serde_json::Value) -> String {
+    let s = |k: &str| p.get(k).and_then(serde_json::Value::as_str).unwrap_or("").to_string();
+    let scores = |v: &serde_json::Value| {
+        v.as_object()
+            .map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    match kind_ {
+        kind::ASSIGN => format!(
+            "assigned to {}",
+            p["reviewers"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(" and "))
+                .unwrap_or_default()
+        ),
+        kind::REVIEW if p.get("scores").is_none() => p.to_string(),
+        kind::REVIEW => format!(
+            "{} review by `{}` ({}): {}{}",
+            s("kind"),
+            s("reviewer"),
+            s("source"),
+            scores(&p["scores"]),
+            if s("note").is_empty() { String::new() } else { format!("; note: {}", s("note")) }
+        ),
+        kind::DECISION => {
+            let mut d = format!("{} (decided by {})", s("decision"), p["decided_by"].as_str().unwrap_or("nobody yet"));
+            for r in p["reviews"].as_array().into_iter().flatten() {
+                d.push_str(&format!(
+                    "; {} `{}`: {}",
+                    r["kind"].as_str().unwrap_or(""),
+                    r["reviewer"].as_str().unwrap_or(""),
+                    scores(&r["scores"])
+                ));
+            }
+            if let Some(a) = p.get("adjudication").filter(|a| a.is_object()) {
+                d.push_str(&format!(
+                    "; adjudicated `{}` by `{}`: {}",
+                    a["decision"].as_str().unwrap_or(""),
+                    a["adjudicator"].as_str().unwrap_or(""),
+                    a["reason"].as_str().unwrap_or("")
+                ));
+            }
+            d.push_str(&format!("; rule: {}; {}", s("rule"), s("reason")));
+            d
+        }
+        _ => p.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hmac_matches_rfc_4231_test_case_2() {
+        // RFC 4231, test case 2: key "Jefe", data "what do ya want for nothing?".
+        let mac = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
+        assert_eq!(hex::encode(mac), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    }
+
+    #[test]
+    fn roster_problems_are_reported_together() {
+        let e = parse_roster(
+            "[[reviewer]]\nid = \"a\"\nname = \"A\"\ncapacity = 0\n[[reviewer]]\nid = \"a\"\nname = \"B\"\n[[reviewer]]\nid = \"llm-x\"\nname = \"X\"\n",
+            "r.toml",
+        )
+        .unwrap_err();
+        assert_eq!(e.problems.len(), 3, "{e}");
+    }
+
+    #[test]
+    fn the_rule_needs_every_dimension_at_the_threshold() {
+        let s = ReviewSettings::default();
+        let mut m: BTreeMap<String, u8> = s.dimensions.iter().map(|d| (d.id.clone(), 4)).collect();
+        assert!(s.passes(&m));
+        m.insert("freshness".into(), 3);
+        assert!(!s.passes(&m));
+        m.remove("freshness");
+        assert!(!s.passes(&m), "a missing score never passes");
+    }
+}

@@ -1,0 +1,246 @@
+//! `benchgen review prereview` (stage `review-prereview`): one or two LLM roles score
+//! every assigned sample with the reviewers' rubric, each dimension with a reason, so a
+//! team can triage before people review, and the demo runs end to end.
+//!
+//! These are **LLM scores**: each is recorded with `kind = "llm"` and reviewer
+//! `llm:<role>`; `review merge` counts them as human scores only when
+//! `[review.prereview] count_as_human = true`, and then says so in every decision it
+//! makes from them (`decided_by = "llm"`) and in its report. Runs on `llm::batch`
+//! (checkpointed per sample and role, resumable, ledger-linked).
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::assign::{ASSIGNMENTS, Assignments, SAMPLES};
+use super::{Score, ScoreKind};
+use crate::error::Problem;
+use crate::ledger::{NewEvent, Parent};
+use crate::llm::Prompt;
+use crate::llm::batch::{Batch, BatchOptions, Item, ItemError};
+use crate::model::Sample;
+use crate::settings::{Settings, section_hash};
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
+
+pub const STAGE: &str = "review-prereview";
+
+/// LLM scores ([`Score`] with `kind = "llm"`), one a line sorted by (sample, reviewer).
+pub const SCORES: Artifact<Score> = Artifact::new(STAGE, "scores.jsonl");
+
+pub static SPEC: StageSpec = StageSpec {
+    name: STAGE,
+    command: "review prereview",
+    version: 1,
+    about: "LLM pre-review: LLM roles score each sample with the rubric (marked as LLM scores)",
+    reads: &[ASSIGNMENTS.read(), SAMPLES.read()],
+    writes: &["scores.jsonl", "report.md"],
+};
+
+/// `[review.prereview]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrereviewSettings {
+    /// One or two LLM roles; each is one LLM reviewer (`llm:<role>`).
+    pub roles: Vec<String>,
+    #[serde(default = "default_template")]
+    pub template: String,
+    /// Let LLM scores decide like human ones where people have not scored (the demo).
+    #[serde(default)]
+    pub count_as_human: bool,
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    #[serde(
+        default,
+        deserialize_with = "crate::llm::batch::de_share",
+        skip_serializing_if = "crate::llm::batch::is_zero_share"
+    )]
+    pub max_failed_share: f64,
+}
+
+fn default_template() -> String {
+    "review_score".into()
+}
+fn default_concurrency() -> usize {
+    2
+}
+
+impl PrereviewSettings {
+    pub fn check(&self, problems: &mut Vec<Problem>) {
+        if self.roles.is_empty() || self.roles.len() > 2 {
+            problems.push(Problem::new("review.prereview.roles", "must name one or two LLM roles"));
+        }
+        if self.roles.len() == 2 && self.roles[0] == self.roles[1] {
+            problems.push(Problem::new("review.prereview.roles", "the two LLM reviewers must be different roles"));
+        }
+        crate::settings::check_positive(problems, "review.prereview.concurrency", self.concurrency);
+    }
+}
+
+/// The LLM's answer.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LlmReview {
+    /// One entry per rubric dimension.
+    pub scores: Vec<DimScore>,
+    /// One line overall.
+    pub note: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DimScore {
+    /// The dimension id, exactly as listed.
+    pub dimension: String,
+    /// A whole number on the scale.
+    pub score: i64,
+    /// One line saying why.
+    pub reason: String,
+}
+
+/// What is checkpointed per (sample, role).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Scored {
+    pub scores: BTreeMap<String, u8>,
+    pub reasons: BTreeMap<String, String>,
+    pub note: String,
+    pub exchange: String,
+}
+
+pub fn prompt(template: &str, a: &Assignments, s: &Sample, chars: usize) -> Prompt {
+    Prompt::new(
+        template,
+        json!({
+            "dimensions": a.dimensions, "scale_min": a.scale_min, "scale_max": a.scale_max,
+            "kind": s.kind.as_str(), "scenario": s.scenario.join(" / "), "sample": super::render_sample(s, chars),
+        }),
+    )
+}
+
+fn settings(s: &Settings) -> Option<PrereviewSettings> {
+    super::settings(s).prereview
+}
+
+pub struct PrereviewStage;
+
+impl Stage for PrereviewStage {
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
+    }
+    fn enabled(&self, s: &Settings) -> bool {
+        s.config.review.as_ref().is_some_and(|r| r.prereview.is_some())
+    }
+    fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
+        settings(s)
+            .map(|p| {
+                p.roles
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| ConfigRef::new(format!("review.prereview.roles[{i}]"), r))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    fn prompts(&self, s: &Settings) -> Vec<PromptRef> {
+        let Some(p) = settings(s) else { return vec![] };
+        let vars = json!({"dimensions": super::default_dimensions(), "scale_min": 1, "scale_max": 5,
+                          "kind": "multi_tool", "scenario": "a / b", "sample": "User: q"});
+        vec![PromptRef::new("review.prereview.template", &p.template, vars)]
+    }
+    fn plan(&self, s: &Settings) -> Result<Plan> {
+        let p = settings(s).ok_or_else(|| {
+            crate::error::hinted(
+                "no `[review.prereview]` section",
+                "name one or two LLM roles in `[review.prereview] roles`",
+            )
+        })?;
+        Ok(Plan {
+            inputs: vec![],
+            config_hash: section_hash(&json!({"prereview": p, "result_chars": super::settings(s).result_chars}))?,
+        })
+    }
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let s = ctx.settings;
+        let p = settings(s).expect("planned");
+        let chars = super::settings(s).result_chars;
+        let a: Assignments = inputs.json(&ASSIGNMENTS)?;
+        let samples: Vec<Sample> =
+            super::from_jsonl(inputs.bytes_of(&SAMPLES)?, "artifacts/review-assign/samples.jsonl")?;
+        let by_id: BTreeMap<&str, &Sample> = samples.iter().map(|x| (x.id.as_str(), x)).collect();
+        let mut items = Vec::new();
+        for x in &a.samples {
+            for role in &p.roles {
+                let pr = prompt(&p.template, &a, by_id[x.id.as_str()], chars);
+                items.push((format!("{}@{role}", x.id), (role.clone(), pr)));
+            }
+        }
+        let opts = BatchOptions::new(STAGE, "pre-review", "sample reviews")
+            .concurrency(p.concurrency)
+            .max_failed_share(p.max_failed_share, "review.prereview.max_failed_share")
+            .fail_point("review_prereview_item");
+        let mut batch = Batch::new(ctx, opts)?;
+        let aref = &a;
+        let done = batch.run(items, |(role, pr): (String, Prompt), llm: Item| async move {
+            let reply = llm.typed::<LlmReview>(&role, &pr).await?;
+            let mut scores = BTreeMap::new();
+            let mut reasons = BTreeMap::new();
+            for d in &aref.dimensions {
+                let Some(ds) = reply.value.scores.iter().find(|x| x.dimension.trim() == d.id) else {
+                    return Err(ItemError::Failed(format!("the answer has no score for `{}`", d.id)));
+                };
+                if ds.score < aref.scale_min as i64 || ds.score > aref.scale_max as i64 {
+                    return Err(ItemError::Failed(format!(
+                        "`{}` scored {} outside {}-{}",
+                        d.id, ds.score, aref.scale_min, aref.scale_max
+                    )));
+                }
+                scores.insert(d.id.clone(), ds.score as u8);
+                reasons.insert(d.id.clone(), super::clip(&ds.reason, 300));
+            }
+            Ok(Scored { scores, reasons, note: super::clip(&reply.value.note, 300), exchange: reply.exchange })
+        })?;
+        let mut all = Vec::new();
+        let mut report = String::from(
+            "# LLM pre-review\n\nThese are LLM scores, not human reviews. They count as human scores only with \
+             `[review.prereview] count_as_human = true`.\n\n",
+        );
+        report.push_str(&format!(
+            "Roles: {}. Samples: {}.\n\n",
+            p.roles.iter().map(|r| format!("`{r}`")).collect::<Vec<_>>().join(", "),
+            a.samples.len()
+        ));
+        for (key, sc) in &done.values {
+            let (id, role) = key.rsplit_once('@').expect("key shape");
+            let x = a.sample(id).expect("assigned");
+            let reasons: Vec<String> = sc.reasons.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            let score = Score {
+                sample_id: id.to_string(),
+                reviewer: format!("llm:{role}"),
+                kind: ScoreKind::Llm,
+                content_hash: x.content_hash.clone(),
+                scores: sc.scores.clone(),
+                note: if sc.note.is_empty() {
+                    reasons.join("; ")
+                } else {
+                    format!("{} ({})", sc.note, reasons.join("; "))
+                },
+                source: format!("llm:{}", sc.exchange),
+            };
+            let mut ev = NewEvent::new(super::kind::REVIEW, Some(&super::subject(id)), serde_json::to_value(&score)?);
+            if let Some(eid) = batch.exchange_event(&sc.exchange)? {
+                ev = ev.with_parent(Parent::Id(eid));
+            }
+            out.event(ev);
+            all.push(score);
+        }
+        all.sort_by(|x, y| (&x.sample_id, &x.reviewer).cmp(&(&y.sample_id, &y.reviewer)));
+        let passing = all.iter().filter(|x| super::settings(s).passes(&x.scores)).count();
+        report.push_str(&format!("{} LLM reviews; {passing} pass the acceptance rule.\n", all.len()));
+        batch.finish(out)?;
+        out.file("scores.jsonl", super::to_jsonl(&all)?);
+        out.file("report.md", report.into_bytes());
+        out.count("llm_reviews", all.len());
+        out.count("llm_passing", passing);
+        out.notes.push(format!("{} LLM reviews (marked as LLM scores); {passing} pass the rule", all.len()));
+        Ok(())
+    }
+}

@@ -1,0 +1,1092 @@
+//! `benchgen review serve`: the review web app (axum), for reviewers who would rather
+//! click than edit spreadsheets.
+//!
+//! Each reviewer signs in once with the personal link `review assign` wrote
+//! (`reviews/links/<id>.txt`); the token derives from the review secret and the server
+//! keeps only its SHA-256. Sign-in sets an `HttpOnly; SameSite=Strict` session cookie and
+//! redirects to a clean URL, so no secret stays in the address bar. Every request is
+//! authorised on the server: no session → 401; a sample not assigned to the reviewer, or
+//! another reviewer's scores before both have submitted (blind review) → 403; a write
+//! without the session's CSRF token, or from another origin → 403; failed sign-ins are
+//! rate-limited per client address (429). Pages carry a strict Content-Security-Policy
+//! (no inline script or style). Leads get an adjudication view of disputed samples they
+//! did not review.
+//!
+//! Scores live in SQLite (`reviews/review.sqlite`, WAL, `synchronous = FULL`): a draft is
+//! saved on every change (autosave), a submission is one transaction, and every
+//! submission and adjudication is a `review` event in the ledger. Submissions reach the
+//! pipeline through `reviews/web/scores.jsonl` and `reviews/web/adjudications.jsonl`,
+//! rewritten every few seconds while serving and by `review import` / `review merge`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Form, Path as UrlPath, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::Role;
+use super::assign::Assignments;
+use super::merge::WebAdjudication;
+use super::sheets::WebScore;
+use crate::ledger::{NewEvent, RunRecorder};
+use crate::model::Sample;
+use crate::settings::Settings;
+
+/// `[review.serve]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeSettings {
+    /// Listen address (loopback by default; `--addr` overrides).
+    #[serde(default = "default_addr")]
+    pub addr: SocketAddr,
+    /// The app's database (scores, drafts, sessions).
+    #[serde(default = "default_db")]
+    pub db: PathBuf,
+    /// Failed sign-ins allowed per client address within `login_window_s`.
+    #[serde(default = "default_failures")]
+    pub max_login_failures: usize,
+    #[serde(default = "default_window")]
+    pub login_window_s: u64,
+    #[serde(default = "default_session_hours")]
+    pub session_hours: u64,
+}
+
+impl Default for ServeSettings {
+    fn default() -> Self {
+        Self {
+            addr: default_addr(),
+            db: default_db(),
+            max_login_failures: default_failures(),
+            login_window_s: default_window(),
+            session_hours: default_session_hours(),
+        }
+    }
+}
+
+fn default_addr() -> SocketAddr {
+    "127.0.0.1:8377".parse().expect("address")
+}
+fn default_db() -> PathBuf {
+    PathBuf::from("reviews/review.sqlite")
+}
+fn default_failures() -> usize {
+    5
+}
+fn default_window() -> u64 {
+    60
+}
+fn default_session_hours() -> u64 {
+    12
+}
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS scores(
+    sample_id TEXT NOT NULL, reviewer TEXT NOT NULL, content_hash TEXT NOT NULL,
+    scores TEXT NOT NULL, note TEXT NOT NULL, status TEXT NOT NULL,
+    updated_at TEXT NOT NULL, submitted_at TEXT,
+    PRIMARY KEY(sample_id, reviewer));
+CREATE TABLE IF NOT EXISTS adjudications(
+    sample_id TEXT PRIMARY KEY, content_hash TEXT NOT NULL, decision TEXT NOT NULL,
+    adjudicator TEXT NOT NULL, reason TEXT NOT NULL, at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions(
+    id_hash TEXT PRIMARY KEY, reviewer TEXT NOT NULL, csrf TEXT NOT NULL, expires_at INTEGER NOT NULL);
+"#;
+
+/// Open (creating) the app database in WAL mode.
+pub fn open_db(path: &Path) -> Result<Connection> {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).with_context(|| format!("cannot create `{}`", p.display()))?;
+    }
+    let c = Connection::open(path).with_context(|| format!("cannot open `{}`", path.display()))?;
+    c.pragma_update(None, "journal_mode", "WAL")?;
+    // FULL: a submission acknowledged to the browser survives power loss too, not only a kill.
+    c.pragma_update(None, "synchronous", "FULL")?;
+    c.busy_timeout(Duration::from_secs(30))?;
+    c.execute_batch(SCHEMA).with_context(|| format!("cannot initialise `{}`", path.display()))?;
+    Ok(c)
+}
+
+pub fn db_path(s: &Settings) -> PathBuf {
+    s.resolve(&super::settings(s).serve.db)
+}
+
+/// Rewrite `reviews/web/scores.jsonl` and `adjudications.jsonl` from the database
+/// (submitted scores only, sorted), when it exists. Returns (scores, adjudications).
+pub fn dump(s: &Settings) -> Result<Option<(usize, usize)>> {
+    let p = db_path(s);
+    if !p.exists() {
+        return Ok(None);
+    }
+    let c = open_db(&p)?;
+    dump_from(&c, &super::sheets::web_dir(s)).map(Some)
+}
+
+fn dump_from(c: &Connection, dir: &Path) -> Result<(usize, usize)> {
+    let mut st = c.prepare(
+        "SELECT sample_id, reviewer, content_hash, scores, note, submitted_at FROM scores
+         WHERE status = 'submitted' ORDER BY sample_id, reviewer",
+    )?;
+    let scores: Vec<WebScore> = st
+        .query_map([], |r| {
+            Ok(WebScore {
+                sample_id: r.get(0)?,
+                reviewer: r.get(1)?,
+                content_hash: r.get(2)?,
+                scores: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
+                note: r.get(4)?,
+                submitted_at: r.get::<_, Option<String>>(5)?.unwrap_or_default(),
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut st = c.prepare(
+        "SELECT sample_id, content_hash, decision, adjudicator, reason, at FROM adjudications ORDER BY sample_id",
+    )?;
+    let adj: Vec<WebAdjudication> = st
+        .query_map([], |r| {
+            Ok(WebAdjudication {
+                sample_id: r.get(0)?,
+                content_hash: r.get(1)?,
+                decision: r.get(2)?,
+                adjudicator: r.get(3)?,
+                reason: r.get(4)?,
+                at: r.get(5)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    write_if_changed(&dir.join("scores.jsonl"), &super::to_jsonl(&scores)?)?;
+    write_if_changed(&dir.join("adjudications.jsonl"), &super::to_jsonl(&adj)?)?;
+    Ok((scores.len(), adj.len()))
+}
+
+fn write_if_changed(p: &Path, bytes: &[u8]) -> Result<()> {
+    if std::fs::read(p).ok().as_deref() == Some(bytes) {
+        return Ok(());
+    }
+    if bytes.is_empty() && !p.exists() {
+        return Ok(());
+    }
+    crate::store::write_atomic(p, bytes)
+}
+
+/// The running app's shared state.
+struct App {
+    writer: Mutex<Connection>,
+    readers: Vec<Mutex<Connection>>,
+    next_reader: AtomicUsize,
+    a: Assignments,
+    samples: BTreeMap<String, Sample>,
+    /// SHA-256 of each reviewer's token → reviewer id.
+    tokens: HashMap<String, String>,
+    failures: Mutex<HashMap<IpAddr, VecDeque<Instant>>>,
+    cfg: ServeSettings,
+    result_chars: usize,
+    ledger: Option<RunRecorder>,
+    ledger_run: Option<i64>,
+    dirty: AtomicBool,
+}
+
+impl App {
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+        let i = self.next_reader.fetch_add(1, Ordering::Relaxed) % self.readers.len();
+        let c = self.readers[i].lock().unwrap_or_else(|p| p.into_inner());
+        f(&c)
+    }
+    fn write<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+        let mut c = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut c)
+    }
+    fn assigned(&self, id: &str, reviewer: &str) -> bool {
+        self.a.sample(id).is_some_and(|x| x.reviewers.iter().any(|r| r == reviewer))
+    }
+    fn is_lead(&self, reviewer: &str) -> bool {
+        self.a.reviewer(reviewer).is_some_and(|r| r.role == Role::Lead)
+    }
+}
+
+/// A score row as stored.
+#[derive(Debug, Clone)]
+struct Row {
+    content_hash: String,
+    scores: BTreeMap<String, u8>,
+    note: String,
+    submitted: bool,
+}
+
+fn row(c: &Connection, id: &str, reviewer: &str) -> rusqlite::Result<Option<Row>> {
+    c.query_row(
+        "SELECT content_hash, scores, note, status FROM scores WHERE sample_id = ?1 AND reviewer = ?2",
+        params![id, reviewer],
+        |r| {
+            Ok(Row {
+                content_hash: r.get(0)?,
+                scores: serde_json::from_str(&r.get::<_, String>(1)?).unwrap_or_default(),
+                note: r.get(2)?,
+                submitted: r.get::<_, String>(3)? == "submitted",
+            })
+        },
+    )
+    .optional()
+}
+
+/// Run the app until Ctrl-C; prints `serving http://ADDR` once listening.
+pub fn serve(s: &Settings, printer: &crate::printer::Printer, addr: Option<SocketAddr>) -> Result<()> {
+    let r = super::settings(s);
+    let secret = super::secret(s)?;
+    let a: Assignments = serde_json::from_slice(&std::fs::read(super::assign::ASSIGNMENTS.path(s)).map_err(|e| {
+        crate::error::hinted(format!("no review assignments: {e}"), "run `benchgen review assign` first")
+    })?)
+    .context("`artifacts/review-assign/assignments.json` is not valid")?;
+    let samples_bytes =
+        std::fs::read(super::assign::SAMPLES.path(s)).context("cannot read the samples under review")?;
+    let samples: BTreeMap<String, Sample> = super::from_jsonl::<Sample>(&samples_bytes, "review-assign/samples.jsonl")?
+        .into_iter()
+        .map(|x| (x.id.clone(), x))
+        .collect();
+    let tokens = a
+        .reviewers
+        .iter()
+        .map(|e| {
+            let rv = super::Reviewer {
+                id: e.id.clone(),
+                name: e.name.clone(),
+                expertise: vec![],
+                capacity: None,
+                role: e.role,
+                token_version: e.token_version,
+            };
+            (super::token_hash(&super::token_for(&secret, &rv)), e.id.clone())
+        })
+        .collect();
+    let db = db_path(s);
+    let writer = open_db(&db)?;
+    let readers = (0..4).map(|_| open_db(&db).map(Mutex::new)).collect::<Result<Vec<_>>>()?;
+    let (ledger, ledger_run) = match crate::ledger::Ledger::open(&s.artifacts)
+        .and_then(|l| l.begin_run("review-serve", "serve", crate::stage::CODE_VERSION))
+    {
+        Ok(run) => (Some(RunRecorder::open(&s.artifacts, run, "review-serve")?), Some(run)),
+        Err(e) => {
+            printer.warn(&format!("the ledger cannot be opened ({e:#}); submissions are not recorded there"));
+            (None, None)
+        }
+    };
+    let cfg = ServeSettings { addr: addr.unwrap_or(r.serve.addr), ..r.serve.clone() };
+    if !cfg.addr.ip().is_loopback() {
+        printer.warn(&format!("serving on {}, which is not a loopback address: put TLS in front of it", cfg.addr));
+    }
+    let app = Arc::new(App {
+        writer: Mutex::new(writer),
+        readers,
+        next_reader: AtomicUsize::new(0),
+        a,
+        samples,
+        tokens,
+        failures: Mutex::new(HashMap::new()),
+        cfg: cfg.clone(),
+        result_chars: r.result_chars,
+        ledger,
+        ledger_run,
+        dirty: AtomicBool::new(true),
+    });
+    let web_dir = super::sheets::web_dir(s);
+    // Ctrl-C stops serving gracefully (final dump of `reviews/web/`), not the process at once.
+    crate::children::set_graceful_interrupt();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let listener =
+            tokio::net::TcpListener::bind(cfg.addr).await.with_context(|| format!("cannot listen on {}", cfg.addr))?;
+        let local = listener.local_addr()?;
+        crate::printer::out(&format!("serving http://{local}\n"));
+        let dumper = {
+            let app = app.clone();
+            let dir = web_dir.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    if app.dirty.swap(false, Ordering::SeqCst) {
+                        let app2 = app.clone();
+                        let dir2 = dir.clone();
+                        let _ = tokio::task::spawn_blocking(move || app2.read(|c| Ok(dump_from(c, &dir2)))).await;
+                    }
+                }
+            })
+        };
+        let router = router(app.clone());
+        axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await?;
+        dumper.abort();
+        app.read(|c| Ok(dump_from(c, &web_dir)))??;
+        if let (Some(l), Some(run)) = (&app.ledger, app.ledger_run) {
+            let _ = l.lock().finish_run(run, "ok");
+        }
+        anyhow::Ok(())
+    })
+}
+
+fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/login", get(login_get).post(login_post))
+        .route("/logout", post(logout))
+        .route("/s/{id}", get(sample_page))
+        .route("/s/{id}/draft", post(draft))
+        .route("/s/{id}/submit", post(submit))
+        .route("/api/s/{id}/scores/{reviewer}", get(api_scores))
+        .route("/adjudicate", get(adjudicate_list))
+        .route("/adjudicate/{id}", get(adjudicate_page).post(adjudicate_post))
+        .route("/static/app.js", get(|| async { asset("text/javascript", APP_JS) }))
+        .route("/static/app.css", get(|| async { asset("text/css", APP_CSS) }))
+        .fallback(|| async { page(StatusCode::NOT_FOUND, "Not found", "<p>No such page.</p>", None) })
+        .layer(axum::middleware::map_response(security_headers))
+        .with_state(app)
+}
+
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
+                   form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+async fn security_headers(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    // Not `no-referrer`: with it Chromium sends `Origin: null` on our own form posts,
+    // which the origin check must refuse.
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn asset(ct: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, ct)], body).into_response()
+}
+
+/// HTML escaping for text and attribute values.
+pub fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            _ => o.push(c),
+        }
+    }
+    o
+}
+
+fn page(status: StatusCode, title: &str, body: &str, csrf: Option<&str>) -> Response {
+    let meta = csrf.map(|c| format!("<meta name=\"csrf\" content=\"{}\">", esc(c))).unwrap_or_default();
+    let html = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title>{meta}\
+         <link rel=\"stylesheet\" href=\"/static/app.css\"><script src=\"/static/app.js\" defer></script></head>\
+         <body><main><h1>{t}</h1>{body}</main></body></html>",
+        t = esc(title)
+    );
+    (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response()
+}
+
+fn json_resp(status: StatusCode, v: serde_json::Value) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+}
+
+const LOGIN_FORM: &str = "<form method=\"post\" action=\"/login\"><label>Personal token <input name=\"token\" \
+                          type=\"password\" autocomplete=\"off\"></label> <button>Sign in</button></form>";
+
+fn unauthorised() -> Response {
+    page(
+        StatusCode::UNAUTHORIZED,
+        "Sign in",
+        &format!("<p>Open your personal review link, or paste its token.</p>{LOGIN_FORM}"),
+        None,
+    )
+}
+
+fn forbidden(why: &str) -> Response {
+    page(StatusCode::FORBIDDEN, "Forbidden", &format!("<p>{}</p><p><a href=\"/\">Back</a></p>", esc(why)), None)
+}
+
+struct Session {
+    reviewer: String,
+    csrf: String,
+}
+
+fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(';')).find_map(|kv| {
+        let (k, v) = kv.trim().split_once('=')?;
+        (k == name).then(|| v.to_string())
+    })
+}
+
+fn now_s() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+fn session(app: &App, headers: &HeaderMap) -> Option<Session> {
+    let id = cookie(headers, "bg_session")?;
+    let h = super::token_hash(&id);
+    app.read(|c| {
+        c.query_row(
+            "SELECT reviewer, csrf FROM sessions WHERE id_hash = ?1 AND expires_at > ?2",
+            params![h, now_s()],
+            |r| Ok(Session { reviewer: r.get(0)?, csrf: r.get(1)? }),
+        )
+        .optional()
+    })
+    .ok()
+    .flatten()
+}
+
+fn eq_ct(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A write must come from our own pages: same origin, with the session's CSRF token.
+/// `Some(refusal)` when the write must not happen.
+fn check_write(headers: &HeaderMap, sess: &Session, form_csrf: Option<&str>) -> Option<Response> {
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    if let Some(o) = headers.get(header::ORIGIN).and_then(|h| h.to_str().ok())
+        && o != format!("http://{host}")
+    {
+        return Some(forbidden("cross-site request refused"));
+    }
+    if headers.get("sec-fetch-site").and_then(|h| h.to_str().ok()) == Some("cross-site") {
+        return Some(forbidden("cross-site request refused"));
+    }
+    let sent = headers.get("x-csrf-token").and_then(|h| h.to_str().ok()).or(form_csrf).unwrap_or("");
+    if !eq_ct(sent, &sess.csrf) {
+        return Some(forbidden("missing or wrong CSRF token: reload the page and try again"));
+    }
+    None
+}
+
+fn random_hex() -> String {
+    use rand::TryRngCore;
+    let mut b = [0u8; 32];
+    rand::rngs::OsRng.try_fill_bytes(&mut b).expect("the OS random source");
+    hex::encode(b)
+}
+
+#[derive(Deserialize)]
+struct TokenQ {
+    token: Option<String>,
+}
+
+async fn login_get(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Query(q): Query<TokenQ>,
+) -> Response {
+    match q.token {
+        Some(t) => login(&app, peer.ip(), &t).await,
+        None => page(StatusCode::OK, "Sign in", LOGIN_FORM, None),
+    }
+}
+
+async fn login_post(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Form(q): Form<TokenQ>,
+) -> Response {
+    login(&app, peer.ip(), q.token.as_deref().unwrap_or("")).await
+}
+
+async fn login(app: &Arc<App>, ip: IpAddr, token: &str) -> Response {
+    let window = Duration::from_secs(app.cfg.login_window_s);
+    {
+        let mut f = app.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let q = f.entry(ip).or_default();
+        while q.front().is_some_and(|t| t.elapsed() > window) {
+            q.pop_front();
+        }
+        if q.len() >= app.cfg.max_login_failures {
+            let mut r = page(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Too many attempts",
+                "<p>Too many failed sign-ins from this address; wait a minute.</p>",
+                None,
+            );
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(app.cfg.login_window_s));
+            return r;
+        }
+    }
+    let Some(reviewer) = app.tokens.get(&super::token_hash(token.trim())).cloned() else {
+        app.failures.lock().unwrap_or_else(|p| p.into_inner()).entry(ip).or_default().push_back(Instant::now());
+        return page(
+            StatusCode::UNAUTHORIZED,
+            "Sign in",
+            &format!("<p>That token is not valid.</p>{LOGIN_FORM}"),
+            None,
+        );
+    };
+    let (sid, csrf) = (random_hex(), random_hex());
+    let expires = now_s() + app.cfg.session_hours as i64 * 3600;
+    let app2 = app.clone();
+    let h = super::token_hash(&sid);
+    let res = tokio::task::spawn_blocking(move || {
+        app2.write(|c| {
+            c.execute("DELETE FROM sessions WHERE expires_at <= ?1", params![now_s()])?;
+            c.execute(
+                "INSERT INTO sessions(id_hash, reviewer, csrf, expires_at) VALUES (?1, ?2, ?3, ?4)",
+                params![h, reviewer, csrf, expires],
+            )
+        })
+    })
+    .await;
+    if !matches!(res, Ok(Ok(_))) {
+        return page(StatusCode::INTERNAL_SERVER_ERROR, "Error", "<p>Could not start a session.</p>", None);
+    }
+    let max_age = app.cfg.session_hours * 3600;
+    Response::builder()
+        .status(StatusCode::SEE_OTHER)
+        .header(header::LOCATION, "/")
+        .header(header::SET_COOKIE, format!("bg_session={sid}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}"))
+        .body(Body::empty())
+        .expect("response")
+}
+
+#[derive(Deserialize)]
+struct CsrfForm {
+    csrf: Option<String>,
+}
+
+async fn logout(State(app): State<Arc<App>>, headers: HeaderMap, Form(f): Form<CsrfForm>) -> Response {
+    let Some(sess) = session(&app, &headers) else { return unauthorised() };
+    if let Some(r) = check_write(&headers, &sess, f.csrf.as_deref()) {
+        return r;
+    }
+    if let Some(id) = cookie(&headers, "bg_session") {
+        let h = super::token_hash(&id);
+        let app2 = app.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            app2.write(|c| c.execute("DELETE FROM sessions WHERE id_hash = ?1", params![h]))
+        })
+        .await;
+    }
+    Response::builder()
+        .status(StatusCode::SEE_OTHER)
+        .header(header::LOCATION, "/login")
+        .header(header::SET_COOKIE, "bg_session=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0")
+        .body(Body::empty())
+        .expect("response")
+}
+
+/// (done, total) and per-sample state for a reviewer.
+fn progress(app: &App, reviewer: &str) -> rusqlite::Result<(Vec<(String, &'static str)>, usize)> {
+    let mine: Vec<&super::assign::Assigned> =
+        app.a.samples.iter().filter(|x| x.reviewers.iter().any(|r| r == reviewer)).collect();
+    let rows: HashMap<String, (String, String)> = app.read(|c| {
+        let mut st = c.prepare("SELECT sample_id, content_hash, status FROM scores WHERE reviewer = ?1")?;
+        st.query_map(params![reviewer], |r| Ok((r.get::<_, String>(0)?, (r.get(1)?, r.get(2)?))))?.collect()
+    })?;
+    let mut done = 0;
+    let list = mine
+        .iter()
+        .map(|x| {
+            let st = match rows.get(&x.id) {
+                Some((h, s)) if *h == x.content_hash && s == "submitted" => {
+                    done += 1;
+                    "submitted"
+                }
+                Some((h, _)) if *h == x.content_hash => "draft",
+                Some(_) => "changed: score again",
+                None => "to do",
+            };
+            (x.id.clone(), st)
+        })
+        .collect();
+    Ok((list, done))
+}
+
+async fn index(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    let Some(sess) = session(&app, &headers) else { return unauthorised() };
+    let Ok((list, done)) = progress(&app, &sess.reviewer) else {
+        return page(StatusCode::INTERNAL_SERVER_ERROR, "Error", "<p>Database error.</p>", None);
+    };
+    let name = app.a.reviewer(&sess.reviewer).map(|r| r.name.clone()).unwrap_or_default();
+    let mut b = format!(
+        "<p>Signed in as <b>{}</b>. <span id=\"progress\">{done} of {} done</span>.</p><ul class=\"samples\">",
+        esc(&name),
+        list.len()
+    );
+    for (id, st) in &list {
+        b.push_str(&format!("<li><a href=\"/s/{}\">{}</a> — {}</li>", esc(id), esc(id), st));
+    }
+    b.push_str("</ul>");
+    if app.is_lead(&sess.reviewer) {
+        b.push_str("<p><a href=\"/adjudicate\">Adjudication queue</a></p>");
+    }
+    b.push_str(&format!(
+        "<form method=\"post\" action=\"/logout\"><input type=\"hidden\" name=\"csrf\" value=\"{}\"><button>Sign out</button></form>",
+        esc(&sess.csrf)
+    ));
+    page(StatusCode::OK, "Your reviews", &b, Some(&sess.csrf))
+}
+
+fn sample_html(app: &App, s: &Sample) -> String {
+    format!(
+        "<p class=\"meta\">{} · {}</p><pre class=\"sample\">{}</pre>",
+        esc(s.kind.as_str()),
+        esc(&s.scenario.join(" / ")),
+        esc(&super::render_sample(s, app.result_chars))
+    )
+}
+
+#[derive(Deserialize)]
+struct Saved {
+    saved: Option<String>,
+}
+
+async fn sample_page(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+    Query(q): Query<Saved>,
+) -> Response {
+    let Some(sess) = session(&app, &headers) else { return unauthorised() };
+    if !app.assigned(&id, &sess.reviewer) {
+        return forbidden("this sample is not assigned to you");
+    }
+    let (Some(x), Some(s)) = (app.a.sample(&id), app.samples.get(&id)) else { return forbidden("unknown sample") };
+    let mine = app.read(|c| row(c, &id, &sess.reviewer)).ok().flatten().filter(|r| r.content_hash == x.content_hash);
+    let (list, done) = progress(&app, &sess.reviewer).unwrap_or_default();
+    let pos = list.iter().position(|(i, _)| *i == id).unwrap_or(0);
+    let next =
+        list.iter().cycle().skip(pos + 1).take(list.len()).find(|(_, st)| *st != "submitted").map(|(i, _)| i.clone());
+    let mut b =
+        format!("<p><a href=\"/\">All samples</a> · <span id=\"progress\">{done} of {} done</span></p>", list.len());
+    if q.saved.is_some() {
+        b.push_str("<p class=\"ok\" id=\"submitted\">Submitted.</p>");
+    }
+    b.push_str(&sample_html(&app, s));
+    b.push_str(&format!(
+        "<form id=\"score-form\" method=\"post\" action=\"/s/{id}/submit\" data-draft=\"/s/{id}/draft\" data-max=\"{}\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{}\">",
+        app.a.scale_max,
+        esc(&sess.csrf),
+        id = esc(&id)
+    ));
+    for d in &app.a.dimensions {
+        b.push_str(&format!(
+            "<fieldset class=\"dim\" data-dim=\"{}\"><legend>{}</legend><p class=\"hint\">{}</p>",
+            esc(&d.id),
+            esc(&d.name),
+            esc(&d.description)
+        ));
+        let cur = mine.as_ref().and_then(|m| m.scores.get(&d.id)).copied();
+        for v in app.a.scale_min..=app.a.scale_max {
+            b.push_str(&format!(
+                "<label><input type=\"radio\" name=\"{}\" value=\"{v}\"{}> {v}</label> ",
+                esc(&d.id),
+                if cur == Some(v) { " checked" } else { "" }
+            ));
+        }
+        b.push_str("</fieldset>");
+    }
+    let note = mine.as_ref().map(|m| m.note.clone()).unwrap_or_default();
+    let state = match &mine {
+        Some(m) if m.submitted => "Submitted",
+        Some(_) => "Draft saved",
+        None => "Not saved yet",
+    };
+    b.push_str(&format!(
+        "<label class=\"note\">Note <textarea name=\"note\" rows=\"2\">{}</textarea></label>\
+         <p><button id=\"submit\">Submit</button> <span id=\"status\">{state}</span></p>\
+         <p class=\"hint\">Keys: 1–{} score the highlighted dimension and move on; ↑/↓ or j/k move; Ctrl+Enter submits.</p></form>",
+        esc(&note),
+        app.a.scale_max
+    ));
+    if let Some(n) = next {
+        b.push_str(&format!("<p><a id=\"next\" href=\"/s/{}\">Next to do</a></p>", esc(&n)));
+    }
+    // Blind review: the other reviewer's scores only once both have submitted.
+    let other = x.reviewers.iter().find(|r| **r != sess.reviewer).cloned().unwrap_or_default();
+    let theirs = app.read(|c| row(c, &id, &other)).ok().flatten().filter(|r| r.content_hash == x.content_hash);
+    if let (Some(m), Some(t)) = (&mine, &theirs)
+        && m.submitted
+        && t.submitted
+    {
+        let sc: Vec<String> = t.scores.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+        b.push_str(&format!(
+            "<section class=\"other\"><h2>The other review</h2><p>{}</p><p>{}</p></section>",
+            esc(&sc.join(", ")),
+            esc(&t.note)
+        ));
+    }
+    page(StatusCode::OK, &format!("Review {id}"), &b, Some(&sess.csrf))
+}
+
+/// Parse the score form: every present dimension must be on the scale.
+fn parse_scores(app: &App, form: &HashMap<String, String>) -> Result<BTreeMap<String, u8>, String> {
+    let mut out = BTreeMap::new();
+    for d in &app.a.dimensions {
+        if let Some(v) = form.get(&d.id).filter(|v| !v.is_empty()) {
+            match v.parse::<u8>() {
+                Ok(n) if (app.a.scale_min..=app.a.scale_max).contains(&n) => {
+                    out.insert(d.id.clone(), n);
+                }
+                _ => return Err(format!("`{}` must be from {} to {}", d.id, app.a.scale_min, app.a.scale_max)),
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn draft(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Response {
+    save(app, headers, id, form, false).await
+}
+
+async fn submit(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Response {
+    save(app, headers, id, form, true).await
+}
+
+async fn save(app: Arc<App>, headers: HeaderMap, id: String, form: HashMap<String, String>, final_: bool) -> Response {
+    let Some(sess) = session(&app, &headers) else { return unauthorised() };
+    if let Some(r) = check_write(&headers, &sess, form.get("csrf").map(String::as_str)) {
+        return r;
+    }
+    if !app.assigned(&id, &sess.reviewer) {
+        return forbidden("this sample is not assigned to you");
+    }
+    let scores = match parse_scores(&app, &form) {
+        Ok(s) => s,
+        Err(e) => return json_resp(StatusCode::UNPROCESSABLE_ENTITY, json!({"error": e})),
+    };
+    if final_ && scores.len() != app.a.dimensions.len() {
+        let missing: Vec<&str> =
+            app.a.dimensions.iter().filter(|d| !scores.contains_key(&d.id)).map(|d| d.id.as_str()).collect();
+        return page(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Not submitted",
+            &format!(
+                "<p>Score every dimension first (missing: {}).</p><p><a href=\"/s/{}\">Back</a></p>",
+                esc(&missing.join(", ")),
+                esc(&id)
+            ),
+            None,
+        );
+    }
+    let hash = app.a.sample(&id).map(|x| x.content_hash.clone()).unwrap_or_default();
+    let note = super::clip(form.get("note").map(String::as_str).unwrap_or(""), 2000);
+    let reviewer = sess.reviewer.clone();
+    let app2 = app.clone();
+    let (sc, nt, idc) = (scores.clone(), note.clone(), id.clone());
+    let res = tokio::task::spawn_blocking(move || {
+        let at = crate::ledger::now();
+        let sj = serde_json::to_string(&sc).expect("scores");
+        let r = app2.write(|c| {
+            // A submitted review stays submitted; a later draft save does not reopen it.
+            let submitted_before = row(c, &idc, &reviewer)?.is_some_and(|r| r.submitted && r.content_hash == hash);
+            let status = if final_ || submitted_before { "submitted" } else { "draft" };
+            if !final_ && submitted_before {
+                return Ok(false);
+            }
+            c.execute(
+                "INSERT INTO scores(sample_id, reviewer, content_hash, scores, note, status, updated_at, submitted_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, CASE WHEN ?6 = 'submitted' THEN ?7 END)
+                 ON CONFLICT(sample_id, reviewer) DO UPDATE SET content_hash = ?3, scores = ?4, note = ?5,
+                   status = ?6, updated_at = ?7, submitted_at = CASE WHEN ?6 = 'submitted' THEN ?7 ELSE NULL END",
+                params![idc, reviewer, hash, sj, nt, status, at],
+            )?;
+            Ok(true)
+        });
+        if final_ && let (Ok(true), Some(l)) = (&r, &app2.ledger) {
+            let ev = NewEvent::new(
+                super::kind::REVIEW,
+                Some(&super::subject(&idc)),
+                json!({"reviewer": reviewer, "kind": "human", "content_hash": hash, "scores": sc, "note": nt,
+                       "source": format!("web ({at})")}),
+            );
+            if let Err(e) = l.record(ev) {
+                tracing::warn!("review submission not recorded in the ledger: {e:#}");
+            }
+        }
+        r
+    })
+    .await;
+    match res {
+        Ok(Ok(changed)) => {
+            app.dirty.store(true, Ordering::SeqCst);
+            if final_ {
+                Response::builder()
+                    .status(StatusCode::SEE_OTHER)
+                    .header(header::LOCATION, format!("/s/{id}?saved=1"))
+                    .body(Body::empty())
+                    .expect("response")
+            } else {
+                json_resp(StatusCode::OK, json!({"saved": changed, "submitted": !changed}))
+            }
+        }
+        _ => json_resp(StatusCode::INTERNAL_SERVER_ERROR, json!({"error": "not saved"})),
+    }
+}
+
+async fn api_scores(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    UrlPath((id, who)): UrlPath<(String, String)>,
+) -> Response {
+    let Some(sess) = session(&app, &headers) else {
+        return json_resp(StatusCode::UNAUTHORIZED, json!({"error": "sign in"}));
+    };
+    let lead_view = app.is_lead(&sess.reviewer) && !app.assigned(&id, &sess.reviewer);
+    if !app.assigned(&id, &sess.reviewer) && !lead_view {
+        return json_resp(StatusCode::FORBIDDEN, json!({"error": "not assigned to you"}));
+    }
+    let Some(x) = app.a.sample(&id) else {
+        return json_resp(StatusCode::FORBIDDEN, json!({"error": "unknown sample"}));
+    };
+    let get = |r: &str| app.read(|c| row(c, &id, r)).ok().flatten().filter(|r| r.content_hash == x.content_hash);
+    if who != sess.reviewer {
+        // Blind review: another reviewer's scores only after both submitted (or to a lead
+        // who did not review the sample).
+        let both = x.reviewers.iter().all(|r| get(r).is_some_and(|r| r.submitted));
+        if !(both && (app.assigned(&id, &sess.reviewer) || lead_view)) {
+            return json_resp(
+                StatusCode::FORBIDDEN,
+                json!({"error": "blind review: not before both reviewers submitted"}),
+            );
+        }
+    }
+    match get(&who) {
+        Some(r) => json_resp(StatusCode::OK, json!({"scores": r.scores, "note": r.note, "submitted": r.submitted})),
+        None => json_resp(StatusCode::OK, json!({"scores": {}, "note": "", "submitted": false})),
+    }
+}
+
+/// Samples a lead may adjudicate: both reviews submitted, one accepts and one rejects,
+/// and the lead neither reviewed nor wrote it.
+fn disputed(app: &App, lead: &str) -> Vec<(String, Vec<(String, Row)>)> {
+    let r = super::ReviewSettings {
+        dimensions: app.a.dimensions.clone(),
+        accept_min: app.a.accept_min,
+        scale_min: app.a.scale_min,
+        scale_max: app.a.scale_max,
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    for x in &app.a.samples {
+        if x.reviewers.iter().any(|r| r == lead) || x.author.as_deref() == Some(lead) {
+            continue;
+        }
+        let rows: Vec<(String, Row)> = x
+            .reviewers
+            .iter()
+            .filter_map(|rv| {
+                app.read(|c| row(c, &x.id, rv))
+                    .ok()
+                    .flatten()
+                    .filter(|r| r.submitted && r.content_hash == x.content_hash)
+                    .map(|r| (rv.clone(), r))
+            })
+            .collect();
+        if rows.len() == 2 && r.passes(&rows[0].1.scores) != r.passes(&rows[1].1.scores) {
+            out.push((x.id.clone(), rows));
+        }
+    }
+    out
+}
+
+async fn adjudicate_list(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    let Some(sess) = session(&app, &headers) else { return unauthorised() };
+    if !app.is_lead(&sess.reviewer) {
+        return forbidden("the adjudication view is for leads");
+    }
+    let mut b = String::from("<p><a href=\"/\">Your reviews</a></p><ul>");
+    let list = disputed(&app, &sess.reviewer);
+    for (id, _) in &list {
+        let done = app.read(|c| {
+            c.query_row("SELECT decision FROM adjudications WHERE sample_id = ?1", params![id], |r| {
+                r.get::<_, String>(0)
+            })
+            .optional()
+        });
+        b.push_str(&format!(
+            "<li><a href=\"/adjudicate/{}\">{}</a> — {}</li>",
+            esc(id),
+            esc(id),
+            done.ok().flatten().map(|d| format!("decided: {}", esc(&d))).unwrap_or_else(|| "open".into())
+        ));
+    }
+    b.push_str("</ul>");
+    if list.is_empty() {
+        b.push_str("<p>No disputed sample you may adjudicate.</p>");
+    }
+    page(StatusCode::OK, "Adjudication queue", &b, Some(&sess.csrf))
+}
+
+async fn adjudicate_page(State(app): State<Arc<App>>, headers: HeaderMap, UrlPath(id): UrlPath<String>) -> Response {
+    let Some(sess) = session(&app, &headers) else { return unauthorised() };
+    if !app.is_lead(&sess.reviewer) {
+        return forbidden("the adjudication view is for leads");
+    }
+    let Some((_, rows)) = disputed(&app, &sess.reviewer).into_iter().find(|(i, _)| *i == id) else {
+        return forbidden("not a disputed sample you may adjudicate");
+    };
+    let Some(s) = app.samples.get(&id) else { return forbidden("unknown sample") };
+    let mut b = format!("<p><a href=\"/adjudicate\">Queue</a></p>{}", sample_html(&app, s));
+    for (rv, r) in &rows {
+        let sc: Vec<String> = r.scores.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+        b.push_str(&format!(
+            "<section class=\"other\"><h2>{}</h2><p>{}</p><p>{}</p></section>",
+            esc(rv),
+            esc(&sc.join(", ")),
+            esc(&r.note)
+        ));
+    }
+    b.push_str(&format!(
+        "<form method=\"post\" action=\"/adjudicate/{}\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         <label><input type=\"radio\" name=\"decision\" value=\"accept\"> accept</label> \
+         <label><input type=\"radio\" name=\"decision\" value=\"reject\"> reject</label> \
+         <label><input type=\"radio\" name=\"decision\" value=\"exclude\"> exclude</label>\
+         <label class=\"note\">Reason <textarea name=\"reason\" rows=\"2\" required></textarea></label><button>Decide</button></form>",
+        esc(&id),
+        esc(&sess.csrf)
+    ));
+    page(StatusCode::OK, &format!("Adjudicate {id}"), &b, Some(&sess.csrf))
+}
+
+async fn adjudicate_post(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Response {
+    let Some(sess) = session(&app, &headers) else { return unauthorised() };
+    if let Some(r) = check_write(&headers, &sess, form.get("csrf").map(String::as_str)) {
+        return r;
+    }
+    if !app.is_lead(&sess.reviewer) {
+        return forbidden("the adjudication view is for leads");
+    }
+    if !disputed(&app, &sess.reviewer).iter().any(|(i, _)| *i == id) {
+        return forbidden("not a disputed sample you may adjudicate");
+    }
+    let decision = form.get("decision").cloned().unwrap_or_default();
+    let reason = super::clip(form.get("reason").map(String::as_str).unwrap_or(""), 2000);
+    if !["accept", "reject", "exclude"].contains(&decision.as_str()) || reason.is_empty() {
+        return page(StatusCode::UNPROCESSABLE_ENTITY, "Not saved", "<p>Pick a decision and give a reason.</p>", None);
+    }
+    let hash = app.a.sample(&id).map(|x| x.content_hash.clone()).unwrap_or_default();
+    let app2 = app.clone();
+    let lead = sess.reviewer.clone();
+    let idc = id.clone();
+    let res = tokio::task::spawn_blocking(move || {
+        let at = crate::ledger::now();
+        let r = app2.write(|c| {
+            c.execute(
+                "INSERT INTO adjudications(sample_id, content_hash, decision, adjudicator, reason, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT(sample_id) DO UPDATE SET content_hash = ?2, decision = ?3, adjudicator = ?4, reason = ?5, at = ?6",
+                params![idc, hash, decision, lead, reason, at],
+            )
+        });
+        if let (Ok(_), Some(l)) = (&r, &app2.ledger) {
+            let _ = l.record(NewEvent::new(
+                "review.adjudication",
+                Some(&super::subject(&idc)),
+                json!({"decision": decision, "adjudicator": lead, "reason": reason, "content_hash": hash, "source": "web"}),
+            ));
+        }
+        r
+    })
+    .await;
+    match res {
+        Ok(Ok(_)) => {
+            app.dirty.store(true, Ordering::SeqCst);
+            Response::builder()
+                .status(StatusCode::SEE_OTHER)
+                .header(header::LOCATION, "/adjudicate")
+                .body(Body::empty())
+                .expect("response")
+        }
+        _ => page(StatusCode::INTERNAL_SERVER_ERROR, "Error", "<p>Not saved.</p>", None),
+    }
+}
+
+const APP_CSS: &str = "body{font-family:sans-serif;max-width:60rem;margin:1rem auto;padding:0 1rem}\
+pre.sample{white-space:pre-wrap;background:#f6f6f6;padding:.8rem;border-radius:4px}\
+fieldset.dim{margin:.4rem 0;border:1px solid #ccc}fieldset.dim.current{border:2px solid #2a6ad8;background:#f0f5ff}\
+.hint{color:#666;font-size:.85rem;margin:.2rem 0}.ok{color:#176317}.note textarea{width:100%}\
+section.other{border-left:3px solid #999;padding-left:.6rem}";
+
+const APP_JS: &str = r#"'use strict';
+document.addEventListener('DOMContentLoaded', function () {
+  var form = document.getElementById('score-form');
+  if (!form) return;
+  var csrf = document.querySelector('meta[name=csrf]').getAttribute('content');
+  var status = document.getElementById('status');
+  var dims = Array.prototype.slice.call(form.querySelectorAll('fieldset.dim'));
+  var max = parseInt(form.getAttribute('data-max'), 10);
+  var cur = 0;
+  for (var i = 0; i < dims.length; i++) { if (!dims[i].querySelector('input:checked')) { cur = i; break; } }
+  function mark() { dims.forEach(function (d, i) { d.classList.toggle('current', i === cur); }); }
+  // One save in flight at a time, always sending the latest form state, so an older
+  // save can never land after a newer one.
+  var pending = null, inFlight = false, again = false;
+  function save() {
+    if (inFlight) { again = true; return; }
+    inFlight = true; again = false;
+    var body = new URLSearchParams(new FormData(form));
+    status.textContent = 'Saving…';
+    fetch(form.getAttribute('data-draft'), { method: 'POST', headers: { 'X-CSRF-Token': csrf }, body: body, credentials: 'same-origin' })
+      .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
+      .then(function (j) { inFlight = false; if (again) { save(); } else { status.textContent = j.submitted ? 'Submitted' : 'Draft saved'; } })
+      .catch(function (e) { inFlight = false; status.textContent = 'Not saved (' + e + ')'; if (again) save(); });
+  }
+  form.addEventListener('change', save);
+  var note = form.querySelector('textarea[name=note]');
+  note.addEventListener('input', function () { clearTimeout(pending); pending = setTimeout(save, 600); });
+  document.addEventListener('keydown', function (e) {
+    var t = e.target.tagName;
+    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); form.submit(); return; }
+    if (t === 'TEXTAREA' || (t === 'INPUT' && e.target.type === 'text')) return;
+    if (e.key >= '1' && e.key <= String(max)) {
+      var r = dims[cur].querySelector('input[value="' + e.key + '"]');
+      if (r) { r.checked = true; save(); if (cur < dims.length - 1) cur++; mark(); }
+      e.preventDefault();
+    } else if (e.key === 'ArrowDown' || e.key === 'j') { if (cur < dims.length - 1) cur++; mark(); e.preventDefault(); }
+    else if (e.key === 'ArrowUp' || e.key === 'k') { if (cur > 0) cur--; mark(); e.preventDefault(); }
+  });
+  dims.forEach(function (d, i) { d.addEventListener('click', function () { cur = i; mark(); }); });
+  mark();
+});
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_and_cookies() {
+        assert_eq!(esc("<a href=\"x\">'&"), "&lt;a href=&quot;x&quot;&gt;&#39;&amp;");
+        let mut h = HeaderMap::new();
+        h.insert(header::COOKIE, HeaderValue::from_static("a=1; bg_session=abc; b=2"));
+        assert_eq!(cookie(&h, "bg_session").as_deref(), Some("abc"));
+        assert!(eq_ct("abc", "abc") && !eq_ct("abc", "abd") && !eq_ct("abc", "ab"));
+    }
+}

@@ -1,0 +1,912 @@
+//! Review: assignment, sheets, import validation, LLM pre-review, merge with
+//! adjudication, agreement figures against published worked examples, and the web
+//! app's access rules over HTTP (the real-browser test is in `review_browser.rs`).
+//!
+//! Upstream samples are made here: a test project brings them as `[review]
+//! extra_samples`, or as the sample pool's `artifacts/validate/samples.jsonl` with a
+//! manifest written the way the runner writes one.
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+
+use benchgen::review::agreement::{self, Metric};
+use benchgen::review::assign::{self, Assignments};
+use benchgen::review::{ReviewSettings, Reviewer, Role};
+use serde_json::{Value, json};
+
+use crate::support::{Project, assert_code, stderr, stdout};
+
+pub const SECRET: &str = "it-review-secret-0123456789";
+
+pub const ROSTER: &str = r#"
+[[reviewer]]
+id = "alice"
+name = "Alice"
+
+[[reviewer]]
+id = "bob"
+name = "Bob"
+
+[[reviewer]]
+id = "carol"
+name = "Carol"
+
+[[reviewer]]
+id = "dave"
+name = "Dave"
+
+[[reviewer]]
+id = "lena"
+name = "Lena"
+role = "lead"
+"#;
+
+/// A FinMCP-style sample with an executed trajectory.
+pub fn sample(i: usize, author: Option<&str>) -> Value {
+    let mut v = json!({
+        "id": format!("s{i:03}"), "family": "finmcp",
+        "kind": if i.is_multiple_of(3) { "single_tool" } else { "multi_tool" },
+        "scenario": ["wealth", if i.is_multiple_of(2) { "funds" } else { "stocks" }],
+        "turns": [{
+            "user": format!("What is the latest NAV of fund F{i}?"),
+            "reference_plan": [{"alternatives": ["fin::nav"], "group": 0}],
+            "gold_reply": format!("=The NAV of F{i} is {i}.12 as of today."),
+            "trajectory": [[{"tool": "fin::nav", "arguments": {"fund": format!("F{i}")}, "result": format!("{{\"nav\": {i}.12}}")}]]
+        }],
+        "out_of_scope": false, "difficulty": "easy", "provenance_id": format!("test:{i}")
+    });
+    if let Some(a) = author {
+        v["author"] = json!(a);
+    }
+    v
+}
+
+pub fn jsonl(items: &[Value]) -> String {
+    items.iter().map(|v| v.to_string() + "\n").collect()
+}
+
+pub struct RP {
+    pub p: Project,
+}
+
+impl RP {
+    /// A project with `n` samples brought as `extra_samples` and the five-member roster.
+    pub fn new(n: usize, extra_cfg: &str) -> Self {
+        let p = Project::empty();
+        p.write("reviews/reviewers.toml", ROSTER);
+        let items: Vec<Value> = (0..n).map(|i| sample(i, if i % 5 == 0 { Some("alice") } else { None })).collect();
+        p.write("raw/samples.jsonl", jsonl(&items));
+        p.write(
+            "pipeline/demo.toml",
+            format!(
+                "[project]\nseed = 7\n\n[review]\nextra_samples = [\"raw/samples.jsonl\"]\nbootstrap = 200\n{extra_cfg}"
+            ),
+        );
+        RP { p }
+    }
+    pub fn run(&self, args: &[&str]) -> std::process::Output {
+        self.p.cmd().env("BENCHGEN_REVIEW_SECRET", SECRET).args(args).output().unwrap()
+    }
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert_code(&o, 0);
+        stdout(&o) + &stderr(&o)
+    }
+    pub fn assignments(&self) -> Assignments {
+        serde_json::from_str(&self.p.read("artifacts/review-assign/assignments.json")).unwrap()
+    }
+    pub fn decisions(&self) -> BTreeMap<String, Value> {
+        self.p
+            .read("artifacts/review-merge/decisions.jsonl")
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(|v| (v["id"].as_str().unwrap().to_string(), v))
+            .collect()
+    }
+    /// Fill `reviewer`'s exported sheet with `scores(sample_id)` (None: leave the row
+    /// empty) and put it in `reviews/returned/`.
+    pub fn fill(&self, reviewer: &str, scores: impl Fn(&str) -> Option<[u8; 5]>) {
+        let text = self.p.read(&format!("artifacts/review-export/sheets/{reviewer}.csv"));
+        let mut rd = csv::Reader::from_reader(text.as_bytes());
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.write_record(rd.headers().unwrap()).unwrap();
+        for rec in rd.records() {
+            let mut cells: Vec<String> = rec.unwrap().iter().map(str::to_string).collect();
+            if let Some(s) = scores(&cells[0]) {
+                for (i, v) in s.iter().enumerate() {
+                    cells[8 + i] = v.to_string();
+                }
+                cells[13] = format!("note by {reviewer}");
+            }
+            w.write_record(&cells).unwrap();
+        }
+        self.p.write(&format!("reviews/returned/{reviewer}.csv"), w.into_inner().unwrap());
+    }
+}
+
+fn roster(spec: &[(&str, Option<usize>, &[&str])]) -> Vec<Reviewer> {
+    spec.iter()
+        .map(|(id, cap, exp)| Reviewer {
+            id: id.to_string(),
+            name: id.to_uppercase(),
+            expertise: exp.iter().map(|s| s.to_string()).collect(),
+            capacity: *cap,
+            role: Role::Reviewer,
+            token_version: 1,
+        })
+        .collect()
+}
+
+fn samples(n: usize, author_every: usize) -> BTreeMap<String, benchgen::model::Sample> {
+    (0..n)
+        .map(|i| {
+            let author = (author_every > 0 && i % author_every == 0).then_some("r1");
+            let s: benchgen::model::Sample = serde_json::from_value(sample(i, author)).unwrap();
+            (s.id.clone(), s)
+        })
+        .collect()
+}
+
+#[test]
+fn assignment_two_distinct_balanced_within_one_authors_capacity_expertise_sticky() {
+    let cfg = ReviewSettings::default();
+    // Balanced: 7 reviewers, 40 samples, no constraints → loads within 1.
+    let r7 = roster(&[
+        ("r1", None, &[]),
+        ("r2", None, &[]),
+        ("r3", None, &[]),
+        ("r4", None, &[]),
+        ("r5", None, &[]),
+        ("r6", None, &[]),
+        ("r7", None, &[]),
+    ]);
+    let s40 = samples(40, 0);
+    let (a, _) = assign::assign(&cfg, &r7, &s40, None, 11);
+    assert_eq!(a.samples.len(), 40);
+    assert!(a.unassigned.is_empty());
+    for x in &a.samples {
+        assert_eq!(x.reviewers.len(), 2);
+        assert_ne!(x.reviewers[0], x.reviewers[1], "two distinct reviewers");
+    }
+    let loads: Vec<usize> = a.reviewers.iter().map(|r| r.assigned).collect();
+    assert_eq!(loads.iter().sum::<usize>(), 80);
+    assert!(loads.iter().max().unwrap() - loads.iter().min().unwrap() <= 1, "balanced within 1: {loads:?}");
+    // Seeded: same seed same draw; another seed another draw.
+    assert_eq!(assign::assign(&cfg, &r7, &s40, None, 11).0, a);
+    assert_ne!(assign::assign(&cfg, &r7, &s40, None, 12).0.samples, a.samples);
+
+    // Authors, capacity and expertise.
+    let r = roster(&[
+        ("r1", None, &[]),
+        ("r2", Some(3), &[]),
+        ("r3", None, &["stocks"]),
+        ("r4", None, &[]),
+        ("r5", None, &[]),
+    ]);
+    let s = samples(20, 2); // r1 wrote every even-numbered sample
+    let (a, _) = assign::assign(&cfg, &r, &s, None, 3);
+    for x in &a.samples {
+        if x.author.as_deref() == Some("r1") {
+            assert!(!x.reviewers.contains(&"r1".to_string()), "{} assigned to its author", x.id);
+        }
+        if x.reviewers.contains(&"r3".to_string()) {
+            assert!(x.scenario.contains(&"stocks".to_string()), "{} is not r3's expertise", x.id);
+        }
+    }
+    assert_eq!(a.reviewer("r2").unwrap().assigned, 3, "capacity is a hard limit");
+    // A roster too small for the constraints: listed with the reason, never dropped.
+    let tiny = roster(&[("r1", None, &[]), ("r2", None, &[])]);
+    let (a, _) = assign::assign(&cfg, &tiny, &samples(4, 2), None, 3);
+    assert_eq!(a.samples.len() + a.unassigned.len(), 4);
+    assert_eq!(a.unassigned.len(), 2, "samples s000 and s002 were written by r1: {:?}", a.unassigned);
+    assert!(a.unassigned[0].reason.contains("1 the author"), "{}", a.unassigned[0].reason);
+
+    // Sticky: rerunning after new samples keeps every earlier assignment and assigns only the new.
+    let first = assign::assign(&cfg, &r7, &samples(30, 0), None, 5).0;
+    let second = assign::assign(&cfg, &r7, &s40, Some(&first), 5).0;
+    for x in &first.samples {
+        assert_eq!(second.sample(&x.id).unwrap().reviewers, x.reviewers, "{} was reassigned", x.id);
+    }
+    assert_eq!(second.samples.len(), 40);
+    let loads: Vec<usize> = second.reviewers.iter().map(|r| r.assigned).collect();
+    assert!(loads.iter().max().unwrap() - loads.iter().min().unwrap() <= 1, "still balanced: {loads:?}");
+    // A reviewer leaving the roster: only their slots are drawn again.
+    let r6: Vec<Reviewer> = r7.iter().filter(|r| r.id != "r7").cloned().collect();
+    let third = assign::assign(&cfg, &r6, &s40, Some(&second), 5).0;
+    for x in &second.samples {
+        let now = &third.sample(&x.id).unwrap().reviewers;
+        assert!(!now.contains(&"r7".to_string()));
+        for rv in x.reviewers.iter().filter(|r| *r != "r7") {
+            assert!(now.contains(rv), "{} lost {rv}", x.id);
+        }
+    }
+}
+
+#[test]
+fn assign_command_is_sticky_deterministic_and_reads_the_sample_pool() {
+    let rp = RP::new(12, "");
+    let out = rp.ok(&["review", "assign"]);
+    assert!(out.contains("12 samples assigned to 5 reviewers"), "{out}");
+    let first = rp.assignments();
+    // Personal links: one per reviewer, owner-only, and no token in any artifact.
+    let link = rp.p.read("reviews/links/alice.txt");
+    let token = link.split("token=").nth(1).unwrap().split_whitespace().next().unwrap().to_string();
+    assert_eq!(token.len(), 64);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(rp.p.path("reviews/links/alice.txt")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "links are private");
+    }
+    for (f, bytes) in rp.p.artifacts() {
+        assert!(!String::from_utf8_lossy(&bytes).contains(&token), "the token leaked into artifacts/{f}");
+    }
+    // The sample pool: `validate/samples.jsonl` with a manifest, as the runner writes them.
+    let pool: Vec<Value> = (100..104).map(|i| sample(i, None)).collect();
+    let body = jsonl(&pool);
+    rp.p.write("artifacts/validate/samples.jsonl", &body);
+    let hash = benchgen::store::sha256_hex(body.as_bytes());
+    rp.p.write(
+        "artifacts/validate/manifest.json",
+        serde_json::to_vec_pretty(&json!({"stage": "validate", "stage_version": 1, "code_version": "0.1.0",
+            "config_hash": "test", "inputs": {}, "prompts": {}, "outputs": {"samples.jsonl": hash}, "counts": {},
+            "run_id": 1, "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:00Z", "duration_ms": 0}))
+        .unwrap(),
+    );
+    rp.ok(&["review", "assign"]);
+    let second = rp.assignments();
+    assert_eq!(second.samples.len(), 16);
+    for x in &first.samples {
+        assert_eq!(second.sample(&x.id).unwrap().reviewers, x.reviewers, "rerun moved {}", x.id);
+    }
+    for x in &second.samples {
+        assert_ne!(x.author.as_deref(), Some(x.reviewers[0].as_str()));
+        assert_ne!(x.author.as_deref(), Some(x.reviewers[1].as_str()));
+    }
+    // From scratch in another project: byte-identical assignments.
+    let rp2 = RP::new(12, "");
+    rp2.ok(&["review", "assign"]);
+    assert_eq!(
+        rp2.p.read("artifacts/review-assign/assignments.json"),
+        serde_json::to_string_pretty(&first).unwrap() + "\n"
+    );
+    // A duplicate id across sources is an error naming both places.
+    rp2.p.write("artifacts/validate/samples.jsonl", jsonl(&[sample(3, None)]));
+    let o = rp2.run(&["review", "assign"]);
+    assert_code(&o, 1);
+    assert!(
+        stderr(&o).contains("raw/samples.jsonl:4") && stderr(&o).contains("sample id `s003` already came from"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn export_writes_neutralised_csv_and_xlsx_with_drop_downs() {
+    let rp = RP::new(6, "");
+    rp.ok(&["review", "assign"]);
+    rp.ok(&["review", "export"]);
+    let a = rp.assignments();
+    for r in &a.reviewers {
+        let csv_text = rp.p.read(&format!("artifacts/review-export/sheets/{}.csv", r.id));
+        let mut rd = csv::Reader::from_reader(csv_text.as_bytes());
+        let rows: Vec<csv::StringRecord> = rd.records().map(Result::unwrap).collect();
+        assert_eq!(rows.len(), r.assigned);
+        for row in &rows {
+            assert!(row[7].starts_with("'="), "formula-looking answers are neutralised: {:?}", &row[7]);
+            assert!(row[6].contains("fin::nav(") && row[6].contains("-> {\"nav\""), "{}", &row[6]);
+        }
+        let xlsx = std::fs::read(rp.p.path(&format!("artifacts/review-export/sheets/{}.xlsx", r.id))).unwrap();
+        assert!(xlsx.starts_with(b"PK"), "an XLSX (zip) file");
+    }
+    // The drop-down: a list validation of the scale over the five score columns (I..M).
+    let xlsx = std::fs::read(rp.p.path("artifacts/review-export/sheets/bob.xlsx")).unwrap();
+    let mut z = zip::ZipArchive::new(std::io::Cursor::new(xlsx)).unwrap();
+    let mut xml = String::new();
+    std::io::Read::read_to_string(&mut z.by_name("xl/worksheets/sheet1.xml").unwrap(), &mut xml).unwrap();
+    let n = a.reviewer("bob").unwrap().assigned + 1;
+    assert!(xml.contains(&format!("<dataValidation type=\"list\" allowBlank=\"1\" showInputMessage=\"1\" showErrorMessage=\"1\" sqref=\"I2:M{n}\"><formula1>\"1,2,3,4,5\"</formula1>")), "{xml}");
+    assert!(!xml.contains("<f>"), "no formulas: every cell is a string");
+    // Byte-identical on a rerun from scratch (fixed workbook time).
+    let again = RP::new(6, "");
+    again.ok(&["review", "assign"]);
+    again.ok(&["review", "export"]);
+    assert_eq!(again.p.artifacts()["review-export/sheets/bob.xlsx"], rp.p.artifacts()["review-export/sheets/bob.xlsx"]);
+}
+
+#[test]
+fn import_rejects_every_bad_row_with_file_line_applies_nothing_and_catches_stale_hashes() {
+    let rp = RP::new(15, "");
+    rp.ok(&["review", "assign"]);
+    rp.ok(&["review", "export"]);
+    let a = rp.assignments();
+    let alice: Vec<String> =
+        a.samples.iter().filter(|x| x.reviewers.contains(&"alice".into())).map(|x| x.id.clone()).collect();
+    assert!(alice.len() >= 4, "{alice:?}");
+    let not_alice = a.samples.iter().find(|x| !x.reviewers.contains(&"alice".into())).unwrap().id.clone();
+    rp.fill("alice", |_| Some([4, 4, 5, 4, 4]));
+    // Break rows on purpose: one problem kind per line.
+    let good = rp.p.read("reviews/returned/alice.csv");
+    let mut rd = csv::Reader::from_reader(good.as_bytes());
+    let header = rd.headers().unwrap().clone();
+    let mut rows: Vec<Vec<String>> = rd.records().map(|r| r.unwrap().iter().map(str::to_string).collect()).collect();
+    rows[0][8] = "6".into(); // line 2: off the scale
+    rows[1][9] = "x".into(); // line 3: not a number
+    rows[1][10] = String::new(); // line 3: missing
+    rows[2][1] = "sha256:0000".into(); // line 4: stale hash
+    let mut foreign = rows[0].clone();
+    foreign[0] = not_alice.clone(); // line N+2: not assigned to alice
+    foreign[8] = "4".into();
+    let mut unknown = rows[0].clone();
+    unknown[0] = "nope".into();
+    unknown[8] = "4".into();
+    let mut dup = rows[3].clone();
+    dup[8] = "3".into();
+    rows.push(foreign);
+    rows.push(unknown);
+    rows.push(dup);
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(&header).unwrap();
+    for r in &rows {
+        w.write_record(r).unwrap();
+    }
+    let bad = w.into_inner().unwrap();
+    rp.p.write("reviews/returned/alice.csv", &bad);
+    // The line each record starts on (the conversation cell spans several lines).
+    let mut rd = csv::Reader::from_reader(bad.as_slice());
+    let line: Vec<u64> = rd.records().map(|r| r.unwrap().position().unwrap().line()).collect();
+    let o = rp.run(&["review", "import"]);
+    assert_code(&o, 1);
+    let err = stderr(&o);
+    let n = rows.len();
+    let at = |i: usize| format!("reviews/returned/alice.csv:{}:", line[i]);
+    for want in [
+        format!("{} `relevance` must be a whole number from 1 to 5, found `6`", at(0)),
+        format!("{} `completeness` must be a whole number from 1 to 5, found `x`", at(1)),
+        format!("{} `consistency` has no score", at(1)),
+        format!("{} stale:", at(2)),
+        format!("{} reviewer `alice` is not assigned to `{not_alice}`", at(n - 3)),
+        format!("{} unknown sample `nope`", at(n - 2)),
+        format!("{} `alice` already scored", at(n - 1)),
+    ] {
+        assert!(err.contains(&want), "missing `{want}` in:\n{err}");
+    }
+    assert!(!rp.p.path("artifacts/review-import").exists(), "nothing applied");
+
+    // The good sheet imports; one review event per score.
+    rp.p.write("reviews/returned/alice.csv", &good);
+    let out = rp.ok(&["review", "import"]);
+    assert!(out.contains(&format!("{} scores imported", alice.len())), "{out}");
+
+    // Edit a sample alice scored: re-assign keeps her, but her old sheet is now stale.
+    let mut items: Vec<Value> =
+        rp.p.read("raw/samples.jsonl").lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let edited = alice[0].clone();
+    for v in items.iter_mut().filter(|v| v["id"] == edited.as_str()) {
+        v["turns"][0]["gold_reply"] = json!("An edited answer.");
+    }
+    rp.p.write("raw/samples.jsonl", jsonl(&items));
+    rp.ok(&["review", "assign"]);
+    assert!(rp.assignments().sample(&edited).unwrap().reviewers.contains(&"alice".into()));
+    let o = rp.run(&["review", "import"]);
+    assert_code(&o, 1);
+    assert!(stderr(&o).contains(&format!("stale: `{edited}` changed since this sheet was exported")), "{}", stderr(&o));
+}
+
+#[test]
+fn merge_applies_the_rule_queues_disagreement_and_adjudication_decides_with_lineage() {
+    let rp = RP::new(12, "");
+    rp.ok(&["review", "assign"]);
+    rp.ok(&["review", "export"]);
+    let a = rp.assignments();
+    // Everyone accepts everything except: `carol` rejects (freshness 2) whatever she reviews.
+    for r in &a.reviewers {
+        let reject = r.id == "carol";
+        rp.fill(&r.id, |_| Some(if reject { [5, 5, 5, 5, 2] } else { [5, 4, 4, 5, 4] }));
+    }
+    rp.ok(&["review", "import"]);
+    let out = rp.ok(&["review", "merge"]);
+    let d = rp.decisions();
+    assert_eq!(d.len(), 12);
+    let mut disputed = None;
+    for x in &a.samples {
+        let dec = &d[&x.id];
+        let carol = x.reviewers.contains(&"carol".to_string());
+        if carol {
+            assert_eq!(dec["decision"], "undecided", "{dec}");
+            assert!(dec["reason"].as_str().unwrap().contains("adjudication queue"));
+            if !x.reviewers.contains(&"lena".to_string()) && x.author.as_deref() != Some("lena") {
+                disputed.get_or_insert(x.clone());
+            }
+        } else {
+            assert_eq!(dec["decision"], "accepted", "{dec}");
+            assert_eq!(dec["decided_by"], "human");
+            assert_eq!(dec["reviews"].as_array().unwrap().len(), 2);
+        }
+        assert!(dec["rule"].as_str().unwrap().contains(">= 4"), "{dec}");
+    }
+    assert!(out.contains("undecided samples block the release"), "{out}");
+    let report = rp.p.read("artifacts/review-merge/report.md");
+    assert!(report.contains("| relevance |") && report.contains("κ (quadratic)"), "{report}");
+    assert!(report.contains("## Accepted share per sample type") && report.contains("multi_tool"), "{report}");
+    assert!(rp.p.read("artifacts/review-merge/heatmap.svg").starts_with("<svg"));
+    let queue = rp.p.read("artifacts/review-merge/queue.csv");
+    let disputed = disputed.expect("a disputed sample lena did not review");
+    assert!(queue.contains(&disputed.id));
+
+    // A reviewer of the sample cannot adjudicate it; errors name file:line, nothing applied.
+    let hash = &disputed.content_hash;
+    let r0 = &disputed.reviewers[0];
+    rp.p.write(
+        "reviews/adjudications.csv",
+        format!("sample_id,content_hash,decision,adjudicator,reason\n{id},{hash},accept,{r0},mine\n", id = disputed.id),
+    );
+    let o = rp.run(&["review", "merge"]);
+    assert_code(&o, 1);
+    assert!(
+        stderr(&o).contains(&format!(
+            "reviews/adjudications.csv:2: `{r0}` reviewed `{}` and cannot adjudicate it",
+            disputed.id
+        )),
+        "{}",
+        stderr(&o)
+    );
+    // The lead decides, with a reason.
+    rp.p.write(
+        "reviews/adjudications.csv",
+        format!("sample_id,content_hash,decision,adjudicator,reason\n{id},{hash},accept,lena,freshness is fine: the data is live\n", id = disputed.id),
+    );
+    rp.ok(&["review", "merge"]);
+    let dec = &rp.decisions()[&disputed.id];
+    assert_eq!(dec["decision"], "accepted");
+    assert_eq!(dec["decided_by"], "adjudication");
+    assert_eq!(dec["adjudication"]["adjudicator"], "lena");
+    // `explain sample:<id>` shows both reviews, the adjudication and the rule.
+    let ex = rp.ok(&["explain", &format!("sample:{}", disputed.id)]);
+    assert!(ex.contains("accepted (decided by adjudication)"), "{ex}");
+    assert!(ex.contains("adjudicated `accept` by `lena`: freshness is fine"), "{ex}");
+    assert!(ex.contains("rule: accepted iff both reviewers score >= 4"), "{ex}");
+    for r in &disputed.reviewers {
+        assert!(ex.contains(&format!("human review by `{r}`")), "{ex}");
+    }
+}
+
+#[test]
+fn merge_agreement_on_a_hand_made_table_matches_the_formulas() {
+    // Two reviewers, 8 samples; relevance scores chosen by hand.
+    let rel: [(u8, u8); 8] = [(5, 5), (4, 5), (3, 3), (2, 3), (5, 4), (1, 2), (4, 4), (3, 5)];
+    let rp = RP::new(8, "");
+    rp.ok(&["review", "assign"]);
+    rp.ok(&["review", "export"]);
+    let a = rp.assignments();
+    let idx: BTreeMap<String, usize> = a.samples.iter().enumerate().map(|(i, x)| (x.id.clone(), i)).collect();
+    for r in &a.reviewers {
+        let id = r.id.clone();
+        let a2 = a.clone();
+        let idx2 = idx.clone();
+        rp.fill(&r.id, move |sid| {
+            let i = idx2[sid];
+            let first = a2.samples[i].reviewers[0] == id;
+            let v = if first { rel[i].0 } else { rel[i].1 };
+            Some([v, 4, 4, 4, 4])
+        });
+    }
+    rp.ok(&["review", "import"]);
+    rp.ok(&["review", "merge"]);
+    let ag: Value = serde_json::from_str(&rp.p.read("artifacts/review-merge/agreement.json")).unwrap();
+    let human = &ag[0];
+    assert_eq!(human["between"], "human");
+    let relv = human["dimensions"].as_array().unwrap().iter().find(|d| d["dimension"] == "relevance").unwrap();
+    let k = agreement::quadratic_kappa(&rel, 1, 5).unwrap();
+    let al = agreement::ordinal_alpha(&rel, 1, 5).unwrap();
+    assert!((relv["kappa_quadratic"]["value"].as_f64().unwrap() - k).abs() < 1e-12);
+    assert!((relv["alpha_ordinal"]["value"].as_f64().unwrap() - al).abs() < 1e-12);
+    assert_eq!(relv["exact"]["value"].as_f64().unwrap(), 3.0 / 8.0);
+    assert_eq!(relv["within_one"]["value"].as_f64().unwrap(), 7.0 / 8.0);
+    assert!(
+        relv["kappa_quadratic"]["ci_low"].as_f64().unwrap() <= relv["kappa_quadratic"]["ci_high"].as_f64().unwrap()
+    );
+    // Every other dimension is constant (4 vs 4): κ is undefined there, reported as such.
+    let comp = human["dimensions"].as_array().unwrap().iter().find(|d| d["dimension"] == "completeness").unwrap();
+    assert!(comp["kappa_quadratic"]["value"].is_null());
+    assert_eq!(comp["exact"]["value"].as_f64().unwrap(), 1.0);
+}
+
+#[test]
+fn agreement_statistics_match_published_worked_examples() {
+    // Quadratic weighted κ: the worked examples of Maple's EssayTools[QuadraticWeightedKappa]
+    // help page (scores 1..10, range from the data): 0.758620689655172 and 0.438095238095238.
+    let p1: Vec<(u8, u8)> = [9, 7, 8, 7, 6, 8, 3, 5, 10].into_iter().zip([8, 8, 6, 6, 7, 6, 1, 4, 8]).collect();
+    let p2: Vec<(u8, u8)> = [9, 7, 8, 7, 6, 8, 3, 5, 10].into_iter().zip([3, 5, 6, 6, 7, 6, 1, 4, 8]).collect();
+    assert!((agreement::quadratic_kappa(&p1, 1, 10).unwrap() - 0.758620689655172).abs() < 1e-12);
+    assert!((agreement::quadratic_kappa(&p2, 1, 10).unwrap() - 0.438095238095238).abs() < 1e-12);
+
+    // Krippendorff's α: K. Krippendorff (2011), "Computing Krippendorff's Alpha-Reliability",
+    // the 4 observers × 12 units example with missing values: ordinal α = 0.815 (as also
+    // tested by the `krippendorff` Python package).
+    let n = None;
+    let obs: [[Option<f64>; 12]; 4] = [
+        [Some(1.), Some(2.), Some(3.), Some(3.), Some(2.), Some(1.), Some(4.), Some(1.), Some(2.), n, n, n],
+        [
+            Some(1.),
+            Some(2.),
+            Some(3.),
+            Some(3.),
+            Some(2.),
+            Some(2.),
+            Some(4.),
+            Some(1.),
+            Some(2.),
+            Some(5.),
+            n,
+            Some(3.),
+        ],
+        [n, Some(3.), Some(3.), Some(3.), Some(2.), Some(3.), Some(4.), Some(2.), Some(2.), Some(5.), Some(1.), n],
+        [
+            Some(1.),
+            Some(2.),
+            Some(3.),
+            Some(3.),
+            Some(2.),
+            Some(4.),
+            Some(4.),
+            Some(1.),
+            Some(2.),
+            Some(5.),
+            Some(1.),
+            n,
+        ],
+    ];
+    let units: Vec<Vec<Option<f64>>> = (0..12).map(|u| (0..4).map(|o| obs[o][u]).collect()).collect();
+    let dom = [1., 2., 3., 4., 5.];
+    let ord = agreement::krippendorff_alpha(&units, &dom, Metric::Ordinal).unwrap();
+    assert_eq!((ord * 1000.0).round() / 1000.0, 0.815, "{ord}");
+
+    // The three-coder, fifteen-unit example of Wikipedia's "Krippendorff's alpha" article
+    // (a computational example): nominal α = 0.691, interval α = 0.811.
+    let w: [[Option<f64>; 15]; 3] = [
+        [n, n, n, n, n, Some(3.), Some(4.), Some(1.), Some(2.), Some(1.), Some(1.), Some(3.), Some(3.), n, Some(3.)],
+        [Some(1.), n, Some(2.), Some(1.), Some(3.), Some(3.), Some(4.), Some(3.), n, n, n, n, n, n, n],
+        [
+            n,
+            n,
+            Some(2.),
+            Some(1.),
+            Some(3.),
+            Some(4.),
+            Some(4.),
+            n,
+            Some(2.),
+            Some(1.),
+            Some(1.),
+            Some(3.),
+            Some(3.),
+            n,
+            Some(4.),
+        ],
+    ];
+    let units: Vec<Vec<Option<f64>>> = (0..15).map(|u| (0..3).map(|o| w[o][u]).collect()).collect();
+    let dom = [1., 2., 3., 4.];
+    let nom = agreement::krippendorff_alpha(&units, &dom, Metric::Nominal).unwrap();
+    let int = agreement::krippendorff_alpha(&units, &dom, Metric::Interval).unwrap();
+    assert!((nom - 0.691358).abs() < 1e-6, "{nom}");
+    assert!((int - 0.810845).abs() < 1e-6, "{int}");
+}
+
+#[test]
+fn llm_prereview_is_marked_and_decides_only_when_the_config_says_so() {
+    use crate::support::scripted_llm::{Answer, ScriptedLlm};
+    // Role `strict` rejects (freshness 2) samples whose id ends in 1; `lenient` accepts all.
+    let llm = ScriptedLlm::start(|seen| {
+        let text = seen.all_text();
+        let strict = text.contains("You review benchmark samples") && seen.body["model"] == "strict";
+        let odd = text.contains("fund F1?") || text.contains("fund F11?");
+        let f = if strict && odd { 2 } else { 4 };
+        let dims = ["relevance", "completeness", "consistency", "reliability", "freshness"];
+        let scores: Vec<Value> = dims
+            .iter()
+            .map(|d| json!({"dimension": d, "score": if *d == "freshness" { f } else { 5 }, "reason": "scripted"}))
+            .collect();
+        Answer::json(json!({"scores": scores, "note": "scripted review"}))
+    });
+    let roles = format!(
+        "[review.prereview]\nroles = [\"strict\", \"lenient\"]\ncount_as_human = COUNT\n\n\
+         [llm.roles.strict]\nprovider = \"vllm\"\nbase_url = \"{u}\"\nmodel = \"strict\"\n\n\
+         [llm.roles.lenient]\nprovider = \"vllm\"\nbase_url = \"{u}\"\nmodel = \"lenient\"\n",
+        u = llm.base_url()
+    );
+    let rp = RP::new(4, &roles.replace("COUNT", "false"));
+    rp.p.copy_in("pipeline/prompts/review_score.md");
+    rp.ok(&["review", "assign"]);
+    let out = rp.ok(&["review", "prereview"]);
+    assert!(out.contains("8 LLM reviews (marked as LLM scores)"), "{out}");
+    let scores = rp.p.read("artifacts/review-prereview/scores.jsonl");
+    assert!(scores.lines().all(|l| l.contains("\"kind\":\"llm\"") && l.contains("\"reviewer\":\"llm:")), "{scores}");
+    rp.ok(&["review", "merge"]);
+    assert!(rp.decisions().values().all(|d| d["decision"] == "undecided"), "LLM scores do not count by default");
+
+    // With count_as_human, LLM scores decide, and say so.
+    rp.p.write(
+        "pipeline/demo.toml",
+        rp.p.read("pipeline/demo.toml").replace("count_as_human = false", "count_as_human = true"),
+    );
+    let out = rp.ok(&["review", "merge"]);
+    let d = rp.decisions();
+    assert_eq!(d["s000"]["decision"], "accepted");
+    assert_eq!(d["s000"]["decided_by"], "llm");
+    assert_eq!(d["s001"]["decision"], "undecided", "strict rejects, lenient accepts: queued");
+    assert!(out.contains("LLM pre-review scores stood in for human reviewers"), "{out}");
+    assert!(rp.p.read("artifacts/review-merge/report.md").contains("**LLM pre-review stood in for human reviewers**"));
+    let ag: Value = serde_json::from_str(&rp.p.read("artifacts/review-merge/agreement.json")).unwrap();
+    assert_eq!(ag[0]["between"], "llm");
+}
+
+/// A running `benchgen review serve` on a free loopback port, stopped on drop.
+pub struct Server {
+    pub child: std::process::Child,
+    pub base: String,
+    // Kept open: the server's stdout must not see a closed pipe.
+    _out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Server {
+    pub fn start(p: &Project) -> Server {
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("benchgen"))
+            .current_dir(p.root())
+            .env("BENCHGEN_REVIEW_SECRET", SECRET)
+            .env("BENCHGEN_NO_PROGRESS", "1")
+            .env_remove("BENCHGEN_CONFIG")
+            .args(["review", "serve", "--addr", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
+        let base = line.trim().strip_prefix("serving ").unwrap_or_else(|| panic!("unexpected: {line:?}")).to_string();
+        Server { child, base, _out: out }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `application/x-www-form-urlencoded` by hand (percent-encoding every byte but [A-Za-z0-9]).
+pub fn form_body(pairs: &[(&str, &str)]) -> String {
+    let enc = |s: &str| {
+        s.bytes()
+            .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
+            .collect::<String>()
+    };
+    pairs.iter().map(|(k, v)| format!("{}={}", enc(k), enc(v))).collect::<Vec<_>>().join("&")
+}
+
+pub fn token_of(p: &Project, reviewer: &str) -> String {
+    let link = p.read(&format!("reviews/links/{reviewer}.txt"));
+    link.split("token=").nth(1).unwrap().split_whitespace().next().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_app_authorises_every_request_and_its_submissions_reach_the_pipeline() {
+    let rp = RP::new(6, "");
+    rp.ok(&["review", "assign"]);
+    let a = rp.assignments();
+    let x = a.samples.iter().find(|x| x.reviewers.contains(&"alice".into())).unwrap().clone();
+    let other = x.reviewers.iter().find(|r| *r != "alice").unwrap().clone();
+    let outsider = a.reviewers.iter().find(|r| !x.reviewers.contains(&r.id)).unwrap().id.clone();
+    let srv = Server::start(&rp.p);
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let base = srv.base.clone();
+    let login = |who: String| {
+        let http = http.clone();
+        let base = base.clone();
+        let token = token_of(&rp.p, &who);
+        async move {
+            let r = http.get(format!("{base}/login?token={token}")).send().await.unwrap();
+            assert_eq!(r.status(), 303);
+            assert_eq!(r.headers()["location"], "/", "no token left in the URL");
+            let c = r.headers()["set-cookie"].to_str().unwrap().to_string();
+            assert!(c.contains("HttpOnly") && c.contains("SameSite=Strict"), "{c}");
+            c.split(';').next().unwrap().to_string()
+        }
+    };
+    // No session → 401, with the CSP on every page.
+    let r = http.get(format!("{base}/")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.headers()["content-security-policy"].to_str().unwrap().contains("script-src 'self'"));
+    let r = http.get(format!("{base}/s/{}", x.id)).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+
+    let ca = login("alice".into()).await;
+    let page = http.get(format!("{base}/")).header("cookie", &ca).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains(&format!("0 of {} done", a.reviewer("alice").unwrap().assigned)), "{page}");
+    let page = http.get(format!("{base}/s/{}", x.id)).header("cookie", &ca).send().await.unwrap().text().await.unwrap();
+    let csrf = page.split("name=\"csrf\" content=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("relevance", "5"),
+        ("completeness", "5"),
+        ("consistency", "4"),
+        ("reliability", "4"),
+        ("freshness", "4"),
+        ("note", "fine"),
+    ];
+    // Without the CSRF token, or from another origin: 403 and nothing saved.
+    let r = http
+        .post(format!("{base}/s/{}/submit", x.id))
+        .header("cookie", &ca)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form_body(&form[1..]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = http
+        .post(format!("{base}/s/{}/submit", x.id))
+        .header("cookie", &ca)
+        .header("origin", "http://evil.example")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form_body(&form))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    // A sample not assigned to the outsider: 403 to read or write.
+    let co = login(outsider.clone()).await;
+    assert_eq!(http.get(format!("{base}/s/{}", x.id)).header("cookie", &co).send().await.unwrap().status(), 403);
+    // Submit; the other reviewer cannot read alice's scores before submitting (blind).
+    let r = http
+        .post(format!("{base}/s/{}/submit", x.id))
+        .header("cookie", &ca)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form_body(&form))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let cb = login(other.clone()).await;
+    let api = format!("{base}/api/s/{}/scores/alice", x.id);
+    assert_eq!(http.get(&api).header("cookie", &cb).send().await.unwrap().status(), 403);
+    assert_eq!(http.get(&api).header("cookie", &co).send().await.unwrap().status(), 403);
+    let mine = http.get(&api).header("cookie", &ca).send().await.unwrap().text().await.unwrap();
+    assert!(mine.contains("\"submitted\":true") && mine.contains("\"relevance\":5"), "{mine}");
+    // After both submitted, each sees the other's review.
+    let pb = http.get(format!("{base}/s/{}", x.id)).header("cookie", &cb).send().await.unwrap().text().await.unwrap();
+    let csrf_b = pb.split("name=\"csrf\" content=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let mut fb = form.to_vec();
+    fb[0] = ("csrf", csrf_b.as_str());
+    assert_eq!(
+        http.post(format!("{base}/s/{}/submit", x.id))
+            .header("cookie", &cb)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form_body(&fb))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        303
+    );
+    assert_eq!(http.get(&api).header("cookie", &cb).send().await.unwrap().status(), 200);
+    // Rate-limited sign-in attempts: after 5 failures, even a right token waits.
+    for _ in 0..5 {
+        assert_eq!(http.get(format!("{base}/login?token=wrong")).send().await.unwrap().status(), 401);
+    }
+    let r = http.get(format!("{base}/login?token={}", token_of(&rp.p, "alice"))).send().await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    drop(srv);
+
+    // The submissions enter the pipeline through `review import`, one review event each.
+    let out = rp.ok(&["review", "import"]);
+    assert!(out.contains("2 scores imported (0 from sheets, 2 from the web app)"), "{out}");
+    let ex = rp.ok(&["explain", &format!("sample:{}", x.id)]);
+    assert!(ex.contains("human review by `alice` (web"), "{ex}");
+    let ledger = rusqlite::Connection::open(rp.p.path("artifacts/ledger.sqlite")).unwrap();
+    let n: i64 = ledger
+        .query_row("SELECT count(*) FROM events WHERE stage = 'review-serve' AND kind = 'review'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 2, "every web submission is a review event");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_adjudication_is_for_leads_who_did_not_review_and_reaches_merge() {
+    let rp = RP::new(12, "");
+    rp.ok(&["review", "assign"]);
+    let a = rp.assignments();
+    // A sample lena (the lead) did not review, and one she did.
+    let x = a.samples.iter().find(|x| !x.reviewers.contains(&"lena".into())).unwrap().clone();
+    let own = a.samples.iter().find(|x| x.reviewers.contains(&"lena".into())).unwrap().clone();
+    let srv = Server::start(&rp.p);
+    let base = srv.base.clone();
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let ct = ("content-type", "application/x-www-form-urlencoded");
+    let session = |who: &str| {
+        let (http, base, token) = (http.clone(), base.clone(), token_of(&rp.p, who));
+        async move {
+            let r = http.get(format!("{base}/login?token={token}")).send().await.unwrap();
+            r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string()
+        }
+    };
+    let csrf_of =
+        |page: &str| page.split("name=\"csrf\" content=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    // Both reviewers of each sample submit: the first accepts, the second rejects (freshness 1).
+    for s in [&x, &own] {
+        for (i, rv) in s.reviewers.iter().enumerate() {
+            let c = session(rv).await;
+            let page =
+                http.get(format!("{base}/s/{}", s.id)).header("cookie", &c).send().await.unwrap().text().await.unwrap();
+            let fresh = if i == 0 { "5" } else { "1" };
+            let body = form_body(&[
+                ("csrf", &csrf_of(&page)),
+                ("relevance", "5"),
+                ("completeness", "5"),
+                ("consistency", "5"),
+                ("reliability", "5"),
+                ("freshness", fresh),
+            ]);
+            let r = http
+                .post(format!("{base}/s/{}/submit", s.id))
+                .header("cookie", &c)
+                .header(ct.0, ct.1)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 303);
+        }
+    }
+    // Not a lead: 403. The lead sees x in her queue, not the sample she reviewed herself.
+    let cr = session(&x.reviewers[0]).await;
+    assert_eq!(http.get(format!("{base}/adjudicate")).header("cookie", &cr).send().await.unwrap().status(), 403);
+    let cl = session("lena").await;
+    let q = http.get(format!("{base}/adjudicate")).header("cookie", &cl).send().await.unwrap().text().await.unwrap();
+    assert!(q.contains(&format!("/adjudicate/{}", x.id)), "{q}");
+    assert!(!q.contains(&format!("/adjudicate/{}\"", own.id)), "{q}");
+    assert_eq!(
+        http.get(format!("{base}/adjudicate/{}", own.id)).header("cookie", &cl).send().await.unwrap().status(),
+        403
+    );
+    let page = http
+        .get(format!("{base}/adjudicate/{}", x.id))
+        .header("cookie", &cl)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("freshness = 1") && page.contains("freshness = 5"), "both reviews are shown: {page}");
+    let body = form_body(&[("csrf", &csrf_of(&page)), ("decision", "reject"), ("reason", "stale data in the answer")]);
+    let r = http
+        .post(format!("{base}/adjudicate/{}", x.id))
+        .header("cookie", &cl)
+        .header(ct.0, ct.1)
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let r = http
+        .post(format!("{base}/adjudicate/{}", own.id))
+        .header("cookie", &cl)
+        .header(ct.0, ct.1)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "a reviewer never adjudicates their own disagreement");
+    drop(srv);
+
+    rp.ok(&["review", "import"]);
+    rp.ok(&["review", "merge"]);
+    let d = rp.decisions();
+    assert_eq!(d[&x.id]["decision"], "rejected");
+    assert_eq!(d[&x.id]["decided_by"], "adjudication");
+    assert_eq!(d[&x.id]["adjudication"]["adjudicator"], "lena");
+    assert_eq!(d[&own.id]["decision"], "undecided", "still in the queue");
+}
