@@ -27,7 +27,7 @@ use serde_json::json;
 use super::agreement::{self, DimensionAgreement};
 use super::assign::{ASSIGNMENTS, Assignments, SAMPLES};
 use super::{Role, Score, ScoreKind};
-use crate::efs::review::{neutralise, restore};
+use crate::efs::review::restore;
 use crate::error::{InputError, Problem};
 use crate::ledger::NewEvent;
 use crate::model::Sample;
@@ -688,7 +688,7 @@ fn report(r: &super::ReviewSettings, m: &Merged, ag: &[Agreement], count_as_huma
 /// The adjudication queue as a sheet: fill `decision`, `adjudicator`, `reason` and save
 /// it as `reviews/adjudications.csv`.
 fn queue_csv(ds: &[Decision]) -> Result<Vec<u8>> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut w = crate::csvout::Writer::new();
     w.write_record(["sample_id", "content_hash", "reviews", "decision", "adjudicator", "reason"])?;
     for d in ds.iter().filter(|d| d.decision == Outcome::Undecided && d.reason.contains("adjudication queue")) {
         let reviews: Vec<String> = d
@@ -705,16 +705,9 @@ fn queue_csv(ds: &[Decision]) -> Result<Vec<u8>> {
                 )
             })
             .collect();
-        w.write_record([
-            neutralise(&d.id),
-            d.content_hash.clone(),
-            neutralise(&reviews.join(" | ")),
-            String::new(),
-            String::new(),
-            String::new(),
-        ])?;
+        w.write_record([&d.id, &d.content_hash, &reviews.join(" | "), "", "", ""])?;
     }
-    w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))
+    w.into_bytes()
 }
 
 /// One panel per dimension: counts of (first reviewer, second reviewer) score pairs.

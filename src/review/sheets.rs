@@ -26,7 +26,7 @@ use serde_json::json;
 
 use super::assign::{ASSIGNMENTS, Assignments, SAMPLES};
 use super::{Score, ScoreKind};
-use crate::efs::review::{neutralise, restore};
+use crate::efs::review::restore;
 use crate::error::{InputError, Problem};
 use crate::ledger::NewEvent;
 use crate::model::Sample;
@@ -133,12 +133,13 @@ fn row(a: &Assignments, x: &super::assign::Assigned, s: &Sample, reviewer: &str,
 }
 
 fn csv_sheet(a: &Assignments, rows: &[Vec<String>]) -> Result<Vec<u8>> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    // The project's one CSV writer neutralises formula cells (`restore` undoes it on import).
+    let mut w = crate::csvout::Writer::new();
     w.write_record(header(a))?;
     for r in rows {
-        w.write_record(r.iter().map(|c| neutralise(c)))?;
+        w.write_record(r)?;
     }
-    w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))
+    w.into_bytes()
 }
 
 fn xlsx_sheet(a: &Assignments, rows: &[Vec<String>]) -> Result<Vec<u8>> {
