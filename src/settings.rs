@@ -43,6 +43,9 @@ pub struct Config {
     /// Absent: `graph build` is not part of `run` (it still runs alone).
     #[serde(default)]
     pub graph: Option<crate::graph::GraphSettings>,
+    /// `[synth]`: chain and role-play synthesis and validation (the log track's second half).
+    #[serde(default)]
+    pub synth: Option<crate::synth::SynthSettings>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -28,12 +28,15 @@ pub fn all() -> Vec<Box<dyn Stage>> {
         Box::new(crate::efs::review::ReviewStage::default()),
         Box::new(crate::efs::finalize::FinalizeStage),
         Box::new(crate::stats::StatsStage),
-        Box::new(crate::execute::ExecuteStage::default()),
         Box::new(crate::logs::import::ImportStage),
         Box::new(crate::logs::curate::CurateStage),
         Box::new(crate::logs::split::SplitStage),
         Box::new(crate::graph::build::BuildStage),
         Box::new(crate::graph::review::ReviewStage),
+        Box::new(crate::synth::chains::ChainsStage),
+        Box::new(crate::execute::ExecuteStage::default()),
+        Box::new(crate::synth::roleplay::RoleplayStage),
+        Box::new(crate::synth::validate::ValidateStage),
     ]
 }
 
