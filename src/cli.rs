@@ -87,7 +87,8 @@ pub enum Command {
     /// Automatic validation of every log-track sample (real, chains, dialogues), with labels.
     ///
     /// Reads the benchmark pool `logs-split/benchmark.jsonl`, the chains
-    /// `synth-chains/chains.jsonl` and their executions `execute/trajectories.jsonl`, and the
+    /// `synth-chains/chains.jsonl` (with `synth-chains/sampling.json` for the funnel) and their
+    /// executions `execute/trajectories.jsonl`, and the
     /// dialogues `synth-roleplay/dialogues.jsonl` (each when present). A sample passes when
     /// every reference call ran without error (chains also: answered, chain order kept;
     /// dialogues also: the LLM `synth.judge_role` finds every user request addressed).

@@ -519,6 +519,12 @@ impl Executor {
             };
             t.llm_events.push(reply.event_id);
             let ChatTurn { content, tool_calls, .. } = reply.value;
+            // Small local models often write the call as text; take it when it names a tool.
+            let parsed = match tool_calls.is_empty() {
+                true => text_tool_calls(content.as_deref().unwrap_or(""), t.groups, |n| self.names.id(n).is_some()),
+                false => Vec::new(),
+            };
+            let (content, tool_calls) = if parsed.is_empty() { (content, tool_calls) } else { (None, parsed) };
             messages.push(ChatMessage::Assistant { content: content.clone(), tool_calls: tool_calls.clone() });
             if tool_calls.is_empty() {
                 t.answer = Some(content.unwrap_or_default());
@@ -659,6 +665,40 @@ impl Executor {
         }
         Ok(results.into_iter().flatten().collect())
     }
+}
+
+/// Tool calls a model wrote as text instead of structured `tool_calls`: a JSON object
+/// `{"name", "arguments"}` (or a list of them), bare, fenced or in Qwen's `<tool_call>` tags,
+/// as small local models often answer. Taken only when every object names a listed function
+/// (`known`); otherwise the text is an answer. Ids are `text_call_<group>_<i>`.
+pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool) -> Vec<ToolCall> {
+    let text = crate::llm::extract::strip_think(content);
+    let mut values = Vec::new();
+    if text.contains("<tool_call>") {
+        for block in text.split("<tool_call>").skip(1) {
+            let body = block.split("</tool_call>").next().unwrap_or(block);
+            match crate::llm::extract::extract_json(body) {
+                Ok(v) => values.push(v),
+                Err(_) => return Vec::new(),
+            }
+        }
+    } else if let Ok(v) = crate::llm::extract::extract_json(&text) {
+        match v {
+            Value::Array(items) => values.extend(items),
+            v => values.push(v),
+        }
+    }
+    let mut calls = Vec::new();
+    for (i, v) in values.iter().enumerate() {
+        let Some(name) = v.get("name").and_then(Value::as_str).filter(|n| known(n)) else { return Vec::new() };
+        let arguments = match v.get("arguments").or_else(|| v.get("parameters")) {
+            Some(Value::String(s)) => serde_json::from_str(s).unwrap_or(Value::String(s.clone())),
+            Some(a) => a.clone(),
+            None => json!({}),
+        };
+        calls.push(ToolCall { id: format!("text_call_{group}_{i}"), name: name.to_string(), arguments });
+    }
+    calls
 }
 
 fn ms(since: Instant) -> f64 {

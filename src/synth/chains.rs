@@ -139,7 +139,7 @@ pub fn quotas(total: usize, mix: &[(usize, f64)]) -> BTreeMap<usize, usize> {
 
 fn sub_rng(seed: u64, salt: &str) -> ChaCha8Rng {
     let h = crate::store::sha256_hex(format!("{seed}|{salt}").as_bytes());
-    ChaCha8Rng::seed_from_u64(u64::from_str_radix(&h[..16], 16).unwrap_or(0))
+    ChaCha8Rng::seed_from_u64(u64::from_str_radix(&h.trim_start_matches("sha256:")[..16], 16).unwrap_or(0))
 }
 
 /// Ordered pairs of distinct tools in one session (first occurrence of each tool; `a`
@@ -209,6 +209,9 @@ pub fn paths(
     out
 }
 
+/// A co-occurring pair and one path between its tools.
+type Candidate = ((String, String), Vec<String>);
+
 /// The draw (pure: the same graph, sessions, settings and seed give the same chains).
 pub fn sample(graph: &GraphDoc, sources: &[Session], cfg: &ChainSettings, seed: u64) -> Result<Sampling> {
     let mix = length_mix(cfg)?;
@@ -232,7 +235,7 @@ pub fn sample(graph: &GraphDoc, sources: &[Session], cfg: &ChainSettings, seed: 
     for (sub, pairs) in &by_sub {
         let mut rng = sub_rng(seed, sub);
         let mut rep = SubSampling { sub_scenario: sub.clone(), pairs: pairs.len(), ..Default::default() };
-        let mut by_len: BTreeMap<usize, Vec<((String, String), Vec<String>)>> = BTreeMap::new();
+        let mut by_len: BTreeMap<usize, Vec<Candidate>> = BTreeMap::new();
         for (a, b) in pairs {
             let found = paths(&adj, a, b, max_len, cfg.paths_per_pair, &mut rng);
             if !found.is_empty() {
@@ -247,8 +250,7 @@ pub fn sample(graph: &GraphDoc, sources: &[Session], cfg: &ChainSettings, seed: 
         }
         rep.requested = quotas(cfg.per_sub_scenario, &mix);
         for (len, want) in &rep.requested {
-            let mut cands: Vec<&((String, String), Vec<String>)> =
-                by_len.get(len).map(|v| v.iter().collect()).unwrap_or_default();
+            let mut cands: Vec<&Candidate> = by_len.get(len).map(|v| v.iter().collect()).unwrap_or_default();
             cands.shuffle(&mut rng);
             let mut got = 0;
             let mut repeated = 0;

@@ -219,7 +219,8 @@ pub fn subject(sample_id: &str) -> String {
 /// Short stable hex id of some text (sample ids are derived from content, not position,
 /// so a changed count does not rename the samples that stay).
 pub fn short_hash(text: &str) -> String {
-    crate::store::sha256_hex(text.as_bytes())[..10].to_string()
+    let h = crate::store::sha256_hex(text.as_bytes());
+    h.trim_start_matches("sha256:")[..10].to_string()
 }
 
 /// The log catalog as a benchgen catalog whose tool ids are the bare log tool names (what

@@ -29,4 +29,5 @@ mod registry_bench;
 mod score_cli;
 mod score_compat;
 mod score_properties;
+mod synth;
 mod vocab;
