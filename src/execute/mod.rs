@@ -1005,4 +1005,22 @@ mod tests {
         assert!(!c.preserved);
         assert!(c.problems[0].contains("`c` was never called successfully"), "{c:?}");
     }
+
+    #[test]
+    fn text_tool_calls_are_taken_only_when_they_name_listed_tools() {
+        let known = |n: &str| ["get_oncall", "notify_user"].contains(&n);
+        let fenced = "```json\n{\"name\": \"get_oncall\", \"arguments\": {\"team\": \"db\"}}\n```";
+        let calls = text_tool_calls(fenced, 2, known);
+        assert_eq!(calls.len(), 1);
+        assert_eq!((calls[0].id.as_str(), calls[0].name.as_str()), ("text_call_2_0", "get_oncall"));
+        assert_eq!(calls[0].arguments, json!({"team": "db"}));
+        let tagged = "<tool_call>{\"name\": \"get_oncall\", \"arguments\": \"{\\\"team\\\": \\\"x\\\"}\"}</tool_call>\n<tool_call>{\"name\": \"notify_user\", \"arguments\": {}}</tool_call>";
+        let calls = text_tool_calls(tagged, 0, known);
+        assert_eq!(calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["get_oncall", "notify_user"]);
+        assert_eq!(calls[0].arguments, json!({"team": "x"}), "string arguments are parsed");
+        // An unknown name, or plain text: an answer, not a call.
+        assert!(text_tool_calls("{\"name\": \"rm_rf\", \"arguments\": {}}", 0, known).is_empty());
+        assert!(text_tool_calls("The on-call engineer is Ada.", 0, known).is_empty());
+        assert!(text_tool_calls("{\"answer\": 3}", 0, known).is_empty());
+    }
 }
