@@ -129,7 +129,8 @@ pub enum Command {
     /// Show the lineage of one item: how it entered and what decided its fate.
     ///
     /// ID is a tool (`server::tool`), a server name, a filter decision
-    /// (`filter:server::tool`) or a ledger event (`#42`). Only the runs that
+    /// (`filter:server::tool`), a log session (`log:<id>`), a log-track sample
+    /// (`sample:<id>`) or a ledger event (`#42`). Only the runs that
     /// produced the current artifacts are consulted.
     Explain(ExplainArgs),
     /// Talk to the MCP servers of `[mcp.servers]`: list tools, call one, import a config.
