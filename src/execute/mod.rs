@@ -670,7 +670,8 @@ impl Executor {
 /// Tool calls a model wrote as text instead of structured `tool_calls`: a JSON object
 /// `{"name", "arguments"}` (or a list of them), bare, fenced or in Qwen's `<tool_call>` tags,
 /// as small local models often answer. Taken only when every object names a listed function
-/// (`known`); otherwise the text is an answer. Ids are `text_call_<group>_<i>`.
+/// (`known`) or has the call's shape (`name` and `arguments`); otherwise the text is an
+/// answer. Ids are `text_call_<group>_<i>`.
 pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool) -> Vec<ToolCall> {
     let text = crate::llm::extract::strip_think(content);
     let mut values = Vec::new();
@@ -690,7 +691,12 @@ pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool
     }
     let mut calls = Vec::new();
     for (i, v) in values.iter().enumerate() {
-        let Some(name) = v.get("name").and_then(Value::as_str).filter(|n| known(n)) else { return Vec::new() };
+        // A listed name, or the call shape (`name` + `arguments`): an unknown name then goes
+        // back to the model as an unknown tool, as a structured call would.
+        let shaped = v.get("arguments").or_else(|| v.get("parameters")).is_some();
+        let Some(name) = v.get("name").and_then(Value::as_str).filter(|n| !n.is_empty() && (known(n) || shaped)) else {
+            return Vec::new();
+        };
         let arguments = match v.get("arguments").or_else(|| v.get("parameters")) {
             Some(Value::String(s)) => serde_json::from_str(s).unwrap_or(Value::String(s.clone())),
             Some(a) => a.clone(),
@@ -1018,8 +1024,10 @@ mod tests {
         let calls = text_tool_calls(tagged, 0, known);
         assert_eq!(calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["get_oncall", "notify_user"]);
         assert_eq!(calls[0].arguments, json!({"team": "x"}), "string arguments are parsed");
-        // An unknown name, or plain text: an answer, not a call.
-        assert!(text_tool_calls("{\"name\": \"rm_rf\", \"arguments\": {}}", 0, known).is_empty());
+        // An unknown name in the call's shape is a call (the model hears "unknown tool"); an
+        // unknown name without arguments, or plain text, is an answer.
+        assert_eq!(text_tool_calls("{\"name\": \"rm_rf\", \"arguments\": {}}", 0, known)[0].name, "rm_rf");
+        assert!(text_tool_calls("{\"name\": \"Ada\", \"team\": \"db\"}", 0, known).is_empty());
         assert!(text_tool_calls("The on-call engineer is Ada.", 0, known).is_empty());
         assert!(text_tool_calls("{\"answer\": 3}", 0, known).is_empty());
     }
