@@ -1,5 +1,6 @@
 //! Synthesis benchmark (scripts/bench.d/60-synth.sh; nothing asserted): `synth chains` and
-//! `execute` on N chains (default 1,000) of the demo's log domain, every LLM call answered
+//! `execute` on N chains (default 1,000) of a generated log domain (40 tools, 10
+//! sub-scenarios, 800 sessions; the demo's is too small for 1,000 distinct chains), every LLM call answered
 //! by the scripted test server after a fixed 200 ms, concurrency 32, executions against the
 //! built-in domain sandbox. Prints samples/s, the share of the endpoint ceiling (32 calls in
 //! flight / 0.2 s = 160 calls/s, so a chain of k LLM calls has a ceiling of 160/k chains/s)
@@ -69,12 +70,46 @@ fn rule(seen: &Seen) -> Answer {
     Answer::json(v).after(200)
 }
 
+/// A generated domain large enough for N distinct chains: 40 tools, 10 sub-scenarios, 600
+/// multi-tool sessions of 4 sequential calls (seeded), as generic event JSONL, plus 200
+/// single-tool sessions for the seed pool.
+fn write_domain(dir: &Path) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    let tools: Vec<String> = (0..40).map(|i| format!("tool_{i:02}")).collect();
+    let catalog = json!({"tools": tools.iter().map(|t| json!({
+        "name": t, "description": format!("{t} does one step"),
+        "inputSchema": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+    })).collect::<Vec<_>>()});
+    std::fs::create_dir_all(dir.join("raw")).unwrap();
+    std::fs::write(dir.join("raw/catalog.json"), catalog.to_string()).unwrap();
+    let mut lines = Vec::new();
+    for s in 0..800 {
+        let sub = format!("Area{}-Task{}", s % 5, s % 10);
+        let n = if s < 600 { 4 } else { 1 };
+        // Tools of a sub-scenario come from its own band of 12, so pairs co-occur per band.
+        let band = (s % 10) * 3;
+        for k in 0..n {
+            let tool = &tools[(band + rng.random_range(0..12)) % 40];
+            let mut ev = json!({"session": format!("s{s:04}"), "tool": tool, "ts_start": 1000 * k,
+                "ts_end": 1000 * k + 500, "arguments": {"id": format!("X-{}", rng.random_range(0..50))},
+                "result": {"ok": true, "id": format!("X-{}", rng.random_range(0..50))}});
+            if k == 0 {
+                ev["user"] = json!(format!("please handle case {s}"));
+                ev["scenario"] = json!(sub);
+            }
+            if k == n - 1 {
+                ev["answer"] = json!("handled");
+            }
+            lines.push(ev.to_string());
+        }
+    }
+    std::fs::write(dir.join("raw/events.jsonl"), lines.join("\n") + "\n").unwrap();
+}
+
 fn project(dir: &Path, base_url: &str, chains: usize) -> Settings {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for f in ["raw/demo/logs/catalog.json", "raw/demo/logs/events.jsonl", "raw/demo/logs/chats.jsonl"] {
-        std::fs::create_dir_all(dir.join(f).parent().unwrap()).unwrap();
-        std::fs::copy(repo.join(f), dir.join(f)).unwrap();
-    }
+    write_domain(dir);
     std::fs::create_dir_all(dir.join("pipeline/prompts")).unwrap();
     for t in [
         "logs_need",
@@ -97,14 +132,16 @@ fn project(dir: &Path, base_url: &str, chains: usize) -> Settings {
 seed = 5
 
 [[logs.sources]]
-name = "ops"
-path = "raw/demo/logs/events.jsonl"
+name = "gen"
+path = "raw/events.jsonl"
+format = "events"
 
 [logs.catalog]
-path = "raw/demo/logs/catalog.json"
+path = "raw/catalog.json"
 
 [logs.curate]
 concurrency = 32
+llm_sample = 32
 
 [graph]
 role = "judge"
@@ -118,7 +155,7 @@ concurrency = 32
 per_sub_scenario = {per_sub}
 lengths = {{ "2" = 1, "3" = 1, "4" = 1, "5" = 1 }}
 max_chains = {chains}
-paths_per_pair = 200
+paths_per_pair = 50
 concurrency = 32
 
 [llm.roles.judge]
@@ -127,7 +164,7 @@ concurrency = 32
 [llm.roles.synth]
 {role}
 "#,
-        per_sub = chains / 4 + 1,
+        per_sub = chains / 10 + 4,
     );
     std::fs::write(dir.join("pipeline/b.toml"), cfg).unwrap();
     Settings::load(&dir.join("pipeline/b.toml")).unwrap()

@@ -351,6 +351,9 @@ pub struct ChainRecord {
 struct Written {
     query: String,
     exchange: String,
+    /// The exchange's ledger event (from the run that asked; a parent for the chain event
+    /// without a ledger scan per chain).
+    event: i64,
 }
 
 fn tool_vars(t: &str, tools: &BTreeMap<String, LogTool>) -> serde_json::Value {
@@ -482,7 +485,7 @@ impl Stage for ChainsStage {
             if query.is_empty() {
                 return Err(crate::llm::batch::ItemError::Failed("the model wrote an empty query".into()));
             }
-            Ok(Written { query, exchange: reply.exchange })
+            Ok(Written { query, exchange: reply.exchange, event: reply.event_id })
         })?;
 
         let mut records = Vec::new();
@@ -497,11 +500,10 @@ impl Stage for ChainsStage {
                 query: w.query.clone(),
                 exchange: w.exchange.clone(),
             };
-            let mut ev = NewEvent::new(super::kind::CHAIN, Some(&super::subject(&ch.id)), json!(rec));
-            if let Some(id) = batch.exchange_event(&w.exchange)? {
-                ev = ev.with_parent(Parent::Id(id));
-            }
-            out.event(ev);
+            out.event(
+                NewEvent::new(super::kind::CHAIN, Some(&super::subject(&ch.id)), json!(rec))
+                    .with_parent(Parent::Id(w.event)),
+            );
             records.push(rec);
         }
         records.sort_by(|a, b| a.id.cmp(&b.id));

@@ -106,6 +106,9 @@ pub struct DialogueCheck {
 pub struct Checked {
     pub turns: Vec<TurnCheck>,
     pub exchange: String,
+    /// The exchange's ledger event (a parent of the verdict; not written to artifacts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<i64>,
 }
 
 /// One line of `verdicts.jsonl`.
@@ -563,7 +566,7 @@ impl Stage for ValidateStage {
             for t in &mut turns {
                 t.reason = crate::logs::curate::one_line(&t.reason);
             }
-            Ok(Checked { turns, exchange: reply.exchange })
+            Ok(Checked { turns, exchange: reply.exchange, event: Some(reply.event_id) })
         })?;
         let failed: BTreeMap<String, String> = done.failed.iter().map(|f| (f.item.clone(), f.reason.clone())).collect();
 
@@ -597,6 +600,8 @@ impl Stage for ValidateStage {
             let id = &c.sample.id;
             let mut reasons = c.reasons.clone();
             let check = done.values.get(id).cloned();
+            let judge_event = check.as_ref().and_then(|c| c.event);
+            let check = check.map(|c| Checked { event: None, ..c });
             if let Some(ch) = &check {
                 reasons.extend(judge_reasons(&ch.turns, c.sample.turns.len()));
             } else if needs_judge(c) {
@@ -623,9 +628,7 @@ impl Stage for ValidateStage {
             for p in origin_event(c)? {
                 ev = ev.with_parent(Parent::Id(p));
             }
-            if let Some(ch) = &verdict.check
-                && let Some(e) = batch.exchange_event(&ch.exchange)?
-            {
+            if let Some(e) = judge_event {
                 ev = ev.with_parent(Parent::Id(e));
             }
             out.event(ev);
