@@ -436,7 +436,11 @@ impl SynthProject {
 
 #[test]
 fn log_track_with_synthesis_runs_end_to_end_and_explains_samples() {
-    let sp = synth_project(&[("max_chains = 3", "max_chains = 4"), ("dialogues = 2", "dialogues = 4")]);
+    let sp = synth_project(&[
+        ("max_chains = 3", "max_chains = 4"),
+        ("dialogues = 2", "dialogues = 4"),
+        ("turn_cap = 2", "turn_cap = 3"),
+    ]);
     let out = sp.ok(&["run"]);
     for st in ["synth-chains", "execute", "synth-roleplay", "validate"] {
         assert!(out.contains(&format!("{st}: done")), "{out}");
