@@ -6,7 +6,7 @@ export BENCHGEN_CACHE ?= $(HOME)/.cache/benchgen
 # Pseudonym key of the demo's log anonymisation (real use: a secret of your own).
 export BENCHGEN_ANON_SECRET ?= benchgen-demo-only
 
-.PHONY: demo test setup build lint unit bench clean-demo
+.PHONY: demo test setup build lint unit bench clean-demo fuzz
 
 ## Install what is missing (Debian packages, model assets, local LLM server, MCP servers).
 setup:
@@ -29,6 +29,11 @@ unit:
 
 ## Everything CI checks.
 test: setup lint unit
+
+## The long fuzz run (docs/inputs.md#the-fuzz-suite); `make test` runs 32 cases per surface.
+FUZZ_CASES ?= 2000
+fuzz:
+	BENCHGEN_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --locked --test it fuzz:: -- --test-threads=2
 
 ## Figures for the README (not part of `make test`).
 bench: build

@@ -71,6 +71,59 @@ pub fn json_type_name(v: &serde_json::Value) -> &'static str {
     }
 }
 
+/// A write that failed because the disk (or the user's quota) is full: which file, and the
+/// system's own words. Built where we write (atomic files, checkpoints, the ledger).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("disk full: cannot write `{file}` ({cause})")]
+pub struct DiskFull {
+    pub file: String,
+    pub cause: String,
+}
+
+/// The last [`DiskFull`] of this process. Errors from LLM fan-out cross threads and are
+/// turned into text on the way (`LlmError`), so the stage runner asks here, not only the
+/// error chain, to put the real cause on the first line instead of "LLM setup failed".
+static LAST_DISK_FULL: std::sync::Mutex<Option<DiskFull>> = std::sync::Mutex::new(None);
+
+/// Forget an earlier [`DiskFull`] (a new stage starts).
+pub fn clear_disk_full() {
+    *LAST_DISK_FULL.lock().unwrap_or_else(|p| p.into_inner()) = None;
+}
+
+/// Whether an I/O error means "no space left" (ENOSPC, or a quota: EDQUOT).
+pub fn is_disk_full_io(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+        || matches!(e.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded)
+}
+
+/// Whether SQLite reported `SQLITE_FULL` ("database or disk is full").
+pub fn is_disk_full_sqlite(e: &rusqlite::Error) -> bool {
+    e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
+}
+
+/// Record and return a [`DiskFull`] for `file`.
+pub fn disk_full(file: &std::path::Path, cause: impl std::fmt::Display) -> anyhow::Error {
+    let e = DiskFull { file: file.display().to_string(), cause: cause.to_string() };
+    *LAST_DISK_FULL.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+    e.into()
+}
+
+/// An I/O error writing `file`: [`DiskFull`] when the disk is full, else `what` as context.
+pub fn write_error(file: &std::path::Path, e: std::io::Error, what: &str) -> anyhow::Error {
+    if is_disk_full_io(&e) {
+        disk_full(file, e)
+    } else {
+        anyhow::Error::new(e).context(format!("{what} `{}`", file.display()))
+    }
+}
+
+/// The disk-full condition behind `err`: in its chain, or recorded by this process.
+pub fn disk_full_behind(err: &anyhow::Error) -> Option<DiskFull> {
+    err.chain()
+        .find_map(|e| e.downcast_ref::<DiskFull>().cloned())
+        .or_else(|| LAST_DISK_FULL.lock().unwrap_or_else(|p| p.into_inner()).clone())
+}
+
 /// The exit code for an error that reached `main`.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
     if err.chain().any(|e| e.is::<UsageError>()) { 2 } else { 1 }
@@ -84,6 +137,10 @@ pub fn render(err: &anyhow::Error) -> String {
     }
     if let Some(h) = err.chain().find_map(|e| e.downcast_ref::<Hinted>()) {
         out.push_str(&format!("\nhint: {}", h.hint));
+    } else if err.chain().any(|e| e.is::<DiskFull>()) {
+        out.push_str(
+            "\nhint: free space on that disk and run the command again; finished items are checkpointed and not redone",
+        );
     }
     out
 }

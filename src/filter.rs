@@ -79,8 +79,14 @@ impl<'a> Compiled<'a> {
         Ok(Self { rule, name: c(&rule.name)?, description: c(&rule.description)?, server: c(&rule.server)? })
     }
 
-    /// `Some(evidence)` when the rule matches.
-    fn matches(&self, name: &str, description: &str, server: &str) -> Option<String> {
+    /// `Some(evidence)` when the rule matches; `schema` is the tool's input schema.
+    fn matches(
+        &self,
+        name: &str,
+        description: &str,
+        server: &str,
+        schema: Option<&serde_json::Value>,
+    ) -> Option<String> {
         if !self.server.is_empty() && !self.server.iter().any(|r| r.is_match(server)) {
             return None;
         }
@@ -90,8 +96,13 @@ impl<'a> Compiled<'a> {
             }
             Some(regs.iter().find(|r| r.is_match(text)).map(|r| format!("{what} matches /{}/", r.as_str())))
         };
+        let invalid_schema = (self.rule.invalid_input_schema).then(|| {
+            schema
+                .and_then(crate::registry::schema::input_schema_problem)
+                .map(|why| format!("the input schema is not valid JSON Schema: {why}"))
+        });
         let checks: Vec<Option<String>> =
-            [field(&self.name, name, "name"), field(&self.description, description, "description")]
+            [field(&self.name, name, "name"), field(&self.description, description, "description"), invalid_schema]
                 .into_iter()
                 .flatten()
                 .collect();
@@ -194,7 +205,7 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
         }
         if server_drop.is_none() {
             for c in rules.iter().filter(|c| c.rule.target == RuleTarget::Server) {
-                let Some(evidence) = c.matches(&server.name, &server.description, &server.name) else {
+                let Some(evidence) = c.matches(&server.name, &server.description, &server.name, None) else {
                     continue;
                 };
                 match resolve(
@@ -249,7 +260,7 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
         for t in &server.tools {
             let mut d = decision("tool", &t.id, Verdict::Keep, "", "", "no rule matched", "");
             for c in rules.iter().filter(|c| c.rule.target == RuleTarget::Tool) {
-                let Some(evidence) = c.matches(&t.name, &t.description, &server.name) else {
+                let Some(evidence) = c.matches(&t.name, &t.description, &server.name, Some(&t.input_schema)) else {
                     continue;
                 };
                 let class = c.rule.class.as_str();
@@ -327,12 +338,12 @@ fn resolve(rule: &FilterRule, classifier: &dyn Classifier, c: Candidate) -> Resu
 
 /// Write decisions as CSV (`kind,id,rule,class,reason,evidence`).
 fn to_csv<'a>(rows: impl Iterator<Item = &'a Decision>) -> Result<Vec<u8>> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut w = crate::csvout::Writer::new();
     w.write_record(["kind", "id", "rule", "class", "reason", "evidence"])?;
     for d in rows {
         w.write_record([d.kind, &d.id, &d.rule, &d.class, &d.reason, &d.evidence])?;
     }
-    Ok(w.into_inner()?)
+    w.into_bytes()
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
@@ -408,6 +419,10 @@ pub struct FilterRule {
     /// only inside matching servers.
     #[serde(default)]
     pub server: Vec<String>,
+    /// Tool rules only: match tools whose input schema is not valid JSON Schema (the
+    /// sandbox would refuse every call; registry import lists them).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub invalid_input_schema: bool,
     #[serde(default, rename = "match")]
     pub mode: MatchMode,
     #[serde(default)]
@@ -447,11 +462,17 @@ pub fn check_rules(settings: &FilterSettings, problems: &mut Vec<Problem>) {
         if !ids.insert(rule.id.as_str()) {
             problems.push(Problem::new(&loc, "duplicate rule id"));
         }
-        if rule.name.is_empty() && rule.description.is_empty() {
-            problems.push(Problem::new(&loc, "a rule needs at least one `name` or `description` pattern"));
+        if rule.name.is_empty() && rule.description.is_empty() && !rule.invalid_input_schema {
+            problems.push(Problem::new(
+                &loc,
+                "a rule needs at least one `name` or `description` pattern (or `invalid_input_schema = true`)",
+            ));
         }
         if rule.target == RuleTarget::Server && !rule.server.is_empty() {
             problems.push(Problem::new(&loc, "`server` guards apply to tool rules only"));
+        }
+        if rule.target == RuleTarget::Server && rule.invalid_input_schema {
+            problems.push(Problem::new(&loc, "`invalid_input_schema` applies to tool rules only"));
         }
         if rule.class == RuleClass::NoTools {
             problems.push(Problem::new(
@@ -844,6 +865,7 @@ mod tests {
             name: name.iter().map(|s| s.to_string()).collect(),
             description: desc.iter().map(|s| s.to_string()).collect(),
             server: vec![],
+            invalid_input_schema: false,
             mode,
             action,
         }

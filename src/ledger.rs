@@ -154,7 +154,15 @@ impl Ledger {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(30))?;
-        conn.execute_batch(SCHEMA).with_context(|| format!("cannot initialise ledger `{}`", path.display()))?;
+        conn.execute_batch(SCHEMA)
+            .map_err(|e| full(&path, e.into()))
+            .with_context(|| format!("cannot initialise ledger `{}`", path.display()))?;
+        if std::env::var_os("BENCHGEN_FAIL_LEDGER_FULL").is_some() {
+            // Test hook: the ledger cannot grow any more, so SQLite answers the next write
+            // that needs a page with SQLITE_FULL, exactly as on a full disk.
+            let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+            conn.pragma_update(None, "max_page_count", pages)?;
+        }
         Ok(Self { conn, path })
     }
 
@@ -172,20 +180,24 @@ impl Ledger {
 
     /// Start a run; events are appended to it until [`Ledger::finish_run`].
     pub fn begin_run(&self, stage: &str, config_hash: &str, code_version: &str) -> Result<i64> {
-        insert_run(&self.conn, stage, config_hash, code_version)
+        insert_run(&self.conn, stage, config_hash, code_version).map_err(|e| full(&self.path, e))
     }
 
     pub fn finish_run(&self, run_id: i64, status: &str) -> Result<()> {
-        update_run(&self.conn, run_id, status)
+        update_run(&self.conn, run_id, status).map_err(|e| full(&self.path, e))
     }
 
     /// Append a batch of events to a run in one transaction; returns their ids in
     /// batch order.
     pub fn append(&mut self, run_id: i64, stage: &str, events: &[NewEvent]) -> Result<Vec<i64>> {
-        let tx = self.conn.transaction()?;
-        let ids = insert_events(&tx, run_id, stage, events)?;
-        tx.commit()?;
-        Ok(ids)
+        let path = self.path.clone();
+        (|| {
+            let tx = self.conn.transaction()?;
+            let ids = insert_events(&tx, run_id, stage, events)?;
+            tx.commit()?;
+            Ok(ids)
+        })()
+        .map_err(|e| full(&path, e))
     }
 
     /// Record a whole finished run in one transaction: the run and its events
@@ -197,12 +209,16 @@ impl Ledger {
         code_version: &str,
         events: &[NewEvent],
     ) -> Result<(i64, Vec<i64>)> {
-        let tx = self.conn.transaction()?;
-        let run = insert_run(&tx, stage, config_hash, code_version)?;
-        let ids = insert_events(&tx, run, stage, events)?;
-        update_run(&tx, run, "ok")?;
-        tx.commit()?;
-        Ok((run, ids))
+        let path = self.path.clone();
+        (|| {
+            let tx = self.conn.transaction()?;
+            let run = insert_run(&tx, stage, config_hash, code_version)?;
+            let ids = insert_events(&tx, run, stage, events)?;
+            update_run(&tx, run, "ok")?;
+            tx.commit()?;
+            Ok((run, ids))
+        })()
+        .map_err(|e| full(&path, e))
     }
 
     pub fn run(&self, id: i64) -> Result<Option<Run>> {
@@ -331,6 +347,15 @@ impl RunRecorder {
     pub fn record(&self, ev: NewEvent) -> Result<i64> {
         let ids = self.lock().append(self.run_id, &self.stage, std::slice::from_ref(&ev))?;
         Ok(ids[0])
+    }
+}
+
+/// SQLite's "database or disk is full" as a [`crate::error::DiskFull`] naming the ledger
+/// file; other errors unchanged.
+fn full(path: &Path, e: anyhow::Error) -> anyhow::Error {
+    match e.chain().find_map(|c| c.downcast_ref::<rusqlite::Error>()) {
+        Some(s) if crate::error::is_disk_full_sqlite(s) => crate::error::disk_full(path, s),
+        _ => e,
     }
 }
 

@@ -8,6 +8,7 @@
 pub mod children;
 pub mod clean;
 pub mod cli;
+pub mod csvout;
 pub mod efs;
 pub mod embed;
 pub mod error;

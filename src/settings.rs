@@ -109,7 +109,12 @@ impl Settings {
                 }
                 None => "config".to_string(),
             };
-            InputError { file: path.display().to_string(), problems: vec![Problem::new(location, e.message())] }
+            // toml refuses a key given twice but says only "duplicate key": name it.
+            let message = match e.span().and_then(|s| text.get(s)) {
+                Some(key) if e.message() == "duplicate key" => format!("duplicate key `{}`", key.trim()),
+                _ => e.message().to_string(),
+            };
+            InputError { file: path.display().to_string(), problems: vec![Problem::new(location, message)] }
         })?;
         config.check(path)?;
         let config_dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));

@@ -676,6 +676,35 @@ pub fn execute(
     force: bool,
     upstream: &BTreeMap<String, Freshness>,
 ) -> Result<StageReport> {
+    crate::error::clear_disk_full();
+    execute_inner(settings, printer, stage, force, upstream).map_err(|e| match crate::error::disk_full_behind(&e) {
+        // A full disk is the cause whatever failed on top of it (an LLM call recording its
+        // exchange, a checkpoint, the commit): say so first, with the stage and the file.
+        Some(df) => e.context(format!(
+            "disk full in stage `{}`: cannot write `{}` ({}); its previous artifacts were left as they were",
+            stage.spec().name,
+            df.file,
+            df.cause
+        )),
+        None => e,
+    })
+}
+
+/// A failed stage run, named (its output was not committed).
+fn stage_failed(spec: &StageSpec, e: anyhow::Error) -> anyhow::Error {
+    if crate::error::disk_full_behind(&e).is_some() {
+        return e; // [`execute`] names the stage and the disk
+    }
+    e.context(format!("`{}` failed; its previous artifacts were left as they were", spec.command))
+}
+
+fn execute_inner(
+    settings: &Settings,
+    printer: &Printer,
+    stage: &dyn Stage,
+    force: bool,
+    upstream: &BTreeMap<String, Freshness>,
+) -> Result<StageReport> {
     let spec = stage.spec();
     recover_if_idle(settings, printer)?;
     // Run alone, a stage needs its upstream output to exist; stale upstream
@@ -730,7 +759,7 @@ pub fn execute(
             let _ = Ledger::open(&settings.artifacts).and_then(|l| l.finish_run(*id, "failed"));
         }
         let _ = std::fs::remove_dir_all(&stream_dir);
-        return Err(e.context(format!("`{}` failed; its previous artifacts were left as they were", spec.command)));
+        return Err(stage_failed(spec, e));
     }
 
     // Commit: ledger first (its run id goes into the manifest), then the folder swap.
@@ -749,11 +778,22 @@ pub fn execute(
         None => ledger.record_run(spec.name, &plan.config_hash, CODE_VERSION, &out.events)?.0,
     };
     let mut staging = StagingDir::create(&settings.artifacts, spec.name)?;
-    for (rel, bytes) in &out.files {
-        staging.write(rel, bytes)?;
-    }
-    for (rel, path) in &out.streamed {
-        staging.adopt(rel, path)?;
+    let staged = (|| -> Result<()> {
+        for (rel, bytes) in &out.files {
+            staging.write(rel, bytes)?;
+        }
+        for (rel, path) in &out.streamed {
+            staging.adopt(rel, path)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = staged {
+        // A write that failed (a full disk) leaves no staging folder for the next run to
+        // warn about; the ledger run stays unreferenced, as after a crash.
+        let _ = std::fs::remove_dir_all(staging.path());
+        let _ = std::fs::remove_dir(settings.artifacts.join(".staging"));
+        let _ = std::fs::remove_dir_all(&stream_dir);
+        return Err(e);
     }
     let duration_ms = clock.elapsed().as_millis() as u64;
     let manifest = Manifest {

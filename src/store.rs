@@ -36,9 +36,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
     let result = (|| -> Result<()> {
-        let mut f = File::create(&tmp).with_context(|| format!("cannot create `{}`", tmp.display()))?;
-        f.write_all(bytes).with_context(|| format!("cannot write `{}`", tmp.display()))?;
-        f.sync_all().with_context(|| format!("cannot fsync `{}`", tmp.display()))?;
+        // Errors name the file being written (not the temporary), disk full first.
+        let err = |e, what| crate::error::write_error(path, e, what);
+        let mut f = File::create(&tmp).map_err(|e| err(e, "cannot create"))?;
+        enospc_point("write_atomic").and_then(|()| f.write_all(bytes)).map_err(|e| err(e, "cannot write"))?;
+        f.sync_all().map_err(|e| err(e, "cannot fsync"))?;
         drop(f);
         fail_point("write_atomic")?;
         fs::rename(&tmp, path).with_context(|| format!("cannot rename `{}` to `{}`", tmp.display(), path.display()))?;
@@ -82,6 +84,25 @@ pub fn fail_point(name: &str) -> Result<()> {
     if point == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == nth {
         eprintln!("benchgen: fail point `{name}` reached, aborting (BENCHGEN_FAIL_AT)");
         std::process::abort();
+    }
+    Ok(())
+}
+
+/// Test hook: `BENCHGEN_FAIL_ENOSPC=<point>[:<n>]` makes the n-th (default first) and
+/// every later write at a named point fail with ENOSPC ("No space left on device"), as a
+/// full disk does, so tests can check what a full disk looks like to the user.
+pub fn enospc_point(name: &str) -> std::io::Result<()> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static HITS: AtomicUsize = AtomicUsize::new(0);
+    let Ok(spec) = std::env::var("BENCHGEN_FAIL_ENOSPC") else {
+        return Ok(());
+    };
+    let (point, nth) = match spec.split_once(':') {
+        Some((p, n)) => (p.to_string(), n.parse::<usize>().unwrap_or(1)),
+        None => (spec, 1),
+    };
+    if point == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 >= nth {
+        return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
     }
     Ok(())
 }
@@ -239,8 +260,9 @@ impl Checkpoint {
             .with_context(|| format!("cannot open `{}`", path.display()))?;
         let mut line = serde_json::to_vec(&serde_json::json!({"id": id, "value": value}))?;
         line.push(b'\n');
-        f.write_all(&line)?;
-        f.sync_data()?;
+        let err = |e| crate::error::write_error(&path, e, "cannot append to");
+        enospc_point("checkpoint").and_then(|()| f.write_all(&line)).map_err(err)?;
+        f.sync_data().map_err(err)?;
         self.done.insert(id.to_string(), value);
         Ok(())
     }

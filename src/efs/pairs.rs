@@ -339,12 +339,8 @@ pub fn find_pairs(table: &ToolTable, vectors: &Vectors, p: &PairSettings) -> (Ve
 }
 
 pub fn write_csv(pairs: &[Pair]) -> Result<Vec<u8>> {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    for p in pairs {
-        w.serialize(p)?;
-    }
-    if pairs.is_empty() {
-        w.write_record([
+    crate::csvout::table(
+        &[
             "a",
             "b",
             "cosine",
@@ -356,16 +352,20 @@ pub fn write_csv(pairs: &[Pair]) -> Result<Vec<u8>> {
             "same_server",
             "rank_a",
             "rank_b",
-        ])?;
-    }
-    Ok(w.into_inner()?)
+        ],
+        pairs,
+    )
 }
 
 pub fn read_csv(bytes: &[u8], file: &str) -> Result<Vec<Pair>> {
     let mut r = csv::Reader::from_reader(bytes);
+    let headers = r.headers().with_context(|| format!("`{file}` has no header row"))?.clone();
     let mut out = Vec::new();
-    for (i, row) in r.deserialize().enumerate() {
-        out.push(row.with_context(|| format!("`{file}` row {} is not a valid pair", i + 2))?);
+    for (i, row) in r.records().enumerate() {
+        // Cells were neutralised against spreadsheet formulas when written (crate::csvout).
+        let row = row.map(|rec| rec.iter().map(crate::csvout::restore).collect::<csv::StringRecord>());
+        let pair = row.and_then(|rec| rec.deserialize(Some(&headers)));
+        out.push(pair.with_context(|| format!("`{file}` row {} is not a valid pair", i + 2))?);
     }
     Ok(out)
 }

@@ -35,21 +35,9 @@ pub const SHEET: &str = "efs_review.csv";
 pub const HEADER: [&str; 10] =
     ["set_id", "row", "tool_id", "server", "description", "signal", "decision", "target", "reviewer", "note"];
 
-/// Neutralise a cell a spreadsheet would evaluate.
-pub fn neutralise(cell: &str) -> String {
-    match cell.chars().next() {
-        Some('=' | '+' | '-' | '@' | '\t' | '\r') => format!("'{cell}"),
-        _ => cell.to_string(),
-    }
-}
-
-/// Undo [`neutralise`].
+/// Undo the writer's formula neutralisation ([`crate::csvout`]) of a trimmed cell.
 pub fn restore(cell: &str) -> String {
-    let t = cell.trim();
-    match t.strip_prefix('\'') {
-        Some(rest) if rest.starts_with(['=', '+', '-', '@', '\t', '\r']) => rest.to_string(),
-        _ => t.to_string(),
-    }
+    crate::csvout::restore(cell.trim()).to_string()
 }
 
 /// The review sheet for the current candidate sets and top-down items.
@@ -60,18 +48,15 @@ pub fn export_sheet(sets: &[CandidateSet], items: &[ReviewItem], catalog: &Catal
     for it in items {
         by_set.entry(it.set_id.as_str()).or_default().push(it);
     }
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut w = crate::csvout::Writer::new();
     w.write_record(HEADER)?;
     for set in sets {
         let its = by_set.get(set.id.as_str()).cloned().unwrap_or_default();
         let set_signal: Vec<&str> = its.iter().filter(|i| i.tool_id.is_empty()).map(|i| i.detail.as_str()).collect();
         let summary = format!("{} members on {} servers", set.members.len(), set.servers.len());
-        let row = |w: &mut csv::Writer<Vec<u8>>, cells: [&str; 6]| -> Result<()> {
+        let row = |w: &mut crate::csvout::Writer, cells: [&str; 6]| -> Result<()> {
             let [sid, kind, tool, server, desc, signal] = cells;
-            let r: Vec<String> =
-                [sid, kind, tool, server, desc, signal, "", "", "", ""].iter().map(|c| neutralise(c)).collect();
-            w.write_record(&r)?;
-            Ok(())
+            w.write_record([sid, kind, tool, server, desc, signal, "", "", "", ""])
         };
         let sig = if set_signal.is_empty() { summary } else { format!("{summary}; {}", set_signal.join("; ")) };
         row(&mut w, [&set.id, "set", "", "", "", &sig])?;
@@ -85,7 +70,7 @@ pub fn export_sheet(sets: &[CandidateSet], items: &[ReviewItem], catalog: &Catal
             row(&mut w, [&set.id, "candidate", &it.tool_id, server, desc, &it.detail])?;
         }
     }
-    Ok(w.into_inner()?)
+    w.into_bytes()
 }
 
 /// One imported decision.
@@ -395,7 +380,8 @@ mod tests {
 
     #[test]
     fn formula_cells_are_neutralised_and_restored() {
-        for c in ["=1+1", "+x", "-3", "@SUM(A1)"] {
+        use crate::csvout::neutralise;
+        for c in ["=1+1", "+x", "-3+1", "@SUM(A1)"] {
             assert!(neutralise(c).starts_with('\''), "{c:?}");
             assert_eq!(restore(&neutralise(c)), c);
         }

@@ -38,7 +38,7 @@ use serde_json::{Value, json};
 
 use crate::error::{InputError, Problem};
 use crate::ledger::{NewEvent, Parent, RunRecorder, kind};
-use crate::llm::{ChatMessage, ChatTurn, LlmClient, ToolCall, ToolSpec};
+use crate::llm::{ChatMessage, ChatTurn, LlmClient, LlmCounts, ToolCall, ToolSpec};
 use crate::mcp::{CallFailure, CallOutcome, ClientOptions, McpClient};
 use crate::settings::Settings;
 use crate::stage::{ConfigRef, Ctx, Inputs, Output, Plan, Stage, StageSpec};
@@ -134,7 +134,7 @@ pub fn parse_queries(bytes: &[u8], file: &str) -> Result<Vec<Query>, InputError>
     let text = String::from_utf8_lossy(bytes);
     let trimmed = text.trim_start();
     let records: Vec<(String, Result<Value, String>)> = if trimmed.starts_with('[') {
-        match serde_json::from_str::<Vec<Value>>(trimmed) {
+        match crate::json::from_str::<Vec<Value>>(trimmed) {
             Ok(v) => v.into_iter().enumerate().map(|(i, r)| (format!("[{i}]"), Ok(r))).collect(),
             Err(e) => {
                 return Err(InputError { file: file.into(), problems: vec![Problem::new("json", e.to_string())] });
@@ -144,7 +144,7 @@ pub fn parse_queries(bytes: &[u8], file: &str) -> Result<Vec<Query>, InputError>
         text.lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, l)| (format!("line {}", i + 1), serde_json::from_str(l).map_err(|e| e.to_string())))
+            .map(|(i, l)| (format!("line {}", i + 1), crate::json::value_from_str(l).map_err(|e| e.to_string())))
             .collect()
     };
     let mut problems = Vec::new();
@@ -646,21 +646,25 @@ impl Executor {
         r.append(ev)
     }
 
-    /// Run queries (`concurrency` at once); `done` is called with each finished one, in
-    /// completion order. The result is in query order.
+    /// Run queries (`concurrency` at once); `done` is called with each finished one and
+    /// the counts of its own LLM calls, in completion order. The result is in query order.
     pub async fn run_all(
         &self,
         llm: &LlmClient,
         queries: &[Query],
-        mut done: impl FnMut(&Trajectory) -> Result<()>,
+        mut done: impl FnMut(&Trajectory, LlmCounts) -> Result<()>,
     ) -> Result<Vec<Trajectory>> {
         let mut results: Vec<Option<Trajectory>> = vec![None; queries.len()];
         let mut stream = futures::stream::iter(queries.iter().enumerate())
-            .map(|(i, q)| async move { (i, self.run_query(llm, q).await) })
+            .map(|(i, q)| async move {
+                let (llm, tally) = llm.tallied();
+                let t = self.run_query(&llm, q).await;
+                (i, t, tally.counts())
+            })
             .buffer_unordered(self.settings.concurrency.max(1));
-        while let Some((i, t)) = stream.next().await {
+        while let Some((i, t, counts)) = stream.next().await {
             self.record_trajectory(&t);
-            done(&t)?;
+            done(&t, counts)?;
             results[i] = Some(t);
         }
         Ok(results.into_iter().flatten().collect())

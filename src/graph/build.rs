@@ -36,7 +36,7 @@ pub static SPEC: StageSpec = StageSpec {
     version: 2,
     about: "tool dependency graph from the multi-tool sessions, each candidate edge validated by the LLM",
     reads: &[crate::logs::split::GRAPH_SOURCE.read(), crate::logs::import::CATALOG.read()],
-    writes: &["candidates.json", "graph.json", "graph.dot", "graph.svg", "report.md"],
+    writes: &["candidates.json", "graph.json", "graph.dot", "graph.svg", "report.md", crate::llm::batch::FAILED_FILE],
 };
 
 /// One candidate's checkpointed verdict.
@@ -146,6 +146,7 @@ impl Stage for BuildStage {
         let items: Vec<(String, Prompt)> = asked.iter().map(|c| (c.key(), edge_prompt(&g, c, &tools))).collect();
         let opts = BatchOptions::new(STAGE, "edges", "candidate edges")
             .concurrency(g.concurrency.max(1))
+            .max_failed_share(g.max_failed_share, "graph.max_failed_share")
             .fail_point("graph_build_edge");
         let mut batch = Batch::new(ctx, opts)?;
         let role = g.role.as_str();
@@ -158,11 +159,19 @@ impl Stage for BuildStage {
             })
         })?;
         let resumed = done.resumed;
+        let failed: BTreeMap<&str, &str> = done.failed.iter().map(|f| (f.item.as_str(), f.reason.as_str())).collect();
         let mut judged = Vec::new();
         let mut edges = Vec::new();
         for c in &cands {
-            let (accepted, reason, exchange) = match done.values.get(&c.key()) {
+            let key = c.key();
+            let (accepted, reason, exchange) = match done.values.get(&key) {
                 Some(v) => (v.dependent, v.reason.clone(), v.exchange.clone()),
+                // Failed within `max_failed_share`: rejected, with the failure as the reason.
+                None if failed.contains_key(key.as_str()) => (
+                    false,
+                    format!("validation failed: {}", crate::logs::curate::one_line(failed[key.as_str()])),
+                    String::new(),
+                ),
                 None => (
                     false,
                     format!("support {} below min_support {}", c.support.sessions.len(), g.min_support),

@@ -32,11 +32,25 @@ pub struct GraphSettings {
     pub min_support: usize,
     #[serde(default = "crate::logs::default_concurrency")]
     pub concurrency: usize,
+    /// Share of candidate edges whose validation may fail (after retries) without failing
+    /// the stage; such edges are left out as rejected, with the failure as their reason.
+    #[serde(
+        default,
+        deserialize_with = "crate::llm::batch::de_share",
+        skip_serializing_if = "crate::llm::batch::is_zero_share"
+    )]
+    pub max_failed_share: f64,
 }
 
 impl Default for GraphSettings {
     fn default() -> Self {
-        Self { role: default_role(), template: default_template(), min_support: 1, concurrency: 2 }
+        Self {
+            role: default_role(),
+            template: default_template(),
+            min_support: 1,
+            concurrency: 2,
+            max_failed_share: 0.0,
+        }
     }
 }
 

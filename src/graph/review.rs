@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::render;
 use super::{Edge, GraphDoc, Judged, Support};
-use crate::efs::review::{neutralise, restore};
+use crate::efs::review::restore;
 use crate::error::{InputError, Problem};
 use crate::ledger::{NewEvent, kind};
 use crate::settings::Settings;
@@ -37,24 +37,24 @@ pub fn review_dir(s: &Settings) -> PathBuf {
 }
 
 pub fn export_sheet(judged: &[Judged]) -> Result<Vec<u8>> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut w = crate::csvout::Writer::new();
     w.write_record(HEADER)?;
     for j in judged {
         let c = &j.candidate;
         w.write_record([
-            neutralise(&c.from),
-            neutralise(&c.to),
+            c.from.clone(),
+            c.to.clone(),
             c.support.sessions.len().to_string(),
             c.support.count.to_string(),
             c.value_flow.len().to_string(),
             if j.accepted { "accepted" } else { "rejected" }.to_string(),
-            neutralise(&j.reason),
+            j.reason.clone(),
             String::new(),
             String::new(),
             String::new(),
         ])?;
     }
-    w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))
+    w.into_bytes()
 }
 
 /// One reviewed decision.

@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -43,7 +43,7 @@ pub static SPEC: StageSpec = StageSpec {
     version: 2,
     about: "keeps sessions resolved through tools, with a genuine need and a satisfactory answer (LLM judge)",
     reads: &[super::import::SESSIONS.read()],
-    writes: &["curated.jsonl", "decisions.jsonl", "report.json"],
+    writes: &["curated.jsonl", "decisions.jsonl", "report.json", crate::llm::batch::FAILED_FILE],
 };
 
 /// Does the query reflect a genuine need of the domain?
@@ -103,6 +103,20 @@ pub struct Judged {
     pub decision: Decision,
     #[serde(default)]
     pub exchanges: Vec<String>,
+}
+
+/// The decision of a session whose LLM judgement failed (within `max_failed_share`).
+fn llm_failed(s: &Session, reason: &str) -> Judged {
+    let decision = Decision {
+        id: s.id.clone(),
+        keep: false,
+        dropped_by: Some("llm-failed".into()),
+        resolved: resolved(s),
+        need: Some(Criterion { ok: false, reason: one_line(reason), by: "llm".into() }),
+        answer: None,
+        scenario: s.scenario.clone(),
+    };
+    Judged { decision, exchanges: Vec::new() }
 }
 
 /// Criterion 1 (rule).
@@ -298,6 +312,7 @@ impl Stage for CurateStage {
             sessions.iter().map(|x| (x.id.clone(), (x.clone(), sampled.contains(&x.id)))).collect();
         let opts = BatchOptions::new(STAGE, "curate", "sessions")
             .concurrency(c.concurrency.max(1))
+            .max_failed_share(c.max_failed_share, "logs.curate.max_failed_share")
             .fail_point("logs_curate_session");
         let mut batch = Batch::new(ctx, opts)?;
         let cref = &c;
@@ -308,8 +323,14 @@ impl Stage for CurateStage {
         let mut kept = Vec::new();
         let mut decisions = Vec::new();
         let mut by: BTreeMap<String, u64> = BTreeMap::new();
+        let failed: BTreeMap<&str, &str> = done.failed.iter().map(|f| (f.item.as_str(), f.reason.as_str())).collect();
         for sess in &sessions {
-            let j = done.values.get(&sess.id).context("internal: a session has no decision")?;
+            // A session whose judgement failed within `max_failed_share` is dropped, never lost.
+            let j = match (done.values.get(&sess.id), failed.get(sess.id.as_str())) {
+                (Some(j), _) => j.clone(),
+                (None, Some(reason)) => llm_failed(sess, reason),
+                (None, None) => anyhow::bail!("internal: session {} has no decision", sess.id),
+            };
             let d = j.decision.clone();
             let mut ev =
                 NewEvent::new(super::kind::DECISION, Some(&super::subject(&sess.id)), serde_json::to_value(&d)?);

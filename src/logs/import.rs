@@ -76,7 +76,7 @@ pub struct ImportReport {
 
 /// Parse a catalog file in one of the accepted formats.
 pub fn parse_catalog(bytes: &[u8], format: CatalogFormat, display: &str) -> Result<Vec<LogTool>> {
-    let v: Value = serde_json::from_slice(bytes).with_context(|| format!("catalog `{display}` is not JSON"))?;
+    let v: Value = crate::json::value_from_slice(bytes).with_context(|| format!("catalog `{display}` is not JSON"))?;
     let mut tools: Vec<LogTool> = match format {
         CatalogFormat::Mcp => {
             let list = v

@@ -167,6 +167,14 @@ pub struct CurateSettings {
     /// reason recorded. Absent: every session is judged.
     #[serde(default)]
     pub llm_sample: Option<usize>,
+    /// Share of sessions whose LLM judgement may fail (after retries) without failing the
+    /// stage; such sessions are dropped with `dropped_by = "llm-failed"` and the reason.
+    #[serde(
+        default,
+        deserialize_with = "crate::llm::batch::de_share",
+        skip_serializing_if = "crate::llm::batch::is_zero_share"
+    )]
+    pub max_failed_share: f64,
 }
 
 impl Default for CurateSettings {
@@ -182,6 +190,7 @@ impl Default for CurateSettings {
             relabel: false,
             concurrency: default_concurrency(),
             llm_sample: None,
+            max_failed_share: 0.0,
         }
     }
 }

@@ -70,8 +70,8 @@ pub fn detect(path: &Path, display: &str) -> Result<LogFormat> {
         if t[0] == b'[' {
             return Ok(LogFormat::Finmcp);
         }
-        let v: Value = serde_json::from_slice(t).map_err(|e| {
-            anyhow::anyhow!("`{display}:{n}`: cannot tell the log format: the first record is not JSON ({e}); set `format` on the source")
+        let v: Value = crate::json::value_from_slice(t).map_err(|e| {
+            anyhow::anyhow!("`{display}:{n}`: cannot tell the log format: the first record is not JSON ({}); set `format` on the source", serde_msg(&e))
         })?;
         if v.get("messages").is_some() {
             return Ok(LogFormat::Openai);
@@ -119,7 +119,8 @@ impl<'de> serde::de::Visitor<'de> for ArrayVisitor<'_> {
         let mut index = 0usize;
         loop {
             let start = self.lines.get() + 1;
-            let Some(v) = seq.next_element::<Value>()? else { break };
+            // Duplicate keys end the read with their key and line (crate::json).
+            let Some(v) = seq.next_element_seed(crate::json::Strict)? else { break };
             let end = self.lines.get() + 1;
             let location = if start == end {
                 format!("{}:{start}", self.display)
@@ -185,7 +186,7 @@ fn read_conversations(
             continue;
         }
         let location = format!("{display}:{n}");
-        let item = match serde_json::from_slice::<Value>(t) {
+        let item = match crate::json::value_from_slice(t) {
             Err(e) => Item::Malformed { location, reason: format!("not JSON: {}", serde_msg(&e)) },
             Ok(v) => match record_to_session(&v, source, "openai", &location, &format!("L{n}")) {
                 Ok(s) => Item::Session(Box::new(s)),
@@ -197,8 +198,13 @@ fn read_conversations(
     Ok(())
 }
 
-/// serde_json's message without the echoed input (which could hold personal data).
+/// serde_json's message without the echoed input (which could hold personal data); a
+/// duplicate key (crate::json) is named, as keys are field names, not values.
 fn serde_msg(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    if s.starts_with("duplicate key `") {
+        return s.split(" at line").next().map_or(s.clone(), |k| format!("{k} at column {}", e.column()));
+    }
     format!("{:?} error at column {}", e.classify(), e.column())
 }
 
@@ -661,6 +667,8 @@ struct Parsed {
 }
 
 fn parse_event(bytes: &[u8]) -> Result<(EventLine, i64, i64), String> {
+    // A duplicate key is refused, not last-one-wins (serde's derive skips unknown ones).
+    crate::json::check_unique_keys(bytes).map_err(|e| format!("not JSON: {}", serde_msg(&e)))?;
     let ev: EventLine = serde_json::from_slice(bytes).map_err(|e| {
         if e.is_data() {
             format!("not an event record: {}", data_msg(&e))

@@ -83,7 +83,7 @@ struct CallReport<'a> {
 /// `benchgen mcp call SERVER TOOL --args JSON`. A tool error or failed call exits 1.
 pub fn call(settings: &Settings, printer: &Printer, server: &str, tool: &str, args: &str) -> Result<()> {
     let arguments: Value =
-        serde_json::from_str(args).map_err(|e| UsageError(format!("`--args` is not valid JSON: {e}")))?;
+        crate::json::value_from_str(args).map_err(|e| UsageError(format!("`--args` is not valid JSON: {e}")))?;
     if !arguments.is_object() {
         return Err(UsageError("`--args` must be a JSON object, e.g. '{\"q\": \"x\"}'".into()).into());
     }

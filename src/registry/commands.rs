@@ -131,14 +131,7 @@ pub fn build_catalog(
 }
 
 fn csv_bytes<T: serde::Serialize>(rows: &[T], header: &[&str]) -> Result<Vec<u8>> {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    if rows.is_empty() {
-        w.write_record(header)?;
-    }
-    for r in rows {
-        w.serialize(r)?;
-    }
-    Ok(w.into_inner()?)
+    crate::csvout::table(header, rows)
 }
 
 /// Every file the merge writes, by name.
@@ -192,12 +185,12 @@ pub fn merge_files(merged: &Merged, cats: &CategoryReport) -> Result<Vec<(&'stat
         ("conflicts.csv", csv_bytes(&merged.conflicts, &["server", "field", "source", "value", "chosen"])?),
         ("review.csv", csv_bytes(&merged.review, &["decision", "rule", "a", "b", "reason"])?),
         ("categories.csv", {
-            let mut w = csv::Writer::from_writer(Vec::new());
+            let mut w = crate::csvout::Writer::new();
             w.write_record(["server", "category", "by", "reason"])?;
             for r in &cat_rows {
                 w.write_record([&r.0, &r.1, &r.2, &r.3])?;
             }
-            w.into_inner()?
+            w.into_bytes()?
         }),
         ("merge.md", md.into_bytes()),
         ("merge_summary.json", to_json_bytes(&merged.summary)?),

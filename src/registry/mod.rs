@@ -12,6 +12,7 @@ pub mod etom;
 pub mod import;
 pub mod merge;
 pub mod pages;
+pub mod schema;
 pub mod scrape;
 pub mod tools;
 
@@ -178,8 +179,25 @@ struct ImportReport<'a> {
     servers: usize,
     tools: usize,
     categories: usize,
+    /// Tools whose input schema is not valid JSON Schema (listed in `notes`).
+    invalid_input_schemas: usize,
     notes: &'a [Note],
     rejected: &'a [Rejected],
+}
+
+/// Notes and outputs for the tools whose input schema does not compile (see [`schema`]).
+fn report_invalid_schemas(catalog: &Catalog, notes: &mut Vec<Note>, out: &mut Output) -> usize {
+    let invalid = schema::invalid_schema_notes(catalog);
+    let n = invalid.len();
+    out.count("invalid_input_schemas", n);
+    if n > 0 {
+        out.notes.push(format!(
+            "{n} tools have an input schema that is not valid JSON Schema (listed in import_report.json; \
+             a filter rule with `invalid_input_schema = true` drops them)"
+        ));
+    }
+    notes.extend(invalid);
+    n
 }
 
 /// Whether the registry track (import, filter, stats) is part of `run`: always,
@@ -251,6 +269,8 @@ impl Stage for ImportStage {
         }
 
         let catalog = &imported.catalog;
+        let mut notes = imported.notes.clone();
+        let invalid_input_schemas = report_invalid_schemas(catalog, &mut notes, out);
         let categories: std::collections::BTreeSet<&str> =
             catalog.servers.iter().flat_map(|s| s.categories.iter().map(String::as_str)).collect();
 
@@ -307,14 +327,15 @@ impl Stage for ImportStage {
                 servers: catalog.servers.len(),
                 tools: catalog.tool_count(),
                 categories: categories.len(),
-                notes: &imported.notes,
+                invalid_input_schemas,
+                notes: &notes,
                 rejected: &imported.rejected,
             },
         )?;
         out.count("servers", catalog.servers.len());
         out.count("tools", catalog.tool_count());
         out.count("categories", categories.len());
-        out.count("notes", imported.notes.len());
+        out.count("notes", notes.len());
         out.count("rejected", imported.rejected.len());
         out.notes.push(format!(
             "imported {} servers and {} tools in {} categories from `{shown}`",
@@ -371,7 +392,7 @@ impl ImportStage {
                 Box::new(move |rel: &str| Ok(inputs.bytes(&dir.join(rel))?.to_vec())),
             ));
         }
-        let (mut merged, mut cats, notes) = commands::build_catalog(&snaps, cats_cfg)?;
+        let (mut merged, mut cats, mut notes) = commands::build_catalog(&snaps, cats_cfg)?;
         categories::classify_with_llm(ctx, &mut merged.catalog.servers, cats_cfg, &mut cats, out)?;
         for n in &notes {
             if ctx.printer.verbose > 0 {
@@ -382,6 +403,7 @@ impl ImportStage {
             out.file(name, bytes);
         }
         let catalog = &merged.catalog;
+        let invalid_input_schemas = report_invalid_schemas(catalog, &mut notes, out);
         let categories: std::collections::BTreeSet<&str> =
             catalog.servers.iter().flat_map(|s| s.categories.iter().map(String::as_str)).collect();
         out.json(
@@ -392,6 +414,7 @@ impl ImportStage {
                 servers: catalog.servers.len(),
                 tools: catalog.tool_count(),
                 categories: categories.len(),
+                invalid_input_schemas,
                 notes: &notes,
                 rejected: &[],
             },

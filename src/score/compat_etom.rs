@@ -84,7 +84,7 @@ fn hashable(v: &Value) -> bool {
 /// `json.loads(s)` for a Python `str`; anything else raises TypeError.
 fn json_loads(v: &Value) -> Py<Result<Value, ()>> {
     match v {
-        Value::String(s) => Ok(serde_json::from_str(s).map_err(|_| ())),
+        Value::String(s) => Ok(crate::json::python_loads(s).map_err(|_| ())),
         other => Err(format!("TypeError: the JSON object must be str, not {}", py_type(other))),
     }
 }
@@ -94,6 +94,8 @@ fn py_type(v: &Value) -> &'static str {
         Value::Null => "NoneType",
         Value::Bool(_) => "bool",
         Value::Number(n) if n.is_f64() => "float",
+        // NaN and infinities from `json.loads` (crate::json::python_loads).
+        Value::String(s) if crate::json::py_float(s).is_some() => "float",
         Value::Number(_) => "int",
         Value::String(_) => "str",
         Value::Array(_) => "list",
@@ -104,7 +106,7 @@ fn py_type(v: &Value) -> &'static str {
 /// `.lower()` on a value that must be a str.
 fn lower(v: &Value) -> Py<String> {
     match v {
-        Value::String(s) => Ok(s.to_lowercase()),
+        Value::String(s) if crate::json::py_float(s).is_none() => Ok(s.to_lowercase()),
         other => Err(format!("AttributeError: '{}' object has no attribute 'lower'", py_type(other))),
     }
 }
@@ -121,7 +123,7 @@ struct GtTool {
 fn norm_gt_tool(v: &Value) -> Option<GtTool> {
     let parsed;
     let v = match v {
-        Value::String(s) => match serde_json::from_str::<Value>(s) {
+        Value::String(s) => match crate::json::python_loads(s) {
             Ok(p) => {
                 parsed = p;
                 &parsed
@@ -200,7 +202,7 @@ struct Graph {
 type Parsed = Vec<Option<Result<Value, ()>>>;
 
 fn parse_items(raw: &[Value]) -> Parsed {
-    raw.iter().map(|v| v.as_str().map(|s| serde_json::from_str(s).map_err(|_| ()))).collect()
+    raw.iter().map(|v| v.as_str().map(|s| crate::json::python_loads(s).map_err(|_| ()))).collect()
 }
 
 fn graph_evaluate(gt: &[Vec<GtTool>], raw: &[Value], parsed: &Parsed) -> Py<Graph> {
@@ -317,7 +319,7 @@ pub fn py_str(v: &Value) -> String {
         Value::Null => "None".into(),
         Value::Bool(true) => "True".into(),
         Value::Bool(false) => "False".into(),
-        Value::String(s) => s.clone(),
+        Value::String(s) => crate::json::py_float(s).map_or_else(|| s.clone(), str::to_string),
         other => other.to_string(),
     }
 }
@@ -443,7 +445,7 @@ fn level5(result: &Value) -> Eval {
             let (mut no, mut actual) = (0u32, 0u32);
             for it in items {
                 match it {
-                    Value::String(s) => match serde_json::from_str::<Value>(s) {
+                    Value::String(s) => match crate::json::python_loads(s) {
                         Ok(Value::Object(d)) => {
                             // Only the key `server` is read for JSON strings.
                             let server = match lower(get(&d, "server", empty_str())) {
@@ -498,7 +500,7 @@ fn level5(result: &Value) -> Eval {
                 let d = match other {
                     Value::Object(d) => d,
                     Value::String(s) => {
-                        parsed = serde_json::from_str::<Value>(s).map_err(|e| format!("JSONDecodeError: {e}"))?;
+                        parsed = crate::json::python_loads(s).map_err(|e| format!("JSONDecodeError: {e}"))?;
                         parsed.as_object().ok_or_else(|| {
                             format!("AttributeError: '{}' object has no attribute 'get'", py_type(&parsed))
                         })?

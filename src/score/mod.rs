@@ -342,6 +342,10 @@ pub(crate) fn push_capped(reasons: &mut Vec<String>, extra: Vec<String>) {
 }
 
 /// Score the predictions file against the benchmark files.
+/// The id given to a FinMCP inference error record that has none: its 0-based position in
+/// the predictions list (compat finmcp; evaluation.py reads the list in sample order).
+pub const POSITION: &str = "\u{0}position:";
+
 pub fn run(opts: &Options) -> anyhow::Result<Report> {
     let bench = input::load_benches(opts)?;
     let keep_family = match opts.mode {
@@ -377,13 +381,49 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
         }
     }
     let mut results: Vec<Option<SampleResult>> = vec![None; bench.items.len()];
+    let mut again: Vec<SampleResult> = Vec::new();
     let mut diagnostics = bench.diagnostics.clone();
+    // Record positions of the first FinMCP file, for id-less inference error records.
+    let first_fin = bench.items.iter().find(|it| it.family == Family::Finmcp).map(|it| it.file);
+    let by_record: HashMap<usize, usize> = bench
+        .items
+        .iter()
+        .enumerate()
+        .filter(|(_, it)| Some(it.file) == first_fin)
+        .map(|(i, it)| (it.record - 1, i))
+        .collect();
+    let fin_file = first_fin.map(|f| bench.files[f].path.clone());
     let preds = input::read_predictions(opts, &bench, |id, line, pred, diags| {
-        let Some(&i) = index.get(id) else {
+        let by_position = id.strip_prefix(POSITION).and_then(|k| k.parse::<usize>().ok());
+        let found = match by_position {
+            Some(k) => by_record.get(&k),
+            None => index.get(id),
+        };
+        let Some(&i) = found else {
+            // The inference output given as the benchmark too: that error record was
+            // already left out there (and reported), as evaluation.py drops it.
+            if let Some(k) = by_position
+                && bench
+                    .diagnostics
+                    .iter()
+                    .any(|d| Some(&d.file) == fin_file.as_ref() && d.location == format!("record {}", k + 1))
+            {
+                return;
+            }
             diags.push(input::Diagnostic::line(line, Some(id), "no sample with this id in the benchmark; not scored"));
             return;
         };
         if results[i].is_some() {
+            if opts.mode == Mode::CompatFinmcp {
+                // evaluation.py scores every record of the inference output, repeats included.
+                diags.push(input::Diagnostic::line(
+                    line,
+                    Some(id),
+                    "second prediction for this id; scored again, as evaluation.py scores every record",
+                ));
+                again.push(score_item(&ctx, &bench.items[i], Some(&pred)));
+                return;
+            }
             diags.push(input::Diagnostic::line(
                 line,
                 Some(id),
@@ -406,7 +446,8 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
     }
     // In place: `Option<SampleResult>` and `SampleResult` share a layout, so no second copy.
     results.retain(Option::is_some);
-    let results: Vec<SampleResult> = results.into_iter().map(|r| r.expect("retained")).collect();
+    let mut results: Vec<SampleResult> = results.into_iter().map(|r| r.expect("retained")).collect();
+    results.extend(again);
     drop(index);
     let mut rep = report::build(opts, &bench, &preds, diagnostics, not_in_mode, results);
     // Handed to the caller, who may let the process exit instead of freeing millions of

@@ -175,6 +175,12 @@ fn compat_etom_extras(row: &mut Row, rs: &[&SampleResult]) {
     let flag = |f: &str| rs.iter().filter(|r| r.compat_flags.iter().any(|(k, v)| *k == f && *v)).count() as f64 / n;
     let Some(kind) = rs.first().map(|r| r.kind) else { return };
     let e = &mut row.extras;
+    // The status counts eval.py prints for every level (`tool_graph`, `multi_tool_error`, …).
+    for r in rs {
+        if let Some(s) = &r.compat_status {
+            *e.entry(format!("status.{s}")).or_default() += 1.0;
+        }
+    }
     match kind {
         Kind::L1 | Kind::L2 => {
             e.insert("match_rate.tool_name".into(), flag("tool_name_match"));
@@ -200,6 +206,9 @@ fn compat_etom_extras(row: &mut Row, rs: &[&SampleResult]) {
             } else {
                 e.insert("structure_match_rate".into(), 0.0);
                 e.insert("node_set_match_rate".into(), 0.0);
+                // The EFS match counts eval.py prints: read from keys no strategy writes.
+                e.insert("efs_matches".into(), 0.0);
+                e.insert("total_efs_alternatives".into(), 0.0);
                 e.insert("parallel_aware_match_rate".into(), flag("parallel_aware_match"));
             }
         }

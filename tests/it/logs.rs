@@ -270,6 +270,10 @@ struct LogProject {
 impl LogProject {
     /// The demo config's log sections on the demo logs, the judge pointed at the scripted server.
     fn demo(extra: &str) -> Self {
+        Self::demo_with(extra, scripted())
+    }
+
+    fn demo_with(extra: &str, llm: ScriptedLlm) -> Self {
         let p = Project::empty();
         for f in ["raw/demo/logs/catalog.json", "raw/demo/logs/events.jsonl", "raw/demo/logs/chats.jsonl"] {
             p.copy_in(f);
@@ -277,7 +281,6 @@ impl LogProject {
         for t in ["logs_need", "logs_answer", "logs_label", "graph_edge"] {
             p.copy_in(&format!("pipeline/prompts/{t}.md"));
         }
-        let llm = scripted();
         let demo = std::fs::read_to_string(repo().join("pipeline/demo.toml")).unwrap();
         let logs = &demo[demo.find("[[logs.sources]]").expect("demo has a log track")..];
         // Synthesis (after the log track) has its own tests in tests/it/synth.rs.
@@ -458,6 +461,70 @@ fn demo_log_track_runs_end_to_end_with_the_scripted_llm() {
         assert_eq!(Some(v), b.get(k), "{k} differs between two runs");
     }
     let _ = &lp.llm;
+}
+
+/// Judgements that fail at item level (an answer that stays invalid after every re-ask) for
+/// OFF-TOPIC sessions and for edges into `notify_user`; everything else as [`scripted`].
+fn scripted_with_failures() -> ScriptedLlm {
+    ScriptedLlm::start(|seen| {
+        let t = seen.all_text();
+        let refuse = (t.contains("genuine need") && t.contains("OFF-TOPIC"))
+            || (t.contains("must run after it") && t.contains("Does `notify_user` depend"));
+        if refuse {
+            return Answer::text("I would rather not say.");
+        }
+        let v = if t.contains("genuine need") {
+            json!({"genuine": true, "reason": "scripted need"})
+        } else if t.contains("satisfactory") {
+            json!({"satisfactory": !t.contains("Sorry"), "reason": "scripted answer"})
+        } else if t.contains("must run after it") {
+            json!({"dependent": true, "reason": "scripted edge"})
+        } else {
+            json!({"scenario": "Monitoring-Alerts"})
+        };
+        Answer::json(v)
+    })
+}
+
+#[test]
+fn failed_judgements_fail_the_stage_unless_max_failed_share_allows_them_and_then_are_recorded() {
+    // Default share 0: one failed judgement fails curation, naming the key to raise.
+    let strict = LogProject::demo_with("", scripted_with_failures());
+    let o = strict.run(&["run"], SECRET);
+    assert!(!o.status.success());
+    let err = crate::support::stderr(&o);
+    assert!(err.contains("logs.curate.max_failed_share"), "{err}");
+    assert!(!strict.p.root().join("artifacts/logs-curate/manifest.json").exists(), "nothing half-done");
+
+    // Allowed: the failed sessions are dropped with their reason, the failed edges rejected.
+    let lenient = LogProject::demo_with("", scripted_with_failures());
+    let cfg = lenient.p.read("pipeline/demo.toml");
+    let cfg = cfg.replacen("[logs.curate]\n", "[logs.curate]\nmax_failed_share = 0.5\n", 1).replacen(
+        "[graph]\n",
+        "[graph]\nmax_failed_share = 0.9\n",
+        1,
+    );
+    assert!(cfg.contains("max_failed_share = 0.5") && cfg.contains("max_failed_share = 0.9"), "{cfg}");
+    lenient.p.write("pipeline/demo.toml", cfg);
+    lenient.ok(&["run"]);
+    let decisions = lenient.jsonl("artifacts/logs-curate/decisions.jsonl");
+    let failed: Vec<&Value> = decisions.iter().filter(|d| d["dropped_by"] == "llm-failed").collect();
+    assert!(!failed.is_empty(), "OFF-TOPIC sessions fail their judgement");
+    assert!(failed.iter().all(|d| d["keep"] == false && !d["need"]["reason"].as_str().unwrap().is_empty()));
+    let kept = lenient.jsonl("artifacts/logs-curate/curated.jsonl");
+    assert_eq!(
+        kept.len()
+            + failed.len()
+            + decisions.iter().filter(|d| d["keep"] == false && d["dropped_by"] != "llm-failed").count(),
+        decisions.len()
+    );
+    let cands: Vec<Value> = serde_json::from_str(&lenient.p.read("artifacts/graph-build/candidates.json")).unwrap();
+    let into_notify: Vec<&Value> = cands.iter().filter(|c| c["to"] == "notify_user").collect();
+    assert!(!into_notify.is_empty());
+    for c in into_notify {
+        assert_eq!(c["accepted"], false);
+        assert!(c["reason"].as_str().unwrap().starts_with("validation failed:"), "{c}");
+    }
 }
 
 #[test]

@@ -34,7 +34,7 @@ fn docs_text() -> String {
 /// A demo project whose every stage takes part: the demo pipeline with its log
 /// track, filled-in EFS and graph review sheets, and an `execute` queries file run
 /// against a sandbox.
-fn full_project() -> Project {
+pub(crate) fn full_project() -> Project {
     let mut p = Project::demo();
     // A scripted model that judges every candidate pair equivalent, so there are sets
     // to review (the demo's default double judges none), and keeps every log session

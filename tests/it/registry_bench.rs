@@ -112,10 +112,17 @@ fn registry_scrape_and_merge_figures() {
         util::assert_code(&p.run(&["registry", "scrape", "--source", src, "--snapshot", "b"]), 0);
     }
     let t0 = Instant::now();
+    let (mcpu0, _) = children_usage();
     let out =
         p.run(&["registry", "merge", "raw/registry/glama/b", "raw/registry/official/b", "raw/registry/smithery/b"]);
     util::assert_code(&out, 0);
     let merge = t0.elapsed();
-    println!("registry merge: 3 x {n} servers in {:.2} s: {}", merge.as_secs_f64(), util::stdout(&out).trim());
+    let (mcpu1, _) = children_usage();
+    println!(
+        "registry merge: 3 x {n} servers in {:.2} s wall, {:.2} s CPU: {}",
+        merge.as_secs_f64(),
+        mcpu1 - mcpu0,
+        util::stdout(&out).trim()
+    );
     assert!(merge < Duration::from_secs(600));
 }

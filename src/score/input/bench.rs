@@ -49,7 +49,9 @@ pub fn load_benches(opts: &Options) -> anyhow::Result<Bench> {
                 let level = etom_level(path, opts.etom_level)?;
                 (load_etom(&shown, &text, level, file_idx, keep_raw, &mut pools)?, Some(level))
             }
-            BenchFormat::Finmcp => (load_finmcp(&shown, &text, file_idx, keep_raw, &mut pools)?, None),
+            BenchFormat::Finmcp => {
+                (load_finmcp(&shown, &text, file_idx, keep_raw, &mut pools, &mut bench.diagnostics)?, None)
+            }
         };
         bench.files.push(BenchFile { path: shown, format, level, samples: items.len() });
         bench.items.extend(items);
@@ -93,11 +95,16 @@ struct Pools<'a> {
 
 /// A JSON list: look at the first element's keys.
 fn detect_bench(path: &Path, text: &str) -> anyhow::Result<BenchFormat> {
-    let v: Value = serde_json::from_str(text).map_err(|e| InputError {
+    // Lenient here (Python's reading); the loaders apply each mode's own rules after.
+    let v: Value = crate::json::python_loads(text).map_err(|e| InputError {
         file: path.display().to_string(),
         problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
     })?;
-    let first = v.as_array().and_then(|a| a.first()).and_then(Value::as_object);
+    // The first sample that is not an inference error record (those carry no reference).
+    let first = v
+        .as_array()
+        .and_then(|a| a.iter().find(|r| !(super::pred::truthy(r.get("error")) && r.get("messages").is_none())))
+        .and_then(Value::as_object);
     match first {
         Some(o) if o.contains_key("ground_truth_tools") || o.contains_key("query_id") => Ok(BenchFormat::Etom),
         Some(o) if o.contains_key("messages") && (o.contains_key("scenery") || o.contains_key("diff_level")) => {
@@ -292,13 +299,15 @@ fn load_unified(file: &str, mut reader: impl BufRead, file_idx: usize, pools: &m
             continue;
         }
         let loc = format!("line {}", ln + 1);
-        let s: SampleIn = match serde_json::from_str(&line) {
-            Ok(s) => s,
-            Err(e) => {
-                problems.push(Problem::new(&loc, format!("not a unified sample: {e}")));
-                continue;
-            }
-        };
+        // Our own format: duplicate keys are refused in every mode.
+        let s: SampleIn =
+            match crate::json::check_unique_keys(line.as_bytes()).and_then(|()| serde_json::from_str(&line)) {
+                Ok(s) => s,
+                Err(e) => {
+                    problems.push(Problem::new(&loc, format!("not a unified sample: {e}")));
+                    continue;
+                }
+            };
         if s.kind.family() != s.family {
             problems.push(Problem::new(
                 format!("{loc} ({})", s.id),
@@ -366,8 +375,11 @@ fn load_unified(file: &str, mut reader: impl BufRead, file_idx: usize, pools: &m
 
 /// A benchmark file that must hold a JSON list of `what`; errors name the file
 /// and the line (bad JSON) or the top level (not a list).
-fn json_list(file: &str, text: &str, what: &str) -> anyhow::Result<Vec<Value>> {
-    let v: Value = serde_json::from_str(text).map_err(|e| InputError {
+fn json_list(file: &str, text: &str, what: &str, strict: bool) -> anyhow::Result<Vec<Value>> {
+    // The corrected mode refuses duplicate keys; the compat modes read what the published
+    // evaluators' `json.load` reads (the last value of a key wins).
+    let parsed = if strict { crate::json::from_str(text) } else { crate::json::python_loads(text) };
+    let v: Value = parsed.map_err(|e| InputError {
         file: file.to_string(),
         problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
     })?;
@@ -389,7 +401,7 @@ fn load_etom(
     keep_raw: bool,
     pools: &mut Pools,
 ) -> anyhow::Result<Vec<Item>> {
-    let records = json_list(file, text, "queries")?;
+    let records = json_list(file, text, "queries", !keep_raw)?;
     let kind = Kind::from_level(level).expect("level 1..5");
     let mut items = Vec::with_capacity(records.len());
     let mut problems = Vec::new();
@@ -523,14 +535,26 @@ fn load_finmcp(
     file_idx: usize,
     keep_raw: bool,
     pools: &mut Pools,
+    diagnostics: &mut Vec<Diagnostic>,
 ) -> anyhow::Result<Vec<Item>> {
-    let records = json_list(file, text, "samples")?;
+    let records = json_list(file, text, "samples", !keep_raw)?;
     let mut items = Vec::with_capacity(records.len());
     let mut problems = Vec::new();
     for (r, rec) in records.into_iter().enumerate() {
         let loc = format!("record {}", r + 1);
         if !rec.is_object() {
             problems.push(Problem::new(&loc, format!("expected an object, got {}", json_type_name(&rec))));
+            continue;
+        }
+        // An inference output file given as the benchmark (as the FinMCP docs do): a sample
+        // whose inference failed lost its reference; evaluation.py drops it from N too.
+        if super::pred::truthy(rec.get("error")) && rec.get("messages").is_none() {
+            diagnostics.push(Diagnostic {
+                file: file.to_string(),
+                location: loc,
+                id: rec.get("id").map(|v| v.to_string()),
+                message: "inference error record without `messages`: no reference to score; left out".into(),
+            });
             continue;
         }
         // Messages stay JSON: unreadable gold calls are defects of this sample (and the compat
@@ -696,7 +720,10 @@ mod tests {
         );
         assert!(e.contains("record 2") && e.contains("expected an object, got a number"), "{e}");
         assert!(e.contains("record 3") && e.contains("missing field `query_id`"), "{e}");
-        let e = format!("{:?}", pools_run(|p| load_finmcp("g.json", r#"[{"id": 1}]"#, 0, false, p)).unwrap_err());
+        let e = format!(
+            "{:?}",
+            pools_run(|p| load_finmcp("g.json", r#"[{"id": 1}]"#, 0, false, p, &mut Vec::new())).unwrap_err()
+        );
         assert!(e.contains("record 1") && e.contains("missing field `messages`"), "{e}");
     }
 
@@ -706,7 +733,7 @@ mod tests {
             "tool_list": [["f"]], "messages": [{"role": "user", "content": "hi"},
             {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}, "type": "function", "index": 0}]}],
             "first-class": "A", "sub-class": "B", "task": "single step", "annotation": {"x": 1}}]"#;
-        let items = pools_run(|p| load_finmcp("g.json", text, 0, true, p)).unwrap();
+        let items = pools_run(|p| load_finmcp("g.json", text, 0, true, p, &mut Vec::new())).unwrap();
         let rec: Value = serde_json::from_str::<Value>(text).unwrap()[0].clone();
         let want = serde_json::json!({"scenery": rec["scenery"], "diff_level": rec["diff_level"], "messages": rec["messages"], "task": rec["task"]});
         match &items[0].raw {

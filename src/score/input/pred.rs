@@ -27,6 +27,9 @@ pub fn read_predictions(
     mut on_pred: impl FnMut(&str, &str, Pred, &mut Vec<Diagnostic>),
 ) -> anyhow::Result<PredStats> {
     let _ = bench;
+    // The corrected mode refuses a record with a duplicate key; the compat modes read it as
+    // the published evaluators' `json.loads` does (the last value wins).
+    let strict = opts.mode == crate::score::Mode::Corrected;
     let path = &opts.pred;
     let shown = path.display().to_string();
     let file = std::fs::File::open(path).with_context(|| format!("cannot read predictions `{shown}`"))?;
@@ -50,7 +53,15 @@ pub fn read_predictions(
             diags.push(Diagnostic::line(loc, None, format!("expected a JSON object, got {}", json_type_name(&v))));
             return;
         };
-        let Some(id) = id_string(obj.get("id")) else {
+        // FinMCP inference writes a failed sample as `{error, error_message, messages_pred: []}`
+        // without its id, at the sample's position in the list; evaluation.py drops it from N.
+        // The compat mode does the same, matching it by position (see `score::run`).
+        let positional =
+            (opts.mode == crate::score::Mode::CompatFinmcp && obj.get("id").is_none() && truthy(obj.get("error")))
+                .then(|| loc.strip_prefix("record ").and_then(|n| n.parse::<usize>().ok()))
+                .flatten()
+                .map(|n| format!("{}{}", crate::score::POSITION, n - 1));
+        let Some(id) = id_string(obj.get("id")).or(positional) else {
             let msg = match obj.get("id") {
                 None => "no `id`; not scored".to_string(),
                 Some(v) => format!("`id` is {}, expected a string or number; not scored", json_type_name(v)),
@@ -86,7 +97,13 @@ pub fn read_predictions(
     if first == Some(b'[') {
         let mut text = String::new();
         reader.read_to_string(&mut text).with_context(|| format!("cannot read predictions `{shown}`"))?;
-        match serde_json::from_str::<Vec<Value>>(&text) {
+        // Compat modes read what Python's json.loads reads (NaN, 1e400, lone surrogates).
+        let parsed = if strict {
+            crate::json::from_str::<Vec<Value>>(&text)
+        } else {
+            crate::json::python_loads(&text).and_then(serde_json::from_value)
+        };
+        match parsed {
             Ok(list) => {
                 for (i, v) in list.into_iter().enumerate() {
                     handle(&format!("record {}", i + 1), Record::Value(v), &mut diags);
@@ -112,13 +129,19 @@ pub fn read_predictions(
                 continue;
             }
             let loc = format!("line {ln}");
+            if strict && let Err(e) = crate::json::check_unique_keys(line.as_bytes()) {
+                bad_lines += 1;
+                diags.push(Diagnostic::line(&loc, None, format!("not valid JSON: {e}; not scored")));
+                continue;
+            }
             if matches!(opts.pred_format, None | Some(PredFormat::Unified))
                 && let Some((id, norm)) = fast_unified(&line)
             {
                 handle(&loc, Record::Fast(id, norm), &mut diags);
                 continue;
             }
-            match serde_json::from_str::<Value>(&line) {
+            let parsed = if strict { serde_json::from_str::<Value>(&line) } else { crate::json::python_loads(&line) };
+            match parsed {
                 Ok(v) => handle(&loc, Record::Value(v), &mut diags),
                 Err(e) => {
                     bad_lines += 1;
@@ -410,7 +433,7 @@ fn parse_etom(obj: &Map<String, Value>) -> Pred {
     Pred::Ok { norm: norm_etom(p), raw: RawPred::Etom(p.clone()) }
 }
 
-fn truthy(v: Option<&Value>) -> bool {
+pub(crate) fn truthy(v: Option<&Value>) -> bool {
     match v {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
