@@ -84,6 +84,22 @@ pub enum Command {
     /// Review of the samples: two reviewers each, sheets, a web app, merge and agreement.
     #[command(subcommand)]
     Review(ReviewCommand),
+    /// Synthesised samples: chain queries from the graph, role-play dialogues.
+    #[command(subcommand)]
+    Synth(SynthCommand),
+    /// Automatic validation of every log-track sample (real, chains, dialogues), with labels.
+    ///
+    /// Reads the benchmark pool `logs-split/benchmark.jsonl`, the chains
+    /// `synth-chains/chains.jsonl` (with `synth-chains/sampling.json` for the funnel) and their
+    /// executions `execute/trajectories.jsonl`, and the
+    /// dialogues `synth-roleplay/dialogues.jsonl` (each when present). A sample passes when
+    /// every reference call ran without error (chains also: answered, chain order kept;
+    /// dialogues also: the LLM `synth.judge_role` finds every user request addressed).
+    /// Writes `artifacts/validate/`: `samples.jsonl` (accepted, unified format, sorted by
+    /// id), `finmcp.json` (the same in FinMCP's sample format), `verdicts.jsonl` (every
+    /// sample with labels and rejection reasons), `report.md` (yield funnel per
+    /// sub-scenario, Table-1-style statistics) and `failed.json` when checks failed.
+    Validate(ForceArgs),
     /// Run the pipeline's stages in order, skipping those that are up to date.
     ///
     /// The stages and what each reads and writes: `benchgen stages`. A stage runs when
@@ -116,9 +132,10 @@ pub enum Command {
     /// Show the lineage of one item: how it entered and what decided its fate.
     ///
     /// ID is a tool (`server::tool`), a server name, a filter decision
-    /// (`filter:server::tool`), a released sample (`sample:<id>`: where it was
-    /// released, its review and full lineage) or a ledger event (`#42`). Only the runs
-    /// that produced the current artifacts are consulted.
+    /// (`filter:server::tool`), a log session (`log:<id>`), a sample (`sample:<id>`: how
+    /// it was made and validated and, once released, where it was released, its review and
+    /// full lineage) or a ledger event (`#42`). Only the runs that produced the current
+    /// artifacts are consulted.
     Explain(ExplainArgs),
     /// Talk to the MCP servers of `[mcp.servers]`: list tools, call one, import a config.
     #[command(subcommand)]
@@ -136,8 +153,12 @@ pub enum Command {
     ///
     /// Reads the queries file (`--queries FILE` or `execute.queries`; JSON Lines or a JSON
     /// array of `{id, query, chain?}`), the servers of `[mcp.servers]` (or
-    /// `execute.servers`) and the LLM role `execute.role`. Writes `artifacts/execute/`:
-    /// `trajectories/<id>.json` and `summary.json`; every tool call is an `mcp.call`
+    /// `execute.servers`) and the LLM role `execute.role`. Without a file and with `[synth]`,
+    /// reads the chain queries `synth-chains/queries.jsonl` and runs them (role
+    /// `synth.assistant_role`) against `synth.server`, or by default a sandbox serving
+    /// `logs-import/catalog.json` that answers with results logged in
+    /// `logs-import/sessions.jsonl` for equal calls. Writes `artifacts/execute/`:
+    /// `trajectories/<id>.json`, `trajectories.jsonl` and `summary.json`; every tool call is an `mcp.call`
     /// ledger event linked to the LLM exchange that asked for it. A query that fails is
     /// recorded with its reason and the run goes on. Finished queries are checkpointed;
     /// skipped when up to date.
@@ -345,6 +366,26 @@ pub enum LogsCommand {
     /// `artifacts/logs-split/`: `benchmark.jsonl`, `seed.jsonl`, `graph_source.jsonl`
     /// and `split.json` (ids per pool, coverage).
     Split(ForceArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SynthCommand {
+    /// Sample tool chains from the dependency graph and have the LLM write one query each.
+    ///
+    /// Reads `graph-build/graph.json` (or the reviewed `graph-review-import/graph.json`),
+    /// `logs-split/graph_source.jsonl` (co-occurring pairs per sub-scenario),
+    /// `logs-split/seed.jsonl` (examples) and `logs-import/catalog.json`. Writes
+    /// `artifacts/synth-chains/`: `queries.jsonl` (for `execute`), `chains.jsonl`,
+    /// `sampling.json`, `report.md` and `failed.json` when queries failed. Resumable per chain.
+    Chains(ForceArgs),
+    /// Simulate multi-turn dialogues: persona + goal, a user simulator and an assistant with tools.
+    ///
+    /// Reads the persona pool (`synth.roleplay.personas`), `logs-split/graph_source.jsonl`
+    /// and `logs-split/benchmark.jsonl` (sub-scenarios and their tools),
+    /// `logs-import/catalog.json` and `logs-import/sessions.jsonl` (the default sandbox).
+    /// Writes `artifacts/synth-roleplay/`: `dialogues.jsonl`, `report.md` and `failed.json`
+    /// when dialogues failed. Resumable per dialogue.
+    Roleplay(ForceArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -662,6 +703,11 @@ pub struct SandboxArgs {
     /// Append one JSON line per call to FILE.
     #[arg(long, value_name = "FILE")]
     pub call_log: Option<PathBuf>,
+    /// Recorded-responses mode: answer a call with the result the sessions in FILE (benchgen
+    /// session JSONL, e.g. `artifacts/logs-import/sessions.jsonl`) logged for the same tool
+    /// and equal arguments; other calls are generated as usual.
+    #[arg(long, value_name = "FILE")]
+    pub recorded: Option<PathBuf>,
     /// Delay every call by this many milliseconds.
     #[arg(long, default_value_t = 0)]
     pub latency_ms: u64,

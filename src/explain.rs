@@ -2,7 +2,8 @@
 //! produced the current artifacts.
 //!
 //! IDs: a tool (`server::tool`), a server (`server`), a filter decision
-//! (`filter:<tool or server>`), a log session (`log:<session id>`), or a ledger event (`#123`).
+//! (`filter:<tool or server>`), a log session (`log:<session id>`), a log-track sample
+//! (`sample:<id>`), or a ledger event (`#123`).
 
 use anyhow::Result;
 use serde::Serialize;
@@ -56,8 +57,8 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
         return Ok(Explanation { id: id.into(), item: "event", status, record: None, lineage });
     }
 
-    if id.starts_with("sample:") {
-        return crate::review::explain_sample(settings, &ledger, id);
+    if let Some(sample) = id.strip_prefix("sample:") {
+        return explain_sample(settings, &ledger, sample);
     }
     if id.starts_with("log:") {
         return explain_log(settings, &ledger, id);
@@ -125,6 +126,48 @@ fn explain_log(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Explana
     }
     let status = if status.is_empty() { "imported; not curated yet".into() } else { status.join("; ") };
     Ok(Explanation { id: id.into(), item: "log session", status, record: None, lineage })
+}
+
+/// A log-track sample (`sample:<id>`): how it was made (chain and seed examples, query,
+/// agent exchanges and MCP calls, or the dialogue) and its validation verdict.
+/// A sample of the pool: how it was made and validated (synthesis events) and how it was
+/// reviewed (review events); both record under the subject `sample:<id>`.
+fn explain_sample(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Explanation> {
+    let runs: Vec<i64> = crate::stages::names()
+        .into_iter()
+        .filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten())
+        .map(|m| m.run_id)
+        .collect();
+    let subject = crate::synth::subject(id);
+    let direct = ledger.events_for(&subject, &runs)?;
+    if direct.is_empty() {
+        return Err(hinted(
+            format!("no sample `{id}` in the current artifacts"),
+            "sample ids are in `artifacts/validate/verdicts.jsonl` and `artifacts/review-assign/samples.jsonl` \
+             (field `id`); run `benchgen validate` or `benchgen review assign` first",
+        ));
+    }
+    let lineage = ledger.lineage(&direct.iter().map(|e| e.id).collect::<Vec<_>>())?;
+    let review = crate::review::kind::DECISION;
+    let reviews = direct.iter().filter(|e| e.kind == crate::review::kind::REVIEW).count();
+    let status = match (
+        direct.iter().rev().find(|e| e.kind == review),
+        direct.iter().rev().find(|e| e.kind == crate::synth::kind::VALIDATION),
+    ) {
+        (Some(d), _) => crate::review::describe(&d.kind, &d.payload),
+        (None, Some(v)) if v.payload["accepted"] == true && reviews > 0 => {
+            format!("accepted by `validate`; {reviews} review(s) so far, not merged yet")
+        }
+        (None, Some(v)) if v.payload["accepted"] == true => "accepted by `validate`".to_string(),
+        (None, Some(v)) => {
+            let reasons: Vec<&str> =
+                v.payload["reasons"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            format!("rejected by `validate`: {}", reasons.join("; "))
+        }
+        (None, None) if reviews > 0 => format!("{reviews} review(s) so far, not merged yet"),
+        (None, None) => "made; neither validated nor reviewed yet".into(),
+    };
+    Ok(Explanation { id: subject, item: "sample", status, record: None, lineage })
 }
 
 fn current_record(settings: &Settings, subject: &str) -> Result<Option<Value>> {

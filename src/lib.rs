@@ -36,3 +36,4 @@ pub mod stage;
 pub mod stages;
 pub mod stats;
 pub mod store;
+pub mod synth;

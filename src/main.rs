@@ -7,7 +7,7 @@ use clap::Parser;
 
 use benchgen::cli::{
     Cli, Command, EfsCommand, EfsReviewCommand, GraphCommand, GraphReviewCommand, LlmCommand, LogsCommand, McpCommand,
-    RegistryCommand, ReviewCommand, StagesFormat,
+    RegistryCommand, ReviewCommand, StagesFormat, SynthCommand,
 };
 use benchgen::printer::Printer;
 use benchgen::settings::Settings;
@@ -112,6 +112,9 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             run_named(&ctx, "graph-review-import", f.force)
         }
         Command::Review(c) => review_command(&ctx, c),
+        Command::Synth(SynthCommand::Chains(f)) => run_named(&ctx, "synth-chains", f.force),
+        Command::Synth(SynthCommand::Roleplay(f)) => run_named(&ctx, "synth-roleplay", f.force),
+        Command::Validate(f) => run_named(&ctx, "validate", f.force),
         Command::Run(a) => {
             let reports = pipeline::run(&ctx, a.from.as_deref(), a.until.as_deref(), a.force)?;
             printer.summary("", &reports); // the human text was streamed per stage

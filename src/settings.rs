@@ -49,6 +49,9 @@ pub struct Config {
     /// Absent: the review stages are not part of `run` (each still runs alone).
     #[serde(default)]
     pub review: Option<crate::review::ReviewSettings>,
+    /// `[synth]`: chain and role-play synthesis and validation (the log track's second half).
+    #[serde(default)]
+    pub synth: Option<crate::synth::SynthSettings>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

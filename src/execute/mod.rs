@@ -336,11 +336,63 @@ pub struct Trajectory {
     pub other_ms: f64,
 }
 
-/// A finished query as checkpointed: its trajectory and the counts of its LLM calls.
-#[derive(Deserialize)]
-struct DoneQuery {
-    trajectory: Trajectory,
-    llm: LlmCounts,
+impl Trajectory {
+    /// An empty trajectory for `q`, before anything ran.
+    pub fn start(q: &Query) -> Self {
+        Trajectory {
+            id: q.id.clone(),
+            query: q.query.clone(),
+            status: RunStatus::Answered,
+            reason: None,
+            answer: None,
+            messages: Vec::new(),
+            calls: Vec::new(),
+            groups: 0,
+            chain: q.chain.clone(),
+            chain_check: None,
+            llm_events: Vec::new(),
+            llm_ms: 0.0,
+            other_ms: 0.0,
+        }
+    }
+}
+
+/// A model the agent loop can talk to: the stage's [`LlmClient`], or one work item of
+/// an [`crate::llm::batch::Batch`] (which records under the item's key and counts the
+/// item's exchanges for its checkpoint).
+pub trait Chat {
+    fn chat(
+        &self,
+        role: &str,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        subject: &str,
+    ) -> impl std::future::Future<Output = Result<crate::llm::Reply<ChatTurn>, crate::llm::LlmError>>;
+}
+
+impl Chat for LlmClient {
+    async fn chat(
+        &self,
+        role: &str,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        subject: &str,
+    ) -> Result<crate::llm::Reply<ChatTurn>, crate::llm::LlmError> {
+        LlmClient::chat(self, role, messages, tools, subject).await
+    }
+}
+
+/// A batch item records under its own key; `subject` only names MCP call events.
+impl Chat for crate::llm::batch::Item {
+    async fn chat(
+        &self,
+        role: &str,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        _subject: &str,
+    ) -> Result<crate::llm::Reply<ChatTurn>, crate::llm::LlmError> {
+        crate::llm::batch::Item::chat(self, role, messages, tools).await
+    }
 }
 
 struct ExecTool {
@@ -419,30 +471,43 @@ impl Executor {
 
     /// Run one query to its end. Never returns an error: failures are recorded in the
     /// trajectory's `status` and `reason`.
-    pub async fn run_query(&self, llm: &LlmClient, q: &Query) -> Trajectory {
+    pub async fn run_query<C: Chat>(&self, llm: &C, q: &Query) -> Trajectory {
         let started = Instant::now();
-        let mut t = Trajectory {
-            id: q.id.clone(),
-            query: q.query.clone(),
-            status: RunStatus::Answered,
-            reason: None,
-            answer: None,
-            messages: Vec::new(),
-            calls: Vec::new(),
-            groups: 0,
-            chain: q.chain.clone(),
-            chain_check: None,
-            llm_events: Vec::new(),
-            llm_ms: 0.0,
-            other_ms: 0.0,
-        };
+        let mut t = Trajectory::start(q);
         let mut messages =
             vec![ChatMessage::System(self.settings.system_prompt.clone()), ChatMessage::User(q.query.clone())];
+        let llm_ms = self.run_loop(llm, &q.id, &mut messages, &mut t).await;
+        t.messages = messages.iter().map(|m| crate::llm::openai_message(m, crate::llm::CallIndex::Include)).collect();
+        if !q.chain.is_empty() {
+            t.chain_check = Some(check_chain(&q.chain, &t.calls));
+        }
+        t.llm_ms = round3(llm_ms);
+        t.other_ms = round3((ms(started) - llm_ms).max(0.0));
+        t
+    }
+
+    /// The system prompt the agent starts from (a dialogue's first message).
+    pub fn system_prompt(&self) -> &str {
+        &self.settings.system_prompt
+    }
+
+    /// Run the agent loop on `messages` (which end with a user message) until the model
+    /// answers, the cap is reached or a call fails; calls, groups, status and answer go
+    /// into `t` (its counters continue, so a dialogue may run several turns into one
+    /// trajectory or one each). `subject` names the item in ledger events. Returns the
+    /// time spent waiting for the model, in milliseconds.
+    pub async fn run_loop<C: Chat>(
+        &self,
+        llm: &C,
+        subject: &str,
+        messages: &mut Vec<ChatMessage>,
+        t: &mut Trajectory,
+    ) -> f64 {
         let mut executed = 0usize;
         let mut llm_ms = 0.0f64;
         loop {
             let asked = Instant::now();
-            let reply = llm.chat(&self.settings.role, &messages, &self.specs, &q.id).await;
+            let reply = llm.chat(&self.settings.role, messages, &self.specs, subject).await;
             llm_ms += ms(asked);
             let reply = match reply {
                 Ok(r) => r,
@@ -454,6 +519,12 @@ impl Executor {
             };
             t.llm_events.push(reply.event_id);
             let ChatTurn { content, tool_calls, .. } = reply.value;
+            // Small local models often write the call as text; take it when it names a tool.
+            let parsed = match tool_calls.is_empty() {
+                true => text_tool_calls(content.as_deref().unwrap_or(""), t.groups, |n| self.names.id(n).is_some()),
+                false => Vec::new(),
+            };
+            let (content, tool_calls) = if parsed.is_empty() { (content, tool_calls) } else { (None, parsed) };
             messages.push(ChatMessage::Assistant { content: content.clone(), tool_calls: tool_calls.clone() });
             if tool_calls.is_empty() {
                 t.answer = Some(content.unwrap_or_default());
@@ -478,8 +549,10 @@ impl Executor {
             }
             executed += tool_calls.len();
             let base = t.calls.len();
-            let runs =
-                tool_calls.iter().enumerate().map(|(i, call)| self.run_call(q, base + i, group, call, reply.event_id));
+            let runs = tool_calls
+                .iter()
+                .enumerate()
+                .map(|(i, call)| self.run_call(subject, base + i, group, call, reply.event_id));
             let records = futures::future::join_all(runs).await;
             let mut failed = None;
             for rec in records {
@@ -501,13 +574,7 @@ impl Executor {
                 break;
             }
         }
-        t.messages = messages.iter().map(|m| crate::llm::openai_message(m, crate::llm::CallIndex::Include)).collect();
-        if !q.chain.is_empty() {
-            t.chain_check = Some(check_chain(&q.chain, &t.calls));
-        }
-        t.llm_ms = round3(llm_ms);
-        t.other_ms = round3((ms(started) - llm_ms).max(0.0));
-        t
+        llm_ms
     }
 
     fn record_base(&self, index: usize, group: usize, call: &ToolCall, llm_event: i64) -> CallRecord {
@@ -528,7 +595,7 @@ impl Executor {
         }
     }
 
-    async fn run_call(&self, q: &Query, index: usize, group: usize, call: &ToolCall, llm_event: i64) -> CallRecord {
+    async fn run_call(&self, subject: &str, index: usize, group: usize, call: &ToolCall, llm_event: i64) -> CallRecord {
         let mut rec = self.record_base(index, group, call, llm_event);
         let target = rec
             .tool_id
@@ -559,13 +626,24 @@ impl Executor {
         if let Some(r) = &self.recorder {
             let mut payload = serde_json::to_value(&rec).unwrap_or(Value::Null);
             if let Some(o) = payload.as_object_mut() {
-                o.insert("query".into(), json!(q.id));
+                o.insert("query".into(), json!(subject));
                 o.remove("ledger_event");
             }
-            let ev = NewEvent::new(kind::MCP_CALL, Some(&q.id), payload).with_parent(Parent::Id(llm_event));
+            let ev = NewEvent::new(kind::MCP_CALL, Some(subject), payload).with_parent(Parent::Id(llm_event));
             rec.ledger_event = r.append(ev);
         }
         rec
+    }
+
+    /// Record a finished query in the ledger (`execute.trajectory`, its exchanges and calls
+    /// as parents); returns the event id.
+    pub fn record_trajectory(&self, t: &Trajectory) -> Option<i64> {
+        let r = self.recorder.as_ref()?;
+        let mut ev = NewEvent::new(TRAJECTORY, Some(&t.id), trajectory_summary(t));
+        for id in t.llm_events.iter().chain(t.calls.iter().filter_map(|c| c.ledger_event.as_ref())) {
+            ev = ev.with_parent(Parent::Id(*id));
+        }
+        r.append(ev)
     }
 
     /// Run queries (`concurrency` at once); `done` is called with each finished one and
@@ -585,18 +663,52 @@ impl Executor {
             })
             .buffer_unordered(self.settings.concurrency.max(1));
         while let Some((i, t, counts)) = stream.next().await {
-            if let Some(r) = &self.recorder {
-                let mut ev = NewEvent::new(TRAJECTORY, Some(&t.id), trajectory_summary(&t));
-                for id in t.llm_events.iter().chain(t.calls.iter().filter_map(|c| c.ledger_event.as_ref())) {
-                    ev = ev.with_parent(Parent::Id(*id));
-                }
-                r.append(ev);
-            }
+            self.record_trajectory(&t);
             done(&t, counts)?;
             results[i] = Some(t);
         }
         Ok(results.into_iter().flatten().collect())
     }
+}
+
+/// Tool calls a model wrote as text instead of structured `tool_calls`: a JSON object
+/// `{"name", "arguments"}` (or a list of them), bare, fenced or in Qwen's `<tool_call>` tags,
+/// as small local models often answer. Taken only when every object names a listed function
+/// (`known`) or has the call's shape (`name` and `arguments`); otherwise the text is an
+/// answer. Ids are `text_call_<group>_<i>`.
+pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool) -> Vec<ToolCall> {
+    let text = crate::llm::extract::strip_think(content);
+    let mut values = Vec::new();
+    if text.contains("<tool_call>") {
+        for block in text.split("<tool_call>").skip(1) {
+            let body = block.split("</tool_call>").next().unwrap_or(block);
+            match crate::llm::extract::extract_json(body) {
+                Ok(v) => values.push(v),
+                Err(_) => return Vec::new(),
+            }
+        }
+    } else if let Ok(v) = crate::llm::extract::extract_json(&text) {
+        match v {
+            Value::Array(items) => values.extend(items),
+            v => values.push(v),
+        }
+    }
+    let mut calls = Vec::new();
+    for (i, v) in values.iter().enumerate() {
+        // A listed name, or the call shape (`name` + `arguments`): an unknown name then goes
+        // back to the model as an unknown tool, as a structured call would.
+        let shaped = v.get("arguments").or_else(|| v.get("parameters")).is_some();
+        let Some(name) = v.get("name").and_then(Value::as_str).filter(|n| !n.is_empty() && (known(n) || shaped)) else {
+            return Vec::new();
+        };
+        let arguments = match v.get("arguments").or_else(|| v.get("parameters")) {
+            Some(Value::String(s)) => serde_json::from_str(s).unwrap_or(Value::String(s.clone())),
+            Some(a) => a.clone(),
+            None => json!({}),
+        };
+        calls.push(ToolCall { id: format!("text_call_{group}_{i}"), name: name.to_string(), arguments });
+    }
+    calls
 }
 
 fn ms(since: Instant) -> f64 {
@@ -622,7 +734,10 @@ fn trajectory_summary(t: &Trajectory) -> Value {
     })
 }
 
-/// The `execute` stage.
+/// Every trajectory, one JSON line each in query order (read by `validate`).
+pub const TRAJECTORIES: crate::stage::Artifact<Trajectory> =
+    crate::stage::Artifact::new("execute", "trajectories.jsonl");
+
 /// The `execute` stage; `queries` overrides `execute.queries` (`--queries FILE`).
 #[derive(Debug, Clone, Default)]
 pub struct ExecuteStage {
@@ -632,19 +747,38 @@ pub struct ExecuteStage {
 pub static SPEC: StageSpec = StageSpec {
     name: "execute",
     command: "execute",
-    version: 1,
+    version: 2,
     about: "run queries with an LLM agent over MCP tools; record reference trajectories",
-    reads: &[],
-    writes: &["trajectories/*", "summary.json"],
+    reads: &[
+        crate::synth::chains::QUERIES.optional(),
+        crate::logs::import::CATALOG.optional(),
+        crate::logs::import::SESSIONS.optional(),
+    ],
+    writes: &["trajectories/*", "trajectories.jsonl", "summary.json"],
 };
 
+/// Where the queries come from.
+#[derive(Debug, Clone, PartialEq)]
+enum Source {
+    /// `--queries FILE` or `execute.queries`: run against `execute.servers`, role `execute.role`.
+    File(PathBuf),
+    /// `synth chains` output: run against `synth.server` or the domain sandbox, role
+    /// `synth.assistant_role`.
+    Chains,
+}
+
 impl ExecuteStage {
-    fn queries(&self, settings: &Settings) -> Result<PathBuf> {
+    fn source(&self, settings: &Settings) -> Result<Source> {
         let q = self.queries.clone().or_else(|| settings.config.execute.queries.as_ref().map(|p| settings.resolve(p)));
-        let q = q.ok_or_else(|| {
-            crate::error::UsageError("no queries: pass `--queries FILE` or set `execute.queries`".into())
-        })?;
-        Ok(crate::settings::normalize(&q))
+        match q {
+            Some(q) => Ok(Source::File(crate::settings::normalize(&q))),
+            None if crate::synth::enabled(settings) => Ok(Source::Chains),
+            None => Err(crate::error::UsageError(
+                "no queries: pass `--queries FILE`, set `execute.queries`, or configure `[synth]` so `synth chains` writes them"
+                    .into(),
+            )
+            .into()),
+        }
     }
 
     fn server_specs(settings: &Settings) -> Result<BTreeMap<String, crate::mcp::ServerSpec>> {
@@ -668,6 +802,10 @@ impl ExecuteStage {
         }
         Ok(out)
     }
+
+    fn on_chains(&self, settings: &Settings) -> bool {
+        matches!(self.source(settings), Ok(Source::Chains))
+    }
 }
 
 impl Stage for ExecuteStage {
@@ -675,16 +813,23 @@ impl Stage for ExecuteStage {
         &SPEC
     }
 
-    /// Part of `run` when the config names a queries file.
+    /// Part of `run` when the config names a queries file, or synthesis writes chain queries.
     fn enabled(&self, settings: &Settings) -> bool {
-        settings.config.execute.queries.is_some()
+        settings.config.execute.queries.is_some() || crate::synth::enabled(settings)
     }
 
     fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
-        vec![ConfigRef::new("execute.role", &settings.config.execute.role)]
+        if self.on_chains(settings) {
+            vec![ConfigRef::new("synth.assistant_role", &crate::synth::settings(settings).assistant_role)]
+        } else {
+            vec![ConfigRef::new("execute.role", &settings.config.execute.role)]
+        }
     }
 
     fn servers(&self, settings: &Settings) -> Vec<ConfigRef> {
+        if self.on_chains(settings) {
+            return crate::synth::settings(settings).server.iter().map(|n| ConfigRef::new("synth.server", n)).collect();
+        }
         let names = settings.config.execute.servers.iter().enumerate();
         names.map(|(i, n)| ConfigRef::new(format!("execute.servers[{i}]"), n)).collect()
     }
@@ -698,66 +843,90 @@ impl Stage for ExecuteStage {
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
-        let servers = Self::server_specs(settings)?;
-        let hash = crate::settings::section_hash(&json!({"execute": settings.config.execute, "servers": servers}))?;
-        Ok(Plan { inputs: vec![self.queries(settings)?], config_hash: hash })
+        match self.source(settings)? {
+            Source::File(path) => {
+                let servers = Self::server_specs(settings)?;
+                let hash =
+                    crate::settings::section_hash(&json!({"execute": settings.config.execute, "servers": servers}))?;
+                Ok(Plan { inputs: vec![path], config_hash: hash })
+            }
+            Source::Chains => {
+                let synth = crate::synth::settings(settings);
+                let hash = crate::settings::section_hash(&json!({
+                    "execute": settings.config.execute,
+                    "role": synth.assistant_role,
+                    "servers": crate::synth::server_hash_part(settings)?,
+                }))?;
+                Ok(Plan { inputs: vec![], config_hash: hash })
+            }
+        }
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        use crate::llm::batch::{Batch, BatchOptions, Item};
         let settings = ctx.settings;
-        let es = settings.config.execute.clone();
-        let path = self.queries(settings)?;
-        let file = settings.display_path(&path);
-        let queries = parse_queries(inputs.bytes(&path)?, &file)?;
-        let servers = Self::server_specs(settings)?;
-        let run_id = ctx.ledger_run()?;
-        let mut ckpt = ctx.checkpoint()?;
-        // A checkpoint without its LLM counts (an older run) is redone, from the ledger cache.
-        let done_item = |ckpt: &crate::store::Checkpoint, id: &str| {
-            ckpt.get(id).and_then(|v| serde_json::from_value::<DoneQuery>(v.clone()).ok())
+        let mut es = settings.config.execute.clone();
+        let source = self.source(settings)?;
+        let queries = match &source {
+            Source::File(path) => parse_queries(inputs.bytes(path)?, &settings.display_path(path))?,
+            Source::Chains => {
+                es.role = crate::synth::settings(settings).assistant_role;
+                parse_queries(inputs.bytes_of(&crate::synth::chains::QUERIES)?, "synth-chains/queries.jsonl")?
+            }
         };
-        let todo: Vec<Query> = queries.iter().filter(|q| done_item(&ckpt, &q.id).is_none()).cloned().collect();
-        if todo.len() < queries.len() {
-            ctx.printer.info(&format!(
-                "execute: {} of {} queries done in an earlier run",
-                queries.len() - todo.len(),
-                queries.len()
-            ));
-        }
-        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
-        let pb = ctx.printer.progress(queries.len() as u64, "execute");
-        pb.set_position((queries.len() - todo.len()) as u64);
-        rt.block_on(async {
-            let opts = ClientOptions::from_settings(settings, &settings.config.mcp);
-            let clients = servers.iter().map(|(n, s)| Arc::new(McpClient::new(n, s.clone(), opts.clone()))).collect();
-            let recorder = Recorder::open(&settings.artifacts, run_id, "execute")?;
-            let exec = Executor::connect(clients, es.clone(), Some(recorder)).await;
-            let exec = match exec {
-                Ok(e) => e,
-                Err(e) => return Err(e),
+        // The domain sandbox answers from the logs: read them only when it is used.
+        let (tools, sessions) = if source == Source::Chains && crate::synth::settings(settings).server.is_none() {
+            if !inputs.has(&crate::logs::import::CATALOG) || !inputs.has(&crate::logs::import::SESSIONS) {
+                return Err(crate::error::hinted(
+                    "`execute` on chain queries serves the log catalog, and `logs import` has not written it",
+                    "run `benchgen logs import` (or `benchgen run`), or name a server in `synth.server`",
+                ));
+            }
+            let tools = inputs.json(&crate::logs::import::CATALOG)?;
+            let sessions = crate::logs::read_sessions(
+                inputs.open_of(&crate::logs::import::SESSIONS)?,
+                "logs-import/sessions.jsonl",
+            )?;
+            (tools, sessions)
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let run_id = ctx.ledger_run()?;
+        let opts = BatchOptions::new("execute", "execute", "queries")
+            .concurrency(es.concurrency.max(1))
+            .fail_point("execute_query");
+        let mut batch = Batch::new(ctx, opts)?;
+        let exec = batch.block_on(async {
+            let clients = match &source {
+                Source::File(_) => {
+                    let opts = ClientOptions::from_settings(settings, &settings.config.mcp);
+                    Self::server_specs(settings)?
+                        .iter()
+                        .map(|(n, s)| Arc::new(McpClient::new(n, s.clone(), opts.clone())))
+                        .collect()
+                }
+                Source::Chains => crate::synth::clients(settings, &tools, &sessions)?,
             };
-            let llm = LlmClient::from_settings(settings, "execute", run_id).await?;
-            let r = exec
-                .run_all(&llm, &todo, |t, llm| {
-                    pb.inc(1);
-                    ckpt.put(&t.id, json!({"trajectory": t, "llm": llm}))?;
-                    crate::store::fail_point("execute_query")
-                })
-                .await;
-            exec.shutdown().await;
-            out.notes.push(llm.summary());
-            r.map(|_| ())
+            let recorder = Recorder::open(&settings.artifacts, run_id, "execute")?;
+            Executor::connect(clients, es.clone(), Some(recorder)).await
         })?;
-        pb.finish_and_clear();
+        let items: Vec<(String, Query)> = queries.iter().map(|q| (q.id.clone(), q.clone())).collect();
+        let ex = &exec;
+        let done = batch.run(items, |q: Query, llm: Item| async move {
+            let t = ex.run_query(&llm, &q).await;
+            ex.record_trajectory(&t);
+            Ok(t)
+        });
+        batch.block_on(exec.shutdown());
+        drop(exec);
+        let done = done?;
+        batch.finish(out)?;
 
         let mut rows = Vec::new();
         let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
-        // LLM counts from the checkpointed queries, not from this process: a resumed run
-        // counts what an uninterrupted one does.
-        let mut llm_counts = LlmCounts::default();
+        let mut all = Vec::new();
         for q in &queries {
-            let DoneQuery { trajectory: t, llm } = done_item(&ckpt, &q.id).context("a query has no result")?;
-            llm_counts.add(&llm);
+            let t = done.values.get(&q.id).context("a query has no result")?;
             *counts.entry(t.status.as_str()).or_default() += 1;
             *counts.entry("calls").or_default() += t.calls.len() as u64;
             if let Some(c) = &t.chain_check {
@@ -765,14 +934,16 @@ impl Stage for ExecuteStage {
             }
             // The ledger's trajectory summary, led by the id.
             let mut row = serde_json::Map::from_iter([("id".to_string(), json!(t.id))]);
-            if let Value::Object(summary) = trajectory_summary(&t) {
+            if let Value::Object(summary) = trajectory_summary(t) {
                 row.extend(summary);
             }
             rows.push(Value::Object(row));
-            out.json(&format!("trajectories/{}.json", crate::mcp::client::safe_file_name(&t.id)), &t)?;
+            out.json(&format!("trajectories/{}.json", crate::mcp::client::safe_file_name(&t.id)), t)?;
+            serde_json::to_writer(&mut all, t)?;
+            all.push(b'\n');
         }
+        out.file("trajectories.jsonl", all);
         out.count("queries", queries.len() as u64);
-        out.counts.extend(llm_counts.to_map());
         for (k, v) in &counts {
             out.count(k, *v);
         }
@@ -843,5 +1014,25 @@ mod tests {
         let c = check_chain(&chain, &calls[..5]);
         assert!(!c.preserved);
         assert!(c.problems[0].contains("`c` was never called successfully"), "{c:?}");
+    }
+
+    #[test]
+    fn text_tool_calls_are_taken_only_when_they_name_listed_tools() {
+        let known = |n: &str| ["get_oncall", "notify_user"].contains(&n);
+        let fenced = "```json\n{\"name\": \"get_oncall\", \"arguments\": {\"team\": \"db\"}}\n```";
+        let calls = text_tool_calls(fenced, 2, known);
+        assert_eq!(calls.len(), 1);
+        assert_eq!((calls[0].id.as_str(), calls[0].name.as_str()), ("text_call_2_0", "get_oncall"));
+        assert_eq!(calls[0].arguments, json!({"team": "db"}));
+        let tagged = "<tool_call>{\"name\": \"get_oncall\", \"arguments\": \"{\\\"team\\\": \\\"x\\\"}\"}</tool_call>\n<tool_call>{\"name\": \"notify_user\", \"arguments\": {}}</tool_call>";
+        let calls = text_tool_calls(tagged, 0, known);
+        assert_eq!(calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["get_oncall", "notify_user"]);
+        assert_eq!(calls[0].arguments, json!({"team": "x"}), "string arguments are parsed");
+        // An unknown name in the call's shape is a call (the model hears "unknown tool"); an
+        // unknown name without arguments, or plain text, is an answer.
+        assert_eq!(text_tool_calls("{\"name\": \"rm_rf\", \"arguments\": {}}", 0, known)[0].name, "rm_rf");
+        assert!(text_tool_calls("{\"name\": \"Ada\", \"team\": \"db\"}", 0, known).is_empty());
+        assert!(text_tool_calls("The on-call engineer is Ada.", 0, known).is_empty());
+        assert!(text_tool_calls("{\"answer\": 3}", 0, known).is_empty());
     }
 }

@@ -27,6 +27,8 @@ use crate::stage::{Ctx, Inputs, Output, Plan, Stage, StageSpec};
 
 pub const STAGE: &str = "graph-review-import";
 pub const SHEET: &str = "graph_review.csv";
+/// The reviewed graph (present once a review sheet was imported); read by `synth chains`.
+pub const GRAPH: crate::stage::Artifact<super::GraphDoc> = crate::stage::Artifact::new(STAGE, "graph.json");
 pub const HEADER: [&str; 10] =
     ["from", "to", "sessions", "count", "value_flow", "llm_verdict", "llm_reason", "decision", "reviewer", "note"];
 

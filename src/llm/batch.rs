@@ -428,6 +428,12 @@ impl<'a> Batch<'a> {
         Ok(Done { values, failed, resumed })
     }
 
+    /// Run a future on the batch's runtime (setup that must live on it, such as MCP
+    /// clients the items share).
+    pub fn block_on<F: Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
     /// The newest ledger event of an exchange named by its request hash (an event parent).
     pub fn exchange_event(&self, hash: &str) -> Result<Option<i64>> {
         super::record::exchange_event(&self.ledger, hash)

@@ -198,8 +198,18 @@ impl RoleSettings {
         }
     }
 
+    /// A bare file name that is not in the project (`model_path = "qwen2.5-coder-0.5b-instruct.gguf"`)
+    /// names a model of the setup cache (`$BENCHGEN_CACHE/llm/models/`), so a config can pick
+    /// one of the models `make setup` assembles without a machine-specific path.
     pub fn local_model_path(&self, resolve: &dyn Fn(&Path) -> PathBuf) -> PathBuf {
-        self.model_path.as_deref().map(resolve).unwrap_or_else(default_model_path)
+        match self.model_path.as_deref() {
+            None => default_model_path(),
+            Some(p) => {
+                let r = resolve(p);
+                let bare = p.components().count() == 1 && !p.is_absolute();
+                if bare && !r.exists() { cache_dir().join("llm/models").join(p) } else { r }
+            }
+        }
     }
 
     pub fn local_server_binary(&self, resolve: &dyn Fn(&Path) -> PathBuf) -> PathBuf {

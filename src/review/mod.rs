@@ -433,36 +433,6 @@ pub fn render_sample(s: &crate::model::Sample, result_chars: usize) -> String {
     out
 }
 
-/// `explain sample:<id>`: every review event of the sample in the runs behind the
-/// current artifacts (assignment, each review, the decision with its rule).
-pub fn explain_sample(
-    settings: &Settings,
-    ledger: &crate::ledger::Ledger,
-    id: &str,
-) -> Result<crate::explain::Explanation> {
-    let runs: Vec<i64> = crate::stages::names()
-        .into_iter()
-        .filter_map(|s| crate::stage::Manifest::load(&settings.artifacts, s).ok().flatten())
-        .map(|m| m.run_id)
-        .collect();
-    let direct = ledger.events_for(id, &runs)?;
-    if direct.is_empty() {
-        return Err(crate::error::hinted(
-            format!("no sample `{id}` in the current review artifacts"),
-            "sample ids are in `artifacts/review-assign/samples.jsonl`; run `benchgen review assign` first",
-        ));
-    }
-    let lineage = ledger.lineage(&direct.iter().map(|e| e.id).collect::<Vec<_>>())?;
-    let status = match direct.iter().rev().find(|e| e.kind == kind::DECISION) {
-        Some(d) => describe(&d.kind, &d.payload),
-        None => format!(
-            "assigned; {} review(s) so far, not merged yet",
-            direct.iter().filter(|e| e.kind == kind::REVIEW).count()
-        ),
-    };
-    Ok(crate::explain::Explanation { id: id.into(), item: "sample", status, record: None, lineage })
-}
-
 /// One line for a review event (used by `explain`).
 pub fn describe(kind_: &str, p: &serde_json::Value) -> String {
     let s = |k: &str| p.get(k).and_then(serde_json::Value::as_str).unwrap_or("").to_string();

@@ -27,6 +27,14 @@ pub fn options(settings: &Settings, a: &SandboxArgs) -> Result<SandboxOptions> {
         page_size: a.page_size.max(1),
         call_log: a.call_log.clone(),
         exit_on_crash: true,
+        recorded: match &a.recorded {
+            Some(p) => {
+                let f = std::fs::File::open(p).with_context(|| format!("cannot read `{}`", p.display()))?;
+                let sessions = crate::logs::read_sessions(f, &p.display().to_string())?;
+                Some(std::sync::Arc::new(super::Recorded::from_sessions(&sessions)))
+            }
+            None => None,
+        },
         faults: Faults {
             latency_ms: a.latency_ms,
             jitter_ms: a.jitter_ms,

@@ -12,6 +12,11 @@
 //!   same call always meets the same fault) or, for `--crash-after N`, by call count:
 //!   latency, tool errors, hangs (timeouts), crashes, invalid JSON-RPC (stdio) and huge
 //!   results.
+//! - **Recorded responses** (`--recorded SESSIONS.jsonl`, and the default sandbox of
+//!   `execute` and `synth roleplay`): where the anonymised logs hold a result for a call
+//!   of the same tool with equal arguments (compared canonically: key order does not
+//!   matter), that result is the answer; otherwise the answer is generated as above. So
+//!   executions see the domain's realistic values. See [`Recorded`].
 //! - `--call-log FILE` appends one JSON line per call: `{seq, tool, arguments, outcome,
 //!   latency_ms}` with outcome `ok | invalid_arguments | unknown_tool | fault:<kind>`.
 //!
@@ -75,11 +80,69 @@ pub struct SandboxOptions {
     pub call_log: Option<PathBuf>,
     /// On a crash fault, exit the process (the binary) instead of dropping the connection.
     pub exit_on_crash: bool,
+    /// Logged results answered for equal calls (recorded-responses mode).
+    pub recorded: Option<Arc<Recorded>>,
+}
+
+/// Logged tool results by tool and canonical arguments (recorded-responses mode).
+///
+/// Built from log sessions in session-id order; when the logs hold several results for the
+/// same call, the first successful one wins (deterministic). Failed calls (an `error`, or
+/// no result) are not recorded.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Recorded {
+    results: std::collections::BTreeMap<(String, String), String>,
+}
+
+impl Recorded {
+    /// The successful results of every call in `sessions`.
+    pub fn from_sessions(sessions: &[crate::logs::Session]) -> Self {
+        let mut sorted: Vec<&crate::logs::Session> = sessions.iter().collect();
+        sorted.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut r = Self::default();
+        for s in sorted {
+            for c in s.calls() {
+                if let (Some(result), None) = (&c.result, &c.error) {
+                    r.insert(&c.tool, &c.arguments, result);
+                }
+            }
+        }
+        r
+    }
+
+    /// Record one result (the first for a call is kept).
+    pub fn insert(&mut self, tool: &str, args: &Value, result: &str) {
+        self.results.entry((tool.to_string(), Self::key(args))).or_insert_with(|| result.to_string());
+    }
+
+    /// The logged result of this call, if any.
+    pub fn get(&self, tool: &str, args: &Value) -> Option<&str> {
+        self.results.get(&(tool.to_string(), Self::key(args))).map(String::as_str)
+    }
+
+    pub fn len(&self) -> usize {
+        self.results.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.results.is_empty()
+    }
+
+    fn key(args: &Value) -> String {
+        generate::canonical(args).to_string()
+    }
 }
 
 impl Default for SandboxOptions {
     fn default() -> Self {
-        Self { seed: 0, page_size: 1000, faults: Faults::default(), call_log: None, exit_on_crash: false }
+        Self {
+            seed: 0,
+            page_size: 1000,
+            faults: Faults::default(),
+            call_log: None,
+            exit_on_crash: false,
+            recorded: None,
+        }
     }
 }
 
@@ -265,6 +328,10 @@ impl Sandbox {
         if roll("huge") < f.huge_rate {
             self.log(seq, &tool, &args, "fault:huge", started);
             return Ok(CallToolResult::success(vec![ContentBlock::text("x".repeat(f.huge_bytes))]));
+        }
+        if let Some(text) = self.inner.opts.recorded.as_ref().and_then(|r| r.get(&tool, &args)) {
+            self.log(seq, &tool, &args, "recorded", started);
+            return Ok(CallToolResult::success(vec![ContentBlock::text(text.to_string())]));
         }
         let out = generate::output(seed, &tool, &args, entry.output_schema.as_ref());
         self.log(seq, &tool, &args, "ok", started);

@@ -142,7 +142,7 @@ fn run_from_until_selects_stages() {
 
     let bad = p.run(&["run", "--from", "nope"]);
     assert_code(&bad, 2);
-    assert!(stderr(&bad).contains("unknown stage `nope`; the stages are: registry-import, filter, embed, efs-pairs, efs-verify, efs-build, efs-topdown, efs-review-import, efs-finalize, stats, execute, logs-import, logs-curate, logs-split, graph-build, graph-review-import"), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("unknown stage `nope`; the stages are: registry-import, filter, embed, efs-pairs, efs-verify, efs-build, efs-topdown, efs-review-import, efs-finalize, stats, logs-import, logs-curate, logs-split, graph-build, graph-review-import, synth-chains, execute, synth-roleplay, validate"), "{}", stderr(&bad));
     let reversed = p.run(&["run", "--from", "stats", "--until", "registry-import"]);
     assert_code(&reversed, 2);
 }

@@ -71,6 +71,14 @@ fn no_csv_of_a_demo_run_carries_a_formula_cell() {
             serde_json::json!({"satisfactory": true, "reason": reason})
         } else if text.contains("must run after it") {
             serde_json::json!({"dependent": true, "reason": reason})
+        } else if text.contains("Write ONE user request") {
+            serde_json::json!({"query": format!("={FORMULA}")})
+        } else if text.contains("Write this user's goal") {
+            serde_json::json!({"goal": reason})
+        } else if text.contains("You play a user") {
+            serde_json::json!({"message": reason, "done": true})
+        } else if text.contains("addressed the user's request") {
+            serde_json::json!({"turns": [{"turn": 1, "addressed": true, "reason": reason}]})
         } else if text.contains("Tool A: `") {
             serde_json::json!({"equivalent": true, "reason": reason})
         } else if text.contains("User request:") {

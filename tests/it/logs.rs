@@ -283,6 +283,8 @@ impl LogProject {
         }
         let demo = std::fs::read_to_string(repo().join("pipeline/demo.toml")).unwrap();
         let logs = &demo[demo.find("[[logs.sources]]").expect("demo has a log track")..];
+        // Synthesis (after the log track) has its own tests in tests/it/synth.rs.
+        let logs = &logs[..logs.find("# Synthesis (FinMCP").unwrap_or(logs.len())];
         let logs = logs.replace("llm_sample = 3\n", "").replace(
             "provider = \"local\"",
             &format!("provider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"", llm.base_url()),

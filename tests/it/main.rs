@@ -34,4 +34,5 @@ mod review_browser;
 mod score_cli;
 mod score_compat;
 mod score_properties;
+mod synth;
 mod vocab;

@@ -59,6 +59,14 @@ pub(crate) fn full_project() -> Project {
             serde_json::json!({"selected": []})
         } else if text.contains("user requests") {
             serde_json::json!({"requests": ["convert 5 EUR"]})
+        } else if text.contains("Write ONE user request") {
+            serde_json::json!({"query": "scripted chain query"})
+        } else if text.contains("Write this user's goal") {
+            serde_json::json!({"goal": "scripted goal"})
+        } else if text.contains("You play a user") {
+            serde_json::json!({"message": "scripted request", "done": true})
+        } else if text.contains("addressed the user's request") {
+            serde_json::json!({"turns": [{"turn": 1, "addressed": true, "reason": "scripted"}]})
         } else {
             serde_json::json!({"reason": "needs live data", "verdict": "keep"})
         })
@@ -74,8 +82,14 @@ pub(crate) fn full_project() -> Project {
     for t in ["logs_need", "logs_answer", "logs_label", "graph_edge"] {
         p.copy_in(&format!("pipeline/prompts/{t}.md"));
     }
+    // Synthesis on the log track (its model on the double too).
+    p.copy_in("raw/demo/personas.toml");
+    for t in ["synth_chain_query", "synth_goal", "synth_user", "synth_check"] {
+        p.copy_in(&format!("pipeline/prompts/{t}.md"));
+    }
     let demo = std::fs::read_to_string(repo().join("pipeline/demo.toml")).unwrap();
     let logs = &demo[demo.find("[[logs.sources]]").expect("the demo has a log track")..];
+    let logs = logs.replace("model_path = \"qwen2.5-coder-0.5b-instruct.gguf\"\n", "");
     let logs = logs.replace(
         "provider = \"local\"",
         &format!("provider = \"vllm\"\nbase_url = \"{base_url}\"\nmodel = \"scripted\""),

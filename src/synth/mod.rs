@@ -1,0 +1,331 @@
+//! Synthesis on the log track (FinMCP-Bench's second half): multi-tool samples from tool
+//! chains sampled in the dependency graph (`synth chains`, then `execute`), multi-turn
+//! dialogues from a persona-driven role-play (`synth roleplay`), and the automatic check
+//! every sample passes before review (`validate`).
+//!
+//! Config section `[synth]` (see docs/synth.md for every key). The roles are separate
+//! (`planner_role`, `user_role`, `assistant_role`, `judge_role`) so a project can use one
+//! model for all, as the paper did, or not.
+//!
+//! Executions run against the domain's own tools: by default an in-process `benchgen
+//! sandbox` serving the log catalog in recorded-responses mode (a call the logs hold a
+//! result for gets that result), or any `[mcp.servers]` entry named by `synth.server`.
+
+pub mod chains;
+pub mod roleplay;
+pub mod validate;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::logs::Session;
+use crate::logs::import::LogTool;
+use crate::mcp::config::ToolIds;
+use crate::mcp::{CallOutcome, ClientOptions, McpClient};
+use crate::settings::Settings;
+
+/// `[synth]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SynthSettings {
+    /// Writes chain queries and dialogue goals.
+    #[serde(default = "default_role")]
+    pub planner_role: String,
+    /// Plays the user in role-play (sees persona, goal and the visible conversation only).
+    #[serde(default = "default_role")]
+    pub user_role: String,
+    /// The agent with the MCP tools in role-play and in `execute` on chain queries.
+    #[serde(default = "default_role")]
+    pub assistant_role: String,
+    /// Checks that every user request of a dialogue was addressed (`validate`).
+    #[serde(default = "default_role")]
+    pub judge_role: String,
+    /// A `[mcp.servers]` entry to execute against (default: the built-in sandbox serving the
+    /// log catalog with recorded responses).
+    #[serde(default)]
+    pub server: Option<String>,
+    #[serde(default)]
+    pub chains: ChainSettings,
+    #[serde(default)]
+    pub roleplay: RoleplaySettings,
+    #[serde(default)]
+    pub validate: ValidateSettings,
+}
+
+impl Default for SynthSettings {
+    fn default() -> Self {
+        toml::from_str("").expect("defaults")
+    }
+}
+
+fn default_role() -> String {
+    "synth".into()
+}
+
+/// `[synth.chains]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChainSettings {
+    /// Chains per sub-scenario (fewer when the graph offers fewer distinct paths; the
+    /// shortfall is reported).
+    #[serde(default = "default_per_sub")]
+    pub per_sub_scenario: usize,
+    /// Chain-length mix: weight per number of tools in the chain (keys are lengths, ≥ 2).
+    /// Each sub-scenario's target is split by these weights (largest remainder), so the
+    /// Easy/Medium/Hard mix of the samples is controlled here.
+    #[serde(default = "default_lengths")]
+    pub lengths: BTreeMap<String, f64>,
+    /// At most this many chains in all (a seeded subset of the sampled ones; absent: no cap).
+    #[serde(default)]
+    pub max_chains: Option<usize>,
+    /// Distinct paths enumerated per tool pair (bounds the search on dense graphs).
+    #[serde(default = "default_paths_per_pair")]
+    pub paths_per_pair: usize,
+    #[serde(default = "default_chain_template")]
+    pub template: String,
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    #[serde(
+        default,
+        deserialize_with = "crate::llm::batch::de_share",
+        skip_serializing_if = "crate::llm::batch::is_zero_share"
+    )]
+    pub max_failed_share: f64,
+}
+
+impl Default for ChainSettings {
+    fn default() -> Self {
+        toml::from_str("").expect("defaults")
+    }
+}
+
+fn default_per_sub() -> usize {
+    2
+}
+fn default_lengths() -> BTreeMap<String, f64> {
+    BTreeMap::from([("2".to_string(), 1.0), ("3".to_string(), 1.0)])
+}
+fn default_paths_per_pair() -> usize {
+    20
+}
+fn default_chain_template() -> String {
+    "synth_chain_query".into()
+}
+fn default_concurrency() -> usize {
+    4
+}
+
+/// `[synth.roleplay]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleplaySettings {
+    /// Dialogues to simulate (0: the stage is off).
+    #[serde(default)]
+    pub dialogues: usize,
+    /// Most user turns per dialogue.
+    #[serde(default = "default_turn_cap")]
+    pub turn_cap: usize,
+    /// Persona pool (TOML, `[[persona]]` tables of attributes; relative to the root).
+    #[serde(default)]
+    pub personas: Option<PathBuf>,
+    #[serde(default = "default_goal_template")]
+    pub goal_template: String,
+    #[serde(default = "default_user_template")]
+    pub user_template: String,
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    #[serde(
+        default,
+        deserialize_with = "crate::llm::batch::de_share",
+        skip_serializing_if = "crate::llm::batch::is_zero_share"
+    )]
+    pub max_failed_share: f64,
+}
+
+impl Default for RoleplaySettings {
+    fn default() -> Self {
+        toml::from_str("").expect("defaults")
+    }
+}
+
+fn default_turn_cap() -> usize {
+    4
+}
+fn default_goal_template() -> String {
+    "synth_goal".into()
+}
+fn default_user_template() -> String {
+    "synth_user".into()
+}
+
+/// `[synth.validate]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValidateSettings {
+    #[serde(default = "default_check_template")]
+    pub check_template: String,
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Real log samples to include (a seeded sample of the benchmark pool; absent: all).
+    #[serde(default)]
+    pub real_samples: Option<usize>,
+    #[serde(
+        default,
+        deserialize_with = "crate::llm::batch::de_share",
+        skip_serializing_if = "crate::llm::batch::is_zero_share"
+    )]
+    pub max_failed_share: f64,
+}
+
+impl Default for ValidateSettings {
+    fn default() -> Self {
+        toml::from_str("").expect("defaults")
+    }
+}
+
+fn default_check_template() -> String {
+    "synth_check".into()
+}
+
+/// The `[synth]` section (defaults when absent).
+pub fn settings(s: &Settings) -> SynthSettings {
+    s.config.synth.clone().unwrap_or_default()
+}
+
+/// Synthesis runs when the config has the log track, the graph and `[synth]`.
+pub fn enabled(s: &Settings) -> bool {
+    s.config.logs.is_some() && s.config.graph.is_some() && s.config.synth.is_some()
+}
+
+/// Ledger event kinds of synthesis.
+pub mod kind {
+    /// A sampled chain with its seed examples and query (subject `sample:<id>`).
+    pub const CHAIN: &str = "synth.chain";
+    /// A simulated dialogue (subject `sample:<id>`).
+    pub const DIALOGUE: &str = "synth.dialogue";
+    /// A validation verdict (subject `sample:<id>`).
+    pub const VALIDATION: &str = "validate.verdict";
+}
+
+/// The ledger subject of a sample's lineage (`benchgen explain sample:<id>`).
+pub fn subject(sample_id: &str) -> String {
+    format!("sample:{sample_id}")
+}
+
+/// Short stable hex id of some text (sample ids are derived from content, not position,
+/// so a changed count does not rename the samples that stay).
+pub fn short_hash(text: &str) -> String {
+    let h = crate::store::sha256_hex(text.as_bytes());
+    h.trim_start_matches("sha256:")[..10].to_string()
+}
+
+/// The log catalog as a benchgen catalog whose tool ids are the bare log tool names (what
+/// sessions and the graph use), for the sandbox.
+pub fn sandbox_catalog(tools: &[LogTool]) -> crate::model::Catalog {
+    let tools = tools
+        .iter()
+        .map(|t| crate::model::Tool {
+            id: t.name.clone(),
+            name: t.name.clone(),
+            description: t.description.clone(),
+            input_schema: if t.input_schema.is_object() {
+                t.input_schema.clone()
+            } else {
+                serde_json::json!({"type": "object"})
+            },
+            output_schema: None,
+        })
+        .collect();
+    let mut c = crate::model::Catalog {
+        servers: vec![crate::model::Server {
+            name: "logs".into(),
+            description: "the domain's tools, from the log catalog".into(),
+            summary: String::new(),
+            url: String::new(),
+            categories: vec![],
+            license: None,
+            tools,
+            registry: None,
+        }],
+    };
+    c.sort();
+    c
+}
+
+/// An in-process sandbox over the log catalog in recorded-responses mode, and a client
+/// connected to it (tool ids as-is). Call inside a tokio runtime.
+pub fn domain_sandbox(
+    tools: &[LogTool],
+    sessions: &[Session],
+    seed: u64,
+    opts: ClientOptions,
+) -> Result<Arc<McpClient>> {
+    let recorded = crate::sandbox::Recorded::from_sessions(sessions);
+    let sandbox = crate::sandbox::Sandbox::new(
+        &sandbox_catalog(tools),
+        crate::sandbox::SandboxOptions { seed, recorded: Some(Arc::new(recorded)), ..Default::default() },
+    )?;
+    let (client_end, server_end) = tokio::io::duplex(1 << 20);
+    let (sr, sw) = tokio::io::split(server_end);
+    tokio::spawn(async move {
+        if let Err(e) = crate::sandbox::serve_io(&sandbox, sr, sw).await {
+            tracing::warn!("the in-process sandbox stopped: {e:#}");
+        }
+    });
+    let (cr, cw) = tokio::io::split(client_end);
+    Ok(Arc::new(McpClient::from_io("sandbox", ToolIds::AsIs, opts, cr, cw)))
+}
+
+/// The MCP clients synthesis executes against: `synth.server` from `[mcp.servers]`, else
+/// the in-process domain sandbox. Call inside a tokio runtime.
+pub fn clients(settings: &Settings, tools: &[LogTool], sessions: &[Session]) -> Result<Vec<Arc<McpClient>>> {
+    let opts = ClientOptions::from_settings(settings, &settings.config.mcp);
+    match &self::settings(settings).server {
+        Some(name) => {
+            let all = settings.config.mcp.all_servers(&settings.root)?;
+            let spec = all.get(name).ok_or_else(|| {
+                crate::error::UsageError(format!("`synth.server` names `{name}`, which is not in `[mcp.servers]`"))
+            })?;
+            Ok(vec![Arc::new(McpClient::new(name, spec.clone(), opts))])
+        }
+        None => Ok(vec![domain_sandbox(tools, sessions, settings.config.project.seed, opts)?]),
+    }
+}
+
+/// What decides the executions' server, for config hashes.
+pub fn server_hash_part(settings: &Settings) -> Result<serde_json::Value> {
+    Ok(match &self::settings(settings).server {
+        Some(name) => {
+            let all = settings.config.mcp.all_servers(&settings.root)?;
+            serde_json::json!({"server": name, "spec": all.get(name)})
+        }
+        None => serde_json::json!({"server": "sandbox:recorded", "seed": settings.config.project.seed}),
+    })
+}
+
+/// An executed trajectory's calls as sequential groups of recorded calls (the unified
+/// sample's `trajectory`): a call that did not succeed carries its reason in `error`.
+pub fn recorded_groups(calls: &[crate::execute::CallRecord]) -> Vec<Vec<crate::model::RecordedCall>> {
+    let mut groups: BTreeMap<usize, Vec<crate::model::RecordedCall>> = BTreeMap::new();
+    for c in calls {
+        let (result, error) = match &c.outcome {
+            CallOutcome::Ok { output } => (Some(output.text.clone()), None),
+            CallOutcome::ToolError { output } => {
+                (Some(output.text.clone()), Some(format!("tool error: {}", output.text)))
+            }
+            CallOutcome::Failed { failure } => (None, Some(format!("call failed: {failure}"))),
+        };
+        let error = if c.executed || error.is_some() { error } else { Some("not executed".into()) };
+        groups.entry(c.group).or_default().push(crate::model::RecordedCall {
+            tool: c.tool_id.clone().unwrap_or_else(|| c.function.clone()),
+            arguments: c.arguments.clone(),
+            result,
+            error,
+        });
+    }
+    groups.into_values().collect()
+}

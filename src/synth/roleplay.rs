@@ -1,0 +1,439 @@
+//! `benchgen synth roleplay` (stage `synth-roleplay`): multi-turn dialogues simulated
+//! from a persona and a goal (FinMCP-Bench's role-play synthesis).
+//!
+//! Per dialogue: the planner draws a persona (one value per attribute of the persona
+//! pool's templates) and a sub-scenario (both seeded), and the LLM (`planner_role`) writes
+//! a goal from them, the sub-scenario's tools and a few of its real queries. Then the user
+//! simulator (`user_role`) and the assistant (`assistant_role`, with the MCP tools)
+//! alternate. The simulator sees the persona, the goal and the **visible** conversation
+//! only: user messages and the assistant's final replies, never tool calls or results. It
+//! ends the dialogue with `done` (recorded as FinMCP's `###STOP###`), or the turn cap does.
+//! Each turn's tool-call groups are recorded. A turn whose agent run fails ends the
+//! dialogue; validation rejects it with the reason.
+//!
+//! Persona pool (TOML): `[attributes]` with a list of values per attribute, e.g.
+//! `age = ["27", "41"]`, `occupation = [...]`, `risk_attitude = [...]`, `goals = [...]`.
+//!
+//! Outputs: `dialogues.jsonl` (one [`Dialogue`] a line, sorted by id) and `report.md`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use rand::SeedableRng;
+use rand::seq::IndexedRandom;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::SynthSettings;
+use crate::execute::{Executor, Query, Recorder, RunStatus, Trajectory};
+use crate::ledger::{NewEvent, Parent};
+use crate::llm::batch::{Batch, BatchOptions, Item, ItemError};
+use crate::llm::{ChatMessage, Prompt};
+use crate::logs::Session;
+use crate::logs::import::LogTool;
+use crate::model::RecordedCall;
+use crate::settings::{Settings, section_hash};
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
+
+pub const STAGE: &str = "synth-roleplay";
+
+/// One [`Dialogue`] a line (read by `validate`).
+pub const DIALOGUES: Artifact<Dialogue> = Artifact::new(STAGE, "dialogues.jsonl");
+
+pub static SPEC: StageSpec = StageSpec {
+    name: STAGE,
+    command: "synth roleplay",
+    version: 1,
+    about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
+    reads: &[
+        crate::logs::split::GRAPH_SOURCE.read(),
+        crate::logs::split::BENCHMARK.read(),
+        crate::logs::import::CATALOG.read(),
+        crate::logs::import::SESSIONS.read(),
+    ],
+    writes: &["dialogues.jsonl", "report.md", "failed.json"],
+};
+
+/// The user simulator's stop token in FinMCP's multi-turn samples.
+pub const STOP: &str = "###STOP###";
+
+/// The persona pool file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PersonaPool {
+    pub attributes: BTreeMap<String, Vec<String>>,
+}
+
+/// Read and check a persona pool (every attribute needs at least one value).
+pub fn read_pool(bytes: &[u8], file: &str) -> Result<PersonaPool> {
+    let text = std::str::from_utf8(bytes).with_context(|| format!("`{file}` is not UTF-8"))?;
+    let pool: PersonaPool = toml::from_str(text).with_context(|| format!("`{file}` is not a persona pool"))?;
+    if pool.attributes.is_empty() {
+        anyhow::bail!("`{file}`: `[attributes]` lists no attribute");
+    }
+    if let Some((k, _)) = pool.attributes.iter().find(|(_, v)| v.is_empty()) {
+        anyhow::bail!("`{file}`: attribute `{k}` has no values");
+    }
+    Ok(pool)
+}
+
+/// One planned dialogue (before any LLM call).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan1 {
+    pub id: String,
+    pub sub_scenario: String,
+    pub persona: BTreeMap<String, String>,
+}
+
+/// Draw `n` personas and sub-scenarios (seeded). Ids come from the content and the slot.
+pub fn plan_dialogues(pool: &PersonaPool, subs: &[String], n: usize, seed: u64) -> Vec<Plan1> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x726f_6c65_706c_6179);
+    let mut out = Vec::new();
+    if subs.is_empty() {
+        return out;
+    }
+    for k in 0..n {
+        let persona: BTreeMap<String, String> = pool
+            .attributes
+            .iter()
+            .map(|(a, vals)| (a.clone(), vals.choose(&mut rng).expect("checked non-empty").clone()))
+            .collect();
+        let sub = subs.choose(&mut rng).expect("non-empty").clone();
+        let id = format!(
+            "dialog-{}",
+            super::short_hash(&format!("{k}|{sub}|{}", serde_json::to_string(&persona).unwrap_or_default()))
+        );
+        out.push(Plan1 { id, sub_scenario: sub, persona });
+    }
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    out
+}
+
+/// The planner's typed answer.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Goal {
+    /// What this user wants to get done in the conversation, in one or two sentences.
+    pub goal: String,
+}
+
+/// The user simulator's typed answer.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct UserTurn {
+    /// The user's next message (empty when done).
+    pub message: String,
+    /// True when the goal is reached or the user gives up: the dialogue ends.
+    pub done: bool,
+}
+
+/// One user turn and what the assistant did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DialogueTurn {
+    pub user: String,
+    /// Request hash of the simulator's exchange.
+    pub user_exchange: String,
+    pub status: RunStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    /// Tool-call groups of this turn (calls in one group ran in parallel).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<Vec<RecordedCall>>,
+}
+
+/// A simulated dialogue (a line of `dialogues.jsonl`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Dialogue {
+    pub id: String,
+    pub sub_scenario: String,
+    pub persona: BTreeMap<String, String>,
+    pub goal: String,
+    pub goal_exchange: String,
+    pub turns: Vec<DialogueTurn>,
+    /// `user` (the simulator said done), `cap` (turn cap) or `failed` (a turn failed).
+    pub ended: String,
+}
+
+/// The checkpointed value: the dialogue and the ledger events it links to.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Done1 {
+    dialogue: Dialogue,
+    events: Vec<i64>,
+}
+
+/// One line of the visible conversation (what the user simulator sees).
+#[derive(Debug, Clone, Serialize)]
+pub struct Visible {
+    pub role: &'static str,
+    pub text: String,
+}
+
+fn cfg(s: &Settings) -> SynthSettings {
+    super::settings(s)
+}
+
+fn pool_path(s: &Settings) -> Option<PathBuf> {
+    cfg(s).roleplay.personas.as_ref().map(|p| s.resolve(p))
+}
+
+/// Tools and a few real queries per sub-scenario.
+fn sub_info(sessions: &[Session]) -> BTreeMap<String, (BTreeSet<String>, Vec<String>)> {
+    let mut out: BTreeMap<String, (BTreeSet<String>, Vec<String>)> = BTreeMap::new();
+    let mut sorted: Vec<&Session> = sessions.iter().collect();
+    sorted.sort_by(|a, b| a.id.cmp(&b.id));
+    for s in sorted {
+        let e = out.entry(s.sub_scenario()).or_default();
+        e.0.extend(s.calls().map(|c| c.tool.clone()));
+        if e.1.len() < 3
+            && let Some(t) = s.turns.first()
+        {
+            e.1.push(t.user.clone());
+        }
+    }
+    out
+}
+
+pub struct RoleplayStage;
+
+impl Stage for RoleplayStage {
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
+    }
+
+    fn enabled(&self, s: &Settings) -> bool {
+        super::enabled(s) && cfg(s).roleplay.dialogues > 0
+    }
+
+    fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
+        let c = cfg(s);
+        vec![
+            ConfigRef::new("synth.planner_role", &c.planner_role),
+            ConfigRef::new("synth.user_role", &c.user_role),
+            ConfigRef::new("synth.assistant_role", &c.assistant_role),
+        ]
+    }
+
+    fn servers(&self, s: &Settings) -> Vec<ConfigRef> {
+        cfg(s).server.iter().map(|n| ConfigRef::new("synth.server", n)).collect()
+    }
+
+    fn prompts(&self, s: &Settings) -> Vec<PromptRef> {
+        let c = cfg(s);
+        let persona = json!({"age": "30"});
+        let tool = json!({"name": "t", "description": "d"});
+        vec![
+            PromptRef::new(
+                "synth.roleplay.goal_template",
+                &c.roleplay.goal_template,
+                json!({"persona": persona, "sub_scenario": "A-B", "tools": [tool], "examples": ["q"]}),
+            ),
+            PromptRef::new(
+                "synth.roleplay.user_template",
+                &c.roleplay.user_template,
+                json!({"persona": persona, "goal": "g", "conversation": [{"role": "user", "text": "t"}],
+                       "turn": 1, "turn_cap": 3}),
+            ),
+        ]
+    }
+
+    fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        let r = cfg(s).roleplay;
+        crate::settings::check_positive(problems, "synth.roleplay.turn_cap", r.turn_cap);
+        crate::settings::check_positive(problems, "synth.roleplay.concurrency", r.concurrency);
+        if r.dialogues > 0 && r.personas.is_none() {
+            problems.push(crate::error::Problem::new(
+                "synth.roleplay.personas",
+                "is required when `dialogues` is above 0 (a TOML persona pool)",
+            ));
+        }
+    }
+
+    fn plan(&self, s: &Settings) -> Result<Plan> {
+        let c = cfg(s);
+        let hash = json!({
+            "roleplay": c.roleplay, "roles": [c.planner_role, c.user_role, c.assistant_role],
+            "seed": s.config.project.seed, "execute": s.config.execute,
+            "servers": super::server_hash_part(s)?,
+        });
+        Ok(Plan { inputs: pool_path(s).into_iter().collect(), config_hash: section_hash(&hash)? })
+    }
+
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let s = ctx.settings;
+        let sc = cfg(s);
+        let rp = &sc.roleplay;
+        let path = pool_path(s).context("`synth.roleplay.personas` is not set")?;
+        let pool = read_pool(inputs.bytes(&path)?, &s.display_path(&path))?;
+        let mut sessions = crate::logs::read_sessions(
+            inputs.open_of(&crate::logs::split::GRAPH_SOURCE)?,
+            "logs-split/graph_source.jsonl",
+        )?;
+        sessions.extend(crate::logs::read_sessions(
+            inputs.open_of(&crate::logs::split::BENCHMARK)?,
+            "logs-split/benchmark.jsonl",
+        )?);
+        let subs = sub_info(&sessions);
+        let catalog: Vec<LogTool> = inputs.json(&crate::logs::import::CATALOG)?;
+        let tools: BTreeMap<String, &LogTool> = catalog.iter().map(|t| (t.name.clone(), t)).collect();
+        let logged = if sc.server.is_none() {
+            crate::logs::read_sessions(inputs.open_of(&crate::logs::import::SESSIONS)?, "logs-import/sessions.jsonl")?
+        } else {
+            Vec::new()
+        };
+        let sub_names: Vec<String> = subs.keys().cloned().collect();
+        let plans = plan_dialogues(&pool, &sub_names, rp.dialogues, s.config.project.seed);
+
+        let run_id = ctx.ledger_run()?;
+        let opts = BatchOptions::new(STAGE, "dialogues", "dialogues")
+            .concurrency(rp.concurrency.max(1))
+            .max_failed_share(rp.max_failed_share, "synth.roleplay.max_failed_share")
+            .fail_point("synth_dialogue");
+        let mut batch = Batch::new(ctx, opts)?;
+        let mut es = s.config.execute.clone();
+        es.role = sc.assistant_role.clone();
+        let exec = batch.block_on(async {
+            let clients = super::clients(s, &catalog, &logged)?;
+            let recorder = Recorder::open(&s.artifacts, run_id, STAGE)?;
+            Executor::connect(clients, es, Some(recorder)).await
+        })?;
+        let items: Vec<(String, Plan1)> = plans.iter().map(|p| (p.id.clone(), p.clone())).collect();
+        let (ex, sc_ref, subs_ref, tools_ref) = (&exec, &sc, &subs, &tools);
+        let done = batch.run(items, |plan: Plan1, llm: Item| async move {
+            simulate(ex, sc_ref, subs_ref, tools_ref, plan, &llm).await
+        });
+        batch.block_on(exec.shutdown());
+        drop(exec);
+        let done = done?;
+
+        let mut lines = Vec::new();
+        let mut dialogues = Vec::new();
+        for (id, d) in &done.values {
+            let mut ev = NewEvent::new(
+                super::kind::DIALOGUE,
+                Some(&super::subject(id)),
+                json!({"sub_scenario": d.dialogue.sub_scenario, "persona": d.dialogue.persona, "goal": d.dialogue.goal,
+                       "turns": d.dialogue.turns.len(), "ended": d.dialogue.ended}),
+            );
+            for e in &d.events {
+                ev = ev.with_parent(Parent::Id(*e));
+            }
+            out.event(ev);
+            serde_json::to_writer(&mut lines, &d.dialogue)?;
+            lines.push(b'\n');
+            dialogues.push(d.dialogue.clone());
+        }
+        batch.finish(out)?;
+        out.file("dialogues.jsonl", lines);
+        out.file("report.md", report(&dialogues, plans.len()).into_bytes());
+        out.count("planned", plans.len());
+        out.count("dialogues", dialogues.len());
+        out.count("turns", dialogues.iter().map(|d| d.turns.len()).sum::<usize>());
+        out.notes.push(format!(
+            "{} of {} dialogues simulated ({} resumed)",
+            dialogues.len(),
+            plans.len(),
+            done.resumed
+        ));
+        Ok(())
+    }
+}
+
+/// Run one dialogue: goal, then user and assistant turns until done, the cap or a failure.
+async fn simulate(
+    exec: &Executor,
+    sc: &SynthSettings,
+    subs: &BTreeMap<String, (BTreeSet<String>, Vec<String>)>,
+    tools: &BTreeMap<String, &LogTool>,
+    plan: Plan1,
+    llm: &Item,
+) -> Result<Done1, ItemError> {
+    let rp = &sc.roleplay;
+    let (sub_tools, examples) = subs.get(&plan.sub_scenario).cloned().unwrap_or_default();
+    let tool_vars: Vec<Value> = sub_tools
+        .iter()
+        .map(|t| json!({"name": t, "description": tools.get(t).map(|x| x.description.clone()).unwrap_or_default()}))
+        .collect();
+    let goal_prompt = Prompt::new(
+        &rp.goal_template,
+        json!({"persona": plan.persona, "sub_scenario": plan.sub_scenario, "tools": tool_vars, "examples": examples}),
+    );
+    let goal = llm.typed_as::<Goal>(&sc.planner_role, &goal_prompt, "goal").await?;
+    let mut events = vec![goal.event_id];
+    let mut messages = vec![ChatMessage::System(exec.system_prompt().to_string())];
+    let mut visible: Vec<Visible> = Vec::new();
+    let mut turns = Vec::new();
+    let mut ended = "cap".to_string();
+    for k in 0..rp.turn_cap {
+        let up = Prompt::new(
+            &rp.user_template,
+            json!({"persona": plan.persona, "goal": goal.value.goal, "conversation": visible,
+                   "turn": k + 1, "turn_cap": rp.turn_cap}),
+        );
+        let u = llm.typed_as::<UserTurn>(&sc.user_role, &up, &format!("user{}", k + 1)).await?;
+        events.push(u.event_id);
+        let message = u.value.message.trim().to_string();
+        // The first turn always has a request; later, `done` (or nothing to say) ends it.
+        if k > 0 && (u.value.done || message.is_empty()) {
+            ended = "user".into();
+            break;
+        }
+        if message.is_empty() {
+            return Err(ItemError::Failed("the user simulator wrote an empty first message".into()));
+        }
+        messages.push(ChatMessage::User(message.clone()));
+        let q = Query { id: format!("{}:turn{}", plan.id, k + 1), query: message.clone(), chain: vec![] };
+        let mut t = Trajectory::start(&q);
+        exec.run_loop(llm, &q.id, &mut messages, &mut t).await;
+        events.extend(t.llm_events.iter().copied());
+        events.extend(t.calls.iter().filter_map(|c| c.ledger_event));
+        visible.push(Visible { role: "user", text: message.clone() });
+        if let Some(a) = &t.answer {
+            visible.push(Visible { role: "assistant", text: a.clone() });
+        }
+        let failed = t.status != RunStatus::Answered;
+        turns.push(DialogueTurn {
+            user: message,
+            user_exchange: u.exchange,
+            status: t.status,
+            reason: t.reason.clone(),
+            answer: t.answer.clone(),
+            groups: super::recorded_groups(&t.calls),
+        });
+        if failed {
+            ended = "failed".into();
+            break;
+        }
+    }
+    Ok(Done1 {
+        dialogue: Dialogue {
+            id: plan.id,
+            sub_scenario: plan.sub_scenario,
+            persona: plan.persona,
+            goal: goal.value.goal,
+            goal_exchange: goal.exchange,
+            turns,
+            ended,
+        },
+        events,
+    })
+}
+
+fn report(dialogues: &[Dialogue], planned: usize) -> String {
+    let mut md = String::from("# Role-play dialogues\n\n");
+    md.push_str(&format!("{} of {planned} planned dialogues simulated.\n\n", dialogues.len()));
+    md.push_str("| id | sub-scenario | turns | tool calls | ended | goal |\n|---|---|---|---|---|---|\n");
+    for d in dialogues {
+        let calls: usize = d.turns.iter().map(|t| t.groups.iter().map(Vec::len).sum::<usize>()).sum();
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            d.id,
+            d.sub_scenario,
+            d.turns.len(),
+            calls,
+            d.ended,
+            crate::logs::curate::one_line(&d.goal).replace('|', "\\|")
+        ));
+    }
+    md
+}

@@ -1,0 +1,788 @@
+//! `benchgen validate` (stage `validate`): FinMCP-Bench's automatic validation (stage 1 of
+//! its quality control) for every sample of the log track, real and synthesised, and the
+//! labels the benchmark reports.
+//!
+//! Samples: the real sessions of the benchmark pool (`logs split`; a seeded subset with
+//! `synth.validate.real_samples`), the chains of `synth chains` with their executions
+//! (`execute`), and the dialogues of `synth roleplay`. Checks:
+//!
+//! - every call of the reference trajectory ran without error (a logged error or missing
+//!   result; a failed, refused or unexecuted call);
+//! - chains: the run answered, every chain dependency `c_i → c_{i+1}` was kept (`c_i`'s group
+//!   strictly before `c_{i+1}`'s; extra calls allowed), and a final answer exists;
+//! - dialogues (and real multi-turn sessions): every turn answered, and the LLM
+//!   (`synth.judge_role`, [`DialogueCheck`]) finds every user request addressed, with a
+//!   reason per turn. It is asked only about dialogues that passed the checks above.
+//!
+//! Labels per sample: type (single-tool / multi-tool / multi-turn), difficulty by tool-call
+//! count (easy 1–5, medium 6–10, hard 11+), calls, groups, parallel calls (calls in groups
+//! of two or more), turns, sub-scenario.
+//!
+//! Outputs: `samples.jsonl` ([`crate::samples::VALIDATED`]: the accepted samples, unified
+//! model, sorted by id, `turns[].trajectory` filled, `author = "llm:<role>"` for synthesised
+//! ones), `finmcp.json` (the same samples in FinMCP's sample format), `verdicts.jsonl`
+//! (every sample: accepted or not, reasons, labels), `report.md` (yield funnel per
+//! sub-scenario with rejection reasons; Table-1-style statistics).
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::SynthSettings;
+use super::chains::{CHAINS, ChainRecord};
+use super::roleplay::{DIALOGUES, Dialogue, STOP};
+use crate::execute::{RunStatus, TRAJECTORIES, Trajectory};
+use crate::ledger::{Ledger, NewEvent, Parent};
+use crate::llm::Prompt;
+use crate::llm::batch::{Batch, BatchOptions, Item};
+use crate::logs::Session;
+use crate::model::{Difficulty, Family, Kind, PlanCall, RecordedCall, Sample, Turn};
+use crate::settings::{Settings, section_hash};
+use crate::stage::{ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
+
+pub const STAGE: &str = "validate";
+
+pub static SPEC: StageSpec = StageSpec {
+    name: STAGE,
+    command: "validate",
+    version: 1,
+    about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed), with labels",
+    reads: &[
+        crate::logs::split::BENCHMARK.read(),
+        CHAINS.optional(),
+        super::chains::SAMPLING.optional(),
+        TRAJECTORIES.optional(),
+        DIALOGUES.optional(),
+    ],
+    writes: &["samples.jsonl", "finmcp.json", "verdicts.jsonl", "report.md", "failed.json"],
+};
+
+/// Where a sample comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Real,
+    Chain,
+    Dialogue,
+}
+
+/// The labels of one sample.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Labels {
+    #[serde(rename = "type")]
+    pub kind: Kind,
+    pub difficulty: Difficulty,
+    pub tool_calls: usize,
+    pub groups: usize,
+    /// Calls in groups of two or more (FinMCP's `para_tool_call_number`).
+    pub parallel_calls: usize,
+    pub turns: usize,
+    pub sub_scenario: String,
+}
+
+/// The judge's verdict on one turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TurnCheck {
+    /// The turn number (1-based).
+    pub turn: u32,
+    /// True when the assistant's reply addressed this turn's request.
+    pub addressed: bool,
+    pub reason: String,
+}
+
+/// The judge's typed answer about one dialogue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DialogueCheck {
+    /// One entry per user turn.
+    pub turns: Vec<TurnCheck>,
+}
+
+/// The checkpointed judge verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checked {
+    pub turns: Vec<TurnCheck>,
+    pub exchange: String,
+    /// The exchange's ledger event (a parent of the verdict; not written to artifacts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<i64>,
+}
+
+/// One line of `verdicts.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub id: String,
+    pub source: Source,
+    pub accepted: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+    pub labels: Labels,
+    /// How far it got: `generated`, `executed` (its run produced a trajectory), `checked`.
+    pub reached: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<Checked>,
+}
+
+/// A sample under validation: the unified sample and what the checks found so far.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub sample: Sample,
+    pub source: Source,
+    pub sub_scenario: String,
+    pub reasons: Vec<String>,
+    pub executed: bool,
+    /// FinMCP: the user ended the dialogue (a final `###STOP###` message).
+    pub stopped_by_user: bool,
+    /// Session / chain / dialogue id of the origin (for ledger links).
+    pub origin: String,
+}
+
+/// Labels of a unified sample.
+pub fn labels(s: &Sample, sub_scenario: &str) -> Labels {
+    let groups: Vec<&Vec<RecordedCall>> = s.turns.iter().flat_map(|t| t.trajectory.iter()).collect();
+    Labels {
+        kind: s.kind,
+        difficulty: s.difficulty,
+        tool_calls: s.reference_calls(),
+        groups: groups.iter().filter(|g| !g.is_empty()).count(),
+        parallel_calls: groups.iter().filter(|g| g.len() >= 2).map(|g| g.len()).sum(),
+        turns: s.turns.len(),
+        sub_scenario: sub_scenario.to_string(),
+    }
+}
+
+/// The kind of a log-track sample by its shape.
+pub fn kind_of(turns: usize, calls: usize) -> Kind {
+    if turns > 1 {
+        Kind::MultiTurn
+    } else if calls > 1 {
+        Kind::MultiTool
+    } else {
+        Kind::SingleTool
+    }
+}
+
+/// A turn from executed groups: the plan lists every call (group = its step), and
+/// `deps` gives, per call index, the calls it depends on.
+fn turn_of(
+    user: &str,
+    groups: Vec<Vec<RecordedCall>>,
+    answer: Option<String>,
+    deps: &BTreeMap<usize, Vec<usize>>,
+) -> Turn {
+    let mut plan = Vec::new();
+    for (g, calls) in groups.iter().enumerate() {
+        for c in calls {
+            let i = plan.len();
+            plan.push(PlanCall {
+                alternatives: vec![c.tool.clone()],
+                group: g as u32,
+                depends_on: deps.get(&i).cloned().unwrap_or_default(),
+            });
+        }
+    }
+    Turn { user: user.to_string(), reference_plan: plan, gold_reply: answer, trajectory: groups }
+}
+
+fn call_errors(turns: &[Turn]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (ti, t) in turns.iter().enumerate() {
+        for (gi, g) in t.trajectory.iter().enumerate() {
+            for c in g {
+                if let Some(e) = &c.error {
+                    out.push(format!("turn {} group {gi}: `{}` did not succeed: {e}", ti + 1, c.tool));
+                } else if c.result.is_none() {
+                    out.push(format!("turn {} group {gi}: `{}` has no result", ti + 1, c.tool));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn scenario_path(sub: &str) -> Vec<String> {
+    sub.split('-').map(str::to_string).collect()
+}
+
+fn finish(mut sample: Sample) -> Sample {
+    sample.difficulty = Difficulty::from_calls(sample.reference_calls());
+    sample.kind = kind_of(sample.turns.len(), sample.reference_calls());
+    sample.provenance_id = super::subject(&sample.id);
+    sample
+}
+
+/// A real session of the benchmark pool.
+pub fn from_session(s: &Session) -> Candidate {
+    let turns: Vec<Turn> = s
+        .turns
+        .iter()
+        .map(|t| {
+            let groups = t
+                .groups
+                .iter()
+                .map(|g| {
+                    g.iter()
+                        .map(|c| RecordedCall {
+                            tool: c.tool.clone(),
+                            arguments: c.arguments.clone(),
+                            result: c.result.clone(),
+                            error: c.error.clone(),
+                        })
+                        .collect()
+                })
+                .collect();
+            turn_of(&t.user, groups, t.answer.clone(), &BTreeMap::new())
+        })
+        .collect();
+    let sub = s.sub_scenario();
+    let sample = finish(Sample {
+        id: format!("log:{}", s.id),
+        family: Family::Finmcp,
+        kind: Kind::SingleTool,
+        scenario: s.scenario.as_deref().map(scenario_path).unwrap_or_else(|| scenario_path(&sub)),
+        turns,
+        out_of_scope: false,
+        difficulty: Difficulty::Easy,
+        provenance_id: String::new(),
+        author: None,
+    });
+    let mut reasons = call_errors(&sample.turns);
+    if let Some(i) = sample.turns.iter().position(|t| t.gold_reply.as_deref().is_none_or(|a| a.trim().is_empty())) {
+        reasons.push(format!("turn {} has no final answer", i + 1));
+    }
+    Candidate {
+        sample,
+        source: Source::Real,
+        sub_scenario: sub,
+        reasons,
+        executed: true,
+        stopped_by_user: false,
+        origin: s.id.clone(),
+    }
+}
+
+/// A chain and its execution (when it ran).
+pub fn from_chain(c: &ChainRecord, t: Option<&Trajectory>, author_role: &str) -> Candidate {
+    let mut reasons = Vec::new();
+    let (turn, executed) = match t {
+        None => {
+            reasons.push("not executed: `execute` has no trajectory for it".to_string());
+            (Turn { user: c.query.clone(), reference_plan: vec![], gold_reply: None, trajectory: vec![] }, false)
+        }
+        Some(t) => {
+            let groups = super::recorded_groups(&t.calls);
+            // Dependencies of the matched chain calls: each chain step's call depends on the
+            // previous step's call (indices into the plan, which lists calls group by group).
+            let mut deps = BTreeMap::new();
+            if let Some(check) = &t.chain_check {
+                let mut index_of = BTreeMap::new();
+                let mut i = 0;
+                for (g, calls) in groups.iter().enumerate() {
+                    for call in calls {
+                        index_of.entry((g, call.tool.clone())).or_insert(i);
+                        i += 1;
+                    }
+                }
+                let matched: Vec<Option<usize>> = check
+                    .groups
+                    .iter()
+                    .zip(&c.tools)
+                    .map(|(g, tool)| g.and_then(|g| index_of.get(&(g, tool.clone())).copied()))
+                    .collect();
+                for w in matched.windows(2) {
+                    if let [Some(a), Some(b)] = w {
+                        deps.insert(*b, vec![*a]);
+                    }
+                }
+                if !check.preserved {
+                    reasons.extend(check.problems.iter().map(|p| format!("chain not kept: {p}")));
+                }
+            } else {
+                reasons.push("the execution carries no chain check".into());
+            }
+            if t.status != RunStatus::Answered {
+                reasons.push(format!(
+                    "the run ended `{}`{}",
+                    t.status.as_str(),
+                    t.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+                ));
+            }
+            let answer = t.answer.clone().filter(|a| !a.trim().is_empty());
+            if answer.is_none() && t.status == RunStatus::Answered {
+                reasons.push("no final answer".into());
+            }
+            (turn_of(&c.query, groups, answer, &deps), true)
+        }
+    };
+    let turns = vec![turn];
+    // Call errors first: they are the paper's first criterion.
+    let mut all = call_errors(&turns);
+    all.extend(reasons);
+    let sample = finish(Sample {
+        id: c.id.clone(),
+        family: Family::Finmcp,
+        kind: Kind::MultiTool,
+        scenario: scenario_path(&c.sub_scenario),
+        turns,
+        out_of_scope: false,
+        difficulty: Difficulty::Easy,
+        provenance_id: String::new(),
+        author: Some(format!("llm:{author_role}")),
+    });
+    Candidate {
+        sample,
+        source: Source::Chain,
+        sub_scenario: c.sub_scenario.clone(),
+        reasons: all,
+        executed,
+        stopped_by_user: false,
+        origin: c.id.clone(),
+    }
+}
+
+/// A simulated dialogue.
+pub fn from_dialogue(d: &Dialogue, author_role: &str) -> Candidate {
+    let turns: Vec<Turn> = d
+        .turns
+        .iter()
+        .map(|t| {
+            turn_of(&t.user, t.groups.clone(), t.answer.clone().filter(|a| !a.trim().is_empty()), &BTreeMap::new())
+        })
+        .collect();
+    let mut reasons = call_errors(&turns);
+    for (i, t) in d.turns.iter().enumerate() {
+        if t.status != RunStatus::Answered {
+            reasons.push(format!(
+                "turn {}: the assistant's run ended `{}`{}",
+                i + 1,
+                t.status.as_str(),
+                t.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+            ));
+        } else if t.answer.as_deref().is_none_or(|a| a.trim().is_empty()) {
+            reasons.push(format!("turn {}: no reply", i + 1));
+        }
+    }
+    if turns.is_empty() {
+        reasons.push("the dialogue has no turn".into());
+    }
+    let sample = finish(Sample {
+        id: d.id.clone(),
+        family: Family::Finmcp,
+        kind: Kind::MultiTurn,
+        scenario: scenario_path(&d.sub_scenario),
+        turns,
+        out_of_scope: false,
+        difficulty: Difficulty::Easy,
+        provenance_id: String::new(),
+        author: Some(format!("llm:{author_role}")),
+    });
+    Candidate {
+        sample,
+        source: Source::Dialogue,
+        sub_scenario: d.sub_scenario.clone(),
+        reasons,
+        executed: !d.turns.is_empty(),
+        stopped_by_user: d.ended == "user",
+        origin: d.id.clone(),
+    }
+}
+
+/// Does a dialogue need the judge? (Multi-turn samples that passed the automatic checks.)
+fn needs_judge(c: &Candidate) -> bool {
+    c.reasons.is_empty() && c.sample.kind == Kind::MultiTurn
+}
+
+/// The judge's reasons to reject (empty: every request addressed). A verdict that does
+/// not cover every turn rejects the sample too.
+pub fn judge_reasons(check: &[TurnCheck], turns: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for n in 1..=turns {
+        match check.iter().find(|t| t.turn as usize == n) {
+            None => out.push(format!("turn {n}: the judge gave no verdict")),
+            Some(t) if !t.addressed => out.push(format!("turn {n}: request not addressed: {}", t.reason)),
+            Some(_) => {}
+        }
+    }
+    out
+}
+
+/// The judge prompt of a multi-turn sample: the conversation with the tools each turn used.
+pub fn check_prompt(template: &str, s: &Sample) -> Prompt {
+    let turns: Vec<Value> = s
+        .turns
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let tools: Vec<&str> = t.trajectory.iter().flatten().map(|c| c.tool.as_str()).collect();
+            json!({"turn": i + 1, "user": t.user, "tools": tools, "reply": t.gold_reply.clone().unwrap_or_default()})
+        })
+        .collect();
+    Prompt::new(template, json!({"turns": turns}))
+}
+
+/// A sample in FinMCP's sample format (`id`, `scenery`, `diff_level`, `tool_list` groups,
+/// `question`, `answer`, `messages`, `first-class`, `sub-class`, `task`).
+pub fn finmcp_sample(c: &Candidate) -> Value {
+    let s = &c.sample;
+    let mut messages = Vec::new();
+    let mut n = 0usize;
+    let mut tool_list: Vec<Vec<String>> = Vec::new();
+    for t in &s.turns {
+        messages.push(json!({"role": "user", "content": t.user}));
+        for g in &t.trajectory {
+            let mut calls = Vec::new();
+            let mut results = Vec::new();
+            for (i, call) in g.iter().enumerate() {
+                let id = format!("call_{n:04x}");
+                n += 1;
+                let args = serde_json::to_string(&call.arguments).unwrap_or_default();
+                calls.push(json!({"id": id, "type": "function", "index": i,
+                                   "function": {"name": call.tool, "arguments": args}}));
+                let content = call.result.clone().or_else(|| call.error.clone()).unwrap_or_default();
+                results.push(json!({"role": "tool", "content": content, "tool_call_id": id, "name": call.tool}));
+            }
+            tool_list.push(g.iter().map(|c| c.tool.clone()).collect());
+            messages.push(json!({"role": "assistant", "content": "", "tool_calls": calls}));
+            messages.extend(results);
+        }
+        messages.push(json!({"role": "assistant", "content": t.gold_reply.clone().unwrap_or_default()}));
+    }
+    if c.stopped_by_user {
+        messages.push(json!({"role": "user", "content": STOP}));
+    }
+    let l = labels(s, &c.sub_scenario);
+    let user_messages = messages.iter().filter(|m| m["role"] == "user").count();
+    let task = match s.kind {
+        Kind::SingleTool => "single step",
+        Kind::MultiTool => "multi step",
+        _ => "multi turn",
+    };
+    let scenery = s.scenario.join("-");
+    json!({
+        "id": s.id,
+        "scenery": scenery,
+        "diff_level": {"turns": user_messages, "tool_number": l.tool_calls,
+                       "para_tool_call_number": l.parallel_calls, "level": s.difficulty.as_str()},
+        "tool_list": tool_list,
+        "question": s.turns.first().map(|t| t.user.clone()).unwrap_or_default(),
+        "answer": s.turns.last().and_then(|t| t.gold_reply.clone()).unwrap_or_default(),
+        "messages": messages,
+        "first-class": s.scenario.first().cloned().unwrap_or_default(),
+        "sub-class": s.scenario.get(1).cloned().unwrap_or_default(),
+        "task": task,
+    })
+}
+
+fn cfg(s: &Settings) -> SynthSettings {
+    super::settings(s)
+}
+
+pub struct ValidateStage;
+
+impl Stage for ValidateStage {
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
+    }
+
+    fn enabled(&self, s: &Settings) -> bool {
+        super::enabled(s)
+    }
+
+    fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
+        vec![ConfigRef::new("synth.judge_role", &cfg(s).judge_role)]
+    }
+
+    fn prompts(&self, s: &Settings) -> Vec<PromptRef> {
+        let vars = json!({"turns": [{"turn": 1, "user": "u", "tools": ["t"], "reply": "r"}]});
+        vec![PromptRef::new("synth.validate.check_template", &cfg(s).validate.check_template, vars)]
+    }
+
+    fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        crate::settings::check_positive(problems, "synth.validate.concurrency", cfg(s).validate.concurrency);
+    }
+
+    fn plan(&self, s: &Settings) -> Result<Plan> {
+        let c = cfg(s);
+        let hash = json!({"validate": c.validate, "judge_role": c.judge_role, "planner_role": c.planner_role,
+                          "user_role": c.user_role, "seed": s.config.project.seed});
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&hash)? })
+    }
+
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let s = ctx.settings;
+        let sc = cfg(s);
+        let v = &sc.validate;
+        let mut real =
+            crate::logs::read_sessions(inputs.open_of(&crate::logs::split::BENCHMARK)?, "logs-split/benchmark.jsonl")?;
+        real.sort_by(|a, b| a.id.cmp(&b.id));
+        let real_pool = real.len();
+        if let Some(n) = v.real_samples {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(s.config.project.seed ^ 0x7661_6c69_6461_7465);
+            real.shuffle(&mut rng);
+            real.truncate(n);
+            real.sort_by(|a, b| a.id.cmp(&b.id));
+        }
+        let chains: Vec<ChainRecord> =
+            if inputs.has(&CHAINS) { jsonl(inputs.bytes_of(&CHAINS)?, "synth-chains/chains.jsonl")? } else { vec![] };
+        let trajectories: BTreeMap<String, Trajectory> = if inputs.has(&TRAJECTORIES) {
+            jsonl::<Trajectory>(inputs.bytes_of(&TRAJECTORIES)?, "execute/trajectories.jsonl")?
+                .into_iter()
+                .map(|t| (t.id.clone(), t))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        let dialogues: Vec<Dialogue> = if inputs.has(&DIALOGUES) {
+            jsonl(inputs.bytes_of(&DIALOGUES)?, "synth-roleplay/dialogues.jsonl")?
+        } else {
+            vec![]
+        };
+
+        let mut cands: Vec<Candidate> = real.iter().map(from_session).collect();
+        cands.extend(chains.iter().map(|c| from_chain(c, trajectories.get(&c.id), &sc.planner_role)));
+        cands.extend(dialogues.iter().map(|d| from_dialogue(d, &sc.user_role)));
+        cands.sort_by(|a, b| a.sample.id.cmp(&b.sample.id));
+        if let Some(w) = cands.windows(2).find(|w| w[0].sample.id == w[1].sample.id) {
+            anyhow::bail!("two samples share the id `{}`; sample ids must be unique", w[0].sample.id);
+        }
+
+        let items: Vec<(String, Prompt)> = cands
+            .iter()
+            .filter(|c| needs_judge(c))
+            .map(|c| (c.sample.id.clone(), check_prompt(&v.check_template, &c.sample)))
+            .collect();
+        let opts = BatchOptions::new(STAGE, "validate", "dialogues")
+            .concurrency(v.concurrency.max(1))
+            .max_failed_share(v.max_failed_share, "synth.validate.max_failed_share")
+            .fail_point("validate_dialogue");
+        let mut batch = Batch::new(ctx, opts)?;
+        let role = sc.judge_role.as_str();
+        let done = batch.run(items, |prompt: Prompt, llm: Item| async move {
+            let reply = llm.typed::<DialogueCheck>(role, &prompt).await?;
+            let mut turns = reply.value.turns;
+            for t in &mut turns {
+                t.reason = crate::logs::curate::one_line(&t.reason);
+            }
+            Ok(Checked { turns, exchange: reply.exchange, event: Some(reply.event_id) })
+        })?;
+        let failed: BTreeMap<String, String> = done.failed.iter().map(|f| (f.item.clone(), f.reason.clone())).collect();
+
+        // Ledger links: each verdict's parents are the events that made the sample.
+        let ledger = Ledger::open(&s.artifacts)?;
+        let run_of = |stage: &str| ctx.manifest_of(stage).map(|m| m.run_id);
+        let origin_event = |c: &Candidate| -> Result<Vec<i64>> {
+            let mut ids = Vec::new();
+            let last = |subject: &str, stage: &str, kind: &str| -> Result<Option<i64>> {
+                let Some(run) = run_of(stage) else { return Ok(None) };
+                Ok(ledger.events_for(subject, &[run])?.into_iter().rev().find(|e| e.kind == kind).map(|e| e.id))
+            };
+            match c.source {
+                Source::Real => {
+                    ids.extend(last(&crate::logs::subject(&c.origin), "logs-split", crate::logs::kind::SPLIT)?);
+                }
+                Source::Chain => {
+                    ids.extend(last(&super::subject(&c.origin), super::chains::STAGE, super::kind::CHAIN)?);
+                    ids.extend(last(&c.origin, "execute", crate::execute::TRAJECTORY)?);
+                }
+                Source::Dialogue => {
+                    ids.extend(last(&super::subject(&c.origin), super::roleplay::STAGE, super::kind::DIALOGUE)?);
+                }
+            }
+            Ok(ids)
+        };
+
+        let mut verdicts = Vec::new();
+        let mut accepted: Vec<&Candidate> = Vec::new();
+        for c in &cands {
+            let id = &c.sample.id;
+            let mut reasons = c.reasons.clone();
+            let check = done.values.get(id).cloned();
+            let judge_event = check.as_ref().and_then(|c| c.event);
+            let check = check.map(|c| Checked { event: None, ..c });
+            if let Some(ch) = &check {
+                reasons.extend(judge_reasons(&ch.turns, c.sample.turns.len()));
+            } else if needs_judge(c) {
+                let why = failed.get(id).cloned().unwrap_or_else(|| "no verdict".into());
+                reasons.push(format!("the judge gave no usable verdict: {why}"));
+            }
+            let reached = if !c.executed {
+                "generated"
+            } else if check.is_some() || !needs_judge(c) {
+                "checked"
+            } else {
+                "executed"
+            };
+            let verdict = Verdict {
+                id: id.clone(),
+                source: c.source,
+                accepted: reasons.is_empty(),
+                reasons,
+                labels: labels(&c.sample, &c.sub_scenario),
+                reached: reached.into(),
+                check,
+            };
+            let mut ev = NewEvent::new(super::kind::VALIDATION, Some(&super::subject(id)), json!(verdict));
+            for p in origin_event(c)? {
+                ev = ev.with_parent(Parent::Id(p));
+            }
+            if let Some(e) = judge_event {
+                ev = ev.with_parent(Parent::Id(e));
+            }
+            out.event(ev);
+            if verdict.accepted {
+                accepted.push(c);
+            }
+            verdicts.push(verdict);
+        }
+        batch.finish(out)?;
+
+        let mut samples = Vec::new();
+        for c in &accepted {
+            serde_json::to_writer(&mut samples, &c.sample)?;
+            samples.push(b'\n');
+        }
+        out.file("samples.jsonl", samples);
+        let fin: Vec<Value> = accepted.iter().map(|c| finmcp_sample(c)).collect();
+        out.json("finmcp.json", &fin)?;
+        let mut lines = Vec::new();
+        for v in &verdicts {
+            serde_json::to_writer(&mut lines, v)?;
+            lines.push(b'\n');
+        }
+        out.file("verdicts.jsonl", lines);
+        let sampled = sampled_per_sub(inputs)?;
+        out.file("report.md", report(&verdicts, &accepted, &sampled, real_pool).into_bytes());
+        for src in [Source::Real, Source::Chain, Source::Dialogue] {
+            let name = format!("{src:?}").to_lowercase();
+            let all = verdicts.iter().filter(|v| v.source == src).count();
+            let ok = verdicts.iter().filter(|v| v.source == src && v.accepted).count();
+            out.count(&format!("{name}_candidates"), all);
+            out.count(&format!("{name}_accepted"), ok);
+        }
+        out.count("samples", accepted.len());
+        out.notes.push(format!(
+            "{} of {} samples accepted ({} real, {} chains, {} dialogues checked)",
+            accepted.len(),
+            verdicts.len(),
+            real.len(),
+            chains.len(),
+            dialogues.len()
+        ));
+        Ok(())
+    }
+}
+
+fn jsonl<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<Vec<T>> {
+    let mut out = Vec::new();
+    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        out.push(serde_json::from_slice(line).map_err(|e| anyhow::anyhow!("`{what}` line {}: {e}", i + 1))?);
+    }
+    Ok(out)
+}
+
+/// Chains sampled per sub-scenario (from `synth chains`' sampling file, when present).
+fn sampled_per_sub(inputs: &Inputs) -> Result<BTreeMap<String, usize>> {
+    if !inputs.has(&super::chains::SAMPLING) {
+        return Ok(BTreeMap::new());
+    }
+    let subs = inputs.json(&super::chains::SAMPLING)?;
+    Ok(subs.into_iter().map(|s| (s.sub_scenario, s.sampled.values().sum())).collect())
+}
+
+fn mean_median(xs: &mut [usize]) -> String {
+    if xs.is_empty() {
+        return "—".into();
+    }
+    xs.sort_unstable();
+    let mean = xs.iter().sum::<usize>() as f64 / xs.len() as f64;
+    let mid = xs.len() / 2;
+    let median = if xs.len() % 2 == 1 { xs[mid] as f64 } else { (xs[mid - 1] + xs[mid]) as f64 / 2.0 };
+    format!("{mean:.2} / {median}")
+}
+
+/// The report: yield funnel per source and sub-scenario, rejection reasons, Table-1 stats.
+pub fn report(
+    verdicts: &[Verdict],
+    accepted: &[&Candidate],
+    sampled: &BTreeMap<String, usize>,
+    real_pool: usize,
+) -> String {
+    let mut md = String::from("# Validation\n\n## Yield funnel\n\n");
+    md.push_str(&format!("Real samples: {real_pool} in the benchmark pool.\n\n"));
+    md.push_str("| source | sub-scenario | sampled | generated | executed | accepted | yield |\n|---|---|---|---|---|---|---|\n");
+    let mut rows: BTreeMap<(Source, String), [usize; 3]> = BTreeMap::new();
+    for v in verdicts {
+        let r = rows.entry((v.source, v.labels.sub_scenario.clone())).or_default();
+        r[0] += 1;
+        if v.reached != "generated" {
+            r[1] += 1;
+        }
+        if v.accepted {
+            r[2] += 1;
+        }
+    }
+    for ((src, sub), [gen_, exe, acc]) in &rows {
+        let samp = match src {
+            Source::Chain => sampled.get(sub).copied().unwrap_or(*gen_).to_string(),
+            _ => "—".into(),
+        };
+        let base = if *src == Source::Chain { sampled.get(sub).copied().unwrap_or(*gen_) } else { *gen_ };
+        let y = if base == 0 { 0.0 } else { *acc as f64 * 100.0 / base as f64 };
+        md.push_str(&format!(
+            "| {} | {sub} | {samp} | {gen_} | {exe} | {acc} | {y:.1}% |\n",
+            format!("{src:?}").to_lowercase()
+        ));
+    }
+    let mut reasons: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for v in verdicts.iter().filter(|v| !v.accepted) {
+        for r in &v.reasons {
+            // Group reasons by their kind: the text before the first `:` with numbers dropped.
+            let head: String = r.split(':').next().unwrap_or(r).chars().filter(|c| !c.is_ascii_digit()).collect();
+            *reasons.entry((format!("{:?}", v.source).to_lowercase(), head.trim().to_string())).or_default() += 1;
+        }
+    }
+    md.push_str("\n### Rejection reasons\n\n");
+    if reasons.is_empty() {
+        md.push_str("None.\n");
+    } else {
+        md.push_str("| source | reason | samples |\n|---|---|---|\n");
+        for ((src, r), n) in &reasons {
+            md.push_str(&format!("| {src} | {} | {n} |\n", r.replace('|', "\\|")));
+        }
+        md.push_str("\nEvery rejected sample's full reasons are in `verdicts.jsonl`.\n");
+    }
+    md.push_str("\n## Statistics of the accepted samples (Table 1 style)\n\n");
+    md.push_str("| type | samples | calls per sample (mean / median) | groups per sample (mean / median) | samples with parallel calls | turns (mean / median) | easy / medium / hard |\n|---|---|---|---|---|---|---|\n");
+    let mut by_kind: BTreeMap<Kind, Vec<Labels>> = BTreeMap::new();
+    for c in accepted {
+        by_kind.entry(c.sample.kind).or_default().push(labels(&c.sample, &c.sub_scenario));
+    }
+    let all: Vec<Labels> = by_kind.values().flatten().cloned().collect();
+    let mut groups: Vec<(String, Vec<Labels>)> =
+        by_kind.into_iter().map(|(k, v)| (k.as_str().to_string(), v)).collect();
+    groups.push(("all".into(), all));
+    for (name, ls) in groups {
+        let mut calls: Vec<usize> = ls.iter().map(|l| l.tool_calls).collect();
+        let mut gs: Vec<usize> = ls.iter().map(|l| l.groups).collect();
+        let mut turns: Vec<usize> = ls.iter().map(|l| l.turns).collect();
+        let par = ls.iter().filter(|l| l.parallel_calls > 0).count();
+        let d = |x: Difficulty| ls.iter().filter(|l| l.difficulty == x).count();
+        md.push_str(&format!(
+            "| {name} | {} | {} | {} | {par} | {} | {} / {} / {} |\n",
+            ls.len(),
+            mean_median(&mut calls),
+            mean_median(&mut gs),
+            mean_median(&mut turns),
+            d(Difficulty::Easy),
+            d(Difficulty::Medium),
+            d(Difficulty::Hard)
+        ));
+    }
+    md
+}
