@@ -17,6 +17,7 @@ pub mod filter;
 pub mod formats;
 pub mod graph;
 pub mod json;
+pub mod levels;
 pub mod ledger;
 pub mod llm;
 pub mod logs;

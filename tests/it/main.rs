@@ -14,6 +14,7 @@ mod formats;
 mod foundation_cli;
 mod foundation_safety;
 mod harden;
+mod levels;
 mod llm_batch;
 mod llm_cli;
 mod llm_client;
