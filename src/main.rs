@@ -6,8 +6,8 @@ use anyhow::Result;
 use clap::Parser;
 
 use benchgen::cli::{
-    Cli, Command, EfsCommand, EfsReviewCommand, GraphCommand, GraphReviewCommand, LevelsCommand, LlmCommand, LogsCommand, McpCommand,
-    RegistryCommand, StagesFormat,
+    Cli, Command, EfsCommand, EfsReviewCommand, GraphCommand, GraphReviewCommand, LevelsCommand, LlmCommand,
+    LogsCommand, McpCommand, RegistryCommand, StagesFormat,
 };
 use benchgen::printer::Printer;
 use benchgen::settings::Settings;

@@ -95,7 +95,14 @@ pub fn visualization(names: &[String], deps: &[Vec<usize>]) -> String {
         }
     }
     let mut lines = Vec::new();
-    fn walk(i: usize, prefix: &str, last: Option<bool>, names: &[String], children: &[Vec<usize>], lines: &mut Vec<String>) {
+    fn walk(
+        i: usize,
+        prefix: &str,
+        last: Option<bool>,
+        names: &[String],
+        children: &[Vec<usize>],
+        lines: &mut Vec<String>,
+    ) {
         let par = if children[i].len() > 1 { " (parallel)" } else { "" };
         let (head, next) = match last {
             None => (String::new(), String::new()),
@@ -119,7 +126,11 @@ pub fn plan(steps: &[Step]) -> Vec<PlanCall> {
     for (i, s) in steps.iter().enumerate() {
         depth[i] = s.depends_on.iter().filter(|&&d| d < i).map(|&d| depth[d] + 1).max().unwrap_or(0);
     }
-    steps.iter().zip(depth).map(|(s, g)| PlanCall { alternatives: s.tools.clone(), group: g, depends_on: s.depends_on.clone() }).collect()
+    steps
+        .iter()
+        .zip(depth)
+        .map(|(s, g)| PlanCall { alternatives: s.tools.clone(), group: g, depends_on: s.depends_on.clone() })
+        .collect()
 }
 
 /// One row of the statistics table (ETOM's Table 1 plus alternatives).
@@ -148,8 +159,12 @@ pub fn stat_row(level: u8, qs: &[LevelQuery], gens: &[Generated]) -> StatRow {
         level,
         queries: qs.len(),
         tools_per_query: mean(qs.iter().map(|q| q.ground_truth_tools.len())),
-        servers_per_query: mean(gens.iter().map(|g| g.steps.iter().map(|s| server(&s.tools[0])).collect::<BTreeSet<_>>().len())),
-        servers_all_alternatives: mean(gens.iter().map(|g| g.steps.iter().flat_map(|s| s.tools.iter().map(server)).collect::<BTreeSet<_>>().len())),
+        servers_per_query: mean(
+            gens.iter().map(|g| g.steps.iter().map(|s| server(&s.tools[0])).collect::<BTreeSet<_>>().len()),
+        ),
+        servers_all_alternatives: mean(
+            gens.iter().map(|g| g.steps.iter().flat_map(|s| s.tools.iter().map(server)).collect::<BTreeSet<_>>().len()),
+        ),
         alternatives_per_step: {
             let steps: Vec<usize> = gens.iter().flat_map(|g| g.steps.iter().map(|s| s.tools.len())).collect();
             mean(steps.into_iter())
@@ -187,7 +202,10 @@ fn bars_svg(title: &str, bars: &[(String, f64)], x_desc: &str) -> Result<String>
         chart
             .draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
                 let row = n - 1 - i;
-                let mut r = Rectangle::new([(0.0, SegmentValue::Exact(row)), (*v, SegmentValue::Exact(row + 1))], RGBColor(66, 113, 196).filled());
+                let mut r = Rectangle::new(
+                    [(0.0, SegmentValue::Exact(row)), (*v, SegmentValue::Exact(row + 1))],
+                    RGBColor(66, 113, 196).filled(),
+                );
                 r.set_margin(4, 4, 0, 0);
                 r
             }))
@@ -200,8 +218,11 @@ fn bars_svg(title: &str, bars: &[(String, f64)], x_desc: &str) -> Result<String>
 /// Level files, samples and statistics from the five levels' outputs.
 pub fn export(catalog: &Catalog, levels: &[LevelOut], author: &str) -> Result<Exported> {
     let look = super::Lookup::new(catalog);
-    let categories: BTreeMap<String, String> =
-        catalog.servers.iter().map(|s| (s.name.trim().to_string(), s.categories.first().cloned().unwrap_or_default())).collect();
+    let categories: BTreeMap<String, String> = catalog
+        .servers
+        .iter()
+        .map(|s| (s.name.trim().to_string(), s.categories.first().cloned().unwrap_or_default()))
+        .collect();
     let mut files = Vec::new();
     let mut samples = Vec::new();
     let mut stats = Vec::new();
@@ -216,7 +237,11 @@ pub fn export(catalog: &Catalog, levels: &[LevelOut], author: &str) -> Result<Ex
                 extra.insert("category".into(), serde_json::json!(c));
             }
             let viz = (lv.level == 3).then(|| {
-                let names: Vec<String> = g.steps.iter().map(|s| crate::model::split_tool_id(&s.tools[0]).map(|(_, t)| t.to_string()).unwrap_or_default()).collect();
+                let names: Vec<String> = g
+                    .steps
+                    .iter()
+                    .map(|s| crate::model::split_tool_id(&s.tools[0]).map(|(_, t)| t.to_string()).unwrap_or_default())
+                    .collect();
                 visualization(&names, &g.steps.iter().map(|s| s.depends_on.clone()).collect::<Vec<_>>())
             });
             qs.push(LevelQuery {
@@ -231,7 +256,13 @@ pub fn export(catalog: &Catalog, levels: &[LevelOut], author: &str) -> Result<Ex
             let reference_plan = plan(&g.steps);
             let mut scenario: Vec<String> = match &g.category {
                 Some(c) => vec![c.clone()],
-                None => g.steps.iter().filter_map(|s| crate::model::split_tool_id(&s.tools[0])).filter_map(|(s, _)| categories.get(s).cloned()).filter(|c| !c.is_empty()).collect(),
+                None => g
+                    .steps
+                    .iter()
+                    .filter_map(|s| crate::model::split_tool_id(&s.tools[0]))
+                    .filter_map(|(s, _)| categories.get(s).cloned())
+                    .filter(|c| !c.is_empty())
+                    .collect(),
             };
             scenario.sort();
             scenario.dedup();
@@ -297,7 +328,10 @@ impl Stage for ExportStage {
         let q: Vec<(String, f64)> = ex.stats.iter().map(|r| (format!("L{}", r.level), r.queries as f64)).collect();
         out.file("queries.svg", bars_svg("Queries per level", &q, "queries")?.into_bytes());
         let t: Vec<(String, f64)> = ex.stats.iter().map(|r| (format!("L{}", r.level), r.tools_per_query)).collect();
-        out.file("steps.svg", bars_svg("Reference entries per query (mean)", &t, "ground_truth_tools entries")?.into_bytes());
+        out.file(
+            "steps.svg",
+            bars_svg("Reference entries per query (mean)", &t, "ground_truth_tools entries")?.into_bytes(),
+        );
 
         let mut w = csv::Writer::from_writer(Vec::new());
         w.write_record(["level", "item", "reason"])?;
@@ -306,10 +340,18 @@ impl Stage for ExportStage {
         for r in &ex.stats {
             md.push_str(&format!(
                 "| L{} | {} | {:.2} | {:.2} | {:.2} | {:.2} |\n",
-                r.level, r.queries, r.tools_per_query, r.servers_per_query, r.servers_all_alternatives, r.alternatives_per_step
+                r.level,
+                r.queries,
+                r.tools_per_query,
+                r.servers_per_query,
+                r.servers_all_alternatives,
+                r.alternatives_per_step
             ));
         }
-        md.push_str(&format!("\nTotal: {} queries. ![queries](queries.svg) ![steps](steps.svg)\n\n## Yield funnels\n", ex.samples.len()));
+        md.push_str(&format!(
+            "\nTotal: {} queries. ![queries](queries.svg) ![steps](steps.svg)\n\n## Yield funnels\n",
+            ex.samples.len()
+        ));
         for lv in &levels {
             md.push_str(&format!("\n### L{}\n\n| step | count |\n|---|---|\n", lv.level));
             for (label, n) in &lv.funnel.steps {

@@ -79,7 +79,9 @@ impl Mention {
     pub fn check(&self, query: &str) -> Option<String> {
         let q = query.to_lowercase();
         match self {
-            Mention::Must(p) if !q.contains(&p.to_lowercase()) => Some(format!("platform not named: `{p}` does not occur")),
+            Mention::Must(p) if !q.contains(&p.to_lowercase()) => {
+                Some(format!("platform not named: `{p}` does not occur"))
+            }
             Mention::MustNot(ps) => ps
                 .iter()
                 .find(|p| !p.is_empty() && q.contains(&p.to_lowercase()))
@@ -183,7 +185,10 @@ impl Stage for L1Stage {
         let vars = sample_vars();
         let mut v = vars.clone();
         v["query"] = json!("q");
-        vec![PromptRef::new("levels.l1_write", WRITE_TEMPLATE, vars), PromptRef::new("levels.l1_verify", VERIFY_TEMPLATE, v)]
+        vec![
+            PromptRef::new("levels.l1_write", WRITE_TEMPLATE, vars),
+            PromptRef::new("levels.l1_verify", VERIFY_TEMPLATE, v),
+        ]
     }
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
         crate::settings::check_positive(problems, "levels.l1.candidates", super::settings(s).l1.candidates);

@@ -78,15 +78,26 @@ pub fn plan_items(
     for (set_id, members) in sets {
         let present: Vec<&String> = members.iter().filter(|m| look.get(m).is_some()).collect();
         if present.len() < members.len() {
-            funnel.reject(&format!("set:{set_id}"), "set not in catalog: a member is missing from the filtered catalog");
+            funnel
+                .reject(&format!("set:{set_id}"), "set not in catalog: a member is missing from the filtered catalog");
             continue;
         }
         if !members.iter().any(|m| profiles.eligible(m)) {
-            funnel.reject(&format!("set:{set_id}"), "no eligible member: every member is middleware, system-facing or platform-less");
+            funnel.reject(
+                &format!("set:{set_id}"),
+                "no eligible member: every member is middleware, system-facing or platform-less",
+            );
             continue;
         }
-        let tools: Vec<Value> = members.iter().filter_map(|m| look.get(m)).map(|(s, t)| super::tool_vars(s, t)).collect();
-        let platforms: Vec<String> = members.iter().filter_map(|m| profiles.platform(m)).map(str::to_string).collect::<BTreeSet<_>>().into_iter().collect();
+        let tools: Vec<Value> =
+            members.iter().filter_map(|m| look.get(m)).map(|(s, t)| super::tool_vars(s, t)).collect();
+        let platforms: Vec<String> = members
+            .iter()
+            .filter_map(|m| profiles.platform(m))
+            .map(str::to_string)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
         items.push(L2Item {
             key: format!("set:{set_id}"),
             members: members.clone(),
@@ -104,8 +115,17 @@ pub fn plan_items(
             Some(p) if p.excluded.is_some() => funnel.reject(&id, p.excluded.clone().unwrap_or_default()),
             Some(p) => {
                 let platform = profiles.platform(&id).unwrap_or_default().to_string();
-                let mention = if p.coupling == Coupling::TightlyCoupled { Mention::Must(platform.clone()) } else { Mention::MustNot(vec![platform.clone()]) };
-                items.push(L2Item { key: format!("tool:{id}"), members: vec![id], vars: json!({"tools": [super::tool_vars(srv, t)], "platform": platform}), mention });
+                let mention = if p.coupling == Coupling::TightlyCoupled {
+                    Mention::Must(platform.clone())
+                } else {
+                    Mention::MustNot(vec![platform.clone()])
+                };
+                items.push(L2Item {
+                    key: format!("tool:{id}"),
+                    members: vec![id],
+                    vars: json!({"tools": [super::tool_vars(srv, t)], "platform": platform}),
+                    mention,
+                });
             }
         }
     }
@@ -129,7 +149,10 @@ impl Stage for L2Stage {
         let vars = json!({"tools": [tool], "platform": "P", "n": 2, "rule": "MUST NOT"});
         let mut v = vars.clone();
         v["query"] = json!("q");
-        vec![PromptRef::new("levels.l2_write", WRITE_TEMPLATE, vars), PromptRef::new("levels.l2_verify", VERIFY_TEMPLATE, v)]
+        vec![
+            PromptRef::new("levels.l2_write", WRITE_TEMPLATE, vars),
+            PromptRef::new("levels.l2_verify", VERIFY_TEMPLATE, v),
+        ]
     }
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
         crate::settings::check_positive(problems, "levels.l2.candidates", super::settings(s).l2.candidates);
@@ -150,7 +173,8 @@ impl Stage for L2Stage {
         funnel.step("EFS sets", sets.len());
         funnel.step("items (sets + singleton tools)", all.len());
         // Sets first: a small sample still exercises the merge.
-        let (set_items, tool_items): (Vec<L2Item>, Vec<L2Item>) = all.into_iter().partition(|i| i.key.starts_with("set:"));
+        let (set_items, tool_items): (Vec<L2Item>, Vec<L2Item>) =
+            all.into_iter().partition(|i| i.key.starts_with("set:"));
         let cap = l.l2.max_items;
         let sets_kept = super::seeded_subset(&set_items, cap, seed, "l2:sets");
         let room = cap.saturating_sub(sets_kept.len());
@@ -166,7 +190,8 @@ impl Stage for L2Stage {
         }
         let chosen: Vec<L2Item> = sets_kept.into_iter().chain(tools_kept).collect();
         funnel.step("asked", chosen.len());
-        let members: BTreeMap<String, Vec<String>> = chosen.iter().map(|i| (i.key.clone(), i.members.clone())).collect();
+        let members: BTreeMap<String, Vec<String>> =
+            chosen.iter().map(|i| (i.key.clone(), i.members.clone())).collect();
         let items: Vec<(String, (Value, Mention))> = chosen.into_iter().map(|i| (i.key, (i.vars, i.mention))).collect();
         let mut batch = Batch::new(ctx, super::batch_options(STAGE, "L2", "tools and sets", s))?;
         let (writer, judge, n) = (l.writer_role.as_str(), l.judge_role.as_str(), l.l2.candidates);

@@ -4,7 +4,8 @@
 //! produced by A (ETOM's rule) — with three fixes for ETOM's defects:
 //! - parameter names are compared without stripping one trailing letter (ETOM turns
 //!   `address` into `addres`); case, `_`, `-` and spaces are ignored and a plural matches
-//!   its singular (`ids` ↔ `id`, `addresses` ↔ `address`, `entries` ↔ `entry`);
+//!   its singular (`ids` ↔ `id`, `addresses` ↔ `address`, `entries` ↔ `entry`; never
+//!   `address` ↔ `addres`);
 //! - where both schemas give a type the types must be compatible (an array's item type
 //!   when a list feeds a single value);
 //! - the first tool passes the start filter on whole name words (`target` is not `get`),
@@ -56,8 +57,11 @@ pub fn norm_param(p: &str) -> String {
 /// Whether an input name is served by an output name (normalised; plural ↔ singular).
 pub fn names_match(input: &str, output: &str) -> bool {
     let (a, b) = (norm_param(input), norm_param(output));
+    // English plurals: `+s` (but a word ending in -ss, -us or -is is no `+s` plural:
+    // `address`, `status`, `analysis`), `+es`, `-y` → `-ies`.
     let plural = |s: &str, p: &str| {
-        p == format!("{s}s") || p == format!("{s}es") || (s.ends_with('y') && p == format!("{}ies", &s[..s.len() - 1]))
+        let s_plural = p == format!("{s}s") && !["ss", "us", "is"].iter().any(|e| p.ends_with(e));
+        s_plural || p == format!("{s}es") || (s.ends_with('y') && p == format!("{}ies", &s[..s.len() - 1]))
     };
     a == b || plural(&a, &b) || plural(&b, &a)
 }
@@ -133,7 +137,13 @@ pub fn simple_paths(n: usize, edges: &BTreeSet<(usize, usize)>, max_len: usize) 
     }
     let mut out = Vec::new();
     let mut truncated = false;
-    fn walk(path: &mut Vec<usize>, next: &[Vec<usize>], max_len: usize, out: &mut Vec<Vec<usize>>, truncated: &mut bool) {
+    fn walk(
+        path: &mut Vec<usize>,
+        next: &[Vec<usize>],
+        max_len: usize,
+        out: &mut Vec<Vec<usize>>,
+        truncated: &mut bool,
+    ) {
         if out.len() >= MAX_PATHS {
             *truncated = true;
             return;
@@ -253,7 +263,10 @@ pub fn annotation_deps(chain: &[String], g: &DepGraph) -> Vec<Vec<usize>> {
         let pos = if node.id >= 1 && chain.get(node.id - 1).is_some_and(|t| *t == node.tool_name.trim()) {
             Some(node.id - 1)
         } else {
-            chain.iter().position(|t| *t == node.tool_name.trim()).or(node.id.checked_sub(1).filter(|&p| p < chain.len()))
+            chain
+                .iter()
+                .position(|t| *t == node.tool_name.trim())
+                .or(node.id.checked_sub(1).filter(|&p| p < chain.len()))
         };
         if let Some(p) = pos {
             // Index `chain.len()` marks an out-of-range reference for the repair to report.
@@ -333,14 +346,18 @@ impl Stage for L3Stage {
                 continue;
             }
             if truncated {
-                funnel.reject(&server, format!("paths truncated: more than {MAX_PATHS} simple paths, the rest not enumerated"));
+                funnel.reject(
+                    &server,
+                    format!("paths truncated: more than {MAX_PATHS} simple paths, the rest not enumerated"),
+                );
             }
             let picked = super::seeded_subset(&chains, c.max_chains_per_server, seed, &format!("l3:{server}"));
             for ch in chains.iter().filter(|ch| !picked.contains(ch)) {
                 funnel.reject(&chain_key(&server, ch), "not sampled: beyond `levels.l3.max_chains_per_server`");
             }
             chains_doc.insert(server.clone(), json!({"edges": edges, "maximal_chains": chains, "asked": picked}));
-            let desc: BTreeMap<&str, &str> = srv.tools.iter().map(|t| (t.name.trim(), t.description.as_str())).collect();
+            let desc: BTreeMap<&str, &str> =
+                srv.tools.iter().map(|t| (t.name.trim(), t.description.as_str())).collect();
             for ch in picked {
                 let steps: Vec<Value> = ch.iter().enumerate().map(|(i, t)| json!({"n": i + 1, "tool": t, "description": desc.get(t.as_str()).copied().unwrap_or("")})).collect();
                 let vars = json!({"server": server, "steps": steps});
@@ -354,7 +371,8 @@ impl Stage for L3Stage {
         let mut batch = Batch::new(ctx, super::batch_options(STAGE, "L3", "chains", s))?;
         let (writer, judge) = (l.writer_role.as_str(), l.judge_role.as_str());
         let done = batch.run(items, |it: ChainItem, llm: Item| async move {
-            let v = llm.typed_as::<ChainVerdict>(judge, &Prompt::new(VERIFY_TEMPLATE, it.vars.clone()), "verify").await?;
+            let v =
+                llm.typed_as::<ChainVerdict>(judge, &Prompt::new(VERIFY_TEMPLATE, it.vars.clone()), "verify").await?;
             let mut rec = ChainRecord {
                 logical: v.value.judgement == Judgement::Logical,
                 reason: super::one_line(&v.value.reason),
@@ -412,9 +430,18 @@ impl Stage for L3Stage {
                 .order
                 .iter()
                 .zip(&repaired.deps)
-                .map(|(&old, d)| Step { tools: vec![crate::model::tool_id(&it.server, &it.chain[old])], depends_on: d.clone() })
+                .map(|(&old, d)| Step {
+                    tools: vec![crate::model::tool_id(&it.server, &it.chain[old])],
+                    depends_on: d.clone(),
+                })
                 .collect();
-            queries.push(Generated { key: key.clone(), query: rec.query.clone(), steps, category: None, exchanges: rec.exchanges.clone() });
+            queries.push(Generated {
+                key: key.clone(),
+                query: rec.query.clone(),
+                steps,
+                category: None,
+                exchanges: rec.exchanges.clone(),
+            });
         }
         funnel.step("logical", logical);
         funnel.step("kept", queries.len());
@@ -440,6 +467,8 @@ mod tests {
         assert!(names_match("address", "addresses"));
         assert!(names_match("entry", "entries"));
         assert!(!names_match("address", "addres"));
+        assert!(!names_match("status", "statu"));
+        assert!(names_match("status", "statuses"));
     }
 
     #[test]

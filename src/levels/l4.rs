@@ -43,7 +43,12 @@ pub static SPEC: StageSpec = StageSpec {
 pub fn by_category(c: &Catalog) -> BTreeMap<String, Vec<String>> {
     let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for s in c.servers.iter().filter(|s| !s.tools.is_empty()) {
-        let cat = s.categories.first().map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).unwrap_or_else(|| "unknown".into());
+        let cat = s
+            .categories
+            .first()
+            .map(|c| c.trim().to_string())
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| "unknown".into());
         m.entry(cat).or_default().push(s.name.trim().to_string());
     }
     for v in m.values_mut() {
@@ -53,7 +58,13 @@ pub fn by_category(c: &Catalog) -> BTreeMap<String, Vec<String>> {
 }
 
 /// The servers of attempt `n`: k distinct categories, one server each, seeded.
-pub fn sample_servers(groups: &BTreeMap<String, Vec<String>>, seed: u64, n: usize, min: usize, max: usize) -> Option<Vec<String>> {
+pub fn sample_servers(
+    groups: &BTreeMap<String, Vec<String>>,
+    seed: u64,
+    n: usize,
+    min: usize,
+    max: usize,
+) -> Option<Vec<String>> {
     if groups.len() < min.max(1) {
         return None;
     }
@@ -169,8 +180,16 @@ impl Stage for L4Stage {
         let sc = json!({"query": "q", "steps": [{"tool_id": "s::t", "dependencies": []}]});
         vec![
             PromptRef::new("levels.l4_feasible", FEASIBLE_TEMPLATE, json!({"services": services})),
-            PromptRef::new("levels.l4_scenario", SCENARIO_TEMPLATE, json!({"services": services, "round": 1, "feedback": ""})),
-            PromptRef::new("levels.l4_qc", QC_TEMPLATE, json!({"services": services, "scenario": sc, "tools": [{"id": "s::t", "server": "s", "description": "d", "required": ["x"]}]})),
+            PromptRef::new(
+                "levels.l4_scenario",
+                SCENARIO_TEMPLATE,
+                json!({"services": services, "round": 1, "feedback": ""}),
+            ),
+            PromptRef::new(
+                "levels.l4_qc",
+                QC_TEMPLATE,
+                json!({"services": services, "scenario": sc, "tools": [{"id": "s::t", "server": "s", "description": "d", "required": ["x"]}]}),
+            ),
         ]
     }
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
@@ -210,12 +229,16 @@ impl Stage for L4Stage {
         let groups = by_category(&catalog);
         let mut funnel = Funnel::default();
         funnel.step("attempts", c.attempts);
-        let servers_by_name: BTreeMap<&str, &crate::model::Server> = catalog.servers.iter().map(|s| (s.name.trim(), s)).collect();
+        let servers_by_name: BTreeMap<&str, &crate::model::Server> =
+            catalog.servers.iter().map(|s| (s.name.trim(), s)).collect();
         let mut items: Vec<(String, (Vec<String>, Value))> = Vec::new();
         for n in 0..c.attempts {
             let key = format!("attempt:{n:04}");
             let Some(servers) = sample_servers(&groups, seed, n, c.min_servers, c.max_servers) else {
-                funnel.reject(&key, format!("too few categories: {} main categories, {} needed", groups.len(), c.min_servers));
+                funnel.reject(
+                    &key,
+                    format!("too few categories: {} main categories, {} needed", groups.len(), c.min_servers),
+                );
                 continue;
             };
             let services: Vec<Value> = servers
@@ -242,15 +265,30 @@ impl Stage for L4Stage {
         let (rounds, min_score) = (c.qc_rounds, c.min_score);
         let look_ref = &look;
         let done = batch.run(items, |(servers, services): (Vec<String>, Value), llm: Item| async move {
-            let f = llm.typed_as::<Feasibility>(judge, &Prompt::new(FEASIBLE_TEMPLATE, json!({"services": services})), "feasible").await?;
-            let mut a = Attempt { servers, feasible: f.value.is_feasible, reason: super::one_line(&f.value.reason), rounds: vec![], passed: false, exchanges: vec![f.exchange] };
+            let f = llm
+                .typed_as::<Feasibility>(
+                    judge,
+                    &Prompt::new(FEASIBLE_TEMPLATE, json!({"services": services})),
+                    "feasible",
+                )
+                .await?;
+            let mut a = Attempt {
+                servers,
+                feasible: f.value.is_feasible,
+                reason: super::one_line(&f.value.reason),
+                rounds: vec![],
+                passed: false,
+                exchanges: vec![f.exchange],
+            };
             if !a.feasible {
                 return Ok(a);
             }
             let mut feedback = String::new();
             for r in 1..=rounds {
                 let vars = json!({"services": services, "round": r, "feedback": feedback});
-                let sc = llm.typed_as::<Scenario>(writer, &Prompt::new(SCENARIO_TEMPLATE, vars), &format!("scenario-{r}")).await?;
+                let sc = llm
+                    .typed_as::<Scenario>(writer, &Prompt::new(SCENARIO_TEMPLATE, vars), &format!("scenario-{r}"))
+                    .await?;
                 a.exchanges.push(sc.exchange);
                 let tools: Vec<Value> = sc
                     .value
@@ -259,7 +297,11 @@ impl Stage for L4Stage {
                     .map(|st| {
                         let id = crate::model::norm_tool_id(&st.tool_id);
                         let (server, description, required) = match look_ref.get(&id) {
-                            Some((s, t)) => (s.name.trim().to_string(), t.description.clone(), t.input_schema.get("required").cloned().unwrap_or(json!([]))),
+                            Some((s, t)) => (
+                                s.name.trim().to_string(),
+                                t.description.clone(),
+                                t.input_schema.get("required").cloned().unwrap_or(json!([])),
+                            ),
                             None => (String::new(), "(not in the catalog)".to_string(), json!([])),
                         };
                         json!({"id": id, "server": server, "description": description, "required": required})
@@ -269,7 +311,13 @@ impl Stage for L4Stage {
                 let q = llm.typed_as::<Quality>(judge, &Prompt::new(QC_TEMPLATE, qv), &format!("qc-{r}")).await?;
                 a.exchanges.push(q.exchange);
                 let pass = q.value.solvability_score >= min_score && q.value.utility_score >= min_score;
-                feedback = format!("solvability {}/10: {} utility {}/10: {}", q.value.solvability_score, q.value.solvability_feedback, q.value.utility_score, q.value.utility_feedback);
+                feedback = format!(
+                    "solvability {}/10: {} utility {}/10: {}",
+                    q.value.solvability_score,
+                    q.value.solvability_feedback,
+                    q.value.utility_score,
+                    q.value.utility_feedback
+                );
                 a.rounds.push(Round { scenario: sc.value, quality: q.value });
                 if pass {
                     a.passed = true;
@@ -291,13 +339,23 @@ impl Stage for L4Stage {
             }
             feasible += 1;
             let Some(last) = a.rounds.last().filter(|_| a.passed) else {
-                let q = a.rounds.last().map(|r| format!("solvability {} utility {}", r.quality.solvability_score, r.quality.utility_score)).unwrap_or_default();
+                let q = a
+                    .rounds
+                    .last()
+                    .map(|r| format!("solvability {} utility {}", r.quality.solvability_score, r.quality.utility_score))
+                    .unwrap_or_default();
                 funnel.reject(key, format!("quality control: below {min_score} after {} rounds ({q})", a.rounds.len()));
                 continue;
             };
             passed += 1;
             match validate(&last.scenario, &a.servers, &look, &alternatives, (c.min_servers, c.max_servers)) {
-                Ok(steps) => queries.push(Generated { key: key.clone(), query: super::one_line(&last.scenario.query), steps, category: None, exchanges: a.exchanges.clone() }),
+                Ok(steps) => queries.push(Generated {
+                    key: key.clone(),
+                    query: super::one_line(&last.scenario.query),
+                    steps,
+                    category: None,
+                    exchanges: a.exchanges.clone(),
+                }),
                 Err(e) => funnel.reject(key, e),
             }
         }

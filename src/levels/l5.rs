@@ -203,8 +203,16 @@ impl Stage for L5Stage {
             PromptRef::new("levels.l5_can", CAN_TEMPLATE, json!({"task": "t", "labels": ["a"]})),
             PromptRef::new("levels.l5_challenge", CHALLENGE_TEMPLATE, json!({"task": "t", "labels": ["a"]})),
             PromptRef::new("levels.l5_queries", QUERIES_TEMPLATE, json!({"gap": "g", "persona": "p", "n": 2})),
-            PromptRef::new("levels.l5_judge", JUDGE_TEMPLATE, json!({"query": "q", "tools": [{"id": "s::t", "description": "d"}]})),
-            PromptRef::new("levels.l5_self_check", SELF_CHECK_TEMPLATE, json!({"query": "q", "tools": [{"id": "s::t", "description": "d"}]})),
+            PromptRef::new(
+                "levels.l5_judge",
+                JUDGE_TEMPLATE,
+                json!({"query": "q", "tools": [{"id": "s::t", "description": "d"}]}),
+            ),
+            PromptRef::new(
+                "levels.l5_self_check",
+                SELF_CHECK_TEMPLATE,
+                json!({"query": "q", "tools": [{"id": "s::t", "description": "d"}]}),
+            ),
         ]
     }
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
@@ -279,16 +287,27 @@ impl Stage for L5Stage {
             .await;
             let labels = batch::all(calls)?;
             let names: Vec<String> = labels.iter().map(|l| super::one_line(&l.value.label)).collect();
-            let j = llm.typed_as::<Consensus>(judge, &Prompt::new(CONSENSUS_TEMPLATE, json!({"labels": names})), "consensus").await?;
+            let j = llm
+                .typed_as::<Consensus>(judge, &Prompt::new(CONSENSUS_TEMPLATE, json!({"labels": names})), "consensus")
+                .await?;
             let consensus = super::one_line(&j.value.consensus_label);
-            let label = if consensus.eq_ignore_ascii_case("DISAGREEMENT") || consensus.is_empty() { names[0].clone() } else { consensus.clone() };
+            let label = if consensus.eq_ignore_ascii_case("DISAGREEMENT") || consensus.is_empty() {
+                names[0].clone()
+            } else {
+                consensus.clone()
+            };
             let mut exchanges: Vec<String> = labels.into_iter().map(|l| l.exchange).collect();
             exchanges.push(j.exchange);
             Ok(ClusterLabel { size, labels: names, consensus, label, exchanges })
         })?;
-        let labels: Vec<String> = labelled.values.values().map(|c| c.label.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+        let labels: Vec<String> =
+            labelled.values.values().map(|c| c.label.clone()).collect::<BTreeSet<_>>().into_iter().collect();
         funnel.step("capability labels", labels.len());
-        let label_vecs = if labels.is_empty() { vec![] } else { embedder.embed(&labels).context("embedding the capability labels")? };
+        let label_vecs = if labels.is_empty() {
+            vec![]
+        } else {
+            embedder.embed(&labels).context("embedding the capability labels")?
+        };
 
         // 2. Gap analysis.
         let n_tasks = c.universal_tasks;
@@ -309,19 +328,42 @@ impl Stage for L5Stage {
         let (labels_ref, lv, top_labels) = (&labels, &label_vecs, c.top_labels);
         let task_items: Vec<(String, String)> = task_list.iter().map(|t| (format!("task:{t}"), t.clone())).collect();
         let checked = batch.run(task_items, |task: String, llm: Item| async move {
-            let can = llm.typed_as::<CanDo>(judge, &Prompt::new(CAN_TEMPLATE, json!({"task": task, "labels": labels_ref})), "can").await?;
-            let mut rec = TaskCheck { can: can.value.answer == YesNo::Yes, reason: super::one_line(&can.value.reason), nearest_labels: vec![], challenge: None, gap: false, exchanges: vec![can.exchange] };
+            let can = llm
+                .typed_as::<CanDo>(
+                    judge,
+                    &Prompt::new(CAN_TEMPLATE, json!({"task": task, "labels": labels_ref})),
+                    "can",
+                )
+                .await?;
+            let mut rec = TaskCheck {
+                can: can.value.answer == YesNo::Yes,
+                reason: super::one_line(&can.value.reason),
+                nearest_labels: vec![],
+                challenge: None,
+                gap: false,
+                exchanges: vec![can.exchange],
+            };
             if rec.can {
                 return Ok(rec);
             }
             if !lv.is_empty() {
                 let q = emb.embed(std::slice::from_ref(&task))?;
-                rec.nearest_labels = cosine_top(&q[0], lv, top_labels).into_iter().map(|i| labels_ref[i].clone()).collect();
+                rec.nearest_labels =
+                    cosine_top(&q[0], lv, top_labels).into_iter().map(|i| labels_ref[i].clone()).collect();
             }
-            let ch = llm.typed_as::<Challenge>(red, &Prompt::new(CHALLENGE_TEMPLATE, json!({"task": task, "labels": rec.nearest_labels})), "challenge").await?;
+            let ch = llm
+                .typed_as::<Challenge>(
+                    red,
+                    &Prompt::new(CHALLENGE_TEMPLATE, json!({"task": task, "labels": rec.nearest_labels})),
+                    "challenge",
+                )
+                .await?;
             rec.gap = !ch.value.is_challenge_valid;
             rec.exchanges.push(ch.exchange);
-            rec.challenge = Some(Challenge { is_challenge_valid: ch.value.is_challenge_valid, reasoning: super::one_line(&ch.value.reasoning) });
+            rec.challenge = Some(Challenge {
+                is_challenge_valid: ch.value.is_challenge_valid,
+                reasoning: super::one_line(&ch.value.reasoning),
+            });
             Ok(rec)
         })?;
         let mut gaps = Vec::new();
@@ -392,7 +434,14 @@ impl Stage for L5Stage {
             rec.exchanges.push(p.exchange);
             Ok(rec)
         })?;
-        for f in labelled.failed.iter().chain(&tasks.failed).chain(&checked.failed).chain(&written.failed).chain(&verified.failed) {
+        for f in labelled
+            .failed
+            .iter()
+            .chain(&tasks.failed)
+            .chain(&checked.failed)
+            .chain(&written.failed)
+            .chain(&verified.failed)
+        {
             funnel.reject(&f.item, format!("failed: {}", f.reason));
         }
         batch.finish(out)?;
@@ -403,9 +452,16 @@ impl Stage for L5Stage {
             } else if !r.accepted {
                 funnel.reject(key, format!("self-check: a plan was found ({})", r.plan));
             } else {
-                let mut exchanges = written.values.get(&format!("gap:{}", r.gap)).map(|w| w.1.clone()).unwrap_or_default();
+                let mut exchanges =
+                    written.values.get(&format!("gap:{}", r.gap)).map(|w| w.1.clone()).unwrap_or_default();
                 exchanges.extend(r.exchanges.iter().cloned());
-                queries.push(Generated { key: key.clone(), query: r.query.clone(), steps: vec![], category: Some(r.gap.clone()), exchanges });
+                queries.push(Generated {
+                    key: key.clone(),
+                    query: r.query.clone(),
+                    steps: vec![],
+                    category: Some(r.gap.clone()),
+                    exchanges,
+                });
             }
         }
         funnel.step("out of scope, verified", queries.len());

@@ -291,7 +291,12 @@ pub fn roles(s: &Settings) -> Vec<crate::stage::ConfigRef> {
     ]
 }
 
-pub fn batch_options(stage: &'static str, label: &'static str, noun: &'static str, s: &Settings) -> crate::llm::batch::BatchOptions {
+pub fn batch_options(
+    stage: &'static str,
+    label: &'static str,
+    noun: &'static str,
+    s: &Settings,
+) -> crate::llm::batch::BatchOptions {
     let l = settings(s);
     crate::llm::batch::BatchOptions::new(stage, label, noun)
         .concurrency(l.concurrency.max(1))
@@ -472,7 +477,11 @@ pub fn repair_dependencies(deps: &[Vec<usize>]) -> Result<Repaired, String> {
         }
     }
     if clean.iter().enumerate().all(|(i, d)| d.iter().all(|&j| j < i)) {
-        return Ok(Repaired { order: (0..n).collect(), deps: clean.into_iter().map(|d| d.into_iter().collect()).collect(), notes });
+        return Ok(Repaired {
+            order: (0..n).collect(),
+            deps: clean.into_iter().map(|d| d.into_iter().collect()).collect(),
+            notes,
+        });
     }
     // Kahn's algorithm, always taking the lowest ready original index.
     let mut indeg: Vec<usize> = clean.iter().map(BTreeSet::len).collect();
@@ -498,7 +507,10 @@ pub fn repair_dependencies(deps: &[Vec<usize>]) -> Result<Repaired, String> {
     for (new, &old) in order.iter().enumerate() {
         pos[old] = new;
     }
-    let deps = order.iter().map(|&old| clean[old].iter().map(|&j| pos[j]).collect::<BTreeSet<_>>().into_iter().collect()).collect();
+    let deps = order
+        .iter()
+        .map(|&old| clean[old].iter().map(|&j| pos[j]).collect::<BTreeSet<_>>().into_iter().collect())
+        .collect();
     notes.push("forward references repaired by topological order".into());
     Ok(Repaired { order, deps, notes })
 }

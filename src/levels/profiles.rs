@@ -170,7 +170,8 @@ impl Stage for ProfilesStage {
             .servers
             .iter()
             .map(|s| {
-                let vars = json!({"server": {"name": s.name.trim(), "description": s.description, "summary": s.summary}});
+                let vars =
+                    json!({"server": {"name": s.name.trim(), "description": s.description, "summary": s.summary}});
                 (format!("server:{}", s.name.trim()), Prompt::new(PLATFORM_TEMPLATE, vars))
             })
             .collect();
@@ -191,7 +192,8 @@ impl Stage for ProfilesStage {
             .tools()
             .map(|(s, t)| {
                 let platform = doc.servers.get(s.name.trim()).and_then(|p| p.platform.clone());
-                let vars = json!({"platform": platform.unwrap_or_else(|| "N/A".into()), "tool": super::tool_vars(s, t)});
+                let vars =
+                    json!({"platform": platform.unwrap_or_else(|| "N/A".into()), "tool": super::tool_vars(s, t)});
                 (format!("tool:{}", crate::model::tool_id(&s.name, &t.name)), Prompt::new(TOOL_TEMPLATE, vars))
             })
             .collect();
@@ -208,7 +210,17 @@ impl Stage for ProfilesStage {
                 ("facing".to_string(), super::one_line(&a.facing_reason)),
                 ("coupling".to_string(), super::one_line(&a.coupling_reason)),
             ]);
-            doc.tools.insert(id, ToolProfile { task_type: a.task_type, facing: a.facing, coupling: a.coupling, reasons, exchange, excluded });
+            doc.tools.insert(
+                id,
+                ToolProfile {
+                    task_type: a.task_type,
+                    facing: a.facing,
+                    coupling: a.coupling,
+                    reasons,
+                    exchange,
+                    excluded,
+                },
+            );
         }
         batch.finish(out)?;
 

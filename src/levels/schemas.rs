@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::llm::Prompt;
-use crate::llm::batch::{Batch, ItemError, Item};
+use crate::llm::batch::{Batch, Item, ItemError};
 use crate::settings::Settings;
 use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
 
@@ -131,12 +131,23 @@ impl Stage for SchemasStage {
             if let Some(v) = review.get(&id) {
                 doc.insert(id, SchemaEntry { source: "review".into(), schema: v.clone(), exchange: String::new() });
             } else if has_properties(&t.output_schema) && schema_problem(t.output_schema.as_ref().unwrap()).is_none() {
-                doc.insert(id, SchemaEntry { source: "catalog".into(), schema: t.output_schema.clone().unwrap(), exchange: String::new() });
+                doc.insert(
+                    id,
+                    SchemaEntry {
+                        source: "catalog".into(),
+                        schema: t.output_schema.clone().unwrap(),
+                        exchange: String::new(),
+                    },
+                );
             } else {
                 todo.push((id, Prompt::new(TEMPLATE, json!({"tool": super::tool_vars(srv, t)}))));
             }
         }
-        let skipped = if l.schemas.max_tools > 0 && todo.len() > l.schemas.max_tools { todo.len() - l.schemas.max_tools } else { 0 };
+        let skipped = if l.schemas.max_tools > 0 && todo.len() > l.schemas.max_tools {
+            todo.len() - l.schemas.max_tools
+        } else {
+            0
+        };
         todo.truncate(todo.len() - skipped);
         let mut batch = Batch::new(ctx, super::batch_options(STAGE, "schemas", "tools", s))?;
         let role = l.writer_role.as_str();
@@ -163,7 +174,13 @@ impl Stage for SchemasStage {
             out.count("not_inferred", skipped);
             out.notes.push(format!("{skipped} tools left without an output schema (`levels.schemas.max_tools`)"));
         }
-        out.notes.push(format!("{} output schemas ({} from the catalog, {} inferred, {} from review)", doc.len(), by("catalog"), by("inferred"), by("review")));
+        out.notes.push(format!(
+            "{} output schemas ({} from the catalog, {} inferred, {} from review)",
+            doc.len(),
+            by("catalog"),
+            by("inferred"),
+            by("review")
+        ));
         out.json("schemas.json", &doc)
     }
 }

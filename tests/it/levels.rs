@@ -56,7 +56,8 @@ const GROUPS: &[&[&str]] = &[
     &["github-mcp::create_issue", "gitlab-mcp::create_new_issue"],
 ];
 
-const PLATFORMLESS: &[&str] = &["filesystem-mcp", "calculator-mcp", "memory-bank-mcp", "sequential-thinking-mcp", "mcp-server-template"];
+const PLATFORMLESS: &[&str] =
+    &["filesystem-mcp", "calculator-mcp", "memory-bank-mcp", "sequential-thinking-mcp", "mcp-server-template"];
 
 fn group_of(id: &str) -> Option<usize> {
     GROUPS.iter().position(|g| g.contains(&id))
@@ -79,7 +80,11 @@ fn answer(req: &Seen) -> Answer {
     // --- levels ---
     if text.contains("Which user-facing platform") {
         let server = cap(r"Server: (\S+)", &text);
-        let platform = if PLATFORMLESS.contains(&server.as_str()) { "N/A".to_string() } else { server.trim_end_matches("-mcp").to_string() };
+        let platform = if PLATFORMLESS.contains(&server.as_str()) {
+            "N/A".to_string()
+        } else {
+            server.trim_end_matches("-mcp").to_string()
+        };
         return Answer::json(json!({"platform": platform, "reason": "scripted"}));
     }
     if text.contains("Tool profile. Platform:") {
@@ -102,8 +107,12 @@ fn answer(req: &Seen) -> Answer {
         // get_air_quality. Untyped properties: compatible with any input type.
         let schema = match (server.as_str(), tool.as_str()) {
             ("github-mcp", _) => github_schema(),
-            (_, "list_merge_requests") => json!({"type": "object", "properties": {"project_id": {}, "pipeline_id": {}, "ref": {}}}),
-            (_, "get_current_weather") => json!({"type": "object", "properties": {"lat": {}, "lon": {}, "temperature": {"type": "number"}}}),
+            (_, "list_merge_requests") => {
+                json!({"type": "object", "properties": {"project_id": {}, "pipeline_id": {}, "ref": {}}})
+            }
+            (_, "get_current_weather") => {
+                json!({"type": "object", "properties": {"lat": {}, "lon": {}, "temperature": {"type": "number"}}})
+            }
             _ => json!({"type": "object", "properties": {"result": {"type": "string"}}}),
         };
         return Answer::json(json!({"output_schema": schema}));
@@ -111,32 +120,53 @@ fn answer(req: &Seen) -> Answer {
     if text.contains("direct-command requests") {
         let platform = cap(r"Platform: (.+)", &text);
         let tool = cap(r"Tool `([^`]+)`", &text);
-        return Answer::json(json!({"queries": [format!("On {platform}, run {tool} for variant 1"), format!("On {platform}, run {tool} for variant 2")]}));
+        return Answer::json(
+            json!({"queries": [format!("On {platform}, run {tool} for variant 1"), format!("On {platform}, run {tool} for variant 2")]}),
+        );
     }
     if text.contains("Check this request written for the tool") {
         let ok = !text.contains("variant 2");
-        return Answer::json(json!({"intent_matches": ok, "platform_rule_obeyed": true, "self_contained": true, "no_meta_language": true, "reason": "scripted"}));
+        return Answer::json(
+            json!({"intent_matches": ok, "platform_rule_obeyed": true, "self_contained": true, "no_meta_language": true, "reason": "scripted"}),
+        );
     }
     if text.contains("natural requests that") {
         let must = cap(r#"MUST mention the platform "([^"]+)""#, &text);
-        let tools: Vec<String> = regex::Regex::new(r"Tool `([^`]+)`").unwrap().captures_iter(&text).map(|c| c[1].to_string()).collect();
-        let q = if must.is_empty() { format!("Help me with {}", tools.join(" or ")) } else { format!("On {must}, help me with {}", tools[0]) };
+        let tools: Vec<String> =
+            regex::Regex::new(r"Tool `([^`]+)`").unwrap().captures_iter(&text).map(|c| c[1].to_string()).collect();
+        let q = if must.is_empty() {
+            format!("Help me with {}", tools.join(" or "))
+        } else {
+            format!("On {must}, help me with {}", tools[0])
+        };
         return Answer::json(json!({"queries": [q]}));
     }
     if text.contains("Check this implicit request") {
-        return Answer::json(json!({"intent_matches": true, "platform_rule_obeyed": true, "self_contained": true, "no_meta_language": true, "reason": "scripted"}));
+        return Answer::json(
+            json!({"intent_matches": true, "platform_rule_obeyed": true, "self_contained": true, "no_meta_language": true, "reason": "scripted"}),
+        );
     }
     if text.contains("Is this chain of tools") {
         let first = cap(r"- Step 1 \(([^)]+)\)", &text);
-        let ok = !first.starts_with("search");
+        let ok = first != "get_current_weather";
         return Answer::json(json!({"judgement": if ok { "LOGICAL" } else { "ILLOGICAL" }, "reason": "scripted"}));
     }
     if text.contains("Write one request that needs every step") {
-        let steps: Vec<String> = regex::Regex::new(r"- Step \d+ \(([^)]+)\)").unwrap().captures_iter(&text).map(|c| c[1].to_string()).collect();
-        return Answer::json(json!({"query": format!("For repo acme/widgets: {}", steps.join(" then ")), "chain_of_thought": "scripted"}));
+        let steps: Vec<String> = regex::Regex::new(r"- Step \d+ \(([^)]+)\)")
+            .unwrap()
+            .captures_iter(&text)
+            .map(|c| c[1].to_string())
+            .collect();
+        return Answer::json(
+            json!({"query": format!("For repo acme/widgets: {}", steps.join(" then ")), "chain_of_thought": "scripted"}),
+        );
     }
     if text.contains("Answer `dependency_graph`") {
-        let tools: Vec<String> = regex::Regex::new(r"(?m)^- (\d+) \(([^)]+)\)").unwrap().captures_iter(&text).map(|c| c[2].to_string()).collect();
+        let tools: Vec<String> = regex::Regex::new(r"(?m)^- (\d+) \(([^)]+)\)")
+            .unwrap()
+            .captures_iter(&text)
+            .map(|c| c[2].to_string())
+            .collect();
         let n = tools.len();
         let deps = |k: usize| -> Vec<usize> {
             // Two-step chains from `list_*`: a cycle (rejected). Three or more: step 1
@@ -153,7 +183,11 @@ fn answer(req: &Seen) -> Answer {
                 vec![]
             }
         };
-        let g: Vec<Value> = tools.iter().enumerate().map(|(i, t)| json!({"id": i + 1, "tool_name": t, "dependencies": deps(i + 1)})).collect();
+        let g: Vec<Value> = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| json!({"id": i + 1, "tool_name": t, "dependencies": deps(i + 1)}))
+            .collect();
         return Answer::json(json!({"dependency_graph": g}));
     }
     if text.contains("Is there a realistic, common user scenario") {
@@ -170,16 +204,24 @@ fn answer(req: &Seen) -> Answer {
                 open = false;
             }
         }
-        let mut steps: Vec<Value> = firsts.iter().enumerate().map(|(i, t)| json!({"tool_id": t, "dependencies": if i == 0 { vec![] } else { vec![i - 1] }})).collect();
+        let mut steps: Vec<Value> = firsts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| json!({"tool_id": t, "dependencies": if i == 0 { vec![] } else { vec![i - 1] }}))
+            .collect();
         if firsts.iter().any(|t| t.starts_with("slack-mcp")) {
             steps.push(json!({"tool_id": "slack-mcp::post_everywhere", "dependencies": [0]}));
         }
         let revised = text.contains("rejected by quality control");
-        return Answer::json(json!({"query": format!("{} task over {}", if revised { "Revised" } else { "First" }, firsts.join(", ")), "steps": steps}));
+        return Answer::json(
+            json!({"query": format!("{} task over {}", if revised { "Revised" } else { "First" }, firsts.join(", ")), "steps": steps}),
+        );
     }
     if text.contains("Score from 1 to 10") {
         let s = if text.contains("Task: First") { 5 } else { 8 };
-        return Answer::json(json!({"solvability_score": s, "utility_score": 9, "solvability_feedback": "scripted", "utility_feedback": "scripted"}));
+        return Answer::json(
+            json!({"solvability_score": s, "utility_score": 9, "solvability_feedback": "scripted", "utility_feedback": "scripted"}),
+        );
     }
     if text.contains("name in 2–6 words the capability") {
         let d = cap(r"(?m)^- (.+)$", &text);
@@ -190,7 +232,9 @@ fn answer(req: &Seen) -> Answer {
         return Answer::json(json!({"consensus_label": cap(r"(?m)^- (.+)$", &text)}));
     }
     if text.contains("distinct categories of everyday digital tasks") {
-        return Answer::json(json!({"universal_tasks": ["controlling smart home devices", "booking a restaurant table", "checking stock prices"]}));
+        return Answer::json(
+            json!({"universal_tasks": ["controlling smart home devices", "booking a restaurant table", "checking stock prices"]}),
+        );
     }
     if text.contains("Can the assistant fully perform tasks") {
         let yes = cap(r"Task category: (.+)", &text).contains("stock");
@@ -242,7 +286,9 @@ fn answer(req: &Seen) -> Answer {
 
 fn is_levels_request(s: &Seen) -> bool {
     let t = s.all_text();
-    !(t.contains("Tool A: `") || t.contains("diverse, realistic and specific user requests") || t.contains("User request:"))
+    !(t.contains("Tool A: `")
+        || t.contains("diverse, realistic and specific user requests")
+        || t.contains("User request:"))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -253,7 +299,8 @@ struct Project {
     config: PathBuf,
 }
 
-fn project(llm: &ScriptedLlm) -> Project {
+/// A temporary project on the demo registry; `concurrency` items (and requests) in flight.
+fn project(llm: &ScriptedLlm, concurrency: usize) -> Project {
     let dir = tempfile::tempdir().unwrap();
     let prompts = dir.path().join("pipeline/prompts");
     std::fs::create_dir_all(&prompts).unwrap();
@@ -283,7 +330,7 @@ concurrency = 1
 [levels]
 writer_role = "generator"
 judge_role = "judge"
-concurrency = 4
+concurrency = {}
 
 [levels.l4]
 attempts = 8
@@ -301,6 +348,7 @@ queries_per_persona = 1
 [llm.roles.judge]
 {}"#,
             repo().join("raw/demo/registry.json").display(),
+            concurrency,
             role(0.0),
             role(0.7),
             role(0.0)
@@ -368,7 +416,8 @@ impl Project {
     }
 }
 
-const LEVEL_STAGES: &[&str] = &["levels-profiles", "levels-schemas", "levels-l1", "levels-l2", "levels-l3", "levels-l4", "levels-l5"];
+const LEVEL_STAGES: &[&str] =
+    &["levels-profiles", "levels-schemas", "levels-l1", "levels-l2", "levels-l3", "levels-l4", "levels-l5"];
 
 fn level_file(p: &Project, n: u8) -> Vec<Value> {
     p.json(&format!("artifacts/levels-export/level_{n}.json")).as_array().unwrap().clone()
@@ -384,7 +433,8 @@ fn etom_oracle(p: &Project) -> String {
                 4 => q["ground_truth_tools"].as_array().unwrap().iter().map(|row| row[0].clone()).collect(),
                 _ => q["ground_truth_tools"].as_array().unwrap().clone(),
             };
-            let pred: Vec<Value> = pred.iter().map(|t| json!({"server_name": t["server_name"], "tool_name": t["tool_name"]})).collect();
+            let pred: Vec<Value> =
+                pred.iter().map(|t| json!({"server_name": t["server_name"], "tool_name": t["tool_name"]})).collect();
             lines.push_str(&json!({"id": format!("L{n}-{}", q["query_id"]), "prediction": pred}).to_string());
             lines.push('\n');
         }
@@ -437,7 +487,11 @@ fn score_all_em(p: &Project, benches: &[PathBuf], pred: &str) -> Value {
 }
 
 fn tool_ids(gt: &Value) -> Vec<String> {
-    gt.as_array().unwrap().iter().map(|t| format!("{}::{}", t["server_name"].as_str().unwrap(), t["tool_name"].as_str().unwrap())).collect()
+    gt.as_array()
+        .unwrap()
+        .iter()
+        .map(|t| format!("{}::{}", t["server_name"].as_str().unwrap(), t["tool_name"].as_str().unwrap()))
+        .collect()
 }
 
 #[test]
@@ -446,13 +500,19 @@ fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
         return;
     }
     let llm = ScriptedLlm::start(answer);
-    let p = project(&llm);
+    let p = project(&llm, 4);
     p.ok(&["run"]);
     let catalog: BTreeSet<String> = p.json("artifacts/filter/catalog.json")["servers"]
         .as_array()
         .unwrap()
         .iter()
-        .flat_map(|s| s["tools"].as_array().unwrap().iter().map(move |t| format!("{}::{}", s["name"].as_str().unwrap(), t["name"].as_str().unwrap())))
+        .flat_map(|s| {
+            s["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |t| format!("{}::{}", s["name"].as_str().unwrap(), t["name"].as_str().unwrap()))
+        })
         .collect();
 
     // Every level has queries, numbered from 1 without gaps.
@@ -462,7 +522,10 @@ fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
         let ids: Vec<u64> = qs.iter().map(|q| q["query_id"].as_u64().unwrap()).collect();
         assert_eq!(ids, (1..=qs.len() as u64).collect::<Vec<_>>(), "level {n}");
         for q in &qs {
-            assert_eq!(q["ground_truth_tools_count"].as_u64().unwrap() as usize, q["ground_truth_tools"].as_array().unwrap().len());
+            assert_eq!(
+                q["ground_truth_tools_count"].as_u64().unwrap() as usize,
+                q["ground_truth_tools"].as_array().unwrap().len()
+            );
         }
     }
 
@@ -474,8 +537,14 @@ fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
         assert!(profiles["tools"][&id]["excluded"].is_null(), "{id} is excluded but has an L1 query");
         assert!(q["query"].as_str().unwrap().contains("variant 1"), "the seeded choice is among verified drafts only");
     }
-    assert_eq!(profiles["tools"]["postgres-mcp::run_sql_query"]["excluded"].as_str().unwrap().split(':').next(), Some("system-facing"));
-    assert_eq!(profiles["tools"]["fx-rates-mcp::list_supported_currencies"]["excluded"].as_str().unwrap().split(':').next(), Some("middleware"));
+    assert_eq!(
+        profiles["tools"]["postgres-mcp::run_sql_query"]["excluded"].as_str().unwrap().split(':').next(),
+        Some("system-facing")
+    );
+    assert_eq!(
+        profiles["tools"]["fx-rates-mcp::list_supported_currencies"]["excluded"].as_str().unwrap().split(':').next(),
+        Some("middleware")
+    );
     assert!(profiles["tools"]["filesystem-mcp::read_file"]["excluded"].as_str().unwrap().starts_with("no platform"));
 
     // L2: ground truth of a set query equals a final EFS set, every row holding all of it;
@@ -485,7 +554,8 @@ fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
         .unwrap()
         .iter()
         .map(|s| {
-            let mut m: Vec<String> = s["members"].as_array().unwrap().iter().map(|m| m["tool_id"].as_str().unwrap().to_string()).collect();
+            let mut m: Vec<String> =
+                s["members"].as_array().unwrap().iter().map(|m| m["tool_id"].as_str().unwrap().to_string()).collect();
             m.sort();
             m
         })
@@ -506,7 +576,11 @@ fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
             assert!(finals.contains(&first), "{first:?} is not a final set");
             merged.insert(first);
         } else {
-            assert!(!finals.iter().any(|f| f.contains(&first[0])), "{} is in a set but got a singleton query", first[0]);
+            assert!(
+                !finals.iter().any(|f| f.contains(&first[0])),
+                "{} is in a set but got a singleton query",
+                first[0]
+            );
         }
     }
     assert_eq!(merged, finals, "every final set (each has an eligible member here) has one merged query");
@@ -522,10 +596,14 @@ fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
         assert!(q["dependency_visualization"].is_string());
     }
     let funnel3 = p.json("artifacts/levels-l3/queries.json")["funnel"]["rejected"].clone();
-    let reasons3: Vec<String> = funnel3.as_array().unwrap().iter().map(|r| r["reason"].as_str().unwrap().to_string()).collect();
+    let reasons3: Vec<String> =
+        funnel3.as_array().unwrap().iter().map(|r| r["reason"].as_str().unwrap().to_string()).collect();
     assert!(reasons3.iter().any(|r| r.starts_with("dependencies rejected: cyclic")), "{reasons3:?}");
     assert!(reasons3.iter().any(|r| r.starts_with("illogical")), "{reasons3:?}");
-    assert!(l3.iter().any(|q| q["ground_truth_tools"].as_array().unwrap().len() >= 3), "a repaired 3-step chain is kept");
+    assert!(
+        l3.iter().any(|q| q["ground_truth_tools"].as_array().unwrap().len() >= 3),
+        "a repaired 3-step chain is kept"
+    );
 
     // L4: every tool exists, 2–4 servers, backward dependencies, alternatives from the EFS.
     for q in level_file(&p, 4) {
@@ -563,7 +641,12 @@ fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
     for (key, a) in attempts.as_object().unwrap() {
         if a["passed"] == true && a["servers"].as_array().unwrap().iter().any(|s| s == "slack-mcp") {
             slack_seen = true;
-            let why = l4["funnel"]["rejected"].as_array().unwrap().iter().find(|r| r["item"] == key.as_str()).unwrap_or_else(|| panic!("{key} not rejected"));
+            let why = l4["funnel"]["rejected"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["item"] == key.as_str())
+                .unwrap_or_else(|| panic!("{key} not rejected"));
             assert_eq!(why["reason"], "unknown tool: `slack-mcp::post_everywhere` is not in the catalog");
         }
     }
@@ -592,7 +675,10 @@ fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
         assert_eq!(s["author"], "llm:generator");
     }
     let report = std::fs::read_to_string(p.path("artifacts/levels-export/report.md")).unwrap();
-    assert!(report.contains("| level | queries | tools per query |") && report.contains("rejected because"), "{report}");
+    assert!(
+        report.contains("| level | queries | tools per query |") && report.contains("rejected because"),
+        "{report}"
+    );
 
     // A forced rerun asks nothing and gives the same bytes.
     let before = p.level_files();
@@ -608,12 +694,14 @@ fn a_kill_inside_each_level_resumes_without_repeating_an_exchange() {
         return;
     }
     let llm_a = ScriptedLlm::start(answer);
-    let a = project(&llm_a);
+    // One request in flight: when the kill lands every sent request has its answer
+    // recorded, so "asked again" can only mean a repeated exchange.
+    let a = project(&llm_a, 1);
     a.ok(&["run"]);
     let want_requests = llm_a.requests().iter().filter(|s| is_levels_request(s)).count();
 
     let llm_b = ScriptedLlm::start(answer);
-    let b = project(&llm_b);
+    let b = project(&llm_b, 1);
     b.ok(&["run", "--until", "efs-finalize"]);
     for stage in LEVEL_STAGES {
         let words: Vec<&str> = stage.splitn(2, '-').collect();
@@ -640,7 +728,9 @@ fn etom_norm(p: &str) -> String {
 
 /// ETOM's edge rule: B's normalised input names ⊆ A's normalised output names.
 fn etom_feeds(a_out: &Value, b_in: &Value) -> bool {
-    let names = |s: &Value| -> BTreeSet<String> { s["properties"].as_object().map(|p| p.keys().map(|k| etom_norm(k)).collect()).unwrap_or_default() };
+    let names = |s: &Value| -> BTreeSet<String> {
+        s["properties"].as_object().map(|p| p.keys().map(|k| etom_norm(k)).collect()).unwrap_or_default()
+    };
     let (o, i) = (names(a_out), names(b_in));
     !o.is_empty() && !i.is_empty() && i.is_subset(&o)
 }
@@ -681,7 +771,10 @@ fn defect_substring_subpath_etom_vs_ours() {
     assert!(ours.contains(&v(&["get_a", "update_b"])), "ours keeps it: it is no subpath");
     assert!(!ours.contains(&v(&["get_a", "update_bc"])), "a real subpath is still dropped");
     // ETOM's start filter is a substring test too: `target` contains `get`.
-    assert!(["start", "get"].iter().any(|k| "target_lookup".contains(k)), "ETOM keeps a chain starting at target_lookup");
+    assert!(
+        ["start", "get"].iter().any(|k| "target_lookup".contains(k)),
+        "ETOM keeps a chain starting at target_lookup"
+    );
     assert!(!levels::l3::starts_well("target_lookup") && levels::l3::starts_well("getTarget"));
 }
 
@@ -731,7 +824,8 @@ fn defect_forward_references_etom_vs_ours() {
 #[test]
 fn defect_unseeded_sampling_etom_vs_ours() {
     use rand::{Rng, SeedableRng};
-    let groups: BTreeMap<String, Vec<String>> = (0..8).map(|c| (format!("cat{c}"), (0..5).map(|s| format!("srv{c}-{s}")).collect())).collect();
+    let groups: BTreeMap<String, Vec<String>> =
+        (0..8).map(|c| (format!("cat{c}"), (0..5).map(|s| format!("srv{c}-{s}")).collect())).collect();
     // ETOM draws from Python's global `random`, never seeded: its draw is a function of
     // process state it does not control. Two processes = two states.
     let etom = |state: u64| -> Vec<Vec<String>> {
@@ -747,7 +841,9 @@ fn defect_unseeded_sampling_etom_vs_ours() {
     };
     assert_ne!(etom(1), etom(2), "ETOM: two runs sample different servers");
     // Ours: the project seed and the attempt number decide, nothing else.
-    let ours = |seed: u64| -> Vec<Vec<String>> { (0..20).map(|n| levels::l4::sample_servers(&groups, seed, n, 2, 4).unwrap()).collect() };
+    let ours = |seed: u64| -> Vec<Vec<String>> {
+        (0..20).map(|n| levels::l4::sample_servers(&groups, seed, n, 2, 4).unwrap()).collect()
+    };
     assert_eq!(ours(7), ours(7), "same seed, same draw");
     assert_ne!(ours(7), ours(8), "another seed, another draw");
     for draw in ours(7) {
