@@ -321,44 +321,47 @@ pub enum LevelsCommand {
     /// coupling (`[levels]`, judge role). Resumable per item.
     ///
     /// Reads `filter/catalog.json`. Writes `artifacts/levels-profiles/profiles.json`
-    /// (with every L1/L2 exclusion and its reason) and `report.md`.
+    /// (with every L1/L2 exclusion and its reason) and `report.md`; `failed.json` lists items
+    /// left out when `[levels] max_failed_share` lets some fail (as for every level stage).
     Profiles(ForceArgs),
     /// An output JSON Schema per tool: the catalog's, inferred by the writer, or from
     /// the review sheet `[levels.schemas] review`.
     ///
     /// Reads `filter/catalog.json`. Writes `artifacts/levels-schemas/schemas.json` and the
-    /// review sheet `schemas.csv`.
+    /// review sheet `schemas.csv` (and `failed.json`).
     Schemas(ForceArgs),
     /// L1: explicit single-tool queries naming the platform, verified, one per tool.
     ///
     /// Reads `filter/catalog.json` and `levels-profiles/profiles.json`. Writes
-    /// `artifacts/levels-l1/queries.json`.
+    /// `artifacts/levels-l1/queries.json` (and `failed.json`).
     L1(ForceArgs),
     /// L2: implicit queries; EFS members share one query whose ground truth is the set.
     ///
     /// Reads `filter/catalog.json`, `levels-profiles/profiles.json` and (optional)
-    /// `efs-finalize/final.json`. Writes `artifacts/levels-l2/queries.json`.
+    /// `efs-finalize/final.json`. Writes `artifacts/levels-l2/queries.json` (and `failed.json`).
     L2(ForceArgs),
     /// L3: single-server chains from data-flow graphs, verified, with backward dependencies.
     ///
     /// Reads `filter/catalog.json` and `levels-schemas/schemas.json`. Writes
-    /// `artifacts/levels-l3/queries.json` and `chains.json`.
+    /// `artifacts/levels-l3/queries.json`, `chains.json` (and `failed.json`).
     L3(ForceArgs),
     /// L4: cross-server scenarios with quality control, validation and EFS alternatives.
     ///
     /// Reads `filter/catalog.json` and (optional) `efs-finalize/final.json`. Writes
-    /// `artifacts/levels-l4/queries.json` and `attempts.json`.
+    /// `artifacts/levels-l4/queries.json`, `attempts.json` (and `failed.json`).
     L4(ForceArgs),
     /// L5: out-of-scope requests from the capability map's gaps, each with its gap label.
     ///
     /// Reads `filter/catalog.json` and `embed/` (`index.json`, `vectors.f32`). Writes
-    /// `artifacts/levels-l5/queries.json`, `capability_map.json` and `gaps.json`.
+    /// `artifacts/levels-l5/queries.json`, `capability_map.json`, `gaps.json` (and
+    /// `failed.json`).
     L5(ForceArgs),
     /// Write `level_1.json` … `level_5.json` (ETOM's shapes), the unified samples and the
     /// statistics.
     ///
     /// Reads `levels-l1` … `levels-l5` `queries.json` and `filter/catalog.json`. Writes
-    /// `artifacts/levels-export/`: the level files, `samples.jsonl`, `stats.json`,
+    /// `artifacts/levels-export/`: `level_1.json`, `level_2.json`, `level_3.json`,
+    /// `level_4.json`, `level_5.json`, `samples.jsonl`, `stats.json`,
     /// `queries.svg`, `steps.svg`, `rejections.csv` and `report.md`.
     Export(ForceArgs),
 }

@@ -29,7 +29,7 @@ pub static SPEC: StageSpec = StageSpec {
     version: 1,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
-    writes: &["queries.json"],
+    writes: &["queries.json", crate::llm::batch::FAILED_FILE],
 };
 
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]

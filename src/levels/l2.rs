@@ -31,7 +31,7 @@ pub static SPEC: StageSpec = StageSpec {
     version: 1,
     about: "ETOM L2: implicit queries under the coupling rule; EFS members share one query whose ground truth lists the whole set",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read(), FINAL.optional()],
-    writes: &["queries.json"],
+    writes: &["queries.json", crate::llm::batch::FAILED_FILE],
 };
 
 /// The members of every final set (sorted), keyed by set id.

@@ -43,7 +43,7 @@ pub static SPEC: StageSpec = StageSpec {
     version: 1,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read()],
-    writes: &["queries.json", "chains.json"],
+    writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],
 };
 
 /// ETOM's start keywords.

@@ -36,7 +36,7 @@ pub static SPEC: StageSpec = StageSpec {
     version: 1,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
-    writes: &["queries.json", "attempts.json"],
+    writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],
 };
 
 /// Servers (names) by main category, both sorted; servers without tools left out.

@@ -49,7 +49,7 @@ pub static SPEC: StageSpec = StageSpec {
     version: 1,
     about: "ETOM L5: capability map (HDBSCAN + LLM labels), gap analysis with a red team, persona queries, verification",
     reads: &[crate::filter::CATALOG.read(), INDEX.read(), VECTORS.read()],
-    writes: &["queries.json", "capability_map.json", "gaps.json"],
+    writes: &["queries.json", "capability_map.json", "gaps.json", crate::llm::batch::FAILED_FILE],
 };
 
 /// HDBSCAN cluster of each row (`-1` = noise), rows L2-normalised first.

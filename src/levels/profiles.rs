@@ -26,7 +26,7 @@ pub static SPEC: StageSpec = StageSpec {
     version: 1,
     about: "ETOM tool profiles: each server's platform; each tool final-goal/middleware, user/system-facing, coupling",
     reads: &[crate::filter::CATALOG.read()],
-    writes: &["profiles.json", "report.md"],
+    writes: &["profiles.json", "report.md", crate::llm::batch::FAILED_FILE],
 };
 
 pub const PLATFORM_TEMPLATE: &str = "levels_platform";

@@ -29,7 +29,7 @@ pub static SPEC: StageSpec = StageSpec {
     version: 1,
     about: "an output JSON Schema per tool (the catalog's, inferred by the LLM, or from the review sheet)",
     reads: &[crate::filter::CATALOG.read()],
-    writes: &["schemas.json", "schemas.csv"],
+    writes: &["schemas.json", "schemas.csv", crate::llm::batch::FAILED_FILE],
 };
 
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]

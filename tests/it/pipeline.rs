@@ -68,6 +68,13 @@ fn full_project() -> Project {
     for t in ["logs_need", "logs_answer", "logs_label", "graph_edge"] {
         p.copy_in(&format!("pipeline/prompts/{t}.md"));
     }
+    // The demo's ETOM levels come after its log track: their prompts too.
+    for e in std::fs::read_dir(repo().join("pipeline/prompts")).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with("levels_") {
+            p.copy_in(&format!("pipeline/prompts/{name}"));
+        }
+    }
     let demo = std::fs::read_to_string(repo().join("pipeline/demo.toml")).unwrap();
     let logs = &demo[demo.find("[[logs.sources]]").expect("the demo has a log track")..];
     let logs = logs.replace(
