@@ -208,7 +208,9 @@ impl Stage for L1Stage {
         for (srv, t) in catalog.tools() {
             let id = crate::model::tool_id(&srv.name, &t.name);
             match profiles.tools.get(&id) {
-                None => funnel.reject(&id, "not profiled: the profile item failed"),
+                None => {
+                    funnel.reject(&id, "not profiled: beyond `levels.profiles.max_servers`, or its profile item failed")
+                }
                 Some(p) => match (&p.excluded, profiles.platform(&id)) {
                     (Some(e), _) => funnel.reject(&id, e.clone()),
                     (None, Some(platform)) => eligible.push((id, platform.to_string(), srv, t)),

@@ -111,7 +111,9 @@ pub fn plan_items(
             continue;
         }
         match profiles.tools.get(&id) {
-            None => funnel.reject(&id, "not profiled: the profile item failed"),
+            None => {
+                funnel.reject(&id, "not profiled: beyond `levels.profiles.max_servers`, or its profile item failed")
+            }
             Some(p) if p.excluded.is_some() => funnel.reject(&id, p.excluded.clone().unwrap_or_default()),
             Some(p) => {
                 let platform = profiles.platform(&id).unwrap_or_default().to_string();

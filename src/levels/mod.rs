@@ -56,6 +56,8 @@ pub struct LevelsSettings {
     #[serde(default, deserialize_with = "crate::llm::batch::de_share")]
     pub max_failed_share: f64,
     #[serde(default)]
+    pub profiles: ProfileSettings,
+    #[serde(default)]
     pub schemas: SchemaSettings,
     #[serde(default)]
     pub l1: L1Settings,
@@ -86,6 +88,15 @@ fn default_concurrency() -> usize {
 }
 fn two() -> usize {
     2
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileSettings {
+    /// Profile the tools of at most this many servers (0 = all), a seeded sample; the
+    /// others' tools are recorded as not profiled (so not used by L1/L2).
+    #[serde(default)]
+    pub max_servers: usize,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

@@ -6,7 +6,7 @@
 //! concept, each with its reason. Middleware, system-facing and platform-less tools are
 //! excluded from L1/L2; `profiles.json` records the reason for every exclusion.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -157,7 +157,7 @@ impl Stage for ProfilesStage {
         crate::settings::check_positive(problems, "levels.concurrency", super::settings(s).concurrency);
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
-        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &"profiles")? })
+        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &super::settings(s).profiles)? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
@@ -166,9 +166,15 @@ impl Stage for ProfilesStage {
         let mut batch = Batch::new(ctx, super::batch_options(STAGE, "profiles", "servers and tools", ctx.settings))?;
         let role = l.judge_role.as_str();
 
+        let names: Vec<String> = catalog.servers.iter().map(|s| s.name.trim().to_string()).collect();
+        let sampled: BTreeSet<String> =
+            super::seeded_subset(&names, l.profiles.max_servers, ctx.settings.config.project.seed, "profiles:servers")
+                .into_iter()
+                .collect();
         let items: Vec<(String, Prompt)> = catalog
             .servers
             .iter()
+            .filter(|s| sampled.contains(s.name.trim()))
             .map(|s| {
                 let vars =
                     json!({"server": {"name": s.name.trim(), "description": s.description, "summary": s.summary}});
@@ -190,6 +196,7 @@ impl Stage for ProfilesStage {
 
         let items: Vec<(String, Prompt)> = catalog
             .tools()
+            .filter(|(s, _)| sampled.contains(s.name.trim()))
             .map(|(s, t)| {
                 let platform = doc.servers.get(s.name.trim()).and_then(|p| p.platform.clone());
                 let vars =
@@ -224,6 +231,11 @@ impl Stage for ProfilesStage {
         }
         batch.finish(out)?;
 
+        let not_sampled = catalog.tools().filter(|(s, _)| !sampled.contains(s.name.trim())).count();
+        if not_sampled > 0 {
+            out.count("not_profiled", not_sampled);
+            out.notes.push(format!("{not_sampled} tools not profiled (`levels.profiles.max_servers`)"));
+        }
         let eligible = doc.tools.values().filter(|t| t.excluded.is_none()).count();
         let mut why: BTreeMap<String, usize> = BTreeMap::new();
         for t in doc.tools.values() {
