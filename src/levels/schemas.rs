@@ -196,4 +196,29 @@ mod tests {
         assert!(schema_problem(&json!({"properties": []})).is_some());
         assert!(schema_problem(&json!("x")).is_some());
     }
+
+    #[test]
+    fn the_review_sheet_round_trips_and_a_bad_row_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("schemas.csv");
+        // The shape `schemas.csv` is written in, as a reviewer edits it.
+        let mut w = csv::Writer::from_path(&path).unwrap();
+        w.write_record(["tool_id", "source", "output_schema"]).unwrap();
+        w.write_record(["S :: t", "inferred", r#"{"type": "object", "properties": {"id": {"type": "string"}}}"#])
+            .unwrap();
+        w.flush().unwrap();
+        drop(w);
+        let got = read_review(&path, "reviews/schemas.csv").unwrap();
+        assert_eq!(got["S::t"]["properties"]["id"]["type"], "string");
+        let mut w = csv::Writer::from_path(&path).unwrap();
+        w.write_record(["tool_id", "source", "output_schema"]).unwrap();
+        w.write_record(["S::t", "review", r#"{"type": "objekt"}"#]).unwrap();
+        w.flush().unwrap();
+        drop(w);
+        let e = read_review(&path, "reviews/schemas.csv").unwrap_err().to_string();
+        assert!(
+            e.contains("`reviews/schemas.csv` row 2, tool `S::t`, field `output_schema`: not a valid JSON Schema"),
+            "{e}"
+        );
+    }
 }

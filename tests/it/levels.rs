@@ -664,6 +664,18 @@ fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
     // The files load in `benchgen score` and an oracle scores 100 % (corrected mode).
     let benches: Vec<PathBuf> = (1..=5).map(|n| p.path(&format!("artifacts/levels-export/level_{n}.json"))).collect();
     score_all_em(&p, &benches, &etom_oracle(&p));
+    // ETOM's own evaluator (reproduced by `--compat etom`) reads the files unchanged.
+    let o = Command::cargo_bin("benchgen")
+        .unwrap()
+        .args(["--json", "score", "--compat", "etom"])
+        .args(benches.iter().flat_map(|b| ["--bench".as_ref(), b.as_os_str()]))
+        .arg("--pred")
+        .arg(p.path("pred-5.jsonl"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "compat etom: {}", String::from_utf8_lossy(&o.stderr));
+    let rep: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rep["data_defects"], json!([]), "{rep}");
     let samples = p.path("artifacts/levels-export/samples.jsonl");
     let rep = score_all_em(&p, &[samples], &unified_oracle(&p));
     let total: usize = (1..=5).map(|n| level_file(&p, n).len()).sum();
