@@ -100,6 +100,10 @@ pub enum Command {
     /// sample with labels and rejection reasons), `report.md` (yield funnel per
     /// sub-scenario, Table-1-style statistics) and `failed.json` when checks failed.
     Validate(ForceArgs),
+    /// ETOM's five levels (L1–L5) over the catalog: profiles, output schemas, each
+    /// level, export. See docs/levels.md.
+    #[command(subcommand)]
+    Levels(LevelsCommand),
     /// Run the pipeline's stages in order, skipping those that are up to date.
     ///
     /// The stages and what each reads and writes: `benchgen stages`. A stage runs when
@@ -400,6 +404,57 @@ pub enum GraphCommand {
     /// Human review of the graph's edges.
     #[command(subcommand)]
     Review(GraphReviewCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LevelsCommand {
+    /// Per server its platform; per tool final-goal/middleware, user/system-facing and
+    /// coupling (`[levels]`, judge role). Resumable per item.
+    ///
+    /// Reads `filter/catalog.json`. Writes `artifacts/levels-profiles/profiles.json`
+    /// (with every L1/L2 exclusion and its reason) and `report.md`; `failed.json` lists items
+    /// left out when `[levels] max_failed_share` lets some fail (as for every level stage).
+    Profiles(ForceArgs),
+    /// An output JSON Schema per tool: the catalog's, inferred by the writer, or from
+    /// the review sheet `[levels.schemas] review`.
+    ///
+    /// Reads `filter/catalog.json`. Writes `artifacts/levels-schemas/schemas.json` and the
+    /// review sheet `schemas.csv` (and `failed.json`).
+    Schemas(ForceArgs),
+    /// L1: explicit single-tool queries naming the platform, verified, one per tool.
+    ///
+    /// Reads `filter/catalog.json` and `levels-profiles/profiles.json`. Writes
+    /// `artifacts/levels-l1/queries.json` (and `failed.json`).
+    L1(ForceArgs),
+    /// L2: implicit queries; EFS members share one query whose ground truth is the set.
+    ///
+    /// Reads `filter/catalog.json`, `levels-profiles/profiles.json` and (optional)
+    /// `efs-finalize/final.json`. Writes `artifacts/levels-l2/queries.json` (and `failed.json`).
+    L2(ForceArgs),
+    /// L3: single-server chains from data-flow graphs, verified, with backward dependencies.
+    ///
+    /// Reads `filter/catalog.json` and `levels-schemas/schemas.json`. Writes
+    /// `artifacts/levels-l3/queries.json`, `chains.json` (and `failed.json`).
+    L3(ForceArgs),
+    /// L4: cross-server scenarios with quality control, validation and EFS alternatives.
+    ///
+    /// Reads `filter/catalog.json` and (optional) `efs-finalize/final.json`. Writes
+    /// `artifacts/levels-l4/queries.json`, `attempts.json` (and `failed.json`).
+    L4(ForceArgs),
+    /// L5: out-of-scope requests from the capability map's gaps, each with its gap label.
+    ///
+    /// Reads `filter/catalog.json` and `embed/` (`index.json`, `vectors.f32`). Writes
+    /// `artifacts/levels-l5/queries.json`, `capability_map.json`, `gaps.json` (and
+    /// `failed.json`).
+    L5(ForceArgs),
+    /// Write `level_1.json` … `level_5.json` (ETOM's shapes), the unified samples and the
+    /// statistics.
+    ///
+    /// Reads `levels-l1` … `levels-l5` `queries.json` and `filter/catalog.json`. Writes
+    /// `artifacts/levels-export/`: `level_1.json`, `level_2.json`, `level_3.json`,
+    /// `level_4.json`, `level_5.json`, `samples.jsonl`, `stats.json`,
+    /// `queries.svg`, `steps.svg`, `rejections.csv` and `report.md`.
+    Export(ForceArgs),
 }
 
 #[derive(Debug, Subcommand)]

@@ -19,6 +19,7 @@ pub mod formats;
 pub mod graph;
 pub mod json;
 pub mod ledger;
+pub mod levels;
 pub mod llm;
 pub mod logs;
 pub mod mcp;

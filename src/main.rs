@@ -6,8 +6,8 @@ use anyhow::Result;
 use clap::Parser;
 
 use benchgen::cli::{
-    Cli, Command, EfsCommand, EfsReviewCommand, GraphCommand, GraphReviewCommand, LlmCommand, LogsCommand, McpCommand,
-    RegistryCommand, ReviewCommand, StagesFormat, SynthCommand,
+    Cli, Command, EfsCommand, EfsReviewCommand, GraphCommand, GraphReviewCommand, LevelsCommand, LlmCommand,
+    LogsCommand, McpCommand, RegistryCommand, ReviewCommand, StagesFormat, SynthCommand,
 };
 use benchgen::printer::Printer;
 use benchgen::settings::Settings;
@@ -98,6 +98,19 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Command::Logs(LogsCommand::Import(f)) => run_named(&ctx, "logs-import", f.force),
         Command::Logs(LogsCommand::Curate(f)) => run_named(&ctx, "logs-curate", f.force),
         Command::Logs(LogsCommand::Split(f)) => run_named(&ctx, "logs-split", f.force),
+        Command::Levels(c) => {
+            let (name, f) = match c {
+                LevelsCommand::Profiles(f) => ("levels-profiles", f),
+                LevelsCommand::Schemas(f) => ("levels-schemas", f),
+                LevelsCommand::L1(f) => ("levels-l1", f),
+                LevelsCommand::L2(f) => ("levels-l2", f),
+                LevelsCommand::L3(f) => ("levels-l3", f),
+                LevelsCommand::L4(f) => ("levels-l4", f),
+                LevelsCommand::L5(f) => ("levels-l5", f),
+                LevelsCommand::Export(f) => ("levels-export", f),
+            };
+            run_named(&ctx, name, f.force)
+        }
         Command::Graph(GraphCommand::Build(f)) => run_named(&ctx, "graph-build", f.force),
         Command::Graph(GraphCommand::Review(GraphReviewCommand::Export(f))) => {
             let (path, n) = benchgen::graph::review::export(&settings, f.force)?;

@@ -43,6 +43,9 @@ pub struct Config {
     /// Absent: `graph build` is not part of `run` (it still runs alone).
     #[serde(default)]
     pub graph: Option<crate::graph::GraphSettings>,
+    /// Absent: the ETOM level stages are not part of `run` (each still runs alone).
+    #[serde(default)]
+    pub levels: Option<crate::levels::LevelsSettings>,
     /// Absent: `release` is not part of `run` (it still runs alone).
     #[serde(default)]
     pub release: Option<crate::release::ReleaseSettings>,

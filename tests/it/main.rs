@@ -16,6 +16,7 @@ mod foundation_safety;
 mod fuzz;
 mod harden;
 mod harden2;
+mod levels;
 mod llm_batch;
 mod llm_cli;
 mod llm_client;

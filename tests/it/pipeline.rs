@@ -87,6 +87,13 @@ pub(crate) fn full_project() -> Project {
     for t in ["synth_chain_query", "synth_goal", "synth_user", "synth_check"] {
         p.copy_in(&format!("pipeline/prompts/{t}.md"));
     }
+    // The demo's ETOM levels come after its log track: their prompts too.
+    for e in std::fs::read_dir(repo().join("pipeline/prompts")).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with("levels_") {
+            p.copy_in(&format!("pipeline/prompts/{name}"));
+        }
+    }
     let demo = std::fs::read_to_string(repo().join("pipeline/demo.toml")).unwrap();
     let logs = &demo[demo.find("[[logs.sources]]").expect("the demo has a log track")..];
     let logs = logs.replace("model_path = \"qwen2.5-coder-0.5b-instruct.gguf\"\n", "");

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# ETOM's five levels over the ETOM snapshot against the scripted endpoint (200 ms per
+# request, concurrency 32): wall time, exchanges and share of the endpoint ceiling per stage.
+# Target: ≥ 80 % of the ceiling.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cargo bench --locked --bench levels 2>/dev/null

@@ -1,0 +1,265 @@
+//! `benchgen levels l1` (stage `levels-l1`): explicit single-tool queries (ETOM A.6).
+//!
+//! Per eligible tool (see `levels-profiles`) the writer drafts `candidates` queries that
+//! name the platform; each is verified against ETOM's four rules (intent matches the
+//! description, platform named, self-contained, no meta-language) plus a mechanical check
+//! that the platform's name really occurs. One verified query is kept per tool, chosen
+//! with the project seed. The shared write-then-verify step lives here (L2 uses it too).
+
+use anyhow::Result;
+use futures::future::join_all;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::profiles::{PROFILES, Profiles};
+use super::{Funnel, Generated, LevelOut, Step};
+use crate::llm::Prompt;
+use crate::llm::batch::{self, Batch, Item, ItemError};
+use crate::settings::Settings;
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
+
+pub const STAGE: &str = "levels-l1";
+pub const QUERIES: Artifact<LevelOut> = Artifact::new(STAGE, "queries.json");
+pub const WRITE_TEMPLATE: &str = "levels_l1_write";
+pub const VERIFY_TEMPLATE: &str = "levels_l1_verify";
+
+pub static SPEC: StageSpec = StageSpec {
+    name: STAGE,
+    command: "levels l1",
+    version: 1,
+    about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
+    reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
+    writes: &["queries.json", crate::llm::batch::FAILED_FILE],
+};
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+pub struct Drafts {
+    pub queries: Vec<String>,
+}
+
+/// The verifier's typed answer: one boolean per rule, and a one-sentence reason.
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+pub struct QueryCheck {
+    pub intent_matches: bool,
+    pub platform_rule_obeyed: bool,
+    pub self_contained: bool,
+    pub no_meta_language: bool,
+    pub reason: String,
+}
+
+/// One drafted query and its verdict.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Candidate {
+    pub query: String,
+    pub verified: bool,
+    pub reason: String,
+    pub exchange: String,
+}
+
+/// A write-and-verify item's checkpointed value.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Drafted {
+    pub write_exchange: String,
+    pub candidates: Vec<Candidate>,
+}
+
+/// The platform-mention rule of a query.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Mention {
+    /// The query must name this platform.
+    Must(String),
+    /// The query must name none of these platforms.
+    MustNot(Vec<String>),
+}
+
+impl Mention {
+    /// The mechanical half of the rule (the verifier judges the rest).
+    pub fn check(&self, query: &str) -> Option<String> {
+        let q = query.to_lowercase();
+        match self {
+            Mention::Must(p) if !q.contains(&p.to_lowercase()) => {
+                Some(format!("platform not named: `{p}` does not occur"))
+            }
+            Mention::MustNot(ps) => ps
+                .iter()
+                .find(|p| !p.is_empty() && q.contains(&p.to_lowercase()))
+                .map(|p| format!("platform named: `{p}` occurs although the function is generic")),
+            _ => None,
+        }
+    }
+    pub fn text(&self) -> String {
+        match self {
+            Mention::Must(p) => format!("MUST mention the platform \"{p}\" explicitly"),
+            Mention::MustNot(_) => "MUST NOT mention any platform, brand or product name".into(),
+        }
+    }
+}
+
+/// Draft `n` queries, then verify each one (in parallel); the mention rule is also
+/// checked mechanically.
+pub async fn write_and_verify(
+    llm: &Item,
+    writer: &str,
+    judge: &str,
+    (write_t, verify_t): (&str, &str),
+    vars: &Value,
+    n: usize,
+    mention: &Mention,
+) -> Result<Drafted, ItemError> {
+    let mut wv = vars.clone();
+    wv["n"] = json!(n);
+    wv["rule"] = json!(mention.text());
+    let drafts = llm.typed_as::<Drafts>(writer, &Prompt::new(write_t, wv.clone()), "write").await?;
+    let mut queries: Vec<String> = Vec::new();
+    for q in drafts.value.queries {
+        let q = super::one_line(&q);
+        if !q.is_empty() && !queries.contains(&q) && queries.len() < n {
+            queries.push(q);
+        }
+    }
+    if queries.is_empty() {
+        return Ok(Drafted { write_exchange: drafts.exchange, candidates: vec![] });
+    }
+    let checks = join_all(queries.iter().enumerate().map(|(i, q)| {
+        let mut v = wv.clone();
+        v["query"] = json!(q);
+        let p = Prompt::new(verify_t, v);
+        async move { llm.typed_as::<QueryCheck>(judge, &p, &format!("verify-{}", i + 1)).await }
+    }))
+    .await;
+    let checks = batch::all(checks)?;
+    let candidates = queries
+        .into_iter()
+        .zip(checks)
+        .map(|(query, c)| {
+            let v = &c.value;
+            let failed: Vec<&str> = [
+                (v.intent_matches, "intent does not match"),
+                (v.platform_rule_obeyed, "platform rule broken"),
+                (v.self_contained, "not self-contained"),
+                (v.no_meta_language, "meta-language"),
+            ]
+            .iter()
+            .filter(|(ok, _)| !ok)
+            .map(|(_, w)| *w)
+            .collect();
+            let (verified, reason) = match (failed.is_empty(), mention.check(&query)) {
+                (true, None) => (true, super::one_line(&v.reason)),
+                (true, Some(m)) => (false, m),
+                (false, _) => (false, format!("{}: {}", failed.join(", "), super::one_line(&v.reason))),
+            };
+            Candidate { query, verified, reason, exchange: c.exchange }
+        })
+        .collect();
+    Ok(Drafted { write_exchange: drafts.exchange, candidates })
+}
+
+/// The kept query of a drafted item (a seeded choice among the verified ones), or why none.
+pub fn choose(d: &Drafted, seed: u64, key: &str) -> Result<(String, Vec<String>), String> {
+    use rand::seq::IndexedRandom;
+    let ok: Vec<&Candidate> = d.candidates.iter().filter(|c| c.verified).collect();
+    if d.candidates.is_empty() {
+        return Err("no draft: the writer returned no query".into());
+    }
+    match ok.choose(&mut super::rng(seed, key)) {
+        Some(c) => Ok((c.query.clone(), vec![d.write_exchange.clone(), c.exchange.clone()])),
+        None => Err(format!("not verified: {}", d.candidates[0].reason)),
+    }
+}
+
+pub struct L1Stage;
+
+impl Stage for L1Stage {
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
+    }
+    fn enabled(&self, s: &Settings) -> bool {
+        s.config.levels.is_some()
+    }
+    fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
+        super::roles(s)
+    }
+    fn prompts(&self, _s: &Settings) -> Vec<PromptRef> {
+        let vars = sample_vars();
+        let mut v = vars.clone();
+        v["query"] = json!("q");
+        vec![
+            PromptRef::new("levels.l1_write", WRITE_TEMPLATE, vars),
+            PromptRef::new("levels.l1_verify", VERIFY_TEMPLATE, v),
+        ]
+    }
+    fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        crate::settings::check_positive(problems, "levels.l1.candidates", super::settings(s).l1.candidates);
+    }
+    fn plan(&self, s: &Settings) -> Result<Plan> {
+        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &super::settings(s).l1)? })
+    }
+
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let s = ctx.settings;
+        let l = super::settings(s);
+        let seed = s.config.project.seed;
+        let catalog = inputs.json(&crate::filter::CATALOG)?;
+        let profiles: Profiles = inputs.json(&PROFILES)?;
+        let mut funnel = Funnel::default();
+        let mut eligible = Vec::new();
+        for (srv, t) in catalog.tools() {
+            let id = crate::model::tool_id(&srv.name, &t.name);
+            match profiles.tools.get(&id) {
+                None => {
+                    funnel.reject(&id, "not profiled: beyond `levels.profiles.max_servers`, or its profile item failed")
+                }
+                Some(p) => match (&p.excluded, profiles.platform(&id)) {
+                    (Some(e), _) => funnel.reject(&id, e.clone()),
+                    (None, Some(platform)) => eligible.push((id, platform.to_string(), srv, t)),
+                    (None, None) => funnel.reject(&id, "no platform"),
+                },
+            }
+        }
+        funnel.step("tools", catalog.tool_count());
+        funnel.step("eligible", eligible.len());
+        let chosen = super::seeded_subset(&eligible, l.l1.max_items, seed, "l1:items");
+        for (id, ..) in eligible.iter().filter(|e| !chosen.iter().any(|c| c.0 == e.0)) {
+            funnel.reject(id, "not sampled: beyond `levels.l1.max_items`");
+        }
+        funnel.step("asked", chosen.len());
+        let items: Vec<(String, (Value, Mention))> = chosen
+            .iter()
+            .map(|(id, platform, srv, t)| {
+                let vars = json!({"platform": platform, "tool": super::tool_vars(srv, t)});
+                (format!("tool:{id}"), (vars, Mention::Must(platform.clone())))
+            })
+            .collect();
+        let mut batch = Batch::new(ctx, super::batch_options(STAGE, "L1", "tools", s))?;
+        let (writer, judge, n) = (l.writer_role.as_str(), l.judge_role.as_str(), l.l1.candidates);
+        let done = batch.run(items, |(vars, mention): (Value, Mention), llm: Item| async move {
+            write_and_verify(&llm, writer, judge, (WRITE_TEMPLATE, VERIFY_TEMPLATE), &vars, n, &mention).await
+        })?;
+        for f in &done.failed {
+            funnel.reject(f.item.trim_start_matches("tool:"), format!("failed: {}", f.reason));
+        }
+        batch.finish(out)?;
+        let mut queries = Vec::new();
+        for (key, d) in &done.values {
+            let id = key.trim_start_matches("tool:");
+            match choose(d, seed, key) {
+                Ok((query, exchanges)) => queries.push(Generated {
+                    key: key.clone(),
+                    query,
+                    steps: vec![Step { tools: vec![id.to_string()], depends_on: vec![] }],
+                    category: None,
+                    exchanges,
+                }),
+                Err(r) => funnel.reject(id, r),
+            }
+        }
+        funnel.step("verified", queries.len());
+        LevelOut { level: 1, queries, funnel }.write(out)
+    }
+}
+
+fn sample_vars() -> Value {
+    json!({"platform": "P", "n": 2, "rule": "MUST mention", "tool": {"id": "s::t", "name": "t", "server": "s", "description": "d", "inputs": ["`x` (required): d (Type: string)"]}})
+}

@@ -1,0 +1,482 @@
+//! `benchgen levels l3` (stage `levels-l3`): single-server chains (ETOM A.8).
+//!
+//! Per server a data-flow graph over tools: an edge A → B when every input of B is
+//! produced by A (ETOM's rule) — with three fixes for ETOM's defects:
+//! - parameter names are compared without stripping one trailing letter (ETOM turns
+//!   `address` into `addres`); case, `_`, `-` and spaces are ignored and a plural matches
+//!   its singular (`ids` ↔ `id`, `addresses` ↔ `address`, `entries` ↔ `entry`; never
+//!   `address` ↔ `addres`);
+//! - where both schemas give a type the types must be compatible (an array's item type
+//!   when a list feeds a single value);
+//! - the first tool passes the start filter on whole name words (`target` is not `get`),
+//!   and a chain is dropped as non-maximal only when it is a real subpath (contiguous
+//!   run of nodes) of a kept chain, not a substring of its comma-joined text.
+//!
+//! Chains are verified LOGICAL by the judge, turned into one query each by the writer,
+//! then annotated with dependencies; the annotation is repaired so every dependency points
+//! backwards (topological order) or the chain is rejected (cycle), with the reason.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::schemas::{SCHEMAS, Schemas};
+use super::{Funnel, Generated, LevelOut, Step};
+use crate::llm::Prompt;
+use crate::llm::batch::{Batch, Item};
+use crate::settings::Settings;
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
+
+pub const STAGE: &str = "levels-l3";
+pub const QUERIES: Artifact<LevelOut> = Artifact::new(STAGE, "queries.json");
+pub const VERIFY_TEMPLATE: &str = "levels_l3_verify";
+pub const QUERY_TEMPLATE: &str = "levels_l3_query";
+pub const DEPS_TEMPLATE: &str = "levels_l3_deps";
+/// Chains enumerated per server at most (a dense graph has exponentially many paths).
+pub const MAX_PATHS: usize = 20_000;
+
+pub static SPEC: StageSpec = StageSpec {
+    name: STAGE,
+    command: "levels l3",
+    version: 1,
+    about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
+    reads: &[crate::filter::CATALOG.read(), SCHEMAS.read()],
+    writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],
+};
+
+/// ETOM's start keywords.
+pub const START_WORDS: &[&str] = &["start", "create", "new", "list", "search", "find", "get", "restore"];
+
+/// A parameter name for comparison: lowercase, without `_`, `-` and spaces.
+pub fn norm_param(p: &str) -> String {
+    p.chars().filter(|c| !matches!(c, '_' | '-' | ' ')).flat_map(char::to_lowercase).collect()
+}
+
+/// Whether an input name is served by an output name (normalised; plural ↔ singular).
+pub fn names_match(input: &str, output: &str) -> bool {
+    let (a, b) = (norm_param(input), norm_param(output));
+    // English plurals: `+s` (but a word ending in -ss, -us or -is is no `+s` plural:
+    // `address`, `status`, `analysis`), `+es`, `-y` → `-ies`.
+    let plural = |s: &str, p: &str| {
+        let s_plural = p == format!("{s}s") && !["ss", "us", "is"].iter().any(|e| p.ends_with(e));
+        s_plural || p == format!("{s}es") || (s.ends_with('y') && p == format!("{}ies", &s[..s.len() - 1]))
+    };
+    a == b || plural(&a, &b) || plural(&b, &a)
+}
+
+fn type_of(v: &Value) -> Option<String> {
+    match v.get("type") {
+        Some(Value::String(t)) => Some(t.clone()),
+        Some(Value::Array(a)) => a.iter().filter_map(|t| t.as_str()).find(|t| *t != "null").map(str::to_string),
+        _ => None,
+    }
+}
+
+/// Whether an output property's type can feed an input property's type.
+pub fn types_compatible(input: &Value, output: &Value) -> bool {
+    let num = |t: &str| t == "integer" || t == "number";
+    let same = |a: &str, b: &str| a == b || (num(a) && num(b));
+    match (type_of(input), type_of(output)) {
+        (Some(i), Some(o)) if same(&i, &o) => true,
+        (Some(i), Some(o)) if o == "array" => output.get("items").and_then(type_of).is_none_or(|it| same(&i, &it)),
+        (Some(_), Some(_)) => false,
+        _ => true,
+    }
+}
+
+fn props(schema: &Value) -> Vec<(&String, &Value)> {
+    schema.get("properties").and_then(|p| p.as_object()).map(|p| p.iter().collect()).unwrap_or_default()
+}
+
+/// Edge A → B: A produces something, B needs something, and every input of B is served
+/// by an output of A with a compatible type.
+pub fn feeds(a_out: &Value, b_in: &Value) -> bool {
+    let (outs, ins) = (props(a_out), props(b_in));
+    !outs.is_empty()
+        && !ins.is_empty()
+        && ins.iter().all(|(i, iv)| outs.iter().any(|(o, ov)| names_match(i, o) && types_compatible(iv, ov)))
+}
+
+/// Words of a tool name (snake, kebab, camel case), lowercase.
+pub fn name_words(name: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut prev_lower = false;
+    for c in name.chars() {
+        if !c.is_alphanumeric() {
+            if !cur.is_empty() {
+                words.push(std::mem::take(&mut cur));
+            }
+            prev_lower = false;
+            continue;
+        }
+        if c.is_uppercase() && prev_lower && !cur.is_empty() {
+            words.push(std::mem::take(&mut cur));
+        }
+        prev_lower = c.is_lowercase() || c.is_numeric();
+        cur.extend(c.to_lowercase());
+    }
+    if !cur.is_empty() {
+        words.push(cur);
+    }
+    words
+}
+
+/// The start filter on whole words.
+pub fn starts_well(tool: &str) -> bool {
+    name_words(tool).iter().any(|w| START_WORDS.contains(&w.as_str()))
+}
+
+/// Every simple path of 2..=`max_len` nodes (node indices), at most [`MAX_PATHS`].
+pub fn simple_paths(n: usize, edges: &BTreeSet<(usize, usize)>, max_len: usize) -> (Vec<Vec<usize>>, bool) {
+    let mut next: Vec<Vec<usize>> = vec![vec![]; n];
+    for &(a, b) in edges {
+        next[a].push(b);
+    }
+    let mut out = Vec::new();
+    let mut truncated = false;
+    fn walk(
+        path: &mut Vec<usize>,
+        next: &[Vec<usize>],
+        max_len: usize,
+        out: &mut Vec<Vec<usize>>,
+        truncated: &mut bool,
+    ) {
+        if out.len() >= MAX_PATHS {
+            *truncated = true;
+            return;
+        }
+        if path.len() >= 2 {
+            out.push(path.clone());
+        }
+        if path.len() >= max_len {
+            return;
+        }
+        let last = *path.last().expect("non-empty");
+        for &b in &next[last] {
+            if !path.contains(&b) {
+                path.push(b);
+                walk(path, next, max_len, out, truncated);
+                path.pop();
+            }
+        }
+    }
+    for s in 0..n {
+        walk(&mut vec![s], &next, max_len.max(2), &mut out, &mut truncated);
+    }
+    (out, truncated)
+}
+
+/// Whether `short` occurs as a contiguous run of nodes in `long`.
+pub fn is_subpath(short: &[String], long: &[String]) -> bool {
+    short.len() <= long.len() && long.windows(short.len()).any(|w| w == short)
+}
+
+/// Keep the maximal chains: longest first (then by names), dropping any chain that is a
+/// real subpath of one already kept.
+pub fn maximal(mut chains: Vec<Vec<String>>) -> Vec<Vec<String>> {
+    chains.sort_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
+    let mut kept: Vec<Vec<String>> = Vec::new();
+    for c in chains {
+        if !kept.iter().any(|k| is_subpath(&c, k)) {
+            kept.push(c);
+        }
+    }
+    kept
+}
+
+/// The candidate chains of one server (tool names), after the start filter and maximality.
+pub fn server_chains(tools: &[(String, Value, Value)], max_len: usize) -> (Vec<Vec<String>>, usize, bool) {
+    let mut edges = BTreeSet::new();
+    for (i, (_, _, out)) in tools.iter().enumerate() {
+        for (j, (_, inp, _)) in tools.iter().enumerate() {
+            if i != j && feeds(out, inp) {
+                edges.insert((i, j));
+            }
+        }
+    }
+    let (paths, truncated) = simple_paths(tools.len(), &edges, max_len);
+    let named: Vec<Vec<String>> = paths
+        .into_iter()
+        .filter(|p| starts_well(&tools[p[0]].0))
+        .map(|p| p.into_iter().map(|i| tools[i].0.clone()).collect())
+        .collect();
+    (maximal(named), edges.len(), truncated)
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, schemars::JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Judgement {
+    Logical,
+    Illogical,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+pub struct ChainVerdict {
+    pub judgement: Judgement,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+pub struct ChainQuery {
+    pub query: String,
+    pub chain_of_thought: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+pub struct DepNode {
+    /// 1-based position of the tool in the chain.
+    pub id: usize,
+    pub tool_name: String,
+    /// 1-based ids of the tools whose output this tool strictly needs.
+    pub dependencies: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+pub struct DepGraph {
+    pub dependency_graph: Vec<DepNode>,
+}
+
+/// The checkpointed value of one chain.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ChainRecord {
+    pub logical: bool,
+    pub reason: String,
+    #[serde(default)]
+    pub query: String,
+    #[serde(default)]
+    pub chain_of_thought: String,
+    /// 0-based dependencies per chain position, as annotated (not yet repaired).
+    #[serde(default)]
+    pub deps: Vec<Vec<usize>>,
+    pub exchanges: Vec<String>,
+}
+
+/// Map an annotation (1-based ids, matched by id, else by tool name) to 0-based
+/// dependencies per chain position.
+pub fn annotation_deps(chain: &[String], g: &DepGraph) -> Vec<Vec<usize>> {
+    let mut deps = vec![Vec::new(); chain.len()];
+    for node in &g.dependency_graph {
+        let pos = if node.id >= 1 && chain.get(node.id - 1).is_some_and(|t| *t == node.tool_name.trim()) {
+            Some(node.id - 1)
+        } else {
+            chain
+                .iter()
+                .position(|t| *t == node.tool_name.trim())
+                .or(node.id.checked_sub(1).filter(|&p| p < chain.len()))
+        };
+        if let Some(p) = pos {
+            // Index `chain.len()` marks an out-of-range reference for the repair to report.
+            deps[p] = node.dependencies.iter().map(|d| d.checked_sub(1).unwrap_or(chain.len())).collect();
+        }
+    }
+    deps
+}
+
+/// One chain as the prompts show it.
+#[derive(Debug, Clone)]
+pub struct ChainItem {
+    pub server: String,
+    pub chain: Vec<String>,
+    pub vars: Value,
+}
+
+pub struct L3Stage;
+
+impl Stage for L3Stage {
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
+    }
+    fn enabled(&self, s: &Settings) -> bool {
+        s.config.levels.is_some()
+    }
+    fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
+        super::roles(s)
+    }
+    fn prompts(&self, _s: &Settings) -> Vec<PromptRef> {
+        let vars = json!({"server": "s", "steps": [{"n": 1, "tool": "a", "description": "d"}], "query": "q"});
+        vec![
+            PromptRef::new("levels.l3_verify", VERIFY_TEMPLATE, vars.clone()),
+            PromptRef::new("levels.l3_query", QUERY_TEMPLATE, vars.clone()),
+            PromptRef::new("levels.l3_deps", DEPS_TEMPLATE, vars),
+        ]
+    }
+    fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        let c = super::settings(s).l3;
+        crate::settings::check_positive(problems, "levels.l3.max_chains_per_server", c.max_chains_per_server);
+        crate::settings::check_positive(problems, "levels.l3.max_queries_per_server", c.max_queries_per_server);
+        if c.max_chain_len < 2 {
+            problems.push(crate::error::Problem::new("levels.l3.max_chain_len", "must be at least 2"));
+        }
+    }
+    fn plan(&self, s: &Settings) -> Result<Plan> {
+        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &super::settings(s).l3)? })
+    }
+
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let s = ctx.settings;
+        let l = super::settings(s);
+        let c = &l.l3;
+        let seed = s.config.project.seed;
+        let catalog = inputs.json(&crate::filter::CATALOG)?;
+        let schemas: Schemas = inputs.json(&SCHEMAS)?;
+        let mut funnel = Funnel::default();
+        let mut items: Vec<(String, ChainItem)> = Vec::new();
+        let mut chains_doc = BTreeMap::new();
+        let (mut n_edges, mut n_chains) = (0, 0);
+        for srv in &catalog.servers {
+            let tools: Vec<(String, Value, Value)> = srv
+                .tools
+                .iter()
+                .map(|t| {
+                    let id = crate::model::tool_id(&srv.name, &t.name);
+                    let out = schemas.get(&id).map(|e| e.schema.clone()).unwrap_or(Value::Null);
+                    (t.name.trim().to_string(), t.input_schema.clone(), out)
+                })
+                .collect();
+            let (chains, edges, truncated) = server_chains(&tools, c.max_chain_len);
+            n_edges += edges;
+            n_chains += chains.len();
+            let server = srv.name.trim().to_string();
+            if chains.is_empty() {
+                funnel.reject(&server, "no chain: the data-flow graph has no path from a start tool");
+                continue;
+            }
+            if truncated {
+                funnel.reject(
+                    &server,
+                    format!("paths truncated: more than {MAX_PATHS} simple paths, the rest not enumerated"),
+                );
+            }
+            let picked = super::seeded_subset(&chains, c.max_chains_per_server, seed, &format!("l3:{server}"));
+            for ch in chains.iter().filter(|ch| !picked.contains(ch)) {
+                funnel.reject(&chain_key(&server, ch), "not sampled: beyond `levels.l3.max_chains_per_server`");
+            }
+            chains_doc.insert(server.clone(), json!({"edges": edges, "maximal_chains": chains, "asked": picked}));
+            let desc: BTreeMap<&str, &str> =
+                srv.tools.iter().map(|t| (t.name.trim(), t.description.as_str())).collect();
+            for ch in picked {
+                let steps: Vec<Value> = ch.iter().enumerate().map(|(i, t)| json!({"n": i + 1, "tool": t, "description": desc.get(t.as_str()).copied().unwrap_or("")})).collect();
+                let vars = json!({"server": server, "steps": steps});
+                items.push((chain_key(&server, &ch), ChainItem { server: server.clone(), chain: ch, vars }));
+            }
+        }
+        funnel.step("data-flow edges", n_edges);
+        funnel.step("maximal chains", n_chains);
+        funnel.step("asked", items.len());
+        let meta: BTreeMap<String, ChainItem> = items.iter().cloned().collect();
+        let mut batch = Batch::new(ctx, super::batch_options(STAGE, "L3", "chains", s))?;
+        let (writer, judge) = (l.writer_role.as_str(), l.judge_role.as_str());
+        let done = batch.run(items, |it: ChainItem, llm: Item| async move {
+            let v =
+                llm.typed_as::<ChainVerdict>(judge, &Prompt::new(VERIFY_TEMPLATE, it.vars.clone()), "verify").await?;
+            let mut rec = ChainRecord {
+                logical: v.value.judgement == Judgement::Logical,
+                reason: super::one_line(&v.value.reason),
+                query: String::new(),
+                chain_of_thought: String::new(),
+                deps: vec![],
+                exchanges: vec![v.exchange],
+            };
+            if !rec.logical {
+                return Ok(rec);
+            }
+            let q = llm.typed_as::<ChainQuery>(writer, &Prompt::new(QUERY_TEMPLATE, it.vars.clone()), "query").await?;
+            rec.query = super::one_line(&q.value.query);
+            rec.chain_of_thought = q.value.chain_of_thought;
+            rec.exchanges.push(q.exchange);
+            let mut dv = it.vars.clone();
+            dv["query"] = json!(rec.query);
+            let d = llm.typed_as::<DepGraph>(judge, &Prompt::new(DEPS_TEMPLATE, dv), "deps").await?;
+            rec.deps = annotation_deps(&it.chain, &d.value);
+            rec.exchanges.push(d.exchange);
+            Ok(rec)
+        })?;
+        for f in &done.failed {
+            funnel.reject(&f.item, format!("failed: {}", f.reason));
+        }
+        batch.finish(out)?;
+        let mut per_server: BTreeMap<String, usize> = BTreeMap::new();
+        let mut queries = Vec::new();
+        let mut logical = 0;
+        for (key, rec) in &done.values {
+            let it = &meta[key];
+            if !rec.logical {
+                funnel.reject(key, format!("illogical: {}", rec.reason));
+                continue;
+            }
+            logical += 1;
+            if rec.query.is_empty() {
+                funnel.reject(key, "no query: the writer returned an empty query");
+                continue;
+            }
+            let repaired = match super::repair_dependencies(&rec.deps) {
+                Ok(r) => r,
+                Err(e) => {
+                    funnel.reject(key, format!("dependencies rejected: {e}"));
+                    continue;
+                }
+            };
+            let n = per_server.entry(it.server.clone()).or_default();
+            if *n >= c.max_queries_per_server {
+                funnel.reject(key, "server cap: `levels.l3.max_queries_per_server` reached");
+                continue;
+            }
+            *n += 1;
+            let steps = repaired
+                .order
+                .iter()
+                .zip(&repaired.deps)
+                .map(|(&old, d)| Step {
+                    tools: vec![crate::model::tool_id(&it.server, &it.chain[old])],
+                    depends_on: d.clone(),
+                })
+                .collect();
+            queries.push(Generated {
+                key: key.clone(),
+                query: rec.query.clone(),
+                steps,
+                category: None,
+                exchanges: rec.exchanges.clone(),
+            });
+        }
+        funnel.step("logical", logical);
+        funnel.step("kept", queries.len());
+        out.json("chains.json", &chains_doc)?;
+        LevelOut { level: 3, queries, funnel }.write(out)
+    }
+}
+
+fn chain_key(server: &str, chain: &[String]) -> String {
+    format!("chain:{server}:{}", chain.join(">"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_and_plurals() {
+        assert_eq!(name_words("getUserIds"), ["get", "user", "ids"]);
+        assert!(starts_well("list_issues"));
+        assert!(!starts_well("target_lookup"));
+        assert!(names_match("userId", "user_ids"));
+        assert!(names_match("address", "addresses"));
+        assert!(names_match("entry", "entries"));
+        assert!(!names_match("address", "addres"));
+        assert!(!names_match("status", "statu"));
+        assert!(names_match("status", "statuses"));
+    }
+
+    #[test]
+    fn types_must_agree_where_given() {
+        assert!(types_compatible(&json!({"type": "string"}), &json!({"type": "string"})));
+        assert!(types_compatible(&json!({"type": "integer"}), &json!({"type": "number"})));
+        assert!(!types_compatible(&json!({"type": "string"}), &json!({"type": "object"})));
+        assert!(types_compatible(&json!({"type": "string"}), &json!({"type": "array", "items": {"type": "string"}})));
+        assert!(types_compatible(&json!({}), &json!({"type": "object"})));
+    }
+}

@@ -1,0 +1,368 @@
+//! `benchgen levels l4` (stage `levels-l4`): cross-server scenarios (ETOM A.9).
+//!
+//! Each attempt draws k ∈ [min_servers, max_servers] distinct main categories and one
+//! server from each — seeded per attempt from the project seed (ETOM's `random` has no
+//! seed). The judge checks feasibility; the writer drafts a scenario (query and steps with
+//! 0-based dependencies); quality control scores solvability and utility (pass: both ≥
+//! `min_score`), regenerating with the feedback for up to `qc_rounds` rounds. Then the
+//! validation ETOM lacks: every tool exists in the catalog, every sampled server is used,
+//! dependencies point backwards (repaired by topological order, a cycle rejects). Each
+//! step lists its EFS alternatives from `efs/final.json` after the primary tool.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::Result;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::{Funnel, Generated, LevelOut, Step};
+use crate::efs::finalize::FINAL;
+use crate::llm::Prompt;
+use crate::llm::batch::{Batch, Item};
+use crate::model::Catalog;
+use crate::settings::Settings;
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
+
+pub const STAGE: &str = "levels-l4";
+pub const QUERIES: Artifact<LevelOut> = Artifact::new(STAGE, "queries.json");
+pub const FEASIBLE_TEMPLATE: &str = "levels_l4_feasible";
+pub const SCENARIO_TEMPLATE: &str = "levels_l4_scenario";
+pub const QC_TEMPLATE: &str = "levels_l4_qc";
+
+pub static SPEC: StageSpec = StageSpec {
+    name: STAGE,
+    command: "levels l4",
+    version: 1,
+    about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
+    reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
+    writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],
+};
+
+/// Servers (names) by main category, both sorted; servers without tools left out.
+pub fn by_category(c: &Catalog) -> BTreeMap<String, Vec<String>> {
+    let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for s in c.servers.iter().filter(|s| !s.tools.is_empty()) {
+        let cat = s
+            .categories
+            .first()
+            .map(|c| c.trim().to_string())
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| "unknown".into());
+        m.entry(cat).or_default().push(s.name.trim().to_string());
+    }
+    for v in m.values_mut() {
+        v.sort();
+    }
+    m
+}
+
+/// The servers of attempt `n`: k distinct categories, one server each, seeded.
+pub fn sample_servers(
+    groups: &BTreeMap<String, Vec<String>>,
+    seed: u64,
+    n: usize,
+    min: usize,
+    max: usize,
+) -> Option<Vec<String>> {
+    if groups.len() < min.max(1) {
+        return None;
+    }
+    let mut rng = super::rng(seed, &format!("l4:attempt:{n}"));
+    let k = rng.random_range(min..=max.min(groups.len()).max(min));
+    let cats: Vec<&Vec<String>> = groups.values().collect();
+    let mut idx = rand::seq::index::sample(&mut rng, cats.len(), k).into_vec();
+    idx.sort_unstable();
+    Some(idx.into_iter().map(|i| cats[i][rng.random_range(0..cats[i].len())].clone()).collect())
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+pub struct Feasibility {
+    pub is_feasible: bool,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema, PartialEq)]
+pub struct ScenarioStep {
+    /// `ServerName::tool_name`.
+    pub tool_id: String,
+    /// 0-based indices of earlier steps whose output this step needs.
+    pub dependencies: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema, PartialEq)]
+pub struct Scenario {
+    pub query: String,
+    pub steps: Vec<ScenarioStep>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema, PartialEq)]
+pub struct Quality {
+    pub solvability_score: u8,
+    pub utility_score: u8,
+    pub solvability_feedback: String,
+    pub utility_feedback: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Round {
+    pub scenario: Scenario,
+    pub quality: Quality,
+}
+
+/// The checkpointed value of one attempt.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Attempt {
+    pub servers: Vec<String>,
+    pub feasible: bool,
+    pub reason: String,
+    pub rounds: Vec<Round>,
+    pub passed: bool,
+    pub exchanges: Vec<String>,
+}
+
+/// Validate a passed scenario; `Ok` gives the steps with EFS alternatives.
+pub fn validate(
+    sc: &Scenario,
+    servers: &[String],
+    catalog: &super::Lookup,
+    alternatives: &BTreeMap<String, Vec<String>>,
+    (min, max): (usize, usize),
+) -> Result<Vec<Step>, String> {
+    if sc.steps.is_empty() {
+        return Err("no steps: the scenario lists no tool".into());
+    }
+    let mut ids = Vec::new();
+    for s in &sc.steps {
+        let id = crate::model::norm_tool_id(&s.tool_id);
+        if catalog.get(&id).is_none() {
+            return Err(format!("unknown tool: `{id}` is not in the catalog"));
+        }
+        ids.push(id);
+    }
+    let used: BTreeSet<&str> = ids.iter().filter_map(|i| crate::model::split_tool_id(i)).map(|(s, _)| s).collect();
+    if let Some(missing) = servers.iter().find(|s| !used.contains(s.as_str())) {
+        return Err(format!("server unused: sampled server `{missing}` has no step"));
+    }
+    if used.len() < min || used.len() > max {
+        return Err(format!("server count: {} servers used, outside {min}–{max}", used.len()));
+    }
+    let deps: Vec<Vec<usize>> = sc.steps.iter().map(|s| s.dependencies.clone()).collect();
+    let r = super::repair_dependencies(&deps).map_err(|e| format!("dependencies rejected: {e}"))?;
+    Ok(r.order
+        .iter()
+        .zip(r.deps)
+        .map(|(&old, d)| {
+            let id = ids[old].clone();
+            let mut tools = vec![id.clone()];
+            tools.extend(alternatives.get(&id).into_iter().flatten().filter(|m| **m != id).cloned());
+            Step { tools, depends_on: d }
+        })
+        .collect())
+}
+
+pub struct L4Stage;
+
+impl Stage for L4Stage {
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
+    }
+    fn enabled(&self, s: &Settings) -> bool {
+        s.config.levels.is_some()
+    }
+    fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
+        super::roles(s)
+    }
+    fn prompts(&self, _s: &Settings) -> Vec<PromptRef> {
+        let services = json!([{"n": 1, "name": "s", "description": "d", "tools": [{"id": "s::t", "description": "d", "required": ["x"]}]}]);
+        let sc = json!({"query": "q", "steps": [{"tool_id": "s::t", "dependencies": []}]});
+        vec![
+            PromptRef::new("levels.l4_feasible", FEASIBLE_TEMPLATE, json!({"services": services})),
+            PromptRef::new(
+                "levels.l4_scenario",
+                SCENARIO_TEMPLATE,
+                json!({"services": services, "round": 1, "feedback": ""}),
+            ),
+            PromptRef::new(
+                "levels.l4_qc",
+                QC_TEMPLATE,
+                json!({"services": services, "scenario": sc, "tools": [{"id": "s::t", "server": "s", "description": "d", "required": ["x"]}]}),
+            ),
+        ]
+    }
+    fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        let c = super::settings(s).l4;
+        crate::settings::check_positive(problems, "levels.l4.attempts", c.attempts);
+        crate::settings::check_positive(problems, "levels.l4.qc_rounds", c.qc_rounds);
+        if c.min_servers < 2 || c.max_servers < c.min_servers {
+            problems.push(crate::error::Problem::new("levels.l4.min_servers", "need 2 ≤ min_servers ≤ max_servers"));
+        }
+        if !(1..=10).contains(&c.min_score) {
+            problems.push(crate::error::Problem::new("levels.l4.min_score", "must be between 1 and 10"));
+        }
+    }
+    fn plan(&self, s: &Settings) -> Result<Plan> {
+        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &super::settings(s).l4)? })
+    }
+
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let s = ctx.settings;
+        let l = super::settings(s);
+        let c = l.l4.clone();
+        let seed = s.config.project.seed;
+        let catalog = inputs.json(&crate::filter::CATALOG)?;
+        let look = super::Lookup::new(&catalog);
+        let mut alternatives: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        if inputs.has(&FINAL) {
+            for members in super::l2::final_sets(&inputs.json(&FINAL)?).into_values() {
+                for m in &members {
+                    alternatives.entry(m.clone()).or_default().extend(members.iter().cloned());
+                }
+            }
+            for v in alternatives.values_mut() {
+                v.sort();
+                v.dedup();
+            }
+        }
+        let groups = by_category(&catalog);
+        let mut funnel = Funnel::default();
+        funnel.step("attempts", c.attempts);
+        let servers_by_name: BTreeMap<&str, &crate::model::Server> =
+            catalog.servers.iter().map(|s| (s.name.trim(), s)).collect();
+        let mut items: Vec<(String, (Vec<String>, Value))> = Vec::new();
+        for n in 0..c.attempts {
+            let key = format!("attempt:{n:04}");
+            let Some(servers) = sample_servers(&groups, seed, n, c.min_servers, c.max_servers) else {
+                funnel.reject(
+                    &key,
+                    format!("too few categories: {} main categories, {} needed", groups.len(), c.min_servers),
+                );
+                continue;
+            };
+            let services: Vec<Value> = servers
+                .iter()
+                .enumerate()
+                .map(|(i, name)| {
+                    let srv = servers_by_name[name.as_str()];
+                    let tools: Vec<Value> = srv
+                        .tools
+                        .iter()
+                        .map(|t| {
+                            let req: Vec<Value> = t.input_schema.get("required").and_then(|r| r.as_array()).cloned().unwrap_or_default();
+                            json!({"id": crate::model::tool_id(&srv.name, &t.name), "description": t.description, "required": req})
+                        })
+                        .collect();
+                    json!({"n": i + 1, "name": name, "description": srv.description, "tools": tools})
+                })
+                .collect();
+            items.push((key, (servers, json!(services))));
+        }
+        funnel.step("sampled", items.len());
+        let mut batch = Batch::new(ctx, super::batch_options(STAGE, "L4", "scenarios", s))?;
+        let (writer, judge) = (l.writer_role.as_str(), l.judge_role.as_str());
+        let (rounds, min_score) = (c.qc_rounds, c.min_score);
+        let look_ref = &look;
+        let done = batch.run(items, |(servers, services): (Vec<String>, Value), llm: Item| async move {
+            let f = llm
+                .typed_as::<Feasibility>(
+                    judge,
+                    &Prompt::new(FEASIBLE_TEMPLATE, json!({"services": services})),
+                    "feasible",
+                )
+                .await?;
+            let mut a = Attempt {
+                servers,
+                feasible: f.value.is_feasible,
+                reason: super::one_line(&f.value.reason),
+                rounds: vec![],
+                passed: false,
+                exchanges: vec![f.exchange],
+            };
+            if !a.feasible {
+                return Ok(a);
+            }
+            let mut feedback = String::new();
+            for r in 1..=rounds {
+                let vars = json!({"services": services, "round": r, "feedback": feedback});
+                let sc = llm
+                    .typed_as::<Scenario>(writer, &Prompt::new(SCENARIO_TEMPLATE, vars), &format!("scenario-{r}"))
+                    .await?;
+                a.exchanges.push(sc.exchange);
+                let tools: Vec<Value> = sc
+                    .value
+                    .steps
+                    .iter()
+                    .map(|st| {
+                        let id = crate::model::norm_tool_id(&st.tool_id);
+                        let (server, description, required) = match look_ref.get(&id) {
+                            Some((s, t)) => (
+                                s.name.trim().to_string(),
+                                t.description.clone(),
+                                t.input_schema.get("required").cloned().unwrap_or(json!([])),
+                            ),
+                            None => (String::new(), "(not in the catalog)".to_string(), json!([])),
+                        };
+                        json!({"id": id, "server": server, "description": description, "required": required})
+                    })
+                    .collect();
+                let qv = json!({"services": services, "scenario": sc.value, "tools": tools});
+                let q = llm.typed_as::<Quality>(judge, &Prompt::new(QC_TEMPLATE, qv), &format!("qc-{r}")).await?;
+                a.exchanges.push(q.exchange);
+                let pass = q.value.solvability_score >= min_score && q.value.utility_score >= min_score;
+                feedback = format!(
+                    "solvability {}/10: {} utility {}/10: {}",
+                    q.value.solvability_score,
+                    q.value.solvability_feedback,
+                    q.value.utility_score,
+                    q.value.utility_feedback
+                );
+                a.rounds.push(Round { scenario: sc.value, quality: q.value });
+                if pass {
+                    a.passed = true;
+                    break;
+                }
+            }
+            Ok(a)
+        })?;
+        for f in &done.failed {
+            funnel.reject(&f.item, format!("failed: {}", f.reason));
+        }
+        batch.finish(out)?;
+        let mut queries = Vec::new();
+        let (mut feasible, mut passed) = (0, 0);
+        for (key, a) in &done.values {
+            if !a.feasible {
+                funnel.reject(key, format!("infeasible: {}", a.reason));
+                continue;
+            }
+            feasible += 1;
+            let Some(last) = a.rounds.last().filter(|_| a.passed) else {
+                let q = a
+                    .rounds
+                    .last()
+                    .map(|r| format!("solvability {} utility {}", r.quality.solvability_score, r.quality.utility_score))
+                    .unwrap_or_default();
+                funnel.reject(key, format!("quality control: below {min_score} after {} rounds ({q})", a.rounds.len()));
+                continue;
+            };
+            passed += 1;
+            match validate(&last.scenario, &a.servers, &look, &alternatives, (c.min_servers, c.max_servers)) {
+                Ok(steps) => queries.push(Generated {
+                    key: key.clone(),
+                    query: super::one_line(&last.scenario.query),
+                    steps,
+                    category: None,
+                    exchanges: a.exchanges.clone(),
+                }),
+                Err(e) => funnel.reject(key, e),
+            }
+        }
+        funnel.step("feasible", feasible);
+        funnel.step("passed quality control", passed);
+        funnel.step("valid", queries.len());
+        out.json("attempts.json", &done.values)?;
+        LevelOut { level: 4, queries, funnel }.write(out)
+    }
+}

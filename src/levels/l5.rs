@@ -1,0 +1,485 @@
+//! `benchgen levels l5` (stage `levels-l5`): out-of-scope requests (ETOM A.10).
+//!
+//! 1. Capability map: HDBSCAN (the `hdbscan` crate; ETOM's parameters by default:
+//!    min_cluster_size 5, min_samples 2, euclidean on unit vectors, cluster selection
+//!    epsilon 0.5) over the `embed` stage's tool vectors; each cluster is labelled from
+//!    three perspectives and a judge picks the consensus label (the first on disagreement).
+//! 2. Gap analysis: the writer lists universal everyday task categories; for each the judge
+//!    answers YES/NO (a typed answer — ETOM searched the reply for the substring "NO"),
+//!    and a NO is challenged by the red team with the most similar capability labels; the
+//!    gap is confirmed only when the challenge fails (an invalid answer is re-asked, never
+//!    taken as a confirmation).
+//! 3. Persona queries per confirmed gap.
+//! 4. Verification: top-k retrieval over the same embedding space as the tools (ETOM
+//!    mixed two), the judge's verdict under the key the prompt names (`final_verdict`),
+//!    then the self-check: a plan from the retrieved tools or exactly `IMPOSSIBLE`.
+//!
+//! The gap label is kept on every L5 query (`category`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{Context, Result};
+use futures::future::join_all;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::{Funnel, Generated, LazyEmbedder, LevelOut};
+use crate::embed::{INDEX, VECTORS, Vectors};
+use crate::llm::Prompt;
+use crate::llm::batch::{self, Batch, Item};
+use crate::settings::Settings;
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
+
+pub const STAGE: &str = "levels-l5";
+pub const QUERIES: Artifact<LevelOut> = Artifact::new(STAGE, "queries.json");
+pub const LABEL_TEMPLATE: &str = "levels_l5_label";
+pub const CONSENSUS_TEMPLATE: &str = "levels_l5_consensus";
+pub const TASKS_TEMPLATE: &str = "levels_l5_tasks";
+pub const CAN_TEMPLATE: &str = "levels_l5_can";
+pub const CHALLENGE_TEMPLATE: &str = "levels_l5_challenge";
+pub const QUERIES_TEMPLATE: &str = "levels_l5_queries";
+pub const JUDGE_TEMPLATE: &str = "levels_l5_judge";
+pub const SELF_CHECK_TEMPLATE: &str = "levels_l5_self_check";
+/// The three labelling perspectives (ETOM: three sampling configurations of one model).
+pub const PERSPECTIVES: [&str; 3] = ["a product manager", "a software engineer", "an everyday user"];
+
+pub static SPEC: StageSpec = StageSpec {
+    name: STAGE,
+    command: "levels l5",
+    version: 1,
+    about: "ETOM L5: capability map (HDBSCAN + LLM labels), gap analysis with a red team, persona queries, verification",
+    reads: &[crate::filter::CATALOG.read(), INDEX.read(), VECTORS.read()],
+    writes: &["queries.json", "capability_map.json", "gaps.json", crate::llm::batch::FAILED_FILE],
+};
+
+/// HDBSCAN cluster of each row (`-1` = noise), rows L2-normalised first.
+pub fn clusters(v: &Vectors, min_cluster_size: usize, min_samples: usize, epsilon: f64) -> Result<Vec<i32>> {
+    let n = v.len();
+    if n <= min_cluster_size.max(min_samples) {
+        return Ok(vec![-1; n]);
+    }
+    let data: Vec<Vec<f32>> = (0..n).map(|i| crate::embed::normalised(v.row(i).to_vec())).collect();
+    let hp = hdbscan::HdbscanHyperParams::builder()
+        .min_cluster_size(min_cluster_size)
+        .min_samples(min_samples)
+        .epsilon(epsilon)
+        .dist_metric(hdbscan::DistanceMetric::Euclidean)
+        .build();
+    hdbscan::Hdbscan::new(&data, hp).cluster().map_err(|e| anyhow::anyhow!("HDBSCAN failed: {e}"))
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+pub struct Label {
+    /// A short capability label (2–6 words).
+    pub label: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+pub struct Consensus {
+    /// The best of the labels, or "DISAGREEMENT".
+    pub consensus_label: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+pub struct Tasks {
+    pub universal_tasks: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, schemars::JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum YesNo {
+    Yes,
+    No,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+pub struct CanDo {
+    pub answer: YesNo,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema, PartialEq)]
+pub struct Challenge {
+    pub is_challenge_valid: bool,
+    pub reasoning: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+pub struct PersonaQueries {
+    pub queries: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, schemars::JsonSchema, PartialEq, Eq)]
+pub enum Verdict {
+    #[serde(rename = "Directly Solvable")]
+    Direct,
+    #[serde(rename = "Partially Solvable")]
+    Partial,
+    #[serde(rename = "Out-of-Scope")]
+    OutOfScope,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+pub struct Judged {
+    pub analysis: String,
+    pub final_verdict: Verdict,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+pub struct SelfCheck {
+    /// A plan using only the listed tools, or exactly "IMPOSSIBLE".
+    pub plan: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterLabel {
+    pub size: usize,
+    pub labels: Vec<String>,
+    pub consensus: String,
+    pub label: String,
+    pub exchanges: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TaskCheck {
+    pub can: bool,
+    pub reason: String,
+    #[serde(default)]
+    pub nearest_labels: Vec<String>,
+    #[serde(default)]
+    pub challenge: Option<Challenge>,
+    pub gap: bool,
+    pub exchanges: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QueryCheck {
+    pub gap: String,
+    pub query: String,
+    pub retrieved: Vec<String>,
+    pub verdict: Verdict,
+    pub analysis: String,
+    #[serde(default)]
+    pub plan: String,
+    pub accepted: bool,
+    pub exchanges: Vec<String>,
+}
+
+/// ETOM's self-check, made exact: the answer is the word IMPOSSIBLE and nothing else.
+pub fn is_impossible(plan: &str) -> bool {
+    plan.trim().trim_matches(|c: char| c == '.' || c == '"' || c == '*').eq_ignore_ascii_case("impossible")
+}
+
+fn cosine_top(q: &[f32], rows: &[Vec<f32>], k: usize) -> Vec<usize> {
+    let mut s: Vec<(f32, usize)> = rows.iter().enumerate().map(|(i, r)| (super::dot(q, r), i)).collect();
+    s.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    s.into_iter().take(k).map(|(_, i)| i).collect()
+}
+
+pub struct L5Stage;
+
+impl Stage for L5Stage {
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
+    }
+    fn enabled(&self, s: &Settings) -> bool {
+        s.config.levels.is_some()
+    }
+    fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
+        let mut r = super::roles(s);
+        if let Some(red) = &super::settings(s).red_team_role {
+            r.push(ConfigRef::new("levels.red_team_role", red));
+        }
+        r
+    }
+    fn prompts(&self, _s: &Settings) -> Vec<PromptRef> {
+        vec![
+            PromptRef::new("levels.l5_label", LABEL_TEMPLATE, json!({"perspective": "p", "descriptions": ["d"]})),
+            PromptRef::new("levels.l5_consensus", CONSENSUS_TEMPLATE, json!({"labels": ["a", "b", "c"]})),
+            PromptRef::new("levels.l5_tasks", TASKS_TEMPLATE, json!({"n": 3})),
+            PromptRef::new("levels.l5_can", CAN_TEMPLATE, json!({"task": "t", "labels": ["a"]})),
+            PromptRef::new("levels.l5_challenge", CHALLENGE_TEMPLATE, json!({"task": "t", "labels": ["a"]})),
+            PromptRef::new("levels.l5_queries", QUERIES_TEMPLATE, json!({"gap": "g", "persona": "p", "n": 2})),
+            PromptRef::new(
+                "levels.l5_judge",
+                JUDGE_TEMPLATE,
+                json!({"query": "q", "tools": [{"id": "s::t", "description": "d"}]}),
+            ),
+            PromptRef::new(
+                "levels.l5_self_check",
+                SELF_CHECK_TEMPLATE,
+                json!({"query": "q", "tools": [{"id": "s::t", "description": "d"}]}),
+            ),
+        ]
+    }
+    fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        let c = super::settings(s).l5;
+        if c.min_cluster_size < 2 {
+            problems.push(crate::error::Problem::new("levels.l5.min_cluster_size", "must be at least 2"));
+        }
+        crate::settings::check_positive(problems, "levels.l5.min_samples", c.min_samples);
+        crate::settings::check_range(problems, "levels.l5.cluster_epsilon", c.cluster_epsilon, 0.0, 2.0);
+        crate::settings::check_positive(problems, "levels.l5.universal_tasks", c.universal_tasks);
+        crate::settings::check_positive(problems, "levels.l5.queries_per_persona", c.queries_per_persona);
+        crate::settings::check_positive(problems, "levels.l5.top_k", c.top_k);
+        crate::settings::check_positive(problems, "levels.l5.top_labels", c.top_labels);
+        if c.personas.is_empty() {
+            problems.push(crate::error::Problem::new("levels.l5.personas", "name at least one persona"));
+        }
+    }
+    fn plan(&self, s: &Settings) -> Result<Plan> {
+        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &super::settings(s).l5)? })
+    }
+
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        let s = ctx.settings;
+        let l = super::settings(s);
+        let c = l.l5.clone();
+        let seed = s.config.project.seed;
+        let catalog = inputs.json(&crate::filter::CATALOG)?;
+        let look = super::Lookup::new(&catalog);
+        let vectors = Vectors::read(inputs)?;
+        let (writer, judge) = (l.writer_role.as_str(), l.judge_role.as_str());
+        let red = l.red_team_role.clone().unwrap_or_else(|| l.judge_role.clone());
+        let red = red.as_str();
+        let embedder = LazyEmbedder::new(s);
+        let emb = &embedder;
+        let mut funnel = Funnel::default();
+        let mut batch = Batch::new(ctx, super::batch_options(STAGE, "L5", "items", s))?;
+
+        // 1. Capability map.
+        let assign = clusters(&vectors, c.min_cluster_size, c.min_samples, c.cluster_epsilon)?;
+        let mut members: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+        for (row, &cl) in assign.iter().enumerate() {
+            if cl >= 0 {
+                members.entry(cl).or_default().push(row);
+            }
+        }
+        let mut order: Vec<(i32, Vec<usize>)> = members.into_iter().collect();
+        order.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
+        let noise = assign.iter().filter(|&&a| a < 0).count();
+        funnel.step("tools clustered", vectors.len());
+        funnel.step("clusters", order.len());
+        if c.max_clusters > 0 {
+            order.truncate(c.max_clusters);
+        }
+        let cluster_items: Vec<(String, (usize, Vec<String>))> = order
+            .iter()
+            .map(|(cl, rows)| {
+                let descs: Vec<String> = rows
+                    .iter()
+                    .filter_map(|&r| look.get(&vectors.index.tools[r].id))
+                    .map(|(_, t)| super::one_line(&t.description))
+                    .collect();
+                let descs = super::seeded_subset(&descs, c.descriptions_per_cluster, seed, &format!("l5:cluster:{cl}"));
+                (format!("cluster:{cl:04}"), (rows.len(), descs))
+            })
+            .collect();
+        let labelled = batch.run(cluster_items, |(size, descs): (usize, Vec<String>), llm: Item| async move {
+            let llm = &llm;
+            let calls = join_all(PERSPECTIVES.iter().enumerate().map(|(i, p)| {
+                let pr = Prompt::new(LABEL_TEMPLATE, json!({"perspective": p, "descriptions": descs}));
+                async move { llm.typed_as::<Label>(writer, &pr, &format!("label-{}", i + 1)).await }
+            }))
+            .await;
+            let labels = batch::all(calls)?;
+            let names: Vec<String> = labels.iter().map(|l| super::one_line(&l.value.label)).collect();
+            let j = llm
+                .typed_as::<Consensus>(judge, &Prompt::new(CONSENSUS_TEMPLATE, json!({"labels": names})), "consensus")
+                .await?;
+            let consensus = super::one_line(&j.value.consensus_label);
+            let label = if consensus.eq_ignore_ascii_case("DISAGREEMENT") || consensus.is_empty() {
+                names[0].clone()
+            } else {
+                consensus.clone()
+            };
+            let mut exchanges: Vec<String> = labels.into_iter().map(|l| l.exchange).collect();
+            exchanges.push(j.exchange);
+            Ok(ClusterLabel { size, labels: names, consensus, label, exchanges })
+        })?;
+        let labels: Vec<String> =
+            labelled.values.values().map(|c| c.label.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+        funnel.step("capability labels", labels.len());
+        let label_vecs = if labels.is_empty() {
+            vec![]
+        } else {
+            embedder.embed(&labels).context("embedding the capability labels")?
+        };
+
+        // 2. Gap analysis.
+        let n_tasks = c.universal_tasks;
+        let tasks = batch.run(vec![("tasks".to_string(), ())], |_: (), llm: Item| async move {
+            let r = llm.typed::<Tasks>(writer, &Prompt::new(TASKS_TEMPLATE, json!({"n": n_tasks}))).await?;
+            Ok((r.value.universal_tasks, r.exchange))
+        })?;
+        let mut task_list: Vec<String> = Vec::new();
+        if let Some((list, _)) = tasks.values.get("tasks") {
+            for t in list {
+                let t = super::one_line(t);
+                if !t.is_empty() && !task_list.contains(&t) && task_list.len() < n_tasks {
+                    task_list.push(t);
+                }
+            }
+        }
+        funnel.step("universal tasks", task_list.len());
+        let (labels_ref, lv, top_labels) = (&labels, &label_vecs, c.top_labels);
+        let task_items: Vec<(String, String)> = task_list.iter().map(|t| (format!("task:{t}"), t.clone())).collect();
+        let checked = batch.run(task_items, |task: String, llm: Item| async move {
+            let can = llm
+                .typed_as::<CanDo>(
+                    judge,
+                    &Prompt::new(CAN_TEMPLATE, json!({"task": task, "labels": labels_ref})),
+                    "can",
+                )
+                .await?;
+            let mut rec = TaskCheck {
+                can: can.value.answer == YesNo::Yes,
+                reason: super::one_line(&can.value.reason),
+                nearest_labels: vec![],
+                challenge: None,
+                gap: false,
+                exchanges: vec![can.exchange],
+            };
+            if rec.can {
+                return Ok(rec);
+            }
+            if !lv.is_empty() {
+                let q = emb.embed(std::slice::from_ref(&task))?;
+                rec.nearest_labels =
+                    cosine_top(&q[0], lv, top_labels).into_iter().map(|i| labels_ref[i].clone()).collect();
+            }
+            let ch = llm
+                .typed_as::<Challenge>(
+                    red,
+                    &Prompt::new(CHALLENGE_TEMPLATE, json!({"task": task, "labels": rec.nearest_labels})),
+                    "challenge",
+                )
+                .await?;
+            rec.gap = !ch.value.is_challenge_valid;
+            rec.exchanges.push(ch.exchange);
+            rec.challenge = Some(Challenge {
+                is_challenge_valid: ch.value.is_challenge_valid,
+                reasoning: super::one_line(&ch.value.reasoning),
+            });
+            Ok(rec)
+        })?;
+        let mut gaps = Vec::new();
+        for (key, t) in &checked.values {
+            let task = key.trim_start_matches("task:");
+            if t.can {
+                funnel.reject(key, format!("covered: {}", t.reason));
+            } else if !t.gap {
+                let why = t.challenge.as_ref().map(|c| c.reasoning.clone()).unwrap_or_default();
+                funnel.reject(key, format!("challenged: the red team showed it doable ({why})"));
+            } else {
+                gaps.push(task.to_string());
+            }
+        }
+        funnel.step("confirmed gaps", gaps.len());
+
+        // 3. Persona queries per gap.
+        let (personas, per) = (&c.personas, c.queries_per_persona);
+        let gap_items: Vec<(String, String)> = gaps.iter().map(|g| (format!("gap:{g}"), g.clone())).collect();
+        let written = batch.run(gap_items, |gap: String, llm: Item| async move {
+            let llm = &llm;
+            let calls = join_all(personas.iter().enumerate().map(|(i, p)| {
+                let pr = Prompt::new(QUERIES_TEMPLATE, json!({"gap": gap, "persona": p, "n": per}));
+                async move { llm.typed_as::<PersonaQueries>(writer, &pr, &format!("persona-{}", i + 1)).await }
+            }))
+            .await;
+            let r = batch::all(calls)?;
+            let mut qs: Vec<String> = Vec::new();
+            for a in &r {
+                for q in a.value.queries.iter().take(per) {
+                    let q = super::one_line(q);
+                    if !q.is_empty() && !qs.contains(&q) {
+                        qs.push(q);
+                    }
+                }
+            }
+            Ok((qs, r.into_iter().map(|a| a.exchange).collect::<Vec<_>>()))
+        })?;
+        let mut cand: BTreeMap<String, (String, String)> = BTreeMap::new();
+        for (key, (qs, _)) in &written.values {
+            let gap = key.trim_start_matches("gap:");
+            for q in qs {
+                // The same text under two gaps is asked once, under the first gap.
+                cand.entry(format!("query:{q}")).or_insert_with(|| (gap.to_string(), q.clone()));
+            }
+        }
+        funnel.step("candidate queries", cand.len());
+
+        // 4. Verification.
+        let (vref, look_ref, top_k) = (&vectors, &look, c.top_k);
+        let q_items: Vec<(String, (String, String))> = cand.into_iter().collect();
+        let verified = batch.run(q_items, |(gap, query): (String, String), llm: Item| async move {
+            let q = emb.embed(std::slice::from_ref(&query))?;
+            let retrieved: Vec<String> = crate::efs::topdown::retrieve(vref, &q[0], top_k).into_iter().map(|r| vref.index.tools[r].id.clone()).collect();
+            let tools: Vec<Value> = retrieved
+                .iter()
+                .map(|id| json!({"id": id, "description": look_ref.get(id).map(|(_, t)| t.description.clone()).unwrap_or_default()}))
+                .collect();
+            let vars = json!({"query": query, "tools": tools});
+            let j = llm.typed_as::<Judged>(judge, &Prompt::new(JUDGE_TEMPLATE, vars.clone()), "judge").await?;
+            let mut rec = QueryCheck { gap, query, retrieved, verdict: j.value.final_verdict, analysis: super::one_line(&j.value.analysis), plan: String::new(), accepted: false, exchanges: vec![j.exchange] };
+            if rec.verdict != Verdict::OutOfScope {
+                return Ok(rec);
+            }
+            let p = llm.typed_as::<SelfCheck>(writer, &Prompt::new(SELF_CHECK_TEMPLATE, vars), "self-check").await?;
+            rec.plan = super::one_line(&p.value.plan);
+            rec.accepted = is_impossible(&rec.plan);
+            rec.exchanges.push(p.exchange);
+            Ok(rec)
+        })?;
+        for f in labelled
+            .failed
+            .iter()
+            .chain(&tasks.failed)
+            .chain(&checked.failed)
+            .chain(&written.failed)
+            .chain(&verified.failed)
+        {
+            funnel.reject(&f.item, format!("failed: {}", f.reason));
+        }
+        batch.finish(out)?;
+        let mut queries = Vec::new();
+        for (key, r) in &verified.values {
+            if r.verdict != Verdict::OutOfScope {
+                funnel.reject(key, format!("solvable: judged {:?} ({})", r.verdict, r.analysis));
+            } else if !r.accepted {
+                funnel.reject(key, format!("self-check: a plan was found ({})", r.plan));
+            } else {
+                let mut exchanges =
+                    written.values.get(&format!("gap:{}", r.gap)).map(|w| w.1.clone()).unwrap_or_default();
+                exchanges.extend(r.exchanges.iter().cloned());
+                queries.push(Generated {
+                    key: key.clone(),
+                    query: r.query.clone(),
+                    steps: vec![],
+                    category: Some(r.gap.clone()),
+                    exchanges,
+                });
+            }
+        }
+        funnel.step("out of scope, verified", queries.len());
+        let map: BTreeMap<String, &ClusterLabel> = labelled.values.iter().map(|(k, v)| (k.clone(), v)).collect();
+        out.json("capability_map.json", &json!({"noise_tools": noise, "clusters": map}))?;
+        out.json("gaps.json", &json!({"confirmed": gaps, "checks": checked.values}))?;
+        LevelOut { level: 5, queries, funnel }.write(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_word_impossible_counts() {
+        assert!(is_impossible(" IMPOSSIBLE. "));
+        assert!(is_impossible("impossible"));
+        assert!(!is_impossible("It is not impossible: call X then Y"));
+    }
+}

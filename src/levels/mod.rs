@@ -1,0 +1,595 @@
+//! ETOM's five-level curriculum (issue 13; reference-pipelines.md A.6–A.12), built over
+//! any catalog on top of `filter`, `embed` and the final EFS sets.
+//!
+//! One stage per step, every LLM call through [`crate::llm::batch`] (checkpointed,
+//! resumable, in the ledger):
+//!
+//! | stage | what |
+//! |---|---|
+//! | `levels-profiles` | per server its platform; per tool final-goal/middleware, user/system-facing, coupling |
+//! | `levels-schemas` | an output JSON Schema per tool the catalog gives none (A.7), review sheet round trip |
+//! | `levels-l1` … `levels-l5` | the five levels, each with a yield funnel and every rejection reason |
+//! | `levels-export` | `level_1.json` … `level_5.json` in ETOM's shapes, unified samples, statistics |
+//!
+//! Each level stage writes `queries.json` ([`LevelOut`]): the kept queries with their
+//! reference steps (tool ids, alternatives, backward dependencies) and the funnel. Export
+//! is the only place that numbers them and renders ETOM's file shapes.
+
+pub mod export;
+pub mod l1;
+pub mod l2;
+pub mod l3;
+pub mod l4;
+pub mod l5;
+pub mod profiles;
+pub mod schemas;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use anyhow::Result;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+
+use crate::embed::Embedder;
+use crate::model::{Catalog, Server, Tool};
+use crate::settings::Settings;
+
+/// `[levels]`: present means the level stages are part of `run`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LevelsSettings {
+    /// Writes queries, scenarios, schemas and labels.
+    #[serde(default = "default_writer")]
+    pub writer_role: String,
+    /// Classifies, verifies and judges.
+    #[serde(default = "default_judge")]
+    pub judge_role: String,
+    /// L5's red team (ETOM: a second, stronger model); default the judge.
+    #[serde(default)]
+    pub red_team_role: Option<String>,
+    /// Items in flight per stage.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Share of items that may fail (answers still invalid after re-asks) without failing
+    /// the stage; failed items are listed in each stage's `failed.json`.
+    #[serde(default, deserialize_with = "crate::llm::batch::de_share")]
+    pub max_failed_share: f64,
+    #[serde(default)]
+    pub profiles: ProfileSettings,
+    #[serde(default)]
+    pub schemas: SchemaSettings,
+    #[serde(default)]
+    pub l1: L1Settings,
+    #[serde(default)]
+    pub l2: L2Settings,
+    #[serde(default)]
+    pub l3: L3Settings,
+    #[serde(default)]
+    pub l4: L4Settings,
+    #[serde(default)]
+    pub l5: L5Settings,
+}
+
+impl Default for LevelsSettings {
+    fn default() -> Self {
+        toml::from_str("").expect("defaults parse")
+    }
+}
+
+fn default_writer() -> String {
+    "generator".into()
+}
+fn default_judge() -> String {
+    "judge".into()
+}
+fn default_concurrency() -> usize {
+    4
+}
+fn two() -> usize {
+    2
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileSettings {
+    /// Profile the tools of at most this many servers (0 = all), a seeded sample; the
+    /// others' tools are recorded as not profiled (so not used by L1/L2).
+    #[serde(default)]
+    pub max_servers: usize,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaSettings {
+    /// A review sheet (`tool_id,output_schema` CSV, the shape of `schemas.csv`) whose
+    /// schemas replace the inferred ones; relative to the project root.
+    #[serde(default)]
+    pub review: Option<std::path::PathBuf>,
+    /// Infer schemas for at most this many tools (0 = all), in catalog order.
+    #[serde(default)]
+    pub max_tools: usize,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct L1Settings {
+    /// Candidate queries written per tool (ETOM: 2); one verified query is kept.
+    #[serde(default = "two")]
+    pub candidates: usize,
+    /// At most this many eligible tools (0 = all), a seeded sample.
+    #[serde(default)]
+    pub max_items: usize,
+}
+
+impl Default for L1Settings {
+    fn default() -> Self {
+        Self { candidates: 2, max_items: 0 }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct L2Settings {
+    /// Candidate queries written per tool or EFS set; one verified query is kept.
+    #[serde(default = "two")]
+    pub candidates: usize,
+    /// At most this many items (singleton tools and EFS sets; 0 = all), a seeded sample
+    /// that takes EFS sets first.
+    #[serde(default)]
+    pub max_items: usize,
+}
+
+impl Default for L2Settings {
+    fn default() -> Self {
+        Self { candidates: 2, max_items: 0 }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct L3Settings {
+    /// Longest chain (tools) enumerated in a server's data-flow graph.
+    #[serde(default = "default_chain_len")]
+    pub max_chain_len: usize,
+    /// Chains per server sent to the verifier (a seeded sample of the maximal ones).
+    #[serde(default = "default_chains")]
+    pub max_chains_per_server: usize,
+    /// Queries kept per server (the shipped data has at most 3).
+    #[serde(default = "default_per_server")]
+    pub max_queries_per_server: usize,
+}
+
+impl Default for L3Settings {
+    fn default() -> Self {
+        Self { max_chain_len: 5, max_chains_per_server: 6, max_queries_per_server: 3 }
+    }
+}
+
+fn default_chain_len() -> usize {
+    5
+}
+fn default_chains() -> usize {
+    6
+}
+fn default_per_server() -> usize {
+    3
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct L4Settings {
+    /// Scenario attempts (ETOM `--num-scenarios`: 20).
+    #[serde(default = "default_attempts")]
+    pub attempts: usize,
+    /// Quality-control rounds per scenario (the first and up to two regenerations).
+    #[serde(default = "default_qc_rounds")]
+    pub qc_rounds: usize,
+    /// Pass mark for solvability and utility (1–10).
+    #[serde(default = "default_min_score")]
+    pub min_score: u8,
+    #[serde(default = "two")]
+    pub min_servers: usize,
+    #[serde(default = "default_max_servers")]
+    pub max_servers: usize,
+}
+
+impl Default for L4Settings {
+    fn default() -> Self {
+        Self { attempts: 20, qc_rounds: 3, min_score: 7, min_servers: 2, max_servers: 4 }
+    }
+}
+
+fn default_attempts() -> usize {
+    20
+}
+fn default_qc_rounds() -> usize {
+    3
+}
+fn default_min_score() -> u8 {
+    7
+}
+fn default_max_servers() -> usize {
+    4
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct L5Settings {
+    /// HDBSCAN over the tool embeddings (ETOM: 5, 2, 0.5).
+    #[serde(default = "default_min_cluster")]
+    pub min_cluster_size: usize,
+    #[serde(default = "two")]
+    pub min_samples: usize,
+    #[serde(default = "default_epsilon")]
+    pub cluster_epsilon: f64,
+    /// Label at most this many clusters (0 = all), largest first.
+    #[serde(default)]
+    pub max_clusters: usize,
+    /// Descriptions shown per cluster (a seeded sample).
+    #[serde(default = "default_descriptions")]
+    pub descriptions_per_cluster: usize,
+    /// Everyday task categories the proposer brainstorms (ETOM: 100).
+    #[serde(default = "default_tasks")]
+    pub universal_tasks: usize,
+    /// Capability labels shown to the red team (most similar to the task).
+    #[serde(default = "default_top_labels")]
+    pub top_labels: usize,
+    #[serde(default = "default_personas")]
+    pub personas: Vec<String>,
+    /// Queries per persona and gap (ETOM: 10 // 4 = 2).
+    #[serde(default = "two")]
+    pub queries_per_persona: usize,
+    /// Tools retrieved for the out-of-scope judge (ETOM: 5).
+    #[serde(default = "default_top_k")]
+    pub top_k: usize,
+}
+
+impl Default for L5Settings {
+    fn default() -> Self {
+        toml::from_str("").expect("defaults parse")
+    }
+}
+
+fn default_min_cluster() -> usize {
+    5
+}
+fn default_epsilon() -> f64 {
+    0.5
+}
+fn default_descriptions() -> usize {
+    10
+}
+fn default_tasks() -> usize {
+    100
+}
+fn default_top_labels() -> usize {
+    10
+}
+fn default_top_k() -> usize {
+    5
+}
+fn default_personas() -> Vec<String> {
+    ["business analyst", "creative writer", "student", "casual user"].map(String::from).to_vec()
+}
+
+/// The `[levels]` section (defaults when absent: each stage still runs alone).
+pub fn settings(s: &Settings) -> LevelsSettings {
+    s.config.levels.clone().unwrap_or_default()
+}
+
+/// What every level stage's config hash covers besides its own subsection.
+pub fn common_hash(s: &Settings, part: &impl Serialize) -> Result<String> {
+    let l = settings(s);
+    let red = l.red_team_role.clone();
+    crate::settings::section_hash(&serde_json::json!({
+        "seed": s.config.project.seed,
+        "writer": l.writer_role,
+        "judge": l.judge_role,
+        "red_team": red,
+        "concurrency": l.concurrency,
+        "max_failed_share": l.max_failed_share,
+        "part": part,
+    }))
+}
+
+/// The roles every level stage names.
+pub fn roles(s: &Settings) -> Vec<crate::stage::ConfigRef> {
+    let l = settings(s);
+    vec![
+        crate::stage::ConfigRef::new("levels.writer_role", &l.writer_role),
+        crate::stage::ConfigRef::new("levels.judge_role", &l.judge_role),
+    ]
+}
+
+pub fn batch_options(
+    stage: &'static str,
+    label: &'static str,
+    noun: &'static str,
+    s: &Settings,
+) -> crate::llm::batch::BatchOptions {
+    let l = settings(s);
+    crate::llm::batch::BatchOptions::new(stage, label, noun)
+        .concurrency(l.concurrency.max(1))
+        .max_failed_share(l.max_failed_share, "levels.max_failed_share")
+}
+
+/// A seeded RNG for one purpose (`what`) under the project seed.
+pub fn rng(seed: u64, what: &str) -> rand_chacha::ChaCha8Rng {
+    let h = crate::store::sha256_hex(format!("{seed}:{what}").as_bytes());
+    let hex = h.trim_start_matches("sha256:");
+    let n = u64::from_str_radix(&hex[..16], 16).unwrap_or(0);
+    rand_chacha::ChaCha8Rng::seed_from_u64(n)
+}
+
+/// A seeded subset of at most `n` items (0 = all), keeping the input order.
+pub fn seeded_subset<T: Clone>(items: &[T], n: usize, seed: u64, what: &str) -> Vec<T> {
+    if n == 0 || items.len() <= n {
+        return items.to_vec();
+    }
+    let mut idx = rand::seq::index::sample(&mut rng(seed, what), items.len(), n).into_vec();
+    idx.sort_unstable();
+    idx.into_iter().map(|i| items[i].clone()).collect()
+}
+
+/// One reference step: the tools that serve it (primary first, then its EFS
+/// alternatives) and the 0-based indices of earlier steps it depends on.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    pub tools: Vec<String>,
+    #[serde(default)]
+    pub depends_on: Vec<usize>,
+}
+
+/// One kept query of a level, before export numbers it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Generated {
+    /// Stable provenance key (the work item it came from).
+    pub key: String,
+    pub query: String,
+    pub steps: Vec<Step>,
+    /// L5: the capability gap the query falls into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    /// Request hashes of the exchanges behind this query.
+    pub exchanges: Vec<String>,
+}
+
+/// One item that did not yield a query, and why.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(deny_unknown_fields)]
+pub struct Rejection {
+    pub item: String,
+    pub reason: String,
+}
+
+/// A level's yield: counts after each step, and every rejection with its reason.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Funnel {
+    pub steps: Vec<(String, usize)>,
+    pub rejected: Vec<Rejection>,
+}
+
+impl Funnel {
+    pub fn step(&mut self, label: &str, n: usize) {
+        self.steps.push((label.to_string(), n));
+    }
+    pub fn reject(&mut self, item: &str, reason: impl Into<String>) {
+        self.rejected.push(Rejection { item: item.to_string(), reason: reason.into() });
+    }
+    /// Rejections grouped by reason class (the text before the first `:`), counted.
+    pub fn reasons(&self) -> BTreeMap<String, usize> {
+        let mut m = BTreeMap::new();
+        for r in &self.rejected {
+            let class = r.reason.split(':').next().unwrap_or(&r.reason).trim().to_string();
+            *m.entry(class).or_default() += 1;
+        }
+        m
+    }
+}
+
+/// `queries.json` of a level stage.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LevelOut {
+    pub level: u8,
+    pub queries: Vec<Generated>,
+    pub funnel: Funnel,
+}
+
+impl LevelOut {
+    /// Sort for stable bytes, then write `queries.json` and the counts.
+    pub fn write(mut self, out: &mut crate::stage::Output) -> Result<()> {
+        self.queries.sort_by(|a, b| a.key.cmp(&b.key));
+        self.funnel.rejected.sort();
+        out.count("queries", self.queries.len());
+        out.count("rejected", self.funnel.rejected.len());
+        out.notes.push(format!(
+            "L{}: {} queries kept, {} items rejected ({})",
+            self.level,
+            self.queries.len(),
+            self.funnel.rejected.len(),
+            self.funnel.reasons().iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ")
+        ));
+        out.json("queries.json", &self)
+    }
+}
+
+/// Catalog lookups by tool id.
+pub struct Lookup<'c> {
+    pub tools: BTreeMap<String, (&'c Server, &'c Tool)>,
+}
+
+impl<'c> Lookup<'c> {
+    pub fn new(c: &'c Catalog) -> Self {
+        Self { tools: c.tools().map(|(s, t)| (crate::model::tool_id(&s.name, &t.name), (s, t))).collect() }
+    }
+    pub fn get(&self, id: &str) -> Option<(&'c Server, &'c Tool)> {
+        self.tools.get(&crate::model::norm_tool_id(id)).copied()
+    }
+}
+
+/// A tool as the prompts show it: id, name, server, description and input parameters.
+pub fn tool_vars(s: &Server, t: &Tool) -> serde_json::Value {
+    serde_json::json!({
+        "id": crate::model::tool_id(&s.name, &t.name),
+        "name": t.name.trim(),
+        "server": s.name.trim(),
+        "description": t.description,
+        "inputs": input_lines(&t.input_schema),
+    })
+}
+
+/// Input parameters as lines `` `name` (required): description (Type: t) `` (ETOM's
+/// `format_schema_for_prompt`).
+pub fn input_lines(schema: &serde_json::Value) -> Vec<String> {
+    let required: BTreeSet<&str> = schema
+        .get("required")
+        .and_then(|r| r.as_array())
+        .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    let Some(props) = schema.get("properties").and_then(|p| p.as_object()) else {
+        return vec![];
+    };
+    props
+        .iter()
+        .map(|(k, v)| {
+            let ty = v.get("type").map(|t| t.to_string().trim_matches('"').to_string()).unwrap_or_else(|| "any".into());
+            let d = v.get("description").and_then(|d| d.as_str()).unwrap_or("");
+            let req = if required.contains(k.as_str()) { "required" } else { "optional" };
+            format!("`{k}` ({req}): {d} (Type: {ty})")
+        })
+        .collect()
+}
+
+/// Repair a dependency annotation so every dependency points backwards.
+///
+/// `deps[i]` lists the 0-based steps step `i` depends on. Self-references and
+/// out-of-range indices are dropped (returned as notes). When every dependency already
+/// points backwards the order is kept; otherwise the steps are put in topological order
+/// (stable: lowest original index first) and the dependencies renumbered. A cycle cannot
+/// be ordered: `Err` names it.
+pub fn repair_dependencies(deps: &[Vec<usize>]) -> Result<Repaired, String> {
+    let n = deps.len();
+    let mut notes = Vec::new();
+    let mut clean: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
+    for (i, d) in deps.iter().enumerate() {
+        for &j in d {
+            if j == i {
+                notes.push(format!("step {} depended on itself (dropped)", i + 1));
+            } else if j >= n {
+                notes.push(format!("step {} named step {} of {n} (dropped)", i + 1, j + 1));
+            } else {
+                clean[i].insert(j);
+            }
+        }
+    }
+    if clean.iter().enumerate().all(|(i, d)| d.iter().all(|&j| j < i)) {
+        return Ok(Repaired {
+            order: (0..n).collect(),
+            deps: clean.into_iter().map(|d| d.into_iter().collect()).collect(),
+            notes,
+        });
+    }
+    // Kahn's algorithm, always taking the lowest ready original index.
+    let mut indeg: Vec<usize> = clean.iter().map(BTreeSet::len).collect();
+    let mut ready: BTreeSet<usize> = (0..n).filter(|&i| indeg[i] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(&i) = ready.iter().next() {
+        ready.remove(&i);
+        order.push(i);
+        for (k, d) in clean.iter().enumerate() {
+            if d.contains(&i) {
+                indeg[k] -= 1;
+                if indeg[k] == 0 {
+                    ready.insert(k);
+                }
+            }
+        }
+    }
+    if order.len() < n {
+        let stuck: Vec<String> = (0..n).filter(|i| !order.contains(i)).map(|i| (i + 1).to_string()).collect();
+        return Err(format!("cyclic dependencies: steps {} depend on each other", stuck.join(", ")));
+    }
+    let mut pos = vec![0; n];
+    for (new, &old) in order.iter().enumerate() {
+        pos[old] = new;
+    }
+    let deps = order
+        .iter()
+        .map(|&old| clean[old].iter().map(|&j| pos[j]).collect::<BTreeSet<_>>().into_iter().collect())
+        .collect();
+    notes.push("forward references repaired by topological order".into());
+    Ok(Repaired { order, deps, notes })
+}
+
+/// A dependency annotation with every dependency pointing backwards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repaired {
+    /// `order[new] = old` step index.
+    pub order: Vec<usize>,
+    pub deps: Vec<Vec<usize>>,
+    pub notes: Vec<String>,
+}
+
+/// The embedding model, loaded on first use (a fully resumed run needs none).
+pub struct LazyEmbedder<'s> {
+    settings: &'s Settings,
+    cell: Mutex<Option<Embedder>>,
+}
+
+impl<'s> LazyEmbedder<'s> {
+    pub fn new(settings: &'s Settings) -> Self {
+        Self { settings, cell: Mutex::new(None) }
+    }
+    pub fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        let mut e = self.cell.lock().map_err(|_| anyhow::anyhow!("internal: the embedder lock is poisoned"))?;
+        if e.is_none() {
+            *e = Some(Embedder::load(self.settings)?);
+        }
+        e.as_mut().expect("loaded above").embed(texts, 32, &indicatif::ProgressBar::hidden())
+    }
+}
+
+/// Cosine of two unit vectors.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Shorten a model's text to one line.
+pub fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backward_annotations_are_kept_and_forward_ones_reordered() {
+        let r = repair_dependencies(&[vec![], vec![0], vec![1]]).unwrap();
+        assert_eq!(r.order, [0, 1, 2]);
+        assert!(r.notes.is_empty());
+        // Step 1 depends on step 2: reorder so 2 comes first.
+        let r = repair_dependencies(&[vec![1], vec![]]).unwrap();
+        assert_eq!(r.order, [1, 0]);
+        assert_eq!(r.deps, [vec![], vec![0]]);
+        let e = repair_dependencies(&[vec![1], vec![0]]).unwrap_err();
+        assert!(e.contains("cyclic"), "{e}");
+        let r = repair_dependencies(&[vec![0, 7], vec![0]]).unwrap();
+        assert_eq!(r.deps, [vec![], vec![0]]);
+        assert_eq!(r.notes.len(), 2);
+    }
+
+    #[test]
+    fn seeded_subsets_repeat() {
+        let v: Vec<u32> = (0..50).collect();
+        let a = seeded_subset(&v, 5, 7, "x");
+        assert_eq!(a, seeded_subset(&v, 5, 7, "x"));
+        assert_ne!(a, seeded_subset(&v, 5, 8, "x"));
+        assert_eq!(seeded_subset(&v, 0, 7, "x").len(), 50);
+    }
+}

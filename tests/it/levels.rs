@@ -1,0 +1,866 @@
+//! ETOM's five levels (issue 13) on the demo catalog, with the real MiniLM embedding model
+//! and the scripted LLM test double standing in for the model. The script answers each
+//! prompt from what the prompt shows (platform from the server name, output schemas that
+//! make data-flow chains, a forward and a cyclic dependency annotation, a quality-control
+//! failure before a pass, an unknown tool in one scenario, gaps that survive or fall to the
+//! red team), so the tests check what the pipeline does with answers, not what a model
+//! believes. Also: each ETOM defect we fix, ETOM's rule and ours side by side on the same
+//! input; a kill inside every level stage resumes with no exchange repeated; byte-identical
+//! reruns.
+//!
+//! Needs the embedding assets from `make setup` (skipped with the reason printed when they
+//! are missing, failed under `CI=true`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Output;
+
+use crate::support::scripted_llm::{Answer, ScriptedLlm, Seen};
+use assert_cmd::Command;
+use serde_json::{Value, json};
+
+use benchgen::levels;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn assets_or_skip() -> bool {
+    let cache = std::env::var_os("BENCHGEN_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/benchgen"));
+    let need = [
+        cache.join("embed/all-MiniLM-L6-v2-int8/model.onnx"),
+        cache.join("embed/onnxruntime-1.24.4/libonnxruntime.so.1.24.4"),
+    ];
+    if let Some(missing) = need.iter().find(|p| !p.exists()) {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("embedding asset `{}` is missing: run make setup", missing.display());
+        }
+        eprintln!("skipping: embedding asset `{}` is missing (run `make setup`)", missing.display());
+        return false;
+    }
+    true
+}
+
+// ---------------------------------------------------------------------------------------
+// The scripted model.
+
+/// The demo README's equivalence groups (the EFS stages' verifier answers from these).
+const GROUPS: &[&[&str]] = &[
+    &["alpha-markets-mcp::get_stock_quote", "yfinance-mcp::stock_price"],
+    &["alpha-markets-mcp::get_daily_prices", "yfinance-mcp::price_history"],
+    &["ecb-exchange-mcp::currency_conversion", "fx-rates-mcp::convert_currency"],
+    &["brave-search-mcp::web_search", "tavily-search-mcp::search"],
+    &["openweather-mcp::get_current_weather", "weatherapi-mcp::current_conditions"],
+    &["github-mcp::create_issue", "gitlab-mcp::create_new_issue"],
+];
+
+const PLATFORMLESS: &[&str] =
+    &["filesystem-mcp", "calculator-mcp", "memory-bank-mcp", "sequential-thinking-mcp", "mcp-server-template"];
+
+fn group_of(id: &str) -> Option<usize> {
+    GROUPS.iter().position(|g| g.contains(&id))
+}
+
+fn cap(re: &str, text: &str) -> String {
+    regex::Regex::new(re).unwrap().captures(text).map(|c| c[1].to_string()).unwrap_or_default()
+}
+
+fn github_schema() -> Value {
+    let p: serde_json::Map<String, Value> = ["owner", "repo", "issue_number", "body", "title", "labels", "assignees", "state", "per_page", "head", "base", "draft", "query", "sort"]
+        .iter()
+        .map(|k| (k.to_string(), json!({"type": if *k == "issue_number" || *k == "per_page" { "integer" } else if *k == "draft" { "boolean" } else if *k == "labels" || *k == "assignees" { "array" } else { "string" }})))
+        .collect();
+    json!({"type": "object", "properties": p})
+}
+
+fn answer(req: &Seen) -> Answer {
+    let text = req.all_text();
+    // --- levels ---
+    if text.contains("Which user-facing platform") {
+        let server = cap(r"Server: (\S+)", &text);
+        let platform = if PLATFORMLESS.contains(&server.as_str()) {
+            "N/A".to_string()
+        } else {
+            server.trim_end_matches("-mcp").to_string()
+        };
+        return Answer::json(json!({"platform": platform, "reason": "scripted"}));
+    }
+    if text.contains("Tool profile. Platform:") {
+        let tool = cap(r"Tool `([^`]+)`", &text);
+        let server = cap(r"\(server ([^)]+)\)", &text);
+        let middleware = tool.starts_with("list_supported");
+        let system = server == "postgres-mcp";
+        let tight = tool.contains("issue") || tool.contains("pull_request") || tool.contains("merge_request");
+        return Answer::json(json!({
+            "task_type": if middleware { "middleware" } else { "final_goal" }, "task_type_reason": "scripted",
+            "facing": if system { "system_facing" } else { "user_facing" }, "facing_reason": "scripted",
+            "coupling": if tight { "tightly_coupled" } else { "generic_concept" }, "coupling_reason": "scripted",
+        }));
+    }
+    if text.contains("Infer the most likely output") {
+        let server = cap(r"\(server ([^)]+)\)", &text);
+        let tool = cap(r"Tool `([^`]+)`", &text);
+        // github: every tool feeds every other (long chains); list_merge_requests feeds
+        // get_pipeline_status (a two-step chain from `list`); get_current_weather feeds
+        // get_air_quality. Untyped properties: compatible with any input type.
+        let schema = match (server.as_str(), tool.as_str()) {
+            ("github-mcp", _) => github_schema(),
+            (_, "list_merge_requests") => {
+                json!({"type": "object", "properties": {"project_id": {}, "pipeline_id": {}, "ref": {}}})
+            }
+            (_, "get_current_weather") => {
+                json!({"type": "object", "properties": {"lat": {}, "lon": {}, "temperature": {"type": "number"}}})
+            }
+            _ => json!({"type": "object", "properties": {"result": {"type": "string"}}}),
+        };
+        return Answer::json(json!({"output_schema": schema}));
+    }
+    if text.contains("direct-command requests") {
+        let platform = cap(r"Platform: (.+)", &text);
+        let tool = cap(r"Tool `([^`]+)`", &text);
+        return Answer::json(
+            json!({"queries": [format!("On {platform}, run {tool} for variant 1"), format!("On {platform}, run {tool} for variant 2")]}),
+        );
+    }
+    if text.contains("Check this request written for the tool") {
+        let ok = !text.contains("variant 2");
+        return Answer::json(
+            json!({"intent_matches": ok, "platform_rule_obeyed": true, "self_contained": true, "no_meta_language": true, "reason": "scripted"}),
+        );
+    }
+    if text.contains("natural requests that") {
+        let must = cap(r#"MUST mention the platform "([^"]+)""#, &text);
+        let tools: Vec<String> =
+            regex::Regex::new(r"Tool `([^`]+)`").unwrap().captures_iter(&text).map(|c| c[1].to_string()).collect();
+        let q = if must.is_empty() {
+            format!("Help me with {}", tools.join(" or "))
+        } else {
+            format!("On {must}, help me with {}", tools[0])
+        };
+        return Answer::json(json!({"queries": [q]}));
+    }
+    if text.contains("Check this implicit request") {
+        return Answer::json(
+            json!({"intent_matches": true, "platform_rule_obeyed": true, "self_contained": true, "no_meta_language": true, "reason": "scripted"}),
+        );
+    }
+    if text.contains("Is this chain of tools") {
+        let first = cap(r"- Step 1 \(([^)]+)\)", &text);
+        let ok = first != "get_current_weather";
+        return Answer::json(json!({"judgement": if ok { "LOGICAL" } else { "ILLOGICAL" }, "reason": "scripted"}));
+    }
+    if text.contains("Write one request that needs every step") {
+        let steps: Vec<String> = regex::Regex::new(r"- Step \d+ \(([^)]+)\)")
+            .unwrap()
+            .captures_iter(&text)
+            .map(|c| c[1].to_string())
+            .collect();
+        return Answer::json(
+            json!({"query": format!("For repo acme/widgets: {}", steps.join(" then ")), "chain_of_thought": "scripted"}),
+        );
+    }
+    if text.contains("Answer `dependency_graph`") {
+        let tools: Vec<String> = regex::Regex::new(r"(?m)^- (\d+) \(([^)]+)\)")
+            .unwrap()
+            .captures_iter(&text)
+            .map(|c| c[2].to_string())
+            .collect();
+        let n = tools.len();
+        let deps = |k: usize| -> Vec<usize> {
+            // Two-step chains from `list_*`: a cycle (rejected). Three or more: step 1
+            // names step 2 (a forward reference, repaired). Otherwise linear.
+            if n == 2 && tools[0].starts_with("list") {
+                vec![if k == 1 { 2 } else { 1 }]
+            } else if n >= 3 && k == 1 {
+                vec![2]
+            } else if n >= 3 && k == 2 {
+                vec![]
+            } else if k > 1 {
+                vec![k - 1]
+            } else {
+                vec![]
+            }
+        };
+        let g: Vec<Value> = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| json!({"id": i + 1, "tool_name": t, "dependencies": deps(i + 1)}))
+            .collect();
+        return Answer::json(json!({"dependency_graph": g}));
+    }
+    if text.contains("Is there a realistic, common user scenario") {
+        return Answer::json(json!({"is_feasible": !text.contains("sequential-thinking"), "reason": "scripted"}));
+    }
+    if text.contains("Design one task that needs tools") {
+        let mut firsts: Vec<String> = Vec::new();
+        let mut open = false;
+        for line in text.lines() {
+            if line.starts_with("Service #") {
+                open = true;
+            } else if open && line.starts_with("- `") {
+                firsts.push(cap(r"- `([^`]+)`", line));
+                open = false;
+            }
+        }
+        let mut steps: Vec<Value> = firsts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| json!({"tool_id": t, "dependencies": if i == 0 { vec![] } else { vec![i - 1] }}))
+            .collect();
+        if firsts.iter().any(|t| t.starts_with("slack-mcp")) {
+            steps.push(json!({"tool_id": "slack-mcp::post_everywhere", "dependencies": [0]}));
+        }
+        let revised = text.contains("rejected by quality control");
+        return Answer::json(
+            json!({"query": format!("{} task over {}", if revised { "Revised" } else { "First" }, firsts.join(", ")), "steps": steps}),
+        );
+    }
+    if text.contains("Score from 1 to 10") {
+        let s = if text.contains("Task: First") { 5 } else { 8 };
+        return Answer::json(
+            json!({"solvability_score": s, "utility_score": 9, "solvability_feedback": "scripted", "utility_feedback": "scripted"}),
+        );
+    }
+    if text.contains("name in 2–6 words the capability") {
+        let d = cap(r"(?m)^- (.+)$", &text);
+        let words: Vec<&str> = d.split_whitespace().take(3).collect();
+        return Answer::json(json!({"label": words.join(" ")}));
+    }
+    if text.contains("Three proposed labels") {
+        return Answer::json(json!({"consensus_label": cap(r"(?m)^- (.+)$", &text)}));
+    }
+    if text.contains("distinct categories of everyday digital tasks") {
+        return Answer::json(
+            json!({"universal_tasks": ["controlling smart home devices", "booking a restaurant table", "checking stock prices"]}),
+        );
+    }
+    if text.contains("Can the assistant fully perform tasks") {
+        let yes = cap(r"Task category: (.+)", &text).contains("stock");
+        return Answer::json(json!({"answer": if yes { "YES" } else { "NO" }, "reason": "scripted"}));
+    }
+    if text.contains("skeptical engineer") {
+        return Answer::json(json!({"is_challenge_valid": text.contains("restaurant"), "reasoning": "scripted"}));
+    }
+    if text.contains("natural requests in the category") {
+        let persona = cap(r"As a ([^,]+),", &text);
+        let gap = cap(r#"category "([^"]+)""#, &text);
+        return Answer::json(json!({"queries": [format!("As a {persona}, I need help with {gap} tonight")]}));
+    }
+    if text.contains("look for a tool that solves it directly") {
+        return Answer::json(json!({"analysis": "scripted", "final_verdict": "Out-of-Scope"}));
+    }
+    if text.contains("Write a plan that serves the request") {
+        return Answer::json(json!({"plan": "IMPOSSIBLE"}));
+    }
+    // --- EFS stages (as in efs_flow.rs) ---
+    if text.contains("Tool A: `") {
+        let id = |label: &str| -> String {
+            let re = regex::Regex::new(&format!(r"Tool {label}: `([^`]+)` \(server: ([^)]+)\)")).unwrap();
+            let c = re.captures(&text).expect("tool in the verify prompt");
+            format!("{}::{}", &c[2], &c[1])
+        };
+        let (a, b) = (id("A"), id("B"));
+        let same = group_of(&a).is_some() && group_of(&a) == group_of(&b);
+        return Answer::json(json!({"equivalent": same, "reason": "scripted"}));
+    }
+    if text.contains("diverse, realistic and specific user requests") {
+        let re = regex::Regex::new(r"- `([^`]+)` \(server: ([^)]+)\): (.*)").unwrap();
+        let c = re.captures(&text).expect("a tool in the requests prompt");
+        let id = format!("{}::{}", &c[2], &c[1]);
+        return Answer::json(json!({"requests": [format!("{} [for {id}]", &c[3])]}));
+    }
+    if text.contains("User request:") {
+        let id = cap(r"\[for ([^\]]+)\]", &text);
+        let cand = regex::Regex::new(r"(?m)^- `([^`]+)`:").unwrap();
+        let selected: Vec<String> = cand
+            .captures_iter(&text)
+            .map(|c| c[1].to_string())
+            .filter(|c| *c == id || (group_of(c).is_some() && group_of(c) == group_of(&id)))
+            .collect();
+        return Answer::json(json!({"selected": selected}));
+    }
+    Answer::status(400)
+}
+
+fn is_levels_request(s: &Seen) -> bool {
+    let t = s.all_text();
+    !(t.contains("Tool A: `")
+        || t.contains("diverse, realistic and specific user requests")
+        || t.contains("User request:"))
+}
+
+// ---------------------------------------------------------------------------------------
+// The project.
+
+struct Project {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+/// A temporary project on the demo registry; `concurrency` items (and requests) in flight.
+fn project(llm: &ScriptedLlm, concurrency: usize) -> Project {
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = dir.path().join("pipeline/prompts");
+    std::fs::create_dir_all(&prompts).unwrap();
+    for e in std::fs::read_dir(repo().join("pipeline/prompts")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, prompts.join(p.file_name().unwrap())).unwrap();
+    }
+    let role = |t: f64| {
+        format!(
+            "provider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"\ntemperature = {t}\nseed = 1\nbackoff_ms = 20\nmax_retries = 1\n",
+            llm.base_url()
+        )
+    };
+    let config = dir.path().join("pipeline/levels.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[project]
+seed = 7
+
+[registry]
+source = "{}"
+
+[efs.verify]
+concurrency = 1
+
+[levels]
+writer_role = "generator"
+judge_role = "judge"
+concurrency = {}
+
+[levels.l4]
+attempts = 8
+
+[levels.l5]
+min_cluster_size = 3
+universal_tasks = 3
+personas = ["student", "casual user"]
+queries_per_persona = 1
+
+[llm.roles.verifier]
+{}
+[llm.roles.generator]
+{}
+[llm.roles.judge]
+{}"#,
+            repo().join("raw/demo/registry.json").display(),
+            concurrency,
+            role(0.0),
+            role(0.7),
+            role(0.0)
+        ),
+    )
+    .unwrap();
+    Project { dir, config }
+}
+
+impl Project {
+    fn cmd(&self, args: &[&str], fail_at: Option<&str>) -> Output {
+        let mut c = Command::cargo_bin("benchgen").unwrap();
+        c.current_dir(self.dir.path()).env("BENCHGEN_NO_PROGRESS", "1").env_remove("BENCHGEN_FAIL_AT");
+        if let Some(f) = fail_at {
+            c.env("BENCHGEN_FAIL_AT", f);
+        }
+        c.arg("--config").arg(&self.config).args(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.cmd(args, None);
+        assert!(
+            o.status.success(),
+            "`benchgen {}` failed:\n{}\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn json(&self, rel: &str) -> Value {
+        serde_json::from_slice(&std::fs::read(self.path(rel)).unwrap()).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+
+    /// Every file of the level stages (manifests without run id and times).
+    fn level_files(&self) -> BTreeMap<String, Vec<u8>> {
+        let mut out = BTreeMap::new();
+        let root = self.path("artifacts");
+        for e in std::fs::read_dir(&root).unwrap() {
+            let d = e.unwrap().path();
+            let name = d.file_name().unwrap().to_string_lossy().into_owned();
+            if !name.starts_with("levels-") {
+                continue;
+            }
+            for f in std::fs::read_dir(&d).unwrap() {
+                let p = f.unwrap().path();
+                let mut bytes = std::fs::read(&p).unwrap();
+                let rel = format!("{name}/{}", p.file_name().unwrap().to_string_lossy());
+                if rel.ends_with("manifest.json") {
+                    let mut m: Value = serde_json::from_slice(&bytes).unwrap();
+                    for k in ["run_id", "started_at", "finished_at", "duration_ms"] {
+                        m.as_object_mut().unwrap().remove(k);
+                    }
+                    bytes = serde_json::to_vec_pretty(&m).unwrap();
+                }
+                out.insert(rel, bytes);
+            }
+        }
+        out
+    }
+}
+
+const LEVEL_STAGES: &[&str] =
+    &["levels-profiles", "levels-schemas", "levels-l1", "levels-l2", "levels-l3", "levels-l4", "levels-l5"];
+
+fn level_file(p: &Project, n: u8) -> Vec<Value> {
+    p.json(&format!("artifacts/levels-export/level_{n}.json")).as_array().unwrap().clone()
+}
+
+/// An oracle in ETOM's prediction format: the first option of every step, in order.
+fn etom_oracle(p: &Project) -> String {
+    let mut lines = String::new();
+    for n in 1..=5u8 {
+        for q in level_file(p, n) {
+            let pred: Vec<Value> = match n {
+                2 => vec![q["ground_truth_tools"][0][0].clone()],
+                4 => q["ground_truth_tools"].as_array().unwrap().iter().map(|row| row[0].clone()).collect(),
+                _ => q["ground_truth_tools"].as_array().unwrap().clone(),
+            };
+            let pred: Vec<Value> =
+                pred.iter().map(|t| json!({"server_name": t["server_name"], "tool_name": t["tool_name"]})).collect();
+            lines.push_str(&json!({"id": format!("L{n}-{}", q["query_id"]), "prediction": pred}).to_string());
+            lines.push('\n');
+        }
+    }
+    lines
+}
+
+/// An oracle in the unified prediction format from the samples: the first alternative of
+/// every call, grouped as the reference plan groups them; L5 refuses.
+fn unified_oracle(p: &Project) -> String {
+    let text = std::fs::read_to_string(p.path("artifacts/levels-export/samples.jsonl")).unwrap();
+    let mut lines = String::new();
+    for l in text.lines() {
+        let s: Value = serde_json::from_str(l).unwrap();
+        let rec = if s["out_of_scope"] == true {
+            json!({"id": s["id"], "refusal": true})
+        } else {
+            let calls: Vec<Value> = s["turns"][0]["reference_plan"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| json!({"tool": c["alternatives"][0], "group": c["group"]}))
+                .collect();
+            json!({"id": s["id"], "turns": [{"calls": calls}]})
+        };
+        lines.push_str(&rec.to_string());
+        lines.push('\n');
+    }
+    lines
+}
+
+fn score_all_em(p: &Project, benches: &[PathBuf], pred: &str) -> Value {
+    let pred_path = p.path(&format!("pred-{}.jsonl", benches.len()));
+    std::fs::write(&pred_path, pred).unwrap();
+    let mut c = Command::cargo_bin("benchgen").unwrap();
+    c.arg("--json").arg("score");
+    for b in benches {
+        c.arg("--bench").arg(b);
+    }
+    let o = c.arg("--pred").arg(&pred_path).output().unwrap();
+    assert!(o.status.success(), "score failed: {}", String::from_utf8_lossy(&o.stderr));
+    let rep: Value = serde_json::from_slice(&o.stdout).unwrap();
+    for s in rep["sections"].as_array().unwrap() {
+        for r in s["rows"].as_array().unwrap() {
+            assert_eq!(r["em"], 1.0, "{} {}: {rep}", s["dimension"], r["key"]);
+        }
+    }
+    assert_eq!(rep["diagnostics"], json!([]), "{rep}");
+    rep
+}
+
+fn tool_ids(gt: &Value) -> Vec<String> {
+    gt.as_array()
+        .unwrap()
+        .iter()
+        .map(|t| format!("{}::{}", t["server_name"].as_str().unwrap(), t["tool_name"].as_str().unwrap()))
+        .collect()
+}
+
+#[test]
+fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm = ScriptedLlm::start(answer);
+    let p = project(&llm, 4);
+    p.ok(&["run"]);
+    let catalog: BTreeSet<String> = p.json("artifacts/filter/catalog.json")["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| {
+            s["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |t| format!("{}::{}", s["name"].as_str().unwrap(), t["name"].as_str().unwrap()))
+        })
+        .collect();
+
+    // Every level has queries, numbered from 1 without gaps.
+    for n in 1..=5u8 {
+        let qs = level_file(&p, n);
+        assert!(!qs.is_empty(), "level {n} is empty");
+        let ids: Vec<u64> = qs.iter().map(|q| q["query_id"].as_u64().unwrap()).collect();
+        assert_eq!(ids, (1..=qs.len() as u64).collect::<Vec<_>>(), "level {n}");
+        for q in &qs {
+            assert_eq!(
+                q["ground_truth_tools_count"].as_u64().unwrap() as usize,
+                q["ground_truth_tools"].as_array().unwrap().len()
+            );
+        }
+    }
+
+    // L1: one query per verified tool, naming the platform; excluded tools never appear.
+    let profiles = p.json("artifacts/levels-profiles/profiles.json");
+    for q in level_file(&p, 1) {
+        let t = &q["ground_truth_tools"][0];
+        let id = format!("{}::{}", t["server_name"].as_str().unwrap(), t["tool_name"].as_str().unwrap());
+        assert!(profiles["tools"][&id]["excluded"].is_null(), "{id} is excluded but has an L1 query");
+        assert!(q["query"].as_str().unwrap().contains("variant 1"), "the seeded choice is among verified drafts only");
+    }
+    assert_eq!(
+        profiles["tools"]["postgres-mcp::run_sql_query"]["excluded"].as_str().unwrap().split(':').next(),
+        Some("system-facing")
+    );
+    assert_eq!(
+        profiles["tools"]["fx-rates-mcp::list_supported_currencies"]["excluded"].as_str().unwrap().split(':').next(),
+        Some("middleware")
+    );
+    assert!(profiles["tools"]["filesystem-mcp::read_file"]["excluded"].as_str().unwrap().starts_with("no platform"));
+
+    // L2: ground truth of a set query equals a final EFS set, every row holding all of it;
+    // every final set with an eligible member has its query.
+    let finals: BTreeSet<Vec<String>> = p.json("artifacts/efs-finalize/final.json")["sets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let mut m: Vec<String> =
+                s["members"].as_array().unwrap().iter().map(|m| m["tool_id"].as_str().unwrap().to_string()).collect();
+            m.sort();
+            m
+        })
+        .collect();
+    assert_eq!(finals.len(), GROUPS.len());
+    let mut merged = BTreeSet::new();
+    for q in level_file(&p, 2) {
+        let rows = q["ground_truth_tools"].as_array().unwrap();
+        let mut first: Vec<String> = tool_ids(&rows[0]);
+        first.sort();
+        for row in rows {
+            let mut r = tool_ids(row);
+            r.sort();
+            assert_eq!(r, first, "rows are symmetric: {q}");
+        }
+        assert_eq!(rows.len(), first.len());
+        if rows.len() > 1 {
+            assert!(finals.contains(&first), "{first:?} is not a final set");
+            merged.insert(first);
+        } else {
+            assert!(
+                !finals.iter().any(|f| f.contains(&first[0])),
+                "{} is in a set but got a singleton query",
+                first[0]
+            );
+        }
+    }
+    assert_eq!(merged, finals, "every final set (each has an eligible member here) has one merged query");
+
+    // L3: backward dependencies only; the forward annotation was repaired, the cycle rejected.
+    let l3 = level_file(&p, 3);
+    for q in &l3 {
+        for (i, t) in q["ground_truth_tools"].as_array().unwrap().iter().enumerate() {
+            for d in t["dependencies"].as_array().unwrap() {
+                assert!((d.as_u64().unwrap() as usize) < i, "L3 dependency not backward: {q}");
+            }
+        }
+        assert!(q["dependency_visualization"].is_string());
+    }
+    let funnel3 = p.json("artifacts/levels-l3/queries.json")["funnel"]["rejected"].clone();
+    let reasons3: Vec<String> =
+        funnel3.as_array().unwrap().iter().map(|r| r["reason"].as_str().unwrap().to_string()).collect();
+    assert!(reasons3.iter().any(|r| r.starts_with("dependencies rejected: cyclic")), "{reasons3:?}");
+    assert!(reasons3.iter().any(|r| r.starts_with("illogical")), "{reasons3:?}");
+    assert!(
+        l3.iter().any(|q| q["ground_truth_tools"].as_array().unwrap().len() >= 3),
+        "a repaired 3-step chain is kept"
+    );
+
+    // L4: every tool exists, 2–4 servers, backward dependencies, alternatives from the EFS.
+    for q in level_file(&p, 4) {
+        let mut servers = BTreeSet::new();
+        for (i, row) in q["ground_truth_tools"].as_array().unwrap().iter().enumerate() {
+            let ids = tool_ids(row);
+            for id in &ids {
+                assert!(catalog.contains(id), "L4 tool {id} not in the catalog");
+            }
+            servers.insert(row[0]["server_name"].as_str().unwrap().to_string());
+            let deps = &row[0]["dependencies"];
+            for t in row.as_array().unwrap() {
+                assert_eq!(&t["dependencies"], deps, "alternatives share the step's dependencies");
+                for d in t["dependencies"].as_array().unwrap() {
+                    assert!((d.as_u64().unwrap() as usize) < i, "L4 dependency not backward: {q}");
+                }
+            }
+            if let Some(g) = group_of(&ids[0]) {
+                let mut want: Vec<String> = GROUPS[g].iter().map(|s| s.to_string()).collect();
+                let mut got = ids.clone();
+                want.sort();
+                got.sort();
+                assert_eq!(got, want, "step {} lists its EFS alternatives", ids[0]);
+            } else {
+                assert_eq!(ids.len(), 1);
+            }
+        }
+        assert!((2..=4).contains(&servers.len()), "{q}");
+        assert!(q["query"].as_str().unwrap().starts_with("Revised"), "QC failed the first draft: {q}");
+    }
+    // A passed scenario naming a tool the catalog lacks is rejected, with the reason.
+    let l4 = p.json("artifacts/levels-l4/queries.json");
+    let attempts = p.json("artifacts/levels-l4/attempts.json");
+    let mut slack_seen = false;
+    for (key, a) in attempts.as_object().unwrap() {
+        if a["passed"] == true && a["servers"].as_array().unwrap().iter().any(|s| s == "slack-mcp") {
+            slack_seen = true;
+            let why = l4["funnel"]["rejected"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["item"] == key.as_str())
+                .unwrap_or_else(|| panic!("{key} not rejected"));
+            assert_eq!(why["reason"], "unknown tool: `slack-mcp::post_everywhere` is not in the catalog");
+        }
+    }
+    assert!(slack_seen, "seed 7 samples slack-mcp in a passed scenario: {attempts}");
+
+    // L5: every query carries its gap; the red team's win and the covered task are rejections.
+    let l5 = level_file(&p, 5);
+    for q in &l5 {
+        assert_eq!(q["ground_truth_tools"], json!([]));
+        assert_eq!(q["category"], "controlling smart home devices", "{q}");
+    }
+    let reasons5 = p.json("artifacts/levels-l5/queries.json")["funnel"]["rejected"].to_string();
+    assert!(reasons5.contains("challenged") && reasons5.contains("covered"), "{reasons5}");
+
+    // The files load in `benchgen score` and an oracle scores 100 % (corrected mode).
+    let benches: Vec<PathBuf> = (1..=5).map(|n| p.path(&format!("artifacts/levels-export/level_{n}.json"))).collect();
+    score_all_em(&p, &benches, &etom_oracle(&p));
+    // ETOM's own evaluator (reproduced by `--compat etom`) reads the files unchanged.
+    let o = Command::cargo_bin("benchgen")
+        .unwrap()
+        .args(["--json", "score", "--compat", "etom"])
+        .args(benches.iter().flat_map(|b| ["--bench".as_ref(), b.as_os_str()]))
+        .arg("--pred")
+        .arg(p.path("pred-5.jsonl"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "compat etom: {}", String::from_utf8_lossy(&o.stderr));
+    let rep: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rep["data_defects"], json!([]), "{rep}");
+    let samples = p.path("artifacts/levels-export/samples.jsonl");
+    let rep = score_all_em(&p, &[samples], &unified_oracle(&p));
+    let total: usize = (1..=5).map(|n| level_file(&p, n).len()).sum();
+    assert_eq!(rep["samples"].as_u64().unwrap() as usize, total);
+    let text = std::fs::read_to_string(p.path("artifacts/levels-export/samples.jsonl")).unwrap();
+    for l in text.lines() {
+        let s: Value = serde_json::from_str(l).unwrap();
+        assert_eq!(s["family"], "etom");
+        assert_eq!(s["author"], "llm:generator");
+    }
+    let report = std::fs::read_to_string(p.path("artifacts/levels-export/report.md")).unwrap();
+    assert!(
+        report.contains("| level | queries | tools per query |") && report.contains("rejected because"),
+        "{report}"
+    );
+
+    // A forced rerun asks nothing and gives the same bytes.
+    let before = p.level_files();
+    let calls = llm.count();
+    p.ok(&["run", "--force"]);
+    assert_eq!(llm.count(), calls, "a rerun makes zero LLM calls");
+    assert_eq!(p.level_files(), before, "byte-identical rerun");
+}
+
+#[test]
+fn a_kill_inside_each_level_resumes_without_repeating_an_exchange() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm_a = ScriptedLlm::start(answer);
+    // One request in flight: when the kill lands every sent request has its answer
+    // recorded, so "asked again" can only mean a repeated exchange.
+    let a = project(&llm_a, 1);
+    a.ok(&["run"]);
+    let want_requests = llm_a.requests().iter().filter(|s| is_levels_request(s)).count();
+
+    let llm_b = ScriptedLlm::start(answer);
+    let b = project(&llm_b, 1);
+    b.ok(&["run", "--until", "efs-finalize"]);
+    for stage in LEVEL_STAGES {
+        let words: Vec<&str> = stage.splitn(2, '-').collect();
+        let killed = b.cmd(&[words[0], words[1]], Some("llm_batch_item:2"));
+        assert!(!killed.status.success(), "`{stage}` was not killed: {}", String::from_utf8_lossy(&killed.stderr));
+        assert!(b.path(&format!("artifacts/.work/{stage}/items.jsonl")).exists(), "{stage} left no checkpoint");
+        b.ok(&[words[0], words[1]]);
+    }
+    b.ok(&["levels", "export"]);
+    let got_requests = llm_b.requests().iter().filter(|s| is_levels_request(s)).count();
+    assert_eq!(got_requests, want_requests, "the resumed runs asked exactly what one uninterrupted run asks");
+    assert_eq!(b.level_files(), a.level_files(), "resumed artifacts are byte-identical");
+}
+
+// ---------------------------------------------------------------------------------------
+// ETOM's defects, its rule and ours side by side on the same input.
+
+/// ETOM's parameter normalisation (lv3_generation.py): lowercase, strip one trailing "s",
+/// `_` → `-`.
+fn etom_norm(p: &str) -> String {
+    let l = p.to_lowercase();
+    l.strip_suffix('s').unwrap_or(&l).replace('_', "-")
+}
+
+/// ETOM's edge rule: B's normalised input names ⊆ A's normalised output names.
+fn etom_feeds(a_out: &Value, b_in: &Value) -> bool {
+    let names = |s: &Value| -> BTreeSet<String> {
+        s["properties"].as_object().map(|p| p.keys().map(|k| etom_norm(k)).collect()).unwrap_or_default()
+    };
+    let (o, i) = (names(a_out), names(b_in));
+    !o.is_empty() && !i.is_empty() && i.is_subset(&o)
+}
+
+#[test]
+fn defect_plural_stripping_etom_vs_ours() {
+    let out = json!({"properties": {"addresses": {"type": "array", "items": {"type": "string"}}}});
+    let inp = json!({"properties": {"address": {"type": "string"}}});
+    assert_eq!(etom_norm("address"), "addres", "ETOM strips one letter");
+    assert!(!etom_feeds(&out, &inp), "ETOM: `addresses` (→ addresse) never feeds `address` (→ addres)");
+    assert!(levels::l3::feeds(&out, &inp), "ours: a list of addresses feeds an address");
+    // ETOM conflates `news` with `new`; we compare types where both schemas give them.
+    let out = json!({"properties": {"new": {"type": "boolean"}}});
+    let inp = json!({"properties": {"news": {"type": "array", "items": {"type": "object"}}}});
+    assert!(etom_feeds(&out, &inp), "ETOM: a boolean `new` feeds a list of `news`");
+    assert!(!levels::l3::feeds(&out, &inp), "ours: the types do not fit");
+}
+
+/// ETOM's maximality filter: drop a chain whose comma-joined text is a substring of a kept one.
+fn etom_maximal(mut chains: Vec<Vec<String>>) -> Vec<Vec<String>> {
+    chains.sort_by_key(|c| std::cmp::Reverse(c.len()));
+    let mut kept: Vec<Vec<String>> = Vec::new();
+    for c in chains {
+        if !kept.iter().any(|k| k.join(",").contains(&c.join(","))) {
+            kept.push(c);
+        }
+    }
+    kept
+}
+
+#[test]
+fn defect_substring_subpath_etom_vs_ours() {
+    let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let chains = vec![v(&["get_a", "update_bc"]), v(&["get_a", "update_b"]), v(&["x", "get_a", "update_bc"])];
+    let etom = etom_maximal(chains.clone());
+    let ours = levels::l3::maximal(chains);
+    assert!(!etom.contains(&v(&["get_a", "update_b"])), "ETOM drops a,b as a substring of a,bc");
+    assert!(ours.contains(&v(&["get_a", "update_b"])), "ours keeps it: it is no subpath");
+    assert!(!ours.contains(&v(&["get_a", "update_bc"])), "a real subpath is still dropped");
+    // ETOM's start filter is a substring test too: `target` contains `get`.
+    assert!(
+        ["start", "get"].iter().any(|k| "target_lookup".contains(k)),
+        "ETOM keeps a chain starting at target_lookup"
+    );
+    assert!(!levels::l3::starts_well("target_lookup") && levels::l3::starts_well("getTarget"));
+}
+
+#[test]
+fn defect_missing_efs_merge_etom_vs_ours() {
+    // ETOM's L2 ground truth is the tool it wrote the query for, even when the tool has
+    // equivalents (its shipped ids 1–604): `[[tool]]`.
+    let set = vec!["A::x".to_string(), "B::y".to_string(), "C::z".to_string()];
+    let etom: Vec<Vec<String>> = vec![vec![set[0].clone()]];
+    let ours = levels::l2::ground_truth_rows(&set);
+    assert_eq!(etom, [vec!["A::x".to_string()]]);
+    assert_eq!(ours.len(), 3);
+    for (i, row) in ours.iter().enumerate() {
+        assert_eq!(row[0], set[i], "row {i} starts with its member");
+        let mut r = row.clone();
+        r.sort();
+        assert_eq!(r, set, "and lists every member (symmetric)");
+    }
+    // So an agent choosing B::y is wrong under ETOM's ground truth and right under ours.
+    assert!(!etom.iter().flatten().any(|t| t == "B::y"));
+    assert!(ours.iter().flatten().any(|t| t == "B::y"));
+}
+
+#[test]
+fn defect_forward_references_etom_vs_ours() {
+    let chain: Vec<String> = ["list_repos", "get_repo", "create_issue"].iter().map(|s| s.to_string()).collect();
+    // Step 1 says it needs step 2: a forward reference.
+    let g = levels::l3::DepGraph {
+        dependency_graph: vec![
+            levels::l3::DepNode { id: 1, tool_name: "list_repos".into(), dependencies: vec![2] },
+            levels::l3::DepNode { id: 2, tool_name: "get_repo".into(), dependencies: vec![] },
+            levels::l3::DepNode { id: 3, tool_name: "create_issue".into(), dependencies: vec![1] },
+        ],
+    };
+    let deps = levels::l3::annotation_deps(&chain, &g);
+    // ETOM maps the ids and keeps them: 0-based, unfiltered.
+    let etom = deps.clone();
+    assert_eq!(etom, [vec![1], vec![], vec![0]]);
+    assert!(etom.iter().enumerate().any(|(i, d)| d.iter().any(|&j| j >= i)), "ETOM keeps a forward reference");
+    let ours = levels::repair_dependencies(&deps).unwrap();
+    assert_eq!(ours.order, [1, 0, 2], "get_repo moves before list_repos");
+    assert!(ours.deps.iter().enumerate().all(|(i, d)| d.iter().all(|&j| j < i)), "ours: all backward");
+    // A cycle cannot be ordered: the chain is rejected with the reason.
+    assert!(levels::repair_dependencies(&[vec![1], vec![0]]).unwrap_err().starts_with("cyclic"));
+}
+
+#[test]
+fn defect_unseeded_sampling_etom_vs_ours() {
+    use rand::{Rng, SeedableRng};
+    let groups: BTreeMap<String, Vec<String>> =
+        (0..8).map(|c| (format!("cat{c}"), (0..5).map(|s| format!("srv{c}-{s}")).collect())).collect();
+    // ETOM draws from Python's global `random`, never seeded: its draw is a function of
+    // process state it does not control. Two processes = two states.
+    let etom = |state: u64| -> Vec<Vec<String>> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(state);
+        let cats: Vec<&Vec<String>> = groups.values().collect();
+        (0..20)
+            .map(|_| {
+                let k = rng.random_range(2..=4);
+                let idx = rand::seq::index::sample(&mut rng, cats.len(), k).into_vec();
+                idx.into_iter().map(|i| cats[i][rng.random_range(0..cats[i].len())].clone()).collect()
+            })
+            .collect()
+    };
+    assert_ne!(etom(1), etom(2), "ETOM: two runs sample different servers");
+    // Ours: the project seed and the attempt number decide, nothing else.
+    let ours = |seed: u64| -> Vec<Vec<String>> {
+        (0..20).map(|n| levels::l4::sample_servers(&groups, seed, n, 2, 4).unwrap()).collect()
+    };
+    assert_eq!(ours(7), ours(7), "same seed, same draw");
+    assert_ne!(ours(7), ours(8), "another seed, another draw");
+    for draw in ours(7) {
+        let cats: BTreeSet<&str> = draw.iter().map(|s| s.split('-').next().unwrap()).collect();
+        assert_eq!(cats.len(), draw.len(), "one server per distinct category");
+        assert!((2..=4).contains(&draw.len()));
+    }
+}
