@@ -81,6 +81,17 @@ fn no_csv_of_a_demo_run_carries_a_formula_cell() {
             serde_json::json!({"turns": [{"turn": 1, "addressed": true, "reason": reason}]})
         } else if text.contains("Tool A: `") {
             serde_json::json!({"equivalent": true, "reason": reason})
+        } else if text.contains("Anchor: `") {
+            let n = text.matches("\nCandidate ").count();
+            let v: Vec<_> =
+                (1..=n).map(|i| serde_json::json!({"candidate": i, "equivalent": true, "reason": reason})).collect();
+            serde_json::json!({"verdicts": v})
+        } else if text.contains("Score this benchmark sample") {
+            let scores: Vec<_> = ["relevance", "completeness", "consistency", "reliability", "freshness"]
+                .iter()
+                .map(|d| serde_json::json!({"dimension": d, "score": 5, "reason": reason}))
+                .collect();
+            serde_json::json!({"scores": scores, "note": reason})
         } else if text.contains("User request:") {
             serde_json::json!({"selected": []})
         } else if text.contains("user requests") {

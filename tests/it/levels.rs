@@ -326,6 +326,8 @@ source = "{}"
 
 [efs.verify]
 concurrency = 1
+# The planted groups are answered pair by pair (tests/it/efs_flow.rs covers listwise).
+mode = "pairwise"
 
 [levels]
 writer_role = "generator"

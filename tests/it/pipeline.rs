@@ -67,6 +67,13 @@ pub(crate) fn full_project() -> Project {
             serde_json::json!({"message": "scripted request", "done": true})
         } else if text.contains("addressed the user's request") {
             serde_json::json!({"turns": [{"turn": 1, "addressed": true, "reason": "scripted"}]})
+        } else if text.contains("Score this benchmark sample") {
+            // LLM pre-review: every sample passes on every dimension.
+            let scores: Vec<_> = ["relevance", "completeness", "consistency", "reliability", "freshness"]
+                .iter()
+                .map(|d| serde_json::json!({"dimension": d, "score": 5, "reason": "scripted"}))
+                .collect();
+            serde_json::json!({"scores": scores, "note": "scripted"})
         } else {
             serde_json::json!({"reason": "needs live data", "verdict": "keep"})
         })
@@ -292,8 +299,12 @@ fn stages_prints_the_graph_as_text_json_and_dot() {
 
 #[test]
 fn the_readme_stage_table_is_the_generated_one() {
-    let p = Project::demo();
-    let o = p.run(&["stages", "--format", "markdown"]);
+    // The table shows the roles of the repository's own demo config, all tracks included.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_benchgen"))
+        .current_dir(repo())
+        .args(["--config", "pipeline/demo.toml", "stages", "--format", "markdown"])
+        .output()
+        .unwrap();
     assert_code(&o, 0);
     let table = stdout(&o);
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
