@@ -333,7 +333,8 @@ impl Stage for ExportStage {
             bars_svg("Reference entries per query (mean)", &t, "ground_truth_tools entries")?.into_bytes(),
         );
 
-        let mut w = csv::Writer::from_writer(Vec::new());
+        // The project's one CSV writer: tool ids and reasons come from registry text.
+        let mut w = crate::csvout::Writer::new();
         w.write_record(["level", "item", "reason"])?;
         let mut md = String::from("# ETOM levels\n\n## Statistics (the shape of ETOM's Table 1)\n\n");
         md.push_str("| level | queries | tools per query | servers per query | servers (all alternatives) | alternatives per step |\n|---|---|---|---|---|---|\n");
@@ -369,7 +370,7 @@ impl Stage for ExportStage {
             }
         }
         md.push_str("\nEvery rejected item with its full reason: `rejections.csv`.\n");
-        out.file("rejections.csv", w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))?);
+        out.file("rejections.csv", w.into_bytes()?);
         out.file("report.md", md.into_bytes());
         out.count("samples", ex.samples.len());
         out.notes.push(format!(

@@ -82,8 +82,8 @@ pub fn read_review(path: &std::path::Path, display: &str) -> Result<BTreeMap<Str
     for (n, rec) in r.records().enumerate() {
         let row = n + 2;
         let rec = rec.with_context(|| format!("`{display}` row {row}: not valid CSV"))?;
-        let id = crate::model::norm_tool_id(rec.get(ti).unwrap_or_default());
-        let text = rec.get(si).unwrap_or_default();
+        let id = crate::model::norm_tool_id(crate::csvout::restore(rec.get(ti).unwrap_or_default()));
+        let text = crate::csvout::restore(rec.get(si).unwrap_or_default());
         let v: Value = serde_json::from_str(text)
             .with_context(|| format!("`{display}` row {row}, tool `{id}`, field `output_schema`: not JSON"))?;
         if let Some(p) = schema_problem(&v) {
@@ -160,12 +160,13 @@ impl Stage for SchemasStage {
         })?;
         doc.extend(done.values);
         batch.finish(out)?;
-        let mut w = csv::Writer::from_writer(Vec::new());
+        // The project's one CSV writer (formula cells neutralised; `read_review` restores them).
+        let mut w = crate::csvout::Writer::new();
         w.write_record(["tool_id", "source", "output_schema"])?;
         for (id, e) in &doc {
             w.write_record([id.as_str(), e.source.as_str(), &serde_json::to_string(&e.schema)?])?;
         }
-        out.file("schemas.csv", w.into_inner().context("csv")?);
+        out.file("schemas.csv", w.into_bytes()?);
         let by = |src: &str| doc.values().filter(|e| e.source == src).count();
         out.count("catalog", by("catalog"));
         out.count("inferred", by("inferred"));
