@@ -127,6 +127,14 @@ impl Index {
                 .query_map(params![id], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?;
             let p: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
+            // A cache hit links to the exchange that first answered the request, which may
+            // have served another item (two samples asking the same thing) and which one
+            // depends on the order the cache was filled in; the hit itself already names
+            // the request, so the released lineage stops there.
+            let parents = match (k == kind::LLM_EXCHANGE, p["source_event"].as_i64()) {
+                (true, Some(source)) => parents.into_iter().filter(|&x| x != source).collect(),
+                _ => parents,
+            };
             let (reference, llm) = if k == kind::LLM_EXCHANGE {
                 let hash = p["request_hash"].as_str().unwrap_or("").to_string();
                 let s = |key: &str| p[key].as_str().unwrap_or("").to_string();

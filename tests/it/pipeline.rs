@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use crate::support::scripted_llm::{Answer, ScriptedLlm};
-use crate::support::{Project, assert_code, repo, stderr, stdout};
+use crate::support::{Project, assert_code, repo, stderr, stdout, tree};
 
 /// The stage list as `benchgen stages --json` reports it.
 fn stage_list(p: &Project) -> Vec<Value> {
@@ -125,12 +125,9 @@ pub(crate) fn full_project() -> Project {
     p
 }
 
-#[test]
-fn every_stage_in_the_list_has_help_manifest_status_clean_and_docs() {
-    let p = full_project();
-
-    // Run everything: the pipeline, then the review round trip (not part of `run`
-    // until a sheet exists), then `run` again to pick the decisions up.
+/// Runs everything in [`full_project`]: the pipeline, then the review round trips (not
+/// part of `run` until a sheet exists), then `run` again to pick the decisions up.
+pub(crate) fn run_everything(p: &Project) {
     assert_code(&p.run(&["run", "--until", "efs-topdown"]), 0);
     assert_code(&p.run(&["efs", "review", "export"]), 0);
     let sheet = p.read("reviews/efs/efs_review.csv");
@@ -152,6 +149,49 @@ fn every_stage_in_the_list_has_help_manifest_status_clean_and_docs() {
     p.write("reviews/graph/graph_review.csv", lines.join("\n") + "\n");
     let run = p.run(&["run"]);
     assert_code(&run, 0);
+}
+
+/// Issue 15's "regenerate": a fresh checkout holding only the inputs (raw data, config,
+/// prompts, review sheets) and the ledger replays raw → release without a model and
+/// rebuilds the release byte for byte.
+#[test]
+fn a_fresh_checkout_with_the_ledger_replays_raw_to_a_byte_identical_release() {
+    let mut p = full_project();
+    run_everything(&p);
+    let release = "release/demo-bench-0.1.0";
+    let first = tree(&p.path(release));
+    assert!(first.contains_key("samples.jsonl") && first.contains_key("SHA256SUMS"), "{:?}", first.keys());
+    let samples = String::from_utf8_lossy(&first["samples.jsonl"]).lines().count();
+    assert!(samples > 0, "the full demo released no sample");
+
+    // The fresh checkout: everything but what the pipeline wrote, plus the ledger.
+    let q = Project::empty();
+    for (rel, bytes) in tree(p.root()) {
+        let ledger = rel.starts_with("artifacts/ledger.sqlite");
+        if !ledger && (rel.starts_with("artifacts/") || rel.starts_with("release/")) {
+            continue;
+        }
+        q.write(&rel, bytes);
+    }
+    // No model at all: every answer must come from the ledger.
+    drop(p.llm.take());
+    let o = q.run(&["--llm-mode", "replay", "run"]);
+    assert_code(&o, 0);
+    let second = tree(&q.path(release));
+    assert_eq!(first.keys().collect::<Vec<_>>(), second.keys().collect::<Vec<_>>());
+    let differ: Vec<&String> = first.keys().filter(|k| second[*k] != first[*k]).collect();
+    if let Some(k) = differ.iter().find(|k| !k.ends_with(".parquet") && **k != "SHA256SUMS") {
+        let (a, b) = (String::from_utf8_lossy(&first[*k]), String::from_utf8_lossy(&second[*k]));
+        let line = a.lines().zip(b.lines()).find(|(x, y)| x != y);
+        panic!("{differ:?} differ between the run and its replay from the ledger; first line of `{k}`: {line:?}");
+    }
+    assert!(differ.is_empty(), "{differ:?} differ between the run and its replay from the ledger");
+}
+
+#[test]
+fn every_stage_in_the_list_has_help_manifest_status_clean_and_docs() {
+    let p = full_project();
+    run_everything(&p);
     let stages = stage_list(&p);
     assert!(stages.len() >= 11, "{stages:?}");
 
