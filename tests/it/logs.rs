@@ -685,8 +685,9 @@ fn real_small_model_curates_a_few_sessions() {
         .read("pipeline/demo.toml")
         .replace(
             &format!("provider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"", lp.llm.base_url()),
-            // A loaded 2-core machine answers slowly: one long attempt rather than retries.
-            &format!("provider = \"local\"\nmodel_path = \"{}\"\ntimeout_s = 900\nmax_retries = 1", model.display()),
+            // A loaded 2-core machine answers slowly: one long attempt (the demo's
+            // `timeout_s`) rather than retries.
+            &format!("provider = \"local\"\nmodel_path = \"{}\"\nmax_retries = 1", model.display()),
         )
         .replace("scenarios = \"logs\"", "scenarios = \"logs\"\nllm_sample = 2")
         .replace("[[logs.sources]]\nname = \"chat\"\npath = \"raw/demo/logs/chats.jsonl\"\nformat = \"openai\"\n", "");

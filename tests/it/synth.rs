@@ -635,7 +635,7 @@ fn real_small_model_produces_an_accepted_chain_sample() {
     let (head, role) = cfg.split_at(i);
     let role = role.replace(
         &format!("provider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"", sp.llm.base_url()),
-        &format!("provider = \"local\"\nmodel_path = \"{}\"\ntimeout_s = 900\nmax_retries = 1", model.display()),
+        &format!("provider = \"local\"\nmodel_path = \"{}\"\nmax_retries = 1", model.display()),
     );
     assert!(role.contains("provider = \"local\""), "{role}");
     sp.p.write("pipeline/demo.toml", format!("{head}{role}"));
