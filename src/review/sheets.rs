@@ -8,8 +8,11 @@
 //! shortened results. CSV cells a spreadsheet would evaluate (`= + - @`, tab, CR) get a
 //! leading `'`, removed on import.
 //!
-//! Import reads every `reviews/returned/*.csv` and the web app's submissions
-//! (`reviews/web/scores.jsonl`). Every row is checked: known sample, the reviewer is
+//! Import reads every `reviews/returned/*.csv` and `*.xlsx` (the exported workbook, filled
+//! in and saved as it is: worksheet `review`, else the first one) and the web app's
+//! submissions (`reviews/web/scores.jsonl`). Both sheet formats give the same rows and
+//! the same checks; an XLSX cell holding a formula or an error value is a problem (never
+//! evaluated), and XLSX locations are `file:row`. Every row is checked: known sample, the reviewer is
 //! assigned to it, the sample still has the content hash it was exported with (an edited
 //! sample invalidates stale scores), every score an integer on the scale, no sample
 //! scored twice by one reviewer. All problems are reported with `file:line`, and nothing
@@ -99,8 +102,8 @@ impl Stage for ExportStage {
             ));
         }
         report.push_str(
-            "\nFill in the score columns (and `note`), save as CSV, and put the file in `reviews/returned/`; \
-             then run `benchgen review import`.\n",
+            "\nFill in the score columns (and `note`) of either file, save it (XLSX as it is, or CSV), and put it \
+             in `reviews/returned/`; then run `benchgen review import`.\n",
         );
         out.file("report.md", report.into_bytes());
         out.count("sheets", a.reviewers.len());
@@ -195,7 +198,13 @@ pub fn returned_sheets(s: &Settings) -> Vec<PathBuf> {
         .map(|rd| {
             rd.flatten()
                 .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "csv") && p.is_file())
+                .filter(|p| {
+                    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                    // `~$x.xlsx` is Excel's lock file while a sheet is open; `.x` are hidden files.
+                    let hidden = name.starts_with("~$") || name.starts_with('.');
+                    let ext = p.extension().and_then(|x| x.to_str()).unwrap_or("").to_ascii_lowercase();
+                    !hidden && (ext == "csv" || ext == "xlsx") && p.is_file()
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -235,41 +244,13 @@ pub fn import(
     let mut out = Imported::default();
     let expected = header(a);
     for (name, bytes) in sheets {
-        let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
-        let mut rd = csv::ReaderBuilder::new().flexible(true).from_reader(bytes);
-        match rd.headers() {
-            Ok(h) if h.iter().map(str::trim).eq(expected.iter().map(String::as_str)) => {}
-            Ok(h) => {
-                problems.push(Problem::new(
-                    format!("{name}:1"),
-                    format!(
-                        "header must be `{}`, found `{}`",
-                        expected.join(","),
-                        h.iter().collect::<Vec<_>>().join(",")
-                    ),
-                ));
-                continue;
-            }
-            Err(e) => {
-                problems.push(Problem::new(format!("{name}:1"), format!("not CSV: {e}")));
-                continue;
-            }
-        }
-        for rec in rd.records() {
-            let rec = match rec {
-                Ok(r) => r,
-                Err(e) => {
-                    let line = e.position().map(|p| p.line()).unwrap_or(0);
-                    problems.push(Problem::new(format!("{name}:{line}"), format!("not CSV: {e}")));
-                    continue;
-                }
-            };
-            let loc = format!("{name}:{}", rec.position().map(|p| p.line()).unwrap_or(0));
-            if rec.len() != expected.len() {
-                problems.push(Problem::new(&loc, format!("expected {} cells, found {}", expected.len(), rec.len())));
-                continue;
-            }
-            let cell = |i: usize| restore(rec.get(i).unwrap_or(""));
+        let rows = if is_xlsx(name) {
+            xlsx_rows(name, bytes, &expected, &mut problems)
+        } else {
+            csv_rows(name, bytes, &expected, &mut problems)
+        };
+        for SheetRow { loc, cells } in rows {
+            let cell = |i: usize| cells.get(i).cloned().unwrap_or_default();
             let (id, hash, reviewer) = (cell(0), cell(1), cell(2));
             let first_dim = FIXED.len();
             let raw: Vec<String> = (0..a.dimensions.len()).map(|i| cell(first_dim + i)).collect();
@@ -378,6 +359,175 @@ pub fn import(
     Ok(out)
 }
 
+/// Whether a returned sheet is read as XLSX (by its file name) rather than CSV.
+pub fn is_xlsx(name: &str) -> bool {
+    name.rsplit('.').next().is_some_and(|x| x.eq_ignore_ascii_case("xlsx"))
+}
+
+/// One data row of a returned sheet: where it is (`file:line`, or `file:row` for XLSX)
+/// and its cells, formula neutralisation undone, exactly as many as the header has.
+struct SheetRow {
+    loc: String,
+    cells: Vec<String>,
+}
+
+fn csv_rows(name: &str, bytes: &[u8], expected: &[String], problems: &mut Vec<Problem>) -> Vec<SheetRow> {
+    let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+    let mut rd = csv::ReaderBuilder::new().flexible(true).from_reader(bytes);
+    match rd.headers() {
+        Ok(h) if h.iter().map(str::trim).eq(expected.iter().map(String::as_str)) => {}
+        Ok(h) => {
+            problems.push(Problem::new(
+                format!("{name}:1"),
+                format!("header must be `{}`, found `{}`", expected.join(","), h.iter().collect::<Vec<_>>().join(",")),
+            ));
+            return Vec::new();
+        }
+        Err(e) => {
+            problems.push(Problem::new(format!("{name}:1"), format!("not CSV: {e}")));
+            return Vec::new();
+        }
+    }
+    let mut out = Vec::new();
+    for rec in rd.records() {
+        let rec = match rec {
+            Ok(r) => r,
+            Err(e) => {
+                let line = e.position().map(|p| p.line()).unwrap_or(0);
+                problems.push(Problem::new(format!("{name}:{line}"), format!("not CSV: {e}")));
+                continue;
+            }
+        };
+        let loc = format!("{name}:{}", rec.position().map(|p| p.line()).unwrap_or(0));
+        if rec.len() != expected.len() {
+            problems.push(Problem::new(&loc, format!("expected {} cells, found {}", expected.len(), rec.len())));
+            continue;
+        }
+        out.push(SheetRow { loc, cells: rec.iter().map(restore).collect() });
+    }
+    out
+}
+
+/// Spreadsheet column letters of a 0-based column index (0 → `A`, 26 → `AA`).
+fn column_letters(mut c: u32) -> String {
+    let mut s = Vec::new();
+    loop {
+        s.push(b'A' + (c % 26) as u8);
+        if c < 26 {
+            break;
+        }
+        c = c / 26 - 1;
+    }
+    s.reverse();
+    String::from_utf8(s).expect("ASCII")
+}
+
+/// The rows of a filled XLSX sheet (the worksheet `review`, else the first one), checked
+/// like a CSV sheet: row 1 is the header, every later non-blank row a data row located
+/// as `file:row`. A cell holding a formula or an error value is a problem, never
+/// evaluated or taken from its cached value; numbers read as the reviewer typed them
+/// (`4`, `4.5`); text cells get the same `'` restoration as the CSV reader applies.
+fn xlsx_rows(name: &str, bytes: &[u8], expected: &[String], problems: &mut Vec<Problem>) -> Vec<SheetRow> {
+    use calamine::{Data, Reader, Xlsx};
+    let at = |row: u32| format!("{name}:{}", row + 1);
+    let mut wb = match Xlsx::new(std::io::Cursor::new(bytes)) {
+        Ok(w) => w,
+        Err(e) => {
+            problems.push(Problem::new(at(0), format!("not an XLSX workbook: {e}")));
+            return Vec::new();
+        }
+    };
+    let names = wb.sheet_names();
+    let Some(sheet) = names.iter().find(|n| *n == "review").or(names.first()).cloned() else {
+        problems.push(Problem::new(at(0), "the workbook has no worksheet"));
+        return Vec::new();
+    };
+    let (range, formulas) = match (wb.worksheet_range(&sheet), wb.worksheet_formula(&sheet)) {
+        (Ok(r), Ok(f)) => (r, f),
+        (Err(e), _) | (_, Err(e)) => {
+            problems.push(Problem::new(at(0), format!("cannot read worksheet `{sheet}`: {e}")));
+            return Vec::new();
+        }
+    };
+    let width = expected.len() as u32;
+    let (last_row, last_col) = range.end().unwrap_or((0, 0));
+    let last_col = last_col.max(formulas.end().map_or(0, |e| e.1));
+    let last_row = last_row.max(formulas.end().map_or(0, |e| e.0));
+    let cell_name = |r: u32, c: u32| {
+        let head = expected.get(c as usize).map(|h| format!("`{h}` ")).unwrap_or_default();
+        format!("{head}(cell {}{})", column_letters(c), r + 1)
+    };
+    // The text of one cell, or why it cannot be read.
+    let text = |r: u32, c: u32| -> Result<String, String> {
+        if let Some(f) = formulas.get_value((r, c)).filter(|f| !f.is_empty()) {
+            return Err(format!(
+                "{} holds a formula (`={f}`): type the value itself; formulas are never evaluated",
+                cell_name(r, c)
+            ));
+        }
+        match range.get_value((r, c)) {
+            None | Some(Data::Empty) => Ok(String::new()),
+            Some(Data::Error(e)) => Err(format!("{} holds the error value `{e}`", cell_name(r, c))),
+            Some(d) => Ok(restore(&d.to_string())),
+        }
+    };
+    if range.is_empty() && formulas.is_empty() {
+        problems.push(Problem::new(
+            at(0),
+            format!("worksheet `{sheet}` is empty; the header must be `{}`", expected.join(",")),
+        ));
+        return Vec::new();
+    }
+    let header: Vec<String> = (0..width.max(last_col + 1)).map(|c| text(0, c).unwrap_or_default()).collect();
+    let trimmed: Vec<&str> = {
+        let mut h: Vec<&str> = header.iter().map(String::as_str).collect();
+        while h.len() > expected.len() && h.last().is_some_and(|x| x.is_empty()) {
+            h.pop();
+        }
+        h
+    };
+    if !trimmed.iter().copied().eq(expected.iter().map(String::as_str)) {
+        problems.push(Problem::new(
+            at(0),
+            format!("header must be `{}`, found `{}`", expected.join(","), trimmed.join(",")),
+        ));
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for r in 1..=last_row {
+        let before = problems.len();
+        let mut cells = Vec::with_capacity(expected.len());
+        for c in 0..width {
+            match text(r, c) {
+                Ok(t) => cells.push(t),
+                Err(e) => {
+                    problems.push(Problem::new(at(r), e));
+                    cells.push(String::new());
+                }
+            }
+        }
+        for c in width..=last_col {
+            if !matches!(text(r, c), Ok(t) if t.is_empty()) {
+                problems.push(Problem::new(
+                    at(r),
+                    format!(
+                        "cell {}{} lies right of the last column `{}`",
+                        column_letters(c),
+                        r + 1,
+                        expected[expected.len() - 1]
+                    ),
+                ));
+            }
+        }
+        if problems.len() > before || cells.iter().all(String::is_empty) {
+            // A problem is reported; a blank row (e.g. left by deleting a row's content) is no row.
+            continue;
+        }
+        out.push(SheetRow { loc: at(r), cells });
+    }
+    out
+}
+
 fn check_row(a: &Assignments, id: &str, hash: &str, reviewer: &str, loc: &str, problems: &mut Vec<Problem>) {
     let Some(x) = a.sample(id) else {
         problems.push(Problem::new(loc, format!("unknown sample `{id}` (not under review)")));
@@ -404,7 +554,7 @@ pub static IMPORT_SPEC: StageSpec = StageSpec {
     name: IMPORT_STAGE,
     command: "review import",
     version: 1,
-    about: "filled review sheets (`reviews/returned/*.csv`) and web submissions → validated scores",
+    about: "filled review sheets (`reviews/returned/*.csv`, `*.xlsx`) and web submissions → validated scores",
     reads: &[ASSIGNMENTS.read()],
     writes: &["scores.jsonl", "report.json"],
 };
@@ -430,7 +580,7 @@ impl Stage for ImportStage {
                     s.display_path(&returned_dir(s)),
                     s.display_path(&web_scores_path(s))
                 ),
-                "run `benchgen review export`, fill in a sheet and save it as CSV in `reviews/returned/`, or use `benchgen review serve`",
+                "run `benchgen review export`, fill in a sheet and save it (CSV or XLSX) in `reviews/returned/`, or use `benchgen review serve`",
             ));
         }
         Ok(Plan { inputs, config_hash: section_hash(&"review-import")? })
