@@ -422,108 +422,99 @@ fn column_letters(mut c: u32) -> String {
     String::from_utf8(s).expect("ASCII")
 }
 
+/// Every used cell of the worksheet `review` (else the first one) of an XLSX workbook, by
+/// 0-based (row, column): its text, or why it cannot be read (a formula, an error value).
+fn xlsx_cells(bytes: &[u8], expected: &[String]) -> Result<BTreeMap<(u32, u32), Result<String, String>>, String> {
+    use calamine::{Data, Reader, Xlsx};
+    let mut wb = Xlsx::new(std::io::Cursor::new(bytes)).map_err(|e| format!("not an XLSX workbook: {e}"))?;
+    let names = wb.sheet_names();
+    let sheet =
+        names.iter().find(|n| *n == "review").or(names.first()).cloned().ok_or("the workbook has no worksheet")?;
+    let cell_name = |r: u32, c: u32| {
+        let head = expected.get(c as usize).map(|h| format!("`{h}` ")).unwrap_or_default();
+        format!("{head}(cell {}{})", column_letters(c), r + 1)
+    };
+    let mut cells = BTreeMap::new();
+    let read = wb.worksheet_cells_reader(&sheet).and_then(|mut rd| {
+        while let Some(c) = rd.next_cell_with_formula()? {
+            let (r, col) = c.pos;
+            let text = match (c.formula.filter(|f| !f.is_empty()), Data::from(c.value)) {
+                (Some(f), _) => Err(format!(
+                    "{} holds a formula (`={f}`): type the value itself; formulas are never evaluated",
+                    cell_name(r, col)
+                )),
+                (None, Data::Error(e)) => Err(format!("{} holds the error value `{e}`", cell_name(r, col))),
+                (None, d) => Ok(restore(&d.to_string())),
+            };
+            if text.as_ref().is_ok_and(String::is_empty) {
+                continue;
+            }
+            cells.insert((r, col), text);
+        }
+        Ok(())
+    });
+    read.map_err(|e| format!("cannot read worksheet `{sheet}`: {e}"))?;
+    Ok(cells)
+}
+
 /// The rows of a filled XLSX sheet (the worksheet `review`, else the first one), checked
 /// like a CSV sheet: row 1 is the header, every later non-blank row a data row located
 /// as `file:row`. A cell holding a formula or an error value is a problem, never
 /// evaluated or taken from its cached value; numbers read as the reviewer typed them
 /// (`4`, `4.5`); text cells get the same `'` restoration as the CSV reader applies.
+/// Cells are streamed and kept sparse, so a stray value far away (say in `XFD1048576`)
+/// is one problem, not a grid of 17 billion cells in memory.
 fn xlsx_rows(name: &str, bytes: &[u8], expected: &[String], problems: &mut Vec<Problem>) -> Vec<SheetRow> {
-    use calamine::{Data, Reader, Xlsx};
     let at = |row: u32| format!("{name}:{}", row + 1);
-    let mut wb = match Xlsx::new(std::io::Cursor::new(bytes)) {
-        Ok(w) => w,
-        Err(e) => {
-            problems.push(Problem::new(at(0), format!("not an XLSX workbook: {e}")));
+    // The reader is third-party code on a file people edited by hand: a panic on malformed
+    // data (calamine overflows on absurd row numbers, for one) is a problem of this file,
+    // not the end of the import.
+    let cells = match std::panic::catch_unwind(|| xlsx_cells(bytes, expected)) {
+        Ok(Ok(cells)) => cells,
+        Ok(Err(e)) => {
+            problems.push(Problem::new(at(0), e));
             return Vec::new();
         }
-    };
-    let names = wb.sheet_names();
-    let Some(sheet) = names.iter().find(|n| *n == "review").or(names.first()).cloned() else {
-        problems.push(Problem::new(at(0), "the workbook has no worksheet"));
-        return Vec::new();
-    };
-    let (range, formulas) = match (wb.worksheet_range(&sheet), wb.worksheet_formula(&sheet)) {
-        (Ok(r), Ok(f)) => (r, f),
-        (Err(e), _) | (_, Err(e)) => {
-            problems.push(Problem::new(at(0), format!("cannot read worksheet `{sheet}`: {e}")));
+        Err(_) => {
+            problems.push(Problem::new(at(0), "not a readable XLSX workbook (the reader failed on malformed data)"));
             return Vec::new();
         }
     };
     let width = expected.len() as u32;
-    let (last_row, last_col) = range.end().unwrap_or((0, 0));
-    let last_col = last_col.max(formulas.end().map_or(0, |e| e.1));
-    let last_row = last_row.max(formulas.end().map_or(0, |e| e.0));
-    let cell_name = |r: u32, c: u32| {
-        let head = expected.get(c as usize).map(|h| format!("`{h}` ")).unwrap_or_default();
-        format!("{head}(cell {}{})", column_letters(c), r + 1)
+    let header: Vec<&str> = {
+        let last = cells.range((0, 0)..(1, 0)).map(|((_, c), _)| *c + 1).max().unwrap_or(0);
+        (0..last).map(|c| cells.get(&(0, c)).and_then(|t| t.as_deref().ok()).unwrap_or("")).collect()
     };
-    // The text of one cell, or why it cannot be read.
-    let text = |r: u32, c: u32| -> Result<String, String> {
-        if let Some(f) = formulas.get_value((r, c)).filter(|f| !f.is_empty()) {
-            return Err(format!(
-                "{} holds a formula (`={f}`): type the value itself; formulas are never evaluated",
-                cell_name(r, c)
-            ));
-        }
-        match range.get_value((r, c)) {
-            None | Some(Data::Empty) => Ok(String::new()),
-            Some(Data::Error(e)) => Err(format!("{} holds the error value `{e}`", cell_name(r, c))),
-            Some(d) => Ok(restore(&d.to_string())),
-        }
-    };
-    if range.is_empty() && formulas.is_empty() {
+    if !header.iter().copied().eq(expected.iter().map(String::as_str)) {
         problems.push(Problem::new(
             at(0),
-            format!("worksheet `{sheet}` is empty; the header must be `{}`", expected.join(",")),
+            format!("header must be `{}`, found `{}`", expected.join(","), header.join(",")),
         ));
         return Vec::new();
     }
-    let header: Vec<String> = (0..width.max(last_col + 1)).map(|c| text(0, c).unwrap_or_default()).collect();
-    let trimmed: Vec<&str> = {
-        let mut h: Vec<&str> = header.iter().map(String::as_str).collect();
-        while h.len() > expected.len() && h.last().is_some_and(|x| x.is_empty()) {
-            h.pop();
-        }
-        h
-    };
-    if !trimmed.iter().copied().eq(expected.iter().map(String::as_str)) {
-        problems.push(Problem::new(
-            at(0),
-            format!("header must be `{}`, found `{}`", expected.join(","), trimmed.join(",")),
-        ));
-        return Vec::new();
-    }
+    let rows: std::collections::BTreeSet<u32> = cells.keys().map(|(r, _)| *r).filter(|r| *r > 0).collect();
     let mut out = Vec::new();
-    for r in 1..=last_row {
+    for r in rows {
         let before = problems.len();
-        let mut cells = Vec::with_capacity(expected.len());
-        for c in 0..width {
-            match text(r, c) {
-                Ok(t) => cells.push(t),
-                Err(e) => {
-                    problems.push(Problem::new(at(r), e));
-                    cells.push(String::new());
-                }
-            }
-        }
-        for c in width..=last_col {
-            if !matches!(text(r, c), Ok(t) if t.is_empty()) {
-                problems.push(Problem::new(
+        let mut row = vec![String::new(); expected.len()];
+        for ((_, c), text) in cells.range((r, 0)..(r + 1, 0)) {
+            match text {
+                Err(e) => problems.push(Problem::new(at(r), e)),
+                Ok(_) if *c >= width => problems.push(Problem::new(
                     at(r),
                     format!(
                         "cell {}{} lies right of the last column `{}`",
-                        column_letters(c),
+                        column_letters(*c),
                         r + 1,
                         expected[expected.len() - 1]
                     ),
-                ));
+                )),
+                Ok(t) => row[*c as usize] = t.clone(),
             }
         }
-        if problems.len() > before || cells.iter().all(String::is_empty) {
-            // A problem is reported; a blank row (e.g. left by deleting a row's content) is no row.
-            continue;
+        if problems.len() == before {
+            out.push(SheetRow { loc: at(r), cells: row });
         }
-        out.push(SheetRow { loc: at(r), cells });
     }
     out
 }

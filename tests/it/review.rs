@@ -409,6 +409,11 @@ enum Xl {
 /// `reviews/returned/<reviewer>.xlsx` with rust_xlsxwriter: score choices as numbers, as
 /// Excel and LibreOffice store a drop-down pick.
 fn fill_xlsx(rp: &RP, reviewer: &str, edit: impl Fn(&mut Vec<Vec<Xl>>)) {
+    fill_xlsx_and(rp, reviewer, edit, None)
+}
+
+/// [`fill_xlsx`], plus one more text cell at `(row, column)` (0-based).
+fn fill_xlsx_and(rp: &RP, reviewer: &str, edit: impl Fn(&mut Vec<Vec<Xl>>), extra: Option<(u32, u16, &str)>) {
     use calamine::Reader;
     let bytes = std::fs::read(rp.p.path(&format!("artifacts/review-export/sheets/{reviewer}.xlsx"))).unwrap();
     let mut wb = calamine::Xlsx::new(std::io::Cursor::new(bytes)).unwrap();
@@ -434,6 +439,9 @@ fn fill_xlsx(rp: &RP, reviewer: &str, edit: impl Fn(&mut Vec<Vec<Xl>>)) {
                 }
             }
         }
+    }
+    if let Some((r, c, t)) = extra {
+        ws.write_string(r, c, t).unwrap();
     }
     rp.p.write(&format!("reviews/returned/{reviewer}.xlsx"), out.save_to_buffer().unwrap());
 }
@@ -1245,4 +1253,86 @@ async fn a_web_submission_becomes_exactly_one_ledger_event_across_kills() {
     let keys: std::collections::BTreeSet<&String> = ev.iter().map(|e| &e.1).collect();
     assert_eq!(keys.len(), 3, "every event has its own outbox key: {ev:?}");
     assert_eq!(outbox_pending(&rp), 0);
+}
+
+/// Rewrite one member of a zip (XLSX) archive with `f(old bytes)`, keeping the others.
+fn rezip(xlsx: &[u8], member: &str, f: impl Fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut z = zip::ZipArchive::new(std::io::Cursor::new(xlsx)).unwrap();
+    let mut out = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for i in 0..z.len() {
+        let mut file = z.by_index(i).unwrap();
+        let name = file.name().unwrap().to_string();
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).unwrap();
+        let opts = zip::write::SimpleFileOptions::default();
+        out.start_file(name.as_str(), opts).unwrap();
+        out.write_all(&if name == member { f(&bytes) } else { bytes }).unwrap();
+    }
+    out.finish().unwrap().into_inner()
+}
+
+#[test]
+fn a_broken_xlsx_sheet_is_a_located_problem_never_a_panic() {
+    let rp = RP::new(6, "");
+    rp.ok(&["review", "assign"]);
+    rp.ok(&["review", "export"]);
+    let a = rp.assignments();
+    let good = std::fs::read(rp.p.path("artifacts/review-export/sheets/alice.xlsx")).unwrap();
+    let csv = rp.p.read("artifacts/review-export/sheets/alice.csv").into_bytes();
+    let half = |b: &[u8]| b[..b.len() / 2].to_vec();
+    let mut variants: Vec<(&str, Vec<u8>)> = vec![
+        ("empty file", Vec::new()),
+        ("a CSV named .xlsx", csv),
+        ("sheet XML cut in half", rezip(&good, "xl/worksheets/sheet1.xml", half)),
+        ("shared strings cut in half", rezip(&good, "xl/sharedStrings.xml", half)),
+        ("workbook XML cut in half", rezip(&good, "xl/workbook.xml", half)),
+        (
+            "sheet XML replaced",
+            rezip(&good, "xl/worksheets/sheet1.xml", |_| {
+                b"<worksheet><sheetData><row r=\"999999999999\"><c r=\"ZZZZ1\" t=\"s\"><v>77</v></c></row></sheetData></worksheet>".to_vec()
+            }),
+        ),
+    ];
+    for cut in [1, 3, 5, 7] {
+        variants.push(("truncated", good[..good.len() * cut / 8].to_vec()));
+    }
+    for at in [40, good.len() / 3, good.len() / 2, good.len() - 30] {
+        let mut b = good.clone();
+        b[at] ^= 0x5a;
+        variants.push(("a byte flipped", b));
+    }
+    // A stray value in the sheet's very last cell (a slip after Ctrl+End): one problem at
+    // its row, read without building the 17-billion-cell grid up to it.
+    fill_xlsx_and(
+        &rp,
+        "alice",
+        |rows| rows.iter_mut().skip(1).for_each(|r| set_scores(r, [4, 4, 4, 4, 4])),
+        Some((1_048_575, 16_383, "x")),
+    );
+    let o = rp.run(&["review", "import"]);
+    assert_code(&o, 1);
+    assert!(
+        stderr(&o)
+            .contains("reviews/returned/alice.xlsx:1048576: cell XFD1048576 lies right of the last column `note`"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!rp.p.path("artifacts/review-import").exists(), "nothing applied");
+    for (what, bytes) in variants {
+        let res = std::panic::catch_unwind(|| {
+            benchgen::review::sheets::import(&a, &[("alice.xlsx".to_string(), bytes.clone())], None)
+        });
+        let Ok(res) = res else { panic!("{what}: the reader panicked") };
+        match res {
+            Err(e) => {
+                assert!(!e.problems.is_empty(), "{what}");
+                for p in &e.problems {
+                    assert!(p.location.starts_with("alice.xlsx:"), "{what}: {} {}", p.location, p.message);
+                }
+            }
+            // A flipped byte may land where it changes nothing that matters.
+            Ok(imported) => assert!(imported.scores.is_empty(), "{what}: nothing was filled in"),
+        }
+    }
 }
