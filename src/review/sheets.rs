@@ -422,9 +422,12 @@ fn column_letters(mut c: u32) -> String {
     String::from_utf8(s).expect("ASCII")
 }
 
+/// Used cells of a worksheet by 0-based (row, column): the text, or why it cannot be read.
+type Cells = BTreeMap<(u32, u32), Result<String, String>>;
+
 /// Every used cell of the worksheet `review` (else the first one) of an XLSX workbook, by
 /// 0-based (row, column): its text, or why it cannot be read (a formula, an error value).
-fn xlsx_cells(bytes: &[u8], expected: &[String]) -> Result<BTreeMap<(u32, u32), Result<String, String>>, String> {
+fn xlsx_cells(bytes: &[u8], expected: &[String]) -> Result<Cells, String> {
     use calamine::{Data, Reader, Xlsx};
     let mut wb = Xlsx::new(std::io::Cursor::new(bytes)).map_err(|e| format!("not an XLSX workbook: {e}"))?;
     let names = wb.sheet_names();
