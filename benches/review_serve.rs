@@ -3,7 +3,9 @@
 //! is killed with SIGKILL once `KILL_AT` of the submissions are acknowledged, and started
 //! again on the same port; reviewers retry whatever was not acknowledged. Prints p50/p99
 //! page and submit latency (successful requests) and checks that every acknowledged
-//! submission is in the database with its exact scores ("lost" must be 0).
+//! submission is in the database with its exact scores ("lost" must be 0), and, after
+//! `review import` moved what the kill left in the outbox, in the ledger as a `review`
+//! event with those scores, no event twice.
 //!
 //! Run: `cargo bench --bench review_serve -- [REVIEWERS] [SAMPLES]` (scripts/bench.d/60-review.sh).
 
@@ -174,7 +176,13 @@ fn main() {
                         DIMS.iter().enumerate().map(|(d, k)| (k.to_string(), ((ri + si + d) % 5 + 1) as u8)).collect();
                     loop {
                         if cookie.is_none() {
-                            match http.get(format!("{base}/login?token={token}")).send().await {
+                            let login = http
+                                .post(format!("{base}/login"))
+                                .header("content-type", "application/x-www-form-urlencoded")
+                                .body(form(&[("token", token.clone())]))
+                                .send()
+                                .await;
+                            match login {
                                 Ok(r) if r.status() == 303 => {
                                     cookie = r.headers()["set-cookie"]
                                         .to_str()
@@ -266,6 +274,44 @@ fn main() {
             _ => lost += 1,
         }
     }
+    // Every acknowledged submission must be a ledger event, once: `review import` first moves
+    // what the kill left in the outbox.
+    let st = Command::new(env!("CARGO_BIN_EXE_benchgen"))
+        .current_dir(root)
+        .env("BENCHGEN_NO_PROGRESS", "1")
+        .args(["-q", "review", "import"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let ledger = rusqlite::Connection::open(root.join("artifacts/ledger.sqlite")).unwrap();
+    let mut events: Vec<(String, String, String)> = {
+        let mut q = ledger
+            .prepare(
+                "SELECT subject, payload, json_extract(payload, '$.outbox') FROM events
+                 WHERE stage = 'review-serve' AND kind = 'review'",
+            )
+            .unwrap();
+        q.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().map(Result::unwrap).collect()
+    };
+    let n_events = events.len();
+    let keys: std::collections::BTreeSet<String> = events.iter().map(|e| e.2.clone()).collect();
+    let duplicated = n_events - keys.len();
+    let mut missing = 0;
+    for (id, rev, scores) in confirmed.iter() {
+        let subject = format!("sample:{id}");
+        let found = events.iter().position(|(s, p, _)| {
+            let p: serde_json::Value = serde_json::from_str(p).unwrap();
+            *s == subject
+                && p["reviewer"] == rev.as_str()
+                && serde_json::from_value::<BTreeMap<String, u8>>(p["scores"].clone()).ok().as_ref() == Some(scores)
+        });
+        match found {
+            Some(i) => {
+                events.swap_remove(i);
+            }
+            None => missing += 1,
+        }
+    }
     let (kill, restart) = killed_at.lock().unwrap().expect("the server was killed");
     let mut p = pages.lock().unwrap().clone();
     let mut s = submits.lock().unwrap().clone();
@@ -281,6 +327,12 @@ fn main() {
         wall.as_secs_f64()
     );
     println!("  lost acknowledged submissions: {lost} of {}", confirmed.len());
+    println!(
+        "  ledger: {n_events} review events from the app; acknowledged submissions without one: {missing}; \
+         events recorded twice: {duplicated}"
+    );
     assert_eq!(confirmed.len(), total, "every submission was eventually acknowledged");
     assert_eq!(lost, 0, "acknowledged submissions lost after kill -9");
+    assert_eq!(missing, 0, "acknowledged submissions without a ledger event after kill -9");
+    assert_eq!(duplicated, 0, "ledger events recorded twice");
 }

@@ -489,7 +489,7 @@ pub enum ReviewCommand {
     /// every turn with its tool-call groups (arguments, shortened results) and the answer,
     /// with empty score columns (XLSX: drop-downs) and a note. Writes `report.md` too.
     Export(ForceArgs),
-    /// Validate and apply filled sheets (`reviews/returned/*.csv`) and web submissions.
+    /// Validate and apply filled sheets (`reviews/returned/*.csv`, `*.xlsx`) and web submissions.
     ///
     /// Reads `review-assign/assignments.json`, the sheets and `reviews/web/scores.jsonl`
     /// (rewritten from the web app's database first). Every bad row (score off the scale,

@@ -413,9 +413,15 @@ pub fn write_links(s: &Settings) -> Result<Vec<std::path::PathBuf>> {
             token_version: r.token_version,
         };
         let token = super::token_for(&secret, &rv);
+        let code = super::link_code_for(&secret, &rv);
         let path = dir.join(format!("{}.txt", r.id));
         let text = format!(
-            "Review link for {} ({}): http://{addr}/login?token={token}\nKeep it private: it signs you in. The address bar shows no token after sign-in.\n",
+            "Review sign-in for {} ({}); keep this private.\n\
+             Link (works once): http://{addr}/login#link={code}\n\
+             Personal token (paste it at http://{addr}/login to sign in again): {token}\n\
+             The link's code is after `#`, so it never reaches a server log; it leaves the address bar at sign-in, \
+             and once used it is spent, so the copy in the browser's history signs nobody in. The token never \
+             appears in an address.\n",
             r.name, r.id
         );
         crate::store::write_atomic(&path, text.as_bytes())?;

@@ -371,6 +371,15 @@ pub fn token_for(secret: &str, reviewer: &Reviewer) -> String {
     hex::encode(hmac_sha256(secret.as_bytes(), msg.as_bytes()))
 }
 
+/// A reviewer's single-use sign-in link code (`/login#link=…`): HMAC of the secret over
+/// the reviewer id and token version, distinct from the personal token. The web app
+/// accepts it once; since a browser keeps the link in its history, what stays there is a
+/// spent code, while the reusable personal token never appears in a URL.
+pub fn link_code_for(secret: &str, reviewer: &Reviewer) -> String {
+    let msg = format!("benchgen-review-link:{}:{}", reviewer.id, reviewer.token_version);
+    hex::encode(hmac_sha256(secret.as_bytes(), msg.as_bytes()))
+}
+
 /// SHA-256 of a token (what the server stores and compares).
 pub fn token_hash(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))

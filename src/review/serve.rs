@@ -1,22 +1,31 @@
 //! `benchgen review serve`: the review web app (axum), for reviewers who would rather
 //! click than edit spreadsheets.
 //!
-//! Each reviewer signs in once with the personal link `review assign` wrote
-//! (`reviews/links/<id>.txt`); the token derives from the review secret and the server
-//! keeps only its SHA-256. Sign-in sets an `HttpOnly; SameSite=Strict` session cookie and
-//! redirects to a clean URL, so no secret stays in the address bar. Every request is
-//! authorised on the server: no session → 401; a sample not assigned to the reviewer, or
-//! another reviewer's scores before both have submitted (blind review) → 403; a write
-//! without the session's CSRF token, or from another origin → 403; failed sign-ins are
-//! rate-limited per client address (429). Pages carry a strict Content-Security-Policy
-//! (no inline script or style). Leads get an adjudication view of disputed samples they
-//! did not review.
+//! Each reviewer gets from `review assign` (`reviews/links/<id>.txt`) a single-use
+//! sign-in link (`http://ADDR/login#link=CODE`) and a personal token to paste; both derive
+//! from the review secret, and the server keeps only their SHA-256. The link's code sits
+//! in the URL fragment, which browsers never send: the sign-in page's script removes it
+//! from the address bar and session history (`history.replaceState`) and POSTs it; the
+//! server spends the code and answers with an `HttpOnly; SameSite=Strict` session cookie
+//! and a 303 to `/`. The browser's own history database still records the link, but as
+//! a spent code; the reusable token is only ever posted, never in a URL. A token or code
+//! in a query string is refused. Every request is authorised on the server: no session → 401; a
+//! sample not assigned to the reviewer, or another reviewer's scores before both have
+//! submitted (blind review) → 403; a write without the session's CSRF token, or from
+//! another origin → 403; failed sign-ins are rate-limited per client address (429).
+//! Pages carry a strict Content-Security-Policy (no inline script or style) and
+//! `Referrer-Policy: no-referrer`. Leads get an adjudication view of disputed samples
+//! they did not review.
 //!
 //! Scores live in SQLite (`reviews/review.sqlite`, WAL, `synchronous = FULL`): a draft is
 //! saved on every change (autosave), a submission is one transaction, and every
-//! submission and adjudication is a `review` event in the ledger. Submissions reach the
-//! pipeline through `reviews/web/scores.jsonl` and `reviews/web/adjudications.jsonl`,
-//! rewritten every few seconds while serving and by `review import` / `review merge`.
+//! submission and adjudication is a `review` / `review.adjudication` event in the
+//! ledger. The event is queued in the same transaction (table `outbox`) and moved into
+//! the ledger by one drainer task, exactly once (see [`drain_outbox`]); what a killed
+//! server left queued is moved at its next start or by `review import` / `review merge`.
+//! Submissions reach the pipeline through `reviews/web/scores.jsonl` and
+//! `reviews/web/adjudications.jsonl`, rewritten every few seconds while serving and by
+//! `review import` / `review merge`.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -102,7 +111,99 @@ CREATE TABLE IF NOT EXISTS adjudications(
     adjudicator TEXT NOT NULL, reason TEXT NOT NULL, at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions(
     id_hash TEXT PRIMARY KEY, reviewer TEXT NOT NULL, csrf TEXT NOT NULL, expires_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox(
+    id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, kind TEXT NOT NULL, subject TEXT NOT NULL,
+    payload TEXT NOT NULL, created_at TEXT NOT NULL, ledger_event INTEGER);
+CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(id) WHERE ledger_event IS NULL;
+CREATE TABLE IF NOT EXISTS spent_links(
+    code_hash TEXT PRIMARY KEY, reviewer TEXT NOT NULL, spent_at TEXT NOT NULL);
 "#;
+
+/// The ledger stage name of the web app's events.
+pub const LEDGER_STAGE: &str = "review-serve";
+
+/// Queue a ledger event in the app database, inside the caller's transaction: it commits
+/// (or not) together with the score or adjudication it describes. [`drain_outbox`] moves
+/// it into the ledger later. The payload gets an `outbox` key that finds the event again.
+fn enqueue(
+    tx: &rusqlite::Transaction<'_>,
+    kind: &str,
+    sample_id: &str,
+    mut payload: serde_json::Value,
+) -> rusqlite::Result<()> {
+    let key = format!("{LEDGER_STAGE}:{}", &random_hex()[..32]);
+    payload["outbox"] = json!(key);
+    tx.execute(
+        "INSERT INTO outbox(key, kind, subject, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![key, kind, super::subject(sample_id), payload.to_string(), crate::ledger::now()],
+    )?;
+    Ok(())
+}
+
+/// Move every pending outbox entry into the ledger, exactly once, oldest first; returns
+/// how many events were appended. `run`: the serving run to append to, or `None` to
+/// record them as a run of their own (`review import` / `review merge` after the server
+/// was killed).
+///
+/// Exactly once: drains are serialised by the app database's write lock (held from the
+/// first read to the commit, across processes too); an entry whose event is already in
+/// the ledger (a drain killed after the ledger write, before marking the entry) is found
+/// by its key and only marked, never appended again.
+pub fn drain_outbox(c: &mut Connection, ledger: &mut crate::ledger::Ledger, run: Option<i64>) -> Result<usize> {
+    let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let pending: Vec<(i64, String, String, String, String)> = {
+        let mut st =
+            tx.prepare("SELECT id, key, kind, subject, payload FROM outbox WHERE ledger_event IS NULL ORDER BY id")?;
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
+            .collect::<rusqlite::Result<_>>()?
+    };
+    if pending.is_empty() {
+        return Ok(0);
+    }
+    crate::store::fail_point("review-outbox-before-ledger")?;
+    let mut recorded: Vec<Option<i64>> = Vec::with_capacity(pending.len());
+    for (_, key, kind, subject, _) in &pending {
+        recorded.push(
+            ledger
+                .connection()
+                .query_row(
+                    "SELECT id FROM events WHERE subject = ?1 AND kind = ?2 AND stage = ?3
+                     AND json_extract(payload, '$.outbox') = ?4 ORDER BY id LIMIT 1",
+                    params![subject, kind, LEDGER_STAGE, key],
+                    |r| r.get(0),
+                )
+                .optional()?,
+        );
+    }
+    let fresh: Vec<usize> = (0..pending.len()).filter(|i| recorded[*i].is_none()).collect();
+    let events = fresh
+        .iter()
+        .map(|i| {
+            let (_, _, kind, subject, payload) = &pending[*i];
+            Ok(NewEvent::new(kind, Some(subject), serde_json::from_str(payload)?))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if !events.is_empty() {
+        let ids = match run {
+            Some(run) => ledger.append(run, LEDGER_STAGE, &events)?,
+            None => ledger.record_run(LEDGER_STAGE, "outbox", crate::stage::CODE_VERSION, &events)?.1,
+        };
+        for (i, id) in fresh.iter().zip(ids) {
+            recorded[*i] = Some(id);
+        }
+    }
+    crate::store::fail_point("review-outbox-recorded")?;
+    for ((id, ..), ev) in pending.iter().zip(&recorded) {
+        tx.execute("UPDATE outbox SET ledger_event = ?1 WHERE id = ?2", params![ev, id])?;
+    }
+    tx.commit()?;
+    Ok(events.len())
+}
+
+/// Entries of the outbox not yet in the ledger.
+pub fn outbox_pending(c: &Connection) -> rusqlite::Result<i64> {
+    c.query_row("SELECT count(*) FROM outbox WHERE ledger_event IS NULL", [], |r| r.get(0))
+}
 
 /// Open (creating) the app database in WAL mode.
 pub fn open_db(path: &Path) -> Result<Connection> {
@@ -122,14 +223,22 @@ pub fn db_path(s: &Settings) -> PathBuf {
     s.resolve(&super::settings(s).serve.db)
 }
 
-/// Rewrite `reviews/web/scores.jsonl` and `adjudications.jsonl` from the database
-/// (submitted scores only, sorted), when it exists. Returns (scores, adjudications).
+/// Before `review import` / `review merge`: move what a killed server left in the
+/// outbox into the ledger ([`drain_outbox`]), then rewrite `reviews/web/scores.jsonl` and
+/// `adjudications.jsonl` from the database (submitted scores only, sorted), when it
+/// exists. Returns (scores, adjudications).
 pub fn dump(s: &Settings) -> Result<Option<(usize, usize)>> {
     let p = db_path(s);
     if !p.exists() {
         return Ok(None);
     }
-    let c = open_db(&p)?;
+    let mut c = open_db(&p)?;
+    if outbox_pending(&c)? > 0 {
+        let mut ledger = crate::ledger::Ledger::open(&s.artifacts)?;
+        drain_outbox(&mut c, &mut ledger, None).with_context(|| {
+            format!("cannot move the web app's pending review events into `{}`", ledger.path().display())
+        })?;
+    }
     dump_from(&c, &super::sheets::web_dir(s)).map(Some)
 }
 
@@ -189,12 +298,16 @@ struct App {
     samples: BTreeMap<String, Sample>,
     /// SHA-256 of each reviewer's token → reviewer id.
     tokens: HashMap<String, String>,
+    /// SHA-256 of each reviewer's single-use link code → reviewer id.
+    links: HashMap<String, String>,
     failures: Mutex<HashMap<IpAddr, VecDeque<Instant>>>,
     cfg: ServeSettings,
     result_chars: usize,
     ledger: Option<RunRecorder>,
     ledger_run: Option<i64>,
     dirty: AtomicBool,
+    /// Woken after a commit that queued ledger events in the outbox.
+    outbox: tokio::sync::Notify,
 }
 
 impl App {
@@ -212,6 +325,14 @@ impl App {
     }
     fn is_lead(&self, reviewer: &str) -> bool {
         self.a.reviewer(reviewer).is_some_and(|r| r.role == Role::Lead)
+    }
+    /// Move the outbox into the serving run's ledger (blocking). Without a ledger the
+    /// entries wait for the next start, `review import` or `review merge`.
+    fn drain(&self) {
+        let (Some(l), Some(run)) = (&self.ledger, self.ledger_run) else { return };
+        if let Ok(Err(e)) = self.write(|c| Ok(drain_outbox(c, &mut l.lock(), Some(run)))) {
+            tracing::warn!("review events wait in the outbox, not yet in the ledger: {e:#}");
+        }
     }
 }
 
@@ -254,23 +375,21 @@ pub fn serve(s: &Settings, printer: &crate::printer::Printer, addr: Option<Socke
         .into_iter()
         .map(|x| (x.id.clone(), x))
         .collect();
-    let tokens = a
-        .reviewers
-        .iter()
-        .map(|e| {
-            let rv = super::Reviewer {
-                id: e.id.clone(),
-                name: e.name.clone(),
-                expertise: vec![],
-                capacity: None,
-                role: e.role,
-                token_version: e.token_version,
-            };
-            (super::token_hash(&super::token_for(&secret, &rv)), e.id.clone())
-        })
-        .collect();
+    let (mut tokens, mut links) = (HashMap::new(), HashMap::new());
+    for e in &a.reviewers {
+        let rv = super::Reviewer {
+            id: e.id.clone(),
+            name: e.name.clone(),
+            expertise: vec![],
+            capacity: None,
+            role: e.role,
+            token_version: e.token_version,
+        };
+        tokens.insert(super::token_hash(&super::token_for(&secret, &rv)), e.id.clone());
+        links.insert(super::token_hash(&super::link_code_for(&secret, &rv)), e.id.clone());
+    }
     let db = db_path(s);
-    let writer = open_db(&db)?;
+    let mut writer = open_db(&db)?;
     let readers = (0..4).map(|_| open_db(&db).map(Mutex::new)).collect::<Result<Vec<_>>>()?;
     let (ledger, ledger_run) = match crate::ledger::Ledger::open(&s.artifacts)
         .and_then(|l| l.begin_run("review-serve", "serve", crate::stage::CODE_VERSION))
@@ -281,6 +400,14 @@ pub fn serve(s: &Settings, printer: &crate::printer::Printer, addr: Option<Socke
             (None, None)
         }
     };
+    if let (Some(l), Some(run)) = (&ledger, ledger_run) {
+        // What a killed server committed but had not yet recorded in the ledger.
+        let n = drain_outbox(&mut writer, &mut l.lock(), Some(run))
+            .context("cannot move pending review events from the app database into the ledger")?;
+        if n > 0 {
+            printer.info(&format!("{n} review event(s) left by an interrupted server recorded in the ledger"));
+        }
+    }
     let cfg = ServeSettings { addr: addr.unwrap_or(r.serve.addr), ..r.serve.clone() };
     if !cfg.addr.ip().is_loopback() {
         printer.warn(&format!("serving on {}, which is not a loopback address: put TLS in front of it", cfg.addr));
@@ -292,12 +419,14 @@ pub fn serve(s: &Settings, printer: &crate::printer::Printer, addr: Option<Socke
         a,
         samples,
         tokens,
+        links,
         failures: Mutex::new(HashMap::new()),
         cfg: cfg.clone(),
         result_chars: r.result_chars,
         ledger,
         ledger_run,
         dirty: AtomicBool::new(true),
+        outbox: tokio::sync::Notify::new(),
     });
     let web_dir = super::sheets::web_dir(s);
     // Ctrl-C stops serving gracefully (final dump of `reviews/web/`), not the process at once.
@@ -322,6 +451,18 @@ pub fn serve(s: &Settings, printer: &crate::printer::Printer, addr: Option<Socke
                 }
             })
         };
+        // One drainer moves committed submissions' events from the outbox into the ledger,
+        // in batches, off the request path.
+        let drainer = {
+            let app = app.clone();
+            tokio::spawn(async move {
+                loop {
+                    app.outbox.notified().await;
+                    let app2 = app.clone();
+                    let _ = tokio::task::spawn_blocking(move || app2.drain()).await;
+                }
+            })
+        };
         let router = router(app.clone());
         axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(async {
@@ -329,6 +470,9 @@ pub fn serve(s: &Settings, printer: &crate::printer::Printer, addr: Option<Socke
             })
             .await?;
         dumper.abort();
+        drainer.abort();
+        let app2 = app.clone();
+        tokio::task::spawn_blocking(move || app2.drain()).await?;
         app.read(|c| Ok(dump_from(c, &web_dir)))??;
         if let (Some(l), Some(run)) = (&app.ledger, app.ledger_run) {
             let _ = l.lock().finish_run(run, "ok");
@@ -363,9 +507,9 @@ async fn security_headers(mut r: Response) -> Response {
     h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    // Not `no-referrer`: with it Chromium sends `Origin: null` on our own form posts,
-    // which the origin check must refuse.
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    // No page address ever leaves in a `Referer`. Browsers then send `Origin: null` on our
+    // own form posts; [`from_our_pages`] tells those from cross-site ones.
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
@@ -405,14 +549,17 @@ fn json_resp(status: StatusCode, v: serde_json::Value) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
 }
 
-const LOGIN_FORM: &str = "<form method=\"post\" action=\"/login\"><label>Personal token <input name=\"token\" \
-                          type=\"password\" autocomplete=\"off\"></label> <button>Sign in</button></form>";
+/// The sign-in form (paste the personal token). A sign-in link (`/login#link=…`) posts
+/// its code through it from the address's fragment, which browsers never send to a
+/// server, after removing the fragment from the address and session history (`APP_JS`).
+const LOGIN_FORM: &str = "<form id=\"login-form\" method=\"post\" action=\"/login\"><label>Personal token <input \
+                          name=\"token\" type=\"password\" autocomplete=\"off\"></label> <button>Sign in</button></form>";
 
 fn unauthorised() -> Response {
     page(
         StatusCode::UNAUTHORIZED,
         "Sign in",
-        &format!("<p>Open your personal review link, or paste its token.</p>{LOGIN_FORM}"),
+        &format!("<p>Open your sign-in link, or paste your personal token.</p>{LOGIN_FORM}"),
         None,
     )
 }
@@ -456,16 +603,26 @@ fn eq_ct(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// A write must come from our own pages: same origin, with the session's CSRF token.
-/// `Some(refusal)` when the write must not happen.
-fn check_write(headers: &HeaderMap, sess: &Session, form_csrf: Option<&str>) -> Option<Response> {
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-    if let Some(o) = headers.get(header::ORIGIN).and_then(|h| h.to_str().ok())
-        && o != format!("http://{host}")
-    {
-        return Some(forbidden("cross-site request refused"));
+/// Whether a write request may come from the app's own pages, by what the browser says:
+/// `Sec-Fetch-Site`, when sent, must be `same-origin` (a page on another port of the same
+/// host is `same-site`, and refused); `Origin`, when sent, must be this app's (`http` or,
+/// behind a TLS proxy, `https`) or `null`. `null` is what a browser sends for our own
+/// forms under `Referrer-Policy: no-referrer`; a cross-site page can send it too, but then
+/// `Sec-Fetch-Site` says `cross-site`, and it has neither the `SameSite=Strict` session
+/// cookie nor the CSRF token. Clients that send neither header (scripts) pass here.
+fn from_our_pages(headers: &HeaderMap) -> bool {
+    let get = |h: &str| headers.get(h).map(|v| v.to_str().unwrap_or("?"));
+    let host = get("host").unwrap_or("");
+    if get("sec-fetch-site").is_some_and(|v| v != "same-origin") {
+        return false;
     }
-    if headers.get("sec-fetch-site").and_then(|h| h.to_str().ok()) == Some("cross-site") {
+    get("origin").is_none_or(|o| o == "null" || o == format!("http://{host}") || o == format!("https://{host}"))
+}
+
+/// A write must come from our own pages ([`from_our_pages`]), with the session's CSRF
+/// token. `Some(refusal)` when the write must not happen.
+fn check_write(headers: &HeaderMap, sess: &Session, form_csrf: Option<&str>) -> Option<Response> {
+    if !from_our_pages(headers) {
         return Some(forbidden("cross-site request refused"));
     }
     let sent = headers.get("x-csrf-token").and_then(|h| h.to_str().ok()).or(form_csrf).unwrap_or("");
@@ -484,16 +641,27 @@ fn random_hex() -> String {
 
 #[derive(Deserialize)]
 struct TokenQ {
+    /// The personal token, pasted.
     token: Option<String>,
+    /// A link's single-use code (posted by the sign-in page's script).
+    link: Option<String>,
 }
 
-async fn login_get(
-    State(app): State<Arc<App>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Query(q): Query<TokenQ>,
-) -> Response {
-    match q.token {
-        Some(t) => login(&app, peer.ip(), &t).await,
+/// The sign-in page. A token or link code in the query string (`/login?token=…`, links
+/// of earlier versions) is refused without being checked: query strings end up in server
+/// and proxy logs, so such a link must not work.
+async fn login_get(Query(q): Query<TokenQ>) -> Response {
+    match q.token.or(q.link) {
+        Some(_) => page(
+            StatusCode::BAD_REQUEST,
+            "Sign in",
+            &format!(
+                "<p>Sign-in links carry their code after <code>#</code>, never after <code>?</code> (where \
+                 servers keep it). Open your link from <code>reviews/links/</code> (rerun \
+                 <code>benchgen review assign</code> for new ones), or paste your personal token.</p>{LOGIN_FORM}"
+            ),
+            None,
+        ),
         None => page(StatusCode::OK, "Sign in", LOGIN_FORM, None),
     }
 }
@@ -501,12 +669,22 @@ async fn login_get(
 async fn login_post(
     State(app): State<Arc<App>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     Form(q): Form<TokenQ>,
 ) -> Response {
-    login(&app, peer.ip(), q.token.as_deref().unwrap_or("")).await
+    // No signing a victim's browser in as someone else from another site (login CSRF).
+    if !from_our_pages(&headers) {
+        return forbidden("cross-site sign-in refused");
+    }
+    match (q.link, q.token) {
+        (Some(code), _) => login(&app, peer.ip(), &code, true).await,
+        (None, t) => login(&app, peer.ip(), t.as_deref().unwrap_or(""), false).await,
+    }
 }
 
-async fn login(app: &Arc<App>, ip: IpAddr, token: &str) -> Response {
+/// Start a session for a personal token, or for a link code (`link`), which is spent by
+/// its first successful use.
+async fn login(app: &Arc<App>, ip: IpAddr, secret: &str, link: bool) -> Response {
     let window = Duration::from_secs(app.cfg.login_window_s);
     {
         let mut f = app.failures.lock().unwrap_or_else(|p| p.into_inner());
@@ -525,14 +703,12 @@ async fn login(app: &Arc<App>, ip: IpAddr, token: &str) -> Response {
             return r;
         }
     }
-    let Some(reviewer) = app.tokens.get(&super::token_hash(token.trim())).cloned() else {
+    let secret_hash = super::token_hash(secret.trim());
+    let known = if link { app.links.get(&secret_hash) } else { app.tokens.get(&secret_hash) };
+    let Some(reviewer) = known.cloned() else {
         app.failures.lock().unwrap_or_else(|p| p.into_inner()).entry(ip).or_default().push_back(Instant::now());
-        return page(
-            StatusCode::UNAUTHORIZED,
-            "Sign in",
-            &format!("<p>That token is not valid.</p>{LOGIN_FORM}"),
-            None,
-        );
+        let what = if link { "That sign-in link is not valid." } else { "That token is not valid." };
+        return page(StatusCode::UNAUTHORIZED, "Sign in", &format!("<p>{what}</p>{LOGIN_FORM}"), None);
     };
     let (sid, csrf) = (random_hex(), random_hex());
     let expires = now_s() + app.cfg.session_hours as i64 * 3600;
@@ -540,16 +716,40 @@ async fn login(app: &Arc<App>, ip: IpAddr, token: &str) -> Response {
     let h = super::token_hash(&sid);
     let res = tokio::task::spawn_blocking(move || {
         app2.write(|c| {
-            c.execute("DELETE FROM sessions WHERE expires_at <= ?1", params![now_s()])?;
-            c.execute(
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            // A link signs in once: spending it and starting the session are one transaction.
+            if link
+                && tx.execute(
+                    "INSERT OR IGNORE INTO spent_links(code_hash, reviewer, spent_at) VALUES (?1, ?2, ?3)",
+                    params![secret_hash, reviewer, crate::ledger::now()],
+                )? == 0
+            {
+                return Ok(false);
+            }
+            tx.execute("DELETE FROM sessions WHERE expires_at <= ?1", params![now_s()])?;
+            tx.execute(
                 "INSERT INTO sessions(id_hash, reviewer, csrf, expires_at) VALUES (?1, ?2, ?3, ?4)",
                 params![h, reviewer, csrf, expires],
-            )
+            )?;
+            tx.commit()?;
+            Ok(true)
         })
     })
     .await;
-    if !matches!(res, Ok(Ok(_))) {
-        return page(StatusCode::INTERNAL_SERVER_ERROR, "Error", "<p>Could not start a session.</p>", None);
+    match res {
+        Ok(Ok(true)) => {}
+        Ok(Ok(false)) => {
+            return page(
+                StatusCode::UNAUTHORIZED,
+                "Sign in",
+                &format!(
+                    "<p>This sign-in link has been used already (a link works once). Paste your personal \
+                     token (in the same message as the link), or ask for a new link.</p>{LOGIN_FORM}"
+                ),
+                None,
+            );
+        }
+        _ => return page(StatusCode::INTERNAL_SERVER_ERROR, "Error", "<p>Could not start a session.</p>", None),
     }
     let max_age = app.cfg.session_hours * 3600;
     Response::builder()
@@ -800,31 +1000,37 @@ async fn save(app: Arc<App>, headers: HeaderMap, id: String, form: HashMap<Strin
         let at = crate::ledger::now();
         let sj = serde_json::to_string(&sc).expect("scores");
         let r = app2.write(|c| {
+            // Immediate: the write lock from the start (`review import` may drain meanwhile).
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             // A submitted review stays submitted; a later draft save does not reopen it.
-            let submitted_before = row(c, &idc, &reviewer)?.is_some_and(|r| r.submitted && r.content_hash == hash);
+            let submitted_before = row(&tx, &idc, &reviewer)?.is_some_and(|r| r.submitted && r.content_hash == hash);
             let status = if final_ || submitted_before { "submitted" } else { "draft" };
             if !final_ && submitted_before {
                 return Ok(false);
             }
-            c.execute(
+            tx.execute(
                 "INSERT INTO scores(sample_id, reviewer, content_hash, scores, note, status, updated_at, submitted_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, CASE WHEN ?6 = 'submitted' THEN ?7 END)
                  ON CONFLICT(sample_id, reviewer) DO UPDATE SET content_hash = ?3, scores = ?4, note = ?5,
                    status = ?6, updated_at = ?7, submitted_at = CASE WHEN ?6 = 'submitted' THEN ?7 ELSE NULL END",
                 params![idc, reviewer, hash, sj, nt, status, at],
             )?;
+            if final_ {
+                // The ledger event commits with the score (outbox), so a kill after this
+                // commit cannot lose it.
+                enqueue(
+                    &tx,
+                    super::kind::REVIEW,
+                    &idc,
+                    json!({"reviewer": reviewer, "kind": "human", "content_hash": hash, "scores": sc, "note": nt,
+                           "source": format!("web ({at})")}),
+                )?;
+            }
+            tx.commit()?;
             Ok(true)
         });
-        if final_ && let (Ok(true), Some(l)) = (&r, &app2.ledger) {
-            let ev = NewEvent::new(
-                super::kind::REVIEW,
-                Some(&super::subject(&idc)),
-                json!({"reviewer": reviewer, "kind": "human", "content_hash": hash, "scores": sc, "note": nt,
-                       "source": format!("web ({at})")}),
-            );
-            if let Err(e) = l.record(ev) {
-                tracing::warn!("review submission not recorded in the ledger: {e:#}");
-            }
+        if final_ && matches!(r, Ok(true)) {
+            app2.outbox.notify_one();
         }
         r
     })
@@ -999,18 +1205,23 @@ async fn adjudicate_post(
     let res = tokio::task::spawn_blocking(move || {
         let at = crate::ledger::now();
         let r = app2.write(|c| {
-            c.execute(
+            // Immediate: the write lock from the start (`review import` may drain meanwhile).
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            tx.execute(
                 "INSERT INTO adjudications(sample_id, content_hash, decision, adjudicator, reason, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                  ON CONFLICT(sample_id) DO UPDATE SET content_hash = ?2, decision = ?3, adjudicator = ?4, reason = ?5, at = ?6",
                 params![idc, hash, decision, lead, reason, at],
-            )
-        });
-        if let (Ok(_), Some(l)) = (&r, &app2.ledger) {
-            let _ = l.record(NewEvent::new(
+            )?;
+            enqueue(
+                &tx,
                 "review.adjudication",
-                Some(&super::subject(&idc)),
+                &idc,
                 json!({"decision": decision, "adjudicator": lead, "reason": reason, "content_hash": hash, "source": "web"}),
-            ));
+            )?;
+            tx.commit()
+        });
+        if r.is_ok() {
+            app2.outbox.notify_one();
         }
         r
     })
@@ -1036,6 +1247,20 @@ section.other{border-left:3px solid #999;padding-left:.6rem}";
 
 const APP_JS: &str = r#"'use strict';
 document.addEventListener('DOMContentLoaded', function () {
+  // Sign-in link `/login#link=…`: the fragment never reaches a server; take it out of the
+  // address bar and session history before anything else, then post it (once).
+  var login = document.getElementById('login-form');
+  if (login) {
+    var m = /^#link=([0-9A-Za-z]+)$/.exec(location.hash);
+    if (/(link|token)=/.test(location.hash + location.search)) history.replaceState(null, '', location.pathname);
+    if (m) {
+      var code = document.createElement('input');
+      code.type = 'hidden'; code.name = 'link'; code.value = m[1];
+      login.appendChild(code);
+      login.submit();
+    }
+    return;
+  }
   var form = document.getElementById('score-form');
   if (!form) return;
   var csrf = document.querySelector('meta[name=csrf]').getAttribute('content');

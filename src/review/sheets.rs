@@ -8,8 +8,11 @@
 //! shortened results. CSV cells a spreadsheet would evaluate (`= + - @`, tab, CR) get a
 //! leading `'`, removed on import.
 //!
-//! Import reads every `reviews/returned/*.csv` and the web app's submissions
-//! (`reviews/web/scores.jsonl`). Every row is checked: known sample, the reviewer is
+//! Import reads every `reviews/returned/*.csv` and `*.xlsx` (the exported workbook, filled
+//! in and saved as it is: worksheet `review`, else the first one) and the web app's
+//! submissions (`reviews/web/scores.jsonl`). Both sheet formats give the same rows and
+//! the same checks; an XLSX cell holding a formula or an error value is a problem (never
+//! evaluated), and XLSX locations are `file:row`. Every row is checked: known sample, the reviewer is
 //! assigned to it, the sample still has the content hash it was exported with (an edited
 //! sample invalidates stale scores), every score an integer on the scale, no sample
 //! scored twice by one reviewer. All problems are reported with `file:line`, and nothing
@@ -99,8 +102,8 @@ impl Stage for ExportStage {
             ));
         }
         report.push_str(
-            "\nFill in the score columns (and `note`), save as CSV, and put the file in `reviews/returned/`; \
-             then run `benchgen review import`.\n",
+            "\nFill in the score columns (and `note`) of either file, save it (XLSX as it is, or CSV), and put it \
+             in `reviews/returned/`; then run `benchgen review import`.\n",
         );
         out.file("report.md", report.into_bytes());
         out.count("sheets", a.reviewers.len());
@@ -195,7 +198,13 @@ pub fn returned_sheets(s: &Settings) -> Vec<PathBuf> {
         .map(|rd| {
             rd.flatten()
                 .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "csv") && p.is_file())
+                .filter(|p| {
+                    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                    // `~$x.xlsx` is Excel's lock file while a sheet is open; `.x` are hidden files.
+                    let hidden = name.starts_with("~$") || name.starts_with('.');
+                    let ext = p.extension().and_then(|x| x.to_str()).unwrap_or("").to_ascii_lowercase();
+                    !hidden && (ext == "csv" || ext == "xlsx") && p.is_file()
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -235,41 +244,13 @@ pub fn import(
     let mut out = Imported::default();
     let expected = header(a);
     for (name, bytes) in sheets {
-        let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
-        let mut rd = csv::ReaderBuilder::new().flexible(true).from_reader(bytes);
-        match rd.headers() {
-            Ok(h) if h.iter().map(str::trim).eq(expected.iter().map(String::as_str)) => {}
-            Ok(h) => {
-                problems.push(Problem::new(
-                    format!("{name}:1"),
-                    format!(
-                        "header must be `{}`, found `{}`",
-                        expected.join(","),
-                        h.iter().collect::<Vec<_>>().join(",")
-                    ),
-                ));
-                continue;
-            }
-            Err(e) => {
-                problems.push(Problem::new(format!("{name}:1"), format!("not CSV: {e}")));
-                continue;
-            }
-        }
-        for rec in rd.records() {
-            let rec = match rec {
-                Ok(r) => r,
-                Err(e) => {
-                    let line = e.position().map(|p| p.line()).unwrap_or(0);
-                    problems.push(Problem::new(format!("{name}:{line}"), format!("not CSV: {e}")));
-                    continue;
-                }
-            };
-            let loc = format!("{name}:{}", rec.position().map(|p| p.line()).unwrap_or(0));
-            if rec.len() != expected.len() {
-                problems.push(Problem::new(&loc, format!("expected {} cells, found {}", expected.len(), rec.len())));
-                continue;
-            }
-            let cell = |i: usize| restore(rec.get(i).unwrap_or(""));
+        let rows = if is_xlsx(name) {
+            xlsx_rows(name, bytes, &expected, &mut problems)
+        } else {
+            csv_rows(name, bytes, &expected, &mut problems)
+        };
+        for SheetRow { loc, cells } in rows {
+            let cell = |i: usize| cells.get(i).cloned().unwrap_or_default();
             let (id, hash, reviewer) = (cell(0), cell(1), cell(2));
             let first_dim = FIXED.len();
             let raw: Vec<String> = (0..a.dimensions.len()).map(|i| cell(first_dim + i)).collect();
@@ -378,6 +359,169 @@ pub fn import(
     Ok(out)
 }
 
+/// Whether a returned sheet is read as XLSX (by its file name) rather than CSV.
+pub fn is_xlsx(name: &str) -> bool {
+    name.rsplit('.').next().is_some_and(|x| x.eq_ignore_ascii_case("xlsx"))
+}
+
+/// One data row of a returned sheet: where it is (`file:line`, or `file:row` for XLSX)
+/// and its cells, formula neutralisation undone, exactly as many as the header has.
+struct SheetRow {
+    loc: String,
+    cells: Vec<String>,
+}
+
+fn csv_rows(name: &str, bytes: &[u8], expected: &[String], problems: &mut Vec<Problem>) -> Vec<SheetRow> {
+    let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+    let mut rd = csv::ReaderBuilder::new().flexible(true).from_reader(bytes);
+    match rd.headers() {
+        Ok(h) if h.iter().map(str::trim).eq(expected.iter().map(String::as_str)) => {}
+        Ok(h) => {
+            problems.push(Problem::new(
+                format!("{name}:1"),
+                format!("header must be `{}`, found `{}`", expected.join(","), h.iter().collect::<Vec<_>>().join(",")),
+            ));
+            return Vec::new();
+        }
+        Err(e) => {
+            problems.push(Problem::new(format!("{name}:1"), format!("not CSV: {e}")));
+            return Vec::new();
+        }
+    }
+    let mut out = Vec::new();
+    for rec in rd.records() {
+        let rec = match rec {
+            Ok(r) => r,
+            Err(e) => {
+                let line = e.position().map(|p| p.line()).unwrap_or(0);
+                problems.push(Problem::new(format!("{name}:{line}"), format!("not CSV: {e}")));
+                continue;
+            }
+        };
+        let loc = format!("{name}:{}", rec.position().map(|p| p.line()).unwrap_or(0));
+        if rec.len() != expected.len() {
+            problems.push(Problem::new(&loc, format!("expected {} cells, found {}", expected.len(), rec.len())));
+            continue;
+        }
+        out.push(SheetRow { loc, cells: rec.iter().map(restore).collect() });
+    }
+    out
+}
+
+/// Spreadsheet column letters of a 0-based column index (0 → `A`, 26 → `AA`).
+fn column_letters(mut c: u32) -> String {
+    let mut s = Vec::new();
+    loop {
+        s.push(b'A' + (c % 26) as u8);
+        if c < 26 {
+            break;
+        }
+        c = c / 26 - 1;
+    }
+    s.reverse();
+    String::from_utf8(s).expect("ASCII")
+}
+
+/// Used cells of a worksheet by 0-based (row, column): the text, or why it cannot be read.
+type Cells = BTreeMap<(u32, u32), Result<String, String>>;
+
+/// Every used cell of the worksheet `review` (else the first one) of an XLSX workbook, by
+/// 0-based (row, column): its text, or why it cannot be read (a formula, an error value).
+fn xlsx_cells(bytes: &[u8], expected: &[String]) -> Result<Cells, String> {
+    use calamine::{Data, Reader, Xlsx};
+    let mut wb = Xlsx::new(std::io::Cursor::new(bytes)).map_err(|e| format!("not an XLSX workbook: {e}"))?;
+    let names = wb.sheet_names();
+    let sheet =
+        names.iter().find(|n| *n == "review").or(names.first()).cloned().ok_or("the workbook has no worksheet")?;
+    let cell_name = |r: u32, c: u32| {
+        let head = expected.get(c as usize).map(|h| format!("`{h}` ")).unwrap_or_default();
+        format!("{head}(cell {}{})", column_letters(c), r + 1)
+    };
+    let mut cells = BTreeMap::new();
+    let read = wb.worksheet_cells_reader(&sheet).and_then(|mut rd| {
+        while let Some(c) = rd.next_cell_with_formula()? {
+            let (r, col) = c.pos;
+            let text = match (c.formula.filter(|f| !f.is_empty()), Data::from(c.value)) {
+                (Some(f), _) => Err(format!(
+                    "{} holds a formula (`={f}`): type the value itself; formulas are never evaluated",
+                    cell_name(r, col)
+                )),
+                (None, Data::Error(e)) => Err(format!("{} holds the error value `{e}`", cell_name(r, col))),
+                (None, d) => Ok(restore(&d.to_string())),
+            };
+            if text.as_ref().is_ok_and(String::is_empty) {
+                continue;
+            }
+            cells.insert((r, col), text);
+        }
+        Ok(())
+    });
+    read.map_err(|e| format!("cannot read worksheet `{sheet}`: {e}"))?;
+    Ok(cells)
+}
+
+/// The rows of a filled XLSX sheet (the worksheet `review`, else the first one), checked
+/// like a CSV sheet: row 1 is the header, every later non-blank row a data row located
+/// as `file:row`. A cell holding a formula or an error value is a problem, never
+/// evaluated or taken from its cached value; numbers read as the reviewer typed them
+/// (`4`, `4.5`); text cells get the same `'` restoration as the CSV reader applies.
+/// Cells are streamed and kept sparse, so a stray value far away (say in `XFD1048576`)
+/// is one problem, not a grid of 17 billion cells in memory.
+fn xlsx_rows(name: &str, bytes: &[u8], expected: &[String], problems: &mut Vec<Problem>) -> Vec<SheetRow> {
+    let at = |row: u32| format!("{name}:{}", row + 1);
+    // The reader is third-party code on a file people edited by hand: a panic on malformed
+    // data (calamine overflows on absurd row numbers, for one) is a problem of this file,
+    // not the end of the import.
+    let cells = match std::panic::catch_unwind(|| xlsx_cells(bytes, expected)) {
+        Ok(Ok(cells)) => cells,
+        Ok(Err(e)) => {
+            problems.push(Problem::new(at(0), e));
+            return Vec::new();
+        }
+        Err(_) => {
+            problems.push(Problem::new(at(0), "not a readable XLSX workbook (the reader failed on malformed data)"));
+            return Vec::new();
+        }
+    };
+    let width = expected.len() as u32;
+    let header: Vec<&str> = {
+        let last = cells.range((0, 0)..(1, 0)).map(|((_, c), _)| *c + 1).max().unwrap_or(0);
+        (0..last).map(|c| cells.get(&(0, c)).and_then(|t| t.as_deref().ok()).unwrap_or("")).collect()
+    };
+    if !header.iter().copied().eq(expected.iter().map(String::as_str)) {
+        problems.push(Problem::new(
+            at(0),
+            format!("header must be `{}`, found `{}`", expected.join(","), header.join(",")),
+        ));
+        return Vec::new();
+    }
+    let rows: std::collections::BTreeSet<u32> = cells.keys().map(|(r, _)| *r).filter(|r| *r > 0).collect();
+    let mut out = Vec::new();
+    for r in rows {
+        let before = problems.len();
+        let mut row = vec![String::new(); expected.len()];
+        for ((_, c), text) in cells.range((r, 0)..(r + 1, 0)) {
+            match text {
+                Err(e) => problems.push(Problem::new(at(r), e)),
+                Ok(_) if *c >= width => problems.push(Problem::new(
+                    at(r),
+                    format!(
+                        "cell {}{} lies right of the last column `{}`",
+                        column_letters(*c),
+                        r + 1,
+                        expected[expected.len() - 1]
+                    ),
+                )),
+                Ok(t) => row[*c as usize] = t.clone(),
+            }
+        }
+        if problems.len() == before {
+            out.push(SheetRow { loc: at(r), cells: row });
+        }
+    }
+    out
+}
+
 fn check_row(a: &Assignments, id: &str, hash: &str, reviewer: &str, loc: &str, problems: &mut Vec<Problem>) {
     let Some(x) = a.sample(id) else {
         problems.push(Problem::new(loc, format!("unknown sample `{id}` (not under review)")));
@@ -404,7 +548,7 @@ pub static IMPORT_SPEC: StageSpec = StageSpec {
     name: IMPORT_STAGE,
     command: "review import",
     version: 1,
-    about: "filled review sheets (`reviews/returned/*.csv`) and web submissions → validated scores",
+    about: "filled review sheets (`reviews/returned/*.csv`, `*.xlsx`) and web submissions → validated scores",
     reads: &[ASSIGNMENTS.read()],
     writes: &["scores.jsonl", "report.json"],
 };
@@ -430,7 +574,7 @@ impl Stage for ImportStage {
                     s.display_path(&returned_dir(s)),
                     s.display_path(&web_scores_path(s))
                 ),
-                "run `benchgen review export`, fill in a sheet and save it as CSV in `reviews/returned/`, or use `benchgen review serve`",
+                "run `benchgen review export`, fill in a sheet and save it (CSV or XLSX) in `reviews/returned/`, or use `benchgen review serve`",
             ));
         }
         Ok(Plan { inputs, config_hash: section_hash(&"review-import")? })

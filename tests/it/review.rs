@@ -228,10 +228,12 @@ fn assign_command_is_sticky_deterministic_and_reads_the_sample_pool() {
     let out = rp.ok(&["review", "assign"]);
     assert!(out.contains("12 samples assigned to 5 reviewers"), "{out}");
     let first = rp.assignments();
-    // Personal links: one per reviewer, owner-only, and no token in any artifact.
-    let link = rp.p.read("reviews/links/alice.txt");
-    let token = link.split("token=").nth(1).unwrap().split_whitespace().next().unwrap().to_string();
+    // Personal links: one per reviewer, owner-only, and no token or link code in any artifact.
+    let token = token_of(&rp.p, "alice");
     assert_eq!(token.len(), 64);
+    let code = link_of(&rp.p, "alice", "").split("#link=").nth(1).unwrap().to_string();
+    assert_eq!(code.len(), 64);
+    assert_ne!(code, token);
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -239,7 +241,8 @@ fn assign_command_is_sticky_deterministic_and_reads_the_sample_pool() {
         assert_eq!(mode & 0o077, 0, "links are private");
     }
     for (f, bytes) in rp.p.artifacts() {
-        assert!(!String::from_utf8_lossy(&bytes).contains(&token), "the token leaked into artifacts/{f}");
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains(&token) && !text.contains(&code), "a secret leaked into artifacts/{f}");
     }
     // The sample pool: `validate/samples.jsonl` with a manifest, as the runner writes them.
     let pool: Vec<Value> = (100..104).map(|i| sample(i, None)).collect();
@@ -391,6 +394,153 @@ fn import_rejects_every_bad_row_with_file_line_applies_nothing_and_catches_stale
     let o = rp.run(&["review", "import"]);
     assert_code(&o, 1);
     assert!(stderr(&o).contains(&format!("stale: `{edited}` changed since this sheet was exported")), "{}", stderr(&o));
+}
+
+/// A cell of a filled XLSX sheet, as a spreadsheet program stores what the reviewer did.
+#[derive(Clone)]
+enum Xl {
+    Text(String),
+    Num(f64),
+    Formula(&'static str),
+}
+
+/// Read `reviewer`'s exported XLSX sheet back (with calamine, as strings), let `edit`
+/// change the rows (cells by column index), and write the result to
+/// `reviews/returned/<reviewer>.xlsx` with rust_xlsxwriter: score choices as numbers, as
+/// Excel and LibreOffice store a drop-down pick.
+fn fill_xlsx(rp: &RP, reviewer: &str, edit: impl Fn(&mut Vec<Vec<Xl>>)) {
+    fill_xlsx_and(rp, reviewer, edit, None)
+}
+
+/// [`fill_xlsx`], plus one more text cell at `(row, column)` (0-based).
+fn fill_xlsx_and(rp: &RP, reviewer: &str, edit: impl Fn(&mut Vec<Vec<Xl>>), extra: Option<(u32, u16, &str)>) {
+    use calamine::Reader;
+    let bytes = std::fs::read(rp.p.path(&format!("artifacts/review-export/sheets/{reviewer}.xlsx"))).unwrap();
+    let mut wb = calamine::Xlsx::new(std::io::Cursor::new(bytes)).unwrap();
+    let range = wb.worksheet_range("review").unwrap();
+    let mut rows: Vec<Vec<Xl>> = range.rows().map(|r| r.iter().map(|c| Xl::Text(c.to_string())).collect()).collect();
+    edit(&mut rows);
+    let mut out = rust_xlsxwriter::Workbook::new();
+    let ws = out.add_worksheet();
+    ws.set_name("review").unwrap();
+    for (r, row) in rows.iter().enumerate() {
+        for (c, cell) in row.iter().enumerate() {
+            let (r, c) = (r as u32, c as u16);
+            match cell {
+                Xl::Text(t) if t.is_empty() => {}
+                Xl::Text(t) => {
+                    ws.write_string(r, c, t).unwrap();
+                }
+                Xl::Num(n) => {
+                    ws.write_number(r, c, *n).unwrap();
+                }
+                Xl::Formula(f) => {
+                    ws.write_formula(r, c, *f).unwrap();
+                }
+            }
+        }
+    }
+    if let Some((r, c, t)) = extra {
+        ws.write_string(r, c, t).unwrap();
+    }
+    rp.p.write(&format!("reviews/returned/{reviewer}.xlsx"), out.save_to_buffer().unwrap());
+}
+
+/// Put five scores (as numbers) into a sheet row's score columns.
+fn set_scores(row: &mut [Xl], s: [u8; 5]) {
+    for (i, v) in s.into_iter().enumerate() {
+        row[8 + i] = Xl::Num(v as f64);
+    }
+}
+
+#[test]
+fn xlsx_sheets_import_with_the_csv_checks_and_round_trip_to_merge() {
+    let rp = RP::new(12, "");
+    rp.ok(&["review", "assign"]);
+    rp.ok(&["review", "export"]);
+    let a = rp.assignments();
+    let alice: Vec<String> =
+        a.samples.iter().filter(|x| x.reviewers.contains(&"alice".into())).map(|x| x.id.clone()).collect();
+    assert!(alice.len() >= 4, "{alice:?}");
+    let not_alice = a.samples.iter().find(|x| !x.reviewers.contains(&"alice".into())).unwrap().id.clone();
+
+    // Bad rows, one kind per sheet row (row 1 is the header); nothing is applied.
+    fill_xlsx(&rp, "alice", |rows| {
+        for row in rows.iter_mut().skip(1) {
+            set_scores(row, [5, 4, 4, 5, 4]);
+        }
+        rows[1][8] = Xl::Num(6.0); // row 2: off the scale
+        rows[2][9] = Xl::Num(4.5); // row 3: not whole
+        rows[3][10] = Xl::Formula("=2+2"); // row 4: a formula, never evaluated
+        rows[4][1] = Xl::Text("sha256:0000".into()); // row 5: stale hash
+        let mut foreign = rows[1].clone();
+        foreign[0] = Xl::Text(not_alice.clone());
+        foreign[8] = Xl::Num(4.0);
+        rows.push(foreign); // row N+2: not assigned to alice
+        let mut other = rows[2].clone();
+        other[2] = Xl::Text("mallory".into());
+        other[9] = Xl::Num(4.0);
+        rows.push(other); // a row claiming to be bob's in alice's sheet
+    });
+    let n = alice.len();
+    let o = rp.run(&["review", "import"]);
+    assert_code(&o, 1);
+    let err = stderr(&o);
+    let f = "reviews/returned/alice.xlsx";
+    for want in [
+        format!("{f}:2: `relevance` must be a whole number from 1 to 5, found `6`"),
+        format!("{f}:3: `completeness` must be a whole number from 1 to 5, found `4.5`"),
+        format!("{f}:4: `consistency` (cell K4) holds a formula (`=2+2`)"),
+        format!("{f}:5: stale:"),
+        format!("{f}:{}: reviewer `alice` is not assigned to `{not_alice}`", n + 2),
+        format!("{f}:{}: reviewer `mallory` is not assigned to", n + 3),
+    ] {
+        assert!(err.contains(&want), "missing `{want}` in:\n{err}");
+    }
+    assert!(!rp.p.path("artifacts/review-import").exists(), "nothing applied");
+
+    // Every reviewer returns the XLSX: carol rejects (freshness 2), the rest accept; alice's
+    // note was typed with a leading `'` (as the CSV neutralises), which is restored.
+    for r in &a.reviewers {
+        let reject = r.id == "carol";
+        let id = r.id.clone();
+        fill_xlsx(&rp, &r.id, |rows| {
+            for row in rows.iter_mut().skip(1) {
+                set_scores(row, if reject { [5, 5, 5, 5, 2] } else { [5, 4, 4, 5, 4] });
+                row[13] = Xl::Text(if id == "alice" { "'=checked by alice".into() } else { format!("note by {id}") });
+            }
+            if id == "dave" {
+                // The score cells as text (a sheet saved by a program that typed them so).
+                for row in rows.iter_mut().skip(1) {
+                    row[8] = Xl::Text("5".into());
+                }
+            }
+        });
+    }
+    let out = rp.ok(&["review", "import"]);
+    let total = a.samples.len() * 2;
+    assert!(out.contains(&format!("{total} scores imported ({total} from sheets, 0 from the web app)")), "{out}");
+    let scores: Vec<Value> =
+        rp.p.read("artifacts/review-import/scores.jsonl").lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let a0 = scores.iter().find(|s| s["reviewer"] == "alice").unwrap();
+    assert_eq!(a0["note"], "=checked by alice", "the neutralising `'` is removed");
+    assert!(a0["source"].as_str().unwrap().starts_with("reviews/returned/alice.xlsx:"), "{a0}");
+    assert_eq!(
+        a0["scores"],
+        json!({"relevance": 5, "completeness": 4, "consistency": 4, "reliability": 5, "freshness": 4})
+    );
+    rp.ok(&["review", "merge"]);
+    let d = rp.decisions();
+    for x in &a.samples {
+        let want = if x.reviewers.contains(&"carol".into()) { "undecided" } else { "accepted" };
+        assert_eq!(d[&x.id]["decision"], want, "{}", d[&x.id]);
+    }
+
+    // The same scores as CSV beside the XLSX: each row is scored twice, and said so.
+    rp.fill("bob", |_| Some([5, 4, 4, 5, 4]));
+    let o = rp.run(&["review", "import"]);
+    assert_code(&o, 1);
+    assert!(stderr(&o).contains("`bob` already scored"), "{}", stderr(&o));
 }
 
 #[test]
@@ -651,8 +801,13 @@ pub struct Server {
 
 impl Server {
     pub fn start(p: &Project) -> Server {
+        Self::start_with(p, &[])
+    }
+    /// Started with extra environment variables (e.g. a `BENCHGEN_FAIL_AT` fail point).
+    pub fn start_with(p: &Project, env: &[(&str, &str)]) -> Server {
         let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("benchgen"))
             .current_dir(p.root())
+            .envs(env.iter().copied())
             .env("BENCHGEN_REVIEW_SECRET", SECRET)
             .env("BENCHGEN_NO_PROGRESS", "1")
             .env_remove("BENCHGEN_CONFIG")
@@ -686,9 +841,41 @@ pub fn form_body(pairs: &[(&str, &str)]) -> String {
     pairs.iter().map(|(k, v)| format!("{}={}", enc(k), enc(v))).collect::<Vec<_>>().join("&")
 }
 
+/// The personal token (to paste) from the reviewer's `reviews/links/<id>.txt`.
 pub fn token_of(p: &Project, reviewer: &str) -> String {
-    let link = p.read(&format!("reviews/links/{reviewer}.txt"));
-    link.split("token=").nth(1).unwrap().split_whitespace().next().unwrap().to_string()
+    let text = p.read(&format!("reviews/links/{reviewer}.txt"));
+    let line = text.lines().find(|l| l.starts_with("Personal token ")).unwrap_or_else(|| panic!("{text}"));
+    let token = line.rsplit(": ").next().unwrap().trim().to_string();
+    assert!(!text.contains(&format!("={token}")), "the token is in no address: {text}");
+    token
+}
+
+/// The single-use sign-in link from the reviewer's `reviews/links/<id>.txt`, on `base`.
+pub fn link_of(p: &Project, reviewer: &str, base: &str) -> String {
+    let text = p.read(&format!("reviews/links/{reviewer}.txt"));
+    let url = text.lines().find_map(|l| l.strip_prefix("Link (works once): ")).unwrap_or_else(|| panic!("{text}"));
+    let path = &url[url.find("/login#link=").expect("the code travels in the fragment")..];
+    format!("{base}{path}")
+}
+
+/// Post a link's code as the sign-in page's script does.
+pub async fn sign_in_link(http: &reqwest::Client, base: &str, code: &str) -> reqwest::Response {
+    http.post(format!("{base}/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form_body(&[("token", ""), ("link", code)]))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Sign in as the sign-in page's script does: POST the link's token.
+pub async fn sign_in(http: &reqwest::Client, base: &str, token: &str) -> reqwest::Response {
+    http.post(format!("{base}/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form_body(&[("token", token)]))
+        .send()
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -707,7 +894,7 @@ async fn web_app_authorises_every_request_and_its_submissions_reach_the_pipeline
         let base = base.clone();
         let token = token_of(&rp.p, &who);
         async move {
-            let r = http.get(format!("{base}/login?token={token}")).send().await.unwrap();
+            let r = sign_in(&http, &base, &token).await;
             assert_eq!(r.status(), 303);
             assert_eq!(r.headers()["location"], "/", "no token left in the URL");
             let c = r.headers()["set-cookie"].to_str().unwrap().to_string();
@@ -715,10 +902,37 @@ async fn web_app_authorises_every_request_and_its_submissions_reach_the_pipeline
             c.split(';').next().unwrap().to_string()
         }
     };
-    // No session → 401, with the CSP on every page.
+    // No session → 401, with the CSP on every page and no address ever sent as a referrer.
     let r = http.get(format!("{base}/")).send().await.unwrap();
     assert_eq!(r.status(), 401);
     assert!(r.headers()["content-security-policy"].to_str().unwrap().contains("script-src 'self'"));
+    assert_eq!(r.headers()["referrer-policy"], "no-referrer");
+    // A token in the query string (where logs keep it) is refused unchecked.
+    let r = http.get(format!("{base}/login?token={}", token_of(&rp.p, "alice"))).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(!r.headers().contains_key("set-cookie"));
+    // The sign-in link works once; its code is no token.
+    let link = link_of(&rp.p, &outsider, &base);
+    let code = link.split("#link=").nth(1).unwrap().to_string();
+    assert_eq!(sign_in(&http, &base, &code).await.status(), 401, "a link code is not a personal token");
+    let r = sign_in_link(&http, &base, &code).await;
+    assert_eq!(r.status(), 303);
+    assert!(r.headers()["set-cookie"].to_str().unwrap().contains("HttpOnly"));
+    let r = sign_in_link(&http, &base, &code).await;
+    assert_eq!(r.status(), 401);
+    assert!(r.text().await.unwrap().contains("used already"));
+    // Signing in from another site (login CSRF) is refused.
+    let r = http
+        .post(format!("{base}/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("sec-fetch-site", "cross-site")
+        .header("origin", "null")
+        .body(form_body(&[("token", &token_of(&rp.p, "alice"))]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(!r.headers().contains_key("set-cookie"));
     let r = http.get(format!("{base}/s/{}", x.id)).send().await.unwrap();
     assert_eq!(r.status(), 401);
 
@@ -756,13 +970,29 @@ async fn web_app_authorises_every_request_and_its_submissions_reach_the_pipeline
         .await
         .unwrap();
     assert_eq!(r.status(), 403);
-    // A sample not assigned to the outsider: 403 to read or write.
-    let co = login(outsider.clone()).await;
-    assert_eq!(http.get(format!("{base}/s/{}", x.id)).header("cookie", &co).send().await.unwrap().status(), 403);
-    // Submit; the other reviewer cannot read alice's scores before submitting (blind).
+    // `Origin: null` (what a no-referrer page sends) from a page on another port of this
+    // host (`same-site`), even with the CSRF token: 403.
     let r = http
         .post(format!("{base}/s/{}/submit", x.id))
         .header("cookie", &ca)
+        .header("origin", "null")
+        .header("sec-fetch-site", "same-site")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form_body(&form))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    // A sample not assigned to the outsider: 403 to read or write.
+    let co = login(outsider.clone()).await;
+    assert_eq!(http.get(format!("{base}/s/{}", x.id)).header("cookie", &co).send().await.unwrap().status(), 403);
+    // Submit (as Chromium posts our own form under `Referrer-Policy: no-referrer`); the
+    // other reviewer cannot read alice's scores before submitting (blind).
+    let r = http
+        .post(format!("{base}/s/{}/submit", x.id))
+        .header("cookie", &ca)
+        .header("origin", "null")
+        .header("sec-fetch-site", "same-origin")
         .header("content-type", "application/x-www-form-urlencoded")
         .body(form_body(&form))
         .send()
@@ -793,10 +1023,11 @@ async fn web_app_authorises_every_request_and_its_submissions_reach_the_pipeline
     );
     assert_eq!(http.get(&api).header("cookie", &cb).send().await.unwrap().status(), 200);
     // Rate-limited sign-in attempts: after 5 failures, even a right token waits.
-    for _ in 0..5 {
-        assert_eq!(http.get(format!("{base}/login?token=wrong")).send().await.unwrap().status(), 401);
+    // One failure so far (the link code posted as a token).
+    for _ in 0..4 {
+        assert_eq!(sign_in(&http, &base, "wrong").await.status(), 401);
     }
-    let r = http.get(format!("{base}/login?token={}", token_of(&rp.p, "alice"))).send().await.unwrap();
+    let r = sign_in(&http, &base, &token_of(&rp.p, "alice")).await;
     assert_eq!(r.status(), 429);
     assert!(r.headers().contains_key("retry-after"));
     drop(srv);
@@ -828,7 +1059,7 @@ async fn web_adjudication_is_for_leads_who_did_not_review_and_reaches_merge() {
     let session = |who: &str| {
         let (http, base, token) = (http.clone(), base.clone(), token_of(&rp.p, who));
         async move {
-            let r = http.get(format!("{base}/login?token={token}")).send().await.unwrap();
+            let r = sign_in(&http, &base, &token).await;
             r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string()
         }
     };
@@ -909,4 +1140,199 @@ async fn web_adjudication_is_for_leads_who_did_not_review_and_reaches_merge() {
     assert_eq!(d[&x.id]["decided_by"], "adjudication");
     assert_eq!(d[&x.id]["adjudication"]["adjudicator"], "lena");
     assert_eq!(d[&own.id]["decision"], "undecided", "still in the queue");
+}
+
+/// Wait for a server stopped by a fail point (abort) and return how it ended.
+fn aborted(srv: &mut Server) -> std::process::ExitStatus {
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(st) = srv.child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "the fail point never stopped the server");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Sign `who` in and submit `scores` for `id`; the answer (if any) is returned, since a
+/// server stopped by a fail point may not answer.
+async fn submit_web(rp: &RP, base: &str, who: &str, id: &str, scores: [&str; 5]) -> Option<reqwest::StatusCode> {
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let r = sign_in(&http, base, &token_of(&rp.p, who)).await;
+    let c = r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let page = http.get(format!("{base}/s/{id}")).header("cookie", &c).send().await.unwrap().text().await.unwrap();
+    let csrf = page.split("name=\"csrf\" content=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let dims = ["relevance", "completeness", "consistency", "reliability", "freshness"];
+    let mut pairs = vec![("csrf", csrf.as_str())];
+    pairs.extend(dims.iter().copied().zip(scores));
+    http.post(format!("{base}/s/{id}/submit"))
+        .header("cookie", &c)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form_body(&pairs))
+        .send()
+        .await
+        .ok()
+        .map(|r| r.status())
+}
+
+/// The web app's `review` events in the ledger: (subject, outbox key) per event.
+fn serve_events(rp: &RP) -> Vec<(String, String)> {
+    let ledger = rusqlite::Connection::open(rp.p.path("artifacts/ledger.sqlite")).unwrap();
+    let mut st = ledger
+        .prepare(
+            "SELECT subject, json_extract(payload, '$.outbox') FROM events
+             WHERE stage = 'review-serve' AND kind = 'review' ORDER BY id",
+        )
+        .unwrap();
+    st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().collect::<rusqlite::Result<_>>().unwrap()
+}
+
+fn outbox_pending(rp: &RP) -> i64 {
+    let db = rusqlite::Connection::open(rp.p.path("reviews/review.sqlite")).unwrap();
+    db.query_row("SELECT count(*) FROM outbox WHERE ledger_event IS NULL", [], |r| r.get(0)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_web_submission_becomes_exactly_one_ledger_event_across_kills() {
+    use std::os::unix::process::ExitStatusExt;
+    let rp = RP::new(8, "");
+    rp.ok(&["review", "assign"]);
+    let a = rp.assignments();
+    let mine: Vec<String> =
+        a.samples.iter().filter(|x| x.reviewers.contains(&"bob".into())).map(|x| x.id.clone()).collect();
+    assert!(mine.len() >= 2, "{mine:?}");
+    let (x1, x2) = (mine[0].clone(), mine[1].clone());
+
+    // 1. Killed after the score's commit, before its ledger write: the event waits in the
+    //    outbox, and `review import` records it, once.
+    let mut srv = Server::start_with(&rp.p, &[("BENCHGEN_FAIL_AT", "review-outbox-before-ledger")]);
+    let _ = submit_web(&rp, &srv.base.clone(), "bob", &x1, ["5", "4", "4", "5", "4"]).await;
+    assert_eq!(aborted(&mut srv).signal(), Some(libc::SIGABRT));
+    drop(srv);
+    let db = rusqlite::Connection::open(rp.p.path("reviews/review.sqlite")).unwrap();
+    let status: String = db
+        .query_row("SELECT status FROM scores WHERE sample_id = ?1 AND reviewer = 'bob'", [&x1], |r| r.get(0))
+        .unwrap();
+    assert_eq!(status, "submitted", "the score was committed");
+    assert!(serve_events(&rp).is_empty(), "not in the ledger yet: {:?}", serve_events(&rp));
+    assert_eq!(outbox_pending(&rp), 1);
+    let out = rp.ok(&["review", "import"]);
+    assert!(out.contains("1 scores imported (0 from sheets, 1 from the web app)"), "{out}");
+    let ev = serve_events(&rp);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0].0, format!("sample:{x1}"));
+    assert!(ev[0].1.starts_with("review-serve:"), "{ev:?}");
+    assert_eq!(outbox_pending(&rp), 0);
+    // A restart and another import record nothing again.
+    drop(Server::start(&rp.p));
+    rp.ok(&["review", "import", "--force"]);
+    assert_eq!(serve_events(&rp), ev);
+
+    // 2. Killed after the ledger write, before the outbox entry is marked as recorded: the
+    //    next start finds the event by its key and does not append it twice.
+    let mut srv = Server::start_with(&rp.p, &[("BENCHGEN_FAIL_AT", "review-outbox-recorded")]);
+    let _ = submit_web(&rp, &srv.base.clone(), "bob", &x2, ["2", "2", "3", "2", "2"]).await;
+    assert_eq!(aborted(&mut srv).signal(), Some(libc::SIGABRT));
+    drop(srv);
+    assert_eq!(serve_events(&rp).len(), 2, "{:?}", serve_events(&rp));
+    assert_eq!(outbox_pending(&rp), 1, "recorded in the ledger, not yet marked");
+    let srv = Server::start(&rp.p);
+    assert_eq!(outbox_pending(&rp), 0, "the start marked it");
+    // 3. A plain kill -9 while serving, right after an acknowledged submission: the event is
+    //    in the ledger once, whether the drainer ran before the kill or `review merge` moves
+    //    it; a start after that adds nothing.
+    let x3 = mine.get(2).cloned().unwrap_or_else(|| x1.clone());
+    let done = submit_web(&rp, &srv.base.clone(), "bob", &x3, ["4", "4", "4", "4", "4"]).await;
+    assert_eq!(done, Some(reqwest::StatusCode::SEE_OTHER));
+    drop(srv); // SIGKILL
+    rp.ok(&["review", "merge"]);
+    drop(Server::start(&rp.p));
+    let ev = serve_events(&rp);
+    let subjects: Vec<&str> = ev.iter().map(|e| e.0.as_str()).collect();
+    assert_eq!(subjects, [format!("sample:{x1}"), format!("sample:{x2}"), format!("sample:{x3}")], "{ev:?}");
+    let keys: std::collections::BTreeSet<&String> = ev.iter().map(|e| &e.1).collect();
+    assert_eq!(keys.len(), 3, "every event has its own outbox key: {ev:?}");
+    assert_eq!(outbox_pending(&rp), 0);
+}
+
+/// Rewrite one member of a zip (XLSX) archive with `f(old bytes)`, keeping the others.
+fn rezip(xlsx: &[u8], member: &str, f: impl Fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut z = zip::ZipArchive::new(std::io::Cursor::new(xlsx)).unwrap();
+    let mut out = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for i in 0..z.len() {
+        let mut file = z.by_index(i).unwrap();
+        let name = file.name().unwrap().to_string();
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).unwrap();
+        let opts = zip::write::SimpleFileOptions::default();
+        out.start_file(name.as_str(), opts).unwrap();
+        out.write_all(&if name == member { f(&bytes) } else { bytes }).unwrap();
+    }
+    out.finish().unwrap().into_inner()
+}
+
+#[test]
+fn a_broken_xlsx_sheet_is_a_located_problem_never_a_panic() {
+    let rp = RP::new(6, "");
+    rp.ok(&["review", "assign"]);
+    rp.ok(&["review", "export"]);
+    let a = rp.assignments();
+    let good = std::fs::read(rp.p.path("artifacts/review-export/sheets/alice.xlsx")).unwrap();
+    let csv = rp.p.read("artifacts/review-export/sheets/alice.csv").into_bytes();
+    let half = |b: &[u8]| b[..b.len() / 2].to_vec();
+    let mut variants: Vec<(&str, Vec<u8>)> = vec![
+        ("empty file", Vec::new()),
+        ("a CSV named .xlsx", csv),
+        ("sheet XML cut in half", rezip(&good, "xl/worksheets/sheet1.xml", half)),
+        ("shared strings cut in half", rezip(&good, "xl/sharedStrings.xml", half)),
+        ("workbook XML cut in half", rezip(&good, "xl/workbook.xml", half)),
+        (
+            "sheet XML replaced",
+            rezip(&good, "xl/worksheets/sheet1.xml", |_| {
+                b"<worksheet><sheetData><row r=\"999999999999\"><c r=\"ZZZZ1\" t=\"s\"><v>77</v></c></row></sheetData></worksheet>".to_vec()
+            }),
+        ),
+    ];
+    for cut in [1, 3, 5, 7] {
+        variants.push(("truncated", good[..good.len() * cut / 8].to_vec()));
+    }
+    for at in [40, good.len() / 3, good.len() / 2, good.len() - 30] {
+        let mut b = good.clone();
+        b[at] ^= 0x5a;
+        variants.push(("a byte flipped", b));
+    }
+    // A stray value in the sheet's very last cell (a slip after Ctrl+End): one problem at
+    // its row, read without building the 17-billion-cell grid up to it.
+    fill_xlsx_and(
+        &rp,
+        "alice",
+        |rows| rows.iter_mut().skip(1).for_each(|r| set_scores(r, [4, 4, 4, 4, 4])),
+        Some((1_048_575, 16_383, "x")),
+    );
+    let o = rp.run(&["review", "import"]);
+    assert_code(&o, 1);
+    assert!(
+        stderr(&o)
+            .contains("reviews/returned/alice.xlsx:1048576: cell XFD1048576 lies right of the last column `note`"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!rp.p.path("artifacts/review-import").exists(), "nothing applied");
+    for (what, bytes) in variants {
+        let res = std::panic::catch_unwind(|| {
+            benchgen::review::sheets::import(&a, &[("alice.xlsx".to_string(), bytes.clone())], None)
+        });
+        let Ok(res) = res else { panic!("{what}: the reader panicked") };
+        match res {
+            Err(e) => {
+                assert!(!e.problems.is_empty(), "{what}");
+                for p in &e.problems {
+                    assert!(p.location.starts_with("alice.xlsx:"), "{what}: {} {}", p.location, p.message);
+                }
+            }
+            // A flipped byte may land where it changes nothing that matters.
+            Ok(imported) => assert!(imported.scores.is_empty(), "{what}: nothing was filled in"),
+        }
+    }
 }

@@ -1,9 +1,12 @@
 //! The review web app in a real headless browser: Debian's chromium, driven over
 //! WebDriver (`/usr/bin/chromedriver`, installed by `scripts/setup.d/40-chromium.sh`)
-//! with the fantoccini client. A reviewer signs in with the link token, scores a sample
-//! with the keyboard (autosave), reloads and sees it saved, submits; the other reviewer
-//! cannot read it before submitting (403); no session is 401; a cross-site form POST
-//! without the CSRF token is refused and changes nothing.
+//! with the fantoccini client. A reviewer signs in with the single-use link (code in the
+//! fragment), after which neither the address, the session history nor the referrer
+//! holds the code, the browser's history database holds only the spent code and never
+//! the personal token; scores a sample with the keyboard
+//! (autosave), reloads and sees it saved, submits; the other reviewer cannot read it
+//! before submitting (403); no session is 401; a cross-site form POST without the CSRF
+//! token is refused and changes nothing.
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -12,7 +15,7 @@ use fantoccini::actions::{InputSource as _, KeyAction, KeyActions};
 use fantoccini::{ClientBuilder, Locator};
 use serde_json::json;
 
-use crate::review::{RP, Server, token_of};
+use crate::review::{RP, Server, link_of, sign_in, sign_in_link, token_of};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -70,7 +73,8 @@ fn attacker(target: String) -> String {
             );
             let _ = write!(
                 s,
-                "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                // no-referrer: the forged post carries `Origin: null`, like the app's own forms.
+                "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\nreferrer-policy: no-referrer\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
         }
@@ -131,11 +135,40 @@ async fn a_reviewer_scores_with_the_keyboard_in_chromium_and_access_rules_hold()
         .await
         .expect("a chromium session");
 
-    // Sign in with the link; the address bar keeps no token.
-    c.goto(&format!("{base}/login?token={}", token_of(&rp.p, "alice"))).await.unwrap();
-    let url = c.current_url().await.unwrap();
-    assert_eq!(url.path(), "/");
-    assert!(url.query().is_none(), "{url}");
+    // Sign in with the link as written by `review assign`.
+    let token = token_of(&rp.p, "alice");
+    let link = link_of(&rp.p, "alice", &base);
+    let code = link.split("#link=").nth(1).unwrap().to_string();
+    c.goto(&link).await.unwrap();
+    let t0 = Instant::now();
+    let url = loop {
+        let u = c.current_url().await.unwrap();
+        if u.path() == "/" {
+            break u;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(15), "not signed in: at {u}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    c.wait().for_element(Locator::Id("progress")).await.unwrap();
+    // No code in the address, the referrer, or any entry of the session history.
+    assert!(url.query().is_none() && url.fragment().is_none(), "{url}");
+    let seen = c.execute("return [location.href, document.referrer, String(history.length)]", vec![]).await.unwrap();
+    assert!(!seen.to_string().contains(&code), "{seen}");
+    assert_eq!(seen[1], "", "no referrer under `Referrer-Policy: no-referrer`");
+    let entries: usize = seen[2].as_str().unwrap().parse().unwrap();
+    let mut visited = vec![url.to_string()];
+    for _ in 1..entries {
+        c.back().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        visited.push(c.execute("return location.href", vec![]).await.unwrap().as_str().unwrap_or("").to_string());
+    }
+    assert!(visited.iter().all(|u| !u.contains(&code) && !u.contains(&token)), "{visited:?}");
+    c.goto(&format!("{base}/")).await.unwrap();
+    // The header, on the sign-in page and after it.
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let r = http.get(format!("{base}/login")).send().await.unwrap();
+    assert_eq!(r.headers()["referrer-policy"], "no-referrer");
+    assert_eq!(sign_in(&http, &base, &token).await.headers()["referrer-policy"], "no-referrer");
     let progress = c.find(Locator::Id("progress")).await.unwrap().text().await.unwrap();
     assert_eq!(progress, format!("0 of {} done", a.reviewer("alice").unwrap().assigned));
 
@@ -180,8 +213,7 @@ async fn a_reviewer_scores_with_the_keyboard_in_chromium_and_access_rules_hold()
     assert_eq!(title, "Forbidden", "same-site cookie sent, then refused by the origin/CSRF check");
 
     // Over plain HTTP: the other reviewer may not read alice's scores yet (403); no session is 401.
-    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-    let r = http.get(format!("{base}/login?token={}", token_of(&rp.p, &other))).send().await.unwrap();
+    let r = sign_in(&http, &base, &token_of(&rp.p, &other)).await;
     let cookie = r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
     let api = format!("{base}/api/s/{}/scores/alice", x.id);
     assert_eq!(http.get(&api).header("cookie", &cookie).send().await.unwrap().status(), 403);
@@ -195,6 +227,27 @@ async fn a_reviewer_scores_with_the_keyboard_in_chromium_and_access_rules_hold()
     c.delete_all_cookies().await.unwrap();
     c.goto(&format!("{base}/")).await.unwrap();
     assert_eq!(c.title().await.unwrap(), "Sign in");
-    let _ = c.close().await;
+    c.close().await.unwrap();
+    drop(drv);
     drop(srv);
+    // Chromium's own history database (written at exit) keeps the link as it was opened,
+    // but its code is spent; the personal token is in no URL at all.
+    let urls: Vec<String> = {
+        let db = rusqlite::Connection::open_with_flags(
+            profile.path().join("Default/History"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("chromium's history database");
+        let mut st = db.prepare("SELECT url FROM urls ORDER BY id").unwrap();
+        st.query_map([], |r| r.get(0)).unwrap().collect::<rusqlite::Result<_>>().unwrap()
+    };
+    assert!(urls.iter().any(|u| u.starts_with(&format!("{base}/s/"))), "history recorded the visits: {urls:?}");
+    assert!(urls.iter().all(|u| !u.contains(&token) && !u.contains("token=")), "{urls:?}");
+    let srv = Server::start(&rp.p);
+    for u in urls.iter().filter(|u| u.contains("link=")) {
+        let kept = u.split("link=").nth(1).unwrap();
+        let r = sign_in_link(&http, &srv.base, kept).await;
+        assert_eq!(r.status(), 401, "the code left in history signs nobody in: {u}");
+        assert!(r.text().await.unwrap().contains("used already"));
+    }
 }
