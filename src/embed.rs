@@ -305,7 +305,9 @@ impl EmbedSettings {
                 ]) {
                     problems.push(Problem::new(
                         loc,
-                        format!("{keys}: for `provider = \"openai\"` only (this section uses the default, `fastembed`)"),
+                        format!(
+                            "{keys}: for `provider = \"openai\"` only (this section uses the default, `fastembed`)"
+                        ),
                     ));
                 }
             }
@@ -318,7 +320,9 @@ impl EmbedSettings {
                 ]) {
                     problems.push(Problem::new(
                         loc,
-                        format!("{keys}: for `provider = \"fastembed\"` only (the server decides pooling and truncation)"),
+                        format!(
+                            "{keys}: for `provider = \"fastembed\"` only (the server decides pooling and truncation)"
+                        ),
                     ));
                 }
                 match &self.base_url {
@@ -452,6 +456,9 @@ pub fn described_parameters(schema: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Called with each finished batch: indices into the texts, their normalised vectors.
+pub type BatchDone<'a> = dyn FnMut(&[usize], &[Vec<f32>]) -> Result<()> + Send + 'a;
+
 /// A loaded embedding model, or a client of an embedding server.
 pub struct Embedder {
     backend: Backend,
@@ -489,8 +496,9 @@ impl Embedder {
     pub fn load(settings: &Settings) -> Result<Self> {
         let cfg = embed_settings(settings);
         if cfg.provider == EmbedProvider::Openai {
-            let client = crate::llm::embeddings::EmbeddingClient::new(cfg.endpoint())
-                .map_err(|e| hinted(format!("`[embed]`: {e}"), "export the variable that `[embed] api_key_env` names"))?;
+            let client = crate::llm::embeddings::EmbeddingClient::new(cfg.endpoint()).map_err(|e| {
+                hinted(format!("`[embed]`: {e}"), "export the variable that `[embed] api_key_env` names")
+            })?;
             return Ok(Self {
                 backend: Backend::Server(client),
                 model_id: cfg.model_id(),
@@ -567,7 +575,7 @@ impl Embedder {
         texts: &[String],
         batch: usize,
         pb: &indicatif::ProgressBar,
-        done: &mut (dyn FnMut(&[usize], &[Vec<f32>]) -> Result<()> + Send),
+        done: &mut BatchDone<'_>,
     ) -> Result<Vec<Vec<f32>>> {
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| (texts[i].len(), i));
@@ -885,7 +893,7 @@ fn saved_batches(c: &crate::store::Checkpoint, model: &str) -> Vec<(Vec<String>,
             let bytes = hex::decode(&b.vectors).ok()?;
             let floats: Vec<f32> =
                 bytes.chunks_exact(4).map(|x| f32::from_le_bytes([x[0], x[1], x[2], x[3]])).collect();
-            (bytes.len() % 4 == 0 && !floats.is_empty() && floats.len() % b.texts.len() == 0)
+            (bytes.len() % 4 == 0 && !floats.is_empty() && floats.len().is_multiple_of(b.texts.len()))
                 .then_some((b.texts, floats))
         })
         .collect()

@@ -45,6 +45,9 @@ pub struct EmbeddingClient {
     redactor: Redactor,
 }
 
+/// Called with each answered request: where its texts start, and their vectors.
+pub type OnBatch<'a> = dyn FnMut(usize, &[Vec<f32>]) -> Result<(), String> + Send + 'a;
+
 /// What one [`EmbeddingClient::embed`] call cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EmbedCounts {
@@ -79,7 +82,7 @@ impl EmbeddingClient {
         &self,
         texts: &[String],
         batch: usize,
-        on_batch: &mut (dyn FnMut(usize, &[Vec<f32>]) -> Result<(), String> + Send),
+        on_batch: &mut OnBatch<'_>,
     ) -> Result<(Vec<Vec<f32>>, EmbedCounts), String> {
         if texts.is_empty() {
             return Ok((Vec::new(), EmbedCounts::default()));
@@ -101,7 +104,7 @@ impl EmbeddingClient {
         &self,
         texts: &[String],
         batch: usize,
-        on_batch: &mut (dyn FnMut(usize, &[Vec<f32>]) -> Result<(), String> + Send),
+        on_batch: &mut OnBatch<'_>,
     ) -> Result<(Vec<Vec<f32>>, EmbedCounts), String> {
         let concurrency = self.cfg.max_concurrency.max(1);
         let http = reqwest::Client::builder()
@@ -280,14 +283,17 @@ mod tests {
         let err = |b: Value, n: usize, d: Option<u32>| parse_response(b.to_string().as_bytes(), n, d).unwrap_err();
         assert!(err(body.clone(), 3, None).contains("2 embeddings for 3 inputs"));
         assert!(err(body.clone(), 2, Some(3)).contains("not the 3 asked for"));
-        assert!(err(json!({"data": [{"index": 0, "embedding": [1]}, {"index": 0, "embedding": [1]}]}), 2, None)
-            .contains("twice"));
+        assert!(
+            err(json!({"data": [{"index": 0, "embedding": [1]}, {"index": 0, "embedding": [1]}]}), 2, None)
+                .contains("twice")
+        );
         assert!(err(json!({"data": [{"embedding": "AAAA"}]}), 1, None).contains("not a list"));
         assert!(err(json!({"error": "x"}), 1, None).contains("no `data`"));
         assert!(parse_response(b"<html>", 1, None).unwrap_err().contains("not JSON"));
         // No `index`: list order.
-        let v = parse_response(json!({"data": [{"embedding": [2]}, {"embedding": [3]}]}).to_string().as_bytes(), 2, None)
-            .unwrap();
+        let v =
+            parse_response(json!({"data": [{"embedding": [2]}, {"embedding": [3]}]}).to_string().as_bytes(), 2, None)
+                .unwrap();
         assert_eq!(v, vec![vec![2.0], vec![3.0]]);
     }
 

@@ -95,7 +95,9 @@ pub struct Sent {
 
 enum Target {
     /// One base URL per replica.
-    Remote { base_urls: Vec<String> },
+    Remote {
+        base_urls: Vec<String>,
+    },
     Local(LocalSpec),
 }
 

@@ -172,7 +172,10 @@ fn an_interrupted_run_resumes_from_its_checkpoint() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let tools = p.vectors().len() as u64;
     assert!(
-        out.contains(&format!("{tools} tools: {} embedded, 15 reused from the previous run (15 of them from the checkpoint", tools - 15)),
+        out.contains(&format!(
+            "{tools} tools: {} embedded, 15 reused from the previous run (15 of them from the checkpoint",
+            tools - 15
+        )),
         "{out}"
     );
     let sent: Vec<String> = again.requests().iter().flat_map(inputs).collect();
