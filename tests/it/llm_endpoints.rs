@@ -95,7 +95,11 @@ fn concurrently(c: &LlmClient, names: Vec<String>) {
 
 #[test]
 fn requests_spread_over_the_endpoints_by_least_outstanding() {
-    let (a, b) = (ScriptedLlm::start(|_| good().after(300)), ScriptedLlm::start(|_| good().after(300)));
+    // The concurrent prompts (`t…`) are held long enough that all eight are outstanding at once.
+    let slow = |r: &crate::support::scripted_llm::Seen| {
+        if r.last_user().contains("Tool: t") { good().after(1000) } else { good() }
+    };
+    let (a, b) = (ScriptedLlm::start(slow), ScriptedLlm::start(slow));
     let p = project(&urls(&[&a, &b]), "max_concurrency = 4");
     let c = client(&p, LlmMode::Cached);
     concurrently(&c, (0..8).map(|i| format!("t{i}")).collect());
@@ -154,7 +158,7 @@ fn an_endpoint_comes_back_after_its_cool_down() {
     let h = healthy.clone();
     let flaky = ScriptedLlm::start(move |_| if h.load(Ordering::SeqCst) { good() } else { Answer::status(500) });
     let steady = ScriptedLlm::start(|_| good());
-    let p = project(&urls(&[&flaky, &steady]), "failover_after = 1\ncooldown_s = 1.0");
+    let p = project(&urls(&[&flaky, &steady]), "failover_after = 1\ncooldown_s = 2.0");
     let c = client(&p, LlmMode::Cached);
     let r = rt();
     r.block_on(c.typed::<Verdict>("r", &prompt("a"), "x")).unwrap();
@@ -163,7 +167,7 @@ fn an_endpoint_comes_back_after_its_cool_down() {
     // While it is out, the steady endpoint takes everything.
     r.block_on(c.typed::<Verdict>("r", &prompt("b"), "x")).unwrap();
     assert_eq!((flaky.count(), steady.count()), (1, 2));
-    std::thread::sleep(Duration::from_millis(1300));
+    std::thread::sleep(Duration::from_millis(2300));
     for i in 0..4 {
         r.block_on(c.typed::<Verdict>("r", &prompt(&format!("c{i}")), "x")).unwrap();
     }
