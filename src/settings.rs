@@ -163,6 +163,9 @@ impl Config {
         let mut problems = Vec::new();
         crate::filter::check_rules(&self.filter, &mut problems);
         self.llm.check(&mut problems);
+        if let Some(e) = &self.embed {
+            e.check(&mut problems);
+        }
         if let Some(role) = &self.filter.classifier_role
             && !self.llm.roles.contains_key(role)
         {

@@ -75,6 +75,10 @@ pub struct RoleSettings {
     pub provider: Provider,
     /// OpenAI-compatible base URL ending in `/v1` (default per provider; unused for `local`).
     pub base_url: Option<String>,
+    /// Several servers of the same model (replicas), instead of `base_url`: requests go to
+    /// the one with the fewest outstanding, and one that keeps failing is taken out for a
+    /// while ([`super::pool`]).
+    pub base_urls: Option<Vec<String>>,
     /// Model name sent to the endpoint (for `local`: default the GGUF file's stem).
     pub model: Option<String>,
     pub temperature: Option<f64>,
@@ -92,9 +96,15 @@ pub struct RoleSettings {
     /// Per-request timeout in seconds.
     #[serde(default = "default_timeout")]
     pub timeout_s: f64,
-    /// Requests in flight at once against this endpoint.
+    /// Requests in flight at once against this endpoint (against each of `base_urls`).
     #[serde(default = "default_concurrency")]
     pub max_concurrency: usize,
+    /// With `base_urls`: failed attempts in a row that take a server out.
+    #[serde(default = "default_failover_after")]
+    pub failover_after: u32,
+    /// With `base_urls`: seconds a server stays out before it is tried again.
+    #[serde(default = "default_cooldown")]
+    pub cooldown_s: f64,
     /// Requests per minute (0 = unlimited).
     #[serde(default)]
     pub rpm: u32,
@@ -143,6 +153,12 @@ fn default_timeout() -> f64 {
 }
 fn default_concurrency() -> usize {
     4
+}
+pub(crate) fn default_failover_after() -> u32 {
+    3
+}
+pub(crate) fn default_cooldown() -> f64 {
+    30.0
 }
 fn default_retries() -> u32 {
     5
@@ -217,7 +233,16 @@ impl RoleSettings {
     }
 
     pub fn base_url(&self) -> Option<String> {
-        self.base_url.clone().or_else(|| self.provider.default_base_url().map(str::to_string))
+        self.base_urls().into_iter().next()
+    }
+
+    /// Every server of this role: `base_urls`, else `base_url`, else the provider's default.
+    pub fn base_urls(&self) -> Vec<String> {
+        match (&self.base_urls, &self.base_url) {
+            (Some(urls), _) => urls.clone(),
+            (None, Some(u)) => vec![u.clone()],
+            (None, None) => self.provider.default_base_url().map(str::to_string).into_iter().collect(),
+        }
     }
 
     pub fn api_key_env(&self) -> Option<String> {
@@ -230,24 +255,32 @@ impl RoleSettings {
         if self.provider != Provider::Local && self.model.as_deref().unwrap_or("").is_empty() {
             problems.push(Problem::new(&loc, "`model` is required for this provider"));
         }
-        if self.provider == Provider::Local && self.base_url.is_some() {
+        if self.provider == Provider::Local && (self.base_url.is_some() || self.base_urls.is_some()) {
             problems.push(Problem::new(&loc, "`base_url` is chosen by benchgen for provider `local`; remove it"));
+        }
+        if let Some(urls) = &self.base_urls {
+            if self.base_url.is_some() {
+                problems.push(Problem::new(&loc, "give either `base_url` or `base_urls`, not both"));
+            }
+            if urls.is_empty() {
+                problems.push(Problem::new(&loc, "`base_urls` needs at least one URL"));
+            }
+            check_urls(&loc, "base_urls", urls, problems);
+        }
+        if self.failover_after == 0 {
+            problems.push(Problem::new(&loc, "`failover_after` must be at least 1"));
+        }
+        if !self.cooldown_s.is_finite() || self.cooldown_s < 0.0 {
+            problems.push(Problem::new(&loc, "`cooldown_s` must be a number of seconds, 0 or more"));
         }
         if self.provider != Provider::Local && (self.server_binary.is_some() || self.model_path.is_some()) {
             problems.push(Problem::new(&loc, "`server_binary` and `model_path` apply to provider `local` only"));
         }
-        if let Some(u) = &self.base_url
-            && !(u.starts_with("http://") || u.starts_with("https://"))
-        {
-            problems.push(Problem::new(&loc, format!("`base_url` must start with http:// or https://, got `{u}`")));
+        if let Some(u) = &self.base_url {
+            check_urls(&loc, "base_url", std::slice::from_ref(u), problems);
         }
-        if let Some(name) = &self.api_key_env
-            && (name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-        {
-            problems.push(Problem::new(
-                &loc,
-                "`api_key_env` is the NAME of an environment variable (letters, digits, `_`), not the key",
-            ));
+        if let Some(name) = &self.api_key_env {
+            check_key_env(&loc, name, problems);
         }
         if self.max_concurrency == 0 {
             problems.push(Problem::new(&loc, "`max_concurrency` must be at least 1"));
@@ -278,6 +311,48 @@ impl RoleSettings {
             "seed": self.seed,
             "json_schema": self.json_schema,
         })
+    }
+}
+
+/// Each URL starts with http:// or https://, carries no user or password (they would end up
+/// in logs; use `api_key_env`), and appears once.
+pub(crate) fn check_urls(loc: &str, key: &str, urls: &[String], problems: &mut Vec<Problem>) {
+    let mut seen = std::collections::BTreeSet::new();
+    for u in urls {
+        let Some(rest) = u.strip_prefix("http://").or_else(|| u.strip_prefix("https://")) else {
+            problems.push(Problem::new(loc, format!("`{key}` must start with http:// or https://, got `{u}`")));
+            continue;
+        };
+        if rest.split(['/', '?', '#']).next().unwrap_or("").contains('@') {
+            problems.push(Problem::new(
+                loc,
+                format!("`{key}` must not carry a user or password; put the key in the variable `api_key_env` names"),
+            ));
+            continue;
+        }
+        if !seen.insert(u.trim_end_matches('/')) {
+            problems.push(Problem::new(loc, format!("`{key}` lists `{u}` twice")));
+        }
+    }
+}
+
+/// `api_key_env` is a variable name, never the key itself.
+pub(crate) fn check_key_env(loc: &str, name: &str, problems: &mut Vec<Problem>) {
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        problems.push(Problem::new(
+            loc,
+            "`api_key_env` is the NAME of an environment variable (letters, digits, `_`), not the key",
+        ));
+    }
+}
+
+/// The API key in the variable `name`, checked for use in an `Authorization` header. The
+/// error names the variable, never its content.
+pub(crate) fn read_api_key(name: &str) -> Result<String, String> {
+    match std::env::var(name) {
+        Ok(k) if k.bytes().all(|b| (0x21..0x7f).contains(&b)) && !k.is_empty() => Ok(k),
+        Ok(_) => Err(format!("the API key in `${name}` is empty or has characters not allowed in a header")),
+        Err(_) => Err(format!("the API key variable `${name}` is not set")),
     }
 }
 

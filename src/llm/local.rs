@@ -30,6 +30,9 @@ pub struct LocalSpec {
     pub startup_timeout: Duration,
     /// Folder of the server logs (`artifacts/llm/logs`).
     pub log_dir: PathBuf,
+    /// More arguments for llama-server (e.g. `--embeddings --pooling mean` for a server of
+    /// embeddings).
+    pub extra_args: Vec<String>,
 }
 
 /// Remove logs left by benchgen processes that no longer run (killed runs).
@@ -107,6 +110,7 @@ impl LocalServer {
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(["-t", &spec.threads.to_string(), "--no-webui"])
             .args(["-c", &(spec.ctx_size as usize * spec.parallel).to_string(), "-np", &spec.parallel.to_string()])
+            .args(&spec.extra_args)
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
             .stderr(log_file)

@@ -5,6 +5,11 @@
 //! * Load behaviour per endpoint: a concurrency bound, an rpm/tpm limiter, retries of 429,
 //!   5xx, connection errors, malformed bodies and timeouts with jittered exponential back-off
 //!   that honours `Retry-After`, a per-request timeout, and Ctrl-C cancellation ([`transport`]).
+//! * Several servers per role (`base_urls`, e.g. vLLM/SGLang replicas): least outstanding
+//!   requests, and a server that fails repeatedly is taken out for a cool-down ([`pool`]).
+//!   The cache key never depends on which server answered.
+//! * Embeddings from an OpenAI-compatible `/v1/embeddings` server ([`embeddings`]), used by
+//!   `[embed] provider = "openai"`.
 //! * Typed structured output ([`LlmClient::typed`]): a schemars schema sent as
 //!   `response_format: json_schema` (when the role allows it) and always stated in the prompt;
 //!   the answer is extracted (`<think>` dropped, fenced or first balanced JSON), validated with
@@ -23,9 +28,11 @@
 
 pub mod batch;
 pub mod config;
+pub mod embeddings;
 pub mod extract;
 pub mod local;
 pub mod ping;
+pub mod pool;
 pub mod record;
 pub mod redact;
 pub mod stats;
@@ -668,6 +675,10 @@ impl LlmClient {
                 p["usage"] = json!({"prompt_tokens": pt, "completion_tokens": ct});
                 p["latency_ms"] = json!(sent.latency_ms);
                 p["attempts"] = json!(sent.attempts);
+                if r.endpoint.replica_count() > 1 {
+                    // Which of `base_urls` answered (0-based); not part of the cache key.
+                    p["replica"] = json!(sent.replica);
+                }
                 let parents: Vec<i64> = parent.into_iter().collect();
                 let id = inner.recorder.record(kind::LLM_EXCHANGE, item, p, &parents).map_err(ledger_err)?;
                 inner.recorder.cache_put(&hash, id).map_err(ledger_err)?;

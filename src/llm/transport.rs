@@ -1,5 +1,6 @@
-//! One endpoint (a server that one or more roles talk to): the async-openai client, the
-//! concurrency bound, the rpm/tpm limiter and the retry loop.
+//! One endpoint (a server, or several replicas of one, that one or more roles talk to): the
+//! async-openai client per replica, the concurrency bound (per replica), the rpm/tpm limiter
+//! (shared by the replicas), the choice of replica ([`super::pool`]) and the retry loop.
 //!
 //! Requests go through async-openai's raw-JSON (`byot`) chat call. Its HTTP layer is our
 //! own tower service, so a non-2xx answer reaches us with its status and `Retry-After`
@@ -9,7 +10,8 @@
 //! a chat completion. Not retried: other 4xx (a bad request does not get better).
 //! Back-off before retry n (1-based): `Retry-After` when the server sent one (seconds or an
 //! HTTP date), else `backoff_ms * 2^(n-1)` capped at 60 s, times a random factor in
-//! [0.5, 1.0) so parallel workers do not retry in lockstep.
+//! [0.5, 1.0) so parallel workers do not retry in lockstep. With several replicas, a retry
+//! that can go to a replica the request has not failed on yet goes at once, without back-off.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
@@ -24,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{Provider, RoleSettings};
 use super::local::{LocalServer, LocalSpec};
+use super::pool::{Failure, Pick, Pool};
 use super::redact::{Redactor, truncate};
 
 /// The process-wide Ctrl-C token. The first Ctrl-C cancels it (every client stops issuing
@@ -66,7 +69,7 @@ pub fn interrupt_token() -> CancellationToken {
 pub fn endpoint_key(r: &RoleSettings, resolve: &dyn Fn(&Path) -> PathBuf) -> String {
     match r.provider {
         Provider::Local => format!("local:{}", r.local_model_path(resolve).display()),
-        _ => format!("{}|{}", r.base_url().unwrap_or_default(), r.api_key_env().unwrap_or_default()),
+        _ => format!("{}|{}", r.base_urls().join(" "), r.api_key_env().unwrap_or_default()),
     }
 }
 
@@ -86,10 +89,15 @@ pub struct Sent {
     pub attempts: u32,
     /// Latency of the attempt that succeeded.
     pub latency_ms: u64,
+    /// Which of the endpoint's replicas answered (0-based, in `base_urls` order).
+    pub replica: usize,
 }
 
 enum Target {
-    Remote { base_url: String },
+    /// One base URL per replica.
+    Remote {
+        base_urls: Vec<String>,
+    },
     Local(LocalSpec),
 }
 
@@ -123,15 +131,21 @@ impl Limiter {
     }
 }
 
+/// One server of an endpoint: its own concurrency bound and connection.
+struct Replica {
+    semaphore: Semaphore,
+    conn: tokio::sync::OnceCell<Result<Conn, String>>,
+}
+
 pub struct Endpoint {
     key: String,
     target: Target,
     api_key: Result<Option<String>, String>,
     redactor: Redactor,
     http: reqwest::Client,
-    semaphore: Semaphore,
+    replicas: Vec<Replica>,
+    pool: std::sync::Arc<Pool>,
     limiter: Option<Mutex<Limiter>>,
-    conn: tokio::sync::OnceCell<Result<Conn, String>>,
 }
 
 /// A non-2xx HTTP answer, as our tower service reports it.
@@ -150,7 +164,7 @@ impl std::fmt::Display for HttpStatus {
 
 impl std::error::Error for HttpStatus {}
 
-fn parse_retry_after(v: Option<&reqwest::header::HeaderValue>) -> Option<Duration> {
+pub(crate) fn parse_retry_after(v: Option<&reqwest::header::HeaderValue>) -> Option<Duration> {
     let s = v?.to_str().ok()?.trim();
     if let Ok(secs) = s.parse::<f64>() {
         return (secs >= 0.0 && secs.is_finite()).then(|| Duration::from_secs_f64(secs.min(3600.0)));
@@ -163,7 +177,7 @@ fn parse_retry_after(v: Option<&reqwest::header::HeaderValue>) -> Option<Duratio
 
 /// A small random factor in [0.5, 1.0) for back-off jitter (not for anything that must be
 /// reproducible, so it is seeded from the clock).
-fn jitter() -> f64 {
+pub(crate) fn jitter() -> f64 {
     use std::cell::Cell;
     thread_local!(static STATE: Cell<u64> = Cell::new(
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1) | 1
@@ -197,16 +211,22 @@ impl Endpoint {
                 parallel: concurrency,
                 startup_timeout: Duration::from_secs_f64(first.startup_timeout_s.max(1.0)),
                 log_dir: log_dir.to_path_buf(),
+                extra_args: Vec::new(),
             }),
-            _ => Target::Remote { base_url: first.base_url().unwrap_or_default().trim_end_matches('/').to_string() },
+            _ => Target::Remote {
+                base_urls: first.base_urls().iter().map(|u| u.trim_end_matches('/').to_string()).collect(),
+            },
         };
+        let n = match &target {
+            Target::Remote { base_urls } => base_urls.len().max(1),
+            Target::Local(_) => 1,
+        };
+        let failover_after = members.iter().map(|r| r.failover_after).min().unwrap_or(3);
+        let cooldown = members.iter().map(|r| r.cooldown_s).fold(f64::INFINITY, f64::min);
+        let cooldown = Duration::from_secs_f64(if cooldown.is_finite() { cooldown.max(0.0) } else { 30.0 });
         let api_key = match first.api_key_env() {
             None => Ok(None),
-            Some(name) => match std::env::var(&name) {
-                Ok(k) if k.bytes().all(|b| (0x21..0x7f).contains(&b)) && !k.is_empty() => Ok(Some(k)),
-                Ok(_) => Err(format!("the API key in `${name}` is empty or has characters not allowed in a header")),
-                Err(_) => Err(format!("the API key variable `${name}` is not set")),
-            },
+            Some(name) => super::config::read_api_key(&name).map(Some),
         };
         let redactor = match &api_key {
             Ok(Some(k)) => Redactor::new(k),
@@ -229,14 +249,21 @@ impl Endpoint {
             api_key,
             redactor,
             http,
-            semaphore: Semaphore::new(concurrency),
+            replicas: (0..n)
+                .map(|_| Replica { semaphore: Semaphore::new(concurrency), conn: tokio::sync::OnceCell::new() })
+                .collect(),
+            pool: Pool::new(n, failover_after, cooldown),
             limiter,
-            conn: tokio::sync::OnceCell::new(),
         })
     }
 
     pub fn key(&self) -> &str {
         &self.key
+    }
+
+    /// How many servers (replicas) this endpoint spreads its requests over.
+    pub fn replica_count(&self) -> usize {
+        self.replicas.len()
     }
 
     /// Remove the API key (every form, see `redact`) from text that may echo it (server
@@ -245,10 +272,18 @@ impl Endpoint {
         self.redactor.text(text)
     }
 
-    async fn connect(&self) -> Result<Conn, String> {
+    /// The base URL of replica `i` (for messages; a local server's is known once started).
+    fn replica_url(&self, i: usize) -> String {
+        match &self.target {
+            Target::Remote { base_urls } => base_urls.get(i).cloned().unwrap_or_default(),
+            Target::Local(_) => "the local server".into(),
+        }
+    }
+
+    async fn connect(&self, replica: usize) -> Result<Conn, String> {
         let key = self.api_key.clone()?;
         let (base_url, server) = match &self.target {
-            Target::Remote { base_url } => (base_url.clone(), None),
+            Target::Remote { base_urls } => (base_urls[replica].clone(), None),
             Target::Local(spec) => {
                 let server = LocalServer::start(spec).await?;
                 (server.base_url(), Some(server))
@@ -290,15 +325,10 @@ impl Endpoint {
         if cancel.is_cancelled() {
             return Err(SendError::Cancelled);
         }
-        // `biased`, cancel first: once cancelled, no branch that could send a request is polled.
-        let conn = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return Err(SendError::Cancelled),
-            c = self.conn.get_or_init(|| self.connect()) => c,
-        };
-        let conn = conn.as_ref().map_err(|e| SendError::Setup(e.clone()))?;
         let timeout = Duration::from_secs_f64(s.timeout_s);
         let mut attempts = 0u32;
+        // Replicas this request failed on (a retry prefers another).
+        let mut tried: Vec<usize> = Vec::new();
         loop {
             attempts += 1;
             if let Some(lim) = &self.limiter {
@@ -309,10 +339,30 @@ impl Endpoint {
                     _ = tokio::time::sleep_until(slot.into()) => {}
                 }
             }
+            // Which replica: the least loaded one that is in; when all are out, wait for
+            // the earliest cool-down to end.
+            let outstanding = loop {
+                match self.pool.pick(&tried) {
+                    Pick::Ready(slot) => break slot,
+                    Pick::Wait(until) => tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => return Err(SendError::Cancelled),
+                        _ = tokio::time::sleep_until(until.into()) => {}
+                    },
+                }
+            };
+            let replica = &self.replicas[outstanding.index];
+            // `biased`, cancel first: once cancelled, no branch that could send a request is polled.
+            let conn = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(SendError::Cancelled),
+                c = replica.conn.get_or_init(|| self.connect(outstanding.index)) => c,
+            };
+            let conn = conn.as_ref().map_err(|e| SendError::Setup(e.clone()))?;
             let permit = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(SendError::Cancelled),
-                p = self.semaphore.acquire() => p.map_err(|_| SendError::Cancelled)?,
+                p = replica.semaphore.acquire() => p.map_err(|_| SendError::Cancelled)?,
             };
             let started = Instant::now();
             let chat = conn.client.chat();
@@ -323,11 +373,14 @@ impl Endpoint {
             };
             let latency_ms = started.elapsed().as_millis() as u64;
             drop(permit);
+            let index = outstanding.index;
+            drop(outstanding);
             let (status, message, retryable, retry_after) = match result {
                 Ok(Ok(mut v)) if v["choices"][0]["message"].is_object() => {
+                    self.pool.success(index);
                     // The answer is stored in the ledger and shown: it must not carry the key.
                     self.redactor.value(&mut v);
-                    return Ok(Sent { response: v, attempts, latency_ms });
+                    return Ok(Sent { response: v, attempts, latency_ms, replica: index });
                 }
                 Ok(Ok(v)) => ("malformed response".to_string(), format!("not a chat completion: {v}"), true, None),
                 Ok(Err(e)) => classify(e),
@@ -339,8 +392,25 @@ impl Endpoint {
             let message = truncate(&self.redact(&message), 500);
             let status = truncate(&self.redact(&status), 100);
             tracing::debug!("LLM endpoint attempt {attempts}: {status}: {message}");
+            if retryable && self.pool.failure(index) == Failure::TakenOut {
+                tracing::warn!(
+                    "LLM endpoint {} ({} of {}) is taken out for {:.0} s after {} failures in a row (last: {status})",
+                    self.redact(&self.replica_url(index)),
+                    index + 1,
+                    self.replicas.len(),
+                    self.pool.cooldown().as_secs_f64(),
+                    self.pool.failover_after()
+                );
+            }
+            if !tried.contains(&index) {
+                tried.push(index);
+            }
             if !retryable || attempts > s.max_retries {
                 return Err(SendError::Failed { attempts, last_status: status, message });
+            }
+            // Another replica that has not failed this request is ready: go there at once.
+            if self.pool.has_untried(&tried) {
+                continue;
             }
             let exp = Duration::from_millis(s.backoff_ms.saturating_mul(1u64 << (attempts - 1).min(20)))
                 .min(Duration::from_secs(60));

@@ -2,8 +2,8 @@
 //!
 //! Not a model: it answers each request with whatever the test's rule returns for it —
 //! content (plain, `<think>` blocks, fenced JSON, malformed JSON), tool calls, an HTTP
-//! status with an optional `Retry-After`, a body that is not JSON, or a delay before any
-//! of these. It logs every request (arrival time, body, `Authorization` header) and the
+//! status with an optional `Retry-After`, a body that is not JSON, a raw JSON body (the
+//! embedding tests answer `/v1/embeddings` this way), or a delay before any of these. It logs every request (arrival time, body, `Authorization` header) and the
 //! highest number of requests in flight at once, so tests can check retries, back-off,
 //! rate limits, the concurrency bound, re-asks and cache hits (zero new requests).
 //!
@@ -33,6 +33,8 @@ pub enum Answer {
     Status { code: u16, retry_after: Option<String>, body: String },
     /// 200 whose body is not JSON at all.
     MalformedBody,
+    /// 200 with exactly this JSON body (e.g. an `/v1/embeddings` answer).
+    Raw(String),
     /// Wait, then answer.
     Delay(Duration, Box<Answer>),
 }
@@ -265,6 +267,7 @@ async fn serve(sock: tokio::net::TcpStream, st: Arc<State>) -> std::io::Result<(
             }
             Answer::Status { code, retry_after, body } => write(&mut w, code, retry_after.as_deref(), &body).await?,
             Answer::MalformedBody => write(&mut w, 200, None, "{\"choices\": [ this is not json").await?,
+            Answer::Raw(body) => write(&mut w, 200, None, &body).await?,
             Answer::Delay(..) => unreachable!("delays are unwrapped above"),
         }
     }
