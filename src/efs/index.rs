@@ -19,8 +19,8 @@
 //!
 //! Everything else provably cannot, so each row's candidates are a superset of its list;
 //! [`super::pairs::keep_best`] then orders them as the loop does (ties: lower index), and
-//! the result does not depend on which thread saw a pair first. Non-finite vectors or
-//! weights fall back to the loop (the bound would not hold).
+//! the result does not depend on which thread saw a pair first. Non-finite or huge vectors
+//! and non-finite weights fall back to the loop (the bound would not hold).
 //!
 //! Cost: `n²·d` multiply-adds for the half matrix, at 150–250 GFLOP/s per core here
 //! (AVX-512 machine, AVX2 kernels), then the loop's work only for pairs near the lists
@@ -134,7 +134,8 @@ pub fn neighbours_in_tiles(
         .fold(0f64, f64::max);
     let u = f64::from(f32::EPSILON) / 2.0;
     let du = dim as f64 * u;
-    if du >= 0.5 {
+    // Beyond these a product could overflow, or the bound grow useless: the loop is exact.
+    if du >= 0.5 || max_norm >= 1e15 {
         return exact_neighbours(data, dim, feats, servers, p);
     }
     // Two products, each within γ_d·‖a‖‖b‖ of the true one (norms rounded up a little).
