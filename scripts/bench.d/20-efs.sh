@@ -2,8 +2,8 @@
 # Embeddings and EFS candidate pairs on the ETOM snapshot (../shared/data/etom/mcp_registry.json,
 # or $ETOM_SNAPSHOT):
 # embedding throughput, pair search time, peak RSS; candidate pairs and planned listwise calls
-# at several pair settings with their coverage of the hand-checked list (docs/efs.md);
-# pair search on synthetic vectors.
+# at several pair settings with their coverage of the hand-checked list (docs/efs.md).
+# Pair search on synthetic vectors at 20,000 and 100,000 tools: 21-efs-search.sh.
 # Targets (2-core machine): embedding < 20 s, pair search < 1 s, peak RSS < 1 GB.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,6 +40,13 @@ echo "embed: $tools tools in ${secs} s ($(python3 -c "print(round($tools/$secs))
 read -r secs rss < <(timed efs pairs)
 search_ms=$(python3 -c "import json;print(json.load(open('$work/artifacts/efs-pairs/manifest.json'))['duration_ms'])")
 echo "efs pairs: stage ${search_ms} ms (process ${secs} s), peak RSS $((rss / 1024)) MB"
+cp "$work/artifacts/efs-pairs/pairs.csv" "$work/pairs-exact.csv"
+config 'index = "blocked"'
+read -r secs rss < <(timed efs pairs --force)
+search_ms=$(python3 -c "import json;print(json.load(open('$work/artifacts/efs-pairs/manifest.json'))['duration_ms'])")
+same=$(cmp -s "$work/pairs-exact.csv" "$work/artifacts/efs-pairs/pairs.csv" && echo "identical pairs.csv" || echo "pairs.csv DIFFERS")
+echo "efs pairs, index = \"blocked\": stage ${search_ms} ms (process ${secs} s), peak RSS $((rss / 1024)) MB, $same"
+config ""
 read -r secs rss < <(timed embed --force)
 echo "embed again with every vector reused: ${secs} s"
 
@@ -64,6 +71,3 @@ rrf, score >= 0.50|rank_by = "rrf"
 default, mutual neighbours only|mutual_only = true
 EOF2
 
-echo
-# EFS_BENCH_SIZES="2375 20000" limits the synthetic sizes (default 2,375, 20,000, 100,000).
-cargo bench --locked --bench efs_pairs -q -- ${EFS_BENCH_SIZES:-} 2>/dev/null

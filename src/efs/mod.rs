@@ -12,6 +12,7 @@
 pub mod build;
 pub mod compare;
 pub mod finalize;
+pub mod index;
 pub mod lexical;
 pub mod pairs;
 pub mod plan;

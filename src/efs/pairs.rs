@@ -11,9 +11,10 @@
 //! (J = Jaccard overlap; see [`super::lexical`]). The tool keeps its `top_k`
 //! highest-scoring neighbours with score ≥ `min_score` (ties: catalog order). A
 //! pair qualifies if either endpoint keeps the other (or both, with
-//! `mutual_only`). The search is exact: all pairs, blocked by rows and spread
-//! over threads; dot products run in a fixed order, so results do not depend on
-//! the thread count.
+//! `mutual_only`). The search is exact: all pairs in a loop ([`exact_neighbours`]), or
+//! tiles of a matrix multiply that only filter what the loop's arithmetic then scores
+//! ([`super::index`], `index = "blocked"`, the default from [`AUTO_BLOCKED_FROM`] tools);
+//! both give the same lists bit for bit, whatever the thread count.
 //!
 //! Outputs in `artifacts/efs-pairs/`: `pairs.csv` (one row per pair, sorted by
 //! ids: `a,b,cosine,score,name_overlap,param_overlap,action_a,action_b,
@@ -79,9 +80,43 @@ pub struct PairSettings {
     /// Budget of planned LLM calls (0: no limit); the least valuable calls are left out.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub max_calls: usize,
+    /// How the neighbour search runs: the plain pairwise loop, the blocked matrix-multiply
+    /// search, or the loop below [`AUTO_BLOCKED_FROM`] tools and blocked from there. Every
+    /// choice finds the same neighbours (see [`super::index`]), so a tuning knob, not hashed.
+    #[serde(default, skip_serializing)]
+    pub index: SearchIndex,
     /// Worker threads (0: one per core). A tuning knob, not hashed.
     #[serde(default, skip_serializing)]
     pub threads: usize,
+}
+
+/// How `efs pairs` finds each tool's neighbours (`[efs.pairs] index`).
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchIndex {
+    /// Every pair's dot product in a plain loop (the reference).
+    Exact,
+    /// Tiles of the similarity matrix by a matrix multiply, then the loop's own
+    /// arithmetic on the pairs that can still make a list: same neighbours, bit for bit.
+    Blocked,
+    /// `exact` below [`AUTO_BLOCKED_FROM`] tools, `blocked` from there.
+    #[default]
+    Auto,
+}
+
+/// Catalog size from which `index = "auto"` uses the blocked search (the loop takes about
+/// a second at 5,000 tools on 2 cores and grows with n²).
+pub const AUTO_BLOCKED_FROM: usize = 5_000;
+
+impl SearchIndex {
+    /// The search `auto` stands for at `n` tools.
+    pub fn resolve(self, n: usize) -> SearchIndex {
+        match self {
+            SearchIndex::Auto if n >= AUTO_BLOCKED_FROM => SearchIndex::Blocked,
+            SearchIndex::Auto => SearchIndex::Exact,
+            other => other,
+        }
+    }
 }
 
 /// How a tool orders its neighbours before keeping `top_k`.
@@ -154,6 +189,7 @@ impl Default for PairSettings {
             rrf_k: d_rrf_k(),
             list_size: d_list_size(),
             max_calls: 0,
+            index: SearchIndex::Auto,
             threads: 0,
         }
     }
@@ -197,9 +233,10 @@ pub struct Neighbour {
     pub param: f32,
 }
 
-/// Dot product with 8 independent accumulators (auto-vectorised, fixed order).
+/// Dot product with 8 independent accumulators (auto-vectorised, fixed order). Both
+/// searches compute every reported cosine with it, so they agree bit for bit.
 #[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let (ra, rb) = (ca.remainder(), cb.remainder());
@@ -220,7 +257,8 @@ const BLOCK: usize = 32;
 
 /// Every tool's top-k neighbours by combined score (before `min_score`), in
 /// score order (ties: lower index first). `data` is `n × dim`, rows L2-normalised;
-/// `servers[i]` is tool i's server index.
+/// `servers[i]` is tool i's server index. `p.index` picks the search; all give the
+/// same lists.
 pub fn neighbours(
     data: &[f32],
     dim: usize,
@@ -228,12 +266,33 @@ pub fn neighbours(
     servers: &[u32],
     p: &PairSettings,
 ) -> Vec<Vec<Neighbour>> {
+    match p.index.resolve(servers.len()) {
+        SearchIndex::Blocked => super::index::neighbours(data, dim, feats, servers, p),
+        _ => exact_neighbours(data, dim, feats, servers, p),
+    }
+}
+
+/// Worker threads for a search.
+pub(crate) fn thread_count(p: &PairSettings) -> usize {
+    let t = if p.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { p.threads };
+    t.max(1)
+}
+
+/// [`neighbours`] by the plain loop: every pair's dot product, blocked by rows and spread
+/// over threads.
+pub fn exact_neighbours(
+    data: &[f32],
+    dim: usize,
+    feats: &[Features],
+    servers: &[u32],
+    p: &PairSettings,
+) -> Vec<Vec<Neighbour>> {
     let n = servers.len();
-    let threads = if p.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { p.threads };
+    let threads = thread_count(p);
     let next = AtomicUsize::new(0);
     let blocks = n.div_ceil(BLOCK);
     let mut results: Vec<(usize, Vec<Vec<Neighbour>>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads.max(1))
+        let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
                     let mut mine = Vec::new();
@@ -257,6 +316,27 @@ pub fn neighbours(
     results.into_iter().flat_map(|(_, v)| v).collect()
 }
 
+/// The lexical signals and combined score of row `i`'s neighbour `j` at `cosine`.
+#[inline]
+pub(crate) fn scored(
+    i: usize,
+    j: usize,
+    cosine: f32,
+    feats: &[Features],
+    servers: &[u32],
+    p: &PairSettings,
+) -> Neighbour {
+    let same = servers[i] == servers[j];
+    let (fi, fj) = (&feats[i], &feats[j]);
+    let name = jaccard(&fi.name, &fj.name);
+    let param = jaccard(&fi.params, &fj.params);
+    let conflict = matches!((fi.action, fj.action), (Some(x), Some(y)) if x != y);
+    let score = cosine + p.name_weight * name + p.param_weight * param
+        - if conflict { p.action_penalty } else { 0.0 }
+        - if same { p.same_server_penalty } else { 0.0 };
+    Neighbour { j, cosine, score, name, param }
+}
+
 fn block_neighbours(
     lo: usize,
     hi: usize,
@@ -274,48 +354,43 @@ fn block_neighbours(
             if i == j {
                 continue;
             }
-            let same = servers[i] == servers[j];
-            if same && p.cross_server_only {
+            if p.cross_server_only && servers[i] == servers[j] {
                 continue;
             }
             let cosine = dot(&data[i * dim..(i + 1) * dim], col);
             if cosine < p.min_cosine {
                 continue;
             }
-            let (fi, fj) = (&feats[i], &feats[j]);
-            let name = jaccard(&fi.name, &fj.name);
-            let param = jaccard(&fi.params, &fj.params);
-            let conflict = matches!((fi.action, fj.action), (Some(x), Some(y)) if x != y);
-            let score = cosine + p.name_weight * name + p.param_weight * param
-                - if conflict { p.action_penalty } else { 0.0 }
-                - if same { p.same_server_penalty } else { 0.0 };
-            cands[i - lo].push(Neighbour { j, cosine, score, name, param });
+            cands[i - lo].push(scored(i, j, cosine, feats, servers, p));
         }
     }
     for (r, c) in cands.iter_mut().enumerate() {
-        if p.rank_by == RankBy::Rrf {
-            // Fusion ranks only neighbours that qualify (score mode sorts by score, so
-            // its top-k before `min_score` is the same).
-            c.retain(|nb| nb.score >= p.min_score);
-            let i = lo + r;
-            let desc: Vec<f32> = c.iter().map(|nb| jaccard(&feats[i].desc, &feats[nb.j].desc)).collect();
-            let fused = rrf(c, &desc, p.rrf_k);
-            let mut order: Vec<usize> = (0..c.len()).collect();
-            order.sort_by(|&x, &y| {
-                fused[y]
-                    .total_cmp(&fused[x])
-                    .then(c[x].score.total_cmp(&c[y].score).reverse())
-                    .then(c[x].j.cmp(&c[y].j))
-            });
-            order.truncate(p.top_k);
-            let kept: Vec<Neighbour> = order.into_iter().map(|k| c[k]).collect();
-            *c = kept;
-        } else {
-            c.sort_by(|x, y| y.score.total_cmp(&x.score).then(x.j.cmp(&y.j)));
-            c.truncate(p.top_k);
-        }
+        keep_best(lo + r, c, feats, p);
     }
     cands
+}
+
+/// Row `i`'s final list from its candidates (every neighbour with cosine ≥ `min_cosine`,
+/// or a superset of those that can make the list, in any order): the `top_k` best by
+/// score, or by fusion with `rank_by = "rrf"`.
+pub(crate) fn keep_best(i: usize, c: &mut Vec<Neighbour>, feats: &[Features], p: &PairSettings) {
+    if p.rank_by == RankBy::Rrf {
+        // Fusion ranks only neighbours that qualify (score mode sorts by score, so
+        // its top-k before `min_score` is the same).
+        c.retain(|nb| nb.score >= p.min_score);
+        let desc: Vec<f32> = c.iter().map(|nb| jaccard(&feats[i].desc, &feats[nb.j].desc)).collect();
+        let fused = rrf(c, &desc, p.rrf_k);
+        let mut order: Vec<usize> = (0..c.len()).collect();
+        order.sort_by(|&x, &y| {
+            fused[y].total_cmp(&fused[x]).then(c[x].score.total_cmp(&c[y].score).reverse()).then(c[x].j.cmp(&c[y].j))
+        });
+        order.truncate(p.top_k);
+        let kept: Vec<Neighbour> = order.into_iter().map(|k| c[k]).collect();
+        *c = kept;
+    } else {
+        c.sort_by(|x, y| y.score.total_cmp(&x.score).then(x.j.cmp(&y.j)));
+        c.truncate(p.top_k);
+    }
 }
 
 /// Reciprocal-rank fusion of the views of each candidate: cosine, name, description

@@ -672,3 +672,48 @@ fn verify_failure_share_fails_naming_counts_or_records_failed_pairs() {
     assert_eq!(m["counts"]["failed_items"], 1);
     assert_eq!(m["counts"]["llm_failures"], 1);
 }
+
+/// SHA-256 of the demo's `pairs.csv`, `calls.jsonl` and `summary.json` as the pair search
+/// wrote them before `[efs.pairs] index` existed (main at 63f465c, default settings). They
+/// change only when the demo catalog, the embedding model or the pair settings do; the
+/// search must not.
+const DEMO_TODAY: [(&str, &str); 3] = [
+    ("pairs.csv", "sha256:6867dfa1afd609bc29ca52274842fc2ec3891891138bc8904f6ccb50459213f2"),
+    ("calls.jsonl", "sha256:8ffa0ccd820bca7a17bf21ec73419ed618b1fc214490a7a33d5a343b8230baf5"),
+    ("summary.json", "sha256:565b2b0709d64dfa7e23740b608821b382ad4f903c2e012b07f46eda7b30224f"),
+];
+
+#[test]
+fn every_pair_search_index_writes_todays_demo_artifacts_bit_for_bit() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm = scripted();
+    let p = project(&llm);
+    p.ok(&["run", "--until", "efs-pairs"]);
+    let file = |f: &str| std::fs::read(p.path(&format!("artifacts/efs-pairs/{f}"))).unwrap();
+    for (f, sha) in DEMO_TODAY {
+        assert_eq!(benchgen::store::sha256_hex(&file(f)), sha, "{f} as today");
+    }
+    let files = ["pairs.csv", "calls.jsonl", "left_out.csv", "summary.json", "similarity.svg"];
+    let read = || files.map(file);
+    let auto = read();
+    let cfg = std::fs::read_to_string(&p.config).unwrap();
+    for index in ["exact", "blocked", "auto"] {
+        std::fs::write(&p.config, format!("{cfg}\n[efs.pairs]\nindex = \"{index}\"\n")).unwrap();
+        // Not hashed: every choice finds the same pairs, so the stage stays up to date.
+        let out = p.ok(&["efs", "pairs"]);
+        assert!(out.contains("up to date"), "{out}");
+        p.ok(&["efs", "pairs", "--force"]);
+        assert!(read() == auto, "index = \"{index}\" writes the same bytes");
+    }
+    std::fs::write(&p.config, format!("{cfg}\n[efs.pairs]\nindex = \"hnsw\"\n")).unwrap();
+    let o = p.cmd(&["efs", "pairs"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "an unknown search is refused");
+    let line = cfg.lines().count() + 3;
+    assert!(
+        err.contains(&format!("line {line}: unknown variant `hnsw`, expected one of `exact`, `blocked`, `auto`")),
+        "{err}"
+    );
+}

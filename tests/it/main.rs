@@ -8,6 +8,7 @@ mod support;
 mod docs;
 mod efs_compare;
 mod efs_flow;
+mod efs_index;
 mod embed_endpoint;
 mod embed_minilm;
 mod execute_agent;
