@@ -4,8 +4,8 @@
 //! with exit 0). Use it for every JSON input a user gives us; compat modes that must read
 //! what a reference Python evaluator reads (`json.load`: last one wins) keep serde_json.
 
-use serde::Deserializer;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 /// Parse `bytes` into a `Value`, rejecting duplicate object keys. The error's message
@@ -45,8 +45,10 @@ pub fn py_float(s: &str) -> Option<&'static str> {
     })
 }
 
-/// The text with Python-only tokens rewritten as JSON, or `None` when there are none.
-fn python_sanitise(text: &str) -> Option<String> {
+/// The text with Python-only tokens (`NaN`, `Infinity`, `1e400`, lone surrogate escapes)
+/// rewritten as the marker JSON [`python_loads`] reads, or `None` when there are none. For
+/// typed readers of the compat modes: parse the text, and on a syntax error parse this.
+pub(crate) fn python_sanitise(text: &str) -> Option<String> {
     let b = text.as_bytes();
     let mut out = String::with_capacity(text.len() + 16);
     let (mut i, mut last, mut changed, mut in_str) = (0usize, 0usize, false, false);
@@ -157,11 +159,32 @@ pub fn check_unique_keys(bytes: &[u8]) -> Result<(), serde_json::Error> {
 /// (`seq.next_element_seed(Strict)`).
 pub struct Strict;
 
-/// Walks a value refusing duplicate keys and keeps nothing.
-struct Check;
+/// A [`DeserializeSeed`] giving a `Value`: [`Strict`] when `strict`, else the last value of a
+/// repeated key wins (Python's `json.loads`, for the compat modes). For typed readers that
+/// keep one field as JSON.
+#[derive(Clone, Copy)]
+pub(crate) struct ValueSeed {
+    pub strict: bool,
+}
+
+/// Walks a value refusing duplicate keys and keeps nothing (for typed readers: the values
+/// of fields they do not read).
+pub(crate) struct Check;
 
 /// An object key, borrowed from the input when it has no escapes.
-struct Key<'de>(std::borrow::Cow<'de, str>);
+pub(crate) struct Key<'de>(pub std::borrow::Cow<'de, str>);
+
+impl<'de> DeserializeSeed<'de> for ValueSeed {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        if self.strict { Strict.deserialize(d) } else { Value::deserialize(d) }
+    }
+}
+
+/// Skip the next map value: walked for duplicate keys when `strict`, else ignored.
+pub(crate) fn skip_value<'de, A: MapAccess<'de>>(map: &mut A, strict: bool) -> Result<(), A::Error> {
+    if strict { map.next_value_seed(Check) } else { map.next_value::<de::IgnoredAny>().map(|_| ()) }
+}
 
 impl<'de> serde::Deserialize<'de> for Key<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
