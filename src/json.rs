@@ -4,8 +4,8 @@
 //! with exit 0). Use it for every JSON input a user gives us; compat modes that must read
 //! what a reference Python evaluator reads (`json.load`: last one wins) keep serde_json.
 
+use serde::Deserializer;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
-use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 /// Parse `bytes` into a `Value`, rejecting duplicate object keys. The error's message
@@ -159,27 +159,12 @@ pub fn check_unique_keys(bytes: &[u8]) -> Result<(), serde_json::Error> {
 /// (`seq.next_element_seed(Strict)`).
 pub struct Strict;
 
-/// A [`DeserializeSeed`] giving a `Value`: [`Strict`] when `strict`, else the last value of a
-/// repeated key wins (Python's `json.loads`, for the compat modes). For typed readers that
-/// keep one field as JSON.
-#[derive(Clone, Copy)]
-pub(crate) struct ValueSeed {
-    pub strict: bool,
-}
-
 /// Walks a value refusing duplicate keys and keeps nothing (for typed readers: the values
 /// of fields they do not read).
 pub(crate) struct Check;
 
 /// An object key, borrowed from the input when it has no escapes.
 pub(crate) struct Key<'de>(pub std::borrow::Cow<'de, str>);
-
-impl<'de> DeserializeSeed<'de> for ValueSeed {
-    type Value = Value;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        if self.strict { Strict.deserialize(d) } else { Value::deserialize(d) }
-    }
-}
 
 /// Skip the next map value: walked for duplicate keys when `strict`, else ignored.
 pub(crate) fn skip_value<'de, A: MapAccess<'de>>(map: &mut A, strict: bool) -> Result<(), A::Error> {

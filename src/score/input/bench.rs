@@ -23,6 +23,8 @@ pub fn load_benches(opts: &Options) -> anyhow::Result<Bench> {
     let keep_raw = opts.mode != Mode::Corrected;
     let mut bench = Bench::default();
     let mut names = Interner::default();
+    // One buffer for every file read whole: its pages are reused from file to file.
+    let mut text = String::new();
     for path in &opts.benches {
         let file_idx = bench.files.len();
         let shown = path.display().to_string();
@@ -35,7 +37,7 @@ pub fn load_benches(opts: &Options) -> anyhow::Result<Bench> {
             Some(f) => f == BenchFormat::Unified,
             None => first != Some(b'['),
         };
-        let mut text = String::new();
+        text.clear();
         if !streamed {
             // Read whole into one buffer of the file's size, parsed in place (text borrowed).
             text.reserve(size);
@@ -444,154 +446,181 @@ fn load_etom(
     keep_raw: bool,
     pools: &mut Pools,
 ) -> anyhow::Result<Vec<Item>> {
-    // One typed pass over the bytes. The corrected mode refuses duplicate keys; the compat
-    // modes read what the published evaluators' `json.load` reads (the last value of a key
-    // wins; `NaN`, `Infinity`, `1e400` and lone surrogates are accepted).
+    // One typed pass over the bytes, each query made an item as soon as it is read. The
+    // corrected mode refuses duplicate keys; the compat modes read what the published
+    // evaluators' `json.load` reads (the last value of a key wins; `NaN`, `Infinity`, `1e400`
+    // and lone surrogates are accepted).
     let strict = !keep_raw;
     let bad_json = |e: serde_json::Error| InputError {
         file: file.to_string(),
         problems: vec![Problem::new(format!("line {}", e.line()), format!("not valid JSON: {e}"))],
     };
-    let sanitised;
-    let records = match typed::level_file(text, strict) {
+    let ctx = EtomCtx { level, kind: Kind::from_level(level).expect("level 1..5"), file_idx, keep_raw };
+    let (is_list, items, problems) = match read_level(text, strict, &ctx, pools) {
         Ok(r) => r,
         Err(e) if !strict && !e.is_data() => match crate::json::python_sanitise(text) {
-            Some(clean) => {
-                sanitised = clean;
-                typed::level_file(&sanitised, strict).map_err(bad_json)?
-            }
+            Some(clean) => read_level(&clean, strict, &ctx, pools).map_err(bad_json)?,
             None => return Err(bad_json(e).into()),
         },
         Err(e) => return Err(bad_json(e).into()),
     };
-    let Some(records) = records else {
+    if !is_list {
         return Err(InputError {
             file: file.into(),
             problems: vec![Problem::new("top level", "expected a JSON list of queries")],
         }
         .into());
-    };
-    let kind = Kind::from_level(level).expect("level 1..5");
-    let mut items = Vec::with_capacity(records.len());
-    let mut problems = Vec::new();
-    let mut id = String::new();
-    for (r, rec) in records.into_iter().enumerate() {
-        let q = match rec {
-            typed::LevelRecord::NotObject(t) => {
-                problems.push(Problem::new(format!("record {}", r + 1), format!("expected an object, got {t}")));
-                continue;
-            }
-            typed::LevelRecord::Query(q) => q,
-        };
-        // Entries are read leniently: an unreadable one is a defect of this query, not a fatal error.
-        let query_id = match q.id() {
-            Ok(i) => i,
-            Err((field, e)) => {
-                let at =
-                    if field.is_empty() { format!("record {}", r + 1) } else { format!("record {}.{field}", r + 1) };
-                problems.push(Problem::new(at, format!("not an ETOM query: {e}")));
-                continue;
-            }
-        };
-        id.clear();
-        use std::fmt::Write as _;
-        let _ = write!(id, "L{level}-{query_id}");
-        let mut defects = Vec::new();
-        // Each entry: a tool object, or a list of alternative tool objects.
-        let mut steps: Vec<(Vec<Arc<str>>, Vec<usize>)> = Vec::with_capacity(q.entries.len());
-        for (e, entry) in q.entries.iter().enumerate() {
-            let members: &[typed::Member] = match entry {
-                typed::Entry::List(a) => a,
-                typed::Entry::One(m) => std::slice::from_ref(m),
-            };
-            let mut alts = Vec::with_capacity(members.len());
-            let mut deps: Vec<usize> = Vec::new();
-            let mut first_deps: Option<Vec<usize>> = None;
-            for (m, member) in members.iter().enumerate() {
-                let t = match readable_tool(member) {
-                    Ok(t) => t,
-                    Err(why) => {
-                        defects.push(format!("ground_truth_tools[{e}][{m}] {why}; ignored"));
-                        continue;
-                    }
-                };
-                let id_norm = crate::model::tool_id(t.server, t.tool);
-                if !t.tool_id.is_empty() && t.tool_id != id_norm {
-                    defects.push(format!(
-                        "tool_id `{}` differs from server_name::tool_name `{id_norm}`; matched as the latter",
-                        t.tool_id
-                    ));
-                }
-                let mdeps = t.deps;
-                match &first_deps {
-                    None => first_deps = Some(mdeps.clone()),
-                    Some(f) if *f != mdeps => defects.push(format!(
-                        "alternatives of step {e} disagree on dependencies ({f:?} vs {mdeps:?}); using their union"
-                    )),
-                    _ => {}
-                }
-                for d in mdeps {
-                    if !deps.contains(&d) {
-                        deps.push(d);
-                    }
-                }
-                let id_norm = intern(pools.tools, &id_norm);
-                if !alts.contains(&id_norm) {
-                    alts.push(id_norm);
-                }
-            }
-            if alts.is_empty() {
-                defects.push(format!("ground_truth_tools[{e}] has no usable tool; step ignored"));
-                continue;
-            }
-            steps.push((alts, deps));
-        }
-        let mut calls: Vec<GoldCall> = match kind {
-            // L2: one call; any tool of any row is correct (the rows are one EFS, listed per member).
-            Kind::L2 => {
-                let mut union: Vec<Arc<str>> = Vec::new();
-                for (alts, _) in &steps {
-                    for a in alts {
-                        if !union.contains(a) {
-                            union.push(a.clone());
-                        }
-                    }
-                }
-                if union.is_empty() { vec![] } else { vec![GoldCall { alts: union, group: 0, deps: vec![] }] }
-            }
-            _ => steps.into_iter().map(|(alts, deps)| GoldCall { alts, group: 0, deps }).collect(),
-        };
-        if kind == Kind::L5 && !calls.is_empty() {
-            defects.push("an L5 query lists ground-truth tools; scored as a rejection task".into());
-        }
-        if kind != Kind::L5 && calls.is_empty() {
-            defects.push("no reference tools; every non-empty prediction is wrong".into());
-        }
-        if kind == Kind::L1 && calls.len() > 1 {
-            defects.push(format!("an L1 query lists {} tools", calls.len()));
-        }
-        check_deps(&mut calls, 0, &mut defects);
-        depth_groups(&mut calls);
-        let n = calls.len();
-        items.push(Item {
-            id: id.clone(),
-            family: Family::Etom,
-            kind,
-            difficulty: Difficulty::from_calls(n),
-            given_difficulty: Difficulty::from_calls(n),
-            category: intern(pools.names, "(none)"),
-            scenario: intern(pools.names, "(none)"),
-            turns: vec![calls],
-            raw: keep_raw.then(|| Raw::Etom(compat_gt(&q.entries))),
-            defects,
-            file: file_idx,
-            record: r + 1,
-        });
     }
     if !problems.is_empty() {
         return Err(InputError { file: file.to_string(), problems }.into());
     }
     Ok(items)
+}
+
+/// What turning a level-file query into an item needs besides the query.
+struct EtomCtx {
+    level: u8,
+    kind: Kind,
+    file_idx: usize,
+    keep_raw: bool,
+}
+
+/// Read a level file: whether it is a list, its items and the problems of its records.
+fn read_level(
+    text: &str,
+    strict: bool,
+    ctx: &EtomCtx,
+    pools: &mut Pools,
+) -> Result<(bool, Vec<Item>, Vec<Problem>), serde_json::Error> {
+    let (mut items, mut problems) = (Vec::new(), Vec::new());
+    let mut r = 0usize;
+    let mut key = String::new();
+    let is_list = typed::level_file(text, strict, &mut |rec| {
+        r += 1;
+        match etom_query(r, rec, ctx, pools, &mut key) {
+            Ok(item) => items.push(item),
+            Err(p) => problems.push(p),
+        }
+    })?;
+    Ok((is_list, items, problems))
+}
+
+/// One query of a level file (1-based record `r`) as an item, or the problem of its record.
+/// `key` is a scratch buffer for tool ids.
+fn etom_query(
+    r: usize,
+    rec: typed::LevelRecord,
+    ctx: &EtomCtx,
+    pools: &mut Pools,
+    key: &mut String,
+) -> Result<Item, Problem> {
+    let q = match rec {
+        typed::LevelRecord::NotObject(t) => {
+            return Err(Problem::new(format!("record {r}"), format!("expected an object, got {t}")));
+        }
+        typed::LevelRecord::Query(q) => q,
+    };
+    // Entries are read leniently: an unreadable one is a defect of this query, not a fatal error.
+    let query_id = q.id().map_err(|(field, e)| {
+        let at = if field.is_empty() { format!("record {r}") } else { format!("record {r}.{field}") };
+        Problem::new(at, format!("not an ETOM query: {e}"))
+    })?;
+    let (level, kind) = (ctx.level, ctx.kind);
+    let mut defects = Vec::new();
+    // Each entry: a tool object, or a list of alternative tool objects.
+    let mut steps: Vec<(Vec<Arc<str>>, Vec<usize>)> = Vec::with_capacity(q.entries.len());
+    for (e, entry) in q.entries.iter().enumerate() {
+        let members: &[typed::Member] = match entry {
+            typed::Entry::List(a) => a,
+            typed::Entry::One(m) => std::slice::from_ref(m),
+        };
+        let mut alts = Vec::with_capacity(members.len());
+        let mut deps: Vec<usize> = Vec::new();
+        let mut first_deps: Option<&[usize]> = None;
+        for (m, member) in members.iter().enumerate() {
+            let t = match readable_tool(member) {
+                Ok(t) => t,
+                Err(why) => {
+                    defects.push(format!("ground_truth_tools[{e}][{m}] {why}; ignored"));
+                    continue;
+                }
+            };
+            // `server_name::tool_name`, both trimmed (crate::model::tool_id), built in place.
+            key.clear();
+            key.push_str(t.server.trim());
+            key.push_str(crate::model::TOOL_ID_SEP);
+            key.push_str(t.tool.trim());
+            if !t.tool_id.is_empty() && t.tool_id != key.as_str() {
+                defects.push(format!(
+                    "tool_id `{}` differs from server_name::tool_name `{key}`; matched as the latter",
+                    t.tool_id
+                ));
+            }
+            let mdeps = t.deps;
+            match first_deps {
+                None => first_deps = Some(mdeps),
+                Some(f) if f != mdeps => defects.push(format!(
+                    "alternatives of step {e} disagree on dependencies ({f:?} vs {mdeps:?}); using their union"
+                )),
+                _ => {}
+            }
+            for &d in mdeps {
+                if !deps.contains(&d) {
+                    deps.push(d);
+                }
+            }
+            let id_norm = intern(pools.tools, key);
+            if !alts.contains(&id_norm) {
+                alts.push(id_norm);
+            }
+        }
+        if alts.is_empty() {
+            defects.push(format!("ground_truth_tools[{e}] has no usable tool; step ignored"));
+            continue;
+        }
+        steps.push((alts, deps));
+    }
+    let mut calls: Vec<GoldCall> = match kind {
+        // L2: one call; any tool of any row is correct (the rows are one EFS, listed per member).
+        Kind::L2 => {
+            let mut union: Vec<Arc<str>> = Vec::new();
+            for (alts, _) in &steps {
+                for a in alts {
+                    if !union.contains(a) {
+                        union.push(a.clone());
+                    }
+                }
+            }
+            if union.is_empty() { vec![] } else { vec![GoldCall { alts: union, group: 0, deps: vec![] }] }
+        }
+        _ => steps.into_iter().map(|(alts, deps)| GoldCall { alts, group: 0, deps }).collect(),
+    };
+    if kind == Kind::L5 && !calls.is_empty() {
+        defects.push("an L5 query lists ground-truth tools; scored as a rejection task".into());
+    }
+    if kind != Kind::L5 && calls.is_empty() {
+        defects.push("no reference tools; every non-empty prediction is wrong".into());
+    }
+    if kind == Kind::L1 && calls.len() > 1 {
+        defects.push(format!("an L1 query lists {} tools", calls.len()));
+    }
+    check_deps(&mut calls, 0, &mut defects);
+    depth_groups(&mut calls);
+    let n = calls.len();
+    Ok(Item {
+        id: format!("L{level}-{query_id}"),
+        family: Family::Etom,
+        kind,
+        difficulty: Difficulty::from_calls(n),
+        given_difficulty: Difficulty::from_calls(n),
+        category: intern(pools.names, "(none)"),
+        scenario: intern(pools.names, "(none)"),
+        turns: vec![calls],
+        raw: ctx.keep_raw.then(|| Raw::Etom(compat_gt(&q.entries))),
+        defects,
+        file: ctx.file_idx,
+        record: r,
+    })
 }
 
 /// A ground-truth member read as the format's tool ([`crate::formats::etom::GroundTruthTool`]): its names,
@@ -600,7 +629,7 @@ struct ReadTool<'a> {
     tool_id: &'a str,
     server: &'a str,
     tool: &'a str,
-    deps: Vec<usize>,
+    deps: &'a [usize],
 }
 
 fn readable_tool<'a>(member: &'a typed::Member<'_>) -> Result<ReadTool<'a>, String> {
@@ -620,12 +649,10 @@ fn readable_tool<'a>(member: &'a typed::Member<'_>) -> Result<ReadTool<'a>, Stri
     if let Some(d) = &t.bad_description {
         return Err(unreadable(typed::type_error::<String>(d).unwrap_or_default()));
     }
-    let deps = match &t.dependencies {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) if a.iter().all(|d| d.as_u64().is_some_and(|d| usize::try_from(d).is_ok())) => {
-            a.iter().filter_map(|d| d.as_u64().map(|d| d as usize)).collect()
-        }
-        Some(v) => {
+    let deps: &[usize] = match &t.dependencies {
+        None | Some(typed::Deps::Other(Value::Null)) => &[],
+        Some(typed::Deps::Ints(d)) => d,
+        Some(typed::Deps::Other(v)) => {
             return Err(unreadable(
                 Option::<Vec<usize>>::deserialize(v).err().map(|e| e.to_string()).unwrap_or_default(),
             ));
@@ -656,7 +683,12 @@ fn compat_gt(entries: &[typed::Entry]) -> EtomGt {
                 let server =
                     t.server_name.as_ref().or(t.server.as_ref()).map_or(Value::String(String::new()), |v| v.to_value());
                 let tool = t.tool_name.as_ref().map_or(Value::String(String::new()), |v| v.to_value());
-                let deps = t.dependencies.clone().filter(compat_etom::truthy).unwrap_or(Value::Array(Vec::new()));
+                let deps = t
+                    .dependencies
+                    .as_ref()
+                    .map(typed::Deps::to_value)
+                    .filter(compat_etom::truthy)
+                    .unwrap_or(Value::Array(Vec::new()));
                 Some(compat_etom::GtTool { server, tool, deps })
             }
             typed::Member::Other(typed::Fv::Str(s)) => compat_etom::norm_gt_tool(&Value::String(s.to_string())),

@@ -16,7 +16,7 @@ use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use crate::json::{Check, Key, Strict, ValueSeed, skip_value};
+use crate::json::{Check, Key, Strict, skip_value};
 
 /// A JSON value as the typed readers keep it: text borrowed from the input when it has no
 /// escapes, anything else as a `Value`.
@@ -213,42 +213,171 @@ pub struct Tool<'a> {
     pub tool_name: Option<Fv<'a>>,
     /// The description when it is not a string (only its type matters).
     pub bad_description: Option<Fv<'a>>,
-    pub dependencies: Option<Value>,
+    pub dependencies: Option<Deps>,
 }
 
-/// Parse a level file: `Ok(None)` when the top level is not a list. Errors are bad JSON, or
-/// (strict) a duplicate key.
-pub fn level_file(text: &str, strict: bool) -> Result<Option<Vec<LevelRecord<'_>>>, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_str(text);
-    let out = TopSeed { strict }.deserialize(&mut de)?;
-    de.end()?;
-    Ok(out)
+/// A `dependencies` value: a list of indices (the format), or anything else as JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Deps {
+    Ints(Vec<usize>),
+    Other(Value),
 }
 
+impl Deps {
+    pub fn to_value(&self) -> Value {
+        match self {
+            Deps::Ints(v) => v.iter().map(|&d| Value::from(d)).collect(),
+            Deps::Other(v) => v.clone(),
+        }
+    }
+}
+
+/// Reads `dependencies` without building a JSON value for the common list of indices.
 #[derive(Clone, Copy)]
-struct TopSeed {
+struct DepsSeed {
     strict: bool,
 }
 
-impl<'de> DeserializeSeed<'de> for TopSeed {
-    type Value = Option<Vec<LevelRecord<'de>>>;
+impl<'de> DeserializeSeed<'de> for DepsSeed {
+    type Value = Deps;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Deps, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DepsSeed {
+    type Value = Deps;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("dependencies")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Deps, A::Error> {
+        let mut ints = Vec::new();
+        let mut other: Option<Vec<Value>> = None;
+        while let Some(v) = seq.next_element_seed(FvSeed { strict: self.strict })? {
+            match (&mut other, v) {
+                (None, Fv::Other(Value::Number(n))) if n.as_u64().is_some_and(|d| usize::try_from(d).is_ok()) => {
+                    ints.push(n.as_u64().unwrap_or_default() as usize);
+                }
+                (None, v) => {
+                    let mut all: Vec<Value> = ints.iter().map(|&d| Value::from(d)).collect();
+                    all.push(v.into_value());
+                    other = Some(all);
+                }
+                (Some(all), v) => all.push(v.into_value()),
+            }
+        }
+        Ok(match other {
+            None => Deps::Ints(ints),
+            Some(all) => Deps::Other(Value::Array(all)),
+        })
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Deps, A::Error> {
+        FvSeed { strict: self.strict }.visit_map(map).map(|v| Deps::Other(v.into_value()))
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Deps, E> {
+        Ok(Deps::Other(Value::Bool(v)))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Deps, E> {
+        Ok(Deps::Other(Value::from(v)))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Deps, E> {
+        Ok(Deps::Other(Value::from(v)))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Deps, E> {
+        FvSeed { strict: self.strict }.visit_f64(v).map(|v| Deps::Other(v.into_value()))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Deps, E> {
+        Ok(Deps::Other(Value::String(v.to_string())))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Deps, E> {
+        Ok(Deps::Other(Value::Null))
+    }
+}
+
+/// Reads a value whose type is all that matters: `None` for any string (escaped or not,
+/// nothing copied), else the value.
+#[derive(Clone, Copy)]
+struct TypeSeed {
+    strict: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for TypeSeed {
+    type Value = Option<Fv<'de>>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for TopSeed {
-    type Value = Option<Vec<LevelRecord<'de>>>;
+impl<'de> Visitor<'de> for TypeSeed {
+    type Value = Option<Fv<'de>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        FvSeed { strict: self.strict }.visit_bool(v).map(Some)
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        FvSeed { strict: self.strict }.visit_i64(v).map(Some)
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        FvSeed { strict: self.strict }.visit_u64(v).map(Some)
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        FvSeed { strict: self.strict }.visit_f64(v).map(Some)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        FvSeed { strict: self.strict }.visit_unit().map(Some)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        FvSeed { strict: self.strict }.visit_seq(seq).map(Some)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        FvSeed { strict: self.strict }.visit_map(map).map(Some)
+    }
+}
+
+/// Parse a level file, handing each record to `each` as soon as it is read (no list of
+/// records is built); `Ok(false)` when the top level is not a list. Errors are bad JSON, or
+/// (strict) a duplicate key.
+pub fn level_file<'a>(
+    text: &'a str,
+    strict: bool,
+    each: &mut dyn FnMut(LevelRecord<'a>),
+) -> Result<bool, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let out = TopSeed { strict, each }.deserialize(&mut de)?.is_some();
+    de.end()?;
+    Ok(out)
+}
+
+struct TopSeed<'f, 'de> {
+    strict: bool,
+    each: &'f mut dyn FnMut(LevelRecord<'de>),
+}
+
+impl<'de> DeserializeSeed<'de> for TopSeed<'_, 'de> {
+    type Value = Option<()>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TopSeed<'_, 'de> {
+    type Value = Option<()>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a JSON list of queries")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
         while let Some(r) = seq.next_element_seed(RecordSeed { strict: self.strict })? {
-            out.push(r);
+            (self.each)(r);
         }
-        Ok(Some(out))
+        Ok(Some(()))
     }
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
         FvSeed { strict: self.strict }.visit_map(map)?;
@@ -329,7 +458,9 @@ impl<'de> Visitor<'de> for RecordSeed {
         let strict = self.strict;
         let mut q = Query::default();
         let mut entries: Option<Vec<Entry<'de>>> = None;
-        let (mut query, mut count, mut vis): (Option<Fv>, Option<Fv>, Option<Fv>) = (None, None, None);
+        // `query` and `dependency_visualization`: texts whose type only is checked (`Some(None)`
+        // for a text, nothing copied).
+        let (mut query, mut count, mut vis): (Option<Option<Fv>>, Option<Fv>, Option<Option<Fv>>) = (None, None, None);
         let mut seen = Seen::default();
         let fv = FvSeed { strict };
         while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
@@ -350,7 +481,7 @@ impl<'de> Visitor<'de> for RecordSeed {
                     set::<_, A::Error>(&mut entries, v, &k, strict)?;
                 }
                 "query" => {
-                    let v = map.next_value_seed(fv)?;
+                    let v = map.next_value_seed(TypeSeed { strict })?;
                     set::<_, A::Error>(&mut query, v, &k, strict)?;
                 }
                 "ground_truth_tools_count" => {
@@ -358,7 +489,7 @@ impl<'de> Visitor<'de> for RecordSeed {
                     set::<_, A::Error>(&mut count, v, &k, strict)?;
                 }
                 "dependency_visualization" => {
-                    let v = map.next_value_seed(fv)?;
+                    let v = map.next_value_seed(TypeSeed { strict })?;
                     set::<_, A::Error>(&mut vis, v, &k, strict)?;
                 }
                 _ => {
@@ -368,6 +499,7 @@ impl<'de> Visitor<'de> for RecordSeed {
             }
         }
         // The types the published format gives these fields (formats::etom::LevelQuery).
+        let (query, vis) = (query.flatten(), vis.flatten());
         let problem = (query.as_ref().and_then(type_error::<String>).map(|e| ("query", e)))
             .or_else(|| count.as_ref().and_then(type_error::<Option<usize>>).map(|e| ("ground_truth_tools_count", e)))
             .or_else(|| vis.as_ref().and_then(type_error::<Option<String>>).map(|e| ("dependency_visualization", e)));
@@ -404,7 +536,7 @@ impl<'de> Visitor<'de> for EntriesSeed {
         f.write_str("a list of ground-truth entries")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(4));
         while let Some(e) = seq.next_element_seed(EntrySeed { strict: self.strict })? {
             out.push(e);
         }
@@ -476,7 +608,7 @@ impl<'de> Visitor<'de> for MemberSeed {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let strict = self.strict;
         let mut t = Tool::default();
-        let mut description: Option<Fv> = None;
+        let mut description: Option<Option<Fv>> = None;
         let mut seen = Seen::default();
         let fv = FvSeed { strict };
         while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
@@ -486,12 +618,11 @@ impl<'de> Visitor<'de> for MemberSeed {
                 "server" => set::<_, A::Error>(&mut t.server, map.next_value_seed(fv)?, &k, strict)?,
                 "tool_id" => set::<_, A::Error>(&mut t.tool_id, map.next_value_seed(fv)?, &k, strict)?,
                 "dependencies" => {
-                    set::<_, A::Error>(&mut t.dependencies, map.next_value_seed(ValueSeed { strict })?, &k, strict)?
+                    set::<_, A::Error>(&mut t.dependencies, map.next_value_seed(DepsSeed { strict })?, &k, strict)?
                 }
                 "description" => {
-                    let v = map.next_value_seed(fv)?;
-                    // Only its type matters: keep nothing of a text.
-                    let v = if matches!(v, Fv::Str(_)) { Fv::Str(Cow::Borrowed("")) } else { v };
+                    // Only its type matters: nothing of a text is kept.
+                    let v = map.next_value_seed(TypeSeed { strict })?;
                     set::<_, A::Error>(&mut description, v, &k, strict)?;
                 }
                 _ => {
@@ -500,14 +631,14 @@ impl<'de> Visitor<'de> for MemberSeed {
                 }
             }
         }
-        t.bad_description = description.filter(|d| !matches!(d, Fv::Str(_)));
+        t.bad_description = description.flatten();
         Ok(Ok(Member::Tool(t)))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         if self.in_list {
             return FvSeed { strict: self.strict }.visit_seq(seq).map(|v| Ok(Member::Other(v)));
         }
-        let mut row = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        let mut row = Vec::with_capacity(seq.size_hint().unwrap_or(2));
         while let Some(m) = seq.next_element_seed(MemberSeed { strict: self.strict, in_list: true })? {
             row.push(m);
         }
@@ -713,13 +844,9 @@ pub fn selection(text: &str) -> Option<Selection<'_>> {
 
 struct SelV;
 
-/// `k` lower-cased without non-alphanumerics equals one of `names`.
+/// `k` lower-cased without non-alphanumerics equals one of `names` (no allocation).
 fn key_is(k: &str, names: &[&str]) -> bool {
-    if k.bytes().all(|b| b.is_ascii_lowercase()) {
-        return names.contains(&k);
-    }
-    let norm: String = k.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect();
-    names.contains(&norm.as_str())
+    names.iter().any(|n| k.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).eq(n.chars()))
 }
 
 impl<'de> Visitor<'de> for SelV {
