@@ -242,14 +242,6 @@ struct PyDict {
 }
 
 impl PyDict {
-    fn from_map(d: &Map<String, Value>) -> PyDict {
-        PyDict {
-            server: d.get("server").cloned(),
-            server_name: d.get("server_name").cloned(),
-            tool_name: d.get("tool_name").cloned(),
-        }
-    }
-
     /// `d.get(k, "")` for the three keys.
     fn get(v: &Option<Value>) -> &Value {
         v.as_ref().unwrap_or_else(|| empty_str())
@@ -409,32 +401,36 @@ fn graph_evaluate(gt: &[Vec<&GtTool>], raw: &[Value], parsed: &Parsed) -> Py<Gra
     })
 }
 
+/// A (server, tool_name) pair of `_extract_predicted_tools_info`, borrowed from the items.
+type Info<'a> = (Cow<'a, Value>, Cow<'a, Value>);
+
 /// `_extract_predicted_tools_info`: (server, tool_name) per raw item.
-fn predicted_info(raw: &[Value], parsed: &Parsed) -> Py<Vec<(Value, Value)>> {
+fn predicted_info<'a>(raw: &'a [Value], parsed: &'a Parsed) -> Py<Vec<Info<'a>>> {
     raw.iter()
         .zip(parsed)
         .map(|(item, pre)| match item {
-            Value::String(s) => match pre {
+            Value::String(_) => match pre {
                 Some(Ok(Loaded::Dict(d))) => Ok(info_of_dict(d)),
                 Some(Ok(Loaded::Other(other))) => {
                     Err(format!("AttributeError: '{}' object has no attribute 'get'", py_type(other)))
                 }
-                _ => Ok((Value::String("parse_error".into()), Value::String(s.clone()))),
+                _ => Ok((Cow::Owned(Value::String("parse_error".into())), Cow::Borrowed(item))),
             },
             Value::Object(d) => Ok(info_of(d)),
-            other => Ok((Value::String("unknown_format".into()), Value::String(py_str(other)))),
+            other => Ok((Cow::Owned(Value::String("unknown_format".into())), Cow::Owned(Value::String(py_str(other))))),
         })
         .collect()
 }
 
-fn info_of(d: &Map<String, Value>) -> (Value, Value) {
-    info_of_dict(&PyDict::from_map(d))
+fn info_of(d: &Map<String, Value>) -> Info<'_> {
+    let server = or(get(d, "server", empty_str()), get(d, "server_name", empty_str()));
+    (Cow::Borrowed(server), Cow::Borrowed(get(d, "tool_name", empty_str())))
 }
 
 /// `d.get('server', '') or d.get('server_name', '')`, `d.get('tool_name', '')`.
-fn info_of_dict(d: &PyDict) -> (Value, Value) {
-    let server = or(PyDict::get(&d.server), PyDict::get(&d.server_name)).clone();
-    (server, PyDict::get(&d.tool_name).clone())
+fn info_of_dict(d: &PyDict) -> Info<'_> {
+    let server = or(PyDict::get(&d.server), PyDict::get(&d.server_name));
+    (Cow::Borrowed(server), Cow::Borrowed(PyDict::get(&d.tool_name)))
 }
 
 /// Python `str()` of a JSON value (close enough for labels).
@@ -479,8 +475,8 @@ fn level12(level: u8, gt: &EtomGt, result: &Value) -> Eval {
     let mut e = Eval::new(status, g.em, fm(&g));
     if let Some((server, tool)) = info.first() {
         for t in formatted.iter().flatten() {
-            e.tool_name_match |= *tool == t.tool;
-            e.server_match |= *server == t.server;
+            e.tool_name_match |= **tool == t.tool;
+            e.server_match |= **server == t.server;
         }
     }
     e
@@ -529,16 +525,17 @@ fn level34(efs: bool, gt: &EtomGt, result: &Value) -> Eval {
     if info.iter().any(|(s, t)| truthy(s) && truthy(t) && (!hashable(s) || !hashable(t))) {
         return Eval::processing_error("TypeError: unhashable type in predicted tool".into());
     }
-    let mut pred_nodes: Vec<(Value, Value)> = Vec::new();
-    for (s, t) in info {
-        if truthy(&s) && truthy(&t) && !pred_nodes.contains(&(s.clone(), t.clone())) {
-            pred_nodes.push((s, t));
+    let mut pred_nodes: Vec<(&Value, &Value)> = Vec::with_capacity(info.len());
+    for (s, t) in &info {
+        let k = (&**s, &**t);
+        if truthy(k.0) && truthy(k.1) && !pred_nodes.contains(&k) {
+            pred_nodes.push(k);
         }
     }
-    let mut gt_nodes: Vec<(Value, Value)> = Vec::new();
+    let mut gt_nodes: Vec<(&Value, &Value)> = Vec::with_capacity(flat.len());
     for t in &flat {
-        let k = (t.server.clone(), t.tool.clone());
-        if truthy(&k.0) && truthy(&k.1) && !gt_nodes.contains(&k) {
+        let k = (&t.server, &t.tool);
+        if truthy(k.0) && truthy(k.1) && !gt_nodes.contains(&k) {
             gt_nodes.push(k);
         }
     }

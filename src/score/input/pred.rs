@@ -122,6 +122,7 @@ pub fn read_predictions(
         }
     } else {
         let mut line = String::new();
+        let mut loc = String::new();
         let mut ln = 0usize;
         loop {
             line.clear();
@@ -133,7 +134,8 @@ pub fn read_predictions(
             if line.trim().is_empty() {
                 continue;
             }
-            let loc = format!("line {ln}");
+            loc.clear();
+            let _ = std::fmt::Write::write_fmt(&mut loc, format_args!("line {ln}"));
             // The corrected mode: one typed pass over the line checks every key is given once
             // and reads an ETOM orchestrator record without building a JSON tree.
             if strict {
@@ -152,12 +154,14 @@ pub fn read_predictions(
                     }
                 }
             } else if let Ok(p) = typed::pred_line(&line, false)
-                && let Some((id, norm)) = typed_etom(&p, opts.pred_format)
+                && let Some(id) = etom_id(&p, opts.pred_format)
             {
                 // The compat modes: the last value of a key wins, as in `json.loads`; a line
-                // with Python-only tokens (NaN, …) fails here and takes the general path.
+                // with Python-only tokens (NaN, …) fails here and takes the general path. The
+                // compat evaluators read the raw `prediction` only (the published evaluator
+                // parses it itself), so it is not normalised here.
                 let raw = p.prediction.map_or(Value::Null, typed::EtomPred::into_value);
-                handle(&loc, Record::Etom(id, norm, raw), &mut diags);
+                handle(&loc, Record::Etom(id, NormPred::default(), raw), &mut diags);
                 continue;
             }
             if matches!(opts.pred_format, None | Some(PredFormat::Unified))
@@ -200,15 +204,21 @@ enum Record {
 /// through the general reader (other formats, odd ids), which gives the same result for
 /// these records and the diagnostics for the rest.
 fn typed_etom(p: &typed::PredLine, forced: Option<PredFormat>) -> Option<(String, NormPred)> {
+    let id = etom_id(p, forced)?;
+    Some((id, norm_etom_typed(p.prediction.as_ref()?)))
+}
+
+/// The id of a line the typed reader can take as an ETOM orchestrator record.
+fn etom_id(p: &typed::PredLine, forced: Option<PredFormat>) -> Option<String> {
     if p.not_object || !matches!(forced, None | Some(PredFormat::Etom)) || (forced.is_none() && p.finmcp_keys) {
         return None;
     }
-    let id = match p.id.as_ref()? {
-        typed::Fv::Str(s) => s.to_string(),
-        typed::Fv::Other(Value::Number(n)) => n.to_string(),
-        typed::Fv::Other(_) => return None,
-    };
-    Some((id, norm_etom_typed(p.prediction.as_ref()?)))
+    p.prediction.as_ref()?;
+    match p.id.as_ref()? {
+        typed::Fv::Str(s) => Some(s.to_string()),
+        typed::Fv::Other(Value::Number(n)) => Some(n.to_string()),
+        typed::Fv::Other(_) => None,
+    }
 }
 
 /// [`norm_etom`] for a prediction read by the typed reader.
@@ -242,9 +252,19 @@ fn etom_item_str(s: &str) -> EtomItem {
     match (text(&sel.server), text(&sel.tool)) {
         (Some(Some(s)), Some(Some(t))) if is_no(s) && is_no(t) => EtomItem::No,
         (None, Some(Some(t))) if is_no(t) => EtomItem::No,
-        (Some(Some(s)), Some(Some(t))) if !t.trim().is_empty() => EtomItem::Tool(crate::model::tool_id(s, t)),
+        (Some(Some(s)), Some(Some(t))) if !t.trim().is_empty() => EtomItem::Tool(join_id(s, t)),
         _ => EtomItem::Unreadable("an object without string server and tool_name".into()),
     }
+}
+
+/// [`crate::model::tool_id`] without the formatting machinery (one call per predicted item).
+fn join_id(server: &str, tool: &str) -> String {
+    let (server, tool) = (server.trim(), tool.trim());
+    let mut id = String::with_capacity(server.len() + TOOL_ID_SEP.len() + tool.len());
+    id.push_str(server);
+    id.push_str(TOOL_ID_SEP);
+    id.push_str(tool);
+    id
 }
 
 /// A string item that is not a JSON object: the "No" sentinel, a bare `server::tool`, or text.

@@ -846,6 +846,10 @@ struct SelV;
 
 /// `k` lower-cased without non-alphanumerics equals one of `names` (no allocation).
 fn key_is(k: &str, names: &[&str]) -> bool {
+    if k.is_ascii() {
+        let norm = || k.bytes().filter(u8::is_ascii_alphanumeric).map(|b| b.to_ascii_lowercase());
+        return names.iter().any(|n| norm().eq(n.bytes()));
+    }
     names.iter().any(|n| k.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).eq(n.chars()))
 }
 
