@@ -6,12 +6,15 @@
 //! library, each mode in a fresh child process, timing the whole run (reading, scoring,
 //! aggregation, rendering) and reading that process's peak resident memory (`VmHWM`).
 //!
-//! `cargo bench --bench score -- [N]` (default 1,000,000).
+//! `cargo bench --bench score -- [N]` (default 1,000,000); `-- --etom DIR` scores the ETOM
+//! level files and predictions in DIR (scripts/bench.d/etom_gen.py) instead.
 
 use std::io::Write;
 use std::time::Instant;
 
-use benchgen::score::{Mode, Options, report};
+use std::collections::HashMap;
+
+use benchgen::score::{Mode, Options, Pred, ScoreCtx, report, score_item};
 
 /// splitmix64: a fixed, dependency-free stream so every run scores the same data.
 struct Rng(u64);
@@ -173,14 +176,14 @@ fn peak_rss_mib() -> f64 {
 }
 
 /// Score once in this process and print one row (run as a child so the peak is this run's).
-fn child(mode: &str, bench: &str, pred: &str, n: usize) {
+fn child(mode: &str, pred: &str, n: usize, benches: &[String]) {
     let m = match mode {
         "corrected" => Mode::Corrected,
         "etom" => Mode::CompatEtom,
         _ => Mode::CompatFinmcp,
     };
     let opts = Options {
-        benches: vec![bench.into()],
+        benches: benches.iter().map(Into::into).collect(),
         pred: pred.into(),
         bench_format: None,
         pred_format: None,
@@ -191,6 +194,28 @@ fn child(mode: &str, bench: &str, pred: &str, n: usize) {
     let cpu0 = cpu_seconds();
     let loaded = benchgen::score::input::load_benches(&opts).expect("load");
     let load_cpu = cpu_seconds() - cpu0;
+    // The scoring core: every prediction already read, `score_item` alone (wall clock: the
+    // CPU clock ticks in 10 ms).
+    let core = {
+        let ctx = ScoreCtx { mode: m, universe: loaded.tools.clone() };
+        let index: HashMap<&str, usize> = loaded.items.iter().enumerate().map(|(i, it)| (it.id.as_str(), i)).collect();
+        let mut preds: Vec<(usize, Pred)> = Vec::with_capacity(n);
+        benchgen::score::input::read_predictions(&opts, &loaded, |id, _, pred, _| {
+            if let Some(&i) = index.get(id) {
+                preds.push((i, pred));
+            }
+        })
+        .expect("read predictions");
+        let t = Instant::now();
+        let mut em = 0usize;
+        for (i, p) in &preds {
+            let r = score_item(&ctx, &loaded.items[*i], Some(p));
+            em += usize::from(r.em);
+            std::hint::black_box(r);
+        }
+        std::hint::black_box(em);
+        preds.len() as f64 / t.elapsed().as_secs_f64()
+    };
     drop(loaded);
     let cpu0 = cpu_seconds();
     let t = Instant::now();
@@ -201,15 +226,41 @@ fn child(mode: &str, bench: &str, pred: &str, n: usize) {
     std::hint::black_box(text);
     let name = if mode == "corrected" { "corrected".to_string() } else { format!("compat {mode}") };
     println!(
-        "{name:<14} {:>8} {:>8.2} {:>8.2} {:>10.0} {:>10.0} {:>14.0} {:>9.0}",
+        "{name:<14} {:>8} {:>8.2} {:>8.2} {:>10.0} {:>10.0} {:>14.0} {:>12.0} {:>9.0}",
         rep.samples,
         secs,
         cpu,
         n as f64 / secs,
         n as f64 / cpu,
         n as f64 / (cpu - load_cpu).max(1e-9),
+        core,
         peak_rss_mib()
     );
+}
+
+/// The header of [`child`]'s rows.
+fn header() {
+    println!(
+        "{:<14} {:>8} {:>8} {:>8} {:>10} {:>10} {:>14} {:>12} {:>9}",
+        "mode", "scored", "wall s", "cpu s", "pred/s", "pred/s cpu", "pred/s cpu *", "core pred/s", "peak MiB"
+    );
+    println!(
+        "(cpu = user + system time of the run; * = excluding the time to load the benchmark; core = `score_item` alone on predictions already read)"
+    );
+}
+
+fn run_children(modes: &[&str], pred: &std::path::Path, n: usize, benches: &[std::path::PathBuf]) {
+    let exe = std::env::current_exe().expect("own path");
+    for mode in modes {
+        let status = std::process::Command::new(&exe)
+            .args(["--child", mode])
+            .arg(pred)
+            .arg(n.to_string())
+            .args(benches)
+            .status()
+            .expect("run child");
+        assert!(status.success(), "child {mode} failed");
+    }
 }
 
 fn main() {
@@ -219,7 +270,17 @@ fn main() {
     let benching = all.iter().any(|a| a == "--bench");
     let args: Vec<String> = all.into_iter().filter(|a| a != "--bench").collect();
     if args.first().map(String::as_str) == Some("--child") {
-        child(&args[1], &args[2], &args[3], args[4].parse().expect("n"));
+        child(&args[1], &args[2], args[3].parse().expect("n"), &args[4..]);
+        return;
+    }
+    // `--etom DIR`: the ETOM level files and predictions of scripts/bench.d/55-score-etom.sh.
+    if let Some(i) = args.iter().position(|a| a == "--etom") {
+        let dir = std::path::PathBuf::from(&args[i + 1]);
+        let benches: Vec<_> = (1..=5).map(|l| dir.join(format!("level_{l}.json"))).collect();
+        let pred = dir.join("predictions.jsonl");
+        let n = std::fs::read_to_string(&pred).expect("predictions").lines().count();
+        header();
+        run_children(&["corrected", "etom"], &pred, n, &benches);
         return;
     }
     let n: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(if benching { 1_000_000 } else { 2_000 });
@@ -246,20 +307,6 @@ fn main() {
         println!("generated in {:.1} s", t0.elapsed().as_secs_f64());
     }
     println!("{n} samples ({:.0} MB), {n} predictions ({:.0} MB), all kinds", mb(&bench), mb(&pred));
-    println!(
-        "{:<14} {:>8} {:>8} {:>8} {:>10} {:>10} {:>14} {:>9}",
-        "mode", "scored", "wall s", "cpu s", "pred/s", "pred/s cpu", "pred/s cpu *", "peak MiB"
-    );
-    println!("(cpu = user + system time of the run; * = excluding the time to load the benchmark)");
-    let exe = std::env::current_exe().expect("own path");
-    for mode in ["corrected", "etom", "finmcp"] {
-        let status = std::process::Command::new(&exe)
-            .args(["--child", mode])
-            .arg(&bench)
-            .arg(&pred)
-            .arg(n.to_string())
-            .status()
-            .expect("run child");
-        assert!(status.success(), "child {mode} failed");
-    }
+    header();
+    run_children(&["corrected", "etom", "finmcp"], &pred, n, &[bench]);
 }

@@ -45,8 +45,10 @@ pub fn py_float(s: &str) -> Option<&'static str> {
     })
 }
 
-/// The text with Python-only tokens rewritten as JSON, or `None` when there are none.
-fn python_sanitise(text: &str) -> Option<String> {
+/// The text with Python-only tokens (`NaN`, `Infinity`, `1e400`, lone surrogate escapes)
+/// rewritten as the marker JSON [`python_loads`] reads, or `None` when there are none. For
+/// typed readers of the compat modes: parse the text, and on a syntax error parse this.
+pub(crate) fn python_sanitise(text: &str) -> Option<String> {
     let b = text.as_bytes();
     let mut out = String::with_capacity(text.len() + 16);
     let (mut i, mut last, mut changed, mut in_str) = (0usize, 0usize, false, false);
@@ -157,11 +159,17 @@ pub fn check_unique_keys(bytes: &[u8]) -> Result<(), serde_json::Error> {
 /// (`seq.next_element_seed(Strict)`).
 pub struct Strict;
 
-/// Walks a value refusing duplicate keys and keeps nothing.
-struct Check;
+/// Walks a value refusing duplicate keys and keeps nothing (for typed readers: the values
+/// of fields they do not read).
+pub(crate) struct Check;
 
 /// An object key, borrowed from the input when it has no escapes.
-struct Key<'de>(std::borrow::Cow<'de, str>);
+pub(crate) struct Key<'de>(pub std::borrow::Cow<'de, str>);
+
+/// Skip the next map value: walked for duplicate keys when `strict`, else ignored.
+pub(crate) fn skip_value<'de, A: MapAccess<'de>>(map: &mut A, strict: bool) -> Result<(), A::Error> {
+    if strict { map.next_value_seed(Check) } else { map.next_value::<de::IgnoredAny>().map(|_| ()) }
+}
 
 impl<'de> serde::Deserialize<'de> for Key<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -7,6 +7,8 @@
 //!
 //! Not modelled: Python's numeric equalities across types (`1 == 1.0 == True`) in tool names.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use super::{Item, NormPred, Pred, Prf, Raw, RawPred, SampleResult, Status};
@@ -51,7 +53,7 @@ impl Eval {
 /// A Python exception raised while evaluating.
 type Py<T> = Result<T, String>;
 
-fn truthy(v: &Value) -> bool {
+pub(crate) fn truthy(v: &Value) -> bool {
     match v {
         Value::Null => false,
         Value::Bool(b) => *b,
@@ -112,15 +114,33 @@ fn lower(v: &Value) -> Py<String> {
 }
 
 /// A normalised GT tool: `{server_name, tool_name, dependencies}`.
-#[derive(Debug, Clone)]
-struct GtTool {
-    server: Value,
-    tool: Value,
-    deps: Value,
+#[derive(Debug, Clone, PartialEq)]
+pub struct GtTool {
+    pub server: Value,
+    pub tool: Value,
+    pub deps: Value,
+}
+
+/// `ground_truth_tools` of one query, each member already normalised as
+/// `_normalize_ground_truth_tool` does (read typed from the level file, see
+/// `score::input`), with what the strategies still ask of the raw entries.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EtomGt {
+    pub entries: Vec<GtEntry>,
+}
+
+/// One raw `ground_truth_tools` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GtEntry {
+    /// A list: its members that normalise to a tool.
+    List(Vec<GtTool>),
+    /// Anything else: the tool it normalises to, and whether it is a dict (L2's empty-result
+    /// branch calls `.get` on every raw entry).
+    One(Option<GtTool>, bool),
 }
 
 /// `_normalize_ground_truth_tool`.
-fn norm_gt_tool(v: &Value) -> Option<GtTool> {
+pub fn norm_gt_tool(v: &Value) -> Option<GtTool> {
     let parsed;
     let v = match v {
         Value::String(s) => match crate::json::python_loads(s) {
@@ -140,19 +160,19 @@ fn norm_gt_tool(v: &Value) -> Option<GtTool> {
 }
 
 /// `_format_simple_ground_truth` (L1, L2) and `_format_graph_ground_truth` (L3 without, L4 with EFS).
-fn format_gt(gt: &Value, lists_as_groups: bool) -> Vec<Vec<GtTool>> {
-    let Some(entries) = gt.as_array() else { return Vec::new() };
-    let mut out = Vec::new();
-    for e in entries {
+fn format_gt(gt: &EtomGt, lists_as_groups: bool) -> Vec<Vec<&GtTool>> {
+    let mut out = Vec::with_capacity(gt.entries.len());
+    for e in &gt.entries {
         match e {
-            Value::Array(opts) if lists_as_groups => {
-                let g: Vec<GtTool> = opts.iter().filter_map(norm_gt_tool).collect();
-                if !g.is_empty() {
-                    out.push(g);
+            GtEntry::List(opts) if lists_as_groups => {
+                if !opts.is_empty() {
+                    out.push(opts.iter().collect());
                 }
             }
-            other => {
-                if let Some(t) = norm_gt_tool(other) {
+            // A list is not a dict: it normalises to nothing.
+            GtEntry::List(_) => {}
+            GtEntry::One(t, _) => {
+                if let Some(t) = t {
                     out.push(vec![t]);
                 }
             }
@@ -184,7 +204,7 @@ fn dep_ids(deps: &Value) -> Py<Vec<Option<i64>>> {
 }
 
 /// A GT graph node: its EFS `(server, tool)` pairs and the union of its dependency ids.
-type Node = (Vec<(Value, Value)>, Vec<Option<i64>>);
+type Node<'a> = (Vec<(&'a Value, &'a Value)>, Vec<Option<i64>>);
 
 /// Result of `GraphEvaluator.evaluate`.
 struct Graph {
@@ -197,15 +217,101 @@ struct Graph {
     fn_: u32,
 }
 
-/// Each raw item run through `json.loads` once (`None`: not a str), shared by the evaluator
-/// and `_extract_predicted_tools_info`, which both parse every item.
-type Parsed = Vec<Option<Result<Value, ()>>>;
+/// Each raw item run through `json.loads` once (`None`: not a str; `Err`: JSONDecodeError),
+/// shared by the evaluator and `_extract_predicted_tools_info`, which both parse every item.
+type Parsed = Vec<Option<Result<Loaded, ()>>>;
 
 fn parse_items(raw: &[Value]) -> Parsed {
-    raw.iter().map(|v| v.as_str().map(|s| crate::json::python_loads(s).map_err(|_| ()))).collect()
+    raw.iter().map(|v| v.as_str().map(load_item)).collect()
 }
 
-fn graph_evaluate(gt: &[Vec<GtTool>], raw: &[Value], parsed: &Parsed) -> Py<Graph> {
+/// A prediction item after `json.loads`, as far as the strategies read it: of a dict only
+/// the keys they `.get`, read straight from the text (the last of a repeated key wins).
+#[derive(Debug)]
+enum Loaded {
+    Dict(PyDict),
+    /// Any other JSON value (the strategies call `.get` on it: AttributeError).
+    Other(Value),
+}
+
+#[derive(Debug, Default)]
+struct PyDict {
+    server: Option<Value>,
+    server_name: Option<Value>,
+    tool_name: Option<Value>,
+}
+
+impl PyDict {
+    /// `d.get(k, "")` for the three keys.
+    fn get(v: &Option<Value>) -> &Value {
+        v.as_ref().unwrap_or_else(|| empty_str())
+    }
+}
+
+/// `json.loads(s)` of an item: the JSON text, or with Python's extra tokens (NaN, …).
+fn load_item(s: &str) -> Result<Loaded, ()> {
+    fn parse(s: &str) -> Result<Loaded, serde_json::Error> {
+        let mut de = serde_json::Deserializer::from_str(s);
+        let out = serde::Deserializer::deserialize_any(&mut de, LoadV)?;
+        de.end()?;
+        Ok(out)
+    }
+    parse(s)
+        .or_else(|e| match crate::json::python_sanitise(s) {
+            Some(clean) if !e.is_data() => parse(&clean),
+            _ => Err(e),
+        })
+        .map_err(|_| ())
+}
+
+struct LoadV;
+
+impl<'de> serde::de::Visitor<'de> for LoadV {
+    type Value = Loaded;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Loaded, A::Error> {
+        let mut d = PyDict::default();
+        while let Some(crate::json::Key(k)) = map.next_key()? {
+            let slot = match &*k {
+                "server" => &mut d.server,
+                "server_name" => &mut d.server_name,
+                "tool_name" => &mut d.tool_name,
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = Some(map.next_value()?);
+        }
+        Ok(Loaded::Dict(d))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Loaded, A::Error> {
+        serde::Deserialize::deserialize(serde::de::value::SeqAccessDeserializer::new(seq)).map(Loaded::Other)
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Loaded, E> {
+        Ok(Loaded::Other(Value::Bool(v)))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Loaded, E> {
+        Ok(Loaded::Other(Value::from(v)))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Loaded, E> {
+        Ok(Loaded::Other(Value::from(v)))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Loaded, E> {
+        Ok(Loaded::Other(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Loaded, E> {
+        Ok(Loaded::Other(Value::String(v.to_string())))
+    }
+    fn visit_unit<E>(self) -> Result<Loaded, E> {
+        Ok(Loaded::Other(Value::Null))
+    }
+}
+
+fn graph_evaluate(gt: &[Vec<&GtTool>], raw: &[Value], parsed: &Parsed) -> Py<Graph> {
     if raw.is_empty() && gt.is_empty() {
         return Ok(Graph { em: true, p: 1.0, r: 1.0, f1: 1.0, tp: 0, fp: 0, fn_: 0 });
     }
@@ -221,7 +327,7 @@ fn graph_evaluate(gt: &[Vec<GtTool>], raw: &[Value], parsed: &Parsed) -> Py<Grap
         let mut efs = Vec::new();
         let mut deps = Vec::new();
         for t in step {
-            efs.push((t.server.clone(), t.tool.clone()));
+            efs.push((&t.server, &t.tool));
             for d in dep_ids(&t.deps)? {
                 if !deps.contains(&d) {
                     deps.push(d);
@@ -231,19 +337,22 @@ fn graph_evaluate(gt: &[Vec<GtTool>], raw: &[Value], parsed: &Parsed) -> Py<Grap
         nodes.push((efs, deps));
     }
     // parse_prediction: JSONDecodeError skips the item; any other error propagates.
-    let mut seq: Vec<(Value, Value)> = Vec::new();
+    let mut seq: Vec<(&Value, &Value)> = Vec::with_capacity(raw.len());
     for (item, pre) in raw.iter().zip(parsed) {
         let parsed = match pre {
             None => return Err(json_loads(item).err().unwrap_or_default()),
             Some(Err(())) => continue,
             Some(Ok(v)) => v,
         };
-        let Value::Object(d) = parsed else {
-            return Err(format!("AttributeError: '{}' object has no attribute 'get'", py_type(parsed)));
+        let d = match parsed {
+            Loaded::Dict(d) => d,
+            Loaded::Other(v) => {
+                return Err(format!("AttributeError: '{}' object has no attribute 'get'", py_type(v)));
+            }
         };
-        let server = get(d, "server_name", get(d, "server", empty_str())).clone();
-        let tool = get(d, "tool_name", empty_str()).clone();
-        seq.push((server, tool));
+        // `d.get('server_name', d.get('server', ''))`, `d.get('tool_name', '')`.
+        let server = d.server_name.as_ref().unwrap_or_else(|| PyDict::get(&d.server));
+        seq.push((server, PyDict::get(&d.tool_name)));
     }
     // find_tool_matches: greedy first unused node in step order.
     let mut used = vec![false; nodes.len()];
@@ -254,7 +363,7 @@ fn graph_evaluate(gt: &[Vec<GtTool>], raw: &[Value], parsed: &Parsed) -> Py<Grap
             if used[n] {
                 continue;
             }
-            if !hashable(&t.0) || !hashable(&t.1) {
+            if !hashable(t.0) || !hashable(t.1) {
                 return Err("TypeError: unhashable type in predicted tool".into());
             }
             if efs.contains(t) {
@@ -292,25 +401,36 @@ fn graph_evaluate(gt: &[Vec<GtTool>], raw: &[Value], parsed: &Parsed) -> Py<Grap
     })
 }
 
+/// A (server, tool_name) pair of `_extract_predicted_tools_info`, borrowed from the items.
+type Info<'a> = (Cow<'a, Value>, Cow<'a, Value>);
+
 /// `_extract_predicted_tools_info`: (server, tool_name) per raw item.
-fn predicted_info(raw: &[Value], parsed: &Parsed) -> Py<Vec<(Value, Value)>> {
+fn predicted_info<'a>(raw: &'a [Value], parsed: &'a Parsed) -> Py<Vec<Info<'a>>> {
     raw.iter()
         .zip(parsed)
         .map(|(item, pre)| match item {
-            Value::String(s) => match pre {
-                Some(Ok(Value::Object(d))) => Ok(info_of(d)),
-                Some(Ok(other)) => Err(format!("AttributeError: '{}' object has no attribute 'get'", py_type(other))),
-                _ => Ok((Value::String("parse_error".into()), Value::String(s.clone()))),
+            Value::String(_) => match pre {
+                Some(Ok(Loaded::Dict(d))) => Ok(info_of_dict(d)),
+                Some(Ok(Loaded::Other(other))) => {
+                    Err(format!("AttributeError: '{}' object has no attribute 'get'", py_type(other)))
+                }
+                _ => Ok((Cow::Owned(Value::String("parse_error".into())), Cow::Borrowed(item))),
             },
             Value::Object(d) => Ok(info_of(d)),
-            other => Ok((Value::String("unknown_format".into()), Value::String(py_str(other)))),
+            other => Ok((Cow::Owned(Value::String("unknown_format".into())), Cow::Owned(Value::String(py_str(other))))),
         })
         .collect()
 }
 
-fn info_of(d: &Map<String, Value>) -> (Value, Value) {
-    let server = or(get(d, "server", empty_str()), get(d, "server_name", empty_str())).clone();
-    (server, get(d, "tool_name", empty_str()).clone())
+fn info_of(d: &Map<String, Value>) -> Info<'_> {
+    let server = or(get(d, "server", empty_str()), get(d, "server_name", empty_str()));
+    (Cow::Borrowed(server), Cow::Borrowed(get(d, "tool_name", empty_str())))
+}
+
+/// `d.get('server', '') or d.get('server_name', '')`, `d.get('tool_name', '')`.
+fn info_of_dict(d: &PyDict) -> Info<'_> {
+    let server = or(PyDict::get(&d.server), PyDict::get(&d.server_name));
+    (Cow::Borrowed(server), Cow::Borrowed(PyDict::get(&d.tool_name)))
 }
 
 /// Python `str()` of a JSON value (close enough for labels).
@@ -329,17 +449,17 @@ fn fm(g: &Graph) -> Option<(f64, f64, f64, u32, u32, u32)> {
 }
 
 /// Level1Strategy / Level2Strategy.
-fn level12(level: u8, gt: &Value, result: &Value) -> Eval {
+fn level12(level: u8, gt: &EtomGt, result: &Value) -> Eval {
     if !truthy(result) {
         // L2 builds `ground_truth_set` with `gt.get(...)` on every raw entry: lists crash.
-        if level == 2 && gt.as_array().is_some_and(|a| a.iter().any(|e| !e.is_object())) {
+        if level == 2 && gt.entries.iter().any(|e| !matches!(e, GtEntry::One(_, true))) {
             return Eval::processing_error("AttributeError: 'list' object has no attribute 'get'".into());
         }
         return Eval::new("empty_result_error", false, Some((0.0, 0.0, 0.0, 0, 0, 0)));
     }
-    let raw: Vec<Value> = match result {
-        Value::Array(a) => a.clone(),
-        other => vec![other.clone()],
+    let raw: Cow<[Value]> = match result {
+        Value::Array(a) => Cow::Borrowed(a),
+        other => Cow::Owned(vec![other.clone()]),
     };
     let formatted = format_gt(gt, true);
     let parsed = parse_items(&raw);
@@ -355,17 +475,17 @@ fn level12(level: u8, gt: &Value, result: &Value) -> Eval {
     let mut e = Eval::new(status, g.em, fm(&g));
     if let Some((server, tool)) = info.first() {
         for t in formatted.iter().flatten() {
-            e.tool_name_match |= *tool == t.tool;
-            e.server_match |= *server == t.server;
+            e.tool_name_match |= **tool == t.tool;
+            e.server_match |= **server == t.server;
         }
     }
     e
 }
 
 /// Level3Strategy (`efs` false) / Level4Strategy (`efs` true).
-fn level34(efs: bool, gt: &Value, result: &Value) -> Eval {
+fn level34(efs: bool, gt: &EtomGt, result: &Value) -> Eval {
     let formatted = format_gt(gt, efs);
-    let flat: Vec<&GtTool> = formatted.iter().flatten().collect();
+    let flat: Vec<&GtTool> = formatted.iter().flatten().copied().collect();
     let gt_empty = flat.is_empty();
     let graph_status = if efs { "tool_chain_efs" } else { "tool_graph" };
     let Value::Array(items) = result else {
@@ -383,8 +503,11 @@ fn level34(efs: bool, gt: &Value, result: &Value) -> Eval {
         return e;
     }
     // _ensure_json_strings: non-strings are dumped and parsed back by the evaluator.
-    let raw: Vec<Value> =
-        items.iter().map(|i| if i.is_string() { i.clone() } else { Value::String(i.to_string()) }).collect();
+    let raw: Cow<[Value]> = if items.iter().all(Value::is_string) {
+        Cow::Borrowed(items)
+    } else {
+        Cow::Owned(items.iter().map(|i| if i.is_string() { i.clone() } else { Value::String(i.to_string()) }).collect())
+    };
     let parsed = parse_items(&raw);
     let g = match graph_evaluate(&formatted, &raw, &parsed) {
         Ok(g) => g,
@@ -402,16 +525,17 @@ fn level34(efs: bool, gt: &Value, result: &Value) -> Eval {
     if info.iter().any(|(s, t)| truthy(s) && truthy(t) && (!hashable(s) || !hashable(t))) {
         return Eval::processing_error("TypeError: unhashable type in predicted tool".into());
     }
-    let mut pred_nodes: Vec<(Value, Value)> = Vec::new();
-    for (s, t) in info {
-        if truthy(&s) && truthy(&t) && !pred_nodes.contains(&(s.clone(), t.clone())) {
-            pred_nodes.push((s, t));
+    let mut pred_nodes: Vec<(&Value, &Value)> = Vec::with_capacity(info.len());
+    for (s, t) in &info {
+        let k = (&**s, &**t);
+        if truthy(k.0) && truthy(k.1) && !pred_nodes.contains(&k) {
+            pred_nodes.push(k);
         }
     }
-    let mut gt_nodes: Vec<(Value, Value)> = Vec::new();
+    let mut gt_nodes: Vec<(&Value, &Value)> = Vec::with_capacity(flat.len());
     for t in &flat {
-        let k = (t.server.clone(), t.tool.clone());
-        if truthy(&k.0) && truthy(&k.1) && !gt_nodes.contains(&k) {
+        let k = (&t.server, &t.tool);
+        if truthy(k.0) && truthy(k.1) && !gt_nodes.contains(&k) {
             gt_nodes.push(k);
         }
     }
@@ -445,20 +569,20 @@ fn level5(result: &Value) -> Eval {
             let (mut no, mut actual) = (0u32, 0u32);
             for it in items {
                 match it {
-                    Value::String(s) => match crate::json::python_loads(s) {
-                        Ok(Value::Object(d)) => {
+                    Value::String(s) => match load_item(s) {
+                        Ok(Loaded::Dict(d)) => {
                             // Only the key `server` is read for JSON strings.
-                            let server = match lower(get(&d, "server", empty_str())) {
+                            let server = match lower(PyDict::get(&d.server)) {
                                 Ok(x) => x,
                                 Err(e) => return Eval::processing_error(e),
                             };
-                            let tool = match lower(get(&d, "tool_name", empty_str())) {
+                            let tool = match lower(PyDict::get(&d.tool_name)) {
                                 Ok(x) => x,
                                 Err(e) => return Eval::processing_error(e),
                             };
                             if server == "no" && tool == "no" { no += 1 } else { actual += 1 }
                         }
-                        Ok(other) => {
+                        Ok(Loaded::Other(other)) => {
                             return Eval::processing_error(format!(
                                 "AttributeError: '{}' object has no attribute 'get'",
                                 py_type(&other)
@@ -536,7 +660,7 @@ fn level5(result: &Value) -> Eval {
 }
 
 /// Evaluate one query as the published strategy for `level` does.
-pub fn evaluate(level: u8, gt: &Value, result: &Value) -> Eval {
+pub fn evaluate(level: u8, gt: &EtomGt, result: &Value) -> Eval {
     match level {
         1 | 2 => level12(level, gt, result),
         3 => level34(false, gt, result),
@@ -572,25 +696,27 @@ pub fn to_orchestrator(norm: &NormPred) -> Value {
 
 /// A unified ETOM sample in the published `ground_truth_tools` shape: L1 and L3 flat, L2 and
 /// L4 one list of alternatives per step.
-pub fn gt_from_item(item: &Item) -> Value {
+pub fn gt_from_item(item: &Item) -> EtomGt {
     let flat = matches!(item.kind, Kind::L1 | Kind::L3);
     let tool = |id: &str, deps: &[usize]| {
         let (server, tool) = crate::model::split_tool_id(id).unwrap_or(("", id));
-        serde_json::json!({"server_name": server, "tool_name": tool, "dependencies": deps})
+        let deps: Value = deps.iter().map(|&d| Value::from(d)).collect();
+        // `dependencies or []`: an empty list stays an empty list.
+        GtTool { server: Value::String(server.into()), tool: Value::String(tool.into()), deps }
     };
-    let steps = item
+    let entries = item
         .turns
         .iter()
         .flatten()
         .map(|c| {
             if flat {
-                tool(c.alts.first().map(|a| &**a).unwrap_or(""), &c.deps)
+                GtEntry::One(Some(tool(c.alts.first().map(|a| &**a).unwrap_or(""), &c.deps)), true)
             } else {
-                Value::Array(c.alts.iter().map(|a| tool(a, &c.deps)).collect())
+                GtEntry::List(c.alts.iter().map(|a| tool(a, &c.deps)).collect())
             }
         })
         .collect();
-    Value::Array(steps)
+    EtomGt { entries }
 }
 
 pub fn score(item: &Item, pred: Option<&Pred>) -> SampleResult {
@@ -604,7 +730,7 @@ pub fn score(item: &Item, pred: Option<&Pred>) -> SampleResult {
             &derived
         }
     };
-    let result: Option<Value> = match pred {
+    let result: Option<Cow<Value>> = match pred {
         None => {
             res.status = Status::Missing;
             res.reasons.push("no prediction; scored as the runner scores a failed query (processing_error)".into());
@@ -615,8 +741,8 @@ pub fn score(item: &Item, pred: Option<&Pred>) -> SampleResult {
             res.reasons.push(format!("malformed prediction ({why}); scored as processing_error"));
             None
         }
-        Some(Pred::Ok { raw: RawPred::Etom(v), .. }) => Some(v.clone()),
-        Some(Pred::Ok { norm, .. }) => Some(to_orchestrator(norm)),
+        Some(Pred::Ok { raw: RawPred::Etom(v), .. }) => Some(Cow::Borrowed(v)),
+        Some(Pred::Ok { norm, .. }) => Some(Cow::Owned(to_orchestrator(norm))),
     };
     let ev = match &result {
         Some(r) => evaluate(level, gt, r),

@@ -114,8 +114,8 @@ pub struct Item {
 /// The published shape of a sample, for the compat evaluators.
 #[derive(Debug, Clone)]
 pub enum Raw {
-    /// ETOM `ground_truth_tools` as in `level_N.json`.
-    Etom(Value),
+    /// ETOM `ground_truth_tools` as in `level_N.json`, normalised as the published evaluator does.
+    Etom(compat_etom::EtomGt),
     /// The FinMCP fields `evaluation.py` reads: `scenery`, `diff_level`, `messages`, `task`.
     Finmcp(Value),
 }

@@ -274,3 +274,127 @@ fn etom_file_without_level_in_its_name_needs_the_flag() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// The level files as the loader read them before the typed reader: the whole file as a JSON
+/// value, every record through the format's own `LevelQuery`, every ground-truth member
+/// through `GroundTruthTool`; the compat view member by member through `norm_gt_tool`.
+#[test]
+fn typed_level_reader_gives_what_the_json_value_reading_gave_on_the_shared_examples() {
+    use benchgen::formats::etom::{GroundTruthTool, LevelQuery};
+    use benchgen::score::compat_etom::{EtomGt, GtEntry, norm_gt_tool};
+    use benchgen::score::{Mode, Options, Raw};
+    let Some(d) = data() else { return };
+    for (l, file) in etom_files(&d).iter().enumerate() {
+        let level = l + 1;
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+        let mut want = Vec::new();
+        for rec in v.as_array().unwrap() {
+            let q: LevelQuery<Value> = serde_json::from_value(rec.clone()).unwrap();
+            let mut steps: Vec<(Vec<String>, Vec<usize>)> = Vec::new();
+            for entry in &q.ground_truth_tools {
+                let members = if let Value::Array(a) = entry { a.clone() } else { vec![entry.clone()] };
+                let (mut alts, mut deps) = (Vec::new(), Vec::new());
+                for m in members {
+                    let Ok(t) = serde_json::from_value::<GroundTruthTool>(m) else { continue };
+                    let id = benchgen::model::tool_id(&t.server_name, &t.tool_name);
+                    if !alts.contains(&id) {
+                        alts.push(id);
+                    }
+                    for d in t.dependencies.unwrap_or_default() {
+                        if !deps.contains(&d) {
+                            deps.push(d);
+                        }
+                    }
+                }
+                if !alts.is_empty() {
+                    steps.push((alts, deps));
+                }
+            }
+            if level == 2 {
+                let mut union: Vec<String> = Vec::new();
+                for a in steps.iter().flat_map(|s| s.0.iter()) {
+                    if !union.contains(a) {
+                        union.push(a.clone());
+                    }
+                }
+                steps = vec![(union, vec![])];
+            }
+            let compat = EtomGt {
+                entries: q
+                    .ground_truth_tools
+                    .iter()
+                    .map(|e| match e {
+                        Value::Array(ms) => GtEntry::List(ms.iter().filter_map(norm_gt_tool).collect()),
+                        other => GtEntry::One(norm_gt_tool(other), other.is_object()),
+                    })
+                    .collect(),
+            };
+            want.push((format!("L{level}-{}", q.query_id), steps, compat));
+        }
+        for mode in [Mode::Corrected, Mode::CompatEtom] {
+            let opts = Options {
+                benches: vec![file.clone()],
+                pred: file.clone(),
+                bench_format: None,
+                pred_format: None,
+                etom_level: None,
+                mode,
+            };
+            let bench = benchgen::score::input::load_benches(&opts).unwrap();
+            assert_eq!(bench.items.len(), want.len(), "{}", file.display());
+            for (it, (id, steps, compat)) in bench.items.iter().zip(&want) {
+                assert_eq!(&it.id, id);
+                let got: Vec<(Vec<String>, Vec<usize>)> = it.turns[0]
+                    .iter()
+                    .map(|c| (c.alts.iter().map(|a| a.to_string()).collect(), c.deps.clone()))
+                    .collect();
+                assert_eq!(&got, steps, "{id}");
+                match (&it.raw, mode) {
+                    (Some(Raw::Etom(gt)), Mode::CompatEtom) => assert_eq!(gt, compat, "{id}"),
+                    (None, Mode::Corrected) => {}
+                    (other, _) => panic!("{id}: {other:?}"),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_bad_level_file_is_refused_naming_file_record_and_field() {
+    let f = score_fixtures::Fixture::new();
+    let t = json!({"tool_id": "S::a", "server_name": "S", "tool_name": "a", "description": "d"});
+    let pred = f.write("pred.jsonl", "{\"id\": \"L1-1\", \"prediction\": []}\n");
+    let run = |text: &str, compat: bool| {
+        let bench = f.write("level_1.json", text);
+        let mut c = benchgen();
+        c.arg("score").arg("--bench").arg(&bench).arg("--pred").arg(&pred);
+        if compat {
+            c.args(["--compat", "etom"]);
+        }
+        let out = c.output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let text = json!([
+        {"query_id": 1, "query": 4, "ground_truth_tools": [t.clone()]},
+        {"query_id": [2], "query": "q", "ground_truth_tools": [t]},
+        {"query_id": 3, "query": "q", "ground_truth_tools": {"a": 1}},
+        "not a query",
+        {"query": "q", "ground_truth_tools": []}
+    ])
+    .to_string();
+    for compat in [false, true] {
+        let e = run(&text, compat);
+        assert!(e.contains("level_1.json"), "{e}");
+        assert!(e.contains("record 1.query: not an ETOM query: invalid type: integer `4`, expected a string"), "{e}");
+        assert!(e.contains("record 2.query_id: not an ETOM query:") && e.contains("a number or a string"), "{e}");
+        assert!(e.contains("record 3.ground_truth_tools: not an ETOM query: invalid type: map"), "{e}");
+        assert!(e.contains("record 4: expected an object, got a string"), "{e}");
+        assert!(e.contains("record 5: not an ETOM query: missing field `query_id`"), "{e}");
+    }
+    // Bad JSON and a key given twice (corrected mode) name the line.
+    let e = run("[{\"query_id\": 1,\n \"query\": }]", false);
+    assert!(e.contains("level_1.json") && e.contains("line 2: not valid JSON"), "{e}");
+    let e = run("[{\"query_id\": 1, \"ground_truth_tools\": [],\n \"x\": {\"k\": 1, \"k\": 2}}]", false);
+    assert!(e.contains("line 2: not valid JSON: duplicate key `k` at line 2"), "{e}");
+}

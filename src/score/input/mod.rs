@@ -22,6 +22,7 @@
 
 mod bench;
 mod pred;
+mod typed;
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read};
 use anyhow::Context;
 use serde_json::{Map, Value};
 
-use super::{Bench, Diagnostic, PredFormat, PredStats, STOP, split_turns};
+use super::{Bench, Diagnostic, PredFormat, PredStats, STOP, split_turns, typed};
 use crate::error::json_type_name;
 use crate::model::{TOOL_ID_SEP, norm_tool_id, norm_tool_id_cow};
 use crate::score::{NormPred, Options, Pred, PredCall, RawPred};
@@ -45,6 +45,11 @@ pub fn read_predictions(
             Record::Fast(id, norm) => {
                 *formats.entry(PredFormat::Unified).or_default() += 1;
                 on_pred(&id, loc, Pred::Ok { norm, raw: RawPred::Unified }, diags);
+                return;
+            }
+            Record::Etom(id, norm, raw) => {
+                *formats.entry(PredFormat::Etom).or_default() += 1;
+                on_pred(&id, loc, Pred::Ok { norm, raw: RawPred::Etom(raw) }, diags);
                 return;
             }
             Record::Value(v) => v,
@@ -117,6 +122,7 @@ pub fn read_predictions(
         }
     } else {
         let mut line = String::new();
+        let mut loc = String::new();
         let mut ln = 0usize;
         loop {
             line.clear();
@@ -128,10 +134,34 @@ pub fn read_predictions(
             if line.trim().is_empty() {
                 continue;
             }
-            let loc = format!("line {ln}");
-            if strict && let Err(e) = crate::json::check_unique_keys(line.as_bytes()) {
-                bad_lines += 1;
-                diags.push(Diagnostic::line(&loc, None, format!("not valid JSON: {e}; not scored")));
+            loc.clear();
+            let _ = std::fmt::Write::write_fmt(&mut loc, format_args!("line {ln}"));
+            // The corrected mode: one typed pass over the line checks every key is given once
+            // and reads an ETOM orchestrator record without building a JSON tree.
+            if strict {
+                match typed::pred_line(&line, true) {
+                    Err(e) => {
+                        bad_lines += 1;
+                        diags.push(Diagnostic::line(&loc, None, format!("not valid JSON: {e}; not scored")));
+                        continue;
+                    }
+                    Ok(p) => {
+                        if let Some((id, norm)) = typed_etom(&p, opts.pred_format) {
+                            // The corrected mode reads `norm` only: no raw value is built.
+                            handle(&loc, Record::Etom(id, norm, Value::Null), &mut diags);
+                            continue;
+                        }
+                    }
+                }
+            } else if let Ok(p) = typed::pred_line(&line, false)
+                && let Some(id) = etom_id(&p, opts.pred_format)
+            {
+                // The compat modes: the last value of a key wins, as in `json.loads`; a line
+                // with Python-only tokens (NaN, …) fails here and takes the general path. The
+                // compat evaluators read the raw `prediction` only (the published evaluator
+                // parses it itself), so it is not normalised here.
+                let raw = p.prediction.map_or(Value::Null, typed::EtomPred::into_value);
+                handle(&loc, Record::Etom(id, NormPred::default(), raw), &mut diags);
                 continue;
             }
             if matches!(opts.pred_format, None | Some(PredFormat::Unified))
@@ -161,10 +191,91 @@ pub fn read_predictions(
     Ok(PredStats { path: shown, records, formats, diagnostics: diags })
 }
 
-/// A prediction record, parsed generically or by the fast path.
+/// A prediction record, parsed generically or by a fast path.
 enum Record {
     Value(Value),
     Fast(String, NormPred),
+    /// Id, normalised prediction, and the `prediction` value for the compat modes (`Null` in
+    /// the corrected mode, which does not read it).
+    Etom(String, NormPred, Value),
+}
+
+/// An ETOM orchestrator record read by the typed reader, normalised; `None` sends the line
+/// through the general reader (other formats, odd ids), which gives the same result for
+/// these records and the diagnostics for the rest.
+fn typed_etom(p: &typed::PredLine, forced: Option<PredFormat>) -> Option<(String, NormPred)> {
+    let id = etom_id(p, forced)?;
+    Some((id, norm_etom_typed(p.prediction.as_ref()?)))
+}
+
+/// The id of a line the typed reader can take as an ETOM orchestrator record.
+fn etom_id(p: &typed::PredLine, forced: Option<PredFormat>) -> Option<String> {
+    if p.not_object || !matches!(forced, None | Some(PredFormat::Etom)) || (forced.is_none() && p.finmcp_keys) {
+        return None;
+    }
+    p.prediction.as_ref()?;
+    match p.id.as_ref()? {
+        typed::Fv::Str(s) => Some(s.to_string()),
+        typed::Fv::Other(Value::Number(n)) => Some(n.to_string()),
+        typed::Fv::Other(_) => None,
+    }
+}
+
+/// [`norm_etom`] for a prediction read by the typed reader.
+fn norm_etom_typed(pred: &typed::EtomPred) -> NormPred {
+    let items = match pred {
+        typed::EtomPred::List(items) => items,
+        typed::EtomPred::Other(other) => return norm_etom(&other.to_value()),
+    };
+    let mut norm = NormPred::default();
+    let mut calls = Vec::with_capacity(items.len());
+    let mut nos = 0;
+    for (k, it) in items.iter().enumerate() {
+        let item = match it {
+            typed::Fv::Str(s) => etom_item_str(s),
+            typed::Fv::Other(v) => etom_item(v),
+        };
+        push_item(&mut norm, &mut calls, &mut nos, k, item);
+    }
+    finish_items(&mut norm, calls, nos);
+    norm
+}
+
+/// [`etom_item`] of a JSON string item, parsed typed.
+fn etom_item_str(s: &str) -> EtomItem {
+    let Some(sel) = typed::selection(s) else {
+        return etom_item_text(s);
+    };
+    fn text<'a>(f: &'a Option<typed::Fv<'_>>) -> Option<Option<&'a str>> {
+        f.as_ref().map(typed::Fv::as_str)
+    }
+    match (text(&sel.server), text(&sel.tool)) {
+        (Some(Some(s)), Some(Some(t))) if is_no(s) && is_no(t) => EtomItem::No,
+        (None, Some(Some(t))) if is_no(t) => EtomItem::No,
+        (Some(Some(s)), Some(Some(t))) if !t.trim().is_empty() => EtomItem::Tool(join_id(s, t)),
+        _ => EtomItem::Unreadable("an object without string server and tool_name".into()),
+    }
+}
+
+/// [`crate::model::tool_id`] without the formatting machinery (one call per predicted item).
+fn join_id(server: &str, tool: &str) -> String {
+    let (server, tool) = (server.trim(), tool.trim());
+    let mut id = String::with_capacity(server.len() + TOOL_ID_SEP.len() + tool.len());
+    id.push_str(server);
+    id.push_str(TOOL_ID_SEP);
+    id.push_str(tool);
+    id
+}
+
+/// A string item that is not a JSON object: the "No" sentinel, a bare `server::tool`, or text.
+fn etom_item_text(s: &str) -> EtomItem {
+    if is_no(s) {
+        EtomItem::No
+    } else if s.contains(TOOL_ID_SEP) {
+        EtomItem::Tool(norm_tool_id(s))
+    } else {
+        EtomItem::Unreadable(format!("`{}` is not a tool selection", truncate(s, 60)))
+    }
 }
 
 /// Marks that a key is present, whatever its value (even `null`).
@@ -354,12 +465,7 @@ enum EtomItem {
 
 fn etom_item(v: &Value) -> EtomItem {
     match v {
-        Value::String(s) => match serde_json::from_str::<Value>(s) {
-            Ok(inner @ Value::Object(_)) => etom_item(&inner),
-            _ if is_no(s) => EtomItem::No,
-            _ if s.contains(TOOL_ID_SEP) => EtomItem::Tool(norm_tool_id(s)),
-            _ => EtomItem::Unreadable(format!("`{}` is not a tool selection", truncate(s, 60))),
-        },
+        Value::String(s) => etom_item_str(s),
         Value::Object(o) => {
             let server = field(o, &["server", "servername"]);
             let tool = field(o, &["toolname", "tool", "name"]);
@@ -408,22 +514,30 @@ pub fn norm_etom(pred: &Value) -> NormPred {
     let mut calls = Vec::with_capacity(items.len());
     let mut nos = 0;
     for (k, it) in items.iter().enumerate() {
-        match etom_item(it) {
-            EtomItem::Tool(t) => calls.push(PredCall { tool: t, group: k as i64 }),
-            EtomItem::No => nos += 1,
-            EtomItem::Unreadable(why) => {
-                norm.notes.push(format!("item {k}: {why}; counted as a wrong call"));
-                calls.push(PredCall { tool: String::new(), group: k as i64 });
-            }
+        push_item(&mut norm, &mut calls, &mut nos, k, etom_item(it));
+    }
+    finish_items(&mut norm, calls, nos);
+    norm
+}
+
+fn push_item(norm: &mut NormPred, calls: &mut Vec<PredCall>, nos: &mut usize, k: usize, item: EtomItem) {
+    match item {
+        EtomItem::Tool(t) => calls.push(PredCall { tool: t, group: k as i64 }),
+        EtomItem::No => *nos += 1,
+        EtomItem::Unreadable(why) => {
+            norm.notes.push(format!("item {k}: {why}; counted as a wrong call"));
+            calls.push(PredCall { tool: String::new(), group: k as i64 });
         }
     }
+}
+
+fn finish_items(norm: &mut NormPred, calls: Vec<PredCall>, nos: usize) {
     if nos > 0 && calls.is_empty() {
         norm.refusal = true;
     } else if nos > 0 {
         norm.notes.push(format!("{nos} \"No\" item(s) next to tool calls ignored"));
     }
     norm.turns = vec![calls];
-    norm
 }
 
 fn parse_etom(obj: &Map<String, Value>) -> Pred {
@@ -529,6 +643,67 @@ mod tests {
         ] {
             assert!(fast_unified(l).is_none(), "{l}");
         }
+    }
+
+    #[test]
+    fn typed_etom_reading_agrees_with_the_value_reading() {
+        use serde_json::json;
+        let sel = |s: &str, t: &str| {
+            json!({"server": s, "tool_name": t, "arguments_kv": [{"key": "k", "value_json": "1"}]}).to_string()
+        };
+        let lines = [
+            json!({"id": "L1-1", "prediction": [sel("S", "a"), sel("No", "NO")]}),
+            json!({"id": 7, "x": {"y": [1]}, "prediction": [{"Server Name": "S", "Tool_Name": "b"}, 5, "garbage", "S::c", "no"]}),
+            json!({"id": "x", "prediction": "Sorry, I cannot do that."}),
+            json!({"id": "x", "prediction": "no"}),
+            json!({"id": "x", "prediction": null}),
+            json!({"id": "x", "prediction": "My Server::do it"}),
+            json!({"id": "x", "prediction": []}),
+            json!({"id": "x", "prediction": {"server": "S", "tool_name": "a"}}),
+            json!({"id": "x", "prediction": [
+                r#"{"server": "S", "server": "T", "tool_name": "a"}"#,
+                r#"{"Server": "S", "server": "T", "tool": "a"}"#,
+                "[1]",
+                r#"{"server": 1, "tool_name": "a"}"#,
+                r#"{"tool_name": "no"}"#,
+                r#" {"server_name": "S", "name": "a"} "#,
+                r#"{"server": "S", "tool_name": "a"} x"#,
+                r#"{"server": "S", "tool_name": "  "}"#,
+                r#"{"server": "S\u00e9", "tool_name": "a\"b"}"#,
+            ]}),
+            json!({"id": "x", "prediction": json!([sel("S", "a")]).to_string()}),
+        ];
+        for l in lines {
+            let text = l.to_string();
+            let p = typed::pred_line(&text, true).unwrap();
+            let (id, fast) = typed_etom(&p, None).expect("typed path");
+            let obj = l.as_object().unwrap();
+            assert_eq!(id_string(obj.get("id")).unwrap(), id);
+            match parse_etom(obj) {
+                Pred::Ok { norm, .. } => assert_eq!(norm, fast, "{text}"),
+                Pred::Malformed(m) => panic!("{text}: {m}"),
+            }
+        }
+        // Other formats and odd ids go to the general reader.
+        for l in [
+            r#"{"id": "a", "messages_pred": [], "prediction": []}"#,
+            r#"{"id": [1], "prediction": []}"#,
+            r#"{"id": "a", "turns": []}"#,
+            r#"{"prediction": []}"#,
+            "[1]",
+        ] {
+            let p = typed::pred_line(l, true).unwrap();
+            assert!(typed_etom(&p, None).is_none(), "{l}");
+        }
+        let p = typed::pred_line(r#"{"id": "a", "error": true, "prediction": []}"#, true).unwrap();
+        assert!(typed_etom(&p, Some(PredFormat::Etom)).is_some(), "a forced format reads `prediction`");
+        // Every key once, in skipped fields too (corrected); the last wins otherwise.
+        let e = typed::pred_line(r#"{"id": "a", "prediction": [], "prediction": []}"#, true).unwrap_err();
+        assert!(e.to_string().starts_with("duplicate key `prediction` at line 1"), "{e}");
+        assert!(typed::pred_line(r#"{"id": "a", "x": [{"k": 1, "k": 2}]}"#, true).is_err());
+        assert!(typed::pred_line(r#"{"id": "a", "prediction": [{"k": 1, "k": 2}]}"#, true).is_err());
+        assert!(typed::pred_line(r#"{"id": "a", "x": [{"k": 1, "k": 2}]}"#, false).is_ok());
+        assert!(typed::pred_line(r#"{"id": "a", "x": NaN}"#, true).is_err());
     }
 
     #[test]
