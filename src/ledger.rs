@@ -11,6 +11,9 @@
 //! - `events(id, run_id, kind, stage, subject, time, payload)` — payload is JSON
 //! - `event_parents(event_id, parent_id)` — lineage edges
 //!
+//! Indexes: events by subject, by run and kind, and `llm.exchange` events by their
+//! payload's `request_hash`.
+//!
 //! Triggers reject UPDATE and DELETE on events and parents.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -118,6 +121,10 @@ CREATE TABLE IF NOT EXISTS events(
 );
 CREATE INDEX IF NOT EXISTS events_subject ON events(subject);
 CREATE INDEX IF NOT EXISTS events_run_kind ON events(run_id, kind);
+-- Exchanges by request hash (`llm::record::exchange_event`, which stages call per item):
+-- without it each lookup scanned every event's JSON.
+CREATE INDEX IF NOT EXISTS events_exchange_hash ON events(json_extract(payload, '$.request_hash'))
+    WHERE kind = 'llm.exchange';
 CREATE TABLE IF NOT EXISTS event_parents(
     event_id INTEGER NOT NULL REFERENCES events(id),
     parent_id INTEGER NOT NULL REFERENCES events(id),

@@ -108,11 +108,21 @@ pub fn enospc_point(name: &str) -> std::io::Result<()> {
 }
 
 /// A stage's output folder under construction.
+///
+/// Files are written into it without an fsync each; [`StagingDir::commit`] fsyncs them
+/// all at once (in parallel, so the file system groups them into few journal commits)
+/// and then their folders, before the swap. The folder is invisible until the swap, so
+/// a file is never seen before it is durable, and a stage with hundreds of files (one
+/// trajectory per query) does not pay two sequential fsyncs per file.
 pub struct StagingDir {
     artifacts: PathBuf,
     stage_dir: String,
     path: PathBuf,
     files: Vec<(String, String)>,
+    /// Written but not yet fsynced.
+    unsynced: Vec<PathBuf>,
+    /// Folders that received a file (fsynced at commit so the entries are durable).
+    dirs: std::collections::BTreeSet<PathBuf>,
 }
 
 impl StagingDir {
@@ -124,16 +134,32 @@ impl StagingDir {
             fs::remove_dir_all(&path).with_context(|| format!("cannot clear `{}`", path.display()))?;
         }
         fs::create_dir_all(&path).with_context(|| format!("cannot create `{}`", path.display()))?;
-        Ok(Self { artifacts: artifacts.to_path_buf(), stage_dir: stage_dir.to_string(), path, files: Vec::new() })
+        Ok(Self {
+            artifacts: artifacts.to_path_buf(),
+            stage_dir: stage_dir.to_string(),
+            path: path.clone(),
+            files: Vec::new(),
+            unsynced: Vec::new(),
+            dirs: std::collections::BTreeSet::from([path]),
+        })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Write one output file (relative path inside the stage folder).
+    /// Write one output file (relative path inside the stage folder); fsynced at commit.
     pub fn write(&mut self, rel: &str, bytes: &[u8]) -> Result<()> {
-        write_atomic(&self.path.join(rel), bytes)?;
+        let path = self.path.join(rel);
+        let dir = path.parent().unwrap_or(&self.path).to_path_buf();
+        fs::create_dir_all(&dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
+        let err = |e, what| crate::error::write_error(&path, e, what);
+        let mut f = File::create(&path).map_err(|e| err(e, "cannot create"))?;
+        enospc_point("write_atomic").and_then(|()| f.write_all(bytes)).map_err(|e| err(e, "cannot write"))?;
+        drop(f);
+        fail_point("write_atomic")?;
+        self.unsynced.push(path);
+        self.note_dir(dir);
         self.files.retain(|(r, _)| r != rel);
         self.files.push((rel.to_string(), sha256_hex(bytes)));
         Ok(())
@@ -151,6 +177,7 @@ impl StagingDir {
             fs::create_dir_all(dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
         }
         fs::rename(from, &to).with_context(|| format!("cannot move `{}` into `{}`", from.display(), to.display()))?;
+        self.note_dir(to.parent().unwrap_or(&self.path).to_path_buf());
         let hash = hash_file(&to)?;
         self.files.retain(|(r, _)| r != rel);
         self.files.push((rel.to_string(), hash));
@@ -162,8 +189,53 @@ impl StagingDir {
         self.files.iter().cloned().collect()
     }
 
-    /// Replace `artifacts/<stage_dir>` with the staged folder.
-    pub fn commit(self) -> Result<PathBuf> {
+    /// Remember a folder that received a file, and its parents up to the staging folder.
+    fn note_dir(&mut self, dir: PathBuf) {
+        let mut d = Some(dir.as_path());
+        while let Some(p) = d.filter(|p| p.starts_with(&self.path)) {
+            if !self.dirs.insert(p.to_path_buf()) {
+                break;
+            }
+            d = p.parent();
+        }
+    }
+
+    /// Make every staged file and folder durable: the files' fsyncs run on up to 8
+    /// threads at once (the file system commits concurrent fsyncs together), then each
+    /// folder is fsynced, deepest first.
+    fn sync(&mut self) -> Result<()> {
+        let files = std::mem::take(&mut self.unsynced);
+        let threads = files.len().clamp(1, 8);
+        let chunk = files.len().div_ceil(threads).max(1);
+        let results: Vec<Result<()>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = files
+                .chunks(chunk)
+                .map(|part| {
+                    scope.spawn(move || -> Result<()> {
+                        for p in part {
+                            let f = File::open(p).with_context(|| format!("cannot open `{}`", p.display()))?;
+                            f.sync_all().map_err(|e| crate::error::write_error(p, e, "cannot fsync"))?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("fsync thread panicked"))))
+                .collect()
+        });
+        results.into_iter().collect::<Result<()>>()?;
+        for dir in self.dirs.iter().rev() {
+            sync_dir(dir);
+        }
+        Ok(())
+    }
+
+    /// Replace `artifacts/<stage_dir>` with the staged folder (every staged file is
+    /// fsynced first).
+    pub fn commit(mut self) -> Result<PathBuf> {
+        self.sync()?;
         let target = self.artifacts.join(&self.stage_dir);
         let trash_root = self.artifacts.join(".trash");
         let trash = trash_root.join(&self.stage_dir);
@@ -214,12 +286,19 @@ pub fn recover(artifacts: &Path) -> Result<Vec<String>> {
 }
 
 /// Per-item checkpoints of a long stage: one JSON line per finished item in
-/// `artifacts/.work/<stage>/items.jsonl`, appended and fsynced as each item
-/// finishes. A rerun after a crash reads them back and skips those items; a
-/// torn last line (the crash hit mid-append) is ignored.
+/// `artifacts/.work/<stage>/items.jsonl`. A rerun after a crash reads them back and skips
+/// those items; a torn last line (the crash hit mid-append) is ignored.
+///
+/// [`Checkpoint::put`] appends and fsyncs. [`Checkpoint::append`] only writes the line
+/// (a killed process keeps it: it is in the kernel's page cache) and leaves the fsync to
+/// the caller, so a stage with many items in flight can group the fsyncs
+/// ([`Checkpoint::syncer`], as `llm::batch` does) instead of stopping for one per item.
+/// An OS crash may then lose the lines appended since the last fsync; those items are
+/// redone, their LLM exchanges answered from the ledger.
 pub struct Checkpoint {
     dir: PathBuf,
     done: std::collections::BTreeMap<String, serde_json::Value>,
+    file: Option<File>,
 }
 
 impl Checkpoint {
@@ -234,7 +313,7 @@ impl Checkpoint {
                 }
             }
         }
-        Ok(Self { dir: dir.to_path_buf(), done })
+        Ok(Self { dir: dir.to_path_buf(), done, file: None })
     }
 
     pub fn get(&self, id: &str) -> Option<&serde_json::Value> {
@@ -249,26 +328,81 @@ impl Checkpoint {
         self.done.is_empty()
     }
 
-    /// Record a finished item durably before returning.
-    pub fn put(&mut self, id: &str, value: serde_json::Value) -> Result<()> {
-        fs::create_dir_all(&self.dir).with_context(|| format!("cannot create `{}`", self.dir.display()))?;
-        let path = self.dir.join("items.jsonl");
-        let mut f = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .with_context(|| format!("cannot open `{}`", path.display()))?;
+    fn path(&self) -> PathBuf {
+        self.dir.join("items.jsonl")
+    }
+
+    /// The checkpoint file, opened for appending on first use. A torn last line of a
+    /// killed run is ended first, so the next line starts on a line of its own.
+    fn file(&mut self) -> Result<&mut File> {
+        if self.file.is_none() {
+            fs::create_dir_all(&self.dir).with_context(|| format!("cannot create `{}`", self.dir.display()))?;
+            let path = self.path();
+            let mut f = fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .read(true)
+                .open(&path)
+                .with_context(|| format!("cannot open `{}`", path.display()))?;
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            if len > 0 {
+                use std::io::{Read, Seek, SeekFrom};
+                let mut last = [0u8; 1];
+                f.seek(SeekFrom::Start(len - 1))
+                    .and_then(|_| f.read_exact(&mut last))
+                    .map_err(|e| crate::error::write_error(&path, e, "cannot read"))?;
+                if last[0] != b'\n' {
+                    f.write_all(b"\n").map_err(|e| crate::error::write_error(&path, e, "cannot append to"))?;
+                }
+            }
+            self.file = Some(f);
+        }
+        Ok(self.file.as_mut().expect("opened above"))
+    }
+
+    /// Write a finished item's line, without an fsync (see the type's doc).
+    pub fn append(&mut self, id: &str, value: serde_json::Value) -> Result<()> {
+        let path = self.path();
         let mut line = serde_json::to_vec(&serde_json::json!({"id": id, "value": value}))?;
         line.push(b'\n');
-        let err = |e| crate::error::write_error(&path, e, "cannot append to");
-        enospc_point("checkpoint").and_then(|()| f.write_all(&line)).map_err(err)?;
-        f.sync_data().map_err(err)?;
+        let f = self.file()?;
+        enospc_point("checkpoint")
+            .and_then(|()| f.write_all(&line))
+            .map_err(|e| crate::error::write_error(&path, e, "cannot append to"))?;
         self.done.insert(id.to_string(), value);
         Ok(())
     }
 
+    /// A handle whose `sync_data` makes every line appended so far durable (for an fsync
+    /// run off the calling thread); `None` before the first append.
+    pub fn syncer(&self) -> Result<Option<(File, PathBuf)>> {
+        match &self.file {
+            Some(f) => Ok(Some((
+                f.try_clone().with_context(|| format!("cannot reopen `{}`", self.path().display()))?,
+                self.path(),
+            ))),
+            None => Ok(None),
+        }
+    }
+
+    /// Fsync every line appended so far.
+    pub fn sync(&mut self) -> Result<()> {
+        let path = self.path();
+        if let Some(f) = &self.file {
+            f.sync_data().map_err(|e| crate::error::write_error(&path, e, "cannot append to"))?;
+        }
+        Ok(())
+    }
+
+    /// Record a finished item durably before returning.
+    pub fn put(&mut self, id: &str, value: serde_json::Value) -> Result<()> {
+        self.append(id, value)?;
+        self.sync()
+    }
+
     /// Forget every checkpoint (after the stage's output was committed).
     pub fn clear(self) -> Result<()> {
+        drop(self.file);
         if self.dir.exists() {
             fs::remove_dir_all(&self.dir).with_context(|| format!("cannot remove `{}`", self.dir.display()))?;
         }
@@ -322,9 +456,14 @@ mod tests {
         c.put("b", serde_json::json!({"x": 2})).unwrap();
         let mut f = fs::OpenOptions::new().append(true).open(w.join("items.jsonl")).unwrap();
         f.write_all(b"{\"id\": \"c\", \"val").unwrap();
-        let c = Checkpoint::open(&w).unwrap();
+        let mut c = Checkpoint::open(&w).unwrap();
         assert_eq!(c.len(), 2);
         assert_eq!(c.get("b").unwrap()["x"], 2);
+        // The next line after a torn one starts on a line of its own.
+        c.append("d", serde_json::json!(4)).unwrap();
+        c.sync().unwrap();
+        let c = Checkpoint::open(&w).unwrap();
+        assert_eq!((c.len(), c.get("d")), (3, Some(&serde_json::json!(4))));
         c.clear().unwrap();
         assert!(!dir.path().join(".work").exists());
     }

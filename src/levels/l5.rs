@@ -52,20 +52,96 @@ pub static SPEC: StageSpec = StageSpec {
     writes: &["queries.json", "capability_map.json", "gaps.json", crate::llm::batch::FAILED_FILE],
 };
 
+/// Up to this many tools, HDBSCAN gets a precomputed distance matrix (144 MB at the
+/// limit); above it, the crate computes distances itself (same result, slower).
+pub const MATRIX_LIMIT: usize = 6000;
+
 /// HDBSCAN cluster of each row (`-1` = noise), rows L2-normalised first.
+///
+/// Euclidean distances, as ETOM. Up to [`MATRIX_LIMIT`] rows they are computed here once
+/// per pair ([`euclidean_matrix`]: both halves of the symmetric matrix from one
+/// computation, several pairs at a time, on the machine's cores) and handed to the crate
+/// as a precalculated matrix; the crate's own path computes each distance about twice
+/// per pair (k-d tree for the core distances, then Prim's tree), one at a time, which
+/// took seconds on the ETOM snapshot. The values are bit-identical to the crate's
+/// (same operations in the same order), so the clusters are the same either way.
 pub fn clusters(v: &Vectors, min_cluster_size: usize, min_samples: usize, epsilon: f64) -> Result<Vec<i32>> {
     let n = v.len();
     if n <= min_cluster_size.max(min_samples) {
         return Ok(vec![-1; n]);
     }
     let data: Vec<Vec<f32>> = (0..n).map(|i| crate::embed::normalised(v.row(i).to_vec())).collect();
+    let (input, metric) = if n <= MATRIX_LIMIT {
+        (euclidean_matrix(&data), hdbscan::DistanceMetric::Precalculated)
+    } else {
+        (data, hdbscan::DistanceMetric::Euclidean)
+    };
     let hp = hdbscan::HdbscanHyperParams::builder()
         .min_cluster_size(min_cluster_size)
         .min_samples(min_samples)
         .epsilon(epsilon)
-        .dist_metric(hdbscan::DistanceMetric::Euclidean)
+        .dist_metric(metric)
         .build();
-    hdbscan::Hdbscan::new(&data, hp).cluster().map_err(|e| anyhow::anyhow!("HDBSCAN failed: {e}"))
+    hdbscan::Hdbscan::new(&input, hp).cluster().map_err(|e| anyhow::anyhow!("HDBSCAN failed: {e}"))
+}
+
+/// The full Euclidean distance matrix of equally long rows. Each distance is
+/// `sqrt(Σ (a_k − b_k)²)` summed in index order from 0, exactly as the `hdbscan` crate
+/// computes it; four pairs are summed side by side (independent additions), and rows are
+/// shared out over up to four threads.
+pub fn euclidean_matrix(data: &[Vec<f32>]) -> Vec<Vec<f32>> {
+    let n = data.len();
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).clamp(1, 4).min(n.max(1));
+    let mut upper: Vec<Vec<f32>> = vec![Vec::new(); n];
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| s.spawn(move || (t..n).step_by(threads).map(|i| (i, upper_row(data, i))).collect::<Vec<_>>()))
+            .collect();
+        for h in handles {
+            for (i, row) in h.join().expect("a distance thread panicked") {
+                upper[i] = row;
+            }
+        }
+    });
+    let mut m = vec![vec![0f32; n]; n];
+    for (i, row) in upper.into_iter().enumerate() {
+        for (off, d) in row.into_iter().enumerate() {
+            let j = i + 1 + off;
+            m[i][j] = d;
+            m[j][i] = d;
+        }
+    }
+    m
+}
+
+/// Distances from row `i` to every later row.
+fn upper_row(data: &[Vec<f32>], i: usize) -> Vec<f32> {
+    let a = data[i].as_slice();
+    let d = a.len();
+    let one = |b: &[f32]| -> f32 {
+        let mut acc = 0f32;
+        for (x, y) in a.iter().zip(&b[..d]) {
+            acc += (x - y) * (x - y);
+        }
+        acc.sqrt()
+    };
+    let mut out = Vec::with_capacity(data.len() - i - 1);
+    let mut rest = &data[i + 1..];
+    while let [b0, b1, b2, b3, tail @ ..] = rest {
+        let (b0, b1, b2, b3) = (&b0[..d], &b1[..d], &b2[..d], &b3[..d]);
+        let mut acc = [0f32; 4];
+        for k in 0..d {
+            let x = a[k];
+            acc[0] += (x - b0[k]) * (x - b0[k]);
+            acc[1] += (x - b1[k]) * (x - b1[k]);
+            acc[2] += (x - b2[k]) * (x - b2[k]);
+            acc[3] += (x - b3[k]) * (x - b3[k]);
+        }
+        out.extend(acc.map(f32::sqrt));
+        rest = tail;
+    }
+    out.extend(rest.iter().map(|b| one(b)));
+    out
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
@@ -250,7 +326,10 @@ impl Stage for L5Stage {
         let mut funnel = Funnel::default();
         let mut batch = Batch::new(ctx, super::batch_options(STAGE, "L5", "items", s))?;
 
-        // 1. Capability map.
+        // 1. Capability map. The embedding model loads on its own thread meanwhile.
+        if !vectors.is_empty() {
+            embedder.preload()?;
+        }
         let assign = clusters(&vectors, c.min_cluster_size, c.min_samples, c.cluster_epsilon)?;
         let mut members: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
         for (row, &cl) in assign.iter().enumerate() {
@@ -327,6 +406,9 @@ impl Stage for L5Stage {
         funnel.step("universal tasks", task_list.len());
         let (labels_ref, lv, top_labels) = (&labels, &label_vecs, c.top_labels);
         let task_items: Vec<(String, String)> = task_list.iter().map(|t| (format!("task:{t}"), t.clone())).collect();
+        // The tasks' vectors (for the red team's nearest labels) are computed ahead.
+        let task_vecs = emb.prefetch(task_list.clone(), |i| !lv.is_empty() && !batch.is_done(&task_items[i].0))?;
+        let task_vecs = &task_vecs;
         let checked = batch.run(task_items, |task: String, llm: Item| async move {
             let can = llm
                 .typed_as::<CanDo>(
@@ -347,9 +429,9 @@ impl Stage for L5Stage {
                 return Ok(rec);
             }
             if !lv.is_empty() {
-                let q = emb.embed(std::slice::from_ref(&task))?;
+                let q = task_vecs.get(&task).await?;
                 rec.nearest_labels =
-                    cosine_top(&q[0], lv, top_labels).into_iter().map(|i| labels_ref[i].clone()).collect();
+                    cosine_top(&q, lv, top_labels).into_iter().map(|i| labels_ref[i].clone()).collect();
             }
             let ch = llm
                 .typed_as::<Challenge>(
@@ -415,9 +497,13 @@ impl Stage for L5Stage {
         // 4. Verification.
         let (vref, look_ref, top_k) = (&vectors, &look, c.top_k);
         let q_items: Vec<(String, (String, String))> = cand.into_iter().collect();
+        // The queries' vectors (for retrieval) are computed ahead, in query order.
+        let q_vecs =
+            emb.prefetch(q_items.iter().map(|(_, (_, q))| q.clone()).collect(), |i| !batch.is_done(&q_items[i].0))?;
+        let q_vecs = &q_vecs;
         let verified = batch.run(q_items, |(gap, query): (String, String), llm: Item| async move {
-            let q = emb.embed(std::slice::from_ref(&query))?;
-            let retrieved: Vec<String> = crate::efs::topdown::retrieve(vref, &q[0], top_k).into_iter().map(|r| vref.index.tools[r].id.clone()).collect();
+            let q = q_vecs.get(&query).await?;
+            let retrieved: Vec<String> = crate::efs::topdown::retrieve(vref, &q, top_k).into_iter().map(|r| vref.index.tools[r].id.clone()).collect();
             let tools: Vec<Value> = retrieved
                 .iter()
                 .map(|id| json!({"id": id, "description": look_ref.get(id).map(|(_, t)| t.description.clone()).unwrap_or_default()}))
@@ -475,6 +561,45 @@ impl Stage for L5Stage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `hdbscan` crate's Euclidean distance, as it computes it.
+    fn crate_euclidean(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| (*x - *y) * (*x - *y)).fold(0f32, std::ops::Add::add).sqrt()
+    }
+
+    #[test]
+    fn the_precomputed_matrix_gives_the_crates_distances_and_clusters() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        // Blobs around 12 centres in 24 dimensions, plus noise, 301 rows (not a multiple of 4).
+        let centres: Vec<Vec<f32>> = (0..12).map(|_| (0..24).map(|_| rng.random_range(-1.0..1.0)).collect()).collect();
+        let data: Vec<Vec<f32>> = (0..301)
+            .map(|i| {
+                let c = &centres[i % 12];
+                let spread = if i % 10 == 0 { 1.0 } else { 0.05 };
+                c.iter().map(|x| x + rng.random_range(-spread..spread)).collect()
+            })
+            .collect();
+        let m = euclidean_matrix(&data);
+        for i in 0..data.len() {
+            assert_eq!(m[i][i], 0.0);
+            for j in 0..data.len() {
+                assert_eq!(m[i][j].to_bits(), crate_euclidean(&data[i], &data[j]).to_bits(), "({i}, {j})");
+            }
+        }
+        let hp = |metric| {
+            hdbscan::HdbscanHyperParams::builder()
+                .min_cluster_size(5)
+                .min_samples(2)
+                .epsilon(0.5)
+                .dist_metric(metric)
+                .build()
+        };
+        let theirs = hdbscan::Hdbscan::new(&data, hp(hdbscan::DistanceMetric::Euclidean)).cluster().unwrap();
+        let ours = hdbscan::Hdbscan::new(&m, hp(hdbscan::DistanceMetric::Precalculated)).cluster().unwrap();
+        assert_eq!(ours, theirs);
+        assert!(ours.iter().filter(|&&c| c >= 0).count() > 200, "the blobs are found: {ours:?}");
+    }
 
     #[test]
     fn only_the_word_impossible_counts() {

@@ -12,7 +12,12 @@
 //! * **Checkpoint and resume**: each finished item is appended to the stage's
 //!   checkpoint (`artifacts/.work/<stage>/items.jsonl`, [`crate::store::Checkpoint`])
 //!   as `{value, llm}` before the next one is reported; a rerun after a kill takes
-//!   finished items from there and asks the model nothing for them.
+//!   finished items from there and asks the model nothing for them. The fsyncs are
+//!   grouped: one runs at a time off the polling task and covers every line written
+//!   before it started, so the items in flight never wait for the disk (a per-item
+//!   fsync serialised them). A killed process loses no line; an OS crash may lose the
+//!   last few, whose items are redone with their exchanges answered from the ledger
+//!   (never paid twice). Every line is durable before [`Batch::run`] returns.
 //! * **Counts from items, not from the process**: `llm` is the item's own
 //!   [`LlmCounts`] (exchanges, failures, tokens), so the manifest counts of a resumed
 //!   run are the sum over all items, exactly those of an uninterrupted run.
@@ -287,6 +292,59 @@ struct Record<T> {
     llm: LlmCounts,
 }
 
+/// The checkpoint's group commit: at most one fsync in flight (on tokio's blocking
+/// pool); lines written while it runs are covered by the next one.
+#[derive(Default)]
+struct GroupSync {
+    running: Option<tokio::task::JoinHandle<Result<()>>>,
+    /// Lines written since the running (or last) fsync started.
+    dirty: bool,
+}
+
+impl GroupSync {
+    fn running(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// Start an fsync when lines wait for one and none is running.
+    fn start_if_dirty(&mut self, checkpoint: &Checkpoint) -> Result<()> {
+        if self.dirty
+            && self.running.is_none()
+            && let Some((file, path)) = checkpoint.syncer()?
+        {
+            self.dirty = false;
+            self.running = Some(tokio::task::spawn_blocking(move || {
+                file.sync_data().map_err(|e| crate::error::write_error(&path, e, "cannot append to"))
+            }));
+        }
+        Ok(())
+    }
+
+    /// The running fsync's outcome (pending forever when none runs).
+    async fn done(&mut self) -> Result<()> {
+        match &mut self.running {
+            Some(h) => {
+                let r = h.await;
+                self.running = None;
+                r.context("the checkpoint fsync did not finish")?
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Wait for the running fsync, then fsync what was written after it started.
+    async fn finish(&mut self, checkpoint: &mut Checkpoint) -> Result<()> {
+        if self.running() {
+            self.done().await?;
+        }
+        if self.dirty {
+            self.dirty = false;
+            checkpoint.sync()?;
+        }
+        Ok(())
+    }
+}
+
 /// The LLM fan-out of one stage run (see the module doc).
 pub struct Batch<'a> {
     printer: &'a Printer,
@@ -380,33 +438,59 @@ impl<'a> Batch<'a> {
                 async move { (key, fut.await, tally) }
             }))
             .buffer_unordered(bound);
-            while let Some((key, result, tally)) = stream.next().await {
-                let llm = tally.counts();
-                match result {
-                    Ok(value) => {
-                        let record = Record { value, llm };
-                        checkpoint.put(&key, serde_json::to_value(&record)?)?;
-                        crate::store::fail_point(opts.fail_point)?;
-                        values.insert(key, record.value);
-                    }
-                    Err(ItemError::Failed(reason)) => failed.push(FailedItem { item: key, reason }),
-                    Err(ItemError::Fatal(e)) => {
-                        let kept = format!(
-                            "{} of {total} {} finished are kept; a rerun resumes from there",
-                            values.len(),
-                            opts.noun
-                        );
-                        return Err(match e.downcast_ref::<LlmError>() {
-                            Some(l) if l.is_cancelled() => e.context(format!("stopped ({kept})")),
-                            Some(_) => e.context(format!("stopping: the LLM is unusable for every item ({kept})")),
-                            None => e.context(format!("work item `{key}`")),
-                        });
+            // Group commit of the checkpoint: each finished item's line is written at once
+            // (a killed process keeps it), and one fsync at a time runs on the blocking pool,
+            // covering every line written before it started; the items go on meanwhile.
+            let mut sync = GroupSync::default();
+            let result: Result<()> = async {
+                loop {
+                    tokio::select! {
+                        biased;
+                        r = sync.done(), if sync.running() => {
+                            r?;
+                            sync.start_if_dirty(checkpoint)?;
+                        }
+                        next = stream.next() => {
+                            let Some((key, result, tally)) = next else { break };
+                            let llm = tally.counts();
+                            match result {
+                                Ok(value) => {
+                                    let record = Record { value, llm };
+                                    checkpoint.append(&key, serde_json::to_value(&record)?)?;
+                                    crate::store::fail_point(opts.fail_point)?;
+                                    values.insert(key, record.value);
+                                    sync.dirty = true;
+                                    if !sync.running() {
+                                        sync.start_if_dirty(checkpoint)?;
+                                    }
+                                }
+                                Err(ItemError::Failed(reason)) => failed.push(FailedItem { item: key, reason }),
+                                Err(ItemError::Fatal(e)) => {
+                                    let kept = format!(
+                                        "{} of {total} {} finished are kept; a rerun resumes from there",
+                                        values.len(),
+                                        opts.noun
+                                    );
+                                    return Err(match e.downcast_ref::<LlmError>() {
+                                        Some(l) if l.is_cancelled() => e.context(format!("stopped ({kept})")),
+                                        Some(_) => {
+                                            e.context(format!("stopping: the LLM is unusable for every item ({kept})"))
+                                        }
+                                        None => e.context(format!("work item `{key}`")),
+                                    });
+                                }
+                            }
+                            counts.add(&llm);
+                            pb.inc(1);
+                        }
                     }
                 }
-                counts.add(&llm);
-                pb.inc(1);
+                Ok(())
             }
-            Ok(())
+            .await;
+            // Whatever happened, the finished items are made durable before returning.
+            let flushed = sync.finish(checkpoint).await;
+            result.and(flushed)
         });
         pb.finish_and_clear();
         outcome?;
@@ -426,6 +510,12 @@ impl<'a> Batch<'a> {
         }
         self.failed.extend(failed.iter().cloned());
         Ok(Done { values, failed, resumed })
+    }
+
+    /// Whether the item `key` is in the checkpoint of an interrupted run (so [`Batch::run`]
+    /// will not run it), for work a stage prepares ahead of the items.
+    pub fn is_done(&self, key: &str) -> bool {
+        self.checkpoint.get(key).is_some()
     }
 
     /// Run a future on the batch's runtime (setup that must live on it, such as MCP
