@@ -190,6 +190,9 @@ fn unexpected_of(msg: &str) -> String {
 }
 
 /// One `ground_truth_tools` entry: a row of alternatives (L2, L4) or one member (L1, L3).
+// Built and consumed one record at a time while parsing: boxing the large variant would
+// add an allocation per ground-truth tool for no memory saved.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Entry<'a> {
     List(Vec<Member<'a>>),
@@ -198,6 +201,7 @@ pub enum Entry<'a> {
 
 /// A ground-truth member: a tool object, or any other value (a string may hold JSON, which
 /// the published evaluator parses).
+#[allow(clippy::large_enum_variant)] // as for `Entry`
 #[derive(Debug)]
 pub enum Member<'a> {
     Tool(Tool<'a>),
