@@ -112,6 +112,11 @@ fn answer(req: &Seen) -> Answer {
 }
 
 fn main() {
+    // `cargo test --all-targets` runs bench binaries too; only `cargo bench` passes `--bench`.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("levels: run with `cargo bench --bench levels`");
+        return;
+    }
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let snapshot = std::env::var_os("ETOM_SNAPSHOT")
         .map(PathBuf::from)

@@ -57,6 +57,11 @@ const TOOLS: [&str; 20] = [
 ];
 
 fn main() -> anyhow::Result<()> {
+    // `cargo test --all-targets` runs bench binaries too; only `cargo bench` passes `--bench`.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("logs: run with `cargo bench --bench logs`");
+        return Ok(());
+    }
     let n: usize =
         std::env::args().skip(1).find(|a| !a.starts_with('-')).and_then(|a| a.parse().ok()).unwrap_or(100_000);
     let calls = 10;

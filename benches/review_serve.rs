@@ -64,6 +64,11 @@ fn form(pairs: &[(&str, String)]) -> String {
 }
 
 fn main() {
+    // `cargo test --all-targets` runs bench binaries too; only `cargo bench` passes `--bench`.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("review_serve: run with `cargo bench --bench review_serve`");
+        return;
+    }
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let n_rev: usize = args.first().and_then(|s| s.parse().ok()).unwrap_or(200);
     let n_samples: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(500);

@@ -49,6 +49,11 @@ fn peak_rss_mb() -> f64 {
 }
 
 fn main() -> Result<()> {
+    // `cargo test --all-targets` runs bench binaries too; only `cargo bench` passes `--bench`.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("stream: run with `cargo bench --bench stream`");
+        return Ok(());
+    }
     let mb: usize = std::env::var("BENCHGEN_STREAM_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(2048);
     let dir = tempfile::tempdir()?;
     let cfg = dir.path().join("pipeline/b.toml");

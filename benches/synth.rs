@@ -171,6 +171,11 @@ concurrency = 32
 }
 
 fn main() -> anyhow::Result<()> {
+    // `cargo test --all-targets` runs bench binaries too; only `cargo bench` passes `--bench`.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("synth: run with `cargo bench --bench synth`");
+        return Ok(());
+    }
     let n: usize = std::env::args().skip(1).find(|a| !a.starts_with('-')).and_then(|a| a.parse().ok()).unwrap_or(1000);
     // SAFETY: set before any thread reads the environment.
     unsafe { std::env::set_var("BENCHGEN_ANON_SECRET", "bench") };
