@@ -15,6 +15,8 @@ mkdir -p "$dir"
 bin=target/release/benchgen
 [ -x "$bin" ] || cargo build --release --locked
 levels=("$dir"/level_1.json "$dir"/level_2.json "$dir"/level_3.json "$dir"/level_4.json "$dir"/level_5.json)
+benches=()
+for f in "${levels[@]}"; do benches+=(--bench "$f"); done
 
 # Least user+sys CPU seconds of 3 runs of "$@" (stdout of the last run in $dir/out).
 cpu() {
@@ -28,8 +30,8 @@ cpu() {
   echo "$best"
 }
 
-corrected=$(cpu "$bin" --json score --bench "${levels[@]}" --pred "$dir/predictions.jsonl")
-compat=$(cpu "$bin" --json score --compat etom --bench "${levels[@]}" --pred "$dir/predictions.jsonl")
+corrected=$(cpu "$bin" --json score "${benches[@]}" --pred "$dir/predictions.jsonl")
+compat=$(cpu "$bin" --json score --compat etom "${benches[@]}" --pred "$dir/predictions.jsonl")
 cp "$dir/out" "$dir/benchgen-compat.json"
 etom="${ETOM_DIR:-}"
 if [ -n "$etom" ] && [ -e "$etom/eval/eval.py" ]; then
@@ -53,20 +55,24 @@ if [ -n "$python" ]; then
   python3 - "$dir/benchgen-compat.json" "$dir/eval-py.txt" <<'PY'
 import json, re, sys
 rep = json.load(open(sys.argv[1]))
-rows = {r["key"]: r for s in rep["sections"] if s["dimension"] == "kind" for r in s["rows"]}
+rows = {r["key"]: r for s in rep["sections"] if s["dimension"] == "level" for r in s["rows"]}
 bad = 0
 for line in open(sys.argv[2]):
-    m = re.match(r"(L\d): N (\d+), EM ([\d.]+), P ([\d.]+), R ([\d.]+), F1 ([\d.]+) over \d+, TP/FP/FN (\d+)/(\d+)/(\d+)", line)
+    m = re.match(r"(L\d): N (\d+), EM ([\d.]+), P ([\d.]+), R ([\d.]+), F1 ([\d.]+) over (\d+), "
+                 r"TP/FP/FN (\d+)/(\d+)/(\d+), status (.*)$", line)
     if not m:
         continue
     r = rows[m[1]]
+    status = {k[len("status."):]: int(v) for k, v in r.get("extras", {}).items() if k.startswith("status.")}
     ours = (r["n"], round(r["em"], 4), round(r["calls_macro"]["p"], 4), round(r["calls_macro"]["r"], 4),
-            round(r["calls_macro"]["f1"], 4), r["support"]["tp"], r["support"]["fp"], r["support"]["fn"])
-    theirs = (int(m[2]), float(m[3]), float(m[4]), float(m[5]), float(m[6]), int(m[7]), int(m[8]), int(m[9]))
+            round(r["calls_macro"]["f1"], 4), r["calls_n"], r["support"]["tp"], r["support"]["fp"],
+            r["support"]["fn"], status)
+    theirs = (int(m[2]), float(m[3]), float(m[4]), float(m[5]), float(m[6]), int(m[7]), int(m[8]), int(m[9]),
+              int(m[10]), json.loads(m[11]))
     if ours != theirs:
         bad += 1
         print(f"{m[1]} differs: benchgen {ours} vs eval.py {theirs}")
-print("compat figures equal eval.py's on every level" if bad == 0 else f"{bad} level(s) differ")
+print("--compat etom printed eval.py's figures on every level (N, EM, P/R/F1 and their count, TP/FP/FN, status counts)" if bad == 0 else f"{bad} level(s) differ")
 PY
 else
   echo "(eval.py row skipped: set ETOM_DIR to a checkout of the ETOM repository)"
