@@ -20,6 +20,15 @@ use benchgen::stage::Ctx;
 use scripted_llm::{Answer, ScriptedLlm, Seen};
 use serde_json::{Value, json};
 
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn cpu_seconds() -> f64 {
     // SAFETY: getrusage fills the struct we pass.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
@@ -164,7 +173,9 @@ concurrency = 32
 [llm.roles.synth]
 {role}
 "#,
-        per_sub = chains / 10 + 4,
+        // 1.5 × the even share: the generated graph has few direct edges, so length 2
+        // falls short and the longer lengths make up for it (`max_chains` cuts to N).
+        per_sub = chains * 3 / 20 + 4,
     );
     std::fs::write(dir.join("pipeline/b.toml"), cfg).unwrap();
     Settings::load(&dir.join("pipeline/b.toml")).unwrap()
@@ -185,6 +196,7 @@ fn main() -> anyhow::Result<()> {
     let printer = Printer { quiet: true, verbose: 0, json: false };
     let ctx = Ctx::new(&s, &printer);
     benchgen::pipeline::run(&ctx, None, Some("graph-build"), false)?;
+    let load_before = loadavg();
     let calls0 = server.count();
     let (cpu0, t0) = (cpu_seconds(), Instant::now());
     benchgen::pipeline::run(&ctx, Some("synth-chains"), Some("synth-chains"), false)?;
@@ -199,6 +211,7 @@ fn main() -> anyhow::Result<()> {
     let calls = (chains_calls + exec_calls) as f64;
     let ceiling_calls = 32.0 / 0.2;
     println!("synthesise + execute {chains} chains; scripted endpoint 200 ms per call, concurrency 32:");
+    println!("  load average before / after: {load_before} / {}", loadavg());
     println!(
         "  synth chains: {chains_wall:.1} s, {chains_calls} LLM calls ({:.1} calls/s)",
         chains_calls as f64 / chains_wall
