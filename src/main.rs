@@ -129,6 +129,10 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Command::Synth(SynthCommand::Roleplay(f)) => run_named(&ctx, "synth-roleplay", f.force),
         Command::Validate(f) => run_named(&ctx, "validate", f.force),
         Command::Run(a) => {
+            // As `review import` / `review merge` do: events a killed web app left in its
+            // outbox reach the ledger, and its scores reach `reviews/web/`, before the
+            // review stages look at them.
+            benchgen::review::serve::dump(&settings)?;
             let reports = pipeline::run(&ctx, a.from.as_deref(), a.until.as_deref(), a.force)?;
             printer.summary("", &reports); // the human text was streamed per stage
             Ok(())
