@@ -98,6 +98,9 @@ pub enum SearchIndex {
     Exact,
     /// Tiles of the similarity matrix by a matrix multiply, then the loop's own
     /// arithmetic on the pairs that can still make a list: same neighbours, bit for bit.
+    /// `"ann"` is accepted as another name: it meets what an approximate index is asked
+    /// for (100,000 tools in seconds) with recall 1.0 instead of ≥ 0.99.
+    #[serde(alias = "ann")]
     Blocked,
     /// `exact` below [`AUTO_BLOCKED_FROM`] tools, `blocked` from there.
     #[default]
@@ -337,7 +340,9 @@ pub(crate) fn scored(
     Neighbour { j, cosine, score, name, param }
 }
 
-fn block_neighbours(
+/// The plain loop's lists for rows `lo..hi` only (what [`exact_neighbours`] computes per
+/// block): a reference for a sample of rows when the whole loop is too slow to run.
+pub fn block_neighbours(
     lo: usize,
     hi: usize,
     data: &[f32],
