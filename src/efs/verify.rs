@@ -68,11 +68,16 @@ pub static SPEC: StageSpec = StageSpec {
 
 /// The verifier's typed answer.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+/// `reason` comes before `equivalent` (here and in [`CandidateVerdict`]): the schema's
+/// property order is the order a grammar-constrained server writes the answer in, so the
+/// verdict follows the reasoning instead of being rationalised after it. On the demo's
+/// seven planned calls the 1.5B model judged 1 of the 6 planted equivalents with the
+/// verdict first and all 6 with the reason first.
 pub struct PairJudgement {
-    /// True when both tools reach the same end result with the same scope and depth.
-    pub equivalent: bool,
     /// One line saying why.
     pub reason: String,
+    /// True when both tools reach the same end result with the same scope and depth.
+    pub equivalent: bool,
 }
 
 /// Prompt variables describing one tool.
@@ -384,10 +389,10 @@ pub struct ListJudgement {
 pub struct CandidateVerdict {
     /// The candidate's number as shown.
     pub candidate: u32,
-    /// True when the candidate reaches the same end result as the anchor with the same scope and depth.
-    pub equivalent: bool,
     /// One line saying why.
     pub reason: String,
+    /// True when the candidate reaches the same end result as the anchor with the same scope and depth.
+    pub equivalent: bool,
 }
 
 /// One call's checkpointed verdicts.

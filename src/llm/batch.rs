@@ -226,6 +226,19 @@ impl Item {
         self.client.typed_checked(role, prompt, &self.key, check).await
     }
 
+    /// Typed answer against a schema built at run time (see [`LlmClient::typed_schema`]).
+    pub async fn typed_schema<T: DeserializeOwned>(
+        &self,
+        role: &str,
+        prompt: &Prompt,
+        name: &str,
+        schema: serde_json::Value,
+        check: impl Fn(&T) -> Result<(), String>,
+    ) -> Result<Reply<T>, LlmError> {
+        let _p = self.calls.acquire().await;
+        self.client.typed_schema(role, prompt, &self.key, name, schema, check).await
+    }
+
     /// Typed answer recorded under `<key>:<part>` (for items that ask several things).
     pub async fn typed_as<T: DeserializeOwned + schemars::JsonSchema>(
         &self,

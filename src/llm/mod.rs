@@ -472,9 +472,25 @@ impl LlmClient {
         item: &str,
         check: impl Fn(&T) -> Result<(), String>,
     ) -> Result<Reply<T>, LlmError> {
+        self.typed_schema(role, prompt, item, &schema_name::<T>(), schema_of::<T>(), check).await
+    }
+
+    /// [`Self::typed_checked`] with a schema built at run time (`name`, `schema`) instead of
+    /// `T`'s, for answers whose shape depends on the config (e.g. one required property per
+    /// rubric dimension, so a grammar-constrained server cannot leave one out). `T` must
+    /// deserialise from what the schema allows; its strings are bounded as in [`schema_of`].
+    pub async fn typed_schema<T: serde::de::DeserializeOwned>(
+        &self,
+        role: &str,
+        prompt: &Prompt,
+        item: &str,
+        name: &str,
+        mut schema: Value,
+        check: impl Fn(&T) -> Result<(), String>,
+    ) -> Result<Reply<T>, LlmError> {
+        bound_strings(&mut schema, None);
         let r = self.role(role, item)?;
         let (mut messages, hash) = self.render(role, prompt, item)?;
-        let schema = schema_of::<T>();
         let validator = jsonschema::validator_for(&schema).map_err(|e| LlmError::Setup {
             stage: self.inner.stage.clone(),
             item: item.to_string(),
@@ -493,7 +509,7 @@ impl LlmClient {
         if r.settings.json_schema {
             extra.insert(
                 "response_format".into(),
-                json!({"type": "json_schema", "json_schema": {"name": schema_name::<T>(), "schema": schema}}),
+                json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}}),
             );
         }
         let tmpl = Some((prompt.template.as_str(), hash.as_str()));
@@ -866,13 +882,61 @@ fn split_messages(text: &str) -> Vec<Value> {
     out
 }
 
-/// JSON schema of an answer type, without the `$schema` marker some servers reject.
+/// JSON schema of an answer type, without the `$schema` marker some servers reject, with
+/// its free-text strings bounded ([`bound_strings`]).
 pub fn schema_of<T: schemars::JsonSchema>() -> Value {
     let mut v = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(json!({}));
     if let Some(o) = v.as_object_mut() {
         o.remove("$schema");
     }
+    bound_strings(&mut v, None);
     v
+}
+
+/// `maxLength` of an explanation field (`reason`, `note`, `…_feedback`, …).
+pub const MAX_EXPLANATION_CHARS: u64 = 300;
+/// `maxLength` of any other string in an answer.
+pub const MAX_STRING_CHARS: u64 = 1_000;
+
+/// Gives every string of an answer schema without a `maxLength` one: explanations
+/// [`MAX_EXPLANATION_CHARS`], other strings [`MAX_STRING_CHARS`]. Why: servers that turn
+/// the schema into a grammar (llama-server, vLLM, SGLang) then close the string at the
+/// bound, so a small model caught in a repetition loop ("… a popular choice. Notion is a
+/// cloud-based platform …") still gives a valid answer within `max_tokens` instead of a
+/// cut-off one that fails every re-ask; servers that ignore the schema get the bound
+/// checked and an over-long answer re-asked.
+pub fn bound_strings(schema: &mut Value, name: Option<&str>) {
+    let Some(o) = schema.as_object_mut() else { return };
+    if o.get("type").and_then(Value::as_str) == Some("string")
+        && !o.contains_key("enum")
+        && !o.contains_key("maxLength")
+    {
+        let explanation = name.is_some_and(|n| {
+            matches!(n, "reason" | "reasons" | "note" | "notes" | "feedback" | "explanation" | "rationale")
+                || n.ends_with("_reason")
+                || n.ends_with("_feedback")
+        });
+        let max = if explanation { MAX_EXPLANATION_CHARS } else { MAX_STRING_CHARS };
+        o.insert("maxLength".into(), json!(max));
+    }
+    for (k, v) in o.iter_mut() {
+        match k.as_str() {
+            "properties" | "$defs" | "definitions" => {
+                if let Some(props) = v.as_object_mut() {
+                    for (pn, pv) in props.iter_mut() {
+                        bound_strings(pv, (k == "properties").then_some(pn.as_str()));
+                    }
+                }
+            }
+            "items" | "additionalProperties" => bound_strings(v, name),
+            "anyOf" | "oneOf" | "allOf" => {
+                if let Some(xs) = v.as_array_mut() {
+                    xs.iter_mut().for_each(|x| bound_strings(x, name));
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 fn schema_name<T: schemars::JsonSchema>() -> String {
@@ -923,6 +987,50 @@ mod tests {
     struct V {
         verdict: String,
         n: u32,
+    }
+
+    #[derive(Debug, Deserialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    struct Bounded {
+        reason: String,
+        solvability_feedback: String,
+        queries: Vec<String>,
+        kind: Kind,
+        inner: Option<Inner>,
+    }
+    #[derive(Debug, Deserialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    enum Kind {
+        A,
+        B,
+    }
+    #[derive(Debug, Deserialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    struct Inner {
+        note: String,
+        text: String,
+    }
+
+    #[test]
+    fn answer_strings_are_bounded_explanations_tighter_and_enums_untouched() {
+        let s = schema_of::<Bounded>();
+        let p = &s["properties"];
+        assert_eq!(p["reason"]["maxLength"], MAX_EXPLANATION_CHARS);
+        assert_eq!(p["solvability_feedback"]["maxLength"], MAX_EXPLANATION_CHARS);
+        assert_eq!(p["queries"]["items"]["maxLength"], MAX_STRING_CHARS);
+        let inner = &s["$defs"]["Inner"]["properties"];
+        assert_eq!(inner["note"]["maxLength"], MAX_EXPLANATION_CHARS);
+        assert_eq!(inner["text"]["maxLength"], MAX_STRING_CHARS);
+        assert!(s["$defs"]["Kind"].get("maxLength").is_none(), "{}", s["$defs"]["Kind"]);
+        // A bound already there is kept; the validator enforces the bound for servers that
+        // ignore the schema.
+        let mut own = json!({"type": "object", "properties": {"reason": {"type": "string", "maxLength": 5}}});
+        bound_strings(&mut own, None);
+        assert_eq!(own["properties"]["reason"]["maxLength"], 5);
+        let val = jsonschema::validator_for(&s).unwrap();
+        let long = "x".repeat(MAX_EXPLANATION_CHARS as usize + 1);
+        let answer = json!({"reason": long, "solvability_feedback": "", "queries": [], "kind": "A"}).to_string();
+        assert!(validate::<Bounded>(&answer, &val).unwrap_err().contains("reason"));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::assign::{ASSIGNMENTS, Assignments, SAMPLES};
 use super::{Score, ScoreKind};
@@ -78,23 +78,47 @@ impl PrereviewSettings {
     }
 }
 
-/// The LLM's answer.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+/// The LLM's answer: `scores` has one entry per rubric dimension, keyed by its id.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LlmReview {
-    /// One entry per rubric dimension.
-    pub scores: Vec<DimScore>,
+    pub scores: BTreeMap<String, DimScore>,
     /// One line overall.
     pub note: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DimScore {
-    /// The dimension id, exactly as listed.
-    pub dimension: String,
-    /// A whole number on the scale.
-    pub score: i64,
     /// One line saying why.
     pub reason: String,
+    /// A whole number on the scale.
+    pub score: i64,
+}
+
+/// The answer's JSON Schema for this rubric: every dimension a required property and every
+/// score an integer on the scale, so a server that turns the schema into a grammar cannot
+/// leave a dimension out or score off the scale (the 0.5B model answered `"scores": []`
+/// against a free-form list), and any other server's answer is checked and re-asked.
+pub fn answer_schema(a: &Assignments) -> Value {
+    let dim = json!({
+        "type": "object",
+        "properties": {
+            "reason": {"type": "string", "description": "One line saying why."},
+            "score": {"type": "integer", "minimum": a.scale_min, "maximum": a.scale_max},
+        },
+        "required": ["reason", "score"],
+        "additionalProperties": false,
+    });
+    let props: serde_json::Map<String, Value> = a.dimensions.iter().map(|d| (d.id.clone(), dim.clone())).collect();
+    let ids: Vec<&str> = a.dimensions.iter().map(|d| d.id.as_str()).collect();
+    json!({
+        "type": "object",
+        "properties": {
+            "scores": {"type": "object", "properties": props, "required": ids, "additionalProperties": false},
+            "note": {"type": "string", "description": "One line overall."},
+        },
+        "required": ["scores", "note"],
+        "additionalProperties": false,
+    })
 }
 
 /// What is checkpointed per (sample, role).
@@ -179,12 +203,15 @@ impl Stage for PrereviewStage {
             .fail_point("review_prereview_item");
         let mut batch = Batch::new(ctx, opts)?;
         let aref = &a;
+        let schema = &answer_schema(&a);
         let done = batch.run(items, |(role, pr): (String, Prompt), llm: Item| async move {
-            let reply = llm.typed::<LlmReview>(&role, &pr).await?;
+            let reply = llm.typed_schema::<LlmReview>(&role, &pr, "review", schema.clone(), |_| Ok(())).await?;
             let mut scores = BTreeMap::new();
             let mut reasons = BTreeMap::new();
             for d in &aref.dimensions {
-                let Some(ds) = reply.value.scores.iter().find(|x| x.dimension.trim() == d.id) else {
+                // The schema requires every dimension; kept as a guard for servers that
+                // ignore it.
+                let Some(ds) = reply.value.scores.get(&d.id) else {
                     return Err(ItemError::Failed(format!("the answer has no score for `{}`", d.id)));
                 };
                 if ds.score < aref.scale_min as i64 || ds.score > aref.scale_max as i64 {

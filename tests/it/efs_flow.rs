@@ -699,7 +699,7 @@ fn every_pair_search_index_writes_todays_demo_artifacts_bit_for_bit() {
     let read = || files.map(file);
     let auto = read();
     let cfg = std::fs::read_to_string(&p.config).unwrap();
-    for index in ["exact", "blocked", "auto"] {
+    for index in ["exact", "blocked", "ann", "auto"] {
         std::fs::write(&p.config, format!("{cfg}\n[efs.pairs]\nindex = \"{index}\"\n")).unwrap();
         // Not hashed: every choice finds the same pairs, so the stage stays up to date.
         let out = p.ok(&["efs", "pairs"]);
@@ -713,7 +713,9 @@ fn every_pair_search_index_writes_todays_demo_artifacts_bit_for_bit() {
     assert!(!o.status.success(), "an unknown search is refused");
     let line = cfg.lines().count() + 3;
     assert!(
-        err.contains(&format!("line {line}: unknown variant `hnsw`, expected one of `exact`, `blocked`, `auto`")),
+        err.contains(&format!(
+            "line {line}: unknown variant `hnsw`, expected one of `exact`, `ann`, `blocked`, `auto`"
+        )),
         "{err}"
     );
 }

@@ -87,10 +87,11 @@ fn no_csv_of_a_demo_run_carries_a_formula_cell() {
                 (1..=n).map(|i| serde_json::json!({"candidate": i, "equivalent": true, "reason": reason})).collect();
             serde_json::json!({"verdicts": v})
         } else if text.contains("Score this benchmark sample") {
-            let scores: Vec<_> = ["relevance", "completeness", "consistency", "reliability", "freshness"]
-                .iter()
-                .map(|d| serde_json::json!({"dimension": d, "score": 5, "reason": reason}))
-                .collect();
+            let scores: serde_json::Map<_, _> =
+                ["relevance", "completeness", "consistency", "reliability", "freshness"]
+                    .iter()
+                    .map(|d| (d.to_string(), serde_json::json!({"score": 5, "reason": reason})))
+                    .collect();
             serde_json::json!({"scores": scores, "note": reason})
         } else if text.contains("User request:") {
             serde_json::json!({"selected": []})

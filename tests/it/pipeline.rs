@@ -69,10 +69,11 @@ pub(crate) fn full_project() -> Project {
             serde_json::json!({"turns": [{"turn": 1, "addressed": true, "reason": "scripted"}]})
         } else if text.contains("Score this benchmark sample") {
             // LLM pre-review: every sample passes on every dimension.
-            let scores: Vec<_> = ["relevance", "completeness", "consistency", "reliability", "freshness"]
-                .iter()
-                .map(|d| serde_json::json!({"dimension": d, "score": 5, "reason": "scripted"}))
-                .collect();
+            let scores: serde_json::Map<_, _> =
+                ["relevance", "completeness", "consistency", "reliability", "freshness"]
+                    .iter()
+                    .map(|d| (d.to_string(), serde_json::json!({"score": 5, "reason": "scripted"})))
+                    .collect();
             serde_json::json!({"scores": scores, "note": "scripted"})
         } else {
             serde_json::json!({"reason": "needs live data", "verdict": "keep"})

@@ -753,9 +753,9 @@ fn llm_prereview_is_marked_and_decides_only_when_the_config_says_so() {
         let odd = text.contains("fund F1?") || text.contains("fund F11?");
         let f = if strict && odd { 2 } else { 4 };
         let dims = ["relevance", "completeness", "consistency", "reliability", "freshness"];
-        let scores: Vec<Value> = dims
+        let scores: serde_json::Map<String, Value> = dims
             .iter()
-            .map(|d| json!({"dimension": d, "score": if *d == "freshness" { f } else { 5 }, "reason": "scripted"}))
+            .map(|d| (d.to_string(), json!({"score": if *d == "freshness" { f } else { 5 }, "reason": "scripted"})))
             .collect();
         Answer::json(json!({"scores": scores, "note": "scripted review"}))
     });
