@@ -228,6 +228,28 @@ impl LazyEmbedder<'_> {
     }
 }
 
+/// The writer's answer schema: at most `n` requests. Bounded so a small model that keeps
+/// writing requests ends in a valid answer (see [`crate::llm::bound_strings`]).
+fn requests_schema(n: usize) -> serde_json::Value {
+    let mut s = crate::llm::schema_of::<Requests>();
+    s["properties"]["requests"]["maxItems"] = json!(n.max(1));
+    s
+}
+
+/// The judge's answer schema for one request: each selected id one of the retrieved ids,
+/// at most all of them. A grammar-constrained server can then neither invent an id nor
+/// loop over the list (the 1.5B model did: `"selected": ["github-mcp::create_issue", …`
+/// until `max_tokens` cut the JSON); other servers' answers are checked and re-asked.
+fn selection_schema(retrieved: &[String]) -> serde_json::Value {
+    let mut s = crate::llm::schema_of::<Selection>();
+    if !retrieved.is_empty() {
+        // An empty `enum` is not a valid schema; `maxItems: 0` says it all then.
+        s["properties"]["selected"]["items"] = json!({"type": "string", "enum": retrieved});
+    }
+    s["properties"]["selected"]["maxItems"] = json!(retrieved.len());
+    s
+}
+
 /// What the judge's selection means for one request: only retrieved ids count
 /// (others are kept as `unknown` for audit), both lists sorted and deduplicated.
 fn request_result(request: String, retrieved: Vec<String>, sel: &Selection, exchange: String) -> RequestResult {
@@ -319,14 +341,20 @@ impl Stage for TopdownStage {
         let (tools, vectors, embedder) = (&tools, &vectors, &embedder);
         let done = batch.run(items, |set: &CandidateSet, llm: Item| async move {
             let prompt = requests_prompt(t, tools, set)?;
-            let reqs = llm.typed_as::<Requests>(&t.writer_role, &prompt, "requests").await?;
+            let schema = requests_schema(t.requests_per_set);
+            let reqs = llm
+                .typed_schema::<Requests>(&t.writer_role, &prompt, Some("requests"), ("Requests", schema), |_| Ok(()))
+                .await?;
             let texts: Vec<String> = reqs.value.requests.iter().take(t.requests_per_set).cloned().collect();
             let qv = embedder.embed(&texts)?;
             let llm = &llm;
             let judged = futures::future::join_all(texts.iter().zip(&qv).enumerate().map(|(i, (text, q))| {
                 let (retrieved, prompt) = select_prompt(t, tools, vectors, text, q);
                 async move {
-                    let sel = llm.typed_as::<Selection>(&t.judge_role, &prompt, &format!("request{}", i + 1)).await?;
+                    let part = format!("request{}", i + 1);
+                    let schema = ("Selection", selection_schema(&retrieved));
+                    let sel =
+                        llm.typed_schema::<Selection>(&t.judge_role, &prompt, Some(&part), schema, |_| Ok(())).await?;
                     Ok(request_result(text.clone(), retrieved, &sel.value, sel.exchange))
                 }
             }))
@@ -407,6 +435,21 @@ mod tests {
             unknown: vec![],
             exchange: "sha256:1".into(),
         }
+    }
+
+    #[test]
+    fn answer_schemas_bound_the_lists_and_allow_only_retrieved_ids() {
+        let retrieved = vec!["a::x".to_string(), "b::y".to_string()];
+        let v = jsonschema::validator_for(&selection_schema(&retrieved)).unwrap();
+        assert!(v.is_valid(&json!({"selected": ["b::y"]})));
+        assert!(v.is_valid(&json!({"selected": []})));
+        assert!(!v.is_valid(&json!({"selected": ["c::z"]})), "an invented id");
+        assert!(!v.is_valid(&json!({"selected": ["a::x", "b::y", "a::x"]})), "a loop over the list");
+        let none = jsonschema::validator_for(&selection_schema(&[])).unwrap();
+        assert!(none.is_valid(&json!({"selected": []})) && !none.is_valid(&json!({"selected": ["a::x"]})));
+        let w = jsonschema::validator_for(&requests_schema(2)).unwrap();
+        assert!(w.is_valid(&json!({"requests": ["one", "two"]})));
+        assert!(!w.is_valid(&json!({"requests": ["one", "two", "three"]})));
     }
 
     #[test]

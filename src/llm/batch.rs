@@ -226,17 +226,22 @@ impl Item {
         self.client.typed_checked(role, prompt, &self.key, check).await
     }
 
-    /// Typed answer against a schema built at run time (see [`LlmClient::typed_schema`]).
+    /// Typed answer against a schema built at run time (see [`LlmClient::typed_schema`]),
+    /// recorded under the item's key or, with `part`, under `<key>:<part>`.
     pub async fn typed_schema<T: DeserializeOwned>(
         &self,
         role: &str,
         prompt: &Prompt,
-        name: &str,
-        schema: serde_json::Value,
+        part: Option<&str>,
+        (name, schema): (&str, serde_json::Value),
         check: impl Fn(&T) -> Result<(), String>,
     ) -> Result<Reply<T>, LlmError> {
+        let subject = match part {
+            Some(part) => format!("{}:{part}", self.key),
+            None => self.key.clone(),
+        };
         let _p = self.calls.acquire().await;
-        self.client.typed_schema(role, prompt, &self.key, name, schema, check).await
+        self.client.typed_schema(role, prompt, &subject, name, schema, check).await
     }
 
     /// Typed answer recorded under `<key>:<part>` (for items that ask several things).

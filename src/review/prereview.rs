@@ -205,7 +205,7 @@ impl Stage for PrereviewStage {
         let aref = &a;
         let schema = &answer_schema(&a);
         let done = batch.run(items, |(role, pr): (String, Prompt), llm: Item| async move {
-            let reply = llm.typed_schema::<LlmReview>(&role, &pr, "review", schema.clone(), |_| Ok(())).await?;
+            let reply = llm.typed_schema::<LlmReview>(&role, &pr, None, ("review", schema.clone()), |_| Ok(())).await?;
             let mut scores = BTreeMap::new();
             let mut reasons = BTreeMap::new();
             for d in &aref.dimensions {
