@@ -51,11 +51,15 @@ pub struct Decision {
     pub content_hash: String,
     /// `accepted`, `rejected`, `excluded` or `undecided`.
     pub decision: String,
-    /// `human`, `llm` or `adjudication`.
-    #[serde(default)]
+    /// `human`, `llm` or `adjudication`; empty while undecided (`review merge` writes null).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub decided_by: String,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
 }
 
 /// The files a release may hold (under `artifacts/release/` and the published folder).
@@ -1108,6 +1112,30 @@ pub fn explain(s: &Settings, id: &str) -> Result<Option<crate::explain::Explanat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_undecided_merge_decision_is_read_with_no_decider() {
+        // What `review merge` writes for a sample the two reviewers split on (the demo's
+        // first full run stopped here: `decided_by` is null until someone decides).
+        use crate::review::merge::{Decision as Merged, Outcome};
+        let merged = Merged {
+            id: "L1-1".into(),
+            content_hash: "sha256:00".into(),
+            decision: Outcome::Undecided,
+            decided_by: None,
+            kind: crate::model::Kind::L1,
+            scenario: vec![],
+            reviewers: vec!["a".into(), "b".into()],
+            reviews: vec![],
+            adjudication: None,
+            rule: "both".into(),
+            reason: "split".into(),
+        };
+        let line = serde_json::to_string(&merged).unwrap();
+        assert!(line.contains("\"decided_by\":null"), "{line}");
+        let d: Decision = serde_json::from_str(&line).unwrap();
+        assert_eq!((d.decision.as_str(), d.decided_by.as_str()), ("undecided", ""));
+    }
 
     #[test]
     fn versions_order_numerically() {

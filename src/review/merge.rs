@@ -6,8 +6,8 @@
 //! the adjudication queue (`queue.csv`, and the web app's adjudication view), where a
 //! lead who did not review it (or a recorded `consensus`) decides, with a reason, in
 //! `reviews/adjudications.csv` or the web app. Any sample may be **excluded** the same
-//! way. Everything else is **undecided**, and undecided samples block the release until
-//! decided or excluded. Human scores decide; LLM pre-review scores decide only where no
+//! way. Everything else is **undecided**, and undecided samples stay out of the release
+//! (each listed with its reason) until decided or excluded. Human scores decide; LLM pre-review scores decide only where no
 //! pair of human scores exists and `[review.prereview] count_as_human = true`, and those
 //! decisions say `decided_by = "llm"`.
 //!
@@ -222,7 +222,7 @@ impl Stage for MergeStage {
         ));
         if n(Outcome::Undecided) > 0 {
             out.notes.push(format!(
-                "{} undecided samples block the release until decided or excluded (see `artifacts/review-merge/report.md`)",
+                "{} undecided samples stay out of the release until decided or excluded (see `artifacts/review-merge/report.md`)",
                 n(Outcome::Undecided)
             ));
         }
@@ -608,7 +608,7 @@ fn report(r: &super::ReviewSettings, m: &Merged, ag: &[Agreement], count_as_huma
     if n(Outcome::Undecided) > 0 {
         let _ = writeln!(
             s,
-            "{} undecided samples block the release until they are decided or excluded; {} of them are in the \
+            "{} undecided samples stay out of the release until they are decided or excluded; {} of them are in the \
              adjudication queue (`queue.csv`).\n",
             n(Outcome::Undecided),
             m.queue
