@@ -70,9 +70,9 @@ pub static SPEC: StageSpec = StageSpec {
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 /// `reason` comes before `equivalent` (here and in [`CandidateVerdict`]): the schema's
 /// property order is the order a grammar-constrained server writes the answer in, so the
-/// verdict follows the reasoning instead of being rationalised after it. On the demo's
-/// seven planned calls the 1.5B model judged 1 of the 6 planted equivalents with the
-/// verdict first and all 6 with the reason first.
+/// verdict follows the reasoning instead of being rationalised after it. Replaying the
+/// demo's seven planned calls, the 1.5B model found 1 of the 6 planted equivalents with
+/// the verdict first and all 6 with the reason first (docs/efs.md).
 pub struct PairJudgement {
     /// One line saying why.
     pub reason: String,
