@@ -341,20 +341,9 @@ fn embed_config_errors_are_reported_at_load() {
 /// missing assets fail the test; elsewhere it is skipped with the reason.
 #[test]
 fn real_llama_server_embeddings_have_the_model_width_and_are_reused_by_hash() {
-    let cache = benchgen::llm::config::cache_dir();
-    let bin = cache.join("llm/build/bin/llama-server");
-    let model = cache.join("llm/models").join(benchgen::llm::config::SMALL_LOCAL_MODEL);
-    if !bin.is_file() || !model.is_file() {
-        let msg = format!(
-            "llama-server or the 0.5B model is missing from `{}`; run `make setup` (scripts/setup.d/10-llm.sh)",
-            cache.display()
-        );
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{msg}");
-        }
-        eprintln!("skipping the real llama-server embedding test: {msg}");
+    let Some((bin, model)) = crate::support::local_llm_assets("the real llama-server embedding test") else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let server = rt

@@ -194,20 +194,9 @@ fn ctrl_c_during_start_up_stops_the_server_and_exits_non_zero() {
 /// `make setup` put into $BENCHGEN_CACHE. In CI (CI=true) missing assets fail the test.
 #[test]
 fn real_local_model_gives_a_schema_valid_typed_answer() {
-    let cache = benchgen::llm::config::cache_dir();
-    let bin = cache.join("llm/build/bin/llama-server");
-    let model = cache.join("llm/models").join(benchgen::llm::config::SMALL_LOCAL_MODEL);
-    if !bin.is_file() || !model.is_file() {
-        let msg = format!(
-            "llama-server or the 0.5B model is missing from `{}`; run `make setup` (scripts/setup.d/10-llm.sh)",
-            cache.display()
-        );
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{msg}");
-        }
-        eprintln!("skipping the real-model smoke test: {msg}");
+    let Some((_, model)) = crate::support::local_llm_assets("the real-model smoke test") else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     // A uniquely named link to the model, so this test can find its own server in /proc.
     let link = dir.path().join("smoke-model.gguf");

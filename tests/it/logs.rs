@@ -668,17 +668,9 @@ mod fuzz {
 
 #[test]
 fn real_small_model_curates_a_few_sessions() {
-    let cache = benchgen::llm::config::cache_dir();
-    let bin = cache.join("llm/build/bin/llama-server");
-    let model = cache.join("llm/models").join(benchgen::llm::config::SMALL_LOCAL_MODEL);
-    if !bin.is_file() || !model.is_file() {
-        let msg = format!("llama-server or the 0.5B model is missing from `{}`; run `make setup`", cache.display());
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{msg}");
-        }
-        eprintln!("skipping the real-model smoke test: {msg}");
+    let Some((_, model)) = crate::support::local_llm_assets("the real-model smoke test") else {
         return;
-    }
+    };
     let lp = LogProject::demo("");
     let cfg = lp
         .p

@@ -32,6 +32,27 @@ pub fn shared_data(rel: &str) -> Option<PathBuf> {
     }
 }
 
+/// The llama-server binary and the 0.5B GGUF that `make setup` puts into `$BENCHGEN_CACHE`,
+/// for the tests that run the real local model. Missing assets fail under `CI=true` ("run
+/// make setup") and skip `test` with a printed reason elsewhere.
+pub fn local_llm_assets(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let cache = benchgen::llm::config::cache_dir();
+    let bin = cache.join("llm/build/bin/llama-server");
+    let model = cache.join("llm/models").join(benchgen::llm::config::SMALL_LOCAL_MODEL);
+    if bin.is_file() && model.is_file() {
+        return Some((bin, model));
+    }
+    let msg = format!(
+        "llama-server or the 0.5B model is missing from `{}`; run `make setup` (scripts/setup.d/10-llm.sh)",
+        cache.display()
+    );
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{msg}");
+    }
+    eprintln!("skipping {test}: {msg}");
+    None
+}
+
 pub struct Project {
     pub dir: tempfile::TempDir,
     /// Stands in for the demo's local model (see [`Project::demo`]).
