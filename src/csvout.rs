@@ -55,6 +55,64 @@ pub fn restore(cell: &str) -> &str {
     }
 }
 
+/// A cell read back from one of our sheets: trimmed, neutralisation undone.
+pub fn restore_cell(cell: &str) -> String {
+    restore(cell.trim()).to_string()
+}
+
+/// One data row of a returned sheet: where it is (`file:line`, or `file:row` for XLSX)
+/// and its cells, formula neutralisation undone, exactly as many as the header has.
+pub struct SheetRow {
+    pub loc: String,
+    pub cells: Vec<String>,
+}
+
+/// The data rows of a CSV sheet written with header `expected` (the review and graph
+/// review sheets). Every problem — a wrong header (then no rows), a broken record, a
+/// wrong cell count — goes into `problems` at `name:line`; good rows are returned.
+pub fn read_rows(
+    name: &str,
+    bytes: &[u8],
+    expected: &[impl AsRef<str>],
+    problems: &mut Vec<crate::error::Problem>,
+) -> Vec<SheetRow> {
+    use crate::error::Problem;
+    let expected: Vec<&str> = expected.iter().map(AsRef::as_ref).collect();
+    let mut rd = csv::ReaderBuilder::new().flexible(true).from_reader(bytes);
+    match rd.headers() {
+        Ok(h) if h.iter().map(str::trim).eq(expected.iter().copied()) => {}
+        Ok(h) => {
+            problems.push(Problem::new(
+                format!("{name}:1"),
+                format!("header must be `{}`, found `{}`", expected.join(","), h.iter().collect::<Vec<_>>().join(",")),
+            ));
+            return Vec::new();
+        }
+        Err(e) => {
+            problems.push(Problem::new(format!("{name}:1"), format!("not CSV: {e}")));
+            return Vec::new();
+        }
+    }
+    let mut out = Vec::new();
+    for rec in rd.records() {
+        let rec = match rec {
+            Ok(r) => r,
+            Err(e) => {
+                let line = e.position().map(|p| p.line()).unwrap_or(0);
+                problems.push(Problem::new(format!("{name}:{line}"), format!("not CSV: {e}")));
+                continue;
+            }
+        };
+        let loc = format!("{name}:{}", rec.position().map(|p| p.line()).unwrap_or(0));
+        if rec.len() != expected.len() {
+            problems.push(Problem::new(&loc, format!("expected {} cells, found {}", expected.len(), rec.len())));
+            continue;
+        }
+        out.push(SheetRow { loc, cells: rec.iter().map(restore_cell).collect() });
+    }
+    out
+}
+
 /// A CSV writer into memory that neutralises every cell (see the module doc).
 pub struct Writer {
     inner: csv::Writer<Vec<u8>>,

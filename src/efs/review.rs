@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use super::build::{CandidateSet, Sets};
 use super::topdown::ReviewItem;
+use crate::csvout::restore_cell;
 use crate::error::{InputError, Problem};
 use crate::ledger::{NewEvent, kind};
 use crate::model::Catalog;
@@ -34,11 +35,6 @@ use crate::stage::{Artifact, Ctx, Inputs, Output, Plan, Stage, StageSpec};
 pub const SHEET: &str = "efs_review.csv";
 pub const HEADER: [&str; 10] =
     ["set_id", "row", "tool_id", "server", "description", "signal", "decision", "target", "reviewer", "note"];
-
-/// Undo the writer's formula neutralisation ([`crate::csvout`]) of a trimmed cell.
-pub fn restore(cell: &str) -> String {
-    crate::csvout::restore(cell.trim()).to_string()
-}
 
 /// The review sheet for the current candidate sets and top-down items.
 pub fn export_sheet(sets: &[CandidateSet], items: &[ReviewItem], catalog: &Catalog) -> Result<Vec<u8>> {
@@ -150,7 +146,7 @@ pub fn import_sheets(
                 }
             };
             if i == 0 {
-                let got: Vec<String> = rec.iter().map(restore).collect();
+                let got: Vec<String> = rec.iter().map(restore_cell).collect();
                 if got != HEADER {
                     problems.push(Problem::new(
                         &loc,
@@ -167,7 +163,7 @@ pub fn import_sheets(
                 problems.push(Problem::new(&loc, format!("expected {} cells, found {}", HEADER.len(), rec.len())));
                 continue;
             }
-            let c: Vec<String> = rec.iter().map(restore).collect();
+            let c: Vec<String> = rec.iter().map(restore_cell).collect();
             let (set_id, row, tool, decision, target, reviewer, note) =
                 (&c[0], &c[1], &c[2], c[6].to_lowercase(), &c[7], &c[8], &c[9]);
             let mut bad = |m: String| problems.push(Problem::new(&loc, m));
@@ -383,11 +379,11 @@ mod tests {
         use crate::csvout::neutralise;
         for c in ["=1+1", "+x", "-3+1", "@SUM(A1)"] {
             assert!(neutralise(c).starts_with('\''), "{c:?}");
-            assert_eq!(restore(&neutralise(c)), c);
+            assert_eq!(restore_cell(&neutralise(c)), c);
         }
         assert!(neutralise("\tx").starts_with('\''));
         assert_eq!(neutralise("plain"), "plain");
-        assert_eq!(restore("'quoted but harmless"), "'quoted but harmless");
+        assert_eq!(restore_cell("'quoted but harmless"), "'quoted but harmless");
     }
 
     fn one_set() -> Vec<CandidateSet> {

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::render;
 use super::{Edge, GraphDoc, Judged, Support};
-use crate::efs::review::restore;
+use crate::csvout::{SheetRow, read_rows};
 use crate::error::{InputError, Problem};
 use crate::ledger::{NewEvent, kind};
 use crate::settings::Settings;
@@ -75,41 +75,8 @@ pub fn import_sheets(files: &[(String, Vec<u8>)], tools: &BTreeSet<String>) -> R
     let mut problems = Vec::new();
     let mut out: BTreeMap<(String, String), Decision> = BTreeMap::new();
     for (name, bytes) in files {
-        let mut r = csv::ReaderBuilder::new().flexible(true).from_reader(bytes.as_slice());
-        match r.headers() {
-            Ok(h) if h.iter().map(str::trim).eq(HEADER.iter().copied()) => {}
-            Ok(h) => {
-                problems.push(Problem::new(
-                    format!("{name}:1"),
-                    format!(
-                        "header must be `{}`, found `{}`",
-                        HEADER.join(","),
-                        h.iter().collect::<Vec<_>>().join(",")
-                    ),
-                ));
-                continue;
-            }
-            Err(e) => {
-                problems.push(Problem::new(format!("{name}:1"), format!("not CSV: {e}")));
-                continue;
-            }
-        }
-        for rec in r.records() {
-            let rec = match rec {
-                Ok(r) => r,
-                Err(e) => {
-                    let line = e.position().map(|p| p.line()).unwrap_or(0);
-                    problems.push(Problem::new(format!("{name}:{line}"), format!("not CSV: {e}")));
-                    continue;
-                }
-            };
-            let line = rec.position().map(|p| p.line()).unwrap_or(0);
-            let loc = format!("{name}:{line}");
-            if rec.len() != HEADER.len() {
-                problems.push(Problem::new(&loc, format!("expected {} cells, found {}", HEADER.len(), rec.len())));
-                continue;
-            }
-            let cell = |i: usize| restore(rec.get(i).unwrap_or(""));
+        for SheetRow { loc, cells } in read_rows(name, bytes, &HEADER, &mut problems) {
+            let cell = |i: usize| cells[i].clone();
             let (from, to, decision, reviewer) = (cell(0), cell(1), cell(7).to_ascii_lowercase(), cell(8));
             if decision.is_empty() {
                 continue;

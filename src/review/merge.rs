@@ -27,7 +27,7 @@ use serde_json::json;
 use super::agreement::{self, DimensionAgreement};
 use super::assign::{ASSIGNMENTS, Assignments, SAMPLES};
 use super::{Role, Score, ScoreKind};
-use crate::efs::review::restore;
+use crate::csvout::restore_cell;
 use crate::error::{InputError, Problem};
 use crate::ledger::NewEvent;
 use crate::model::Sample;
@@ -338,7 +338,7 @@ pub fn merge(
                         format!("not CSV: {e}"),
                     )),
                     Ok(rec) => {
-                        let cell = |i: usize| restore(rec.get(i).unwrap_or(""));
+                        let cell = |i: usize| restore_cell(rec.get(i).unwrap_or(""));
                         let loc = format!("{name}:{}", rec.position().map(|p| p.line()).unwrap_or(0));
                         if cell(c[2]).is_empty() {
                             continue; // a queue row nobody decided yet

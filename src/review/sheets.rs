@@ -29,7 +29,7 @@ use serde_json::json;
 
 use super::assign::{ASSIGNMENTS, Assignments, SAMPLES};
 use super::{Score, ScoreKind};
-use crate::efs::review::restore;
+use crate::csvout::{SheetRow, restore_cell};
 use crate::error::{InputError, Problem};
 use crate::ledger::NewEvent;
 use crate::model::Sample;
@@ -364,48 +364,9 @@ pub fn is_xlsx(name: &str) -> bool {
     name.rsplit('.').next().is_some_and(|x| x.eq_ignore_ascii_case("xlsx"))
 }
 
-/// One data row of a returned sheet: where it is (`file:line`, or `file:row` for XLSX)
-/// and its cells, formula neutralisation undone, exactly as many as the header has.
-struct SheetRow {
-    loc: String,
-    cells: Vec<String>,
-}
-
 fn csv_rows(name: &str, bytes: &[u8], expected: &[String], problems: &mut Vec<Problem>) -> Vec<SheetRow> {
-    let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
-    let mut rd = csv::ReaderBuilder::new().flexible(true).from_reader(bytes);
-    match rd.headers() {
-        Ok(h) if h.iter().map(str::trim).eq(expected.iter().map(String::as_str)) => {}
-        Ok(h) => {
-            problems.push(Problem::new(
-                format!("{name}:1"),
-                format!("header must be `{}`, found `{}`", expected.join(","), h.iter().collect::<Vec<_>>().join(",")),
-            ));
-            return Vec::new();
-        }
-        Err(e) => {
-            problems.push(Problem::new(format!("{name}:1"), format!("not CSV: {e}")));
-            return Vec::new();
-        }
-    }
-    let mut out = Vec::new();
-    for rec in rd.records() {
-        let rec = match rec {
-            Ok(r) => r,
-            Err(e) => {
-                let line = e.position().map(|p| p.line()).unwrap_or(0);
-                problems.push(Problem::new(format!("{name}:{line}"), format!("not CSV: {e}")));
-                continue;
-            }
-        };
-        let loc = format!("{name}:{}", rec.position().map(|p| p.line()).unwrap_or(0));
-        if rec.len() != expected.len() {
-            problems.push(Problem::new(&loc, format!("expected {} cells, found {}", expected.len(), rec.len())));
-            continue;
-        }
-        out.push(SheetRow { loc, cells: rec.iter().map(restore).collect() });
-    }
-    out
+    // Spreadsheets save CSV with a byte-order mark; review sheets accept it.
+    crate::csvout::read_rows(name, bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes), expected, problems)
 }
 
 /// Spreadsheet column letters of a 0-based column index (0 → `A`, 26 → `AA`).
@@ -447,7 +408,7 @@ fn xlsx_cells(bytes: &[u8], expected: &[String]) -> Result<Cells, String> {
                     cell_name(r, col)
                 )),
                 (None, Data::Error(e)) => Err(format!("{} holds the error value `{e}`", cell_name(r, col))),
-                (None, d) => Ok(restore(&d.to_string())),
+                (None, d) => Ok(restore_cell(&d.to_string())),
             };
             if text.as_ref().is_ok_and(String::is_empty) {
                 continue;
