@@ -4,67 +4,15 @@
 
 use std::time::{Duration, Instant};
 
+use crate::support::llm_project::{self, Project, Verdict, client, events, good, prompt, rt};
 use crate::support::scripted_llm::{Answer, ScriptedLlm};
 use benchgen::ledger::Ledger;
 use benchgen::llm::{ChatMessage, LlmClient, LlmError, LlmMode, Prompt, ToolSpec};
-use benchgen::settings::Settings;
-use serde::Deserialize;
-use serde_json::{Value, json};
-
-#[derive(Debug, Deserialize, schemars::JsonSchema, PartialEq)]
-struct Verdict {
-    verdict: String,
-    reason: String,
-}
-
-fn good() -> Answer {
-    Answer::json(json!({"verdict": "keep", "reason": "fine"}))
-}
-
-struct Project {
-    _dir: tempfile::TempDir,
-    settings: Settings,
-}
+use serde_json::json;
 
 /// A temp project with one role `r` at `base_url` (extra TOML lines appended to the role).
 fn project(base_url: &str, extra: &str) -> Project {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("pipeline/test.toml");
-    std::fs::create_dir_all(dir.path().join("pipeline/prompts")).unwrap();
-    std::fs::write(dir.path().join("pipeline/prompts/judge.md"), "You judge tools.\n--- user ---\nTool: {{ name }}\n")
-        .unwrap();
-    std::fs::write(
-        &p,
-        format!(
-            "[llm.roles.r]\nprovider = \"vllm\"\nbase_url = \"{base_url}\"\nmodel = \"m\"\ntemperature = 0.0\nseed = 1\nbackoff_ms = 20\n{extra}\n"
-        ),
-    )
-    .unwrap();
-    let settings = Settings::load(&p).unwrap();
-    Project { _dir: dir, settings }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
-}
-
-fn client(p: &Project, mode: LlmMode) -> LlmClient {
-    let ledger = Ledger::open(&p.settings.artifacts).unwrap();
-    let run = ledger.begin_run("test", "", "0").unwrap();
-    LlmClient::with_mode(&p.settings, "test", run, mode).unwrap()
-}
-
-fn prompt(name: &str) -> Prompt {
-    Prompt::new("judge", json!({"name": name}))
-}
-
-fn events(p: &Project, kind: &str) -> Vec<Value> {
-    let l = Ledger::open(&p.settings.artifacts).unwrap();
-    let mut st = l.connection().prepare("SELECT payload FROM events WHERE kind = ?1 ORDER BY id").unwrap();
-    st.query_map([kind], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(|s| serde_json::from_str(&s.unwrap()).unwrap())
-        .collect()
+    llm_project::project(&format!("base_url = \"{base_url}\""), extra)
 }
 
 #[test]

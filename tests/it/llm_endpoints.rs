@@ -8,73 +8,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::support::llm_project::{Verdict, client, events, good, load, project, prompt, rt};
 use crate::support::scripted_llm::{Answer, ScriptedLlm};
 use benchgen::ledger::Ledger;
-use benchgen::llm::{LlmClient, LlmError, LlmMode, Prompt};
+use benchgen::llm::{LlmClient, LlmError, LlmMode};
 use benchgen::settings::Settings;
-use serde::Deserialize;
-use serde_json::{Value, json};
-
-#[derive(Debug, Deserialize, schemars::JsonSchema, PartialEq)]
-struct Verdict {
-    verdict: String,
-    reason: String,
-}
-
-fn good() -> Answer {
-    Answer::json(json!({"verdict": "keep", "reason": "fine"}))
-}
-
-struct Project {
-    dir: tempfile::TempDir,
-    settings: Settings,
-}
-
-/// A temp project with one role `r` (its endpoint lines given).
-fn project(endpoints: &str, extra: &str) -> Project {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("pipeline/prompts")).unwrap();
-    std::fs::write(dir.path().join("pipeline/prompts/judge.md"), "You judge tools.\n--- user ---\nTool: {{ name }}\n")
-        .unwrap();
-    let settings = load(dir.path(), endpoints, extra).unwrap();
-    Project { dir, settings }
-}
-
-fn load(root: &std::path::Path, endpoints: &str, extra: &str) -> anyhow::Result<Settings> {
-    let p = root.join("pipeline/test.toml");
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(
-        &p,
-        format!(
-            "[llm.roles.r]\nprovider = \"vllm\"\n{endpoints}\nmodel = \"m\"\ntemperature = 0.0\nseed = 1\nbackoff_ms = 20\n{extra}\n"
-        ),
-    )
-    .unwrap();
-    Settings::load(&p)
-}
 
 fn urls(servers: &[&ScriptedLlm]) -> String {
     let list: Vec<String> = servers.iter().map(|s| format!("\"{}\"", s.base_url())).collect();
     format!("base_urls = [{}]", list.join(", "))
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
-}
-
-fn client(p: &Project, mode: LlmMode) -> LlmClient {
-    let run = Ledger::open(&p.settings.artifacts).unwrap().begin_run("test", "", "0").unwrap();
-    LlmClient::with_mode(&p.settings, "test", run, mode).unwrap()
-}
-
-fn prompt(name: &str) -> Prompt {
-    Prompt::new("judge", json!({"name": name}))
-}
-
-fn exchanges(p: &Project) -> Vec<Value> {
-    let l = Ledger::open(&p.settings.artifacts).unwrap();
-    let mut st = l.connection().prepare("SELECT payload FROM events WHERE kind = 'llm.exchange' ORDER BY id").unwrap();
-    st.query_map([], |r| r.get::<_, String>(0)).unwrap().map(|s| serde_json::from_str(&s.unwrap()).unwrap()).collect()
 }
 
 /// `n` typed calls on distinct prompts, all in flight at once; each must succeed.
@@ -112,7 +54,7 @@ fn requests_spread_over_the_endpoints_by_least_outstanding() {
         r.block_on(c.typed::<Verdict>("r", &prompt(&format!("s{i}")), "x")).unwrap();
     }
     assert_eq!((a.count(), b.count()), (6, 6));
-    let ex = exchanges(&p);
+    let ex = events(&p, "llm.exchange");
     assert!(ex.iter().all(|e| e["replica"] == 0 || e["replica"] == 1), "{ex:?}");
 }
 
@@ -130,7 +72,7 @@ fn a_failing_endpoint_is_taken_out_and_the_other_answers() {
     // went on at once to the other endpoint.
     assert_eq!(bad.count(), 2);
     assert_eq!(good_one.count(), 10);
-    let ex = exchanges(&p);
+    let ex = events(&p, "llm.exchange");
     assert_eq!(ex.len(), 10);
     assert_eq!(ex.iter().map(|e| e["attempts"].as_u64().unwrap()).collect::<Vec<_>>(), [2, 2, 1, 1, 1, 1, 1, 1, 1, 1]);
     assert!(ex.iter().all(|e| e["replica"] == 1));
@@ -148,7 +90,7 @@ fn a_failing_endpoint_is_taken_out_and_the_other_answers() {
     }
     assert_eq!(third.count(), 0);
     let hashes: std::collections::BTreeSet<String> =
-        exchanges(&p).iter().map(|e| e["request_hash"].as_str().unwrap().to_string()).collect();
+        events(&p, "llm.exchange").iter().map(|e| e["request_hash"].as_str().unwrap().to_string()).collect();
     assert_eq!(hashes.len(), 10, "one request hash per prompt, whichever endpoint answered");
 }
 
