@@ -11,6 +11,8 @@
 //! the selected pairs and the recall of the loop's top-k lists by the blocked search.
 //! Sizes: 2,375 (the ETOM snapshot), 20,000 and 100,000, or those given as arguments.
 
+mod common;
+
 use std::time::Instant;
 
 use benchgen::efs::lexical::Features;
@@ -87,29 +89,15 @@ fn catalog(n: usize, dim: usize) -> (Vec<f32>, Vec<Features>, Vec<u32>) {
     (data, feats, servers)
 }
 
-/// CPU seconds of this process (user + system, all threads).
-fn cpu_seconds() -> f64 {
-    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct it is given.
-    let u = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr());
-        u.assume_init()
-    };
-    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
-    t(u.ru_utime) + t(u.ru_stime)
-}
-
 fn run(data: &[f32], feats: &[Features], servers: &[u32], p: &PairSettings) -> (Vec<Vec<Neighbour>>, usize, f64, f64) {
-    let (c, t) = (cpu_seconds(), Instant::now());
+    let (c, t) = (common::cpu_seconds(), Instant::now());
     let lists = neighbours(data, 384, feats, servers, p);
     let pairs = select(&lists, p).len();
-    (lists, pairs, cpu_seconds() - c, t.elapsed().as_secs_f64())
+    (lists, pairs, common::cpu_seconds() - c, t.elapsed().as_secs_f64())
 }
 
 fn main() {
-    // `cargo test --all-targets` runs bench binaries too; only `cargo bench` passes `--bench`.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("efs_pairs: run with `cargo bench --bench efs_pairs`");
+    if !common::benching("efs_pairs") {
         return;
     }
     let sizes: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();

@@ -19,6 +19,8 @@
 #[path = "../tests/it/support/scripted_llm.rs"]
 mod scripted_llm;
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
@@ -116,28 +118,8 @@ fn answer(req: &Seen) -> Answer {
     Answer::json(a).after(LATENCY_MS)
 }
 
-/// CPU seconds (user + sys) of the finished child processes so far.
-fn children_cpu() -> f64 {
-    // SAFETY: getrusage fills the struct we pass.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(u.ru_utime) + t(u.ru_stime)
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 fn main() {
-    // `cargo test --all-targets` runs bench binaries too; only `cargo bench` passes `--bench`.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("levels: run with `cargo bench --bench levels`");
+    if !common::benching("levels") {
         return;
     }
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -193,7 +175,7 @@ fn main() {
         .or_else(|| manifest("embed")["counts"]["vectors"].as_u64())
         .unwrap_or(0);
     println!("ETOM snapshot: {tools} tools embedded; scripted endpoint {LATENCY_MS} ms, concurrency {CONCURRENCY}");
-    println!("load average before: {}", loadavg());
+    println!("load average before: {}", common::loadavg());
     println!(
         "{:<16} {:>9} {:>9} {:>10} {:>8} {:>12} {:>9}",
         "stage", "wall s", "requests", "exchanges", "CPU s", "ceiling s", "share"
@@ -210,10 +192,10 @@ fn main() {
         "levels-export",
     ] {
         let words: Vec<&str> = stage.splitn(2, '-').collect();
-        let (req0, cpu0, t) = (llm.count(), children_cpu(), Instant::now());
+        let (req0, cpu0, t) = (llm.count(), common::children_cpu_seconds(), Instant::now());
         run(&[words[0], words[1]]);
         let wall = t.elapsed().as_secs_f64();
-        let (req, cpu) = (llm.count() - req0, children_cpu() - cpu0);
+        let (req, cpu) = (llm.count() - req0, common::children_cpu_seconds() - cpu0);
         let ex = manifest(stage)["counts"]["llm_exchanges"].as_u64().unwrap_or(0);
         let ceiling = req as f64 * LATENCY_MS as f64 / 1000.0 / CONCURRENCY as f64;
         wall_all += wall;
@@ -229,7 +211,7 @@ fn main() {
         "all levels",
         100.0 * ceiling / wall_all
     );
-    println!("load average after: {}", loadavg());
+    println!("load average after: {}", common::loadavg());
     let stats: Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("artifacts/levels-export/stats.json")).unwrap()).unwrap();
     for r in stats.as_array().unwrap() {

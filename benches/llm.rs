@@ -9,6 +9,8 @@
 #[path = "../tests/it/support/scripted_llm.rs"]
 mod scripted_llm;
 
+mod common;
+
 use std::path::Path;
 use std::time::Instant;
 
@@ -23,14 +25,6 @@ use serde_json::json;
 struct Verdict {
     reason: String,
     verdict: String,
-}
-
-fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the struct we pass.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(u.ru_utime) + t(u.ru_stime)
 }
 
 fn project(dir: &Path, role: &str) -> Settings {
@@ -66,7 +60,7 @@ fn throughput(levels: &[usize], rounds: usize) {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let cl = client(&s);
         let n = (c * rounds).max(rounds * 2 + 4);
-        let cpu0 = cpu_seconds();
+        let cpu0 = common::cpu_seconds();
         let t0 = Instant::now();
         rt.block_on(async {
             let calls = (0..n).map(|i| {
@@ -78,7 +72,7 @@ fn throughput(levels: &[usize], rounds: usize) {
             }
         });
         let wall = t0.elapsed().as_secs_f64();
-        let cpu = cpu_seconds() - cpu0;
+        let cpu = common::cpu_seconds() - cpu0;
         let rate = n as f64 / wall;
         let ceiling = c as f64 / 0.2;
         println!(

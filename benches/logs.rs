@@ -4,6 +4,8 @@
 //!
 //! `cargo bench --bench logs -- [SESSIONS]` (scripts/bench.d/40-logs.sh). Figures in docs/logs.md.
 
+mod common;
+
 use std::io::{BufWriter, Write};
 use std::time::Instant;
 
@@ -21,16 +23,6 @@ fn peak_rss_mb() -> f64 {
         })
         .unwrap_or(0.0)
         / 1024.0
-}
-
-/// User + system CPU seconds of this process: the figure that stays meaningful when other
-/// work shares the cores (wall time is printed too).
-fn cpu_s() -> f64 {
-    // SAFETY: getrusage writes into the zeroed struct we pass and reads nothing else.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(u.ru_utime) + tv(u.ru_stime)
 }
 
 const TOOLS: [&str; 20] = [
@@ -57,9 +49,7 @@ const TOOLS: [&str; 20] = [
 ];
 
 fn main() -> anyhow::Result<()> {
-    // `cargo test --all-targets` runs bench binaries too; only `cargo bench` passes `--bench`.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("logs: run with `cargo bench --bench logs`");
+    if !common::benching("logs") {
         return Ok(());
     }
     let n: usize =
@@ -118,11 +108,11 @@ fn main() -> anyhow::Result<()> {
         format: LogFormat::Auto,
     }];
     let t = Instant::now();
-    let c0 = cpu_s();
+    let c0 = common::cpu_seconds();
     let rep = import_sources(&src, None, &mut anon, &mut out, &mut |_, _| Ok(()))?;
     out.flush()?;
     let import_s = t.elapsed().as_secs_f64();
-    let import_cpu = cpu_s() - c0;
+    let import_cpu = common::cpu_seconds() - c0;
     let rss_import = peak_rss_mb();
     println!(
         "import+anonymise+group: {} sessions, {} calls, {} groups, {} values anonymised in {import_s:.2} s wall, {import_cpu:.2} s CPU ({:.0} k events/s); peak RSS {rss_import:.0} MB (before import {rss0:.0} MB)",
@@ -137,10 +127,10 @@ fn main() -> anyhow::Result<()> {
     let sessions = benchgen::logs::parse_sessions(&text, "sessions.jsonl")?;
     drop(text);
     let t = Instant::now();
-    let c0 = cpu_s();
+    let c0 = common::cpu_seconds();
     let cands = benchgen::graph::candidates(&sessions);
     let cand_s = t.elapsed().as_secs_f64();
-    let cand_cpu = cpu_s() - c0;
+    let cand_cpu = common::cpu_seconds() - c0;
     let t = Instant::now();
     let info: benchgen::graph::render::ToolInfo =
         TOOLS.iter().map(|t| (t.to_string(), (String::new(), vec![]))).collect();

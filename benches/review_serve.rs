@@ -9,6 +9,8 @@
 //!
 //! Run: `cargo bench --bench review_serve -- [REVIEWERS] [SAMPLES]` (scripts/bench.d/60-review.sh).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
@@ -64,9 +66,7 @@ fn form(pairs: &[(&str, String)]) -> String {
 }
 
 fn main() {
-    // `cargo test --all-targets` runs bench binaries too; only `cargo bench` passes `--bench`.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("review_serve: run with `cargo bench --bench review_serve`");
+    if !common::benching("review_serve") {
         return;
     }
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();

@@ -5,6 +5,8 @@
 //!
 //! `cargo bench --bench stream` (size in MB: `BENCHGEN_STREAM_MB`, default 2048).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -49,9 +51,7 @@ fn peak_rss_mb() -> f64 {
 }
 
 fn main() -> Result<()> {
-    // `cargo test --all-targets` runs bench binaries too; only `cargo bench` passes `--bench`.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("stream: run with `cargo bench --bench stream`");
+    if !common::benching("stream") {
         return Ok(());
     }
     let mb: usize = std::env::var("BENCHGEN_STREAM_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(2048);

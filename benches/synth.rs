@@ -11,6 +11,8 @@
 #[path = "../tests/it/support/scripted_llm.rs"]
 mod scripted_llm;
 
+mod common;
+
 use std::path::Path;
 use std::time::Instant;
 
@@ -19,23 +21,6 @@ use benchgen::settings::Settings;
 use benchgen::stage::Ctx;
 use scripted_llm::{Answer, ScriptedLlm, Seen};
 use serde_json::{Value, json};
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the struct we pass.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(u.ru_utime) + t(u.ru_stime)
-}
 
 /// The scripted model: judges keep everything, the writer lists the chain, the agent
 /// follows it one tool per group, then answers.
@@ -182,9 +167,7 @@ concurrency = 32
 }
 
 fn main() -> anyhow::Result<()> {
-    // `cargo test --all-targets` runs bench binaries too; only `cargo bench` passes `--bench`.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("synth: run with `cargo bench --bench synth`");
+    if !common::benching("synth") {
         return Ok(());
     }
     let n: usize = std::env::args().skip(1).find(|a| !a.starts_with('-')).and_then(|a| a.parse().ok()).unwrap_or(1000);
@@ -196,22 +179,22 @@ fn main() -> anyhow::Result<()> {
     let printer = Printer { quiet: true, verbose: 0, json: false };
     let ctx = Ctx::new(&s, &printer);
     benchgen::pipeline::run(&ctx, None, Some("graph-build"), false)?;
-    let load_before = loadavg();
+    let load_before = common::loadavg();
     let calls0 = server.count();
-    let (cpu0, t0) = (cpu_seconds(), Instant::now());
+    let (cpu0, t0) = (common::cpu_seconds(), Instant::now());
     benchgen::pipeline::run(&ctx, Some("synth-chains"), Some("synth-chains"), false)?;
     let (chains_wall, chains_calls) = (t0.elapsed().as_secs_f64(), server.count() - calls0);
     let (calls1, t1) = (server.count(), Instant::now());
     benchgen::pipeline::run(&ctx, Some("execute"), Some("execute"), false)?;
     let (exec_wall, exec_calls) = (t1.elapsed().as_secs_f64(), server.count() - calls1);
-    let cpu = cpu_seconds() - cpu0;
+    let cpu = common::cpu_seconds() - cpu0;
     let wall = t0.elapsed().as_secs_f64();
     let summary: Value = serde_json::from_slice(&std::fs::read(dir.path().join("artifacts/execute/summary.json"))?)?;
     let chains = summary["queries"].as_u64().unwrap_or(0) as f64;
     let calls = (chains_calls + exec_calls) as f64;
     let ceiling_calls = 32.0 / 0.2;
     println!("synthesise + execute {chains} chains; scripted endpoint 200 ms per call, concurrency 32:");
-    println!("  load average before / after: {load_before} / {}", loadavg());
+    println!("  load average before / after: {load_before} / {}", common::loadavg());
     println!(
         "  synth chains: {chains_wall:.1} s, {chains_calls} LLM calls ({:.1} calls/s)",
         chains_calls as f64 / chains_wall
