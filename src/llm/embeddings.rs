@@ -20,7 +20,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 use super::redact::{Redactor, truncate};
-use super::transport::{jitter, parse_retry_after};
+use super::transport::{error_chain, parse_retry_after, retry_delay, retryable_status};
 
 /// Where and how to ask (from `[embed]`).
 #[derive(Debug, Clone)]
@@ -180,8 +180,7 @@ impl EmbeddingClient {
                     let code = resp.status().as_u16();
                     let retry_after = parse_retry_after(resp.headers().get(reqwest::header::RETRY_AFTER));
                     let text = resp.text().await.unwrap_or_default();
-                    let retry = matches!(code, 408 | 409 | 429) || code >= 500;
-                    (format!("HTTP {code}"), text.trim().to_string(), retry, retry_after)
+                    (format!("HTTP {code}"), text.trim().to_string(), retryable_status(code), retry_after)
                 }
                 Err(e) => (transfer_status(&e), error_chain(&e), !e.is_builder(), None),
             };
@@ -196,13 +195,7 @@ impl EmbeddingClient {
                     self.cfg.model
                 ));
             }
-            let exp = Duration::from_millis(self.cfg.backoff_ms.saturating_mul(1u64 << (attempts - 1).min(20)))
-                .min(Duration::from_secs(60));
-            let delay = match retry_after {
-                Some(ra) => ra.mul_f64(1.0 + (jitter() - 0.5) / 5.0),
-                None => exp.mul_f64(jitter()),
-            };
-            tokio::time::sleep(delay).await;
+            tokio::time::sleep(retry_delay(self.cfg.backoff_ms, attempts, retry_after)).await;
         }
     }
 }
@@ -215,16 +208,6 @@ fn transfer_status(e: &reqwest::Error) -> String {
     } else {
         "transfer error".into()
     }
-}
-
-fn error_chain(e: &reqwest::Error) -> String {
-    let mut msg = e.to_string();
-    let mut src = std::error::Error::source(e);
-    while let Some(s) = src {
-        msg.push_str(&format!(": {s}"));
-        src = s.source();
-    }
-    msg
 }
 
 /// `{"data": [{"index": i, "embedding": [f, …]}, …]}` → vectors in input order. Every input

@@ -175,6 +175,34 @@ pub(crate) fn parse_retry_after(v: Option<&reqwest::header::HeaderValue>) -> Opt
     Some(Duration::from_secs_f64(d.as_secs_f64().clamp(0.0, 3600.0)))
 }
 
+/// Whether an HTTP status is worth another attempt: request timeout, conflict, rate limit,
+/// server error.
+pub(crate) fn retryable_status(code: u16) -> bool {
+    matches!(code, 408 | 409 | 429) || code >= 500
+}
+
+/// The wait before attempt `attempts + 1`: the server's `Retry-After` (±10 % jitter), else
+/// `backoff_ms` doubled per attempt, capped at 60 s, with jitter.
+pub(crate) fn retry_delay(backoff_ms: u64, attempts: u32, retry_after: Option<Duration>) -> Duration {
+    match retry_after {
+        Some(ra) => ra.mul_f64(1.0 + (jitter() - 0.5) / 5.0),
+        None => Duration::from_millis(backoff_ms.saturating_mul(1u64 << (attempts - 1).min(20)))
+            .min(Duration::from_secs(60))
+            .mul_f64(jitter()),
+    }
+}
+
+/// A reqwest error with every source, on one line.
+pub(crate) fn error_chain(e: &reqwest::Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        msg.push_str(&format!(": {s}"));
+        src = s.source();
+    }
+    msg
+}
+
 /// A small random factor in [0.5, 1.0) for back-off jitter (not for anything that must be
 /// reproducible, so it is seeded from the clock).
 pub(crate) fn jitter() -> f64 {
@@ -412,12 +440,7 @@ impl Endpoint {
             if self.pool.has_untried(&tried) {
                 continue;
             }
-            let exp = Duration::from_millis(s.backoff_ms.saturating_mul(1u64 << (attempts - 1).min(20)))
-                .min(Duration::from_secs(60));
-            let delay = match retry_after {
-                Some(ra) => ra.mul_f64(1.0 + (jitter() - 0.5) / 5.0),
-                None => exp.mul_f64(jitter()),
-            };
+            let delay = retry_delay(s.backoff_ms, attempts, retry_after);
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(SendError::Cancelled),
@@ -439,19 +462,12 @@ fn classify(e: OpenAIError) -> (String, String, bool, Option<Duration>) {
         } else {
             "http error"
         };
-        let mut msg = e.to_string();
-        let mut src = std::error::Error::source(e);
-        while let Some(s) = src {
-            msg.push_str(&format!(": {s}"));
-            src = s.source();
-        }
-        (status.to_string(), msg, !e.is_builder(), None)
+        (status.to_string(), error_chain(e), !e.is_builder(), None)
     };
     match e {
         OpenAIError::Boxed(b) => match b.downcast::<HttpStatus>() {
             Ok(h) => {
-                let retry = matches!(h.status, 408 | 409 | 429) || h.status >= 500;
-                (format!("HTTP {}", h.status), h.body.trim().to_string(), retry, h.retry_after)
+                (format!("HTTP {}", h.status), h.body.trim().to_string(), retryable_status(h.status), h.retry_after)
             }
             Err(b) => match b.downcast::<reqwest::Error>() {
                 Ok(r) => reqwest_err(&r),
