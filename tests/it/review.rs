@@ -950,55 +950,29 @@ async fn web_app_authorises_every_request_and_its_submissions_reach_the_pipeline
         ("freshness", "4"),
         ("note", "fine"),
     ];
+    // A form post to this sample's submit URL with the given cookie and extra headers.
+    let submit = |cookie: &str, headers: &[(&str, &str)], body: String| {
+        let mut rq = http
+            .post(format!("{base}/s/{}/submit", x.id))
+            .header("cookie", cookie)
+            .header("content-type", "application/x-www-form-urlencoded");
+        for (k, v) in headers {
+            rq = rq.header(*k, *v);
+        }
+        async move { rq.body(body).send().await.unwrap().status() }
+    };
     // Without the CSRF token, or from another origin: 403 and nothing saved.
-    let r = http
-        .post(format!("{base}/s/{}/submit", x.id))
-        .header("cookie", &ca)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(form_body(&form[1..]))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 403);
-    let r = http
-        .post(format!("{base}/s/{}/submit", x.id))
-        .header("cookie", &ca)
-        .header("origin", "http://evil.example")
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(form_body(&form))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 403);
+    assert_eq!(submit(&ca, &[], form_body(&form[1..])).await, 403);
+    assert_eq!(submit(&ca, &[("origin", "http://evil.example")], form_body(&form)).await, 403);
     // `Origin: null` (what a no-referrer page sends) from a page on another port of this
     // host (`same-site`), even with the CSRF token: 403.
-    let r = http
-        .post(format!("{base}/s/{}/submit", x.id))
-        .header("cookie", &ca)
-        .header("origin", "null")
-        .header("sec-fetch-site", "same-site")
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(form_body(&form))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 403);
+    assert_eq!(submit(&ca, &[("origin", "null"), ("sec-fetch-site", "same-site")], form_body(&form)).await, 403);
     // A sample not assigned to the outsider: 403 to read or write.
     let co = login(outsider.clone()).await;
     assert_eq!(http.get(format!("{base}/s/{}", x.id)).header("cookie", &co).send().await.unwrap().status(), 403);
     // Submit (as Chromium posts our own form under `Referrer-Policy: no-referrer`); the
     // other reviewer cannot read alice's scores before submitting (blind).
-    let r = http
-        .post(format!("{base}/s/{}/submit", x.id))
-        .header("cookie", &ca)
-        .header("origin", "null")
-        .header("sec-fetch-site", "same-origin")
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(form_body(&form))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 303);
+    assert_eq!(submit(&ca, &[("origin", "null"), ("sec-fetch-site", "same-origin")], form_body(&form)).await, 303);
     let cb = login(other.clone()).await;
     let api = format!("{base}/api/s/{}/scores/alice", x.id);
     assert_eq!(http.get(&api).header("cookie", &cb).send().await.unwrap().status(), 403);
@@ -1010,17 +984,7 @@ async fn web_app_authorises_every_request_and_its_submissions_reach_the_pipeline
     let csrf_b = pb.split("name=\"csrf\" content=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
     let mut fb = form.to_vec();
     fb[0] = ("csrf", csrf_b.as_str());
-    assert_eq!(
-        http.post(format!("{base}/s/{}/submit", x.id))
-            .header("cookie", &cb)
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(form_body(&fb))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        303
-    );
+    assert_eq!(submit(&cb, &[], form_body(&fb)).await, 303);
     assert_eq!(http.get(&api).header("cookie", &cb).send().await.unwrap().status(), 200);
     // Rate-limited sign-in attempts: after 5 failures, even a right token waits.
     // One failure so far (the link code posted as a token).
