@@ -71,6 +71,11 @@ pub struct ExecuteSettings {
     pub tool_result_chars: usize,
     #[serde(default = "default_system")]
     pub system_prompt: String,
+    /// Sent once, as a trailing system message, when the model ends its turn after tool
+    /// calls with neither calls nor text (small models often stop there); the request and
+    /// its answer are in the ledger, the trajectory keeps only the answer. Empty: off.
+    #[serde(default = "default_answer_nudge")]
+    pub answer_nudge: String,
     /// Queries run at once (a tuning knob, not part of the config hash).
     #[serde(default = "default_concurrency", skip_serializing)]
     pub concurrency: usize,
@@ -86,6 +91,7 @@ impl Default for ExecuteSettings {
             stop_on_failure: true,
             tool_result_chars: default_result_chars(),
             system_prompt: default_system(),
+            answer_nudge: default_answer_nudge(),
             concurrency: default_concurrency(),
         }
     }
@@ -107,9 +113,17 @@ fn default_concurrency() -> usize {
     4
 }
 fn default_system() -> String {
-    "You are an assistant with tools. Call tools to gather what the request needs; call tools that do not \
-     depend on each other in the same turn. When you have what you need, answer the user."
+    // Step-by-step wording: with the older "gather what the request needs" prompt the 1.5B
+    // local model answered after the first call of a two-step chain (docs/synth.md#the-demo).
+    "You are an assistant with tools. Work through the user's request step by step: call the tool for \
+     the first step; when its result arrives, use the values in it (ids, names) to call the tool for the \
+     next step. Tools that do not depend on each other may be called in the same turn. Answer only when \
+     every step of the request is done."
         .into()
+}
+
+fn default_answer_nudge() -> String {
+    "Now answer the user in plain words, from the tool results above.".into()
 }
 
 /// One step of a required dependency chain.
@@ -505,9 +519,18 @@ impl Executor {
     ) -> f64 {
         let mut executed = 0usize;
         let mut llm_ms = 0.0f64;
+        let mut nudged = false;
+        let mut nudge_now = false;
         loop {
             let asked = Instant::now();
-            let reply = llm.chat(&self.settings.role, messages, &self.specs, subject).await;
+            let reply = if nudge_now {
+                let mut asked_with = messages.clone();
+                asked_with.push(ChatMessage::System(self.settings.answer_nudge.clone()));
+                llm.chat(&self.settings.role, &asked_with, &self.specs, subject).await
+            } else {
+                llm.chat(&self.settings.role, messages, &self.specs, subject).await
+            };
+            nudge_now = false;
             llm_ms += ms(asked);
             let reply = match reply {
                 Ok(r) => r,
@@ -525,6 +548,12 @@ impl Executor {
                 false => Vec::new(),
             };
             let (content, tool_calls) = if parsed.is_empty() { (content, tool_calls) } else { (None, parsed) };
+            let blank = tool_calls.is_empty() && content.as_deref().is_none_or(|c| c.trim().is_empty());
+            if blank && executed > 0 && !nudged && !self.settings.answer_nudge.is_empty() {
+                nudged = true;
+                nudge_now = true;
+                continue;
+            }
             messages.push(ChatMessage::Assistant { content: content.clone(), tool_calls: tool_calls.clone() });
             if tool_calls.is_empty() {
                 t.answer = Some(content.unwrap_or_default());

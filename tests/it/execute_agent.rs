@@ -1,6 +1,7 @@
 //! `benchgen execute` with the scripted LLM test server and a sandbox: a two-group
 //! trajectory (parallel, then dependent) recorded in the artifacts and the ledger, the call
-//! cap, and a server crashing mid-run while the run goes on with the other queries.
+//! cap, the answer nudge after a blank turn, and a server crashing mid-run while the run
+//! goes on with the other queries.
 
 use crate::support::mcp_assets;
 
@@ -174,6 +175,69 @@ fn two_group_trajectory_is_recorded_and_the_chain_check_sees_the_order() {
         summary["counts"],
         json!({"answered": 2, "calls": 11, "cap_reached": 1, "chain_broken": 1, "chain_preserved": 1})
     );
+}
+
+/// Whether the request ends with the answer nudge (a trailing system message).
+fn nudged(r: &Seen) -> bool {
+    let m = r.body["messages"].as_array().unwrap();
+    m.len() > 2 && m.last().unwrap()["role"] == "system"
+}
+
+#[test]
+fn a_blank_turn_after_tool_calls_gets_one_nudge_and_the_answer_is_kept() {
+    let llm = ScriptedLlm::start(|r| match (query_of(r).as_str(), turn(r), nudged(r)) {
+        ("silent", _, _) => Answer::text(""),
+        (_, 0, _) => calls(&[("weather__forecast", json!({"city": "Oslo"}))]),
+        // Blank after the result (as the 1.5B local model does), an answer when nudged...
+        ("quiet", _, true) => Answer::text("Oslo: 12 °C and rain."),
+        // ... or blank both times: no answer.
+        _ => Answer::text("\n"),
+    });
+    let p = project(&llm.base_url(), "", "");
+    let q = write_queries(
+        &p,
+        &[
+            json!({"id": "quiet", "query": "quiet"}),
+            json!({"id": "mute", "query": "mute"}),
+            json!({"id": "silent", "query": "silent"}),
+        ],
+    );
+    execute(&p, &q).success();
+
+    let t = trajectory(&p, "quiet");
+    assert_eq!(t["status"], "answered");
+    assert_eq!(t["answer"], "Oslo: 12 °C and rain.");
+    // The trajectory keeps the conversation without the nudge; the ledger has all three exchanges.
+    let roles: Vec<&str> = t["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant"]);
+    assert_eq!(t["llm_events"].as_array().unwrap().len(), 3);
+    let ledger = Ledger::open(&p.dir.path().join("artifacts")).unwrap();
+    let last = ledger.event(t["llm_events"][2].as_i64().unwrap()).unwrap().unwrap();
+    let sent = last.payload["request"]["messages"].as_array().unwrap();
+    assert_eq!(sent.last().unwrap()["content"], "Now answer the user in plain words, from the tool results above.");
+
+    // One nudge only: still blank, the answer is empty (validation rejects it: no final answer).
+    let m = trajectory(&p, "mute");
+    assert_eq!(m["answer"], "");
+    let asked = llm.requests().iter().filter(|r| query_of(r) == "mute").count();
+    assert_eq!(asked, 3, "the call, the blank turn and one nudge");
+    // No nudge before any tool call: a blank first turn is the answer as it is.
+    assert_eq!(trajectory(&p, "silent")["answer"], "");
+    assert_eq!(llm.requests().iter().filter(|r| query_of(r) == "silent").count(), 1);
+}
+
+#[test]
+fn the_answer_nudge_can_be_turned_off() {
+    let llm = ScriptedLlm::start(|r| match (query_of(r).as_str(), turn(r)) {
+        ("call first", 0) => calls(&[("weather__forecast", json!({"city": "Oslo"}))]),
+        _ => Answer::text(""),
+    });
+    let p = project(&llm.base_url(), "", "answer_nudge = \"\"");
+    let q = write_queries(&p, &[json!({"id": "a", "query": "call first"})]);
+    execute(&p, &q).success();
+    assert_eq!(trajectory(&p, "a")["answer"], "");
+    assert_eq!(llm.count(), 2, "no nudge: the call and the blank turn");
+    assert!(llm.requests().iter().all(|r| !nudged(r)));
 }
 
 #[test]
