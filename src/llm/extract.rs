@@ -100,6 +100,29 @@ fn first_balanced(text: &str) -> Option<Value> {
     None
 }
 
+/// A phrase of [`LOOP_WORDS`] words that `text` repeats three times or more, as a small
+/// model stuck in a decoding loop writes (case and punctuation ignored). `None` for text
+/// that a person might write, where such a repeat is rare.
+pub fn looped(text: &str) -> Option<String> {
+    let words: Vec<String> = text
+        .split_whitespace()
+        .map(|w| w.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect::<String>())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut seen: std::collections::HashMap<&[String], usize> = std::collections::HashMap::new();
+    for gram in words.windows(LOOP_WORDS) {
+        let n = seen.entry(gram).or_default();
+        *n += 1;
+        if *n == 3 {
+            return Some(gram.join(" "));
+        }
+    }
+    None
+}
+
+/// Words in a phrase [`looped`] looks for.
+pub const LOOP_WORDS: usize = 6;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +143,16 @@ mod tests {
     #[test]
     fn strip_think_handles_several_blocks() {
         assert_eq!(strip_think("a<think>x</think>b<think>y</think>c"), "abc");
+    }
+
+    #[test]
+    fn looped_finds_a_phrase_written_three_times() {
+        let q = "Find the versions of inventory deployed recently? then roll it back? tell me the versions of \
+                 inventory deployed recently? then roll it back? tell me the versions of inventory deployed recently? then";
+        assert_eq!(looped(q).as_deref(), Some("the versions of inventory deployed recently"));
+        // Twice is not a loop, nor are short repeats.
+        assert_eq!(looped("List the open alerts of inventory, then list the open alerts of checkout."), None);
+        assert_eq!(looped("ok ok ok ok ok"), None);
+        assert_eq!(looped("a b c d e f A, B c d e f a b c. d e f"), Some("a b c d e f".into()));
     }
 }

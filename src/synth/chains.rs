@@ -480,7 +480,13 @@ impl Stage for ChainsStage {
         let mut batch = Batch::new(ctx, opts)?;
         let role = sc.planner_role.as_str();
         let done = batch.run(items, |prompt: Prompt, llm: Item| async move {
-            let reply = llm.typed::<ChainQuery>(role, &prompt).await?;
+            // A looping model's query goes back to it with the reason (its retries), then fails.
+            let reply = llm
+                .typed_checked::<ChainQuery>(role, &prompt, |q| match crate::llm::extract::looped(&q.query) {
+                    Some(p) => Err(format!("the query repeats \"{p}\" three times or more; write each step once")),
+                    None => Ok(()),
+                })
+                .await?;
             let query = reply.value.query.trim().to_string();
             if query.is_empty() {
                 return Err(crate::llm::batch::ItemError::Failed("the model wrote an empty query".into()));

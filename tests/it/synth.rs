@@ -372,6 +372,14 @@ const SECRET: &str = "synth-test-secret";
 /// The demo's log track and synthesis sections, every role on the scripted server; fewer
 /// sessions judged; `extra` replaces settings (`old=>new` pairs applied to the config).
 fn synth_project(replace: &[(&str, &str)]) -> SynthProject {
+    synth_project_with(replace, rule)
+}
+
+/// [`synth_project`] with another scripted-LLM rule.
+fn synth_project_with(
+    replace: &[(&str, &str)],
+    rule: impl Fn(&Seen) -> Answer + Send + Sync + 'static,
+) -> SynthProject {
     let p = Project::empty();
     for f in ["raw/demo/logs/catalog.json", "raw/demo/logs/events.jsonl", "raw/demo/logs/chats.jsonl"] {
         p.copy_in(f);
@@ -435,6 +443,38 @@ impl SynthProject {
     fn jsonl(&self, rel: &str) -> Vec<Value> {
         self.p.read(rel).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     }
+}
+
+#[test]
+fn a_looping_chain_query_is_asked_again_and_then_left_out_with_its_reason() {
+    const LOOP: &str = "Find the open alerts of inventory then acknowledge them and ";
+    let sp = synth_project_with(
+        &[("max_chains = 3", "max_chains = 4"), ("lengths = { \"2\" = 1, \"3\" = 1 }", "lengths = { \"2\" = 1 }")],
+        |seen| {
+            let t = seen.all_text();
+            let asked_again = t.contains("three times or more");
+            // One sub-scenario's writer loops once, another's every time.
+            let looping = t.contains("Write ONE user request")
+                && (t.contains("Sub-scenario: IncidentManagement-Triage")
+                    || (t.contains("Sub-scenario: Monitoring-Alerts") && !asked_again));
+            match looping {
+                true => Answer::json(json!({"query": LOOP.repeat(4)})),
+                false => rule(seen),
+            }
+        },
+    );
+    sp.ok(&["run", "--until", "synth-chains"]);
+    let chains = sp.jsonl("artifacts/synth-chains/chains.jsonl");
+    let by_scenario = |s: &str| chains.iter().find(|c| c["sub_scenario"] == s);
+    assert!(by_scenario("IncidentManagement-Triage").is_none(), "{chains:?}");
+    let alerts = by_scenario("Monitoring-Alerts").expect("the re-asked chain is kept");
+    assert!(alerts["query"].as_str().unwrap().starts_with("CHAIN: "), "{alerts}");
+    assert!(chains.iter().all(|c| benchgen::llm::extract::looped(c["query"].as_str().unwrap()).is_none()));
+    let failed: Value = serde_json::from_str(&sp.p.read("artifacts/synth-chains/failed.json")).unwrap();
+    let failed = failed.as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let reason = failed[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("repeats \"find the open alerts of inventory\""), "{reason}");
 }
 
 #[test]
@@ -576,7 +616,7 @@ fn killed_synthesis_resumes_without_repeating_a_sample_or_an_exchange() {
     whole.ok(&["run"]);
     // Killed in `synth chains` after the second chain, then in `execute` after the first
     // query (one at a time), then run to the end.
-    let sp = synth_project(&[quiet[0], quiet[1], ("[synth]\n", "[execute]\nconcurrency = 1\n\n[synth]\n")]);
+    let sp = synth_project(&[quiet[0], quiet[1], ("[execute]\n", "[execute]\nconcurrency = 1\n")]);
     let o = sp.run(&["run"], &[("BENCHGEN_FAIL_AT", "synth_chain:2")]);
     assert!(!o.status.success());
     assert!(!sp.p.path("artifacts/synth-chains/manifest.json").exists());
@@ -607,10 +647,9 @@ fn killed_synthesis_resumes_without_repeating_a_sample_or_an_exchange() {
 }
 
 // ---------------------------------------------------------------------------
-// The real local model (0.5B) on the demo domain.
+// The real local models (0.5B writer, 1.5B assistant) on the demo domain.
 
 #[test]
-#[ignore = "issue 12 (open): the 0.5B model does not yet reliably produce an accepted chain sample; run with `--ignored`"]
 fn real_local_models_produce_an_accepted_chain_sample() {
     let Some((_, small)) = crate::support::local_llm_assets("the real-model smoke test") else {
         return;
