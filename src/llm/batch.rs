@@ -254,6 +254,18 @@ impl Item {
         self.typed_for(role, prompt, &format!("{}:{part}", self.key)).await
     }
 
+    /// [`Self::typed_as`] with a check beyond the schema (see [`LlmClient::typed_checked`]).
+    pub async fn typed_checked_as<T: DeserializeOwned + schemars::JsonSchema>(
+        &self,
+        role: &str,
+        prompt: &Prompt,
+        part: &str,
+        check: impl Fn(&T) -> Result<(), String>,
+    ) -> Result<Reply<T>, LlmError> {
+        let _p = self.calls.acquire().await;
+        self.client.typed_checked(role, prompt, &format!("{}:{part}", self.key), check).await
+    }
+
     /// Typed answer recorded under another ledger subject (e.g. the bare tool id that
     /// `benchgen explain` looks up, when the key carries a kind prefix).
     pub async fn typed_for<T: DeserializeOwned + schemars::JsonSchema>(

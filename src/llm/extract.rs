@@ -120,6 +120,14 @@ pub fn looped(text: &str) -> Option<String> {
     None
 }
 
+/// A check for typed answers (`typed_checked`): `what` (e.g. "the query") must not loop.
+pub fn check_no_loop(text: &str, what: &str) -> Result<(), String> {
+    match looped(text) {
+        Some(p) => Err(format!("{what} repeats \"{p}\" three times or more; write each point once")),
+        None => Ok(()),
+    }
+}
+
 /// Words in a phrase [`looped`] looks for.
 pub const LOOP_WORDS: usize = 6;
 

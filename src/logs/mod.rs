@@ -302,6 +302,9 @@ pub mod flag {
     pub const TOOL_LIST_MISMATCH: &str = "tool-list-mismatch";
 }
 
+/// The sub-scenario of a session without a scenario label.
+pub const UNLABELLED: &str = "unlabelled";
+
 impl Session {
     pub fn calls(&self) -> impl Iterator<Item = &Call> {
         self.turns.iter().flat_map(|t| t.groups.iter().flatten())
@@ -313,7 +316,7 @@ impl Session {
     pub fn sub_scenario(&self) -> String {
         match &self.scenario {
             Some(s) => s.split('-').take(2).collect::<Vec<_>>().join("-"),
-            None => "unlabelled".into(),
+            None => UNLABELLED.into(),
         }
     }
 }

@@ -482,9 +482,8 @@ impl Stage for ChainsStage {
         let done = batch.run(items, |prompt: Prompt, llm: Item| async move {
             // A looping model's query goes back to it with the reason (its retries), then fails.
             let reply = llm
-                .typed_checked::<ChainQuery>(role, &prompt, |q| match crate::llm::extract::looped(&q.query) {
-                    Some(p) => Err(format!("the query repeats \"{p}\" three times or more; write each step once")),
-                    None => Ok(()),
+                .typed_checked::<ChainQuery>(role, &prompt, |q| {
+                    crate::llm::extract::check_no_loop(&q.query, "the query")
                 })
                 .await?;
             let query = reply.value.query.trim().to_string();

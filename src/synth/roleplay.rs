@@ -30,8 +30,8 @@ use crate::execute::{Executor, Query, Recorder, RunStatus, Trajectory};
 use crate::ledger::{NewEvent, Parent};
 use crate::llm::batch::{Batch, BatchOptions, Item, ItemError};
 use crate::llm::{ChatMessage, Prompt};
-use crate::logs::Session;
 use crate::logs::import::LogTool;
+use crate::logs::{Session, UNLABELLED};
 use crate::model::RecordedCall;
 use crate::settings::{Settings, section_hash};
 use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
@@ -187,6 +187,7 @@ fn sub_info(sessions: &[Session]) -> BTreeMap<String, (BTreeSet<String>, Vec<Str
         e.0.extend(s.calls().map(|c| c.tool.clone()));
         if e.1.len() < 3
             && let Some(t) = s.turns.first()
+            && !e.1.contains(&t.user)
         {
             e.1.push(t.user.clone());
         }
@@ -281,7 +282,10 @@ impl Stage for RoleplayStage {
         } else {
             Vec::new()
         };
-        let sub_names: Vec<String> = subs.keys().cloned().collect();
+        // A goal needs a real sub-scenario: sessions without one (`unlabelled`, e.g. off-topic
+        // ones the curation sample did not judge) are planned from only when nothing else is.
+        let labelled: Vec<String> = subs.keys().filter(|k| *k != UNLABELLED).cloned().collect();
+        let sub_names = if labelled.is_empty() { subs.keys().cloned().collect() } else { labelled };
         let plans = plan_dialogues(&pool, &sub_names, rp.dialogues, s.config.project.seed);
 
         let run_id = ctx.ledger_run()?;
@@ -325,7 +329,7 @@ impl Stage for RoleplayStage {
         }
         batch.finish(out)?;
         out.file("dialogues.jsonl", lines);
-        out.file("report.md", report(&dialogues, plans.len()).into_bytes());
+        out.file("report.md", report(&dialogues, plans.len(), &sub_names).into_bytes());
         out.count("planned", plans.len());
         out.count("dialogues", dialogues.len());
         out.count("turns", dialogues.iter().map(|d| d.turns.len()).sum::<usize>());
@@ -370,7 +374,8 @@ async fn simulate(
             json!({"persona": plan.persona, "goal": goal.value.goal, "conversation": visible,
                    "turn": k + 1, "turn_cap": rp.turn_cap}),
         );
-        let u = llm.typed_as::<UserTurn>(&sc.user_role, &up, &format!("user{}", k + 1)).await?;
+        let no_loop = |u: &UserTurn| crate::llm::extract::check_no_loop(&u.message, "the message");
+        let u = llm.typed_checked_as::<UserTurn>(&sc.user_role, &up, &format!("user{}", k + 1), no_loop).await?;
         events.push(u.event_id);
         let message = u.value.message.trim().to_string();
         // The first turn always has a request; later, `done` (or nothing to say) ends it.
@@ -419,9 +424,10 @@ async fn simulate(
     })
 }
 
-fn report(dialogues: &[Dialogue], planned: usize) -> String {
+fn report(dialogues: &[Dialogue], planned: usize, subs: &[String]) -> String {
     let mut md = String::from("# Role-play dialogues\n\n");
     md.push_str(&format!("{} of {planned} planned dialogues simulated.\n\n", dialogues.len()));
+    md.push_str(&format!("Sub-scenarios drawn from: {}.\n\n", subs.join(", ")));
     md.push_str("| id | sub-scenario | turns | tool calls | ended | goal |\n|---|---|---|---|---|---|\n");
     for d in dialogues {
         let calls: usize = d.turns.iter().map(|t| t.groups.iter().map(Vec::len).sum::<usize>()).sum();

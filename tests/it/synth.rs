@@ -478,6 +478,39 @@ fn a_looping_chain_query_is_asked_again_and_then_left_out_with_its_reason() {
 }
 
 #[test]
+fn roleplay_plans_from_labelled_sub_scenarios_and_leaves_out_a_looping_user() {
+    let sp = synth_project_with(&[("dialogues = 2", "dialogues = 6")], |seen| {
+        let t = seen.all_text();
+        match t.contains("You play a user") && t.contains("mood: patient") {
+            true => {
+                Answer::json(json!({"message": "please check the inventory service now ".repeat(5), "done": false}))
+            }
+            false => rule(seen),
+        }
+    });
+    sp.ok(&["run", "--until", "synth-roleplay"]);
+    // The split has sessions without a scenario label, but no dialogue is planned from them.
+    let sessions =
+        [sp.jsonl("artifacts/logs-split/graph_source.jsonl"), sp.jsonl("artifacts/logs-split/benchmark.jsonl")];
+    assert!(sessions.iter().flatten().any(|s| s["scenario"].is_null()), "the demo logs have unlabelled sessions");
+    let report = sp.p.read("artifacts/synth-roleplay/report.md");
+    let line = report.lines().find(|l| l.starts_with("Sub-scenarios drawn from: ")).expect("the report names them");
+    assert!(!line.contains("unlabelled"), "{line}");
+    let dialogues = sp.jsonl("artifacts/synth-roleplay/dialogues.jsonl");
+    assert!(dialogues.iter().all(|d| d["sub_scenario"] != "unlabelled"), "{dialogues:?}");
+    // Every dialogue whose user simulator looped is left out with the reason.
+    assert!(dialogues.iter().all(|d| d["persona"]["mood"] != "patient"), "{dialogues:?}");
+    let failed: Value = serde_json::from_str(&sp.p.read("artifacts/synth-roleplay/failed.json")).unwrap();
+    let failed = failed.as_array().unwrap();
+    assert!(!failed.is_empty() && !dialogues.is_empty(), "6 planned: {failed:?} {dialogues:?}");
+    assert_eq!(failed.len() + dialogues.len(), 6);
+    for f in failed {
+        let reason = f["reason"].as_str().unwrap();
+        assert!(reason.contains("the message repeats \"please check the inventory service now\""), "{reason}");
+    }
+}
+
+#[test]
 fn log_track_with_synthesis_runs_end_to_end_and_explains_samples() {
     let sp = synth_project(&[
         ("max_chains = 3", "max_chains = 4"),
