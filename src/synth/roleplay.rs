@@ -362,7 +362,8 @@ async fn simulate(
         &rp.goal_template,
         json!({"persona": plan.persona, "sub_scenario": plan.sub_scenario, "tools": tool_vars, "examples": examples}),
     );
-    let goal = llm.typed_as::<Goal>(&sc.planner_role, &goal_prompt, "goal").await?;
+    let no_loop = |g: &Goal| crate::llm::extract::check_no_loop(&g.goal, "the goal");
+    let goal = llm.typed_checked_as::<Goal>(&sc.planner_role, &goal_prompt, "goal", no_loop).await?;
     let mut events = vec![goal.event_id];
     let mut messages = vec![ChatMessage::System(exec.system_prompt().to_string())];
     let mut visible: Vec<Visible> = Vec::new();

@@ -693,9 +693,10 @@ fn real_local_models_produce_an_accepted_chain_sample() {
         eprintln!("skipping the real-model smoke test: the 1.5B model is missing; run `make setup`");
         return;
     }
-    // The log track on the scripted judge (its own tests cover it); synthesis and validation
-    // on the real 0.5B model, execution on the real 1.5B model, as in the demo (the 0.5B
-    // model never completes a chain: docs/synth.md#the-demo): a few short chains, no dialogues.
+    // The log track on the scripted judge (its own tests cover it); chain queries and
+    // validation on the real 0.5B model, execution on the real 1.5B model as in the demo
+    // (the 0.5B model never completes a chain: docs/synth.md#the-demo); a few short chains,
+    // no dialogues.
     let sp = synth_project(&[
         ("max_chains = 3", "max_chains = 4"),
         ("lengths = { \"2\" = 1, \"3\" = 1 }", "lengths = { \"2\" = 1 }"),
@@ -709,9 +710,11 @@ fn real_local_models_produce_an_accepted_chain_sample() {
         let with = format!("provider = \"local\"\nmodel_path = \"{}\"\nmax_retries = 1", model.display());
         format!("{}{with}{}", &cfg[..j], &cfg[j + scripted.len()..])
     };
-    let cfg = local(&local(&cfg, "synth", &small), "assistant", &large);
-    assert!(cfg.contains("assistant_role = \"assistant\""), "the demo's assistant role changed");
-    sp.p.write("pipeline/demo.toml", cfg);
+    let cfg = local(&local(&cfg, "synth", &small), "synth_large", &large);
+    // The 0.5B writes the chain queries (the demo has the 1.5B write them too).
+    let planner = "planner_role = \"synth_large\"";
+    assert!(cfg.contains(planner) && cfg.contains("assistant_role = \"synth_large\""), "the demo's roles changed");
+    sp.p.write("pipeline/demo.toml", cfg.replace(planner, "planner_role = \"synth\""));
     sp.ok(&["run"]);
     let verdicts = sp.jsonl("artifacts/validate/verdicts.jsonl");
     let accepted: Vec<&Value> = verdicts.iter().filter(|v| v["source"] == "chain" && v["accepted"] == true).collect();
