@@ -109,12 +109,17 @@ pub(crate) fn full_project() -> Project {
         "provider = \"local\"",
         &format!("provider = \"vllm\"\nbase_url = \"{base_url}\"\nmodel = \"scripted\""),
     );
+    // The demo's `[execute]` (its agent loop) gains a queries file run by the agent below.
+    assert!(logs.contains("\n[execute]\n"), "the demo's log track has no `[execute]`");
+    let logs = logs.replace(
+        "\n[execute]\n",
+        "\n[execute]\nqueries = \"raw/queries.jsonl\"\nrole = \"agent\"\nservers = [\"sb\"]\n",
+    );
     p.write(
         "pipeline/demo.toml",
         format!(
             "{cfg}\n{logs}\n[llm.roles.agent]\nprovider = \"vllm\"\nbase_url = \"{base_url}\"\nmodel = \"scripted\"\n\n\
-             [mcp.servers.sb]\ncommand = {bin:?}\nargs = [\"--quiet\", \"sandbox\", \"--catalog\", \"artifacts/filter/catalog.json\"]\n\n\
-             [execute]\nqueries = \"raw/queries.jsonl\"\nrole = \"agent\"\nservers = [\"sb\"]\n",
+             [mcp.servers.sb]\ncommand = {bin:?}\nargs = [\"--quiet\", \"sandbox\", \"--catalog\", \"artifacts/filter/catalog.json\"]\n",
             bin = env!("CARGO_BIN_EXE_benchgen"),
         ),
     );
