@@ -163,9 +163,10 @@ pub enum Command {
     /// `logs-import/catalog.json` that answers with results logged in
     /// `logs-import/sessions.jsonl` for equal calls. Writes `artifacts/execute/`:
     /// `trajectories/<id>.json`, `trajectories.jsonl` and `summary.json`; every tool call is an `mcp.call`
-    /// ledger event linked to the LLM exchange that asked for it. A query that fails is
-    /// recorded with its reason and the run goes on. Finished queries are checkpointed;
-    /// skipped when up to date.
+    /// ledger event linked to the LLM exchange that asked for it. The loop's settings
+    /// (`max_calls`, `system_prompt`, `answer_nudge` for a turn left blank after tool calls,
+    /// …) are in `[execute]`. A query that fails is recorded with its reason and the run
+    /// goes on. Finished queries are checkpointed; skipped when up to date.
     Execute(ExecuteArgs),
     /// Check and account for the configured LLM roles (`[llm.roles.<role>]`).
     #[command(subcommand)]
