@@ -523,14 +523,14 @@ impl Executor {
         let mut nudge_now = false;
         loop {
             let asked = Instant::now();
-            let reply = if nudge_now {
-                let mut asked_with = messages.clone();
-                asked_with.push(ChatMessage::System(self.settings.answer_nudge.clone()));
-                llm.chat(&self.settings.role, &asked_with, &self.specs, subject).await
-            } else {
-                llm.chat(&self.settings.role, messages, &self.specs, subject).await
-            };
-            nudge_now = false;
+            // The nudge is part of this one request only, not of the conversation.
+            if nudge_now {
+                messages.push(ChatMessage::System(self.settings.answer_nudge.clone()));
+            }
+            let reply = llm.chat(&self.settings.role, messages, &self.specs, subject).await;
+            if std::mem::take(&mut nudge_now) {
+                messages.pop();
+            }
             llm_ms += ms(asked);
             let reply = match reply {
                 Ok(r) => r,

@@ -251,7 +251,7 @@ impl Item {
         prompt: &Prompt,
         part: &str,
     ) -> Result<Reply<T>, LlmError> {
-        self.typed_for(role, prompt, &format!("{}:{part}", self.key)).await
+        self.typed_checked_as(role, prompt, part, |_: &T| Ok(())).await
     }
 
     /// [`Self::typed_as`] with a check beyond the schema (see [`LlmClient::typed_checked`]).
