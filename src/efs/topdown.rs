@@ -228,12 +228,9 @@ impl LazyEmbedder<'_> {
     }
 }
 
-/// The writer's answer schema: at most `n` requests. Bounded so a small model that keeps
-/// writing requests ends in a valid answer (see [`crate::llm::bound_strings`]).
+/// The writer's answer schema: at most `n` requests.
 fn requests_schema(n: usize) -> serde_json::Value {
-    let mut s = crate::llm::schema_of::<Requests>();
-    s["properties"]["requests"]["maxItems"] = json!(n.max(1));
-    s
+    crate::llm::schema_with_max_items::<Requests>("requests", n)
 }
 
 /// The judge's answer schema for one request: each selected id one of the retrieved ids,

@@ -111,10 +111,8 @@ pub async fn write_and_verify(
     let mut wv = vars.clone();
     wv["n"] = json!(n);
     wv["rule"] = json!(mention.text());
-    // At most `n` queries: bounded so a small model repeating one query over and over
-    // ends in a valid answer (see `llm::bound_strings`).
-    let mut schema = crate::llm::schema_of::<Drafts>();
-    schema["properties"]["queries"]["maxItems"] = json!(n.max(1));
+    // At most `n` queries: a small model may repeat one query over and over.
+    let schema = crate::llm::schema_with_max_items::<Drafts>("queries", n);
     let prompt = Prompt::new(write_t, wv.clone());
     let drafts = llm.typed_schema::<Drafts>(writer, &prompt, Some("write"), ("Drafts", schema), |_| Ok(())).await?;
     let mut queries: Vec<String> = Vec::new();

@@ -893,6 +893,14 @@ pub fn schema_of<T: schemars::JsonSchema>() -> Value {
     v
 }
 
+/// [`schema_of`] with the list property `list` bounded to at most `max` items (at least
+/// one), so a small model that keeps adding items ends in a valid answer.
+pub fn schema_with_max_items<T: schemars::JsonSchema>(list: &str, max: usize) -> Value {
+    let mut s = schema_of::<T>();
+    s["properties"][list]["maxItems"] = json!(max.max(1));
+    s
+}
+
 /// `maxLength` of an explanation field (`reason`, `note`, `…_feedback`, …).
 pub const MAX_EXPLANATION_CHARS: u64 = 300;
 /// `maxLength` of any other string in an answer.
