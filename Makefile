@@ -1,18 +1,22 @@
 # benchgen — the two commands: `make demo` and `make test`.
 SHELL := /bin/bash
 CARGO ?= cargo
-BENCHGEN := target/release/benchgen
+# The demo runs the dev-profile binary, the one `make test` builds too (Cargo.toml says why).
+BENCHGEN := target/debug/benchgen
 export BENCHGEN_CACHE ?= $(HOME)/.cache/benchgen
 # Pseudonym key of the demo's log anonymisation (real use: a secret of your own).
 export BENCHGEN_ANON_SECRET ?= benchgen-demo-only
 
-.PHONY: demo test setup build lint unit bench clean-demo fuzz
+.PHONY: demo test setup build build-release lint unit bench clean-demo fuzz
 
 ## Install what is missing (Debian packages, model assets, local LLM server, MCP servers).
 setup:
 	@scripts/setup.sh
 
 build:
+	$(CARGO) build --locked --bin benchgen
+
+build-release:
 	$(CARGO) build --release --locked
 
 ## Run the whole pipeline on raw/demo with the local model.
@@ -36,7 +40,7 @@ fuzz:
 	BENCHGEN_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --locked --test it fuzz:: -- --test-threads=2
 
 ## Figures for the README (not part of `make test`).
-bench: build
+bench: build-release
 	@scripts/bench.sh
 
 ## Remove everything the demo wrote under artifacts/ (the stage list knows what that is).
