@@ -171,6 +171,28 @@ pub enum Command {
     /// Check and account for the configured LLM roles (`[llm.roles.<role>]`).
     #[command(subcommand)]
     Llm(LlmCommand),
+    /// The prompt templates benchgen ships, and the project's overrides of them.
+    ///
+    /// Every LLM stage renders a template built into benchgen. A file
+    /// `pipeline/prompts/NAME.md` (the folder is `[llm] prompts_dir`) overrides the built-in
+    /// NAME for that project; its text is hashed into the stage's manifest, so editing it
+    /// makes the stage stale. To customise one: `benchgen prompts export`, edit the file,
+    /// delete the others. Templates are minijinja; a line `--- user ---` splits the system
+    /// message from the user message. Needs no pipeline config; with one, shows which stage
+    /// uses which template and which are overridden.
+    #[command(subcommand)]
+    Prompts(PromptsCommand),
+    /// Start a benchgen project in DIR (default: the current folder).
+    ///
+    /// Writes a commented `pipeline/<name>.toml` with every section the track uses,
+    /// `reviews/reviewers.toml`, a personas file, `.gitignore` (artifacts/, the review
+    /// web app's secrets) and a README saying which raw files go where and which
+    /// environment variables to set. Tracks: `logs` (a benchmark from your own tool-call
+    /// logs), `registry` (ETOM's five levels over a registry of MCP servers), `both`.
+    /// `--logs`, `--catalog` and `--registry` copy your files under `raw/` and detect their
+    /// formats. Refuses to write into a folder that already holds a benchgen project.
+    /// Then: `benchgen check`, `benchgen run`.
+    Init(InitArgs),
     /// Score predictions against a benchmark (ETOM- and FinMCP-style metrics).
     ///
     /// Reads the benchmark files (`--bench`, repeatable: unified sample JSONL, ETOM
@@ -221,6 +243,85 @@ pub enum ReleaseCommand {
 pub struct ReleaseVerifyArgs {
     /// The release folder (`release/<name>-<version>`).
     pub dir: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PromptsCommand {
+    /// Every built-in template: its name, hash, the stages of the pipeline that use it,
+    /// and whether the project overrides it.
+    List,
+    /// Print one template as a stage will use it (the project's override, else the
+    /// built-in); `--builtin` prints the built-in even when overridden.
+    Show(PromptsShowArgs),
+    /// Write every built-in template into DIR (default: the project's prompts folder) as
+    /// `NAME.md`, to edit. Existing files are kept unless `--force`. Keep only the files
+    /// you change: an unchanged copy pins that template to this version of benchgen.
+    Export(PromptsExportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PromptsShowArgs {
+    /// Template name (`benchgen prompts list`).
+    pub name: String,
+    /// The built-in text, even when the project overrides it.
+    #[arg(long)]
+    pub builtin: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PromptsExportArgs {
+    /// Target folder (default: `[llm] prompts_dir`, i.e. `pipeline/prompts/`).
+    pub dir: Option<PathBuf>,
+    /// Overwrite files that exist.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Which of benchgen's two tracks a new project uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Track {
+    /// ETOM-style levels over a registry of MCP servers and tools.
+    Registry,
+    /// FinMCP-style samples from a domain's real tool-call logs.
+    Logs,
+    /// Both tracks, meeting in one release.
+    Both,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The project folder (created when missing; default: the current folder).
+    pub dir: Option<PathBuf>,
+    /// Which track the project uses.
+    #[arg(long, value_enum, default_value = "logs")]
+    pub track: Track,
+    /// Project name (default: the folder's name); the config is `pipeline/<name>.toml`.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Your tool-call log file (JSON Lines or JSON); copied to `raw/logs/`, format detected.
+    #[arg(long)]
+    pub logs: Option<PathBuf>,
+    /// The tool catalog your logs call (benchgen catalog, MCP `tools/list` result, or a
+    /// list of tools); copied to `raw/`.
+    #[arg(long)]
+    pub catalog: Option<PathBuf>,
+    /// A registry snapshot in ETOM's `mcp_registry.json` format; copied to `raw/`.
+    #[arg(long)]
+    pub registry: Option<PathBuf>,
+    /// LLM provider of every role: `local` (default: benchgen starts llama.cpp's server
+    /// with the model `make setup` assembled) or an OpenAI-compatible server (`openai`,
+    /// `vllm`, `sglang`, `ollama`, `llamacpp`).
+    #[arg(long, default_value = "local")]
+    pub provider: String,
+    /// Base URL of that server (e.g. `http://127.0.0.1:8000/v1`).
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// Model name the server expects.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Environment variable holding the API key (the key itself is never written).
+    #[arg(long)]
+    pub api_key_env: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -17,6 +17,7 @@ pub mod explain;
 pub mod filter;
 pub mod formats;
 pub mod graph;
+pub mod init;
 pub mod json;
 pub mod ledger;
 pub mod levels;

@@ -70,15 +70,42 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
     {
         return benchgen::release::verify::command(&a.dir, printer);
     }
+    // `init` writes a project; it needs none.
+    if let Command::Init(a) = &cli.command {
+        let created = benchgen::init::init(a)?;
+        let mut text = format!("created a benchgen project in `{}`:\n", created.dir);
+        for f in &created.files {
+            text.push_str(&format!("  {f}\n"));
+        }
+        for n in &created.notes {
+            text.push_str(&format!("  {n}\n"));
+        }
+        text.push_str("next: read its README.md (files to drop under raw/, variables to set), then `benchgen check`");
+        printer.summary(&text, &created);
+        return Ok(());
+    }
     // The sandbox serving an explicit `--catalog` needs no pipeline config: a
     // spawned `benchgen sandbox` must work from any folder.
     let config_is_default = cli.global.config.as_path() == std::path::Path::new(benchgen::settings::DEFAULT_CONFIG)
         && std::env::var_os("BENCHGEN_CONFIG").is_none();
+    // `prompts` shows the built-ins without a project; with one, its overrides too.
+    if let Command::Prompts(c) = &cli.command {
+        let config =
+            if config_is_default { benchgen::settings::discover_config()? } else { Some(cli.global.config.clone()) };
+        let settings = match config {
+            Some(path) => Some(Settings::load(&path)?),
+            None => None,
+        };
+        return benchgen::llm::prompts::command(settings.as_ref(), c, printer);
+    }
+    let config = if config_is_default {
+        benchgen::settings::discover_config()?.unwrap_or_else(|| cli.global.config.clone())
+    } else {
+        cli.global.config.clone()
+    };
     let mut settings = match &cli.command {
-        Command::Sandbox(a) if a.catalog.is_some() && config_is_default && !cli.global.config.exists() => {
-            Settings::defaults()?
-        }
-        _ => Settings::load(&cli.global.config)?,
+        Command::Sandbox(a) if a.catalog.is_some() && config_is_default && !config.exists() => Settings::defaults()?,
+        _ => Settings::load(&config)?,
     };
     settings.llm_mode = cli.global.llm_mode;
     // The whole pipeline is checked on every load (roles, prompts, servers, reads,
@@ -172,7 +199,9 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             printer.summary(&clean::render(&c), &c);
             Ok(())
         }
-        Command::Score(_) => unreachable!("handled before the config is loaded"),
+        Command::Score(_) | Command::Init(_) | Command::Prompts(_) => {
+            unreachable!("handled before the config is loaded")
+        }
         Command::Release(a) => run_named(&ctx, "release", a.force.force),
         Command::Explain(a) => {
             let x = explain::explain(&settings, &a.id)?;

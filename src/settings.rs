@@ -14,6 +14,33 @@ use crate::error::{InputError, Problem};
 
 pub const DEFAULT_CONFIG: &str = "pipeline/demo.toml";
 
+/// The config a command uses when none is named (`--config`, `BENCHGEN_CONFIG`):
+/// `pipeline/demo.toml` when it exists (benchgen's own repository), else the one
+/// `pipeline/*.toml` of the project in the working folder (as `benchgen init` writes it).
+/// `None` when there is none; several are an error naming them.
+pub fn discover_config() -> Result<Option<PathBuf>> {
+    let default = PathBuf::from(DEFAULT_CONFIG);
+    if default.exists() {
+        return Ok(Some(default));
+    }
+    let Ok(rd) = std::fs::read_dir("pipeline") else { return Ok(None) };
+    let mut found: Vec<PathBuf> =
+        rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "toml")).collect();
+    found.sort();
+    match found.len() {
+        0 => Ok(None),
+        1 => Ok(found.pop()),
+        _ => Err(crate::error::hinted(
+            format!(
+                "`pipeline/` holds {} configs ({}): which one?",
+                found.len(),
+                found.iter().map(|p| format!("`{}`", p.display())).collect::<Vec<_>>().join(", ")
+            ),
+            "pass `--config pipeline/NAME.toml` or set BENCHGEN_CONFIG",
+        )),
+    }
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -107,7 +134,7 @@ impl Settings {
         let text = std::fs::read_to_string(path).map_err(|e| {
             crate::error::hinted(
                 format!("cannot read pipeline config `{}`: {e}", path.display()),
-                "pass `--config pipeline/NAME.toml`, or run from the project root",
+                "pass `--config pipeline/NAME.toml`, run from the project root, or start a project with `benchgen init`",
             )
         })?;
         let config: Config = toml::from_str(&text).map_err(|e| {

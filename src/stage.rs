@@ -474,7 +474,8 @@ pub trait Stage: Send + Sync {
 /// the stage's LLM roles folded in.
 struct Resolved {
     inputs: Vec<PathBuf>,
-    prompts: Vec<PathBuf>,
+    /// Template names (each resolves to the project's override or the built-in).
+    prompts: Vec<String>,
     config_hash: String,
 }
 
@@ -491,7 +492,7 @@ fn resolve(stage: &dyn Stage, settings: &Settings) -> Result<Resolved> {
         }
     }
     inputs.extend(plan.inputs);
-    let prompts = stage.prompts(settings).iter().map(|p| crate::llm::prompt_path(settings, &p.template)).collect();
+    let prompts = stage.prompts(settings).into_iter().map(|p| p.template).collect();
     let roles = stage.roles(settings);
     let config_hash = if roles.is_empty() {
         plan.config_hash
@@ -571,6 +572,37 @@ fn hash_inputs(settings: &Settings, paths: &[PathBuf]) -> Result<(Hashes, BTreeM
     Ok((hashes, files))
 }
 
+/// Manifest keys and hashes of the templates a stage uses: an override file by its path
+/// (as before built-ins existed, so existing manifests stay fresh), a built-in as
+/// `builtin:<name>`; the hash is the text's either way.
+fn hash_prompts(settings: &Settings, names: &[String]) -> Result<Hashes> {
+    let mut hashes = BTreeMap::new();
+    for name in names {
+        let t = crate::llm::prompt_template(settings, name).map_err(|e| {
+            crate::error::hinted(
+                e,
+                "`benchgen prompts list` names the built-in templates; `benchgen check` checks them all",
+            )
+        })?;
+        hashes.insert(t.shown(|p| settings.display_path(p)), t.hash());
+    }
+    Ok(hashes)
+}
+
+/// Manifest prompt entries keyed by what names the template for a person: `builtin:NAME`
+/// stays, an override file `…/NAME.md` becomes `NAME (path)`; both compare as NAME.
+fn prompts_by_name(m: &Hashes) -> Hashes {
+    m.iter()
+        .map(|(k, v)| {
+            let name = match k.strip_prefix("builtin:") {
+                Some(n) => n,
+                None => k.rsplit('/').next().unwrap_or(k).trim_end_matches(".md"),
+            };
+            (name.to_string(), v.clone())
+        })
+        .collect()
+}
+
 fn diff_maps(what: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Option<String> {
     let added: Vec<&String> = new.keys().filter(|k| !old.contains_key(*k)).collect();
     let removed: Vec<&String> = old.keys().filter(|k| !new.contains_key(*k)).collect();
@@ -616,21 +648,29 @@ pub fn freshness(stage: &dyn Stage, settings: &Settings, upstream: &BTreeMap<Str
     if plan.config_hash != manifest.config_hash {
         return Freshness::Stale(format!("its settings in `{}` changed", settings.display_path(&settings.config_path)));
     }
-    for (what, paths, old) in [("input", &plan.inputs, &manifest.inputs), ("prompt", &plan.prompts, &manifest.prompts)]
-    {
-        let mut now = BTreeMap::new();
-        for p in paths {
-            let key = settings.display_path(p);
-            match store::hash_file(p) {
-                Ok(h) => {
-                    now.insert(key, h);
-                }
-                Err(_) => return Freshness::Stale(format!("{what} `{key}` is missing")),
+    let mut now = BTreeMap::new();
+    for p in &plan.inputs {
+        let key = settings.display_path(p);
+        match store::hash_file(p) {
+            Ok(h) => {
+                now.insert(key, h);
+            }
+            Err(_) => return Freshness::Stale(format!("input `{key}` is missing")),
+        }
+    }
+    if let Some(reason) = diff_maps("input", &manifest.inputs, &now) {
+        return Freshness::Stale(reason);
+    }
+    match hash_prompts(settings, &plan.prompts) {
+        Ok(now) => {
+            // By template name: the same text moving between the built-in and an override
+            // file (`benchgen prompts export`) changes the key, not what the stage made.
+            let (old_n, now_n) = (prompts_by_name(&manifest.prompts), prompts_by_name(&now));
+            if let Some(reason) = diff_maps("prompt", &old_n, &now_n) {
+                return Freshness::Stale(reason);
             }
         }
-        if let Some(reason) = diff_maps(what, old, &now) {
-            return Freshness::Stale(reason);
-        }
+        Err(e) => return Freshness::Stale(format!("{e:#}")),
     }
     let dir = settings.artifacts.join(spec.name);
     for (file, hash) in &manifest.outputs {
@@ -740,7 +780,7 @@ fn execute_inner(
         run: Some(RunHandle { stage: spec.name, config_hash: plan.config_hash.clone(), id: Default::default() }),
     };
     let (input_hashes, files) = hash_inputs(settings, &plan.inputs)?;
-    let (prompt_hashes, _) = hash_inputs(settings, &plan.prompts)?;
+    let prompt_hashes = hash_prompts(settings, &plan.prompts)?;
     let inputs = Inputs { artifacts: settings.artifacts.clone(), files };
     let started_at = crate::ledger::now();
     let clock = Instant::now();

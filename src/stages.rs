@@ -105,18 +105,12 @@ fn problems_of(settings: &Settings, stages: &[Box<dyn Stage>]) -> Vec<Problem> {
             if !seen_keys.insert(format!("{}={}", p.key, p.template)) {
                 continue;
             }
-            let path = crate::llm::prompt_path(settings, &p.template);
-            match std::fs::read_to_string(&path) {
-                Err(e) => problems.push(Problem::new(
-                    &p.key,
-                    format!("prompt template `{}` cannot be read: {e}", settings.display_path(&path)),
-                )),
-                Ok(source) => {
-                    if let Err(e) = crate::llm::render_template(&p.template, &source, &p.vars) {
-                        problems.push(Problem::new(
-                            &p.key,
-                            format!("`{}` does not render: {e}", settings.display_path(&path)),
-                        ));
+            match crate::llm::prompt_template(settings, &p.template) {
+                Err(e) => problems.push(Problem::new(&p.key, e)),
+                Ok(t) => {
+                    if let Err(e) = crate::llm::render_template(&p.template, &t.text, &p.vars) {
+                        let shown = t.shown(|p| settings.display_path(p));
+                        problems.push(Problem::new(&p.key, format!("`{shown}` does not render: {e}")));
                     }
                 }
             }

@@ -10,7 +10,9 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "  installing Debian packages: ${need[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+  # dpkg's own progress lines say nothing useful; keep them in a log.
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/tmp/benchgen-apt.log 2>&1 \
+    || { tail -20 /tmp/benchgen-apt.log; exit 1; }
 else
   echo "  Debian packages: present"
 fi

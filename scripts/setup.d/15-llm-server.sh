@@ -17,11 +17,13 @@
 #   build/bin/llama-server   the server (default `server_binary`)
 #   build/FLAVOUR            native | portable, of the build that passed its check
 #   server-check.log         the last check's server log
-# CMAKE (default `cmake`) is the build tool; tests put a stand-in there.
+# CMAKE (default `cmake`) is the build tool and BENCHGEN_CPUINFO (default /proc/cpuinfo) the
+# CPU description; tests put stand-ins there (tests/it/setup.rs).
 set -euo pipefail
 CACHE="${BENCHGEN_CACHE:-$HOME/.cache/benchgen}"
 LLM="$CACHE/llm"
 CMAKE="${CMAKE:-cmake}"
+CPUINFO="${BENCHGEN_CPUINFO:-/proc/cpuinfo}"
 LLAMA_CPP_PYTHON=0.3.36
 server="$LLM/build/bin/llama-server"
 model="$LLM/models/qwen2.5-coder-0.5b-instruct.gguf"
@@ -34,12 +36,22 @@ if [ "$CMAKE" = cmake ] && { ! command -v cmake >/dev/null || ! command -v g++ >
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq cmake g++
 fi
-[ -f "$model" ] || { echo "  error: $model is missing (10-llm-models.sh assembles it)" >&2; exit 1; }
+# Run from setup.sh in the background, beside 10-llm-models.sh: wait for the model it
+# assembles (it appears whole, by rename) before the first check.
+wait_for_model() {
+  local waited=0
+  while [ ! -f "$model" ] && [ "$waited" -lt "${BENCHGEN_WAIT_FOR_MODEL:-0}" ]; do
+    sleep 2
+    waited=$((waited + 2))
+  done
+  [ -f "$model" ] || { echo "  error: $model is missing (10-llm-models.sh assembles it)" >&2; exit 1; }
+}
 
 # check: start the server on the 0.5B model and ask for a 4-token completion. Prints why it
 # failed (signal name for a crash) and returns 1 when it does not answer.
 check() {
   local port log pid i status=""
+  wait_for_model
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   log="$LLM/server-check.log"
   "$server" -m "$model" --host 127.0.0.1 --port "$port" -t 2 -c 512 --no-webui >"$log" 2>&1 &
@@ -100,7 +112,7 @@ build() {
     flags=(-DGGML_NATIVE=ON)
   else
     local cpu
-    cpu=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+    cpu=$(grep -m1 '^flags' "$CPUINFO" 2>/dev/null || true)
     has() { [[ " $cpu " == *" $1 "* ]]; }
     flags=(-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
     has avx && flags+=(-DGGML_AVX=ON)
@@ -139,7 +151,7 @@ if [ -x "$server" ]; then
   rm -f "$LLM/build/FLAVOUR"
 fi
 
-if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+if grep -qw amx_tile "$CPUINFO" 2>/dev/null; then
   echo "  this CPU advertises AMX, which traps on some hosts: building the portable flavour"
   first=portable
 else

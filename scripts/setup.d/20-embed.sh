@@ -32,8 +32,19 @@ for a in "${assets[@]}"; do
   IFS='|' read -r file sum _ _ <<<"$a"
   ok "$file" "$sum" || missing=1
 done
+# Run the library once (load it, ask its version and C API level), not just hash it.
+prove() {
+  local v
+  if v=$(python3 "$(dirname "$0")/ort-check.py" "$ort_dir/libonnxruntime.so.1.24.4" 2>&1); then
+    echo "  ONNX Runtime: runs (version $v)"
+  else
+    echo "  error: ONNX Runtime ($ort_dir/libonnxruntime.so.1.24.4) does not run on this machine: $v" >&2
+    exit 1
+  fi
+}
 if [ "$missing" = 0 ]; then
   echo "  embedding assets: present and verified ($cache)"
+  prove
   exit 0
 fi
 
@@ -72,3 +83,4 @@ PY
   mv "$file.part" "$file"
 done
 echo "  embedding assets: installed and verified ($cache)"
+prove

@@ -58,3 +58,27 @@ else
   { echo "$py_want"; sha256sum "$venv/bin/mcp-server-time" "$venv/bin/mcp-server-git"; } > "$venv/.stamp.tmp"
   mv "$venv/.stamp.tmp" "$venv/.stamp"
 fi
+
+# --- Run each server once ------------------------------------------------------------------
+# An MCP handshake and tools/list per server, so a server that installed but does not start
+# (a missing runtime, a broken dependency) fails here, not in a test.
+ping() {
+  local what="$1"; shift
+  local out
+  if out=$(python3 "$(dirname "$0")/mcp-ping.py" "$@" 2>&1); then
+    echo "  $what: answers ($out)"
+  else
+    echo "  error: MCP server $what does not start: $out" >&2
+    echo "  (remove $cache and run make setup again to reinstall)" >&2
+    exit 1
+  fi
+}
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+git -C "$scratch" init -q
+MEMORY_FILE_PATH="$scratch/memory.jsonl" ping server-memory node "$npm_dir/node_modules/@modelcontextprotocol/server-memory/dist/index.js"
+ping server-everything node "$npm_dir/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+ping server-filesystem node "$npm_dir/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js" "$scratch"
+ping server-sequential-thinking node "$npm_dir/node_modules/@modelcontextprotocol/server-sequential-thinking/dist/index.js"
+ping mcp-server-time "$venv/bin/mcp-server-time"
+ping mcp-server-git "$venv/bin/mcp-server-git" --repository "$scratch"

@@ -12,8 +12,10 @@ NODE_VERSION=22.23.3
 want="conformance $CONFORMANCE_VERSION node $NODE_VERSION"
 entries=("$dir/node_modules/@modelcontextprotocol/conformance/dist/index.js" "$dir/node_modules/node/bin/node")
 stamp="$dir/.stamp"
-if [ -f "$stamp" ] && [ "$(head -n1 "$stamp")" = "$want" ] && tail -n +2 "$stamp" | sha256sum --check --quiet --status 2>/dev/null; then
-  echo "  MCP conformance suite: present ($dir)"
+if [ -f "$stamp" ] && [ "$(head -n1 "$stamp")" = "$want" ] && tail -n +2 "$stamp" | sha256sum --check --quiet --status 2>/dev/null \
+  && "$dir/node_modules/.bin/node" "$dir/node_modules/@modelcontextprotocol/conformance/dist/index.js" --help >/dev/null 2>&1; then
+  # Present, and its own Node runs it (not just found).
+  echo "  MCP conformance suite: present and runs ($dir)"
   exit 0
 fi
 command -v npm >/dev/null || { echo "  npm is missing: install nodejs and npm (Debian: apt-get install nodejs npm)" >&2; exit 1; }

@@ -76,7 +76,7 @@ pub struct LocalServer {
     guard: Option<std::thread::JoinHandle<()>>,
 }
 
-const SETUP_HINT: &str = "run `make setup` (scripts/setup.d/10-llm.sh builds llama-server and assembles the models into $BENCHGEN_CACHE), or set `server_binary` / `model_path` in the role";
+const SETUP_HINT: &str = "run `make setup` (scripts/setup.d/10-llm-models.sh assembles the models and 15-llm-server.sh builds and checks llama-server in $BENCHGEN_CACHE), or set `server_binary` / `model_path` in the role";
 
 fn free_port() -> Result<u16, String> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot find a free port: {e}"))?;
@@ -126,6 +126,9 @@ impl LocalServer {
         let (pid_tx, pid_rx) = mpsc::channel::<Result<u32, String>>();
         let exited = Arc::new(AtomicBool::new(false));
         let exited_t = exited.clone();
+        // How it ended, for the message when it dies during start-up.
+        let status = Arc::new(std::sync::Mutex::new(None::<std::process::ExitStatus>));
+        let status_t = status.clone();
         let guard = std::thread::Builder::new()
             .name("benchgen-llama-server".into())
             .spawn(move || {
@@ -142,7 +145,8 @@ impl LocalServer {
                 // Until stop is requested (or the owner is gone); an early exit is reported but
                 // the group is still reaped below.
                 while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(Duration::from_millis(200)) {
-                    if let Ok(Some(_)) = child.try_wait() {
+                    if let Ok(Some(st)) = child.try_wait() {
+                        *status_t.lock().unwrap_or_else(|p| p.into_inner()) = Some(st);
                         exited_t.store(true, Ordering::SeqCst);
                     }
                 }
@@ -182,8 +186,10 @@ impl LocalServer {
         loop {
             if exited.load(Ordering::SeqCst) {
                 server.log = PathBuf::new(); // keep the log for the user
+                let st = *status.lock().unwrap_or_else(|p| p.into_inner());
                 return Err(format!(
-                    "llama-server exited during start-up (log `{}`):\n{}",
+                    "llama-server {} during start-up (log `{}`):\n{}",
+                    describe_exit(st),
                     log.display(),
                     log_tail(&log)
                 ));
@@ -216,6 +222,37 @@ impl LocalServer {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+}
+
+/// How a llama-server that died at start ended, with what to do about it. A crash by
+/// SIGILL means the build uses instructions this CPU does not run (some hosts advertise AMX
+/// and trap on it); `make setup` proves the server and rebuilds it portable.
+pub fn describe_exit(status: Option<std::process::ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let Some(st) = status else { return "exited".into() };
+    match st.signal() {
+        Some(libc::SIGILL) => "was killed by SIGILL: this llama-server build does not run on this CPU \
+             (it uses instructions the CPU does not execute, e.g. AMX); run `make setup`, which checks \
+             the server and rebuilds it portable"
+            .into(),
+        Some(sig) => format!(
+            "was killed by signal {sig} ({}); run `make setup` to check and rebuild the server",
+            signal_name(sig)
+        ),
+        None => format!("exited with status {}", st.code().unwrap_or(-1)),
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGKILL => "SIGKILL, e.g. out of memory",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGTERM => "SIGTERM",
+        _ => "a signal",
     }
 }
 

@@ -33,6 +33,7 @@ pub mod extract;
 pub mod local;
 pub mod ping;
 pub mod pool;
+pub mod prompts;
 pub mod record;
 pub mod redact;
 pub mod stats;
@@ -189,9 +190,14 @@ impl LlmError {
     }
 }
 
-/// Path of a prompt template (for `Stage::plan().prompts`, so manifests hash it).
+/// Path of a prompt template's override file (it may not exist: then the built-in serves).
 pub fn prompt_path(settings: &Settings, template: &str) -> PathBuf {
-    settings.resolve(&settings.config.llm.prompts_dir).join(format!("{template}.md"))
+    prompts::override_path(&settings.resolve(&settings.config.llm.prompts_dir), template)
+}
+
+/// A prompt template as a stage will use it: the project's override or the built-in.
+pub fn prompt_template(settings: &Settings, template: &str) -> Result<prompts::Template, String> {
+    prompts::resolve(&settings.resolve(&settings.config.llm.prompts_dir), template)
 }
 
 /// Hash of the answer-changing settings of a role (for stage config hashes).
@@ -444,12 +450,9 @@ impl LlmClient {
             role: role.to_string(),
             message,
         };
-        let path = self.inner.prompts_dir.join(format!("{}.md", prompt.template));
-        let source = std::fs::read_to_string(&path)
-            .map_err(|e| err(format!("cannot read prompt template `{}`: {e}", path.display())))?;
-        let text = render_template(&prompt.template, &source, &prompt.vars).map_err(err)?;
-        let hash = crate::store::sha256_hex(source.as_bytes());
-        Ok((split_messages(&text), hash))
+        let template = prompts::resolve(&self.inner.prompts_dir, &prompt.template).map_err(err)?;
+        let text = render_template(&prompt.template, &template.text, &prompt.vars).map_err(err)?;
+        Ok((split_messages(&text), template.hash()))
     }
 
     /// Typed structured output (response_format json_schema when supported; else extract);

@@ -75,7 +75,7 @@ fn github_schema() -> Value {
     json!({"type": "object", "properties": p})
 }
 
-fn answer(req: &Seen) -> Answer {
+pub(crate) fn answer(req: &Seen) -> Answer {
     let text = req.all_text();
     // --- levels ---
     if text.contains("Which user-facing platform") {
@@ -284,7 +284,7 @@ fn answer(req: &Seen) -> Answer {
     Answer::status(400)
 }
 
-fn is_levels_request(s: &Seen) -> bool {
+pub(crate) fn is_levels_request(s: &Seen) -> bool {
     let t = s.all_text();
     !(t.contains("Tool A: `")
         || t.contains("diverse, realistic and specific user requests")

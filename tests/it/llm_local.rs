@@ -131,7 +131,36 @@ fn a_server_that_exits_at_once_is_reported_with_its_log() {
         .block_on(client(&settings).text("r", &Prompt::new("capital", json!({"country": "France"})), "fr"))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("exited during start-up") && err.contains("bad magic"), "{err}");
+    assert!(err.contains("exited with status 1 during start-up") && err.contains("bad magic"), "{err}");
+}
+
+/// A build that uses instructions this CPU traps on (AMX on some hosts) dies by SIGILL:
+/// the error says so and what to run.
+#[test]
+fn a_server_killed_by_sigill_at_start_is_named_with_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("sigill-llama-server");
+    std::fs::write(
+        &bin,
+        "#!/bin/sh
+echo 'load_backend: loaded CPU backend' >&2
+kill -ILL $$
+",
+    )
+    .unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.path().join("model.gguf"), b"x").unwrap();
+    let cfg = write_project(
+        dir.path(),
+        &format!("server_binary = \"{}\"\nmodel_path = \"{}\"", bin.display(), dir.path().join("model.gguf").display()),
+    );
+    let settings = Settings::load(&cfg).unwrap();
+    let err = rt()
+        .block_on(client(&settings).text("r", &Prompt::new("capital", json!({"country": "France"})), "fr"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("was killed by SIGILL: this llama-server build does not run on this CPU"), "{err}");
+    assert!(err.contains("run `make setup`") && err.contains("loaded CPU backend"), "{err}");
 }
 
 #[test]

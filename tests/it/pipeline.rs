@@ -31,6 +31,48 @@ fn docs_text() -> String {
     text
 }
 
+/// The scripted model of the demo's whole pipeline: judges every candidate pair
+/// equivalent (so there are sets to review), keeps every log session and candidate edge,
+/// and gives every sample full marks in pre-review. Also used by tests/it/init.rs.
+pub(crate) fn pipeline_answer(seen: &crate::support::scripted_llm::Seen) -> Answer {
+    let text = seen.all_text();
+    Answer::json(if text.contains("genuine need") {
+        serde_json::json!({"genuine": true, "reason": "scripted"})
+    } else if text.contains("satisfactory") {
+        serde_json::json!({"satisfactory": true, "reason": "scripted"})
+    } else if text.contains("must run after it") {
+        serde_json::json!({"dependent": true, "reason": "scripted"})
+    } else if text.contains("Tool A: `") {
+        serde_json::json!({"equivalent": true, "reason": "scripted"})
+    } else if text.contains("Anchor: `") {
+        let n = text.matches("\nCandidate ").count();
+        let v: Vec<_> =
+            (1..=n).map(|i| serde_json::json!({"candidate": i, "equivalent": true, "reason": "scripted"})).collect();
+        serde_json::json!({"verdicts": v})
+    } else if text.contains("User request:") {
+        serde_json::json!({"selected": []})
+    } else if text.contains("user requests") {
+        serde_json::json!({"requests": ["convert 5 EUR"]})
+    } else if text.contains("Write ONE user request") {
+        serde_json::json!({"query": "scripted chain query"})
+    } else if text.contains("Write this user's goal") {
+        serde_json::json!({"goal": "scripted goal"})
+    } else if text.contains("You play a user") {
+        serde_json::json!({"message": "scripted request", "done": true})
+    } else if text.contains("addressed the user's request") {
+        serde_json::json!({"turns": [{"turn": 1, "addressed": true, "reason": "scripted"}]})
+    } else if text.contains("Score this benchmark sample") {
+        // LLM pre-review: every sample passes on every dimension.
+        let scores: serde_json::Map<_, _> = ["relevance", "completeness", "consistency", "reliability", "freshness"]
+            .iter()
+            .map(|d| (d.to_string(), serde_json::json!({"score": 5, "reason": "scripted"})))
+            .collect();
+        serde_json::json!({"scores": scores, "note": "scripted"})
+    } else {
+        serde_json::json!({"reason": "needs live data", "verdict": "keep"})
+    })
+}
+
 /// A demo project whose every stage takes part: the demo pipeline with its log
 /// track, filled-in EFS and graph review sheets, and an `execute` queries file run
 /// against a sandbox.
@@ -39,46 +81,7 @@ pub(crate) fn full_project() -> Project {
     // A scripted model that judges every candidate pair equivalent, so there are sets
     // to review (the demo's default double judges none), and keeps every log session
     // and candidate edge.
-    let llm = ScriptedLlm::start(|seen| {
-        let text = seen.all_text();
-        Answer::json(if text.contains("genuine need") {
-            serde_json::json!({"genuine": true, "reason": "scripted"})
-        } else if text.contains("satisfactory") {
-            serde_json::json!({"satisfactory": true, "reason": "scripted"})
-        } else if text.contains("must run after it") {
-            serde_json::json!({"dependent": true, "reason": "scripted"})
-        } else if text.contains("Tool A: `") {
-            serde_json::json!({"equivalent": true, "reason": "scripted"})
-        } else if text.contains("Anchor: `") {
-            let n = text.matches("\nCandidate ").count();
-            let v: Vec<_> = (1..=n)
-                .map(|i| serde_json::json!({"candidate": i, "equivalent": true, "reason": "scripted"}))
-                .collect();
-            serde_json::json!({"verdicts": v})
-        } else if text.contains("User request:") {
-            serde_json::json!({"selected": []})
-        } else if text.contains("user requests") {
-            serde_json::json!({"requests": ["convert 5 EUR"]})
-        } else if text.contains("Write ONE user request") {
-            serde_json::json!({"query": "scripted chain query"})
-        } else if text.contains("Write this user's goal") {
-            serde_json::json!({"goal": "scripted goal"})
-        } else if text.contains("You play a user") {
-            serde_json::json!({"message": "scripted request", "done": true})
-        } else if text.contains("addressed the user's request") {
-            serde_json::json!({"turns": [{"turn": 1, "addressed": true, "reason": "scripted"}]})
-        } else if text.contains("Score this benchmark sample") {
-            // LLM pre-review: every sample passes on every dimension.
-            let scores: serde_json::Map<_, _> =
-                ["relevance", "completeness", "consistency", "reliability", "freshness"]
-                    .iter()
-                    .map(|d| (d.to_string(), serde_json::json!({"score": 5, "reason": "scripted"})))
-                    .collect();
-            serde_json::json!({"scores": scores, "note": "scripted"})
-        } else {
-            serde_json::json!({"reason": "needs live data", "verdict": "keep"})
-        })
-    });
+    let llm = ScriptedLlm::start(pipeline_answer);
     let old = p.llm.as_ref().unwrap().base_url();
     let cfg = p.read("pipeline/demo.toml").replace(&old, &llm.base_url());
     let base_url = llm.base_url();

@@ -44,7 +44,7 @@ pub fn local_llm_assets(test: &str) -> Option<(PathBuf, PathBuf)> {
         return Some((bin, model));
     }
     let msg = format!(
-        "llama-server or the 0.5B model is missing from `{}`; run `make setup` (scripts/setup.d/10-llm.sh)",
+        "llama-server or the 0.5B model is missing from `{}`; run `make setup` (scripts/setup.d/10-llm-models.sh, 15-llm-server.sh)",
         cache.display()
     );
     if std::env::var("CI").as_deref() == Ok("true") {

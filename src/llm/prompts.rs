@@ -1,0 +1,292 @@
+//! Prompt templates: built into the binary, overridable per project.
+//!
+//! Every template a stage uses ships inside benchgen (authored in the repository's
+//! `pipeline/prompts/`, which is also the demo project's own prompts folder). A project's
+//! `<prompts_dir>/<name>.md` (default `pipeline/prompts/`) overrides the built-in of that
+//! name; a name that is neither is an error. A template's hash is the sha256 of its text,
+//! wherever it came from, so an unchanged template hashes (and replays from the ledger)
+//! exactly as the file did. `benchgen prompts list|show|export` shows and copies them.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+macro_rules! builtins {
+    ($($name:literal),* $(,)?) => {
+        &[$(($name, include_str!(concat!("../../pipeline/prompts/", $name, ".md")))),*]
+    };
+}
+
+/// `(name, text)` of every built-in template, sorted by name (a unit test checks the list
+/// against `pipeline/prompts/`).
+pub const BUILTIN: &[(&str, &str)] = builtins![
+    "efs_requests",
+    "efs_select",
+    "efs_verify",
+    "efs_verify_list",
+    "filter-classify",
+    "graph_edge",
+    "levels_l1_verify",
+    "levels_l1_write",
+    "levels_l2_verify",
+    "levels_l2_write",
+    "levels_l3_deps",
+    "levels_l3_query",
+    "levels_l3_verify",
+    "levels_l4_feasible",
+    "levels_l4_qc",
+    "levels_l4_scenario",
+    "levels_l5_can",
+    "levels_l5_challenge",
+    "levels_l5_consensus",
+    "levels_l5_judge",
+    "levels_l5_label",
+    "levels_l5_queries",
+    "levels_l5_self_check",
+    "levels_l5_tasks",
+    "levels_output_schema",
+    "levels_platform",
+    "levels_tool_profile",
+    "llm-ping",
+    "logs_answer",
+    "logs_label",
+    "logs_need",
+    "registry-categories",
+    "review_score",
+    "synth_chain_query",
+    "synth_check",
+    "synth_goal",
+    "synth_user",
+];
+
+/// The built-in text of `name`, if there is one.
+pub fn builtin(name: &str) -> Option<&'static str> {
+    BUILTIN.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
+/// Where a template's text came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// The project's override file.
+    File(PathBuf),
+    /// Built into benchgen.
+    Builtin,
+}
+
+/// A template's text and where it came from.
+#[derive(Debug, Clone)]
+pub struct Template {
+    pub name: String,
+    pub text: String,
+    pub origin: Origin,
+}
+
+impl Template {
+    /// sha256 of the text: the same for a built-in and a file holding the same bytes.
+    pub fn hash(&self) -> String {
+        crate::store::sha256_hex(self.text.as_bytes())
+    }
+
+    /// How manifests and messages name it: the file's path as shown, or `builtin:<name>`.
+    pub fn shown(&self, display: impl Fn(&Path) -> String) -> String {
+        match &self.origin {
+            Origin::File(p) => display(p),
+            Origin::Builtin => format!("builtin:{}", self.name),
+        }
+    }
+}
+
+/// The override file's path for `name` under `dir` (it may not exist).
+pub fn override_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.md"))
+}
+
+/// Resolve `name`: the override file under `dir` when it exists, else the built-in.
+/// An override that exists but cannot be read is an error, never a silent fallback.
+pub fn resolve(dir: &Path, name: &str) -> std::result::Result<Template, String> {
+    let path = override_path(dir, name);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Template { name: name.to_string(), text, origin: Origin::File(path) }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match builtin(name) {
+            Some(text) => Ok(Template { name: name.to_string(), text: text.to_string(), origin: Origin::Builtin }),
+            None => Err(format!(
+                "prompt template `{name}` is not built in and `{}` does not exist (built-in names: `benchgen prompts list`)",
+                path.display()
+            )),
+        },
+        Err(e) => Err(format!("prompt template `{}` cannot be read: {e}", path.display())),
+    }
+}
+
+/// `benchgen prompts export DIR`: write every built-in template as `DIR/<name>.md`.
+/// Existing files are left alone unless `force` (they may be a user's edits); returns
+/// `(written, kept)` names.
+pub fn export(dir: &Path, force: bool) -> Result<(Vec<String>, Vec<String>)> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
+    let (mut written, mut kept) = (Vec::new(), Vec::new());
+    for (name, text) in BUILTIN {
+        let path = override_path(dir, name);
+        if path.exists() && !force {
+            kept.push(name.to_string());
+            continue;
+        }
+        crate::store::write_atomic(&path, text.as_bytes())?;
+        written.push(name.to_string());
+    }
+    Ok((written, kept))
+}
+
+/// One row of `benchgen prompts list`.
+#[derive(Debug, serde::Serialize)]
+struct Row {
+    name: String,
+    hash: String,
+    /// `builtin`, or the override file's path.
+    source: String,
+    /// The built-in's hash when an override replaces it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    builtin_hash: Option<String>,
+    /// Stages of the pipeline that use it (empty without a config).
+    stages: Vec<String>,
+}
+
+/// `benchgen prompts list|show|export`. `settings` is the project's, when there is one.
+pub fn command(
+    settings: Option<&crate::settings::Settings>,
+    c: &crate::cli::PromptsCommand,
+    printer: &crate::printer::Printer,
+) -> Result<()> {
+    use crate::cli::PromptsCommand;
+    let dir = settings.map(|s| s.resolve(&s.config.llm.prompts_dir));
+    let shown = |p: &Path| settings.map(|s| s.display_path(p)).unwrap_or_else(|| p.display().to_string());
+    match c {
+        PromptsCommand::List => {
+            let mut used: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+            if let Some(s) = settings {
+                for stage in crate::stages::enabled(s) {
+                    for p in stage.prompts(s) {
+                        let v = used.entry(p.template).or_default();
+                        if !v.contains(&stage.spec().name.to_string()) {
+                            v.push(stage.spec().name.to_string());
+                        }
+                    }
+                }
+            }
+            let mut names: Vec<String> = BUILTIN.iter().map(|(n, _)| n.to_string()).collect();
+            // Templates a config names that are not built in (a project's own) are listed too.
+            names.extend(used.keys().filter(|n| builtin(n).is_none()).cloned());
+            let mut rows = Vec::new();
+            for name in names {
+                let t = match &dir {
+                    Some(d) => resolve(d, &name).map_err(anyhow::Error::msg)?,
+                    None => Template {
+                        name: name.clone(),
+                        text: builtin(&name).unwrap_or_default().into(),
+                        origin: Origin::Builtin,
+                    },
+                };
+                let builtin_hash = match (&t.origin, builtin(&name)) {
+                    (Origin::File(_), Some(b)) => Some(crate::store::sha256_hex(b.as_bytes())),
+                    _ => None,
+                };
+                rows.push(Row {
+                    hash: t.hash(),
+                    source: t.shown(&shown),
+                    builtin_hash,
+                    stages: used.get(&name).cloned().unwrap_or_default(),
+                    name,
+                });
+            }
+            let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(0);
+            let mut text = String::new();
+            for r in &rows {
+                let short = r.hash.trim_start_matches("sha256:").get(..12).unwrap_or_default();
+                let source = match (&r.builtin_hash, r.source.starts_with("builtin:")) {
+                    (_, true) => "built-in".to_string(),
+                    (Some(b), false) if *b == r.hash => format!("{} (same text as the built-in)", r.source),
+                    (Some(_), false) => format!("{} (overrides the built-in)", r.source),
+                    (None, false) => r.source.clone(),
+                };
+                let stages =
+                    if r.stages.is_empty() { String::new() } else { format!("  used by {}", r.stages.join(", ")) };
+                text.push_str(&format!("{:width$}  {short}  {source}{stages}\n", r.name));
+            }
+            if settings.is_none() {
+                text.push_str("(no pipeline config here: built-ins only)\n");
+            }
+            printer.summary(text.trim_end(), &rows);
+        }
+        PromptsCommand::Show(a) => {
+            let t = match (&dir, a.builtin) {
+                (Some(d), false) => resolve(d, &a.name).map_err(anyhow::Error::msg)?,
+                _ => match builtin(&a.name) {
+                    Some(text) => Template { name: a.name.clone(), text: text.into(), origin: Origin::Builtin },
+                    None => anyhow::bail!("`{}` is not a built-in prompt template (`benchgen prompts list`)", a.name),
+                },
+            };
+            // The text itself on stdout (to redirect into a file); its source on stderr.
+            printer.info(&format!("{} ({})", t.shown(&shown), t.hash()));
+            if printer.json {
+                printer.summary(
+                    "",
+                    &serde_json::json!({"name": t.name, "source": t.shown(&shown), "hash": t.hash(), "text": t.text}),
+                );
+            } else {
+                crate::printer::out(t.text.trim_end_matches('\n'));
+            }
+        }
+        PromptsCommand::Export(a) => {
+            let target = match (&a.dir, &dir) {
+                (Some(d), _) => d.clone(),
+                (None, Some(d)) => d.clone(),
+                (None, None) => PathBuf::from("pipeline/prompts"),
+            };
+            let (written, kept) = export(&target, a.force)?;
+            let mut text = format!("wrote {} templates into `{}`", written.len(), shown(&target));
+            if !kept.is_empty() {
+                text.push_str(&format!("; kept {} that exist ({}; `--force` overwrites)", kept.len(), kept.join(", ")));
+            }
+            text.push_str(
+                ".\nEach file overrides its built-in: keep the ones you change and delete the rest, or they pin benchgen's current text.",
+            );
+            printer.summary(&text, &serde_json::json!({"dir": shown(&target), "written": written, "kept": kept}));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builtin_list_is_the_prompts_folder_sorted() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("pipeline/prompts");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "md"))
+            .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+            .collect();
+        on_disk.sort();
+        let listed: Vec<String> = BUILTIN.iter().map(|(n, _)| n.to_string()).collect();
+        assert_eq!(listed, on_disk, "add new templates to BUILTIN in src/llm/prompts.rs");
+    }
+
+    #[test]
+    fn a_builtin_hashes_as_its_file_did_and_an_override_wins() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("pipeline/prompts");
+        let empty = std::env::temp_dir().join(format!("benchgen-prompts-{}", std::process::id()));
+        std::fs::create_dir_all(&empty).unwrap();
+        let b = resolve(&empty, "efs_verify").unwrap();
+        assert_eq!(b.origin, Origin::Builtin);
+        assert_eq!(b.hash(), crate::store::hash_file(&repo.join("efs_verify.md")).unwrap());
+        std::fs::write(empty.join("efs_verify.md"), "Mine: {{ x }}\n").unwrap();
+        let o = resolve(&empty, "efs_verify").unwrap();
+        assert_eq!(o.origin, Origin::File(empty.join("efs_verify.md")));
+        assert_ne!(o.hash(), b.hash());
+        let err = resolve(&empty, "no_such_template").unwrap_err();
+        assert!(err.contains("not built in") && err.contains("benchgen prompts list"), "{err}");
+        std::fs::remove_dir_all(&empty).unwrap();
+    }
+}

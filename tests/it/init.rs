@@ -1,0 +1,271 @@
+//! `benchgen init` for each track, then `check` and a whole run through `release` against
+//! the scripted test endpoint, with nothing copied from the repository but the user's own
+//! data files (the demo's logs, catalog and registry stand in for a user's). Also the
+//! built-in prompts: `prompts list|show|export`, and overrides.
+
+use std::path::Path;
+use std::process::Output;
+
+use assert_cmd::Command;
+
+use crate::support::scripted_llm::{Answer, ScriptedLlm, Seen};
+use crate::support::{assert_code, repo, stderr, stdout};
+
+fn benchgen(dir: &Path) -> Command {
+    let mut c = Command::cargo_bin("benchgen").unwrap();
+    c.current_dir(dir)
+        .env("BENCHGEN_NO_PROGRESS", "1")
+        .env("BENCHGEN_ANON_SECRET", "it-init-secret")
+        .env_remove("BENCHGEN_CONFIG")
+        .env_remove("BENCHGEN_FAIL_AT");
+    c
+}
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    benchgen(dir).args(args).output().unwrap()
+}
+
+/// Answers every prompt of both tracks (levels, EFS, curation, graph, synthesis,
+/// validation, pre-review).
+fn answer(seen: &Seen) -> Answer {
+    match crate::levels::answer(seen) {
+        // Not a levels or pairwise-EFS prompt: the whole pipeline's double answers it.
+        Answer::Status { .. } => crate::pipeline::pipeline_answer(seen),
+        a => a,
+    }
+}
+
+/// The user's files, outside any project: what a new user has.
+fn users_files(dir: &Path) {
+    std::fs::copy(repo().join("raw/demo/logs/events.jsonl"), dir.join("my_logs.jsonl")).unwrap();
+    std::fs::copy(repo().join("raw/demo/logs/catalog.json"), dir.join("tools.json")).unwrap();
+    std::fs::copy(repo().join("raw/demo/registry.json"), dir.join("registry.json")).unwrap();
+}
+
+fn init(dir: &Path, llm: &ScriptedLlm, extra: &[&str]) -> Output {
+    let url = llm.base_url();
+    let mut args = vec!["init", "proj", "--provider", "vllm", "--base-url", &url, "--model", "scripted"];
+    args.extend_from_slice(extra);
+    run(dir, &args)
+}
+
+/// Fill every reviewer sheet `review export` wrote with full marks and put it into
+/// `reviews/returned/` (what reviewers do).
+pub(crate) fn fill_sheets(proj: &Path) -> usize {
+    let dir = proj.join("artifacts/review-export/sheets");
+    let returned = proj.join("reviews/returned");
+    std::fs::create_dir_all(&returned).unwrap();
+    let mut filled = 0;
+    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "csv") {
+            continue;
+        }
+        let mut r = csv::Reader::from_path(&p).unwrap();
+        let headers = r.headers().unwrap().clone();
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.write_record(&headers).unwrap();
+        for rec in r.records() {
+            let rec = rec.unwrap();
+            let row: Vec<String> = headers
+                .iter()
+                .zip(rec.iter())
+                .map(|(h, v)| {
+                    if ["relevance", "completeness", "consistency", "reliability", "freshness"].contains(&h) {
+                        "5".to_string()
+                    } else {
+                        v.to_string()
+                    }
+                })
+                .collect();
+            w.write_record(&row).unwrap();
+            filled += 1;
+        }
+        std::fs::write(returned.join(p.file_name().unwrap()), w.into_inner().unwrap()).unwrap();
+    }
+    filled
+}
+
+/// check → run up to the sheets → reviewers fill them → run → release verify.
+fn run_to_release(proj: &Path) -> String {
+    let o = run(proj, &["check"]);
+    assert_code(&o, 0);
+    assert!(stdout(&o).contains("no problems"), "{}", stdout(&o));
+    // Up to the reviewers' sheets; the release waits for their scores.
+    let o = run(proj, &["run", "--until", "review-export"]);
+    assert_code(&o, 0);
+    assert!(fill_sheets(proj) > 0, "no sample reached the reviewers");
+    let o = run(proj, &["run"]);
+    assert_code(&o, 0);
+    let release = proj.join("release/proj-0.1.0");
+    assert!(release.join("samples.jsonl").is_file(), "no release: {}", stdout(&o));
+    let o = run(proj, &["release", "verify", release.to_str().unwrap()]);
+    assert_code(&o, 0);
+    std::fs::read_to_string(release.join("samples.jsonl")).unwrap()
+}
+
+#[test]
+fn init_logs_track_checks_and_runs_to_a_verified_release_with_nothing_copied() {
+    let llm = ScriptedLlm::start(answer);
+    let dir = tempfile::tempdir().unwrap();
+    users_files(dir.path());
+    let o = init(dir.path(), &llm, &["--track", "logs", "--logs", "my_logs.jsonl", "--catalog", "tools.json"]);
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    assert!(out.contains("format `events`") && out.contains("format `mcp`"), "formats detected: {out}");
+    let proj = dir.path().join("proj");
+    for f in ["pipeline/proj.toml", "reviews/reviewers.toml", "raw/personas.toml", ".gitignore", "README.md"] {
+        assert!(proj.join(f).is_file(), "{f} missing");
+    }
+    assert!(!proj.join("pipeline/prompts").exists(), "prompts are built in, not copied");
+    let readme = std::fs::read_to_string(proj.join("README.md")).unwrap();
+    assert!(readme.contains("BENCHGEN_ANON_SECRET") && readme.contains("raw/logs/my_logs.jsonl"), "{readme}");
+    let samples = run_to_release(&proj);
+    assert!(samples.lines().count() > 0);
+
+    // Refuses to overwrite an existing project.
+    let o = init(dir.path(), &llm, &["--track", "logs"]);
+    assert_code(&o, 1);
+    assert!(stderr(&o).contains("already holds a benchgen project"), "{}", stderr(&o));
+}
+
+#[test]
+fn init_registry_track_checks_and_runs_to_a_verified_release() {
+    let llm = ScriptedLlm::start(answer);
+    let dir = tempfile::tempdir().unwrap();
+    users_files(dir.path());
+    let o = init(dir.path(), &llm, &["--track", "registry", "--registry", "registry.json"]);
+    assert_code(&o, 0);
+    let proj = dir.path().join("proj");
+    assert!(!proj.join("raw/personas.toml").exists(), "no role-play on the registry track");
+    let samples = run_to_release(&proj);
+    assert!(samples.contains("\"L1-"), "ETOM levels released: {samples}");
+}
+
+#[test]
+fn init_both_tracks_passes_check() {
+    let llm = ScriptedLlm::start(answer);
+    let dir = tempfile::tempdir().unwrap();
+    users_files(dir.path());
+    let o = init(
+        dir.path(),
+        &llm,
+        &["--track", "both", "--logs", "my_logs.jsonl", "--catalog", "tools.json", "--registry", "registry.json"],
+    );
+    assert_code(&o, 0);
+    let o = run(&dir.path().join("proj"), &["check"]);
+    assert_code(&o, 0);
+    let o = run(&dir.path().join("proj"), &["stages", "--json"]);
+    let stages: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let enabled: Vec<&str> = stages
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["enabled"] == true)
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    for s in ["registry-import", "efs-verify", "levels-l1", "logs-import", "synth-chains", "execute", "release"] {
+        assert!(enabled.contains(&s), "{s} not in {enabled:?}");
+    }
+}
+
+#[test]
+fn init_refuses_bad_input_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "not a log").unwrap();
+    let o = run(dir.path(), &["init", "p", "--track", "logs", "--logs", "notes.txt"]);
+    assert_code(&o, 1);
+    assert!(stderr(&o).contains("notes.txt"), "{}", stderr(&o));
+    assert!(!dir.path().join("p").exists(), "nothing written on bad input");
+    let o = run(dir.path(), &["init", "p", "--track", "registry", "--logs", "x.jsonl"]);
+    assert_code(&o, 1);
+    assert!(stderr(&o).contains("for the log track"), "{}", stderr(&o));
+    let o = run(dir.path(), &["init", "p", "--provider", "vllm"]);
+    assert_code(&o, 1);
+    assert!(stderr(&o).contains("--model"), "{}", stderr(&o));
+    assert!(!dir.path().join("p").exists());
+}
+
+#[test]
+fn builtin_prompts_list_show_export_and_an_override_that_changes_the_manifest_hash() {
+    let llm = ScriptedLlm::start(answer);
+    let dir = tempfile::tempdir().unwrap();
+    users_files(dir.path());
+    assert_code(&init(dir.path(), &llm, &["--track", "logs", "--logs", "my_logs.jsonl", "--catalog", "tools.json"]), 0);
+    let proj = dir.path().join("proj");
+
+    // list: every built-in, with the stages that use it.
+    let o = run(&proj, &["prompts", "list"]);
+    assert_code(&o, 0);
+    let list = stdout(&o);
+    assert!(list.contains("logs_need") && list.contains("used by logs-curate"), "{list}");
+    assert!(list.contains("built-in"), "{list}");
+
+    // show: the built-in text is the repository's file, byte for byte.
+    let o = run(&proj, &["prompts", "show", "logs_need"]);
+    assert_code(&o, 0);
+    let file = std::fs::read_to_string(repo().join("pipeline/prompts/logs_need.md")).unwrap();
+    assert_eq!(stdout(&o).trim_end(), file.trim_end());
+
+    // An unchanged built-in hashes as its file did (the manifest key names the built-in).
+    assert_code(&run(&proj, &["logs", "import"]), 0);
+    assert_code(&run(&proj, &["logs", "curate"]), 0);
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(proj.join("artifacts/logs-curate/manifest.json")).unwrap())
+            .unwrap();
+    let want = benchgen::store::hash_file(&repo().join("pipeline/prompts/logs_need.md")).unwrap();
+    assert_eq!(manifest["prompts"]["builtin:logs_need"], serde_json::json!(want), "{manifest}");
+
+    // export round-trips: files equal to the built-ins change nothing but the key.
+    let o = run(&proj, &["prompts", "export"]);
+    assert_code(&o, 0);
+    for (name, text) in benchgen::llm::prompts::BUILTIN {
+        assert_eq!(std::fs::read_to_string(proj.join(format!("pipeline/prompts/{name}.md"))).unwrap(), *text);
+    }
+    let o = run(&proj, &["prompts", "export"]);
+    assert!(stdout(&o).contains("kept"), "a second export keeps what exists: {}", stdout(&o));
+
+    // Exported copies hold the built-ins' text: nothing is stale.
+    let o = run(&proj, &["status"]);
+    assert!(stdout(&o).contains("logs-curate      done"), "{}", stdout(&o));
+    // An override wins and changes the hash: curation is stale and reruns with it.
+    let edited = format!("{file}\nBe strict.\n");
+    std::fs::write(proj.join("pipeline/prompts/logs_need.md"), &edited).unwrap();
+    let o = run(&proj, &["status"]);
+    assert!(
+        stdout(&o).contains("logs-curate      stale") && stdout(&o).contains("prompt `logs_need` changed"),
+        "{}",
+        stdout(&o)
+    );
+    assert_code(&run(&proj, &["logs", "curate"]), 0);
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(proj.join("artifacts/logs-curate/manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        manifest["prompts"]["pipeline/prompts/logs_need.md"],
+        serde_json::json!(benchgen::store::sha256_hex(edited.as_bytes()))
+    );
+    let o = run(&proj, &["prompts", "list"]);
+    assert!(stdout(&o).contains("overrides the built-in"), "{}", stdout(&o));
+
+    // A template that is neither: `check` names the key and how to list the built-ins.
+    let cfg = std::fs::read_to_string(proj.join("pipeline/proj.toml")).unwrap();
+    let cfg = cfg.replace("[logs.curate]\n", "[logs.curate]\nneed_template = \"my_need\"\n");
+    std::fs::write(proj.join("pipeline/proj.toml"), cfg).unwrap();
+    let o = run(&proj, &["check"]);
+    assert_code(&o, 1);
+    assert!(stderr(&o).contains("my_need") && stderr(&o).contains("benchgen prompts list"), "{}", stderr(&o));
+}
+
+#[test]
+fn prompts_work_without_a_project() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(dir.path(), &["prompts", "list"]);
+    assert_code(&o, 0);
+    assert!(stdout(&o).contains("efs_verify_list") && stdout(&o).contains("built-ins only"), "{}", stdout(&o));
+    let o = run(dir.path(), &["prompts", "export", "out"]);
+    assert_code(&o, 0);
+    assert_eq!(std::fs::read_dir(dir.path().join("out")).unwrap().count(), benchgen::llm::prompts::BUILTIN.len());
+    let o = run(dir.path(), &["prompts", "show", "nope"]);
+    assert_code(&o, 1);
+}

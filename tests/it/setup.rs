@@ -1,0 +1,173 @@
+//! `scripts/setup.d/15-llm-server.sh`: a llama-server counts only once it has answered.
+//! Stand-ins (test doubles): `fake_cmake` "builds" a server that dies by SIGILL when
+//! configured native (as an AMX-using build does on a host that traps on AMX) and a small
+//! Python HTTP server answering `/health` and `/completion` when configured portable.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::repo;
+
+/// The stand-in server: answers as llama-server does, on the `--port` it is given.
+const STANDIN_SERVER: &str = r#"#!/usr/bin/env python3
+import http.server, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def reply(self, body):
+        self.send_response(200); self.send_header("Content-Type", "application/json")
+        self.end_headers(); self.wfile.write(body)
+    def do_GET(self): self.reply(b'{"status":"ok"}')
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.reply(b'{"content":" 4, 5"}')
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"#;
+
+/// The stand-in cmake: records each invocation; the build writes a server by flavour.
+fn fake_cmake(dir: &Path) -> PathBuf {
+    let script = format!(
+        r#"#!/usr/bin/env bash
+set -e
+echo "$*" >> "{calls}"
+if [ "$1" = "--build" ]; then
+  b="$2"; mkdir -p "$b/bin"
+  if grep -q -- "-DGGML_NATIVE=ON" "$b/flags"; then
+    printf '#!/bin/sh\nkill -ILL $$\n' > "$b/bin/llama-server"
+  else
+    cp "{standin}" "$b/bin/llama-server"
+  fi
+  chmod +x "$b/bin/llama-server"
+else
+  args="$*"
+  while [ $# -gt 0 ]; do if [ "$1" = "-B" ]; then b="$2"; fi; shift; done
+  mkdir -p "$b"; printf '%s\n' "$args" > "$b/flags"
+fi
+"#,
+        calls = dir.join("cmake-calls.txt").display(),
+        standin = dir.join("standin-server.py").display(),
+    );
+    std::fs::write(dir.join("standin-server.py"), STANDIN_SERVER).unwrap();
+    let p = dir.join("fake-cmake");
+    std::fs::write(&p, script).unwrap();
+    chmod_x(&p);
+    chmod_x(&dir.join("standin-server.py"));
+    p
+}
+
+fn chmod_x(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A cache with the 0.5B model's file (its content does not matter to the stand-ins) and
+/// the vendored sources' folder (so nothing is downloaded).
+fn cache(dir: &Path) -> PathBuf {
+    let c = dir.join("cache");
+    std::fs::create_dir_all(c.join("llm/models")).unwrap();
+    std::fs::write(c.join("llm/models/qwen2.5-coder-0.5b-instruct.gguf"), b"stand-in").unwrap();
+    std::fs::create_dir_all(c.join("llm/src/llama_cpp_python-0.3.36/vendor/llama.cpp")).unwrap();
+    c
+}
+
+fn cpuinfo(dir: &Path, amx: bool) -> PathBuf {
+    let p = dir.join(if amx { "cpuinfo-amx" } else { "cpuinfo" });
+    let extra = if amx { " amx_bf16 amx_tile amx_int8" } else { "" };
+    std::fs::write(&p, format!("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma f16c bmi2{extra}\n")).unwrap();
+    p
+}
+
+fn run_setup(dir: &Path, cache: &Path, cpuinfo: &Path) -> (bool, String) {
+    let o = Command::new("bash")
+        .arg(repo().join("scripts/setup.d/15-llm-server.sh"))
+        .env("BENCHGEN_CACHE", cache)
+        .env("CMAKE", fake_cmake(dir))
+        .env("BENCHGEN_CPUINFO", cpuinfo)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    (o.status.success(), text)
+}
+
+fn calls(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("cmake-calls.txt")).unwrap_or_default()
+}
+
+fn python_present() -> bool {
+    Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn a_native_build_that_dies_by_sigill_is_rebuilt_portable_and_proved() {
+    assert!(python_present(), "python3 is needed by setup itself");
+    let dir = tempfile::tempdir().unwrap();
+    let c = cache(dir.path());
+    let (ok, out) = run_setup(dir.path(), &c, &cpuinfo(dir.path(), false));
+    assert!(ok, "{out}");
+    assert!(out.contains("building llama-server (native"), "{out}");
+    assert!(out.contains("killed by SIGILL"), "the native build's death is named: {out}");
+    assert!(out.contains("building llama-server (portable"), "{out}");
+    assert!(out.contains("built (portable) and answering"), "{out}");
+    assert_eq!(std::fs::read_to_string(c.join("llm/build/FLAVOUR")).unwrap().trim(), "portable");
+    // The portable configure names the CPU's features and turns AMX off.
+    let configure = calls(dir.path()).lines().filter(|l| l.contains("-DGGML_NATIVE=OFF")).count();
+    assert_eq!(configure, 1, "{}", calls(dir.path()));
+    let portable = calls(dir.path()).lines().find(|l| l.contains("-DGGML_NATIVE=OFF")).unwrap().to_string();
+    for flag in ["-DGGML_AMX_TILE=OFF", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_AVX512=OFF"] {
+        assert!(portable.contains(flag), "{flag} missing from {portable}");
+    }
+
+    // The next setup proves the cached build again and leaves it alone.
+    std::fs::remove_file(dir.path().join("cmake-calls.txt")).unwrap();
+    let (ok, out) = run_setup(dir.path(), &c, &cpuinfo(dir.path(), false));
+    assert!(ok, "{out}");
+    assert!(out.contains("present and answering (portable build"), "{out}");
+    assert_eq!(calls(dir.path()), "", "a build that answers is not rebuilt");
+}
+
+#[test]
+fn a_cached_build_that_does_not_run_is_detected_and_rebuilt() {
+    assert!(python_present(), "python3 is needed by setup itself");
+    let dir = tempfile::tempdir().unwrap();
+    let c = cache(dir.path());
+    // A build left by an earlier setup (or copied from another machine) that traps here.
+    std::fs::create_dir_all(c.join("llm/build/bin")).unwrap();
+    let server = c.join("llm/build/bin/llama-server");
+    std::fs::write(&server, "#!/bin/sh\nkill -ILL $$\n").unwrap();
+    chmod_x(&server);
+    std::fs::write(c.join("llm/build/FLAVOUR"), "native\n").unwrap();
+    let (ok, out) = run_setup(dir.path(), &c, &cpuinfo(dir.path(), true));
+    assert!(ok, "{out}");
+    assert!(out.contains("the cached native build does not run here; rebuilding"), "{out}");
+    // This CPU advertises AMX: the portable flavour comes first, native is never tried.
+    assert!(out.contains("advertises AMX"), "{out}");
+    assert!(!calls(dir.path()).contains("-DGGML_NATIVE=ON"), "{}", calls(dir.path()));
+    assert!(out.contains("built (portable) and answering"), "{out}");
+}
+
+#[test]
+fn a_server_that_never_answers_fails_setup_with_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cache(dir.path());
+    // Every flavour of this "build" exits at once: setup must fail, not trust the file.
+    let script = format!(
+        "#!/usr/bin/env bash\necho \"$*\" >> {calls}\nif [ \"$1\" = --build ]; then mkdir -p \"$2/bin\"; \
+         printf '#!/bin/sh\\necho model file is not a GGUF >&2\\nexit 1\\n' > \"$2/bin/llama-server\"; chmod +x \"$2/bin/llama-server\"; fi\n",
+        calls = dir.path().join("cmake-calls.txt").display()
+    );
+    let cmake = dir.path().join("broken-cmake");
+    std::fs::write(&cmake, script).unwrap();
+    chmod_x(&cmake);
+    let o = Command::new("bash")
+        .arg(repo().join("scripts/setup.d/15-llm-server.sh"))
+        .env("BENCHGEN_CACHE", &c)
+        .env("CMAKE", &cmake)
+        .env("BENCHGEN_CPUINFO", cpuinfo(dir.path(), false))
+        .output()
+        .unwrap();
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(!o.status.success(), "{out}");
+    assert!(out.contains("exited with status 1 during start-up"), "{out}");
+    assert!(out.contains("model file is not a GGUF"), "the server log's tail is shown: {out}");
+    assert!(out.contains("does not run on this machine even as a portable build"), "{out}");
+}
