@@ -9,10 +9,8 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use polars::prelude::{
-    Column, DataFrame, DataType, NamedFrom, ParquetCompression, ParquetReader, ParquetWriter, PolarsResult, SerReader,
-    Series,
-};
+use polars_core::prelude::{Column, DataFrame, DataType, NamedFrom, PolarsResult, Series};
+use polars_io::prelude::{ParquetCompression, ParquetReader, ParquetWriter, SerReader};
 
 /// `(column, type)` of `samples.parquet`; `?` marks a nullable column.
 pub const SAMPLES_SCHEMA: &[(&str, &str)] = &[

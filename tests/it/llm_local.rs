@@ -115,11 +115,11 @@ fn a_server_that_never_gets_healthy_is_stopped_with_its_children() {
     assert!(!dir.path().join("server.pid").exists());
 }
 
-#[test]
-fn a_server_that_exits_at_once_is_reported_with_its_log() {
+/// The error of the first call of a role whose `server_binary` is `script`.
+fn start_error(script: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("crashing-llama-server");
-    std::fs::write(&bin, "#!/bin/bash\necho 'error: cannot load model: bad magic' >&2\nexit 1\n").unwrap();
+    let bin = dir.path().join("stand-in-llama-server");
+    std::fs::write(&bin, script).unwrap();
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(dir.path().join("model.gguf"), b"x").unwrap();
     let cfg = write_project(
@@ -127,10 +127,14 @@ fn a_server_that_exits_at_once_is_reported_with_its_log() {
         &format!("server_binary = \"{}\"\nmodel_path = \"{}\"", bin.display(), dir.path().join("model.gguf").display()),
     );
     let settings = Settings::load(&cfg).unwrap();
-    let err = rt()
-        .block_on(client(&settings).text("r", &Prompt::new("capital", json!({"country": "France"})), "fr"))
+    rt().block_on(client(&settings).text("r", &Prompt::new("capital", json!({"country": "France"})), "fr"))
         .unwrap_err()
-        .to_string();
+        .to_string()
+}
+
+#[test]
+fn a_server_that_exits_at_once_is_reported_with_its_log() {
+    let err = start_error("#!/bin/bash\necho 'error: cannot load model: bad magic' >&2\nexit 1\n");
     assert!(err.contains("exited with status 1 during start-up") && err.contains("bad magic"), "{err}");
 }
 
@@ -138,27 +142,7 @@ fn a_server_that_exits_at_once_is_reported_with_its_log() {
 /// the error says so and what to run.
 #[test]
 fn a_server_killed_by_sigill_at_start_is_named_with_the_fix() {
-    let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("sigill-llama-server");
-    std::fs::write(
-        &bin,
-        "#!/bin/sh
-echo 'load_backend: loaded CPU backend' >&2
-kill -ILL $$
-",
-    )
-    .unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::write(dir.path().join("model.gguf"), b"x").unwrap();
-    let cfg = write_project(
-        dir.path(),
-        &format!("server_binary = \"{}\"\nmodel_path = \"{}\"", bin.display(), dir.path().join("model.gguf").display()),
-    );
-    let settings = Settings::load(&cfg).unwrap();
-    let err = rt()
-        .block_on(client(&settings).text("r", &Prompt::new("capital", json!({"country": "France"})), "fr"))
-        .unwrap_err()
-        .to_string();
+    let err = start_error("#!/bin/sh\necho 'load_backend: loaded CPU backend' >&2\nkill -ILL $$\n");
     assert!(err.contains("was killed by SIGILL: this llama-server build does not run on this CPU"), "{err}");
     assert!(err.contains("run `make setup`") && err.contains("loaded CPU backend"), "{err}");
 }

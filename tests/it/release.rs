@@ -314,7 +314,8 @@ fn release_parses_scores_100_and_has_a_full_card() {
     }
 
     // Parquet, read back with polars: the documented schema and one row per sample.
-    use polars::prelude::*;
+    use polars_core::prelude::*;
+    use polars_io::prelude::{ParquetReader, SerReader};
     let df = ParquetReader::new(std::fs::File::open(d.join("samples.parquet")).unwrap()).finish().unwrap();
     let cols: Vec<String> = df.get_column_names().iter().map(|c| c.to_string()).collect();
     let want: Vec<String> = benchgen::release::tables::SAMPLES_SCHEMA.iter().map(|(n, _)| n.to_string()).collect();
