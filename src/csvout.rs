@@ -260,7 +260,8 @@ mod tests {
         let header = ["id", "score"];
         // Row 3 spans two lines (a quoted line break); row 4 has a bad cell count.
         let lf = "id,score\na,1\n\"b\nb\",2\nc\n";
-        for (ends, text) in [("LF", lf.to_string()), ("CRLF", lf.replace('\n', "\r\n")), ("CR", lf.replace('\n', "\r"))] {
+        for (ends, text) in [("LF", lf.to_string()), ("CRLF", lf.replace('\n', "\r\n")), ("CR", lf.replace('\n', "\r"))]
+        {
             let mut problems = Vec::new();
             let rows = read_rows("s.csv", text.as_bytes(), &header, &mut problems);
             let locs: Vec<&str> = rows.iter().map(|r| r.loc.as_str()).collect();

@@ -83,9 +83,10 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
     settings.llm_mode = cli.global.llm_mode;
     // The pipeline is checked on every load (roles, prompts, servers, reads, ranges), so
     // a typo fails here, naming its key, before any stage runs; a stage command checks
-    // only what it and its upstream need.
+    // only what it and its upstream need. `stages` lists what a config needs, so it also
+    // works while the config is incomplete.
     match stage_of(&cli.command) {
-        _ if matches!(cli.command, Command::Check | Command::Sandbox(_)) => {}
+        _ if matches!(cli.command, Command::Check | Command::Sandbox(_) | Command::Stages(_)) => {}
         Some(name) => stages::check_stage(&settings, name)?,
         None => stages::check(&settings)?,
     }

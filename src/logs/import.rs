@@ -380,7 +380,8 @@ impl Stage for ImportStage {
             serde_json::to_writer(&mut malformed_lines, &json!({"location": loc, "reason": reason}))?;
             malformed_lines.push(b'\n');
             rejects.push(NewEvent::new(super::kind::REJECT, Some(loc), json!({"location": loc, "reason": reason})));
-            if let Some(f) = files.iter().find(|f| loc.strip_prefix(f.display.as_str()).is_some_and(|r| r.starts_with(':')))
+            if let Some(f) =
+                files.iter().find(|f| loc.strip_prefix(f.display.as_str()).is_some_and(|r| r.starts_with(':')))
             {
                 first_reason.entry(f.display.clone()).or_insert_with(|| format!("{loc}: {reason}"));
             }

@@ -350,8 +350,20 @@ pub enum Feedback {
 /// Words read as positive / negative feedback (compared trimmed, case-insensitively).
 pub const POSITIVE_FEEDBACK: &[&str] =
     &["true", "yes", "up", "good", "positive", "satisfied", "thumbs_up", "thumbs up", "like", "1", "+1", "👍"];
-pub const NEGATIVE_FEEDBACK: &[&str] =
-    &["false", "no", "down", "bad", "negative", "unsatisfied", "thumbs_down", "thumbs down", "dislike", "0", "-1", "👎"];
+pub const NEGATIVE_FEEDBACK: &[&str] = &[
+    "false",
+    "no",
+    "down",
+    "bad",
+    "negative",
+    "unsatisfied",
+    "thumbs_down",
+    "thumbs down",
+    "dislike",
+    "0",
+    "-1",
+    "👎",
+];
 
 /// A feedback field: a bool, a number (> 0 is positive, else negative), a word of
 /// [`POSITIVE_FEEDBACK`] or [`NEGATIVE_FEEDBACK`], `null` (none); anything else is

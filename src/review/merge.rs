@@ -335,10 +335,8 @@ pub fn merge(
             let mut lines = crate::csvout::Lines::new(bytes);
             for rec in rd.records() {
                 match rec {
-                    Err(e) => problems.push(Problem::new(
-                        format!("{name}:{}", lines.of(e.position(), 0)),
-                        format!("not CSV: {e}"),
-                    )),
+                    Err(e) => problems
+                        .push(Problem::new(format!("{name}:{}", lines.of(e.position(), 0)), format!("not CSV: {e}"))),
                     Ok(rec) => {
                         let cell = |i: usize| restore_cell(rec.get(i).unwrap_or(""));
                         let loc = format!("{name}:{}", lines.of(rec.position(), 0));

@@ -75,7 +75,12 @@ pub fn load_catalog(path: &std::path::Path) -> Result<Catalog> {
 
 /// Recorded responses that no served tool can answer from are a mistake to say, not a
 /// silent fallback to generated answers: fail when none match, warn about the rest.
-fn check_recorded(sandbox: &Sandbox, catalog: &std::path::Path, recorded: &std::path::Path, printer: &Printer) -> Result<()> {
+fn check_recorded(
+    sandbox: &Sandbox,
+    catalog: &std::path::Path,
+    recorded: &std::path::Path,
+    printer: &Printer,
+) -> Result<()> {
     let (matched, unmatched) = sandbox.recorded_coverage();
     let list = |v: &[String]| {
         let mut s: Vec<String> = v.iter().take(5).map(|t| format!("`{t}`")).collect();
@@ -103,11 +108,20 @@ fn check_recorded(sandbox: &Sandbox, catalog: &std::path::Path, recorded: &std::
             list(&unmatched)
         ));
     }
-    let renamed: Vec<String> = matched.iter().filter(|(id, r)| id != r).map(|(id, r)| format!("`{id}` ← `{r}`")).collect();
+    let renamed: Vec<String> =
+        matched.iter().filter(|(id, r)| id != r).map(|(id, r)| format!("`{id}` ← `{r}`")).collect();
     printer.info(&format!(
         "sandbox: recorded responses for {} tool(s){}",
         matched.len(),
-        if renamed.is_empty() { String::new() } else { format!(" ({} by tool name: {})", renamed.len(), renamed.iter().take(5).cloned().collect::<Vec<_>>().join(", ")) }
+        if renamed.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({} by tool name: {})",
+                renamed.len(),
+                renamed.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+            )
+        }
     ));
     Ok(())
 }

@@ -271,12 +271,8 @@ impl Sandbox {
     /// that has recorded results, sorted, and the recorded names no served tool answers
     /// from (not in the catalog, or ambiguous between two of its tools).
     pub fn recorded_coverage(&self) -> (Vec<(String, String)>, Vec<String>) {
-        let mut matched: Vec<(String, String)> = self
-            .inner
-            .entries
-            .iter()
-            .filter_map(|(id, e)| e.recorded_as.clone().map(|r| (id.clone(), r)))
-            .collect();
+        let mut matched: Vec<(String, String)> =
+            self.inner.entries.iter().filter_map(|(id, e)| e.recorded_as.clone().map(|r| (id.clone(), r))).collect();
         matched.sort();
         let used: std::collections::BTreeSet<&str> = matched.iter().map(|(_, r)| r.as_str()).collect();
         let unmatched = match &self.inner.opts.recorded {

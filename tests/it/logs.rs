@@ -873,16 +873,14 @@ fn a_source_without_a_readable_record_or_too_many_malformed_ones_fails_naming_fi
         let err = err_of(&p);
         assert!(err.contains("`raw/u16.jsonl` is UTF-16 LE text") && err.contains("iconv -f UTF-16"), "{err}");
     }
-    // Without one: no readable record, NUL bytes pointed at.
+    // Without one: no readable record (the three lines and the NUL after the last line
+    // end), NUL bytes pointed at.
     let p = sources_only(&[("u16.jsonl", "events", &utf16(false))], "");
     let err = err_of(&p);
-    assert!(err.contains("`raw/u16.jsonl` has no readable record (3 malformed)"), "{err}");
+    assert!(err.contains("`raw/u16.jsonl` has no readable record (4 malformed)"), "{err}");
     assert!(err.contains("raw/u16.jsonl:1: not JSON") && err.contains("NUL bytes"), "{err}");
     // Not one line of the format: the file is named, not silently gone.
-    let p = sources_only(
-        &[("ops.jsonl", "events", good.as_bytes()), ("chat.jsonl", "openai", good.as_bytes())],
-        "",
-    );
+    let p = sources_only(&[("ops.jsonl", "events", good.as_bytes()), ("chat.jsonl", "openai", good.as_bytes())], "");
     let err = err_of(&p);
     assert!(err.contains("`raw/chat.jsonl` has no readable record (3 malformed)"), "{err}");
     assert!(err.contains("no `messages` field") && err.contains("(read as `openai`)"), "{err}");
@@ -903,7 +901,11 @@ fn a_source_without_a_readable_record_or_too_many_malformed_ones_fails_naming_fi
     // A limit outside 0..=1 is a config problem.
     let p = sources_only(&[("ops.jsonl", "events", good.as_bytes())], "max_malformed_share = 1.5");
     let o = p.run(&["check"]);
-    assert!(crate::support::stderr(&o).contains("logs.max_malformed_share: must be between 0 and 1"), "{}", crate::support::stderr(&o));
+    assert!(
+        crate::support::stderr(&o).contains("logs.max_malformed_share: must be between 0 and 1"),
+        "{}",
+        crate::support::stderr(&o)
+    );
     // A UTF-8 byte-order mark is read past.
     let p = sources_only(&[("ops.jsonl", "auto", format!("\u{feff}{good}").as_bytes())], "");
     crate::support::assert_code(&p.run(&["logs", "import"]), 0);

@@ -220,10 +220,15 @@ async fn recorded_sandbox_serves_log_catalogs_tools_list_files_and_server_tool_i
     let bare_sessions = write("sessions.jsonl", &recorded_session("get_host"));
     let server_sessions = write("server_sessions.jsonl", &recorded_session("ops::get_host"));
     // The log track's catalog, an MCP `tools/list` result, benchgen's catalog.
-    let log_catalog = write("log_catalog.json", &format!(r#"[{{"name": "get_host", "description": "a host", "input_schema": {HOST_SCHEMA}}}]"#));
+    let log_catalog = write(
+        "log_catalog.json",
+        &format!(r#"[{{"name": "get_host", "description": "a host", "input_schema": {HOST_SCHEMA}}}]"#),
+    );
     let tools_list = write(
         "tools_list.json",
-        &format!(r#"{{"tools": [{{"name": "get_host", "title": "Host", "description": "a host", "inputSchema": {HOST_SCHEMA}}}]}}"#),
+        &format!(
+            r#"{{"tools": [{{"name": "get_host", "title": "Host", "description": "a host", "inputSchema": {HOST_SCHEMA}}}]}}"#
+        ),
     );
     let benchgen_catalog = |tool: &str| {
         format!(
@@ -241,7 +246,8 @@ async fn recorded_sandbox_serves_log_catalogs_tools_list_files_and_server_tool_i
     ] {
         let what = format!("{} with {}", catalog.display(), sessions.display());
         let client = sandbox(d, catalog, &["--recorded", sessions.to_str().unwrap()], Duration::from_secs(20));
-        let names: Vec<String> = client.list_tools().await.unwrap_or_else(|e| panic!("{what}: {e}")).into_iter().map(|t| t.name).collect();
+        let names: Vec<String> =
+            client.list_tools().await.unwrap_or_else(|e| panic!("{what}: {e}")).into_iter().map(|t| t.name).collect();
         assert_eq!(names, [tool], "{what}");
         match client.call(tool, &json!({"host": "web-01"}), None).await {
             CallOutcome::Ok { output } => assert_eq!(output.text, recorded, "{what}"),
@@ -266,7 +272,16 @@ async fn recorded_sandbox_serves_log_catalogs_tools_list_files_and_server_tool_i
     assert!(err.contains("no tool of") && err.contains("the sessions call `get_host`"), "{err}");
     // Neither a catalog nor a tool list: said, with what is accepted.
     let junk = write("junk.json", r#"{"rows": []}"#);
-    let o = std::process::Command::new(BIN).args(["sandbox", "--catalog"]).arg(&junk).stdin(std::process::Stdio::null()).output().unwrap();
+    let o = std::process::Command::new(BIN)
+        .args(["sandbox", "--catalog"])
+        .arg(&junk)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("is neither a benchgen catalog nor a tool list"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is neither a benchgen catalog nor a tool list"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

@@ -476,7 +476,10 @@ fn a_looping_chain_query_is_asked_again_and_then_left_out_with_its_reason() {
     let reason = failed[0]["reason"].as_str().unwrap();
     assert!(reason.contains("repeats \"find the open alerts of inventory\""), "{reason}");
     let report = sp.p.read("artifacts/synth-chains/report.md");
-    assert!(report.contains(&format!("{} queries written (1 failed; reasons in failed.json).", chains.len())), "{report}");
+    assert!(
+        report.contains(&format!("{} queries written (1 failed; reasons in failed.json).", chains.len())),
+        "{report}"
+    );
 }
 
 #[test]
