@@ -96,8 +96,8 @@ impl<'a> Lines<'a> {
             (self.pos, self.ends) = (0, 0);
         }
         // `\n` ends a line; so does a lone `\r` (old Mac line ends), as for the csv reader.
-        for i in self.pos..start {
-            if b[i] == b'\n' || (b[i] == b'\r' && b.get(i + 1) != Some(&b'\n')) {
+        for (i, &c) in b.iter().enumerate().take(start).skip(self.pos) {
+            if c == b'\n' || (c == b'\r' && b.get(i + 1) != Some(&b'\n')) {
                 self.ends += 1;
             }
         }
