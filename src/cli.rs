@@ -845,7 +845,9 @@ pub struct McpImportArgs {
 
 #[derive(Debug, Args)]
 pub struct SandboxArgs {
-    /// Catalog to serve (default `artifacts/filter/catalog.json`).
+    /// Catalog to serve (default `artifacts/filter/catalog.json`): benchgen's catalog, or a
+    /// tool list served under its bare names (`artifacts/logs-import/catalog.json`, an MCP
+    /// `tools/list` result).
     #[arg(long, value_name = "FILE")]
     pub catalog: Option<PathBuf>,
     /// Serve Streamable HTTP on this loopback address (e.g. `127.0.0.1:0` for any port).
@@ -862,7 +864,8 @@ pub struct SandboxArgs {
     pub call_log: Option<PathBuf>,
     /// Recorded-responses mode: answer a call with the result the sessions in FILE (benchgen
     /// session JSONL, e.g. `artifacts/logs-import/sessions.jsonl`) logged for the same tool
-    /// and equal arguments; other calls are generated as usual.
+    /// and equal arguments (a `server::tool` id matches a logged bare `tool` name); other
+    /// calls are generated as usual. Fails when no served tool has a recorded result.
     #[arg(long, value_name = "FILE")]
     pub recorded: Option<PathBuf>,
     /// Delay every call by this many milliseconds.

@@ -67,9 +67,54 @@ pub struct SheetRow {
     pub cells: Vec<String>,
 }
 
+/// 1-based line numbers of records in a CSV text, counted by ourselves. The csv crate's
+/// own line count runs one behind after CRLF line ends (Excel and Python's csv module write
+/// them): a record's position is taken before the `\n` of the previous `\r\n` is consumed.
+/// So the line is counted from the record's byte offset, past any line-end bytes the
+/// position still points at. Records are asked for in order, so counting resumes where
+/// the previous one stopped (linear in the text, not quadratic).
+pub struct Lines<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    /// Line ends in `bytes[..pos]`.
+    ends: u64,
+}
+
+impl<'a> Lines<'a> {
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes, pos: 0, ends: 0 }
+    }
+
+    /// The line of the record starting at byte `start`.
+    pub fn line_at(&mut self, start: u64) -> u64 {
+        let b = self.bytes;
+        let mut start = (start as usize).min(b.len());
+        while start < b.len() && matches!(b[start], b'\r' | b'\n') {
+            start += 1;
+        }
+        if start < self.pos {
+            (self.pos, self.ends) = (0, 0);
+        }
+        // `\n` ends a line; so does a lone `\r` (old Mac line ends), as for the csv reader.
+        for (i, &c) in b.iter().enumerate().take(start).skip(self.pos) {
+            if c == b'\n' || (c == b'\r' && b.get(i + 1) != Some(&b'\n')) {
+                self.ends += 1;
+            }
+        }
+        self.pos = start;
+        self.ends + 1
+    }
+
+    /// The line of a record or of a read error, `fallback` when the reader gives no position.
+    pub fn of(&mut self, pos: Option<&csv::Position>, fallback: u64) -> u64 {
+        pos.map_or(fallback, |p| self.line_at(p.byte()))
+    }
+}
+
 /// The data rows of a CSV sheet written with header `expected` (the review and graph
 /// review sheets). Every problem — a wrong header (then no rows), a broken record, a
 /// wrong cell count — goes into `problems` at `name:line`; good rows are returned.
+/// Lines are counted right for LF, CRLF and CR line ends alike (see [`Lines`]).
 pub fn read_rows(
     name: &str,
     bytes: &[u8],
@@ -93,17 +138,18 @@ pub fn read_rows(
             return Vec::new();
         }
     }
+    let mut lines = Lines::new(bytes);
     let mut out = Vec::new();
     for rec in rd.records() {
         let rec = match rec {
             Ok(r) => r,
             Err(e) => {
-                let line = e.position().map(|p| p.line()).unwrap_or(0);
+                let line = lines.of(e.position(), 0);
                 problems.push(Problem::new(format!("{name}:{line}"), format!("not CSV: {e}")));
                 continue;
             }
         };
-        let loc = format!("{name}:{}", rec.position().map(|p| p.line()).unwrap_or(0));
+        let loc = format!("{name}:{}", lines.of(rec.position(), 0));
         if rec.len() != expected.len() {
             problems.push(Problem::new(&loc, format!("expected {} cells, found {}", expected.len(), rec.len())));
             continue;
@@ -207,6 +253,22 @@ mod tests {
         w.serialize(&Row { a: "x".into(), n: 1.0 }).unwrap();
         assert_eq!(String::from_utf8(w.into_bytes().unwrap()).unwrap(), "a,n\n'=cmd|'/c calc'!A0,-0.5\nx,1.0\n");
         assert_eq!(String::from_utf8(table::<Row>(&["a", "n"], &[]).unwrap()).unwrap(), "a,n\n");
+    }
+
+    #[test]
+    fn rows_are_located_on_their_line_with_lf_crlf_and_cr_line_ends() {
+        let header = ["id", "score"];
+        // Row 3 spans two lines (a quoted line break); row 4 has a bad cell count.
+        let lf = "id,score\na,1\n\"b\nb\",2\nc\n";
+        for (ends, text) in [("LF", lf.to_string()), ("CRLF", lf.replace('\n', "\r\n")), ("CR", lf.replace('\n', "\r"))]
+        {
+            let mut problems = Vec::new();
+            let rows = read_rows("s.csv", text.as_bytes(), &header, &mut problems);
+            let locs: Vec<&str> = rows.iter().map(|r| r.loc.as_str()).collect();
+            assert_eq!(locs, ["s.csv:2", "s.csv:3"], "{ends}");
+            let bad: Vec<&str> = problems.iter().map(|p| p.location.as_str()).collect();
+            assert_eq!(bad, ["s.csv:5"], "{ends}: {problems:?}");
+        }
     }
 
     proptest! {

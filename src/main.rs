@@ -108,10 +108,14 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         _ => Settings::load(&config)?,
     };
     settings.llm_mode = cli.global.llm_mode;
-    // The whole pipeline is checked on every load (roles, prompts, servers, reads,
-    // ranges), so a typo fails here, naming its key, before any stage runs.
-    if !matches!(cli.command, Command::Check | Command::Sandbox(_)) {
-        stages::check(&settings)?;
+    // The pipeline is checked on every load (roles, prompts, servers, reads, ranges), so
+    // a typo fails here, naming its key, before any stage runs; a stage command checks
+    // only what it and its upstream need. `stages` lists what a config needs, so it also
+    // works while the config is incomplete.
+    match stage_of(&cli.command) {
+        _ if matches!(cli.command, Command::Check | Command::Sandbox(_) | Command::Stages(_)) => {}
+        Some(name) => stages::check_stage(&settings, name)?,
+        None => stages::check(&settings)?,
     }
     stage::recover_if_idle(&settings, printer)?;
     let ctx = Ctx::new(&settings, printer);
@@ -287,6 +291,48 @@ fn review_command(ctx: &Ctx, c: &ReviewCommand) -> Result<()> {
         }
         ReviewCommand::Serve(a) => review::serve::serve(s, ctx.printer, a.addr),
     }
+}
+
+/// The stage a command runs on its own (`None`: not a single-stage command).
+fn stage_of(c: &Command) -> Option<&'static str> {
+    Some(match c {
+        Command::Registry(RegistryCommand::Import(_)) => "registry-import",
+        Command::Filter(_) => "filter",
+        Command::Stats(_) => "stats",
+        Command::Embed(_) => "embed",
+        Command::Efs(EfsCommand::Pairs(_)) => "efs-pairs",
+        Command::Efs(EfsCommand::Verify(_)) => "efs-verify",
+        Command::Efs(EfsCommand::Build(_)) => "efs-build",
+        Command::Efs(EfsCommand::Topdown(_)) => "efs-topdown",
+        Command::Efs(EfsCommand::Finalize(_)) => "efs-finalize",
+        Command::Efs(EfsCommand::Review(EfsReviewCommand::Import(_))) => "efs-review-import",
+        Command::Logs(LogsCommand::Import(_)) => "logs-import",
+        Command::Logs(LogsCommand::Curate(_)) => "logs-curate",
+        Command::Logs(LogsCommand::Split(_)) => "logs-split",
+        Command::Levels(l) => match l {
+            LevelsCommand::Profiles(_) => "levels-profiles",
+            LevelsCommand::Schemas(_) => "levels-schemas",
+            LevelsCommand::L1(_) => "levels-l1",
+            LevelsCommand::L2(_) => "levels-l2",
+            LevelsCommand::L3(_) => "levels-l3",
+            LevelsCommand::L4(_) => "levels-l4",
+            LevelsCommand::L5(_) => "levels-l5",
+            LevelsCommand::Export(_) => "levels-export",
+        },
+        Command::Graph(GraphCommand::Build(_)) => "graph-build",
+        Command::Graph(GraphCommand::Review(GraphReviewCommand::Import(_))) => "graph-review-import",
+        Command::Synth(SynthCommand::Chains(_)) => "synth-chains",
+        Command::Synth(SynthCommand::Roleplay(_)) => "synth-roleplay",
+        Command::Validate(_) => "validate",
+        Command::Execute(_) => "execute",
+        Command::Review(ReviewCommand::Assign(_)) => "review-assign",
+        Command::Review(ReviewCommand::Export(_)) => "review-export",
+        Command::Review(ReviewCommand::Import(_)) => "review-import",
+        Command::Review(ReviewCommand::Prereview(_)) => "review-prereview",
+        Command::Review(ReviewCommand::Merge(_)) => "review-merge",
+        Command::Release(benchgen::cli::ReleaseArgs { command: None, .. }) => "release",
+        _ => return None,
+    })
 }
 
 /// Run the stage of the list called `name` on its own.

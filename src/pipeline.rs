@@ -89,7 +89,6 @@ pub fn run(ctx: &Ctx, from: Option<&str>, until: Option<&str>, force: bool) -> R
             states.insert(spec.name.into(), stage::freshness(stage.as_ref(), ctx.settings, &states));
             continue;
         }
-        ctx.printer.info(&format!("running `{}` …", spec.command));
         let report = stage::execute(ctx.settings, ctx.printer, stage.as_ref(), force, &states)?;
         // Each result as soon as it is known; `--json` gets the whole list at the end.
         ctx.printer.partial(&render_report(&report));

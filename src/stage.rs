@@ -773,6 +773,8 @@ fn execute_inner(
             duration_ms: 0,
         });
     }
+    // Said only here, past the freshness check: a stage that is up to date never "runs".
+    printer.info(&format!("running `{}` …", spec.command));
     let plan = resolve(stage, settings)?;
     let ctx = Ctx {
         settings,

@@ -84,6 +84,28 @@ pub fn check(settings: &Settings) -> Result<()> {
     Err(InputError { file: settings.display_path(&settings.config_path), problems }.into())
 }
 
+/// [`check`] for a command that runs one stage: only that stage and its upstream (every
+/// stage it reads from, transitively), so `logs import` runs before the curation judge or
+/// the graph's prompts are configured. `run` and `check` still check the whole pipeline.
+pub fn check_stage(settings: &Settings, name: &str) -> Result<()> {
+    get(name)?; // a misspelt name would check nothing
+    let list = all();
+    // Reads name earlier stages only, so one backward pass collects the whole upstream.
+    let mut needed = BTreeSet::from([name]);
+    for s in list.iter().rev() {
+        let spec = s.spec();
+        if needed.contains(spec.name) {
+            needed.extend(spec.reads.iter().map(|r| r.stage));
+        }
+    }
+    let list: Vec<Box<dyn Stage>> = list.into_iter().filter(|s| needed.contains(s.spec().name)).collect();
+    let problems = problems_of(settings, &list);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(InputError { file: settings.display_path(&settings.config_path), problems }.into())
+}
+
 /// Every problem [`check`] reports, in stage order.
 pub fn problems(settings: &Settings) -> Vec<Problem> {
     problems_of(settings, &all())
@@ -161,13 +183,16 @@ pub fn rows(settings: &Settings) -> Vec<StageRow> {
             let spec = s.spec();
             let mut upstream: Vec<&str> = spec.upstream().chain(spec.optional_upstream()).collect();
             upstream.dedup();
+            // Roles, prompts and servers are what this pipeline needs: a stage outside it
+            // needs none (its defaults would read as roles to configure).
+            let enabled = s.enabled(settings);
             StageRow {
                 spec,
                 upstream,
-                enabled: s.enabled(settings),
-                roles: s.roles(settings),
-                prompts: s.prompts(settings),
-                servers: s.servers(settings),
+                enabled,
+                roles: if enabled { s.roles(settings) } else { Vec::new() },
+                prompts: if enabled { s.prompts(settings) } else { Vec::new() },
+                servers: if enabled { s.servers(settings) } else { Vec::new() },
             }
         })
         .collect()

@@ -87,21 +87,6 @@ pub struct Decision {
     pub source: String,
 }
 
-/// 1-based line of the record starting at byte `start` of `bytes`. The csv crate's own
-/// line count runs one behind after CRLF line ends (the record's position is taken before
-/// the `\n` of the previous `\r\n` is consumed), so count the line ends ourselves, past
-/// any line-end bytes the position still points at.
-fn line_at(bytes: &[u8], start: u64) -> u64 {
-    let mut start = (start as usize).min(bytes.len());
-    while start < bytes.len() && matches!(bytes[start], b'\r' | b'\n') {
-        start += 1;
-    }
-    let crlf_or_lf = bytes[..start].iter().filter(|&&b| b == b'\n').count();
-    // A lone `\r` (old Mac line ends) also ends a line for the csv reader.
-    let lone_cr = (0..start).filter(|&i| bytes[i] == b'\r' && bytes.get(i + 1) != Some(&b'\n')).count();
-    (crlf_or_lf + lone_cr) as u64 + 1
-}
-
 /// Nothing but a UTF-8 byte order mark and white space.
 fn is_blank_sheet(bytes: &[u8]) -> bool {
     bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes).iter().all(u8::is_ascii_whitespace)
@@ -132,10 +117,11 @@ pub fn import_sheets(
             continue;
         }
         let mut r = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(bytes.as_slice());
+        let mut lines = crate::csvout::Lines::new(bytes);
         for (i, rec) in r.records().enumerate() {
             let line = match &rec {
-                Ok(r) => r.position().map_or(i as u64 + 1, |p| line_at(bytes, p.byte())),
-                Err(e) => e.position().map_or(i as u64 + 1, |p| line_at(bytes, p.byte())),
+                Ok(r) => lines.of(r.position(), i as u64 + 1),
+                Err(e) => lines.of(e.position(), i as u64 + 1),
             };
             let loc = format!("{name}:{line}");
             let rec = match rec {

@@ -976,7 +976,27 @@ impl Stage for ExecuteStage {
         for (k, v) in &counts {
             out.count(k, *v);
         }
-        let failed = counts.get("failed").copied().unwrap_or(0);
+        let n = |k: &str| counts.get(k).copied().unwrap_or(0);
+        // The outcome in one line, as the other stages print theirs (the counts were only in
+        // the manifest and summary.json).
+        let mut line = format!(
+            "{} quer{}: {} answered, {} at the call cap, {} failed; {} calls",
+            queries.len(),
+            if queries.len() == 1 { "y" } else { "ies" },
+            n("answered"),
+            n("cap_reached"),
+            n("failed"),
+            n("calls")
+        );
+        if n("chain_preserved") + n("chain_broken") > 0 {
+            line.push_str(&format!(
+                "; chain order preserved in {}, broken in {}",
+                n("chain_preserved"),
+                n("chain_broken")
+            ));
+        }
+        out.notes.push(line);
+        let failed = n("failed");
         if failed > 0 {
             out.notes.push(format!(
                 "{failed} quer{} failed; reasons in summary.json",

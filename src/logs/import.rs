@@ -36,7 +36,8 @@ pub const CATALOG: Artifact<Vec<LogTool>> = Artifact::new(STAGE, "catalog.json")
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "logs import",
-    version: 2,
+    // 3: report.json counts records and malformed ones per source, and unrecognised feedback.
+    version: 3,
     about: "a domain's tool logs and catalog → normalised, anonymised sessions",
     reads: &[],
     writes: &["sessions.jsonl", "malformed.jsonl", "catalog.json", "report.json"],
@@ -72,6 +73,10 @@ pub struct ImportReport {
     pub anonymised: BTreeMap<String, u64>,
     /// Tool names called but absent from the catalog, with call counts.
     pub unknown_tools: BTreeMap<String, u64>,
+    /// Sessions whose `feedback` value is no recognised signal (ignored; flag
+    /// `unrecognised-feedback`; the mapping is in docs/logs.md, "Feedback").
+    #[serde(default)]
+    pub unrecognised_feedback: u64,
 }
 
 /// Parse a catalog file in one of the accepted formats.
@@ -112,6 +117,49 @@ pub fn parse_catalog(bytes: &[u8], format: CatalogFormat, display: &str) -> Resu
     Ok(tools)
 }
 
+/// Fail on a source that yielded nothing readable, or whose share of malformed records is
+/// above `max_share`, naming the file, the counts and the first reason: such a source is a
+/// wrong `format` or encoding, and importing it would leave it silently out of the benchmark.
+pub fn check_sources(
+    sources: &[SourceFile],
+    rep: &ImportReport,
+    max_share: f64,
+    first_reason: &BTreeMap<String, String>,
+) -> Result<()> {
+    for src in sources {
+        let Some(r) = rep.sources.get(&src.name) else { continue };
+        let count = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let (records, bad) = (count("records"), count("malformed"));
+        let share = if records == 0 { 1.0 } else { bad as f64 / records as f64 };
+        if records > bad && share <= max_share {
+            continue;
+        }
+        let what = if records == bad {
+            format!("`{}` has no readable record ({bad} malformed)", src.display)
+        } else {
+            format!(
+                "`{}`: {bad} of {records} records are malformed ({:.0}%, above `logs.max_malformed_share` = {max_share})",
+                src.display,
+                share * 100.0
+            )
+        };
+        let mut hint = String::new();
+        if let Some(reason) = first_reason.get(&src.display) {
+            hint.push_str(&format!("the first: {reason}; "));
+        }
+        // (A file with a UTF-16 or UTF-32 byte-order mark was refused, naming it, when read.)
+        hint.push_str(&format!(
+            "check its `format` (read as `{}`) and that it is UTF-8 text",
+            r.get("format").and_then(Value::as_str).unwrap_or("?")
+        ));
+        if super::readers::head(&src.path).contains(&0) {
+            hint.push_str(" (it holds NUL bytes, as UTF-16 or UTF-32 text without a byte-order mark does)");
+        }
+        return Err(crate::error::hinted(what, hint));
+    }
+    Ok(())
+}
+
 /// One log file to read.
 pub struct SourceFile {
     pub path: PathBuf,
@@ -132,15 +180,18 @@ pub fn import_sources(
     let mut rep = ImportReport::default();
     let mut seen_ids: HashSet<String> = HashSet::new();
     for src in sources {
-        let mut n = 0u64;
+        // Records read: a session of a conversation file, an event (call) of an event log.
+        let (mut n, mut records, mut bad) = (0u64, 0u64, 0u64);
         let used = read_source(&src.path, &src.display, &src.name, src.format, &mut |item| {
             match item {
                 Item::Malformed { location, reason } => {
                     rep.malformed += 1;
+                    bad += 1;
                     malformed(&location, &reason)?;
                 }
                 Item::Session(mut s) => {
                     n += 1;
+                    records += if s.format == "events" { s.call_count() as u64 } else { 1 };
                     finish_session(&mut s, known, anon, &mut rep, &mut seen_ids);
                     serde_json::to_writer(&mut *out, &s)?;
                     out.write_all(b"\n")?;
@@ -148,7 +199,10 @@ pub fn import_sources(
             }
             Ok(())
         })?;
-        rep.sources.insert(src.name.clone(), json!({"format": used.as_str(), "sessions": n}));
+        rep.sources.insert(
+            src.name.clone(),
+            json!({"format": used.as_str(), "sessions": n, "records": records + bad, "malformed": bad}),
+        );
     }
     rep.anonymised = anon.counts.clone();
     Ok(rep)
@@ -225,6 +279,9 @@ fn finish_session(
     for f in &s.flags {
         *rep.flags.entry(f.code.clone()).or_default() += 1;
     }
+    if s.flags.iter().any(|f| f.code == flag::UNRECOGNISED_FEEDBACK) {
+        rep.unrecognised_feedback += 1;
+    }
     rep.sessions += 1;
     rep.turns += s.turns.len() as u64;
     match s.call_count() {
@@ -264,6 +321,11 @@ impl Stage for ImportStage {
 
     fn enabled(&self, s: &Settings) -> bool {
         s.config.logs.is_some()
+    }
+
+    fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        let share = settings(s).max_malformed_share();
+        crate::settings::check_range(problems, "logs.max_malformed_share", share, 0.0, 1.0);
     }
 
     fn servers(&self, s: &Settings) -> Vec<ConfigRef> {
@@ -311,12 +373,21 @@ impl Stage for ImportStage {
         let mut w = out.create("sessions.jsonl")?;
         let mut rejects = Vec::new();
         let mut malformed_lines = Vec::new();
-        let rep = import_sources(&source_files(s), known.as_ref(), &mut anon, &mut w, &mut |loc, reason| {
+        let files = source_files(s);
+        // The first malformed reason of each file (by its shown name, which starts the location).
+        let mut first_reason: BTreeMap<String, String> = BTreeMap::new();
+        let rep = import_sources(&files, known.as_ref(), &mut anon, &mut w, &mut |loc, reason| {
             serde_json::to_writer(&mut malformed_lines, &json!({"location": loc, "reason": reason}))?;
             malformed_lines.push(b'\n');
             rejects.push(NewEvent::new(super::kind::REJECT, Some(loc), json!({"location": loc, "reason": reason})));
+            if let Some(f) =
+                files.iter().find(|f| loc.strip_prefix(f.display.as_str()).is_some_and(|r| r.starts_with(':')))
+            {
+                first_reason.entry(f.display.clone()).or_insert_with(|| format!("{loc}: {reason}"));
+            }
             Ok(())
         })?;
+        check_sources(&files, &rep, l.max_malformed_share(), &first_reason)?;
         w.finish()?;
         out.file("malformed.jsonl", malformed_lines);
         out.json("catalog.json", &catalog.unwrap_or_default())?;
@@ -337,6 +408,13 @@ impl Stage for ImportStage {
         if !rep.flags.is_empty() {
             let f: Vec<String> = rep.flags.iter().map(|(k, v)| format!("{k} {v}")).collect();
             out.notes.push(format!("flagged (kept): {}", f.join(", ")));
+        }
+        if rep.unrecognised_feedback > 0 {
+            out.notes.push(format!(
+                "{} sessions with a `feedback` value that is no recognised signal (ignored; flag `{}`, see docs/logs.md)",
+                rep.unrecognised_feedback,
+                flag::UNRECOGNISED_FEEDBACK
+            ));
         }
         let a: Vec<String> = rep.anonymised.iter().map(|(k, v)| format!("{k} {v}")).collect();
         out.notes.push(format!("anonymised: {}", if a.is_empty() { "nothing found".into() } else { a.join(", ") }));

@@ -33,6 +33,21 @@ pub struct LogsSettings {
     pub curate: CurateSettings,
     #[serde(default)]
     pub split: SplitSettings,
+    /// Largest share of one source's records that may be malformed (kept out, listed in
+    /// `malformed.jsonl`) before the import fails naming the file; default
+    /// [`DEFAULT_MAX_MALFORMED_SHARE`]. A source without one readable record always fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_malformed_share: Option<f64>,
+}
+
+/// Default of `[logs] max_malformed_share`: more than half of a file unreadable is a wrong
+/// `format` or encoding, not a few broken lines.
+pub const DEFAULT_MAX_MALFORMED_SHARE: f64 = 0.5;
+
+impl LogsSettings {
+    pub fn max_malformed_share(&self) -> f64 {
+        self.max_malformed_share.unwrap_or(DEFAULT_MAX_MALFORMED_SHARE)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
@@ -298,6 +313,8 @@ pub mod flag {
     pub const BAD_ARGUMENTS: &str = "bad-arguments";
     pub const ERROR_RESULT: &str = "error-result";
     pub const NO_RESULT: &str = "no-result";
+    /// A session whose `feedback` value is none of the recognised signals (ignored).
+    pub const UNRECOGNISED_FEEDBACK: &str = "unrecognised-feedback";
     pub const TOOL_LIST_FLAT: &str = "tool-list-flat";
     pub const TOOL_LIST_MISMATCH: &str = "tool-list-mismatch";
 }

@@ -37,6 +37,14 @@ pub fn read_source(
     format: LogFormat,
     sink: &mut dyn FnMut(Item) -> Result<()>,
 ) -> Result<LogFormat> {
+    // Every record of a UTF-16 file would be malformed: say what the file is instead.
+    if let Some(enc) = other_encoding(path) {
+        anyhow::bail!(
+            "`{display}` is {enc} text (it starts with that byte-order mark); logs are read as UTF-8: \
+             convert it (e.g. `iconv -f {} -t UTF-8`)",
+            enc.split(' ').next().unwrap_or(enc)
+        );
+    }
     let format = match format {
         LogFormat::Auto => detect(path, display)?,
         f => f,
@@ -48,6 +56,47 @@ pub fn read_source(
         LogFormat::Auto => unreachable!(),
     }
     Ok(format)
+}
+
+/// The UTF-8 byte-order mark some editors and spreadsheet programs write: skipped.
+const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
+
+/// The first (up to) 4 bytes of `path`; empty when it cannot be read.
+pub fn head(path: &Path) -> Vec<u8> {
+    let mut head = [0u8; 4];
+    let Ok(mut f) = File::open(path) else { return Vec::new() };
+    let mut n = 0;
+    while n < head.len() {
+        match f.read(&mut head[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    head[..n].to_vec()
+}
+
+/// The encoding named by a byte-order mark other than UTF-8's at the start of `path`
+/// (`UTF-16 LE`, `UTF-16 BE`, `UTF-32 LE`, `UTF-32 BE`), if any.
+pub fn other_encoding(path: &Path) -> Option<&'static str> {
+    bom_encoding(&head(path))
+}
+
+/// The non-UTF-8 encoding a byte-order mark at the start of `head` names.
+pub fn bom_encoding(head: &[u8]) -> Option<&'static str> {
+    // UTF-32 LE's mark starts with UTF-16 LE's: test the longer one first.
+    match head {
+        [0xff, 0xfe, 0, 0, ..] => Some("UTF-32 LE"),
+        [0, 0, 0xfe, 0xff, ..] => Some("UTF-32 BE"),
+        [0xff, 0xfe, ..] => Some("UTF-16 LE"),
+        [0xfe, 0xff, ..] => Some("UTF-16 BE"),
+        _ => None,
+    }
+}
+
+/// A line's content: a UTF-8 byte-order mark and surrounding white space removed.
+fn content(line: &[u8]) -> &[u8] {
+    let t = line.trim_ascii();
+    t.strip_prefix(UTF8_BOM).unwrap_or(t).trim_ascii()
 }
 
 /// `[` → FinMCP JSON array; a first line with `messages` → OpenAI JSONL; with `tool` and
@@ -63,7 +112,7 @@ pub fn detect(path: &Path, display: &str) -> Result<LogFormat> {
         if r.read_until(b'\n', &mut line)? == 0 {
             anyhow::bail!("`{display}` is empty: cannot tell its log format (set `format` on the source)");
         }
-        let t = line.trim_ascii();
+        let t = content(&line);
         if t.is_empty() {
             continue;
         }
@@ -144,7 +193,11 @@ impl<'de> serde::de::Visitor<'de> for ArrayVisitor<'_> {
 fn read_json_array(path: &Path, display: &str, source: &str, sink: &mut dyn FnMut(Item) -> Result<()>) -> Result<()> {
     let f = File::open(path).with_context(|| format!("cannot open log `{display}`"))?;
     let lines = std::rc::Rc::new(std::cell::Cell::new(0));
-    let reader = Counting { inner: BufReader::with_capacity(1 << 16, f), lines: lines.clone() };
+    let mut inner = BufReader::with_capacity(1 << 16, f);
+    if inner.fill_buf().with_context(|| format!("cannot read `{display}`"))?.starts_with(UTF8_BOM) {
+        inner.consume(UTF8_BOM.len());
+    }
+    let reader = Counting { inner, lines: lines.clone() };
     let mut de = serde_json::Deserializer::from_reader(reader);
     let mut fatal = None;
     let r =
@@ -181,7 +234,7 @@ fn read_conversations(
             break;
         }
         n += 1;
-        let t = buf.trim_ascii();
+        let t = content(&buf);
         if t.is_empty() {
             continue;
         }
@@ -240,10 +293,15 @@ pub fn record_to_session(
     let turns = turns_from_messages(messages, &mut flags)?;
     let scenario =
         ["scenery", "scenario"].iter().find_map(|k| obj.get(*k).and_then(Value::as_str)).map(|s| s.trim().to_string());
-    let feedback = obj
-        .get("feedback")
-        .and_then(feedback_of)
-        .or_else(|| obj.get("annotation").and_then(|a| a.get("最终分数")).and_then(Value::as_f64).map(|x| x > 0.0));
+    let feedback = match obj.get("feedback").map(feedback_value) {
+        Some(Feedback::Given(b)) => Some(b),
+        Some(Feedback::Unrecognised(kind)) => {
+            flags.push(unrecognised_feedback(kind));
+            None
+        }
+        Some(Feedback::Absent) | None => None,
+    }
+    .or_else(|| obj.get("annotation").and_then(|a| a.get("最终分数")).and_then(Value::as_f64).map(|x| x > 0.0));
     if let Some(tl) = obj.get("tool_list").or_else(|| obj.get("tool_path")) {
         check_tool_list(tl, &turns, obj.contains_key("tool_path"), &mut flags);
     }
@@ -278,18 +336,68 @@ pub fn record_to_session(
     })
 }
 
-/// A feedback field: a bool, a number (> 0 is positive), or a word.
-pub fn feedback_of(v: &Value) -> Option<bool> {
+/// What a `feedback` value says (the mapping of docs/logs.md, "Feedback").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feedback {
+    /// `true`: the user was satisfied.
+    Given(bool),
+    /// `null` or empty text: no feedback.
+    Absent,
+    /// A value of this kind that says nothing benchgen reads (counted, flagged, ignored).
+    Unrecognised(&'static str),
+}
+
+/// Words read as positive / negative feedback (compared trimmed, case-insensitively).
+pub const POSITIVE_FEEDBACK: &[&str] =
+    &["true", "yes", "up", "good", "positive", "satisfied", "thumbs_up", "thumbs up", "like", "1", "+1", "👍"];
+pub const NEGATIVE_FEEDBACK: &[&str] = &[
+    "false",
+    "no",
+    "down",
+    "bad",
+    "negative",
+    "unsatisfied",
+    "thumbs_down",
+    "thumbs down",
+    "dislike",
+    "0",
+    "-1",
+    "👎",
+];
+
+/// A feedback field: a bool, a number (> 0 is positive, else negative), a word of
+/// [`POSITIVE_FEEDBACK`] or [`NEGATIVE_FEEDBACK`], `null` (none); anything else is
+/// [`Feedback::Unrecognised`].
+pub fn feedback_value(v: &Value) -> Feedback {
     match v {
-        Value::Bool(b) => Some(*b),
-        Value::Number(n) => n.as_f64().map(|x| x > 0.0),
-        Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
-            "up" | "good" | "positive" | "yes" | "satisfied" | "thumbs_up" | "1" => Some(true),
-            "down" | "bad" | "negative" | "no" | "unsatisfied" | "thumbs_down" | "0" => Some(false),
-            _ => None,
-        },
-        _ => None,
+        Value::Null => Feedback::Absent,
+        Value::Bool(b) => Feedback::Given(*b),
+        Value::Number(n) => n.as_f64().map_or(Feedback::Unrecognised("number"), |x| Feedback::Given(x > 0.0)),
+        Value::String(s) => {
+            // Emoji come with a presentation selector or a skin tone as often as without.
+            let w = s.trim().trim_end_matches(|c| matches!(c, '\u{fe0f}' | '\u{1f3fb}'..='\u{1f3ff}')).to_lowercase();
+            if w.is_empty() {
+                Feedback::Absent
+            } else if POSITIVE_FEEDBACK.contains(&w.as_str()) {
+                Feedback::Given(true)
+            } else if NEGATIVE_FEEDBACK.contains(&w.as_str()) {
+                Feedback::Given(false)
+            } else {
+                Feedback::Unrecognised("text")
+            }
+        }
+        Value::Array(_) => Feedback::Unrecognised("list"),
+        Value::Object(_) => Feedback::Unrecognised("object"),
     }
+}
+
+/// The session flag of a `feedback` value that was not understood (its value is never
+/// quoted: it could hold personal data).
+fn unrecognised_feedback(kind: &str) -> Flag {
+    Flag::new(
+        flag::UNRECOGNISED_FEEDBACK,
+        format!("a `feedback` {kind} value that is not a recognised signal was ignored (docs/logs.md, \"Feedback\")"),
+    )
 }
 
 /// Compare a FinMCP `tool_list` with the groups derived from the messages.
@@ -718,7 +826,7 @@ fn read_events(path: &Path, display: &str, source: &str, sink: &mut dyn FnMut(It
             break;
         }
         n += 1;
-        let t = buf.trim_ascii();
+        let t = content(&buf);
         if !t.is_empty() {
             match parse_event(t) {
                 Ok((ev, _, _)) => {
@@ -739,7 +847,7 @@ fn read_events(path: &Path, display: &str, source: &str, sink: &mut dyn FnMut(It
             let mut b = vec![0u8; len as usize];
             f.seek(SeekFrom::Start(o))?;
             f.read_exact(&mut b).with_context(|| format!("`{display}` changed while it was read"))?;
-            let (ev, start, end) = parse_event(b.trim_ascii())
+            let (ev, start, end) = parse_event(content(&b))
                 .map_err(|e| anyhow::anyhow!("`{display}:{line}` changed while it was read: {e}"))?;
             events.push(Parsed { line: line as usize, ev, start, end });
         }
@@ -759,6 +867,7 @@ fn events_to_session(source: &str, key: &str, mut events: Vec<Parsed>, location:
     events.sort_by_key(|e| (e.ev.turn.unwrap_or(0), e.start, e.end, e.line));
     let mut turns: Vec<Turn> = Vec::new();
     let (mut scenario, mut feedback, mut meta) = (None, None, Map::new());
+    let mut session_flags = Vec::new();
     let mut i = 0;
     while i < events.len() {
         let t = events[i].ev.turn.unwrap_or(0);
@@ -800,8 +909,15 @@ fn events_to_session(source: &str, key: &str, mut events: Vec<Parsed>, location:
             if scenario.is_none() {
                 scenario = e.ev.scenario.clone();
             }
-            if feedback.is_none() {
-                feedback = e.ev.feedback.as_ref().and_then(feedback_of);
+            match e.ev.feedback.as_ref().map(feedback_value) {
+                Some(Feedback::Given(b)) => {
+                    feedback.get_or_insert(b);
+                }
+                // Flagged once per session, whichever value came first.
+                Some(Feedback::Unrecognised(kind)) if session_flags.is_empty() => {
+                    session_flags.push(unrecognised_feedback(kind))
+                }
+                _ => {}
             }
             if let Some(m) = &e.ev.meta {
                 for (k, v) in m {
@@ -852,7 +968,7 @@ fn events_to_session(source: &str, key: &str, mut events: Vec<Parsed>, location:
         scenario,
         feedback,
         turns,
-        flags: Vec::new(),
+        flags: session_flags,
         meta,
     }
 }

@@ -331,15 +331,15 @@ pub fn merge(
             }
         };
         if let Some(c) = cols {
+            // Counted by us: the csv crate's line runs one behind with CRLF line ends.
+            let mut lines = crate::csvout::Lines::new(bytes);
             for rec in rd.records() {
                 match rec {
-                    Err(e) => problems.push(Problem::new(
-                        format!("{name}:{}", e.position().map(|p| p.line()).unwrap_or(0)),
-                        format!("not CSV: {e}"),
-                    )),
+                    Err(e) => problems
+                        .push(Problem::new(format!("{name}:{}", lines.of(e.position(), 0)), format!("not CSV: {e}"))),
                     Ok(rec) => {
                         let cell = |i: usize| restore_cell(rec.get(i).unwrap_or(""));
-                        let loc = format!("{name}:{}", rec.position().map(|p| p.line()).unwrap_or(0));
+                        let loc = format!("{name}:{}", lines.of(rec.position(), 0));
                         if cell(c[2]).is_empty() {
                             continue; // a queue row nobody decided yet
                         }
@@ -391,11 +391,11 @@ pub fn merge(
         if !["accept", "reject", "exclude"].contains(&w.decision.as_str()) {
             problems.push(Problem::new(
                 &loc,
-                format!("decision must be accept, reject or exclude, found `{}`", w.decision),
+                format!("`{}`: decision must be accept, reject or exclude, found `{}`", w.sample_id, w.decision),
             ));
         }
         if w.reason.trim().is_empty() {
-            problems.push(Problem::new(&loc, "an adjudication needs a `reason`"));
+            problems.push(Problem::new(&loc, format!("`{}`: an adjudication needs a `reason`", w.sample_id)));
         }
         let assigned = a.sample(&w.sample_id);
         if w.adjudicator != "consensus" {

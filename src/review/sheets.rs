@@ -266,11 +266,14 @@ pub fn import(
                     Ok(n) if (a.scale_min..=a.scale_max).contains(&n) => {
                         scores.insert(d.id.clone(), n);
                     }
-                    _ if v.is_empty() => problems.push(Problem::new(&loc, format!("`{}` has no score", d.id))),
+                    // The sample is named too: a reviewer finds the row by its id, not its line.
+                    _ if v.is_empty() => {
+                        problems.push(Problem::new(&loc, format!("sample `{id}`: `{}` has no score", d.id)))
+                    }
                     _ => problems.push(Problem::new(
                         &loc,
                         format!(
-                            "`{}` must be a whole number from {} to {}, found `{v}`",
+                            "sample `{id}`: `{}` must be a whole number from {} to {}, found `{v}`",
                             d.id, a.scale_min, a.scale_max
                         ),
                     )),

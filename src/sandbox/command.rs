@@ -49,6 +49,83 @@ pub fn options(settings: &Settings, a: &SandboxArgs) -> Result<SandboxOptions> {
     })
 }
 
+/// The catalog to serve: benchgen's catalog (`{servers: [...]}`, e.g.
+/// `artifacts/filter/catalog.json`), or a tool list — the log track's
+/// `artifacts/logs-import/catalog.json` (`[{name, description, input_schema}]`), an MCP
+/// `tools/list` result (`{tools: [...]}`, `inputSchema` or `input_schema`) or the JSON-RPC
+/// response holding one — served with the bare tool names as ids, as `execute` and
+/// `synth roleplay` serve the log catalog.
+pub fn load_catalog(path: &std::path::Path) -> Result<Catalog> {
+    let shown = path.display().to_string();
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read `{shown}`"))?;
+    let v: serde_json::Value =
+        crate::json::value_from_slice(&bytes).with_context(|| format!("catalog `{shown}` is not JSON"))?;
+    if v.get("servers").is_some() {
+        return serde_json::from_value(v).with_context(|| format!("`{shown}` is not a benchgen catalog"));
+    }
+    match crate::logs::import::parse_catalog(&bytes, crate::logs::CatalogFormat::Mcp, &shown) {
+        Ok(tools) => Ok(crate::synth::sandbox_catalog(&tools)),
+        Err(e) => Err(crate::error::hinted(
+            format!("`{shown}` is neither a benchgen catalog nor a tool list: {e:#}"),
+            "pass benchgen's catalog (`{servers: [...]}`), the log track's `artifacts/logs-import/catalog.json`, \
+             or an MCP `tools/list` result (`{tools: [...]}`)",
+        )),
+    }
+}
+
+/// Recorded responses that no served tool can answer from are a mistake to say, not a
+/// silent fallback to generated answers: fail when none match, warn about the rest.
+fn check_recorded(
+    sandbox: &Sandbox,
+    catalog: &std::path::Path,
+    recorded: &std::path::Path,
+    printer: &Printer,
+) -> Result<()> {
+    let (matched, unmatched) = sandbox.recorded_coverage();
+    let list = |v: &[String]| {
+        let mut s: Vec<String> = v.iter().take(5).map(|t| format!("`{t}`")).collect();
+        if v.len() > 5 {
+            s.push(format!("… {} more", v.len() - 5));
+        }
+        s.join(", ")
+    };
+    if matched.is_empty() && !unmatched.is_empty() {
+        return Err(crate::error::hinted(
+            format!(
+                "no tool of `{}` has a recorded response in `{}`: the sessions call {}, which no catalog tool id matches \
+                 (exactly, or by the tool name after `::`)",
+                catalog.display(),
+                recorded.display(),
+                list(&unmatched)
+            ),
+            "serve the catalog the logs were imported with (`--catalog artifacts/logs-import/catalog.json`)",
+        ));
+    }
+    if !unmatched.is_empty() {
+        printer.warn(&format!(
+            "recorded responses of {} tool(s) match no catalog tool and are never served: {}",
+            unmatched.len(),
+            list(&unmatched)
+        ));
+    }
+    let renamed: Vec<String> =
+        matched.iter().filter(|(id, r)| id != r).map(|(id, r)| format!("`{id}` ← `{r}`")).collect();
+    printer.info(&format!(
+        "sandbox: recorded responses for {} tool(s){}",
+        matched.len(),
+        if renamed.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({} by tool name: {})",
+                renamed.len(),
+                renamed.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+            )
+        }
+    ));
+    Ok(())
+}
+
 /// The seed of the answers and where it came from: `--seed N`; else, for an explicit
 /// `--catalog`, 0 (never a config file found in the current folder, so the same call
 /// answers the same from any folder); else, serving the project's own catalog,
@@ -69,8 +146,11 @@ pub fn run(settings: &Settings, printer: &Printer, a: &SandboxArgs) -> Result<()
             "run `benchgen run` (or `benchgen filter`) first, or pass `--catalog FILE`",
         ));
     }
-    let catalog = Catalog::load(&path)?;
+    let catalog = load_catalog(&path)?;
     let sandbox = Sandbox::new(&catalog, options(settings, a)?)?;
+    if let Some(p) = &a.recorded {
+        check_recorded(&sandbox, &path, p, printer)?;
+    }
     let (seed, from) = seed(settings, a);
     // Said on stderr (stdout is the protocol or the URL) unless --quiet, so a run can be
     // repeated.

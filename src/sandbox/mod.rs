@@ -16,7 +16,10 @@
 //!   `execute` and `synth roleplay`): where the anonymised logs hold a result for a call
 //!   of the same tool with equal arguments (compared canonically: key order does not
 //!   matter), that result is the answer; otherwise the answer is generated as above. So
-//!   executions see the domain's realistic values. See [`Recorded`].
+//!   executions see the domain's realistic values. See [`Recorded`]. A catalog's
+//!   `server::tool` id is answered from results logged under the bare `tool` name (and a
+//!   bare name from `server::tool`) when that name is unambiguous; `benchgen sandbox`
+//!   fails when no served tool has a recorded result, naming the logged tool names.
 //! - `--call-log FILE` appends one JSON line per call: `{seq, tool, arguments, outcome,
 //!   latency_ms}` with outcome `ok | invalid_arguments | unknown_tool | fault:<kind>`.
 //!
@@ -124,6 +127,11 @@ impl Recorded {
         self.results.len()
     }
 
+    /// The tool names the recorded results are for.
+    pub fn tools(&self) -> std::collections::BTreeSet<&str> {
+        self.results.keys().map(|(t, _)| t.as_str()).collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.results.is_empty()
     }
@@ -150,6 +158,41 @@ struct Entry {
     input_schema: Value,
     output_schema: Option<Value>,
     validator: OnceLock<Result<jsonschema::Validator, String>>,
+    /// The tool name the recorded results of this tool are filed under (see
+    /// [`recorded_names`]), when any are.
+    recorded_as: Option<String>,
+}
+
+/// The tool name after the last `::` (`server::tool` → `tool`).
+fn bare(id: &str) -> &str {
+    id.rsplit("::").next().unwrap_or(id)
+}
+
+/// For each catalog tool id, the recorded tool name its calls are answered from: the id
+/// itself when the logs use it; else the one recorded name with the same bare tool name,
+/// when no other catalog tool has that bare name. So a benchgen catalog's `server::tool`
+/// ids find the bare names logs hold, and a log catalog's bare names find `server::tool`
+/// names, never guessing between two servers' tools of one name.
+fn recorded_names<'a>(ids: &[&'a str], recorded: &std::collections::BTreeSet<&str>) -> HashMap<&'a str, String> {
+    let mut catalog_bare: HashMap<&str, usize> = HashMap::new();
+    for id in ids {
+        *catalog_bare.entry(bare(id)).or_default() += 1;
+    }
+    let mut out = HashMap::new();
+    for &id in ids {
+        if recorded.contains(id) {
+            out.insert(id, id.to_string());
+            continue;
+        }
+        if catalog_bare[bare(id)] > 1 {
+            continue;
+        }
+        let mut same = recorded.iter().filter(|r| bare(r) == bare(id));
+        if let (Some(r), None) = (same.next(), same.next()) {
+            out.insert(id, r.to_string());
+        }
+    }
+    out
 }
 
 struct Inner {
@@ -176,6 +219,9 @@ impl Sandbox {
     pub fn new(catalog: &Catalog, opts: SandboxOptions) -> Result<Self> {
         let mut tools = Vec::with_capacity(catalog.tool_count());
         let mut entries = HashMap::new();
+        let ids: Vec<&str> = catalog.tools().map(|(_, t)| t.id.as_str()).collect();
+        let recorded_tools = opts.recorded.as_ref().map(|r| r.tools()).unwrap_or_default();
+        let mut recorded_as = recorded_names(&ids, &recorded_tools);
         for (_, t) in catalog.tools() {
             let Value::Object(schema) = &t.input_schema else {
                 bail!("tool `{}`: input schema is not a JSON object", t.id);
@@ -191,6 +237,7 @@ impl Sandbox {
                         input_schema: t.input_schema.clone(),
                         output_schema: t.output_schema.clone(),
                         validator: OnceLock::new(),
+                        recorded_as: recorded_as.remove(t.id.as_str()),
                     },
                 )
                 .is_some()
@@ -218,6 +265,21 @@ impl Sandbox {
 
     pub fn tool_count(&self) -> usize {
         self.inner.tools.len()
+    }
+
+    /// Recorded-responses coverage: `(catalog id, recorded name)` of every served tool
+    /// that has recorded results, sorted, and the recorded names no served tool answers
+    /// from (not in the catalog, or ambiguous between two of its tools).
+    pub fn recorded_coverage(&self) -> (Vec<(String, String)>, Vec<String>) {
+        let mut matched: Vec<(String, String)> =
+            self.inner.entries.iter().filter_map(|(id, e)| e.recorded_as.clone().map(|r| (id.clone(), r))).collect();
+        matched.sort();
+        let used: std::collections::BTreeSet<&str> = matched.iter().map(|(_, r)| r.as_str()).collect();
+        let unmatched = match &self.inner.opts.recorded {
+            Some(r) => r.tools().into_iter().filter(|t| !used.contains(t)).map(str::to_string).collect(),
+            None => Vec::new(),
+        };
+        (matched, unmatched)
     }
 
     /// A handle for one connection (its own crash switch and raw output).
@@ -329,7 +391,8 @@ impl Sandbox {
             self.log(seq, &tool, &args, "fault:huge", started);
             return Ok(CallToolResult::success(vec![ContentBlock::text("x".repeat(f.huge_bytes))]));
         }
-        if let Some(text) = self.inner.opts.recorded.as_ref().and_then(|r| r.get(&tool, &args)) {
+        let recorded = self.inner.opts.recorded.as_ref().zip(entry.recorded_as.as_deref());
+        if let Some(text) = recorded.and_then(|(r, name)| r.get(name, &args)) {
             self.log(seq, &tool, &args, "recorded", started);
             return Ok(CallToolResult::success(vec![ContentBlock::text(text.to_string())]));
         }
@@ -547,6 +610,17 @@ pub async fn serve_http(sandbox: &Sandbox, addr: SocketAddr) -> Result<HttpSandb
 #[cfg(test)]
 mod tests {
     use axum::serve::Listener;
+
+    #[test]
+    fn recorded_names_match_server_tool_ids_to_bare_names_unless_ambiguous() {
+        let recorded = std::collections::BTreeSet::from(["get_host", "ops::restart", "list", "x::dup", "y::dup"]);
+        let ids = ["ops::get_host", "restart", "a::list", "b::list", "dup", "ops::other"];
+        let got = super::recorded_names(&ids, &recorded);
+        let mut got: Vec<(&str, &str)> = got.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        got.sort();
+        // `list` is two catalog tools' bare name and `dup` two recorded names: neither guessed.
+        assert_eq!(got, [("ops::get_host", "get_host"), ("restart", "ops::restart")]);
+    }
 
     #[tokio::test]
     async fn http_connections_have_nagle_off() {

@@ -563,11 +563,13 @@ fn report(sampling: &Sampling, records: &[ChainRecord]) -> String {
             if r.shortfalls.is_empty() { "—".into() } else { r.shortfalls.join("; ") }
         ));
     }
-    md.push_str(&format!(
-        "\n{} chains sampled; {} queries written (the others failed; see failed.json).\n\n",
-        sampling.chains.len(),
-        records.len()
-    ));
+    // failed.json exists only when a chain failed, so it is pointed at only then.
+    let failed = sampling.chains.len().saturating_sub(records.len());
+    md.push_str(&format!("\n{} chains sampled; {} queries written", sampling.chains.len(), records.len()));
+    md.push_str(&match failed {
+        0 => ".\n\n".to_string(),
+        n => format!(" ({n} failed; reasons in failed.json).\n\n"),
+    });
     md.push_str("| id | sub-scenario | chain | query |\n|---|---|---|---|\n");
     for r in records {
         md.push_str(&format!(

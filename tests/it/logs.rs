@@ -773,3 +773,166 @@ fn real_finmcp_samples_in_every_format_and_through_the_cli() {
         assert!(!text.contains(&c[1]), "user id {} survived", &c[1]);
     }
 }
+
+// ---------------------------------------------------------------------------
+// A project with nothing but `[logs]` sources: no catalog, no LLM role, no prompt.
+
+/// `files` under `raw/`, each a `[[logs.sources]]` entry (`(file, format)`), plus `extra` config.
+fn sources_only(files: &[(&str, &str, &[u8])], extra: &str) -> Project {
+    let p = Project::empty();
+    let mut cfg = format!("[project]\nseed = 3\n\n[logs]\n{extra}\n");
+    for (name, format, bytes) in files {
+        p.write(&format!("raw/{name}"), bytes);
+        cfg.push_str(&format!("[[logs.sources]]\npath = \"raw/{name}\"\nformat = \"{format}\"\n\n"));
+    }
+    p.write("pipeline/demo.toml", cfg);
+    p
+}
+
+fn event(session: &str, feedback: Value) -> String {
+    let mut e = json!({"session": session, "tool": "get_host", "ts_start": 0, "ts_end": 5, "result": "ok"});
+    if !feedback.is_null() || session == "null" {
+        e["feedback"] = feedback;
+    }
+    e.to_string() + "\n"
+}
+
+#[test]
+fn a_stage_command_checks_only_its_stage_and_upstream_while_run_and_check_check_all() {
+    let p = sources_only(&[("ops.jsonl", "events", event("s1", json!(true)).as_bytes())], "");
+    // No `[llm.roles.judge]` and no prompt: `logs import` needs neither.
+    let o = p.run(&["logs", "import"]);
+    crate::support::assert_code(&o, 0);
+    for args in [&["check"][..], &["run"], &["logs", "curate"]] {
+        let o = p.run(args);
+        crate::support::assert_code(&o, 1);
+        let err = crate::support::stderr(&o);
+        assert!(err.contains("logs.curate.judge_role: no `[llm.roles.judge]` is configured"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn feedback_values_follow_the_documented_mapping_and_unrecognised_ones_are_counted() {
+    let lines = [
+        event("up", json!("👍")),
+        event("tone", json!("👎🏽")),
+        event("null", Value::Null),
+        event("rating", json!({"rating": 4})),
+        event("down", json!(" Thumbs_Down ")),
+        event("meh", json!("meh")),
+        event("num", json!(0)),
+        event("none", Value::Null),
+    ]
+    .concat();
+    let p = sources_only(&[("ops.jsonl", "events", lines.as_bytes())], "");
+    let o = p.run(&["logs", "import"]);
+    crate::support::assert_code(&o, 0);
+    assert!(crate::support::stdout(&o).contains("2 sessions with a `feedback` value that is no recognised signal"));
+    let report: Value = serde_json::from_str(&p.read("artifacts/logs-import/report.json")).unwrap();
+    assert_eq!(report["unrecognised_feedback"], 2, "{report}");
+    assert_eq!(report["flags"]["unrecognised-feedback"], 2, "{report}");
+    let sessions: BTreeMap<String, Value> = p
+        .read("artifacts/logs-import/sessions.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|s| (s["id"].as_str().unwrap().trim_start_matches("ops:").to_string(), s))
+        .collect();
+    let fb = |id: &str| sessions[id]["feedback"].clone();
+    assert_eq!((fb("up"), fb("tone"), fb("down"), fb("num")), (json!(true), json!(false), json!(false), json!(false)));
+    for id in ["null", "rating", "meh", "none"] {
+        assert!(fb(id).is_null(), "{id}: {}", sessions[id]);
+    }
+    let flagged: Vec<&str> = sessions
+        .iter()
+        .filter(|(_, s)| s["flags"].to_string().contains("unrecognised-feedback"))
+        .map(|(id, _)| id.as_str())
+        .collect();
+    assert_eq!(flagged, ["meh", "rating"]);
+    // The flag names the kind of value, never the value (it could be personal data).
+    assert!(sessions["rating"]["flags"].to_string().contains("`feedback` object value"), "{}", sessions["rating"]);
+    assert!(!sessions["meh"]["flags"].to_string().contains("meh"));
+}
+
+#[test]
+fn a_source_without_a_readable_record_or_too_many_malformed_ones_fails_naming_file_and_encoding() {
+    let good = [event("a", Value::Null), event("b", Value::Null), event("c", Value::Null)].concat();
+    let utf16 = |bom: bool| {
+        let mut b: Vec<u8> = if bom { vec![0xff, 0xfe] } else { Vec::new() };
+        b.extend(good.encode_utf16().flat_map(u16::to_le_bytes));
+        b
+    };
+    let err_of = |p: &Project| {
+        let o = p.run(&["logs", "import"]);
+        crate::support::assert_code(&o, 1);
+        assert!(!p.path("artifacts/logs-import/manifest.json").exists(), "nothing imported");
+        crate::support::stderr(&o)
+    };
+    // UTF-16 with a byte-order mark: named as such, whatever `format` says.
+    for format in ["events", "auto"] {
+        let p = sources_only(&[("u16.jsonl", format, &utf16(true))], "");
+        let err = err_of(&p);
+        assert!(err.contains("`raw/u16.jsonl` is UTF-16 LE text") && err.contains("iconv -f UTF-16"), "{err}");
+    }
+    // Without one: no readable record (the three lines and the NUL after the last line
+    // end), NUL bytes pointed at.
+    let p = sources_only(&[("u16.jsonl", "events", &utf16(false))], "");
+    let err = err_of(&p);
+    assert!(err.contains("`raw/u16.jsonl` has no readable record (4 malformed)"), "{err}");
+    assert!(err.contains("raw/u16.jsonl:1: not JSON") && err.contains("NUL bytes"), "{err}");
+    // Not one line of the format: the file is named, not silently gone.
+    let p = sources_only(&[("ops.jsonl", "events", good.as_bytes()), ("chat.jsonl", "openai", good.as_bytes())], "");
+    let err = err_of(&p);
+    assert!(err.contains("`raw/chat.jsonl` has no readable record (3 malformed)"), "{err}");
+    assert!(err.contains("no `messages` field") && err.contains("(read as `openai`)"), "{err}");
+
+    // 2 of 5 records malformed: above a limit of 0.3, within the default (0.5).
+    let mixed = format!("{good}not json\n{{\"session\": \"d\"}}\n");
+    let p = sources_only(&[("ops.jsonl", "events", mixed.as_bytes())], "max_malformed_share = 0.3");
+    let err = err_of(&p);
+    assert!(
+        err.contains("`raw/ops.jsonl`: 2 of 5 records are malformed (40%, above `logs.max_malformed_share` = 0.3)"),
+        "{err}"
+    );
+    let p = sources_only(&[("ops.jsonl", "events", mixed.as_bytes())], "");
+    crate::support::assert_code(&p.run(&["logs", "import"]), 0);
+    assert_eq!(p.read("artifacts/logs-import/malformed.jsonl").lines().count(), 2);
+    let report: Value = serde_json::from_str(&p.read("artifacts/logs-import/report.json")).unwrap();
+    assert_eq!(report["sources"]["ops"], json!({"format": "events", "sessions": 3, "records": 5, "malformed": 2}));
+    // A limit outside 0..=1 is a config problem.
+    let p = sources_only(&[("ops.jsonl", "events", good.as_bytes())], "max_malformed_share = 1.5");
+    let o = p.run(&["check"]);
+    assert!(
+        crate::support::stderr(&o).contains("logs.max_malformed_share: must be between 0 and 1"),
+        "{}",
+        crate::support::stderr(&o)
+    );
+    // A UTF-8 byte-order mark is read past.
+    let p = sources_only(&[("ops.jsonl", "auto", format!("\u{feff}{good}").as_bytes())], "");
+    crate::support::assert_code(&p.run(&["logs", "import"]), 0);
+    assert_eq!(p.read("artifacts/logs-import/sessions.jsonl").lines().count(), 3);
+}
+
+#[test]
+fn docs_state_the_sub_scenario_separator_and_the_code_agrees() {
+    // The table under "### Scenario labels" in docs/logs.md: label → sub-scenario.
+    let doc = std::fs::read_to_string(repo().join("docs/logs.md")).unwrap();
+    let at = doc.find("### Scenario labels").expect("docs/logs.md has a `### Scenario labels` section");
+    let rows: Vec<(String, String)> = doc[at..]
+        .lines()
+        .skip_while(|l| !l.starts_with("| label"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(|c| c.trim().trim_matches('`')).collect();
+            (cells[1].to_string(), cells[2].to_string())
+        })
+        .collect();
+    assert!(rows.len() >= 3, "{rows:?}");
+    for (label, sub) in rows {
+        let mut s: Session = serde_json::from_value(json!({"id": "x", "source": "x", "format": "events",
+            "location": "x:1", "turns": []}))
+        .unwrap();
+        s.scenario = (label != "(none)").then(|| label.clone());
+        assert_eq!(s.sub_scenario(), sub, "label {label:?}");
+    }
+}

@@ -193,3 +193,95 @@ async fn a_server_that_cannot_start_is_a_connect_failure() {
     let err = c.list_tools().await.unwrap_err();
     assert!(matches!(&err, CallFailure::Connect { message } if message.contains("boom")), "{err:?}");
 }
+
+/// A log session (benchgen's session JSONL) with one successful call of `tool`.
+fn recorded_session(tool: &str) -> String {
+    json!({
+        "id": "ops:1", "source": "ops", "format": "events", "location": "raw/ops.jsonl:1",
+        "turns": [{"user": "how is web-01?", "groups": [[
+            {"tool": tool, "arguments": {"host": "web-01"}, "result": "{\"host\":\"web-01\",\"cpu\":93}"}
+        ]]}]
+    })
+    .to_string()
+        + "\n"
+}
+
+const HOST_SCHEMA: &str = r#"{"type": "object", "properties": {"host": {"type": "string"}}, "required": ["host"]}"#;
+
+#[tokio::test]
+async fn recorded_sandbox_serves_log_catalogs_tools_list_files_and_server_tool_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let write = |name: &str, text: &str| {
+        let p = d.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let bare_sessions = write("sessions.jsonl", &recorded_session("get_host"));
+    let server_sessions = write("server_sessions.jsonl", &recorded_session("ops::get_host"));
+    // The log track's catalog, an MCP `tools/list` result, benchgen's catalog.
+    let log_catalog = write(
+        "log_catalog.json",
+        &format!(r#"[{{"name": "get_host", "description": "a host", "input_schema": {HOST_SCHEMA}}}]"#),
+    );
+    let tools_list = write(
+        "tools_list.json",
+        &format!(
+            r#"{{"tools": [{{"name": "get_host", "title": "Host", "description": "a host", "inputSchema": {HOST_SCHEMA}}}]}}"#
+        ),
+    );
+    let benchgen_catalog = |tool: &str| {
+        format!(
+            r#"{{"servers": [{{"name": "ops", "description": "", "summary": "", "url": "", "categories": [],
+              "tools": [{{"id": "ops::{tool}", "name": "{tool}", "description": "a host", "input_schema": {HOST_SCHEMA}}}]}}]}}"#
+        )
+    };
+    let server_catalog = write("catalog.json", &benchgen_catalog("get_host"));
+    let recorded = "{\"host\":\"web-01\",\"cpu\":93}";
+    for (catalog, sessions, tool) in [
+        (&log_catalog, &bare_sessions, "get_host"),
+        (&tools_list, &bare_sessions, "get_host"),
+        (&server_catalog, &bare_sessions, "ops::get_host"),
+        (&log_catalog, &server_sessions, "get_host"),
+    ] {
+        let what = format!("{} with {}", catalog.display(), sessions.display());
+        let client = sandbox(d, catalog, &["--recorded", sessions.to_str().unwrap()], Duration::from_secs(20));
+        let names: Vec<String> =
+            client.list_tools().await.unwrap_or_else(|e| panic!("{what}: {e}")).into_iter().map(|t| t.name).collect();
+        assert_eq!(names, [tool], "{what}");
+        match client.call(tool, &json!({"host": "web-01"}), None).await {
+            CallOutcome::Ok { output } => assert_eq!(output.text, recorded, "{what}"),
+            other => panic!("{what}: {other:?}"),
+        }
+        client.shutdown().await;
+    }
+
+    // Recorded responses no served tool can answer from: the sandbox refuses to start,
+    // naming the logged tool names.
+    let other = write("other.json", &benchgen_catalog("restart_host"));
+    let o = std::process::Command::new(BIN)
+        .args(["sandbox", "--catalog"])
+        .arg(&other)
+        .arg("--recorded")
+        .arg(&bare_sessions)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no tool of") && err.contains("the sessions call `get_host`"), "{err}");
+    // Neither a catalog nor a tool list: said, with what is accepted.
+    let junk = write("junk.json", r#"{"rows": []}"#);
+    let o = std::process::Command::new(BIN)
+        .args(["sandbox", "--catalog"])
+        .arg(&junk)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is neither a benchgen catalog nor a tool list"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

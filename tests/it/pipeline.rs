@@ -291,8 +291,9 @@ fn check_reports_every_wrong_key_at_once_before_anything_runs() {
     }
     assert!(err.contains("pipeline/demo.toml"), "{err}");
 
-    // The same check runs on every load: nothing runs, nothing is written.
-    for args in [&["run"][..], &["status"], &["filter"]] {
+    // The same check runs on every load (a stage command checks its stage and upstream):
+    // nothing runs, nothing is written.
+    for args in [&["run"][..], &["status"], &["efs", "verify"]] {
         let o = p.run(args);
         assert_code(&o, 1);
         assert!(stderr(&o).contains("efs.verify.role"), "{}", stderr(&o));
@@ -365,4 +366,23 @@ fn the_readme_stage_table_is_the_generated_one() {
         table.trim(),
         "the README's stage table is stale: replace it with `benchgen stages --format markdown`"
     );
+}
+
+#[test]
+fn stages_lists_only_the_roles_of_stages_in_the_pipeline() {
+    // A log-only pipeline: the registry track's stages are not in it.
+    let p = Project::empty();
+    p.write("raw/ops.jsonl", "{\"session\": \"s1\", \"tool\": \"t\", \"ts_start\": 0}\n");
+    p.write("pipeline/demo.toml", "[project]\nseed = 1\n\n[[logs.sources]]\npath = \"raw/ops.jsonl\"\n");
+    let stages = stage_list(&p);
+    let row = |name: &str| stages.iter().find(|s| s["name"] == name).unwrap().clone();
+    let verify = row("efs-verify");
+    assert_eq!(verify["enabled"], false);
+    assert_eq!((verify["roles"].clone(), verify["prompts"].clone()), (serde_json::json!([]), serde_json::json!([])));
+    let curate = row("logs-curate");
+    assert_eq!(curate["enabled"], true);
+    assert_eq!(curate["roles"][0]["key"], "logs.curate.judge_role");
+    let text = stdout(&p.run(&["stages"]));
+    assert!(text.contains("roles:  logs.curate.judge_role = judge"), "{text}");
+    assert!(!text.contains("efs.verify.role"), "{text}");
 }

@@ -364,9 +364,9 @@ fn import_rejects_every_bad_row_with_file_line_applies_nothing_and_catches_stale
     let n = rows.len();
     let at = |i: usize| format!("reviews/returned/alice.csv:{}:", line[i]);
     for want in [
-        format!("{} `relevance` must be a whole number from 1 to 5, found `6`", at(0)),
-        format!("{} `completeness` must be a whole number from 1 to 5, found `x`", at(1)),
-        format!("{} `consistency` has no score", at(1)),
+        format!("{} sample `{}`: `relevance` must be a whole number from 1 to 5, found `6`", at(0), rows[0][0]),
+        format!("{} sample `{}`: `completeness` must be a whole number from 1 to 5, found `x`", at(1), rows[1][0]),
+        format!("{} sample `{}`: `consistency` has no score", at(1), rows[1][0]),
         format!("{} stale:", at(2)),
         format!("{} reviewer `alice` is not assigned to `{not_alice}`", at(n - 3)),
         format!("{} unknown sample `nope`", at(n - 2)),
@@ -394,6 +394,71 @@ fn import_rejects_every_bad_row_with_file_line_applies_nothing_and_catches_stale
     let o = rp.run(&["review", "import"]);
     assert_code(&o, 1);
     assert!(stderr(&o).contains(&format!("stale: `{edited}` changed since this sheet was exported")), "{}", stderr(&o));
+}
+
+/// `rows` (header first) as CSV with CRLF line ends, as Excel and Python's csv module save it.
+fn crlf_csv(rows: &[Vec<String>]) -> Vec<u8> {
+    let mut w = csv::WriterBuilder::new().terminator(csv::Terminator::CRLF).from_writer(Vec::new());
+    for r in rows {
+        w.write_record(r).unwrap();
+    }
+    w.into_inner().unwrap()
+}
+
+#[test]
+fn crlf_sheets_and_adjudications_are_located_on_their_real_line_and_name_the_sample() {
+    let rp = RP::new(12, "");
+    rp.ok(&["review", "assign"]);
+    rp.ok(&["review", "export"]);
+    rp.fill("alice", |_| Some([4, 4, 5, 4, 4]));
+    let lf = rp.p.read("reviews/returned/alice.csv");
+    let mut rd = csv::Reader::from_reader(lf.as_bytes());
+    let header: Vec<String> = rd.headers().unwrap().iter().map(str::to_string).collect();
+    // With LF line ends the csv crate's own line numbers are right: the expected lines.
+    let mut line = BTreeMap::new();
+    let mut rows = vec![header];
+    for r in rd.records() {
+        let r = r.unwrap();
+        line.insert(r[0].to_string(), r.position().unwrap().line());
+        rows.push(r.iter().map(str::to_string).collect());
+    }
+    assert!(rows.len() >= 4);
+
+    // A bad score on the second data row is reported on its own line, naming the sample.
+    let mut bad = rows.clone();
+    bad[2][8] = "6".into();
+    rp.p.write("reviews/returned/alice.csv", crlf_csv(&bad));
+    let o = rp.run(&["review", "import"]);
+    assert_code(&o, 1);
+    let id = &bad[2][0];
+    let want = format!(
+        "reviews/returned/alice.csv:{}: sample `{id}`: `relevance` must be a whole number from 1 to 5, found `6`",
+        line[id]
+    );
+    assert!(stderr(&o).contains(&want), "missing `{want}` in:\n{}", stderr(&o));
+
+    // The good sheet with CRLF line ends: every score's source is its real line.
+    rp.p.write("reviews/returned/alice.csv", crlf_csv(&rows));
+    rp.ok(&["review", "import"]);
+    let mut seen = 0;
+    for l in rp.p.read("artifacts/review-import/scores.jsonl").lines() {
+        let v: Value = serde_json::from_str(l).unwrap();
+        if v["reviewer"] == "alice" {
+            let id = v["sample_id"].as_str().unwrap();
+            assert_eq!(v["source"], format!("reviews/returned/alice.csv:{}", line[id]), "{v}");
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, rows.len() - 1);
+
+    // `reviews/adjudications.csv` saved with CRLF: the first data row is line 2.
+    rp.p.write(
+        "reviews/adjudications.csv",
+        "sample_id,content_hash,decision,adjudicator,reason\r\nnope,sha256:00,accept,lena,checked\r\n",
+    );
+    let o = rp.run(&["review", "merge"]);
+    assert_code(&o, 1);
+    assert!(stderr(&o).contains("reviews/adjudications.csv:2: unknown sample `nope`"), "{}", stderr(&o));
 }
 
 /// A cell of a filled XLSX sheet, as a spreadsheet program stores what the reviewer did.
@@ -487,9 +552,15 @@ fn xlsx_sheets_import_with_the_csv_checks_and_round_trip_to_merge() {
     assert_code(&o, 1);
     let err = stderr(&o);
     let f = "reviews/returned/alice.xlsx";
+    // The sample id of a row of the returned workbook (0-based; row 0 is the header).
+    let xlsx_id = |row: usize| {
+        use calamine::Reader;
+        let mut wb = calamine::Xlsx::new(std::io::Cursor::new(std::fs::read(rp.p.path(f)).unwrap())).unwrap();
+        wb.worksheet_range("review").unwrap().rows().nth(row).unwrap()[0].to_string()
+    };
     for want in [
-        format!("{f}:2: `relevance` must be a whole number from 1 to 5, found `6`"),
-        format!("{f}:3: `completeness` must be a whole number from 1 to 5, found `4.5`"),
+        format!("{f}:2: sample `{}`: `relevance` must be a whole number from 1 to 5, found `6`", xlsx_id(1)),
+        format!("{f}:3: sample `{}`: `completeness` must be a whole number from 1 to 5, found `4.5`", xlsx_id(2)),
         format!("{f}:4: `consistency` (cell K4) holds a formula (`=2+2`)"),
         format!("{f}:5: stale:"),
         format!("{f}:{}: reviewer `alice` is not assigned to `{not_alice}`", n + 2),

@@ -398,3 +398,28 @@ fn a_bad_level_file_is_refused_naming_file_record_and_field() {
     let e = run("[{\"query_id\": 1, \"ground_truth_tools\": [],\n \"x\": {\"k\": 1, \"k\": 2}}]", false);
     assert!(e.contains("line 2: not valid JSON: duplicate key `k` at line 2"), "{e}");
 }
+
+#[test]
+fn an_empty_level_file_is_read_as_etom_by_its_name() {
+    let f = score_fixtures::Fixture::new();
+    let one = f.write("level_1.json", "[{\"query_id\": 1, \"query\": \"q\", \"ground_truth_tools\": []}]");
+    let empty = f.write("level_2.json", "[\n]\n");
+    let pred = f.write("pred.jsonl", "{\"id\": \"L1-1\", \"prediction\": []}\n");
+    let out = benchgen()
+        .args(["--json", "score", "--bench"])
+        .arg(&one)
+        .arg("--bench")
+        .arg(&empty)
+        .arg("--pred")
+        .arg(&pred)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("level_2.json"), "{text}");
+    // Another name for the same empty list still needs its format said.
+    let other = f.write("queries.json", "[]");
+    let out = benchgen().arg("score").arg("--bench").arg(&other).arg("--pred").arg(&pred).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--bench-format"));
+}

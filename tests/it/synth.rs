@@ -475,6 +475,11 @@ fn a_looping_chain_query_is_asked_again_and_then_left_out_with_its_reason() {
     assert_eq!(failed.len(), 1, "{failed:?}");
     let reason = failed[0]["reason"].as_str().unwrap();
     assert!(reason.contains("repeats \"find the open alerts of inventory\""), "{reason}");
+    let report = sp.p.read("artifacts/synth-chains/report.md");
+    assert!(
+        report.contains(&format!("{} queries written (1 failed; reasons in failed.json).", chains.len())),
+        "{report}"
+    );
 }
 
 #[test]
@@ -534,6 +539,19 @@ fn log_track_with_synthesis_runs_end_to_end_and_explains_samples() {
     let queries = sp.jsonl("artifacts/synth-chains/queries.jsonl");
     assert_eq!(queries.len(), 4);
     assert!(queries.iter().all(|q| q["chain"].as_array().unwrap().len() >= 2));
+    // Nothing failed: the report does not send anyone to a failed.json that is not there.
+    let report = sp.p.read("artifacts/synth-chains/report.md");
+    assert!(report.contains("4 chains sampled; 4 queries written.\n"), "{report}");
+    assert!(!report.contains("failed.json") && !sp.p.path("artifacts/synth-chains/failed.json").exists());
+    // `execute` says what became of its queries.
+    assert!(out.contains("4 queries: 4 answered, 0 at the call cap, 0 failed;"), "{out}");
+    assert!(out.contains("chain order preserved in 4, broken in 0"), "{out}");
+    // Everything is up to date now: `run` says "running" of no stage.
+    let again = sp.run(&["run"], &[]);
+    assert!(again.status.success());
+    let err = crate::support::stderr(&again);
+    assert!(!err.contains("running `"), "{err}");
+    assert!(crate::support::stdout(&again).contains("execute: up to date, skipped"));
 
     // Every chain was executed against the domain sandbox and, the scripted agent following
     // the chain, accepted; real samples and dialogues were validated too.

@@ -119,11 +119,20 @@ fn detect_bench(path: &Path, text: &str) -> anyhow::Result<BenchFormat> {
         Some(o) if o.contains_key("messages") && (o.contains_key("scenery") || o.contains_key("diff_level")) => {
             Ok(BenchFormat::Finmcp)
         }
+        // An empty list has no record to look at: `level_N.json` says it is ETOM's (a level
+        // with no queries left after filtering is still one of the five files).
+        None if etom_level(path, None).is_ok() && is_empty_list(text) => Ok(BenchFormat::Etom),
         _ => Err(crate::error::hinted(
             format!("cannot tell the format of benchmark `{}`", path.display()),
             "pass `--bench-format unified|etom|finmcp`",
         )),
     }
+}
+
+/// Whether `text` is a JSON list without elements (`[]`, any white space).
+fn is_empty_list(text: &str) -> bool {
+    let t = text.trim();
+    t.strip_prefix('[').and_then(|r| r.strip_suffix(']')).is_some_and(|inner| inner.trim().is_empty())
 }
 
 /// The first record of a JSON list for which `wanted` holds, read from the start of the text
