@@ -57,9 +57,10 @@ pub type Schemas = BTreeMap<String, SchemaEntry>;
 /// The JSON types an inferred property may have.
 const JSON_TYPES: [&str; 7] = ["string", "number", "integer", "boolean", "array", "object", "null"];
 
-/// The writer's answer: `output_schema` is an object schema whose properties each have a
-/// `type` (one of [`JSON_TYPES`]), a `description` and, for arrays, optionally an item
-/// `type` — a shape every value of which is a usable output schema, so a
+/// The writer's answer: `output_schema` is an object schema whose properties each may have
+/// a `type` (one of [`JSON_TYPES`]), a `description` and, for arrays, an item `type` (an
+/// untyped property is compatible with any input) — a shape every value of which is a
+/// usable output schema, so a
 /// grammar-constrained server cannot write a string or a malformed schema. The check
 /// ([`schema_problem`]) still runs for servers that ignore the schema; its refusal is
 /// re-asked with the reason.
@@ -72,7 +73,6 @@ pub(crate) fn schema_answer() -> crate::llm::Answer<SchemaAnswer> {
             "description": {"type": "string"},
             "items": {"type": "object", "properties": {"type": types}, "required": ["type"], "additionalProperties": false},
         },
-        "required": ["type", "description"],
         "additionalProperties": false,
     });
     let schema = json!({

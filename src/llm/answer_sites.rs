@@ -73,7 +73,7 @@ pub fn sites() -> Vec<Entry> {
         of::<filter::LlmVerdict>("src/filter.rs", "filter: classifier"),
         of::<graph::build::EdgeVerdict>("src/graph/build.rs", "graph build: edge"),
         sizes("src/levels/l1.rs", "levels L1/L2: drafts", &[1, 5], |n| {
-            Answer::<levels::l1::Drafts>::new("Drafts", super::schema_with_max_items::<levels::l1::Drafts>("queries", n))
+            Answer::<levels::l1::Drafts>::new("Drafts", crate::llm::schema_with_max_items::<levels::l1::Drafts>("queries", n))
         }),
         of::<levels::l1::QueryCheck>("src/levels/l1.rs", "levels L1/L2: verify"),
         of::<levels::l3::ChainVerdict>("src/levels/l3.rs", "levels L3: verify"),
@@ -98,7 +98,7 @@ pub fn sites() -> Vec<Entry> {
         of::<levels::profiles::PlatformAnswer>("src/levels/profiles.rs", "levels profiles: platform"),
         of::<levels::profiles::ProfileAnswer>("src/levels/profiles.rs", "levels profiles: profile"),
         one("src/levels/schemas.rs", "levels schemas: output schema", levels::schemas::schema_answer()),
-        of::<super::ping::PingAnswer>("src/llm/ping.rs", "llm ping"),
+        of::<crate::llm::ping::PingAnswer>("src/llm/ping.rs", "llm ping"),
         of::<logs::curate::NeedVerdict>("src/logs/curate.rs", "logs curate: need"),
         of::<logs::curate::AnswerVerdict>("src/logs/curate.rs", "logs curate: answer"),
         sizes("src/logs/curate.rs", "logs curate: label", &[1, 4], |n| logs::curate::label_answer(&taxonomy(n))),
