@@ -262,3 +262,17 @@ fn the_known_disagreements_are_gone() {
     assert!(schemas.accepts(&json!({"output_schema": "an object"})).is_err());
     assert_eq!(schemas.schema["properties"]["output_schema"]["type"], "object");
 }
+
+#[test]
+fn the_edges_catch_the_old_listwise_schema() {
+    // Before issue 24: `T`'s own schema (`candidate` ≥ 0, any number of verdicts) and the
+    // check 1..=N, each once. The lowest edge (no verdict) and candidate 0 are refused.
+    use crate::efs::verify::ListJudgement;
+    let old = Answer::<ListJudgement>::of().check(|j: &ListJudgement| {
+        let ids: Vec<u64> = j.verdicts.iter().map(|v| u64::from(v.candidate)).collect();
+        super::check_numbered(&ids, 3, "candidate")
+    });
+    let site = old.site("src/efs/verify.rs", "the old listwise answer");
+    let refused = (0..4).chain([usize::MAX]).filter(|&k| (site.accepts)(&generated(&site, &[k])).is_err()).count();
+    assert!(refused >= 2, "the edges of the old schema include answers its check refuses");
+}
