@@ -430,7 +430,8 @@ impl Stage for L3Stage {
             if !rec.logical {
                 return Ok(rec);
             }
-            let q = llm.ask(writer, &Prompt::new(QUERY_TEMPLATE, it.vars.clone()), Some("query"), &query_answer()).await?;
+            let q =
+                llm.ask(writer, &Prompt::new(QUERY_TEMPLATE, it.vars.clone()), Some("query"), &query_answer()).await?;
             rec.query = super::one_line(&q.value.query);
             rec.chain_of_thought = q.value.chain_of_thought;
             rec.exchanges.push(q.exchange);

@@ -136,7 +136,9 @@ pub(crate) fn scenario_answer(services: &Value) -> crate::llm::Answer<Scenario> 
         .as_array()
         .into_iter()
         .flatten()
-        .map(|s| s["tools"].as_array().into_iter().flatten().filter_map(|t| t["id"].as_str().map(str::to_string)).collect())
+        .map(|s| {
+            s["tools"].as_array().into_iter().flatten().filter_map(|t| t["id"].as_str().map(str::to_string)).collect()
+        })
         .collect();
     let all: Vec<String> = per_service.iter().flatten().cloned().collect();
     let n = per_service.len();
@@ -164,25 +166,27 @@ pub(crate) fn scenario_answer(services: &Value) -> crate::llm::Answer<Scenario> 
             "steps": {"type": "array", "prefixItems": steps, "items": false, "minItems": n.max(1), "maxItems": max},
         },
         "required": ["query", "steps"], "additionalProperties": false});
-    crate::llm::Answer::new("Scenario", schema).non_blank("query", |s: &Scenario| s.query.as_str()).check(move |sc: &Scenario| {
-        if sc.steps.is_empty() {
-            return Err("`steps` is empty; list the tools the task needs".into());
-        }
-        for (i, st) in sc.steps.iter().enumerate() {
-            if !all.contains(&st.tool_id) {
-                return Err(format!("step {i}: `{}` is not one of the listed tools", st.tool_id));
+    crate::llm::Answer::new("Scenario", schema).non_blank("query", |s: &Scenario| s.query.as_str()).check(
+        move |sc: &Scenario| {
+            if sc.steps.is_empty() {
+                return Err("`steps` is empty; list the tools the task needs".into());
             }
-            if let Some(d) = st.dependencies.iter().find(|&&d| d >= i) {
-                return Err(format!("step {i} depends on step {d}; name only earlier steps"));
+            for (i, st) in sc.steps.iter().enumerate() {
+                if !all.contains(&st.tool_id) {
+                    return Err(format!("step {i}: `{}` is not one of the listed tools", st.tool_id));
+                }
+                if let Some(d) = st.dependencies.iter().find(|&&d| d >= i) {
+                    return Err(format!("step {i} depends on step {d}; name only earlier steps"));
+                }
             }
-        }
-        for (k, tools) in per_service.iter().enumerate() {
-            if !tools.is_empty() && !sc.steps.iter().any(|st| tools.contains(&st.tool_id)) {
-                return Err(format!("no step uses a tool of service #{}; use every service", k + 1));
+            for (k, tools) in per_service.iter().enumerate() {
+                if !tools.is_empty() && !sc.steps.iter().any(|st| tools.contains(&st.tool_id)) {
+                    return Err(format!("no step uses a tool of service #{}; use every service", k + 1));
+                }
             }
-        }
-        Ok(())
-    })
+            Ok(())
+        },
+    )
 }
 
 pub fn validate(
@@ -348,7 +352,9 @@ impl Stage for L4Stage {
             for r in 1..=rounds {
                 let vars = json!({"services": services, "round": r, "feedback": feedback});
                 let part = format!("scenario-{r}");
-                let sc = llm.ask(writer, &Prompt::new(SCENARIO_TEMPLATE, vars), Some(&part), &scenario_answer(&services)).await?;
+                let sc = llm
+                    .ask(writer, &Prompt::new(SCENARIO_TEMPLATE, vars), Some(&part), &scenario_answer(&services))
+                    .await?;
                 a.exchanges.push(sc.exchange);
                 let tools: Vec<Value> = sc
                     .value

@@ -72,9 +72,11 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
     pub fn non_blank(mut self, field: &str, get: fn(&T) -> &str) -> Answer<T> {
         self.schema["properties"][field]["minLength"] = json!(1);
         let field = field.to_string();
-        self.check(move |v| {
-            if get(v).trim().is_empty() { Err(format!("`{field}` is blank; write it out")) } else { Ok(()) }
-        })
+        self.check(
+            move |v| {
+                if get(v).trim().is_empty() { Err(format!("`{field}` is blank; write it out")) } else { Ok(()) }
+            },
+        )
     }
 
     /// The list property `list` has exactly one entry per number 1..=`n`, in order, each
@@ -121,12 +123,12 @@ impl<T: DeserializeOwned> Answer<T> {
     /// Schema-check, deserialise and check an answer value (what the client does with an
     /// extracted answer; the property tests call it directly).
     pub fn accepts(&self, value: &Value) -> Result<T, String> {
-        let validator = jsonschema::validator_for(&self.schema).map_err(|e| format!("the schema is not usable: {e}"))?;
+        let validator =
+            jsonschema::validator_for(&self.schema).map_err(|e| format!("the schema is not usable: {e}"))?;
         let v = super::validate_value::<T>(value.clone(), &validator)?;
         (self.check)(&v)?;
         Ok(v)
     }
-
 }
 
 impl<T> Answer<T> {

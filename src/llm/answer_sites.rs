@@ -31,7 +31,10 @@ fn one<T: serde::de::DeserializeOwned + 'static>(file: &'static str, what: &'sta
     entry(file, what, vec![a.site(file, what)])
 }
 
-fn of<T: serde::de::DeserializeOwned + schemars::JsonSchema + 'static>(file: &'static str, what: &'static str) -> Entry {
+fn of<T: serde::de::DeserializeOwned + schemars::JsonSchema + 'static>(
+    file: &'static str,
+    what: &'static str,
+) -> Entry {
     one(file, what, Answer::<T>::of())
 }
 
@@ -73,7 +76,10 @@ pub fn sites() -> Vec<Entry> {
         of::<filter::LlmVerdict>("src/filter.rs", "filter: classifier"),
         of::<graph::build::EdgeVerdict>("src/graph/build.rs", "graph build: edge"),
         sizes("src/levels/l1.rs", "levels L1/L2: drafts", &[1, 5], |n| {
-            Answer::<levels::l1::Drafts>::new("Drafts", crate::llm::schema_with_max_items::<levels::l1::Drafts>("queries", n))
+            Answer::<levels::l1::Drafts>::new(
+                "Drafts",
+                crate::llm::schema_with_max_items::<levels::l1::Drafts>("queries", n),
+            )
         }),
         of::<levels::l1::QueryCheck>("src/levels/l1.rs", "levels L1/L2: verify"),
         of::<levels::l3::ChainVerdict>("src/levels/l3.rs", "levels L3: verify"),

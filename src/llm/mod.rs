@@ -909,7 +909,10 @@ pub fn schema_of<T: schemars::JsonSchema>() -> Value {
 
 /// [`schema_of`] with the list property `list` bounded to at most `max` items (at least
 /// one), so a small model that keeps adding items ends in a valid answer.
-pub fn schema_with_max_items<T: schemars::JsonSchema + serde::de::DeserializeOwned + 'static>(list: &str, max: usize) -> Value {
+pub fn schema_with_max_items<T: schemars::JsonSchema + serde::de::DeserializeOwned + 'static>(
+    list: &str,
+    max: usize,
+) -> Value {
     Answer::<T>::of().max_items(list, max).schema
 }
 
@@ -973,7 +976,10 @@ fn validate<T: serde::de::DeserializeOwned>(content: &str, validator: &jsonschem
 }
 
 /// Schema-check and deserialise an extracted answer.
-fn validate_value<T: serde::de::DeserializeOwned>(value: Value, validator: &jsonschema::Validator) -> Result<T, String> {
+fn validate_value<T: serde::de::DeserializeOwned>(
+    value: Value,
+    validator: &jsonschema::Validator,
+) -> Result<T, String> {
     let errors: Vec<String> =
         validator.iter_errors(&value).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
     if !errors.is_empty() {

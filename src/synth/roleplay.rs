@@ -137,7 +137,8 @@ pub(crate) fn goal_answer() -> crate::llm::Answer<Goal> {
 /// request is needed: not blank (a blank first message used to fail the dialogue after
 /// the call).
 pub(crate) fn user_answer(first: bool) -> crate::llm::Answer<UserTurn> {
-    let a = crate::llm::Answer::<UserTurn>::of().check(|u: &UserTurn| crate::llm::extract::check_no_loop(&u.message, "the message"));
+    let a = crate::llm::Answer::<UserTurn>::of()
+        .check(|u: &UserTurn| crate::llm::extract::check_no_loop(&u.message, "the message"));
     if first { a.non_blank("message", |u: &UserTurn| u.message.as_str()) } else { a }
 }
 

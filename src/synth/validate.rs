@@ -399,8 +399,9 @@ fn needs_judge(c: &Candidate) -> bool {
 /// entry k naming turn k (see [`crate::llm::Answer::numbered`]); an answer that misses or
 /// repeats a turn is re-asked, so [`judge_reasons`] always finds every turn.
 pub(crate) fn check_answer(turns: usize) -> crate::llm::Answer<DialogueCheck> {
-    crate::llm::Answer::<DialogueCheck>::of()
-        .numbered("turns", "turn", turns, "turn", |c: &DialogueCheck| c.turns.iter().map(|t| u64::from(t.turn)).collect())
+    crate::llm::Answer::<DialogueCheck>::of().numbered("turns", "turn", turns, "turn", |c: &DialogueCheck| {
+        c.turns.iter().map(|t| u64::from(t.turn)).collect()
+    })
 }
 
 /// The judge's reasons to reject (empty: every request addressed). A verdict that does

@@ -70,7 +70,10 @@ fn run_at(edge: Edge) {
     for (file, bytes) in &artifacts {
         let text = String::from_utf8_lossy(bytes);
         for r in SILENT_REJECTIONS {
-            assert!(!text.contains(r), "{edge:?}: `{file}` records a rejection the schema should have prevented: `{r}`");
+            assert!(
+                !text.contains(r),
+                "{edge:?}: `{file}` records a rejection the schema should have prevented: `{r}`"
+            );
         }
     }
     // The three known cases got through: every planned EFS pair judged, every tool asked
@@ -129,5 +132,7 @@ fn check_names_every_server_of_every_mode_of_execute() {
     p.write("pipeline/demo.toml", cfg);
     let o = p.run(&["check"]);
     assert_code(&o, 1);
-    assert!(stderr(&o).contains("execute.servers: `execute` runs a queries file and the config declares no MCP server"));
+    assert!(
+        stderr(&o).contains("execute.servers: `execute` runs a queries file and the config declares no MCP server")
+    );
 }

@@ -300,8 +300,10 @@ fn check_reports_every_wrong_key_at_once_before_anything_runs() {
     // Fixed, it passes (the queries file needs a server to run against: issue 24).
     p.write(
         "pipeline/demo.toml",
-        p.read("pipeline/demo.toml")
-            .replace("servers = [\"ghost\"]", "servers = [\"sb\"]\n\n[mcp.servers.sb]\ncommand = \"benchgen\"\nargs = [\"sandbox\"]"),
+        p.read("pipeline/demo.toml").replace(
+            "servers = [\"ghost\"]",
+            "servers = [\"sb\"]\n\n[mcp.servers.sb]\ncommand = \"benchgen\"\nargs = [\"sandbox\"]",
+        ),
     );
     let fixed = p
         .read("pipeline/demo.toml")
