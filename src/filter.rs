@@ -673,7 +673,7 @@ enum KeepOrDrop {
 
 /// The classifier's typed answer.
 #[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
-struct LlmVerdict {
+pub(crate) struct LlmVerdict {
     /// One line saying why (asked before the verdict so the model reasons first).
     reason: String,
     /// `keep` when the item belongs in a tool-use benchmark, `drop` when it does not.

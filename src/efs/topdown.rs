@@ -229,7 +229,7 @@ impl LazyEmbedder<'_> {
 }
 
 /// The writer's answer schema: at most `n` requests.
-fn requests_schema(n: usize) -> serde_json::Value {
+pub(crate) fn requests_schema(n: usize) -> serde_json::Value {
     crate::llm::schema_with_max_items::<Requests>("requests", n)
 }
 
@@ -237,7 +237,7 @@ fn requests_schema(n: usize) -> serde_json::Value {
 /// at most all of them. A grammar-constrained server can then neither invent an id nor
 /// loop over the list (the 1.5B model did: `"selected": ["github-mcp::create_issue", …`
 /// until `max_tokens` cut the JSON); other servers' answers are checked and re-asked.
-fn selection_schema(retrieved: &[String]) -> serde_json::Value {
+pub(crate) fn selection_schema(retrieved: &[String]) -> serde_json::Value {
     let mut s = crate::llm::schema_of::<Selection>();
     if !retrieved.is_empty() {
         // An empty `enum` is not a valid schema; `maxItems: 0` says it all then.

@@ -181,7 +181,7 @@ impl Stage for VerifyStage {
                 }
                 CallInput::List { prompt, anchor, candidates } => {
                     let n = candidates.len();
-                    let reply = llm.typed_checked::<ListJudgement>(role, &prompt, |j| check_list(j, n)).await?;
+                    let reply = llm.ask(role, &prompt, None, &list_answer(n)).await?;
                     let mut verdicts: Vec<PairRecord> = reply
                         .value
                         .verdicts
@@ -358,24 +358,13 @@ fn call_item(
     }
 }
 
-/// The listwise answer must judge every candidate exactly once.
-fn check_list(j: &ListJudgement, n: usize) -> Result<(), String> {
-    let mut seen = vec![false; n];
-    for v in &j.verdicts {
-        let i = v.candidate as usize;
-        if i == 0 || i > n {
-            return Err(format!("`candidate` {i} is not one of the candidates 1..={n}"));
-        }
-        if std::mem::replace(&mut seen[i - 1], true) {
-            return Err(format!("candidate {i} is judged twice"));
-        }
-    }
-    let missing: Vec<String> =
-        seen.iter().enumerate().filter(|(_, s)| !**s).map(|(i, _)| (i + 1).to_string()).collect();
-    if !missing.is_empty() {
-        return Err(format!("candidates {} are not judged; give one verdict per candidate", missing.join(", ")));
-    }
-    Ok(())
+/// The listwise answer for `n` candidates: one verdict per candidate, in order, entry k
+/// naming candidate k (see [`crate::llm::Answer::numbered`]); an answer that misses or
+/// repeats a candidate is re-asked.
+pub(crate) fn list_answer(n: usize) -> crate::llm::Answer<ListJudgement> {
+    crate::llm::Answer::<ListJudgement>::of().numbered("verdicts", "candidate", n, "candidate", |j: &ListJudgement| {
+        j.verdicts.iter().map(|v| u64::from(v.candidate)).collect()
+    })
 }
 
 /// The listwise verifier's typed answer.
@@ -460,10 +449,20 @@ mod tests {
                 .map(|&n| CandidateVerdict { candidate: n, equivalent: false, reason: String::new() })
                 .collect(),
         };
-        assert!(check_list(&j(&[2, 1, 3]), 3).is_ok());
-        assert!(check_list(&j(&[1, 3]), 3).unwrap_err().contains("candidates 2 are not judged"));
-        assert!(check_list(&j(&[1, 1, 2, 3]), 3).unwrap_err().contains("judged twice"));
-        assert!(check_list(&j(&[0, 1, 2]), 3).unwrap_err().contains("not one of the candidates"));
-        assert!(check_list(&j(&[1, 2, 4]), 3).is_err());
+        let a = list_answer(3);
+        let check_list = |j: &ListJudgement| a.run_check(j);
+        assert!(check_list(&j(&[2, 1, 3])).is_ok());
+        assert!(check_list(&j(&[1, 3])).unwrap_err().contains("candidates 2 are not judged"));
+        assert!(check_list(&j(&[1, 1, 2, 3])).unwrap_err().contains("judged twice"));
+        assert!(check_list(&j(&[0, 1, 2])).unwrap_err().contains("not one of the candidates"));
+        assert!(check_list(&j(&[1, 2, 4])).is_err());
+        // The schema says the same: three verdicts, entry k for candidate k.
+        let v = a.schema["properties"]["verdicts"].clone();
+        assert_eq!((v["minItems"].clone(), v["maxItems"].clone()), (json!(3), json!(3)));
+        assert_eq!(v["prefixItems"][1]["properties"]["candidate"]["enum"], json!([2]));
+        let answer = |ns: &[u32]| json!({"verdicts": ns.iter().map(|n| json!({"candidate": n, "reason": "r", "equivalent": true})).collect::<Vec<_>>()});
+        assert!(a.accepts(&answer(&[1, 2, 3])).is_ok());
+        assert!(a.accepts(&answer(&[1, 2])).is_err());
+        assert!(a.accepts(&answer(&[0, 1, 2])).is_err());
     }
 }

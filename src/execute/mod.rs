@@ -855,12 +855,16 @@ impl Stage for ExecuteStage {
         }
     }
 
+    /// The servers of every mode, not only the current one: `execute.servers` serve a
+    /// queries file (`execute.queries`, or `--queries` at any time, even when synthesis
+    /// feeds `execute`), `synth.server` the chain queries.
     fn servers(&self, settings: &Settings) -> Vec<ConfigRef> {
-        if self.on_chains(settings) {
-            return crate::synth::settings(settings).server.iter().map(|n| ConfigRef::new("synth.server", n)).collect();
-        }
         let names = settings.config.execute.servers.iter().enumerate();
-        names.map(|(i, n)| ConfigRef::new(format!("execute.servers[{i}]"), n)).collect()
+        let mut out: Vec<ConfigRef> = names.map(|(i, n)| ConfigRef::new(format!("execute.servers[{i}]"), n)).collect();
+        if crate::synth::enabled(settings) {
+            out.extend(crate::synth::settings(settings).server.iter().map(|n| ConfigRef::new("synth.server", n)));
+        }
+        out
     }
 
     fn check(&self, settings: &Settings, problems: &mut Vec<crate::error::Problem>) {
@@ -869,6 +873,16 @@ impl Stage for ExecuteStage {
         check_positive(problems, "execute.max_calls", e.max_calls);
         check_positive(problems, "execute.concurrency", e.concurrency);
         check_positive(problems, "execute.tool_result_chars", e.tool_result_chars);
+        // A queries file runs against `execute.servers`, or every server when it names none.
+        if matches!(self.source(settings), Ok(Source::File(_)))
+            && e.servers.is_empty()
+            && settings.config.mcp.all_servers(&settings.root).is_ok_and(|all| all.is_empty())
+        {
+            problems.push(crate::error::Problem::new(
+                "execute.servers",
+                "`execute` runs a queries file and the config declares no MCP server: add `[mcp.servers.NAME]` or set `mcp.import`",
+            ));
+        }
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {

@@ -239,6 +239,52 @@ pub struct DepGraph {
     pub dependency_graph: Vec<DepNode>,
 }
 
+/// The writer's query: not blank (a blank one used to be dropped after the call).
+pub(crate) fn query_answer() -> crate::llm::Answer<ChainQuery> {
+    crate::llm::Answer::<ChainQuery>::of().non_blank("query", |q: &ChainQuery| q.query.as_str())
+}
+
+/// The judge's dependency graph of `chain`: one node per step in order (`id` k, the step's
+/// `tool_name`), each depending only on earlier steps, each at most once — so every graph
+/// the schema allows is acyclic and names only steps of the chain (a cyclic or
+/// out-of-range one used to be rejected after the call). The check repeats that for
+/// servers that ignore the schema.
+pub(crate) fn deps_answer(chain: &[String]) -> crate::llm::Answer<DepGraph> {
+    let n = chain.len();
+    let steps: Vec<Value> = chain
+        .iter()
+        .enumerate()
+        .map(|(i, tool)| {
+            let k = i + 1;
+            let mut deps = json!({"type": "array", "uniqueItems": true, "maxItems": i,
+                "description": "1-based ids of the earlier tools whose output this tool strictly needs."});
+            deps["items"] = if i == 0 {
+                json!({"type": "integer", "minimum": 1, "maximum": 1})
+            } else {
+                json!({"type": "integer", "enum": (1..k).collect::<Vec<_>>(), "minimum": 1, "maximum": i})
+            };
+            json!({"type": "object",
+                "properties": {"id": {"type": "integer", "enum": [k], "minimum": k, "maximum": k},
+                    "tool_name": {"type": "string", "enum": [tool]}, "dependencies": deps},
+                "required": ["id", "tool_name", "dependencies"], "additionalProperties": false})
+        })
+        .collect();
+    let schema = json!({"type": "object",
+        "properties": {"dependency_graph": {"type": "array", "prefixItems": steps, "items": false, "minItems": n, "maxItems": n}},
+        "required": ["dependency_graph"], "additionalProperties": false});
+    let chain = chain.to_vec();
+    crate::llm::Answer::new("DepGraph", schema).check(move |g: &DepGraph| {
+        let ids: Vec<u64> = g.dependency_graph.iter().map(|d| d.id as u64).collect();
+        crate::llm::answer::check_numbered(&ids, chain.len(), "step")?;
+        for d in &g.dependency_graph {
+            if let Some(j) = d.dependencies.iter().find(|&&j| j == 0 || j >= d.id) {
+                return Err(format!("step {} depends on step {j}; name only earlier steps (1..{})", d.id, d.id - 1));
+            }
+        }
+        super::repair_dependencies(&annotation_deps(&chain, g)).map(|_| ())
+    })
+}
+
 /// The checkpointed value of one chain.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -384,13 +430,14 @@ impl Stage for L3Stage {
             if !rec.logical {
                 return Ok(rec);
             }
-            let q = llm.typed_as::<ChainQuery>(writer, &Prompt::new(QUERY_TEMPLATE, it.vars.clone()), "query").await?;
+            let q =
+                llm.ask(writer, &Prompt::new(QUERY_TEMPLATE, it.vars.clone()), Some("query"), &query_answer()).await?;
             rec.query = super::one_line(&q.value.query);
             rec.chain_of_thought = q.value.chain_of_thought;
             rec.exchanges.push(q.exchange);
             let mut dv = it.vars.clone();
             dv["query"] = json!(rec.query);
-            let d = llm.typed_as::<DepGraph>(judge, &Prompt::new(DEPS_TEMPLATE, dv), "deps").await?;
+            let d = llm.ask(judge, &Prompt::new(DEPS_TEMPLATE, dv), Some("deps"), &deps_answer(&it.chain)).await?;
             rec.deps = annotation_deps(&it.chain, &d.value);
             rec.exchanges.push(d.exchange);
             Ok(rec)

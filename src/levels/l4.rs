@@ -124,6 +124,71 @@ pub struct Attempt {
 }
 
 /// Validate a passed scenario; `Ok` gives the steps with EFS alternatives.
+/// The writer's scenario for the sampled `services` (the prompt's list: `[{tools: [{id}]}]`):
+/// a query that is not blank and steps whose step k (k < the number of services) uses a
+/// tool of service k, later steps (up to twice as many as services) any listed tool, each
+/// depending only on earlier steps, each at most once. Every scenario the schema allows
+/// then uses every sampled service, names only listed tools and has acyclic dependencies
+/// — what [`validate`] used to reject after quality control. The check repeats it for
+/// servers that ignore the schema.
+pub(crate) fn scenario_answer(services: &Value) -> crate::llm::Answer<Scenario> {
+    let per_service: Vec<Vec<String>> = services
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            s["tools"].as_array().into_iter().flatten().filter_map(|t| t["id"].as_str().map(str::to_string)).collect()
+        })
+        .collect();
+    let all: Vec<String> = per_service.iter().flatten().cloned().collect();
+    let n = per_service.len();
+    let max = 2 * n.max(1);
+    let steps: Vec<Value> = (0..max)
+        .map(|i| {
+            let tools = per_service.get(i).filter(|t| !t.is_empty()).unwrap_or(&all);
+            let deps = if i == 0 {
+                json!({"type": "array", "maxItems": 0, "items": {"type": "integer", "minimum": 0, "maximum": 0}})
+            } else {
+                json!({"type": "array", "uniqueItems": true, "maxItems": i,
+                    "items": {"type": "integer", "enum": (0..i).collect::<Vec<_>>(), "minimum": 0, "maximum": i - 1}})
+            };
+            let mut tool = json!({"type": "string", "description": "`ServerName::tool_name`."});
+            if !tools.is_empty() {
+                tool["enum"] = json!(tools);
+            }
+            json!({"type": "object", "properties": {"tool_id": tool, "dependencies": deps},
+                "required": ["tool_id", "dependencies"], "additionalProperties": false})
+        })
+        .collect();
+    let schema = json!({"type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1},
+            "steps": {"type": "array", "prefixItems": steps, "items": false, "minItems": n.max(1), "maxItems": max},
+        },
+        "required": ["query", "steps"], "additionalProperties": false});
+    crate::llm::Answer::new("Scenario", schema).non_blank("query", |s: &Scenario| s.query.as_str()).check(
+        move |sc: &Scenario| {
+            if sc.steps.is_empty() {
+                return Err("`steps` is empty; list the tools the task needs".into());
+            }
+            for (i, st) in sc.steps.iter().enumerate() {
+                if !all.contains(&st.tool_id) {
+                    return Err(format!("step {i}: `{}` is not one of the listed tools", st.tool_id));
+                }
+                if let Some(d) = st.dependencies.iter().find(|&&d| d >= i) {
+                    return Err(format!("step {i} depends on step {d}; name only earlier steps"));
+                }
+            }
+            for (k, tools) in per_service.iter().enumerate() {
+                if !tools.is_empty() && !sc.steps.iter().any(|st| tools.contains(&st.tool_id)) {
+                    return Err(format!("no step uses a tool of service #{}; use every service", k + 1));
+                }
+            }
+            Ok(())
+        },
+    )
+}
+
 pub fn validate(
     sc: &Scenario,
     servers: &[String],
@@ -286,8 +351,9 @@ impl Stage for L4Stage {
             let mut feedback = String::new();
             for r in 1..=rounds {
                 let vars = json!({"services": services, "round": r, "feedback": feedback});
+                let part = format!("scenario-{r}");
                 let sc = llm
-                    .typed_as::<Scenario>(writer, &Prompt::new(SCENARIO_TEMPLATE, vars), &format!("scenario-{r}"))
+                    .ask(writer, &Prompt::new(SCENARIO_TEMPLATE, vars), Some(&part), &scenario_answer(&services))
                     .await?;
                 a.exchanges.push(sc.exchange);
                 let tools: Vec<Value> = sc

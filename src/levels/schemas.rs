@@ -1,8 +1,11 @@
 //! `benchgen levels schemas` (stage `levels-schemas`): an output JSON Schema for every tool
 //! (ETOM A.7). The catalog's own `output_schema` is used when it has properties; otherwise
 //! the writer infers one from name, description and inputs. Every schema is checked
-//! against the JSON Schema meta-schema and must be an object schema; an answer that is not
-//! fails its item (recorded in `failed.json`, the tool then has no outputs for L3).
+//! against the JSON Schema meta-schema and must be an object schema. The writer's answer
+//! schema ([`schema_answer`]) allows only such schemas (object, typed and described
+//! properties); an answer that is not one anyway is re-asked with the reason, and one
+//! still unusable after the re-asks fails its item (recorded in `failed.json`, the tool
+//! then has no outputs for L3).
 //!
 //! Review: `schemas.csv` (`tool_id,source,output_schema`) is the review sheet; a copy
 //! edited by a person and named in `[levels.schemas] review` replaces the schemas it lists
@@ -15,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::llm::Prompt;
-use crate::llm::batch::{Batch, Item, ItemError};
+use crate::llm::batch::{Batch, Item};
 use crate::settings::Settings;
 use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
 
@@ -50,6 +53,48 @@ pub struct SchemaEntry {
 
 /// `schemas.json`: tool id → output schema.
 pub type Schemas = BTreeMap<String, SchemaEntry>;
+
+/// The JSON types an inferred property may have.
+const JSON_TYPES: [&str; 7] = ["string", "number", "integer", "boolean", "array", "object", "null"];
+
+/// The writer's answer: `output_schema` is an object schema whose properties each may have
+/// a `type` (one of [`JSON_TYPES`]), a `description` and, for arrays, an item `type` (an
+/// untyped property is compatible with any input) — a shape every value of which is a
+/// usable output schema, so a
+/// grammar-constrained server cannot write a string or a malformed schema. The check
+/// ([`schema_problem`]) still runs for servers that ignore the schema; its refusal is
+/// re-asked with the reason.
+pub(crate) fn schema_answer() -> crate::llm::Answer<SchemaAnswer> {
+    let types = json!({"type": "string", "enum": JSON_TYPES});
+    let property = json!({
+        "type": "object",
+        "properties": {
+            "type": types,
+            "description": {"type": "string"},
+            "items": {"type": "object", "properties": {"type": types}, "required": ["type"], "additionalProperties": false},
+        },
+        "additionalProperties": false,
+    });
+    let schema = json!({
+        "type": "object",
+        "properties": {"output_schema": {
+            "description": "A JSON Schema object describing the tool's output (`{\"type\": \"object\", \"properties\": {...}}`).",
+            "type": "object",
+            "properties": {
+                "type": {"type": "string", "enum": ["object"]},
+                "properties": {"type": "object", "additionalProperties": property},
+            },
+            "required": ["type", "properties"],
+            "additionalProperties": false,
+        }},
+        "required": ["output_schema"],
+        "additionalProperties": false,
+    });
+    crate::llm::Answer::new("SchemaAnswer", schema).check(|a: &SchemaAnswer| match schema_problem(&a.output_schema) {
+        Some(p) => Err(format!("`output_schema` is not usable: {p}")),
+        None => Ok(()),
+    })
+}
 
 /// Why `schema` cannot serve as an output schema, if it cannot.
 pub fn schema_problem(schema: &Value) -> Option<String> {
@@ -152,10 +197,7 @@ impl Stage for SchemasStage {
         let mut batch = Batch::new(ctx, super::batch_options(STAGE, "schemas", "tools", s))?;
         let role = l.writer_role.as_str();
         let done = batch.run(todo, |p: Prompt, llm: Item| async move {
-            let r = llm.typed::<SchemaAnswer>(role, &p).await?;
-            if let Some(problem) = schema_problem(&r.value.output_schema) {
-                return Err(ItemError::Failed(format!("the inferred output schema is unusable: {problem}")));
-            }
+            let r = llm.ask(role, &p, None, &schema_answer()).await?;
             Ok(SchemaEntry { source: "inferred".into(), schema: r.value.output_schema, exchange: r.exchange })
         })?;
         doc.extend(done.values);

@@ -206,7 +206,7 @@ impl Item {
     }
 
     /// Typed answer (see [`LlmClient::typed`]), recorded under the item's key.
-    pub async fn typed<T: DeserializeOwned + schemars::JsonSchema>(
+    pub async fn typed<T: DeserializeOwned + schemars::JsonSchema + 'static>(
         &self,
         role: &str,
         prompt: &Prompt,
@@ -216,11 +216,11 @@ impl Item {
     }
 
     /// Typed answer with a check beyond the schema (see [`LlmClient::typed_checked`]).
-    pub async fn typed_checked<T: DeserializeOwned + schemars::JsonSchema>(
+    pub async fn typed_checked<T: DeserializeOwned + schemars::JsonSchema + 'static>(
         &self,
         role: &str,
         prompt: &Prompt,
-        check: impl Fn(&T) -> Result<(), String>,
+        check: impl Fn(&T) -> Result<(), String> + Send + Sync + 'static,
     ) -> Result<Reply<T>, LlmError> {
         let _p = self.calls.acquire().await;
         self.client.typed_checked(role, prompt, &self.key, check).await
@@ -228,13 +228,13 @@ impl Item {
 
     /// Typed answer against a schema built at run time (see [`LlmClient::typed_schema`]),
     /// recorded under the item's key or, with `part`, under `<key>:<part>`.
-    pub async fn typed_schema<T: DeserializeOwned>(
+    pub async fn typed_schema<T: DeserializeOwned + 'static>(
         &self,
         role: &str,
         prompt: &Prompt,
         part: Option<&str>,
         (name, schema): (&str, serde_json::Value),
-        check: impl Fn(&T) -> Result<(), String>,
+        check: impl Fn(&T) -> Result<(), String> + Send + Sync + 'static,
     ) -> Result<Reply<T>, LlmError> {
         let subject = match part {
             Some(part) => format!("{}:{part}", self.key),
@@ -244,8 +244,25 @@ impl Item {
         self.client.typed_schema(role, prompt, &subject, name, schema, check).await
     }
 
+    /// A typed answer as `answer` states it (see [`super::Answer`]), recorded under the
+    /// item's key or, with `part`, under `<key>:<part>`.
+    pub async fn ask<T: DeserializeOwned>(
+        &self,
+        role: &str,
+        prompt: &Prompt,
+        part: Option<&str>,
+        answer: &super::Answer<T>,
+    ) -> Result<Reply<T>, LlmError> {
+        let subject = match part {
+            Some(part) => format!("{}:{part}", self.key),
+            None => self.key.clone(),
+        };
+        let _p = self.calls.acquire().await;
+        self.client.ask(role, prompt, &subject, answer).await
+    }
+
     /// Typed answer recorded under `<key>:<part>` (for items that ask several things).
-    pub async fn typed_as<T: DeserializeOwned + schemars::JsonSchema>(
+    pub async fn typed_as<T: DeserializeOwned + schemars::JsonSchema + 'static>(
         &self,
         role: &str,
         prompt: &Prompt,
@@ -255,12 +272,12 @@ impl Item {
     }
 
     /// [`Self::typed_as`] with a check beyond the schema (see [`LlmClient::typed_checked`]).
-    pub async fn typed_checked_as<T: DeserializeOwned + schemars::JsonSchema>(
+    pub async fn typed_checked_as<T: DeserializeOwned + schemars::JsonSchema + 'static>(
         &self,
         role: &str,
         prompt: &Prompt,
         part: &str,
-        check: impl Fn(&T) -> Result<(), String>,
+        check: impl Fn(&T) -> Result<(), String> + Send + Sync + 'static,
     ) -> Result<Reply<T>, LlmError> {
         let _p = self.calls.acquire().await;
         self.client.typed_checked(role, prompt, &format!("{}:{part}", self.key), check).await
@@ -268,7 +285,7 @@ impl Item {
 
     /// Typed answer recorded under another ledger subject (e.g. the bare tool id that
     /// `benchgen explain` looks up, when the key carries a kind prefix).
-    pub async fn typed_for<T: DeserializeOwned + schemars::JsonSchema>(
+    pub async fn typed_for<T: DeserializeOwned + schemars::JsonSchema + 'static>(
         &self,
         role: &str,
         prompt: &Prompt,

@@ -26,6 +26,7 @@
 // match on them; it is returned once per item, so its size does not matter.
 #![allow(clippy::result_large_err)]
 
+pub mod answer;
 pub mod batch;
 pub mod config;
 pub mod embeddings;
@@ -48,6 +49,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+pub use answer::Answer;
 pub use config::{LlmSettings, Prices, Provider, RoleSettings};
 
 use crate::ledger::kind;
@@ -457,7 +459,7 @@ impl LlmClient {
 
     /// Typed structured output (response_format json_schema when supported; else extract);
     /// re-asks on invalid output; Err(LlmError) is an item-level failure, recorded in the ledger.
-    pub async fn typed<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
+    pub async fn typed<T: serde::de::DeserializeOwned + schemars::JsonSchema + 'static>(
         &self,
         role: &str,
         prompt: &Prompt,
@@ -468,33 +470,45 @@ impl LlmClient {
 
     /// [`Self::typed`] with a check beyond the schema (e.g. "every candidate answered
     /// once"): an answer it refuses is re-asked with its message, like a schema error.
-    pub async fn typed_checked<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
+    pub async fn typed_checked<T: serde::de::DeserializeOwned + schemars::JsonSchema + 'static>(
         &self,
         role: &str,
         prompt: &Prompt,
         item: &str,
-        check: impl Fn(&T) -> Result<(), String>,
+        check: impl Fn(&T) -> Result<(), String> + Send + Sync + 'static,
     ) -> Result<Reply<T>, LlmError> {
-        self.typed_schema(role, prompt, item, &schema_name::<T>(), schema_of::<T>(), check).await
+        self.ask(role, prompt, item, &Answer::<T>::of().check(check)).await
     }
 
     /// [`Self::typed_checked`] with a schema built at run time (`name`, `schema`) instead of
     /// `T`'s, for answers whose shape depends on the config (e.g. one required property per
     /// rubric dimension, so a grammar-constrained server cannot leave one out). `T` must
     /// deserialise from what the schema allows; its strings are bounded as in [`schema_of`].
-    pub async fn typed_schema<T: serde::de::DeserializeOwned>(
+    pub async fn typed_schema<T: serde::de::DeserializeOwned + 'static>(
         &self,
         role: &str,
         prompt: &Prompt,
         item: &str,
         name: &str,
-        mut schema: Value,
-        check: impl Fn(&T) -> Result<(), String>,
+        schema: Value,
+        check: impl Fn(&T) -> Result<(), String> + Send + Sync + 'static,
     ) -> Result<Reply<T>, LlmError> {
-        bound_strings(&mut schema, None);
+        self.ask(role, prompt, item, &Answer::new(name, schema).check(check)).await
+    }
+
+    /// A typed answer as `answer` states it (schema and check, see [`Answer`]): the one
+    /// place that sends a schema, validates the answer and re-asks with the reason.
+    pub async fn ask<T: serde::de::DeserializeOwned>(
+        &self,
+        role: &str,
+        prompt: &Prompt,
+        item: &str,
+        answer: &Answer<T>,
+    ) -> Result<Reply<T>, LlmError> {
+        let (name, schema) = (&answer.name, &answer.schema);
         let r = self.role(role, item)?;
         let (mut messages, hash) = self.render(role, prompt, item)?;
-        let validator = jsonschema::validator_for(&schema).map_err(|e| LlmError::Setup {
+        let validator = jsonschema::validator_for(schema).map_err(|e| LlmError::Setup {
             stage: self.inner.stage.clone(),
             item: item.to_string(),
             role: role.to_string(),
@@ -502,7 +516,7 @@ impl LlmClient {
         })?;
         let instruction = format!(
             "\n\nAnswer with only a JSON value that matches this JSON Schema, nothing else:\n```json\n{}\n```",
-            serde_json::to_string(&schema).unwrap_or_default()
+            serde_json::to_string(schema).unwrap_or_default()
         );
         if let Some(last) = messages.iter_mut().rev().find(|m| m["role"] == "user") {
             let text = format!("{}{instruction}", last["content"].as_str().unwrap_or_default());
@@ -523,7 +537,7 @@ impl LlmClient {
             attempts += 1;
             let ex = self.exchange(r, &messages, &extra, item, tmpl, parent).await?;
             let content = ex.content().unwrap_or_default();
-            match validate::<T>(&content, &validator).and_then(|v| check(&v).map(|()| v)) {
+            match validate::<T>(&content, &validator).and_then(|v| answer.run_check(&v).map(|()| v)) {
                 Ok(value) => return Ok(Reply { value, event_id: ex.event_id, cached: ex.cached, exchange: ex.hash }),
                 Err(e) => {
                     last_error = e;
@@ -898,10 +912,11 @@ pub fn schema_of<T: schemars::JsonSchema>() -> Value {
 
 /// [`schema_of`] with the list property `list` bounded to at most `max` items (at least
 /// one), so a small model that keeps adding items ends in a valid answer.
-pub fn schema_with_max_items<T: schemars::JsonSchema>(list: &str, max: usize) -> Value {
-    let mut s = schema_of::<T>();
-    s["properties"][list]["maxItems"] = json!(max.max(1));
-    s
+pub fn schema_with_max_items<T: schemars::JsonSchema + serde::de::DeserializeOwned + 'static>(
+    list: &str,
+    max: usize,
+) -> Value {
+    Answer::<T>::of().max_items(list, max).schema
 }
 
 /// `maxLength` of an explanation field (`reason`, `note`, `…_feedback`, …).
@@ -960,7 +975,14 @@ fn schema_name<T: schemars::JsonSchema>() -> String {
 
 /// Extract, schema-check and deserialise an answer.
 fn validate<T: serde::de::DeserializeOwned>(content: &str, validator: &jsonschema::Validator) -> Result<T, String> {
-    let value = extract::extract_json(content)?;
+    validate_value(extract::extract_json(content)?, validator)
+}
+
+/// Schema-check and deserialise an extracted answer.
+fn validate_value<T: serde::de::DeserializeOwned>(
+    value: Value,
+    validator: &jsonschema::Validator,
+) -> Result<T, String> {
     let errors: Vec<String> =
         validator.iter_errors(&value).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
     if !errors.is_empty() {

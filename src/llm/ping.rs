@@ -10,7 +10,7 @@ use crate::ledger::Ledger;
 use crate::settings::Settings;
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
-struct PingAnswer {
+pub(crate) struct PingAnswer {
     sum: i64,
 }
 

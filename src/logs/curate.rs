@@ -71,6 +71,24 @@ pub struct LabelPick {
     pub scenario: String,
 }
 
+/// The label judge's answer: one label of `taxonomy` (`enum`; an answer outside it is
+/// re-asked, where it used to be ignored after the call).
+pub(crate) fn label_answer(taxonomy: &[String]) -> crate::llm::Answer<LabelPick> {
+    let mut a = crate::llm::Answer::<LabelPick>::of();
+    if !taxonomy.is_empty() {
+        // An empty `enum` is not a valid schema; `check` refuses an empty taxonomy anyway.
+        a.schema["properties"]["scenario"]["enum"] = json!(taxonomy);
+    }
+    let taxonomy = taxonomy.to_vec();
+    a.check(move |p| {
+        if taxonomy.iter().any(|t| *t == p.scenario.trim()) {
+            Ok(())
+        } else {
+            Err(format!("`scenario` \"{}\" is not one of the labels: {}", p.scenario, taxonomy.join(", ")))
+        }
+    })
+}
+
 /// One criterion's outcome.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Criterion {
@@ -225,10 +243,10 @@ pub async fn judge(llm: &Item, c: &CurateSettings, s: &Session, sampled: bool) -
         return Ok(Judged { decision: d, exchanges });
     }
     if sampled && c.scenarios == ScenarioSource::Llm && (s.scenario.is_none() || c.relabel) {
-        let r = llm.typed_as::<LabelPick>(&c.judge_role, &label_prompt(c, s), "label").await?;
+        let r = llm.ask(&c.judge_role, &label_prompt(c, s), Some("label"), &label_answer(&c.taxonomy)).await?;
         exchanges.push(r.exchange);
         let pick = r.value.scenario.trim().to_string();
-        // An answer outside the taxonomy is not trusted; the session keeps what it had.
+        // The answer is one of the taxonomy (schema `enum` and check); kept as a guard.
         if c.taxonomy.contains(&pick) {
             d.scenario = Some(pick);
         }

@@ -355,11 +355,27 @@ struct Answer {
 
 /// The classifier's typed answer.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-struct LlmCategory {
+pub(crate) struct LlmCategory {
     /// One short sentence saying why (asked first so the model reasons before answering).
     reason: String,
     /// One category name from the list, or `none`.
     category: String,
+}
+
+/// The classifier's answer: one category of `taxonomy` or `none` (`enum`; any other name
+/// is re-asked, where it used to leave the server unassigned after the call).
+pub(crate) fn category_answer(taxonomy: &[String]) -> crate::llm::Answer<LlmCategory> {
+    let mut names: Vec<String> = taxonomy.to_vec();
+    names.push("none".into());
+    let mut a = crate::llm::Answer::<LlmCategory>::of();
+    a.schema["properties"]["category"]["enum"] = serde_json::json!(names);
+    a.check(move |c| {
+        if names.iter().any(|t| normal(t) == normal(&c.category)) {
+            Ok(())
+        } else {
+            Err(format!("`category` \"{}\" is not in the list; answer one of: {}", c.category, names.join(", ")))
+        }
+    })
 }
 
 /// Ask the LLM role for every server no rule placed; each answer becomes a category with
@@ -399,9 +415,11 @@ pub fn classify_with_llm(
         .collect();
     let opts = BatchOptions::new(crate::registry::SPEC.name, "categories", "servers");
     let mut batch = Batch::new(ctx, opts)?;
+    let answer = category_answer(&taxonomy);
+    let answer = &answer;
     let done = batch.run(items, |vars, llm: Item| async move {
         // An answer that stays invalid leaves the server unassigned, with the reason.
-        match llm.typed::<LlmCategory>(role, &crate::llm::Prompt::new(CLASSIFY_PROMPT, vars)).await {
+        match llm.ask(role, &crate::llm::Prompt::new(CLASSIFY_PROMPT, vars), None, answer).await {
             Ok(reply) => Ok(Answer {
                 category: Some(reply.value.category.trim().to_string()),
                 reason: reply.value.reason.trim().to_string(),

@@ -121,6 +121,25 @@ pub fn answer_schema(a: &Assignments) -> Value {
     })
 }
 
+/// The answer for this rubric: [`answer_schema`], and a check that every dimension is
+/// scored on the scale (for servers that ignore the schema; a refusal is re-asked).
+pub(crate) fn review_answer(a: &Assignments) -> crate::llm::Answer<LlmReview> {
+    let dims: Vec<String> = a.dimensions.iter().map(|d| d.id.clone()).collect();
+    let (lo, hi) = (i64::from(a.scale_min), i64::from(a.scale_max));
+    crate::llm::Answer::new("review", answer_schema(a)).check(move |r: &LlmReview| {
+        for d in &dims {
+            match r.scores.get(d) {
+                None => return Err(format!("the answer has no score for `{d}`")),
+                Some(ds) if ds.score < lo || ds.score > hi => {
+                    return Err(format!("`{d}` scored {} outside {lo}-{hi}", ds.score));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    })
+}
+
 /// What is checkpointed per (sample, role).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Scored {
@@ -203,23 +222,16 @@ impl Stage for PrereviewStage {
             .fail_point("review_prereview_item");
         let mut batch = Batch::new(ctx, opts)?;
         let aref = &a;
-        let schema = &answer_schema(&a);
+        let answer = &review_answer(&a);
         let done = batch.run(items, |(role, pr): (String, Prompt), llm: Item| async move {
-            let reply = llm.typed_schema::<LlmReview>(&role, &pr, None, ("review", schema.clone()), |_| Ok(())).await?;
+            let reply = llm.ask(&role, &pr, None, answer).await?;
             let mut scores = BTreeMap::new();
             let mut reasons = BTreeMap::new();
             for d in &aref.dimensions {
-                // The schema requires every dimension; kept as a guard for servers that
-                // ignore it.
+                // The check made sure every dimension is scored on the scale.
                 let Some(ds) = reply.value.scores.get(&d.id) else {
-                    return Err(ItemError::Failed(format!("the answer has no score for `{}`", d.id)));
+                    return Err(ItemError::Failed(format!("internal: the answer has no score for `{}`", d.id)));
                 };
-                if ds.score < aref.scale_min as i64 || ds.score > aref.scale_max as i64 {
-                    return Err(ItemError::Failed(format!(
-                        "`{}` scored {} outside {}-{}",
-                        d.id, ds.score, aref.scale_min, aref.scale_max
-                    )));
-                }
                 scores.insert(d.id.clone(), ds.score as u8);
                 reasons.insert(d.id.clone(), super::clip(&ds.reason, 300));
             }

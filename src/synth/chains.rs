@@ -333,6 +333,13 @@ pub struct ChainQuery {
     pub query: String,
 }
 
+/// The query writer's answer: a query that is not blank and does not loop.
+pub(crate) fn query_answer() -> crate::llm::Answer<ChainQuery> {
+    crate::llm::Answer::<ChainQuery>::of()
+        .non_blank("query", |q: &ChainQuery| q.query.as_str())
+        .check(|q| crate::llm::extract::check_no_loop(&q.query, "the query"))
+}
+
 /// A finished chain (a line of `chains.jsonl`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChainRecord {
@@ -480,16 +487,9 @@ impl Stage for ChainsStage {
         let mut batch = Batch::new(ctx, opts)?;
         let role = sc.planner_role.as_str();
         let done = batch.run(items, |prompt: Prompt, llm: Item| async move {
-            // A looping model's query goes back to it with the reason (its retries), then fails.
-            let reply = llm
-                .typed_checked::<ChainQuery>(role, &prompt, |q| {
-                    crate::llm::extract::check_no_loop(&q.query, "the query")
-                })
-                .await?;
+            // A looping or blank query goes back to the model with the reason (its retries), then fails.
+            let reply = llm.ask(role, &prompt, None, &query_answer()).await?;
             let query = reply.value.query.trim().to_string();
-            if query.is_empty() {
-                return Err(crate::llm::batch::ItemError::Failed("the model wrote an empty query".into()));
-            }
             Ok(Written { query, exchange: reply.exchange, event: reply.event_id })
         })?;
 

@@ -126,6 +126,22 @@ pub struct UserTurn {
     pub done: bool,
 }
 
+/// The planner's answer: a goal that is not blank and does not loop.
+pub(crate) fn goal_answer() -> crate::llm::Answer<Goal> {
+    crate::llm::Answer::<Goal>::of()
+        .non_blank("goal", |g: &Goal| g.goal.as_str())
+        .check(|g| crate::llm::extract::check_no_loop(&g.goal, "the goal"))
+}
+
+/// The user simulator's answer: a message that does not loop; on the `first` turn a
+/// request is needed: not blank (a blank first message used to fail the dialogue after
+/// the call).
+pub(crate) fn user_answer(first: bool) -> crate::llm::Answer<UserTurn> {
+    let a = crate::llm::Answer::<UserTurn>::of()
+        .check(|u: &UserTurn| crate::llm::extract::check_no_loop(&u.message, "the message"));
+    if first { a.non_blank("message", |u: &UserTurn| u.message.as_str()) } else { a }
+}
+
 /// One user turn and what the assistant did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DialogueTurn {
@@ -362,8 +378,7 @@ async fn simulate(
         &rp.goal_template,
         json!({"persona": plan.persona, "sub_scenario": plan.sub_scenario, "tools": tool_vars, "examples": examples}),
     );
-    let no_loop = |g: &Goal| crate::llm::extract::check_no_loop(&g.goal, "the goal");
-    let goal = llm.typed_checked_as::<Goal>(&sc.planner_role, &goal_prompt, "goal", no_loop).await?;
+    let goal = llm.ask(&sc.planner_role, &goal_prompt, Some("goal"), &goal_answer()).await?;
     let mut events = vec![goal.event_id];
     let mut messages = vec![ChatMessage::System(exec.system_prompt().to_string())];
     let mut visible: Vec<Visible> = Vec::new();
@@ -375,8 +390,7 @@ async fn simulate(
             json!({"persona": plan.persona, "goal": goal.value.goal, "conversation": visible,
                    "turn": k + 1, "turn_cap": rp.turn_cap}),
         );
-        let no_loop = |u: &UserTurn| crate::llm::extract::check_no_loop(&u.message, "the message");
-        let u = llm.typed_checked_as::<UserTurn>(&sc.user_role, &up, &format!("user{}", k + 1), no_loop).await?;
+        let u = llm.ask(&sc.user_role, &up, Some(&format!("user{}", k + 1)), &user_answer(k == 0)).await?;
         events.push(u.event_id);
         let message = u.value.message.trim().to_string();
         // The first turn always has a request; later, `done` (or nothing to say) ends it.

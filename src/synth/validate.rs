@@ -395,6 +395,15 @@ fn needs_judge(c: &Candidate) -> bool {
     c.reasons.is_empty() && c.sample.kind == Kind::MultiTurn
 }
 
+/// The judge's answer about a dialogue of `turns` turns: one verdict per turn, in order,
+/// entry k naming turn k (see [`crate::llm::Answer::numbered`]); an answer that misses or
+/// repeats a turn is re-asked, so [`judge_reasons`] always finds every turn.
+pub(crate) fn check_answer(turns: usize) -> crate::llm::Answer<DialogueCheck> {
+    crate::llm::Answer::<DialogueCheck>::of().numbered("turns", "turn", turns, "turn", |c: &DialogueCheck| {
+        c.turns.iter().map(|t| u64::from(t.turn)).collect()
+    })
+}
+
 /// The judge's reasons to reject (empty: every request addressed). A verdict that does
 /// not cover every turn rejects the sample too.
 pub fn judge_reasons(check: &[TurnCheck], turns: usize) -> Vec<String> {
@@ -549,10 +558,10 @@ impl Stage for ValidateStage {
             anyhow::bail!("two samples share the id `{}`; sample ids must be unique", w[0].sample.id);
         }
 
-        let items: Vec<(String, Prompt)> = cands
+        let items: Vec<(String, (Prompt, usize))> = cands
             .iter()
             .filter(|c| needs_judge(c))
-            .map(|c| (c.sample.id.clone(), check_prompt(&v.check_template, &c.sample)))
+            .map(|c| (c.sample.id.clone(), (check_prompt(&v.check_template, &c.sample), c.sample.turns.len())))
             .collect();
         let opts = BatchOptions::new(STAGE, "validate", "dialogues")
             .concurrency(v.concurrency.max(1))
@@ -560,8 +569,8 @@ impl Stage for ValidateStage {
             .fail_point("validate_dialogue");
         let mut batch = Batch::new(ctx, opts)?;
         let role = sc.judge_role.as_str();
-        let done = batch.run(items, |prompt: Prompt, llm: Item| async move {
-            let reply = llm.typed::<DialogueCheck>(role, &prompt).await?;
+        let done = batch.run(items, |(prompt, turns): (Prompt, usize), llm: Item| async move {
+            let reply = llm.ask(role, &prompt, None, &check_answer(turns)).await?;
             let mut turns = reply.value.turns;
             for t in &mut turns {
                 t.reason = crate::logs::curate::one_line(&t.reason);

@@ -168,10 +168,15 @@ pub(crate) fn answer(req: &Seen) -> Answer {
             .map(|c| c[2].to_string())
             .collect();
         let n = tools.len();
+        // A re-ask (issue 24: the schema allows earlier steps only, an answer that names a
+        // later one is re-asked with the reason) gets the linear graph.
+        let reasked = text.contains("That answer is not valid");
         let deps = |k: usize| -> Vec<usize> {
-            // Two-step chains from `list_*`: a cycle (rejected). Three or more: step 1
-            // names step 2 (a forward reference, repaired). Otherwise linear.
-            if n == 2 && tools[0].starts_with("list") {
+            // Two-step chains from `list_*`: a cycle. Three or more: step 1 names step 2 (a
+            // forward reference). Otherwise linear.
+            if reasked {
+                if k > 1 { vec![k - 1] } else { vec![] }
+            } else if n == 2 && tools[0].starts_with("list") {
                 vec![if k == 1 { 2 } else { 1 }]
             } else if n >= 3 && k == 1 {
                 vec![2]
@@ -209,7 +214,8 @@ pub(crate) fn answer(req: &Seen) -> Answer {
             .enumerate()
             .map(|(i, t)| json!({"tool_id": t, "dependencies": if i == 0 { vec![] } else { vec![i - 1] }}))
             .collect();
-        if firsts.iter().any(|t| t.starts_with("slack-mcp")) {
+        // A tool that is not listed, until the re-ask says so (issue 24).
+        if firsts.iter().any(|t| t.starts_with("slack-mcp")) && !text.contains("That answer is not valid") {
             steps.push(json!({"tool_id": "slack-mcp::post_everywhere", "dependencies": [0]}));
         }
         let revised = text.contains("rejected by quality control");
@@ -587,7 +593,8 @@ fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
     }
     assert_eq!(merged, finals, "every final set (each has an eligible member here) has one merged query");
 
-    // L3: backward dependencies only; the forward annotation was repaired, the cycle rejected.
+    // L3: backward dependencies only; the forward and the cyclic annotation were re-asked
+    // with the reason (the schema allows earlier steps only), then answered linearly.
     let l3 = level_file(&p, 3);
     for q in &l3 {
         for (i, t) in q["ground_truth_tools"].as_array().unwrap().iter().enumerate() {
@@ -600,11 +607,18 @@ fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
     let funnel3 = p.json("artifacts/levels-l3/queries.json")["funnel"]["rejected"].clone();
     let reasons3: Vec<String> =
         funnel3.as_array().unwrap().iter().map(|r| r["reason"].as_str().unwrap().to_string()).collect();
-    assert!(reasons3.iter().any(|r| r.starts_with("dependencies rejected: cyclic")), "{reasons3:?}");
+    assert!(!reasons3.iter().any(|r| r.starts_with("dependencies rejected")), "{reasons3:?}");
+    let reasked = |what: &str| {
+        llm.requests()
+            .iter()
+            .filter(|s| s.all_text().contains(what) && s.last_user().starts_with("That answer is not valid: "))
+            .count()
+    };
+    assert!(reasked("Answer `dependency_graph`") >= 2, "the forward and the cyclic annotations are re-asked");
     assert!(reasons3.iter().any(|r| r.starts_with("illogical")), "{reasons3:?}");
     assert!(
         l3.iter().any(|q| q["ground_truth_tools"].as_array().unwrap().len() >= 3),
-        "a repaired 3-step chain is kept"
+        "a re-asked 3-step chain is kept"
     );
 
     // L4: every tool exists, 2–4 servers, backward dependencies, alternatives from the EFS.
@@ -636,23 +650,21 @@ fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
         assert!((2..=4).contains(&servers.len()), "{q}");
         assert!(q["query"].as_str().unwrap().starts_with("Revised"), "QC failed the first draft: {q}");
     }
-    // A passed scenario naming a tool the catalog lacks is rejected, with the reason.
+    // A scenario naming a tool that is not listed is re-asked with the reason (issue 24: the
+    // schema lists the sampled services' tools), never rejected after quality control.
     let l4 = p.json("artifacts/levels-l4/queries.json");
     let attempts = p.json("artifacts/levels-l4/attempts.json");
     let mut slack_seen = false;
     for (key, a) in attempts.as_object().unwrap() {
         if a["passed"] == true && a["servers"].as_array().unwrap().iter().any(|s| s == "slack-mcp") {
             slack_seen = true;
-            let why = l4["funnel"]["rejected"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|r| r["item"] == key.as_str())
-                .unwrap_or_else(|| panic!("{key} not rejected"));
-            assert_eq!(why["reason"], "unknown tool: `slack-mcp::post_everywhere` is not in the catalog");
+            let rejected = l4["funnel"]["rejected"].as_array().unwrap().iter().find(|r| r["item"] == key.as_str());
+            assert!(rejected.is_none(), "{key} rejected after the call: {rejected:?}");
+            assert!(!a.to_string().contains("post_everywhere"), "the re-asked scenario is kept: {a}");
         }
     }
     assert!(slack_seen, "seed 7 samples slack-mcp in a passed scenario: {attempts}");
+    assert!(reasked("Design one task that needs tools") >= 1, "the unlisted tool is re-asked");
 
     // L5: every query carries its gap; the red team's win and the covered task are rejections.
     let l5 = level_file(&p, 5);

@@ -5,6 +5,7 @@
 
 mod support;
 
+mod answers;
 mod docs;
 mod efs_compare;
 mod efs_flow;

@@ -301,8 +301,14 @@ fn check_reports_every_wrong_key_at_once_before_anything_runs() {
     assert!(!p.path("artifacts").exists(), "a failed check must write nothing");
     assert_eq!(p.llm.as_ref().unwrap().count(), 0);
 
-    // Fixed, it passes.
-    p.write("pipeline/demo.toml", p.read("pipeline/demo.toml").replace("servers = [\"ghost\"]", "servers = []"));
+    // Fixed, it passes (the queries file needs a server to run against: issue 24).
+    p.write(
+        "pipeline/demo.toml",
+        p.read("pipeline/demo.toml").replace(
+            "servers = [\"ghost\"]",
+            "servers = [\"sb\"]\n\n[mcp.servers.sb]\ncommand = \"benchgen\"\nargs = [\"sandbox\"]",
+        ),
+    );
     let fixed = p
         .read("pipeline/demo.toml")
         .replace("verifer", "verifier")

@@ -13,6 +13,7 @@ use assert_cmd::Command;
 pub mod llm_project;
 pub mod mcp_assets;
 pub mod registry_fixture;
+pub mod schema_edges;
 pub mod score_fixtures;
 pub mod scripted_llm;
 pub mod upstream;

@@ -95,6 +95,32 @@ impl Seen {
     }
 }
 
+impl Seen {
+    /// The JSON Schema a typed request asks its answer to match: `response_format`'s, or
+    /// (for roles with `json_schema = false`) the one the prompt states.
+    pub fn answer_schema(&self) -> Option<Value> {
+        if let Some(s) = self.body["response_format"]["json_schema"].get("schema") {
+            return Some(s.clone());
+        }
+        const MARK: &str = "matches this JSON Schema, nothing else:\n```json\n";
+        let text = self.all_text();
+        let at = text.find(MARK)? + MARK.len();
+        let end = text[at..].find("\n```")?;
+        serde_json::from_str(&text[at..at + end]).ok()
+    }
+}
+
+/// Which edge of each request's schema [`ScriptedLlm::at_schema_edge`] answers at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edge {
+    /// Every choice at its lowest: each `minimum`, `enum` member 1, the shortest lists and
+    /// strings, optional properties left out.
+    Min,
+    /// Every choice at its highest: each `maximum`, the last `enum` member, the longest
+    /// lists and strings, every optional property.
+    Max,
+}
+
 type Rule = dyn Fn(&Seen) -> Answer + Send + Sync;
 
 struct State {
@@ -149,6 +175,20 @@ impl ScriptedLlm {
             rt.shutdown_timeout(Duration::from_millis(100));
         });
         ScriptedLlm { port, state, stop: Some(stop_tx), thread: Some(thread) }
+    }
+
+    /// A server that answers each typed request exactly at one edge of its schema, as a
+    /// server with grammar-constrained decoding may (see `support::schema_edges`); a
+    /// request with tools gets a final text answer, a plain one a short text.
+    pub fn at_schema_edge(edge: Edge) -> ScriptedLlm {
+        Self::start(move |seen| match seen.answer_schema() {
+            Some(schema) => Answer::json(match edge {
+                Edge::Min => super::schema_edges::minimum(&schema),
+                Edge::Max => super::schema_edges::maximum(&schema),
+            }),
+            None if seen.body.get("tools").is_some() => Answer::text("The scripted assistant's final answer."),
+            None => Answer::text("scripted"),
+        })
     }
 
     /// A server that answers every request with the same content.
