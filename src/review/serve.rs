@@ -930,6 +930,7 @@ async fn sample_page(
     b.push_str(&format!(
         "<label class=\"note\">Note <textarea name=\"note\" rows=\"3\">{}</textarea></label>\
          <p><button type=\"submit\" id=\"submit-review\">Submit review</button> <span id=\"status\" role=\"status\">{state}</span></p>\
+         <p id=\"form-problem\" class=\"warn\" role=\"alert\"></p>\
          <p class=\"hint\">Keys: {}–{} score the dimension that has the focus (outlined) and move on; ↑/↓ or j/k move \
          between dimensions (j/k also bring the focus back to them); Tab moves on; Ctrl+Enter submits.</p></form>",
         esc(&note),
@@ -1367,7 +1368,7 @@ document.addEventListener('DOMContentLoaded', function () {
   var form = document.getElementById('score-form');
   if (!form) return;
   var csrf = document.querySelector('meta[name=csrf]').getAttribute('content');
-  var status = document.getElementById('status');
+  var status = document.getElementById('status'), problem = document.getElementById('form-problem');
   var dims = Array.prototype.slice.call(form.querySelectorAll('fieldset.dim'));
   var min = parseInt(form.getAttribute('data-min'), 10), max = parseInt(form.getAttribute('data-max'), 10);
   function dimOf(el) {
@@ -1416,9 +1417,12 @@ document.addEventListener('DOMContentLoaded', function () {
     var missing = dims.filter(function (d) { return !d.querySelector('input:checked'); });
     if (missing.length) {
       e.preventDefault();
-      status.textContent = 'Score every dimension first (missing: ' +
+      // Its own line, so a draft save finishing meanwhile does not hide it.
+      problem.textContent = 'Score every dimension first (missing: ' +
         missing.map(function (d) { return d.querySelector('legend').textContent; }).join(', ') + ')';
       focusDim(dims.indexOf(missing[0]));
+    } else {
+      problem.textContent = '';
     }
   });
   var button = document.getElementById('submit-review');

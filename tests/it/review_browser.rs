@@ -537,7 +537,7 @@ async fn a_long_multi_turn_sample_reads_turn_by_turn_and_the_keyboard_scores_wha
     chord(&c, CONTROL, ENTER).await;
     wait_text(
         &c,
-        "#status",
+        "#form-problem",
         "Score every dimension first (missing: Tool-chain logical consistency, Answer reliability and traceability)",
     )
     .await;
