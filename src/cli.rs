@@ -615,6 +615,11 @@ pub enum ReviewCommand {
     /// The review web app: sign-in links, blind scoring with keyboard shortcuts and
     /// autosave, progress, and an adjudication view for leads.
     ///
+    /// Each sample is shown turn by turn: every tool call with its tool's description (from
+    /// the pipeline's catalogs), its arguments as a table, its full result (long ones
+    /// collapsed) and its place in the reference plan; the final answer apart; the rubric
+    /// beside it. A second adjudication of a sample is recorded as a new revision.
+    ///
     /// Reads `review-assign/` and the review secret; keeps scores in `reviews/review.sqlite`
     /// and writes `reviews/web/*.jsonl` for `review import` and `review merge`. Listens on
     /// `[review.serve] addr` (loopback by default) until Ctrl-C.

@@ -1114,6 +1114,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_revised_adjudication_is_read_as_its_latest_revision() {
+        // A lead decided twice in the web app: `review merge` applies the latest revision
+        // and keeps the first under `superseded`; the release reads the same outcome.
+        use crate::review::merge::{Adjudication, DecidedBy, Decision as Merged, Outcome};
+        let adj = |decision: &str, revision: u32, superseded: Vec<Adjudication>| Adjudication {
+            decision: decision.into(),
+            adjudicator: "lena".into(),
+            reason: format!("revision {revision}"),
+            source: format!("reviews/web/adjudications.jsonl:{revision}"),
+            revision,
+            superseded,
+        };
+        let merged = Merged {
+            id: "s1".into(),
+            content_hash: "sha256:00".into(),
+            decision: Outcome::Accepted,
+            decided_by: Some(DecidedBy::Adjudication),
+            kind: crate::model::Kind::MultiTool,
+            scenario: vec![],
+            reviewers: vec!["a".into(), "b".into()],
+            reviews: vec![],
+            adjudication: Some(adj("accept", 2, vec![adj("reject", 1, vec![])])),
+            rule: "both".into(),
+            reason: "reviewers disagreed; `lena` decided: revision 2".into(),
+        };
+        let d: Decision = serde_json::from_str(&serde_json::to_string(&merged).unwrap()).unwrap();
+        assert_eq!((d.decision.as_str(), d.decided_by.as_str()), ("accepted", "adjudication"));
+        assert_eq!(d.extra["adjudication"]["superseded"][0]["decision"], "reject", "the first revision travels along");
+    }
+
+    #[test]
     fn an_undecided_merge_decision_is_read_with_no_decider() {
         // What `review merge` writes for a sample the two reviewers split on (the demo's
         // first full run stopped here: `decided_by` is null until someone decides).

@@ -87,6 +87,21 @@ pub struct Adjudication {
     pub reason: String,
     /// `file:line` or `web (time)`.
     pub source: String,
+    /// The web app's revision number of this adjudication (1 when absent): deciding a
+    /// sample again records a new revision, and the latest counts.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub revision: u32,
+    /// The earlier revisions it replaced, oldest first (kept, never applied).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub superseded: Vec<Adjudication>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 /// The merged decision of one sample.
@@ -128,6 +143,10 @@ pub struct WebAdjudication {
     pub adjudicator: String,
     pub reason: String,
     pub at: String,
+    /// 1 for the first decision on a sample, then 2, 3, …: every revision is dumped and
+    /// the highest counts (dumps of earlier versions have one line per sample, no field).
+    #[serde(default = "one")]
+    pub revision: u32,
 }
 
 pub struct MergeStage;
@@ -352,6 +371,7 @@ pub fn merge(
                                 adjudicator: cell(c[3]),
                                 reason: cell(c[4]),
                                 at: String::new(),
+                                revision: 1,
                             },
                         ));
                     }
@@ -359,18 +379,50 @@ pub fn merge(
             }
         }
     }
+    // Web adjudications are revisions: per sample the highest revision counts and the
+    // earlier ones are kept with it as `superseded`. When the latest was given to content
+    // that has changed since, none applies (the lead decides again on the new content).
+    let mut earlier_web: BTreeMap<String, Vec<Adjudication>> = BTreeMap::new();
     if let Some((name, bytes)) = web_adj {
         match super::from_jsonl::<WebAdjudication>(bytes, name) {
             Err(e) => problems.push(Problem::new(name, format!("{e:#}"))),
             Ok(v) => {
+                let mut by_sample: BTreeMap<String, Vec<(String, WebAdjudication)>> = BTreeMap::new();
                 for (i, w) in v.into_iter().enumerate() {
-                    let current = samples.iter().find(|x| x.id == w.sample_id).map(|x| x.content_hash());
-                    if current.as_deref() != Some(w.content_hash.as_str()) {
-                        web_stale
-                            .push(format!("{} by {}: the sample changed or left review", w.sample_id, w.adjudicator));
+                    let loc = format!("{name}:{} (web {}, revision {})", i + 1, w.at, w.revision);
+                    by_sample.entry(w.sample_id.clone()).or_default().push((loc, w));
+                }
+                for (id, mut revs) in by_sample {
+                    revs.sort_by_key(|(_, w)| w.revision);
+                    if let Some(pair) = revs.windows(2).find(|p| p[0].1.revision == p[1].1.revision) {
+                        problems.push(Problem::new(
+                            &pair[1].0,
+                            format!("`{id}` has revision {} twice (also at {})", pair[1].1.revision, pair[0].0),
+                        ));
                         continue;
                     }
-                    rows.push((format!("{name}:{} (web {})", i + 1, w.at), w));
+                    let (loc, latest) = revs.pop().expect("one revision at least");
+                    let current = samples.iter().find(|x| x.id == latest.sample_id).map(|x| x.content_hash());
+                    if current.as_deref() != Some(latest.content_hash.as_str()) {
+                        web_stale.push(format!(
+                            "{} by {} (revision {}): the sample changed or left review",
+                            latest.sample_id, latest.adjudicator, latest.revision
+                        ));
+                        continue;
+                    }
+                    let kept = revs
+                        .into_iter()
+                        .map(|(l, w)| Adjudication {
+                            decision: w.decision,
+                            adjudicator: w.adjudicator,
+                            reason: w.reason,
+                            source: l,
+                            revision: w.revision,
+                            superseded: vec![],
+                        })
+                        .collect();
+                    earlier_web.insert(id, kept);
+                    rows.push((loc, latest));
                 }
             }
         }
@@ -441,9 +493,18 @@ pub fn merge(
             problems.push(Problem::new(&loc, format!("`{}` was already adjudicated at {}", w.sample_id, prev.source)));
             continue;
         }
+        // CSV rows carry no revision (`revision` is 1); only web rows have earlier ones.
+        let superseded = if w.at.is_empty() { vec![] } else { earlier_web.remove(&w.sample_id).unwrap_or_default() };
         adj.insert(
             w.sample_id.clone(),
-            Adjudication { decision: w.decision, adjudicator: w.adjudicator, reason: w.reason, source: loc },
+            Adjudication {
+                decision: w.decision,
+                adjudicator: w.adjudicator,
+                reason: w.reason,
+                source: loc,
+                revision: w.revision,
+                superseded,
+            },
         );
     }
     if !problems.is_empty() {

@@ -19,6 +19,7 @@ pub mod merge;
 pub mod prereview;
 pub mod serve;
 pub mod sheets;
+pub mod view;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -484,6 +485,26 @@ pub fn describe(kind_: &str, p: &serde_json::Value) -> String {
                     a["adjudicator"].as_str().unwrap_or(""),
                     a["reason"].as_str().unwrap_or("")
                 ));
+                let earlier: Vec<String> = a["superseded"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|e| {
+                        format!(
+                            "revision {} `{}` by `{}`",
+                            e["revision"].as_u64().unwrap_or(1),
+                            e["decision"].as_str().unwrap_or(""),
+                            e["adjudicator"].as_str().unwrap_or("")
+                        )
+                    })
+                    .collect();
+                if !earlier.is_empty() {
+                    d.push_str(&format!(
+                        " (revision {}, replacing {})",
+                        a["revision"].as_u64().unwrap_or(1),
+                        earlier.join(", ")
+                    ));
+                }
             }
             d.push_str(&format!("; rule: {}; {}", s("rule"), s("reason")));
             d

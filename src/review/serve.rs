@@ -15,7 +15,8 @@
 //! another origin → 403; failed sign-ins are rate-limited per client address (429).
 //! Pages carry a strict Content-Security-Policy (no inline script or style) and
 //! `Referrer-Policy: no-referrer`. Leads get an adjudication view of disputed samples
-//! they did not review.
+//! they did not review; deciding a sample again records a new revision (all kept, the
+//! latest counts). The sample page is built by [`super::view`].
 //!
 //! Scores live in SQLite (`reviews/review.sqlite`, WAL, `synchronous = FULL`): a draft is
 //! saved on every change (autosave), a submission is one transaction, and every
@@ -100,6 +101,9 @@ fn default_session_hours() -> u64 {
     12
 }
 
+// Adjudications are kept as revisions (`adjudication_revisions`), every one of them; the
+// latest counts. `adjudications` (one row per sample, replaced on a second decision) is
+// what databases of earlier versions hold: its rows become revision 1 on opening.
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS scores(
     sample_id TEXT NOT NULL, reviewer TEXT NOT NULL, content_hash TEXT NOT NULL,
@@ -117,6 +121,13 @@ CREATE TABLE IF NOT EXISTS outbox(
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(id) WHERE ledger_event IS NULL;
 CREATE TABLE IF NOT EXISTS spent_links(
     code_hash TEXT PRIMARY KEY, reviewer TEXT NOT NULL, spent_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS adjudication_revisions(
+    sample_id TEXT NOT NULL, revision INTEGER NOT NULL, content_hash TEXT NOT NULL, decision TEXT NOT NULL,
+    adjudicator TEXT NOT NULL, reason TEXT NOT NULL, at TEXT NOT NULL,
+    PRIMARY KEY(sample_id, revision));
+INSERT INTO adjudication_revisions(sample_id, revision, content_hash, decision, adjudicator, reason, at)
+    SELECT sample_id, 1, content_hash, decision, adjudicator, reason, at FROM adjudications a
+    WHERE NOT EXISTS (SELECT 1 FROM adjudication_revisions r WHERE r.sample_id = a.sample_id);
 "#;
 
 /// The ledger stage name of the web app's events.
@@ -260,7 +271,8 @@ fn dump_from(c: &Connection, dir: &Path) -> Result<(usize, usize)> {
         })?
         .collect::<rusqlite::Result<_>>()?;
     let mut st = c.prepare(
-        "SELECT sample_id, content_hash, decision, adjudicator, reason, at FROM adjudications ORDER BY sample_id",
+        "SELECT sample_id, content_hash, decision, adjudicator, reason, at, revision FROM adjudication_revisions
+         ORDER BY sample_id, revision",
     )?;
     let adj: Vec<WebAdjudication> = st
         .query_map([], |r| {
@@ -271,6 +283,7 @@ fn dump_from(c: &Connection, dir: &Path) -> Result<(usize, usize)> {
                 adjudicator: r.get(3)?,
                 reason: r.get(4)?,
                 at: r.get(5)?,
+                revision: r.get(6)?,
             })
         })?
         .collect::<rusqlite::Result<_>>()?;
@@ -303,6 +316,8 @@ struct App {
     failures: Mutex<HashMap<IpAddr, VecDeque<Instant>>>,
     cfg: ServeSettings,
     result_chars: usize,
+    /// Tool descriptions and parameters from the pipeline's catalogs, for the sample pages.
+    tools: super::view::Tools,
     ledger: Option<RunRecorder>,
     ledger_run: Option<i64>,
     dirty: AtomicBool,
@@ -408,6 +423,10 @@ pub fn serve(s: &Settings, printer: &crate::printer::Printer, addr: Option<Socke
             printer.info(&format!("{n} review event(s) left by an interrupted server recorded in the ledger"));
         }
     }
+    let (tools, warnings) = super::view::load_tools(s);
+    for w in warnings {
+        printer.warn(&w);
+    }
     let cfg = ServeSettings { addr: addr.unwrap_or(r.serve.addr), ..r.serve.clone() };
     if !cfg.addr.ip().is_loopback() {
         printer.warn(&format!("serving on {}, which is not a loopback address: put TLS in front of it", cfg.addr));
@@ -423,6 +442,7 @@ pub fn serve(s: &Settings, printer: &crate::printer::Printer, addr: Option<Socke
         failures: Mutex::new(HashMap::new()),
         cfg: cfg.clone(),
         result_chars: r.result_chars,
+        tools,
         ledger,
         ledger_run,
         dirty: AtomicBool::new(true),
@@ -839,12 +859,7 @@ async fn index(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
 }
 
 fn sample_html(app: &App, s: &Sample) -> String {
-    format!(
-        "<p class=\"meta\">{} · {}</p><pre class=\"sample\">{}</pre>",
-        esc(s.kind.as_str()),
-        esc(&s.scenario.join(" / ")),
-        esc(&super::render_sample(s, app.result_chars))
-    )
+    super::view::sample_html(s, &app.tools, app.result_chars)
 }
 
 #[derive(Deserialize)]
@@ -873,17 +888,23 @@ async fn sample_page(
     if q.saved.is_some() {
         b.push_str("<p class=\"ok\" id=\"submitted\">Submitted.</p>");
     }
+    // The sample on the left, the rubric and scores beside it (sticky while scrolling a
+    // long trajectory; one column on narrow screens).
+    b.push_str("<div class=\"review\">");
     b.push_str(&sample_html(&app, s));
     b.push_str(&format!(
-        "<form id=\"score-form\" method=\"post\" action=\"/s/{id}/submit\" data-draft=\"/s/{id}/draft\" data-max=\"{}\">\
+        "<aside class=\"panel\"><h2>Your review</h2>{}\
+         <form id=\"score-form\" method=\"post\" action=\"/s/{id}/submit\" data-draft=\"/s/{id}/draft\" data-min=\"{}\" data-max=\"{}\">\
          <input type=\"hidden\" name=\"csrf\" value=\"{}\">",
+        super::view::rubric_intro(app.a.scale_min, app.a.scale_max, app.a.accept_min),
+        app.a.scale_min,
         app.a.scale_max,
         esc(&sess.csrf),
         id = esc(&id)
     ));
     for d in &app.a.dimensions {
         b.push_str(&format!(
-            "<fieldset class=\"dim\" data-dim=\"{}\"><legend>{}</legend><p class=\"hint\">{}</p>",
+            "<fieldset class=\"dim\" data-dim=\"{}\"><legend>{}</legend><p class=\"rubric\">{}</p><div class=\"scale\">",
             esc(&d.id),
             esc(&d.name),
             esc(&d.description)
@@ -896,7 +917,7 @@ async fn sample_page(
                 if cur == Some(v) { " checked" } else { "" }
             ));
         }
-        b.push_str("</fieldset>");
+        b.push_str("</div></fieldset>");
     }
     let note = mine.as_ref().map(|m| m.note.clone()).unwrap_or_default();
     let state = match &mine {
@@ -904,11 +925,16 @@ async fn sample_page(
         Some(_) => "Draft saved",
         None => "Not saved yet",
     };
+    // The button is not named or id'd `submit`: that would shadow the form's own
+    // `submit`/`requestSubmit` methods in scripts.
     b.push_str(&format!(
-        "<label class=\"note\">Note <textarea name=\"note\" rows=\"2\">{}</textarea></label>\
-         <p><button id=\"submit\">Submit</button> <span id=\"status\">{state}</span></p>\
-         <p class=\"hint\">Keys: 1–{} score the highlighted dimension and move on; ↑/↓ or j/k move; Ctrl+Enter submits.</p></form>",
+        "<label class=\"note\">Note <textarea name=\"note\" rows=\"3\">{}</textarea></label>\
+         <p><button type=\"submit\" id=\"submit-review\">Submit review</button> <span id=\"status\" role=\"status\">{state}</span></p>\
+         <p id=\"form-problem\" class=\"warn\" role=\"alert\"></p>\
+         <p class=\"hint\">Keys: {}–{} score the dimension that has the focus (outlined) and move on; ↑/↓ or j/k move \
+         between dimensions (j/k also bring the focus back to them); Tab moves on; Ctrl+Enter submits.</p></form>",
         esc(&note),
+        app.a.scale_min,
         app.a.scale_max
     ));
     if let Some(n) = next {
@@ -928,6 +954,7 @@ async fn sample_page(
             esc(&t.note)
         ));
     }
+    b.push_str("</aside></div>");
     page(StatusCode::OK, &format!("Review {id}"), &b, Some(&sess.csrf))
 }
 
@@ -1085,6 +1112,26 @@ async fn api_scores(
     }
 }
 
+/// Every web adjudication of a sample, oldest revision first.
+fn adjudication_revisions(c: &Connection, id: &str) -> rusqlite::Result<Vec<WebAdjudication>> {
+    let mut st = c.prepare(
+        "SELECT sample_id, content_hash, decision, adjudicator, reason, at, revision FROM adjudication_revisions
+         WHERE sample_id = ?1 ORDER BY revision",
+    )?;
+    st.query_map(params![id], |r| {
+        Ok(WebAdjudication {
+            sample_id: r.get(0)?,
+            content_hash: r.get(1)?,
+            decision: r.get(2)?,
+            adjudicator: r.get(3)?,
+            reason: r.get(4)?,
+            at: r.get(5)?,
+            revision: r.get(6)?,
+        })
+    })?
+    .collect()
+}
+
 /// Samples a lead may adjudicate: both reviews submitted, one accepts and one rejects,
 /// and the lead neither reviewed nor wrote it.
 fn disputed(app: &App, lead: &str) -> Vec<(String, Vec<(String, Row)>)> {
@@ -1126,17 +1173,14 @@ async fn adjudicate_list(State(app): State<Arc<App>>, headers: HeaderMap) -> Res
     let mut b = String::from("<p><a href=\"/\">Your reviews</a></p><ul>");
     let list = disputed(&app, &sess.reviewer);
     for (id, _) in &list {
-        let done = app.read(|c| {
-            c.query_row("SELECT decision FROM adjudications WHERE sample_id = ?1", params![id], |r| {
-                r.get::<_, String>(0)
-            })
-            .optional()
-        });
+        let done = app.read(|c| adjudication_revisions(c, id)).unwrap_or_default();
         b.push_str(&format!(
             "<li><a href=\"/adjudicate/{}\">{}</a> — {}</li>",
             esc(id),
             esc(id),
-            done.ok().flatten().map(|d| format!("decided: {}", esc(&d))).unwrap_or_else(|| "open".into())
+            done.last()
+                .map(|d| format!("decided: {} (revision {} by {})", esc(&d.decision), d.revision, esc(&d.adjudicator)))
+                .unwrap_or_else(|| "open".into())
         ));
     }
     b.push_str("</ul>");
@@ -1163,6 +1207,25 @@ async fn adjudicate_page(State(app): State<Arc<App>>, headers: HeaderMap, UrlPat
             esc(rv),
             esc(&sc.join(", ")),
             esc(&r.note)
+        ));
+    }
+    let earlier = app.read(|c| adjudication_revisions(c, &id)).unwrap_or_default();
+    if !earlier.is_empty() {
+        b.push_str("<section class=\"revisions\" id=\"revisions\"><h2>Decided already</h2><ol>");
+        for w in &earlier {
+            b.push_str(&format!(
+                "<li>revision {}: <b>{}</b> by {} ({}): {}</li>",
+                w.revision,
+                esc(&w.decision),
+                esc(&w.adjudicator),
+                esc(&w.at),
+                esc(&w.reason)
+            ));
+        }
+        b.push_str(&format!(
+            "</ol><p class=\"hint\">Deciding again records revision {}: the latest revision counts, every earlier \
+             one stays in the ledger and in the decision's record.</p></section>",
+            earlier.len() + 1
         ));
     }
     b.push_str(&format!(
@@ -1207,17 +1270,21 @@ async fn adjudicate_post(
         let r = app2.write(|c| {
             // Immediate: the write lock from the start (`review import` may drain meanwhile).
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            // A second decision is a new revision; the earlier ones are kept (the latest counts).
+            let earlier = adjudication_revisions(&tx, &idc)?;
+            let revision = earlier.len() as u32 + 1;
             tx.execute(
-                "INSERT INTO adjudications(sample_id, content_hash, decision, adjudicator, reason, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT(sample_id) DO UPDATE SET content_hash = ?2, decision = ?3, adjudicator = ?4, reason = ?5, at = ?6",
-                params![idc, hash, decision, lead, reason, at],
+                "INSERT INTO adjudication_revisions(sample_id, revision, content_hash, decision, adjudicator, reason, at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![idc, revision, hash, decision, lead, reason, at],
             )?;
-            enqueue(
-                &tx,
-                "review.adjudication",
-                &idc,
-                json!({"decision": decision, "adjudicator": lead, "reason": reason, "content_hash": hash, "source": "web"}),
-            )?;
+            let mut ev = json!({"decision": decision, "adjudicator": lead, "reason": reason, "content_hash": hash,
+                                "source": "web", "revision": revision});
+            if let Some(p) = earlier.last() {
+                ev["replaces"] = json!({"revision": p.revision, "decision": p.decision, "adjudicator": p.adjudicator,
+                                        "reason": p.reason, "at": p.at});
+            }
+            enqueue(&tx, "review.adjudication", &idc, ev)?;
             tx.commit()
         });
         if r.is_ok() {
@@ -1239,11 +1306,41 @@ async fn adjudicate_post(
     }
 }
 
-const APP_CSS: &str = "body{font-family:sans-serif;max-width:60rem;margin:1rem auto;padding:0 1rem}\
-pre.sample{white-space:pre-wrap;background:#f6f6f6;padding:.8rem;border-radius:4px}\
-fieldset.dim{margin:.4rem 0;border:1px solid #ccc}fieldset.dim.current{border:2px solid #2a6ad8;background:#f0f5ff}\
-.hint{color:#666;font-size:.85rem;margin:.2rem 0}.ok{color:#176317}.note textarea{width:100%}\
-section.other{border-left:3px solid #999;padding-left:.6rem}";
+const APP_CSS: &str = "body{font-family:system-ui,sans-serif;max-width:92rem;margin:1rem auto;padding:0 1rem;\
+line-height:1.4;color:#1d1d1d}\
+h1{font-size:1.4rem;margin:.3rem 0}h2{font-size:1.15rem;margin:.6rem 0 .3rem}h3{font-size:1rem;margin:.5rem 0 .3rem}\
+.review{display:grid;grid-template-columns:minmax(0,1fr) 24rem;gap:1.5rem;align-items:start}\
+.panel{position:sticky;top:.5rem;max-height:calc(100vh - 1rem);overflow:auto;border:1px solid #ccd;\
+border-radius:6px;padding:.2rem .8rem;background:#fcfcff}\
+@media (max-width:60rem){.review{grid-template-columns:1fr}.panel{position:static;max-height:none}}\
+.meta{color:#555;margin:.2rem 0}nav.turns a{margin:0 .2rem}\
+section.turn{border-top:2px solid #dde;padding-top:.3rem;margin-top:.8rem}\
+.msg{border-radius:6px;padding:.4rem .7rem;margin:.5rem 0}.msg .who{display:block;font-weight:600;font-size:.85rem;color:#444}\
+.msg.user{background:#eef4ff;border-left:4px solid #2a6ad8}.msg.reply{background:#f3f3f3;border-left:4px solid #888}\
+.text,.desc{white-space:pre-wrap;overflow-wrap:anywhere}\
+ol.steps{padding-left:1.2rem}li.step{margin:.6rem 0}.par{color:#8a4b00;font-weight:normal}\
+article.call{border:1px solid #d6d6de;border-radius:6px;padding:.4rem .7rem;margin:.4rem 0;background:#fff}\
+article.call header{display:flex;flex-wrap:wrap;gap:.3rem .8rem;align-items:baseline}\
+code.tool{font-weight:700;font-size:1rem}.plan-ref{color:#444;font-size:.85rem}\
+.desc{color:#333;font-size:.9rem;margin:.2rem 0 .4rem}.none{color:#777;font-style:italic}\
+table{border-collapse:collapse;margin:.3rem 0;font-size:.9rem}\
+th,td{border:1px solid #ddd;padding:.15rem .45rem;text-align:left;vertical-align:top}thead th{background:#f2f2f6}\
+table.args{width:100%}table.args td:nth-child(2){overflow-wrap:anywhere}.ty{color:#555;font-family:monospace}\
+.str{white-space:pre-wrap}pre{margin:.2rem 0;white-space:pre-wrap;overflow-wrap:anywhere}\
+pre.json,pre.full{background:#f6f6f6;padding:.4rem;border-radius:4px;font-size:.85rem}\
+details.result,details.plan{margin:.3rem 0}details>summary{cursor:pointer}\
+details.result>summary .len{color:#666;font-size:.85rem}\
+details.result>summary .preview{display:block;white-space:pre-wrap;overflow-wrap:anywhere;font-family:monospace;\
+font-size:.85rem;color:#444;background:#f6f6f6;padding:.3rem;border-radius:4px;margin-top:.2rem}\
+details[open]>summary .preview{display:none}details.error>summary{color:#a00}\
+.warn{color:#a00}.final-answer{border:2px solid #176317;border-radius:6px;padding:.3rem .8rem;margin:1rem 0;background:#f4fbf4}\
+fieldset.dim{margin:.45rem 0;border:1px solid #ccc;border-radius:5px}\
+fieldset.dim.current{border:2px solid #2a6ad8;background:#f0f5ff}\
+fieldset.dim legend{font-weight:600}.rubric{margin:.1rem 0 .3rem;font-size:.88rem;color:#333}\
+.scale label{margin-right:.5rem;white-space:nowrap}input[type=radio]:focus-visible{outline:3px solid #2a6ad8}\
+.rule{font-size:.88rem;color:#333}.hint{color:#666;font-size:.85rem;margin:.2rem 0}.ok{color:#176317}\
+.note{display:block;margin-top:.4rem}.note textarea{width:100%;box-sizing:border-box}\
+section.other,section.revisions{border-left:3px solid #999;padding-left:.6rem}";
 
 const APP_JS: &str = r#"'use strict';
 document.addEventListener('DOMContentLoaded', function () {
@@ -1261,15 +1358,44 @@ document.addEventListener('DOMContentLoaded', function () {
     }
     return;
   }
+  // Results: open or close them all at once.
+  var results = Array.prototype.slice.call(document.querySelectorAll('details.result'));
+  var expand = document.getElementById('expand-all'), collapse = document.getElementById('collapse-all');
+  if (expand) expand.addEventListener('click', function () { results.forEach(function (d) { d.open = true; }); });
+  if (collapse) collapse.addEventListener('click', function () {
+    results.forEach(function (d) { if (d.querySelector('.preview')) d.open = false; });
+  });
   var form = document.getElementById('score-form');
   if (!form) return;
   var csrf = document.querySelector('meta[name=csrf]').getAttribute('content');
-  var status = document.getElementById('status');
+  var status = document.getElementById('status'), problem = document.getElementById('form-problem');
   var dims = Array.prototype.slice.call(form.querySelectorAll('fieldset.dim'));
-  var max = parseInt(form.getAttribute('data-max'), 10);
-  var cur = 0;
-  for (var i = 0; i < dims.length; i++) { if (!dims[i].querySelector('input:checked')) { cur = i; break; } }
-  function mark() { dims.forEach(function (d, i) { d.classList.toggle('current', i === cur); }); }
+  var min = parseInt(form.getAttribute('data-min'), 10), max = parseInt(form.getAttribute('data-max'), 10);
+  function dimOf(el) {
+    for (var i = 0; i < dims.length; i++) { if (el && dims[i].contains(el)) return i; }
+    return -1;
+  }
+  // The highlighted dimension is always the one holding the keyboard focus (none when the
+  // focus is elsewhere), so a key never scores a dimension other than the one outlined.
+  var last = 0;
+  for (var i = 0; i < dims.length; i++) { if (!dims[i].querySelector('input:checked')) { last = i; break; } }
+  function mark() {
+    var cur = dimOf(document.activeElement);
+    if (cur >= 0) last = cur;
+    dims.forEach(function (d, i) { d.classList.toggle('current', i === cur); });
+  }
+  function focusDim(i, stay) {
+    var d = dims[i];
+    var r = d.querySelector('input:checked') || d.querySelector('input[type=radio]');
+    r.focus({ preventScroll: !!stay });
+    mark();
+  }
+  document.addEventListener('focusin', mark);
+  document.addEventListener('focusout', mark);
+  // A click anywhere on a dimension (its rubric text, its frame) gives it the focus.
+  dims.forEach(function (d, i) {
+    d.addEventListener('click', function (e) { if (e.target.tagName !== 'INPUT') focusDim(i); });
+  });
   // One save in flight at a time, always sending the latest form state, so an older
   // save can never land after a newer one.
   var pending = null, inFlight = false, again = false;
@@ -1286,19 +1412,42 @@ document.addEventListener('DOMContentLoaded', function () {
   form.addEventListener('change', save);
   var note = form.querySelector('textarea[name=note]');
   note.addEventListener('input', function () { clearTimeout(pending); pending = setTimeout(save, 600); });
-  document.addEventListener('keydown', function (e) {
-    var t = e.target.tagName;
-    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); form.submit(); return; }
-    if (t === 'TEXTAREA' || (t === 'INPUT' && e.target.type === 'text')) return;
-    if (e.key >= '1' && e.key <= String(max)) {
-      var r = dims[cur].querySelector('input[value="' + e.key + '"]');
-      if (r) { r.checked = true; save(); if (cur < dims.length - 1) cur++; mark(); }
+  // Submitting with a dimension unscored is refused here too, with the focus on it.
+  form.addEventListener('submit', function (e) {
+    var missing = dims.filter(function (d) { return !d.querySelector('input:checked'); });
+    if (missing.length) {
       e.preventDefault();
-    } else if (e.key === 'ArrowDown' || e.key === 'j') { if (cur < dims.length - 1) cur++; mark(); e.preventDefault(); }
-    else if (e.key === 'ArrowUp' || e.key === 'k') { if (cur > 0) cur--; mark(); e.preventDefault(); }
+      // Its own line, so a draft save finishing meanwhile does not hide it.
+      problem.textContent = 'Score every dimension first (missing: ' +
+        missing.map(function (d) { return d.querySelector('legend').textContent; }).join(', ') + ')';
+      focusDim(dims.indexOf(missing[0]));
+    } else {
+      problem.textContent = '';
+    }
   });
-  dims.forEach(function (d, i) { d.addEventListener('click', function () { cur = i; mark(); }); });
-  mark();
+  var button = document.getElementById('submit-review');
+  function typing(t) { return t.tagName === 'TEXTAREA' || t.tagName === 'SELECT' || (t.tagName === 'INPUT' && t.type !== 'radio'); }
+  document.addEventListener('keydown', function (e) {
+    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); form.requestSubmit(button); return; }
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    var t = e.target, cur = dimOf(t);
+    if (cur < 0) {
+      // Outside the dimensions, digits do nothing (and type in text fields); j/k bring
+      // the focus back to the dimension last worked on.
+      if (!typing(t) && (e.key === 'j' || e.key === 'k')) { focusDim(last); e.preventDefault(); }
+      return;
+    }
+    var n = /^[0-9]$/.test(e.key) ? parseInt(e.key, 10) : NaN;
+    if (n >= min && n <= max) {
+      var r = dims[cur].querySelector('input[value="' + n + '"]');
+      if (r) { r.checked = true; save(); }
+      if (cur < dims.length - 1) focusDim(cur + 1); else mark();
+      e.preventDefault();
+    } else if (e.key === 'ArrowDown' || e.key === 'j') { if (cur < dims.length - 1) focusDim(cur + 1); e.preventDefault(); }
+    else if (e.key === 'ArrowUp' || e.key === 'k') { if (cur > 0) focusDim(cur - 1); e.preventDefault(); }
+  });
+  // Start on the first dimension not scored yet (without scrolling away from the sample).
+  focusDim(last, true);
 });
 "#;
 

@@ -1174,7 +1174,123 @@ async fn web_adjudication_is_for_leads_who_did_not_review_and_reaches_merge() {
     assert_eq!(d[&x.id]["decision"], "rejected");
     assert_eq!(d[&x.id]["decided_by"], "adjudication");
     assert_eq!(d[&x.id]["adjudication"]["adjudicator"], "lena");
+    assert!(d[&x.id]["adjudication"].get("superseded").is_none(), "{}", d[&x.id]);
     assert_eq!(d[&own.id]["decision"], "undecided", "still in the queue");
+
+    // Deciding again (after a restart) records revision 2; the first is kept, the latest counts.
+    let srv = Server::start(&rp.p);
+    let base = srv.base.clone();
+    let r = sign_in(&http, &base, &token_of(&rp.p, "lena")).await;
+    let cl = r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let page = http
+        .get(format!("{base}/adjudicate/{}", x.id))
+        .header("cookie", &cl)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("Decided already") && page.contains("revision 1: <b>reject</b> by lena"), "{page}");
+    assert!(page.contains("Deciding again records revision 2"), "{page}");
+    let body =
+        form_body(&[("csrf", &csrf_of(&page)), ("decision", "accept"), ("reason", "the data was live after all")]);
+    let r = http
+        .post(format!("{base}/adjudicate/{}", x.id))
+        .header("cookie", &cl)
+        .header(ct.0, ct.1)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let q = http.get(format!("{base}/adjudicate")).header("cookie", &cl).send().await.unwrap().text().await.unwrap();
+    assert!(q.contains("decided: accept (revision 2 by lena)"), "{q}");
+    drop(srv);
+    rp.ok(&["review", "merge"]);
+    let web: Vec<Value> =
+        rp.p.read("reviews/web/adjudications.jsonl").lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(web.len(), 2, "both revisions are dumped: {web:?}");
+    assert_eq!((web[0]["revision"].as_u64(), web[1]["revision"].as_u64()), (Some(1), Some(2)));
+    let dec = &rp.decisions()[&x.id];
+    assert_eq!(dec["decision"], "accepted", "the latest revision counts: {dec}");
+    assert_eq!(dec["decided_by"], "adjudication");
+    assert_eq!(dec["adjudication"]["revision"], 2);
+    assert_eq!(dec["adjudication"]["reason"], "the data was live after all");
+    let sup = dec["adjudication"]["superseded"].as_array().expect("the first revision is kept");
+    assert_eq!(sup.len(), 1);
+    assert_eq!((sup[0]["decision"].as_str(), sup[0]["revision"].as_u64()), (Some("reject"), Some(1)));
+    // Both are in the ledger, the second naming what it replaces.
+    let ledger = rusqlite::Connection::open(rp.p.path("artifacts/ledger.sqlite")).unwrap();
+    let events: Vec<(i64, String, Option<String>)> = {
+        let mut st = ledger
+            .prepare(
+                "SELECT json_extract(payload, '$.revision'), json_extract(payload, '$.decision'),
+                        json_extract(payload, '$.replaces.decision')
+                 FROM events WHERE kind = 'review.adjudication' AND subject = ?1 ORDER BY id",
+            )
+            .unwrap();
+        st.query_map([format!("sample:{}", x.id)], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    };
+    let want: Vec<(i64, String, Option<String>)> =
+        vec![(1, "reject".to_string(), None), (2, "accept".to_string(), Some("reject".to_string()))];
+    assert_eq!(events, want);
+    let ex = rp.ok(&["explain", &format!("sample:{}", x.id)]);
+    assert!(ex.contains("accepted (decided by adjudication)"), "{ex}");
+    assert!(ex.contains("(revision 2, replacing revision 1 `reject` by `lena`)"), "{ex}");
+}
+
+/// The revisions of web adjudications as `review merge` reads them when no app database
+/// rewrites them: two lines with one revision number are an error, and a latest revision
+/// given to content changed since applies nothing (not the revision before it).
+#[test]
+fn merge_reads_web_adjudication_revisions_latest_first_and_refuses_duplicates() {
+    let rp = RP::new(12, "");
+    rp.ok(&["review", "assign"]);
+    rp.ok(&["review", "export"]);
+    let a = rp.assignments();
+    for r in &a.reviewers {
+        let reject = r.id == "carol";
+        rp.fill(&r.id, |_| Some(if reject { [5, 5, 5, 5, 2] } else { [5, 4, 4, 5, 4] }));
+    }
+    rp.ok(&["review", "import"]);
+    let x = a
+        .samples
+        .iter()
+        .find(|x| {
+            x.reviewers.contains(&"carol".into())
+                && !x.reviewers.contains(&"lena".into())
+                && x.author.as_deref() != Some("lena")
+        })
+        .expect("a disputed sample lena may adjudicate")
+        .clone();
+    let line = |rev: u32, decision: &str, hash: &str| {
+        json!({"sample_id": x.id, "content_hash": hash, "decision": decision, "adjudicator": "lena",
+               "reason": format!("reason {rev}"), "at": format!("2026-12-01T10:0{rev}:00Z"), "revision": rev})
+    };
+    let h = x.content_hash.as_str();
+    rp.p.write("reviews/web/adjudications.jsonl", jsonl(&[line(2, "accept", h), line(1, "reject", h)]));
+    rp.ok(&["review", "merge"]);
+    let dec = &rp.decisions()[&x.id];
+    assert_eq!(dec["decision"], "accepted", "{dec}");
+    assert_eq!(dec["adjudication"]["superseded"][0]["decision"], "reject", "{dec}");
+    // The same revision twice: an error naming both lines, nothing applied.
+    rp.p.write("reviews/web/adjudications.jsonl", jsonl(&[line(1, "accept", h), line(1, "reject", h)]));
+    let o = rp.run(&["review", "merge"]);
+    assert_code(&o, 1);
+    assert!(stderr(&o).contains(&format!("`{}` has revision 1 twice", x.id)), "{}", stderr(&o));
+    // The latest revision saw other content: nothing applies, the sample waits in the queue.
+    rp.p.write(
+        "reviews/web/adjudications.jsonl",
+        jsonl(&[line(1, "accept", h), line(2, "reject", "sha256:older-content")]),
+    );
+    rp.ok(&["review", "merge"]);
+    let dec = &rp.decisions()[&x.id];
+    assert_eq!(dec["decision"], "undecided", "{dec}");
+    assert!(rp.p.read("artifacts/review-merge/report.md").contains("(revision 2): the sample changed"));
 }
 
 /// Wait for a server stopped by a fail point (abort) and return how it ended.

@@ -6,7 +6,10 @@
 //! the personal token; scores a sample with the keyboard
 //! (autosave), reloads and sees it saved, submits; the other reviewer cannot read it
 //! before submitting (403); no session is 401; a cross-site form POST without the CSRF
-//! token is refused and changes nothing.
+//! token is refused and changes nothing. A long multi-turn sample reads turn by turn
+//! (descriptions, argument tables, places in the plan, the final answer apart, results
+//! in full once opened), looks like a page of text in a screenshot, and the keyboard
+//! scores the dimension that has the focus, the only one highlighted; Ctrl+Enter submits.
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -103,13 +106,39 @@ async fn press(c: &fantoccini::Client, keys: &str) {
     c.perform_actions(a).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reviewer_scores_with_the_keyboard_in_chromium_and_access_rules_hold() {
+/// Whether Debian's chromium and chromedriver are installed (else the test says it skips).
+fn have_chromium() -> bool {
     for bin in [CHROMIUM, CHROMEDRIVER] {
         if !std::path::Path::new(bin).exists() {
             eprintln!("skipped: `{bin}` is absent (scripts/setup.d/40-chromium.sh installs Debian's chromium)");
-            return;
+            return false;
         }
+    }
+    true
+}
+
+/// A headless chromium session with its own profile directory.
+async fn browser(drv: &Driver, profile: &std::path::Path) -> fantoccini::Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({"binary": CHROMIUM, "args": [
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-dev-shm-usage", "--hide-scrollbars", format!("--user-data-dir={}", profile.display()),
+        ]}),
+    );
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&drv.url)
+        .await
+        .expect("a chromium session")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reviewer_scores_with_the_keyboard_in_chromium_and_access_rules_hold() {
+    if !have_chromium() {
+        return;
     }
     let rp = RP::new(4, "");
     rp.ok(&["review", "assign"]);
@@ -120,20 +149,7 @@ async fn a_reviewer_scores_with_the_keyboard_in_chromium_and_access_rules_hold()
     let base = srv.base.clone();
     let drv = chromedriver().await;
     let profile = tempfile::tempdir().unwrap();
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({"binary": CHROMIUM, "args": [
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--disable-dev-shm-usage", format!("--user-data-dir={}", profile.path().display()),
-        ]}),
-    );
-    let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&drv.url)
-        .await
-        .expect("a chromium session");
+    let c = browser(&drv, profile.path()).await;
 
     // Sign in with the link as written by `review assign`.
     let token = token_of(&rp.p, "alice");
@@ -191,7 +207,7 @@ async fn a_reviewer_scores_with_the_keyboard_in_chromium_and_access_rules_hold()
         "the draft survived the reload"
     );
     c.find(Locator::Css("textarea[name=note]")).await.unwrap().send_keys("traceable answer").await.unwrap();
-    c.find(Locator::Id("submit")).await.unwrap().click().await.unwrap();
+    c.find(Locator::Id("submit-review")).await.unwrap().click().await.unwrap();
     if c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("submitted")).await.is_err() {
         panic!("not submitted: {} {}", c.current_url().await.unwrap(), c.source().await.unwrap());
     }
@@ -250,4 +266,332 @@ async fn a_reviewer_scores_with_the_keyboard_in_chromium_and_access_rules_hold()
         assert_eq!(r.status(), 401, "the code left in history signs nobody in: {u}");
         assert!(r.text().await.unwrap().contains("used already"));
     }
+}
+
+/// The long result of the long sample: plain text (shown as it is), ending in a marker.
+fn long_report() -> String {
+    let mut s = String::from("Growth report for F1 and F2, year to date.\n");
+    for m in 1..=40 {
+        s.push_str(&format!(
+            "month {m:02}: F1 {:+.2} %, F2 {:+.2} %, benchmark {:+.2} % (val {m}…)\n",
+            m as f64 * 0.11,
+            m as f64 * 0.17,
+            m as f64 * 0.09
+        ));
+    }
+    s.push_str("END-OF-LONG-RESULT");
+    s
+}
+
+/// A three-turn sample with parallel calls, an EFS alternative, dependencies, a missing
+/// required argument, an error, long results and a long final answer.
+fn long_multi_turn_sample() -> serde_json::Value {
+    let news: Vec<serde_json::Value> = (1..=12)
+        .map(|i| {
+            json!({"title": format!("Fund F2 headline {i}"), "date": format!("2026-11-{i:02}"),
+                        "snippet": "The manager raised the equity share and cut the fee for new investors."})
+        })
+        .collect();
+    json!({
+        "id": "m001", "family": "finmcp", "kind": "multi_turn", "scenario": ["wealth", "funds"],
+        "difficulty": "hard", "provenance_id": "test:m001", "out_of_scope": false,
+        "turns": [
+            {
+                "user": "Compare the latest NAV of funds F1 and F2, and tell me which grew more this year.",
+                "reference_plan": [
+                    {"alternatives": ["fin::nav", "alt::fund_nav"], "group": 0},
+                    {"alternatives": ["fin::nav"], "group": 0},
+                    {"alternatives": ["fin::growth"], "group": 1, "depends_on": [0, 1]}
+                ],
+                "trajectory": [
+                    [
+                        {"tool": "fin::nav", "arguments": {"fund": "F1"}, "result": "{\"fund\":\"F1\",\"nav\":1.2345,\"date\":\"2026-11-30\"}"},
+                        {"tool": "fin::nav", "arguments": {"fund": "F2"}, "result": "{\"fund\":\"F2\",\"nav\":2.5,\"date\":\"2026-11-30\"}"}
+                    ],
+                    [{"tool": "fin::growth", "arguments": {"funds": ["F1", "F2"], "since": "2026-01-01"}, "result": long_report()}]
+                ],
+                "gold_reply": "F1's NAV is 1.2345 and F2's is 2.5 (30 November). F2 grew more this year: +6.80 % against +4.40 %."
+            },
+            {
+                "user": "And what does F2 cost me in fees?",
+                "reference_plan": [{"alternatives": ["fin::fees"], "group": 0}],
+                "trajectory": [[
+                    {"tool": "fin::fees", "arguments": {}, "error": "missing required argument `fund`"}
+                ], [
+                    {"tool": "fin::fees", "arguments": {"fund": "F2", "class": "A"},
+                     "result": "{\"fund\":\"F2\",\"management_fee\":0.012,\"custody_fee\":0.002,\"subscription_fee\":0.015,\"redemption\":[{\"held_days\":7,\"fee\":0.015},{\"held_days\":365,\"fee\":0.005},{\"held_days\":730,\"fee\":0}]}"}
+                ]],
+                "gold_reply": "F2 charges 1.2 % a year for management and 0.2 % for custody; buying costs 1.5 %, selling within 7 days 1.5 %."
+            },
+            {
+                "user": "Is there any news that could affect F2?",
+                "reference_plan": [
+                    {"alternatives": ["news::search"], "group": 0},
+                    {"alternatives": ["news::summarise"], "group": 1, "depends_on": [0]}
+                ],
+                "trajectory": [
+                    [{"tool": "news::search", "arguments": {"query": "fund F2", "days": 30}, "result": serde_json::to_string(&news).unwrap()}],
+                    [{"tool": "news::summarise", "arguments": {"items": 12}, "result": "The manager raised the equity share and cut fees for new investors."}]
+                ],
+                "gold_reply": "Two things in the last 30 days:\n1. The manager raised F2's equity share, so it may swing more.\n2. Fees for new investors were cut.\nNeither changes the figures above; the NAV and growth come from today's data."
+            }
+        ]
+    })
+}
+
+/// The tools of the long sample as the filtered catalog holds them (`news::summarise` is
+/// not in it, so its call shows that it has no description).
+fn long_sample_catalog() -> serde_json::Value {
+    let tool = |id: &str, desc: &str, props: serde_json::Value, req: &[&str]| {
+        json!({"id": id, "name": id.split("::").nth(1).unwrap(), "description": desc,
+               "input_schema": {"type": "object", "properties": props, "required": req}})
+    };
+    json!({"servers": [
+        {"name": "fin", "description": "Fund data", "summary": "", "url": "", "categories": ["finance"], "tools": [
+            tool("fin::fees", "Fee schedule of a fund share class.", json!({"fund": {"type": "string", "description": "Fund code"},
+                 "class": {"type": "string", "description": "Share class"}}), &["fund"]),
+            tool("fin::growth", "Year-to-date growth of several funds, month by month, against their benchmark.",
+                 json!({"funds": {"type": "array", "description": "Fund codes"}, "since": {"type": "string", "description": "Start date (ISO 8601)"}}), &["funds"]),
+            tool("fin::nav", "Latest net asset value (NAV) of a fund, with its date.",
+                 json!({"fund": {"type": "string", "description": "Fund code, e.g. F1"}}), &["fund"]),
+        ]},
+        {"name": "news", "description": "News search", "summary": "", "url": "", "categories": ["news"], "tools": [
+            tool("news::search", "Search recent news articles.", json!({"query": {"type": "string", "description": "What to look for"},
+                 "days": {"type": "integer", "description": "How many days back"}}), &["query"]),
+        ]}
+    ]})
+}
+
+/// The state of the score panel: the dimension of the focused element, the highlighted
+/// dimensions, and the checked scores. Panics when focus and highlight disagree.
+async fn focus_state(c: &fantoccini::Client) -> (Option<String>, Vec<String>) {
+    let v = c
+        .execute(
+            "var a = document.activeElement, f = a && a.closest ? a.closest('fieldset.dim') : null;
+             return [f ? f.getAttribute('data-dim') : null,
+                     Array.from(document.querySelectorAll('fieldset.dim.current')).map(d => d.getAttribute('data-dim')),
+                     Array.from(document.querySelectorAll('input[type=radio]:checked')).map(r => r.name + '=' + r.value)]",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let focused = v[0].as_str().map(str::to_string);
+    let current: Vec<String> = v[1].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect();
+    assert_eq!(current, focused.iter().cloned().collect::<Vec<_>>(), "the highlighted dimension is the focused one");
+    let checked = v[2].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect();
+    (focused, checked)
+}
+
+async fn chord(c: &fantoccini::Client, modifier: char, key: char) {
+    let a = KeyActions::new("keyboard".to_string())
+        .then(KeyAction::Down { value: modifier })
+        .then(KeyAction::Down { value: key })
+        .then(KeyAction::Up { value: key })
+        .then(KeyAction::Up { value: modifier });
+    c.perform_actions(a).await.unwrap();
+}
+
+const TAB: char = '\u{e004}';
+const ENTER: char = '\u{e007}';
+const CONTROL: char = '\u{e009}';
+const UP: char = '\u{e013}';
+const DOWN: char = '\u{e015}';
+
+/// Width and height from a PNG's IHDR chunk (after checking the signature).
+fn png_size(png: &[u8]) -> (u32, u32) {
+    assert!(png.len() > 33 && png.starts_with(b"\x89PNG\r\n\x1a\n") && &png[12..16] == b"IHDR", "not a PNG");
+    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    (be(&png[16..20]), be(&png[20..24]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_multi_turn_sample_reads_turn_by_turn_and_the_keyboard_scores_what_has_the_focus() {
+    if !have_chromium() {
+        return;
+    }
+    let rp = RP::new(2, "");
+    let mut items = vec![long_multi_turn_sample()];
+    items.extend((1..3).map(|i| crate::review::sample(i, None)));
+    rp.p.write("raw/samples.jsonl", crate::review::jsonl(&items));
+    rp.p.write("artifacts/filter/catalog.json", long_sample_catalog().to_string());
+    rp.ok(&["review", "assign"]);
+    let a = rp.assignments();
+    let who = a.sample("m001").expect("the long sample is assigned").reviewers[0].clone();
+    let srv = Server::start(&rp.p);
+    let base = srv.base.clone();
+    let drv = chromedriver().await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&drv, profile.path()).await;
+    c.set_window_size(1280, 1000).await.unwrap();
+    c.goto(&link_of(&rp.p, &who, &base)).await.unwrap();
+    c.wait().for_element(Locator::Id("progress")).await.unwrap();
+    c.goto(&format!("{base}/s/m001")).await.unwrap();
+    c.wait().for_element(Locator::Css("fieldset.dim.current")).await.unwrap();
+
+    // Turn by turn: every call with its tool's description, arguments, result and place in the plan.
+    let text = |css: &'static str| {
+        let c = c.clone();
+        async move { c.find(Locator::Css(css)).await.unwrap().text().await.unwrap() }
+    };
+    assert_eq!(c.find_all(Locator::Css("section.turn")).await.unwrap().len(), 3);
+    assert_eq!(c.find_all(Locator::Css("article.call")).await.unwrap().len(), 7);
+    let first = text("#call-1-1-1").await;
+    assert!(first.contains("Latest net asset value (NAV) of a fund"), "{first}");
+    assert!(first.contains("plan call #1 · step 1 · EFS alternatives: alt::fund_nav"), "{first}");
+    assert!(first.contains("fund") && first.contains("F1") && first.contains("Fund code, e.g. F1"), "{first}");
+    let growth = text("#call-1-2-1").await;
+    assert!(growth.contains("uses the output of #1 fin::nav, #2 fin::nav"), "{growth}");
+    assert!(growth.contains("open for all"), "a long result says it is shortened: {growth}");
+    let failed = text("#call-2-1-1").await;
+    assert!(failed.contains("missing required argument `fund`") && failed.contains("missing"), "{failed}");
+    assert!(text("#call-3-2-1").await.contains("No description of this tool in the catalog"));
+    let plan = text("#turn-2 table.plan").await;
+    assert!(plan.contains("fin::fees"), "{plan}");
+    let fin = text("#final-answer").await;
+    assert!(fin.starts_with("Final answer") && fin.contains("2. Fees for new investors were cut."), "{fin}");
+    assert!(!text("#turn-3").await.contains("Fees for new investors were cut."), "the final answer stands apart");
+    assert!(text("#turn-1").await.contains("Assistant's reply to turn 1"));
+    let rubric = text("aside.panel").await;
+    for d in benchgen::review::default_dimensions() {
+        assert!(rubric.contains(&d.name) && rubric.contains(&d.description), "rubric of {}: {rubric}", d.id);
+    }
+    assert!(rubric.contains("at least 4"), "{rubric}");
+
+    // Screenshot of the whole page as the reviewer first sees it (long results closed).
+    let h = c.execute("return document.documentElement.scrollHeight", vec![]).await.unwrap().as_u64().unwrap();
+    assert!(h > 1500, "a long page: {h}px");
+    c.set_window_size(1280, h.min(7000) as u32 + 40).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let view = c.execute("return [innerWidth, innerHeight, devicePixelRatio]", vec![]).await.unwrap();
+    let png = c.screenshot().await.unwrap();
+    if let Ok(p) = std::env::var("BENCHGEN_REVIEW_SCREENSHOT") {
+        std::fs::write(p, &png).unwrap(); // to look at it
+    }
+    let (w, hh) = png_size(&png);
+    let dpr = view[2].as_f64().unwrap();
+    assert_eq!(w as f64, (view[0].as_f64().unwrap() * dpr).round(), "{view}");
+    assert_eq!(hh as f64, (view[1].as_f64().unwrap() * dpr).round(), "{view}");
+    assert!(png.len() > 20_000, "a page of text is no tiny PNG: {} bytes", png.len());
+    c.set_window_size(1280, 1000).await.unwrap();
+
+    // The long result: closed, with a preview; open, in full.
+    let long = long_report();
+    let details = c.find(Locator::Css("#call-1-2-1 details.result")).await.unwrap();
+    let full = details.find(Locator::Css("pre.full")).await.unwrap();
+    assert!(!full.is_displayed().await.unwrap());
+    let visible = c.find(Locator::Css("body")).await.unwrap().text().await.unwrap();
+    assert!(visible.contains("month 01") && !visible.contains("END-OF-LONG-RESULT"), "preview only");
+    details.find(Locator::Css("summary")).await.unwrap().click().await.unwrap();
+    assert!(full.is_displayed().await.unwrap());
+    let shown = c.execute("return arguments[0].textContent", vec![serde_json::to_value(&full).unwrap()]).await.unwrap();
+    assert_eq!(shown.as_str().unwrap(), long, "the whole result, nothing cut");
+    assert!(full.text().await.unwrap().ends_with("END-OF-LONG-RESULT"));
+    // "Open every result" opens the others too.
+    c.find(Locator::Id("expand-all")).await.unwrap().click().await.unwrap();
+    let closed =
+        c.execute("return document.querySelectorAll('details.result:not([open])').length", vec![]).await.unwrap();
+    assert_eq!(closed, json!(0));
+
+    // Keys score the dimension that has the focus; the highlight follows the focus.
+    c.execute("window.scrollTo(0, 0); document.querySelector('fieldset.dim input').focus()", vec![]).await.unwrap();
+    assert_eq!(focus_state(&c).await.0.as_deref(), Some("relevance"));
+    press(&c, &TAB.to_string()).await; // Tab: the next dimension (a radio group is one stop)
+    let (f, checked) = focus_state(&c).await;
+    assert_eq!(f.as_deref(), Some("completeness"));
+    assert!(checked.is_empty(), "{checked:?}");
+    press(&c, "3").await;
+    let (f, checked) = focus_state(&c).await;
+    assert_eq!(checked, vec!["completeness=3"], "the focused dimension was scored, not the first");
+    assert_eq!(f.as_deref(), Some("consistency"), "and the focus moved on");
+    // A click on a dimension's rubric text gives it the focus.
+    c.find(Locator::Css("fieldset.dim[data-dim=freshness] p.rubric")).await.unwrap().click().await.unwrap();
+    assert_eq!(focus_state(&c).await.0.as_deref(), Some("freshness"));
+    press(&c, "2").await;
+    let (f, checked) = focus_state(&c).await;
+    assert_eq!(checked, vec!["completeness=3", "freshness=2"]);
+    assert_eq!(f.as_deref(), Some("freshness"), "the last dimension keeps the focus");
+    // In the note, digits are text and no dimension is highlighted.
+    c.find(Locator::Css("textarea[name=note]")).await.unwrap().click().await.unwrap();
+    assert_eq!(focus_state(&c).await.0, None);
+    press(&c, "5").await;
+    let (_, checked) = focus_state(&c).await;
+    assert_eq!(checked, vec!["completeness=3", "freshness=2"]);
+    let note = c.find(Locator::Css("textarea[name=note]")).await.unwrap().prop("value").await.unwrap();
+    assert_eq!(note.as_deref(), Some("5"));
+    // Focus nowhere (a click on the sample's text): digits do nothing; `j` brings the
+    // focus back to the dimension last worked on.
+    c.find(Locator::Css("#final-answer .text")).await.unwrap().click().await.unwrap();
+    assert_eq!(focus_state(&c).await.0, None);
+    press(&c, "4").await;
+    assert_eq!(focus_state(&c).await.1, vec!["completeness=3", "freshness=2"]);
+    press(&c, "j").await;
+    assert_eq!(focus_state(&c).await.0.as_deref(), Some("freshness"));
+    press(&c, &[UP, UP, UP, UP].iter().collect::<String>()).await;
+    assert_eq!(focus_state(&c).await.0.as_deref(), Some("relevance"));
+    press(&c, "5").await;
+    press(&c, &DOWN.to_string()).await;
+    let (f, checked) = focus_state(&c).await;
+    assert_eq!(f.as_deref(), Some("consistency"));
+    assert_eq!(checked, vec!["relevance=5", "completeness=3", "freshness=2"]);
+    // Ctrl+Enter with a dimension unscored: refused in the page, the focus on what is missing.
+    chord(&c, CONTROL, ENTER).await;
+    wait_text(
+        &c,
+        "#form-problem",
+        "Score every dimension first (missing: Tool-chain logical consistency, Answer reliability and traceability)",
+    )
+    .await;
+    assert_eq!(focus_state(&c).await.0.as_deref(), Some("consistency"));
+    assert!(c.find(Locator::Id("submitted")).await.is_err());
+    press(&c, "44").await;
+    let (_, checked) = focus_state(&c).await;
+    assert_eq!(checked, vec!["relevance=5", "completeness=3", "consistency=4", "reliability=4", "freshness=2"]);
+    // Ctrl+Enter submits (form.requestSubmit: no `TypeError`, the button no longer shadows it).
+    chord(&c, CONTROL, ENTER).await;
+    if c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("submitted")).await.is_err() {
+        panic!("Ctrl+Enter did not submit: {}", c.current_url().await.unwrap());
+    }
+    assert_eq!(c.find(Locator::Id("status")).await.unwrap().text().await.unwrap(), "Submitted");
+    c.goto(&format!("{base}/api/s/m001/scores/{who}")).await.unwrap();
+    let body: serde_json::Value =
+        serde_json::from_str(&c.find(Locator::Css("body")).await.unwrap().text().await.unwrap()).unwrap();
+    assert_eq!(body["submitted"], true);
+    assert_eq!(
+        body["scores"],
+        json!({"completeness": 3, "consistency": 4, "freshness": 2, "relevance": 5, "reliability": 4})
+    );
+    assert_eq!(body["note"], "5");
+
+    // The screenshot, decoded by the browser's own PNG decoder: a page of text and
+    // colour from top to bottom, not a blank or uniform image.
+    c.goto("about:blank").await.unwrap();
+    let stats = c
+        .execute_async(
+            "var done = arguments[arguments.length - 1];
+             var img = new Image();
+             img.onerror = function () { done({error: 'not a decodable PNG'}); };
+             img.onload = function () {
+               var cv = document.createElement('canvas'); cv.width = img.width; cv.height = img.height;
+               var g = cv.getContext('2d'); g.drawImage(img, 0, 0);
+               var d = g.getImageData(0, 0, img.width, img.height).data;
+               var colours = new Set(), ink = 0, n = 0, bands = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+               for (var y = 0; y < img.height; y += 2) for (var x = 0; x < img.width; x += 2) {
+                 var i = (y * img.width + x) * 4, r = d[i], gg = d[i + 1], b = d[i + 2];
+                 n++; colours.add(((r >> 3) << 10) | ((gg >> 3) << 5) | (b >> 3));
+                 if (r + gg + b < 450) { ink++; bands[Math.floor(y * 10 / img.height)]++; }
+               }
+               done({w: img.width, h: img.height, colours: colours.size, ink: ink / n,
+                     bands: bands.filter(function (b) { return b > 0; }).length});
+             };
+             img.src = URL.createObjectURL(new Blob([new Uint8Array(arguments[0])], {type: 'image/png'}));",
+            vec![json!(png)],
+        )
+        .await
+        .unwrap();
+    assert_eq!((stats["w"].as_u64(), stats["h"].as_u64()), (Some(w as u64), Some(hh as u64)), "{stats}");
+    assert!(stats["colours"].as_u64().unwrap() >= 16, "more than a few flat colours: {stats}");
+    let ink = stats["ink"].as_f64().unwrap();
+    assert!((0.003..0.5).contains(&ink), "text on a light page, neither blank nor black: {stats}");
+    assert!(stats["bands"].as_u64().unwrap() >= 8, "content from top to bottom: {stats}");
+    c.close().await.unwrap();
 }
