@@ -5,6 +5,7 @@
 
 mod support;
 
+mod determinism;
 mod docs;
 mod efs_compare;
 mod efs_flow;
