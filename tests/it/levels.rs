@@ -75,7 +75,7 @@ fn github_schema() -> Value {
     json!({"type": "object", "properties": p})
 }
 
-fn answer(req: &Seen) -> Answer {
+pub(crate) fn answer(req: &Seen) -> Answer {
     let text = req.all_text();
     // --- levels ---
     if text.contains("Which user-facing platform") {

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::support::scripted_llm::{Answer, ScriptedLlm};
+use crate::support::scripted_llm::{Answer, ScriptedLlm, Seen};
 use crate::support::{Project, assert_code, repo, stderr, stdout, tree};
 
 /// The stage list as `benchgen stages --json` reports it.
@@ -31,54 +31,63 @@ fn docs_text() -> String {
     text
 }
 
+/// The full project's scripted answers: every candidate pair equivalent, so there are
+/// sets to review (the demo's default double judges none), every log session and
+/// candidate edge kept. `None` for a prompt it does not know (the filter classifier's,
+/// answered "keep" by [`full_project`]).
+pub(crate) fn full_answer(seen: &Seen) -> Option<Answer> {
+    let text = seen.all_text();
+    Some(Answer::json(if text.contains("genuine need") {
+        serde_json::json!({"genuine": true, "reason": "scripted"})
+    } else if text.contains("satisfactory") {
+        serde_json::json!({"satisfactory": true, "reason": "scripted"})
+    } else if text.contains("must run after it") {
+        serde_json::json!({"dependent": true, "reason": "scripted"})
+    } else if text.contains("Tool A: `") {
+        serde_json::json!({"equivalent": true, "reason": "scripted"})
+    } else if text.contains("Anchor: `") {
+        let n = text.matches("\nCandidate ").count();
+        let v: Vec<_> =
+            (1..=n).map(|i| serde_json::json!({"candidate": i, "equivalent": true, "reason": "scripted"})).collect();
+        serde_json::json!({"verdicts": v})
+    } else if text.contains("User request:") {
+        serde_json::json!({"selected": []})
+    } else if text.contains("user requests") {
+        serde_json::json!({"requests": ["convert 5 EUR"]})
+    } else if text.contains("Write ONE user request") {
+        serde_json::json!({"query": "scripted chain query"})
+    } else if text.contains("Write this user's goal") {
+        serde_json::json!({"goal": "scripted goal"})
+    } else if text.contains("You play a user") {
+        serde_json::json!({"message": "scripted request", "done": true})
+    } else if text.contains("addressed the user's request") {
+        serde_json::json!({"turns": [{"turn": 1, "addressed": true, "reason": "scripted"}]})
+    } else if text.contains("Score this benchmark sample") {
+        // LLM pre-review: every sample passes on every dimension.
+        let scores: serde_json::Map<_, _> = ["relevance", "completeness", "consistency", "reliability", "freshness"]
+            .iter()
+            .map(|d| (d.to_string(), serde_json::json!({"score": 5, "reason": "scripted"})))
+            .collect();
+        serde_json::json!({"scores": scores, "note": "scripted"})
+    } else {
+        return None;
+    }))
+}
+
 /// A demo project whose every stage takes part: the demo pipeline with its log
 /// track, filled-in EFS and graph review sheets, and an `execute` queries file run
 /// against a sandbox.
 pub(crate) fn full_project() -> Project {
+    full_project_answering(|seen| {
+        full_answer(seen)
+            .unwrap_or_else(|| Answer::json(serde_json::json!({"reason": "needs live data", "verdict": "keep"})))
+    })
+}
+
+/// [`full_project`] with its model answering by `answer`.
+pub(crate) fn full_project_answering(answer: impl Fn(&Seen) -> Answer + Send + Sync + 'static) -> Project {
     let mut p = Project::demo();
-    // A scripted model that judges every candidate pair equivalent, so there are sets
-    // to review (the demo's default double judges none), and keeps every log session
-    // and candidate edge.
-    let llm = ScriptedLlm::start(|seen| {
-        let text = seen.all_text();
-        Answer::json(if text.contains("genuine need") {
-            serde_json::json!({"genuine": true, "reason": "scripted"})
-        } else if text.contains("satisfactory") {
-            serde_json::json!({"satisfactory": true, "reason": "scripted"})
-        } else if text.contains("must run after it") {
-            serde_json::json!({"dependent": true, "reason": "scripted"})
-        } else if text.contains("Tool A: `") {
-            serde_json::json!({"equivalent": true, "reason": "scripted"})
-        } else if text.contains("Anchor: `") {
-            let n = text.matches("\nCandidate ").count();
-            let v: Vec<_> = (1..=n)
-                .map(|i| serde_json::json!({"candidate": i, "equivalent": true, "reason": "scripted"}))
-                .collect();
-            serde_json::json!({"verdicts": v})
-        } else if text.contains("User request:") {
-            serde_json::json!({"selected": []})
-        } else if text.contains("user requests") {
-            serde_json::json!({"requests": ["convert 5 EUR"]})
-        } else if text.contains("Write ONE user request") {
-            serde_json::json!({"query": "scripted chain query"})
-        } else if text.contains("Write this user's goal") {
-            serde_json::json!({"goal": "scripted goal"})
-        } else if text.contains("You play a user") {
-            serde_json::json!({"message": "scripted request", "done": true})
-        } else if text.contains("addressed the user's request") {
-            serde_json::json!({"turns": [{"turn": 1, "addressed": true, "reason": "scripted"}]})
-        } else if text.contains("Score this benchmark sample") {
-            // LLM pre-review: every sample passes on every dimension.
-            let scores: serde_json::Map<_, _> =
-                ["relevance", "completeness", "consistency", "reliability", "freshness"]
-                    .iter()
-                    .map(|d| (d.to_string(), serde_json::json!({"score": 5, "reason": "scripted"})))
-                    .collect();
-            serde_json::json!({"scores": scores, "note": "scripted"})
-        } else {
-            serde_json::json!({"reason": "needs live data", "verdict": "keep"})
-        })
-    });
+    let llm = ScriptedLlm::start(answer);
     let old = p.llm.as_ref().unwrap().base_url();
     let cfg = p.read("pipeline/demo.toml").replace(&old, &llm.base_url());
     let base_url = llm.base_url();
