@@ -138,8 +138,9 @@ pub enum Command {
     /// ID is a tool (`server::tool`), a server name, a filter decision
     /// (`filter:server::tool`), a log session (`log:<id>`), a sample (`sample:<id>`: how
     /// it was made and validated and, once released, where it was released, its review and
-    /// full lineage) or a ledger event (`#42`). Only the runs that produced the current
-    /// artifacts are consulted.
+    /// full lineage), a ledger event (`#42`) or an LLM exchange or MCP call by the hash an
+    /// artifact names it with (`sha256:…`: an `exchange` or `call_hash`). Only the runs that
+    /// produced the current artifacts are consulted.
     Explain(ExplainArgs),
     /// Talk to the MCP servers of `[mcp.servers]`: list tools, call one, import a config.
     #[command(subcommand)]
@@ -163,7 +164,8 @@ pub enum Command {
     /// `logs-import/catalog.json` that answers with results logged in
     /// `logs-import/sessions.jsonl` for equal calls. Writes `artifacts/execute/`:
     /// `trajectories/<id>.json`, `trajectories.jsonl` and `summary.json`; every tool call is an `mcp.call`
-    /// ledger event linked to the LLM exchange that asked for it. The loop's settings
+    /// ledger event linked to the LLM exchange that asked for it (trajectories name both by
+    /// hash; timings are in the ledger). The loop's settings
     /// (`max_calls`, `system_prompt`, `answer_nudge` for a turn left blank after tool calls,
     /// …) are in `[execute]`. A query that fails is recorded with its reason and the run
     /// goes on. Finished queries are checkpointed; skipped when up to date.

@@ -3,7 +3,8 @@
 //!
 //! IDs: a tool (`server::tool`), a server (`server`), a filter decision
 //! (`filter:<tool or server>`), a log session (`log:<session id>`), a log-track sample
-//! (`sample:<id>`), or a ledger event (`#123`).
+//! (`sample:<id>`), a ledger event (`#123`), or an LLM exchange or MCP call by the hash an
+//! artifact names it with (`sha256:…`).
 
 use anyhow::Result;
 use serde::Serialize;
@@ -32,7 +33,7 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
     let not_found = |what: String| {
         hinted(
             what,
-            "ids look like `server::tool`, `server`, `filter:server::tool` or `#<event id>`; `benchgen status` shows what has run",
+            "ids look like `server::tool`, `server`, `filter:server::tool`, `#<event id>` or `sha256:<exchange or call hash>`; `benchgen status` shows what has run",
         )
     };
     let Some(ledger) = Ledger::open_existing(&settings.artifacts)? else {
@@ -54,6 +55,21 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
         }
         let ev = lineage.iter().find(|e| e.id == n).expect("root is in its own lineage");
         let status = format!("{} event of stage `{}`, run {}", ev.kind, ev.stage, ev.run_id);
+        return Ok(Explanation { id: id.into(), item: "event", status, record: None, lineage });
+    }
+    // How artifacts name an LLM exchange (its request hash) or an MCP call (its call hash):
+    // the newest event with that hash.
+    if id.starts_with("sha256:") {
+        let found = match crate::llm::record::exchange_event(&ledger, id)? {
+            Some(n) => Some(n),
+            None => crate::execute::call_event(&ledger, id)?,
+        };
+        let Some(n) = found else {
+            return Err(not_found(format!("no LLM exchange or MCP call with hash `{id}` in the ledger")));
+        };
+        let lineage = ledger.lineage(&[n])?;
+        let ev = lineage.iter().find(|e| e.id == n).expect("root is in its own lineage");
+        let status = format!("{} event #{n} of stage `{}`, run {}", ev.kind, ev.stage, ev.run_id);
         return Ok(Explanation { id: id.into(), item: "event", status, record: None, lineage });
     }
 

@@ -15,6 +15,11 @@
 //! that asked for it as parent; each query ends with an `execute.trajectory` event whose
 //! parents are its exchanges and calls.
 //!
+//! A trajectory holds only what the same inputs and ledger reproduce byte for byte: it
+//! names exchanges by request hash and calls by [`call_hash`]; timings and event ids
+//! (which depend on how concurrent work interleaves, and on whether a kill made a reply
+//! come from the ledger) stay in the ledger's `mcp.call` and `execute.trajectory` events.
+//!
 //! Output `artifacts/execute/`: `trajectories/<query id>.json` ([`Trajectory`]) and
 //! `summary.json` (counts and one row per query).
 //!
@@ -238,13 +243,32 @@ pub struct CallRecord {
     pub executed: bool,
     #[serde(flatten)]
     pub outcome: CallOutcome,
-    /// Wall time of the call in milliseconds (microsecond resolution).
-    pub latency_ms: f64,
+    /// Request hash of the LLM exchange that asked for this call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ledger_event: Option<i64>,
-    /// The LLM exchange that asked for this call.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub llm_event: Option<i64>,
+    pub exchange: Option<String>,
+    /// The call's stable name ([`call_hash`]); its `mcp.call` ledger event carries it too.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub call_hash: String,
+}
+
+/// The stable name of a call: a hash of the exchange that asked for it, its position and
+/// what it asked (function and arguments), so a rerun or a resumed run names it alike.
+pub fn call_hash(exchange: &str, index: usize, function: &str, arguments: &Value) -> String {
+    let named = json!([exchange, index, function, arguments]);
+    crate::store::sha256_hex(serde_json::to_string(&named).unwrap_or_default().as_bytes())
+}
+
+/// The newest `mcp.call` ledger event with this [`call_hash`].
+pub fn call_event(ledger: &crate::ledger::Ledger, hash: &str) -> Result<Option<i64>> {
+    use rusqlite::OptionalExtension;
+    Ok(ledger
+        .connection()
+        .query_row(
+            "SELECT id FROM events WHERE kind = ?1 AND json_extract(payload, '$.call_hash') = ?2 ORDER BY id DESC LIMIT 1",
+            rusqlite::params![kind::MCP_CALL, hash],
+            |r| r.get(0),
+        )
+        .optional()?)
 }
 
 /// The result of checking a trajectory against a required chain.
@@ -344,8 +368,21 @@ pub struct Trajectory {
     pub chain: Vec<ChainStep>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain_check: Option<ChainCheck>,
+    /// Request hashes of the LLM exchanges, in order (the answer nudge's included).
+    pub exchanges: Vec<String>,
+}
+
+/// What a run of the agent loop leaves for the ledger rather than the trajectory: event
+/// ids and timings, which differ between reruns of the same inputs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoopTrace {
+    /// The `llm.exchange` events, in order.
     pub llm_events: Vec<i64>,
-    /// Time waiting for the model, and everything else (tool calls, bookkeeping).
+    /// The `mcp.call` events recorded.
+    pub call_events: Vec<i64>,
+    /// Wall time of each call by trajectory index (0 for calls not sent).
+    pub call_ms: BTreeMap<usize, f64>,
+    /// Time waiting for the model, and everything else (tool calls, bookkeeping), in ms.
     pub llm_ms: f64,
     pub other_ms: f64,
 }
@@ -364,9 +401,7 @@ impl Trajectory {
             groups: 0,
             chain: q.chain.clone(),
             chain_check: None,
-            llm_events: Vec::new(),
-            llm_ms: 0.0,
-            other_ms: 0.0,
+            exchanges: Vec::new(),
         }
     }
 }
@@ -484,20 +519,19 @@ impl Executor {
     }
 
     /// Run one query to its end. Never returns an error: failures are recorded in the
-    /// trajectory's `status` and `reason`.
-    pub async fn run_query<C: Chat>(&self, llm: &C, q: &Query) -> Trajectory {
+    /// trajectory's `status` and `reason`; event ids and timings are in the trace.
+    pub async fn run_query<C: Chat>(&self, llm: &C, q: &Query) -> (Trajectory, LoopTrace) {
         let started = Instant::now();
         let mut t = Trajectory::start(q);
         let mut messages =
             vec![ChatMessage::System(self.settings.system_prompt.clone()), ChatMessage::User(q.query.clone())];
-        let llm_ms = self.run_loop(llm, &q.id, &mut messages, &mut t).await;
+        let mut trace = self.run_loop(llm, &q.id, &mut messages, &mut t).await;
         t.messages = messages.iter().map(|m| crate::llm::openai_message(m, crate::llm::CallIndex::Include)).collect();
         if !q.chain.is_empty() {
             t.chain_check = Some(check_chain(&q.chain, &t.calls));
         }
-        t.llm_ms = round3(llm_ms);
-        t.other_ms = round3((ms(started) - llm_ms).max(0.0));
-        t
+        trace.other_ms = round3((ms(started) - trace.llm_ms).max(0.0));
+        (t, trace)
     }
 
     /// The system prompt the agent starts from (a dialogue's first message).
@@ -509,14 +543,15 @@ impl Executor {
     /// answers, the cap is reached or a call fails; calls, groups, status and answer go
     /// into `t` (its counters continue, so a dialogue may run several turns into one
     /// trajectory or one each). `subject` names the item in ledger events. Returns the
-    /// time spent waiting for the model, in milliseconds.
+    /// ledger events and the time spent waiting for the model (`other_ms` left at 0).
     pub async fn run_loop<C: Chat>(
         &self,
         llm: &C,
         subject: &str,
         messages: &mut Vec<ChatMessage>,
         t: &mut Trajectory,
-    ) -> f64 {
+    ) -> LoopTrace {
+        let mut trace = LoopTrace::default();
         let mut executed = 0usize;
         let mut llm_ms = 0.0f64;
         let mut nudged = false;
@@ -540,7 +575,8 @@ impl Executor {
                     break;
                 }
             };
-            t.llm_events.push(reply.event_id);
+            trace.llm_events.push(reply.event_id);
+            t.exchanges.push(reply.exchange.clone());
             let ChatTurn { content, tool_calls, .. } = reply.value;
             // Small local models often write the call as text; take it when it names a tool.
             let parsed = match tool_calls.is_empty() {
@@ -564,7 +600,7 @@ impl Executor {
             if executed + tool_calls.len() > self.settings.max_calls {
                 let note = format!("not executed: the call cap of {} was reached", self.settings.max_calls);
                 for call in &tool_calls {
-                    let mut rec = self.record_base(t.calls.len(), group, call, reply.event_id);
+                    let mut rec = self.record_base(t.calls.len(), group, call, &reply.exchange);
                     rec.outcome = CallOutcome::ToolError { output: crate::mcp::ToolOutput::note(&note) };
                     t.calls.push(rec);
                 }
@@ -581,10 +617,12 @@ impl Executor {
             let runs = tool_calls
                 .iter()
                 .enumerate()
-                .map(|(i, call)| self.run_call(subject, base + i, group, call, reply.event_id));
+                .map(|(i, call)| self.run_call(subject, base + i, group, call, &reply.exchange, reply.event_id));
             let records = futures::future::join_all(runs).await;
             let mut failed = None;
-            for rec in records {
+            for (rec, call_ms, event) in records {
+                trace.call_ms.insert(rec.index, call_ms);
+                trace.call_events.extend(event);
                 let text = truncate_chars(&rec.outcome.as_text(), self.settings.tool_result_chars);
                 messages.push(ChatMessage::Tool { call_id: rec.call_id.clone(), content: text });
                 if rec.executed
@@ -603,10 +641,11 @@ impl Executor {
                 break;
             }
         }
-        llm_ms
+        trace.llm_ms = round3(llm_ms);
+        trace
     }
 
-    fn record_base(&self, index: usize, group: usize, call: &ToolCall, llm_event: i64) -> CallRecord {
+    fn record_base(&self, index: usize, group: usize, call: &ToolCall, exchange: &str) -> CallRecord {
         let tool_id = self.names.id(&call.name).map(str::to_string);
         CallRecord {
             index,
@@ -618,14 +657,23 @@ impl Executor {
             arguments: call.arguments.clone(),
             executed: false,
             outcome: CallOutcome::Failed { failure: CallFailure::Cancelled },
-            latency_ms: 0.0,
-            ledger_event: None,
-            llm_event: Some(llm_event),
+            exchange: Some(exchange.to_string()),
+            call_hash: call_hash(exchange, index, &call.name, &call.arguments),
         }
     }
 
-    async fn run_call(&self, subject: &str, index: usize, group: usize, call: &ToolCall, llm_event: i64) -> CallRecord {
-        let mut rec = self.record_base(index, group, call, llm_event);
+    /// Run one call; returns its record, its wall time (ms) and its `mcp.call` event.
+    async fn run_call(
+        &self,
+        subject: &str,
+        index: usize,
+        group: usize,
+        call: &ToolCall,
+        exchange: &str,
+        llm_event: i64,
+    ) -> (CallRecord, f64, Option<i64>) {
+        let mut rec = self.record_base(index, group, call, exchange);
+        let mut latency_ms = 0.0;
         let target = rec
             .tool_id
             .as_ref()
@@ -648,28 +696,32 @@ impl Executor {
             (Some((client, tool)), args) => {
                 let started = Instant::now();
                 rec.outcome = client.call(&tool.tool, args, None).await;
-                rec.latency_ms = round3(ms(started));
+                latency_ms = round3(ms(started));
                 rec.executed = true;
             }
         }
+        let mut event = None;
         if let Some(r) = &self.recorder {
             let mut payload = serde_json::to_value(&rec).unwrap_or(Value::Null);
             if let Some(o) = payload.as_object_mut() {
                 o.insert("query".into(), json!(subject));
-                o.remove("ledger_event");
+                o.insert("latency_ms".into(), json!(latency_ms));
             }
             let ev = NewEvent::new(kind::MCP_CALL, Some(subject), payload).with_parent(Parent::Id(llm_event));
-            rec.ledger_event = r.append(ev);
+            event = r.append(ev);
         }
-        rec
+        (rec, latency_ms, event)
     }
 
-    /// Record a finished query in the ledger (`execute.trajectory`, its exchanges and calls
-    /// as parents); returns the event id.
-    pub fn record_trajectory(&self, t: &Trajectory) -> Option<i64> {
+    /// Record a finished query in the ledger (`execute.trajectory` with its timings, its
+    /// exchanges and calls as parents); returns the event id.
+    pub fn record_trajectory(&self, t: &Trajectory, trace: &LoopTrace) -> Option<i64> {
         let r = self.recorder.as_ref()?;
-        let mut ev = NewEvent::new(TRAJECTORY, Some(&t.id), trajectory_summary(t));
-        for id in t.llm_events.iter().chain(t.calls.iter().filter_map(|c| c.ledger_event.as_ref())) {
+        let mut payload = trajectory_summary(t);
+        payload["llm_ms"] = json!(trace.llm_ms);
+        payload["other_ms"] = json!(trace.other_ms);
+        let mut ev = NewEvent::new(TRAJECTORY, Some(&t.id), payload);
+        for id in trace.llm_events.iter().chain(&trace.call_events) {
             ev = ev.with_parent(Parent::Id(*id));
         }
         r.append(ev)
@@ -687,12 +739,12 @@ impl Executor {
         let mut stream = futures::stream::iter(queries.iter().enumerate())
             .map(|(i, q)| async move {
                 let (llm, tally) = llm.tallied();
-                let t = self.run_query(&llm, q).await;
-                (i, t, tally.counts())
+                let (t, trace) = self.run_query(&llm, q).await;
+                (i, t, trace, tally.counts())
             })
             .buffer_unordered(self.settings.concurrency.max(1));
-        while let Some((i, t, counts)) = stream.next().await {
-            self.record_trajectory(&t);
+        while let Some((i, t, trace, counts)) = stream.next().await {
+            self.record_trajectory(&t, &trace);
             done(&t, counts)?;
             results[i] = Some(t);
         }
@@ -776,7 +828,7 @@ pub struct ExecuteStage {
 pub static SPEC: StageSpec = StageSpec {
     name: "execute",
     command: "execute",
-    version: 2,
+    version: 3,
     about: "run queries with an LLM agent over MCP tools; record reference trajectories",
     reads: &[
         crate::synth::chains::QUERIES.optional(),
@@ -956,8 +1008,8 @@ impl Stage for ExecuteStage {
         let items: Vec<(String, Query)> = queries.iter().map(|q| (q.id.clone(), q.clone())).collect();
         let ex = &exec;
         let done = batch.run(items, |q: Query, llm: Item| async move {
-            let t = ex.run_query(&llm, &q).await;
-            ex.record_trajectory(&t);
+            let (t, trace) = ex.run_query(&llm, &q).await;
+            ex.record_trajectory(&t, &trace);
             Ok(t)
         });
         batch.block_on(exec.shutdown());
@@ -1050,9 +1102,8 @@ mod tests {
             arguments: json!({}),
             executed: true,
             outcome: if ok { CallOutcome::Ok { output } } else { CallOutcome::ToolError { output } },
-            latency_ms: 0.0,
-            ledger_event: None,
-            llm_event: None,
+            exchange: None,
+            call_hash: String::new(),
         }
     }
 

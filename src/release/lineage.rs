@@ -5,8 +5,9 @@
 //! `sample:<id>` or the sample's `provenance_id`; its lineage is everything they descend
 //! from. A rerun appends new events (new ids, new times), so released lineage never names
 //! event ids or times: each event is `{kind, stage, subject, ref}`, where `ref` is the
-//! request hash of an LLM exchange (what the ledger cache keys on) and otherwise the hash of
-//! the event's payload without its timing fields. Entries are deduplicated and sorted by
+//! request hash of an LLM exchange (what the ledger cache keys on), the call hash of an MCP
+//! call (what trajectories name it by) and otherwise the hash of the event's payload without
+//! its timing fields. Entries are deduplicated and sorted by
 //! pipeline order, so concurrent stages recording in a different order change nothing.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -20,8 +21,19 @@ use serde_json::Value;
 use crate::ledger::kind;
 
 /// Payload keys that differ between a run and its replay.
-const VOLATILE: &[&str] =
-    &["time", "latency_ms", "attempts", "cached", "source_event", "duration_ms", "started_at", "finished_at", "run_id"];
+const VOLATILE: &[&str] = &[
+    "time",
+    "latency_ms",
+    "llm_ms",
+    "other_ms",
+    "attempts",
+    "cached",
+    "source_event",
+    "duration_ms",
+    "started_at",
+    "finished_at",
+    "run_id",
+];
 
 /// One released lineage entry.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
@@ -146,6 +158,9 @@ impl Index {
                     completion_tokens: p["usage"]["completion_tokens"].as_u64().unwrap_or(0),
                 };
                 (format!("request:{hash}"), Some((hash, u)))
+            } else if let Some(call) = p["call_hash"].as_str().filter(|_| k == kind::MCP_CALL) {
+                // The call's content hash, the name trajectories give it.
+                (format!("call:{call}"), None)
             } else {
                 (stable_hash(&p), None)
             };

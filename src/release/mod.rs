@@ -98,7 +98,7 @@ const FUNNEL: &[&str] = &[
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "release",
-    version: 1,
+    version: 2,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, checksums",
     reads: &[
         crate::samples::VALIDATED.optional(),

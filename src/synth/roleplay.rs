@@ -404,9 +404,8 @@ async fn simulate(
         messages.push(ChatMessage::User(message.clone()));
         let q = Query { id: format!("{}:turn{}", plan.id, k + 1), query: message.clone(), chain: vec![] };
         let mut t = Trajectory::start(&q);
-        exec.run_loop(llm, &q.id, &mut messages, &mut t).await;
-        events.extend(t.llm_events.iter().copied());
-        events.extend(t.calls.iter().filter_map(|c| c.ledger_event));
+        let trace = exec.run_loop(llm, &q.id, &mut messages, &mut t).await;
+        events.extend(trace.llm_events.iter().chain(&trace.call_events).copied());
         visible.push(Visible { role: "user", text: message.clone() });
         if let Some(a) = &t.answer {
             visible.push(Visible { role: "assistant", text: a.clone() });

@@ -160,15 +160,44 @@ fn two_group_trajectory_is_recorded_and_the_chain_check_sees_the_order() {
     assert_eq!(executed, 3, "the second group of 3 would pass the cap of 4 and is not executed");
     assert_eq!(g["calls"].as_array().unwrap().len(), 6);
 
-    // Ledger: each mcp.call links to the LLM exchange that asked for it.
+    // Ledger: each mcp.call links to the LLM exchange that asked for it; the trajectory
+    // names both by hash (no event ids, no timings: they differ between reruns).
     let ledger = Ledger::open(&p.dir.path().join("artifacts")).unwrap();
-    let ev = ledger.event(c[2]["ledger_event"].as_i64().unwrap()).unwrap().unwrap();
+    for k in ["ledger_event", "llm_event", "latency_ms"] {
+        assert!(c.iter().all(|c| c.get(k).is_none()), "`{k}` in a trajectory: {t}");
+    }
+    for k in ["llm_events", "llm_ms", "other_ms"] {
+        assert!(t.get(k).is_none(), "`{k}` in a trajectory: {t}");
+    }
+    let hash = c[2]["call_hash"].as_str().unwrap();
+    let ev = benchgen::execute::call_event(&ledger, hash).unwrap().expect("the call's event");
+    let ev = ledger.event(ev).unwrap().unwrap();
     assert_eq!(ev.kind, "mcp.call");
     assert_eq!(ev.payload["group"], 1);
     assert_eq!(ev.payload["query"], "plan");
+    assert!(ev.payload["latency_ms"].is_number(), "the call's time is in the ledger: {}", ev.payload);
     let parent = ledger.event(ev.parents[0]).unwrap().unwrap();
     assert_eq!(parent.kind, "llm.exchange");
-    assert_eq!(Some(parent.id), c[2]["llm_event"].as_i64());
+    assert_eq!(parent.payload["request_hash"], c[2]["exchange"]);
+    assert_eq!(t["exchanges"][1], c[2]["exchange"], "the second exchange asked for the third call");
+    // `explain` resolves both hashes.
+    for h in [hash, c[2]["exchange"].as_str().unwrap()] {
+        let o = Command::cargo_bin("benchgen")
+            .unwrap()
+            .arg("--config")
+            .arg(&p.config)
+            .args(["explain", h, "--json"])
+            .env("BENCHGEN_NO_PROGRESS", "1")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let x: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let kinds: Vec<&str> = x["lineage"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+        assert!(kinds.contains(&"llm.exchange"), "{x}");
+    }
+    let trajectory_event = ledger.events_of_kind(ev.run_id, "execute.trajectory").unwrap();
+    let plan = trajectory_event.iter().find(|e| e.subject.as_deref() == Some("plan")).unwrap();
+    assert!(plan.payload["llm_ms"].is_number() && plan.payload["other_ms"].is_number(), "{}", plan.payload);
     let summary: Value =
         serde_json::from_slice(&std::fs::read(p.dir.path().join("artifacts/execute/summary.json")).unwrap()).unwrap();
     assert_eq!(
@@ -210,9 +239,10 @@ fn a_blank_turn_after_tool_calls_gets_one_nudge_and_the_answer_is_kept() {
     // The trajectory keeps the conversation without the nudge; the ledger has all three exchanges.
     let roles: Vec<&str> = t["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant"]);
-    assert_eq!(t["llm_events"].as_array().unwrap().len(), 3);
+    assert_eq!(t["exchanges"].as_array().unwrap().len(), 3);
     let ledger = Ledger::open(&p.dir.path().join("artifacts")).unwrap();
-    let last = ledger.event(t["llm_events"][2].as_i64().unwrap()).unwrap().unwrap();
+    let last = benchgen::llm::record::exchange_event(&ledger, t["exchanges"][2].as_str().unwrap()).unwrap().unwrap();
+    let last = ledger.event(last).unwrap().unwrap();
     let sent = last.payload["request"]["messages"].as_array().unwrap();
     assert_eq!(sent.last().unwrap()["content"], "Now answer the user in plain words, from the tool results above.");
 

@@ -159,13 +159,14 @@ async fn bench_executor_overhead() {
         (0..queries_n).map(|i| Query { id: format!("q{i}"), query: format!("q{i}"), chain: vec![] }).collect();
     let (mut calls, mut other_ms, mut tool_ms) = (0u64, 0f64, 0f64);
     for q in &queries {
-        let t = exec.run_query(&llm_client, q).await;
+        let (t, trace) = exec.run_query(&llm_client, q).await;
         assert_eq!(t.status, "answered", "{:?}", t.reason);
         calls += t.calls.len() as u64;
-        other_ms += t.other_ms;
+        other_ms += trace.other_ms;
         // Calls of a group run concurrently: the group costs its slowest call.
         for g in 0..t.groups {
-            tool_ms += t.calls.iter().filter(|c| c.group == g).map(|c| c.latency_ms).fold(0.0, f64::max);
+            let group = t.calls.iter().filter(|c| c.group == g);
+            tool_ms += group.map(|c| trace.call_ms.get(&c.index).copied().unwrap_or(0.0)).fold(0.0, f64::max);
         }
     }
     exec.shutdown().await;

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::support::scripted_llm::{Answer, ScriptedLlm};
+use crate::support::scripted_llm::{Answer, ScriptedLlm, Seen};
 use crate::support::{Project, assert_code, repo, stderr, stdout, tree};
 
 /// The stage list as `benchgen stages --json` reports it.
@@ -31,12 +31,19 @@ fn docs_text() -> String {
     text
 }
 
-/// The scripted model of the demo's whole pipeline: judges every candidate pair
-/// equivalent (so there are sets to review), keeps every log session and candidate edge,
-/// and gives every sample full marks in pre-review. Also used by tests/it/init.rs.
-pub(crate) fn pipeline_answer(seen: &crate::support::scripted_llm::Seen) -> Answer {
+/// The scripted model of the demo's whole pipeline ([`full_answer`], and "keep" for any
+/// other prompt). Also used by tests/it/init.rs and tests/it/guides.rs.
+pub(crate) fn pipeline_answer(seen: &Seen) -> Answer {
+    full_answer(seen).unwrap_or_else(|| Answer::json(serde_json::json!({"reason": "needs live data", "verdict": "keep"})))
+}
+
+/// The full project's scripted answers: every candidate pair equivalent, so there are
+/// sets to review (the demo's default double judges none), every log session and
+/// candidate edge kept. `None` for a prompt it does not know (the filter classifier's,
+/// answered "keep" by [`full_project`]).
+pub(crate) fn full_answer(seen: &Seen) -> Option<Answer> {
     let text = seen.all_text();
-    Answer::json(if text.contains("genuine need") {
+    Some(Answer::json(if text.contains("genuine need") {
         serde_json::json!({"genuine": true, "reason": "scripted"})
     } else if text.contains("satisfactory") {
         serde_json::json!({"satisfactory": true, "reason": "scripted"})
@@ -69,19 +76,21 @@ pub(crate) fn pipeline_answer(seen: &crate::support::scripted_llm::Seen) -> Answ
             .collect();
         serde_json::json!({"scores": scores, "note": "scripted"})
     } else {
-        serde_json::json!({"reason": "needs live data", "verdict": "keep"})
-    })
+        return None;
+    }))
 }
 
 /// A demo project whose every stage takes part: the demo pipeline with its log
 /// track, filled-in EFS and graph review sheets, and an `execute` queries file run
 /// against a sandbox.
 pub(crate) fn full_project() -> Project {
+    full_project_answering(pipeline_answer)
+}
+
+/// [`full_project`] with its model answering by `answer`.
+pub(crate) fn full_project_answering(answer: impl Fn(&Seen) -> Answer + Send + Sync + 'static) -> Project {
     let mut p = Project::demo();
-    // A scripted model that judges every candidate pair equivalent, so there are sets
-    // to review (the demo's default double judges none), and keeps every log session
-    // and candidate edge.
-    let llm = ScriptedLlm::start(pipeline_answer);
+    let llm = ScriptedLlm::start(answer);
     let old = p.llm.as_ref().unwrap().base_url();
     let cfg = p.read("pipeline/demo.toml").replace(&old, &llm.base_url());
     let base_url = llm.base_url();
@@ -137,7 +146,17 @@ pub(crate) fn full_project() -> Project {
 /// Runs everything in [`full_project`]: the pipeline, then the review round trips (not
 /// part of `run` until a sheet exists), then `run` again to pick the decisions up.
 pub(crate) fn run_everything(p: &Project) {
-    assert_code(&p.run(&["run", "--until", "efs-topdown"]), 0);
+    run_everything_with(p, &mut |p: &Project, until: Option<&str>| {
+        let mut args = vec!["run"];
+        args.extend(until.iter().flat_map(|u| ["--until", *u]));
+        assert_code(&p.run(&args), 0);
+    });
+}
+
+/// [`run_everything`], with `run` (`--until STAGE` when given) done by `run`, which must
+/// leave every stage up to there done (tests/it/determinism.rs kills stages on the way).
+pub(crate) fn run_everything_with(p: &Project, run: &mut dyn FnMut(&Project, Option<&str>)) {
+    run(p, Some("efs-topdown"));
     assert_code(&p.run(&["efs", "review", "export"]), 0);
     let sheet = p.read("reviews/efs/efs_review.csv");
     let mut lines: Vec<String> = sheet.lines().map(String::from).collect();
@@ -149,15 +168,14 @@ pub(crate) fn run_everything(p: &Project) {
     lines[1] = cells.join(",");
     p.write("reviews/efs/efs_review.csv", lines.join("\n") + "\n");
     // The graph's review round trip: remove the first candidate edge.
-    assert_code(&p.run(&["run", "--until", "graph-build"]), 0);
+    run(p, Some("graph-build"));
     assert_code(&p.run(&["graph", "review", "export"]), 0);
     let sheet = p.read("reviews/graph/graph_review.csv");
     let mut lines: Vec<String> = sheet.lines().map(String::from).collect();
     assert!(lines.len() >= 2, "the demo logs have candidate edges:\n{sheet}");
     lines[1] = format!("{}remove,tester,", lines[1].strip_suffix(",,").expect("an undecided row"));
     p.write("reviews/graph/graph_review.csv", lines.join("\n") + "\n");
-    let run = p.run(&["run"]);
-    assert_code(&run, 0);
+    run(p, None);
 }
 
 /// Issue 15's "regenerate": a fresh checkout holding only the inputs (raw data, config,

@@ -158,9 +158,8 @@ fn call(index: usize, group: usize, tool: &str, outcome: CallOutcome) -> CallRec
         arguments: json!({"id": "X1"}),
         executed: true,
         outcome,
-        latency_ms: 0.0,
-        ledger_event: None,
-        llm_event: None,
+        exchange: None,
+        call_hash: String::new(),
     }
 }
 
@@ -182,9 +181,7 @@ fn run(id: &str, tools: &[&str], calls: Vec<CallRecord>) -> (ChainRecord, Trajec
         chain_check: Some(check_chain(&chain, &calls)),
         calls,
         chain,
-        llm_events: vec![],
-        llm_ms: 0.0,
-        other_ms: 0.0,
+        exchanges: vec![],
     };
     let rec = ChainRecord {
         id: id.into(),
