@@ -147,7 +147,10 @@ impl PhoneFinder {
             return None;
         }
         let grouped_as = |n: &phonenumber::PhoneNumber, m: Mode| coarsens(&groups, &digit_groups(&n.format().mode(m).to_string()));
-        let fits = |n: &phonenumber::PhoneNumber| groups.len() == 1 || grouped_as(n, Mode::National) || grouped_as(n, Mode::International);
+        // The digits as written are those of the national or the international format (so a
+        // trunk prefix the region writes is there: `01772 352000`, never a bare `1772352000`),
+        // grouped as that format groups them or in unions of its groups.
+        let fits = |n: &phonenumber::PhoneNumber| grouped_as(n, Mode::National) || grouped_as(n, Mode::International);
         let e164 = |n: &phonenumber::PhoneNumber| n.format().mode(Mode::E164).to_string();
         if span.starts_with('+') {
             // `+` and a country code say "phone number": any number the country's plan allows.

@@ -464,8 +464,21 @@ fn perturbed_inference_set(published: &[Value]) -> (Vec<Value>, Vec<Value>) {
 
 /// (dimension, key, N, macro P, R, F1, micro P, R, F1, consist_mean) as `evaluation.py`
 /// prints them for `perturbed_inference_set`, worked out from its description
-/// (../shared/docs/reference-pipelines.md C.5) by a separate reference computation.
-const EVALUATION_PY: &[(&str, &str, usize, [&str; 7])] = &[];
+/// (../shared/docs/reference-pipelines.md C.5) by a separate reference computation
+/// (`scripts/finmcp_evaluation_reference.py` on the dumped `eval.json`). N is 24: 29
+/// records less 4 error records and the bare one.
+const EVALUATION_PY: &[(&str, &str, usize, [&str; 7])] = &[
+    ("overall", "all", 24, ["0.7468", "0.7639", "0.7495", "0.9250", "0.8315", "0.8757", "0.2917"]),
+    ("class_Level1", "InvestmentPlanningAndAllocation", 4, ["0.7500", "0.6667", "0.7000", "1.0000", "0.6667", "0.8000", "0.0000"]),
+    ("class_Level1", "PlatformTechnicalSupport", 2, ["0.9375", "1.0000", "0.9667", "0.9333", "1.0000", "0.9655", "0.5000"]),
+    ("class_Level1", "市场分析与研究", 9, ["0.6111", "0.6667", "0.6296", "0.7500", "0.6667", "0.7059", "0.5556"]),
+    ("class_Level1", "账户与服务管理", 9, ["0.8386", "0.8519", "0.8432", "0.9388", "0.8519", "0.8932", "0.1111"]),
+    ("difficulty", "easy", 13, ["0.6538", "0.6667", "0.6513", "0.8750", "0.6667", "0.7568", "0.3846"]),
+    ("difficulty", "medium", 11, ["0.8566", "0.8788", "0.8656", "0.9375", "0.8824", "0.9091", "0.1818"]),
+    ("task", "multi_step", 9, ["0.8386", "0.8519", "0.8432", "0.9388", "0.8519", "0.8932", "0.1111"]),
+    ("task", "multi_turn", 6, ["0.8125", "0.7778", "0.7889", "0.9565", "0.8462", "0.8980", "0.1667"]),
+    ("task", "single_step", 9, ["0.6111", "0.6667", "0.6296", "0.7500", "0.6667", "0.7059", "0.5556"]),
+];
 
 #[test]
 fn compat_finmcp_equals_evaluation_py_with_missing_ids_and_repeats() {
