@@ -83,11 +83,12 @@ const PHONE_CANDIDATE: &str = r"\+?\(?\d(?:[ .\-()]{0,2}\d){6,}";
 /// A run (or, when the run strings several numbers together with spaces, a part of it
 /// starting and ending at a space) is a phone number when it has 7–15 digits, stands
 /// alone (no letter, digit or `_` glued to it), parses as a *valid* number — international
-/// when it starts with `+`, else national for one of the configured regions — and its digit
-/// groups, if it has several, are the groups of the number's national or international
-/// format, or unions of neighbouring ones (`138 1234 5678`, `138-12345678`, `07700 900789`,
-/// `(020) 7946 0958`, `+44 20 7946 0958`). So a date with a time (`2024-05-01 12`), a
-/// version or an amount is not taken for a number whose digits happen to be valid.
+/// when it starts with `+`, else national for one of the configured regions — and is written
+/// with the digits of the number's national or international format (a trunk prefix
+/// included), grouped as that format or in unions of neighbouring groups (`138 1234 5678`,
+/// `138-12345678`, `07700 900789`, `(020) 7946 0958`, `+44 20 7946 0958`). So a date with a
+/// time (`2024-05-01 12`), a bare date (`20240501`), a Unix time, a version or an amount is
+/// not taken for a number whose digits happen to be valid somewhere.
 pub struct PhoneFinder {
     regions: Vec<phonenumber::country::Id>,
 }
