@@ -147,7 +147,8 @@ impl PhoneFinder {
         if !(7..=15).contains(&digits) {
             return None;
         }
-        let grouped_as = |n: &phonenumber::PhoneNumber, m: Mode| coarsens(&groups, &digit_groups(&n.format().mode(m).to_string()));
+        let grouped_as =
+            |n: &phonenumber::PhoneNumber, m: Mode| coarsens(&groups, &digit_groups(&n.format().mode(m).to_string()));
         // The digits as written are those of the national or the international format (so a
         // trunk prefix the region writes is there: `01772 352000`, never a bare `1772352000`),
         // grouped as that format groups them or in unions of its groups.

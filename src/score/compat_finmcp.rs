@@ -77,7 +77,8 @@ pub fn score(item: &Item, pred: Option<&Pred>) -> SampleResult {
         Some(p) => score_record(Some(item), &item.id, p),
         None => {
             let mut res = SampleResult::new(item, Status::Dropped);
-            res.reasons.push("no prediction record: left out of N (evaluation.py only sees the records it is given)".into());
+            res.reasons
+                .push("no prediction record: left out of N (evaluation.py only sees the records it is given)".into());
             res
         }
     }

@@ -457,7 +457,10 @@ fn run_compat_finmcp(
     let mut covered = vec![false; bench.items.len()];
     let mut results: Vec<SampleResult> = Vec::new();
     let preds = input::read_predictions(opts, &bench, |id, line, pred, diags| {
-        let own = matches!(&pred, Pred::Ok { raw: RawPred::Finmcp { sample: Some(_), .. } | RawPred::Finmcp { error: true, .. }, .. });
+        let own = matches!(
+            &pred,
+            Pred::Ok { raw: RawPred::Finmcp { sample: Some(_), .. } | RawPred::Finmcp { error: true, .. }, .. }
+        );
         // Named by its id, or by its place in the file when it has none.
         let name = id.map_or_else(|| line.to_string(), str::to_string);
         let paired = id.and_then(|id| by_id.get_key_value(id)).map(|(&key, list)| {

@@ -469,8 +469,18 @@ fn perturbed_inference_set(published: &[Value]) -> (Vec<Value>, Vec<Value>) {
 /// records less 4 error records and the bare one.
 const EVALUATION_PY: &[(&str, &str, usize, [&str; 7])] = &[
     ("overall", "all", 24, ["0.7468", "0.7639", "0.7495", "0.9250", "0.8315", "0.8757", "0.2917"]),
-    ("class_Level1", "InvestmentPlanningAndAllocation", 4, ["0.7500", "0.6667", "0.7000", "1.0000", "0.6667", "0.8000", "0.0000"]),
-    ("class_Level1", "PlatformTechnicalSupport", 2, ["0.9375", "1.0000", "0.9667", "0.9333", "1.0000", "0.9655", "0.5000"]),
+    (
+        "class_Level1",
+        "InvestmentPlanningAndAllocation",
+        4,
+        ["0.7500", "0.6667", "0.7000", "1.0000", "0.6667", "0.8000", "0.0000"],
+    ),
+    (
+        "class_Level1",
+        "PlatformTechnicalSupport",
+        2,
+        ["0.9375", "1.0000", "0.9667", "0.9333", "1.0000", "0.9655", "0.5000"],
+    ),
     ("class_Level1", "市场分析与研究", 9, ["0.6111", "0.6667", "0.6296", "0.7500", "0.6667", "0.7059", "0.5556"]),
     ("class_Level1", "账户与服务管理", 9, ["0.8386", "0.8519", "0.8432", "0.9388", "0.8519", "0.8932", "0.1111"]),
     ("difficulty", "easy", 13, ["0.6538", "0.6667", "0.6513", "0.8750", "0.6667", "0.7568", "0.3846"]),
@@ -503,10 +513,8 @@ fn compat_finmcp_equals_evaluation_py_with_missing_ids_and_repeats() {
         }
         out
     };
-    let expected: Vec<(String, String, usize, [String; 7])> = EVALUATION_PY
-        .iter()
-        .map(|(d, k, n, f)| (d.to_string(), k.to_string(), *n, f.map(str::to_string)))
-        .collect();
+    let expected: Vec<(String, String, usize, [String; 7])> =
+        EVALUATION_PY.iter().map(|(d, k, n, f)| (d.to_string(), k.to_string(), *n, f.map(str::to_string))).collect();
     // The benchmark file and the inference output as the benchmark (as FinMCP's docs run
     // it) give the same figures: evaluation.py reads the records only.
     for b in [bench.clone(), eval.clone()] {
@@ -518,7 +526,11 @@ fn compat_finmcp_equals_evaluation_py_with_missing_ids_and_repeats() {
             assert!(!d.message.contains("second prediction"), "{text}");
         }
         // Only the bare record is unscorable; id-less records are named by their place.
-        let bare: Vec<_> = com.diagnostics.iter().filter(|d| d.file.ends_with("eval.json") && d.id.is_none() && d.message.contains("left out of N")).collect();
+        let bare: Vec<_> = com
+            .diagnostics
+            .iter()
+            .filter(|d| d.file.ends_with("eval.json") && d.id.is_none() && d.message.contains("left out of N"))
+            .collect();
         assert_eq!(bare.len(), 1, "{:#?}", com.diagnostics);
         assert_eq!(bare[0].location, "record 29");
         let named = com
