@@ -418,7 +418,10 @@ fn inference_record(sample: &Value, p: usize) -> Value {
         }
         5 => g.clear(),
         6 => return json!({"error": true, "error_message": "mcp timeout", "messages_pred": []}),
-        7 => g.rotate_left(1.min(g.len())),
+        7 => {
+            let k = 1.min(g.len());
+            g.rotate_left(k);
+        }
         _ => {}
     }
     let mut r = sample.clone();
