@@ -201,7 +201,7 @@ fn child(mode: &str, pred: &str, n: usize, benches: &[String]) {
         let index: HashMap<&str, usize> = loaded.items.iter().enumerate().map(|(i, it)| (it.id.as_str(), i)).collect();
         let mut preds: Vec<(usize, Pred)> = Vec::with_capacity(n);
         benchgen::score::input::read_predictions(&opts, &loaded, |id, _, pred, _| {
-            if let Some(&i) = index.get(id) {
+            if let Some(&i) = id.and_then(|id| index.get(id)) {
                 preds.push((i, pred));
             }
         })

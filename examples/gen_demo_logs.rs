@@ -58,6 +58,8 @@ const HOSTS: &[&str] = &["web-01", "web-02", "db-01", "cache-03", "worker-07"];
 struct Gen {
     rng: ChaCha8Rng,
     t: i64,
+    /// Foreign phone numbers planted so far (they rotate through fixed formats).
+    phones: usize,
 }
 
 /// One call: tool, arguments, result or error, explicit group (or none).
@@ -116,6 +118,33 @@ impl Gen {
     }
     fn mobile(&mut self) -> String {
         format!("13{}{:08}", self.rng.random_range(0..10), self.rng.random_range(0..100_000_000))
+    }
+    /// A Chinese mobile in one of the ways people write it, chosen by its last digit (not by
+    /// a draw: the other data stays as it was before national formats were planted).
+    fn mobile_written(&mut self) -> String {
+        let m = self.mobile();
+        match m.as_bytes()[10] % 4 {
+            0 => m,
+            1 => format!("{} {} {}", &m[..3], &m[3..7], &m[7..]),
+            2 => format!("{}-{}-{}", &m[..3], &m[3..7], &m[7..]),
+            _ => format!("+86 {m}"),
+        }
+    }
+    /// A national-format number of another region, in turn (UK mobile and London, US, Japan,
+    /// Germany, France, India), or the international one planted before.
+    fn foreign_phone(&mut self) -> &'static str {
+        const PHONES: [&str; 8] = [
+            "+44 20 7946 0018",
+            "07700 900123",
+            "020 7946 0958",
+            "(212) 555-0147",
+            "03-1234-5678",
+            "030 901820",
+            "01 42 68 53 00",
+            "098765 43210",
+        ];
+        self.phones += 1;
+        PHONES[(self.phones - 1) % PHONES.len()]
     }
     fn email(&mut self) -> String {
         let names = ["li.wei", "anna.schmidt", "j.okafor", "maria.rossi", "chen.jing", "tom.baker"];
@@ -386,8 +415,8 @@ impl Gen {
     fn pii_suffix(&mut self) -> String {
         match self.rng.random_range(0..7) {
             0 => format!(" Reply to {}.", self.email()),
-            1 => format!(" Call me on {} if needed.", self.mobile()),
-            2 => " My phone is +44 20 7946 0018.".to_string(),
+            1 => format!(" Call me on {} if needed.", self.mobile_written()),
+            2 => format!(" My phone is {}.", self.foreign_phone()),
             3 => format!(" The client at {} reported it.", self.ip()),
             4 => format!(" (my staff id card: {})", self.cn_id()),
             5 => format!(" Refund card {} for the affected order.", self.card()),
@@ -414,7 +443,7 @@ fn main() -> std::io::Result<()> {
         i += 2;
     }
     std::fs::create_dir_all(&out)?;
-    let mut g = Gen { rng: ChaCha8Rng::seed_from_u64(seed), t: 1_772_352_000_000 }; // 2026-03-01T08:00:00Z
+    let mut g = Gen { rng: ChaCha8Rng::seed_from_u64(seed), t: 1_772_352_000_000, phones: 0 }; // 2026-03-01T08:00:00Z
     if bench > 0 {
         return bench_events(&mut g, &out, sessions, bench);
     }

@@ -2,14 +2,18 @@
 //!
 //! Built-in detectors (each validated, so ordinary numbers stay): e-mail, Chinese
 //! 18-digit resident id (ISO 7064 MOD 11-2 check digit), bank card (13–19 digits, Luhn),
-//! IBAN (ISO 13616 mod 97), phone (international `+CC …` and 11-digit mobile `1[3-9]…`),
-//! IPv4/IPv6. Configured regex rules run first (their first capture group, or the whole
-//! match, is replaced). Each value becomes `<KIND>_<10 hex>`: HMAC-SHA256 keyed with the
-//! secret from the configured environment variable over `kind \0 value`, so one customer
-//! id maps to one pseudonym in every session and run (dependencies through ids survive)
-//! and a different secret gives different pseudonyms. The leading `KIND_` keeps a
+//! IBAN (ISO 13616 mod 97), IPv4/IPv6, and phone numbers: international (`+CC …`) and the
+//! national formats of the configured regions (`phone_regions`), found as digit runs and
+//! kept only when libphonenumber's metadata (the `phonenumber` crate) says the number is
+//! valid and the run's digit grouping fits how the number is written (see [`PhoneFinder`]).
+//! Configured regex rules run first (their first capture group, or the whole match, is
+//! replaced). Each value becomes `<KIND>_<10 hex>`: HMAC-SHA256 keyed with the secret from
+//! the configured environment variable over `kind \0 value`, so one customer id maps to one
+//! pseudonym in every session and run (dependencies through ids survive) and a different
+//! secret gives different pseudonyms. A phone number is keyed by its E.164 form, so
+//! `138 1234 5678` and `+86 13812345678` get one pseudonym. The leading `KIND_` keeps a
 //! pseudonym from matching any detector again (an underscore is a word character, so no
-//! `\b` digit run starts inside it).
+//! `\b` digit run starts inside it, and a phone candidate must not follow one).
 
 use std::collections::BTreeMap;
 
@@ -19,10 +23,24 @@ use sha2::{Digest, Sha256};
 
 use super::AnonSettings;
 
-pub const DETECTORS: [&str; 7] = ["email", "id_cn", "bank_card", "iban", "phone", "ip", "mobile_cn"];
+/// In the order they run by default: addresses before phone numbers, so a dotted IPv4
+/// address is never read as a number.
+pub const DETECTORS: [&str; 6] = ["email", "id_cn", "bank_card", "iban", "ip", "phone"];
+
+/// The former hand-written 11-digit Chinese mobile pattern: now the `phone` detector's
+/// (region CN); the name is still accepted in `detectors`.
+const MOBILE_CN_ALIAS: &str = "mobile_cn";
 
 pub fn all_detectors() -> Vec<String> {
     DETECTORS.iter().map(|s| s.to_string()).collect()
+}
+
+/// Default `phone_regions`: China (where FinMCP's logs come from), the UK, the US, Germany,
+/// France, India and Japan. Each region added widens what a bare digit run may be.
+pub const DEFAULT_PHONE_REGIONS: [&str; 7] = ["CN", "GB", "US", "DE", "FR", "IN", "JP"];
+
+pub fn default_phone_regions() -> Vec<String> {
+    DEFAULT_PHONE_REGIONS.iter().map(|s| s.to_string()).collect()
 }
 
 /// HMAC-SHA256 (RFC 2104).
@@ -52,12 +70,163 @@ struct Detector {
     /// Replace capture group 1 (rules) instead of the whole match.
     group: bool,
     valid: fn(&str) -> bool,
+    /// The phone detector: `re` finds candidate digit runs, [`PhoneFinder`] decides.
+    phone: bool,
+}
+
+/// Candidate phone numbers: 7 or more digits, optionally after `+`, with at most two
+/// separators (space, `.`, `-`, parentheses) between digits.
+const PHONE_CANDIDATE: &str = r"\+?\(?\d(?:[ .\-()]{0,2}\d){6,}";
+
+/// Finds phone numbers in a candidate digit run with libphonenumber's metadata.
+///
+/// A run (or, when the run strings several numbers together with spaces, a part of it
+/// starting and ending at a space) is a phone number when it has 7–15 digits, stands
+/// alone (no letter, digit or `_` glued to it), parses as a *valid* number — international
+/// when it starts with `+`, else national for one of the configured regions — and is written
+/// with the digits of the number's national or international format (a trunk prefix
+/// included), grouped as that format or in unions of neighbouring groups (`138 1234 5678`,
+/// `138-12345678`, `07700 900789`, `(020) 7946 0958`, `+44 20 7946 0958`). So a date with a
+/// time (`2024-05-01 12`), a bare date (`20240501`), a Unix time, a version or an amount is
+/// not taken for a number whose digits happen to be valid somewhere.
+pub struct PhoneFinder {
+    regions: Vec<phonenumber::country::Id>,
+}
+
+/// A number the numbering plan of its country code allows (general pattern and lengths),
+/// assigned or not.
+fn possible(n: &phonenumber::PhoneNumber) -> bool {
+    let national = n.national().to_string();
+    phonenumber::metadata::DATABASE
+        .by_code(&n.code().value())
+        .is_some_and(|ms| ms.iter().any(|m| m.descriptors().general().is_match(&national)))
+}
+
+fn digit_groups(s: &str) -> Vec<&str> {
+    s.split(|c: char| !c.is_ascii_digit()).filter(|g| !g.is_empty()).collect()
+}
+
+/// `have` groups are `want` groups or unions of neighbouring ones (in order, all used).
+fn coarsens(have: &[&str], want: &[&str]) -> bool {
+    let mut w = want.iter();
+    for h in have {
+        let mut acc = String::new();
+        while acc.len() < h.len() {
+            let Some(next) = w.next() else { return false };
+            acc.push_str(next);
+        }
+        if acc != *h {
+            return false;
+        }
+    }
+    w.next().is_none()
+}
+
+impl PhoneFinder {
+    pub fn new(regions: &[String]) -> Result<Self> {
+        let mut ids = Vec::new();
+        for r in regions {
+            let id: phonenumber::country::Id = r.trim().to_ascii_uppercase().parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "`[logs.anonymise] phone_regions`: unknown region `{r}`; use ISO 3166 alpha-2 codes such as {}",
+                    DEFAULT_PHONE_REGIONS.join(", ")
+                )
+            })?;
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        Ok(Self { regions: ids })
+    }
+
+    /// The E.164 form of `span` when it is a phone number written as such.
+    pub fn number(&self, span: &str) -> Option<String> {
+        use phonenumber::Mode;
+        let groups = digit_groups(span);
+        let digits: usize = groups.iter().map(|g| g.len()).sum();
+        if !(7..=15).contains(&digits) {
+            return None;
+        }
+        let grouped_as =
+            |n: &phonenumber::PhoneNumber, m: Mode| coarsens(&groups, &digit_groups(&n.format().mode(m).to_string()));
+        // The digits as written are those of the national or the international format (so a
+        // trunk prefix the region writes is there: `01772 352000`, never a bare `1772352000`),
+        // grouped as that format groups them or in unions of its groups.
+        let fits = |n: &phonenumber::PhoneNumber| grouped_as(n, Mode::National) || grouped_as(n, Mode::International);
+        let e164 = |n: &phonenumber::PhoneNumber| n.format().mode(Mode::E164).to_string();
+        if span.starts_with('+') {
+            // `+` and a country code say "phone number": any number the country's plan allows.
+            let n = phonenumber::parse(None, span).ok()?;
+            return (fits(&n) && possible(&n)).then(|| e164(&n));
+        }
+        for r in &self.regions {
+            let Ok(n) = phonenumber::parse(Some(*r), span) else { continue };
+            if !fits(&n) {
+                continue;
+            }
+            // Or written the region's way, trunk prefix and grouping, in its numbering plan:
+            // ranges the metadata does not list as assigned (Ofcom's 07700 900xxx) count too.
+            let national_form = groups.len() > 1
+                && grouped_as(&n, Mode::National)
+                && phonenumber::metadata::DATABASE
+                    .by_id(r.as_ref())
+                    .and_then(|m| m.national_prefix())
+                    .is_some_and(|p| groups[0].starts_with(p))
+                && possible(&n);
+            if phonenumber::is_valid(&n) || national_form {
+                return Some(e164(&n));
+            }
+        }
+        None
+    }
+
+    /// Phone numbers in the candidate match `start..end` of `text`: `(start, end, E.164)`.
+    fn in_candidate(&self, text: &str, start: usize, end: usize, out: &mut Vec<(usize, usize, String)>) {
+        let glued = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        let m = &text[start..end];
+        // Parts that start and end at spaces (numbers strung together), longest first; an
+        // end of the match glued to a word or a pseudonym is no place for a number to end.
+        let mut cuts: Vec<usize> = Vec::new();
+        if !glued(text[..start].chars().next_back()) {
+            cuts.push(0);
+        }
+        cuts.extend(
+            m.match_indices(' ')
+                .map(|(i, _)| i + 1)
+                .filter(|&i| m[i..].starts_with(|c: char| c.is_ascii_digit() || c == '(' || c == '+')),
+        );
+        let mut ends: Vec<usize> = m
+            .match_indices(' ')
+            .map(|(i, _)| i)
+            .filter(|&i| m[..i].ends_with(|c: char| c.is_ascii_digit() || c == ')'))
+            .collect();
+        if !glued(text[end..].chars().next()) {
+            ends.push(m.len());
+        }
+        let mut from = 0;
+        'outer: for &a in &cuts {
+            if a < from {
+                continue;
+            }
+            for &b in ends.iter().rev() {
+                if b <= a {
+                    break;
+                }
+                if let Some(e164) = self.number(&m[a..b]) {
+                    out.push((start + a, start + b, e164));
+                    from = b;
+                    continue 'outer;
+                }
+            }
+        }
+    }
 }
 
 /// The anonymiser of one import run; counts per detector.
 pub struct Anonymiser {
     secret: Vec<u8>,
     detectors: Vec<Detector>,
+    phones: PhoneFinder,
     /// All detector patterns in one automaton: a single pass tells which detectors can match.
     set: regex::RegexSet,
     pub counts: BTreeMap<String, u64>,
@@ -125,11 +294,6 @@ fn ip_valid(s: &str) -> bool {
     s.parse::<std::net::IpAddr>().is_ok()
 }
 
-fn phone_valid(s: &str) -> bool {
-    let n = s.chars().filter(char::is_ascii_digit).count();
-    (8..=15).contains(&n)
-}
-
 impl Anonymiser {
     /// Reads the secret from the environment variable the config names.
     pub fn from_settings(a: &AnonSettings) -> Result<Self> {
@@ -154,15 +318,14 @@ impl Anonymiser {
             let re =
                 Regex::new(&r.pattern).with_context(|| format!("anonymisation rule `{}`: invalid regex", r.name))?;
             let group = re.captures_len() > 1;
-            detectors.push(Detector { name: r.name.clone(), re, group, valid: always });
+            detectors.push(Detector { name: r.name.clone(), re, group, valid: always, phone: false });
         }
-        let builtin: [Builtin; 7] = [
+        let builtin: [Builtin; 6] = [
             ("email", r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}", always),
             ("iban", r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b", iban_valid),
             ("id_cn", r"\b\d{17}[\dXx]\b", id_cn_valid),
             ("bank_card", r"\b\d{4}(?:[ -]?\d{4}){2,3}(?:[ -]?\d{1,3})?\b|\b\d{13,19}\b", luhn_valid),
-            ("phone", r"\+\d{1,3}[ -]?\(?\d{1,4}\)?(?:[ -]?\d{2,5}){1,4}\b", phone_valid),
-            ("mobile_cn", r"\b1[3-9]\d{9}\b", always),
+            ("phone", PHONE_CANDIDATE, always),
             (
                 "ip",
                 r"\b(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)\b|\b(?:[0-9A-Fa-f]{1,4}:){2,7}[0-9A-Fa-f]{1,4}\b",
@@ -170,18 +333,31 @@ impl Anonymiser {
             ),
         ];
         for name in &a.detectors {
-            let Some((n, pat, valid)) = builtin.iter().find(|(n, _, _)| n == name) else {
+            let name = if name == MOBILE_CN_ALIAS { "phone" } else { name.as_str() };
+            let Some((n, pat, valid)) = builtin.iter().find(|(n, _, _)| *n == name) else {
                 anyhow::bail!("unknown anonymisation detector `{name}`; known: {}", DETECTORS.join(", "));
             };
+            if detectors.iter().any(|d| d.name == *n) {
+                continue;
+            }
             detectors.push(Detector {
                 name: n.to_string(),
                 re: Regex::new(pat).expect("built-in regex"),
                 group: false,
                 valid: *valid,
+                phone: *n == "phone",
             });
         }
+        let phones = PhoneFinder::new(&a.phone_regions)?;
         let set = regex::RegexSet::new(detectors.iter().map(|d| d.re.as_str())).context("anonymisation patterns")?;
-        Ok(Self { secret: secret.to_vec(), detectors, set, counts: BTreeMap::new(), learned: Default::default() })
+        Ok(Self {
+            secret: secret.to_vec(),
+            detectors,
+            phones,
+            set,
+            counts: BTreeMap::new(),
+            learned: Default::default(),
+        })
     }
 
     /// The stable pseudonym of one value.
@@ -279,7 +455,19 @@ impl Anonymiser {
             let mut out = String::new();
             let mut last = 0;
             let mut n = 0u64;
-            for caps in d.re.captures_iter(&cur) {
+            if d.phone {
+                let mut hits = Vec::new();
+                for m in d.re.find_iter(&cur) {
+                    self.phones.in_candidate(&cur, m.start(), m.end(), &mut hits);
+                }
+                for (a, b, e164) in hits {
+                    out.push_str(&cur[last..a]);
+                    out.push_str(&self.pseudonym(&d.name, &e164));
+                    last = b;
+                    n += 1;
+                }
+            }
+            for caps in d.re.captures_iter(&cur).filter(|_| !d.phone) {
                 let m = if d.group { caps.get(1) } else { caps.get(0) };
                 let Some(m) = m else { continue };
                 if m.as_str().is_empty() || !(d.valid)(m.as_str()) {
@@ -368,13 +556,115 @@ mod tests {
         ] {
             assert!(!out.contains(raw), "{raw} survived: {out}");
         }
-        for d in ["email", "id_cn", "bank_card", "iban", "phone", "mobile_cn", "ip", "user_id"] {
+        for d in ["email", "id_cn", "bank_card", "iban", "ip", "user_id"] {
             assert_eq!(a.counts.get(d), Some(&1), "{d}: {:?} {out}", a.counts);
         }
+        assert_eq!(a.counts.get("phone"), Some(&2), "{:?} {out}", a.counts);
         assert_eq!(a.scrub(text), out, "stable within a run");
         assert_eq!(anon("k1").scrub(text), out, "stable across runs");
         assert_ne!(anon("k2").scrub(text), out, "a new secret changes them");
         // Ordinary numbers stay.
         assert_eq!(a.scrub("order 12345, price 99.50, 2024-05-01"), "order 12345, price 99.50, 2024-05-01");
+    }
+
+    /// National formats of several regions, as people write them.
+    const NATIONAL: [&str; 14] = [
+        "13812345678",
+        "138 1234 5678",
+        "138-1234-5678",
+        "+86 138 1234 5678",
+        "010-6552 9988",
+        "07700 900123",
+        "020 7946 0958",
+        "(020) 7946 0958",
+        "(212) 555-0147",
+        "212-555-0147",
+        "03-1234-5678",
+        "030 901820",
+        "01 42 68 53 00",
+        "098765 43210",
+    ];
+
+    #[test]
+    fn national_phone_numbers_of_every_default_region_are_replaced() {
+        let mut a = anon("k1");
+        for n in NATIONAL {
+            for text in [format!("call {n} today"), format!("电话{n}。"), format!("{{\"phone\": \"{n}\"}}")] {
+                let out = a.scrub(&text);
+                assert!(!out.contains(n), "`{n}` survived: {out}");
+                assert!(out.contains("PHONE_"), "{out}");
+            }
+        }
+        // One number, one pseudonym, however it is written.
+        let p = |a: &mut Anonymiser, t: &str| a.scrub(t);
+        let one = p(&mut a, "13812345678");
+        assert_eq!(p(&mut a, "138 1234 5678"), one);
+        assert_eq!(p(&mut a, "+86 138-1234-5678"), one);
+        // Numbers strung together: the phone number inside is still found.
+        let out = a.scrub("ref 2024 13812345678 2025-01-02");
+        assert!(!out.contains("13812345678") && out.contains("ref 2024 ") && out.ends_with(" 2025-01-02"), "{out}");
+    }
+
+    #[test]
+    fn ordinary_numbers_stay() {
+        let mut a = anon("k1");
+        for t in [
+            "order 12345, price 99.50, 2024-05-01",
+            "at 2024-05-01 12:30 and 2026-03-01T08:00:00Z",
+            "year 2026, version 1.2.3456789, amount 1,234,567.89",
+            "ts 1772352000000, epoch 1772352000, INC-5120, E654321",
+            "batch 20240501, qty 100000, ids 1234567 7654321",
+            "3.14159265358979",
+            "1381 2345 678",
+        ] {
+            assert_eq!(a.scrub(t), t);
+        }
+        assert!(a.counts.is_empty(), "{:?}", a.counts);
+    }
+
+    #[test]
+    fn the_trade_off_a_bare_run_that_is_a_valid_number_is_replaced() {
+        // Documented in docs/logs.md: an id that is a valid mobile of a configured region is a
+        // phone number to the detector.
+        let mut a = anon("k1");
+        assert!(a.scrub("order 13912345678").starts_with("order PHONE_"));
+        // Without the region it stays.
+        let mut s = AnonSettings::default();
+        s.phone_regions = vec!["GB".into()];
+        let mut gb = Anonymiser::new(b"k", &s).unwrap();
+        assert_eq!(gb.scrub("order 13912345678"), "order 13912345678");
+        assert!(gb.scrub("call 07700 900123").starts_with("call PHONE_"));
+        s.phone_regions = vec!["XX".into()];
+        let e = Anonymiser::new(b"k", &s).err().unwrap().to_string();
+        assert!(e.contains("phone_regions") && e.contains("`XX`"), "{e}");
+    }
+
+    #[test]
+    fn mobile_cn_is_an_old_name_for_phone() {
+        let mut s = AnonSettings::default();
+        s.detectors = vec!["mobile_cn".into()];
+        let mut a = Anonymiser::new(b"k", &s).unwrap();
+        assert!(a.scrub("13812345678").starts_with("PHONE_"));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// Planted national numbers in random surroundings (words, Chinese text, JSON
+        /// punctuation, other numbers) never survive.
+        #[test]
+        fn planted_national_numbers_never_survive(
+            k in 0..NATIONAL.len(),
+            before in r#"([a-z :,"{}\[\]()=]{0,12}[ :"(=])?|[\u{4e00}-\u{4e20}：]{0,4}"#,
+            after in r#"([ .,;:"\]})][a-z .,;:"{}\[\]()]{0,12})?|[\u{4e00}-\u{4e20}。]{0,4}"#,
+            extra in "(ref [0-9]{2,4} )?",
+        ) {
+            let mut a = anon("k1");
+            let n = NATIONAL[k];
+            let text = format!("{before}{extra}{n}{after}");
+            let out = a.scrub(&text);
+            let digits: String = n.chars().filter(char::is_ascii_digit).collect();
+            let out_digits: String = out.chars().filter(char::is_ascii_digit).collect();
+            proptest::prop_assert!(!out.contains(n) && !out_digits.contains(&digits[digits.len() - 7..]), "{text} → {out}");
+        }
     }
 }

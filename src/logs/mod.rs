@@ -119,6 +119,9 @@ pub struct AnonSettings {
     /// Built-in detectors to run (default: all).
     #[serde(default = "anon::all_detectors")]
     pub detectors: Vec<String>,
+    /// Regions (ISO 3166 alpha-2) whose national phone formats the `phone` detector finds.
+    #[serde(default = "anon::default_phone_regions")]
+    pub phone_regions: Vec<String>,
     /// Extra rules: the first capture group (or the whole match) is replaced.
     #[serde(default)]
     pub rules: Vec<AnonRule>,
@@ -126,7 +129,12 @@ pub struct AnonSettings {
 
 impl Default for AnonSettings {
     fn default() -> Self {
-        Self { secret_env: default_secret_env(), detectors: anon::all_detectors(), rules: Vec::new() }
+        Self {
+            secret_env: default_secret_env(),
+            detectors: anon::all_detectors(),
+            phone_regions: anon::default_phone_regions(),
+            rules: Vec::new(),
+        }
     }
 }
 

@@ -9,11 +9,13 @@
 //! `diff_level.level`, `task` with spaces as underscores. Figures are rounded to 4 decimals.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::compat_etom::py_str;
 use super::{GoldCall, Item, Pred, Prf, Raw, RawPred, SampleResult, Status};
+use crate::model::{Difficulty, Kind};
 
 /// `extract_toolcall_from_meg`: Err is a KeyError (the record is skipped).
 fn extract(messages: &Value) -> Result<Vec<String>, String> {
@@ -71,39 +73,60 @@ pub fn counts(pred: &[String], gold: &[String]) -> (u32, u32, u32) {
 }
 
 pub fn score(item: &Item, pred: Option<&Pred>) -> SampleResult {
-    let mut res = SampleResult::new(item, Status::Dropped);
-    let pred_names: Vec<String> = match pred {
+    match pred {
+        Some(p) => score_record(Some(item), &item.id, p),
         None => {
+            let mut res = SampleResult::new(item, Status::Dropped);
             res.reasons
-                .push("no prediction record: left out of N (evaluation.py would stop: messages_pred not found)".into());
-            return res;
+                .push("no prediction record: left out of N (evaluation.py only sees the records it is given)".into());
+            res
         }
-        Some(Pred::Malformed(why)) => {
+    }
+}
+
+/// One record of the inference output, as `evaluation.py` scores it: by the sample fields
+/// the record carries itself, else by those of `item` (the benchmark sample it was paired
+/// with by id). `name` labels the result (the id, or the record's place in the file).
+pub fn score_record(item: Option<&Item>, name: &str, pred: &Pred) -> SampleResult {
+    let mut res = match item {
+        Some(it) => {
+            let mut r = SampleResult::new(it, Status::Dropped);
+            r.id = name.to_string();
+            r
+        }
+        None => unpaired(name, pred),
+    };
+    let (pred_names, own) = match pred {
+        Pred::Malformed(why) => {
             res.reasons.push(format!("malformed prediction ({why}): left out of N, as the script skips it"));
             return res;
         }
-        Some(Pred::Ok { raw: RawPred::Finmcp { error: true, .. }, .. }) => {
+        Pred::Ok { raw: RawPred::Finmcp { error: true, .. }, .. } => {
             res.reasons
                 .push("error record: dropped (--drop_error_data defaults to True and cannot be turned off)".into());
             return res;
         }
-        Some(Pred::Ok { raw: RawPred::Finmcp { messages_pred, .. }, .. }) => match extract(messages_pred) {
-            Ok(n) => n,
+        Pred::Ok { raw: RawPred::Finmcp { messages_pred, sample, .. }, .. } => match extract(messages_pred) {
+            Ok(n) => (n, sample.as_ref()),
             Err(e) => {
                 res.reasons.push(format!("messages_pred: {e}: skipped, left out of N"));
                 return res;
             }
         },
-        Some(Pred::Ok { norm, .. }) => norm
-            .turns
-            .iter()
-            .flatten()
-            .map(|c| super::input::key_for(crate::model::Family::Finmcp, &c.tool).to_string())
-            .collect(),
+        Pred::Ok { norm, .. } => (
+            norm.turns
+                .iter()
+                .flatten()
+                .map(|c| super::input::key_for(crate::model::Family::Finmcp, &c.tool).to_string())
+                .collect(),
+            None,
+        ),
     };
-    let keys = match &item.raw {
-        Some(Raw::Finmcp(rec)) => keys_of_record(rec),
-        _ => Ok(keys_of_unified(item)),
+    let keys = match (own, item) {
+        (Some(rec), _) => keys_of_record(rec),
+        (None, Some(Item { raw: Some(Raw::Finmcp(rec)), .. })) => keys_of_record(rec),
+        (None, Some(it)) => Ok(keys_of_unified(it)),
+        (None, None) => Err("KeyError: 'scenery' (no sample fields and no sample paired by id)".to_string()),
     };
     let (groups, gold) = match keys {
         Ok(k) => k,
@@ -124,6 +147,48 @@ pub fn score(item: &Item, pred: Option<&Pred>) -> SampleResult {
     res
 }
 
+/// The result of a record no benchmark sample is paired with (no id, or an id the benchmark
+/// lacks): described from its own fields.
+fn unpaired(name: &str, pred: &Pred) -> SampleResult {
+    let own = match pred {
+        Pred::Ok { raw: RawPred::Finmcp { sample: Some(s), .. }, .. } => Some(s),
+        _ => None,
+    };
+    let task = own.and_then(|s| s.get("task")).and_then(Value::as_str).unwrap_or("");
+    let kind = match task {
+        "single step" => Kind::SingleTool,
+        "multi step" => Kind::MultiTool,
+        _ => Kind::MultiTurn,
+    };
+    let level = own.and_then(|s| s.get("diff_level")).and_then(|d| d.get("level")).and_then(Value::as_str);
+    let difficulty = match level {
+        Some("medium") => Difficulty::Medium,
+        Some("hard") => Difficulty::Hard,
+        _ => Difficulty::Easy,
+    };
+    let none: Arc<str> = Arc::from("(none)");
+    SampleResult {
+        id: name.to_string(),
+        family: crate::model::Family::Finmcp,
+        kind,
+        difficulty,
+        category: none.clone(),
+        scenario: none,
+        status: Status::Dropped,
+        em: false,
+        node_set_em: None,
+        calls: None,
+        tool_set: None,
+        turns: Vec::new(),
+        compat_status: None,
+        compat_flags: Vec::new(),
+        compat_groups: None,
+        reasons: vec![
+            "paired with no benchmark sample (no id, or an id the benchmark lacks): scored by the record's own sample fields, as evaluation.py does".into(),
+        ],
+    }
+}
+
 /// Grouping keys (class_Level1, diff_level.level, task) and the flat gold name list.
 type Keys = ([String; 3], Vec<String>);
 
@@ -132,7 +197,7 @@ fn keys_of_record(rec: &Value) -> Result<Keys, String> {
     (|| -> Result<Keys, String> {
         let scenery = rec.get("scenery").ok_or("KeyError: 'scenery'")?;
         let scenery = scenery.as_str().ok_or("scenery is not a string")?;
-        let class = scenery.split('-').next().unwrap_or("").trim().to_string();
+        let class = scenery.split('-').next().unwrap_or("").to_string();
         let level = rec.get("diff_level").and_then(|d| d.get("level")).ok_or("KeyError: 'diff_level.level'")?;
         let task = match rec.get("task") {
             None => "any".to_string(),

@@ -154,8 +154,10 @@ pub enum Pred {
 pub enum RawPred {
     /// What an ETOM orchestrator returns (list of JSON strings/objects, a string, …).
     Etom(Value),
-    /// FinMCP inference output: `messages_pred`, plus whether the record carries `error`.
-    Finmcp { messages_pred: Value, error: bool },
+    /// FinMCP inference output: `messages_pred`, whether the record carries `error`, and
+    /// (compat finmcp) the sample fields the record carries itself (`scenery`, `diff_level`,
+    /// `messages`, `task`), which `evaluation.py` scores it by.
+    Finmcp { messages_pred: Value, error: bool, sample: Option<Value> },
     /// Our JSONL: the compat evaluators get it converted to their input shape.
     Unified,
 }
@@ -342,10 +344,6 @@ pub(crate) fn push_capped(reasons: &mut Vec<String>, extra: Vec<String>) {
 }
 
 /// Score the predictions file against the benchmark files.
-/// The id given to a FinMCP inference error record that has none: its 0-based position in
-/// the predictions list (compat finmcp; evaluation.py reads the list in sample order).
-pub const POSITION: &str = "\u{0}position:";
-
 pub fn run(opts: &Options) -> anyhow::Result<Report> {
     let bench = input::load_benches(opts)?;
     let keep_family = match opts.mode {
@@ -366,6 +364,10 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
         }
         index.entry(it.id.as_str()).or_insert(i);
     }
+    if opts.mode == Mode::CompatFinmcp {
+        drop(index);
+        return run_compat_finmcp(opts, bench, &ctx, &in_mode, not_in_mode);
+    }
     // Later entries with a duplicated id: scored too in the compat modes (the published
     // evaluators run over every entry), once only in the corrected mode.
     let mut extra: HashMap<usize, Vec<usize>> = HashMap::new();
@@ -381,56 +383,29 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
         }
     }
     let mut results: Vec<Option<SampleResult>> = vec![None; bench.items.len()];
-    let mut again: Vec<SampleResult> = Vec::new();
+    // Where each sample's prediction was read, to name it when another one comes.
+    let mut first_at: HashMap<usize, String> = HashMap::new();
     let mut diagnostics = bench.diagnostics.clone();
-    // Record positions of the first FinMCP file, for id-less inference error records.
-    let first_fin = bench.items.iter().find(|it| it.family == Family::Finmcp).map(|it| it.file);
-    let by_record: HashMap<usize, usize> = bench
-        .items
-        .iter()
-        .enumerate()
-        .filter(|(_, it)| Some(it.file) == first_fin)
-        .map(|(i, it)| (it.record - 1, i))
-        .collect();
-    let fin_file = first_fin.map(|f| bench.files[f].path.clone());
     let preds = input::read_predictions(opts, &bench, |id, line, pred, diags| {
-        let by_position = id.strip_prefix(POSITION).and_then(|k| k.parse::<usize>().ok());
-        let found = match by_position {
-            Some(k) => by_record.get(&k),
-            None => index.get(id),
+        let Some(id) = id else {
+            // Only compat finmcp hands over records without an id (it has its own path).
+            diags.push(input::Diagnostic::line(line, None, "no `id`; not scored"));
+            return;
         };
-        let Some(&i) = found else {
-            // The inference output given as the benchmark too: that error record was
-            // already left out there (and reported), as evaluation.py drops it.
-            if let Some(k) = by_position
-                && bench
-                    .diagnostics
-                    .iter()
-                    .any(|d| Some(&d.file) == fin_file.as_ref() && d.location == format!("record {}", k + 1))
-            {
-                return;
-            }
+        let Some(&i) = index.get(id) else {
             diags.push(input::Diagnostic::line(line, Some(id), "no sample with this id in the benchmark; not scored"));
             return;
         };
         if results[i].is_some() {
-            if opts.mode == Mode::CompatFinmcp {
-                // evaluation.py scores every record of the inference output, repeats included.
-                diags.push(input::Diagnostic::line(
-                    line,
-                    Some(id),
-                    "second prediction for this id; scored again, as evaluation.py scores every record",
-                ));
-                again.push(score_item(&ctx, &bench.items[i], Some(&pred)));
-                return;
-            }
+            let first = first_at.get(&i).map(String::as_str).unwrap_or("an earlier record");
             diags.push(input::Diagnostic::line(
                 line,
                 Some(id),
-                "second prediction for this id; only the first is scored",
+                format!("second prediction for this id (the first is at {first}); only the first is scored"),
             ));
             return;
         }
+        first_at.insert(i, line.to_string());
         results[i] = Some(score_item(&ctx, &bench.items[i], Some(&pred)));
         if let Some(more) = extra.get(&i) {
             for &k in more {
@@ -446,12 +421,91 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
     }
     // In place: `Option<SampleResult>` and `SampleResult` share a layout, so no second copy.
     results.retain(Option::is_some);
-    let mut results: Vec<SampleResult> = results.into_iter().map(|r| r.expect("retained")).collect();
-    results.extend(again);
+    let results: Vec<SampleResult> = results.into_iter().map(|r| r.expect("retained")).collect();
     drop(index);
     let mut rep = report::build(opts, &bench, &preds, diagnostics, not_in_mode, results);
     // Handed to the caller, who may let the process exit instead of freeing millions of
     // small allocations one by one.
+    rep.bench = Some(bench);
+    Ok(rep)
+}
+
+/// `--compat finmcp`: `evaluation.py` scores every record of the inference output on its own,
+/// in file order, and never reads `id` (each record is its sample with `messages_pred`
+/// added). So every prediction record is one evaluation record: repeats are scored again,
+/// a record carrying its sample's fields (`scenery`, `diff_level`, `messages`) is scored by
+/// them, id or not, and an error record is dropped wherever it stands. A record without those
+/// fields takes them from the benchmark sample of its id: the k-th record of an id from the
+/// k-th sample of that id (the inference output given as the benchmark pairs each record
+/// with itself), further records from the last one. Samples no record names are left out of
+/// N, as the script never sees them.
+fn run_compat_finmcp(
+    opts: &Options,
+    bench: input::Bench,
+    ctx: &ScoreCtx,
+    in_mode: &[bool],
+    not_in_mode: Vec<usize>,
+) -> anyhow::Result<Report> {
+    let mut by_id: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, it) in bench.items.iter().enumerate() {
+        if in_mode[i] {
+            by_id.entry(it.id.as_str()).or_default().push(i);
+        }
+    }
+    let mut used: HashMap<&str, usize> = HashMap::new();
+    let mut first_at: HashMap<usize, String> = HashMap::new();
+    let mut covered = vec![false; bench.items.len()];
+    let mut results: Vec<SampleResult> = Vec::new();
+    let preds = input::read_predictions(opts, &bench, |id, line, pred, diags| {
+        let own = matches!(
+            &pred,
+            Pred::Ok { raw: RawPred::Finmcp { sample: Some(_), .. } | RawPred::Finmcp { error: true, .. }, .. }
+        );
+        // Named by its id, or by its place in the file when it has none.
+        let name = id.map_or_else(|| line.to_string(), str::to_string);
+        let paired = id.and_then(|id| by_id.get_key_value(id)).map(|(&key, list)| {
+            let k = used.entry(key).or_default();
+            let i = list[(*k).min(list.len() - 1)];
+            *k += 1;
+            (i, *k > list.len())
+        });
+        let item = match paired {
+            Some((i, again)) => {
+                if again {
+                    let first = first_at.get(&i).map(String::as_str).unwrap_or("an earlier record");
+                    diags.push(input::Diagnostic::line(
+                        line,
+                        id,
+                        format!(
+                            "another record for this id (the first is at {first}) and no further sample with it; scored again, as evaluation.py scores every record"
+                        ),
+                    ));
+                }
+                first_at.entry(i).or_insert_with(|| line.to_string());
+                covered[i] = true;
+                Some(&bench.items[i])
+            }
+            None if own => None,
+            None => {
+                let msg = if id.is_some() {
+                    "no sample with this id in the benchmark, and the record carries no `scenery`/`diff_level`/`messages` of its own; not scored"
+                } else {
+                    "no `id`, and no `scenery`/`diff_level`/`messages` of its own: nothing to score it against; left out of N (evaluation.py skips such a record: KeyError)"
+                };
+                diags.push(input::Diagnostic::line(line, id, msg));
+                return;
+            }
+        };
+        results.push(compat_finmcp::score_record(item, &name, &pred));
+    })?;
+    for (i, it) in bench.items.iter().enumerate() {
+        if in_mode[i] && !covered[i] {
+            results.push(score_item(ctx, it, None));
+        }
+    }
+    let mut diagnostics = bench.diagnostics.clone();
+    diagnostics.extend(preds.diagnostics.iter().cloned());
+    let mut rep = report::build(opts, &bench, &preds, diagnostics, not_in_mode, results);
     rep.bench = Some(bench);
     Ok(rep)
 }

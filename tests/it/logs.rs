@@ -331,7 +331,7 @@ fn demo_log_track_runs_end_to_end_with_the_scripted_llm() {
     let malformed = lp.jsonl("artifacts/logs-import/malformed.jsonl");
     let locs: Vec<&str> = malformed.iter().map(|m| m["location"].as_str().unwrap()).collect();
     assert!(locs.iter().all(|l| l.starts_with("raw/demo/logs/") && l.contains(".jsonl:")), "{locs:?}");
-    for d in ["email", "mobile_cn", "phone", "ip", "id_cn", "bank_card", "employee_id"] {
+    for d in ["email", "phone", "ip", "id_cn", "bank_card", "employee_id"] {
         assert!(report["anonymised"][d].as_u64().unwrap_or(0) > 0, "{d}: {}", report["anonymised"]);
     }
 
@@ -539,26 +539,52 @@ fn seeded_pii_never_reaches_artifacts_or_ledger_and_pseudonyms_are_stable() {
         "192.168.7.21",
         "E654321",
     ];
+    // Phone numbers in the national formats of several regions (issue 24): Chinese mobiles
+    // as written, a Beijing line, UK mobile and London, US, Japan, Germany, France, India.
+    let national = [
+        "138 1234 5678",
+        "139-8765-4321",
+        "010-6552 9988",
+        "07700 900789",
+        "(020) 7946 0018",
+        "(212) 555-0147",
+        "03-1234-5678",
+        "030 901820",
+        "01 42 68 53 00",
+        "098765 43210",
+    ];
     let session = |id: &str, t: i64| {
         json!({"session": id, "tool": "get_oncall", "ts_start": t, "ts_end": t + 10,
-            "user": format!("mail {} or {} / {}; id {} card {} iban {} from {}; my employee id is {}", pii[0], pii[1], pii[2], pii[3], pii[4], pii[5], pii[6], pii[7]),
-            "arguments": {"email": pii[0], "card": 4111111111111111_u64}, "result": {"ip": pii[6], "phone": pii[1]},
-            "answer": format!("sent to {}", pii[0]), "feedback": true, "scenario": "Support-OnCall"})
+            "user": format!("mail {} or {} / {}; id {} card {} iban {} from {}; my employee id is {}; 电话{}，或者 {}", pii[0], pii[1], pii[2], pii[3], pii[4], pii[5], pii[6], pii[7], national[0], national[1..].join(", ")),
+            "arguments": {"email": pii[0], "card": 4111111111111111_u64, "phone": national[3]}, "result": {"ip": pii[6], "phone": pii[1], "backup": national[5], "mobile": 13987654321_u64},
+            "answer": format!("sent to {}; call {} or {}", pii[0], national[4], national[6]), "feedback": true, "scenario": "Support-OnCall"})
         .to_string()
     };
     let lp = LogProject::demo("");
     let second = session("p2", 1000);
     lp.p.write("raw/demo/logs/events.jsonl", format!("{}\n{second}\n{second}\n", session("p1", 0)));
-    lp.ok(&["run"]);
+    let o = lp.run(&["run"], SECRET);
+    assert!(o.status.success(), "{}", crate::support::stderr(&o));
     let mut files = lp.p.artifacts();
     files.insert("ledger".into(), std::fs::read(lp.p.path("artifacts/ledger.sqlite")).unwrap());
+    files.insert("stdout".into(), o.stdout.clone());
+    files.insert("stderr".into(), o.stderr.clone());
     for (name, bytes) in &files {
         let text = String::from_utf8_lossy(bytes);
-        for v in pii {
+        for v in pii.iter().chain(&national).chain(&["13987654321"]) {
             assert!(!text.contains(v), "`{v}` found in {name}");
+        }
+        // Also as bare digits (a number kept without its spaces).
+        for v in national {
+            let d: String = v.chars().filter(char::is_ascii_digit).collect();
+            assert!(!text.contains(&d), "`{d}` found in {name}");
         }
         assert!(!text.contains(SECRET), "the secret itself leaked into {name}");
     }
+    let report: Value = serde_json::from_str(&lp.p.read("artifacts/logs-import/report.json")).unwrap();
+    // Per session at least: 13812345678 twice, +44 …, the ten national numbers of the text,
+    // three more in arguments and results, the numeric mobile and two in the answer.
+    assert!(report["anonymised"]["phone"].as_u64().unwrap() >= 3 * 18, "{}", report["anonymised"]);
     let sessions = lp.jsonl("artifacts/logs-import/sessions.jsonl");
     let user = |i: usize| sessions[i]["turns"][0]["user"].as_str().unwrap().to_string();
     assert_eq!(user(0), user(1), "same values → same pseudonyms across sessions");

@@ -368,3 +368,192 @@ fn difficulty_comes_from_the_label_in_compat_and_from_the_calls_corrected() {
     assert_eq!(row(&cor, "difficulty", "medium").n, 1);
     assert!(cor.data_defects.iter().any(|d| d.message.contains("diff_level.level `easy`")));
 }
+
+// ---------------------------------------------------------------------------
+// FinMCP: a perturbed inference output with missing ids, repeats and missing records
+
+/// Every tool name of a FinMCP conversation in order (`evaluation.py`'s extraction).
+fn flat_names(msgs: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for m in msgs.as_array().unwrap() {
+        for c in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+            out.push(c["function"]["name"].as_str().unwrap().to_string());
+        }
+    }
+    out
+}
+
+/// A predicted conversation: the sample's first user message, `names` called one per
+/// assistant message, an answer.
+fn pred_messages(sample: &Value, names: &[String]) -> Value {
+    let mut m = vec![sample["messages"][0].clone()];
+    for (i, n) in names.iter().enumerate() {
+        let id = format!("call_p{i}");
+        m.push(json!({"role": "assistant", "content": "", "tool_calls": [{"id": id, "type": "function", "index": 0, "function": {"name": n, "arguments": "{}"}}]}));
+        m.push(json!({"role": "tool", "content": "{}", "tool_call_id": id}));
+    }
+    m.push(json!({"role": "assistant", "content": "done"}));
+    Value::Array(m)
+}
+
+/// The inference output `evaluation.py` reads: each sample with `messages_pred` after
+/// perturbation `p` of its reference calls (0 exact, 1 last call dropped, 2 first call
+/// repeated, 3 reversed, 4 first call renamed, 5 no calls, 6 failed: an error record without
+/// id, 7 rotated by one and the id removed).
+fn inference_record(sample: &Value, p: usize) -> Value {
+    let mut g = flat_names(&sample["messages"]);
+    match p {
+        1 => {
+            g.pop();
+        }
+        2 => {
+            let first = g.first().cloned().unwrap_or_else(|| "GetUserAssetView".into());
+            g.insert(0, first);
+        }
+        3 => g.reverse(),
+        4 => {
+            if let Some(f) = g.first_mut() {
+                *f = "NoSuchTool".into();
+            }
+        }
+        5 => g.clear(),
+        6 => return json!({"error": true, "error_message": "mcp timeout", "messages_pred": []}),
+        7 => {
+            let k = 1.min(g.len());
+            g.rotate_left(k);
+        }
+        _ => {}
+    }
+    let mut r = sample.clone();
+    r["messages_pred"] = pred_messages(sample, &g);
+    if p == 7 {
+        r.as_object_mut().unwrap().remove("id");
+    }
+    r
+}
+
+/// 24 samples (the six published demo samples, four times with new ids) and 29 inference
+/// records: two samples without a record, six records repeated (one of them an id-less
+/// record, one an error record), four error records and four full records without `id`,
+/// and a last, bare record with neither an id nor sample fields.
+fn perturbed_inference_set(published: &[Value]) -> (Vec<Value>, Vec<Value>) {
+    let mut samples = Vec::new();
+    for c in 0..4u64 {
+        for s in published {
+            let mut s = s.clone();
+            s["id"] = json!(s["id"].as_u64().unwrap() + 1000 * c);
+            samples.push(s);
+        }
+    }
+    let mut records = Vec::new();
+    for (k, s) in samples.iter().enumerate() {
+        if k == 4 || k == 13 {
+            continue; // no record at all
+        }
+        records.push(inference_record(s, k % 8));
+        if k == 1 {
+            records.push(inference_record(s, 0)); // repeated at once, now exact
+        }
+    }
+    records.push(inference_record(&samples[2], 2)); // the same record again
+    records.push(inference_record(&samples[7], 7)); // an id-less record again
+    records.push(inference_record(&samples[9], 3)); // again, reversed
+    records.push(inference_record(&samples[14], 6)); // another error record
+    records.push(inference_record(&samples[0], 5)); // again, no calls
+    // A record with neither an id nor sample fields: evaluation.py's KeyError skips it.
+    records.push(json!({"messages_pred": pred_messages(&samples[3], &flat_names(&samples[3]["messages"]))}));
+    (samples, records)
+}
+
+/// (dimension, key, N, macro P, R, F1, micro P, R, F1, consist_mean) as `evaluation.py`
+/// prints them for `perturbed_inference_set`, worked out from its description
+/// (../shared/docs/reference-pipelines.md C.5) by a separate reference computation
+/// (`scripts/finmcp_evaluation_reference.py` on the dumped `eval.json`). N is 24: 29
+/// records less 4 error records and the bare one.
+const EVALUATION_PY: &[(&str, &str, usize, [&str; 7])] = &[
+    ("overall", "all", 24, ["0.7468", "0.7639", "0.7495", "0.9250", "0.8315", "0.8757", "0.2917"]),
+    (
+        "class_Level1",
+        "InvestmentPlanningAndAllocation",
+        4,
+        ["0.7500", "0.6667", "0.7000", "1.0000", "0.6667", "0.8000", "0.0000"],
+    ),
+    (
+        "class_Level1",
+        "PlatformTechnicalSupport",
+        2,
+        ["0.9375", "1.0000", "0.9667", "0.9333", "1.0000", "0.9655", "0.5000"],
+    ),
+    ("class_Level1", "市场分析与研究", 9, ["0.6111", "0.6667", "0.6296", "0.7500", "0.6667", "0.7059", "0.5556"]),
+    ("class_Level1", "账户与服务管理", 9, ["0.8386", "0.8519", "0.8432", "0.9388", "0.8519", "0.8932", "0.1111"]),
+    ("difficulty", "easy", 13, ["0.6538", "0.6667", "0.6513", "0.8750", "0.6667", "0.7568", "0.3846"]),
+    ("difficulty", "medium", 11, ["0.8566", "0.8788", "0.8656", "0.9375", "0.8824", "0.9091", "0.1818"]),
+    ("task", "multi_step", 9, ["0.8386", "0.8519", "0.8432", "0.9388", "0.8519", "0.8932", "0.1111"]),
+    ("task", "multi_turn", 6, ["0.8125", "0.7778", "0.7889", "0.9565", "0.8462", "0.8980", "0.1667"]),
+    ("task", "single_step", 9, ["0.6111", "0.6667", "0.6296", "0.7500", "0.6667", "0.7059", "0.5556"]),
+];
+
+#[test]
+fn compat_finmcp_equals_evaluation_py_with_missing_ids_and_repeats() {
+    use benchgen::score::{Mode, Status};
+    let Some(p) = crate::support::shared_data("finmcp/demo_samples.json") else { return };
+    let published: Vec<Value> = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    let (samples, records) = perturbed_inference_set(&published);
+    let f = Fixture::new();
+    let bench = f.write("samples.json", &Value::Array(samples).to_string());
+    let eval = f.write("eval.json", &Value::Array(records).to_string());
+    if let Ok(dir) = std::env::var("BENCHGEN_DUMP_FINMCP_FIXTURE") {
+        std::fs::copy(&eval, std::path::Path::new(&dir).join("eval.json")).unwrap();
+    }
+    let figures = |rep: &benchgen::score::Report| -> Vec<(String, String, usize, [String; 7])> {
+        let mut out = Vec::new();
+        for s in &rep.sections {
+            for r in &s.rows {
+                let (m, u) = (r.calls_macro.unwrap(), r.calls_micro.unwrap());
+                let f = [m.p, m.r, m.f1, u.p, u.r, u.f1, r.em].map(|x| format!("{x:.4}"));
+                out.push((s.dimension.clone(), r.key.clone(), r.n, f));
+            }
+        }
+        out
+    };
+    let expected: Vec<(String, String, usize, [String; 7])> =
+        EVALUATION_PY.iter().map(|(d, k, n, f)| (d.to_string(), k.to_string(), *n, f.map(str::to_string))).collect();
+    // The benchmark file and the inference output as the benchmark (as FinMCP's docs run
+    // it) give the same figures: evaluation.py reads the records only.
+    for b in [bench.clone(), eval.clone()] {
+        let com = run(vec![b.clone()], eval.clone(), Mode::CompatFinmcp);
+        assert_eq!(figures(&com), expected, "bench {}: {:#?}", b.display(), com.diagnostics);
+        for d in &com.diagnostics {
+            let text = format!("{} {:?} {}", d.location, d.id, d.message);
+            assert!(!text.contains('\0') && !text.contains("position:"), "internal key leaked: {text}");
+            assert!(!d.message.contains("second prediction"), "{text}");
+        }
+        // Only the bare record is unscorable; id-less records are named by their place.
+        let bare: Vec<_> = com
+            .diagnostics
+            .iter()
+            .filter(|d| d.file.ends_with("eval.json") && d.id.is_none() && d.message.contains("left out of N"))
+            .collect();
+        assert_eq!(bare.len(), 1, "{:#?}", com.diagnostics);
+        assert_eq!(bare[0].location, "record 29");
+        let named = com
+            .results
+            .iter()
+            .filter(|r| r.id.starts_with("record ") && matches!(r.status, Status::Correct | Status::Wrong))
+            .count();
+        assert_eq!(named, 4, "the id-less records with their sample's fields are scored");
+    }
+    // Corrected: its own duplicate handling, with records named by position, never by an internal key.
+    let cor = run(vec![bench], eval, Mode::Corrected);
+    assert_eq!(row(&cor, "overall", "all").n, 24);
+    for d in &cor.diagnostics {
+        let text = format!("{} {:?} {}", d.location, d.id, d.message);
+        assert!(!text.contains('\0') && !text.contains("position:"), "internal key leaked: {text}");
+        assert!(d.location.starts_with("record "), "{text}");
+    }
+    let second: Vec<_> = cor.diagnostics.iter().filter(|d| d.message.contains("second prediction")).collect();
+    assert_eq!(second.len(), 4, "{:#?}", cor.diagnostics);
+    assert!(second.iter().all(|d| d.id.is_some() && d.message.contains("the first is at record ")), "{second:#?}");
+    let id_less: Vec<_> = cor.diagnostics.iter().filter(|d| d.id.is_none()).collect();
+    assert_eq!(id_less.len(), 9, "{:#?}", cor.diagnostics);
+}

@@ -743,6 +743,17 @@ fn load_finmcp(
             });
             continue;
         }
+        // evaluation.py never reads `id`: in the compat mode a record without one cannot be
+        // paired, but the predictions file's own copy of it is scored (see `score::run`).
+        if keep_raw && rec.get("id").is_none() {
+            diagnostics.push(Diagnostic {
+                file: file.to_string(),
+                location: loc,
+                id: None,
+                message: "no `id`: no prediction can be paired with it; left out of the benchmark (a prediction record that carries the sample's fields is scored by them)".into(),
+            });
+            continue;
+        }
         // Messages stay JSON: unreadable gold calls are defects of this sample (and the compat
         // mode must see them as the published evaluator does).
         let sample = match finmcp::Sample::<Value>::deserialize(rec) {

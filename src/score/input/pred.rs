@@ -21,15 +21,18 @@ fn id_string(v: Option<&Value>) -> Option<String> {
 }
 
 /// Read every prediction record and hand it to `on_pred(id, location, pred, diagnostics)`.
+/// The id is `None` only for FinMCP records in `--compat finmcp`: evaluation.py reads each
+/// record on its own and never looks at `id`, so such a record is still scored (see `score::run`).
 pub fn read_predictions(
     opts: &Options,
     bench: &Bench,
-    mut on_pred: impl FnMut(&str, &str, Pred, &mut Vec<Diagnostic>),
+    mut on_pred: impl FnMut(Option<&str>, &str, Pred, &mut Vec<Diagnostic>),
 ) -> anyhow::Result<PredStats> {
     let _ = bench;
     // The corrected mode refuses a record with a duplicate key; the compat modes read it as
     // the published evaluators' `json.loads` does (the last value wins).
     let strict = opts.mode == crate::score::Mode::Corrected;
+    let compat_finmcp = opts.mode == crate::score::Mode::CompatFinmcp;
     let path = &opts.pred;
     let shown = path.display().to_string();
     let file = std::fs::File::open(path).with_context(|| format!("cannot read predictions `{shown}`"))?;
@@ -44,12 +47,12 @@ pub fn read_predictions(
         let v = match v {
             Record::Fast(id, norm) => {
                 *formats.entry(PredFormat::Unified).or_default() += 1;
-                on_pred(&id, loc, Pred::Ok { norm, raw: RawPred::Unified }, diags);
+                on_pred(Some(&id), loc, Pred::Ok { norm, raw: RawPred::Unified }, diags);
                 return;
             }
             Record::Etom(id, norm, raw) => {
                 *formats.entry(PredFormat::Etom).or_default() += 1;
-                on_pred(&id, loc, Pred::Ok { norm, raw: RawPred::Etom(raw) }, diags);
+                on_pred(Some(&id), loc, Pred::Ok { norm, raw: RawPred::Etom(raw) }, diags);
                 return;
             }
             Record::Value(v) => v,
@@ -58,23 +61,23 @@ pub fn read_predictions(
             diags.push(Diagnostic::line(loc, None, format!("expected a JSON object, got {}", json_type_name(&v))));
             return;
         };
+        let format = opts.pred_format.or_else(|| detect_pred(&obj));
+        let id = id_string(obj.get("id"));
         // FinMCP inference writes a failed sample as `{error, error_message, messages_pred: []}`
-        // without its id, at the sample's position in the list; evaluation.py drops it from N.
-        // The compat mode does the same, matching it by position (see `score::run`).
-        let positional =
-            (opts.mode == crate::score::Mode::CompatFinmcp && obj.get("id").is_none() && truthy(obj.get("error")))
-                .then(|| loc.strip_prefix("record ").and_then(|n| n.parse::<usize>().ok()))
-                .flatten()
-                .map(|n| format!("{}{}", crate::score::POSITION, n - 1));
-        let Some(id) = id_string(obj.get("id")).or(positional) else {
+        // without its id; evaluation.py never reads `id` at all. The compat mode takes such
+        // records as they are and names them by their place in the file.
+        let unpaired_ok = compat_finmcp && format == Some(PredFormat::Finmcp);
+        if id.is_none() && !unpaired_ok {
             let msg = match obj.get("id") {
+                None if truthy(obj.get("error")) => {
+                    "an inference error record without `id`: it cannot be paired with a sample (that sample counts as missing); not scored".to_string()
+                }
                 None => "no `id`; not scored".to_string(),
                 Some(v) => format!("`id` is {}, expected a string or number; not scored", json_type_name(v)),
             };
             diags.push(Diagnostic::line(loc, None, msg));
             return;
-        };
-        let format = opts.pred_format.or_else(|| detect_pred(&obj));
+        }
         let pred = match format {
             None => Pred::Malformed(
                 "cannot tell the prediction format: expected `turns`/`refusal`, `prediction` or `messages_pred`".into(),
@@ -84,14 +87,14 @@ pub fn read_predictions(
                 match f {
                     PredFormat::Unified => parse_unified(&obj),
                     PredFormat::Etom => parse_etom(&obj),
-                    PredFormat::Finmcp => parse_finmcp(&obj),
+                    PredFormat::Finmcp => parse_finmcp(&obj, compat_finmcp),
                 }
             }
         };
         if let Pred::Malformed(why) = &pred {
-            diags.push(Diagnostic::line(loc, Some(&id), format!("malformed prediction: {why}; scored as wrong")));
+            diags.push(Diagnostic::line(loc, id.as_deref(), format!("malformed prediction: {why}; scored as wrong")));
         }
-        on_pred(&id, loc, pred, diags);
+        on_pred(id.as_deref(), loc, pred, diags);
     };
 
     // Peek the first non-space byte: `[` means one JSON array, else JSONL.
@@ -591,9 +594,20 @@ pub fn norm_finmcp(messages: &Value) -> Result<NormPred, String> {
     Ok(norm)
 }
 
-fn parse_finmcp(obj: &Map<String, Value>) -> Pred {
+/// The fields of a sample that `evaluation.py` reads, when an inference record carries them
+/// (the inference output is each sample with `messages_pred` added).
+pub const FINMCP_SAMPLE_KEYS: [&str; 4] = ["scenery", "diff_level", "messages", "task"];
+
+/// `compat`: the record is kept as `evaluation.py` reads it (its own sample fields, and
+/// `messages_pred` unchecked: the compat scorer extracts the names itself).
+fn parse_finmcp(obj: &Map<String, Value>, compat: bool) -> Pred {
     let error = truthy(obj.get("error"));
     let messages = obj.get("messages_pred").cloned().unwrap_or(Value::Null);
+    let sample = (compat && FINMCP_SAMPLE_KEYS[..3].iter().any(|k| obj.contains_key(*k))).then(|| {
+        let own: Map<String, Value> =
+            FINMCP_SAMPLE_KEYS.iter().filter_map(|k| obj.get(*k).map(|v| (k.to_string(), v.clone()))).collect();
+        Value::Object(own)
+    });
     let norm = if error {
         let mut n = NormPred::default();
         n.notes.push("inference failed (record has `error`); scored as no tool calls".into());
@@ -601,10 +615,11 @@ fn parse_finmcp(obj: &Map<String, Value>) -> Pred {
     } else {
         match norm_finmcp(&messages) {
             Ok(n) => n,
+            Err(_) if compat => NormPred::default(),
             Err(e) => return Pred::Malformed(format!("messages_pred: {e}")),
         }
     };
-    Pred::Ok { norm, raw: RawPred::Finmcp { messages_pred: messages, error } }
+    Pred::Ok { norm, raw: RawPred::Finmcp { messages_pred: messages, error, sample } }
 }
 
 #[cfg(test)]
