@@ -8,6 +8,9 @@
 
 #[path = "../tests/it/support/scripted_llm.rs"]
 mod scripted_llm;
+// scripted_llm answers at a schema's edges with the tests' edge generator.
+#[path = "../tests/it/support/schema_edges.rs"]
+mod schema_edges;
 
 mod common;
 

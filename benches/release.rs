@@ -136,7 +136,7 @@ fn generate(root: &std::path::Path, n: usize) {
 /// Run the release stage once in this process and print one row.
 fn child(root: &str) {
     let settings = benchgen::settings::Settings::load(&std::path::Path::new(root).join("pipeline/bench.toml")).unwrap();
-    let printer = benchgen::printer::Printer { quiet: true, verbose: 0, json: false };
+    let printer = benchgen::printer::Printer { quiet: true, verbose: 0, json: false, announce: false };
     let t0 = Instant::now();
     let rep = benchgen::stage::execute(&settings, &printer, &benchgen::release::ReleaseStage, true, &BTreeMap::new())
         .expect("release");

@@ -10,6 +10,9 @@
 
 #[path = "../tests/it/support/scripted_llm.rs"]
 mod scripted_llm;
+// scripted_llm answers at a schema's edges with the tests' edge generator.
+#[path = "../tests/it/support/schema_edges.rs"]
+mod schema_edges;
 
 mod common;
 
@@ -176,7 +179,7 @@ fn main() -> anyhow::Result<()> {
     let server = ScriptedLlm::start(rule);
     let dir = tempfile::tempdir()?;
     let s = project(dir.path(), &server.base_url(), n);
-    let printer = Printer { quiet: true, verbose: 0, json: false };
+    let printer = Printer { quiet: true, verbose: 0, json: false, announce: false };
     let ctx = Ctx::new(&s, &printer);
     benchgen::pipeline::run(&ctx, None, Some("graph-build"), false)?;
     let load_before = common::loadavg();

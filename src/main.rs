@@ -24,7 +24,8 @@ fn main() -> ExitCode {
     // Spawned servers must not outlive us, whatever signal ends us.
     benchgen::children::install();
     init_tracing(cli.global.verbose, cli.global.quiet);
-    let printer = Printer { quiet: cli.global.quiet, verbose: cli.global.verbose, json: cli.global.json };
+    let printer =
+        Printer { quiet: cli.global.quiet, verbose: cli.global.verbose, json: cli.global.json, announce: false };
     let result = dispatch(&cli, &printer);
     benchgen::children::wait_if_signalled();
     match result {

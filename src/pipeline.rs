@@ -7,6 +7,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::error::UsageError;
+use crate::printer::Printer;
 use crate::settings::Settings;
 use crate::stage::{self, Ctx, Freshness, RunStatus, StageReport};
 
@@ -89,7 +90,8 @@ pub fn run(ctx: &Ctx, from: Option<&str>, until: Option<&str>, force: bool) -> R
             states.insert(spec.name.into(), stage::freshness(stage.as_ref(), ctx.settings, &states));
             continue;
         }
-        let report = stage::execute(ctx.settings, ctx.printer, stage.as_ref(), force, &states)?;
+        let announcing = Printer { announce: true, ..*ctx.printer };
+        let report = stage::execute(ctx.settings, &announcing, stage.as_ref(), force, &states)?;
         // Each result as soon as it is known; `--json` gets the whole list at the end.
         ctx.printer.partial(&render_report(&report));
         states.insert(spec.name.into(), Freshness::Done);

@@ -35,6 +35,9 @@ pub struct Printer {
     pub quiet: bool,
     pub verbose: u8,
     pub json: bool,
+    /// Say "running `STAGE` …" as each stage that is not up to date starts (`benchgen run`;
+    /// a single stage command's output starts with its result or error instead).
+    pub announce: bool,
 }
 
 impl Printer {

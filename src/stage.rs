@@ -774,7 +774,9 @@ fn execute_inner(
         });
     }
     // Said only here, past the freshness check: a stage that is up to date never "runs".
-    printer.info(&format!("running `{}` …", spec.command));
+    if printer.announce {
+        printer.info(&format!("running `{}` …", spec.command));
+    }
     let plan = resolve(stage, settings)?;
     let ctx = Ctx {
         settings,

@@ -167,12 +167,16 @@ pub fn check_numbered(got: &[u64], n: usize, noun: &str) -> Result<(), String> {
 
 /// One typed call of the code base as the property test sees it (tests only): where it is,
 /// what it asks, its schema and its acceptance (schema, shape and check).
+/// A check over a raw JSON answer (what a site's typed check does once it deserialises).
+#[cfg(test)]
+pub type RawCheck = Box<dyn Fn(&Value) -> Result<(), String>>;
+
 #[cfg(test)]
 pub struct Site {
     pub file: &'static str,
     pub what: String,
     pub schema: Value,
-    pub accepts: Box<dyn Fn(&Value) -> Result<(), String>>,
+    pub accepts: RawCheck,
 }
 
 #[cfg(test)]

@@ -191,7 +191,7 @@ pub fn command(
                 };
                 rows.push(Row {
                     hash: t.hash(),
-                    source: t.shown(&shown),
+                    source: t.shown(shown),
                     builtin_hash,
                     stages: used.get(&name).cloned().unwrap_or_default(),
                     name,
@@ -225,11 +225,11 @@ pub fn command(
                 },
             };
             // The text itself on stdout (to redirect into a file); its source on stderr.
-            printer.info(&format!("{} ({})", t.shown(&shown), t.hash()));
+            printer.info(&format!("{} ({})", t.shown(shown), t.hash()));
             if printer.json {
                 printer.summary(
                     "",
-                    &serde_json::json!({"name": t.name, "source": t.shown(&shown), "hash": t.hash(), "text": t.text}),
+                    &serde_json::json!({"name": t.name, "source": t.shown(shown), "hash": t.hash(), "text": t.text}),
                 );
             } else {
                 crate::printer::out(t.text.trim_end_matches('\n'));

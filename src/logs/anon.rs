@@ -629,8 +629,7 @@ mod tests {
         let mut a = anon("k1");
         assert!(a.scrub("order 13912345678").starts_with("order PHONE_"));
         // Without the region it stays.
-        let mut s = AnonSettings::default();
-        s.phone_regions = vec!["GB".into()];
+        let mut s = AnonSettings { phone_regions: vec!["GB".into()], ..Default::default() };
         let mut gb = Anonymiser::new(b"k", &s).unwrap();
         assert_eq!(gb.scrub("order 13912345678"), "order 13912345678");
         assert!(gb.scrub("call 07700 900123").starts_with("call PHONE_"));
@@ -641,8 +640,7 @@ mod tests {
 
     #[test]
     fn mobile_cn_is_an_old_name_for_phone() {
-        let mut s = AnonSettings::default();
-        s.detectors = vec!["mobile_cn".into()];
+        let s = AnonSettings { detectors: vec!["mobile_cn".into()], ..Default::default() };
         let mut a = Anonymiser::new(b"k", &s).unwrap();
         assert!(a.scrub("13812345678").starts_with("PHONE_"));
     }

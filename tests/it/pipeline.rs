@@ -34,7 +34,8 @@ fn docs_text() -> String {
 /// The scripted model of the demo's whole pipeline ([`full_answer`], and "keep" for any
 /// other prompt). Also used by tests/it/init.rs and tests/it/guides.rs.
 pub(crate) fn pipeline_answer(seen: &Seen) -> Answer {
-    full_answer(seen).unwrap_or_else(|| Answer::json(serde_json::json!({"reason": "needs live data", "verdict": "keep"})))
+    full_answer(seen)
+        .unwrap_or_else(|| Answer::json(serde_json::json!({"reason": "needs live data", "verdict": "keep"})))
 }
 
 /// The full project's scripted answers: every candidate pair equivalent, so there are
