@@ -187,8 +187,13 @@ impl PhoneFinder {
         // Parts that start and end at spaces (numbers strung together), longest first; an
         // end of the match glued to a word or a pseudonym is no place for a number to end.
         let mut cuts: Vec<usize> = Vec::new();
-        if !glued(text[..start].chars().next_back()) {
+        // A `(` is punctuation between a word and the digits (`a(13812345678`): the number
+        // may start at it (`(020) 7946 0958`) or just after it.
+        if !glued(text[..start].chars().next_back()) || m.starts_with('(') {
             cuts.push(0);
+        }
+        if m.starts_with('(') {
+            cuts.push(1);
         }
         cuts.extend(
             m.match_indices(' ')
@@ -200,24 +205,41 @@ impl PhoneFinder {
             .map(|(i, _)| i)
             .filter(|&i| m[..i].ends_with(|c: char| c.is_ascii_digit() || c == ')'))
             .collect();
-        if !glued(text[end..].chars().next()) {
+        if m.ends_with(')') && m.len() > 1 {
+            ends.push(m.len() - 1);
+        }
+        if !glued(text[end..].chars().next()) || m.ends_with(')') {
             ends.push(m.len());
         }
-        let mut from = 0;
-        'outer: for &a in &cuts {
-            if a < from {
-                continue;
-            }
-            for &b in ends.iter().rev() {
-                if b <= a {
-                    break;
+        cuts.sort_unstable();
+        cuts.dedup();
+        ends.sort_unstable();
+        ends.dedup();
+        // Of the ways to read the parts as numbers, the one covering the most digits: a
+        // greedy left-to-right reading let a digit group before a number (`ref 0771 098765
+        // 43210`) take the number's first group and leave the rest of it in the text.
+        let digits = |t: &str| t.bytes().filter(u8::is_ascii_digit).count();
+        let found: Vec<Vec<(usize, String)>> = cuts
+            .iter()
+            .map(|&a| ends.iter().filter(|&&b| b > a).filter_map(|&b| self.number(&m[a..b]).map(|e| (b, e))).collect())
+            .collect();
+        // best[i]: (digits covered, chosen (cut, end, number)…) reading from cuts[i] on.
+        let mut best: Vec<(usize, Vec<(usize, usize, String)>)> = vec![(0, Vec::new()); cuts.len() + 1];
+        for i in (0..cuts.len()).rev() {
+            let mut choice = best[i + 1].clone();
+            for (b, e164) in &found[i] {
+                let next = cuts.iter().position(|&c| c >= *b).unwrap_or(cuts.len());
+                let covered = digits(&m[cuts[i]..*b]) + best[next].0;
+                if covered > choice.0 {
+                    let mut picks = vec![(cuts[i], *b, e164.clone())];
+                    picks.extend(best[next].1.iter().cloned());
+                    choice = (covered, picks);
                 }
-                if let Some(e164) = self.number(&m[a..b]) {
-                    out.push((start + a, start + b, e164));
-                    from = b;
-                    continue 'outer;
-                }
             }
+            best[i] = choice;
+        }
+        for (a, b, e164) in std::mem::take(&mut best[0].1) {
+            out.push((start + a, start + b, e164));
         }
     }
 }
