@@ -274,19 +274,7 @@ fn dump_from(c: &Connection, dir: &Path) -> Result<(usize, usize)> {
         "SELECT sample_id, content_hash, decision, adjudicator, reason, at, revision FROM adjudication_revisions
          ORDER BY sample_id, revision",
     )?;
-    let adj: Vec<WebAdjudication> = st
-        .query_map([], |r| {
-            Ok(WebAdjudication {
-                sample_id: r.get(0)?,
-                content_hash: r.get(1)?,
-                decision: r.get(2)?,
-                adjudicator: r.get(3)?,
-                reason: r.get(4)?,
-                at: r.get(5)?,
-                revision: r.get(6)?,
-            })
-        })?
-        .collect::<rusqlite::Result<_>>()?;
+    let adj: Vec<WebAdjudication> = st.query_map([], adjudication_row)?.collect::<rusqlite::Result<_>>()?;
     write_if_changed(&dir.join("scores.jsonl"), &super::to_jsonl(&scores)?)?;
     write_if_changed(&dir.join("adjudications.jsonl"), &super::to_jsonl(&adj)?)?;
     Ok((scores.len(), adj.len()))
@@ -1118,18 +1106,7 @@ fn adjudication_revisions(c: &Connection, id: &str) -> rusqlite::Result<Vec<WebA
         "SELECT sample_id, content_hash, decision, adjudicator, reason, at, revision FROM adjudication_revisions
          WHERE sample_id = ?1 ORDER BY revision",
     )?;
-    st.query_map(params![id], |r| {
-        Ok(WebAdjudication {
-            sample_id: r.get(0)?,
-            content_hash: r.get(1)?,
-            decision: r.get(2)?,
-            adjudicator: r.get(3)?,
-            reason: r.get(4)?,
-            at: r.get(5)?,
-            revision: r.get(6)?,
-        })
-    })?
-    .collect()
+    st.query_map(params![id], adjudication_row)?.collect()
 }
 
 /// Samples a lead may adjudicate: both reviews submitted, one accepts and one rejects,
@@ -1463,4 +1440,18 @@ mod tests {
         assert_eq!(cookie(&h, "bg_session").as_deref(), Some("abc"));
         assert!(eq_ct("abc", "abc") && !eq_ct("abc", "abd") && !eq_ct("abc", "ab"));
     }
+}
+
+/// One `adjudication_revisions` row selected as `sample_id, content_hash, decision,
+/// adjudicator, reason, at, revision` (the column order both queries use).
+fn adjudication_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<WebAdjudication> {
+    Ok(WebAdjudication {
+        sample_id: r.get(0)?,
+        content_hash: r.get(1)?,
+        decision: r.get(2)?,
+        adjudicator: r.get(3)?,
+        reason: r.get(4)?,
+        at: r.get(5)?,
+        revision: r.get(6)?,
+    })
 }
