@@ -224,7 +224,8 @@ impl PhoneFinder {
             .map(|&a| ends.iter().filter(|&&b| b > a).filter_map(|&b| self.number(&m[a..b]).map(|e| (b, e))).collect())
             .collect();
         // best[i]: (digits covered, chosen (cut, end, number)…) reading from cuts[i] on.
-        let mut best: Vec<(usize, Vec<(usize, usize, String)>)> = vec![(0, Vec::new()); cuts.len() + 1];
+        type Reading = (usize, Vec<(usize, usize, String)>);
+        let mut best: Vec<Reading> = vec![(0, Vec::new()); cuts.len() + 1];
         for i in (0..cuts.len()).rev() {
             let mut choice = best[i + 1].clone();
             for (b, e164) in &found[i] {

@@ -1428,20 +1428,6 @@ document.addEventListener('DOMContentLoaded', function () {
 });
 "#;
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escaping_and_cookies() {
-        assert_eq!(esc("<a href=\"x\">'&"), "&lt;a href=&quot;x&quot;&gt;&#39;&amp;");
-        let mut h = HeaderMap::new();
-        h.insert(header::COOKIE, HeaderValue::from_static("a=1; bg_session=abc; b=2"));
-        assert_eq!(cookie(&h, "bg_session").as_deref(), Some("abc"));
-        assert!(eq_ct("abc", "abc") && !eq_ct("abc", "abd") && !eq_ct("abc", "ab"));
-    }
-}
-
 /// One `adjudication_revisions` row selected as `sample_id, content_hash, decision,
 /// adjudicator, reason, at, revision` (the column order both queries use).
 fn adjudication_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<WebAdjudication> {
@@ -1454,4 +1440,18 @@ fn adjudication_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<WebAdjudication> 
         at: r.get(5)?,
         revision: r.get(6)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_and_cookies() {
+        assert_eq!(esc("<a href=\"x\">'&"), "&lt;a href=&quot;x&quot;&gt;&#39;&amp;");
+        let mut h = HeaderMap::new();
+        h.insert(header::COOKIE, HeaderValue::from_static("a=1; bg_session=abc; b=2"));
+        assert_eq!(cookie(&h, "bg_session").as_deref(), Some("abc"));
+        assert!(eq_ct("abc", "abc") && !eq_ct("abc", "abd") && !eq_ct("abc", "ab"));
+    }
 }
