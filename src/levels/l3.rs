@@ -270,7 +270,7 @@ pub(crate) fn deps_answer(chain: &[String]) -> crate::llm::Answer<DepGraph> {
         })
         .collect();
     let schema = json!({"type": "object",
-        "properties": {"dependency_graph": {"type": "array", "prefixItems": steps, "items": false, "minItems": n, "maxItems": n}},
+        "properties": {"dependency_graph": {"type": "array", "prefixItems": steps, "minItems": n, "maxItems": n}},
         "required": ["dependency_graph"], "additionalProperties": false});
     let chain = chain.to_vec();
     crate::llm::Answer::new("DepGraph", schema).check(move |g: &DepGraph| {

@@ -163,7 +163,7 @@ pub(crate) fn scenario_answer(services: &Value) -> crate::llm::Answer<Scenario> 
     let schema = json!({"type": "object",
         "properties": {
             "query": {"type": "string", "minLength": 1},
-            "steps": {"type": "array", "prefixItems": steps, "items": false, "minItems": n.max(1), "maxItems": max},
+            "steps": {"type": "array", "prefixItems": steps, "minItems": n.max(1), "maxItems": max},
         },
         "required": ["query", "steps"], "additionalProperties": false});
     crate::llm::Answer::new("Scenario", schema).non_blank("query", |s: &Scenario| s.query.as_str()).check(

@@ -114,7 +114,7 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
             .cloned()
             .unwrap_or_else(|| json!(format!("One entry per {noun}, in order.")));
         self.schema["properties"][list] = json!({"type": "array", "description": description,
-            "prefixItems": entries, "items": false, "minItems": n, "maxItems": n});
+            "prefixItems": entries, "minItems": n, "maxItems": n});
         self.check(move |v| check_numbered(&get(v), n, noun))
     }
 }

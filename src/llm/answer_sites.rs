@@ -269,6 +269,65 @@ fn the_known_disagreements_are_gone() {
     assert_eq!(schemas.schema["properties"]["output_schema"]["type"], "object");
 }
 
+/// Every schema we send is one a grammar-following server takes. llama.cpp (the local
+/// provider; vLLM and SGLang constrain the same way) turns the schema into a grammar before
+/// it samples, and refuses what it cannot build with HTTP 400 ("Unable to generate parser
+/// …": `"items": false` beside `prefixItems` was one). So each site's schema goes to the
+/// real llama-server of `make setup` for one token. Skipped without the assets; CI fails.
+#[test]
+fn every_schema_is_taken_by_the_real_llama_server() {
+    use crate::llm::config::{SMALL_LOCAL_MODEL, cache_dir};
+    use crate::llm::local::{LocalServer, LocalSpec};
+    let cache = cache_dir();
+    let (binary, model) = (cache.join("llm/build/bin/llama-server"), cache.join("llm/models").join(SMALL_LOCAL_MODEL));
+    if !(binary.is_file() && model.is_file()) {
+        let msg = format!("llama-server or the 0.5B model is missing from `{}`; run `make setup`", cache.display());
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{msg}");
+        eprintln!("skipping: {msg}");
+        return;
+    }
+    let logs = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let refused = rt.block_on(async {
+        let spec = LocalSpec {
+            binary,
+            model,
+            threads: 2,
+            ctx_size: 4096,
+            parallel: 1,
+            startup_timeout: std::time::Duration::from_secs(300),
+            log_dir: logs.path().to_path_buf(),
+            extra_args: vec![],
+        };
+        let server = LocalServer::start(&spec).await.expect("the real llama-server starts");
+        let http = reqwest::Client::new();
+        let mut refused = Vec::new();
+        for e in sites() {
+            for site in &e.answers {
+                let body = json!({
+                    "messages": [{"role": "user", "content": "Answer with JSON."}],
+                    "max_tokens": 1,
+                    "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": site.schema}},
+                });
+                let r = http
+                    .post(format!("{}/chat/completions", server.base_url()))
+                    .header("content-type", "application/json")
+                    .body(serde_json::to_vec(&body).unwrap())
+                    .send()
+                    .await
+                    .unwrap();
+                let status = r.status();
+                if !status.is_success() {
+                    let text = r.text().await.unwrap_or_default();
+                    refused.push(format!("{} ({}): HTTP {status}: {text}", site.what, site.file));
+                }
+            }
+        }
+        refused
+    });
+    assert!(refused.is_empty(), "llama-server refuses these schemas:\n{}", refused.join("\n"));
+}
+
 #[test]
 fn the_edges_catch_the_old_listwise_schema() {
     // Before issue 24: `T`'s own schema (`candidate` ≥ 0, any number of verdicts) and the

@@ -955,7 +955,7 @@ pub fn bound_strings(schema: &mut Value, name: Option<&str>) {
                 }
             }
             "items" | "additionalProperties" => bound_strings(v, name),
-            "anyOf" | "oneOf" | "allOf" => {
+            "anyOf" | "oneOf" | "allOf" | "prefixItems" => {
                 if let Some(xs) = v.as_array_mut() {
                     xs.iter_mut().for_each(|x| bound_strings(x, name));
                 }

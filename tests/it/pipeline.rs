@@ -286,7 +286,7 @@ fn check_reports_every_wrong_key_at_once_before_anything_runs() {
     let cfg = p.read("pipeline/demo.toml");
     let cfg = cfg
         .replace("[efs.verify]\nrole = \"verifier\"", "[efs.verify]\nrole = \"verifer\"")
-        .replace("requests_per_set = 2", "requests_per_set = 0\nselect_template = \"no-such-template\"")
+        .replace("requests_per_set = 1", "requests_per_set = 0\nselect_template = \"no-such-template\"")
         .replace("min_cosine = 0.45", "min_cosine = nan");
     assert!(cfg.contains("verifer") && cfg.contains("nan") && cfg.contains("no-such-template"), "demo.toml changed");
     let base_url = p.llm.as_ref().unwrap().base_url();
@@ -331,7 +331,7 @@ fn check_reports_every_wrong_key_at_once_before_anything_runs() {
     let fixed = p
         .read("pipeline/demo.toml")
         .replace("verifer", "verifier")
-        .replace("requests_per_set = 0\nselect_template = \"no-such-template\"", "requests_per_set = 2")
+        .replace("requests_per_set = 0\nselect_template = \"no-such-template\"", "requests_per_set = 1")
         .replace("min_cosine = nan", "min_cosine = 0.45");
     p.write("pipeline/demo.toml", fixed);
     let o = p.run(&["check"]);

@@ -91,7 +91,7 @@ fn node(root: &Value, s: &Value, pick: Pick) -> Value {
         "array" => {
             let lo = int("minItems").unwrap_or(0) as usize;
             if let Some(prefix) = s.get("prefixItems").and_then(Value::as_array) {
-                // `items: false` here: between `minItems` and all of the prefix.
+                // No entry beyond the prefix (`maxItems` bounds it): between `minItems` and all of it.
                 let hi = int("maxItems").map_or(prefix.len(), |m| (m as usize).min(prefix.len()));
                 let n = [lo.min(hi), hi][pick(2)];
                 return Value::Array(prefix[..n].iter().map(|p| node(root, p, pick)).collect());
