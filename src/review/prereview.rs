@@ -102,7 +102,9 @@ pub fn answer_schema(a: &Assignments) -> Value {
     let dim = json!({
         "type": "object",
         "properties": {
-            "reason": {"type": "string", "description": "One line saying why."},
+            // One line: a shorter bound than other explanations', as a reviewer writes one
+            // per dimension (on the demo's 2 cores the pre-review is the longest LLM stage).
+            "reason": {"type": "string", "description": "One line saying why.", "maxLength": 160},
             "score": {"type": "integer", "minimum": a.scale_min, "maximum": a.scale_max},
         },
         "required": ["reason", "score"],
@@ -114,7 +116,7 @@ pub fn answer_schema(a: &Assignments) -> Value {
         "type": "object",
         "properties": {
             "scores": {"type": "object", "properties": props, "required": ids, "additionalProperties": false},
-            "note": {"type": "string", "description": "One line overall."},
+            "note": {"type": "string", "description": "One line overall.", "maxLength": 200},
         },
         "required": ["scores", "note"],
         "additionalProperties": false,
