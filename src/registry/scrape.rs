@@ -549,7 +549,57 @@ async fn scrape_async(opts: ScrapeOptions<'_>) -> Result<ScrapeReport> {
     if !problems.is_empty() {
         return Err(crate::error::InputError { file: format!("[registry.sources.{name}]"), problems }.into());
     }
-    let key = match &cfg.api_key_env {
+    let key = api_key(name, cfg)?;
+    let source_dir = opts.raw.join(name);
+    let snapshot = choose_snapshot(&source_dir, opts.snapshot.as_deref(), opts.fresh)?;
+    let dir = source_dir.join(&snapshot);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
+    let state_path = dir.join("state.json");
+    remove_cut_writes(&dir);
+
+    let prev_pages = previous_etags(&source_dir, &snapshot);
+    let state = open_state(&state_path, cfg, name, &snapshot)?;
+    let f = fetcher(name, cfg, key, opts.seed)?;
+    let report = ScrapeReport {
+        source: name.into(),
+        snapshot: snapshot.clone(),
+        folder: dir.display().to_string(),
+        pages_fetched: 0,
+        pages_adopted: 0,
+        pages_total: 0,
+        not_modified: 0,
+        details_fetched: 0,
+        servers: 0,
+        duplicates: 0,
+        requests: 0,
+        retries: 0,
+        elapsed_s: 0.0,
+        complete: false,
+    };
+    let mut run = Scrape {
+        name,
+        cfg,
+        snapshot,
+        dir,
+        state_path,
+        prev_pages,
+        state,
+        f,
+        report,
+        ids: BTreeSet::new(),
+        order: Vec::new(),
+        cursors: BTreeMap::new(),
+        pb: opts.progress,
+    };
+    run.reread_pages()?;
+    run.pages().await?;
+    run.details().await?;
+    run.finish(started)
+}
+
+/// The source's API key from its environment variable, when it names one.
+fn api_key(name: &str, cfg: &SourceSettings) -> Result<Option<String>> {
+    Ok(match &cfg.api_key_env {
         None => None,
         Some(var) => match std::env::var(var) {
             Ok(k) if !k.trim().is_empty() => Some(k.trim().to_string()),
@@ -560,14 +610,12 @@ async fn scrape_async(opts: ScrapeOptions<'_>) -> Result<ScrapeReport> {
                 ));
             }
         },
-    };
-    let source_dir = opts.raw.join(name);
-    let snapshot = choose_snapshot(&source_dir, opts.snapshot.as_deref(), opts.fresh)?;
-    let dir = source_dir.join(&snapshot);
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
-    let state_path = dir.join("state.json");
-    // Temp files of atomic writes cut off by a kill: never part of a snapshot.
-    for d in [dir.clone(), dir.join("details")] {
+    })
+}
+
+/// Removes the temp files of atomic writes cut off by a kill: never part of a snapshot.
+fn remove_cut_writes(dir: &Path) {
+    for d in [dir.to_path_buf(), dir.join("details")] {
         for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
             if n.starts_with('.') && n.contains(".tmp.") {
@@ -575,9 +623,11 @@ async fn scrape_async(opts: ScrapeOptions<'_>) -> Result<ScrapeReport> {
             }
         }
     }
+}
 
-    // ETags of the latest complete snapshot, by request.
-    let previous: Option<(PathBuf, State)> = snapshots(&source_dir)
+/// ETags of the latest complete snapshot, by request, with the file that holds each body.
+fn previous_etags(source_dir: &Path, snapshot: &str) -> BTreeMap<String, (PathBuf, String)> {
+    let previous: Option<(PathBuf, State)> = snapshots(source_dir)
         .into_iter()
         .rev()
         .filter(|(id, _)| *id != snapshot)
@@ -595,8 +645,12 @@ async fn scrape_async(opts: ScrapeOptions<'_>) -> Result<ScrapeReport> {
             }
         }
     }
+    prev_pages
+}
 
-    let mut state = match std::fs::read(&state_path) {
+/// The snapshot's saved state (resumed only with the same settings), or a new one.
+fn open_state(state_path: &Path, cfg: &SourceSettings, name: &str, snapshot: &str) -> Result<State> {
+    Ok(match std::fs::read(state_path) {
         Ok(b) => {
             let s: State = serde_json::from_slice(&b)
                 .with_context(|| format!("`{}` is not a scrape state file", state_path.display()))?;
@@ -618,7 +672,7 @@ async fn scrape_async(opts: ScrapeOptions<'_>) -> Result<ScrapeReport> {
         Err(_) => State {
             source: name.to_string(),
             kind: cfg.kind,
-            snapshot: snapshot.clone(),
+            snapshot: snapshot.to_string(),
             base_url: cfg.base_url.clone(),
             page_size: cfg.page_size,
             query: cfg.query.clone(),
@@ -628,72 +682,91 @@ async fn scrape_async(opts: ScrapeOptions<'_>) -> Result<ScrapeReport> {
             details: BTreeMap::new(),
             complete: false,
         },
-    };
+    })
+}
 
+fn fetcher<'a>(name: &'a str, cfg: &'a SourceSettings, key: Option<String>, seed: u64) -> Result<Fetcher<'a>> {
     let http = reqwest::Client::builder()
         .user_agent(USER_AGENT)
         .timeout(Duration::from_secs_f64(cfg.timeout_secs))
         .connect_timeout(Duration::from_secs_f64(cfg.connect_timeout_secs))
         .build()
         .context("cannot build the HTTP client")?;
-    let mut f = Fetcher {
+    Ok(Fetcher {
         name,
         cfg,
         http,
         key,
         limiter: RateLimiter::new(cfg.rate_per_s, cfg.burst),
-        rng: rand_chacha::ChaCha8Rng::seed_from_u64(opts.seed ^ 0x005c_4a9e),
+        rng: rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x005c_4a9e),
         requests: 0,
         retries: 0,
         prepaid: false,
-    };
-    let mut report = ScrapeReport {
-        source: name.into(),
-        snapshot: snapshot.clone(),
-        folder: dir.display().to_string(),
-        pages_fetched: 0,
-        pages_adopted: 0,
-        pages_total: 0,
-        not_modified: 0,
-        details_fetched: 0,
-        servers: 0,
-        duplicates: 0,
-        requests: 0,
-        retries: 0,
-        elapsed_s: 0.0,
-        complete: false,
-    };
+    })
+}
 
-    // Ids and cursors of the pages already recorded (re-parsed from the saved bytes).
-    let mut ids: BTreeSet<String> = BTreeSet::new();
-    let mut order: Vec<String> = Vec::new();
-    let mut cursors: BTreeMap<String, u64> = BTreeMap::new();
-    for p in &state.pages {
-        let bytes = std::fs::read(dir.join(&p.file))
-            .with_context(|| format!("snapshot `{snapshot}`: `{}` is listed in state.json but missing", p.file))?;
-        if sha256_hex(&bytes) != p.sha256 {
-            bail!("snapshot `{snapshot}`: `{}` does not match its hash in state.json (edited?)", p.file);
-        }
-        let page = pages::parse_page(cfg.kind, name, p.page, &bytes)?;
-        for it in page.items {
-            if ids.insert(it.id.clone()) {
-                order.push(it.id);
-            } else {
-                report.duplicates += 1;
+/// A scrape under way: its snapshot folder and state, the servers its pages listed so far
+/// (in order, with the cursors seen), the client and the report.
+struct Scrape<'a> {
+    name: &'a str,
+    cfg: &'a SourceSettings,
+    snapshot: String,
+    dir: PathBuf,
+    state_path: PathBuf,
+    prev_pages: BTreeMap<String, (PathBuf, String)>,
+    state: State,
+    f: Fetcher<'a>,
+    report: ScrapeReport,
+    ids: BTreeSet<String>,
+    order: Vec<String>,
+    cursors: BTreeMap<String, u64>,
+    pb: indicatif::ProgressBar,
+}
+
+impl Scrape<'_> {
+    /// Ids and cursors of the pages already recorded (re-parsed from the saved bytes).
+    fn reread_pages(&mut self) -> Result<()> {
+        let (name, cfg) = (self.name, self.cfg);
+        let Self { snapshot, dir, state, report, ids, order, cursors, .. } = self;
+        for p in &state.pages {
+            let bytes = std::fs::read(dir.join(&p.file))
+                .with_context(|| format!("snapshot `{snapshot}`: `{}` is listed in state.json but missing", p.file))?;
+            if sha256_hex(&bytes) != p.sha256 {
+                bail!("snapshot `{snapshot}`: `{}` does not match its hash in state.json (edited?)", p.file);
+            }
+            let page = pages::parse_page(cfg.kind, name, p.page, &bytes)?;
+            for it in page.items {
+                if ids.insert(it.id.clone()) {
+                    order.push(it.id);
+                } else {
+                    report.duplicates += 1;
+                }
+            }
+            if let Next::Cursor(c) = &p.next {
+                cursors.insert(c.clone(), p.page);
             }
         }
-        if let Next::Cursor(c) = &p.next {
-            cursors.insert(c.clone(), p.page);
-        }
+        let pb = &self.pb;
+        pb.set_length(cfg.max_pages.min(10_000));
+        pb.set_position(state.pages.len() as u64);
+        Ok(())
     }
-    let pb = opts.progress;
-    pb.set_length(cfg.max_pages.min(10_000));
-    pb.set_position(state.pages.len() as u64);
 
-    // `None`: nothing fetched yet (the first request has no cursor).
-    let mut next: Option<Next> = state.pages.last().map(|p| p.next.clone());
-    while !state.complete && next != Some(Next::End) {
-        let n = state.pages.len() as u64 + 1;
+    /// The list pages, from the first unrecorded one to the end.
+    async fn pages(&mut self) -> Result<()> {
+        // `None`: nothing fetched yet (the first request has no cursor).
+        let mut next: Option<Next> = self.state.pages.last().map(|p| p.next.clone());
+        while !self.state.complete && next != Some(Next::End) {
+            next = Some(self.page(next.as_ref()).await?);
+        }
+        Ok(())
+    }
+
+    /// Fetches (or adopts) the next list page, checks it and records it durably; returns
+    /// its next-page pointer.
+    async fn page(&mut self, next: Option<&Next>) -> Result<Next> {
+        let (name, cfg) = (self.name, self.cfg);
+        let n = self.state.pages.len() as u64 + 1;
         if n > cfg.max_pages {
             return Err(ScrapeError::Page(pages::Loc { source: name, page: format!("page {n}") }.err(
                 match cfg.kind {
@@ -708,16 +781,16 @@ async fn scrape_async(opts: ScrapeOptions<'_>) -> Result<ScrapeReport> {
             ))
             .into());
         }
-        let request = list_request(cfg.kind, cfg.page_size, &cfg.query, next.as_ref().unwrap_or(&Next::Page(1)));
+        let request = list_request(cfg.kind, cfg.page_size, &cfg.query, next.unwrap_or(&Next::Page(1)));
         let file = page_file(n);
-        let path = dir.join(&file);
+        let path = self.dir.join(&file);
         let what = format!("page {n}");
         let (bytes, etag, not_modified, adopted) = if let Ok(b) = std::fs::read(&path) {
             // Saved by a run that was killed before it updated state.json.
             (b, None, false, true)
         } else {
-            let prev = prev_pages.get(&request);
-            match f.get(&request, &what, prev.map(|(_, e)| e.as_str())).await? {
+            let prev = self.prev_pages.get(&request);
+            match self.f.get(&request, &what, prev.map(|(_, e)| e.as_str())).await? {
                 Fetched::Body { bytes, etag } => (bytes, etag, false, false),
                 Fetched::NotModified => {
                     let (p, e) = prev.expect("304 only with an ETag");
@@ -726,6 +799,7 @@ async fn scrape_async(opts: ScrapeOptions<'_>) -> Result<ScrapeReport> {
                 }
             }
         };
+        let Self { dir, state_path, state, f, report, ids, order, cursors, pb, .. } = self;
         let page = match pages::parse_page(cfg.kind, name, n, &bytes) {
             Ok(p) => p,
             Err(e) => {
@@ -796,61 +870,72 @@ async fn scrape_async(opts: ScrapeOptions<'_>) -> Result<ScrapeReport> {
         }
         pb.set_position(n);
         pb.set_message(format!("pages, {} servers", ids.len()));
-        next = Some(page.next);
+        Ok(page.next)
     }
 
-    if cfg.kind == SourceKind::Smithery && cfg.details && !state.complete {
-        pb.set_length(order.len() as u64);
-        pb.set_position(0);
-        for (i, qn) in order.iter().enumerate() {
-            pb.set_position(i as u64);
-            pb.set_message(format!("details ({qn})"));
-            if state.details.contains_key(qn) {
-                continue;
-            }
-            let file = detail_file(qn);
-            let path = dir.join(&file);
-            let request = detail_request(qn);
-            let what = format!("detail of `{qn}`");
-            let (bytes, etag) = if let Ok(b) = std::fs::read(&path) {
-                (b, None)
-            } else {
-                let prev = prev_pages.get(&request);
-                match f.get(&request, &what, prev.map(|(_, e)| e.as_str())).await? {
-                    Fetched::Body { bytes, etag } => (bytes, etag),
-                    Fetched::NotModified => {
-                        let (p, e) = prev.expect("304 only with an ETag");
-                        (std::fs::read(p)?, Some(e.clone()))
-                    }
+    /// Smithery's per-server detail documents, when configured.
+    async fn details(&mut self) -> Result<()> {
+        let (name, cfg) = (self.name, self.cfg);
+        let Self { dir, state_path, prev_pages, state, f, report, order, pb, .. } = self;
+        if cfg.kind == SourceKind::Smithery && cfg.details && !state.complete {
+            pb.set_length(order.len() as u64);
+            pb.set_position(0);
+            for (i, qn) in order.iter().enumerate() {
+                pb.set_position(i as u64);
+                pb.set_message(format!("details ({qn})"));
+                if state.details.contains_key(qn) {
+                    continue;
                 }
-            };
-            pages::parse_detail(name, qn, &bytes)?;
-            write_atomic(&path, &bytes)?;
-            state.details.insert(
-                qn.clone(),
-                DetailRecord { request, file, sha256: sha256_hex(&bytes), etag, fetched_at: now() },
-            );
-            report.details_fetched += 1;
-            // Checkpoint every few details: a kill loses at most these, and their files
-            // are adopted on rerun anyway.
-            if report.details_fetched.is_multiple_of(20) {
-                write_atomic(&state_path, &to_json_bytes(&state)?)?;
+                let file = detail_file(qn);
+                let path = dir.join(&file);
+                let request = detail_request(qn);
+                let what = format!("detail of `{qn}`");
+                let (bytes, etag) = if let Ok(b) = std::fs::read(&path) {
+                    (b, None)
+                } else {
+                    let prev = prev_pages.get(&request);
+                    match f.get(&request, &what, prev.map(|(_, e)| e.as_str())).await? {
+                        Fetched::Body { bytes, etag } => (bytes, etag),
+                        Fetched::NotModified => {
+                            let (p, e) = prev.expect("304 only with an ETag");
+                            (std::fs::read(p)?, Some(e.clone()))
+                        }
+                    }
+                };
+                pages::parse_detail(name, qn, &bytes)?;
+                write_atomic(&path, &bytes)?;
+                state.details.insert(
+                    qn.clone(),
+                    DetailRecord { request, file, sha256: sha256_hex(&bytes), etag, fetched_at: now() },
+                );
+                report.details_fetched += 1;
+                // Checkpoint every few details: a kill loses at most these, and their files
+                // are adopted on rerun anyway.
+                if report.details_fetched.is_multiple_of(20) {
+                    write_atomic(state_path, &to_json_bytes(&state)?)?;
+                }
             }
         }
+        Ok(())
     }
-    if !state.complete {
-        state.complete = true;
-        state.finished_at = Some(now());
-        write_atomic(&state_path, &to_json_bytes(&state)?)?;
+
+    /// Marks the snapshot complete and fills in the report's totals.
+    fn finish(self, started: Instant) -> Result<ScrapeReport> {
+        let Self { state_path, mut state, f, mut report, ids, pb, .. } = self;
+        if !state.complete {
+            state.complete = true;
+            state.finished_at = Some(now());
+            write_atomic(&state_path, &to_json_bytes(&state)?)?;
+        }
+        pb.finish_and_clear();
+        report.pages_total = state.pages.len() as u64;
+        report.servers = ids.len();
+        report.requests = f.requests;
+        report.retries = f.retries;
+        report.elapsed_s = started.elapsed().as_secs_f64();
+        report.complete = state.complete;
+        Ok(report)
     }
-    pb.finish_and_clear();
-    report.pages_total = state.pages.len() as u64;
-    report.servers = ids.len();
-    report.requests = f.requests;
-    report.retries = f.retries;
-    report.elapsed_s = started.elapsed().as_secs_f64();
-    report.complete = state.complete;
-    Ok(report)
 }
 
 #[cfg(test)]

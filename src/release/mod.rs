@@ -568,6 +568,174 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
     let mut partial = Partial(Some(tmp.clone()));
 
     // The pool, merged by id.
+    let mut pool = write_pool(s, &cfg, inputs, &tmp, &catalog, decisions.as_ref())?;
+
+    // EFS sets, where the registry track made levels.
+    write_sets(inputs, &tmp, pool.etom_track)?;
+    // Tools used.
+    write_tables(&tmp, &catalog, &mut pool)?;
+
+    // Changelog against the previous version.
+    let changelog = changelog(inputs, s, &cfg, &pool.current, &pool.left_out, decisions.as_ref())?;
+    pool.summary.changelog_head = changelog.1;
+    std::fs::write(tmp.join("CHANGELOG.md"), changelog.0)?;
+
+    // The card.
+    let (summary, sums) = write_card(ctx, inputs, &cfg, &tmp, pool)?;
+
+    // Into the stage's artifacts, then publish.
+    let shown = publish(s, out, &tmp, &target, &sums, &mut partial)?;
+    drop(partial);
+
+    out.count("samples", summary.samples);
+    out.count("pool", summary.pool);
+    out.count("left_out", summary.pool - summary.samples);
+    out.count("tools", summary.tools);
+    for (k, v) in &summary.by_kind {
+        out.count(&format!("kind_{k}"), v.n);
+    }
+    out.notes.push(format!(
+        "{} of {} pool samples released ({} tools); card `{shown}/README.md`",
+        summary.samples, summary.pool, summary.tools
+    ));
+    out.event(NewEvent::new(
+        "release.published",
+        Some(&format!("release:{rel_name}")),
+        json!({"name": cfg.name, "version": cfg.version, "dir": shown, "samples": summary.samples,
+               "sha256sums": crate::store::sha256_hex(sums.as_bytes())}),
+    ));
+    Ok(())
+}
+
+/// What the pool pass keeps for the tables, the changelog and the card: small per-sample
+/// values only (the samples themselves are already written).
+struct Pooled {
+    summary: Summary,
+    review: Option<ReviewSummary>,
+    cols: tables::SampleColumns,
+    used: BTreeMap<String, u32>,
+    current: HashMap<String, String>,
+    left_out: HashMap<String, String>,
+    without_events: usize,
+    human: usize,
+    index: lineage::Index,
+    etom_track: bool,
+    fin_track: bool,
+}
+
+/// A pool sample and the line it was read from.
+struct Drawn {
+    source: &'static str,
+    file: String,
+    line: usize,
+    sample: Sample,
+}
+
+/// The release files written while the pool streams past.
+struct PoolFiles {
+    samples_out: std::io::BufWriter<std::fs::File>,
+    lineage_out: std::io::BufWriter<std::fs::File>,
+    levels: Vec<Option<ArrayWriter>>,
+    fins: Vec<Option<ArrayWriter>>,
+}
+
+const FIN_KINDS: [Kind; 3] = [Kind::SingleTool, Kind::MultiTool, Kind::MultiTurn];
+
+/// Streams the pool, merged by id, into `samples.jsonl`, `lineage.jsonl` and the ETOM and
+/// FinMCP files under `tmp`; every problem of the pool (up to 50) fails it at once.
+fn write_pool(
+    s: &Settings,
+    cfg: &ReleaseSettings,
+    inputs: &Inputs,
+    tmp: &Path,
+    catalog: &HashMap<String, CatalogTool>,
+    decisions: Option<&HashMap<String, Decision>>,
+) -> Result<Pooled> {
+    let mut sources = open_pool(inputs)?;
+    let etom_track = inputs.has(&crate::samples::LEVELS);
+    let fin_track = inputs.has(&crate::samples::VALIDATED);
+    let mut files = PoolFiles::create(tmp, etom_track, fin_track)?;
+    let descriptions: convert::Descriptions = catalog
+        .iter()
+        .filter(|(_, t)| t.catalog == "filter")
+        .map(|(k, t)| (k.clone(), t.description.clone()))
+        .collect();
+    let index = lineage_index(s)?;
+
+    let mut pool = Pooled {
+        summary: Summary {
+            name: cfg.name.clone(),
+            version: cfg.version.clone(),
+            license: cfg.license.clone(),
+            description: cfg.description.clone(),
+            ..Default::default()
+        },
+        review: decisions.as_ref().map(|_| ReviewSummary::default()),
+        cols: tables::SampleColumns::default(),
+        used: BTreeMap::new(),
+        current: HashMap::new(),
+        left_out: HashMap::new(),
+        without_events: 0,
+        human: 0,
+        index,
+        etom_track,
+        fin_track,
+    };
+    let mut problems: Vec<Problem> = Vec::new();
+
+    while let Some(drawn) = next_sample(&mut sources)? {
+        let Drawn { file, line, sample, .. } = &drawn;
+        pool.summary.pool += 1;
+
+        let hash = sample.content_hash();
+        let decision = decisions.as_ref().and_then(|d| d.get(&sample.id));
+        if let Some(r) = pool.review.as_mut() {
+            let key = decision.map(|d| d.decision.as_str()).unwrap_or("not reviewed");
+            *r.decisions.entry(key.to_string()).or_default() += 1;
+            if let Some(d) = decision {
+                r.reviewed += 1;
+                *r.by.entry(if d.decided_by.is_empty() { "?".into() } else { d.decided_by.clone() }).or_default() += 1;
+            }
+        }
+        if let Some(reason) = why_not(decisions, decision, &hash) {
+            *pool.summary.left_out.entry(reason.clone()).or_default() += 1;
+            pool.left_out.insert(sample.id.clone(), reason);
+            continue;
+        }
+        if sample.kind.family() != sample.family {
+            problems.push(Problem::new(
+                format!("{file} line {line} ({})", sample.id),
+                format!("kind {} does not belong to family {:?}", sample.kind.as_str(), sample.family),
+            ));
+            continue;
+        }
+        let tools = plan_tools(&drawn, catalog, &mut problems);
+        if problems.len() > 50 {
+            break;
+        }
+        for t in &tools {
+            *pool.used.entry(t.to_string()).or_default() += 1;
+        }
+        let Some(released_as) = files.write(&drawn, tmp, &descriptions, &mut problems)? else { continue };
+        pool.write_lineage(&mut files.lineage_out, &drawn, &hash, &released_as, decision)?;
+        pool.add(&drawn, hash, &tools, released_as, decision);
+    }
+    if !problems.is_empty() {
+        problems.truncate(50);
+        return Err(InputError { file: "the sample pool".into(), problems }.into());
+    }
+    files.finish()?;
+    if pool.summary.samples == 0 {
+        return Err(hinted(
+            format!("nothing to release: none of the {} pool samples was accepted", pool.summary.pool),
+            "see `artifacts/review-merge/` for the decisions",
+        ));
+    }
+    Ok(pool)
+}
+
+/// The pool's sources that exist, each at its first sample; none is an error.
+fn open_pool<'a>(inputs: &'a Inputs) -> Result<Vec<Source<'a>>> {
     let mut sources = Vec::new();
     for (h, name) in [(&crate::samples::VALIDATED, "validate"), (&crate::samples::LEVELS, "levels-export")] {
         if inputs.has(h) {
@@ -590,36 +758,11 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
             "run `benchgen run` (the log track needs `[synth]`, the registry track `[levels]`)",
         ));
     }
-    let etom_track = inputs.has(&crate::samples::LEVELS);
-    let fin_track = inputs.has(&crate::samples::VALIDATED);
+    Ok(sources)
+}
 
-    let mut samples_out = std::io::BufWriter::with_capacity(
-        1 << 20,
-        std::fs::File::create(tmp.join("samples.jsonl")).context("cannot create samples.jsonl")?,
-    );
-    let mut lineage_out = std::io::BufWriter::with_capacity(
-        1 << 20,
-        std::fs::File::create(tmp.join("lineage.jsonl")).context("cannot create lineage.jsonl")?,
-    );
-    let mut levels: Vec<Option<ArrayWriter>> = Vec::new();
-    for l in 1..=5 {
-        levels.push(if etom_track { Some(ArrayWriter::create(&tmp.join(format!("level_{l}.json")))?) } else { None });
-    }
-    let fin_kinds = [Kind::SingleTool, Kind::MultiTool, Kind::MultiTurn];
-    let mut fins: Vec<Option<ArrayWriter>> = Vec::new();
-    for k in fin_kinds {
-        fins.push(if fin_track {
-            Some(ArrayWriter::create(&tmp.join(format!("finmcp_{}.json", k.as_str())))?)
-        } else {
-            None
-        });
-    }
-    let descriptions: convert::Descriptions = catalog
-        .iter()
-        .filter(|(_, t)| t.catalog == "filter")
-        .map(|(k, t)| (k.clone(), t.description.clone()))
-        .collect();
-
+/// The ledger lineage of the runs behind the current artifacts of every other stage.
+fn lineage_index(s: &Settings) -> Result<lineage::Index> {
     let runs: Vec<i64> = crate::stages::names()
         .into_iter()
         .chain(FUNNEL.iter().copied())
@@ -635,111 +778,126 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
             order.push(f);
         }
     }
-    let mut index = lineage::Index::open(&s.artifacts, &runs, &order)?;
+    lineage::Index::open(&s.artifacts, &runs, &order)
+}
 
-    let mut summary = Summary {
-        name: cfg.name.clone(),
-        version: cfg.version.clone(),
-        license: cfg.license.clone(),
-        description: cfg.description.clone(),
-        ..Default::default()
-    };
-    let mut review = decisions.as_ref().map(|_| ReviewSummary::default());
-    let mut cols = tables::SampleColumns::default();
-    let mut used: BTreeMap<String, u32> = BTreeMap::new();
-    let mut problems: Vec<Problem> = Vec::new();
-    let mut current: HashMap<String, String> = HashMap::new();
-    let mut left_out: HashMap<String, String> = HashMap::new();
-    let mut without_events = 0usize;
-    let mut human = 0usize;
+/// The sample with the smallest id among the sources' heads, the source moved past it; an
+/// id in two sources is an error.
+fn next_sample(sources: &mut [Source]) -> Result<Option<Drawn>> {
+    // The source whose head has the smallest id.
+    let pick = sources
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.head.as_ref().map(|(_, h)| (i, h.id.clone())))
+        .min_by(|a, b| a.1.cmp(&b.1));
+    let Some((i, id)) = pick else { return Ok(None) };
+    if let Some(other) =
+        sources.iter().enumerate().find(|(j, s)| *j != i && s.head.as_ref().is_some_and(|h| h.1.id == id))
+    {
+        bail!(
+            "sample id `{id}` is in both `{}` and `{}`; ids must be unique across the pool",
+            sources[i].file,
+            other.1.file
+        );
+    }
+    let (line, sample) = sources[i].head.take().expect("picked a head");
+    let source = sources[i].name;
+    let file = sources[i].file.clone();
+    sources[i].advance()?;
+    Ok(Some(Drawn { source, file, line, sample }))
+}
 
-    loop {
-        // The source whose head has the smallest id.
-        let pick = sources
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| s.head.as_ref().map(|(_, h)| (i, h.id.clone())))
-            .min_by(|a, b| a.1.cmp(&b.1));
-        let Some((i, id)) = pick else { break };
-        if let Some(other) =
-            sources.iter().enumerate().find(|(j, s)| *j != i && s.head.as_ref().is_some_and(|h| h.1.id == id))
-        {
-            bail!(
-                "sample id `{id}` is in both `{}` and `{}`; ids must be unique across the pool",
-                sources[i].file,
-                other.1.file
-            );
+/// Why a sample stays out of the release under the review decisions, if it does.
+fn why_not(decisions: Option<&HashMap<String, Decision>>, decision: Option<&Decision>, hash: &str) -> Option<String> {
+    match (&decisions, decision) {
+        (None, _) => None,
+        (Some(_), None) => Some("not reviewed".to_string()),
+        (Some(_), Some(d)) if d.decision != "accepted" => Some(format!("review: {}", d.decision)),
+        (Some(_), Some(d)) if d.content_hash != hash => {
+            Some("changed after review (content hash differs from the reviewed one)".to_string())
         }
-        let (line, sample) = sources[i].head.take().expect("picked a head");
-        let source = sources[i].name;
-        let file = sources[i].file.clone();
-        sources[i].advance()?;
-        summary.pool += 1;
+        _ => None,
+    }
+}
 
-        let hash = sample.content_hash();
-        let decision = decisions.as_ref().and_then(|d| d.get(&sample.id));
-        if let Some(r) = review.as_mut() {
-            let key = decision.map(|d| d.decision.as_str()).unwrap_or("not reviewed");
-            *r.decisions.entry(key.to_string()).or_default() += 1;
-            if let Some(d) = decision {
-                r.reviewed += 1;
-                *r.by.entry(if d.decided_by.is_empty() { "?".into() } else { d.decided_by.clone() }).or_default() += 1;
+/// The tools a sample's reference plans name; a malformed call or a tool in no catalog is a
+/// problem.
+fn plan_tools<'a>(
+    drawn: &'a Drawn,
+    catalog: &HashMap<String, CatalogTool>,
+    problems: &mut Vec<Problem>,
+) -> BTreeSet<&'a str> {
+    let Drawn { file, line, sample, .. } = drawn;
+    let mut tools: BTreeSet<&str> = BTreeSet::new();
+    for (t, turn) in sample.turns.iter().enumerate() {
+        for (c, call) in turn.reference_plan.iter().enumerate() {
+            if call.alternatives.is_empty() {
+                problems.push(Problem::new(
+                    format!("{file} line {line} ({}).turns[{t}].reference_plan[{c}]", sample.id),
+                    "a reference call needs at least one alternative",
+                ));
             }
-        }
-        let why_not = match (&decisions, decision) {
-            (None, _) => None,
-            (Some(_), None) => Some("not reviewed".to_string()),
-            (Some(_), Some(d)) if d.decision != "accepted" => Some(format!("review: {}", d.decision)),
-            (Some(_), Some(d)) if d.content_hash != hash => {
-                Some("changed after review (content hash differs from the reviewed one)".to_string())
+            if let Some(d) = call.depends_on.iter().find(|d| **d >= c) {
+                problems.push(Problem::new(
+                    format!("{file} line {line} ({}).turns[{t}].reference_plan[{c}].depends_on", sample.id),
+                    format!("depends on call {d}, which is not an earlier call"),
+                ));
             }
-            _ => None,
-        };
-        if let Some(reason) = why_not {
-            *summary.left_out.entry(reason.clone()).or_default() += 1;
-            left_out.insert(sample.id.clone(), reason);
-            continue;
-        }
-        if sample.kind.family() != sample.family {
-            problems.push(Problem::new(
-                format!("{file} line {line} ({})", sample.id),
-                format!("kind {} does not belong to family {:?}", sample.kind.as_str(), sample.family),
-            ));
-            continue;
-        }
-        let mut tools: BTreeSet<&str> = BTreeSet::new();
-        for (t, turn) in sample.turns.iter().enumerate() {
-            for (c, call) in turn.reference_plan.iter().enumerate() {
-                if call.alternatives.is_empty() {
+            for a in &call.alternatives {
+                if !catalog.contains_key(a) {
                     problems.push(Problem::new(
                         format!("{file} line {line} ({}).turns[{t}].reference_plan[{c}]", sample.id),
-                        "a reference call needs at least one alternative",
+                        format!("tool `{a}` is in no catalog (filter/catalog.json, logs-import/catalog.json)"),
                     ));
                 }
-                if let Some(d) = call.depends_on.iter().find(|d| **d >= c) {
-                    problems.push(Problem::new(
-                        format!("{file} line {line} ({}).turns[{t}].reference_plan[{c}].depends_on", sample.id),
-                        format!("depends on call {d}, which is not an earlier call"),
-                    ));
-                }
-                for a in &call.alternatives {
-                    if !catalog.contains_key(a) {
-                        problems.push(Problem::new(
-                            format!("{file} line {line} ({}).turns[{t}].reference_plan[{c}]", sample.id),
-                            format!("tool `{a}` is in no catalog (filter/catalog.json, logs-import/catalog.json)"),
-                        ));
-                    }
-                    tools.insert(a);
-                }
+                tools.insert(a);
             }
         }
-        if problems.len() > 50 {
-            break;
-        }
-        for t in &tools {
-            *used.entry(t.to_string()).or_default() += 1;
-        }
+    }
+    tools
+}
 
+impl PoolFiles {
+    /// `samples.jsonl`, `lineage.jsonl` and, for each track that ran, its files (so a track
+    /// that ran writes every one of them, even empty).
+    fn create(tmp: &Path, etom_track: bool, fin_track: bool) -> Result<Self> {
+        let samples_out = std::io::BufWriter::with_capacity(
+            1 << 20,
+            std::fs::File::create(tmp.join("samples.jsonl")).context("cannot create samples.jsonl")?,
+        );
+        let lineage_out = std::io::BufWriter::with_capacity(
+            1 << 20,
+            std::fs::File::create(tmp.join("lineage.jsonl")).context("cannot create lineage.jsonl")?,
+        );
+        let mut levels: Vec<Option<ArrayWriter>> = Vec::new();
+        for l in 1..=5 {
+            levels.push(if etom_track {
+                Some(ArrayWriter::create(&tmp.join(format!("level_{l}.json")))?)
+            } else {
+                None
+            });
+        }
+        let mut fins: Vec<Option<ArrayWriter>> = Vec::new();
+        for k in FIN_KINDS {
+            fins.push(if fin_track {
+                Some(ArrayWriter::create(&tmp.join(format!("finmcp_{}.json", k.as_str())))?)
+            } else {
+                None
+            });
+        }
+        Ok(Self { samples_out, lineage_out, levels, fins })
+    }
+
+    /// Writes a sample into its family's file and `samples.jsonl`; returns where it was
+    /// released, or `None` (with a problem) for an ETOM id without its query number.
+    fn write(
+        &mut self,
+        drawn: &Drawn,
+        tmp: &Path,
+        descriptions: &convert::Descriptions,
+        problems: &mut Vec<Problem>,
+    ) -> Result<Option<String>> {
+        let Drawn { file, line, sample, .. } = drawn;
         let released_as = match sample.family {
             Family::Etom => {
                 let level = sample.kind.level().expect("etom kind");
@@ -748,35 +906,60 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
                         format!("{file} line {line} ({})", sample.id),
                         format!("an ETOM L{level} sample needs the id `L{level}-<number>` (its query id in level_{level}.json)"),
                     ));
-                    continue;
+                    return Ok(None);
                 };
-                let w = match &mut levels[usize::from(level) - 1] {
+                let w = match &mut self.levels[usize::from(level) - 1] {
                     Some(w) => w,
                     slot => slot.insert(ArrayWriter::create(&tmp.join(format!("level_{level}.json")))?),
                 };
-                w.push(&convert::to_etom(&sample, n, &descriptions))?;
+                w.push(&convert::to_etom(sample, n, descriptions))?;
                 format!("level_{level}.json#{n}")
             }
             Family::Finmcp => {
-                let k = fin_kinds.iter().position(|k| *k == sample.kind).expect("finmcp kind");
-                let w = match &mut fins[k] {
+                let k = FIN_KINDS.iter().position(|k| *k == sample.kind).expect("finmcp kind");
+                let w = match &mut self.fins[k] {
                     Some(w) => w,
                     slot => {
                         slot.insert(ArrayWriter::create(&tmp.join(format!("finmcp_{}.json", sample.kind.as_str())))?)
                     }
                 };
-                w.push(&convert::to_finmcp(&sample))?;
+                w.push(&convert::to_finmcp(sample))?;
                 format!("finmcp_{}.json#{}", sample.kind.as_str(), sample.id)
             }
         };
 
-        serde_json::to_writer(&mut samples_out, &sample)?;
-        samples_out.write_all(b"\n")?;
+        serde_json::to_writer(&mut self.samples_out, sample)?;
+        self.samples_out.write_all(b"\n")?;
+        Ok(Some(released_as))
+    }
 
-        let roots = index.roots(&sample.id, &sample.provenance_id)?;
-        let events = index.lineage(&roots)?;
+    fn finish(self) -> Result<()> {
+        let Self { mut samples_out, mut lineage_out, levels, fins } = self;
+        samples_out.flush()?;
+        lineage_out.flush()?;
+        drop((samples_out, lineage_out));
+        for w in levels.into_iter().chain(fins).flatten() {
+            w.finish()?;
+        }
+        Ok(())
+    }
+}
+
+impl Pooled {
+    /// A released sample's line of `lineage.jsonl`: its source line, review and ledger events.
+    fn write_lineage(
+        &mut self,
+        lineage_out: &mut impl Write,
+        drawn: &Drawn,
+        hash: &str,
+        released_as: &str,
+        decision: Option<&Decision>,
+    ) -> Result<()> {
+        let Drawn { source, file, line, sample } = drawn;
+        let roots = self.index.roots(&sample.id, &sample.provenance_id)?;
+        let events = self.index.lineage(&roots)?;
         if events.is_empty() {
-            without_events += 1;
+            self.without_events += 1;
         }
         let mut l = json!({
             "id": sample.id,
@@ -788,13 +971,26 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         if let Some(d) = decision {
             l["review"] = json!({"decision": d.decision, "decided_by": d.decided_by});
             if d.decided_by == "human" || d.decided_by == "adjudication" {
-                human += 1;
+                self.human += 1;
             }
         }
         l["events"] = serde_json::to_value(&events)?;
-        serde_json::to_writer(&mut lineage_out, &l)?;
+        serde_json::to_writer(&mut *lineage_out, &l)?;
         lineage_out.write_all(b"\n")?;
+        Ok(())
+    }
 
+    /// A released sample's figures for the card and its row of `samples.parquet`.
+    fn add(
+        &mut self,
+        drawn: &Drawn,
+        hash: String,
+        tools: &BTreeSet<&str>,
+        released_as: String,
+        decision: Option<&Decision>,
+    ) {
+        let Drawn { source, sample, .. } = drawn;
+        let summary = &mut self.summary;
         let steps: usize =
             sample.turns.iter().map(|t| t.reference_plan.iter().map(|c| c.group).collect::<BTreeSet<_>>().len()).sum();
         let ks = summary.by_kind.entry(sample.kind.as_str().to_string()).or_default();
@@ -806,7 +1002,7 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         *ks.difficulty.entry(sample.difficulty.as_str().to_string()).or_default() += 1;
         let category = sample.scenario.first().cloned().unwrap_or_default();
         *summary.scenarios.entry(category.clone()).or_default() += 1;
-        cols.push(tables::SampleRow {
+        self.cols.push(tables::SampleRow {
             id: sample.id.clone(),
             family: match sample.family {
                 Family::Etom => "etom".into(),
@@ -822,7 +1018,7 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
             steps: steps as u32,
             distinct_tools: tools.len() as u32,
             out_of_scope: sample.out_of_scope,
-            source: source.into(),
+            source: (*source).into(),
             author: sample.author.clone(),
             review_decision: decision.map(|d| d.decision.clone()),
             decided_by: decision.map(|d| d.decided_by.clone()),
@@ -833,32 +1029,23 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
             content_hash: hash.clone(),
             released_as,
         });
-        current.insert(sample.id.clone(), hash);
+        self.current.insert(sample.id.clone(), hash);
         summary.samples += 1;
     }
-    if !problems.is_empty() {
-        problems.truncate(50);
-        return Err(InputError { file: "the sample pool".into(), problems }.into());
-    }
-    samples_out.flush()?;
-    lineage_out.flush()?;
-    drop((samples_out, lineage_out));
-    for w in levels.into_iter().chain(fins).flatten() {
-        w.finish()?;
-    }
-    if summary.samples == 0 {
-        return Err(hinted(
-            format!("nothing to release: none of the {} pool samples was accepted", summary.pool),
-            "see `artifacts/review-merge/` for the decisions",
-        ));
-    }
+}
 
-    // EFS sets, where the registry track made levels.
+/// The EFS sets, where the registry track made levels.
+fn write_sets(inputs: &Inputs, tmp: &Path, etom_track: bool) -> Result<()> {
     if etom_track && inputs.has(&crate::efs::finalize::ETOM_SETS) {
         std::fs::write(tmp.join("tool_equivalence_sets.json"), inputs.bytes_of(&crate::efs::finalize::ETOM_SETS)?)?;
     }
-    // Tools used.
-    let tool_rows: Vec<tables::ToolRow> = used
+    Ok(())
+}
+
+/// `tools.parquet` (the tools the released samples use) and `samples.parquet`.
+fn write_tables(tmp: &Path, catalog: &HashMap<String, CatalogTool>, pool: &mut Pooled) -> Result<()> {
+    let tool_rows: Vec<tables::ToolRow> = pool
+        .used
         .iter()
         .map(|(id, n)| {
             let t = &catalog[id];
@@ -874,16 +1061,22 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
             }
         })
         .collect();
-    summary.tools = tool_rows.len();
+    pool.summary.tools = tool_rows.len();
     tables::write_tools(&tmp.join("tools.parquet"), tool_rows)?;
-    tables::write_samples(&tmp.join("samples.parquet"), cols)?;
+    tables::write_samples(&tmp.join("samples.parquet"), std::mem::take(&mut pool.cols))?;
+    Ok(())
+}
 
-    // Changelog against the previous version.
-    let changelog = changelog(inputs, s, &cfg, &current, &left_out, decisions.as_ref())?;
-    summary.changelog_head = changelog.1;
-    std::fs::write(tmp.join("CHANGELOG.md"), changelog.0)?;
-
-    // The card.
+/// The card (`README.md`, its plots) and `SHA256SUMS`, written last; returns the summary
+/// and the checksums.
+fn write_card(
+    ctx: &Ctx,
+    inputs: &Inputs,
+    cfg: &ReleaseSettings,
+    tmp: &Path,
+    pool: Pooled,
+) -> Result<(Summary, String)> {
+    let Pooled { mut summary, mut review, index, without_events, human, etom_track, fin_track, .. } = pool;
     for st in FUNNEL {
         if let Some(m) = ctx.manifest_of(st) {
             summary.funnel.push((st.to_string(), funnel_counts(&m)));
@@ -920,23 +1113,35 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
     for (rel, svg) in card::plots(&summary)? {
         std::fs::write(tmp.join(&rel), svg)?;
     }
-    let mut files = list_files(&tmp)?;
+    let mut files = list_files(tmp)?;
     files.push("README.md".into());
     files.push("SHA256SUMS".into());
     files.sort();
     files.dedup();
     summary.files = files;
     std::fs::write(tmp.join("README.md"), card::render(&summary))?;
-    let sums = checksums(&tmp)?;
+    let sums = checksums(tmp)?;
     std::fs::write(tmp.join("SHA256SUMS"), &sums)?;
+    Ok((summary, sums))
+}
 
-    // Into the stage's artifacts, then publish.
-    for rel in list_files(&tmp)? {
+/// Copies the release into the stage's artifacts and renames it into place; a version
+/// already published is left alone when its files are the same and an error otherwise.
+/// Returns the published folder as shown to the user.
+fn publish(
+    s: &Settings,
+    out: &mut Output,
+    tmp: &Path,
+    target: &Path,
+    sums: &str,
+    partial: &mut Partial,
+) -> Result<String> {
+    for rel in list_files(tmp)? {
         let mut f = out.create(&rel)?;
         std::io::copy(&mut std::fs::File::open(tmp.join(&rel))?, &mut f)?;
         f.finish()?;
     }
-    let shown = s.display_path(&target);
+    let shown = s.display_path(target);
     if target.exists() {
         let old = std::fs::read_to_string(target.join("SHA256SUMS")).unwrap_or_default();
         if old != sums {
@@ -947,30 +1152,11 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         }
         out.notes.push(format!("`{shown}` is already published with these exact files"));
     } else {
-        std::fs::rename(&tmp, &target).with_context(|| format!("cannot publish `{shown}`"))?;
+        std::fs::rename(tmp, target).with_context(|| format!("cannot publish `{shown}`"))?;
         partial.0 = None;
         out.notes.push(format!("published `{shown}`"));
     }
-    drop(partial);
-
-    out.count("samples", summary.samples);
-    out.count("pool", summary.pool);
-    out.count("left_out", summary.pool - summary.samples);
-    out.count("tools", summary.tools);
-    for (k, v) in &summary.by_kind {
-        out.count(&format!("kind_{k}"), v.n);
-    }
-    out.notes.push(format!(
-        "{} of {} pool samples released ({} tools); card `{shown}/README.md`",
-        summary.samples, summary.pool, summary.tools
-    ));
-    out.event(NewEvent::new(
-        "release.published",
-        Some(&format!("release:{rel_name}")),
-        json!({"name": cfg.name, "version": cfg.version, "dir": shown, "samples": summary.samples,
-               "sha256sums": crate::store::sha256_hex(sums.as_bytes())}),
-    ));
-    Ok(())
+    Ok(shown)
 }
 
 /// `CHANGELOG.md` and the one line the card shows.

@@ -58,9 +58,70 @@ pub fn verify(dir: &Path) -> Result<Verified> {
     checksums(dir, &mut v)?;
 
     // samples.jsonl: the unified samples, their tools and dependencies.
+    let mut referenced: Vec<(String, String)> = Vec::new();
+    let unified = check_samples(dir, &mut v, &mut referenced)?;
+    // Tables.
+    let tools = check_tables(dir, &mut v, &unified.ids);
+    // Lineage.
+    check_lineage(dir, &mut v, &unified)?;
+    // Published formats.
+    let mut parts = check_formats(dir, &mut v, &mut referenced);
+    check_card(dir, &mut v);
+    // Tools.
+    check_tools(&mut v, &referenced, &tools);
+
+    // Oracle scores.
+    if dir.join("samples.jsonl").exists() {
+        parts.insert(0, ("samples.jsonl".into(), BenchFormat::Unified, None, unified.oracle));
+    }
+    for (i, (name, format, level, preds)) in parts.iter().enumerate() {
+        let pred_path = scratch.0.join(format!("pred_{i}.jsonl"));
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&pred_path)?);
+        for p in preds {
+            serde_json::to_writer(&mut f, p)?;
+            f.write_all(b"\n")?;
+        }
+        f.flush()?;
+        drop(f);
+        let mut modes = vec![Mode::Corrected];
+        match format {
+            BenchFormat::Etom => modes.push(Mode::CompatEtom),
+            BenchFormat::Finmcp => modes.push(Mode::CompatFinmcp),
+            BenchFormat::Unified => {}
+        }
+        for mode in modes {
+            let opts = score::Options {
+                benches: vec![dir.join(name)],
+                pred: pred_path.clone(),
+                bench_format: Some(*format),
+                pred_format: None,
+                etom_level: *level,
+                mode,
+            };
+            match score::run(&opts) {
+                Err(e) => v.fail(format!("{name}: `benchgen score` cannot read it ({mode:?}): {e:#}")),
+                Ok(rep) => check_oracle_report(&mut v, name, mode, &rep),
+            }
+        }
+    }
+    Ok(v)
+}
+
+/// One published part with the oracle predictions built from it: file name, format, ETOM
+/// level, predictions.
+type Part = (String, BenchFormat, Option<u8>, Vec<Value>);
+
+/// What `samples.jsonl` holds, for the checks after it.
+struct Unified {
+    ids: Vec<String>,
+    hashes: HashMap<String, String>,
+    oracle: Vec<Value>,
+}
+
+/// `samples.jsonl` parses and its dependencies point back; collects the tools it names.
+fn check_samples(dir: &Path, v: &mut Verified, referenced: &mut Vec<(String, String)>) -> Result<Unified> {
     let mut ids: Vec<String> = Vec::new();
     let mut hashes: HashMap<String, String> = HashMap::new();
-    let mut referenced: Vec<(String, String)> = Vec::new();
     let mut oracle: Vec<Value> = Vec::new();
     match std::fs::File::open(dir.join("samples.jsonl")) {
         Err(e) => v.fail(format!("samples.jsonl: cannot open: {e}")),
@@ -99,8 +160,12 @@ pub fn verify(dir: &Path) -> Result<Verified> {
             v.checks.push(format!("samples.jsonl: {} samples parse", ids.len()));
         }
     }
+    Ok(Unified { ids, hashes, oracle })
+}
 
-    // Tables.
+/// The two tables have their documented schemas and `samples.parquet` the ids of
+/// `samples.jsonl`; returns the tool ids of `tools.parquet`.
+fn check_tables(dir: &Path, v: &mut Verified, ids: &[String]) -> HashSet<String> {
     let tools: HashSet<String> = match tables::read_checked(&dir.join("tools.parquet"), tables::TOOLS_SCHEMA) {
         Ok(df) => {
             let t = tables::strings(&df, "tool_id").unwrap_or_default();
@@ -127,8 +192,12 @@ pub fn verify(dir: &Path) -> Result<Verified> {
         }
         Err(e) => v.fail(format!("samples.parquet: {e}")),
     }
+    tools
+}
 
-    // Lineage.
+/// Every sample has its lineage, for the same content, naming events or a source.
+fn check_lineage(dir: &Path, v: &mut Verified, unified: &Unified) -> Result<()> {
+    let Unified { ids, hashes, .. } = unified;
     let mut lineage: HashMap<String, Value> = HashMap::new();
     match std::fs::File::open(dir.join("lineage.jsonl")) {
         Err(e) => v.fail(format!("lineage.jsonl: cannot open: {e}")),
@@ -147,7 +216,7 @@ pub fn verify(dir: &Path) -> Result<Verified> {
                 }
             }
             let mut missing = 0;
-            for id in &ids {
+            for id in ids {
                 match lineage.get(id) {
                     None => {
                         missing += 1;
@@ -170,9 +239,13 @@ pub fn verify(dir: &Path) -> Result<Verified> {
             }
         }
     }
+    Ok(())
+}
 
-    // Published formats.
-    let mut parts: Vec<(String, BenchFormat, Option<u8>, Vec<Value>)> = Vec::new();
+/// The ETOM levels, FinMCP files and EFS sets that exist parse, with their oracle
+/// predictions; collects the tools the levels name.
+fn check_formats(dir: &Path, v: &mut Verified, referenced: &mut Vec<(String, String)>) -> Vec<Part> {
+    let mut parts: Vec<Part> = Vec::new();
     for level in 1..=5u8 {
         let name = format!("level_{level}.json");
         let path = dir.join(&name);
@@ -227,6 +300,11 @@ pub fn verify(dir: &Path) -> Result<Verified> {
             Err(e) => v.fail(format!("tool_equivalence_sets.json: not an ETOM EFS file: {e}")),
         }
     }
+    parts
+}
+
+/// `README.md` is a dataset card with a YAML header.
+fn check_card(dir: &Path, v: &mut Verified) {
     match std::fs::read_to_string(dir.join("README.md")) {
         Ok(card) if card.starts_with("---\n") && card[4..].contains("\n---\n") => {
             v.checks.push("README.md: dataset card with a YAML header".into())
@@ -234,10 +312,13 @@ pub fn verify(dir: &Path) -> Result<Verified> {
         Ok(_) => v.fail("README.md: no YAML header (`---` … `---`)"),
         Err(e) => v.fail(format!("README.md: cannot read: {e}")),
     }
+}
 
-    // Tools.
+/// Every tool a sample or level names is in `tools.parquet` (the first [`SHOWN`] misses
+/// listed).
+fn check_tools(v: &mut Verified, referenced: &[(String, String)], tools: &HashSet<String>) {
     let mut unknown = 0;
-    for (tool, wher) in &referenced {
+    for (tool, wher) in referenced {
         if !tools.contains(tool) {
             unknown += 1;
             if unknown <= SHOWN {
@@ -248,84 +329,43 @@ pub fn verify(dir: &Path) -> Result<Verified> {
     if unknown == 0 {
         v.checks.push(format!("tools: all {} references are in tools.parquet", referenced.len()));
     }
+}
 
-    // Oracle scores.
-    if dir.join("samples.jsonl").exists() {
-        parts.insert(0, ("samples.jsonl".into(), BenchFormat::Unified, None, oracle));
+/// The oracle of one part scores 100 % in one mode: no diagnostics, no data defects, every
+/// sample an exact match and a perfect F1.
+fn check_oracle_report(v: &mut Verified, name: &str, mode: Mode, rep: &score::Report) {
+    let label = match mode {
+        Mode::Corrected => "corrected",
+        Mode::CompatEtom => "--compat etom",
+        Mode::CompatFinmcp => "--compat finmcp",
+    };
+    let mut ok = true;
+    for d in rep.diagnostics.iter().take(3) {
+        ok = false;
+        v.fail(format!("{name} ({label}): {} {}: {}", d.location, d.id.as_deref().unwrap_or(""), d.message));
     }
-    for (i, (name, format, level, preds)) in parts.iter().enumerate() {
-        let pred_path = scratch.0.join(format!("pred_{i}.jsonl"));
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&pred_path)?);
-        for p in preds {
-            serde_json::to_writer(&mut f, p)?;
-            f.write_all(b"\n")?;
-        }
-        f.flush()?;
-        drop(f);
-        let mut modes = vec![Mode::Corrected];
-        match format {
-            BenchFormat::Etom => modes.push(Mode::CompatEtom),
-            BenchFormat::Finmcp => modes.push(Mode::CompatFinmcp),
-            BenchFormat::Unified => {}
-        }
-        for mode in modes {
-            let opts = score::Options {
-                benches: vec![dir.join(name)],
-                pred: pred_path.clone(),
-                bench_format: Some(*format),
-                pred_format: None,
-                etom_level: *level,
-                mode,
-            };
-            match score::run(&opts) {
-                Err(e) => v.fail(format!("{name}: `benchgen score` cannot read it ({mode:?}): {e:#}")),
-                Ok(rep) => {
-                    let label = match mode {
-                        Mode::Corrected => "corrected",
-                        Mode::CompatEtom => "--compat etom",
-                        Mode::CompatFinmcp => "--compat finmcp",
-                    };
-                    let mut ok = true;
-                    for d in rep.diagnostics.iter().take(3) {
-                        ok = false;
-                        v.fail(format!(
-                            "{name} ({label}): {} {}: {}",
-                            d.location,
-                            d.id.as_deref().unwrap_or(""),
-                            d.message
-                        ));
-                    }
-                    for d in rep.data_defects.iter().take(3) {
-                        ok = false;
-                        v.fail(format!("{name} ({label}): sample `{}`: {}", d.id, d.message));
-                    }
-                    for r in rep.results.iter().filter(|r| !r.em).take(3) {
-                        ok = false;
-                        v.fail(format!(
-                            "{name} ({label}): the oracle misses sample `{}`: {}",
-                            r.id,
-                            r.reasons.join("; ")
-                        ));
-                    }
-                    // Corrected: pooled F1; compat: the published per-sample average (their
-                    // pooled counts are zero for L5, where nothing is expected).
-                    let perfect = |t: Option<crate::score::report::Triple>| t.is_none_or(|t| (t.f1 - 1.0).abs() < 1e-9);
-                    let f1_ok = rep.sections.iter().flat_map(|s| &s.rows).all(|r| match mode {
-                        Mode::Corrected => perfect(r.calls_micro) && perfect(r.set_micro),
-                        _ => perfect(r.calls_macro),
-                    });
-                    if !f1_ok && ok {
-                        ok = false;
-                        v.fail(format!("{name} ({label}): the oracle's F1 is below 100 %"));
-                    }
-                    if ok {
-                        v.checks.push(format!("{name}: oracle scores 100 % ({label}, {} samples)", rep.samples));
-                    }
-                }
-            }
-        }
+    for d in rep.data_defects.iter().take(3) {
+        ok = false;
+        v.fail(format!("{name} ({label}): sample `{}`: {}", d.id, d.message));
     }
-    Ok(v)
+    for r in rep.results.iter().filter(|r| !r.em).take(3) {
+        ok = false;
+        v.fail(format!("{name} ({label}): the oracle misses sample `{}`: {}", r.id, r.reasons.join("; ")));
+    }
+    // Corrected: pooled F1; compat: the published per-sample average (their
+    // pooled counts are zero for L5, where nothing is expected).
+    let perfect = |t: Option<crate::score::report::Triple>| t.is_none_or(|t| (t.f1 - 1.0).abs() < 1e-9);
+    let f1_ok = rep.sections.iter().flat_map(|s| &s.rows).all(|r| match mode {
+        Mode::Corrected => perfect(r.calls_micro) && perfect(r.set_micro),
+        _ => perfect(r.calls_macro),
+    });
+    if !f1_ok && ok {
+        ok = false;
+        v.fail(format!("{name} ({label}): the oracle's F1 is below 100 %"));
+    }
+    if ok {
+        v.checks.push(format!("{name}: oracle scores 100 % ({label}, {} samples)", rep.samples));
+    }
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {

@@ -17,6 +17,7 @@ mod execute_agent;
 mod formats;
 mod foundation_cli;
 mod foundation_safety;
+mod function_length;
 mod fuzz;
 mod guides;
 mod harden;

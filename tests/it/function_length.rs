@@ -1,0 +1,252 @@
+//! Functions a reader can hold: at most a dozen non-test functions in `src/` run over 100
+//! lines (issue 25, deliver 5). A function is measured from the line of its `fn` to the line
+//! of the brace that closes its body, read from the source text; `#[cfg(test)]` items and
+//! `tests.rs` files are left out. The failure lists the long ones, longest first, so a new
+//! long function names itself.
+
+use std::path::{Path, PathBuf};
+
+use crate::support::repo;
+
+/// Functions longer than this many lines are "long".
+const LONG: usize = 100;
+/// How many long functions `src/` may hold.
+const MAX_LONG: usize = 12;
+
+/// One function with a body: where its `fn` is and how many lines it spans.
+#[derive(Debug, PartialEq)]
+struct Function {
+    file: String,
+    line: usize,
+    name: String,
+    lines: usize,
+}
+
+/// The source with comments, string and char literals blanked to spaces (newlines kept), so
+/// braces and `fn` are only found in code.
+fn code_only(src: &str) -> Vec<u8> {
+    let s = src.as_bytes();
+    let mut out = s.to_vec();
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
+        for b in &mut out[from..to] {
+            if *b != b'\n' {
+                *b = b' ';
+            }
+        }
+    };
+    let mut i = 0;
+    while i < s.len() {
+        let c = s[i];
+        let prev = if i > 0 { s[i - 1] } else { b' ' };
+        if c == b'/' && s.get(i + 1) == Some(&b'/') {
+            let end = s[i..].iter().position(|&b| b == b'\n').map_or(s.len(), |p| i + p);
+            blank(&mut out, i, end);
+            i = end;
+        } else if c == b'/' && s.get(i + 1) == Some(&b'*') {
+            // Block comments nest in Rust.
+            let (mut depth, mut j) = (1, i + 2);
+            while j < s.len() && depth > 0 {
+                if s[j] == b'/' && s.get(j + 1) == Some(&b'*') {
+                    depth += 1;
+                    j += 2;
+                } else if s[j] == b'*' && s.get(j + 1) == Some(&b'/') {
+                    depth -= 1;
+                    j += 2;
+                } else {
+                    j += 1;
+                }
+            }
+            blank(&mut out, i, j);
+            i = j;
+        } else if c == b'r'
+            && (!ident(prev) || (prev == b'b' && (i < 2 || !ident(s[i - 2]))))
+            && matches!(s.get(i + 1), Some(b'"' | b'#'))
+        {
+            // A raw string `r#"…"#`: it ends at a quote followed by as many `#`.
+            let hashes = s[i + 1..].iter().take_while(|&&b| b == b'#').count();
+            if s.get(i + 1 + hashes) != Some(&b'"') {
+                i += 1;
+                continue;
+            }
+            let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat_n(b'#', hashes)).collect();
+            let body = i + 2 + hashes;
+            let end = s[body..]
+                .windows(close.len())
+                .position(|w| w == close.as_slice())
+                .map_or(s.len(), |p| body + p + close.len());
+            blank(&mut out, i, end);
+            i = end;
+        } else if c == b'"' {
+            let mut j = i + 1;
+            while j < s.len() && s[j] != b'"' {
+                j += if s[j] == b'\\' { 2 } else { 1 };
+            }
+            blank(&mut out, i, (j + 1).min(s.len()));
+            i = j + 1;
+        } else if c == b'\'' {
+            // A char literal (`'x'`, `'\n'`, `'{'`); otherwise a lifetime or label.
+            if s.get(i + 1) == Some(&b'\\') {
+                let mut j = i + 2;
+                while j < s.len() && s[j] != b'\'' {
+                    j += 1;
+                }
+                blank(&mut out, i, (j + 1).min(s.len()));
+                i = j + 1;
+            } else {
+                let width = src[i + 1..].chars().next().map_or(1, char::len_utf8);
+                if s.get(i + 1 + width) == Some(&b'\'') {
+                    blank(&mut out, i, i + 2 + width);
+                    i += 2 + width;
+                } else {
+                    i += 1;
+                }
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The index just past the brace that closes the one at `open`.
+fn matching(code: &[u8], open: usize) -> usize {
+    let mut depth = 0usize;
+    for (j, &b) in code.iter().enumerate().skip(open) {
+        match b {
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return j + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+/// Every function with a body in one file's text, test items left out.
+fn functions(file: &str, src: &str) -> Vec<Function> {
+    let code = code_only(src);
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let line_of = |at: usize| code[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+    // Byte ranges of the items under `#[cfg(test)]`: from the attribute to the end of the
+    // braced body (or the `;`) of the item it marks.
+    let attr = b"#[cfg(test)]";
+    let mut skipped = Vec::new();
+    let mut at = 0;
+    while let Some(p) = code[at..].windows(attr.len()).position(|w| w == attr) {
+        let start = at + p;
+        let after = start + attr.len();
+        let end = match code[after..].iter().position(|&b| b == b'{' || b == b';') {
+            Some(q) if code[after + q] == b'{' => matching(&code, after + q),
+            Some(q) => after + q + 1,
+            None => code.len(),
+        };
+        skipped.push(start..end);
+        at = after;
+    }
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i + 2 < code.len() {
+        let is_fn = &code[i..i + 2] == b"fn" && (i == 0 || !ident(code[i - 1])) && code[i + 2].is_ascii_whitespace();
+        if !is_fn || skipped.iter().any(|r| r.contains(&i)) {
+            i += 1;
+            continue;
+        }
+        let name_at = i + 2 + code[i + 2..].iter().take_while(|b| b.is_ascii_whitespace()).count();
+        let name: String = code[name_at..].iter().take_while(|&&b| ident(b)).map(|&b| b as char).collect();
+        // A body opens at the first `{` after the signature; a `;` first means none (a
+        // trait method's declaration).
+        let body = code[name_at..].iter().position(|&b| b == b'{' || b == b';').map(|q| name_at + q);
+        if let Some(open) = body.filter(|&o| code[o] == b'{')
+            && !name.is_empty()
+        {
+            let close = matching(&code, open);
+            let (first, last) = (line_of(i), line_of(close - 1));
+            found.push(Function { file: file.to_string(), line: first, name, lines: last - first + 1 });
+        }
+        i += 2;
+    }
+    found
+}
+
+/// Every `.rs` file under `dir`, in path order, `tests.rs` files left out.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") && p.file_name().is_some_and(|n| n != "tests.rs") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The functions of `src/` over [`LONG`] lines, longest first (then by place).
+fn long_functions() -> Vec<Function> {
+    let root = repo();
+    let mut long: Vec<Function> = sources(&root.join("src"))
+        .iter()
+        .flat_map(|p| {
+            let rel = p.strip_prefix(&root).unwrap().display().to_string();
+            functions(&rel, &std::fs::read_to_string(p).unwrap())
+        })
+        .filter(|f| f.lines > LONG)
+        .collect();
+    long.sort_by(|a, b| b.lines.cmp(&a.lines).then_with(|| (&a.file, a.line).cmp(&(&b.file, b.line))));
+    long
+}
+
+#[test]
+fn at_most_a_dozen_functions_over_100_lines() {
+    let long = long_functions();
+    let list: Vec<String> =
+        long.iter().map(|f| format!("  {:>4} lines  {}:{}  {}", f.lines, f.file, f.line, f.name)).collect();
+    eprintln!("{} functions over {LONG} lines:\n{}", long.len(), list.join("\n"));
+    assert!(
+        long.len() <= MAX_LONG,
+        "{} non-test functions in src/ are over {LONG} lines (at most {MAX_LONG} may be); split them along their section markers:\n{}",
+        long.len(),
+        list.join("\n")
+    );
+}
+
+#[test]
+fn a_function_runs_from_its_fn_line_to_its_closing_brace() {
+    let src = r##"
+/// Braces in comments { and strings do not count.
+pub fn outer(x: &str) -> usize {
+    let s = "}}";
+    let r = r#"{ "}" "#;
+    let c = '}';
+    fn inner<'a>(y: &'a str) -> &'a str {
+        y
+    }
+    /* { nested /* } */ still a comment } */
+    s.len() + r.len() + inner(x).len() + c.len_utf8()
+}
+
+trait T {
+    fn declared(&self);
+}
+
+#[cfg(test)]
+mod tests {
+    fn helper() {
+        let _ = 1;
+    }
+}
+"##;
+    let found = functions("x.rs", src);
+    let got: Vec<(&str, usize, usize)> = found.iter().map(|f| (f.name.as_str(), f.line, f.lines)).collect();
+    assert_eq!(got, vec![("outer", 3, 10), ("inner", 7, 3)]);
+}
