@@ -1,5 +1,8 @@
-//! Command-line arguments (clap). Doc comments here are the `--help` text.
-//! Only parsing and validation live here; `main.rs` dispatches.
+//! Command-line arguments (clap). Doc comments here are the `--help` text of the
+//! commands that are not stages or that take flags of their own; the plain stage
+//! commands (only `--force`) are built from the stage list by `stage_cli`, which also
+//! gives every stage command its help. Only parsing and validation live here;
+//! `main.rs` dispatches.
 
 use std::path::PathBuf;
 
@@ -15,12 +18,39 @@ use crate::registry::RegistryFormat;
 /// `benchgen explain ID` can show how any item was made.
 #[derive(Debug, Parser)]
 #[command(name = "benchgen", version, propagate_version = true, max_term_width = 100)]
-pub struct Cli {
+pub struct TypedCli {
     #[command(flatten)]
     pub global: GlobalArgs,
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// The parsed command line: [`TypedCli`]'s tree plus the plain stage commands, which
+/// `stage_cli` builds from the stage list (its `CommandFactory` and `FromArgMatches`).
+#[derive(Debug)]
+pub struct Cli {
+    pub global: GlobalArgs,
+    pub command: Command,
+}
+
+/// A plain stage command (`benchgen efs verify [--force]`): the stage it names.
+#[derive(Debug, Clone, Copy)]
+pub struct StageCall {
+    /// The stage's name (`StageSpec::name`).
+    pub stage: &'static str,
+    pub force: bool,
+}
+
+/// The one-line help of command groups that hold only plain stages (the derive
+/// describes the others), by their word.
+pub const STAGE_GROUPS: &[(&str, &str)] = &[
+    ("logs", "Tool-call logs of a domain: import (normalise + anonymise), curate, split"),
+    ("synth", "Synthesised samples: chain queries from the graph, role-play dialogues"),
+    (
+        "levels",
+        "ETOM's five levels (L1–L5) over the catalog: profiles, output schemas, each level, export. See docs/levels.md",
+    ),
+];
 
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
@@ -48,62 +78,15 @@ pub enum Command {
     /// Get a catalog of MCP servers and tools.
     #[command(subcommand)]
     Registry(RegistryCommand),
-    /// Drop servers and tools a benchmark must not contain, recording why.
-    ///
-    /// Reads `artifacts/registry-import/catalog.json` and the `[filter]` section of the
-    /// config. Writes `artifacts/filter/`: `catalog.json` (what remains),
-    /// `dropped.csv` and `undecided.csv` (one row per server or tool with rule,
-    /// class, reason and evidence) and `summary.json`; one `filter.decision` event
-    /// per server and tool goes to the ledger. With `[filter] classifier_role`, matches
-    /// of `action = "ask"` rules are decided by that LLM role (answers cached in the
-    /// ledger; see `--llm-mode`). Skipped when up to date.
-    Filter(ForceArgs),
-    /// Corpus statistics of the catalog (and of the filtered catalog).
-    ///
-    /// Reads `artifacts/registry-import/catalog.json` and, when present,
-    /// `artifacts/filter/catalog.json`. Writes `artifacts/stats/catalog.json`,
-    /// `catalog.md` (tables) and `servers_per_category.svg`. Skipped when up to date.
-    Stats(ForceArgs),
-    /// Embed every tool of the filtered catalog with a local ONNX model.
-    ///
-    /// Reads `artifacts/filter/catalog.json` and `[embed]` (model files from
-    /// `make setup` by default). Writes `artifacts/embed/vectors.f32` (row-major
-    /// little-endian f32, L2-normalised) and `index.json` (tool id, row, text hash,
-    /// model id). Tools whose text and model are unchanged since the previous run
-    /// reuse their vectors. Skipped when up to date.
-    Embed(ForceArgs),
     /// Equal function sets: groups of tools that do the same job.
     #[command(subcommand)]
     Efs(EfsCommand),
-    /// Tool-call logs of a domain: import (normalise + anonymise), curate, split.
-    #[command(subcommand)]
-    Logs(LogsCommand),
     /// The tool dependency graph from grouped multi-tool logs.
     #[command(subcommand)]
     Graph(GraphCommand),
     /// Review of the samples: two reviewers each, sheets, a web app, merge and agreement.
     #[command(subcommand)]
     Review(ReviewCommand),
-    /// Synthesised samples: chain queries from the graph, role-play dialogues.
-    #[command(subcommand)]
-    Synth(SynthCommand),
-    /// Automatic validation of every log-track sample (real, chains, dialogues), with labels.
-    ///
-    /// Reads the benchmark pool `logs-split/benchmark.jsonl`, the chains
-    /// `synth-chains/chains.jsonl` (with `synth-chains/sampling.json` for the funnel) and their
-    /// executions `execute/trajectories.jsonl`, and the
-    /// dialogues `synth-roleplay/dialogues.jsonl` (each when present). A sample passes when
-    /// every reference call ran without error (chains also: answered, chain order kept;
-    /// dialogues also: the LLM `synth.judge_role` finds every user request addressed).
-    /// Writes `artifacts/validate/`: `samples.jsonl` (accepted, unified format, sorted by
-    /// id), `finmcp.json` (the same in FinMCP's sample format), `verdicts.jsonl` (every
-    /// sample with labels and rejection reasons), `report.md` (yield funnel per
-    /// sub-scenario, Table-1-style statistics) and `failed.json` when checks failed.
-    Validate(ForceArgs),
-    /// ETOM's five levels (L1–L5) over the catalog: profiles, output schemas, each
-    /// level, export. See docs/levels.md.
-    #[command(subcommand)]
-    Levels(LevelsCommand),
     /// Run the pipeline's stages in order, skipping those that are up to date.
     ///
     /// The stages and what each reads and writes: `benchgen stages`. A stage runs when
@@ -154,21 +137,7 @@ pub enum Command {
     /// schema (else a generic shape), seeded by tool and arguments. Writes nothing
     /// unless `--call-log`. Fault flags are for tests and rehearsals.
     Sandbox(SandboxArgs),
-    /// Run queries with an LLM agent over MCP tools and record reference trajectories.
-    ///
-    /// Reads the queries file (`--queries FILE` or `execute.queries`; JSON Lines or a JSON
-    /// array of `{id, query, chain?}`), the servers of `[mcp.servers]` (or
-    /// `execute.servers`) and the LLM role `execute.role`. Without a file and with `[synth]`,
-    /// reads the chain queries `synth-chains/queries.jsonl` and runs them (role
-    /// `synth.assistant_role`) against `synth.server`, or by default a sandbox serving
-    /// `logs-import/catalog.json` that answers with results logged in
-    /// `logs-import/sessions.jsonl` for equal calls. Writes `artifacts/execute/`:
-    /// `trajectories/<id>.json`, `trajectories.jsonl` and `summary.json`; every tool call is an `mcp.call`
-    /// ledger event linked to the LLM exchange that asked for it (trajectories name both by
-    /// hash; timings are in the ledger). The loop's settings
-    /// (`max_calls`, `system_prompt`, `answer_nudge` for a turn left blank after tool calls,
-    /// …) are in `[execute]`. A query that fails is recorded with its reason and the run
-    /// goes on. Finished queries are checkpointed; skipped when up to date.
+    // A stage with flags of its own: its help comes from the stage list (`stage_cli`).
     Execute(ExecuteArgs),
     /// Check and account for the configured LLM roles (`[llm.roles.<role>]`).
     #[command(subcommand)]
@@ -205,21 +174,11 @@ pub enum Command {
     /// only the files asked for (`--markdown`, `--per-sample`). Needs no pipeline config.
     /// Unreadable prediction lines are listed and the report still finishes, with exit code 1.
     Score(ScoreArgs),
-    /// The versioned benchmark: `release/<name>-<version>/` (`[release] name`, `version`).
-    ///
-    /// Reads the sample pool (`validate/samples.jsonl`, `levels-export/samples.jsonl`), the
-    /// review decisions (`review-merge/decisions.jsonl`, required unless `[release]
-    /// require_review = false`) and agreement figures (`review-merge/report.md`), the catalogs (`filter/catalog.json`,
-    /// `logs-import/catalog.json`), `efs-finalize/tool_equivalence_sets.json`, the ledger and
-    /// the previous version's `samples.jsonl`. Writes `artifacts/release/` and the same files
-    /// into `release/<name>-<version>/`: `level_1.json`, `level_2.json`, `level_3.json`,
-    /// `level_4.json`, `level_5.json`,
-    /// `tool_equivalence_sets.json`, `finmcp_single_tool.json`, `finmcp_multi_tool.json`,
-    /// `finmcp_multi_turn.json`, `samples.jsonl`, `samples.parquet`, `tools.parquet`,
-    /// `lineage.jsonl`, the dataset card `README.md` with `plots/*.svg`, `CHANGELOG.md` and
-    /// `SHA256SUMS`. A published version is never overwritten. `benchgen release verify DIR`
-    /// checks a release.
+    // A stage with flags of its own: its help comes from the stage list (`stage_cli`).
     Release(ReleaseArgs),
+    /// A plain stage command, built from the stage list (never by the derive).
+    #[command(skip)]
+    Stage(StageCall),
 }
 
 #[derive(Debug, Args)]
@@ -382,60 +341,9 @@ pub struct ScoreArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum EfsCommand {
-    /// Candidate pairs of possibly equivalent tools, and the plan of LLM calls that will judge them (no LLM).
-    ///
-    /// Reads `artifacts/filter/catalog.json`, `artifacts/embed/` (`index.json`,
-    /// `vectors.f32`) and `[efs.pairs]`.
-    /// Each tool keeps its top-k neighbours by a score combining cosine similarity
-    /// with name and parameter overlap (minus penalties for differing actions and a
-    /// shared server); a pair qualifies if either endpoint keeps it. Plans the
-    /// verification calls (listwise: greedy set cover of the pairs by anchor tools)
-    /// and prints their number. Writes `artifacts/efs-pairs/pairs.csv` (planned
-    /// pairs), `calls.jsonl` (one line per planned call), `left_out.csv` (pairs
-    /// `max_calls` left out), `similarity.svg` and `summary.json`.
-    /// Skipped when up to date.
-    Pairs(ForceArgs),
-    /// The LLM judges the candidate pairs as planned: equivalent yes/no with a one-line reason.
-    ///
-    /// Reads `artifacts/efs-pairs/calls.jsonl` and `pairs.csv`, `artifacts/filter/catalog.json`,
-    /// `[efs.verify]` and the prompt `pipeline/prompts/efs_verify_list.md` (listwise, the
-    /// default: an anchor against its candidates) or `efs_verify.md` (pairwise). Writes
-    /// `artifacts/efs-verify/verdicts.json`, `conflicts.json` (pairs judged differently by
-    /// several calls; they count as not equivalent) and one `verdict` ledger event per pair
-    /// (its parent is the LLM exchange); `failed.json` lists calls left out when
-    /// `[efs.verify] max_failed_share` lets some fail. Resumable: an interrupted run
-    /// keeps every call it got. Skipped when up to date.
-    Verify(ForceArgs),
-    /// Union–find over verified pairs into candidate sets (no LLM).
-    ///
-    /// Reads `artifacts/filter/catalog.json`, `artifacts/efs-pairs/pairs.csv` and
-    /// `artifacts/efs-verify/verdicts.json`.
-    /// Writes `artifacts/efs-build/sets.json` (members sorted, sets by first member,
-    /// evidence per set). Skipped when up to date.
-    Build(ForceArgs),
-    /// Top-down cross-check: requests per set, retrieval, LLM selection.
-    ///
-    /// Reads `artifacts/filter/catalog.json`, `artifacts/efs-build/sets.json`,
-    /// `artifacts/embed/` (`index.json`, `vectors.f32`) and `[efs.topdown]`.
-    /// Writes `artifacts/efs-topdown/results.json` (requests, retrieved and selected
-    /// tools, metrics per set) and `items.json` (review items: outside tools
-    /// selected, members never selected, sets split across requests); `failed.json`
-    /// lists sets left out when `[efs.topdown] max_failed_share` lets some fail.
-    /// Resumable per set. Skipped when up to date.
-    Topdown(ForceArgs),
     /// Human review of candidate sets.
     #[command(subcommand)]
     Review(EfsReviewCommand),
-    /// The final sets, with decisions and evidence, and the EFS report.
-    ///
-    /// Reads `artifacts/filter/catalog.json`, `artifacts/efs-build/sets.json`,
-    /// `artifacts/efs-pairs/pairs.csv`, `artifacts/efs-verify/verdicts.json`, the manifests
-    /// of the EFS stages (for the cost table) and, when present,
-    /// `artifacts/efs-topdown/items.json` and `artifacts/efs-review-import/decisions.json`.
-    /// Writes `artifacts/efs-finalize/final.json`, `tool_equivalence_sets.json` (ETOM shape)
-    /// and `report.md`. Sets without a human decision follow `[efs.finalize] policy`
-    /// and are marked `unreviewed`. Skipped when up to date.
-    Finalize(ForceArgs),
     /// Compare our sets with a reference EFS file (ETOM `tool_equivalence_sets.json` shape).
     ///
     /// Reads `artifacts/efs-finalize/final.json` (or `--sets FILE`), the reference, and when
@@ -446,119 +354,10 @@ pub enum EfsCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum LogsCommand {
-    /// Read the `[logs]` sources (FinMCP JSON, OpenAI chat JSONL, event JSONL) and the
-    /// tool catalog into one normalised, anonymised session per line.
-    ///
-    /// Reads the files of `[[logs.sources]]` and `[logs.catalog]` (or lists the tools of
-    /// its MCP server), streaming them record by record. Writes `artifacts/logs-import/`:
-    /// `sessions.jsonl`, `catalog.json`, `malformed.jsonl` (`file:line` + reason of every
-    /// record kept out) and `report.json` (counts, flags, anonymisation per detector).
-    /// Needs the secret in the environment variable `[logs.anonymise] secret_env`.
-    /// Skipped when up to date.
-    Import(ForceArgs),
-    /// Keep sessions that reflect a genuine need, were resolved through tool calls and
-    /// got a satisfactory answer (LLM judge with `[logs.curate]`; each decision in the
-    /// ledger, see `benchgen explain log:<id>`).
-    ///
-    /// Reads `logs-import/sessions.jsonl`. Writes `artifacts/logs-curate/`:
-    /// `curated.jsonl` (kept sessions), `decisions.jsonl` (one decision per session),
-    /// `report.json`, `failed.json` (judgements that failed, with their reasons). Resumable
-    /// per session; a session whose answers stay invalid
-    /// fails the stage after the others are done (a rerun asks only for it).
-    Curate(ForceArgs),
-    /// Single-tool sessions → benchmark and seed pools (seeded, stratified by tool and
-    /// sub-scenario); multi-tool sessions → the graph source set. Reports coverage.
-    ///
-    /// Reads `logs-curate/curated.jsonl` and `logs-import/catalog.json`. Writes
-    /// `artifacts/logs-split/`: `benchmark.jsonl`, `seed.jsonl`, `graph_source.jsonl`
-    /// and `split.json` (ids per pool, coverage).
-    Split(ForceArgs),
-}
-
-#[derive(Debug, Subcommand)]
-pub enum SynthCommand {
-    /// Sample tool chains from the dependency graph and have the LLM write one query each.
-    ///
-    /// Reads `graph-build/graph.json` (or the reviewed `graph-review-import/graph.json`),
-    /// `logs-split/graph_source.jsonl` (co-occurring pairs per sub-scenario),
-    /// `logs-split/seed.jsonl` (examples) and `logs-import/catalog.json`. Writes
-    /// `artifacts/synth-chains/`: `queries.jsonl` (for `execute`), `chains.jsonl`,
-    /// `sampling.json`, `report.md` and `failed.json` when queries failed. Resumable per chain.
-    Chains(ForceArgs),
-    /// Simulate multi-turn dialogues: persona + goal, a user simulator and an assistant with tools.
-    ///
-    /// Reads the persona pool (`synth.roleplay.personas`), `logs-split/graph_source.jsonl`
-    /// and `logs-split/benchmark.jsonl` (sub-scenarios and their tools),
-    /// `logs-import/catalog.json` and `logs-import/sessions.jsonl` (the default sandbox).
-    /// Writes `artifacts/synth-roleplay/`: `dialogues.jsonl`, `report.md` and `failed.json`
-    /// when dialogues failed. Resumable per dialogue.
-    Roleplay(ForceArgs),
-}
-
-#[derive(Debug, Subcommand)]
 pub enum GraphCommand {
-    /// Candidate edges from adjacent groups of multi-tool sessions, validated by the
-    /// LLM (`[graph]`). Resumable per candidate.
-    ///
-    /// Reads `logs-split/graph_source.jsonl` and `logs-import/catalog.json`. Writes
-    /// `artifacts/graph-build/`: `candidates.json`, `graph.json`, `graph.dot`,
-    /// `graph.svg`, `report.md` and `failed.json` (candidates whose judgement failed).
-    Build(ForceArgs),
     /// Human review of the graph's edges.
     #[command(subcommand)]
     Review(GraphReviewCommand),
-}
-
-#[derive(Debug, Subcommand)]
-pub enum LevelsCommand {
-    /// Per server its platform; per tool final-goal/middleware, user/system-facing and
-    /// coupling (`[levels]`, judge role). Resumable per item.
-    ///
-    /// Reads `filter/catalog.json`. Writes `artifacts/levels-profiles/profiles.json`
-    /// (with every L1/L2 exclusion and its reason) and `report.md`; `failed.json` lists items
-    /// left out when `[levels] max_failed_share` lets some fail (as for every level stage).
-    Profiles(ForceArgs),
-    /// An output JSON Schema per tool: the catalog's, inferred by the writer, or from
-    /// the review sheet `[levels.schemas] review`.
-    ///
-    /// Reads `filter/catalog.json`. Writes `artifacts/levels-schemas/schemas.json` and the
-    /// review sheet `schemas.csv` (and `failed.json`).
-    Schemas(ForceArgs),
-    /// L1: explicit single-tool queries naming the platform, verified, one per tool.
-    ///
-    /// Reads `filter/catalog.json` and `levels-profiles/profiles.json`. Writes
-    /// `artifacts/levels-l1/queries.json` (and `failed.json`).
-    L1(ForceArgs),
-    /// L2: implicit queries; EFS members share one query whose ground truth is the set.
-    ///
-    /// Reads `filter/catalog.json`, `levels-profiles/profiles.json` and (optional)
-    /// `efs-finalize/final.json`. Writes `artifacts/levels-l2/queries.json` (and `failed.json`).
-    L2(ForceArgs),
-    /// L3: single-server chains from data-flow graphs, verified, with backward dependencies.
-    ///
-    /// Reads `filter/catalog.json` and `levels-schemas/schemas.json`. Writes
-    /// `artifacts/levels-l3/queries.json`, `chains.json` (and `failed.json`).
-    L3(ForceArgs),
-    /// L4: cross-server scenarios with quality control, validation and EFS alternatives.
-    ///
-    /// Reads `filter/catalog.json` and (optional) `efs-finalize/final.json`. Writes
-    /// `artifacts/levels-l4/queries.json`, `attempts.json` (and `failed.json`).
-    L4(ForceArgs),
-    /// L5: out-of-scope requests from the capability map's gaps, each with its gap label.
-    ///
-    /// Reads `filter/catalog.json` and `embed/` (`index.json`, `vectors.f32`). Writes
-    /// `artifacts/levels-l5/queries.json`, `capability_map.json`, `gaps.json` (and
-    /// `failed.json`).
-    L5(ForceArgs),
-    /// Write `level_1.json` … `level_5.json` (ETOM's shapes), the unified samples and the
-    /// statistics.
-    ///
-    /// Reads `levels-l1` … `levels-l5` `queries.json` and `filter/catalog.json`. Writes
-    /// `artifacts/levels-export/`: `level_1.json`, `level_2.json`, `level_3.json`,
-    /// `level_4.json`, `level_5.json`, `samples.jsonl`, `stats.json`,
-    /// `queries.svg`, `steps.svg`, `rejections.csv` and `report.md`.
-    Export(ForceArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -567,53 +366,10 @@ pub enum GraphReviewCommand {
     /// `graph-build/candidates.json`). Refuses to overwrite a sheet holding decisions
     /// unless `--force`.
     Export(ForceArgs),
-    /// Apply the `add`/`remove` decisions of every `reviews/graph/*.csv`.
-    ///
-    /// Reads `graph-build/graph.json`, `graph-build/candidates.json` and the sheets.
-    /// Writes `artifacts/graph-review-import/`: the reviewed `graph.json`, `graph.dot`,
-    /// `graph.svg`, `report.md`, and `decisions.json`. Any malformed row rejects the
-    /// whole import with `file:line` messages.
-    Import(ForceArgs),
 }
 
 #[derive(Debug, Subcommand)]
 pub enum ReviewCommand {
-    /// Two distinct reviewers per sample from the roster (`reviews/reviewers.toml`).
-    ///
-    /// Reads the sample pool (`validate/samples.jsonl`, `levels-export/samples.jsonl`, and
-    /// `[review] extra_samples`) and the roster. Seeded, balanced draw respecting expertise
-    /// tags and capacity; never a sample's author. Earlier assignments are kept: a rerun
-    /// assigns only new samples. Writes `artifacts/review-assign/`: `assignments.json`,
-    /// `samples.jsonl`, `report.md`; then each reviewer's personal link to
-    /// `reviews/links/<id>.txt` when the review secret (`[review] token_secret_env`) is set.
-    Assign(ForceArgs),
-    /// One sheet per reviewer: `artifacts/review-export/sheets/<id>.csv` and `.xlsx`.
-    ///
-    /// Reads `review-assign/assignments.json` and `samples.jsonl`. Each row shows the query,
-    /// every turn with its tool-call groups (arguments, shortened results) and the answer,
-    /// with empty score columns (XLSX: drop-downs) and a note. Writes `report.md` too.
-    Export(ForceArgs),
-    /// Validate and apply filled sheets (`reviews/returned/*.csv`, `*.xlsx`) and web submissions.
-    ///
-    /// Reads `review-assign/assignments.json`, the sheets and `reviews/web/scores.jsonl`
-    /// (rewritten from the web app's database first). Every bad row (score off the scale,
-    /// reviewer not assigned, stale content hash, duplicate) is reported with `file:line`
-    /// and nothing is applied. Writes `artifacts/review-import/scores.jsonl` and `report.json`.
-    Import(ForceArgs),
-    /// LLM pre-review: `[review.prereview] roles` score every sample with the rubric.
-    ///
-    /// Reads `review-assign/assignments.json` and `samples.jsonl` and the prompt
-    /// `pipeline/prompts/review_score.md`. Writes `artifacts/review-prereview/scores.jsonl`
-    /// (marked as LLM scores) and `report.md`. Resumable per sample and role.
-    Prereview(ForceArgs),
-    /// Decide every sample, queue disagreements for adjudication, measure agreement.
-    ///
-    /// Reads `review-assign/assignments.json` and `samples.jsonl`, `review-import/scores.jsonl`
-    /// and `review-prereview/scores.jsonl` when present, `reviews/adjudications.csv` and
-    /// `reviews/web/adjudications.jsonl` (rewritten from the web app's database first).
-    /// Writes `artifacts/review-merge/`: `decisions.jsonl`, `agreement.json`, `report.md`,
-    /// `heatmap.svg` and `queue.csv` (the adjudication queue).
-    Merge(ForceArgs),
     /// The review web app: sign-in links, blind scoring with keyboard shortcuts and
     /// autosave, progress, and an adjudication view for leads.
     ///
@@ -641,14 +397,7 @@ pub enum EfsReviewCommand {
     /// and top-down candidate). Refuses to overwrite a sheet holding decisions
     /// unless `--force`.
     Export(ForceArgs),
-    /// Check and record the decisions in every `reviews/efs/*.csv`.
-    ///
-    /// Reads the sheets, `artifacts/filter/catalog.json` and `artifacts/efs-build/sets.json`
-    /// (decisions must name existing sets and tools). Part of `benchgen run` once a sheet
-    /// is in `reviews/efs/`. Writes `artifacts/efs-review-import/decisions.json` and one `review` ledger event
-    /// per decision. Any malformed row rejects the whole import with `file:line`
-    /// messages; the sheets are never modified. Skipped when up to date. An empty (or
-    /// BOM-only) sheet is refused unless `--allow-empty`: it would wipe earlier decisions.
+    // A stage with flags of its own: its help comes from the stage list (`stage_cli`).
     Import(ReviewImportArgs),
 }
 
@@ -676,19 +425,7 @@ pub struct CompareArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum RegistryCommand {
-    /// Import a registry snapshot file into `artifacts/registry-import/`.
-    ///
-    /// Reads FILE (default: `registry.source` from the config). Writes
-    /// `artifacts/registry-import/catalog.json` (servers and tools sorted by name, tool ids
-    /// `server::tool` with names trimmed) and `import_report.json` (every note and
-    /// every record left out). Invalid records (duplicates, tools without names,
-    /// schemas that are not JSON-Schema objects, wrong types) stop the import with
-    /// their locations, unless `--lenient`. Skipped when up to date.
-    ///
-    /// With `--format glama|official|smithery` FILE is a scraped snapshot folder; without
-    /// FILE, `registry.snapshots` are merged in order. Those imports also write `merge.md`,
-    /// `merge_summary.json`, `conflicts.csv`, `review.csv` and `categories.csv` (see
-    /// docs/registry.md).
+    // A stage with flags of its own: its help comes from the stage list (`stage_cli`).
     Import(ImportArgs),
     /// Page through a registry API and save every page as received.
     ///

@@ -717,6 +717,15 @@ impl Stage for EmbedStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Embed every tool of the filtered catalog with a local ONNX model.
+
+         Reads `artifacts/filter/catalog.json` and `[embed]` (model files from
+         `make setup` by default). Writes `artifacts/embed/vectors.f32` (row-major
+         little-endian f32, L2-normalised) and `index.json` (tool id, row, text hash,
+         model id). Tools whose text and model are unchanged since the previous run
+         reuse their vectors. Skipped when up to date."
+    }
 
     fn enabled(&self, settings: &Settings) -> bool {
         settings.config.embed.is_some() || settings.config.efs.is_some()

@@ -527,6 +527,17 @@ impl Stage for FilterStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        r#"Drop servers and tools a benchmark must not contain, recording why.
+
+         Reads `artifacts/registry-import/catalog.json` and the `[filter]` section of the
+         config. Writes `artifacts/filter/`: `catalog.json` (what remains),
+         `dropped.csv` and `undecided.csv` (one row per server or tool with rule,
+         class, reason and evidence) and `summary.json`; one `filter.decision` event
+         per server and tool goes to the ledger. With `[filter] classifier_role`, matches
+         of `action = "ask"` rules are decided by that LLM role (answers cached in the
+         ledger; see `--llm-mode`). Skipped when up to date."#
+    }
 
     fn enabled(&self, settings: &Settings) -> bool {
         crate::registry::in_pipeline(settings)

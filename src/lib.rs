@@ -35,6 +35,7 @@ pub mod sandbox;
 pub mod score;
 pub mod settings;
 pub mod stage;
+pub mod stage_cli;
 pub mod stages;
 pub mod stats;
 pub mod store;

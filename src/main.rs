@@ -6,13 +6,13 @@ use anyhow::Result;
 use clap::Parser;
 
 use benchgen::cli::{
-    Cli, Command, EfsCommand, EfsReviewCommand, GraphCommand, GraphReviewCommand, LevelsCommand, LlmCommand,
-    LogsCommand, McpCommand, RegistryCommand, ReviewCommand, StagesFormat, SynthCommand,
+    Cli, Command, EfsCommand, EfsReviewCommand, GraphCommand, GraphReviewCommand, LlmCommand, McpCommand,
+    RegistryCommand, ReleaseArgs, ReviewCommand, StagesFormat,
 };
 use benchgen::printer::Printer;
 use benchgen::settings::Settings;
 use benchgen::stage::{self, Ctx, Stage};
-use benchgen::{clean, error, execute, explain, llm, mcp, pipeline, registry, sandbox, stages};
+use benchgen::{clean, error, execute, explain, llm, mcp, pipeline, registry, release, sandbox, stages};
 
 // Large inputs are parsed into many small strings and vectors (`score` on 50 MB of level
 // files spent about a tenth of its CPU in glibc's malloc and free).
@@ -109,46 +109,27 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         _ => Settings::load(&config)?,
     };
     settings.llm_mode = cli.global.llm_mode;
+    // The stage a command runs on its own, configured by its flags.
+    let single = stage_command(&cli.command)?;
     // The pipeline is checked on every load (roles, prompts, servers, reads, ranges), so
     // a typo fails here, naming its key, before any stage runs; a stage command checks
     // only what it and its upstream need. `stages` lists what a config needs, so it also
     // works while the config is incomplete.
-    match stage_of(&cli.command) {
+    match &single {
         _ if matches!(cli.command, Command::Check | Command::Sandbox(_) | Command::Stages(_)) => {}
-        Some(name) => stages::check_stage(&settings, name)?,
+        Some((stage, _)) => stages::check_stage(&settings, stage.spec().name)?,
         None => stages::check(&settings)?,
     }
     stage::recover_if_idle(&settings, printer)?;
     let ctx = Ctx::new(&settings, printer);
+    if let Some((stage, force)) = single {
+        return pipeline::run_one(&ctx, stage.as_ref(), force);
+    }
     match &cli.command {
-        Command::Registry(RegistryCommand::Import(a)) => {
-            let stage = registry::ImportStage { file: a.file.clone(), format: a.format, lenient: a.lenient };
-            run_one(&ctx, &stage, a.force.force)
-        }
         Command::Registry(RegistryCommand::Scrape(a)) => registry::commands::scrape(&settings, printer, a),
         Command::Registry(RegistryCommand::Merge(a)) => registry::commands::merge(&settings, printer, a),
         Command::Registry(RegistryCommand::Tools(a)) => registry::commands::tools(&settings, printer, a),
-        Command::Filter(f) => run_named(&ctx, "filter", f.force),
-        Command::Stats(f) => run_named(&ctx, "stats", f.force),
-        Command::Embed(f) => run_named(&ctx, "embed", f.force),
         Command::Efs(c) => efs_command(&ctx, c),
-        Command::Logs(LogsCommand::Import(f)) => run_named(&ctx, "logs-import", f.force),
-        Command::Logs(LogsCommand::Curate(f)) => run_named(&ctx, "logs-curate", f.force),
-        Command::Logs(LogsCommand::Split(f)) => run_named(&ctx, "logs-split", f.force),
-        Command::Levels(c) => {
-            let (name, f) = match c {
-                LevelsCommand::Profiles(f) => ("levels-profiles", f),
-                LevelsCommand::Schemas(f) => ("levels-schemas", f),
-                LevelsCommand::L1(f) => ("levels-l1", f),
-                LevelsCommand::L2(f) => ("levels-l2", f),
-                LevelsCommand::L3(f) => ("levels-l3", f),
-                LevelsCommand::L4(f) => ("levels-l4", f),
-                LevelsCommand::L5(f) => ("levels-l5", f),
-                LevelsCommand::Export(f) => ("levels-export", f),
-            };
-            run_named(&ctx, name, f.force)
-        }
-        Command::Graph(GraphCommand::Build(f)) => run_named(&ctx, "graph-build", f.force),
         Command::Graph(GraphCommand::Review(GraphReviewCommand::Export(f))) => {
             let (path, n) = benchgen::graph::review::export(&settings, f.force)?;
             let shown = settings.display_path(&path);
@@ -158,18 +139,9 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             );
             Ok(())
         }
-        Command::Graph(GraphCommand::Review(GraphReviewCommand::Import(f))) => {
-            run_named(&ctx, "graph-review-import", f.force)
-        }
-        Command::Review(c) => review_command(&ctx, c),
-        Command::Synth(SynthCommand::Chains(f)) => run_named(&ctx, "synth-chains", f.force),
-        Command::Synth(SynthCommand::Roleplay(f)) => run_named(&ctx, "synth-roleplay", f.force),
-        Command::Validate(f) => run_named(&ctx, "validate", f.force),
+        Command::Review(ReviewCommand::Serve(a)) => benchgen::review::serve::serve(&settings, printer, a.addr),
         Command::Run(a) => {
-            // As `review import` / `review merge` do: events a killed web app left in its
-            // outbox reach the ledger, and its scores reach `reviews/web/`, before the
-            // review stages look at them.
-            benchgen::review::serve::dump(&settings)?;
+            // Each stage is prepared as it comes (the review stages drain the web app's outbox).
             let reports = pipeline::run(&ctx, a.from.as_deref(), a.until.as_deref(), a.force)?;
             printer.summary("", &reports); // the human text was streamed per stage
             Ok(())
@@ -207,7 +179,6 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Command::Score(_) | Command::Init(_) | Command::Prompts(_) => {
             unreachable!("handled before the config is loaded")
         }
-        Command::Release(a) => run_named(&ctx, "release", a.force.force),
         Command::Explain(a) => {
             let x = explain::explain(&settings, &a.id)?;
             printer.summary(&explain::render(&x), &x);
@@ -230,21 +201,35 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Command::Mcp(McpCommand::Call(a)) => mcp::commands::call(&settings, printer, &a.server, &a.tool, &a.args),
         Command::Mcp(McpCommand::Import(a)) => mcp::commands::import(printer, &a.file),
         Command::Sandbox(a) => sandbox::command::run(&settings, printer, a),
-        Command::Execute(a) => {
-            let stage = execute::ExecuteStage { queries: a.queries.clone() };
-            run_one(&ctx, &stage, a.force.force)
-        }
+        Command::Stage(_)
+        | Command::Execute(_)
+        | Command::Release(_)
+        | Command::Registry(RegistryCommand::Import(_)) => unreachable!("stage commands are run above"),
     }
+}
+
+/// The stage a command runs on its own with its `--force` (`None`: not a stage command): a
+/// plain one from the stage list, a typed one configured by its flags.
+fn stage_command(c: &Command) -> Result<Option<(Box<dyn Stage>, bool)>> {
+    let (stage, force): (Box<dyn Stage>, bool) = match c {
+        Command::Stage(call) => (stages::get(call.stage)?, call.force),
+        Command::Registry(RegistryCommand::Import(a)) => {
+            let stage = registry::ImportStage { file: a.file.clone(), format: a.format, lenient: a.lenient };
+            (Box::new(stage), a.force.force)
+        }
+        Command::Efs(EfsCommand::Review(EfsReviewCommand::Import(a))) => {
+            (Box::new(benchgen::efs::review::ReviewStage { allow_empty: a.allow_empty }), a.force.force)
+        }
+        Command::Execute(a) => (Box::new(execute::ExecuteStage { queries: a.queries.clone() }), a.force.force),
+        Command::Release(ReleaseArgs { command: None, force }) => (Box::new(release::ReleaseStage), force.force),
+        _ => return Ok(None),
+    };
+    Ok(Some((stage, force)))
 }
 
 fn efs_command(ctx: &Ctx, c: &EfsCommand) -> Result<()> {
     use benchgen::efs;
     match c {
-        EfsCommand::Pairs(f) => run_named(ctx, "efs-pairs", f.force),
-        EfsCommand::Verify(f) => run_named(ctx, "efs-verify", f.force),
-        EfsCommand::Build(f) => run_named(ctx, "efs-build", f.force),
-        EfsCommand::Topdown(f) => run_named(ctx, "efs-topdown", f.force),
-        EfsCommand::Finalize(f) => run_named(ctx, "efs-finalize", f.force),
         EfsCommand::Review(EfsReviewCommand::Export(f)) => {
             let (path, n) = efs::review::export(ctx.settings, f.force)?;
             let shown = ctx.settings.display_path(&path);
@@ -254,9 +239,7 @@ fn efs_command(ctx: &Ctx, c: &EfsCommand) -> Result<()> {
             );
             Ok(())
         }
-        EfsCommand::Review(EfsReviewCommand::Import(a)) => {
-            run_one(ctx, &efs::review::ReviewStage { allow_empty: a.allow_empty }, a.force.force)
-        }
+        EfsCommand::Review(EfsReviewCommand::Import(_)) => unreachable!("a stage command"),
         EfsCommand::Compare(a) => {
             let c = efs::compare::run(ctx.settings, &a.reference, a.sets.as_deref())?;
             if let Some(out) = &a.out {
@@ -266,85 +249,4 @@ fn efs_command(ctx: &Ctx, c: &EfsCommand) -> Result<()> {
             Ok(())
         }
     }
-}
-
-fn review_command(ctx: &Ctx, c: &ReviewCommand) -> Result<()> {
-    use benchgen::review;
-    let s = ctx.settings;
-    match c {
-        ReviewCommand::Assign(f) => {
-            run_named(ctx, "review-assign", f.force)?;
-            match review::assign::write_links(s) {
-                Ok(paths) => ctx.printer.info(&format!("{} personal links in `reviews/links/`", paths.len())),
-                Err(e) => ctx.printer.warn(&format!("no review links written: {e:#}")),
-            }
-            Ok(())
-        }
-        ReviewCommand::Export(f) => run_named(ctx, "review-export", f.force),
-        ReviewCommand::Import(f) => {
-            review::serve::dump(s)?;
-            run_named(ctx, "review-import", f.force)
-        }
-        ReviewCommand::Prereview(f) => run_named(ctx, "review-prereview", f.force),
-        ReviewCommand::Merge(f) => {
-            review::serve::dump(s)?;
-            run_named(ctx, "review-merge", f.force)
-        }
-        ReviewCommand::Serve(a) => review::serve::serve(s, ctx.printer, a.addr),
-    }
-}
-
-/// The stage a command runs on its own (`None`: not a single-stage command).
-fn stage_of(c: &Command) -> Option<&'static str> {
-    Some(match c {
-        Command::Registry(RegistryCommand::Import(_)) => "registry-import",
-        Command::Filter(_) => "filter",
-        Command::Stats(_) => "stats",
-        Command::Embed(_) => "embed",
-        Command::Efs(EfsCommand::Pairs(_)) => "efs-pairs",
-        Command::Efs(EfsCommand::Verify(_)) => "efs-verify",
-        Command::Efs(EfsCommand::Build(_)) => "efs-build",
-        Command::Efs(EfsCommand::Topdown(_)) => "efs-topdown",
-        Command::Efs(EfsCommand::Finalize(_)) => "efs-finalize",
-        Command::Efs(EfsCommand::Review(EfsReviewCommand::Import(_))) => "efs-review-import",
-        Command::Logs(LogsCommand::Import(_)) => "logs-import",
-        Command::Logs(LogsCommand::Curate(_)) => "logs-curate",
-        Command::Logs(LogsCommand::Split(_)) => "logs-split",
-        Command::Levels(l) => match l {
-            LevelsCommand::Profiles(_) => "levels-profiles",
-            LevelsCommand::Schemas(_) => "levels-schemas",
-            LevelsCommand::L1(_) => "levels-l1",
-            LevelsCommand::L2(_) => "levels-l2",
-            LevelsCommand::L3(_) => "levels-l3",
-            LevelsCommand::L4(_) => "levels-l4",
-            LevelsCommand::L5(_) => "levels-l5",
-            LevelsCommand::Export(_) => "levels-export",
-        },
-        Command::Graph(GraphCommand::Build(_)) => "graph-build",
-        Command::Graph(GraphCommand::Review(GraphReviewCommand::Import(_))) => "graph-review-import",
-        Command::Synth(SynthCommand::Chains(_)) => "synth-chains",
-        Command::Synth(SynthCommand::Roleplay(_)) => "synth-roleplay",
-        Command::Validate(_) => "validate",
-        Command::Execute(_) => "execute",
-        Command::Review(ReviewCommand::Assign(_)) => "review-assign",
-        Command::Review(ReviewCommand::Export(_)) => "review-export",
-        Command::Review(ReviewCommand::Import(_)) => "review-import",
-        Command::Review(ReviewCommand::Prereview(_)) => "review-prereview",
-        Command::Review(ReviewCommand::Merge(_)) => "review-merge",
-        Command::Release(benchgen::cli::ReleaseArgs { command: None, .. }) => "release",
-        _ => return None,
-    })
-}
-
-/// Run the stage of the list called `name` on its own.
-fn run_named(ctx: &Ctx, name: &str, force: bool) -> Result<()> {
-    run_one(ctx, stages::get(name)?.as_ref(), force)
-}
-
-/// Run one stage on its own; its upstream stages must be up to date.
-fn run_one(ctx: &Ctx, stage: &dyn Stage, force: bool) -> Result<()> {
-    let states = pipeline::states(ctx.settings);
-    let report = stage::execute(ctx.settings, ctx.printer, stage, force, &states)?;
-    ctx.printer.summary(&pipeline::render_report(&report), &report);
-    Ok(())
 }

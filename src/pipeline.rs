@@ -86,6 +86,8 @@ pub fn run(ctx: &Ctx, from: Option<&str>, until: Option<&str>, force: bool) -> R
     for stage in crate::stages::enabled(ctx.settings) {
         let spec = stage.spec();
         let i = index_of(spec.name)?;
+        // Out of range too: what it prepares (the review outbox) is what later stages see.
+        stage.prepare(ctx.settings, ctx.printer)?;
         if i < lo || i > hi {
             states.insert(spec.name.into(), stage::freshness(stage.as_ref(), ctx.settings, &states));
             continue;
@@ -98,6 +100,18 @@ pub fn run(ctx: &Ctx, from: Option<&str>, until: Option<&str>, force: bool) -> R
         reports.push(report);
     }
     Ok(reports)
+}
+
+/// Run one stage on its own (its command): prepared, then run unless fresh; its
+/// upstream stages must have run.
+pub fn run_one(ctx: &Ctx, stage: &dyn crate::stage::Stage, force: bool) -> Result<()> {
+    // Prepared before the upstream states are taken, as `run` does.
+    stage.prepare(ctx.settings, ctx.printer)?;
+    let states = states(ctx.settings);
+    let report = stage::execute(ctx.settings, ctx.printer, stage, force, &states)?;
+    ctx.printer.summary(&render_report(&report), &report);
+    stage.after_command(ctx.settings, ctx.printer);
+    Ok(())
 }
 
 pub fn render_report(r: &StageReport) -> String {

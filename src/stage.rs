@@ -447,6 +447,20 @@ pub fn work_dir(artifacts: &Path, stage: &str) -> PathBuf {
 /// A pipeline stage: a declared spec plus a plain `run`.
 pub trait Stage: Send + Sync {
     fn spec(&self) -> &'static StageSpec;
+    /// The prose of its command's `--help` (paragraphs split by blank lines; the lines of
+    /// one are joined). The command's `about` and its "Reads:"/"Writes:" lines come from
+    /// the spec.
+    fn help(&self) -> &'static str {
+        ""
+    }
+    /// Work before it is planned, whether it runs alone or under `benchgen run` (e.g.
+    /// bringing a file it reads up to date), so both see the same inputs.
+    fn prepare(&self, _settings: &Settings, _printer: &Printer) -> Result<()> {
+        Ok(())
+    }
+    /// After its own command ran it (not under `run`), e.g. files made from its output
+    /// for people, with their info or warning lines.
+    fn after_command(&self, _settings: &Settings, _printer: &Printer) {}
     /// Whether `benchgen run` includes it under this config (it can always run alone).
     fn enabled(&self, _settings: &Settings) -> bool {
         true

@@ -276,6 +276,13 @@ impl Stage for StatsStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Corpus statistics of the catalog (and of the filtered catalog).
+
+         Reads `artifacts/registry-import/catalog.json` and, when present,
+         `artifacts/filter/catalog.json`. Writes `artifacts/stats/catalog.json`,
+         `catalog.md` (tables) and `servers_per_category.svg`. Skipped when up to date."
+    }
 
     fn enabled(&self, settings: &Settings) -> bool {
         crate::registry::in_pipeline(settings)

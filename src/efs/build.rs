@@ -138,6 +138,14 @@ impl Stage for BuildStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Union–find over verified pairs into candidate sets (no LLM).
+
+         Reads `artifacts/filter/catalog.json`, `artifacts/efs-pairs/pairs.csv` and
+         `artifacts/efs-verify/verdicts.json`.
+         Writes `artifacts/efs-build/sets.json` (members sorted, sets by first member,
+         evidence per set). Skipped when up to date."
+    }
 
     fn enabled(&self, settings: &Settings) -> bool {
         settings.config.efs.is_some()

@@ -450,6 +450,17 @@ impl Stage for FinalizeStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "The final sets, with decisions and evidence, and the EFS report.
+
+         Reads `artifacts/filter/catalog.json`, `artifacts/efs-build/sets.json`,
+         `artifacts/efs-pairs/pairs.csv`, `artifacts/efs-verify/verdicts.json`, the manifests
+         of the EFS stages (for the cost table) and, when present,
+         `artifacts/efs-topdown/items.json` and `artifacts/efs-review-import/decisions.json`.
+         Writes `artifacts/efs-finalize/final.json`, `tool_equivalence_sets.json` (ETOM shape)
+         and `report.md`. Sets without a human decision follow `[efs.finalize] policy`
+         and are marked `unreviewed`. Skipped when up to date."
+    }
 
     fn enabled(&self, settings: &Settings) -> bool {
         settings.config.efs.is_some()

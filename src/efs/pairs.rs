@@ -642,6 +642,20 @@ impl Stage for PairsStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Candidate pairs of possibly equivalent tools, and the plan of LLM calls that will judge them (no LLM).
+
+         Reads `artifacts/filter/catalog.json`, `artifacts/embed/` (`index.json`,
+         `vectors.f32`) and `[efs.pairs]`.
+         Each tool keeps its top-k neighbours by a score combining cosine similarity
+         with name and parameter overlap (minus penalties for differing actions and a
+         shared server); a pair qualifies if either endpoint keeps it. Plans the
+         verification calls (listwise: greedy set cover of the pairs by anchor tools)
+         and prints their number. Writes `artifacts/efs-pairs/pairs.csv` (planned
+         pairs), `calls.jsonl` (one line per planned call), `left_out.csv` (pairs
+         `max_calls` left out), `similarity.svg` and `summary.json`.
+         Skipped when up to date."
+    }
 
     fn enabled(&self, settings: &Settings) -> bool {
         settings.config.embed.is_some() || settings.config.efs.is_some()

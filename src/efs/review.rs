@@ -313,6 +313,16 @@ impl Stage for ReviewStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Check and record the decisions in every `reviews/efs/*.csv`.
+
+         Reads the sheets, `artifacts/filter/catalog.json` and `artifacts/efs-build/sets.json`
+         (decisions must name existing sets and tools). Part of `benchgen run` once a sheet
+         is in `reviews/efs/`. Writes `artifacts/efs-review-import/decisions.json` and one `review` ledger event
+         per decision. Any malformed row rejects the whole import with `file:line`
+         messages; the sheets are never modified. Skipped when up to date. An empty (or
+         BOM-only) sheet is refused unless `--allow-empty`: it would wipe earlier decisions."
+    }
 
     /// Part of `run` once there are sheets to import (they come back from people).
     fn enabled(&self, settings: &Settings) -> bool {

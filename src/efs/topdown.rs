@@ -279,6 +279,17 @@ impl Stage for TopdownStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Top-down cross-check: requests per set, retrieval, LLM selection.
+
+         Reads `artifacts/filter/catalog.json`, `artifacts/efs-build/sets.json`,
+         `artifacts/embed/` (`index.json`, `vectors.f32`) and `[efs.topdown]`.
+         Writes `artifacts/efs-topdown/results.json` (requests, retrieved and selected
+         tools, metrics per set) and `items.json` (review items: outside tools
+         selected, members never selected, sets split across requests); `failed.json`
+         lists sets left out when `[efs.topdown] max_failed_share` lets some fail.
+         Resumable per set. Skipped when up to date."
+    }
 
     fn enabled(&self, settings: &Settings) -> bool {
         settings.config.efs.is_some()

@@ -101,6 +101,18 @@ impl Stage for VerifyStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "The LLM judges the candidate pairs as planned: equivalent yes/no with a one-line reason.
+
+         Reads `artifacts/efs-pairs/calls.jsonl` and `pairs.csv`, `artifacts/filter/catalog.json`,
+         `[efs.verify]` and the prompt `pipeline/prompts/efs_verify_list.md` (listwise, the
+         default: an anchor against its candidates) or `efs_verify.md` (pairwise). Writes
+         `artifacts/efs-verify/verdicts.json`, `conflicts.json` (pairs judged differently by
+         several calls; they count as not equivalent) and one `verdict` ledger event per pair
+         (its parent is the LLM exchange); `failed.json` lists calls left out when
+         `[efs.verify] max_failed_share` lets some fail. Resumable: an interrupted run
+         keeps every call it got. Skipped when up to date."
+    }
 
     fn enabled(&self, settings: &Settings) -> bool {
         settings.config.efs.is_some()

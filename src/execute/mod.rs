@@ -893,6 +893,23 @@ impl Stage for ExecuteStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Run queries with an LLM agent over MCP tools and record reference trajectories.
+
+         Reads the queries file (`--queries FILE` or `execute.queries`; JSON Lines or a JSON
+         array of `{id, query, chain?}`), the servers of `[mcp.servers]` (or
+         `execute.servers`) and the LLM role `execute.role`. Without a file and with `[synth]`,
+         reads the chain queries `synth-chains/queries.jsonl` and runs them (role
+         `synth.assistant_role`) against `synth.server`, or by default a sandbox serving
+         `logs-import/catalog.json` that answers with results logged in
+         `logs-import/sessions.jsonl` for equal calls. Writes `artifacts/execute/`:
+         `trajectories/<id>.json`, `trajectories.jsonl` and `summary.json`; every tool call is an `mcp.call`
+         ledger event linked to the LLM exchange that asked for it (trajectories name both by
+         hash; timings are in the ledger). The loop's settings
+         (`max_calls`, `system_prompt`, `answer_nudge` for a turn left blank after tool calls,
+         …) are in `[execute]`. A query that fails is recorded with its reason and the run
+         goes on. Finished queries are checkpointed; skipped when up to date."
+    }
 
     /// Part of `run` when the config names a queries file, or synthesis writes chain queries.
     fn enabled(&self, settings: &Settings) -> bool {

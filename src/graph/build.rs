@@ -107,6 +107,14 @@ impl Stage for BuildStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Candidate edges from adjacent groups of multi-tool sessions, validated by the
+         LLM (`[graph]`). Resumable per candidate.
+
+         Reads `logs-split/graph_source.jsonl` and `logs-import/catalog.json`. Writes
+         `artifacts/graph-build/`: `candidates.json`, `graph.json`, `graph.dot`,
+         `graph.svg`, `report.md` and `failed.json` (candidates whose judgement failed)."
+    }
 
     fn enabled(&self, s: &Settings) -> bool {
         s.config.logs.is_some() && s.config.graph.is_some()

@@ -173,6 +173,14 @@ impl Stage for ReviewStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Apply the `add`/`remove` decisions of every `reviews/graph/*.csv`.
+
+         Reads `graph-build/graph.json`, `graph-build/candidates.json` and the sheets.
+         Writes `artifacts/graph-review-import/`: the reviewed `graph.json`, `graph.dot`,
+         `graph.svg`, `report.md`, and `decisions.json`. Any malformed row rejects the
+         whole import with `file:line` messages."
+    }
     fn enabled(&self, s: &Settings) -> bool {
         s.config.logs.is_some() && s.config.graph.is_some() && !sheet_files(s).is_empty()
     }

@@ -297,6 +297,15 @@ impl Stage for ExportStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Write `level_1.json` … `level_5.json` (ETOM's shapes), the unified samples and the
+         statistics.
+
+         Reads `levels-l1` … `levels-l5` `queries.json` and `filter/catalog.json`. Writes
+         `artifacts/levels-export/`: `level_1.json`, `level_2.json`, `level_3.json`,
+         `level_4.json`, `level_5.json`, `samples.jsonl`, `stats.json`,
+         `queries.svg`, `steps.svg`, `rejections.csv` and `report.md`."
+    }
     fn enabled(&self, s: &Settings) -> bool {
         s.config.levels.is_some()
     }

@@ -178,6 +178,12 @@ impl Stage for L1Stage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "L1: explicit single-tool queries naming the platform, verified, one per tool.
+
+         Reads `filter/catalog.json` and `levels-profiles/profiles.json`. Writes
+         `artifacts/levels-l1/queries.json` (and `failed.json`)."
+    }
     fn enabled(&self, s: &Settings) -> bool {
         s.config.levels.is_some()
     }

@@ -140,6 +140,12 @@ impl Stage for L2Stage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "L2: implicit queries; EFS members share one query whose ground truth is the set.
+
+         Reads `filter/catalog.json`, `levels-profiles/profiles.json` and (optional)
+         `efs-finalize/final.json`. Writes `artifacts/levels-l2/queries.json` (and `failed.json`)."
+    }
     fn enabled(&self, s: &Settings) -> bool {
         s.config.levels.is_some()
     }

@@ -336,6 +336,12 @@ impl Stage for L3Stage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "L3: single-server chains from data-flow graphs, verified, with backward dependencies.
+
+         Reads `filter/catalog.json` and `levels-schemas/schemas.json`. Writes
+         `artifacts/levels-l3/queries.json`, `chains.json` (and `failed.json`)."
+    }
     fn enabled(&self, s: &Settings) -> bool {
         s.config.levels.is_some()
     }

@@ -234,6 +234,12 @@ impl Stage for L4Stage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "L4: cross-server scenarios with quality control, validation and EFS alternatives.
+
+         Reads `filter/catalog.json` and (optional) `efs-finalize/final.json`. Writes
+         `artifacts/levels-l4/queries.json`, `attempts.json` (and `failed.json`)."
+    }
     fn enabled(&self, s: &Settings) -> bool {
         s.config.levels.is_some()
     }

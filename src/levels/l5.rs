@@ -261,6 +261,13 @@ impl Stage for L5Stage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "L5: out-of-scope requests from the capability map's gaps, each with its gap label.
+
+         Reads `filter/catalog.json` and `embed/` (`index.json`, `vectors.f32`). Writes
+         `artifacts/levels-l5/queries.json`, `capability_map.json`, `gaps.json` (and
+         `failed.json`)."
+    }
     fn enabled(&self, s: &Settings) -> bool {
         s.config.levels.is_some()
     }

@@ -139,6 +139,14 @@ impl Stage for ProfilesStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Per server its platform; per tool final-goal/middleware, user/system-facing and
+         coupling (`[levels]`, judge role). Resumable per item.
+
+         Reads `filter/catalog.json`. Writes `artifacts/levels-profiles/profiles.json`
+         (with every L1/L2 exclusion and its reason) and `report.md`; `failed.json` lists items
+         left out when `[levels] max_failed_share` lets some fail (as for every level stage)."
+    }
     fn enabled(&self, s: &Settings) -> bool {
         s.config.levels.is_some()
     }

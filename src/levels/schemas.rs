@@ -145,6 +145,13 @@ impl Stage for SchemasStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "An output JSON Schema per tool: the catalog's, inferred by the writer, or from
+         the review sheet `[levels.schemas] review`.
+
+         Reads `filter/catalog.json`. Writes `artifacts/levels-schemas/schemas.json` and the
+         review sheet `schemas.csv` (and `failed.json`)."
+    }
     fn enabled(&self, s: &Settings) -> bool {
         s.config.levels.is_some()
     }

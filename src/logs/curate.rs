@@ -279,6 +279,17 @@ impl Stage for CurateStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Keep sessions that reflect a genuine need, were resolved through tool calls and
+         got a satisfactory answer (LLM judge with `[logs.curate]`; each decision in the
+         ledger, see `benchgen explain log:<id>`).
+
+         Reads `logs-import/sessions.jsonl`. Writes `artifacts/logs-curate/`:
+         `curated.jsonl` (kept sessions), `decisions.jsonl` (one decision per session),
+         `report.json`, `failed.json` (judgements that failed, with their reasons). Resumable
+         per session; a session whose answers stay invalid
+         fails the stage after the others are done (a rerun asks only for it)."
+    }
 
     fn enabled(&self, s: &Settings) -> bool {
         s.config.logs.is_some()

@@ -318,6 +318,17 @@ impl Stage for ImportStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Read the `[logs]` sources (FinMCP JSON, OpenAI chat JSONL, event JSONL) and the
+         tool catalog into one normalised, anonymised session per line.
+
+         Reads the files of `[[logs.sources]]` and `[logs.catalog]` (or lists the tools of
+         its MCP server), streaming them record by record. Writes `artifacts/logs-import/`:
+         `sessions.jsonl`, `catalog.json`, `malformed.jsonl` (`file:line` + reason of every
+         record kept out) and `report.json` (counts, flags, anonymisation per detector).
+         Needs the secret in the environment variable `[logs.anonymise] secret_env`.
+         Skipped when up to date."
+    }
 
     fn enabled(&self, s: &Settings) -> bool {
         s.config.logs.is_some()

@@ -138,6 +138,14 @@ impl Stage for SplitStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Single-tool sessions → benchmark and seed pools (seeded, stratified by tool and
+         sub-scenario); multi-tool sessions → the graph source set. Reports coverage.
+
+         Reads `logs-curate/curated.jsonl` and `logs-import/catalog.json`. Writes
+         `artifacts/logs-split/`: `benchmark.jsonl`, `seed.jsonl`, `graph_source.jsonl`
+         and `split.json` (ids per pool, coverage)."
+    }
     fn enabled(&self, s: &Settings) -> bool {
         s.config.logs.is_some()
     }

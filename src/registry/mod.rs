@@ -211,6 +211,21 @@ impl Stage for ImportStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Import a registry snapshot file into `artifacts/registry-import/`.
+
+         Reads FILE (default: `registry.source` from the config). Writes
+         `artifacts/registry-import/catalog.json` (servers and tools sorted by name, tool ids
+         `server::tool` with names trimmed) and `import_report.json` (every note and
+         every record left out). Invalid records (duplicates, tools without names,
+         schemas that are not JSON-Schema objects, wrong types) stop the import with
+         their locations, unless `--lenient`. Skipped when up to date.
+
+         With `--format glama|official|smithery` FILE is a scraped snapshot folder; without
+         FILE, `registry.snapshots` are merged in order. Those imports also write `merge.md`,
+         `merge_summary.json`, `conflicts.csv`, `review.csv` and `categories.csv` (see
+         docs/registry.md)."
+    }
 
     fn enabled(&self, settings: &Settings) -> bool {
         in_pipeline(settings)

@@ -233,6 +233,22 @@ impl Stage for ReleaseStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "The versioned benchmark: `release/<name>-<version>/` (`[release] name`, `version`).
+
+         Reads the sample pool (`validate/samples.jsonl`, `levels-export/samples.jsonl`), the
+         review decisions (`review-merge/decisions.jsonl`, required unless `[release]
+         require_review = false`) and agreement figures (`review-merge/report.md`), the catalogs (`filter/catalog.json`,
+         `logs-import/catalog.json`), `efs-finalize/tool_equivalence_sets.json`, the ledger and
+         the previous version's `samples.jsonl`. Writes `artifacts/release/` and the same files
+         into `release/<name>-<version>/`: `level_1.json`, `level_2.json`, `level_3.json`,
+         `level_4.json`, `level_5.json`,
+         `tool_equivalence_sets.json`, `finmcp_single_tool.json`, `finmcp_multi_tool.json`,
+         `finmcp_multi_turn.json`, `samples.jsonl`, `samples.parquet`, `tools.parquet`,
+         `lineage.jsonl`, the dataset card `README.md` with `plots/*.svg`, `CHANGELOG.md` and
+         `SHA256SUMS`. A published version is never overwritten. `benchgen release verify DIR`
+         checks a release."
+    }
 
     fn enabled(&self, s: &Settings) -> bool {
         s.config.release.is_some()

@@ -111,6 +111,22 @@ impl Stage for AssignStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Two distinct reviewers per sample from the roster (`reviews/reviewers.toml`).
+
+         Reads the sample pool (`validate/samples.jsonl`, `levels-export/samples.jsonl`, and
+         `[review] extra_samples`) and the roster. Seeded, balanced draw respecting expertise
+         tags and capacity; never a sample's author. Earlier assignments are kept: a rerun
+         assigns only new samples. Writes `artifacts/review-assign/`: `assignments.json`,
+         `samples.jsonl`, `report.md`; then each reviewer's personal link to
+         `reviews/links/<id>.txt` when the review secret (`[review] token_secret_env`) is set."
+    }
+    fn after_command(&self, s: &Settings, printer: &crate::printer::Printer) {
+        match write_links(s) {
+            Ok(paths) => printer.info(&format!("{} personal links in `reviews/links/`", paths.len())),
+            Err(e) => printer.warn(&format!("no review links written: {e:#}")),
+        }
+    }
     fn enabled(&self, s: &Settings) -> bool {
         s.config.review.is_some()
     }

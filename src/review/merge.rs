@@ -155,6 +155,20 @@ impl Stage for MergeStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Decide every sample, queue disagreements for adjudication, measure agreement.
+
+         Reads `review-assign/assignments.json` and `samples.jsonl`, `review-import/scores.jsonl`
+         and `review-prereview/scores.jsonl` when present, `reviews/adjudications.csv` and
+         `reviews/web/adjudications.jsonl` (rewritten from the web app's database first).
+         Writes `artifacts/review-merge/`: `decisions.jsonl`, `agreement.json`, `report.md`,
+         `heatmap.svg` and `queue.csv` (the adjudication queue)."
+    }
+    fn prepare(&self, s: &Settings, _: &crate::printer::Printer) -> Result<()> {
+        // Events a killed web app left in its outbox reach the ledger, and its scores and
+        // adjudications reach `reviews/web/`, before this stage hashes them.
+        super::serve::dump(s).map(drop)
+    }
     fn enabled(&self, s: &Settings) -> bool {
         s.config.review.is_some()
     }

@@ -171,6 +171,13 @@ impl Stage for PrereviewStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "LLM pre-review: `[review.prereview] roles` score every sample with the rubric.
+
+         Reads `review-assign/assignments.json` and `samples.jsonl` and the prompt
+         `pipeline/prompts/review_score.md`. Writes `artifacts/review-prereview/scores.jsonl`
+         (marked as LLM scores) and `report.md`. Resumable per sample and role."
+    }
     fn enabled(&self, s: &Settings) -> bool {
         s.config.review.as_ref().is_some_and(|r| r.prereview.is_some())
     }

@@ -68,6 +68,13 @@ impl Stage for ExportStage {
     fn spec(&self) -> &'static StageSpec {
         &EXPORT_SPEC
     }
+    fn help(&self) -> &'static str {
+        "One sheet per reviewer: `artifacts/review-export/sheets/<id>.csv` and `.xlsx`.
+
+         Reads `review-assign/assignments.json` and `samples.jsonl`. Each row shows the query,
+         every turn with its tool-call groups (arguments, shortened results) and the answer,
+         with empty score columns (XLSX: drop-downs) and a note. Writes `report.md` too."
+    }
     fn enabled(&self, s: &Settings) -> bool {
         s.config.review.is_some()
     }
@@ -522,6 +529,19 @@ pub struct ImportStage;
 impl Stage for ImportStage {
     fn spec(&self) -> &'static StageSpec {
         &IMPORT_SPEC
+    }
+    fn help(&self) -> &'static str {
+        "Validate and apply filled sheets (`reviews/returned/*.csv`, `*.xlsx`) and web submissions.
+
+         Reads `review-assign/assignments.json`, the sheets and `reviews/web/scores.jsonl`
+         (rewritten from the web app's database first). Every bad row (score off the scale,
+         reviewer not assigned, stale content hash, duplicate) is reported with `file:line`
+         and nothing is applied. Writes `artifacts/review-import/scores.jsonl` and `report.json`."
+    }
+    fn prepare(&self, s: &Settings, _: &crate::printer::Printer) -> Result<()> {
+        // Events a killed web app left in its outbox reach the ledger, and its scores and
+        // adjudications reach `reviews/web/`, before this stage hashes them.
+        super::serve::dump(s).map(drop)
     }
     fn enabled(&self, s: &Settings) -> bool {
         s.config.review.is_some() && (!returned_sheets(s).is_empty() || web_scores_path(s).exists())

@@ -419,6 +419,15 @@ impl Stage for ChainsStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Sample tool chains from the dependency graph and have the LLM write one query each.
+
+         Reads `graph-build/graph.json` (or the reviewed `graph-review-import/graph.json`),
+         `logs-split/graph_source.jsonl` (co-occurring pairs per sub-scenario),
+         `logs-split/seed.jsonl` (examples) and `logs-import/catalog.json`. Writes
+         `artifacts/synth-chains/`: `queries.jsonl` (for `execute`), `chains.jsonl`,
+         `sampling.json`, `report.md` and `failed.json` when queries failed. Resumable per chain."
+    }
 
     fn enabled(&self, s: &Settings) -> bool {
         super::enabled(s)

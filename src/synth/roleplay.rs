@@ -217,6 +217,15 @@ impl Stage for RoleplayStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Simulate multi-turn dialogues: persona + goal, a user simulator and an assistant with tools.
+
+         Reads the persona pool (`synth.roleplay.personas`), `logs-split/graph_source.jsonl`
+         and `logs-split/benchmark.jsonl` (sub-scenarios and their tools),
+         `logs-import/catalog.json` and `logs-import/sessions.jsonl` (the default sandbox).
+         Writes `artifacts/synth-roleplay/`: `dialogues.jsonl`, `report.md` and `failed.json`
+         when dialogues failed. Resumable per dialogue."
+    }
 
     fn enabled(&self, s: &Settings) -> bool {
         super::enabled(s) && cfg(s).roleplay.dialogues > 0

@@ -495,6 +495,20 @@ impl Stage for ValidateStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    fn help(&self) -> &'static str {
+        "Automatic validation of every log-track sample (real, chains, dialogues), with labels.
+
+         Reads the benchmark pool `logs-split/benchmark.jsonl`, the chains
+         `synth-chains/chains.jsonl` (with `synth-chains/sampling.json` for the funnel) and their
+         executions `execute/trajectories.jsonl`, and the
+         dialogues `synth-roleplay/dialogues.jsonl` (each when present). A sample passes when
+         every reference call ran without error (chains also: answered, chain order kept;
+         dialogues also: the LLM `synth.judge_role` finds every user request addressed).
+         Writes `artifacts/validate/`: `samples.jsonl` (accepted, unified format, sorted by
+         id), `finmcp.json` (the same in FinMCP's sample format), `verdicts.jsonl` (every
+         sample with labels and rejection reasons), `report.md` (yield funnel per
+         sub-scenario, Table-1-style statistics) and `failed.json` when checks failed."
+    }
 
     fn enabled(&self, s: &Settings) -> bool {
         super::enabled(s)
