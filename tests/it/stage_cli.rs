@@ -108,7 +108,7 @@ fn release_stage_lines() {
 }
 
 #[test]
-#[ignore = "snapshot not recorded yet: run once with INSTA_UPDATE=always, read it, drop this"]
+#[ignore = "not recorded: `registry import` prints the checkout's absolute path; redact it, then record"]
 fn levels_stage_lines() {
     if !crate::levels::assets_or_skip() {
         return;
@@ -121,7 +121,6 @@ fn levels_stage_lines() {
 }
 
 #[test]
-#[ignore = "snapshot not recorded yet: run once with INSTA_UPDATE=always, read it, drop this"]
 fn synth_stage_lines() {
     let sp = crate::synth::synth_project(&[]);
     let mut shown = format!("$ benchgen run\n{}\n", redact_times(&sp.ok(&["run"])));
