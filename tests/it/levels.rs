@@ -25,7 +25,7 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn assets_or_skip() -> bool {
+pub(crate) fn assets_or_skip() -> bool {
     let cache = std::env::var_os("BENCHGEN_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/benchgen"));
@@ -300,13 +300,13 @@ pub(crate) fn is_levels_request(s: &Seen) -> bool {
 // ---------------------------------------------------------------------------------------
 // The project.
 
-struct Project {
+pub(crate) struct Project {
     dir: tempfile::TempDir,
     config: PathBuf,
 }
 
 /// A temporary project on the demo registry; `concurrency` items (and requests) in flight.
-fn project(llm: &ScriptedLlm, concurrency: usize) -> Project {
+pub(crate) fn project(llm: &ScriptedLlm, concurrency: usize) -> Project {
     let dir = tempfile::tempdir().unwrap();
     let prompts = dir.path().join("pipeline/prompts");
     std::fs::create_dir_all(&prompts).unwrap();
@@ -376,7 +376,7 @@ impl Project {
         c.arg("--config").arg(&self.config).args(args).output().unwrap()
     }
 
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let o = self.cmd(args, None);
         assert!(
             o.status.success(),

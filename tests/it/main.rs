@@ -44,5 +44,6 @@ mod score_cli;
 mod score_compat;
 mod score_properties;
 mod setup;
+mod stage_cli;
 mod synth;
 mod vocab;

@@ -163,14 +163,14 @@ fn upstream_fixture(root: &Path, validated: &[Value], levels: &[Value], rejected
     );
 }
 
-fn project(version: &str) -> Project {
+pub(crate) fn project(version: &str) -> Project {
     let p = Project::empty();
     p.write(CONFIG, config(version, true));
     upstream_fixture(p.root(), &validated_pool(), &levels_pool(), &["fin-d"]);
     p
 }
 
-fn release(p: &Project, extra: &[&str]) -> std::process::Output {
+pub(crate) fn release(p: &Project, extra: &[&str]) -> std::process::Output {
     let mut args = vec!["--config", CONFIG, "release"];
     args.extend_from_slice(extra);
     p.run(&args)

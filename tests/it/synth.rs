@@ -359,7 +359,7 @@ fn rule(seen: &Seen) -> Answer {
     Answer::json(v)
 }
 
-struct SynthProject {
+pub(crate) struct SynthProject {
     p: Project,
     llm: ScriptedLlm,
 }
@@ -368,7 +368,7 @@ const SECRET: &str = "synth-test-secret";
 
 /// The demo's log track and synthesis sections, every role on the scripted server; fewer
 /// sessions judged; `extra` replaces settings (`old=>new` pairs applied to the config).
-fn synth_project(replace: &[(&str, &str)]) -> SynthProject {
+pub(crate) fn synth_project(replace: &[(&str, &str)]) -> SynthProject {
     synth_project_with(replace, rule)
 }
 
@@ -425,7 +425,7 @@ impl SynthProject {
         c.args(args).output().unwrap()
     }
 
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let o = self.run(args, &[]);
         assert!(
             o.status.success(),
