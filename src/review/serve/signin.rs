@@ -257,7 +257,7 @@ pub(super) async fn logout(State(app): State<Arc<App>>, headers: HeaderMap, Form
 
 #[cfg(test)]
 mod tests {
-    use review::*;
+    use super::*;
 
     #[test]
     fn escaping_and_cookies() {
