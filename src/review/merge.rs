@@ -286,241 +286,21 @@ pub fn merge(
     web_adj: Option<(&str, &[u8])>,
     count_as_human: bool,
 ) -> Result<Merged> {
-    let mut by_sample: BTreeMap<&str, Vec<&Score>> = BTreeMap::new();
-    for sc in scores {
-        by_sample.entry(sc.sample_id.as_str()).or_default().push(sc);
-    }
-    let review_of = |sc: &Score| ReviewOf {
-        reviewer: sc.reviewer.clone(),
-        kind: sc.kind,
-        scores: sc.scores.clone(),
-        note: sc.note.clone(),
-        passes: r.passes(&sc.scores),
-        source: sc.source.clone(),
-    };
     // First the pair outcome of every sample (needed to check adjudications).
-    struct Pre {
-        reviews: Vec<ReviewOf>,
-        pair: Option<(DecidedBy, Vec<bool>)>,
-        waiting: Vec<String>,
-    }
-    let mut pre: BTreeMap<&str, Pre> = BTreeMap::new();
-    for smp in samples {
-        let hash = smp.content_hash();
-        let assigned = a.sample(&smp.id);
-        let all: Vec<&Score> = by_sample
-            .get(smp.id.as_str())
-            .map(|v| v.iter().copied().filter(|x| x.content_hash == hash).collect())
-            .unwrap_or_default();
-        let mut reviews = Vec::new();
-        let mut humans = Vec::new();
-        let mut waiting = Vec::new();
-        for rv in assigned.map(|x| x.reviewers.as_slice()).unwrap_or_default() {
-            match all.iter().find(|x| x.kind == ScoreKind::Human && &x.reviewer == rv) {
-                Some(sc) => {
-                    humans.push(r.passes(&sc.scores));
-                    reviews.push(review_of(sc));
-                }
-                None => waiting.push(rv.clone()),
-            }
-        }
-        let llm: Vec<&Score> = all.iter().copied().filter(|x| x.kind == ScoreKind::Llm).collect();
-        reviews.extend(llm.iter().map(|x| review_of(x)));
-        let pair = if assigned.is_some() && humans.len() == 2 {
-            Some((DecidedBy::Human, humans))
-        } else if count_as_human && !llm.is_empty() {
-            Some((DecidedBy::Llm, llm.iter().map(|x| r.passes(&x.scores)).collect()))
-        } else {
-            None
-        };
-        pre.insert(smp.id.as_str(), Pre { reviews, pair, waiting });
-    }
+    let mut pre = pair_outcomes(r, a, samples, scores, count_as_human);
 
     // Adjudications, checked all at once.
     let mut problems = Vec::new();
-    let mut adj: BTreeMap<String, Adjudication> = BTreeMap::new();
     let mut web_stale = Vec::new();
     let mut rows: Vec<(String, WebAdjudication)> = Vec::new();
     if let Some((name, bytes)) = csv_adj {
-        let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
-        let mut rd = csv::ReaderBuilder::new().flexible(true).from_reader(bytes);
-        let cols = match rd.headers() {
-            Ok(h) => {
-                let pos = |c: &str| h.iter().position(|x| x.trim() == c);
-                match (pos("sample_id"), pos("content_hash"), pos("decision"), pos("adjudicator"), pos("reason")) {
-                    (Some(a1), Some(a2), Some(a3), Some(a4), Some(a5)) => Some([a1, a2, a3, a4, a5]),
-                    _ => {
-                        problems.push(Problem::new(
-                            format!("{name}:1"),
-                            "the header needs `sample_id`, `content_hash`, `decision`, `adjudicator` and `reason`",
-                        ));
-                        None
-                    }
-                }
-            }
-            Err(e) => {
-                problems.push(Problem::new(format!("{name}:1"), format!("not CSV: {e}")));
-                None
-            }
-        };
-        if let Some(c) = cols {
-            // Counted by us: the csv crate's line runs one behind with CRLF line ends.
-            let mut lines = crate::csvout::Lines::new(bytes);
-            for rec in rd.records() {
-                match rec {
-                    Err(e) => problems
-                        .push(Problem::new(format!("{name}:{}", lines.of(e.position(), 0)), format!("not CSV: {e}"))),
-                    Ok(rec) => {
-                        let cell = |i: usize| restore_cell(rec.get(i).unwrap_or(""));
-                        let loc = format!("{name}:{}", lines.of(rec.position(), 0));
-                        if cell(c[2]).is_empty() {
-                            continue; // a queue row nobody decided yet
-                        }
-                        rows.push((
-                            loc,
-                            WebAdjudication {
-                                sample_id: cell(c[0]),
-                                content_hash: cell(c[1]),
-                                decision: cell(c[2]).to_ascii_lowercase(),
-                                adjudicator: cell(c[3]),
-                                reason: cell(c[4]),
-                                at: String::new(),
-                                revision: 1,
-                            },
-                        ));
-                    }
-                }
-            }
-        }
+        read_csv_adjudications(name, bytes, &mut rows, &mut problems);
     }
-    // Web adjudications are revisions: per sample the highest revision counts and the
-    // earlier ones are kept with it as `superseded`. When the latest was given to content
-    // that has changed since, none applies (the lead decides again on the new content).
-    let mut earlier_web: BTreeMap<String, Vec<Adjudication>> = BTreeMap::new();
+    let mut earlier_web = BTreeMap::new();
     if let Some((name, bytes)) = web_adj {
-        match super::from_jsonl::<WebAdjudication>(bytes, name) {
-            Err(e) => problems.push(Problem::new(name, format!("{e:#}"))),
-            Ok(v) => {
-                let mut by_sample: BTreeMap<String, Vec<(String, WebAdjudication)>> = BTreeMap::new();
-                for (i, w) in v.into_iter().enumerate() {
-                    let loc = format!("{name}:{} (web {}, revision {})", i + 1, w.at, w.revision);
-                    by_sample.entry(w.sample_id.clone()).or_default().push((loc, w));
-                }
-                for (id, mut revs) in by_sample {
-                    revs.sort_by_key(|(_, w)| w.revision);
-                    if let Some(pair) = revs.windows(2).find(|p| p[0].1.revision == p[1].1.revision) {
-                        problems.push(Problem::new(
-                            &pair[1].0,
-                            format!("`{id}` has revision {} twice (also at {})", pair[1].1.revision, pair[0].0),
-                        ));
-                        continue;
-                    }
-                    let (loc, latest) = revs.pop().expect("one revision at least");
-                    let current = samples.iter().find(|x| x.id == latest.sample_id).map(|x| x.content_hash());
-                    if current.as_deref() != Some(latest.content_hash.as_str()) {
-                        web_stale.push(format!(
-                            "{} by {} (revision {}): the sample changed or left review",
-                            latest.sample_id, latest.adjudicator, latest.revision
-                        ));
-                        continue;
-                    }
-                    let kept = revs
-                        .into_iter()
-                        .map(|(l, w)| Adjudication {
-                            decision: w.decision,
-                            adjudicator: w.adjudicator,
-                            reason: w.reason,
-                            source: l,
-                            revision: w.revision,
-                            superseded: vec![],
-                        })
-                        .collect();
-                    earlier_web.insert(id, kept);
-                    rows.push((loc, latest));
-                }
-            }
-        }
+        earlier_web = read_web_adjudications(name, bytes, samples, &mut rows, &mut web_stale, &mut problems);
     }
-    let hashes: BTreeMap<&str, String> = samples.iter().map(|x| (x.id.as_str(), x.content_hash())).collect();
-    for (loc, w) in rows {
-        let before = problems.len();
-        let Some(hash) = hashes.get(w.sample_id.as_str()) else {
-            problems.push(Problem::new(&loc, format!("unknown sample `{}`", w.sample_id)));
-            continue;
-        };
-        if *hash != w.content_hash {
-            problems.push(Problem::new(
-                &loc,
-                format!("stale: `{}` changed since (now {hash}); look at it again", w.sample_id),
-            ));
-        }
-        if !["accept", "reject", "exclude"].contains(&w.decision.as_str()) {
-            problems.push(Problem::new(
-                &loc,
-                format!("`{}`: decision must be accept, reject or exclude, found `{}`", w.sample_id, w.decision),
-            ));
-        }
-        if w.reason.trim().is_empty() {
-            problems.push(Problem::new(&loc, format!("`{}`: an adjudication needs a `reason`", w.sample_id)));
-        }
-        let assigned = a.sample(&w.sample_id);
-        if w.adjudicator != "consensus" {
-            match a.reviewer(&w.adjudicator) {
-                None => problems.push(Problem::new(
-                    &loc,
-                    format!("adjudicator `{}` is not on the roster (or write `consensus`)", w.adjudicator),
-                )),
-                Some(rv) => {
-                    if rv.role != Role::Lead {
-                        problems.push(Problem::new(
-                            &loc,
-                            format!("`{}` is not a lead (role = \"lead\" in the roster)", rv.id),
-                        ));
-                    }
-                    if assigned.is_some_and(|x| x.reviewers.contains(&rv.id)) {
-                        problems.push(Problem::new(
-                            &loc,
-                            format!("`{}` reviewed `{}` and cannot adjudicate it", rv.id, w.sample_id),
-                        ));
-                    }
-                    if assigned.and_then(|x| x.author.as_deref()) == Some(rv.id.as_str()) {
-                        problems.push(Problem::new(
-                            &loc,
-                            format!("`{}` wrote `{}` and cannot adjudicate it", rv.id, w.sample_id),
-                        ));
-                    }
-                }
-            }
-        }
-        let split = pre
-            .get(w.sample_id.as_str())
-            .and_then(|p| p.pair.as_ref())
-            .is_some_and(|(_, v)| v.iter().any(|x| *x) && v.iter().any(|x| !*x));
-        if w.decision != "exclude" && !split {
-            problems
-                .push(Problem::new(&loc, format!("`{}` is not disputed; only `exclude` applies to it", w.sample_id)));
-        }
-        if problems.len() > before {
-            continue;
-        }
-        if let Some(prev) = adj.get(&w.sample_id) {
-            problems.push(Problem::new(&loc, format!("`{}` was already adjudicated at {}", w.sample_id, prev.source)));
-            continue;
-        }
-        // CSV rows carry no revision (`revision` is 1); only web rows have earlier ones.
-        let superseded = if w.at.is_empty() { vec![] } else { earlier_web.remove(&w.sample_id).unwrap_or_default() };
-        adj.insert(
-            w.sample_id.clone(),
-            Adjudication {
-                decision: w.decision,
-                adjudicator: w.adjudicator,
-                reason: w.reason,
-                source: loc,
-                revision: w.revision,
-                superseded,
-            },
-        );
-    }
+    let mut adj = check_adjudications(a, samples, &pre, rows, earlier_web, &mut problems);
     if !problems.is_empty() {
         return Err(InputError { file: "the adjudications".into(), problems }.into());
     }
@@ -572,6 +352,285 @@ pub fn merge(
         });
     }
     Ok(Merged { decisions, queue, web_stale })
+}
+
+/// A sample's reviews before adjudication: its scores for the current content, the pair
+/// outcome when the pair is complete (who decided, each verdict), and who is still due.
+struct Pre {
+    reviews: Vec<ReviewOf>,
+    pair: Option<(DecidedBy, Vec<bool>)>,
+    waiting: Vec<String>,
+}
+
+/// The pair outcome of every sample, from the scores given to its current content.
+fn pair_outcomes<'a>(
+    r: &super::ReviewSettings,
+    a: &Assignments,
+    samples: &'a [Sample],
+    scores: &[Score],
+    count_as_human: bool,
+) -> BTreeMap<&'a str, Pre> {
+    let mut by_sample: BTreeMap<&str, Vec<&Score>> = BTreeMap::new();
+    for sc in scores {
+        by_sample.entry(sc.sample_id.as_str()).or_default().push(sc);
+    }
+    let review_of = |sc: &Score| ReviewOf {
+        reviewer: sc.reviewer.clone(),
+        kind: sc.kind,
+        scores: sc.scores.clone(),
+        note: sc.note.clone(),
+        passes: r.passes(&sc.scores),
+        source: sc.source.clone(),
+    };
+    let mut pre: BTreeMap<&str, Pre> = BTreeMap::new();
+    for smp in samples {
+        let hash = smp.content_hash();
+        let assigned = a.sample(&smp.id);
+        let all: Vec<&Score> = by_sample
+            .get(smp.id.as_str())
+            .map(|v| v.iter().copied().filter(|x| x.content_hash == hash).collect())
+            .unwrap_or_default();
+        let mut reviews = Vec::new();
+        let mut humans = Vec::new();
+        let mut waiting = Vec::new();
+        for rv in assigned.map(|x| x.reviewers.as_slice()).unwrap_or_default() {
+            match all.iter().find(|x| x.kind == ScoreKind::Human && &x.reviewer == rv) {
+                Some(sc) => {
+                    humans.push(r.passes(&sc.scores));
+                    reviews.push(review_of(sc));
+                }
+                None => waiting.push(rv.clone()),
+            }
+        }
+        let llm: Vec<&Score> = all.iter().copied().filter(|x| x.kind == ScoreKind::Llm).collect();
+        reviews.extend(llm.iter().map(|x| review_of(x)));
+        let pair = if assigned.is_some() && humans.len() == 2 {
+            Some((DecidedBy::Human, humans))
+        } else if count_as_human && !llm.is_empty() {
+            Some((DecidedBy::Llm, llm.iter().map(|x| r.passes(&x.scores)).collect()))
+        } else {
+            None
+        };
+        pre.insert(smp.id.as_str(), Pre { reviews, pair, waiting });
+    }
+    pre
+}
+
+/// The decided rows of the adjudication CSV (a queue row nobody decided is skipped), each
+/// with its `file:line`.
+fn read_csv_adjudications(
+    name: &str,
+    bytes: &[u8],
+    rows: &mut Vec<(String, WebAdjudication)>,
+    problems: &mut Vec<Problem>,
+) {
+    let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+    let mut rd = csv::ReaderBuilder::new().flexible(true).from_reader(bytes);
+    let cols = match rd.headers() {
+        Ok(h) => {
+            let pos = |c: &str| h.iter().position(|x| x.trim() == c);
+            match (pos("sample_id"), pos("content_hash"), pos("decision"), pos("adjudicator"), pos("reason")) {
+                (Some(a1), Some(a2), Some(a3), Some(a4), Some(a5)) => Some([a1, a2, a3, a4, a5]),
+                _ => {
+                    problems.push(Problem::new(
+                        format!("{name}:1"),
+                        "the header needs `sample_id`, `content_hash`, `decision`, `adjudicator` and `reason`",
+                    ));
+                    None
+                }
+            }
+        }
+        Err(e) => {
+            problems.push(Problem::new(format!("{name}:1"), format!("not CSV: {e}")));
+            None
+        }
+    };
+    if let Some(c) = cols {
+        // Counted by us: the csv crate's line runs one behind with CRLF line ends.
+        let mut lines = crate::csvout::Lines::new(bytes);
+        for rec in rd.records() {
+            match rec {
+                Err(e) => problems
+                    .push(Problem::new(format!("{name}:{}", lines.of(e.position(), 0)), format!("not CSV: {e}"))),
+                Ok(rec) => {
+                    let cell = |i: usize| restore_cell(rec.get(i).unwrap_or(""));
+                    let loc = format!("{name}:{}", lines.of(rec.position(), 0));
+                    if cell(c[2]).is_empty() {
+                        continue; // a queue row nobody decided yet
+                    }
+                    rows.push((
+                        loc,
+                        WebAdjudication {
+                            sample_id: cell(c[0]),
+                            content_hash: cell(c[1]),
+                            decision: cell(c[2]).to_ascii_lowercase(),
+                            adjudicator: cell(c[3]),
+                            reason: cell(c[4]),
+                            at: String::new(),
+                            revision: 1,
+                        },
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Web adjudications are revisions: per sample the highest revision counts (pushed onto
+/// `rows`) and the earlier ones are kept with it as `superseded` (returned, by sample).
+/// When the latest was given to content that has changed since, none applies (the lead
+/// decides again on the new content).
+fn read_web_adjudications(
+    name: &str,
+    bytes: &[u8],
+    samples: &[Sample],
+    rows: &mut Vec<(String, WebAdjudication)>,
+    web_stale: &mut Vec<String>,
+    problems: &mut Vec<Problem>,
+) -> BTreeMap<String, Vec<Adjudication>> {
+    let mut earlier_web: BTreeMap<String, Vec<Adjudication>> = BTreeMap::new();
+    match super::from_jsonl::<WebAdjudication>(bytes, name) {
+        Err(e) => problems.push(Problem::new(name, format!("{e:#}"))),
+        Ok(v) => {
+            let mut by_sample: BTreeMap<String, Vec<(String, WebAdjudication)>> = BTreeMap::new();
+            for (i, w) in v.into_iter().enumerate() {
+                let loc = format!("{name}:{} (web {}, revision {})", i + 1, w.at, w.revision);
+                by_sample.entry(w.sample_id.clone()).or_default().push((loc, w));
+            }
+            for (id, mut revs) in by_sample {
+                revs.sort_by_key(|(_, w)| w.revision);
+                if let Some(pair) = revs.windows(2).find(|p| p[0].1.revision == p[1].1.revision) {
+                    problems.push(Problem::new(
+                        &pair[1].0,
+                        format!("`{id}` has revision {} twice (also at {})", pair[1].1.revision, pair[0].0),
+                    ));
+                    continue;
+                }
+                let (loc, latest) = revs.pop().expect("one revision at least");
+                let current = samples.iter().find(|x| x.id == latest.sample_id).map(|x| x.content_hash());
+                if current.as_deref() != Some(latest.content_hash.as_str()) {
+                    web_stale.push(format!(
+                        "{} by {} (revision {}): the sample changed or left review",
+                        latest.sample_id, latest.adjudicator, latest.revision
+                    ));
+                    continue;
+                }
+                let kept = revs
+                    .into_iter()
+                    .map(|(l, w)| Adjudication {
+                        decision: w.decision,
+                        adjudicator: w.adjudicator,
+                        reason: w.reason,
+                        source: l,
+                        revision: w.revision,
+                        superseded: vec![],
+                    })
+                    .collect();
+                earlier_web.insert(id, kept);
+                rows.push((loc, latest));
+            }
+        }
+    }
+    earlier_web
+}
+
+/// The adjudications that apply, by sample; each row that breaks a rule (unknown or
+/// changed sample, bad decision, no reason, an adjudicator who may not, an undisputed
+/// sample, a second adjudication) is a problem instead.
+fn check_adjudications(
+    a: &Assignments,
+    samples: &[Sample],
+    pre: &BTreeMap<&str, Pre>,
+    rows: Vec<(String, WebAdjudication)>,
+    mut earlier_web: BTreeMap<String, Vec<Adjudication>>,
+    problems: &mut Vec<Problem>,
+) -> BTreeMap<String, Adjudication> {
+    let mut adj: BTreeMap<String, Adjudication> = BTreeMap::new();
+    let hashes: BTreeMap<&str, String> = samples.iter().map(|x| (x.id.as_str(), x.content_hash())).collect();
+    for (loc, w) in rows {
+        let before = problems.len();
+        let Some(hash) = hashes.get(w.sample_id.as_str()) else {
+            problems.push(Problem::new(&loc, format!("unknown sample `{}`", w.sample_id)));
+            continue;
+        };
+        if *hash != w.content_hash {
+            problems.push(Problem::new(
+                &loc,
+                format!("stale: `{}` changed since (now {hash}); look at it again", w.sample_id),
+            ));
+        }
+        if !["accept", "reject", "exclude"].contains(&w.decision.as_str()) {
+            problems.push(Problem::new(
+                &loc,
+                format!("`{}`: decision must be accept, reject or exclude, found `{}`", w.sample_id, w.decision),
+            ));
+        }
+        if w.reason.trim().is_empty() {
+            problems.push(Problem::new(&loc, format!("`{}`: an adjudication needs a `reason`", w.sample_id)));
+        }
+        check_adjudicator(a, &loc, &w, problems);
+        let split = pre
+            .get(w.sample_id.as_str())
+            .and_then(|p| p.pair.as_ref())
+            .is_some_and(|(_, v)| v.iter().any(|x| *x) && v.iter().any(|x| !*x));
+        if w.decision != "exclude" && !split {
+            problems
+                .push(Problem::new(&loc, format!("`{}` is not disputed; only `exclude` applies to it", w.sample_id)));
+        }
+        if problems.len() > before {
+            continue;
+        }
+        if let Some(prev) = adj.get(&w.sample_id) {
+            problems.push(Problem::new(&loc, format!("`{}` was already adjudicated at {}", w.sample_id, prev.source)));
+            continue;
+        }
+        // CSV rows carry no revision (`revision` is 1); only web rows have earlier ones.
+        let superseded = if w.at.is_empty() { vec![] } else { earlier_web.remove(&w.sample_id).unwrap_or_default() };
+        adj.insert(
+            w.sample_id.clone(),
+            Adjudication {
+                decision: w.decision,
+                adjudicator: w.adjudicator,
+                reason: w.reason,
+                source: loc,
+                revision: w.revision,
+                superseded,
+            },
+        );
+    }
+    adj
+}
+
+/// An adjudicator is `consensus` or a lead on the roster who neither reviewed nor wrote the
+/// sample.
+fn check_adjudicator(a: &Assignments, loc: &str, w: &WebAdjudication, problems: &mut Vec<Problem>) {
+    let assigned = a.sample(&w.sample_id);
+    if w.adjudicator != "consensus" {
+        match a.reviewer(&w.adjudicator) {
+            None => problems.push(Problem::new(
+                loc,
+                format!("adjudicator `{}` is not on the roster (or write `consensus`)", w.adjudicator),
+            )),
+            Some(rv) => {
+                if rv.role != Role::Lead {
+                    problems
+                        .push(Problem::new(loc, format!("`{}` is not a lead (role = \"lead\" in the roster)", rv.id)));
+                }
+                if assigned.is_some_and(|x| x.reviewers.contains(&rv.id)) {
+                    problems.push(Problem::new(
+                        loc,
+                        format!("`{}` reviewed `{}` and cannot adjudicate it", rv.id, w.sample_id),
+                    ));
+                }
+                if assigned.and_then(|x| x.author.as_deref()) == Some(rv.id.as_str()) {
+                    problems.push(Problem::new(
+                        loc,
+                        format!("`{}` wrote `{}` and cannot adjudicate it", rv.id, w.sample_id),
+                    ));
+                }
+            }
+        }
+    }
 }
 
 /// Agreement figures per dimension, for each kind of reviewer pair that exists.
