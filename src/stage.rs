@@ -115,6 +115,10 @@ pub struct StageSpec {
     pub reads: &'static [Read],
     /// Files it writes under `artifacts/<name>/` (`dir/*` for a folder of files).
     pub writes: &'static [&'static str],
+    /// The config section (`[levels]`) that configures it: by default it is part of `run`
+    /// when that section is (present, or always there). Not shown by `stages`.
+    #[serde(skip)]
+    pub section: Option<&'static str>,
 }
 
 impl StageSpec {
@@ -447,9 +451,10 @@ pub fn work_dir(artifacts: &Path, stage: &str) -> PathBuf {
 /// A pipeline stage: a declared spec plus a plain `run`.
 pub trait Stage: Send + Sync {
     fn spec(&self) -> &'static StageSpec;
-    /// Whether `benchgen run` includes it under this config (it can always run alone).
-    fn enabled(&self, _settings: &Settings) -> bool {
-        true
+    /// Whether `benchgen run` includes it under this config (it can always run alone):
+    /// by default, whether its spec's section is on.
+    fn enabled(&self, settings: &Settings) -> bool {
+        self.spec().section.is_none_or(|s| settings.section_on(s))
     }
     /// LLM roles it calls, with the config keys that name them.
     fn roles(&self, _settings: &Settings) -> Vec<ConfigRef> {
@@ -499,7 +504,7 @@ fn resolve(stage: &dyn Stage, settings: &Settings) -> Result<Resolved> {
     } else {
         let mut hashes = BTreeMap::new();
         for r in &roles {
-            let h = crate::llm::role_hash(settings, &r.name).with_context(|| format!("`{}` names it", r.key))?;
+            let h = (settings.hashes.role)(settings, &r.name).with_context(|| format!("`{}` names it", r.key))?;
             hashes.insert(r.key.clone(), h);
         }
         crate::settings::section_hash(&serde_json::json!({"stage": plan.config_hash, "roles": hashes}))?
@@ -578,13 +583,13 @@ fn hash_inputs(settings: &Settings, paths: &[PathBuf]) -> Result<(Hashes, BTreeM
 fn hash_prompts(settings: &Settings, names: &[String]) -> Result<Hashes> {
     let mut hashes = BTreeMap::new();
     for name in names {
-        let t = crate::llm::prompt_template(settings, name).map_err(|e| {
+        let (shown, hash) = (settings.hashes.prompt)(settings, name).map_err(|e| {
             crate::error::hinted(
                 e,
                 "`benchgen prompts list` names the built-in templates; `benchgen check` checks them all",
             )
         })?;
-        hashes.insert(t.shown(|p| settings.display_path(p)), t.hash());
+        hashes.insert(shown, hash);
     }
     Ok(hashes)
 }
@@ -916,6 +921,7 @@ mod tests {
         about: "test double",
         reads: &[],
         writes: &["out/copy.bin"],
+        section: None,
     };
 
     impl Stage for TestOnlyCopy {

@@ -125,6 +125,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "candidate sets from verified pairs, by union–find",
     reads: &[crate::filter::CATALOG.read(), super::pairs::PAIRS.read(), super::verify::VERDICTS.read()],
     writes: &["sets.json"],
+    section: Some("efs"),
 };
 
 /// Server name of every tool of the filtered catalog.
@@ -137,10 +138,6 @@ pub struct BuildStage;
 impl Stage for BuildStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
-    }
-
-    fn enabled(&self, settings: &Settings) -> bool {
-        settings.config.efs.is_some()
     }
 
     fn plan(&self, _settings: &Settings) -> Result<Plan> {

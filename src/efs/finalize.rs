@@ -444,15 +444,12 @@ pub static SPEC: StageSpec = StageSpec {
         Read::manifest(COSTED[5]),
     ],
     writes: &["final.json", "tool_equivalence_sets.json", "report.md"],
+    section: Some("efs"),
 };
 
 impl Stage for FinalizeStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
-    }
-
-    fn enabled(&self, settings: &Settings) -> bool {
-        settings.config.efs.is_some()
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {

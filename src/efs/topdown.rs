@@ -63,6 +63,7 @@ pub static SPEC: StageSpec = StageSpec {
         crate::embed::VECTORS.read(),
     ],
     writes: &["results.json", "items.json", crate::llm::batch::FAILED_FILE],
+    section: Some("efs"),
 };
 
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -278,10 +279,6 @@ pub struct TopdownStage;
 impl Stage for TopdownStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
-    }
-
-    fn enabled(&self, settings: &Settings) -> bool {
-        settings.config.efs.is_some()
     }
 
     fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {

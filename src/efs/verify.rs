@@ -64,6 +64,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "the LLM judges the candidate pairs as planned (listwise: an anchor against its candidates), with reasons",
     reads: &[crate::filter::CATALOG.read(), super::pairs::PAIRS.read(), super::pairs::CALLS.read()],
     writes: &["verdicts.json", CONFLICTS_FILE, crate::llm::batch::FAILED_FILE],
+    section: Some("efs"),
 };
 
 /// The verifier's typed answer.
@@ -100,10 +101,6 @@ pub struct VerifyStage;
 impl Stage for VerifyStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
-    }
-
-    fn enabled(&self, settings: &Settings) -> bool {
-        settings.config.efs.is_some()
     }
 
     fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {

@@ -52,6 +52,7 @@ pub static SPEC: StageSpec = StageSpec {
         "rejections.csv",
         "report.md",
     ],
+    section: Some("levels"),
 };
 
 fn gt_tool(look: &super::Lookup, id: &str, deps: Option<Vec<usize>>) -> GroundTruthTool {
@@ -296,9 +297,6 @@ pub struct ExportStage;
 impl Stage for ExportStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
-    }
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.levels.is_some()
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
         Ok(Plan { inputs: vec![], config_hash: crate::settings::section_hash(&super::settings(s).writer_role)? })

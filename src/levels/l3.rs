@@ -44,6 +44,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],
+    section: Some("levels"),
 };
 
 /// ETOM's start keywords.
@@ -336,9 +337,6 @@ impl Stage for L3Stage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.levels.is_some()
-    }
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         super::roles(s)
     }
@@ -366,7 +364,7 @@ impl Stage for L3Stage {
         let s = ctx.settings;
         let l = super::settings(s);
         let c = &l.l3;
-        let seed = s.config.project.seed;
+        let seed = s.project.seed;
         let catalog = inputs.json(&crate::filter::CATALOG)?;
         let schemas: Schemas = inputs.json(&SCHEMAS)?;
         let mut funnel = Funnel::default();

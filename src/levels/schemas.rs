@@ -33,6 +33,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "an output JSON Schema per tool (the catalog's, inferred by the LLM, or from the review sheet)",
     reads: &[crate::filter::CATALOG.read()],
     writes: &["schemas.json", "schemas.csv", crate::llm::batch::FAILED_FILE],
+    section: Some("levels"),
 };
 
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
@@ -144,9 +145,6 @@ pub struct SchemasStage;
 impl Stage for SchemasStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
-    }
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.levels.is_some()
     }
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         vec![ConfigRef::new("levels.writer_role", &super::settings(s).writer_role)]

@@ -41,6 +41,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "a domain's tool logs and catalog → normalised, anonymised sessions",
     reads: &[],
     writes: &["sessions.jsonl", "malformed.jsonl", "catalog.json", "report.json"],
+    section: Some("logs"),
 };
 
 /// One tool of the domain's catalog.
@@ -292,7 +293,7 @@ fn finish_session(
 }
 
 pub fn settings(s: &Settings) -> LogsSettings {
-    s.config.logs.clone().unwrap_or_default()
+    s.section::<super::LogsSettings>().clone().unwrap_or_default()
 }
 
 fn source_files(s: &Settings) -> Vec<SourceFile> {
@@ -317,10 +318,6 @@ pub struct ImportStage;
 impl Stage for ImportStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
-    }
-
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.logs.is_some()
     }
 
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {

@@ -60,6 +60,7 @@ pub static EXPORT_SPEC: StageSpec = StageSpec {
     about: "one review sheet per reviewer (CSV, and XLSX with score drop-downs)",
     reads: &[ASSIGNMENTS.read(), SAMPLES.read()],
     writes: &["sheets/*", "report.md"],
+    section: Some("review"),
 };
 
 pub struct ExportStage;
@@ -67,9 +68,6 @@ pub struct ExportStage;
 impl Stage for ExportStage {
     fn spec(&self) -> &'static StageSpec {
         &EXPORT_SPEC
-    }
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.review.is_some()
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
         Ok(Plan {
@@ -515,6 +513,7 @@ pub static IMPORT_SPEC: StageSpec = StageSpec {
     about: "filled review sheets (`reviews/returned/*.csv`, `*.xlsx`) and web submissions → validated scores",
     reads: &[ASSIGNMENTS.read()],
     writes: &["scores.jsonl", "report.json"],
+    section: Some("review"),
 };
 
 pub struct ImportStage;
@@ -524,7 +523,8 @@ impl Stage for ImportStage {
         &IMPORT_SPEC
     }
     fn enabled(&self, s: &Settings) -> bool {
-        s.config.review.is_some() && (!returned_sheets(s).is_empty() || web_scores_path(s).exists())
+        s.section::<super::ReviewSettings>().is_some()
+            && (!returned_sheets(s).is_empty() || web_scores_path(s).exists())
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let mut inputs = returned_sheets(s);
