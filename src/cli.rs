@@ -8,9 +8,9 @@ use clap::{Args, Parser, Subcommand};
 use crate::registry::RegistryFormat;
 // Argument structs kept next to the commands that use them (so those modules need not
 // import the CLI), re-exported here for the clap tree.
-pub use crate::registry::commands::{MergeArgs, ScrapeArgs, ToolsArgs};
 pub use crate::init::{InitArgs, Track};
 pub use crate::llm::prompts::{PromptsCommand, PromptsExportArgs, PromptsShowArgs};
+pub use crate::registry::commands::{MergeArgs, ScrapeArgs, ToolsArgs};
 pub use crate::sandbox::command::SandboxArgs;
 
 /// Build tool-use benchmarks for LLM agents from real tool ecosystems.

@@ -346,11 +346,7 @@ fn name(m: &[String]) -> String {
 
 /// One loop through `members` (a strongly connected set), as `a -> b -> … -> a`, each
 /// step with the reference that makes it.
-fn one_cycle<N: Ord + Clone>(
-    edges: &BTreeMap<N, BTreeSet<N>>,
-    members: &BTreeSet<N>,
-    start: &N,
-) -> Vec<N> {
+fn one_cycle<N: Ord + Clone>(edges: &BTreeMap<N, BTreeSet<N>>, members: &BTreeSet<N>, start: &N) -> Vec<N> {
     // Breadth-first from `start` back to it, inside the set.
     let mut prev: BTreeMap<N, N> = BTreeMap::new();
     let mut queue = std::collections::VecDeque::from([start.clone()]);
@@ -427,11 +423,8 @@ fn problems(g: &Graph) -> Vec<String> {
             inside.join("\n")
         ));
     }
-    let file_edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = g
-        .files
-        .raw_edges()
-        .iter()
-        .fold(BTreeMap::new(), |mut m, e| {
+    let file_edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> =
+        g.files.raw_edges().iter().fold(BTreeMap::new(), |mut m, e| {
             m.entry(g.files[e.source()].clone()).or_default().insert(g.files[e.target()].clone());
             m
         });

@@ -375,11 +375,7 @@ impl Settings {
 
     /// Settings with every default, rooted at the working folder: for commands
     /// that can run without a pipeline config (e.g. `sandbox --catalog FILE`).
-    pub fn with_defaults(
-        names: &'static [&'static str],
-        sections: &[SectionDecl],
-        hashes: NameHashes,
-    ) -> Result<Self> {
+    pub fn with_defaults(names: &'static [&'static str], sections: &[SectionDecl], hashes: NameHashes) -> Result<Self> {
         let mut s = Self::parse(Path::new(DEFAULT_CONFIG), String::new(), names, sections, hashes)
             .map_err(|e| anyhow::Error::new(e.0).context("default config"))?;
         s.root = normalize(Path::new("."));
