@@ -731,7 +731,8 @@ impl Stage for EmbedStage {
     }
 
     fn enabled(&self, settings: &Settings) -> bool {
-        settings.section::<EmbedSettings>().is_some() || settings.section::<crate::efs::EfsSettings>().is_some()
+        // `[efs]` by name: this stage does not import the EFS family (no import loop).
+        settings.section::<EmbedSettings>().is_some() || settings.section_on("efs")
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {

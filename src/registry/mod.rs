@@ -211,7 +211,8 @@ fn report_invalid_schemas(catalog: &Catalog, notes: &mut Vec<Note>, out: &mut Ou
 /// unless the config is a log-track project that names no registry snapshot.
 pub fn in_pipeline(settings: &Settings) -> bool {
     let r = &settings.section::<RegistrySettings>();
-    settings.section::<crate::logs::LogsSettings>().is_none() || r.source.is_some() || !r.snapshots.is_empty()
+    // `[logs]` by name: the registry does not import the log family (no import loop).
+    !settings.section_on("logs") || r.source.is_some() || !r.snapshots.is_empty()
 }
 
 impl Stage for ImportStage {

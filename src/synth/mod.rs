@@ -204,9 +204,8 @@ pub fn settings(s: &Settings) -> SynthSettings {
 
 /// Synthesis runs when the config has the log track, the graph and `[synth]`.
 pub fn enabled(s: &Settings) -> bool {
-    s.section::<crate::logs::LogsSettings>().is_some()
-        && s.section::<crate::graph::GraphSettings>().is_some()
-        && s.section::<SynthSettings>().is_some()
+    // By name: presence is all synthesis needs of the other families' sections.
+    s.section_on("logs") && s.section_on("graph") && s.section::<SynthSettings>().is_some()
 }
 
 /// Ledger event kinds of synthesis.
