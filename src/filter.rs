@@ -572,7 +572,7 @@ impl Stage for FilterStage {
         let (filtered, llm_parents) = match &ctx.settings.section::<FilterSettings>().classifier_role {
             None => {
                 let pb = ctx.printer.progress(catalog.servers.len() as u64, "filter");
-                let f = apply(&catalog, &ctx.settings.section::<FilterSettings>(), &Unclassified)?;
+                let f = apply(&catalog, ctx.settings.section::<FilterSettings>(), &Unclassified)?;
                 pb.finish_and_clear();
                 (f, HashMap::new())
             }
@@ -783,7 +783,7 @@ fn classify_with_llm(
     let mut answers: HashMap<String, Answer> = HashMap::new();
     let filtered = loop {
         let collect = Collect { answers: &answers, missing: RefCell::new(Vec::new()) };
-        let f = apply(catalog, &ctx.settings.section::<FilterSettings>(), &collect)?;
+        let f = apply(catalog, ctx.settings.section::<FilterSettings>(), &collect)?;
         let missing = collect.missing.into_inner();
         if missing.is_empty() {
             break f;

@@ -277,8 +277,11 @@ pub struct NameHashes {
     /// Hash of the answer-changing settings of an LLM role.
     pub role: fn(&Settings, &str) -> Result<String>,
     /// A prompt template: how manifests name it and its text's hash, or why it cannot be read.
-    pub prompt: fn(&Settings, &str) -> std::result::Result<(String, String), String>,
+    pub prompt: PromptHash,
 }
+
+/// [`NameHashes::prompt`]: `(shown, hash)` of a template, or why it cannot be read.
+pub type PromptHash = fn(&Settings, &str) -> std::result::Result<(String, String), String>;
 
 /// The config file as read, before any section is interpreted.
 #[derive(Debug, Default)]

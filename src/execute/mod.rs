@@ -1005,7 +1005,7 @@ impl Stage for ExecuteStage {
         let exec = batch.block_on(async {
             let clients = match &source {
                 Source::File(_) => {
-                    let opts = ClientOptions::from_settings(settings, &settings.section::<crate::mcp::McpSettings>());
+                    let opts = ClientOptions::from_settings(settings, settings.section::<crate::mcp::McpSettings>());
                     Self::server_specs(settings)?
                         .iter()
                         .map(|(n, s)| Arc::new(McpClient::new(n, s.clone(), opts.clone())))

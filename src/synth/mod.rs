@@ -290,7 +290,7 @@ pub fn domain_sandbox(
 /// The MCP clients synthesis executes against: `synth.server` from `[mcp.servers]`, else
 /// the in-process domain sandbox. Call inside a tokio runtime.
 pub fn clients(settings: &Settings, tools: &[LogTool], sessions: &[Session]) -> Result<Vec<Arc<McpClient>>> {
-    let opts = ClientOptions::from_settings(settings, &settings.section::<crate::mcp::McpSettings>());
+    let opts = ClientOptions::from_settings(settings, settings.section::<crate::mcp::McpSettings>());
     match &self::settings(settings).server {
         Some(name) => {
             let all = settings.section::<crate::mcp::McpSettings>().all_servers(&settings.root)?;
