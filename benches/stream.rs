@@ -21,8 +21,15 @@ struct CopyStage {
     input: PathBuf,
 }
 
-static SPEC: StageSpec =
-    StageSpec { name: "copy", command: "copy", version: 1, about: "bench", reads: &[], writes: &["copy.bin"] };
+static SPEC: StageSpec = StageSpec {
+    name: "copy",
+    command: "copy",
+    version: 1,
+    about: "bench",
+    reads: &[],
+    writes: &["copy.bin"],
+    section: None,
+};
 
 impl Stage for CopyStage {
     fn spec(&self) -> &'static StageSpec {

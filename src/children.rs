@@ -145,7 +145,6 @@ pub fn install() {
             // Wait for a spawn in progress to register its child, and start no new one.
             let _spawns = spawn_guard();
             terminate_all(Duration::from_secs(2));
-            crate::llm::local::kill_all();
             std::process::exit(128 + sig);
         });
     });

@@ -9,6 +9,12 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::registry::RegistryFormat;
+// Argument structs kept next to the commands that use them (so those modules need not
+// import the CLI), re-exported here for the clap tree.
+pub use crate::init::{InitArgs, Track};
+pub use crate::llm::prompts::{PromptsCommand, PromptsExportArgs, PromptsShowArgs};
+pub use crate::registry::commands::{MergeArgs, ScrapeArgs, ToolsArgs};
+pub use crate::sandbox::command::SandboxArgs;
 
 /// Build tool-use benchmarks for LLM agents from real tool ecosystems.
 ///
@@ -207,85 +213,6 @@ pub struct ReleaseVerifyArgs {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum PromptsCommand {
-    /// Every built-in template: its name, hash, the stages of the pipeline that use it,
-    /// and whether the project overrides it.
-    List,
-    /// Print one template as a stage will use it (the project's override, else the
-    /// built-in); `--builtin` prints the built-in even when overridden.
-    Show(PromptsShowArgs),
-    /// Write every built-in template into DIR (default: the project's prompts folder) as
-    /// `NAME.md`, to edit. Existing files are kept unless `--force`. Keep only the files
-    /// you change: an unchanged copy pins that template to this version of benchgen.
-    Export(PromptsExportArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct PromptsShowArgs {
-    /// Template name (`benchgen prompts list`).
-    pub name: String,
-    /// The built-in text, even when the project overrides it.
-    #[arg(long)]
-    pub builtin: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct PromptsExportArgs {
-    /// Target folder (default: `[llm] prompts_dir`, i.e. `pipeline/prompts/`).
-    pub dir: Option<PathBuf>,
-    /// Overwrite files that exist.
-    #[arg(long)]
-    pub force: bool,
-}
-
-/// Which of benchgen's two tracks a new project uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Track {
-    /// ETOM-style levels over a registry of MCP servers and tools.
-    Registry,
-    /// FinMCP-style samples from a domain's real tool-call logs.
-    Logs,
-    /// Both tracks, meeting in one release.
-    Both,
-}
-
-#[derive(Debug, Args)]
-pub struct InitArgs {
-    /// The project folder (created when missing; default: the current folder).
-    pub dir: Option<PathBuf>,
-    /// Which track the project uses.
-    #[arg(long, value_enum, default_value = "logs")]
-    pub track: Track,
-    /// Project name (default: the folder's name); the config is `pipeline/<name>.toml`.
-    #[arg(long)]
-    pub name: Option<String>,
-    /// Your tool-call log file (JSON Lines or JSON); copied to `raw/logs/`, format detected.
-    #[arg(long)]
-    pub logs: Option<PathBuf>,
-    /// The tool catalog your logs call (benchgen catalog, MCP `tools/list` result, or a
-    /// list of tools); copied to `raw/`.
-    #[arg(long)]
-    pub catalog: Option<PathBuf>,
-    /// A registry snapshot in ETOM's `mcp_registry.json` format; copied to `raw/`.
-    #[arg(long)]
-    pub registry: Option<PathBuf>,
-    /// LLM provider of every role: `local` (default: benchgen starts llama.cpp's server
-    /// with the model `make setup` assembled) or an OpenAI-compatible server (`openai`,
-    /// `vllm`, `sglang`, `ollama`, `llamacpp`).
-    #[arg(long, default_value = "local")]
-    pub provider: String,
-    /// Base URL of that server (e.g. `http://127.0.0.1:8000/v1`).
-    #[arg(long)]
-    pub base_url: Option<String>,
-    /// Model name the server expects.
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Environment variable holding the API key (the key itself is never written).
-    #[arg(long)]
-    pub api_key_env: Option<String>,
-}
-
-#[derive(Debug, Subcommand)]
 pub enum LlmCommand {
     /// Check roles end to end: one live typed call each (starting the local model server
     /// for `provider = "local"`). Records the exchange in the ledger (stage `llm-ping`);
@@ -451,42 +378,6 @@ pub enum RegistryCommand {
 }
 
 #[derive(Debug, Args)]
-pub struct ScrapeArgs {
-    /// The `[registry.sources.NAME]` section to scrape.
-    #[arg(long)]
-    pub source: String,
-    /// Snapshot id (folder name); default: resume the latest unfinished one, else a new
-    /// id from the UTC time.
-    #[arg(long)]
-    pub snapshot: Option<String>,
-    /// Start a new snapshot even when an unfinished one exists.
-    #[arg(long = "new", conflicts_with = "snapshot")]
-    pub fresh: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct MergeArgs {
-    /// Snapshot folders in priority order.
-    pub snapshots: Vec<PathBuf>,
-    /// Output folder (default `artifacts/registry-merge/`).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-}
-
-#[derive(Debug, Args)]
-pub struct ToolsArgs {
-    /// Catalog to complete.
-    #[arg(long)]
-    pub catalog: PathBuf,
-    /// Output folder (`catalog.json`, `live.json`, `logs/`).
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Only these servers (default: every server without tools).
-    #[arg(long = "server")]
-    pub servers: Vec<String>,
-}
-
-#[derive(Debug, Args)]
 pub struct ImportArgs {
     /// Snapshot file; default `registry.source` from the config.
     pub file: Option<PathBuf>,
@@ -585,59 +476,6 @@ pub struct McpCallArgs {
 pub struct McpImportArgs {
     /// A JSON file with `{"mcpServers": {...}}`.
     pub file: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub struct SandboxArgs {
-    /// Catalog to serve (default `artifacts/filter/catalog.json`): benchgen's catalog, or a
-    /// tool list served under its bare names (`artifacts/logs-import/catalog.json`, an MCP
-    /// `tools/list` result).
-    #[arg(long, value_name = "FILE")]
-    pub catalog: Option<PathBuf>,
-    /// Serve Streamable HTTP on this loopback address (e.g. `127.0.0.1:0` for any port).
-    #[arg(long, value_name = "ADDR")]
-    pub http: Option<std::net::SocketAddr>,
-    /// Seed of the answers, printed at start (default: 0 with `--catalog`, else `project.seed`).
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Tools per `tools/list` page.
-    #[arg(long, default_value_t = 1000)]
-    pub page_size: usize,
-    /// Append one JSON line per call to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub call_log: Option<PathBuf>,
-    /// Recorded-responses mode: answer a call with the result the sessions in FILE (benchgen
-    /// session JSONL, e.g. `artifacts/logs-import/sessions.jsonl`) logged for the same tool
-    /// and equal arguments (a `server::tool` id matches a logged bare `tool` name); other
-    /// calls are generated as usual. Fails when no served tool has a recorded result.
-    #[arg(long, value_name = "FILE")]
-    pub recorded: Option<PathBuf>,
-    /// Delay every call by this many milliseconds.
-    #[arg(long, default_value_t = 0)]
-    pub latency_ms: u64,
-    /// Add a per-call delay in [0, N] ms (from the call's hash).
-    #[arg(long, default_value_t = 0)]
-    pub jitter_ms: u64,
-    /// Share of calls answered with an injected tool error (`isError`).
-    #[arg(long, default_value_t = 0.0)]
-    pub error_rate: f64,
-    /// Share of calls never answered (the client times out).
-    #[arg(long, default_value_t = 0.0)]
-    pub timeout_rate: f64,
-    /// Share of calls on which the process exits.
-    #[arg(long, default_value_t = 0.0)]
-    pub crash_rate: f64,
-    /// Exit on the N-th call.
-    #[arg(long, value_name = "N")]
-    pub crash_after: Option<u64>,
-    /// Share of calls answered with a line that is not JSON-RPC (stdio).
-    #[arg(long, default_value_t = 0.0)]
-    pub garbage_rate: f64,
-    /// Share of calls answered with `--huge-bytes` of text.
-    #[arg(long, default_value_t = 0.0)]
-    pub huge_rate: f64,
-    #[arg(long, default_value_t = 32 * 1024 * 1024)]
-    pub huge_bytes: usize,
 }
 
 #[derive(Debug, Args)]

@@ -48,6 +48,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "one vector per tool of the filtered catalog (local ONNX model or an embedding server)",
     reads: &[crate::filter::CATALOG.read()],
     writes: &[VECTORS_FILE, INDEX_FILE],
+    section: Some("embed"),
 };
 
 /// Where the vectors come from.
@@ -119,6 +120,17 @@ pub struct EmbedSettings {
     /// Default 8 (fastembed), 32 (openai).
     #[serde(default)]
     pub batch_size: Option<usize>,
+}
+
+/// `[embed]`; absent: its stages are not part of `run` (each still runs alone, with defaults).
+impl crate::settings::Section for EmbedSettings {
+    const NAME: &'static str = "embed";
+    type Value = Option<Self>;
+    fn check(e: &Self::Value, _: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        if let Some(e) = e {
+            e.check(problems);
+        }
+    }
 }
 
 const DEFAULT_MODEL_ID: &str = "all-MiniLM-L6-v2-int8";
@@ -380,7 +392,7 @@ impl EmbedSettings {
 /// `[embed]` of the config, or the defaults when the section is absent.
 pub fn embed_settings(settings: &Settings) -> &EmbedSettings {
     static DEFAULT: std::sync::LazyLock<EmbedSettings> = std::sync::LazyLock::new(EmbedSettings::default);
-    settings.config.embed.as_ref().unwrap_or(&DEFAULT)
+    settings.section::<EmbedSettings>().as_ref().unwrap_or(&DEFAULT)
 }
 
 /// `$BENCHGEN_CACHE`, default `~/.cache/benchgen` (where `make setup` puts assets).
@@ -728,7 +740,8 @@ impl Stage for EmbedStage {
     }
 
     fn enabled(&self, settings: &Settings) -> bool {
-        settings.config.embed.is_some() || settings.config.efs.is_some()
+        // `[efs]` by name: this stage does not import the EFS family (no import loop).
+        settings.section::<EmbedSettings>().is_some() || settings.section_on("efs")
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {

@@ -444,6 +444,20 @@ pub struct FilterSettings {
     pub classifier_role: Option<String>,
 }
 
+/// `[filter]`; absent: its defaults.
+impl crate::settings::Section for FilterSettings {
+    const NAME: &'static str = "filter";
+    type Value = crate::settings::Always<Self>;
+    fn check(f: &Self::Value, settings: &Settings, problems: &mut Vec<Problem>) {
+        check_rules(f, problems);
+        if let Some(role) = &f.classifier_role
+            && !settings.section::<crate::llm::LlmSettings>().roles.contains_key(role)
+        {
+            problems.push(Problem::new("filter.classifier_role", format!("no `[llm.roles.{role}]` is configured")));
+        }
+    }
+}
+
 impl Default for FilterSettings {
     fn default() -> Self {
         Self { drop_servers_without_tools: true, rules: Vec::new(), classifier_role: None }
@@ -501,6 +515,7 @@ pub static SPEC: StageSpec = StageSpec {
     // The manifest leads to the import run's ledger events, each decision's parent.
     reads: &[crate::registry::CATALOG.read(), Read::manifest("registry-import")],
     writes: &["catalog.json", "dropped.csv", "undecided.csv", "summary.json"],
+    section: Some("filter"),
 };
 
 pub struct FilterStage;
@@ -544,12 +559,12 @@ impl Stage for FilterStage {
     }
 
     fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
-        let role = settings.config.filter.classifier_role.as_ref();
+        let role = settings.section::<FilterSettings>().classifier_role.as_ref();
         role.map(|r| ConfigRef::new("filter.classifier_role", r)).into_iter().collect()
     }
 
     fn prompts(&self, settings: &Settings) -> Vec<PromptRef> {
-        if settings.config.filter.classifier_role.is_none() {
+        if settings.section::<FilterSettings>().classifier_role.is_none() {
             return Vec::new();
         }
         let vars = serde_json::json!({
@@ -560,15 +575,15 @@ impl Stage for FilterStage {
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
-        Ok(Plan { inputs: vec![], config_hash: section_hash(&settings.config.filter)? })
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&settings.section::<FilterSettings>())? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let catalog = inputs.json(&crate::registry::CATALOG)?;
-        let (filtered, llm_parents) = match &ctx.settings.config.filter.classifier_role {
+        let (filtered, llm_parents) = match &ctx.settings.section::<FilterSettings>().classifier_role {
             None => {
                 let pb = ctx.printer.progress(catalog.servers.len() as u64, "filter");
-                let f = apply(&catalog, &ctx.settings.config.filter, &Unclassified)?;
+                let f = apply(&catalog, ctx.settings.section::<FilterSettings>(), &Unclassified)?;
                 pb.finish_and_clear();
                 (f, HashMap::new())
             }
@@ -779,7 +794,7 @@ fn classify_with_llm(
     let mut answers: HashMap<String, Answer> = HashMap::new();
     let filtered = loop {
         let collect = Collect { answers: &answers, missing: RefCell::new(Vec::new()) };
-        let f = apply(catalog, &ctx.settings.config.filter, &collect)?;
+        let f = apply(catalog, ctx.settings.section::<FilterSettings>(), &collect)?;
         let missing = collect.missing.into_inner();
         if missing.is_empty() {
             break f;

@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use clap::Args;
 use serde_json::Value;
 
-use crate::cli::{InitArgs, Track};
 use crate::logs::LogFormat;
 
 /// What `init` wrote, for the summary.
@@ -126,6 +126,53 @@ fn file_name(p: &Path) -> Result<String> {
     p.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .ok_or_else(|| anyhow::anyhow!("`{}` names no file", p.display()))
+}
+
+/// Which of benchgen's two tracks a new project uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Track {
+    /// ETOM-style levels over a registry of MCP servers and tools.
+    Registry,
+    /// FinMCP-style samples from a domain's real tool-call logs.
+    Logs,
+    /// Both tracks, meeting in one release.
+    Both,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The project folder (created when missing; default: the current folder).
+    pub dir: Option<PathBuf>,
+    /// Which track the project uses.
+    #[arg(long, value_enum, default_value = "logs")]
+    pub track: Track,
+    /// Project name (default: the folder's name); the config is `pipeline/<name>.toml`.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Your tool-call log file (JSON Lines or JSON); copied to `raw/logs/`, format detected.
+    #[arg(long)]
+    pub logs: Option<PathBuf>,
+    /// The tool catalog your logs call (benchgen catalog, MCP `tools/list` result, or a
+    /// list of tools); copied to `raw/`.
+    #[arg(long)]
+    pub catalog: Option<PathBuf>,
+    /// A registry snapshot in ETOM's `mcp_registry.json` format; copied to `raw/`.
+    #[arg(long)]
+    pub registry: Option<PathBuf>,
+    /// LLM provider of every role: `local` (default: benchgen starts llama.cpp's server
+    /// with the model `make setup` assembled) or an OpenAI-compatible server (`openai`,
+    /// `vllm`, `sglang`, `ollama`, `llamacpp`).
+    #[arg(long, default_value = "local")]
+    pub provider: String,
+    /// Base URL of that server (e.g. `http://127.0.0.1:8000/v1`).
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// Model name the server expects.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Environment variable holding the API key (the key itself is never written).
+    #[arg(long)]
+    pub api_key_env: Option<String>,
 }
 
 /// Run `benchgen init`.

@@ -40,3 +40,6 @@ pub mod stages;
 pub mod stats;
 pub mod store;
 pub mod synth;
+
+#[cfg(test)]
+mod import_graph;

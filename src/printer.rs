@@ -20,7 +20,6 @@ pub fn out(text: &str) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
             crate::children::terminate_all(std::time::Duration::from_secs(2));
-            crate::llm::local::kill_all();
             std::process::exit(0);
         }
         Err(e) => {

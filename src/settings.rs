@@ -5,9 +5,13 @@
 //! above `pipeline/`). Every section is `deny_unknown_fields`, so a typo is an
 //! error naming the file, line and key instead of a silently ignored setting.
 
+use std::any::Any;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{InputError, Problem};
@@ -41,49 +45,162 @@ pub fn discover_config() -> Result<Option<PathBuf>> {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Config {
-    #[serde(default)]
-    pub project: ProjectSettings,
-    #[serde(default)]
-    pub registry: crate::registry::RegistrySettings,
-    #[serde(default)]
-    pub filter: crate::filter::FilterSettings,
-    #[serde(default)]
-    pub stats: crate::stats::StatsSettings,
-    /// Absent: `embed` and `efs pairs` are not part of `run` (they still run alone, with defaults).
-    #[serde(default)]
-    pub embed: Option<crate::embed::EmbedSettings>,
-    /// Absent: no EFS stage is part of `run` (each still runs alone, with defaults).
-    #[serde(default)]
-    pub efs: Option<crate::efs::EfsSettings>,
-    #[serde(default)]
-    pub llm: crate::llm::LlmSettings,
-    #[serde(default)]
-    pub mcp: crate::mcp::McpSettings,
-    #[serde(default)]
-    pub execute: crate::execute::ExecuteSettings,
-    /// Absent: the log stages are not part of `run` (each still runs alone).
-    #[serde(default)]
-    pub logs: Option<crate::logs::LogsSettings>,
-    /// Absent: `graph build` is not part of `run` (it still runs alone).
-    #[serde(default)]
-    pub graph: Option<crate::graph::GraphSettings>,
-    /// Absent: the ETOM level stages are not part of `run` (each still runs alone).
-    #[serde(default)]
-    pub levels: Option<crate::levels::LevelsSettings>,
-    /// Absent: `release` is not part of `run` (it still runs alone).
-    #[serde(default)]
-    pub release: Option<crate::release::ReleaseSettings>,
-    /// Absent: the review stages are not part of `run` (each still runs alone).
-    #[serde(default)]
-    pub review: Option<crate::review::ReviewSettings>,
-    /// `[synth]`: chain and role-play synthesis and validation (the log track's second half).
-    #[serde(default)]
-    pub synth: Option<crate::synth::SynthSettings>,
+/// A top-level config section, declared by the family that owns it next to its settings
+/// type and read with [`Settings::section`]. `settings.rs` names no family: the list of
+/// sections is handed to [`Settings::read`] by the stage list (`stages::sections`).
+pub trait Section: DeserializeOwned + Serialize + Send + Sync + 'static {
+    /// Its table name (`[levels]`).
+    const NAME: &'static str;
+    /// What [`Settings::section`] gives: `Option<Self>` for a section whose absence turns
+    /// its family's stages off, [`Always<Self>`] for one read with its defaults when absent.
+    type Value: SectionValue<Self>;
+    /// Range and cross-section checks of its values, run at load with every other section's
+    /// (all problems are reported at once).
+    fn check(_value: &Self::Value, _settings: &Settings, _problems: &mut Vec<Problem>) {}
 }
 
+/// How a section reads when its table is absent.
+pub trait SectionValue<T>: Send + Sync + 'static {
+    fn from_parsed(parsed: Option<T>) -> Self;
+    /// Whether the stages it configures are part of `run` by default.
+    fn is_on(&self) -> bool;
+}
+
+impl<T: Send + Sync + 'static> SectionValue<T> for Option<T> {
+    fn from_parsed(parsed: Option<T>) -> Self {
+        parsed
+    }
+    fn is_on(&self) -> bool {
+        self.is_some()
+    }
+}
+
+/// An always-present section: its defaults when the table is absent. Derefs to the
+/// settings; serialises as them (so a section's hash is the settings' own).
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct Always<T>(pub T);
+
+impl<T: Default + Send + Sync + 'static> SectionValue<T> for Always<T> {
+    fn from_parsed(parsed: Option<T>) -> Self {
+        Always(parsed.unwrap_or_default())
+    }
+    fn is_on(&self) -> bool {
+        true
+    }
+}
+
+impl<T> std::ops::Deref for Always<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+type Parsed = Arc<dyn Any + Send + Sync>;
+
+/// One section of the stage list's [`Settings::read`] list, its type erased.
+pub struct SectionDecl {
+    name: &'static str,
+    parse: fn(&str) -> Result<(Parsed, bool), toml::de::Error>,
+    check: fn(&Settings, &mut Vec<Problem>),
+}
+
+impl SectionDecl {
+    pub fn of<T: Section>() -> Self {
+        Self { name: T::NAME, parse: parse_section::<T>, check: check_section::<T> }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+fn parse_section<T: Section>(text: &str) -> Result<(Parsed, bool), toml::de::Error> {
+    let only: Only<T> = toml::from_str(text)?;
+    let value = T::Value::from_parsed(only.0);
+    let on = value.is_on();
+    Ok((Arc::new(value), on))
+}
+
+fn check_section<T: Section>(settings: &Settings, problems: &mut Vec<Problem>) {
+    T::check(settings.section::<T>(), settings, problems);
+}
+
+/// The whole document read as one section: the entry named `T::NAME` is deserialised as
+/// `T` and every other one skipped. Reading the document text (not a sub-table) keeps toml's
+/// spans, so an unknown key or a bad value is reported at its line in the file, as when one
+/// struct held every section.
+struct Only<T>(Option<T>);
+
+impl<'de, T: Section> Deserialize<'de> for Only<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Section> serde::de::Visitor<'de> for V<T> {
+            type Value = Only<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a pipeline config")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Only<T>, A::Error> {
+                let mut found = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == T::NAME {
+                        found = Some(map.next_value::<T>()?);
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(Only(found))
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
+/// The document's top-level names checked against the known sections, refused as serde's
+/// `deny_unknown_fields` refuses them (same message, same span: the key's).
+struct KnownSections(&'static [&'static str]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for KnownSections {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        struct V(&'static [&'static str]);
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ();
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a pipeline config")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
+                while map.next_key_seed(KnownKey(self.0))?.is_some() {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+                Ok(())
+            }
+        }
+        d.deserialize_map(V(self.0))
+    }
+}
+
+struct KnownKey(&'static [&'static str]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for KnownKey {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        struct V(&'static [&'static str]);
+        impl serde::de::Visitor<'_> for V {
+            type Value = ();
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a section name")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<(), E> {
+                if self.0.contains(&v) { Ok(()) } else { Err(E::unknown_field(v, self.0)) }
+            }
+        }
+        d.deserialize_identifier(V(self.0))
+    }
+}
+
+/// `[project]`, the one section `settings.rs` owns.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProjectSettings {
@@ -107,6 +224,11 @@ impl Default for ProjectSettings {
     }
 }
 
+impl Section for ProjectSettings {
+    const NAME: &'static str = "project";
+    type Value = Always<Self>;
+}
+
 fn default_name() -> String {
     "benchgen".into()
 }
@@ -120,53 +242,162 @@ fn default_artifacts() -> PathBuf {
 /// A loaded config and where it came from.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub config: Config,
+    pub project: ProjectSettings,
+    /// The config file's text and its parsed table, as read.
+    pub raw: Arc<RawConfig>,
+    /// Every section of the list it was read with, parsed once at load (by name).
+    sections: Arc<BTreeMap<&'static str, (Parsed, bool)>>,
     pub config_path: PathBuf,
     pub root: PathBuf,
     pub artifacts: PathBuf,
     /// How LLM calls use the ledger cache (`--llm-mode`; not part of any config hash).
-    pub llm_mode: crate::llm::LlmMode,
+    pub llm_mode: LlmMode,
+    /// How the runner hashes the roles and prompt templates a stage names.
+    pub hashes: NameHashes,
+}
+
+/// How LLM calls use the ledger cache (global `--llm-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LlmMode {
+    /// Always call the endpoint; record the exchange, which becomes the cached answer.
+    Live,
+    /// Answer repeats from the ledger with no network; call the endpoint on a miss.
+    #[default]
+    Cached,
+    /// Answer only from the ledger; a miss is an error naming the request hash.
+    Replay,
+}
+
+/// How the runner hashes what a stage names outside its own section (LLM roles, prompt
+/// templates), for its config hash and manifest. Handed in at load by the stage list, so
+/// the runner (`stage.rs`) does not call into `llm`, which itself runs inside stages.
+#[derive(Debug, Clone, Copy)]
+pub struct NameHashes {
+    /// Hash of the answer-changing settings of an LLM role.
+    pub role: fn(&Settings, &str) -> Result<String>,
+    /// A prompt template: how manifests name it and its text's hash, or why it cannot be read.
+    pub prompt: PromptHash,
+}
+
+/// [`NameHashes::prompt`]: `(shown, hash)` of a template, or why it cannot be read.
+pub type PromptHash = fn(&Settings, &str) -> std::result::Result<(String, String), String>;
+
+/// The config file as read, before any section is interpreted.
+#[derive(Debug, Default)]
+pub struct RawConfig {
+    pub text: String,
+    pub table: toml::Table,
+}
+
+impl std::fmt::Debug for SectionDecl {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "[{}]", self.name)
+    }
 }
 
 impl Settings {
-    /// Load and check a pipeline config. Every problem is reported at once.
-    pub fn load(path: &Path) -> Result<Self> {
+    /// Read a pipeline config whose sections are `sections` (all of them, in the order an
+    /// unknown section's message lists them; `names` is that list). Every section is parsed
+    /// once here; then each section's checks run and every problem is reported at once.
+    /// `Settings::load` (in `stages.rs`, which knows the families) passes the stage list's.
+    pub fn read(
+        path: &Path,
+        names: &'static [&'static str],
+        sections: &[SectionDecl],
+        hashes: NameHashes,
+    ) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             crate::error::hinted(
                 format!("cannot read pipeline config `{}`: {e}", path.display()),
                 "pass `--config pipeline/NAME.toml`, run from the project root, or start a project with `benchgen init`",
             )
         })?;
-        let config: Config = toml::from_str(&text).map_err(|e| {
-            let location = match e.span() {
-                Some(span) => {
-                    let line = text[..span.start].matches('\n').count() + 1;
-                    format!("line {line}")
+        let settings = Self::parse(path, text, names, sections, hashes).map_err(|e| config_error(path, &e.1, &e.0))?;
+        let mut problems = Vec::new();
+        for s in sections {
+            (s.check)(&settings, &mut problems);
+        }
+        if !problems.is_empty() {
+            return Err(InputError { file: path.display().to_string(), problems }.into());
+        }
+        Ok(settings)
+    }
+
+    /// Parse `text`: the first error in document order (as one struct of every section
+    /// would have met it), with the text it points into.
+    fn parse(
+        path: &Path,
+        text: String,
+        names: &'static [&'static str],
+        sections: &[SectionDecl],
+        hashes: NameHashes,
+    ) -> std::result::Result<Self, (toml::de::Error, String)> {
+        let mut errors = Vec::new();
+        let mut parsed = BTreeMap::new();
+        let known = toml::de::Deserializer::parse(&text)
+            .and_then(|d| serde::de::DeserializeSeed::deserialize(KnownSections(names), d));
+        if let Err(e) = known {
+            errors.push(e);
+        }
+        for s in sections {
+            match (s.parse)(&text) {
+                Ok(v) => {
+                    parsed.insert(s.name, v);
                 }
-                None => "config".to_string(),
-            };
-            // toml refuses a key given twice but says only "duplicate key": name it.
-            let message = match e.span().and_then(|s| text.get(s)) {
-                Some(key) if e.message() == "duplicate key" => format!("duplicate key `{}`", key.trim()),
-                _ => e.message().to_string(),
-            };
-            InputError { file: path.display().to_string(), problems: vec![Problem::new(location, message)] }
-        })?;
-        config.check(path)?;
+                Err(e) => errors.push(e),
+            }
+        }
+        // A duplicate key or a syntax error is every parse's first error: the same one.
+        if let Some(first) = errors.into_iter().min_by_key(|e| e.span().map_or(usize::MAX, |s| s.start)) {
+            return Err((first, text));
+        }
+        let table: toml::Table = match toml::from_str(&text) {
+            Ok(t) => t,
+            Err(e) => return Err((e, text)),
+        };
+        let project = match parsed.get(ProjectSettings::NAME).map(|(v, _)| v.downcast_ref::<Always<ProjectSettings>>())
+        {
+            Some(Some(p)) => p.0.clone(),
+            _ => ProjectSettings::default(),
+        };
         let config_dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let root = config_dir.join(&config.project.root);
-        let root = normalize(&root);
-        let artifacts = root.join(&config.project.artifacts);
-        Ok(Self { config, config_path: path.to_path_buf(), root, artifacts, llm_mode: Default::default() })
+        let root = normalize(&config_dir.join(&project.root));
+        let artifacts = root.join(&project.artifacts);
+        Ok(Self {
+            project,
+            raw: Arc::new(RawConfig { text, table }),
+            sections: Arc::new(parsed),
+            config_path: path.to_path_buf(),
+            root,
+            artifacts,
+            llm_mode: Default::default(),
+            hashes,
+        })
     }
 
     /// Settings with every default, rooted at the working folder: for commands
     /// that can run without a pipeline config (e.g. `sandbox --catalog FILE`).
-    pub fn defaults() -> Result<Self> {
-        let config: Config = toml::from_str("").context("default config")?;
-        let root = normalize(Path::new("."));
-        let artifacts = root.join(&config.project.artifacts);
-        Ok(Self { config, config_path: PathBuf::from(DEFAULT_CONFIG), root, artifacts, llm_mode: Default::default() })
+    pub fn with_defaults(names: &'static [&'static str], sections: &[SectionDecl], hashes: NameHashes) -> Result<Self> {
+        let mut s = Self::parse(Path::new(DEFAULT_CONFIG), String::new(), names, sections, hashes)
+            .map_err(|e| anyhow::Error::new(e.0).context("default config"))?;
+        s.root = normalize(Path::new("."));
+        s.artifacts = s.root.join(&s.project.artifacts);
+        Ok(s)
+    }
+
+    /// The section `T` (parsed at load): `Option<T>` or [`Always<T>`], as `T` declares.
+    pub fn section<T: Section>(&self) -> &T::Value {
+        self.sections
+            .get(T::NAME)
+            .and_then(|(v, _)| v.downcast_ref::<T::Value>())
+            .unwrap_or_else(|| panic!("internal: `[{}]` is not in the section list settings were read with", T::NAME))
+    }
+
+    /// Whether the stages section `name` configures are part of `run` by default: it is
+    /// present, or it is an always-present one.
+    pub fn section_on(&self, name: &str) -> bool {
+        self.sections.get(name).is_some_and(|(_, on)| *on)
     }
 
     /// A path from the config, resolved against the project root.
@@ -185,24 +416,6 @@ impl Settings {
     }
 }
 
-impl Config {
-    fn check(&self, path: &Path) -> Result<()> {
-        let mut problems = Vec::new();
-        crate::filter::check_rules(&self.filter, &mut problems);
-        self.llm.check(&mut problems);
-        if let Some(e) = &self.embed {
-            e.check(&mut problems);
-        }
-        if let Some(role) = &self.filter.classifier_role
-            && !self.llm.roles.contains_key(role)
-        {
-            problems.push(Problem::new("filter.classifier_role", format!("no `[llm.roles.{role}]` is configured")));
-        }
-        problems.extend(self.mcp.check());
-        if problems.is_empty() { Ok(()) } else { Err(InputError { file: path.display().to_string(), problems }.into()) }
-    }
-}
-
 /// A count that must be at least 1 (`top_k = 0` would silently produce nothing).
 pub fn check_positive(problems: &mut Vec<Problem>, key: &str, value: usize) {
     if value == 0 {
@@ -218,6 +431,23 @@ pub fn check_range(problems: &mut Vec<Problem>, key: &str, value: f64, lo: f64, 
     } else if value < lo || value > hi {
         problems.push(Problem::new(key, format!("must be between {lo} and {hi}, not {value}")));
     }
+}
+
+/// A config that does not parse, as one problem at its line.
+fn config_error(path: &Path, text: &str, e: &toml::de::Error) -> anyhow::Error {
+    let location = match e.span() {
+        Some(span) => {
+            let line = text[..span.start].matches('\n').count() + 1;
+            format!("line {line}")
+        }
+        None => "config".to_string(),
+    };
+    // toml refuses a key given twice but says only "duplicate key": name it.
+    let message = match e.span().and_then(|s| text.get(s)) {
+        Some(key) if e.message() == "duplicate key" => format!("duplicate key `{}`", key.trim()),
+        _ => e.message().to_string(),
+    };
+    InputError { file: path.display().to_string(), problems: vec![Problem::new(location, message)] }.into()
 }
 
 /// Lexically normalise a path (make it absolute, drop `.` and resolve `..`)

@@ -115,6 +115,10 @@ pub struct StageSpec {
     pub reads: &'static [Read],
     /// Files it writes under `artifacts/<name>/` (`dir/*` for a folder of files).
     pub writes: &'static [&'static str],
+    /// The config section (`[levels]`) that configures it: by default it is part of `run`
+    /// when that section is (present, or always there). Not shown by `stages`.
+    #[serde(skip)]
+    pub section: Option<&'static str>,
 }
 
 impl StageSpec {
@@ -461,9 +465,10 @@ pub trait Stage: Send + Sync {
     /// After its own command ran it (not under `run`), e.g. files made from its output
     /// for people, with their info or warning lines.
     fn after_command(&self, _settings: &Settings, _printer: &Printer) {}
-    /// Whether `benchgen run` includes it under this config (it can always run alone).
-    fn enabled(&self, _settings: &Settings) -> bool {
-        true
+    /// Whether `benchgen run` includes it under this config (it can always run alone):
+    /// by default, whether its spec's section is on.
+    fn enabled(&self, settings: &Settings) -> bool {
+        self.spec().section.is_none_or(|s| settings.section_on(s))
     }
     /// LLM roles it calls, with the config keys that name them.
     fn roles(&self, _settings: &Settings) -> Vec<ConfigRef> {
@@ -513,7 +518,7 @@ fn resolve(stage: &dyn Stage, settings: &Settings) -> Result<Resolved> {
     } else {
         let mut hashes = BTreeMap::new();
         for r in &roles {
-            let h = crate::llm::role_hash(settings, &r.name).with_context(|| format!("`{}` names it", r.key))?;
+            let h = (settings.hashes.role)(settings, &r.name).with_context(|| format!("`{}` names it", r.key))?;
             hashes.insert(r.key.clone(), h);
         }
         crate::settings::section_hash(&serde_json::json!({"stage": plan.config_hash, "roles": hashes}))?
@@ -592,13 +597,13 @@ fn hash_inputs(settings: &Settings, paths: &[PathBuf]) -> Result<(Hashes, BTreeM
 fn hash_prompts(settings: &Settings, names: &[String]) -> Result<Hashes> {
     let mut hashes = BTreeMap::new();
     for name in names {
-        let t = crate::llm::prompt_template(settings, name).map_err(|e| {
+        let (shown, hash) = (settings.hashes.prompt)(settings, name).map_err(|e| {
             crate::error::hinted(
                 e,
                 "`benchgen prompts list` names the built-in templates; `benchgen check` checks them all",
             )
         })?;
-        hashes.insert(t.shown(|p| settings.display_path(p)), t.hash());
+        hashes.insert(shown, hash);
     }
     Ok(hashes)
 }
@@ -930,6 +935,7 @@ mod tests {
         about: "test double",
         reads: &[],
         writes: &["out/copy.bin"],
+        section: None,
     };
 
     impl Stage for TestOnlyCopy {
@@ -1014,6 +1020,68 @@ mod tests {
         assert!(err.to_string().contains("changed while the stage was running"), "{err}");
         assert!(inputs.bytes(&p).is_err());
     }
+
+    /// The config hash (roles folded in) of every stage under `pipeline/demo.toml`, pinned so
+    /// a refactor of how sections are read cannot make existing artifacts stale. A stage whose
+    /// plan cannot be made here (an input missing in a clean clone) pins its error instead.
+    #[test]
+    fn demo_config_hashes_are_pinned() {
+        let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("pipeline/demo.toml");
+        let settings = Settings::load(&cfg).unwrap();
+        let got: Vec<String> = crate::stages::all()
+            .iter()
+            .map(|s| {
+                let on = if s.enabled(&settings) { "on" } else { "off" };
+                match resolve(s.as_ref(), &settings) {
+                    Ok(r) => format!("{} {on} {}", s.spec().name, r.config_hash),
+                    Err(e) => format!("{} {on} error: {e:#}", s.spec().name),
+                }
+            })
+            .collect();
+        let want: Vec<String> = PINNED_DEMO_HASHES.lines().map(str::to_string).collect();
+        assert_eq!(got, want, "got:\n{}", got.join("\n"));
+        // Without any optional section, only the stages of the always-present ones are on.
+        let (_dir, empty) = project();
+        let on: Vec<&str> = crate::stages::all().iter().filter(|s| s.enabled(&empty)).map(|s| s.spec().name).collect();
+        assert_eq!(on, PINNED_EMPTY_ON, "{on:?}");
+    }
+
+    const PINNED_EMPTY_ON: &[&str] = &["registry-import", "filter", "stats"];
+
+    const PINNED_DEMO_HASHES: &str = "\
+registry-import on sha256:76403acf45e3440358a1658db4e2fbac884a25f266988c45aac6ce28bef8f827
+filter on sha256:a926f124eeac941492f764ee75587593cd48834530ebd785721e13303163f957
+embed on sha256:af3be80e34395dc3d3bb0d34d2b963e86485682521d93e586bd4490805bbe383
+efs-pairs on sha256:a4220d3d781518c1696eea70377ac57331c31a1325d82bb7da1413f4132df964
+efs-verify on sha256:64c377b728bfb5d9c37dfc6cac10e425a60c4c2cccf811776921cb73087b1eba
+efs-build on sha256:db95fca634cf6cd9aab2515e84d4b98853e71dc6253b7ea63b04fafe02c9b973
+efs-topdown on sha256:8d1068f0c9d74415ac4548e5b66c92ac19c6a7c24ac878602820c56673ddeed6
+efs-review-import off error: no review sheets in `reviews/efs`
+efs-finalize on sha256:701fc33b825767ea3693d5e53dee6511aa4c568d6439aff34b104ee6ed42e01d
+stats on sha256:1e6920158f62b687fca4dfd21e6a397809a9ead05ad76ab81ce4b9e8c2d3e36c
+levels-profiles on sha256:848c0af87919d896c8999f8b134922fedd0b72bc6d06d3a6bab34aa34c3407e5
+levels-schemas on sha256:b3ad8145862cbf301a0a0cb3da07330d8e0b5b861af57e429cf7ad3e7244c620
+levels-l1 on sha256:4be64de3804149a85ff9ba1ff92ae257a107f950a2af603441c5f48a3d59ffad
+levels-l2 on sha256:4be64de3804149a85ff9ba1ff92ae257a107f950a2af603441c5f48a3d59ffad
+levels-l3 on sha256:fefc82f555e19d7757d2776de34a03f5de15b9570f8b43fb2938bca7bbfe6a49
+levels-l4 on sha256:93de61321735b7dce52d1cf7f3058f2ba28623bce6ac2e6c25bd7145acd2f594
+levels-l5 on sha256:bb10d1f74cea9d25d56eb4bdd5162b9036276f9610124a8619c52384c7c30677
+levels-export on sha256:7120f58fbbf0d7b57be6f17cf4f5f62cad1d103fea65729e600951f942791bda
+logs-import on sha256:67765c4790fde165f499ea66466cf2ca9a490f9c0bcb1cedd421d1424178542b
+logs-curate on sha256:974fb8f6b76ad927d59090f3943e8e64f36eb9f2076aaa8ef8c18f81f699d7dd
+logs-split on sha256:cfaf55eb8d54eda5edd63246e5acac42ab0848c9e66f54bb9c8529dcba3261a5
+graph-build on sha256:25adaf7849d781c8a0cfbab0018e6467500b5a6d1540b46024da208e7c6c8a59
+graph-review-import off error: no review sheets in `reviews/graph`
+synth-chains on sha256:3c732f21cf628af4b8552fe1f7090ed8f20d7a3baa9477fa6cfe4f30091517b1
+execute on sha256:b5b96c9d291757c71f23cc57255cfbe5abc807b1ea7a0fe50c6f1bcfc8a0d4f7
+synth-roleplay on sha256:771cca09e89b04213d6b0b518c7c6922ee0f39bea9d2f51c8da8255891611a9c
+validate on sha256:ce84faee390603fc8af9ef4849b7163b16a43be0342d372b77d6518920e0e7a4
+review-assign on sha256:fcddaa6f853884cd3122ed2f5c1f717d72651d2c32e47862595d2a6f45a5e3e9
+review-export on sha256:2590279cb0054a94f4772b72bfa8002e01d9491b47ca9181120f92ced5e25d44
+review-import off error: no filled sheets in `reviews/returned` and no web submissions in `reviews/web/scores.jsonl`
+review-prereview on sha256:fc0a434c1349d98e84b7fbb417197125c60036c87c9f37a3b73423febf7fbc33
+review-merge on sha256:e422bd5173c26174e26e964407cc6d94f1ca44013b1c0585cc72efdc1a1afa5d
+release on sha256:fe1a0336f1cbe5e7e4d3b32a0e4bf13ecace8d49dfce639a86d459d97e534cf6";
 
     #[test]
     fn diff_names_the_changed_input() {

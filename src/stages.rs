@@ -12,7 +12,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::error::{InputError, Problem, UsageError};
-use crate::settings::Settings;
+use crate::settings::{SectionDecl, Settings};
 use crate::stage::{ReadKind, Stage, StageSpec};
 
 /// Every stage, in pipeline order.
@@ -52,6 +52,50 @@ pub fn all() -> Vec<Box<dyn Stage>> {
         Box::new(crate::review::merge::MergeStage),
         Box::new(crate::release::ReleaseStage),
     ]
+}
+
+/// Every config section, in the order an unknown section's message lists them.
+pub const SECTION_NAMES: &[&str] = &[
+    "project", "registry", "filter", "stats", "embed", "efs", "llm", "mcp", "execute", "logs", "graph", "levels",
+    "release", "review", "synth",
+];
+
+/// Every config section, each declared by its family (`impl Section`). Their checks run
+/// at load in this order.
+pub fn sections() -> Vec<SectionDecl> {
+    vec![
+        SectionDecl::of::<crate::settings::ProjectSettings>(),
+        SectionDecl::of::<crate::registry::RegistrySettings>(),
+        SectionDecl::of::<crate::filter::FilterSettings>(),
+        SectionDecl::of::<crate::stats::StatsSettings>(),
+        SectionDecl::of::<crate::llm::LlmSettings>(),
+        SectionDecl::of::<crate::embed::EmbedSettings>(),
+        SectionDecl::of::<crate::efs::EfsSettings>(),
+        SectionDecl::of::<crate::mcp::McpSettings>(),
+        SectionDecl::of::<crate::execute::ExecuteSettings>(),
+        SectionDecl::of::<crate::logs::LogsSettings>(),
+        SectionDecl::of::<crate::graph::GraphSettings>(),
+        SectionDecl::of::<crate::levels::LevelsSettings>(),
+        SectionDecl::of::<crate::release::ReleaseSettings>(),
+        SectionDecl::of::<crate::review::ReviewSettings>(),
+        SectionDecl::of::<crate::synth::SynthSettings>(),
+    ]
+}
+
+// Loading lives here, not in `settings.rs`: only the stage list knows every family's
+// section, and `settings.rs` importing them would tie every module into one import loop.
+impl Settings {
+    /// Load and check a pipeline config with every family's section. Every problem is
+    /// reported at once.
+    pub fn load(path: &std::path::Path) -> Result<Self> {
+        Settings::read(path, SECTION_NAMES, &sections(), crate::llm::NAME_HASHES)
+    }
+
+    /// Settings with every default, rooted at the working folder: for commands
+    /// that can run without a pipeline config (e.g. `sandbox --catalog FILE`).
+    pub fn defaults() -> Result<Self> {
+        Settings::with_defaults(SECTION_NAMES, &sections(), crate::llm::NAME_HASHES)
+    }
 }
 
 /// Stage names in pipeline order.
@@ -115,11 +159,13 @@ fn problems_of(settings: &Settings, stages: &[Box<dyn Stage>]) -> Vec<Problem> {
     let on: Vec<&dyn Stage> = stages.iter().map(|s| s.as_ref()).filter(|s| s.enabled(settings)).collect();
     let mut problems = Vec::new();
     let mut seen_keys = BTreeSet::new();
-    let servers = settings.config.mcp.all_servers(&settings.root).unwrap_or_default();
+    let servers = settings.section::<crate::mcp::McpSettings>().all_servers(&settings.root).unwrap_or_default();
     for (i, stage) in on.iter().enumerate() {
         let spec = stage.spec();
         for r in stage.roles(settings) {
-            if seen_keys.insert(r.key.clone()) && !settings.config.llm.roles.contains_key(&r.name) {
+            if seen_keys.insert(r.key.clone())
+                && !settings.section::<crate::llm::LlmSettings>().roles.contains_key(&r.name)
+            {
                 problems.push(Problem::new(&r.key, format!("no `[llm.roles.{}]` is configured", r.name)));
             }
         }
@@ -324,6 +370,7 @@ mod tests {
             crate::stage::Artifact::<()>::new("nowhere", "x.json").read(),
         ],
         writes: &["out.json"],
+        section: None,
     };
 
     impl Stage for TestOnlyOrphanReader {
@@ -357,6 +404,20 @@ mod tests {
         );
         // In the real list every read is produced.
         assert!(problems_of(&settings, &all()).is_empty(), "{:?}", problems_of(&settings, &all()));
+    }
+
+    #[test]
+    fn the_section_list_names_every_section_once() {
+        let mut listed: Vec<&str> = sections().iter().map(|s| s.name()).collect();
+        listed.sort();
+        let mut names = SECTION_NAMES.to_vec();
+        names.sort();
+        assert_eq!(listed, names);
+        for s in all() {
+            if let Some(sec) = s.spec().section {
+                assert!(SECTION_NAMES.contains(&sec), "`{}` names an unknown section `{sec}`", s.spec().name);
+            }
+        }
     }
 
     #[test]

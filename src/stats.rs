@@ -250,6 +250,12 @@ pub struct StatsSettings {
     pub chart_categories: usize,
 }
 
+/// `[stats]`; absent: its defaults.
+impl crate::settings::Section for StatsSettings {
+    const NAME: &'static str = "stats";
+    type Value = crate::settings::Always<Self>;
+}
+
 impl Default for StatsSettings {
     fn default() -> Self {
         Self { chart_categories: default_top() }
@@ -270,6 +276,7 @@ pub static SPEC: StageSpec = StageSpec {
     // The filtered catalog is described too when the filter has run.
     reads: &[crate::registry::CATALOG.read(), crate::filter::CATALOG.optional()],
     writes: &["catalog.json", "catalog.md", "servers_per_category.svg"],
+    section: Some("stats"),
 };
 
 impl Stage for StatsStage {
@@ -289,11 +296,15 @@ impl Stage for StatsStage {
     }
 
     fn check(&self, settings: &Settings, problems: &mut Vec<crate::error::Problem>) {
-        crate::settings::check_positive(problems, "stats.chart_categories", settings.config.stats.chart_categories);
+        crate::settings::check_positive(
+            problems,
+            "stats.chart_categories",
+            settings.section::<StatsSettings>().chart_categories,
+        );
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
-        Ok(Plan { inputs: vec![], config_hash: section_hash(&settings.config.stats)? })
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&settings.section::<StatsSettings>())? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
@@ -306,7 +317,7 @@ impl Stage for StatsStage {
         out.file("catalog.md", markdown(&imported, filtered.as_ref()).into_bytes());
         out.file(
             "servers_per_category.svg",
-            chart_svg(&imported, ctx.settings.config.stats.chart_categories)?.into_bytes(),
+            chart_svg(&imported, ctx.settings.section::<StatsSettings>().chart_categories)?.into_bytes(),
         );
         out.count("servers", imported.servers);
         out.count("tools", imported.tools);

@@ -125,6 +125,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "candidate sets from verified pairs, by union–find",
     reads: &[crate::filter::CATALOG.read(), super::pairs::PAIRS.read(), super::verify::VERDICTS.read()],
     writes: &["sets.json"],
+    section: Some("efs"),
 };
 
 /// Server name of every tool of the filtered catalog.
@@ -145,10 +146,6 @@ impl Stage for BuildStage {
          `artifacts/efs-verify/verdicts.json`.
          Writes `artifacts/efs-build/sets.json` (members sorted, sets by first member,
          evidence per set). Skipped when up to date."
-    }
-
-    fn enabled(&self, settings: &Settings) -> bool {
-        settings.config.efs.is_some()
     }
 
     fn plan(&self, _settings: &Settings) -> Result<Plan> {

@@ -444,6 +444,7 @@ pub static SPEC: StageSpec = StageSpec {
         Read::manifest(COSTED[5]),
     ],
     writes: &["final.json", "tool_equivalence_sets.json", "report.md"],
+    section: Some("efs"),
 };
 
 impl Stage for FinalizeStage {
@@ -460,10 +461,6 @@ impl Stage for FinalizeStage {
          Writes `artifacts/efs-finalize/final.json`, `tool_equivalence_sets.json` (ETOM shape)
          and `report.md`. Sets without a human decision follow `[efs.finalize] policy`
          and are marked `unreviewed`. Skipped when up to date."
-    }
-
-    fn enabled(&self, settings: &Settings) -> bool {
-        settings.config.efs.is_some()
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {

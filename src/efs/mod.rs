@@ -38,6 +38,12 @@ pub struct EfsSettings {
     pub finalize: FinalizeSettings,
 }
 
+/// `[efs]`; absent: its stages are not part of `run` (each still runs alone, with defaults).
+impl crate::settings::Section for EfsSettings {
+    const NAME: &'static str = "efs";
+    type Value = Option<Self>;
+}
+
 /// `[efs.verify]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -180,7 +186,7 @@ fn d_retrieve() -> usize {
 /// `[efs]` of the config, or the defaults when the section is absent.
 pub fn efs_settings(settings: &crate::settings::Settings) -> &EfsSettings {
     static DEFAULT: std::sync::LazyLock<EfsSettings> = std::sync::LazyLock::new(EfsSettings::default);
-    settings.config.efs.as_ref().unwrap_or(&DEFAULT)
+    settings.section::<EfsSettings>().as_ref().unwrap_or(&DEFAULT)
 }
 
 /// The request hash of a recorded LLM exchange: a stable name for it (the same as

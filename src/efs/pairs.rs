@@ -626,6 +626,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "candidate pairs of possibly equivalent tools and the plan of LLM calls that will judge them (no LLM)",
     reads: &[crate::filter::CATALOG.read(), crate::embed::INDEX.read(), crate::embed::VECTORS.read()],
     writes: &[PAIRS_CSV, CALLS_JSONL, LEFT_OUT_CSV, "similarity.svg", "summary.json"],
+    section: Some("efs"),
 };
 
 /// The planned verification calls, from a consumer's declared inputs.
@@ -658,7 +659,8 @@ impl Stage for PairsStage {
     }
 
     fn enabled(&self, settings: &Settings) -> bool {
-        settings.config.embed.is_some() || settings.config.efs.is_some()
+        settings.section::<crate::embed::EmbedSettings>().is_some()
+            || settings.section::<super::EfsSettings>().is_some()
     }
 
     fn check(&self, settings: &Settings, problems: &mut Vec<crate::error::Problem>) {

@@ -254,6 +254,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "read filled-in review sheets (`reviews/efs/*.csv`) into decisions",
     reads: &[crate::filter::CATALOG.read(), super::build::SETS.read()],
     writes: &["decisions.json"],
+    section: Some("efs"),
 };
 
 /// The returned sheets: every `*.csv` in `reviews/efs/`, sorted by name.
@@ -326,7 +327,7 @@ impl Stage for ReviewStage {
 
     /// Part of `run` once there are sheets to import (they come back from people).
     fn enabled(&self, settings: &Settings) -> bool {
-        settings.config.efs.is_some() && !sheet_files(settings).is_empty()
+        settings.section::<super::EfsSettings>().is_some() && !sheet_files(settings).is_empty()
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {

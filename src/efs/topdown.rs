@@ -63,6 +63,7 @@ pub static SPEC: StageSpec = StageSpec {
         crate::embed::VECTORS.read(),
     ],
     writes: &["results.json", "items.json", crate::llm::batch::FAILED_FILE],
+    section: Some("efs"),
 };
 
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -289,10 +290,6 @@ impl Stage for TopdownStage {
          selected, members never selected, sets split across requests); `failed.json`
          lists sets left out when `[efs.topdown] max_failed_share` lets some fail.
          Resumable per set. Skipped when up to date."
-    }
-
-    fn enabled(&self, settings: &Settings) -> bool {
-        settings.config.efs.is_some()
     }
 
     fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {

@@ -64,6 +64,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "the LLM judges the candidate pairs as planned (listwise: an anchor against its candidates), with reasons",
     reads: &[crate::filter::CATALOG.read(), super::pairs::PAIRS.read(), super::pairs::CALLS.read()],
     writes: &["verdicts.json", CONFLICTS_FILE, crate::llm::batch::FAILED_FILE],
+    section: Some("efs"),
 };
 
 /// The verifier's typed answer.
@@ -112,10 +113,6 @@ impl Stage for VerifyStage {
          (its parent is the LLM exchange); `failed.json` lists calls left out when
          `[efs.verify] max_failed_share` lets some fail. Resumable: an interrupted run
          keeps every call it got. Skipped when up to date."
-    }
-
-    fn enabled(&self, settings: &Settings) -> bool {
-        settings.config.efs.is_some()
     }
 
     fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {

@@ -86,6 +86,12 @@ pub struct ExecuteSettings {
     pub concurrency: usize,
 }
 
+/// `[execute]`; absent: its defaults.
+impl crate::settings::Section for ExecuteSettings {
+    const NAME: &'static str = "execute";
+    type Value = crate::settings::Always<Self>;
+}
+
 impl Default for ExecuteSettings {
     fn default() -> Self {
         Self {
@@ -836,6 +842,7 @@ pub static SPEC: StageSpec = StageSpec {
         crate::logs::import::SESSIONS.optional(),
     ],
     writes: &["trajectories/*", "trajectories.jsonl", "summary.json"],
+    section: Some("execute"),
 };
 
 /// Where the queries come from.
@@ -850,7 +857,10 @@ enum Source {
 
 impl ExecuteStage {
     fn source(&self, settings: &Settings) -> Result<Source> {
-        let q = self.queries.clone().or_else(|| settings.config.execute.queries.as_ref().map(|p| settings.resolve(p)));
+        let q = self
+            .queries
+            .clone()
+            .or_else(|| settings.section::<ExecuteSettings>().queries.as_ref().map(|p| settings.resolve(p)));
         match q {
             Some(q) => Ok(Source::File(crate::settings::normalize(&q))),
             None if crate::synth::enabled(settings) => Ok(Source::Chains),
@@ -863,8 +873,8 @@ impl ExecuteStage {
     }
 
     fn server_specs(settings: &Settings) -> Result<BTreeMap<String, crate::mcp::ServerSpec>> {
-        let all = settings.config.mcp.all_servers(&settings.root)?;
-        let wanted = &settings.config.execute.servers;
+        let all = settings.section::<crate::mcp::McpSettings>().all_servers(&settings.root)?;
+        let wanted = &settings.section::<ExecuteSettings>().servers;
         if wanted.is_empty() {
             if all.is_empty() {
                 return Err(crate::error::hinted(
@@ -913,14 +923,14 @@ impl Stage for ExecuteStage {
 
     /// Part of `run` when the config names a queries file, or synthesis writes chain queries.
     fn enabled(&self, settings: &Settings) -> bool {
-        settings.config.execute.queries.is_some() || crate::synth::enabled(settings)
+        settings.section::<ExecuteSettings>().queries.is_some() || crate::synth::enabled(settings)
     }
 
     fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
         if self.on_chains(settings) {
             vec![ConfigRef::new("synth.assistant_role", &crate::synth::settings(settings).assistant_role)]
         } else {
-            vec![ConfigRef::new("execute.role", &settings.config.execute.role)]
+            vec![ConfigRef::new("execute.role", &settings.section::<ExecuteSettings>().role)]
         }
     }
 
@@ -928,7 +938,7 @@ impl Stage for ExecuteStage {
     /// queries file (`execute.queries`, or `--queries` at any time, even when synthesis
     /// feeds `execute`), `synth.server` the chain queries.
     fn servers(&self, settings: &Settings) -> Vec<ConfigRef> {
-        let names = settings.config.execute.servers.iter().enumerate();
+        let names = settings.section::<ExecuteSettings>().servers.iter().enumerate();
         let mut out: Vec<ConfigRef> = names.map(|(i, n)| ConfigRef::new(format!("execute.servers[{i}]"), n)).collect();
         if crate::synth::enabled(settings) {
             out.extend(crate::synth::settings(settings).server.iter().map(|n| ConfigRef::new("synth.server", n)));
@@ -938,14 +948,14 @@ impl Stage for ExecuteStage {
 
     fn check(&self, settings: &Settings, problems: &mut Vec<crate::error::Problem>) {
         use crate::settings::check_positive;
-        let e = &settings.config.execute;
+        let e = &settings.section::<ExecuteSettings>();
         check_positive(problems, "execute.max_calls", e.max_calls);
         check_positive(problems, "execute.concurrency", e.concurrency);
         check_positive(problems, "execute.tool_result_chars", e.tool_result_chars);
         // A queries file runs against `execute.servers`, or every server when it names none.
         if matches!(self.source(settings), Ok(Source::File(_)))
             && e.servers.is_empty()
-            && settings.config.mcp.all_servers(&settings.root).is_ok_and(|all| all.is_empty())
+            && settings.section::<crate::mcp::McpSettings>().all_servers(&settings.root).is_ok_and(|all| all.is_empty())
         {
             problems.push(crate::error::Problem::new(
                 "execute.servers",
@@ -958,14 +968,15 @@ impl Stage for ExecuteStage {
         match self.source(settings)? {
             Source::File(path) => {
                 let servers = Self::server_specs(settings)?;
-                let hash =
-                    crate::settings::section_hash(&json!({"execute": settings.config.execute, "servers": servers}))?;
+                let hash = crate::settings::section_hash(
+                    &json!({"execute": settings.section::<ExecuteSettings>(), "servers": servers}),
+                )?;
                 Ok(Plan { inputs: vec![path], config_hash: hash })
             }
             Source::Chains => {
                 let synth = crate::synth::settings(settings);
                 let hash = crate::settings::section_hash(&json!({
-                    "execute": settings.config.execute,
+                    "execute": settings.section::<ExecuteSettings>(),
                     "role": synth.assistant_role,
                     "servers": crate::synth::server_hash_part(settings)?,
                 }))?;
@@ -977,7 +988,7 @@ impl Stage for ExecuteStage {
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         use crate::llm::batch::{Batch, BatchOptions, Item};
         let settings = ctx.settings;
-        let mut es = settings.config.execute.clone();
+        let mut es = ExecuteSettings::clone(settings.section::<ExecuteSettings>());
         let source = self.source(settings)?;
         let queries = match &source {
             Source::File(path) => parse_queries(inputs.bytes(path)?, &settings.display_path(path))?,
@@ -1011,7 +1022,7 @@ impl Stage for ExecuteStage {
         let exec = batch.block_on(async {
             let clients = match &source {
                 Source::File(_) => {
-                    let opts = ClientOptions::from_settings(settings, &settings.config.mcp);
+                    let opts = ClientOptions::from_settings(settings, settings.section::<crate::mcp::McpSettings>());
                     Self::server_specs(settings)?
                         .iter()
                         .map(|(n, s)| Arc::new(McpClient::new(n, s.clone(), opts.clone())))

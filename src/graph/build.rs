@@ -37,6 +37,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "tool dependency graph from the multi-tool sessions, each candidate edge validated by the LLM",
     reads: &[crate::logs::split::GRAPH_SOURCE.read(), crate::logs::import::CATALOG.read()],
     writes: &["candidates.json", "graph.json", "graph.dot", "graph.svg", "report.md", crate::llm::batch::FAILED_FILE],
+    section: Some("graph"),
 };
 
 /// One candidate's checkpointed verdict.
@@ -58,7 +59,7 @@ pub struct EdgeVerdict {
 }
 
 pub fn settings(s: &Settings) -> GraphSettings {
-    s.config.graph.clone().unwrap_or_default()
+    s.section::<super::GraphSettings>().clone().unwrap_or_default()
 }
 
 /// The prompt for one candidate.
@@ -117,7 +118,7 @@ impl Stage for BuildStage {
     }
 
     fn enabled(&self, s: &Settings) -> bool {
-        s.config.logs.is_some() && s.config.graph.is_some()
+        s.section::<crate::logs::LogsSettings>().is_some() && s.section::<super::GraphSettings>().is_some()
     }
 
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {

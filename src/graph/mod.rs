@@ -42,6 +42,12 @@ pub struct GraphSettings {
     pub max_failed_share: f64,
 }
 
+/// `[graph]`; absent: its stages are not part of `run` (each still runs alone, with defaults).
+impl crate::settings::Section for GraphSettings {
+    const NAME: &'static str = "graph";
+    type Value = Option<Self>;
+}
+
 impl Default for GraphSettings {
     fn default() -> Self {
         Self {

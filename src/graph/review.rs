@@ -167,6 +167,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "imports filled graph review sheets (add/remove edges) into the reviewed graph",
     reads: &[super::build::GRAPH.read(), super::build::CANDIDATES.read()],
     writes: &["graph.json", "graph.dot", "graph.svg", "report.md", "decisions.json"],
+    section: Some("graph"),
 };
 
 impl Stage for ReviewStage {
@@ -182,7 +183,9 @@ impl Stage for ReviewStage {
          whole import with `file:line` messages."
     }
     fn enabled(&self, s: &Settings) -> bool {
-        s.config.logs.is_some() && s.config.graph.is_some() && !sheet_files(s).is_empty()
+        s.section::<crate::logs::LogsSettings>().is_some()
+            && s.section::<super::GraphSettings>().is_some()
+            && !sheet_files(s).is_empty()
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let sheets = sheet_files(s);

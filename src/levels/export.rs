@@ -52,6 +52,7 @@ pub static SPEC: StageSpec = StageSpec {
         "rejections.csv",
         "report.md",
     ],
+    section: Some("levels"),
 };
 
 fn gt_tool(look: &super::Lookup, id: &str, deps: Option<Vec<usize>>) -> GroundTruthTool {
@@ -305,9 +306,6 @@ impl Stage for ExportStage {
          `artifacts/levels-export/`: `level_1.json`, `level_2.json`, `level_3.json`,
          `level_4.json`, `level_5.json`, `samples.jsonl`, `stats.json`,
          `queries.svg`, `steps.svg`, `rejections.csv` and `report.md`."
-    }
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.levels.is_some()
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
         Ok(Plan { inputs: vec![], config_hash: crate::settings::section_hash(&super::settings(s).writer_role)? })

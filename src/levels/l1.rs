@@ -30,6 +30,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
+    section: Some("levels"),
 };
 
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
@@ -184,9 +185,6 @@ impl Stage for L1Stage {
          Reads `filter/catalog.json` and `levels-profiles/profiles.json`. Writes
          `artifacts/levels-l1/queries.json` (and `failed.json`)."
     }
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.levels.is_some()
-    }
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         super::roles(s)
     }
@@ -209,7 +207,7 @@ impl Stage for L1Stage {
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let s = ctx.settings;
         let l = super::settings(s);
-        let seed = s.config.project.seed;
+        let seed = s.project.seed;
         let catalog = inputs.json(&crate::filter::CATALOG)?;
         let profiles: Profiles = inputs.json(&PROFILES)?;
         let mut funnel = Funnel::default();

@@ -32,6 +32,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "ETOM L2: implicit queries under the coupling rule; EFS members share one query whose ground truth lists the whole set",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read(), FINAL.optional()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
+    section: Some("levels"),
 };
 
 /// The members of every final set (sorted), keyed by set id.
@@ -146,9 +147,6 @@ impl Stage for L2Stage {
          Reads `filter/catalog.json`, `levels-profiles/profiles.json` and (optional)
          `efs-finalize/final.json`. Writes `artifacts/levels-l2/queries.json` (and `failed.json`)."
     }
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.levels.is_some()
-    }
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         super::roles(s)
     }
@@ -172,7 +170,7 @@ impl Stage for L2Stage {
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         let s = ctx.settings;
         let l = super::settings(s);
-        let seed = s.config.project.seed;
+        let seed = s.project.seed;
         let catalog = inputs.json(&crate::filter::CATALOG)?;
         let profiles: Profiles = inputs.json(&PROFILES)?;
         let sets = if inputs.has(&FINAL) { final_sets(&inputs.json(&FINAL)?) } else { BTreeMap::new() };

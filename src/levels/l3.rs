@@ -44,6 +44,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],
+    section: Some("levels"),
 };
 
 /// ETOM's start keywords.
@@ -342,9 +343,6 @@ impl Stage for L3Stage {
          Reads `filter/catalog.json` and `levels-schemas/schemas.json`. Writes
          `artifacts/levels-l3/queries.json`, `chains.json` (and `failed.json`)."
     }
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.levels.is_some()
-    }
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         super::roles(s)
     }
@@ -372,7 +370,7 @@ impl Stage for L3Stage {
         let s = ctx.settings;
         let l = super::settings(s);
         let c = &l.l3;
-        let seed = s.config.project.seed;
+        let seed = s.project.seed;
         let catalog = inputs.json(&crate::filter::CATALOG)?;
         let schemas: Schemas = inputs.json(&SCHEMAS)?;
         let mut funnel = Funnel::default();

@@ -37,6 +37,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],
+    section: Some("levels"),
 };
 
 /// Servers (names) by main category, both sorted; servers without tools left out.
@@ -240,9 +241,6 @@ impl Stage for L4Stage {
          Reads `filter/catalog.json` and (optional) `efs-finalize/final.json`. Writes
          `artifacts/levels-l4/queries.json`, `attempts.json` (and `failed.json`)."
     }
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.levels.is_some()
-    }
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         super::roles(s)
     }
@@ -282,7 +280,7 @@ impl Stage for L4Stage {
         let s = ctx.settings;
         let l = super::settings(s);
         let c = l.l4.clone();
-        let seed = s.config.project.seed;
+        let seed = s.project.seed;
         let catalog = inputs.json(&crate::filter::CATALOG)?;
         let look = super::Lookup::new(&catalog);
         let mut alternatives: BTreeMap<String, Vec<String>> = BTreeMap::new();

@@ -50,6 +50,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "ETOM L5: capability map (HDBSCAN + LLM labels), gap analysis with a red team, persona queries, verification",
     reads: &[crate::filter::CATALOG.read(), INDEX.read(), VECTORS.read()],
     writes: &["queries.json", "capability_map.json", "gaps.json", crate::llm::batch::FAILED_FILE],
+    section: Some("levels"),
 };
 
 /// Up to this many tools, HDBSCAN gets a precomputed distance matrix (144 MB at the
@@ -268,9 +269,6 @@ impl Stage for L5Stage {
          `artifacts/levels-l5/queries.json`, `capability_map.json`, `gaps.json` (and
          `failed.json`)."
     }
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.levels.is_some()
-    }
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         let mut r = super::roles(s);
         if let Some(red) = &super::settings(s).red_team_role {
@@ -321,7 +319,7 @@ impl Stage for L5Stage {
         let s = ctx.settings;
         let l = super::settings(s);
         let c = l.l5.clone();
-        let seed = s.config.project.seed;
+        let seed = s.project.seed;
         let catalog = inputs.json(&crate::filter::CATALOG)?;
         let look = super::Lookup::new(&catalog);
         let vectors = Vectors::read(inputs)?;

@@ -71,6 +71,12 @@ pub struct LevelsSettings {
     pub l5: L5Settings,
 }
 
+/// `[levels]`; absent: its stages are not part of `run` (each still runs alone, with defaults).
+impl crate::settings::Section for LevelsSettings {
+    const NAME: &'static str = "levels";
+    type Value = Option<Self>;
+}
+
 impl Default for LevelsSettings {
     fn default() -> Self {
         toml::from_str("").expect("defaults parse")
@@ -275,7 +281,7 @@ fn default_personas() -> Vec<String> {
 
 /// The `[levels]` section (defaults when absent: each stage still runs alone).
 pub fn settings(s: &Settings) -> LevelsSettings {
-    s.config.levels.clone().unwrap_or_default()
+    s.section::<LevelsSettings>().clone().unwrap_or_default()
 }
 
 /// What every level stage's config hash covers besides its own subsection.
@@ -283,7 +289,7 @@ pub fn common_hash(s: &Settings, part: &impl Serialize) -> Result<String> {
     let l = settings(s);
     let red = l.red_team_role.clone();
     crate::settings::section_hash(&serde_json::json!({
-        "seed": s.config.project.seed,
+        "seed": s.project.seed,
         "writer": l.writer_role,
         "judge": l.judge_role,
         "red_team": red,

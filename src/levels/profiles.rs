@@ -27,6 +27,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "ETOM tool profiles: each server's platform; each tool final-goal/middleware, user/system-facing, coupling",
     reads: &[crate::filter::CATALOG.read()],
     writes: &["profiles.json", "report.md", crate::llm::batch::FAILED_FILE],
+    section: Some("levels"),
 };
 
 pub const PLATFORM_TEMPLATE: &str = "levels_platform";
@@ -147,9 +148,6 @@ impl Stage for ProfilesStage {
          (with every L1/L2 exclusion and its reason) and `report.md`; `failed.json` lists items
          left out when `[levels] max_failed_share` lets some fail (as for every level stage)."
     }
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.levels.is_some()
-    }
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         vec![ConfigRef::new("levels.judge_role", &super::settings(s).judge_role)]
     }
@@ -176,7 +174,7 @@ impl Stage for ProfilesStage {
 
         let names: Vec<String> = catalog.servers.iter().map(|s| s.name.trim().to_string()).collect();
         let sampled: BTreeSet<String> =
-            super::seeded_subset(&names, l.profiles.max_servers, ctx.settings.config.project.seed, "profiles:servers")
+            super::seeded_subset(&names, l.profiles.max_servers, ctx.settings.project.seed, "profiles:servers")
                 .into_iter()
                 .collect();
         let items: Vec<(String, Prompt)> = catalog

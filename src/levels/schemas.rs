@@ -33,6 +33,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "an output JSON Schema per tool (the catalog's, inferred by the LLM, or from the review sheet)",
     reads: &[crate::filter::CATALOG.read()],
     writes: &["schemas.json", "schemas.csv", crate::llm::batch::FAILED_FILE],
+    section: Some("levels"),
 };
 
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
@@ -151,9 +152,6 @@ impl Stage for SchemasStage {
 
          Reads `filter/catalog.json`. Writes `artifacts/levels-schemas/schemas.json` and the
          review sheet `schemas.csv` (and `failed.json`)."
-    }
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.levels.is_some()
     }
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         vec![ConfigRef::new("levels.writer_role", &super::settings(s).writer_role)]

@@ -21,6 +21,15 @@ pub struct LlmSettings {
     pub roles: BTreeMap<String, RoleSettings>,
 }
 
+/// `[llm]`; absent: its defaults.
+impl crate::settings::Section for LlmSettings {
+    const NAME: &'static str = "llm";
+    type Value = crate::settings::Always<Self>;
+    fn check(l: &Self::Value, _: &crate::settings::Settings, problems: &mut Vec<Problem>) {
+        l.check(problems);
+    }
+}
+
 impl Default for LlmSettings {
     fn default() -> Self {
         Self { prompts_dir: default_prompts_dir(), roles: BTreeMap::new() }

@@ -7,15 +7,15 @@
 //! owns the child: dropping [`LocalServer`] (normal exit, an error, Ctrl-C unwinding the
 //! stage) tells the thread to stop it — SIGTERM to the group, SIGKILL after 5 s — and wait.
 //! The child also gets `PR_SET_PDEATHSIG = SIGKILL`, tied to that thread, so even a
-//! SIGKILLed benchgen leaves no orphan. A second Ctrl-C kills every group in [`kill_all`].
+//! SIGKILLed benchgen leaves no orphan. Its group is registered with [`crate::children`],
+//! whose registry alone stops every child on a signal, a closed stdout or a second Ctrl-C.
 
-use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
@@ -50,20 +50,6 @@ fn remove_stale_logs(dir: &std::path::Path) {
             unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
         if gone {
             let _ = std::fs::remove_file(e.path());
-        }
-    }
-}
-
-/// Process groups of running local servers (for the second Ctrl-C).
-static GROUPS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
-
-/// Kill every local server at once (used just before exiting on a second Ctrl-C).
-pub fn kill_all() {
-    let groups = GROUPS.lock().unwrap_or_else(|p| p.into_inner());
-    for &pg in groups.iter() {
-        // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
-        unsafe {
-            libc::kill(-pg, libc::SIGKILL);
         }
     }
 }
@@ -132,6 +118,8 @@ impl LocalServer {
         let guard = std::thread::Builder::new()
             .name("benchgen-llama-server".into())
             .spawn(move || {
+                // Held until the group is registered, so a signal landing in between still stops it.
+                let spawning = crate::children::spawn_guard();
                 let mut child = match cmd.spawn() {
                     Ok(c) => c,
                     Err(e) => {
@@ -140,7 +128,8 @@ impl LocalServer {
                     }
                 };
                 let pg = child.id() as i32;
-                GROUPS.lock().unwrap_or_else(|p| p.into_inner()).insert(pg);
+                crate::children::register(child.id());
+                drop(spawning);
                 let _ = pid_tx.send(Ok(child.id()));
                 // Until stop is requested (or the owner is gone); an early exit is reported but
                 // the group is still reaped below.
@@ -166,7 +155,7 @@ impl LocalServer {
                     libc::kill(-pg, libc::SIGKILL);
                 }
                 let _ = child.wait();
-                GROUPS.lock().unwrap_or_else(|p| p.into_inner()).remove(&pg);
+                crate::children::unregister(child.id());
             })
             .map_err(|e| format!("cannot start the llama-server guard thread: {e}"))?;
         let pid = match pid_rx.recv() {

@@ -60,18 +60,8 @@ use transport::{Endpoint, SendError};
 /// Event kind of a final failure of a call (transport exhausted or invalid answer).
 pub const LLM_FAILURE: &str = "llm.failure";
 
-/// How LLM calls use the ledger cache (global `--llm-mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum LlmMode {
-    /// Always call the endpoint; record the exchange, which becomes the cached answer.
-    Live,
-    /// Answer repeats from the ledger with no network; call the endpoint on a miss.
-    #[default]
-    Cached,
-    /// Answer only from the ledger; a miss is an error naming the request hash.
-    Replay,
-}
+// Defined beside `Settings`, which carries it (settings.rs imports no stage code).
+pub use crate::settings::LlmMode;
 
 /// A prompt: a template under the prompts folder (`pipeline/prompts/<template>.md`) and
 /// its variables. Rendered with minijinja, undefined variables are errors. A line
@@ -194,18 +184,31 @@ impl LlmError {
 
 /// Path of a prompt template's override file (it may not exist: then the built-in serves).
 pub fn prompt_path(settings: &Settings, template: &str) -> PathBuf {
-    prompts::override_path(&settings.resolve(&settings.config.llm.prompts_dir), template)
+    prompts::override_path(&settings.resolve(&settings.section::<crate::llm::LlmSettings>().prompts_dir), template)
 }
 
 /// A prompt template as a stage will use it: the project's override or the built-in.
 pub fn prompt_template(settings: &Settings, template: &str) -> Result<prompts::Template, String> {
-    prompts::resolve(&settings.resolve(&settings.config.llm.prompts_dir), template)
+    prompts::resolve(&settings.resolve(&settings.section::<crate::llm::LlmSettings>().prompts_dir), template)
+}
+
+/// The runner's hashes of roles and prompt templates, handed to it at load.
+pub const NAME_HASHES: crate::settings::NameHashes =
+    crate::settings::NameHashes { role: role_hash, prompt: prompt_hash };
+
+/// How manifests name a template (its override file, or `builtin:NAME`) and its text's hash.
+fn prompt_hash(settings: &Settings, template: &str) -> Result<(String, String), String> {
+    let t = prompt_template(settings, template)?;
+    Ok((t.shown(|p| settings.display_path(p)), t.hash()))
 }
 
 /// Hash of the answer-changing settings of a role (for stage config hashes).
 pub fn role_hash(settings: &Settings, role: &str) -> anyhow::Result<String> {
-    let r =
-        settings.config.llm.roles.get(role).ok_or_else(|| anyhow::anyhow!("no `[llm.roles.{role}]` is configured"))?;
+    let r = settings
+        .section::<crate::llm::LlmSettings>()
+        .roles
+        .get(role)
+        .ok_or_else(|| anyhow::anyhow!("no `[llm.roles.{role}]` is configured"))?;
     crate::settings::section_hash(&r.semantic(&|p: &Path| settings.resolve(p)))
 }
 
@@ -332,7 +335,7 @@ impl LlmClient {
         // Roles that name the same server share one endpoint (one concurrency bound and one
         // limiter); the strictest setting among them applies.
         let mut groups: BTreeMap<String, Vec<(&String, &RoleSettings)>> = BTreeMap::new();
-        for (name, r) in &settings.config.llm.roles {
+        for (name, r) in &settings.section::<crate::llm::LlmSettings>().roles {
             groups.entry(transport::endpoint_key(r, &resolve)).or_default().push((name, r));
         }
         for (key, members) in &groups {
@@ -360,7 +363,7 @@ impl LlmClient {
                 mode,
                 roles,
                 recorder,
-                prompts_dir: settings.resolve(&settings.config.llm.prompts_dir),
+                prompts_dir: settings.resolve(&settings.section::<crate::llm::LlmSettings>().prompts_dir),
                 cancel: transport::interrupt_token().child_token(),
                 counters: Counters::default(),
             }),

@@ -28,7 +28,7 @@ pub struct PingResult {
 pub fn ping(settings: &Settings, role: Option<&str>) -> Result<Vec<PingResult>> {
     let roles: Vec<String> = match role {
         Some(r) => {
-            if !settings.config.llm.roles.contains_key(r) {
+            if !settings.section::<crate::llm::LlmSettings>().roles.contains_key(r) {
                 return Err(crate::error::hinted(
                     format!("no `[llm.roles.{r}]` in `{}`", settings.display_path(&settings.config_path)),
                     "add the role to the config, or name one that exists",
@@ -36,7 +36,7 @@ pub fn ping(settings: &Settings, role: Option<&str>) -> Result<Vec<PingResult>> 
             }
             vec![r.to_string()]
         }
-        None => settings.config.llm.roles.keys().cloned().collect(),
+        None => settings.section::<crate::llm::LlmSettings>().roles.keys().cloned().collect(),
     };
     if roles.is_empty() {
         return Err(crate::error::hinted(

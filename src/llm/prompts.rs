@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
 
 macro_rules! builtins {
     ($($name:literal),* $(,)?) => {
@@ -150,14 +151,45 @@ struct Row {
     stages: Vec<String>,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum PromptsCommand {
+    /// Every built-in template: its name, hash, the stages of the pipeline that use it,
+    /// and whether the project overrides it.
+    List,
+    /// Print one template as a stage will use it (the project's override, else the
+    /// built-in); `--builtin` prints the built-in even when overridden.
+    Show(PromptsShowArgs),
+    /// Write every built-in template into DIR (default: the project's prompts folder) as
+    /// `NAME.md`, to edit. Existing files are kept unless `--force`. Keep only the files
+    /// you change: an unchanged copy pins that template to this version of benchgen.
+    Export(PromptsExportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PromptsShowArgs {
+    /// Template name (`benchgen prompts list`).
+    pub name: String,
+    /// The built-in text, even when the project overrides it.
+    #[arg(long)]
+    pub builtin: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PromptsExportArgs {
+    /// Target folder (default: `[llm] prompts_dir`, i.e. `pipeline/prompts/`).
+    pub dir: Option<PathBuf>,
+    /// Overwrite files that exist.
+    #[arg(long)]
+    pub force: bool,
+}
+
 /// `benchgen prompts list|show|export`. `settings` is the project's, when there is one.
 pub fn command(
     settings: Option<&crate::settings::Settings>,
-    c: &crate::cli::PromptsCommand,
+    c: &PromptsCommand,
     printer: &crate::printer::Printer,
 ) -> Result<()> {
-    use crate::cli::PromptsCommand;
-    let dir = settings.map(|s| s.resolve(&s.config.llm.prompts_dir));
+    let dir = settings.map(|s| s.resolve(&s.section::<crate::llm::LlmSettings>().prompts_dir));
     let shown = |p: &Path| settings.map(|s| s.display_path(p)).unwrap_or_else(|| p.display().to_string());
     match c {
         PromptsCommand::List => {

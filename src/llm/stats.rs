@@ -87,7 +87,7 @@ pub fn collect(settings: &Settings, stage: Option<&str>) -> Result<Vec<RoleStats
         s.latency_ms_p50 = percentile(&lat, 50.0);
         s.latency_ms_p90 = percentile(&lat, 90.0);
         s.latency_ms_p99 = percentile(&lat, 99.0);
-        if let Some(prices) = settings.config.llm.roles.get(&s.role).and_then(|r| r.prices) {
+        if let Some(prices) = settings.section::<crate::llm::LlmSettings>().roles.get(&s.role).and_then(|r| r.prices) {
             s.cost_usd =
                 Some((s.prompt_tokens as f64 * prices.prompt + s.completion_tokens as f64 * prices.completion) / 1e6);
         }

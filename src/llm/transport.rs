@@ -45,7 +45,6 @@ pub fn interrupt_token() -> CancellationToken {
                 rt.block_on(async move {
                     while tokio::signal::ctrl_c().await.is_ok() {
                         if t.is_cancelled() {
-                            super::local::kill_all();
                             crate::children::kill_all();
                             eprintln!("benchgen: interrupted twice, exiting now");
                             std::process::exit(130);

@@ -44,6 +44,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "keeps sessions resolved through tools, with a genuine need and a satisfactory answer (LLM judge)",
     reads: &[super::import::SESSIONS.read()],
     writes: &["curated.jsonl", "decisions.jsonl", "report.json", crate::llm::batch::FAILED_FILE],
+    section: Some("logs"),
 };
 
 /// Does the query reflect a genuine need of the domain?
@@ -291,10 +292,6 @@ impl Stage for CurateStage {
          fails the stage after the others are done (a rerun asks only for it)."
     }
 
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.logs.is_some()
-    }
-
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         vec![ConfigRef::new("logs.curate.judge_role", &super::import::settings(s).curate.judge_role)]
     }
@@ -336,7 +333,7 @@ impl Stage for CurateStage {
         let s = ctx.settings;
         let c = super::import::settings(s).curate;
         let sessions = super::read_sessions(inputs.open_of(&super::import::SESSIONS)?, "logs-import/sessions.jsonl")?;
-        let sampled = sample(&sessions, &c, s.config.project.seed);
+        let sampled = sample(&sessions, &c, s.project.seed);
         let items: Vec<(String, (Session, bool))> =
             sessions.iter().map(|x| (x.id.clone(), (x.clone(), sampled.contains(&x.id)))).collect();
         let opts = BatchOptions::new(STAGE, "curate", "sessions")

@@ -41,6 +41,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "a domain's tool logs and catalog → normalised, anonymised sessions",
     reads: &[],
     writes: &["sessions.jsonl", "malformed.jsonl", "catalog.json", "report.json"],
+    section: Some("logs"),
 };
 
 /// One tool of the domain's catalog.
@@ -292,7 +293,7 @@ fn finish_session(
 }
 
 pub fn settings(s: &Settings) -> LogsSettings {
-    s.config.logs.clone().unwrap_or_default()
+    s.section::<super::LogsSettings>().clone().unwrap_or_default()
 }
 
 fn source_files(s: &Settings) -> Vec<SourceFile> {
@@ -328,10 +329,6 @@ impl Stage for ImportStage {
          record kept out) and `report.json` (counts, flags, anonymisation per detector).
          Needs the secret in the environment variable `[logs.anonymise] secret_env`.
          Skipped when up to date."
-    }
-
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.logs.is_some()
     }
 
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {

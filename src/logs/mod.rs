@@ -40,6 +40,12 @@ pub struct LogsSettings {
     pub max_malformed_share: Option<f64>,
 }
 
+/// `[logs]`; absent: its stages are not part of `run` (each still runs alone, with defaults).
+impl crate::settings::Section for LogsSettings {
+    const NAME: &'static str = "logs";
+    type Value = Option<Self>;
+}
+
 /// Default of `[logs] max_malformed_share`: more than half of a file unreadable is a wrong
 /// `format` or encoding, not a few broken lines.
 pub const DEFAULT_MAX_MALFORMED_SHARE: f64 = 0.5;

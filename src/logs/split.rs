@@ -40,6 +40,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "curated sessions → seeded, stratified benchmark and seed pools, and the graph source",
     reads: &[super::curate::CURATED.read(), super::import::CATALOG.read()],
     writes: &["benchmark.jsonl", "seed.jsonl", "graph_source.jsonl", "split.json"],
+    section: Some("logs"),
 };
 
 #[derive(Debug, Serialize, PartialEq)]
@@ -146,9 +147,6 @@ impl Stage for SplitStage {
          `artifacts/logs-split/`: `benchmark.jsonl`, `seed.jsonl`, `graph_source.jsonl`
          and `split.json` (ids per pool, coverage)."
     }
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.logs.is_some()
-    }
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
         let sp = super::import::settings(s).split;
         if let Some(r) = sp.seed_ratio
@@ -160,9 +158,7 @@ impl Stage for SplitStage {
     fn plan(&self, s: &Settings) -> Result<Plan> {
         Ok(Plan {
             inputs: vec![],
-            config_hash: section_hash(
-                &json!({"split": super::import::settings(s).split, "seed": s.config.project.seed}),
-            )?,
+            config_hash: section_hash(&json!({"split": super::import::settings(s).split, "seed": s.project.seed}))?,
         })
     }
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
@@ -170,7 +166,7 @@ impl Stage for SplitStage {
         let sessions = super::read_sessions(inputs.open_of(&super::curate::CURATED)?, "logs-curate/curated.jsonl")?;
         let catalog = inputs.json(&super::import::CATALOG)?;
         let names: Vec<String> = catalog.into_iter().map(|t| t.name).collect();
-        let sp = split(&sessions, &super::import::settings(s).split, s.config.project.seed, &names);
+        let sp = split(&sessions, &super::import::settings(s).split, s.project.seed, &names);
         let by_id: BTreeMap<&str, &Session> = sessions.iter().map(|x| (x.id.as_str(), x)).collect();
         for (file, ids) in
             [("benchmark.jsonl", &sp.benchmark), ("seed.jsonl", &sp.seed), ("graph_source.jsonl", &sp.graph_source)]

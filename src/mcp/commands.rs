@@ -14,7 +14,7 @@ use crate::settings::Settings;
 
 /// The client for a server named in the config (or its `mcpServers` import).
 pub fn client_for(settings: &Settings, name: &str) -> Result<McpClient> {
-    let mcp = &settings.config.mcp;
+    let mcp = &settings.section::<crate::mcp::McpSettings>();
     let servers = mcp.all_servers(&settings.root)?;
     let Some(spec) = servers.get(name) else {
         let known: Vec<_> = servers.keys().map(String::as_str).collect();

@@ -60,6 +60,15 @@ pub struct McpSettings {
     pub list_timeout_secs: f64,
 }
 
+/// `[mcp]`; absent: its defaults.
+impl crate::settings::Section for McpSettings {
+    const NAME: &'static str = "mcp";
+    type Value = crate::settings::Always<Self>;
+    fn check(m: &Self::Value, _: &crate::settings::Settings, problems: &mut Vec<Problem>) {
+        problems.extend(m.check());
+    }
+}
+
 impl Default for McpSettings {
     fn default() -> Self {
         Self {

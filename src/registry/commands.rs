@@ -5,19 +5,55 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use clap::Args;
 
 use super::categories::{self, CategoryReport};
 use super::merge::{self, Merged, SourceCatalog};
 use super::pages::SourceKind;
 use super::scrape::{self, ScrapeOptions, State};
-use crate::cli::{MergeArgs, ScrapeArgs, ToolsArgs};
 use crate::model::Catalog;
 use crate::printer::Printer;
 use crate::settings::{Settings, normalize};
 use crate::store::{to_json_bytes, write_atomic};
 
+#[derive(Debug, Args)]
+pub struct ScrapeArgs {
+    /// The `[registry.sources.NAME]` section to scrape.
+    #[arg(long)]
+    pub source: String,
+    /// Snapshot id (folder name); default: resume the latest unfinished one, else a new
+    /// id from the UTC time.
+    #[arg(long)]
+    pub snapshot: Option<String>,
+    /// Start a new snapshot even when an unfinished one exists.
+    #[arg(long = "new", conflicts_with = "snapshot")]
+    pub fresh: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Snapshot folders in priority order.
+    pub snapshots: Vec<PathBuf>,
+    /// Output folder (default `artifacts/registry-merge/`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ToolsArgs {
+    /// Catalog to complete.
+    #[arg(long)]
+    pub catalog: PathBuf,
+    /// Output folder (`catalog.json`, `live.json`, `logs/`).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Only these servers (default: every server without tools).
+    #[arg(long = "server")]
+    pub servers: Vec<String>,
+}
+
 pub fn scrape(settings: &Settings, printer: &Printer, a: &ScrapeArgs) -> Result<()> {
-    let reg = &settings.config.registry;
+    let reg = &settings.section::<super::RegistrySettings>();
     let Some(cfg) = reg.sources.get(&a.source) else {
         let known: Vec<&str> = reg.sources.keys().map(String::as_str).collect();
         return Err(crate::error::hinted(
@@ -37,7 +73,7 @@ pub fn scrape(settings: &Settings, printer: &Printer, a: &ScrapeArgs) -> Result<
         snapshot: a.snapshot.clone(),
         fresh: a.fresh,
         progress: printer.progress(0, "scrape"),
-        seed: settings.config.project.seed,
+        seed: settings.project.seed,
     })
     .with_context(|| format!("scrape of `{}` stopped (rerun to resume from the last saved page)", a.source))?;
     let human = format!(
@@ -72,7 +108,7 @@ fn merge_inputs(settings: &Settings, given: &[PathBuf]) -> Result<Vec<PathBuf>> 
     if !given.is_empty() {
         return Ok(given.iter().map(|p| normalize(p)).collect());
     }
-    let reg = &settings.config.registry;
+    let reg = &settings.section::<super::RegistrySettings>();
     if !reg.snapshots.is_empty() {
         return Ok(reg.snapshots.iter().map(|p| settings.resolve(p)).collect());
     }
@@ -212,8 +248,9 @@ pub fn merge(settings: &Settings, printer: &Printer, a: &MergeArgs) -> Result<()
             }),
         ));
     }
-    let (merged, cats, notes) = build_catalog(&snaps, &settings.config.registry.categories)?;
-    if settings.config.registry.categories.classifier_role.is_some() && !cats.unassigned.is_empty() {
+    let (merged, cats, notes) = build_catalog(&snaps, &settings.section::<super::RegistrySettings>().categories)?;
+    if settings.section::<super::RegistrySettings>().categories.classifier_role.is_some() && !cats.unassigned.is_empty()
+    {
         printer.warn(&format!(
             "{} servers have no category; the LLM classifier runs in the pipeline's `registry import` (with `registry.snapshots`), not here",
             cats.unassigned.len()
@@ -246,7 +283,7 @@ pub fn tools(settings: &Settings, printer: &Printer, a: &ToolsArgs) -> Result<()
     let mut catalog = Catalog::load(&path)?;
     let out = normalize(&a.out);
     let opts = super::tools::ToolsOptions {
-        cfg: &settings.config.registry.tools,
+        cfg: &settings.section::<super::RegistrySettings>().tools,
         only: a.servers.clone(),
         out: out.clone(),
         progress: printer.progress(0, "tools"),

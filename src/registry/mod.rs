@@ -102,6 +102,12 @@ pub struct RegistrySettings {
     pub tools: crate::registry::tools::ToolsSettings,
 }
 
+/// `[registry]`; absent: its defaults.
+impl crate::settings::Section for RegistrySettings {
+    const NAME: &'static str = "registry";
+    type Value = crate::settings::Always<Self>;
+}
+
 /// The imported catalog (`registry import`), read by `filter` and `stats`.
 pub const CATALOG: Artifact<Catalog> = Artifact::new("registry-import", "catalog.json");
 
@@ -121,6 +127,7 @@ pub static SPEC: StageSpec = StageSpec {
         "review.csv",
         "categories.csv",
     ],
+    section: Some("registry"),
 };
 
 /// The `registry-import` stage, with optional command-line overrides of `[registry]`.
@@ -133,7 +140,7 @@ pub struct ImportStage {
 
 impl ImportStage {
     fn source(&self, settings: &Settings) -> Result<PathBuf> {
-        match (&self.file, &settings.config.registry.source) {
+        match (&self.file, &settings.section::<RegistrySettings>().source) {
             (Some(f), _) => Ok(crate::settings::normalize(f)),
             (None, Some(s)) => Ok(settings.resolve(s)),
             (None, None) => Err(crate::error::hinted(
@@ -148,7 +155,7 @@ impl ImportStage {
 
     /// Scraped snapshot folders to import and merge (priority order); empty for ETOM's file.
     fn snapshots(&self, settings: &Settings) -> Vec<PathBuf> {
-        let reg = &settings.config.registry;
+        let reg = &settings.section::<RegistrySettings>();
         let format = self.format.unwrap_or(reg.format);
         match &self.file {
             Some(f) if format != RegistryFormat::Etom => vec![crate::settings::normalize(f)],
@@ -161,7 +168,7 @@ impl ImportStage {
     }
 
     fn settings(&self, settings: &Settings) -> ImportSettings {
-        let reg = &settings.config.registry;
+        let reg = &settings.section::<RegistrySettings>();
         ImportSettings { format: self.format.unwrap_or(reg.format), lenient: self.lenient || reg.lenient }
     }
 }
@@ -203,8 +210,9 @@ fn report_invalid_schemas(catalog: &Catalog, notes: &mut Vec<Note>, out: &mut Ou
 /// Whether the registry track (import, filter, stats) is part of `run`: always,
 /// unless the config is a log-track project that names no registry snapshot.
 pub fn in_pipeline(settings: &Settings) -> bool {
-    let r = &settings.config.registry;
-    settings.config.logs.is_none() || r.source.is_some() || !r.snapshots.is_empty()
+    let r = &settings.section::<RegistrySettings>();
+    // `[logs]` by name: the registry does not import the log family (no import loop).
+    !settings.section_on("logs") || r.source.is_some() || !r.snapshots.is_empty()
 }
 
 impl Stage for ImportStage {
@@ -232,12 +240,12 @@ impl Stage for ImportStage {
     }
 
     fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
-        let role = settings.config.registry.categories.classifier_role.as_ref();
+        let role = settings.section::<RegistrySettings>().categories.classifier_role.as_ref();
         role.map(|r| ConfigRef::new("registry.categories.classifier_role", r)).into_iter().collect()
     }
 
     fn prompts(&self, settings: &Settings) -> Vec<PromptRef> {
-        if settings.config.registry.categories.classifier_role.is_none() {
+        if settings.section::<RegistrySettings>().categories.classifier_role.is_none() {
             return Vec::new();
         }
         let vars = serde_json::json!({
@@ -251,7 +259,10 @@ impl Stage for ImportStage {
         if !snapshots.is_empty() {
             return Ok(Plan {
                 inputs: snapshots.iter().map(|d| snapshot_files(d)).collect::<Result<Vec<_>>>()?.concat(),
-                config_hash: section_hash(&(self.settings(settings), &settings.config.registry.categories))?,
+                config_hash: section_hash(&(
+                    self.settings(settings),
+                    &settings.section::<RegistrySettings>().categories,
+                ))?,
             });
         }
         Ok(Plan { inputs: vec![self.source(settings)?], config_hash: section_hash(&self.settings(settings))? })
@@ -377,7 +388,7 @@ fn snapshot_files(dir: &std::path::Path) -> Result<Vec<PathBuf>> {
 impl ImportStage {
     /// Import and merge scraped snapshots (one is a merge of one).
     fn run_snapshots(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output, dirs: &[PathBuf]) -> Result<()> {
-        let cats_cfg = &ctx.settings.config.registry.categories;
+        let cats_cfg = &ctx.settings.section::<RegistrySettings>().categories;
         let format = self.settings(ctx.settings).format;
         let mut snaps: Vec<(String, pages::SourceKind, commands::Reader)> = Vec::new();
         for d in dirs {

@@ -137,6 +137,7 @@ pub static SPEC: StageSpec = StageSpec {
         "finmcp_multi_turn.json",
         "plots/*",
     ],
+    section: Some("release"),
 };
 
 /// `[release]`.
@@ -164,6 +165,12 @@ pub struct ReleaseSettings {
     pub dir: PathBuf,
 }
 
+/// `[release]`; absent: its stages are not part of `run` (each still runs alone, with defaults).
+impl crate::settings::Section for ReleaseSettings {
+    const NAME: &'static str = "release";
+    type Value = Option<Self>;
+}
+
 fn yes() -> bool {
     true
 }
@@ -175,8 +182,8 @@ fn default_dir() -> PathBuf {
 }
 
 fn settings(s: &Settings) -> ReleaseSettings {
-    s.config.release.clone().unwrap_or_else(|| ReleaseSettings {
-        name: s.config.project.name.clone(),
+    s.section::<ReleaseSettings>().clone().unwrap_or_else(|| ReleaseSettings {
+        name: s.project.name.clone(),
         version: "0.1.0".into(),
         require_review: true,
         license: default_license(),
@@ -248,10 +255,6 @@ impl Stage for ReleaseStage {
          `lineage.jsonl`, the dataset card `README.md` with `plots/*.svg`, `CHANGELOG.md` and
          `SHA256SUMS`. A published version is never overwritten. `benchgen release verify DIR`
          checks a release."
-    }
-
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.release.is_some()
     }
 
     fn check(&self, s: &Settings, problems: &mut Vec<Problem>) {

@@ -43,6 +43,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "two distinct reviewers per sample from the roster (seeded, balanced, expertise, capacity, never the author)",
     reads: &crate::samples::reads(),
     writes: &["assignments.json", "samples.jsonl", "report.md"],
+    section: Some("review"),
 };
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -127,9 +128,6 @@ impl Stage for AssignStage {
             Err(e) => printer.warn(&format!("no review links written: {e:#}")),
         }
     }
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.review.is_some()
-    }
     fn check(&self, s: &Settings, problems: &mut Vec<Problem>) {
         super::settings(s).check(problems);
     }
@@ -138,7 +136,7 @@ impl Stage for AssignStage {
         let mut inputs = vec![super::roster_path(s)];
         inputs.extend(extra_paths(s));
         let hash = section_hash(&json!({
-            "seed": s.config.project.seed, "dimensions": r.dimensions, "scale": [r.scale_min, r.scale_max],
+            "seed": s.project.seed, "dimensions": r.dimensions, "scale": [r.scale_min, r.scale_max],
             "accept_min": r.accept_min,
         }))?;
         Ok(Plan { inputs, config_hash: hash })
@@ -163,7 +161,7 @@ impl Stage for AssignStage {
         }
         let samples = read_samples(&sources)?;
         let previous = previous(s);
-        let (assignments, notes) = assign(&r, &roster, &samples, previous.as_ref(), s.config.project.seed);
+        let (assignments, notes) = assign(&r, &roster, &samples, previous.as_ref(), s.project.seed);
 
         for a in &assignments.samples {
             out.event(NewEvent::new(

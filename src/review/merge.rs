@@ -46,6 +46,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "decisions per sample (rule, adjudication, exclusions) and reviewer agreement (κ, α, heatmap)",
     reads: &[ASSIGNMENTS.read(), SAMPLES.read(), super::sheets::SCORES.optional(), super::prereview::SCORES.optional()],
     writes: &["decisions.jsonl", "agreement.json", "report.md", "heatmap.svg", "queue.csv"],
+    section: Some("review"),
 };
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
@@ -169,15 +170,12 @@ impl Stage for MergeStage {
         // adjudications reach `reviews/web/`, before this stage hashes them.
         super::serve::dump(s).map(drop)
     }
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.review.is_some()
-    }
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let r = super::settings(s);
         let inputs: Vec<PathBuf> =
             [adjudications_path(s), web_adjudications_path(s)].into_iter().filter(|p| p.exists()).collect();
         let hash = section_hash(&json!({
-            "seed": s.config.project.seed, "bootstrap": r.bootstrap,
+            "seed": s.project.seed, "bootstrap": r.bootstrap,
             "count_as_human": r.prereview.as_ref().is_some_and(|p| p.count_as_human),
         }))?;
         Ok(Plan { inputs, config_hash: hash })
@@ -221,7 +219,7 @@ impl Stage for MergeStage {
             web_adj.as_ref().map(|(n, b)| (n.as_str(), b.as_slice())),
             count_as_human,
         )?;
-        let agreement = agreement_of(&r, &a, &merged.decisions, s.config.project.seed);
+        let agreement = agreement_of(&r, &a, &merged.decisions, s.project.seed);
         for d in &merged.decisions {
             out.event(NewEvent::new(super::kind::DECISION, Some(&super::subject(&d.id)), serde_json::to_value(d)?));
         }

@@ -120,6 +120,12 @@ pub struct ReviewSettings {
     pub serve: serve::ServeSettings,
 }
 
+/// `[review]`; absent: its stages are not part of `run` (each still runs alone, with defaults).
+impl crate::settings::Section for ReviewSettings {
+    const NAME: &'static str = "review";
+    type Value = Option<Self>;
+}
+
 impl Default for ReviewSettings {
     fn default() -> Self {
         toml::from_str("").expect("review defaults")
@@ -206,7 +212,7 @@ impl ReviewSettings {
 
 /// The `[review]` section, or its defaults when absent.
 pub fn settings(s: &Settings) -> ReviewSettings {
-    s.config.review.clone().unwrap_or_default()
+    s.section::<ReviewSettings>().clone().unwrap_or_default()
 }
 
 /// A member of the roster.

@@ -36,6 +36,7 @@ pub static SPEC: StageSpec = StageSpec {
     about: "LLM pre-review: LLM roles score each sample with the rubric (marked as LLM scores)",
     reads: &[ASSIGNMENTS.read(), SAMPLES.read()],
     writes: &["scores.jsonl", "report.md"],
+    section: Some("review"),
 };
 
 /// `[review.prereview]`.
@@ -179,7 +180,7 @@ impl Stage for PrereviewStage {
          (marked as LLM scores) and `report.md`. Resumable per sample and role."
     }
     fn enabled(&self, s: &Settings) -> bool {
-        s.config.review.as_ref().is_some_and(|r| r.prereview.is_some())
+        s.section::<super::ReviewSettings>().as_ref().is_some_and(|r| r.prereview.is_some())
     }
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         settings(s)

@@ -60,6 +60,7 @@ pub static EXPORT_SPEC: StageSpec = StageSpec {
     about: "one review sheet per reviewer (CSV, and XLSX with score drop-downs)",
     reads: &[ASSIGNMENTS.read(), SAMPLES.read()],
     writes: &["sheets/*", "report.md"],
+    section: Some("review"),
 };
 
 pub struct ExportStage;
@@ -74,9 +75,6 @@ impl Stage for ExportStage {
          Reads `review-assign/assignments.json` and `samples.jsonl`. Each row shows the query,
          every turn with its tool-call groups (arguments, shortened results) and the answer,
          with empty score columns (XLSX: drop-downs) and a note. Writes `report.md` too."
-    }
-    fn enabled(&self, s: &Settings) -> bool {
-        s.config.review.is_some()
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
         Ok(Plan {
@@ -522,6 +520,7 @@ pub static IMPORT_SPEC: StageSpec = StageSpec {
     about: "filled review sheets (`reviews/returned/*.csv`, `*.xlsx`) and web submissions → validated scores",
     reads: &[ASSIGNMENTS.read()],
     writes: &["scores.jsonl", "report.json"],
+    section: Some("review"),
 };
 
 pub struct ImportStage;
@@ -544,7 +543,8 @@ impl Stage for ImportStage {
         super::serve::dump(s).map(drop)
     }
     fn enabled(&self, s: &Settings) -> bool {
-        s.config.review.is_some() && (!returned_sheets(s).is_empty() || web_scores_path(s).exists())
+        s.section::<super::ReviewSettings>().is_some()
+            && (!returned_sheets(s).is_empty() || web_scores_path(s).exists())
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let mut inputs = returned_sheets(s);

@@ -1,13 +1,68 @@
 //! `benchgen sandbox`: resolve the flags, load the catalog, serve until the peer leaves.
 
+use std::path::PathBuf;
+
 use anyhow::{Context, Result};
+use clap::Args;
 
 use super::{Faults, Sandbox, SandboxOptions};
-use crate::cli::SandboxArgs;
 use crate::error::UsageError;
 use crate::model::Catalog;
 use crate::printer::Printer;
 use crate::settings::Settings;
+
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    /// Catalog to serve (default `artifacts/filter/catalog.json`): benchgen's catalog, or a
+    /// tool list served under its bare names (`artifacts/logs-import/catalog.json`, an MCP
+    /// `tools/list` result).
+    #[arg(long, value_name = "FILE")]
+    pub catalog: Option<PathBuf>,
+    /// Serve Streamable HTTP on this loopback address (e.g. `127.0.0.1:0` for any port).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<std::net::SocketAddr>,
+    /// Seed of the answers, printed at start (default: 0 with `--catalog`, else `project.seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Tools per `tools/list` page.
+    #[arg(long, default_value_t = 1000)]
+    pub page_size: usize,
+    /// Append one JSON line per call to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub call_log: Option<PathBuf>,
+    /// Recorded-responses mode: answer a call with the result the sessions in FILE (benchgen
+    /// session JSONL, e.g. `artifacts/logs-import/sessions.jsonl`) logged for the same tool
+    /// and equal arguments (a `server::tool` id matches a logged bare `tool` name); other
+    /// calls are generated as usual. Fails when no served tool has a recorded result.
+    #[arg(long, value_name = "FILE")]
+    pub recorded: Option<PathBuf>,
+    /// Delay every call by this many milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub latency_ms: u64,
+    /// Add a per-call delay in [0, N] ms (from the call's hash).
+    #[arg(long, default_value_t = 0)]
+    pub jitter_ms: u64,
+    /// Share of calls answered with an injected tool error (`isError`).
+    #[arg(long, default_value_t = 0.0)]
+    pub error_rate: f64,
+    /// Share of calls never answered (the client times out).
+    #[arg(long, default_value_t = 0.0)]
+    pub timeout_rate: f64,
+    /// Share of calls on which the process exits.
+    #[arg(long, default_value_t = 0.0)]
+    pub crash_rate: f64,
+    /// Exit on the N-th call.
+    #[arg(long, value_name = "N")]
+    pub crash_after: Option<u64>,
+    /// Share of calls answered with a line that is not JSON-RPC (stdio).
+    #[arg(long, default_value_t = 0.0)]
+    pub garbage_rate: f64,
+    /// Share of calls answered with `--huge-bytes` of text.
+    #[arg(long, default_value_t = 0.0)]
+    pub huge_rate: f64,
+    #[arg(long, default_value_t = 32 * 1024 * 1024)]
+    pub huge_bytes: usize,
+}
 
 /// The options a command line asks for (rates checked to lie in [0, 1]).
 pub fn options(settings: &Settings, a: &SandboxArgs) -> Result<SandboxOptions> {
@@ -134,7 +189,7 @@ pub fn seed(settings: &Settings, a: &SandboxArgs) -> (u64, &'static str) {
     match (a.seed, &a.catalog) {
         (Some(s), _) => (s, "--seed"),
         (None, Some(_)) => (0, "default for --catalog"),
-        (None, None) => (settings.config.project.seed, "project.seed"),
+        (None, None) => (settings.project.seed, "project.seed"),
     }
 }
 

@@ -60,6 +60,7 @@ pub static SPEC: StageSpec = StageSpec {
         crate::logs::import::CATALOG.read(),
     ],
     writes: &["queries.jsonl", "chains.jsonl", "sampling.json", "report.md", "failed.json"],
+    section: Some("synth"),
 };
 
 /// A sampled chain before the query is written.
@@ -456,7 +457,7 @@ impl Stage for ChainsStage {
 
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let c = cfg(s);
-        let hash = json!({"chains": c.chains, "planner_role": c.planner_role, "seed": s.config.project.seed});
+        let hash = json!({"chains": c.chains, "planner_role": c.planner_role, "seed": s.project.seed});
         Ok(Plan { inputs: vec![], config_hash: section_hash(&hash)? })
     }
 
@@ -464,7 +465,7 @@ impl Stage for ChainsStage {
         let s = ctx.settings;
         let sc = cfg(s);
         let c = &sc.chains;
-        let seed = s.config.project.seed;
+        let seed = s.project.seed;
         let graph = graph(inputs)?;
         let sources = crate::logs::read_sessions(
             inputs.open_of(&crate::logs::split::GRAPH_SOURCE)?,

@@ -56,6 +56,12 @@ pub struct SynthSettings {
     pub validate: ValidateSettings,
 }
 
+/// `[synth]`; absent: its stages are not part of `run` (each still runs alone, with defaults).
+impl crate::settings::Section for SynthSettings {
+    const NAME: &'static str = "synth";
+    type Value = Option<Self>;
+}
+
 impl Default for SynthSettings {
     fn default() -> Self {
         toml::from_str("").expect("defaults")
@@ -193,12 +199,13 @@ fn default_check_template() -> String {
 
 /// The `[synth]` section (defaults when absent).
 pub fn settings(s: &Settings) -> SynthSettings {
-    s.config.synth.clone().unwrap_or_default()
+    s.section::<SynthSettings>().clone().unwrap_or_default()
 }
 
 /// Synthesis runs when the config has the log track, the graph and `[synth]`.
 pub fn enabled(s: &Settings) -> bool {
-    s.config.logs.is_some() && s.config.graph.is_some() && s.config.synth.is_some()
+    // By name: presence is all synthesis needs of the other families' sections.
+    s.section_on("logs") && s.section_on("graph") && s.section::<SynthSettings>().is_some()
 }
 
 /// Ledger event kinds of synthesis.
@@ -283,16 +290,16 @@ pub fn domain_sandbox(
 /// The MCP clients synthesis executes against: `synth.server` from `[mcp.servers]`, else
 /// the in-process domain sandbox. Call inside a tokio runtime.
 pub fn clients(settings: &Settings, tools: &[LogTool], sessions: &[Session]) -> Result<Vec<Arc<McpClient>>> {
-    let opts = ClientOptions::from_settings(settings, &settings.config.mcp);
+    let opts = ClientOptions::from_settings(settings, settings.section::<crate::mcp::McpSettings>());
     match &self::settings(settings).server {
         Some(name) => {
-            let all = settings.config.mcp.all_servers(&settings.root)?;
+            let all = settings.section::<crate::mcp::McpSettings>().all_servers(&settings.root)?;
             let spec = all.get(name).ok_or_else(|| {
                 crate::error::UsageError(format!("`synth.server` names `{name}`, which is not in `[mcp.servers]`"))
             })?;
             Ok(vec![Arc::new(McpClient::new(name, spec.clone(), opts))])
         }
-        None => Ok(vec![domain_sandbox(tools, sessions, settings.config.project.seed, opts)?]),
+        None => Ok(vec![domain_sandbox(tools, sessions, settings.project.seed, opts)?]),
     }
 }
 
@@ -300,10 +307,10 @@ pub fn clients(settings: &Settings, tools: &[LogTool], sessions: &[Session]) -> 
 pub fn server_hash_part(settings: &Settings) -> Result<serde_json::Value> {
     Ok(match &self::settings(settings).server {
         Some(name) => {
-            let all = settings.config.mcp.all_servers(&settings.root)?;
+            let all = settings.section::<crate::mcp::McpSettings>().all_servers(&settings.root)?;
             serde_json::json!({"server": name, "spec": all.get(name)})
         }
-        None => serde_json::json!({"server": "sandbox:recorded", "seed": settings.config.project.seed}),
+        None => serde_json::json!({"server": "sandbox:recorded", "seed": settings.project.seed}),
     })
 }
 

@@ -53,6 +53,7 @@ pub static SPEC: StageSpec = StageSpec {
         crate::logs::import::SESSIONS.read(),
     ],
     writes: &["dialogues.jsonl", "report.md", "failed.json"],
+    section: Some("synth"),
 };
 
 /// The user simulator's stop token in FinMCP's multi-turn samples.
@@ -279,7 +280,7 @@ impl Stage for RoleplayStage {
         let c = cfg(s);
         let hash = json!({
             "roleplay": c.roleplay, "roles": [c.planner_role, c.user_role, c.assistant_role],
-            "seed": s.config.project.seed, "execute": s.config.execute,
+            "seed": s.project.seed, "execute": s.section::<crate::execute::ExecuteSettings>(),
             "servers": super::server_hash_part(s)?,
         });
         Ok(Plan { inputs: pool_path(s).into_iter().collect(), config_hash: section_hash(&hash)? })
@@ -311,7 +312,7 @@ impl Stage for RoleplayStage {
         // ones the curation sample did not judge) are planned from only when nothing else is.
         let labelled: Vec<String> = subs.keys().filter(|k| *k != UNLABELLED).cloned().collect();
         let sub_names = if labelled.is_empty() { subs.keys().cloned().collect() } else { labelled };
-        let plans = plan_dialogues(&pool, &sub_names, rp.dialogues, s.config.project.seed);
+        let plans = plan_dialogues(&pool, &sub_names, rp.dialogues, s.project.seed);
 
         let run_id = ctx.ledger_run()?;
         let opts = BatchOptions::new(STAGE, "dialogues", "dialogues")
@@ -319,7 +320,7 @@ impl Stage for RoleplayStage {
             .max_failed_share(rp.max_failed_share, "synth.roleplay.max_failed_share")
             .fail_point("synth_dialogue");
         let mut batch = Batch::new(ctx, opts)?;
-        let mut es = s.config.execute.clone();
+        let mut es = crate::execute::ExecuteSettings::clone(s.section::<crate::execute::ExecuteSettings>());
         es.role = sc.assistant_role.clone();
         let exec = batch.block_on(async {
             let clients = super::clients(s, &catalog, &logged)?;

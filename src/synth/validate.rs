@@ -59,6 +59,7 @@ pub static SPEC: StageSpec = StageSpec {
         DIALOGUES.optional(),
     ],
     writes: &["samples.jsonl", "finmcp.json", "verdicts.jsonl", "report.md", "failed.json"],
+    section: Some("synth"),
 };
 
 /// Where a sample comes from.
@@ -530,7 +531,7 @@ impl Stage for ValidateStage {
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let c = cfg(s);
         let hash = json!({"validate": c.validate, "judge_role": c.judge_role, "planner_role": c.planner_role,
-                          "user_role": c.user_role, "seed": s.config.project.seed});
+                          "user_role": c.user_role, "seed": s.project.seed});
         Ok(Plan { inputs: vec![], config_hash: section_hash(&hash)? })
     }
 
@@ -543,7 +544,7 @@ impl Stage for ValidateStage {
         real.sort_by(|a, b| a.id.cmp(&b.id));
         let real_pool = real.len();
         if let Some(n) = v.real_samples {
-            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(s.config.project.seed ^ 0x7661_6c69_6461_7465);
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(s.project.seed ^ 0x7661_6c69_6461_7465);
             real.shuffle(&mut rng);
             real.truncate(n);
             real.sort_by(|a, b| a.id.cmp(&b.id));

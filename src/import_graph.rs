@@ -1,0 +1,495 @@
+//! The import graph of `src/`, read from the source text: no loop between top-level
+//! modules, and no strongly connected set of more than three files. A loop through
+//! every family (as `settings.rs` naming each family's settings type made) means any
+//! change recompiles and re-reasons everything; this test keeps one from coming back.
+//!
+//! A reference is a `crate::a::b` or `super::x` path (also inside `use crate::{…}`
+//! groups) in non-test code: comments, string literals, `#[cfg(test)]` modules and
+//! files declared `#[cfg(test)] mod x;` or named `tests.rs` are left out. A path names
+//! the deepest module file it reaches (`crate::efs::pairs::X` is `src/efs/pairs.rs`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use petgraph::graph::{DiGraph, NodeIndex};
+
+/// Module path (`["efs", "pairs"]`, `[]` for the crate root) → file, for every file under `src/`.
+fn module_files(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            if p.extension().is_none_or(|x| x != "rs") {
+                continue;
+            }
+            let rel = p.strip_prefix(src).unwrap();
+            let mut parts: Vec<String> =
+                rel.iter().map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string()).collect();
+            match parts.last().map(String::as_str) {
+                Some("main") if parts.len() == 1 => continue, // the binary: a crate of its own
+                Some("tests") => continue,
+                Some("lib") if parts.len() == 1 => parts.clear(),
+                Some("mod") => {
+                    parts.pop();
+                }
+                _ => {}
+            }
+            out.insert(parts, p);
+        }
+    }
+    out
+}
+
+/// The text with comments and string/char literals blanked (same length, same lines).
+fn strip_comments_and_strings(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = b.to_vec();
+    let mut i = 0;
+    let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
+        for c in &mut out[from..to] {
+            if *c != b'\n' {
+                *c = b' ';
+            }
+        }
+    };
+    while i < b.len() {
+        match b[i] {
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                let end = text[i..].find('\n').map_or(b.len(), |n| i + n);
+                blank(&mut out, i, end);
+                i = end;
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                let (mut depth, mut j) = (1, i + 2);
+                while j < b.len() && depth > 0 {
+                    if b[j] == b'/' && b.get(j + 1) == Some(&b'*') {
+                        depth += 1;
+                        j += 2;
+                    } else if b[j] == b'*' && b.get(j + 1) == Some(&b'/') {
+                        depth -= 1;
+                        j += 2;
+                    } else {
+                        j += 1;
+                    }
+                }
+                blank(&mut out, i, j);
+                i = j;
+            }
+            b'r' if (b.get(i + 1) == Some(&b'"') || b.get(i + 1) == Some(&b'#'))
+                && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')) =>
+            {
+                // A raw string: r"…", r#"…"#, ….
+                let hashes = b[i + 1..].iter().take_while(|c| **c == b'#').count();
+                if b.get(i + 1 + hashes) != Some(&b'"') {
+                    i += 1;
+                    continue;
+                }
+                let close = format!("\"{}", "#".repeat(hashes));
+                let start = i + 2 + hashes;
+                let end = text[start..].find(&close).map_or(b.len(), |n| start + n + close.len());
+                blank(&mut out, i, end);
+                i = end;
+            }
+            b'"' => {
+                let mut j = i + 1;
+                while j < b.len() && b[j] != b'"' {
+                    j += if b[j] == b'\\' { 2 } else { 1 };
+                }
+                blank(&mut out, i, (j + 1).min(b.len()));
+                i = j + 1;
+            }
+            b'\'' => {
+                // A char literal ('x', '\n', '\''), not a lifetime ('a).
+                let end = if b.get(i + 1) == Some(&b'\\') {
+                    text[i + 3..].find('\'').map(|n| i + 3 + n + 1)
+                } else if b.get(i + 2) == Some(&b'\'') {
+                    Some(i + 3)
+                } else {
+                    None
+                };
+                match end {
+                    Some(e) => {
+                        blank(&mut out, i, e);
+                        i = e;
+                    }
+                    None => i += 1,
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// The text without `#[cfg(test)]` items (`mod tests { … }`), and the names of
+/// `#[cfg(test)] mod x;` files it declares.
+fn strip_test_items(text: &str) -> (String, Vec<String>) {
+    let mut out = text.to_string();
+    let mut test_files = Vec::new();
+    let mut from = 0;
+    while let Some(n) = out[from..].find("#[cfg(test)]") {
+        let at = from + n;
+        let rest = &out[at + "#[cfg(test)]".len()..];
+        let item_start = at + "#[cfg(test)]".len() + (rest.len() - rest.trim_start().len());
+        let item = &out[item_start..];
+        let semi = item.find(';');
+        let brace = item.find('{');
+        let end = match (semi, brace) {
+            (Some(s), Some(b)) if s < b => {
+                let decl = item[..s].trim();
+                if let Some(name) = decl.strip_prefix("mod ").or_else(|| decl.strip_prefix("pub mod ")) {
+                    test_files.push(name.trim().to_string());
+                }
+                item_start + s + 1
+            }
+            (None, None) => out.len(),
+            (Some(s), None) => {
+                let decl = item[..s].trim();
+                if let Some(name) = decl.strip_prefix("mod ").or_else(|| decl.strip_prefix("pub mod ")) {
+                    test_files.push(name.trim().to_string());
+                }
+                item_start + s + 1
+            }
+            (_, Some(b)) => {
+                let mut depth = 0;
+                let mut end = out.len();
+                for (k, c) in out[item_start + b..].char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = item_start + b + k + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                end
+            }
+        };
+        let blanked: String = out[at..end].chars().map(|c| if c == '\n' { '\n' } else { ' ' }).collect();
+        out.replace_range(at..end, &blanked);
+        from = end;
+    }
+    (out, test_files)
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// The paths a file refers to, each as module segments from the crate root, with the
+/// line it is on.
+fn references(code: &str, module: &[String]) -> Vec<(Vec<String>, usize)> {
+    let mut refs = Vec::new();
+    let chars: Vec<(usize, char)> = code.char_indices().collect();
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut i = 0;
+    while i < chars.len() {
+        let (at, _) = chars[i];
+        let rest = &code[at..];
+        let before_ok = i == 0 || !is_ident(chars[i - 1].1);
+        let start: Option<(Vec<String>, usize)> = if !before_ok {
+            None
+        } else if rest.starts_with("crate::") {
+            Some((Vec::new(), "crate::".len()))
+        } else if rest.starts_with("super::") {
+            let mut base = module.to_vec();
+            let mut len = 0;
+            while code[at + len..].starts_with("super::") {
+                base.pop();
+                len += "super::".len();
+            }
+            Some((base, len))
+        } else {
+            None
+        };
+        let Some((base, len)) = start else {
+            i += 1;
+            continue;
+        };
+        let after = &code[at + len..];
+        for path in expand(after) {
+            let mut full = base.clone();
+            full.extend(path);
+            refs.push((full, line_of(at)));
+        }
+        // Skip what was read (a `super::super::` is one reference).
+        while i < chars.len() && chars[i].0 < at + len {
+            i += 1;
+        }
+    }
+    refs
+}
+
+/// The paths after `crate::` (`a::b::C`, or each entry of a `{…}` group, nested).
+fn expand(after: &str) -> Vec<Vec<String>> {
+    let after = after.trim_start();
+    if let Some(group) = after.strip_prefix('{') {
+        let mut depth = 1;
+        let mut end = group.len();
+        for (k, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = k;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let inner = &group[..end];
+        let mut parts = Vec::new();
+        let (mut depth, mut last) = (0, 0);
+        for (k, c) in inner.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    parts.push(&inner[last..k]);
+                    last = k + 1;
+                }
+                _ => {}
+            }
+        }
+        parts.push(&inner[last..]);
+        return parts.into_iter().filter(|p| !p.trim().is_empty()).flat_map(expand).collect();
+    }
+    let mut segs = Vec::new();
+    let mut rest = after;
+    loop {
+        let word: String = rest.chars().take_while(|c| is_ident(*c)).collect();
+        if word.is_empty() {
+            if rest.starts_with('{') {
+                return expand(rest).into_iter().map(|p| segs.iter().cloned().chain(p).collect()).collect();
+            }
+            break;
+        }
+        rest = &rest[word.len()..];
+        if word == "self" {
+            break;
+        }
+        segs.push(word);
+        match rest.strip_prefix("::") {
+            Some(r) => rest = r.trim_start(),
+            None => break,
+        }
+    }
+    vec![segs]
+}
+
+/// The deepest module file a path reaches.
+fn resolve<'a>(path: &[String], files: &'a BTreeMap<Vec<String>, PathBuf>) -> Option<&'a Vec<String>> {
+    (0..=path.len()).rev().find_map(|n| files.get_key_value(&path[..n]).map(|(k, _)| k))
+}
+
+struct Graph {
+    files: DiGraph<Vec<String>, ()>,
+    /// file → file: the first reference that makes the edge (for messages).
+    why: BTreeMap<(Vec<String>, Vec<String>), String>,
+}
+
+fn build(src: &Path) -> Graph {
+    let files = module_files(src);
+    let mut test_only = BTreeSet::new();
+    let mut code = BTreeMap::new();
+    for (module, path) in &files {
+        let text = std::fs::read_to_string(path).unwrap();
+        let (stripped, tests) = strip_test_items(&strip_comments_and_strings(&text));
+        for t in tests {
+            let mut m = module.clone();
+            m.push(t);
+            test_only.insert(m);
+        }
+        code.insert(module.clone(), stripped);
+    }
+    let mut g = Graph { files: DiGraph::new(), why: BTreeMap::new() };
+    let mut nodes: BTreeMap<Vec<String>, NodeIndex> = BTreeMap::new();
+    for m in files.keys().filter(|m| !test_only.contains(*m)) {
+        nodes.insert(m.clone(), g.files.add_node(m.clone()));
+    }
+    for (module, text) in &code {
+        let Some(&from) = nodes.get(module) else { continue };
+        if module.is_empty() {
+            continue; // `lib.rs` only declares the modules
+        }
+        for (path, line) in references(text, module) {
+            let Some(target) = resolve(&path, &files) else { continue };
+            let Some(&to) = nodes.get(target) else { continue };
+            if to == from || target.is_empty() {
+                continue;
+            }
+            if g.files.find_edge(from, to).is_none() {
+                g.files.add_edge(from, to, ());
+                let file = files[module].strip_prefix(src).unwrap_or(&files[module]);
+                let shown = format!("src/{}:{line} `crate::{}`", file.display(), path.join("::"));
+                g.why.insert((module.clone(), target.clone()), shown);
+            }
+        }
+    }
+    g
+}
+
+fn name(m: &[String]) -> String {
+    if m.is_empty() { "crate".into() } else { m.join("::") }
+}
+
+/// One loop through `members` (a strongly connected set), as `a -> b -> … -> a`, each
+/// step with the reference that makes it.
+fn one_cycle<N: Ord + Clone>(edges: &BTreeMap<N, BTreeSet<N>>, members: &BTreeSet<N>, start: &N) -> Vec<N> {
+    // Breadth-first from `start` back to it, inside the set.
+    let mut prev: BTreeMap<N, N> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([start.clone()]);
+    while let Some(n) = queue.pop_front() {
+        for m in edges.get(&n).into_iter().flatten().filter(|m| members.contains(*m)) {
+            if m == start {
+                let mut path = vec![n.clone()];
+                let mut cur = n.clone();
+                while let Some(p) = prev.get(&cur) {
+                    path.push(p.clone());
+                    cur = p.clone();
+                }
+                path.reverse();
+                path.push(start.clone());
+                return path;
+            }
+            if !prev.contains_key(m) && m != start {
+                prev.insert(m.clone(), n.clone());
+                queue.push_back(m.clone());
+            }
+        }
+    }
+    vec![start.clone()]
+}
+
+/// The problems of the graph: loops between top-level modules, and file sets over three.
+fn problems(g: &Graph) -> Vec<String> {
+    let mut out = Vec::new();
+    // Top-level modules: the first segment (the crate root has no edges kept).
+    let top = |m: &Vec<String>| m[0].clone();
+    let mut top_edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut top_why: BTreeMap<(String, String), String> = BTreeMap::new();
+    for e in g.files.raw_edges() {
+        let (a, b) = (&g.files[e.source()], &g.files[e.target()]);
+        let (ta, tb) = (top(a), top(b));
+        if ta != tb {
+            top_edges.entry(ta.clone()).or_default().insert(tb.clone());
+            top_why.entry((ta, tb)).or_insert_with(|| g.why[&(a.clone(), b.clone())].clone());
+        }
+    }
+    let mut tg: DiGraph<String, ()> = DiGraph::new();
+    let mut idx = BTreeMap::new();
+    for (a, bs) in &top_edges {
+        for n in std::iter::once(a).chain(bs) {
+            idx.entry(n.clone()).or_insert_with(|| tg.add_node(n.clone()));
+        }
+    }
+    for (a, bs) in &top_edges {
+        for b in bs {
+            tg.add_edge(idx[a], idx[b], ());
+        }
+    }
+    for scc in petgraph::algo::tarjan_scc(&tg) {
+        if scc.len() < 2 {
+            continue;
+        }
+        let members: BTreeSet<String> = scc.iter().map(|n| tg[*n].clone()).collect();
+        let start = members.iter().next().unwrap().clone();
+        let cycle = one_cycle(&top_edges, &members, &start);
+        let steps: Vec<String> = cycle
+            .windows(2)
+            .map(|w| format!("    {} -> {} ({})", w[0], w[1], top_why[&(w[0].clone(), w[1].clone())]))
+            .collect();
+        // Every edge inside the set, so each loop can be found and broken.
+        let inside: Vec<String> = top_why
+            .iter()
+            .filter(|((a, b), _)| members.contains(a) && members.contains(b))
+            .map(|((a, b), why)| format!("    {a} -> {b} ({why})"))
+            .collect();
+        out.push(format!(
+            "import loop between top-level modules {{{}}}, e.g.:\n{}\n  its edges:\n{}",
+            members.iter().cloned().collect::<Vec<_>>().join(", "),
+            steps.join("\n"),
+            inside.join("\n")
+        ));
+    }
+    let file_edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> =
+        g.files.raw_edges().iter().fold(BTreeMap::new(), |mut m, e| {
+            m.entry(g.files[e.source()].clone()).or_default().insert(g.files[e.target()].clone());
+            m
+        });
+    for scc in petgraph::algo::tarjan_scc(&g.files) {
+        if scc.len() <= 3 {
+            continue;
+        }
+        let members: BTreeSet<Vec<String>> = scc.iter().map(|n| g.files[*n].clone()).collect();
+        let start = members.iter().next().unwrap().clone();
+        let cycle = one_cycle(&file_edges, &members, &start);
+        let steps: Vec<String> = cycle
+            .windows(2)
+            .map(|w| format!("    {} -> {} ({})", name(&w[0]), name(&w[1]), g.why[&(w[0].clone(), w[1].clone())]))
+            .collect();
+        out.push(format!(
+            "{} files import each other in a loop ({}), e.g.:\n{}",
+            members.len(),
+            members.iter().map(|m| name(m)).collect::<Vec<_>>().join(", "),
+            steps.join("\n")
+        ));
+    }
+    out
+}
+
+#[test]
+fn no_import_loop_between_top_level_modules() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let g = build(&src);
+    assert!(g.files.node_count() > 50, "the source files were not found under {}", src.display());
+    let problems = problems(&g);
+    assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+}
+
+#[test]
+fn the_reader_finds_paths_groups_and_super_and_skips_tests_comments_and_strings() {
+    let text = r#"
+use crate::{a::{B, c::D}, e};
+use super::f::G;
+// crate::commented::Out
+fn x() { let _ = "crate::quoted::Out"; crate::h::i(); }
+#[cfg(test)]
+mod tests {
+    use crate::test_only::X;
+}
+#[cfg(test)]
+mod helpers;
+"#;
+    let (code, test_files) = strip_test_items(&strip_comments_and_strings(text));
+    let refs: Vec<String> =
+        references(&code, &["m".to_string(), "n".to_string()]).into_iter().map(|(p, _)| p.join("::")).collect();
+    assert_eq!(refs, ["a::B", "a::c::D", "e", "m::f::G", "h::i"]);
+    assert_eq!(test_files, ["helpers"]);
+}
+
+#[test]
+fn a_loop_is_named_with_the_references_that_make_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::write(src.join("lib.rs"), "pub mod a;\npub mod b;\npub mod c;\n").unwrap();
+    std::fs::write(src.join("a.rs"), "use crate::b::X;\n").unwrap();
+    std::fs::write(src.join("b.rs"), "pub struct X;\nfn f() { crate::c::g(); }\n").unwrap();
+    std::fs::write(src.join("c.rs"), "pub fn g() { let _ = crate::a::Y; }\n").unwrap();
+    let p = problems(&build(src));
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(p[0].starts_with("import loop between top-level modules {a, b, c}"), "{}", p[0]);
+    assert!(p[0].contains("a -> b (src/a.rs:1 `crate::b::X`)"), "{}", p[0]);
+    assert!(p[0].contains("c -> a ("), "{}", p[0]);
+}
