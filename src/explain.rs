@@ -60,9 +60,9 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
     // How artifacts name an LLM exchange (its request hash) or an MCP call (its call hash):
     // the newest event with that hash.
     if id.starts_with("sha256:") {
-        let found = match crate::llm::record::exchange_event(&ledger, id)? {
+        let found = match ledger.exchange_event(id)? {
             Some(n) => Some(n),
-            None => crate::execute::call_event(&ledger, id)?,
+            None => crate::agent::call_event(&ledger, id)?,
         };
         let Some(n) = found else {
             return Err(not_found(format!("no LLM exchange or MCP call with hash `{id}` in the ledger")));
@@ -73,7 +73,7 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
         return Ok(Explanation { id: id.into(), item: "event", status, record: None, lineage });
     }
 
-    if let Some(sample) = id.strip_prefix("sample:") {
+    if let Some(sample) = crate::model::Sample::id_in_subject(id) {
         return explain_sample(settings, &ledger, sample);
     }
     if id.starts_with("log:") {
@@ -154,7 +154,7 @@ fn explain_sample(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Expl
         .filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten())
         .map(|m| m.run_id)
         .collect();
-    let subject = crate::synth::subject(id);
+    let subject = crate::model::Sample::subject_for(id);
     let direct = ledger.events_for(&subject, &runs)?;
     if direct.is_empty() {
         return Err(hinted(

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
 use serde_json::Value;
 
 use crate::ledger::{Ledger, NewEvent, Parent, RunRecorder};
@@ -59,56 +59,5 @@ impl Recorder {
             params![key, event_id, crate::ledger::now()],
         )?;
         Ok(())
-    }
-}
-
-/// The newest ledger event of the exchange with this request hash ([`super::Reply::exchange`]),
-/// for linking what a stage records to the exchange behind it.
-pub fn exchange_event(ledger: &Ledger, hash: &str) -> Result<Option<i64>> {
-    Ok(ledger
-        .connection()
-        .query_row(
-            // The kind is spelled out so the partial index `events_exchange_hash` applies.
-            "SELECT id FROM events WHERE kind = 'llm.exchange' AND json_extract(payload, '$.request_hash') = ?1 ORDER BY id DESC LIMIT 1",
-            params![hash],
-            |r| r.get(0),
-        )
-        .optional()?)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exchange_lookup_by_hash_uses_the_index_and_finds_the_newest() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut l = Ledger::open(dir.path()).unwrap();
-        let ex = |h: &str| {
-            NewEvent::new(crate::ledger::kind::LLM_EXCHANGE, Some("i"), serde_json::json!({"request_hash": h}))
-        };
-        let (_, ids) = l
-            .record_run(
-                "s",
-                "c",
-                "v",
-                &[ex("h1"), NewEvent::new("other", None, serde_json::json!("x")), ex("h2"), ex("h1")],
-            )
-            .unwrap();
-        assert_eq!(exchange_event(&l, "h1").unwrap(), Some(ids[3]));
-        assert_eq!(exchange_event(&l, "h2").unwrap(), Some(ids[2]));
-        assert_eq!(exchange_event(&l, "h3").unwrap(), None);
-        let plan: Vec<String> = l
-            .connection()
-            .prepare(&format!(
-                "EXPLAIN QUERY PLAN SELECT id FROM events WHERE kind = '{}' AND json_extract(payload, '$.request_hash') = ?1 ORDER BY id DESC LIMIT 1",
-                crate::ledger::kind::LLM_EXCHANGE
-            ))
-            .unwrap()
-            .query_map(["h1"], |r| r.get::<_, String>(3))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
-        assert!(plan.iter().any(|p| p.contains("events_exchange_hash")), "{plan:?}");
     }
 }

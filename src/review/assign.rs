@@ -152,7 +152,7 @@ impl Stage for AssignStage {
         for a in &assignments.samples {
             out.event(NewEvent::new(
                 super::kind::ASSIGN,
-                Some(&super::subject(&a.id)),
+                Some(&crate::model::Sample::subject_for(&a.id)),
                 json!({"reviewers": a.reviewers, "content_hash": a.content_hash,
                        "kept": previous.as_ref().is_some_and(|p| p.sample(&a.id).is_some_and(|x| x.reviewers == a.reviewers))}),
             ));
