@@ -96,6 +96,22 @@ fn event_row(r: &rusqlite::Row) -> rusqlite::Result<EventRow> {
     Ok(EventRow { kind: r.get(0)?, stage: r.get(1)?, subject: r.get(2)?, payload: r.get(3)? })
 }
 
+/// What `benchgen explain ID` says about one item: where it stands and its lineage.
+/// Declared here, beside [`Event`], so stages that explain their own ids need not
+/// import `explain` (which reaches them through the stage list).
+#[derive(Debug, Serialize)]
+pub struct Explanation {
+    pub id: String,
+    pub item: &'static str,
+    /// One line saying where the item stands now.
+    pub status: String,
+    /// The item's current record, when it is a catalog entry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<Value>,
+    /// Lineage events, oldest first.
+    pub lineage: Vec<Event>,
+}
+
 /// Metadata of one stage run.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Run {
@@ -521,6 +537,27 @@ fn insert_events(conn: &Connection, run_id: i64, stage: &str, events: &[NewEvent
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn field_and_subject_queries_find_what_they_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Ledger::open(dir.path()).unwrap();
+        let ev = |kind: &str, subject: &str, v: &str| NewEvent::new(kind, Some(subject), json!({"k": v}));
+        let (run, ids) = l
+            .record_run("s", "c", "v", &[ev("a", "x", "1"), ev("a", "y", "1"), ev("b", "x", "1"), ev("a", "x", "2")])
+            .unwrap();
+        assert_eq!(l.newest_with_field("a", "k", "1").unwrap(), Some(ids[1]));
+        assert_eq!(l.newest_with_field("a", "k", "3").unwrap(), None);
+        assert_eq!(l.oldest_with_field("x", "a", "s", "k", "1").unwrap(), Some(ids[0]));
+        assert_eq!(l.oldest_with_field("x", "a", "other", "k", "1").unwrap(), None);
+        let kinds: Vec<String> = l.rows_of_kinds(&["b", "a"]).unwrap().into_iter().map(|r| r.kind).collect();
+        assert_eq!(kinds, ["a", "a", "b", "a"]);
+        assert_eq!(l.event_ids_about(&["y", "x"], &[run]).unwrap(), ids);
+        assert_eq!(l.event_ids_about(&["y"], &[run + 1]).unwrap(), Vec::<i64>::new());
+        let (row, parents) = l.event_row(ids[2]).unwrap().unwrap();
+        assert_eq!((row.kind.as_str(), row.subject.as_deref(), parents.len()), ("b", Some("x"), 0));
+        assert_eq!(serde_json::from_str::<Value>(&row.payload).unwrap(), json!({"k": "1"}));
+    }
 
     #[test]
     fn exchange_lookup_by_hash_uses_the_index_and_finds_the_newest() {

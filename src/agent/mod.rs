@@ -49,3 +49,37 @@ pub struct AgentSettings {
     /// Queries [`Executor::run_all`] runs at once.
     pub concurrency: usize,
 }
+
+#[cfg(test)]
+mod tests {
+    /// Non-test source text of the `.rs` files under `src/<dir>` (or of `src/<dir>.rs`).
+    fn source(dir: &str) -> String {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = vec![root.join(format!("{dir}.rs"))];
+        if let Ok(rd) = std::fs::read_dir(root.join(dir)) {
+            files.extend(rd.flatten().map(|e| e.path()));
+        }
+        let mut out = String::new();
+        for f in files.iter().filter(|f| f.extension().is_some_and(|e| e == "rs")) {
+            if let Ok(text) = std::fs::read_to_string(f) {
+                // Test modules may name anything.
+                out.push_str(text.split("#[cfg(test)]").next().unwrap_or(""));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_agent_room_and_its_users_import_no_cycle() {
+        let agent = source("agent");
+        assert!(!agent.is_empty());
+        for stage in ["crate::execute", "crate::synth", "config.execute", "config.synth"] {
+            assert!(!agent.contains(stage), "the agent room names `{stage}`");
+        }
+        // execute reads synthesis' chain queries, so synthesis must not import execute.
+        assert!(!source("synth").contains("crate::execute"), "synth imports execute");
+        // explain reaches release through the stage list, so release must not import explain.
+        assert!(!source("release").contains("crate::explain"), "release imports explain");
+        assert!(!source("explain").contains("crate::release"), "explain imports release");
+    }
+}

@@ -280,6 +280,11 @@ impl Stage for CurateStage {
         &SPEC
     }
 
+    /// The log family's events (curation decisions).
+    fn describe_event(&self, kind: &str, payload: &Value) -> Option<String> {
+        (kind == super::kind::DECISION).then(|| describe(payload))
+    }
+
     fn enabled(&self, s: &Settings) -> bool {
         s.config.logs.is_some()
     }

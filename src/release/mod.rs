@@ -234,6 +234,10 @@ impl Stage for ReleaseStage {
         &SPEC
     }
 
+    fn explain(&self, s: &Settings, id: &str) -> Result<Option<crate::ledger::Explanation>> {
+        explain(s, id)
+    }
+
     fn enabled(&self, s: &Settings) -> bool {
         s.config.release.is_some()
     }
@@ -1052,7 +1056,7 @@ fn changelog(
 
 /// `benchgen explain sample:<id>` for a released sample: its release record and ledger
 /// lineage. `None` when the id is not in the current release (other explainers try).
-pub fn explain(s: &Settings, id: &str) -> Result<Option<crate::explain::Explanation>> {
+pub fn explain(s: &Settings, id: &str) -> Result<Option<crate::ledger::Explanation>> {
     let Some(sample) = crate::model::Sample::id_in_subject(id) else { return Ok(None) };
     let path = s.artifacts.join(STAGE).join("lineage.jsonl");
     let Ok(f) = std::fs::File::open(&path) else { return Ok(None) };
@@ -1102,7 +1106,7 @@ pub fn explain(s: &Settings, id: &str) -> Result<Option<crate::explain::Explanat
         record["released_as"].as_str().unwrap_or("?"),
         record["source"]["file"].as_str().unwrap_or("?"),
     );
-    Ok(Some(crate::explain::Explanation {
+    Ok(Some(crate::ledger::Explanation {
         id: crate::model::Sample::subject_for(sample),
         item: "released sample",
         status,

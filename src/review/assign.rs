@@ -111,6 +111,11 @@ impl Stage for AssignStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
     }
+    /// The review family's events (assignments, reviews, decisions).
+    fn describe_event(&self, kind: &str, payload: &serde_json::Value) -> Option<String> {
+        use super::kind::{ASSIGN, DECISION, REVIEW};
+        [REVIEW, DECISION, ASSIGN].contains(&kind).then(|| super::describe(kind, payload))
+    }
     fn enabled(&self, s: &Settings) -> bool {
         s.config.review.is_some()
     }
