@@ -7,27 +7,13 @@
 //! artifact names it with (`sha256:…`).
 
 use anyhow::Result;
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::hinted;
-use crate::ledger::{Event, Ledger, kind};
+use crate::ledger::{Event, Explanation, Ledger, kind};
 use crate::model::{Catalog, TOOL_ID_SEP, norm_tool_id};
 use crate::settings::Settings;
 use crate::stage::Manifest;
-
-#[derive(Debug, Serialize)]
-pub struct Explanation {
-    pub id: String,
-    pub item: &'static str,
-    /// One line saying where the item stands now.
-    pub status: String,
-    /// The item's current record, when it is a catalog entry.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub record: Option<Value>,
-    /// Lineage events, oldest first.
-    pub lineage: Vec<Event>,
-}
 
 pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
     let not_found = |what: String| {
@@ -43,9 +29,12 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
         )));
     };
     let id = raw_id.trim();
-    // A released sample: its release record, then its ledger lineage.
-    if let Some(x) = crate::release::explain(settings, id)? {
-        return Ok(x);
+    // Ids a stage answers for first (a released sample: its release record, then its
+    // ledger lineage).
+    for stage in crate::stages::all() {
+        if let Some(x) = stage.explain(settings, id)? {
+            return Ok(x);
+        }
     }
     if let Some(n) = id.strip_prefix('#').or_else(|| id.strip_prefix("event:")) {
         let n: i64 = n.parse().map_err(|_| not_found(format!("`{id}` is not an event id")))?;
@@ -60,9 +49,9 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
     // How artifacts name an LLM exchange (its request hash) or an MCP call (its call hash):
     // the newest event with that hash.
     if id.starts_with("sha256:") {
-        let found = match crate::llm::record::exchange_event(&ledger, id)? {
+        let found = match ledger.exchange_event(id)? {
             Some(n) => Some(n),
-            None => crate::execute::call_event(&ledger, id)?,
+            None => crate::agent::call_event(&ledger, id)?,
         };
         let Some(n) = found else {
             return Err(not_found(format!("no LLM exchange or MCP call with hash `{id}` in the ledger")));
@@ -73,7 +62,7 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
         return Ok(Explanation { id: id.into(), item: "event", status, record: None, lineage });
     }
 
-    if let Some(sample) = id.strip_prefix("sample:") {
+    if let Some(sample) = crate::model::Sample::id_in_subject(id) {
         return explain_sample(settings, &ledger, sample);
     }
     if id.starts_with("log:") {
@@ -154,7 +143,7 @@ fn explain_sample(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Expl
         .filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten())
         .map(|m| m.run_id)
         .collect();
-    let subject = crate::synth::subject(id);
+    let subject = crate::model::Sample::subject_for(id);
     let direct = ledger.events_for(&subject, &runs)?;
     if direct.is_empty() {
         return Err(hinted(
@@ -211,7 +200,9 @@ fn current_record(settings: &Settings, subject: &str) -> Result<Option<Value>> {
     Ok(None)
 }
 
-fn describe(e: &Event) -> String {
+/// One line about an event: the foundation's and the LLM client's kinds here, every other
+/// kind by the family that records it (through the stage list), else the raw payload.
+fn describe(e: &Event, stages: &[Box<dyn crate::stage::Stage>]) -> String {
     let p = &e.payload;
     let s = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("");
     match e.kind.as_str() {
@@ -230,11 +221,7 @@ fn describe(e: &Event) -> String {
             format!("{}{rule}: {}{ev}", s("verdict"), s("reason"))
         }
         kind::LLM_EXCHANGE | crate::llm::LLM_FAILURE => crate::llm::describe_event(&e.kind, p),
-        crate::logs::kind::DECISION => crate::logs::curate::describe(p),
-        crate::review::kind::REVIEW | crate::review::kind::DECISION | crate::review::kind::ASSIGN => {
-            crate::review::describe(&e.kind, p)
-        }
-        _ => p.to_string(),
+        other => stages.iter().find_map(|s| s.describe_event(other, p)).unwrap_or_else(|| p.to_string()),
     }
 }
 
@@ -253,8 +240,45 @@ pub fn render(x: &Explanation) -> String {
         }
     }
     out.push_str("\nlineage (oldest first):\n");
+    let stages = crate::stages::all();
     for e in &x.lineage {
-        out.push_str(&format!("  #{:<6} {:<16} {:<15} run {:<4} {}\n", e.id, e.kind, e.stage, e.run_id, describe(e)));
+        out.push_str(&format!(
+            "  #{:<6} {:<16} {:<15} run {:<4} {}\n",
+            e.id,
+            e.kind,
+            e.stage,
+            e.run_id,
+            describe(e, &stages)
+        ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn families_describe_their_own_events_through_the_stage_list() {
+        let stages = crate::stages::all();
+        let ev = |kind: &str, payload: &Value| Event {
+            id: 1,
+            run_id: 1,
+            kind: kind.into(),
+            stage: "s".into(),
+            subject: None,
+            time: String::new(),
+            payload: payload.clone(),
+            parents: vec![],
+        };
+        let p = json!({"decision": "accept", "verdict": "keep", "reason": "r", "reviewer": "ada", "score": 4});
+        let curated = describe(&ev(crate::logs::kind::DECISION, &p), &stages);
+        assert_eq!(curated, crate::logs::curate::describe(&p));
+        for k in [crate::review::kind::REVIEW, crate::review::kind::DECISION, crate::review::kind::ASSIGN] {
+            assert_eq!(describe(&ev(k, &p), &stages), crate::review::describe(k, &p), "{k}");
+        }
+        assert_ne!(curated, p.to_string());
+        assert_eq!(describe(&ev("nobody.records.this", &p), &stages), p.to_string());
+    }
 }

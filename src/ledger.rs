@@ -82,6 +82,36 @@ pub struct Event {
     pub parents: Vec<i64>,
 }
 
+/// An event's columns without its id, run, time and parents: what scans over many events
+/// read. The payload is the stored JSON text, for callers to parse as they need.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRow {
+    pub kind: String,
+    pub stage: String,
+    pub subject: Option<String>,
+    pub payload: String,
+}
+
+fn event_row(r: &rusqlite::Row) -> rusqlite::Result<EventRow> {
+    Ok(EventRow { kind: r.get(0)?, stage: r.get(1)?, subject: r.get(2)?, payload: r.get(3)? })
+}
+
+/// What `benchgen explain ID` says about one item: where it stands and its lineage.
+/// Declared here, beside [`Event`], so stages that explain their own ids need not
+/// import `explain` (which reaches them through the stage list).
+#[derive(Debug, Serialize)]
+pub struct Explanation {
+    pub id: String,
+    pub item: &'static str,
+    /// One line saying where the item stands now.
+    pub status: String,
+    /// The item's current record, when it is a catalog entry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<Value>,
+    /// Lineage events, oldest first.
+    pub lineage: Vec<Event>,
+}
+
 /// Metadata of one stage run.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Run {
@@ -121,7 +151,7 @@ CREATE TABLE IF NOT EXISTS events(
 );
 CREATE INDEX IF NOT EXISTS events_subject ON events(subject);
 CREATE INDEX IF NOT EXISTS events_run_kind ON events(run_id, kind);
--- Exchanges by request hash (`llm::record::exchange_event`, which stages call per item):
+-- Exchanges by request hash (`Ledger::exchange_event`, which stages call per item):
 -- without it each lookup scanned every event's JSON.
 CREATE INDEX IF NOT EXISTS events_exchange_hash ON events(json_extract(payload, '$.request_hash'))
     WHERE kind = 'llm.exchange';
@@ -179,6 +209,19 @@ impl Ledger {
             return Ok(None);
         }
         Self::open(artifacts).map(Some)
+    }
+
+    /// Open an existing ledger without writing to it (no schema set-up); `None` when there
+    /// is none yet.
+    pub fn open_read_only(artifacts: &Path) -> Result<Option<Self>> {
+        let path = artifacts.join(LEDGER_FILE);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let conn = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .with_context(|| format!("cannot open ledger `{}`", path.display()))?;
+        conn.busy_timeout(std::time::Duration::from_secs(30))?;
+        Ok(Some(Self { conn, path }))
     }
 
     pub fn path(&self) -> &Path {
@@ -324,6 +367,93 @@ impl Ledger {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// The newest `llm.exchange` event with this request hash ([`crate::llm::Reply::exchange`]),
+    /// for linking what a stage records to the exchange behind it.
+    pub fn exchange_event(&self, request_hash: &str) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .query_row(
+                // The kind is spelled out so the partial index `events_exchange_hash` applies.
+                "SELECT id FROM events WHERE kind = 'llm.exchange' AND json_extract(payload, '$.request_hash') = ?1 ORDER BY id DESC LIMIT 1",
+                params![request_hash],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// The newest event of `kind` whose payload has `field` (top level) equal to `value`.
+    pub fn newest_with_field(&self, kind: &str, field: &str, value: &str) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id FROM events WHERE kind = ?1 AND json_extract(payload, ?2) = ?3 ORDER BY id DESC LIMIT 1",
+                params![kind, format!("$.{field}"), value],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// The oldest event about `subject` of `kind` recorded by `stage` whose payload has
+    /// `field` (top level) equal to `value`.
+    pub fn oldest_with_field(
+        &self,
+        subject: &str,
+        kind: &str,
+        stage: &str,
+        field: &str,
+        value: &str,
+    ) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id FROM events WHERE subject = ?1 AND kind = ?2 AND stage = ?3
+                 AND json_extract(payload, ?4) = ?5 ORDER BY id LIMIT 1",
+                params![subject, kind, stage, format!("$.{field}"), value],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// Every event of these kinds, oldest first, without parents (for scans over many events).
+    pub fn rows_of_kinds(&self, kinds: &[&str]) -> Result<Vec<EventRow>> {
+        let marks = vec!["?"; kinds.len()].join(", ");
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT kind, stage, subject, payload FROM events WHERE kind IN ({marks}) ORDER BY id"
+        ))?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(kinds), event_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Ids of the events about any of `subjects` recorded by `runs`, oldest first.
+    pub fn event_ids_about(&self, subjects: &[&str], runs: &[i64]) -> Result<Vec<i64>> {
+        if runs.is_empty() || subjects.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marks = vec!["?"; subjects.len()].join(", ");
+        let runs = runs.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT id FROM events WHERE subject IN ({marks}) AND run_id IN ({runs}) ORDER BY id"
+        ))?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(subjects), |r| r.get::<_, i64>(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// One event's kind, stage, subject and raw payload, and its parents in id order.
+    pub fn event_row(&self, id: i64) -> Result<Option<(EventRow, Vec<i64>)>> {
+        let row = self
+            .conn
+            .prepare_cached("SELECT kind, stage, subject, payload FROM events WHERE id = ?1")?
+            .query_row(params![id], event_row)
+            .optional()?;
+        let Some(row) = row else { return Ok(None) };
+        let parents = self
+            .conn
+            .prepare_cached("SELECT parent_id FROM event_parents WHERE event_id = ?1 ORDER BY parent_id")?
+            .query_map(params![id], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(Some((row, parents)))
+    }
+
     /// Direct access for stages with their own tables (e.g. the LLM cache).
     pub fn connection(&self) -> &Connection {
         &self.conn
@@ -407,6 +537,59 @@ fn insert_events(conn: &Connection, run_id: i64, stage: &str, events: &[NewEvent
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn field_and_subject_queries_find_what_they_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Ledger::open(dir.path()).unwrap();
+        let ev = |kind: &str, subject: &str, v: &str| NewEvent::new(kind, Some(subject), json!({"k": v}));
+        let (run, ids) = l
+            .record_run("s", "c", "v", &[ev("a", "x", "1"), ev("a", "y", "1"), ev("b", "x", "1"), ev("a", "x", "2")])
+            .unwrap();
+        assert_eq!(l.newest_with_field("a", "k", "1").unwrap(), Some(ids[1]));
+        assert_eq!(l.newest_with_field("a", "k", "3").unwrap(), None);
+        assert_eq!(l.oldest_with_field("x", "a", "s", "k", "1").unwrap(), Some(ids[0]));
+        assert_eq!(l.oldest_with_field("x", "a", "other", "k", "1").unwrap(), None);
+        let kinds: Vec<String> = l.rows_of_kinds(&["b", "a"]).unwrap().into_iter().map(|r| r.kind).collect();
+        assert_eq!(kinds, ["a", "a", "b", "a"]);
+        assert_eq!(l.event_ids_about(&["y", "x"], &[run]).unwrap(), ids);
+        assert_eq!(l.event_ids_about(&["y"], &[run + 1]).unwrap(), Vec::<i64>::new());
+        let (row, parents) = l.event_row(ids[2]).unwrap().unwrap();
+        assert_eq!((row.kind.as_str(), row.subject.as_deref(), parents.len()), ("b", Some("x"), 0));
+        assert_eq!(serde_json::from_str::<Value>(&row.payload).unwrap(), json!({"k": "1"}));
+    }
+
+    #[test]
+    fn exchange_lookup_by_hash_uses_the_index_and_finds_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Ledger::open(dir.path()).unwrap();
+        let ex = |h: &str| {
+            NewEvent::new(crate::ledger::kind::LLM_EXCHANGE, Some("i"), serde_json::json!({"request_hash": h}))
+        };
+        let (_, ids) = l
+            .record_run(
+                "s",
+                "c",
+                "v",
+                &[ex("h1"), NewEvent::new("other", None, serde_json::json!("x")), ex("h2"), ex("h1")],
+            )
+            .unwrap();
+        assert_eq!(l.exchange_event("h1").unwrap(), Some(ids[3]));
+        assert_eq!(l.exchange_event("h2").unwrap(), Some(ids[2]));
+        assert_eq!(l.exchange_event("h3").unwrap(), None);
+        let plan: Vec<String> = l
+            .connection()
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN SELECT id FROM events WHERE kind = '{}' AND json_extract(payload, '$.request_hash') = ?1 ORDER BY id DESC LIMIT 1",
+                crate::ledger::kind::LLM_EXCHANGE
+            ))
+            .unwrap()
+            .query_map(["h1"], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert!(plan.iter().any(|p| p.contains("events_exchange_hash")), "{plan:?}");
+    }
 
     #[test]
     fn records_runs_events_and_lineage() {

@@ -5,6 +5,7 @@
 //! `settings` (pipeline config), `stage` (runner, manifests, freshness),
 //! `store` (atomic files), `ledger` (provenance), `model` (core records).
 
+pub mod agent;
 pub mod children;
 pub mod clean;
 pub mod cli;

@@ -362,7 +362,27 @@ pub struct Sample {
     pub author: Option<String>,
 }
 
+/// Ledger subjects of samples are `sample:<id>`.
+const SAMPLE_SUBJECT: &str = "sample:";
+
 impl Sample {
+    /// The ledger subject of this sample's lineage (`benchgen explain sample:<id>`).
+    pub fn subject(&self) -> String {
+        Self::subject_for(&self.id)
+    }
+
+    /// The ledger subject of the sample with this id: every stage recording about a sample
+    /// (synthesis, validation, review, release) files its events under it.
+    pub fn subject_for(id: &str) -> String {
+        format!("{SAMPLE_SUBJECT}{id}")
+    }
+
+    /// The sample id a ledger subject (or an `explain` id) names; `None` when it names
+    /// no sample.
+    pub fn id_in_subject(subject: &str) -> Option<&str> {
+        subject.strip_prefix(SAMPLE_SUBJECT)
+    }
+
     /// SHA-256 of the sample's JSON line: review scores are tied to it, so editing a sample
     /// invalidates the scores given to the old text.
     pub fn content_hash(&self) -> String {
@@ -378,6 +398,13 @@ impl Sample {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sample_subject_reads_back_as_its_id() {
+        assert_eq!(Sample::subject_for("chain-1"), "sample:chain-1");
+        assert_eq!(Sample::id_in_subject(&Sample::subject_for("a:b")), Some("a:b"));
+        assert_eq!(Sample::id_in_subject("log:chain-1"), None);
+    }
 
     #[test]
     fn tool_ids_normalise_around_the_first_separator() {

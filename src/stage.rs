@@ -484,6 +484,16 @@ pub trait Stage: Send + Sync {
     }
     /// Range checks of its own settings (reported with every other problem by `check`).
     fn check(&self, _settings: &Settings, _problems: &mut Vec<Problem>) {}
+    /// `benchgen explain ID` for ids this stage answers for before the generic explainers
+    /// (a released sample); `None`: not one of its ids.
+    fn explain(&self, _settings: &Settings, _id: &str) -> Result<Option<crate::ledger::Explanation>> {
+        Ok(None)
+    }
+    /// One line for `benchgen explain` about an event of a kind this stage's family records;
+    /// `None`: not one of its kinds (one stage of each family answers for the family).
+    fn describe_event(&self, _kind: &str, _payload: &Value) -> Option<String> {
+        None
+    }
     fn plan(&self, settings: &Settings) -> Result<Plan>;
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()>;
 }

@@ -193,18 +193,13 @@ pub fn efs_settings(settings: &crate::settings::Settings) -> &EfsSettings {
 /// [`crate::llm::Reply::exchange`], which stages get without asking the ledger). Event ids
 /// depend on the order concurrent calls finish (and a cache hit is a new event),
 /// so artifacts name exchanges by request hash, which the ledger resolves
-/// ([`exchange_event`]), and stay byte-identical across reruns.
+/// ([`crate::ledger::Ledger::exchange_event`]), and stay byte-identical across reruns.
 pub fn exchange_hash(ledger: &crate::ledger::Ledger, event_id: i64) -> anyhow::Result<String> {
     let ev = ledger.event(event_id)?.ok_or_else(|| anyhow::anyhow!("ledger event #{event_id} is missing"))?;
     ev.payload["request_hash"]
         .as_str()
         .map(str::to_string)
         .ok_or_else(|| anyhow::anyhow!("ledger event #{event_id} is not an LLM exchange"))
-}
-
-/// The newest ledger event of the exchange with this request hash.
-pub fn exchange_event(ledger: &crate::ledger::Ledger, hash: &str) -> anyhow::Result<Option<i64>> {
-    crate::llm::record::exchange_event(ledger, hash)
 }
 
 /// A stable, short set id derived from the set's smallest member, so ids survive

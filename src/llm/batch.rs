@@ -573,7 +573,7 @@ impl<'a> Batch<'a> {
 
     /// The newest ledger event of an exchange named by its request hash (an event parent).
     pub fn exchange_event(&self, hash: &str) -> Result<Option<i64>> {
-        super::record::exchange_event(&self.ledger, hash)
+        self.ledger.exchange_event(hash)
     }
 
     /// The LLM counts over every item so far (checkpointed ones included).

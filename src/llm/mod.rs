@@ -89,7 +89,7 @@ pub struct Reply<T> {
     pub cached: bool,
     /// The request hash of that exchange: a stable name for it across reruns (event ids
     /// depend on the order concurrent calls finish, and a cache hit is a new event).
-    /// Artifacts name exchanges by it; [`record::exchange_event`] resolves it to an event.
+    /// Artifacts name exchanges by it; [`crate::ledger::Ledger::exchange_event`] resolves it to an event.
     pub exchange: String,
 }
 

@@ -44,14 +44,10 @@ pub fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
 /// Accounting rows, sorted by stage and role; `stage` limits to one stage.
 pub fn collect(settings: &Settings, stage: Option<&str>) -> Result<Vec<RoleStats>> {
     let Some(ledger) = Ledger::open_existing(&settings.artifacts)? else { return Ok(Vec::new()) };
-    let mut stmt =
-        ledger.connection().prepare("SELECT kind, stage, payload FROM events WHERE kind IN (?1, ?2) ORDER BY id")?;
-    let rows = stmt.query_map([kind::LLM_EXCHANGE, super::LLM_FAILURE], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?))
-    })?;
+    let rows = ledger.rows_of_kinds(&[kind::LLM_EXCHANGE, super::LLM_FAILURE])?;
     let mut acc: BTreeMap<(String, String), (RoleStats, Vec<u64>)> = BTreeMap::new();
     for row in rows {
-        let (k, st, payload) = row?;
+        let crate::ledger::EventRow { kind: k, stage: st, payload, .. } = row;
         if stage.is_some_and(|s| s != st) {
             continue;
         }

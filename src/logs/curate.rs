@@ -292,6 +292,11 @@ impl Stage for CurateStage {
          fails the stage after the others are done (a rerun asks only for it)."
     }
 
+    /// The log family's events (curation decisions).
+    fn describe_event(&self, kind: &str, payload: &Value) -> Option<String> {
+        (kind == super::kind::DECISION).then(|| describe(payload))
+    }
+
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         vec![ConfigRef::new("logs.curate.judge_role", &super::import::settings(s).curate.judge_role)]
     }

@@ -13,12 +13,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
-use rusqlite::{Connection, params};
+use anyhow::Result;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::ledger::kind;
+use crate::ledger::{EventRow, Ledger, kind};
 
 /// Payload keys that differ between a run and its replay.
 const VOLATILE: &[&str] = &[
@@ -64,8 +63,8 @@ struct Node {
 
 /// Lineage lookups over one ledger, with every event read once.
 pub struct Index {
-    conn: Option<Connection>,
-    runs: String,
+    ledger: Option<Ledger>,
+    runs: Vec<i64>,
     stage_order: HashMap<String, usize>,
     cache: HashMap<i64, Node>,
     /// LLM exchanges behind released samples, by request hash.
@@ -78,19 +77,9 @@ pub struct Index {
 impl Index {
     /// `runs`: the ledger runs behind the current artifacts.
     pub fn open(artifacts: &std::path::Path, runs: &[i64], stage_order: &[&str]) -> Result<Self> {
-        let path = artifacts.join(crate::ledger::LEDGER_FILE);
-        let conn = if path.exists() {
-            let c = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-                .with_context(|| format!("cannot open ledger `{}`", path.display()))?;
-            c.busy_timeout(std::time::Duration::from_secs(30))?;
-            Some(c)
-        } else {
-            None
-        };
-        let runs = runs.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
         Ok(Index {
-            conn,
-            runs,
+            ledger: Ledger::open_read_only(artifacts)?,
+            runs: runs.to_vec(),
             stage_order: stage_order.iter().enumerate().map(|(i, s)| (s.to_string(), i)).collect(),
             cache: HashMap::new(),
             llm: BTreeMap::new(),
@@ -101,43 +90,16 @@ impl Index {
 
     /// Root event ids of a sample.
     pub fn roots(&self, id: &str, provenance_id: &str) -> Result<Vec<i64>> {
-        let Some(conn) = &self.conn else { return Ok(Vec::new()) };
-        if self.runs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let subject = format!("sample:{id}");
-        let sql = format!(
-            "SELECT id FROM events WHERE (subject = ?1 OR subject = ?2) AND run_id IN ({}) ORDER BY id",
-            self.runs
-        );
-        let mut stmt = conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(params![subject, provenance_id], |r| r.get::<_, i64>(0))?;
-        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        let Some(ledger) = &self.ledger else { return Ok(Vec::new()) };
+        ledger.event_ids_about(&[&crate::model::Sample::subject_for(id), provenance_id], &self.runs)
     }
 
     fn node(&mut self, id: i64) -> Result<Option<&Node>> {
         if !self.cache.contains_key(&id) {
-            let Some(conn) = &self.conn else { return Ok(None) };
-            let row = conn.prepare_cached("SELECT kind, stage, subject, payload FROM events WHERE id = ?1")?.query_row(
-                params![id],
-                |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, Option<String>>(2)?,
-                        r.get::<_, String>(3)?,
-                    ))
-                },
-            );
-            let (k, stage, subject, payload) = match row {
-                Ok(r) => r,
-                Err(rusqlite::Error::QueryReturnedNoRows) => return Ok(None),
-                Err(e) => return Err(e.into()),
+            let Some(ledger) = &self.ledger else { return Ok(None) };
+            let Some((EventRow { kind: k, stage, subject, payload }, parents)) = ledger.event_row(id)? else {
+                return Ok(None);
             };
-            let parents: Vec<i64> = conn
-                .prepare_cached("SELECT parent_id FROM event_parents WHERE event_id = ?1 ORDER BY parent_id")?
-                .query_map(params![id], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
             let p: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
             // A cache hit links to the exchange that first answered the request, which may
             // have served another item (two samples asking the same thing) and which one

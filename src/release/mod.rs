@@ -257,6 +257,10 @@ impl Stage for ReleaseStage {
          checks a release."
     }
 
+    fn explain(&self, s: &Settings, id: &str) -> Result<Option<crate::ledger::Explanation>> {
+        explain(s, id)
+    }
+
     fn check(&self, s: &Settings, problems: &mut Vec<Problem>) {
         let r = settings(s);
         for (key, v) in [("release.name", &r.name), ("release.version", &r.version)] {
@@ -1257,8 +1261,8 @@ fn changelog(
 
 /// `benchgen explain sample:<id>` for a released sample: its release record and ledger
 /// lineage. `None` when the id is not in the current release (other explainers try).
-pub fn explain(s: &Settings, id: &str) -> Result<Option<crate::explain::Explanation>> {
-    let Some(sample) = id.strip_prefix("sample:") else { return Ok(None) };
+pub fn explain(s: &Settings, id: &str) -> Result<Option<crate::ledger::Explanation>> {
+    let Some(sample) = crate::model::Sample::id_in_subject(id) else { return Ok(None) };
     let path = s.artifacts.join(STAGE).join("lineage.jsonl");
     let Ok(f) = std::fs::File::open(&path) else { return Ok(None) };
     let needle = format!("{{\"id\":{}", serde_json::to_string(sample)?);
@@ -1283,7 +1287,9 @@ pub fn explain(s: &Settings, id: &str) -> Result<Option<crate::explain::Explanat
             .map(|m| m.run_id)
             .collect();
         let mut roots = Vec::new();
-        for subject in [format!("sample:{sample}"), record["provenance_id"].as_str().unwrap_or("").to_string()] {
+        for subject in
+            [crate::model::Sample::subject_for(sample), record["provenance_id"].as_str().unwrap_or("").to_string()]
+        {
             if !subject.is_empty() {
                 roots.extend(ledger.events_for(&subject, &runs)?.into_iter().map(|e| e.id));
             }
@@ -1305,8 +1311,8 @@ pub fn explain(s: &Settings, id: &str) -> Result<Option<crate::explain::Explanat
         record["released_as"].as_str().unwrap_or("?"),
         record["source"]["file"].as_str().unwrap_or("?"),
     );
-    Ok(Some(crate::explain::Explanation {
-        id: format!("sample:{sample}"),
+    Ok(Some(crate::ledger::Explanation {
+        id: crate::model::Sample::subject_for(sample),
         item: "released sample",
         status,
         record: Some(record),

@@ -128,6 +128,11 @@ impl Stage for AssignStage {
             Err(e) => printer.warn(&format!("no review links written: {e:#}")),
         }
     }
+    /// The review family's events (assignments, reviews, decisions).
+    fn describe_event(&self, kind: &str, payload: &serde_json::Value) -> Option<String> {
+        use super::kind::{ASSIGN, DECISION, REVIEW};
+        [REVIEW, DECISION, ASSIGN].contains(&kind).then(|| super::describe(kind, payload))
+    }
     fn check(&self, s: &Settings, problems: &mut Vec<Problem>) {
         super::settings(s).check(problems);
     }
@@ -166,7 +171,7 @@ impl Stage for AssignStage {
         for a in &assignments.samples {
             out.event(NewEvent::new(
                 super::kind::ASSIGN,
-                Some(&super::subject(&a.id)),
+                Some(&crate::model::Sample::subject_for(&a.id)),
                 json!({"reviewers": a.reviewers, "content_hash": a.content_hash,
                        "kept": previous.as_ref().is_some_and(|p| p.sample(&a.id).is_some_and(|x| x.reviewers == a.reviewers))}),
             ));

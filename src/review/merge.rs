@@ -221,7 +221,11 @@ impl Stage for MergeStage {
         )?;
         let agreement = agreement_of(&r, &a, &merged.decisions, s.project.seed);
         for d in &merged.decisions {
-            out.event(NewEvent::new(super::kind::DECISION, Some(&super::subject(&d.id)), serde_json::to_value(d)?));
+            out.event(NewEvent::new(
+                super::kind::DECISION,
+                Some(&crate::model::Sample::subject_for(&d.id)),
+                serde_json::to_value(d)?,
+            ));
         }
         out.file("decisions.jsonl", super::to_jsonl(&merged.decisions)?);
         out.json("agreement.json", &agreement)?;

@@ -41,11 +41,6 @@ pub mod kind {
     pub const ASSIGN: &str = "review.assign";
 }
 
-/// The ledger subject of a sample (`benchgen explain sample:<id>`).
-pub fn subject(id: &str) -> String {
-    format!("sample:{id}")
-}
-
 /// One scored dimension of the rubric.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]

@@ -274,7 +274,11 @@ impl Stage for PrereviewStage {
                 },
                 source: format!("llm:{}", sc.exchange),
             };
-            let mut ev = NewEvent::new(super::kind::REVIEW, Some(&super::subject(id)), serde_json::to_value(&score)?);
+            let mut ev = NewEvent::new(
+                super::kind::REVIEW,
+                Some(&crate::model::Sample::subject_for(id)),
+                serde_json::to_value(&score)?,
+            );
             if let Some(eid) = batch.exchange_event(&sc.exchange)? {
                 ev = ev.with_parent(Parent::Id(eid));
             }

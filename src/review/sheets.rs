@@ -578,7 +578,7 @@ impl Stage for ImportStage {
         for sc in &imported.scores {
             out.event(NewEvent::new(
                 super::kind::REVIEW,
-                Some(&super::subject(&sc.sample_id)),
+                Some(&crate::model::Sample::subject_for(&sc.sample_id)),
                 serde_json::to_value(sc)?,
             ));
         }

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::{ChainSettings, SynthSettings};
-use crate::execute::{ChainStep, Query};
+use crate::agent::{ChainStep, Query};
 use crate::graph::GraphDoc;
 use crate::ledger::{NewEvent, Parent};
 use crate::llm::Prompt;
@@ -516,7 +516,7 @@ impl Stage for ChainsStage {
                 exchange: w.exchange.clone(),
             };
             out.event(
-                NewEvent::new(super::kind::CHAIN, Some(&super::subject(&ch.id)), json!(rec))
+                NewEvent::new(super::kind::CHAIN, Some(&crate::model::Sample::subject_for(&ch.id)), json!(rec))
                     .with_parent(Parent::Id(w.event)),
             );
             records.push(rec);

@@ -24,8 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::logs::Session;
 use crate::logs::import::LogTool;
-use crate::mcp::config::ToolIds;
-use crate::mcp::{CallOutcome, ClientOptions, McpClient};
+use crate::mcp::{ClientOptions, McpClient};
 use crate::settings::Settings;
 
 /// `[synth]`.
@@ -218,73 +217,11 @@ pub mod kind {
     pub const VALIDATION: &str = "validate.verdict";
 }
 
-/// The ledger subject of a sample's lineage (`benchgen explain sample:<id>`).
-pub fn subject(sample_id: &str) -> String {
-    format!("sample:{sample_id}")
-}
-
 /// Short stable hex id of some text (sample ids are derived from content, not position,
 /// so a changed count does not rename the samples that stay).
 pub fn short_hash(text: &str) -> String {
     let h = crate::store::sha256_hex(text.as_bytes());
     h.trim_start_matches("sha256:")[..10].to_string()
-}
-
-/// The log catalog as a benchgen catalog whose tool ids are the bare log tool names (what
-/// sessions and the graph use), for the sandbox.
-pub fn sandbox_catalog(tools: &[LogTool]) -> crate::model::Catalog {
-    let tools = tools
-        .iter()
-        .map(|t| crate::model::Tool {
-            id: t.name.clone(),
-            name: t.name.clone(),
-            description: t.description.clone(),
-            input_schema: if t.input_schema.is_object() {
-                t.input_schema.clone()
-            } else {
-                serde_json::json!({"type": "object"})
-            },
-            output_schema: None,
-        })
-        .collect();
-    let mut c = crate::model::Catalog {
-        servers: vec![crate::model::Server {
-            name: "logs".into(),
-            description: "the domain's tools, from the log catalog".into(),
-            summary: String::new(),
-            url: String::new(),
-            categories: vec![],
-            license: None,
-            tools,
-            registry: None,
-        }],
-    };
-    c.sort();
-    c
-}
-
-/// An in-process sandbox over the log catalog in recorded-responses mode, and a client
-/// connected to it (tool ids as-is). Call inside a tokio runtime.
-pub fn domain_sandbox(
-    tools: &[LogTool],
-    sessions: &[Session],
-    seed: u64,
-    opts: ClientOptions,
-) -> Result<Arc<McpClient>> {
-    let recorded = crate::sandbox::Recorded::from_sessions(sessions);
-    let sandbox = crate::sandbox::Sandbox::new(
-        &sandbox_catalog(tools),
-        crate::sandbox::SandboxOptions { seed, recorded: Some(Arc::new(recorded)), ..Default::default() },
-    )?;
-    let (client_end, server_end) = tokio::io::duplex(1 << 20);
-    let (sr, sw) = tokio::io::split(server_end);
-    tokio::spawn(async move {
-        if let Err(e) = crate::sandbox::serve_io(&sandbox, sr, sw).await {
-            tracing::warn!("the in-process sandbox stopped: {e:#}");
-        }
-    });
-    let (cr, cw) = tokio::io::split(client_end);
-    Ok(Arc::new(McpClient::from_io("sandbox", ToolIds::AsIs, opts, cr, cw)))
 }
 
 /// The MCP clients synthesis executes against: `synth.server` from `[mcp.servers]`, else
@@ -299,7 +236,7 @@ pub fn clients(settings: &Settings, tools: &[LogTool], sessions: &[Session]) -> 
             })?;
             Ok(vec![Arc::new(McpClient::new(name, spec.clone(), opts))])
         }
-        None => Ok(vec![domain_sandbox(tools, sessions, settings.project.seed, opts)?]),
+        None => Ok(vec![crate::agent::domain_sandbox(tools, sessions, settings.project.seed, opts)?]),
     }
 }
 
@@ -312,27 +249,4 @@ pub fn server_hash_part(settings: &Settings) -> Result<serde_json::Value> {
         }
         None => serde_json::json!({"server": "sandbox:recorded", "seed": settings.project.seed}),
     })
-}
-
-/// An executed trajectory's calls as sequential groups of recorded calls (the unified
-/// sample's `trajectory`): a call that did not succeed carries its reason in `error`.
-pub fn recorded_groups(calls: &[crate::execute::CallRecord]) -> Vec<Vec<crate::model::RecordedCall>> {
-    let mut groups: BTreeMap<usize, Vec<crate::model::RecordedCall>> = BTreeMap::new();
-    for c in calls {
-        let (result, error) = match &c.outcome {
-            CallOutcome::Ok { output } => (Some(output.text.clone()), None),
-            CallOutcome::ToolError { output } => {
-                (Some(output.text.clone()), Some(format!("tool error: {}", output.text)))
-            }
-            CallOutcome::Failed { failure } => (None, Some(format!("call failed: {failure}"))),
-        };
-        let error = if c.executed || error.is_some() { error } else { Some("not executed".into()) };
-        groups.entry(c.group).or_default().push(crate::model::RecordedCall {
-            tool: c.tool_id.clone().unwrap_or_else(|| c.function.clone()),
-            arguments: c.arguments.clone(),
-            result,
-            error,
-        });
-    }
-    groups.into_values().collect()
 }

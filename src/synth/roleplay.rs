@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::SynthSettings;
-use crate::execute::{Executor, Query, Recorder, RunStatus, Trajectory};
+use crate::agent::{AgentSettings, Executor, Query, Recorder, RunStatus, Trajectory};
 use crate::ledger::{NewEvent, Parent};
 use crate::llm::batch::{Batch, BatchOptions, Item, ItemError};
 use crate::llm::{ChatMessage, Prompt};
@@ -320,12 +320,12 @@ impl Stage for RoleplayStage {
             .max_failed_share(rp.max_failed_share, "synth.roleplay.max_failed_share")
             .fail_point("synth_dialogue");
         let mut batch = Batch::new(ctx, opts)?;
-        let mut es = crate::execute::ExecuteSettings::clone(s.section::<crate::execute::ExecuteSettings>());
-        es.role = sc.assistant_role.clone();
+        let mut agent = AgentSettings::from(&s.section::<crate::execute::ExecuteSettings>().0);
+        agent.role = sc.assistant_role.clone();
         let exec = batch.block_on(async {
             let clients = super::clients(s, &catalog, &logged)?;
             let recorder = Recorder::open(&s.artifacts, run_id, STAGE)?;
-            Executor::connect(clients, es, Some(recorder)).await
+            Executor::connect(clients, agent, Some(recorder)).await
         })?;
         let items: Vec<(String, Plan1)> = plans.iter().map(|p| (p.id.clone(), p.clone())).collect();
         let (ex, sc_ref, subs_ref, tools_ref) = (&exec, &sc, &subs, &tools);
@@ -341,7 +341,7 @@ impl Stage for RoleplayStage {
         for (id, d) in &done.values {
             let mut ev = NewEvent::new(
                 super::kind::DIALOGUE,
-                Some(&super::subject(id)),
+                Some(&crate::model::Sample::subject_for(id)),
                 json!({"sub_scenario": d.dialogue.sub_scenario, "persona": d.dialogue.persona, "goal": d.dialogue.goal,
                        "turns": d.dialogue.turns.len(), "ended": d.dialogue.ended}),
             );
@@ -427,7 +427,7 @@ async fn simulate(
             status: t.status,
             reason: t.reason.clone(),
             answer: t.answer.clone(),
-            groups: super::recorded_groups(&t.calls),
+            groups: crate::agent::recorded_groups(&t.calls),
         });
         if failed {
             ended = "failed".into();

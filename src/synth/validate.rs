@@ -35,7 +35,7 @@ use serde_json::{Value, json};
 use super::SynthSettings;
 use super::chains::{CHAINS, ChainRecord};
 use super::roleplay::{DIALOGUES, Dialogue, STOP};
-use crate::execute::{RunStatus, TRAJECTORIES, Trajectory};
+use crate::agent::{RunStatus, TRAJECTORIES, Trajectory};
 use crate::ledger::{Ledger, NewEvent, Parent};
 use crate::llm::Prompt;
 use crate::llm::batch::{Batch, BatchOptions, Item};
@@ -211,7 +211,7 @@ fn scenario_path(sub: &str) -> Vec<String> {
 fn finish(mut sample: Sample) -> Sample {
     sample.difficulty = Difficulty::from_calls(sample.reference_calls());
     sample.kind = kind_of(sample.turns.len(), sample.reference_calls());
-    sample.provenance_id = super::subject(&sample.id);
+    sample.provenance_id = sample.subject();
     sample
 }
 
@@ -274,7 +274,7 @@ pub fn from_chain(c: &ChainRecord, t: Option<&Trajectory>, author_role: &str) ->
             (Turn { user: c.query.clone(), reference_plan: vec![], gold_reply: None, trajectory: vec![] }, false)
         }
         Some(t) => {
-            let groups = super::recorded_groups(&t.calls);
+            let groups = crate::agent::recorded_groups(&t.calls);
             // Dependencies of the matched chain calls: each chain step's call depends on the
             // previous step's call (indices into the plan, which lists calls group by group).
             let mut deps = BTreeMap::new();
@@ -608,11 +608,19 @@ impl Stage for ValidateStage {
                     ids.extend(last(&crate::logs::subject(&c.origin), "logs-split", crate::logs::kind::SPLIT)?);
                 }
                 Source::Chain => {
-                    ids.extend(last(&super::subject(&c.origin), super::chains::STAGE, super::kind::CHAIN)?);
-                    ids.extend(last(&c.origin, "execute", crate::execute::TRAJECTORY)?);
+                    ids.extend(last(
+                        &crate::model::Sample::subject_for(&c.origin),
+                        super::chains::STAGE,
+                        super::kind::CHAIN,
+                    )?);
+                    ids.extend(last(&c.origin, "execute", crate::agent::TRAJECTORY)?);
                 }
                 Source::Dialogue => {
-                    ids.extend(last(&super::subject(&c.origin), super::roleplay::STAGE, super::kind::DIALOGUE)?);
+                    ids.extend(last(
+                        &crate::model::Sample::subject_for(&c.origin),
+                        super::roleplay::STAGE,
+                        super::kind::DIALOGUE,
+                    )?);
                 }
             }
             Ok(ids)
@@ -648,7 +656,8 @@ impl Stage for ValidateStage {
                 reached: reached.into(),
                 check,
             };
-            let mut ev = NewEvent::new(super::kind::VALIDATION, Some(&super::subject(id)), json!(verdict));
+            let mut ev =
+                NewEvent::new(super::kind::VALIDATION, Some(&crate::model::Sample::subject_for(id)), json!(verdict));
             for p in origin_event(c)? {
                 ev = ev.with_parent(Parent::Id(p));
             }

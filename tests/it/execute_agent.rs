@@ -170,7 +170,7 @@ fn two_group_trajectory_is_recorded_and_the_chain_check_sees_the_order() {
         assert!(t.get(k).is_none(), "`{k}` in a trajectory: {t}");
     }
     let hash = c[2]["call_hash"].as_str().unwrap();
-    let ev = benchgen::execute::call_event(&ledger, hash).unwrap().expect("the call's event");
+    let ev = benchgen::agent::call_event(&ledger, hash).unwrap().expect("the call's event");
     let ev = ledger.event(ev).unwrap().unwrap();
     assert_eq!(ev.kind, "mcp.call");
     assert_eq!(ev.payload["group"], 1);
@@ -241,7 +241,7 @@ fn a_blank_turn_after_tool_calls_gets_one_nudge_and_the_answer_is_kept() {
     assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant"]);
     assert_eq!(t["exchanges"].as_array().unwrap().len(), 3);
     let ledger = Ledger::open(&p.dir.path().join("artifacts")).unwrap();
-    let last = benchgen::llm::record::exchange_event(&ledger, t["exchanges"][2].as_str().unwrap()).unwrap().unwrap();
+    let last = ledger.exchange_event(t["exchanges"][2].as_str().unwrap()).unwrap().unwrap();
     let last = ledger.event(last).unwrap().unwrap();
     let sent = last.payload["request"]["messages"].as_array().unwrap();
     assert_eq!(sent.last().unwrap()["content"], "Now answer the user in plain words, from the tool results above.");

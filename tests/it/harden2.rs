@@ -229,7 +229,7 @@ fn duplicate_keys_in_predictions_are_refused_in_corrected_mode_and_last_wins_in_
 
 #[test]
 fn duplicate_keys_in_execute_queries_are_refused() {
-    let e = benchgen::execute::parse_queries(b"{\"id\": \"q1\", \"query\": \"a\", \"query\": \"b\"}\n", "q.jsonl")
+    let e = benchgen::agent::parse_queries(b"{\"id\": \"q1\", \"query\": \"a\", \"query\": \"b\"}\n", "q.jsonl")
         .unwrap_err();
     let text = format!("{e}");
     assert!(text.contains("q.jsonl") || e.file == "q.jsonl", "{text}");

@@ -116,7 +116,8 @@ async fn bench_sandbox_throughput() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run by scripts/bench.d/30-mcp.sh"]
 async fn bench_executor_overhead() {
-    use benchgen::execute::{ExecuteSettings, Executor, Query, Recorder};
+    use benchgen::agent::{AgentSettings, Executor, Query, Recorder};
+    use benchgen::execute::ExecuteSettings;
     use scripted_llm::{Answer, ScriptedLlm};
 
     let queries_n = env_usize("BENCH_QUERIES", 50);
@@ -153,7 +154,9 @@ async fn bench_executor_overhead() {
     };
     let client = Arc::new(McpClient::new("sb", spec, ClientOptions::new(&dir.path().join("logs"))));
     let recorder = Recorder::open(&settings.artifacts, run, "bench").unwrap();
-    let exec = Executor::connect(vec![client], ExecuteSettings::default(), Some(recorder)).await.unwrap();
+    let exec = Executor::connect(vec![client], AgentSettings::from(&ExecuteSettings::default()), Some(recorder))
+        .await
+        .unwrap();
     let llm_client = benchgen::llm::LlmClient::from_settings(&settings, "bench", run).await.unwrap();
     let queries: Vec<Query> =
         (0..queries_n).map(|i| Query { id: format!("q{i}"), query: format!("q{i}"), chain: vec![] }).collect();

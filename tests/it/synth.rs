@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use benchgen::execute::{CallRecord, ChainStep, RunStatus, Trajectory, check_chain};
+use benchgen::agent::{CallRecord, ChainStep, RunStatus, Trajectory, check_chain};
 use benchgen::graph::{Edge, GraphDoc, Support};
 use benchgen::logs::{Call, Session, Turn};
 use benchgen::mcp::{CallOutcome, ToolOutput};
@@ -259,7 +259,7 @@ async fn recorded_responses_sandbox_answers_logged_results_for_equal_arguments()
     failed.turns[0].groups[0][0].error = Some("timeout".into());
     let dir = tempfile::tempdir().unwrap();
     let client: std::sync::Arc<McpClient> =
-        benchgen::synth::domain_sandbox(&tools, &[s, failed], 3, benchgen::mcp::ClientOptions::new(dir.path()))
+        benchgen::agent::domain_sandbox(&tools, &[s, failed], 3, benchgen::mcp::ClientOptions::new(dir.path()))
             .unwrap();
     assert_eq!(client.spec().tool_ids, ToolIds::AsIs);
     let text = |o: CallOutcome| match o {

@@ -63,7 +63,7 @@ pub(super) fn enqueue(
     payload["outbox"] = json!(key);
     tx.execute(
         "INSERT INTO outbox(key, kind, subject, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![key, kind, review::subject(sample_id), payload.to_string(), crate::ledger::now()],
+        params![key, kind, crate::model::Sample::subject_for(sample_id), payload.to_string(), crate::ledger::now()],
     )?;
     Ok(())
 }
@@ -91,17 +91,7 @@ pub fn drain_outbox(c: &mut Connection, ledger: &mut crate::ledger::Ledger, run:
     crate::store::fail_point("review-outbox-before-ledger")?;
     let mut recorded: Vec<Option<i64>> = Vec::with_capacity(pending.len());
     for (_, key, kind, subject, _) in &pending {
-        recorded.push(
-            ledger
-                .connection()
-                .query_row(
-                    "SELECT id FROM events WHERE subject = ?1 AND kind = ?2 AND stage = ?3
-                     AND json_extract(payload, '$.outbox') = ?4 ORDER BY id LIMIT 1",
-                    params![subject, kind, LEDGER_STAGE, key],
-                    |r| r.get(0),
-                )
-                .optional()?,
-        );
+        recorded.push(ledger.oldest_with_field(subject, kind, LEDGER_STAGE, "outbox", key)?);
     }
     let fresh: Vec<usize> = (0..pending.len()).filter(|i| recorded[*i].is_none()).collect();
     let events = fresh

@@ -1,0 +1,444 @@
+//! The agent loop: MCP clients, their tools as OpenAI functions, and the conversation
+//! that runs a query to its answer, its call cap or a failure.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Result;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use super::names::ToolNames;
+use super::{AgentSettings, CallRecord, LoopTrace, Query, RunStatus, TRAJECTORY, Trajectory, call_hash, check_chain};
+use crate::ledger::{NewEvent, Parent, RunRecorder, kind};
+use crate::llm::{ChatMessage, ChatTurn, LlmClient, LlmCounts, ToolCall, ToolSpec};
+use crate::mcp::{CallFailure, CallOutcome, McpClient};
+
+/// A model the agent loop can talk to: the stage's [`LlmClient`], or one work item of
+/// an [`crate::llm::batch::Batch`] (which records under the item's key and counts the
+/// item's exchanges for its checkpoint).
+pub trait Chat {
+    fn chat(
+        &self,
+        role: &str,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        subject: &str,
+    ) -> impl std::future::Future<Output = Result<crate::llm::Reply<ChatTurn>, crate::llm::LlmError>>;
+}
+
+impl Chat for LlmClient {
+    async fn chat(
+        &self,
+        role: &str,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        subject: &str,
+    ) -> Result<crate::llm::Reply<ChatTurn>, crate::llm::LlmError> {
+        LlmClient::chat(self, role, messages, tools, subject).await
+    }
+}
+
+/// A batch item records under its own key; `subject` only names MCP call events.
+impl Chat for crate::llm::batch::Item {
+    async fn chat(
+        &self,
+        role: &str,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        _subject: &str,
+    ) -> Result<crate::llm::Reply<ChatTurn>, crate::llm::LlmError> {
+        crate::llm::batch::Item::chat(self, role, messages, tools).await
+    }
+}
+
+struct ExecTool {
+    server: String,
+    tool: String,
+    spec: ToolSpec,
+}
+
+/// Records calls in the ledger as they finish. A ledger write that fails is
+/// warned about and the trajectory JSON still holds the call.
+pub struct Recorder(RunRecorder);
+
+impl Recorder {
+    pub fn open(artifacts: &Path, run_id: i64, stage: &str) -> Result<Self> {
+        Ok(Self(RunRecorder::open(artifacts, run_id, stage)?))
+    }
+
+    fn append(&self, ev: NewEvent) -> Option<i64> {
+        let what = ev.kind.clone();
+        self.0.record(ev).map_err(|e| tracing::warn!("cannot record `{what}` in the ledger: {e:#}")).ok()
+    }
+}
+
+/// The agent: MCP clients, their tools as OpenAI functions, and the loop.
+pub struct Executor {
+    clients: BTreeMap<String, Arc<McpClient>>,
+    tools: BTreeMap<String, ExecTool>,
+    specs: Vec<ToolSpec>,
+    names: ToolNames,
+    settings: AgentSettings,
+    recorder: Option<Recorder>,
+}
+
+impl Executor {
+    /// List the tools of every client (a server that cannot list its tools is an error).
+    pub async fn connect(
+        clients: Vec<Arc<McpClient>>,
+        settings: AgentSettings,
+        recorder: Option<Recorder>,
+    ) -> Result<Self> {
+        let mut tools = BTreeMap::new();
+        for c in &clients {
+            let listed =
+                c.list_tools().await.map_err(|f| anyhow::anyhow!("cannot list the tools of `{}`: {f}", c.name()))?;
+            for t in listed {
+                let id = c.tool_id(&t.name);
+                let spec =
+                    ToolSpec { name: String::new(), description: t.description.clone(), parameters: t.input_schema };
+                tools.insert(id, ExecTool { server: c.name().to_string(), tool: t.name, spec });
+            }
+        }
+        let names = ToolNames::new(tools.keys().map(String::as_str));
+        let mut specs = Vec::with_capacity(tools.len());
+        for (id, t) in &mut tools {
+            t.spec.name = names.name(id).unwrap_or(id).to_string();
+            specs.push(t.spec.clone());
+        }
+        let clients = clients.into_iter().map(|c| (c.name().to_string(), c)).collect();
+        Ok(Self { clients, tools, specs, names, settings, recorder })
+    }
+
+    pub fn tool_specs(&self) -> &[ToolSpec] {
+        &self.specs
+    }
+
+    pub fn names(&self) -> &ToolNames {
+        &self.names
+    }
+
+    /// Kill spawned servers.
+    pub async fn shutdown(&self) {
+        for c in self.clients.values() {
+            c.shutdown().await;
+        }
+    }
+
+    /// Run one query to its end. Never returns an error: failures are recorded in the
+    /// trajectory's `status` and `reason`; event ids and timings are in the trace.
+    pub async fn run_query<C: Chat>(&self, llm: &C, q: &Query) -> (Trajectory, LoopTrace) {
+        let started = Instant::now();
+        let mut t = Trajectory::start(q);
+        let mut messages =
+            vec![ChatMessage::System(self.settings.system_prompt.clone()), ChatMessage::User(q.query.clone())];
+        let mut trace = self.run_loop(llm, &q.id, &mut messages, &mut t).await;
+        t.messages = messages.iter().map(|m| crate::llm::openai_message(m, crate::llm::CallIndex::Include)).collect();
+        if !q.chain.is_empty() {
+            t.chain_check = Some(check_chain(&q.chain, &t.calls));
+        }
+        trace.other_ms = round3((ms(started) - trace.llm_ms).max(0.0));
+        (t, trace)
+    }
+
+    /// The system prompt the agent starts from (a dialogue's first message).
+    pub fn system_prompt(&self) -> &str {
+        &self.settings.system_prompt
+    }
+
+    /// Run the agent loop on `messages` (which end with a user message) until the model
+    /// answers, the cap is reached or a call fails; calls, groups, status and answer go
+    /// into `t` (its counters continue, so a dialogue may run several turns into one
+    /// trajectory or one each). `subject` names the item in ledger events. Returns the
+    /// ledger events and the time spent waiting for the model (`other_ms` left at 0).
+    pub async fn run_loop<C: Chat>(
+        &self,
+        llm: &C,
+        subject: &str,
+        messages: &mut Vec<ChatMessage>,
+        t: &mut Trajectory,
+    ) -> LoopTrace {
+        let mut trace = LoopTrace::default();
+        let mut executed = 0usize;
+        let mut llm_ms = 0.0f64;
+        let mut nudged = false;
+        let mut nudge_now = false;
+        loop {
+            let asked = Instant::now();
+            // The nudge is part of this one request only, not of the conversation.
+            if nudge_now {
+                messages.push(ChatMessage::System(self.settings.answer_nudge.clone()));
+            }
+            let reply = llm.chat(&self.settings.role, messages, &self.specs, subject).await;
+            if std::mem::take(&mut nudge_now) {
+                messages.pop();
+            }
+            llm_ms += ms(asked);
+            let reply = match reply {
+                Ok(r) => r,
+                Err(e) => {
+                    t.status = RunStatus::Failed;
+                    t.reason = Some(format!("LLM: {e}"));
+                    break;
+                }
+            };
+            trace.llm_events.push(reply.event_id);
+            t.exchanges.push(reply.exchange.clone());
+            let ChatTurn { content, tool_calls, .. } = reply.value;
+            // Small local models often write the call as text; take it when it names a tool.
+            let parsed = match tool_calls.is_empty() {
+                true => text_tool_calls(content.as_deref().unwrap_or(""), t.groups, |n| self.names.id(n).is_some()),
+                false => Vec::new(),
+            };
+            let (content, tool_calls) = if parsed.is_empty() { (content, tool_calls) } else { (None, parsed) };
+            let blank = tool_calls.is_empty() && content.as_deref().is_none_or(|c| c.trim().is_empty());
+            if blank && executed > 0 && !nudged && !self.settings.answer_nudge.is_empty() {
+                nudged = true;
+                nudge_now = true;
+                continue;
+            }
+            messages.push(ChatMessage::Assistant { content: content.clone(), tool_calls: tool_calls.clone() });
+            if tool_calls.is_empty() {
+                t.answer = Some(content.unwrap_or_default());
+                break;
+            }
+            let group = t.groups;
+            t.groups += 1;
+            if executed + tool_calls.len() > self.settings.max_calls {
+                let note = format!("not executed: the call cap of {} was reached", self.settings.max_calls);
+                for call in &tool_calls {
+                    let mut rec = self.record_base(t.calls.len(), group, call, &reply.exchange);
+                    rec.outcome = CallOutcome::ToolError { output: crate::mcp::ToolOutput::note(&note) };
+                    t.calls.push(rec);
+                }
+                t.status = RunStatus::CapReached;
+                t.reason = Some(format!(
+                    "the model asked for {} more call(s) after {executed}; the cap is {}",
+                    tool_calls.len(),
+                    self.settings.max_calls
+                ));
+                break;
+            }
+            executed += tool_calls.len();
+            let base = t.calls.len();
+            let runs = tool_calls
+                .iter()
+                .enumerate()
+                .map(|(i, call)| self.run_call(subject, base + i, group, call, &reply.exchange, reply.event_id));
+            let records = futures::future::join_all(runs).await;
+            let mut failed = None;
+            for (rec, call_ms, event) in records {
+                trace.call_ms.insert(rec.index, call_ms);
+                trace.call_events.extend(event);
+                let text = truncate_chars(&rec.outcome.as_text(), self.settings.tool_result_chars);
+                messages.push(ChatMessage::Tool { call_id: rec.call_id.clone(), content: text });
+                if rec.executed
+                    && let CallOutcome::Failed { failure } = &rec.outcome
+                    && failed.is_none()
+                {
+                    failed = Some(format!("call {} (`{}`) failed: {failure}", rec.index, rec.function));
+                }
+                t.calls.push(rec);
+            }
+            if let Some(why) = failed
+                && self.settings.stop_on_failure
+            {
+                t.status = RunStatus::Failed;
+                t.reason = Some(why);
+                break;
+            }
+        }
+        trace.llm_ms = round3(llm_ms);
+        trace
+    }
+
+    fn record_base(&self, index: usize, group: usize, call: &ToolCall, exchange: &str) -> CallRecord {
+        let tool_id = self.names.id(&call.name).map(str::to_string);
+        CallRecord {
+            index,
+            group,
+            call_id: call.id.clone(),
+            function: call.name.clone(),
+            server: tool_id.as_ref().and_then(|id| self.tools.get(id)).map(|t| t.server.clone()),
+            tool_id,
+            arguments: call.arguments.clone(),
+            executed: false,
+            outcome: CallOutcome::Failed { failure: CallFailure::Cancelled },
+            exchange: Some(exchange.to_string()),
+            call_hash: call_hash(exchange, index, &call.name, &call.arguments),
+        }
+    }
+
+    /// Run one call; returns its record, its wall time (ms) and its `mcp.call` event.
+    async fn run_call(
+        &self,
+        subject: &str,
+        index: usize,
+        group: usize,
+        call: &ToolCall,
+        exchange: &str,
+        llm_event: i64,
+    ) -> (CallRecord, f64, Option<i64>) {
+        let mut rec = self.record_base(index, group, call, exchange);
+        let mut latency_ms = 0.0;
+        let target = rec
+            .tool_id
+            .as_ref()
+            .and_then(|id| self.tools.get(id))
+            .and_then(|t| Some((self.clients.get(&t.server)?, t)));
+        match (target, &call.arguments) {
+            (None, _) => {
+                rec.outcome = CallOutcome::ToolError {
+                    output: crate::mcp::ToolOutput::note(&format!(
+                        "unknown tool `{}`; use one of the listed tools",
+                        call.name
+                    )),
+                };
+            }
+            (Some(_), args) if !args.is_object() => {
+                rec.outcome = CallOutcome::ToolError {
+                    output: crate::mcp::ToolOutput::note("the arguments are not a JSON object; send a JSON object"),
+                };
+            }
+            (Some((client, tool)), args) => {
+                let started = Instant::now();
+                rec.outcome = client.call(&tool.tool, args, None).await;
+                latency_ms = round3(ms(started));
+                rec.executed = true;
+            }
+        }
+        let mut event = None;
+        if let Some(r) = &self.recorder {
+            let mut payload = serde_json::to_value(&rec).unwrap_or(Value::Null);
+            if let Some(o) = payload.as_object_mut() {
+                o.insert("query".into(), json!(subject));
+                o.insert("latency_ms".into(), json!(latency_ms));
+            }
+            let ev = NewEvent::new(kind::MCP_CALL, Some(subject), payload).with_parent(Parent::Id(llm_event));
+            event = r.append(ev);
+        }
+        (rec, latency_ms, event)
+    }
+
+    /// Record a finished query in the ledger (`execute.trajectory` with its timings, its
+    /// exchanges and calls as parents); returns the event id.
+    pub fn record_trajectory(&self, t: &Trajectory, trace: &LoopTrace) -> Option<i64> {
+        let r = self.recorder.as_ref()?;
+        let mut payload = super::trajectory_summary(t);
+        payload["llm_ms"] = json!(trace.llm_ms);
+        payload["other_ms"] = json!(trace.other_ms);
+        let mut ev = NewEvent::new(TRAJECTORY, Some(&t.id), payload);
+        for id in trace.llm_events.iter().chain(&trace.call_events) {
+            ev = ev.with_parent(Parent::Id(*id));
+        }
+        r.append(ev)
+    }
+
+    /// Run queries (`concurrency` at once); `done` is called with each finished one and
+    /// the counts of its own LLM calls, in completion order. The result is in query order.
+    pub async fn run_all(
+        &self,
+        llm: &LlmClient,
+        queries: &[Query],
+        mut done: impl FnMut(&Trajectory, LlmCounts) -> Result<()>,
+    ) -> Result<Vec<Trajectory>> {
+        let mut results: Vec<Option<Trajectory>> = vec![None; queries.len()];
+        let mut stream = futures::stream::iter(queries.iter().enumerate())
+            .map(|(i, q)| async move {
+                let (llm, tally) = llm.tallied();
+                let (t, trace) = self.run_query(&llm, q).await;
+                (i, t, trace, tally.counts())
+            })
+            .buffer_unordered(self.settings.concurrency.max(1));
+        while let Some((i, t, trace, counts)) = stream.next().await {
+            self.record_trajectory(&t, &trace);
+            done(&t, counts)?;
+            results[i] = Some(t);
+        }
+        Ok(results.into_iter().flatten().collect())
+    }
+}
+
+/// Tool calls a model wrote as text instead of structured `tool_calls`: a JSON object
+/// `{"name", "arguments"}` (or a list of them), bare, fenced or in Qwen's `<tool_call>` tags,
+/// as small local models often answer. Taken only when every object names a listed function
+/// (`known`) or has the call's shape (`name` and `arguments`); otherwise the text is an
+/// answer. Ids are `text_call_<group>_<i>`.
+pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool) -> Vec<ToolCall> {
+    let text = crate::llm::extract::strip_think(content);
+    let mut values = Vec::new();
+    if text.contains("<tool_call>") {
+        for block in text.split("<tool_call>").skip(1) {
+            let body = block.split("</tool_call>").next().unwrap_or(block);
+            match crate::llm::extract::extract_json(body) {
+                Ok(v) => values.push(v),
+                Err(_) => return Vec::new(),
+            }
+        }
+    } else if let Ok(v) = crate::llm::extract::extract_json(&text) {
+        match v {
+            Value::Array(items) => values.extend(items),
+            v => values.push(v),
+        }
+    }
+    let mut calls = Vec::new();
+    for (i, v) in values.iter().enumerate() {
+        // A listed name, or the call shape (`name` + `arguments`): an unknown name then goes
+        // back to the model as an unknown tool, as a structured call would.
+        let shaped = v.get("arguments").or_else(|| v.get("parameters")).is_some();
+        let Some(name) = v.get("name").and_then(Value::as_str).filter(|n| !n.is_empty() && (known(n) || shaped)) else {
+            return Vec::new();
+        };
+        let arguments = match v.get("arguments").or_else(|| v.get("parameters")) {
+            Some(Value::String(s)) => serde_json::from_str(s).unwrap_or(Value::String(s.clone())),
+            Some(a) => a.clone(),
+            None => json!({}),
+        };
+        calls.push(ToolCall { id: format!("text_call_{group}_{i}"), name: name.to_string(), arguments });
+    }
+    calls
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn truncate_chars(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let kept: String = s.chars().take(max).collect();
+    format!("{kept}\n[cut: {} of {} characters shown]", max, s.chars().count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_tool_calls_are_taken_only_when_they_name_listed_tools() {
+        let known = |n: &str| ["get_oncall", "notify_user"].contains(&n);
+        let fenced = "```json\n{\"name\": \"get_oncall\", \"arguments\": {\"team\": \"db\"}}\n```";
+        let calls = text_tool_calls(fenced, 2, known);
+        assert_eq!(calls.len(), 1);
+        assert_eq!((calls[0].id.as_str(), calls[0].name.as_str()), ("text_call_2_0", "get_oncall"));
+        assert_eq!(calls[0].arguments, json!({"team": "db"}));
+        let tagged = "<tool_call>{\"name\": \"get_oncall\", \"arguments\": \"{\\\"team\\\": \\\"x\\\"}\"}</tool_call>\n<tool_call>{\"name\": \"notify_user\", \"arguments\": {}}</tool_call>";
+        let calls = text_tool_calls(tagged, 0, known);
+        assert_eq!(calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["get_oncall", "notify_user"]);
+        assert_eq!(calls[0].arguments, json!({"team": "x"}), "string arguments are parsed");
+        // An unknown name in the call's shape is a call (the model hears "unknown tool"); an
+        // unknown name without arguments, or plain text, is an answer.
+        assert_eq!(text_tool_calls("{\"name\": \"rm_rf\", \"arguments\": {}}", 0, known)[0].name, "rm_rf");
+        assert!(text_tool_calls("{\"name\": \"Ada\", \"team\": \"db\"}", 0, known).is_empty());
+        assert!(text_tool_calls("The on-call engineer is Ada.", 0, known).is_empty());
+        assert!(text_tool_calls("{\"answer\": 3}", 0, known).is_empty());
+    }
+}
