@@ -97,7 +97,8 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             Some(path) => Some(Settings::load(&path)?),
             None => None,
         };
-        return benchgen::llm::prompts::command(settings.as_ref(), c, printer);
+        let used = settings.as_ref().map(stages::prompts_used).unwrap_or_default();
+        return benchgen::llm::prompts::command(settings.as_ref(), used, c, printer);
     }
     let config = if config_is_default {
         benchgen::settings::discover_config()?.unwrap_or_else(|| cli.global.config.clone())

@@ -254,6 +254,9 @@ pub struct Settings {
     pub llm_mode: LlmMode,
     /// How the runner hashes the roles and prompt templates a stage names.
     pub hashes: NameHashes,
+    /// Every stage's name in pipeline order (set at load by the stage list, so a stage that
+    /// orders its report by stage, as `release`'s lineage does, needs not import the list).
+    pub stage_order: Vec<&'static str>,
 }
 
 /// How LLM calls use the ledger cache (global `--llm-mode`).
@@ -373,6 +376,7 @@ impl Settings {
             artifacts,
             llm_mode: Default::default(),
             hashes,
+            stage_order: Vec::new(),
         })
     }
 

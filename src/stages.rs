@@ -88,13 +88,17 @@ impl Settings {
     /// Load and check a pipeline config with every family's section. Every problem is
     /// reported at once.
     pub fn load(path: &std::path::Path) -> Result<Self> {
-        Settings::read(path, SECTION_NAMES, &sections(), crate::llm::NAME_HASHES)
+        let mut s = Settings::read(path, SECTION_NAMES, &sections(), crate::llm::NAME_HASHES)?;
+        s.stage_order = names();
+        Ok(s)
     }
 
     /// Settings with every default, rooted at the working folder: for commands
     /// that can run without a pipeline config (e.g. `sandbox --catalog FILE`).
     pub fn defaults() -> Result<Self> {
-        Settings::with_defaults(SECTION_NAMES, &sections(), crate::llm::NAME_HASHES)
+        let mut s = Settings::with_defaults(SECTION_NAMES, &sections(), crate::llm::NAME_HASHES)?;
+        s.stage_order = names();
+        Ok(s)
     }
 }
 
@@ -109,6 +113,21 @@ pub fn get(name: &str) -> Result<Box<dyn Stage>> {
         .into_iter()
         .find(|s| s.spec().name == name)
         .ok_or_else(|| UsageError(format!("unknown stage `{name}`; the stages are: {}", names().join(", "))).into())
+}
+
+/// The prompt templates the pipeline's stages name, each with the stages that name it (in
+/// pipeline order), for `benchgen prompts list`.
+pub fn prompts_used(settings: &Settings) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut used: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for stage in enabled(settings) {
+        for p in stage.prompts(settings) {
+            let v = used.entry(p.template).or_default();
+            if !v.contains(&stage.spec().name.to_string()) {
+                v.push(stage.spec().name.to_string());
+            }
+        }
+    }
+    used
 }
 
 /// The stages `benchgen run` includes under this config, in order.

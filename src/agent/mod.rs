@@ -1,6 +1,6 @@
 //! The LLM agent over MCP tools, shared by `execute` and `synth roleplay`: the loop, its
-//! records, and where its tools come from. It reads no stage's config section: each caller
-//! builds the [`AgentSettings`] it runs with.
+//! records, its settings (`[execute]`, [`ExecuteSettings`]) and where its tools come from.
+//! Each caller builds the [`AgentSettings`] it runs with from them.
 //!
 //! The loop, per query: the model gets the system prompt, the query and every tool of the
 //! selected servers as OpenAI `tools` (names mapped by [`names::ToolNames`]). Each
@@ -20,7 +20,7 @@ mod executor;
 pub mod names;
 mod query;
 mod record;
-mod sandbox;
+mod settings;
 
 pub use executor::{Chat, Executor, Recorder, text_tool_calls};
 pub use query::{ChainCheck, ChainStep, Query, check_chain, parse_queries};
@@ -28,7 +28,7 @@ pub use record::{
     CallRecord, LoopTrace, RunStatus, TRAJECTORIES, TRAJECTORY, Trajectory, call_event, call_hash, recorded_groups,
     trajectory_summary,
 };
-pub use sandbox::{domain_sandbox, sandbox_catalog};
+pub use settings::ExecuteSettings;
 
 /// How the agent runs: built by the caller from its own section (`[execute]`, with
 /// `[synth]`'s assistant role for synthesis), so the loop depends on no stage.

@@ -11,7 +11,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::agent::{AgentSettings, Executor, Query, Recorder, parse_queries, trajectory_summary};
@@ -19,105 +18,7 @@ use crate::mcp::{ClientOptions, McpClient};
 use crate::settings::Settings;
 use crate::stage::{ConfigRef, Ctx, Inputs, Output, Plan, Stage, StageSpec};
 
-/// `[execute]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExecuteSettings {
-    /// Queries file (relative to the root); `benchgen execute --queries` overrides it.
-    #[serde(default)]
-    pub queries: Option<PathBuf>,
-    /// Servers whose tools the agent gets (default: every configured server).
-    #[serde(default)]
-    pub servers: Vec<String>,
-    /// LLM role (`[llm.roles.<role>]`).
-    #[serde(default = "default_role")]
-    pub role: String,
-    /// Most tool calls executed per query.
-    #[serde(default = "default_max_calls")]
-    pub max_calls: usize,
-    /// A transport failure ends the query as failed (else it goes back to the model).
-    #[serde(default = "yes")]
-    pub stop_on_failure: bool,
-    /// Characters of a tool result passed back to the model (cut with a note).
-    #[serde(default = "default_result_chars")]
-    pub tool_result_chars: usize,
-    #[serde(default = "default_system")]
-    pub system_prompt: String,
-    /// Sent once, as a trailing system message, when the model ends its turn after tool
-    /// calls with neither calls nor text (small models often stop there); the request and
-    /// its answer are in the ledger, the trajectory keeps only the answer. Empty: off.
-    #[serde(default = "default_answer_nudge")]
-    pub answer_nudge: String,
-    /// Queries run at once (a tuning knob, not part of the config hash).
-    #[serde(default = "default_concurrency", skip_serializing)]
-    pub concurrency: usize,
-}
-
-/// `[execute]`; absent: its defaults.
-impl crate::settings::Section for ExecuteSettings {
-    const NAME: &'static str = "execute";
-    type Value = crate::settings::Always<Self>;
-}
-
-impl Default for ExecuteSettings {
-    fn default() -> Self {
-        Self {
-            queries: None,
-            servers: Vec::new(),
-            role: default_role(),
-            max_calls: default_max_calls(),
-            stop_on_failure: true,
-            tool_result_chars: default_result_chars(),
-            system_prompt: default_system(),
-            answer_nudge: default_answer_nudge(),
-            concurrency: default_concurrency(),
-        }
-    }
-}
-
-fn default_role() -> String {
-    "agent".into()
-}
-fn default_max_calls() -> usize {
-    20
-}
-fn yes() -> bool {
-    true
-}
-fn default_result_chars() -> usize {
-    8000
-}
-fn default_concurrency() -> usize {
-    4
-}
-fn default_system() -> String {
-    // Step-by-step wording: with the older "gather what the request needs" prompt the 1.5B
-    // local model answered after the first call of a two-step chain (docs/synth.md#the-demo).
-    "You are an assistant with tools. Work through the user's request step by step: call the tool for \
-     the first step; when its result arrives, use the values in it (ids, names) to call the tool for the \
-     next step. Tools that do not depend on each other may be called in the same turn. Answer only when \
-     every step of the request is done."
-        .into()
-}
-
-fn default_answer_nudge() -> String {
-    "Now answer the user in plain words, from the tool results above.".into()
-}
-
-/// The agent runs with `[execute]`'s settings (synthesis swaps in its assistant role).
-impl From<&ExecuteSettings> for AgentSettings {
-    fn from(e: &ExecuteSettings) -> Self {
-        AgentSettings {
-            role: e.role.clone(),
-            max_calls: e.max_calls,
-            stop_on_failure: e.stop_on_failure,
-            tool_result_chars: e.tool_result_chars,
-            system_prompt: e.system_prompt.clone(),
-            answer_nudge: e.answer_nudge.clone(),
-            concurrency: e.concurrency,
-        }
-    }
-}
+pub use crate::agent::ExecuteSettings;
 
 /// The `execute` stage; `queries` overrides `execute.queries` (`--queries FILE`).
 #[derive(Debug, Clone, Default)]

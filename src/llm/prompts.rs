@@ -183,9 +183,12 @@ pub struct PromptsExportArgs {
     pub force: bool,
 }
 
-/// `benchgen prompts list|show|export`. `settings` is the project's, when there is one.
+/// `benchgen prompts list|show|export`. `settings` is the project's, when there is one, and
+/// `used` the templates its pipeline's stages name, each with those stages (the caller reads
+/// them off the stage list, which `llm` does not import).
 pub fn command(
     settings: Option<&crate::settings::Settings>,
+    used: std::collections::BTreeMap<String, Vec<String>>,
     c: &PromptsCommand,
     printer: &crate::printer::Printer,
 ) -> Result<()> {
@@ -193,17 +196,6 @@ pub fn command(
     let shown = |p: &Path| settings.map(|s| s.display_path(p)).unwrap_or_else(|| p.display().to_string());
     match c {
         PromptsCommand::List => {
-            let mut used: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-            if let Some(s) = settings {
-                for stage in crate::stages::enabled(s) {
-                    for p in stage.prompts(s) {
-                        let v = used.entry(p.template).or_default();
-                        if !v.contains(&stage.spec().name.to_string()) {
-                            v.push(stage.spec().name.to_string());
-                        }
-                    }
-                }
-            }
             let mut names: Vec<String> = BUILTIN.iter().map(|(n, _)| n.to_string()).collect();
             // Templates a config names that are not built in (a project's own) are listed too.
             names.extend(used.keys().filter(|n| builtin(n).is_none()).cloned());

@@ -786,7 +786,9 @@ fn open_pool<'a>(inputs: &'a Inputs) -> Result<Vec<Source<'a>>> {
 
 /// The ledger lineage of the runs behind the current artifacts of every other stage.
 fn lineage_index(s: &Settings) -> Result<lineage::Index> {
-    let runs: Vec<i64> = crate::stages::names()
+    let runs: Vec<i64> = s
+        .stage_order
+        .clone()
         .into_iter()
         .chain(FUNNEL.iter().copied())
         .collect::<BTreeSet<_>>()
@@ -795,7 +797,7 @@ fn lineage_index(s: &Settings) -> Result<lineage::Index> {
         .filter_map(|st| Manifest::load(&s.artifacts, st).ok().flatten())
         .map(|m| m.run_id)
         .collect();
-    let mut order: Vec<&str> = crate::stages::names();
+    let mut order: Vec<&str> = s.stage_order.clone();
     for f in FUNNEL {
         if !order.contains(f) {
             order.push(f);
@@ -1278,7 +1280,9 @@ pub fn explain(s: &Settings, id: &str) -> Result<Option<crate::ledger::Explanati
     let cfg = settings(s);
     let mut lineage = Vec::new();
     if let Some(ledger) = crate::ledger::Ledger::open_existing(&s.artifacts)? {
-        let runs: Vec<i64> = crate::stages::names()
+        let runs: Vec<i64> = s
+            .stage_order
+            .clone()
             .into_iter()
             .chain(FUNNEL.iter().copied())
             .collect::<BTreeSet<_>>()

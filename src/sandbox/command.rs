@@ -119,7 +119,7 @@ pub fn load_catalog(path: &std::path::Path) -> Result<Catalog> {
         return serde_json::from_value(v).with_context(|| format!("`{shown}` is not a benchgen catalog"));
     }
     match crate::logs::import::parse_catalog(&bytes, crate::logs::CatalogFormat::Mcp, &shown) {
-        Ok(tools) => Ok(crate::agent::sandbox_catalog(&tools)),
+        Ok(tools) => Ok(super::domain::sandbox_catalog(&tools)),
         Err(e) => Err(crate::error::hinted(
             format!("`{shown}` is neither a benchgen catalog nor a tool list: {e:#}"),
             "pass benchgen's catalog (`{servers: [...]}`), the log track's `artifacts/logs-import/catalog.json`, \

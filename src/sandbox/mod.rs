@@ -27,6 +27,7 @@
 
 pub mod command;
 pub mod conform;
+pub mod domain;
 pub mod generate;
 
 use std::collections::HashMap;

@@ -236,7 +236,7 @@ pub fn clients(settings: &Settings, tools: &[LogTool], sessions: &[Session]) -> 
             })?;
             Ok(vec![Arc::new(McpClient::new(name, spec.clone(), opts))])
         }
-        None => Ok(vec![crate::agent::domain_sandbox(tools, sessions, settings.project.seed, opts)?]),
+        None => Ok(vec![crate::sandbox::domain::domain_sandbox(tools, sessions, settings.project.seed, opts)?]),
     }
 }
 

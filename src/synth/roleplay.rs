@@ -280,7 +280,7 @@ impl Stage for RoleplayStage {
         let c = cfg(s);
         let hash = json!({
             "roleplay": c.roleplay, "roles": [c.planner_role, c.user_role, c.assistant_role],
-            "seed": s.project.seed, "execute": s.section::<crate::execute::ExecuteSettings>(),
+            "seed": s.project.seed, "execute": s.section::<crate::agent::ExecuteSettings>(),
             "servers": super::server_hash_part(s)?,
         });
         Ok(Plan { inputs: pool_path(s).into_iter().collect(), config_hash: section_hash(&hash)? })
@@ -320,7 +320,7 @@ impl Stage for RoleplayStage {
             .max_failed_share(rp.max_failed_share, "synth.roleplay.max_failed_share")
             .fail_point("synth_dialogue");
         let mut batch = Batch::new(ctx, opts)?;
-        let mut agent = AgentSettings::from(&s.section::<crate::execute::ExecuteSettings>().0);
+        let mut agent = AgentSettings::from(&s.section::<crate::agent::ExecuteSettings>().0);
         agent.role = sc.assistant_role.clone();
         let exec = batch.block_on(async {
             let clients = super::clients(s, &catalog, &logged)?;

@@ -258,9 +258,13 @@ async fn recorded_responses_sandbox_answers_logged_results_for_equal_arguments()
     failed.turns[0].groups[0][0].arguments = json!({"host": "db-02"});
     failed.turns[0].groups[0][0].error = Some("timeout".into());
     let dir = tempfile::tempdir().unwrap();
-    let client: std::sync::Arc<McpClient> =
-        benchgen::agent::domain_sandbox(&tools, &[s, failed], 3, benchgen::mcp::ClientOptions::new(dir.path()))
-            .unwrap();
+    let client: std::sync::Arc<McpClient> = benchgen::sandbox::domain::domain_sandbox(
+        &tools,
+        &[s, failed],
+        3,
+        benchgen::mcp::ClientOptions::new(dir.path()),
+    )
+    .unwrap();
     assert_eq!(client.spec().tool_ids, ToolIds::AsIs);
     let text = |o: CallOutcome| match o {
         CallOutcome::Ok { output } => output.text,
