@@ -103,7 +103,7 @@ const KILLS: &[(&str, &str, usize)] = &[
     ("levels-profiles", "llm_batch_item", 2),
     ("levels-schemas", "llm_batch_item", 2),
     ("levels-l2", "llm_batch_item", 2),
-    ("levels-l4", "llm_batch_item", 2),
+    ("levels-l4", "llm_batch_item", 1), // the demo makes one L4 attempt: one item
     ("levels-l5", "llm_batch_item", 2),
     ("logs-curate", "logs_curate_session", 2),
     ("graph-build", "graph_build_edge", 2),
