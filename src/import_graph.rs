@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 
 use petgraph::graph::{DiGraph, NodeIndex};
 
+#[path = "../tests/it/support/source_text.rs"]
+mod source_text;
+
 /// Module path (`["efs", "pairs"]`, `[]` for the crate root) → file, for every file under `src/`.
 fn module_files(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
     let mut out = BTreeMap::new();
@@ -45,85 +48,10 @@ fn module_files(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
     out
 }
 
-/// The text with comments and string/char literals blanked (same length, same lines).
+/// The text with comments and string/char literals blanked (same length, same lines): the
+/// blanker `tests/it/function_length.rs` uses too.
 fn strip_comments_and_strings(text: &str) -> String {
-    let b = text.as_bytes();
-    let mut out = b.to_vec();
-    let mut i = 0;
-    let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
-        for c in &mut out[from..to] {
-            if *c != b'\n' {
-                *c = b' ';
-            }
-        }
-    };
-    while i < b.len() {
-        match b[i] {
-            b'/' if b.get(i + 1) == Some(&b'/') => {
-                let end = text[i..].find('\n').map_or(b.len(), |n| i + n);
-                blank(&mut out, i, end);
-                i = end;
-            }
-            b'/' if b.get(i + 1) == Some(&b'*') => {
-                let (mut depth, mut j) = (1, i + 2);
-                while j < b.len() && depth > 0 {
-                    if b[j] == b'/' && b.get(j + 1) == Some(&b'*') {
-                        depth += 1;
-                        j += 2;
-                    } else if b[j] == b'*' && b.get(j + 1) == Some(&b'/') {
-                        depth -= 1;
-                        j += 2;
-                    } else {
-                        j += 1;
-                    }
-                }
-                blank(&mut out, i, j);
-                i = j;
-            }
-            b'r' if (b.get(i + 1) == Some(&b'"') || b.get(i + 1) == Some(&b'#'))
-                && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')) =>
-            {
-                // A raw string: r"…", r#"…"#, ….
-                let hashes = b[i + 1..].iter().take_while(|c| **c == b'#').count();
-                if b.get(i + 1 + hashes) != Some(&b'"') {
-                    i += 1;
-                    continue;
-                }
-                let close = format!("\"{}", "#".repeat(hashes));
-                let start = i + 2 + hashes;
-                let end = text[start..].find(&close).map_or(b.len(), |n| start + n + close.len());
-                blank(&mut out, i, end);
-                i = end;
-            }
-            b'"' => {
-                let mut j = i + 1;
-                while j < b.len() && b[j] != b'"' {
-                    j += if b[j] == b'\\' { 2 } else { 1 };
-                }
-                blank(&mut out, i, (j + 1).min(b.len()));
-                i = j + 1;
-            }
-            b'\'' => {
-                // A char literal ('x', '\n', '\''), not a lifetime ('a).
-                let end = if b.get(i + 1) == Some(&b'\\') {
-                    text[i + 3..].find('\'').map(|n| i + 3 + n + 1)
-                } else if b.get(i + 2) == Some(&b'\'') {
-                    Some(i + 3)
-                } else {
-                    None
-                };
-                match end {
-                    Some(e) => {
-                        blank(&mut out, i, e);
-                        i = e;
-                    }
-                    None => i += 1,
-                }
-            }
-            _ => i += 1,
-        }
-    }
-    String::from_utf8(out).unwrap_or_default()
+    String::from_utf8(source_text::code_only(text)).unwrap_or_default()
 }
 
 /// The text without `#[cfg(test)]` items (`mod tests { … }`), and the names of

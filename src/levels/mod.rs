@@ -284,7 +284,8 @@ pub fn settings(s: &Settings) -> LevelsSettings {
     s.section::<LevelsSettings>().clone().unwrap_or_default()
 }
 
-/// What every level stage's config hash covers besides its own subsection.
+/// What every level stage's config hash covers besides its own subsection (not
+/// `concurrency`: how many items are in flight changes no answer).
 pub fn common_hash(s: &Settings, part: &impl Serialize) -> Result<String> {
     let l = settings(s);
     let red = l.red_team_role.clone();
@@ -293,7 +294,6 @@ pub fn common_hash(s: &Settings, part: &impl Serialize) -> Result<String> {
         "writer": l.writer_role,
         "judge": l.judge_role,
         "red_team": red,
-        "concurrency": l.concurrency,
         "max_failed_share": l.max_failed_share,
         "part": part,
     }))

@@ -97,37 +97,26 @@ pub fn render(rows: &[RoleStats]) -> String {
         return "no LLM calls recorded in the ledger\n".into();
     }
     let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
-    let mut out = format!(
-        "{:<12} {:<12} {:>6} {:>6} {:>7} {:>8} {:>10} {:>10} {:>7} {:>7} {:>7} {:>9}\n",
-        "stage",
-        "role",
-        "calls",
-        "hits",
-        "retries",
-        "failures",
-        "prompt_tok",
-        "compl_tok",
-        "p50_ms",
-        "p90_ms",
-        "p99_ms",
-        "cost_usd"
-    );
+    // Columns as wide as their longest name (`review-prereview`), so rows stay aligned.
+    let ws = rows.iter().map(|r| r.stage.len()).chain([12]).max().unwrap_or(12);
+    let wr = rows.iter().map(|r| r.role.len()).chain([12]).max().unwrap_or(12);
+    let line = |c: [&str; 12]| {
+        format!(
+            "{:<ws$} {:<wr$} {:>6} {:>6} {:>7} {:>8} {:>10} {:>10} {:>7} {:>7} {:>7} {:>9}\n",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11]
+        )
+    };
+    let mut out = line([
+        "stage", "role", "calls", "hits", "retries", "failures", "prompt_tok", "compl_tok", "p50_ms", "p90_ms", "p99_ms",
+        "cost_usd",
+    ]);
     for r in rows {
-        out.push_str(&format!(
-            "{:<12} {:<12} {:>6} {:>6} {:>7} {:>8} {:>10} {:>10} {:>7} {:>7} {:>7} {:>9}\n",
-            r.stage,
-            r.role,
-            r.calls,
-            r.cache_hits,
-            r.retries,
-            r.failures,
-            r.prompt_tokens,
-            r.completion_tokens,
-            opt(r.latency_ms_p50),
-            opt(r.latency_ms_p90),
-            opt(r.latency_ms_p99),
-            r.cost_usd.map(|c| format!("{c:.4}")).unwrap_or_else(|| "-".into()),
-        ));
+        let cost = r.cost_usd.map(|c| format!("{c:.4}")).unwrap_or_else(|| "-".into());
+        let nums = [r.calls, r.cache_hits, r.retries, r.failures, r.prompt_tokens, r.completion_tokens].map(|n| n.to_string());
+        let lat = [r.latency_ms_p50, r.latency_ms_p90, r.latency_ms_p99].map(opt);
+        out.push_str(&line([
+            &r.stage, &r.role, &nums[0], &nums[1], &nums[2], &nums[3], &nums[4], &nums[5], &lat[0], &lat[1], &lat[2], &cost,
+        ]));
     }
     out
 }
@@ -144,5 +133,29 @@ mod tests {
         assert_eq!(percentile(&v, 99.0), Some(99));
         assert_eq!(percentile(&[7], 99.0), Some(7));
         assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn rows_stay_aligned_when_a_stage_name_is_longer_than_twelve() {
+        let row = |stage: &str, role: &str| RoleStats {
+            stage: stage.into(),
+            role: role.into(),
+            model: "m".into(),
+            calls: 3,
+            cache_hits: 0,
+            retries: 0,
+            failures: 0,
+            prompt_tokens: 100,
+            completion_tokens: 10,
+            latency_ms_p50: Some(5),
+            latency_ms_p90: None,
+            latency_ms_p99: None,
+            cost_usd: None,
+        };
+        let text = render(&[row("review-prereview", "reviewer_a"), row("filter", "classifier")]);
+        let role_at: Vec<usize> =
+            text.lines().map(|l| l.find("role").or_else(|| l.find("reviewer_a")).or_else(|| l.find("classifier")).unwrap()).collect();
+        assert!(role_at.windows(2).all(|w| w[0] == w[1]), "{text}");
+        assert_eq!(text.lines().map(str::len).collect::<std::collections::BTreeSet<_>>().len(), 1, "{text}");
     }
 }

@@ -50,7 +50,8 @@ pub struct PrereviewSettings {
     /// Let LLM scores decide like human ones where people have not scored (the demo).
     #[serde(default)]
     pub count_as_human: bool,
-    #[serde(default = "default_concurrency")]
+    /// How many items are in flight: operational, so not in the config hash.
+    #[serde(default = "default_concurrency", skip_serializing)]
     pub concurrency: usize,
     #[serde(
         default,

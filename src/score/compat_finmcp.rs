@@ -9,7 +9,6 @@
 //! `diff_level.level`, `task` with spaces as underscores. Figures are rounded to 4 decimals.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -166,27 +165,11 @@ fn unpaired(name: &str, pred: &Pred) -> SampleResult {
         Some("hard") => Difficulty::Hard,
         _ => Difficulty::Easy,
     };
-    let none: Arc<str> = Arc::from("(none)");
-    SampleResult {
-        id: name.to_string(),
-        family: crate::model::Family::Finmcp,
-        kind,
-        difficulty,
-        category: none.clone(),
-        scenario: none,
-        status: Status::Dropped,
-        em: false,
-        node_set_em: None,
-        calls: None,
-        tool_set: None,
-        turns: Vec::new(),
-        compat_status: None,
-        compat_flags: Vec::new(),
-        compat_groups: None,
-        reasons: vec![
-            "paired with no benchmark sample (no id, or an id the benchmark lacks): scored by the record's own sample fields, as evaluation.py does".into(),
-        ],
-    }
+    let mut r = SampleResult::unscored(name, crate::model::Family::Finmcp, kind, difficulty, Status::Dropped);
+    r.reasons = vec![
+        "paired with no benchmark sample (no id, or an id the benchmark lacks): scored by the record's own sample fields, as evaluation.py does".into(),
+    ];
+    r
 }
 
 /// Grouping keys (class_Level1, diff_level.level, task) and the flat gold name list.

@@ -257,13 +257,24 @@ pub struct SampleResult {
 
 impl SampleResult {
     pub fn new(item: &Item, status: Status) -> Self {
+        let mut r = SampleResult::unscored(&item.id, item.family, item.kind, item.difficulty, status);
+        r.category = item.category.clone();
+        r.scenario = item.scenario.clone();
+        r.reasons = item.defects.iter().map(|d| format!("data defect: {d}")).collect();
+        r
+    }
+
+    /// A result with its keys and status and nothing scored yet (category and scenario
+    /// `(none)`, no reasons): what a scorer fills in, or a dropped record keeps.
+    pub fn unscored(id: &str, family: Family, kind: Kind, difficulty: Difficulty, status: Status) -> Self {
+        let none: Arc<str> = Arc::from("(none)");
         SampleResult {
-            id: item.id.clone(),
-            family: item.family,
-            kind: item.kind,
-            difficulty: item.difficulty,
-            category: item.category.clone(),
-            scenario: item.scenario.clone(),
+            id: id.to_string(),
+            family,
+            kind,
+            difficulty,
+            category: none.clone(),
+            scenario: none,
             status,
             em: false,
             node_set_em: None,
@@ -273,7 +284,7 @@ impl SampleResult {
             compat_status: None,
             compat_flags: Vec::new(),
             compat_groups: None,
-            reasons: item.defects.iter().map(|d| format!("data defect: {d}")).collect(),
+            reasons: Vec::new(),
         }
     }
 }

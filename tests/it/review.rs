@@ -92,6 +92,20 @@ impl RP {
         assert_code(&o, 0);
         stdout(&o) + &stderr(&o)
     }
+    /// Twelve samples assigned, exported and returned: everyone accepts everything except
+    /// `carol`, who rejects (freshness 2) whatever she reviews; imported, not merged.
+    pub fn carol_disputes() -> (Self, Assignments) {
+        let rp = RP::new(12, "");
+        rp.ok(&["review", "assign"]);
+        rp.ok(&["review", "export"]);
+        let a = rp.assignments();
+        for r in &a.reviewers {
+            let reject = r.id == "carol";
+            rp.fill(&r.id, |_| Some(if reject { [5, 5, 5, 5, 2] } else { [5, 4, 4, 5, 4] }));
+        }
+        rp.ok(&["review", "import"]);
+        (rp, a)
+    }
     pub fn assignments(&self) -> Assignments {
         serde_json::from_str(&self.p.read("artifacts/review-assign/assignments.json")).unwrap()
     }
@@ -616,16 +630,7 @@ fn xlsx_sheets_import_with_the_csv_checks_and_round_trip_to_merge() {
 
 #[test]
 fn merge_applies_the_rule_queues_disagreement_and_adjudication_decides_with_lineage() {
-    let rp = RP::new(12, "");
-    rp.ok(&["review", "assign"]);
-    rp.ok(&["review", "export"]);
-    let a = rp.assignments();
-    // Everyone accepts everything except: `carol` rejects (freshness 2) whatever she reviews.
-    for r in &a.reviewers {
-        let reject = r.id == "carol";
-        rp.fill(&r.id, |_| Some(if reject { [5, 5, 5, 5, 2] } else { [5, 4, 4, 5, 4] }));
-    }
-    rp.ok(&["review", "import"]);
+    let (rp, a) = RP::carol_disputes();
     let out = rp.ok(&["review", "merge"]);
     let d = rp.decisions();
     assert_eq!(d.len(), 12);
@@ -1250,15 +1255,7 @@ async fn web_adjudication_is_for_leads_who_did_not_review_and_reaches_merge() {
 /// given to content changed since applies nothing (not the revision before it).
 #[test]
 fn merge_reads_web_adjudication_revisions_latest_first_and_refuses_duplicates() {
-    let rp = RP::new(12, "");
-    rp.ok(&["review", "assign"]);
-    rp.ok(&["review", "export"]);
-    let a = rp.assignments();
-    for r in &a.reviewers {
-        let reject = r.id == "carol";
-        rp.fill(&r.id, |_| Some(if reject { [5, 5, 5, 5, 2] } else { [5, 4, 4, 5, 4] }));
-    }
-    rp.ok(&["review", "import"]);
+    let (rp, a) = RP::carol_disputes();
     let x = a
         .samples
         .iter()

@@ -16,6 +16,7 @@ pub mod registry_fixture;
 pub mod schema_edges;
 pub mod score_fixtures;
 pub mod scripted_llm;
+pub mod source_text;
 pub mod upstream;
 
 /// The repository root (where Cargo.toml is).
