@@ -107,15 +107,27 @@ pub fn render(rows: &[RoleStats]) -> String {
         )
     };
     let mut out = line([
-        "stage", "role", "calls", "hits", "retries", "failures", "prompt_tok", "compl_tok", "p50_ms", "p90_ms", "p99_ms",
+        "stage",
+        "role",
+        "calls",
+        "hits",
+        "retries",
+        "failures",
+        "prompt_tok",
+        "compl_tok",
+        "p50_ms",
+        "p90_ms",
+        "p99_ms",
         "cost_usd",
     ]);
     for r in rows {
         let cost = r.cost_usd.map(|c| format!("{c:.4}")).unwrap_or_else(|| "-".into());
-        let nums = [r.calls, r.cache_hits, r.retries, r.failures, r.prompt_tokens, r.completion_tokens].map(|n| n.to_string());
+        let nums =
+            [r.calls, r.cache_hits, r.retries, r.failures, r.prompt_tokens, r.completion_tokens].map(|n| n.to_string());
         let lat = [r.latency_ms_p50, r.latency_ms_p90, r.latency_ms_p99].map(opt);
         out.push_str(&line([
-            &r.stage, &r.role, &nums[0], &nums[1], &nums[2], &nums[3], &nums[4], &nums[5], &lat[0], &lat[1], &lat[2], &cost,
+            &r.stage, &r.role, &nums[0], &nums[1], &nums[2], &nums[3], &nums[4], &nums[5], &lat[0], &lat[1], &lat[2],
+            &cost,
         ]));
     }
     out
@@ -153,8 +165,10 @@ mod tests {
             cost_usd: None,
         };
         let text = render(&[row("review-prereview", "reviewer_a"), row("filter", "classifier")]);
-        let role_at: Vec<usize> =
-            text.lines().map(|l| l.find("role").or_else(|| l.find("reviewer_a")).or_else(|| l.find("classifier")).unwrap()).collect();
+        let role_at: Vec<usize> = text
+            .lines()
+            .map(|l| l.find("role").or_else(|| l.find("reviewer_a")).or_else(|| l.find("classifier")).unwrap())
+            .collect();
         assert!(role_at.windows(2).all(|w| w[0] == w[1]), "{text}");
         assert_eq!(text.lines().map(str::len).collect::<std::collections::BTreeSet<_>>().len(), 1, "{text}");
     }
