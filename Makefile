@@ -20,7 +20,11 @@ build-release:
 	$(CARGO) build --release --locked
 
 ## Run the whole pipeline on raw/demo with the local model.
-demo: setup build
+## The llama-server build of a cold setup overlaps the cargo build (scripts/setup.sh).
+demo:
+	@SETUP_OVERLAP=1 scripts/setup.sh
+	$(CARGO) build --locked --bin benchgen
+	@scripts/setup-wait.sh
 	$(BENCHGEN) --config pipeline/demo.toml run
 	$(BENCHGEN) --config pipeline/demo.toml status
 
@@ -31,8 +35,14 @@ lint:
 unit:
 	$(CARGO) test --all-targets --locked
 
-## Everything CI checks.
-test: setup lint unit
+## Everything CI checks. As in `demo`, a cold llama-server build overlaps the lint and the
+## test build; the tests run once it is proved.
+test:
+	@SETUP_OVERLAP=1 scripts/setup.sh
+	$(MAKE) --no-print-directory lint
+	$(CARGO) test --all-targets --locked --no-run
+	@scripts/setup-wait.sh
+	$(MAKE) --no-print-directory unit
 
 ## The long fuzz run (docs/inputs.md#the-fuzz-suite); `make test` runs 32 cases per surface.
 FUZZ_CASES ?= 2000
