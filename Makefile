@@ -20,11 +20,7 @@ build-release:
 	$(CARGO) build --release --locked
 
 ## Run the whole pipeline on raw/demo with the local model.
-## The llama-server build of a cold setup overlaps the cargo build (scripts/setup.sh).
-demo:
-	@SETUP_OVERLAP=1 scripts/setup.sh
-	$(CARGO) build --locked --bin benchgen
-	@scripts/setup-wait.sh
+demo: setup build
 	$(BENCHGEN) --config pipeline/demo.toml run
 	$(BENCHGEN) --config pipeline/demo.toml status
 
@@ -35,14 +31,8 @@ lint:
 unit:
 	$(CARGO) test --all-targets --locked
 
-## Everything CI checks. As in `demo`, a cold llama-server build overlaps the lint and the
-## test build; the tests run once it is proved.
-test:
-	@SETUP_OVERLAP=1 scripts/setup.sh
-	$(MAKE) --no-print-directory lint
-	$(CARGO) test --all-targets --locked --no-run
-	@scripts/setup-wait.sh
-	$(MAKE) --no-print-directory unit
+## Everything CI checks.
+test: setup lint unit
 
 ## The long fuzz run (docs/inputs.md#the-fuzz-suite); `make test` runs 32 cases per surface.
 FUZZ_CASES ?= 2000

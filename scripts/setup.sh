@@ -7,12 +7,6 @@
 # the system packages, so the downloads of the other steps overlap it; its check waits
 # for the 0.5B model that 10-llm-models.sh assembles.
 #
-# With SETUP_OVERLAP=1 (what `make demo` and `make test` use), setup does not wait for that
-# build: it leaves it running, recorded in $BENCHGEN_CACHE/setup-llm-server.{pid,rc}, so
-# the cargo build overlaps it too; scripts/setup-wait.sh then waits for it and fails as
-# setup would have. A setup that finds such a build still running waits for it first, so
-# two builds never share one build folder.
-#
 # Cache: $BENCHGEN_CACHE (default ~/.cache/benchgen), outside the repository.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -22,16 +16,8 @@ t0=$SECONDS
 background="$here/setup.d/15-llm-server.sh"
 bg_log="$BENCHGEN_CACHE/setup-llm-server.log"
 bg_pid=""
-bg_pidfile="$BENCHGEN_CACHE/setup-llm-server.pid"
-bg_rcfile="$BENCHGEN_CACHE/setup-llm-server.rc"
 # The background build runs in its own process group, so a failing setup stops all of it.
 trap '[ -n "$bg_pid" ] && kill -- "-$bg_pid" 2>/dev/null || true' EXIT
-
-# A build an earlier overlapped setup left running: wait for it (its result is checked again
-# below, as any cached build is).
-if [ -f "$bg_pidfile" ]; then
-  "$here/setup-wait.sh" >/dev/null 2>&1 || true
-fi
 
 run_step() {
   local step="$1" s0=$SECONDS
@@ -46,25 +32,15 @@ for step in "$here"/setup.d/*.sh; do
   run_step "$step"
   if [ "$(basename "$step")" = 00-system.sh ]; then
     echo "setup: 15-llm-server.sh (in the background; log $bg_log)"
-    rm -f "$bg_rcfile"
-    BENCHGEN_WAIT_FOR_MODEL=600 setsid bash -c 's0=$SECONDS; rc=0; bash "$0" || rc=$?
-      [ "$rc" = 0 ] && echo "setup: 15-llm-server.sh took $((SECONDS - s0)) s"; echo "$rc" >"$1.tmp"; mv "$1.tmp" "$1"' \
-      "$background" "$bg_rcfile" >"$bg_log" 2>&1 &
+    BENCHGEN_WAIT_FOR_MODEL=600 setsid bash -c 's0=$SECONDS; bash "$0" && echo "setup: 15-llm-server.sh took $((SECONDS - s0)) s"' \
+      "$background" >"$bg_log" 2>&1 &
     bg_pid=$!
-    echo "$bg_pid" >"$bg_pidfile"
   fi
 done
-if [ -n "$bg_pid" ] && [ "${SETUP_OVERLAP:-0}" = 1 ]; then
-  # Leave the build running; setup-wait.sh collects it.
-  echo "setup: done in $((SECONDS - t0)) s, the llama-server build goes on in the background (scripts/setup-wait.sh waits for it; log $bg_log)"
-  bg_pid=""
-  exit 0
-fi
 if [ -n "$bg_pid" ]; then
   status=0
   wait "$bg_pid" || status=$?
   bg_pid=""
-  rm -f "$bg_pidfile" "$bg_rcfile"
   cat "$bg_log"
   [ "$status" = 0 ] || { echo "setup: 15-llm-server.sh failed (see above)"; exit "$status"; }
 fi
