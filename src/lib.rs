@@ -12,6 +12,7 @@ pub mod cli;
 pub mod csvout;
 pub mod efs;
 pub mod embed;
+pub mod embedding;
 pub mod error;
 pub mod execute;
 pub mod explain;

@@ -69,7 +69,7 @@ pub fn sections() -> Vec<SectionDecl> {
         SectionDecl::of::<crate::filter::FilterSettings>(),
         SectionDecl::of::<crate::stats::StatsSettings>(),
         SectionDecl::of::<crate::llm::LlmSettings>(),
-        SectionDecl::of::<crate::embed::EmbedSettings>(),
+        SectionDecl::of::<crate::embedding::EmbedSettings>(),
         SectionDecl::of::<crate::efs::EfsSettings>(),
         SectionDecl::of::<crate::mcp::McpSettings>(),
         SectionDecl::of::<crate::execute::ExecuteSettings>(),

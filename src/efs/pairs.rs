@@ -29,7 +29,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::lexical::{Features, Interner, jaccard};
-use crate::embed::Vectors;
+use crate::embedding::Vectors;
 use crate::model::Catalog;
 use crate::settings::{Settings, section_hash};
 use crate::stage::{Artifact, Ctx, Inputs, Output, Plan, Stage, StageSpec};
@@ -659,7 +659,7 @@ impl Stage for PairsStage {
     }
 
     fn enabled(&self, settings: &Settings) -> bool {
-        settings.section::<crate::embed::EmbedSettings>().is_some()
+        settings.section::<crate::embedding::EmbedSettings>().is_some()
             || settings.section::<super::EfsSettings>().is_some()
     }
 

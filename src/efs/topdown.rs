@@ -28,7 +28,7 @@ use serde_json::json;
 use super::TopdownSettings;
 use super::build::{CandidateSet, Sets};
 use super::verify::tool_vars;
-use crate::embed::{Embedder, Vectors};
+use crate::embedding::{Embedder, Vectors};
 use crate::ledger::{NewEvent, Parent, kind};
 use crate::llm::Prompt;
 use crate::llm::batch::{self, Batch, BatchOptions, Item};

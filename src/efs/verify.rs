@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::plan::{PlannedCall, VerifyMode};
-use crate::embed::described_parameters;
+use crate::embedding::described_parameters;
 use crate::ledger::{NewEvent, Parent, kind};
 use crate::llm::Prompt;
 use crate::llm::batch::{Batch, BatchOptions, Item};

@@ -24,7 +24,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{Funnel, Generated, LazyEmbedder, LevelOut};
-use crate::embed::{INDEX, VECTORS, Vectors};
+use crate::embed::{INDEX, VECTORS};
+use crate::embedding::Vectors;
 use crate::llm::Prompt;
 use crate::llm::batch::{self, Batch, Item};
 use crate::settings::Settings;
@@ -71,7 +72,7 @@ pub fn clusters(v: &Vectors, min_cluster_size: usize, min_samples: usize, epsilo
     if n <= min_cluster_size.max(min_samples) {
         return Ok(vec![-1; n]);
     }
-    let data: Vec<Vec<f32>> = (0..n).map(|i| crate::embed::normalised(v.row(i).to_vec())).collect();
+    let data: Vec<Vec<f32>> = (0..n).map(|i| crate::embedding::normalised(v.row(i).to_vec())).collect();
     let (input, metric) = if n <= MATRIX_LIMIT {
         (euclidean_matrix(&data), hdbscan::DistanceMetric::Precalculated)
     } else {

@@ -31,7 +31,7 @@ use anyhow::Result;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
-use crate::embed::Embedder;
+use crate::embedding::Embedder;
 use crate::model::{Catalog, Server, Tool};
 use crate::settings::Settings;
 

@@ -8,7 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
-use benchgen::embed::{Embedder, Index, Vectors, embed_rows, normalised};
+use benchgen::embed::embed_rows;
+use benchgen::embedding::{Embedder, Index, Vectors, normalised};
 use benchgen::settings::Settings;
 use serde_json::{Value, json};
 

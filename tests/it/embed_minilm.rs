@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use assert_cmd::Command;
-use benchgen::embed::{Embedder, Vectors};
+use benchgen::embedding::{Embedder, Vectors};
 use benchgen::settings::Settings;
 
 fn assets_or_skip() -> bool {
