@@ -175,14 +175,9 @@ fn normal(s: &str) -> String {
     s.trim().to_lowercase().replace([' ', '_'], "-")
 }
 
-/// Assign categories to every server that came from a registry (ETOM-imported servers,
-/// which carry their own, are left alone).
-pub fn assign(servers: &mut [Server], cfg: &CategorySettings) -> Result<CategoryReport> {
-    let taxonomy: Vec<String> = match &cfg.taxonomy {
-        Some(t) => t.clone(),
-        None => ETOM_TAXONOMY.iter().map(|s| s.to_string()).collect(),
-    };
-    let known: BTreeSet<String> = taxonomy.iter().map(|t| normal(t)).collect();
+/// The configured rules (and the built-in ones for categories of the taxonomy), compiled;
+/// a rule naming a category outside the taxonomy, or with a bad regex, is an error.
+fn compile_rules(cfg: &CategorySettings, known: &BTreeSet<String>) -> Result<Vec<Compiled>> {
     let mut rules = cfg.rules.clone();
     if cfg.builtin_rules {
         rules.extend(builtin().into_iter().filter(|r| known.contains(&normal(&r.category))));
@@ -214,6 +209,18 @@ pub fn assign(servers: &mut [Server], cfg: &CategorySettings) -> Result<Category
             label,
         });
     }
+    Ok(compiled)
+}
+
+/// Assign categories to every server that came from a registry (ETOM-imported servers,
+/// which carry their own, are left alone).
+pub fn assign(servers: &mut [Server], cfg: &CategorySettings) -> Result<CategoryReport> {
+    let taxonomy: Vec<String> = match &cfg.taxonomy {
+        Some(t) => t.clone(),
+        None => ETOM_TAXONOMY.iter().map(|s| s.to_string()).collect(),
+    };
+    let known: BTreeSet<String> = taxonomy.iter().map(|t| normal(t)).collect();
+    let compiled = compile_rules(cfg, &known)?;
     // One pass over each server's text finds every text rule that matches; only those run
     // again to quote the match.
     let text_rules: Vec<&Compiled> = compiled.iter().filter(|r| r.text.is_some()).collect();

@@ -300,49 +300,7 @@ impl Stage for ImportStage {
         let categories: std::collections::BTreeSet<&str> =
             catalog.servers.iter().flat_map(|s| s.categories.iter().map(String::as_str)).collect();
 
-        let input_ev = out.event(NewEvent::new(
-            kind::INPUT_READ,
-            Some(&shown),
-            serde_json::json!({
-                "path": shown,
-                "sha256": crate::store::sha256_hex(bytes),
-                "format": format,
-                "bytes": bytes.len(),
-            }),
-        ));
-        let mut server_ev = std::collections::HashMap::new();
-        for o in &imported.origins {
-            let server_name = o.id.split(crate::model::TOOL_ID_SEP).next().unwrap_or(&o.id);
-            let mut ev = NewEvent::new(
-                if o.is_server { kind::CATALOG_SERVER } else { kind::CATALOG_TOOL },
-                Some(&o.id),
-                serde_json::json!({
-                    "source": shown,
-                    "location": o.location,
-                    "original_name": o.original_name,
-                }),
-            )
-            .with_parent(Parent::Batch(input_ev));
-            if !o.is_server
-                && let Some(&p) = server_ev.get(server_name)
-            {
-                ev = ev.with_parent(Parent::Batch(p));
-            }
-            let idx = out.event(ev);
-            if o.is_server {
-                server_ev.insert(server_name.to_string(), idx);
-            }
-        }
-        for r in &imported.rejected {
-            out.event(
-                NewEvent::new(
-                    kind::CATALOG_REJECT,
-                    Some(&r.id),
-                    serde_json::json!({"source": shown, "location": r.location, "reason": r.reason}),
-                )
-                .with_parent(Parent::Batch(input_ev)),
-            );
-        }
+        record_import_events(out, &shown, bytes, format, &imported);
 
         out.json("catalog.json", catalog)?;
         out.json(
@@ -373,6 +331,54 @@ impl Stage for ImportStage {
             out.notes.push(format!("{} records left out (see import_report.json)", imported.rejected.len()));
         }
         Ok(())
+    }
+}
+
+/// The ledger events of one import: the input read, a record per server and tool (a tool's
+/// parent is its server's), and a record per left-out entry.
+fn record_import_events(out: &mut Output, shown: &str, bytes: &[u8], format: RegistryFormat, imported: &Imported) {
+    let input_ev = out.event(NewEvent::new(
+        kind::INPUT_READ,
+        Some(shown),
+        serde_json::json!({
+            "path": shown,
+            "sha256": crate::store::sha256_hex(bytes),
+            "format": format,
+            "bytes": bytes.len(),
+        }),
+    ));
+    let mut server_ev = std::collections::HashMap::new();
+    for o in &imported.origins {
+        let server_name = o.id.split(crate::model::TOOL_ID_SEP).next().unwrap_or(&o.id);
+        let mut ev = NewEvent::new(
+            if o.is_server { kind::CATALOG_SERVER } else { kind::CATALOG_TOOL },
+            Some(&o.id),
+            serde_json::json!({
+                "source": shown,
+                "location": o.location,
+                "original_name": o.original_name,
+            }),
+        )
+        .with_parent(Parent::Batch(input_ev));
+        if !o.is_server
+            && let Some(&p) = server_ev.get(server_name)
+        {
+            ev = ev.with_parent(Parent::Batch(p));
+        }
+        let idx = out.event(ev);
+        if o.is_server {
+            server_ev.insert(server_name.to_string(), idx);
+        }
+    }
+    for r in &imported.rejected {
+        out.event(
+            NewEvent::new(
+                kind::CATALOG_REJECT,
+                Some(&r.id),
+                serde_json::json!({"source": shown, "location": r.location, "reason": r.reason}),
+            )
+            .with_parent(Parent::Batch(input_ev)),
+        );
     }
 }
 
