@@ -4,6 +4,7 @@
 //! defects fail verification, a version is never overwritten, an extension gets a
 //! changelog, and a rebuild from the same inputs and ledger is byte-identical.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use benchgen::ledger::{NewEvent, Parent};
@@ -117,16 +118,13 @@ fn upstream_fixture(root: &Path, validated: &[Value], levels: &[Value], rejected
         {"name": "Beta", "description": "b", "summary": "", "url": "", "categories": ["Operations"], "tools": [
             {"id": "Beta::u", "name": "u", "description": "does x too", "input_schema": {"type": "object"}},
             {"id": "Beta::v", "name": "v", "description": "does y too", "input_schema": {"type": "object"}}]}]});
-    upstream::stage(root, "filter", &[("catalog.json", serde_json::to_vec_pretty(&catalog).unwrap())], &[]);
     let log_tools = json!([
         {"name": "get_quote", "description": "quote", "input_schema": {"type": "object"}},
         {"name": "get_news", "description": "news", "input_schema": {"type": "object"}},
         {"name": "get_fx", "description": "fx", "input_schema": {"type": "object"}}]);
-    upstream::stage(root, "logs-import", &[("catalog.json", serde_json::to_vec(&log_tools).unwrap())], &[]);
     let sets = json!([{"set_id": 1, "size": 2, "tools": [
         {"tool_id": "Alpha::x", "server_name": "Alpha", "tool_name": "x", "description": "does x"},
         {"tool_id": "Beta::u", "server_name": "Beta", "tool_name": "u", "description": "does x too"}]}]);
-    upstream::stage(root, "efs-finalize", &[("tool_equivalence_sets.json", serde_json::to_vec(&sets).unwrap())], &[]);
 
     let exchange = |item: &str, hash: &str| {
         NewEvent::new(
@@ -136,22 +134,51 @@ fn upstream_fixture(root: &Path, validated: &[Value], levels: &[Value], rejected
                    "cached": false, "usage": {"prompt_tokens": 100, "completion_tokens": 20}, "latency_ms": 7}),
         )
     };
-    let mut events = Vec::new();
+    // Per stage, the events the fixture records: an exchange and a verdict per validated
+    // sample, a level query per level sample, and one event in every further stage its
+    // lineage must reach (`release verify` checks the rules).
+    let mut events: BTreeMap<String, Vec<NewEvent>> = BTreeMap::new();
+    let validate = events.entry("validate".into()).or_default();
     for s in validated {
         let id = s["id"].as_str().unwrap();
-        events.push(exchange(id, &format!("sha256:req-{id}")));
-        let parent = Parent::Batch(events.len() - 1);
-        events.push(
+        validate.push(exchange(id, &format!("sha256:req-{id}")));
+        let parent = Parent::Batch(validate.len() - 1);
+        validate.push(
             NewEvent::new("validate.verdict", Some(&format!("sample:{id}")), json!({"accepted": true, "time": "t"}))
                 .with_parent(parent),
         );
     }
-    upstream::stage(root, "validate", &[("samples.jsonl", upstream::jsonl(validated))], &events);
-    let events: Vec<NewEvent> = levels
-        .iter()
-        .map(|s| NewEvent::new("levels.query", Some(s["provenance_id"].as_str().unwrap()), json!({"id": s["id"]})))
-        .collect();
-    upstream::stage(root, "levels-export", &[("samples.jsonl", upstream::jsonl(levels))], &events);
+    events.entry("levels-export".into()).or_default().extend(
+        levels
+            .iter()
+            .map(|s| NewEvent::new("levels.query", Some(s["provenance_id"].as_str().unwrap()), json!({"id": s["id"]}))),
+    );
+    for s in validated.iter().chain(levels) {
+        let sample: benchgen::model::Sample = serde_json::from_value(s.clone()).unwrap();
+        for stage in benchgen::release::lineage::required_stages(&sample, true) {
+            if stage != "validate" && stage != "levels-export" {
+                let ev = NewEvent::new("fixture.step", Some(&format!("sample:{}", sample.id)), json!({"stage": stage}));
+                events.entry(stage).or_default().push(ev);
+            }
+        }
+    }
+    let mut take = |stage: &str| events.remove(stage).unwrap_or_default();
+    upstream::stage(root, "filter", &[("catalog.json", serde_json::to_vec_pretty(&catalog).unwrap())], &take("filter"));
+    upstream::stage(
+        root,
+        "logs-import",
+        &[("catalog.json", serde_json::to_vec(&log_tools).unwrap())],
+        &take("logs-import"),
+    );
+    upstream::stage(
+        root,
+        "efs-finalize",
+        &[("tool_equivalence_sets.json", serde_json::to_vec(&sets).unwrap())],
+        &take("efs-finalize"),
+    );
+    upstream::stage(root, "validate", &[("samples.jsonl", upstream::jsonl(validated))], &take("validate"));
+    upstream::stage(root, "levels-export", &[("samples.jsonl", upstream::jsonl(levels))], &take("levels-export"));
+    let review = take("review-merge");
     let mut all: Vec<Value> = validated.iter().chain(levels).cloned().collect();
     all.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
     let report = "# Review merge\n\n## Agreement\n\n| dimension | Cohen's kappa | Krippendorff's alpha |\n|---|---:|---:|\n| relevance | 0.81 | 0.80 |\n\n## Discussion\n\nnone\n";
@@ -159,8 +186,11 @@ fn upstream_fixture(root: &Path, validated: &[Value], levels: &[Value], rejected
         root,
         "review-merge",
         &[("decisions.jsonl", upstream::jsonl(&decisions(&all, rejected))), ("report.md", report.as_bytes().to_vec())],
-        &[],
+        &review,
     );
+    for (stage, evs) in events {
+        upstream::stage(root, &stage, &[], &evs);
+    }
 }
 
 pub(crate) fn project(version: &str) -> Project {
