@@ -395,16 +395,25 @@ fn release_parses_scores_100_and_has_a_full_card() {
     // Lineage, and `explain` of a released id.
     let lineage = std::fs::read_to_string(d.join("lineage.jsonl")).unwrap();
     let fb: Value = serde_json::from_str(lineage.lines().find(|l| l.contains("\"fin-b\"")).unwrap()).unwrap();
-    let kinds: Vec<&str> = fb["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    let events = fb["events"].as_array().unwrap();
+    let of = |stage: &str| -> Vec<&Value> { events.iter().filter(|e| e["stage"] == stage).collect() };
+    let kinds: Vec<&str> = of("validate").iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["llm.exchange", "validate.verdict"], "{fb}");
-    assert_eq!(fb["events"][0]["ref"], "request:sha256:req-fin-b");
+    assert_eq!(of("validate")[0]["ref"], "request:sha256:req-fin-b");
+    // In pipeline order: the log track's stages, the simulation, validation, the merge.
+    let stages: Vec<&str> = events.iter().map(|e| e["stage"].as_str().unwrap()).collect();
+    assert_eq!(
+        stages,
+        ["logs-import", "logs-curate", "logs-split", "synth-roleplay", "validate", "validate", "review-merge"],
+        "{fb}"
+    );
     assert_eq!(fb["review"]["decision"], "accepted");
     let o = p.run(&["--config", CONFIG, "--json", "explain", "sample:fin-b"]);
     assert_code(&o, 0);
     let x: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(x["item"], "released sample");
     assert!(x["status"].as_str().unwrap().contains("finmcp_multi_tool.json#fin-b"), "{x}");
-    assert_eq!(x["lineage"].as_array().unwrap().len(), 2, "{x}");
+    assert_eq!(x["lineage"].as_array().unwrap().len(), 7, "{x}");
     let o = p.run(&["--config", CONFIG, "explain", "sample:L3-1"]);
     assert_code(&o, 0);
     assert!(stdout(&o).contains("levels.query"), "{}", stdout(&o));
@@ -491,6 +500,127 @@ fn verify_fails_on_each_planted_defect() {
     );
     assert!(e.contains("sample `fin-b` has no lineage in lineage.jsonl"), "{e}");
     assert!(e.starts_with("error: `") && e.contains("failed verification"), "{e}");
+}
+
+/// A release file rewritten by `edit` on its parsed JSON (an array of records), written
+/// back in the release's own layout.
+fn edit_json(path: &Path, edit: impl FnOnce(&mut Vec<Value>)) {
+    let mut v: Vec<Value> = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    edit(&mut v);
+    let lines: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+    std::fs::write(path, format!("[\n{}\n]\n", lines.join(",\n"))).unwrap();
+}
+
+/// A Parquet table with one string cell changed.
+fn edit_parquet(path: &Path, column: &str, row: usize, to: &str) {
+    use polars_core::prelude::*;
+    use polars_io::prelude::*;
+    let mut df = ParquetReader::new(std::fs::File::open(path).unwrap()).finish().unwrap();
+    let mut values = benchgen::release::tables::strings(&df, column).unwrap();
+    values[row] = to.to_string();
+    df.replace(column, Column::from(Series::new(column.into(), values))).unwrap();
+    ParquetWriter::new(std::fs::File::create(path).unwrap()).finish(&mut df).unwrap();
+}
+
+#[test]
+fn verify_fails_on_a_consistent_edit_of_each_format_file() {
+    // Issue 26: each edit keeps its file parseable and scoring 100 %, and SHA256SUMS is
+    // recomputed; only the record-by-record check against samples.jsonl finds it.
+    let p = project("1.0.0");
+    assert_code(&release(&p, &[]), 0);
+    let e = planted(
+        &p,
+        "level2",
+        |d| {
+            edit_json(&d.join("level_2.json"), |q| {
+                let alt = &mut q[0]["ground_truth_tools"][0][1];
+                alt["tool_id"] = json!("Alpha::y");
+                alt["server_name"] = json!("Alpha");
+                alt["tool_name"] = json!("y");
+                alt["description"] = json!("does y");
+            })
+        },
+        true,
+    );
+    assert!(
+        e.contains("level_2.json: query 1 (record 0) (sample `L2-1`): field `ground_truth_tools[0][1].description` is \"does y\" but samples.jsonl makes \"does x too\""),
+        "{e}"
+    );
+    let e = planted(&p, "level1", |d| edit_json(&d.join("level_1.json"), |q| q[0]["query"] = json!("On Alpha, run y.")), true);
+    assert!(e.contains("level_1.json: query 1 (record 0) (sample `L1-1`): field `query` is \"On Alpha, run y.\""), "{e}");
+    let e = planted(
+        &p,
+        "finmcp",
+        |d| edit_json(&d.join("finmcp_multi_tool.json"), |s| s[0]["answer"] = json!("Other.")),
+        true,
+    );
+    assert!(e.contains("finmcp_multi_tool.json: record 0 (sample `fin-b`): field `answer` is \"Other.\" but samples.jsonl makes \"Done.\""), "{e}");
+    let e = planted(&p, "samples_table", |d| edit_parquet(&d.join("samples.parquet"), "difficulty", 0, "hard"), true);
+    assert!(e.contains("samples.parquet: row 0 (sample `L1-1`): field `difficulty` is \"hard\" but samples.jsonl makes \"easy\""), "{e}");
+    let e = planted(&p, "tools_table", |d| edit_parquet(&d.join("tools.parquet"), "tool", 0, "w"), true);
+    assert!(e.contains("tools.parquet: row 0 (tool `Alpha::x`): field `tool` is \"w\" but samples.jsonl makes \"x\""), "{e}");
+
+    // A lineage line that misses a required stage (its `efs-finalize` events removed).
+    let e = planted(
+        &p,
+        "lineage_gap",
+        |d| {
+            let text = std::fs::read_to_string(d.join("lineage.jsonl")).unwrap();
+            let kept: String = text
+                .lines()
+                .map(|l| {
+                    let mut v: Value = serde_json::from_str(l).unwrap();
+                    if v["id"] == "L2-1" {
+                        v["events"].as_array_mut().unwrap().retain(|e| e["stage"] != "efs-finalize");
+                    }
+                    format!("{v}\n")
+                })
+                .collect();
+            std::fs::write(d.join("lineage.jsonl"), kept).unwrap();
+        },
+        true,
+    );
+    assert!(e.contains("lineage of `L2-1` (level L2) misses the required stage(s) `efs-finalize`"), "{e}");
+}
+
+#[test]
+fn verify_warns_on_an_empty_part_instead_of_scoring_it() {
+    let p = project("1.0.0");
+    assert_code(&release(&p, &[]), 0);
+    let o = benchgen(&["release", "verify", dir(&p, "1.0.0").to_str().unwrap()]);
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    // The fixture's only multi-tool FinMCP sample stays; the single-tool file holds one.
+    // Empty the L5 file (its one sample removed from every file) and verify again.
+    let d = p.path("planted/empty");
+    for (rel, bytes) in tree(&dir(&p, "1.0.0")) {
+        p.write(&format!("planted/empty/{rel}"), bytes);
+    }
+    edit_json(&d.join("level_5.json"), Vec::clear);
+    let keep = |f: &str, drop: &str| {
+        let text = std::fs::read_to_string(d.join(f)).unwrap();
+        let kept: String = text.lines().filter(|l| !l.contains(drop)).map(|l| format!("{l}\n")).collect();
+        std::fs::write(d.join(f), kept).unwrap();
+    };
+    keep("samples.jsonl", "\"L5-1\"");
+    keep("lineage.jsonl", "\"L5-1\"");
+    {
+        use polars_core::prelude::*;
+        use polars_io::prelude::*;
+        let path = d.join("samples.parquet");
+        let df = ParquetReader::new(std::fs::File::open(&path).unwrap()).finish().unwrap();
+        let ids = benchgen::release::tables::strings(&df, "id").unwrap();
+        let mask: BooleanChunked = ids.iter().map(|i| i != "L5-1").collect();
+        let mut df = df.filter(&mask).unwrap();
+        ParquetWriter::new(std::fs::File::create(&path).unwrap()).finish(&mut df).unwrap();
+    }
+    std::fs::write(d.join("SHA256SUMS"), benchgen::release::checksums(&d).unwrap()).unwrap();
+    let o = benchgen(&["release", "verify", d.to_str().unwrap()]);
+    assert_code(&o, 0);
+    let now = stdout(&o);
+    assert!(now.contains("warn  level_5.json: empty part (0 queries): nothing to score"), "{now}");
+    assert!(!now.contains("level_5.json: oracle scores"), "an empty part is not scored: {now}");
+    assert!(out.contains("level_5.json: oracle scores 100 %"), "{out}");
 }
 
 #[test]
