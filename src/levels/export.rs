@@ -407,13 +407,17 @@ fn sample_events(ctx: &Ctx, samples: &[Sample], levels: &[LevelOut]) -> Result<V
     let decisions = ledger.ids_by_subject(kind::FILTER_DECISION, &runs("filter"))?;
     // Each tool of a final set → that set's event.
     let mut set_of: BTreeMap<String, i64> = BTreeMap::new();
-    for ev in ledger.events_of_kind(runs("efs-finalize").first().copied().unwrap_or(-1), crate::efs::finalize::SET_EVENT)? {
+    for ev in
+        ledger.events_of_kind(runs("efs-finalize").first().copied().unwrap_or(-1), crate::efs::finalize::SET_EVENT)?
+    {
         for m in ev.payload["members"].as_array().into_iter().flatten().filter_map(|m| m.as_str()) {
             set_of.insert(m.to_string(), ev.id);
         }
     }
-    let generated: BTreeMap<String, &Generated> =
-        levels.iter().flat_map(|lv| lv.queries.iter().map(move |g| (format!("levels-l{}:{}", lv.level, g.key), g))).collect();
+    let generated: BTreeMap<String, &Generated> = levels
+        .iter()
+        .flat_map(|lv| lv.queries.iter().map(move |g| (format!("levels-l{}:{}", lv.level, g.key), g)))
+        .collect();
     let mut events = Vec::new();
     for s in samples {
         let Some(g) = generated.get(&s.provenance_id) else { continue };

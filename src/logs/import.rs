@@ -399,17 +399,24 @@ impl Stage for ImportStage {
         let mut first_reason: BTreeMap<String, String> = BTreeMap::new();
         let mut records = Vec::new();
         let mut record = |sess: &Session| records.push(session_event(sess));
-        let rep = import_sources(&files, known.as_ref(), &mut anon, &mut w, &mut |loc, reason| {
-            serde_json::to_writer(&mut malformed_lines, &json!({"location": loc, "reason": reason}))?;
-            malformed_lines.push(b'\n');
-            rejects.push(NewEvent::new(super::kind::REJECT, Some(loc), json!({"location": loc, "reason": reason})));
-            if let Some(f) =
-                files.iter().find(|f| loc.strip_prefix(f.display.as_str()).is_some_and(|r| r.starts_with(':')))
-            {
-                first_reason.entry(f.display.clone()).or_insert_with(|| format!("{loc}: {reason}"));
-            }
-            Ok(())
-        }, &mut record)?;
+        let rep = import_sources(
+            &files,
+            known.as_ref(),
+            &mut anon,
+            &mut w,
+            &mut |loc, reason| {
+                serde_json::to_writer(&mut malformed_lines, &json!({"location": loc, "reason": reason}))?;
+                malformed_lines.push(b'\n');
+                rejects.push(NewEvent::new(super::kind::REJECT, Some(loc), json!({"location": loc, "reason": reason})));
+                if let Some(f) =
+                    files.iter().find(|f| loc.strip_prefix(f.display.as_str()).is_some_and(|r| r.starts_with(':')))
+                {
+                    first_reason.entry(f.display.clone()).or_insert_with(|| format!("{loc}: {reason}"));
+                }
+                Ok(())
+            },
+            &mut record,
+        )?;
         check_sources(&files, &rep, l.max_malformed_share(), &first_reason)?;
         w.finish()?;
         out.file("malformed.jsonl", malformed_lines);

@@ -181,10 +181,11 @@ impl Stage for SplitStage {
             super::kind::DECISION,
             ctx.manifest_of(super::curate::STAGE).map(|m| m.run_id),
         )?;
-        let decided = |id: &str, ev: crate::ledger::NewEvent| match curated.get(&super::subject(id)).and_then(|i| i.last()) {
-            Some(p) => ev.with_parent(crate::ledger::Parent::Id(*p)),
-            None => ev,
-        };
+        let decided =
+            |id: &str, ev: crate::ledger::NewEvent| match curated.get(&super::subject(id)).and_then(|i| i.last()) {
+                Some(p) => ev.with_parent(crate::ledger::Parent::Id(*p)),
+                None => ev,
+            };
         for (pool, ids) in [
             ("benchmark", &sp.benchmark),
             ("seed", &sp.seed),

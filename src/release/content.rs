@@ -22,8 +22,8 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use super::verify::Verified;
 use super::convert;
+use super::verify::Verified;
 use crate::model::{Family, Kind, Sample};
 
 /// At most this many differences are listed per file.
@@ -134,9 +134,7 @@ fn descriptions(tools: &[Map<String, Value>]) -> convert::Descriptions {
     tools
         .iter()
         .filter(|t| t["catalog"] == "filter")
-        .map(|t| {
-            (t["tool_id"].as_str().unwrap_or("").to_string(), t["description"].as_str().unwrap_or("").to_string())
-        })
+        .map(|t| (t["tool_id"].as_str().unwrap_or("").to_string(), t["description"].as_str().unwrap_or("").to_string()))
         .collect()
 }
 
@@ -293,9 +291,14 @@ pub fn check_tools_table(v: &mut Verified, rel: &Released, rows: &[Map<String, V
             _ => ("", id),
         };
         let want = serde_json::json!({"tool_id": id, "server": server, "tool": tool, "samples": n});
-        let got = serde_json::json!({"tool_id": id, "server": row["server"], "tool": row["tool"], "samples": row["samples"]});
+        let got =
+            serde_json::json!({"tool_id": id, "server": row["server"], "tool": row["tool"], "samples": row["samples"]});
         if let Some((field, w, g)) = first_difference("", &want, &got) {
-            r.fail(format!("row {i} (tool `{id}`): field `{field}` is {} but samples.jsonl makes {}", shown(&g), shown(&w)));
+            r.fail(format!(
+                "row {i} (tool `{id}`): field `{field}` is {} but samples.jsonl makes {}",
+                shown(&g),
+                shown(&w)
+            ));
         }
     }
     for id in used.keys().filter(|id| !seen.contains(**id)) {

@@ -7,7 +7,8 @@
 //! event ids or times: each event is `{kind, stage, subject, ref}`, where `ref` is the
 //! request hash of an LLM exchange (what the ledger cache keys on), the call hash of an MCP
 //! call (what trajectories name it by) and otherwise the hash of the event's payload without
-//! its timing fields. Entries are deduplicated and sorted by
+//! its timing fields; an exchange carries no subject (one request may serve several items,
+//! and which item's event a stage linked depends on the order they finished). Entries are deduplicated and sorted by
 //! pipeline order, so concurrent stages recording in a different order change nothing.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -126,6 +127,10 @@ impl Index {
             } else {
                 (stable_hash(&p), None)
             };
+            // The same request may serve several items (two sets asking the same thing), and
+            // which item's event a link reaches depends on the order they finished: an
+            // exchange is named by its request alone.
+            let subject = if k == kind::LLM_EXCHANGE { None } else { subject };
             let entry = Arc::new(Entry { stage, kind: k, subject, reference });
             self.cache.insert(id, Node { entry, parents, llm });
         }

@@ -551,8 +551,9 @@ impl Stage for ChainsStage {
                 query: w.query.clone(),
                 exchange: w.exchange.clone(),
             };
-            let mut ev = NewEvent::new(super::kind::CHAIN, Some(&crate::model::Sample::subject_for(&ch.id)), json!(rec))
-                .with_parent(Parent::Id(w.event));
+            let mut ev =
+                NewEvent::new(super::kind::CHAIN, Some(&crate::model::Sample::subject_for(&ch.id)), json!(rec))
+                    .with_parent(Parent::Id(w.event));
             for p in links.parents(&rec) {
                 ev = ev.with_parent(Parent::Id(p));
             }

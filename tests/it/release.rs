@@ -546,8 +546,16 @@ fn verify_fails_on_a_consistent_edit_of_each_format_file() {
         e.contains("level_2.json: query 1 (record 0) (sample `L2-1`): field `ground_truth_tools[0][1].description` is \"does y\" but samples.jsonl makes \"does x too\""),
         "{e}"
     );
-    let e = planted(&p, "level1", |d| edit_json(&d.join("level_1.json"), |q| q[0]["query"] = json!("On Alpha, run y.")), true);
-    assert!(e.contains("level_1.json: query 1 (record 0) (sample `L1-1`): field `query` is \"On Alpha, run y.\""), "{e}");
+    let e = planted(
+        &p,
+        "level1",
+        |d| edit_json(&d.join("level_1.json"), |q| q[0]["query"] = json!("On Alpha, run y.")),
+        true,
+    );
+    assert!(
+        e.contains("level_1.json: query 1 (record 0) (sample `L1-1`): field `query` is \"On Alpha, run y.\""),
+        "{e}"
+    );
     let e = planted(
         &p,
         "finmcp",
@@ -556,9 +564,17 @@ fn verify_fails_on_a_consistent_edit_of_each_format_file() {
     );
     assert!(e.contains("finmcp_multi_tool.json: record 0 (sample `fin-b`): field `answer` is \"Other.\" but samples.jsonl makes \"Done.\""), "{e}");
     let e = planted(&p, "samples_table", |d| edit_parquet(&d.join("samples.parquet"), "difficulty", 0, "hard"), true);
-    assert!(e.contains("samples.parquet: row 0 (sample `L1-1`): field `difficulty` is \"hard\" but samples.jsonl makes \"easy\""), "{e}");
+    assert!(
+        e.contains(
+            "samples.parquet: row 0 (sample `L1-1`): field `difficulty` is \"hard\" but samples.jsonl makes \"easy\""
+        ),
+        "{e}"
+    );
     let e = planted(&p, "tools_table", |d| edit_parquet(&d.join("tools.parquet"), "tool", 0, "w"), true);
-    assert!(e.contains("tools.parquet: row 0 (tool `Alpha::x`): field `tool` is \"w\" but samples.jsonl makes \"x\""), "{e}");
+    assert!(
+        e.contains("tools.parquet: row 0 (tool `Alpha::x`): field `tool` is \"w\" but samples.jsonl makes \"x\""),
+        "{e}"
+    );
 
     // A lineage line that misses a required stage (its `efs-finalize` events removed).
     let e = planted(
