@@ -109,7 +109,7 @@ fn main() -> anyhow::Result<()> {
     }];
     let t = Instant::now();
     let c0 = common::cpu_seconds();
-    let rep = import_sources(&src, None, &mut anon, &mut out, &mut |_, _| Ok(()))?;
+    let rep = import_sources(&src, None, &mut anon, &mut out, &mut |_, _| Ok(()), &mut |_| {})?;
     out.flush()?;
     let import_s = t.elapsed().as_secs_f64();
     let import_cpu = common::cpu_seconds() - c0;

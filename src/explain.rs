@@ -68,6 +68,9 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
     if id.starts_with("log:") {
         return explain_log(settings, &ledger, id);
     }
+    if id.starts_with("efs:") || id.starts_with("edge:") {
+        return explain_decided(settings, &ledger, id);
+    }
     let (subject, only_filter) = match id.strip_prefix("filter:") {
         Some(rest) => (norm_tool_id(rest), true),
         None => (norm_tool_id(id), false),
@@ -105,6 +108,41 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
     };
     let record = current_record(settings, &subject)?;
     Ok(Explanation { id: subject, item: if only_filter { "filter decision" } else { item }, status, record, lineage })
+}
+
+/// An EFS set (`efs:<set id>`) or a graph edge (`edge:<from>-><to>`): what decided it.
+fn explain_decided(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Explanation> {
+    let runs: Vec<i64> = crate::stages::names()
+        .into_iter()
+        .filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten())
+        .map(|m| m.run_id)
+        .collect();
+    let direct = ledger.events_for(id, &runs)?;
+    let item = if id.starts_with("efs:") { "EFS set" } else { "graph edge" };
+    if direct.is_empty() {
+        return Err(hinted(
+            format!("no {item} `{id}` in the current artifacts"),
+            "set ids are in `artifacts/efs-finalize/final.json`, edges in `artifacts/graph-build/graph.json`",
+        ));
+    }
+    let lineage = ledger.lineage(&direct.iter().map(|e| e.id).collect::<Vec<_>>())?;
+    let p = &direct.last().expect("not empty").payload;
+    let status = match direct.last().map(|e| e.kind.as_str()) {
+        Some(crate::efs::finalize::SET_EVENT) => format!(
+            "final set ({}) of {} member(s): {}",
+            p["status"].as_str().unwrap_or("?"),
+            p["members"].as_array().map_or(0, Vec::len),
+            p["members"].as_array().into_iter().flatten().filter_map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+        _ if p["check"] == "graph-edge" => format!(
+            "{} by `graph build`: {}",
+            if p["accepted"] == true { "accepted" } else { "rejected" },
+            p["reason"].as_str().unwrap_or("")
+        ),
+        Some(k) => format!("{k} of stage `{}`", direct.last().map(|e| e.stage.as_str()).unwrap_or("?")),
+        None => unreachable!("not empty"),
+    };
+    Ok(Explanation { id: id.into(), item, status, record: None, lineage })
 }
 
 /// A log session (`log:<session id>`): its curation decision and split pool.

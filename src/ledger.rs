@@ -424,6 +424,32 @@ impl Ledger {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// Subject → ids (oldest first) of the events of `kind` recorded by `runs`: what a stage
+    /// links its own events to (the filter decision of each tool, the EFS set of each member).
+    pub fn ids_by_subject(&self, kind: &str, runs: &[i64]) -> Result<BTreeMap<String, Vec<i64>>> {
+        let mut out: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT subject, id FROM events WHERE run_id = ?1 AND kind = ?2 AND subject IS NOT NULL ORDER BY id",
+        )?;
+        for run in runs {
+            let rows = stmt.query_map(params![run, kind], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+            for row in rows {
+                let (subject, id) = row?;
+                out.entry(subject).or_default().push(id);
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Self::ids_by_subject`] in the ledger of an artifacts folder (empty without one),
+    /// for the run of `stage` behind its current artifacts (`run`: its manifest's).
+    pub fn ids_by_subject_in(artifacts: &Path, kind: &str, run: Option<i64>) -> Result<BTreeMap<String, Vec<i64>>> {
+        match (Ledger::open_read_only(artifacts)?, run) {
+            (Some(l), Some(run)) => l.ids_by_subject(kind, &[run]),
+            _ => Ok(BTreeMap::new()),
+        }
+    }
+
     /// Ids of the events about any of `subjects` recorded by `runs`, oldest first.
     pub fn event_ids_about(&self, subjects: &[&str], runs: &[i64]) -> Result<Vec<i64>> {
         if runs.is_empty() || subjects.is_empty() {

@@ -427,7 +427,7 @@ const COSTED: [&str; 6] = ["embed", "efs-pairs", "efs-verify", "efs-build", "efs
 pub static SPEC: StageSpec = StageSpec {
     name: "efs-finalize",
     command: "efs finalize",
-    version: 1,
+    version: 2,
     about: "apply review decisions (or the automatic policy): final sets and a report",
     reads: &[
         crate::filter::CATALOG.read(),
@@ -508,8 +508,56 @@ impl Stage for FinalizeStage {
             fin.dropped.len()
         ));
         out.notes.push(time_line(&costs));
+        for ev in set_events(ctx, &fin)? {
+            out.event(ev);
+        }
         Ok(())
     }
+}
+
+/// Ledger kind of a final set (subject `efs:<set id>`), what a level sample's alternatives
+/// link to.
+pub const SET_EVENT: &str = "efs.set";
+
+/// One `efs.set` event per final set, its parents the decisions behind it: the verdicts of
+/// its evidence pairs (`efs-verify`), the top-down findings and the review decisions about
+/// the candidate sets it came from (`efs-topdown`, `efs-review-import`).
+fn set_events(ctx: &Ctx, fin: &Final) -> Result<Vec<crate::ledger::NewEvent>> {
+    use crate::ledger::{Ledger, NewEvent, Parent, kind};
+    let runs = |st: &str| ctx.manifest_of(st).map(|m| vec![m.run_id]).unwrap_or_default();
+    let (verdicts, found, reviews) = match Ledger::open_read_only(&ctx.settings.artifacts)? {
+        Some(l) => (
+            l.ids_by_subject(kind::VERDICT, &runs("efs-verify"))?,
+            l.ids_by_subject(kind::VERDICT, &runs("efs-topdown"))?,
+            l.ids_by_subject(kind::REVIEW, &runs("efs-review-import"))?,
+        ),
+        None => Default::default(),
+    };
+    let mut events = Vec::new();
+    for set in &fin.sets {
+        let mut parents: BTreeSet<i64> = BTreeSet::new();
+        for e in &set.evidence {
+            parents.extend(verdicts.get(&super::pairs::pair_key(&e.a, &e.b)).into_iter().flatten());
+        }
+        for from in &set.from {
+            let subject = format!("efs:{from}");
+            parents.extend(found.get(&subject).into_iter().flatten());
+            parents.extend(reviews.get(&subject).into_iter().flatten());
+        }
+        let mut ev = NewEvent::new(
+            SET_EVENT,
+            Some(&format!("efs:{}", set.id)),
+            serde_json::json!({"set_id": set.id, "status": set.status, "from": set.from,
+                               "members": set.members.iter().map(|m| &m.tool_id).collect::<Vec<_>>(),
+                               "evidence_pairs": set.evidence.len(), "decisions": set.decisions.len(),
+                               "open_items": set.open_items.len()}),
+        );
+        for p in parents {
+            ev = ev.with_parent(Parent::Id(p));
+        }
+        events.push(ev);
+    }
+    Ok(events)
 }
 
 #[cfg(test)]

@@ -29,10 +29,12 @@ pub const STAGE: &str = "levels-export";
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "levels export",
-    version: 1,
+    version: 2,
     about: "ETOM level files level_1.json … level_5.json, unified samples, Table-1 statistics, plots and yield funnels",
     reads: &[
         crate::filter::CATALOG.read(),
+        crate::stage::Read::manifest("filter"),
+        crate::stage::Read::manifest("efs-finalize"),
         super::l1::QUERIES.read(),
         super::l2::QUERIES.read(),
         super::l3::QUERIES.read(),
@@ -380,6 +382,9 @@ impl Stage for ExportStage {
         out.file("rejections.csv", w.into_bytes()?);
         out.file("report.md", md.into_bytes());
         out.count("samples", ex.samples.len());
+        for ev in sample_events(ctx, &ex.samples, &levels)? {
+            out.event(ev);
+        }
         out.notes.push(format!(
             "{} queries: {}",
             ex.samples.len(),
@@ -387,6 +392,61 @@ impl Stage for ExportStage {
         ));
         Ok(())
     }
+}
+
+/// Ledger kind of an exported level sample (subject `sample:<id>`): the root of its lineage.
+pub const SAMPLE_EVENT: &str = "levels.sample";
+
+/// One `levels.sample` event per exported sample, its parents what made it: the level
+/// stage's exchanges (writing and verification, by request hash), the `filter` decision of
+/// every tool it names, and for each step with alternatives the final EFS set holding them.
+fn sample_events(ctx: &Ctx, samples: &[Sample], levels: &[LevelOut]) -> Result<Vec<crate::ledger::NewEvent>> {
+    use crate::ledger::{Ledger, NewEvent, Parent, kind};
+    let Some(ledger) = Ledger::open_read_only(&ctx.settings.artifacts)? else { return Ok(Vec::new()) };
+    let runs = |st: &str| ctx.manifest_of(st).map(|m| vec![m.run_id]).unwrap_or_default();
+    let decisions = ledger.ids_by_subject(kind::FILTER_DECISION, &runs("filter"))?;
+    // Each tool of a final set → that set's event.
+    let mut set_of: BTreeMap<String, i64> = BTreeMap::new();
+    for ev in
+        ledger.events_of_kind(runs("efs-finalize").first().copied().unwrap_or(-1), crate::efs::finalize::SET_EVENT)?
+    {
+        for m in ev.payload["members"].as_array().into_iter().flatten().filter_map(|m| m.as_str()) {
+            set_of.insert(m.to_string(), ev.id);
+        }
+    }
+    let generated: BTreeMap<String, &Generated> = levels
+        .iter()
+        .flat_map(|lv| lv.queries.iter().map(move |g| (format!("levels-l{}:{}", lv.level, g.key), g)))
+        .collect();
+    let mut events = Vec::new();
+    for s in samples {
+        let Some(g) = generated.get(&s.provenance_id) else { continue };
+        let mut parents: BTreeSet<i64> = BTreeSet::new();
+        for h in &g.exchanges {
+            parents.extend(ledger.exchange_event(h)?);
+        }
+        let mut sets = BTreeSet::new();
+        for step in &g.steps {
+            for t in &step.tools {
+                parents.extend(decisions.get(t).and_then(|d| d.last()).copied());
+            }
+            if step.tools.len() > 1 {
+                sets.extend(step.tools.iter().filter_map(|t| set_of.get(t)).copied());
+            }
+        }
+        parents.extend(&sets);
+        let mut ev = NewEvent::new(
+            SAMPLE_EVENT,
+            Some(&Sample::subject_for(&s.id)),
+            serde_json::json!({"id": s.id, "key": g.key, "exchanges": g.exchanges,
+                               "tools": g.steps.iter().map(|x| &x.tools).collect::<Vec<_>>(), "efs_sets": sets.len()}),
+        );
+        for p in parents {
+            ev = ev.with_parent(Parent::Id(p));
+        }
+        events.push(ev);
+    }
+    Ok(events)
 }
 
 #[cfg(test)]

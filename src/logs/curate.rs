@@ -40,7 +40,7 @@ pub const CURATED: Artifact<Session> = Artifact::new(STAGE, "curated.jsonl");
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "logs curate",
-    version: 2,
+    version: 3,
     about: "keeps sessions resolved through tools, with a genuine need and a satisfactory answer (LLM judge)",
     reads: &[super::import::SESSIONS.read()],
     writes: &["curated.jsonl", "decisions.jsonl", "report.json", crate::llm::batch::FAILED_FILE],
@@ -351,6 +351,12 @@ impl Stage for CurateStage {
             Ok(judge(&llm, cref, &sess, in_sample).await?)
         })?;
         let resumed = done.resumed;
+        // Each decision's first parent: the session's import record (its `file:line`).
+        let imported = crate::ledger::Ledger::ids_by_subject_in(
+            &s.artifacts,
+            super::kind::SESSION,
+            ctx.manifest_of(super::import::STAGE).map(|m| m.run_id),
+        )?;
         let mut kept = Vec::new();
         let mut decisions = Vec::new();
         let mut by: BTreeMap<String, u64> = BTreeMap::new();
@@ -365,6 +371,9 @@ impl Stage for CurateStage {
             let d = j.decision.clone();
             let mut ev =
                 NewEvent::new(super::kind::DECISION, Some(&super::subject(&sess.id)), serde_json::to_value(&d)?);
+            if let Some(id) = imported.get(&super::subject(&sess.id)).and_then(|i| i.last()) {
+                ev = ev.with_parent(Parent::Id(*id));
+            }
             for x in &j.exchanges {
                 if let Some(id) = batch.exchange_event(x)? {
                     ev = ev.with_parent(Parent::Id(id));

@@ -37,7 +37,7 @@ pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "logs import",
     // 3: report.json counts records and malformed ones per source, and unrecognised feedback.
-    version: 3,
+    version: 4,
     about: "a domain's tool logs and catalog → normalised, anonymised sessions",
     reads: &[],
     writes: &["sessions.jsonl", "malformed.jsonl", "catalog.json", "report.json"],
@@ -169,6 +169,17 @@ pub struct SourceFile {
     pub format: LogFormat,
 }
 
+/// The ledger record of one imported session (subject `log:<id>`): where it was read, the
+/// first link of a log sample's lineage.
+fn session_event(s: &Session) -> NewEvent {
+    NewEvent::new(
+        super::kind::SESSION,
+        Some(&super::subject(&s.id)),
+        json!({"id": s.id, "source": s.source, "format": s.format, "location": s.location,
+               "turns": s.turns.len(), "calls": s.call_count()}),
+    )
+}
+
 /// Import every source: check tool names, anonymise, write one session per line to `out`,
 /// hand each malformed record to `malformed(location, reason)`.
 pub fn import_sources(
@@ -177,6 +188,7 @@ pub fn import_sources(
     anon: &mut Anonymiser,
     out: &mut dyn Write,
     malformed: &mut dyn FnMut(&str, &str) -> Result<()>,
+    imported: &mut dyn FnMut(&Session),
 ) -> Result<ImportReport> {
     let mut rep = ImportReport::default();
     let mut seen_ids: HashSet<String> = HashSet::new();
@@ -194,6 +206,7 @@ pub fn import_sources(
                     n += 1;
                     records += if s.format == "events" { s.call_count() as u64 } else { 1 };
                     finish_session(&mut s, known, anon, &mut rep, &mut seen_ids);
+                    imported(&s);
                     serde_json::to_writer(&mut *out, &s)?;
                     out.write_all(b"\n")?;
                 }
@@ -384,23 +397,32 @@ impl Stage for ImportStage {
         let files = source_files(s);
         // The first malformed reason of each file (by its shown name, which starts the location).
         let mut first_reason: BTreeMap<String, String> = BTreeMap::new();
-        let rep = import_sources(&files, known.as_ref(), &mut anon, &mut w, &mut |loc, reason| {
-            serde_json::to_writer(&mut malformed_lines, &json!({"location": loc, "reason": reason}))?;
-            malformed_lines.push(b'\n');
-            rejects.push(NewEvent::new(super::kind::REJECT, Some(loc), json!({"location": loc, "reason": reason})));
-            if let Some(f) =
-                files.iter().find(|f| loc.strip_prefix(f.display.as_str()).is_some_and(|r| r.starts_with(':')))
-            {
-                first_reason.entry(f.display.clone()).or_insert_with(|| format!("{loc}: {reason}"));
-            }
-            Ok(())
-        })?;
+        let mut records = Vec::new();
+        let mut record = |sess: &Session| records.push(session_event(sess));
+        let rep = import_sources(
+            &files,
+            known.as_ref(),
+            &mut anon,
+            &mut w,
+            &mut |loc, reason| {
+                serde_json::to_writer(&mut malformed_lines, &json!({"location": loc, "reason": reason}))?;
+                malformed_lines.push(b'\n');
+                rejects.push(NewEvent::new(super::kind::REJECT, Some(loc), json!({"location": loc, "reason": reason})));
+                if let Some(f) =
+                    files.iter().find(|f| loc.strip_prefix(f.display.as_str()).is_some_and(|r| r.starts_with(':')))
+                {
+                    first_reason.entry(f.display.clone()).or_insert_with(|| format!("{loc}: {reason}"));
+                }
+                Ok(())
+            },
+            &mut record,
+        )?;
         check_sources(&files, &rep, l.max_malformed_share(), &first_reason)?;
         w.finish()?;
         out.file("malformed.jsonl", malformed_lines);
         out.json("catalog.json", &catalog.unwrap_or_default())?;
         out.json("report.json", &rep)?;
-        for ev in rejects {
+        for ev in rejects.into_iter().chain(records) {
             out.event(ev);
         }
         out.count("sessions", rep.sessions);

@@ -360,6 +360,8 @@ pub fn subject(session_id: &str) -> String {
 /// Ledger event kinds of the log track.
 pub mod kind {
     pub const REJECT: &str = "logs.reject";
+    /// One imported session, with its `file:line`.
+    pub const SESSION: &str = "logs.session";
     pub const DECISION: &str = "logs.decision";
     pub const SPLIT: &str = "logs.split";
 }

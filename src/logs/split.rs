@@ -36,7 +36,7 @@ pub const SEED: Artifact<Session> = Artifact::new(STAGE, "seed.jsonl");
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "logs split",
-    version: 2,
+    version: 3,
     about: "curated sessions → seeded, stratified benchmark and seed pools, and the graph source",
     reads: &[super::curate::CURATED.read(), super::import::CATALOG.read()],
     writes: &["benchmark.jsonl", "seed.jsonl", "graph_source.jsonl", "split.json"],
@@ -175,6 +175,17 @@ impl Stage for SplitStage {
             super::write_sessions(&mut w, ids.iter().map(|i| by_id[i.as_str()]))?;
             w.finish()?;
         }
+        // Each split record's parent: the session's curation decision.
+        let curated = crate::ledger::Ledger::ids_by_subject_in(
+            &s.artifacts,
+            super::kind::DECISION,
+            ctx.manifest_of(super::curate::STAGE).map(|m| m.run_id),
+        )?;
+        let decided =
+            |id: &str, ev: crate::ledger::NewEvent| match curated.get(&super::subject(id)).and_then(|i| i.last()) {
+                Some(p) => ev.with_parent(crate::ledger::Parent::Id(*p)),
+                None => ev,
+            };
         for (pool, ids) in [
             ("benchmark", &sp.benchmark),
             ("seed", &sp.seed),
@@ -182,18 +193,20 @@ impl Stage for SplitStage {
             ("unused", &sp.unused),
         ] {
             for id in ids.iter() {
-                out.event(crate::ledger::NewEvent::new(
-                    super::kind::SPLIT,
-                    Some(&super::subject(id)),
-                    json!({"pool": pool}),
+                out.event(decided(
+                    id,
+                    crate::ledger::NewEvent::new(super::kind::SPLIT, Some(&super::subject(id)), json!({"pool": pool})),
                 ));
             }
         }
         for (id, reason) in &sp.left_out {
-            out.event(crate::ledger::NewEvent::new(
-                super::kind::SPLIT,
-                Some(&super::subject(id)),
-                json!({"pool": "none", "reason": reason}),
+            out.event(decided(
+                id,
+                crate::ledger::NewEvent::new(
+                    super::kind::SPLIT,
+                    Some(&super::subject(id)),
+                    json!({"pool": "none", "reason": reason}),
+                ),
             ));
         }
         out.json("split.json", &sp)?;

@@ -7,7 +7,8 @@
 //! event ids or times: each event is `{kind, stage, subject, ref}`, where `ref` is the
 //! request hash of an LLM exchange (what the ledger cache keys on), the call hash of an MCP
 //! call (what trajectories name it by) and otherwise the hash of the event's payload without
-//! its timing fields. Entries are deduplicated and sorted by
+//! its timing fields; an exchange carries no subject (one request may serve several items,
+//! and which item's event a stage linked depends on the order they finished). Entries are deduplicated and sorted by
 //! pipeline order, so concurrent stages recording in a different order change nothing.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -126,6 +127,10 @@ impl Index {
             } else {
                 (stable_hash(&p), None)
             };
+            // The same request may serve several items (two sets asking the same thing), and
+            // which item's event a link reaches depends on the order they finished: an
+            // exchange is named by its request alone.
+            let subject = if k == kind::LLM_EXCHANGE { None } else { subject };
             let entry = Arc::new(Entry { stage, kind: k, subject, reference });
             self.cache.insert(id, Node { entry, parents, llm });
         }
@@ -157,6 +162,62 @@ impl Index {
         }
         Ok(out.into_iter().map(|(_, e)| e).collect())
     }
+}
+
+/// Where a released sample came from, for the lineage rules: `level` (ETOM), `chain`
+/// (`synth chains` + `execute`), `real` (a log session), `dialogue` (`synth roleplay`).
+pub fn origin(s: &crate::model::Sample) -> &'static str {
+    match s.family {
+        crate::model::Family::Etom => "level",
+        crate::model::Family::Finmcp if s.id.starts_with("chain-") => "chain",
+        crate::model::Family::Finmcp if s.id.starts_with("log:") => "real",
+        crate::model::Family::Finmcp => "dialogue",
+    }
+}
+
+/// The stages a released sample's lineage must reach (docs/release.md#lineage), whatever
+/// the release: a level sample its export, for each tool its registry record and filter
+/// decision, for L2, L4 and L5 the level stage's exchanges and for a call with
+/// alternatives the final EFS set; a log sample its session's import, curation and split,
+/// a chain its graph edges, its query and (when executed) its execution, a dialogue its
+/// simulation; every log-track sample its validation and every reviewed sample its merge
+/// decision.
+pub fn required_stages(s: &crate::model::Sample, reviewed: bool) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let calls = || s.turns.iter().flat_map(|t| &t.reference_plan);
+    match origin(s) {
+        "level" => {
+            let level = s.kind.level().unwrap_or(0);
+            if calls().next().is_some() {
+                out.extend(["registry-import", "filter"].map(String::from));
+            }
+            if calls().any(|c| c.alternatives.len() > 1) {
+                out.push("efs-finalize".into());
+            }
+            if matches!(level, 2 | 4 | 5) {
+                out.push(format!("levels-l{level}"));
+            }
+            out.push("levels-export".into());
+        }
+        origin => {
+            out.extend(["logs-import", "logs-curate", "logs-split"].map(String::from));
+            match origin {
+                "chain" => {
+                    out.extend(["graph-build", "synth-chains"].map(String::from));
+                    if s.turns.iter().any(|t| !t.trajectory.is_empty()) {
+                        out.push("execute".into());
+                    }
+                }
+                "dialogue" => out.push("synth-roleplay".into()),
+                _ => {}
+            }
+            out.push("validate".into());
+        }
+    }
+    if reviewed {
+        out.push("review-merge".into());
+    }
+    out
 }
 
 /// Hash of a payload without its timing fields (top level and one level down).

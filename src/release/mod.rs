@@ -15,6 +15,7 @@
 //! See docs/release.md for the layout, the table schemas and `benchgen release verify`.
 
 pub mod card;
+pub mod content;
 pub mod convert;
 pub mod lineage;
 pub mod tables;
@@ -1016,46 +1017,57 @@ impl Pooled {
     ) {
         let Drawn { source, sample, .. } = drawn;
         let summary = &mut self.summary;
-        let steps: usize =
-            sample.turns.iter().map(|t| t.reference_plan.iter().map(|c| c.group).collect::<BTreeSet<_>>().len()).sum();
-        let ks = summary.by_kind.entry(sample.kind.as_str().to_string()).or_default();
+        let row = sample_row(sample, source, hash.clone(), tools.len(), released_as, decision);
+        let ks = summary.by_kind.entry(row.kind.clone()).or_default();
         ks.n += 1;
         ks.turns += sample.turns.len();
         ks.calls += sample.reference_calls();
-        ks.steps += steps;
+        ks.steps += row.steps as usize;
         ks.tools += tools.len();
-        *ks.difficulty.entry(sample.difficulty.as_str().to_string()).or_default() += 1;
-        let category = sample.scenario.first().cloned().unwrap_or_default();
-        *summary.scenarios.entry(category.clone()).or_default() += 1;
-        self.cols.push(tables::SampleRow {
-            id: sample.id.clone(),
-            family: match sample.family {
-                Family::Etom => "etom".into(),
-                Family::Finmcp => "finmcp".into(),
-            },
-            kind: sample.kind.as_str().into(),
-            level: sample.kind.level().map(u32::from),
-            difficulty: sample.difficulty.as_str().into(),
-            category,
-            scenario: sample.scenario.join(" / "),
-            turns: sample.turns.len() as u32,
-            calls: sample.reference_calls() as u32,
-            steps: steps as u32,
-            distinct_tools: tools.len() as u32,
-            out_of_scope: sample.out_of_scope,
-            source: (*source).into(),
-            author: sample.author.clone(),
-            review_decision: decision.map(|d| d.decision.clone()),
-            decided_by: decision.map(|d| d.decided_by.clone()),
-            review_score_mean: decision.and_then(|d| score_mean(&d.extra)),
-            review_details: decision
-                .filter(|d| !d.extra.is_empty())
-                .map(|d| Value::Object(d.extra.clone()).to_string()),
-            content_hash: hash.clone(),
-            released_as,
-        });
+        *ks.difficulty.entry(row.difficulty.clone()).or_default() += 1;
+        *summary.scenarios.entry(row.category.clone()).or_default() += 1;
+        self.cols.push(row);
         self.current.insert(sample.id.clone(), hash);
         summary.samples += 1;
+    }
+}
+
+/// A released sample's row of `samples.parquet`; `release verify` rebuilds it from
+/// `samples.jsonl` and `lineage.jsonl` to check the table.
+pub(crate) fn sample_row(
+    sample: &Sample,
+    source: &str,
+    content_hash: String,
+    distinct_tools: usize,
+    released_as: String,
+    decision: Option<&Decision>,
+) -> tables::SampleRow {
+    let steps: usize =
+        sample.turns.iter().map(|t| t.reference_plan.iter().map(|c| c.group).collect::<BTreeSet<_>>().len()).sum();
+    tables::SampleRow {
+        id: sample.id.clone(),
+        family: match sample.family {
+            Family::Etom => "etom".into(),
+            Family::Finmcp => "finmcp".into(),
+        },
+        kind: sample.kind.as_str().into(),
+        level: sample.kind.level().map(u32::from),
+        difficulty: sample.difficulty.as_str().into(),
+        category: sample.scenario.first().cloned().unwrap_or_default(),
+        scenario: sample.scenario.join(" / "),
+        turns: sample.turns.len() as u32,
+        calls: sample.reference_calls() as u32,
+        steps: steps as u32,
+        distinct_tools: distinct_tools as u32,
+        out_of_scope: sample.out_of_scope,
+        source: source.into(),
+        author: sample.author.clone(),
+        review_decision: decision.map(|d| d.decision.clone()),
+        decided_by: decision.map(|d| d.decided_by.clone()),
+        review_score_mean: decision.and_then(|d| score_mean(&d.extra)),
+        review_details: decision.filter(|d| !d.extra.is_empty()).map(|d| Value::Object(d.extra.clone()).to_string()),
+        content_hash,
+        released_as,
     }
 }
 

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use polars_core::prelude::{Column, DataFrame, DataType, NamedFrom, PolarsResult, Series};
+use polars_core::prelude::{AnyValue, Column, DataFrame, DataType, NamedFrom, PolarsResult, Series};
 use polars_io::prelude::{ParquetCompression, ParquetReader, ParquetWriter, SerReader};
 
 /// `(column, type)` of `samples.parquet`; `?` marks a nullable column.
@@ -49,7 +49,7 @@ pub const TOOLS_SCHEMA: &[(&str, &str)] = &[
 ];
 
 /// One row of `samples.parquet`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct SampleRow {
     pub id: String,
     pub family: String,
@@ -74,7 +74,7 @@ pub struct SampleRow {
 }
 
 /// One row of `tools.parquet`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct ToolRow {
     pub tool_id: String,
     pub server: String,
@@ -233,4 +233,27 @@ pub fn strings(df: &DataFrame, name: &str) -> Result<Vec<String>, String> {
     let c = df.column(name).map_err(|e| e.to_string())?;
     let s = c.str().map_err(|e| e.to_string())?;
     Ok((0..s.len()).map(|i| s.get(i).unwrap_or("").to_string()).collect())
+}
+
+/// Every row of a release table as JSON (`str`, `u32`, `f64`, `bool` and nulls; column
+/// order kept), for `release verify` to compare with the rows it rebuilds.
+pub fn rows(df: &DataFrame) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    use serde_json::Value;
+    let mut out = vec![serde_json::Map::new(); df.height()];
+    for c in df.columns() {
+        for (i, row) in out.iter_mut().enumerate() {
+            let v = match c.get(i) {
+                Ok(AnyValue::String(s)) => Value::String(s.to_string()),
+                Ok(AnyValue::StringOwned(s)) => Value::String(s.to_string()),
+                Ok(AnyValue::UInt32(n)) => Value::from(n),
+                Ok(AnyValue::Float64(f)) => Value::from(f),
+                Ok(AnyValue::Boolean(b)) => Value::Bool(b),
+                Ok(other) if other.is_null() => Value::Null,
+                Ok(other) => Value::String(format!("{other}")),
+                Err(_) => Value::Null,
+            };
+            row.insert(c.name().to_string(), v);
+        }
+    }
+    out
 }

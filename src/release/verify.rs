@@ -28,11 +28,13 @@ pub struct Verified {
     pub samples: usize,
     /// Each check that ran, with what it covered.
     pub checks: Vec<String>,
+    /// What is worth knowing but fails nothing: an empty part (nothing to score or check).
+    pub warnings: Vec<String>,
     pub failures: Vec<String>,
 }
 
 impl Verified {
-    fn fail(&mut self, f: impl Into<String>) {
+    pub(super) fn fail(&mut self, f: impl Into<String>) {
         self.failures.push(f.into());
     }
 }
@@ -61,17 +63,27 @@ pub fn verify(dir: &Path) -> Result<Verified> {
     let mut referenced: Vec<(String, String)> = Vec::new();
     let unified = check_samples(dir, &mut v, &mut referenced)?;
     // Tables.
-    let tools = check_tables(dir, &mut v, &unified.ids);
+    let (tools, sample_rows, tool_rows) = check_tables(dir, &mut v, &unified.ids);
     // Lineage.
-    check_lineage(dir, &mut v, &unified)?;
+    let lineage = check_lineage(dir, &mut v, &unified)?;
     // Published formats.
     let mut parts = check_formats(dir, &mut v, &mut referenced);
+    // Every record of every format file and table against `samples.jsonl`.
+    let rel = super::content::Released { samples: &unified.samples, lineage: &lineage };
+    super::content::check_levels(dir, &mut v, &rel, &tool_rows);
+    super::content::check_finmcp(dir, &mut v, &rel);
+    if let Some(rows) = &sample_rows {
+        super::content::check_samples_table(&mut v, &rel, rows);
+    }
+    if !tool_rows.is_empty() || sample_rows.is_some() {
+        super::content::check_tools_table(&mut v, &rel, &tool_rows);
+    }
     check_card(dir, &mut v);
     // Tools.
     check_tools(&mut v, &referenced, &tools);
 
     // Oracle scores.
-    if dir.join("samples.jsonl").exists() {
+    if dir.join("samples.jsonl").exists() && !unified.ids.is_empty() {
         parts.insert(0, ("samples.jsonl".into(), BenchFormat::Unified, None, unified.oracle));
     }
     for (i, (name, format, level, preds)) in parts.iter().enumerate() {
@@ -114,6 +126,7 @@ type Part = (String, BenchFormat, Option<u8>, Vec<Value>);
 /// What `samples.jsonl` holds, for the checks after it.
 struct Unified {
     ids: Vec<String>,
+    samples: Vec<Sample>,
     hashes: HashMap<String, String>,
     oracle: Vec<Value>,
 }
@@ -123,6 +136,7 @@ fn check_samples(dir: &Path, v: &mut Verified, referenced: &mut Vec<(String, Str
     let mut ids: Vec<String> = Vec::new();
     let mut hashes: HashMap<String, String> = HashMap::new();
     let mut oracle: Vec<Value> = Vec::new();
+    let mut samples: Vec<Sample> = Vec::new();
     match std::fs::File::open(dir.join("samples.jsonl")) {
         Err(e) => v.fail(format!("samples.jsonl: cannot open: {e}")),
         Ok(f) => {
@@ -154,22 +168,33 @@ fn check_samples(dir: &Path, v: &mut Verified, referenced: &mut Vec<(String, Str
                 }
                 oracle.push(unified_oracle(&s));
                 hashes.insert(s.id.clone(), s.content_hash());
-                ids.push(s.id);
+                ids.push(s.id.clone());
+                samples.push(s);
             }
             v.samples = ids.len();
-            v.checks.push(format!("samples.jsonl: {} samples parse", ids.len()));
+            if ids.is_empty() {
+                v.warnings.push("samples.jsonl: empty part (0 samples): nothing to score".into());
+            } else {
+                v.checks.push(format!("samples.jsonl: {} samples parse", ids.len()));
+            }
         }
     }
-    Ok(Unified { ids, hashes, oracle })
+    Ok(Unified { ids, samples, hashes, oracle })
 }
 
+/// Rows of a release table, as JSON.
+type Rows = Vec<serde_json::Map<String, Value>>;
+
 /// The two tables have their documented schemas and `samples.parquet` the ids of
-/// `samples.jsonl`; returns the tool ids of `tools.parquet`.
-fn check_tables(dir: &Path, v: &mut Verified, ids: &[String]) -> HashSet<String> {
+/// `samples.jsonl`; returns the tool ids of `tools.parquet` and the rows of both tables
+/// (`samples.parquet`'s when its ids are right).
+fn check_tables(dir: &Path, v: &mut Verified, ids: &[String]) -> (HashSet<String>, Option<Rows>, Rows) {
+    let mut tool_rows = Vec::new();
     let tools: HashSet<String> = match tables::read_checked(&dir.join("tools.parquet"), tables::TOOLS_SCHEMA) {
         Ok(df) => {
             let t = tables::strings(&df, "tool_id").unwrap_or_default();
             v.checks.push(format!("tools.parquet: {} tools, documented schema", t.len()));
+            tool_rows = tables::rows(&df);
             t.into_iter().collect()
         }
         Err(e) => {
@@ -177,6 +202,7 @@ fn check_tables(dir: &Path, v: &mut Verified, ids: &[String]) -> HashSet<String>
             HashSet::new()
         }
     };
+    let mut sample_rows = None;
     match tables::read_checked(&dir.join("samples.parquet"), tables::SAMPLES_SCHEMA) {
         Ok(df) => {
             let rows = tables::strings(&df, "id").unwrap_or_default();
@@ -188,15 +214,17 @@ fn check_tables(dir: &Path, v: &mut Verified, ids: &[String]) -> HashSet<String>
                 ));
             } else {
                 v.checks.push(format!("samples.parquet: {} rows, documented schema", rows.len()));
+                sample_rows = Some(tables::rows(&df));
             }
         }
         Err(e) => v.fail(format!("samples.parquet: {e}")),
     }
-    tools
+    (tools, sample_rows, tool_rows)
 }
 
-/// Every sample has its lineage, for the same content, naming events or a source.
-fn check_lineage(dir: &Path, v: &mut Verified, unified: &Unified) -> Result<()> {
+/// Every sample has its lineage, for the same content, naming events or a source; returns
+/// the lineage lines by sample id.
+fn check_lineage(dir: &Path, v: &mut Verified, unified: &Unified) -> Result<HashMap<String, Value>> {
     let Unified { ids, hashes, .. } = unified;
     let mut lineage: HashMap<String, Value> = HashMap::new();
     match std::fs::File::open(dir.join("lineage.jsonl")) {
@@ -216,6 +244,8 @@ fn check_lineage(dir: &Path, v: &mut Verified, unified: &Unified) -> Result<()> 
                 }
             }
             let mut missing = 0;
+            let mut incomplete = 0;
+            let by_id: HashMap<&str, &Sample> = unified.samples.iter().map(|s| (s.id.as_str(), s)).collect();
             for id in ids {
                 match lineage.get(id) {
                     None => {
@@ -226,6 +256,9 @@ fn check_lineage(dir: &Path, v: &mut Verified, unified: &Unified) -> Result<()> 
                         if x["content_hash"].as_str() != hashes.get(id).map(String::as_str) {
                             v.fail(format!("lineage of `{id}` is for other content (content_hash differs)"));
                         }
+                        if let Some(s) = by_id.get(id.as_str()) {
+                            incomplete += usize::from(!lineage_complete(v, s, x, incomplete < SHOWN));
+                        }
                         let has_events = x["events"].as_array().is_some_and(|a| !a.is_empty());
                         let has_source = x["source"]["stage"].is_string() && x["source"]["file"].is_string();
                         if !has_events && !has_source {
@@ -234,12 +267,40 @@ fn check_lineage(dir: &Path, v: &mut Verified, unified: &Unified) -> Result<()> 
                     }
                 }
             }
-            if missing == 0 {
-                v.checks.push(format!("lineage.jsonl: every one of {} samples has its lineage", ids.len()));
+            if missing == 0 && incomplete == 0 {
+                v.checks.push(format!(
+                    "lineage.jsonl: every one of {} samples has its lineage, reaching every required stage",
+                    ids.len()
+                ));
+            } else if incomplete > SHOWN {
+                v.fail(format!("lineage.jsonl: … {} more samples miss a required stage", incomplete - SHOWN));
             }
         }
     }
-    Ok(())
+    Ok(lineage)
+}
+
+/// A sample's lineage line reaches every stage [`super::lineage::required_stages`] names;
+/// a gap is a failure (listed when `show`).
+fn lineage_complete(v: &mut Verified, s: &Sample, line: &Value, show: bool) -> bool {
+    let have: HashSet<&str> =
+        line["events"].as_array().into_iter().flatten().filter_map(|e| e["stage"].as_str()).collect();
+    let reviewed = line["review"].is_object();
+    let missing: Vec<String> = super::lineage::required_stages(s, reviewed)
+        .into_iter()
+        .filter(|st| !have.contains(st.as_str()))
+        .map(|st| format!("`{st}`"))
+        .collect();
+    if !missing.is_empty() && show {
+        v.fail(format!(
+            "lineage of `{}` ({} {}) misses the required stage(s) {}",
+            s.id,
+            super::lineage::origin(s),
+            s.kind.as_str(),
+            missing.join(", ")
+        ));
+    }
+    missing.is_empty()
 }
 
 /// The ETOM levels, FinMCP files and EFS sets that exist parse, with their oracle
@@ -275,6 +336,10 @@ fn check_formats(dir: &Path, v: &mut Verified, referenced: &mut Vec<(String, Str
             }
             preds.push(etom_oracle(level, q));
         }
+        if queries.is_empty() {
+            v.warnings.push(format!("{name}: empty part (0 queries): nothing to score"));
+            continue;
+        }
         v.checks.push(format!("{name}: {} queries parse", queries.len()));
         parts.push((name, BenchFormat::Etom, Some(level), preds));
     }
@@ -285,6 +350,9 @@ fn check_formats(dir: &Path, v: &mut Verified, referenced: &mut Vec<(String, Str
             continue;
         }
         match read_json::<Vec<finmcp::Sample>>(&path) {
+            Ok(samples) if samples.is_empty() => {
+                v.warnings.push(format!("{name}: empty part (0 samples): nothing to score"));
+            }
             Ok(samples) => {
                 v.checks.push(format!("{name}: {} samples parse", samples.len()));
                 let preds = samples.iter().map(|s| json!({"id": s.id, "messages_pred": s.messages})).collect();
@@ -462,6 +530,9 @@ pub fn render(v: &Verified) -> String {
     let mut out = String::new();
     for c in &v.checks {
         out.push_str(&format!("ok    {c}\n"));
+    }
+    for w in &v.warnings {
+        out.push_str(&format!("warn  {w}\n"));
     }
     if v.failures.is_empty() {
         out.push_str(&format!("`{}`: release verified ({} samples)", v.dir, v.samples));

@@ -50,7 +50,7 @@ pub const CHAINS: Artifact<ChainRecord> = Artifact::new(STAGE, "chains.jsonl");
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "synth chains",
-    version: 1,
+    version: 2,
     about: "tool chains sampled from the dependency graph, each written as one user query by the LLM",
     reads: &[
         crate::graph::build::GRAPH.read(),
@@ -354,6 +354,41 @@ pub struct ChainRecord {
     pub exchange: String,
 }
 
+/// What a chain event links to besides its query exchange: the verdicts (and review
+/// decisions) of the graph edges along its path, and the split record of each seed
+/// session (which links on to its curation decision and import record).
+struct ChainLinks {
+    edges: BTreeMap<String, Vec<i64>>,
+    reviews: BTreeMap<String, Vec<i64>>,
+    splits: BTreeMap<String, Vec<i64>>,
+}
+
+impl ChainLinks {
+    fn load(ctx: &Ctx) -> Result<Self> {
+        use crate::ledger::{Ledger, kind};
+        let run = |st: &str| ctx.manifest_of(st).map(|m| m.run_id);
+        let a = &ctx.settings.artifacts;
+        Ok(ChainLinks {
+            edges: Ledger::ids_by_subject_in(a, kind::VERDICT, run(crate::graph::build::STAGE))?,
+            reviews: Ledger::ids_by_subject_in(a, kind::REVIEW, run(crate::graph::review::STAGE))?,
+            splits: Ledger::ids_by_subject_in(a, crate::logs::kind::SPLIT, run(crate::logs::split::STAGE))?,
+        })
+    }
+
+    fn parents(&self, rec: &ChainRecord) -> BTreeSet<i64> {
+        let mut out = BTreeSet::new();
+        for w in rec.tools.windows(2) {
+            let subject = format!("edge:{}", crate::graph::edge_key(&w[0], &w[1]));
+            out.extend(self.edges.get(&subject).and_then(|i| i.last()));
+            out.extend(self.reviews.get(&subject).and_then(|i| i.last()));
+        }
+        for seed in &rec.seeds {
+            out.extend(self.splits.get(&crate::logs::subject(&seed.session)).and_then(|i| i.last()));
+        }
+        out
+    }
+}
+
 /// The checkpointed value of one chain.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Written {
@@ -503,6 +538,7 @@ impl Stage for ChainsStage {
             Ok(Written { query, exchange: reply.exchange, event: reply.event_id })
         })?;
 
+        let links = ChainLinks::load(ctx)?;
         let mut records = Vec::new();
         for ch in &sampling.chains {
             let Some(w) = done.values.get(&ch.id) else { continue };
@@ -515,10 +551,13 @@ impl Stage for ChainsStage {
                 query: w.query.clone(),
                 exchange: w.exchange.clone(),
             };
-            out.event(
+            let mut ev =
                 NewEvent::new(super::kind::CHAIN, Some(&crate::model::Sample::subject_for(&ch.id)), json!(rec))
-                    .with_parent(Parent::Id(w.event)),
-            );
+                    .with_parent(Parent::Id(w.event));
+            for p in links.parents(&rec) {
+                ev = ev.with_parent(Parent::Id(p));
+            }
+            out.event(ev);
             records.push(rec);
         }
         records.sort_by(|a, b| a.id.cmp(&b.id));

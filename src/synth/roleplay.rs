@@ -44,7 +44,7 @@ pub const DIALOGUES: Artifact<Dialogue> = Artifact::new(STAGE, "dialogues.jsonl"
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "synth roleplay",
-    version: 1,
+    version: 2,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),
@@ -194,9 +194,12 @@ fn pool_path(s: &Settings) -> Option<PathBuf> {
     cfg(s).roleplay.personas.as_ref().map(|p| s.resolve(p))
 }
 
-/// Tools and a few real queries per sub-scenario.
-fn sub_info(sessions: &[Session]) -> BTreeMap<String, (BTreeSet<String>, Vec<String>)> {
-    let mut out: BTreeMap<String, (BTreeSet<String>, Vec<String>)> = BTreeMap::new();
+/// Per sub-scenario: its tools, a few real queries, and the sessions those come from.
+type SubInfo = (BTreeSet<String>, Vec<String>, Vec<String>);
+
+/// Tools and a few real queries per sub-scenario (with their sessions, for the ledger).
+fn sub_info(sessions: &[Session]) -> BTreeMap<String, SubInfo> {
+    let mut out: BTreeMap<String, SubInfo> = BTreeMap::new();
     let mut sorted: Vec<&Session> = sessions.iter().collect();
     sorted.sort_by(|a, b| a.id.cmp(&b.id));
     for s in sorted {
@@ -207,6 +210,7 @@ fn sub_info(sessions: &[Session]) -> BTreeMap<String, (BTreeSet<String>, Vec<Str
             && !e.1.contains(&t.user)
         {
             e.1.push(t.user.clone());
+            e.2.push(s.id.clone());
         }
     }
     out
@@ -336,6 +340,12 @@ impl Stage for RoleplayStage {
         drop(exec);
         let done = done?;
 
+        // The goal's seed sessions: their split records (which lead on to curation and import).
+        let splits = crate::ledger::Ledger::ids_by_subject_in(
+            &s.artifacts,
+            crate::logs::kind::SPLIT,
+            ctx.manifest_of(crate::logs::split::STAGE).map(|m| m.run_id),
+        )?;
         let mut lines = Vec::new();
         let mut dialogues = Vec::new();
         for (id, d) in &done.values {
@@ -347,6 +357,10 @@ impl Stage for RoleplayStage {
             );
             for e in &d.events {
                 ev = ev.with_parent(Parent::Id(*e));
+            }
+            let seeds = subs.get(&d.dialogue.sub_scenario).map(|x| x.2.as_slice()).unwrap_or(&[]);
+            for p in seeds.iter().filter_map(|x| splits.get(&crate::logs::subject(x)).and_then(|i| i.last())) {
+                ev = ev.with_parent(Parent::Id(*p));
             }
             out.event(ev);
             serde_json::to_writer(&mut lines, &d.dialogue)?;
@@ -373,13 +387,13 @@ impl Stage for RoleplayStage {
 async fn simulate(
     exec: &Executor,
     sc: &SynthSettings,
-    subs: &BTreeMap<String, (BTreeSet<String>, Vec<String>)>,
+    subs: &BTreeMap<String, SubInfo>,
     tools: &BTreeMap<String, &LogTool>,
     plan: Plan1,
     llm: &Item,
 ) -> Result<Done1, ItemError> {
     let rp = &sc.roleplay;
-    let (sub_tools, examples) = subs.get(&plan.sub_scenario).cloned().unwrap_or_default();
+    let (sub_tools, examples, _) = subs.get(&plan.sub_scenario).cloned().unwrap_or_default();
     let tool_vars: Vec<Value> = sub_tools
         .iter()
         .map(|t| json!({"name": t, "description": tools.get(t).map(|x| x.description.clone()).unwrap_or_default()}))

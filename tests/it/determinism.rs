@@ -80,7 +80,7 @@ fn answer(seen: &Seen) -> Answer {
 }
 
 /// The full project on [`answer`], with several `execute` queries (run four at a time).
-fn project() -> Project {
+pub(crate) fn project() -> Project {
     let p = full_project_answering(answer);
     let queries: String = ["What is the EUR/USD rate?", "Convert 5 EUR to USD", "Weather in Oslo", "Find a book"]
         .iter()

@@ -6,6 +6,7 @@
 mod support;
 
 mod answers;
+mod audit;
 mod determinism;
 mod docs;
 mod efs_compare;

@@ -4,6 +4,7 @@
 //! defects fail verification, a version is never overwritten, an extension gets a
 //! changelog, and a rebuild from the same inputs and ledger is byte-identical.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use benchgen::ledger::{NewEvent, Parent};
@@ -117,16 +118,13 @@ fn upstream_fixture(root: &Path, validated: &[Value], levels: &[Value], rejected
         {"name": "Beta", "description": "b", "summary": "", "url": "", "categories": ["Operations"], "tools": [
             {"id": "Beta::u", "name": "u", "description": "does x too", "input_schema": {"type": "object"}},
             {"id": "Beta::v", "name": "v", "description": "does y too", "input_schema": {"type": "object"}}]}]});
-    upstream::stage(root, "filter", &[("catalog.json", serde_json::to_vec_pretty(&catalog).unwrap())], &[]);
     let log_tools = json!([
         {"name": "get_quote", "description": "quote", "input_schema": {"type": "object"}},
         {"name": "get_news", "description": "news", "input_schema": {"type": "object"}},
         {"name": "get_fx", "description": "fx", "input_schema": {"type": "object"}}]);
-    upstream::stage(root, "logs-import", &[("catalog.json", serde_json::to_vec(&log_tools).unwrap())], &[]);
     let sets = json!([{"set_id": 1, "size": 2, "tools": [
         {"tool_id": "Alpha::x", "server_name": "Alpha", "tool_name": "x", "description": "does x"},
         {"tool_id": "Beta::u", "server_name": "Beta", "tool_name": "u", "description": "does x too"}]}]);
-    upstream::stage(root, "efs-finalize", &[("tool_equivalence_sets.json", serde_json::to_vec(&sets).unwrap())], &[]);
 
     let exchange = |item: &str, hash: &str| {
         NewEvent::new(
@@ -136,22 +134,51 @@ fn upstream_fixture(root: &Path, validated: &[Value], levels: &[Value], rejected
                    "cached": false, "usage": {"prompt_tokens": 100, "completion_tokens": 20}, "latency_ms": 7}),
         )
     };
-    let mut events = Vec::new();
+    // Per stage, the events the fixture records: an exchange and a verdict per validated
+    // sample, a level query per level sample, and one event in every further stage its
+    // lineage must reach (`release verify` checks the rules).
+    let mut events: BTreeMap<String, Vec<NewEvent>> = BTreeMap::new();
+    let validate = events.entry("validate".into()).or_default();
     for s in validated {
         let id = s["id"].as_str().unwrap();
-        events.push(exchange(id, &format!("sha256:req-{id}")));
-        let parent = Parent::Batch(events.len() - 1);
-        events.push(
+        validate.push(exchange(id, &format!("sha256:req-{id}")));
+        let parent = Parent::Batch(validate.len() - 1);
+        validate.push(
             NewEvent::new("validate.verdict", Some(&format!("sample:{id}")), json!({"accepted": true, "time": "t"}))
                 .with_parent(parent),
         );
     }
-    upstream::stage(root, "validate", &[("samples.jsonl", upstream::jsonl(validated))], &events);
-    let events: Vec<NewEvent> = levels
-        .iter()
-        .map(|s| NewEvent::new("levels.query", Some(s["provenance_id"].as_str().unwrap()), json!({"id": s["id"]})))
-        .collect();
-    upstream::stage(root, "levels-export", &[("samples.jsonl", upstream::jsonl(levels))], &events);
+    events.entry("levels-export".into()).or_default().extend(
+        levels
+            .iter()
+            .map(|s| NewEvent::new("levels.query", Some(s["provenance_id"].as_str().unwrap()), json!({"id": s["id"]}))),
+    );
+    for s in validated.iter().chain(levels) {
+        let sample: benchgen::model::Sample = serde_json::from_value(s.clone()).unwrap();
+        for stage in benchgen::release::lineage::required_stages(&sample, true) {
+            if stage != "validate" && stage != "levels-export" {
+                let ev = NewEvent::new("fixture.step", Some(&format!("sample:{}", sample.id)), json!({"stage": stage}));
+                events.entry(stage).or_default().push(ev);
+            }
+        }
+    }
+    let mut take = |stage: &str| events.remove(stage).unwrap_or_default();
+    upstream::stage(root, "filter", &[("catalog.json", serde_json::to_vec_pretty(&catalog).unwrap())], &take("filter"));
+    upstream::stage(
+        root,
+        "logs-import",
+        &[("catalog.json", serde_json::to_vec(&log_tools).unwrap())],
+        &take("logs-import"),
+    );
+    upstream::stage(
+        root,
+        "efs-finalize",
+        &[("tool_equivalence_sets.json", serde_json::to_vec(&sets).unwrap())],
+        &take("efs-finalize"),
+    );
+    upstream::stage(root, "validate", &[("samples.jsonl", upstream::jsonl(validated))], &take("validate"));
+    upstream::stage(root, "levels-export", &[("samples.jsonl", upstream::jsonl(levels))], &take("levels-export"));
+    let review = take("review-merge");
     let mut all: Vec<Value> = validated.iter().chain(levels).cloned().collect();
     all.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
     let report = "# Review merge\n\n## Agreement\n\n| dimension | Cohen's kappa | Krippendorff's alpha |\n|---|---:|---:|\n| relevance | 0.81 | 0.80 |\n\n## Discussion\n\nnone\n";
@@ -159,8 +186,11 @@ fn upstream_fixture(root: &Path, validated: &[Value], levels: &[Value], rejected
         root,
         "review-merge",
         &[("decisions.jsonl", upstream::jsonl(&decisions(&all, rejected))), ("report.md", report.as_bytes().to_vec())],
-        &[],
+        &review,
     );
+    for (stage, evs) in events {
+        upstream::stage(root, &stage, &[], &evs);
+    }
 }
 
 pub(crate) fn project(version: &str) -> Project {
@@ -365,16 +395,25 @@ fn release_parses_scores_100_and_has_a_full_card() {
     // Lineage, and `explain` of a released id.
     let lineage = std::fs::read_to_string(d.join("lineage.jsonl")).unwrap();
     let fb: Value = serde_json::from_str(lineage.lines().find(|l| l.contains("\"fin-b\"")).unwrap()).unwrap();
-    let kinds: Vec<&str> = fb["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    let events = fb["events"].as_array().unwrap();
+    let of = |stage: &str| -> Vec<&Value> { events.iter().filter(|e| e["stage"] == stage).collect() };
+    let kinds: Vec<&str> = of("validate").iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["llm.exchange", "validate.verdict"], "{fb}");
-    assert_eq!(fb["events"][0]["ref"], "request:sha256:req-fin-b");
+    assert_eq!(of("validate")[0]["ref"], "request:sha256:req-fin-b");
+    // In pipeline order: the log track's stages, the simulation, validation, the merge.
+    let stages: Vec<&str> = events.iter().map(|e| e["stage"].as_str().unwrap()).collect();
+    assert_eq!(
+        stages,
+        ["logs-import", "logs-curate", "logs-split", "synth-roleplay", "validate", "validate", "review-merge"],
+        "{fb}"
+    );
     assert_eq!(fb["review"]["decision"], "accepted");
     let o = p.run(&["--config", CONFIG, "--json", "explain", "sample:fin-b"]);
     assert_code(&o, 0);
     let x: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(x["item"], "released sample");
     assert!(x["status"].as_str().unwrap().contains("finmcp_multi_tool.json#fin-b"), "{x}");
-    assert_eq!(x["lineage"].as_array().unwrap().len(), 2, "{x}");
+    assert_eq!(x["lineage"].as_array().unwrap().len(), 7, "{x}");
     let o = p.run(&["--config", CONFIG, "explain", "sample:L3-1"]);
     assert_code(&o, 0);
     assert!(stdout(&o).contains("levels.query"), "{}", stdout(&o));
@@ -461,6 +500,143 @@ fn verify_fails_on_each_planted_defect() {
     );
     assert!(e.contains("sample `fin-b` has no lineage in lineage.jsonl"), "{e}");
     assert!(e.starts_with("error: `") && e.contains("failed verification"), "{e}");
+}
+
+/// A release file rewritten by `edit` on its parsed JSON (an array of records), written
+/// back in the release's own layout.
+fn edit_json(path: &Path, edit: impl FnOnce(&mut Vec<Value>)) {
+    let mut v: Vec<Value> = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    edit(&mut v);
+    let lines: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+    std::fs::write(path, format!("[\n{}\n]\n", lines.join(",\n"))).unwrap();
+}
+
+/// A Parquet table with one string cell changed.
+fn edit_parquet(path: &Path, column: &str, row: usize, to: &str) {
+    use polars_core::prelude::*;
+    use polars_io::prelude::*;
+    let mut df = ParquetReader::new(std::fs::File::open(path).unwrap()).finish().unwrap();
+    let mut values = benchgen::release::tables::strings(&df, column).unwrap();
+    values[row] = to.to_string();
+    df.replace(column, Column::from(Series::new(column.into(), values))).unwrap();
+    ParquetWriter::new(std::fs::File::create(path).unwrap()).finish(&mut df).unwrap();
+}
+
+#[test]
+fn verify_fails_on_a_consistent_edit_of_each_format_file() {
+    // Issue 26: each edit keeps its file parseable and scoring 100 %, and SHA256SUMS is
+    // recomputed; only the record-by-record check against samples.jsonl finds it.
+    let p = project("1.0.0");
+    assert_code(&release(&p, &[]), 0);
+    let e = planted(
+        &p,
+        "level2",
+        |d| {
+            edit_json(&d.join("level_2.json"), |q| {
+                let alt = &mut q[0]["ground_truth_tools"][0][1];
+                alt["tool_id"] = json!("Alpha::y");
+                alt["server_name"] = json!("Alpha");
+                alt["tool_name"] = json!("y");
+                alt["description"] = json!("does y");
+            })
+        },
+        true,
+    );
+    assert!(
+        e.contains("level_2.json: query 1 (record 0) (sample `L2-1`): field `ground_truth_tools[0][1].description` is \"does y\" but samples.jsonl makes \"does x too\""),
+        "{e}"
+    );
+    let e = planted(
+        &p,
+        "level1",
+        |d| edit_json(&d.join("level_1.json"), |q| q[0]["query"] = json!("On Alpha, run y.")),
+        true,
+    );
+    assert!(
+        e.contains("level_1.json: query 1 (record 0) (sample `L1-1`): field `query` is \"On Alpha, run y.\""),
+        "{e}"
+    );
+    let e = planted(
+        &p,
+        "finmcp",
+        |d| edit_json(&d.join("finmcp_multi_tool.json"), |s| s[0]["answer"] = json!("Other.")),
+        true,
+    );
+    assert!(e.contains("finmcp_multi_tool.json: record 0 (sample `fin-b`): field `answer` is \"Other.\" but samples.jsonl makes \"Done.\""), "{e}");
+    let e = planted(&p, "samples_table", |d| edit_parquet(&d.join("samples.parquet"), "difficulty", 0, "hard"), true);
+    assert!(
+        e.contains(
+            "samples.parquet: row 0 (sample `L1-1`): field `difficulty` is \"hard\" but samples.jsonl makes \"easy\""
+        ),
+        "{e}"
+    );
+    let e = planted(&p, "tools_table", |d| edit_parquet(&d.join("tools.parquet"), "tool", 0, "w"), true);
+    assert!(
+        e.contains("tools.parquet: row 0 (tool `Alpha::x`): field `tool` is \"w\" but samples.jsonl makes \"x\""),
+        "{e}"
+    );
+
+    // A lineage line that misses a required stage (its `efs-finalize` events removed).
+    let e = planted(
+        &p,
+        "lineage_gap",
+        |d| {
+            let text = std::fs::read_to_string(d.join("lineage.jsonl")).unwrap();
+            let kept: String = text
+                .lines()
+                .map(|l| {
+                    let mut v: Value = serde_json::from_str(l).unwrap();
+                    if v["id"] == "L2-1" {
+                        v["events"].as_array_mut().unwrap().retain(|e| e["stage"] != "efs-finalize");
+                    }
+                    format!("{v}\n")
+                })
+                .collect();
+            std::fs::write(d.join("lineage.jsonl"), kept).unwrap();
+        },
+        true,
+    );
+    assert!(e.contains("lineage of `L2-1` (level L2) misses the required stage(s) `efs-finalize`"), "{e}");
+}
+
+#[test]
+fn verify_warns_on_an_empty_part_instead_of_scoring_it() {
+    let p = project("1.0.0");
+    assert_code(&release(&p, &[]), 0);
+    let o = benchgen(&["release", "verify", dir(&p, "1.0.0").to_str().unwrap()]);
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    // The fixture's only multi-tool FinMCP sample stays; the single-tool file holds one.
+    // Empty the L5 file (its one sample removed from every file) and verify again.
+    let d = p.path("planted/empty");
+    for (rel, bytes) in tree(&dir(&p, "1.0.0")) {
+        p.write(&format!("planted/empty/{rel}"), bytes);
+    }
+    edit_json(&d.join("level_5.json"), Vec::clear);
+    let keep = |f: &str, drop: &str| {
+        let text = std::fs::read_to_string(d.join(f)).unwrap();
+        let kept: String = text.lines().filter(|l| !l.contains(drop)).map(|l| format!("{l}\n")).collect();
+        std::fs::write(d.join(f), kept).unwrap();
+    };
+    keep("samples.jsonl", "\"L5-1\"");
+    keep("lineage.jsonl", "\"L5-1\"");
+    {
+        use polars_core::prelude::*;
+        use polars_io::prelude::*;
+        let path = d.join("samples.parquet");
+        let df = ParquetReader::new(std::fs::File::open(&path).unwrap()).finish().unwrap();
+        let ids = benchgen::release::tables::strings(&df, "id").unwrap();
+        let mask: BooleanChunked = ids.iter().map(|i| i != "L5-1").collect();
+        let mut df = df.filter(&mask).unwrap();
+        ParquetWriter::new(std::fs::File::create(&path).unwrap()).finish(&mut df).unwrap();
+    }
+    std::fs::write(d.join("SHA256SUMS"), benchgen::release::checksums(&d).unwrap()).unwrap();
+    let o = benchgen(&["release", "verify", d.to_str().unwrap()]);
+    assert_code(&o, 0);
+    let now = stdout(&o);
+    assert!(now.contains("warn  level_5.json: empty part (0 queries): nothing to score"), "{now}");
+    assert!(!now.contains("level_5.json: oracle scores"), "an empty part is not scored: {now}");
+    assert!(out.contains("level_5.json: oracle scores 100 %"), "{out}");
 }
 
 #[test]
