@@ -64,6 +64,7 @@ pub fn verify(dir: &Path) -> Result<Verified> {
     let tools = check_tables(dir, &mut v, &unified.ids);
     // Lineage.
     check_lineage(dir, &mut v, &unified)?;
+    super::cassettes::verify(dir, &unified.ids, &mut v.checks, &mut v.failures);
     // Published formats.
     let mut parts = check_formats(dir, &mut v, &mut referenced);
     check_card(dir, &mut v);
