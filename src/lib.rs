@@ -13,6 +13,7 @@ pub mod csvout;
 pub mod efs;
 pub mod embed;
 pub mod error;
+pub mod eval;
 pub mod execute;
 pub mod explain;
 pub mod filter;
