@@ -6,9 +6,10 @@
 //! corrected, compat_etom?, compat_finmcp?}], tokens: {prompt, completion}, cost_usd,
 //! calls, failed_runs}`. `score` is the share of samples solved (exact match in the
 //! corrected mode of `benchgen score`), averaged over the repeats: pass@1, in [0, 1];
-//! `pass_k` the share solved in every repeat. `repeats_scored` holds each repeat's overall
-//! figures as `benchgen score` prints them for the prediction files (`n`, `em`, macro `f1`),
-//! corrected on `samples.jsonl` and in the compat modes on the published-format files.
+//! `pass_k` the share solved in every repeat. `repeats_scored` holds each repeat's figures as
+//! `benchgen score` prints them for the prediction files (`n`, `em`, macro `f1`): the overall
+//! row of the corrected run on `samples.jsonl` and of `--compat finmcp`, the per-level rows
+//! of `--compat etom` (which reports per level, as `eval.py` does).
 //! Model latency is not in it (it differs between runs of the same inputs): it is in the
 //! ledger and printed by the stage.
 
@@ -41,8 +42,9 @@ pub struct Tokens {
 pub struct RepeatFigures {
     pub repeat: usize,
     pub corrected: Figures,
+    /// Per ETOM level, as `--compat etom` reports.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub compat_etom: Option<Figures>,
+    pub compat_etom: Option<BTreeMap<String, Figures>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compat_finmcp: Option<Figures>,
 }
@@ -181,7 +183,7 @@ impl<'a> Panel<'a> {
                 .map(|x| RepeatFigures {
                     repeat: x.repeat,
                     corrected: x.corrected,
-                    compat_etom: x.compat_etom,
+                    compat_etom: x.compat_etom.clone(),
                     compat_finmcp: x.compat_finmcp,
                 })
                 .collect(),
@@ -295,14 +297,19 @@ pub fn report(panel: &Panel, rows: &[Row], analysis: &Analysis) -> String {
         for d in &diffs {
             s.push_str(&format!(" {} |", r.by_difficulty.get(d).map(|c| pct(c.score)).unwrap_or_default()));
         }
-        let compat = |f: fn(&RepeatFigures) -> Option<Figures>| {
-            let v: Vec<f64> = r.repeats_scored.iter().filter_map(f).map(|x| x.em).collect();
-            if v.is_empty() { "—".to_string() } else { format!("{:.4}", v.iter().sum::<f64>() / v.len() as f64) }
+        // Exact-match rate over every scored sample and repeat (the etom levels pooled).
+        let compat = |f: &dyn Fn(&RepeatFigures) -> Vec<Figures>| {
+            let v: Vec<Figures> = r.repeats_scored.iter().flat_map(f).collect();
+            let n: usize = v.iter().map(|x| x.n).sum();
+            if n == 0 {
+                return "—".to_string();
+            }
+            format!("{:.4}", v.iter().map(|x| x.em * x.n as f64).sum::<f64>() / n as f64)
         };
         s.push_str(&format!(
             " {} | {} | {} | {} |\n",
-            compat(|x| x.compat_etom),
-            compat(|x| x.compat_finmcp),
+            compat(&|x| x.compat_etom.iter().flat_map(|m| m.values().copied()).collect()),
+            compat(&|x| x.compat_finmcp.into_iter().collect()),
             r.tokens.prompt + r.tokens.completion,
             r.cost_usd.map(|c| format!("{c:.4}")).unwrap_or_else(|| "—".into())
         ));

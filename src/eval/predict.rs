@@ -181,16 +181,28 @@ pub struct Scored {
     /// Corrected mode on `samples.jsonl`, by sample id (every released sample).
     pub samples: BTreeMap<String, SampleScore>,
     pub corrected: Figures,
-    pub compat_etom: Option<Figures>,
+    /// `--compat etom` reports per level, as `eval.py` does.
+    pub compat_etom: Option<BTreeMap<String, Figures>>,
     pub compat_finmcp: Option<Figures>,
 }
 
-fn overall(rep: &score::Report) -> Figures {
-    let row = rep.sections.iter().find(|s| s.dimension == "overall").and_then(|s| s.rows.first());
-    match row {
-        Some(r) => Figures { n: r.n, em: r.em, f1: r.calls_macro.map(|t| t.f1).unwrap_or(0.0) },
-        None => Figures::default(),
-    }
+/// The rows of one section of a score report, by key.
+fn rows(rep: &score::Report, dimension: &str) -> Result<BTreeMap<String, Figures>> {
+    let section = rep
+        .sections
+        .iter()
+        .find(|s| s.dimension == dimension)
+        .with_context(|| format!("internal: the score report has no `{dimension}` section"))?;
+    Ok(section
+        .rows
+        .iter()
+        .map(|r| (r.key.clone(), Figures { n: r.n, em: r.em, f1: r.calls_macro.map(|t| t.f1).unwrap_or(0.0) }))
+        .collect())
+}
+
+/// The overall row of a score report.
+fn overall(rep: &score::Report) -> Result<Figures> {
+    rows(rep, "overall")?.into_values().next().context("internal: the score report has no overall row")
 }
 
 /// `benchgen score` on one prediction file; a diagnostic is a bug of ours and fails the stage.
@@ -238,7 +250,7 @@ pub fn score(scratch: &Path, rel: &Release, agent: &str, k: usize, files: &Files
         .iter()
         .map(|r| (r.id.clone(), SampleScore { solved: r.em, f1: r.calls.map(|c| c.f1).unwrap_or(0.0) }))
         .collect();
-    let mut corrected = overall(&rep);
+    let mut corrected = overall(&rep)?;
     corrected.f1 =
         rep.results.iter().map(|r| r.calls.map(|c| c.f1).unwrap_or(0.0)).sum::<f64>() / rep.results.len().max(1) as f64;
     let of = |prefix: &str| -> Vec<PathBuf> {
@@ -246,14 +258,18 @@ pub fn score(scratch: &Path, rel: &Release, agent: &str, k: usize, files: &Files
     };
     let compat_etom = match &files.etom {
         Some(_) => {
-            Some(overall(&run_score(of("level_"), &dir.join("etom.jsonl"), BenchFormat::Etom, Mode::CompatEtom)?))
+            let rep = run_score(of("level_"), &dir.join("etom.jsonl"), BenchFormat::Etom, Mode::CompatEtom)?;
+            Some(rows(&rep, "level")?)
         }
         None => None,
     };
     let compat_finmcp = match &files.finmcp {
-        Some(_) => {
-            Some(overall(&run_score(of("finmcp_"), &dir.join("finmcp.json"), BenchFormat::Finmcp, Mode::CompatFinmcp)?))
-        }
+        Some(_) => Some(overall(&run_score(
+            of("finmcp_"),
+            &dir.join("finmcp.json"),
+            BenchFormat::Finmcp,
+            Mode::CompatFinmcp,
+        )?)?),
         None => None,
     };
     Ok(Scored { agent: agent.to_string(), repeat: k, samples, corrected, compat_etom, compat_finmcp })
