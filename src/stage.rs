@@ -1111,7 +1111,8 @@ review-export on sha256:2590279cb0054a94f4772b72bfa8002e01d9491b47ca9181120f92ce
 review-import off error: no filled sheets in `reviews/returned` and no web submissions in `reviews/web/scores.jsonl`
 review-prereview on sha256:2b4700bfb17781a0747432be04fe73de73a0fa6c174b7eb1827866b7b78622f6
 review-merge on sha256:e422bd5173c26174e26e964407cc6d94f1ca44013b1c0585cc72efdc1a1afa5d
-release on sha256:fe1a0336f1cbe5e7e4d3b32a0e4bf13ecace8d49dfce639a86d459d97e534cf6";
+release on sha256:fe1a0336f1cbe5e7e4d3b32a0e4bf13ecace8d49dfce639a86d459d97e534cf6
+eval on sha256:33baa37f08058d114098f67526c196da19c9994dfec8786a93130fcdb34f9067";
 
     #[test]
     fn diff_names_the_changed_input() {

@@ -51,13 +51,14 @@ pub fn all() -> Vec<Box<dyn Stage>> {
         Box::new(crate::review::prereview::PrereviewStage),
         Box::new(crate::review::merge::MergeStage),
         Box::new(crate::release::ReleaseStage),
+        Box::new(crate::eval::EvalStage),
     ]
 }
 
 /// Every config section, in the order an unknown section's message lists them.
 pub const SECTION_NAMES: &[&str] = &[
     "project", "registry", "filter", "stats", "embed", "efs", "llm", "mcp", "execute", "logs", "graph", "levels",
-    "release", "review", "synth",
+    "release", "review", "synth", "eval",
 ];
 
 /// Every config section, each declared by its family (`impl Section`). Their checks run
@@ -79,6 +80,7 @@ pub fn sections() -> Vec<SectionDecl> {
         SectionDecl::of::<crate::release::ReleaseSettings>(),
         SectionDecl::of::<crate::review::ReviewSettings>(),
         SectionDecl::of::<crate::synth::SynthSettings>(),
+        SectionDecl::of::<crate::eval::EvalSettings>(),
     ]
 }
 

@@ -311,6 +311,18 @@ impl Item {
         let _p = self.calls.acquire().await;
         self.client.chat(role, messages, tools, &self.key).await
     }
+
+    /// One tool-calling turn with the request's sampling seed set (see [`LlmClient::chat_seeded`]).
+    pub async fn chat_seeded(
+        &self,
+        role: &str,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        seed: Option<u64>,
+    ) -> Result<Reply<ChatTurn>, LlmError> {
+        let _p = self.calls.acquire().await;
+        self.client.chat_seeded(role, messages, tools, &self.key, seed).await
+    }
 }
 
 /// One item that failed, with the reason (the `llm.failure` event is in the ledger).

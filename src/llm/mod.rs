@@ -588,9 +588,26 @@ impl LlmClient {
         tools: &[ToolSpec],
         item: &str,
     ) -> Result<Reply<ChatTurn>, LlmError> {
+        self.chat_seeded(role, messages, tools, item, None).await
+    }
+
+    /// [`Self::chat`] with the sampling `seed` of the request set to `seed` instead of the
+    /// role's (a repeated run of the same conversation asks again instead of meeting its
+    /// first answer in the ledger cache: the seed is part of the request hash).
+    pub async fn chat_seeded(
+        &self,
+        role: &str,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        item: &str,
+        seed: Option<u64>,
+    ) -> Result<Reply<ChatTurn>, LlmError> {
         let r = self.role(role, item)?;
         let wire: Vec<Value> = messages.iter().map(|m| openai_message(m, CallIndex::Omit)).collect();
         let mut extra = serde_json::Map::new();
+        if let Some(seed) = seed {
+            extra.insert("seed".into(), json!(seed));
+        }
         if !tools.is_empty() {
             extra.insert(
                 "tools".into(),

@@ -15,6 +15,7 @@
 //! See docs/release.md for the layout, the table schemas and `benchgen release verify`.
 
 pub mod card;
+pub mod cassettes;
 pub mod content;
 pub mod convert;
 pub mod lineage;
@@ -72,6 +73,7 @@ pub const FILES: &[&str] = &[
     "samples.parquet",
     "tools.parquet",
     "lineage.jsonl",
+    "cassettes.jsonl",
     "level_1.json",
     "level_2.json",
     "level_3.json",
@@ -99,7 +101,7 @@ const FUNNEL: &[&str] = &[
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "release",
-    version: 2,
+    version: 3,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, checksums",
     reads: &[
         crate::samples::VALIDATED.optional(),
@@ -127,6 +129,7 @@ pub static SPEC: StageSpec = StageSpec {
         "samples.parquet",
         "tools.parquet",
         "lineage.jsonl",
+        "cassettes.jsonl",
         "level_1.json",
         "level_2.json",
         "level_3.json",
@@ -253,7 +256,8 @@ impl Stage for ReleaseStage {
          `level_4.json`, `level_5.json`,
          `tool_equivalence_sets.json`, `finmcp_single_tool.json`, `finmcp_multi_tool.json`,
          `finmcp_multi_turn.json`, `samples.jsonl`, `samples.parquet`, `tools.parquet`,
-         `lineage.jsonl`, the dataset card `README.md` with `plots/*.svg`, `CHANGELOG.md` and
+         `lineage.jsonl`, `cassettes.jsonl` (each sample's recorded tool responses, for
+         `benchgen eval`), the dataset card `README.md` with `plots/*.svg`, `CHANGELOG.md` and
          `SHA256SUMS`. A published version is never overwritten. `benchgen release verify DIR`
          checks a release."
     }
@@ -593,6 +597,7 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
 
     // The pool, merged by id.
     let mut pool = write_pool(s, &cfg, inputs, &tmp, &catalog, decisions.as_ref())?;
+    cassettes::write(&tmp)?;
 
     // EFS sets, where the registry track made levels.
     write_sets(inputs, &tmp, pool.etom_track)?;

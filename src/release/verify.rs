@@ -66,6 +66,7 @@ pub fn verify(dir: &Path) -> Result<Verified> {
     let (tools, sample_rows, tool_rows) = check_tables(dir, &mut v, &unified.ids);
     // Lineage.
     let lineage = check_lineage(dir, &mut v, &unified)?;
+    super::cassettes::verify(dir, &unified.ids, &mut v.checks, &mut v.failures);
     // Published formats.
     let mut parts = check_formats(dir, &mut v, &mut referenced);
     // Every record of every format file and table against `samples.jsonl`.

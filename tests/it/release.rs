@@ -620,6 +620,7 @@ fn verify_warns_on_an_empty_part_instead_of_scoring_it() {
     };
     keep("samples.jsonl", "\"L5-1\"");
     keep("lineage.jsonl", "\"L5-1\"");
+    keep("cassettes.jsonl", "\"L5-1\"");
     {
         use polars_core::prelude::*;
         use polars_io::prelude::*;

@@ -1,0 +1,513 @@
+//! Item analysis: is each released sample a good item? From the panel's results (agent ×
+//! repeat × sample, solved or not), per sample: the solve rate, each agent's results, the
+//! point-biserial discrimination, a Rasch (1PL) difficulty with its standard error when at
+//! least three agents ran, and flags.
+//!
+//! Wire format of `items.jsonl` (one [`ItemRecord`] per released sample, in id order):
+//! `{id, kind, difficulty, runs, solve_rate, pass_k, band, results: {agent: {solved: [bool
+//! per repeat], score}}, discrimination, rasch?: {difficulty, se}, flags: [..], evidence?}`.
+//!
+//! - `solve_rate`: share of the agent × repeat runs that solved it (a failed run counts as
+//!   not solved, as its missing prediction scores); `pass_k`: share of agents that solved it
+//!   in every repeat.
+//! - `discrimination`: Pearson correlation between solving this item and the run's total on
+//!   the other items, over the runs (the corrected point-biserial); null when either side
+//!   does not vary.
+//! - `rasch`: joint maximum likelihood over agents and items (binomial over repeats),
+//!   items centred at 0, logits; null for items every run solved or none did (their
+//!   estimate is infinite), and when fewer than three agents ran. With a small panel the
+//!   estimates are coarse; the standard error says how coarse.
+//! - `band`: `easy` (solve rate ≥ 2/3), `medium` (≥ 1/3) or `hard`, compared with the
+//!   count-based `difficulty` label.
+//!
+//! Flags: `all-fail` (no run solved it: likely wrong ground truth; `evidence` lists what
+//! each agent called instead and names a tool outside the reference that two or more agents
+//! agree on — on an L2 query, proposed as a missing member of its EFS set), `all-pass` (every
+//! run of two or more agents solved it), `label-mismatch` (the band differs from the label;
+//! only with at least [`Options::min_runs_for_band`] runs), `unstable` (with repeats:
+//! `solve_rate − pass_k ≥` [`Options::unstable_gap`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::model::{Difficulty, Kind};
+
+/// One run of one agent on one item.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    pub solved: bool,
+    /// Call-level F1 (corrected).
+    pub f1: f64,
+    /// Distinct tools the agent called, in order of first call.
+    pub tools: Vec<String>,
+}
+
+/// One released sample and its runs.
+#[derive(Debug, Clone)]
+pub struct ItemInput {
+    pub id: String,
+    pub kind: Kind,
+    pub difficulty: Difficulty,
+    /// Every alternative of every reference call.
+    pub reference: BTreeSet<String>,
+    /// `[agent][repeat]`; `None`: the run failed.
+    pub runs: Vec<Vec<Option<Outcome>>>,
+}
+
+/// The panel's results.
+#[derive(Debug, Clone)]
+pub struct Matrix {
+    pub agents: Vec<String>,
+    pub repeats: usize,
+    pub items: Vec<ItemInput>,
+}
+
+/// Thresholds of the flags.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// `unstable` when `solve_rate − pass_k` is at least this.
+    pub unstable_gap: f64,
+    /// `label-mismatch` needs at least this many runs (a band from fewer is too coarse).
+    pub min_runs_for_band: usize,
+    /// Rasch estimates need at least this many agents.
+    pub min_agents_for_rasch: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { unstable_gap: 0.25, min_runs_for_band: 3, min_agents_for_rasch: 3 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentResult {
+    /// Per repeat.
+    pub solved: Vec<bool>,
+    /// Mean call-level F1 over the repeats.
+    pub score: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Rasch {
+    /// Logits; higher is harder; the items' mean is 0.
+    pub difficulty: f64,
+    pub se: f64,
+}
+
+/// What the agents did on an item none of them solved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Evidence {
+    /// Per agent: the distinct tools it called (over its repeats); empty: no tool.
+    pub called: BTreeMap<String, Vec<String>>,
+    /// A tool outside the reference that two or more agents called.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agreed_tool: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub agreed_by: Vec<String>,
+    pub note: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ItemRecord {
+    pub id: String,
+    pub kind: Kind,
+    pub difficulty: Difficulty,
+    pub runs: usize,
+    pub solve_rate: f64,
+    pub pass_k: f64,
+    pub band: Difficulty,
+    pub results: BTreeMap<String, AgentResult>,
+    pub discrimination: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rasch: Option<Rasch>,
+    pub flags: Vec<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<Evidence>,
+}
+
+/// The analysis of every item.
+#[derive(Debug, Clone, Default)]
+pub struct Analysis {
+    pub items: Vec<ItemRecord>,
+    /// Flag → items carrying it.
+    pub flag_counts: BTreeMap<&'static str, usize>,
+    /// Items by solve rate in tenths (`[0, 0.1)`, …, `[0.9, 1]`).
+    pub histogram: [usize; 10],
+}
+
+fn round4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+/// The solve-rate band of a rate.
+pub fn band(rate: f64) -> Difficulty {
+    if rate >= 2.0 / 3.0 {
+        Difficulty::Easy
+    } else if rate >= 1.0 / 3.0 {
+        Difficulty::Medium
+    } else {
+        Difficulty::Hard
+    }
+}
+
+fn solved(o: &Option<Outcome>) -> bool {
+    o.as_ref().is_some_and(|o| o.solved)
+}
+
+/// Each run's total (items solved), runs flattened agent-major.
+fn run_totals(m: &Matrix) -> Vec<f64> {
+    let runs = m.agents.len() * m.repeats;
+    let mut totals = vec![0.0; runs];
+    for it in &m.items {
+        for (a, reps) in it.runs.iter().enumerate() {
+            for (r, o) in reps.iter().enumerate() {
+                if solved(o) {
+                    totals[a * m.repeats + r] += 1.0;
+                }
+            }
+        }
+    }
+    totals
+}
+
+/// Pearson correlation of the item's 0/1 column with the rest scores; `None` when either
+/// does not vary.
+fn point_biserial(m: &Matrix, it: &ItemInput, totals: &[f64]) -> Option<f64> {
+    let n = totals.len();
+    if n < 2 {
+        return None;
+    }
+    let mut xs = Vec::with_capacity(n);
+    let mut ys = Vec::with_capacity(n);
+    for (a, reps) in it.runs.iter().enumerate() {
+        for (r, o) in reps.iter().enumerate().take(m.repeats) {
+            let x = if solved(o) { 1.0 } else { 0.0 };
+            xs.push(x);
+            ys.push(totals[a * m.repeats + r] - x);
+        }
+    }
+    let mx = xs.iter().sum::<f64>() / n as f64;
+    let my = ys.iter().sum::<f64>() / n as f64;
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (x, y) in xs.iter().zip(&ys) {
+        sxy += (x - mx) * (y - my);
+        sxx += (x - mx) * (x - mx);
+        syy += (y - my) * (y - my);
+    }
+    (sxx > 0.0 && syy > 1e-12).then(|| round4(sxy / (sxx * syy).sqrt()))
+}
+
+fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
+    let mut called = BTreeMap::new();
+    let mut by_tool: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (a, reps) in it.runs.iter().enumerate() {
+        let mut tools: Vec<String> = Vec::new();
+        for o in reps.iter().flatten() {
+            for t in &o.tools {
+                if !tools.contains(t) {
+                    tools.push(t.clone());
+                }
+            }
+        }
+        called.insert(m.agents[a].clone(), tools);
+    }
+    for (agent, tools) in &called {
+        for t in tools.iter().filter(|t| !it.reference.contains(*t)) {
+            by_tool.entry(t).or_default().push(agent.clone());
+        }
+    }
+    // The tool most agents agree on (ties: the first by name).
+    let best =
+        by_tool.iter().filter(|(_, by)| by.len() >= 2).max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)));
+    let (agreed_tool, agreed_by, note) = match best {
+        Some((tool, by)) => {
+            let who = by.iter().map(|a| format!("`{a}`")).collect::<Vec<_>>().join(", ");
+            let note = if it.kind == Kind::L2 {
+                format!(
+                    "{who} called `{tool}`, which is not in this query's EFS set: proposed as a missing member of the set"
+                )
+            } else {
+                format!("{who} called `{tool}` instead of the reference tools: the ground truth may be wrong")
+            };
+            (Some(tool.to_string()), by.clone(), note)
+        }
+        None => (None, Vec::new(), "no two agents agree on a tool outside the reference".to_string()),
+    };
+    Evidence { called, agreed_tool, agreed_by, note }
+}
+
+/// Joint maximum-likelihood Rasch estimates: items' difficulties with standard errors, by
+/// item index; items every run solved or none did are left out (infinite estimates), and
+/// agents whose totals over the remaining items are extreme too.
+fn rasch(m: &Matrix, counts: &[Vec<u32>]) -> BTreeMap<usize, Rasch> {
+    let k = m.repeats as f64;
+    let agents = m.agents.len();
+    let mut items: Vec<usize> = Vec::new();
+    let mut persons: Vec<usize> = (0..agents).collect();
+    // Drop extreme items and persons until none is left.
+    loop {
+        let kept_items: Vec<usize> = (0..counts.len())
+            .filter(|&i| {
+                let s: u32 = persons.iter().map(|&a| counts[i][a]).sum();
+                s > 0 && f64::from(s) < k * persons.len() as f64
+            })
+            .collect();
+        let kept_persons: Vec<usize> = persons
+            .iter()
+            .copied()
+            .filter(|&a| {
+                let s: u32 = kept_items.iter().map(|&i| counts[i][a]).sum();
+                s > 0 && f64::from(s) < k * kept_items.len() as f64
+            })
+            .collect();
+        let stable = kept_items == items && kept_persons == persons;
+        items = kept_items;
+        persons = kept_persons;
+        if stable || items.is_empty() || persons.len() < 2 {
+            break;
+        }
+    }
+    if items.is_empty() || persons.len() < 2 {
+        return BTreeMap::new();
+    }
+    let mut b = vec![0.0f64; items.len()];
+    let mut theta = vec![0.0f64; persons.len()];
+    let p = |t: f64, d: f64| 1.0 / (1.0 + (d - t).exp());
+    for _ in 0..200 {
+        let mut change = 0.0f64;
+        for (j, &a) in persons.iter().enumerate() {
+            let (mut g, mut h) = (0.0, 0.0);
+            for (bi, &i) in b.iter().zip(&items) {
+                let pr = p(theta[j], *bi);
+                g += f64::from(counts[i][a]) - k * pr;
+                h += k * pr * (1.0 - pr);
+            }
+            let step = (g / h.max(1e-9)).clamp(-1.0, 1.0);
+            theta[j] += step;
+            change = change.max(step.abs());
+        }
+        for (bi, &i) in b.iter_mut().zip(&items) {
+            let (mut g, mut h) = (0.0, 0.0);
+            for (j, &a) in persons.iter().enumerate() {
+                let pr = p(theta[j], *bi);
+                g += k * pr - f64::from(counts[i][a]);
+                h += k * pr * (1.0 - pr);
+            }
+            let step = (g / h.max(1e-9)).clamp(-1.0, 1.0);
+            *bi += step;
+            change = change.max(step.abs());
+        }
+        let mean = b.iter().sum::<f64>() / b.len() as f64;
+        b.iter_mut().for_each(|x| *x -= mean);
+        theta.iter_mut().for_each(|x| *x -= mean);
+        if change < 1e-6 {
+            break;
+        }
+    }
+    items
+        .iter()
+        .zip(&b)
+        .map(|(&i, &d)| {
+            let info: f64 = theta.iter().map(|&t| k * p(t, d) * (1.0 - p(t, d))).sum();
+            (i, Rasch { difficulty: round4(d), se: round4(1.0 / info.max(1e-12).sqrt()) })
+        })
+        .collect()
+}
+
+fn flags(
+    m: &Matrix,
+    opts: &Options,
+    it: &ItemInput,
+    rate: f64,
+    pass_k: f64,
+    runs: usize,
+    solves: usize,
+) -> Vec<&'static str> {
+    let mut f = Vec::new();
+    if runs > 0 && solves == 0 {
+        f.push("all-fail");
+    }
+    if m.agents.len() >= 2 && runs > 0 && solves == runs {
+        f.push("all-pass");
+    }
+    if runs >= opts.min_runs_for_band && band(rate) != it.difficulty {
+        f.push("label-mismatch");
+    }
+    if m.repeats >= 2 && rate - pass_k >= opts.unstable_gap {
+        f.push("unstable");
+    }
+    f
+}
+
+/// Analyse every item of the matrix (in its order).
+pub fn analyse(m: &Matrix, opts: &Options) -> Analysis {
+    let totals = run_totals(m);
+    let counts: Vec<Vec<u32>> = m
+        .items
+        .iter()
+        .map(|it| it.runs.iter().map(|reps| reps.iter().filter(|o| solved(o)).count() as u32).collect())
+        .collect();
+    let rasch = if m.agents.len() >= opts.min_agents_for_rasch { rasch(m, &counts) } else { BTreeMap::new() };
+    let mut out = Analysis::default();
+    for (idx, it) in m.items.iter().enumerate() {
+        let runs = m.agents.len() * m.repeats;
+        let solves: usize = counts[idx].iter().map(|&c| c as usize).sum();
+        let rate = if runs == 0 { 0.0 } else { solves as f64 / runs as f64 };
+        let all_k = counts[idx].iter().filter(|&&c| c as usize == m.repeats).count();
+        let pass_k = if m.agents.is_empty() { 0.0 } else { all_k as f64 / m.agents.len() as f64 };
+        let results = it
+            .runs
+            .iter()
+            .enumerate()
+            .map(|(a, reps)| {
+                let solved_v: Vec<bool> = reps.iter().map(solved).collect();
+                let score =
+                    reps.iter().map(|o| o.as_ref().map_or(0.0, |o| o.f1)).sum::<f64>() / reps.len().max(1) as f64;
+                (m.agents[a].clone(), AgentResult { solved: solved_v, score: round4(score) })
+            })
+            .collect();
+        let flags = flags(m, opts, it, rate, pass_k, runs, solves);
+        let evidence = flags.contains(&"all-fail").then(|| evidence(m, it));
+        for f in &flags {
+            *out.flag_counts.entry(f).or_default() += 1;
+        }
+        out.histogram[((rate * 10.0).floor() as usize).min(9)] += 1;
+        out.items.push(ItemRecord {
+            id: it.id.clone(),
+            kind: it.kind,
+            difficulty: it.difficulty,
+            runs,
+            solve_rate: rate,
+            pass_k,
+            band: band(rate),
+            results,
+            discrimination: point_biserial(m, it, &totals),
+            rasch: rasch.get(&idx).copied(),
+            flags,
+            evidence,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(solved: bool, tools: &[&str]) -> Option<Outcome> {
+        Some(Outcome {
+            solved,
+            f1: if solved { 1.0 } else { 0.0 },
+            tools: tools.iter().map(|t| t.to_string()).collect(),
+        })
+    }
+
+    fn item(id: &str, kind: Kind, reference: &[&str], runs: Vec<Vec<Option<Outcome>>>) -> ItemInput {
+        ItemInput {
+            id: id.into(),
+            kind,
+            difficulty: Difficulty::Easy,
+            reference: reference.iter().map(|t| t.to_string()).collect(),
+            runs,
+        }
+    }
+
+    #[test]
+    fn flags_name_all_fail_with_the_tool_two_agents_agree_on() {
+        let m = Matrix {
+            agents: vec!["a".into(), "b".into(), "c".into()],
+            repeats: 1,
+            items: vec![
+                item(
+                    "L2-1",
+                    Kind::L2,
+                    &["S::x"],
+                    vec![
+                        vec![outcome(false, &["S::z"])],
+                        vec![outcome(false, &["S::z", "S::y"])],
+                        vec![outcome(false, &[])],
+                    ],
+                ),
+                item("L1-1", Kind::L1, &["S::x"], vec![vec![outcome(true, &["S::x"])]; 3]),
+                item(
+                    "L1-2",
+                    Kind::L1,
+                    &["S::x"],
+                    vec![vec![outcome(true, &["S::x"])], vec![outcome(false, &["S::q"])], vec![None]],
+                ),
+                item(
+                    "L1-3",
+                    Kind::L1,
+                    &["S::x"],
+                    vec![vec![outcome(true, &["S::x"])], vec![outcome(true, &["S::x"])], vec![None]],
+                ),
+            ],
+        };
+        let a = analyse(&m, &Options::default());
+        let fail = &a.items[0];
+        assert_eq!(fail.flags, ["all-fail", "label-mismatch"]);
+        let ev = fail.evidence.as_ref().unwrap();
+        assert_eq!(ev.agreed_tool.as_deref(), Some("S::z"));
+        assert_eq!(ev.agreed_by, ["a", "b"]);
+        assert!(ev.note.contains("missing member of the set"), "{}", ev.note);
+        assert_eq!(ev.called["c"], Vec::<String>::new());
+        assert_eq!(a.items[1].flags, ["all-pass"]);
+        assert_eq!(a.items[2].solve_rate, 1.0 / 3.0);
+        assert_eq!(a.items[2].flags, ["label-mismatch"], "a band of medium for an easy label");
+        assert!(a.items[2].evidence.is_none());
+        assert_eq!(a.flag_counts["all-fail"], 1);
+        assert_eq!(a.histogram.iter().sum::<usize>(), 4);
+        // Agent a solves 3, b 2, c 0: every item that separates them discriminates positively.
+        assert!(a.items[2].discrimination.unwrap() > 0.0);
+        assert_eq!(a.items[1].discrimination, None, "an item every run solved does not vary");
+        assert!(a.items[0].rasch.is_none() && a.items[1].rasch.is_none(), "extreme items have no finite estimate");
+    }
+
+    #[test]
+    fn rasch_difficulties_order_items_by_how_few_agents_solve_them() {
+        let rows = [[1, 1, 1, 0], [1, 1, 0, 1], [1, 0, 1, 0], [0, 1, 0, 0]];
+        let items = (0..4)
+            .map(|i| {
+                let runs = rows.iter().map(|r| vec![outcome(r[i] == 1, &[])]).collect();
+                item(&format!("i{i}"), Kind::L1, &["S::x"], runs)
+            })
+            .collect();
+        let m = Matrix { agents: vec!["a".into(), "b".into(), "c".into(), "d".into()], repeats: 1, items };
+        let a = analyse(&m, &Options::default());
+        let d: Vec<Rasch> = a.items.iter().map(|i| i.rasch.unwrap()).collect();
+        assert!(d[3].difficulty > d[2].difficulty && d[2].difficulty > d[0].difficulty, "{d:?}");
+        assert!((d[0].difficulty - d[1].difficulty).abs() < 1e-3, "equal totals, equal difficulty: {d:?}");
+        assert!(d.iter().map(|r| r.difficulty).sum::<f64>().abs() < 1e-3, "centred");
+        assert!(d.iter().all(|r| r.se > 0.0 && r.se.is_finite()));
+        let few = Matrix {
+            agents: m.agents[..2].to_vec(),
+            repeats: 1,
+            items: m.items.iter().map(|i| ItemInput { runs: i.runs[..2].to_vec(), ..i.clone() }).collect(),
+        };
+        assert!(analyse(&few, &Options::default()).items.iter().all(|i| i.rasch.is_none()), "two agents: none");
+    }
+
+    #[test]
+    fn unstable_items_lose_their_solves_across_repeats() {
+        let m = Matrix {
+            agents: vec!["a".into(), "b".into()],
+            repeats: 2,
+            items: vec![
+                item("x", Kind::L1, &["S::x"], vec![vec![outcome(true, &[]), outcome(false, &[])]; 2]),
+                item(
+                    "y",
+                    Kind::L1,
+                    &["S::x"],
+                    vec![vec![outcome(true, &[]), outcome(true, &[])], vec![outcome(false, &[]), outcome(false, &[])]],
+                ),
+            ],
+        };
+        let a = analyse(&m, &Options::default());
+        assert_eq!((a.items[0].solve_rate, a.items[0].pass_k), (0.5, 0.0));
+        assert!(a.items[0].flags.contains(&"unstable"));
+        assert_eq!((a.items[1].solve_rate, a.items[1].pass_k), (0.5, 0.5));
+        assert!(!a.items[1].flags.contains(&"unstable"));
+        assert!(a.items.iter().all(|i| i.rasch.is_none()), "two agents: no Rasch");
+    }
+}

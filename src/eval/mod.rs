@@ -1,0 +1,270 @@
+//! `benchgen eval`: is the benchmark right? A panel of agents (LLM roles of the config)
+//! runs every released sample through MCP, their answers are written in the reference
+//! formats and scored by `benchgen score`, and every item is audited from the results.
+//!
+//! - [`source`]: the release evaluated (`[eval] release`, or the current `artifacts/release/`):
+//!   samples, the tools of `tools.parquet`, each sample's cassette of recorded responses,
+//!   the EFS sets and the published-format files.
+//! - [`run`]: one agent on one sample (one repeat): an in-process `benchgen sandbox` over the
+//!   sample's tool space answering from its cassette, the agent loop of [`crate::agent`],
+//!   turn by turn with the gold history. Each run is one `llm::batch` item (checkpointed,
+//!   resumable, its exchanges cached in the ledger).
+//! - [`predict`]: the runs as unified, ETOM and FinMCP predictions, scored in the corrected
+//!   mode and in `--compat etom` / `--compat finmcp`.
+//! - [`board`]: `leaderboard.json` and `report.md`.
+//! - [`items`]: the item analysis (`items.jsonl`): solve rates, discrimination, Rasch
+//!   difficulty and flags.
+//!
+//! See docs/eval.md.
+
+pub mod board;
+pub mod items;
+pub mod predict;
+pub mod run;
+pub mod source;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::error::Problem;
+use crate::settings::{Settings, check_positive, section_hash};
+use crate::stage::{ConfigRef, Ctx, Inputs, Output, Plan, Stage, StageSpec};
+
+pub const STAGE: &str = "eval";
+
+pub static SPEC: StageSpec = StageSpec {
+    name: STAGE,
+    command: "eval",
+    version: 1,
+    about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
+    reads: source::READS,
+    writes: &["leaderboard.json", "items.jsonl", "report.md", "runs.jsonl", "predictions/*", "failed.json"],
+    section: Some(STAGE),
+};
+
+/// Which tools an agent sees on a sample.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolSpace {
+    /// The sample's ground-truth tools (every alternative of every call, in every turn) and
+    /// the members of their EFS sets; a sample with no reference call (L5) sees every
+    /// released tool of its track.
+    #[default]
+    Oracle,
+}
+
+impl ToolSpace {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolSpace::Oracle => "oracle",
+        }
+    }
+}
+
+/// `[eval]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalSettings {
+    /// The release folder to evaluate (relative to the root, e.g. `release/demo-bench-0.1.0`);
+    /// absent: the current release (`artifacts/release/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<PathBuf>,
+    /// The panel: LLM roles (`[llm.roles.<role>]`), each one agent.
+    pub agents: Vec<String>,
+    /// Runs of each agent on each sample (k of pass^k).
+    #[serde(default = "one")]
+    pub repeats: usize,
+    #[serde(default)]
+    pub tool_space: ToolSpace,
+    /// Most tool calls an agent makes per turn (default: `[execute] max_calls`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_calls: Option<usize>,
+    /// Runs at once (a tuning knob, not part of the config hash).
+    #[serde(default = "default_concurrency", skip_serializing)]
+    pub concurrency: usize,
+    /// Share of runs (0..=1) allowed to fail (an LLM failure) before the stage fails; a
+    /// failed run scores as no prediction.
+    #[serde(
+        default,
+        deserialize_with = "crate::llm::batch::de_share",
+        skip_serializing_if = "crate::llm::batch::is_zero_share"
+    )]
+    pub max_failed_share: f64,
+}
+
+/// `[eval]`; absent: the stage is not part of `run` (it still runs alone when configured).
+impl crate::settings::Section for EvalSettings {
+    const NAME: &'static str = STAGE;
+    type Value = Option<Self>;
+}
+
+fn one() -> usize {
+    1
+}
+fn default_concurrency() -> usize {
+    4
+}
+
+/// The `[eval]` section, or a usage error saying how to configure it.
+pub fn settings(s: &Settings) -> Result<&EvalSettings> {
+    s.section::<EvalSettings>().as_ref().ok_or_else(|| {
+        crate::error::hinted(
+            "`eval` needs an `[eval]` section naming its agents",
+            "add `[eval]` with `agents = [\"ROLE\", …]` (LLM roles of `[llm.roles]`); see docs/eval.md",
+        )
+    })
+}
+
+pub struct EvalStage;
+
+impl Stage for EvalStage {
+    fn spec(&self) -> &'static StageSpec {
+        &SPEC
+    }
+
+    fn help(&self) -> &'static str {
+        "A panel of agents runs the released benchmark and audits it (`[eval]`, docs/eval.md).
+
+         Reads the release (`[eval] release = \"release/NAME-VERSION\"`, or the current
+         `artifacts/release/`): `samples.jsonl`, `tools.parquet`, `cassettes.jsonl`,
+         `tool_equivalence_sets.json` and the ETOM and FinMCP files. Every agent
+         (`[eval] agents`, LLM roles) runs every sample `repeats` times through MCP: an
+         in-process sandbox serves the sample's tool space (`tool_space = \"oracle\"`: its
+         ground-truth tools and their EFS members) and answers each call from the sample's
+         cassette of recorded responses, or with a value shaped by the tool's schema when no
+         recording matches (each call says which it got). Multi-turn samples run turn by turn
+         with the gold history. Each run is checkpointed; a killed run resumes without
+         asking again.
+
+         Writes `artifacts/eval/`: `runs.jsonl` (every run), `predictions/<agent>/<k>/`
+         (`samples.jsonl` unified, `etom.jsonl` and `finmcp.json` in the reference formats,
+         for `benchgen score`), `leaderboard.json` and `report.md` (per agent: score, pass^k,
+         per level, kind and difficulty, compat figures, tokens, cost), `items.jsonl` (per
+         sample: solve rate, results, discrimination, Rasch difficulty, flags `all-fail`
+         with evidence, `all-pass`, `label-mismatch`, `unstable`), and `failed.json` when
+         runs failed within `max_failed_share`."
+    }
+
+    fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
+        let Some(cfg) = s.section::<EvalSettings>() else { return Vec::new() };
+        cfg.agents.iter().enumerate().map(|(i, a)| ConfigRef::new(format!("eval.agents[{i}]"), a)).collect()
+    }
+
+    fn check(&self, s: &Settings, problems: &mut Vec<Problem>) {
+        let Some(cfg) = s.section::<EvalSettings>() else { return };
+        if cfg.agents.is_empty() {
+            problems.push(Problem::new("eval.agents", "name at least one LLM role (the agents of the panel)"));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, a) in cfg.agents.iter().enumerate() {
+            if !seen.insert(a) {
+                problems.push(Problem::new(format!("eval.agents[{i}]"), format!("`{a}` is listed twice")));
+            }
+            if a.contains('/') {
+                problems.push(Problem::new(format!("eval.agents[{i}]"), format!("`{a}`: a role name has no `/`")));
+            }
+        }
+        check_positive(problems, "eval.repeats", cfg.repeats);
+        check_positive(problems, "eval.concurrency", cfg.concurrency);
+        if let Some(m) = cfg.max_calls {
+            check_positive(problems, "eval.max_calls", m);
+        }
+    }
+
+    fn plan(&self, s: &Settings) -> Result<Plan> {
+        let cfg = settings(s)?;
+        let inputs = source::plan_inputs(s, cfg)?;
+        let agent = run::agent_settings(s, cfg, "");
+        let prices: BTreeMap<&str, serde_json::Value> = cfg
+            .agents
+            .iter()
+            .map(|a| {
+                let p = s.section::<crate::llm::LlmSettings>().roles.get(a).and_then(|r| r.prices);
+                (a.as_str(), json!(p))
+            })
+            .collect();
+        let hash = section_hash(&json!({
+            "eval": cfg,
+            "agent": {"max_calls": agent.max_calls, "stop_on_failure": agent.stop_on_failure,
+                      "tool_result_chars": agent.tool_result_chars, "system_prompt": agent.system_prompt,
+                      "answer_nudge": agent.answer_nudge},
+            "seed": s.project.seed,
+            "prices": prices,
+        }))?;
+        Ok(Plan { inputs, config_hash: hash })
+    }
+
+    fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+        evaluate(ctx, inputs, out)
+    }
+}
+
+/// The stage: run the panel, write predictions and score them, then the leaderboard and
+/// the item analysis.
+fn evaluate(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+    let s = ctx.settings;
+    let cfg = settings(s)?;
+    let rel = source::Release::read(s, cfg, inputs)?;
+    let scratch = crate::stage::work_dir(&s.artifacts, STAGE).join("scratch");
+    if scratch.exists() {
+        std::fs::remove_dir_all(&scratch).with_context(|| format!("cannot clear `{}`", scratch.display()))?;
+    }
+    rel.write_benches(&scratch.join("bench"))?;
+
+    let (runs, failed) = run::run_panel(ctx, cfg, &rel, out)?;
+    let usage = run::usage(&s.artifacts, &runs)?;
+
+    let mut scored = Vec::new();
+    for agent in &cfg.agents {
+        for k in 1..=cfg.repeats {
+            let records = runs.of(agent, k);
+            let files = predict::Files::build(&rel, &records)?;
+            let score = predict::score(&scratch, &rel, agent, k, &files)?;
+            files.write_into(out, agent, k)?;
+            scored.push(score);
+        }
+    }
+    let panel = board::Panel::new(s, cfg, &rel, &runs, &scored, &usage);
+    let rows = panel.rows();
+    let analysis = items::analyse(&panel.matrix(), &items::Options::default());
+    let mut items_out = Vec::new();
+    for rec in &analysis.items {
+        serde_json::to_writer(&mut items_out, rec)?;
+        items_out.push(b'\n');
+    }
+    out.file("items.jsonl", items_out);
+    out.json("leaderboard.json", &rows)?;
+    out.file("report.md", board::report(&panel, &rows, &analysis).into_bytes());
+    runs.write_into(out)?;
+
+    out.count("samples", rel.samples.len());
+    out.count("agents", cfg.agents.len());
+    out.count("runs", runs.len());
+    out.count("failed_runs", failed);
+    for (flag, n) in &analysis.flag_counts {
+        out.count(&format!("flag_{}", flag.replace('-', "_")), *n);
+    }
+    for r in &rows {
+        out.notes.push(format!(
+            "{}: score {:.3} (pass^{} {:.3}) on {} samples, {} tokens",
+            r.agent,
+            r.score,
+            cfg.repeats,
+            r.pass_k,
+            r.samples,
+            r.tokens.prompt + r.tokens.completion
+        ));
+    }
+    out.notes.extend(usage.latency_notes(&cfg.agents));
+    let flagged: Vec<String> = analysis.flag_counts.iter().map(|(f, n)| format!("{n} {f}")).collect();
+    out.notes.push(format!(
+        "{} items analysed{}; `artifacts/eval/report.md`",
+        analysis.items.len(),
+        if flagged.is_empty() { String::new() } else { format!(": {}", flagged.join(", ")) }
+    ));
+    Ok(())
+}

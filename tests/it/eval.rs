@@ -1,0 +1,315 @@
+//! `benchgen eval` on a release made from the hand-made pool of `tests/it/release.rs`
+//! (ETOM L1–L5 and FinMCP single-tool, multi-tool and multi-turn samples), with a panel of
+//! scripted agents of known ability behind the scripted endpoint (TEST DOUBLE):
+//!
+//! - `oracle` calls the reference plan, group by group, with the recorded arguments;
+//! - `noisy` does the same but drops the last call of four chosen items;
+//! - `none` calls no tool.
+//!
+//! On `L1-1` (reference `Alpha::x`) the two tool-calling agents were told the right tool is
+//! `Beta::u` (its EFS sibling): the planted wrong ground truth, which the item analysis must
+//! flag `all-fail` naming `Beta::u`, and no other item.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::support::scripted_llm::{Answer, ScriptedLlm, Seen};
+use crate::support::{Project, assert_code, stderr, tree};
+
+const CONFIG: &str = "pipeline/release.toml";
+
+/// User message → the reference plan's groups of (tool id, arguments) that the oracle calls.
+fn plans() -> BTreeMap<&'static str, Vec<Vec<(&'static str, Value)>>> {
+    let acme = || json!({"symbol": "ACME"});
+    BTreeMap::from([
+        ("On Alpha, run x.", vec![vec![("Beta::u", json!({}))]]), // planted: the gold says Alpha::x
+        ("Do the x thing.", vec![vec![("Alpha::x", json!({}))]]),
+        ("x then y.", vec![vec![("Alpha::x", json!({}))], vec![("Alpha::y", json!({}))]]),
+        ("z, then v or y with it.", vec![vec![("Alpha::z", json!({}))], vec![("Beta::v", json!({}))]]),
+        ("Pause my music.", vec![]),
+        ("Quote for ACME?", vec![vec![("get_quote", acme())]]),
+        (
+            "Quote and news for ACME, then in EUR.",
+            vec![vec![("get_quote", acme()), ("get_news", acme())], vec![("get_fx", acme())]],
+        ),
+        ("Quote ACME.", vec![vec![("get_quote", acme())]]),
+        ("And news?", vec![vec![("get_news", acme())]]),
+    ])
+}
+
+/// The items whose last call the noisy oracle drops.
+const NOISY: &[&str] = &["Do the x thing.", "z, then v or y with it.", "Quote for ACME?", "And news?"];
+
+/// The OpenAI function name the agent gives a tool id (`::` → `__`).
+fn fname(id: &str) -> String {
+    id.replace("::", "__")
+}
+
+/// Tool-call messages since the last user message.
+fn groups_done(seen: &Seen) -> usize {
+    let msgs = seen.body["messages"].as_array().cloned().unwrap_or_default();
+    let last_user = msgs.iter().rposition(|m| m["role"] == "user").unwrap_or(0);
+    msgs[last_user..].iter().filter(|m| m["role"] == "assistant" && m["tool_calls"].is_array()).count()
+}
+
+fn agent_rule(seen: &Seen) -> Answer {
+    let model = seen.body["model"].as_str().unwrap_or_default().to_string();
+    let user = seen.last_user();
+    let Some(plan) = plans().get(user.as_str()).cloned() else {
+        return Answer::text(&format!("unknown query: {user}"));
+    };
+    let plan = match model.as_str() {
+        "none" => Vec::new(),
+        "noisy" if NOISY.contains(&user.as_str()) => {
+            let mut p = plan;
+            if let Some(last) = p.last_mut() {
+                last.pop();
+                if last.is_empty() {
+                    p.pop();
+                }
+            }
+            p
+        }
+        _ => plan,
+    };
+    match plan.get(groups_done(seen)) {
+        Some(group) => Answer::ToolCalls(group.iter().map(|(t, a)| (fname(t), a.clone())).collect()),
+        None => Answer::text("Done."),
+    }
+}
+
+fn eval_config(llm: &ScriptedLlm, extra: &str) -> String {
+    let mut s = String::new();
+    for (role, model) in [("oracle", "oracle"), ("noisy", "noisy"), ("none", "none")] {
+        s.push_str(&format!(
+            "[llm.roles.{role}]\nprovider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"{model}\"\ntemperature = 0.0\nseed = 1\nbackoff_ms = 20\n\n",
+            llm.base_url()
+        ));
+    }
+    s.push_str(&format!("[eval]\nagents = [\"none\", \"noisy\", \"oracle\"]\n{extra}\n"));
+    s
+}
+
+/// A released fixture project with `[eval]` added to its config.
+fn project(llm: &ScriptedLlm, extra: &str) -> Project {
+    let p = crate::release::project("0.1.0");
+    let o = crate::release::release(&p, &[]);
+    assert_code(&o, 0);
+    let cfg = p.read(CONFIG);
+    p.write(CONFIG, format!("{cfg}\n{}", eval_config(llm, extra)));
+    p
+}
+
+fn eval(p: &Project) -> std::process::Output {
+    p.run(&["--config", CONFIG, "eval"])
+}
+
+fn leaderboard(p: &Project) -> Vec<Value> {
+    serde_json::from_str(&p.read("artifacts/eval/leaderboard.json")).unwrap()
+}
+
+fn items(p: &Project) -> Vec<Value> {
+    p.read("artifacts/eval/items.jsonl").lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn scripted_agents_rank_by_ability_and_the_planted_wrong_gold_is_flagged() {
+    let llm = ScriptedLlm::start(agent_rule);
+    let p = project(&llm, "");
+    let o = eval(&p);
+    assert_code(&o, 0);
+    let rows = leaderboard(&p);
+    let order: Vec<&str> = rows.iter().map(|r| r["agent"].as_str().unwrap()).collect();
+    assert_eq!(order, ["oracle", "noisy", "none"], "{}", stderr(&o));
+    let score = |a: &str| rows.iter().find(|r| r["agent"] == a).unwrap()["score"].as_f64().unwrap();
+    // 8 released samples (fin-d was rejected): the oracle misses only the planted L1-1,
+    // the noisy oracle also the four it damages, `none` solves only the L5 refusal.
+    assert_eq!((score("oracle"), score("noisy"), score("none")), (7.0 / 8.0, 3.0 / 8.0, 1.0 / 8.0));
+    for r in &rows {
+        assert!((0.0..=1.0).contains(&r["score"].as_f64().unwrap()));
+        assert_eq!(r["tool_space"], "oracle");
+        assert_eq!(r["samples"], 8);
+    }
+    let oracle = rows.iter().find(|r| r["agent"] == "oracle").unwrap();
+    assert_eq!(oracle["by_level"]["L1"]["score"], 0.0);
+    for (k, c) in oracle["by_kind"].as_object().unwrap() {
+        if k != "L1" {
+            assert_eq!(c["score"], 1.0, "the oracle solves every {k} item");
+        }
+    }
+    assert_eq!(oracle["pass_k"].as_f64().unwrap(), 7.0 / 8.0);
+    assert!(oracle["tokens"]["prompt"].as_u64().unwrap() > 0);
+    // The calls of fin-a/fin-b with the trajectory's arguments met their recordings.
+    assert!(oracle["calls"]["recorded"].as_u64().unwrap() >= 4, "{}", oracle["calls"]);
+    assert!(oracle["calls"]["generated"].as_u64().unwrap() >= 1, "{}", oracle["calls"]);
+
+    let items = items(&p);
+    assert_eq!(items.len(), 8);
+    let all_fail: Vec<&Value> =
+        items.iter().filter(|i| i["flags"].as_array().unwrap().contains(&json!("all-fail"))).collect();
+    assert_eq!(all_fail.len(), 1, "{items:#?}");
+    assert_eq!(all_fail[0]["id"], "L1-1");
+    assert_eq!(all_fail[0]["solve_rate"], 0.0);
+    let ev = &all_fail[0]["evidence"];
+    assert_eq!(ev["agreed_tool"], "Beta::u");
+    assert_eq!(ev["agreed_by"], json!(["noisy", "oracle"]));
+    assert_eq!(ev["called"]["none"], json!([]));
+    let l5 = items.iter().find(|i| i["id"] == "L5-1").unwrap();
+    assert!(l5["flags"].as_array().unwrap().contains(&json!("all-pass")));
+    let l3 = items.iter().find(|i| i["id"] == "L3-1").unwrap();
+    assert_eq!(l3["solve_rate"].as_f64().unwrap(), 2.0 / 3.0);
+    // The scripted abilities are nested (what `none` solves `noisy` solves, and what `noisy`
+    // solves the oracle solves): every agent's total is extreme on the items that vary, so
+    // no finite Rasch estimate exists, and none is given.
+    assert!(l3.get("rasch").is_none(), "{l3}");
+    assert!(l3["discrimination"].as_f64().unwrap() > 0.0, "{l3}");
+    let report = p.read("artifacts/eval/report.md");
+    assert!(report.contains("| 1 | `oracle` |") && report.contains("`all-fail` 1"), "{report}");
+    // Each call says what it got.
+    let runs = p.read("artifacts/eval/runs.jsonl");
+    assert!(runs.contains("\"answer\":\"recorded\"") && runs.contains("\"answer\":\"generated\""));
+}
+
+fn score_json(p: &Project, args: &[&str]) -> Value {
+    let mut a = vec!["--json", "score"];
+    a.extend_from_slice(args);
+    let o = p.run(&a);
+    assert_code(&o, 0);
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn overall(rep: &Value) -> Value {
+    let s = rep["sections"].as_array().unwrap().iter().find(|s| s["dimension"] == "overall").unwrap();
+    s["rows"][0].clone()
+}
+
+#[test]
+fn predictions_are_read_by_benchgen_score_in_both_formats_and_agree_with_the_leaderboard() {
+    let llm = ScriptedLlm::start(agent_rule);
+    let p = project(&llm, "");
+    assert_code(&eval(&p), 0);
+    let rel = "release/it-bench-0.1.0";
+    let levels: Vec<String> = (1..=5).map(|l| format!("{rel}/level_{l}.json")).collect();
+    let fins: Vec<String> =
+        ["single_tool", "multi_tool", "multi_turn"].iter().map(|k| format!("{rel}/finmcp_{k}.json")).collect();
+    for row in leaderboard(&p) {
+        let agent = row["agent"].as_str().unwrap();
+        let dir = format!("artifacts/eval/predictions/{agent}/1");
+        let figures = &row["repeats_scored"][0];
+        let check = |rep: &Value, want: &Value, what: &str| {
+            assert_eq!(rep["diagnostics"], json!([]), "{agent} {what}");
+            let o = overall(rep);
+            assert_eq!(o["n"], want["n"], "{agent} {what}");
+            assert!((o["em"].as_f64().unwrap() - want["em"].as_f64().unwrap()).abs() < 1e-12, "{agent} {what}");
+        };
+        let samples = format!("{rel}/samples.jsonl");
+        let pred = format!("{dir}/samples.jsonl");
+        let rep = score_json(&p, &["--bench", &samples, "--pred", &pred]);
+        check(&rep, &figures["corrected"], "corrected");
+        assert!((overall(&rep)["em"].as_f64().unwrap() - row["score"].as_f64().unwrap()).abs() < 1e-12);
+        let mut a = vec!["--compat", "etom"];
+        for l in &levels {
+            a.extend(["--bench", l.as_str()]);
+        }
+        let pred = format!("{dir}/etom.jsonl");
+        a.extend(["--pred", pred.as_str()]);
+        let rep = score_json(&p, &a);
+        assert_eq!(rep["diagnostics"], json!([]), "{agent} compat etom");
+        let levels = rep["sections"].as_array().unwrap().iter().find(|s| s["dimension"] == "level").unwrap();
+        let got: BTreeMap<String, (u64, f64)> = levels["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["key"].as_str().unwrap().to_string(), (r["n"].as_u64().unwrap(), r["em"].as_f64().unwrap())))
+            .collect();
+        let want: BTreeMap<String, (u64, f64)> = figures["compat_etom"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, f)| (k.clone(), (f["n"].as_u64().unwrap(), f["em"].as_f64().unwrap())))
+            .collect();
+        assert_eq!(got, want, "{agent} compat etom");
+        assert_eq!(got.len(), 5, "every ETOM level is scored");
+        let mut a = vec!["--compat", "finmcp"];
+        for f in &fins {
+            a.extend(["--bench", f.as_str()]);
+        }
+        let pred = format!("{dir}/finmcp.json");
+        a.extend(["--pred", pred.as_str()]);
+        check(&score_json(&p, &a), &figures["compat_finmcp"], "compat finmcp");
+    }
+}
+
+#[test]
+fn a_killed_eval_resumes_without_asking_again_and_gives_the_same_bytes() {
+    let whole_llm = ScriptedLlm::start(agent_rule);
+    let whole = project(&whole_llm, "concurrency = 1\nrepeats = 2\n");
+    assert_code(&eval(&whole), 0);
+
+    let llm = ScriptedLlm::start(agent_rule);
+    let p = project(&llm, "concurrency = 1\nrepeats = 2\n");
+    let o = p.cmd().args(["--config", CONFIG, "eval"]).env("BENCHGEN_FAIL_AT", "eval_run:20").output().unwrap();
+    assert_ne!(o.status.code(), Some(0), "the fail point stops the first run");
+    assert!(!p.path("artifacts/eval/leaderboard.json").exists());
+    let before = llm.count();
+    assert!(before > 0);
+    let o = eval(&p);
+    assert_code(&o, 0);
+    let said = format!("{}{}", crate::support::stdout(&o), stderr(&o));
+    assert!(said.contains("resumed"), "{said}");
+    assert_eq!(llm.count(), whole_llm.count(), "the resumed run asked only what the killed one had not");
+    let strip = |mut t: BTreeMap<String, Vec<u8>>| {
+        t.remove("manifest.json");
+        t
+    };
+    let (a, b) = (strip(tree(&whole.path("artifacts/eval"))), strip(tree(&p.path("artifacts/eval"))));
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    for (k, v) in &a {
+        assert!(v == &b[k], "`{k}` differs after kill and resume");
+    }
+    // Repeat 2 asked with its own seed: its requests are not the first repeat's.
+    let seeds: std::collections::BTreeSet<String> =
+        whole_llm.requests().iter().map(|r| r.body["seed"].to_string()).collect();
+    assert_eq!(seeds.into_iter().collect::<Vec<_>>(), ["1", "2"]);
+}
+
+// ---------------------------------------------------------------------------
+// The real local models (0.5B and 1.5B) as a two-agent panel.
+
+#[test]
+fn real_local_models_evaluate_a_release_as_a_two_agent_panel() {
+    let Some((_, small)) = crate::support::local_llm_assets("the real-model eval test") else {
+        return;
+    };
+    let large = small.with_file_name(benchgen::llm::config::DEFAULT_LOCAL_MODEL);
+    if !large.is_file() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "the 1.5B model is missing: run `make setup`");
+        eprintln!("skipping the real-model eval test: the 1.5B model is missing; run `make setup`");
+        return;
+    }
+    let p = crate::release::project("0.1.0");
+    assert_code(&crate::release::release(&p, &[]), 0);
+    let mut cfg = p.read(CONFIG);
+    for (role, model) in [("small", &small), ("large", &large)] {
+        cfg.push_str(&format!(
+            "\n[llm.roles.{role}]\nprovider = \"local\"\nmodel_path = \"{}\"\ntemperature = 0.0\nseed = 1\nmax_tokens = 200\nmax_retries = 1\ntimeout_s = 600\n",
+            model.display()
+        ));
+    }
+    cfg.push_str(
+        "\n[eval]\nagents = [\"small\", \"large\"]\ntool_space = \"oracle\"\nmax_calls = 4\nconcurrency = 2\n",
+    );
+    p.write(CONFIG, cfg);
+    let started = std::time::Instant::now();
+    let o = eval(&p);
+    assert_code(&o, 0);
+    eprintln!("eval on the real 0.5B and 1.5B models: {:.1} s", started.elapsed().as_secs_f64());
+    let rows = leaderboard(&p);
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        assert!((0.0..=1.0).contains(&r["score"].as_f64().unwrap()), "{r}");
+        assert_eq!(r["samples"], 8);
+    }
+    assert_eq!(items(&p).len(), 8);
+}
