@@ -77,11 +77,7 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
     };
     let item = if subject.contains(TOOL_ID_SEP) { "tool" } else { "server" };
     // Only the runs behind the current artifacts count.
-    let runs: Vec<i64> = crate::stages::all()
-        .iter()
-        .filter_map(|s| Manifest::load(&settings.artifacts, s.spec().name).ok().flatten())
-        .map(|m| m.run_id)
-        .collect();
+    let runs = current_runs(settings);
     let direct = ledger.events_for(&subject, &runs)?;
     let roots: Vec<i64> =
         direct.iter().filter(|e| !only_filter || e.kind == kind::FILTER_DECISION).map(|e| e.id).collect();
@@ -110,13 +106,18 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
     Ok(Explanation { id: subject, item: if only_filter { "filter decision" } else { item }, status, record, lineage })
 }
 
-/// An EFS set (`efs:<set id>`) or a graph edge (`edge:<from>-><to>`): what decided it.
-fn explain_decided(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Explanation> {
-    let runs: Vec<i64> = crate::stages::names()
+/// The runs behind the current artifacts: the run of every stage's manifest.
+fn current_runs(settings: &Settings) -> Vec<i64> {
+    crate::stages::names()
         .into_iter()
         .filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten())
         .map(|m| m.run_id)
-        .collect();
+        .collect()
+}
+
+/// An EFS set (`efs:<set id>`) or a graph edge (`edge:<from>-><to>`): what decided it.
+fn explain_decided(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Explanation> {
+    let runs = current_runs(settings);
     let direct = ledger.events_for(id, &runs)?;
     let item = if id.starts_with("efs:") { "EFS set" } else { "graph edge" };
     if direct.is_empty() {
@@ -147,11 +148,7 @@ fn explain_decided(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Exp
 
 /// A log session (`log:<session id>`): its curation decision and split pool.
 fn explain_log(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Explanation> {
-    let runs: Vec<i64> = crate::stages::names()
-        .into_iter()
-        .filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten())
-        .map(|m| m.run_id)
-        .collect();
+    let runs = current_runs(settings);
     let direct = ledger.events_for(id, &runs)?;
     if direct.is_empty() {
         return Err(hinted(
@@ -176,11 +173,7 @@ fn explain_log(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Explana
 /// A sample of the pool: how it was made and validated (synthesis events) and how it was
 /// reviewed (review events); both record under the subject `sample:<id>`.
 fn explain_sample(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Explanation> {
-    let runs: Vec<i64> = crate::stages::names()
-        .into_iter()
-        .filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten())
-        .map(|m| m.run_id)
-        .collect();
+    let runs = current_runs(settings);
     let subject = crate::model::Sample::subject_for(id);
     let direct = ledger.events_for(&subject, &runs)?;
     if direct.is_empty() {
