@@ -14,6 +14,8 @@
 //! - [`board`]: `leaderboard.json` and `report.md`.
 //! - [`items`]: the item analysis (`items.jsonl`): solve rates, discrimination, Rasch
 //!   difficulty and flags.
+//! - [`validity`]: with `[eval] reference_ranking`, Kendall's τ between the panel's ranking
+//!   and the published one (`validity.json`, a section of the report).
 //!
 //! See docs/eval.md.
 
@@ -22,6 +24,7 @@ pub mod items;
 pub mod predict;
 pub mod run;
 pub mod source;
+pub mod validity;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -42,7 +45,15 @@ pub static SPEC: StageSpec = StageSpec {
     version: 1,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
-    writes: &["leaderboard.json", "items.jsonl", "report.md", "runs.jsonl", "predictions/*", "failed.json"],
+    writes: &[
+        "leaderboard.json",
+        "items.jsonl",
+        "report.md",
+        "runs.jsonl",
+        "validity.json",
+        "predictions/*",
+        "failed.json",
+    ],
     section: Some(STAGE),
 };
 
@@ -94,6 +105,10 @@ pub struct EvalSettings {
         skip_serializing_if = "crate::llm::batch::is_zero_share"
     )]
     pub max_failed_share: f64,
+    /// Published scores of (some of) the panel's agents, agent → score on any scale: the
+    /// report then gives Kendall's τ between that ranking and the panel's on this release.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reference_ranking: BTreeMap<String, f64>,
 }
 
 /// `[eval]`; absent: the stage is not part of `run` (it still runs alone when configured).
@@ -173,6 +188,7 @@ impl Stage for EvalStage {
         if let Some(m) = cfg.max_calls {
             check_positive(problems, "eval.max_calls", m);
         }
+        check_reference(cfg, problems);
     }
 
     fn plan(&self, s: &Settings) -> Result<Plan> {
@@ -200,6 +216,29 @@ impl Stage for EvalStage {
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         evaluate(ctx, inputs, out)
+    }
+}
+
+/// `[eval] reference_ranking`: scores of agents on the panel, at least two of them (τ needs
+/// two), each a finite number.
+fn check_reference(cfg: &EvalSettings, problems: &mut Vec<Problem>) {
+    if cfg.reference_ranking.is_empty() {
+        return;
+    }
+    for (agent, score) in &cfg.reference_ranking {
+        let key = format!("eval.reference_ranking.{agent}");
+        if !cfg.agents.contains(agent) {
+            problems
+                .push(Problem::new(key, format!("`{agent}` is not on the panel (`eval.agents` = {:?})", cfg.agents)));
+        } else if !score.is_finite() {
+            problems.push(Problem::new(key, "give a finite number (the agent's published score)"));
+        }
+    }
+    if cfg.reference_ranking.len() < 2 {
+        problems.push(Problem::new(
+            "eval.reference_ranking",
+            "give the published scores of at least two agents of the panel (a ranking of one says nothing)",
+        ));
     }
 }
 
@@ -238,7 +277,21 @@ fn evaluate(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
     }
     out.file("items.jsonl", items_out);
     out.json("leaderboard.json", &rows)?;
-    out.file("report.md", board::report(&panel, &rows, &analysis).into_bytes());
+    let mut report = board::report(&panel, &rows, &analysis);
+    if !cfg.reference_ranking.is_empty() {
+        let scores: BTreeMap<String, f64> = rows.iter().map(|r| (r.agent.clone(), r.score)).collect();
+        let v = validity::compare(&scores, &cfg.reference_ranking);
+        report.push_str(&validity::section(&v));
+        out.notes.push(match (v.tau.tau_b, v.tau.p_value) {
+            (Some(t), Some(p)) => format!(
+                "validity: Kendall's tau-b {t:.3} (p = {p:.3}, {}) against the reference ranking of {} agents; `validity.json`",
+                v.tau.method, v.n
+            ),
+            _ => format!("validity: tau is undefined over the {} reference agents (scores tied)", v.n),
+        });
+        out.json("validity.json", &v)?;
+    }
+    out.file("report.md", report.into_bytes());
     runs.write_into(out)?;
 
     out.count("samples", rel.samples.len());

@@ -171,6 +171,40 @@ fn scripted_agents_rank_by_ability_and_the_planted_wrong_gold_is_flagged() {
     assert!(runs.contains("\"answer\":\"recorded\"") && runs.contains("\"answer\":\"generated\""));
 }
 
+#[test]
+fn a_reference_ranking_gives_kendall_tau_against_the_panel() {
+    let llm = ScriptedLlm::start(agent_rule);
+    // The panel ranks oracle > noisy > none (7/8, 3/8, 1/8): the reference swaps the last two.
+    let p = project(&llm, "reference_ranking = { oracle = 60.0, noisy = 40.0, none = 45.0 }");
+    let o = eval(&p);
+    assert_code(&o, 0);
+    let v: Value = serde_json::from_str(&p.read("artifacts/eval/validity.json")).unwrap();
+    assert_eq!(v["n"], 3);
+    assert_eq!((v["concordant"].as_u64(), v["discordant"].as_u64()), (Some(2), Some(1)));
+    assert!((v["tau_b"].as_f64().unwrap() - 1.0 / 3.0).abs() < 1e-12, "{v}");
+    // Exact null distribution of 3 agents: 2 · P(≤ 1 inversion) = 2 · 3/6.
+    assert_eq!(v["method"], "exact");
+    assert_eq!(v["p_value"].as_f64().unwrap(), 1.0);
+    assert_eq!(v["agents"][0], json!({"agent": "noisy", "panel_score": 0.375, "reference_score": 40.0}));
+    let report = p.read("artifacts/eval/report.md");
+    assert!(report.contains("## Validity") && report.contains("τ-b = 0.333 over 3 agents"), "{report}");
+    let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(said.contains("Kendall's tau-b 0.333"), "{said}");
+
+    // A reference naming an agent that is not on the panel, or only one agent, is refused
+    // before anything runs, naming the key.
+    for (extra, key, what) in [
+        ("reference_ranking = { oracle = 60.0, gpt = 40.0 }", "eval.reference_ranking.gpt", "is not on the panel"),
+        ("reference_ranking = { oracle = 60.0 }", "eval.reference_ranking", "at least two agents"),
+    ] {
+        let q = project(&llm, extra);
+        let o = q.run(&["--config", CONFIG, "check"]);
+        assert_code(&o, 1);
+        assert!(stderr(&o).contains(key) && stderr(&o).contains(what), "{}", stderr(&o));
+        assert!(!q.path("artifacts/eval").exists());
+    }
+}
+
 fn score_json(p: &Project, args: &[&str]) -> Value {
     let mut a = vec!["--json", "score"];
     a.extend_from_slice(args);
