@@ -27,6 +27,7 @@ CPUINFO="${BENCHGEN_CPUINFO:-/proc/cpuinfo}"
 LLAMA_CPP_PYTHON=0.3.36
 server="$LLM/build/bin/llama-server"
 model="$LLM/models/qwen2.5-coder-0.5b-instruct.gguf"
+large="$LLM/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 mkdir -p "$LLM/downloads"
 
 # cmake/g++ come from 00-system.sh; check again so this step can run alone.
@@ -47,14 +48,22 @@ wait_for_model() {
   [ -f "$model" ] || { echo "  error: $model is missing (10-llm-models.sh assembles it)" >&2; exit 1; }
 }
 
-# check: start the server on the 0.5B model and ask for a 4-token completion. Prints why it
-# failed (signal name for a crash) and returns 1 when it does not answer.
+# check: prove the build on each model the demo uses, the 0.5B first and the 1.5B when it
+# is there: one build can pass on one model and trap on the other (on one AMX host a native
+# build died by SIGILL on the 0.5B's kernels and by SIGSEGV on the 1.5B's).
 check() {
-  local port log pid i status=""
   wait_for_model
+  check_model "$model" || return 1
+  if [ -f "$large" ]; then check_model "$large" || return 1; fi
+}
+
+# check_model MODEL: start the server on MODEL and ask for a 4-token completion. Prints why
+# it failed (signal name for a crash) and returns 1 when it does not answer.
+check_model() {
+  local m="$1" port log pid i status=""
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   log="$LLM/server-check.log"
-  "$server" -m "$model" --host 127.0.0.1 --port "$port" -t 2 -c 512 --no-webui >"$log" 2>&1 &
+  "$server" -m "$m" --host 127.0.0.1 --port "$port" -t 2 -c 512 --no-webui >"$log" 2>&1 &
   pid=$!
   for i in $(seq 1 600); do # up to 60 s to load
     if ! kill -0 "$pid" 2>/dev/null; then
@@ -77,11 +86,11 @@ check() {
   fi
   if [ "$answered" = 0 ]; then return 0; fi
   if [ -n "$status" ] && [ "$status" -gt 128 ]; then
-    echo "  llama-server check: killed by SIG$(kill -l $((status - 128))) (log $log)"
+    echo "  llama-server check on $(basename "$m"): killed by SIG$(kill -l $((status - 128))) (log $log)"
   elif [ -n "$status" ]; then
-    echo "  llama-server check: exited with status $status during start-up (log $log)"
+    echo "  llama-server check on $(basename "$m"): exited with status $status during start-up (log $log)"
   else
-    echo "  llama-server check: no completion within 60 s (log $log)"
+    echo "  llama-server check on $(basename "$m"): no completion within 60 s (log $log)"
   fi
   tail -5 "$log" | sed 's/^/    /'
   return 1

@@ -176,9 +176,9 @@ impl LocalServer {
             if exited.load(Ordering::SeqCst) {
                 server.log = PathBuf::new(); // keep the log for the user
                 let st = *status.lock().unwrap_or_else(|p| p.into_inner());
+                let (how, fix) = describe_exit(st);
                 return Err(format!(
-                    "llama-server {} during start-up (log `{}`):\n{}",
-                    describe_exit(st),
+                    "llama-server {how} during start-up; {fix} (log `{}`):\n{}",
                     log.display(),
                     log_tail(&log)
                 ));
@@ -214,27 +214,36 @@ impl LocalServer {
     }
 }
 
-/// How a llama-server that died at start ended, with what to do about it. A crash by
-/// SIGILL means the build uses instructions this CPU does not run (some hosts advertise AMX
-/// and trap on it); `make setup` proves the server and rebuilds it portable.
-pub fn describe_exit(status: Option<std::process::ExitStatus>) -> String {
+/// How a llama-server that died at start ended, and what to do about it. A crash by
+/// SIGILL, or a SIGSEGV at start, is what a build using instructions this CPU does not run
+/// leaves: on a host that advertises AMX yet traps on it, a native build dies by SIGILL in
+/// `tinygemm_kernel_amx` on one model and by a general protection fault (SIGSEGV) on
+/// `ldtilecfg` in `ggml_backend_amx_mul_mat` on another (both seen on one host,
+/// docs/benchmarks.md#cold-start). `make setup` proves the server and rebuilds it portable.
+pub fn describe_exit(status: Option<std::process::ExitStatus>) -> (String, &'static str) {
     use std::os::unix::process::ExitStatusExt;
-    let Some(st) = status else { return "exited".into() };
+    const REBUILD: &str = "run `make setup`, which checks the server and rebuilds it portable";
+    let Some(st) = status else { return ("exited".into(), REBUILD) };
     match st.signal() {
-        Some(libc::SIGILL) => "was killed by SIGILL: this llama-server build does not run on this CPU \
-             (it uses instructions the CPU does not execute, e.g. AMX); run `make setup`, which checks \
-             the server and rebuilds it portable"
-            .into(),
-        Some(sig) => format!(
-            "was killed by signal {sig} ({}); run `make setup` to check and rebuild the server",
-            signal_name(sig)
+        Some(sig @ (libc::SIGILL | libc::SIGSEGV)) => (
+            format!(
+                "was killed by {}: this llama-server build does not run on this CPU (it uses instructions \
+                 the CPU does not execute, e.g. AMX)",
+                signal_name(sig)
+            ),
+            REBUILD,
         ),
-        None => format!("exited with status {}", st.code().unwrap_or(-1)),
+        Some(sig) => (format!("was killed by signal {sig} ({})", signal_name(sig)), REBUILD),
+        None => (
+            format!("exited with status {}", st.code().unwrap_or(-1)),
+            "the log says why; `make setup` checks the server and the models",
+        ),
     }
 }
 
 fn signal_name(sig: i32) -> &'static str {
     match sig {
+        libc::SIGILL => "SIGILL",
         libc::SIGSEGV => "SIGSEGV",
         libc::SIGABRT => "SIGABRT",
         libc::SIGBUS => "SIGBUS",

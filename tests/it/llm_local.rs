@@ -147,6 +147,19 @@ fn a_server_killed_by_sigill_at_start_is_named_with_the_fix() {
     assert!(err.contains("run `make setup`") && err.contains("loaded CPU backend"), "{err}");
 }
 
+/// The same build on another model dies by a general protection fault on `ldtilecfg`
+/// (SIGSEGV at start, seen on an AMX host): named the same way.
+#[test]
+fn a_server_killed_by_sigsegv_at_start_is_named_with_the_fix() {
+    let err = start_error("#!/bin/sh\necho 'llama threadpool init, n_threads = 2' >&2\nkill -SEGV $$\n");
+    assert!(
+        err.contains("was killed by SIGSEGV: this llama-server build does not run on this CPU")
+            && err.contains("during start-up; run `make setup`, which checks the server and rebuilds it portable"),
+        "{err}"
+    );
+    assert!(err.contains("threadpool init"), "{err}");
+}
+
 #[test]
 fn missing_assets_point_at_make_setup() {
     let dir = tempfile::tempdir().unwrap();

@@ -33,7 +33,8 @@ echo "$*" >> "{calls}"
 if [ "$1" = "--build" ]; then
   b="$2"; mkdir -p "$b/bin"
   if grep -q -- "-DGGML_NATIVE=ON" "$b/flags"; then
-    printf '#!/bin/sh\nkill -ILL $$\n' > "$b/bin/llama-server"
+    # With the marker, the native build runs the 0.5B model and segfaults on the 1.5B.
+    printf '#!/bin/sh\nif [ -f "{marker}" ]; then case "$*" in *1.5b*) kill -SEGV $$;; esac; exec "{standin}" "$@"; fi\nkill -ILL $$\n' > "$b/bin/llama-server"
   else
     cp "{standin}" "$b/bin/llama-server"
   fi
@@ -46,6 +47,7 @@ fi
 "#,
         calls = dir.join("cmake-calls.txt").display(),
         standin = dir.join("standin-server.py").display(),
+        marker = dir.join("native-runs-small-model").display(),
     );
     std::fs::write(dir.join("standin-server.py"), STANDIN_SERVER).unwrap();
     let p = dir.join("fake-cmake");
@@ -95,6 +97,26 @@ fn calls(dir: &Path) -> String {
 
 fn python_present() -> bool {
     Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// One build can answer on the 0.5B model and die on the 1.5B (different kernels): the proof
+/// runs both models when both are there, so such a build is rebuilt too.
+#[test]
+fn a_native_build_that_dies_only_on_the_larger_model_is_rebuilt_portable() {
+    assert!(python_present(), "python3 is needed by setup itself");
+    let dir = tempfile::tempdir().unwrap();
+    let c = cache(dir.path());
+    std::fs::write(c.join("llm/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"), b"stand-in").unwrap();
+    std::fs::write(dir.path().join("native-runs-small-model"), b"").unwrap();
+    let (ok, out) = run_setup(dir.path(), &c, &cpuinfo(dir.path(), false));
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("check on qwen2.5-coder-1.5b-instruct-q4_k_m.gguf: killed by SIGSEGV"),
+        "the 1.5B's crash is named: {out}"
+    );
+    assert!(!out.contains("check on qwen2.5-coder-0.5b-instruct.gguf"), "the 0.5B answered: {out}");
+    assert!(out.contains("built (portable) and answering"), "{out}");
+    assert_eq!(std::fs::read_to_string(c.join("llm/build/FLAVOUR")).unwrap().trim(), "portable");
 }
 
 #[test]
