@@ -97,10 +97,15 @@ pub fn render(s: &Summary) -> String {
     md.push_str("task_categories:\n- text-generation\n- question-answering\n");
     md.push_str("tags:\n- tool-use\n- function-calling\n- mcp\n- agents\n- benchmark\n");
     md.push_str(&format!("size_categories:\n- {}\n", size_category(s.samples)));
+    // Every config is JSON: `datasets` picks one loader for all of a card's configs (from the
+    // default's files), so a Parquet default made each JSON config fail ("Parquet magic
+    // bytes not found"); an empty part has no config (its loader finds "no data").
     md.push_str("configs:\n");
-    md.push_str("- config_name: all\n  default: true\n  data_files:\n  - split: test\n    path: samples.parquet\n");
+    md.push_str("- config_name: all\n  default: true\n  data_files:\n  - split: test\n    path: samples.jsonl\n");
     for f in &s.files {
-        if let Some(name) = f.strip_suffix(".json").filter(|n| n.starts_with("level_") || n.starts_with("finmcp_")) {
+        if let Some(name) = f.strip_suffix(".json").filter(|n| n.starts_with("level_") || n.starts_with("finmcp_"))
+            && !s.empty_files.contains(f)
+        {
             md.push_str(&format!("- config_name: {name}\n  data_files:\n  - split: test\n    path: {f}\n"));
         }
     }
@@ -127,8 +132,12 @@ pub fn render(s: &Summary) -> String {
 
     md.push_str("## Files\n\n| file | what |\n|---|---|\n");
     for f in &s.files {
-        md.push_str(&format!("| `{f}` | {} |\n", describe_file(f)));
+        let empty = if s.empty_files.contains(f) { " (empty in this release: no dataset config)" } else { "" };
+        md.push_str(&format!("| `{f}` | {}{empty} |\n", describe_file(f)));
     }
+    md.push_str(
+        "\nWith Hugging Face `datasets`: `load_dataset(\"<this folder or repo>\", \"level_2\", split=\"test\")`; the default config `all` is `samples.jsonl`, and `samples.parquet` is for dataframe tools.\n",
+    );
     md.push('\n');
 
     md.push_str("## Statistics\n\nPer type (Table-1 style; calls are reference calls, steps sequential groups):\n\n");

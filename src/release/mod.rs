@@ -334,6 +334,8 @@ pub struct Summary {
     pub pool: usize,
     pub tools: usize,
     pub files: Vec<String>,
+    /// Format files holding no record (`[]`): listed, but given no dataset config.
+    pub empty_files: std::collections::BTreeSet<String>,
     pub by_kind: BTreeMap<String, KindStats>,
     pub scenarios: BTreeMap<String, usize>,
     pub funnel: Vec<(String, String)>,
@@ -1160,6 +1162,15 @@ fn write_card(
     files.push("SHA256SUMS".into());
     files.sort();
     files.dedup();
+    for f in &files {
+        if (f.starts_with("level_") || f.starts_with("finmcp_")) && f.ends_with(".json") {
+            let bytes = std::fs::read(tmp.join(f)).with_context(|| format!("cannot read `{f}`"))?;
+            let v: serde_json::Value = serde_json::from_slice(&bytes).with_context(|| format!("`{f}` is not JSON"))?;
+            if v.as_array().is_some_and(|a| a.is_empty()) {
+                summary.empty_files.insert(f.clone());
+            }
+        }
+    }
     summary.files = files;
     std::fs::write(tmp.join("README.md"), card::render(&summary))?;
     let sums = checksums(tmp)?;

@@ -367,7 +367,8 @@ fn release_parses_scores_100_and_has_a_full_card() {
     for needle in [
         "task_categories:",
         "configs:",
-        "path: samples.parquet",
+        // One loader for every config (see every_card_config_loads_with_hugging_face_datasets).
+        "- config_name: all\n  default: true\n  data_files:\n  - split: test\n    path: samples.jsonl\n",
         "config_name: level_4",
         "config_name: finmcp_multi_turn",
         "# it-bench 1.0.0",
@@ -700,5 +701,84 @@ fn a_rebuild_from_the_same_inputs_and_ledger_is_byte_identical() {
     assert_eq!(first.keys().collect::<Vec<_>>(), second.keys().collect::<Vec<_>>());
     for (k, v) in &first {
         assert!(second[k] == *v, "{k} differs between the two builds");
+    }
+}
+
+/// The loader `make setup` installs for this test (scripts/setup.d/45-hf-datasets.sh).
+fn hf_python() -> Option<PathBuf> {
+    let cache = std::env::var_os("BENCHGEN_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/benchgen")))?;
+    let py = cache.join("hf-datasets/bin/python");
+    if py.is_file() {
+        return Some(py);
+    }
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "Hugging Face datasets is missing: run `make setup`");
+    eprintln!("skipping the Hugging Face loader test: run `make setup` to install `datasets`");
+    None
+}
+
+/// Every config of the card loads with Hugging Face `datasets` as the Hub would load it
+/// (one loader for all configs, chosen from the default's files), with one row per record;
+/// an empty part has no config. Before: every JSON config failed with "Parquet magic bytes
+/// not found in footer" and an empty part with "corresponds to no data".
+#[test]
+fn every_card_config_loads_with_hugging_face_datasets() {
+    let Some(py) = hf_python() else { return };
+    let p = project("0.1.0");
+    assert_code(&release(&p, &[]), 0);
+    // fin-c is the only multi-turn sample: rejecting it too leaves finmcp_multi_turn.json empty.
+    let q = Project::empty();
+    q.write(CONFIG, config("0.1.0", true));
+    upstream_fixture(q.root(), &validated_pool(), &levels_pool(), &["fin-c", "fin-d"]);
+    assert_code(&release(&q, &[]), 0);
+    const LOAD: &str = r#"
+import json, os, sys, yaml, datasets
+datasets.disable_progress_bars()
+root = sys.argv[1]
+meta = yaml.safe_load(open(os.path.join(root, "README.md")).read().split("---")[1])
+out = {}
+for c in meta["configs"]:
+    d = datasets.load_dataset(root, c["config_name"], split="test")
+    out[c["config_name"]] = {"rows": d.num_rows, "columns": d.column_names, "path": c["data_files"][0]["path"]}
+print(json.dumps(out))
+"#;
+    for (proj, empty) in [(&p, None), (&q, Some("finmcp_multi_turn"))] {
+        let root = dir(proj, "0.1.0");
+        let home = tempfile::tempdir().unwrap();
+        let o = std::process::Command::new(&py)
+            .args(["-c", LOAD])
+            .arg(&root)
+            .env("HF_HOME", home.path())
+            .env("HF_DATASETS_OFFLINE", "1")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let loaded: Value = serde_json::from_slice(o.stdout.rsplit(|b| *b == b'\n').nth(1).unwrap()).unwrap();
+        let samples = std::fs::read_to_string(root.join("samples.jsonl")).unwrap().lines().count();
+        assert_eq!(loaded["all"]["rows"], samples, "{loaded}");
+        assert!(loaded["all"]["columns"].as_array().unwrap().contains(&json!("turns")), "{loaded}");
+        for name in [
+            "level_1",
+            "level_2",
+            "level_3",
+            "level_4",
+            "level_5",
+            "finmcp_single_tool",
+            "finmcp_multi_tool",
+            "finmcp_multi_turn",
+        ] {
+            let file: Value =
+                serde_json::from_str(&std::fs::read_to_string(root.join(format!("{name}.json"))).unwrap()).unwrap();
+            let n = file.as_array().unwrap().len();
+            if Some(name) == empty {
+                assert_eq!(n, 0);
+                assert!(loaded.get(name).is_none(), "an empty part has no config: {loaded}");
+                let card = std::fs::read_to_string(root.join("README.md")).unwrap();
+                assert!(card.contains(&format!("| `{name}.json` | FinMCP sample JSON (`benchgen score --compat finmcp` reads it) (empty in this release: no dataset config) |")), "{card}");
+            } else {
+                assert_eq!(loaded[name]["rows"], n, "{name}: {loaded}");
+            }
+        }
     }
 }
