@@ -101,7 +101,7 @@ const FUNNEL: &[&str] = &[
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "release",
-    version: 3,
+    version: 4,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, checksums",
     reads: &[
         crate::samples::VALIDATED.optional(),
