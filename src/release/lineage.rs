@@ -220,6 +220,22 @@ pub fn required_stages(s: &crate::model::Sample, reviewed: bool) -> Vec<String> 
     out
 }
 
+/// The last entry of a released sample's lineage: its publication in this release. Its
+/// `ref` is the hash of the `release.published` event the stage records for the sample
+/// (subject `sample:<id>`), whose payload names nothing that differs between reruns.
+pub fn published(release: &str, id: &str, content_hash: &str, released_as: &str) -> (Entry, Value) {
+    let payload = serde_json::json!({
+        "release": release, "id": id, "content_hash": content_hash, "released_as": released_as,
+    });
+    let entry = Entry {
+        stage: "release".into(),
+        kind: "release.published".into(),
+        subject: Some(format!("sample:{id}")),
+        reference: stable_hash(&payload),
+    };
+    (entry, payload)
+}
+
 /// Hash of a payload without its timing fields (top level and one level down).
 fn stable_hash(p: &Value) -> String {
     fn strip(v: &Value, depth: u8) -> Value {

@@ -612,6 +612,7 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
     std::fs::write(tmp.join("CHANGELOG.md"), changelog.0)?;
 
     // The card.
+    let published = std::mem::take(&mut pool.published);
     let (summary, sums) = write_card(ctx, inputs, &cfg, &tmp, pool)?;
 
     // Into the stage's artifacts, then publish.
@@ -629,6 +630,9 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         "{} of {} pool samples released ({} tools); card `{shown}/README.md`",
         summary.samples, summary.pool, summary.tools
     ));
+    for (subject, payload) in published {
+        out.event(NewEvent::new("release.published", Some(&subject), payload));
+    }
     out.event(NewEvent::new(
         "release.published",
         Some(&format!("release:{rel_name}")),
@@ -652,6 +656,10 @@ struct Pooled {
     index: lineage::Index,
     etom_track: bool,
     fin_track: bool,
+    /// `name-version`, and the `release.published` event of each released sample, recorded
+    /// once the release is published (subject, payload).
+    release: String,
+    published: Vec<(String, Value)>,
 }
 
 /// A pool sample and the line it was read from.
@@ -711,6 +719,8 @@ fn write_pool(
         index,
         etom_track,
         fin_track,
+        release: format!("{}-{}", cfg.name, cfg.version),
+        published: Vec::new(),
     };
     let mut problems: Vec<Problem> = Vec::new();
 
@@ -990,10 +1000,13 @@ impl Pooled {
     ) -> Result<()> {
         let Drawn { source, file, line, sample } = drawn;
         let roots = self.index.roots(&sample.id, &sample.provenance_id)?;
-        let events = self.index.lineage(&roots)?;
+        let mut events = self.index.lineage(&roots)?;
         if events.is_empty() {
             self.without_events += 1;
         }
+        let (entry, payload) = lineage::published(&self.release, &sample.id, hash, released_as);
+        self.published.push((entry.subject.clone().unwrap_or_default(), payload));
+        events.push(entry.into());
         let mut l = json!({
             "id": sample.id,
             "content_hash": hash,

@@ -401,20 +401,43 @@ fn release_parses_scores_100_and_has_a_full_card() {
     let kinds: Vec<&str> = of("validate").iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["llm.exchange", "validate.verdict"], "{fb}");
     assert_eq!(of("validate")[0]["ref"], "request:sha256:req-fin-b");
-    // In pipeline order: the log track's stages, the simulation, validation, the merge.
+    // In pipeline order: the log track's stages, the simulation, validation, the merge, and
+    // last the publication itself.
     let stages: Vec<&str> = events.iter().map(|e| e["stage"].as_str().unwrap()).collect();
     assert_eq!(
         stages,
-        ["logs-import", "logs-curate", "logs-split", "synth-roleplay", "validate", "validate", "review-merge"],
+        [
+            "logs-import",
+            "logs-curate",
+            "logs-split",
+            "synth-roleplay",
+            "validate",
+            "validate",
+            "review-merge",
+            "release"
+        ],
         "{fb}"
     );
+    let last = events.last().unwrap();
+    assert_eq!((&last["kind"], &last["subject"]), (&json!("release.published"), &json!("sample:fin-b")));
+    // Every released sample's lineage ends so, and the ledger holds the event it names.
+    for l in lineage.lines() {
+        let r: Value = serde_json::from_str(l).unwrap();
+        let e = r["events"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(e["kind"], "release.published", "{r}");
+        assert_eq!(e["subject"], format!("sample:{}", r["id"].as_str().unwrap()));
+    }
+    let published = p.run(&["--config", CONFIG, "--json", "explain", "sample:fin-b"]);
+    let x: Value = serde_json::from_slice(&published.stdout).unwrap();
+    assert!(x.to_string().contains("release.published"), "explain names the publication: {x}");
     assert_eq!(fb["review"]["decision"], "accepted");
     let o = p.run(&["--config", CONFIG, "--json", "explain", "sample:fin-b"]);
     assert_code(&o, 0);
     let x: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(x["item"], "released sample");
     assert!(x["status"].as_str().unwrap().contains("finmcp_multi_tool.json#fin-b"), "{x}");
-    assert_eq!(x["lineage"].as_array().unwrap().len(), 7, "{x}");
+    // Seven upstream events and the publication.
+    assert_eq!(x["lineage"].as_array().unwrap().len(), 8, "{x}");
     let o = p.run(&["--config", CONFIG, "explain", "sample:L3-1"]);
     assert_code(&o, 0);
     assert!(stdout(&o).contains("levels.query"), "{}", stdout(&o));
