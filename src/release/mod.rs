@@ -613,6 +613,7 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
 
     // The card.
     let published = std::mem::take(&mut pool.published);
+    let left_out = pool.left_out.clone();
     let (summary, sums) = write_card(ctx, inputs, &cfg, &tmp, pool)?;
 
     // Into the stage's artifacts, then publish.
@@ -632,6 +633,15 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
     ));
     for (subject, payload) in published {
         out.event(NewEvent::new("release.published", Some(&subject), payload));
+    }
+    let mut left: Vec<(&String, &String)> = left_out.iter().collect();
+    left.sort();
+    for (id, reason) in left {
+        out.event(NewEvent::new(
+            "release.left_out",
+            Some(&format!("sample:{id}")),
+            json!({"release": rel_name, "reason": reason}),
+        ));
     }
     out.event(NewEvent::new(
         "release.published",
@@ -660,6 +670,8 @@ struct Pooled {
     /// once the release is published (subject, payload).
     release: String,
     published: Vec<(String, Value)>,
+    /// The first released sample of each request text (see [`request_key`]).
+    requests: HashMap<String, String>,
 }
 
 /// A pool sample and the line it was read from.
@@ -721,6 +733,7 @@ fn write_pool(
         fin_track,
         release: format!("{}-{}", cfg.name, cfg.version),
         published: Vec::new(),
+        requests: HashMap::new(),
     };
     let mut problems: Vec<Problem> = Vec::new();
 
@@ -743,6 +756,14 @@ fn write_pool(
             pool.left_out.insert(sample.id.clone(), reason);
             continue;
         }
+        // A request released twice (byte-identical queries of two L2 items, say) asks the
+        // same thing twice: the first in id order stays.
+        let key = request_key(sample);
+        if let Some(first) = pool.requests.get(&key) {
+            *pool.summary.left_out.entry("duplicate request".into()).or_default() += 1;
+            pool.left_out.insert(sample.id.clone(), format!("duplicate request: the same text as `{first}`"));
+            continue;
+        }
         if sample.kind.family() != sample.family {
             problems.push(Problem::new(
                 format!("{file} line {line} ({})", sample.id),
@@ -759,6 +780,7 @@ fn write_pool(
         }
         let Some(released_as) = files.write(&drawn, tmp, &descriptions, &mut problems)? else { continue };
         pool.write_lineage(&mut files.lineage_out, &drawn, &hash, &released_as, decision)?;
+        pool.requests.insert(key, sample.id.clone());
         pool.add(&drawn, hash, &tools, released_as, decision);
     }
     if !problems.is_empty() {
@@ -851,6 +873,20 @@ fn next_sample(sources: &mut [Source]) -> Result<Option<Drawn>> {
 }
 
 /// Why a sample stays out of the release under the review decisions, if it does.
+/// What makes two samples the same request: their user turns, lower-cased, with runs of
+/// whitespace and punctuation at the ends folded (so "Do X." and "do  x" are one request).
+fn request_key(sample: &Sample) -> String {
+    let turns: Vec<String> = sample
+        .turns
+        .iter()
+        .map(|t| {
+            let words: Vec<&str> = t.user.split_whitespace().collect();
+            words.join(" ").trim_matches(|c: char| c.is_ascii_punctuation()).to_lowercase()
+        })
+        .collect();
+    format!("{:?}\u{1f}{}", sample.family, turns.join("\u{1e}"))
+}
+
 fn why_not(decisions: Option<&HashMap<String, Decision>>, decision: Option<&Decision>, hash: &str) -> Option<String> {
     match (&decisions, decision) {
         (None, _) => None,

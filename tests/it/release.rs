@@ -805,3 +805,33 @@ print(json.dumps(out))
         }
     }
 }
+
+/// Two samples asking the same thing (the same user text, up to case, spacing and end
+/// punctuation) are released once: the first in id order; the other is left out with its
+/// reason, counted on the card and recorded in the ledger.
+#[test]
+fn a_request_released_twice_is_left_out_the_second_time_with_its_reason() {
+    let p = Project::empty();
+    p.write(CONFIG, config("0.1.0", true));
+    let mut levels = levels_pool();
+    levels.insert(2, etom("L2-2", "L2", "do the  x thing", plan(&[(&["Beta::u"], 0, &[])]), &["dev"]));
+    upstream_fixture(p.root(), &validated_pool(), &levels, &["fin-d"]);
+    let o = release(&p, &[]);
+    assert_code(&o, 0);
+    let d = dir(&p, "0.1.0");
+    let ids: Vec<String> = std::fs::read_to_string(d.join("samples.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(ids.contains(&"L2-1".to_string()) && !ids.contains(&"L2-2".to_string()), "{ids:?}");
+    assert_eq!(ids.len(), 8);
+    let card = std::fs::read_to_string(d.join("README.md")).unwrap();
+    assert!(card.contains("duplicate request"), "{card}");
+    let o = p.run(&["--config", CONFIG, "--json", "explain", "sample:L2-2"]);
+    let x = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        x.contains("release.left_out") && x.contains("duplicate request: the same text as `L2-1`"),
+        "the drop is in the ledger with its reason: {x}"
+    );
+}
