@@ -743,25 +743,14 @@ fn write_pool(
 
         let hash = sample.content_hash();
         let decision = decisions.as_ref().and_then(|d| d.get(&sample.id));
-        if let Some(r) = pool.review.as_mut() {
-            let key = decision.map(|d| d.decision.as_str()).unwrap_or("not reviewed");
-            *r.decisions.entry(key.to_string()).or_default() += 1;
-            if let Some(d) = decision {
-                r.reviewed += 1;
-                *r.by.entry(if d.decided_by.is_empty() { "?".into() } else { d.decided_by.clone() }).or_default() += 1;
-            }
-        }
+        pool.count_review(decision);
         if let Some(reason) = why_not(decisions, decision, &hash) {
             *pool.summary.left_out.entry(reason.clone()).or_default() += 1;
             pool.left_out.insert(sample.id.clone(), reason);
             continue;
         }
-        // A request released twice (byte-identical queries of two L2 items, say) asks the
-        // same thing twice: the first in id order stays.
         let key = request_key(sample);
-        if let Some(first) = pool.requests.get(&key) {
-            *pool.summary.left_out.entry("duplicate request".into()).or_default() += 1;
-            pool.left_out.insert(sample.id.clone(), format!("duplicate request: the same text as `{first}`"));
+        if pool.duplicate(sample, &key) {
             continue;
         }
         if sample.kind.family() != sample.family {
@@ -1025,6 +1014,25 @@ impl PoolFiles {
 }
 
 impl Pooled {
+    fn count_review(&mut self, decision: Option<&Decision>) {
+        let Some(r) = self.review.as_mut() else { return };
+        let key = decision.map(|d| d.decision.as_str()).unwrap_or("not reviewed");
+        *r.decisions.entry(key.to_string()).or_default() += 1;
+        if let Some(d) = decision {
+            r.reviewed += 1;
+            *r.by.entry(if d.decided_by.is_empty() { "?".into() } else { d.decided_by.clone() }).or_default() += 1;
+        }
+    }
+
+    /// A request released twice (byte-identical queries of two L2 items, say) asks the same
+    /// thing twice: the first in id order stays, the other is left out with its reason.
+    fn duplicate(&mut self, sample: &Sample, key: &str) -> bool {
+        let Some(first) = self.requests.get(key) else { return false };
+        *self.summary.left_out.entry("duplicate request".into()).or_default() += 1;
+        self.left_out.insert(sample.id.clone(), format!("duplicate request: the same text as `{first}`"));
+        true
+    }
+
     /// A released sample's line of `lineage.jsonl`: its source line, review and ledger events.
     fn write_lineage(
         &mut self,
