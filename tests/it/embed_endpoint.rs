@@ -342,7 +342,8 @@ fn embed_config_errors_are_reported_at_load() {
 /// missing assets fail the test; elsewhere it is skipped with the reason.
 #[test]
 fn real_llama_server_embeddings_have_the_model_width_and_are_reused_by_hash() {
-    let Some((bin, model)) = crate::support::local_llm_assets("the real llama-server embedding test") else {
+    let Some((bin, model, _one_at_a_time)) = crate::support::local_llm_assets("the real llama-server embedding test")
+    else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

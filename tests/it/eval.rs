@@ -309,36 +309,32 @@ fn a_killed_eval_resumes_without_asking_again_and_gives_the_same_bytes() {
 }
 
 // ---------------------------------------------------------------------------
-// The real local models (0.5B and 1.5B) as a two-agent panel.
+// The real local 0.5B model as a two-agent panel (two sampling seeds).
 
 #[test]
 fn real_local_models_evaluate_a_release_as_a_two_agent_panel() {
-    let Some((_, small)) = crate::support::local_llm_assets("the real-model eval test") else {
+    let Some((_, small, _one_at_a_time)) = crate::support::local_llm_assets("the real-model eval test") else {
         return;
     };
-    let large = small.with_file_name(benchgen::llm::config::DEFAULT_LOCAL_MODEL);
-    if !large.is_file() {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "the 1.5B model is missing: run `make setup`");
-        eprintln!("skipping the real-model eval test: the 1.5B model is missing; run `make setup`");
-        return;
-    }
     let p = crate::release::project("0.1.0");
     assert_code(&crate::release::release(&p, &[]), 0);
     let mut cfg = p.read(CONFIG);
-    for (role, model) in [("small", &small), ("large", &large)] {
+    // Two agents on the 0.5B model with their own sampling seeds: the 1.5B model took most
+    // of this test's minutes on 2 cores, and `make demo` runs the 0.5B/1.5B panel for real.
+    for (role, seed) in [("small", 1), ("small_b", 2)] {
         cfg.push_str(&format!(
-            "\n[llm.roles.{role}]\nprovider = \"local\"\nmodel_path = \"{}\"\ntemperature = 0.0\nseed = 1\nmax_tokens = 200\nmax_retries = 1\ntimeout_s = 600\n",
-            model.display()
+            "\n[llm.roles.{role}]\nprovider = \"local\"\nmodel_path = \"{}\"\ntemperature = 0.7\nseed = {seed}\nmax_tokens = 200\nmax_retries = 1\ntimeout_s = 600\n",
+            small.display()
         ));
     }
     cfg.push_str(
-        "\n[eval]\nagents = [\"small\", \"large\"]\ntool_space = \"oracle\"\nmax_calls = 4\nconcurrency = 2\n",
+        "\n[eval]\nagents = [\"small\", \"small_b\"]\ntool_space = \"oracle\"\nmax_calls = 3\nconcurrency = 2\n",
     );
     p.write(CONFIG, cfg);
     let started = std::time::Instant::now();
     let o = eval(&p);
     assert_code(&o, 0);
-    eprintln!("eval on the real 0.5B and 1.5B models: {:.1} s", started.elapsed().as_secs_f64());
+    eprintln!("eval on the real 0.5B model, two agents: {:.1} s", started.elapsed().as_secs_f64());
     let rows = leaderboard(&p);
     assert_eq!(rows.len(), 2);
     for r in &rows {

@@ -220,7 +220,7 @@ fn ctrl_c_during_start_up_stops_the_server_and_exits_non_zero() {
 /// `make setup` put into $BENCHGEN_CACHE. In CI (CI=true) missing assets fail the test.
 #[test]
 fn real_local_model_gives_a_schema_valid_typed_answer() {
-    let Some((_, model)) = crate::support::local_llm_assets("the real-model smoke test") else {
+    let Some((_, model, _one_at_a_time)) = crate::support::local_llm_assets("the real-model smoke test") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -695,7 +695,7 @@ mod fuzz {
 
 #[test]
 fn real_small_model_curates_a_few_sessions() {
-    let Some((_, model)) = crate::support::local_llm_assets("the real-model smoke test") else {
+    let Some((_, model, _one_at_a_time)) = crate::support::local_llm_assets("the real-model smoke test") else {
         return;
     };
     let lp = LogProject::demo("");

@@ -703,7 +703,7 @@ fn killed_synthesis_resumes_without_repeating_a_sample_or_an_exchange() {
 
 #[test]
 fn real_local_models_produce_an_accepted_chain_sample() {
-    let Some((_, small)) = crate::support::local_llm_assets("the real-model smoke test") else {
+    let Some((_, small, _one_at_a_time)) = crate::support::local_llm_assets("the real-model smoke test") else {
         return;
     };
     let large = small.with_file_name(benchgen::llm::config::DEFAULT_LOCAL_MODEL);

@@ -35,15 +35,24 @@ pub fn shared_data(rel: &str) -> Option<PathBuf> {
     }
 }
 
+/// Held by each test that runs a real llama-server, for its whole run: two such tests at
+/// once put 4 model threads on 2 cores, where llama.cpp's per-layer barrier makes decoding
+/// collapse (15.7 → 1.0 token/s measured, docs/benchmarks.md), so they took far longer
+/// side by side than one after the other.
+static REAL_MODEL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The llama-server binary and the 0.5B GGUF that `make setup` puts into `$BENCHGEN_CACHE`,
-/// for the tests that run the real local model. Missing assets fail under `CI=true` ("run
-/// make setup") and skip `test` with a printed reason elsewhere.
-pub fn local_llm_assets(test: &str) -> Option<(PathBuf, PathBuf)> {
+/// for the tests that run the real local model, with the guard that runs them one at a time
+/// (keep it bound, e.g. `Some((bin, model, _one_at_a_time))`). Missing assets fail under
+/// `CI=true` ("run make setup") and skip `test` with a printed reason elsewhere.
+pub fn local_llm_assets(test: &str) -> Option<(PathBuf, PathBuf, std::sync::MutexGuard<'static, ()>)> {
     let cache = benchgen::llm::config::cache_dir();
     let bin = cache.join("llm/build/bin/llama-server");
     let model = cache.join("llm/models").join(benchgen::llm::config::SMALL_LOCAL_MODEL);
     if bin.is_file() && model.is_file() {
-        return Some((bin, model));
+        // A test that panicked while holding it leaves nothing behind that matters.
+        let guard = REAL_MODEL.lock().unwrap_or_else(|p| p.into_inner());
+        return Some((bin, model, guard));
     }
     let msg = format!(
         "llama-server or the 0.5B model is missing from `{}`; run `make setup` (scripts/setup.d/10-llm-models.sh, 15-llm-server.sh)",
