@@ -78,12 +78,13 @@ pub fn kendall_tau_b(x: &[f64], y: &[f64]) -> Tau {
     let (mut con, mut dis) = (0u64, 0u64);
     for i in 0..n {
         for j in i + 1..n {
-            let s = (x[i] - x[j]).signum() * (y[i] - y[j]).signum();
-            // A tie on either side (signum of 0.0 is 1.0 in Rust, so test equality).
-            if x[i] == x[j] || y[i] == y[j] {
-                continue;
+            // Positive: concordant, negative: discordant, zero: a tie on either side.
+            let s = (x[i] - x[j]) * (y[i] - y[j]);
+            if s > 0.0 {
+                con += 1;
+            } else if s < 0.0 {
+                dis += 1;
             }
-            if s > 0.0 { con += 1 } else { dis += 1 }
         }
     }
     let undefined = |method| Tau { tau_b: None, p_value: None, method, concordant: con, discordant: dis };
@@ -93,7 +94,6 @@ pub fn kendall_tau_b(x: &[f64], y: &[f64]) -> Tau {
     let tot = (n * (n - 1) / 2) as f64;
     let (xt, x0, x1) = ties(&x[..n]);
     let (yt, y0, y1) = ties(&y[..n]);
-    let denom = ((tot - xt) * (tot - yt)).sqrt();
     let s = con as f64 - dis as f64;
     if xt == 0.0 && yt == 0.0 {
         let tau = s / tot;
@@ -106,6 +106,7 @@ pub fn kendall_tau_b(x: &[f64], y: &[f64]) -> Tau {
             discordant: dis,
         };
     }
+    let denom = ((tot - xt) * (tot - yt)).sqrt();
     if denom == 0.0 {
         return undefined("normal");
     }

@@ -351,14 +351,17 @@ pub struct Summary {
 struct ArrayWriter {
     w: std::io::BufWriter<std::fs::File>,
     n: usize,
+    /// The file's name in the release folder.
+    name: String,
 }
 
 impl ArrayWriter {
-    fn create(path: &Path) -> Result<Self> {
-        let f = std::fs::File::create(path).with_context(|| format!("cannot create `{}`", path.display()))?;
+    fn create(dir: &Path, name: String) -> Result<Self> {
+        let path = dir.join(&name);
+        let f = std::fs::File::create(&path).with_context(|| format!("cannot create `{}`", path.display()))?;
         let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
         w.write_all(b"[")?;
-        Ok(ArrayWriter { w, n: 0 })
+        Ok(ArrayWriter { w, n: 0, name })
     }
 
     fn push<T: Serialize>(&mut self, v: &T) -> Result<()> {
@@ -613,7 +616,7 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
 
     // The card.
     let published = std::mem::take(&mut pool.published);
-    let left_out = pool.left_out.clone();
+    let left_out = std::mem::take(&mut pool.left_out);
     let (summary, sums) = write_card(ctx, inputs, &cfg, &tmp, pool)?;
 
     // Into the stage's artifacts, then publish.
@@ -776,7 +779,7 @@ fn write_pool(
         problems.truncate(50);
         return Err(InputError { file: "the sample pool".into(), problems }.into());
     }
-    files.finish()?;
+    pool.summary.empty_files = files.finish()?;
     if pool.summary.samples == 0 {
         return Err(hinted(
             format!("nothing to release: none of the {} pool samples was accepted", pool.summary.pool),
@@ -861,7 +864,6 @@ fn next_sample(sources: &mut [Source]) -> Result<Option<Drawn>> {
     Ok(Some(Drawn { source, file, line, sample }))
 }
 
-/// Why a sample stays out of the release under the review decisions, if it does.
 /// What makes two samples the same request: their user turns, lower-cased, with runs of
 /// whitespace and punctuation at the ends folded (so "Do X." and "do  x" are one request).
 fn request_key(sample: &Sample) -> String {
@@ -876,6 +878,7 @@ fn request_key(sample: &Sample) -> String {
     format!("{:?}\u{1f}{}", sample.family, turns.join("\u{1e}"))
 }
 
+/// Why a sample stays out of the release under the review decisions, if it does.
 fn why_not(decisions: Option<&HashMap<String, Decision>>, decision: Option<&Decision>, hash: &str) -> Option<String> {
     match (&decisions, decision) {
         (None, _) => None,
@@ -939,16 +942,12 @@ impl PoolFiles {
         );
         let mut levels: Vec<Option<ArrayWriter>> = Vec::new();
         for l in 1..=5 {
-            levels.push(if etom_track {
-                Some(ArrayWriter::create(&tmp.join(format!("level_{l}.json")))?)
-            } else {
-                None
-            });
+            levels.push(if etom_track { Some(ArrayWriter::create(tmp, format!("level_{l}.json"))?) } else { None });
         }
         let mut fins: Vec<Option<ArrayWriter>> = Vec::new();
         for k in FIN_KINDS {
             fins.push(if fin_track {
-                Some(ArrayWriter::create(&tmp.join(format!("finmcp_{}.json", k.as_str())))?)
+                Some(ArrayWriter::create(tmp, format!("finmcp_{}.json", k.as_str()))?)
             } else {
                 None
             });
@@ -978,7 +977,7 @@ impl PoolFiles {
                 };
                 let w = match &mut self.levels[usize::from(level) - 1] {
                     Some(w) => w,
-                    slot => slot.insert(ArrayWriter::create(&tmp.join(format!("level_{level}.json")))?),
+                    slot => slot.insert(ArrayWriter::create(tmp, format!("level_{level}.json"))?),
                 };
                 w.push(&convert::to_etom(sample, n, descriptions))?;
                 format!("level_{level}.json#{n}")
@@ -987,9 +986,7 @@ impl PoolFiles {
                 let k = FIN_KINDS.iter().position(|k| *k == sample.kind).expect("finmcp kind");
                 let w = match &mut self.fins[k] {
                     Some(w) => w,
-                    slot => {
-                        slot.insert(ArrayWriter::create(&tmp.join(format!("finmcp_{}.json", sample.kind.as_str())))?)
-                    }
+                    slot => slot.insert(ArrayWriter::create(tmp, format!("finmcp_{}.json", sample.kind.as_str()))?),
                 };
                 w.push(&convert::to_finmcp(sample))?;
                 format!("finmcp_{}.json#{}", sample.kind.as_str(), sample.id)
@@ -1001,15 +998,20 @@ impl PoolFiles {
         Ok(Some(released_as))
     }
 
-    fn finish(self) -> Result<()> {
+    /// Flushes every file; returns the names of the format files that hold no record.
+    fn finish(self) -> Result<BTreeSet<String>> {
         let Self { mut samples_out, mut lineage_out, levels, fins } = self;
         samples_out.flush()?;
         lineage_out.flush()?;
         drop((samples_out, lineage_out));
+        let mut empty = BTreeSet::new();
         for w in levels.into_iter().chain(fins).flatten() {
+            if w.n == 0 {
+                empty.insert(w.name.clone());
+            }
             w.finish()?;
         }
-        Ok(())
+        Ok(empty)
     }
 }
 
@@ -1219,15 +1221,6 @@ fn write_card(
     files.push("SHA256SUMS".into());
     files.sort();
     files.dedup();
-    for f in &files {
-        if (f.starts_with("level_") || f.starts_with("finmcp_")) && f.ends_with(".json") {
-            let bytes = std::fs::read(tmp.join(f)).with_context(|| format!("cannot read `{f}`"))?;
-            let v: serde_json::Value = serde_json::from_slice(&bytes).with_context(|| format!("`{f}` is not JSON"))?;
-            if v.as_array().is_some_and(|a| a.is_empty()) {
-                summary.empty_files.insert(f.clone());
-            }
-        }
-    }
     summary.files = files;
     std::fs::write(tmp.join("README.md"), card::render(&summary))?;
     let sums = checksums(tmp)?;

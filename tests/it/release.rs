@@ -729,10 +729,7 @@ fn a_rebuild_from_the_same_inputs_and_ledger_is_byte_identical() {
 
 /// The loader `make setup` installs for this test (scripts/setup.d/45-hf-datasets.sh).
 fn hf_python() -> Option<PathBuf> {
-    let cache = std::env::var_os("BENCHGEN_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/benchgen")))?;
-    let py = cache.join("hf-datasets/bin/python");
+    let py = benchgen::llm::config::cache_dir().join("hf-datasets/bin/python");
     if py.is_file() {
         return Some(py);
     }
