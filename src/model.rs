@@ -339,6 +339,11 @@ pub struct RecordedCall {
     /// Set when the call failed (transport failure or `isError`), with the reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Set when the call is not part of the reference plan, with the reason (`repeated: …`,
+    /// `unrequested: …`): the agent made it, the request does not need it. Its result stays
+    /// a recorded response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_out: Option<String>,
 }
 
 /// One benchmark item in the unified format.
@@ -364,6 +369,18 @@ pub struct Sample {
 
 /// Ledger subjects of samples are `sample:<id>`.
 const SAMPLE_SUBJECT: &str = "sample:";
+
+impl Turn {
+    /// The reference plan's executed calls: the trajectory without its left-out calls, in
+    /// non-empty groups (group `g` carries out the plan's `g`-th group).
+    pub fn gold_trajectory(&self) -> Vec<Vec<RecordedCall>> {
+        self.trajectory
+            .iter()
+            .map(|g| g.iter().filter(|c| c.left_out.is_none()).cloned().collect::<Vec<_>>())
+            .filter(|g| !g.is_empty())
+            .collect()
+    }
+}
 
 impl Sample {
     /// The ledger subject of this sample's lineage (`benchgen explain sample:<id>`).

@@ -1105,7 +1105,7 @@ graph-review-import off error: no review sheets in `reviews/graph`
 synth-chains on sha256:3c732f21cf628af4b8552fe1f7090ed8f20d7a3baa9477fa6cfe4f30091517b1
 execute on sha256:b5b96c9d291757c71f23cc57255cfbe5abc807b1ea7a0fe50c6f1bcfc8a0d4f7
 synth-roleplay on sha256:771cca09e89b04213d6b0b518c7c6922ee0f39bea9d2f51c8da8255891611a9c
-validate on sha256:ce84faee390603fc8af9ef4849b7163b16a43be0342d372b77d6518920e0e7a4
+validate on sha256:86f00ee0611413bfc2c6878d9ebce92c473e5750538cf10b7a15363cba0e0891
 review-assign on sha256:fcddaa6f853884cd3122ed2f5c1f717d72651d2c32e47862595d2a6f45a5e3e9
 review-export on sha256:2590279cb0054a94f4772b72bfa8002e01d9491b47ca9181120f92ced5e25d44
 review-import off error: no filled sheets in `reviews/returned` and no web submissions in `reviews/web/scores.jsonl`

@@ -177,6 +177,7 @@ pub fn recorded_groups(calls: &[CallRecord]) -> Vec<Vec<crate::model::RecordedCa
             arguments: c.arguments.clone(),
             result,
             error,
+            left_out: None,
         });
     }
     groups.into_values().collect()

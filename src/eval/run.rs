@@ -230,11 +230,12 @@ fn gold_history(exec: &Executor, sample: &Sample, t: usize) -> Vec<ChatMessage> 
                     arguments: json!({}),
                     result: None,
                     error: None,
+                    left_out: None,
                 });
             }
             by_group.into_values().collect()
         } else {
-            turn.trajectory.clone()
+            turn.gold_trajectory()
         };
         for (g, calls) in groups.iter().enumerate() {
             let ids: Vec<String> = (0..calls.len()).map(|k| format!("gold_{i}_{g}_{k}")).collect();

@@ -134,6 +134,7 @@ pub async fn write_and_verify(
     }))
     .await;
     let checks = batch::all(checks)?;
+    let wording = super::wording_of(vars);
     let candidates = queries
         .into_iter()
         .zip(checks)
@@ -149,7 +150,8 @@ pub async fn write_and_verify(
             .filter(|(ok, _)| !ok)
             .map(|(_, w)| *w)
             .collect();
-            let (verified, reason) = match (failed.is_empty(), mention.check(&query)) {
+            let rule = mention.check(&query).or_else(|| super::copied_wording(&query, &wording));
+            let (verified, reason) = match (failed.is_empty(), rule) {
                 (true, None) => (true, super::one_line(&v.reason)),
                 (true, Some(m)) => (false, m),
                 (false, _) => (false, format!("{}: {}", failed.join(", "), super::one_line(&v.reason))),

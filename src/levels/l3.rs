@@ -464,6 +464,10 @@ impl Stage for L3Stage {
                 funnel.reject(key, "no query: the writer returned an empty query");
                 continue;
             }
+            if let Some(why) = super::copied_wording(&rec.query, &super::wording_of(&it.vars)) {
+                funnel.reject(key, format!("not a request: the query {why}"));
+                continue;
+            }
             let repaired = match super::repair_dependencies(&rec.deps) {
                 Ok(r) => r,
                 Err(e) => {

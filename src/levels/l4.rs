@@ -190,6 +190,21 @@ pub(crate) fn scenario_answer(services: &Value) -> crate::llm::Answer<Scenario> 
     )
 }
 
+/// Does the query copy the wording of one of its steps' tools?
+fn copied(query: &str, steps: &[super::Step], look: &super::Lookup) -> Option<String> {
+    let wording: Vec<super::Wording> = steps
+        .iter()
+        .flat_map(|s| &s.tools)
+        .filter_map(|id| look.get(id))
+        .map(|(_, t)| super::Wording {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            params: t.input_schema["properties"].as_object().map(|p| p.keys().cloned().collect()).unwrap_or_default(),
+        })
+        .collect();
+    super::copied_wording(query, &wording)
+}
+
 pub fn validate(
     sc: &Scenario,
     servers: &[String],
@@ -419,6 +434,9 @@ impl Stage for L4Stage {
             };
             passed += 1;
             match validate(&last.scenario, &a.servers, &look, &alternatives, (c.min_servers, c.max_servers)) {
+                Ok(steps) if let Some(why) = copied(&last.scenario.query, &steps, &look) => {
+                    funnel.reject(key, format!("not a request: the query {why}"))
+                }
                 Ok(steps) => queries.push(Generated {
                     key: key.clone(),
                     query: super::one_line(&last.scenario.query),

@@ -449,6 +449,79 @@ pub fn tool_vars(s: &Server, t: &Tool) -> serde_json::Value {
     })
 }
 
+/// What a query must not copy from a tool: its description, its name, its parameters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Wording {
+    pub name: String,
+    pub description: String,
+    pub params: Vec<String>,
+}
+
+/// The tools' wording in a prompt's variables: every object with a `description` and a
+/// `name` or `tool` (parameters from its `inputs` lines, `` `name` (required): … ``).
+pub fn wording_of(vars: &serde_json::Value) -> Vec<Wording> {
+    fn walk(v: &serde_json::Value, out: &mut Vec<Wording>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                let name = m.get("name").or_else(|| m.get("tool")).and_then(|x| x.as_str());
+                if let (Some(name), Some(d)) = (name, m.get("description").and_then(|x| x.as_str())) {
+                    let params = m
+                        .get("inputs")
+                        .and_then(|i| i.as_array())
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|l| l.as_str()?.split('`').nth(1).map(str::to_string))
+                        .collect();
+                    out.push(Wording { name: name.to_string(), description: d.to_string(), params });
+                }
+                m.values().for_each(|x| walk(x, out));
+            }
+            serde_json::Value::Array(xs) => xs.iter().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(vars, &mut out);
+    out
+}
+
+/// Words a query shares in a row with a description before it reads as copied.
+const COPIED_RUN: usize = 8;
+
+/// Does a query copy a tool's wording instead of asking as a user would? A run of
+/// [`COPIED_RUN`] words of a description, a list of two or more parameter names (its
+/// signature), or the tool's own function name (`create_issue`).
+pub fn copied_wording(query: &str, tools: &[Wording]) -> Option<String> {
+    let words = |s: &str| -> Vec<String> {
+        s.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+    };
+    let q = words(query);
+    let lower = query.to_lowercase();
+    for t in tools {
+        let d = words(&t.description);
+        if d.len() >= COPIED_RUN && q.len() >= COPIED_RUN {
+            let runs: BTreeSet<&[String]> = d.windows(COPIED_RUN).collect();
+            if let Some(run) = q.windows(COPIED_RUN).find(|w| runs.contains(w)) {
+                return Some(format!("copies the description of `{}` (\"{} …\")", t.name, run.join(" ")));
+            }
+        }
+        let name = t.name.rsplit("::").next().unwrap_or(&t.name).to_lowercase();
+        if name.contains('_') && lower.contains(&name) {
+            return Some(format!("names the function `{name}` instead of asking for the task"));
+        }
+        // A parameter list: two or more parameter names inside one pair of parentheses.
+        for group in lower.split('(').skip(1).filter_map(|g| g.split(')').next()) {
+            let inside = words(group);
+            let named: Vec<&String> = t.params.iter().filter(|p| inside.contains(&p.to_lowercase())).collect();
+            if named.len() >= 2 {
+                let list: Vec<&str> = named.iter().map(|p| p.as_str()).collect();
+                return Some(format!("lists the parameters of `{}` ({})", t.name, list.join(", ")));
+            }
+        }
+    }
+    None
+}
+
 /// Input parameters as lines `` `name` (required): description (Type: t) `` (ETOM's
 /// `format_schema_for_prompt`).
 pub fn input_lines(schema: &serde_json::Value) -> Vec<String> {
@@ -715,6 +788,25 @@ mod tests {
         let r = repair_dependencies(&[vec![0, 7], vec![0]]).unwrap();
         assert_eq!(r.deps, [vec![], vec![0]]);
         assert_eq!(r.notes.len(), 2);
+    }
+
+    #[test]
+    fn a_query_that_copies_a_description_or_a_signature_is_told_from_a_request() {
+        let t = Wording {
+            name: "github::add_issue_comment".into(),
+            description: "Add a comment to an existing issue or pull request; returns the comment ID and URL.".into(),
+            params: vec!["owner".into(), "repo".into(), "issue_number".into(), "body".into()],
+        };
+        let copied = "On GitHub, add a comment to an existing issue or pull request and give me its URL";
+        assert!(copied_wording(copied, std::slice::from_ref(&t)).unwrap().contains("copies the description"));
+        let signature = "Use GitHub to comment on an issue (owner, repo, body)";
+        assert!(copied_wording(signature, std::slice::from_ref(&t)).unwrap().contains("lists the parameters"));
+        let named = "Call add_issue_comment on GitHub for issue 12";
+        assert!(copied_wording(named, std::slice::from_ref(&t)).unwrap().contains("names the function"));
+        let fine = "On GitHub, tell the reporter of issue 12 in octo/app that the fix ships Friday";
+        assert_eq!(copied_wording(fine, std::slice::from_ref(&t)), None);
+        let vars = serde_json::json!({"tools": [{"name": "x_y", "description": "d", "inputs": ["`a` (required): z (Type: string)"]}]});
+        assert_eq!(wording_of(&vars)[0].params, ["a"]);
     }
 
     #[test]

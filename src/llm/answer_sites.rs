@@ -135,6 +135,8 @@ pub fn sites() -> Vec<Entry> {
             ],
         ),
         sizes("src/synth/validate.rs", "synth validate: dialogue", &[1, 2, 6], synth::validate::check_answer),
+        one("src/synth/validate.rs", "synth validate: needed call", synth::gold::need_answer()),
+        one("src/synth/validate.rs", "synth validate: answer again", synth::gold::again_answer()),
     ]
 }
 

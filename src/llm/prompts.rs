@@ -54,9 +54,11 @@ pub const BUILTIN: &[(&str, &str)] = builtins![
     "logs_need",
     "registry-categories",
     "review_score",
+    "synth_answer_again",
     "synth_chain_query",
     "synth_check",
     "synth_goal",
+    "synth_need_call",
     "synth_user",
 ];
 

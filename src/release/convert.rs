@@ -113,8 +113,10 @@ pub fn to_finmcp(s: &Sample) -> finmcp::Sample {
         let mut groups: Vec<u32> = turn.reference_plan.iter().map(|c| c.group).collect();
         groups.sort_unstable();
         groups.dedup();
+        // The executed calls of the plan (left-out calls are recorded responses only).
+        let gold = turn.gold_trajectory();
         for (gi, g) in groups.iter().enumerate() {
-            let executed = turn.trajectory.get(gi);
+            let executed = gold.get(gi);
             let calls: Vec<(usize, &crate::model::PlanCall)> =
                 turn.reference_plan.iter().enumerate().filter(|(_, c)| c.group == *g).collect();
             if calls.len() > 1 {

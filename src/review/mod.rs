@@ -434,7 +434,8 @@ pub fn render_sample(s: &crate::model::Sample, result_chars: usize) -> String {
                     (None, Some(r)) => clip(r, result_chars),
                     (None, None) => "(no result)".into(),
                 };
-                out.push_str(&format!("  {}({}) -> {}\n", c.tool, clip(&args, result_chars), res));
+                let left = c.left_out.as_deref().map(|w| format!(" [left out of the plan: {w}]")).unwrap_or_default();
+                out.push_str(&format!("  {}({}) -> {}{left}\n", c.tool, clip(&args, result_chars), res));
             }
         }
         if let Some(a) = &t.gold_reply {

@@ -237,18 +237,27 @@ fn collapsible(class: &str, label: &str, text: &str, preview: usize) -> String {
 }
 
 /// Where an executed call sits in its turn's plan: the plan call (index) it carries out.
-/// Calls of trajectory step `g` belong to the plan's `g`-th group (the order `execute`
-/// and the release use); inside it, to the first unused plan call listing the tool.
+/// Calls of the `g`-th trajectory step holding a plan call belong to the plan's `g`-th
+/// group (the order `execute` and the release use); inside it, to the first unused plan call listing the tool.
 fn match_plan(plan: &[PlanCall], trajectory: &[Vec<RecordedCall>]) -> Vec<Vec<Option<usize>>> {
     let mut groups: Vec<u32> = plan.iter().map(|c| c.group).collect();
     groups.sort_unstable();
     groups.dedup();
     let mut used = vec![false; plan.len()];
     let mut out = Vec::new();
-    for (gi, step) in trajectory.iter().enumerate() {
+    // Left-out calls carry out no plan call, and a step of only left-out calls no group.
+    let mut gi = 0;
+    for step in trajectory {
         let g = groups.get(gi).copied();
+        if step.iter().any(|c| c.left_out.is_none()) {
+            gi += 1;
+        }
         let mut row = Vec::new();
         for c in step {
+            if c.left_out.is_some() {
+                row.push(None);
+                continue;
+            }
             let hit = (0..plan.len())
                 .find(|&i| !used[i] && Some(plan[i].group) == g && plan[i].alternatives.contains(&c.tool))
                 .or_else(|| (0..plan.len()).find(|&i| !used[i] && plan[i].alternatives.contains(&c.tool)));
@@ -353,6 +362,10 @@ fn call_html(
     match at {
         Some(i) => {
             let _ = write!(b, "<span class=\"plan-ref\">{}</span>", plan_ref(plan, i, &c.tool));
+        }
+        None if c.left_out.is_some() => {
+            let why = c.left_out.as_deref().unwrap_or_default();
+            let _ = write!(b, "<span class=\"plan-ref left-out\">left out of the reference plan: {}</span>", esc(why));
         }
         None if plan.is_empty() => {}
         None => b.push_str("<span class=\"plan-ref warn\">not in the reference plan</span>"),
@@ -472,7 +485,13 @@ mod tests {
     use super::*;
 
     fn call(tool: &str) -> RecordedCall {
-        RecordedCall { tool: tool.into(), arguments: serde_json::json!({}), result: Some("ok".into()), error: None }
+        RecordedCall {
+            tool: tool.into(),
+            arguments: serde_json::json!({}),
+            result: Some("ok".into()),
+            error: None,
+            left_out: None,
+        }
     }
 
     #[test]

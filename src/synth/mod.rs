@@ -12,6 +12,7 @@
 //! result for gets that result), or any `[mcp.servers]` entry named by `synth.server`.
 
 pub mod chains;
+pub mod gold;
 pub mod roleplay;
 pub mod validate;
 
@@ -173,6 +174,12 @@ fn default_user_template() -> String {
 pub struct ValidateSettings {
     #[serde(default = "default_check_template")]
     pub check_template: String,
+    /// The needed-call check of a call the rules leave open ([`gold`]), role `judge_role`.
+    #[serde(default = "default_need_template")]
+    pub need_template: String,
+    /// The re-ask of an answer that claims what its calls did not do, role `assistant_role`.
+    #[serde(default = "default_answer_template")]
+    pub answer_template: String,
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,
     /// Real log samples to include (a seeded sample of the benchmark pool; absent: all).
@@ -194,6 +201,14 @@ impl Default for ValidateSettings {
 
 fn default_check_template() -> String {
     "synth_check".into()
+}
+
+fn default_need_template() -> String {
+    "synth_need_call".into()
+}
+
+fn default_answer_template() -> String {
+    "synth_answer_again".into()
 }
 
 /// The `[synth]` section (defaults when absent).

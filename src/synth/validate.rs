@@ -49,14 +49,17 @@ pub const STAGE: &str = "validate";
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "validate",
-    version: 1,
-    about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed), with labels",
+    // 2: only the calls a request needs become the reference plan; arguments traced;
+    // answers checked against their calls; dialogue turns that add nothing end the dialogue.
+    version: 2,
+    about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),
         CHAINS.optional(),
         super::chains::SAMPLING.optional(),
         TRAJECTORIES.optional(),
         DIALOGUES.optional(),
+        crate::logs::import::CATALOG.optional(),
     ],
     writes: &["samples.jsonl", "finmcp.json", "verdicts.jsonl", "report.md", "failed.json"],
     section: Some("synth"),
@@ -125,6 +128,12 @@ pub struct Verdict {
     pub reached: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<Checked>,
+    /// What became of every call of the reference trajectory (needed, repeated, unrequested).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<super::gold::CallDecision>,
+    /// What the checks changed without rejecting the sample.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// A sample under validation: the unified sample and what the checks found so far.
@@ -139,11 +148,20 @@ pub struct Candidate {
     pub stopped_by_user: bool,
     /// Session / chain / dialogue id of the origin (for ledger links).
     pub origin: String,
+    /// Positions (in the first turn's calls, trajectory order) of the sampled chain's steps.
+    pub chain_steps: Vec<usize>,
+    /// What became of every call ([`super::gold`]).
+    pub decisions: Vec<super::gold::CallDecision>,
+    /// What the checks changed without rejecting (an answer asked again, a dialogue cut).
+    pub notes: Vec<String>,
+    /// Ledger events of the checks' LLM exchanges (parents of the verdict).
+    pub events: Vec<i64>,
 }
 
 /// Labels of a unified sample.
 pub fn labels(s: &Sample, sub_scenario: &str) -> Labels {
-    let groups: Vec<&Vec<RecordedCall>> = s.turns.iter().flat_map(|t| t.trajectory.iter()).collect();
+    let gold: Vec<Vec<Vec<RecordedCall>>> = s.turns.iter().map(|t| t.gold_trajectory()).collect();
+    let groups: Vec<&Vec<RecordedCall>> = gold.iter().flatten().collect();
     Labels {
         kind: s.kind,
         difficulty: s.difficulty,
@@ -231,6 +249,7 @@ pub fn from_session(s: &Session) -> Candidate {
                             arguments: c.arguments.clone(),
                             result: c.result.clone(),
                             error: c.error.clone(),
+                            left_out: None,
                         })
                         .collect()
                 })
@@ -262,12 +281,17 @@ pub fn from_session(s: &Session) -> Candidate {
         executed: true,
         stopped_by_user: false,
         origin: s.id.clone(),
+        chain_steps: vec![],
+        decisions: vec![],
+        notes: vec![],
+        events: vec![],
     }
 }
 
 /// A chain and its execution (when it ran).
 pub fn from_chain(c: &ChainRecord, t: Option<&Trajectory>, author_role: &str) -> Candidate {
     let mut reasons = Vec::new();
+    let mut chain_steps = Vec::new();
     let (turn, executed) = match t {
         None => {
             reasons.push("not executed: `execute` has no trajectory for it".to_string());
@@ -298,6 +322,7 @@ pub fn from_chain(c: &ChainRecord, t: Option<&Trajectory>, author_role: &str) ->
                         deps.insert(*b, vec![*a]);
                     }
                 }
+                chain_steps = matched.iter().flatten().copied().collect();
                 if !check.preserved {
                     reasons.extend(check.problems.iter().map(|p| format!("chain not kept: {p}")));
                 }
@@ -341,6 +366,10 @@ pub fn from_chain(c: &ChainRecord, t: Option<&Trajectory>, author_role: &str) ->
         executed,
         stopped_by_user: false,
         origin: c.id.clone(),
+        chain_steps,
+        decisions: vec![],
+        notes: vec![],
+        events: vec![],
     }
 }
 
@@ -388,6 +417,10 @@ pub fn from_dialogue(d: &Dialogue, author_role: &str) -> Candidate {
         executed: !d.turns.is_empty(),
         stopped_by_user: d.ended == "user",
         origin: d.id.clone(),
+        chain_steps: vec![],
+        decisions: vec![],
+        notes: vec![],
+        events: vec![],
     }
 }
 
@@ -426,7 +459,8 @@ pub fn check_prompt(template: &str, s: &Sample) -> Prompt {
         .iter()
         .enumerate()
         .map(|(i, t)| {
-            let tools: Vec<&str> = t.trajectory.iter().flatten().map(|c| c.tool.as_str()).collect();
+            let gold = t.gold_trajectory();
+            let tools: Vec<&str> = gold.iter().flatten().map(|c| c.tool.as_str()).collect();
             json!({"turn": i + 1, "user": t.user, "tools": tools, "reply": t.gold_reply.clone().unwrap_or_default()})
         })
         .collect();
@@ -442,7 +476,7 @@ pub fn finmcp_sample(c: &Candidate) -> Value {
     let mut tool_list: Vec<Vec<String>> = Vec::new();
     for t in &s.turns {
         messages.push(json!({"role": "user", "content": t.user}));
-        for g in &t.trajectory {
+        for g in &t.gold_trajectory() {
             let mut calls = Vec::new();
             let mut results = Vec::new();
             for (i, call) in g.iter().enumerate() {
@@ -516,22 +550,38 @@ impl Stage for ValidateStage {
     }
 
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
-        vec![ConfigRef::new("synth.judge_role", &cfg(s).judge_role)]
+        vec![
+            ConfigRef::new("synth.judge_role", &cfg(s).judge_role),
+            ConfigRef::new("synth.assistant_role", &cfg(s).assistant_role),
+        ]
     }
 
     fn prompts(&self, s: &Settings) -> Vec<PromptRef> {
         let vars = json!({"turns": [{"turn": 1, "user": "u", "tools": ["t"], "reply": "r"}]});
-        vec![PromptRef::new("synth.validate.check_template", &cfg(s).validate.check_template, vars)]
+        let call = json!({"n": 1, "tool": "t", "arguments": "{}", "result": "r"});
+        let need = json!({"request": "q", "before": [call.clone()], "call": call.clone()});
+        let again = json!({"request": "q", "calls": [call], "answer": "a", "problems": ["p"]});
+        let v = &cfg(s).validate;
+        vec![
+            PromptRef::new("synth.validate.check_template", &v.check_template, vars),
+            PromptRef::new("synth.validate.need_template", &v.need_template, need),
+            PromptRef::new("synth.validate.answer_template", &v.answer_template, again),
+        ]
     }
 
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
         crate::settings::check_positive(problems, "synth.validate.concurrency", cfg(s).validate.concurrency);
     }
 
+    /// A verdict: accepted or why not, and what became of each call.
+    fn describe_event(&self, kind: &str, payload: &Value) -> Option<String> {
+        (kind == super::kind::VALIDATION).then(|| super::gold::describe_verdict(payload))
+    }
+
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let c = cfg(s);
         let hash = json!({"validate": c.validate, "judge_role": c.judge_role, "planner_role": c.planner_role,
-                          "user_role": c.user_role, "seed": s.project.seed});
+                          "user_role": c.user_role, "assistant_role": c.assistant_role, "seed": s.project.seed});
         Ok(Plan { inputs: vec![], config_hash: section_hash(&hash)? })
     }
 
@@ -573,16 +623,18 @@ impl Stage for ValidateStage {
             anyhow::bail!("two samples share the id `{}`; sample ids must be unique", w[0].sample.id);
         }
 
+        let opts = BatchOptions::new(STAGE, "validate", "checks")
+            .concurrency(v.concurrency.max(1))
+            .max_failed_share(v.max_failed_share, "synth.validate.max_failed_share")
+            .fail_point("validate_dialogue");
+        let mut batch = Batch::new(ctx, opts)?;
+        let schemas = tool_schemas(inputs)?;
+        ground_truth(&mut batch, &mut cands, &sc, &schemas)?;
         let items: Vec<(String, (Prompt, usize))> = cands
             .iter()
             .filter(|c| needs_judge(c))
             .map(|c| (c.sample.id.clone(), (check_prompt(&v.check_template, &c.sample), c.sample.turns.len())))
             .collect();
-        let opts = BatchOptions::new(STAGE, "validate", "dialogues")
-            .concurrency(v.concurrency.max(1))
-            .max_failed_share(v.max_failed_share, "synth.validate.max_failed_share")
-            .fail_point("validate_dialogue");
-        let mut batch = Batch::new(ctx, opts)?;
         let role = sc.judge_role.as_str();
         let done = batch.run(items, |(prompt, turns): (Prompt, usize), llm: Item| async move {
             let reply = llm.ask(role, &prompt, None, &check_answer(turns)).await?;
@@ -655,14 +707,16 @@ impl Stage for ValidateStage {
                 labels: labels(&c.sample, &c.sub_scenario),
                 reached: reached.into(),
                 check,
+                calls: c.decisions.clone(),
+                notes: c.notes.clone(),
             };
             let mut ev =
                 NewEvent::new(super::kind::VALIDATION, Some(&crate::model::Sample::subject_for(id)), json!(verdict));
             for p in origin_event(c)? {
                 ev = ev.with_parent(Parent::Id(p));
             }
-            if let Some(e) = judge_event {
-                ev = ev.with_parent(Parent::Id(e));
+            for e in judge_event.iter().chain(&c.events) {
+                ev = ev.with_parent(Parent::Id(*e));
             }
             out.event(ev);
             if verdict.accepted {
@@ -696,6 +750,10 @@ impl Stage for ValidateStage {
             out.count(&format!("{name}_accepted"), ok);
         }
         out.count("samples", accepted.len());
+        for d in [super::gold::Decision::Needed, super::gold::Decision::Repeated, super::gold::Decision::Unrequested] {
+            let n = verdicts.iter().flat_map(|v| &v.calls).filter(|c| c.decision == d).count();
+            out.count(&format!("calls_{}", d.as_str()), n);
+        }
         out.notes.push(format!(
             "{} of {} samples accepted ({} real, {} chains, {} dialogues checked)",
             accepted.len(),
@@ -706,6 +764,72 @@ impl Stage for ValidateStage {
         ));
         Ok(())
     }
+}
+
+/// Input schemas of the log catalog's tools by name (for documented defaults), when
+/// `logs import` wrote one.
+fn tool_schemas(inputs: &Inputs) -> Result<BTreeMap<String, Value>> {
+    if !inputs.has(&crate::logs::import::CATALOG) {
+        return Ok(BTreeMap::new());
+    }
+    let tools = inputs.json(&crate::logs::import::CATALOG)?;
+    Ok(tools.into_iter().map(|t| (t.name, t.input_schema)).collect())
+}
+
+/// The ground-truth checks of [`super::gold`] over every candidate that passed the
+/// automatic checks: each call decided (rules, then the LLM check for the rest), the plan
+/// rebuilt from the needed calls, arguments traced, and answers that claim more than their
+/// calls did asked again once.
+fn ground_truth(
+    batch: &mut Batch,
+    cands: &mut [Candidate],
+    sc: &SynthSettings,
+    schemas: &BTreeMap<String, Value>,
+) -> Result<()> {
+    use super::gold::{self, Asked, Review};
+    let mut reviews = Vec::new();
+    let mut open = Vec::new();
+    for (i, c) in cands.iter().enumerate() {
+        if c.reasons.is_empty() && c.executed {
+            let (r, o) = Review::start(c);
+            reviews.push((i, r));
+            open.extend(o.into_iter().map(|o| (o.key, o.vars)));
+        }
+    }
+    let (role, template) = (sc.judge_role.as_str(), sc.validate.need_template.as_str());
+    let checks = batch.run(open, |vars: Value, llm: Item| async move {
+        let r = llm.ask(role, &Prompt::new(template, vars), None, &gold::need_answer()).await?;
+        Ok(Asked { value: r.value, exchange: r.exchange, event: Some(r.event_id) })
+    })?;
+    let failed: BTreeMap<String, String> = checks.failed.iter().map(|f| (f.item.clone(), f.reason.clone())).collect();
+    let reviewed: Vec<usize> = reviews.iter().map(|(i, _)| *i).collect();
+    for (i, r) in reviews {
+        r.settle(&mut cands[i], &checks.values, &failed, schemas);
+    }
+    let mut asks = Vec::new();
+    let mut claims = BTreeMap::new();
+    for (i, c) in cands.iter().enumerate().filter(|(_, c)| c.reasons.is_empty() && c.executed) {
+        for (ti, said, vars) in gold::unfaithful(c) {
+            let key = gold::answer_key(&c.sample.id, ti + 1);
+            claims.insert(key.clone(), (i, ti, said));
+            asks.push((key, vars));
+        }
+    }
+    let (role, template) = (sc.assistant_role.as_str(), sc.validate.answer_template.as_str());
+    let again = batch.run(asks, |vars: Value, llm: Item| async move {
+        let r = llm.ask(role, &Prompt::new(template, vars), None, &gold::again_answer()).await?;
+        Ok(Asked { value: r.value, exchange: r.exchange, event: Some(r.event_id) })
+    })?;
+    for (key, (i, ti, said)) in &claims {
+        let got = again.values.get(key).ok_or_else(|| {
+            again.failed.iter().find(|f| &f.item == key).map(|f| f.reason.clone()).unwrap_or_else(|| "no answer".into())
+        });
+        gold::settle_answer(&mut cands[*i], *ti, said, got);
+    }
+    for i in reviewed {
+        cands[i].sample = finish(cands[i].sample.clone());
+    }
+    Ok(())
 }
 
 fn jsonl<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<Vec<T>> {
@@ -726,6 +850,38 @@ fn sampled_per_sub(inputs: &Inputs) -> Result<BTreeMap<String, usize>> {
     }
     let subs = inputs.json(&super::chains::SAMPLING)?;
     Ok(subs.into_iter().map(|s| (s.sub_scenario, s.sampled.values().sum())).collect())
+}
+
+/// What became of the executed calls, per source: in the reference plan, or left out
+/// (repeated, unrequested; by rule or by the LLM check).
+fn calls_section(verdicts: &[Verdict]) -> String {
+    use super::gold::{By, Decision};
+    let mut md = String::from("\n## Reference calls\n\n");
+    let mut rows: BTreeMap<Source, [usize; 5]> = BTreeMap::new();
+    for v in verdicts {
+        for c in &v.calls {
+            let r = rows.entry(v.source).or_default();
+            r[0] += 1;
+            match c.decision {
+                Decision::Needed => r[1] += 1,
+                Decision::Repeated => r[2] += 1,
+                Decision::Unrequested => r[3] += 1,
+            }
+            if c.by == By::Llm {
+                r[4] += 1;
+            }
+        }
+    }
+    if rows.is_empty() {
+        md.push_str("No executed call was checked.\n");
+        return md;
+    }
+    md.push_str("Only the calls a request needs form the reference plan; the others stay in the recorded trajectory, marked `left_out` with the reason (`verdicts.jsonl` lists every decision).\n\n");
+    md.push_str("| source | calls | in the plan | repeated | unrequested | decided by the LLM check |\n|---|---|---|---|---|---|\n");
+    for (src, [n, kept, rep, unreq, llm]) in &rows {
+        md.push_str(&format!("| {} | {n} | {kept} | {rep} | {unreq} | {llm} |\n", format!("{src:?}").to_lowercase()));
+    }
+    md
 }
 
 fn mean_median(xs: &mut [usize]) -> String {
@@ -790,6 +946,7 @@ pub fn report(
         }
         md.push_str("\nEvery rejected sample's full reasons are in `verdicts.jsonl`.\n");
     }
+    md.push_str(&calls_section(verdicts));
     md.push_str("\n## Statistics of the accepted samples (Table 1 style)\n\n");
     md.push_str("| type | samples | calls per sample (mean / median) | groups per sample (mean / median) | samples with parallel calls | turns (mean / median) | easy / medium / hard |\n|---|---|---|---|---|---|---|\n");
     let mut by_kind: BTreeMap<Kind, Vec<Labels>> = BTreeMap::new();

@@ -13,8 +13,9 @@ use crate::pipeline::{full_answer, full_project_answering, run_everything, run_e
 use crate::support::scripted_llm::{Answer, Seen};
 use crate::support::{Project, assert_code, stderr, tree};
 
-/// Arguments a tool's JSON Schema accepts: every required property, by its type.
-fn arguments_for(schema: &Value) -> Value {
+/// Arguments a tool's JSON Schema accepts: every required property, by its type; strings
+/// are `word`, a word of the request (so each argument has a source in it).
+fn arguments_for(schema: &Value, word: &str) -> Value {
     let props = schema["properties"].as_object().cloned().unwrap_or_default();
     let required: Vec<&str> =
         schema["required"].as_array().map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
@@ -29,7 +30,7 @@ fn arguments_for(schema: &Value) -> Value {
             (None, Some("boolean")) => json!(true),
             (None, Some("array")) => json!([]),
             (None, Some("object")) => json!({}),
-            _ => json!("x"),
+            _ => json!(word),
         };
         args.insert(k.clone(), v);
     }
@@ -48,12 +49,14 @@ fn answer(seen: &Seen) -> Answer {
         if last["role"] != "user" {
             return Answer::text("Here is what the tools returned.");
         }
+        let said = last["content"].as_str().unwrap_or_default();
+        let word = said.split(|c: char| !c.is_alphanumeric()).rfind(|w| w.len() >= 3).unwrap_or("x");
         let calls = tools
             .iter()
             .take(2)
             .map(|t| {
                 let f = &t["function"];
-                (f["name"].as_str().unwrap_or_default().to_string(), arguments_for(&f["parameters"]))
+                (f["name"].as_str().unwrap_or_default().to_string(), arguments_for(&f["parameters"], word))
             })
             .collect();
         return Answer::ToolCalls(calls);
@@ -61,8 +64,14 @@ fn answer(seen: &Seen) -> Answer {
     if text.contains("You play a user") {
         // Two turns (the demo's cap), so every dialogue is multi-turn and judged.
         let turn = regex::Regex::new(r"This is turn (\d+)").unwrap().captures(&text).map(|c| c[1].to_string());
-        let turn = turn.unwrap_or_default();
-        return Answer::json(json!({"message": format!("scripted request, turn {turn}"), "done": false}));
+        let turn: usize = turn.and_then(|t| t.parse().ok()).unwrap_or(1);
+        // Each turn asks something new (a turn that repeats an earlier one ends the dialogue).
+        // It asks in words for what the agent does (the first two tools offered: acknowledge
+        // and assign), with the value the calls take last.
+        let (nth, value) = [("first", "alpha"), ("second", "bravo"), ("third", "charlie"), ("fourth", "delta")]
+            [(turn.max(1) - 1).min(3)];
+        let message = format!("scripted request, the {nth} one: acknowledge and assign it for {value}");
+        return Answer::json(json!({"message": message, "done": false}));
     }
     if text.contains("addressed the user's request") {
         let n = text.matches("\nTurn ").count().max(1);

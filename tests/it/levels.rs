@@ -46,6 +46,12 @@ pub(crate) fn assets_or_skip() -> bool {
 // ---------------------------------------------------------------------------------------
 // The scripted model.
 
+/// A tool's name as a user says it: `server::create_issue` → "create issue" (a query
+/// that names the function is refused as not a request).
+fn words(tool: &str) -> String {
+    tool.rsplit("::").next().unwrap_or(tool).replace(['_', '-'], " ")
+}
+
 /// The demo README's equivalence groups (the EFS stages' verifier answers from these).
 const GROUPS: &[&[&str]] = &[
     &["alpha-markets-mcp::get_stock_quote", "yfinance-mcp::stock_price"],
@@ -119,9 +125,10 @@ pub(crate) fn answer(req: &Seen) -> Answer {
     }
     if text.contains("direct-command requests") {
         let platform = cap(r"Platform: (.+)", &text);
-        let tool = cap(r"Tool `([^`]+)`", &text);
+        // The task in words, not the function's name (a query naming it is refused).
+        let tool = words(&cap(r"Tool `([^`]+)`", &text));
         return Answer::json(
-            json!({"queries": [format!("On {platform}, run {tool} for variant 1"), format!("On {platform}, run {tool} for variant 2")]}),
+            json!({"queries": [format!("On {platform}, {tool} for variant 1"), format!("On {platform}, {tool} for variant 2")]}),
         );
     }
     if text.contains("Check this request written for the tool") {
@@ -134,6 +141,7 @@ pub(crate) fn answer(req: &Seen) -> Answer {
         let must = cap(r#"MUST mention the platform "([^"]+)""#, &text);
         let tools: Vec<String> =
             regex::Regex::new(r"Tool `([^`]+)`").unwrap().captures_iter(&text).map(|c| c[1].to_string()).collect();
+        let tools: Vec<String> = tools.iter().map(|t| words(t)).collect();
         let q = if must.is_empty() {
             format!("Help me with {}", tools.join(" or "))
         } else {
@@ -152,11 +160,8 @@ pub(crate) fn answer(req: &Seen) -> Answer {
         return Answer::json(json!({"judgement": if ok { "LOGICAL" } else { "ILLOGICAL" }, "reason": "scripted"}));
     }
     if text.contains("Write one request that needs every step") {
-        let steps: Vec<String> = regex::Regex::new(r"- Step \d+ \(([^)]+)\)")
-            .unwrap()
-            .captures_iter(&text)
-            .map(|c| c[1].to_string())
-            .collect();
+        let steps: Vec<String> =
+            regex::Regex::new(r"- Step \d+ \(([^)]+)\)").unwrap().captures_iter(&text).map(|c| words(&c[1])).collect();
         return Answer::json(
             json!({"query": format!("For repo acme/widgets: {}", steps.join(" then ")), "chain_of_thought": "scripted"}),
         );
@@ -220,7 +225,7 @@ pub(crate) fn answer(req: &Seen) -> Answer {
         }
         let revised = text.contains("rejected by quality control");
         return Answer::json(
-            json!({"query": format!("{} task over {}", if revised { "Revised" } else { "First" }, firsts.join(", ")), "steps": steps}),
+            json!({"query": format!("{} task over {}", if revised { "Revised" } else { "First" }, firsts.iter().map(|t| words(t)).collect::<Vec<_>>().join(", ")), "steps": steps}),
         );
     }
     if text.contains("Score from 1 to 10") {

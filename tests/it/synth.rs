@@ -309,7 +309,12 @@ fn rule(seen: &Seen) -> Answer {
         let chain: Vec<&str> = user
             .split("CHAIN: ")
             .nth(1)
-            .map(|c| c.split_whitespace().filter(|w| *w != ">").take_while(|w| !w.starts_with("UN")).collect())
+            .map(|c| {
+                c.split_whitespace()
+                    .filter(|w| *w != ">")
+                    .take_while(|w| !w.starts_with("UN") && !w.starts_with('('))
+                    .collect()
+            })
             .unwrap_or_default();
         let done = msgs[last_user..].iter().filter(|m| m["role"] == "assistant").count();
         return match chain.get(done) {
@@ -330,7 +335,8 @@ fn rule(seen: &Seen) -> Answer {
             .filter(|l| l.chars().next().is_some_and(|c| c.is_ascii_digit()) && l.contains(". `"))
             .filter_map(|l| l.split('`').nth(1))
             .collect();
-        json!({"query": format!("CHAIN: {}", tools.join(" > "))})
+        // The request asks in words for every call and names the value the calls take.
+        json!({"query": format!("CHAIN: {} (for X-1)", tools.join(" > "))})
     } else if t.contains("Write this user's goal") {
         let first = t.lines().find_map(|l| l.strip_prefix("- `")).and_then(|l| l.split('`').next()).unwrap_or("none");
         json!({"goal": format!("use {first}")})
@@ -340,11 +346,12 @@ fn rule(seen: &Seen) -> Answer {
         let tool = t.split("Your goal: use ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or("none");
         let brief = t.contains("mood: brief");
         let sloppy = t.contains("mood: sloppy");
+        // Each turn asks something new (a turn that repeats an earlier one ends the dialogue).
+        let nth = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth"][(turn - 1).min(7)];
         match turn {
-            1 => json!({"message": format!("CHAIN: {tool}"), "done": false}),
-            2 if sloppy => json!({"message": format!("CHAIN: {tool} UNADDRESSED"), "done": false}),
+            2 if sloppy => json!({"message": format!("CHAIN: {tool} UNADDRESSED ({nth} ask, for X-1)"), "done": false}),
             n if brief && n >= 3 => json!({"message": "", "done": true}),
-            _ => json!({"message": format!("CHAIN: {tool}"), "done": false}),
+            _ => json!({"message": format!("CHAIN: {tool} ({nth} ask, for X-1)"), "done": false}),
         }
     } else if t.contains("addressed the user's request") {
         let turns: Vec<Value> = t
@@ -357,6 +364,10 @@ fn rule(seen: &Seen) -> Answer {
             })
             .collect();
         json!({"turns": turns})
+    } else if t.contains("Does doing what the user asked need this call?") {
+        json!({"needed": true, "reason": "scripted need"})
+    } else if t.contains("Write the reply again in `answer`") {
+        json!({"answer": "Done as asked."})
     } else {
         json!({"scenario": "Monitoring-Alerts"})
     };
@@ -742,4 +753,112 @@ fn real_local_models_produce_an_accepted_chain_sample() {
         "no chain sample accepted; verdicts:\n{}",
         verdicts.iter().filter(|v| v["source"] == "chain").map(|v| v.to_string()).collect::<Vec<_>>().join("\n")
     );
+}
+
+// ---------------------------------------------------------------------------
+// Ground truth that matches the request (issue 28): the agent's extra calls leave the
+// reference plan, with their reasons in the verdicts, the funnel and the lineage.
+
+/// [`rule`], with an agent that does more than it is asked: after the chain it repeats the
+/// chain's first call and acknowledges an alert (an action no request of the demo's chains
+/// asks for unless the chain holds it), then claims the acknowledgement. The needed-call
+/// check finds every call it is asked about not needed.
+fn rule_with_extra_calls(seen: &Seen) -> Answer {
+    let t = seen.all_text();
+    if seen.body.get("tools").is_some() {
+        let msgs = seen.body["messages"].as_array().unwrap();
+        let last_user = msgs.iter().rposition(|m| m["role"] == "user").unwrap();
+        let user = msgs[last_user]["content"].as_str().unwrap_or_default();
+        let Some(spec) = user.split("CHAIN: ").nth(1) else { return rule(seen) };
+        let chain: Vec<&str> =
+            spec.split_whitespace().filter(|w| *w != ">").take_while(|w| !w.starts_with('(')).collect();
+        let done = msgs[last_user..].iter().filter(|m| m["role"] == "assistant").count();
+        return match done.checked_sub(chain.len()) {
+            None => Answer::ToolCalls(vec![(chain[done].to_string(), fill(seen, chain[done]))]),
+            Some(0) => Answer::ToolCalls(vec![(chain[0].to_string(), fill(seen, chain[0]))]),
+            Some(1) => Answer::ToolCalls(vec![("acknowledge_alert".into(), json!({"alert_id": "X-1"}))]),
+            Some(_) => Answer::text(&format!("Done: {}. I also acknowledged the alert.", chain.join(", "))),
+        };
+    }
+    if t.contains("Does doing what the user asked need this call?") {
+        return Answer::json(json!({"needed": false, "reason": "scripted: nothing asks for it"}));
+    }
+    rule(seen)
+}
+
+#[test]
+fn an_agent_s_extra_calls_leave_the_reference_plan_which_equals_the_sampled_chain() {
+    let sp = synth_project_with(
+        &[("max_chains = 3", "max_chains = 4"), ("dialogues = 2", "dialogues = 0")],
+        rule_with_extra_calls,
+    );
+    sp.ok(&["run"]);
+    let chains: BTreeMap<String, Value> = sp
+        .jsonl("artifacts/synth-chains/chains.jsonl")
+        .into_iter()
+        .map(|c| (c["id"].as_str().unwrap().to_string(), c))
+        .collect();
+    let verdicts = sp.jsonl("artifacts/validate/verdicts.jsonl");
+    let samples: BTreeMap<String, Value> = sp
+        .jsonl("artifacts/validate/samples.jsonl")
+        .into_iter()
+        .map(|s| (s["id"].as_str().unwrap().to_string(), s))
+        .collect();
+    let mut checked = 0;
+    for v in verdicts.iter().filter(|v| v["source"] == "chain") {
+        let id = v["id"].as_str().unwrap();
+        let chain: Vec<&str> = chains[id]["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+        let calls = v["calls"].as_array().unwrap();
+        // The agent made the chain's calls and two more: both left out, each with its reason.
+        assert_eq!(calls.len(), chain.len() + 2, "{v}");
+        let left: Vec<&Value> = calls.iter().filter(|c| c["decision"] != "needed").collect();
+        assert_eq!(left.len(), 2, "{v}");
+        let reasons: Vec<&str> = left.iter().map(|c| c["reason"].as_str().unwrap()).collect();
+        assert!(
+            reasons.iter().any(|r| r.starts_with("the same call as call 1"))
+                || reasons.iter().any(|r| r.contains("nothing asks for it")),
+            "the repeated read is left out: {reasons:?}"
+        );
+        if !chain.iter().any(|t| t.ends_with("acknowledge_alert")) {
+            assert!(
+                reasons
+                    .iter()
+                    .any(|r| r.contains("`acknowledge_alert` is an action (acknowledge) the request does not ask for")),
+                "{reasons:?}"
+            );
+            // The answer claimed the acknowledgement: asked again, and the new answer kept.
+            let notes: Vec<&str> = v["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+            assert!(notes.iter().any(|n| n.contains("the answer was asked again (says `acknowledged`")), "{notes:?}");
+        }
+        if v["accepted"] == true {
+            let s = &samples[id];
+            let turn = &s["turns"][0];
+            let plan: Vec<&str> = turn["reference_plan"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["alternatives"][0].as_str().unwrap())
+                .collect();
+            assert_eq!(plan, chain, "the reference plan is the sampled chain: {s}");
+            let marked = turn["trajectory"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|g| g.as_array().unwrap())
+                .filter(|c| c.get("left_out").is_some())
+                .count();
+            assert_eq!(marked, 2, "the extra calls stay recorded, marked: {s}");
+            if !chain.iter().any(|t| t.ends_with("acknowledge_alert")) {
+                assert_eq!(turn["gold_reply"], "Done as asked.", "{s}");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "at least two chain samples accepted: {verdicts:?}");
+    // The funnel counts them; explain shows them in the verdict's line.
+    let report = sp.p.read("artifacts/validate/report.md");
+    assert!(report.contains("## Reference calls") && report.contains("| chain |"), "{report}");
+    let id = samples.keys().find(|k| !k.starts_with("log:")).unwrap();
+    let ex = sp.ok(&["explain", &format!("sample:{id}")]);
+    assert!(ex.contains("calls in the reference plan; left out: turn 1 call"), "{ex}");
 }

@@ -1,0 +1,1332 @@
+//! What of a run becomes ground truth: which calls a request needs, where each argument of
+//! a reference call comes from, and whether an answer says only what its calls did.
+//!
+//! A trajectory is what an agent did; the reference plan is what the request needs. Every
+//! call of a turn is classified by rules first:
+//!
+//! - **needed**: a step of the sampled chain; an action (a tool whose name says it changes
+//!   something: acknowledge, notify, create, …) that the request asks for; a call whose
+//!   result the answer quotes; or a call whose result a needed call consumes (one of its
+//!   arguments is a value of that result);
+//! - **repeated**: the same tool and arguments as an earlier call of the turn, with no
+//!   successful action between them (nothing new to read);
+//! - **unrequested**: an action the request does not ask for (never needed, whatever the
+//!   agent thought), or a call the LLM check finds not needed.
+//!
+//! Calls the rules leave open go to the LLM check (request, the calls before, the call →
+//! needed or not, with a reason). Repeated and unrequested calls stay in the recorded
+//! trajectory, marked `left_out` with their reason (their results remain recorded
+//! responses), and leave the plan. A needed call that consumes a left-out action's result,
+//! an argument taken from an unrelated result (an alert id that is a notification's
+//! result id), or one with no source at all rejects the sample, naming call and argument.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::RecordedCall;
+
+/// One family of side-effect tools: the words a tool name uses, the words a request
+/// asks for it with (prefixes of words, or phrases), and the words an answer claims it with.
+struct Action {
+    name: &'static str,
+    tool: &'static [&'static str],
+    asks: &'static [&'static str],
+    claims: &'static [&'static str],
+}
+
+const ACTIONS: &[Action] = &[
+    Action {
+        name: "acknowledge",
+        tool: &["acknowledge", "ack"],
+        asks: &["acknowledg", "ack"],
+        claims: &["acknowledged"],
+    },
+    Action {
+        name: "notify",
+        tool: &["notify", "send", "email", "message", "page", "ping"],
+        asks: &[
+            "notif",
+            "tell",
+            "inform",
+            "email",
+            "e-mail",
+            "mail",
+            "messag",
+            "send",
+            "let them know",
+            "page",
+            "ping",
+        ],
+        claims: &["notified", "told", "informed", "emailed", "e-mailed", "messaged", "paged", "sent"],
+    },
+    Action {
+        name: "create",
+        tool: &["create", "open", "add", "new", "file", "post", "insert", "register"],
+        asks: &["creat", "open a", "open an", "file a", "file an", "raise", "add", "log a", "log an", "register"],
+        claims: &["created", "filed", "raised", "registered"],
+    },
+    Action {
+        name: "update",
+        tool: &["update", "set", "edit", "change", "modify", "patch", "mark", "annotate"],
+        asks: &[
+            "updat", "set", "chang", "edit", "modif", "mark as", "mark it", "mark the", "note", "move", "bump",
+            "annotat",
+        ],
+        claims: &["updated", "changed", "modified", "marked", "edited", "annotated"],
+    },
+    Action {
+        name: "assign",
+        tool: &["assign", "reassign"],
+        asks: &["assign", "reassign", "hand over", "hand it", "give", "route"],
+        claims: &["assigned", "reassigned", "handed"],
+    },
+    Action {
+        name: "close",
+        tool: &["close", "resolve", "complete", "finish"],
+        asks: &["clos", "resolv", "complet", "finish"],
+        claims: &["closed", "resolved", "completed"],
+    },
+    Action {
+        name: "rollback",
+        tool: &["rollback", "revert", "undo"],
+        asks: &["roll back", "rollback", "roll it back", "revert", "undo"],
+        claims: &["rolled back", "reverted"],
+    },
+    Action {
+        name: "restart",
+        tool: &["restart", "reboot", "scale", "deploy", "start", "stop", "restore"],
+        asks: &["restart", "reboot", "scal", "deploy", "start", "stop", "restor", "bounce"],
+        claims: &["restarted", "rebooted", "scaled", "deployed", "restored"],
+    },
+    Action {
+        name: "delete",
+        tool: &["delete", "remove", "drop", "cancel", "silence", "mute", "snooze", "purge"],
+        asks: &["delet", "remov", "drop", "cancel", "silenc", "mute", "snooz", "purg"],
+        claims: &["deleted", "removed", "cancelled", "canceled", "silenced", "muted", "snoozed", "purged"],
+    },
+    Action { name: "escalate", tool: &["escalate"], asks: &["escalat"], claims: &["escalated"] },
+];
+
+/// Tool-name words that only read: a name that starts with one is never an action.
+const READS: &[&str] = &[
+    "get", "list", "search", "query", "find", "fetch", "describe", "show", "read", "check", "lookup", "look", "count",
+    "view", "inspect", "retrieve", "status", "who", "whois",
+];
+
+/// Argument-name words that say nothing about what a value is.
+const GENERIC: &[&str] =
+    &["id", "ids", "name", "names", "key", "value", "uuid", "ref", "num", "no", "code", "the", "of"];
+
+/// Words that name the same kind of thing, for matching an argument to a result field.
+const KINDRED: &[&[&str]] = &[
+    &["assignee", "owner", "user", "person", "oncall", "engineer", "responder", "member", "contact", "email", "who"],
+    &["alert", "alarm", "page"],
+    &["incident", "issue", "ticket", "case"],
+    &["deployment", "deploy", "release", "version", "rollout"],
+    &["service", "app", "application", "component", "system"],
+    &["host", "server", "node", "instance", "machine"],
+];
+
+/// Lower-case words of a name or text (`get_alerts`, `getAlerts`, `get-alerts` → get, alerts).
+pub fn words(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut prev_lower = false;
+    for ch in s.chars() {
+        if ch.is_alphanumeric() {
+            if ch.is_uppercase() && prev_lower && !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+            prev_lower = ch.is_lowercase() || ch.is_ascii_digit();
+            cur.extend(ch.to_lowercase());
+        } else {
+            prev_lower = false;
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// A word without its plural or verb ending, for loose matching (`alerts` → `alert`).
+fn stem(w: &str) -> &str {
+    for suffix in ["ies", "es", "s", "ing", "ed"] {
+        if let Some(s) = w.strip_suffix(suffix)
+            && s.len() >= 3
+        {
+            return s;
+        }
+    }
+    w
+}
+
+fn same_kind(a: &str, b: &str) -> bool {
+    let (a, b) = (stem(a), stem(b));
+    a == b || KINDRED.iter().any(|k| k.iter().any(|w| stem(w) == a) && k.iter().any(|w| stem(w) == b))
+}
+
+/// The tool part of a tool id (`server::tool` → `tool`).
+pub fn tool_name(id: &str) -> &str {
+    crate::model::split_tool_id(id).map(|(_, t)| t).unwrap_or(id)
+}
+
+/// The action family of a tool, by its name; `None`: it only reads.
+fn action_of(tool: &str) -> Option<&'static Action> {
+    let w = words(tool_name(tool));
+    let first = w.first()?;
+    if READS.contains(&first.as_str()) {
+        return None;
+    }
+    w.iter().find_map(|word| ACTIONS.iter().find(|a| a.tool.contains(&word.as_str())))
+}
+
+/// Is this tool an action (it changes something)?
+pub fn is_action(tool: &str) -> bool {
+    action_of(tool).is_some()
+}
+
+/// Does `text` use one of these stems (a word that starts with it, with an ending of at
+/// most three letters: `acknowledg` → acknowledge, acknowledged; `add` → added, not
+/// address) or phrases?
+fn mentions(text: &str, stems: &[&str]) -> Option<String> {
+    let lower = text.to_lowercase();
+    let ws = words(&lower);
+    stems
+        .iter()
+        .find(|s| {
+            if s.contains(' ') {
+                has_word(&lower, s)
+            } else {
+                ws.iter().any(|w| w.starts_with(*s) && w.len() - s.len() <= 3)
+            }
+        })
+        .map(|s| s.to_string())
+}
+
+/// Does the request ask for this action?
+fn asks_for(request: &str, a: &Action) -> Option<String> {
+    mentions(request, a.asks)
+}
+
+/// Does a value look like an identifier (something a model must not make up)?
+pub fn is_identifier(v: &str) -> bool {
+    let v = v.trim();
+    // A number with a unit (`1.2s`, `99th`, `5ms`) is a measurement, not an id.
+    let digits = v.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.' || c == ',');
+    if digits.len() < v.len() && digits.len() <= 3 && digits.chars().all(|c| c.is_alphabetic() || c == '%') {
+        return false;
+    }
+    v.contains('@')
+        || (v.len() >= 2
+            && v.chars().any(|c| c.is_ascii_digit())
+            && v.chars().any(|c| c.is_alphabetic())
+            && !v.contains(' '))
+}
+
+/// What an argument value was traced to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "from")]
+pub enum Source {
+    /// The request text says it.
+    Request,
+    /// A result of an earlier call (1-based position in the turn's calls, or in the
+    /// sample's for dialogues), at this field path.
+    Result { call: usize, path: String },
+    /// The tool's documented default.
+    Default,
+    /// Empty or null: nothing to trace.
+    Empty,
+}
+
+/// Where a value came from, or why it has no source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trace {
+    Found(Source),
+    /// Found only in a result whose field names something else.
+    Unrelated {
+        call: usize,
+        path: String,
+    },
+    Nowhere,
+}
+
+/// An earlier call, as tracing sees it.
+pub struct Earlier<'a> {
+    /// 1-based position.
+    pub call: usize,
+    pub tool: &'a str,
+    pub result: Option<&'a str>,
+}
+
+/// Leaves of a JSON value with their key paths (`alerts[0].id`), strings and numbers only.
+fn leaves(v: &Value, path: &str, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                leaves(x, &p, out);
+            }
+        }
+        Value::Array(xs) => {
+            for (i, x) in xs.iter().enumerate() {
+                leaves(x, &format!("{path}[{i}]"), out);
+            }
+        }
+        Value::String(s) => out.push((path.to_string(), s.clone())),
+        Value::Number(n) => out.push((path.to_string(), n.to_string())),
+        Value::Bool(_) | Value::Null => {}
+    }
+}
+
+/// The result's leaves; a result that is not JSON is one leaf with an empty path.
+fn result_leaves(text: &str) -> Vec<(String, String)> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(v @ (Value::Object(_) | Value::Array(_))) => {
+            let mut out = Vec::new();
+            leaves(&v, "", &mut out);
+            out
+        }
+        _ => vec![(String::new(), text.to_string())],
+    }
+}
+
+/// Does the field at `path` of `tool`'s result hold what the argument `arg` names?
+fn related(arg: &str, tool: &str, path: &str) -> bool {
+    let wanted: Vec<String> = words(arg).into_iter().filter(|w| !GENERIC.contains(&w.as_str())).collect();
+    if wanted.is_empty() || path.is_empty() {
+        return true;
+    }
+    let mut have: Vec<String> = words(path);
+    have.extend(words(tool_name(tool)).into_iter().filter(|w| !READS.contains(&w.as_str())));
+    wanted.iter().any(|w| have.iter().any(|h| same_kind(w, h)))
+}
+
+/// Is `needle` a whole word (or phrase) of `hay` (both lower-case)?
+fn has_word(hay: &str, needle: &str) -> bool {
+    if needle.is_empty() {
+        return false;
+    }
+    let bytes = hay.as_bytes();
+    let mut start = 0;
+    while let Some(i) = hay[start..].find(needle) {
+        let at = start + i;
+        let end = at + needle.len();
+        let before = at == 0 || !(bytes[at - 1] as char).is_alphanumeric();
+        let after = end >= bytes.len() || !(bytes[end] as char).is_alphanumeric();
+        if before && after {
+            return true;
+        }
+        start = at + needle.len().max(1);
+        if start >= hay.len() {
+            break;
+        }
+    }
+    false
+}
+
+/// Trace one argument value (`arg` names it) of a call.
+pub fn trace(arg: &str, value: &Value, request: &str, earlier: &[Earlier], default: Option<&Value>) -> Trace {
+    if value.is_null() || value.as_str().is_some_and(|s| s.trim().is_empty()) {
+        return Trace::Found(Source::Empty);
+    }
+    if default == Some(value) {
+        return Trace::Found(Source::Default);
+    }
+    let request = request.to_lowercase();
+    let text = match value {
+        Value::String(s) => s.trim().to_lowercase(),
+        Value::Bool(b) => {
+            // A flag has a source when the request names what it switches.
+            let named = words(arg)
+                .iter()
+                .filter(|w| w.len() >= 3 && !GENERIC.contains(&w.as_str()))
+                .any(|w| words(&request).iter().any(|r| stem(r) == stem(w)));
+            return if named || (!b && default.is_none()) { Trace::Found(Source::Request) } else { Trace::Nowhere };
+        }
+        other => other.to_string().to_lowercase(),
+    };
+    if has_word(&request, &text) {
+        return Trace::Found(Source::Request);
+    }
+    let ident = is_identifier(&text);
+    // A word value (a status, a metric, a search phrase) may be said loosely: `open` for
+    // "open incidents"; a name with a short suffix too (`latency_p99` for "its latency").
+    if value.is_string() && !text.contains('@') {
+        let rw: Vec<String> = words(&request).iter().map(|w| stem(w).to_string()).collect();
+        let ws = words(&text);
+        let said = |w: &String| rw.contains(&stem(w).to_string());
+        let loose = if ident {
+            ws.iter().any(|w| w.len() >= 4 && w.chars().all(char::is_alphabetic) && said(w))
+                && ws.iter().all(|w| said(w) || w.len() <= 3)
+        } else {
+            ws.iter().filter(|w| w.len() >= 3).any(said)
+        };
+        if loose {
+            return Trace::Found(Source::Request);
+        }
+    }
+    let mut unrelated = None;
+    for e in earlier {
+        let Some(result) = e.result else { continue };
+        for (path, leaf) in result_leaves(result) {
+            let leaf = leaf.trim().to_lowercase();
+            let hit = if path.is_empty() || ident { has_word(&leaf, &text) } else { leaf == text };
+            if !hit {
+                continue;
+            }
+            if related(arg, e.tool, &path) {
+                return Trace::Found(Source::Result { call: e.call, path });
+            }
+            unrelated.get_or_insert(Trace::Unrelated { call: e.call, path });
+        }
+    }
+    unrelated.unwrap_or(Trace::Nowhere)
+}
+
+/// Every leaf argument of a call with the name it goes by (the key above it).
+pub fn argument_leaves(args: &Value) -> Vec<(String, Value)> {
+    fn walk(v: &Value, name: &str, out: &mut Vec<(String, Value)>) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m {
+                    walk(x, k, out);
+                }
+            }
+            Value::Array(xs) => {
+                for x in xs {
+                    walk(x, name, out);
+                }
+            }
+            other => out.push((name.to_string(), other.clone())),
+        }
+    }
+    let mut out = Vec::new();
+    walk(args, "", &mut out);
+    out
+}
+
+/// What became of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Needed,
+    Repeated,
+    Unrequested,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Needed => "needed",
+            Decision::Repeated => "repeated",
+            Decision::Unrequested => "unrequested",
+        }
+    }
+}
+
+/// Who decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum By {
+    Rule,
+    Llm,
+}
+
+/// The decision about one call, as `verdicts.jsonl` and the ledger record it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallDecision {
+    /// 1-based turn.
+    pub turn: usize,
+    /// 1-based position among the turn's calls.
+    pub call: usize,
+    pub tool: String,
+    pub decision: Decision,
+    pub by: By,
+    pub reason: String,
+    /// Request hash of the LLM check's exchange (`by = llm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange: Option<String>,
+}
+
+/// One turn as the rules see it.
+pub struct TurnInput<'a> {
+    /// What the user asked so far (a dialogue's earlier user turns included).
+    pub request: &'a str,
+    pub answer: Option<&'a str>,
+    /// The turn's calls in trajectory order.
+    pub calls: Vec<&'a RecordedCall>,
+    /// Calls (0-based positions) that are steps of the sampled chain.
+    pub chain_steps: Vec<usize>,
+    /// The reference calls of the dialogue's earlier turns (their results are sources too).
+    pub context: Vec<&'a RecordedCall>,
+}
+
+/// What the rules found about a turn: a decision per call (`None`: for the LLM check) and
+/// the rejection reasons they already know.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Classified {
+    pub decisions: Vec<Option<(Decision, String)>>,
+    pub reasons: Vec<String>,
+}
+
+fn ok(c: &RecordedCall) -> bool {
+    c.error.is_none() && c.result.is_some()
+}
+
+fn call_label(i: usize, c: &RecordedCall) -> String {
+    format!("call {} `{}`", i + 1, tool_name(&c.tool))
+}
+
+/// Values of a result worth finding in an answer: identifiers, and longer words and numbers.
+fn quotable(result: &str) -> Vec<String> {
+    result_leaves(result)
+        .into_iter()
+        .filter(|(p, _)| !p.is_empty())
+        .map(|(_, v)| v.trim().to_lowercase())
+        .filter(|v| is_identifier(v) || v.chars().count() >= 4)
+        .collect()
+}
+
+/// Classify the calls of one turn by the rules (see the module doc).
+pub fn classify(t: &TurnInput) -> Classified {
+    let n = t.calls.len();
+    let mut d: Vec<Option<(Decision, String)>> = vec![None; n];
+    let answer = t.answer.unwrap_or_default().to_lowercase();
+    let request_lower = t.request.to_lowercase();
+    // Repeated: the same tool and arguments as an earlier call, no successful action between.
+    for j in 0..n {
+        for i in (0..j).rev() {
+            let (a, b) = (t.calls[i], t.calls[j]);
+            if is_action(&t.calls[i].tool) && ok(t.calls[i]) && a.tool != b.tool {
+                break;
+            }
+            if a.tool == b.tool && a.arguments == b.arguments && d[i].as_ref().is_none_or(|x| x.0 != Decision::Repeated)
+            {
+                d[j] = Some((Decision::Repeated, format!("the same call as call {} (same tool and arguments)", i + 1)));
+                break;
+            }
+        }
+    }
+    for (i, c) in t.calls.iter().enumerate() {
+        if d[i].is_some() {
+            continue;
+        }
+        if let Some(a) = action_of(&c.tool) {
+            match asks_for(t.request, a) {
+                None => {
+                    d[i] = Some((
+                        Decision::Unrequested,
+                        format!("`{}` is an action ({}) the request does not ask for", tool_name(&c.tool), a.name),
+                    ))
+                }
+                Some(w) => d[i] = Some((Decision::Needed, format!("the request asks for it (\"{w}\")"))),
+            }
+        }
+    }
+    let mut reasons = Vec::new();
+    for &i in &t.chain_steps {
+        match &d[i] {
+            Some((Decision::Unrequested, why)) => {
+                reasons.push(format!("{}, a step of the sampled chain: {why}", call_label(i, t.calls[i])))
+            }
+            _ => d[i] = Some((Decision::Needed, "a step of the sampled chain".into())),
+        }
+    }
+    // A read call whose result the answer quotes (a value not already in the request).
+    for (i, c) in t.calls.iter().enumerate() {
+        if d[i].is_some() || answer.is_empty() {
+            continue;
+        }
+        if let Some(v) = c
+            .result
+            .as_deref()
+            .map(quotable)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|v| has_word(&answer, v) && !has_word(&request_lower, v))
+        {
+            d[i] = Some((Decision::Needed, format!("the answer quotes its result (`{v}`)")));
+        }
+    }
+    propagate(t, &mut d);
+    Classified { decisions: d, reasons }
+}
+
+/// The calls whose results a needed call's arguments come from become needed too
+/// (repeatedly, back to the first call).
+pub fn propagate(t: &TurnInput, d: &mut [Option<(Decision, String)>]) {
+    for j in (0..t.calls.len()).rev() {
+        if !matches!(d[j], Some((Decision::Needed, _))) {
+            continue;
+        }
+        for (i, path) in sources(t, j) {
+            if d[i].is_none() {
+                d[i] = Some((Decision::Needed, format!("{} uses its result (`{path}`)", call_label(j, t.calls[j]))));
+            }
+        }
+    }
+}
+
+/// Earlier calls (0-based) whose results call `j`'s arguments were traced to, with the path.
+fn sources(t: &TurnInput, j: usize) -> Vec<(usize, String)> {
+    let earlier = earlier_of(t, j);
+    let mut out = Vec::new();
+    for (name, v) in argument_leaves(&t.calls[j].arguments) {
+        if let Trace::Found(Source::Result { call, path }) = trace(&name, &v, t.request, &earlier, None)
+            && call > 0
+        {
+            out.push((call - 1, path));
+        }
+    }
+    out
+}
+
+/// The calls before call `j`: the earlier turns' (numbered 0) and this turn's.
+fn earlier_of<'a>(t: &'a TurnInput, j: usize) -> Vec<Earlier<'a>> {
+    let result = |c: &'a RecordedCall| if ok(c) { c.result.as_deref() } else { None };
+    let before = t.context.iter().map(|c| Earlier { call: 0, tool: &c.tool, result: result(c) });
+    before
+        .chain(t.calls[..j].iter().enumerate().map(|(i, c)| Earlier { call: i + 1, tool: &c.tool, result: result(c) }))
+        .collect()
+}
+
+/// The rejection reasons of a turn's final decisions: a needed call whose argument comes
+/// from a left-out action's result, or from an unrelated result, or from nowhere.
+/// `strict_words`: word values (a status, a phrase) need a source too (false for real
+/// logged sessions, whose agent chose them; identifiers and numbers always do).
+/// `schemas` gives each tool's input schema (for documented defaults) by tool name.
+pub fn argument_reasons(
+    t: &TurnInput,
+    decisions: &[(Decision, String)],
+    schemas: &BTreeMap<String, Value>,
+    strict_words: bool,
+) -> (Vec<String>, Vec<String>) {
+    let mut reasons = Vec::new();
+    let mut notes = Vec::new();
+    for (j, c) in t.calls.iter().enumerate() {
+        if decisions[j].0 != Decision::Needed {
+            continue;
+        }
+        let earlier = earlier_of(t, j);
+        let schema = schemas.get(tool_name(&c.tool));
+        for (name, v) in argument_leaves(&c.arguments) {
+            let default = schema.and_then(|s| s.pointer(&format!("/properties/{name}/default")));
+            let shown = crate::logs::curate::one_line(&v.to_string());
+            let what = format!("argument `{name}` = {shown} of {}", call_label(j, c));
+            match trace(&name, &v, t.request, &earlier, default) {
+                Trace::Found(Source::Result { call, path }) => {
+                    if call > 0 && decisions[call - 1].0 != Decision::Needed {
+                        reasons.push(format!(
+                            "{what} comes from call {call} (`{path}`), which is left out ({}): leaving it out breaks the dependency",
+                            decisions[call - 1].0.as_str()
+                        ));
+                    }
+                }
+                Trace::Found(_) => {}
+                Trace::Unrelated { call, path } => {
+                    let from = match call {
+                        0 => "a call of an earlier turn".to_string(),
+                        n => format!("call {n} `{}`", tool_name(&t.calls[n - 1].tool)),
+                    };
+                    reasons.push(format!("{what} is taken from an unrelated result: {from} returned it as `{path}`"))
+                }
+                Trace::Nowhere => {
+                    let word = v.is_string() && !is_identifier(v.as_str().unwrap_or_default());
+                    if strict_words || !word {
+                        reasons.push(format!(
+                            "{what} comes from nowhere: not in the request, an earlier result or the tool's defaults"
+                        ));
+                    } else {
+                        notes.push(format!("{what}: not in the request (kept: a logged session's own choice)"));
+                    }
+                }
+            }
+        }
+    }
+    (reasons, notes)
+}
+
+const NUMBERS: &[(&str, usize)] = &[
+    ("one", 1),
+    ("a single", 1),
+    ("two", 2),
+    ("both", 2),
+    ("three", 3),
+    ("four", 4),
+    ("five", 5),
+    ("six", 6),
+    ("seven", 7),
+    ("eight", 8),
+    ("nine", 9),
+    ("ten", 10),
+];
+
+const NEGATIONS: &[&str] =
+    &["not", "n't", "never", "no", "unable", "couldn't", "cannot", "can't", "failed", "without", "wasn't", "weren't"];
+
+/// The claims of an answer its turn's calls do not support: actions no successful call
+/// performed, counts of actions that differ from the calls, identifiers that no request,
+/// argument or result holds. `calls` are the turn's reference calls; `seen` every text the
+/// answer may quote (the request, the sample's arguments and results so far).
+pub fn unsupported_claims(answer: &str, calls: &[&RecordedCall], seen: &str) -> Vec<String> {
+    let lower = answer.to_lowercase();
+    let seen = seen.to_lowercase();
+    let mut out = Vec::new();
+    for a in ACTIONS {
+        let done = calls.iter().filter(|c| ok(c) && action_of(&c.tool).is_some_and(|x| x.name == a.name)).count();
+        for claim in a.claims {
+            let Some(pos) = claim_positions(&lower, claim).into_iter().find(|p| !negated(&lower, *p)) else {
+                continue;
+            };
+            if done == 0 && !has_word(&seen, claim) {
+                out.push(format!("says `{claim}`, and no call of the turn did that ({})", a.name));
+                break;
+            }
+            if let Some(n) = count_near(&lower, pos)
+                && done > 0
+                && n != done
+            {
+                out.push(format!("says {n} {claim}, and {done} call(s) of the turn did that"));
+                break;
+            }
+        }
+    }
+    let mut idents: Vec<&str> = answer
+        .split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')' | '"' | '\'' | '`' | '[' | ']'))
+        .map(|w| w.trim_end_matches(['.', ':', '!', '?']))
+        .filter(|w| is_identifier(w))
+        .collect();
+    idents.dedup();
+    for id in idents {
+        if !seen.contains(&id.to_lowercase()) {
+            out.push(format!("names `{id}`, which no request, argument or result of the sample holds"));
+        }
+    }
+    out
+}
+
+fn claim_positions(lower: &str, claim: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while let Some(i) = lower[start..].find(claim) {
+        let at = start + i;
+        let end = at + claim.len();
+        let b = lower.as_bytes();
+        if (at == 0 || !(b[at - 1] as char).is_alphanumeric())
+            && (end >= b.len() || !(b[end] as char).is_alphanumeric())
+        {
+            out.push(at);
+        }
+        start = end;
+    }
+    out
+}
+
+/// Is the claim at byte `pos` negated by one of the three words before it?
+fn negated(lower: &str, pos: usize) -> bool {
+    let before: Vec<&str> = lower[..pos].split_whitespace().rev().take(3).collect();
+    before.iter().any(|w| {
+        NEGATIONS
+            .iter()
+            .any(|n| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'') == *n || w.ends_with("n't"))
+    })
+}
+
+/// A count said next to a claim: "acknowledged 2 alerts", "one alert was acknowledged".
+fn count_near(lower: &str, pos: usize) -> Option<usize> {
+    let num = |w: &str| -> Option<usize> {
+        let w = w.trim_matches(|c: char| !c.is_alphanumeric());
+        w.parse::<usize>().ok().filter(|n| *n < 1000).or_else(|| NUMBERS.iter().find(|(s, _)| *s == w).map(|(_, n)| *n))
+    };
+    let after: Vec<&str> = lower[pos..].split_whitespace().skip(1).take(2).collect();
+    if let Some(n) = after.first().and_then(|w| num(w)) {
+        return Some(n);
+    }
+    // "<n> <things> was/were <claim>": only with the verb between, so "in the last 5
+    // minutes I acknowledged" says no count.
+    let before: Vec<&str> = lower[..pos].split_whitespace().rev().take(4).collect();
+    let aux = ["was", "were", "been", "are", "is", "got"];
+    if before.first().is_some_and(|w| aux.contains(w)) || before.get(1).is_some_and(|w| aux.contains(w)) {
+        return before.iter().find_map(|w| num(w));
+    }
+    None
+}
+
+/// Does a later user turn repeat an earlier one? (Same words, order and case aside.)
+pub fn repeats(earlier: &[&str], user: &str) -> Option<usize> {
+    let set = |s: &str| -> std::collections::BTreeSet<String> {
+        words(s).into_iter().filter(|w| w.len() >= 3).map(|w| stem(&w).to_string()).collect()
+    };
+    let now = set(user);
+    if now.is_empty() {
+        return None;
+    }
+    earlier.iter().position(|e| {
+        let then = set(e);
+        let common = now.intersection(&then).count();
+        let union = now.union(&then).count();
+        union > 0 && common * 10 >= union * 9
+    })
+}
+
+/// Does a request ask for an action? (The family it asks for, when it does.)
+pub fn asks_for_action(request: &str, tools: &[String]) -> Option<&'static str> {
+    ACTIONS
+        .iter()
+        .filter(|a| tools.iter().any(|t| action_of(t).is_some_and(|x| x.name == a.name)))
+        .find(|a| mentions(request, a.asks).is_some())
+        .map(|a| a.name)
+}
+
+// ---------------------------------------------------------------------------
+// Applying the checks to a validation candidate (`validate` runs these).
+
+use super::validate::{Candidate, Source as Origin};
+use crate::llm::Answer;
+
+/// The LLM check's answer about one call the rules left open.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NeedCheck {
+    /// True when doing what the request asks needs this call.
+    pub needed: bool,
+    pub reason: String,
+}
+
+/// What the needed-call check sends and accepts.
+pub fn need_answer() -> Answer<NeedCheck> {
+    Answer::<NeedCheck>::of().non_blank("reason", |c: &NeedCheck| c.reason.as_str())
+}
+
+/// The assistant's second answer to a turn whose first one claimed what its calls did not do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AnswerAgain {
+    /// The reply to the user, saying only what the tool results support.
+    pub answer: String,
+}
+
+/// What the answer re-ask sends and accepts.
+pub fn again_answer() -> Answer<AnswerAgain> {
+    Answer::<AnswerAgain>::of().non_blank("answer", |a: &AnswerAgain| a.answer.as_str())
+}
+
+/// A checkpointed LLM answer and the exchange behind it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Asked<T> {
+    pub value: T,
+    pub exchange: String,
+    /// The exchange's ledger event (a parent of the verdict; not written to artifacts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<i64>,
+}
+
+/// Characters of a tool result shown to the LLM checks.
+const RESULT_CHARS: usize = 600;
+
+fn clip(s: &str) -> String {
+    if s.chars().count() <= RESULT_CHARS {
+        return s.to_string();
+    }
+    let cut: String = s.chars().take(RESULT_CHARS).collect();
+    format!("{cut} …")
+}
+
+fn call_vars(n: usize, c: &RecordedCall) -> Value {
+    serde_json::json!({
+        "n": n,
+        "tool": tool_name(&c.tool),
+        "arguments": serde_json::to_string(&c.arguments).unwrap_or_default(),
+        "result": clip(c.result.as_deref().or(c.error.as_deref()).unwrap_or("(no result)")),
+    })
+}
+
+/// The request a turn answers: its user text, after the earlier turns' (a dialogue's
+/// follow-up reads with what came before).
+fn request_of(s: &crate::model::Sample, ti: usize) -> String {
+    if ti == 0 {
+        return s.turns[0].user.clone();
+    }
+    let mut out = String::new();
+    for (i, t) in s.turns[..=ti].iter().enumerate() {
+        out.push_str(&format!("turn {}: {}\n", i + 1, t.user.trim()));
+    }
+    out
+}
+
+/// The rules' findings about one candidate, turn by turn.
+pub struct Review {
+    requests: Vec<String>,
+    turns: Vec<Classified>,
+}
+
+/// A call the rules left open: its LLM check's key and prompt variables.
+pub struct Open {
+    pub key: String,
+    pub vars: Value,
+}
+
+fn turn_input<'a>(c: &'a Candidate, requests: &'a [String], ti: usize) -> TurnInput<'a> {
+    let t = &c.sample.turns[ti];
+    TurnInput {
+        request: &requests[ti],
+        answer: t.gold_reply.as_deref(),
+        calls: t.trajectory.iter().flatten().collect(),
+        chain_steps: if ti == 0 { c.chain_steps.clone() } else { vec![] },
+        context: c.sample.turns[..ti].iter().flat_map(|t| t.trajectory.iter().flatten()).collect(),
+    }
+}
+
+fn need_key(id: &str, turn: usize, call: usize) -> String {
+    format!("need:{id}:{turn}.{call}")
+}
+
+impl Review {
+    /// The rules over every turn of `c`, and the calls they leave to the LLM check.
+    pub fn start(c: &Candidate) -> (Review, Vec<Open>) {
+        let requests: Vec<String> = (0..c.sample.turns.len()).map(|i| request_of(&c.sample, i)).collect();
+        let mut turns = Vec::new();
+        let mut open = Vec::new();
+        for ti in 0..c.sample.turns.len() {
+            let t = turn_input(c, &requests, ti);
+            let cl = classify(&t);
+            for (i, d) in cl.decisions.iter().enumerate() {
+                if d.is_none() {
+                    let before: Vec<Value> =
+                        t.calls[..i].iter().enumerate().map(|(k, x)| call_vars(k + 1, x)).collect();
+                    open.push(Open {
+                        key: need_key(&c.sample.id, ti + 1, i + 1),
+                        vars: serde_json::json!({"request": requests[ti], "before": before, "call": call_vars(i + 1, t.calls[i])}),
+                    });
+                }
+            }
+            turns.push(cl);
+        }
+        (Review { requests, turns }, open)
+    }
+
+    /// Take the LLM checks' answers, decide every call, trace the needed calls' arguments,
+    /// and rewrite the candidate: left-out calls marked, the plan rebuilt from the needed
+    /// calls, reasons and decisions recorded. `tools` are the catalog's tool names.
+    pub fn settle(
+        self,
+        c: &mut Candidate,
+        checks: &BTreeMap<String, Asked<NeedCheck>>,
+        failed: &BTreeMap<String, String>,
+        schemas: &BTreeMap<String, Value>,
+    ) {
+        let strict = c.source != Origin::Real;
+        let mut all: Vec<Vec<(Decision, String)>> = Vec::new();
+        // The calls as they ran, read while the candidate is rewritten.
+        let view = c.clone();
+        for (ti, cl) in self.turns.into_iter().enumerate() {
+            let t = turn_input(&view, &self.requests, ti);
+            c.reasons.extend(cl.reasons.iter().map(|r| format!("turn {}: {r}", ti + 1)));
+            let mut d = cl.decisions;
+            let mut by = vec![By::Rule; d.len()];
+            let mut exchange: Vec<Option<String>> = vec![None; d.len()];
+            for i in 0..d.len() {
+                if d[i].is_some() {
+                    continue;
+                }
+                let key = need_key(&c.sample.id, ti + 1, i + 1);
+                match checks.get(&key) {
+                    Some(a) => {
+                        let decision = if a.value.needed { Decision::Needed } else { Decision::Unrequested };
+                        d[i] = Some((decision, crate::logs::curate::one_line(&a.value.reason)));
+                        by[i] = By::Llm;
+                        exchange[i] = Some(a.exchange.clone());
+                        c.events.extend(a.event);
+                    }
+                    None => {
+                        let why = failed.get(&key).cloned().unwrap_or_else(|| "no verdict".into());
+                        c.reasons.push(format!(
+                            "turn {} {}: the needed-call check gave no usable verdict: {why}",
+                            ti + 1,
+                            call_label(i, t.calls[i])
+                        ));
+                        d[i] = Some((Decision::Needed, "no verdict".into()));
+                    }
+                }
+            }
+            // A read the LLM check left out that a needed call consumes is needed after all.
+            for j in (0..d.len()).rev() {
+                if !matches!(d[j], Some((Decision::Needed, _))) {
+                    continue;
+                }
+                for (i, path) in sources(&t, j) {
+                    if by[i] == By::Llm
+                        && matches!(d[i], Some((Decision::Unrequested, _)))
+                        && !is_action(&t.calls[i].tool)
+                    {
+                        d[i] = Some((
+                            Decision::Needed,
+                            format!("{} uses its result (`{path}`)", call_label(j, t.calls[j])),
+                        ));
+                        by[i] = By::Rule;
+                    }
+                }
+            }
+            let d: Vec<(Decision, String)> =
+                d.into_iter().map(|x| x.unwrap_or((Decision::Needed, String::new()))).collect();
+            let (reasons, notes) = argument_reasons(&t, &d, schemas, strict);
+            c.reasons.extend(reasons.into_iter().map(|r| format!("turn {}: {r}", ti + 1)));
+            c.notes.extend(notes.into_iter().map(|r| format!("turn {}: {r}", ti + 1)));
+            if !t.calls.is_empty() && d.iter().all(|x| x.0 != Decision::Needed) && c.sample.turns.len() == 1 {
+                c.reasons.push(format!("turn {}: no call of the run is one the request needs", ti + 1));
+            }
+            for (i, (decision, reason)) in d.iter().enumerate() {
+                c.decisions.push(CallDecision {
+                    turn: ti + 1,
+                    call: i + 1,
+                    tool: t.calls[i].tool.clone(),
+                    decision: *decision,
+                    by: by[i],
+                    reason: reason.clone(),
+                    exchange: exchange[i].clone(),
+                });
+            }
+            all.push(d);
+        }
+        for (ti, d) in all.iter().enumerate() {
+            rebuild_turn(c, ti, d);
+        }
+        let needed = all.iter().flatten().filter(|x| x.0 == Decision::Needed).count();
+        if c.sample.turns.len() > 1 && needed == 0 {
+            c.reasons.push("no call of the dialogue is one its requests need".into());
+        }
+        if c.source == Origin::Dialogue {
+            cut_dialogue(c, schemas);
+        }
+    }
+}
+
+/// Mark a turn's left-out calls and rebuild its plan from the needed ones: groups as they
+/// ran (empty ones dropped), dependencies from the chain and from traced arguments.
+fn rebuild_turn(c: &mut Candidate, ti: usize, d: &[(Decision, String)]) {
+    let requests: Vec<String> = (0..c.sample.turns.len()).map(|i| request_of(&c.sample, i)).collect();
+    let deps: Vec<Vec<usize>> = {
+        let t = turn_input(c, &requests, ti);
+        (0..t.calls.len()).map(|j| sources(&t, j).into_iter().map(|(i, _)| i).collect()).collect()
+    };
+    let chain = if ti == 0 { c.chain_steps.clone() } else { vec![] };
+    let turn = &mut c.sample.turns[ti];
+    let mut k = 0;
+    for g in &mut turn.trajectory {
+        for call in g {
+            call.left_out = match &d[k] {
+                (Decision::Needed, _) => None,
+                (x, why) => Some(format!("{}: {why}", x.as_str())),
+            };
+            k += 1;
+        }
+    }
+    // Plan index of each kept call (by trajectory position).
+    let mut plan_index: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut k = 0;
+    let mut plan = Vec::new();
+    let mut group = 0u32;
+    for g in &turn.trajectory {
+        let mut any = false;
+        for call in g {
+            if call.left_out.is_none() {
+                plan_index.insert(k, plan.len());
+                let mut on: Vec<usize> = deps[k].iter().filter_map(|i| plan_index.get(i).copied()).collect();
+                if let Some(step) = chain.iter().position(|&x| x == k)
+                    && step > 0
+                    && let Some(p) = plan_index.get(&chain[step - 1])
+                {
+                    on.push(*p);
+                }
+                on.sort_unstable();
+                on.dedup();
+                plan.push(crate::model::PlanCall { alternatives: vec![call.tool.clone()], group, depends_on: on });
+                any = true;
+            }
+            k += 1;
+        }
+        if any {
+            group += 1;
+        }
+    }
+    turn.reference_plan = plan;
+}
+
+/// Item 4 of the checks: a dialogue's user turn that repeats an earlier one, or asks for an
+/// action and has an empty reference plan, ends the dialogue before it (a sample when at
+/// least two turns remain).
+fn cut_dialogue(c: &mut Candidate, schemas: &BTreeMap<String, Value>) {
+    let mut tools: Vec<String> = schemas.keys().cloned().collect();
+    tools.extend(c.sample.turns.iter().flat_map(|t| t.trajectory.iter().flatten()).map(|x| x.tool.clone()));
+    if let Some(first) = c.sample.turns.first()
+        && first.reference_plan.is_empty()
+        && let Some(a) = asks_for_action(&first.user, &tools)
+    {
+        c.reasons.push(format!("turn 1 asks for an action ({a}) and its reference plan is empty"));
+        return;
+    }
+    let mut cut = None;
+    for ti in 1..c.sample.turns.len() {
+        let earlier: Vec<&str> = c.sample.turns[..ti].iter().map(|t| t.user.as_str()).collect();
+        let t = &c.sample.turns[ti];
+        if let Some(j) = repeats(&earlier, &t.user) {
+            cut = Some((ti, format!("turn {} repeats turn {}", ti + 1, j + 1)));
+            break;
+        }
+        if t.reference_plan.is_empty()
+            && let Some(a) = asks_for_action(&t.user, &tools)
+        {
+            cut = Some((ti, format!("turn {} asks for an action ({a}) and its reference plan is empty", ti + 1)));
+            break;
+        }
+    }
+    let Some((ti, why)) = cut else { return };
+    if ti >= 2 {
+        c.notes.push(format!("the dialogue ends before turn {}: {why}", ti + 1));
+        c.sample.turns.truncate(ti);
+        c.decisions.retain(|d| d.turn <= ti);
+        c.stopped_by_user = false;
+    } else {
+        c.reasons.push(format!("{why}; fewer than two turns remain before it"));
+    }
+}
+
+/// Turns whose answer claims what the calls did not do: (turn, the claims, prompt vars).
+pub fn unfaithful(c: &Candidate) -> Vec<(usize, Vec<String>, Value)> {
+    let mut out = Vec::new();
+    let mut seen = String::new();
+    for (ti, t) in c.sample.turns.iter().enumerate() {
+        seen.push_str(&t.user);
+        seen.push('\n');
+        let kept: Vec<&RecordedCall> = t.trajectory.iter().flatten().filter(|x| x.left_out.is_none()).collect();
+        for k in &kept {
+            seen.push_str(&k.arguments.to_string());
+            seen.push('\n');
+            seen.push_str(k.result.as_deref().unwrap_or_default());
+            seen.push('\n');
+        }
+        if let Some(a) = &t.gold_reply {
+            let claims = unsupported_claims(a, &kept, &seen);
+            if !claims.is_empty() {
+                let calls: Vec<Value> = kept.iter().enumerate().map(|(i, x)| call_vars(i + 1, x)).collect();
+                let vars = serde_json::json!({"request": request_of(&c.sample, ti), "calls": calls,
+                                              "answer": a, "problems": claims});
+                out.push((ti, claims, vars));
+            }
+            seen.push_str(a);
+            seen.push('\n');
+        }
+    }
+    out
+}
+
+/// One line about a `validate.verdict` event: accepted or the reasons, the calls left out
+/// of the reference plan with why, and what the checks changed.
+pub fn describe_verdict(p: &Value) -> String {
+    let strs = |k: &str| -> Vec<String> {
+        p[k].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_string).collect()
+    };
+    let mut out = if p["accepted"] == true {
+        "accepted".to_string()
+    } else {
+        format!("rejected: {}", strs("reasons").join("; "))
+    };
+    let calls: Vec<CallDecision> = serde_json::from_value(p["calls"].clone()).unwrap_or_default();
+    if !calls.is_empty() {
+        let kept = calls.iter().filter(|c| c.decision == Decision::Needed).count();
+        out.push_str(&format!("; {kept} of {} calls in the reference plan", calls.len()));
+        for c in calls.iter().filter(|c| c.decision != Decision::Needed) {
+            let by = if c.by == By::Llm { ", by the LLM check" } else { "" };
+            out.push_str(&format!(
+                "; left out: turn {} call {} `{}` ({}{by}: {})",
+                c.turn,
+                c.call,
+                tool_name(&c.tool),
+                c.decision.as_str(),
+                c.reason
+            ));
+        }
+    }
+    for n in strs("notes") {
+        out.push_str(&format!("; {n}"));
+    }
+    out
+}
+
+/// The key of a turn's answer re-ask.
+pub fn answer_key(id: &str, turn: usize) -> String {
+    format!("answer:{id}:{turn}")
+}
+
+/// Take a re-asked answer when the checks find it supported; else reject the sample.
+pub fn settle_answer(c: &mut Candidate, ti: usize, claims: &[String], again: Result<&Asked<AnswerAgain>, String>) {
+    let first = claims.join("; ");
+    let asked = match again {
+        Ok(a) => a,
+        Err(why) => {
+            c.reasons.push(format!(
+                "turn {}: the answer is not supported by its calls: {first} (asking again failed: {why})",
+                ti + 1
+            ));
+            return;
+        }
+    };
+    c.events.extend(asked.event);
+    let t = &c.sample.turns[ti];
+    let kept: Vec<&RecordedCall> = t.trajectory.iter().flatten().filter(|x| x.left_out.is_none()).collect();
+    let mut seen = String::new();
+    for t in &c.sample.turns[..=ti] {
+        seen.push_str(&t.user);
+        for k in t.trajectory.iter().flatten().filter(|x| x.left_out.is_none()) {
+            seen.push_str(&k.arguments.to_string());
+            seen.push_str(k.result.as_deref().unwrap_or_default());
+        }
+        seen.push('\n');
+    }
+    let answer = asked.value.answer.trim().to_string();
+    let still = unsupported_claims(&answer, &kept, &seen);
+    if still.is_empty() {
+        c.notes.push(format!("turn {}: the answer was asked again ({first})", ti + 1));
+        c.sample.turns[ti].gold_reply = Some(answer);
+    } else {
+        c.reasons.push(format!(
+            "turn {}: the answer is not supported by its calls: {first} (asked again once: {})",
+            ti + 1,
+            still.join("; ")
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(tool: &str, args: Value, result: &str) -> RecordedCall {
+        RecordedCall {
+            tool: format!("ops::{tool}"),
+            arguments: args,
+            result: Some(result.into()),
+            error: None,
+            left_out: None,
+        }
+    }
+
+    fn decide(t: &TurnInput) -> Vec<Option<Decision>> {
+        classify(t).decisions.into_iter().map(|d| d.map(|x| x.0)).collect()
+    }
+
+    #[test]
+    fn names_split_into_words_and_actions_are_told_from_reads() {
+        assert_eq!(words("getAlerts"), ["get", "alerts"]);
+        assert_eq!(words("acknowledge_alert"), ["acknowledge", "alert"]);
+        assert!(is_action("ops::acknowledge_alert"));
+        assert!(is_action("ops::notify_user"));
+        assert!(!is_action("ops::get_alerts"));
+        assert!(!is_action("ops::list_deployments"), "a read verb first wins over `deployments`");
+        assert!(is_identifier("ALR-77") && is_identifier("maria@corp.example") && !is_identifier("billing"));
+    }
+
+    #[test]
+    fn an_unrequested_action_is_left_out_and_a_requested_one_is_kept() {
+        let calls = [
+            call("get_oncall", json!({"team": "database"}), r#"{"email":"dba@corp.example"}"#),
+            call("notify_user", json!({"email": "dba@corp.example"}), r#"{"result_id":"N-9"}"#),
+            call("acknowledge_alert", json!({"alert_id": "N-9"}), r#"{"ok":true}"#),
+        ];
+        let t = TurnInput {
+            request: "Find the database team's on-call person and e-mail them",
+            answer: Some("I e-mailed dba@corp.example."),
+            calls: calls.iter().collect(),
+            chain_steps: vec![0, 1],
+            context: vec![],
+        };
+        assert_eq!(decide(&t), [Some(Decision::Needed), Some(Decision::Needed), Some(Decision::Unrequested)]);
+    }
+
+    #[test]
+    fn a_repeated_read_is_left_out_unless_an_action_ran_between() {
+        let calls = [
+            call("get_alerts", json!({"service": "gateway"}), r#"{"alerts":[{"id":"A-1"}]}"#),
+            call("get_alerts", json!({"service": "gateway"}), r#"{"alerts":[{"id":"A-1"}]}"#),
+        ];
+        let t = TurnInput {
+            request: "alerts on gateway",
+            answer: None,
+            calls: calls.iter().collect(),
+            chain_steps: vec![0],
+            context: vec![],
+        };
+        assert_eq!(decide(&t), [Some(Decision::Needed), Some(Decision::Repeated)]);
+        let calls = [
+            call("get_alerts", json!({"service": "gateway"}), r#"{"alerts":[{"id":"A-1"}]}"#),
+            call("acknowledge_alert", json!({"alert_id": "A-1"}), r#"{"ok":true}"#),
+            call("get_alerts", json!({"service": "gateway"}), r#"{"alerts":[]}"#),
+        ];
+        let t = TurnInput {
+            request: "acknowledge the alerts on gateway",
+            answer: None,
+            calls: calls.iter().collect(),
+            chain_steps: vec![0, 1],
+            context: vec![],
+        };
+        assert_eq!(decide(&t)[2], None, "after an action a read may show something new: for the LLM check");
+    }
+
+    #[test]
+    fn an_id_from_an_unrelated_result_or_from_nowhere_is_refused() {
+        let earlier = [Earlier { call: 1, tool: "ops::notify_user", result: Some(r#"{"result_id":"N-9"}"#) }];
+        assert_eq!(
+            trace("alert_id", &json!("N-9"), "ack it", &earlier, None),
+            Trace::Unrelated { call: 1, path: "result_id".into() }
+        );
+        let earlier = [Earlier { call: 1, tool: "ops::get_alerts", result: Some(r#"{"alerts":[{"id":"A-7"}]}"#) }];
+        assert_eq!(
+            trace("alert_id", &json!("A-7"), "ack it", &earlier, None),
+            Trace::Found(Source::Result { call: 1, path: "alerts[0].id".into() })
+        );
+        assert_eq!(trace("alert_id", &json!("A-8"), "ack it", &earlier, None), Trace::Nowhere);
+        assert_eq!(trace("service", &json!("billing"), "is billing slow?", &[], None), Trace::Found(Source::Request));
+        assert_eq!(trace("metric", &json!("latency_p99"), "its latency", &[], None), Trace::Found(Source::Request));
+        assert_eq!(trace("limit", &json!(10), "alerts", &[], Some(&json!(10))), Trace::Found(Source::Default));
+        assert_eq!(trace("limit", &json!(10), "alerts", &[], None), Trace::Nowhere);
+        assert_eq!(
+            trace(
+                "owner",
+                &json!("maria"),
+                "x",
+                &[Earlier { call: 1, tool: "ops::get_oncall", result: Some(r#"{"user":"maria"}"#) }],
+                None
+            ),
+            Trace::Found(Source::Result { call: 1, path: "user".into() }),
+            "kindred words: owner ~ user"
+        );
+    }
+
+    #[test]
+    fn an_answer_that_claims_more_than_its_calls_is_caught() {
+        let ack = call("acknowledge_alert", json!({"alert_id": "A-1"}), r#"{"ok":true}"#);
+        let ack2 = call("acknowledge_alert", json!({"alert_id": "A-2"}), r#"{"ok":true}"#);
+        let seen = "acknowledge A-1 A-2";
+        assert!(unsupported_claims("I acknowledged two alerts: A-1 and A-2.", &[&ack, &ack2], seen).is_empty());
+        let one = unsupported_claims("One alert was acknowledged.", &[&ack, &ack2], seen);
+        assert!(one[0].contains("says 1 acknowledged, and 2"), "{one:?}");
+        let none = unsupported_claims("The incident has been acknowledged.", &[], "find incidents");
+        assert!(none[0].contains("no call of the turn did that"), "{none:?}");
+        assert!(unsupported_claims("It was not acknowledged.", &[], "").is_empty(), "a negated claim is no claim");
+        let made_up = unsupported_claims("See INC-9999.", &[&ack], seen);
+        assert!(made_up[0].contains("`INC-9999`"), "{made_up:?}");
+    }
+
+    #[test]
+    fn a_turn_that_repeats_an_earlier_one_is_found() {
+        assert_eq!(repeats(&["Find open alerts on gateway"], "find open alerts on gateway!"), Some(0));
+        assert_eq!(repeats(&["Find open alerts on gateway"], "now acknowledge them"), None);
+        assert_eq!(asks_for_action("please acknowledge it", &["ops::acknowledge_alert".into()]), Some("acknowledge"));
+        assert_eq!(asks_for_action("what is open?", &["ops::acknowledge_alert".into()]), None);
+    }
+}
