@@ -775,11 +775,12 @@ pub fn repeats(earlier: &[&str], user: &str) -> Option<usize> {
     })
 }
 
-/// Does a request ask for an action? (The family it asks for, when it does.)
-pub fn asks_for_action(request: &str, tools: &[String]) -> Option<&'static str> {
+/// Does a request ask for an action? (The family it asks for, when it does.) Only the
+/// families of `tools` count, when the catalog is known (`None`: every family).
+pub fn asks_for_action(request: &str, tools: Option<&[String]>) -> Option<&'static str> {
     ACTIONS
         .iter()
-        .filter(|a| tools.iter().any(|t| action_of(t).is_some_and(|x| x.name == a.name)))
+        .filter(|a| tools.is_none_or(|ts| ts.iter().any(|t| action_of(t).is_some_and(|x| x.name == a.name))))
         .find(|a| mentions(request, a.asks).is_some())
         .map(|a| a.name)
 }
@@ -1060,11 +1061,11 @@ fn rebuild_turn(c: &mut Candidate, ti: usize, d: &[(Decision, String)]) {
 /// action and has an empty reference plan, ends the dialogue before it (a sample when at
 /// least two turns remain).
 fn cut_dialogue(c: &mut Candidate, schemas: &BTreeMap<String, Value>) {
-    let mut tools: Vec<String> = schemas.keys().cloned().collect();
-    tools.extend(c.sample.turns.iter().flat_map(|t| t.trajectory.iter().flatten()).map(|x| x.tool.clone()));
+    let known: Vec<String> = schemas.keys().cloned().collect();
+    let tools = (!known.is_empty()).then_some(known.as_slice());
     if let Some(first) = c.sample.turns.first()
         && first.reference_plan.is_empty()
-        && let Some(a) = asks_for_action(&first.user, &tools)
+        && let Some(a) = asks_for_action(&first.user, tools)
     {
         c.reasons.push(format!("turn 1 asks for an action ({a}) and its reference plan is empty"));
         return;
@@ -1078,7 +1079,7 @@ fn cut_dialogue(c: &mut Candidate, schemas: &BTreeMap<String, Value>) {
             break;
         }
         if t.reference_plan.is_empty()
-            && let Some(a) = asks_for_action(&t.user, &tools)
+            && let Some(a) = asks_for_action(&t.user, tools)
         {
             cut = Some((ti, format!("turn {} asks for an action ({a}) and its reference plan is empty", ti + 1)));
             break;
@@ -1326,7 +1327,10 @@ mod tests {
     fn a_turn_that_repeats_an_earlier_one_is_found() {
         assert_eq!(repeats(&["Find open alerts on gateway"], "find open alerts on gateway!"), Some(0));
         assert_eq!(repeats(&["Find open alerts on gateway"], "now acknowledge them"), None);
-        assert_eq!(asks_for_action("please acknowledge it", &["ops::acknowledge_alert".into()]), Some("acknowledge"));
-        assert_eq!(asks_for_action("what is open?", &["ops::acknowledge_alert".into()]), None);
+        assert_eq!(
+            asks_for_action("please acknowledge it", Some(&["ops::acknowledge_alert".into()])),
+            Some("acknowledge")
+        );
+        assert_eq!(asks_for_action("what is open?", Some(&["ops::acknowledge_alert".into()])), None);
     }
 }

@@ -21,6 +21,7 @@ mod foundation_cli;
 mod foundation_safety;
 mod function_length;
 mod fuzz;
+mod ground_truth;
 mod guides;
 mod harden;
 mod harden2;

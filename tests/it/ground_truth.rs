@@ -1,0 +1,357 @@
+//! Issue 28: ground truth that matches the request. Planted samples of each defect (an
+//! unrequested action, a repeated call, an argument from an unrelated result, an
+//! unfaithful answer, a repeated dialogue turn, an empty-plan action turn) go through the
+//! validation candidate's checks and are pruned or rejected with their reasons; a clean
+//! sample passes unchanged. (The copied-description queries of the levels are in the
+//! `levels` unit tests; the CLI run with an agent that makes extra calls is
+//! `synth::an_agent_s_extra_calls_leave_the_reference_plan_which_equals_the_sampled_chain`.)
+
+use std::collections::BTreeMap;
+
+use benchgen::agent::{CallRecord, ChainStep, RunStatus, Trajectory, check_chain};
+use benchgen::mcp::{CallOutcome, ToolOutput};
+use benchgen::model::RecordedCall;
+use benchgen::synth::chains::ChainRecord;
+use benchgen::synth::gold::{AnswerAgain, Asked, NeedCheck, Review, settle_answer, unfaithful};
+use benchgen::synth::roleplay::{Dialogue, DialogueTurn};
+use benchgen::synth::validate::{Candidate, from_chain, from_dialogue};
+use serde_json::{Value, json};
+
+fn call(index: usize, group: usize, tool: &str, args: Value, result: Value) -> CallRecord {
+    CallRecord {
+        index,
+        group,
+        call_id: format!("c{index}"),
+        function: tool.into(),
+        tool_id: Some(format!("ops::{tool}")),
+        server: Some("ops".into()),
+        arguments: args,
+        executed: true,
+        outcome: CallOutcome::Ok { output: ToolOutput::note(&result.to_string()) },
+        exchange: None,
+        call_hash: String::new(),
+    }
+}
+
+/// A chain candidate: the sampled chain `tools`, its query, the agent's calls and answer.
+fn chain(query: &str, tools: &[&str], calls: Vec<CallRecord>, answer: &str) -> Candidate {
+    let ids: Vec<String> = tools.iter().map(|t| format!("ops::{t}")).collect();
+    let steps: Vec<ChainStep> = benchgen::synth::chains::chain_steps(&ids);
+    let t = Trajectory {
+        id: "chain-planted".into(),
+        query: query.into(),
+        status: RunStatus::Answered,
+        reason: None,
+        answer: Some(answer.into()),
+        messages: vec![],
+        groups: calls.iter().map(|c| c.group + 1).max().unwrap_or(0),
+        chain_check: Some(check_chain(&steps, &calls)),
+        calls,
+        chain: steps,
+        exchanges: vec![],
+    };
+    let rec = ChainRecord {
+        id: "chain-planted".into(),
+        sub_scenario: "Ops-Alerts".into(),
+        pair: (ids[0].clone(), ids[ids.len() - 1].clone()),
+        tools: ids,
+        seeds: vec![],
+        query: query.into(),
+        exchange: "h".into(),
+    };
+    from_chain(&rec, Some(&t), "synth")
+}
+
+/// The checks of `validate` without its LLM: the rules must decide every call (a call
+/// left to the LLM check fails the test unless `llm` answers it).
+fn check(mut c: Candidate, llm: &[(&str, bool)]) -> Candidate {
+    assert!(c.reasons.is_empty(), "the planted sample passes the automatic checks: {:?}", c.reasons);
+    let (review, open) = Review::start(&c);
+    let mut checks = BTreeMap::new();
+    for o in &open {
+        let (_, needed) = llm
+            .iter()
+            .find(|(k, _)| o.key.ends_with(k))
+            .unwrap_or_else(|| panic!("the rules left `{}` open: {}", o.key, o.vars));
+        let value = NeedCheck { needed: *needed, reason: "planted LLM verdict".into() };
+        checks.insert(o.key.clone(), Asked { value, exchange: "sha256:x".into(), event: None });
+    }
+    review.settle(&mut c, &checks, &BTreeMap::new(), &BTreeMap::new());
+    c
+}
+
+fn plan(c: &Candidate, turn: usize) -> Vec<String> {
+    c.sample.turns[turn].reference_plan.iter().map(|p| p.alternatives[0].replace("ops::", "")).collect()
+}
+
+fn left_out(c: &Candidate) -> Vec<(String, String)> {
+    c.sample
+        .turns
+        .iter()
+        .flat_map(|t| t.trajectory.iter().flatten())
+        .filter_map(|r: &RecordedCall| Some((r.tool.replace("ops::", ""), r.left_out.clone()?)))
+        .collect()
+}
+
+#[test]
+fn an_unrequested_action_is_left_out_of_the_plan_and_its_result_stays_recorded() {
+    // chain-a2b4d34d7b of the demo release: find the on-call person and e-mail them; the
+    // agent also acknowledged an "alert" whose id is the notification's own result id.
+    let c = chain(
+        "Find the database team's on-call person and e-mail them",
+        &["get_oncall", "notify_user"],
+        vec![
+            call(
+                0,
+                0,
+                "get_oncall",
+                json!({"team": "database"}),
+                json!({"name": "Dana", "email": "dana@corp.example"}),
+            ),
+            call(1, 1, "notify_user", json!({"email": "dana@corp.example"}), json!({"result_id": "N-9"})),
+            call(2, 2, "acknowledge_alert", json!({"alert_id": "N-9"}), json!({"ok": true})),
+        ],
+        "I e-mailed Dana (dana@corp.example), the database team's on-call person.",
+    );
+    let c = check(c, &[]);
+    assert!(c.reasons.is_empty(), "{:?}", c.reasons);
+    assert_eq!(plan(&c, 0), ["get_oncall", "notify_user"]);
+    let left = left_out(&c);
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].0, "acknowledge_alert");
+    assert!(left[0].1.starts_with("unrequested: `acknowledge_alert` is an action (acknowledge)"), "{left:?}");
+    assert_eq!(c.sample.turns[0].reference_plan[1].depends_on, vec![0], "the e-mail comes from get_oncall's result");
+    let l = benchgen::synth::validate::labels(&c.sample, &c.sub_scenario);
+    assert_eq!((l.tool_calls, l.groups), (2, 2), "labels count the plan, not the run");
+    // The decision is recorded with who made it.
+    let d: Vec<String> = c.decisions.iter().map(|d| format!("{} {:?}", d.tool, d.decision)).collect();
+    assert_eq!(d, ["ops::get_oncall Needed", "ops::notify_user Needed", "ops::acknowledge_alert Unrequested"]);
+}
+
+#[test]
+fn a_repeated_call_is_left_out_and_a_read_after_an_action_goes_to_the_llm_check() {
+    // chain-963ddb8bdf: get_alerts, acknowledge ×2, then get_alerts again.
+    let alerts = json!({"alerts": [{"id": "A-1"}, {"id": "A-2"}]});
+    let c = chain(
+        "Find all open alerts on gateway and acknowledge them",
+        &["get_alerts", "acknowledge_alert"],
+        vec![
+            call(0, 0, "get_alerts", json!({"service": "gateway"}), alerts.clone()),
+            call(1, 1, "get_alerts", json!({"service": "gateway"}), alerts.clone()),
+            call(2, 2, "acknowledge_alert", json!({"alert_id": "A-1"}), json!({"ok": true})),
+            call(3, 2, "acknowledge_alert", json!({"alert_id": "A-2"}), json!({"ok": true})),
+            call(4, 3, "get_alerts", json!({"service": "gateway"}), json!({"alerts": []})),
+        ],
+        "I acknowledged both alerts on gateway: A-1 and A-2.",
+    );
+    let c = check(c, &[(":1.5", false)]);
+    assert!(c.reasons.is_empty(), "{:?}", c.reasons);
+    assert_eq!(plan(&c, 0), ["get_alerts", "acknowledge_alert", "acknowledge_alert"]);
+    let left = left_out(&c);
+    assert_eq!(
+        left[0],
+        ("get_alerts".to_string(), "repeated: the same call as call 1 (same tool and arguments)".into())
+    );
+    assert_eq!(left[1], ("get_alerts".to_string(), "unrequested: planted LLM verdict".into()));
+    assert_eq!(c.decisions[4].by, benchgen::synth::gold::By::Llm);
+    // Both acknowledgements run in parallel after the read: one group, depending on it.
+    let p = &c.sample.turns[0].reference_plan;
+    assert_eq!((p[1].group, p[2].group), (1, 1));
+    assert_eq!((p[1].depends_on.clone(), p[2].depends_on.clone()), (vec![0], vec![0]));
+}
+
+#[test]
+fn an_argument_from_an_unrelated_result_or_from_nowhere_rejects_the_sample_naming_call_and_argument() {
+    // The request does ask for the acknowledgement, but the alert id is the notification's.
+    let c = chain(
+        "Find the on-call person of the database team, e-mail them and acknowledge the alert",
+        &["get_oncall", "notify_user", "acknowledge_alert"],
+        vec![
+            call(0, 0, "get_oncall", json!({"team": "database"}), json!({"email": "dana@corp.example"})),
+            call(1, 1, "notify_user", json!({"email": "dana@corp.example"}), json!({"result_id": "N-9"})),
+            call(2, 2, "acknowledge_alert", json!({"alert_id": "N-9"}), json!({"ok": true})),
+        ],
+        "Done.",
+    );
+    let c = check(c, &[]);
+    assert_eq!(
+        c.reasons,
+        [
+            "turn 1: argument `alert_id` = \"N-9\" of call 3 `acknowledge_alert` is taken from an unrelated result: call 2 `notify_user` returned it as `result_id`"
+        ]
+    );
+    // An id the request, the results and the defaults do not hold: made up.
+    let c = chain(
+        "Show incident details for the payments outage",
+        &["search_incidents", "get_incident"],
+        vec![
+            call(
+                0,
+                0,
+                "search_incidents",
+                json!({"query": "payments outage"}),
+                json!({"incidents": [{"id": "INC-1"}]}),
+            ),
+            call(1, 1, "get_incident", json!({"incident_id": "INC-77"}), json!({"id": "INC-77"})),
+        ],
+        "Here are the details.",
+    );
+    let c = check(c, &[]);
+    assert_eq!(c.reasons.len(), 1, "{:?}", c.reasons);
+    assert!(c.reasons[0].contains("argument `incident_id` = \"INC-77\" of call 2 `get_incident` comes from nowhere"));
+}
+
+#[test]
+fn an_answer_that_claims_what_no_call_did_is_asked_again_once_then_kept_or_rejected() {
+    let planted = || {
+        chain(
+            "Find open incidents about payment errors",
+            &["search_incidents", "get_incident"],
+            vec![
+                call(
+                    0,
+                    0,
+                    "search_incidents",
+                    json!({"query": "payment errors", "status": "open"}),
+                    json!({"incidents": [{"id": "INC-5"}]}),
+                ),
+                call(
+                    1,
+                    1,
+                    "get_incident",
+                    json!({"incident_id": "INC-5"}),
+                    json!({"id": "INC-5", "title": "payment errors"}),
+                ),
+                call(2, 2, "acknowledge_alert", json!({"alert_id": "INC-5"}), json!({"ok": true})),
+            ],
+            "INC-5 is open, and I acknowledged it.",
+        )
+    };
+    let c = check(planted(), &[]);
+    assert!(c.reasons.is_empty(), "{:?}", c.reasons);
+    let found = unfaithful(&c);
+    assert_eq!(found.len(), 1);
+    let (turn, claims, vars) = &found[0];
+    assert_eq!(*turn, 0);
+    assert!(claims[0].contains("says `acknowledged`, and no call of the turn did that"), "{claims:?}");
+    assert_eq!(vars["calls"].as_array().unwrap().len(), 2, "the re-ask shows the plan's calls only");
+    // A faithful second answer is kept, with a note.
+    let mut kept = c.clone();
+    let good = Asked {
+        value: AnswerAgain { answer: "INC-5 is open (payment errors).".into() },
+        exchange: "x".into(),
+        event: None,
+    };
+    settle_answer(&mut kept, 0, claims, Ok(&good));
+    assert!(kept.reasons.is_empty());
+    assert_eq!(kept.sample.turns[0].gold_reply.as_deref(), Some("INC-5 is open (payment errors)."));
+    assert!(kept.notes[0].starts_with("turn 1: the answer was asked again (says `acknowledged`"), "{:?}", kept.notes);
+    // A second answer that still claims it: rejected with both findings.
+    let mut rejected = c.clone();
+    let bad =
+        Asked { value: AnswerAgain { answer: "I acknowledged INC-5.".into() }, exchange: "x".into(), event: None };
+    settle_answer(&mut rejected, 0, claims, Ok(&bad));
+    assert_eq!(rejected.reasons.len(), 1);
+    assert!(
+        rejected.reasons[0].contains("the answer is not supported by its calls")
+            && rejected.reasons[0].contains("asked again once")
+    );
+    // A clean answer needs no re-ask.
+    let mut clean = c;
+    clean.sample.turns[0].gold_reply = Some("INC-5 is open: payment errors.".into());
+    assert!(unfaithful(&clean).is_empty());
+}
+
+#[test]
+fn a_clean_sample_passes_unchanged() {
+    let c = chain(
+        "Roll back the last notifications deployment",
+        &["list_deployments", "rollback_deployment"],
+        vec![
+            call(
+                0,
+                0,
+                "list_deployments",
+                json!({"service": "notifications"}),
+                json!({"deployments": [{"id": "DEP-5140"}]}),
+            ),
+            call(1, 1, "rollback_deployment", json!({"deployment_id": "DEP-5140"}), json!({"ok": true})),
+        ],
+        "DEP-5140 was rolled back.",
+    );
+    let before = c.sample.clone();
+    let c = check(c, &[]);
+    assert!(c.reasons.is_empty() && c.notes.is_empty(), "{:?} {:?}", c.reasons, c.notes);
+    assert!(left_out(&c).is_empty());
+    assert_eq!(c.sample.turns, before.turns, "plan, trajectory and answer as they were");
+    assert!(unfaithful(&c).is_empty());
+}
+
+fn recorded(tool: &str, args: Value, result: Value) -> RecordedCall {
+    RecordedCall {
+        tool: format!("ops::{tool}"),
+        arguments: args,
+        result: Some(result.to_string()),
+        error: None,
+        left_out: None,
+    }
+}
+
+fn dialogue(turns: Vec<(&str, Vec<RecordedCall>, &str)>) -> Candidate {
+    let d = Dialogue {
+        id: "dialog-planted".into(),
+        sub_scenario: "Ops-Alerts".into(),
+        persona: BTreeMap::new(),
+        goal: "g".into(),
+        goal_exchange: "h".into(),
+        turns: turns
+            .into_iter()
+            .map(|(user, calls, answer)| DialogueTurn {
+                user: user.into(),
+                user_exchange: "h".into(),
+                status: RunStatus::Answered,
+                reason: None,
+                answer: Some(answer.into()),
+                groups: if calls.is_empty() { vec![] } else { vec![calls] },
+            })
+            .collect(),
+        ended: "cap".into(),
+    };
+    from_dialogue(&d, "synth")
+}
+
+#[test]
+fn a_dialogue_turn_that_repeats_or_asks_for_an_action_without_a_call_ends_the_dialogue() {
+    let alerts = || recorded("get_alerts", json!({"service": "gateway"}), json!({"alerts": [{"id": "A-1"}]}));
+    let ack = || recorded("acknowledge_alert", json!({"alert_id": "A-1"}), json!({"ok": true}));
+    let assign =
+        || recorded("assign_incident", json!({"incident_id": "INC-2", "team": "payments"}), json!({"ok": true}));
+    // dialog-fac40cb4e2: turn 3 repeats turn 1 and claims the work again without a call.
+    let c = dialogue(vec![
+        ("Which alerts are open on gateway?", vec![alerts()], "A-1 is open."),
+        ("Acknowledge A-1, please", vec![ack()], "A-1 is acknowledged."),
+        ("which alerts are open on gateway?", vec![], "A-1 is open."),
+    ]);
+    let c = check(c, &[]);
+    assert!(c.reasons.is_empty(), "{:?}", c.reasons);
+    assert_eq!(c.sample.turns.len(), 2, "the dialogue ends before the repeated turn");
+    assert_eq!(c.notes, ["the dialogue ends before turn 3: turn 3 repeats turn 1"]);
+    // An action asked for with an empty reference plan, at turn 2: fewer than two turns remain.
+    let c = dialogue(vec![
+        ("Which alerts are open on gateway?", vec![alerts()], "A-1 is open."),
+        ("Now assign INC-2 to the payments team", vec![], "Done, it is assigned."),
+    ]);
+    let c = check(c, &[]);
+    assert_eq!(
+        c.reasons,
+        ["turn 2 asks for an action (assign) and its reference plan is empty; fewer than two turns remain before it"]
+    );
+    // The same turn with its call: the dialogue stands, and turn 2's id comes from its request.
+    let c = dialogue(vec![
+        ("Which alerts are open on gateway?", vec![alerts()], "A-1 is open."),
+        ("Now assign INC-2 to the payments team", vec![assign()], "INC-2 is assigned to payments."),
+    ]);
+    let c = check(c, &[]);
+    assert!(c.reasons.is_empty() && c.notes.is_empty(), "{:?} {:?}", c.reasons, c.notes);
+    assert_eq!(plan(&c, 1), ["assign_incident"]);
+}
