@@ -130,8 +130,9 @@ pub fn sites() -> Vec<Entry> {
             "src/synth/roleplay.rs",
             "synth roleplay: user turn",
             vec![
-                synth::roleplay::user_answer(true).site("src/synth/roleplay.rs", "first turn"),
-                synth::roleplay::user_answer(false).site("src/synth/roleplay.rs", "later turn"),
+                synth::roleplay::user_answer(true, vec![]).site("src/synth/roleplay.rs", "first turn"),
+                synth::roleplay::user_answer(false, vec!["Which alerts are open on the gateway?".into()])
+                    .site("src/synth/roleplay.rs", "later turn"),
             ],
         ),
         sizes("src/synth/validate.rs", "synth validate: dialogue", &[1, 2, 6], synth::validate::check_answer),

@@ -44,7 +44,8 @@ pub const DIALOGUES: Artifact<Dialogue> = Artifact::new(STAGE, "dialogues.jsonl"
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "synth roleplay",
-    version: 2,
+    // 3: a user turn that repeats an earlier one is asked again, then ends the dialogue.
+    version: 3,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),
@@ -137,9 +138,25 @@ pub(crate) fn goal_answer() -> crate::llm::Answer<Goal> {
 /// The user simulator's answer: a message that does not loop; on the `first` turn a
 /// request is needed: not blank (a blank first message used to fail the dialogue after
 /// the call).
-pub(crate) fn user_answer(first: bool) -> crate::llm::Answer<UserTurn> {
+/// How the refusal of a user turn that repeats an earlier one begins.
+const REPEATS: &str = "the message repeats turn";
+
+pub(crate) fn user_answer(first: bool, earlier: Vec<String>) -> crate::llm::Answer<UserTurn> {
     let a = crate::llm::Answer::<UserTurn>::of()
-        .check(|u: &UserTurn| crate::llm::extract::check_no_loop(&u.message, "the message"));
+        .check(|u: &UserTurn| crate::llm::extract::check_no_loop(&u.message, "the message"))
+        .check(move |u: &UserTurn| {
+            // A turn that asks again what an earlier one asked adds nothing to the dialogue:
+            // asked again with the reason; `done` ends the dialogue instead.
+            let said: Vec<&str> = earlier.iter().map(String::as_str).collect();
+            match super::gold::repeats(&said, &u.message) {
+                Some(j) if !u.done => Err(format!(
+                    "{REPEATS} {} (\"{}\"): ask for something the conversation has not covered yet, or set `done` to true",
+                    j + 1,
+                    crate::logs::curate::one_line(&earlier[j])
+                )),
+                _ => Ok(()),
+            }
+        });
     if first { a.non_blank("message", |u: &UserTurn| u.message.as_str()) } else { a }
 }
 
@@ -168,7 +185,8 @@ pub struct Dialogue {
     pub goal: String,
     pub goal_exchange: String,
     pub turns: Vec<DialogueTurn>,
-    /// `user` (the simulator said done), `cap` (turn cap) or `failed` (a turn failed).
+    /// `user` (the simulator said done), `cap` (turn cap), `repeated` (the simulator repeated an
+    /// earlier turn after being asked again) or `failed` (a turn failed).
     pub ended: String,
 }
 
@@ -414,7 +432,18 @@ async fn simulate(
             json!({"persona": plan.persona, "goal": goal.value.goal, "conversation": visible,
                    "turn": k + 1, "turn_cap": rp.turn_cap}),
         );
-        let u = llm.ask(&sc.user_role, &up, Some(&format!("user{}", k + 1)), &user_answer(k == 0)).await?;
+        let earlier: Vec<String> = turns.iter().map(|t: &DialogueTurn| t.user.clone()).collect();
+        let asked = llm.ask(&sc.user_role, &up, Some(&format!("user{}", k + 1)), &user_answer(k == 0, earlier)).await;
+        let u = match asked {
+            Ok(u) => u,
+            // Asked again and still repeating: the dialogue ends with the turns it has.
+            Err(crate::llm::LlmError::Invalid { error, event_id, .. }) if k > 0 && error.contains(REPEATS) => {
+                events.extend(event_id);
+                ended = "repeated".into();
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        };
         events.push(u.event_id);
         let message = u.value.message.trim().to_string();
         // The first turn always has a request; later, `done` (or nothing to say) ends it.

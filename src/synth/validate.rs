@@ -397,6 +397,8 @@ pub fn from_dialogue(d: &Dialogue, author_role: &str) -> Candidate {
     }
     if turns.is_empty() {
         reasons.push("the dialogue has no turn".into());
+    } else if turns.len() == 1 {
+        reasons.push(format!("the dialogue has one turn (it ended `{}`); a multi-turn sample needs two", d.ended));
     }
     let sample = finish(Sample {
         id: d.id.clone(),

@@ -862,3 +862,47 @@ fn an_agent_s_extra_calls_leave_the_reference_plan_which_equals_the_sampled_chai
     let ex = sp.ok(&["explain", &format!("sample:{id}")]);
     assert!(ex.contains("calls in the reference plan; left out: turn 1 call"), "{ex}");
 }
+
+/// [`rule`], with a user simulator that asks its first request again at turn 2: a brief
+/// user keeps repeating it when asked again, the others ask something new.
+fn rule_with_a_repeating_user(seen: &Seen) -> Answer {
+    let t = seen.all_text();
+    if t.contains("You play a user") && !t.contains("This is turn 1") {
+        let tool = t.split("Your goal: use ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or("none");
+        let new = t.contains("the message repeats turn 1") && !t.contains("mood: brief");
+        let nth = if new { "second" } else { "first" };
+        return Answer::json(json!({"message": format!("CHAIN: {tool} ({nth} ask, for X-1)"), "done": false}));
+    }
+    rule(seen)
+}
+
+#[test]
+fn a_user_turn_that_repeats_an_earlier_one_is_asked_again_then_ends_the_dialogue() {
+    let sp = synth_project_with(&[("dialogues = 2", "dialogues = 6")], rule_with_a_repeating_user);
+    sp.ok(&["run"]);
+    let dialogues = sp.jsonl("artifacts/synth-roleplay/dialogues.jsonl");
+    let (mut repeated, mut asked_anew) = (0, 0);
+    for d in &dialogues {
+        let users: Vec<&str> = d["turns"].as_array().unwrap().iter().map(|t| t["user"].as_str().unwrap()).collect();
+        if d["persona"]["mood"] == "brief" {
+            assert_eq!(d["ended"], "repeated", "{d}");
+            assert_eq!(users.len(), 1, "the repeated turn is not kept: {d}");
+            repeated += 1;
+        } else {
+            assert_eq!(users.len(), 2, "{d}");
+            assert!(users[1].contains("second ask"), "asked again with the reason, the user asked anew: {d}");
+            asked_anew += 1;
+        }
+    }
+    assert!(repeated > 0 && asked_anew > 0, "both kinds of user occur: {dialogues:?}");
+    // The one-turn dialogues are no multi-turn sample; the reason says how they ended.
+    let verdicts = sp.jsonl("artifacts/validate/verdicts.jsonl");
+    let one_turn: Vec<&Value> = verdicts
+        .iter()
+        .filter(|v| {
+            v["source"] == "dialogue"
+                && v["reasons"].to_string().contains("the dialogue has one turn (it ended `repeated`)")
+        })
+        .collect();
+    assert_eq!(one_turn.len(), repeated, "{verdicts:?}");
+}
