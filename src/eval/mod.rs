@@ -42,12 +42,14 @@ pub const STAGE: &str = "eval";
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "eval",
-    version: 1,
+    // 2: writes the review queue `review.csv`.
+    version: 2,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[
         "leaderboard.json",
         "items.jsonl",
+        "review.csv",
         "report.md",
         "runs.jsonl",
         "validity.json",
@@ -276,6 +278,15 @@ fn evaluate(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         items_out.push(b'\n');
     }
     out.file("items.jsonl", items_out);
+    // The review queue of flagged items: an adjudicated copy, named in `[release]
+    // eval_review`, leaves the items marked `leave out` out of the next version.
+    out.file("review.csv", items::review_sheet(&analysis)?);
+    let flagged = analysis.items.iter().filter(|r| !r.flags.is_empty()).count();
+    if flagged > 0 {
+        out.notes.push(format!(
+            "{flagged} flagged item(s) in `artifacts/eval/review.csv`: copy it to `reviews/eval/`, write `leave out` or `keep` in `decision`, name it in `[release] eval_review`, and release a new version"
+        ));
+    }
     out.json("leaderboard.json", &rows)?;
     let mut report = board::report(&panel, &rows, &analysis);
     if !cfg.reference_ranking.is_empty() {

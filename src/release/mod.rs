@@ -167,6 +167,11 @@ pub struct ReleaseSettings {
     /// Folder of releases, relative to the project root.
     #[serde(default = "default_dir")]
     pub dir: PathBuf,
+    /// An adjudicated copy of `benchgen eval`'s review queue (`artifacts/eval/review.csv`):
+    /// the samples whose `decision` is `leave out` leave this version, with the flags and
+    /// note as the reason in the CHANGELOG.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_review: Option<PathBuf>,
 }
 
 /// `[release]`; absent: its stages are not part of `run` (each still runs alone, with defaults).
@@ -194,6 +199,7 @@ fn settings(s: &Settings) -> ReleaseSettings {
         description: String::new(),
         limitations: Vec::new(),
         dir: default_dir(),
+        eval_review: None,
     })
 }
 
@@ -279,7 +285,8 @@ impl Stage for ReleaseStage {
     }
 
     fn plan(&self, s: &Settings) -> Result<Plan> {
-        let inputs = previous(s).map(|(_, p)| vec![p.join("samples.jsonl")]).unwrap_or_default();
+        let mut inputs = previous(s).map(|(_, p)| vec![p.join("samples.jsonl")]).unwrap_or_default();
+        inputs.extend(settings(s).eval_review.map(|p| s.resolve(&p)));
         Ok(Plan { inputs, config_hash: section_hash(&json!({"release": settings(s)}))? })
     }
 
@@ -592,6 +599,10 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         ));
     }
     let catalog = load_tools(inputs)?;
+    let evaluated = match &cfg.eval_review {
+        Some(p) => read_eval_review(s, inputs, &s.resolve(p))?,
+        None => HashMap::new(),
+    };
 
     let tmp = releases.join(format!(".{rel_name}.partial"));
     if tmp.exists() {
@@ -601,7 +612,17 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
     let mut partial = Partial(Some(tmp.clone()));
 
     // The pool, merged by id.
-    let mut pool = write_pool(s, &cfg, inputs, &tmp, &catalog, decisions.as_ref())?;
+    let mut pool = write_pool(s, &cfg, inputs, &tmp, &catalog, (decisions.as_ref(), &evaluated))?;
+    let mut unknown: Vec<&String> = evaluated.keys().filter(|id| !pool.left_out.contains_key(*id)).collect();
+    if !unknown.is_empty() {
+        unknown.sort();
+        let shown: Vec<&str> = unknown.iter().take(5).map(|s| s.as_str()).collect();
+        out.notes.push(format!(
+            "warning: the eval review leaves out {} sample(s) that are not in the pool: {}",
+            unknown.len(),
+            shown.join(", ")
+        ));
+    }
     cassettes::write(&tmp)?;
 
     // EFS sets, where the registry track made levels.
@@ -703,7 +724,7 @@ fn write_pool(
     inputs: &Inputs,
     tmp: &Path,
     catalog: &HashMap<String, CatalogTool>,
-    decisions: Option<&HashMap<String, Decision>>,
+    (decisions, evaluated): (Option<&HashMap<String, Decision>>, &HashMap<String, String>),
 ) -> Result<Pooled> {
     let mut sources = open_pool(inputs)?;
     let etom_track = inputs.has(&crate::samples::LEVELS);
@@ -750,6 +771,11 @@ fn write_pool(
         if let Some(reason) = why_not(decisions, decision, &hash) {
             *pool.summary.left_out.entry(reason.clone()).or_default() += 1;
             pool.left_out.insert(sample.id.clone(), reason);
+            continue;
+        }
+        if let Some(reason) = evaluated.get(&sample.id) {
+            *pool.summary.left_out.entry("left out after evaluation".into()).or_default() += 1;
+            pool.left_out.insert(sample.id.clone(), reason.clone());
             continue;
         }
         let key = request_key(sample);
@@ -1263,6 +1289,41 @@ fn publish(
 }
 
 /// `CHANGELOG.md` and the one line the card shows.
+/// The samples an adjudicated eval review sheet leaves out, with the reason: id →
+/// "left out after evaluation: <flags>: <note>". Every problem (header, cells, a decision
+/// other than `leave out`, `keep` or blank, an id twice) is an error naming file and line.
+fn read_eval_review(s: &Settings, inputs: &Inputs, path: &Path) -> Result<HashMap<String, String>> {
+    use crate::eval::items::{KEEP, LEAVE_OUT, REVIEW_HEADER};
+    let name = s.display_path(path);
+    let bytes = inputs.bytes(path)?;
+    let mut problems = Vec::new();
+    let rows = crate::csvout::read_rows(&name, bytes, &REVIEW_HEADER, &mut problems);
+    let mut out = HashMap::new();
+    let mut seen = HashMap::new();
+    for r in rows {
+        let (id, flags, decision, note) = (r.cells[0].trim(), r.cells[1].trim(), r.cells[4].trim(), r.cells[5].trim());
+        if let Some(first) = seen.insert(id.to_string(), r.loc.clone()) {
+            problems.push(Problem::new(&r.loc, format!("`{id}` is listed twice (first at {first})")));
+            continue;
+        }
+        match decision.to_lowercase().as_str() {
+            d if d == LEAVE_OUT => {
+                let why = if note.is_empty() { String::new() } else { format!(": {note}") };
+                out.insert(id.to_string(), format!("left out after evaluation: {flags}{why}"));
+            }
+            d if d == KEEP || d.is_empty() => {}
+            _ => problems.push(Problem::new(
+                format!("{} (decision)", r.loc),
+                format!("`{decision}`: write `{LEAVE_OUT}`, `{KEEP}` or leave it blank"),
+            )),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(InputError { file: name, problems }.into());
+    }
+    Ok(out)
+}
+
 fn changelog(
     inputs: &Inputs,
     s: &Settings,

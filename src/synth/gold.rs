@@ -791,11 +791,14 @@ pub fn asks_for_action(request: &str, tools: Option<&[String]>) -> Option<&'stat
 use super::validate::{Candidate, Source as Origin};
 use crate::llm::Answer;
 
-/// The LLM check's answer about one call the rules left open.
+// The needed-call check's answer about a call the rules left open. Its doc comments are
+// the schema's descriptions, which the model reads: they speak to it.
+/// Is this call needed to do what the user asked?
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NeedCheck {
-    /// True when doing what the request asks needs this call.
+    /// True when doing what the user asked needs this call.
     pub needed: bool,
+    /// One short sentence: why it is needed or not, in your own words.
     pub reason: String,
 }
 
@@ -804,10 +807,12 @@ pub fn need_answer() -> Answer<NeedCheck> {
     Answer::<NeedCheck>::of().non_blank("reason", |c: &NeedCheck| c.reason.as_str())
 }
 
-/// The assistant's second answer to a turn whose first one claimed what its calls did not do.
+// The assistant's second answer to a turn whose first one claimed what its calls did not
+// do (the descriptions speak to the model).
+/// Your reply to the user.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AnswerAgain {
-    /// The reply to the user, saying only what the tool results support.
+    /// The reply: what the tool results show, and nothing they do not.
     pub answer: String,
 }
 

@@ -343,3 +343,62 @@ fn real_local_models_evaluate_a_release_as_a_two_agent_panel() {
     }
     assert_eq!(items(&p).len(), 8);
 }
+
+#[test]
+fn flagged_items_go_to_a_review_queue_and_the_next_version_leaves_out_those_marked() {
+    let llm = ScriptedLlm::start(agent_rule);
+    let p = project(&llm, "");
+    let o = eval(&p);
+    assert_code(&o, 0);
+    // The queue: every flagged item with its evidence, the decision left to the adjudicator.
+    let sheet = p.read("artifacts/eval/review.csv");
+    let mut lines = sheet.lines();
+    assert_eq!(lines.next(), Some("id,flags,solve_rate,evidence,decision,note"));
+    let rows: Vec<&str> = lines.collect();
+    assert!(rows.iter().any(|r| r.starts_with("L1-1,all-fail label-mismatch,0.0000,") && r.ends_with(",,")), "{sheet}");
+    assert!(rows.iter().any(|r| r.starts_with("L5-1,") && r.contains("all-pass")), "{sheet}");
+    let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(said.contains("flagged item(s) in `artifacts/eval/review.csv`"), "{said}");
+
+    // The adjudicator leaves the wrong-gold item out and keeps the easy one.
+    let decided: String = sheet
+        .lines()
+        .map(|l| {
+            if l.starts_with("L1-1,") {
+                format!("{},leave out,the gold names a tool the request does not need", l.strip_suffix(",,").unwrap())
+            } else if l.starts_with("L5-1,") {
+                format!("{},keep,", l.strip_suffix(",,").unwrap())
+            } else {
+                l.to_string()
+            }
+        })
+        .map(|l| l + "\n")
+        .collect();
+    p.write("reviews/eval/review.csv", &decided);
+    let cfg =
+        p.read(CONFIG).replace("version = \"0.1.0\"", "version = \"0.2.0\"\neval_review = \"reviews/eval/review.csv\"");
+    p.write(CONFIG, &cfg);
+    let o = crate::release::release(&p, &[]);
+    assert_code(&o, 0);
+    let rel = p.path("release/it-bench-0.2.0");
+    let log = std::fs::read_to_string(rel.join("CHANGELOG.md")).unwrap();
+    assert!(
+        log.contains("- `L1-1`: left out after evaluation: all-fail label-mismatch: the gold names a tool the request does not need"),
+        "{log}"
+    );
+    let ids: Vec<String> = std::fs::read_to_string(rel.join("samples.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!ids.contains(&"L1-1".to_string()) && ids.contains(&"L5-1".to_string()), "{ids:?}");
+
+    // A decision that is neither is refused, naming file, line and field; nothing is published.
+    p.write("reviews/eval/review.csv", decided.replace("leave out,", "drop,"));
+    p.write(CONFIG, cfg.replace("0.2.0", "0.3.0"));
+    let o = crate::release::release(&p, &[]);
+    assert_code(&o, 1);
+    let err = stderr(&o);
+    assert!(err.contains("reviews/eval/review.csv:") && err.contains("(decision)") && err.contains("`drop`"), "{err}");
+    assert!(!p.path("release/it-bench-0.3.0").exists());
+}
