@@ -256,31 +256,73 @@ fn describe(e: &Event, stages: &[Box<dyn crate::stage::Stage>]) -> String {
     }
 }
 
+/// Width of the text `explain` prints (a terminal of 100 columns).
+const WIDTH: usize = 100;
+
+/// `text` in lines of at most `width` characters: after each "; " first (one finding per
+/// line, the `;` kept), then between words (a single word longer than `width` stays whole).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let parts: Vec<&str> = text.split("; ").collect();
+    for (i, part) in parts.iter().enumerate() {
+        // The separator stays at the end of its finding's line.
+        let part = if i + 1 < parts.len() { format!("{part};") } else { part.to_string() };
+        let mut line = String::new();
+        for w in part.split(' ') {
+            if !line.is_empty() && line.chars().count() + 1 + w.chars().count() > width {
+                out.push(std::mem::take(&mut line));
+            }
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(w);
+        }
+        out.push(line);
+    }
+    out
+}
+
+/// `text` wrapped to [`WIDTH`] after a first-line prefix, later lines indented by `indent`.
+fn block(out: &mut String, first: &str, indent: usize, text: &str) {
+    let lines = wrap(text, WIDTH.saturating_sub(indent.max(first.chars().count())).max(20));
+    for (i, l) in lines.iter().enumerate() {
+        if i == 0 {
+            out.push_str(first);
+        } else {
+            out.push_str(&" ".repeat(indent));
+        }
+        out.push_str(l);
+        out.push('\n');
+    }
+}
+
+/// The explanation for a terminal: the item and its status, then the lineage oldest first,
+/// grouped by stage run, every line within [`WIDTH`] columns (`--json` has every payload).
 pub fn render(x: &Explanation) -> String {
-    let mut out = format!("{} `{}`: {}\n", x.item, x.id, x.status);
+    let mut out = String::new();
+    block(&mut out, "", 2, &format!("{} `{}`: {}", x.item, x.id, x.status));
     if let Some(r) = &x.record {
         if let Some(d) = r.get("description").and_then(Value::as_str) {
-            out.push_str(&format!("  description: {d}\n"));
+            block(&mut out, "  description: ", 4, d);
         }
         if let Some(p) = r.get("parameters").and_then(Value::as_array) {
             let names: Vec<&str> = p.iter().filter_map(Value::as_str).collect();
-            out.push_str(&format!(
-                "  parameters: {}\n",
-                if names.is_empty() { "none".into() } else { names.join(", ") }
-            ));
+            let names = if names.is_empty() { "none".into() } else { names.join(", ") };
+            block(&mut out, "  parameters: ", 4, &names);
         }
     }
-    out.push_str("\nlineage (oldest first):\n");
+    out.push_str("\nlineage (oldest first), by stage:\n");
     let stages = crate::stages::all();
+    let kind_w = x.lineage.iter().map(|e| e.kind.len()).max().unwrap_or(0).min(20);
+    let mut group: Option<(&str, i64)> = None;
     for e in &x.lineage {
-        out.push_str(&format!(
-            "  #{:<6} {:<16} {:<15} run {:<4} {}\n",
-            e.id,
-            e.kind,
-            e.stage,
-            e.run_id,
-            describe(e, &stages)
-        ));
+        if group != Some((e.stage.as_str(), e.run_id)) {
+            out.push_str(&format!("{} (run {})\n", e.stage, e.run_id));
+            group = Some((e.stage.as_str(), e.run_id));
+        }
+        let head = format!("  #{:<6} {:<kind_w$} ", e.id, e.kind);
+        let indent = head.chars().count();
+        block(&mut out, &head, indent, &describe(e, &stages));
     }
     out
 }
@@ -311,5 +353,39 @@ mod tests {
         }
         assert_ne!(curated, p.to_string());
         assert_eq!(describe(&ev("nobody.records.this", &p), &stages), p.to_string());
+    }
+
+    #[test]
+    fn the_text_is_a_tree_by_stage_run_within_100_columns() {
+        let ev = |id: i64, stage: &str, run_id: i64, reason: &str| Event {
+            id,
+            run_id,
+            kind: crate::ledger::kind::FILTER_DECISION.into(),
+            stage: stage.into(),
+            subject: None,
+            time: String::new(),
+            payload: json!({"verdict": "drop", "reason": reason}),
+            parents: vec![],
+        };
+        let long = "every tool of the server was dropped by a rule, and the server has no tool left; ".repeat(3);
+        let x = Explanation {
+            id: "srv".into(),
+            item: "server",
+            status: format!("dropped: {long}"),
+            record: Some(json!({"description": long, "parameters": ["a", "b"]})),
+            lineage: vec![ev(1, "filter", 2, "short"), ev(2, "filter", 2, &long), ev(3, "review", 5, "again")],
+        };
+        let text = render(&x);
+        for l in text.lines() {
+            assert!(l.chars().count() <= WIDTH, "{} columns: {l}", l.chars().count());
+        }
+        let heads: Vec<&str> = text.lines().filter(|l| l.ends_with(')') && !l.starts_with(' ')).collect();
+        assert_eq!(heads, ["filter (run 2)", "review (run 5)"], "{text}");
+        // Nothing is lost: every word of the long reason is there, in order.
+        let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            flat.contains("drop: every tool of the server was dropped by a rule, and the server has no tool left"),
+            "{text}"
+        );
     }
 }

@@ -81,7 +81,7 @@ fn no_csv_of_a_demo_run_carries_a_formula_cell() {
             serde_json::json!({"turns": [{"turn": 1, "addressed": true, "reason": reason}]})
         } else if text.contains("Does doing what the user asked need this call?") {
             serde_json::json!({"needed": true, "reason": reason})
-        } else if text.contains("Write the reply again in `answer`") {
+        } else if text.contains("Your earlier reply was wrong") {
             serde_json::json!({"answer": reason})
         } else if text.contains("Tool A: `") {
             serde_json::json!({"equivalent": true, "reason": reason})

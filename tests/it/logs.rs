@@ -371,6 +371,8 @@ fn demo_log_track_runs_end_to_end_with_the_scripted_llm() {
     // explain log:<id> shows the decision and the exchange behind it.
     let id = &off_topic[0];
     let x = lp.ok(&["explain", &format!("log:{id}")]);
+    // explain wraps its text at 100 columns: read it as one line.
+    let x = x.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(x.contains("dropped") && x.contains("need: no by llm (scripted need)"), "{x}");
     assert!(x.contains("llm.exchange"), "{x}");
 

@@ -71,7 +71,7 @@ pub(crate) fn full_answer(seen: &Seen) -> Option<Answer> {
         serde_json::json!({"turns": [{"turn": 1, "addressed": true, "reason": "scripted"}]})
     } else if text.contains("Does doing what the user asked need this call?") {
         serde_json::json!({"needed": true, "reason": "scripted"})
-    } else if text.contains("Write the reply again in `answer`") {
+    } else if text.contains("Your earlier reply was wrong") {
         serde_json::json!({"answer": "Here is what the tools returned."})
     } else if text.contains("Score this benchmark sample") {
         // LLM pre-review: every sample passes on every dimension.

@@ -689,6 +689,8 @@ fn merge_applies_the_rule_queues_disagreement_and_adjudication_decides_with_line
     assert_eq!(dec["adjudication"]["adjudicator"], "lena");
     // `explain sample:<id>` shows both reviews, the adjudication and the rule.
     let ex = rp.ok(&["explain", &format!("sample:{}", disputed.id)]);
+    // explain wraps its text at 100 columns: read it as one line.
+    let ex = ex.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(ex.contains("accepted (decided by adjudication)"), "{ex}");
     assert!(ex.contains("adjudicated `accept` by `lena`: freshness is fine"), "{ex}");
     assert!(ex.contains("rule: accepted iff both reviewers score >= 4"), "{ex}");
@@ -1076,6 +1078,8 @@ async fn web_app_authorises_every_request_and_its_submissions_reach_the_pipeline
     let out = rp.ok(&["review", "import"]);
     assert!(out.contains("2 scores imported (0 from sheets, 2 from the web app)"), "{out}");
     let ex = rp.ok(&["explain", &format!("sample:{}", x.id)]);
+    // explain wraps its text at 100 columns: read it as one line.
+    let ex = ex.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(ex.contains("human review by `alice` (web"), "{ex}");
     let ledger = rusqlite::Connection::open(rp.p.path("artifacts/ledger.sqlite")).unwrap();
     let n: i64 = ledger
@@ -1246,6 +1250,8 @@ async fn web_adjudication_is_for_leads_who_did_not_review_and_reaches_merge() {
         vec![(1, "reject".to_string(), None), (2, "accept".to_string(), Some("reject".to_string()))];
     assert_eq!(events, want);
     let ex = rp.ok(&["explain", &format!("sample:{}", x.id)]);
+    // explain wraps its text at 100 columns: read it as one line.
+    let ex = ex.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(ex.contains("accepted (decided by adjudication)"), "{ex}");
     assert!(ex.contains("(revision 2, replacing revision 1 `reject` by `lena`)"), "{ex}");
 }

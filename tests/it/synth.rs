@@ -366,7 +366,7 @@ fn rule(seen: &Seen) -> Answer {
         json!({"turns": turns})
     } else if t.contains("Does doing what the user asked need this call?") {
         json!({"needed": true, "reason": "scripted need"})
-    } else if t.contains("Write the reply again in `answer`") {
+    } else if t.contains("Your earlier reply was wrong") {
         json!({"answer": "Done as asked."})
     } else {
         json!({"scenario": "Monitoring-Alerts"})
@@ -860,6 +860,8 @@ fn an_agent_s_extra_calls_leave_the_reference_plan_which_equals_the_sampled_chai
     assert!(report.contains("## Reference calls") && report.contains("| chain |"), "{report}");
     let id = samples.keys().find(|k| !k.starts_with("log:")).unwrap();
     let ex = sp.ok(&["explain", &format!("sample:{id}")]);
+    // explain wraps its text at 100 columns: read it as one line.
+    let ex = ex.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(ex.contains("calls in the reference plan; left out: turn 1 call"), "{ex}");
 }
 
