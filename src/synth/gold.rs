@@ -499,8 +499,16 @@ pub fn classify(t: &TurnInput) -> Classified {
     let mut d: Vec<Option<(Decision, String)>> = vec![None; n];
     let answer = t.answer.unwrap_or_default().to_lowercase();
     let request_lower = t.request.to_lowercase();
-    // Repeated: the same tool and arguments as an earlier call, no successful action between.
+    // Repeated: the same tool and arguments as an earlier call, with no successful action
+    // between, or with the same result (nothing new either way).
     for j in 0..n {
+        if let Some(i) = (0..j).find(|&i| {
+            let (a, b) = (t.calls[i], t.calls[j]);
+            a.tool == b.tool && a.arguments == b.arguments && ok(a) && a.result == b.result && d[i].is_none()
+        }) {
+            d[j] = Some((Decision::Repeated, format!("the same call and result as call {}: nothing new", i + 1)));
+            continue;
+        }
         for i in (0..j).rev() {
             let (a, b) = (t.calls[i], t.calls[j]);
             if is_action(&t.calls[i].tool) && ok(t.calls[i]) && a.tool != b.tool {
@@ -538,18 +546,18 @@ pub fn classify(t: &TurnInput) -> Classified {
             _ => d[i] = Some((Decision::Needed, "a step of the sampled chain".into())),
         }
     }
-    // A read call whose result the answer quotes (a value not already in the request).
+    // A read call whose result the answer quotes (a value not already in the request, nor
+    // in the result of an earlier call, which is where the answer could have it from).
     for (i, c) in t.calls.iter().enumerate() {
         if d[i].is_some() || answer.is_empty() {
             continue;
         }
-        if let Some(v) = c
-            .result
-            .as_deref()
-            .map(quotable)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|v| has_word(&answer, v) && !has_word(&request_lower, v))
+        let before: Vec<String> =
+            t.calls[..i].iter().filter(|x| ok(x)).filter_map(|x| x.result.as_deref()).map(str::to_lowercase).collect();
+        if let Some(v) =
+            c.result.as_deref().map(quotable).unwrap_or_default().into_iter().find(|v| {
+                has_word(&answer, v) && !has_word(&request_lower, v) && !before.iter().any(|b| has_word(b, v))
+            })
         {
             d[i] = Some((Decision::Needed, format!("the answer quotes its result (`{v}`)")));
         }
@@ -1281,6 +1289,19 @@ mod tests {
             context: vec![],
         };
         assert_eq!(decide(&t)[2], None, "after an action a read may show something new: for the LLM check");
+        // The same result after the action: nothing new after all.
+        let mut same = calls.clone();
+        same[2].result = same[0].result.clone();
+        let t = TurnInput {
+            request: "acknowledge the alerts on gateway",
+            answer: Some("A-1 is acknowledged."),
+            calls: same.iter().collect(),
+            chain_steps: vec![0, 1],
+            context: vec![],
+        };
+        let d = classify(&t).decisions;
+        assert_eq!(d[2].as_ref().map(|x| x.0), Some(Decision::Repeated));
+        assert_eq!(d[2].as_ref().unwrap().1, "the same call and result as call 1: nothing new");
     }
 
     #[test]

@@ -148,10 +148,7 @@ fn a_repeated_call_is_left_out_and_a_read_after_an_action_goes_to_the_llm_check(
     assert!(c.reasons.is_empty(), "{:?}", c.reasons);
     assert_eq!(plan(&c, 0), ["get_alerts", "acknowledge_alert", "acknowledge_alert"]);
     let left = left_out(&c);
-    assert_eq!(
-        left[0],
-        ("get_alerts".to_string(), "repeated: the same call as call 1 (same tool and arguments)".into())
-    );
+    assert_eq!(left[0], ("get_alerts".to_string(), "repeated: the same call and result as call 1: nothing new".into()));
     assert_eq!(left[1], ("get_alerts".to_string(), "unrequested: planted LLM verdict".into()));
     assert_eq!(c.decisions[4].by, benchgen::synth::gold::By::Llm);
     // Both acknowledgements run in parallel after the read: one group, depending on it.

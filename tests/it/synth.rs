@@ -815,7 +815,7 @@ fn an_agent_s_extra_calls_leave_the_reference_plan_which_equals_the_sampled_chai
         assert_eq!(left.len(), 2, "{v}");
         let reasons: Vec<&str> = left.iter().map(|c| c["reason"].as_str().unwrap()).collect();
         assert!(
-            reasons.iter().any(|r| r.starts_with("the same call as call 1"))
+            reasons.iter().any(|r| r.starts_with("the same call and result as call 1"))
                 || reasons.iter().any(|r| r.contains("nothing asks for it")),
             "the repeated read is left out: {reasons:?}"
         );
