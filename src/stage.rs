@@ -494,6 +494,11 @@ pub trait Stage: Send + Sync {
     fn describe_event(&self, _kind: &str, _payload: &Value) -> Option<String> {
         None
     }
+    /// What the stage writes outside `artifacts/` (the published release folder): a run
+    /// is stale when one is missing.
+    fn external_outputs(&self, _settings: &Settings) -> Vec<PathBuf> {
+        Vec::new()
+    }
     fn plan(&self, settings: &Settings) -> Result<Plan>;
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()>;
 }
@@ -710,6 +715,9 @@ pub fn freshness(stage: &dyn Stage, settings: &Settings, upstream: &BTreeMap<Str
             }
             Err(_) => return Freshness::Stale(format!("output `{file}` is missing")),
         }
+    }
+    if let Some(p) = stage.external_outputs(settings).into_iter().find(|p| !p.exists()) {
+        return Freshness::Stale(format!("`{}` is missing", settings.display_path(&p)));
     }
     Freshness::Done
 }

@@ -26,7 +26,8 @@ pub const VERIFY_TEMPLATE: &str = "levels_l1_verify";
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "levels l1",
-    version: 1,
+    // 2: a query that copies a tool's description, signature or function name is refused.
+    version: 2,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],

@@ -28,7 +28,8 @@ pub const VERIFY_TEMPLATE: &str = "levels_l2_verify";
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "levels l2",
-    version: 1,
+    // 2: a query that copies a tool's description, signature or function name is refused.
+    version: 2,
     about: "ETOM L2: implicit queries under the coupling rule; EFS members share one query whose ground truth lists the whole set",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read(), FINAL.optional()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],

@@ -40,7 +40,8 @@ pub const MAX_PATHS: usize = 20_000;
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "levels l3",
-    version: 1,
+    // 2: a query that copies a tool's description, signature or function name is refused.
+    version: 2,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],

@@ -33,7 +33,8 @@ pub const QC_TEMPLATE: &str = "levels_l4_qc";
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "levels l4",
-    version: 1,
+    // 2: a query that copies a tool's description, signature or function name is refused.
+    version: 2,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],

@@ -293,6 +293,11 @@ impl Stage for ReleaseStage {
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         build(ctx, inputs, out)
     }
+
+    /// The published folder: removed by hand, it is published again.
+    fn external_outputs(&self, s: &Settings) -> Vec<PathBuf> {
+        vec![target_dir(s)]
+    }
 }
 
 /// Per-type figures for the card's table.

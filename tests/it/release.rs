@@ -832,3 +832,25 @@ fn a_request_released_twice_is_left_out_the_second_time_with_its_reason() {
         "the drop is in the ledger with its reason: {x}"
     );
 }
+
+#[test]
+fn a_published_folder_removed_by_hand_is_published_again() {
+    // The full demo project, every stage done: the release is up to date.
+    let p = crate::pipeline::full_project();
+    crate::pipeline::run_everything(&p);
+    let folder = p.path("release/demo-bench-0.1.0");
+    let v1 = tree(&folder);
+    let o = p.run(&["status"]);
+    let release_line = |o: &std::process::Output| -> String {
+        stdout(o).lines().find(|l| l.starts_with("release ")).unwrap_or_default().to_string()
+    };
+    assert!(release_line(&o).contains(" done "), "{}", stdout(&o));
+    std::fs::remove_dir_all(&folder).unwrap();
+    let o = p.run(&["status"]);
+    assert!(release_line(&o).contains("`release/demo-bench-0.1.0` is missing"), "{}", stdout(&o));
+    // `run` does not skip it as up to date: it publishes the same bytes again.
+    let o = p.run(&["run"]);
+    assert_code(&o, 0);
+    assert!(stdout(&o).contains("release: done"), "{}", stdout(&o));
+    assert_eq!(tree(&folder), v1);
+}
