@@ -126,20 +126,11 @@ pub struct ItemRecord {
     pub evidence: Option<Evidence>,
 }
 
-/// Columns of `review.csv`, the review queue of flagged items (`[release] eval_review`
-/// reads an adjudicated copy).
-pub const REVIEW_HEADER: [&str; 6] = ["id", "flags", "solve_rate", "evidence", "decision", "note"];
-
-/// What an adjudicator may write in `decision`: the sample leaves the next release, or
-/// stays (blank: not decided yet, it stays).
-pub const LEAVE_OUT: &str = "leave out";
-pub const KEEP: &str = "keep";
-
 /// The review queue: one row per flagged item, in id order, with its evidence; `decision`
 /// and `note` blank for the adjudicator.
 pub fn review_sheet(a: &Analysis) -> anyhow::Result<Vec<u8>> {
     let mut w = crate::csvout::Writer::new();
-    w.write_record(REVIEW_HEADER)?;
+    w.write_record(crate::release::eval_review::REVIEW_HEADER)?;
     for r in a.items.iter().filter(|r| !r.flags.is_empty()) {
         let evidence = r.evidence.as_ref().map(|e| e.note.clone()).unwrap_or_default();
         w.write_record([r.id.as_str(), &r.flags.join(" "), &format!("{:.4}", r.solve_rate), &evidence, "", ""])?;

@@ -259,7 +259,9 @@ fn describe_file(f: &str) -> &'static str {
         "CHANGELOG.md" => "samples added, removed and changed against the previous version",
         "SHA256SUMS" => "checksums of every file",
         "README.md" => "this card",
-        "cassettes.jsonl" => "per sample, the recorded tool responses of its reference trajectory, by tool and arguments (what `benchgen eval` answers calls with)",
+        "cassettes.jsonl" => {
+            "per sample, the recorded tool responses of its reference trajectory, by tool and arguments (what `benchgen eval` answers calls with)"
+        }
         f if f.starts_with("level_") => "ETOM level file (ETOM's evaluator and `benchgen score --compat etom` read it)",
         f if f.starts_with("finmcp_") => "FinMCP sample JSON (`benchgen score --compat finmcp` reads it)",
         f if f.starts_with("plots/") => "plot",

@@ -18,6 +18,7 @@ pub mod card;
 pub mod cassettes;
 pub mod content;
 pub mod convert;
+pub mod eval_review;
 pub mod lineage;
 pub mod tables;
 pub mod verify;
@@ -605,7 +606,7 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
     }
     let catalog = load_tools(inputs)?;
     let evaluated = match &cfg.eval_review {
-        Some(p) => read_eval_review(s, inputs, &s.resolve(p))?,
+        Some(p) => eval_review::read(s, inputs, &s.resolve(p))?,
         None => HashMap::new(),
     };
 
@@ -1294,41 +1295,6 @@ fn publish(
 }
 
 /// `CHANGELOG.md` and the one line the card shows.
-/// The samples an adjudicated eval review sheet leaves out, with the reason: id →
-/// "left out after evaluation: <flags>: <note>". Every problem (header, cells, a decision
-/// other than `leave out`, `keep` or blank, an id twice) is an error naming file and line.
-fn read_eval_review(s: &Settings, inputs: &Inputs, path: &Path) -> Result<HashMap<String, String>> {
-    use crate::eval::items::{KEEP, LEAVE_OUT, REVIEW_HEADER};
-    let name = s.display_path(path);
-    let bytes = inputs.bytes(path)?;
-    let mut problems = Vec::new();
-    let rows = crate::csvout::read_rows(&name, bytes, &REVIEW_HEADER, &mut problems);
-    let mut out = HashMap::new();
-    let mut seen = HashMap::new();
-    for r in rows {
-        let (id, flags, decision, note) = (r.cells[0].trim(), r.cells[1].trim(), r.cells[4].trim(), r.cells[5].trim());
-        if let Some(first) = seen.insert(id.to_string(), r.loc.clone()) {
-            problems.push(Problem::new(&r.loc, format!("`{id}` is listed twice (first at {first})")));
-            continue;
-        }
-        match decision.to_lowercase().as_str() {
-            d if d == LEAVE_OUT => {
-                let why = if note.is_empty() { String::new() } else { format!(": {note}") };
-                out.insert(id.to_string(), format!("left out after evaluation: {flags}{why}"));
-            }
-            d if d == KEEP || d.is_empty() => {}
-            _ => problems.push(Problem::new(
-                format!("{} (decision)", r.loc),
-                format!("`{decision}`: write `{LEAVE_OUT}`, `{KEEP}` or leave it blank"),
-            )),
-        }
-    }
-    if !problems.is_empty() {
-        return Err(InputError { file: name, problems }.into());
-    }
-    Ok(out)
-}
-
 fn changelog(
     inputs: &Inputs,
     s: &Settings,
