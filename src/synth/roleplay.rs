@@ -44,7 +44,8 @@ pub const DIALOGUES: Artifact<Dialogue> = Artifact::new(STAGE, "dialogues.jsonl"
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "synth roleplay",
-    // 3: a user turn that repeats an earlier one is asked again, then ends the dialogue.
+    // 3: a user turn that repeats an earlier one, or asks for an action the assistant does
+    // not take, is asked again, then ends the dialogue.
     version: 3,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
@@ -186,7 +187,8 @@ pub struct Dialogue {
     pub goal_exchange: String,
     pub turns: Vec<DialogueTurn>,
     /// `user` (the simulator said done), `cap` (turn cap), `repeated` (the simulator repeated an
-    /// earlier turn after being asked again) or `failed` (a turn failed).
+    /// earlier turn after being asked again), `no_action` (a turn asked twice for an action
+    /// the assistant did not take) or `failed` (a turn failed).
     pub ended: String,
 }
 
@@ -401,6 +403,37 @@ impl Stage for RoleplayStage {
     }
 }
 
+/// The action a turn asked for and the assistant did not take (it answered without a
+/// successful call), when the catalog has a tool for it.
+fn unserved_action(t: &Trajectory, message: &str, names: &[String]) -> Option<&'static str> {
+    let acted = t.calls.iter().any(|c| matches!(c.outcome, crate::mcp::CallOutcome::Ok { .. }));
+    if t.status != RunStatus::Answered || acted {
+        return None;
+    }
+    super::gold::asks_for_action(message, Some(names))
+}
+
+/// The user simulator's message for turn `k` (0-based); `None` when it was asked again and
+/// still repeats an earlier turn (the dialogue ends with the turns it has).
+async fn ask_user(
+    llm: &Item,
+    sc: &SynthSettings,
+    prompt: Prompt,
+    part: &str,
+    k: usize,
+    earlier: Vec<String>,
+    events: &mut Vec<i64>,
+) -> Result<Option<crate::llm::Reply<UserTurn>>, ItemError> {
+    match llm.ask(&sc.user_role, &prompt, Some(part), &user_answer(k == 0, earlier)).await {
+        Ok(u) => Ok(Some(u)),
+        Err(crate::llm::LlmError::Invalid { error, event_id, .. }) if k > 0 && error.contains(REPEATS) => {
+            events.extend(event_id);
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Run one dialogue: goal, then user and assistant turns until done, the cap or a failure.
 async fn simulate(
     exec: &Executor,
@@ -426,54 +459,66 @@ async fn simulate(
     let mut visible: Vec<Visible> = Vec::new();
     let mut turns = Vec::new();
     let mut ended = "cap".to_string();
-    for k in 0..rp.turn_cap {
-        let up = Prompt::new(
-            &rp.user_template,
-            json!({"persona": plan.persona, "goal": goal.value.goal, "conversation": visible,
-                   "turn": k + 1, "turn_cap": rp.turn_cap}),
-        );
-        let earlier: Vec<String> = turns.iter().map(|t: &DialogueTurn| t.user.clone()).collect();
-        let asked = llm.ask(&sc.user_role, &up, Some(&format!("user{}", k + 1)), &user_answer(k == 0, earlier)).await;
-        let u = match asked {
-            Ok(u) => u,
-            // Asked again and still repeating: the dialogue ends with the turns it has.
-            Err(crate::llm::LlmError::Invalid { error, event_id, .. }) if k > 0 && error.contains(REPEATS) => {
-                events.extend(event_id);
+    let names: Vec<String> = tools.keys().cloned().collect();
+    'turns: for k in 0..rp.turn_cap {
+        // A turn that asks for an action the assistant does not take (no successful call) is
+        // asked again once, with the reason; the second time the dialogue ends before it.
+        let mut note: Option<String> = None;
+        for attempt in 0..2 {
+            let before = messages.len();
+            let vars = json!({"persona": plan.persona, "goal": goal.value.goal, "conversation": visible,
+                              "turn": k + 1, "turn_cap": rp.turn_cap, "note": note});
+            let part = if attempt == 0 { format!("user{}", k + 1) } else { format!("user{}-again", k + 1) };
+            let earlier: Vec<String> = turns.iter().map(|t: &DialogueTurn| t.user.clone()).collect();
+            let prompt = Prompt::new(&rp.user_template, vars);
+            let Some(u) = ask_user(llm, sc, prompt, &part, k, earlier, &mut events).await? else {
                 ended = "repeated".into();
-                break;
+                break 'turns;
+            };
+            events.push(u.event_id);
+            let message = u.value.message.trim().to_string();
+            // The first turn always has a request; later, `done` (or nothing to say) ends it.
+            if k > 0 && (u.value.done || message.is_empty()) {
+                ended = "user".into();
+                break 'turns;
             }
-            Err(e) => return Err(e.into()),
-        };
-        events.push(u.event_id);
-        let message = u.value.message.trim().to_string();
-        // The first turn always has a request; later, `done` (or nothing to say) ends it.
-        if k > 0 && (u.value.done || message.is_empty()) {
-            ended = "user".into();
-            break;
-        }
-        if message.is_empty() {
-            return Err(ItemError::Failed("the user simulator wrote an empty first message".into()));
-        }
-        messages.push(ChatMessage::User(message.clone()));
-        let q = Query { id: format!("{}:turn{}", plan.id, k + 1), query: message.clone(), chain: vec![] };
-        let mut t = Trajectory::start(&q);
-        let trace = exec.run_loop(llm, &q.id, &mut messages, &mut t).await;
-        events.extend(trace.llm_events.iter().chain(&trace.call_events).copied());
-        visible.push(Visible { role: "user", text: message.clone() });
-        if let Some(a) = &t.answer {
-            visible.push(Visible { role: "assistant", text: a.clone() });
-        }
-        let failed = t.status != RunStatus::Answered;
-        turns.push(DialogueTurn {
-            user: message,
-            user_exchange: u.exchange,
-            status: t.status,
-            reason: t.reason.clone(),
-            answer: t.answer.clone(),
-            groups: crate::agent::recorded_groups(&t.calls),
-        });
-        if failed {
-            ended = "failed".into();
+            if message.is_empty() {
+                return Err(ItemError::Failed("the user simulator wrote an empty first message".into()));
+            }
+            messages.push(ChatMessage::User(message.clone()));
+            let q = Query { id: format!("{}:turn{}", plan.id, k + 1), query: message.clone(), chain: vec![] };
+            let mut t = Trajectory::start(&q);
+            let trace = exec.run_loop(llm, &q.id, &mut messages, &mut t).await;
+            events.extend(trace.llm_events.iter().chain(&trace.call_events).copied());
+            if let Some(action) = unserved_action(&t, &message, &names) {
+                messages.truncate(before);
+                if attempt == 0 {
+                    note = Some(format!(
+                        "Your last message (\"{}\") asked the assistant to {action} something, and it did not: ask again in other words, ask for something else your goal needs, or set `done` to true.",
+                        crate::logs::curate::one_line(&message)
+                    ));
+                    continue;
+                }
+                ended = "no_action".into();
+                break 'turns;
+            }
+            visible.push(Visible { role: "user", text: message.clone() });
+            if let Some(a) = &t.answer {
+                visible.push(Visible { role: "assistant", text: a.clone() });
+            }
+            let failed = t.status != RunStatus::Answered;
+            turns.push(DialogueTurn {
+                user: message,
+                user_exchange: u.exchange,
+                status: t.status,
+                reason: t.reason.clone(),
+                answer: t.answer.clone(),
+                groups: crate::agent::recorded_groups(&t.calls),
+            });
+            if failed {
+                ended = "failed".into();
+                break 'turns;
+            }
             break;
         }
     }

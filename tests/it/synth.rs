@@ -908,3 +908,42 @@ fn a_user_turn_that_repeats_an_earlier_one_is_asked_again_then_ends_the_dialogue
         .collect();
     assert_eq!(one_turn.len(), repeated, "{verdicts:?}");
 }
+
+/// [`rule`], with a user simulator that asks at turn 2 for an acknowledgement the assistant
+/// does not make (the scripted agent calls only what a `CHAIN:` request lists): asked again
+/// with the reason, a brief user asks the same, the others ask for something it can do.
+fn rule_with_an_unserved_action(seen: &Seen) -> Answer {
+    let t = seen.all_text();
+    if t.contains("You play a user") && !t.contains("This is turn 1") {
+        let tool = t.split("Your goal: use ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or("none");
+        let told = t.contains("asked the assistant to acknowledge something, and it did not");
+        let message = if told && !t.contains("mood: brief") {
+            format!("CHAIN: {tool} (second ask, for X-1)")
+        } else {
+            "Please acknowledge alert X-1 right away".to_string()
+        };
+        return Answer::json(json!({"message": message, "done": false}));
+    }
+    rule(seen)
+}
+
+#[test]
+fn a_user_turn_asking_for_an_action_the_assistant_does_not_take_is_asked_again_then_ends_the_dialogue() {
+    let sp = synth_project_with(&[("dialogues = 2", "dialogues = 6")], rule_with_an_unserved_action);
+    sp.ok(&["run"]);
+    let dialogues = sp.jsonl("artifacts/synth-roleplay/dialogues.jsonl");
+    let (mut ended, mut asked_anew) = (0, 0);
+    for d in &dialogues {
+        let users: Vec<&str> = d["turns"].as_array().unwrap().iter().map(|t| t["user"].as_str().unwrap()).collect();
+        if d["persona"]["mood"] == "brief" {
+            assert_eq!(d["ended"], "no_action", "{d}");
+            assert_eq!(users.len(), 1, "the unserved turn is not kept: {d}");
+            ended += 1;
+        } else {
+            assert_eq!(users.len(), 2, "{d}");
+            assert!(users[1].contains("second ask"), "asked again with the reason: {d}");
+            asked_anew += 1;
+        }
+    }
+    assert!(ended > 0 && asked_anew > 0, "both kinds of user occur: {dialogues:?}");
+}
