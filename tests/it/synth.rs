@@ -947,3 +947,64 @@ fn a_user_turn_asking_for_an_action_the_assistant_does_not_take_is_asked_again_t
     }
     assert!(ended > 0 && asked_anew > 0, "both kinds of user occur: {dialogues:?}");
 }
+
+#[test]
+fn a_released_chain_s_lineage_reaches_its_sources_and_records_the_left_out_calls() {
+    // The log track with synthesis, an agent that makes extra calls, released unreviewed.
+    let sp = synth_project_with(&[("dialogues = 2", "dialogues = 0")], rule_with_extra_calls);
+    let cfg = sp.p.read("pipeline/demo.toml");
+    sp.p.write(
+        "pipeline/demo.toml",
+        format!("{cfg}\n[release]\nname = \"it-chains\"\nversion = \"0.1.0\"\nrequire_review = false\n"),
+    );
+    sp.ok(&["run"]);
+    let rel = sp.p.path("release/it-chains-0.1.0");
+    let lineage: Vec<Value> = std::fs::read_to_string(rel.join("lineage.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let chains: Vec<&Value> = lineage.iter().filter(|l| l["id"].as_str().unwrap().starts_with("chain-")).collect();
+    assert!(!chains.is_empty(), "a chain is released: {lineage:?}");
+    for line in chains {
+        let stages: BTreeSet<&str> =
+            line["events"].as_array().unwrap().iter().filter_map(|e| e["stage"].as_str()).collect();
+        for want in [
+            "logs-import",
+            "logs-curate",
+            "logs-split",
+            "graph-build",
+            "synth-chains",
+            "execute",
+            "validate",
+            "release",
+        ] {
+            assert!(stages.contains(want), "`{}` lacks `{want}`: {stages:?}", line["id"]);
+        }
+        let kinds: Vec<&str> = line["events"].as_array().unwrap().iter().filter_map(|e| e["kind"].as_str()).collect();
+        for want in [
+            "logs.session",
+            "logs.decision",
+            "logs.split",
+            "synth.chain",
+            "mcp.call",
+            "execute.trajectory",
+            "validate.verdict",
+        ] {
+            assert!(kinds.contains(&want), "`{}` lacks a `{want}` event: {kinds:?}", line["id"]);
+        }
+        // The needed-call check's exchange is a parent of the verdict, so it is in the lineage.
+        let validate_exchanges = line["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["stage"] == "validate" && e["kind"] == "llm.exchange")
+            .count();
+        assert!(validate_exchanges >= 1, "`{}`: {:?}", line["id"], line["events"]);
+    }
+    // The released sample keeps the left-out calls as recorded responses, marked.
+    let samples = std::fs::read_to_string(rel.join("samples.jsonl")).unwrap();
+    assert!(samples.contains("\"left_out\":\"unrequested: "), "{samples}");
+    let o = sp.run(&["release", "verify", rel.to_str().unwrap()], &[]);
+    assert!(o.status.success(), "{}", crate::support::stderr(&o));
+}
