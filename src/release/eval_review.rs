@@ -25,9 +25,13 @@ pub const KEEP: &str = "keep";
 /// other than `leave out`, `keep` or blank, an id twice) is an error naming file and line.
 pub fn read(s: &Settings, inputs: &Inputs, path: &Path) -> Result<HashMap<String, String>> {
     let name = s.display_path(path);
-    let bytes = inputs.bytes(path)?;
+    Ok(parse(&name, inputs.bytes(path)?)?)
+}
+
+/// [`read`] of the sheet's bytes, `name` naming it in problems.
+pub fn parse(name: &str, bytes: &[u8]) -> Result<HashMap<String, String>, InputError> {
     let mut problems = Vec::new();
-    let rows = crate::csvout::read_rows(&name, bytes, &REVIEW_HEADER, &mut problems);
+    let rows = crate::csvout::read_rows(name, bytes, &REVIEW_HEADER, &mut problems);
     let mut out = HashMap::new();
     let mut seen = HashMap::new();
     for r in rows {
@@ -49,7 +53,7 @@ pub fn read(s: &Settings, inputs: &Inputs, path: &Path) -> Result<HashMap<String
         }
     }
     if !problems.is_empty() {
-        return Err(InputError { file: name, problems }.into());
+        return Err(InputError { file: name.to_string(), problems });
     }
     Ok(out)
 }

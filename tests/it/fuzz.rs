@@ -2,7 +2,7 @@
 //! mutating a valid seed (cut, insert a nasty token, flip a byte, truncate, repeat a slice),
 //! and must answer with no panic and an error that names the file and the place, leaving
 //! artifacts untouched. Surfaces: registry snapshots, tool logs (JSONL conversations,
-//! events, FinMCP arrays), review sheets (EFS and graph), the pipeline config,
+//! events, FinMCP arrays), review sheets (EFS, graph and eval), the pipeline config,
 //! predictions, and MCP messages to the sandbox (stdio) and from a server to the client.
 //!
 //! A short run is part of `cargo test` (`make test`); `make fuzz` runs many more cases.
@@ -252,6 +252,20 @@ fn fuzz_review_sheets() {
     let graph = "from,to,sessions,count,value_flow,llm_verdict,llm_reason,decision,reviewer,note\n\
                  a,b,2,3,1,accepted,'-because,remove,ann,\n\
                  b,c,1,1,0,rejected,no,add,ann,\"x\"\n";
+    // The adjudicated review queue of `benchgen eval` (`[release] eval_review`).
+    let queue = "id,flags,solve_rate,evidence,decision,note\n\
+                 L1-1,all-fail,0.0000,\"`a`, `b` called `x::y`\",leave out,wrong gold\n\
+                 L5-1,all-pass,1.0000,,keep,\n\
+                 fin-a,label-mismatch,0.3333,,,\n";
+    run_fuzz("eval review sheet", cases(), |e| {
+        if let Err(err) = benchgen::release::eval_review::parse("r.csv", &mutate(queue.as_bytes(), e)) {
+            prop_assert!(!err.problems.is_empty());
+            for p in &err.problems {
+                prop_assert!(p.location.starts_with("r.csv:"), "location {:?}: {}", p.location, p.message);
+            }
+        }
+        Ok(())
+    });
     run_fuzz("graph review sheet", cases(), |e| {
         let files = vec![("g.csv".to_string(), mutate(graph.as_bytes(), e))];
         if let Err(err) = benchgen::graph::review::import_sheets(&files, &tools) {
