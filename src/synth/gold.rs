@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::efs::lexical::words;
 use crate::model::RecordedCall;
 
 /// One family of side-effect tools: the words a tool name uses, the words a request
@@ -128,31 +129,6 @@ const KINDRED: &[&[&str]] = &[
     &["service", "app", "application", "component", "system"],
     &["host", "server", "node", "instance", "machine"],
 ];
-
-/// Lower-case words of a name or text (`get_alerts`, `getAlerts`, `get-alerts` → get, alerts).
-pub fn words(s: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut prev_lower = false;
-    for ch in s.chars() {
-        if ch.is_alphanumeric() {
-            if ch.is_uppercase() && prev_lower && !cur.is_empty() {
-                out.push(std::mem::take(&mut cur));
-            }
-            prev_lower = ch.is_lowercase() || ch.is_ascii_digit();
-            cur.extend(ch.to_lowercase());
-        } else {
-            prev_lower = false;
-            if !cur.is_empty() {
-                out.push(std::mem::take(&mut cur));
-            }
-        }
-    }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
-    out
-}
 
 /// A word without its plural or verb ending, for loose matching (`alerts` → `alert`).
 fn stem(w: &str) -> &str {
@@ -307,27 +283,31 @@ fn related(arg: &str, tool: &str, path: &str) -> bool {
     wanted.iter().any(|w| have.iter().any(|h| same_kind(w, h)))
 }
 
-/// Is `needle` a whole word (or phrase) of `hay` (both lower-case)?
-fn has_word(hay: &str, needle: &str) -> bool {
+/// Byte positions where `needle` occurs in `hay` as a whole word or phrase (no letter or
+/// digit right before or after it); none for an empty needle.
+fn word_positions(hay: &str, needle: &str) -> Vec<usize> {
+    let mut out = Vec::new();
     if needle.is_empty() {
-        return false;
+        return out;
     }
-    let bytes = hay.as_bytes();
+    let b = hay.as_bytes();
     let mut start = 0;
     while let Some(i) = hay[start..].find(needle) {
         let at = start + i;
         let end = at + needle.len();
-        let before = at == 0 || !(bytes[at - 1] as char).is_alphanumeric();
-        let after = end >= bytes.len() || !(bytes[end] as char).is_alphanumeric();
-        if before && after {
-            return true;
+        if (at == 0 || !(b[at - 1] as char).is_alphanumeric())
+            && (end >= b.len() || !(b[end] as char).is_alphanumeric())
+        {
+            out.push(at);
         }
-        start = at + needle.len().max(1);
-        if start >= hay.len() {
-            break;
-        }
+        start = end;
     }
-    false
+    out
+}
+
+/// Is `needle` a whole word (or phrase) of `hay` (both lower-case)?
+fn has_word(hay: &str, needle: &str) -> bool {
+    !word_positions(hay, needle).is_empty()
 }
 
 /// Trace one argument value (`arg` names it) of a call.
@@ -689,7 +669,7 @@ pub fn unsupported_claims(answer: &str, calls: &[&RecordedCall], seen: &str) -> 
     for a in ACTIONS {
         let done = calls.iter().filter(|c| ok(c) && action_of(&c.tool).is_some_and(|x| x.name == a.name)).count();
         for claim in a.claims {
-            let Some(pos) = claim_positions(&lower, claim).into_iter().find(|p| !negated(&lower, *p)) else {
+            let Some(pos) = word_positions(&lower, claim).into_iter().find(|p| !negated(&lower, *p)) else {
                 continue;
             };
             if done == 0 && !has_word(&seen, claim) {
@@ -715,23 +695,6 @@ pub fn unsupported_claims(answer: &str, calls: &[&RecordedCall], seen: &str) -> 
         if !seen.contains(&id.to_lowercase()) {
             out.push(format!("names `{id}`, which no request, argument or result of the sample holds"));
         }
-    }
-    out
-}
-
-fn claim_positions(lower: &str, claim: &str) -> Vec<usize> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    while let Some(i) = lower[start..].find(claim) {
-        let at = start + i;
-        let end = at + claim.len();
-        let b = lower.as_bytes();
-        if (at == 0 || !(b[at - 1] as char).is_alphanumeric())
-            && (end >= b.len() || !(b[end] as char).is_alphanumeric())
-        {
-            out.push(at);
-        }
-        start = end;
     }
     out
 }
@@ -1007,7 +970,7 @@ impl Review {
             all.push(d);
         }
         for (ti, d) in all.iter().enumerate() {
-            rebuild_turn(c, ti, d);
+            rebuild_turn(c, &self.requests, ti, d);
         }
         let needed = all.iter().flatten().filter(|x| x.0 == Decision::Needed).count();
         if c.sample.turns.len() > 1 && needed == 0 {
@@ -1021,10 +984,9 @@ impl Review {
 
 /// Mark a turn's left-out calls and rebuild its plan from the needed ones: groups as they
 /// ran (empty ones dropped), dependencies from the chain and from traced arguments.
-fn rebuild_turn(c: &mut Candidate, ti: usize, d: &[(Decision, String)]) {
-    let requests: Vec<String> = (0..c.sample.turns.len()).map(|i| request_of(&c.sample, i)).collect();
+fn rebuild_turn(c: &mut Candidate, requests: &[String], ti: usize, d: &[(Decision, String)]) {
     let deps: Vec<Vec<usize>> = {
-        let t = turn_input(c, &requests, ti);
+        let t = turn_input(c, requests, ti);
         (0..t.calls.len()).map(|j| sources(&t, j).into_iter().map(|(i, _)| i).collect()).collect()
     };
     let chain = if ti == 0 { c.chain_steps.clone() } else { vec![] };
