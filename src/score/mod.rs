@@ -156,8 +156,9 @@ pub enum RawPred {
     Etom(Value),
     /// FinMCP inference output: `messages_pred`, whether the record carries `error`, and
     /// (compat finmcp) the sample fields the record carries itself (`scenery`, `diff_level`,
-    /// `messages`, `task`), which `evaluation.py` scores it by.
-    Finmcp { messages_pred: Value, error: bool, sample: Option<Value> },
+    /// `messages`, `task`), which `evaluation.py` scores it by. `messages_pred` is `None`
+    /// when the record has no such key.
+    Finmcp { messages_pred: Option<Value>, error: bool, sample: Option<Value> },
     /// Our JSONL: the compat evaluators get it converted to their input shape.
     Unified,
 }
@@ -507,7 +508,12 @@ fn run_compat_finmcp(
                 return;
             }
         };
-        results.push(compat_finmcp::score_record(item, &name, &pred));
+        let res = compat_finmcp::score_record(item, &name, &pred);
+        // evaluation.py would stop on this record with no figures: an error of the input.
+        if res.compat_status.as_deref() == Some(compat_finmcp::STOPPED) {
+            diags.push(input::Diagnostic::line(line, id, res.reasons.last().cloned().unwrap_or_default()));
+        }
+        results.push(res);
     })?;
     for (i, it) in bench.items.iter().enumerate() {
         if in_mode[i] && !covered[i] {

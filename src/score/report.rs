@@ -87,11 +87,42 @@ pub struct Report {
     pub data_defects: Vec<Defect>,
     /// Samples of a family the compat mode does not cover.
     pub not_in_mode: usize,
+    /// `--compat finmcp`: the records evaluation.py would not count, by why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub left_out: Option<LeftOut>,
     #[serde(skip)]
     pub results: Vec<SampleResult>,
     /// The loaded benchmark, kept so the caller decides when (or whether) to free it.
     #[serde(skip)]
     pub bench: Option<Bench>,
+}
+
+/// Records `--compat finmcp` leaves out of N, as evaluation.py does or would.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct LeftOut {
+    /// A truthy `error`: dropped (`--drop_error_data`).
+    pub error_records: usize,
+    /// A KeyError (a missing field, a tool call without `function` or `name`): skipped.
+    pub skipped: usize,
+    /// An exception the script does not catch (it would print no figures at all): reported
+    /// as errors in the diagnostics.
+    pub stopped: usize,
+    /// Benchmark samples no record names (the script never sees them).
+    pub no_record: usize,
+}
+
+fn left_out(results: &[SampleResult]) -> LeftOut {
+    use super::compat_finmcp::{DROPPED_ERROR, SKIPPED, STOPPED};
+    let mut l = LeftOut::default();
+    for r in results.iter().filter(|r| r.status == Status::Dropped) {
+        match r.compat_status.as_deref() {
+            Some(DROPPED_ERROR) => l.error_records += 1,
+            Some(SKIPPED) => l.skipped += 1,
+            Some(STOPPED) => l.stopped += 1,
+            _ => l.no_record += 1,
+        }
+    }
+    l
 }
 
 fn mean(xs: impl Iterator<Item = f64>) -> Option<f64> {
@@ -295,6 +326,7 @@ pub fn build(
         diagnostics,
         data_defects,
         not_in_mode: not_in_mode.len(),
+        left_out: (mode == Mode::CompatFinmcp).then(|| left_out(&results)),
         results,
         bench: None,
     }
@@ -442,6 +474,22 @@ fn table(mode: Mode, s: &Section) -> (Vec<String>, Vec<Vec<String>>) {
     }
 }
 
+/// `--compat finmcp`: what N leaves out and why, when anything is left out.
+fn left_out_line(rep: &Report) -> Option<String> {
+    let l = rep.left_out?;
+    let parts: Vec<String> = [
+        (l.error_records, "error record(s) dropped (--drop_error_data)"),
+        (l.skipped, "record(s) skipped on a KeyError"),
+        (l.stopped, "record(s) on which evaluation.py would stop with no figures (errors, listed below)"),
+        (l.no_record, "benchmark sample(s) without a record"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    (!parts.is_empty()).then(|| format!("Left out of N: {}.", parts.join(", ")))
+}
+
 fn fmt_extra(v: f64) -> String {
     if v.fract() == 0.0 { format!("{v:.0}") } else { format!("{v:.4}") }
 }
@@ -508,6 +556,9 @@ pub fn render_text(rep: &Report) -> String {
     if rep.not_in_mode > 0 {
         let _ = writeln!(out, "\n{} sample(s) of the other family are not scored in this mode.", rep.not_in_mode);
     }
+    if let Some(line) = left_out_line(rep) {
+        let _ = writeln!(out, "\n{line}");
+    }
     if !rep.data_defects.is_empty() {
         let _ = writeln!(out, "\n{} data defect(s) in the reference:", rep.data_defects.len());
         for d in rep.data_defects.iter().take(SHOWN) {
@@ -548,6 +599,9 @@ pub fn render_markdown(rep: &Report) -> String {
     }
     let _ = writeln!(out, "- predictions `{}`: {} records", rep.predictions.path, rep.predictions.records);
     let _ = writeln!(out, "- samples scored: {}", rep.samples);
+    if let Some(line) = left_out_line(rep) {
+        let _ = writeln!(out, "- {line}");
+    }
     for s in &rep.sections {
         let _ = writeln!(out, "\n## By {}\n", s.dimension);
         let (head, rows) = table(rep.mode, s);

@@ -758,6 +758,17 @@ fn load_finmcp(
         // mode must see them as the published evaluator does).
         let sample = match finmcp::Sample::<Value>::deserialize(rec) {
             Ok(s) => s,
+            // The compat mode scores each prediction record by its own fields (its copy of
+            // this record is reported there, e.g. as one evaluation.py would stop on).
+            Err(e) if keep_raw => {
+                diagnostics.push(Diagnostic {
+                    file: file.to_string(),
+                    location: loc,
+                    id: None,
+                    message: format!("not a FinMCP sample: {e}; left out of the benchmark (a prediction record that carries the sample's fields is scored by them)"),
+                });
+                continue;
+            }
             Err(e) => {
                 problems.push(Problem::new(&loc, format!("not a FinMCP sample: {e}")));
                 continue;

@@ -31,6 +31,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use bench::load_benches;
+pub(crate) use pred::truthy;
 pub use pred::{norm_etom, norm_finmcp, read_predictions};
 
 use super::Item;

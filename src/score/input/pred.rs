@@ -61,7 +61,11 @@ pub fn read_predictions(
             diags.push(Diagnostic::line(loc, None, format!("expected a JSON object, got {}", json_type_name(&v))));
             return;
         };
-        let format = opts.pred_format.or_else(|| detect_pred(&obj));
+        // In compat finmcp a record with sample fields but no `messages_pred` is still a FinMCP
+        // record (evaluation.py raises ValueError on it, which the compat scorer reports).
+        let format = opts.pred_format.or_else(|| detect_pred(&obj)).or_else(|| {
+            (compat_finmcp && FINMCP_SAMPLE_KEYS.iter().any(|k| obj.contains_key(*k))).then_some(PredFormat::Finmcp)
+        });
         let id = id_string(obj.get("id"));
         // FinMCP inference writes a failed sample as `{error, error_message, messages_pred: []}`
         // without its id; evaluation.py never reads `id` at all. The compat mode takes such
@@ -602,7 +606,8 @@ pub const FINMCP_SAMPLE_KEYS: [&str; 4] = ["scenery", "diff_level", "messages", 
 /// `messages_pred` unchecked: the compat scorer extracts the names itself).
 fn parse_finmcp(obj: &Map<String, Value>, compat: bool) -> Pred {
     let error = truthy(obj.get("error"));
-    let messages = obj.get("messages_pred").cloned().unwrap_or(Value::Null);
+    let given = obj.get("messages_pred").cloned();
+    let messages = given.clone().unwrap_or(Value::Null);
     let sample = (compat && FINMCP_SAMPLE_KEYS[..3].iter().any(|k| obj.contains_key(*k))).then(|| {
         let own: Map<String, Value> =
             FINMCP_SAMPLE_KEYS.iter().filter_map(|k| obj.get(*k).map(|v| (k.to_string(), v.clone()))).collect();
@@ -619,7 +624,7 @@ fn parse_finmcp(obj: &Map<String, Value>, compat: bool) -> Pred {
             Err(e) => return Pred::Malformed(format!("messages_pred: {e}")),
         }
     };
-    Pred::Ok { norm, raw: RawPred::Finmcp { messages_pred: messages, error, sample } }
+    Pred::Ok { norm, raw: RawPred::Finmcp { messages_pred: given, error, sample } }
 }
 
 #[cfg(test)]
