@@ -26,7 +26,10 @@ fn main() -> ExitCode {
     init_tracing(cli.global.verbose, cli.global.quiet);
     let printer =
         Printer { quiet: cli.global.quiet, verbose: cli.global.verbose, json: cli.global.json, announce: false };
+    // A local model server lives from its first stage to the end of the command.
+    llm::local::keep_until_stopped();
     let result = dispatch(&cli, &printer);
+    llm::local::stop_shared();
     benchgen::children::wait_if_signalled();
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1112,7 +1112,7 @@ graph-build on sha256:25adaf7849d781c8a0cfbab0018e6467500b5a6d1540b46024da208e7c
 graph-review-import off error: no review sheets in `reviews/graph`
 synth-chains on sha256:3c732f21cf628af4b8552fe1f7090ed8f20d7a3baa9477fa6cfe4f30091517b1
 execute on sha256:b5b96c9d291757c71f23cc57255cfbe5abc807b1ea7a0fe50c6f1bcfc8a0d4f7
-synth-roleplay on sha256:771cca09e89b04213d6b0b518c7c6922ee0f39bea9d2f51c8da8255891611a9c
+synth-roleplay on sha256:913772e9ff82f2fee127d53f0d222ca7a3a2d75e139be999b57151d8b0161701
 validate on sha256:86f00ee0611413bfc2c6878d9ebce92c473e5750538cf10b7a15363cba0e0891
 review-assign on sha256:fcddaa6f853884cd3122ed2f5c1f717d72651d2c32e47862595d2a6f45a5e3e9
 review-export on sha256:2590279cb0054a94f4772b72bfa8002e01d9491b47ca9181120f92ced5e25d44
@@ -1120,7 +1120,7 @@ review-import off error: no filled sheets in `reviews/returned` and no web submi
 review-prereview on sha256:2b4700bfb17781a0747432be04fe73de73a0fa6c174b7eb1827866b7b78622f6
 review-merge on sha256:e422bd5173c26174e26e964407cc6d94f1ca44013b1c0585cc72efdc1a1afa5d
 release on sha256:fe1a0336f1cbe5e7e4d3b32a0e4bf13ecace8d49dfce639a86d459d97e534cf6
-eval on sha256:33baa37f08058d114098f67526c196da19c9994dfec8786a93130fcdb34f9067";
+eval on sha256:187a705799beecb91e2b685af5b11fa99a7255f1b8beef4f298c3e60fcffa362";
 
     #[test]
     fn diff_names_the_changed_input() {

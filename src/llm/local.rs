@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LocalSpec {
     pub binary: PathBuf,
     pub model: PathBuf,
@@ -58,6 +58,8 @@ pub struct LocalServer {
     pid: u32,
     port: u16,
     log: PathBuf,
+    /// Set by the guard thread when the process has ended (a shared server is then not reused).
+    exited: Arc<AtomicBool>,
     stop: Option<mpsc::Sender<()>>,
     guard: Option<std::thread::JoinHandle<()>>,
 }
@@ -167,7 +169,14 @@ impl LocalServer {
             Err(_) => return Err("the llama-server guard thread died".into()),
         };
         // From here on, dropping `server` stops the process (also on the error paths below).
-        let mut server = LocalServer { pid, port, log: log.clone(), stop: Some(stop_tx), guard: Some(guard) };
+        let mut server = LocalServer {
+            pid,
+            port,
+            log: log.clone(),
+            exited: exited.clone(),
+            stop: Some(stop_tx),
+            guard: Some(guard),
+        };
         tracing::info!("started llama-server pid {pid} on 127.0.0.1:{port} with `{}`", spec.model.display());
         let http = reqwest::Client::new();
         let url = format!("http://127.0.0.1:{port}/health");
@@ -203,6 +212,11 @@ impl LocalServer {
 
     pub fn base_url(&self) -> String {
         format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    /// Whether the process has ended since it answered its health check.
+    pub fn has_exited(&self) -> bool {
+        self.exited.load(Ordering::SeqCst)
     }
 
     pub fn pid(&self) -> u32 {
@@ -252,6 +266,51 @@ fn signal_name(sig: i32) -> &'static str {
         libc::SIGTERM => "SIGTERM",
         _ => "a signal",
     }
+}
+
+/// Servers kept for the rest of the command, one per spec, once [`keep_until_stopped`] is
+/// called (the binary does): `benchgen run` starts each model once instead of once per stage
+/// (a 1.5B model takes about 3 s to load on 2 cores, and llama-server's prompt cache, e.g. of
+/// an agent's tool definitions, lives across stages). [`stop_shared`] stops them; a signal
+/// stops them through [`crate::children`]. Without it (library use), a server lives as long as
+/// the client that started it.
+static SHARED: std::sync::Mutex<Vec<(LocalSpec, Arc<LocalServer>)>> = std::sync::Mutex::new(Vec::new());
+static KEEP: AtomicBool = AtomicBool::new(false);
+
+/// Keep every local server started from now on until [`stop_shared`].
+pub fn keep_until_stopped() {
+    KEEP.store(true, Ordering::SeqCst);
+}
+
+/// The running server for `spec`: with [`keep_until_stopped`], started on first use and kept
+/// until [`stop_shared`] (a server that has died since is started again); otherwise a new one.
+pub async fn shared(spec: &LocalSpec) -> Result<Arc<LocalServer>, String> {
+    if !KEEP.load(Ordering::SeqCst) {
+        return LocalServer::start(spec).await.map(Arc::new);
+    }
+    let found = {
+        let mut all = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|(_, s)| !s.has_exited());
+        all.iter().find(|(k, _)| k == spec).map(|(_, s)| s.clone())
+    };
+    if let Some(s) = found {
+        return Ok(s);
+    }
+    let server = Arc::new(LocalServer::start(spec).await?);
+    let mut all = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+    // Two first uses at once: keep the one registered first (the other stops when dropped).
+    if let Some((_, s)) = all.iter().find(|(k, _)| k == spec) {
+        return Ok(s.clone());
+    }
+    all.push((spec.clone(), server.clone()));
+    Ok(server)
+}
+
+/// Stop every shared server (SIGTERM, then SIGKILL after 5 s) and remove its log. Called
+/// when the command ends; the last user of a server may still hold it, which stops it then.
+pub fn stop_shared() {
+    let all = std::mem::take(&mut *SHARED.lock().unwrap_or_else(|p| p.into_inner()));
+    drop(all);
 }
 
 impl Drop for LocalServer {

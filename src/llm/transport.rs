@@ -102,7 +102,8 @@ enum Target {
 
 struct Conn {
     client: async_openai::Client<OpenAIConfig>,
-    _server: Option<LocalServer>,
+    /// Shared with later stages of the same command (see `local::shared`).
+    _server: Option<std::sync::Arc<LocalServer>>,
 }
 
 /// Evenly spaced admission (no bursts): each request takes the next free slot of the
@@ -312,7 +313,7 @@ impl Endpoint {
         let (base_url, server) = match &self.target {
             Target::Remote { base_urls } => (base_urls[replica].clone(), None),
             Target::Local(spec) => {
-                let server = LocalServer::start(spec).await?;
+                let server = super::local::shared(spec).await?;
                 (server.base_url(), Some(server))
             }
         };

@@ -253,3 +253,133 @@ fn real_local_model_gives_a_schema_valid_typed_answer() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A stand-in llama-server (a test double): appends its pid to `starts.txt` beside itself,
+/// answers `/health`, and forwards every other request to the scripted endpoint on port
+/// `$BENCHGEN_TEST_UPSTREAM`.
+fn forwarding_server(dir: &Path) -> PathBuf {
+    let bin = dir.join("llama-server-standin");
+    std::fs::write(
+        &bin,
+        r#"#!/usr/bin/env python3
+import http.server, os, sys, urllib.request
+port = int(sys.argv[sys.argv.index("--port") + 1])
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "starts.txt"), "a") as f:
+    f.write(f"{os.getpid()}\n")
+upstream = f"http://127.0.0.1:{os.environ['BENCHGEN_TEST_UPSTREAM']}"
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def reply(self, code, body):
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        self.reply(200, b'{"status":"ok"}')
+    def do_POST(self):
+        data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        req = urllib.request.Request(upstream + self.path, data, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req) as r:
+            self.reply(r.status, r.read())
+http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+/// `benchgen run` starts a local model once for all its stages (not once per stage), and
+/// stops it when the command ends; a single stage command starts its own.
+#[test]
+fn a_run_starts_the_local_model_once_for_all_its_stages_and_stops_it_at_the_end() {
+    use crate::support::scripted_llm::{Edge, ScriptedLlm};
+    let llm = ScriptedLlm::at_schema_edge(Edge::Min);
+    let dir = tempfile::tempdir().unwrap();
+    let server = forwarding_server(dir.path());
+    std::fs::write(dir.path().join("model.gguf"), b"a stand-in model").unwrap();
+    let demo = crate::support::repo().join("raw/demo/logs");
+    std::fs::create_dir_all(dir.path().join("pipeline")).unwrap();
+    let cfg = dir.path().join("pipeline/t.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"[project]
+name = "t"
+seed = 1
+
+[[logs.sources]]
+name = "ops"
+path = "{events}"
+
+[logs.catalog]
+path = "{catalog}"
+format = "mcp"
+
+[logs.anonymise]
+secret_env = "BENCHGEN_ANON_SECRET"
+
+[logs.curate]
+judge_role = "judge"
+domain = "IT operations"
+scenarios = "logs"
+llm_sample = 2
+
+[logs.split]
+seed_ratio = 0.5
+
+[graph]
+role = "judge"
+min_support = 14
+
+[llm.roles.judge]
+provider = "local"
+server_binary = "{server}"
+model_path = "{model}"
+startup_timeout_s = 60
+"#,
+            events = demo.join("events.jsonl").display(),
+            catalog = demo.join("catalog.json").display(),
+            server = server.display(),
+            model = dir.path().join("model.gguf").display(),
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_benchgen"))
+            .env("BENCHGEN_NO_PROGRESS", "1")
+            .env_remove("BENCHGEN_LLM_MODE")
+            .current_dir(dir.path())
+            .arg("--config")
+            .arg(&cfg)
+            .args(args)
+            .env("BENCHGEN_ANON_SECRET", "test-secret")
+            .env("BENCHGEN_TEST_UPSTREAM", llm.port().to_string())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let starts = || -> Vec<u32> {
+        std::fs::read_to_string(dir.path().join("starts.txt"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.trim().parse().unwrap())
+            .collect()
+    };
+    run(&["run"]);
+    let after_run = starts();
+    assert_eq!(after_run.len(), 1, "one server for logs-curate and graph-build: {after_run:?}");
+    assert!(llm.count() > 2, "both stages asked the model ({} requests)", llm.count());
+    assert!(wait_dead(after_run[0]), "the server is stopped when `run` ends");
+    assert!(
+        std::fs::read_dir(dir.path().join("artifacts/llm/logs")).map(|d| d.count()).unwrap_or(0) == 0,
+        "a cleanly stopped server's log is removed"
+    );
+    // Each single stage command starts its own (the ledger answers nothing: forced, live).
+    run(&["--llm-mode", "live", "logs", "curate", "--force"]);
+    run(&["--llm-mode", "live", "graph", "build", "--force"]);
+    let all = starts();
+    assert_eq!(all.len(), 3, "one more server per stage command: {all:?}");
+    assert!(all.iter().all(|&p| wait_dead(p)), "every server was stopped: {all:?}");
+}
