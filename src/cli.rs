@@ -98,6 +98,10 @@ pub enum Command {
     /// The stages and what each reads and writes: `benchgen stages`. A stage runs when
     /// the config enables it (e.g. the EFS stages need `[efs]`); `--from`/`--until` take
     /// stage names.
+    ///
+    /// When no sample is accepted yet and some wait for review, the run stops at `release`
+    /// with "waiting for people", what they are waiting for and the command to run next, and
+    /// exit code 3 (not a failure: 1 is). `benchgen status` shows the same.
     Run(RunArgs),
     /// Show every stage as done, stale (with the reason) or missing.
     Status,

@@ -1,7 +1,8 @@
 //! Error types at module boundaries and the exit-code policy.
 //!
 //! Exit codes: 0 success; 1 a failure the user can act on (bad input, a stage
-//! that failed, a stale replay); 2 a usage error or an unexpected internal error.
+//! that failed, a stale replay); 2 a usage error or an unexpected internal error; 3 the
+//! pipeline waits for people (samples to review or adjudicate): not a failure.
 
 use std::fmt;
 
@@ -53,6 +54,19 @@ pub struct Hinted {
     pub message: String,
     pub hint: String,
 }
+
+/// Not a failure: the pipeline stopped where it waits for people (reviewers, adjudicators).
+/// Shown as `waiting for people: …` and `next: …`, exit code [`EXIT_WAITING`].
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Waiting {
+    pub message: String,
+    /// What to do, and the command to run once it is done.
+    pub next: String,
+}
+
+/// The exit code of a pipeline waiting for people.
+pub const EXIT_WAITING: i32 = 3;
 
 pub fn hinted(message: impl Into<String>, hint: impl Into<String>) -> anyhow::Error {
     Hinted { message: message.into(), hint: hint.into() }.into()
@@ -126,11 +140,21 @@ pub fn disk_full_behind(err: &anyhow::Error) -> Option<DiskFull> {
 
 /// The exit code for an error that reached `main`.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
-    if err.chain().any(|e| e.is::<UsageError>()) { 2 } else { 1 }
+    if err.chain().any(|e| e.is::<Waiting>()) {
+        EXIT_WAITING
+    } else if err.chain().any(|e| e.is::<UsageError>()) {
+        2
+    } else {
+        1
+    }
 }
 
 /// Render an error the uv way: `error: …`, `Caused by: …` lines, `hint: …`.
 pub fn render(err: &anyhow::Error) -> String {
+    // Waiting is not an error: no `error:` and no "failed" context around it.
+    if let Some(w) = err.chain().find_map(|e| e.downcast_ref::<Waiting>()) {
+        return format!("waiting for people: {}\nnext: {}", w.message, w.next);
+    }
     let mut out = format!("error: {err}");
     for cause in err.chain().skip(1) {
         out.push_str(&format!("\n  Caused by: {cause}"));

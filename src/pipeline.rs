@@ -25,16 +25,23 @@ pub fn states(settings: &Settings) -> BTreeMap<String, Freshness> {
 fn status_of(settings: &Settings, stages: Vec<Box<dyn crate::stage::Stage>>) -> Vec<StatusRow> {
     let mut states: BTreeMap<String, Freshness> = BTreeMap::new();
     let mut rows = Vec::new();
+    let release = crate::stage::Stage::spec(&crate::release::ReleaseStage).name;
     for stage in stages {
         let spec = stage.spec();
         let (name, command) = (spec.name, spec.command);
         let state = stage::freshness(stage.as_ref(), settings, &states);
         let manifest = stage::Manifest::load(&settings.artifacts, name).ok().flatten();
         states.insert(name.to_string(), state.clone());
+        // A release not yet made because samples wait for people says so.
+        let waiting = (name == release && state != Freshness::Done)
+            .then(|| crate::release::waiting_for_review(settings))
+            .flatten()
+            .map(|w| Waiting { message: w.message, next: w.next });
         rows.push(StatusRow {
             stage: name,
             command,
             state,
+            waiting,
             run_id: manifest.as_ref().map(|m| m.run_id),
             finished_at: manifest.map(|m| m.finished_at),
         });
@@ -50,6 +57,16 @@ pub struct StatusRow {
     pub state: Freshness,
     pub run_id: Option<i64>,
     pub finished_at: Option<String>,
+    /// The release stage only: nothing accepted yet, samples wait for review.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
+}
+
+/// What the pipeline waits for, and what to do.
+#[derive(Debug, Serialize)]
+pub struct Waiting {
+    pub message: String,
+    pub next: String,
 }
 
 pub fn render_status(rows: &[StatusRow]) -> String {
@@ -63,6 +80,9 @@ pub fn render_status(rows: &[StatusRow]) -> String {
         };
         let run = r.run_id.map(|id| format!(" (run {id})")).unwrap_or_default();
         s.push_str(&format!("{:<width$} {:<8}{run}{reason}\n", r.stage, word));
+    }
+    for w in rows.iter().filter_map(|r| r.waiting.as_ref()) {
+        s.push_str(&format!("\nwaiting for people: {}\nnext: {}\n", w.message, w.next));
     }
     s
 }

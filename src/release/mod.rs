@@ -813,6 +813,9 @@ fn write_pool(
     }
     pool.summary.empty_files = files.finish()?;
     if pool.summary.samples == 0 {
+        if let Some(w) = waiting(&pool.summary.left_out, pool.summary.pool) {
+            return Err(w.into());
+        }
         return Err(hinted(
             format!("nothing to release: none of the {} pool samples was accepted", pool.summary.pool),
             "see `artifacts/review-merge/` for the decisions",
@@ -911,6 +914,53 @@ fn request_key(sample: &Sample) -> String {
 }
 
 /// Why a sample stays out of the release under the review decisions, if it does.
+/// Nothing accepted yet and samples waiting for a decision: the release waits for people
+/// (`benchgen run` stops here with exit code 3) instead of failing.
+fn waiting(left_out: &BTreeMap<String, usize>, pool: usize) -> Option<crate::error::Waiting> {
+    let unscored = left_out.get("not reviewed").copied().unwrap_or(0);
+    let undecided = left_out.get("review: undecided").copied().unwrap_or(0);
+    if unscored + undecided == 0 {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if unscored > 0 {
+        parts.push(format!("{unscored} not reviewed yet"));
+    }
+    if undecided > 0 {
+        parts.push(format!(
+            "{undecided} undecided (waiting for a second score or an adjudication: `artifacts/review-merge/queue.csv`)"
+        ));
+    }
+    Some(crate::error::Waiting {
+        message: format!(
+            "{} of the {pool} pool samples wait for review ({}); nothing is released until a sample is accepted",
+            unscored + undecided,
+            parts.join(", ")
+        ),
+        next: "reviewers fill their sheets (`artifacts/review-export/sheets/<reviewer>.csv` or .xlsx, returned \
+               into `reviews/returned/`) or score in the web app (`benchgen review serve`); disagreements are \
+               decided in `reviews/adjudications.csv`; then run `benchgen run` again (docs/review.md)"
+            .into(),
+    })
+}
+
+/// What `benchgen status` shows for the release: the review decisions accept no sample
+/// yet and some wait for people (the state in which `release` stops with exit code 3).
+pub fn waiting_for_review(settings: &Settings) -> Option<crate::error::Waiting> {
+    let path = settings.artifacts.join(DECISIONS.stage).join(DECISIONS.file);
+    let text = std::fs::read_to_string(path).ok()?;
+    let (mut counts, mut pool): (BTreeMap<String, usize>, usize) = (BTreeMap::new(), 0);
+    for d in text.lines().filter_map(|l| serde_json::from_str::<Decision>(l).ok()) {
+        pool += 1;
+        *counts.entry(d.decision).or_default() += 1;
+    }
+    if counts.get("accepted").copied().unwrap_or(0) > 0 {
+        return None;
+    }
+    let undecided = counts.get("undecided").copied().unwrap_or(0);
+    waiting(&BTreeMap::from([("review: undecided".to_string(), undecided)]), pool)
+}
+
 fn why_not(decisions: Option<&HashMap<String, Decision>>, decision: Option<&Decision>, hash: &str) -> Option<String> {
     match (&decisions, decision) {
         (None, _) => None,

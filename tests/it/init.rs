@@ -86,14 +86,28 @@ pub(crate) fn fill_sheets(proj: &Path) -> usize {
     filled
 }
 
-/// check → run up to the sheets → reviewers fill them → run → release verify.
+/// check → run, which stops where the samples wait for review (exit 3, not an error) →
+/// reviewers fill the sheets → run → release verify.
 fn run_to_release(proj: &Path) -> String {
     let o = run(proj, &["check"]);
     assert_code(&o, 0);
     assert!(stdout(&o).contains("no problems"), "{}", stdout(&o));
-    // Up to the reviewers' sheets; the release waits for their scores.
-    let o = run(proj, &["run", "--until", "review-export"]);
+    // The whole pipeline: it stops before the release, which waits for the reviewers.
+    let o = run(proj, &["run"]);
+    assert_code(&o, 3);
+    let err = stderr(&o);
+    assert!(!err.contains("error:") && !err.contains("failed"), "waiting is not failing: {err}");
+    assert!(err.contains("waiting for people: ") && err.contains("pool samples wait for review"), "{err}");
+    assert!(err.contains("next: ") && err.contains("benchgen review serve") && err.contains("benchgen run"), "{err}");
+    assert!(!proj.join("release/proj-0.1.0").exists(), "nothing released while every sample waits");
+    // `status` says the same, in text and JSON.
+    let o = run(proj, &["status"]);
     assert_code(&o, 0);
+    assert!(stdout(&o).contains("waiting for people: "), "{}", stdout(&o));
+    let o = run(proj, &["--json", "status"]);
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let release = rows.as_array().unwrap().iter().find(|r| r["stage"] == "release").unwrap();
+    assert!(release["waiting"]["message"].as_str().unwrap().contains("wait for review"), "{release}");
     assert!(fill_sheets(proj) > 0, "no sample reached the reviewers");
     let o = run(proj, &["run"]);
     assert_code(&o, 0);
