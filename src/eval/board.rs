@@ -2,11 +2,21 @@
 //!
 //! Wire format of `leaderboard.json`: a JSON list of [`Row`], best first (score, then
 //! pass^k, then agent name): `{rank, agent, model, tool_space, release, samples, repeats,
-//! score, pass_k, f1, by_level, by_kind, by_difficulty, repeats_scored: [{repeat,
-//! corrected, compat_etom?, compat_finmcp?}], tokens: {prompt, completion}, cost_usd,
-//! calls, failed_runs}`. `score` is the share of samples solved (exact match in the
-//! corrected mode of `benchgen score`), averaged over the repeats: pass@1, in [0, 1];
-//! `pass_k` the share solved in every repeat. `repeats_scored` holds each repeat's figures as
+//! score, score_ci: [lo, hi], pass_k, pass_k_ci: [lo, hi], f1, by_level, by_kind,
+//! by_difficulty, repeats_scored: [{repeat, corrected, compat_etom?, compat_finmcp?}],
+//! tokens: {prompt, completion}, cost_usd, calls, failed_runs, comparisons: [{agent,
+//! difference, difference_ci: [lo, hi], half_width, resolved}]}`. `score` is pass@1: per
+//! sample the share of the k repeats that solved it (exact match in the corrected mode of
+//! `benchgen score`), averaged over the samples, in [0, 1]; `pass_k` (pass^k) the share of
+//! samples solved in all k repeats.
+//!
+//! `score_ci` and `pass_k_ci` are 95 % percentile-bootstrap intervals over the samples:
+//! `[eval] bootstrap` resamples of the samples with replacement (ChaCha8 seeded with
+//! `[project] seed`, so the same inputs give the same bytes), the 2.5th and 97.5th
+//! percentiles of the resampled figure. `comparisons` pairs the row with every agent ranked
+//! below it: the difference of their scores (this row's minus that agent's) with its paired
+//! interval (the same resamples for both agents), `half_width` half the interval's width,
+//! `resolved` when the interval excludes 0. `repeats_scored` holds each repeat's figures as
 //! `benchgen score` prints them for the prediction files (`n`, `em`, macro `f1`): the overall
 //! row of the corrected run on `samples.jsonl` and of `--compat finmcp`, the per-level rows
 //! of `--compat etom` (which reports per level, as `eval.py` does).
@@ -15,6 +25,8 @@
 
 use std::collections::BTreeMap;
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use super::EvalSettings;
@@ -59,8 +71,14 @@ pub struct Row {
     pub release: String,
     pub samples: usize,
     pub repeats: usize,
+    /// pass@1: per sample the share of the repeats that solved it, averaged over samples.
     pub score: f64,
+    /// 95 % percentile-bootstrap interval of `score` over the samples.
+    pub score_ci: [f64; 2],
+    /// pass^k: the share of samples solved in every repeat.
     pub pass_k: f64,
+    /// 95 % percentile-bootstrap interval of `pass_k` over the samples.
+    pub pass_k_ci: [f64; 2],
     /// Mean call-level F1 (corrected) over samples and repeats.
     pub f1: f64,
     pub by_level: BTreeMap<String, Cell>,
@@ -73,6 +91,24 @@ pub struct Row {
     /// Calls by what they got (`recorded`, `generated`, `tool_error`, …), over all runs.
     pub calls: BTreeMap<String, usize>,
     pub failed_runs: usize,
+    /// This agent against every agent ranked below it.
+    pub comparisons: Vec<Comparison>,
+}
+
+/// The score difference between two agents, paired over the samples.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    /// The other agent (ranked below).
+    pub agent: String,
+    /// Score of the row's agent minus the other's.
+    pub difference: f64,
+    /// 95 % percentile-bootstrap interval of the difference, both agents on the same
+    /// resamples of the samples.
+    pub difference_ci: [f64; 2],
+    /// Half the interval's width: about the smallest difference the pair's interval resolves.
+    pub half_width: f64,
+    /// The interval excludes 0: this release tells the two agents apart.
+    pub resolved: bool,
 }
 
 /// Everything the leaderboard and the item analysis are made from.
@@ -89,17 +125,19 @@ fn answer_name(a: Answer) -> String {
     serde_json::to_value(a).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }
 
-/// The model behind a role, for the table.
+/// The model behind a role, for the table: its `model`, or for a local model the file it
+/// loads (the default model too, which has no `model_path` in the config).
 fn model_of(s: &Settings, role: &str) -> String {
     let Some(r) = s.section::<crate::llm::LlmSettings>().roles.get(role) else { return String::new() };
-    if let Some(m) = &r.model {
-        return m.clone();
+    match (&r.model, r.provider) {
+        (Some(m), _) => m.clone(),
+        (None, crate::llm::Provider::Local) => r
+            .local_model_path(&|p| s.resolve(p))
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "local".into()),
+        (None, p) => p.as_str().to_string(),
     }
-    r.model_path
-        .as_ref()
-        .and_then(|p| p.file_stem())
-        .map(|s| s.to_string_lossy().to_string())
-        .unwrap_or_else(|| r.provider.as_str().to_string())
 }
 
 impl<'a> Panel<'a> {
@@ -118,20 +156,25 @@ impl<'a> Panel<'a> {
         self.scored.iter().filter(|x| x.agent == agent).collect()
     }
 
-    fn row(&self, agent: &str) -> Row {
+    /// The agent's row without intervals and comparisons, and per sample (in release
+    /// order) the share of its repeats that solved it and whether all of them did (1 or 0).
+    fn row(&self, agent: &str) -> (Row, Vec<[f64; 2]>) {
         let scored = self.scored(agent);
         let k = scored.len().max(1) as f64;
         let n = self.rel.samples.len();
         let mut groups: [BTreeMap<String, (usize, f64)>; 3] = Default::default();
         let (mut total, mut f1, mut all_k) = (0.0, 0.0, 0usize);
+        let mut values = Vec::with_capacity(n);
         for s in &self.rel.samples {
             let per: Vec<_> = scored.iter().filter_map(|x| x.samples.get(&s.id)).collect();
             let solved = per.iter().filter(|p| p.solved).count() as f64 / k;
             total += solved;
             f1 += per.iter().map(|p| p.f1).sum::<f64>() / k;
-            if !per.is_empty() && per.iter().all(|p| p.solved) && per.len() == scored.len() {
+            let every = !per.is_empty() && per.iter().all(|p| p.solved) && per.len() == scored.len();
+            if every {
                 all_k += 1;
             }
+            values.push([solved, if every { 1.0 } else { 0.0 }]);
             let keys = [
                 s.kind.level().map(|l| format!("L{l}")),
                 Some(s.kind.as_str().to_string()),
@@ -164,7 +207,8 @@ impl<'a> Panel<'a> {
         let cost_usd =
             prices.map(|p| (tokens.prompt as f64 * p.prompt + tokens.completion as f64 * p.completion) / 1_000_000.0);
         let nf = n.max(1) as f64;
-        Row {
+        let (score, pass_k) = (total / nf, all_k as f64 / nf);
+        let row = Row {
             rank: 0,
             agent: agent.to_string(),
             model: model_of(self.s, agent),
@@ -172,8 +216,10 @@ impl<'a> Panel<'a> {
             release: self.rel.shown.clone(),
             samples: n,
             repeats: self.cfg.repeats,
-            score: total / nf,
-            pass_k: all_k as f64 / nf,
+            score,
+            score_ci: [score, score],
+            pass_k,
+            pass_k_ci: [pass_k, pass_k],
             f1: f1 / nf,
             by_level: cells(&groups[0]),
             by_kind: cells(&groups[1]),
@@ -191,17 +237,42 @@ impl<'a> Panel<'a> {
             cost_usd,
             calls,
             failed_runs: (n * self.cfg.repeats).saturating_sub(ran),
-        }
+            comparisons: Vec::new(),
+        };
+        (row, values)
     }
 
-    /// The leaderboard, best first.
+    /// The leaderboard, best first, with the bootstrap intervals and the pairwise comparisons.
     pub fn rows(&self) -> Vec<Row> {
-        let mut rows: Vec<Row> = self.cfg.agents.iter().map(|a| self.row(a)).collect();
+        let (mut rows, values): (Vec<Row>, Vec<Vec<[f64; 2]>>) = self.cfg.agents.iter().map(|a| self.row(a)).unzip();
+        // Per sample, each agent's (share of repeats solved, solved in all) in config order:
+        // agent `c` is columns `2c` and `2c + 1`, and every column sees the same resamples.
+        let table: Vec<Vec<f64>> =
+            (0..self.rel.samples.len()).map(|i| values.iter().flat_map(|v| v[i]).collect::<Vec<f64>>()).collect();
+        let means = resample_means(&table, self.cfg.bootstrap, self.s.project.seed);
+        for (c, r) in rows.iter_mut().enumerate() {
+            r.score_ci = interval(means.iter().map(|m| m[2 * c]).collect()).unwrap_or([r.score, r.score]);
+            r.pass_k_ci = interval(means.iter().map(|m| m[2 * c + 1]).collect()).unwrap_or([r.pass_k, r.pass_k]);
+        }
+        let column: BTreeMap<String, usize> = rows.iter().enumerate().map(|(c, r)| (r.agent.clone(), 2 * c)).collect();
         rows.sort_by(|a, b| {
             b.score.total_cmp(&a.score).then(b.pass_k.total_cmp(&a.pass_k)).then_with(|| a.agent.cmp(&b.agent))
         });
         for (i, r) in rows.iter_mut().enumerate() {
             r.rank = i + 1;
+        }
+        let comparisons: Vec<Vec<Comparison>> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                rows[i + 1..]
+                    .iter()
+                    .map(|o| difference(&means, column[&r.agent], column[&o.agent], r.score - o.score, &o.agent))
+                    .collect::<Vec<Comparison>>()
+            })
+            .collect();
+        for (r, c) in rows.iter_mut().zip(comparisons) {
+            r.comparisons = c;
         }
         rows
     }
@@ -258,23 +329,101 @@ fn called(r: &RunRecord) -> Vec<String> {
     out
 }
 
+/// Column means of `table` (`[sample][column]`) over `resamples` bootstrap resamples of the
+/// samples, drawn with replacement from a ChaCha8 stream seeded with `seed`:
+/// `[resample][column]`. The draws depend only on the seed and the numbers of samples and
+/// resamples, so every column (and every pair of columns) sees the same resamples. Empty
+/// without samples.
+pub fn resample_means(table: &[Vec<f64>], resamples: usize, seed: u64) -> Vec<Vec<f64>> {
+    let n = table.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let columns = table[0].len();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..resamples)
+        .map(|_| {
+            let mut sum = vec![0.0f64; columns];
+            for _ in 0..n {
+                for (s, v) in sum.iter_mut().zip(&table[rng.random_range(0..n)]) {
+                    *s += v;
+                }
+            }
+            sum.into_iter().map(|s| s / n as f64).collect::<Vec<f64>>()
+        })
+        .collect()
+}
+
+/// The 95 % percentile interval of bootstrap draws: the 2.5th and 97.5th percentiles (the
+/// nearest rank of the sorted draws); `None` without draws.
+fn interval(mut draws: Vec<f64>) -> Option<[f64; 2]> {
+    if draws.is_empty() {
+        return None;
+    }
+    draws.sort_by(f64::total_cmp);
+    let last = draws.len() - 1;
+    let at = |q: f64| draws[((q * last as f64).round() as usize).min(last)];
+    Some([at(0.025), at(0.975)])
+}
+
+/// Columns `a` − `b` of the resample means as a comparison with the other agent `agent`.
+fn difference(means: &[Vec<f64>], a: usize, b: usize, point: f64, agent: &str) -> Comparison {
+    let ci = interval(means.iter().map(|m| m[a] - m[b]).collect()).unwrap_or([point, point]);
+    Comparison {
+        agent: agent.to_string(),
+        difference: point,
+        difference_ci: ci,
+        half_width: (ci[1] - ci[0]) / 2.0,
+        resolved: ci[0] > 0.0 || ci[1] < 0.0,
+    }
+}
+
+/// Two agents' per-sample scores (same samples, same order) compared as the leaderboard
+/// compares them: `a − b` with its paired interval (`agent` left empty).
+pub fn paired(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Comparison {
+    let table: Vec<Vec<f64>> = a.iter().zip(b).map(|(x, y)| vec![*x, *y]).collect();
+    let n = table.len().max(1) as f64;
+    let point = a.iter().sum::<f64>() / n - b.iter().sum::<f64>() / n;
+    difference(&resample_means(&table, resamples, seed), 0, 1, point, "")
+}
+
+/// The smallest score difference between two agents of this panel that the release
+/// resolves: the largest half-width of the pairs' paired intervals (a difference above it
+/// is resolved for any pair, about); `None` with fewer than two agents.
+pub fn min_detectable(rows: &[Row]) -> Option<f64> {
+    rows.iter().flat_map(|r| &r.comparisons).map(|c| c.half_width).max_by(f64::total_cmp)
+}
+
 fn pct(x: f64) -> String {
     format!("{:.1}", x * 100.0)
 }
 
-/// `report.md`: the leaderboard table, the compat figures, and the item analysis.
+/// A figure and its interval, in percent: `87.5 [62.5, 100.0]`.
+fn pct_ci(x: f64, ci: [f64; 2]) -> String {
+    format!("{} [{}, {}]", pct(x), pct(ci[0]), pct(ci[1]))
+}
+
+/// `report.md`: the definitions, the leaderboard table with intervals, the compat figures,
+/// the pairwise comparisons and the item analysis.
 pub fn report(panel: &Panel, rows: &[Row], analysis: &Analysis) -> String {
+    let k = panel.cfg.repeats;
     let mut s = format!(
-        "# Evaluation of `{}`\n\nTool space `{}`; {} samples; {} agent(s) × {} repeat(s). Score: share of samples solved (exact match, corrected mode of `benchgen score`), in percent; pass^k: solved in every repeat. Per-group columns are scores in percent.\n\n",
+        "# Evaluation of `{}`\n\nTool space `{}`; {} samples; {} agent(s) × {k} repeat(s). Figures in percent, with their 95 % interval in brackets.\n\n",
         panel.rel.shown,
         panel.cfg.tool_space.as_str(),
         panel.rel.samples.len(),
         panel.cfg.agents.len(),
-        panel.cfg.repeats
     );
+    s.push_str(&format!(
+        "- **pass@1** (`score`): for each sample, the share of the agent's {k} repeat(s) that solved it (exact match in the corrected mode of `benchgen score`; a failed run counts as not solved), averaged over the samples.\n\
+         - **pass^{k}** (`pass_k`): the share of samples the agent solved in all {k} repeat(s).\n\
+         - **Intervals**: 95 % percentile bootstrap over the samples: {} resamples of the samples with replacement (seeded from `[project] seed`), the 2.5th and 97.5th percentiles of the resampled figure. They say how much a figure depends on which samples the release holds; how much it moves between runs shows in pass^k against pass@1 and in the items' flip rate.\n\n\
+         Per-group columns are pass@1 in percent.\n\n",
+        panel.cfg.bootstrap
+    ));
     let kinds: Vec<String> = rows.first().map(|r| r.by_kind.keys().cloned().collect()).unwrap_or_default();
     let diffs: Vec<String> = rows.first().map(|r| r.by_difficulty.keys().cloned().collect()).unwrap_or_default();
-    s.push_str("| rank | agent | model | score | pass^k | F1 |");
+    s.push_str(&format!("| rank | agent | model | score (pass@1) | pass^{k} | F1 |"));
     for k in kinds.iter().chain(&diffs) {
         s.push_str(&format!(" {k} |"));
     }
@@ -287,8 +436,8 @@ pub fn report(panel: &Panel, rows: &[Row], analysis: &Analysis) -> String {
             r.rank,
             r.agent,
             r.model,
-            pct(r.score),
-            pct(r.pass_k),
+            pct_ci(r.score, r.score_ci),
+            pct_ci(r.pass_k, r.pass_k_ci),
             pct(r.f1)
         ));
         for k in &kinds {
@@ -326,17 +475,57 @@ pub fn report(panel: &Panel, rows: &[Row], analysis: &Analysis) -> String {
             if r.failed_runs > 0 { format!("; {} failed run(s)", r.failed_runs) } else { String::new() }
         ));
     }
-    item_section(&mut s, analysis);
+    comparison_section(&mut s, rows, panel.cfg.bootstrap);
+    item_section(&mut s, analysis, k);
     s
 }
 
-fn item_section(s: &mut String, analysis: &Analysis) {
+fn comparison_section(s: &mut String, rows: &[Row], resamples: usize) {
+    s.push_str("\n## Comparisons\n\n");
+    let Some(mdd) = min_detectable(rows) else {
+        s.push_str("One agent: nothing to compare.\n");
+        return;
+    };
+    s.push_str(&format!(
+        "Each pair of agents, the better ranked first: the difference of their pass@1 scores with its paired 95 % bootstrap interval (both agents on the same {resamples} resamples of the samples). `resolved`: the interval excludes 0, this release tells the two apart; `not resolved`: the difference may be noise. Half-width: half the interval's width.\n\n\
+         | agents | difference | 95 % interval | half-width | |\n|---|---:|---:|---:|---|\n"
+    ));
+    for r in rows {
+        for c in &r.comparisons {
+            s.push_str(&format!(
+                "| `{}` − `{}` | {} | [{}, {}] | {} | {} |\n",
+                r.agent,
+                c.agent,
+                pct(c.difference),
+                pct(c.difference_ci[0]),
+                pct(c.difference_ci[1]),
+                pct(c.half_width),
+                if c.resolved { "resolved" } else { "not resolved" }
+            ));
+        }
+    }
+    s.push_str(&format!(
+        "\nSmallest difference this release resolves between two agents of this panel: **{} points** of pass@1 (the largest half-width above). A smaller difference between two of these agents may be noise.\n",
+        pct(mdd)
+    ));
+}
+
+fn item_section(s: &mut String, analysis: &Analysis, repeats: usize) {
     s.push_str("\n## Items\n\n");
     if analysis.flag_counts.is_empty() {
         s.push_str("No item is flagged.\n");
     } else {
         let parts: Vec<String> = analysis.flag_counts.iter().map(|(f, n)| format!("`{f}` {n}")).collect();
         s.push_str(&format!("Flags: {}.\n", parts.join(", ")));
+    }
+    if repeats >= 2 {
+        let flipping = analysis.items.iter().filter(|i| i.flip_rate > 0.0).count();
+        let mean = analysis.items.iter().map(|i| i.flip_rate).sum::<f64>() / analysis.items.len().max(1) as f64;
+        s.push_str(&format!(
+            "\nFlip rate: the share of agents whose {repeats} repeats on an item disagree (solved in some, not in all; a failed run counts as not solved). Mean over items {mean:.3}; {flipping} item(s) with a flip rate above 0 (`unstable`).\n"
+        ));
+    } else {
+        s.push_str("\nFlip rate: with one repeat nothing can flip (`[eval] repeats` of 2 or more measures it).\n");
     }
     s.push_str("\nSolve rate | items\n---|---:\n");
     for (i, n) in analysis.histogram.iter().enumerate() {
@@ -348,21 +537,66 @@ fn item_section(s: &mut String, analysis: &Analysis) {
         return;
     }
     s.push_str(
-        "\n### Flagged items\n\n| id | kind | label | solve rate | flags | evidence |\n|---|---|---|---:|---|---|\n",
+        "\n### Flagged items\n\n| id | kind | label | solve rate | flip rate | flags | evidence |\n|---|---|---|---:|---:|---|---|\n",
     );
     for it in flagged.iter().take(200) {
         let ev = it.evidence.as_ref().map(|e| e.note.clone()).unwrap_or_default();
         s.push_str(&format!(
-            "| `{}` | {} | {} | {:.2} | {} | {} |\n",
+            "| `{}` | {} | {} | {:.2} | {:.2} | {} | {} |\n",
             it.id,
             it.kind.as_str(),
             it.difficulty.as_str(),
             it.solve_rate,
+            it.flip_rate,
             it.flags.join(", "),
             ev.replace('|', "\\|")
         ));
     }
     if flagged.len() > 200 {
         s.push_str(&format!("\n… and {} more in `items.jsonl`.\n", flagged.len() - 200));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_difference_on_one_sample_of_eight_is_not_resolved_one_on_all_eight_is() {
+        let base = [1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0];
+        let mut one = base;
+        one[1] = 1.0;
+        // Resamples without that sample (about (7/8)^8 = 34 % of them) show no difference.
+        let c = paired(&one, &base, 1000, 7);
+        assert_eq!(c.difference, 1.0 / 8.0);
+        assert_eq!(c.difference_ci[0], 0.0, "{c:?}");
+        assert!(!c.resolved && c.half_width > 0.0, "{c:?}");
+        let c = paired(&[1.0; 8], &[0.0; 8], 1000, 7);
+        assert_eq!((c.difference, c.difference_ci, c.half_width), (1.0, [1.0, 1.0], 0.0));
+        assert!(c.resolved);
+        // The other way round: the interval lies below 0, also resolved.
+        assert!(paired(&[0.0; 8], &[1.0; 8], 1000, 7).resolved);
+        // Equal scores on every sample: nothing to tell apart.
+        let c = paired(&base, &base, 1000, 7);
+        assert_eq!(c.difference_ci, [0.0, 0.0]);
+        assert!(!c.resolved);
+    }
+
+    #[test]
+    fn every_column_sees_the_same_resamples_and_the_same_seed_the_same_bytes() {
+        let a = [1.0, 0.5, 0.0, 1.0, 0.0];
+        let b = [0.0, 0.5, 1.0, 1.0, 0.0];
+        let c = [1.0, 1.0, 0.0, 0.0, 0.5];
+        let table: Vec<Vec<f64>> = (0..5).map(|i| vec![a[i], b[i], c[i]]).collect();
+        let means = resample_means(&table, 200, 3);
+        assert_eq!(means.len(), 200);
+        assert!(means.iter().all(|m| m.len() == 3 && m.iter().all(|x| (0.0..=1.0).contains(x))));
+        assert_eq!(resample_means(&table, 200, 3), means, "same seed, same draws");
+        // A pair compared within the panel and alone: the same resamples, the same interval.
+        assert_eq!(difference(&means, 0, 2, 0.0, "").difference_ci, paired(&a, &c, 200, 3).difference_ci);
+        let [lo, hi] = interval(means.iter().map(|m| m[1]).collect()).unwrap();
+        assert!(lo <= 0.5 && 0.5 <= hi, "{lo} {hi}");
+        assert!(resample_means(&[], 200, 3).is_empty());
+        assert_eq!(interval(Vec::new()), None);
     }
 }

@@ -4,12 +4,15 @@
 //! least three agents ran, and flags.
 //!
 //! Wire format of `items.jsonl` (one [`ItemRecord`] per released sample, in id order):
-//! `{id, kind, difficulty, runs, solve_rate, pass_k, band, results: {agent: {solved: [bool
-//! per repeat], score}}, discrimination, rasch?: {difficulty, se}, flags: [..], evidence?}`.
+//! `{id, kind, difficulty, runs, solve_rate, pass_k, flip_rate, band, results: {agent:
+//! {solved: [bool per repeat], score}}, discrimination, rasch?: {difficulty, se}, flags: [..],
+//! evidence?}`.
 //!
 //! - `solve_rate`: share of the agent × repeat runs that solved it (a failed run counts as
 //!   not solved, as its missing prediction scores); `pass_k`: share of agents that solved it
 //!   in every repeat.
+//! - `flip_rate`: share of agents whose repeats on it disagree (solved in some repeats, not
+//!   in others); 0 with one repeat.
 //! - `discrimination`: Pearson correlation between solving this item and the run's total on
 //!   the other items, over the runs (the corrected point-biserial); null when either side
 //!   does not vary.
@@ -24,8 +27,8 @@
 //! each agent called instead and names a tool outside the reference that two or more agents
 //! agree on — on an L2 query, proposed as a missing member of its EFS set), `all-pass` (every
 //! run of two or more agents solved it), `label-mismatch` (the band differs from the label;
-//! only with at least [`Options::min_runs_for_band`] runs), `unstable` (with repeats:
-//! `solve_rate − pass_k ≥` [`Options::unstable_gap`]).
+//! only with at least [`Options::min_runs_for_band`] runs), `unstable` (with repeats: the
+//! flip rate is above [`Options::unstable_flip_rate`], by default any flip).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -66,8 +69,8 @@ pub struct Matrix {
 /// Thresholds of the flags.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// `unstable` when `solve_rate − pass_k` is at least this.
-    pub unstable_gap: f64,
+    /// `unstable` when the flip rate (share of agents whose repeats disagree) is above this.
+    pub unstable_flip_rate: f64,
     /// `label-mismatch` needs at least this many runs (a band from fewer is too coarse).
     pub min_runs_for_band: usize,
     /// Rasch estimates need at least this many agents.
@@ -76,7 +79,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Self { unstable_gap: 0.25, min_runs_for_band: 3, min_agents_for_rasch: 3 }
+        Self { unstable_flip_rate: 0.0, min_runs_for_band: 3, min_agents_for_rasch: 3 }
     }
 }
 
@@ -116,6 +119,8 @@ pub struct ItemRecord {
     pub runs: usize,
     pub solve_rate: f64,
     pub pass_k: f64,
+    /// Share of agents whose repeats on this item disagree (some solved, some not).
+    pub flip_rate: f64,
     pub band: Difficulty,
     pub results: BTreeMap<String, AgentResult>,
     pub discrimination: Option<f64>,
@@ -332,7 +337,7 @@ fn flags(
     opts: &Options,
     it: &ItemInput,
     rate: f64,
-    pass_k: f64,
+    flip_rate: f64,
     runs: usize,
     solves: usize,
 ) -> Vec<&'static str> {
@@ -346,7 +351,7 @@ fn flags(
     if runs >= opts.min_runs_for_band && band(rate) != it.difficulty {
         f.push("label-mismatch");
     }
-    if m.repeats >= 2 && rate - pass_k >= opts.unstable_gap {
+    if m.repeats >= 2 && flip_rate > opts.unstable_flip_rate {
         f.push("unstable");
     }
     f
@@ -368,6 +373,9 @@ pub fn analyse(m: &Matrix, opts: &Options) -> Analysis {
         let rate = if runs == 0 { 0.0 } else { solves as f64 / runs as f64 };
         let all_k = counts[idx].iter().filter(|&&c| c as usize == m.repeats).count();
         let pass_k = if m.agents.is_empty() { 0.0 } else { all_k as f64 / m.agents.len() as f64 };
+        // An agent flips when its repeats disagree: solved in some, not in all.
+        let flips = counts[idx].iter().filter(|&&c| c > 0 && (c as usize) < m.repeats).count();
+        let flip_rate = if m.agents.is_empty() { 0.0 } else { flips as f64 / m.agents.len() as f64 };
         let results = it
             .runs
             .iter()
@@ -379,7 +387,7 @@ pub fn analyse(m: &Matrix, opts: &Options) -> Analysis {
                 (m.agents[a].clone(), AgentResult { solved: solved_v, score: round4(score) })
             })
             .collect();
-        let flags = flags(m, opts, it, rate, pass_k, runs, solves);
+        let flags = flags(m, opts, it, rate, flip_rate, runs, solves);
         let evidence = flags.contains(&"all-fail").then(|| evidence(m, it));
         for f in &flags {
             *out.flag_counts.entry(f).or_default() += 1;
@@ -392,6 +400,7 @@ pub fn analyse(m: &Matrix, opts: &Options) -> Analysis {
             runs,
             solve_rate: rate,
             pass_k,
+            flip_rate,
             band: band(rate),
             results,
             discrimination: point_biserial(m, it, &totals),
@@ -517,8 +526,10 @@ mod tests {
         };
         let a = analyse(&m, &Options::default());
         assert_eq!((a.items[0].solve_rate, a.items[0].pass_k), (0.5, 0.0));
+        assert_eq!(a.items[0].flip_rate, 1.0, "both agents' repeats disagree");
         assert!(a.items[0].flags.contains(&"unstable"));
         assert_eq!((a.items[1].solve_rate, a.items[1].pass_k), (0.5, 0.5));
+        assert_eq!(a.items[1].flip_rate, 0.0, "each agent agrees with itself");
         assert!(!a.items[1].flags.contains(&"unstable"));
         assert!(a.items.iter().all(|i| i.rasch.is_none()), "two agents: no Rasch");
     }

@@ -11,9 +11,10 @@
 //!   resumable, its exchanges cached in the ledger).
 //! - [`predict`]: the runs as unified, ETOM and FinMCP predictions, scored in the corrected
 //!   mode and in `--compat etom` / `--compat finmcp`.
-//! - [`board`]: `leaderboard.json` and `report.md`.
-//! - [`items`]: the item analysis (`items.jsonl`): solve rates, discrimination, Rasch
-//!   difficulty and flags.
+//! - [`board`]: `leaderboard.json` and `report.md`, with 95 % bootstrap intervals over the
+//!   items and the paired comparisons of every two agents.
+//! - [`items`]: the item analysis (`items.jsonl`): solve rates, flip rates across repeats,
+//!   discrimination, Rasch difficulty and flags.
 //! - [`validity`]: with `[eval] reference_ranking`, Kendall's τ between the panel's ranking
 //!   and the published one (`validity.json`, a section of the report).
 //!
@@ -42,8 +43,9 @@ pub const STAGE: &str = "eval";
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "eval",
-    // 2: writes the review queue `review.csv`.
-    version: 2,
+    // 2: writes the review queue `review.csv`. 3: bootstrap intervals and pairwise
+    // comparisons on the leaderboard, the items' flip rate (`unstable` when it is above 0).
+    version: 3,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[
@@ -91,6 +93,11 @@ pub struct EvalSettings {
     /// Runs of each agent on each sample (k of pass^k).
     #[serde(default = "one")]
     pub repeats: usize,
+    /// Resamples of the items for the leaderboard's 95 % bootstrap intervals and the paired
+    /// comparisons of agents (seeded from `[project] seed`). The default is left out of the
+    /// config hash, so configs without the key keep their hash.
+    #[serde(default = "default_bootstrap", skip_serializing_if = "is_default_bootstrap")]
+    pub bootstrap: usize,
     #[serde(default)]
     pub tool_space: ToolSpace,
     /// Most tool calls an agent makes per turn (default: `[execute] max_calls`).
@@ -124,6 +131,12 @@ fn one() -> usize {
 }
 fn default_concurrency() -> usize {
     4
+}
+fn default_bootstrap() -> usize {
+    1000
+}
+fn is_default_bootstrap(b: &usize) -> bool {
+    *b == default_bootstrap()
 }
 
 /// The `[eval]` section, or a usage error saying how to configure it.
@@ -185,7 +198,9 @@ impl Stage for EvalStage {
                 problems.push(Problem::new(format!("eval.agents[{i}]"), format!("`{a}`: a role name has no `/`")));
             }
         }
+        check_distinct_agents(s, cfg, problems);
         check_positive(problems, "eval.repeats", cfg.repeats);
+        check_positive(problems, "eval.bootstrap", cfg.bootstrap);
         check_positive(problems, "eval.concurrency", cfg.concurrency);
         if let Some(m) = cfg.max_calls {
             check_positive(problems, "eval.max_calls", m);
@@ -218,6 +233,44 @@ impl Stage for EvalStage {
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         evaluate(ctx, inputs, out)
+    }
+}
+
+/// Two panel agents whose roles send the same request to the same endpoint (same provider,
+/// servers or local model file, model name and sampling settings) are one agent twice: their
+/// exchanges would be one and the same (the exchange key holds only what reaches the server).
+fn check_distinct_agents(s: &Settings, cfg: &EvalSettings, problems: &mut Vec<Problem>) {
+    let roles = &s.section::<crate::llm::LlmSettings>().roles;
+    let resolve = |p: &std::path::Path| s.resolve(p);
+    let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+    for (i, a) in cfg.agents.iter().enumerate() {
+        let Some(r) = roles.get(a) else { continue };
+        let endpoint = match r.provider {
+            crate::llm::Provider::Local => r.local_model_path(&resolve).display().to_string(),
+            _ => {
+                let mut urls: Vec<String> = r.base_urls().iter().map(|u| u.trim_end_matches('/').to_string()).collect();
+                urls.sort();
+                urls.join(" ")
+            }
+        };
+        let identity = json!([
+            r.provider.as_str(),
+            endpoint,
+            r.model_name(&resolve),
+            r.temperature,
+            r.top_p,
+            r.max_tokens,
+            r.seed
+        ])
+        .to_string();
+        if let Some(first) = seen.insert(identity, a) {
+            problems.push(Problem::new(
+                format!("eval.agents[{i}]"),
+                format!(
+                    "`{a}` cannot be told apart from `{first}` (same provider, endpoint, model and sampling settings): they would share every answer; give one another endpoint, model or seed"
+                ),
+            ));
+        }
     }
 }
 
@@ -314,13 +367,23 @@ fn evaluate(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
     }
     for r in &rows {
         out.notes.push(format!(
-            "{}: score {:.3} (pass^{} {:.3}) on {} samples, {} tokens",
+            "{}: score {:.3} [{:.3}, {:.3}] (pass^{} {:.3}) on {} samples, {} tokens",
             r.agent,
             r.score,
+            r.score_ci[0],
+            r.score_ci[1],
             cfg.repeats,
             r.pass_k,
             r.samples,
             r.tokens.prompt + r.tokens.completion
+        ));
+    }
+    if let Some(mdd) = board::min_detectable(&rows) {
+        let pairs = rows.iter().map(|r| r.comparisons.len()).sum::<usize>();
+        let resolved = rows.iter().flat_map(|r| &r.comparisons).filter(|c| c.resolved).count();
+        out.notes.push(format!(
+            "{resolved} of {pairs} agent pair(s) resolved (paired 95 % bootstrap over samples); smallest resolvable difference {:.1} points",
+            mdd * 100.0
         ));
     }
     out.notes.extend(usage.latency_notes(&cfg.agents));

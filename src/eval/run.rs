@@ -405,18 +405,22 @@ pub fn usage(artifacts: &std::path::Path, runs: &Runs) -> Result<Usage> {
     let mut stmt = ledger.connection().prepare(
         "SELECT json_extract(payload, '$.usage.prompt_tokens'), json_extract(payload, '$.usage.completion_tokens'),
                 json_extract(payload, '$.latency_ms')
-         FROM events WHERE kind = 'llm.exchange' AND json_extract(payload, '$.request_hash') = ?1 ORDER BY id LIMIT 1",
+         FROM events WHERE kind = 'llm.exchange' AND json_extract(payload, '$.request_hash') = ?1
+           AND json_extract(payload, '$.role') = ?2 ORDER BY id LIMIT 1",
     )?;
     let mut seen: BTreeMap<String, (u64, u64, f64)> = BTreeMap::new();
     let mut out = Usage::default();
     for (k, r) in &runs.records {
         let mut acc = (0u64, 0u64, 0f64);
         for x in r.turns.iter().flat_map(|t| &t.exchanges) {
-            let u = match seen.get(x) {
+            // Two agents may send the same body (roles that differ only in their endpoint):
+            // each exchange is the agent's own.
+            let seen_key = format!("{}\n{x}", r.agent);
+            let u = match seen.get(&seen_key) {
                 Some(u) => *u,
                 None => {
                     let u = stmt
-                        .query_row([x], |row| {
+                        .query_row([x.as_str(), r.agent.as_str()], |row| {
                             Ok((
                                 row.get::<_, Option<u64>>(0)?.unwrap_or(0),
                                 row.get::<_, Option<u64>>(1)?.unwrap_or(0),
@@ -424,7 +428,7 @@ pub fn usage(artifacts: &std::path::Path, runs: &Runs) -> Result<Usage> {
                             ))
                         })
                         .unwrap_or_default();
-                    seen.insert(x.clone(), u);
+                    seen.insert(seen_key, u);
                     u
                 }
             };

@@ -414,13 +414,17 @@ fn sample_events(ctx: &Ctx, samples: &[Sample], levels: &[LevelOut]) -> Result<V
             set_of.insert(m.to_string(), ev.id);
         }
     }
-    let generated: BTreeMap<String, &Generated> = levels
+    // Each generated query with the plan check's decisions on its steps (issue 38).
+    type WithChecks<'a> = (&'a Generated, Option<&'a super::plan_check::PlanRecord>);
+    let generated: BTreeMap<String, WithChecks> = levels
         .iter()
-        .flat_map(|lv| lv.queries.iter().map(move |g| (format!("levels-l{}:{}", lv.level, g.key), g)))
+        .flat_map(|lv| {
+            lv.queries.iter().map(move |g| (format!("levels-l{}:{}", lv.level, g.key), (g, lv.plan_checks.get(&g.key))))
+        })
         .collect();
     let mut events = Vec::new();
     for s in samples {
-        let Some(g) = generated.get(&s.provenance_id) else { continue };
+        let Some(&(g, checks)) = generated.get(&s.provenance_id) else { continue };
         let mut parents: BTreeSet<i64> = BTreeSet::new();
         for h in &g.exchanges {
             parents.extend(ledger.exchange_event(h)?);
@@ -439,7 +443,8 @@ fn sample_events(ctx: &Ctx, samples: &[Sample], levels: &[LevelOut]) -> Result<V
             SAMPLE_EVENT,
             Some(&Sample::subject_for(&s.id)),
             serde_json::json!({"id": s.id, "key": g.key, "exchanges": g.exchanges,
-                               "tools": g.steps.iter().map(|x| &x.tools).collect::<Vec<_>>(), "efs_sets": sets.len()}),
+                               "tools": g.steps.iter().map(|x| &x.tools).collect::<Vec<_>>(), "efs_sets": sets.len(),
+                               "plan_check": checks.map(|c| &c.decisions)}),
         );
         for p in parents {
             ev = ev.with_parent(Parent::Id(p));

@@ -27,7 +27,8 @@ pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "levels l1",
     // 2: a query that copies a tool's description, signature or function name is refused.
-    version: 2,
+    // 3: the plan check (`plan_check`, issue 38) on every kept query.
+    version: 3,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
@@ -201,10 +202,14 @@ impl Stage for L1Stage {
         ]
     }
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
-        crate::settings::check_positive(problems, "levels.l1.candidates", super::settings(s).l1.candidates);
+        let l = super::settings(s);
+        crate::settings::check_positive(problems, "levels.l1.candidates", l.l1.candidates);
+        // `[levels.plan_check]` serves L1–L4; checked here once.
+        super::plan_check::check_settings(&l.plan_check, problems);
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
-        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &super::settings(s).l1)? })
+        let l = super::settings(s);
+        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &(&l.l1, &l.plan_check))? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
@@ -251,22 +256,30 @@ impl Stage for L1Stage {
             funnel.reject(f.item.trim_start_matches("tool:"), format!("failed: {}", f.reason));
         }
         batch.finish(out)?;
+        let look = super::Lookup::new(&catalog);
+        let info = |id: &str| super::plan_check::catalog_tool(&look, id);
+        let mut checks = super::plan_check::PlanChecks::default();
+        let mut verified = 0;
         let mut queries = Vec::new();
         for (key, d) in &done.values {
             let id = key.trim_start_matches("tool:");
-            match choose(d, seed, key) {
-                Ok((query, exchanges)) => queries.push(Generated {
-                    key: key.clone(),
-                    query,
-                    steps: vec![Step { tools: vec![id.to_string()], depends_on: vec![] }],
-                    category: None,
-                    exchanges,
-                }),
+            let (query, exchanges) = match choose(d, seed, key) {
+                Ok(v) => v,
+                Err(r) => {
+                    funnel.reject(id, r);
+                    continue;
+                }
+            };
+            verified += 1;
+            let steps = vec![Step { tools: vec![id.to_string()], depends_on: vec![] }];
+            match checks.apply(key, 1, &query, &steps, &info, &l.plan_check) {
+                Ok(steps) => queries.push(Generated { key: key.clone(), query, steps, category: None, exchanges }),
                 Err(r) => funnel.reject(id, r),
             }
         }
-        funnel.step("verified", queries.len());
-        LevelOut { level: 1, queries, funnel }.write(out)
+        funnel.step("verified", verified);
+        checks.count(&mut funnel, queries.len());
+        LevelOut { level: 1, queries, funnel, plan_checks: checks.records }.write(out)
     }
 }
 

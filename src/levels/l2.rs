@@ -29,7 +29,8 @@ pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "levels l2",
     // 2: a query that copies a tool's description, signature or function name is refused.
-    version: 2,
+    // 3: the plan check (`plan_check`, issue 38) on every kept query.
+    version: 3,
     about: "ETOM L2: implicit queries under the coupling rule; EFS members share one query whose ground truth lists the whole set",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read(), FINAL.optional()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
@@ -165,7 +166,8 @@ impl Stage for L2Stage {
         crate::settings::check_positive(problems, "levels.l2.candidates", super::settings(s).l2.candidates);
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
-        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &super::settings(s).l2)? })
+        let l = super::settings(s);
+        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &(&l.l2, &l.plan_check))? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
@@ -209,21 +211,29 @@ impl Stage for L2Stage {
             funnel.reject(&f.item, format!("failed: {}", f.reason));
         }
         batch.finish(out)?;
+        let look = super::Lookup::new(&catalog);
+        let info = |id: &str| super::plan_check::catalog_tool(&look, id);
+        let mut checks = super::plan_check::PlanChecks::default();
+        let mut verified = 0;
         let mut queries = Vec::new();
         for (key, d) in &done.values {
-            match choose(d, seed, key) {
-                Ok((query, exchanges)) => queries.push(Generated {
-                    key: key.clone(),
-                    query,
-                    steps: vec![Step { tools: members[key].clone(), depends_on: vec![] }],
-                    category: None,
-                    exchanges,
-                }),
+            let (query, exchanges) = match choose(d, seed, key) {
+                Ok(v) => v,
+                Err(r) => {
+                    funnel.reject(key, r);
+                    continue;
+                }
+            };
+            verified += 1;
+            let steps = vec![Step { tools: members[key].clone(), depends_on: vec![] }];
+            match checks.apply(key, 2, &query, &steps, &info, &l.plan_check) {
+                Ok(steps) => queries.push(Generated { key: key.clone(), query, steps, category: None, exchanges }),
                 Err(r) => funnel.reject(key, r),
             }
         }
-        funnel.step("verified", queries.len());
+        funnel.step("verified", verified);
+        checks.count(&mut funnel, queries.len());
         out.count("efs_queries", queries.iter().filter(|q| q.key.starts_with("set:")).count());
-        LevelOut { level: 2, queries, funnel }.write(out)
+        LevelOut { level: 2, queries, funnel, plan_checks: checks.records }.write(out)
     }
 }

@@ -41,7 +41,8 @@ pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "levels l3",
     // 2: a query that copies a tool's description, signature or function name is refused.
-    version: 2,
+    // 3: the plan check (`plan_check`, issue 38) on every kept query.
+    version: 3,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],
@@ -364,7 +365,8 @@ impl Stage for L3Stage {
         }
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
-        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &super::settings(s).l3)? })
+        let l = super::settings(s);
+        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &(&l.l3, &l.plan_check))? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
@@ -451,6 +453,17 @@ impl Stage for L3Stage {
             funnel.reject(&f.item, format!("failed: {}", f.reason));
         }
         batch.finish(out)?;
+        // The plan check sees each tool's output schema from `levels-schemas`.
+        let look = super::Lookup::new(&catalog);
+        let info = |id: &str| -> Option<super::plan_check::ToolInfo> {
+            let mut t = super::plan_check::catalog_tool(&look, id)?;
+            if let Some(e) = schemas.get(id) {
+                t.output_schema = Some(e.schema.clone());
+            }
+            Some(t)
+        };
+        let mut checks = super::plan_check::PlanChecks::default();
+        let mut checked = 0;
         let mut per_server: BTreeMap<String, usize> = BTreeMap::new();
         let mut queries = Vec::new();
         let mut logical = 0;
@@ -476,13 +489,7 @@ impl Stage for L3Stage {
                     continue;
                 }
             };
-            let n = per_server.entry(it.server.clone()).or_default();
-            if *n >= c.max_queries_per_server {
-                funnel.reject(key, "server cap: `levels.l3.max_queries_per_server` reached");
-                continue;
-            }
-            *n += 1;
-            let steps = repaired
+            let steps: Vec<Step> = repaired
                 .order
                 .iter()
                 .zip(&repaired.deps)
@@ -491,6 +498,22 @@ impl Stage for L3Stage {
                     depends_on: d.clone(),
                 })
                 .collect();
+            let steps = match checks.apply(key, 3, &rec.query, &steps, &info, &l.plan_check) {
+                Ok(steps) => {
+                    checked += 1;
+                    steps
+                }
+                Err(r) => {
+                    funnel.reject(key, r);
+                    continue;
+                }
+            };
+            let n = per_server.entry(it.server.clone()).or_default();
+            if *n >= c.max_queries_per_server {
+                funnel.reject(key, "server cap: `levels.l3.max_queries_per_server` reached");
+                continue;
+            }
+            *n += 1;
             queries.push(Generated {
                 key: key.clone(),
                 query: rec.query.clone(),
@@ -500,9 +523,10 @@ impl Stage for L3Stage {
             });
         }
         funnel.step("logical", logical);
+        checks.count(&mut funnel, checked);
         funnel.step("kept", queries.len());
         out.json("chains.json", &chains_doc)?;
-        LevelOut { level: 3, queries, funnel }.write(out)
+        LevelOut { level: 3, queries, funnel, plan_checks: checks.records }.write(out)
     }
 }
 

@@ -34,7 +34,8 @@ pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "levels l4",
     // 2: a query that copies a tool's description, signature or function name is refused.
-    version: 2,
+    // 3: the plan check (`plan_check`, issue 38) on every kept query.
+    version: 3,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],
@@ -289,7 +290,8 @@ impl Stage for L4Stage {
         }
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
-        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &super::settings(s).l4)? })
+        let l = super::settings(s);
+        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &(&l.l4, &l.plan_check))? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
@@ -416,6 +418,9 @@ impl Stage for L4Stage {
             funnel.reject(&f.item, format!("failed: {}", f.reason));
         }
         batch.finish(out)?;
+        let info = |id: &str| super::plan_check::catalog_tool(&look, id);
+        let mut checks = super::plan_check::PlanChecks::default();
+        let mut valid = 0;
         let mut queries = Vec::new();
         let (mut feasible, mut passed) = (0, 0);
         for (key, a) in &done.values {
@@ -438,20 +443,28 @@ impl Stage for L4Stage {
                 Ok(steps) if let Some(why) = copied(&last.scenario.query, &steps, &look) => {
                     funnel.reject(key, format!("not a request: the query {why}"))
                 }
-                Ok(steps) => queries.push(Generated {
-                    key: key.clone(),
-                    query: super::one_line(&last.scenario.query),
-                    steps,
-                    category: None,
-                    exchanges: a.exchanges.clone(),
-                }),
+                Ok(steps) => {
+                    valid += 1;
+                    let query = super::one_line(&last.scenario.query);
+                    match checks.apply(key, 4, &query, &steps, &info, &l.plan_check) {
+                        Ok(steps) => queries.push(Generated {
+                            key: key.clone(),
+                            query,
+                            steps,
+                            category: None,
+                            exchanges: a.exchanges.clone(),
+                        }),
+                        Err(r) => funnel.reject(key, r),
+                    }
+                }
                 Err(e) => funnel.reject(key, e),
             }
         }
         funnel.step("feasible", feasible);
         funnel.step("passed quality control", passed);
-        funnel.step("valid", queries.len());
+        funnel.step("valid", valid);
+        checks.count(&mut funnel, queries.len());
         out.json("attempts.json", &done.values)?;
-        LevelOut { level: 4, queries, funnel }.write(out)
+        LevelOut { level: 4, queries, funnel, plan_checks: checks.records }.write(out)
     }
 }

@@ -47,7 +47,8 @@ pub const PERSPECTIVES: [&str; 3] = ["a product manager", "a software engineer",
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "levels l5",
-    version: 1,
+    // 2: the plan check (`plan_check`, issue 38): an L5 query has no plan.
+    version: 2,
     about: "ETOM L5: capability map (HDBSCAN + LLM labels), gap analysis with a red team, persona queries, verification",
     reads: &[crate::filter::CATALOG.read(), INDEX.read(), VECTORS.read()],
     writes: &["queries.json", "capability_map.json", "gaps.json", crate::llm::batch::FAILED_FILE],
@@ -537,6 +538,8 @@ impl Stage for L5Stage {
             funnel.reject(&f.item, format!("failed: {}", f.reason));
         }
         batch.finish(out)?;
+        let mut checks = super::plan_check::PlanChecks::default();
+        let mut accepted = 0;
         let mut queries = Vec::new();
         for (key, r) in &verified.values {
             if r.verdict != Verdict::OutOfScope {
@@ -547,20 +550,26 @@ impl Stage for L5Stage {
                 let mut exchanges =
                     written.values.get(&format!("gap:{}", r.gap)).map(|w| w.1.clone()).unwrap_or_default();
                 exchanges.extend(r.exchanges.iter().cloned());
-                queries.push(Generated {
-                    key: key.clone(),
-                    query: r.query.clone(),
-                    steps: vec![],
-                    category: Some(r.gap.clone()),
-                    exchanges,
-                });
+                accepted += 1;
+                let no_tool = &super::plan_check::no_tool;
+                match checks.apply(key, 5, &r.query, &[], no_tool, &l.plan_check) {
+                    Ok(steps) => queries.push(Generated {
+                        key: key.clone(),
+                        query: r.query.clone(),
+                        steps,
+                        category: Some(r.gap.clone()),
+                        exchanges,
+                    }),
+                    Err(e) => funnel.reject(key, e),
+                }
             }
         }
-        funnel.step("out of scope, verified", queries.len());
+        funnel.step("out of scope, verified", accepted);
+        checks.count(&mut funnel, queries.len());
         let map: BTreeMap<String, &ClusterLabel> = labelled.values.iter().map(|(k, v)| (k.clone(), v)).collect();
         out.json("capability_map.json", &json!({"noise_tools": noise, "clusters": map}))?;
         out.json("gaps.json", &json!({"confirmed": gaps, "checks": checked.values}))?;
-        LevelOut { level: 5, queries, funnel }.write(out)
+        LevelOut { level: 5, queries, funnel, plan_checks: checks.records }.write(out)
     }
 }
 

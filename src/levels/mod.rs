@@ -12,8 +12,11 @@
 //! | `levels-export` | `level_1.json` … `level_5.json` in ETOM's shapes, unified samples, statistics |
 //!
 //! Each level stage writes `queries.json` ([`LevelOut`]): the kept queries with their
-//! reference steps (tool ids, alternatives, backward dependencies) and the funnel. Export
-//! is the only place that numbers them and renders ETOM's file shapes.
+//! reference steps (tool ids, alternatives, backward dependencies), the funnel, and the
+//! decisions of the [`plan_check`] every kept query's plan went through (repeated and
+//! unrequested steps pruned, dependencies without a data link dropped, plans outside the
+//! level's definition rejected). Export is the only place that numbers them and renders
+//! ETOM's file shapes.
 
 pub mod export;
 pub mod l1;
@@ -21,6 +24,7 @@ pub mod l2;
 pub mod l3;
 pub mod l4;
 pub mod l5;
+pub mod plan_check;
 pub mod profiles;
 pub mod schemas;
 
@@ -69,6 +73,8 @@ pub struct LevelsSettings {
     pub l4: L4Settings,
     #[serde(default)]
     pub l5: L5Settings,
+    #[serde(default)]
+    pub plan_check: PlanCheckSettings,
 }
 
 /// `[levels]`; absent: its stages are not part of `run` (each still runs alone, with defaults).
@@ -279,6 +285,46 @@ fn default_personas() -> Vec<String> {
     ["business analyst", "creative writer", "student", "casual user"].map(String::from).to_vec()
 }
 
+/// `[levels.plan_check]`: the check of every kept query's reference plan ([`plan_check`]).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanCheckSettings {
+    /// Prune a step the query does not call for (no mention, clearly low score) when
+    /// another step is clearly requested; `false`: such steps are only marked.
+    #[serde(default = "yes")]
+    pub prune_unrequested: bool,
+    /// With embeddings: the query–tool cosine below which a step whose tool the query does
+    /// not name is an unrequested candidate.
+    #[serde(default = "default_min_similarity")]
+    pub min_similarity: f64,
+    /// With embeddings: the cosine at or above which a step is clearly requested.
+    #[serde(default = "default_requested_similarity")]
+    pub requested_similarity: f64,
+    /// Without embeddings: the share of the query's content words a tool's text must hold
+    /// for its step to be clearly requested (a step sharing none is an unrequested candidate).
+    #[serde(default = "default_requested_overlap")]
+    pub requested_overlap: f64,
+}
+
+impl Default for PlanCheckSettings {
+    fn default() -> Self {
+        toml::from_str("").expect("defaults parse")
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_min_similarity() -> f64 {
+    0.2
+}
+fn default_requested_similarity() -> f64 {
+    0.45
+}
+fn default_requested_overlap() -> f64 {
+    0.3
+}
+
 /// The `[levels]` section (defaults when absent: each stage still runs alone).
 pub fn settings(s: &Settings) -> LevelsSettings {
     s.section::<LevelsSettings>().clone().unwrap_or_default()
@@ -404,6 +450,10 @@ pub struct LevelOut {
     pub level: u8,
     pub queries: Vec<Generated>,
     pub funnel: Funnel,
+    /// The plan check's decisions per item key (kept and rejected items alike; an item
+    /// with no decision and no rejection, such as an L5 query, is left out).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub plan_checks: BTreeMap<String, plan_check::PlanRecord>,
 }
 
 impl LevelOut {

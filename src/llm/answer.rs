@@ -29,12 +29,14 @@ pub type Check<T> = Arc<dyn Fn(&T) -> Result<(), String> + Send + Sync>;
 pub struct Answer<T> {
     pub name: String,
     pub schema: Value,
+    /// The request's sampling seed instead of the role's ([`Answer::with_seed`]).
+    pub seed: Option<u64>,
     check: Check<T>,
 }
 
 impl<T> Clone for Answer<T> {
     fn clone(&self) -> Self {
-        Answer { name: self.name.clone(), schema: self.schema.clone(), check: self.check.clone() }
+        Answer { name: self.name.clone(), schema: self.schema.clone(), seed: self.seed, check: self.check.clone() }
     }
 }
 
@@ -50,7 +52,15 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
     /// bounded as in [`schema_of`].
     pub fn new(name: &str, mut schema: Value) -> Answer<T> {
         bound_strings(&mut schema, None);
-        Answer { name: name.to_string(), schema, check: Arc::new(|_: &T| Ok(())) }
+        Answer { name: name.to_string(), schema, seed: None, check: Arc::new(|_: &T| Ok(())) }
+    }
+
+    /// Ask with the sampling `seed` instead of the role's (`None`: the role's): a second,
+    /// independent answer to the same prompt (the seed is part of the request hash, so the
+    /// ledger cache does not return the first answer). Like [`super::LlmClient::chat_seeded`].
+    pub fn with_seed(mut self, seed: Option<u64>) -> Answer<T> {
+        self.seed = seed;
+        self
     }
 
     /// Adds a check (after the ones already there).

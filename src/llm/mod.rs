@@ -532,6 +532,9 @@ impl LlmClient {
                 json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}}),
             );
         }
+        if let Some(seed) = answer.seed {
+            extra.insert("seed".into(), json!(seed));
+        }
         let tmpl = Some((prompt.template.as_str(), hash.as_str()));
         let mut parent = None;
         let mut attempts = 0;
@@ -667,7 +670,13 @@ impl LlmClient {
         let inner = &self.inner;
         let body = request_body(r, messages, extra);
         let body_bytes = serde_json::to_vec(&body).unwrap_or_default();
+        // `hash` names the request (artifacts and lineage refer to exchanges by it, so they
+        // do not depend on where the server runs); the cache key also holds who answers
+        // (provider and endpoint identity): two roles that send the same body to different
+        // servers never share an answer.
         let hash = crate::store::sha256_hex(&body_bytes);
+        let endpoint = format!("{}|{}", r.settings.provider.as_str(), r.endpoint.identity());
+        let key = exchange_key(&body_bytes, &endpoint);
         let ledger_err = |e: anyhow::Error| LlmError::Setup {
             stage: inner.stage.clone(),
             item: item.to_string(),
@@ -682,9 +691,10 @@ impl LlmClient {
             "template": template.map(|t| t.0),
             "template_hash": template.map(|t| t.1),
             "request_hash": hash,
+            "endpoint": endpoint,
         });
         if inner.mode != LlmMode::Live {
-            if let Some((source, payload)) = inner.recorder.lookup(&hash).map_err(ledger_err)? {
+            if let Some((source, payload)) = self.cached(r, &key, &hash).map_err(ledger_err)? {
                 let mut p = base.clone();
                 p["cached"] = json!(true);
                 p["source_event"] = json!(source);
@@ -734,7 +744,7 @@ impl LlmClient {
                 }
                 let parents: Vec<i64> = parent.into_iter().collect();
                 let id = inner.recorder.record(kind::LLM_EXCHANGE, item, p, &parents).map_err(ledger_err)?;
-                inner.recorder.cache_put(&hash, id).map_err(ledger_err)?;
+                inner.recorder.cache_put(&key, id).map_err(ledger_err)?;
                 Ok(Exchange { response: sent.response, event_id: id, cached: false, hash })
             }
             Err(SendError::Cancelled) => {
@@ -818,6 +828,28 @@ pub fn describe_event(kind: &str, p: &Value) -> String {
 /// The canonical request body: its sha256 is the cache key. Built in a fixed key order
 /// from the model, sampling parameters, messages and the extras (response_format, tools);
 /// never contains the API key.
+impl LlmClient {
+    /// The recorded exchange for a request: by its cache key, or in a ledger written before
+    /// the key held the endpoint, by the body's hash alone, and then only for the role that
+    /// recorded it.
+    fn cached(&self, r: &Role, key: &str, hash: &str) -> anyhow::Result<Option<(i64, Value)>> {
+        if let Some(hit) = self.inner.recorder.lookup(key)? {
+            return Ok(Some(hit));
+        }
+        let old = self.inner.recorder.lookup(hash)?;
+        Ok(old.filter(|(_, p)| p.get("endpoint").is_none() && p["role"].as_str() == Some(r.name.as_str())))
+    }
+}
+
+/// The exchange cache key: sha256 of the request body, a newline and the endpoint identity.
+pub(crate) fn exchange_key(body: &[u8], endpoint: &str) -> String {
+    let mut bytes = Vec::with_capacity(body.len() + endpoint.len() + 1);
+    bytes.extend_from_slice(body);
+    bytes.push(b'\n');
+    bytes.extend_from_slice(endpoint.as_bytes());
+    crate::store::sha256_hex(&bytes)
+}
+
 fn request_body(r: &Role, messages: &[Value], extra: &serde_json::Map<String, Value>) -> Value {
     let mut b = serde_json::Map::new();
     b.insert("model".into(), json!(r.model));

@@ -283,6 +283,8 @@ pub fn command(
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{Value, json};
+
     use super::*;
 
     #[test]
@@ -314,5 +316,182 @@ mod tests {
         let err = resolve(&empty, "no_such_template").unwrap_err();
         assert!(err.contains("not built in") && err.contains("benchgen prompts list"), "{err}");
         std::fs::remove_dir_all(&empty).unwrap();
+    }
+
+    // Fixed text first, data last (issue 39): llama-server and vLLM reuse the longest
+    // common prefix of consecutive requests, so whatever precedes a template's first
+    // variable is evaluated once, and whatever follows it is evaluated for every item.
+
+    /// A minijinja tag: `{{ … }}`, `{% … %}` or `{# … #}`.
+    fn tag() -> regex::Regex {
+        regex::Regex::new(r"(?s)\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}").unwrap()
+    }
+
+    /// A template's system and user parts, split at its `--- user ---` line.
+    fn parts<'a>(name: &str, text: &'a str) -> (&'a str, &'a str) {
+        const MARK: &str = "\n--- user ---\n";
+        let at = text.find(MARK).unwrap_or_else(|| panic!("built-in `{name}` has no `--- user ---` line"));
+        (&text[..at], &text[at + MARK.len()..])
+    }
+
+    /// The user part's text before its first tag: what every item's user message starts with.
+    fn fixed_head(user: &str) -> &str {
+        user[..tag().find(user).map_or(user.len(), |m| m.start())].trim()
+    }
+
+    /// Variables every built-in template renders with: each name any of them uses, in a
+    /// shape that fits every use (a tool has every field some template reads; `{{ server }}`
+    /// and `{{ persona }}` print an object as well as `server.name` and `persona | items`
+    /// read it). A template that uses a new name fails to render until it is added here.
+    fn example_vars() -> Value {
+        let tool = json!({
+            "id": "s::t", "name": "t", "server": "s", "description": "what t does",
+            "inputs": ["`x` (required): the x"], "required": ["x"],
+            "parameters": [{"name": "x", "description": "the x"}]
+        });
+        let mut candidate = tool.clone();
+        candidate["n"] = json!(1);
+        let call = json!({"n": 1, "tool": "t", "arguments": "x=1", "result": "ok"});
+        // Pairs, not one `json!` object: one that large reaches the macro recursion limit.
+        let vars = [
+            ("a", json!(17)),
+            ("b", json!(25)),
+            ("n", json!(2)),
+            ("count", json!(3)),
+            ("sessions", json!(2)),
+            ("turn", json!(1)),
+            ("turn_cap", json!(2)),
+            ("round", json!(1)),
+            ("scale_min", json!(1)),
+            ("scale_max", json!(5)),
+            ("name", json!("t")),
+            ("description", json!("what it does")),
+            ("query", json!("the query")),
+            ("request", json!("the request")),
+            ("answer", json!("the answer")),
+            ("domain", json!("finance")),
+            ("rule", json!("MUST mention the platform \"P\" explicitly")),
+            ("platform", json!("P")),
+            ("task", json!("the task")),
+            ("gap", json!("the gap")),
+            ("perspective", json!("a user")),
+            ("target", json!("tool")),
+            ("server_name", json!("s")),
+            ("server_description", json!("the server")),
+            ("server_tools", json!(["t"])),
+            ("rule_reason", json!("unsure")),
+            ("kind", json!("chain")),
+            ("sample", json!("the sample")),
+            ("goal", json!("the goal")),
+            ("note", json!("a note")),
+            ("feedback", json!("too vague")),
+            ("sub_scenario", json!("the sub-scenario")),
+            ("tool", json!(tool)),
+            ("tool_a", json!(tool)),
+            ("tool_b", json!(tool)),
+            ("anchor", json!(tool)),
+            ("from", json!(tool)),
+            ("to", json!(tool)),
+            ("tools", json!([tool])),
+            ("candidates", json!([candidate])),
+            ("server", json!({"name": "s", "description": "the server", "summary": "a summary"})),
+            ("scenario", json!({"query": "the scenario"})),
+            ("call", json!(call)),
+            ("calls", json!([call])),
+            ("before", json!([call])),
+            ("steps", json!([{"n": 1, "tool": "t", "description": "d"}])),
+            ("services", json!([{"n": 1, "name": "s", "description": "the server", "tools": [tool]}])),
+            ("labels", json!(["a label"])),
+            ("descriptions", json!(["a description"])),
+            ("requests", json!(["a request"])),
+            ("taxonomy", json!(["a scenario"])),
+            ("problems", json!(["claims too much"])),
+            ("source_categories", json!(["a category"])),
+            ("value_flow", json!(["x"])),
+            ("dimensions", json!([{"id": "d", "name": "a dimension", "description": "what it means"}])),
+            ("examples", json!([{"tool": "t", "query": "an example"}])),
+            ("persona", json!({"mood": "patient"})),
+            ("conversation", json!([{"role": "user", "text": "hi"}])),
+            ("turns", json!([{"turn": 1, "user": "hi", "tools": ["t"], "reply": "hello"}])),
+        ];
+        Value::Object(vars.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    }
+
+    /// The same shape with every string and number changed: another item.
+    fn vary(v: &Value) -> Value {
+        match v {
+            Value::String(s) => Value::String(format!("{s} 2")),
+            Value::Number(n) => json!(n.as_i64().unwrap_or_default() + 1),
+            Value::Array(a) => Value::Array(a.iter().map(vary).collect()),
+            Value::Object(o) => Value::Object(o.iter().map(|(k, x)| (k.clone(), vary(x))).collect()),
+            other => other.clone(),
+        }
+    }
+
+    /// The messages' contents joined, as a server's chat template lays them out in order.
+    fn joined(messages: &[Value]) -> String {
+        messages.iter().filter_map(|m| m["content"].as_str()).collect::<Vec<_>>().join("\n")
+    }
+
+    /// The layout rule, read from the text: the system part holds no tag, and after the user
+    /// part's first tag the fixed text (split at tags into stretches) is only what data needs:
+    /// the rest of a line that holds a tag (a label, or the rest of a sentence with a variable)
+    /// of at most 200 bytes, then whole lines of at most 120 bytes (a lead-in before more data
+    /// or one short closing line). A paragraph of instructions after the data fails.
+    #[test]
+    fn builtin_templates_put_their_fixed_text_before_their_data() {
+        let tag = tag();
+        for &(name, text) in BUILTIN {
+            let (system, user) = parts(name, text);
+            assert!(
+                !tag.is_match(system) && !system.contains("{{") && !system.contains("{%"),
+                "`{name}`: its system part uses a variable or tag; move it into the user part's data"
+            );
+            let first = tag.find(user).map_or(user.len(), |m| m.start());
+            for stretch in tag.split(&user[first..]) {
+                let (rest_of_line, lines) = stretch.split_once('\n').unwrap_or((stretch, ""));
+                let (rest_of_line, lines) = (rest_of_line.trim(), lines.trim());
+                assert!(
+                    rest_of_line.len() <= 200,
+                    "`{name}`: {} bytes of fixed text follow a variable on its line (at most 200): {rest_of_line:?}; \
+                     put instructions before the first variable",
+                    rest_of_line.len()
+                );
+                assert!(
+                    lines.len() <= 120,
+                    "`{name}`: {} bytes of fixed text after the data (at most 120: a lead-in or one short \
+                     closing line): {lines:?}; put instructions before the first variable",
+                    lines.len()
+                );
+            }
+        }
+    }
+
+    /// Rendered by the real renderer for two different items, every built-in's messages
+    /// share at least the system message and the user part's text before its first tag:
+    /// the prefix a server evaluates once.
+    #[test]
+    fn builtin_templates_render_a_shared_fixed_prefix_for_any_item() {
+        let (vars, other) = (example_vars(), vary(&example_vars()));
+        for &(name, text) in BUILTIN {
+            let render = |v: &Value| {
+                let rendered = crate::llm::render_template(name, text, v)
+                    .unwrap_or_else(|e| panic!("{e}: give `example_vars` the variables `{name}` uses"));
+                crate::llm::split_messages(&rendered)
+            };
+            let (one, two) = (render(&vars), render(&other));
+            assert_ne!(one, two, "`{name}` renders the same messages for two different items");
+            assert_eq!(one.len(), 2, "`{name}`: a system and a user message: {one:?}");
+            assert_eq!(one[0], two[0], "`{name}`: the system message differs between two items");
+            let head = fixed_head(parts(name, text).1);
+            let fixed = one[0]["content"].as_str().unwrap_or_default().len() + 1 + head.len();
+            let (a, b) = (joined(&one), joined(&two));
+            let shared = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+            assert!(
+                shared >= fixed,
+                "`{name}`: two items share {shared} bytes, less than the system message and the fixed \
+                 text {head:?} ({fixed} bytes):\n{a}\n---\n{b}"
+            );
+        }
     }
 }

@@ -3,8 +3,10 @@
 //! calls = live exchanges; cache hits = exchanges served from the ledger; retries = extra
 //! attempts of live exchanges and of failed ones; failures = `llm.failure` events (retries
 //! exhausted or an answer still invalid after re-asks); tokens and latency percentiles
-//! (nearest rank, over live exchanges); cost = tokens × the role's `prices` in the current
-//! config (USD per million tokens), absent when no prices are given.
+//! (nearest rank, over live exchanges); `seconds` = the live exchanges' latencies summed
+//! (time spent waiting for the model, more than the wall time when requests overlap); cost
+//! = tokens × the role's `prices` in the current config (USD per million tokens), absent
+//! when no prices are given. The text adds one `all stages` row per role.
 
 use std::collections::BTreeMap;
 
@@ -29,6 +31,8 @@ pub struct RoleStats {
     pub latency_ms_p50: Option<u64>,
     pub latency_ms_p90: Option<u64>,
     pub latency_ms_p99: Option<u64>,
+    /// Latencies of the live exchanges, summed.
+    pub seconds: f64,
     pub cost_usd: Option<f64>,
 }
 
@@ -74,6 +78,7 @@ pub fn collect(settings: &Settings, stage: Option<&str>) -> Result<Vec<RoleStats
             s.completion_tokens += p["usage"]["completion_tokens"].as_u64().unwrap_or(0);
             if let Some(l) = p["latency_ms"].as_u64() {
                 lat.push(l);
+                s.seconds += l as f64 / 1000.0;
             }
         }
     }
@@ -92,18 +97,44 @@ pub fn collect(settings: &Settings, stage: Option<&str>) -> Result<Vec<RoleStats
     Ok(out)
 }
 
+/// One row per role over every stage (percentiles are not summed: left out).
+fn role_totals(rows: &[RoleStats]) -> Vec<RoleStats> {
+    let mut by: BTreeMap<&str, RoleStats> = BTreeMap::new();
+    for r in rows {
+        let t = by.entry(&r.role).or_insert_with(|| RoleStats {
+            stage: "all stages".into(),
+            role: r.role.clone(),
+            model: r.model.clone(),
+            ..Default::default()
+        });
+        t.calls += r.calls;
+        t.cache_hits += r.cache_hits;
+        t.retries += r.retries;
+        t.failures += r.failures;
+        t.prompt_tokens += r.prompt_tokens;
+        t.completion_tokens += r.completion_tokens;
+        t.seconds += r.seconds;
+        t.cost_usd = match (t.cost_usd, r.cost_usd) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+        };
+    }
+    by.into_values().collect()
+}
+
 pub fn render(rows: &[RoleStats]) -> String {
     if rows.is_empty() {
         return "no LLM calls recorded in the ledger\n".into();
     }
     let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
+    let totals = role_totals(rows);
     // Columns as wide as their longest name (`review-prereview`), so rows stay aligned.
     let ws = rows.iter().map(|r| r.stage.len()).chain([12]).max().unwrap_or(12);
     let wr = rows.iter().map(|r| r.role.len()).chain([12]).max().unwrap_or(12);
-    let line = |c: [&str; 12]| {
+    let line = |c: [&str; 13]| {
         format!(
-            "{:<ws$} {:<wr$} {:>6} {:>6} {:>7} {:>8} {:>10} {:>10} {:>7} {:>7} {:>7} {:>9}\n",
-            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11]
+            "{:<ws$} {:<wr$} {:>6} {:>6} {:>7} {:>8} {:>10} {:>10} {:>8} {:>7} {:>7} {:>7} {:>9}\n",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12]
         )
     };
     let mut out = line([
@@ -115,19 +146,21 @@ pub fn render(rows: &[RoleStats]) -> String {
         "failures",
         "prompt_tok",
         "compl_tok",
+        "call_s",
         "p50_ms",
         "p90_ms",
         "p99_ms",
         "cost_usd",
     ]);
-    for r in rows {
+    for r in rows.iter().chain(&totals) {
         let cost = r.cost_usd.map(|c| format!("{c:.4}")).unwrap_or_else(|| "-".into());
         let nums =
             [r.calls, r.cache_hits, r.retries, r.failures, r.prompt_tokens, r.completion_tokens].map(|n| n.to_string());
         let lat = [r.latency_ms_p50, r.latency_ms_p90, r.latency_ms_p99].map(opt);
+        let secs = format!("{:.1}", r.seconds);
         out.push_str(&line([
-            &r.stage, &r.role, &nums[0], &nums[1], &nums[2], &nums[3], &nums[4], &nums[5], &lat[0], &lat[1], &lat[2],
-            &cost,
+            &r.stage, &r.role, &nums[0], &nums[1], &nums[2], &nums[3], &nums[4], &nums[5], &secs, &lat[0], &lat[1],
+            &lat[2], &cost,
         ]));
     }
     out
@@ -162,6 +195,7 @@ mod tests {
             latency_ms_p50: Some(5),
             latency_ms_p90: None,
             latency_ms_p99: None,
+            seconds: 1.5,
             cost_usd: None,
         };
         let text = render(&[row("review-prereview", "reviewer_a"), row("filter", "classifier")]);
@@ -171,5 +205,9 @@ mod tests {
             .collect();
         assert!(role_at.windows(2).all(|w| w[0] == w[1]), "{text}");
         assert_eq!(text.lines().map(str::len).collect::<std::collections::BTreeSet<_>>().len(), 1, "{text}");
+        // One total row per role, after the stage rows.
+        let last: Vec<&str> = text.lines().skip(3).collect();
+        assert!(last.iter().all(|l| l.starts_with("all stages")), "{text}");
+        assert!(last[0].contains("classifier") && last[0].contains("1.5"), "{text}");
     }
 }

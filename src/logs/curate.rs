@@ -4,9 +4,17 @@
 //! 1. **Resolved through tool calls** (rule, checked first, no LLM): at least one call,
 //!    and every failing call (an error result or arguments that are not JSON) is followed,
 //!    later in the same turn, by a successful call of the same tool.
-//! 2. **Genuine need of the domain** (LLM judge, typed [`NeedVerdict`]).
+//! 2. **Genuine need of the domain**: rules first ([`need_by_rule`]): a successful call
+//!    whose tool the request names, or one of whose argument values the request contains,
+//!    or positive feedback, keeps the session with `by: "rule"` and no LLM call. Only where
+//!    the rules cannot tell is the LLM asked (typed [`NeedVerdict`]).
 //! 3. **Satisfactory answer**: the logs' feedback field when present; otherwise no final
 //!    answer fails, and an answer is judged by the LLM (typed [`AnswerVerdict`]).
+//!
+//! An LLM verdict that would drop a session is never enough alone: a second, independent
+//! verdict is asked ([`SecondAsk`]: the judge role with its seed + 1, or `second_role`), and
+//! the session is dropped only when both say so; when they disagree it is kept and its
+//! decision carries `review` (counted as `kept: verdicts disagree`).
 //!
 //! A session failing a criterion is dropped without asking the later ones. Scenario
 //! labels: the logs' own, or (`scenarios = "llm"`) one label from `taxonomy` picked by
@@ -17,15 +25,18 @@
 //! per session, so a killed run repeats no judgement.
 //!
 //! Outputs: `curated.jsonl` (kept sessions, scenario set), `decisions.jsonl`
-//! (`{id, keep, dropped_by?, resolved, need?, answer?, scenario}` in input order), `report.json`.
+//! (`{id, keep, dropped_by?, resolved, need?, answer?, scenario, review?}` in input order),
+//! `report.json` (drops per criterion and decider with their share and examples).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Result;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{CurateSettings, ScenarioSource, Session};
+use crate::efs::lexical;
 use crate::ledger::{NewEvent, Parent};
 use crate::llm::Prompt;
 use crate::llm::batch::{Batch, BatchOptions, Item};
@@ -40,7 +51,7 @@ pub const CURATED: Artifact<Session> = Artifact::new(STAGE, "curated.jsonl");
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "logs curate",
-    version: 3,
+    version: 4,
     about: "keeps sessions resolved through tools, with a genuine need and a satisfactory answer (LLM judge)",
     reads: &[super::import::SESSIONS.read()],
     writes: &["curated.jsonl", "decisions.jsonl", "report.json", crate::llm::batch::FAILED_FILE],
@@ -95,8 +106,52 @@ pub(crate) fn label_answer(taxonomy: &[String]) -> crate::llm::Answer<LabelPick>
 pub struct Criterion {
     pub ok: bool,
     pub reason: String,
-    /// `rule`, `feedback` or `llm`.
+    /// `rule`, `feedback`, `llm` or `unjudged`.
     pub by: String,
+    /// The second, independent LLM verdict, asked only when the first said no: `ok` is
+    /// false only when both said no; when this one says yes the session is kept (the
+    /// verdicts disagree) and the decision carries `review`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second: Option<SecondVerdict>,
+}
+
+impl Criterion {
+    pub fn new(ok: bool, reason: impl Into<String>, by: &str) -> Self {
+        Self { ok, reason: reason.into(), by: by.into(), second: None }
+    }
+}
+
+/// The confirming verdict of an LLM criterion.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SecondVerdict {
+    pub ok: bool,
+    pub reason: String,
+    /// The role asked.
+    pub role: String,
+    /// The sampling seed it was asked with (absent: the role's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+}
+
+/// How the second verdict is asked: `[logs.curate] second_role` when set, else the judge
+/// role again with its seed + 1 (its seed: `[llm.roles.<judge>] seed`, 0 when unset).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecondAsk {
+    pub role: String,
+    pub seed: Option<u64>,
+}
+
+impl SecondAsk {
+    pub fn of(s: &Settings, c: &CurateSettings) -> Self {
+        match &c.second_role {
+            Some(role) => SecondAsk { role: role.clone(), seed: None },
+            None => {
+                let llm = s.section::<crate::llm::LlmSettings>();
+                let own = llm.roles.get(&c.judge_role).and_then(|r| r.seed).unwrap_or(0);
+                SecondAsk { role: c.judge_role.clone(), seed: Some(own.wrapping_add(1)) }
+            }
+        }
+    }
 }
 
 /// The recorded decision of one session.
@@ -113,6 +168,10 @@ pub struct Decision {
     pub answer: Option<Criterion>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scenario: Option<String>,
+    /// Why a person should look at this decision: the two LLM verdicts of a criterion
+    /// disagreed, so the session was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<String>,
 }
 
 /// A decision with the request hashes of the LLM exchanges behind it (the
@@ -131,16 +190,17 @@ fn llm_failed(s: &Session, reason: &str) -> Judged {
         keep: false,
         dropped_by: Some("llm-failed".into()),
         resolved: resolved(s),
-        need: Some(Criterion { ok: false, reason: one_line(reason), by: "llm".into() }),
+        need: Some(Criterion::new(false, one_line(reason), "llm")),
         answer: None,
         scenario: s.scenario.clone(),
+        review: None,
     };
     Judged { decision, exchanges: Vec::new() }
 }
 
 /// Criterion 1 (rule).
 pub fn resolved(s: &Session) -> Criterion {
-    let rule = |ok, reason: String| Criterion { ok, reason, by: "rule".into() };
+    let rule = |ok, reason: String| Criterion::new(ok, reason, "rule");
     if s.call_count() == 0 {
         return rule(false, "no tool call: the request was not resolved through tools".into());
     }
@@ -156,6 +216,156 @@ pub fn resolved(s: &Session) -> Criterion {
         }
     }
     rule(true, format!("{} call(s), no failing call left unrepaired", s.call_count()))
+}
+
+/// Generic actions in tool names: a request asks for the thing in its own verb
+/// (`efs::lexical`'s stop words already leave out get, list, fetch, read, show, find, …).
+const ACTIONS: &[&str] = &[
+    "search", "query", "lookup", "look", "check", "describe", "create", "add", "update", "set", "delete", "remove",
+    "run", "execute", "call", "send", "do", "make", "handle", "process", "manage",
+];
+
+/// Argument values too common to show that the request asked for the call.
+const TRIVIAL: &[&str] =
+    &["true", "false", "null", "none", "all", "any", "yes", "no", "default", "asc", "desc", "and", "or", "the"];
+
+/// A call that succeeded: no error result, arguments that are JSON.
+fn succeeded(c: &super::Call) -> bool {
+    c.error.is_none() && !c.flags.iter().any(|f| f.code == super::flag::BAD_ARGUMENTS)
+}
+
+/// The content words of a tool name, singular, without generic actions:
+/// `get_grid_prices` → `grid`, `price`; `getOncall` → `oncall`.
+pub fn name_words(tool: &str) -> Vec<String> {
+    lexical::content_tokens(tool).into_iter().filter(|w| !ACTIONS.iter().any(|a| lexical::stem(a) == *w)).collect()
+}
+
+/// The words of a session's requests, as the need rules read them.
+struct RequestWords {
+    /// Each request's words, lower-case, in order.
+    seqs: Vec<Vec<String>>,
+    /// Every word, and every two neighbouring words written as one (`on call` → `oncall`),
+    /// singular (`prices` → `price`).
+    stems: BTreeSet<String>,
+    /// Each request lower-cased (for scripts written without spaces between words).
+    texts: Vec<String>,
+}
+
+fn request_words(s: &Session) -> RequestWords {
+    let mut r = RequestWords { seqs: Vec::new(), stems: BTreeSet::new(), texts: Vec::new() };
+    for t in &s.turns {
+        let words = lexical::words(&t.user);
+        for w in &words {
+            r.stems.insert(lexical::stem(w));
+        }
+        for pair in words.windows(2) {
+            r.stems.insert(lexical::stem(&format!("{}{}", pair[0], pair[1])));
+        }
+        r.texts.push(t.user.to_lowercase());
+        r.seqs.push(words);
+    }
+    r
+}
+
+/// Every string or number of a call's arguments, with the name of its key (at most 64).
+fn argument_values(v: &Value, key: &str, out: &mut Vec<(String, String)>) {
+    if out.len() >= 64 {
+        return;
+    }
+    match v {
+        Value::String(x) => out.push((key.to_string(), x.clone())),
+        Value::Number(n) => out.push((key.to_string(), n.to_string())),
+        Value::Array(items) => {
+            for x in items {
+                argument_values(x, key, out);
+            }
+        }
+        Value::Object(m) => {
+            for (k, x) in m {
+                argument_values(x, k, out);
+            }
+        }
+        Value::Null | Value::Bool(_) => {}
+    }
+}
+
+/// Chinese, Japanese or Korean script: words are not separated by spaces.
+fn is_cjk(c: char) -> bool {
+    matches!(c, '\u{3040}'..='\u{30ff}' | '\u{3400}'..='\u{4dbf}' | '\u{4e00}'..='\u{9fff}' | '\u{ac00}'..='\u{d7af}')
+}
+
+/// Whether the request contains an argument value: its words, in order, as whole words
+/// (no plural folding: `cats` is not in "my cat"), at least 3 letters or digits and not
+/// only trivial words; a value in a CJK script (2 characters or more) as a substring.
+fn in_request(value: &str, r: &RequestWords) -> bool {
+    let v = value.trim();
+    if v.chars().any(is_cjk) {
+        let v = v.to_lowercase();
+        return v.chars().count() >= 2 && r.texts.iter().any(|t| t.contains(v.as_str()));
+    }
+    let words = lexical::words(v);
+    let letters: usize = words.iter().map(|w| w.chars().count()).sum();
+    if words.is_empty() || words.len() > 12 || letters < 3 || words.iter().all(|w| TRIVIAL.contains(&w.as_str())) {
+        return false;
+    }
+    r.seqs.iter().any(|seq| seq.windows(words.len()).any(|win| win == words.as_slice()))
+}
+
+/// Criterion 2 by rule: `Some` (kept, `by: "rule"`, the signals as the reason) when a
+/// successful call plainly answers the request — the request names its tool (the tool
+/// name's content words are all among the request's, singular and plural folded), or
+/// contains one of its argument values — or the user's feedback was positive; `None`
+/// when the rules cannot tell (the LLM judges). Embedding similarity is no signal here:
+/// this stage has no embeddings of requests or tools (docs/logs.md, "Curation").
+pub fn need_by_rule(s: &Session) -> Option<Criterion> {
+    let r = request_words(s);
+    let mut named: Option<(String, Vec<String>)> = None;
+    let mut argument: Option<(String, String, String)> = None;
+    let mut any_succeeded = false;
+    for call in s.calls().filter(|c| succeeded(c)) {
+        any_succeeded = true;
+        if named.is_none() {
+            let words = name_words(&call.tool);
+            if !words.is_empty() && words.iter().all(|w| r.stems.contains(w)) {
+                named = Some((call.tool.clone(), words));
+            }
+        }
+        if argument.is_none() {
+            let mut values = Vec::new();
+            argument_values(&call.arguments, "", &mut values);
+            if let Some((key, value)) = values.into_iter().find(|(_, v)| in_request(v, &r)) {
+                argument = Some((call.tool.clone(), key, value));
+            }
+        }
+    }
+    let mut why: Vec<String> = Vec::new();
+    if let Some((tool, words)) = &named {
+        why.push(format!("the request names `{tool}` ({})", words.join(", ")));
+    }
+    if let Some((tool, key, value)) = &argument {
+        let key = if key.is_empty() { "an argument".to_string() } else { format!("the argument `{key}`") };
+        why.push(format!("the request contains {key} of `{tool}` (\"{}\")", one_line(&clip(value, 60))));
+    }
+    if any_succeeded && s.feedback == Some(true) {
+        why.push("the user's feedback was positive".to_string());
+    }
+    if why.is_empty() {
+        return None;
+    }
+    Some(Criterion::new(true, format!("{}, with a successful call", why.join("; ")), "rule"))
+}
+
+/// The last non-blank final answer of a session.
+fn final_answer(s: &Session) -> Option<&String> {
+    s.turns.iter().rev().find_map(|t| t.answer.as_ref()).filter(|a| !a.trim().is_empty())
+}
+
+/// Whether judging a session that passes `resolved` may ask the LLM: its need is not
+/// settled by rule, its answer has no feedback, or it gets an LLM label.
+fn needs_llm(s: &Session, c: &CurateSettings) -> bool {
+    need_by_rule(s).is_none()
+        || (s.feedback.is_none() && final_answer(s).is_some())
+        || (c.scenarios == ScenarioSource::Llm && (s.scenario.is_none() || c.relabel))
 }
 
 fn clip(s: &str, n: usize) -> String {
@@ -191,9 +401,73 @@ pub fn label_prompt(c: &CurateSettings, s: &Session) -> Prompt {
     )
 }
 
-/// Judge one session (criteria in order, stopping at the first failure).
+fn need_read(v: NeedVerdict) -> (bool, String) {
+    (v.genuine, v.reason)
+}
+
+fn answer_read(v: AnswerVerdict) -> (bool, String) {
+    (v.satisfactory, v.reason)
+}
+
+/// An LLM criterion: the judge's verdict and, only when it says no, a second, independent
+/// one ([`SecondAsk`], recorded under `<part>:second`). The criterion fails only when both
+/// say no; when the second says yes the session is kept and the reason says so.
+async fn llm_criterion<T: DeserializeOwned + schemars::JsonSchema + 'static>(
+    llm: &Item,
+    c: &CurateSettings,
+    second: &SecondAsk,
+    prompt: &Prompt,
+    part: &str,
+    read: fn(T) -> (bool, String),
+    exchanges: &mut Vec<String>,
+) -> Result<Criterion, crate::llm::LlmError> {
+    let first = llm.typed_as::<T>(&c.judge_role, prompt, part).await?;
+    exchanges.push(first.exchange);
+    let (ok, reason) = read(first.value);
+    let reason = one_line(&reason);
+    if ok {
+        return Ok(Criterion::new(true, reason, "llm"));
+    }
+    let answer = crate::llm::Answer::<T>::of().with_seed(second.seed);
+    let part = format!("{part}:second");
+    let again = llm.ask(&second.role, prompt, Some(part.as_str()), &answer).await?;
+    exchanges.push(again.exchange);
+    let (ok2, reason2) = read(again.value);
+    let verdict = SecondVerdict { ok: ok2, reason: one_line(&reason2), role: second.role.clone(), seed: second.seed };
+    let reason = if ok2 { format!("kept: the verdicts disagree; the first said no ({reason})") } else { reason };
+    Ok(Criterion { ok: ok2, reason, by: "llm".into(), second: Some(verdict) })
+}
+
+/// Whether a criterion was kept because its second verdict disagreed with the first.
+fn disagreed(c: &Option<Criterion>) -> bool {
+    c.as_ref().is_some_and(|c| c.second.as_ref().is_some_and(|v| v.ok))
+}
+
+/// The checkpointed value of a decision, with `review` set when two verdicts disagreed.
+fn judged(mut d: Decision, exchanges: Vec<String>) -> Judged {
+    let mut disagree = Vec::new();
+    if disagreed(&d.need) {
+        disagree.push("need");
+    }
+    if disagreed(&d.answer) {
+        disagree.push("answer");
+    }
+    if !disagree.is_empty() {
+        d.review = Some(format!("the two LLM verdicts on {} disagree: kept", disagree.join(" and ")));
+    }
+    Judged { decision: d, exchanges }
+}
+
+/// Judge one session (criteria in order, stopping at the first failure): rules first,
+/// the LLM only where they cannot tell, and a drop by the LLM only on two agreeing verdicts.
 /// `sampled = false`: the LLM criteria pass unjudged (see `llm_sample`).
-pub async fn judge(llm: &Item, c: &CurateSettings, s: &Session, sampled: bool) -> Result<Judged, crate::llm::LlmError> {
+pub async fn judge(
+    llm: &Item,
+    c: &CurateSettings,
+    second: &SecondAsk,
+    s: &Session,
+    sampled: bool,
+) -> Result<Judged, crate::llm::LlmError> {
     let mut exchanges = Vec::new();
     let mut d = Decision {
         id: s.id.clone(),
@@ -203,45 +477,46 @@ pub async fn judge(llm: &Item, c: &CurateSettings, s: &Session, sampled: bool) -
         need: None,
         answer: None,
         scenario: s.scenario.clone(),
+        review: None,
     };
     if !d.resolved.ok {
         d.dropped_by = Some("resolved".into());
-        return Ok(Judged { decision: d, exchanges });
+        return Ok(judged(d, exchanges));
     }
-    let unjudged = || Criterion {
-        ok: true,
-        reason: format!("not judged: outside the LLM sample (llm_sample = {})", c.llm_sample.unwrap_or(0)),
-        by: "unjudged".into(),
+    let unjudged = || {
+        Criterion::new(
+            true,
+            format!("not judged: outside the LLM sample (llm_sample = {})", c.llm_sample.unwrap_or(0)),
+            "unjudged",
+        )
     };
-    if sampled {
-        let r = llm.typed_as::<NeedVerdict>(&c.judge_role, &need_prompt(c, s), "need").await?;
-        exchanges.push(r.exchange);
-        d.need = Some(Criterion { ok: r.value.genuine, reason: one_line(&r.value.reason), by: "llm".into() });
-    } else {
-        d.need = Some(unjudged());
-    }
+    d.need = Some(match need_by_rule(s) {
+        Some(kept) => kept,
+        None if sampled => {
+            llm_criterion::<NeedVerdict>(llm, c, second, &need_prompt(c, s), "need", need_read, &mut exchanges).await?
+        }
+        None => unjudged(),
+    });
     if !d.need.as_ref().is_some_and(|n| n.ok) {
         d.dropped_by = Some("need".into());
-        return Ok(Judged { decision: d, exchanges });
+        return Ok(judged(d, exchanges));
     }
-    let answer = s.turns.iter().rev().find_map(|t| t.answer.as_ref()).filter(|a| !a.trim().is_empty());
-    d.answer = Some(match (s.feedback, answer) {
-        (Some(f), _) => Criterion {
-            ok: f,
-            reason: if f { "the user's feedback was positive" } else { "the user's feedback was negative" }.into(),
-            by: "feedback".into(),
-        },
-        (None, None) => Criterion { ok: false, reason: "no final answer".into(), by: "rule".into() },
+    d.answer = Some(match (s.feedback, final_answer(s)) {
+        (Some(f), _) => Criterion::new(
+            f,
+            if f { "the user's feedback was positive" } else { "the user's feedback was negative" },
+            "feedback",
+        ),
+        (None, None) => Criterion::new(false, "no final answer", "rule"),
         (None, Some(_)) if !sampled => unjudged(),
         (None, Some(_)) => {
-            let r = llm.typed_as::<AnswerVerdict>(&c.judge_role, &answer_prompt(c, s), "answer").await?;
-            exchanges.push(r.exchange);
-            Criterion { ok: r.value.satisfactory, reason: one_line(&r.value.reason), by: "llm".into() }
+            let prompt = answer_prompt(c, s);
+            llm_criterion::<AnswerVerdict>(llm, c, second, &prompt, "answer", answer_read, &mut exchanges).await?
         }
     });
     if !d.answer.as_ref().is_some_and(|a| a.ok) {
         d.dropped_by = Some("answer".into());
-        return Ok(Judged { decision: d, exchanges });
+        return Ok(judged(d, exchanges));
     }
     if sampled && c.scenarios == ScenarioSource::Llm && (s.scenario.is_none() || c.relabel) {
         let r = llm.ask(&c.judge_role, &label_prompt(c, s), Some("label"), &label_answer(&c.taxonomy)).await?;
@@ -253,15 +528,16 @@ pub async fn judge(llm: &Item, c: &CurateSettings, s: &Session, sampled: bool) -
         }
     }
     d.keep = true;
-    Ok(Judged { decision: d, exchanges })
+    Ok(judged(d, exchanges))
 }
 
-/// The sessions the LLM judges: all, or a seeded sample of `llm_sample` among those
-/// passing the rule.
+/// The sessions the LLM judges: all those passing the `resolved` rule whose judgement
+/// needs the LLM ([`needs_llm`]), or a seeded sample of `llm_sample` of them.
 pub fn sample(sessions: &[Session], c: &CurateSettings, seed: u64) -> std::collections::HashSet<String> {
     use rand::SeedableRng;
     use rand::seq::SliceRandom;
-    let mut ids: Vec<&str> = sessions.iter().filter(|s| resolved(s).ok).map(|s| s.id.as_str()).collect();
+    let mut ids: Vec<&str> =
+        sessions.iter().filter(|s| resolved(s).ok && needs_llm(s, c)).map(|s| s.id.as_str()).collect();
     if let Some(n) = c.llm_sample {
         ids.sort();
         ids.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x6375_7261_7465));
@@ -298,7 +574,12 @@ impl Stage for CurateStage {
     }
 
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
-        vec![ConfigRef::new("logs.curate.judge_role", &super::import::settings(s).curate.judge_role)]
+        let c = super::import::settings(s).curate;
+        let mut roles = vec![ConfigRef::new("logs.curate.judge_role", &c.judge_role)];
+        if let Some(second) = &c.second_role {
+            roles.push(ConfigRef::new("logs.curate.second_role", second));
+        }
+        roles
     }
 
     fn prompts(&self, s: &Settings) -> Vec<PromptRef> {
@@ -327,6 +608,13 @@ impl Stage for CurateStage {
                 "is empty, but `scenarios = \"llm\"` picks labels from it",
             ));
         }
+        if c.second_role.as_deref() == Some(c.judge_role.as_str()) {
+            problems.push(crate::error::Problem::new(
+                "logs.curate.second_role",
+                "is `judge_role` itself: the second verdict would repeat the first; leave it out \
+                 (the judge is asked again with its seed + 1) or name another role",
+            ));
+        }
     }
 
     fn plan(&self, s: &Settings) -> Result<Plan> {
@@ -346,9 +634,10 @@ impl Stage for CurateStage {
             .max_failed_share(c.max_failed_share, "logs.curate.max_failed_share")
             .fail_point("logs_curate_session");
         let mut batch = Batch::new(ctx, opts)?;
-        let cref = &c;
+        let second = SecondAsk::of(s, &c);
+        let (cref, sref) = (&c, &second);
         let done = batch.run(items, |(sess, in_sample): (Session, bool), llm: Item| async move {
-            Ok(judge(&llm, cref, &sess, in_sample).await?)
+            Ok(judge(&llm, cref, sref, &sess, in_sample).await?)
         })?;
         let resumed = done.resumed;
         // Each decision's first parent: the session's import record (its `file:line`).
@@ -360,6 +649,7 @@ impl Stage for CurateStage {
         let mut kept = Vec::new();
         let mut decisions = Vec::new();
         let mut by: BTreeMap<String, u64> = BTreeMap::new();
+        let mut tally = Tally::default();
         let failed: BTreeMap<&str, &str> = done.failed.iter().map(|f| (f.item.as_str(), f.reason.as_str())).collect();
         for sess in &sessions {
             // A session whose judgement failed within `max_failed_share` is dropped, never lost.
@@ -381,6 +671,7 @@ impl Stage for CurateStage {
             }
             out.event(ev);
             *by.entry(d.dropped_by.clone().unwrap_or_else(|| "kept".into())).or_default() += 1;
+            tally.add(&d);
             if d.keep {
                 let mut k = sess.clone();
                 k.scenario = d.scenario.clone();
@@ -398,24 +689,148 @@ impl Stage for CurateStage {
         super::write_sessions(&mut w, &kept)?;
         w.finish()?;
         out.file("decisions.jsonl", dec_bytes);
-        let report = json!({"sessions": sessions.len(), "kept": kept.len(), "outcome": by});
-        out.json("report.json", &report)?;
-        out.count("sessions", sessions.len());
-        out.count("kept", kept.len());
-        for (k, v) in &by {
-            if k != "kept" {
-                out.count(&format!("dropped_{k}"), *v);
+        report(out, sessions.len(), kept.len(), &by, &tally, resumed)?;
+        Ok(())
+    }
+}
+
+/// `report.json`, the counts and the summary lines of a curation run.
+fn report(
+    out: &mut Output,
+    sessions: usize,
+    kept: usize,
+    by: &BTreeMap<String, u64>,
+    tally: &Tally,
+    resumed: usize,
+) -> Result<()> {
+    let report = json!({
+        "sessions": sessions,
+        "kept": kept,
+        "outcome": by,
+        "dropped": tally.dropped(sessions),
+        "decided_by": tally.decided,
+        "kept_verdicts_disagree": {
+            "sessions": tally.disagree.0,
+            "share": share(tally.disagree.0, sessions),
+            "examples": tally.disagree.1,
+        },
+    });
+    out.json("report.json", &report)?;
+    out.count("sessions", sessions);
+    out.count("kept", kept);
+    for (k, v) in by {
+        if k != "kept" {
+            out.count(&format!("dropped_{k}"), *v);
+        }
+    }
+    for ((_, criterion, who), (n, _)) in &tally.drops {
+        if criterion != who {
+            out.count(&format!("dropped_{criterion}_by_{who}"), *n);
+        }
+    }
+    let need = |who: &str| tally.decided.get("need").and_then(|m| m.get(who)).copied().unwrap_or(0);
+    out.count("need_by_rule", need("rule"));
+    out.count("kept_verdicts_disagree", tally.disagree.0);
+    let drops: Vec<String> = by.iter().filter(|(k, _)| *k != "kept").map(|(k, v)| format!("{v} by `{k}`")).collect();
+    out.notes.push(format!(
+        "{} of {} sessions kept; dropped: {} ({resumed} decisions resumed)",
+        kept,
+        sessions,
+        if drops.is_empty() { "none".into() } else { drops.join(", ") }
+    ));
+    if tally.decided.contains_key("need") {
+        out.notes.push(format!(
+            "need: {} settled by rule, {} by one LLM verdict, {} dropped on two agreeing verdicts, {} kept as \
+                 the verdicts disagree (for review), {} unjudged",
+            need("rule"),
+            need("llm"),
+            need("llm-agreed"),
+            need("llm-disagreed"),
+            need("unjudged")
+        ));
+    }
+    Ok(())
+}
+
+/// Who decided a criterion: `rule`, `feedback`, `unjudged`, `llm` (one verdict, yes),
+/// `llm-agreed` (two verdicts, both no) or `llm-disagreed` (kept: the second said yes).
+pub fn decider(c: &Criterion) -> String {
+    match (&c.second, c.by.as_str()) {
+        (Some(v), "llm") if v.ok => "llm-disagreed".into(),
+        (Some(_), "llm") => "llm-agreed".into(),
+        (_, by) => by.to_string(),
+    }
+}
+
+/// A dropped session's criterion, who decided it ([`decider`]; `llm-failed` for a
+/// judgement that failed) and the reason.
+pub fn drop_of(d: &Decision) -> Option<(String, String, String)> {
+    let criterion = d.dropped_by.clone()?;
+    let c = match criterion.as_str() {
+        "resolved" => Some(&d.resolved),
+        "need" => d.need.as_ref(),
+        "answer" => d.answer.as_ref(),
+        _ => None,
+    };
+    Some(match c {
+        Some(c) => (criterion, decider(c), c.reason.clone()),
+        None => {
+            let reason = d.need.as_ref().map(|n| n.reason.clone()).unwrap_or_default();
+            (criterion.clone(), criterion, reason)
+        }
+    })
+}
+
+/// `n` of `total` as a share, 4 decimals.
+fn share(n: u64, total: usize) -> f64 {
+    if total == 0 { 0.0 } else { (n as f64 / total as f64 * 10_000.0).round() / 10_000.0 }
+}
+
+/// The report's figures: drops per criterion and decider (up to 3 examples each), how
+/// each of `need` and `answer` was decided, and the sessions kept as verdicts disagreed.
+#[derive(Default)]
+struct Tally {
+    /// (criterion order, criterion, decider) → (sessions, examples).
+    drops: BTreeMap<(usize, String, String), (u64, Vec<Value>)>,
+    /// criterion → decider → sessions.
+    decided: BTreeMap<String, BTreeMap<String, u64>>,
+    disagree: (u64, Vec<Value>),
+}
+
+impl Tally {
+    fn add(&mut self, d: &Decision) {
+        // A failed judgement decided nothing (it is counted among the drops).
+        let failed = d.dropped_by.as_deref() == Some("llm-failed");
+        for (k, c) in [("need", &d.need), ("answer", &d.answer)] {
+            if let (Some(c), false) = (c, failed) {
+                *self.decided.entry(k.to_string()).or_default().entry(decider(c)).or_default() += 1;
             }
         }
-        let drops: Vec<String> =
-            by.iter().filter(|(k, _)| *k != "kept").map(|(k, v)| format!("{v} by `{k}`")).collect();
-        out.notes.push(format!(
-            "{} of {} sessions kept; dropped: {} ({resumed} decisions resumed)",
-            kept.len(),
-            sessions.len(),
-            if drops.is_empty() { "none".into() } else { drops.join(", ") }
-        ));
-        Ok(())
+        if let Some((criterion, who, reason)) = drop_of(d) {
+            let order = ["resolved", "need", "answer", "llm-failed"].iter().position(|k| *k == criterion).unwrap_or(4);
+            let e = self.drops.entry((order, criterion, who)).or_default();
+            e.0 += 1;
+            if e.1.len() < 3 {
+                e.1.push(json!({"id": d.id, "reason": reason}));
+            }
+        }
+        if let Some(r) = &d.review {
+            self.disagree.0 += 1;
+            if self.disagree.1.len() < 3 {
+                self.disagree.1.push(json!({"id": d.id, "review": r}));
+            }
+        }
+    }
+
+    /// `[{criterion, by, sessions, share, examples: [{id, reason}]}]`, in criterion order.
+    fn dropped(&self, total: usize) -> Vec<Value> {
+        self.drops
+            .iter()
+            .map(|((_, criterion, who), (n, examples))| {
+                let share = share(*n, total);
+                json!({"criterion": criterion, "by": who, "sessions": n, "share": share, "examples": examples})
+            })
+            .collect()
     }
 }
 
@@ -423,15 +838,26 @@ impl Stage for CurateStage {
 pub fn describe(p: &Value) -> String {
     let keep = p["keep"].as_bool().unwrap_or(false);
     let mut parts = Vec::new();
+    let yes = |c: &Value| if c["ok"].as_bool().unwrap_or(false) { "yes" } else { "no" };
     for k in ["resolved", "need", "answer"] {
         if let Some(c) = p.get(k).filter(|c| c.is_object()) {
-            parts.push(format!(
-                "{k}: {} by {} ({})",
-                if c["ok"].as_bool().unwrap_or(false) { "yes" } else { "no" },
-                c["by"].as_str().unwrap_or("?"),
-                c["reason"].as_str().unwrap_or("")
-            ));
+            let (by, reason) = (c["by"].as_str().unwrap_or("?"), c["reason"].as_str().unwrap_or(""));
+            let mut part = format!("{k}: {} by {by} ({reason})", yes(c));
+            if let Some(v) = c.get("second").filter(|v| v.is_object()) {
+                let seed = v["seed"].as_u64().map(|s| format!(", seed {s}")).unwrap_or_default();
+                part.push_str(&format!(
+                    ", second verdict ({}{seed}): {} ({})",
+                    v["role"].as_str().unwrap_or("?"),
+                    yes(v),
+                    v["reason"].as_str().unwrap_or("")
+                ));
+            }
+            parts.push(part);
         }
     }
-    format!("{}; {}", if keep { "kept" } else { "dropped" }, parts.join("; "))
+    let mut text = format!("{}; {}", if keep { "kept" } else { "dropped" }, parts.join("; "));
+    if let Some(r) = p["review"].as_str() {
+        text.push_str(&format!("; for review: {r}"));
+    }
+    text
 }

@@ -172,6 +172,10 @@ pub struct CurateSettings {
     /// LLM role judging "genuine domain need" and "satisfactory answer".
     #[serde(default = "default_judge")]
     pub judge_role: String,
+    /// LLM role asked for the second, independent verdict that a drop by the LLM needs
+    /// (`need` or `answer`). Absent: `judge_role` again, with its seed + 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second_role: Option<String>,
     #[serde(default = "default_need_template")]
     pub need_template: String,
     #[serde(default = "default_answer_template")]
@@ -192,8 +196,9 @@ pub struct CurateSettings {
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,
     /// Cost control: ask the LLM about at most this many sessions (a seeded sample of
-    /// those passing the rule); the others pass the LLM criteria as `unjudged`, with that
-    /// reason recorded. Absent: every session is judged.
+    /// those passing `resolved` whose judgement needs the LLM: a need the rules do not
+    /// settle, an answer without feedback, an LLM label); the others pass the LLM criteria
+    /// as `unjudged`, with that reason recorded. Absent: every session is judged.
     #[serde(default)]
     pub llm_sample: Option<usize>,
     /// Share of sessions whose LLM judgement may fail (after retries) without failing the
@@ -210,6 +215,7 @@ impl Default for CurateSettings {
     fn default() -> Self {
         Self {
             judge_role: default_judge(),
+            second_role: None,
             need_template: default_need_template(),
             answer_template: default_answer_template(),
             label_template: default_label_template(),

@@ -659,9 +659,11 @@ const NEGATIONS: &[&str] =
     &["not", "n't", "never", "no", "unable", "couldn't", "cannot", "can't", "failed", "without", "wasn't", "weren't"];
 
 /// The claims of an answer its turn's calls do not support: actions no successful call
-/// performed, counts of actions that differ from the calls, identifiers that no request,
-/// argument or result holds. `calls` are the turn's reference calls; `seen` every text the
-/// answer may quote (the request, the sample's arguments and results so far).
+/// performed, counts of actions that differ from the calls, a list of ids an action claim
+/// names that holds more ids than the calls of that action or one id more often than calls
+/// acted on it (see [`listed_claims`]), identifiers that no request, argument or result
+/// holds. `calls` are the turn's reference calls; `seen` every text the answer may quote
+/// (the request, the sample's arguments and results so far).
 pub fn unsupported_claims(answer: &str, calls: &[&RecordedCall], seen: &str) -> Vec<String> {
     let lower = answer.to_lowercase();
     let seen = seen.to_lowercase();
@@ -685,11 +687,8 @@ pub fn unsupported_claims(answer: &str, calls: &[&RecordedCall], seen: &str) -> 
             }
         }
     }
-    let mut idents: Vec<&str> = answer
-        .split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')' | '"' | '\'' | '`' | '[' | ']'))
-        .map(|w| w.trim_end_matches(['.', ':', '!', '?']))
-        .filter(|w| is_identifier(w))
-        .collect();
+    out.extend(listed_claims(answer, &lower, calls));
+    let mut idents: Vec<&str> = tokens(answer).into_iter().filter(|w| is_identifier(w)).collect();
     idents.dedup();
     for id in idents {
         if !seen.contains(&id.to_lowercase()) {
@@ -726,7 +725,291 @@ fn count_near(lower: &str, pos: usize) -> Option<usize> {
     if before.first().is_some_and(|w| aux.contains(w)) || before.get(1).is_some_and(|w| aux.contains(w)) {
         return before.iter().find_map(|w| num(w));
     }
+    // "<n> <things> <claim>" ("three alerts acknowledged"), but not a span of time ("in
+    // the last 5 minutes acknowledged").
+    let time = ["sec", "min", "hour", "hr", "day", "week", "month", "year", "time"];
+    if let [thing, n, ..] = before.as_slice()
+        && num(thing).is_none()
+        && !time.iter().any(|t| thing.starts_with(*t))
+    {
+        return num(n);
+    }
     None
+}
+
+/// The words of a text as the identifier scan splits them (quotes, brackets, commas and
+/// semicolons apart; a full stop, colon or mark at a word's end dropped).
+fn tokens(text: &str) -> Vec<&str> {
+    text.split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')' | '"' | '\'' | '`' | '[' | ']'))
+        .map(|w| w.trim_end_matches(['.', ':', '!', '?']))
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// Words that end what an action claim did: what follows them is another matter ("I
+/// acknowledged A-1 but not A-3", "… and left A-3 open").
+const BREAKS: &[&str] = &[
+    "but",
+    "except",
+    "however",
+    "while",
+    "whereas",
+    "although",
+    "though",
+    "not",
+    "after",
+    "before",
+    "because",
+    "since",
+    "which",
+    "who",
+    "that",
+    "then",
+    "so",
+    "yet",
+    "besides",
+    "other",
+    "others",
+    "remaining",
+    "still",
+    "left",
+    "leaving",
+    "skipped",
+    "ignored",
+    "kept",
+];
+
+/// Words a list of identifiers goes on through ("A-1, A-2 and A-3").
+const LIST_WORDS: &[&str] = &["and", "&", "plus", "as", "well", "also", "ids", "id"];
+
+/// Words after an identifier that start a clause of its own ("…, A-3 is still open").
+const CLAUSE_VERBS: &[&str] =
+    &["is", "are", "was", "were", "has", "have", "had", "remains", "remain", "stays", "stay", "still", "not"];
+
+/// Words that put a claim before this turn ("earlier I acknowledged …").
+const EARLIER: &[&str] = &["earlier", "previously", "already", "prior"];
+
+/// A passive claim's auxiliaries ("were acknowledged"), and the words that may stand
+/// between one and the claim ("have both been acknowledged").
+const PASSIVE: &[&str] = &["was", "were", "been", "are", "is", "got"];
+const BETWEEN: &[&str] = &["have", "has", "had", "now", "also", "all", "both", "each", "successfully"];
+
+/// Longest lead of words between a claim and the first identifier of its list ("acknowledged
+/// the alerts with IDs A-1 …").
+const LEAD_WORDS: usize = 8;
+
+/// Does a sentence end at byte `i` of `s` (a `.` before a space or the end, `!`, `?`, `;`, a
+/// line break)?
+fn sentence_end(s: &str, i: usize) -> bool {
+    match s.as_bytes()[i] {
+        b'!' | b'?' | b';' | b'\n' => true,
+        b'.' => s.as_bytes().get(i + 1).is_none_or(|b| b.is_ascii_whitespace()),
+        _ => false,
+    }
+}
+
+/// `lower[a..b]` as the answer writes it, when the two line up byte for byte.
+fn cased<'a>(answer: &'a str, lower: &'a str, a: usize, b: usize) -> &'a str {
+    if answer.len() == lower.len() { answer.get(a..b).unwrap_or(&lower[a..b]) } else { &lower[a..b] }
+}
+
+/// The identifiers the claim at byte `pos` of `lower` (the answer in lower case) lists, as
+/// written, each with whether it comes after the claim: the ids of its sentence after it,
+/// from the first (within [`LEAD_WORDS`] words) through list words only ("acknowledged the
+/// alerts with IDs A-1, A-2 and A-3"); before a passive claim, the ids right before its
+/// auxiliary ("A-1 and A-2 were acknowledged"). None for a claim about an earlier turn.
+fn claim_list(answer: &str, lower: &str, pos: usize, claim: &str) -> Vec<(String, bool)> {
+    let claim_end = pos + claim.len();
+    let start = (0..pos).rev().find(|&i| sentence_end(lower, i)).map_or(0, |i| i + 1);
+    let end = (claim_end..lower.len()).find(|&i| sentence_end(lower, i)).unwrap_or(lower.len());
+    let before = tokens(cased(answer, lower, start, pos));
+    if before.iter().any(|w| EARLIER.contains(&w.to_lowercase().as_str())) {
+        return Vec::new();
+    }
+    let after = tokens(cased(answer, lower, claim_end, end));
+    let mut out = Vec::new();
+    let mut listing = false;
+    for (i, w) in after.iter().enumerate() {
+        let lw = w.to_lowercase();
+        if is_identifier(w) {
+            if after.get(i + 1).is_some_and(|n| CLAUSE_VERBS.contains(&n.to_lowercase().as_str())) {
+                break;
+            }
+            out.push((w.to_string(), true));
+            listing = true;
+            continue;
+        }
+        let ends = BREAKS.contains(&lw.as_str())
+            || ACTIONS.iter().any(|a| a.claims.iter().any(|c| c.split(' ').next() == Some(lw.as_str())));
+        if ends || (listing && !LIST_WORDS.contains(&lw.as_str())) || (!listing && i >= LEAD_WORDS) {
+            break;
+        }
+    }
+    let mut k = before.len();
+    let mut passive = false;
+    while k > 0 {
+        let lw = before[k - 1].to_lowercase();
+        if PASSIVE.contains(&lw.as_str()) {
+            passive = true;
+        } else if !BETWEEN.contains(&lw.as_str()) {
+            break;
+        }
+        k -= 1;
+    }
+    if passive {
+        for w in before[..k].iter().rev() {
+            if is_identifier(w) {
+                out.push((w.to_string(), false));
+            } else if !LIST_WORDS.contains(&w.to_lowercase().as_str()) {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Does an argument value (lower case) hold the identifier `id` (lower case)?
+fn holds(value: &str, id: &str) -> bool {
+    value == id || has_word(value, id)
+}
+
+/// Do two identifiers (lower case) look like ids of one kind: two e-mail addresses, the
+/// same letters before a separator (`a-1`, `a-17`), or, without such letters, the same
+/// length and separators (two hashes, two uuids)?
+fn same_shape(a: &str, b: &str) -> bool {
+    fn prefix(s: &str) -> Option<&str> {
+        let p = &s[..s.find(|c: char| !c.is_alphanumeric())?];
+        (!p.is_empty() && p.chars().all(char::is_alphabetic)).then_some(p)
+    }
+    if a.contains('@') || b.contains('@') {
+        return a.contains('@') && b.contains('@');
+    }
+    match (prefix(a), prefix(b)) {
+        (Some(x), Some(y)) => x == y,
+        (None, None) => {
+            a.len() == b.len()
+                && a.chars()
+                    .zip(b.chars())
+                    .all(|(x, y)| x.is_alphanumeric() == y.is_alphanumeric() && (x.is_alphanumeric() || x == y))
+        }
+        _ => false,
+    }
+}
+
+/// The identifier arguments of a call: (argument name, value in lower case).
+fn id_arguments(c: &RecordedCall) -> Vec<(String, String)> {
+    argument_leaves(&c.arguments)
+        .into_iter()
+        .filter_map(|(n, v)| {
+            let s = v.as_str()?.trim().to_lowercase();
+            is_identifier(&s).then_some((n, s))
+        })
+        .collect()
+}
+
+/// The ids of a claim's list that stand for the argument `name` of the action's calls
+/// (`targets`, per call): an id a call passed as `name`, or, after the claim, one shaped
+/// like such an id (an alert the answer says it acted on and no call did).
+fn listed_under<'a>(list: &'a [(String, bool)], targets: &[Vec<(String, String)>], name: &str) -> Vec<&'a str> {
+    list.iter()
+        .filter(|(id, after)| {
+            let id = id.to_lowercase();
+            targets
+                .iter()
+                .flatten()
+                .any(|(n, v)| n.as_str() == name && (holds(v, &id) || (*after && same_shape(&id, v))))
+        })
+        .map(|(id, _)| id.as_str())
+        .collect()
+}
+
+/// The plural noun of an action family's deeds, for a finding.
+fn deeds(action: &str) -> &'static str {
+    match action {
+        "acknowledge" => "acknowledgements",
+        "notify" => "notifications",
+        "create" => "creations",
+        "update" => "updates",
+        "assign" => "assignments",
+        "close" => "closures",
+        "rollback" => "rollbacks",
+        "restart" => "restarts",
+        "delete" => "deletions",
+        "escalate" => "escalations",
+        _ => "actions",
+    }
+}
+
+fn times(n: usize) -> String {
+    match n {
+        1 => "once".into(),
+        2 => "twice".into(),
+        n => format!("{n} times"),
+    }
+}
+
+/// Action claims whose list of ids the turn's successful calls of that action do not bear
+/// out (one finding per action family): more ids than calls ("acknowledged A-1, A-2 and
+/// A-2" after two acknowledgements: an id named twice counts twice), or an id named more
+/// often than calls acted on it. The ids counted are those of one argument of the calls
+/// (`alert_id`), so a shared one ("notified X and Y about INC-5") does not add to them; an
+/// id named once in different sentences is no list.
+fn listed_claims(answer: &str, lower: &str, calls: &[&RecordedCall]) -> Vec<String> {
+    let mut out = Vec::new();
+    for a in ACTIONS {
+        let targets: Vec<Vec<(String, String)>> = calls
+            .iter()
+            .copied()
+            .filter(|c| ok(c) && action_of(&c.tool).is_some_and(|x| x.name == a.name))
+            .map(id_arguments)
+            .collect();
+        if targets.is_empty() {
+            continue;
+        }
+        let found = a.claims.iter().find_map(|claim| {
+            word_positions(lower, claim)
+                .into_iter()
+                .filter(|p| !negated(lower, *p))
+                .find_map(|p| list_finding(a.name, &targets, &claim_list(answer, lower, p, claim)))
+        });
+        out.extend(found);
+    }
+    out
+}
+
+/// What is wrong with one claim's list of ids (see [`listed_claims`]), if anything;
+/// `targets` are the identifier arguments of each successful call of the action `action`.
+fn list_finding(action: &str, targets: &[Vec<(String, String)>], list: &[(String, bool)]) -> Option<String> {
+    let mut names: Vec<&str> = targets.iter().flatten().map(|(n, _)| n.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let named: Vec<&str> =
+        names.iter().map(|name| listed_under(list, targets, name)).max_by_key(|v| v.len()).unwrap_or_default();
+    let keys: Vec<String> = named.iter().map(|id| id.to_lowercase()).collect();
+    let mut twice = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let k = keys.iter().filter(|x| *x == key).count();
+        let acted = targets.iter().filter(|t| t.iter().any(|(_, v)| holds(v, key))).count();
+        if k >= 2 && k > acted && !keys[..i].contains(key) {
+            let acted = match acted {
+                0 => "no call acted on it".to_string(),
+                n => format!("acted on {}", times(n)),
+            };
+            twice.push(format!("id {} is named {} but {acted}", named[i], times(k)));
+        }
+    }
+    let over = named.len() > targets.len();
+    if !over && twice.is_empty() {
+        return None;
+    }
+    let mut why = format!("claims {} {} (ids {})", named.len(), deeds(action), named.join(", "));
+    if over {
+        why.push_str(&format!(" but the plan made {}", targets.len()));
+    }
+    for t in &twice {
+        why.push_str(&format!("; {t}"));
+    }
+    Some(why)
 }
 
 /// Does a later user turn repeat an earlier one? (Same words, order and case aside.)
@@ -1309,6 +1592,49 @@ mod tests {
         assert!(unsupported_claims("It was not acknowledged.", &[], "").is_empty(), "a negated claim is no claim");
         let made_up = unsupported_claims("See INC-9999.", &[&ack], seen);
         assert!(made_up[0].contains("`INC-9999`"), "{made_up:?}");
+    }
+
+    #[test]
+    fn an_answer_that_names_more_acts_than_its_calls_made_is_caught() {
+        let ack = |id: &str| call("acknowledge_alert", json!({"alert_id": id}), r#"{"ok":true}"#);
+        // chain-963ddb8bdf of the demo release: two acknowledgements, three claimed, one id twice.
+        let (a, b) = (ack("469aa735"), ack("34e663dc"));
+        let seen = "acknowledge the gateway alerts 469aa735 34e663dc";
+        let demo =
+            unsupported_claims("I acknowledged the alerts with IDs 469aa735, 34e663dc, and 34e663dc.", &[&a, &b], seen);
+        assert_eq!(
+            demo,
+            ["claims 3 acknowledgements (ids 469aa735, 34e663dc, 34e663dc) but the plan made 2; \
+              id 34e663dc is named twice but acted on once"]
+        );
+        // The same list with as many ids as calls, each once: faithful.
+        let (a1, b2) = (ack("a1"), ack("b2"));
+        let seen = "acknowledge a1 b2";
+        assert!(unsupported_claims("I acknowledged the alerts with IDs a1 and b2", &[&a1, &b2], seen).is_empty());
+        assert!(unsupported_claims("Alerts a1 and b2 were acknowledged.", &[&a1, &b2], seen).is_empty());
+        // A count said in words: three claimed, two made.
+        let three = unsupported_claims("Three alerts acknowledged: a1 and b2.", &[&a1, &b2], seen);
+        assert_eq!(three, ["says 3 acknowledged, and 2 call(s) of the turn did that"]);
+        let three = unsupported_claims("I acknowledged three alerts.", &[&a1, &b2], seen);
+        assert_eq!(three, ["says 3 acknowledged, and 2 call(s) of the turn did that"]);
+        // A passive list, and an id of the same kind no call acted on.
+        let twice = unsupported_claims("Alerts a1, b2 and b2 were acknowledged.", &[&a1, &b2], seen);
+        assert!(twice[0].contains("id b2 is named twice but acted on once"), "{twice:?}");
+        let seen = "acknowledge a1 b2; open: c3";
+        let more = unsupported_claims("I acknowledged a1, b2 and c3.", &[&a1, &b2], seen);
+        assert_eq!(more, ["claims 3 acknowledgements (ids a1, b2, c3) but the plan made 2"]);
+        // An id named again outside the claim's list, or after the list in a clause of its
+        // own, is no claim.
+        assert!(unsupported_claims("I acknowledged a1 and b2. b2 was the noisy one.", &[&a1, &b2], seen).is_empty());
+        assert!(unsupported_claims("I acknowledged a1 and b2, c3 is still open.", &[&a1, &b2], seen).is_empty());
+        assert!(unsupported_claims("I acknowledged a1 and b2 but not c3.", &[&a1, &b2], seen).is_empty());
+        assert!(unsupported_claims("I acknowledged a1 and b2 and left c3 open.", &[&a1, &b2], seen).is_empty());
+        // An argument the calls share (the incident both notifications are about) adds no act.
+        let n = |email: &str| call("notify_user", json!({"email": email, "incident": "INC-5"}), r#"{"ok":true}"#);
+        let (x, y) = (n("x@corp.example"), n("y@corp.example"));
+        let seen = "x@corp.example y@corp.example INC-5";
+        let said = "I notified x@corp.example and y@corp.example about INC-5.";
+        assert!(unsupported_claims(said, &[&x, &y], seen).is_empty());
     }
 
     #[test]

@@ -277,22 +277,24 @@ fn predictions_are_read_by_benchgen_score_in_both_formats_and_agree_with_the_lea
 
 #[test]
 fn a_killed_eval_resumes_without_asking_again_and_gives_the_same_bytes() {
-    let whole_llm = ScriptedLlm::start(agent_rule);
-    let whole = project(&whole_llm, "concurrency = 1\nrepeats = 2\n");
-    assert_code(&eval(&whole), 0);
-
+    // One scripted server for both projects: the exchange keys (and so the artifacts that
+    // name exchanges) hold the endpoint, which must be the same for the bytes to agree.
     let llm = ScriptedLlm::start(agent_rule);
+    let whole = project(&llm, "concurrency = 1\nrepeats = 2\n");
+    assert_code(&eval(&whole), 0);
+    let whole_n = llm.count();
+
     let p = project(&llm, "concurrency = 1\nrepeats = 2\n");
     let o = p.cmd().args(["--config", CONFIG, "eval"]).env("BENCHGEN_FAIL_AT", "eval_run:20").output().unwrap();
     assert_ne!(o.status.code(), Some(0), "the fail point stops the first run");
     assert!(!p.path("artifacts/eval/leaderboard.json").exists());
-    let before = llm.count();
+    let before = llm.count() - whole_n;
     assert!(before > 0);
     let o = eval(&p);
     assert_code(&o, 0);
     let said = format!("{}{}", crate::support::stdout(&o), stderr(&o));
     assert!(said.contains("resumed"), "{said}");
-    assert_eq!(llm.count(), whole_llm.count(), "the resumed run asked only what the killed one had not");
+    assert_eq!(llm.count() - whole_n, whole_n, "the resumed run asked only what the killed one had not");
     let strip = |mut t: BTreeMap<String, Vec<u8>>| {
         t.remove("manifest.json");
         t
@@ -303,8 +305,7 @@ fn a_killed_eval_resumes_without_asking_again_and_gives_the_same_bytes() {
         assert!(v == &b[k], "`{k}` differs after kill and resume");
     }
     // Repeat 2 asked with its own seed: its requests are not the first repeat's.
-    let seeds: std::collections::BTreeSet<String> =
-        whole_llm.requests().iter().map(|r| r.body["seed"].to_string()).collect();
+    let seeds: std::collections::BTreeSet<String> = llm.requests().iter().map(|r| r.body["seed"].to_string()).collect();
     assert_eq!(seeds.into_iter().collect::<Vec<_>>(), ["1", "2"]);
 }
 
@@ -340,6 +341,8 @@ fn real_local_models_evaluate_a_release_as_a_two_agent_panel() {
     for r in &rows {
         assert!((0.0..=1.0).contains(&r["score"].as_f64().unwrap()), "{r}");
         assert_eq!(r["samples"], 8);
+        // The model column names the file the local server loads.
+        assert_eq!(r["model"].as_str(), small.file_name().and_then(|f| f.to_str()), "{r}");
     }
     assert_eq!(items(&p).len(), 8);
 }
@@ -401,4 +404,87 @@ fn flagged_items_go_to_a_review_queue_and_the_next_version_leaves_out_those_mark
     let err = stderr(&o);
     assert!(err.contains("reviews/eval/review.csv:") && err.contains("(decision)") && err.contains("`drop`"), "{err}");
     assert!(!p.path("release/it-bench-0.3.0").exists());
+}
+
+/// Two panel agents whose roles cannot be told apart (same endpoint, model and sampling
+/// settings) would share every answer: `check` refuses them, naming both.
+#[test]
+fn indistinguishable_panel_agents_are_refused() {
+    let llm = ScriptedLlm::start(agent_rule);
+    let p = project(&llm, "");
+    let cfg = p.read(CONFIG);
+    let twin = format!(
+        "[llm.roles.twin]\nprovider = \"vllm\"\nbase_url = \"{}/\"\nmodel = \"oracle\"\ntemperature = 0.0\nseed = 1\n",
+        llm.base_url()
+    );
+    p.write(
+        CONFIG,
+        format!(
+            "{}\n{twin}",
+            cfg.replace("agents = [\"none\", \"noisy\", \"oracle\"]", "agents = [\"oracle\", \"twin\"]")
+        ),
+    );
+    let o = p.run(&["--config", CONFIG, "check"]);
+    assert_code(&o, 1);
+    let err = stderr(&o);
+    assert!(err.contains("eval.agents[1]") && err.contains("`twin` cannot be told apart from `oracle`"), "{err}");
+    // Another seed makes it another agent.
+    let fixed = p.read(CONFIG).replace(&twin, &twin.replace("seed = 1", "seed = 2"));
+    p.write(CONFIG, fixed);
+    assert_code(&p.run(&["--config", CONFIG, "check"]), 0);
+}
+
+/// With repeats, every leaderboard figure carries its 95 % bootstrap interval over the
+/// samples, the same inputs give the same bytes, and each pair of agents is compared on the
+/// same resamples: the oracle (7/8) against `none` (1/8) is resolved; `noisy` (3/8) against
+/// `none`, two samples of eight apart, is not (a tenth of the resamples hold neither).
+#[test]
+fn leaderboard_figures_carry_bootstrap_intervals_and_pairs_say_whether_they_are_resolved() {
+    let llm = ScriptedLlm::start(agent_rule);
+    let p = project(&llm, "repeats = 2\n");
+    assert_code(&eval(&p), 0);
+    let rows = leaderboard(&p);
+    assert_eq!(rows.len(), 3);
+    for r in &rows {
+        assert_eq!(r["repeats"], 2);
+        for (figure, ci) in [("score", "score_ci"), ("pass_k", "pass_k_ci")] {
+            let x = r[figure].as_f64().unwrap();
+            let (lo, hi) = (r[ci][0].as_f64().unwrap(), r[ci][1].as_f64().unwrap());
+            assert!(lo <= x && x <= hi, "{figure} {r}");
+        }
+    }
+    // The scripted agents answer alike in both repeats: nothing flips.
+    for it in items(&p) {
+        assert_eq!(it["flip_rate"], 0.0, "{it}");
+        assert!(!it["flags"].as_array().unwrap().contains(&json!("unstable")), "{it}");
+    }
+    // Every pair once, in the better-ranked agent's row.
+    let n_pairs: Vec<usize> = rows.iter().map(|r| r["comparisons"].as_array().unwrap().len()).collect();
+    assert_eq!(n_pairs, [2, 1, 0]);
+    let pair = |a: &str, b: &str| -> Value {
+        let row = rows.iter().find(|r| r["agent"] == a).unwrap();
+        let found = row["comparisons"].as_array().unwrap().iter().find(|c| c["agent"] == b).cloned();
+        found.unwrap_or_else(|| panic!("no `{a}` − `{b}` in {row}"))
+    };
+    let on = pair("oracle", "none");
+    assert_eq!(on["difference"].as_f64().unwrap(), 6.0 / 8.0);
+    assert_eq!(on["resolved"], true, "{on}");
+    assert!(on["difference_ci"][0].as_f64().unwrap() > 0.0, "{on}");
+    let nn = pair("noisy", "none");
+    assert_eq!(nn["difference"].as_f64().unwrap(), 2.0 / 8.0);
+    assert_eq!(nn["resolved"], false, "{nn}");
+    assert!(nn["difference_ci"][0].as_f64().unwrap() <= 0.0, "{nn}");
+    assert!(nn["half_width"].as_f64().unwrap() > 0.0, "{nn}");
+    let report = p.read("artifacts/eval/report.md");
+    assert!(report.contains("**pass@1**") && report.contains("**pass^2**"), "{report}");
+    assert!(report.contains("| `noisy` − `none` |") && report.contains("| not resolved |"), "{report}");
+    assert!(report.contains("Smallest difference this release resolves"), "{report}");
+
+    // A fresh project on the same scripted server (the exchange keys hold the endpoint).
+    let q = project(&llm, "repeats = 2\n");
+    assert_code(&eval(&q), 0);
+    assert!(
+        p.read("artifacts/eval/leaderboard.json") == q.read("artifacts/eval/leaderboard.json"),
+        "the same inputs give the same leaderboard bytes"
+    );
 }

@@ -1,9 +1,10 @@
 //! Issue 28: ground truth that matches the request. Planted samples of each defect (an
 //! unrequested action, a repeated call, an argument from an unrelated result, an
-//! unfaithful answer, a repeated dialogue turn, an empty-plan action turn) go through the
-//! validation candidate's checks and are pruned or rejected with their reasons; a clean
-//! sample passes unchanged. (The copied-description queries of the levels are in the
-//! `levels` unit tests; the CLI run with an agent that makes extra calls is
+//! unfaithful answer, an answer that names more acts than the plan made, a repeated
+//! dialogue turn, an empty-plan action turn) go through the validation candidate's checks
+//! and are pruned or rejected with their reasons; a clean sample passes unchanged. (The
+//! copied-description queries of the levels are in the `levels` unit tests; the CLI run
+//! with an agent that makes extra calls is
 //! `synth::an_agent_s_extra_calls_leave_the_reference_plan_which_equals_the_sampled_chain`.)
 
 use std::collections::BTreeMap;
@@ -257,6 +258,89 @@ fn an_answer_that_claims_what_no_call_did_is_asked_again_once_then_kept_or_rejec
     let mut clean = c;
     clean.sample.turns[0].gold_reply = Some("INC-5 is open: payment errors.".into());
     assert!(unfaithful(&clean).is_empty());
+}
+
+#[test]
+fn an_answer_that_names_more_acts_than_the_plan_made_is_asked_again_once_then_kept_or_rejected() {
+    // chain-963ddb8bdf of the demo release: two acknowledgements, and an answer that claims
+    // three, naming one id twice.
+    let planted = || {
+        chain(
+            "Find all open alerts on gateway and acknowledge them",
+            &["get_alerts", "acknowledge_alert"],
+            vec![
+                call(
+                    0,
+                    0,
+                    "get_alerts",
+                    json!({"service": "gateway"}),
+                    json!({"alerts": [{"id": "469aa735"}, {"id": "34e663dc"}]}),
+                ),
+                call(1, 1, "acknowledge_alert", json!({"alert_id": "469aa735"}), json!({"ok": true})),
+                call(2, 1, "acknowledge_alert", json!({"alert_id": "34e663dc"}), json!({"ok": true})),
+            ],
+            "I acknowledged the alerts with IDs 469aa735, 34e663dc, and 34e663dc.",
+        )
+    };
+    let c = check(planted(), &[]);
+    assert!(c.reasons.is_empty(), "{:?}", c.reasons);
+    assert_eq!(plan(&c, 0), ["get_alerts", "acknowledge_alert", "acknowledge_alert"]);
+    let found = unfaithful(&c);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (turn, claims, vars) = &found[0];
+    assert_eq!(*turn, 0);
+    assert_eq!(
+        claims,
+        &["claims 3 acknowledgements (ids 469aa735, 34e663dc, 34e663dc) but the plan made 2; \
+           id 34e663dc is named twice but acted on once"]
+    );
+    assert_eq!(vars["problems"], json!(claims), "the re-ask is told what was wrong");
+    // A faithful second answer is kept, with a note.
+    let mut kept = c.clone();
+    let good = Asked {
+        value: AnswerAgain { answer: "I acknowledged the alerts with IDs 469aa735 and 34e663dc.".into() },
+        exchange: "x".into(),
+        event: None,
+    };
+    settle_answer(&mut kept, 0, claims, Ok(&good));
+    assert!(kept.reasons.is_empty(), "{:?}", kept.reasons);
+    assert_eq!(
+        kept.sample.turns[0].gold_reply.as_deref(),
+        Some("I acknowledged the alerts with IDs 469aa735 and 34e663dc.")
+    );
+    let note = &kept.notes[0];
+    assert!(note.starts_with("turn 1: the answer was asked again (claims 3 acknowledgements"), "{note}");
+    // A second answer that still claims three: rejected with both findings.
+    let mut rejected = c.clone();
+    let bad = Asked {
+        value: AnswerAgain { answer: "Three alerts acknowledged: 469aa735, 34e663dc and 34e663dc.".into() },
+        exchange: "x".into(),
+        event: None,
+    };
+    settle_answer(&mut rejected, 0, claims, Ok(&bad));
+    assert_eq!(rejected.reasons.len(), 1, "{:?}", rejected.reasons);
+    let r = &rejected.reasons[0];
+    assert!(r.starts_with("turn 1: the answer is not supported by its calls: claims 3 acknowledgements"), "{r}");
+    let again = "(asked again once: says 3 acknowledged, and 2 call(s) of the turn did that; claims 3 acknowledgements";
+    assert!(r.contains(again), "{r}");
+    assert_eq!(rejected.sample.turns[0].gold_reply, c.sample.turns[0].gold_reply, "the first answer stays");
+    // A dialogue turn goes through the same check: an id named twice after two acts.
+    let open = json!({"alerts": [{"id": "A-1"}, {"id": "A-2"}]});
+    let alerts = recorded("get_alerts", json!({"service": "gateway"}), open);
+    let ack = |id: &str| recorded("acknowledge_alert", json!({"alert_id": id}), json!({"ok": true}));
+    let d = dialogue(vec![
+        ("Which alerts are open on gateway?", vec![alerts], "A-1 and A-2 are open."),
+        ("Acknowledge both, please", vec![ack("A-1"), ack("A-2")], "I acknowledged A-1, A-2 and A-2."),
+    ]);
+    let d = check(d, &[]);
+    assert!(d.reasons.is_empty(), "{:?}", d.reasons);
+    let found = unfaithful(&d);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, 1);
+    assert_eq!(
+        found[0].1,
+        ["claims 3 acknowledgements (ids A-1, A-2, A-2) but the plan made 2; id A-2 is named twice but acted on once"]
+    );
 }
 
 #[test]

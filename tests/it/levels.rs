@@ -680,6 +680,40 @@ fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
     let reasons5 = p.json("artifacts/levels-l5/queries.json")["funnel"]["rejected"].to_string();
     assert!(reasons5.contains("challenged") && reasons5.contains("covered"), "{reasons5}");
 
+    // Every kept L1–L4 plan step has the plan check's decision (issue 38), in the level's
+    // `queries.json` and in the exported sample's lineage event.
+    for n in 1..=4 {
+        let out = p.json(&format!("artifacts/levels-l{n}/queries.json"));
+        for q in out["queries"].as_array().unwrap() {
+            let key = q["key"].as_str().unwrap();
+            let decisions =
+                out["plan_checks"][key]["decisions"].as_array().unwrap_or_else(|| panic!("L{n} {key}: {out}"));
+            let kept = decisions.iter().filter(|d| d["decision"] == "kept" && d.get("dependency").is_none()).count();
+            assert_eq!(
+                kept,
+                q["steps"].as_array().unwrap().len(),
+                "L{n} {key}: one kept decision per step: {decisions:?}"
+            );
+            assert!(decisions.iter().all(|d| d["by"] == "rule" && !d["reason"].as_str().unwrap().is_empty()));
+        }
+    }
+    let conn = rusqlite::Connection::open(p.path("artifacts/ledger.sqlite")).unwrap();
+    let mut st = conn.prepare("SELECT payload FROM events WHERE kind = 'levels.sample'").unwrap();
+    let payloads: Vec<Value> = st
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|x| serde_json::from_str(&x.unwrap()).unwrap())
+        .collect();
+    assert!(!payloads.is_empty());
+    for ev in &payloads {
+        let level5 = ev["id"].as_str().unwrap().starts_with("L5-");
+        let steps = ev["tools"].as_array().unwrap().len();
+        match ev["plan_check"].as_array() {
+            Some(d) => assert!(d.iter().filter(|d| d["decision"] == "kept").count() >= steps, "{ev}"),
+            None => assert!(level5, "a level sample without its plan check in the lineage: {ev}"),
+        }
+    }
+
     // The files load in `benchgen score` and an oracle scores 100 % (corrected mode).
     let benches: Vec<PathBuf> = (1..=5).map(|n| p.path(&format!("artifacts/levels-export/level_{n}.json"))).collect();
     score_all_em(&p, &benches, &etom_oracle(&p));
@@ -724,15 +758,16 @@ fn a_kill_inside_each_level_resumes_without_repeating_an_exchange() {
     if !assets_or_skip() {
         return;
     }
-    let llm_a = ScriptedLlm::start(answer);
+    // One scripted server for both projects: exchange keys (named in the level files) hold
+    // the endpoint, which must be the same for the bytes to agree.
+    let llm = ScriptedLlm::start(answer);
     // One request in flight: when the kill lands every sent request has its answer
     // recorded, so "asked again" can only mean a repeated exchange.
-    let a = project(&llm_a, 1);
+    let a = project(&llm, 1);
     a.ok(&["run"]);
-    let want_requests = llm_a.requests().iter().filter(|s| is_levels_request(s)).count();
+    let want_requests = llm.requests().iter().filter(|s| is_levels_request(s)).count();
 
-    let llm_b = ScriptedLlm::start(answer);
-    let b = project(&llm_b, 1);
+    let b = project(&llm, 1);
     b.ok(&["run", "--until", "efs-finalize"]);
     for stage in LEVEL_STAGES {
         let words: Vec<&str> = stage.splitn(2, '-').collect();
@@ -742,7 +777,7 @@ fn a_kill_inside_each_level_resumes_without_repeating_an_exchange() {
         b.ok(&[words[0], words[1]]);
     }
     b.ok(&["levels", "export"]);
-    let got_requests = llm_b.requests().iter().filter(|s| is_levels_request(s)).count();
+    let got_requests = llm.requests().iter().filter(|s| is_levels_request(s)).count() - want_requests;
     assert_eq!(got_requests, want_requests, "the resumed runs asked exactly what one uninterrupted run asks");
     assert_eq!(b.level_files(), a.level_files(), "resumed artifacts are byte-identical");
 }

@@ -297,3 +297,65 @@ fn api_key_is_sent_but_never_recorded() {
     let ledger = std::fs::read(p.settings.artifacts.join("ledger.sqlite")).unwrap();
     assert!(!String::from_utf8_lossy(&ledger).contains("sk-test-abcdef123456"));
 }
+
+/// Two roles that differ only in `base_url` (the same model name, as two vLLM servers that
+/// serve different checkpoints under one name) each get their own answers: the exchange
+/// key holds the endpoint identity. An older ledger, keyed by the body alone, still replays
+/// for the role that recorded it and for no other.
+#[test]
+fn roles_differing_only_in_base_url_never_share_an_exchange() {
+    let a = ScriptedLlm::start(|_| good());
+    let b = ScriptedLlm::start(|_| Answer::json(json!({"verdict": "drop", "reason": "other server"})));
+    let second = format!(
+        "[llm.roles.r2]\nprovider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"m\"\ntemperature = 0.0\nseed = 1\nbackoff_ms = 20\n",
+        b.base_url()
+    );
+    let p = project(&a.base_url(), &second);
+    let c = client(&p, LlmMode::Cached);
+    let first = rt().block_on(c.typed::<Verdict>("r", &prompt("a"), "a")).unwrap();
+    let other = rt().block_on(c.typed::<Verdict>("r2", &prompt("a"), "a")).unwrap();
+    assert_eq!(first.value.verdict, "keep");
+    assert!(!other.cached, "r2 was answered from r's exchange");
+    assert_eq!(other.value.verdict, "drop");
+    assert_eq!((a.count(), b.count()), (1, 1));
+    // The same request (one request hash), two endpoints, two recorded exchanges.
+    assert_eq!(first.exchange, other.exchange);
+    let ex = events(&p, "llm.exchange");
+    assert_eq!(ex.len(), 2);
+    assert!(ex[0]["endpoint"].as_str().unwrap().starts_with("vllm|remote:http://127.0.0.1:"), "{}", ex[0]);
+    assert_ne!(ex[0]["endpoint"], ex[1]["endpoint"]);
+    // Each replays its own.
+    let c = client(&p, LlmMode::Replay);
+    assert_eq!(rt().block_on(c.typed::<Verdict>("r", &prompt("a"), "a")).unwrap().value.verdict, "keep");
+    assert_eq!(rt().block_on(c.typed::<Verdict>("r2", &prompt("a"), "a")).unwrap().value.verdict, "drop");
+
+    // An older ledger: r's exchange as it was recorded before (no `endpoint`), keyed by its
+    // body's hash alone.
+    let mut l = Ledger::open(&p.settings.artifacts).unwrap();
+    let payload: String = l
+        .connection()
+        .query_row(
+            "SELECT payload FROM events WHERE kind = 'llm.exchange' AND json_extract(payload, '$.role') = 'r' ORDER BY id LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let mut old: serde_json::Value = serde_json::from_str(&payload).unwrap();
+    old.as_object_mut().unwrap().remove("endpoint");
+    let legacy = benchgen::store::sha256_hex(&serde_json::to_vec(&old["request"]).unwrap());
+    let run = l.begin_run("test", "", "0").unwrap();
+    let ids = l.append(run, "test", &[benchgen::ledger::NewEvent::new("llm.exchange", Some("a"), old)]).unwrap();
+    l.connection().execute("DELETE FROM llm_cache", []).unwrap();
+    l.connection()
+        .execute(
+            "INSERT INTO llm_cache(key, event_id, created_at) VALUES (?1, ?2, '')",
+            rusqlite::params![legacy, ids[0]],
+        )
+        .unwrap();
+    drop(l);
+    let c = client(&p, LlmMode::Replay);
+    let replayed = rt().block_on(c.typed::<Verdict>("r", &prompt("a"), "a")).unwrap();
+    assert!(replayed.cached && replayed.value.verdict == "keep");
+    let miss = rt().block_on(c.typed::<Verdict>("r2", &prompt("a"), "a")).unwrap_err();
+    assert!(matches!(miss, LlmError::ReplayMiss { .. }), "the older exchange is r's only: {miss:?}");
+}

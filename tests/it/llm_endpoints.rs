@@ -79,16 +79,26 @@ fn a_failing_endpoint_is_taken_out_and_the_other_answers() {
     assert_eq!(c.counts()["llm_retries"], 2);
     assert_eq!(c.counts()["llm_failures"], 0);
 
-    // The cache key does not depend on which endpoint answered, nor on the list: a single
-    // other server serves every prompt from the ledger without a request.
+    // The cache key does not depend on which replica answered nor on the order of the list
+    // (nor a trailing `/`): the same servers serve every prompt from the ledger.
+    let again = load(p.dir.path(), &urls(&[&good_one, &bad]).replace("\",", "/\","), "").unwrap();
+    let run = Ledger::open(&again.artifacts).unwrap().begin_run("test", "", "0").unwrap();
+    let same = LlmClient::with_mode(&again, "test", run, LlmMode::Cached).unwrap();
+    for i in 0..10 {
+        assert!(r.block_on(same.typed::<Verdict>("r", &prompt(&format!("t{i}")), "x")).unwrap().cached);
+    }
+    assert_eq!((bad.count(), good_one.count()), (2, 10));
+    // Another server is another endpoint (it may serve another checkpoint under the same
+    // model name): it is asked, never answered with these servers' exchanges.
     let third = ScriptedLlm::start(|_| good());
     let settings = load(p.dir.path(), &format!("base_url = \"{}\"", third.base_url()), "").unwrap();
     let run = Ledger::open(&settings.artifacts).unwrap().begin_run("test", "", "0").unwrap();
     let single = LlmClient::with_mode(&settings, "test", run, LlmMode::Cached).unwrap();
     for i in 0..10 {
-        assert!(r.block_on(single.typed::<Verdict>("r", &prompt(&format!("t{i}")), "x")).unwrap().cached);
+        assert!(!r.block_on(single.typed::<Verdict>("r", &prompt(&format!("t{i}")), "x")).unwrap().cached);
     }
-    assert_eq!(third.count(), 0);
+    assert_eq!(third.count(), 10);
+    // The request hash (how artifacts name an exchange) is the request's alone.
     let hashes: std::collections::BTreeSet<String> =
         events(&p, "llm.exchange").iter().map(|e| e["request_hash"].as_str().unwrap().to_string()).collect();
     assert_eq!(hashes.len(), 10, "one request hash per prompt, whichever endpoint answered");

@@ -722,7 +722,9 @@ fn real_small_model_curates_a_few_sessions() {
     let out = lp.ok(&["logs", "curate"]);
     assert!(out.contains("sessions kept"), "{out}");
     let decisions = lp.jsonl("artifacts/logs-curate/decisions.jsonl");
-    let judged = decisions.iter().filter(|d| d["need"]["by"] == "llm").count();
+    // Rules first: these sessions' needs are settled by rule, so the model judges what is
+    // left (here an answer without feedback).
+    let judged = decisions.iter().filter(|d| d["need"]["by"] == "llm" || d["answer"]["by"] == "llm").count();
     assert!((1..=2).contains(&judged), "{decisions:?}");
     for d in decisions.iter().filter(|d| d["need"]["by"] == "llm") {
         assert!(d["need"]["ok"].is_boolean() && !d["need"]["reason"].as_str().unwrap().is_empty());
@@ -964,4 +966,203 @@ fn docs_state_the_sub_scenario_separator_and_the_code_agrees() {
         s.scenario = (label != "(none)").then(|| label.clone());
         assert_eq!(s.sub_scenario(), sub, "label {label:?}");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Curation: rules first, the LLM only where they cannot tell, and a drop by the LLM only on
+// two agreeing verdicts (issue 38, item 5).
+
+/// One logged call (event format) making a single-call session with an answer.
+fn logged_call(session: &str, tool: &str, arguments: Value, user: &str, feedback: Option<&str>) -> String {
+    let mut e = json!({"session": session, "tool": tool, "ts_start": 0, "ts_end": 5, "arguments": arguments,
+        "result": {"ok": true}, "user": user, "answer": "Here is what I found."});
+    if let Some(f) = feedback {
+        e["feedback"] = json!(f);
+    }
+    e.to_string() + "\n"
+}
+
+/// A project whose only log source is `lines` (events), its judge (`seed = 41`) on `llm`;
+/// imported and curated.
+fn judged_project(lines: &[String], llm: &ScriptedLlm) -> Project {
+    let p = Project::empty();
+    for t in ["logs_need", "logs_answer"] {
+        p.copy_in(&format!("pipeline/prompts/{t}.md"));
+    }
+    p.write("raw/ops.jsonl", lines.concat());
+    p.write(
+        "pipeline/demo.toml",
+        format!(
+            "[project]\nseed = 5\n\n[logs]\n\n[[logs.sources]]\npath = \"raw/ops.jsonl\"\nformat = \"events\"\n\n\
+             [logs.curate]\njudge_role = \"judge\"\ndomain = \"energy prices and IT operations\"\n\n\
+             [llm.roles.judge]\nprovider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"\nseed = 41\n",
+            llm.base_url()
+        ),
+    );
+    for args in [&["logs", "import"][..], &["logs", "curate"]] {
+        let o = p.run(args);
+        assert!(o.status.success(), "{args:?}: {}\n{}", crate::support::stdout(&o), crate::support::stderr(&o));
+    }
+    p
+}
+
+/// `decisions.jsonl` by session id.
+fn decisions_of(p: &Project) -> BTreeMap<String, Value> {
+    p.read("artifacts/logs-curate/decisions.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|d| (d["id"].as_str().unwrap().to_string(), d))
+        .collect()
+}
+
+#[test]
+fn a_session_whose_called_tool_plainly_answers_its_request_is_kept_by_rule_without_asking_the_llm() {
+    use benchgen::logs::curate::need_by_rule;
+    // The rule alone, on sessions without feedback.
+    let session = |user: &str, tool: &str, arguments: Value| -> Session {
+        serde_json::from_value(json!({"id": "x", "source": "x", "format": "events", "location": "x:1",
+            "turns": [{"user": user, "groups": [[{"tool": tool, "arguments": arguments, "result": "ok"}]]}]}))
+        .unwrap()
+    };
+    let named = need_by_rule(&session("What are the grid prices for tomorrow?", "get_grid_prices", json!({})))
+        .expect("the request names the tool");
+    assert!(named.ok && named.by == "rule" && named.reason.contains("`get_grid_prices`"), "{named:?}");
+    let folded = session("Show me the electricity price of the grid", "get_grid_prices", json!({}));
+    assert!(need_by_rule(&folded).is_some(), "plural and singular fold");
+    let oncall = session("Who is on call for network?", "get_oncall", json!({}));
+    assert!(need_by_rule(&oncall).is_some(), "`on call` names `get_oncall`");
+    let host = session("Reboot web-42 please, it hangs", "restart_machine", json!({"host": "web-42"}));
+    let by_argument = need_by_rule(&host).expect("the request contains an argument value");
+    assert!(by_argument.reason.contains("`host`") && by_argument.reason.contains("web-42"), "{by_argument:?}");
+    let poem = session("OFF-TOPIC: write a poem about my cat", "get_runbook", json!({"topic": "cats"}));
+    assert!(need_by_rule(&poem).is_none(), "neither the tool nor an argument is asked for: the LLM judges");
+    let mut failed = session("What are the grid prices for tomorrow?", "get_grid_prices", json!({}));
+    failed.turns[0].groups[0][0].error = Some("upstream timeout".into());
+    assert!(need_by_rule(&failed).is_none(), "a failed call settles nothing");
+
+    // Through the stage, with a judge that says "not needed" to whatever it is asked.
+    let llm = ScriptedLlm::start(|seen| {
+        let v = if seen.all_text().contains("genuine need") {
+            json!({"genuine": false, "reason": "not a typical use case for the tool"})
+        } else {
+            json!({"satisfactory": true, "reason": "scripted answer"})
+        };
+        Answer::json(v)
+    });
+    let p = judged_project(
+        &[
+            logged_call(
+                "grid",
+                "get_grid_prices",
+                json!({"day": "2026-03-02"}),
+                "What are the grid prices for tomorrow?",
+                Some("thumbs_up"),
+            ),
+            logged_call("host", "restart_machine", json!({"host": "web-42"}), "Reboot web-42 please, it hangs", None),
+            logged_call("chat", "get_grid_prices", json!({"day": "2026-03-02"}), "Tell me something nice", None),
+        ],
+        &llm,
+    );
+    let d = decisions_of(&p);
+    for id in ["ops:grid", "ops:host"] {
+        assert_eq!(d[id]["keep"], true, "{}", d[id]);
+        assert_eq!((&d[id]["need"]["ok"], &d[id]["need"]["by"]), (&json!(true), &json!("rule")), "{}", d[id]);
+    }
+    assert!(d["ops:grid"]["need"]["reason"].as_str().unwrap().contains("`get_grid_prices`"), "{}", d["ops:grid"]);
+    assert!(d["ops:host"]["need"]["reason"].as_str().unwrap().contains("web-42"), "{}", d["ops:host"]);
+    // No exchange at all about the grid session (its feedback settles the answer); none
+    // about the host session's need (its answer, without feedback, is judged).
+    let asked: Vec<String> = llm.requests().iter().map(|r| r.all_text()).collect();
+    assert!(asked.iter().all(|t| !t.contains("grid prices for tomorrow")), "{asked:?}");
+    let need_asks: Vec<&String> = asked.iter().filter(|t| t.contains("genuine need")).collect();
+    assert_eq!(need_asks.len(), 2, "two verdicts, on the one session the rules cannot tell about: {need_asks:?}");
+    assert!(need_asks.iter().all(|t| t.contains("Tell me something nice")), "{need_asks:?}");
+    assert_eq!(d["ops:chat"]["dropped_by"], "need", "{}", d["ops:chat"]);
+    assert_eq!(d["ops:chat"]["need"]["second"]["ok"], false, "{}", d["ops:chat"]);
+    let x = p.run(&["explain", "log:ops:grid"]);
+    let x = crate::support::stdout(&x).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(x.contains("need: yes by rule") && !x.contains("llm.exchange"), "{x}");
+    // The report: who decided the need, and who dropped what.
+    let report: Value = serde_json::from_str(&p.read("artifacts/logs-curate/report.json")).unwrap();
+    assert_eq!(report["decided_by"]["need"]["rule"], 2, "{report}");
+    assert_eq!(report["decided_by"]["need"]["llm-agreed"], 1, "{report}");
+    let drops = report["dropped"].as_array().unwrap();
+    assert_eq!(drops.len(), 1, "{report}");
+    assert_eq!((&drops[0]["criterion"], &drops[0]["by"]), (&json!("need"), &json!("llm-agreed")), "{report}");
+    assert_eq!(drops[0]["examples"][0]["id"], "ops:chat", "{report}");
+    let m: Value = serde_json::from_str(&p.read("artifacts/logs-curate/manifest.json")).unwrap();
+    assert_eq!(m["counts"]["need_by_rule"], 2, "{m}");
+}
+
+#[test]
+fn a_drop_by_the_llm_needs_two_agreeing_verdicts_asked_with_the_judge_seed_and_the_next() {
+    // "last night" is genuine on the second seed only (42: the judge's 41 + 1); the song never.
+    let llm = ScriptedLlm::start(|seen| {
+        let t = seen.all_text();
+        let v = if t.contains("genuine need") {
+            let genuine = t.contains("last night") && seen.body["seed"] == 42;
+            json!({"genuine": genuine, "reason": format!("scripted need, seed {}", seen.body["seed"])})
+        } else {
+            json!({"satisfactory": true, "reason": "scripted answer"})
+        };
+        Answer::json(v)
+    });
+    let p = judged_project(
+        &[
+            logged_call("maybe", "get_grid_prices", json!({"day": "2026-03-01"}), "What happened last night?", None),
+            logged_call("song", "get_grid_prices", json!({"day": "2026-03-01"}), "Sing me a song about the sea", None),
+        ],
+        &llm,
+    );
+    let seeds = |needle: &str| -> Vec<u64> {
+        let mut s: Vec<u64> = llm
+            .requests()
+            .iter()
+            .filter(|r| r.all_text().contains("genuine need") && r.all_text().contains(needle))
+            .map(|r| r.body["seed"].as_u64().unwrap())
+            .collect();
+        s.sort();
+        s
+    };
+    assert_eq!(seeds("last night"), [41, 42]);
+    assert_eq!(seeds("Sing me a song"), [41, 42]);
+    let d = decisions_of(&p);
+
+    // The verdicts disagree: kept, and marked for review.
+    let maybe = &d["ops:maybe"];
+    assert_eq!(maybe["keep"], true, "{maybe}");
+    assert_eq!((&maybe["need"]["ok"], &maybe["need"]["by"]), (&json!(true), &json!("llm")), "{maybe}");
+    assert_eq!(maybe["need"]["second"]["ok"], true, "{maybe}");
+    assert_eq!(maybe["need"]["second"]["seed"], 42, "{maybe}");
+    assert!(maybe["review"].as_str().unwrap().contains("disagree"), "{maybe}");
+
+    // Both say no: dropped, with both verdicts in the decision and both exchanges its parents.
+    let song = &d["ops:song"];
+    assert_eq!((&song["keep"], &song["dropped_by"]), (&json!(false), &json!("need")), "{song}");
+    assert_eq!(song["need"]["reason"], "scripted need, seed 41", "{song}");
+    assert_eq!(
+        song["need"]["second"],
+        json!({"ok": false, "reason": "scripted need, seed 42", "role": "judge", "seed": 42}),
+        "{song}"
+    );
+    assert!(song.get("review").is_none(), "{song}");
+    let o = p.run(&["--json", "explain", "log:ops:song"]);
+    assert!(o.status.success(), "{}", crate::support::stderr(&o));
+    let x: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let exchanges = x["lineage"].as_array().unwrap().iter().filter(|e| e["kind"] == "llm.exchange").count();
+    assert_eq!(exchanges, 2, "{x}");
+
+    // The report and the counts.
+    let report: Value = serde_json::from_str(&p.read("artifacts/logs-curate/report.json")).unwrap();
+    assert_eq!(report["kept_verdicts_disagree"]["sessions"], 1, "{report}");
+    assert_eq!(report["kept_verdicts_disagree"]["examples"][0]["id"], "ops:maybe", "{report}");
+    assert_eq!(
+        report["dropped"],
+        json!([{"criterion": "need", "by": "llm-agreed", "sessions": 1, "share": 0.5,
+            "examples": [{"id": "ops:song", "reason": "scripted need, seed 41"}]}]),
+        "{report}"
+    );
+    let m: Value = serde_json::from_str(&p.read("artifacts/logs-curate/manifest.json")).unwrap();
+    assert_eq!(m["counts"]["dropped_need_by_llm-agreed"], 1, "{m}");
+    assert_eq!(m["counts"]["kept_verdicts_disagree"], 1, "{m}");
 }

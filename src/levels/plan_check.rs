@@ -1,0 +1,1066 @@
+//! Does a level's reference plan hold only what its query needs, in the level's shape?
+//! (issue 38: a released L4 asked for one company profile and listed eight steps of four
+//! servers, three of them exact repeats.)
+//!
+//! Every level stage runs [`check_plan`] on each query it keeps, after its own validation
+//! and before the query joins `queries.json`. By rule, in this order:
+//!
+//! 1. **Repeats.** A step with the same tools (as a set) and the same dependencies as an
+//!    earlier step is pruned: "repeats step N". Dependencies on a repeat are moved to the
+//!    step it repeats first, so a repeated pair of steps is found as well.
+//! 2. **Dependencies the query could imply.** A dependency a → b is kept only when
+//!    something step a's tool returns plausibly feeds an input parameter of step b's tool
+//!    (any alternative of either step): with an output schema for a (the catalog's, or L3's
+//!    `levels-schemas`), an output field (top level, or one level down in an object or an
+//!    array of objects) whose name matches an input of b (case, `_`, `-` and camelCase
+//!    ignored; plural ↔ singular; a one-word name matches the last word of the other:
+//!    `number` ↔ `issue_number`, `id` ↔ `channel_id`) with a compatible type where both
+//!    give one. Without an output schema, the words of an input's name must all occur in
+//!    a's name or description (`channel` in "List public channels … with channel ID").
+//!    The heuristic errs towards keeping: it cannot see synonyms ("content snippet" never
+//!    feeds `text`). A dependency without such a link is dropped with the reason; so is one
+//!    that points forward or out of range.
+//! 3. **Steps the query never calls for.** Each step gets evidence: a *mention* (the query
+//!    holds every content word of one of its tools' names: "company profile" names
+//!    `get_company_profile`) and a *score*: the cosine between query and tool text when the
+//!    caller has embeddings, else the lexical share of the query's content words that occur
+//!    in the tool's text (server and tool name, description, parameter names and
+//!    descriptions; stop words and generic verbs such as get/fetch/find left out, plurals
+//!    folded). A step with no mention and a clearly low score (embeddings: below
+//!    `min_similarity`; lexical: no shared word at all) is an *unrequested candidate*. It
+//!    is pruned only when another step is clearly requested (a mention, or a score at or
+//!    above `requested_similarity` / `requested_overlap`) and no kept step depends on it
+//!    through a kept dependency (a step that feeds a kept step stays); otherwise it is kept
+//!    and marked so. Levels plans carry no argument values, so a mention is by tool name.
+//! 4. **The level's shape**, on what is left: L1 exactly one step with one tool; L2 exactly
+//!    one step (a tool and its EFS alternatives); L3 two or more distinct tools, all of one
+//!    server, with at least one dependency; L4 two or more servers; L5 no plan at all. A
+//!    plan outside it rejects the query: "plan does not fit L4: needs two or more servers,
+//!    uses 1 (alpha-markets-mcp)".
+//!
+//! Every decision is a [`StepDecision`] `{step, tool, decision, by, reason, score?,
+//! score_kind?, mention?, exchange?}`; `by` is `rule` here, and an LLM per-step judge
+//! (`{needed, reason}`) can add `by = "llm"` decisions with their exchange in the same shape.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Funnel, PlanCheckSettings, Step};
+
+/// What the check knows of one tool.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolInfo {
+    pub server: String,
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+    /// The tool's output JSON Schema, when one is known.
+    pub output_schema: Option<Value>,
+}
+
+impl ToolInfo {
+    pub fn of(server: &crate::model::Server, tool: &crate::model::Tool) -> Self {
+        Self {
+            server: server.name.trim().to_string(),
+            name: tool.name.trim().to_string(),
+            description: tool.description.clone(),
+            input_schema: tool.input_schema.clone(),
+            output_schema: tool.output_schema.clone(),
+        }
+    }
+}
+
+/// A tool of the catalog (its catalog output schema, if any).
+pub fn catalog_tool(look: &super::Lookup<'_>, id: &str) -> Option<ToolInfo> {
+    look.get(id).map(|(s, t)| ToolInfo::of(s, t))
+}
+
+/// No tool known (L5: there is no plan to look up).
+pub fn no_tool(_id: &str) -> Option<ToolInfo> {
+    None
+}
+
+/// What became of a step, or of one of its dependencies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Kept,
+    /// The same tools and dependencies as an earlier step.
+    Duplicate,
+    /// The query does not call for it (pruned).
+    Unrequested,
+    /// A dependency with no data link the query could imply (dropped).
+    DependencyDropped,
+}
+
+/// Who decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecidedBy {
+    Rule,
+    Llm,
+}
+
+/// What a step's score measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScoreKind {
+    /// Cosine of the query's and the tool text's embeddings.
+    Embedding,
+    /// Share of the query's content words found in the tool's text.
+    Lexical,
+}
+
+/// One decision of the plan check.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepDecision {
+    /// 1-based step of the candidate plan.
+    pub step: usize,
+    /// The step's first tool.
+    pub tool: String,
+    /// For a decision about a dependency: the 1-based step it points to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency: Option<usize>,
+    pub decision: Decision,
+    pub by: DecidedBy,
+    pub reason: String,
+    /// The step's query similarity (3 decimals).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score_kind: Option<ScoreKind>,
+    /// The tool name the query names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mention: Option<String>,
+    /// Request hash of the LLM exchange behind a `by = llm` decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange: Option<String>,
+}
+
+/// The outcome: the pruned plan, or why the query does not fit its level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Ok(Vec<Step>),
+    Reject(String),
+}
+
+/// Every decision (per step in order, each followed by its dependencies') and the verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanCheck {
+    pub decisions: Vec<StepDecision>,
+    pub verdict: Verdict,
+}
+
+/// What `queries.json` records per item (`plan_checks`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanRecord {
+    pub decisions: Vec<StepDecision>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
+}
+
+/// Check a candidate plan of `level` for `query` (see the module doc). `tool` looks a tool
+/// id up; `similarity` gives one embedding cosine per step (the best of its tools) when the
+/// caller has embeddings, else the lexical score is used.
+pub fn check_plan(
+    level: u8,
+    query: &str,
+    steps: &[Step],
+    tool: &dyn Fn(&str) -> Option<ToolInfo>,
+    similarity: Option<&[f32]>,
+    cfg: &PlanCheckSettings,
+) -> PlanCheck {
+    let n = steps.len();
+    let infos: Vec<Tools> = steps
+        .iter()
+        .map(|s| s.tools.iter().map(|id| (crate::model::norm_tool_id(id), tool(id.as_str()))).collect())
+        .collect();
+    let primary: Vec<String> = steps.iter().map(|s| s.tools.first().cloned().unwrap_or_default()).collect();
+    let (canon, deps) = repeats(steps);
+    let mut step_dec: Vec<Option<StepDecision>> = vec![None; n];
+    for i in (0..n).filter(|&i| canon[i] != i) {
+        step_dec[i] = Some(decided(i, &primary[i], Decision::Duplicate, format!("repeats step {}", canon[i] + 1)));
+    }
+    let (kept_deps, dep_dec) = links(steps, &canon, &deps, &infos, &primary);
+    let q = content(query);
+    let ev: Vec<Evidence> =
+        (0..n).map(|i| evidence(&q, &infos[i], similarity.and_then(|s| s.get(i)).copied())).collect();
+    let pruned = requested(&canon, &kept_deps, &ev, q.len(), cfg, &primary, &mut step_dec);
+    let kept: Vec<usize> = (0..n).filter(|&i| !pruned[i]).collect();
+    let pos: BTreeMap<usize, usize> = kept.iter().enumerate().map(|(new, &old)| (old, new)).collect();
+    let plan: Vec<Step> = kept
+        .iter()
+        .map(|&i| Step {
+            tools: steps[i].tools.clone(),
+            depends_on: kept_deps[i].iter().filter_map(|d| pos.get(d).copied()).collect(),
+        })
+        .collect();
+    let verdict = match shape(level, &plan) {
+        Ok(()) => Verdict::Ok(plan),
+        Err(why) => Verdict::Reject(why),
+    };
+    let mut decisions = Vec::new();
+    for (d, deps) in step_dec.into_iter().zip(dep_dec) {
+        decisions.extend(d);
+        decisions.extend(deps);
+    }
+    PlanCheck { decisions, verdict }
+}
+
+/// A step's tools: normalised id and what is known of it.
+type Tools = Vec<(String, Option<ToolInfo>)>;
+
+fn decided(i: usize, tool: &str, decision: Decision, reason: String) -> StepDecision {
+    StepDecision {
+        step: i + 1,
+        tool: tool.to_string(),
+        dependency: None,
+        decision,
+        by: DecidedBy::Rule,
+        reason,
+        score: None,
+        score_kind: None,
+        mention: None,
+        exchange: None,
+    }
+}
+
+fn on_dependency(i: usize, a: usize, tool: &str, decision: Decision, reason: String) -> StepDecision {
+    StepDecision { dependency: Some(a + 1), ..decided(i, tool, decision, reason) }
+}
+
+/// Per step the first step it repeats (itself if none), and its backward dependencies
+/// moved to the steps they repeat.
+fn repeats(steps: &[Step]) -> (Vec<usize>, Vec<BTreeSet<usize>>) {
+    let mut canon: Vec<usize> = Vec::with_capacity(steps.len());
+    let mut deps: Vec<BTreeSet<usize>> = Vec::with_capacity(steps.len());
+    let mut tools: Vec<BTreeSet<String>> = Vec::with_capacity(steps.len());
+    for (i, s) in steps.iter().enumerate() {
+        let d: BTreeSet<usize> = s.depends_on.iter().filter(|&&j| j < i).map(|&j| canon[j]).collect();
+        let t: BTreeSet<String> = s.tools.iter().map(|x| crate::model::norm_tool_id(x)).collect();
+        let first = (0..i).find(|&j| canon[j] == j && tools[j] == t && deps[j] == d).unwrap_or(i);
+        canon.push(first);
+        deps.push(d);
+        tools.push(t);
+    }
+    (canon, deps)
+}
+
+/// The dependencies of each non-repeated step that have a data link, and a decision for
+/// every dependency (kept with its link, or dropped with the reason).
+fn links(
+    steps: &[Step],
+    canon: &[usize],
+    deps: &[BTreeSet<usize>],
+    infos: &[Tools],
+    primary: &[String],
+) -> (Vec<BTreeSet<usize>>, Vec<Vec<StepDecision>>) {
+    let n = steps.len();
+    let mut kept: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
+    let mut out: Vec<Vec<StepDecision>> = vec![Vec::new(); n];
+    for i in (0..n).filter(|&i| canon[i] == i) {
+        for &j in steps[i].depends_on.iter().filter(|&&j| j >= i) {
+            let why = format!("step {} names step {}, which does not come before it", i + 1, j + 1);
+            out[i].push(on_dependency(i, j, &primary[i], Decision::DependencyDropped, why));
+        }
+        for &a in &deps[i] {
+            match step_link(&infos[a], &infos[i]) {
+                Ok(why) => {
+                    kept[i].insert(a);
+                    out[i].push(on_dependency(i, a, &primary[i], Decision::Kept, why));
+                }
+                Err(why) => {
+                    let why = format!("step {} does not use what step {} returns: {why}", i + 1, a + 1);
+                    out[i].push(on_dependency(i, a, &primary[i], Decision::DependencyDropped, why));
+                }
+            }
+        }
+    }
+    (kept, out)
+}
+
+/// A link from any tool of step a to any tool of step b.
+fn step_link(a: &[(String, Option<ToolInfo>)], b: &[(String, Option<ToolInfo>)]) -> Result<String, String> {
+    let mut first_err: Option<String> = None;
+    for (ida, ta) in a {
+        for (idb, tb) in b {
+            let (Some(ta), Some(tb)) = (ta, tb) else {
+                return Ok(format!("`{ida}` or `{idb}` is not in the catalog: the link cannot be checked"));
+            };
+            match link(ta, tb) {
+                Ok(why) => return Ok(why),
+                Err(e) => {
+                    if first_err.is_none() {
+                        first_err = Some(e);
+                    }
+                }
+            }
+        }
+    }
+    Err(first_err.unwrap_or_else(|| "a step lists no tool".to_string()))
+}
+
+/// Does something `a` returns plausibly feed an input of `b`? `Ok` says what, `Err` why not.
+fn link(a: &ToolInfo, b: &ToolInfo) -> Result<String, String> {
+    let inputs = props(&b.input_schema);
+    if inputs.is_empty() {
+        return Err(format!("`{}` takes no input", b.name));
+    }
+    let input_names = join(inputs.iter().map(|(k, _)| k.as_str()));
+    let outs: Vec<(&String, &Value)> = a.output_schema.as_ref().map(output_fields).unwrap_or_default();
+    if !outs.is_empty() {
+        for (p, pv) in &inputs {
+            if let Some((o, _)) = outs.iter().find(|(o, ov)| param_match(p, o) && types_fit(pv, ov)) {
+                return Ok(format!("`{o}` of `{}` feeds `{p}` of `{}`", a.name, b.name));
+            }
+        }
+        let out_names = join(outs.iter().map(|(k, _)| k.as_str()));
+        return Err(format!(
+            "no input of `{}` ({input_names}) matches an output of `{}` ({out_names})",
+            b.name, a.name
+        ));
+    }
+    let mut known = content(&a.name);
+    known.extend(content(&a.description));
+    for (p, _) in &inputs {
+        let words = content(p);
+        if !words.is_empty() && words.is_subset(&known) {
+            return Ok(format!("`{}` (no output schema) names `{p}`, an input of `{}`", a.name, b.name));
+        }
+    }
+    Err(format!(
+        "`{}` has no output schema, and neither its name nor its description names an input of `{}` ({input_names})",
+        a.name, b.name
+    ))
+}
+
+fn props(schema: &Value) -> Vec<(&String, &Value)> {
+    schema.get("properties").and_then(|p| p.as_object()).map(|p| p.iter().collect()).unwrap_or_default()
+}
+
+/// Output fields: the top-level properties, and those of an object or of an array's
+/// objects one level down.
+fn output_fields(schema: &Value) -> Vec<(&String, &Value)> {
+    let mut out = Vec::new();
+    for (k, v) in props(schema) {
+        out.push((k, v));
+        out.extend(props(v.get("items").unwrap_or(v)));
+    }
+    out
+}
+
+/// Whether an input name is served by an output name: the same words (case, `_`, `-`,
+/// camelCase and plurals aside, or the same letters joined), or a one-word name that is
+/// the other's last word.
+fn param_match(input: &str, output: &str) -> bool {
+    let stems = |s: &str| -> Vec<String> { split_words(s).iter().map(|w| stem(w)).collect() };
+    let (a, b) = (stems(input), stems(output));
+    if a.is_empty() || b.is_empty() {
+        return false;
+    }
+    a == b
+        || a.concat() == b.concat()
+        || (a.len() == 1 && b.last() == a.first())
+        || (b.len() == 1 && a.last() == b.first())
+}
+
+fn type_of(v: &Value) -> Option<String> {
+    match v.get("type") {
+        Some(Value::String(t)) => Some(t.clone()),
+        Some(Value::Array(a)) => a.iter().filter_map(|t| t.as_str()).find(|t| *t != "null").map(str::to_string),
+        _ => None,
+    }
+}
+
+/// Whether an output property's type can feed an input property's (as L3's data-flow rule).
+fn types_fit(input: &Value, output: &Value) -> bool {
+    let num = |t: &str| t == "integer" || t == "number";
+    let same = |a: &str, b: &str| a == b || (num(a) && num(b));
+    match (type_of(input), type_of(output)) {
+        (Some(i), Some(o)) if same(&i, &o) => true,
+        (Some(i), Some(o)) if o == "array" => output.get("items").and_then(type_of).is_none_or(|it| same(&i, &it)),
+        (Some(_), Some(_)) => false,
+        _ => true,
+    }
+}
+
+/// What the query says about one step.
+#[derive(Debug, Clone)]
+struct Evidence {
+    score: f64,
+    kind: ScoreKind,
+    /// Query content words found in the tool's text (lexical).
+    shared: Vec<String>,
+    /// The tool name the query names.
+    mention: Option<String>,
+}
+
+impl Evidence {
+    fn clearly_requested(&self, cfg: &PlanCheckSettings) -> bool {
+        self.mention.is_some()
+            || match self.kind {
+                ScoreKind::Embedding => self.score >= cfg.requested_similarity,
+                ScoreKind::Lexical => self.score >= cfg.requested_overlap,
+            }
+    }
+
+    fn low(&self, cfg: &PlanCheckSettings) -> bool {
+        self.mention.is_none()
+            && match self.kind {
+                ScoreKind::Embedding => self.score < cfg.min_similarity,
+                ScoreKind::Lexical => self.shared.is_empty(),
+            }
+    }
+
+    fn describe(&self, query_words: usize) -> String {
+        match self.kind {
+            ScoreKind::Embedding => format!("similarity {:.2} to the query", self.score),
+            ScoreKind::Lexical if self.shared.is_empty() => "shares no word with the query".to_string(),
+            ScoreKind::Lexical => {
+                format!("shares {} of {query_words} query words ({})", self.shared.len(), self.shared.join(", "))
+            }
+        }
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn evidence(q: &BTreeSet<String>, tools: &[(String, Option<ToolInfo>)], embedded: Option<f32>) -> Evidence {
+    let mention = tools.iter().find_map(|(id, t)| mention_of(q, id, t.as_ref()));
+    let mut shared: Vec<String> = Vec::new();
+    for (id, t) in tools {
+        let s: Vec<String> = q.intersection(&tool_words(id, t.as_ref())).cloned().collect();
+        if s.len() > shared.len() {
+            shared = s;
+        }
+    }
+    let (score, kind) = match embedded {
+        Some(x) => (f64::from(x), ScoreKind::Embedding),
+        None if q.is_empty() => (0.0, ScoreKind::Lexical),
+        None => (shared.len() as f64 / q.len() as f64, ScoreKind::Lexical),
+    };
+    Evidence { score: round3(score), kind, shared, mention }
+}
+
+/// The tool's name when the query holds every content word of it.
+fn mention_of(q: &BTreeSet<String>, id: &str, t: Option<&ToolInfo>) -> Option<String> {
+    let name = match t {
+        Some(t) => t.name.clone(),
+        None => crate::model::split_tool_id(id).map_or(id, |(_, n)| n).to_string(),
+    };
+    let words = content(&name);
+    (!words.is_empty() && words.is_subset(q)).then_some(name)
+}
+
+/// The content words of a tool's text: server and tool name, description, parameter
+/// names and descriptions.
+fn tool_words(id: &str, t: Option<&ToolInfo>) -> BTreeSet<String> {
+    let Some(t) = t else { return content(&id.replace("::", " ")) };
+    let mut w: BTreeSet<String> = content(&t.server).into_iter().filter(|x| x != "mcp" && x != "server").collect();
+    w.extend(content(&t.name));
+    w.extend(content(&t.description));
+    for (k, v) in props(&t.input_schema) {
+        w.extend(content(k));
+        w.extend(content(v.get("description").and_then(Value::as_str).unwrap_or("")));
+    }
+    w
+}
+
+/// Words that say nothing about which tool is meant.
+const STOP: &[&str] = &[
+    "a", "about", "after", "all", "also", "an", "and", "any", "are", "as", "at", "be", "been", "before", "but", "by",
+    "can", "could", "did", "do", "does", "done", "e", "each", "eg", "etc", "every", "fetch", "find", "for", "from",
+    "g", "get", "give", "had", "has", "have", "he", "here", "how", "i", "if", "in", "into", "is", "it", "its", "just",
+    "let", "like", "make", "may", "me", "might", "more", "most", "must", "my", "need", "no", "not", "of", "on", "one",
+    "onto", "or", "other", "our", "out", "over", "per", "please", "retrieve", "she", "should", "show", "so", "some",
+    "such", "tell", "than", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "to",
+    "up", "us", "use", "using", "via", "want", "was", "we", "were", "what", "when", "where", "which", "who", "whom",
+    "why", "will", "with", "would", "you", "your",
+];
+
+/// Content words: lowercase words of two or more characters, stop words left out, plurals
+/// folded.
+fn content(text: &str) -> BTreeSet<String> {
+    split_words(text)
+        .into_iter()
+        .filter(|w| w.chars().count() >= 2 && !STOP.contains(&w.as_str()))
+        .map(|w| stem(&w))
+        .filter(|w| !STOP.contains(&w.as_str()))
+        .collect()
+}
+
+/// Words of a text or a name: runs of letters and digits, split at camelCase, lowercase.
+fn split_words(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut prev_lower = false;
+    for c in text.chars() {
+        if !c.is_alphanumeric() {
+            if !cur.is_empty() {
+                words.push(std::mem::take(&mut cur));
+            }
+            prev_lower = false;
+            continue;
+        }
+        if c.is_uppercase() && prev_lower && !cur.is_empty() {
+            words.push(std::mem::take(&mut cur));
+        }
+        prev_lower = c.is_lowercase() || c.is_numeric();
+        cur.extend(c.to_lowercase());
+    }
+    if !cur.is_empty() {
+        words.push(cur);
+    }
+    words
+}
+
+/// An English plural folded to its singular (`entries` → `entry`, `addresses` →
+/// `address`, `ids` → `id`; `status` and `analysis` stay).
+fn stem(w: &str) -> String {
+    let n = w.len();
+    if n > 4 && w.ends_with("ies") {
+        return format!("{}y", &w[..n - 3]);
+    }
+    if n > 4 && ["sses", "xes", "ches", "shes", "uses"].iter().any(|e| w.ends_with(e)) {
+        return w[..n - 2].to_string();
+    }
+    if n > 2 && w.ends_with('s') && !["ss", "us", "is"].iter().any(|e| w.ends_with(e)) {
+        return w[..n - 1].to_string();
+    }
+    w.to_string()
+}
+
+/// Which steps the query does not call for are pruned (see the module doc, rule 3); every
+/// remaining step's decision is written into `out`. Returns the pruned steps (repeats
+/// included).
+fn requested(
+    canon: &[usize],
+    kept_deps: &[BTreeSet<usize>],
+    ev: &[Evidence],
+    query_words: usize,
+    cfg: &PlanCheckSettings,
+    primary: &[String],
+    out: &mut [Option<StepDecision>],
+) -> Vec<bool> {
+    let n = canon.len();
+    let clearly: Vec<bool> = (0..n).map(|i| canon[i] == i && ev[i].clearly_requested(cfg)).collect();
+    let mut pruned: Vec<bool> = (0..n).map(|i| canon[i] != i).collect();
+    // Last to first: whether a later step still needs a step is known when it is decided.
+    for i in (0..n).rev().filter(|&i| canon[i] == i) {
+        let e = &ev[i];
+        let what = e.describe(query_words);
+        let fed = (i + 1..n).find(|&b| !pruned[b] && kept_deps[b].contains(&i));
+        let other = (0..n).find(|&j| j != i && clearly[j]);
+        let (decision, reason) = if let Some(b) = fed {
+            (Decision::Kept, format!("feeds step {}; {what}", b + 1))
+        } else if let Some(m) = &e.mention {
+            (Decision::Kept, format!("requested: the query names `{m}`"))
+        } else if clearly[i] {
+            (Decision::Kept, format!("requested: {what}"))
+        } else if !e.low(cfg) {
+            (Decision::Kept, format!("kept: {what}"))
+        } else if let (true, Some(j)) = (cfg.prune_unrequested, other) {
+            pruned[i] = true;
+            let why = format!(
+                "unrequested: {what}, and the query names none of its tools; step {} is clearly requested",
+                j + 1
+            );
+            (Decision::Unrequested, why)
+        } else if cfg.prune_unrequested {
+            (Decision::Kept, format!("unrequested candidate, kept: {what}, and no other step is clearly requested"))
+        } else {
+            let off = "`levels.plan_check.prune_unrequested` is off";
+            (Decision::Kept, format!("unrequested candidate, kept: {what} ({off})"))
+        };
+        let mut d = decided(i, &primary[i], decision, reason);
+        d.score = Some(e.score);
+        d.score_kind = Some(e.kind);
+        d.mention = e.mention.clone();
+        out[i] = Some(d);
+    }
+    pruned
+}
+
+fn join<S: AsRef<str>>(xs: impl IntoIterator<Item = S>) -> String {
+    xs.into_iter().map(|x| x.as_ref().to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// The server of a tool id (`server::tool`).
+fn server_of(id: &str) -> String {
+    crate::model::split_tool_id(id).map_or(id, |(s, _)| s).trim().to_string()
+}
+
+/// Does the pruned plan fit the level's definition? `Err` names what it lacks.
+fn shape(level: u8, plan: &[Step]) -> Result<(), String> {
+    let n = plan.len();
+    let why = match level {
+        1..=4 if n == 0 => Some("no step is left".to_string()),
+        1 if n != 1 => Some(format!("needs exactly one step with one tool, has {n} steps")),
+        1 if plan[0].tools.len() != 1 => {
+            Some(format!("needs exactly one step with one tool, step 1 lists {} tools", plan[0].tools.len()))
+        }
+        2 if n != 1 => Some(format!("needs exactly one step (a tool and its EFS alternatives), has {n} steps")),
+        2 if plan[0].tools.is_empty() => Some("step 1 lists no tool".to_string()),
+        3 => l3_shape(plan),
+        4 => {
+            let servers: BTreeSet<String> = plan.iter().filter_map(|s| s.tools.first()).map(|t| server_of(t)).collect();
+            (servers.len() < 2)
+                .then(|| format!("needs two or more servers, uses {} ({})", servers.len(), join(&servers)))
+        }
+        5 if n > 0 => {
+            Some(format!("an out-of-scope query has no plan, this one has {n} step{}", if n == 1 { "" } else { "s" }))
+        }
+        1 | 2 | 5 => None,
+        _ => Some("no such level".to_string()),
+    };
+    match why {
+        Some(w) => Err(format!("plan does not fit L{level}: {w}")),
+        None => Ok(()),
+    }
+}
+
+fn l3_shape(plan: &[Step]) -> Option<String> {
+    let tools: BTreeSet<&str> = plan.iter().flat_map(|s| s.tools.iter().map(String::as_str)).collect();
+    let servers: BTreeSet<String> = tools.iter().map(|t| server_of(t)).collect();
+    if tools.len() < 2 {
+        return Some(format!("needs two or more distinct tools, has {} ({})", tools.len(), join(&tools)));
+    }
+    if servers.len() != 1 {
+        return Some(format!("needs the tools of one server, uses {} ({})", servers.len(), join(&servers)));
+    }
+    if plan.iter().all(|s| s.depends_on.is_empty()) {
+        return Some("needs at least one dependency between its steps, none is left".to_string());
+    }
+    None
+}
+
+/// The plan checks of one level stage: every item's decisions, and their counts for the
+/// funnel.
+#[derive(Debug, Default)]
+pub struct PlanChecks {
+    pub records: BTreeMap<String, PlanRecord>,
+    pub repeated: usize,
+    pub unrequested: usize,
+    pub dependencies_dropped: usize,
+}
+
+impl PlanChecks {
+    /// Check the plan of item `key` (lexical scores), record the decisions, and give the
+    /// pruned plan or the rejection reason (for the funnel).
+    pub fn apply(
+        &mut self,
+        key: &str,
+        level: u8,
+        query: &str,
+        steps: &[Step],
+        tool: &dyn Fn(&str) -> Option<ToolInfo>,
+        cfg: &PlanCheckSettings,
+    ) -> Result<Vec<Step>, String> {
+        let c = check_plan(level, query, steps, tool, None, cfg);
+        for d in &c.decisions {
+            match d.decision {
+                Decision::Duplicate => self.repeated += 1,
+                Decision::Unrequested => self.unrequested += 1,
+                Decision::DependencyDropped => self.dependencies_dropped += 1,
+                Decision::Kept => {}
+            }
+        }
+        let rejected = match &c.verdict {
+            Verdict::Reject(r) => Some(r.clone()),
+            Verdict::Ok(_) => None,
+        };
+        if !c.decisions.is_empty() || rejected.is_some() {
+            self.records.insert(key.to_string(), PlanRecord { decisions: c.decisions, rejected });
+        }
+        match c.verdict {
+            Verdict::Ok(plan) => Ok(plan),
+            Verdict::Reject(r) => Err(r),
+        }
+    }
+
+    /// The counts as funnel steps; `kept` is the number of queries that passed.
+    pub fn count(&self, funnel: &mut Funnel, kept: usize) {
+        funnel.step("plan check: repeated steps pruned", self.repeated);
+        funnel.step("plan check: unrequested steps pruned", self.unrequested);
+        funnel.step("plan check: dependencies dropped", self.dependencies_dropped);
+        funnel.step("plan checked", kept);
+    }
+}
+
+/// The `[levels.plan_check]` thresholds must be usable.
+pub fn check_settings(p: &PlanCheckSettings, problems: &mut Vec<crate::error::Problem>) {
+    crate::settings::check_range(problems, "levels.plan_check.min_similarity", p.min_similarity, -1.0, 1.0);
+    let requested = p.requested_similarity;
+    crate::settings::check_range(problems, "levels.plan_check.requested_similarity", requested, -1.0, 1.0);
+    crate::settings::check_range(problems, "levels.plan_check.requested_overlap", p.requested_overlap, 0.0, 1.0);
+    if p.requested_similarity < p.min_similarity {
+        problems.push(crate::error::Problem::new(
+            "levels.plan_check.requested_similarity",
+            "must not be below `levels.plan_check.min_similarity`",
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(id: &str, description: &str, inputs: Value, output: Option<Value>) -> (String, ToolInfo) {
+        let (server, name) = crate::model::split_tool_id(id).expect("server::tool");
+        let info = ToolInfo {
+            server: server.to_string(),
+            name: name.to_string(),
+            description: description.to_string(),
+            input_schema: json!({"type": "object", "properties": inputs}),
+            output_schema: output,
+        };
+        (id.to_string(), info)
+    }
+
+    fn lookup(tools: &[(String, ToolInfo)]) -> impl Fn(&str) -> Option<ToolInfo> + '_ {
+        move |id: &str| tools.iter().find(|(k, _)| k == id).map(|(_, t)| t.clone())
+    }
+
+    fn step(tools: &[&str], deps: &[usize]) -> Step {
+        Step { tools: tools.iter().map(|t| t.to_string()).collect(), depends_on: deps.to_vec() }
+    }
+
+    /// The decision about step `k` itself (not about one of its dependencies).
+    fn about(c: &PlanCheck, k: usize) -> &StepDecision {
+        c.decisions.iter().find(|d| d.step == k && d.dependency.is_none()).expect("a decision per step")
+    }
+
+    /// The tools of the released `L4-1`, as the demo catalog describes them.
+    fn l4_1_tools() -> Vec<(String, ToolInfo)> {
+        vec![
+            tool(
+                "slack-mcp::get_channel_history",
+                "Fetch recent messages from a Slack channel, newest first, with author, text, timestamp, reactions \
+                 and reply count. Optionally limit to messages after a given timestamp.",
+                json!({"channel": {"type": "string", "description": "Channel ID or name"},
+                       "limit": {"type": "integer", "description": "Messages to return"},
+                       "oldest": {"type": "string", "description": "Only messages after this timestamp"}}),
+                None,
+            ),
+            tool(
+                "postgres-mcp::describe_table",
+                "Describe the structure of a PostgreSQL table: column names, data types, nullability, default \
+                 values, primary key and foreign key constraints, and indexes.",
+                json!({"schema": {"type": "string"}, "table": {"type": "string"}}),
+                None,
+            ),
+            tool(
+                "postgres-mcp::list_tables",
+                "List all tables and views in a schema of the connected PostgreSQL database, with the object type \
+                 and an estimated row count for each table.",
+                json!({"schema": {"type": "string"}}),
+                None,
+            ),
+            tool(
+                "alpha-markets-mcp::get_company_profile",
+                "Fetch the company profile for a ticker: legal name, exchange, sector, industry, headquarters, \
+                 employee count, CEO, market capitalization and a short business description.",
+                json!({"symbol": {"type": "string", "description": "Ticker symbol of the stock, e.g. 'AAPL'."}}),
+                None,
+            ),
+            tool(
+                "tavily-search-mcp::extract",
+                "Extract the main readable content from one or more web pages given their URLs, stripping \
+                 navigation, ads and boilerplate. Returns clean text or markdown per URL.",
+                json!({"urls": {"type": "array", "items": {"type": "string"}}, "format": {"type": "string"}}),
+                None,
+            ),
+            tool(
+                "tavily-search-mcp::search",
+                "Run a web search with Tavily and return the most relevant pages, each with title, URL, relevance \
+                 score and a cleaned content snippet. Suited to general questions and researching any topic online.",
+                json!({"query": {"type": "string", "description": "The search query"},
+                       "max_results": {"type": "integer"}, "search_depth": {"type": "string"}}),
+                None,
+            ),
+        ]
+    }
+
+    const L4_1_QUERY: &str = "Get the company profile for ticker: TSLA";
+
+    /// The released `L4-1` plan: eight steps in group 0, the first three repeated at the end.
+    fn l4_1_plan() -> Vec<Step> {
+        let first = [
+            step(&["slack-mcp::get_channel_history"], &[]),
+            step(&["postgres-mcp::describe_table", "postgres-mcp::list_tables"], &[]),
+            step(&["alpha-markets-mcp::get_company_profile"], &[]),
+        ];
+        let mut plan = first.to_vec();
+        plan.push(step(&["tavily-search-mcp::extract"], &[]));
+        plan.push(step(&["tavily-search-mcp::search"], &[]));
+        plan.extend(first);
+        plan
+    }
+
+    const ONE_SERVER_L4: &str = "plan does not fit L4: needs two or more servers, uses 1 (alpha-markets-mcp)";
+
+    #[test]
+    fn the_released_l4_1_is_pruned_to_its_one_needed_step_and_rejected_as_l4() {
+        let tools = l4_1_tools();
+        let c = check_plan(4, L4_1_QUERY, &l4_1_plan(), &lookup(&tools), None, &PlanCheckSettings::default());
+        assert_eq!(c.decisions.len(), 8, "one decision per step, no dependency: {:#?}", c.decisions);
+        for (k, first) in [(6, 1), (7, 2), (8, 3)] {
+            assert_eq!(about(&c, k).decision, Decision::Duplicate, "{:?}", about(&c, k));
+            assert_eq!(about(&c, k).reason, format!("repeats step {first}"));
+        }
+        for k in [1, 2, 4, 5] {
+            let d = about(&c, k);
+            assert_eq!(d.decision, Decision::Unrequested, "{d:?}");
+            assert!(d.reason.contains("shares no word with the query"), "{}", d.reason);
+            assert!(d.reason.contains("step 3 is clearly requested"), "{}", d.reason);
+            assert_eq!((d.score, d.score_kind, d.mention.as_deref()), (Some(0.0), Some(ScoreKind::Lexical), None));
+        }
+        let kept = about(&c, 3);
+        assert_eq!(kept.decision, Decision::Kept);
+        assert_eq!(kept.mention.as_deref(), Some("get_company_profile"));
+        assert_eq!(kept.score, Some(0.75), "company, profile, ticker of company, profile, ticker, tsla");
+        assert!(c.decisions.iter().all(|d| d.by == DecidedBy::Rule));
+        // Only `get_company_profile` is left: one server, so not an L4 (the right outcome).
+        assert_eq!(c.verdict, Verdict::Reject(ONE_SERVER_L4.into()));
+
+        // Recorded and counted as a level stage does it.
+        let mut checks = PlanChecks::default();
+        let tool_of = lookup(&tools);
+        let r = checks.apply("attempt:0000", 4, L4_1_QUERY, &l4_1_plan(), &tool_of, &PlanCheckSettings::default());
+        assert_eq!(r, Err(ONE_SERVER_L4.to_string()));
+        assert_eq!((checks.repeated, checks.unrequested, checks.dependencies_dropped), (3, 4, 0));
+        assert_eq!(checks.records["attempt:0000"].rejected.as_deref(), Some(ONE_SERVER_L4));
+        assert_eq!(checks.records["attempt:0000"].decisions, c.decisions);
+        let mut funnel = Funnel::default();
+        checks.count(&mut funnel, 0);
+        assert_eq!(funnel.steps[0], ("plan check: repeated steps pruned".to_string(), 3));
+        assert_eq!(funnel.steps[1], ("plan check: unrequested steps pruned".to_string(), 4));
+        assert_eq!(funnel.steps[3], ("plan checked".to_string(), 0));
+    }
+
+    #[test]
+    fn embedding_scores_replace_the_lexical_ones_and_pruning_can_be_switched_off() {
+        let tools = l4_1_tools();
+        let sims: [f32; 8] = [0.05, 0.1, 0.8, 0.12, 0.3, 0.05, 0.1, 0.8];
+        let cfg = PlanCheckSettings::default();
+        let c = check_plan(4, L4_1_QUERY, &l4_1_plan(), &lookup(&tools), Some(&sims[..]), &cfg);
+        assert_eq!((about(&c, 5).decision, about(&c, 5).score), (Decision::Kept, Some(0.3)));
+        assert_eq!(about(&c, 5).score_kind, Some(ScoreKind::Embedding));
+        assert!(about(&c, 5).reason.contains("similarity 0.30"), "{}", about(&c, 5).reason);
+        for k in [1, 2, 4] {
+            assert_eq!(about(&c, k).decision, Decision::Unrequested, "{:?}", about(&c, k));
+        }
+        let left = [step(&["alpha-markets-mcp::get_company_profile"], &[]), step(&["tavily-search-mcp::search"], &[])];
+        assert_eq!(c.verdict, Verdict::Ok(left.to_vec()));
+
+        // Pruning off: the candidates are kept and marked; only the repeats go.
+        let off = PlanCheckSettings { prune_unrequested: false, ..PlanCheckSettings::default() };
+        let c = check_plan(4, L4_1_QUERY, &l4_1_plan(), &lookup(&tools), None, &off);
+        assert_eq!(about(&c, 1).decision, Decision::Kept);
+        assert!(about(&c, 1).reason.starts_with("unrequested candidate, kept"), "{}", about(&c, 1).reason);
+        assert!(about(&c, 1).reason.contains("prune_unrequested` is off"), "{}", about(&c, 1).reason);
+        match &c.verdict {
+            Verdict::Ok(plan) => assert_eq!(plan.len(), 5),
+            other => panic!("{other:?}"),
+        }
+
+        // Nothing clearly requested: nothing is pruned for being unrequested.
+        let c = check_plan(4, "Do the thing", &l4_1_plan()[2..4], &lookup(&tools), None, &cfg);
+        assert!(about(&c, 1).reason.contains("no other step is clearly requested"), "{}", about(&c, 1).reason);
+        assert_eq!(c.verdict, Verdict::Ok(l4_1_plan()[2..4].to_vec()));
+    }
+
+    fn weather_tools() -> Vec<(String, ToolInfo)> {
+        let coordinates = json!({"type": "object", "properties": {
+            "lat": {"type": "number"}, "lon": {"type": "number"}, "temperature": {"type": "number"}}});
+        vec![
+            tool(
+                "weather-mcp::get_current_weather",
+                "Current weather for a city: temperature and coordinates.",
+                json!({"city": {"type": "string"}}),
+                Some(coordinates),
+            ),
+            tool(
+                "air-mcp::get_air_quality",
+                "Air quality index at a location.",
+                json!({"lat": {"type": "number"}, "lon": {"type": "number"}}),
+                None,
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_repeated_step_is_pruned_and_dependencies_on_it_move_to_the_first() {
+        let tools = weather_tools();
+        let (w, a) = ("weather-mcp::get_current_weather", "air-mcp::get_air_quality");
+        let q = "Check the current weather in Oslo and the air quality there";
+        let plan = vec![step(&[w], &[]), step(&[a], &[0]), step(&[w], &[]), step(&[a], &[2])];
+        let c = check_plan(4, q, &plan, &lookup(&tools), None, &PlanCheckSettings::default());
+        assert_eq!(about(&c, 3).reason, "repeats step 1");
+        assert_eq!(about(&c, 4).reason, "repeats step 2", "step 4 depends on the repeat of step 1: the same");
+        let link = c.decisions.iter().find(|d| d.step == 2 && d.dependency == Some(1)).expect("the link");
+        assert_eq!(link.decision, Decision::Kept);
+        assert!(link.reason.contains("`lat` of `get_current_weather` feeds `lat`"), "{}", link.reason);
+        assert_eq!(c.verdict, Verdict::Ok(vec![step(&[w], &[]), step(&[a], &[0])]));
+        // The same tools with other dependencies are no repeat.
+        let plan = [step(&[w], &[]), step(&[a], &[0]), step(&[a], &[])];
+        let c = check_plan(4, q, &plan, &lookup(&tools), None, &PlanCheckSettings::default());
+        assert_eq!(about(&c, 3).decision, Decision::Kept);
+        // Serialised as `queries.json` records it; an LLM decision has the same shape.
+        let v = serde_json::to_value(about(&c, 3)).unwrap();
+        assert_eq!((v["decision"].as_str(), v["by"].as_str()), (Some("kept"), Some("rule")));
+        let llm = StepDecision { by: DecidedBy::Llm, exchange: Some("sha256:ab".into()), ..about(&c, 3).clone() };
+        let back: StepDecision = serde_json::from_value(serde_json::to_value(&llm).unwrap()).unwrap();
+        assert_eq!(back, llm);
+    }
+
+    #[test]
+    fn an_l4_over_one_server_is_rejected() {
+        let tools = vec![
+            tool("github-mcp::list_issues", "List issues of a repository.", json!({"owner": {}, "repo": {}}), None),
+            tool("github-mcp::create_issue", "Create an issue.", json!({"owner": {}, "repo": {}, "title": {}}), None),
+        ];
+        let q = "List the open issues of octo/app and create an issue for the crash";
+        let plan = [step(&["github-mcp::list_issues"], &[]), step(&["github-mcp::create_issue"], &[])];
+        let c = check_plan(4, q, &plan, &lookup(&tools), None, &PlanCheckSettings::default());
+        assert_eq!(about(&c, 1).mention.as_deref(), Some("list_issues"));
+        assert_eq!(about(&c, 2).mention.as_deref(), Some("create_issue"));
+        assert_eq!(
+            c.verdict,
+            Verdict::Reject("plan does not fit L4: needs two or more servers, uses 1 (github-mcp)".into())
+        );
+    }
+
+    fn github_tools() -> Vec<(String, ToolInfo)> {
+        let issues = json!({"type": "object", "properties": {"issues": {"type": "array", "items": {
+            "type": "object", "properties": {"number": {"type": "integer"}, "title": {"type": "string"}}}}}});
+        let repo = json!({"owner": {"type": "string"}, "repo": {"type": "string"}});
+        let mut comment = repo.clone();
+        comment["issue_number"] = json!({"type": "integer"});
+        comment["body"] = json!({"type": "string"});
+        vec![
+            tool("github-mcp::list_issues", "List issues of a repository.", repo.clone(), Some(issues)),
+            tool(
+                "github-mcp::star_repository",
+                "Star a repository.",
+                repo,
+                Some(json!({"type": "object", "properties": {"starred": {"type": "boolean"}}})),
+            ),
+            tool("github-mcp::add_issue_comment", "Comment on an issue.", comment, None),
+        ]
+    }
+
+    #[test]
+    fn an_l3_dependency_the_query_does_not_imply_is_dropped_and_the_chain_rejected() {
+        let tools = github_tools();
+        let q = "List the open issues of octo/app and star the repository";
+        let plan = [step(&["github-mcp::list_issues"], &[]), step(&["github-mcp::star_repository"], &[0])];
+        let c = check_plan(3, q, &plan, &lookup(&tools), None, &PlanCheckSettings::default());
+        let dropped = c.decisions.iter().find(|d| d.dependency == Some(1)).expect("a decision on the dependency");
+        assert_eq!((dropped.step, dropped.decision), (2, Decision::DependencyDropped));
+        assert_eq!(
+            dropped.reason,
+            "step 2 does not use what step 1 returns: no input of `star_repository` (owner, repo) matches an output \
+             of `list_issues` (issues, number, title)"
+        );
+        let none_left = "plan does not fit L3: needs at least one dependency between its steps, none is left";
+        assert_eq!(c.verdict, Verdict::Reject(none_left.into()));
+        // A dependency the data implies is kept: an issue's `number` feeds `issue_number`.
+        let q = "Comment 'fixed' on the newest issue of octo/app";
+        let plan = [step(&["github-mcp::list_issues"], &[]), step(&["github-mcp::add_issue_comment"], &[0])];
+        let c = check_plan(3, q, &plan, &lookup(&tools), None, &PlanCheckSettings::default());
+        assert_eq!(c.verdict, Verdict::Ok(plan.to_vec()), "{:#?}", c.decisions);
+        assert!(about(&c, 1).reason.starts_with("feeds step 2"), "{}", about(&c, 1).reason);
+    }
+
+    fn gift_tools() -> Vec<(String, ToolInfo)> {
+        let account = json!({"type": "object", "properties": {"account_id": {"type": "string"}}});
+        vec![
+            tool("svc::resolve_handle", "Resolve a handle into an account id.", json!({"handle": {}}), Some(account)),
+            tool(
+                "svc::send_gift",
+                "Send a gift card to an account.",
+                json!({"account_id": {"type": "string"}, "amount": {"type": "number"}}),
+                None,
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_step_the_query_never_names_stays_when_a_kept_step_needs_its_output() {
+        let tools = gift_tools();
+        let q = "Send a $20 gift card to @maria";
+        let plan = [step(&["svc::resolve_handle"], &[]), step(&["svc::send_gift"], &[0])];
+        let c = check_plan(3, q, &plan, &lookup(&tools), None, &PlanCheckSettings::default());
+        assert_eq!(about(&c, 1).decision, Decision::Kept);
+        assert!(about(&c, 1).reason.starts_with("feeds step 2; shares no word"), "{}", about(&c, 1).reason);
+        assert_eq!(c.verdict, Verdict::Ok(plan.to_vec()));
+        // Without the dependency it is unrequested: pruned, and one tool is no L3.
+        let plan = [step(&["svc::resolve_handle"], &[]), step(&["svc::send_gift"], &[])];
+        let c = check_plan(3, q, &plan, &lookup(&tools), None, &PlanCheckSettings::default());
+        assert_eq!(about(&c, 1).decision, Decision::Unrequested);
+        assert_eq!(
+            c.verdict,
+            Verdict::Reject("plan does not fit L3: needs two or more distinct tools, has 1 (svc::send_gift)".into())
+        );
+    }
+
+    #[test]
+    fn links_without_output_schemas_and_parameter_names() {
+        let (_, channels) = tool(
+            "slack-mcp::list_channels",
+            "List public channels in the Slack workspace with channel ID, name, topic, purpose and member count.",
+            json!({"limit": {"type": "integer"}}),
+            None,
+        );
+        let (_, send) = tool(
+            "slack-mcp::send_message",
+            "Post a message to a Slack channel.",
+            json!({"channel": {"type": "string"}, "text": {"type": "string"}}),
+            None,
+        );
+        assert!(link(&channels, &send).unwrap().contains("names `channel`"));
+        let tools = l4_1_tools();
+        let e = link(&tools[3].1, &tools[4].1).unwrap_err();
+        assert!(e.contains("has no output schema") && e.contains("(urls, format)"), "{e}");
+        assert!(param_match("issue_number", "number") && param_match("id", "channel_id"));
+        assert!(param_match("userId", "user_ids") && param_match("per_page", "perpage"));
+        assert!(!param_match("channel_id", "user_id") && !param_match("owner", "number"));
+        for (w, s) in [("entries", "entry"), ("addresses", "address"), ("ids", "id"), ("status", "status")] {
+            assert_eq!(stem(w), s);
+        }
+        assert_eq!(stem("analysis"), "analysis");
+        assert_eq!(stem("tables"), "table");
+    }
+
+    #[test]
+    fn each_level_has_its_shape() {
+        let cfg = PlanCheckSettings::default();
+        let none = &no_tool;
+        let one = [step(&["alpha::x_tool"], &[])];
+        assert_eq!(check_plan(1, "Run x tool on Alpha", &one, none, None, &cfg).verdict, Verdict::Ok(one.to_vec()));
+        let two_tools = [step(&["alpha::x_tool", "beta::x_tool"], &[])];
+        assert_eq!(
+            check_plan(1, "Run x tool on Alpha", &two_tools, none, None, &cfg).verdict,
+            Verdict::Reject("plan does not fit L1: needs exactly one step with one tool, step 1 lists 2 tools".into())
+        );
+        assert_eq!(check_plan(2, "Run x tool", &two_tools, none, None, &cfg).verdict, Verdict::Ok(two_tools.to_vec()));
+        let c = check_plan(5, "Pause my music", &[], none, None, &cfg);
+        assert_eq!((c.decisions.len(), c.verdict), (0, Verdict::Ok(vec![])));
+        assert_eq!(
+            check_plan(5, "Run x tool", &one, none, None, &cfg).verdict,
+            Verdict::Reject("plan does not fit L5: an out-of-scope query has no plan, this one has 1 step".into())
+        );
+        let mut problems = Vec::new();
+        check_settings(&PlanCheckSettings { requested_similarity: 0.1, ..cfg }, &mut problems);
+        assert_eq!(problems.len(), 1);
+    }
+}
