@@ -4,9 +4,17 @@
 //! change recompiles and re-reasons everything; this test keeps one from coming back.
 //!
 //! A reference is a `crate::a::b` or `super::x` path (also inside `use crate::{…}`
-//! groups) in non-test code: comments, string literals, `#[cfg(test)]` modules and
-//! files declared `#[cfg(test)] mod x;` or named `tests.rs` are left out. A path names
-//! the deepest module file it reaches (`crate::efs::pairs::X` is `src/efs/pairs.rs`).
+//! groups); comments, string literals and inline `#[cfg(test)]` items (a file's own
+//! `mod tests { … }`) are left out. Test-only files count like any other: one declared
+//! `#[cfg(test)] mod x;` (or named `tests.rs`) is read where its place under `src/` puts
+//! it, one declared `#[path = "f.rs"] mod x;` as module `x` of the declaring module, so
+//! either is part of the declaring module's family. (Issue 41: the typed-call registry, a
+//! test-only file of `llm` naming every family's answers, tied every family into one loop
+//! this check did not see.) A file at the crate root (`settings.rs`, `stage.rs`, the
+//! test-only `typed_calls.rs` and this file) is a top-level module of its own: it is in a
+//! loop only when a module it imports imports it back, so a test-only root file that names
+//! every family, imported by none, closes none. A path names the deepest module file it
+//! reaches (`crate::efs::pairs::X` is `src/efs/pairs.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -16,7 +24,8 @@ use petgraph::graph::{DiGraph, NodeIndex};
 #[path = "../tests/it/support/source_text.rs"]
 mod source_text;
 
-/// Module path (`["efs", "pairs"]`, `[]` for the crate root) → file, for every file under `src/`.
+/// Module path (`["efs", "pairs"]`, `[]` for the crate root) → file, for every file under
+/// `src/` (test-only files too) but the binary's `main.rs`, by its place under `src/`.
 fn module_files(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
     let mut out = BTreeMap::new();
     let mut stack = vec![src.to_path_buf()];
@@ -35,7 +44,6 @@ fn module_files(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
                 rel.iter().map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string()).collect();
             match parts.last().map(String::as_str) {
                 Some("main") if parts.len() == 1 => continue, // the binary: a crate of its own
-                Some("tests") => continue,
                 Some("lib") if parts.len() == 1 => parts.clear(),
                 Some("mod") => {
                     parts.pop();
@@ -48,41 +56,67 @@ fn module_files(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
     out
 }
 
+/// `files` with each file declared `#[path = "f.rs"] mod x;` (the path relative to the
+/// declaring file's folder) moved to module `x` of the declaring module, in its family,
+/// wherever it lies under `src/`. Paths outside `src/` (the shared test helpers) are not read.
+fn with_path_attributes(mut files: BTreeMap<Vec<String>, PathBuf>) -> BTreeMap<Vec<String>, PathBuf> {
+    let by_file: BTreeMap<PathBuf, Vec<String>> =
+        files.iter().filter_map(|(m, p)| Some((p.canonicalize().ok()?, m.clone()))).collect();
+    let mut moves: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    for (module, path) in &files {
+        let text = std::fs::read_to_string(path).unwrap();
+        // Found in the blanked text (not in comments or strings), the file name read from
+        // the source text at the same place (the blanking keeps every byte's position).
+        let code = strip_comments_and_strings(&text);
+        for (at, _) in code.match_indices("#[path") {
+            let Some(file) = text[at..].split('"').nth(1) else { continue };
+            let Some(close) = code[at..].find(']') else { continue };
+            let after = &code[at + close + 1..];
+            let Some(semi) = after.find(';') else { continue };
+            let decl = &after[..semi];
+            if decl.contains('{') {
+                continue; // an inline module: a folder for its children, not a file
+            }
+            let words: Vec<&str> = decl.split_whitespace().collect();
+            let Some(k) = words.iter().position(|w| *w == "mod") else { continue };
+            let Some(&name) = words.get(k + 1) else { continue };
+            let Some(dir) = path.parent() else { continue };
+            let Ok(target) = dir.join(file).canonicalize() else { continue };
+            if let Some(old) = by_file.get(&target) {
+                let mut new = module.clone();
+                new.push(name.to_string());
+                moves.push((old.clone(), new));
+            }
+        }
+    }
+    for (old, new) in moves {
+        if let Some(p) = files.remove(&old) {
+            files.insert(new, p);
+        }
+    }
+    files
+}
+
 /// The text with comments and string/char literals blanked (same length, same lines): the
 /// blanker `tests/it/function_length.rs` uses too.
 fn strip_comments_and_strings(text: &str) -> String {
     String::from_utf8(source_text::code_only(text)).unwrap_or_default()
 }
 
-/// The text without `#[cfg(test)]` items (`mod tests { … }`), and the names of
-/// `#[cfg(test)] mod x;` files it declares.
-fn strip_test_items(text: &str) -> (String, Vec<String>) {
+/// The text without its inline `#[cfg(test)]` items (`mod tests { … }`, a test-only `impl`
+/// or `fn`). A `#[cfg(test)] mod x;` declaration only names a file, which is read as a
+/// module of its own: test code in a file of its own counts (see the top of this file).
+fn strip_test_items(text: &str) -> String {
     let mut out = text.to_string();
-    let mut test_files = Vec::new();
     let mut from = 0;
     while let Some(n) = out[from..].find("#[cfg(test)]") {
         let at = from + n;
-        let rest = &out[at + "#[cfg(test)]".len()..];
-        let item_start = at + "#[cfg(test)]".len() + (rest.len() - rest.trim_start().len());
+        let item_start = at + "#[cfg(test)]".len();
         let item = &out[item_start..];
-        let semi = item.find(';');
-        let brace = item.find('{');
-        let end = match (semi, brace) {
-            (Some(s), Some(b)) if s < b => {
-                let decl = item[..s].trim();
-                if let Some(name) = decl.strip_prefix("mod ").or_else(|| decl.strip_prefix("pub mod ")) {
-                    test_files.push(name.trim().to_string());
-                }
-                item_start + s + 1
-            }
+        let end = match (item.find(';'), item.find('{')) {
+            (Some(s), Some(b)) if s < b => item_start + s + 1,
+            (Some(s), None) => item_start + s + 1,
             (None, None) => out.len(),
-            (Some(s), None) => {
-                let decl = item[..s].trim();
-                if let Some(name) = decl.strip_prefix("mod ").or_else(|| decl.strip_prefix("pub mod ")) {
-                    test_files.push(name.trim().to_string());
-                }
-                item_start + s + 1
-            }
             (_, Some(b)) => {
                 let mut depth = 0;
                 let mut end = out.len();
@@ -106,7 +140,7 @@ fn strip_test_items(text: &str) -> (String, Vec<String>) {
         out.replace_range(at..end, &blanked);
         from = end;
     }
-    (out, test_files)
+    out
 }
 
 fn is_ident(c: char) -> bool {
@@ -228,35 +262,15 @@ struct Graph {
 }
 
 fn build(src: &Path) -> Graph {
-    let files = module_files(src);
-    let mut test_only = BTreeSet::new();
+    let files = with_path_attributes(module_files(src));
     let mut code = BTreeMap::new();
     for (module, path) in &files {
         let text = std::fs::read_to_string(path).unwrap();
-        let (stripped, tests) = strip_test_items(&strip_comments_and_strings(&text));
-        for t in tests {
-            let mut m = module.clone();
-            m.push(t);
-            test_only.insert(m);
-        }
-        // `#[cfg(test)] #[path = "x.rs"] mod y;` (the answer-schema registry): the file x.rs
-        // beside this one is test code too (the blanked text has lost the file name).
-        for (at, _) in text.match_indices("#[cfg(test)]") {
-            let rest = text[at + "#[cfg(test)]".len()..].trim_start();
-            if let Some(file) = rest.strip_prefix("#[path = \"").and_then(|r| r.split('"').next()) {
-                let mut m: Vec<String> = module.clone();
-                if !path.ends_with("mod.rs") {
-                    m.pop();
-                }
-                m.push(file.trim_end_matches(".rs").to_string());
-                test_only.insert(m);
-            }
-        }
-        code.insert(module.clone(), stripped);
+        code.insert(module.clone(), strip_test_items(&strip_comments_and_strings(&text)));
     }
     let mut g = Graph { files: DiGraph::new(), why: BTreeMap::new() };
     let mut nodes: BTreeMap<Vec<String>, NodeIndex> = BTreeMap::new();
-    for m in files.keys().filter(|m| !test_only.contains(*m)) {
+    for m in files.keys() {
         nodes.insert(m.clone(), g.files.add_node(m.clone()));
     }
     for (module, text) in &code {
@@ -413,11 +427,10 @@ mod tests {
 #[cfg(test)]
 mod helpers;
 "#;
-    let (code, test_files) = strip_test_items(&strip_comments_and_strings(text));
+    let code = strip_test_items(&strip_comments_and_strings(text));
     let refs: Vec<String> =
         references(&code, &["m".to_string(), "n".to_string()]).into_iter().map(|(p, _)| p.join("::")).collect();
     assert_eq!(refs, ["a::B", "a::c::D", "e", "m::f::G", "h::i"]);
-    assert_eq!(test_files, ["helpers"]);
 }
 
 #[test]
@@ -433,4 +446,43 @@ fn a_loop_is_named_with_the_references_that_make_it() {
     assert!(p[0].starts_with("import loop between top-level modules {a, b, c}"), "{}", p[0]);
     assert!(p[0].contains("a -> b (src/a.rs:1 `crate::b::X`)"), "{}", p[0]);
     assert!(p[0].contains("c -> a ("), "{}", p[0]);
+}
+
+#[test]
+fn a_test_only_file_counts_in_the_family_that_declares_it() {
+    // Issue 41: a test-only file of `a` (declared `#[cfg(test)] mod x;`, or by `#[path]`
+    // from anywhere under `src/`) that imports `b`, which imports `a`, is a loop.
+    let decls = [
+        ("#[cfg(test)]\nmod checks;\n", "a/checks.rs"),
+        ("#[cfg(test)]\n#[path = \"a_sites.rs\"]\npub mod sites;\n", "a_sites.rs"),
+    ];
+    for (decl, file) in decls {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path();
+        std::fs::create_dir(src.join("a")).unwrap();
+        std::fs::write(src.join("lib.rs"), "pub mod a;\npub mod b;\n").unwrap();
+        std::fs::write(src.join("a.rs"), format!("pub struct X;\n{decl}")).unwrap();
+        std::fs::write(src.join(file), "use super::X;\nuse crate::b::Y;\n").unwrap();
+        std::fs::write(src.join("b.rs"), "pub struct Y;\nfn f() { let _ = crate::a::X; }\n").unwrap();
+        let p = problems(&build(src));
+        assert_eq!(p.len(), 1, "{file}: {p:?}");
+        assert!(p[0].starts_with("import loop between top-level modules {a, b}"), "{file}: {}", p[0]);
+        assert!(p[0].contains(&format!("a -> b (src/{file}:2 `crate::b::Y`)")), "{file}: {}", p[0]);
+    }
+}
+
+#[test]
+fn a_test_only_root_file_that_names_every_family_closes_no_loop() {
+    // Like `typed_calls.rs`: at the crate root, in no family, imported by none.
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::write(src.join("lib.rs"), "pub mod a;\npub mod b;\n#[cfg(test)]\nmod registry;\n").unwrap();
+    std::fs::write(src.join("a.rs"), "pub struct X;\n").unwrap();
+    std::fs::write(src.join("b.rs"), "pub struct Y;\nfn f() { let _ = crate::a::X; }\n").unwrap();
+    std::fs::write(src.join("registry.rs"), "use crate::{a, b};\nfn all() { let _ = (a::X, b::Y); }\n").unwrap();
+    let g = build(src);
+    // Read (its two edges are there), and no problem.
+    assert_eq!(g.files.edge_count(), 3, "{:?}", g.why);
+    let p = problems(&g);
+    assert!(p.is_empty(), "{p:?}");
 }

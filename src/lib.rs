@@ -46,3 +46,6 @@ pub mod synth;
 
 #[cfg(test)]
 mod import_graph;
+// Every typed LLM call and its schema-edge tests: at the root, as it names every family.
+#[cfg(test)]
+mod typed_calls;

@@ -10,9 +10,10 @@
 //! answer the check refuses is re-asked with the reason like a schema error — never turned
 //! into a rejection of the item after the call.
 //!
-//! Stages build their answers with the helpers here; [`sites`](crate::llm::answer::sites)
-//! (tests only) lists every typed call of the code base, so a property test can generate
-//! answers at each schema's edges and assert its check accepts them.
+//! Stages build their answers with the helpers here; `typed_calls` (tests only, at the
+//! crate root: it names every family) lists every typed call of the code base, so a
+//! property test can generate answers at each schema's edges and assert its check accepts
+//! them.
 
 use std::sync::Arc;
 
@@ -175,12 +176,13 @@ pub fn check_numbered(got: &[u64], n: usize, noun: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// One typed call of the code base as the property test sees it (tests only): where it is,
-/// what it asks, its schema and its acceptance (schema, shape and check).
 /// A check over a raw JSON answer (what a site's typed check does once it deserialises).
 #[cfg(test)]
 pub type RawCheck = Box<dyn Fn(&Value) -> Result<(), String>>;
 
+/// One typed call of the code base as the property test sees it (tests only; listed in
+/// `typed_calls`): where it is, what it asks, its schema and its acceptance (schema, shape
+/// and check).
 #[cfg(test)]
 pub struct Site {
     pub file: &'static str,
@@ -197,7 +199,3 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
         Site { file, what: what.into(), schema, accepts: Box::new(move |v| self.accepts(v).map(|_| ())) }
     }
 }
-
-#[cfg(test)]
-#[path = "answer_sites.rs"]
-pub mod sites;

@@ -1,5 +1,5 @@
 //! Values at the edges of a JSON Schema, for the tests that hold answer schemas to their
-//! checks: the property test of every typed call (`src/llm/answer_sites.rs` includes this
+//! checks: the property test of every typed call (`src/typed_calls.rs` includes this
 //! file) and the scripted server that answers exactly at each request's schema minimum or
 //! maximum (`tests/it/answers.rs`), as a grammar-constrained server may.
 //!
