@@ -408,7 +408,9 @@ fn logs_sections(logs: &str, logs_format: &str, catalog: &str, catalog_format: &
          [graph]\nrole = \"judge\"\n\n\
          # Synthesis: chain-based multi-tool queries and role-play dialogues (docs/synth.md).\n\
          [synth]\nplanner_role = \"writer\"\nuser_role = \"writer\"\nassistant_role = \"agent\"\njudge_role = \"judge\"\n\n\
-         [synth.roleplay]\npersonas = \"raw/personas.toml\"\n\n\
+         # Role-play: a few simulated multi-turn dialogues, so a first release has multi-turn\n\
+         # samples of its own; raise `dialogues` once the first ones read well.\n\
+         [synth.roleplay]\npersonas = \"raw/personas.toml\"\ndialogues = 2\nturn_cap = 3\n\n\
          # The agent loop that executes the synthesised queries (docs/mcp.md#benchgen-execute):\n\
          # by default against a sandbox serving your catalog with the results in your logs.\n\
          [execute]\nmax_calls = 12\n\n",

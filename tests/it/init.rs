@@ -134,8 +134,16 @@ fn init_logs_track_checks_and_runs_to_a_verified_release_with_nothing_copied() {
     assert!(!proj.join("pipeline/prompts").exists(), "prompts are built in, not copied");
     let readme = std::fs::read_to_string(proj.join("README.md")).unwrap();
     assert!(readme.contains("BENCHGEN_ANON_SECRET") && readme.contains("raw/logs/my_logs.jsonl"), "{readme}");
+    // Role-play is in the new project's run (issue 38: a new domain's release has
+    // synthesised multi-turn samples too), with a small default.
+    let o = run(&proj, &["--json", "stages"]);
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rp = rows.as_array().unwrap().iter().find(|r| r["name"] == "synth-roleplay").unwrap();
+    assert_eq!(rp["enabled"], true, "{rp}");
     let samples = run_to_release(&proj);
     assert!(samples.lines().count() > 0);
+    let dialogues = std::fs::read_to_string(proj.join("artifacts/synth-roleplay/dialogues.jsonl")).unwrap();
+    assert_eq!(dialogues.lines().count(), 2, "{dialogues}");
 
     // Refuses to overwrite an existing project.
     let o = init(dir.path(), &llm, &["--track", "logs"]);
