@@ -392,6 +392,9 @@ fn logs_sections(logs: &str, logs_format: &str, catalog: &str, catalog_format: &
         "# ---- Log track (docs/logs.md, docs/synth.md) --------------------------------------\n\
          # Your tool-call logs: FinMCP sample JSON, OpenAI chat JSONL or tool-event JSONL\n\
          # (`auto` detects it). Add a `[[logs.sources]]` per file.\n\
+         # For a first look at a few sessions, uncomment these two lines:\n\
+         # [logs]\n\
+         # sample = 50   # a seeded subset for a first look; remove for the whole log\n\
          [[logs.sources]]\nname = \"logs\"\npath = {}\nformat = \"{logs_format}\"\n\n\
          # The tools your logs call: an MCP `tools/list` result (`mcp`) or a benchgen catalog.\n\
          [logs.catalog]\npath = {}\nformat = \"{catalog_format}\"\n\n\

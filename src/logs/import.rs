@@ -6,10 +6,12 @@
 //!   file order, event logs by session id); every text anonymised (see [`super::anon`]);
 //! - `catalog.json`: the domain's tools `[{name, description, input_schema}]` sorted by name;
 //! - `malformed.jsonl`: `{location: "file:line", reason}` of every record kept out;
-//! - `report.json`: counts (sessions, calls, groups, flags per code, malformed, detector hits).
+//! - `report.json`: counts (sessions, calls, groups, flags per code, malformed, detector hits);
+//!   with `[logs] sample = N`, `sample` lists the sessions the seeded sample left out.
 //!
 //! Sessions are written one by one into a streamed output (`out.create`), and the
-//! sources are read record by record, so memory does not grow with the log.
+//! sources are read record by record, so memory does not grow with the log (a sample
+//! reads the sources twice and keeps their session ids, see [`sample_ids`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
@@ -78,6 +80,51 @@ pub struct ImportReport {
     /// `unrecognised-feedback`; the mapping is in docs/logs.md, "Feedback").
     #[serde(default)]
     pub unrecognised_feedback: u64,
+    /// `[logs] sample = N`: the sessions the seeded sample left out (absent without it).
+    /// Every other count is of the sessions written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<SampleReport>,
+}
+
+impl ImportReport {
+    /// Add the counts [`finish_session`] made of one session.
+    fn add_session(&mut self, one: ImportReport) {
+        self.sessions += one.sessions;
+        self.turns += one.turns;
+        self.calls += one.calls;
+        self.groups += one.groups;
+        self.parallel_groups += one.parallel_groups;
+        self.single_tool_sessions += one.single_tool_sessions;
+        self.multi_tool_sessions += one.multi_tool_sessions;
+        self.sessions_without_calls += one.sessions_without_calls;
+        self.unrecognised_feedback += one.unrecognised_feedback;
+        for (k, v) in one.flags {
+            *self.flags.entry(k).or_default() += v;
+        }
+        for (k, v) in one.unknown_tools {
+            *self.unknown_tools.entry(k).or_default() += v;
+        }
+    }
+}
+
+/// `report.json` → `sample`: what `[logs] sample = N` left out of `sessions.jsonl`.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct SampleReport {
+    /// The configured `[logs] sample`.
+    pub sample: usize,
+    /// Sessions the sources hold: those written and those left out.
+    pub read: u64,
+    /// Sessions left out.
+    pub not_sampled: u64,
+    /// Their ids, sorted.
+    pub not_sampled_ids: Vec<String>,
+}
+
+/// The sessions `[logs] sample = N` keeps: their final (anonymised) ids, see [`sample_ids`].
+pub struct Keep {
+    /// The configured `[logs] sample`.
+    pub sample: usize,
+    pub ids: HashSet<String>,
 }
 
 /// Parse a catalog file in one of the accepted formats.
@@ -190,8 +237,25 @@ pub fn import_sources(
     malformed: &mut dyn FnMut(&str, &str) -> Result<()>,
     imported: &mut dyn FnMut(&Session),
 ) -> Result<ImportReport> {
+    import_keeping(sources, known, anon, out, malformed, imported, None)
+}
+
+/// [`import_sources`], writing only the sessions of `keep` (all of them when `None`). A
+/// session left out is anonymised all the same, so every id and pseudonym is the one a full
+/// import gives, but it is neither written, handed to `imported` nor counted: the report's
+/// `sample` lists it.
+pub fn import_keeping(
+    sources: &[SourceFile],
+    known: Option<&HashSet<String>>,
+    anon: &mut Anonymiser,
+    out: &mut dyn Write,
+    malformed: &mut dyn FnMut(&str, &str) -> Result<()>,
+    imported: &mut dyn FnMut(&Session),
+    keep: Option<&Keep>,
+) -> Result<ImportReport> {
     let mut rep = ImportReport::default();
     let mut seen_ids: HashSet<String> = HashSet::new();
+    let mut left_out: Vec<String> = Vec::new();
     for src in sources {
         // Records read: a session of a conversation file, an event (call) of an event log.
         let (mut n, mut records, mut bad) = (0u64, 0u64, 0u64);
@@ -205,7 +269,10 @@ pub fn import_sources(
                 Item::Session(mut s) => {
                     n += 1;
                     records += if s.format == "events" { s.call_count() as u64 } else { 1 };
-                    finish_session(&mut s, known, anon, &mut rep, &mut seen_ids);
+                    if !finish_kept(&mut s, known, anon, &mut rep, &mut seen_ids, keep) {
+                        left_out.push(s.id.clone());
+                        return Ok(());
+                    }
                     imported(&s);
                     serde_json::to_writer(&mut *out, &s)?;
                     out.write_all(b"\n")?;
@@ -219,7 +286,69 @@ pub fn import_sources(
         );
     }
     rep.anonymised = anon.counts.clone();
+    if let Some(keep) = keep {
+        left_out.sort();
+        let not_sampled = left_out.len() as u64;
+        let read = rep.sessions + not_sampled;
+        rep.sample = Some(SampleReport { sample: keep.sample, read, not_sampled, not_sampled_ids: left_out });
+    }
     Ok(rep)
+}
+
+/// [`finish_session`], and whether the session is kept: always without `keep`, else when its
+/// final id is in the sample. One left out changes no count of `rep` or of the anonymiser.
+fn finish_kept(
+    s: &mut Session,
+    known: Option<&HashSet<String>>,
+    anon: &mut Anonymiser,
+    rep: &mut ImportReport,
+    seen: &mut HashSet<String>,
+    keep: Option<&Keep>,
+) -> bool {
+    let Some(keep) = keep else {
+        finish_session(s, known, anon, rep, seen);
+        return true;
+    };
+    let (mut one, counts) = (ImportReport::default(), anon.counts.clone());
+    finish_session(s, known, anon, &mut one, seen);
+    if !keep.ids.contains(&s.id) {
+        anon.counts = counts;
+        return false;
+    }
+    rep.add_session(one);
+    true
+}
+
+/// `[logs] sample = n`: the final ids of a seeded random `n` of the sessions the sources hold
+/// (all of them when they hold no more). A first pass over the sources with an anonymiser of
+/// its own, writing nothing, so the ids are the ones the import then writes (anonymised, a
+/// duplicate renamed `…#2`); only the ids are kept in memory.
+pub fn sample_ids(
+    files: &[SourceFile],
+    known: Option<&HashSet<String>>,
+    anon: &super::AnonSettings,
+    n: usize,
+    seed: u64,
+) -> Result<Keep> {
+    let mut anon = Anonymiser::from_settings(anon)?;
+    let mut ids: Vec<String> = Vec::new();
+    let mut record = |s: &Session| ids.push(s.id.clone());
+    let mut sink = std::io::sink();
+    import_sources(files, known, &mut anon, &mut sink, &mut |_, _| Ok(()), &mut record)?;
+    Ok(Keep { sample: n, ids: seeded_sample(ids, n, seed) })
+}
+
+/// A seeded random `n` of `ids` (all of them when there are no more than `n`). The ids are
+/// sorted first, so the choice depends on the seed and the set of ids, not on their order.
+pub fn seeded_sample(mut ids: Vec<String>, n: usize, seed: u64) -> HashSet<String> {
+    use rand::SeedableRng;
+    use rand::seq::SliceRandom;
+    if ids.len() > n {
+        ids.sort();
+        ids.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x7361_6d70_6c65));
+        ids.truncate(n);
+    }
+    ids.into_iter().collect()
 }
 
 fn finish_session(
@@ -345,8 +474,14 @@ impl Stage for ImportStage {
     }
 
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
-        let share = settings(s).max_malformed_share();
-        crate::settings::check_range(problems, "logs.max_malformed_share", share, 0.0, 1.0);
+        let l = settings(s);
+        crate::settings::check_range(problems, "logs.max_malformed_share", l.max_malformed_share(), 0.0, 1.0);
+        if l.sample == Some(0) {
+            problems.push(crate::error::Problem::new(
+                "logs.sample",
+                "must be at least 1 (it is the number of sessions a first look imports; leave it out for all)",
+            ));
+        }
     }
 
     fn servers(&self, s: &Settings) -> Vec<ConfigRef> {
@@ -370,12 +505,13 @@ impl Stage for ImportStage {
         let secret_tag = std::env::var(&l.anonymise.secret_env)
             .map(|k| hex::encode(super::anon::hmac_sha256(k.as_bytes(), b"benchgen secret check"))[..16].to_string())
             .unwrap_or_default();
-        Ok(Plan {
-            inputs,
-            config_hash: section_hash(
-                &json!({"sources": l.sources, "catalog": l.catalog, "anonymise": l.anonymise, "secret": secret_tag}),
-            )?,
-        })
+        let mut hashed =
+            json!({"sources": l.sources, "catalog": l.catalog, "anonymise": l.anonymise, "secret": secret_tag});
+        // Only when set (a config without it keeps its hash); the seed picks the sample.
+        if let Some(n) = l.sample {
+            hashed["sample"] = json!({"n": n, "seed": s.project.seed});
+        }
+        Ok(Plan { inputs, config_hash: section_hash(&hashed)? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
@@ -390,16 +526,20 @@ impl Stage for ImportStage {
         let mut anon = Anonymiser::from_settings(&l.anonymise)?;
         let catalog = load_catalog(ctx, inputs, &l)?;
         let known: Option<HashSet<String>> = catalog.as_ref().map(|c| c.iter().map(|t| t.name.clone()).collect());
+        let files = source_files(s);
+        let keep = match l.sample {
+            Some(n) => Some(sample_ids(&files, known.as_ref(), &l.anonymise, n, s.project.seed)?),
+            None => None,
+        };
 
         let mut w = out.create("sessions.jsonl")?;
         let mut rejects = Vec::new();
         let mut malformed_lines = Vec::new();
-        let files = source_files(s);
         // The first malformed reason of each file (by its shown name, which starts the location).
         let mut first_reason: BTreeMap<String, String> = BTreeMap::new();
         let mut records = Vec::new();
         let mut record = |sess: &Session| records.push(session_event(sess));
-        let rep = import_sources(
+        let rep = import_keeping(
             &files,
             known.as_ref(),
             &mut anon,
@@ -416,6 +556,7 @@ impl Stage for ImportStage {
                 Ok(())
             },
             &mut record,
+            keep.as_ref(),
         )?;
         check_sources(&files, &rep, l.max_malformed_share(), &first_reason)?;
         w.finish()?;
@@ -431,6 +572,7 @@ impl Stage for ImportStage {
         out.count("single_tool", rep.single_tool_sessions);
         out.count("multi_tool", rep.multi_tool_sessions);
         out.count("anonymised", rep.anonymised.values().sum::<u64>());
+        sample_summary(out, &rep);
         out.notes.push(format!(
             "{} sessions ({} single-tool, {} multi-tool), {} calls in {} groups ({} parallel); {} malformed records kept out",
             rep.sessions, rep.single_tool_sessions, rep.multi_tool_sessions, rep.calls, rep.groups, rep.parallel_groups, rep.malformed
@@ -450,6 +592,16 @@ impl Stage for ImportStage {
         out.notes.push(format!("anonymised: {}", if a.is_empty() { "nothing found".into() } else { a.join(", ") }));
         Ok(())
     }
+}
+
+/// With `[logs] sample`: the count `not_sampled` and the summary's first line.
+fn sample_summary(out: &mut Output, rep: &ImportReport) {
+    let Some(x) = &rep.sample else { return };
+    out.count("not_sampled", x.not_sampled);
+    out.notes.push(format!(
+        "sampled {} of {} sessions (`[logs] sample = {}`); the {} not sampled are listed in report.json → `sample`",
+        rep.sessions, x.read, x.sample, x.not_sampled
+    ));
 }
 
 fn load_catalog(ctx: &Ctx, inputs: &Inputs, l: &LogsSettings) -> Result<Option<Vec<LogTool>>> {

@@ -38,6 +38,11 @@ pub struct LogsSettings {
     /// [`DEFAULT_MAX_MALFORMED_SHARE`]. A source without one readable record always fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_malformed_share: Option<f64>,
+    /// A first look: import a seeded random subset of this many sessions (seed `[project]
+    /// seed`); every session left out is counted (`not_sampled`) and listed in
+    /// `report.json` → `sample`. Absent: every session. At least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<usize>,
 }
 
 /// `[logs]`; absent: its stages are not part of `run` (each still runs alone, with defaults).

@@ -1166,3 +1166,104 @@ fn a_drop_by_the_llm_needs_two_agreeing_verdicts_asked_with_the_judge_seed_and_t
     assert_eq!(m["counts"]["dropped_need_by_llm-agreed"], 1, "{m}");
     assert_eq!(m["counts"]["kept_verdicts_disagree"], 1, "{m}");
 }
+
+// ---------------------------------------------------------------------------
+// `[logs] sample = N`: a seeded subset of the sessions for a first look (issue 39, item 4).
+
+/// The demo's log track with `[logs] sample = n` and `[project] seed = seed` (its config has
+/// no `[logs]` table of its own: one goes before the first source).
+fn sampled(n: usize, seed: u64) -> LogProject {
+    let lp = LogProject::demo("");
+    let cfg = lp.p.read("pipeline/demo.toml");
+    let cfg = cfg.replacen("seed = 7\n", &format!("seed = {seed}\n"), 1).replacen(
+        "[[logs.sources]]",
+        &format!("[logs]\nsample = {n}\n\n[[logs.sources]]"),
+        1,
+    );
+    lp.p.write("pipeline/demo.toml", cfg);
+    lp
+}
+
+/// The ids of `logs-import/sessions.jsonl`, sorted.
+fn imported_ids(lp: &LogProject) -> Vec<String> {
+    let sessions = lp.jsonl("artifacts/logs-import/sessions.jsonl");
+    let mut ids: Vec<String> = sessions.iter().map(|s| s["id"].as_str().unwrap().to_string()).collect();
+    ids.sort();
+    ids
+}
+
+/// Replace `from` by `to` in the project's config (once).
+fn edit_config(lp: &LogProject, from: &str, to: &str) {
+    let cfg = lp.p.read("pipeline/demo.toml");
+    assert!(cfg.contains(from), "{from:?} not in {cfg}");
+    lp.p.write("pipeline/demo.toml", cfg.replacen(from, to, 1));
+}
+
+#[test]
+fn logs_sample_imports_a_seeded_subset_and_records_every_session_left_out() {
+    // The whole demo log, for the totals and the ids.
+    let full = LogProject::demo("");
+    full.ok(&["logs", "import"]);
+    let all = imported_ids(&full);
+    let total = all.len() as u64;
+    assert!(total > 20, "{total}");
+
+    let lp = sampled(20, 7);
+    let out = lp.ok(&["logs", "import"]);
+    assert!(out.contains(&format!("sampled 20 of {total} sessions (`[logs] sample = 20`)")), "{out}");
+    let ids = imported_ids(&lp);
+    assert_eq!(ids.len(), 20, "{ids:?}");
+    let report: Value = serde_json::from_str(&lp.p.read("artifacts/logs-import/report.json")).unwrap();
+    assert_eq!(report["sessions"], 20, "{report}");
+    assert_eq!(report["sample"]["sample"], 20, "{report}");
+    assert_eq!(report["sample"]["read"], total, "{report}");
+    assert_eq!(report["sample"]["not_sampled"], total - 20, "{report}");
+    // Never silently dropped: each session is imported or listed as left out, with the id a
+    // full import gives it.
+    let left_out: Vec<String> = serde_json::from_value(report["sample"]["not_sampled_ids"].clone()).unwrap();
+    assert!(left_out.windows(2).all(|w| w[0] < w[1]), "listed sorted: {left_out:?}");
+    let mut every: Vec<String> = ids.iter().chain(&left_out).cloned().collect();
+    every.sort();
+    assert_eq!(every, all, "imported + not sampled = the whole log");
+    let m: Value = serde_json::from_str(&lp.p.read("artifacts/logs-import/manifest.json")).unwrap();
+    assert_eq!(m["counts"]["sessions"], 20, "{m}");
+    assert_eq!(m["counts"]["not_sampled"], total - 20, "{m}");
+
+    // Curation judges the sampled sessions and no other.
+    lp.ok(&["logs", "curate"]);
+    let judged: Vec<String> = decisions_of(&lp.p).into_keys().collect();
+    assert_eq!(judged, ids);
+    let curated: Value = serde_json::from_str(&lp.p.read("artifacts/logs-curate/report.json")).unwrap();
+    assert_eq!(curated["sessions"], 20, "{curated}");
+
+    // The same seed picks the same sessions, in the same bytes.
+    let again = sampled(20, 7);
+    again.ok(&["logs", "import"]);
+    assert_eq!(imported_ids(&again), ids, "same seed, same sample");
+    let bytes = |p: &LogProject| p.p.read("artifacts/logs-import/sessions.jsonl");
+    assert_eq!(bytes(&again), bytes(&lp));
+
+    // The seed and the size are part of the config hash: another seed makes the import
+    // stale and picks other sessions.
+    edit_config(&again, "seed = 7\n", "seed = 8\n");
+    let out = again.ok(&["logs", "import"]);
+    assert!(out.contains("logs-import: done"), "a new seed makes the import stale: {out}");
+    let other = imported_ids(&again);
+    assert_eq!(other.len(), 20, "{other:?}");
+    assert_ne!(other, ids, "another seed, another sample");
+
+    // A sample at least as large as the log keeps it all: the bytes of a full import.
+    edit_config(&again, "sample = 20\n", "sample = 100000\n");
+    let out = again.ok(&["logs", "import"]);
+    assert!(out.contains(&format!("sampled {total} of {total} sessions")), "{out}");
+    assert_eq!(bytes(&again), bytes(&full));
+    let report: Value = serde_json::from_str(&again.p.read("artifacts/logs-import/report.json")).unwrap();
+    assert_eq!(report["sample"]["not_sampled"], 0, "{report}");
+
+    // `sample = 0` is a config error naming the key.
+    edit_config(&again, "sample = 100000\n", "sample = 0\n");
+    let o = again.run(&["logs", "import"], SECRET);
+    assert!(!o.status.success());
+    let err = crate::support::stderr(&o);
+    assert!(err.contains("logs.sample: must be at least 1"), "{err}");
+}
