@@ -496,29 +496,10 @@ fn content(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// Words of a text or a name: runs of letters and digits, split at camelCase, lowercase.
+/// Words of a text or a name: runs of letters and digits, split at camelCase, lowercase
+/// (the splitter L3 uses for tool names).
 fn split_words(text: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut cur = String::new();
-    let mut prev_lower = false;
-    for c in text.chars() {
-        if !c.is_alphanumeric() {
-            if !cur.is_empty() {
-                words.push(std::mem::take(&mut cur));
-            }
-            prev_lower = false;
-            continue;
-        }
-        if c.is_uppercase() && prev_lower && !cur.is_empty() {
-            words.push(std::mem::take(&mut cur));
-        }
-        prev_lower = c.is_lowercase() || c.is_numeric();
-        cur.extend(c.to_lowercase());
-    }
-    if !cur.is_empty() {
-        words.push(cur);
-    }
-    words
+    super::l3::name_words(text)
 }
 
 /// An English plural folded to its singular (`entries` → `entry`, `addresses` →
