@@ -55,11 +55,12 @@ pub fn all() -> Vec<Box<dyn Stage>> {
     ]
 }
 
-/// Every config section, in the order an unknown section's message lists them.
-pub const SECTION_NAMES: &[&str] = &[
-    "project", "registry", "filter", "stats", "embed", "efs", "llm", "mcp", "execute", "logs", "graph", "levels",
-    "release", "review", "synth", "eval",
-];
+/// Every config section's name, from [`sections`] (the one list), in the order an unknown
+/// section's message lists them.
+pub fn section_names() -> &'static [&'static str] {
+    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| sections().iter().map(SectionDecl::name).collect())
+}
 
 /// Every config section, each declared by its family (`impl Section`). Their checks run
 /// at load in this order.
@@ -90,7 +91,7 @@ impl Settings {
     /// Load and check a pipeline config with every family's section. Every problem is
     /// reported at once.
     pub fn load(path: &std::path::Path) -> Result<Self> {
-        let mut s = Settings::read(path, SECTION_NAMES, &sections(), crate::llm::NAME_HASHES)?;
+        let mut s = Settings::read(path, section_names(), &sections(), crate::llm::NAME_HASHES)?;
         s.stage_order = names();
         Ok(s)
     }
@@ -98,7 +99,7 @@ impl Settings {
     /// Settings with every default, rooted at the working folder: for commands
     /// that can run without a pipeline config (e.g. `sandbox --catalog FILE`).
     pub fn defaults() -> Result<Self> {
-        let mut s = Settings::with_defaults(SECTION_NAMES, &sections(), crate::llm::NAME_HASHES)?;
+        let mut s = Settings::with_defaults(section_names(), &sections(), crate::llm::NAME_HASHES)?;
         s.stage_order = names();
         Ok(s)
     }
@@ -431,12 +432,12 @@ mod tests {
     fn the_section_list_names_every_section_once() {
         let mut listed: Vec<&str> = sections().iter().map(|s| s.name()).collect();
         listed.sort();
-        let mut names = SECTION_NAMES.to_vec();
+        let mut names = section_names().to_vec();
         names.sort();
         assert_eq!(listed, names);
         for s in all() {
             if let Some(sec) = s.spec().section {
-                assert!(SECTION_NAMES.contains(&sec), "`{}` names an unknown section `{sec}`", s.spec().name);
+                assert!(section_names().contains(&sec), "`{}` names an unknown section `{sec}`", s.spec().name);
             }
         }
     }

@@ -230,7 +230,7 @@ pub fn published(release: &str, id: &str, content_hash: &str, released_as: &str)
     let entry = Entry {
         stage: "release".into(),
         kind: "release.published".into(),
-        subject: Some(format!("sample:{id}")),
+        subject: Some(crate::model::Sample::subject_for(id)),
         reference: stable_hash(&payload),
     };
     (entry, payload)

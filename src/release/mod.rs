@@ -669,7 +669,7 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
     for (id, reason) in left {
         out.event(NewEvent::new(
             "release.left_out",
-            Some(&format!("sample:{id}")),
+            Some(&crate::model::Sample::subject_for(id)),
             json!({"release": rel_name, "reason": reason}),
         ));
     }
