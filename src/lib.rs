@@ -43,6 +43,7 @@ pub mod stages;
 pub mod stats;
 pub mod store;
 pub mod synth;
+pub mod text;
 
 #[cfg(test)]
 mod import_graph;

@@ -163,7 +163,7 @@ impl Stage for BuildStage {
             let reply = llm.typed::<EdgeVerdict>(role, &prompt).await?;
             Ok(EdgeRecord {
                 dependent: reply.value.dependent,
-                reason: crate::logs::curate::one_line(&reply.value.reason),
+                reason: crate::text::one_line(&reply.value.reason),
                 exchange: reply.exchange,
             })
         })?;
@@ -178,7 +178,7 @@ impl Stage for BuildStage {
                 // Failed within `max_failed_share`: rejected, with the failure as the reason.
                 None if failed.contains_key(key.as_str()) => (
                     false,
-                    format!("validation failed: {}", crate::logs::curate::one_line(failed[key.as_str()])),
+                    format!("validation failed: {}", crate::text::one_line(failed[key.as_str()])),
                     String::new(),
                 ),
                 None => (

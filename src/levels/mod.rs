@@ -815,10 +815,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// Shorten a model's text to one line.
-pub fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
+pub use crate::text::one_line;
 
 #[cfg(test)]
 mod tests {

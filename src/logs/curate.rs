@@ -190,7 +190,7 @@ fn llm_failed(s: &Session, reason: &str) -> Judged {
         keep: false,
         dropped_by: Some("llm-failed".into()),
         resolved: resolved(s),
-        need: Some(Criterion::new(false, one_line(reason), "llm")),
+        need: Some(Criterion::new(false, crate::text::one_line(reason), "llm")),
         answer: None,
         scenario: s.scenario.clone(),
         review: None,
@@ -344,7 +344,7 @@ pub fn need_by_rule(s: &Session) -> Option<Criterion> {
     }
     if let Some((tool, key, value)) = &argument {
         let key = if key.is_empty() { "an argument".to_string() } else { format!("the argument `{key}`") };
-        why.push(format!("the request contains {key} of `{tool}` (\"{}\")", one_line(&clip(value, 60))));
+        why.push(format!("the request contains {key} of `{tool}` (\"{}\")", crate::text::one_line(&clip(value, 60))));
     }
     if any_succeeded && s.feedback == Some(true) {
         why.push("the user's feedback was positive".to_string());
@@ -424,7 +424,7 @@ async fn llm_criterion<T: DeserializeOwned + schemars::JsonSchema + 'static>(
     let first = llm.typed_as::<T>(&c.judge_role, prompt, part).await?;
     exchanges.push(first.exchange);
     let (ok, reason) = read(first.value);
-    let reason = one_line(&reason);
+    let reason = crate::text::one_line(&reason);
     if ok {
         return Ok(Criterion::new(true, reason, "llm"));
     }
@@ -433,7 +433,12 @@ async fn llm_criterion<T: DeserializeOwned + schemars::JsonSchema + 'static>(
     let again = llm.ask(&second.role, prompt, Some(part.as_str()), &answer).await?;
     exchanges.push(again.exchange);
     let (ok2, reason2) = read(again.value);
-    let verdict = SecondVerdict { ok: ok2, reason: one_line(&reason2), role: second.role.clone(), seed: second.seed };
+    let verdict = SecondVerdict {
+        ok: ok2,
+        reason: crate::text::one_line(&reason2),
+        role: second.role.clone(),
+        seed: second.seed,
+    };
     let reason = if ok2 { format!("kept: the verdicts disagree; the first said no ({reason})") } else { reason };
     Ok(Criterion { ok: ok2, reason, by: "llm".into(), second: Some(verdict) })
 }
@@ -544,10 +549,6 @@ pub fn sample(sessions: &[Session], c: &CurateSettings, seed: u64) -> std::colle
         ids.truncate(n);
     }
     ids.into_iter().map(str::to_string).collect()
-}
-
-pub fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 pub struct CurateStage;

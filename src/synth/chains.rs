@@ -626,7 +626,7 @@ fn report(sampling: &Sampling, records: &[ChainRecord]) -> String {
             r.id,
             r.sub_scenario,
             r.tools.join(" → "),
-            crate::logs::curate::one_line(&r.query).replace('|', "\\|")
+            crate::text::one_line(&r.query).replace('|', "\\|")
         ));
     }
     md

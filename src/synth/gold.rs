@@ -605,7 +605,7 @@ pub fn argument_reasons(
         let schema = schemas.get(tool_name(&c.tool));
         for (name, v) in argument_leaves(&c.arguments) {
             let default = schema.and_then(|s| s.pointer(&format!("/properties/{name}/default")));
-            let shown = crate::logs::curate::one_line(&v.to_string());
+            let shown = crate::text::one_line(&v.to_string());
             let what = format!("argument `{name}` = {shown} of {}", call_label(j, c));
             match trace(&name, &v, t.request, &earlier, default) {
                 Trace::Found(Source::Result { call, path }) => {
@@ -1197,7 +1197,7 @@ impl Review {
                 match checks.get(&key) {
                     Some(a) => {
                         let decision = if a.value.needed { Decision::Needed } else { Decision::Unrequested };
-                        d[i] = Some((decision, crate::logs::curate::one_line(&a.value.reason)));
+                        d[i] = Some((decision, crate::text::one_line(&a.value.reason)));
                         by[i] = By::Llm;
                         exchange[i] = Some(a.exchange.clone());
                         c.events.extend(a.event);

@@ -153,7 +153,7 @@ pub(crate) fn user_answer(first: bool, earlier: Vec<String>) -> crate::llm::Answ
                 Some(j) if !u.done => Err(format!(
                     "{REPEATS} {} (\"{}\"): ask for something the conversation has not covered yet, or set `done` to true",
                     j + 1,
-                    crate::logs::curate::one_line(&earlier[j])
+                    crate::text::one_line(&earlier[j])
                 )),
                 _ => Ok(()),
             }
@@ -495,7 +495,7 @@ async fn simulate(
                 if attempt == 0 {
                     note = Some(format!(
                         "Your last message (\"{}\") asked the assistant to {action} something, and it did not: ask again in other words, ask for something else your goal needs, or set `done` to true.",
-                        crate::logs::curate::one_line(&message)
+                        crate::text::one_line(&message)
                     ));
                     continue;
                 }
@@ -550,7 +550,7 @@ fn report(dialogues: &[Dialogue], planned: usize, subs: &[String]) -> String {
             d.turns.len(),
             calls,
             d.ended,
-            crate::logs::curate::one_line(&d.goal).replace('|', "\\|")
+            crate::text::one_line(&d.goal).replace('|', "\\|")
         ));
     }
     md

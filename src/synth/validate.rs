@@ -642,7 +642,7 @@ impl Stage for ValidateStage {
             let reply = llm.ask(role, &prompt, None, &check_answer(turns)).await?;
             let mut turns = reply.value.turns;
             for t in &mut turns {
-                t.reason = crate::logs::curate::one_line(&t.reason);
+                t.reason = crate::text::one_line(&t.reason);
             }
             Ok(Checked { turns, exchange: reply.exchange, event: Some(reply.event_id) })
         })?;
