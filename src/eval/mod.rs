@@ -236,26 +236,17 @@ impl Stage for EvalStage {
     }
 }
 
-/// Two panel agents whose roles send the same request to the same endpoint (same provider,
-/// servers or local model file, model name and sampling settings) are one agent twice: their
-/// exchanges would be one and the same (the exchange key holds only what reaches the server).
+/// Two panel agents whose roles send the same request to the same endpoint (the same
+/// endpoint identity as the exchange cache key's, model name and sampling settings) are one
+/// agent twice: their exchanges would be one and the same.
 fn check_distinct_agents(s: &Settings, cfg: &EvalSettings, problems: &mut Vec<Problem>) {
     let roles = &s.section::<crate::llm::LlmSettings>().roles;
     let resolve = |p: &std::path::Path| s.resolve(p);
     let mut seen: BTreeMap<String, &str> = BTreeMap::new();
     for (i, a) in cfg.agents.iter().enumerate() {
         let Some(r) = roles.get(a) else { continue };
-        let endpoint = match r.provider {
-            crate::llm::Provider::Local => r.local_model_path(&resolve).display().to_string(),
-            _ => {
-                let mut urls: Vec<String> = r.base_urls().iter().map(|u| u.trim_end_matches('/').to_string()).collect();
-                urls.sort();
-                urls.join(" ")
-            }
-        };
         let identity = json!([
-            r.provider.as_str(),
-            endpoint,
+            r.endpoint_identity(&resolve),
             r.model_name(&resolve),
             r.temperature,
             r.top_p,

@@ -89,7 +89,7 @@ pub fn types_compatible(input: &Value, output: &Value) -> bool {
     }
 }
 
-fn props(schema: &Value) -> Vec<(&String, &Value)> {
+pub(super) fn props(schema: &Value) -> Vec<(&String, &Value)> {
     schema.get("properties").and_then(|p| p.as_object()).map(|p| p.iter().collect()).unwrap_or_default()
 }
 

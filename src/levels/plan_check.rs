@@ -307,7 +307,7 @@ fn step_link(a: &[(String, Option<ToolInfo>)], b: &[(String, Option<ToolInfo>)])
 
 /// Does something `a` returns plausibly feed an input of `b`? `Ok` says what, `Err` why not.
 fn link(a: &ToolInfo, b: &ToolInfo) -> Result<String, String> {
-    let inputs = props(&b.input_schema);
+    let inputs = super::l3::props(&b.input_schema);
     if inputs.is_empty() {
         return Err(format!("`{}` takes no input", b.name));
     }
@@ -315,7 +315,7 @@ fn link(a: &ToolInfo, b: &ToolInfo) -> Result<String, String> {
     let outs: Vec<(&String, &Value)> = a.output_schema.as_ref().map(output_fields).unwrap_or_default();
     if !outs.is_empty() {
         for (p, pv) in &inputs {
-            if let Some((o, _)) = outs.iter().find(|(o, ov)| param_match(p, o) && types_fit(pv, ov)) {
+            if let Some((o, _)) = outs.iter().find(|(o, ov)| param_match(p, o) && super::l3::types_compatible(pv, ov)) {
                 return Ok(format!("`{o}` of `{}` feeds `{p}` of `{}`", a.name, b.name));
             }
         }
@@ -339,17 +339,13 @@ fn link(a: &ToolInfo, b: &ToolInfo) -> Result<String, String> {
     ))
 }
 
-fn props(schema: &Value) -> Vec<(&String, &Value)> {
-    schema.get("properties").and_then(|p| p.as_object()).map(|p| p.iter().collect()).unwrap_or_default()
-}
-
 /// Output fields: the top-level properties, and those of an object or of an array's
 /// objects one level down.
 fn output_fields(schema: &Value) -> Vec<(&String, &Value)> {
     let mut out = Vec::new();
-    for (k, v) in props(schema) {
+    for (k, v) in super::l3::props(schema) {
         out.push((k, v));
-        out.extend(props(v.get("items").unwrap_or(v)));
+        out.extend(super::l3::props(v.get("items").unwrap_or(v)));
     }
     out
 }
@@ -367,26 +363,6 @@ fn param_match(input: &str, output: &str) -> bool {
         || a.concat() == b.concat()
         || (a.len() == 1 && b.last() == a.first())
         || (b.len() == 1 && a.last() == b.first())
-}
-
-fn type_of(v: &Value) -> Option<String> {
-    match v.get("type") {
-        Some(Value::String(t)) => Some(t.clone()),
-        Some(Value::Array(a)) => a.iter().filter_map(|t| t.as_str()).find(|t| *t != "null").map(str::to_string),
-        _ => None,
-    }
-}
-
-/// Whether an output property's type can feed an input property's (as L3's data-flow rule).
-fn types_fit(input: &Value, output: &Value) -> bool {
-    let num = |t: &str| t == "integer" || t == "number";
-    let same = |a: &str, b: &str| a == b || (num(a) && num(b));
-    match (type_of(input), type_of(output)) {
-        (Some(i), Some(o)) if same(&i, &o) => true,
-        (Some(i), Some(o)) if o == "array" => output.get("items").and_then(type_of).is_none_or(|it| same(&i, &it)),
-        (Some(_), Some(_)) => false,
-        _ => true,
-    }
 }
 
 /// What the query says about one step.
@@ -466,7 +442,7 @@ fn tool_words(id: &str, t: Option<&ToolInfo>) -> BTreeSet<String> {
     let mut w: BTreeSet<String> = content(&t.server).into_iter().filter(|x| x != "mcp" && x != "server").collect();
     w.extend(content(&t.name));
     w.extend(content(&t.description));
-    for (k, v) in props(&t.input_schema) {
+    for (k, v) in super::l3::props(&t.input_schema) {
         w.extend(content(k));
         w.extend(content(v.get("description").and_then(Value::as_str).unwrap_or("")));
     }

@@ -237,6 +237,30 @@ impl RoleSettings {
         }
     }
 
+    /// Who answers this role's requests, for the exchange cache key and the eval panel's
+    /// check: the provider and the set of base URLs (replicas of one role are one identity;
+    /// without credentials, query or trailing `/`), or the local model's file name (the
+    /// same file answers wherever the cache folder is). Two servers that serve different
+    /// checkpoints under one model name are told apart by this, so they never share answers.
+    pub fn endpoint_identity(&self, resolve: &dyn Fn(&Path) -> PathBuf) -> String {
+        let who = match self.provider {
+            Provider::Local => format!(
+                "local:{}",
+                self.local_model_path(resolve)
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            ),
+            _ => {
+                let mut urls: Vec<String> = self.base_urls().iter().map(|u| url_identity(u)).collect();
+                urls.sort();
+                urls.dedup();
+                format!("remote:{}", urls.join(" "))
+            }
+        };
+        format!("{}|{who}", self.provider.as_str())
+    }
+
     pub fn local_server_binary(&self, resolve: &dyn Fn(&Path) -> PathBuf) -> PathBuf {
         self.server_binary.as_deref().map(resolve).unwrap_or_else(default_server_binary)
     }
@@ -370,5 +394,20 @@ impl LlmSettings {
         for (name, role) in &self.roles {
             role.check(name, problems);
         }
+    }
+}
+
+/// A base URL as an identity: scheme, host, port and path, lower-case host, no user info,
+/// query or trailing `/` (so a key in the URL never reaches the ledger).
+fn url_identity(u: &str) -> String {
+    match reqwest::Url::parse(u) {
+        Ok(mut url) => {
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.set_query(None);
+            url.set_fragment(None);
+            url.as_str().trim_end_matches('/').to_string()
+        }
+        Err(_) => u.trim_end_matches('/').to_string(),
     }
 }

@@ -217,6 +217,8 @@ pub(crate) struct Role {
     name: String,
     settings: RoleSettings,
     model: String,
+    /// [`RoleSettings::endpoint_identity`], part of the exchange cache key.
+    identity: String,
     endpoint: Arc<Endpoint>,
 }
 
@@ -351,6 +353,7 @@ impl LlmClient {
                         name: name.clone(),
                         settings: r.clone(),
                         model: r.model_name(&resolve),
+                        identity: r.endpoint_identity(&resolve),
                         endpoint: endpoints[&key].clone(),
                     },
                 );
@@ -675,8 +678,8 @@ impl LlmClient {
         // (provider and endpoint identity): two roles that send the same body to different
         // servers never share an answer.
         let hash = crate::store::sha256_hex(&body_bytes);
-        let endpoint = format!("{}|{}", r.settings.provider.as_str(), r.endpoint.identity());
-        let key = exchange_key(&body_bytes, &endpoint);
+        let endpoint = &r.identity;
+        let key = exchange_key(&body_bytes, endpoint);
         let ledger_err = |e: anyhow::Error| LlmError::Setup {
             stage: inner.stage.clone(),
             item: item.to_string(),

@@ -64,21 +64,6 @@ pub fn interrupt_token() -> CancellationToken {
         .clone()
 }
 
-/// A base URL as an identity: scheme, host, port and path, lower-case host, no user info,
-/// query or trailing `/` (so a key in the URL never reaches the ledger).
-fn url_identity(u: &str) -> String {
-    match reqwest::Url::parse(u) {
-        Ok(mut url) => {
-            let _ = url.set_username("");
-            let _ = url.set_password(None);
-            url.set_query(None);
-            url.set_fragment(None);
-            url.as_str().trim_end_matches('/').to_string()
-        }
-        Err(_) => u.trim_end_matches('/').to_string(),
-    }
-}
-
 /// Roles with the same key share an endpoint.
 pub fn endpoint_key(r: &RoleSettings, resolve: &dyn Fn(&Path) -> PathBuf) -> String {
     match r.provider {
@@ -302,26 +287,6 @@ impl Endpoint {
 
     pub fn key(&self) -> &str {
         &self.key
-    }
-
-    /// Who answers this endpoint's requests, for the exchange cache key: the set of base
-    /// URLs (replicas of one role are one identity; without credentials, query or trailing
-    /// `/`), or the local model's file name (the same file answers wherever the cache
-    /// folder is). Two servers that serve different checkpoints under one model name are
-    /// told apart by this, so they never share answers.
-    pub fn identity(&self) -> String {
-        match &self.target {
-            Target::Remote { base_urls } => {
-                let mut urls: Vec<String> = base_urls.iter().map(|u| url_identity(u)).collect();
-                urls.sort();
-                urls.dedup();
-                format!("remote:{}", urls.join(" "))
-            }
-            Target::Local(spec) => format!(
-                "local:{}",
-                spec.model.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()
-            ),
-        }
     }
 
     /// How many servers (replicas) this endpoint spreads its requests over.
