@@ -1119,8 +1119,9 @@ review-export on sha256:2590279cb0054a94f4772b72bfa8002e01d9491b47ca9181120f92ce
 review-import off error: no filled sheets in `reviews/returned` and no web submissions in `reviews/web/scores.jsonl`
 review-prereview on sha256:2b4700bfb17781a0747432be04fe73de73a0fa6c174b7eb1827866b7b78622f6
 review-merge on sha256:e422bd5173c26174e26e964407cc6d94f1ca44013b1c0585cc72efdc1a1afa5d
-release on sha256:fe1a0336f1cbe5e7e4d3b32a0e4bf13ecace8d49dfce639a86d459d97e534cf6
-eval on sha256:ff87a36b84f7824bb14a29959a21e7dcb6bbc275be1356cf736e4b25ea7aee40";
+release-candidate on sha256:92f408d2605908ee0089b7ae437d022b4efd49d34f6218666acdcadb8eb5057a
+eval on sha256:ff87a36b84f7824bb14a29959a21e7dcb6bbc275be1356cf736e4b25ea7aee40
+release on sha256:92f408d2605908ee0089b7ae437d022b4efd49d34f6218666acdcadb8eb5057a";
 
     #[test]
     fn diff_names_the_changed_input() {

@@ -50,8 +50,9 @@ pub fn all() -> Vec<Box<dyn Stage>> {
         Box::new(crate::review::sheets::ImportStage),
         Box::new(crate::review::prereview::PrereviewStage),
         Box::new(crate::review::merge::MergeStage),
-        Box::new(crate::release::ReleaseStage),
+        Box::new(crate::release::candidate::CandidateStage),
         Box::new(crate::eval::EvalStage),
+        Box::new(crate::release::ReleaseStage),
     ]
 }
 

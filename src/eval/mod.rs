@@ -2,7 +2,7 @@
 //! runs every released sample through MCP, their answers are written in the reference
 //! formats and scored by `benchgen score`, and every item is audited from the results.
 //!
-//! - [`source`]: the release evaluated (`[eval] release`, or the current `artifacts/release/`):
+//! - [`source`]: the release evaluated (`[eval] release`, or the release candidate `artifacts/release-candidate/`):
 //!   samples, the tools of `tools.parquet`, each sample's cassette of recorded responses,
 //!   the EFS sets and the published-format files.
 //! - [`run`]: one agent on one sample (one repeat): an in-process `benchgen sandbox` over the
@@ -85,7 +85,7 @@ impl ToolSpace {
 #[serde(deny_unknown_fields)]
 pub struct EvalSettings {
     /// The release folder to evaluate (relative to the root, e.g. `release/demo-bench-0.1.0`);
-    /// absent: the current release (`artifacts/release/`).
+    /// absent: the release candidate (`artifacts/release-candidate/`), audited before `release` publishes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release: Option<PathBuf>,
     /// The panel: LLM roles (`[llm.roles.<role>]`), each one agent.
@@ -159,8 +159,9 @@ impl Stage for EvalStage {
     fn help(&self) -> &'static str {
         "A panel of agents runs the released benchmark and audits it (`[eval]`, docs/eval.md).
 
-         Reads the release (`[eval] release = \"release/NAME-VERSION\"`, or the current
-         `artifacts/release/`): `samples.jsonl`, `tools.parquet`, `cassettes.jsonl`,
+         Reads the release (`[eval] release = \"release/NAME-VERSION\"`, or the release
+         candidate `artifacts/release-candidate/`, which `benchgen run` builds before this
+         audit and publishes after it): `samples.jsonl`, `tools.parquet`, `cassettes.jsonl`,
          `tool_equivalence_sets.json` and the ETOM and FinMCP files. Every agent
          (`[eval] agents`, LLM roles) runs every sample `repeats` times through MCP: an
          in-process sandbox serves the sample's tool space (`tool_space = \"oracle\"`: its
@@ -322,13 +323,13 @@ fn evaluate(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         items_out.push(b'\n');
     }
     out.file("items.jsonl", items_out);
-    // The review queue of flagged items: an adjudicated copy, named in `[release]
-    // eval_review`, leaves the items marked `leave out` out of the next version.
+    // The review queue of flagged items: `release` holds back the `all-fail` ones until an
+    // adjudicated copy, named in `[release] eval_review`, decides them.
     out.file("review.csv", items::review_sheet(&analysis)?);
     let flagged = analysis.items.iter().filter(|r| !r.flags.is_empty()).count();
     if flagged > 0 {
         out.notes.push(format!(
-            "{flagged} flagged item(s) in `artifacts/eval/review.csv`: copy it to `reviews/eval/`, write `leave out` or `keep` in `decision`, name it in `[release] eval_review`, and release a new version"
+            "{flagged} flagged item(s) in `artifacts/eval/review.csv` (`release` holds back the `all-fail` ones until decided): copy it to `reviews/eval/`, write `leave out` or `keep` in `decision`, name it in `[release] eval_review`, and release"
         ));
     }
     out.json("leaderboard.json", &rows)?;

@@ -1,6 +1,7 @@
 //! The release `eval` runs on: `[eval] release = "release/NAME-VERSION"` (files outside
-//! `artifacts/`, hashed as the plan's inputs), or the current release stage's artifacts
-//! (`artifacts/release/`, declared reads). Either way every byte used is a hashed input.
+//! `artifacts/`, hashed as the plan's inputs), or the release candidate
+//! (`artifacts/release-candidate/`, declared reads), which `benchgen release` publishes
+//! after this audit. Either way every byte used is a hashed input.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -14,19 +15,19 @@ use crate::release::cassettes::{self, Cassette};
 use crate::settings::Settings;
 use crate::stage::{Artifact, Inputs, Read};
 
-// The release's files, declared here until the release stage exports handles of its own.
-const SAMPLES: Artifact = Artifact::new("release", "samples.jsonl");
-const TOOLS: Artifact = Artifact::new("release", "tools.parquet");
-const CASSETTES: Artifact = Artifact::new("release", cassettes::FILE);
-const SETS: Artifact = Artifact::new("release", "tool_equivalence_sets.json");
-const LEVEL_1: Artifact = Artifact::new("release", "level_1.json");
-const LEVEL_2: Artifact = Artifact::new("release", "level_2.json");
-const LEVEL_3: Artifact = Artifact::new("release", "level_3.json");
-const LEVEL_4: Artifact = Artifact::new("release", "level_4.json");
-const LEVEL_5: Artifact = Artifact::new("release", "level_5.json");
-const FIN_SINGLE: Artifact = Artifact::new("release", "finmcp_single_tool.json");
-const FIN_MULTI: Artifact = Artifact::new("release", "finmcp_multi_tool.json");
-const FIN_TURN: Artifact = Artifact::new("release", "finmcp_multi_turn.json");
+// The release candidate's files, declared here until the release exports handles of its own.
+const SAMPLES: Artifact = Artifact::new(crate::release::candidate::STAGE, "samples.jsonl");
+const TOOLS: Artifact = Artifact::new(crate::release::candidate::STAGE, "tools.parquet");
+const CASSETTES: Artifact = Artifact::new(crate::release::candidate::STAGE, cassettes::FILE);
+const SETS: Artifact = Artifact::new(crate::release::candidate::STAGE, "tool_equivalence_sets.json");
+const LEVEL_1: Artifact = Artifact::new(crate::release::candidate::STAGE, "level_1.json");
+const LEVEL_2: Artifact = Artifact::new(crate::release::candidate::STAGE, "level_2.json");
+const LEVEL_3: Artifact = Artifact::new(crate::release::candidate::STAGE, "level_3.json");
+const LEVEL_4: Artifact = Artifact::new(crate::release::candidate::STAGE, "level_4.json");
+const LEVEL_5: Artifact = Artifact::new(crate::release::candidate::STAGE, "level_5.json");
+const FIN_SINGLE: Artifact = Artifact::new(crate::release::candidate::STAGE, "finmcp_single_tool.json");
+const FIN_MULTI: Artifact = Artifact::new(crate::release::candidate::STAGE, "finmcp_multi_tool.json");
+const FIN_TURN: Artifact = Artifact::new(crate::release::candidate::STAGE, "finmcp_multi_turn.json");
 
 /// Every file of a release `eval` reads, as handles.
 const FILES: [&Artifact; 12] = [
@@ -44,7 +45,7 @@ const FILES: [&Artifact; 12] = [
     &FIN_TURN,
 ];
 
-/// The stage's reads: the current release's files (optional: `[eval] release` may name a
+/// The stage's reads: the release candidate's files (optional: `[eval] release` may name a
 /// published folder instead).
 pub const READS: &[Read] = &[
     SAMPLES.optional(),
@@ -72,7 +73,7 @@ pub fn plan_inputs(s: &Settings, cfg: &EvalSettings) -> Result<Vec<PathBuf>> {
     if !dir.join("samples.jsonl").is_file() {
         return Err(hinted(
             format!("`eval.release` names `{}`, which holds no `samples.jsonl`", s.display_path(&dir)),
-            "name a folder `benchgen release` published (`release/NAME-VERSION`), or leave `eval.release` out to evaluate `artifacts/release/`",
+            "name a folder `benchgen release` published (`release/NAME-VERSION`), or leave `eval.release` out to evaluate the release candidate (`artifacts/release-candidate/`)",
         ));
     }
     Ok(FILES.iter().map(|a| dir.join(a.file)).filter(|p| p.is_file()).collect())
@@ -88,7 +89,7 @@ pub struct ReleasedTool {
 
 /// The release as `eval` uses it.
 pub struct Release {
-    /// Where it came from, for the report (`release/NAME-VERSION` or `artifacts/release`).
+    /// Where it came from, for the report (`release/NAME-VERSION` or `artifacts/release-candidate`).
     pub shown: String,
     /// Sorted by id.
     pub samples: Vec<Sample>,
@@ -105,7 +106,7 @@ impl Release {
         let dir = folder(s, cfg);
         let shown = match &dir {
             Some(d) => s.display_path(d),
-            None => "artifacts/release".into(),
+            None => format!("artifacts/{}", crate::release::candidate::STAGE),
         };
         let get = |a: &Artifact| -> Result<Option<Vec<u8>>> {
             match &dir {
@@ -119,8 +120,8 @@ impl Release {
         };
         let Some(samples_bytes) = get(&SAMPLES)? else {
             return Err(hinted(
-                "there is no release to evaluate: `artifacts/release/samples.jsonl` does not exist",
-                "run `benchgen release` first, or name a published folder in `[eval] release`",
+                "there is no release candidate to evaluate: `artifacts/release-candidate/samples.jsonl` does not exist",
+                "run `benchgen release candidate` first, or name a published folder in `[eval] release`",
             ));
         };
         let samples = read_samples(&samples_bytes, &format!("{shown}/samples.jsonl"))?;

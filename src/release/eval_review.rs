@@ -1,38 +1,66 @@
 //! The review queue of `benchgen eval` as the release reads it: `eval` writes
 //! `artifacts/eval/review.csv` (one row per flagged item), an adjudicator fills `decision`
 //! in a copy, and `[release] eval_review` names it. The format lives here, with its
-//! reader, so `release` imports nothing of `eval` (which reads the release).
+//! reader, so `release` imports nothing of `eval` (which reads the release candidate).
+//!
+//! The release reads the queue itself too ([`QUEUE`]): an item flagged `all-fail` (no
+//! panel agent solved it, so its ground truth is suspect) stays out of the published
+//! version until the adjudicated sheet says `keep` or `leave out` (issue 38: no all-fail
+//! item reaches a release without a recorded decision).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use anyhow::Result;
 
 use crate::error::{InputError, Problem};
 use crate::settings::Settings;
-use crate::stage::Inputs;
+use crate::stage::{Artifact, Inputs};
 
 /// Columns of the sheet.
 pub const REVIEW_HEADER: [&str; 6] = ["id", "flags", "solve_rate", "evidence", "decision", "note"];
 
 /// What an adjudicator may write in `decision`: the sample leaves the next release, or
-/// stays (blank: not decided yet, it stays).
+/// stays (blank: not decided yet; a flagged `all-fail` item is then held back).
 pub const LEAVE_OUT: &str = "leave out";
 pub const KEEP: &str = "keep";
 
-/// The samples an adjudicated eval review sheet leaves out, with the reason: id →
-/// "left out after evaluation: <flags>: <note>". Every problem (header, cells, a decision
-/// other than `leave out`, `keep` or blank, an id twice) is an error naming file and line.
-pub fn read(s: &Settings, inputs: &Inputs, path: &Path) -> Result<HashMap<String, String>> {
+/// The flag that holds an item back until it is decided.
+pub const ALL_FAIL: &str = "all-fail";
+
+/// `eval`'s own queue (flags and evidence, decisions blank), declared here because the
+/// release reads it and must not import `eval`.
+pub const QUEUE: Artifact = Artifact::new("eval", "review.csv");
+
+/// What an adjudicated sheet decides: id → the reason as the CHANGELOG gives it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Adjudicated {
+    /// "left out after evaluation: <flags>: <note>".
+    pub leave_out: HashMap<String, String>,
+    /// "kept after evaluation: <flags>: <note>".
+    pub keep: HashMap<String, String>,
+}
+
+impl Adjudicated {
+    /// Whether a person decided on `id`.
+    pub fn decided(&self, id: &str) -> bool {
+        self.leave_out.contains_key(id) || self.keep.contains_key(id)
+    }
+}
+
+/// The decisions of an adjudicated eval review sheet. Every problem (header, cells, a
+/// decision other than `leave out`, `keep` or blank, an id twice) is an error naming file
+/// and line.
+pub fn read(s: &Settings, inputs: &Inputs, path: &Path) -> Result<Adjudicated> {
     let name = s.display_path(path);
     Ok(parse(&name, inputs.bytes(path)?)?)
 }
 
 /// [`read`] of the sheet's bytes, `name` naming it in problems.
-pub fn parse(name: &str, bytes: &[u8]) -> Result<HashMap<String, String>, InputError> {
+pub fn parse(name: &str, bytes: &[u8]) -> Result<Adjudicated, InputError> {
     let mut problems = Vec::new();
     let rows = crate::csvout::read_rows(name, bytes, &REVIEW_HEADER, &mut problems);
-    let mut out = HashMap::new();
+    let mut out = Adjudicated::default();
     let mut seen = HashMap::new();
     for r in rows {
         let (id, flags, decision, note) = (r.cells[0].trim(), r.cells[1].trim(), r.cells[4].trim(), r.cells[5].trim());
@@ -40,12 +68,15 @@ pub fn parse(name: &str, bytes: &[u8]) -> Result<HashMap<String, String>, InputE
             problems.push(Problem::new(&r.loc, format!("`{id}` is listed twice (first at {first})")));
             continue;
         }
+        let why = if note.is_empty() { String::new() } else { format!(": {note}") };
         match decision.to_lowercase().as_str() {
             d if d == LEAVE_OUT => {
-                let why = if note.is_empty() { String::new() } else { format!(": {note}") };
-                out.insert(id.to_string(), format!("left out after evaluation: {flags}{why}"));
+                out.leave_out.insert(id.to_string(), format!("left out after evaluation: {flags}{why}"));
             }
-            d if d == KEEP || d.is_empty() => {}
+            d if d == KEEP => {
+                out.keep.insert(id.to_string(), format!("kept after evaluation: {flags}{why}"));
+            }
+            "" => {}
             _ => problems.push(Problem::new(
                 format!("{} (decision)", r.loc),
                 format!("`{decision}`: write `{LEAVE_OUT}`, `{KEEP}` or leave it blank"),
@@ -56,4 +87,51 @@ pub fn parse(name: &str, bytes: &[u8]) -> Result<HashMap<String, String>, InputE
         return Err(InputError { file: name.to_string(), problems });
     }
     Ok(out)
+}
+
+/// The items of `eval`'s queue flagged [`ALL_FAIL`]: id → "flagged `all-fail` by the eval
+/// panel (solve rate 0.0000; <evidence>)", sorted by id.
+pub fn all_fail(name: &str, bytes: &[u8]) -> Result<BTreeMap<String, String>, InputError> {
+    let mut problems = Vec::new();
+    let rows = crate::csvout::read_rows(name, bytes, &REVIEW_HEADER, &mut problems);
+    if !problems.is_empty() {
+        return Err(InputError { file: name.to_string(), problems });
+    }
+    Ok(rows
+        .into_iter()
+        .filter(|r| r.cells[1].split_whitespace().any(|f| f == ALL_FAIL))
+        .map(|r| {
+            let (id, rate, evidence) = (r.cells[0].trim(), r.cells[2].trim(), r.cells[3].trim());
+            let evidence = if evidence.is_empty() { String::new() } else { format!("; {evidence}") };
+            (id.to_string(), format!("flagged `{ALL_FAIL}` by the eval panel (solve rate {rate}{evidence})"))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHEET: &str = "id,flags,solve_rate,evidence,decision,note\n\
+        L1-1,all-fail label-mismatch,0.0000,2 agents chose Beta::u,,\n\
+        L2-1,unstable,0.5000,,,\n\
+        L3-1,all-fail,0.0000,,keep,the tool is right; the agents were wrong\n\
+        L4-1,all-fail,0.0000,,leave out,\n";
+
+    #[test]
+    fn decisions_and_all_fail_flags_are_read_apart() {
+        let a = parse("review.csv", SHEET.as_bytes()).unwrap();
+        assert_eq!(a.keep["L3-1"], "kept after evaluation: all-fail: the tool is right; the agents were wrong");
+        assert_eq!(a.leave_out["L4-1"], "left out after evaluation: all-fail");
+        assert!(a.decided("L3-1") && a.decided("L4-1") && !a.decided("L1-1"));
+        let flagged = all_fail("review.csv", SHEET.as_bytes()).unwrap();
+        assert_eq!(flagged.keys().collect::<Vec<_>>(), ["L1-1", "L3-1", "L4-1"]);
+        assert_eq!(flagged["L1-1"], "flagged `all-fail` by the eval panel (solve rate 0.0000; 2 agents chose Beta::u)");
+    }
+
+    #[test]
+    fn a_decision_that_is_neither_names_the_line() {
+        let e = parse("review.csv", SHEET.replace("keep,", "drop,").as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("(decision)") && e.to_string().contains("`drop`"), "{e}");
+    }
 }

@@ -12,8 +12,16 @@
 //! never overwritten: the same bytes again is a no-op, anything else is an error asking
 //! for a new `[release] version`.
 //!
+//! Audit before publishing: where `[eval]` is configured, `benchgen run` first builds the
+//! same files as a *release candidate* (`artifacts/release-candidate/`, [`candidate`],
+//! nothing published), `benchgen eval` runs the agent panel on it, and this stage then
+//! holds back every item the panel flagged `all-fail` until a person decides `keep` or
+//! `leave out` in the adjudicated sheet (`[release] eval_review`); the card counts the
+//! held items and the CHANGELOG lists them and every decision with its reason.
+//!
 //! See docs/release.md for the layout, the table schemas and `benchgen release verify`.
 
+pub mod candidate;
 pub mod card;
 pub mod cassettes;
 pub mod content;
@@ -36,15 +44,15 @@ use crate::error::{InputError, Problem, hinted};
 use crate::ledger::NewEvent;
 use crate::model::{Family, Kind, Sample};
 use crate::settings::{Settings, section_hash};
-use crate::stage::{Artifact, Ctx, Inputs, Manifest, Output, Plan, Read, Stage, StageSpec};
+use crate::stage::{Artifact, Ctx, Inputs, Manifest, Output, Plan, Stage, StageSpec};
 
 pub const STAGE: &str = "release";
 
 /// Review decisions, one JSON line per sample sorted by id, written by `benchgen review
 /// merge`. Declared here until the review stage exports its own handle with this name.
-const DECISIONS: Artifact<Decision> = Artifact::new("review-merge", "decisions.jsonl");
+pub(crate) const DECISIONS: Artifact<Decision> = Artifact::new("review-merge", "decisions.jsonl");
 /// The review report, for its agreement figures.
-const REVIEW_REPORT: Artifact = Artifact::new("review-merge", "report.md");
+pub(crate) const REVIEW_REPORT: Artifact = Artifact::new("review-merge", "report.md");
 
 /// One review decision. Fields the release does not name (per-reviewer scores, notes, the
 /// rule) are kept in `extra` and carried into `samples.parquet`.
@@ -99,49 +107,64 @@ const FUNNEL: &[&str] = &[
     "review-merge",
 ];
 
+/// What the release and its candidate read: the pool, the review decisions, the catalogs,
+/// the EFS sets and the funnel's manifests, then `$extra` (the release alone also reads
+/// `eval`'s queue, which the candidate must not: `eval` reads the candidate).
+macro_rules! pool_reads {
+    ($($extra:expr),*) => {
+        &[
+            crate::samples::VALIDATED.optional(),
+            crate::samples::LEVELS.optional(),
+            crate::release::DECISIONS.optional(),
+            crate::release::REVIEW_REPORT.optional(),
+            crate::filter::CATALOG.optional(),
+            crate::logs::import::CATALOG.optional(),
+            crate::efs::finalize::ETOM_SETS.optional(),
+            crate::stage::Read::manifest("registry-import"),
+            crate::stage::Read::manifest("filter"),
+            crate::stage::Read::manifest("efs-finalize"),
+            crate::stage::Read::manifest("logs-import"),
+            crate::stage::Read::manifest("logs-curate"),
+            crate::stage::Read::manifest("logs-split"),
+            crate::stage::Read::manifest("levels-export"),
+            crate::stage::Read::manifest("validate"),
+            crate::stage::Read::manifest("review-merge"),
+            $($extra),*
+        ]
+    };
+}
+pub(crate) use pool_reads;
+
+/// The files the release and its candidate write.
+pub(crate) const WRITES: &[&str] = &[
+    "README.md",
+    "CHANGELOG.md",
+    "SHA256SUMS",
+    "samples.jsonl",
+    "samples.parquet",
+    "tools.parquet",
+    "lineage.jsonl",
+    "cassettes.jsonl",
+    "level_1.json",
+    "level_2.json",
+    "level_3.json",
+    "level_4.json",
+    "level_5.json",
+    "tool_equivalence_sets.json",
+    "finmcp_single_tool.json",
+    "finmcp_multi_tool.json",
+    "finmcp_multi_turn.json",
+    "plots/*",
+];
+
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "release",
-    version: 4,
+    // 5: holds back the items `eval` flagged `all-fail` until they are decided.
+    version: 5,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, checksums",
-    reads: &[
-        crate::samples::VALIDATED.optional(),
-        crate::samples::LEVELS.optional(),
-        DECISIONS.optional(),
-        REVIEW_REPORT.optional(),
-        crate::filter::CATALOG.optional(),
-        crate::logs::import::CATALOG.optional(),
-        crate::efs::finalize::ETOM_SETS.optional(),
-        Read::manifest("registry-import"),
-        Read::manifest("filter"),
-        Read::manifest("efs-finalize"),
-        Read::manifest("logs-import"),
-        Read::manifest("logs-curate"),
-        Read::manifest("logs-split"),
-        Read::manifest("levels-export"),
-        Read::manifest("validate"),
-        Read::manifest("review-merge"),
-    ],
-    writes: &[
-        "README.md",
-        "CHANGELOG.md",
-        "SHA256SUMS",
-        "samples.jsonl",
-        "samples.parquet",
-        "tools.parquet",
-        "lineage.jsonl",
-        "cassettes.jsonl",
-        "level_1.json",
-        "level_2.json",
-        "level_3.json",
-        "level_4.json",
-        "level_5.json",
-        "tool_equivalence_sets.json",
-        "finmcp_single_tool.json",
-        "finmcp_multi_tool.json",
-        "finmcp_multi_turn.json",
-        "plots/*",
-    ],
+    reads: pool_reads!(eval_review::QUEUE.optional()),
+    writes: WRITES,
     section: Some("release"),
 };
 
@@ -173,6 +196,10 @@ pub struct ReleaseSettings {
     /// note as the reason in the CHANGELOG.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_review: Option<PathBuf>,
+    /// Hold back every item `benchgen eval` flagged `all-fail` (no panel agent solved it)
+    /// until `eval_review` decides it (`keep` or `leave out`).
+    #[serde(default = "yes")]
+    pub hold_flagged: bool,
 }
 
 /// `[release]`; absent: its stages are not part of `run` (each still runs alone, with defaults).
@@ -191,7 +218,7 @@ fn default_dir() -> PathBuf {
     PathBuf::from("release")
 }
 
-fn settings(s: &Settings) -> ReleaseSettings {
+pub(crate) fn settings(s: &Settings) -> ReleaseSettings {
     s.section::<ReleaseSettings>().clone().unwrap_or_else(|| ReleaseSettings {
         name: s.project.name.clone(),
         version: "0.1.0".into(),
@@ -201,6 +228,7 @@ fn settings(s: &Settings) -> ReleaseSettings {
         limitations: Vec::new(),
         dir: default_dir(),
         eval_review: None,
+        hold_flagged: true,
     })
 }
 
@@ -247,6 +275,37 @@ fn previous(s: &Settings) -> Option<(String, PathBuf)> {
 
 pub struct ReleaseStage;
 
+/// The plan of the release and of its candidate: the previous version's samples and the
+/// adjudicated eval sheet are inputs outside `artifacts/`.
+pub(crate) fn plan(s: &Settings) -> Result<Plan> {
+    let mut inputs = previous(s).map(|(_, p)| vec![p.join("samples.jsonl")]).unwrap_or_default();
+    inputs.extend(settings(s).eval_review.map(|p| s.resolve(&p)));
+    Ok(Plan { inputs, config_hash: section_hash(&json!({"release": settings(s)}))? })
+}
+
+/// What a build does with its files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Hold back undecided `all-fail` items, write the stage's artifacts and publish.
+    Publish,
+    /// The stage's artifacts only (`artifacts/release-candidate/`), for `eval`.
+    Candidate,
+}
+
+/// The eval audit as a build applies it: the adjudicated sheet and the flagged items it
+/// does not decide.
+#[derive(Debug, Default)]
+struct Audit {
+    adjudicated: eval_review::Adjudicated,
+    /// Undecided `all-fail` items: id → why they are suspect.
+    flagged: BTreeMap<String, String>,
+    /// Hold them back (`[release] hold_flagged`), or publish them and say so.
+    hold: bool,
+}
+
+/// The summary's left-out reason of held items.
+const HELD: &str = "held back: flagged all-fail by the eval panel, waiting for a decision";
+
 impl Stage for ReleaseStage {
     fn spec(&self) -> &'static StageSpec {
         &SPEC
@@ -265,8 +324,11 @@ impl Stage for ReleaseStage {
          `finmcp_multi_turn.json`, `samples.jsonl`, `samples.parquet`, `tools.parquet`,
          `lineage.jsonl`, `cassettes.jsonl` (each sample's recorded tool responses, for
          `benchgen eval`), the dataset card `README.md` with `plots/*.svg`, `CHANGELOG.md` and
-         `SHA256SUMS`. A published version is never overwritten. `benchgen release verify DIR`
-         checks a release."
+         `SHA256SUMS`. A published version is never overwritten. With `[eval]`, the panel first
+         audits the release candidate (`benchgen release candidate`), and every item it flagged
+         `all-fail` (`eval/review.csv`) is held back until `[release] eval_review` decides it
+         (`hold_flagged = false`: published and listed on the card). `benchgen release verify
+         DIR` checks a release."
     }
 
     fn explain(&self, s: &Settings, id: &str) -> Result<Option<crate::ledger::Explanation>> {
@@ -286,13 +348,11 @@ impl Stage for ReleaseStage {
     }
 
     fn plan(&self, s: &Settings) -> Result<Plan> {
-        let mut inputs = previous(s).map(|(_, p)| vec![p.join("samples.jsonl")]).unwrap_or_default();
-        inputs.extend(settings(s).eval_review.map(|p| s.resolve(&p)));
-        Ok(Plan { inputs, config_hash: section_hash(&json!({"release": settings(s)}))? })
+        plan(s)
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
-        build(ctx, inputs, out)
+        build(ctx, inputs, out, Mode::Publish)
     }
 
     /// The published folder: removed by hand, it is published again.
@@ -358,6 +418,8 @@ pub struct Summary {
     pub event_kinds: BTreeMap<String, usize>,
     pub limitations: Vec<String>,
     pub changelog_head: Option<String>,
+    /// Items the eval panel flagged `all-fail`, published undecided (`hold_flagged = false`).
+    pub flagged_published: usize,
 }
 
 /// A JSON array written one element per line, so large files stream.
@@ -590,7 +652,7 @@ impl Drop for Partial {
     }
 }
 
-fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
+pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) -> Result<()> {
     let s = ctx.settings;
     let cfg = settings(s);
     let rel_name = format!("{}-{}", cfg.name, cfg.version);
@@ -605,12 +667,12 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         ));
     }
     let catalog = load_tools(inputs)?;
-    let evaluated = match &cfg.eval_review {
-        Some(p) => eval_review::read(s, inputs, &s.resolve(p))?,
-        None => HashMap::new(),
-    };
+    let audit = audit(s, &cfg, inputs, mode)?;
 
-    let tmp = releases.join(format!(".{rel_name}.partial"));
+    let tmp = match mode {
+        Mode::Publish => releases.join(format!(".{rel_name}.partial")),
+        Mode::Candidate => releases.join(format!(".{rel_name}.candidate.partial")),
+    };
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot clear `{}`", tmp.display()))?;
     }
@@ -618,8 +680,12 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
     let mut partial = Partial(Some(tmp.clone()));
 
     // The pool, merged by id.
-    let mut pool = write_pool(s, &cfg, inputs, &tmp, &catalog, (decisions.as_ref(), &evaluated))?;
-    let mut unknown: Vec<&String> = evaluated.keys().filter(|id| !pool.left_out.contains_key(*id)).collect();
+    let mut pool = write_pool(s, &cfg, inputs, &tmp, &catalog, (decisions.as_ref(), &audit))?;
+    if !audit.hold {
+        pool.summary.flagged_published = audit.flagged.keys().filter(|id| pool.current.contains_key(*id)).count();
+    }
+    let mut unknown: Vec<&String> =
+        audit.adjudicated.leave_out.keys().filter(|id| !pool.left_out.contains_key(*id)).collect();
     if !unknown.is_empty() {
         unknown.sort();
         let shown: Vec<&str> = unknown.iter().take(5).map(|s| s.as_str()).collect();
@@ -637,7 +703,8 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
     write_tables(&tmp, &catalog, &mut pool)?;
 
     // Changelog against the previous version.
-    let changelog = changelog(inputs, s, &cfg, &pool.current, &pool.left_out, decisions.as_ref())?;
+    let mut changelog = changelog(inputs, s, &cfg, &pool.current, &pool.left_out, decisions.as_ref())?;
+    changelog.0.push_str(&audit_log(&audit, &pool));
     pool.summary.changelog_head = changelog.1;
     std::fs::write(tmp.join("CHANGELOG.md"), changelog.0)?;
 
@@ -646,10 +713,31 @@ fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
     let left_out = std::mem::take(&mut pool.left_out);
     let (summary, sums) = write_card(ctx, inputs, &cfg, &tmp, pool)?;
 
+    if mode == Mode::Candidate {
+        // The stage's artifacts only; `partial` removes the scratch folder.
+        copy_out(out, &tmp)?;
+        out.count("samples", summary.samples);
+        out.count("pool", summary.pool);
+        out.count("left_out", summary.pool - summary.samples);
+        out.notes.push(format!(
+            "release candidate: {} of {} pool samples in `artifacts/{}/` (nothing published); `benchgen eval` runs the panel on it, then `benchgen release` publishes",
+            summary.samples,
+            summary.pool,
+            candidate::STAGE
+        ));
+        return Ok(());
+    }
     // Into the stage's artifacts, then publish.
     let shown = publish(s, out, &tmp, &target, &sums, &mut partial)?;
     drop(partial);
 
+    let held = summary.left_out.get(HELD).copied().unwrap_or(0);
+    if held > 0 {
+        out.count("held", held);
+        out.notes.push(format!(
+            "{held} item(s) that no eval panel agent solved (`all-fail`) were held back: copy `artifacts/eval/review.csv` to `reviews/eval/`, write `keep` or `leave out` in `decision`, name it in `[release] eval_review`, and release a new version (CHANGELOG.md lists them)"
+        ));
+    }
     out.count("samples", summary.samples);
     out.count("pool", summary.pool);
     out.count("left_out", summary.pool - summary.samples);
@@ -730,7 +818,7 @@ fn write_pool(
     inputs: &Inputs,
     tmp: &Path,
     catalog: &HashMap<String, CatalogTool>,
-    (decisions, evaluated): (Option<&HashMap<String, Decision>>, &HashMap<String, String>),
+    (decisions, audit): (Option<&HashMap<String, Decision>>, &Audit),
 ) -> Result<Pooled> {
     let mut sources = open_pool(inputs)?;
     let etom_track = inputs.has(&crate::samples::LEVELS);
@@ -779,9 +867,14 @@ fn write_pool(
             pool.left_out.insert(sample.id.clone(), reason);
             continue;
         }
-        if let Some(reason) = evaluated.get(&sample.id) {
+        if let Some(reason) = audit.adjudicated.leave_out.get(&sample.id) {
             *pool.summary.left_out.entry("left out after evaluation".into()).or_default() += 1;
             pool.left_out.insert(sample.id.clone(), reason.clone());
+            continue;
+        }
+        if let Some(reason) = audit.flagged.get(&sample.id).filter(|_| audit.hold) {
+            *pool.summary.left_out.entry(HELD.into()).or_default() += 1;
+            pool.left_out.insert(sample.id.clone(), format!("held back: {reason}; waiting for a decision"));
             continue;
         }
         let key = request_key(sample);
@@ -919,7 +1012,8 @@ fn request_key(sample: &Sample) -> String {
 fn waiting(left_out: &BTreeMap<String, usize>, pool: usize) -> Option<crate::error::Waiting> {
     let unscored = left_out.get("not reviewed").copied().unwrap_or(0);
     let undecided = left_out.get("review: undecided").copied().unwrap_or(0);
-    if unscored + undecided == 0 {
+    let held = left_out.get(HELD).copied().unwrap_or(0);
+    if unscored + undecided + held == 0 {
         return None;
     }
     let mut parts = Vec::new();
@@ -931,10 +1025,15 @@ fn waiting(left_out: &BTreeMap<String, usize>, pool: usize) -> Option<crate::err
             "{undecided} undecided (waiting for a second score or an adjudication: `artifacts/review-merge/queue.csv`)"
         ));
     }
+    if held > 0 {
+        parts.push(format!(
+            "{held} held back after evaluation (no panel agent solved them: `artifacts/eval/review.csv`; write `keep` or `leave out` in a copy named in `[release] eval_review`)"
+        ));
+    }
     Some(crate::error::Waiting {
         message: format!(
             "{} of the {pool} pool samples wait for review ({}); nothing is released until a sample is accepted",
-            unscored + undecided,
+            unscored + undecided + held,
             parts.join(", ")
         ),
         next: "reviewers fill their sheets (`artifacts/review-export/sheets/<reviewer>.csv` or .xlsx, returned \
@@ -1287,6 +1386,17 @@ fn write_card(
             "{without_events} sample(s) have no ledger events of their own; their lineage names the artifact line they came from."
         ));
     }
+    if let Some(n) = summary.left_out.get(HELD) {
+        limits.push(format!(
+            "{n} item(s) that no eval panel agent solved (`all-fail`) are held back until a person decides `keep` or `leave out`; CHANGELOG.md lists them with the panel's evidence."
+        ));
+    }
+    if summary.flagged_published > 0 {
+        limits.push(format!(
+            "{} released item(s) were solved by no eval panel agent (`all-fail`) and are published without a decision (`[release] hold_flagged = false`); their ground truth may be wrong. CHANGELOG.md lists them with the panel's evidence.",
+            summary.flagged_published
+        ));
+    }
     if !etom_track {
         limits.push("No ETOM levels: the registry track did not run.".into());
     }
@@ -1321,11 +1431,7 @@ fn publish(
     sums: &str,
     partial: &mut Partial,
 ) -> Result<String> {
-    for rel in list_files(tmp)? {
-        let mut f = out.create(&rel)?;
-        std::io::copy(&mut std::fs::File::open(tmp.join(&rel))?, &mut f)?;
-        f.finish()?;
-    }
+    copy_out(out, tmp)?;
     let shown = s.display_path(target);
     if target.exists() {
         let old = std::fs::read_to_string(target.join("SHA256SUMS")).unwrap_or_default();
@@ -1342,6 +1448,67 @@ fn publish(
         out.notes.push(format!("published `{shown}`"));
     }
     Ok(shown)
+}
+
+/// Every file of the built folder into the stage's artifacts.
+fn copy_out(out: &mut Output, tmp: &Path) -> Result<()> {
+    for rel in list_files(tmp)? {
+        let mut f = out.create(&rel)?;
+        std::io::copy(&mut std::fs::File::open(tmp.join(&rel))?, &mut f)?;
+        f.finish()?;
+    }
+    Ok(())
+}
+
+/// The adjudicated eval sheet (`[release] eval_review`) and, when publishing with
+/// `hold_flagged`, the items of `eval`'s queue flagged `all-fail` that it does not decide.
+fn audit(s: &Settings, cfg: &ReleaseSettings, inputs: &Inputs, mode: Mode) -> Result<Audit> {
+    let adjudicated = match &cfg.eval_review {
+        Some(p) => eval_review::read(s, inputs, &s.resolve(p))?,
+        None => eval_review::Adjudicated::default(),
+    };
+    let mut flagged = BTreeMap::new();
+    if mode == Mode::Publish && inputs.has(&eval_review::QUEUE) {
+        let name = format!("artifacts/{}/{}", eval_review::QUEUE.stage, eval_review::QUEUE.file);
+        flagged = eval_review::all_fail(&name, inputs.bytes_of(&eval_review::QUEUE)?)?;
+        flagged.retain(|id, _| !adjudicated.decided(id));
+    }
+    Ok(Audit { adjudicated, flagged, hold: cfg.hold_flagged })
+}
+
+/// The CHANGELOG's record of the eval audit: the items held back, and every decision of
+/// the adjudicated sheet on a pool item, with its reason.
+fn audit_log(audit: &Audit, pool: &Pooled) -> String {
+    let mut md = String::new();
+    let (title, listed): (&str, &dyn Fn(&String) -> bool) = if audit.hold {
+        ("Held back after evaluation", &|id| pool.left_out.contains_key(id))
+    } else {
+        ("Published undecided after evaluation (`[release] hold_flagged = false`)", &|id| pool.current.contains_key(id))
+    };
+    let rows: Vec<String> = audit
+        .flagged
+        .iter()
+        .filter(|(id, _)| listed(id))
+        .map(|(id, why)| format!("- `{id}`: {why}; waiting for `keep` or `leave out` in `[release] eval_review`\n"))
+        .collect();
+    if !rows.is_empty() {
+        md.push_str(&format!("\n### {title} ({})\n\n{}", rows.len(), rows.concat()));
+    }
+    let mut decided: Vec<(&String, &String)> = audit
+        .adjudicated
+        .keep
+        .iter()
+        .filter(|(id, _)| pool.current.contains_key(*id))
+        .chain(audit.adjudicated.leave_out.iter().filter(|(id, _)| pool.left_out.contains_key(*id)))
+        .collect();
+    decided.sort();
+    if !decided.is_empty() {
+        md.push_str(&format!("\n### Decided after evaluation ({})\n\n", decided.len()));
+        for (id, why) in decided {
+            md.push_str(&format!("- `{id}`: {why}\n"));
+        }
+    }
+    md
 }
 
 /// `CHANGELOG.md` and the one line the card shows.
