@@ -42,7 +42,8 @@ pub static SPEC: StageSpec = StageSpec {
     command: "levels l3",
     // 2: a query that copies a tool's description, signature or function name is refused.
     // 3: the plan check (`plan_check`, issue 38) on every kept query.
-    version: 3,
+    // 4: the judge on steps the plan check's rules leave open (`levels_step_need`).
+    version: 4,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],
@@ -354,6 +355,7 @@ impl Stage for L3Stage {
             PromptRef::new("levels.l3_verify", VERIFY_TEMPLATE, vars.clone()),
             PromptRef::new("levels.l3_query", QUERY_TEMPLATE, vars.clone()),
             PromptRef::new("levels.l3_deps", DEPS_TEMPLATE, vars),
+            super::plan_check::step_need_prompt(),
         ]
     }
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
@@ -452,7 +454,6 @@ impl Stage for L3Stage {
         for f in &done.failed {
             funnel.reject(&f.item, format!("failed: {}", f.reason));
         }
-        batch.finish(out)?;
         // The plan check sees each tool's output schema from `levels-schemas`.
         let look = super::Lookup::new(&catalog);
         let info = |id: &str| -> Option<super::plan_check::ToolInfo> {
@@ -467,6 +468,8 @@ impl Stage for L3Stage {
         let mut per_server: BTreeMap<String, usize> = BTreeMap::new();
         let mut queries = Vec::new();
         let mut logical = 0;
+        // Every candidate passes the plan check together: its judge asks in one batch.
+        let (mut recs, mut cands) = (Vec::new(), Vec::new());
         for (key, rec) in &done.values {
             let it = &meta[key];
             if !rec.logical {
@@ -498,7 +501,15 @@ impl Stage for L3Stage {
                     depends_on: d.clone(),
                 })
                 .collect();
-            let steps = match checks.apply(key, 3, &rec.query, &steps, &info, &l.plan_check) {
+            recs.push(rec);
+            cands.push(super::plan_check::Candidate { key, query: &rec.query, steps });
+        }
+        let judge = l.plan_check.judge.then_some(judge);
+        let verdicts = checks.check_all(&mut batch, judge, 3, &cands, &info, &l.plan_check)?;
+        batch.finish(out)?;
+        for ((rec, cand), verdict) in recs.into_iter().zip(&cands).zip(verdicts) {
+            let (key, it) = (cand.key, &meta[cand.key]);
+            let steps = match verdict {
                 Ok(steps) => {
                     checked += 1;
                     steps
@@ -515,7 +526,7 @@ impl Stage for L3Stage {
             }
             *n += 1;
             queries.push(Generated {
-                key: key.clone(),
+                key: key.to_string(),
                 query: rec.query.clone(),
                 steps,
                 category: None,

@@ -35,7 +35,8 @@ pub static SPEC: StageSpec = StageSpec {
     command: "levels l4",
     // 2: a query that copies a tool's description, signature or function name is refused.
     // 3: the plan check (`plan_check`, issue 38) on every kept query.
-    version: 3,
+    // 4: the judge on steps the plan check's rules leave open (`levels_step_need`).
+    version: 4,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],
@@ -276,6 +277,7 @@ impl Stage for L4Stage {
                 QC_TEMPLATE,
                 json!({"services": services, "scenario": sc, "tools": [{"id": "s::t", "server": "s", "description": "d", "required": ["x"]}]}),
             ),
+            super::plan_check::step_need_prompt(),
         ]
     }
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
@@ -417,12 +419,13 @@ impl Stage for L4Stage {
         for f in &done.failed {
             funnel.reject(&f.item, format!("failed: {}", f.reason));
         }
-        batch.finish(out)?;
         let info = |id: &str| super::plan_check::catalog_tool(&look, id);
         let mut checks = super::plan_check::PlanChecks::default();
         let mut valid = 0;
         let mut queries = Vec::new();
         let (mut feasible, mut passed) = (0, 0);
+        // Every valid candidate passes the plan check together: its judge asks in one batch.
+        let mut cands: Vec<(&String, String, Vec<Step>)> = Vec::new();
         for (key, a) in &done.values {
             if !a.feasible {
                 funnel.reject(key, format!("infeasible: {}", a.reason));
@@ -445,19 +448,28 @@ impl Stage for L4Stage {
                 }
                 Ok(steps) => {
                     valid += 1;
-                    let query = super::one_line(&last.scenario.query);
-                    match checks.apply(key, 4, &query, &steps, &info, &l.plan_check) {
-                        Ok(steps) => queries.push(Generated {
-                            key: key.clone(),
-                            query,
-                            steps,
-                            category: None,
-                            exchanges: a.exchanges.clone(),
-                        }),
-                        Err(r) => funnel.reject(key, r),
-                    }
+                    cands.push((key, super::one_line(&last.scenario.query), steps));
                 }
                 Err(e) => funnel.reject(key, e),
+            }
+        }
+        let checked: Vec<super::plan_check::Candidate> = cands
+            .iter()
+            .map(|(key, query, steps)| super::plan_check::Candidate { key, query, steps: steps.clone() })
+            .collect();
+        let judge = l.plan_check.judge.then_some(judge);
+        let verdicts = checks.check_all(&mut batch, judge, 4, &checked, &info, &l.plan_check)?;
+        batch.finish(out)?;
+        for ((key, query, _), verdict) in cands.iter().zip(verdicts) {
+            match verdict {
+                Ok(steps) => queries.push(Generated {
+                    key: (*key).clone(),
+                    query: query.clone(),
+                    steps,
+                    category: None,
+                    exchanges: done.values[*key].exchanges.clone(),
+                }),
+                Err(r) => funnel.reject(key, r),
             }
         }
         funnel.step("feasible", feasible);

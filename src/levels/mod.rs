@@ -293,6 +293,10 @@ pub struct PlanCheckSettings {
     /// another step is clearly requested; `false`: such steps are only marked.
     #[serde(default = "yes")]
     pub prune_unrequested: bool,
+    /// Ask the levels' `judge_role` about each step the rules leave open (one exchange per
+    /// open step of L3 and L4 plans); `false`: such steps stay, marked by the rules.
+    #[serde(default = "yes")]
+    pub judge: bool,
     /// With embeddings: the query–tool cosine below which a step whose tool the query does
     /// not name is an unrequested candidate.
     #[serde(default = "default_min_similarity")]

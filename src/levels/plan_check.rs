@@ -38,9 +38,19 @@
 //!    plan outside it rejects the query: "plan does not fit L4: needs two or more servers,
 //!    uses 1 (alpha-markets-mcp)".
 //!
+//! 5. **The judge, where the rules cannot tell.** A step kept only because its evidence is
+//!    neither clearly low nor clearly requested (`kept: …`), or an unrequested candidate
+//!    kept because no other step is clearly requested, is *open*. With
+//!    `[levels.plan_check] judge = true` (the default) the levels' `judge_role` is asked per
+//!    open step ([`PlanChecks::check_all`], template `levels_step_need`, the same
+//!    `{needed, reason}` answer as `validate`'s needed-call check,
+//!    [`crate::synth::gold::need_answer`]); a step it calls not needed is pruned by `llm`
+//!    (unless a kept step depends on it), one it calls needed is kept by `llm`, and the
+//!    shape is checked on what is left. A step the rules decided is never asked about, so a
+//!    small model's "yes" never keeps a repeat or an unrequested step the rules pruned.
+//!
 //! Every decision is a [`StepDecision`] `{step, tool, decision, by, reason, score?,
-//! score_kind?, mention?, exchange?}`; `by` is `rule` here, and an LLM per-step judge
-//! (`{needed, reason}`) can add `by = "llm"` decisions with their exchange in the same shape.
+//! score_kind?, mention?, exchange?}`; `by` is `rule` or `llm` (with its exchange).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -153,6 +163,19 @@ pub enum Verdict {
 pub struct PlanCheck {
     pub decisions: Vec<StepDecision>,
     pub verdict: Verdict,
+    /// 0-based steps the rules left open (see the module doc, 5) and no judge decided.
+    pub open: Vec<usize>,
+}
+
+/// The judge's answer on one open step (0-based) of a candidate plan (also the batch's
+/// checkpoint line).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Judged {
+    pub needed: bool,
+    pub reason: String,
+    /// Request hash of the exchange.
+    pub exchange: String,
 }
 
 /// What `queries.json` records per item (`plan_checks`).
@@ -175,6 +198,18 @@ pub fn check_plan(
     similarity: Option<&[f32]>,
     cfg: &PlanCheckSettings,
 ) -> PlanCheck {
+    check_judged(level, query, steps, (tool, similarity), cfg, &BTreeMap::new())
+}
+
+/// [`check_plan`] with the judge's answers on open steps (0-based step → answer).
+pub fn check_judged(
+    level: u8,
+    query: &str,
+    steps: &[Step],
+    (tool, similarity): (&LookupFn<'_>, Option<&[f32]>),
+    cfg: &PlanCheckSettings,
+    judged: &BTreeMap<usize, Judged>,
+) -> PlanCheck {
     let n = steps.len();
     let infos: Vec<Tools> = steps
         .iter()
@@ -190,7 +225,7 @@ pub fn check_plan(
     let q = content(query);
     let ev: Vec<Evidence> =
         (0..n).map(|i| evidence(&q, &infos[i], similarity.and_then(|s| s.get(i)).copied())).collect();
-    let pruned = requested(&canon, &kept_deps, &ev, q.len(), cfg, &primary, &mut step_dec);
+    let (pruned, open) = requested(&canon, &kept_deps, &ev, (q.len(), judged), cfg, &primary, &mut step_dec);
     let kept: Vec<usize> = (0..n).filter(|&i| !pruned[i]).collect();
     let pos: BTreeMap<usize, usize> = kept.iter().enumerate().map(|(new, &old)| (old, new)).collect();
     let plan: Vec<Step> = kept
@@ -209,8 +244,11 @@ pub fn check_plan(
         decisions.extend(d);
         decisions.extend(deps);
     }
-    PlanCheck { decisions, verdict }
+    PlanCheck { decisions, verdict, open }
 }
+
+/// Looks a tool id up.
+pub type LookupFn<'a> = dyn Fn(&str) -> Option<ToolInfo> + 'a;
 
 /// A step's tools: normalised id and what is known of it.
 type Tools = Vec<(String, Option<ToolInfo>)>;
@@ -494,18 +532,19 @@ fn stem(w: &str) -> String {
     w.to_string()
 }
 
-/// Which steps the query does not call for are pruned (see the module doc, rule 3); every
-/// remaining step's decision is written into `out`. Returns the pruned steps (repeats
-/// included).
+/// Which steps the query does not call for are pruned (see the module doc, rules 3 and 5);
+/// every remaining step's decision is written into `out`. Returns the pruned steps
+/// (repeats included) and the open steps no judge decided.
 fn requested(
     canon: &[usize],
     kept_deps: &[BTreeSet<usize>],
     ev: &[Evidence],
-    query_words: usize,
+    (query_words, judged): (usize, &BTreeMap<usize, Judged>),
     cfg: &PlanCheckSettings,
     primary: &[String],
     out: &mut [Option<StepDecision>],
-) -> Vec<bool> {
+) -> (Vec<bool>, Vec<usize>) {
+    let mut open = Vec::new();
     let n = canon.len();
     let clearly: Vec<bool> = (0..n).map(|i| canon[i] == i && ev[i].clearly_requested(cfg)).collect();
     let mut pruned: Vec<bool> = (0..n).map(|i| canon[i] != i).collect();
@@ -515,13 +554,32 @@ fn requested(
         let what = e.describe(query_words);
         let fed = (i + 1..n).find(|&b| !pruned[b] && kept_deps[b].contains(&i));
         let other = (0..n).find(|&j| j != i && clearly[j]);
+        let mut by = DecidedBy::Rule;
+        let mut exchange = None;
         let (decision, reason) = if let Some(b) = fed {
             (Decision::Kept, format!("feeds step {}; {what}", b + 1))
         } else if let Some(m) = &e.mention {
             (Decision::Kept, format!("requested: the query names `{m}`"))
         } else if clearly[i] {
             (Decision::Kept, format!("requested: {what}"))
+        } else if (!e.low(cfg) || other.is_none() || !cfg.prune_unrequested)
+            && let Some(j) = judged.get(&i)
+        {
+            // Open to the rules: the judge decides (module doc, 5).
+            by = DecidedBy::Llm;
+            exchange = Some(j.exchange.clone());
+            let said = crate::text::one_line(&j.reason);
+            if j.needed {
+                (Decision::Kept, format!("needed, says the judge: {said} (rules: {what})"))
+            } else if cfg.prune_unrequested {
+                pruned[i] = true;
+                (Decision::Unrequested, format!("not needed, says the judge: {said} (rules: {what})"))
+            } else {
+                let off = "`levels.plan_check.prune_unrequested` is off";
+                (Decision::Kept, format!("not needed, says the judge: {said} (rules: {what}; {off})"))
+            }
         } else if !e.low(cfg) {
+            open.push(i);
             (Decision::Kept, format!("kept: {what}"))
         } else if let (true, Some(j)) = (cfg.prune_unrequested, other) {
             pruned[i] = true;
@@ -531,18 +589,23 @@ fn requested(
             );
             (Decision::Unrequested, why)
         } else if cfg.prune_unrequested {
+            open.push(i);
             (Decision::Kept, format!("unrequested candidate, kept: {what}, and no other step is clearly requested"))
         } else {
+            open.push(i);
             let off = "`levels.plan_check.prune_unrequested` is off";
             (Decision::Kept, format!("unrequested candidate, kept: {what} ({off})"))
         };
         let mut d = decided(i, &primary[i], decision, reason);
+        d.by = by;
+        d.exchange = exchange;
         d.score = Some(e.score);
         d.score_kind = Some(e.kind);
         d.mention = e.mention.clone();
         out[i] = Some(d);
     }
-    pruned
+    open.sort_unstable();
+    (pruned, open)
 }
 
 fn join<S: AsRef<str>>(xs: impl IntoIterator<Item = S>) -> String {
@@ -606,6 +669,41 @@ pub struct PlanChecks {
     pub repeated: usize,
     pub unrequested: usize,
     pub dependencies_dropped: usize,
+    /// Open steps the judge was asked about, and those it pruned.
+    pub judged: usize,
+    pub judge_pruned: usize,
+}
+
+/// The prompt template of the per-step judge.
+pub const STEP_NEED_TEMPLATE: &str = "levels_step_need";
+
+/// A candidate of a level stage for [`PlanChecks::check_all`]: its item key, query and plan.
+pub struct Candidate<'a> {
+    pub key: &'a str,
+    pub query: &'a str,
+    pub steps: Vec<Step>,
+}
+
+/// The judge's template with example variables (for `check` and `benchgen prompts`).
+pub fn step_need_prompt() -> crate::stage::PromptRef {
+    let step = serde_json::json!({"n": 2, "tool": "s::t", "description": "d"});
+    let vars = serde_json::json!({"request": "q", "steps": [{"n": 1, "tool": "s::u", "description": "d"}, step], "step": step});
+    crate::stage::PromptRef::new("levels.plan_check.judge", STEP_NEED_TEMPLATE, vars)
+}
+
+/// The template's variables for open step `i` of `c`.
+fn step_vars(c: &Candidate, i: usize, tool: &dyn Fn(&str) -> Option<ToolInfo>) -> Value {
+    let describe = |k: usize| {
+        let s = &c.steps[k];
+        let tools = s.tools.join(" or ");
+        let description = s.tools.first().and_then(|t| tool(t)).map(|t| t.description).unwrap_or_default();
+        serde_json::json!({"n": k + 1, "tool": tools, "description": crate::text::one_line(&description)})
+    };
+    serde_json::json!({
+        "request": c.query,
+        "steps": (0..c.steps.len()).map(describe).collect::<Vec<_>>(),
+        "step": describe(i),
+    })
 }
 
 impl PlanChecks {
@@ -621,6 +719,68 @@ impl PlanChecks {
         cfg: &PlanCheckSettings,
     ) -> Result<Vec<Step>, String> {
         let c = check_plan(level, query, steps, tool, None, cfg);
+        self.record(key, c)
+    }
+
+    /// Check every candidate's plan (see the module doc): the rules, then, with `judge`
+    /// (a role), one LLM exchange per open step in `batch` (items `need:<key>:<step>`),
+    /// then the rules again with its answers. Records every decision and returns, in the
+    /// candidates' order, the pruned plan or why the query does not fit its level. A
+    /// failed judge item leaves its step as the rules decided (the batch counts it).
+    pub fn check_all(
+        &mut self,
+        batch: &mut crate::llm::batch::Batch<'_>,
+        judge: Option<&str>,
+        level: u8,
+        cands: &[Candidate<'_>],
+        tool: &dyn Fn(&str) -> Option<ToolInfo>,
+        cfg: &PlanCheckSettings,
+    ) -> anyhow::Result<Vec<Result<Vec<Step>, String>>> {
+        let none = BTreeMap::new();
+        let first: Vec<PlanCheck> =
+            cands.iter().map(|c| check_judged(level, c.query, &c.steps, (tool, None), cfg, &none)).collect();
+        let mut items: Vec<(String, Value)> = Vec::new();
+        if let Some(_role) = judge {
+            for (c, f) in cands.iter().zip(&first) {
+                items.extend(f.open.iter().map(|&i| (format!("need:{}:{}", c.key, i + 1), step_vars(c, i, tool))));
+            }
+        }
+        let answers = match judge {
+            Some(role) if !items.is_empty() => {
+                let done = batch.run(items, |vars: Value, llm: crate::llm::batch::Item| async move {
+                    let prompt = crate::llm::Prompt::new(STEP_NEED_TEMPLATE, vars);
+                    let r = llm.ask(role, &prompt, Some("need"), &crate::synth::gold::need_answer()).await?;
+                    Ok(Judged { needed: r.value.needed, reason: r.value.reason, exchange: r.exchange })
+                })?;
+                done.values
+            }
+            _ => BTreeMap::new(),
+        };
+        let mut out = Vec::with_capacity(cands.len());
+        for (c, f) in cands.iter().zip(first) {
+            let judged: BTreeMap<usize, Judged> = f
+                .open
+                .iter()
+                .filter_map(|&i| answers.get(&format!("need:{}:{}", c.key, i + 1)).map(|r| (i, r.clone())))
+                .collect();
+            let checked = if judged.is_empty() {
+                f
+            } else {
+                self.judged += judged.len();
+                check_judged(level, c.query, &c.steps, (tool, None), cfg, &judged)
+            };
+            self.judge_pruned += checked
+                .decisions
+                .iter()
+                .filter(|d| d.by == DecidedBy::Llm && d.decision == Decision::Unrequested)
+                .count();
+            out.push(self.record(c.key, checked));
+        }
+        Ok(out)
+    }
+
+    /// Count and record one item's decisions; the pruned plan or the rejection.
+    fn record(&mut self, key: &str, c: PlanCheck) -> Result<Vec<Step>, String> {
         for d in &c.decisions {
             match d.decision {
                 Decision::Duplicate => self.repeated += 1,
@@ -646,6 +806,8 @@ impl PlanChecks {
     pub fn count(&self, funnel: &mut Funnel, kept: usize) {
         funnel.step("plan check: repeated steps pruned", self.repeated);
         funnel.step("plan check: unrequested steps pruned", self.unrequested);
+        funnel.step("plan check: open steps asked of the judge", self.judged);
+        funnel.step("plan check: steps the judge pruned", self.judge_pruned);
         funnel.step("plan check: dependencies dropped", self.dependencies_dropped);
         funnel.step("plan checked", kept);
     }
@@ -800,7 +962,8 @@ mod tests {
         checks.count(&mut funnel, 0);
         assert_eq!(funnel.steps[0], ("plan check: repeated steps pruned".to_string(), 3));
         assert_eq!(funnel.steps[1], ("plan check: unrequested steps pruned".to_string(), 4));
-        assert_eq!(funnel.steps[3], ("plan checked".to_string(), 0));
+        assert_eq!(funnel.steps[2], ("plan check: open steps asked of the judge".to_string(), 0));
+        assert_eq!(funnel.steps[5], ("plan checked".to_string(), 0));
     }
 
     #[test]
@@ -894,6 +1057,67 @@ mod tests {
             c.verdict,
             Verdict::Reject("plan does not fit L4: needs two or more servers, uses 1 (github-mcp)".into())
         );
+    }
+
+    /// Two steps the rules cannot tell apart: each shares a word or two with the query,
+    /// neither is named nor clearly requested.
+    fn notebook_case() -> (Vec<(String, ToolInfo)>, &'static str, Vec<Step>) {
+        let tools = vec![
+            tool("notes-mcp::append_entry", "Append an entry to a notebook page.", json!({"page": {}}), None),
+            tool("calendar-mcp::list_events", "List events of a calendar day.", json!({"day": {}}), None),
+        ];
+        let plan = vec![step(&["notes-mcp::append_entry"], &[]), step(&["calendar-mcp::list_events"], &[])];
+        (tools, "Add a notebook entry about tomorrow's team events and meetings", plan)
+    }
+
+    #[test]
+    fn steps_the_rules_leave_open_are_decided_by_the_judge_and_recorded_as_its_decisions() {
+        let (tools, q, plan) = notebook_case();
+        let cfg = PlanCheckSettings::default();
+        let c = check_plan(4, q, &plan, &lookup(&tools), None, &cfg);
+        assert_eq!(c.open, [0, 1], "{:#?}", c.decisions);
+        assert!(about(&c, 1).reason.starts_with("kept: shares"), "{}", about(&c, 1).reason);
+        // The judge: step 1 needed, step 2 not. Step 2 is pruned by the LLM, with its
+        // exchange, and what is left is one server: not an L4.
+        let judged = BTreeMap::from([
+            (0, Judged { needed: true, reason: "the user asks to add an entry".into(), exchange: "sha256:01".into() }),
+            (1, Judged { needed: false, reason: "events are only the topic".into(), exchange: "sha256:02".into() }),
+        ]);
+        let c = check_judged(4, q, &plan, (&lookup(&tools), None), &cfg, &judged);
+        assert!(c.open.is_empty());
+        let (one, two) = (about(&c, 1), about(&c, 2));
+        assert_eq!(
+            (one.decision, one.by, one.exchange.as_deref()),
+            (Decision::Kept, DecidedBy::Llm, Some("sha256:01"))
+        );
+        assert!(one.reason.starts_with("needed, says the judge: the user asks to add an entry (rules: shares"));
+        assert_eq!(
+            (two.decision, two.by, two.exchange.as_deref()),
+            (Decision::Unrequested, DecidedBy::Llm, Some("sha256:02"))
+        );
+        assert_eq!(
+            c.verdict,
+            Verdict::Reject("plan does not fit L4: needs two or more servers, uses 1 (notes-mcp)".into())
+        );
+        // With pruning off the judge's "not needed" only marks the step.
+        let off = PlanCheckSettings { prune_unrequested: false, ..PlanCheckSettings::default() };
+        let c = check_judged(4, q, &plan, (&lookup(&tools), None), &off, &judged);
+        assert_eq!((about(&c, 2).decision, about(&c, 2).by), (Decision::Kept, DecidedBy::Llm));
+        assert!(matches!(c.verdict, Verdict::Ok(ref p) if p.len() == 2));
+    }
+
+    #[test]
+    fn a_step_the_rules_decided_is_never_put_to_the_judge() {
+        // The released L4-1: its repeats and unrequested steps are pruned by rule, and a
+        // judge's "needed" on them changes nothing.
+        let tools = l4_1_tools();
+        let q = "Get the company profile for ticker: TSLA";
+        let cfg = PlanCheckSettings::default();
+        let c = check_plan(4, q, &l4_1_plan(), &lookup(&tools), None, &cfg);
+        assert!(c.open.is_empty(), "{:?}", c.open);
+        let yes = |i: usize| (i, Judged { needed: true, reason: "yes".into(), exchange: format!("sha256:{i}") });
+        let all: BTreeMap<usize, Judged> = (0..8).map(yes).collect();
+        assert_eq!(check_judged(4, q, &l4_1_plan(), (&lookup(&tools), None), &cfg, &all), c);
     }
 
     fn github_tools() -> Vec<(String, ToolInfo)> {

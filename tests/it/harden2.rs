@@ -79,7 +79,9 @@ fn no_csv_of_a_demo_run_carries_a_formula_cell() {
             serde_json::json!({"message": reason, "done": true})
         } else if text.contains("addressed the user's request") {
             serde_json::json!({"turns": [{"turn": 1, "addressed": true, "reason": reason}]})
-        } else if text.contains("Does doing what the user asked need this call?") {
+        } else if text.contains("Does doing what the user asked need this call?")
+            || text.contains("need a call to this step's tool?")
+        {
             serde_json::json!({"needed": true, "reason": reason})
         } else if text.contains("Your earlier reply was wrong") {
             serde_json::json!({"answer": reason})

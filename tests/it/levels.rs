@@ -223,6 +223,11 @@ pub(crate) fn answer(req: &Seen) -> Answer {
         if firsts.iter().any(|t| t.starts_with("slack-mcp")) && !text.contains("That answer is not valid") {
             steps.push(json!({"tool_id": "slack-mcp::post_everywhere", "dependencies": [0]}));
         }
+        // A step the query does not name but shares a word with ("table"), which the plan
+        // check's rules leave open: its judge prunes it (issue 38).
+        if firsts.iter().any(|t| t == "postgres-mcp::describe_table") && !firsts.iter().any(|t| t.contains("list")) {
+            steps.push(json!({"tool_id": "postgres-mcp::list_tables", "dependencies": []}));
+        }
         let revised = text.contains("rejected by quality control");
         return Answer::json(
             json!({"query": format!("{} task over {}", if revised { "Revised" } else { "First" }, firsts.iter().map(|t| words(t)).collect::<Vec<_>>().join(", ")), "steps": steps}),
@@ -281,6 +286,13 @@ pub(crate) fn answer(req: &Seen) -> Answer {
         let c = re.captures(&text).expect("a tool in the requests prompt");
         let id = format!("{}::{}", &c[2], &c[1]);
         return Answer::json(json!({"requests": [format!("{} [for {id}]", &c[3])]}));
+    }
+    if text.contains("need a call to this step's tool?") {
+        // The plan check's judge on a step its rules leave open: every step is needed but
+        // the `list_tables` planted above.
+        let step = text.rsplit("The step to judge:").next().unwrap_or_default();
+        let needed = !step.contains("::list_tables");
+        return Answer::json(json!({"needed": needed, "reason": format!("scripted: needed = {needed}")}));
     }
     if text.contains("User request:") {
         let id = cap(r"\[for ([^\]]+)\]", &text);
@@ -694,9 +706,34 @@ fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
                 q["steps"].as_array().unwrap().len(),
                 "L{n} {key}: one kept decision per step: {decisions:?}"
             );
-            assert!(decisions.iter().all(|d| d["by"] == "rule" && !d["reason"].as_str().unwrap().is_empty()));
+            assert!(decisions.iter().all(|d| !d["reason"].as_str().unwrap().is_empty()));
+            // Only the judge's decisions are by `llm`, each with its exchange.
+            for d in decisions.iter().filter(|d| d["by"] != "rule") {
+                assert_eq!(d["by"], "llm", "{d}");
+                assert!(d["exchange"].as_str().is_some_and(|e| e.starts_with("sha256:")), "{d}");
+            }
         }
     }
+    // The planted `list_tables` step: open to the rules, pruned by the judge, recorded so,
+    // and counted in the L4 funnel.
+    let l4 = p.json("artifacts/levels-l4/queries.json");
+    let judged: Vec<&Value> = l4["plan_checks"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|r| r["decisions"].as_array().unwrap())
+        .filter(|d| d["tool"] == "postgres-mcp::list_tables")
+        .collect();
+    assert!(!judged.is_empty(), "{l4}");
+    for d in &judged {
+        assert_eq!((d["decision"].as_str(), d["by"].as_str()), (Some("unrequested"), Some("llm")), "{d}");
+        assert!(d["reason"].as_str().unwrap().starts_with("not needed, says the judge: scripted"), "{d}");
+    }
+    for q in l4["queries"].as_array().unwrap() {
+        assert!(!q["steps"].to_string().contains("list_tables"), "{q}");
+    }
+    let funnel = l4["funnel"]["steps"].to_string();
+    assert!(funnel.contains(&format!("[\"plan check: steps the judge pruned\",{}]", judged.len())), "{funnel}");
     let conn = rusqlite::Connection::open(p.path("artifacts/ledger.sqlite")).unwrap();
     let mut st = conn.prepare("SELECT payload FROM events WHERE kind = 'levels.sample'").unwrap();
     let payloads: Vec<Value> = st

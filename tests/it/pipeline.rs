@@ -69,7 +69,9 @@ pub(crate) fn full_answer(seen: &Seen) -> Option<Answer> {
         serde_json::json!({"message": "scripted request", "done": true})
     } else if text.contains("addressed the user's request") {
         serde_json::json!({"turns": [{"turn": 1, "addressed": true, "reason": "scripted"}]})
-    } else if text.contains("Does doing what the user asked need this call?") {
+    } else if text.contains("Does doing what the user asked need this call?")
+        || text.contains("need a call to this step's tool?")
+    {
         serde_json::json!({"needed": true, "reason": "scripted"})
     } else if text.contains("Your earlier reply was wrong") {
         serde_json::json!({"answer": "Here is what the tools returned."})
