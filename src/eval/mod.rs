@@ -70,12 +70,17 @@ pub enum ToolSpace {
     /// released tool of its track.
     #[default]
     Oracle,
+    /// The oracle space and the tools of the `[eval] distractor_servers` released servers
+    /// of the sample's track nearest to its request that offer a tool it lacks (see
+    /// [`source::nearest_servers`]); a log-track tool, which has no server, counts as one.
+    Standard,
 }
 
 impl ToolSpace {
     pub fn as_str(self) -> &'static str {
         match self {
             ToolSpace::Oracle => "oracle",
+            ToolSpace::Standard => "standard",
         }
     }
 }
@@ -100,6 +105,11 @@ pub struct EvalSettings {
     pub bootstrap: usize,
     #[serde(default)]
     pub tool_space: ToolSpace,
+    /// `standard`: how many other servers of the sample's track join its oracle space. A
+    /// signed integer so that `check` can name a negative one; the default is left out of
+    /// the config hash, so configs without the key keep their hash.
+    #[serde(default = "default_distractor_servers", skip_serializing_if = "is_default_distractor_servers")]
+    pub distractor_servers: i64,
     /// Most tool calls an agent makes per turn (default: `[execute] max_calls`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_calls: Option<usize>,
@@ -138,6 +148,19 @@ fn default_bootstrap() -> usize {
 fn is_default_bootstrap(b: &usize) -> bool {
     *b == default_bootstrap()
 }
+fn default_distractor_servers() -> i64 {
+    3
+}
+fn is_default_distractor_servers(n: &i64) -> bool {
+    *n == default_distractor_servers()
+}
+
+impl EvalSettings {
+    /// `distractor_servers` as a count (a negative one, which `check` refuses, as none).
+    pub fn distractors(&self) -> usize {
+        usize::try_from(self.distractor_servers).unwrap_or(0)
+    }
+}
 
 /// The `[eval]` section, or a usage error saying how to configure it.
 pub fn settings(s: &Settings) -> Result<&EvalSettings> {
@@ -165,11 +188,12 @@ impl Stage for EvalStage {
          `tool_equivalence_sets.json` and the ETOM and FinMCP files. Every agent
          (`[eval] agents`, LLM roles) runs every sample `repeats` times through MCP: an
          in-process sandbox serves the sample's tool space (`tool_space = \"oracle\"`: its
-         ground-truth tools and their EFS members) and answers each call from the sample's
-         cassette of recorded responses, or with a value shaped by the tool's schema when no
-         recording matches (each call says which it got). Multi-turn samples run turn by turn
-         with the gold history. Each run is checkpointed; a killed run resumes without
-         asking again.
+         ground-truth tools and their EFS members; `\"standard\"`: those and the tools of the
+         `distractor_servers` other servers of its track nearest to its request, default 3)
+         and answers each call from the sample's cassette of recorded responses, or with a
+         value shaped by the tool's schema when no recording matches (each call says which
+         it got). Multi-turn samples run turn by turn with the gold history. Each run is
+         checkpointed; a killed run resumes without asking again.
 
          Writes `artifacts/eval/`: `runs.jsonl` (every run), `predictions/<agent>/<k>/`
          (`samples.jsonl` unified, `etom.jsonl` and `finmcp.json` in the reference formats,
@@ -205,6 +229,15 @@ impl Stage for EvalStage {
         check_positive(problems, "eval.concurrency", cfg.concurrency);
         if let Some(m) = cfg.max_calls {
             check_positive(problems, "eval.max_calls", m);
+        }
+        if cfg.distractor_servers < 0 {
+            problems.push(Problem::new(
+                "eval.distractor_servers",
+                format!(
+                    "must be 0 or more (the other servers of the track that join a sample's `standard` tool space), not {}",
+                    cfg.distractor_servers
+                ),
+            ));
         }
         check_reference(cfg, problems);
     }

@@ -3,10 +3,11 @@
 //! The agent gets an in-process `benchgen sandbox` serving the sample's tool space in
 //! recorded-responses mode: a call whose tool and canonical arguments match a recording of
 //! the sample's cassette gets the recorded result; any other valid call gets a value shaped
-//! by the tool's schema (seeded by `[project] seed`, the tool and the arguments). Each call
-//! of the run says which it got ([`Answer`]). Turn `t` of a multi-turn sample starts from
-//! the gold conversation of turns `0..t` (user messages, the reference trajectory's calls
-//! and results, the gold replies), as FinMCP's protocol scores it.
+//! by the tool's schema (seeded by `[project] seed`, the tool and the arguments); so does a
+//! call of a `standard` space's distractor tool, which the cassette has no recording of.
+//! Each call of the run says which it got ([`Answer`]). Turn `t` of a multi-turn sample
+//! starts from the gold conversation of turns `0..t` (user messages, the reference
+//! trajectory's calls and results, the gold replies), as FinMCP's protocol scores it.
 //!
 //! Wire format of `runs.jsonl` (one [`RunRecord`] per line, agents in config order, then
 //! repeat, then sample id): `{agent, repeat, id, tools, turns: [{status, reason?, answer?,
@@ -348,7 +349,7 @@ async fn run_one(env: &Env<'_>, job: Job, item: &Item) -> Result<RunRecord, Item
     let role_seed = env.s.section::<crate::llm::LlmSettings>().roles.get(agent).and_then(|r| r.seed).unwrap_or(0);
     let seed = (job.repeat > 1).then(|| role_seed.wrapping_add(job.repeat as u64 - 1));
     let llm = &Seeded { item, seed };
-    let space = env.rel.tool_space(env.cfg.tool_space, sample);
+    let space = env.rel.tool_space(env.cfg, env.s.project.seed, sample);
     let cassette = env.rel.cassettes.get(&sample.id);
     let client = sandbox_client(env, &env.rel.catalog(&space), cassette)?;
     let recorder = Recorder::open(&env.s.artifacts, env.run_id, STAGE)?;

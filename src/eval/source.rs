@@ -160,25 +160,58 @@ impl Release {
         Ok(())
     }
 
-    /// The tool ids an agent sees on `sample`, sorted.
-    pub fn tool_space(&self, space: ToolSpace, sample: &Sample) -> Vec<String> {
-        match space {
-            ToolSpace::Oracle => {
-                let mut ids: BTreeSet<String> = BTreeSet::new();
-                for alt in sample.turns.iter().flat_map(|t| t.reference_plan.iter().flat_map(|c| &c.alternatives)) {
-                    ids.insert(alt.clone());
-                    if let Some(members) = self.efs.get(alt) {
-                        ids.extend(members.iter().cloned());
-                    }
-                }
-                if ids.is_empty() {
-                    // Nothing to call (L5): every released tool of the sample's track.
-                    let catalog = if sample.family == Family::Etom { "filter" } else { "logs-import" };
-                    ids.extend(self.tools.iter().filter(|(_, t)| t.catalog == catalog).map(|(id, _)| id.clone()));
-                }
-                ids.into_iter().filter(|id| self.tools.contains_key(id)).collect()
+    /// The tool ids an agent sees on `sample` in `cfg`'s tool space, sorted. `seed` (the
+    /// project seed) orders the candidate distractor servers that are equally near.
+    pub fn tool_space(&self, cfg: &EvalSettings, seed: u64, sample: &Sample) -> Vec<String> {
+        let oracle = self.oracle_space(sample);
+        match cfg.tool_space {
+            ToolSpace::Oracle => oracle,
+            ToolSpace::Standard => self.standard_space(oracle, cfg.distractors(), seed, sample),
+        }
+    }
+
+    /// The sample's ground-truth tools (every alternative of every call) and their EFS
+    /// members; with no reference call (L5), every released tool of its track.
+    fn oracle_space(&self, sample: &Sample) -> Vec<String> {
+        let mut ids: BTreeSet<String> = BTreeSet::new();
+        for alt in sample.turns.iter().flat_map(|t| t.reference_plan.iter().flat_map(|c| &c.alternatives)) {
+            ids.insert(alt.clone());
+            if let Some(members) = self.efs.get(alt) {
+                ids.extend(members.iter().cloned());
             }
         }
+        if ids.is_empty() {
+            // Nothing to call (L5): every released tool of the sample's track.
+            let catalog = track_catalog(sample.family);
+            ids.extend(self.tools.iter().filter(|(_, t)| t.catalog == catalog).map(|(id, _)| id.clone()));
+        }
+        ids.into_iter().filter(|id| self.tools.contains_key(id)).collect()
+    }
+
+    /// `oracle` and the tools of the `k` candidates of the sample's track nearest to its
+    /// request (all its turns' user messages). A candidate is a released server with tools
+    /// `oracle` does not offer yet, as its name and those tools' names and descriptions; a
+    /// tool released without a server (FinMCP's, from logs) is a candidate on its own.
+    fn standard_space(&self, oracle: Vec<String>, k: usize, seed: u64, sample: &Sample) -> Vec<String> {
+        let catalog = track_catalog(sample.family);
+        let mut ids: BTreeSet<String> = oracle.into_iter().collect();
+        // Candidate → (its tool ids not offered yet, its text), in name order. A candidate is
+        // a server; a tool without a server (the log track's catalog) is one on its own. A
+        // server the oracle space draws on is a candidate with its other tools.
+        let mut servers: BTreeMap<&str, (Vec<&str>, String)> = BTreeMap::new();
+        for (id, t) in self.tools.iter().filter(|(id, t)| t.catalog == catalog && !ids.contains(*id)) {
+            let name = if t.server.is_empty() { id.as_str() } else { t.server.as_str() };
+            let (tools, text) = servers.entry(name).or_insert_with(|| (Vec::new(), t.server.clone()));
+            tools.push(id.as_str());
+            text.push_str(&format!("\n{}\n{}", t.tool.name, t.tool.description));
+        }
+        let request: Vec<&str> = sample.turns.iter().map(|t| t.user.as_str()).collect();
+        let candidates: Vec<(&str, &str)> = servers.iter().map(|(name, (_, text))| (*name, text.as_str())).collect();
+        let chosen = nearest_servers(&request.join("\n"), &candidates, k, seed, &sample.id);
+        for name in chosen {
+            ids.extend(servers[name].0.iter().map(|id| id.to_string()));
+        }
+        ids.into_iter().collect()
     }
 
     /// A catalog of these tool ids, for the sandbox.
@@ -207,6 +240,64 @@ impl Release {
         c.sort();
         c
     }
+}
+
+/// The catalog a family's tools come from: ETOM samples use the registry's (`filter`),
+/// FinMCP samples the logs' (`logs-import`).
+fn track_catalog(family: Family) -> &'static str {
+    if family == Family::Etom { "filter" } else { "logs-import" }
+}
+
+/// Words that say nothing about what a request asks for or a server offers (function words,
+/// and the generic verbs and nouns of tool names).
+const STOP: &[&str] = &[
+    "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "get", "i", "in", "is", "it",
+    "list", "mcp", "me", "my", "of", "on", "or", "please", "server", "the", "then", "this", "to", "tool", "what",
+    "with", "you",
+];
+
+/// Bag of words of `text`: lower-case alphanumeric words (identifiers split as
+/// [`crate::efs::lexical::words`] splits them), crudely singular, without [`STOP`] words.
+fn bag(text: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for w in crate::efs::lexical::words(text) {
+        if !STOP.contains(&w.as_str()) {
+            *out.entry(crate::efs::lexical::stem(&w)).or_insert(0.0) += 1.0;
+        }
+    }
+    out
+}
+
+/// Cosine of two bags of words; 0 when either is empty.
+fn cosine(a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>) -> f64 {
+    let dot: f64 = a.iter().filter_map(|(w, x)| b.get(w).map(|y| x * y)).sum();
+    let norm = |v: &BTreeMap<String, f64>| v.values().map(|x| x * x).sum::<f64>().sqrt();
+    let (na, nb) = (norm(a), norm(b));
+    if na == 0.0 || nb == 0.0 { 0.0 } else { dot / (na * nb) }
+}
+
+/// The `k` candidate servers (name, text) nearest to `request`, nearest first: cosine
+/// over bags of words, a lexical measure because `eval` may run where no embedding model
+/// is. Servers equally near come in an order seeded by `seed` and `key` (the sample id),
+/// so each sample breaks its ties its own way and the same inputs give the same servers.
+/// Fewer than `k` candidates: all of them.
+pub fn nearest_servers<'a>(
+    request: &str,
+    candidates: &[(&'a str, &str)],
+    k: usize,
+    seed: u64,
+    key: &str,
+) -> Vec<&'a str> {
+    use rand::seq::SliceRandom;
+    let want = bag(request);
+    let mut scored: Vec<(&'a str, f64)> =
+        candidates.iter().map(|(name, text)| (*name, cosine(&want, &bag(text)))).collect();
+    // Name order first, so the seeded shuffle does not depend on the callers' order.
+    scored.sort_by(|a, b| a.0.cmp(b.0));
+    scored.shuffle(&mut crate::levels::rng(seed, &format!("eval.distractors:{key}")));
+    // A stable sort keeps the shuffled order among equal similarities.
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+    scored.into_iter().take(k).map(|(name, _)| name).collect()
 }
 
 fn read_samples(bytes: &[u8], file: &str) -> Result<Vec<Sample>> {
@@ -274,4 +365,139 @@ fn read_sets(bytes: &[u8], file: &str) -> Result<HashMap<String, BTreeSet<String
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(server: &str, name: &str, description: &str, catalog: &str) -> (String, ReleasedTool) {
+        let id = if server.is_empty() { name.to_string() } else { format!("{server}::{name}") };
+        let tool = Tool {
+            id: id.clone(),
+            name: name.to_string(),
+            description: description.to_string(),
+            input_schema: json!({"type": "object"}),
+            output_schema: None,
+        };
+        (id, ReleasedTool { server: server.to_string(), tool, catalog: catalog.to_string() })
+    }
+
+    /// The registry track: `Meteo` (the reference), `WeatherAlt` (forecast tools), `Stocks`
+    /// and `Music`; the logs track: one server-less weather tool, nearer to a weather request
+    /// than any registry server.
+    fn release(efs: &[(&str, &str)]) -> Release {
+        let tools = [
+            tool("Meteo", "forecast", "Weather forecast for a city", "filter"),
+            tool("WeatherAlt", "get_forecast", "Daily weather forecast for a location", "filter"),
+            tool("WeatherAlt", "get_alerts", "Severe weather alerts for a region", "filter"),
+            tool("Stocks", "get_quote", "Latest stock quote for a ticker symbol", "filter"),
+            tool("Music", "play_song", "Play a song by an artist", "filter"),
+            tool("", "weather_forecast", "Weather forecast for a city tomorrow", "logs-import"),
+        ];
+        let mut sets: HashMap<String, BTreeSet<String>> = HashMap::new();
+        for (a, b) in efs {
+            let members: BTreeSet<String> = [a.to_string(), b.to_string()].into();
+            sets.entry(a.to_string()).or_default().extend(members.clone());
+            sets.entry(b.to_string()).or_default().extend(members);
+        }
+        Release {
+            shown: "test".to_string(),
+            samples: Vec::new(),
+            tools: tools.into_iter().collect(),
+            cassettes: BTreeMap::new(),
+            efs: sets,
+            benches: BTreeMap::new(),
+        }
+    }
+
+    fn sample(family: &str, kind: &str, user: &str, tools: &[&str]) -> Sample {
+        serde_json::from_value(json!({
+            "id": format!("{kind}-1"), "family": family, "kind": kind, "difficulty": "easy",
+            "turns": [{"user": user, "reference_plan": [{"alternatives": tools, "group": 0}]}]
+        }))
+        .unwrap()
+    }
+
+    fn weather() -> Sample {
+        sample("etom", "L1", "What is the weather forecast for Paris tomorrow?", &["Meteo::forecast"])
+    }
+
+    fn space(tool_space: &str, k: i64) -> EvalSettings {
+        serde_json::from_value(json!({"agents": ["a"], "tool_space": tool_space, "distractor_servers": k})).unwrap()
+    }
+
+    fn servers<'a>(rel: &'a Release, ids: &[String]) -> BTreeSet<&'a str> {
+        ids.iter().map(|id| rel.tools[id].server.as_str()).collect()
+    }
+
+    #[test]
+    fn the_standard_space_adds_the_nearest_servers_of_the_track_to_the_oracle_space() {
+        let rel = release(&[]);
+        let s = weather();
+        let oracle = rel.tool_space(&space("oracle", 3), 7, &s);
+        assert_eq!(oracle, ["Meteo::forecast"]);
+        // One distractor: the forecast server, not stocks or music (nor the logs' weather tool).
+        assert_eq!(
+            rel.tool_space(&space("standard", 1), 7, &s),
+            ["Meteo::forecast", "WeatherAlt::get_alerts", "WeatherAlt::get_forecast"]
+        );
+        for k in 0..=5 {
+            let ids = rel.tool_space(&space("standard", k), 7, &s);
+            assert!(oracle.iter().all(|id| ids.contains(id)), "k = {k}: {ids:?}");
+            // Exactly k servers besides the oracle's, as long as the track has them (3 others).
+            let extra = servers(&rel, &ids).len() - servers(&rel, &oracle).len();
+            assert_eq!(extra, (k as usize).min(3), "k = {k}: {ids:?}");
+            assert!(ids.iter().all(|id| rel.tools[id].catalog == "filter"), "k = {k}: {ids:?}");
+            assert!(ids.is_sorted(), "{ids:?}");
+            assert_eq!(ids, rel.tool_space(&space("standard", k), 7, &s), "the same inputs, the same space");
+        }
+        assert_eq!(rel.tool_space(&space("standard", 0), 7, &s), oracle);
+    }
+
+    #[test]
+    fn a_server_the_oracle_space_draws_on_offers_its_other_tools_and_the_other_track_never_joins() {
+        // `WeatherAlt::get_forecast` in the reference's EFS set: WeatherAlt's other tool,
+        // `get_alerts`, is still a distractor candidate (the nearest: severe weather), Stocks
+        // and Music are farther.
+        let rel = release(&[("Meteo::forecast", "WeatherAlt::get_forecast")]);
+        let ids = rel.tool_space(&space("standard", 1), 7, &weather());
+        assert_eq!(ids, ["Meteo::forecast", "WeatherAlt::get_alerts", "WeatherAlt::get_forecast"]);
+        // The log track's tools have no server: each is a candidate of its own, and only
+        // log-track tools are. Here the one there is is the reference: nothing to add.
+        let fin = sample("finmcp", "single_tool", "Weather forecast for Paris?", &["weather_forecast"]);
+        assert_eq!(rel.tool_space(&space("standard", 3), 7, &fin), ["weather_forecast"]);
+    }
+
+    #[test]
+    fn equally_near_servers_come_in_a_seeded_order_after_the_nearer_ones() {
+        let names = ["A", "B", "C", "D", "E", "F"];
+        let mut candidates: Vec<(&str, &str)> = names.iter().map(|n| (*n, "unrelated words")).collect();
+        candidates.push(("W", "weather report"));
+        let pick = |c: &[(&'static str, &'static str)], seed: u64| nearest_servers("weather today", c, 3, seed, "L1-1");
+        // The first of the tied servers, under 32 seeds.
+        let tied: BTreeSet<&str> = (0..32).map(|seed| pick(&candidates, seed)[1]).collect();
+        for seed in 0..32 {
+            let got = pick(&candidates, seed);
+            assert_eq!(got.len(), 3);
+            assert_eq!(got[0], "W", "the nearest first, whatever the seed");
+            assert_eq!(got, pick(&candidates, seed), "seed {seed}: the same inputs, the same servers");
+            let reversed: Vec<(&str, &str)> = candidates.iter().rev().copied().collect();
+            assert_eq!(got, pick(&reversed, seed), "seed {seed}: the candidates' order does not matter");
+        }
+        assert!(tied.len() > 1, "ties fall differently under different seeds: {tied:?}");
+        assert_eq!(nearest_servers("weather", &candidates, 10, 0, "x").len(), 7, "fewer than k: all of them");
+        assert!(nearest_servers("weather", &candidates, 0, 0, "x").is_empty());
+    }
+
+    #[test]
+    fn distractor_servers_enter_the_config_hash_only_when_not_the_default() {
+        // What `plan` hashes of `[eval]`: the default stays out, so configs without the key
+        // (the demo's) keep their hash.
+        let hashed = |s: &EvalSettings| serde_json::to_value(s).unwrap();
+        assert!(hashed(&space("standard", 3)).get("distractor_servers").is_none());
+        assert_eq!(hashed(&space("standard", 1))["distractor_servers"], 1);
+        assert_eq!(hashed(&space("standard", 1))["tool_space"], "standard");
+    }
 }

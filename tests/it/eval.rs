@@ -10,7 +10,7 @@
 //! `Beta::u` (its EFS sibling): the planted wrong ground truth, which the item analysis must
 //! flag `all-fail` naming `Beta::u`, and no other item.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
@@ -184,6 +184,79 @@ fn scripted_agents_rank_by_ability_and_the_planted_wrong_gold_is_flagged() {
     assert!(runs.contains("\"answer\":\"recorded\"") && runs.contains("\"answer\":\"generated\""));
 }
 
+/// `tool_space = "standard"` (issue 40): each sample's oracle space and every tool of the
+/// `distractor_servers` other servers of its track nearest to its request that the oracle
+/// space does not draw on. In the fixture only `L3-1` (`Alpha::x`, `Alpha::y`) leaves a
+/// server of its track out: with one distractor its agents see Beta's tools too. L1, L2 and
+/// L4 draw on both servers, L5 sees its whole track, and the FinMCP tools have no server
+/// (one server, drawn on already). The scripted agents call what they called in the oracle
+/// space, so the scores stand; a negative count and an unknown space are refused.
+#[test]
+fn the_standard_tool_space_adds_the_nearest_other_servers_of_the_track() {
+    let llm = ScriptedLlm::start(agent_rule);
+    let p = project(&llm, "tool_space = \"standard\"\ndistractor_servers = 1\n");
+    let o = eval(&p);
+    assert_code(&o, 0);
+    let rows = leaderboard(&p);
+    let scores: Vec<(&str, f64)> =
+        rows.iter().map(|r| (r["agent"].as_str().unwrap(), r["score"].as_f64().unwrap())).collect();
+    assert_eq!(scores, [("oracle", 7.0 / 8.0), ("noisy", 3.0 / 8.0), ("none", 1.0 / 8.0)], "{}", stderr(&o));
+    for r in &rows {
+        assert_eq!(r["tool_space"], "standard");
+    }
+    assert!(p.read("artifacts/eval/report.md").contains("Tool space `standard`"));
+
+    // The functions each request offered, by its user message: the same for every agent,
+    // turn and step.
+    let mut offered: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for seen in llm.requests() {
+        let tools = seen.body["tools"].as_array().cloned().unwrap_or_default();
+        let names: BTreeSet<String> =
+            tools.iter().map(|t| t["function"]["name"].as_str().unwrap().to_string()).collect();
+        if let Some(before) = offered.insert(seen.last_user(), names) {
+            assert_eq!(before, offered[&seen.last_user()], "{}", seen.last_user());
+        }
+    }
+    let set = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<String>>();
+    let all_etom = ["Alpha__x", "Alpha__y", "Alpha__z", "Beta__u", "Beta__v"];
+    // Each request gets the oracle space plus the tools of one more candidate: a server of
+    // its track with a tool not offered yet (Alpha or Beta; a server the oracle space draws
+    // on offers its other tools), or one log-track tool (they have no server). The fixture's
+    // descriptions ("does x") share no word with the requests, so the seeded order decides.
+    let want = BTreeMap::from([
+        ("x then y.", set(&["Alpha__x", "Alpha__y", "Beta__u", "Beta__v"])),
+        ("On Alpha, run x.", set(&["Alpha__x", "Alpha__y", "Alpha__z", "Beta__u"])),
+        ("Do the x thing.", set(&["Alpha__x", "Alpha__y", "Alpha__z", "Beta__u"])),
+        ("z, then v or y with it.", set(&["Alpha__y", "Alpha__z", "Beta__u", "Beta__v"])),
+        ("Pause my music.", set(&all_etom)),
+        ("Quote for ACME?", set(&["get_fx", "get_quote"])),
+        ("Quote and news for ACME, then in EUR.", set(&["get_fx", "get_news", "get_quote"])),
+        ("Quote ACME.", set(&["get_fx", "get_news", "get_quote"])),
+        ("And news?", set(&["get_fx", "get_news", "get_quote"])),
+    ]);
+    let want: BTreeMap<String, _> = want.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    assert_eq!(offered, want);
+    for run in p.read("artifacts/eval/runs.jsonl").lines().map(|l| serde_json::from_str::<Value>(l).unwrap()) {
+        if run["id"] == "L3-1" {
+            assert_eq!(run["tools"], 4, "{run}");
+        }
+    }
+
+    // Refused before anything runs: a negative count, naming the key; an unknown space,
+    // listing the spaces there are.
+    let cfg = p.read(CONFIG);
+    p.write(CONFIG, cfg.replace("distractor_servers = 1", "distractor_servers = -1"));
+    let o = p.run(&["--config", CONFIG, "check"]);
+    assert_code(&o, 1);
+    let err = stderr(&o);
+    assert!(err.contains("eval.distractor_servers") && err.contains("must be 0 or more"), "{err}");
+    p.write(CONFIG, cfg.replace("tool_space = \"standard\"", "tool_space = \"full\""));
+    let o = p.run(&["--config", CONFIG, "check"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("unknown variant `full`, expected `oracle` or `standard`"), "{err}");
+}
+
 #[test]
 fn a_reference_ranking_gives_kendall_tau_against_the_panel() {
     let llm = ScriptedLlm::start(agent_rule);
@@ -318,7 +391,7 @@ fn a_killed_eval_resumes_without_asking_again_and_gives_the_same_bytes() {
         assert!(v == &b[k], "`{k}` differs after kill and resume");
     }
     // Repeat 2 asked with its own seed: its requests are not the first repeat's.
-    let seeds: std::collections::BTreeSet<String> = llm.requests().iter().map(|r| r.body["seed"].to_string()).collect();
+    let seeds: BTreeSet<String> = llm.requests().iter().map(|r| r.body["seed"].to_string()).collect();
     assert_eq!(seeds.into_iter().collect::<Vec<_>>(), ["1", "2"]);
 }
 
