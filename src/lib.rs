@@ -14,6 +14,7 @@ pub mod efs;
 pub mod embed;
 pub mod embedding;
 pub mod error;
+pub mod estimate;
 pub mod eval;
 pub mod execute;
 pub mod explain;

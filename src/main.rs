@@ -85,7 +85,18 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             text.push_str(&format!("  {n}\n"));
         }
         text.push_str("next: read its README.md (files to drop under raw/, variables to set), then `benchgen check`");
-        printer.summary(&text, &created);
+        // The first run's LLM work, as `check` reckons it (files still to drop under raw/
+        // only loosen the bounds; a config that does not load yet is `check`'s to explain).
+        let estimates = Settings::load(&std::path::Path::new(&created.dir).join(&created.config))
+            .map(|s| benchgen::estimate::table(&s))
+            .ok();
+        match &estimates {
+            Some(t) if !t.rows.is_empty() => text.push_str(&format!("\n{}", benchgen::estimate::render(t))),
+            _ => text.push_str("\nrun `benchgen check` for the first run's LLM exchanges and time"),
+        }
+        let mut summary = serde_json::to_value(&created)?;
+        summary["estimates"] = serde_json::to_value(&estimates)?;
+        printer.summary(&text, &summary);
         return Ok(());
     }
     // The sandbox serving an explicit `--catalog` needs no pipeline config: a
@@ -159,9 +170,14 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             stages::check(&settings)?;
             let n = stages::enabled(&settings).len();
             let shown = settings.display_path(&settings.config_path);
+            // What the first run asks of the LLM, and how long that takes here.
+            let estimates = benchgen::estimate::table(&settings);
             printer.summary(
-                &format!("`{shown}`: no problems ({n} stages in the pipeline)"),
-                &serde_json::json!({"config": shown, "problems": [], "stages": n}),
+                &format!(
+                    "`{shown}`: no problems ({n} stages in the pipeline)\n{}",
+                    benchgen::estimate::render(&estimates)
+                ),
+                &serde_json::json!({"config": shown, "problems": [], "stages": n, "estimates": estimates}),
             );
             Ok(())
         }

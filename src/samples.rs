@@ -5,6 +5,8 @@
 //! declare one set of reads instead of naming each producer. A producer that is disabled in
 //! the config simply has no artifact; its read is optional.
 
+use std::path::Path;
+
 use crate::model::Sample;
 use crate::stage::{Artifact, Read};
 
@@ -18,4 +20,29 @@ pub const LEVELS: Artifact<Sample> = Artifact::new("levels-export", "samples.jso
 /// The pool's reads, in pipeline order (each optional: a track may be off).
 pub const fn reads() -> [Read; 2] {
     [VALIDATED.optional(), LEVELS.optional()]
+}
+
+/// Upper bounds of samples and their turns, before anything runs (for estimates).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PoolBound {
+    pub samples: u64,
+    pub turns: u64,
+}
+
+impl PoolBound {
+    pub fn add(&mut self, other: PoolBound) {
+        self.samples += other.samples;
+        self.turns += other.turns;
+    }
+}
+
+/// The samples and turns of a unified JSON Lines file; `None` when it cannot be read.
+pub fn file_bound(path: &Path) -> Option<PoolBound> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut b = PoolBound::default();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let sample: Sample = serde_json::from_str(line).ok()?;
+        b.add(PoolBound { samples: 1, turns: sample.turns.len().max(1) as u64 });
+    }
+    Some(b)
 }

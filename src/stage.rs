@@ -99,6 +99,79 @@ pub enum ReadKind {
     Manifest,
 }
 
+/// The LLM exchanges a stage's first run makes for one role, known before it runs (`check`
+/// and `init` print them with the time they take here, see `benchgen::estimate`). Counts
+/// are upper bounds of first tries; the table adds the re-asks each role's `reask` allows
+/// to `typed` ones.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Estimate {
+    /// The role's name (`[llm.roles.<role>]`).
+    pub role: String,
+    /// Typed calls: an answer that does not validate is asked again.
+    pub typed: u64,
+    /// Calls whose answers are not validated (agent turns).
+    pub plain: u64,
+    /// How the bound was reached, in a short phrase (`≤ 40 sessions × 2 verdicts`).
+    pub basis: String,
+    /// Items the stage keeps in flight (0: only the role's `max_concurrency` bounds them).
+    pub in_flight: usize,
+}
+
+impl Estimate {
+    /// At most `asks` typed calls of `role`.
+    pub fn typed(role: &str, asks: u64, basis: impl Into<String>) -> Self {
+        Self { role: role.to_string(), typed: asks, plain: 0, basis: basis.into(), in_flight: 1 }
+    }
+
+    /// At most `asks` calls of `role` whose answers are not validated (chat turns).
+    pub fn plain(role: &str, asks: u64, basis: impl Into<String>) -> Self {
+        Self { role: role.to_string(), typed: 0, plain: asks, basis: basis.into(), in_flight: 1 }
+    }
+
+    /// The stage runs `n` items at once (its batch's `concurrency`; 0: the role's bound).
+    pub fn in_flight(mut self, n: usize) -> Self {
+        self.in_flight = n;
+        self
+    }
+
+    /// This estimate and `other` (same role) as one row: a stage that asks one role in
+    /// several ways.
+    pub fn plus(mut self, other: Estimate) -> Self {
+        self.typed += other.typed;
+        self.plain += other.plain;
+        self.basis = format!("{} + {}", self.basis, other.basis);
+        self
+    }
+}
+
+/// `n` within a configured `cap` (0: no cap), for estimates.
+pub fn capped(n: u64, cap: usize) -> u64 {
+    if cap == 0 { n } else { n.min(cap as u64) }
+}
+
+/// Non-blank lines of a JSON Lines file (one item each), when it can be read: the size of
+/// an upstream artifact already made, for estimates.
+pub fn jsonl_lines(path: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(text.lines().filter(|l| !l.trim().is_empty()).count() as u64)
+}
+
+/// One estimate per role, in the order roles first appear: a stage whose roles are
+/// configured as one model reports that model's exchanges in one row.
+pub fn merge_by_role(rows: impl IntoIterator<Item = Estimate>) -> Vec<Estimate> {
+    let mut out: Vec<Estimate> = Vec::new();
+    for e in rows {
+        match out.iter().position(|o| o.role == e.role) {
+            Some(i) => {
+                let first = out.remove(i);
+                out.insert(i, first.plus(e));
+            }
+            None => out.push(e),
+        }
+    }
+    out
+}
+
 /// What a stage is, declared once: the stage list, `status`, `stages`, `clean`,
 /// `check` and the README's stage table are all derived from these.
 #[derive(Debug, Serialize)]
@@ -480,6 +553,12 @@ pub trait Stage: Send + Sync {
     }
     /// MCP servers it connects to, with the config keys that name them.
     fn servers(&self, _settings: &Settings) -> Vec<ConfigRef> {
+        Vec::new()
+    }
+    /// The LLM exchanges its first run makes, per role: upper bounds from the config, the
+    /// raw inputs it names and upstream artifacts already made (`check` prints them). Never
+    /// fails: an input it cannot read gives a looser bound or says what is unknown.
+    fn estimate(&self, _settings: &Settings) -> Vec<Estimate> {
         Vec::new()
     }
     /// Range checks of its own settings (reported with every other problem by `check`).

@@ -93,6 +93,15 @@ fn default_answer_nudge() -> String {
     "Now answer the user in plain words, from the tool results above.".into()
 }
 
+impl AgentSettings {
+    /// Most LLM exchanges one run of the loop makes: each executes at least one tool call
+    /// up to `max_calls`, then one answers (or meets the cap), and the answer nudge may ask
+    /// once more.
+    pub fn max_exchanges(&self) -> u64 {
+        self.max_calls as u64 + 1 + u64::from(!self.answer_nudge.is_empty())
+    }
+}
+
 /// The agent runs with `[execute]`'s settings (synthesis swaps in its assistant role).
 impl From<&ExecuteSettings> for AgentSettings {
     fn from(e: &ExecuteSettings) -> Self {

@@ -300,6 +300,27 @@ impl Stage for TopdownStage {
         ]
     }
 
+    fn estimate(&self, settings: &Settings) -> Vec<crate::stage::Estimate> {
+        use crate::stage::Estimate;
+        let t = &super::efs_settings(settings).topdown;
+        let built = std::fs::read(super::build::SETS.path(settings))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Sets>(&b).ok())
+            .map(|s| s.sets.len() as u64);
+        // Sets are disjoint (union–find) and hold two tools or more.
+        let (sets, basis) = match (built, crate::registry::catalog_size(settings, &[crate::filter::CATALOG])) {
+            (Some(n), _) => (n, format!("{n} sets built")),
+            (None, Some(c)) => (c.tools / 2, format!("≤ {} sets ({} tools / 2)", c.tools / 2, c.tools)),
+            (None, None) => (0, "unknown until `registry import` can read the registry".to_string()),
+        };
+        let per = t.requests_per_set as u64;
+        let rows = vec![
+            Estimate::typed(&t.writer_role, sets, format!("{basis} × 1 request list")),
+            Estimate::typed(&t.judge_role, sets * per, format!("{basis} × {per} requests judged")),
+        ];
+        crate::stage::merge_by_role(rows).into_iter().map(|e| e.in_flight(t.concurrency.max(1))).collect()
+    }
+
     fn prompts(&self, settings: &Settings) -> Vec<PromptRef> {
         let t = &super::efs_settings(settings).topdown;
         let tool = json!({"id": "s::t", "name": "t", "server": "s", "description": "d",

@@ -119,6 +119,27 @@ impl Stage for VerifyStage {
         vec![ConfigRef::new("efs.verify.role", &super::efs_settings(settings).verify.role)]
     }
 
+    fn estimate(&self, settings: &Settings) -> Vec<crate::stage::Estimate> {
+        let e = super::efs_settings(settings);
+        let planned = crate::stage::jsonl_lines(&super::pairs::CALLS.path(settings));
+        let (n, basis) = match (planned, crate::registry::catalog_size(settings, &[crate::filter::CATALOG])) {
+            (Some(n), _) => (n, format!("{n} calls planned by `efs pairs`")),
+            // Listwise, a tool anchors one call at most; pairwise, each of a tool's `top_k`
+            // neighbours is a call.
+            (None, Some(c)) => {
+                let (all, per) = match e.verify.mode {
+                    VerifyMode::Listwise => (c.tools, "1 call".to_string()),
+                    VerifyMode::Pairwise => (c.tools * e.pairs.top_k as u64, format!("top_k {}", e.pairs.top_k)),
+                };
+                let n = crate::stage::capped(all, e.pairs.max_calls);
+                (n, format!("≤ {n} calls ({} tools × {per}, max_calls {})", c.tools, e.pairs.max_calls))
+            }
+            (None, None) => (0, "unknown until `registry import` can read the registry".to_string()),
+        };
+        let v = &e.verify;
+        vec![crate::stage::Estimate::typed(&v.role, n, basis).in_flight(v.concurrency.max(1))]
+    }
+
     fn prompts(&self, settings: &Settings) -> Vec<PromptRef> {
         let tool = json!({"id": "s::t", "name": "t", "server": "s", "description": "d",
             "parameters": [{"name": "p", "description": "d"}]});

@@ -268,6 +268,32 @@ impl Stage for EvalStage {
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
         evaluate(ctx, inputs, out)
     }
+
+    fn estimate(&self, s: &Settings) -> Vec<crate::stage::Estimate> {
+        let Some(cfg) = s.section::<EvalSettings>() else { return Vec::new() };
+        // The release it reads when made, else every sample that can reach the candidate.
+        let file = match &cfg.release {
+            Some(p) => s.resolve(p).join("samples.jsonl"),
+            None => s.artifacts.join(crate::release::candidate::STAGE).join("samples.jsonl"),
+        };
+        let pool = crate::samples::file_bound(&file)
+            .map(|b| (b, "in the release"))
+            .or_else(|| crate::review::pool_bound(s).map(|b| (b, "that can reach the release")));
+        let repeats = cfg.repeats as u64;
+        let rows = cfg.agents.iter().map(|agent| {
+            // Every turn of a sample runs the agent loop once.
+            let per = run::agent_settings(s, cfg, agent).max_exchanges();
+            let (n, basis) = match pool {
+                Some((b, from)) => (
+                    repeats * b.turns * per,
+                    format!("≤ {repeats} × {} turns of {} samples {from} × {per} agent turns", b.turns, b.samples),
+                ),
+                None => (0, "unknown until the sample pool's inputs can be read".to_string()),
+            };
+            crate::stage::Estimate::plain(agent, n, basis).in_flight(cfg.concurrency)
+        });
+        rows.collect()
+    }
 }
 
 /// Two panel agents whose roles send the same request to the same endpoint (the same

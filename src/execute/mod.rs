@@ -129,6 +129,31 @@ impl Stage for ExecuteStage {
         }
     }
 
+    fn estimate(&self, settings: &Settings) -> Vec<crate::stage::Estimate> {
+        let mut agent = AgentSettings::from(&settings.section::<ExecuteSettings>().0);
+        let queries = match self.source(settings) {
+            Ok(Source::File(path)) => std::fs::read(&path)
+                .ok()
+                .and_then(|b| parse_queries(&b, &settings.display_path(&path)).ok())
+                .map(|q| (q.len() as u64, "queries".to_string())),
+            Ok(Source::Chains) => {
+                agent.role = crate::synth::settings(settings).assistant_role;
+                crate::synth::chains::chain_bound(settings).map(|(n, basis)| (n, format!("chain queries ({basis})")))
+            }
+            Err(_) => None,
+        };
+        let per = agent.max_exchanges();
+        let e = match queries {
+            Some((n, what)) => crate::stage::Estimate::plain(
+                &agent.role,
+                n * per,
+                format!("≤ {n} {what} × {per} turns (max_calls {} + answer + nudge)", agent.max_calls),
+            ),
+            None => crate::stage::Estimate::plain(&agent.role, 0, "unknown until the queries can be read"),
+        };
+        vec![e.in_flight(agent.concurrency.max(1))]
+    }
+
     /// The servers of every mode, not only the current one: `execute.servers` serve a
     /// queries file (`execute.queries`, or `--queries` at any time, even when synthesis
     /// feeds `execute`), `synth.server` the chain queries.

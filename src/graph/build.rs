@@ -125,6 +125,25 @@ impl Stage for BuildStage {
         vec![ConfigRef::new("graph.role", &settings(s).role)]
     }
 
+    fn estimate(&self, s: &Settings) -> Vec<crate::stage::Estimate> {
+        let g = settings(s);
+        // Candidates over every session the track can carry: the split's graph sessions are
+        // some of them, and an edge's support only shrinks with fewer sessions.
+        let (n, basis) = match crate::logs::import::sessions_before_run(s) {
+            Some((mut sessions, from)) => {
+                // Support counts sessions by id: one id each, as import makes them unique.
+                for (i, x) in sessions.iter_mut().enumerate() {
+                    x.id = i.to_string();
+                }
+                let cands = super::candidates(&sessions);
+                let asked = cands.iter().filter(|c| c.support.sessions.len() >= g.min_support).count();
+                (asked as u64, format!("≤ {asked} candidate edges (support ≥ {}) in {from}", g.min_support))
+            }
+            None => (0, "unknown until `logs import` can read the log files".to_string()),
+        };
+        vec![crate::stage::Estimate::typed(&g.role, n, basis).in_flight(g.concurrency.max(1))]
+    }
+
     fn prompts(&self, s: &Settings) -> Vec<PromptRef> {
         let tool = json!({"name": "t", "description": "d", "parameters": ["p"]});
         let vars = json!({"from": tool, "to": tool, "sessions": 2, "count": 3, "value_flow": ["p"]});

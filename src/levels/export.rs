@@ -26,6 +26,26 @@ use crate::stage::{Ctx, Inputs, Output, Plan, Stage, StageSpec};
 
 pub const STAGE: &str = "levels-export";
 
+/// At most how many samples `levels export` writes, one per kept query, before anything
+/// runs: the written file when there is one, else each level's bound (L1 and L2 keep one
+/// query per item, L3 `max_queries_per_server` per server, L4 one per attempt, L5 its
+/// verified persona queries). `None`: the registry cannot be read yet.
+pub fn sample_bound(s: &Settings) -> Option<u64> {
+    if let Some(n) = crate::stage::jsonl_lines(&crate::samples::LEVELS.path(s)) {
+        return Some(n);
+    }
+    let l = super::settings(s);
+    let c = crate::registry::catalog_size(s, &[crate::filter::CATALOG])?;
+    let l5 = (l.l5.universal_tasks * l.l5.personas.len() * l.l5.queries_per_persona) as u64;
+    Some(
+        crate::stage::capped(c.tools, l.l1.max_items)
+            + crate::stage::capped(c.tools, l.l2.max_items)
+            + c.servers * l.l3.max_queries_per_server as u64
+            + l.l4.attempts as u64
+            + l5,
+    )
+}
+
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "levels export",

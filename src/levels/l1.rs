@@ -192,6 +192,23 @@ impl Stage for L1Stage {
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         super::roles(s)
     }
+    fn estimate(&self, s: &Settings) -> Vec<crate::stage::Estimate> {
+        use crate::stage::Estimate;
+        let l = super::settings(s);
+        let c = match super::estimate_catalog(s) {
+            Ok(c) => c,
+            Err(unknown) => return unknown,
+        };
+        let (items, basis) = super::tool_items(&c, l.l1.max_items);
+        let n = l.l1.candidates as u64;
+        super::estimates(
+            s,
+            vec![
+                Estimate::typed(&l.writer_role, items, format!("{basis} × 1 draft")),
+                Estimate::typed(&l.judge_role, items * n, format!("{basis} × {n} candidates verified")),
+            ],
+        )
+    }
     fn prompts(&self, _s: &Settings) -> Vec<PromptRef> {
         let vars = sample_vars();
         let mut v = vars.clone();

@@ -334,6 +334,18 @@ pub struct ChainItem {
     pub vars: Value,
 }
 
+/// At most how many chains of a server with `tools` tools are asked about: its sample of
+/// `per_server` (0 = all), or every path of 2 to `max_len` distinct tools there can be.
+fn chain_bound(tools: u64, max_len: usize, per_server: usize) -> u64 {
+    let mut paths = 0u64;
+    let mut of_len = tools;
+    for k in 2..=max_len as u64 {
+        of_len = of_len.saturating_mul(tools.saturating_sub(k - 1));
+        paths = paths.saturating_add(of_len);
+    }
+    crate::stage::capped(paths, per_server)
+}
+
 pub struct L3Stage;
 
 impl Stage for L3Stage {
@@ -348,6 +360,29 @@ impl Stage for L3Stage {
     }
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         super::roles(s)
+    }
+    fn estimate(&self, s: &Settings) -> Vec<crate::stage::Estimate> {
+        use crate::stage::Estimate;
+        let l = super::settings(s);
+        let c = match super::estimate_catalog(s) {
+            Ok(c) => c,
+            Err(unknown) => return unknown,
+        };
+        let cfg = &l.l3;
+        let chains: u64 =
+            c.per_server.iter().map(|&t| chain_bound(t, cfg.max_chain_len, cfg.max_chains_per_server)).sum();
+        let basis = format!("≤ {chains} chains of {} servers", c.servers);
+        // Each chain: verified; a logical one gets a query and its dependencies.
+        let mut rows = vec![
+            Estimate::typed(&l.judge_role, chains * 2, format!("{basis} × (verify + deps)")),
+            Estimate::typed(&l.writer_role, chains, format!("{basis} × 1 query")),
+        ];
+        // The plan check's judge: at most every step of every chain is open.
+        if l.plan_check.judge {
+            let n = chains.saturating_mul(cfg.max_chain_len as u64);
+            rows.push(Estimate::typed(&l.judge_role, n, format!("{basis} × ≤ {} open steps", cfg.max_chain_len)));
+        }
+        super::estimates(s, rows)
     }
     fn prompts(&self, _s: &Settings) -> Vec<PromptRef> {
         let vars = json!({"server": "s", "steps": [{"n": 1, "tool": "a", "description": "d"}], "query": "q"});
@@ -548,6 +583,15 @@ fn chain_key(server: &str, chain: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chains_are_bounded_by_the_sample_or_by_every_path() {
+        // 3 tools: 3 × 2 paths of two tools and 3 × 2 × 1 of three; none longer.
+        assert_eq!(chain_bound(3, 5, 0), 12);
+        assert_eq!(chain_bound(3, 5, 4), 4);
+        assert_eq!(chain_bound(1, 5, 0), 0);
+        assert_eq!(chain_bound(u64::MAX, 5, 6), 6, "saturates instead of overflowing");
+    }
 
     #[test]
     fn words_and_plurals() {

@@ -262,6 +262,25 @@ impl Stage for L4Stage {
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         super::roles(s)
     }
+    fn estimate(&self, s: &Settings) -> Vec<crate::stage::Estimate> {
+        use crate::stage::Estimate;
+        let l = super::settings(s);
+        let (n, rounds) = (l.l4.attempts as u64, l.l4.qc_rounds as u64);
+        // Each attempt: a feasibility verdict, then per round a scenario and its quality check.
+        let mut rows = vec![
+            Estimate::typed(&l.judge_role, n * (1 + rounds), format!("≤ {n} attempts × (1 + {rounds} checks)")),
+            Estimate::typed(&l.writer_role, n * rounds, format!("≤ {n} attempts × {rounds} rounds")),
+        ];
+        // The plan check's judge: at most every distinct tool of a scenario's servers is an
+        // open step (repeats are decided by rule).
+        if l.plan_check.judge {
+            let widest = super::estimate_catalog(s).map(|c| c.per_server.iter().copied().max().unwrap_or(0));
+            let steps = (l.l4.max_servers as u64).saturating_mul(widest.unwrap_or(0));
+            let why = format!("≤ {n} attempts × ≤ {steps} open steps ({} servers × their widest)", l.l4.max_servers);
+            rows.push(Estimate::typed(&l.judge_role, n.saturating_mul(steps), why));
+        }
+        super::estimates(s, rows)
+    }
     fn prompts(&self, _s: &Settings) -> Vec<PromptRef> {
         let services = json!([{"n": 1, "name": "s", "description": "d", "tools": [{"id": "s::t", "description": "d", "required": ["x"]}]}]);
         let sc = json!({"query": "q", "steps": [{"tool_id": "s::t", "dependencies": []}]});

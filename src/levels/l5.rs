@@ -278,6 +278,40 @@ impl Stage for L5Stage {
         }
         r
     }
+    fn estimate(&self, s: &Settings) -> Vec<crate::stage::Estimate> {
+        use crate::stage::Estimate;
+        let l = super::settings(s);
+        let c = match super::estimate_catalog(s) {
+            Ok(c) => c,
+            Err(unknown) => return unknown,
+        };
+        let cfg = &l.l5;
+        // A cluster holds at least `min_cluster_size` tools.
+        let clusters = crate::stage::capped(c.tools / cfg.min_cluster_size.max(1) as u64, cfg.max_clusters);
+        let tasks = cfg.universal_tasks as u64;
+        let personas = cfg.personas.len() as u64;
+        // Every task may be a gap, written for by each persona.
+        let lists = tasks * personas;
+        let queries = lists * cfg.queries_per_persona as u64;
+        let red = l.red_team_role.clone().unwrap_or_else(|| l.judge_role.clone());
+        let p = PERSPECTIVES.len() as u64;
+        super::estimates(
+            s,
+            vec![
+                Estimate::typed(
+                    &l.writer_role,
+                    clusters * p + 1 + lists + queries,
+                    format!("≤ {clusters} × {p} labels + 1 task list + {lists} persona lists + {queries} self-checks"),
+                ),
+                Estimate::typed(
+                    &l.judge_role,
+                    clusters + tasks + queries,
+                    format!("≤ {clusters} consensus + {tasks} task checks + {queries} query verdicts"),
+                ),
+                Estimate::typed(&red, tasks, format!("≤ {tasks} challenges")),
+            ],
+        )
+    }
     fn prompts(&self, _s: &Settings) -> Vec<PromptRef> {
         vec![
             PromptRef::new("levels.l5_label", LABEL_TEMPLATE, json!({"perspective": "p", "descriptions": ["d"]})),

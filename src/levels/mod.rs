@@ -358,6 +358,30 @@ pub fn roles(s: &Settings) -> Vec<crate::stage::ConfigRef> {
     ]
 }
 
+/// The registry catalog a level's estimate counts (see [`crate::registry::catalog_size`]),
+/// or the rows to show while it cannot be read.
+pub fn estimate_catalog(s: &Settings) -> Result<crate::registry::CatalogSize, Vec<crate::stage::Estimate>> {
+    crate::registry::catalog_size(s, &[crate::filter::CATALOG]).ok_or_else(|| {
+        let l = settings(s);
+        let why = "unknown until `registry import` can read the registry";
+        vec![crate::stage::Estimate::typed(&l.writer_role, 0, why).in_flight(l.concurrency.max(1))]
+    })
+}
+
+/// `rows` as a level stage runs them: `levels.concurrency` items at once, one row per role.
+pub fn estimates(s: &Settings, rows: Vec<crate::stage::Estimate>) -> Vec<crate::stage::Estimate> {
+    let n = settings(s).concurrency.max(1);
+    crate::stage::merge_by_role(rows).into_iter().map(|e| e.in_flight(n)).collect()
+}
+
+/// Items a write-and-verify level asks about, and how they were counted: at most
+/// `max_items` of the catalog's tools (an L2 set stands for two or more of them).
+pub fn tool_items(c: &crate::registry::CatalogSize, max_items: usize) -> (u64, String) {
+    let n = crate::stage::capped(c.tools, max_items);
+    let how = if n < c.tools { "`max_items`".to_string() } else { format!("tools in {}", c.from) };
+    (n, format!("≤ {n} {how}"))
+}
+
 pub fn batch_options(
     stage: &'static str,
     label: &'static str,

@@ -151,6 +151,18 @@ impl Stage for ProfilesStage {
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         vec![ConfigRef::new("levels.judge_role", &super::settings(s).judge_role)]
     }
+    fn estimate(&self, s: &Settings) -> Vec<crate::stage::Estimate> {
+        let l = super::settings(s);
+        let c = match super::estimate_catalog(s) {
+            Ok(c) => c,
+            Err(unknown) => return unknown,
+        };
+        // A platform per sampled server, then a profile per tool of those servers.
+        let servers = crate::stage::capped(c.servers, l.profiles.max_servers);
+        let tools = c.tools_of_largest(l.profiles.max_servers);
+        let basis = format!("≤ {servers} servers + {tools} tools in {}", c.from);
+        super::estimates(s, vec![crate::stage::Estimate::typed(&l.judge_role, servers + tools, basis)])
+    }
     fn prompts(&self, _s: &Settings) -> Vec<PromptRef> {
         let server = json!({"name": "s", "description": "d", "summary": "x"});
         let tool = json!({"id": "s::t", "name": "t", "server": "s", "description": "d", "inputs": ["`x` (required):  (Type: string)"]});

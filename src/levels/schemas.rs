@@ -156,6 +156,17 @@ impl Stage for SchemasStage {
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         vec![ConfigRef::new("levels.writer_role", &super::settings(s).writer_role)]
     }
+    fn estimate(&self, s: &Settings) -> Vec<crate::stage::Estimate> {
+        let l = super::settings(s);
+        let c = match super::estimate_catalog(s) {
+            Ok(c) => c,
+            Err(unknown) => return unknown,
+        };
+        // Tools with a reviewed or catalogued output schema are not asked: fewer, never more.
+        let n = crate::stage::capped(c.tools, l.schemas.max_tools);
+        let basis = format!("≤ {n} tools without an output schema ({})", c.from);
+        super::estimates(s, vec![crate::stage::Estimate::typed(&l.writer_role, n, basis)])
+    }
     fn prompts(&self, _s: &Settings) -> Vec<PromptRef> {
         let tool = json!({"id": "s::t", "name": "t", "server": "s", "description": "d", "inputs": ["`x` (required):  (Type: string)"]});
         vec![PromptRef::new("levels.output_schema", TEMPLATE, json!({"tool": tool}))]

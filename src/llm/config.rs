@@ -175,7 +175,7 @@ fn default_retries() -> u32 {
 fn default_backoff() -> u64 {
     500
 }
-fn default_reask() -> u32 {
+pub(crate) fn default_reask() -> u32 {
     2
 }
 fn default_threads() -> u32 {

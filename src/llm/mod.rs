@@ -212,6 +212,12 @@ pub fn role_hash(settings: &Settings, role: &str) -> anyhow::Result<String> {
     crate::settings::section_hash(&r.semantic(&|p: &Path| settings.resolve(p)))
 }
 
+/// Re-asks a typed call of `role` may make (its `reask`; the default for a role not
+/// configured, which `check` reports on its own).
+pub fn role_reask(settings: &Settings, role: &str) -> u32 {
+    settings.section::<LlmSettings>().roles.get(role).map_or_else(config::default_reask, |r| r.reask)
+}
+
 /// One configured role, resolved.
 pub(crate) struct Role {
     name: String,

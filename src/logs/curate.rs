@@ -583,6 +583,29 @@ impl Stage for CurateStage {
         roles
     }
 
+    fn estimate(&self, s: &Settings) -> Vec<crate::stage::Estimate> {
+        use crate::stage::Estimate;
+        let c = super::import::settings(s).curate;
+        let Some((n, what)) = super::import::session_bound(s) else {
+            return vec![Estimate::typed(&c.judge_role, 0, "unknown until `logs import` can read the log files")];
+        };
+        let (sessions, what) = match c.llm_sample {
+            Some(k) if (k as u64) < n => (k as u64, "`logs.curate.llm_sample`".to_string()),
+            _ => (n, what.to_string()),
+        };
+        // Need and answer: one verdict each, and a second verdict when the first says no.
+        let label = u64::from(c.scenarios == ScenarioSource::Llm);
+        let first = Estimate::typed(
+            &c.judge_role,
+            sessions * (2 + label),
+            format!("≤ {sessions} {what} × ({} verdicts)", 2 + label),
+        );
+        let second = SecondAsk::of(s, &c);
+        let again = Estimate::typed(&second.role, sessions * 2, format!("≤ {sessions} × 2 second verdicts"));
+        let rows = if second.role == c.judge_role { vec![first.plus(again)] } else { vec![first, again] };
+        rows.into_iter().map(|e| e.in_flight(c.concurrency.max(1))).collect()
+    }
+
     fn prompts(&self, s: &Settings) -> Vec<PromptRef> {
         let c = super::import::settings(s).curate;
         let base = json!({"domain": "d", "requests": ["r"], "tools": ["t"]});

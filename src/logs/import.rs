@@ -455,6 +455,38 @@ fn source_files(s: &Settings) -> Vec<SourceFile> {
         .collect()
 }
 
+/// Sessions the log track's first run carries, and where that count comes from:
+/// `sessions.jsonl` when imported, else the sessions the configured sources hold (at most
+/// `[logs] sample`). `None`: a source cannot be read yet.
+pub fn session_bound(s: &Settings) -> Option<(u64, &'static str)> {
+    let (sessions, from) = sessions_before_run(s)?;
+    let n = sessions.len() as u64;
+    match settings(s).sample {
+        Some(k) if from != "imported sessions" => Some((n.min(k as u64), from)),
+        _ => Some((n, from)),
+    }
+}
+
+/// Every session a first run can import, for estimates: `sessions.jsonl` when imported,
+/// else every session of the configured sources as read (before `[logs] sample`, so what
+/// is counted over them bounds what any sample yields).
+pub fn sessions_before_run(s: &Settings) -> Option<(Vec<Session>, &'static str)> {
+    if let Ok(f) = std::fs::File::open(SESSIONS.path(s)) {
+        return Some((super::read_sessions(f, "logs-import/sessions.jsonl").ok()?, "imported sessions"));
+    }
+    let mut sessions = Vec::new();
+    for f in source_files(s) {
+        let mut keep = |item: Item| -> Result<()> {
+            if let Item::Session(x) = item {
+                sessions.push(*x);
+            }
+            Ok(())
+        };
+        read_source(&f.path, &f.display, &f.name, f.format, &mut keep).ok()?;
+    }
+    Some((sessions, "sessions in the log files"))
+}
+
 pub struct ImportStage;
 
 impl Stage for ImportStage {

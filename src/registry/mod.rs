@@ -207,6 +207,50 @@ fn report_invalid_schemas(catalog: &Catalog, notes: &mut Vec<Note>, out: &mut Ou
     n
 }
 
+/// Servers and tools of the registry catalog a stage will read, before it runs: the first
+/// of `made` (catalogs of upstream stages, e.g. `filter`'s) that exists, else this stage's
+/// own, else the snapshot file `registry.source` names. `None` when none can be read
+/// (scraped snapshot folders are read by `registry import` only). For estimates.
+pub fn catalog_size(settings: &Settings, made: &[Artifact<Catalog>]) -> Option<CatalogSize> {
+    for a in made.iter().chain([&CATALOG]) {
+        let parsed = std::fs::read(a.path(settings)).ok().and_then(|b| serde_json::from_slice::<Catalog>(&b).ok());
+        if let Some(c) = parsed {
+            return Some(CatalogSize::of(&c, a.stage));
+        }
+    }
+    let r = settings.section::<RegistrySettings>();
+    let bytes = std::fs::read(settings.resolve(r.source.as_ref()?)).ok()?;
+    // Lenient: records an import would reject still bound what it keeps.
+    let imported = etom::parse(&bytes, true).ok()?;
+    Some(CatalogSize::of(&imported.catalog, "registry.source"))
+}
+
+/// See [`catalog_size`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CatalogSize {
+    pub servers: u64,
+    pub tools: u64,
+    /// Tools of each server, most first.
+    pub per_server: Vec<u64>,
+    /// Where the counts come from (an upstream stage's name or the config key).
+    pub from: &'static str,
+}
+
+impl CatalogSize {
+    fn of(c: &Catalog, from: &'static str) -> Self {
+        let mut per_server: Vec<u64> = c.servers.iter().map(|s| s.tools.len() as u64).collect();
+        per_server.sort_unstable_by_key(|&n| std::cmp::Reverse(n));
+        Self { servers: c.servers.len() as u64, tools: c.tool_count() as u64, per_server, from }
+    }
+
+    /// Tools of the `n` servers with the most (all servers when `n` is 0): what any
+    /// sample of `n` servers holds at most.
+    pub fn tools_of_largest(&self, n: usize) -> u64 {
+        let n = if n == 0 { self.per_server.len() } else { n };
+        self.per_server.iter().take(n).sum()
+    }
+}
+
 /// Whether the registry track (import, filter, stats) is part of `run`: always,
 /// unless the config is a log-track project that names no registry snapshot.
 pub fn in_pipeline(settings: &Settings) -> bool {
@@ -242,6 +286,21 @@ impl Stage for ImportStage {
     fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
         let role = settings.section::<RegistrySettings>().categories.classifier_role.as_ref();
         role.map(|r| ConfigRef::new("registry.categories.classifier_role", r)).into_iter().collect()
+    }
+
+    fn estimate(&self, settings: &Settings) -> Vec<crate::stage::Estimate> {
+        let r = settings.section::<RegistrySettings>();
+        let Some(role) = r.categories.classifier_role.as_ref() else { return Vec::new() };
+        // Categories are mapped when snapshot folders are merged, not for a `source` file.
+        if self.snapshots(settings).is_empty() {
+            return Vec::new();
+        }
+        // Only servers the category rules leave unassigned are asked about.
+        let (n, basis) = match crate::registry::catalog_size(settings, &[]) {
+            Some(c) => (c.servers, format!("≤ {} servers in {}", c.servers, c.from)),
+            None => (0, "unknown until `registry import` has merged the snapshots".to_string()),
+        };
+        vec![crate::stage::Estimate::typed(role, n, basis).in_flight(0)]
     }
 
     fn prompts(&self, settings: &Settings) -> Vec<PromptRef> {

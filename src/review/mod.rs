@@ -210,6 +210,26 @@ pub fn settings(s: &Settings) -> ReviewSettings {
     s.section::<ReviewSettings>().clone().unwrap_or_default()
 }
 
+/// At most how many samples (and turns) reach the pool that review and release read,
+/// before anything runs: each enabled producer's bound and the extra sample files. `None`:
+/// an input cannot be read yet. For estimates.
+pub fn pool_bound(s: &Settings) -> Option<crate::samples::PoolBound> {
+    use crate::samples::PoolBound;
+    let mut b = PoolBound::default();
+    if crate::synth::enabled(s) {
+        b.add(crate::synth::validate::validated_bound(s)?);
+    }
+    if s.section_on("levels") {
+        // Level queries are single-turn.
+        let n = crate::levels::export::sample_bound(s)?;
+        b.add(PoolBound { samples: n, turns: n });
+    }
+    for p in &settings(s).extra_samples {
+        b.add(crate::samples::file_bound(&s.resolve(p))?);
+    }
+    Some(b)
+}
+
 /// A member of the roster.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]

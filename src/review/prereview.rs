@@ -167,6 +167,17 @@ fn settings(s: &Settings) -> Option<PrereviewSettings> {
     super::settings(s).prereview
 }
 
+/// At most how many samples are assigned for review, before anything runs: the assignments
+/// when made, else the pool's bound.
+fn assigned_bound(s: &Settings) -> Option<(u64, &'static str)> {
+    if let Ok(b) = std::fs::read(ASSIGNMENTS.path(s))
+        && let Ok(a) = serde_json::from_slice::<Assignments>(&b)
+    {
+        return Some((a.samples.len() as u64, "assigned"));
+    }
+    super::pool_bound(s).map(|b| (b.samples, "the sample pool"))
+}
+
 pub struct PrereviewStage;
 
 impl Stage for PrereviewStage {
@@ -193,6 +204,16 @@ impl Stage for PrereviewStage {
                     .collect()
             })
             .unwrap_or_default()
+    }
+    fn estimate(&self, s: &Settings) -> Vec<crate::stage::Estimate> {
+        let Some(p) = settings(s) else { return Vec::new() };
+        let (n, basis) = match assigned_bound(s) {
+            Some((n, from)) => (n, format!("≤ {n} samples ({from}) × 1 review")),
+            None => (0, "unknown until the sample pool's inputs can be read".to_string()),
+        };
+        let rows = p.roles.iter().map(|r| crate::stage::Estimate::typed(r, n, basis.clone()));
+        // A concurrency of 0 leaves the roles' own bounds in charge.
+        crate::stage::merge_by_role(rows).into_iter().map(|e| e.in_flight(p.concurrency)).collect()
     }
     fn prompts(&self, s: &Settings) -> Vec<PromptRef> {
         let Some(p) = settings(s) else { return vec![] };

@@ -214,6 +214,26 @@ pub fn paths(
 type Candidate = ((String, String), Vec<String>);
 
 /// The draw (pure: the same graph, sessions, settings and seed give the same chains).
+/// At most how many chains [`sample`] takes, before anything runs: `per_sub_scenario` for
+/// each sub-scenario a graph session can carry (one it was logged with, or one of the
+/// curation taxonomy's when the LLM labels sessions; never more than the sessions), within
+/// `max_chains`. With the reason, for estimates.
+pub fn chain_bound(s: &Settings) -> Option<(u64, String)> {
+    let c = cfg(s).chains;
+    let (sessions, from) = crate::logs::import::sessions_before_run(s)?;
+    let mut subs: BTreeSet<String> = sessions.iter().map(Session::sub_scenario).collect();
+    let curate = crate::logs::import::settings(s).curate;
+    if curate.scenarios == crate::logs::ScenarioSource::Llm {
+        subs.extend(curate.taxonomy.iter().map(|t| t.split('-').take(2).collect::<Vec<_>>().join("-")));
+    }
+    let n_subs = (subs.len() as u64).min(sessions.len() as u64);
+    let n = n_subs * c.per_sub_scenario as u64;
+    Some(match c.max_chains {
+        Some(cap) if (cap as u64) < n => (cap as u64, "≤ `synth.chains.max_chains`".to_string()),
+        _ => (n, format!("≤ {n_subs} sub-scenarios in {from} × {} per_sub_scenario", c.per_sub_scenario)),
+    })
+}
+
 pub fn sample(graph: &GraphDoc, sources: &[Session], cfg: &ChainSettings, seed: u64) -> Result<Sampling> {
     let mix = length_mix(cfg)?;
     let max_len = mix.iter().map(|(n, _)| *n).max().unwrap_or(2);
@@ -471,6 +491,15 @@ impl Stage for ChainsStage {
 
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         vec![ConfigRef::new("synth.planner_role", &cfg(s).planner_role)]
+    }
+
+    fn estimate(&self, s: &Settings) -> Vec<crate::stage::Estimate> {
+        let c = cfg(s);
+        let (n, basis) = match chain_bound(s) {
+            Some(b) => b,
+            None => (0, "unknown until `logs import` can read the log files".to_string()),
+        };
+        vec![crate::stage::Estimate::typed(&c.planner_role, n, basis).in_flight(c.chains.concurrency.max(1))]
     }
 
     fn prompts(&self, s: &Settings) -> Vec<PromptRef> {

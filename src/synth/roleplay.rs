@@ -269,6 +269,27 @@ impl Stage for RoleplayStage {
         cfg(s).server.iter().map(|n| ConfigRef::new("synth.server", n)).collect()
     }
 
+    fn estimate(&self, s: &Settings) -> Vec<crate::stage::Estimate> {
+        use crate::stage::Estimate;
+        let sc = cfg(s);
+        let rp = &sc.roleplay;
+        let (n, cap) = (rp.dialogues as u64, rp.turn_cap as u64);
+        let mut agent = AgentSettings::from(&s.section::<crate::agent::ExecuteSettings>().0);
+        agent.role = sc.assistant_role.clone();
+        let per = agent.max_exchanges();
+        // Every user turn may be asked again once when the assistant did not act on it.
+        let rows = [
+            Estimate::typed(&sc.planner_role, n, format!("{n} dialogues × 1 goal")),
+            Estimate::typed(&sc.user_role, n * cap * 2, format!("≤ {n} dialogues × {cap} turns × 2 tries")),
+            Estimate::plain(
+                &sc.assistant_role,
+                n * cap * 2 * per,
+                format!("≤ {n} dialogues × {cap} turns × 2 tries × {per} agent turns"),
+            ),
+        ];
+        crate::stage::merge_by_role(rows).into_iter().map(|e| e.in_flight(rp.concurrency.max(1))).collect()
+    }
+
     fn prompts(&self, s: &Settings) -> Vec<PromptRef> {
         let c = cfg(s);
         let persona = json!({"age": "30"});

@@ -522,6 +522,46 @@ pub fn finmcp_sample(c: &Candidate) -> Value {
     })
 }
 
+/// At most how many samples `validate` accepts, before anything runs: the written file
+/// when there is one, else every candidate it can check. `None`: the logs cannot be read.
+pub fn validated_bound(s: &Settings) -> Option<crate::samples::PoolBound> {
+    if let Some(b) = crate::samples::file_bound(&crate::samples::VALIDATED.path(s)) {
+        return Some(b);
+    }
+    sample_bound(s, &cfg(s)).map(|b| crate::samples::PoolBound { samples: b.samples, turns: b.turns })
+}
+
+/// Upper bounds of what `validate` checks, before anything runs (for its estimate).
+struct SampleBound {
+    samples: u64,
+    turns: u64,
+    calls: u64,
+}
+
+/// Real samples (the sessions with the most calls when `real_samples` takes some), chain
+/// queries (one turn, at most `max_calls` calls) and dialogues (`turn_cap` turns of at most
+/// `max_calls` calls), as [`super::chains::chain_bound`] and `[synth.roleplay]` allow.
+fn sample_bound(s: &Settings, sc: &SynthSettings) -> Option<SampleBound> {
+    let (sessions, _) = crate::logs::import::sessions_before_run(s)?;
+    let take = sc.validate.real_samples.unwrap_or(sessions.len()).min(sessions.len());
+    // The largest `take` of each count bounds what any sample of that many sessions holds.
+    let largest = |count: &dyn Fn(&Session) -> u64| -> u64 {
+        let mut v: Vec<u64> = sessions.iter().map(count).collect();
+        v.sort_unstable_by_key(|&n| std::cmp::Reverse(n));
+        v.iter().take(take).sum()
+    };
+    let (real_calls, real_turns) = (largest(&|x| x.call_count() as u64), largest(&|x| x.turns.len().max(1) as u64));
+    let max_calls = s.section::<crate::agent::ExecuteSettings>().max_calls as u64;
+    let chains = super::chains::chain_bound(s).map_or(0, |(n, _)| n);
+    let rp = &sc.roleplay;
+    let (dialogues, cap) = (rp.dialogues as u64, rp.turn_cap as u64);
+    Some(SampleBound {
+        samples: take as u64 + chains + dialogues,
+        turns: real_turns + chains + dialogues * cap,
+        calls: real_calls + (chains + dialogues * cap) * max_calls,
+    })
+}
+
 fn cfg(s: &Settings) -> SynthSettings {
     super::settings(s)
 }
@@ -556,6 +596,23 @@ impl Stage for ValidateStage {
             ConfigRef::new("synth.judge_role", &cfg(s).judge_role),
             ConfigRef::new("synth.assistant_role", &cfg(s).assistant_role),
         ]
+    }
+
+    fn estimate(&self, s: &Settings) -> Vec<crate::stage::Estimate> {
+        use crate::stage::Estimate;
+        let sc = cfg(s);
+        let Some(b) = sample_bound(s, &sc) else {
+            return vec![Estimate::typed(&sc.judge_role, 0, "unknown until `logs import` can read the log files")];
+        };
+        let rows = [
+            Estimate::typed(
+                &sc.judge_role,
+                b.calls + b.samples,
+                format!("≤ {} calls' need checks + {} samples' dialogue checks", b.calls, b.samples),
+            ),
+            Estimate::typed(&sc.assistant_role, b.turns, format!("≤ {} turns' answer re-asks", b.turns)),
+        ];
+        crate::stage::merge_by_role(rows).into_iter().map(|e| e.in_flight(sc.validate.concurrency.max(1))).collect()
     }
 
     fn prompts(&self, s: &Settings) -> Vec<PromptRef> {

@@ -127,6 +127,9 @@ fn init_logs_track_checks_and_runs_to_a_verified_release_with_nothing_copied() {
     assert_code(&o, 0);
     let out = stdout(&o);
     assert!(out.contains("format `events`") && out.contains("format `mcp`"), "formats detected: {out}");
+    // The first run's LLM work, counted in the copied log file; nothing is timed yet.
+    let curate = out.lines().find(|l| l.starts_with("logs-curate ")).unwrap_or_else(|| panic!("no estimate: {out}"));
+    assert!(curate.contains("sessions in the log files") && curate.contains("not measured"), "{curate}");
     let proj = dir.path().join("proj");
     for f in ["pipeline/proj.toml", "reviews/reviewers.toml", "raw/personas.toml", ".gitignore", "README.md"] {
         assert!(proj.join(f).is_file(), "{f} missing");

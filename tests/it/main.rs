@@ -14,6 +14,7 @@ mod efs_flow;
 mod efs_index;
 mod embed_endpoint;
 mod embed_minilm;
+mod estimates;
 mod eval;
 mod execute_agent;
 mod formats;

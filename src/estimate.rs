@@ -1,0 +1,296 @@
+//! What the first run will ask of the LLM: per enabled stage and role, an upper bound of
+//! its exchanges (each stage's [`crate::stage::Stage::estimate`]) and about how long they
+//! take here, from the ledger's own timings of the role (a `benchgen llm ping` is the
+//! shortest measurement). `benchgen check` and `benchgen init` print the table, so a run
+//! that takes twelve minutes on a small machine says so before it starts.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::llm::Provider;
+use crate::settings::Settings;
+use crate::stage::Estimate;
+
+/// One row of the table: a stage's exchanges with one role, and their time.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Row {
+    pub stage: String,
+    pub role: String,
+    /// Upper bound, re-asks included.
+    pub exchanges: u64,
+    /// When every answer is valid at once.
+    pub first_try: u64,
+    pub basis: String,
+    /// Measured mean seconds per exchange of the role (`None`: never timed here).
+    pub seconds_per_exchange: Option<f64>,
+    /// Seconds the first-try exchanges take, sequential or spread over requests in flight.
+    pub seconds: Option<f64>,
+    /// The time column as printed.
+    pub time: String,
+}
+
+/// The whole table with its total.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Table {
+    pub rows: Vec<Row>,
+    pub exchanges: u64,
+    /// Sum of the measured rows' seconds.
+    pub seconds: f64,
+    /// Roles in the table without a timing (their rows add nothing to `seconds`).
+    pub unmeasured: Vec<String>,
+}
+
+/// The table over the stages `run` includes under `settings`.
+pub fn table(settings: &Settings) -> Table {
+    let timings = seconds_per_exchange(settings);
+    let mut rows = Vec::new();
+    for stage in crate::stages::enabled(settings) {
+        for e in crate::stage::merge_by_role(stage.estimate(settings)) {
+            let per = timings.get(&e.role).copied();
+            rows.push(row(settings, stage.spec().name, e, per));
+        }
+    }
+    let mut unmeasured: Vec<String> =
+        rows.iter().filter(|r| r.seconds.is_none() && r.first_try > 0).map(|r| r.role.clone()).collect();
+    unmeasured.sort();
+    unmeasured.dedup();
+    Table {
+        exchanges: rows.iter().map(|r| r.exchanges).sum(),
+        seconds: rows.iter().filter_map(|r| r.seconds).sum(),
+        unmeasured,
+        rows,
+    }
+}
+
+/// One stage's estimate for one role as a row: the bound with every typed answer re-asked
+/// as often as the role's `reask` allows, and the time of the first tries.
+pub fn row(settings: &Settings, stage: &str, e: Estimate, per: Option<f64>) -> Row {
+    let reask = crate::llm::role_reask(settings, &e.role);
+    let exchanges = e.typed * (1 + u64::from(reask)) + e.plain;
+    let first_try = e.typed + e.plain;
+    let mut basis = e.basis;
+    if e.typed > 0 && reask > 0 {
+        basis.push_str(&format!("; typed answers × {} with re-asks", reask + 1));
+    }
+    let at_once = at_once(settings, &e.role, e.in_flight);
+    let seconds = per.map(|s| first_try as f64 * s / at_once as f64);
+    let time = time_text(per, seconds, at_once, &e.role);
+    Row {
+        stage: stage.to_string(),
+        role: e.role,
+        exchanges,
+        first_try,
+        basis,
+        seconds_per_exchange: per,
+        seconds,
+        time,
+    }
+}
+
+/// Mean latency of each role's live exchanges in the ledger, over every stage and
+/// `llm ping`. A ledger that cannot be read measures nothing (the table says so).
+pub fn seconds_per_exchange(settings: &Settings) -> BTreeMap<String, f64> {
+    let rows = crate::llm::stats::collect(settings, None).unwrap_or_default();
+    let mut sums: BTreeMap<String, (f64, u64)> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.calls > 0 && r.seconds > 0.0) {
+        let s = sums.entry(r.role.clone()).or_default();
+        s.0 += r.seconds;
+        s.1 += r.calls;
+    }
+    sums.into_iter().map(|(role, (secs, n))| (role, secs / n as f64)).collect()
+}
+
+/// Requests of `role` a stage has in flight at once. One local server shares this
+/// machine's cores between its requests, so they gain nothing from overlapping: its
+/// measured latency is taken as sequential.
+fn at_once(settings: &Settings, role: &str, in_flight: usize) -> usize {
+    let Some(r) = settings.section::<crate::llm::LlmSettings>().roles.get(role) else { return 1 };
+    if r.provider == Provider::Local {
+        return 1;
+    }
+    let endpoints = r.base_urls.as_ref().map_or(1, |u| u.len().max(1));
+    let bound = r.max_concurrency.max(1) * endpoints;
+    if in_flight == 0 { bound } else { in_flight.min(bound) }
+}
+
+fn time_text(per: Option<f64>, seconds: Option<f64>, at_once: usize, role: &str) -> String {
+    match (per, seconds) {
+        (Some(per), Some(secs)) => {
+            let spread = if at_once > 1 { format!(", {at_once} at once") } else { String::new() };
+            format!("≈ {} ({per:.1} s/exchange measured{spread})", duration(secs))
+        }
+        _ => format!("not measured: `benchgen llm ping --role {role}` measures the role"),
+    }
+}
+
+/// Seconds as a person reads them: `40 s`, `11 min`, `2.5 h`.
+pub fn duration(secs: f64) -> String {
+    if secs < 90.0 {
+        format!("{} s", secs.round() as u64)
+    } else if secs < 90.0 * 60.0 {
+        format!("{} min", (secs / 60.0).round() as u64)
+    } else {
+        format!("{:.1} h", secs / 3600.0)
+    }
+}
+
+/// The table as text, with a total line; empty when no enabled stage calls an LLM.
+pub fn render(t: &Table) -> String {
+    if t.rows.is_empty() {
+        return String::new();
+    }
+    let head = ["stage", "role", "exchanges (≤)", "basis", "time ≈"];
+    let mut cells: Vec<[String; 5]> = t
+        .rows
+        .iter()
+        .map(|r| [r.stage.clone(), r.role.clone(), r.exchanges.to_string(), r.basis.clone(), r.time.clone()])
+        .collect();
+    let measured = t.rows.iter().any(|r| r.seconds.is_some());
+    let total_time = match (measured, t.unmeasured.is_empty()) {
+        (true, true) => format!("≈ {}", duration(t.seconds)),
+        (true, false) => format!("≈ {} + roles not measured: {}", duration(t.seconds), t.unmeasured.join(", ")),
+        (false, _) => format!("not measured: {}", t.unmeasured.join(", ")),
+    };
+    cells.push(["total".into(), String::new(), t.exchanges.to_string(), String::new(), total_time]);
+    let width =
+        |i: usize| cells.iter().map(|c| c[i].chars().count()).chain([head[i].chars().count()]).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..4).map(width).collect();
+    let line = |c: [&str; 5]| {
+        let pad = |s: &str, w: usize| format!("{s}{}", " ".repeat(w.saturating_sub(s.chars().count())));
+        format!(
+            "{} | {} | {} | {} | {}\n",
+            pad(c[0], widths[0]),
+            pad(c[1], widths[1]),
+            pad(c[2], widths[2]),
+            pad(c[3], widths[3]),
+            c[4]
+        )
+    };
+    let mut out = String::from(
+        "LLM exchanges of the first run (upper bounds; time: their first tries at this ledger's measured latency, a ceiling rather than a forecast):\n",
+    );
+    out.push_str(&line(head));
+    for c in &cells {
+        out.push_str(&line([&c[0], &c[1], &c[2], &c[3], &c[4]]));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stage::Stage;
+    use serde_json::json;
+
+    /// A registry track over two servers (3 + 1 tools) with a classifier that may re-ask
+    /// once, and L1 sampling 2 tools with 3 candidates each.
+    const REGISTRY: &str = r#"
+[registry]
+source = "raw/registry.json"
+
+[filter]
+classifier_role = "classifier"
+
+[llm.roles.classifier]
+provider = "vllm"
+base_url = "http://127.0.0.1:9/v1"
+model = "m"
+reask = 1
+max_concurrency = 3
+
+[levels]
+writer_role = "writer"
+judge_role = "classifier"
+
+[levels.l1]
+candidates = 3
+max_items = 2
+"#;
+
+    /// A project in a temp folder: `config` as `pipeline/t.toml` and the raw files given.
+    fn project(config: &str, files: &[(&str, String)]) -> (tempfile::TempDir, Settings) {
+        let dir = tempfile::tempdir().unwrap();
+        for (rel, text) in files.iter().chain([&("pipeline/t.toml", config.to_string())]) {
+            let p = dir.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        let settings = Settings::load(&dir.path().join("pipeline/t.toml")).unwrap();
+        (dir, settings)
+    }
+
+    fn registry() -> (&'static str, String) {
+        let schema = json!({"type": "object", "properties": {}});
+        let tool = |n: &str| json!({"tool_name": n, "tool_description": "d", "input_schema": schema});
+        let servers = json!({"servers": [
+            {"server_name": "a", "categories": ["x"], "tools": [tool("t1"), tool("t2"), tool("t3")]},
+            {"server_name": "b", "categories": ["x"], "tools": [tool("t4")]},
+        ]});
+        ("raw/registry.json", servers.to_string())
+    }
+
+    #[test]
+    fn registry_stages_bound_their_exchanges_by_the_snapshot_and_the_caps() {
+        let (_dir, s) = project(REGISTRY, &[registry()]);
+        let filter = crate::filter::FilterStage.estimate(&s);
+        assert_eq!(filter.len(), 1, "{filter:?}");
+        // Every server and tool asked at most once, each answer re-asked at most once.
+        let r = row(&s, "filter", filter[0].clone(), Some(2.0));
+        assert_eq!((r.first_try, r.exchanges), (6, 12), "{r:?}");
+        assert!(r.basis.contains("2 servers + 4 tools") && r.basis.contains("× 2 with re-asks"), "{}", r.basis);
+        // No bound of the stage's own: the role's 3 requests in flight share the 6 × 2 s.
+        assert_eq!(r.seconds, Some(4.0));
+        assert!(r.time.contains("2.0 s/exchange measured, 3 at once"), "{}", r.time);
+        // L1: 2 of the 4 tools, one draft each (writer), 3 candidates each verified (judge).
+        let l1 = crate::levels::l1::L1Stage.estimate(&s);
+        let by: BTreeMap<&str, (u64, u64)> = l1.iter().map(|e| (e.role.as_str(), (e.typed, e.plain))).collect();
+        assert_eq!(by, BTreeMap::from([("writer", (2, 0)), ("classifier", (6, 0))]));
+    }
+
+    #[test]
+    fn curation_counts_the_sessions_in_the_log_files_before_any_import() {
+        let demo = include_str!("../raw/demo/logs/chats.jsonl");
+        let chats: String = demo.lines().take(3).map(|l| format!("{l}\n")).collect();
+        let config = "[[logs.sources]]\npath = \"raw/chats.jsonl\"\nformat = \"openai\"\n\n\
+                      [logs.curate]\njudge_role = \"judge\"\nsecond_role = \"second\"\n";
+        let (_dir, s) = project(config, &[("raw/chats.jsonl", chats)]);
+        let rows = crate::logs::curate::CurateStage.estimate(&s);
+        let by: BTreeMap<&str, u64> = rows.iter().map(|e| (e.role.as_str(), e.typed)).collect();
+        // Need and answer per session, and a second verdict for each when the first says no.
+        assert_eq!(by, BTreeMap::from([("judge", 6), ("second", 6)]), "{rows:?}");
+        assert!(rows[0].basis.contains("3 sessions in the log files"), "{}", rows[0].basis);
+    }
+
+    #[test]
+    fn without_a_ledger_the_table_says_how_to_measure_each_role() {
+        let (_dir, s) = project(REGISTRY, &[registry()]);
+        let t = table(&s);
+        assert!(t.rows.iter().any(|r| r.stage == "filter" && r.role == "classifier"), "{t:?}");
+        assert!(t.rows.iter().all(|r| r.seconds.is_none()), "{t:?}");
+        assert_eq!(t.exchanges, t.rows.iter().map(|r| r.exchanges).sum::<u64>());
+        let text = render(&t);
+        assert!(text.contains("exchanges (≤)") && text.contains("`benchgen llm ping --role classifier`"), "{text}");
+        assert!(text.lines().last().unwrap().starts_with("total"), "{text}");
+        assert!(t.unmeasured.contains(&"classifier".to_string()) && t.unmeasured.contains(&"writer".to_string()));
+    }
+
+    #[test]
+    fn one_row_per_role_adds_up_its_asks() {
+        let rows = crate::stage::merge_by_role([
+            Estimate::typed("a", 2, "x"),
+            Estimate::plain("b", 5, "y"),
+            Estimate::plain("a", 3, "z"),
+        ]);
+        let got: Vec<(&str, u64, u64, &str)> =
+            rows.iter().map(|e| (e.role.as_str(), e.typed, e.plain, e.basis.as_str())).collect();
+        assert_eq!(got, [("a", 2, 3, "x + z"), ("b", 0, 5, "y")]);
+    }
+
+    #[test]
+    fn durations_read_as_seconds_minutes_or_hours() {
+        assert_eq!(duration(42.4), "42 s");
+        assert_eq!(duration(116.0 * 6.2), "12 min");
+        assert_eq!(duration(3.0 * 3600.0), "3.0 h");
+    }
+}
