@@ -303,6 +303,18 @@ struct Audit {
     hold: bool,
 }
 
+impl Audit {
+    /// Whether the audit keeps `id` out of this version: (the card's reason class, the
+    /// CHANGELOG's reason).
+    fn leaves_out(&self, id: &str) -> Option<(&'static str, String)> {
+        if let Some(reason) = self.adjudicated.leave_out.get(id) {
+            return Some(("left out after evaluation", reason.clone()));
+        }
+        let flagged = self.flagged.get(id).filter(|_| self.hold)?;
+        Some((HELD, format!("held back: {flagged}; waiting for a decision")))
+    }
+}
+
 /// The summary's left-out reason of held items.
 const HELD: &str = "held back: flagged all-fail by the eval panel, waiting for a decision";
 
@@ -684,17 +696,7 @@ pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) ->
     if !audit.hold {
         pool.summary.flagged_published = audit.flagged.keys().filter(|id| pool.current.contains_key(*id)).count();
     }
-    let mut unknown: Vec<&String> =
-        audit.adjudicated.leave_out.keys().filter(|id| !pool.left_out.contains_key(*id)).collect();
-    if !unknown.is_empty() {
-        unknown.sort();
-        let shown: Vec<&str> = unknown.iter().take(5).map(|s| s.as_str()).collect();
-        out.notes.push(format!(
-            "warning: the eval review leaves out {} sample(s) that are not in the pool: {}",
-            unknown.len(),
-            shown.join(", ")
-        ));
-    }
+    warn_unknown(out, &audit, &pool);
     cassettes::write(&tmp)?;
 
     // EFS sets, where the registry track made levels.
@@ -731,6 +733,32 @@ pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) ->
     let shown = publish(s, out, &tmp, &target, &sums, &mut partial)?;
     drop(partial);
 
+    published_notes(out, &summary, &shown);
+    let mut left: Vec<(&String, &String)> = left_out.iter().collect();
+    left.sort();
+    let release_event = json!({"name": cfg.name, "version": cfg.version, "dir": shown, "samples": summary.samples,
+                               "sha256sums": crate::store::sha256_hex(sums.as_bytes())});
+    published_events(out, (&rel_name, release_event), published, left);
+    Ok(())
+}
+
+/// Ids the adjudicated eval sheet leaves out that are not in the pool: a warning.
+fn warn_unknown(out: &mut Output, audit: &Audit, pool: &Pooled) {
+    let mut unknown: Vec<&String> =
+        audit.adjudicated.leave_out.keys().filter(|id| !pool.left_out.contains_key(*id)).collect();
+    if !unknown.is_empty() {
+        unknown.sort();
+        let shown: Vec<&str> = unknown.iter().take(5).map(|s| s.as_str()).collect();
+        out.notes.push(format!(
+            "warning: the eval review leaves out {} sample(s) that are not in the pool: {}",
+            unknown.len(),
+            shown.join(", ")
+        ));
+    }
+}
+
+/// A published release's counts and notes (with the held items' next step).
+fn published_notes(out: &mut Output, summary: &Summary, shown: &str) {
     let held = summary.left_out.get(HELD).copied().unwrap_or(0);
     if held > 0 {
         out.count("held", held);
@@ -749,11 +777,19 @@ pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) ->
         "{} of {} pool samples released ({} tools); card `{shown}/README.md`",
         summary.samples, summary.pool, summary.tools
     ));
+}
+
+/// The ledger events of a publication: each released sample's, each left-out sample's
+/// (sorted by id) and the release's own.
+fn published_events(
+    out: &mut Output,
+    (rel_name, release): (&str, Value),
+    published: Vec<(String, Value)>,
+    left: Vec<(&String, &String)>,
+) {
     for (subject, payload) in published {
         out.event(NewEvent::new("release.published", Some(&subject), payload));
     }
-    let mut left: Vec<(&String, &String)> = left_out.iter().collect();
-    left.sort();
     for (id, reason) in left {
         out.event(NewEvent::new(
             "release.left_out",
@@ -761,13 +797,7 @@ pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) ->
             json!({"release": rel_name, "reason": reason}),
         ));
     }
-    out.event(NewEvent::new(
-        "release.published",
-        Some(&format!("release:{rel_name}")),
-        json!({"name": cfg.name, "version": cfg.version, "dir": shown, "samples": summary.samples,
-               "sha256sums": crate::store::sha256_hex(sums.as_bytes())}),
-    ));
-    Ok(())
+    out.event(NewEvent::new("release.published", Some(&format!("release:{rel_name}")), release));
 }
 
 /// What the pool pass keeps for the tables, the changelog and the card: small per-sample
@@ -867,14 +897,9 @@ fn write_pool(
             pool.left_out.insert(sample.id.clone(), reason);
             continue;
         }
-        if let Some(reason) = audit.adjudicated.leave_out.get(&sample.id) {
-            *pool.summary.left_out.entry("left out after evaluation".into()).or_default() += 1;
-            pool.left_out.insert(sample.id.clone(), reason.clone());
-            continue;
-        }
-        if let Some(reason) = audit.flagged.get(&sample.id).filter(|_| audit.hold) {
-            *pool.summary.left_out.entry(HELD.into()).or_default() += 1;
-            pool.left_out.insert(sample.id.clone(), format!("held back: {reason}; waiting for a decision"));
+        if let Some((class, reason)) = audit.leaves_out(&sample.id) {
+            *pool.summary.left_out.entry(class.into()).or_default() += 1;
+            pool.left_out.insert(sample.id.clone(), reason);
             continue;
         }
         let key = request_key(sample);
