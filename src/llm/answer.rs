@@ -32,19 +32,29 @@ pub struct Answer<T> {
     pub schema: Value,
     /// The request's sampling seed instead of the role's ([`Answer::with_seed`]).
     pub seed: Option<u64>,
+    /// The schema is the answer type's own, the same for every item of a stage
+    /// ([`Answer::of`]): its instruction can go with the prompt's fixed part (see
+    /// [`super::LlmClient::ask`]).
+    pub fixed: bool,
     check: Check<T>,
 }
 
 impl<T> Clone for Answer<T> {
     fn clone(&self) -> Self {
-        Answer { name: self.name.clone(), schema: self.schema.clone(), seed: self.seed, check: self.check.clone() }
+        Answer {
+            name: self.name.clone(),
+            schema: self.schema.clone(),
+            seed: self.seed,
+            fixed: self.fixed,
+            check: self.check.clone(),
+        }
     }
 }
 
 impl<T: DeserializeOwned + schemars::JsonSchema + 'static> Answer<T> {
     /// `T`'s own schema ([`schema_of`]) and no check.
     pub fn of() -> Answer<T> {
-        Answer::new(&schema_name::<T>(), schema_of::<T>())
+        Answer { fixed: true, ..Answer::new(&schema_name::<T>(), schema_of::<T>()) }
     }
 }
 
@@ -53,7 +63,7 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
     /// bounded as in [`schema_of`].
     pub fn new(name: &str, mut schema: Value) -> Answer<T> {
         bound_strings(&mut schema, None);
-        Answer { name: name.to_string(), schema, seed: None, check: Arc::new(|_: &T| Ok(())) }
+        Answer { name: name.to_string(), schema, seed: None, fixed: false, check: Arc::new(|_: &T| Ok(())) }
     }
 
     /// Ask with the sampling `seed` instead of the role's (`None`: the role's): a second,
@@ -126,6 +136,8 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
             .unwrap_or_else(|| json!(format!("One entry per {noun}, in order.")));
         self.schema["properties"][list] = json!({"type": "array", "description": description,
             "prefixItems": entries, "minItems": n, "maxItems": n});
+        // `n` may differ from item to item (the turns of a dialogue).
+        self.fixed = false;
         self.check(move |v| check_numbered(&get(v), n, noun))
     }
 }

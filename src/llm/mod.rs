@@ -530,9 +530,16 @@ impl LlmClient {
             "\n\nAnswer with only a JSON value that matches this JSON Schema, nothing else:\n```json\n{}\n```",
             serde_json::to_string(schema).unwrap_or_default()
         );
-        if let Some(last) = messages.iter_mut().rev().find(|m| m["role"] == "user") {
-            let text = format!("{}{instruction}", last["content"].as_str().unwrap_or_default());
-            last["content"] = Value::String(text);
+        // Where the instruction goes decides how much of a request a server with prefix
+        // caching (llama.cpp, vLLM, SGLang) reuses from the stage's previous one: a schema
+        // that is the same for every item joins the system message, the fixed part that
+        // comes first; one built per item goes after the data, so the fixed part stays a
+        // shared prefix either way.
+        let system = messages.iter().position(|m| m["role"] == "system").filter(|_| answer.fixed);
+        let at = system.or_else(|| messages.iter().rposition(|m| m["role"] == "user"));
+        if let Some(m) = at.and_then(|i| messages.get_mut(i)) {
+            let text = format!("{}{instruction}", m["content"].as_str().unwrap_or_default());
+            m["content"] = Value::String(text);
         }
         let mut extra = serde_json::Map::new();
         if r.settings.json_schema {

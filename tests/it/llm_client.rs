@@ -34,7 +34,10 @@ fn retries_429_and_500_honouring_retry_after() {
     assert_eq!(ex[0]["attempts"], 3);
     assert_eq!(ex[0]["template"], "judge");
     assert!(ex[0]["template_hash"].as_str().unwrap().starts_with("sha256:"));
-    assert_eq!(ex[0]["request"]["messages"][0]["content"], "You judge tools.");
+    // The system message: the template's, then the answer type's schema (the same for
+    // every item).
+    let system = ex[0]["request"]["messages"][0]["content"].as_str().unwrap();
+    assert!(system.starts_with("You judge tools.\n\nAnswer with only a JSON value"), "{system}");
 }
 
 #[test]
@@ -131,7 +134,37 @@ fn think_blocks_and_fenced_json_are_extracted() {
     let body = &s.requests()[0].body;
     assert_eq!(body["response_format"]["type"], "json_schema");
     assert!(body["response_format"]["json_schema"]["schema"]["properties"]["verdict"].is_object());
-    assert!(s.requests()[0].last_user().contains("JSON Schema"));
+    // The answer type's schema is the same for every item: it joins the system message, the
+    // fixed part a prefix-caching server reuses, and the user message holds only the data.
+    let msgs = body["messages"].as_array().unwrap();
+    assert_eq!(msgs[0]["role"], "system");
+    let system = msgs[0]["content"].as_str().unwrap();
+    assert!(system.starts_with("You judge tools.") && system.contains("JSON Schema"), "{system}");
+    assert!(!s.requests()[0].last_user().contains("JSON Schema"));
+}
+
+#[test]
+fn a_schema_built_per_item_follows_the_data_and_two_items_share_their_fixed_prefix() {
+    let s = ScriptedLlm::start(|_| good());
+    let p = project(&s.base_url(), "");
+    let c = client(&p, LlmMode::Cached);
+    let schema = json!({"type": "object", "properties": {"verdict": {"type": "string", "enum": ["keep", "drop"]},
+        "reason": {"type": "string"}}, "required": ["verdict", "reason"]});
+    let per_item = benchgen::llm::Answer::<Verdict>::new("verdict_for_a", schema);
+    rt().block_on(c.ask("r", &prompt("a"), "a", &per_item)).unwrap();
+    let body = &s.requests()[0].body;
+    let msgs = body["messages"].as_array().unwrap();
+    assert!(!msgs[0]["content"].as_str().unwrap().contains("JSON Schema"));
+    assert!(s.requests()[0].last_user().ends_with("```"), "after the data: {}", s.requests()[0].last_user());
+    // Two items of one typed stage: everything up to the data is the same bytes.
+    rt().block_on(c.typed::<Verdict>("r", &prompt("a"), "a")).unwrap();
+    rt().block_on(c.typed::<Verdict>("r", &prompt("b"), "b")).unwrap();
+    let reqs = s.requests();
+    let text = |i: usize| serde_json::to_string(&reqs[i].body["messages"]).unwrap();
+    let (one, two) = (text(1), text(2));
+    let shared = one.chars().zip(two.chars()).take_while(|(a, b)| a == b).count();
+    let data_at = one.find("Tool: ").expect("the user message's data");
+    assert!(shared >= data_at, "the shared prefix ends at {shared}, before the data at {data_at}: {one}");
 }
 
 #[test]
