@@ -249,7 +249,7 @@ fn stats_row(label: &str, v: &super::KindStats) -> String {
     )
 }
 
-fn describe_file(f: &str) -> &'static str {
+pub(super) fn describe_file(f: &str) -> &'static str {
     match f {
         "samples.jsonl" => "every sample in benchgen's unified format",
         "samples.parquet" => "one row per sample: type, difficulty, scenario, counts, review decision and scores",
@@ -259,6 +259,9 @@ fn describe_file(f: &str) -> &'static str {
         "CHANGELOG.md" => "samples added, removed and changed against the previous version",
         "SHA256SUMS" => "checksums of every file",
         "README.md" => "this card",
+        "croissant.json" => {
+            "MLCommons Croissant 1.1 metadata (JSON-LD): files with checksums, loadable record sets, responsible-AI fields"
+        }
         "cassettes.jsonl" => {
             "per sample, the recorded tool responses of its reference trajectory, by tool and arguments (what `benchgen eval` answers calls with)"
         }

@@ -26,6 +26,7 @@ pub mod card;
 pub mod cassettes;
 pub mod content;
 pub mod convert;
+pub mod croissant;
 pub mod eval_review;
 pub mod lineage;
 pub mod tables;
@@ -76,6 +77,7 @@ fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Er
 /// The files a release may hold (under `artifacts/release/` and the published folder).
 pub const FILES: &[&str] = &[
     "README.md",
+    "croissant.json",
     "CHANGELOG.md",
     "SHA256SUMS",
     "samples.jsonl",
@@ -138,6 +140,7 @@ pub(crate) use pool_reads;
 /// The files the release and its candidate write.
 pub(crate) const WRITES: &[&str] = &[
     "README.md",
+    "croissant.json",
     "CHANGELOG.md",
     "SHA256SUMS",
     "samples.jsonl",
@@ -161,8 +164,9 @@ pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "release",
     // 5: holds back the items `eval` flagged `all-fail` until they are decided.
-    version: 5,
-    about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, checksums",
+    // 6: writes `croissant.json`.
+    version: 6,
+    about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, checksums",
     reads: pool_reads!(eval_review::QUEUE.optional()),
     writes: WRITES,
     section: Some("release"),
@@ -335,8 +339,8 @@ impl Stage for ReleaseStage {
          `tool_equivalence_sets.json`, `finmcp_single_tool.json`, `finmcp_multi_tool.json`,
          `finmcp_multi_turn.json`, `samples.jsonl`, `samples.parquet`, `tools.parquet`,
          `lineage.jsonl`, `cassettes.jsonl` (each sample's recorded tool responses, for
-         `benchgen eval`), the dataset card `README.md` with `plots/*.svg`, `CHANGELOG.md` and
-         `SHA256SUMS`. A published version is never overwritten. With `[eval]`, the panel first
+         `benchgen eval`), the dataset card `README.md` with `plots/*.svg`, `croissant.json`
+         (MLCommons Croissant 1.1 with responsible-AI fields), `CHANGELOG.md` and `SHA256SUMS`. A published version is never overwritten. With `[eval]`, the panel first
          audits the release candidate (`benchgen release candidate`), and every item it flagged
          `all-fail` (`eval/review.csv`) is held back until `[release] eval_review` decides it
          (`hold_flagged = false`: published and listed on the card). `benchgen release verify
@@ -432,6 +436,9 @@ pub struct Summary {
     pub changelog_head: Option<String>,
     /// Items the eval panel flagged `all-fail`, published undecided (`hold_flagged = false`).
     pub flagged_published: usize,
+    /// Values the log track's import anonymised (its manifest's `anonymised` count); `None`
+    /// when the log track did not run. For `croissant.json`'s personal-information field.
+    pub anonymised: Option<u64>,
 }
 
 /// A JSON array written one element per line, so large files stream.
@@ -1433,16 +1440,30 @@ fn write_card(
     for (rel, svg) in card::plots(&summary)? {
         std::fs::write(tmp.join(&rel), svg)?;
     }
+    if fin_track {
+        summary.anonymised = ctx.manifest_of("logs-import").and_then(|m| m.counts.get("anonymised")?.as_u64());
+    }
+    let sums = finish_folder(tmp, &mut summary)?;
+    Ok((summary, sums))
+}
+
+/// `croissant.json` (listing the files written so far with their checksums), then the card
+/// and `SHA256SUMS`, which both list it; returns the checksums.
+fn finish_folder(tmp: &Path, summary: &mut Summary) -> Result<String> {
     let mut files = list_files(tmp)?;
-    files.push("README.md".into());
-    files.push("SHA256SUMS".into());
+    let mut listed: Vec<(String, String)> = Vec::new();
+    for f in files.iter().filter(|f| !croissant::UNLISTED.contains(&f.as_str())) {
+        listed.push((f.clone(), sha256_file(&tmp.join(f))?));
+    }
+    files.extend(["README.md", "SHA256SUMS", croissant::FILE].map(String::from));
     files.sort();
     files.dedup();
     summary.files = files;
-    std::fs::write(tmp.join("README.md"), card::render(&summary))?;
+    croissant::write(tmp, summary, &listed)?;
+    std::fs::write(tmp.join("README.md"), card::render(summary))?;
     let sums = checksums(tmp)?;
     std::fs::write(tmp.join("SHA256SUMS"), &sums)?;
-    Ok((summary, sums))
+    Ok(sums)
 }
 
 /// Copies the release into the stage's artifacts and renames it into place; a version

@@ -58,6 +58,7 @@ pub fn verify(dir: &Path) -> Result<Verified> {
     std::fs::create_dir_all(&scratch.0)?;
 
     checksums(dir, &mut v)?;
+    check_croissant(dir, &mut v)?;
 
     // samples.jsonl: the unified samples, their tools and dependencies.
     let mut referenced: Vec<(String, String)> = Vec::new();
@@ -474,6 +475,53 @@ fn checksums(dir: &Path, v: &mut Verified) -> Result<()> {
     }
     if v.failures.len() == before {
         v.checks.push(format!("SHA256SUMS: {} files match", listed.len()));
+    }
+    Ok(())
+}
+
+/// `croissant.json` parses as Croissant 1.1 and its distribution lists every file but the
+/// ones written after it, each with the sha256 the file has.
+fn check_croissant(dir: &Path, v: &mut Verified) -> Result<()> {
+    use super::croissant::{CONFORMS_TO, FILE, UNLISTED};
+    let doc: Value = match std::fs::read(dir.join(FILE)).map(|b| serde_json::from_slice::<Value>(&b)) {
+        Err(e) => {
+            v.fail(format!("{FILE}: cannot read: {e}"));
+            return Ok(());
+        }
+        Ok(Err(e)) => {
+            v.fail(format!("{FILE}: not JSON: {e}"));
+            return Ok(());
+        }
+        Ok(Ok(doc)) => doc,
+    };
+    let before = v.failures.len();
+    if doc["conformsTo"] != CONFORMS_TO {
+        v.fail(format!("{FILE}: `conformsTo` is {}, not \"{CONFORMS_TO}\"", doc["conformsTo"]));
+    }
+    let mut listed: BTreeMap<String, String> = BTreeMap::new();
+    for (i, f) in doc["distribution"].as_array().into_iter().flatten().enumerate() {
+        match (f["contentUrl"].as_str(), f["sha256"].as_str()) {
+            (Some(url), Some(h)) => {
+                listed.insert(url.to_string(), h.to_string());
+            }
+            _ => v.fail(format!("{FILE}: distribution[{i}] has no `contentUrl` or `sha256`")),
+        }
+    }
+    for (f, h) in &listed {
+        match super::sha256_file(&dir.join(f)) {
+            Ok(got) if &got == h => {}
+            Ok(_) => v.fail(format!("{FILE}: `{f}` does not match its sha256")),
+            Err(_) => v.fail(format!("{FILE}: `{f}` is listed but missing")),
+        }
+    }
+    for f in super::list_files(dir)? {
+        if !UNLISTED.contains(&f.as_str()) && !listed.contains_key(&f) {
+            v.fail(format!("{FILE}: `{f}` is not in its distribution"));
+        }
+    }
+    if v.failures.len() == before {
+        let sets = doc["recordSet"].as_array().map_or(0, Vec::len);
+        v.checks.push(format!("{FILE}: Croissant 1.1, {} files match, {sets} record sets", listed.len()));
     }
     Ok(())
 }

@@ -247,6 +247,7 @@ fn release_parses_scores_100_and_has_a_full_card() {
     let files: Vec<String> = tree(&d).into_keys().collect();
     for f in [
         "README.md",
+        "croissant.json",
         "CHANGELOG.md",
         "SHA256SUMS",
         "samples.jsonl",
@@ -472,6 +473,8 @@ fn planted(p: &Project, name: &str, edit: impl FnOnce(&Path), resum: bool) -> St
     }
     edit(&d);
     if resum {
+        // A consistent edit: croissant.json's checksums too, then SHA256SUMS over it.
+        benchgen::release::croissant::rehash(&d).unwrap();
         std::fs::write(d.join("SHA256SUMS"), benchgen::release::checksums(&d).unwrap()).unwrap();
     }
     let o = benchgen(&["release", "verify", d.to_str().unwrap()]);
@@ -524,6 +527,24 @@ fn verify_fails_on_each_planted_defect() {
     );
     assert!(e.contains("sample `fin-b` has no lineage in lineage.jsonl"), "{e}");
     assert!(e.starts_with("error: `") && e.contains("failed verification"), "{e}");
+    // croissant.json naming a checksum its file does not have (SHA256SUMS recomputed over it).
+    let e = planted(
+        &p,
+        "croissant",
+        |d| {
+            let path = d.join("croissant.json");
+            let mut doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            let f =
+                doc["distribution"].as_array_mut().unwrap().iter_mut().find(|f| f["@id"] == "samples.jsonl").unwrap();
+            f["sha256"] = json!("0".repeat(64));
+            std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+            std::fs::write(d.join("SHA256SUMS"), benchgen::release::checksums(d).unwrap()).unwrap();
+        },
+        false,
+    );
+    assert!(e.contains("croissant.json: `samples.jsonl` does not match its sha256"), "{e}");
+    let e = planted(&p, "no_croissant", |d| std::fs::remove_file(d.join("croissant.json")).unwrap(), false);
+    assert!(e.contains("croissant.json: cannot read"), "{e}");
 }
 
 /// A release file rewritten by `edit` on its parsed JSON (an array of records), written
@@ -655,6 +676,7 @@ fn verify_warns_on_an_empty_part_instead_of_scoring_it() {
         let mut df = df.filter(&mask).unwrap();
         ParquetWriter::new(std::fs::File::create(&path).unwrap()).finish(&mut df).unwrap();
     }
+    benchgen::release::croissant::rehash(&d).unwrap();
     std::fs::write(d.join("SHA256SUMS"), benchgen::release::checksums(&d).unwrap()).unwrap();
     let o = benchgen(&["release", "verify", d.to_str().unwrap()]);
     assert_code(&o, 0);
@@ -801,6 +823,66 @@ print(json.dumps(out))
             }
         }
     }
+}
+
+/// The validator and loader `make setup` installs for this test
+/// (scripts/setup.d/46-mlcroissant.sh): its venv's `bin/`.
+fn mlcroissant_bin() -> Option<PathBuf> {
+    let bin = benchgen::llm::config::cache_dir().join("mlcroissant/bin");
+    if bin.join("python").is_file() && bin.join("mlcroissant").is_file() {
+        return Some(bin);
+    }
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "mlcroissant is missing: run `make setup`");
+    eprintln!("skipping the Croissant test: run `make setup` to install `mlcroissant`");
+    None
+}
+
+/// `croissant.json` validates with `mlcroissant` (the MLCommons reference library), and each
+/// of its record sets loads with one record per record of its file: every part that holds
+/// records and `lineage.jsonl`; `SHA256SUMS` lists it.
+#[test]
+fn croissant_json_validates_and_every_record_set_loads_with_mlcroissant() {
+    let Some(bin) = mlcroissant_bin() else { return };
+    let p = project("0.1.0");
+    assert_code(&release(&p, &[]), 0);
+    let root = dir(&p, "0.1.0");
+    let jsonld = root.join("croissant.json");
+    let o = std::process::Command::new(bin.join("mlcroissant"))
+        .args(["validate", "--jsonld"])
+        .arg(&jsonld)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    const LOAD: &str = r#"
+import json, sys, mlcroissant as mlc
+ds = mlc.Dataset(jsonld=sys.argv[1])
+print(json.dumps({rs.uuid: len(list(ds.records(record_set=rs.uuid))) for rs in ds.metadata.record_sets}))
+"#;
+    let o = std::process::Command::new(bin.join("python")).args(["-c", LOAD]).arg(&jsonld).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let loaded: Value = serde_json::from_slice(o.stdout.rsplit(|b| *b == b'\n').nth(1).unwrap()).unwrap();
+    let lines = |f: &str| std::fs::read_to_string(root.join(f)).unwrap().lines().count();
+    let mut want = serde_json::Map::new();
+    for f in [
+        "finmcp_multi_tool",
+        "finmcp_multi_turn",
+        "finmcp_single_tool",
+        "level_1",
+        "level_2",
+        "level_3",
+        "level_4",
+        "level_5",
+    ] {
+        let records: Vec<Value> =
+            serde_json::from_slice(&std::fs::read(root.join(format!("{f}.json"))).unwrap()).unwrap();
+        assert!(!records.is_empty(), "the fixture fills every part: {f}");
+        want.insert(f.into(), json!(records.len()));
+    }
+    want.insert("lineage".into(), json!(lines("lineage.jsonl")));
+    want.insert("samples".into(), json!(lines("samples.jsonl")));
+    assert_eq!(loaded, Value::Object(want));
+    let sums = std::fs::read_to_string(root.join("SHA256SUMS")).unwrap();
+    assert!(sums.contains("  croissant.json\n"), "{sums}");
 }
 
 /// Two samples asking the same thing (the same user text, up to case, spacing and end
