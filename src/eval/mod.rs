@@ -9,6 +9,8 @@
 //!   sample's tool space answering from its cassette, the agent loop of [`crate::agent`],
 //!   turn by turn with the gold history. Each run is one `llm::batch` item (checkpointed,
 //!   resumable, its exchanges cached in the ledger).
+//! - [`search`]: the `full` tool space's two tools, `search_tools` over the track's released
+//!   tools and `call_tool`, served in process in front of the sandbox.
 //! - [`predict`]: the runs as unified, ETOM and FinMCP predictions, scored in the corrected
 //!   mode and in `--compat etom` / `--compat finmcp`.
 //! - [`board`]: `leaderboard.json` and `report.md`, with 95 % bootstrap intervals over the
@@ -24,6 +26,7 @@ pub mod board;
 pub mod items;
 pub mod predict;
 pub mod run;
+pub mod search;
 pub mod source;
 pub mod validity;
 
@@ -74,6 +77,10 @@ pub enum ToolSpace {
     /// of the sample's track nearest to its request that offer a tool it lacks (see
     /// [`source::nearest_servers`]); a log-track tool, which has no server, counts as one.
     Standard,
+    /// Every released tool of the sample's track behind a tool search: the agent is offered
+    /// two tools, `search_tools` and `call_tool` ([`search`]), so a catalog of any size fits
+    /// in its request.
+    Full,
 }
 
 impl ToolSpace {
@@ -81,6 +88,7 @@ impl ToolSpace {
         match self {
             ToolSpace::Oracle => "oracle",
             ToolSpace::Standard => "standard",
+            ToolSpace::Full => "full",
         }
     }
 }
@@ -189,8 +197,9 @@ impl Stage for EvalStage {
          (`[eval] agents`, LLM roles) runs every sample `repeats` times through MCP: an
          in-process sandbox serves the sample's tool space (`tool_space = \"oracle\"`: its
          ground-truth tools and their EFS members; `\"standard\"`: those and the tools of the
-         `distractor_servers` other servers of its track nearest to its request, default 3)
-         and answers each call from the sample's cassette of recorded responses, or with a
+         `distractor_servers` other servers of its track nearest to its request, default 3;
+         `\"full\"`: every released tool of its track behind two tools, `search_tools` and
+         `call_tool`) and answers each call from the sample's cassette of recorded responses, or with a
          value shaped by the tool's schema when no recording matches (each call says which
          it got). Multi-turn samples run turn by turn with the gold history. Each run is
          checkpointed; a killed run resumes without asking again.

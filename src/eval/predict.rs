@@ -15,7 +15,10 @@
 //!   the user message, one assistant message per group of calls, the tool results, the
 //!   final answer).
 //!
-//! A run that failed has no line: the scorers count the sample as missing (wrong).
+//! A run that failed has no line: the scorers count the sample as missing (wrong). In the
+//! `full` tool space the runs already hold each `call_tool` call as a call of the tool it
+//! names ([`super::run`]), so the predictions name the real tools; its `search_tools` calls
+//! are searches, not calls, and appear in no prediction.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -5,13 +5,18 @@
 //! the sample's cassette gets the recorded result; any other valid call gets a value shaped
 //! by the tool's schema (seeded by `[project] seed`, the tool and the arguments); so does a
 //! call of a `standard` space's distractor tool, which the cassette has no recording of.
-//! Each call of the run says which it got ([`Answer`]). Turn `t` of a multi-turn sample
-//! starts from the gold conversation of turns `0..t` (user messages, the reference
-//! trajectory's calls and results, the gold replies), as FinMCP's protocol scores it.
+//! Each call of the run says which it got ([`Answer`]). In the `full` space the agent talks
+//! to the tool search in front of the sandbox ([`super::search`]): each `call_tool` call is
+//! recorded as a call of the tool it names, with the arguments it passes on, so predictions
+//! and scores see the real tool; each `search_tools` call is recorded as a search of its
+//! turn, not a call. Turn `t` of a multi-turn sample starts from the gold conversation of
+//! turns `0..t` (user messages, the reference trajectory's calls and results, the gold
+//! replies), as FinMCP's protocol scores it.
 //!
 //! Wire format of `runs.jsonl` (one [`RunRecord`] per line, agents in config order, then
-//! repeat, then sample id): `{agent, repeat, id, tools, turns: [{status, reason?, answer?,
-//! calls: [{tool, offered, group, arguments, answer, result?}], exchanges}]}`.
+//! repeat, then sample id): `{agent, repeat, id, tools, searches?, turns: [{status, reason?,
+//! answer?, calls: [{tool, offered, group, arguments, answer, result?}], searches?: [{group,
+//! arguments, found?, error?}], exchanges}]}` (`searches` only in the `full` space).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,9 +25,10 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::search::{self, CALL_TOOL, SEARCH_TOOLS, SearchServer, ToolSearch};
 use super::source::Release;
-use super::{EvalSettings, STAGE};
-use crate::agent::{AgentSettings, ExecuteSettings, Executor, Query, Recorder, RunStatus, Trajectory};
+use super::{EvalSettings, STAGE, ToolSpace};
+use crate::agent::{AgentSettings, CallRecord, ExecuteSettings, Executor, Query, Recorder, RunStatus, Trajectory};
 use crate::ledger::{NewEvent, Parent};
 use crate::llm::batch::{Batch, BatchOptions, Item, ItemError};
 use crate::llm::{ChatMessage, ToolCall};
@@ -78,8 +84,26 @@ pub struct TurnRun {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
     pub calls: Vec<EvalCall>,
+    /// The turn's `search_tools` calls (`full` space), which are not calls of a tool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub searches: Vec<SearchRun>,
     /// Request hashes of the turn's LLM exchanges.
     pub exchanges: Vec<String>,
+}
+
+/// One `search_tools` call of a turn (`full` space).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchRun {
+    /// Parallel group within the turn (0-based), counted with the calls' groups.
+    pub group: usize,
+    /// `{query, limit?}` as the agent sent them.
+    pub arguments: Value,
+    /// The function names it returned, best first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found: Option<Vec<String>>,
+    /// What the agent was told instead (arguments refused, past the cap, a failure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One run (the checkpointed value of its batch item).
@@ -88,9 +112,16 @@ pub struct RunRecord {
     pub agent: String,
     pub repeat: usize,
     pub id: String,
-    /// Tools in the agent's tool space.
+    /// Tools in the agent's tool space (in the `full` space: behind its tool search).
     pub tools: usize,
+    /// Its `search_tools` calls, over every turn (`full` space; absent when 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub searches: usize,
     pub turns: Vec<TurnRun>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl RunRecord {
@@ -201,7 +232,8 @@ pub fn run_panel(ctx: &Ctx, cfg: &EvalSettings, rel: &Release, out: &mut Output)
         let mut ev = NewEvent::new(
             "eval.run",
             Some(k),
-            json!({"agent": r.agent, "repeat": r.repeat, "sample": r.id, "calls": calls, "statuses": statuses}),
+            json!({"agent": r.agent, "repeat": r.repeat, "sample": r.id, "calls": calls, "searches": r.searches,
+                   "statuses": statuses}),
         );
         for x in r.turns.iter().flat_map(|t| &t.exchanges) {
             if let Some(id) = batch.exchange_event(x)? {
@@ -217,8 +249,9 @@ pub fn run_panel(ctx: &Ctx, cfg: &EvalSettings, rel: &Release, out: &mut Output)
 
 /// The gold conversation before turn `t` and its user message: the system prompt, then per
 /// earlier turn the user message, the reference trajectory's calls (one assistant message
-/// per group) with their results, and the gold reply.
-fn gold_history(exec: &Executor, sample: &Sample, t: usize) -> Vec<ChatMessage> {
+/// per group) with their results, and the gold reply. In the `full` space (`search`) each
+/// gold call is a `call_tool` call, as the agent would have made it with the tools it has.
+fn gold_history(exec: &Executor, sample: &Sample, t: usize, search: Option<&ToolSearch>) -> Vec<ChatMessage> {
     let mut m = vec![ChatMessage::System(exec.system_prompt().to_string())];
     for (i, turn) in sample.turns[..t].iter().enumerate() {
         m.push(ChatMessage::User(turn.user.clone()));
@@ -243,10 +276,17 @@ fn gold_history(exec: &Executor, sample: &Sample, t: usize) -> Vec<ChatMessage> 
             let tool_calls = calls
                 .iter()
                 .zip(&ids)
-                .map(|(c, id)| ToolCall {
-                    id: id.clone(),
-                    name: exec.names().name(&c.tool).unwrap_or(&c.tool).to_string(),
-                    arguments: c.arguments.clone(),
+                .map(|(c, id)| match search {
+                    Some(index) => ToolCall {
+                        id: id.clone(),
+                        name: CALL_TOOL.to_string(),
+                        arguments: index.wrap(&c.tool, &c.arguments),
+                    },
+                    None => ToolCall {
+                        id: id.clone(),
+                        name: exec.names().name(&c.tool).unwrap_or(&c.tool).to_string(),
+                        arguments: c.arguments.clone(),
+                    },
                 })
                 .collect();
             m.push(ChatMessage::Assistant { content: None, tool_calls });
@@ -264,44 +304,107 @@ fn gold_history(exec: &Executor, sample: &Sample, t: usize) -> Vec<ChatMessage> 
     m
 }
 
-/// A turn's trajectory as the run records it.
-fn turn_run(t: Trajectory, cassette: Option<&Cassette>) -> TurnRun {
+/// A turn's trajectory as the run records it. In the `full` space (`search`) a `call_tool`
+/// call is recorded as a call of the tool it names and a `search_tools` call as a search.
+fn turn_run(t: Trajectory, cassette: Option<&Cassette>, search: Option<&ToolSearch>) -> TurnRun {
     let capped = (t.status == RunStatus::CapReached).then(|| t.groups.saturating_sub(1));
-    let calls = t
-        .calls
-        .into_iter()
-        .map(|c| {
-            let answer = match (&c.outcome, c.executed, &c.tool_id) {
-                _ if capped == Some(c.group) && !c.executed => Answer::OverCap,
-                (_, false, None) => Answer::UnknownTool,
-                (_, false, Some(_)) => Answer::NotExecuted,
-                (CallOutcome::Ok { .. }, true, Some(id)) => match cassette.and_then(|k| k.get(id, &c.arguments)) {
-                    Some(_) => Answer::Recorded,
-                    None => Answer::Generated,
-                },
-                (CallOutcome::Ok { .. }, true, None) => Answer::Generated,
-                (CallOutcome::ToolError { .. }, true, _) => Answer::ToolError,
-                (CallOutcome::Failed { .. }, true, _) => Answer::Failed,
-            };
-            let result = match &c.outcome {
-                CallOutcome::Ok { output } | CallOutcome::ToolError { output } => Some(output.text.clone()),
-                CallOutcome::Failed { failure } => Some(format!("call failed: {failure}")),
-            };
-            EvalCall {
-                offered: c.tool_id.is_some(),
-                tool: c.tool_id.unwrap_or(c.function),
-                group: c.group,
-                arguments: c.arguments,
-                answer,
-                result,
-            }
-        })
-        .collect();
-    TurnRun { status: t.status, reason: t.reason, answer: t.answer, calls, exchanges: t.exchanges }
+    let mut calls = Vec::with_capacity(t.calls.len());
+    let mut searches = Vec::new();
+    for c in t.calls {
+        let over_cap = capped == Some(c.group) && !c.executed;
+        // Owned, so the match below does not hold a borrow of the call it moves.
+        let meta = c.tool_id.clone().filter(|_| search.is_some());
+        match (search, meta.as_deref()) {
+            (Some(index), Some(SEARCH_TOOLS)) => searches.push(search_run(index, &c)),
+            (Some(index), Some(CALL_TOOL)) => calls.push(unwrapped_call(c, over_cap, cassette, index)),
+            _ => calls.push(direct_call(c, over_cap, cassette)),
+        }
+    }
+    TurnRun { status: t.status, reason: t.reason, answer: t.answer, calls, searches, exchanges: t.exchanges }
 }
 
-/// An in-process sandbox over `catalog` answering from `cassette`, and a client on it.
-fn sandbox_client(env: &Env, catalog: &crate::model::Catalog, cassette: Option<&Cassette>) -> Result<Arc<McpClient>> {
+/// A call the sandbox answered: from the sample's recording of it, or generated.
+fn got(cassette: Option<&Cassette>, id: &str, arguments: &Value) -> Answer {
+    match cassette.and_then(|k| k.get(id, arguments)) {
+        Some(_) => Answer::Recorded,
+        None => Answer::Generated,
+    }
+}
+
+/// What the agent was told of a call.
+fn told(outcome: &CallOutcome) -> Option<String> {
+    Some(match outcome {
+        CallOutcome::Ok { output } | CallOutcome::ToolError { output } => output.text.clone(),
+        CallOutcome::Failed { failure } => format!("call failed: {failure}"),
+    })
+}
+
+/// A call of a function the agent was offered (or of one it was not).
+fn direct_call(c: CallRecord, over_cap: bool, cassette: Option<&Cassette>) -> EvalCall {
+    let answer = match (&c.outcome, c.executed, &c.tool_id) {
+        _ if over_cap => Answer::OverCap,
+        (_, false, None) => Answer::UnknownTool,
+        (_, false, Some(_)) => Answer::NotExecuted,
+        (CallOutcome::Ok { .. }, true, Some(id)) => got(cassette, id, &c.arguments),
+        (CallOutcome::Ok { .. }, true, None) => Answer::Generated,
+        (CallOutcome::ToolError { .. }, true, _) => Answer::ToolError,
+        (CallOutcome::Failed { .. }, true, _) => Answer::Failed,
+    };
+    EvalCall {
+        offered: c.tool_id.is_some(),
+        result: told(&c.outcome),
+        tool: c.tool_id.unwrap_or(c.function),
+        group: c.group,
+        arguments: c.arguments,
+        answer,
+    }
+}
+
+/// A `call_tool` call as a call of the tool it names (offered: the search has it), with the
+/// arguments it passes on, judged as the search server judged it: no name or arguments that
+/// are not an object were not executed, a name the search does not know is an unknown tool.
+fn unwrapped_call(c: CallRecord, over_cap: bool, cassette: Option<&Cassette>, index: &ToolSearch) -> EvalCall {
+    let name = search::called_name(&c.arguments).map(str::to_string);
+    let id = name.as_deref().and_then(|n| index.resolve(n)).map(str::to_string);
+    let arguments = if c.arguments.is_object() { search::called_arguments(&c.arguments) } else { c.arguments.clone() };
+    let answer = match (&c.outcome, &id) {
+        _ if over_cap => Answer::OverCap,
+        _ if !c.executed || name.is_none() => Answer::NotExecuted,
+        (_, None) => Answer::UnknownTool,
+        _ if !arguments.is_object() => Answer::NotExecuted,
+        (CallOutcome::Ok { .. }, Some(id)) => got(cassette, id, &arguments),
+        (CallOutcome::ToolError { .. }, Some(_)) => Answer::ToolError,
+        (CallOutcome::Failed { .. }, Some(_)) => Answer::Failed,
+    };
+    EvalCall {
+        offered: id.is_some(),
+        result: told(&c.outcome),
+        tool: id.or(name).unwrap_or(c.function),
+        group: c.group,
+        arguments,
+        answer,
+    }
+}
+
+/// A `search_tools` call: what it asked and the tools it found (recomputed, as the search
+/// is deterministic), or what the agent was told instead.
+fn search_run(index: &ToolSearch, c: &CallRecord) -> SearchRun {
+    let (found, error) = match &c.outcome {
+        CallOutcome::Ok { .. } if c.executed => (index.found(&c.arguments), None),
+        CallOutcome::Ok { output } | CallOutcome::ToolError { output } => (None, Some(output.text.clone())),
+        CallOutcome::Failed { failure } => (None, Some(format!("call failed: {failure}"))),
+    };
+    SearchRun { group: c.group, arguments: c.arguments.clone(), found, error }
+}
+
+/// An in-process sandbox over `catalog` answering from `cassette`, and a client on it; in
+/// the `full` space (`search`) the client talks to the tool search in front of the sandbox.
+fn sandbox_client(
+    env: &Env,
+    catalog: &crate::model::Catalog,
+    cassette: Option<&Cassette>,
+    search: Option<Arc<ToolSearch>>,
+) -> Result<Arc<McpClient>> {
     let mut recorded = crate::sandbox::Recorded::default();
     for c in cassette.iter().flat_map(|c| &c.calls) {
         recorded.insert(&c.tool, &c.arguments, &c.result);
@@ -314,11 +417,23 @@ fn sandbox_client(env: &Env, catalog: &crate::model::Catalog, cassette: Option<&
     let sandbox = crate::sandbox::Sandbox::new(catalog, opts)?;
     let (client_end, server_end) = tokio::io::duplex(1 << 20);
     let (sr, sw) = tokio::io::split(server_end);
-    tokio::spawn(async move {
-        if let Err(e) = crate::sandbox::serve_io(&sandbox, sr, sw).await {
-            tracing::debug!("an eval sandbox stopped: {e:#}");
+    match search {
+        None => {
+            tokio::spawn(async move {
+                if let Err(e) = crate::sandbox::serve_io(&sandbox, sr, sw).await {
+                    tracing::debug!("an eval sandbox stopped: {e:#}");
+                }
+            });
         }
-    });
+        Some(index) => {
+            let server = SearchServer::new(index, sandbox);
+            tokio::spawn(async move {
+                if let Err(e) = crate::sandbox::serve_handler_io(server, sr, sw).await {
+                    tracing::debug!("an eval tool search stopped: {e:#}");
+                }
+            });
+        }
+    }
     let (cr, cw) = tokio::io::split(client_end);
     Ok(Arc::new(McpClient::from_io("eval", ToolIds::AsIs, env.client.clone(), cr, cw)))
 }
@@ -351,12 +466,16 @@ async fn run_one(env: &Env<'_>, job: Job, item: &Item) -> Result<RunRecord, Item
     let llm = &Seeded { item, seed };
     let space = env.rel.tool_space(env.cfg, env.s.project.seed, sample);
     let cassette = env.rel.cassettes.get(&sample.id);
-    let client = sandbox_client(env, &env.rel.catalog(&space), cassette)?;
+    // The `full` space's search over the track: its server answers the agent, and the run
+    // record reads the agent's calls of it back.
+    let search = (env.cfg.tool_space == ToolSpace::Full)
+        .then(|| Arc::new(ToolSearch::new(env.rel, &space, env.s.project.seed, &sample.id)));
+    let client = sandbox_client(env, &env.rel.catalog(&space), cassette, search.clone())?;
     let recorder = Recorder::open(&env.s.artifacts, env.run_id, STAGE)?;
     let exec = Executor::connect(vec![client], agent_settings(env.s, env.cfg, agent), Some(recorder)).await?;
     let mut turns = Vec::with_capacity(sample.turns.len());
     for t in 0..sample.turns.len() {
-        let mut messages = gold_history(&exec, sample, t);
+        let mut messages = gold_history(&exec, sample, t, search.as_deref());
         let q = Query { id: item.key().to_string(), query: sample.turns[t].user.clone(), chain: Vec::new() };
         let mut traj = Trajectory::start(&q);
         exec.run_loop(llm, item.key(), &mut messages, &mut traj).await;
@@ -366,10 +485,18 @@ async fn run_one(env: &Env<'_>, job: Job, item: &Item) -> Result<RunRecord, Item
             exec.shutdown().await;
             return Err(ItemError::Failed(format!("turn {}: {why}", t + 1)));
         }
-        turns.push(turn_run(traj, cassette));
+        turns.push(turn_run(traj, cassette, search.as_deref()));
     }
     exec.shutdown().await;
-    Ok(RunRecord { agent: agent.clone(), repeat: job.repeat, id: sample.id.clone(), tools: space.len(), turns })
+    let searches = turns.iter().map(|t| t.searches.len()).sum();
+    Ok(RunRecord {
+        agent: agent.clone(),
+        repeat: job.repeat,
+        id: sample.id.clone(),
+        tools: space.len(),
+        searches,
+        turns,
+    })
 }
 
 /// Tokens and model latency of each run, from the ledger: each exchange's usage and the
@@ -438,4 +565,165 @@ pub fn usage(artifacts: &std::path::Path, runs: &Runs) -> Result<Usage> {
         out.per_run.insert(k.clone(), acc);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::eval::source::ReleasedTool;
+    use crate::mcp::ToolOutput;
+    use crate::release::cassettes::Recording;
+
+    /// Two registry tools and one sample that asks for the weather.
+    fn release() -> Release {
+        let tool = |id: &str, description: &str| {
+            let (server, name) = id.split_once("::").unwrap();
+            let tool = crate::model::Tool {
+                id: id.to_string(),
+                name: name.to_string(),
+                description: description.to_string(),
+                input_schema: json!({"type": "object"}),
+                output_schema: None,
+            };
+            (id.to_string(), ReleasedTool { server: server.to_string(), tool, catalog: "filter".to_string() })
+        };
+        let plan = json!([{"alternatives": ["Meteo::forecast"], "group": 0}]);
+        let sample: Sample = serde_json::from_value(json!({
+            "id": "L1-1", "family": "etom", "kind": "L1", "difficulty": "easy",
+            "turns": [{"user": "Weather in Paris?", "reference_plan": plan}]
+        }))
+        .unwrap();
+        Release {
+            shown: "test".to_string(),
+            samples: vec![sample],
+            tools: [tool("Meteo::forecast", "Weather forecast for a city"), tool("Stocks::get_quote", "Stock quote")]
+                .into_iter()
+                .collect(),
+            cassettes: BTreeMap::new(),
+            efs: HashMap::new(),
+            benches: BTreeMap::new(),
+        }
+    }
+
+    /// An executed call of one of the two tools the `full` space offers, as the agent loop
+    /// records it.
+    fn call(index: usize, group: usize, function: &str, arguments: Value, outcome: CallOutcome) -> CallRecord {
+        CallRecord {
+            index,
+            group,
+            call_id: format!("call_{index}"),
+            function: function.to_string(),
+            tool_id: Some(function.to_string()),
+            server: Some("eval".to_string()),
+            arguments,
+            executed: true,
+            outcome,
+            exchange: None,
+            call_hash: String::new(),
+        }
+    }
+
+    fn ok(text: &str) -> CallOutcome {
+        CallOutcome::Ok { output: ToolOutput::note(text) }
+    }
+
+    fn refused(text: &str) -> CallOutcome {
+        CallOutcome::ToolError { output: ToolOutput::note(text) }
+    }
+
+    fn run(turns: Vec<TurnRun>) -> RunRecord {
+        let searches = turns.iter().map(|t| t.searches.len()).sum();
+        RunRecord { agent: "oracle".to_string(), repeat: 1, id: "L1-1".to_string(), tools: 2, searches, turns }
+    }
+
+    #[test]
+    fn call_tool_calls_are_predicted_as_calls_of_the_tool_they_name_and_searches_are_not_calls() {
+        let rel = release();
+        let ids: Vec<String> = rel.tools.keys().cloned().collect();
+        let index = ToolSearch::new(&rel, &ids, 7, "L1-1");
+        let paris = json!({"city": "Paris"});
+        let recording =
+            Recording { tool: "Meteo::forecast".to_string(), arguments: paris.clone(), result: "sunny".to_string() };
+        let cassette = Cassette { id: "L1-1".to_string(), calls: vec![recording] };
+        let q = Query { id: "oracle/r1/L1-1".to_string(), query: "Weather in Paris?".to_string(), chain: Vec::new() };
+        let mut t = Trajectory::start(&q);
+        t.calls = vec![
+            call(0, 0, SEARCH_TOOLS, json!({"query": "weather"}), ok("{\"tools\": []}")),
+            call(1, 1, CALL_TOOL, json!({"name": "Meteo__forecast", "arguments": paris}), ok("sunny")),
+            call(2, 1, CALL_TOOL, json!({"name": "Stocks::get_quote", "arguments": {"symbol": "ACME"}}), ok("{}")),
+            call(3, 2, CALL_TOOL, json!({"name": "Nope__x", "arguments": {}}), refused("unknown tool `Nope__x`")),
+            call(4, 2, CALL_TOOL, json!({"arguments": {}}), refused("`arguments.name` is missing")),
+            call(5, 3, SEARCH_TOOLS, json!({}), refused("invalid arguments for `search_tools`")),
+        ];
+        // Past the cap: recorded, not sent.
+        let mut capped = call(6, 4, CALL_TOOL, json!({"name": "Meteo__forecast"}), refused("not executed: the cap"));
+        capped.executed = false;
+        t.calls.push(capped);
+        t.groups = 5;
+        t.status = RunStatus::CapReached;
+        let turn = turn_run(t, Some(&cassette), Some(&index));
+        let got: Vec<(&str, bool, usize, Answer)> =
+            turn.calls.iter().map(|c| (c.tool.as_str(), c.offered, c.group, c.answer)).collect();
+        assert_eq!(
+            got,
+            [
+                ("Meteo::forecast", true, 1, Answer::Recorded),
+                ("Stocks::get_quote", true, 1, Answer::Generated),
+                ("Nope__x", false, 2, Answer::UnknownTool),
+                ("call_tool", false, 2, Answer::NotExecuted),
+                ("Meteo::forecast", true, 4, Answer::OverCap),
+            ]
+        );
+        assert_eq!(turn.calls[0].arguments, paris, "the arguments it passed on");
+        assert_eq!(turn.calls[4].arguments, json!({}), "no arguments: none");
+        assert_eq!(turn.calls[0].result.as_deref(), Some("sunny"));
+        // Searches: what each asked and found, or what the agent was told instead.
+        assert_eq!(turn.searches.len(), 2);
+        assert_eq!((turn.searches[0].group, &turn.searches[0].arguments), (0, &json!({"query": "weather"})));
+        let found = vec!["Meteo__forecast".to_string(), "Stocks__get_quote".to_string()];
+        assert_eq!(turn.searches[0].found, Some(found), "the nearest first");
+        assert_eq!(turn.searches[1].found, None);
+        assert!(turn.searches[1].error.as_deref().is_some_and(|e| e.contains("invalid arguments")));
+
+        // The unified predictions name the tools within the cap, never the two meta-tools.
+        let record = run(vec![turn]);
+        assert_eq!(record.searches, 2);
+        let records = BTreeMap::from([("L1-1", &record)]);
+        let files = crate::eval::predict::Files::build(&rel, &records).unwrap();
+        let line: Value = serde_json::from_slice(files.unified.split(|b| *b == b'\n').next().unwrap()).unwrap();
+        let calls = line["turns"][0]["calls"].as_array().unwrap();
+        let tools: Vec<&str> = calls.iter().map(|c| c["tool"].as_str().unwrap()).collect();
+        assert_eq!(tools, ["Meteo::forecast", "Stocks::get_quote", "Nope__x", "call_tool"]);
+        assert_eq!(calls[0]["arguments"], json!({"city": "Paris"}));
+        assert_eq!(calls[0]["group"], 1);
+    }
+
+    #[test]
+    fn a_turn_of_searches_alone_predicts_no_call_and_other_spaces_record_no_searches() {
+        let rel = release();
+        let ids: Vec<String> = rel.tools.keys().cloned().collect();
+        let index = ToolSearch::new(&rel, &ids, 7, "L1-1");
+        let q = Query { id: "oracle/r1/L1-1".to_string(), query: "Pause my music.".to_string(), chain: Vec::new() };
+        let mut t = Trajectory::start(&q);
+        t.calls = vec![call(0, 0, SEARCH_TOOLS, json!({"query": "music", "limit": 1}), ok("{\"tools\": []}"))];
+        t.groups = 1;
+        let record = run(vec![turn_run(t.clone(), None, Some(&index))]);
+        assert!(record.turns[0].calls.is_empty());
+        assert_eq!(record.turns[0].searches[0].found.as_ref().map(Vec::len), Some(1), "the limit is kept");
+        // An L5 refusal stays a refusal: searching is not calling.
+        let files = crate::eval::predict::Files::build(&rel, &BTreeMap::from([("L1-1", &record)])).unwrap();
+        let line: Value = serde_json::from_slice(files.unified.split(|b| *b == b'\n').next().unwrap()).unwrap();
+        assert_eq!(line, json!({"id": "L1-1", "refusal": true}));
+        let v = serde_json::to_value(&record).unwrap();
+        assert_eq!(v["searches"], 1);
+
+        // Without a search (the oracle and standard spaces) a call is a call of the function
+        // it names, and the record's bytes have no `searches`, as before.
+        let record = run(vec![turn_run(t, None, None)]);
+        assert_eq!(record.turns[0].calls[0].tool, SEARCH_TOOLS);
+        let v = serde_json::to_value(&record).unwrap();
+        assert!(v.get("searches").is_none() && v["turns"][0].get("searches").is_none(), "{v}");
+    }
 }

@@ -160,14 +160,21 @@ impl Release {
         Ok(())
     }
 
-    /// The tool ids an agent sees on `sample` in `cfg`'s tool space, sorted. `seed` (the
-    /// project seed) orders the candidate distractor servers that are equally near.
+    /// The tool ids an agent can reach on `sample` in `cfg`'s tool space, sorted: those it
+    /// is offered, or in the `full` space those behind its tool search. `seed` (the project
+    /// seed) orders the candidate distractor servers that are equally near.
     pub fn tool_space(&self, cfg: &EvalSettings, seed: u64, sample: &Sample) -> Vec<String> {
-        let oracle = self.oracle_space(sample);
         match cfg.tool_space {
-            ToolSpace::Oracle => oracle,
-            ToolSpace::Standard => self.standard_space(oracle, cfg.distractors(), seed, sample),
+            ToolSpace::Oracle => self.oracle_space(sample),
+            ToolSpace::Standard => self.standard_space(self.oracle_space(sample), cfg.distractors(), seed, sample),
+            ToolSpace::Full => self.track_tools(sample.family).collect(),
         }
+    }
+
+    /// Every released tool of a family's track, in id order.
+    fn track_tools(&self, family: Family) -> impl Iterator<Item = String> + '_ {
+        let catalog = track_catalog(family);
+        self.tools.iter().filter(move |(_, t)| t.catalog == catalog).map(|(id, _)| id.clone())
     }
 
     /// The sample's ground-truth tools (every alternative of every call) and their EFS
@@ -182,8 +189,7 @@ impl Release {
         }
         if ids.is_empty() {
             // Nothing to call (L5): every released tool of the sample's track.
-            let catalog = track_catalog(sample.family);
-            ids.extend(self.tools.iter().filter(|(_, t)| t.catalog == catalog).map(|(id, _)| id.clone()));
+            ids.extend(self.track_tools(sample.family));
         }
         ids.into_iter().filter(|id| self.tools.contains_key(id)).collect()
     }
@@ -288,13 +294,27 @@ pub fn nearest_servers<'a>(
     seed: u64,
     key: &str,
 ) -> Vec<&'a str> {
+    nearest("eval.distractors", request, candidates, k, seed, key)
+}
+
+/// The `k` candidates (name, text) nearest to `request`, nearest first, as
+/// [`nearest_servers`] ranks them; `stream` names the seeded order of equally near ones, so
+/// the distractors and the tool search (`eval.search`) break their ties independently.
+pub fn nearest<'a>(
+    stream: &str,
+    request: &str,
+    candidates: &[(&'a str, &str)],
+    k: usize,
+    seed: u64,
+    key: &str,
+) -> Vec<&'a str> {
     use rand::seq::SliceRandom;
     let want = bag(request);
     let mut scored: Vec<(&'a str, f64)> =
         candidates.iter().map(|(name, text)| (*name, cosine(&want, &bag(text)))).collect();
     // Name order first, so the seeded shuffle does not depend on the callers' order.
     scored.sort_by(|a, b| a.0.cmp(b.0));
-    scored.shuffle(&mut crate::levels::rng(seed, &format!("eval.distractors:{key}")));
+    scored.shuffle(&mut crate::levels::rng(seed, &format!("{stream}:{key}")));
     // A stable sort keeps the shuffled order among equal similarities.
     scored.sort_by(|a, b| b.1.total_cmp(&a.1));
     scored.into_iter().take(k).map(|(name, _)| name).collect()
@@ -468,6 +488,19 @@ mod tests {
         // log-track tools are. Here the one there is is the reference: nothing to add.
         let fin = sample("finmcp", "single_tool", "Weather forecast for Paris?", &["weather_forecast"]);
         assert_eq!(rel.tool_space(&space("standard", 3), 7, &fin), ["weather_forecast"]);
+    }
+
+    #[test]
+    fn the_full_space_is_every_released_tool_of_the_samples_track() {
+        let rel = release(&[]);
+        let etom = rel.tool_space(&space("full", 3), 7, &weather());
+        let filter: Vec<String> =
+            rel.tools.iter().filter(|(_, t)| t.catalog == "filter").map(|(id, _)| id.clone()).collect();
+        assert_eq!(etom, filter);
+        assert_eq!(etom.len(), 5);
+        let fin = sample("finmcp", "single_tool", "Weather forecast for Paris?", &["weather_forecast"]);
+        assert_eq!(rel.tool_space(&space("full", 0), 7, &fin), ["weather_forecast"]);
+        assert_eq!(space("full", 3).tool_space.as_str(), "full");
     }
 
     #[test]

@@ -339,11 +339,15 @@ impl Sandbox {
         std::future::pending::<()>().await;
     }
 
-    async fn handle(&self, req: CallToolRequestParams, ct: CancellationToken) -> Result<CallToolResult, ErrorData> {
+    /// Answer one call in process, as `tools/call` would (eval's tool search forwards its
+    /// `call_tool` calls here, so they meet the same recordings, validation and values).
+    pub async fn answer(&self, tool: &str, args: Value) -> Result<CallToolResult, ErrorData> {
+        self.handle(tool.to_string(), args, CancellationToken::new()).await
+    }
+
+    async fn handle(&self, tool: String, args: Value, ct: CancellationToken) -> Result<CallToolResult, ErrorData> {
         let started = Instant::now();
         let seq = self.inner.calls.fetch_add(1, Ordering::SeqCst) + 1;
-        let tool = req.name.to_string();
-        let args = Value::Object(req.arguments.clone().unwrap_or_default());
         let Some(entry) = self.inner.entries.get(&tool) else {
             self.log(seq, &tool, &args, "unknown_tool", started);
             return Err(ErrorData::invalid_params(format!("unknown tool `{tool}`"), None));
@@ -437,7 +441,8 @@ impl ServerHandler for Sandbox {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.handle(request, context.ct.clone()).await.map(Into::into)
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        self.handle(request.name.to_string(), args, context.ct.clone()).await.map(Into::into)
     }
 }
 
@@ -537,6 +542,24 @@ where
         r = service.waiting() => { r.context("sandbox connection task failed")?; }
         _ = kill.cancelled() => { ct.cancel(); }
     }
+    Ok(())
+}
+
+/// Serve another MCP server of ours (eval's tool search) over a reader/writer pair with
+/// the sandbox's line transport, so it answers malformed lines as the sandbox does, until
+/// the peer closes the connection.
+pub async fn serve_handler_io<H, R, W>(handler: H, read: R, write: W) -> Result<()>
+where
+    H: ServerHandler,
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let raw: RawOut = Arc::new(tokio::sync::Mutex::new(Box::new(write)));
+    // Named in full: for a generic handler, the role cannot be left to inference.
+    let service = <H as ServiceExt<RoleServer>>::serve(handler, LineServer::new(read, raw))
+        .await
+        .context("MCP handshake failed")?;
+    service.waiting().await.context("MCP connection task failed")?;
     Ok(())
 }
 

@@ -6,6 +6,10 @@
 //! - `noisy` does the same but drops the last call of four chosen items;
 //! - `none` calls no tool.
 //!
+//! Offered exactly `search_tools` and `call_tool` (the `full` tool space), the two
+//! tool-calling agents first search with the user message, then make the same calls through
+//! `call_tool`.
+//!
 //! On `L1-1` (reference `Alpha::x`) the two tool-calling agents were told the right tool is
 //! `Beta::u` (its EFS sibling): the planted wrong ground truth, which the item analysis must
 //! flag `all-fail` naming `Beta::u`, and no other item.
@@ -53,6 +57,13 @@ fn groups_done(seen: &Seen) -> usize {
     msgs[last_user..].iter().filter(|m| m["role"] == "assistant" && m["tool_calls"].is_array()).count()
 }
 
+/// The request offers exactly the `full` space's two tools.
+fn full_space(seen: &Seen) -> bool {
+    let tools = seen.body["tools"].as_array().cloned().unwrap_or_default();
+    let names: BTreeSet<&str> = tools.iter().filter_map(|t| t["function"]["name"].as_str()).collect();
+    names == BTreeSet::from(["call_tool", "search_tools"])
+}
+
 fn agent_rule(seen: &Seen) -> Answer {
     let model = seen.body["model"].as_str().unwrap_or_default().to_string();
     let user = seen.last_user();
@@ -73,7 +84,20 @@ fn agent_rule(seen: &Seen) -> Answer {
         }
         _ => plan,
     };
-    match plan.get(groups_done(seen)) {
+    let done = groups_done(seen);
+    if full_space(seen) {
+        // A search with the request first (not by `none`, which calls nothing), then each
+        // group of the plan through `call_tool`.
+        if done == 0 && model != "none" {
+            return Answer::ToolCalls(vec![("search_tools".to_string(), json!({"query": user}))]);
+        }
+        let through = |(t, a): &(&str, Value)| ("call_tool".to_string(), json!({"name": fname(t), "arguments": a}));
+        return match plan.get(done.saturating_sub(1)) {
+            Some(group) => Answer::ToolCalls(group.iter().map(through).collect()),
+            None => Answer::text("Done."),
+        };
+    }
+    match plan.get(done) {
         Some(group) => Answer::ToolCalls(group.iter().map(|(t, a)| (fname(t), a.clone())).collect()),
         None => Answer::text("Done."),
     }
@@ -250,11 +274,103 @@ fn the_standard_tool_space_adds_the_nearest_other_servers_of_the_track() {
     assert_code(&o, 1);
     let err = stderr(&o);
     assert!(err.contains("eval.distractor_servers") && err.contains("must be 0 or more"), "{err}");
-    p.write(CONFIG, cfg.replace("tool_space = \"standard\"", "tool_space = \"full\""));
+    p.write(CONFIG, cfg.replace("tool_space = \"standard\"", "tool_space = \"everything\""));
     let o = p.run(&["--config", CONFIG, "check"]);
     assert!(!o.status.success());
     let err = stderr(&o);
-    assert!(err.contains("unknown variant `full`, expected `oracle` or `standard`"), "{err}");
+    assert!(err.contains("unknown variant `everything`, expected one of `oracle`, `standard`, `full`"), "{err}");
+}
+
+/// `tool_space = "full"` (issue 40): every released tool of the sample's track behind a tool
+/// search. Every request offers exactly `search_tools` and `call_tool`; the scripted agents
+/// search with the user message, then call the reference plan through `call_tool` (`none`
+/// calls nothing). The runs record each `call_tool` call as a call of the tool it names and
+/// each search as a search, not a call: so every agent scores what it scores in the oracle
+/// space (the oracle's L5 refusal, after its search, is still a refusal).
+#[test]
+fn the_full_tool_space_searches_the_track_and_scores_the_tools_called_through_it() {
+    let llm = ScriptedLlm::start(agent_rule);
+    let p = project(&llm, "tool_space = \"full\"\n");
+    let o = eval(&p);
+    assert_code(&o, 0);
+    let rows = leaderboard(&p);
+    let scores: Vec<(&str, f64)> =
+        rows.iter().map(|r| (r["agent"].as_str().unwrap(), r["score"].as_f64().unwrap())).collect();
+    assert_eq!(scores, [("oracle", 7.0 / 8.0), ("noisy", 3.0 / 8.0), ("none", 1.0 / 8.0)], "{}", stderr(&o));
+    for r in &rows {
+        assert_eq!(r["tool_space"], "full");
+    }
+    let oracle = rows.iter().find(|r| r["agent"] == "oracle").unwrap();
+    // Calls through `call_tool` meet the cassette's recordings as direct calls do.
+    assert!(oracle["calls"]["recorded"].as_u64().unwrap() >= 4, "{}", oracle["calls"]);
+    assert!(p.read("artifacts/eval/report.md").contains("Tool space `full`"));
+
+    // Every request offered exactly the two tools, and every call in it, the gold history of
+    // earlier turns included, is a call of one of them.
+    let meta = BTreeSet::from(["call_tool", "search_tools"]);
+    let mut gold_through_call_tool = false;
+    for seen in llm.requests() {
+        let tools = seen.body["tools"].as_array().cloned().unwrap_or_default();
+        let names: BTreeSet<&str> = tools.iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+        assert_eq!(names, meta, "{}", seen.last_user());
+        for c in seen.body["messages"].as_array().unwrap().iter().flat_map(|m| m["tool_calls"].as_array()).flatten() {
+            let name = c["function"]["name"].as_str().unwrap();
+            assert!(meta.contains(name), "{c}");
+            let args: Value = serde_json::from_str(c["function"]["arguments"].as_str().unwrap()).unwrap();
+            gold_through_call_tool |= c["id"].as_str().unwrap().starts_with("gold_") && args["name"] == "get_quote";
+        }
+    }
+    assert!(gold_through_call_tool, "the multi-turn sample's second turn shows its first turn's gold call");
+
+    // runs.jsonl: one search per turn of the two tool-calling agents, with the turn's user
+    // message, before the calls, which name the tools.
+    let samples = p.read("artifacts/release-candidate/samples.jsonl");
+    let users: BTreeMap<String, Vec<String>> = samples
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|s| {
+            let turns = s["turns"].as_array().unwrap().iter().map(|t| t["user"].as_str().unwrap().to_string());
+            (s["id"].as_str().unwrap().to_string(), turns.collect())
+        })
+        .collect();
+    let runs: Vec<Value> =
+        p.read("artifacts/eval/runs.jsonl").lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(runs.len(), 24);
+    for run in &runs {
+        let turns = run["turns"].as_array().unwrap();
+        let id = run["id"].as_str().unwrap();
+        // Behind the search: the whole track (the registry's five tools; the logs' three or more).
+        let behind = run["tools"].as_u64().unwrap();
+        assert!(if id.starts_with('L') { behind == 5 } else { behind >= 3 }, "{run}");
+        if run["agent"] == "none" {
+            assert!(run.get("searches").is_none(), "{run}");
+            continue;
+        }
+        assert_eq!(run["searches"].as_u64(), Some(turns.len() as u64), "{run}");
+        for (t, user) in turns.iter().zip(&users[id]) {
+            let searches = t["searches"].as_array().unwrap();
+            assert_eq!(searches.len(), 1, "{run}");
+            assert_eq!((&searches[0]["group"], &searches[0]["arguments"]["query"]), (&json!(0), &json!(user)));
+            let found = searches[0]["found"].as_array().unwrap();
+            assert!(!found.is_empty() && found.len() <= 5, "{run}");
+            for c in t["calls"].as_array().unwrap() {
+                assert!(c["offered"] == true && !meta.contains(c["tool"].as_str().unwrap()), "{run}");
+                assert!(c["group"].as_u64().unwrap() >= 1, "{run}");
+            }
+        }
+        if id == "L3-1" && run["agent"] == "oracle" {
+            let calls = turns[0]["calls"].as_array().unwrap();
+            let called: Vec<&str> = calls.iter().map(|c| c["tool"].as_str().unwrap()).collect();
+            assert_eq!(called, ["Alpha::x", "Alpha::y"], "{run}");
+        }
+    }
+    // The predictions name the tools, never the two meta-tools; the L5 refusal stays one.
+    let pred = p.read("artifacts/eval/predictions/oracle/1/samples.jsonl");
+    assert!(!pred.contains("call_tool") && !pred.contains("search_tools"), "{pred}");
+    assert!(pred.contains(&json!({"id": "L5-1", "refusal": true}).to_string()), "{pred}");
+
+    // The config accepts the space (`check` passes).
+    assert_code(&p.run(&["--config", CONFIG, "check"]), 0);
 }
 
 #[test]
