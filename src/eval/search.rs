@@ -145,10 +145,13 @@ pub fn search_arguments(args: &Value) -> Result<(String, usize), String> {
     };
     let limit = match args.get("limit") {
         None | Some(Value::Null) => DEFAULT_LIMIT,
-        Some(v) => match v.as_u64() {
-            Some(n) if n >= 1 => usize::try_from(n).unwrap_or(MAX_LIMIT).min(MAX_LIMIT),
-            _ => return Err(format!("`arguments.limit`: {v} is not a whole number of at least 1")),
-        },
+        // JSON Schema's `integer` allows `3.0`, so the check does too.
+        Some(v) => {
+            match v.as_u64().or_else(|| v.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64)) {
+                Some(n) if n >= 1 => usize::try_from(n).unwrap_or(MAX_LIMIT).min(MAX_LIMIT),
+                _ => return Err(format!("`arguments.limit`: {v} is not a whole number of at least 1")),
+            }
+        }
     };
     Ok((query, limit))
 }

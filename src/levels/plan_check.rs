@@ -737,38 +737,44 @@ impl PlanChecks {
         cfg: &PlanCheckSettings,
     ) -> anyhow::Result<Vec<Result<Vec<Step>, String>>> {
         let none = BTreeMap::new();
-        let first: Vec<PlanCheck> =
+        let mut checks: Vec<PlanCheck> =
             cands.iter().map(|c| check_judged(level, c.query, &c.steps, (tool, None), cfg, &none)).collect();
-        let mut items: Vec<(String, Value)> = Vec::new();
-        if let Some(_role) = judge {
-            for (c, f) in cands.iter().zip(&first) {
-                items.extend(f.open.iter().map(|&i| (format!("need:{}:{}", c.key, i + 1), step_vars(c, i, tool))));
-            }
-        }
-        let answers = match judge {
-            Some(role) if !items.is_empty() => {
+        let mut judged: Vec<BTreeMap<usize, Judged>> = vec![BTreeMap::new(); cands.len()];
+        if let Some(role) = judge {
+            // Rounds: a step the judge prunes can leave open a step that only fed it, which
+            // the next round asks about. Each (item, step) is asked once, so the rounds end.
+            let mut asked: BTreeSet<(usize, usize)> = BTreeSet::new();
+            loop {
+                let mut items: Vec<(String, Value)> = Vec::new();
+                for (k, (c, f)) in cands.iter().zip(&checks).enumerate() {
+                    for &i in f.open.iter().filter(|&&i| asked.insert((k, i))) {
+                        items.push((format!("need:{}:{}", c.key, i + 1), step_vars(c, i, tool)));
+                    }
+                }
+                if items.is_empty() {
+                    break;
+                }
                 let done = batch.run(items, |vars: Value, llm: crate::llm::batch::Item| async move {
                     let prompt = crate::llm::Prompt::new(STEP_NEED_TEMPLATE, vars);
                     let r = llm.ask(role, &prompt, Some("need"), &crate::synth::gold::need_answer()).await?;
                     Ok(Judged { needed: r.value.needed, reason: r.value.reason, exchange: r.exchange })
                 })?;
-                done.values
+                for (k, c) in cands.iter().enumerate() {
+                    let before = judged[k].len();
+                    for &i in &checks[k].open {
+                        if let Some(r) = done.values.get(&format!("need:{}:{}", c.key, i + 1)) {
+                            judged[k].insert(i, r.clone());
+                        }
+                    }
+                    if judged[k].len() > before {
+                        checks[k] = check_judged(level, c.query, &c.steps, (tool, None), cfg, &judged[k]);
+                    }
+                }
             }
-            _ => BTreeMap::new(),
-        };
+        }
         let mut out = Vec::with_capacity(cands.len());
-        for (c, f) in cands.iter().zip(first) {
-            let judged: BTreeMap<usize, Judged> = f
-                .open
-                .iter()
-                .filter_map(|&i| answers.get(&format!("need:{}:{}", c.key, i + 1)).map(|r| (i, r.clone())))
-                .collect();
-            let checked = if judged.is_empty() {
-                f
-            } else {
-                self.judged += judged.len();
-                check_judged(level, c.query, &c.steps, (tool, None), cfg, &judged)
-            };
+        for ((c, checked), j) in cands.iter().zip(checks).zip(&judged) {
+            self.judged += j.len();
             self.judge_pruned += checked
                 .decisions
                 .iter()
@@ -1104,6 +1110,34 @@ mod tests {
         let c = check_judged(4, q, &plan, (&lookup(&tools), None), &off, &judged);
         assert_eq!((about(&c, 2).decision, about(&c, 2).by), (Decision::Kept, DecidedBy::Llm));
         assert!(matches!(c.verdict, Verdict::Ok(ref p) if p.len() == 2));
+    }
+
+    #[test]
+    fn a_step_that_only_fed_a_step_the_judge_pruned_is_open_for_the_next_round() {
+        let event = json!({"type": "object", "properties": {"event_id": {"type": "string"}}});
+        let tools = vec![
+            tool("calendar-mcp::list_events", "List events of a calendar day.", json!({"day": {}}), Some(event)),
+            tool("calendar-mcp::event_details", "Details of one event.", json!({"event_id": {}}), None),
+            tool("notes-mcp::append_entry", "Append an entry to a notebook page.", json!({"page": {}}), None),
+        ];
+        let q = "Append an entry to my notebook about tomorrow's team events and meetings";
+        let plan = vec![
+            step(&["calendar-mcp::list_events"], &[]),
+            step(&["calendar-mcp::event_details"], &[0]),
+            step(&["notes-mcp::append_entry"], &[]),
+        ];
+        let cfg = PlanCheckSettings::default();
+        let c = check_plan(4, q, &plan, &lookup(&tools), None, &cfg);
+        assert_eq!(c.open, [1], "step 1 feeds step 2, so only step 2 is open: {:#?}", c.decisions);
+        let no =
+            |i: usize| (i, Judged { needed: false, reason: "not asked for".into(), exchange: format!("sha256:{i}") });
+        let round1 = BTreeMap::from([no(1)]);
+        let c = check_judged(4, q, &plan, (&lookup(&tools), None), &cfg, &round1);
+        assert_eq!(c.open, [0], "step 2 is gone: step 1 feeds nothing now and is open");
+        let round2 = BTreeMap::from([no(1), no(0)]);
+        let c = check_judged(4, q, &plan, (&lookup(&tools), None), &cfg, &round2);
+        assert!(c.open.is_empty());
+        assert_eq!((about(&c, 1).decision, about(&c, 1).by), (Decision::Unrequested, DecidedBy::Llm));
     }
 
     #[test]

@@ -751,13 +751,15 @@ pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) ->
 
 /// Ids the adjudicated eval sheet leaves out that are not in the pool: a warning.
 fn warn_unknown(out: &mut Output, audit: &Audit, pool: &Pooled) {
-    let mut unknown: Vec<&String> =
-        audit.adjudicated.leave_out.keys().filter(|id| !pool.left_out.contains_key(*id)).collect();
+    let leave_out = audit.adjudicated.leave_out.keys().filter(|id| !pool.left_out.contains_key(*id));
+    let keep =
+        audit.adjudicated.keep.keys().filter(|id| !pool.current.contains_key(*id) && !pool.left_out.contains_key(*id));
+    let mut unknown: Vec<&String> = leave_out.chain(keep).collect();
     if !unknown.is_empty() {
         unknown.sort();
         let shown: Vec<&str> = unknown.iter().take(5).map(|s| s.as_str()).collect();
         out.notes.push(format!(
-            "warning: the eval review leaves out {} sample(s) that are not in the pool: {}",
+            "warning: the eval review decides {} sample(s) that are not in the pool: {}",
             unknown.len(),
             shown.join(", ")
         ));
@@ -1068,10 +1070,17 @@ fn waiting(left_out: &BTreeMap<String, usize>, pool: usize) -> Option<crate::err
             unscored + undecided + held,
             parts.join(", ")
         ),
-        next: "reviewers fill their sheets (`artifacts/review-export/sheets/<reviewer>.csv` or .xlsx, returned \
-               into `reviews/returned/`) or score in the web app (`benchgen review serve`); disagreements are \
-               decided in `reviews/adjudications.csv`; then run `benchgen run` again (docs/review.md)"
-            .into(),
+        next: if unscored + undecided > 0 {
+            "reviewers fill their sheets (`artifacts/review-export/sheets/<reviewer>.csv` or .xlsx, returned \
+             into `reviews/returned/`) or score in the web app (`benchgen review serve`); disagreements are \
+             decided in `reviews/adjudications.csv`; then run `benchgen run` again (docs/review.md)"
+                .into()
+        } else {
+            "a person decides each held item: copy `artifacts/eval/review.csv` to `reviews/eval/`, write `keep` \
+             or `leave out` in `decision` (with a note), name the copy in `[release] eval_review`, then run \
+             `benchgen run` again (docs/eval.md)"
+                .into()
+        },
     })
 }
 
@@ -1506,15 +1515,16 @@ fn copy_out(out: &mut Output, tmp: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The adjudicated eval sheet (`[release] eval_review`) and, when publishing with
-/// `hold_flagged`, the items of `eval`'s queue flagged `all-fail` that it does not decide.
+/// The adjudicated eval sheet (`[release] eval_review`) and, when publishing with `[eval]`
+/// configured, the items of `eval`'s queue flagged `all-fail` that it does not decide.
 fn audit(s: &Settings, cfg: &ReleaseSettings, inputs: &Inputs, mode: Mode) -> Result<Audit> {
     let adjudicated = match &cfg.eval_review {
         Some(p) => eval_review::read(s, inputs, &s.resolve(p))?,
         None => eval_review::Adjudicated::default(),
     };
     let mut flagged = BTreeMap::new();
-    if mode == Mode::Publish && inputs.has(&eval_review::QUEUE) {
+    // A queue left on disk by an eval that is no longer configured holds nothing back.
+    if mode == Mode::Publish && s.section_on("eval") && inputs.has(&eval_review::QUEUE) {
         let name = format!("artifacts/{}/{}", eval_review::QUEUE.stage, eval_review::QUEUE.file);
         flagged = eval_review::all_fail(&name, inputs.bytes_of(&eval_review::QUEUE)?)?;
         flagged.retain(|id, _| !adjudicated.decided(id));
@@ -1527,7 +1537,7 @@ fn audit(s: &Settings, cfg: &ReleaseSettings, inputs: &Inputs, mode: Mode) -> Re
 fn audit_log(audit: &Audit, pool: &Pooled) -> String {
     let mut md = String::new();
     let (title, listed): (&str, &dyn Fn(&String) -> bool) = if audit.hold {
-        ("Held back after evaluation", &|id| pool.left_out.contains_key(id))
+        ("Held back after evaluation", &|id| pool.left_out.get(id).is_some_and(|r| r.starts_with("held back")))
     } else {
         ("Published undecided after evaluation (`[release] hold_flagged = false`)", &|id| pool.current.contains_key(id))
     };

@@ -708,8 +708,12 @@ fn an_item_every_agent_failed_is_held_back_until_a_person_keeps_it() {
     // `run` orders the three: candidate, eval, release.
     let o = p.run(&["--config", CONFIG, "stages"]);
     let listed = String::from_utf8_lossy(&o.stdout).to_string();
-    let at = |name: &str| listed.find(&format!("{name} ")).unwrap_or_else(|| panic!("{name} in {listed}"));
-    assert!(at("release-candidate") < at("eval") && at("eval") < at("release "), "{listed}");
+    // Each stage's line starts with its name.
+    let at = |name: &str| {
+        let line = listed.lines().position(|l| l.split_whitespace().next() == Some(name));
+        line.unwrap_or_else(|| panic!("no line of `{name}` in {listed}"))
+    };
+    assert!(at("release-candidate") < at("eval") && at("eval") < at("release"), "{listed}");
 
     assert_code(&candidate(&p), 0);
     assert!(!p.path("release/it-bench-0.1.0").exists(), "a candidate publishes nothing");
