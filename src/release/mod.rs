@@ -74,27 +74,35 @@ fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Er
     Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
 }
 
+/// The files of a release, then `$extra`: one list for [`FILES`] and [`WRITES`].
+macro_rules! release_files {
+    ($($extra:expr),*) => {
+        &[
+            "README.md",
+            "croissant.json",
+            "CHANGELOG.md",
+            "SHA256SUMS",
+            "samples.jsonl",
+            "samples.parquet",
+            "tools.parquet",
+            "lineage.jsonl",
+            "cassettes.jsonl",
+            "level_1.json",
+            "level_2.json",
+            "level_3.json",
+            "level_4.json",
+            "level_5.json",
+            "tool_equivalence_sets.json",
+            "finmcp_single_tool.json",
+            "finmcp_multi_tool.json",
+            "finmcp_multi_turn.json",
+            $($extra),*
+        ]
+    };
+}
+
 /// The files a release may hold (under `artifacts/release/` and the published folder).
-pub const FILES: &[&str] = &[
-    "README.md",
-    "croissant.json",
-    "CHANGELOG.md",
-    "SHA256SUMS",
-    "samples.jsonl",
-    "samples.parquet",
-    "tools.parquet",
-    "lineage.jsonl",
-    "cassettes.jsonl",
-    "level_1.json",
-    "level_2.json",
-    "level_3.json",
-    "level_4.json",
-    "level_5.json",
-    "tool_equivalence_sets.json",
-    "finmcp_single_tool.json",
-    "finmcp_multi_tool.json",
-    "finmcp_multi_turn.json",
-];
+pub const FILES: &[&str] = release_files!();
 
 /// Stages whose manifest counts make the card's yield funnel.
 const FUNNEL: &[&str] = &[
@@ -137,28 +145,8 @@ macro_rules! pool_reads {
 }
 pub(crate) use pool_reads;
 
-/// The files the release and its candidate write.
-pub(crate) const WRITES: &[&str] = &[
-    "README.md",
-    "croissant.json",
-    "CHANGELOG.md",
-    "SHA256SUMS",
-    "samples.jsonl",
-    "samples.parquet",
-    "tools.parquet",
-    "lineage.jsonl",
-    "cassettes.jsonl",
-    "level_1.json",
-    "level_2.json",
-    "level_3.json",
-    "level_4.json",
-    "level_5.json",
-    "tool_equivalence_sets.json",
-    "finmcp_single_tool.json",
-    "finmcp_multi_tool.json",
-    "finmcp_multi_turn.json",
-    "plots/*",
-];
+/// The files the release and its candidate write (the card's plots besides [`FILES`]).
+pub(crate) const WRITES: &[&str] = release_files!("plots/*");
 
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
