@@ -92,13 +92,9 @@ pub fn row(settings: &Settings, stage: &str, e: Estimate, per: Option<f64>) -> R
 /// `llm ping`. A ledger that cannot be read measures nothing (the table says so).
 pub fn seconds_per_exchange(settings: &Settings) -> BTreeMap<String, f64> {
     let rows = crate::llm::stats::collect(settings, None).unwrap_or_default();
-    let mut sums: BTreeMap<String, (f64, u64)> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.calls > 0 && r.seconds > 0.0) {
-        let s = sums.entry(r.role.clone()).or_default();
-        s.0 += r.seconds;
-        s.1 += r.calls;
-    }
-    sums.into_iter().map(|(role, (secs, n))| (role, secs / n as f64)).collect()
+    let timed: Vec<_> = rows.into_iter().filter(|r| r.calls > 0 && r.seconds > 0.0).collect();
+    let totals = crate::llm::stats::role_totals(&timed);
+    totals.into_iter().map(|t| (t.role, t.seconds / t.calls as f64)).collect()
 }
 
 /// Requests of `role` a stage has in flight at once. One local server shares this

@@ -98,7 +98,7 @@ pub fn collect(settings: &Settings, stage: Option<&str>) -> Result<Vec<RoleStats
 }
 
 /// One row per role over every stage (percentiles are not summed: left out).
-fn role_totals(rows: &[RoleStats]) -> Vec<RoleStats> {
+pub fn role_totals(rows: &[RoleStats]) -> Vec<RoleStats> {
     let mut by: BTreeMap<&str, RoleStats> = BTreeMap::new();
     for r in rows {
         let t = by.entry(&r.role).or_insert_with(|| RoleStats {

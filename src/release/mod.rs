@@ -1525,7 +1525,10 @@ fn audit(s: &Settings, cfg: &ReleaseSettings, inputs: &Inputs, mode: Mode) -> Re
 fn audit_log(audit: &Audit, pool: &Pooled) -> String {
     let mut md = String::new();
     let (title, listed): (&str, &dyn Fn(&String) -> bool) = if audit.hold {
-        ("Held back after evaluation", &|id| pool.left_out.get(id).is_some_and(|r| r.starts_with("held back")))
+        // Held here, not left out earlier for another reason (a review's rejection).
+        ("Held back after evaluation", &|id| {
+            audit.leaves_out(id).is_some_and(|(class, why)| class == HELD && pool.left_out.get(id) == Some(&why))
+        })
     } else {
         ("Published undecided after evaluation (`[release] hold_flagged = false`)", &|id| pool.current.contains_key(id))
     };
