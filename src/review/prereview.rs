@@ -32,7 +32,7 @@ pub const SCORES: Artifact<Score> = Artifact::new(STAGE, "scores.jsonl");
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "review prereview",
-    version: 1,
+    version: 2,
     about: "LLM pre-review: LLM roles score each sample with the rubric (marked as LLM scores)",
     reads: &[ASSIGNMENTS.read(), SAMPLES.read()],
     writes: &["scores.jsonl", "report.md"],
@@ -104,9 +104,10 @@ pub fn answer_schema(a: &Assignments) -> Value {
     let dim = json!({
         "type": "object",
         "properties": {
-            // One line: a shorter bound than other explanations', as a reviewer writes one
-            // per dimension (on the demo's 2 cores the pre-review is the longest LLM stage).
-            "reason": {"type": "string", "description": "One line saying why.", "maxLength": 160},
+            // A few words: a shorter bound than other explanations', as a reviewer writes one
+            // per dimension and the pre-review's time is its output (on the demo's 2 cores
+            // the 0.5B model spent 200 tokens a sample, copying the dimensions' descriptions).
+            "reason": {"type": "string", "description": "A few words saying why.", "maxLength": 90},
             "score": {"type": "integer", "minimum": a.scale_min, "maximum": a.scale_max},
         },
         "required": ["reason", "score"],
@@ -118,7 +119,7 @@ pub fn answer_schema(a: &Assignments) -> Value {
         "type": "object",
         "properties": {
             "scores": {"type": "object", "properties": props, "required": ids, "additionalProperties": false},
-            "note": {"type": "string", "description": "One line overall.", "maxLength": 200},
+            "note": {"type": "string", "description": "A few words overall.", "maxLength": 120},
         },
         "required": ["scores", "note"],
         "additionalProperties": false,

@@ -92,7 +92,7 @@ fn no_csv_of_a_demo_run_carries_a_formula_cell() {
             let v: Vec<_> =
                 (1..=n).map(|i| serde_json::json!({"candidate": i, "equivalent": true, "reason": reason})).collect();
             serde_json::json!({"verdicts": v})
-        } else if text.contains("Score this benchmark sample") {
+        } else if text.contains("Score the benchmark sample") {
             let scores: serde_json::Map<_, _> =
                 ["relevance", "completeness", "consistency", "reliability", "freshness"]
                     .iter()

@@ -75,7 +75,7 @@ pub(crate) fn full_answer(seen: &Seen) -> Option<Answer> {
         serde_json::json!({"needed": true, "reason": "scripted"})
     } else if text.contains("Your earlier reply was wrong") {
         serde_json::json!({"answer": "Here is what the tools returned."})
-    } else if text.contains("Score this benchmark sample") {
+    } else if text.contains("Score the benchmark sample") {
         // LLM pre-review: every sample passes on every dimension.
         let scores: serde_json::Map<_, _> = ["relevance", "completeness", "consistency", "reliability", "freshness"]
             .iter()
