@@ -8,6 +8,7 @@ mod common;
 
 use std::time::Instant;
 
+use benchgen::eval::ToolSpace;
 use benchgen::eval::items::{ItemInput, Matrix, Options, Outcome, analyse};
 use benchgen::model::{Difficulty, Kind};
 use rand::{Rng, SeedableRng};
@@ -36,7 +37,8 @@ fn matrix(n: usize, agents: usize) -> Matrix {
             }
         })
         .collect();
-    Matrix { agents: (0..agents).map(|a| format!("agent{a}")).collect(), repeats: 1, items }
+    let agents = (0..agents).map(|a| format!("agent{a}")).collect();
+    Matrix { tool_space: ToolSpace::Oracle, agents, repeats: 1, items }
 }
 
 fn main() {

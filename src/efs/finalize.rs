@@ -166,7 +166,20 @@ pub fn finalize(
             }
         }
     }
-    // split: labelled members leave for new sets
+    let split_sets = split_off(&mut work, decisions);
+    let merged = merge_sets(work, decisions);
+    let evidence: Vec<&Evidence> = sets.iter().flat_map(|s| s.evidence.iter()).collect();
+    let mut out = Final { policy, reviewed: !decisions.is_empty(), sets: Vec::new(), dropped: Vec::new() };
+    for w in merged.into_values().chain(split_sets) {
+        settle_set(w, &evidence, &tools, items, &mut out)?;
+    }
+    out.sets.sort_by(|a, b| a.members[0].tool_id.cmp(&b.members[0].tool_id));
+    out.dropped.sort_by(|a, b| a.from.cmp(&b.from));
+    Ok(out)
+}
+
+/// The `split` decisions: labelled members leave their set, one new set per label.
+fn split_off(work: &mut BTreeMap<String, Work>, decisions: &[Decision]) -> Vec<Work> {
     let mut split_sets: Vec<Work> = Vec::new();
     for (id, w) in work.iter_mut() {
         let mut labels: BTreeMap<String, Vec<&Decision>> = BTreeMap::new();
@@ -186,7 +199,11 @@ pub fn finalize(
             });
         }
     }
-    // merge: union of sets (transitively)
+    split_sets
+}
+
+/// The `merge` decisions: sets joined (transitively), keyed by the first set of each union.
+fn merge_sets(work: BTreeMap<String, Work>, decisions: &[Decision]) -> BTreeMap<usize, Work> {
     let ids: Vec<String> = work.keys().cloned().collect();
     let index: HashMap<&str, usize> = ids.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
     let mut uf = petgraph::unionfind::UnionFind::<usize>::new(ids.len());
@@ -194,7 +211,7 @@ pub fn finalize(
         uf.union(index[d.set_id.as_str()], index[d.target.as_str()]);
     }
     let mut merged: BTreeMap<usize, Work> = BTreeMap::new();
-    for (i, (_, w)) in std::mem::take(&mut work).into_iter().enumerate() {
+    for (i, (_, w)) in work.into_iter().enumerate() {
         let root = uf.find(i);
         match merged.get_mut(&root) {
             None => {
@@ -211,64 +228,70 @@ pub fn finalize(
             }
         }
     }
-    let evidence: Vec<&Evidence> = sets.iter().flat_map(|s| s.evidence.iter()).collect();
-    let mut out = Final { policy, reviewed: !decisions.is_empty(), sets: Vec::new(), dropped: Vec::new() };
-    for w in merged.into_values().chain(split_sets) {
-        let from: Vec<String> = w.from.into_iter().collect();
-        let members: Vec<String> = w.members.into_iter().collect();
-        if let Some(reason) = w.rejected {
-            out.dropped.push(DroppedSet { from, members, reason });
-            continue;
-        }
-        if members.len() < 2 {
-            out.dropped.push(DroppedSet {
-                from,
-                members,
-                reason: "fewer than two members left after review decisions and policy".into(),
-            });
-            continue;
-        }
-        let inside: BTreeSet<&str> = members.iter().map(String::as_str).collect();
-        let mut ev: Vec<Evidence> = evidence
-            .iter()
-            .filter(|e| inside.contains(e.a.as_str()) && inside.contains(e.b.as_str()))
-            .map(|e| (*e).clone())
-            .collect();
-        ev.sort_by(|x, y| (&x.a, &x.b).cmp(&(&y.a, &y.b)));
-        let mut ms = Vec::new();
-        for m in &members {
-            let (server, name, desc) =
-                tools.get(m.as_str()).copied().with_context(|| format!("`{m}` is not in the catalog"))?;
-            ms.push(Member {
-                tool_id: m.clone(),
-                server_name: server.into(),
-                tool_name: name.into(),
-                description: desc.into(),
-            });
-        }
-        let servers: BTreeSet<String> = ms.iter().map(|m| m.server_name.clone()).collect();
-        let settled: BTreeSet<&str> = w.decisions.iter().map(|d| d.tool_id.as_str()).collect();
-        let open_items: Vec<ReviewItem> = items
-            .iter()
-            .filter(|i| from.contains(&i.set_id) && !w.reviewed && !settled.contains(i.tool_id.as_str()))
-            .cloned()
-            .collect();
-        let mut decisions = w.decisions;
-        decisions.sort_by(|a, b| a.source.cmp(&b.source));
-        out.sets.push(FinalSet {
-            id: super::set_id(&members),
-            status: if w.reviewed { SetStatus::Reviewed } else { SetStatus::Unreviewed },
+    merged
+}
+
+/// One set after the decisions into `out`: a final set with its members, evidence and open
+/// items, or a dropped set with the reason (rejected, or fewer than two members).
+fn settle_set(
+    w: Work,
+    evidence: &[&Evidence],
+    tools: &HashMap<&str, (&str, &str, &str)>,
+    items: &[ReviewItem],
+    out: &mut Final,
+) -> Result<()> {
+    let from: Vec<String> = w.from.into_iter().collect();
+    let members: Vec<String> = w.members.into_iter().collect();
+    if let Some(reason) = w.rejected {
+        out.dropped.push(DroppedSet { from, members, reason });
+        return Ok(());
+    }
+    if members.len() < 2 {
+        out.dropped.push(DroppedSet {
             from,
-            members: ms,
-            servers: servers.into_iter().collect(),
-            evidence: ev,
-            decisions,
-            open_items,
+            members,
+            reason: "fewer than two members left after review decisions and policy".into(),
+        });
+        return Ok(());
+    }
+    let inside: BTreeSet<&str> = members.iter().map(String::as_str).collect();
+    let mut ev: Vec<Evidence> = evidence
+        .iter()
+        .filter(|e| inside.contains(e.a.as_str()) && inside.contains(e.b.as_str()))
+        .map(|e| (*e).clone())
+        .collect();
+    ev.sort_by(|x, y| (&x.a, &x.b).cmp(&(&y.a, &y.b)));
+    let mut ms = Vec::new();
+    for m in &members {
+        let (server, name, desc) =
+            tools.get(m.as_str()).copied().with_context(|| format!("`{m}` is not in the catalog"))?;
+        ms.push(Member {
+            tool_id: m.clone(),
+            server_name: server.into(),
+            tool_name: name.into(),
+            description: desc.into(),
         });
     }
-    out.sets.sort_by(|a, b| a.members[0].tool_id.cmp(&b.members[0].tool_id));
-    out.dropped.sort_by(|a, b| a.from.cmp(&b.from));
-    Ok(out)
+    let servers: BTreeSet<String> = ms.iter().map(|m| m.server_name.clone()).collect();
+    let settled: BTreeSet<&str> = w.decisions.iter().map(|d| d.tool_id.as_str()).collect();
+    let open_items: Vec<ReviewItem> = items
+        .iter()
+        .filter(|i| from.contains(&i.set_id) && !w.reviewed && !settled.contains(i.tool_id.as_str()))
+        .cloned()
+        .collect();
+    let mut decisions = w.decisions;
+    decisions.sort_by(|a, b| a.source.cmp(&b.source));
+    out.sets.push(FinalSet {
+        id: super::set_id(&members),
+        status: if w.reviewed { SetStatus::Reviewed } else { SetStatus::Unreviewed },
+        from,
+        members: ms,
+        servers: servers.into_iter().collect(),
+        evidence: ev,
+        decisions,
+        open_items,
+    });
+    Ok(())
 }
 
 /// ETOM's `tool_equivalence_sets.json` shape.

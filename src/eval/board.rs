@@ -1,7 +1,8 @@
-//! `leaderboard.json` and `report.md`: the panel's scores, one row per agent.
+//! `leaderboard.json` and `report.md`: the panel's scores, one row per tool space and agent.
 //!
-//! Wire format of `leaderboard.json`: a JSON list of [`Row`], best first (score, then
-//! pass^k, then agent name): `{rank, agent, model, tool_space, release, samples, repeats,
+//! Wire format of `leaderboard.json`: a JSON list of [`Row`], the tool spaces in config
+//! order, each space's rows best first (score, then pass^k, then agent name; `rank` within
+//! the space): `{rank, agent, model, tool_space, release, samples, repeats,
 //! score, score_ci: [lo, hi], pass_k, pass_k_ci: [lo, hi], f1, by_level, by_kind,
 //! by_difficulty, repeats_scored: [{repeat, corrected, compat_etom?, compat_finmcp?}],
 //! tokens: {prompt, completion}, cost_usd, calls, failed_runs, comparisons: [{agent,
@@ -14,9 +15,10 @@
 //! `[eval] bootstrap` resamples of the samples with replacement (ChaCha8 seeded with
 //! `[project] seed`, so the same inputs give the same bytes), the 2.5th and 97.5th
 //! percentiles of the resampled figure. `comparisons` pairs the row with every agent ranked
-//! below it: the difference of their scores (this row's minus that agent's) with its paired
-//! interval (the same resamples for both agents), `half_width` half the interval's width,
-//! `resolved` when the interval excludes 0. `repeats_scored` holds each repeat's figures as
+//! below it in its tool space: the difference of their scores (this row's minus that
+//! agent's) with its paired interval (the same resamples for both agents), `half_width`
+//! half the interval's width, `resolved` when the interval excludes 0. `repeats_scored`
+//! holds each repeat's figures as
 //! `benchgen score` prints them for the prediction files (`n`, `em`, macro `f1`): the overall
 //! row of the corrected run on `samples.jsonl` and of `--compat finmcp`, the per-level rows
 //! of `--compat etom` (which reports per level, as `eval.py` does).
@@ -29,11 +31,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use super::EvalSettings;
 use super::items::{self, Analysis};
 use super::predict::{Figures, Scored};
 use super::run::{Answer, RunRecord, Runs, Usage, key};
 use super::source::Release;
+use super::{EvalSettings, ToolSpace};
 use crate::settings::Settings;
 
 /// A group's share of samples solved.
@@ -61,7 +63,7 @@ pub struct RepeatFigures {
     pub compat_finmcp: Option<Figures>,
 }
 
-/// One agent's row.
+/// One agent's row in one tool space.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Row {
     pub rank: usize,
@@ -91,7 +93,7 @@ pub struct Row {
     /// Calls by what they got (`recorded`, `generated`, `tool_error`, …), over all runs.
     pub calls: BTreeMap<String, usize>,
     pub failed_runs: usize,
-    /// This agent against every agent ranked below it.
+    /// This agent against every agent ranked below it in the same tool space.
     pub comparisons: Vec<Comparison>,
 }
 
@@ -111,10 +113,11 @@ pub struct Comparison {
     pub resolved: bool,
 }
 
-/// Everything the leaderboard and the item analysis are made from.
+/// Everything one tool space's leaderboard and item analysis are made from.
 pub struct Panel<'a> {
     s: &'a Settings,
     cfg: &'a EvalSettings,
+    space: ToolSpace,
     rel: &'a Release,
     runs: &'a Runs,
     scored: &'a [Scored],
@@ -141,15 +144,17 @@ fn model_of(s: &Settings, role: &str) -> String {
 }
 
 impl<'a> Panel<'a> {
+    /// `scored`: the scores of this space's runs.
     pub fn new(
         s: &'a Settings,
         cfg: &'a EvalSettings,
+        space: ToolSpace,
         rel: &'a Release,
         runs: &'a Runs,
         scored: &'a [Scored],
         usage: &'a Usage,
     ) -> Self {
-        Panel { s, cfg, rel, runs, scored, usage }
+        Panel { s, cfg, space, rel, runs, scored, usage }
     }
 
     fn scored(&self, agent: &str) -> Vec<&Scored> {
@@ -194,9 +199,9 @@ impl<'a> Panel<'a> {
         let mut tokens = Tokens::default();
         let mut calls: BTreeMap<String, usize> = BTreeMap::new();
         let mut ran = 0usize;
-        for r in self.runs.records.values().filter(|r| r.agent == agent) {
+        for r in self.runs.records.values().filter(|r| r.agent == agent && r.tool_space == self.space) {
             ran += 1;
-            let (p, c) = self.usage.tokens(&key(&r.agent, r.repeat, &r.id));
+            let (p, c) = self.usage.tokens(&key(self.space, &r.agent, r.repeat, &r.id));
             tokens.prompt += p;
             tokens.completion += c;
             for c in r.turns.iter().flat_map(|t| &t.calls) {
@@ -212,7 +217,7 @@ impl<'a> Panel<'a> {
             rank: 0,
             agent: agent.to_string(),
             model: model_of(self.s, agent),
-            tool_space: self.cfg.tool_space.as_str(),
+            tool_space: self.space.as_str(),
             release: self.rel.shown.clone(),
             samples: n,
             repeats: self.cfg.repeats,
@@ -242,7 +247,8 @@ impl<'a> Panel<'a> {
         (row, values)
     }
 
-    /// The leaderboard, best first, with the bootstrap intervals and the pairwise comparisons.
+    /// The space's leaderboard, best first, with the bootstrap intervals and the pairwise
+    /// comparisons.
     pub fn rows(&self) -> Vec<Row> {
         let (mut rows, values): (Vec<Row>, Vec<Vec<[f64; 2]>>) = self.cfg.agents.iter().map(|a| self.row(a)).unzip();
         // Per sample, each agent's (share of repeats solved, solved in all) in config order:
@@ -277,7 +283,7 @@ impl<'a> Panel<'a> {
         rows
     }
 
-    /// The results as the item analysis takes them.
+    /// The space's results as the item analysis takes them.
     pub fn matrix(&self) -> items::Matrix {
         let by_agent: BTreeMap<&str, Vec<&Scored>> =
             self.cfg.agents.iter().map(|a| (a.as_str(), self.scored(a))).collect();
@@ -293,7 +299,7 @@ impl<'a> Panel<'a> {
                     .map(|a| {
                         (1..=self.cfg.repeats)
                             .map(|k| {
-                                let rec = self.runs.records.get(&key(a, k, &s.id))?;
+                                let rec = self.runs.records.get(&key(self.space, a, k, &s.id))?;
                                 let sc = by_agent[a.as_str()].iter().find(|x| x.repeat == k)?.samples.get(&s.id)?;
                                 Some(items::Outcome { solved: sc.solved, f1: sc.f1, tools: called(rec) })
                             })
@@ -314,7 +320,7 @@ impl<'a> Panel<'a> {
                 }
             })
             .collect();
-        items::Matrix { agents: self.cfg.agents.clone(), repeats: self.cfg.repeats, items }
+        items::Matrix { tool_space: self.space, agents: self.cfg.agents.clone(), repeats: self.cfg.repeats, items }
     }
 }
 
@@ -403,24 +409,81 @@ fn pct_ci(x: f64, ci: [f64; 2]) -> String {
     format!("{} [{}, {}]", pct(x), pct(ci[0]), pct(ci[1]))
 }
 
-/// `report.md`: the definitions, the leaderboard table with intervals, the compat figures,
-/// the pairwise comparisons and the item analysis.
-pub fn report(panel: &Panel, rows: &[Row], analysis: &Analysis) -> String {
-    let k = panel.cfg.repeats;
+/// One tool space's leaderboard rows and item analysis, for the report.
+pub struct SpaceReport {
+    pub space: ToolSpace,
+    pub rows: Vec<Row>,
+    pub analysis: Analysis,
+}
+
+/// `report.md`: the definitions; with several tool spaces, each agent's score per space;
+/// then per space the leaderboard table with intervals and compat figures, the calls, the
+/// pairwise comparisons and the item analysis.
+pub fn report(cfg: &EvalSettings, rel: &Release, spaces: &[SpaceReport]) -> String {
+    let k = cfg.repeats;
+    let several = spaces.len() > 1;
+    let names: Vec<String> = spaces.iter().map(|x| format!("`{}`", x.space.as_str())).collect();
+    let (label, each) = if several {
+        ("Tool spaces", " (every agent runs in each; ranked, compared and analysed per space)")
+    } else {
+        ("Tool space", "")
+    };
     let mut s = format!(
-        "# Evaluation of `{}`\n\nTool space `{}`; {} samples; {} agent(s) × {k} repeat(s). Figures in percent, with their 95 % interval in brackets.\n\n",
-        panel.rel.shown,
-        panel.cfg.tool_space.as_str(),
-        panel.rel.samples.len(),
-        panel.cfg.agents.len(),
+        "# Evaluation of `{}`\n\n{label} {}{each}; {} samples; {} agent(s) × {k} repeat(s). Figures in percent, with their 95 % interval in brackets.\n\n",
+        rel.shown,
+        names.join(", "),
+        rel.samples.len(),
+        cfg.agents.len(),
     );
     s.push_str(&format!(
         "- **pass@1** (`score`): for each sample, the share of the agent's {k} repeat(s) that solved it (exact match in the corrected mode of `benchgen score`; a failed run counts as not solved), averaged over the samples.\n\
          - **pass^{k}** (`pass_k`): the share of samples the agent solved in all {k} repeat(s).\n\
          - **Intervals**: 95 % percentile bootstrap over the samples: {} resamples of the samples with replacement (seeded from `[project] seed`), the 2.5th and 97.5th percentiles of the resampled figure. They say how much a figure depends on which samples the release holds; how much it moves between runs shows in pass^k against pass@1 and in the items' flip rate.\n\n\
          Per-group columns are pass@1 in percent.\n\n",
-        panel.cfg.bootstrap
+        cfg.bootstrap
     ));
+    if several {
+        per_space_table(&mut s, spaces);
+    }
+    for x in spaces {
+        // With several spaces each section says which space it is of.
+        let within = if several { format!(" in tool space `{}`", x.space.as_str()) } else { String::new() };
+        if several {
+            s.push_str(&format!("\n## Leaderboard{within}\n\n"));
+        }
+        leaderboard_table(&mut s, &x.rows, k);
+        comparison_section(&mut s, &x.rows, cfg.bootstrap, &within);
+        item_section(&mut s, &x.analysis, k, &within);
+    }
+    s
+}
+
+/// With several tool spaces: each agent's pass@1 with its interval and its rank in each
+/// space, agents in the first space's order.
+fn per_space_table(s: &mut String, spaces: &[SpaceReport]) {
+    s.push_str(
+        "## Scores per tool space\n\npass@1 in percent with its 95 % interval, and the agent's rank in the space.\n\n| agent | model |",
+    );
+    for x in spaces {
+        s.push_str(&format!(" `{}` |", x.space.as_str()));
+    }
+    s.push_str("\n|---|---|");
+    s.push_str(&"---:|".repeat(spaces.len()));
+    s.push('\n');
+    let Some(first) = spaces.first() else { return };
+    for r in &first.rows {
+        s.push_str(&format!("| `{}` | {} |", r.agent, r.model));
+        for x in spaces {
+            let row = x.rows.iter().find(|o| o.agent == r.agent);
+            let cell = row.map(|o| format!("{}, rank {}", pct_ci(o.score, o.score_ci), o.rank)).unwrap_or_default();
+            s.push_str(&format!(" {cell} |"));
+        }
+        s.push('\n');
+    }
+}
+
+/// One space's leaderboard table and its calls by what they got.
+fn leaderboard_table(s: &mut String, rows: &[Row], k: usize) {
     let kinds: Vec<String> = rows.first().map(|r| r.by_kind.keys().cloned().collect()).unwrap_or_default();
     let diffs: Vec<String> = rows.first().map(|r| r.by_difficulty.keys().cloned().collect()).unwrap_or_default();
     s.push_str(&format!("| rank | agent | model | score (pass@1) | pass^{k} | F1 |"));
@@ -475,13 +538,10 @@ pub fn report(panel: &Panel, rows: &[Row], analysis: &Analysis) -> String {
             if r.failed_runs > 0 { format!("; {} failed run(s)", r.failed_runs) } else { String::new() }
         ));
     }
-    comparison_section(&mut s, rows, panel.cfg.bootstrap);
-    item_section(&mut s, analysis, k);
-    s
 }
 
-fn comparison_section(s: &mut String, rows: &[Row], resamples: usize) {
-    s.push_str("\n## Comparisons\n\n");
+fn comparison_section(s: &mut String, rows: &[Row], resamples: usize, within: &str) {
+    s.push_str(&format!("\n## Comparisons{within}\n\n"));
     let Some(mdd) = min_detectable(rows) else {
         s.push_str("One agent: nothing to compare.\n");
         return;
@@ -510,8 +570,8 @@ fn comparison_section(s: &mut String, rows: &[Row], resamples: usize) {
     ));
 }
 
-fn item_section(s: &mut String, analysis: &Analysis, repeats: usize) {
-    s.push_str("\n## Items\n\n");
+fn item_section(s: &mut String, analysis: &Analysis, repeats: usize, within: &str) {
+    s.push_str(&format!("\n## Items{within}\n\n"));
     if analysis.flag_counts.is_empty() {
         s.push_str("No item is flagged.\n");
     } else {

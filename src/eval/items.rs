@@ -3,10 +3,11 @@
 //! point-biserial discrimination, a Rasch (1PL) difficulty with its standard error when at
 //! least three agents ran, and flags.
 //!
-//! Wire format of `items.jsonl` (one [`ItemRecord`] per released sample, in id order):
-//! `{id, kind, difficulty, runs, solve_rate, pass_k, flip_rate, band, results: {agent:
-//! {solved: [bool per repeat], score}}, discrimination, rasch?: {difficulty, se}, flags: [..],
-//! evidence?}`.
+//! Wire format of `items.jsonl` (one [`ItemRecord`] per tool space and released sample,
+//! spaces in config order, then id order): `{id, tool_space, kind, difficulty, runs,
+//! solve_rate, pass_k, flip_rate, band, results: {agent: {solved: [bool per repeat], score}},
+//! discrimination, rasch?: {difficulty, se}, flags: [..], evidence?}`. Each tool space is
+//! analysed on its own runs: an item's flags say what that space's runs showed.
 //!
 //! - `solve_rate`: share of the agent × repeat runs that solved it (a failed run counts as
 //!   not solved, as its missing prediction scores); `pass_k`: share of agents that solved it
@@ -24,17 +25,23 @@
 //!   count-based `difficulty` label.
 //!
 //! Flags: `all-fail` (no run solved it: likely wrong ground truth; `evidence` lists what
-//! each agent called instead and names a tool outside the reference that two or more agents
-//! agree on — on an L2 query, proposed as a missing member of its EFS set), `all-pass` (every
-//! run of two or more agents solved it), `label-mismatch` (the band differs from the label;
-//! only with at least [`Options::min_runs_for_band`] runs), `unstable` (with repeats: the
-//! flip rate is above [`Options::unstable_flip_rate`], by default any flip).
+//! each agent called instead, names a tool outside the reference that two or more agents
+//! agree on and the plan (sequence of tools) two or more agents chose with it — on an L2
+//! query the tool is proposed as a possible missing member of the sample's EFS set),
+//! `all-pass` (every run of two or more agents solved it), `label-mismatch` (the band
+//! differs from the label; only with at least [`Options::min_runs_for_band`] runs),
+//! `unstable` (with repeats: the flip rate is above [`Options::unstable_flip_rate`], by
+//! default any flip).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use super::ToolSpace;
 use crate::model::{Difficulty, Kind};
+
+/// The flags, in the order an item lists them.
+pub const FLAGS: [&str; 4] = ["all-fail", "all-pass", "label-mismatch", "unstable"];
 
 /// One run of one agent on one item.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -58,9 +65,10 @@ pub struct ItemInput {
     pub runs: Vec<Vec<Option<Outcome>>>,
 }
 
-/// The panel's results.
+/// The panel's results in one tool space.
 #[derive(Debug, Clone)]
 pub struct Matrix {
+    pub tool_space: ToolSpace,
     pub agents: Vec<String>,
     pub repeats: usize,
     pub items: Vec<ItemInput>,
@@ -101,19 +109,33 @@ pub struct Rasch {
 /// What the agents did on an item none of them solved.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Evidence {
-    /// Per agent: the distinct tools it called (over its repeats); empty: no tool.
+    /// Per agent: the distinct tools it called (over its repeats, in order of first call);
+    /// empty: no tool.
     pub called: BTreeMap<String, Vec<String>>,
-    /// A tool outside the reference that two or more agents called.
+    /// A tool outside the reference that two or more agents called (the one most agents
+    /// called; ties: the first by name).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agreed_tool: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub agreed_by: Vec<String>,
+    /// The plan two or more agents chose instead of the reference: the same tools (more than
+    /// one, `agreed_tool` among them) in the same order of first call.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub agreed_plan: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub agreed_plan_by: Vec<String>,
+    /// On an L2 item (its gold step has EFS alternatives): `agreed_tool`, proposed as a
+    /// possible missing member of the sample's EFS set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proposed_efs_member: Option<String>,
     pub note: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ItemRecord {
     pub id: String,
+    /// The tool space whose runs this record analyses.
+    pub tool_space: ToolSpace,
     pub kind: Kind,
     pub difficulty: Difficulty,
     pub runs: usize,
@@ -131,14 +153,54 @@ pub struct ItemRecord {
     pub evidence: Option<Evidence>,
 }
 
-/// The review queue: one row per flagged item, in id order, with its evidence; `decision`
-/// and `note` blank for the adjudicator.
-pub fn review_sheet(a: &Analysis) -> anyhow::Result<Vec<u8>> {
+/// The records of the items flagged in some tool space, by id (in id order): one per space
+/// that flagged the item, in the spaces' order.
+fn flagged_records<'a>(spaces: &[&'a Analysis]) -> BTreeMap<&'a str, Vec<&'a ItemRecord>> {
+    let mut out: BTreeMap<&str, Vec<&ItemRecord>> = BTreeMap::new();
+    for &a in spaces {
+        for r in a.items.iter().filter(|r| !r.flags.is_empty()) {
+            out.entry(r.id.as_str()).or_default().push(r);
+        }
+    }
+    out
+}
+
+/// The flags of an item's records, each once, in the order of [`FLAGS`].
+fn all_flags(records: &[&ItemRecord]) -> Vec<&'static str> {
+    FLAGS.into_iter().filter(|f| records.iter().any(|r| r.flags.contains(f))).collect()
+}
+
+/// The items flagged in some tool space, in id order: id → every flag any space gave it.
+pub fn flagged<'a>(spaces: &[&'a Analysis]) -> BTreeMap<&'a str, Vec<&'static str>> {
+    flagged_records(spaces).into_iter().map(|(id, records)| (id, all_flags(&records))).collect()
+}
+
+/// A record's evidence note (empty without evidence).
+fn note_of(r: &ItemRecord) -> String {
+    r.evidence.as_ref().map(|e| e.note.clone()).unwrap_or_default()
+}
+
+/// The review queue: one row per item flagged in some tool space, in id order, with its
+/// evidence; `decision` and `note` blank for the adjudicator. With several spaces (one
+/// [`Analysis`] each) `flags` holds every flag any space gave the item, `solve_rate` is the
+/// lowest over the spaces that flagged it, and the evidence names each of those spaces:
+/// ``in `standard`: all-fail: <evidence>; in `full`: all-fail: …``.
+pub fn review_sheet(spaces: &[&Analysis]) -> anyhow::Result<Vec<u8>> {
     let mut w = crate::csvout::Writer::new();
     w.write_record(crate::release::eval_review::REVIEW_HEADER)?;
-    for r in a.items.iter().filter(|r| !r.flags.is_empty()) {
-        let evidence = r.evidence.as_ref().map(|e| e.note.clone()).unwrap_or_default();
-        w.write_record([r.id.as_str(), &r.flags.join(" "), &format!("{:.4}", r.solve_rate), &evidence, "", ""])?;
+    for (id, records) in flagged_records(spaces) {
+        let rate = records.iter().map(|r| r.solve_rate).fold(f64::INFINITY, f64::min);
+        let evidence = if spaces.len() == 1 {
+            note_of(records[0])
+        } else {
+            let each = records.iter().map(|r| {
+                let note = note_of(r);
+                let sep = if note.is_empty() { "" } else { ": " };
+                format!("in `{}`: {}{sep}{note}", r.tool_space.as_str(), r.flags.join(" "))
+            });
+            each.collect::<Vec<String>>().join("; ")
+        };
+        w.write_record([id, &all_flags(&records).join(" "), &format!("{rate:.4}"), &evidence, "", ""])?;
     }
     w.into_bytes()
 }
@@ -217,7 +279,6 @@ fn point_biserial(m: &Matrix, it: &ItemInput, totals: &[f64]) -> Option<f64> {
 
 fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
     let mut called = BTreeMap::new();
-    let mut by_tool: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for (a, reps) in it.runs.iter().enumerate() {
         let mut tools: Vec<String> = Vec::new();
         for o in reps.iter().flatten() {
@@ -229,6 +290,7 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
         }
         called.insert(m.agents[a].clone(), tools);
     }
+    let mut by_tool: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for (agent, tools) in &called {
         for t in tools.iter().filter(|t| !it.reference.contains(*t)) {
             by_tool.entry(t).or_default().push(agent.clone());
@@ -237,21 +299,62 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
     // The tool most agents agree on (ties: the first by name).
     let best =
         by_tool.iter().filter(|(_, by)| by.len() >= 2).max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)));
-    let (agreed_tool, agreed_by, note) = match best {
-        Some((tool, by)) => {
-            let who = by.iter().map(|a| format!("`{a}`")).collect::<Vec<_>>().join(", ");
-            let note = if it.kind == Kind::L2 {
-                format!(
-                    "{who} called `{tool}`, which is not in this query's EFS set: proposed as a missing member of the set"
-                )
-            } else {
-                format!("{who} called `{tool}` instead of the reference tools: the ground truth may be wrong")
-            };
-            (Some(tool.to_string()), by.clone(), note)
-        }
-        None => (None, Vec::new(), "no two agents agree on a tool outside the reference".to_string()),
+    let Some((tool, by)) = best.map(|(t, by)| (t.to_string(), by.clone())) else {
+        let note = "no two agents agree on a tool outside the reference".to_string();
+        return Evidence {
+            called,
+            agreed_tool: None,
+            agreed_by: Vec::new(),
+            agreed_plan: Vec::new(),
+            agreed_plan_by: Vec::new(),
+            proposed_efs_member: None,
+            note,
+        };
     };
-    Evidence { called, agreed_tool, agreed_by, note }
+    let (plan, plan_by) = agreed_plan(&called, &tool).unwrap_or_default();
+    let chose = if plan.is_empty() {
+        format!("{} called `{tool}`", quoted(&by, ", "))
+    } else {
+        format!("{} called the plan {}", quoted(&plan_by, ", "), quoted(&plan, " → "))
+    };
+    let instead = if it.reference.is_empty() {
+        "instead of calling no tool (the reference has none)".to_string()
+    } else {
+        format!("instead of the reference tools ({})", quoted(&it.reference, ", "))
+    };
+    // On L2 the gold step is a set of equivalent tools (its EFS set): a tool the agents agree
+    // on instead may be one the set lacks rather than a sign of wrong ground truth.
+    let proposed_efs_member = (it.kind == Kind::L2).then(|| tool.clone());
+    let note = match &proposed_efs_member {
+        Some(t) => format!("{chose} {instead}: `{t}` is proposed as a possible missing member of the sample's EFS set"),
+        None => format!("{chose} {instead}: the ground truth may be wrong"),
+    };
+    Evidence {
+        called,
+        agreed_tool: Some(tool),
+        agreed_by: by,
+        agreed_plan: plan,
+        agreed_plan_by: plan_by,
+        proposed_efs_member,
+        note,
+    }
+}
+
+/// Names in backticks, joined by `sep`.
+fn quoted<'a>(names: impl IntoIterator<Item = &'a String>, sep: &str) -> String {
+    names.into_iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(sep)
+}
+
+/// The plan most agents share, two or more: an agent's distinct tools in order of first
+/// call, more than one and `tool` among them (ties: the first in order); with the agents.
+fn agreed_plan(called: &BTreeMap<String, Vec<String>>, tool: &str) -> Option<(Vec<String>, Vec<String>)> {
+    let mut by_plan: BTreeMap<&[String], Vec<String>> = BTreeMap::new();
+    for (agent, tools) in called.iter().filter(|(_, t)| t.len() > 1 && t.iter().any(|x| x == tool)) {
+        by_plan.entry(tools.as_slice()).or_default().push(agent.clone());
+    }
+    let best =
+        by_plan.into_iter().filter(|(_, by)| by.len() >= 2).max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)));
+    best.map(|(plan, by)| (plan.to_vec(), by))
 }
 
 /// Joint maximum-likelihood Rasch estimates: items' difficulties with standard errors, by
@@ -395,6 +498,7 @@ pub fn analyse(m: &Matrix, opts: &Options) -> Analysis {
         out.histogram[((rate * 10.0).floor() as usize).min(9)] += 1;
         out.items.push(ItemRecord {
             id: it.id.clone(),
+            tool_space: m.tool_space,
             kind: it.kind,
             difficulty: it.difficulty,
             runs,
@@ -437,6 +541,7 @@ mod tests {
     #[test]
     fn flags_name_all_fail_with_the_tool_two_agents_agree_on() {
         let m = Matrix {
+            tool_space: ToolSpace::Oracle,
             agents: vec!["a".into(), "b".into(), "c".into()],
             repeats: 1,
             items: vec![
@@ -471,7 +576,10 @@ mod tests {
         let ev = fail.evidence.as_ref().unwrap();
         assert_eq!(ev.agreed_tool.as_deref(), Some("S::z"));
         assert_eq!(ev.agreed_by, ["a", "b"]);
-        assert!(ev.note.contains("missing member of the set"), "{}", ev.note);
+        let proposal = "`S::z` is proposed as a possible missing member of the sample's EFS set";
+        assert!(ev.note.contains(proposal), "{}", ev.note);
+        assert_eq!(ev.proposed_efs_member.as_deref(), Some("S::z"));
+        assert!(ev.agreed_plan.is_empty(), "only `b` called more than one tool");
         assert_eq!(ev.called["c"], Vec::<String>::new());
         assert_eq!(a.items[1].flags, ["all-pass"]);
         assert_eq!(a.items[2].solve_rate, 1.0 / 3.0);
@@ -486,6 +594,47 @@ mod tests {
     }
 
     #[test]
+    fn the_evidence_names_the_plan_two_agents_agree_on_and_the_queue_names_each_space_that_flagged() {
+        let matrix = |tool_space, runs| Matrix {
+            tool_space,
+            agents: vec!["a".into(), "b".into(), "c".into()],
+            repeats: 1,
+            items: vec![item("L3-1", Kind::L3, &["S::x", "S::y"], runs)],
+        };
+        let wrong = vec![
+            vec![outcome(false, &["S::x", "S::w"])],
+            vec![outcome(false, &["S::x", "S::w"])],
+            vec![outcome(false, &["S::w"])],
+        ];
+        let oracle = analyse(&matrix(ToolSpace::Oracle, wrong), &Options::default());
+        assert_eq!(oracle.items[0].tool_space, ToolSpace::Oracle);
+        let ev = oracle.items[0].evidence.as_ref().unwrap();
+        assert_eq!(ev.agreed_tool.as_deref(), Some("S::w"));
+        assert_eq!(ev.agreed_by, ["a", "b", "c"]);
+        assert_eq!(ev.agreed_plan, ["S::x", "S::w"]);
+        assert_eq!(ev.agreed_plan_by, ["a", "b"]);
+        assert_eq!(ev.proposed_efs_member, None, "not an L2 item");
+        let note = "`a`, `b` called the plan `S::x` → `S::w` instead of the reference tools (`S::x`, `S::y`): the ground truth may be wrong";
+        assert_eq!(ev.note, note);
+
+        // One space: the row's evidence is the note. Two: each space that flagged the item is
+        // named, the flags are those of both, the solve rate the lowest; the release still
+        // reads it as `all-fail`.
+        let one = String::from_utf8(review_sheet(&[&oracle]).unwrap()).unwrap();
+        assert_eq!(one.lines().nth(1), Some(format!("L3-1,all-fail label-mismatch,0.0000,\"{note}\",,").as_str()));
+        let solved = vec![vec![outcome(true, &["S::x", "S::y"])]; 3];
+        let full = analyse(&matrix(ToolSpace::Full, solved), &Options::default());
+        assert_eq!(full.items[0].flags, ["all-pass"]);
+        let two = review_sheet(&[&oracle, &full]).unwrap();
+        let held = crate::release::eval_review::all_fail("review.csv", &two).unwrap();
+        let evidence = format!("in `oracle`: all-fail label-mismatch: {note}; in `full`: all-pass");
+        assert_eq!(held["L3-1"], format!("flagged `all-fail` by the eval panel (solve rate 0.0000; {evidence})"));
+        let row = String::from_utf8(two).unwrap().lines().nth(1).unwrap().to_string();
+        assert!(row.starts_with("L3-1,all-fail all-pass label-mismatch,0.0000,"), "{row}");
+        assert_eq!(flagged(&[&oracle, &full])["L3-1"], ["all-fail", "all-pass", "label-mismatch"]);
+    }
+
+    #[test]
     fn rasch_difficulties_order_items_by_how_few_agents_solve_them() {
         let rows = [[1, 1, 1, 0], [1, 1, 0, 1], [1, 0, 1, 0], [0, 1, 0, 0]];
         let items = (0..4)
@@ -494,7 +643,8 @@ mod tests {
                 item(&format!("i{i}"), Kind::L1, &["S::x"], runs)
             })
             .collect();
-        let m = Matrix { agents: vec!["a".into(), "b".into(), "c".into(), "d".into()], repeats: 1, items };
+        let agents = vec!["a".into(), "b".into(), "c".into(), "d".into()];
+        let m = Matrix { tool_space: ToolSpace::Oracle, agents, repeats: 1, items };
         let a = analyse(&m, &Options::default());
         let d: Vec<Rasch> = a.items.iter().map(|i| i.rasch.unwrap()).collect();
         assert!(d[3].difficulty > d[2].difficulty && d[2].difficulty > d[0].difficulty, "{d:?}");
@@ -502,6 +652,7 @@ mod tests {
         assert!(d.iter().map(|r| r.difficulty).sum::<f64>().abs() < 1e-3, "centred");
         assert!(d.iter().all(|r| r.se > 0.0 && r.se.is_finite()));
         let few = Matrix {
+            tool_space: ToolSpace::Oracle,
             agents: m.agents[..2].to_vec(),
             repeats: 1,
             items: m.items.iter().map(|i| ItemInput { runs: i.runs[..2].to_vec(), ..i.clone() }).collect(),
@@ -512,6 +663,7 @@ mod tests {
     #[test]
     fn unstable_items_lose_their_solves_across_repeats() {
         let m = Matrix {
+            tool_space: ToolSpace::Oracle,
             agents: vec!["a".into(), "b".into()],
             repeats: 2,
             items: vec![

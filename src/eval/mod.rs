@@ -5,7 +5,8 @@
 //! - [`source`]: the release evaluated (`[eval] release`, or the release candidate `artifacts/release-candidate/`):
 //!   samples, the tools of `tools.parquet`, each sample's cassette of recorded responses,
 //!   the EFS sets and the published-format files.
-//! - [`run`]: one agent on one sample (one repeat): an in-process `benchgen sandbox` over the
+//! - [`run`]: one agent on one sample (one repeat) in one tool space (every agent runs in
+//!   each of `[eval] tool_spaces`): an in-process `benchgen sandbox` over the
 //!   sample's tool space answering from its cassette, the agent loop of [`crate::agent`],
 //!   turn by turn with the gold history. Each run is one `llm::batch` item (checkpointed,
 //!   resumable, its exchanges cached in the ledger).
@@ -13,10 +14,10 @@
 //!   tools and `call_tool`, served in process in front of the sandbox.
 //! - [`predict`]: the runs as unified, ETOM and FinMCP predictions, scored in the corrected
 //!   mode and in `--compat etom` / `--compat finmcp`.
-//! - [`board`]: `leaderboard.json` and `report.md`, with 95 % bootstrap intervals over the
-//!   items and the paired comparisons of every two agents.
-//! - [`items`]: the item analysis (`items.jsonl`): solve rates, flip rates across repeats,
-//!   discrimination, Rasch difficulty and flags.
+//! - [`board`]: `leaderboard.json` and `report.md`, per tool space, with 95 % bootstrap
+//!   intervals over the items and the paired comparisons of every two agents.
+//! - [`items`]: the item analysis (`items.jsonl`, per tool space): solve rates, flip rates
+//!   across repeats, discrimination, Rasch difficulty, flags and the review queue.
 //! - [`validity`]: with `[eval] reference_ranking`, Kendall's τ between the panel's ranking
 //!   and the published one (`validity.json`, a section of the report).
 //!
@@ -31,7 +32,7 @@ pub mod source;
 pub mod validity;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -48,7 +49,10 @@ pub static SPEC: StageSpec = StageSpec {
     command: "eval",
     // 2: writes the review queue `review.csv`. 3: bootstrap intervals and pairwise
     // comparisons on the leaderboard, the items' flip rate (`unstable` when it is above 0).
-    version: 3,
+    // 4: several tool spaces (`tool_spaces`), reported and analysed per space, so runs and
+    // items name their space; the `all-fail` evidence names the plan two agents agree on
+    // and, on L2, the tool proposed for the sample's EFS set.
+    version: 4,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[
@@ -84,6 +88,7 @@ pub enum ToolSpace {
 }
 
 impl ToolSpace {
+    /// Its name in the config and the outputs.
     pub fn as_str(self) -> &'static str {
         match self {
             ToolSpace::Oracle => "oracle",
@@ -111,8 +116,16 @@ pub struct EvalSettings {
     /// config hash, so configs without the key keep their hash.
     #[serde(default = "default_bootstrap", skip_serializing_if = "is_default_bootstrap")]
     pub bootstrap: usize,
-    #[serde(default)]
-    pub tool_space: ToolSpace,
+    /// The one tool space every agent runs in (default `oracle`); `tool_spaces` names
+    /// several instead. Hashed as `oracle` when absent, as before `tool_spaces` existed, so
+    /// configs keep their hash.
+    #[serde(default, serialize_with = "space_or_default")]
+    pub tool_space: Option<ToolSpace>,
+    /// Several tool spaces (instead of `tool_space`): every agent runs every sample in each,
+    /// and the leaderboard, the comparisons and the item flags are per space. Left out of
+    /// the config hash when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_spaces: Option<Vec<ToolSpace>>,
     /// `standard`: how many other servers of the sample's track join its oracle space. A
     /// signed integer so that `check` can name a negative one; the default is left out of
     /// the config hash, so configs without the key keep their hash.
@@ -156,6 +169,10 @@ fn default_bootstrap() -> usize {
 fn is_default_bootstrap(b: &usize) -> bool {
     *b == default_bootstrap()
 }
+/// `tool_space` as the config hash saw it before it could be absent: the default spelled out.
+fn space_or_default<S: serde::Serializer>(space: &Option<ToolSpace>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    space.unwrap_or_default().serialize(s)
+}
 fn default_distractor_servers() -> i64 {
     3
 }
@@ -167,6 +184,15 @@ impl EvalSettings {
     /// `distractor_servers` as a count (a negative one, which `check` refuses, as none).
     pub fn distractors(&self) -> usize {
         usize::try_from(self.distractor_servers).unwrap_or(0)
+    }
+
+    /// The tool spaces every agent runs in, in config order: `tool_spaces`, else the one
+    /// `tool_space` (default `oracle`).
+    pub fn spaces(&self) -> Vec<ToolSpace> {
+        match &self.tool_spaces {
+            Some(v) => v.clone(),
+            None => vec![self.tool_space.unwrap_or_default()],
+        }
     }
 }
 
@@ -199,18 +225,21 @@ impl Stage for EvalStage {
          ground-truth tools and their EFS members; `\"standard\"`: those and the tools of the
          `distractor_servers` other servers of its track nearest to its request, default 3;
          `\"full\"`: every released tool of its track behind two tools, `search_tools` and
-         `call_tool`) and answers each call from the sample's cassette of recorded responses, or with a
+         `call_tool`; `tool_spaces = [\"oracle\", \"standard\"]` runs every agent in each)
+         and answers each call from the sample's cassette of recorded responses, or with a
          value shaped by the tool's schema when no recording matches (each call says which
          it got). Multi-turn samples run turn by turn with the gold history. Each run is
          checkpointed; a killed run resumes without asking again.
 
          Writes `artifacts/eval/`: `runs.jsonl` (every run), `predictions/<agent>/<k>/`
-         (`samples.jsonl` unified, `etom.jsonl` and `finmcp.json` in the reference formats,
-         for `benchgen score`), `leaderboard.json` and `report.md` (per agent: score, pass^k,
-         per level, kind and difficulty, compat figures, tokens, cost), `items.jsonl` (per
-         sample: solve rate, results, discrimination, Rasch difficulty, flags `all-fail`
-         with evidence, `all-pass`, `label-mismatch`, `unstable`), and `failed.json` when
-         runs failed within `max_failed_share`."
+         (`predictions/<space>/<agent>/<k>/` with several spaces: `samples.jsonl` unified,
+         `etom.jsonl` and `finmcp.json` in the reference formats, for `benchgen score`),
+         `leaderboard.json` and `report.md` (per tool space and agent: score, pass^k, per
+         level, kind and difficulty, compat figures, tokens, cost), `items.jsonl` (per space
+         and sample: solve rate, results, discrimination, Rasch difficulty, flags `all-fail`
+         with evidence, `all-pass`, `label-mismatch`, `unstable`), `review.csv` (the flagged
+         items, each space that flagged one named) and `failed.json` when runs failed within
+         `max_failed_share`."
     }
 
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
@@ -233,6 +262,7 @@ impl Stage for EvalStage {
             }
         }
         check_distinct_agents(s, cfg, problems);
+        check_spaces(cfg, problems);
         check_positive(problems, "eval.repeats", cfg.repeats);
         check_positive(problems, "eval.bootstrap", cfg.bootstrap);
         check_positive(problems, "eval.concurrency", cfg.concurrency);
@@ -289,13 +319,19 @@ impl Stage for EvalStage {
             .map(|b| (b, "in the release"))
             .or_else(|| crate::review::pool_bound(s).map(|b| (b, "that can reach the release")));
         let repeats = cfg.repeats as u64;
+        // Every tool space runs every sample again.
+        let spaces = cfg.spaces().len() as u64;
+        let in_spaces = if spaces > 1 { format!(" × {spaces} tool spaces") } else { String::new() };
         let rows = cfg.agents.iter().map(|agent| {
             // Every turn of a sample runs the agent loop once.
             let per = run::agent_settings(s, cfg, agent).max_exchanges();
             let (n, basis) = match pool {
                 Some((b, from)) => (
-                    repeats * b.turns * per,
-                    format!("≤ {repeats} × {} turns of {} samples {from} × {per} agent turns", b.turns, b.samples),
+                    spaces * repeats * b.turns * per,
+                    format!(
+                        "≤ {repeats} × {} turns of {} samples {from} × {per} agent turns{in_spaces}",
+                        b.turns, b.samples
+                    ),
                 ),
                 None => (0, "unknown until the sample pool's inputs can be read".to_string()),
             };
@@ -334,6 +370,23 @@ fn check_distinct_agents(s: &Settings, cfg: &EvalSettings, problems: &mut Vec<Pr
     }
 }
 
+/// `tool_space` or `tool_spaces`, not both; `tool_spaces` names at least one space, each once.
+fn check_spaces(cfg: &EvalSettings, problems: &mut Vec<Problem>) {
+    let Some(spaces) = &cfg.tool_spaces else { return };
+    if cfg.tool_space.is_some() {
+        problems.push(Problem::new("eval.tool_spaces", "give either `tool_space` or `tool_spaces`, not both"));
+    }
+    if spaces.is_empty() {
+        problems.push(Problem::new("eval.tool_spaces", "name at least one tool space (`oracle`, `standard`, `full`)"));
+    }
+    for (i, space) in spaces.iter().enumerate() {
+        if spaces[..i].contains(space) {
+            let name = space.as_str();
+            problems.push(Problem::new(format!("eval.tool_spaces[{i}]"), format!("`{name}` is listed twice")));
+        }
+    }
+}
+
 /// `[eval] reference_ranking`: scores of agents on the panel, at least two of them (τ needs
 /// two), each a finite number.
 fn check_reference(cfg: &EvalSettings, problems: &mut Vec<Problem>) {
@@ -357,8 +410,8 @@ fn check_reference(cfg: &EvalSettings, problems: &mut Vec<Problem>) {
     }
 }
 
-/// The stage: run the panel, write predictions and score them, then the leaderboard and
-/// the item analysis.
+/// The stage: run the panel in every tool space, write predictions and score them, then
+/// per space the leaderboard and the item analysis.
 fn evaluate(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
     let s = ctx.settings;
     let cfg = settings(s)?;
@@ -371,49 +424,35 @@ fn evaluate(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
 
     let (runs, failed) = run::run_panel(ctx, cfg, &rel, out)?;
     let usage = run::usage(&s.artifacts, &runs)?;
-
-    let mut scored = Vec::new();
-    for agent in &cfg.agents {
-        for k in 1..=cfg.repeats {
-            let records = runs.of(agent, k);
-            let files = predict::Files::build(&rel, &records)?;
-            let score = predict::score(&scratch, &rel, agent, k, &files)?;
-            files.write_into(out, agent, k)?;
-            scored.push(score);
-        }
+    let spaces = cfg.spaces();
+    let several = spaces.len() > 1;
+    let scoring = Scoring { s, cfg, rel: &rel, runs: &runs, usage: &usage, scratch: &scratch, several };
+    let mut results = Vec::with_capacity(spaces.len());
+    for space in spaces {
+        results.push(scoring.space(space, out)?);
     }
-    let panel = board::Panel::new(s, cfg, &rel, &runs, &scored, &usage);
-    let rows = panel.rows();
-    let analysis = items::analyse(&panel.matrix(), &items::Options::default());
     let mut items_out = Vec::new();
-    for rec in &analysis.items {
+    for rec in results.iter().flat_map(|r| &r.analysis.items) {
         serde_json::to_writer(&mut items_out, rec)?;
         items_out.push(b'\n');
     }
     out.file("items.jsonl", items_out);
     // The review queue of flagged items: `release` holds back the `all-fail` ones until an
     // adjudicated copy, named in `[release] eval_review`, decides them.
-    out.file("review.csv", items::review_sheet(&analysis)?);
-    let flagged = analysis.items.iter().filter(|r| !r.flags.is_empty()).count();
-    if flagged > 0 {
+    let analyses: Vec<&items::Analysis> = results.iter().map(|r| &r.analysis).collect();
+    out.file("review.csv", items::review_sheet(&analyses)?);
+    let flagged = items::flagged(&analyses);
+    if !flagged.is_empty() {
         out.notes.push(format!(
-            "{flagged} flagged item(s) in `artifacts/eval/review.csv` (`release` holds back the `all-fail` ones until decided): copy it to `reviews/eval/`, write `leave out` or `keep` in `decision`, name it in `[release] eval_review`, and release"
+            "{} flagged item(s) in `artifacts/eval/review.csv` (`release` holds back the `all-fail` ones until decided): copy it to `reviews/eval/`, write `leave out` or `keep` in `decision`, name it in `[release] eval_review`, and release",
+            flagged.len()
         ));
     }
+    let rows: Vec<&board::Row> = results.iter().flat_map(|r| &r.rows).collect();
     out.json("leaderboard.json", &rows)?;
-    let mut report = board::report(&panel, &rows, &analysis);
-    if !cfg.reference_ranking.is_empty() {
-        let scores: BTreeMap<String, f64> = rows.iter().map(|r| (r.agent.clone(), r.score)).collect();
-        let v = validity::compare(&scores, &cfg.reference_ranking);
-        report.push_str(&validity::section(&v));
-        out.notes.push(match (v.tau.tau_b, v.tau.p_value) {
-            (Some(t), Some(p)) => format!(
-                "validity: Kendall's tau-b {t:.3} (p = {p:.3}, {}) against the reference ranking of {} agents; `validity.json`",
-                v.tau.method, v.n
-            ),
-            _ => format!("validity: tau is undefined over the {} reference agents (scores tied)", v.n),
-        });
-        out.json("validity.json", &v)?;
+    let mut report = board::report(cfg, &rel, &results);
+    if let Some(first) = results.first().filter(|_| !cfg.reference_ranking.is_empty()) {
+        report.push_str(&validity_section(cfg, first, several, out)?);
     }
     out.file("report.md", report.into_bytes());
     runs.write_into(out)?;
@@ -422,36 +461,111 @@ fn evaluate(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
     out.count("agents", cfg.agents.len());
     out.count("runs", runs.len());
     out.count("failed_runs", failed);
-    for (flag, n) in &analysis.flag_counts {
+    // Items carrying each flag in some tool space (those of the review queue).
+    let mut flag_counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for f in flagged.values().flatten() {
+        *flag_counts.entry(*f).or_default() += 1;
+    }
+    for (flag, n) in &flag_counts {
         out.count(&format!("flag_{}", flag.replace('-', "_")), *n);
     }
-    for r in &rows {
-        out.notes.push(format!(
-            "{}: score {:.3} [{:.3}, {:.3}] (pass^{} {:.3}) on {} samples, {} tokens",
-            r.agent,
-            r.score,
-            r.score_ci[0],
-            r.score_ci[1],
-            cfg.repeats,
-            r.pass_k,
-            r.samples,
-            r.tokens.prompt + r.tokens.completion
+    summary_notes(cfg, &results, &usage, out);
+    Ok(())
+}
+
+/// What every tool space's scoring reads.
+struct Scoring<'a> {
+    s: &'a Settings,
+    cfg: &'a EvalSettings,
+    rel: &'a source::Release,
+    runs: &'a run::Runs,
+    usage: &'a run::Usage,
+    scratch: &'a Path,
+    /// Several tool spaces: each one's predictions go under `predictions/<space>/`.
+    several: bool,
+}
+
+impl Scoring<'_> {
+    /// One tool space: its runs as predictions (written and scored), its leaderboard rows
+    /// and its item analysis.
+    fn space(&self, space: ToolSpace, out: &mut Output) -> Result<board::SpaceReport> {
+        let mut scored = Vec::new();
+        for agent in &self.cfg.agents {
+            let folder = if self.several { format!("{}/{agent}", space.as_str()) } else { agent.clone() };
+            for k in 1..=self.cfg.repeats {
+                let records = self.runs.of(space, agent, k);
+                let files = predict::Files::build(self.rel, &records)?;
+                let score = predict::score(self.scratch, self.rel, space, agent, k, &files)?;
+                files.write_into(out, &folder, k)?;
+                scored.push(score);
+            }
+        }
+        let panel = board::Panel::new(self.s, self.cfg, space, self.rel, self.runs, &scored, self.usage);
+        let rows = panel.rows();
+        let analysis = items::analyse(&panel.matrix(), &items::Options::default());
+        Ok(board::SpaceReport { space, rows, analysis })
+    }
+}
+
+/// With `[eval] reference_ranking`: `validity.json` and the report's section, against the
+/// scores of the first tool space (the one `tool_space` names, or the first of `tool_spaces`).
+fn validity_section(cfg: &EvalSettings, first: &board::SpaceReport, several: bool, out: &mut Output) -> Result<String> {
+    let scores: BTreeMap<String, f64> = first.rows.iter().map(|r| (r.agent.clone(), r.score)).collect();
+    let v = validity::compare(&scores, &cfg.reference_ranking);
+    let mut section = validity::section(&v);
+    if several {
+        section.push_str(&format!(
+            "\nThe panel's scores are those of tool space `{}`, the first of `tool_spaces`.\n",
+            first.space.as_str()
         ));
     }
-    if let Some(mdd) = board::min_detectable(&rows) {
-        let pairs = rows.iter().map(|r| r.comparisons.len()).sum::<usize>();
-        let resolved = rows.iter().flat_map(|r| &r.comparisons).filter(|c| c.resolved).count();
-        out.notes.push(format!(
-            "{resolved} of {pairs} agent pair(s) resolved (paired 95 % bootstrap over samples); smallest resolvable difference {:.1} points",
-            mdd * 100.0
-        ));
+    out.notes.push(match (v.tau.tau_b, v.tau.p_value) {
+        (Some(t), Some(p)) => format!(
+            "validity: Kendall's tau-b {t:.3} (p = {p:.3}, {}) against the reference ranking of {} agents; `validity.json`",
+            v.tau.method, v.n
+        ),
+        _ => format!("validity: tau is undefined over the {} reference agents (scores tied)", v.n),
+    });
+    out.json("validity.json", &v)?;
+    Ok(section)
+}
+
+/// The stage's summary: per tool space each agent's score, the pairs resolved and the
+/// flags; each agent's model latency.
+fn summary_notes(cfg: &EvalSettings, results: &[board::SpaceReport], usage: &run::Usage, out: &mut Output) {
+    let several = results.len() > 1;
+    for x in results {
+        let within = if several { format!(" in `{}`", x.space.as_str()) } else { String::new() };
+        for r in &x.rows {
+            out.notes.push(format!(
+                "{}{within}: score {:.3} [{:.3}, {:.3}] (pass^{} {:.3}) on {} samples, {} tokens",
+                r.agent,
+                r.score,
+                r.score_ci[0],
+                r.score_ci[1],
+                cfg.repeats,
+                r.pass_k,
+                r.samples,
+                r.tokens.prompt + r.tokens.completion
+            ));
+        }
+        if let Some(mdd) = board::min_detectable(&x.rows) {
+            let pairs = x.rows.iter().map(|r| r.comparisons.len()).sum::<usize>();
+            let resolved = x.rows.iter().flat_map(|r| &r.comparisons).filter(|c| c.resolved).count();
+            out.notes.push(format!(
+                "{resolved} of {pairs} agent pair(s) resolved{within} (paired 95 % bootstrap over samples); smallest resolvable difference {:.1} points",
+                mdd * 100.0
+            ));
+        }
     }
     out.notes.extend(usage.latency_notes(&cfg.agents));
-    let flagged: Vec<String> = analysis.flag_counts.iter().map(|(f, n)| format!("{n} {f}")).collect();
-    out.notes.push(format!(
-        "{} items analysed{}; `artifacts/eval/report.md`",
-        analysis.items.len(),
-        if flagged.is_empty() { String::new() } else { format!(": {}", flagged.join(", ")) }
-    ));
-    Ok(())
+    for x in results {
+        let within = if several { format!(" in `{}`", x.space.as_str()) } else { String::new() };
+        let flagged: Vec<String> = x.analysis.flag_counts.iter().map(|(f, n)| format!("{n} {f}")).collect();
+        out.notes.push(format!(
+            "{} items analysed{within}{}; `artifacts/eval/report.md`",
+            x.analysis.items.len(),
+            if flagged.is_empty() { String::new() } else { format!(": {}", flagged.join(", ")) }
+        ));
+    }
 }

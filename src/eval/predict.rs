@@ -1,7 +1,8 @@
 //! The runs of one agent and repeat as predictions in the three formats `benchgen score`
 //! reads, and their scores (corrected, `--compat etom`, `--compat finmcp`).
 //!
-//! Files under `predictions/<agent>/<k>/`:
+//! Files under `predictions/<agent>/<k>/` (with several tool spaces,
+//! `predictions/<space>/<agent>/<k>/`):
 //!
 //! - `samples.jsonl`: unified predictions for the release's `samples.jsonl`, one line per
 //!   sample that ran: `{id, turns: [{calls: [{tool, group, arguments}]}]}` (a turn per
@@ -27,6 +28,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::ToolSpace;
 use super::run::{RunRecord, TurnRun};
 use super::source::Release;
 use crate::model::{Family, Kind, split_tool_id};
@@ -148,10 +150,11 @@ impl Files {
         v
     }
 
-    /// Into the stage's output, under `predictions/<agent>/<k>/`.
-    pub fn write_into(&self, out: &mut Output, agent: &str, k: usize) -> Result<()> {
+    /// Into the stage's output, under `predictions/<folder>/<k>/`: the folder is the agent,
+    /// or `<space>/<agent>` with several tool spaces.
+    pub fn write_into(&self, out: &mut Output, folder: &str, k: usize) -> Result<()> {
         for (name, bytes) in self.named() {
-            out.file(&format!("predictions/{agent}/{k}/{name}"), bytes.to_vec());
+            out.file(&format!("predictions/{folder}/{k}/{name}"), bytes.to_vec());
         }
         Ok(())
     }
@@ -232,11 +235,11 @@ fn run_score(benches: Vec<PathBuf>, pred: &Path, format: BenchFormat, mode: Mode
     Ok(rep)
 }
 
-/// Write the files into `scratch/pred/<agent>/<k>/` and score them against the release's
-/// files in `scratch/bench/`.
-pub fn score(scratch: &Path, rel: &Release, agent: &str, k: usize, files: &Files) -> Result<Scored> {
+/// Write the files into `scratch/pred/<space>/<agent>/<k>/` and score them against the
+/// release's files in `scratch/bench/`.
+pub fn score(scratch: &Path, rel: &Release, space: ToolSpace, agent: &str, k: usize, files: &Files) -> Result<Scored> {
     let bench = scratch.join("bench");
-    let dir = scratch.join("pred").join(agent).join(k.to_string());
+    let dir = scratch.join("pred").join(space.as_str()).join(agent).join(k.to_string());
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
     for (name, bytes) in files.named() {
         std::fs::write(dir.join(name), bytes)

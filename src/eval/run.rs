@@ -13,10 +13,11 @@
 //! turns `0..t` (user messages, the reference trajectory's calls and results, the gold
 //! replies), as FinMCP's protocol scores it.
 //!
-//! Wire format of `runs.jsonl` (one [`RunRecord`] per line, agents in config order, then
-//! repeat, then sample id): `{agent, repeat, id, tools, searches?, turns: [{status, reason?,
-//! answer?, calls: [{tool, offered, group, arguments, answer, result?}], searches?: [{group,
-//! arguments, found?, error?}], exchanges}]}` (`searches` only in the `full` space).
+//! Wire format of `runs.jsonl` (one [`RunRecord`] per line, tool spaces in config order,
+//! then agents in config order, then repeat, then sample id): `{tool_space, agent, repeat,
+//! id, tools, searches?, turns: [{status, reason?, answer?, calls: [{tool, offered, group,
+//! arguments, answer, result?}], searches?: [{group, arguments, found?, error?}],
+//! exchanges}]}` (`searches` only in the `full` space).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -109,6 +110,8 @@ pub struct SearchRun {
 /// One run (the checkpointed value of its batch item).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
+    /// The tool space it ran in.
+    pub tool_space: ToolSpace,
     pub agent: String,
     pub repeat: usize,
     pub id: String,
@@ -131,15 +134,16 @@ impl RunRecord {
     }
 }
 
-/// The item key (and ledger subject) of a run: `<agent>/r<k>/<sample id>`.
-pub fn key(agent: &str, repeat: usize, id: &str) -> String {
-    format!("{agent}/r{repeat}/{id}")
+/// The item key (and ledger subject) of a run: `<tool space>/<agent>/r<k>/<sample id>`, so
+/// the runs of one agent in two spaces are two items (checkpointed and resumed apart).
+pub fn key(space: ToolSpace, agent: &str, repeat: usize, id: &str) -> String {
+    format!("{}/{agent}/r{repeat}/{id}", space.as_str())
 }
 
 /// Every finished run, by key.
 pub struct Runs {
     pub records: BTreeMap<String, RunRecord>,
-    /// Keys in output order (agents in config order, repeats, sample ids).
+    /// Keys in output order (tool spaces and agents in config order, repeats, sample ids).
     order: Vec<String>,
 }
 
@@ -152,9 +156,14 @@ impl Runs {
         self.records.is_empty()
     }
 
-    /// The runs of one agent and repeat, by sample id (failed runs are absent).
-    pub fn of(&self, agent: &str, repeat: usize) -> BTreeMap<&str, &RunRecord> {
-        self.records.values().filter(|r| r.agent == agent && r.repeat == repeat).map(|r| (r.id.as_str(), r)).collect()
+    /// The runs of one agent and repeat in one tool space, by sample id (failed runs are
+    /// absent).
+    pub fn of(&self, space: ToolSpace, agent: &str, repeat: usize) -> BTreeMap<&str, &RunRecord> {
+        self.records
+            .values()
+            .filter(|r| r.tool_space == space && r.agent == agent && r.repeat == repeat)
+            .map(|r| (r.id.as_str(), r))
+            .collect()
     }
 
     /// `runs.jsonl`.
@@ -194,13 +203,14 @@ struct Env<'a> {
 
 /// One work item.
 struct Job {
+    space: ToolSpace,
     agent: usize,
     repeat: usize,
     sample: usize,
 }
 
-/// Run every agent on every sample `repeats` times; returns the runs and how many failed
-/// (within `max_failed_share`, recorded in `failed.json`).
+/// Run every agent on every sample `repeats` times in every tool space; returns the runs and
+/// how many failed (within `max_failed_share`, recorded in `failed.json`).
 pub fn run_panel(ctx: &Ctx, cfg: &EvalSettings, rel: &Release, out: &mut Output) -> Result<(Runs, usize)> {
     let s = ctx.settings;
     let opts = BatchOptions::new(STAGE, "eval", "runs")
@@ -216,10 +226,12 @@ pub fn run_panel(ctx: &Ctx, cfg: &EvalSettings, rel: &Release, out: &mut Output)
         client: ClientOptions::from_settings(s, s.section::<crate::mcp::McpSettings>()),
     };
     let mut items = Vec::new();
-    for (a, agent) in cfg.agents.iter().enumerate() {
-        for repeat in 1..=cfg.repeats {
-            for (i, sample) in rel.samples.iter().enumerate() {
-                items.push((key(agent, repeat, &sample.id), Job { agent: a, repeat, sample: i }));
+    for space in cfg.spaces() {
+        for (a, agent) in cfg.agents.iter().enumerate() {
+            for repeat in 1..=cfg.repeats {
+                for (i, sample) in rel.samples.iter().enumerate() {
+                    items.push((key(space, agent, repeat, &sample.id), Job { space, agent: a, repeat, sample: i }));
+                }
             }
         }
     }
@@ -232,8 +244,8 @@ pub fn run_panel(ctx: &Ctx, cfg: &EvalSettings, rel: &Release, out: &mut Output)
         let mut ev = NewEvent::new(
             "eval.run",
             Some(k),
-            json!({"agent": r.agent, "repeat": r.repeat, "sample": r.id, "calls": calls, "searches": r.searches,
-                   "statuses": statuses}),
+            json!({"tool_space": r.tool_space, "agent": r.agent, "repeat": r.repeat, "sample": r.id, "calls": calls,
+                   "searches": r.searches, "statuses": statuses}),
         );
         for x in r.turns.iter().flat_map(|t| &t.exchanges) {
             if let Some(id) = batch.exchange_event(x)? {
@@ -464,11 +476,11 @@ async fn run_one(env: &Env<'_>, job: Job, item: &Item) -> Result<RunRecord, Item
     let role_seed = env.s.section::<crate::llm::LlmSettings>().roles.get(agent).and_then(|r| r.seed).unwrap_or(0);
     let seed = (job.repeat > 1).then(|| role_seed.wrapping_add(job.repeat as u64 - 1));
     let llm = &Seeded { item, seed };
-    let space = env.rel.tool_space(env.cfg, env.s.project.seed, sample);
+    let space = env.rel.tool_space(job.space, env.cfg.distractors(), env.s.project.seed, sample);
     let cassette = env.rel.cassettes.get(&sample.id);
     // The `full` space's search over the track: its server answers the agent, and the run
     // record reads the agent's calls of it back.
-    let search = (env.cfg.tool_space == ToolSpace::Full)
+    let search = (job.space == ToolSpace::Full)
         .then(|| Arc::new(ToolSearch::new(env.rel, &space, env.s.project.seed, &sample.id)));
     let client = sandbox_client(env, &env.rel.catalog(&space), cassette, search.clone())?;
     let recorder = Recorder::open(&env.s.artifacts, env.run_id, STAGE)?;
@@ -490,6 +502,7 @@ async fn run_one(env: &Env<'_>, job: Job, item: &Item) -> Result<RunRecord, Item
     exec.shutdown().await;
     let searches = turns.iter().map(|t| t.searches.len()).sum();
     Ok(RunRecord {
+        tool_space: job.space,
         agent: agent.clone(),
         repeat: job.repeat,
         id: sample.id.clone(),
@@ -509,14 +522,14 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// One line per agent: mean model latency per run.
+    /// One line per agent: mean model latency per run (over every tool space).
     pub fn latency_notes(&self, agents: &[String]) -> Vec<String> {
         agents
             .iter()
             .map(|a| {
-                let prefix = format!("{a}/");
-                let v: Vec<f64> =
-                    self.per_run.iter().filter(|(k, _)| k.starts_with(&prefix)).map(|(_, u)| u.2).collect();
+                // A key is `<space>/<agent>/r<k>/<id>`, and neither a space nor a role has a `/`.
+                let of = |k: &str| k.split('/').nth(1) == Some(a.as_str());
+                let v: Vec<f64> = self.per_run.iter().filter(|(k, _)| of(k.as_str())).map(|(_, u)| u.2).collect();
                 let mean = if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
                 format!("{a}: mean model latency {:.0} ms per run ({} runs)", mean, v.len())
             })
@@ -635,7 +648,15 @@ mod tests {
 
     fn run(turns: Vec<TurnRun>) -> RunRecord {
         let searches = turns.iter().map(|t| t.searches.len()).sum();
-        RunRecord { agent: "oracle".to_string(), repeat: 1, id: "L1-1".to_string(), tools: 2, searches, turns }
+        RunRecord {
+            tool_space: ToolSpace::Full,
+            agent: "oracle".to_string(),
+            repeat: 1,
+            id: "L1-1".to_string(),
+            tools: 2,
+            searches,
+            turns,
+        }
     }
 
     #[test]

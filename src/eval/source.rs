@@ -160,13 +160,14 @@ impl Release {
         Ok(())
     }
 
-    /// The tool ids an agent can reach on `sample` in `cfg`'s tool space, sorted: those it
-    /// is offered, or in the `full` space those behind its tool search. `seed` (the project
-    /// seed) orders the candidate distractor servers that are equally near.
-    pub fn tool_space(&self, cfg: &EvalSettings, seed: u64, sample: &Sample) -> Vec<String> {
-        match cfg.tool_space {
+    /// The tool ids an agent can reach on `sample` in tool space `space`, sorted: those it
+    /// is offered, or in the `full` space those behind its tool search. `distractors` is
+    /// `[eval] distractor_servers`; `seed` (the project seed) orders the candidate
+    /// distractor servers that are equally near.
+    pub fn tool_space(&self, space: ToolSpace, distractors: usize, seed: u64, sample: &Sample) -> Vec<String> {
+        match space {
             ToolSpace::Oracle => self.oracle_space(sample),
-            ToolSpace::Standard => self.standard_space(self.oracle_space(sample), cfg.distractors(), seed, sample),
+            ToolSpace::Standard => self.standard_space(self.oracle_space(sample), distractors, seed, sample),
             ToolSpace::Full => self.track_tools(sample.family).collect(),
         }
     }
@@ -448,6 +449,12 @@ mod tests {
         serde_json::from_value(json!({"agents": ["a"], "tool_space": tool_space, "distractor_servers": k})).unwrap()
     }
 
+    /// The tool ids of `sample` in the named space with `k` distractor servers, seed 7.
+    fn reach(rel: &Release, tool_space: &str, k: i64, sample: &Sample) -> Vec<String> {
+        let cfg = space(tool_space, k);
+        rel.tool_space(cfg.spaces()[0], cfg.distractors(), 7, sample)
+    }
+
     fn servers<'a>(rel: &'a Release, ids: &[String]) -> BTreeSet<&'a str> {
         ids.iter().map(|id| rel.tools[id].server.as_str()).collect()
     }
@@ -456,24 +463,24 @@ mod tests {
     fn the_standard_space_adds_the_nearest_servers_of_the_track_to_the_oracle_space() {
         let rel = release(&[]);
         let s = weather();
-        let oracle = rel.tool_space(&space("oracle", 3), 7, &s);
+        let oracle = reach(&rel, "oracle", 3, &s);
         assert_eq!(oracle, ["Meteo::forecast"]);
         // One distractor: the forecast server, not stocks or music (nor the logs' weather tool).
         assert_eq!(
-            rel.tool_space(&space("standard", 1), 7, &s),
+            reach(&rel, "standard", 1, &s),
             ["Meteo::forecast", "WeatherAlt::get_alerts", "WeatherAlt::get_forecast"]
         );
         for k in 0..=5 {
-            let ids = rel.tool_space(&space("standard", k), 7, &s);
+            let ids = reach(&rel, "standard", k, &s);
             assert!(oracle.iter().all(|id| ids.contains(id)), "k = {k}: {ids:?}");
             // Exactly k servers besides the oracle's, as long as the track has them (3 others).
             let extra = servers(&rel, &ids).len() - servers(&rel, &oracle).len();
             assert_eq!(extra, (k as usize).min(3), "k = {k}: {ids:?}");
             assert!(ids.iter().all(|id| rel.tools[id].catalog == "filter"), "k = {k}: {ids:?}");
             assert!(ids.is_sorted(), "{ids:?}");
-            assert_eq!(ids, rel.tool_space(&space("standard", k), 7, &s), "the same inputs, the same space");
+            assert_eq!(ids, reach(&rel, "standard", k, &s), "the same inputs, the same space");
         }
-        assert_eq!(rel.tool_space(&space("standard", 0), 7, &s), oracle);
+        assert_eq!(reach(&rel, "standard", 0, &s), oracle);
     }
 
     #[test]
@@ -482,25 +489,26 @@ mod tests {
         // `get_alerts`, is still a distractor candidate (the nearest: severe weather), Stocks
         // and Music are farther.
         let rel = release(&[("Meteo::forecast", "WeatherAlt::get_forecast")]);
-        let ids = rel.tool_space(&space("standard", 1), 7, &weather());
+        let ids = reach(&rel, "standard", 1, &weather());
         assert_eq!(ids, ["Meteo::forecast", "WeatherAlt::get_alerts", "WeatherAlt::get_forecast"]);
         // The log track's tools have no server: each is a candidate of its own, and only
         // log-track tools are. Here the one there is is the reference: nothing to add.
         let fin = sample("finmcp", "single_tool", "Weather forecast for Paris?", &["weather_forecast"]);
-        assert_eq!(rel.tool_space(&space("standard", 3), 7, &fin), ["weather_forecast"]);
+        assert_eq!(reach(&rel, "standard", 3, &fin), ["weather_forecast"]);
     }
 
     #[test]
     fn the_full_space_is_every_released_tool_of_the_samples_track() {
         let rel = release(&[]);
-        let etom = rel.tool_space(&space("full", 3), 7, &weather());
+        let etom = reach(&rel, "full", 3, &weather());
         let filter: Vec<String> =
             rel.tools.iter().filter(|(_, t)| t.catalog == "filter").map(|(id, _)| id.clone()).collect();
         assert_eq!(etom, filter);
         assert_eq!(etom.len(), 5);
         let fin = sample("finmcp", "single_tool", "Weather forecast for Paris?", &["weather_forecast"]);
-        assert_eq!(rel.tool_space(&space("full", 0), 7, &fin), ["weather_forecast"]);
-        assert_eq!(space("full", 3).tool_space.as_str(), "full");
+        assert_eq!(reach(&rel, "full", 0, &fin), ["weather_forecast"]);
+        assert_eq!(space("full", 3).spaces(), [ToolSpace::Full]);
+        assert_eq!(ToolSpace::Full.as_str(), "full");
     }
 
     #[test]
@@ -532,5 +540,20 @@ mod tests {
         assert!(hashed(&space("standard", 3)).get("distractor_servers").is_none());
         assert_eq!(hashed(&space("standard", 1))["distractor_servers"], 1);
         assert_eq!(hashed(&space("standard", 1))["tool_space"], "standard");
+    }
+
+    #[test]
+    fn a_config_without_tool_spaces_keeps_its_hash_and_one_with_them_runs_each() {
+        // `tool_space` absent is hashed as `oracle`, as it was before `tool_spaces` existed;
+        // `tool_spaces` only when given.
+        let hashed = |s: &EvalSettings| serde_json::to_value(s).unwrap();
+        let bare: EvalSettings = serde_json::from_value(json!({"agents": ["a"]})).unwrap();
+        assert_eq!(bare.spaces(), [ToolSpace::Oracle]);
+        assert_eq!(hashed(&bare)["tool_space"], "oracle");
+        assert!(hashed(&bare).get("tool_spaces").is_none());
+        let two: EvalSettings =
+            serde_json::from_value(json!({"agents": ["a"], "tool_spaces": ["standard", "oracle"]})).unwrap();
+        assert_eq!(two.spaces(), [ToolSpace::Standard, ToolSpace::Oracle], "in config order");
+        assert_eq!(hashed(&two)["tool_spaces"], json!(["standard", "oracle"]));
     }
 }

@@ -196,44 +196,7 @@ pub fn all<T>(results: Vec<Result<T, LlmError>>) -> Result<Vec<T>, ItemError> {
 pub struct Item {
     key: String,
     client: LlmClient,
-    calls: Arc<Gates>,
-}
-
-/// What a request waits for before it is sent: a place among the batch's `concurrency`
-/// requests in flight and, while a role's first request of the run is out, that request's
-/// answer. Servers reuse a prompt prefix they have processed (llama-server's slots,
-/// vLLM's and SGLang's prefix caches, OpenAI's prompt caching), but requests sent together
-/// each process the shared fixed part anew: on a two-core machine the demo's agent loops paid
-/// for their 1,600-token tool list twice. One request alone first lets the rest reuse it.
-struct Gates {
-    calls: Semaphore,
-    /// Per role: whether its first request has been sent (held locked while it is out).
-    first: std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<bool>>>>,
-}
-
-/// A request's place in flight; the role's first request also holds its role's gate.
-struct Slot<'a> {
-    _call: Result<tokio::sync::SemaphorePermit<'a>, tokio::sync::AcquireError>,
-    _first: Option<tokio::sync::OwnedMutexGuard<bool>>,
-}
-
-impl Gates {
-    fn new(bound: usize) -> Self {
-        Gates { calls: Semaphore::new(bound), first: Default::default() }
-    }
-
-    async fn enter(&self, role: &str) -> Slot<'_> {
-        let call = self.calls.acquire().await;
-        let gate = self.first.lock().unwrap_or_else(|p| p.into_inner()).entry(role.to_string()).or_default().clone();
-        let mut sent = gate.lock_owned().await;
-        let first = if *sent {
-            None
-        } else {
-            *sent = true;
-            Some(sent)
-        };
-        Slot { _call: call, _first: first }
-    }
+    calls: Arc<Semaphore>,
 }
 
 impl Item {
@@ -248,7 +211,7 @@ impl Item {
         role: &str,
         prompt: &Prompt,
     ) -> Result<Reply<T>, LlmError> {
-        let _p = self.calls.enter(role).await;
+        let _p = self.calls.acquire().await;
         self.client.typed(role, prompt, &self.key).await
     }
 
@@ -259,7 +222,7 @@ impl Item {
         prompt: &Prompt,
         check: impl Fn(&T) -> Result<(), String> + Send + Sync + 'static,
     ) -> Result<Reply<T>, LlmError> {
-        let _p = self.calls.enter(role).await;
+        let _p = self.calls.acquire().await;
         self.client.typed_checked(role, prompt, &self.key, check).await
     }
 
@@ -277,7 +240,7 @@ impl Item {
             Some(part) => format!("{}:{part}", self.key),
             None => self.key.clone(),
         };
-        let _p = self.calls.enter(role).await;
+        let _p = self.calls.acquire().await;
         self.client.typed_schema(role, prompt, &subject, name, schema, check).await
     }
 
@@ -294,7 +257,7 @@ impl Item {
             Some(part) => format!("{}:{part}", self.key),
             None => self.key.clone(),
         };
-        let _p = self.calls.enter(role).await;
+        let _p = self.calls.acquire().await;
         self.client.ask(role, prompt, &subject, answer).await
     }
 
@@ -316,7 +279,7 @@ impl Item {
         part: &str,
         check: impl Fn(&T) -> Result<(), String> + Send + Sync + 'static,
     ) -> Result<Reply<T>, LlmError> {
-        let _p = self.calls.enter(role).await;
+        let _p = self.calls.acquire().await;
         self.client.typed_checked(role, prompt, &format!("{}:{part}", self.key), check).await
     }
 
@@ -328,13 +291,13 @@ impl Item {
         prompt: &Prompt,
         subject: &str,
     ) -> Result<Reply<T>, LlmError> {
-        let _p = self.calls.enter(role).await;
+        let _p = self.calls.acquire().await;
         self.client.typed(role, prompt, subject).await
     }
 
     /// Plain text answer (see [`LlmClient::text`]).
     pub async fn text(&self, role: &str, prompt: &Prompt) -> Result<Reply<String>, LlmError> {
-        let _p = self.calls.enter(role).await;
+        let _p = self.calls.acquire().await;
         self.client.text(role, prompt, &self.key).await
     }
 
@@ -345,7 +308,7 @@ impl Item {
         messages: &[ChatMessage],
         tools: &[ToolSpec],
     ) -> Result<Reply<ChatTurn>, LlmError> {
-        let _p = self.calls.enter(role).await;
+        let _p = self.calls.acquire().await;
         self.client.chat(role, messages, tools, &self.key).await
     }
 
@@ -357,7 +320,7 @@ impl Item {
         tools: &[ToolSpec],
         seed: Option<u64>,
     ) -> Result<Reply<ChatTurn>, LlmError> {
-        let _p = self.calls.enter(role).await;
+        let _p = self.calls.acquire().await;
         self.client.chat_seeded(role, messages, tools, &self.key, seed).await
     }
 }
@@ -524,7 +487,7 @@ impl<'a> Batch<'a> {
             n => n,
         }
         .min(Semaphore::MAX_PERMITS);
-        let calls = Arc::new(Gates::new(bound));
+        let calls = Arc::new(Semaphore::new(bound));
         let Self { client, checkpoint, counts, opts, rt, .. } = self;
         let mut failed: Vec<FailedItem> = Vec::new();
         let outcome: Result<()> = rt.block_on(async {
@@ -746,28 +709,6 @@ mod tests {
         assert_eq!(done.values.values().copied().collect::<Vec<_>>(), [0, 10, 20, 30, 40, 50]);
         let e = b.run(vec![("a".to_string(), 1), ("a".to_string(), 2)], work(&[])).unwrap_err();
         assert!(e.to_string().contains("`a` is listed twice"), "{e}");
-    }
-
-    #[test]
-    fn a_role_s_first_request_goes_alone_and_the_rest_then_go_together() {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-        rt.block_on(async {
-            let gates = Gates::new(4);
-            let first = gates.enter("r").await;
-            let wait = std::time::Duration::from_millis(50);
-            // Another request of the same role waits for the first one's answer ...
-            assert!(tokio::time::timeout(wait, gates.enter("r")).await.is_err());
-            // ... while another role's first request is not held up by it.
-            let other = tokio::time::timeout(wait, gates.enter("o")).await.expect("another role goes");
-            drop(first);
-            // Once it is back, the role's requests go together, up to the bound.
-            let a = tokio::time::timeout(wait, gates.enter("r")).await.expect("after the first");
-            let b = tokio::time::timeout(wait, gates.enter("r")).await.expect("and together");
-            assert!(a._first.is_none() && b._first.is_none() && other._first.is_some());
-            // The bound still holds: 4 places, 3 taken, so a fifth request waits.
-            let _c = gates.enter("r").await;
-            assert!(tokio::time::timeout(wait, gates.enter("r")).await.is_err());
-        });
     }
 
     #[test]

@@ -226,6 +226,28 @@ pub(crate) struct Role {
     /// [`RoleSettings::endpoint_identity`], part of the exchange cache key.
     identity: String,
     endpoint: Arc<Endpoint>,
+    /// Whether the role's first live request of this client has been sent; held locked
+    /// while it is out (see [`FirstAlone`]).
+    first_sent: tokio::sync::Mutex<bool>,
+}
+
+/// The role's first live request of a stage goes alone; the others wait for its answer and
+/// then go together. Servers reuse a prompt prefix they have processed (llama-server's
+/// slots, vLLM's and SGLang's prefix caches, OpenAI's prompt caching), but requests sent
+/// together each process the shared fixed part anew: on the demo's two cores two agent
+/// loops paid for their 1,600-token tool list twice, 18 s each, at the same time.
+struct FirstAlone;
+
+impl FirstAlone {
+    /// Wait for the role's first request, or become it (the guard is held until it is back).
+    async fn enter(r: &Role) -> Option<tokio::sync::MutexGuard<'_, bool>> {
+        let mut sent = r.first_sent.lock().await;
+        if *sent {
+            return None;
+        }
+        *sent = true;
+        Some(sent)
+    }
 }
 
 #[derive(Default)]
@@ -361,6 +383,7 @@ impl LlmClient {
                         model: r.model_name(&resolve),
                         identity: r.endpoint_identity(&resolve),
                         endpoint: endpoints[&key].clone(),
+                        first_sent: tokio::sync::Mutex::new(false),
                     },
                 );
             }
@@ -735,7 +758,10 @@ impl LlmClient {
             }
         }
         let est_tokens = body_bytes.len() as u64 / 4 + u64::from(r.settings.max_tokens.unwrap_or(256));
-        match r.endpoint.send(&r.settings, &body, est_tokens, &inner.cancel).await {
+        let first = FirstAlone::enter(r).await;
+        let sent = r.endpoint.send(&r.settings, &body, est_tokens, &inner.cancel).await;
+        drop(first);
+        match sent {
             Ok(sent) => {
                 let usage = &sent.response["usage"];
                 let (pt, ct) =

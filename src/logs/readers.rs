@@ -873,29 +873,7 @@ fn events_to_session(source: &str, key: &str, mut events: Vec<Parsed>, location:
         let t = events[i].ev.turn.unwrap_or(0);
         let j = events[i..].iter().position(|e| e.ev.turn.unwrap_or(0) != t).map_or(events.len(), |p| i + p);
         let span = &mut events[i..j];
-        // (group key, member indices); explicit groups by value, others by overlap.
-        let mut groups: Vec<(Option<String>, Vec<usize>)> = Vec::new();
-        let mut cluster: Option<(usize, i64)> = None; // (index in groups, max end)
-        for (k, e) in span.iter().enumerate() {
-            if let Some(g) = e.ev.group.as_ref().filter(|g| !g.is_null()) {
-                let gk = scalar_id(g).unwrap_or_else(|| g.to_string());
-                match groups.iter_mut().find(|(key, _)| key.as_deref() == Some(gk.as_str())) {
-                    Some((_, m)) => m.push(k),
-                    None => groups.push((Some(gk), vec![k])),
-                }
-                continue;
-            }
-            match cluster {
-                Some((gi, end)) if e.start < end => {
-                    groups[gi].1.push(k);
-                    cluster = Some((gi, end.max(e.end)));
-                }
-                _ => {
-                    groups.push((None, vec![k]));
-                    cluster = Some((groups.len() - 1, e.end));
-                }
-            }
-        }
+        let groups = turn_groups(span);
         let mut turn = Turn { user: String::new(), groups: Vec::new(), answer: None };
         for e in span.iter() {
             if turn.user.is_empty()
@@ -928,32 +906,7 @@ fn events_to_session(source: &str, key: &str, mut events: Vec<Parsed>, location:
         for (_, members) in groups {
             let mut g = Vec::new();
             for k in members {
-                let e = &mut span[k];
-                let mut flags = Vec::new();
-                let arguments = arguments_of(e.ev.arguments.as_ref(), &mut flags);
-                let result = e.ev.result.take().filter(|r| !r.is_null()).map(|r| match r {
-                    Value::String(s) => s,
-                    other => other.to_string(),
-                });
-                let mut error =
-                    e.ev.error.take().filter(|x| !x.is_null() && *x != Value::Bool(false)).map(|x| text_of(Some(&x)));
-                if error.is_none() {
-                    error = result.as_deref().and_then(error_in_result);
-                }
-                if error.is_some() {
-                    flags.push(Flag::new(flag::ERROR_RESULT, "the call failed"));
-                } else if result.is_none() {
-                    flags.push(Flag::new(flag::NO_RESULT, "no tool result was logged for this call"));
-                }
-                g.push(Call {
-                    tool: e.ev.tool.trim().to_string(),
-                    arguments,
-                    result,
-                    error,
-                    ts_start: Some(e.start),
-                    ts_end: Some(e.end),
-                    flags,
-                });
+                g.push(event_call(&mut span[k]));
             }
             turn.groups.push(g);
         }
@@ -970,5 +923,62 @@ fn events_to_session(source: &str, key: &str, mut events: Vec<Parsed>, location:
         turns,
         flags: session_flags,
         meta,
+    }
+}
+
+/// One turn's events (sorted) grouped, as `(group key, member indices)`: explicit groups by
+/// value, the others by overlapping spans, in order of their first event.
+fn turn_groups(span: &[Parsed]) -> Vec<(Option<String>, Vec<usize>)> {
+    let mut groups: Vec<(Option<String>, Vec<usize>)> = Vec::new();
+    let mut cluster: Option<(usize, i64)> = None; // (index in groups, max end)
+    for (k, e) in span.iter().enumerate() {
+        if let Some(g) = e.ev.group.as_ref().filter(|g| !g.is_null()) {
+            let gk = scalar_id(g).unwrap_or_else(|| g.to_string());
+            match groups.iter_mut().find(|(key, _)| key.as_deref() == Some(gk.as_str())) {
+                Some((_, m)) => m.push(k),
+                None => groups.push((Some(gk), vec![k])),
+            }
+            continue;
+        }
+        match cluster {
+            Some((gi, end)) if e.start < end => {
+                groups[gi].1.push(k);
+                cluster = Some((gi, end.max(e.end)));
+            }
+            _ => {
+                groups.push((None, vec![k]));
+                cluster = Some((groups.len() - 1, e.end));
+            }
+        }
+    }
+    groups
+}
+
+/// One event's tool call: its arguments, result and error (taken out of the event), with
+/// the flags for a failed call or a missing result.
+fn event_call(e: &mut Parsed) -> Call {
+    let mut flags = Vec::new();
+    let arguments = arguments_of(e.ev.arguments.as_ref(), &mut flags);
+    let result = e.ev.result.take().filter(|r| !r.is_null()).map(|r| match r {
+        Value::String(s) => s,
+        other => other.to_string(),
+    });
+    let mut error = e.ev.error.take().filter(|x| !x.is_null() && *x != Value::Bool(false)).map(|x| text_of(Some(&x)));
+    if error.is_none() {
+        error = result.as_deref().and_then(error_in_result);
+    }
+    if error.is_some() {
+        flags.push(Flag::new(flag::ERROR_RESULT, "the call failed"));
+    } else if result.is_none() {
+        flags.push(Flag::new(flag::NO_RESULT, "no tool result was logged for this call"));
+    }
+    Call {
+        tool: e.ev.tool.trim().to_string(),
+        arguments,
+        result,
+        error,
+        ts_start: Some(e.start),
+        ts_end: Some(e.end),
+        flags,
     }
 }

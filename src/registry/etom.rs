@@ -166,129 +166,7 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
     let mut total_tools_in_file = 0usize;
 
     for (si, sv) in servers.iter().enumerate() {
-        let sloc = located(format!("servers[{si}]"), sv, "server_name");
-        let Value::Object(obj) = sv else {
-            let p = Problem::new(&sloc, format!("expected a server object, found {}", type_name(sv)));
-            reject_or_fail(&mut out, lenient, p, format!("servers[{si}]"));
-            continue;
-        };
-        let mut f = Fields { obj, loc: sloc.clone(), problems: Vec::new() };
-        let name = f.string("server_name", true);
-        let description = f.string("server_description", false).unwrap_or("").to_string();
-        let summary = f.string("server_summary", false).unwrap_or("").to_string();
-        let url = f.string("server_url", false).unwrap_or("").to_string();
-        let license = f.string("license", false).map(str::to_string);
-        let _source_file = f.string("source_file", false);
-        let categories = f.strings("categories");
-        f.ignored(SERVER_KEYS, &mut out.notes);
-        let tools_v = match obj.get("tools") {
-            Some(Value::Array(t)) => Some(t),
-            Some(other) => {
-                f.problems.push(Problem::new(
-                    format!("{sloc}.tools"),
-                    format!("expected an array, found {}", type_name(other)),
-                ));
-                None
-            }
-            None => {
-                f.problems.push(Problem::new(&sloc, "missing field `tools`"));
-                None
-            }
-        };
-        let mut server_problems = std::mem::take(&mut f.problems);
-        let mut server_name = String::new();
-        let mut original = None;
-        match name {
-            Some(n) if !n.trim().is_empty() => {
-                (server_name, original) = trimmed(n, &sloc, "server name", &mut out.notes);
-                if let Some(first) = seen_servers.get(&server_name) {
-                    server_problems
-                        .push(Problem::new(&sloc, format!("duplicate server name {server_name:?} (first at {first})")));
-                }
-            }
-            Some(_) => server_problems.push(Problem::new(format!("{sloc}.server_name"), "server name is empty")),
-            None => {}
-        }
-        if !server_problems.is_empty() {
-            let id = if server_name.is_empty() { format!("servers[{si}]") } else { server_name.clone() };
-            settle(&mut out, lenient, &sloc, id, server_problems);
-            total_tools_in_file += tools_v.map_or(0, Vec::len);
-            continue;
-        }
-        seen_servers.insert(server_name.clone(), sloc.clone());
-        out.origins.push(Origin {
-            id: server_name.clone(),
-            is_server: true,
-            location: sloc.clone(),
-            original_name: original,
-        });
-
-        let mut tools = Vec::new();
-        let mut seen_tools: BTreeMap<String, String> = BTreeMap::new();
-        for (ti, tv) in tools_v.into_iter().flatten().enumerate() {
-            total_tools_in_file += 1;
-            let tloc = located(format!("{sloc}.tools[{ti}]"), tv, "tool_name");
-            let Value::Object(tobj) = tv else {
-                let p = Problem::new(&tloc, format!("expected a tool object, found {}", type_name(tv)));
-                reject_or_fail(&mut out, lenient, p, tloc.clone());
-                continue;
-            };
-            let mut tf = Fields { obj: tobj, loc: tloc.clone(), problems: Vec::new() };
-            let tname = tf.string("tool_name", false);
-            let tdesc = tf.string("tool_description", true).unwrap_or("").to_string();
-            tf.ignored(TOOL_KEYS, &mut out.notes);
-            let mut problems = std::mem::take(&mut tf.problems);
-            let input_schema =
-                check_schema(tobj.get("input_schema"), &format!("{tloc}.input_schema"), true, &mut problems);
-            let output_schema =
-                check_schema(tobj.get("output_schema"), &format!("{tloc}.output_schema"), false, &mut problems);
-            let mut tool_name = String::new();
-            let mut toriginal = None;
-            match tname {
-                Some(n) if !n.trim().is_empty() => {
-                    (tool_name, toriginal) = trimmed(n, &tloc, "tool name", &mut out.notes);
-                    if let Some(first) = seen_tools.get(&tool_name) {
-                        problems.push(Problem::new(
-                            &tloc,
-                            format!("duplicate tool name {tool_name:?} in server {server_name:?} (first at {first})"),
-                        ));
-                    }
-                }
-                _ => problems.push(Problem::new(&tloc, "tool without a name (`tool_name` missing or empty)")),
-            }
-            if tdesc.trim().is_empty() && problems.is_empty() {
-                out.notes.push(Note {
-                    location: tloc.clone(),
-                    kind: "empty-description",
-                    message: "tool has no description".into(),
-                });
-            }
-            if !problems.is_empty() {
-                let id = if tool_name.is_empty() { tloc.clone() } else { tool_id(&server_name, &tool_name) };
-                settle(&mut out, lenient, &tloc, id, problems);
-                continue;
-            }
-            seen_tools.insert(tool_name.clone(), tloc.clone());
-            let id = tool_id(&server_name, &tool_name);
-            out.origins.push(Origin { id: id.clone(), is_server: false, location: tloc, original_name: toriginal });
-            tools.push(Tool {
-                id,
-                name: tool_name,
-                description: tdesc.trim().to_string(),
-                input_schema: input_schema.unwrap_or(Value::Null),
-                output_schema,
-            });
-        }
-        out.catalog.servers.push(Server {
-            name: server_name,
-            description: description.trim().to_string(),
-            summary: summary.trim().to_string(),
-            url: url.trim().to_string(),
-            categories,
-            license,
-            tools,
-            registry: None,
-        });
+        total_tools_in_file += read_server(&mut out, lenient, si, sv, &mut seen_servers);
     }
 
     for (key, actual) in [("total_servers", servers.len()), ("total_tools", total_tools_in_file)] {
@@ -305,6 +183,143 @@ pub fn parse(bytes: &[u8], lenient: bool) -> Result<Imported, Vec<Problem>> {
     out.catalog.sort();
     out.origins.sort_by(|a, b| a.id.cmp(&b.id).then(b.is_server.cmp(&a.is_server)));
     Ok(out)
+}
+
+/// Read one server record (`servers[si]`) into `out`: the server with its tools, or its
+/// problems; the number of tools it lists, for the header check.
+fn read_server(
+    out: &mut Imported,
+    lenient: bool,
+    si: usize,
+    sv: &Value,
+    seen_servers: &mut HashMap<String, String>,
+) -> usize {
+    let sloc = located(format!("servers[{si}]"), sv, "server_name");
+    let Value::Object(obj) = sv else {
+        let p = Problem::new(&sloc, format!("expected a server object, found {}", type_name(sv)));
+        reject_or_fail(out, lenient, p, format!("servers[{si}]"));
+        return 0;
+    };
+    let mut f = Fields { obj, loc: sloc.clone(), problems: Vec::new() };
+    let name = f.string("server_name", true);
+    let description = f.string("server_description", false).unwrap_or("").to_string();
+    let summary = f.string("server_summary", false).unwrap_or("").to_string();
+    let url = f.string("server_url", false).unwrap_or("").to_string();
+    let license = f.string("license", false).map(str::to_string);
+    let _source_file = f.string("source_file", false);
+    let categories = f.strings("categories");
+    f.ignored(SERVER_KEYS, &mut out.notes);
+    let tools_v = match obj.get("tools") {
+        Some(Value::Array(t)) => Some(t),
+        Some(other) => {
+            f.problems
+                .push(Problem::new(format!("{sloc}.tools"), format!("expected an array, found {}", type_name(other))));
+            None
+        }
+        None => {
+            f.problems.push(Problem::new(&sloc, "missing field `tools`"));
+            None
+        }
+    };
+    let mut server_problems = std::mem::take(&mut f.problems);
+    let mut server_name = String::new();
+    let mut original = None;
+    match name {
+        Some(n) if !n.trim().is_empty() => {
+            (server_name, original) = trimmed(n, &sloc, "server name", &mut out.notes);
+            if let Some(first) = seen_servers.get(&server_name) {
+                server_problems
+                    .push(Problem::new(&sloc, format!("duplicate server name {server_name:?} (first at {first})")));
+            }
+        }
+        Some(_) => server_problems.push(Problem::new(format!("{sloc}.server_name"), "server name is empty")),
+        None => {}
+    }
+    if !server_problems.is_empty() {
+        let id = if server_name.is_empty() { format!("servers[{si}]") } else { server_name.clone() };
+        settle(out, lenient, &sloc, id, server_problems);
+        return tools_v.map_or(0, Vec::len);
+    }
+    seen_servers.insert(server_name.clone(), sloc.clone());
+    out.origins.push(Origin {
+        id: server_name.clone(),
+        is_server: true,
+        location: sloc.clone(),
+        original_name: original,
+    });
+
+    let tools = server_tools(out, lenient, &server_name, &sloc, tools_v.map(Vec::as_slice).unwrap_or_default());
+    out.catalog.servers.push(Server {
+        name: server_name,
+        description: description.trim().to_string(),
+        summary: summary.trim().to_string(),
+        url: url.trim().to_string(),
+        categories,
+        license,
+        tools,
+        registry: None,
+    });
+    tools_v.map_or(0, Vec::len)
+}
+
+/// The tools of one valid server (at `sloc`); a tool with problems is settled in `out`
+/// instead (left out in lenient mode).
+fn server_tools(out: &mut Imported, lenient: bool, server_name: &str, sloc: &str, tools_v: &[Value]) -> Vec<Tool> {
+    let mut tools = Vec::new();
+    let mut seen_tools: BTreeMap<String, String> = BTreeMap::new();
+    for (ti, tv) in tools_v.iter().enumerate() {
+        let tloc = located(format!("{sloc}.tools[{ti}]"), tv, "tool_name");
+        let Value::Object(tobj) = tv else {
+            let p = Problem::new(&tloc, format!("expected a tool object, found {}", type_name(tv)));
+            reject_or_fail(out, lenient, p, tloc.clone());
+            continue;
+        };
+        let mut tf = Fields { obj: tobj, loc: tloc.clone(), problems: Vec::new() };
+        let tname = tf.string("tool_name", false);
+        let tdesc = tf.string("tool_description", true).unwrap_or("").to_string();
+        tf.ignored(TOOL_KEYS, &mut out.notes);
+        let mut problems = std::mem::take(&mut tf.problems);
+        let input_schema = check_schema(tobj.get("input_schema"), &format!("{tloc}.input_schema"), true, &mut problems);
+        let output_schema =
+            check_schema(tobj.get("output_schema"), &format!("{tloc}.output_schema"), false, &mut problems);
+        let mut tool_name = String::new();
+        let mut toriginal = None;
+        match tname {
+            Some(n) if !n.trim().is_empty() => {
+                (tool_name, toriginal) = trimmed(n, &tloc, "tool name", &mut out.notes);
+                if let Some(first) = seen_tools.get(&tool_name) {
+                    problems.push(Problem::new(
+                        &tloc,
+                        format!("duplicate tool name {tool_name:?} in server {server_name:?} (first at {first})"),
+                    ));
+                }
+            }
+            _ => problems.push(Problem::new(&tloc, "tool without a name (`tool_name` missing or empty)")),
+        }
+        if tdesc.trim().is_empty() && problems.is_empty() {
+            out.notes.push(Note {
+                location: tloc.clone(),
+                kind: "empty-description",
+                message: "tool has no description".into(),
+            });
+        }
+        if !problems.is_empty() {
+            let id = if tool_name.is_empty() { tloc.clone() } else { tool_id(server_name, &tool_name) };
+            settle(out, lenient, &tloc, id, problems);
+            continue;
+        }
+        seen_tools.insert(tool_name.clone(), tloc.clone());
+        let id = tool_id(server_name, &tool_name);
+        out.origins.push(Origin { id: id.clone(), is_server: false, location: tloc, original_name: toriginal });
+        tools.push(Tool {
+            id,
+            name: tool_name,
+            description: tdesc.trim().to_string(),
+            input_schema: input_schema.unwrap_or(Value::Null),
+            output_schema,
+        });
+    }
+    tools
 }
 
 fn reject_or_fail(out: &mut Imported, lenient: bool, p: Problem, id: String) {

@@ -157,6 +157,120 @@ fn label(r: &Rec, names: &[String]) -> String {
     format!("{}:{id} ({})", names[r.source], r.server.name)
 }
 
+/// Records joined into servers: the union-find, with the merges counted per rule and the
+/// joins listed for review.
+struct Grouping<'a> {
+    recs: &'a [Rec<'a>],
+    names: &'a [String],
+    dsu: Dsu,
+    review: Vec<Review>,
+    merged_by: BTreeMap<String, usize>,
+}
+
+impl Grouping<'_> {
+    /// Join records `a` and `b` by `rule`: a merge is counted (and listed when `doubtful`),
+    /// a join that two servers of one source would refuse is listed as kept apart.
+    fn join(&mut self, a: usize, b: usize, rule: &str, doubtful: bool) {
+        let (recs, names) = (self.recs, self.names);
+        match self.dsu.union(a, b) {
+            Ok(true) => {
+                *self.merged_by.entry(rule.to_string()).or_default() += 1;
+                if doubtful {
+                    self.review.push(Review {
+                        decision: "merged".into(),
+                        rule: rule.into(),
+                        a: label(&recs[a], names),
+                        b: label(&recs[b], names),
+                        reason: "matched by normalised name only".into(),
+                    });
+                }
+            }
+            Ok(false) => {}
+            Err(()) => self.review.push(Review {
+                decision: "kept-apart".into(),
+                rule: rule.into(),
+                a: label(&recs[a], names),
+                b: label(&recs[b], names),
+                reason: "would join two servers that one source lists separately".into(),
+            }),
+        }
+    }
+
+    /// Pass 1: records that name the same package.
+    fn by_packages(&mut self, infos: &[&RegistryInfo]) {
+        let mut by_pkg: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, inf) in infos.iter().enumerate() {
+            for p in &inf.packages {
+                by_pkg.entry(format!("{}:{}", p.registry_type, p.identifier).to_lowercase()).or_default().push(i);
+            }
+        }
+        for ids in by_pkg.values() {
+            for w in ids.windows(2) {
+                self.join(w[0], w[1], "package", false);
+            }
+        }
+    }
+
+    /// Pass 2: repositories (unique within each source, else the names must agree too).
+    fn by_repositories(&mut self, repo_keys: &[Option<String>], name_keys: &[String]) {
+        let recs = self.recs;
+        let mut by_repo: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, k) in repo_keys.iter().enumerate() {
+            if let Some(k) = k {
+                by_repo.entry(k).or_default().push(i);
+            }
+        }
+        for ids in by_repo.values() {
+            let mut per_source: BTreeMap<usize, usize> = BTreeMap::new();
+            for &i in ids {
+                *per_source.entry(recs[i].source).or_default() += 1;
+            }
+            let monorepo = per_source.values().any(|&c| c > 1);
+            for (x, &a) in ids.iter().enumerate() {
+                for &b in &ids[x + 1..] {
+                    if recs[a].source == recs[b].source || (monorepo && name_keys[a] != name_keys[b]) {
+                        continue;
+                    }
+                    self.join(a, b, "repository", false);
+                }
+            }
+        }
+    }
+
+    /// Pass 3: names (doubtful), unless both sides name different repositories.
+    fn by_names(&mut self, repo_keys: &[Option<String>], name_keys: &[String]) {
+        let (recs, names) = (self.recs, self.names);
+        let mut by_name: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, k) in name_keys.iter().enumerate() {
+            if !k.is_empty() {
+                by_name.entry(k).or_default().push(i);
+            }
+        }
+        for ids in by_name.values() {
+            for (x, &a) in ids.iter().enumerate() {
+                for &b in &ids[x + 1..] {
+                    if recs[a].source == recs[b].source || self.dsu.find(a) == self.dsu.find(b) {
+                        continue;
+                    }
+                    if let (Some(ra), Some(rb)) = (&repo_keys[a], &repo_keys[b])
+                        && ra != rb
+                    {
+                        self.review.push(Review {
+                            decision: "kept-apart".into(),
+                            rule: "name".into(),
+                            a: label(&recs[a], names),
+                            b: label(&recs[b], names),
+                            reason: format!("same normalised name but different repositories ({ra} vs {rb})"),
+                        });
+                        continue;
+                    }
+                    self.join(a, b, "name", true);
+                }
+            }
+        }
+    }
+}
+
 /// Merge catalogs; `inputs` in priority order (first wins a field).
 pub fn merge(inputs: &[SourceCatalog]) -> Merged {
     let names: Vec<String> = inputs.iter().map(|i| i.source.clone()).collect();
@@ -173,103 +287,23 @@ pub fn merge(inputs: &[SourceCatalog]) -> Merged {
         }
     }
     let n = recs.len();
-    let mut dsu = Dsu { parent: (0..n).collect(), sources: recs.iter().map(|r| BTreeSet::from([r.source])).collect() };
-    let mut review = Vec::new();
-    let mut merged_by: BTreeMap<String, usize> = BTreeMap::new();
+    let mut g = Grouping {
+        recs: &recs,
+        names: &names,
+        dsu: Dsu { parent: (0..n).collect(), sources: recs.iter().map(|r| BTreeSet::from([r.source])).collect() },
+        review: Vec::new(),
+        merged_by: BTreeMap::new(),
+    };
 
     let empty = RegistryInfo::default();
     let infos: Vec<&RegistryInfo> = recs.iter().map(|r| r.server.registry.as_deref().unwrap_or(&empty)).collect();
     let repo_keys: Vec<Option<String>> =
         infos.iter().map(|i| i.repository.as_deref().and_then(normalise_repo)).collect();
     let name_keys: Vec<String> = recs.iter().map(|r| normalise_name(&r.server.name)).collect();
-
-    // Pass 1: packages.
-    let mut by_pkg: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (i, inf) in infos.iter().enumerate() {
-        for p in &inf.packages {
-            by_pkg.entry(format!("{}:{}", p.registry_type, p.identifier).to_lowercase()).or_default().push(i);
-        }
-    }
-    let mut join = |dsu: &mut Dsu, a: usize, b: usize, rule: &str, review: &mut Vec<Review>, doubtful: bool| match dsu
-        .union(a, b)
-    {
-        Ok(true) => {
-            *merged_by.entry(rule.to_string()).or_default() += 1;
-            if doubtful {
-                review.push(Review {
-                    decision: "merged".into(),
-                    rule: rule.into(),
-                    a: label(&recs[a], &names),
-                    b: label(&recs[b], &names),
-                    reason: "matched by normalised name only".into(),
-                });
-            }
-        }
-        Ok(false) => {}
-        Err(()) => review.push(Review {
-            decision: "kept-apart".into(),
-            rule: rule.into(),
-            a: label(&recs[a], &names),
-            b: label(&recs[b], &names),
-            reason: "would join two servers that one source lists separately".into(),
-        }),
-    };
-    for ids in by_pkg.values() {
-        for w in ids.windows(2) {
-            join(&mut dsu, w[0], w[1], "package", &mut review, false);
-        }
-    }
-    // Pass 2: repositories (unique within each source, else the names must agree too).
-    let mut by_repo: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    for (i, k) in repo_keys.iter().enumerate() {
-        if let Some(k) = k {
-            by_repo.entry(k).or_default().push(i);
-        }
-    }
-    for ids in by_repo.values() {
-        let mut per_source: BTreeMap<usize, usize> = BTreeMap::new();
-        for &i in ids {
-            *per_source.entry(recs[i].source).or_default() += 1;
-        }
-        let monorepo = per_source.values().any(|&c| c > 1);
-        for (x, &a) in ids.iter().enumerate() {
-            for &b in &ids[x + 1..] {
-                if recs[a].source == recs[b].source || (monorepo && name_keys[a] != name_keys[b]) {
-                    continue;
-                }
-                join(&mut dsu, a, b, "repository", &mut review, false);
-            }
-        }
-    }
-    // Pass 3: names (doubtful).
-    let mut by_name: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    for (i, k) in name_keys.iter().enumerate() {
-        if !k.is_empty() {
-            by_name.entry(k).or_default().push(i);
-        }
-    }
-    for ids in by_name.values() {
-        for (x, &a) in ids.iter().enumerate() {
-            for &b in &ids[x + 1..] {
-                if recs[a].source == recs[b].source || dsu.find(a) == dsu.find(b) {
-                    continue;
-                }
-                if let (Some(ra), Some(rb)) = (&repo_keys[a], &repo_keys[b])
-                    && ra != rb
-                {
-                    review.push(Review {
-                        decision: "kept-apart".into(),
-                        rule: "name".into(),
-                        a: label(&recs[a], &names),
-                        b: label(&recs[b], &names),
-                        reason: format!("same normalised name but different repositories ({ra} vs {rb})"),
-                    });
-                    continue;
-                }
-                join(&mut dsu, a, b, "name", &mut review, true);
-            }
-        }
-    }
+    g.by_packages(&infos);
+    g.by_repositories(&repo_keys, &name_keys);
+    g.by_names(&repo_keys, &name_keys);
+    let Grouping { mut dsu, mut review, merged_by, .. } = g;
 
     // Build one server per group.
     let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
@@ -408,21 +442,7 @@ fn build(
     let packages = pick("packages", &|i| json!(infos[i].packages), &canon);
     let remotes = pick("remotes", &|i| json!(infos[i].remotes), &canon);
 
-    let mut info = RegistryInfo::default();
-    for &i in m {
-        for (k, v) in &infos[i].sources {
-            info.sources.insert(k.clone(), v.clone());
-        }
-        for c in &infos[i].source_categories {
-            let tagged = format!("{}:{c}", names[recs[i].source]);
-            if !info.source_categories.contains(&tagged) {
-                info.source_categories.push(tagged);
-            }
-        }
-        for (k, v) in &infos[i].extra {
-            info.extra.entry(k.clone()).or_insert_with(|| v.clone());
-        }
-    }
+    let mut info = member_info(m, recs, infos, names);
     info.repository = repository.and_then(|v| v.as_str().map(str::to_string));
     info.packages = packages.and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default();
     info.remotes = remotes.and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default();
@@ -454,29 +474,7 @@ fn build(
         )),
     };
     if by_recency.len() > 1 {
-        let sets: Vec<BTreeSet<&str>> =
-            by_recency.iter().map(|&i| recs[i].server.tools.iter().map(|t| t.name.as_str()).collect()).collect();
-        let differ = sets.windows(2).any(|w| w[0] != w[1]);
-        let mut claims = Vec::new();
-        for (k, &i) in by_recency.iter().enumerate() {
-            let names_v: Vec<&str> = sets[k].iter().copied().collect();
-            claims.push(FieldClaim {
-                source: names[recs[i].source].clone(),
-                at: recs[i].at.clone(),
-                value: json!(names_v),
-                chosen: k == 0,
-            });
-            if differ {
-                conflicts.push(Conflict {
-                    server: server_name.clone(),
-                    field: "tools".into(),
-                    source: names[recs[i].source].clone(),
-                    value: names_v.join(" "),
-                    chosen: k == 0,
-                });
-            }
-        }
-        prov.insert("tools".into(), claims);
+        tools_provenance(&by_recency, recs, names, &server_name, &mut prov, conflicts);
     }
     info.provenance = prov;
     // Categories are mapped afterwards, over the merged source categories.
@@ -491,6 +489,62 @@ fn build(
         tools,
         registry: Some(Box::new(info)),
     }
+}
+
+/// The registry record of a merged server before its chosen fields: every member's
+/// sources and extra fields (the first member's wins), its categories tagged with the source.
+fn member_info(m: &[usize], recs: &[Rec], infos: &[&RegistryInfo], names: &[String]) -> RegistryInfo {
+    let mut info = RegistryInfo::default();
+    for &i in m {
+        for (k, v) in &infos[i].sources {
+            info.sources.insert(k.clone(), v.clone());
+        }
+        for c in &infos[i].source_categories {
+            let tagged = format!("{}:{c}", names[recs[i].source]);
+            if !info.source_categories.contains(&tagged) {
+                info.source_categories.push(tagged);
+            }
+        }
+        for (k, v) in &infos[i].extra {
+            info.extra.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    info
+}
+
+/// The provenance of a merged server's tool list (each source's tool names, most recent
+/// first, which wins) and a conflict row per source when the lists differ.
+fn tools_provenance(
+    by_recency: &[usize],
+    recs: &[Rec],
+    names: &[String],
+    server_name: &str,
+    prov: &mut BTreeMap<String, Vec<FieldClaim>>,
+    conflicts: &mut Vec<Conflict>,
+) {
+    let sets: Vec<BTreeSet<&str>> =
+        by_recency.iter().map(|&i| recs[i].server.tools.iter().map(|t| t.name.as_str()).collect()).collect();
+    let differ = sets.windows(2).any(|w| w[0] != w[1]);
+    let mut claims = Vec::new();
+    for (k, &i) in by_recency.iter().enumerate() {
+        let names_v: Vec<&str> = sets[k].iter().copied().collect();
+        claims.push(FieldClaim {
+            source: names[recs[i].source].clone(),
+            at: recs[i].at.clone(),
+            value: json!(names_v),
+            chosen: k == 0,
+        });
+        if differ {
+            conflicts.push(Conflict {
+                server: server_name.to_string(),
+                field: "tools".into(),
+                source: names[recs[i].source].clone(),
+                value: names_v.join(" "),
+                chosen: k == 0,
+            });
+        }
+    }
+    prov.insert("tools".into(), claims);
 }
 
 #[cfg(test)]

@@ -762,6 +762,30 @@ impl Scrape<'_> {
         Ok(())
     }
 
+    /// The bytes for a list page's `request`, with their ETag and whether they are the
+    /// previous snapshot's copy (304 Not Modified) or adopted from `path`, where a killed run
+    /// saved them.
+    async fn page_bytes(
+        &mut self,
+        request: &str,
+        path: &Path,
+        what: &str,
+    ) -> Result<(Vec<u8>, Option<String>, bool, bool)> {
+        if let Ok(b) = std::fs::read(path) {
+            // Saved by a run that was killed before it updated state.json.
+            return Ok((b, None, false, true));
+        }
+        let prev = self.prev_pages.get(request);
+        Ok(match self.f.get(request, what, prev.map(|(_, e)| e.as_str())).await? {
+            Fetched::Body { bytes, etag } => (bytes, etag, false, false),
+            Fetched::NotModified => {
+                let (p, e) = prev.expect("304 only with an ETag");
+                let b = std::fs::read(p).with_context(|| format!("cannot read `{}`", p.display()))?;
+                (b, Some(e.clone()), true, false)
+            }
+        })
+    }
+
     /// Fetches (or adopts) the next list page, checks it and records it durably; returns
     /// its next-page pointer.
     async fn page(&mut self, next: Option<&Next>) -> Result<Next> {
@@ -785,20 +809,7 @@ impl Scrape<'_> {
         let file = page_file(n);
         let path = self.dir.join(&file);
         let what = format!("page {n}");
-        let (bytes, etag, not_modified, adopted) = if let Ok(b) = std::fs::read(&path) {
-            // Saved by a run that was killed before it updated state.json.
-            (b, None, false, true)
-        } else {
-            let prev = self.prev_pages.get(&request);
-            match self.f.get(&request, &what, prev.map(|(_, e)| e.as_str())).await? {
-                Fetched::Body { bytes, etag } => (bytes, etag, false, false),
-                Fetched::NotModified => {
-                    let (p, e) = prev.expect("304 only with an ETag");
-                    let b = std::fs::read(p).with_context(|| format!("cannot read `{}`", p.display()))?;
-                    (b, Some(e.clone()), true, false)
-                }
-            }
-        };
+        let (bytes, etag, not_modified, adopted) = self.page_bytes(&request, &path, &what).await?;
         let Self { dir, state_path, state, f, report, ids, order, cursors, pb, .. } = self;
         let page = match pages::parse_page(cfg.kind, name, n, &bytes) {
             Ok(p) => p,

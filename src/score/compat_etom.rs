@@ -568,41 +568,10 @@ fn level5(result: &Value) -> Eval {
             }
             let (mut no, mut actual) = (0u32, 0u32);
             for it in items {
-                match it {
-                    Value::String(s) => match load_item(s) {
-                        Ok(Loaded::Dict(d)) => {
-                            // Only the key `server` is read for JSON strings.
-                            let server = match lower(PyDict::get(&d.server)) {
-                                Ok(x) => x,
-                                Err(e) => return Eval::processing_error(e),
-                            };
-                            let tool = match lower(PyDict::get(&d.tool_name)) {
-                                Ok(x) => x,
-                                Err(e) => return Eval::processing_error(e),
-                            };
-                            if server == "no" && tool == "no" { no += 1 } else { actual += 1 }
-                        }
-                        Ok(Loaded::Other(other)) => {
-                            return Eval::processing_error(format!(
-                                "AttributeError: '{}' object has no attribute 'get'",
-                                py_type(&other)
-                            ));
-                        }
-                        Err(_) => actual += 1,
-                    },
-                    Value::Object(d) => {
-                        let server = match lower(or(get(d, "server", empty_str()), get(d, "server_name", empty_str())))
-                        {
-                            Ok(x) => x,
-                            Err(e) => return Eval::processing_error(e),
-                        };
-                        let tool = match lower(get(d, "tool_name", empty_str())) {
-                            Ok(x) => x,
-                            Err(e) => return Eval::processing_error(e),
-                        };
-                        if server == "no" && tool == "no" { no += 1 } else { actual += 1 }
-                    }
-                    _ => actual += 1,
+                match says_no(it) {
+                    Ok(true) => no += 1,
+                    Ok(false) => actual += 1,
+                    Err(e) => return Eval::processing_error(e),
                 }
             }
             let p = f64::from(no) / items.len() as f64;
@@ -618,45 +587,71 @@ fn level5(result: &Value) -> Eval {
             e.server_match = em;
             e
         }
-        other => {
-            let single = (|| -> Py<(String, String)> {
-                let parsed;
-                let d = match other {
-                    Value::Object(d) => d,
-                    Value::String(s) => {
-                        parsed = crate::json::python_loads(s).map_err(|e| format!("JSONDecodeError: {e}"))?;
-                        parsed.as_object().ok_or_else(|| {
-                            format!("AttributeError: '{}' object has no attribute 'get'", py_type(&parsed))
-                        })?
-                    }
-                    v => return Err(format!("TypeError: the JSON object must be str, not {}", py_type(v))),
-                };
-                let tool = lower(get(d, "tool_name", empty_str()))?;
-                let server = lower(or(get(d, "server", empty_str()), get(d, "server_name", empty_str())))?;
-                Ok((tool, server))
-            })();
-            match single {
-                Ok((tool, server)) => {
-                    let ok = tool == "no" && server == "no";
-                    let v = if ok { 1.0 } else { 0.0 };
-                    let mut e = Eval::new(
-                        if ok { "correct_no_tools" } else { "incorrect_tools_predicted" },
-                        ok,
-                        Some((v, v, v, u32::from(ok), u32::from(!ok), 0)),
-                    );
-                    e.tool_name_match = tool == "no";
-                    e.server_match = server == "no";
-                    e
-                }
-                Err(msg) => {
-                    // Caught inside the strategy: status `error`, zero metrics.
-                    let mut e = Eval::new("error", false, Some((0.0, 0.0, 0.0, 0, 0, 0)));
-                    e.note = Some(msg);
-                    e
-                }
+        other => match single_tool(other) {
+            Ok((tool, server)) => {
+                let ok = tool == "no" && server == "no";
+                let v = if ok { 1.0 } else { 0.0 };
+                let mut e = Eval::new(
+                    if ok { "correct_no_tools" } else { "incorrect_tools_predicted" },
+                    ok,
+                    Some((v, v, v, u32::from(ok), u32::from(!ok), 0)),
+                );
+                e.tool_name_match = tool == "no";
+                e.server_match = server == "no";
+                e
             }
-        }
+            Err(msg) => {
+                // Caught inside the strategy: status `error`, zero metrics.
+                let mut e = Eval::new("error", false, Some((0.0, 0.0, 0.0, 0, 0, 0)));
+                e.note = Some(msg);
+                e
+            }
+        },
     }
+}
+
+/// Whether one item of a level-5 prediction list is the "no tool" answer (server and tool
+/// both `no`, read as the evaluator reads them), or the error that stops its evaluation.
+fn says_no(it: &Value) -> Py<bool> {
+    match it {
+        Value::String(s) => match load_item(s) {
+            Ok(Loaded::Dict(d)) => {
+                // Only the key `server` is read for JSON strings.
+                let server = lower(PyDict::get(&d.server))?;
+                let tool = lower(PyDict::get(&d.tool_name))?;
+                Ok(server == "no" && tool == "no")
+            }
+            Ok(Loaded::Other(other)) => {
+                Err(format!("AttributeError: '{}' object has no attribute 'get'", py_type(&other)))
+            }
+            Err(_) => Ok(false),
+        },
+        Value::Object(d) => {
+            let server = lower(or(get(d, "server", empty_str()), get(d, "server_name", empty_str())))?;
+            let tool = lower(get(d, "tool_name", empty_str()))?;
+            Ok(server == "no" && tool == "no")
+        }
+        _ => Ok(false),
+    }
+}
+
+/// A level-5 prediction that is not a list, read as one tool: its `(tool, server)`,
+/// lower-cased, or the error the strategy catches.
+fn single_tool(other: &Value) -> Py<(String, String)> {
+    let parsed;
+    let d = match other {
+        Value::Object(d) => d,
+        Value::String(s) => {
+            parsed = crate::json::python_loads(s).map_err(|e| format!("JSONDecodeError: {e}"))?;
+            parsed
+                .as_object()
+                .ok_or_else(|| format!("AttributeError: '{}' object has no attribute 'get'", py_type(&parsed)))?
+        }
+        v => return Err(format!("TypeError: the JSON object must be str, not {}", py_type(v))),
+    };
+    let tool = lower(get(d, "tool_name", empty_str()))?;
+    let server = lower(or(get(d, "server", empty_str()), get(d, "server_name", empty_str())))?;
+    Ok((tool, server))
 }
 
 /// Evaluate one query as the published strategy for `level` does.

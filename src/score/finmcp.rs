@@ -16,7 +16,8 @@ use std::sync::Arc;
 use super::input::key_for;
 use super::matching::max_matching;
 use super::{
-    Item, NormPred, Pred, PredCall, Prf, SampleResult, ScoreCtx, Status, TurnResult, corrected_pred, push_capped,
+    GoldCall, Item, NormPred, Pred, PredCall, Prf, SampleResult, ScoreCtx, Status, TurnResult, corrected_pred,
+    push_capped,
 };
 use crate::model::Kind;
 
@@ -55,50 +56,15 @@ pub fn score(ctx: &ScoreCtx, item: &Item, pred: Option<&Pred>) -> SampleResult {
         n_gold += gold.len() as u32;
 
         // Sets: distinct predicted tools against distinct reference tools (alternative sets).
-        let mut pset: Vec<&str> = Vec::new();
-        let mut unreadable = 0u32;
-        for k in &keys {
-            if k.is_empty() {
-                unreadable += 1;
-            } else if !pset.contains(k) {
-                pset.push(k);
-            }
-        }
-        let mut gset: Vec<&[Arc<str>]> = Vec::new();
-        for g in gold {
-            if !gset.contains(&g.alts.as_slice()) {
-                gset.push(&g.alts);
-            }
-        }
-        let scand: Vec<Vec<usize>> = pset
-            .iter()
-            .map(|k| {
-                gset.iter().enumerate().filter(|(_, alts)| alts.iter().any(|a| **a == **k)).map(|(i, _)| i).collect()
-            })
-            .collect();
-        stp += max_matching(&scand, gset.len()) as u32;
-        s_pred += pset.len() as u32 + unreadable;
-        s_gold += gset.len() as u32;
+        let (turn_stp, turn_pred, turn_gold) = set_counts(&keys, gold);
+        stp += turn_stp;
+        s_pred += turn_pred;
+        s_gold += turn_gold;
 
         // Grouped structure: the i-th predicted group equals the i-th reference group as a multiset.
         let ggroups = group_by(gold.iter().map(|g| (i64::from(g.group), g.alts.as_slice())));
         let pgroups = group_by(predc.iter().zip(&keys).map(|(c, k)| (c.group, *k)));
-        let turn_em = ggroups.len() == pgroups.len()
-            && ggroups.iter().zip(&pgroups).all(|(g, p)| {
-                g.len() == p.len() && {
-                    let c: Vec<Vec<usize>> = p
-                        .iter()
-                        .map(|k| {
-                            g.iter()
-                                .enumerate()
-                                .filter(|(_, alts)| !k.is_empty() && alts.iter().any(|a| **a == **k))
-                                .map(|(i, _)| i)
-                                .collect()
-                        })
-                        .collect();
-                    max_matching(&c, g.len()) == g.len()
-                }
-            });
+        let turn_em = groups_match(&ggroups, &pgroups);
         em &= turn_em;
 
         let label = if gt > 1 || pt > 1 { format!("turn {t}: ") } else { String::new() };
@@ -149,6 +115,53 @@ pub fn score(ctx: &ScoreCtx, item: &Item, pred: Option<&Pred>) -> SampleResult {
         res.status = Status::Correct;
     }
     res
+}
+
+/// Tool-set counts of one turn, `(tp, predicted, reference)`: distinct predicted tools (each
+/// unreadable call counted on its own) matched one-to-one against distinct reference tools
+/// (alternative sets).
+fn set_counts(keys: &[&str], gold: &[GoldCall]) -> (u32, u32, u32) {
+    let mut pset: Vec<&str> = Vec::new();
+    let mut unreadable = 0u32;
+    for k in keys {
+        if k.is_empty() {
+            unreadable += 1;
+        } else if !pset.contains(k) {
+            pset.push(k);
+        }
+    }
+    let mut gset: Vec<&[Arc<str>]> = Vec::new();
+    for g in gold {
+        if !gset.contains(&g.alts.as_slice()) {
+            gset.push(&g.alts);
+        }
+    }
+    let scand: Vec<Vec<usize>> = pset
+        .iter()
+        .map(|k| gset.iter().enumerate().filter(|(_, alts)| alts.iter().any(|a| **a == **k)).map(|(i, _)| i).collect())
+        .collect();
+    (max_matching(&scand, gset.len()) as u32, pset.len() as u32 + unreadable, gset.len() as u32)
+}
+
+/// Whether the predicted groups equal the reference groups place by place, each as a
+/// multiset (a call matches any alternative of a reference call).
+fn groups_match(ggroups: &[Vec<&[Arc<str>]>], pgroups: &[Vec<&str>]) -> bool {
+    ggroups.len() == pgroups.len()
+        && ggroups.iter().zip(pgroups).all(|(g, p)| {
+            g.len() == p.len() && {
+                let c: Vec<Vec<usize>> = p
+                    .iter()
+                    .map(|k| {
+                        g.iter()
+                            .enumerate()
+                            .filter(|(_, alts)| !k.is_empty() && alts.iter().any(|a| **a == **k))
+                            .map(|(i, _)| i)
+                            .collect()
+                    })
+                    .collect();
+                max_matching(&c, g.len()) == g.len()
+            }
+        })
 }
 
 /// Consecutive runs of equal group values, in order of group value.

@@ -352,126 +352,137 @@ fn opt(mode: Mode, x: Option<f64>) -> String {
 
 /// Header and cells of one section, shared by the terminal and Markdown renderers.
 fn table(mode: Mode, s: &Section) -> (Vec<String>, Vec<Vec<String>>) {
-    let t = |x: Option<Triple>, f: fn(&Triple) -> f64| opt(mode, x.as_ref().map(f));
     match mode {
-        Mode::Corrected => {
-            let head = [
-                &s.dimension as &str,
-                "N",
-                "EM",
-                "node EM",
-                "P",
-                "R",
-                "F1",
-                "µP",
-                "µR",
-                "µF1",
-                "set P",
-                "set R",
-                "set F1",
-                "set µP",
-                "set µR",
-                "set µF1",
-                "wrong",
-                "missing",
-                "malformed",
-            ];
-            let rows = s
-                .rows
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.key.clone(),
-                        r.n.to_string(),
-                        num(mode, r.em),
-                        opt(mode, r.node_set_em),
-                        t(r.calls_macro, |x| x.p),
-                        t(r.calls_macro, |x| x.r),
-                        t(r.calls_macro, |x| x.f1),
-                        t(r.calls_micro, |x| x.p),
-                        t(r.calls_micro, |x| x.r),
-                        t(r.calls_micro, |x| x.f1),
-                        t(r.set_macro, |x| x.p),
-                        t(r.set_macro, |x| x.r),
-                        t(r.set_macro, |x| x.f1),
-                        t(r.set_micro, |x| x.p),
-                        t(r.set_micro, |x| x.r),
-                        t(r.set_micro, |x| x.f1),
-                        r.wrong.to_string(),
-                        r.missing.to_string(),
-                        r.malformed.to_string(),
-                    ]
-                })
-                .collect();
-            (head.iter().map(|h| h.to_string()).collect(), rows)
-        }
-        Mode::CompatEtom => {
-            let head = [
-                "level",
-                "N",
-                "exact_match_rate",
-                "precision",
-                "recall",
-                "f1",
-                "f1 sample_size",
-                "tp",
-                "fp",
-                "fn",
-                "level_specific",
-            ];
-            let rows = s
-                .rows
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.key.clone(),
-                        r.n.to_string(),
-                        num(mode, r.em),
-                        t(r.calls_macro, |x| x.p),
-                        t(r.calls_macro, |x| x.r),
-                        t(r.calls_macro, |x| x.f1),
-                        r.calls_n.to_string(),
-                        r.support.tp.to_string(),
-                        r.support.fp.to_string(),
-                        r.support.fn_.to_string(),
-                        r.extras.iter().map(|(k, v)| format!("{k}={}", fmt_extra(*v))).collect::<Vec<_>>().join(" "),
-                    ]
-                })
-                .collect();
-            (head.iter().map(|h| h.to_string()).collect(), rows)
-        }
-        Mode::CompatFinmcp => {
-            let head = [
-                &s.dimension as &str,
-                "N",
-                "macro_Precision",
-                "macro_Recall",
-                "macro_F1",
-                "micro_Precision",
-                "micro_Recall",
-                "micro_F1",
-                "consist_mean",
-            ];
-            let rows = s
-                .rows
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.key.clone(),
-                        r.n.to_string(),
-                        t(r.calls_macro, |x| x.p),
-                        t(r.calls_macro, |x| x.r),
-                        t(r.calls_macro, |x| x.f1),
-                        t(r.calls_micro, |x| x.p),
-                        t(r.calls_micro, |x| x.r),
-                        t(r.calls_micro, |x| x.f1),
-                        num(mode, r.em),
-                    ]
-                })
-                .collect();
-            (head.iter().map(|h| h.to_string()).collect(), rows)
-        }
+        Mode::Corrected => corrected_table(mode, s),
+        Mode::CompatEtom => etom_table(mode, s),
+        Mode::CompatFinmcp => finmcp_table(mode, s),
     }
+}
+
+/// [`table`] in the corrected mode: every figure, macro and micro, calls and tool sets.
+fn corrected_table(mode: Mode, s: &Section) -> (Vec<String>, Vec<Vec<String>>) {
+    let t = |x: Option<Triple>, f: fn(&Triple) -> f64| opt(mode, x.as_ref().map(f));
+    let head = [
+        &s.dimension as &str,
+        "N",
+        "EM",
+        "node EM",
+        "P",
+        "R",
+        "F1",
+        "µP",
+        "µR",
+        "µF1",
+        "set P",
+        "set R",
+        "set F1",
+        "set µP",
+        "set µR",
+        "set µF1",
+        "wrong",
+        "missing",
+        "malformed",
+    ];
+    let rows = s
+        .rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.key.clone(),
+                r.n.to_string(),
+                num(mode, r.em),
+                opt(mode, r.node_set_em),
+                t(r.calls_macro, |x| x.p),
+                t(r.calls_macro, |x| x.r),
+                t(r.calls_macro, |x| x.f1),
+                t(r.calls_micro, |x| x.p),
+                t(r.calls_micro, |x| x.r),
+                t(r.calls_micro, |x| x.f1),
+                t(r.set_macro, |x| x.p),
+                t(r.set_macro, |x| x.r),
+                t(r.set_macro, |x| x.f1),
+                t(r.set_micro, |x| x.p),
+                t(r.set_micro, |x| x.r),
+                t(r.set_micro, |x| x.f1),
+                r.wrong.to_string(),
+                r.missing.to_string(),
+                r.malformed.to_string(),
+            ]
+        })
+        .collect();
+    (head.iter().map(|h| h.to_string()).collect(), rows)
+}
+
+/// [`table`] in `--compat etom`: the published ETOM evaluator's columns.
+fn etom_table(mode: Mode, s: &Section) -> (Vec<String>, Vec<Vec<String>>) {
+    let t = |x: Option<Triple>, f: fn(&Triple) -> f64| opt(mode, x.as_ref().map(f));
+    let head = [
+        "level",
+        "N",
+        "exact_match_rate",
+        "precision",
+        "recall",
+        "f1",
+        "f1 sample_size",
+        "tp",
+        "fp",
+        "fn",
+        "level_specific",
+    ];
+    let rows = s
+        .rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.key.clone(),
+                r.n.to_string(),
+                num(mode, r.em),
+                t(r.calls_macro, |x| x.p),
+                t(r.calls_macro, |x| x.r),
+                t(r.calls_macro, |x| x.f1),
+                r.calls_n.to_string(),
+                r.support.tp.to_string(),
+                r.support.fp.to_string(),
+                r.support.fn_.to_string(),
+                r.extras.iter().map(|(k, v)| format!("{k}={}", fmt_extra(*v))).collect::<Vec<_>>().join(" "),
+            ]
+        })
+        .collect();
+    (head.iter().map(|h| h.to_string()).collect(), rows)
+}
+
+/// [`table`] in `--compat finmcp`: the published FinMCP evaluator's columns.
+fn finmcp_table(mode: Mode, s: &Section) -> (Vec<String>, Vec<Vec<String>>) {
+    let t = |x: Option<Triple>, f: fn(&Triple) -> f64| opt(mode, x.as_ref().map(f));
+    let head = [
+        &s.dimension as &str,
+        "N",
+        "macro_Precision",
+        "macro_Recall",
+        "macro_F1",
+        "micro_Precision",
+        "micro_Recall",
+        "micro_F1",
+        "consist_mean",
+    ];
+    let rows = s
+        .rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.key.clone(),
+                r.n.to_string(),
+                t(r.calls_macro, |x| x.p),
+                t(r.calls_macro, |x| x.r),
+                t(r.calls_macro, |x| x.f1),
+                t(r.calls_micro, |x| x.p),
+                t(r.calls_micro, |x| x.r),
+                t(r.calls_micro, |x| x.f1),
+                num(mode, r.em),
+            ]
+        })
+        .collect();
+    (head.iter().map(|h| h.to_string()).collect(), rows)
 }
 
 /// `--compat finmcp`: what N leaves out and why, when anything is left out.

@@ -12,7 +12,8 @@
 //!
 //! On `L1-1` (reference `Alpha::x`) the two tool-calling agents were told the right tool is
 //! `Beta::u` (its EFS sibling): the planted wrong ground truth, which the item analysis must
-//! flag `all-fail` naming `Beta::u`, and no other item.
+//! flag `all-fail` naming `Beta::u`, and no other item. `two_planted_rule` plants a second
+//! one, on the L2 item `L2-1`: the agents take its request to mean `Alpha::z`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -65,14 +66,33 @@ fn full_space(seen: &Seen) -> bool {
 }
 
 fn agent_rule(seen: &Seen) -> Answer {
+    scripted(seen, &plans(), NOISY)
+}
+
+/// The items the noisy oracle damages under [`two_planted_rule`]: those of [`NOISY`] with
+/// `L3-1` ("x then y.") in place of the planted `L2-1`, which it answers as the oracle does.
+const NOISY_BESIDES_L2: &[&str] = &["x then y.", "z, then v or y with it.", "Quote for ACME?", "And news?"];
+
+/// [`agent_rule`] with a second planted wrong item: on `L2-1` ("Do the x thing.", gold
+/// `Alpha::x` or its EFS sibling `Beta::u`) the tool-calling agents were told the request
+/// means `Alpha::z`, a tool outside the gold step's EFS set that the `standard` space offers.
+fn two_planted_rule(seen: &Seen) -> Answer {
+    let mut plans = plans();
+    plans.insert("Do the x thing.", vec![vec![("Alpha::z", json!({}))]]);
+    scripted(seen, &plans, NOISY_BESIDES_L2)
+}
+
+/// The scripted panel: each agent answers the request from `plans` (by its user message),
+/// `noisy` dropping the last call of the requests in `noisy`, `none` calling nothing.
+fn scripted(seen: &Seen, plans: &BTreeMap<&str, Vec<Vec<(&str, Value)>>>, noisy: &[&str]) -> Answer {
     let model = seen.body["model"].as_str().unwrap_or_default().to_string();
     let user = seen.last_user();
-    let Some(plan) = plans().get(user.as_str()).cloned() else {
+    let Some(plan) = plans.get(user.as_str()).cloned() else {
         return Answer::text(&format!("unknown query: {user}"));
     };
     let plan = match model.as_str() {
         "none" => Vec::new(),
-        "noisy" if NOISY.contains(&user.as_str()) => {
+        "noisy" if noisy.contains(&user.as_str()) => {
             let mut p = plan;
             if let Some(last) = p.last_mut() {
                 last.pop();
@@ -279,6 +299,170 @@ fn the_standard_tool_space_adds_the_nearest_other_servers_of_the_track() {
     assert!(!o.status.success());
     let err = stderr(&o);
     assert!(err.contains("unknown variant `everything`, expected one of `oracle`, `standard`, `full`"), "{err}");
+}
+
+/// The `all-fail` flag as evidence of wrong ground truth (issue 40): the three scripted
+/// agents on the release in the `standard` space (the default three distractor servers,
+/// which in the fixture offer every tool of a sample's track) with two planted wrong items.
+/// `L1-1` ("On Alpha, run x.", gold `Alpha::x`): the tool-calling agents take the request
+/// to mean `Beta::u`. `L2-1` ("Do the x thing.", gold `Alpha::x` or its EFS sibling
+/// `Beta::u`): they take it to mean `Alpha::z`. The oracle solves every other item, the
+/// noisy oracle damages four others (not `L2-1`), `none` solves only the L5 refusal: the
+/// ranking is oracle > noisy > none, both planted items are flagged `all-fail` with the tool
+/// the two agents agree on as evidence (on the L2 item proposed as a possible missing
+/// member of its EFS set, in `items.jsonl` and in the review queue), and no other item is.
+#[test]
+fn in_the_standard_space_two_planted_wrong_items_are_flagged_with_the_tool_the_agents_agree_on() {
+    let llm = ScriptedLlm::start(two_planted_rule);
+    let p = project(&llm, "tool_space = \"standard\"\n");
+    let o = eval(&p);
+    assert_code(&o, 0);
+    let rows = leaderboard(&p);
+    let scores: Vec<(&str, f64)> =
+        rows.iter().map(|r| (r["agent"].as_str().unwrap(), r["score"].as_f64().unwrap())).collect();
+    assert_eq!(scores, [("oracle", 6.0 / 8.0), ("noisy", 2.0 / 8.0), ("none", 1.0 / 8.0)], "{}", stderr(&o));
+    assert!(rows.iter().all(|r| r["tool_space"] == "standard"));
+    // `L2-1`'s requests offered the whole registry track: `Alpha::z` was there to call.
+    for seen in llm.requests().iter().filter(|s| s.last_user() == "Do the x thing.") {
+        let tools = seen.body["tools"].as_array().cloned().unwrap_or_default();
+        assert_eq!(tools.len(), 5, "{}", seen.body["tools"]);
+    }
+
+    let items = items(&p);
+    assert!(items.iter().all(|i| i["tool_space"] == "standard"));
+    let all_fail: BTreeMap<&str, &Value> = items
+        .iter()
+        .filter(|i| i["flags"].as_array().unwrap().contains(&json!("all-fail")))
+        .map(|i| (i["id"].as_str().unwrap(), &i["evidence"]))
+        .collect();
+    assert_eq!(all_fail.keys().copied().collect::<Vec<_>>(), ["L1-1", "L2-1"], "{items:#?}");
+    let l1 = all_fail["L1-1"];
+    assert_eq!((&l1["agreed_tool"], &l1["agreed_by"]), (&json!("Beta::u"), &json!(["noisy", "oracle"])));
+    assert!(l1.get("proposed_efs_member").is_none(), "{l1}");
+    let l1_note =
+        "`noisy`, `oracle` called `Beta::u` instead of the reference tools (`Alpha::x`): the ground truth may be wrong";
+    assert_eq!(l1["note"], l1_note);
+    let l2 = all_fail["L2-1"];
+    assert_eq!((&l2["agreed_tool"], &l2["agreed_by"]), (&json!("Alpha::z"), &json!(["noisy", "oracle"])));
+    assert_eq!(l2["proposed_efs_member"], "Alpha::z");
+    assert_eq!(l2["called"], json!({"noisy": ["Alpha::z"], "none": [], "oracle": ["Alpha::z"]}));
+    let proposal = "`Alpha::z` is proposed as a possible missing member of the sample's EFS set";
+    assert!(l2["note"].as_str().unwrap().ends_with(proposal), "{l2}");
+
+    // The review queue: the two planted items, each with its evidence, and no other item
+    // flagged `all-fail`.
+    let sheet = p.read("artifacts/eval/review.csv");
+    let failed: Vec<&str> =
+        sheet.lines().filter(|l| l.split(',').nth(1).is_some_and(|f| f.contains("all-fail"))).collect();
+    assert_eq!(failed.len(), 2, "{sheet}");
+    assert!(failed[0].starts_with("L1-1,all-fail") && failed[0].contains(l1_note), "{sheet}");
+    assert!(failed[1].starts_with("L2-1,all-fail") && failed[1].contains(proposal), "{sheet}");
+    assert!(p.read("artifacts/eval/report.md").contains("`all-fail` 2"));
+}
+
+/// `tool_spaces` (issue 40): every agent runs every sample in each listed space, and one
+/// report gives each agent's score, with its interval, per space: `leaderboard.json` holds a
+/// row per space and agent (ranked and compared within its space), `report.md` a table of
+/// every agent's score per space and each space's sections, `items.jsonl` a record per space
+/// and sample, flagged from that space's runs, and the review queue one row per flagged item
+/// naming each space that flagged it. The runs of an agent on a sample in two spaces are two
+/// items (48 runs), and a rerun gives the same bytes. Both keys at once, or a space listed
+/// twice, are refused.
+#[test]
+fn several_tool_spaces_give_every_agent_a_score_per_space_in_one_report() {
+    let llm = ScriptedLlm::start(agent_rule);
+    let p = project(&llm, "tool_spaces = [\"oracle\", \"full\"]\n");
+    let o = eval(&p);
+    assert_code(&o, 0);
+    let rows = leaderboard(&p);
+    let got: Vec<(&str, &str, u64, f64)> = rows
+        .iter()
+        .map(|r| {
+            let (space, agent) = (r["tool_space"].as_str().unwrap(), r["agent"].as_str().unwrap());
+            (space, agent, r["rank"].as_u64().unwrap(), r["score"].as_f64().unwrap())
+        })
+        .collect();
+    let (a, b, c) = (7.0 / 8.0, 3.0 / 8.0, 1.0 / 8.0);
+    let want = [
+        ("oracle", "oracle", 1, a),
+        ("oracle", "noisy", 2, b),
+        ("oracle", "none", 3, c),
+        ("full", "oracle", 1, a),
+        ("full", "noisy", 2, b),
+        ("full", "none", 3, c),
+    ];
+    assert_eq!(got, want, "{}", stderr(&o));
+    for r in &rows {
+        let (x, ci) = (r["score"].as_f64().unwrap(), &r["score_ci"]);
+        assert!(ci[0].as_f64().unwrap() <= x && x <= ci[1].as_f64().unwrap(), "{r}");
+    }
+    // Pairs are compared within a space: three agents, three pairs in each.
+    let pairs: Vec<usize> = rows.iter().map(|r| r["comparisons"].as_array().unwrap().len()).collect();
+    assert_eq!(pairs, [2, 1, 0, 2, 1, 0]);
+    let said = format!("{}{}", crate::support::stdout(&o), stderr(&o));
+    assert!(said.contains("oracle in `full`: score 0.875"), "{said}");
+
+    let report = p.read("artifacts/eval/report.md");
+    assert!(report.contains("Tool spaces `oracle`, `full` (every agent runs in each;"), "{report}");
+    assert!(report.contains("## Scores per tool space") && report.contains("| agent | model | `oracle` | `full` |"));
+    let line = report.lines().find(|l| l.starts_with("| `oracle` | oracle |")).unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(line.matches("87.5 [").count(), 2, "{line}");
+    assert_eq!(line.matches(", rank 1 |").count(), 2, "{line}");
+    for space in ["oracle", "full"] {
+        for section in ["Leaderboard", "Comparisons", "Items"] {
+            assert!(report.contains(&format!("## {section} in tool space `{space}`")), "{section} {space}: {report}");
+        }
+    }
+
+    // Each space flags from its own runs: the planted `L1-1` in both.
+    let items = items(&p);
+    assert_eq!(items.len(), 16);
+    let flagged: Vec<(&str, &str)> = items
+        .iter()
+        .filter(|i| i["flags"].as_array().unwrap().contains(&json!("all-fail")))
+        .map(|i| (i["tool_space"].as_str().unwrap(), i["id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(flagged, [("oracle", "L1-1"), ("full", "L1-1")]);
+    let sheet = p.read("artifacts/eval/review.csv");
+    let l1: Vec<&str> = sheet.lines().filter(|l| l.starts_with("L1-1,")).collect();
+    assert_eq!(l1.len(), 1, "one row per item: {sheet}");
+    assert!(l1[0].starts_with("L1-1,all-fail label-mismatch,0.0000,"), "{sheet}");
+    for space in ["oracle", "full"] {
+        let named = format!("in `{space}`: all-fail label-mismatch: `noisy`, `oracle` called `Beta::u`");
+        assert!(l1[0].contains(&named), "{sheet}");
+    }
+
+    let runs: Vec<Value> =
+        p.read("artifacts/eval/runs.jsonl").lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(runs.len(), 48);
+    for space in ["oracle", "full"] {
+        assert_eq!(runs.iter().filter(|r| r["tool_space"] == space).count(), 24);
+        assert!(p.path(&format!("artifacts/eval/predictions/{space}/oracle/1/samples.jsonl")).exists());
+    }
+
+    // The same inputs, the same bytes.
+    let strip = |mut t: BTreeMap<String, Vec<u8>>| {
+        t.remove("manifest.json");
+        t
+    };
+    let before = strip(tree(&p.path("artifacts/eval")));
+    assert_code(&p.run(&["--config", CONFIG, "eval", "--force"]), 0);
+    let after = strip(tree(&p.path("artifacts/eval")));
+    assert_eq!(before.keys().collect::<Vec<_>>(), after.keys().collect::<Vec<_>>());
+    for (k, v) in &before {
+        assert!(v == &after[k], "`{k}` differs on a rerun");
+    }
+
+    let cfg = p.read(CONFIG);
+    for (given, key, what) in [
+        ("tool_space = \"oracle\"\ntool_spaces = [\"oracle\", \"full\"]", "eval.tool_spaces", "not both"),
+        ("tool_spaces = [\"oracle\", \"full\", \"oracle\"]", "eval.tool_spaces[2]", "`oracle` is listed twice"),
+    ] {
+        p.write(CONFIG, cfg.replace("tool_spaces = [\"oracle\", \"full\"]", given));
+        let o = p.run(&["--config", CONFIG, "check"]);
+        assert_code(&o, 1);
+        assert!(stderr(&o).contains(key) && stderr(&o).contains(what), "{}", stderr(&o));
+    }
 }
 
 /// `tool_space = "full"` (issue 40): every released tool of the sample's track behind a tool

@@ -120,6 +120,23 @@ fn concurrency_is_bounded_per_endpoint() {
     assert!(s.max_in_flight() >= 2, "requests did run concurrently: {}", s.max_in_flight());
 }
 
+/// A role's first live request goes alone, so a server that caches prompt prefixes has
+/// processed the shared fixed part before the others arrive; the rest then go together.
+#[test]
+fn a_role_s_first_live_request_goes_alone_and_the_rest_then_go_together() {
+    let s = ScriptedLlm::start(|_| good().after(300));
+    let p = project(&s.base_url(), "max_concurrency = 4");
+    let c = client(&p, LlmMode::Cached);
+    call_concurrently(&c, 5);
+    let mut at: Vec<Instant> = s.requests().iter().map(|r| r.at).collect();
+    at.sort();
+    assert_eq!(at.len(), 5);
+    for (k, t) in at.iter().enumerate().skip(1) {
+        assert!(*t - at[0] >= Duration::from_millis(300), "request {k} came {:?} after the first", *t - at[0]);
+    }
+    assert!(s.max_in_flight() >= 3, "the rest did run together: {}", s.max_in_flight());
+}
+
 #[test]
 fn think_blocks_and_fenced_json_are_extracted() {
     let s = ScriptedLlm::start(|_| {

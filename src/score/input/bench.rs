@@ -12,7 +12,7 @@ use anyhow::Context;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{Bench, BenchFile, BenchFormat, Diagnostic, Interner, STOP, intern, key_for, split_turns, typed};
+use super::{Bench, BenchFile, BenchFormat, Diagnostic, Interner, MsgTurn, STOP, intern, key_for, split_turns, typed};
 use crate::error::{InputError, Problem, json_type_name};
 use crate::formats::finmcp;
 use crate::model::{Difficulty, Family, Kind, norm_tool_id_cow};
@@ -539,55 +539,9 @@ fn etom_query(
     // Each entry: a tool object, or a list of alternative tool objects.
     let mut steps: Vec<(Vec<Arc<str>>, Vec<usize>)> = Vec::with_capacity(q.entries.len());
     for (e, entry) in q.entries.iter().enumerate() {
-        let members: &[typed::Member] = match entry {
-            typed::Entry::List(a) => a,
-            typed::Entry::One(m) => std::slice::from_ref(m),
-        };
-        let mut alts = Vec::with_capacity(members.len());
-        let mut deps: Vec<usize> = Vec::new();
-        let mut first_deps: Option<&[usize]> = None;
-        for (m, member) in members.iter().enumerate() {
-            let t = match readable_tool(member) {
-                Ok(t) => t,
-                Err(why) => {
-                    defects.push(format!("ground_truth_tools[{e}][{m}] {why}; ignored"));
-                    continue;
-                }
-            };
-            // `server_name::tool_name`, both trimmed (crate::model::tool_id), built in place.
-            key.clear();
-            key.push_str(t.server.trim());
-            key.push_str(crate::model::TOOL_ID_SEP);
-            key.push_str(t.tool.trim());
-            if !t.tool_id.is_empty() && t.tool_id != key.as_str() {
-                defects.push(format!(
-                    "tool_id `{}` differs from server_name::tool_name `{key}`; matched as the latter",
-                    t.tool_id
-                ));
-            }
-            let mdeps = t.deps;
-            match first_deps {
-                None => first_deps = Some(mdeps),
-                Some(f) if f != mdeps => defects.push(format!(
-                    "alternatives of step {e} disagree on dependencies ({f:?} vs {mdeps:?}); using their union"
-                )),
-                _ => {}
-            }
-            for &d in mdeps {
-                if !deps.contains(&d) {
-                    deps.push(d);
-                }
-            }
-            let id_norm = intern(pools.tools, key);
-            if !alts.contains(&id_norm) {
-                alts.push(id_norm);
-            }
+        if let Some(step) = etom_step(e, entry, pools, key, &mut defects) {
+            steps.push(step);
         }
-        if alts.is_empty() {
-            defects.push(format!("ground_truth_tools[{e}] has no usable tool; step ignored"));
-            continue;
-        }
-        steps.push((alts, deps));
     }
     let mut calls: Vec<GoldCall> = match kind {
         // L2: one call; any tool of any row is correct (the rows are one EFS, listed per member).
@@ -630,6 +584,66 @@ fn etom_query(
         file: ctx.file_idx,
         record: r,
     })
+}
+
+/// One ground-truth entry (step `e`) as its alternative tool ids and the union of their
+/// dependencies; `None` when no member is a usable tool. Unreadable members are defects.
+fn etom_step(
+    e: usize,
+    entry: &typed::Entry,
+    pools: &mut Pools,
+    key: &mut String,
+    defects: &mut Vec<String>,
+) -> Option<(Vec<Arc<str>>, Vec<usize>)> {
+    let members: &[typed::Member] = match entry {
+        typed::Entry::List(a) => a,
+        typed::Entry::One(m) => std::slice::from_ref(m),
+    };
+    let mut alts = Vec::with_capacity(members.len());
+    let mut deps: Vec<usize> = Vec::new();
+    let mut first_deps: Option<&[usize]> = None;
+    for (m, member) in members.iter().enumerate() {
+        let t = match readable_tool(member) {
+            Ok(t) => t,
+            Err(why) => {
+                defects.push(format!("ground_truth_tools[{e}][{m}] {why}; ignored"));
+                continue;
+            }
+        };
+        // `server_name::tool_name`, both trimmed (crate::model::tool_id), built in place.
+        key.clear();
+        key.push_str(t.server.trim());
+        key.push_str(crate::model::TOOL_ID_SEP);
+        key.push_str(t.tool.trim());
+        if !t.tool_id.is_empty() && t.tool_id != key.as_str() {
+            defects.push(format!(
+                "tool_id `{}` differs from server_name::tool_name `{key}`; matched as the latter",
+                t.tool_id
+            ));
+        }
+        let mdeps = t.deps;
+        match first_deps {
+            None => first_deps = Some(mdeps),
+            Some(f) if f != mdeps => defects.push(format!(
+                "alternatives of step {e} disagree on dependencies ({f:?} vs {mdeps:?}); using their union"
+            )),
+            _ => {}
+        }
+        for &d in mdeps {
+            if !deps.contains(&d) {
+                deps.push(d);
+            }
+        }
+        let id_norm = intern(pools.tools, key);
+        if !alts.contains(&id_norm) {
+            alts.push(id_norm);
+        }
+    }
+    if alts.is_empty() {
+        defects.push(format!("ground_truth_tools[{e}] has no usable tool; step ignored"));
+        return None;
+    }
+    Some((alts, deps))
 }
 
 /// A ground-truth member read as the format's tool ([`crate::formats::etom::GroundTruthTool`]): its names,
@@ -728,51 +742,8 @@ fn load_finmcp(
     let mut problems = Vec::new();
     for (r, rec) in records.into_iter().enumerate() {
         let loc = format!("record {}", r + 1);
-        if !rec.is_object() {
-            problems.push(Problem::new(&loc, format!("expected an object, got {}", json_type_name(&rec))));
+        let Some(sample) = finmcp_sample(file, keep_raw, &loc, rec, &mut problems, diagnostics) else {
             continue;
-        }
-        // An inference output file given as the benchmark (as the FinMCP docs do): a sample
-        // whose inference failed lost its reference; evaluation.py drops it from N too.
-        if super::pred::truthy(rec.get("error")) && rec.get("messages").is_none() {
-            diagnostics.push(Diagnostic {
-                file: file.to_string(),
-                location: loc,
-                id: rec.get("id").map(|v| v.to_string()),
-                message: "inference error record without `messages`: no reference to score; left out".into(),
-            });
-            continue;
-        }
-        // evaluation.py never reads `id`: in the compat mode a record without one cannot be
-        // paired, but the predictions file's own copy of it is scored (see `score::run`).
-        if keep_raw && rec.get("id").is_none() {
-            diagnostics.push(Diagnostic {
-                file: file.to_string(),
-                location: loc,
-                id: None,
-                message: "no `id`: no prediction can be paired with it; left out of the benchmark (a prediction record that carries the sample's fields is scored by them)".into(),
-            });
-            continue;
-        }
-        // Messages stay JSON: unreadable gold calls are defects of this sample (and the compat
-        // mode must see them as the published evaluator does).
-        let sample = match finmcp::Sample::<Value>::deserialize(rec) {
-            Ok(s) => s,
-            // The compat mode scores each prediction record by its own fields (its copy of
-            // this record is reported there, e.g. as one evaluation.py would stop on).
-            Err(e) if keep_raw => {
-                diagnostics.push(Diagnostic {
-                    file: file.to_string(),
-                    location: loc,
-                    id: None,
-                    message: format!("not a FinMCP sample: {e}; left out of the benchmark (a prediction record that carries the sample's fields is scored by them)"),
-                });
-                continue;
-            }
-            Err(e) => {
-                problems.push(Problem::new(&loc, format!("not a FinMCP sample: {e}")));
-                continue;
-            }
         };
         let id = sample.id.to_string();
         let turns_msg = match split_turns(&sample.messages) {
@@ -783,86 +754,10 @@ fn load_finmcp(
             }
         };
         let mut defects = Vec::new();
-        let mut turns: Vec<Vec<GoldCall>> = Vec::new();
-        let last = turns_msg.len().saturating_sub(1);
-        for (t, mt) in turns_msg.iter().enumerate() {
-            if t == last && t > 0 && mt.user.trim() == STOP {
-                if !mt.groups.is_empty() {
-                    defects.push("tool calls after the final `###STOP###` user message; ignored".into());
-                }
-                continue;
-            }
-            let mut calls = Vec::new();
-            for (g, group) in mt.groups.iter().enumerate() {
-                for c in group {
-                    match c {
-                        Ok(name) => calls.push(GoldCall {
-                            alts: vec![intern(pools.tools, name)],
-                            group: g as u32,
-                            deps: vec![],
-                        }),
-                        Err(e) => defects.push(format!("gold {e}; call ignored")),
-                    }
-                }
-            }
-            turns.push(calls);
-        }
-        let task = sample.task.as_deref().unwrap_or("");
-        let n_calls: usize = turns.iter().map(Vec::len).sum();
-        let kind = match task {
-            "single step" => Kind::SingleTool,
-            "multi step" => Kind::MultiTool,
-            "multi turn" => Kind::MultiTurn,
-            _ if turns.len() > 1 => Kind::MultiTurn,
-            _ if n_calls <= 1 => Kind::SingleTool,
-            _ => Kind::MultiTool,
-        };
-        let difficulty = Difficulty::from_calls(n_calls);
-        let label = sample.diff_level.as_ref().and_then(|d| d.level.as_deref());
-        let given_difficulty = match label {
-            Some("easy") => Difficulty::Easy,
-            Some("medium") => Difficulty::Medium,
-            Some("hard") => Difficulty::Hard,
-            _ => difficulty,
-        };
-        if let Some(level) = label
-            && level != difficulty.as_str()
-        {
-            defects.push(format!(
-                "diff_level.level `{level}` but {n_calls} reference calls make it {}; corrected reports use {}",
-                difficulty.as_str(),
-                difficulty.as_str()
-            ));
-        }
-        // The Chinese main/sub class is present for every task; `scenery` is English for
-        // multi-turn samples and Chinese otherwise, so it cannot group them together.
-        let scenery: Vec<String> =
-            sample.scenery.as_deref().unwrap_or("").split('-').map(|s| s.trim().to_string()).collect();
-        let mut scenario: Vec<String> = Vec::new();
-        match (&sample.first_class, &sample.sub_class) {
-            (Some(a), Some(b)) => {
-                scenario.push(a.to_string());
-                scenario.push(b.to_string());
-                scenario.extend(scenery.iter().skip(2).cloned());
-            }
-            _ => scenario = scenery,
-        }
-        let (category, scenario) = category_and_scenario(&scenario, pools.names);
-        // What the published evaluator reads of a sample, as the file gave it.
-        let raw = keep_raw.then(|| {
-            let mut m = Map::new();
-            if let Some(v) = sample.scenery {
-                m.insert("scenery".into(), Value::String(v));
-            }
-            if let Some(v) = &sample.diff_level {
-                m.insert("diff_level".into(), serde_json::to_value(v).expect("a JSON object"));
-            }
-            m.insert("messages".into(), Value::Array(sample.messages));
-            if let Some(v) = sample.task {
-                m.insert("task".into(), Value::String(v));
-            }
-            Raw::Finmcp(Value::Object(m))
-        });
+        let turns = finmcp_turns(&turns_msg, pools, &mut defects);
+        let (kind, difficulty, given_difficulty) = finmcp_class(&sample, &turns, &mut defects);
+        let (category, scenario) = finmcp_scenario(&sample, pools.names);
+        let raw = keep_raw.then(|| finmcp_raw(sample));
         items.push(Item {
             id,
             family: Family::Finmcp,
@@ -882,6 +777,163 @@ fn load_finmcp(
         return Err(InputError { file: file.to_string(), problems }.into());
     }
     Ok(items)
+}
+
+/// One record of a FinMCP file read as a sample; `None` when it is left out, with why pushed
+/// to `problems` (an error of the file) or `diagnostics` (a record the mode passes over).
+fn finmcp_sample(
+    file: &str,
+    keep_raw: bool,
+    loc: &str,
+    rec: Value,
+    problems: &mut Vec<Problem>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<finmcp::Sample<Value>> {
+    if !rec.is_object() {
+        problems.push(Problem::new(loc, format!("expected an object, got {}", json_type_name(&rec))));
+        return None;
+    }
+    // An inference output file given as the benchmark (as the FinMCP docs do): a sample
+    // whose inference failed lost its reference; evaluation.py drops it from N too.
+    if super::pred::truthy(rec.get("error")) && rec.get("messages").is_none() {
+        diagnostics.push(Diagnostic {
+            file: file.to_string(),
+            location: loc.to_string(),
+            id: rec.get("id").map(|v| v.to_string()),
+            message: "inference error record without `messages`: no reference to score; left out".into(),
+        });
+        return None;
+    }
+    // evaluation.py never reads `id`: in the compat mode a record without one cannot be
+    // paired, but the predictions file's own copy of it is scored (see `score::run`).
+    if keep_raw && rec.get("id").is_none() {
+        diagnostics.push(Diagnostic {
+            file: file.to_string(),
+            location: loc.to_string(),
+            id: None,
+            message: "no `id`: no prediction can be paired with it; left out of the benchmark (a prediction record that carries the sample's fields is scored by them)".into(),
+        });
+        return None;
+    }
+    // Messages stay JSON: unreadable gold calls are defects of this sample (and the compat
+    // mode must see them as the published evaluator does).
+    match finmcp::Sample::<Value>::deserialize(rec) {
+        Ok(s) => Some(s),
+        // The compat mode scores each prediction record by its own fields (its copy of
+        // this record is reported there, e.g. as one evaluation.py would stop on).
+        Err(e) if keep_raw => {
+            diagnostics.push(Diagnostic {
+                file: file.to_string(),
+                location: loc.to_string(),
+                id: None,
+                message: format!("not a FinMCP sample: {e}; left out of the benchmark (a prediction record that carries the sample's fields is scored by them)"),
+            });
+            None
+        }
+        Err(e) => {
+            problems.push(Problem::new(loc, format!("not a FinMCP sample: {e}")));
+            None
+        }
+    }
+}
+
+/// A sample's gold calls per turn, a final `###STOP###` turn left out; unreadable calls are
+/// defects.
+fn finmcp_turns(turns_msg: &[MsgTurn], pools: &mut Pools, defects: &mut Vec<String>) -> Vec<Vec<GoldCall>> {
+    let mut turns: Vec<Vec<GoldCall>> = Vec::new();
+    let last = turns_msg.len().saturating_sub(1);
+    for (t, mt) in turns_msg.iter().enumerate() {
+        if t == last && t > 0 && mt.user.trim() == STOP {
+            if !mt.groups.is_empty() {
+                defects.push("tool calls after the final `###STOP###` user message; ignored".into());
+            }
+            continue;
+        }
+        let mut calls = Vec::new();
+        for (g, group) in mt.groups.iter().enumerate() {
+            for c in group {
+                match c {
+                    Ok(name) => {
+                        calls.push(GoldCall { alts: vec![intern(pools.tools, name)], group: g as u32, deps: vec![] })
+                    }
+                    Err(e) => defects.push(format!("gold {e}; call ignored")),
+                }
+            }
+        }
+        turns.push(calls);
+    }
+    turns
+}
+
+/// A sample's kind, its difficulty by its reference calls and the difficulty its
+/// `diff_level` gives (a disagreement is a defect).
+fn finmcp_class(
+    sample: &finmcp::Sample<Value>,
+    turns: &[Vec<GoldCall>],
+    defects: &mut Vec<String>,
+) -> (Kind, Difficulty, Difficulty) {
+    let task = sample.task.as_deref().unwrap_or("");
+    let n_calls: usize = turns.iter().map(Vec::len).sum();
+    let kind = match task {
+        "single step" => Kind::SingleTool,
+        "multi step" => Kind::MultiTool,
+        "multi turn" => Kind::MultiTurn,
+        _ if turns.len() > 1 => Kind::MultiTurn,
+        _ if n_calls <= 1 => Kind::SingleTool,
+        _ => Kind::MultiTool,
+    };
+    let difficulty = Difficulty::from_calls(n_calls);
+    let label = sample.diff_level.as_ref().and_then(|d| d.level.as_deref());
+    let given_difficulty = match label {
+        Some("easy") => Difficulty::Easy,
+        Some("medium") => Difficulty::Medium,
+        Some("hard") => Difficulty::Hard,
+        _ => difficulty,
+    };
+    if let Some(level) = label
+        && level != difficulty.as_str()
+    {
+        defects.push(format!(
+            "diff_level.level `{level}` but {n_calls} reference calls make it {}; corrected reports use {}",
+            difficulty.as_str(),
+            difficulty.as_str()
+        ));
+    }
+    (kind, difficulty, given_difficulty)
+}
+
+/// A sample's category and scenario names, interned.
+fn finmcp_scenario(sample: &finmcp::Sample<Value>, names: &mut Interner) -> (Arc<str>, Arc<str>) {
+    // The Chinese main/sub class is present for every task; `scenery` is English for
+    // multi-turn samples and Chinese otherwise, so it cannot group them together.
+    let scenery: Vec<String> =
+        sample.scenery.as_deref().unwrap_or("").split('-').map(|s| s.trim().to_string()).collect();
+    let mut scenario: Vec<String> = Vec::new();
+    match (&sample.first_class, &sample.sub_class) {
+        (Some(a), Some(b)) => {
+            scenario.push(a.to_string());
+            scenario.push(b.to_string());
+            scenario.extend(scenery.iter().skip(2).cloned());
+        }
+        _ => scenario = scenery,
+    }
+    category_and_scenario(&scenario, names)
+}
+
+/// What the published evaluator reads of a sample, as the file gave it.
+fn finmcp_raw(sample: finmcp::Sample<Value>) -> Raw {
+    let mut m = Map::new();
+    if let Some(v) = sample.scenery {
+        m.insert("scenery".into(), Value::String(v));
+    }
+    if let Some(v) = &sample.diff_level {
+        m.insert("diff_level".into(), serde_json::to_value(v).expect("a JSON object"));
+    }
+    m.insert("messages".into(), Value::Array(sample.messages));
+    if let Some(v) = sample.task {
+        m.insert("task".into(), Value::String(v));
+    }
+    Raw::Finmcp(Value::Object(m))
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! list, each record's format detected from its keys unless `--format` is given.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 
 use anyhow::Context;
 use serde_json::{Map, Value};
@@ -40,7 +40,6 @@ pub fn read_predictions(
     let mut diags: Vec<Diagnostic> = Vec::new();
     let mut formats: HashMap<PredFormat, usize> = HashMap::new();
     let mut records = 0usize;
-    let mut bad_lines = 0usize;
 
     let mut handle = |loc: &str, v: Record, diags: &mut Vec<Diagnostic>| {
         records += 1;
@@ -57,46 +56,11 @@ pub fn read_predictions(
             }
             Record::Value(v) => v,
         };
-        let Value::Object(obj) = v else {
-            diags.push(Diagnostic::line(loc, None, format!("expected a JSON object, got {}", json_type_name(&v))));
+        let Some((id, format, pred)) = value_pred(opts, compat_finmcp, loc, v, diags) else {
             return;
         };
-        // In compat finmcp a record with sample fields but no `messages_pred` is still a FinMCP
-        // record (evaluation.py raises ValueError on it, which the compat scorer reports).
-        let format = opts.pred_format.or_else(|| detect_pred(&obj)).or_else(|| {
-            (compat_finmcp && FINMCP_SAMPLE_KEYS.iter().any(|k| obj.contains_key(*k))).then_some(PredFormat::Finmcp)
-        });
-        let id = id_string(obj.get("id"));
-        // FinMCP inference writes a failed sample as `{error, error_message, messages_pred: []}`
-        // without its id; evaluation.py never reads `id` at all. The compat mode takes such
-        // records as they are and names them by their place in the file.
-        let unpaired_ok = compat_finmcp && format == Some(PredFormat::Finmcp);
-        if id.is_none() && !unpaired_ok {
-            let msg = match obj.get("id") {
-                None if truthy(obj.get("error")) => {
-                    "an inference error record without `id`: it cannot be paired with a sample (that sample counts as missing); not scored".to_string()
-                }
-                None => "no `id`; not scored".to_string(),
-                Some(v) => format!("`id` is {}, expected a string or number; not scored", json_type_name(v)),
-            };
-            diags.push(Diagnostic::line(loc, None, msg));
-            return;
-        }
-        let pred = match format {
-            None => Pred::Malformed(
-                "cannot tell the prediction format: expected `turns`/`refusal`, `prediction` or `messages_pred`".into(),
-            ),
-            Some(f) => {
-                *formats.entry(f).or_default() += 1;
-                match f {
-                    PredFormat::Unified => parse_unified(&obj),
-                    PredFormat::Etom => parse_etom(&obj),
-                    PredFormat::Finmcp => parse_finmcp(&obj, compat_finmcp),
-                }
-            }
-        };
-        if let Pred::Malformed(why) = &pred {
-            diags.push(Diagnostic::line(loc, id.as_deref(), format!("malformed prediction: {why}; scored as wrong")));
+        if let Some(f) = format {
+            *formats.entry(f).or_default() += 1;
         }
         on_pred(id.as_deref(), loc, pred, diags);
     };
@@ -106,87 +70,12 @@ pub fn read_predictions(
         let buf = reader.fill_buf()?;
         buf.iter().copied().find(|b| !b.is_ascii_whitespace())
     };
-    if first == Some(b'[') {
-        let mut text = String::new();
-        reader.read_to_string(&mut text).with_context(|| format!("cannot read predictions `{shown}`"))?;
-        // Compat modes read what Python's json.loads reads (NaN, 1e400, lone surrogates).
-        let parsed = if strict {
-            crate::json::from_str::<Vec<Value>>(&text)
-        } else {
-            crate::json::python_loads(&text).and_then(serde_json::from_value)
-        };
-        match parsed {
-            Ok(list) => {
-                for (i, v) in list.into_iter().enumerate() {
-                    handle(&format!("record {}", i + 1), Record::Value(v), &mut diags);
-                }
-            }
-            Err(e) => diags.push(Diagnostic::line(
-                &format!("line {}", e.line()),
-                None,
-                format!("the predictions file starts with `[` but is not a JSON list: {e}; nothing scored from it"),
-            )),
-        }
+    let bad_lines = if first == Some(b'[') {
+        read_list(&mut reader, strict, &shown, &mut handle, &mut diags)?;
+        0
     } else {
-        let mut line = String::new();
-        let mut loc = String::new();
-        let mut ln = 0usize;
-        loop {
-            line.clear();
-            let n = reader.read_line(&mut line).with_context(|| format!("cannot read predictions `{shown}`"))?;
-            if n == 0 {
-                break;
-            }
-            ln += 1;
-            if line.trim().is_empty() {
-                continue;
-            }
-            loc.clear();
-            let _ = std::fmt::Write::write_fmt(&mut loc, format_args!("line {ln}"));
-            // The corrected mode: one typed pass over the line checks every key is given once
-            // and reads an ETOM orchestrator record without building a JSON tree.
-            if strict {
-                match typed::pred_line(&line, true) {
-                    Err(e) => {
-                        bad_lines += 1;
-                        diags.push(Diagnostic::line(&loc, None, format!("not valid JSON: {e}; not scored")));
-                        continue;
-                    }
-                    Ok(p) => {
-                        if let Some((id, norm)) = typed_etom(&p, opts.pred_format) {
-                            // The corrected mode reads `norm` only: no raw value is built.
-                            handle(&loc, Record::Etom(id, norm, Value::Null), &mut diags);
-                            continue;
-                        }
-                    }
-                }
-            } else if let Ok(p) = typed::pred_line(&line, false)
-                && let Some(id) = etom_id(&p, opts.pred_format)
-            {
-                // The compat modes: the last value of a key wins, as in `json.loads`; a line
-                // with Python-only tokens (NaN, …) fails here and takes the general path. The
-                // compat evaluators read the raw `prediction` only (the published evaluator
-                // parses it itself), so it is not normalised here.
-                let raw = p.prediction.map_or(Value::Null, typed::EtomPred::into_value);
-                handle(&loc, Record::Etom(id, NormPred::default(), raw), &mut diags);
-                continue;
-            }
-            if matches!(opts.pred_format, None | Some(PredFormat::Unified))
-                && let Some((id, norm)) = fast_unified(&line)
-            {
-                handle(&loc, Record::Fast(id, norm), &mut diags);
-                continue;
-            }
-            let parsed = if strict { serde_json::from_str::<Value>(&line) } else { crate::json::python_loads(&line) };
-            match parsed {
-                Ok(v) => handle(&loc, Record::Value(v), &mut diags),
-                Err(e) => {
-                    bad_lines += 1;
-                    diags.push(Diagnostic::line(&loc, None, format!("not valid JSON: {e}; not scored")));
-                }
-            }
-        }
-    }
+        read_lines(&mut reader, opts, strict, &shown, &mut handle, &mut diags)?
+    };
     let records = records + bad_lines;
     for d in &mut diags {
         if d.file.is_empty() {
@@ -196,6 +85,152 @@ pub fn read_predictions(
     let mut formats: Vec<(PredFormat, usize)> = formats.into_iter().collect();
     formats.sort();
     Ok(PredStats { path: shown, records, formats, diagnostics: diags })
+}
+
+/// One generically parsed record's id, format and prediction; `None` when it is not scored
+/// (not an object, no usable id), with the diagnostic saying why already pushed.
+fn value_pred(
+    opts: &Options,
+    compat_finmcp: bool,
+    loc: &str,
+    v: Value,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<(Option<String>, Option<PredFormat>, Pred)> {
+    let Value::Object(obj) = v else {
+        diags.push(Diagnostic::line(loc, None, format!("expected a JSON object, got {}", json_type_name(&v))));
+        return None;
+    };
+    // In compat finmcp a record with sample fields but no `messages_pred` is still a FinMCP
+    // record (evaluation.py raises ValueError on it, which the compat scorer reports).
+    let format = opts.pred_format.or_else(|| detect_pred(&obj)).or_else(|| {
+        (compat_finmcp && FINMCP_SAMPLE_KEYS.iter().any(|k| obj.contains_key(*k))).then_some(PredFormat::Finmcp)
+    });
+    let id = id_string(obj.get("id"));
+    // FinMCP inference writes a failed sample as `{error, error_message, messages_pred: []}`
+    // without its id; evaluation.py never reads `id` at all. The compat mode takes such
+    // records as they are and names them by their place in the file.
+    let unpaired_ok = compat_finmcp && format == Some(PredFormat::Finmcp);
+    if id.is_none() && !unpaired_ok {
+        let msg = match obj.get("id") {
+            None if truthy(obj.get("error")) => {
+                "an inference error record without `id`: it cannot be paired with a sample (that sample counts as missing); not scored".to_string()
+            }
+            None => "no `id`; not scored".to_string(),
+            Some(v) => format!("`id` is {}, expected a string or number; not scored", json_type_name(v)),
+        };
+        diags.push(Diagnostic::line(loc, None, msg));
+        return None;
+    }
+    let pred = match format {
+        None => Pred::Malformed(
+            "cannot tell the prediction format: expected `turns`/`refusal`, `prediction` or `messages_pred`".into(),
+        ),
+        Some(PredFormat::Unified) => parse_unified(&obj),
+        Some(PredFormat::Etom) => parse_etom(&obj),
+        Some(PredFormat::Finmcp) => parse_finmcp(&obj, compat_finmcp),
+    };
+    if let Pred::Malformed(why) = &pred {
+        diags.push(Diagnostic::line(loc, id.as_deref(), format!("malformed prediction: {why}; scored as wrong")));
+    }
+    Some((id, format, pred))
+}
+
+/// Read a predictions file that is one JSON list, handing each element on as a record.
+fn read_list(
+    reader: &mut impl BufRead,
+    strict: bool,
+    shown: &str,
+    handle: &mut impl FnMut(&str, Record, &mut Vec<Diagnostic>),
+    diags: &mut Vec<Diagnostic>,
+) -> anyhow::Result<()> {
+    let mut text = String::new();
+    reader.read_to_string(&mut text).with_context(|| format!("cannot read predictions `{shown}`"))?;
+    // Compat modes read what Python's json.loads reads (NaN, 1e400, lone surrogates).
+    let parsed = if strict {
+        crate::json::from_str::<Vec<Value>>(&text)
+    } else {
+        crate::json::python_loads(&text).and_then(serde_json::from_value)
+    };
+    match parsed {
+        Ok(list) => {
+            for (i, v) in list.into_iter().enumerate() {
+                handle(&format!("record {}", i + 1), Record::Value(v), diags);
+            }
+        }
+        Err(e) => diags.push(Diagnostic::line(
+            &format!("line {}", e.line()),
+            None,
+            format!("the predictions file starts with `[` but is not a JSON list: {e}; nothing scored from it"),
+        )),
+    }
+    Ok(())
+}
+
+/// Read a JSONL predictions file, handing each non-blank line on as a record; the number of
+/// lines that are not valid JSON (they count as records too).
+fn read_lines(
+    reader: &mut impl BufRead,
+    opts: &Options,
+    strict: bool,
+    shown: &str,
+    handle: &mut impl FnMut(&str, Record, &mut Vec<Diagnostic>),
+    diags: &mut Vec<Diagnostic>,
+) -> anyhow::Result<usize> {
+    let mut bad_lines = 0usize;
+    let mut line = String::new();
+    let mut loc = String::new();
+    let mut ln = 0usize;
+    loop {
+        line.clear();
+        let n = reader.read_line(&mut line).with_context(|| format!("cannot read predictions `{shown}`"))?;
+        if n == 0 {
+            break;
+        }
+        ln += 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        loc.clear();
+        let _ = std::fmt::Write::write_fmt(&mut loc, format_args!("line {ln}"));
+        match line_record(&line, opts.pred_format, strict) {
+            Ok(record) => handle(&loc, record, diags),
+            Err(e) => {
+                bad_lines += 1;
+                diags.push(Diagnostic::line(&loc, None, format!("not valid JSON: {e}; not scored")));
+            }
+        }
+    }
+    Ok(bad_lines)
+}
+
+/// One JSONL line as a record: by the typed ETOM reader, the unified fast path or the
+/// general JSON reader, in that order; the parse error when the line is not valid JSON.
+fn line_record(line: &str, forced: Option<PredFormat>, strict: bool) -> Result<Record, serde_json::Error> {
+    // The corrected mode: one typed pass over the line checks every key is given once
+    // and reads an ETOM orchestrator record without building a JSON tree.
+    if strict {
+        let p = typed::pred_line(line, true)?;
+        if let Some((id, norm)) = typed_etom(&p, forced) {
+            // The corrected mode reads `norm` only: no raw value is built.
+            return Ok(Record::Etom(id, norm, Value::Null));
+        }
+    } else if let Ok(p) = typed::pred_line(line, false)
+        && let Some(id) = etom_id(&p, forced)
+    {
+        // The compat modes: the last value of a key wins, as in `json.loads`; a line
+        // with Python-only tokens (NaN, …) fails here and takes the general path. The
+        // compat evaluators read the raw `prediction` only (the published evaluator
+        // parses it itself), so it is not normalised here.
+        let raw = p.prediction.map_or(Value::Null, typed::EtomPred::into_value);
+        return Ok(Record::Etom(id, NormPred::default(), raw));
+    }
+    if matches!(forced, None | Some(PredFormat::Unified))
+        && let Some((id, norm)) = fast_unified(line)
+    {
+        return Ok(Record::Fast(id, norm));
+    }
+    let parsed = if strict { serde_json::from_str::<Value>(line) } else { crate::json::python_loads(line) };
+    parsed.map(Record::Value)
 }
 
 /// A prediction record, parsed generically or by a fast path.
