@@ -142,6 +142,8 @@ pub fn sites() -> Vec<Entry> {
         sizes("src/synth/validate.rs", "synth validate: dialogue", &[1, 2, 6], synth::validate::check_answer),
         one("src/synth/validate.rs", "synth validate: needed call", synth::gold::need_answer()),
         one("src/levels/plan_check.rs", "levels plan check: judge", synth::gold::need_answer()),
+        // The query asked again: the same answer as L3's query.
+        one("src/levels/plan_check.rs", "levels plan check: query asked again", levels::l3::query_answer()),
         one("src/synth/validate.rs", "synth validate: answer again", synth::gold::again_answer()),
     ]
 }

@@ -112,8 +112,9 @@ pub struct Trajectory {
 }
 
 /// What a run of the agent loop leaves for the ledger rather than the trajectory: event
-/// ids and timings, which differ between reruns of the same inputs.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// ids and timings, which differ between reruns of the same inputs. Checkpointed with the
+/// trajectory, so a resumed run records the trajectory event with the original parents.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LoopTrace {
     /// The `llm.exchange` events, in order.
     pub llm_events: Vec<i64>,

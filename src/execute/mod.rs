@@ -29,7 +29,7 @@ pub struct ExecuteStage {
 pub static SPEC: StageSpec = StageSpec {
     name: "execute",
     command: "execute",
-    version: 3,
+    version: 4,
     about: "run queries with an LLM agent over MCP tools; record reference trajectories",
     reads: &[
         crate::synth::chains::QUERIES.optional(),
@@ -255,11 +255,19 @@ impl Stage for ExecuteStage {
         })?;
         let items: Vec<(String, Query)> = queries.iter().map(|q| (q.id.clone(), q.clone())).collect();
         let ex = &exec;
-        let done = batch.run(items, |q: Query, llm: Item| async move {
-            let (t, trace) = ex.run_query(&llm, &q).await;
-            ex.record_trajectory(&t, &trace);
-            Ok(t)
-        });
+        let done = batch.run(items, |q: Query, llm: Item| async move { Ok(ex.run_query(&llm, &q).await) });
+        // Every query's `execute.trajectory` event goes into this run, in query order, the
+        // resumed ones included: a later stage links a sample to the trajectory of the run
+        // that wrote `execute`'s artifacts, and a query finished before a kill would
+        // otherwise have its event only in the killed run (its sample's lineage then lost
+        // the agent's exchanges and calls).
+        if let Ok(d) = &done {
+            for q in &queries {
+                if let Some((t, trace)) = d.values.get(&q.id) {
+                    ex.record_trajectory(t, trace);
+                }
+            }
+        }
         batch.block_on(exec.shutdown());
         drop(exec);
         let done = done?;
@@ -269,7 +277,7 @@ impl Stage for ExecuteStage {
         let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
         let mut all = Vec::new();
         for q in &queries {
-            let t = done.values.get(&q.id).context("a query has no result")?;
+            let (t, _) = done.values.get(&q.id).context("a query has no result")?;
             *counts.entry(t.status.as_str()).or_default() += 1;
             *counts.entry("calls").or_default() += t.calls.len() as u64;
             if let Some(c) = &t.chain_check {

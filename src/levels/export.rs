@@ -49,7 +49,9 @@ pub fn sample_bound(s: &Settings) -> Option<u64> {
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "levels export",
-    version: 2,
+    // 3: a sample whose query was asked again carries the first query's check
+    //    (`asked_again`) in its `levels.sample` event.
+    version: 3,
     about: "ETOM level files level_1.json … level_5.json, unified samples, Table-1 statistics, plots and yield funnels",
     reads: &[
         crate::filter::CATALOG.read(),
@@ -418,8 +420,9 @@ impl Stage for ExportStage {
 pub const SAMPLE_EVENT: &str = "levels.sample";
 
 /// One `levels.sample` event per exported sample, its parents what made it: the level
-/// stage's exchanges (writing and verification, by request hash), the `filter` decision of
-/// every tool it names, and for each step with alternatives the final EFS set holding them.
+/// stage's exchanges (writing, verification and asking again, by request hash), the
+/// `filter` decision of every tool it names, and for each step with alternatives the final
+/// EFS set holding them.
 fn sample_events(ctx: &Ctx, samples: &[Sample], levels: &[LevelOut]) -> Result<Vec<crate::ledger::NewEvent>> {
     use crate::ledger::{Ledger, NewEvent, Parent, kind};
     let Some(ledger) = Ledger::open_read_only(&ctx.settings.artifacts)? else { return Ok(Vec::new()) };
@@ -459,13 +462,15 @@ fn sample_events(ctx: &Ctx, samples: &[Sample], levels: &[LevelOut]) -> Result<V
             }
         }
         parents.extend(&sets);
-        let mut ev = NewEvent::new(
-            SAMPLE_EVENT,
-            Some(&Sample::subject_for(&s.id)),
-            serde_json::json!({"id": s.id, "key": g.key, "exchanges": g.exchanges,
-                               "tools": g.steps.iter().map(|x| &x.tools).collect::<Vec<_>>(), "efs_sets": sets.len(),
-                               "plan_check": checks.map(|c| &c.decisions)}),
-        );
+        let mut payload = serde_json::json!({"id": s.id, "key": g.key, "exchanges": g.exchanges,
+                           "tools": g.steps.iter().map(|x| &x.tools).collect::<Vec<_>>(), "efs_sets": sets.len(),
+                           "plan_check": checks.map(|c| &c.decisions)});
+        // The first query and its check, when the writer was asked again (only then, so the
+        // events of other samples stay as they were).
+        if let Some(a) = checks.and_then(|c| c.asked_again.as_ref()) {
+            payload["asked_again"] = serde_json::to_value(a)?;
+        }
+        let mut ev = NewEvent::new(SAMPLE_EVENT, Some(&Sample::subject_for(&s.id)), payload);
         for p in parents {
             ev = ev.with_parent(Parent::Id(p));
         }

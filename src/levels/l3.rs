@@ -43,7 +43,10 @@ pub static SPEC: StageSpec = StageSpec {
     // 2: a query that copies a tool's description, signature or function name is refused.
     // 3: the plan check (`plan_check`, issue 38) on every kept query.
     // 4: the judge on steps the plan check's rules leave open (`levels_step_need`).
-    version: 4,
+    // 5: a query whose plan has fewer tools than L3 needs is asked again once
+    //    (`levels_query_again`); a step that repeats another once a dependency is dropped
+    //    is pruned.
+    version: 5,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],
@@ -376,11 +379,14 @@ impl Stage for L3Stage {
         let mut rows = vec![
             Estimate::typed(&l.judge_role, chains * 2, format!("{basis} × (verify + deps)")),
             Estimate::typed(&l.writer_role, chains, format!("{basis} × 1 query")),
+            Estimate::typed(&l.writer_role, chains, format!("{basis} × ≤ 1 query asked again")),
         ];
-        // The plan check's judge: at most every step of every chain is open.
+        // The plan check's judge: at most every step of every chain is open, for the query
+        // and the one asked again.
         if l.plan_check.judge {
-            let n = chains.saturating_mul(cfg.max_chain_len as u64);
-            rows.push(Estimate::typed(&l.judge_role, n, format!("{basis} × ≤ {} open steps", cfg.max_chain_len)));
+            let n = chains.saturating_mul(cfg.max_chain_len as u64).saturating_mul(2);
+            let why = format!("{basis} × 2 queries × ≤ {} open steps", cfg.max_chain_len);
+            rows.push(Estimate::typed(&l.judge_role, n, why));
         }
         super::estimates(s, rows)
     }
@@ -391,6 +397,7 @@ impl Stage for L3Stage {
             PromptRef::new("levels.l3_query", QUERY_TEMPLATE, vars.clone()),
             PromptRef::new("levels.l3_deps", DEPS_TEMPLATE, vars),
             super::plan_check::step_need_prompt(),
+            super::plan_check::query_again_prompt(),
         ]
     }
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
@@ -539,12 +546,13 @@ impl Stage for L3Stage {
             recs.push(rec);
             cands.push(super::plan_check::Candidate { key, query: &rec.query, steps });
         }
-        let judge = l.plan_check.judge.then_some(judge);
-        let verdicts = checks.check_all(&mut batch, judge, 3, &cands, &info, &l.plan_check)?;
+        // The writer asked again (a query with fewer tools than L3 needs) is a parent too.
+        let ask = super::plan_check::Askers { judge: l.plan_check.judge.then_some(judge), writer: Some(writer) };
+        let verdicts = checks.check_all(&mut batch, ask, 3, &cands, &info, &l.plan_check)?;
         batch.finish(out)?;
-        for ((rec, cand), verdict) in recs.into_iter().zip(&cands).zip(verdicts) {
+        for ((rec, cand), v) in recs.into_iter().zip(&cands).zip(verdicts) {
             let (key, it) = (cand.key, &meta[cand.key]);
-            let steps = match verdict {
+            let steps = match v.verdict {
                 Ok(steps) => {
                     checked += 1;
                     steps
@@ -560,13 +568,9 @@ impl Stage for L3Stage {
                 continue;
             }
             *n += 1;
-            queries.push(Generated {
-                key: key.to_string(),
-                query: rec.query.clone(),
-                steps,
-                category: None,
-                exchanges: rec.exchanges.clone(),
-            });
+            let mut exchanges = rec.exchanges.clone();
+            exchanges.extend(v.exchange);
+            queries.push(Generated { key: key.to_string(), query: v.query, steps, category: None, exchanges });
         }
         funnel.step("logical", logical);
         checks.count(&mut funnel, checked);

@@ -36,7 +36,10 @@ pub static SPEC: StageSpec = StageSpec {
     // 2: a query that copies a tool's description, signature or function name is refused.
     // 3: the plan check (`plan_check`, issue 38) on every kept query.
     // 4: the judge on steps the plan check's rules leave open (`levels_step_need`).
-    version: 4,
+    // 5: a query whose plan has fewer servers than L4 needs is asked again once
+    //    (`levels_query_again`); a step that repeats another once a dependency is dropped
+    //    is pruned.
+    version: 5,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],
@@ -270,14 +273,18 @@ impl Stage for L4Stage {
         let mut rows = vec![
             Estimate::typed(&l.judge_role, n * (1 + rounds), format!("≤ {n} attempts × (1 + {rounds} checks)")),
             Estimate::typed(&l.writer_role, n * rounds, format!("≤ {n} attempts × {rounds} rounds")),
+            Estimate::typed(&l.writer_role, n, format!("≤ {n} attempts × ≤ 1 query asked again")),
         ];
         // The plan check's judge: at most every distinct tool of a scenario's servers is an
-        // open step (repeats are decided by rule).
+        // open step (repeats are decided by rule), for the query and the one asked again.
         if l.plan_check.judge {
             let widest = super::estimate_catalog(s).map(|c| c.per_server.iter().copied().max().unwrap_or(0));
             let steps = (l.l4.max_servers as u64).saturating_mul(widest.unwrap_or(0));
-            let why = format!("≤ {n} attempts × ≤ {steps} open steps ({} servers × their widest)", l.l4.max_servers);
-            rows.push(Estimate::typed(&l.judge_role, n.saturating_mul(steps), why));
+            let why = format!(
+                "≤ {n} attempts × 2 queries × ≤ {steps} open steps ({} servers × their widest)",
+                l.l4.max_servers
+            );
+            rows.push(Estimate::typed(&l.judge_role, n.saturating_mul(steps).saturating_mul(2), why));
         }
         super::estimates(s, rows)
     }
@@ -297,6 +304,7 @@ impl Stage for L4Stage {
                 json!({"services": services, "scenario": sc, "tools": [{"id": "s::t", "server": "s", "description": "d", "required": ["x"]}]}),
             ),
             super::plan_check::step_need_prompt(),
+            super::plan_check::query_again_prompt(),
         ]
     }
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
@@ -476,18 +484,17 @@ impl Stage for L4Stage {
             .iter()
             .map(|(key, query, steps)| super::plan_check::Candidate { key, query, steps: steps.clone() })
             .collect();
-        let judge = l.plan_check.judge.then_some(judge);
-        let verdicts = checks.check_all(&mut batch, judge, 4, &checked, &info, &l.plan_check)?;
+        // The writer asked again (a query with fewer servers than L4 needs) is a parent too.
+        let ask = super::plan_check::Askers { judge: l.plan_check.judge.then_some(judge), writer: Some(writer) };
+        let verdicts = checks.check_all(&mut batch, ask, 4, &checked, &info, &l.plan_check)?;
         batch.finish(out)?;
-        for ((key, query, _), verdict) in cands.iter().zip(verdicts) {
-            match verdict {
-                Ok(steps) => queries.push(Generated {
-                    key: (*key).clone(),
-                    query: query.clone(),
-                    steps,
-                    category: None,
-                    exchanges: done.values[*key].exchanges.clone(),
-                }),
+        for ((key, _, _), v) in cands.iter().zip(verdicts) {
+            match v.verdict {
+                Ok(steps) => {
+                    let mut exchanges = done.values[*key].exchanges.clone();
+                    exchanges.extend(v.exchange);
+                    queries.push(Generated { key: (*key).clone(), query: v.query, steps, category: None, exchanges })
+                }
                 Err(r) => funnel.reject(key, r),
             }
         }

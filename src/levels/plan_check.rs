@@ -7,7 +7,11 @@
 //!
 //! 1. **Repeats.** A step with the same tools (as a set) and the same dependencies as an
 //!    earlier step is pruned: "repeats step N". Dependencies on a repeat are moved to the
-//!    step it repeats first, so a repeated pair of steps is found as well.
+//!    step it repeats first, so a repeated pair of steps is found as well. A step that
+//!    repeats an earlier one only once rule 2 has dropped their dependencies without a
+//!    data link is pruned too: "repeats step N once the dependencies without a data link
+//!    are dropped" (an L4 listed `describe_table` after step 1 and, with the same EFS
+//!    alternatives, on its own).
 //! 2. **Dependencies the query could imply.** A dependency a → b is kept only when
 //!    something step a's tool returns plausibly feeds an input parameter of step b's tool
 //!    (any alternative of either step): with an output schema for a (the catalog's, or L3's
@@ -48,6 +52,13 @@
 //!    (unless a kept step depends on it), one it calls needed is kept by `llm`, and the
 //!    shape is checked on what is left. A step the rules decided is never asked about, so a
 //!    small model's "yes" never keeps a repeat or an unrequested step the rules pruned.
+//! 6. **Asking again.** A query whose plan, pruned, has fewer tools than its level needs
+//!    (no step left; L3 fewer than two distinct tools, L4 fewer than two servers) is put
+//!    to the levels' `writer_role` once more (L3 and L4, template `levels_query_again`):
+//!    the tools the query must need, the query, and why it was refused ("the query asks
+//!    only for `a::x`; it must need `b::y` too (plan does not fit L4: …)"). The new query
+//!    is checked as the first was; it is kept if it passes, else the item is rejected with
+//!    both reasons. `queries.json` records the first query's check under `asked_again`.
 //!
 //! Every decision is a [`StepDecision`] `{step, tool, decision, by, reason, score?,
 //! score_kind?, mention?, exchange?}`; `by` is `rule` or `llm` (with its exchange).
@@ -165,6 +176,9 @@ pub struct PlanCheck {
     pub verdict: Verdict,
     /// 0-based steps the rules left open (see the module doc, 5) and no judge decided.
     pub open: Vec<usize>,
+    /// The verdict rejects a plan with fewer tools than its level needs, which a query that
+    /// asks for more can mend (see the module doc, 6).
+    pub too_few: bool,
 }
 
 /// The judge's answer on one open step (0-based) of a candidate plan (also the batch's
@@ -182,9 +196,28 @@ pub struct Judged {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlanRecord {
+    /// The decisions on the query's plan (when the writer was asked again, on the new
+    /// query's; none when asking again gave no query).
     pub decisions: Vec<StepDecision>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejected: Option<String>,
+    /// The first query and its check, when its plan had fewer tools than its level needs
+    /// and the writer was asked again (see the module doc, 6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked_again: Option<AskedAgain>,
+}
+
+/// A query the writer was asked to write again: the first query, its check's decisions,
+/// what the writer was told, and the exchange that asked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AskedAgain {
+    pub query: String,
+    pub decisions: Vec<StepDecision>,
+    pub reason: String,
+    /// Request hash of the exchange that asked again (none when it gave no usable query).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange: Option<String>,
 }
 
 /// Check a candidate plan of `level` for `query` (see the module doc). `tool` looks a tool
@@ -216,12 +249,16 @@ pub fn check_judged(
         .map(|s| s.tools.iter().map(|id| (crate::model::norm_tool_id(id), tool(id.as_str()))).collect())
         .collect();
     let primary: Vec<String> = steps.iter().map(|s| s.tools.first().cloned().unwrap_or_default()).collect();
-    let (canon, deps) = repeats(steps);
+    let (mut canon, deps) = repeats(steps);
     let mut step_dec: Vec<Option<StepDecision>> = vec![None; n];
     for i in (0..n).filter(|&i| canon[i] != i) {
         step_dec[i] = Some(decided(i, &primary[i], Decision::Duplicate, format!("repeats step {}", canon[i] + 1)));
     }
-    let (kept_deps, dep_dec) = links(steps, &canon, &deps, &infos, &primary);
+    let (mut kept_deps, dep_dec) = links(steps, &canon, &deps, &infos, &primary);
+    for (i, j) in repeats_after_links(steps, &mut canon, &mut kept_deps) {
+        let why = format!("repeats step {} once the dependencies without a data link are dropped", j + 1);
+        step_dec[i] = Some(decided(i, &primary[i], Decision::Duplicate, why));
+    }
     let q = content(query);
     let ev: Vec<Evidence> =
         (0..n).map(|i| evidence(&q, &infos[i], similarity.and_then(|s| s.get(i)).copied())).collect();
@@ -235,16 +272,16 @@ pub fn check_judged(
             depends_on: kept_deps[i].iter().filter_map(|d| pos.get(d).copied()).collect(),
         })
         .collect();
-    let verdict = match shape(level, &plan) {
-        Ok(()) => Verdict::Ok(plan),
-        Err(why) => Verdict::Reject(why),
+    let (verdict, too_few) = match shape(level, &plan) {
+        Ok(()) => (Verdict::Ok(plan), false),
+        Err(why) => (Verdict::Reject(why), too_few(level, &plan)),
     };
     let mut decisions = Vec::new();
     for (d, deps) in step_dec.into_iter().zip(dep_dec) {
         decisions.extend(d);
         decisions.extend(deps);
     }
-    PlanCheck { decisions, verdict, open }
+    PlanCheck { decisions, verdict, open, too_few }
 }
 
 /// Looks a tool id up.
@@ -287,6 +324,27 @@ fn repeats(steps: &[Step]) -> (Vec<usize>, Vec<BTreeSet<usize>>) {
         tools.push(t);
     }
     (canon, deps)
+}
+
+/// Steps that repeat an earlier step once only the dependencies with a data link are left
+/// (the same tools as a set, the same kept dependencies), as `(step, the step it repeats)`.
+/// They are marked in `canon`, and kept dependencies on them move to the step they repeat.
+fn repeats_after_links(steps: &[Step], canon: &mut [usize], kept: &mut [BTreeSet<usize>]) -> Vec<(usize, usize)> {
+    let tools: Vec<BTreeSet<String>> =
+        steps.iter().map(|s| s.tools.iter().map(|x| crate::model::norm_tool_id(x)).collect()).collect();
+    let mut found = Vec::new();
+    for i in 0..steps.len() {
+        // Kept dependencies point backwards, at steps whose place in `canon` is settled.
+        kept[i] = kept[i].iter().map(|&d| canon[d]).collect();
+        if canon[i] != i {
+            continue;
+        }
+        if let Some(j) = (0..i).find(|&j| canon[j] == j && tools[j] == tools[i] && kept[j] == kept[i]) {
+            canon[i] = j;
+            found.push((i, j));
+        }
+    }
+    found
 }
 
 /// The dependencies of each non-repeated step that have a data link, and a decision for
@@ -646,6 +704,17 @@ fn shape(level: u8, plan: &[Step]) -> Result<(), String> {
     }
 }
 
+/// Whether a plan outside its level's shape has too few tools for it: fewer than two
+/// distinct tools (L3) or servers (L4), no step left included. A query that asks for more
+/// can mend only that (see the module doc, 6).
+fn too_few(level: u8, plan: &[Step]) -> bool {
+    match level {
+        3 => plan.iter().flat_map(|s| &s.tools).collect::<BTreeSet<&String>>().len() < 2,
+        4 => plan.iter().filter_map(|s| s.tools.first()).map(|t| server_of(t)).collect::<BTreeSet<String>>().len() < 2,
+        _ => false,
+    }
+}
+
 fn l3_shape(plan: &[Step]) -> Option<String> {
     let tools: BTreeSet<&str> = plan.iter().flat_map(|s| s.tools.iter().map(String::as_str)).collect();
     let servers: BTreeSet<String> = tools.iter().map(|t| server_of(t)).collect();
@@ -672,10 +741,18 @@ pub struct PlanChecks {
     /// Open steps the judge was asked about, and those it pruned.
     pub judged: usize,
     pub judge_pruned: usize,
+    /// Queries the writer was asked to write again, and what became of them.
+    pub asked_again: usize,
+    pub kept_again: usize,
+    pub rejected_again: usize,
 }
 
 /// The prompt template of the per-step judge.
 pub const STEP_NEED_TEMPLATE: &str = "levels_step_need";
+
+/// The prompt template that asks the writer again for a query whose plan has fewer tools
+/// than its level needs (see the module doc, 6).
+pub const QUERY_AGAIN_TEMPLATE: &str = "levels_query_again";
 
 /// A candidate of a level stage for [`PlanChecks::check_all`]: its item key, query and plan.
 pub struct Candidate<'a> {
@@ -684,11 +761,47 @@ pub struct Candidate<'a> {
     pub steps: Vec<Step>,
 }
 
+/// Whom [`PlanChecks::check_all`] asks: the judge about open steps, the writer again about
+/// a query with fewer tools than its level needs (`None`: nobody, the rules decide).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Askers<'a> {
+    pub judge: Option<&'a str>,
+    pub writer: Option<&'a str>,
+}
+
+/// What became of a candidate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    /// The query: the candidate's, or the one the writer wrote when asked again.
+    pub query: String,
+    /// The pruned plan, or why the query does not fit its level.
+    pub verdict: Result<Vec<Step>, String>,
+    /// The exchange that asked the writer again (one of the sample's parents).
+    pub exchange: Option<String>,
+}
+
+/// The writer's new query for a candidate (the batch's checkpoint line).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Again {
+    pub query: String,
+    /// Request hash of the exchange.
+    pub exchange: String,
+}
+
 /// The judge's template with example variables (for `check` and `benchgen prompts`).
 pub fn step_need_prompt() -> crate::stage::PromptRef {
     let step = serde_json::json!({"n": 2, "tool": "s::t", "description": "d"});
     let vars = serde_json::json!({"request": "q", "steps": [{"n": 1, "tool": "s::u", "description": "d"}, step], "step": step});
     crate::stage::PromptRef::new("levels.plan_check.judge", STEP_NEED_TEMPLATE, vars)
+}
+
+/// The writer's template for asking again, with example variables.
+pub fn query_again_prompt() -> crate::stage::PromptRef {
+    let steps: Vec<Value> =
+        (1..=2).map(|n| serde_json::json!({"n": n, "tool": format!("s::t{n}"), "description": "d"})).collect();
+    let vars = serde_json::json!({"level": 3, "steps": steps, "query": "q", "reason": "asks only for `s::t1`"});
+    crate::stage::PromptRef::new("levels.plan_check.query_again", QUERY_AGAIN_TEMPLATE, vars)
 }
 
 /// The template's variables for open step `i` of `c`.
@@ -704,6 +817,163 @@ fn step_vars(c: &Candidate, i: usize, tool: &dyn Fn(&str) -> Option<ToolInfo>) -
         "steps": (0..c.steps.len()).map(describe).collect::<Vec<_>>(),
         "step": describe(i),
     })
+}
+
+/// The rules on every candidate, then, with `judge` (a role), one LLM exchange per open
+/// step in `batch` (items `<prefix>:<key>:<step>`) and the rules again with its answers,
+/// in rounds: a step the judge prunes can leave open a step that only fed it, which the
+/// next round asks about; each (item, step) is asked once, so the rounds end. Per
+/// candidate its check and how many of its steps the judge answered. A failed judge item
+/// leaves its step as the rules decided (the batch counts it).
+fn judge_rounds(
+    batch: &mut crate::llm::batch::Batch<'_>,
+    judge: Option<&str>,
+    level: u8,
+    cands: &[Candidate<'_>],
+    (tool, cfg): (&LookupFn<'_>, &PlanCheckSettings),
+    prefix: &str,
+) -> anyhow::Result<Vec<(PlanCheck, usize)>> {
+    let none = BTreeMap::new();
+    let mut checks: Vec<PlanCheck> =
+        cands.iter().map(|c| check_judged(level, c.query, &c.steps, (tool, None), cfg, &none)).collect();
+    let mut judged: Vec<BTreeMap<usize, Judged>> = vec![BTreeMap::new(); cands.len()];
+    if let Some(role) = judge {
+        let mut asked: BTreeSet<(usize, usize)> = BTreeSet::new();
+        loop {
+            let mut items: Vec<(String, Value)> = Vec::new();
+            for (k, (c, f)) in cands.iter().zip(&checks).enumerate() {
+                for &i in f.open.iter().filter(|&&i| asked.insert((k, i))) {
+                    items.push((format!("{prefix}:{}:{}", c.key, i + 1), step_vars(c, i, tool)));
+                }
+            }
+            if items.is_empty() {
+                break;
+            }
+            let done = batch.run(items, |vars: Value, llm: crate::llm::batch::Item| async move {
+                let prompt = crate::llm::Prompt::new(STEP_NEED_TEMPLATE, vars);
+                let r = llm.ask(role, &prompt, Some("need"), &crate::synth::gold::need_answer()).await?;
+                Ok(Judged { needed: r.value.needed, reason: r.value.reason, exchange: r.exchange })
+            })?;
+            for (k, c) in cands.iter().enumerate() {
+                let before = judged[k].len();
+                for &i in &checks[k].open {
+                    if let Some(r) = done.values.get(&format!("{prefix}:{}:{}", c.key, i + 1)) {
+                        judged[k].insert(i, r.clone());
+                    }
+                }
+                if judged[k].len() > before {
+                    checks[k] = check_judged(level, c.query, &c.steps, (tool, None), cfg, &judged[k]);
+                }
+            }
+        }
+    }
+    Ok(checks.into_iter().zip(judged).map(|(c, j)| (c, j.len())).collect())
+}
+
+/// What the writer is told when its query's plan has too few tools: the tools the query
+/// asks for, those it must need too, and the level's verdict.
+fn fewer_reason(c: &PlanCheck) -> String {
+    let tools = |what: Decision| -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for d in c.decisions.iter().filter(|d| d.dependency.is_none() && d.decision == what) {
+            let t = format!("`{}`", d.tool);
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+        out
+    };
+    let (asked, missing) = (tools(Decision::Kept), tools(Decision::Unrequested));
+    let asks = if asked.is_empty() { "for none of them".to_string() } else { format!("only for {}", listed(&asked)) };
+    let needs = if missing.is_empty() { "every listed tool".to_string() } else { format!("{} too", listed(&missing)) };
+    let why = match &c.verdict {
+        Verdict::Reject(r) => r.as_str(),
+        Verdict::Ok(_) => "",
+    };
+    format!("the query asks {asks}; it must need {needs} ({why})")
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn listed(xs: &[String]) -> String {
+    match xs {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+/// The writer's variables for asking again: the level, the candidate's steps (each
+/// repeated step once), its query and why it was refused.
+fn again_vars(level: u8, c: &Candidate, reason: &str, tool: &LookupFn<'_>) -> Value {
+    let mut seen: BTreeSet<BTreeSet<String>> = BTreeSet::new();
+    let steps: Vec<Value> = c
+        .steps
+        .iter()
+        .filter(|s| seen.insert(s.tools.iter().map(|t| crate::model::norm_tool_id(t)).collect()))
+        .enumerate()
+        .map(|(k, s)| {
+            let description = s.tools.first().and_then(|t| tool(t)).map(|t| t.description).unwrap_or_default();
+            let description = crate::text::one_line(&description);
+            serde_json::json!({"n": k + 1, "tool": s.tools.join(" or "), "description": description})
+        })
+        .collect();
+    serde_json::json!({"level": level, "steps": steps, "query": c.query, "reason": reason})
+}
+
+/// Does `query` copy the wording of one of its steps' tools (see [`super::copied_wording`])?
+fn copies(query: &str, steps: &[Step], tool: &LookupFn<'_>) -> Option<String> {
+    let wording: Vec<super::Wording> = steps
+        .iter()
+        .flat_map(|s| &s.tools)
+        .filter_map(|id| tool(id))
+        .map(|t| super::Wording {
+            params: super::l3::props(&t.input_schema).into_iter().map(|(k, _)| k.clone()).collect(),
+            name: t.name,
+            description: t.description,
+        })
+        .collect();
+    super::copied_wording(query, &wording)
+}
+
+/// Ask `writer` once more for each candidate whose plan has too few tools (items
+/// `again:<key>`): per candidate (by index) the new query, or why there is none (no valid
+/// answer, or a query that copies a tool's wording).
+fn ask_again(
+    batch: &mut crate::llm::batch::Batch<'_>,
+    writer: &str,
+    level: u8,
+    cands: &[Candidate<'_>],
+    first: &[(PlanCheck, usize)],
+    tool: &LookupFn<'_>,
+) -> anyhow::Result<BTreeMap<usize, Result<Again, String>>> {
+    let fewer: Vec<usize> = (0..cands.len()).filter(|&k| first[k].0.too_few).collect();
+    if fewer.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let key = |k: usize| format!("again:{}", cands[k].key);
+    let items: Vec<(String, Value)> =
+        fewer.iter().map(|&k| (key(k), again_vars(level, &cands[k], &fewer_reason(&first[k].0), tool))).collect();
+    let done = batch.run(items, |vars: Value, llm: crate::llm::batch::Item| async move {
+        let prompt = crate::llm::Prompt::new(QUERY_AGAIN_TEMPLATE, vars);
+        let r = llm.ask(writer, &prompt, None, &super::l3::query_answer()).await?;
+        Ok(Again { query: super::one_line(&r.value.query), exchange: r.exchange })
+    })?;
+    let mut out = BTreeMap::new();
+    for k in fewer {
+        let got = match done.values.get(&key(k)) {
+            Some(a) => match copies(&a.query, &cands[k].steps, tool) {
+                Some(why) => Err(format!("not a request: the query {why}")),
+                None => Ok(a.clone()),
+            },
+            None => {
+                let failed =
+                    done.failed.iter().find(|f| f.item == key(k)).map_or("the item failed", |f| f.reason.as_str());
+                Err(format!("no valid answer: {failed}"))
+            }
+        };
+        out.insert(k, got);
+    }
+    Ok(out)
 }
 
 impl PlanChecks {
@@ -722,72 +992,62 @@ impl PlanChecks {
         self.record(key, c)
     }
 
-    /// Check every candidate's plan (see the module doc): the rules, then, with `judge`
-    /// (a role), one LLM exchange per open step in `batch` (items `need:<key>:<step>`),
-    /// then the rules again with its answers. Records every decision and returns, in the
-    /// candidates' order, the pruned plan or why the query does not fit its level. A
-    /// failed judge item leaves its step as the rules decided (the batch counts it).
+    /// Check every candidate's plan (see the module doc): the rules and the judge
+    /// (`judge_rounds`, items `need:<key>:<step>`); then, with a writer, each query whose
+    /// plan has too few tools for its level is asked again once (items `again:<key>`) and
+    /// the new query checked the same way (items `need-again:<key>:<step>`). Records every
+    /// decision and returns, in the candidates' order, the query with its pruned plan or
+    /// why it does not fit its level.
     pub fn check_all(
         &mut self,
         batch: &mut crate::llm::batch::Batch<'_>,
-        judge: Option<&str>,
+        ask: Askers<'_>,
         level: u8,
         cands: &[Candidate<'_>],
-        tool: &dyn Fn(&str) -> Option<ToolInfo>,
+        tool: &LookupFn<'_>,
         cfg: &PlanCheckSettings,
-    ) -> anyhow::Result<Vec<Result<Vec<Step>, String>>> {
-        let none = BTreeMap::new();
-        let mut checks: Vec<PlanCheck> =
-            cands.iter().map(|c| check_judged(level, c.query, &c.steps, (tool, None), cfg, &none)).collect();
-        let mut judged: Vec<BTreeMap<usize, Judged>> = vec![BTreeMap::new(); cands.len()];
-        if let Some(role) = judge {
-            // Rounds: a step the judge prunes can leave open a step that only fed it, which
-            // the next round asks about. Each (item, step) is asked once, so the rounds end.
-            let mut asked: BTreeSet<(usize, usize)> = BTreeSet::new();
-            loop {
-                let mut items: Vec<(String, Value)> = Vec::new();
-                for (k, (c, f)) in cands.iter().zip(&checks).enumerate() {
-                    for &i in f.open.iter().filter(|&&i| asked.insert((k, i))) {
-                        items.push((format!("need:{}:{}", c.key, i + 1), step_vars(c, i, tool)));
-                    }
-                }
-                if items.is_empty() {
-                    break;
-                }
-                let done = batch.run(items, |vars: Value, llm: crate::llm::batch::Item| async move {
-                    let prompt = crate::llm::Prompt::new(STEP_NEED_TEMPLATE, vars);
-                    let r = llm.ask(role, &prompt, Some("need"), &crate::synth::gold::need_answer()).await?;
-                    Ok(Judged { needed: r.value.needed, reason: r.value.reason, exchange: r.exchange })
-                })?;
-                for (k, c) in cands.iter().enumerate() {
-                    let before = judged[k].len();
-                    for &i in &checks[k].open {
-                        if let Some(r) = done.values.get(&format!("need:{}:{}", c.key, i + 1)) {
-                            judged[k].insert(i, r.clone());
-                        }
-                    }
-                    if judged[k].len() > before {
-                        checks[k] = check_judged(level, c.query, &c.steps, (tool, None), cfg, &judged[k]);
-                    }
-                }
-            }
-        }
+    ) -> anyhow::Result<Vec<Checked>> {
+        let first = judge_rounds(batch, ask.judge, level, cands, (tool, cfg), "need")?;
+        let again = match ask.writer {
+            Some(writer) => ask_again(batch, writer, level, cands, &first, tool)?,
+            None => BTreeMap::new(),
+        };
+        let (asked, seconds): (Vec<usize>, Vec<Candidate<'_>>) = again
+            .iter()
+            .filter_map(|(&k, a)| a.as_ref().ok().map(|a| (k, a)))
+            .map(|(k, a)| (k, Candidate { key: cands[k].key, query: &a.query, steps: cands[k].steps.clone() }))
+            .unzip();
+        let checked = judge_rounds(batch, ask.judge, level, &seconds, (tool, cfg), "need-again")?;
+        let mut second: BTreeMap<usize, (PlanCheck, usize)> = asked.into_iter().zip(checked).collect();
         let mut out = Vec::with_capacity(cands.len());
-        for ((c, checked), j) in cands.iter().zip(checks).zip(&judged) {
-            self.judged += j.len();
-            self.judge_pruned += checked
-                .decisions
-                .iter()
-                .filter(|d| d.by == DecidedBy::Llm && d.decision == Decision::Unrequested)
-                .count();
-            out.push(self.record(c.key, checked));
+        for (k, (c, (check, judged))) in cands.iter().zip(first).enumerate() {
+            self.count_judged(&check, judged);
+            let done = match again.get(&k) {
+                None => Checked { query: c.query.to_string(), verdict: self.record(c.key, check), exchange: None },
+                Some(a) => {
+                    let outcome = match (a, second.remove(&k)) {
+                        (Ok(a), Some((new, judged))) => Ok((a, new, judged)),
+                        (Ok(_), None) => Err("the new query was not checked"),
+                        (Err(e), _) => Err(e.as_str()),
+                    };
+                    self.record_again(level, c, check, outcome)
+                }
+            };
+            out.push(done);
         }
         Ok(out)
     }
 
-    /// Count and record one item's decisions; the pruned plan or the rejection.
-    fn record(&mut self, key: &str, c: PlanCheck) -> Result<Vec<Step>, String> {
-        for d in &c.decisions {
+    /// Count the judge's answers on one check and the steps it pruned.
+    fn count_judged(&mut self, c: &PlanCheck, judged: usize) {
+        self.judged += judged;
+        self.judge_pruned +=
+            c.decisions.iter().filter(|d| d.by == DecidedBy::Llm && d.decision == Decision::Unrequested).count();
+    }
+
+    /// Count decisions by kind.
+    fn tally(&mut self, decisions: &[StepDecision]) {
+        for d in decisions {
             match d.decision {
                 Decision::Duplicate => self.repeated += 1,
                 Decision::Unrequested => self.unrequested += 1,
@@ -795,17 +1055,68 @@ impl PlanChecks {
                 Decision::Kept => {}
             }
         }
+    }
+
+    /// Count and record one item's decisions; the pruned plan or the rejection.
+    fn record(&mut self, key: &str, c: PlanCheck) -> Result<Vec<Step>, String> {
+        self.tally(&c.decisions);
         let rejected = match &c.verdict {
             Verdict::Reject(r) => Some(r.clone()),
             Verdict::Ok(_) => None,
         };
         if !c.decisions.is_empty() || rejected.is_some() {
-            self.records.insert(key.to_string(), PlanRecord { decisions: c.decisions, rejected });
+            self.records.insert(key.to_string(), PlanRecord { decisions: c.decisions, rejected, asked_again: None });
         }
         match c.verdict {
             Verdict::Ok(plan) => Ok(plan),
             Verdict::Reject(r) => Err(r),
         }
+    }
+
+    /// Count and record an item whose writer was asked again: `first` is the first query's
+    /// check, `outcome` the new query with its check (and the judge's answers on it), or why
+    /// there is none. Kept when the new query passes, else rejected with both reasons.
+    fn record_again(
+        &mut self,
+        level: u8,
+        c: &Candidate<'_>,
+        first: PlanCheck,
+        outcome: Result<(&Again, PlanCheck, usize), &str>,
+    ) -> Checked {
+        self.asked_again += 1;
+        self.tally(&first.decisions);
+        let reason = fewer_reason(&first);
+        let prefix = format!("plan does not fit L{level}: ");
+        let shape = |r: &str| r.strip_prefix(prefix.as_str()).unwrap_or(r).to_string();
+        let before = match &first.verdict {
+            Verdict::Reject(r) => shape(r.as_str()),
+            Verdict::Ok(_) => String::new(),
+        };
+        let mut asked = AskedAgain { query: c.query.to_string(), decisions: first.decisions, reason, exchange: None };
+        let (query, decisions, verdict) = match outcome {
+            Ok((a, new, judged)) => {
+                self.count_judged(&new, judged);
+                self.tally(&new.decisions);
+                asked.exchange = Some(a.exchange.clone());
+                let verdict = match new.verdict {
+                    Verdict::Ok(plan) => Ok(plan),
+                    Verdict::Reject(r) => Err(shape(r.as_str())),
+                };
+                (a.query.clone(), new.decisions, verdict)
+            }
+            Err(why) => (c.query.to_string(), Vec::new(), Err(why.to_string())),
+        };
+        let verdict = verdict.map_err(|again| {
+            format!("plan does not fit L{level} after asking again: first query: {before}; asked again: {again}")
+        });
+        match &verdict {
+            Ok(_) => self.kept_again += 1,
+            Err(_) => self.rejected_again += 1,
+        }
+        let exchange = asked.exchange.clone();
+        let rejected = verdict.as_ref().err().cloned();
+        self.records.insert(c.key.to_string(), PlanRecord { decisions, rejected, asked_again: Some(asked) });
+        Checked { query, verdict, exchange }
     }
 
     /// The counts as funnel steps; `kept` is the number of queries that passed.
@@ -815,6 +1126,12 @@ impl PlanChecks {
         funnel.step("plan check: open steps asked of the judge", self.judged);
         funnel.step("plan check: steps the judge pruned", self.judge_pruned);
         funnel.step("plan check: dependencies dropped", self.dependencies_dropped);
+        // Only where the writer was asked again, so the other funnels read as before.
+        if self.asked_again > 0 {
+            funnel.step("plan check: asked again", self.asked_again);
+            funnel.step("plan check: kept after asking again", self.kept_again);
+            funnel.step("plan check: rejected after asking again", self.rejected_again);
+        }
         funnel.step("plan checked", kept);
     }
 }
@@ -953,8 +1270,18 @@ mod tests {
         assert_eq!(kept.mention.as_deref(), Some("get_company_profile"));
         assert_eq!(kept.score, Some(0.75), "company, profile, ticker of company, profile, ticker, tsla");
         assert!(c.decisions.iter().all(|d| d.by == DecidedBy::Rule));
-        // Only `get_company_profile` is left: one server, so not an L4 (the right outcome).
+        // Only `get_company_profile` is left: one server, so not an L4 (the right outcome),
+        // and one a query that asks for more can mend: the writer is told what is missing.
         assert_eq!(c.verdict, Verdict::Reject(ONE_SERVER_L4.into()));
+        assert!(c.too_few);
+        assert_eq!(
+            fewer_reason(&c),
+            format!(
+                "the query asks only for `alpha-markets-mcp::get_company_profile`; it must need \
+                 `slack-mcp::get_channel_history`, `postgres-mcp::describe_table`, `tavily-search-mcp::extract` and \
+                 `tavily-search-mcp::search` too ({ONE_SERVER_L4})"
+            )
+        );
 
         // Recorded and counted as a level stage does it.
         let mut checks = PlanChecks::default();
@@ -1188,6 +1515,7 @@ mod tests {
         );
         let none_left = "plan does not fit L3: needs at least one dependency between its steps, none is left";
         assert_eq!(c.verdict, Verdict::Reject(none_left.into()));
+        assert!(!c.too_few, "a query cannot mend a missing data link");
         // A dependency the data implies is kept: an issue's `number` feeds `issue_number`.
         let q = "Comment 'fixed' on the newest issue of octo/app";
         let plan = [step(&["github-mcp::list_issues"], &[]), step(&["github-mcp::add_issue_comment"], &[0])];
@@ -1226,6 +1554,30 @@ mod tests {
             c.verdict,
             Verdict::Reject("plan does not fit L3: needs two or more distinct tools, has 1 (svc::send_gift)".into())
         );
+        assert!(c.too_few);
+    }
+
+    #[test]
+    fn a_step_that_repeats_another_once_a_dependency_is_dropped_is_pruned() {
+        // A released L4 listed `describe_table` (its EFS alternative `list_tables`) after
+        // step 1 and `list_tables` (alternative `describe_table`) on its own: once the
+        // dependency without a data link was dropped, the same step twice.
+        let tools = github_tools();
+        let q = "List the open issues of octo/app and star the repository";
+        let star = "github-mcp::star_repository";
+        let plan = [step(&["github-mcp::list_issues"], &[]), step(&[star], &[0]), step(&[star], &[])];
+        let c = check_plan(3, q, &plan, &lookup(&tools), None, &PlanCheckSettings::default());
+        assert_eq!(about(&c, 2).decision, Decision::Kept, "{:#?}", c.decisions);
+        assert_eq!(about(&c, 3).decision, Decision::Duplicate);
+        assert_eq!(about(&c, 3).reason, "repeats step 2 once the dependencies without a data link are dropped");
+        let dropped = c.decisions.iter().filter(|d| d.decision == Decision::DependencyDropped).count();
+        assert_eq!(dropped, 1, "{:#?}", c.decisions);
+        // With the dependency kept (an issue's `number` feeds `issue_number`), no repeat.
+        let comment = "github-mcp::add_issue_comment";
+        let q = "Comment 'fixed' on the newest issue of octo/app";
+        let plan = [step(&["github-mcp::list_issues"], &[]), step(&[comment], &[0]), step(&[comment], &[])];
+        let c = check_plan(3, q, &plan, &lookup(&tools), None, &PlanCheckSettings::default());
+        assert_ne!(about(&c, 3).decision, Decision::Duplicate, "{:#?}", c.decisions);
     }
 
     #[test]
@@ -1263,10 +1615,12 @@ mod tests {
         let one = [step(&["alpha::x_tool"], &[])];
         assert_eq!(check_plan(1, "Run x tool on Alpha", &one, none, None, &cfg).verdict, Verdict::Ok(one.to_vec()));
         let two_tools = [step(&["alpha::x_tool", "beta::x_tool"], &[])];
+        let c = check_plan(1, "Run x tool on Alpha", &two_tools, none, None, &cfg);
         assert_eq!(
-            check_plan(1, "Run x tool on Alpha", &two_tools, none, None, &cfg).verdict,
+            c.verdict,
             Verdict::Reject("plan does not fit L1: needs exactly one step with one tool, step 1 lists 2 tools".into())
         );
+        assert!(!c.too_few, "only L3 and L4 ask again");
         assert_eq!(check_plan(2, "Run x tool", &two_tools, none, None, &cfg).verdict, Verdict::Ok(two_tools.to_vec()));
         let c = check_plan(5, "Pause my music", &[], none, None, &cfg);
         assert_eq!((c.decisions.len(), c.verdict), (0, Verdict::Ok(vec![])));

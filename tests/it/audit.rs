@@ -1,14 +1,16 @@
 //! Issue 26, the audit trail, over the full demo pipeline on the scripted endpoint (every
 //! stage; the agent calls tools, dialogues run two turns): two from-scratch runs, one of
 //! whose ledgers holds unrelated events first (an `llm ping`), publish byte-identical
-//! release folders; and per kind, a released sample's shipped lineage reaches every stage
-//! that made it (the rules `release verify` enforces, docs/release.md#lineage).
+//! release folders; the release holds samples of every level and kind; and per kind, a
+//! released sample's shipped lineage reaches every stage that made it (the rules `release
+//! verify` enforces, docs/release.md#lineage), a level sample's with the plan check's
+//! decision on every step of its plan (issue 38).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use crate::support::{assert_code, stderr, stdout, tree};
+use crate::support::{Project, assert_code, stderr, stdout, tree};
 
 const RELEASE: &str = "release/demo-bench-0.1.0";
 
@@ -95,10 +97,15 @@ fn releases_are_byte_identical_whatever_else_the_ledger_holds_and_every_kind_rea
         let line: Value = serde_json::from_str(l).unwrap();
         first.entry(kind_of(&line, &samples)).or_insert(line);
     }
-    // The kinds the demo releases (no chain, L1, L3 or L4 sample reaches its release).
-    for kind in ["L2", "L5", "real", "dialogue"] {
+    // The demo releases samples of every level and kind.
+    for kind in REQUIRED.iter().map(|(k, _)| *k) {
         assert!(first.contains_key(kind), "the demo released no `{kind}` sample: {:?}", first.keys());
     }
+    let kinds: BTreeSet<&str> = samples.values().filter_map(|s| s["kind"].as_str()).collect();
+    for kind in ["L1", "L2", "L3", "L4", "L5", "single_tool", "multi_tool", "multi_turn"] {
+        assert!(kinds.contains(kind), "the demo released no sample of kind `{kind}`: {kinds:?}");
+    }
+    every_level_step_is_decided(&a, &samples);
     for (kind, stages) in REQUIRED {
         let Some(line) = first.get(*kind) else { continue };
         let have: BTreeSet<&str> =
@@ -109,4 +116,44 @@ fn releases_are_byte_identical_whatever_else_the_ledger_holds_and_every_kind_rea
     let o = a.run(&["release", "verify", RELEASE]);
     assert_code(&o, 0);
     assert!(stdout(&o).contains("lineage"), "{}", stdout(&o));
+}
+
+/// Kept decisions about steps (not about their dependencies).
+fn kept_steps(decisions: &[Value]) -> usize {
+    decisions.iter().filter(|d| d["decision"] == "kept" && d.get("dependency").is_none()).count()
+}
+
+/// Every released L1–L4 sample has the plan check's decision on every step of its
+/// candidate plan, one kept decision per step of its released plan, in its level's
+/// `queries.json` and in each of its `levels.sample` lineage events.
+fn every_level_step_is_decided(p: &Project, samples: &BTreeMap<String, Value>) {
+    let conn = rusqlite::Connection::open(p.path("artifacts/ledger.sqlite")).unwrap();
+    let mut st = conn.prepare("SELECT payload FROM events WHERE kind = 'levels.sample'").unwrap();
+    let events: Vec<Value> = st
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|x| serde_json::from_str(&x.unwrap()).unwrap())
+        .collect();
+    let mut checked = 0;
+    for s in samples.values().filter(|s| s["family"] == "etom" && s["kind"] != "L5") {
+        let id = s["id"].as_str().unwrap();
+        let (stage, key) = s["provenance_id"].as_str().unwrap().split_once(':').unwrap();
+        let out: Value = serde_json::from_str(&p.read(&format!("artifacts/{stage}/queries.json"))).unwrap();
+        let decisions =
+            out["plan_checks"][key]["decisions"].as_array().unwrap_or_else(|| panic!("{id}: no plan check of `{key}`"));
+        let plan = s["turns"][0]["reference_plan"].as_array().unwrap().len();
+        assert_eq!(kept_steps(decisions), plan, "{id}: one kept decision per step of its plan: {decisions:?}");
+        let decided: BTreeSet<u64> =
+            decisions.iter().filter(|d| d.get("dependency").is_none()).filter_map(|d| d["step"].as_u64()).collect();
+        let every: BTreeSet<u64> = (1..=decided.len() as u64).collect();
+        assert_eq!(decided, every, "{id}: a decision on every step of the candidate plan: {decisions:?}");
+        let lineage: Vec<&Value> = events.iter().filter(|e| e["id"] == id).collect();
+        assert!(!lineage.is_empty(), "{id} has no `levels.sample` event");
+        for e in lineage {
+            let d = e["plan_check"].as_array().unwrap_or_else(|| panic!("{id}: its lineage lacks the plan check: {e}"));
+            assert_eq!(kept_steps(d), e["tools"].as_array().unwrap().len(), "{id}: {e}");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 4, "L1–L4 each released a sample, {checked} checked");
 }

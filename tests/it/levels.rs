@@ -81,6 +81,9 @@ fn github_schema() -> Value {
     json!({"type": "object", "properties": p})
 }
 
+/// What the plan check's prompt that asks the writer again says (`levels_query_again`).
+const ASKED_AGAIN: &str = "does not need enough of them for its level";
+
 pub(crate) fn answer(req: &Seen) -> Answer {
     let text = req.all_text();
     // --- levels ---
@@ -125,11 +128,12 @@ pub(crate) fn answer(req: &Seen) -> Answer {
     }
     if text.contains("direct-command requests") {
         let platform = cap(r"Platform: (.+)", &text);
-        // The task in words, not the function's name (a query naming it is refused).
+        // The task in words, not the function's name (a query naming it is refused); as
+        // many drafts as asked for (the schema allows no more).
         let tool = words(&cap(r"Tool `([^`]+)`", &text));
-        return Answer::json(
-            json!({"queries": [format!("On {platform}, {tool} for variant 1"), format!("On {platform}, {tool} for variant 2")]}),
-        );
+        let n: usize = cap(r"Write (\d+) direct-command requests", &text).parse().unwrap_or(2);
+        let queries: Vec<String> = (1..=n).map(|i| format!("On {platform}, {tool} for variant {i}")).collect();
+        return Answer::json(json!({"queries": queries}));
     }
     if text.contains("Check this request written for the tool") {
         let ok = !text.contains("variant 2");
@@ -158,6 +162,14 @@ pub(crate) fn answer(req: &Seen) -> Answer {
         let first = cap(r"- Step 1 \(([^)]+)\)", &text);
         let ok = first != "get_current_weather";
         return Answer::json(json!({"judgement": if ok { "LOGICAL" } else { "ILLOGICAL" }, "reason": "scripted"}));
+    }
+    if text.contains(ASKED_AGAIN) {
+        // The plan check asks again (issue 38): a request that names every listed step.
+        let steps: Vec<String> =
+            regex::Regex::new(r"- Step \d+ \(([^)]+)\)").unwrap().captures_iter(&text).map(|c| words(&c[1])).collect();
+        return Answer::json(
+            json!({"query": format!("Asked again: {}", steps.join(", then ")), "chain_of_thought": "scripted"}),
+        );
     }
     if text.contains("Write one request that needs every step") {
         let steps: Vec<String> =
@@ -817,6 +829,163 @@ fn a_kill_inside_each_level_resumes_without_repeating_an_exchange() {
     let got_requests = llm.requests().iter().filter(|s| is_levels_request(s)).count() - want_requests;
     assert_eq!(got_requests, want_requests, "the resumed runs asked exactly what one uninterrupted run asks");
     assert_eq!(b.level_files(), a.level_files(), "resumed artifacts are byte-identical");
+}
+
+// ---------------------------------------------------------------------------------------
+// Asking again (issue 38): a query that needs fewer tools than its level is asked again
+// once with the reason, then kept or rejected.
+
+/// The released `L4-1`'s query: one company profile, for a plan over four servers.
+const L4_1_QUERY: &str = "Get the company profile for ticker: TSLA";
+
+/// The released `L4-1`'s servers, each alone in its main category.
+const L4_1_SERVERS: &[&str] = &["slack-mcp", "postgres-mcp", "alpha-markets-mcp", "tavily-search-mcp"];
+
+/// The scripted model with the released `L4-1` planted: the scenario asks for one company
+/// profile and lists eight steps over the four servers, the first three repeated; the
+/// judge finds only the company profile needed; asked again, the writer answers `again`
+/// (`None`: [`answer`]'s request naming every step).
+fn l4_1_answer(seen: &Seen, again: Option<&str>) -> Answer {
+    let text = seen.all_text();
+    if text.contains("Design one task that needs tools") {
+        let steps: Vec<Value> = [
+            "slack-mcp::get_channel_history",
+            "postgres-mcp::describe_table",
+            "alpha-markets-mcp::get_company_profile",
+            "tavily-search-mcp::extract",
+            "tavily-search-mcp::search",
+            "slack-mcp::get_channel_history",
+            "postgres-mcp::describe_table",
+            "alpha-markets-mcp::get_company_profile",
+        ]
+        .iter()
+        .map(|t| json!({"tool_id": t, "dependencies": []}))
+        .collect();
+        return Answer::json(json!({"query": L4_1_QUERY, "steps": steps}));
+    }
+    if text.contains("need a call to this step's tool?") {
+        let step = text.rsplit("The step to judge:").next().unwrap_or_default();
+        let needed = step.contains("::get_company_profile");
+        return Answer::json(json!({"needed": needed, "reason": format!("scripted: needed = {needed}")}));
+    }
+    match again {
+        Some(q) if text.contains(ASKED_AGAIN) => Answer::json(json!({"query": q, "chain_of_thought": "scripted"})),
+        _ => answer(seen),
+    }
+}
+
+/// A project on the demo registry cut to the `L4-1` servers, with one L4 attempt that
+/// draws all four; `registry import`, `filter` and `levels l4` run. Returns the L4's
+/// `queries.json` and the texts of the prompts that asked the writer again.
+fn l4_1_run(llm: &ScriptedLlm) -> (Value, Vec<String>) {
+    let p = project(llm, 1);
+    let demo = repo().join("raw/demo/registry.json");
+    let mut reg: Value = serde_json::from_slice(&std::fs::read(&demo).unwrap()).unwrap();
+    let servers: Vec<Value> = reg["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| L4_1_SERVERS.contains(&s["server_name"].as_str().unwrap()))
+        .cloned()
+        .collect();
+    assert_eq!(servers.len(), L4_1_SERVERS.len());
+    let tools: usize = servers.iter().map(|s| s["tools"].as_array().unwrap().len()).sum();
+    reg["total_servers"] = json!(servers.len());
+    reg["total_tools"] = json!(tools);
+    reg["servers"] = json!(servers);
+    let registry = p.path("registry.json");
+    std::fs::write(&registry, serde_json::to_vec_pretty(&reg).unwrap()).unwrap();
+    let cfg = std::fs::read_to_string(&p.config).unwrap();
+    assert!(cfg.contains("[levels.l4]\nattempts = 8\n"), "{cfg}");
+    let cfg = cfg
+        .replace(&demo.display().to_string(), &registry.display().to_string())
+        .replace("[levels.l4]\nattempts = 8\n", "[levels.l4]\nattempts = 1\nmin_servers = 4\nmax_servers = 4\n");
+    std::fs::write(&p.config, cfg).unwrap();
+    for args in [&["registry", "import"][..], &["filter"], &["levels", "l4"]] {
+        p.ok(args);
+    }
+    let asked: Vec<String> = llm.requests().iter().map(Seen::all_text).filter(|t| t.contains(ASKED_AGAIN)).collect();
+    (p.json("artifacts/levels-l4/queries.json"), asked)
+}
+
+/// The first query's plan, pruned to `get_company_profile`, uses one server.
+const ONE_SERVER: &str = "needs two or more servers, uses 1 (alpha-markets-mcp)";
+
+/// The L4 funnel holds `step` with `n`.
+fn funnel_has(out: &Value, step: &str, n: u64) -> bool {
+    out["funnel"]["steps"].as_array().unwrap().iter().any(|s| s[0] == step && s[1] == n)
+}
+
+#[test]
+fn an_l4_whose_query_needs_one_server_is_asked_again_and_kept_when_the_new_query_needs_them_all() {
+    let llm = ScriptedLlm::start(|seen: &Seen| l4_1_answer(seen, None));
+    let (out, asked) = l4_1_run(&llm);
+    let rec = &out["plan_checks"]["attempt:0000"];
+    let again = &rec["asked_again"];
+    assert_eq!(again["query"], L4_1_QUERY, "{out}");
+    let reason = again["reason"].as_str().unwrap();
+    let want = format!(
+        "the query asks only for `alpha-markets-mcp::get_company_profile`; it must need \
+         `slack-mcp::get_channel_history`, `postgres-mcp::describe_table`, `tavily-search-mcp::extract` and \
+         `tavily-search-mcp::search` too (plan does not fit L4: {ONE_SERVER})"
+    );
+    assert_eq!(reason, want);
+    // Asked once, with the tools, the previous query and the reason.
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].contains(&format!("The refused request:\n{L4_1_QUERY}\n")), "{}", asked[0]);
+    assert!(asked[0].contains(reason) && asked[0].contains("(tavily-search-mcp::search)"), "{}", asked[0]);
+    // The new query needs every server: kept, its five distinct steps each decided.
+    assert!(rec.get("rejected").is_none(), "{rec}");
+    let queries = out["queries"].as_array().unwrap();
+    assert_eq!(queries.len(), 1, "{out}");
+    assert!(queries[0]["query"].as_str().unwrap().starts_with("Asked again: "), "{}", queries[0]);
+    assert_eq!(queries[0]["steps"].as_array().unwrap().len(), 5, "the three repeats pruned: {}", queries[0]);
+    let kept = rec["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["decision"] == "kept" && d.get("dependency").is_none())
+        .count();
+    assert_eq!(kept, 5, "{rec}");
+    // The first query's decisions are kept too, and the exchange that asked is a parent.
+    assert_eq!(again["decisions"].as_array().unwrap().len(), 8, "{again}");
+    let exchange = again["exchange"].as_str().unwrap();
+    assert!(queries[0]["exchanges"].as_array().unwrap().iter().any(|e| e == exchange), "{}", queries[0]);
+    assert!(funnel_has(&out, "plan check: asked again", 1), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan check: kept after asking again", 1), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan check: rejected after asking again", 0), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan checked", 1), "{}", out["funnel"]);
+}
+
+#[test]
+fn an_l4_whose_query_still_needs_one_server_when_asked_again_is_rejected_with_both_reasons() {
+    let llm =
+        ScriptedLlm::start(|seen: &Seen| l4_1_answer(seen, Some("Get the company profile for ticker: TSLA, today")));
+    let (out, asked) = l4_1_run(&llm);
+    assert_eq!(asked.len(), 1, "asked again once, not twice: {asked:?}");
+    assert_eq!(out["queries"], json!([]), "{out}");
+    let both = format!("plan does not fit L4 after asking again: first query: {ONE_SERVER}; asked again: {ONE_SERVER}");
+    let rejected: Vec<&Value> =
+        out["funnel"]["rejected"].as_array().unwrap().iter().filter(|r| r["item"] == "attempt:0000").collect();
+    assert_eq!(rejected.len(), 1, "{out}");
+    assert_eq!(rejected[0]["reason"], both.as_str());
+    let rec = &out["plan_checks"]["attempt:0000"];
+    assert_eq!(rec["rejected"], both.as_str());
+    assert_eq!(rec["asked_again"]["query"], L4_1_QUERY);
+    assert!(rec["asked_again"]["exchange"].as_str().is_some_and(|e| e.starts_with("sha256:")), "{rec}");
+    // The new query's own decisions: again only the company profile is asked for.
+    let kept: Vec<&Value> = rec["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["decision"] == "kept" && d.get("dependency").is_none())
+        .collect();
+    assert_eq!(kept.len(), 1, "{rec}");
+    assert_eq!(kept[0]["tool"], "alpha-markets-mcp::get_company_profile");
+    assert!(funnel_has(&out, "plan check: asked again", 1), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan check: kept after asking again", 0), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan check: rejected after asking again", 1), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan checked", 0), "{}", out["funnel"]);
 }
 
 // ---------------------------------------------------------------------------------------
