@@ -207,6 +207,16 @@ pub enum ReleaseCommand {
     /// `tools.parquet`, dependencies point backward, every sample has lineage, and
     /// `SHA256SUMS` matches. Reads DIR only; writes nothing. Exit 1 with the first failures
     /// listed.
+    ///
+    /// `croissant.json` must list every file with its sha256, and `servers.json` (the MCP
+    /// servers the samples were executed against, pinned) must parse. With `--servers`, each
+    /// pinned server is started again and every tool added, removed or changed since the
+    /// release is reported (exit 1): by its recorded start (command and arguments; the values
+    /// of its environment variables come from the variables of the same names), or, with an
+    /// explicit `--config`, by the configured server of the same name. Servers with nothing
+    /// to start (benchgen's in-process sandbox, a registry snapshot's server) are warned
+    /// about unless the config names one. Each start and listing has a deadline (`[mcp]
+    /// startup_timeout_secs`, `list_timeout_secs`: 30 s and 120 s by default).
     Verify(ReleaseVerifyArgs),
 }
 
@@ -214,6 +224,10 @@ pub enum ReleaseCommand {
 pub struct ReleaseVerifyArgs {
     /// The release folder (`release/<name>-<version>`).
     pub dir: PathBuf,
+    /// Also start every MCP server `servers.json` pins and report each tool added, removed
+    /// or changed since the release (with `--json`: per server, even when it fails).
+    #[arg(long)]
+    pub servers: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -36,6 +36,9 @@ pub mod kind {
     pub const FILTER_DECISION: &str = "filter.decision";
     pub const LLM_EXCHANGE: &str = "llm.exchange";
     pub const MCP_CALL: &str = "mcp.call";
+    /// An MCP server as `execute` or `synth roleplay` met it when connecting: how it was
+    /// started, its handshake and the hashes of its `tools/list` ([`crate::mcp::pin`]).
+    pub const MCP_SERVER: &str = "mcp.server";
     pub const SAMPLING: &str = "sampling.draw";
     pub const VERDICT: &str = "verdict";
     pub const REVIEW: &str = "review";

@@ -66,13 +66,15 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         let files = benchgen::score::ReportFiles { per_sample: a.per_sample.clone(), markdown: a.markdown.clone() };
         return benchgen::score::command(&opts, &files, printer);
     }
-    // `release verify` reads only the folder it is given.
+    // `release verify` reads only the folder it is given; with `--servers`, the servers of an
+    // explicit `--config` stand in for the recorded starts of the pins of their names.
     if let Command::Release(benchgen::cli::ReleaseArgs {
         command: Some(benchgen::cli::ReleaseCommand::Verify(a)),
         ..
     }) = &cli.command
     {
-        return benchgen::release::verify::command(&a.dir, printer);
+        let live = benchgen::release::servers::Live::from_args(a.servers, &cli.global.config)?;
+        return benchgen::release::verify::command(&a.dir, live.as_ref(), printer);
     }
     // `init` writes a project; it needs none.
     if let Command::Init(a) = &cli.command {

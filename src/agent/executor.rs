@@ -14,6 +14,7 @@ use super::names::ToolNames;
 use super::{AgentSettings, CallRecord, LoopTrace, Query, RunStatus, TRAJECTORY, Trajectory, call_hash, check_chain};
 use crate::ledger::{NewEvent, Parent, RunRecorder, kind};
 use crate::llm::{ChatMessage, ChatTurn, LlmClient, LlmCounts, ToolCall, ToolSpec};
+use crate::mcp::pin::ServerPin;
 use crate::mcp::{CallFailure, CallOutcome, McpClient};
 
 /// A model the agent loop can talk to: the stage's [`LlmClient`], or one work item of
@@ -83,6 +84,8 @@ pub struct Executor {
     names: ToolNames,
     settings: AgentSettings,
     recorder: Option<Recorder>,
+    /// Each server as it was when connecting, for [`Executor::record_servers`].
+    pins: Vec<ServerPin>,
 }
 
 impl Executor {
@@ -93,9 +96,11 @@ impl Executor {
         recorder: Option<Recorder>,
     ) -> Result<Self> {
         let mut tools = BTreeMap::new();
+        let mut pins = Vec::with_capacity(clients.len());
         for c in &clients {
             let listed =
                 c.list_tools().await.map_err(|f| anyhow::anyhow!("cannot list the tools of `{}`: {f}", c.name()))?;
+            pins.push(ServerPin::of(c, &listed).await);
             for t in listed {
                 let id = c.tool_id(&t.name);
                 let spec =
@@ -110,7 +115,17 @@ impl Executor {
             specs.push(t.spec.clone());
         }
         let clients = clients.into_iter().map(|c| (c.name().to_string(), c)).collect();
-        Ok(Self { clients, tools, specs, names, settings, recorder })
+        Ok(Self { clients, tools, specs, names, settings, recorder, pins })
+    }
+
+    /// Record each server as it was when connecting (an `mcp.server` event, subject
+    /// `mcp-server:<name>`), so a release can pin the servers its samples ran against.
+    pub fn record_servers(&self) {
+        let Some(r) = &self.recorder else { return };
+        for pin in &self.pins {
+            let payload = serde_json::to_value(pin).unwrap_or(Value::Null);
+            r.append(NewEvent::new(kind::MCP_SERVER, Some(&format!("mcp-server:{}", pin.name)), payload));
+        }
     }
 
     pub fn tool_specs(&self) -> &[ToolSpec] {

@@ -29,6 +29,8 @@ pub struct ExecuteStage {
 pub static SPEC: StageSpec = StageSpec {
     name: "execute",
     command: "execute",
+    // 4: records each server it connects to (`mcp.server`), which the release pins, and
+    // every query's trajectory event in the run that writes the artifacts (resumed included).
     version: 4,
     about: "run queries with an LLM agent over MCP tools; record reference trajectories",
     reads: &[
@@ -110,7 +112,9 @@ impl Stage for ExecuteStage {
          `logs-import/sessions.jsonl` for equal calls. Writes `artifacts/execute/`:
          `trajectories/<id>.json`, `trajectories.jsonl` and `summary.json`; every tool call is an `mcp.call`
          ledger event linked to the LLM exchange that asked for it (trajectories name both by
-         hash; timings are in the ledger). The loop's settings
+         hash; timings are in the ledger), and every server it connects to an `mcp.server`
+         event (how it was started, its handshake, the hashes of its `tools/list`), from
+         which the release pins the servers in `servers.json`. The loop's settings
          (`max_calls`, `system_prompt`, `answer_nudge` for a turn left blank after tool calls,
          …) are in `[execute]`. A query that fails is recorded with its reason and the run
          goes on. Finished queries are checkpointed; skipped when up to date."
@@ -253,6 +257,8 @@ impl Stage for ExecuteStage {
             let recorder = Recorder::open(&settings.artifacts, run_id, "execute")?;
             Executor::connect(clients, agent.clone(), Some(recorder)).await
         })?;
+        // What each server offered, so a release can pin the servers its samples ran against.
+        exec.record_servers();
         let items: Vec<(String, Query)> = queries.iter().map(|q| (q.id.clone(), q.clone())).collect();
         let ex = &exec;
         let done = batch.run(items, |q: Query, llm: Item| async move { Ok(ex.run_query(&llm, &q).await) });

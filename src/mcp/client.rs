@@ -315,6 +315,20 @@ impl McpClient {
         Some((info.protocol_version.to_string(), name))
     }
 
+    /// The negotiated protocol version and the server's `serverInfo` (name, version), once
+    /// connected (a server may send no `serverInfo`).
+    pub async fn handshake(&self) -> Option<(String, Option<(String, String)>)> {
+        let c = self.conn.lock().await.clone()?;
+        let info = c.service.peer().peer_info()?;
+        let server = info.server_info.as_ref().map(|i| (i.name.clone(), i.version.clone()));
+        Some((info.protocol_version.to_string(), server))
+    }
+
+    /// The project root relative `cwd`s and paths resolve against.
+    pub fn root(&self) -> &Path {
+        &self.opts.root
+    }
+
     async fn connect(&self) -> Result<Conn, CallFailure> {
         let fail = |m: String| CallFailure::Connect { message: m };
         if self.spec.command.is_none() && self.spec.url.is_none() {

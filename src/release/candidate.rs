@@ -17,7 +17,8 @@ pub const STAGE: &str = "release-candidate";
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "release candidate",
-    version: 1,
+    // 2: writes `servers.json`, as `release` does.
+    version: 2,
     about: "the release's files, unpublished, for the eval panel to audit before `release` publishes",
     reads: super::pool_reads!(),
     writes: super::WRITES,

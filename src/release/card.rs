@@ -138,6 +138,7 @@ pub fn render(s: &Summary) -> String {
     md.push_str(
         "\nWith Hugging Face `datasets`: `load_dataset(\"<this folder or repo>\", \"level_2\", split=\"test\")`; the default config `all` is `samples.jsonl`, and `samples.parquet` is for dataframe tools.\n",
     );
+    md.push_str(&companions(s));
     md.push('\n');
 
     md.push_str("## Statistics\n\nPer type (Table-1 style; calls are reference calls, steps sequential groups):\n\n");
@@ -234,6 +235,23 @@ pub fn render(s: &Summary) -> String {
     md
 }
 
+/// The card's links to the files that describe the data rather than hold it, those this
+/// release has: one line, or nothing.
+fn companions(s: &Summary) -> String {
+    let links: Vec<&str> = [
+        ("croissant.json", "[`croissant.json`](croissant.json) (MLCommons Croissant 1.1 metadata)"),
+        (
+            "servers.json",
+            "[`servers.json`](servers.json) (the MCP servers the samples were executed against, pinned; `benchgen release verify <dir> --servers` reports every tool changed since)",
+        ),
+    ]
+    .into_iter()
+    .filter(|(f, _)| s.files.iter().any(|x| x == f))
+    .map(|(_, link)| link)
+    .collect();
+    if links.is_empty() { String::new() } else { format!("\nAlongside the data: {}.\n", links.join("; ")) }
+}
+
 fn stats_row(label: &str, v: &super::KindStats) -> String {
     let d = |k: &str| v.difficulty.get(k).copied().unwrap_or(0);
     format!(
@@ -261,6 +279,9 @@ pub(super) fn describe_file(f: &str) -> &'static str {
         "README.md" => "this card",
         "croissant.json" => {
             "MLCommons Croissant 1.1 metadata (JSON-LD): files with checksums, loadable record sets, responsible-AI fields"
+        }
+        "servers.json" => {
+            "the MCP servers the samples were executed against, pinned: how each was started, its package and version, protocol version and `tools/list` hashes"
         }
         "cassettes.jsonl" => {
             "per sample, the recorded tool responses of its reference trajectory, by tool and arguments (what `benchgen eval` answers calls with)"

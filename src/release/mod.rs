@@ -29,6 +29,7 @@ pub mod convert;
 pub mod croissant;
 pub mod eval_review;
 pub mod lineage;
+pub mod servers;
 pub mod tables;
 pub mod verify;
 
@@ -80,6 +81,7 @@ macro_rules! release_files {
         &[
             "README.md",
             "croissant.json",
+            "servers.json",
             "CHANGELOG.md",
             "SHA256SUMS",
             "samples.jsonl",
@@ -152,8 +154,8 @@ pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "release",
     // 5: holds back the items `eval` flagged `all-fail` until they are decided.
-    // 6: writes `croissant.json`.
-    version: 6,
+    // 6: writes `croissant.json`. 7: writes `servers.json` (the pinned MCP servers).
+    version: 7,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, checksums",
     reads: pool_reads!(eval_review::QUEUE.optional()),
     writes: WRITES,
@@ -328,11 +330,15 @@ impl Stage for ReleaseStage {
          `finmcp_multi_turn.json`, `samples.jsonl`, `samples.parquet`, `tools.parquet`,
          `lineage.jsonl`, `cassettes.jsonl` (each sample's recorded tool responses, for
          `benchgen eval`), the dataset card `README.md` with `plots/*.svg`, `croissant.json`
-         (MLCommons Croissant 1.1 with responsible-AI fields), `CHANGELOG.md` and `SHA256SUMS`. A published version is never overwritten. With `[eval]`, the panel first
+         (MLCommons Croissant 1.1 with responsible-AI fields), `servers.json` (the MCP servers
+         the samples were executed against, pinned from the `mcp.server` events of `execute`
+         and `synth roleplay`: start, package version, protocol, `tools/list` hashes),
+         `CHANGELOG.md` and `SHA256SUMS`. A published version is never overwritten. With `[eval]`, the panel first
          audits the release candidate (`benchgen release candidate`), and every item it flagged
          `all-fail` (`eval/review.csv`) is held back until `[release] eval_review` decides it
          (`hold_flagged = false`: published and listed on the card). `benchgen release verify
-         DIR` checks a release."
+         DIR` checks a release; with `--servers` it also starts the pinned servers and reports
+         every tool changed since."
     }
 
     fn explain(&self, s: &Settings, id: &str) -> Result<Option<crate::ledger::Explanation>> {
@@ -693,6 +699,7 @@ pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) ->
     }
     warn_unknown(out, &audit, &pool);
     cassettes::write(&tmp)?;
+    servers::write(s, &tmp, &rel_name, &catalog)?;
 
     // EFS sets, where the registry track made levels.
     write_sets(inputs, &tmp, pool.etom_track)?;

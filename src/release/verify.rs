@@ -4,7 +4,9 @@
 //! predictions built from each part score 100 % with `benchgen score` in the corrected mode
 //! and, for the ETOM and FinMCP files, in the matching compat mode; every tool a sample
 //! names is in `tools.parquet`; every dependency points at an earlier call; every sample
-//! has its lineage; `SHA256SUMS` matches. Reads only DIR (needs no pipeline config).
+//! has its lineage; `SHA256SUMS` and `croissant.json` match the files; `servers.json`
+//! parses. Reads only DIR (needs no pipeline config). With `--servers` it also starts the
+//! servers `servers.json` pins and reports every tool changed since ([`super::servers`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
@@ -31,6 +33,9 @@ pub struct Verified {
     /// What is worth knowing but fails nothing: an empty part (nothing to score or check).
     pub warnings: Vec<String>,
     pub failures: Vec<String>,
+    /// `--servers`: each pinned server started again and compared with its pin.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub servers: Vec<super::servers::ServerCheck>,
 }
 
 impl Verified {
@@ -68,6 +73,7 @@ pub fn verify(dir: &Path) -> Result<Verified> {
     // Lineage.
     let lineage = check_lineage(dir, &mut v, &unified)?;
     super::cassettes::verify(dir, &unified.ids, &mut v.checks, &mut v.failures);
+    super::servers::verify(dir, &mut v);
     // Published formats.
     let mut parts = check_formats(dir, &mut v, &mut referenced);
     // Every record of every format file and table against `samples.jsonl`.
@@ -596,12 +602,20 @@ pub fn render(v: &Verified) -> String {
     out
 }
 
-/// The `release verify` command: exit 1 with the first failures listed.
-pub fn command(dir: &Path, printer: &crate::printer::Printer) -> Result<()> {
-    let v = verify(dir)?;
+/// The `release verify` command: exit 1 with the first failures listed. With `live`
+/// (`--servers`), the pinned servers are started and compared too, and with `--json` the
+/// report (each server's changed tools) is printed even when verification fails.
+pub fn command(dir: &Path, live: Option<&super::servers::Live>, printer: &crate::printer::Printer) -> Result<()> {
+    let mut v = verify(dir)?;
+    if let Some(live) = live {
+        super::servers::check(dir, live, &mut v)?;
+    }
     if v.failures.is_empty() {
         printer.summary(&render(&v), &v);
         return Ok(());
+    }
+    if live.is_some() {
+        printer.summary("", &v);
     }
     let mut msg = format!("`{}` failed verification ({} problem(s)):", dir.display(), v.failures.len());
     for f in v.failures.iter().take(SHOWN) {
@@ -610,5 +624,13 @@ pub fn command(dir: &Path, printer: &crate::printer::Printer) -> Result<()> {
     if v.failures.len() > SHOWN {
         msg.push_str(&format!("\n  … and {} more", v.failures.len() - SHOWN));
     }
-    Err(crate::error::hinted(msg, "rebuild the release with `benchgen release` under a new `[release] version`"))
+    // Only live servers failed: the release is as it was built, the servers are not.
+    let live_failed = v.servers.iter().any(|c| matches!(c.status, "changed" | "not started"));
+    let hint = if live_failed && v.failures.iter().all(|f| f.starts_with(super::servers::FILE)) {
+        "the release is intact, its servers are not as pinned: start the pinned versions (each server's `start` and \
+         `package` in servers.json, or `--config` naming matching servers), or build a new release against them as they are"
+    } else {
+        "rebuild the release with `benchgen release` under a new `[release] version`"
+    };
+    Err(crate::error::hinted(msg, hint))
 }

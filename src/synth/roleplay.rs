@@ -45,8 +45,9 @@ pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "synth roleplay",
     // 3: a user turn that repeats an earlier one, or asks for an action the assistant does
-    // not take, is asked again, then ends the dialogue.
-    version: 3,
+    // not take, is asked again, then ends the dialogue. 4: records each server it connects
+    // to (`mcp.server`), which the release pins.
+    version: 4,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),
@@ -372,6 +373,8 @@ impl Stage for RoleplayStage {
             let recorder = Recorder::open(&s.artifacts, run_id, STAGE)?;
             Executor::connect(clients, agent, Some(recorder)).await
         })?;
+        // What each server offered, so a release can pin the servers its samples ran against.
+        exec.record_servers();
         let items: Vec<(String, Plan1)> = plans.iter().map(|p| (p.id.clone(), p.clone())).collect();
         let (ex, sc_ref, subs_ref, tools_ref) = (&exec, &sc, &subs, &tools);
         let done = batch.run(items, |plan: Plan1, llm: Item| async move {

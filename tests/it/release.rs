@@ -2,7 +2,8 @@
 //! review decisions, ledger lineage): every format parses and scores 100 % for oracle
 //! predictions, the tables have the documented schema, the card has every section, planted
 //! defects fail verification, a version is never overwritten, an extension gets a
-//! changelog, and a rebuild from the same inputs and ledger is byte-identical.
+//! changelog, a rebuild from the same inputs and ledger is byte-identical, and a pinned
+//! server whose tools changed after the release fails `release verify --servers`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use benchgen::ledger::{NewEvent, Parent};
 use serde_json::{Value, json};
 
+use crate::support::scripted_llm::{Answer, ScriptedLlm};
 use crate::support::{Project, assert_code, stderr, stdout, tree, upstream};
 
 const CONFIG: &str = "pipeline/release.toml";
@@ -935,4 +937,81 @@ fn a_published_folder_removed_by_hand_is_published_again() {
     assert_code(&o, 0);
     assert!(stdout(&o).contains("release: done"), "{}", stdout(&o));
     assert_eq!(tree(&folder), v1);
+}
+
+/// Issue 42: the servers the samples ran against are pinned in `servers.json` (from the
+/// `mcp.server` event `execute` recorded when it connected), and a server whose `tools/list`
+/// changed after the release is reported by `release verify --servers` with every changed
+/// tool; unchanged, it passes.
+#[test]
+fn verify_servers_reports_every_tool_a_pinned_server_changed_since_the_release() {
+    let llm = ScriptedLlm::start(|_| Answer::text("Done."));
+    let p = project("1.0.0");
+    // The log tools the fixture's samples called, served by a `benchgen sandbox` over a list.
+    let schema = json!({"type": "object", "properties": {"symbol": {"type": "string"}}});
+    let tool = |name: &str, schema: &Value| json!({"name": name, "description": name, "input_schema": schema});
+    let tools = p.path("quotes.json");
+    let write_tools = |list: Value| std::fs::write(&tools, list.to_string()).unwrap();
+    write_tools(json!([tool("get_quote", &schema), tool("get_news", &schema), tool("get_fx", &schema)]));
+    let servers = format!(
+        "\n[llm.roles.agent]\nprovider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"m\"\n\n[mcp.servers.quotes]\ncommand = {:?}\nargs = [\"--quiet\", \"sandbox\", \"--catalog\", {:?}]\ntool_ids = \"as-is\"\n",
+        llm.base_url(),
+        env!("CARGO_BIN_EXE_benchgen"),
+        tools.to_str().unwrap()
+    );
+    p.write(CONFIG, config("1.0.0", true) + &servers);
+    p.write("queries.jsonl", "{\"id\": \"q1\", \"query\": \"Quote for ACME?\"}\n");
+    assert_code(&p.run(&["--config", CONFIG, "execute", "--queries", "queries.jsonl"]), 0);
+    assert_code(&release(&p, &[]), 0);
+
+    let d = dir(&p, "1.0.0");
+    let pinned: Value = serde_json::from_slice(&std::fs::read(d.join("servers.json")).unwrap()).unwrap();
+    let listed = pinned["servers"].as_array().unwrap();
+    let quotes = listed.iter().find(|s| s["name"] == "quotes").unwrap_or_else(|| panic!("not pinned: {pinned}"));
+    // fin-a and fin-b called its tools; the levels were never executed.
+    assert_eq!((quotes["source"].as_str(), quotes["samples"].as_u64()), (Some("execution"), Some(2)), "{quotes}");
+    assert_eq!(quotes["start"]["args"][1], "sandbox");
+    let names: Vec<&str> = quotes["tools"].as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(names, ["get_fx", "get_news", "get_quote"]);
+    let snapshot: Vec<&str> =
+        listed.iter().filter(|s| s["source"] == "registry snapshot").map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(snapshot, ["Alpha", "Beta"], "{pinned}");
+    let card = std::fs::read_to_string(d.join("README.md")).unwrap();
+    assert!(card.contains("[`servers.json`](servers.json)") && card.contains("[`croissant.json`](croissant.json)"));
+
+    let verify = |json: bool| {
+        let mut args = vec!["release", "verify", "release/it-bench-1.0.0", "--servers"];
+        if json {
+            args.insert(0, "--json");
+        }
+        p.run(&args)
+    };
+    let o = verify(false);
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    assert!(out.contains("servers.json: `quotes` (recorded start): every pinned tool as released"), "{out}");
+    assert!(out.contains("servers.json: `Alpha` (registry snapshot): never executed: nothing to start"), "{out}");
+
+    // After the release the server changes: one schema widened, one tool gone, one new.
+    let wider = json!({"type": "object", "properties": {"symbol": {"type": "string"}, "date": {"type": "string"}}});
+    write_tools(json!([tool("get_quote", &schema), tool("get_fx", &wider), tool("get_rate", &schema)]));
+    let o = verify(true);
+    assert_code(&o, 1);
+    let err = stderr(&o);
+    assert!(
+        err.contains("servers.json: `quotes` (recorded start): 3 tool(s) changed since the release: `get_fx` input schema changed, `get_news` removed, `get_rate` added"),
+        "{err}"
+    );
+    assert!(!err.contains("`get_quote`"), "an unchanged tool is not reported: {err}");
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let check = report["servers"].as_array().unwrap().iter().find(|c| c["name"] == "quotes").unwrap();
+    assert_eq!(check["status"], "changed");
+    assert_eq!(
+        check["changes"],
+        json!([
+            {"tool": "get_fx", "change": "input schema changed"},
+            {"tool": "get_news", "change": "removed"},
+            {"tool": "get_rate", "change": "added"}
+        ])
+    );
 }
