@@ -1198,9 +1198,9 @@ review-export on sha256:2590279cb0054a94f4772b72bfa8002e01d9491b47ca9181120f92ce
 review-import off error: no filled sheets in `reviews/returned` and no web submissions in `reviews/web/scores.jsonl`
 review-prereview on sha256:2b4700bfb17781a0747432be04fe73de73a0fa6c174b7eb1827866b7b78622f6
 review-merge on sha256:e422bd5173c26174e26e964407cc6d94f1ca44013b1c0585cc72efdc1a1afa5d
-release-candidate on sha256:92f408d2605908ee0089b7ae437d022b4efd49d34f6218666acdcadb8eb5057a
+release-candidate on sha256:b7358d6be67e4dc4761ea1d93f68a2d8b9b2d0f8b895ddffc069fbfd2de4ff91
 eval on sha256:dc7203a939dc56d577f5ec84cd70fbf68a77e7fcff60efa0c4892ddadebf9f90
-release on sha256:92f408d2605908ee0089b7ae437d022b4efd49d34f6218666acdcadb8eb5057a";
+release on sha256:b7358d6be67e4dc4761ea1d93f68a2d8b9b2d0f8b895ddffc069fbfd2de4ff91";
 
     #[test]
     fn diff_names_the_changed_input() {

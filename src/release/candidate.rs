@@ -17,8 +17,8 @@ pub const STAGE: &str = "release-candidate";
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "release candidate",
-    // 2: writes `servers.json`, as `release` does.
-    version: 2,
+    // 2: writes `servers.json`, as `release` does. 3: and the Inspect AI task.
+    version: 3,
     about: "the release's files, unpublished, for the eval panel to audit before `release` publishes",
     reads: super::pool_reads!(),
     writes: super::WRITES,

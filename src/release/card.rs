@@ -139,6 +139,9 @@ pub fn render(s: &Summary) -> String {
         "\nWith Hugging Face `datasets`: `load_dataset(\"<this folder or repo>\", \"level_2\", split=\"test\")`; the default config `all` is `samples.jsonl`, and `samples.parquet` is for dataframe tools.\n",
     );
     md.push_str(&companions(s));
+    md.push_str(
+        "\nWith Inspect AI (`pip install inspect-ai`): `inspect eval inspect/benchgen_task.py --model openai/<model>` runs every sample with its tools answered from `cassettes.jsonl` and scores it as `benchgen score` does; `python inspect/benchgen_task.py predictions <log>` writes the predictions `benchgen score` reads.\n",
+    );
     md.push('\n');
 
     md.push_str("## Statistics\n\nPer type (Table-1 style; calls are reference calls, steps sequential groups):\n\n");
@@ -286,6 +289,10 @@ pub(super) fn describe_file(f: &str) -> &'static str {
         "cassettes.jsonl" => {
             "per sample, the recorded tool responses of its reference trajectory, by tool and arguments (what `benchgen eval` answers calls with)"
         }
+        "inspect/benchgen_task.py" => {
+            "an Inspect AI task over `samples.jsonl`: `inspect eval inspect/benchgen_task.py --model <model>` runs the benchmark without benchgen"
+        }
+        "inspect/tools.json" => "the tools' schemas and the answers' seed, for the Inspect AI task",
         f if f.starts_with("level_") => "ETOM level file (ETOM's evaluator and `benchgen score --compat etom` read it)",
         f if f.starts_with("finmcp_") => "FinMCP sample JSON (`benchgen score --compat finmcp` reads it)",
         f if f.starts_with("plots/") => "plot",

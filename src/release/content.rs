@@ -23,7 +23,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::convert;
-use super::verify::Verified;
+use super::verified::Verified;
 use crate::model::{Family, Kind, Sample};
 
 /// At most this many differences are listed per file.

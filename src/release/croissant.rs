@@ -177,6 +177,7 @@ fn encoding_format(f: &str) -> &'static str {
         "parquet" => "application/x-parquet",
         "svg" => "image/svg+xml",
         "md" => "text/markdown",
+        "py" => "text/x-python",
         _ => "application/octet-stream",
     }
 }

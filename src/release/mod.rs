@@ -28,9 +28,11 @@ pub mod content;
 pub mod convert;
 pub mod croissant;
 pub mod eval_review;
+pub mod inspect;
 pub mod lineage;
 pub mod servers;
 pub mod tables;
+pub mod verified;
 pub mod verify;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -98,6 +100,8 @@ macro_rules! release_files {
             "finmcp_single_tool.json",
             "finmcp_multi_tool.json",
             "finmcp_multi_turn.json",
+            "inspect/benchgen_task.py",
+            "inspect/tools.json",
             $($extra),*
         ]
     };
@@ -155,8 +159,9 @@ pub static SPEC: StageSpec = StageSpec {
     command: "release",
     // 5: holds back the items `eval` flagged `all-fail` until they are decided.
     // 6: writes `croissant.json`. 7: writes `servers.json` (the pinned MCP servers).
-    version: 7,
-    about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, checksums",
+    // 8: writes an Inspect AI task (`inspect/`).
+    version: 8,
+    about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, pinned servers, an Inspect AI task, checksums",
     reads: pool_reads!(eval_review::QUEUE.optional()),
     writes: WRITES,
     section: Some("release"),
@@ -270,11 +275,13 @@ fn previous(s: &Settings) -> Option<(String, PathBuf)> {
 pub struct ReleaseStage;
 
 /// The plan of the release and of its candidate: the previous version's samples and the
-/// adjudicated eval sheet are inputs outside `artifacts/`.
+/// adjudicated eval sheet are inputs outside `artifacts/`; the project seed is part of the
+/// config (`inspect/tools.json` carries it).
 pub(crate) fn plan(s: &Settings) -> Result<Plan> {
     let mut inputs = previous(s).map(|(_, p)| vec![p.join("samples.jsonl")]).unwrap_or_default();
     inputs.extend(settings(s).eval_review.map(|p| s.resolve(&p)));
-    Ok(Plan { inputs, config_hash: section_hash(&json!({"release": settings(s)}))? })
+    let config = json!({"release": settings(s), "seed": s.project.seed});
+    Ok(Plan { inputs, config_hash: section_hash(&config)? })
 }
 
 /// What a build does with its files.
@@ -332,8 +339,9 @@ impl Stage for ReleaseStage {
          `benchgen eval`), the dataset card `README.md` with `plots/*.svg`, `croissant.json`
          (MLCommons Croissant 1.1 with responsible-AI fields), `servers.json` (the MCP servers
          the samples were executed against, pinned from the `mcp.server` events of `execute`
-         and `synth roleplay`: start, package version, protocol, `tools/list` hashes),
-         `CHANGELOG.md` and `SHA256SUMS`. A published version is never overwritten. With `[eval]`, the panel first
+         and `synth roleplay`: start, package version, protocol, `tools/list` hashes), an
+         Inspect AI task (`inspect/benchgen_task.py` with `inspect/tools.json`: `inspect eval`
+         runs the release with no benchgen), `CHANGELOG.md` and `SHA256SUMS`. A published version is never overwritten. With `[eval]`, the panel first
          audits the release candidate (`benchgen release candidate`), and every item it flagged
          `all-fail` (`eval/review.csv`) is held back until `[release] eval_review` decides it
          (`hold_flagged = false`: published and listed on the card). `benchgen release verify
@@ -703,8 +711,8 @@ pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) ->
 
     // EFS sets, where the registry track made levels.
     write_sets(inputs, &tmp, pool.etom_track)?;
-    // Tools used.
-    write_tables(&tmp, &catalog, &mut pool)?;
+    // Tools used, and the Inspect AI task over them.
+    write_tables(&tmp, &catalog, &mut pool, s.project.seed)?;
 
     // Changelog against the previous version.
     let mut changelog = changelog(inputs, s, &cfg, &pool.current, &pool.left_out, decisions.as_ref())?;
@@ -1362,8 +1370,9 @@ fn write_sets(inputs: &Inputs, tmp: &Path, etom_track: bool) -> Result<()> {
     Ok(())
 }
 
-/// `tools.parquet` (the tools the released samples use) and `samples.parquet`.
-fn write_tables(tmp: &Path, catalog: &HashMap<String, CatalogTool>, pool: &mut Pooled) -> Result<()> {
+/// `tools.parquet` (the tools the released samples use), the Inspect AI task's `inspect/` files
+/// over them, and `samples.parquet`.
+fn write_tables(tmp: &Path, catalog: &HashMap<String, CatalogTool>, pool: &mut Pooled, seed: u64) -> Result<()> {
     let tool_rows: Vec<tables::ToolRow> = pool
         .used
         .iter()
@@ -1382,6 +1391,7 @@ fn write_tables(tmp: &Path, catalog: &HashMap<String, CatalogTool>, pool: &mut P
         })
         .collect();
     pool.summary.tools = tool_rows.len();
+    inspect::write(tmp, seed, &tool_rows)?;
     tables::write_tools(&tmp.join("tools.parquet"), tool_rows)?;
     tables::write_samples(&tmp.join("samples.parquet"), std::mem::take(&mut pool.cols))?;
     Ok(())

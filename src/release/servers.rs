@@ -41,10 +41,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::CatalogTool;
-use super::verify::Verified;
+use super::verified::{ServerCheck, Verified};
 use crate::ledger::kind;
 use crate::mcp::config::{Lifecycle, ToolIds};
-use crate::mcp::pin::{self, Implementation, Package, ServerPin, Start, ToolChange, ToolHash};
+use crate::mcp::pin::{self, Implementation, Package, ServerPin, Start, ToolHash};
 use crate::mcp::{ClientOptions, McpClient, ServerSpec};
 use crate::model::{RecordedCall, Sample};
 use crate::settings::Settings;
@@ -306,24 +306,6 @@ impl Live {
     }
 }
 
-/// One pinned server started again and compared with its pin.
-#[derive(Debug, Clone, Serialize)]
-pub struct ServerCheck {
-    pub name: String,
-    pub source: String,
-    /// `unchanged`, `changed`, `not started` (it did not start or list its tools in time),
-    /// or `skipped` (nothing to start and no configured server of its name).
-    pub status: &'static str,
-    /// `recorded start` or `configured server`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub started_as: Option<&'static str>,
-    /// Every tool added, removed or changed since the release, by name.
-    pub changes: Vec<ToolChange>,
-    /// Why it was skipped or did not start; a protocol, `serverInfo` or package version
-    /// that differs from the pin's.
-    pub notes: Vec<String>,
-}
-
 /// `release verify --servers`: start every server of `servers.json` (a configured server of
 /// its name in place of its recorded start), list its tools and compare them with the pin.
 /// A changed tool, or a server that does not start, fails the verification; a server with
@@ -443,6 +425,7 @@ fn report(c: &ServerCheck, v: &mut Verified) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mcp::pin::ToolChange;
     use serde_json::json;
 
     fn entry(name: &str, source: &str) -> Entry {

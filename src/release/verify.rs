@@ -13,36 +13,16 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::tables;
+pub use super::verified::Verified;
 use crate::formats::{etom, finmcp};
 use crate::model::{Kind, Sample};
 use crate::score::{self, BenchFormat, Mode};
 
 /// At most this many failures are listed.
 const SHOWN: usize = 20;
-
-#[derive(Debug, Default, Serialize)]
-pub struct Verified {
-    pub dir: String,
-    pub samples: usize,
-    /// Each check that ran, with what it covered.
-    pub checks: Vec<String>,
-    /// What is worth knowing but fails nothing: an empty part (nothing to score or check).
-    pub warnings: Vec<String>,
-    pub failures: Vec<String>,
-    /// `--servers`: each pinned server started again and compared with its pin.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub servers: Vec<super::servers::ServerCheck>,
-}
-
-impl Verified {
-    pub(super) fn fail(&mut self, f: impl Into<String>) {
-        self.failures.push(f.into());
-    }
-}
 
 /// Temporary prediction files, removed on drop.
 struct Scratch(PathBuf);
@@ -74,6 +54,7 @@ pub fn verify(dir: &Path) -> Result<Verified> {
     let lineage = check_lineage(dir, &mut v, &unified)?;
     super::cassettes::verify(dir, &unified.ids, &mut v.checks, &mut v.failures);
     super::servers::verify(dir, &mut v);
+    super::inspect::verify(dir, &tool_rows, &mut v.checks, &mut v.warnings, &mut v.failures);
     // Published formats.
     let mut parts = check_formats(dir, &mut v, &mut referenced);
     // Every record of every format file and table against `samples.jsonl`.

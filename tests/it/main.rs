@@ -27,6 +27,7 @@ mod guides;
 mod harden;
 mod harden2;
 mod init;
+mod inspect;
 mod levels;
 mod llm_batch;
 mod llm_cli;

@@ -120,10 +120,13 @@ fn upstream_fixture(root: &Path, validated: &[Value], levels: &[Value], rejected
         {"name": "Beta", "description": "b", "summary": "", "url": "", "categories": ["Operations"], "tools": [
             {"id": "Beta::u", "name": "u", "description": "does x too", "input_schema": {"type": "object"}},
             {"id": "Beta::v", "name": "v", "description": "does y too", "input_schema": {"type": "object"}}]}]});
+    // `get_fx` takes a string `symbol`: the Inspect task's test (tests/it/inspect.rs) calls it
+    // with a number, which the tool's schema refuses.
     let log_tools = json!([
         {"name": "get_quote", "description": "quote", "input_schema": {"type": "object"}},
         {"name": "get_news", "description": "news", "input_schema": {"type": "object"}},
-        {"name": "get_fx", "description": "fx", "input_schema": {"type": "object"}}]);
+        {"name": "get_fx", "description": "fx",
+         "input_schema": {"type": "object", "properties": {"symbol": {"type": "string"}}, "required": ["symbol"]}}]);
     let sets = json!([{"set_id": 1, "size": 2, "tools": [
         {"tool_id": "Alpha::x", "server_name": "Alpha", "tool_name": "x", "description": "does x"},
         {"tool_id": "Beta::u", "server_name": "Beta", "tool_name": "u", "description": "does x too"}]}]);
@@ -264,6 +267,8 @@ fn release_parses_scores_100_and_has_a_full_card() {
         "finmcp_multi_turn.json",
         "plots/difficulty.svg",
         "plots/scenarios.svg",
+        "inspect/benchgen_task.py",
+        "inspect/tools.json",
     ] {
         assert!(files.contains(&f.to_string()), "{f} missing from {files:?}");
     }
@@ -547,6 +552,20 @@ fn verify_fails_on_each_planted_defect() {
     assert!(e.contains("croissant.json: `samples.jsonl` does not match its sha256"), "{e}");
     let e = planted(&p, "no_croissant", |d| std::fs::remove_file(d.join("croissant.json")).unwrap(), false);
     assert!(e.contains("croissant.json: cannot read"), "{e}");
+    // The Inspect AI task edited (every checksum recomputed), and its tools file removed.
+    let e = planted(
+        &p,
+        "inspect_task",
+        |d| {
+            let path = d.join("inspect/benchgen_task.py");
+            let text = std::fs::read_to_string(&path).unwrap();
+            std::fs::write(&path, text.replace("max_calls=20", "max_calls=5")).unwrap();
+        },
+        true,
+    );
+    assert!(e.contains("inspect/benchgen_task.py: not the task this benchgen writes"), "{e}");
+    let e = planted(&p, "no_inspect_tools", |d| std::fs::remove_file(d.join("inspect/tools.json")).unwrap(), false);
+    assert!(e.contains("inspect/tools.json: cannot read"), "{e}");
 }
 
 /// A release file rewritten by `edit` on its parsed JSON (an array of records), written
