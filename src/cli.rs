@@ -240,6 +240,11 @@ pub enum LlmCommand {
     /// failures, prompt/completion tokens, latency p50/p90/p99 and estimated cost (when the
     /// role has `prices`). Reads `artifacts/ledger.sqlite`; writes nothing.
     Stats(LlmStatsArgs),
+    /// Batch jobs of the roles in `mode = "batch"` (OpenAI batch API), oldest first: the
+    /// provider's batch id, stage, role, state, whether benchgen has taken its answers,
+    /// request counts, cost at the role's batch prices (when it has `prices`) and when it was
+    /// created. Reads `artifacts/ledger.sqlite`; writes nothing.
+    Batches,
 }
 
 #[derive(Debug, Args)]

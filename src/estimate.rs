@@ -89,12 +89,13 @@ pub fn row(settings: &Settings, stage: &str, e: Estimate, per: Option<f64>) -> R
 }
 
 /// Mean latency of each role's live exchanges in the ledger, over every stage and
-/// `llm ping`. A ledger that cannot be read measures nothing (the table says so).
+/// `llm ping` (exchanges answered by batch jobs have no latency of their own and are left
+/// out). A ledger that cannot be read measures nothing (the table says so).
 pub fn seconds_per_exchange(settings: &Settings) -> BTreeMap<String, f64> {
     let rows = crate::llm::stats::collect(settings, None).unwrap_or_default();
-    let timed: Vec<_> = rows.into_iter().filter(|r| r.calls > 0 && r.seconds > 0.0).collect();
+    let timed: Vec<_> = rows.into_iter().filter(|r| r.calls > r.batched && r.seconds > 0.0).collect();
     let totals = crate::llm::stats::role_totals(&timed);
-    totals.into_iter().map(|t| (t.role, t.seconds / t.calls as f64)).collect()
+    totals.into_iter().map(|t| (t.role, t.seconds / (t.calls - t.batched) as f64)).collect()
 }
 
 /// Requests of `role` a stage has in flight at once. One local server shares this

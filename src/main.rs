@@ -219,6 +219,11 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             printer.summary(&llm::stats::render(&rows), &rows);
             Ok(())
         }
+        Command::Llm(LlmCommand::Batches) => {
+            let rows = llm::batch_api::list(&settings)?;
+            printer.summary(&llm::batch_api::render(&rows), &rows);
+            Ok(())
+        }
         Command::Mcp(McpCommand::Tools(a)) => mcp::commands::tools(&settings, printer, &a.server),
         Command::Mcp(McpCommand::Call(a)) => mcp::commands::call(&settings, printer, &a.server, &a.tool, &a.args),
         Command::Mcp(McpCommand::Import(a)) => mcp::commands::import(printer, &a.file),

@@ -472,6 +472,8 @@ pub struct Ctx<'a> {
 struct RunHandle {
     stage: &'static str,
     config_hash: String,
+    /// The LLM roles it calls ([`Stage::roles`]).
+    roles: Vec<String>,
     id: std::cell::OnceCell<i64>,
 }
 
@@ -484,6 +486,11 @@ impl<'a> Ctx<'a> {
     /// The name of the stage being executed.
     pub fn stage(&self) -> Result<&'static str> {
         Ok(self.run.as_ref().context("internal: no stage is being executed")?.stage)
+    }
+
+    /// The LLM roles the stage being executed calls (none outside a stage run).
+    pub fn roles(&self) -> &[String] {
+        self.run.as_ref().map(|r| r.roles.as_slice()).unwrap_or_default()
     }
 
     /// The ledger run id of the stage being executed. The run is begun on first
@@ -894,10 +901,11 @@ fn execute_inner(
         printer.info(&format!("running `{}` …", spec.command));
     }
     let plan = resolve(stage, settings)?;
+    let roles = stage.roles(settings).into_iter().map(|r| r.name).collect();
     let ctx = Ctx {
         settings,
         printer,
-        run: Some(RunHandle { stage: spec.name, config_hash: plan.config_hash.clone(), id: Default::default() }),
+        run: Some(RunHandle { stage: spec.name, config_hash: plan.config_hash.clone(), roles, id: Default::default() }),
     };
     let (input_hashes, files) = hash_inputs(settings, &plan.inputs)?;
     let prompt_hashes = hash_prompts(settings, &plan.prompts)?;

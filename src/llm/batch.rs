@@ -117,7 +117,8 @@ pub struct BatchOptions {
     /// What the items are, plural, for messages ("pairs", "sets").
     pub noun: &'static str,
     /// Items, and LLM requests, in flight at once; 0 = no bound of the stage's own
-    /// (the roles' `max_concurrency` still applies).
+    /// (the roles' `max_concurrency` still applies). Not applied when a role runs in
+    /// `mode = "batch"`: all items are in flight, so each round is one batch job.
     pub concurrency: usize,
     /// Share of items (0..=1) allowed to fail before the stage fails.
     pub max_failed_share: f64,
@@ -416,13 +417,17 @@ pub struct Batch<'a> {
     counts: LlmCounts,
     resumed: usize,
     failed: Vec<FailedItem>,
+    /// The LLM roles the stage calls (`None`: not known, any configured role may be).
+    roles: Option<Vec<String>>,
     rt: tokio::runtime::Runtime,
 }
 
 impl<'a> Batch<'a> {
     /// For the stage being executed: its ledger run and checkpoint.
     pub fn new(ctx: &'a Ctx<'a>, opts: BatchOptions) -> Result<Self> {
-        Self::open(ctx.settings, ctx.printer, ctx.ledger_run()?, ctx.checkpoint()?, opts)
+        let mut batch = Self::open(ctx.settings, ctx.printer, ctx.ledger_run()?, ctx.checkpoint()?, opts)?;
+        batch.roles = Some(ctx.roles().to_vec());
+        Ok(batch)
     }
 
     /// From parts (tests, and commands outside the stage runner).
@@ -446,6 +451,7 @@ impl<'a> Batch<'a> {
             counts: LlmCounts::default(),
             resumed: 0,
             failed: Vec::new(),
+            roles: None,
             rt,
         })
     }
@@ -482,8 +488,11 @@ impl<'a> Batch<'a> {
         self.resumed += resumed;
         let pb = self.printer.progress(total as u64, self.opts.label);
         pb.inc(resumed as u64);
+        // A role in batch mode answers a round of the stage in one batch job: every item is
+        // let in flight then (they wait on the batch, not on a server).
         let bound = match self.opts.concurrency {
             0 => todo.len().max(1),
+            _ if self.client.batches(self.roles.as_deref()) => todo.len().max(1),
             n => n,
         }
         .min(Semaphore::MAX_PERMITS);

@@ -131,6 +131,13 @@ pub struct RoleSettings {
     pub reask: u32,
     /// Prices in USD per million tokens, for `llm stats` estimates.
     pub prices: Option<Prices>,
+    /// `live` (default): one request per call. `batch`: a stage's requests of this role go
+    /// out as OpenAI batch jobs ([`super::batch_api`]), with the knobs of `batch`.
+    #[serde(default, skip_serializing_if = "RoleMode::is_live")]
+    pub mode: RoleMode,
+    /// Batch jobs of `mode = "batch"` (`[llm.roles.NAME.batch]`).
+    #[serde(default, skip_serializing_if = "BatchSettings::is_default")]
+    pub batch: BatchSettings,
     /// `local` only: the llama-server binary (default `$BENCHGEN_CACHE/llm/build/bin/llama-server`).
     pub server_binary: Option<PathBuf>,
     /// `local` only: the GGUF model (default the 1.5B Qwen2.5-Coder instruct in the setup cache).
@@ -152,6 +159,135 @@ pub struct Prices {
     pub prompt: f64,
     /// USD per million completion tokens.
     pub completion: f64,
+    /// USD per million prompt tokens of requests that ran in batch jobs (default `prompt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_prompt: Option<f64>,
+    /// USD per million completion tokens of requests that ran in batch jobs (default
+    /// `completion`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_completion: Option<f64>,
+}
+
+impl Prices {
+    /// USD for these tokens, at the batch prices when `batch`.
+    pub fn cost(&self, prompt_tokens: u64, completion_tokens: u64, batch: bool) -> f64 {
+        let (p, c) = if batch {
+            (self.batch_prompt.unwrap_or(self.prompt), self.batch_completion.unwrap_or(self.completion))
+        } else {
+            (self.prompt, self.completion)
+        };
+        (prompt_tokens as f64 * p + completion_tokens as f64 * c) / 1e6
+    }
+}
+
+/// How a role's requests reach its server (`mode`).
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RoleMode {
+    /// One HTTP request per call, answered while the stage waits.
+    #[default]
+    Live,
+    /// Gathered into OpenAI batch jobs (`/v1/files` + `/v1/batches`), polled to completion.
+    Batch,
+}
+
+impl RoleMode {
+    fn is_live(&self) -> bool {
+        *self == RoleMode::Live
+    }
+}
+
+/// `[llm.roles.NAME.batch]`: how `mode = "batch"` gathers, submits and polls. Load knobs
+/// only: none of them changes an answer, so none enters a config hash.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BatchSettings {
+    /// A batch is sent once no new request has come for this long (one round of a stage:
+    /// every item in flight asks within milliseconds of the others).
+    #[serde(default = "default_gather_ms")]
+    pub gather_ms: u64,
+    /// Requests per batch file (OpenAI's limit: 50,000); more go into further batches.
+    #[serde(default = "default_batch_requests")]
+    pub max_requests: usize,
+    /// Bytes per batch file (OpenAI's limit: 200 MB); more go into further batches.
+    #[serde(default = "default_batch_bytes")]
+    pub max_bytes: u64,
+    /// `completion_window` of each batch (OpenAI accepts `24h`).
+    #[serde(default = "default_window")]
+    pub completion_window: String,
+    /// Seconds before the first poll of a batch; each further poll waits 1.5 times longer,
+    /// up to `poll_max_s`.
+    #[serde(default = "default_poll")]
+    pub poll_s: f64,
+    #[serde(default = "default_poll_max")]
+    pub poll_max_s: f64,
+    /// Further batches a request that failed in one (an error line, an expired, failed or
+    /// cancelled batch) is sent in before `live_fallback` decides.
+    #[serde(default = "default_resubmits")]
+    pub resubmits: u32,
+    /// After `resubmits`, send the request as a live call (with the role's retries);
+    /// false: it fails as a transport failure.
+    #[serde(default = "yes")]
+    pub live_fallback: bool,
+}
+
+impl Default for BatchSettings {
+    fn default() -> Self {
+        Self {
+            gather_ms: default_gather_ms(),
+            max_requests: default_batch_requests(),
+            max_bytes: default_batch_bytes(),
+            completion_window: default_window(),
+            poll_s: default_poll(),
+            poll_max_s: default_poll_max(),
+            resubmits: default_resubmits(),
+            live_fallback: true,
+        }
+    }
+}
+
+impl BatchSettings {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    fn check(&self, loc: &str, problems: &mut Vec<Problem>) {
+        let loc = format!("{loc}.batch");
+        if self.max_requests == 0 || self.max_bytes == 0 {
+            problems.push(Problem::new(&loc, "`max_requests` and `max_bytes` must be at least 1"));
+        }
+        if !(self.poll_s.is_finite() && self.poll_s > 0.0) {
+            problems.push(Problem::new(&loc, "`poll_s` must be a positive number of seconds"));
+        }
+        if !(self.poll_max_s.is_finite() && self.poll_max_s >= self.poll_s) {
+            problems.push(Problem::new(&loc, "`poll_max_s` must be a number of seconds, at least `poll_s`"));
+        }
+        if self.completion_window.trim().is_empty() {
+            problems.push(Problem::new(&loc, "`completion_window` must not be empty (OpenAI: `24h`)"));
+        }
+    }
+}
+
+fn default_gather_ms() -> u64 {
+    2_000
+}
+fn default_batch_requests() -> usize {
+    50_000
+}
+fn default_batch_bytes() -> u64 {
+    200 * 1024 * 1024
+}
+fn default_window() -> String {
+    "24h".into()
+}
+fn default_poll() -> f64 {
+    10.0
+}
+fn default_poll_max() -> f64 {
+    300.0
+}
+fn default_resubmits() -> u32 {
+    2
 }
 
 fn yes() -> bool {
@@ -331,6 +467,14 @@ impl RoleSettings {
         {
             problems.push(Problem::new(&loc, "`top_p` must be in (0, 1]"));
         }
+        if self.mode == RoleMode::Batch && self.provider == Provider::Local {
+            problems.push(Problem::new(
+                &loc,
+                "`mode = \"batch\"` needs a server with the OpenAI batch API (`/v1/files`, `/v1/batches`); \
+                 provider `local` has none",
+            ));
+        }
+        self.batch.check(&loc, problems);
     }
 
     /// The part of a role that changes answers (hashed into stage config hashes).

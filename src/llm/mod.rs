@@ -21,6 +21,8 @@
 //!   becomes the cached one); `replay` never touches the network and fails on a miss.
 //! * `provider = "local"` starts llama.cpp's `llama-server` on a free loopback port on first
 //!   use and stops it when the client is dropped, on error and on Ctrl-C ([`local`]).
+//! * A role with `mode = "batch"` sends its requests as OpenAI batch jobs instead of live
+//!   calls ([`batch_api`]); its answers are recorded exactly as live ones.
 
 // LlmError carries stage, item, role and the failure's details by value so callers can
 // match on them; it is returned once per item, so its size does not matter.
@@ -28,6 +30,7 @@
 
 pub mod answer;
 pub mod batch;
+pub mod batch_api;
 pub mod config;
 pub mod embeddings;
 pub mod extract;
@@ -50,12 +53,13 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 pub use answer::Answer;
-pub use config::{LlmSettings, Prices, Provider, RoleSettings};
+pub use config::{BatchSettings, LlmSettings, Prices, Provider, RoleMode, RoleSettings};
 
 use crate::ledger::kind;
 use crate::settings::Settings;
+use batch_api::Outcome;
 use record::Recorder;
-use transport::{Endpoint, SendError};
+use transport::{Endpoint, SendError, Sent};
 
 /// Event kind of a final failure of a call (transport exhausted or invalid answer).
 pub const LLM_FAILURE: &str = "llm.failure";
@@ -229,6 +233,8 @@ pub(crate) struct Role {
     /// Whether the role's first live request of this client has been sent; held locked
     /// while it is out (see [`FirstAlone`]).
     first_sent: tokio::sync::Mutex<bool>,
+    /// The role's batch jobs, when it runs in `mode = "batch"`.
+    batch: Option<Arc<batch_api::BatchJobs>>,
 }
 
 /// The role's first live request of a stage goes alone; the others wait for its answer and
@@ -264,7 +270,7 @@ struct Inner {
     stage: String,
     mode: LlmMode,
     roles: BTreeMap<String, Role>,
-    recorder: Recorder,
+    recorder: Arc<Recorder>,
     prompts_dir: PathBuf,
     cancel: CancellationToken,
     counters: Counters,
@@ -359,6 +365,16 @@ impl LlmClient {
 
     /// Like [`LlmClient::from_settings`] with an explicit mode (e.g. `llm ping` is always live).
     pub fn with_mode(settings: &Settings, stage: &str, run_id: i64, mode: LlmMode) -> anyhow::Result<LlmClient> {
+        Self::build(settings, stage, run_id, mode, true)
+    }
+
+    /// [`LlmClient::with_mode`] with every role called live, `mode = "batch"` or not (`llm
+    /// ping` checks the live path and must not wait for a batch).
+    pub fn direct(settings: &Settings, stage: &str, run_id: i64, mode: LlmMode) -> anyhow::Result<LlmClient> {
+        Self::build(settings, stage, run_id, mode, false)
+    }
+
+    fn build(settings: &Settings, stage: &str, run_id: i64, mode: LlmMode, batch: bool) -> anyhow::Result<LlmClient> {
         let resolve = |p: &Path| settings.resolve(p);
         let mut endpoints: BTreeMap<String, Arc<Endpoint>> = BTreeMap::new();
         let mut roles = BTreeMap::new();
@@ -373,8 +389,13 @@ impl LlmClient {
             let ep = Endpoint::new(key, &members.iter().map(|(_, r)| *r).collect::<Vec<_>>(), &resolve, &log_dir)?;
             endpoints.insert(key.clone(), Arc::new(ep));
         }
+        let recorder = Arc::new(Recorder::open(&settings.artifacts, run_id, stage)?);
+        let cancel = transport::interrupt_token().child_token();
         for (key, members) in groups {
             for (name, r) in members {
+                let jobs = (batch && r.mode == RoleMode::Batch)
+                    .then(|| batch_api::BatchJobs::new(name, stage, r, recorder.clone(), cancel.clone()))
+                    .transpose()?;
                 roles.insert(
                     name.clone(),
                     Role {
@@ -384,11 +405,11 @@ impl LlmClient {
                         identity: r.endpoint_identity(&resolve),
                         endpoint: endpoints[&key].clone(),
                         first_sent: tokio::sync::Mutex::new(false),
+                        batch: jobs,
                     },
                 );
             }
         }
-        let recorder = Recorder::open(&settings.artifacts, run_id, stage)?;
         Ok(LlmClient {
             inner: Arc::new(Inner {
                 stage: stage.to_string(),
@@ -396,11 +417,19 @@ impl LlmClient {
                 roles,
                 recorder,
                 prompts_dir: settings.resolve(&settings.section::<crate::llm::LlmSettings>().prompts_dir),
-                cancel: transport::interrupt_token().child_token(),
+                cancel,
                 counters: Counters::default(),
             }),
             tally: None,
         })
+    }
+
+    /// Whether one of `roles` (any role, for `None`) sends its requests as batch jobs (the
+    /// stage's fan-out then lets every item in flight, so that a round of the stage is one
+    /// batch).
+    pub fn batches(&self, roles: Option<&[String]>) -> bool {
+        let of = |name: &String| roles.is_none_or(|rs| rs.contains(name));
+        self.inner.roles.iter().any(|(name, r)| r.batch.is_some() && of(name))
     }
 
     /// A handle on the same client whose calls are also counted apart, in the returned
@@ -758,10 +787,7 @@ impl LlmClient {
             }
         }
         let est_tokens = body_bytes.len() as u64 / 4 + u64::from(r.settings.max_tokens.unwrap_or(256));
-        let first = FirstAlone::enter(r).await;
-        let sent = r.endpoint.send(&r.settings, &body, est_tokens, &inner.cancel).await;
-        drop(first);
-        match sent {
+        match self.send(r, &body, &key, &hash, est_tokens).await {
             Ok(sent) => {
                 let usage = &sent.response["usage"];
                 let (pt, ct) =
@@ -778,27 +804,65 @@ impl LlmClient {
                 p["request"] = body;
                 p["response"] = sent.response.clone();
                 p["usage"] = json!({"prompt_tokens": pt, "completion_tokens": ct});
-                p["latency_ms"] = json!(sent.latency_ms);
+                match &sent.batch {
+                    // The batch's time is not a request's latency: the batch's id instead.
+                    Some(b) => p["batch"] = json!(b),
+                    None => p["latency_ms"] = json!(sent.latency_ms),
+                }
                 p["attempts"] = json!(sent.attempts);
-                if r.endpoint.replica_count() > 1 {
+                if r.endpoint.replica_count() > 1 && sent.batch.is_none() {
                     // Which of `base_urls` answered (0-based); not part of the cache key.
                     p["replica"] = json!(sent.replica);
                 }
                 let parents: Vec<i64> = parent.into_iter().collect();
                 let id = inner.recorder.record(kind::LLM_EXCHANGE, item, p, &parents).map_err(ledger_err)?;
                 inner.recorder.cache_put(&key, id).map_err(ledger_err)?;
+                if let (Some(_), Some(jobs)) = (&sent.batch, &r.batch) {
+                    jobs.recorded(&key, id);
+                }
                 Ok(Exchange { response: sent.response, event_id: id, cached: false, hash })
             }
-            Err(SendError::Cancelled) => {
-                Err(LlmError::Cancelled { stage: inner.stage.clone(), item: item.to_string() })
+            Err(e) => Err(self.send_failed(r, item, parent, hash, e)),
+        }
+    }
+
+    /// Send one request: live, or through the role's batch jobs (live after all when they
+    /// say so, with the batches counted as attempts).
+    async fn send(&self, r: &Role, body: &Value, key: &str, hash: &str, est_tokens: u64) -> Result<Sent, SendError> {
+        let cancel = &self.inner.cancel;
+        let Some(jobs) = &r.batch else {
+            // Batch jobs gather a round of requests; only live calls send the first alone.
+            let _first = FirstAlone::enter(r).await;
+            return r.endpoint.send(&r.settings, body, est_tokens, cancel).await;
+        };
+        match jobs.ask(key, hash, body).await {
+            Outcome::Answer { response, batch, tries } => {
+                Ok(Sent { response, attempts: tries, latency_ms: 0, replica: 0, batch: Some(batch) })
             }
-            Err(SendError::Setup(message)) => Err(LlmError::Setup {
-                stage: inner.stage.clone(),
-                item: item.to_string(),
-                role: r.name.clone(),
-                message,
-            }),
-            Err(SendError::Failed { attempts, last_status, message }) => {
+            Outcome::Live { tries } => match r.endpoint.send(&r.settings, body, est_tokens, cancel).await {
+                Ok(sent) => Ok(Sent { attempts: sent.attempts + tries, ..sent }),
+                Err(SendError::Failed { attempts, last_status, message }) => {
+                    Err(SendError::Failed { attempts: attempts + tries, last_status, message })
+                }
+                Err(e) => Err(e),
+            },
+            Outcome::Failed { tries, status, message } => {
+                Err(SendError::Failed { attempts: tries, last_status: status, message })
+            }
+            Outcome::Cancelled => Err(SendError::Cancelled),
+            Outcome::Setup(message) => Err(SendError::Setup(message)),
+        }
+    }
+
+    /// The error of a request that could not be sent; a transport failure is recorded.
+    fn send_failed(&self, r: &Role, item: &str, parent: Option<i64>, hash: String, e: SendError) -> LlmError {
+        let stage = self.inner.stage.clone();
+        match e {
+            SendError::Cancelled => LlmError::Cancelled { stage, item: item.to_string() },
+            SendError::Setup(message) => {
+                LlmError::Setup { stage, item: item.to_string(), role: r.name.clone(), message }
+            }
+            SendError::Failed { attempts, last_status, message } => {
                 let message = r.endpoint.redact(&message);
                 self.bump(|c| &c.retries, u64::from(attempts.saturating_sub(1)));
                 let event_id = self.record_failure(
@@ -808,15 +872,15 @@ impl LlmClient {
                     json!({"kind": "transport", "request_hash": hash, "attempts": attempts,
                            "last_status": last_status, "error": message}),
                 );
-                Err(LlmError::Transport {
-                    stage: inner.stage.clone(),
+                LlmError::Transport {
+                    stage,
                     item: item.to_string(),
                     role: r.name.clone(),
                     attempts,
                     last_status,
                     message,
                     event_id,
-                })
+                }
             }
         }
     }
@@ -857,6 +921,15 @@ pub fn describe_event(kind: &str, p: &Value) -> String {
         return format!("{who}{tmpl}: served from the ledger (answer of #{})", p["source_event"]);
     }
     let content = p["response"]["choices"][0]["message"]["content"].as_str().unwrap_or("(tool calls)");
+    if let Some(batch) = p["batch"].as_str() {
+        let u = &p["usage"];
+        let (pt, ct) = (&u["prompt_tokens"], &u["completion_tokens"]);
+        return format!(
+            "{who}{tmpl}: {pt}+{ct} tokens, batch {batch}, {} batch(es): {}",
+            p["attempts"],
+            short(content)
+        );
+    }
     format!(
         "{who}{tmpl}: {}+{} tokens, {} ms, {} attempt(s): {}",
         p["usage"]["prompt_tokens"],

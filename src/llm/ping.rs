@@ -53,7 +53,7 @@ pub fn ping(settings: &Settings, role: Option<&str>) -> Result<Vec<PingResult>> 
     let run = ledger.begin_run("llm-ping", "", crate::stage::CODE_VERSION)?;
     let rt = super::batch::runtime()?;
     let results = rt.block_on(async {
-        let client = LlmClient::with_mode(settings, "llm-ping", run, LlmMode::Live)?;
+        let client = LlmClient::direct(settings, "llm-ping", run, LlmMode::Live)?;
         let mut out = Vec::new();
         for (i, r) in roles.iter().enumerate() {
             let (a, b) = (17 + i as i64, 25);

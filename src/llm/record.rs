@@ -2,6 +2,7 @@
 //! happen (not at stage commit), so an interrupted stage keeps what it paid for. The
 //! `llm_cache(key, event_id, created_at)` table maps the sha256 of a canonical request body
 //! to the newest live exchange that answered it; a lookup reads that event's `response`.
+//! The batch jobs of `mode = "batch"` roles keep their tables beside it (`batch_api`).
 
 use std::path::Path;
 
@@ -29,7 +30,8 @@ impl Recorder {
         Ok(Self { run })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Ledger> {
+    /// The ledger, for the batch tables of [`super::batch_api`].
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Ledger> {
         self.run.lock()
     }
 

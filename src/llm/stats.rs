@@ -1,12 +1,14 @@
 //! `benchgen llm stats`: LLM accounting from the ledger, per stage and role.
 //!
-//! calls = live exchanges; cache hits = exchanges served from the ledger; retries = extra
-//! attempts of live exchanges and of failed ones; failures = `llm.failure` events (retries
+//! calls = live exchanges (`batched` of them answered by batch jobs); cache hits = exchanges
+//! served from the ledger; retries = extra attempts of live exchanges and of failed ones (a
+//! batched request's extra batches count); failures = `llm.failure` events (retries
 //! exhausted or an answer still invalid after re-asks); tokens and latency percentiles
-//! (nearest rank, over live exchanges); `seconds` = the live exchanges' latencies summed
-//! (time spent waiting for the model, more than the wall time when requests overlap); cost
-//! = tokens × the role's `prices` in the current config (USD per million tokens), absent
-//! when no prices are given. The text adds one `all stages` row per role.
+//! (nearest rank, over live exchanges not batched); `seconds` = those exchanges' latencies
+//! summed (time spent waiting for the model, more than the wall time when requests
+//! overlap); cost = tokens × the role's `prices` in the current config (USD per million
+//! tokens; batched tokens at its batch prices), absent when no prices are given. The text
+//! adds one `all stages` row per role.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +25,8 @@ pub struct RoleStats {
     pub role: String,
     pub model: String,
     pub calls: u64,
+    /// Of `calls`, those answered by batch jobs (`mode = "batch"`).
+    pub batched: u64,
     pub cache_hits: u64,
     pub retries: u64,
     pub failures: u64,
@@ -45,11 +49,15 @@ pub fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
     Some(sorted[rank.min(sorted.len()) - 1])
 }
 
+/// One stage and role's row being summed: the row, the latencies, and the batched prompt
+/// and completion tokens.
+type Acc = (RoleStats, Vec<u64>, [u64; 2]);
+
 /// Accounting rows, sorted by stage and role; `stage` limits to one stage.
 pub fn collect(settings: &Settings, stage: Option<&str>) -> Result<Vec<RoleStats>> {
     let Some(ledger) = Ledger::open_existing(&settings.artifacts)? else { return Ok(Vec::new()) };
     let rows = ledger.rows_of_kinds(&[kind::LLM_EXCHANGE, super::LLM_FAILURE])?;
-    let mut acc: BTreeMap<(String, String), (RoleStats, Vec<u64>)> = BTreeMap::new();
+    let mut acc: BTreeMap<(String, String), Acc> = BTreeMap::new();
     for row in rows {
         let crate::ledger::EventRow { kind: k, stage: st, payload, .. } = row;
         if stage.is_some_and(|s| s != st) {
@@ -57,9 +65,9 @@ pub fn collect(settings: &Settings, stage: Option<&str>) -> Result<Vec<RoleStats
         }
         let p: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
         let role = p["role"].as_str().unwrap_or("?").to_string();
-        let (s, lat) = acc
-            .entry((st.clone(), role.clone()))
-            .or_insert_with(|| (RoleStats { stage: st.clone(), role: role.clone(), ..Default::default() }, Vec::new()));
+        let (s, lat, batch_tokens) = acc.entry((st.clone(), role.clone())).or_insert_with(|| {
+            (RoleStats { stage: st.clone(), role: role.clone(), ..Default::default() }, Vec::new(), [0, 0])
+        });
         if let Some(m) = p["model"].as_str() {
             s.model = m.to_string();
         }
@@ -74,8 +82,15 @@ pub fn collect(settings: &Settings, stage: Option<&str>) -> Result<Vec<RoleStats
         } else {
             s.calls += 1;
             s.retries += attempts.saturating_sub(1);
-            s.prompt_tokens += p["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
-            s.completion_tokens += p["usage"]["completion_tokens"].as_u64().unwrap_or(0);
+            let tokens = |k: &str| p["usage"][k].as_u64().unwrap_or(0);
+            let (pt, ct) = (tokens("prompt_tokens"), tokens("completion_tokens"));
+            s.prompt_tokens += pt;
+            s.completion_tokens += ct;
+            if p.get("batch").is_some() {
+                s.batched += 1;
+                batch_tokens[0] += pt;
+                batch_tokens[1] += ct;
+            }
             if let Some(l) = p["latency_ms"].as_u64() {
                 lat.push(l);
                 s.seconds += l as f64 / 1000.0;
@@ -83,14 +98,14 @@ pub fn collect(settings: &Settings, stage: Option<&str>) -> Result<Vec<RoleStats
         }
     }
     let mut out = Vec::new();
-    for (_, (mut s, mut lat)) in acc {
+    for (_, (mut s, mut lat, [bpt, bct])) in acc {
         lat.sort_unstable();
         s.latency_ms_p50 = percentile(&lat, 50.0);
         s.latency_ms_p90 = percentile(&lat, 90.0);
         s.latency_ms_p99 = percentile(&lat, 99.0);
         if let Some(prices) = settings.section::<crate::llm::LlmSettings>().roles.get(&s.role).and_then(|r| r.prices) {
-            s.cost_usd =
-                Some((s.prompt_tokens as f64 * prices.prompt + s.completion_tokens as f64 * prices.completion) / 1e6);
+            let live = prices.cost(s.prompt_tokens - bpt, s.completion_tokens - bct, false);
+            s.cost_usd = Some(live + prices.cost(bpt, bct, true));
         }
         out.push(s);
     }
@@ -108,6 +123,7 @@ pub fn role_totals(rows: &[RoleStats]) -> Vec<RoleStats> {
             ..Default::default()
         });
         t.calls += r.calls;
+        t.batched += r.batched;
         t.cache_hits += r.cache_hits;
         t.retries += r.retries;
         t.failures += r.failures;
@@ -187,6 +203,7 @@ mod tests {
             role: role.into(),
             model: "m".into(),
             calls: 3,
+            batched: 0,
             cache_hits: 0,
             retries: 0,
             failures: 0,

@@ -90,6 +90,8 @@ pub struct Sent {
     pub latency_ms: u64,
     /// Which of the endpoint's replicas answered (0-based, in `base_urls` order).
     pub replica: usize,
+    /// The batch job that answered, for a role in `mode = "batch"` (none: a live call).
+    pub batch: Option<String>,
 }
 
 enum Target {
@@ -408,7 +410,7 @@ impl Endpoint {
                     self.pool.success(index);
                     // The answer is stored in the ledger and shown: it must not carry the key.
                     self.redactor.value(&mut v);
-                    return Ok(Sent { response: v, attempts, latency_ms, replica: index });
+                    return Ok(Sent { response: v, attempts, latency_ms, replica: index, batch: None });
                 }
                 Ok(Ok(v)) => ("malformed response".to_string(), format!("not a chat completion: {v}"), true, None),
                 Ok(Err(e)) => classify(e),

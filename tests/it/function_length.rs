@@ -13,7 +13,7 @@ use crate::support::source_text::code_only;
 const LONG: usize = 100;
 /// How many long functions `src/` may hold: today's count, so none is added. Lower it
 /// with each split; the goal is 12.
-const MAX_LONG: usize = 21;
+const MAX_LONG: usize = 20;
 
 /// One function with a body: where its `fn` is and how many lines it spans.
 #[derive(Debug, PartialEq)]

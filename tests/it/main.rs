@@ -30,6 +30,7 @@ mod init;
 mod inspect;
 mod levels;
 mod llm_batch;
+mod llm_batch_api;
 mod llm_cli;
 mod llm_client;
 mod llm_endpoints;

@@ -10,6 +10,7 @@ use std::process::Output;
 
 use assert_cmd::Command;
 
+pub mod batch_api;
 pub mod llm_project;
 pub mod mcp_assets;
 pub mod registry_fixture;

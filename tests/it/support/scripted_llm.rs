@@ -279,37 +279,44 @@ async fn serve(sock: tokio::net::TcpStream, st: Arc<State>) -> std::io::Result<(
             answer = *inner;
         }
         st.in_flight.fetch_sub(1, Ordering::SeqCst);
-        let model = seen.body["model"].clone();
-        let prompt_tokens = seen.all_text().len() / 4;
-        match answer {
-            Answer::Content(c) => {
-                let b =
-                    completion(&model, json!({"role": "assistant", "content": c}), "stop", prompt_tokens, c.len() / 4);
-                write(&mut w, 200, None, &b).await?;
-            }
-            Answer::ToolCalls(calls) => {
-                let tc: Vec<Value> = calls
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (n, a))| {
-                        json!({"id": format!("call_{i}"), "type": "function",
-                               "function": {"name": n, "arguments": a.to_string()}})
-                    })
-                    .collect();
-                let b = completion(
-                    &model,
-                    json!({"role": "assistant", "content": null, "tool_calls": tc}),
-                    "tool_calls",
-                    prompt_tokens,
-                    10,
-                );
-                write(&mut w, 200, None, &b).await?;
-            }
-            Answer::Status { code, retry_after, body } => write(&mut w, code, retry_after.as_deref(), &body).await?,
-            Answer::MalformedBody => write(&mut w, 200, None, "{\"choices\": [ this is not json").await?,
-            Answer::Raw(body) => write(&mut w, 200, None, &body).await?,
-            Answer::Delay(..) => unreachable!("delays are unwrapped above"),
+        let (code, retry_after, body) = reply(&seen, answer);
+        write(&mut w, code, retry_after.as_deref(), &body).await?;
+    }
+}
+
+/// The status, `Retry-After` and body this server sends for `answer` to `seen` (a delay is
+/// not waited here; `serve` waits it first). Shared with the batch stand-in
+/// (`support::batch_api`), whose output lines carry the same bodies.
+pub fn reply(seen: &Seen, answer: Answer) -> (u16, Option<String>, String) {
+    let model = seen.body["model"].clone();
+    let prompt_tokens = seen.all_text().len() / 4;
+    match answer {
+        Answer::Content(c) => {
+            let b = completion(&model, json!({"role": "assistant", "content": c}), "stop", prompt_tokens, c.len() / 4);
+            (200, None, b)
         }
+        Answer::ToolCalls(calls) => {
+            let tc: Vec<Value> = calls
+                .iter()
+                .enumerate()
+                .map(|(i, (n, a))| {
+                    json!({"id": format!("call_{i}"), "type": "function",
+                           "function": {"name": n, "arguments": a.to_string()}})
+                })
+                .collect();
+            let b = completion(
+                &model,
+                json!({"role": "assistant", "content": null, "tool_calls": tc}),
+                "tool_calls",
+                prompt_tokens,
+                10,
+            );
+            (200, None, b)
+        }
+        Answer::Status { code, retry_after, body } => (code, retry_after, body),
+        Answer::MalformedBody => (200, None, "{\"choices\": [ this is not json".to_string()),
+        Answer::Raw(body) => (200, None, body),
+        Answer::Delay(_, inner) => reply(seen, *inner),
     }
 }
 
@@ -322,7 +329,7 @@ fn completion(model: &Value, message: Value, finish: &str, pt: usize, ct: usize)
     .to_string()
 }
 
-async fn write(
+pub async fn write(
     w: &mut tokio::net::tcp::OwnedWriteHalf,
     code: u16,
     retry_after: Option<&str>,

@@ -1,0 +1,1073 @@
+//! OpenAI batch jobs for roles with `mode = "batch"` (`/v1/files` + `/v1/batches`). Not to
+//! be confused with [`super::batch`], the in-process fan-out every LLM stage runs its items
+//! through: this module decides how the requests of one role reach the server.
+//!
+//! Transparent to stages: in a batch role, the client's exchange does not send its request
+//! but hands it to the role's [`BatchJobs`] and awaits the answer, which it then records
+//! exactly as a live one (the same cache key and `llm.exchange` payload, plus the batch's
+//! id), so a rerun replays it from the ledger without a request.
+//!
+//! * **Gathering**: requests wait until none has come for `gather_ms` (one round of a
+//!   stage: every item in flight asks within milliseconds), or until the file would pass
+//!   `max_requests` or `max_bytes`. Re-asks, agent turns and the filter's tools after its
+//!   servers come later, so they go in later batches: each round is one batch.
+//! * **Submitting**: the requests as JSONL (`custom_id` = the request hash, lines sorted by
+//!   cache key), `POST /v1/files` (purpose `batch`), then `POST /v1/batches`. The batch is in
+//!   the ledger (`llm_batches`, its requests in `llm_batch_requests`) before it is created:
+//!   a process stopped between the two finds the row and adopts the batch made from its
+//!   file (`GET /v1/batches`) instead of creating another; a create whose answer was lost is
+//!   looked for the same way before it is tried again.
+//! * **Polling**: `GET /v1/batches/{id}`, first after `poll_s`, then 1.5 times longer each
+//!   time up to `poll_max_s`, with a progress line of its request counts.
+//! * **Ingesting**: the output file's answers go into `llm_batch_results`, and the batch is
+//!   marked done, in one transaction before any waiting call hears of them, so a process
+//!   stopped after that finds them there. A request the batch did not answer (an error line
+//!   with a retryable status, an expired, failed or cancelled batch, no line at all) goes
+//!   into the next batch, up to `resubmits` times, then live (`live_fallback`) or fails; a
+//!   status that is not retried live (400) fails at once.
+//! * **Resume**: a request first looks for an answer in `llm_batch_results` that no
+//!   exchange has recorded yet, then for an unfinished batch in the ledger that holds it:
+//!   that batch is followed (once per process) and nothing is submitted twice.
+//! * **HTTP**: the role's `max_retries` and `backoff_ms` apply to every call to the files
+//!   and batches endpoints (408, 409, 429, 5xx, connection errors). A poll or download that
+//!   still fails stops the stage; its batch stays unfinished in the ledger and a rerun
+//!   goes on with it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::config::{BatchSettings, RoleSettings};
+use super::record::Recorder;
+use super::redact::{Redactor, truncate};
+use super::transport::{error_chain, parse_retry_after, retry_delay, retryable_status};
+use crate::ledger::Ledger;
+use crate::settings::Settings;
+
+/// The batch tables, created by the first client with a batch role. Unlike the events,
+/// their rows change: a batch's state and counts while it runs, an answer's
+/// `recorded_event` once recorded.
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS llm_batches(
+    id INTEGER PRIMARY KEY,
+    batch_id TEXT,
+    role TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    base_url TEXT NOT NULL,
+    input_file_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    requests INTEGER NOT NULL,
+    completed INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
+    output_file_id TEXT,
+    error_file_id TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    done INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS llm_batch_requests(
+    batch INTEGER NOT NULL REFERENCES llm_batches(id),
+    key TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    PRIMARY KEY(batch, key)
+);
+CREATE INDEX IF NOT EXISTS llm_batch_requests_key ON llm_batch_requests(key);
+CREATE TABLE IF NOT EXISTS llm_batch_results(
+    key TEXT PRIMARY KEY,
+    batch INTEGER NOT NULL REFERENCES llm_batches(id),
+    response TEXT NOT NULL,
+    recorded_event INTEGER
+);
+";
+
+/// Uploads and downloads may be large (OpenAI allows 200 MB files): they get this long.
+const TRANSFER_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// How a request handed to [`BatchJobs::ask`] ended.
+#[derive(Debug, Clone)]
+pub(crate) enum Outcome {
+    /// The batch's answer (a chat completion), the batch's id and the batches it took.
+    Answer {
+        response: Value,
+        batch: String,
+        tries: u32,
+    },
+    /// Send it live: its `tries` batches did not answer it and `live_fallback` is on.
+    Live {
+        tries: u32,
+    },
+    /// It failed: a status that is not retried, or retries used up without `live_fallback`.
+    Failed {
+        tries: u32,
+        status: String,
+        message: String,
+    },
+    Cancelled,
+    /// The batch cannot be followed (ledger, or a poll or download that kept failing): the
+    /// stage stops, and a rerun goes on with the same batch.
+    Setup(String),
+}
+
+/// One request of a batch that was not answered.
+#[derive(Debug, Clone)]
+struct Failure {
+    status: String,
+    message: String,
+    retryable: bool,
+}
+
+/// Why following a batch stopped before its end.
+enum Stop {
+    Cancelled,
+    /// The server would not take the batch (upload or create refused): its requests go on
+    /// as unanswered ones.
+    Refused(String),
+    /// It cannot be followed now; the ledger keeps it unfinished for a rerun.
+    Setup(String),
+}
+
+/// A failed call to the files or batches endpoints.
+enum CallError {
+    Cancelled,
+    Failed(String),
+}
+
+/// One failed HTTP attempt.
+struct Attempt {
+    status: String,
+    message: String,
+    retryable: bool,
+    retry_after: Option<Duration>,
+}
+
+/// What the batches endpoint says about a batch.
+#[derive(Debug, Clone, Default)]
+struct Remote {
+    id: String,
+    status: String,
+    total: u64,
+    completed: u64,
+    failed: u64,
+    output_file_id: Option<String>,
+    error_file_id: Option<String>,
+    /// Validation errors of a failed batch, for messages.
+    errors: String,
+}
+
+impl Remote {
+    fn parse(v: &Value) -> Result<Remote, String> {
+        let s = |k: &str| v[k].as_str().filter(|x| !x.is_empty()).map(str::to_string);
+        let Some(id) = s("id") else {
+            return Err(format!("a batch object without `id`: {}", truncate(&v.to_string(), 300)));
+        };
+        let c = &v["request_counts"];
+        let errors = v["errors"]["data"]
+            .as_array()
+            .map(|e| e.iter().filter_map(|x| x["message"].as_str()).collect::<Vec<_>>().join("; "))
+            .unwrap_or_default();
+        Ok(Remote {
+            id,
+            status: s("status").unwrap_or_default(),
+            total: c["total"].as_u64().unwrap_or(0),
+            completed: c["completed"].as_u64().unwrap_or(0),
+            failed: c["failed"].as_u64().unwrap_or(0),
+            output_file_id: s("output_file_id"),
+            error_file_id: s("error_file_id"),
+            errors,
+        })
+    }
+
+    fn finished(&self) -> bool {
+        matches!(self.status.as_str(), "completed" | "failed" | "expired" | "cancelled")
+    }
+}
+
+/// The files and batches endpoints of one role's server (its first base URL).
+struct Api {
+    base: String,
+    key: Result<Option<String>, String>,
+    redactor: Redactor,
+    http: reqwest::Client,
+    retries: u32,
+    backoff_ms: u64,
+    timeout: Duration,
+}
+
+impl Api {
+    fn new(s: &RoleSettings) -> Result<Api> {
+        let key = match s.api_key_env() {
+            None => Ok(None),
+            Some(name) => super::config::read_api_key(&name).map(Some),
+        };
+        let redactor = match &key {
+            Ok(Some(k)) => Redactor::new(k),
+            _ => Redactor::default(),
+        };
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?;
+        Ok(Api {
+            base: s.base_url().unwrap_or_default().trim_end_matches('/').to_string(),
+            key,
+            redactor,
+            http,
+            retries: s.max_retries,
+            backoff_ms: s.backoff_ms,
+            timeout: Duration::from_secs_f64(s.timeout_s),
+        })
+    }
+
+    /// One attempt. The key goes in the `Authorization` header only; every text the server
+    /// sends back is redacted before it is kept.
+    async fn once<F>(&self, build: &F, timeout: Duration) -> Result<Vec<u8>, Attempt>
+    where
+        F: Fn(&reqwest::Client) -> reqwest::RequestBuilder,
+    {
+        let fatal = |message: String| Attempt { status: "setup".into(), message, retryable: false, retry_after: None };
+        let key = self.key.clone().map_err(fatal)?;
+        let mut req = build(&self.http).timeout(timeout);
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        let lost = |status: &str, e: &reqwest::Error| Attempt {
+            status: if e.is_timeout() { "timeout".into() } else { status.to_string() },
+            message: error_chain(e),
+            retryable: !e.is_builder(),
+            retry_after: None,
+        };
+        let resp = req.send().await.map_err(|e| lost("connection error", &e))?;
+        let status = resp.status();
+        let retry_after = parse_retry_after(resp.headers().get(reqwest::header::RETRY_AFTER));
+        let body = resp.bytes().await.map_err(|e| lost("transfer error", &e))?;
+        if status.is_success() {
+            return Ok(body.to_vec());
+        }
+        Err(Attempt {
+            status: format!("HTTP {}", status.as_u16()),
+            message: String::from_utf8_lossy(&body).trim().to_string(),
+            retryable: retryable_status(status.as_u16()),
+            retry_after,
+        })
+    }
+
+    /// A failed attempt as one line, the key redacted before the cut.
+    fn shown(&self, what: &str, a: &Attempt) -> String {
+        format!("{what}: {}: {}", a.status, truncate(&self.redactor.text(&a.message), 500))
+    }
+
+    /// A call retried as the role's live calls are; `what` names it in errors.
+    async fn call<F>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        cancel: &CancellationToken,
+        build: F,
+    ) -> Result<Vec<u8>, CallError>
+    where
+        F: Fn(&reqwest::Client) -> reqwest::RequestBuilder,
+    {
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let r = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(CallError::Cancelled),
+                r = self.once(&build, timeout) => r,
+            };
+            match r {
+                Ok(bytes) => return Ok(bytes),
+                Err(a) if a.retryable && attempts <= self.retries => {
+                    tracing::debug!("{}", self.shown(what, &a));
+                    let delay = retry_delay(self.backoff_ms, attempts, a.retry_after);
+                    tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => return Err(CallError::Cancelled),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+                Err(a) => return Err(CallError::Failed(self.shown(what, &a))),
+            }
+        }
+    }
+
+    /// A JSON answer of a call.
+    fn json(&self, what: &str, bytes: &[u8]) -> Result<Value, CallError> {
+        serde_json::from_slice(bytes).map_err(|e| {
+            let text = self.redactor.text(&String::from_utf8_lossy(bytes));
+            CallError::Failed(format!("{what}: the answer is not JSON ({e}): {}", truncate(&text, 300)))
+        })
+    }
+
+    async fn upload(&self, file: Vec<u8>, cancel: &CancellationToken) -> Result<String, CallError> {
+        let url = format!("{}/files", self.base);
+        let bytes = self
+            .call("uploading the batch file", TRANSFER_TIMEOUT, cancel, |h| {
+                let part = reqwest::multipart::Part::bytes(file.clone()).file_name("benchgen-batch.jsonl");
+                h.post(&url).multipart(reqwest::multipart::Form::new().text("purpose", "batch").part("file", part))
+            })
+            .await?;
+        let v = self.json("uploading the batch file", &bytes)?;
+        match v["id"].as_str() {
+            Some(id) if !id.is_empty() => Ok(id.to_string()),
+            _ => {
+                let shown = truncate(&v.to_string(), 300);
+                Err(CallError::Failed(format!("uploading the batch file: no file `id` in {shown}")))
+            }
+        }
+    }
+
+    /// The batch made from `file_id`, when one is among the newest 100 (a create whose
+    /// answer was lost, or one a stopped process made).
+    async fn made_from(&self, file_id: &str, cancel: &CancellationToken) -> Result<Option<Remote>, CallError> {
+        let url = format!("{}/batches?limit=100", self.base);
+        let bytes = self.call("listing batches", self.timeout, cancel, |h| h.get(&url)).await?;
+        let v = self.json("listing batches", &bytes)?;
+        let found = v["data"].as_array().and_then(|d| d.iter().find(|b| b["input_file_id"] == file_id));
+        found.map(|b| Remote::parse(b).map_err(CallError::Failed)).transpose()
+    }
+
+    /// Create the batch of `file_id`, or adopt the one already made from it (`adopt`: look
+    /// first, for a row a stopped process left). Never two batches from one file: before
+    /// each retry, and before giving up after a lost answer, the list is searched.
+    async fn create(
+        &self,
+        file_id: &str,
+        window: &str,
+        adopt: bool,
+        cancel: &CancellationToken,
+    ) -> Result<Remote, CallError> {
+        if adopt && let Some(b) = self.made_from(file_id, cancel).await? {
+            return Ok(b);
+        }
+        let url = format!("{}/batches", self.base);
+        let body = json!({"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": window})
+            .to_string();
+        let build = |h: &reqwest::Client| h.post(&url).header("content-type", "application/json").body(body.clone());
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let r = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(CallError::Cancelled),
+                r = self.once(&build, self.timeout) => r,
+            };
+            let a = match r {
+                Ok(bytes) => {
+                    let v = self.json("creating the batch", &bytes)?;
+                    return Remote::parse(&v).map_err(CallError::Failed);
+                }
+                Err(a) => a,
+            };
+            // A retryable failure may have come after the batch was made.
+            if a.retryable
+                && let Some(b) = self.made_from(file_id, cancel).await?
+            {
+                return Ok(b);
+            }
+            if !a.retryable || attempts > self.retries {
+                return Err(CallError::Failed(self.shown("creating the batch", &a)));
+            }
+            let delay = retry_delay(self.backoff_ms, attempts, a.retry_after);
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(CallError::Cancelled),
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    async fn get(&self, id: &str, cancel: &CancellationToken) -> Result<Remote, CallError> {
+        let url = format!("{}/batches/{id}", self.base);
+        let what = format!("polling batch {id}");
+        let bytes = self.call(&what, self.timeout, cancel, |h| h.get(&url)).await?;
+        Remote::parse(&self.json(&what, &bytes)?).map_err(CallError::Failed)
+    }
+
+    async fn content(&self, file_id: &str, cancel: &CancellationToken) -> Result<Vec<u8>, CallError> {
+        let url = format!("{}/files/{file_id}/content", self.base);
+        self.call(&format!("downloading file {file_id}"), TRANSFER_TIMEOUT, cancel, |h| h.get(&url)).await
+    }
+}
+
+/// A call waiting for its batch.
+type Waiter = oneshot::Sender<Outcome>;
+
+/// A finished batch's answers by key, and its unanswered requests by key.
+type Downloaded = (Vec<(String, Value)>, BTreeMap<String, Failure>);
+
+/// One request on its way through batches.
+struct Pending {
+    hash: String,
+    /// Its JSONL line; absent for a request of a resumed batch that no call asked for yet.
+    line: Option<Vec<u8>>,
+    /// Batches it was sent in.
+    tries: u32,
+    waiters: Vec<Waiter>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Requests for the next batch, by cache key (so its lines are sorted).
+    gathering: BTreeMap<String, Pending>,
+    bytes: u64,
+    arrivals: u64,
+    gatherer: bool,
+    /// Requests in batches this process follows, by cache key.
+    sent: BTreeMap<String, Pending>,
+    /// Ledger rows of those batches.
+    following: BTreeSet<i64>,
+}
+
+/// A batch as the ledger knows it.
+#[derive(Debug, Clone)]
+struct Row {
+    id: i64,
+    batch_id: Option<String>,
+    file_id: String,
+    /// Left by another process: look for its batch before creating one.
+    resumed: bool,
+}
+
+/// The batch jobs of one role in one stage run (see the module doc).
+pub(crate) struct BatchJobs {
+    role: String,
+    stage: String,
+    s: BatchSettings,
+    api: Api,
+    recorder: Arc<Recorder>,
+    cancel: CancellationToken,
+    state: Mutex<State>,
+}
+
+impl BatchJobs {
+    pub(crate) fn new(
+        role: &str,
+        stage: &str,
+        settings: &RoleSettings,
+        recorder: Arc<Recorder>,
+        cancel: CancellationToken,
+    ) -> Result<Arc<Self>> {
+        recorder.lock().connection().execute_batch(SCHEMA).context("cannot create the LLM batch tables")?;
+        Ok(Arc::new(BatchJobs {
+            role: role.to_string(),
+            stage: stage.to_string(),
+            s: settings.batch.clone(),
+            api: Api::new(settings)?,
+            recorder,
+            cancel,
+            state: Mutex::new(State::default()),
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every change is made whole under the lock: a panic elsewhere leaves it usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The answer to one request (`key`: its cache key, `hash`: its request hash, the
+    /// `custom_id`), through a batch.
+    pub(crate) async fn ask(self: &Arc<Self>, key: &str, hash: &str, body: &Value) -> Outcome {
+        let mut line = serde_json::to_vec(&json!({
+            "custom_id": hash, "method": "POST", "url": "/v1/chat/completions", "body": body,
+        }))
+        .unwrap_or_default();
+        line.push(b'\n');
+        let (tx, rx) = oneshot::channel();
+        match self.register(key, hash, line, tx) {
+            Ok(Some(now)) => return now,
+            Ok(None) => {}
+            Err(e) => return Outcome::Setup(format!("ledger: {e:#}")),
+        }
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Outcome::Cancelled,
+            r = rx => r.unwrap_or_else(|_| Outcome::Setup("the batch task ended without an answer".into())),
+        }
+    }
+
+    /// Note that the answer to `key` is recorded as exchange `event` (it is not handed out
+    /// again from `llm_batch_results`).
+    pub(crate) fn recorded(&self, key: &str, event: i64) {
+        let r = self
+            .recorder
+            .lock()
+            .connection()
+            .execute("UPDATE llm_batch_results SET recorded_event = ?2 WHERE key = ?1", params![key, event]);
+        if let Err(e) = r {
+            tracing::warn!("cannot note a recorded batch answer in the ledger: {e}");
+        }
+    }
+
+    /// Where a request waits: with a batch of this process, an answer already in the
+    /// ledger, an unfinished batch of the ledger, or the next batch. Under the state lock,
+    /// so an answer stored meanwhile is never missed and a request never sent twice.
+    fn register(self: &Arc<Self>, key: &str, hash: &str, line: Vec<u8>, tx: Waiter) -> Result<Option<Outcome>> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if let Some(p) = st.sent.get_mut(key) {
+            if p.line.is_none() {
+                p.line = Some(line);
+            }
+            p.waiters.push(tx);
+            return Ok(None);
+        }
+        if let Some(p) = st.gathering.get_mut(key) {
+            p.waiters.push(tx);
+            return Ok(None);
+        }
+        if let Some((batch, response)) = unrecorded_answer(&self.recorder.lock(), key)? {
+            return Ok(Some(Outcome::Answer { response, batch, tries: 1 }));
+        }
+        let unfinished = unfinished_with(&self.recorder.lock(), key)?;
+        if let Some(row) = unfinished {
+            self.resume(st, row)?;
+            if let Some(p) = st.sent.get_mut(key) {
+                p.line = Some(line);
+                p.waiters.push(tx);
+                return Ok(None);
+            }
+        }
+        let p = Pending { hash: hash.to_string(), line: Some(line), tries: 0, waiters: vec![tx] };
+        self.enqueue(st, key.to_string(), p);
+        Ok(None)
+    }
+
+    /// Follow a batch another process left unfinished; its requests wait for it.
+    fn resume(self: &Arc<Self>, st: &mut State, row: Row) -> Result<()> {
+        if st.following.contains(&row.id) {
+            return Ok(());
+        }
+        let requests = batch_requests(&self.recorder.lock(), row.id)?;
+        st.following.insert(row.id);
+        for (key, hash) in &requests {
+            let p = || Pending { hash: hash.clone(), line: None, tries: 1, waiters: Vec::new() };
+            st.sent.entry(key.clone()).or_insert_with(p);
+        }
+        tracing::info!(
+            "role `{}`: following batch {} of an earlier run",
+            self.role,
+            row.batch_id.as_deref().unwrap_or("(being created)")
+        );
+        tokio::spawn(self.clone().follow(row, requests));
+        Ok(())
+    }
+
+    /// Add a request to the next batch; a full one is sent first.
+    fn enqueue(self: &Arc<Self>, st: &mut State, key: String, p: Pending) {
+        let len = p.line.as_ref().map_or(0, |l| l.len() as u64);
+        if !st.gathering.is_empty() && (st.gathering.len() >= self.s.max_requests || st.bytes + len > self.s.max_bytes)
+        {
+            self.send_gathered(st);
+        }
+        st.arrivals += 1;
+        st.bytes += len;
+        st.gathering.insert(key, p);
+        if !st.gatherer {
+            st.gatherer = true;
+            tokio::spawn(self.clone().gather());
+        }
+    }
+
+    /// Wait until no request has come for `gather_ms`, then send what has gathered.
+    async fn gather(self: Arc<Self>) {
+        let quiet = Duration::from_millis(self.s.gather_ms);
+        let mut seen = None;
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => {
+                    self.lock().gatherer = false;
+                    return;
+                }
+                _ = tokio::time::sleep(quiet) => {}
+            }
+            let mut guard = self.lock();
+            let st = &mut *guard;
+            if st.gathering.is_empty() || seen == Some(st.arrivals) {
+                if !st.gathering.is_empty() {
+                    self.send_gathered(st);
+                }
+                st.gatherer = false;
+                return;
+            }
+            seen = Some(st.arrivals);
+        }
+    }
+
+    /// What has gathered becomes a batch: a task submits and follows it.
+    fn send_gathered(self: &Arc<Self>, st: &mut State) {
+        let group = std::mem::take(&mut st.gathering);
+        st.bytes = 0;
+        let mut lines = Vec::with_capacity(group.len());
+        for (key, mut p) in group {
+            p.tries += 1;
+            lines.push((key.clone(), p.hash.clone(), p.line.clone().unwrap_or_default()));
+            st.sent.insert(key, p);
+        }
+        tokio::spawn(self.clone().submit(lines));
+    }
+
+    /// Upload the requests and record the batch in the ledger, then follow it.
+    async fn submit(self: Arc<Self>, lines: Vec<(String, String, Vec<u8>)>) {
+        let keys: Vec<String> = lines.iter().map(|l| l.0.clone()).collect();
+        // Without its key no batch call can succeed: the stage stops at once.
+        if let Err(why) = &self.api.key {
+            return self.fail_all(None, &keys, why);
+        }
+        let file: Vec<u8> = lines.iter().flat_map(|l| l.2.iter().copied()).collect();
+        let file_id = match self.api.upload(file, &self.cancel).await {
+            Ok(id) => id,
+            Err(CallError::Cancelled) => return,
+            Err(CallError::Failed(why)) => return self.unanswered(None, &keys, &why),
+        };
+        let requests: Vec<(String, String)> = lines.into_iter().map(|(k, h, _)| (k, h)).collect();
+        let row = insert_batch(&self.recorder.lock(), [&self.role, &self.stage, &self.api.base, &file_id], &requests);
+        match row {
+            Ok(id) => {
+                self.lock().following.insert(id);
+                self.follow(Row { id, batch_id: None, file_id, resumed: false }, requests).await;
+            }
+            Err(e) => self.fail_all(None, &keys, &format!("ledger: {e:#}")),
+        }
+    }
+
+    /// Follow a batch to its end and answer its requests (`(key, hash)`).
+    async fn follow(self: Arc<Self>, row: Row, requests: Vec<(String, String)>) {
+        let keys: Vec<String> = requests.iter().map(|(k, _)| k.clone()).collect();
+        let ended = async {
+            let row = self.created(row.clone()).await?;
+            let b = self.poll(&row).await?;
+            let (answers, failed) = self.download(&b, &requests).await?;
+            Ok::<_, Stop>((b, answers, failed))
+        }
+        .await;
+        match ended {
+            Ok((b, answers, failed)) => self.ingest(row.id, &b, answers, failed),
+            Err(Stop::Cancelled) => {}
+            Err(Stop::Refused(why)) => {
+                let marked = mark_refused(&self.recorder.lock(), row.id);
+                if let Err(e) = marked {
+                    tracing::warn!("cannot mark a refused batch in the ledger: {e:#}");
+                }
+                self.unanswered(Some(row.id), &keys, &why);
+            }
+            Err(Stop::Setup(why)) => self.fail_all(Some(row.id), &keys, &why),
+        }
+    }
+
+    /// The row's batch, created now unless it has one (or, for a row another process left,
+    /// the batch already made from its file).
+    async fn created(&self, mut row: Row) -> Result<Row, Stop> {
+        if row.batch_id.is_some() {
+            return Ok(row);
+        }
+        let b = match self.api.create(&row.file_id, &self.s.completion_window, row.resumed, &self.cancel).await {
+            Ok(b) => b,
+            Err(CallError::Cancelled) => return Err(Stop::Cancelled),
+            Err(CallError::Failed(why)) => return Err(Stop::Refused(why)),
+        };
+        update_batch(&self.recorder.lock(), row.id, &b, false).map_err(|e| Stop::Setup(format!("ledger: {e:#}")))?;
+        tracing::info!("role `{}`: batch {} of {} requests created", self.role, b.id, b.total);
+        row.batch_id = Some(b.id);
+        Ok(row)
+    }
+
+    /// Poll until the batch has finished, with a progress line of its request counts.
+    async fn poll(&self, row: &Row) -> Result<Remote, Stop> {
+        let id = row.batch_id.clone().unwrap_or_default();
+        let pb = crate::printer::Printer::default().progress(0, "batch");
+        pb.set_message(format!("{id} (role {})", self.role));
+        let mut wait = self.s.poll_s;
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
+                _ = tokio::time::sleep(Duration::from_secs_f64(wait)) => {}
+            }
+            wait = (wait * 1.5).min(self.s.poll_max_s);
+            let b = match self.api.get(&id, &self.cancel).await {
+                Ok(b) => b,
+                Err(CallError::Cancelled) => return Err(Stop::Cancelled),
+                Err(CallError::Failed(why)) => return Err(self.unfollowable(&id, &why)),
+            };
+            pb.set_length(b.total);
+            pb.set_position(b.completed + b.failed);
+            pb.set_message(format!("{id} (role {}): {}", self.role, b.status));
+            update_batch(&self.recorder.lock(), row.id, &b, false)
+                .map_err(|e| Stop::Setup(format!("ledger: {e:#}")))?;
+            if b.finished() {
+                pb.finish_and_clear();
+                let (role, state) = (&self.role, &b.status);
+                tracing::info!("role `{role}`: batch {id} {state}: {} answered, {} failed", b.completed, b.failed);
+                return Ok(b);
+            }
+        }
+    }
+
+    fn unfollowable(&self, id: &str, why: &str) -> Stop {
+        let role = &self.role;
+        Stop::Setup(format!(
+            "batch {id} of role `{role}` cannot be followed now ({why}); it stays in the ledger for a rerun"
+        ))
+    }
+
+    /// The answers (by key) and the unanswered requests of a finished batch, from its
+    /// output and error files; a request with no line in either is unanswered too.
+    async fn download(&self, b: &Remote, requests: &[(String, String)]) -> Result<Downloaded, Stop> {
+        let by_hash: BTreeMap<&str, &str> = requests.iter().map(|(k, h)| (h.as_str(), k.as_str())).collect();
+        let mut answers = Vec::new();
+        let mut failed = BTreeMap::new();
+        for file in [&b.output_file_id, &b.error_file_id].into_iter().flatten() {
+            let bytes = match self.api.content(file, &self.cancel).await {
+                Ok(bytes) => bytes,
+                Err(CallError::Cancelled) => return Err(Stop::Cancelled),
+                Err(CallError::Failed(why)) => return Err(self.unfollowable(&b.id, &why)),
+            };
+            for line in String::from_utf8_lossy(&bytes).lines().filter(|l| !l.trim().is_empty()) {
+                let v: Value = serde_json::from_str(line).unwrap_or(Value::Null);
+                let Some(key) = v["custom_id"].as_str().and_then(|h| by_hash.get(h)) else {
+                    tracing::warn!("batch {}: a line of file {file} names no request of the batch", b.id);
+                    continue;
+                };
+                match self.line_outcome(&v) {
+                    Ok(response) => answers.push((key.to_string(), response)),
+                    Err(f) => {
+                        failed.insert(key.to_string(), f);
+                    }
+                }
+            }
+        }
+        let answered: BTreeSet<&str> = answers.iter().map(|(k, _)| k.as_str()).collect();
+        for (key, _) in requests {
+            if !answered.contains(key.as_str()) && !failed.contains_key(key) {
+                let message =
+                    if b.errors.is_empty() { "no answer in the batch's files".to_string() } else { b.errors.clone() };
+                let f = Failure { status: format!("batch {}", b.status), message, retryable: true };
+                failed.insert(key.clone(), f);
+            }
+        }
+        Ok((answers, failed))
+    }
+
+    /// One line of an output or error file: the chat completion, or why there is none.
+    fn line_outcome(&self, v: &Value) -> Result<Value, Failure> {
+        let mut body = v["response"]["body"].clone();
+        // Stored and shown like a live answer: never with the key in it.
+        self.api.redactor.value(&mut body);
+        let code = v["response"]["status_code"].as_u64();
+        match code {
+            Some(200) if body["choices"][0]["message"].is_object() => Ok(body),
+            Some(200) => Err(Failure {
+                status: "malformed response".into(),
+                message: format!("not a chat completion: {}", truncate(&body.to_string(), 300)),
+                retryable: true,
+            }),
+            Some(c) => Err(Failure {
+                status: format!("HTTP {c}"),
+                message: truncate(&body.to_string(), 500),
+                retryable: u16::try_from(c).is_ok_and(retryable_status),
+            }),
+            None => Err(Failure {
+                status: format!("batch error {}", v["error"]["code"].as_str().unwrap_or("?")),
+                message: truncate(&self.api.redactor.text(v["error"]["message"].as_str().unwrap_or("")), 500),
+                retryable: true,
+            }),
+        }
+    }
+
+    /// Store a finished batch's answers (durable before any call hears of them), then
+    /// answer its requests.
+    fn ingest(
+        self: &Arc<Self>,
+        row: i64,
+        b: &Remote,
+        answers: Vec<(String, Value)>,
+        failed: BTreeMap<String, Failure>,
+    ) {
+        let mut guard = self.lock();
+        let stored = store_answers(&self.recorder.lock(), row, b, &answers);
+        if let Err(e) = stored {
+            let why = format!("cannot store the answers of batch {} in the ledger: {e:#}", b.id);
+            let keys: Vec<String> = answers.into_iter().map(|a| a.0).chain(failed.into_keys()).collect();
+            drop(guard);
+            return self.fail_all(Some(row), &keys, &why);
+        }
+        let st = &mut *guard;
+        st.following.remove(&row);
+        for (key, response) in answers {
+            if let Some(p) = st.sent.remove(&key) {
+                let answer = Outcome::Answer { response, batch: b.id.clone(), tries: p.tries };
+                for w in p.waiters {
+                    let _ = w.send(answer.clone());
+                }
+            }
+        }
+        for (key, f) in failed {
+            if let Some(p) = st.sent.remove(&key) {
+                self.after_failure(st, key, p, &f);
+            }
+        }
+    }
+
+    /// A request its batch did not answer: into the next batch, live, or failed.
+    fn after_failure(self: &Arc<Self>, st: &mut State, key: String, p: Pending, f: &Failure) {
+        // A request of a resumed batch that no call asked for: a call that asks later
+        // sends it anew.
+        if p.waiters.is_empty() || p.line.is_none() {
+            return;
+        }
+        if f.retryable && p.tries <= self.s.resubmits {
+            tracing::info!(
+                "role `{}`: request {} goes into the next batch ({}: {})",
+                self.role,
+                p.hash,
+                f.status,
+                f.message
+            );
+            return self.enqueue(st, key, p);
+        }
+        let outcome = if f.retryable && self.s.live_fallback {
+            Outcome::Live { tries: p.tries }
+        } else {
+            Outcome::Failed { tries: p.tries, status: f.status.clone(), message: f.message.clone() }
+        };
+        for w in p.waiters {
+            let _ = w.send(outcome.clone());
+        }
+    }
+
+    /// Every request of a batch the server would not take goes on as an unanswered one.
+    fn unanswered(self: &Arc<Self>, row: Option<i64>, keys: &[String], why: &str) {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if let Some(row) = row {
+            st.following.remove(&row);
+        }
+        let f = Failure { status: "batch refused".into(), message: why.to_string(), retryable: true };
+        for key in keys {
+            if let Some(p) = st.sent.remove(key) {
+                self.after_failure(st, key.clone(), p, &f);
+            }
+        }
+    }
+
+    /// The calls waiting for these requests fail with `why` (the stage stops).
+    fn fail_all(&self, row: Option<i64>, keys: &[String], why: &str) {
+        let mut st = self.lock();
+        if let Some(row) = row {
+            st.following.remove(&row);
+        }
+        for key in keys {
+            if let Some(p) = st.sent.remove(key) {
+                for w in p.waiters {
+                    let _ = w.send(Outcome::Setup(why.to_string()));
+                }
+            }
+        }
+    }
+}
+
+// ---- the ledger tables ----
+
+/// Record a batch about to be created from a file (`what`: role, stage, base URL, file id),
+/// with its requests `(key, hash)`.
+fn insert_batch(l: &Ledger, what: [&str; 4], requests: &[(String, String)]) -> Result<i64> {
+    let tx = l.connection().unchecked_transaction()?;
+    let now = crate::ledger::now();
+    tx.execute(
+        "INSERT INTO llm_batches(role, stage, base_url, input_file_id, state, requests, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, 'submitting', ?5, ?6, ?6)",
+        params![what[0], what[1], what[2], what[3], requests.len() as i64, now],
+    )?;
+    let id = tx.last_insert_rowid();
+    {
+        let mut ins =
+            tx.prepare_cached("INSERT OR IGNORE INTO llm_batch_requests(batch, key, hash) VALUES (?1, ?2, ?3)")?;
+        for (key, hash) in requests {
+            ins.execute(params![id, key, hash])?;
+        }
+    }
+    tx.commit()?;
+    Ok(id)
+}
+
+fn update_batch(l: &Ledger, id: i64, b: &Remote, done: bool) -> Result<()> {
+    update_row(l.connection(), id, b, done)
+}
+
+fn update_row(c: &Connection, id: i64, b: &Remote, done: bool) -> Result<()> {
+    c.execute(
+        "UPDATE llm_batches SET batch_id = ?2, state = ?3, completed = ?4, failed = ?5, output_file_id = ?6,
+         error_file_id = ?7, updated_at = ?8, done = ?9 WHERE id = ?1",
+        params![
+            id,
+            b.id,
+            b.status,
+            b.completed as i64,
+            b.failed as i64,
+            b.output_file_id,
+            b.error_file_id,
+            crate::ledger::now(),
+            done
+        ],
+    )?;
+    Ok(())
+}
+
+fn mark_refused(l: &Ledger, id: i64) -> Result<()> {
+    l.connection().execute(
+        "UPDATE llm_batches SET state = 'refused', done = 1, updated_at = ?2 WHERE id = ?1",
+        params![id, crate::ledger::now()],
+    )?;
+    Ok(())
+}
+
+/// A finished batch's answers and its final state, in one transaction.
+fn store_answers(l: &Ledger, id: i64, b: &Remote, answers: &[(String, Value)]) -> Result<()> {
+    let tx = l.connection().unchecked_transaction()?;
+    {
+        let mut ins = tx.prepare_cached(
+            "INSERT OR REPLACE INTO llm_batch_results(key, batch, response, recorded_event) VALUES (?1, ?2, ?3, NULL)",
+        )?;
+        for (key, response) in answers {
+            ins.execute(params![key, id, response.to_string()])?;
+        }
+    }
+    update_row(&tx, id, b, true)?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// An answer a batch brought for `key` that no exchange has recorded yet, with the
+/// batch's id.
+fn unrecorded_answer(l: &Ledger, key: &str) -> Result<Option<(String, Value)>> {
+    let row: Option<(String, String)> = l
+        .connection()
+        .query_row(
+            "SELECT COALESCE(b.batch_id, ''), r.response FROM llm_batch_results r JOIN llm_batches b ON b.id = r.batch
+             WHERE r.key = ?1 AND r.recorded_event IS NULL",
+            [key],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    Ok(row.and_then(|(batch, text)| serde_json::from_str(&text).ok().map(|v| (batch, v))))
+}
+
+/// The newest unfinished batch that holds `key`.
+fn unfinished_with(l: &Ledger, key: &str) -> Result<Option<Row>> {
+    Ok(l.connection()
+        .query_row(
+            "SELECT b.id, b.batch_id, b.input_file_id FROM llm_batch_requests q JOIN llm_batches b ON b.id = q.batch
+             WHERE q.key = ?1 AND b.done = 0 ORDER BY b.id DESC LIMIT 1",
+            [key],
+            |r| Ok(Row { id: r.get(0)?, batch_id: r.get(1)?, file_id: r.get(2)?, resumed: true }),
+        )
+        .optional()?)
+}
+
+/// `(key, hash)` of every request of a batch.
+fn batch_requests(l: &Ledger, id: i64) -> Result<Vec<(String, String)>> {
+    let mut st =
+        l.connection().prepare_cached("SELECT key, hash FROM llm_batch_requests WHERE batch = ?1 ORDER BY key")?;
+    let rows = st.query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+// ---- `benchgen llm batches` ----
+
+/// One batch of the project, for `benchgen llm batches`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BatchInfo {
+    /// The provider's id (none while it was being created).
+    pub batch_id: Option<String>,
+    pub role: String,
+    pub stage: String,
+    /// The provider's status (`validating`, `in_progress`, `completed`, `expired`, …), or
+    /// `submitting` (uploaded, not yet created) or `refused`.
+    pub state: String,
+    /// Whether benchgen has taken its answers (or given up on it).
+    pub done: bool,
+    pub requests: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub created_at: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// The answers' tokens at the role's batch prices; none without `prices`.
+    pub cost_usd: Option<f64>,
+}
+
+/// Every batch in the project's ledger, oldest first.
+pub fn list(settings: &Settings) -> Result<Vec<BatchInfo>> {
+    let Some(l) = Ledger::open_existing(&settings.artifacts)? else { return Ok(Vec::new()) };
+    let c = l.connection();
+    let tables = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'llm_batches'";
+    let exists: i64 = c.query_row(tables, [], |r| r.get(0))?;
+    if exists == 0 {
+        return Ok(Vec::new());
+    }
+    let mut st = c.prepare(
+        "SELECT b.batch_id, b.role, b.stage, b.state, b.done, b.requests, b.completed, b.failed, b.created_at,
+                CAST(COALESCE(SUM(json_extract(r.response, '$.usage.prompt_tokens')), 0) AS INTEGER),
+                CAST(COALESCE(SUM(json_extract(r.response, '$.usage.completion_tokens')), 0) AS INTEGER)
+         FROM llm_batches b LEFT JOIN llm_batch_results r ON r.batch = b.id GROUP BY b.id ORDER BY b.id",
+    )?;
+    let n = |r: &rusqlite::Row, i: usize| r.get::<_, i64>(i).map(|v| v.max(0) as u64);
+    let rows = st.query_map([], |r| {
+        Ok(BatchInfo {
+            batch_id: r.get(0)?,
+            role: r.get(1)?,
+            stage: r.get(2)?,
+            state: r.get(3)?,
+            done: r.get(4)?,
+            requests: n(r, 5)?,
+            completed: n(r, 6)?,
+            failed: n(r, 7)?,
+            created_at: r.get(8)?,
+            prompt_tokens: n(r, 9)?,
+            completion_tokens: n(r, 10)?,
+            cost_usd: None,
+        })
+    })?;
+    let mut out = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    let roles = &settings.section::<super::config::LlmSettings>().roles;
+    for b in &mut out {
+        let prices = roles.get(&b.role).and_then(|r| r.prices);
+        b.cost_usd = prices.map(|p| p.cost(b.prompt_tokens, b.completion_tokens, true));
+    }
+    Ok(out)
+}
+
+pub fn render(rows: &[BatchInfo]) -> String {
+    if rows.is_empty() {
+        return "no batch jobs in the ledger\n".into();
+    }
+    let wb = rows.iter().map(|r| r.batch_id.as_deref().unwrap_or("-").len()).chain([5]).max().unwrap_or(5);
+    let ws = rows.iter().map(|r| r.stage.len()).chain([5]).max().unwrap_or(5);
+    let wr = rows.iter().map(|r| r.role.len()).chain([4]).max().unwrap_or(4);
+    let wt = rows.iter().map(|r| r.state.len()).chain([5]).max().unwrap_or(5);
+    let line = |c: [&str; 10]| {
+        format!(
+            "{:<wb$} {:<ws$} {:<wr$} {:<wt$} {:<5} {:>8} {:>9} {:>6} {:>9}  {}\n",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9]
+        )
+    };
+    let mut out =
+        line(["batch", "stage", "role", "state", "taken", "requests", "completed", "failed", "cost_usd", "created"]);
+    for r in rows {
+        let cost = r.cost_usd.map(|c| format!("{c:.4}")).unwrap_or_else(|| "-".into());
+        let nums = [r.requests, r.completed, r.failed].map(|n| n.to_string());
+        let taken = if r.done { "yes" } else { "no" };
+        let (id, at) = (r.batch_id.as_deref().unwrap_or("-"), r.created_at.as_str());
+        out.push_str(&line([id, &r.stage, &r.role, &r.state, taken, &nums[0], &nums[1], &nums[2], &cost, at]));
+    }
+    out
+}

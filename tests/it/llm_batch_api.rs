@@ -1,0 +1,303 @@
+//! A role in `mode = "batch"` (`llm::batch_api`, OpenAI batch jobs) through the `benchgen`
+//! binary, with the filter's classifier against a loopback stand-in of the files and
+//! batches endpoints (`support::batch_api`): delays, failed lines, an expired batch and cut
+//! connections end in the same artifacts as a live run, with every exchange once in the
+//! ledger and a rerun that asks nothing; a run killed while it polls is followed up by the
+//! next one, which submits nothing twice.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::batch_api::{BatchApi, Faults, Pick};
+use crate::support::scripted_llm::{Answer, Seen};
+use serde_json::{Value, json};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The batch knobs of the tests: a short gathering and quick polls.
+const BATCH: &str = r#"mode = "batch"
+prices = { prompt = 2.0, completion = 8.0, batch_prompt = 1.0, batch_completion = 4.0 }
+[llm.roles.c.batch]
+gather_ms = 150
+poll_s = 0.05
+poll_max_s = 0.2
+"#;
+
+/// A temp project filtering the demo registry with an `ask` rule on `get_*` tools, decided
+/// by role `c` at `base_url`; `role` adds lines to the role (last in the file, so it may
+/// open the role's `batch` table).
+fn project(base_url: &str, role: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("pipeline")).unwrap();
+    std::fs::write(
+        dir.path().join("pipeline/t.toml"),
+        format!(
+            r#"[registry]
+source = "{}"
+[filter]
+classifier_role = "c"
+[[filter.rules]]
+id = "ask-getters"
+target = "tool"
+class = "custom"
+reason = "getters may be trivial"
+name = ['^get_']
+action = "ask"
+[llm.roles.c]
+provider = "vllm"
+base_url = "{base_url}"
+model = "scripted"
+temperature = 0.0
+seed = 3
+backoff_ms = 10
+max_concurrency = 1
+{role}
+"#,
+            repo().join("raw/demo/registry.json").display()
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+fn benchgen(dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_benchgen"));
+    c.current_dir(dir)
+        .env("BENCHGEN_NO_PROGRESS", "1")
+        .env_remove("BENCHGEN_LLM_MODE")
+        .env_remove("BENCHGEN_FAIL_AT")
+        .arg("--config")
+        .arg("pipeline/t.toml")
+        .args(args);
+    c
+}
+
+/// Run benchgen to its end, at most two minutes (a hang fails the test): success, stdout,
+/// stderr.
+fn run(dir: &Path, args: &[&str]) -> (bool, String, String) {
+    let (out, err) = (dir.join("stdout.txt"), dir.join("stderr.txt"));
+    let mut child = benchgen(dir, args)
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("benchgen {args:?} did not end in 120 s: {}", std::fs::read_to_string(&err).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    (status.success(), read(&out), read(&err))
+}
+
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let (success, out, err) = run(dir, args);
+    assert!(success, "benchgen {args:?} failed:\n{out}{err}");
+    out
+}
+
+fn json_of(dir: &Path, args: &[&str]) -> Value {
+    serde_json::from_str(&ok(dir, args)).unwrap()
+}
+
+/// Every file of a stage folder; manifests without their run-dependent fields.
+fn stage_files(dir: &Path, stage: &str) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(dir.join("artifacts").join(stage)).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        let mut bytes = std::fs::read(&p).unwrap();
+        if name == "manifest.json" {
+            let mut m: Value = serde_json::from_slice(&bytes).unwrap();
+            for k in ["run_id", "started_at", "finished_at", "duration_ms"] {
+                m.as_object_mut().unwrap().remove(k);
+            }
+            bytes = serde_json::to_vec_pretty(&m).unwrap();
+        }
+        out.insert(name, bytes);
+    }
+    out
+}
+
+/// The payloads of the live (not cached) `llm.exchange` events, oldest first.
+fn live_exchanges(dir: &Path) -> Vec<Value> {
+    let l = benchgen::ledger::Ledger::open(&dir.join("artifacts")).unwrap();
+    let mut st = l.connection().prepare("SELECT payload FROM events WHERE kind = 'llm.exchange' ORDER BY id").unwrap();
+    st.query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|s| serde_json::from_str::<Value>(&s.unwrap()).unwrap())
+        .filter(|p| p["cached"] == false)
+        .collect()
+}
+
+/// Each request hash recorded by exactly one live exchange; their number.
+fn each_exchange_once(dir: &Path) -> usize {
+    let mut by_hash: BTreeMap<String, usize> = BTreeMap::new();
+    for p in live_exchanges(dir) {
+        *by_hash.entry(p["request_hash"].as_str().unwrap().to_string()).or_default() += 1;
+    }
+    assert!(by_hash.values().all(|n| *n == 1), "an exchange recorded twice: {by_hash:#?}");
+    by_hash.len()
+}
+
+fn keep_or_drop(seen: &Seen) -> Answer {
+    if seen.last_user().contains("price") {
+        Answer::json(json!({"reason": "live market data", "verdict": "keep"}))
+    } else {
+        Answer::json(json!({"reason": "not needed", "verdict": "drop"}))
+    }
+}
+
+/// [`keep_or_drop`], but the first answer about `get_astronomy` is prose, so its re-ask
+/// comes in a later round (a later batch).
+fn with_a_reask(seen: &Seen) -> Answer {
+    let text = seen.all_text();
+    if text.contains("`get_astronomy`") && !text.contains("That answer is not valid") {
+        return Answer::text("Let me think about the stars first.");
+    }
+    keep_or_drop(seen)
+}
+
+/// The live run every batch run is compared with: its filter artifacts and its requests.
+fn live_reference(rule: fn(&Seen) -> Answer) -> (BTreeMap<String, Vec<u8>>, usize) {
+    let api = BatchApi::start(rule, Faults::default());
+    let p = project(&api.base_url(), "");
+    ok(p.path(), &["run", "--until", "filter"]);
+    assert!(api.jobs().is_empty() && api.uploads() == 0, "a live role makes no batch");
+    (stage_files(p.path(), "filter"), api.chats())
+}
+
+#[test]
+fn batch_jobs_with_delays_failures_an_expired_batch_and_cut_connections_end_as_a_live_run() {
+    let (want, asked) = live_reference(with_a_reask);
+    let air: Box<Pick> = Box::new(|s: &Seen| s.all_text().contains("`get_air_quality`"));
+    let faults = Faults {
+        polls: 2,
+        fail: Some((air, 2)),
+        expire_first: true,
+        cut_first_create: true,
+        cut_poll: Some(1),
+        hold: false,
+    };
+    let api = BatchApi::start(with_a_reask, faults);
+    let p = project(&api.base_url(), &format!("{BATCH}resubmits = 1\n"));
+    ok(p.path(), &["run", "--until", "filter"]);
+    assert_eq!(stage_files(p.path(), "filter"), want, "the artifacts are byte-identical to the live run's");
+
+    let jobs = api.jobs();
+    let files: BTreeSet<&str> = jobs.iter().map(|j| j.input_file_id.as_str()).collect();
+    assert_eq!(files.len(), jobs.len(), "one batch per file: the create whose answer was cut was adopted");
+    assert_eq!(api.uploads(), jobs.len());
+    assert_eq!(api.cuts(), 2, "the create and the first poll were cut");
+    assert_eq!(jobs[0].status, "expired");
+    assert!(jobs.len() >= 2, "the expired half and the re-ask went into later batches: {jobs:#?}");
+    assert!(jobs.iter().all(|j| j.status == "completed" || j.id == jobs[0].id), "{jobs:#?}");
+    assert_eq!(api.chats(), 1, "the request that failed in two batches (resubmits = 1) went live once");
+
+    // Every exchange once, as many as the live run made; one of them live, after two batches.
+    assert_eq!(each_exchange_once(p.path()), asked);
+    let exchanges = live_exchanges(p.path());
+    let live: Vec<&Value> = exchanges.iter().filter(|e| e.get("batch").is_none()).collect();
+    assert_eq!(live.len(), 1, "{live:#?}");
+    assert_eq!(live[0]["attempts"], 3, "two batches, then one live call");
+    assert!(live[0]["latency_ms"].is_u64());
+    for e in exchanges.iter().filter(|e| e.get("batch").is_some()) {
+        assert!(e.get("latency_ms").is_none(), "a batched answer has no latency of its own: {e}");
+    }
+
+    let rows = json_of(p.path(), &["--json", "llm", "batches"]);
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), jobs.len());
+    assert_eq!(rows[0]["state"], "expired");
+    assert!(rows.iter().all(|r| r["done"] == true), "{rows:#?}");
+
+    // A second run replays every answer from the ledger: not one request.
+    let seen = api.requests().len();
+    ok(p.path(), &["filter", "--force"]);
+    assert_eq!(api.requests().len(), seen, "{:#?}", &api.requests()[seen..]);
+    assert_eq!(stage_files(p.path(), "filter"), want);
+}
+
+#[test]
+fn a_run_killed_while_polling_is_followed_up_by_the_next_without_submitting_twice() {
+    let (want, asked) = live_reference(keep_or_drop);
+    let api = BatchApi::start(keep_or_drop, Faults { hold: true, ..Faults::default() });
+    let p = project(&api.base_url(), BATCH);
+    ok(p.path(), &["registry", "import"]);
+    let mut child = benchgen(p.path(), &["filter"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while api.polls() < 2 {
+        assert!(child.try_wait().unwrap().is_none(), "benchgen ended before it polled its batch");
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no batch was polled within 60 s: {:#?}", api.requests());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(api.jobs().len(), 1);
+    assert!(!p.path().join("artifacts/filter").exists(), "the killed run committed nothing");
+    let rows = json_of(p.path(), &["--json", "llm", "batches"]);
+    assert_eq!(rows[0]["batch_id"], "batch_1", "the batch was in the ledger before it was polled: {rows:#}");
+    assert_eq!(rows[0]["state"], "in_progress");
+    assert_eq!(rows[0]["done"], false);
+
+    api.release();
+    ok(p.path(), &["filter"]);
+    let jobs = api.jobs();
+    assert_eq!(jobs.len(), 1, "the rerun followed the batch it found in the ledger: {jobs:#?}");
+    assert_eq!(api.uploads(), 1, "and uploaded nothing");
+    assert_eq!(api.chats(), 0);
+    assert_eq!(jobs[0].custom_ids().len(), asked);
+    assert_eq!(stage_files(p.path(), "filter"), want, "the artifacts are byte-identical to the live run's");
+    assert_eq!(each_exchange_once(p.path()), asked);
+
+    // Costs at the batch prices: `llm stats` and `llm batches` agree.
+    let stats = json_of(p.path(), &["--json", "llm", "stats", "--stage", "filter"]);
+    let row = &stats[0];
+    assert_eq!((row["calls"].as_u64(), row["batched"].as_u64()), (Some(asked as u64), Some(asked as u64)));
+    let (pt, ct) = (row["prompt_tokens"].as_f64().unwrap(), row["completion_tokens"].as_f64().unwrap());
+    let cost = row["cost_usd"].as_f64().unwrap();
+    assert!((cost - (pt * 1.0 + ct * 4.0) / 1e6).abs() < 1e-12, "{cost}");
+    let rows = json_of(p.path(), &["--json", "llm", "batches"]);
+    assert_eq!(rows[0]["done"], true);
+    assert!((rows[0]["cost_usd"].as_f64().unwrap() - cost).abs() < 1e-12, "{rows:#}");
+}
+
+#[test]
+fn llm_ping_calls_a_batch_role_live_and_batch_settings_are_checked_at_load() {
+    let api = BatchApi::start(|_: &Seen| Answer::json(json!({"sum": 42})), Faults::default());
+    let p = project(&api.base_url(), BATCH);
+    ok(p.path(), &["llm", "ping"]);
+    assert_eq!((api.chats(), api.uploads()), (1, 0), "a ping checks the live path: {:#?}", api.requests());
+
+    let dir = tempfile::tempdir().unwrap();
+    let load = |role: &str| {
+        let path = dir.path().join("pipeline/t.toml");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, format!("[llm.roles.r]\n{role}\n")).unwrap();
+        format!("{:#}", benchgen::settings::Settings::load(&path).unwrap_err())
+    };
+    let e = load("provider = \"local\"\nmode = \"batch\"");
+    assert!(e.contains("llm.roles.r") && e.contains("provider `local` has none"), "{e}");
+    let e = load(concat!(
+        "provider = \"vllm\"\nmodel = \"m\"\nmode = \"batch\"\n",
+        "[llm.roles.r.batch]\npoll_s = 0.0\nmax_requests = 0"
+    ));
+    assert!(e.contains("llm.roles.r.batch") && e.contains("`poll_s`") && e.contains("`max_requests`"), "{e}");
+    let e = load("provider = \"vllm\"\nmodel = \"m\"\nmode = \"sometimes\"");
+    assert!(e.contains("sometimes"), "{e}");
+}
