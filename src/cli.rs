@@ -77,6 +77,11 @@ pub struct GlobalArgs {
     /// on a miss.
     #[arg(long, global = true, value_enum, default_value = "cached", env = "BENCHGEN_LLM_MODE")]
     pub llm_mode: crate::llm::LlmMode,
+    /// Send the LLM requests of every role whose provider is not `local` as OpenAI batch
+    /// jobs, as `mode = "batch"` would (its `[llm.roles.NAME.batch]` knobs apply); changes
+    /// no answer and no config hash. See docs/llm-batch-api.md.
+    #[arg(long, global = true)]
+    pub batch: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -211,11 +216,13 @@ pub enum ReleaseCommand {
     /// `croissant.json` must list every file with its sha256, and `servers.json` (the MCP
     /// servers the samples were executed against, pinned) must parse. With `--servers`, each
     /// pinned server is started again and every tool added, removed or changed since the
-    /// release is reported (exit 1): by its recorded start (command and arguments; the values
-    /// of its environment variables come from the variables of the same names), or, with an
-    /// explicit `--config`, by the configured server of the same name. Servers with nothing
-    /// to start (benchgen's in-process sandbox, a registry snapshot's server) are warned
-    /// about unless the config names one. Each start and listing has a deadline (`[mcp]
+    /// release is reported (exit 1): with an explicit `--config`, by the configured server of
+    /// the same name; else by its recorded start. A recorded URL is connected to. A recorded
+    /// stdio command (or a URL naming `${VAR}`s) comes from a folder anyone may have crafted:
+    /// it is printed and skipped (a warning) unless `--trust-recorded-starts` is given, after
+    /// reading it. Servers with nothing to start (benchgen's in-process sandbox, a registry
+    /// snapshot's server, a start whose credential was redacted at release) are warned about
+    /// unless the config names one. Each start and listing has a deadline (`[mcp]
     /// startup_timeout_secs`, `list_timeout_secs`: 30 s and 120 s by default).
     Verify(ReleaseVerifyArgs),
 }
@@ -228,6 +235,13 @@ pub struct ReleaseVerifyArgs {
     /// or changed since the release (with `--json`: per server, even when it fails).
     #[arg(long)]
     pub servers: bool,
+    /// With `--servers`: run the stdio commands `servers.json` records (and connect to its
+    /// URLs that name `${VAR}`s), which are otherwise printed and skipped. Read them first: a
+    /// crafted release runs what it likes. A recorded command runs with a cleared
+    /// environment: only `PATH` and `HOME` (to find and run `npx`, `uvx`, `node`) and the
+    /// variables its pin names, each with the value of the variable of the same name here.
+    #[arg(long, requires = "servers")]
+    pub trust_recorded_starts: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -245,6 +259,34 @@ pub enum LlmCommand {
     /// request counts, cost at the role's batch prices (when it has `prices`) and when it was
     /// created. Reads `artifacts/ledger.sqlite`; writes nothing.
     Batches,
+    /// Write the requests a stage would send through its `mode = "batch"` roles and the
+    /// ledger cannot answer, as a batch input file for an offline engine (`vllm run-batch
+    /// -i FILE -o OUT`): `custom_id` is the request hash. Runs the stage (its upstream must
+    /// be done) up to its first round, which is all that can be exported: import the
+    /// answers, then run the stage again or export its next round. Records the export in
+    /// the ledger (`benchgen llm batches`); writes no stage artifacts.
+    BatchExport(BatchExportArgs),
+    /// Take an offline engine's batch output file (`vllm run-batch -o OUT`) into the
+    /// ledger, as a downloaded batch output is: the stage then answers those requests from
+    /// the ledger without a request. Every `custom_id` must be a request of a `benchgen llm
+    /// batch-export`.
+    BatchImport(BatchImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BatchExportArgs {
+    /// The stage whose requests to export.
+    #[arg(long, value_name = "STAGE")]
+    pub stage: String,
+    /// The file to write (default `artifacts/llm/batch-export-STAGE.jsonl`).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct BatchImportArgs {
+    /// The engine's output file (JSONL, OpenAI batch output format).
+    pub file: PathBuf,
 }
 
 #[derive(Debug, Args)]

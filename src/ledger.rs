@@ -384,6 +384,27 @@ impl Ledger {
             .optional()?)
     }
 
+    /// Prompt tokens, completion tokens and latency (ms) of the oldest `llm.exchange` event
+    /// with this request hash sent by `role`: zeros without one, or when its payload cannot
+    /// be read, and 0 for a field it lacks (an exchange recorded without usage still counts).
+    pub fn exchange_usage(&self, request_hash: &str, role: &str) -> Result<(u64, u64, f64)> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT json_extract(payload, '$.usage.prompt_tokens'), json_extract(payload, '$.usage.completion_tokens'),
+                    json_extract(payload, '$.latency_ms')
+             FROM events WHERE kind = 'llm.exchange' AND json_extract(payload, '$.request_hash') = ?1
+               AND json_extract(payload, '$.role') = ?2 ORDER BY id LIMIT 1",
+        )?;
+        Ok(stmt
+            .query_row(params![request_hash, role], |row| {
+                Ok((
+                    row.get::<_, Option<u64>>(0)?.unwrap_or(0),
+                    row.get::<_, Option<u64>>(1)?.unwrap_or(0),
+                    row.get::<_, Option<f64>>(2)?.unwrap_or(0.0),
+                ))
+            })
+            .unwrap_or_default())
+    }
+
     /// The newest event of `kind` whose payload has `field` (top level) equal to `value`.
     pub fn newest_with_field(&self, kind: &str, field: &str, value: &str) -> Result<Option<i64>> {
         Ok(self

@@ -67,13 +67,14 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         return benchgen::score::command(&opts, &files, printer);
     }
     // `release verify` reads only the folder it is given; with `--servers`, the servers of an
-    // explicit `--config` stand in for the recorded starts of the pins of their names.
+    // explicit `--config` stand in for the recorded starts of the pins of their names, and a
+    // recorded stdio start runs only with `--trust-recorded-starts`.
     if let Command::Release(benchgen::cli::ReleaseArgs {
         command: Some(benchgen::cli::ReleaseCommand::Verify(a)),
         ..
     }) = &cli.command
     {
-        let live = benchgen::release::servers::Live::from_args(a.servers, &cli.global.config)?;
+        let live = benchgen::release::servers::Live::from_args(a.servers, a.trust_recorded_starts, &cli.global.config)?;
         return benchgen::release::verify::command(&a.dir, live.as_ref(), printer);
     }
     // `init` writes a project; it needs none.
@@ -126,6 +127,7 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         _ => Settings::load(&config)?,
     };
     settings.llm_mode = cli.global.llm_mode;
+    settings.llm_batch = cli.global.batch;
     // The stage a command runs on its own, configured by its flags.
     let single = stage_command(&cli.command)?;
     // The pipeline is checked on every load (roles, prompts, servers, reads, ranges), so
@@ -222,6 +224,24 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Command::Llm(LlmCommand::Batches) => {
             let rows = llm::batch_api::list(&settings)?;
             printer.summary(&llm::batch_api::render(&rows), &rows);
+            Ok(())
+        }
+        Command::Llm(LlmCommand::BatchExport(a)) => {
+            let exported = stages::get(&a.stage)?;
+            let default = settings.artifacts.join("llm").join(format!("batch-export-{}.jsonl", a.stage));
+            let out = a.out.clone().unwrap_or(default);
+            // Not `--force`: a stage that is up to date needs no request, and its file is empty.
+            let r = llm::batch_api::export(&settings, &out, || {
+                exported.prepare(&settings, printer)?;
+                let states = pipeline::states(&settings);
+                stage::execute(&settings, printer, exported.as_ref(), false, &states).map(|_| ())
+            })?;
+            printer.summary(&llm::batch_api::render_export(&r), &r);
+            Ok(())
+        }
+        Command::Llm(LlmCommand::BatchImport(a)) => {
+            let r = llm::batch_api::import(&settings, &a.file)?;
+            printer.summary(&llm::batch_api::render_import(&r), &r);
             Ok(())
         }
         Command::Mcp(McpCommand::Tools(a)) => mcp::commands::tools(&settings, printer, &a.server),

@@ -252,6 +252,9 @@ pub struct Settings {
     pub artifacts: PathBuf,
     /// How LLM calls use the ledger cache (`--llm-mode`; not part of any config hash).
     pub llm_mode: LlmMode,
+    /// `--batch`: every role whose provider is not `local` runs as `mode = "batch"` (a load
+    /// knob, in no config hash).
+    pub llm_batch: bool,
     /// How the runner hashes the roles and prompt templates a stage names.
     pub hashes: NameHashes,
     /// Every stage's name in pipeline order (set at load by the stage list, so a stage that
@@ -375,6 +378,7 @@ impl Settings {
             root,
             artifacts,
             llm_mode: Default::default(),
+            llm_batch: false,
             hashes,
             stage_order: Vec::new(),
         })

@@ -543,12 +543,6 @@ impl Usage {
 
 pub fn usage(artifacts: &std::path::Path, runs: &Runs) -> Result<Usage> {
     let ledger = crate::ledger::Ledger::open(artifacts)?;
-    let mut stmt = ledger.connection().prepare(
-        "SELECT json_extract(payload, '$.usage.prompt_tokens'), json_extract(payload, '$.usage.completion_tokens'),
-                json_extract(payload, '$.latency_ms')
-         FROM events WHERE kind = 'llm.exchange' AND json_extract(payload, '$.request_hash') = ?1
-           AND json_extract(payload, '$.role') = ?2 ORDER BY id LIMIT 1",
-    )?;
     let mut seen: BTreeMap<String, (u64, u64, f64)> = BTreeMap::new();
     let mut out = Usage::default();
     for (k, r) in &runs.records {
@@ -560,15 +554,7 @@ pub fn usage(artifacts: &std::path::Path, runs: &Runs) -> Result<Usage> {
             let u = match seen.get(&seen_key) {
                 Some(u) => *u,
                 None => {
-                    let u = stmt
-                        .query_row([x.as_str(), r.agent.as_str()], |row| {
-                            Ok((
-                                row.get::<_, Option<u64>>(0)?.unwrap_or(0),
-                                row.get::<_, Option<u64>>(1)?.unwrap_or(0),
-                                row.get::<_, Option<f64>>(2)?.unwrap_or(0.0),
-                            ))
-                        })
-                        .unwrap_or_default();
+                    let u = ledger.exchange_usage(x, &r.agent)?;
                     seen.insert(seen_key, u);
                     u
                 }

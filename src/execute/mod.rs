@@ -52,6 +52,20 @@ enum Source {
     Chains,
 }
 
+/// What `execute` takes from `[synth]`, read here only: whether synthesis feeds it chain
+/// queries, the role that runs them, and the server they run against (`None`: the domain
+/// sandbox serving the log catalog).
+struct SynthView {
+    enabled: bool,
+    assistant_role: String,
+    server: Option<String>,
+}
+
+fn synth_view(settings: &Settings) -> SynthView {
+    let synth = crate::synth::settings(settings);
+    SynthView { enabled: crate::synth::enabled(settings), assistant_role: synth.assistant_role, server: synth.server }
+}
+
 impl ExecuteStage {
     fn source(&self, settings: &Settings) -> Result<Source> {
         let q = self
@@ -60,7 +74,7 @@ impl ExecuteStage {
             .or_else(|| settings.section::<ExecuteSettings>().queries.as_ref().map(|p| settings.resolve(p)));
         match q {
             Some(q) => Ok(Source::File(crate::settings::normalize(&q))),
-            None if crate::synth::enabled(settings) => Ok(Source::Chains),
+            None if synth_view(settings).enabled => Ok(Source::Chains),
             None => Err(crate::error::UsageError(
                 "no queries: pass `--queries FILE`, set `execute.queries`, or configure `[synth]` so `synth chains` writes them"
                     .into(),
@@ -122,12 +136,12 @@ impl Stage for ExecuteStage {
 
     /// Part of `run` when the config names a queries file, or synthesis writes chain queries.
     fn enabled(&self, settings: &Settings) -> bool {
-        settings.section::<ExecuteSettings>().queries.is_some() || crate::synth::enabled(settings)
+        settings.section::<ExecuteSettings>().queries.is_some() || synth_view(settings).enabled
     }
 
     fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
         if self.on_chains(settings) {
-            vec![ConfigRef::new("synth.assistant_role", &crate::synth::settings(settings).assistant_role)]
+            vec![ConfigRef::new("synth.assistant_role", &synth_view(settings).assistant_role)]
         } else {
             vec![ConfigRef::new("execute.role", &settings.section::<ExecuteSettings>().role)]
         }
@@ -141,7 +155,7 @@ impl Stage for ExecuteStage {
                 .and_then(|b| parse_queries(&b, &settings.display_path(&path)).ok())
                 .map(|q| (q.len() as u64, "queries".to_string())),
             Ok(Source::Chains) => {
-                agent.role = crate::synth::settings(settings).assistant_role;
+                agent.role = synth_view(settings).assistant_role;
                 crate::synth::chains::chain_bound(settings).map(|(n, basis)| (n, format!("chain queries ({basis})")))
             }
             Err(_) => None,
@@ -164,8 +178,9 @@ impl Stage for ExecuteStage {
     fn servers(&self, settings: &Settings) -> Vec<ConfigRef> {
         let names = settings.section::<ExecuteSettings>().servers.iter().enumerate();
         let mut out: Vec<ConfigRef> = names.map(|(i, n)| ConfigRef::new(format!("execute.servers[{i}]"), n)).collect();
-        if crate::synth::enabled(settings) {
-            out.extend(crate::synth::settings(settings).server.iter().map(|n| ConfigRef::new("synth.server", n)));
+        let synth = synth_view(settings);
+        if synth.enabled {
+            out.extend(synth.server.iter().map(|n| ConfigRef::new("synth.server", n)));
         }
         out
     }
@@ -198,10 +213,9 @@ impl Stage for ExecuteStage {
                 Ok(Plan { inputs: vec![path], config_hash: hash })
             }
             Source::Chains => {
-                let synth = crate::synth::settings(settings);
                 let hash = crate::settings::section_hash(&json!({
                     "execute": settings.section::<ExecuteSettings>(),
-                    "role": synth.assistant_role,
+                    "role": synth_view(settings).assistant_role,
                     "servers": crate::synth::server_hash_part(settings)?,
                 }))?;
                 Ok(Plan { inputs: vec![], config_hash: hash })
@@ -217,12 +231,12 @@ impl Stage for ExecuteStage {
         let queries = match &source {
             Source::File(path) => parse_queries(inputs.bytes(path)?, &settings.display_path(path))?,
             Source::Chains => {
-                agent.role = crate::synth::settings(settings).assistant_role;
+                agent.role = synth_view(settings).assistant_role;
                 parse_queries(inputs.bytes_of(&crate::synth::chains::QUERIES)?, "synth-chains/queries.jsonl")?
             }
         };
         // The domain sandbox answers from the logs: read them only when it is used.
-        let (tools, sessions) = if source == Source::Chains && crate::synth::settings(settings).server.is_none() {
+        let (tools, sessions) = if source == Source::Chains && synth_view(settings).server.is_none() {
             if !inputs.has(&crate::logs::import::CATALOG) || !inputs.has(&crate::logs::import::SESSIONS) {
                 return Err(crate::error::hinted(
                     "`execute` on chain queries serves the log catalog, and `logs import` has not written it",

@@ -1084,7 +1084,11 @@ impl PlanChecks {
         outcome: Result<(&Again, PlanCheck, usize), &str>,
     ) -> Checked {
         self.asked_again += 1;
-        self.tally(&first.decisions);
+        // The funnel counts each step once: the new query's decisions when it was written,
+        // else the first's (they are kept under `asked_again` either way).
+        if outcome.is_err() {
+            self.tally(&first.decisions);
+        }
         let reason = fewer_reason(&first);
         let prefix = format!("plan does not fit L{level}: ");
         let shape = |r: &str| r.strip_prefix(prefix.as_str()).unwrap_or(r).to_string();

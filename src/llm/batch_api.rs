@@ -32,6 +32,13 @@
 //!   and batches endpoints (408, 409, 429, 5xx, connection errors). A poll or download that
 //!   still fails stops the stage; its batch stays unfinished in the ledger and a rerun
 //!   goes on with it.
+//! * **Offline engines** ([`offline`]): `benchgen llm batch-export` keeps a stage's first
+//!   round in a file for `vllm run-batch` instead of sending it, and `benchgen llm
+//!   batch-import` ingests the engine's output file as a downloaded one is.
+
+mod offline;
+
+pub use offline::{ExportReport, ImportReport, export, import, render_export, render_import};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -440,6 +447,8 @@ struct Row {
 pub(crate) struct BatchJobs {
     role: String,
     stage: String,
+    /// An export run: rounds go to [`offline`]'s file instead of the server.
+    export: bool,
     s: BatchSettings,
     api: Api,
     recorder: Arc<Recorder>,
@@ -459,6 +468,7 @@ impl BatchJobs {
         Ok(Arc::new(BatchJobs {
             role: role.to_string(),
             stage: stage.to_string(),
+            export: offline::exporting(),
             s: settings.batch.clone(),
             api: Api::new(settings)?,
             recorder,
@@ -563,8 +573,10 @@ impl BatchJobs {
     /// Add a request to the next batch; a full one is sent first.
     fn enqueue(self: &Arc<Self>, st: &mut State, key: String, p: Pending) {
         let len = p.line.as_ref().map_or(0, |l| l.len() as u64);
-        if !st.gathering.is_empty() && (st.gathering.len() >= self.s.max_requests || st.bytes + len > self.s.max_bytes)
-        {
+        let full = st.gathering.len() >= self.s.max_requests || st.bytes + len > self.s.max_bytes;
+        // An exported round stays one file: `vllm run-batch` has no such limits, and a part
+        // sent early would stop the stage before the rest of the round had asked.
+        if !self.export && !st.gathering.is_empty() && full {
             self.send_gathered(st);
         }
         st.arrivals += 1;
@@ -617,6 +629,9 @@ impl BatchJobs {
 
     /// Upload the requests and record the batch in the ledger, then follow it.
     async fn submit(self: Arc<Self>, lines: Vec<(String, String, Vec<u8>)>) {
+        if self.export {
+            return self.export_round(lines);
+        }
         let keys: Vec<String> = lines.iter().map(|l| l.0.clone()).collect();
         // Without its key no batch call can succeed: the stage stops at once.
         if let Err(why) = &self.api.key {
@@ -737,7 +752,7 @@ impl BatchJobs {
                     tracing::warn!("batch {}: a line of file {file} names no request of the batch", b.id);
                     continue;
                 };
-                match self.line_outcome(&v) {
+                match line_outcome(&self.api.redactor, &v) {
                     Ok(response) => answers.push((key.to_string(), response)),
                     Err(f) => {
                         failed.insert(key.to_string(), f);
@@ -757,32 +772,47 @@ impl BatchJobs {
         Ok((answers, failed))
     }
 
-    /// One line of an output or error file: the chat completion, or why there is none.
-    fn line_outcome(&self, v: &Value) -> Result<Value, Failure> {
-        let mut body = v["response"]["body"].clone();
-        // Stored and shown like a live answer: never with the key in it.
-        self.api.redactor.value(&mut body);
-        let code = v["response"]["status_code"].as_u64();
-        match code {
-            Some(200) if body["choices"][0]["message"].is_object() => Ok(body),
-            Some(200) => Err(Failure {
-                status: "malformed response".into(),
-                message: format!("not a chat completion: {}", truncate(&body.to_string(), 300)),
-                retryable: true,
-            }),
-            Some(c) => Err(Failure {
-                status: format!("HTTP {c}"),
-                message: truncate(&body.to_string(), 500),
-                retryable: u16::try_from(c).is_ok_and(retryable_status),
-            }),
-            None => Err(Failure {
-                status: format!("batch error {}", v["error"]["code"].as_str().unwrap_or("?")),
-                message: truncate(&self.api.redactor.text(v["error"]["message"].as_str().unwrap_or("")), 500),
-                retryable: true,
-            }),
-        }
+    /// Keep a round for the export file instead of sending it; its calls then stop the
+    /// stage (a setup error: no artifacts), as only a first round can be exported.
+    fn export_round(&self, lines: Vec<(String, String, Vec<u8>)>) {
+        let keys: Vec<String> = lines.iter().map(|l| l.0.clone()).collect();
+        let n = lines.len();
+        offline::keep(&self.role, &self.stage, &self.api.base, lines);
+        let why = format!(
+            "{n} requests of role `{}` exported, not answered: a batch-export run stops after its first round",
+            self.role
+        );
+        self.fail_all(None, &keys, &why);
     }
+}
 
+/// One line of an output or error file: the chat completion, or why there is none.
+fn line_outcome(redactor: &Redactor, v: &Value) -> Result<Value, Failure> {
+    let mut body = v["response"]["body"].clone();
+    // Stored and shown like a live answer: never with the key in it.
+    redactor.value(&mut body);
+    let code = v["response"]["status_code"].as_u64();
+    match code {
+        Some(200) if body["choices"][0]["message"].is_object() => Ok(body),
+        Some(200) => Err(Failure {
+            status: "malformed response".into(),
+            message: format!("not a chat completion: {}", truncate(&body.to_string(), 300)),
+            retryable: true,
+        }),
+        Some(c) => Err(Failure {
+            status: format!("HTTP {c}"),
+            message: truncate(&body.to_string(), 500),
+            retryable: u16::try_from(c).is_ok_and(retryable_status),
+        }),
+        None => Err(Failure {
+            status: format!("batch error {}", v["error"]["code"].as_str().unwrap_or("?")),
+            message: truncate(&redactor.text(v["error"]["message"].as_str().unwrap_or("")), 500),
+            retryable: true,
+        }),
+    }
+}
+
+impl BatchJobs {
     /// Store a finished batch's answers (durable before any call hears of them), then
     /// answer its requests.
     fn ingest(

@@ -393,7 +393,9 @@ impl LlmClient {
         let cancel = transport::interrupt_token().child_token();
         for (key, members) in groups {
             for (name, r) in members {
-                let jobs = (batch && r.mode == RoleMode::Batch)
+                // `--batch` puts every role with a server batch API into batch mode.
+                let batched = r.mode == RoleMode::Batch || (settings.llm_batch && r.provider != Provider::Local);
+                let jobs = (batch && batched)
                     .then(|| batch_api::BatchJobs::new(name, stage, r, recorder.clone(), cancel.clone()))
                     .transpose()?;
                 roles.insert(

@@ -367,7 +367,8 @@ impl McpClient {
                     .open(&log)
                     .map_err(|e| fail(format!("cannot open `{}`: {e}", log.display())))?;
                 let start = file.metadata().map(|m| m.len()).unwrap_or(0);
-                let (mut child, out, inp) = stdio::spawn(&command, &args, &env, cwd.as_deref(), file)
+                let clear = self.spec.env_clear;
+                let (mut child, out, inp) = stdio::spawn(&command, &args, &env, clear, cwd.as_deref(), file)
                     .map_err(|e| fail(format!("cannot spawn `{command}`: {e}")))?;
                 let transport = StdioTransport::new(out, inp, self.opts.max_message_bytes, link.clone());
                 let started = tokio::time::timeout(

@@ -153,6 +153,12 @@ pub struct ServerSpec {
     pub lifecycle: Lifecycle,
     #[serde(default)]
     pub tool_ids: ToolIds,
+    /// Spawn the server with none of benchgen's environment but `PATH` and `HOME`
+    /// ([`super::stdio::INHERITED_ENV`]) and the variables of `env`: set for a start read
+    /// from a release (`release verify --servers`), whose command the user did not configure.
+    /// Never read from a config.
+    #[serde(skip)]
+    pub env_clear: bool,
 }
 
 /// The transport a spec selects.

@@ -7,8 +7,10 @@
 //! A pin holds how the server was started (a spawned command with its arguments as
 //! configured, `${VAR}` references unexpanded; a URL; or benchgen's in-process sandbox) with
 //! only the *names* of its environment variables and headers, never a value (they hold
-//! secrets); the npm or PyPI package and exact version where the start names one or the
-//! install it runs from tells it; the protocol version and `serverInfo` of the handshake;
+//! secrets), and with any credential written literally in an argument or the URL replaced by
+//! `***` ([`Start::redact`]: a release is published, a config is not); the npm or PyPI
+//! package and exact version where the start names one or the install it runs from tells it;
+//! the protocol version and `serverInfo` of the handshake;
 //! and hashes of its `tools/list`: one of the whole list and, per tool, one of its input
 //! schema and one of its definition (name, description, input and output schema). Each
 //! hash is the sha256 of canonical JSON (object keys sorted at every level), so a server
@@ -37,12 +39,19 @@ pub enum Start {
         env: Vec<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cwd: Option<PathBuf>,
+        /// A literal credential of `args` was replaced by `***`: starting it again needs the
+        /// user's own value.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        redacted: bool,
     },
     /// Streamable HTTP: the URL as configured and the names of the headers sent.
     Http {
         url: String,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         headers: Vec<String>,
+        /// A literal credential of `url` (userinfo, a query value) was replaced by `***`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        redacted: bool,
     },
     /// benchgen's sandbox served inside the process that executed (the domain sandbox over
     /// the log catalog): there is nothing to start again.
@@ -52,17 +61,20 @@ pub enum Start {
 impl Start {
     /// A spec that starts the server again: the same command, arguments and folder, or URL.
     /// Each environment variable takes its value from the variable of that name where it
-    /// is started (as `${NAME}` in a config); no header is sent. `None` for the in-process
-    /// sandbox.
+    /// is started (as `${NAME}` in a config); no header is sent. The command comes from a
+    /// release, not from the user's config, so it gets no other variable of the verifier's
+    /// environment but `PATH` and `HOME` ([`crate::mcp::stdio::INHERITED_ENV`]). `None` for
+    /// the in-process sandbox.
     pub fn spec(&self, lifecycle: Lifecycle, tool_ids: ToolIds) -> Option<ServerSpec> {
         match self {
-            Start::Stdio { command, args, env, cwd } => Some(ServerSpec {
+            Start::Stdio { command, args, env, cwd, .. } => Some(ServerSpec {
                 command: Some(command.clone()),
                 args: args.clone(),
                 env: env.iter().map(|k| (k.clone(), format!("${{{k}}}"))).collect(),
                 cwd: cwd.clone(),
                 lifecycle,
                 tool_ids,
+                env_clear: true,
                 ..Default::default()
             }),
             Start::Http { url, .. } => {
@@ -71,6 +83,171 @@ impl Start {
             Start::InProcess => None,
         }
     }
+
+    /// Whether a literal credential was replaced by `***` in it.
+    pub fn redacted(&self) -> bool {
+        matches!(self, Start::Stdio { redacted: true, .. } | Start::Http { redacted: true, .. })
+    }
+
+    /// The same start with every credential written literally in its arguments or URL
+    /// replaced by `***` (`redact_args`, `redact_url`), marked `redacted` when one was.
+    pub fn redact(self) -> Start {
+        match self {
+            Start::Stdio { command, args, env, cwd, redacted } => {
+                let (args, any) = redact_args(&args);
+                Start::Stdio { command, args, env, cwd, redacted: redacted || any }
+            }
+            Start::Http { url, headers, redacted } => {
+                let (url, any) = redact_url(&url);
+                Start::Http { url, headers, redacted: redacted || any }
+            }
+            Start::InProcess => Start::InProcess,
+        }
+    }
+
+    /// A stdio start's command line as a person reads it before letting it run: the command
+    /// and its arguments (each holding a space, a quote or a control character quoted and
+    /// escaped, so nothing is hidden), the names of the variables it gets and its folder.
+    pub fn command_line(&self) -> Option<String> {
+        let Start::Stdio { command, args, env, cwd, .. } = self else { return None };
+        let words: Vec<String> =
+            std::iter::once(command.as_str()).chain(args.iter().map(String::as_str)).map(shown).collect();
+        let mut line = words.join(" ");
+        if !env.is_empty() {
+            line.push_str(&format!(" (env: {})", env.join(", ")));
+        }
+        if let Some(dir) = cwd {
+            line.push_str(&format!(" (in {})", shown(&dir.display().to_string())));
+        }
+        Some(line)
+    }
+}
+
+/// `s` as is, or quoted and escaped when it is empty or holds a space, a quote, a backslash
+/// or a control character (which could rewrite the terminal line it is printed on).
+pub fn shown(s: &str) -> String {
+    let plain =
+        !s.is_empty() && !s.chars().any(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\\' | '\''));
+    if plain { s.to_string() } else { format!("{s:?}") }
+}
+
+/// What stands for a redacted credential.
+pub const REDACTED: &str = "***";
+
+/// Words of an option or variable name (split at `-`, `_` and `.`, lowercased) that say its
+/// value is a credential.
+const SECRET_WORDS: &[&str] = &[
+    "token",
+    "key",
+    "apikey",
+    "password",
+    "passwd",
+    "pass",
+    "pwd",
+    "secret",
+    "credential",
+    "credentials",
+    "auth",
+    "bearer",
+    "cookie",
+];
+
+/// Whether an option (`--api-key`) or variable (`GITHUB_TOKEN`) name holds a credential.
+fn secret_name(name: &str) -> bool {
+    let name = name.trim_start_matches('-');
+    !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name.to_ascii_lowercase().split(['-', '_', '.']).any(|w| SECRET_WORDS.contains(&w))
+}
+
+/// `--api-key=V` or `API_KEY=V` as its name and value, when the name holds a credential
+/// (`secret-mcp==1.0`, a package and its version, is none).
+fn secret_assignment(a: &str) -> Option<(&str, &str)> {
+    let (name, value) = a.split_once('=')?;
+    let variable = name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    ((name.starts_with('-') || variable) && !value.starts_with('=') && secret_name(name)).then_some((name, value))
+}
+
+/// Whether `s` holds anything besides `${VAR}` references: a reference names a variable of
+/// whoever starts the server, not a secret, and is kept.
+fn literal(s: &str) -> bool {
+    let mut rest = s;
+    while let Some(after) = rest.strip_prefix("${") {
+        match after.find('}') {
+            Some(j) => rest = &after[j + 1..],
+            None => return true,
+        }
+    }
+    !rest.is_empty()
+}
+
+/// `***` for a literal value; a value of `${VAR}` references as is. Also whether it was
+/// replaced.
+fn redact_whole(v: &str) -> (String, bool) {
+    if literal(v) { (REDACTED.to_string(), true) } else { (v.to_string(), false) }
+}
+
+/// Arguments with every literal credential replaced by `***`: the value after an option
+/// named like a secret (`--token V`, `--api-key V`, `--key V`, `--password V`, `--secret V`),
+/// the value of `--api-key=V` or `API_KEY=V`, and the userinfo and query values of a URL
+/// (`postgresql://user:pw@host/db`, `https://h/mcp?api_key=V`). Also whether any was.
+fn redact_args(args: &[String]) -> (Vec<String>, bool) {
+    let mut out = Vec::with_capacity(args.len());
+    let mut any = false;
+    let mut after_secret_option = false;
+    for a in args {
+        let (kept, replaced) = if after_secret_option && !a.starts_with("--") {
+            redact_whole(a)
+        } else if let Some((name, value)) = secret_assignment(a) {
+            let (value, replaced) = redact_whole(value);
+            (format!("{name}={value}"), replaced)
+        } else {
+            redact_url(a)
+        };
+        after_secret_option = a.starts_with('-') && !a.contains('=') && secret_name(a);
+        any |= replaced;
+        out.push(kept);
+    }
+    (out, any)
+}
+
+/// `s` with the URL it holds (from its `scheme://` on) cleared of literal credentials: the
+/// userinfo (`scheme://user:pw@host` → `scheme://***@host`) and the value of every query
+/// parameter (`?api_key=V&region=eu` → `?api_key=***&region=***`: which parameters are
+/// secrets is the server's business, so none is kept). `s` as is when it holds no URL. Also
+/// whether anything was replaced.
+fn redact_url(s: &str) -> (String, bool) {
+    let Some(i) = s.find("://") else { return (s.to_string(), false) };
+    let (head, rest) = s.split_at(i + 3);
+    let (authority, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+    let mut any = false;
+    let mut out = head.to_string();
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) if userinfo.split(':').any(literal) => {
+            any = true;
+            out.push_str(&format!("{REDACTED}@{host}"));
+        }
+        _ => out.push_str(authority),
+    }
+    let (before_fragment, fragment) = tail.split_at(tail.find('#').unwrap_or(tail.len()));
+    match before_fragment.split_once('?') {
+        Some((path, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some((k, v)) if literal(v) => {
+                        any = true;
+                        format!("{k}={REDACTED}")
+                    }
+                    _ => p.to_string(),
+                })
+                .collect();
+            out.push_str(&format!("{path}?{}", params.join("&")));
+        }
+        None => out.push_str(before_fragment),
+    }
+    out.push_str(fragment);
+    (out, any)
 }
 
 /// The npm or PyPI package a server runs.
@@ -154,18 +331,23 @@ impl ServerPin {
     }
 }
 
-/// How a spec starts its server, without a value of its environment or headers.
+/// How a spec starts its server, without a value of its environment or headers, and with
+/// the credentials written literally in its arguments or URL redacted.
 fn start_of(spec: &ServerSpec) -> Start {
-    match (&spec.command, &spec.url) {
+    let start = match (&spec.command, &spec.url) {
         (Some(command), _) => Start::Stdio {
             command: command.clone(),
             args: spec.args.clone(),
             env: spec.env.keys().cloned().collect(),
             cwd: spec.cwd.clone(),
+            redacted: false,
         },
-        (None, Some(url)) => Start::Http { url: url.clone(), headers: spec.headers.keys().cloned().collect() },
+        (None, Some(url)) => {
+            Start::Http { url: url.clone(), headers: spec.headers.keys().cloned().collect(), redacted: false }
+        }
         (None, None) => Start::InProcess,
-    }
+    };
+    start.redact()
 }
 
 /// The hash of a `tools/list` and the hashes of each of its tools, by name.
@@ -524,5 +706,58 @@ mod tests {
         assert_eq!(text, r#"{"transport":"http","url":"http://h/mcp","headers":["Authorization"]}"#);
         assert_eq!(serde_json::to_value(start_of(&ServerSpec::default())).unwrap(), json!({"transport": "in-process"}));
         assert_eq!(Start::InProcess.spec(Lifecycle::Initialize, ToolIds::AsIs), None);
+    }
+
+    #[test]
+    fn literal_credentials_in_arguments_and_urls_are_redacted_and_marked() {
+        let redacts = |args: &[&str], want: &[&str]| {
+            let Start::Stdio { args: got, redacted, .. } = start_of(&spec("srv", args)) else { panic!("{args:?}") };
+            assert_eq!(got, want, "{args:?}");
+            assert!(redacted, "{args:?} is marked redacted");
+        };
+        redacts(&["postgresql://user:pw@db.local:5432/app"], &["postgresql://***@db.local:5432/app"]);
+        redacts(&["--dsn=mysql://root@h/db", "-v"], &["--dsn=mysql://***@h/db", "-v"]);
+        redacts(&["https://h/mcp?api_key=abc&region=eu#top"], &["https://h/mcp?api_key=***&region=***#top"]);
+        redacts(&["--token", "ghp_1", "--verbose"], &["--token", "***", "--verbose"]);
+        redacts(
+            &["--api-key", "sk-1", "--key", "k", "--password", "p"],
+            &["--api-key", "***", "--key", "***", "--password", "***"],
+        );
+        redacts(&["--secret", "s", "--x-token=t"], &["--secret", "***", "--x-token=***"]);
+        redacts(&["--api-key=sk-1"], &["--api-key=***"]);
+        redacts(&["-e", "GITHUB_TOKEN=ghp_1"], &["-e", "GITHUB_TOKEN=***"]);
+
+        // `${VAR}` references name a variable, not a secret; a package and its version and
+        // other arguments are kept.
+        let kept = [
+            "--token",
+            "${TOKEN}",
+            "--api-key=${KEY}",
+            "postgresql://${DB_USER}:${DB_PW}@h/db?sslmode=${MODE}",
+            "secret-mcp==1.0.0",
+            "--local-timezone",
+            "UTC",
+        ];
+        let start = start_of(&spec("srv", &kept));
+        assert!(!start.redacted(), "{start:?}");
+        assert_eq!(start.spec(Lifecycle::Initialize, ToolIds::AsIs).unwrap().args, kept);
+
+        let h = ServerSpec { url: Some("https://me:pw@h/mcp?api_key=abc&v=${V}".into()), ..Default::default() };
+        assert_eq!(
+            serde_json::to_value(start_of(&h)).unwrap(),
+            json!({"transport": "http", "url": "https://***@h/mcp?api_key=***&v=${V}", "redacted": true})
+        );
+        let plain = ServerSpec { url: Some("http://127.0.0.1:3001/mcp".into()), ..Default::default() };
+        assert!(!start_of(&plain).redacted());
+    }
+
+    #[test]
+    fn a_command_line_shows_every_argument_as_it_will_run() {
+        let mut s = spec("uvx", &["mcp-server-time==1.0", "a b", "x\u{1b}[2Ky", ""]);
+        s.env.insert("TZ".into(), "UTC".into());
+        s.cwd = Some("srv".into());
+        let line = start_of(&s).command_line().unwrap();
+        assert_eq!(line, r#"uvx mcp-server-time==1.0 "a b" "x\u{1b}[2Ky" "" (env: TZ) (in srv)"#);
+        assert_eq!(Start::InProcess.command_line(), None);
     }
 }

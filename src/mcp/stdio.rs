@@ -93,15 +93,30 @@ impl Drop for ChildGuard {
     }
 }
 
-/// Spawn `command` in its own process group with piped stdin/stdout and stderr to `stderr`.
+/// The variables a server spawned with a cleared environment still gets from benchgen's:
+/// `PATH`, to find `npx`, `uvx`, `node` or the command itself, and `HOME`, where npm and uv
+/// keep their caches and settings.
+pub const INHERITED_ENV: [&str; 2] = ["PATH", "HOME"];
+
+/// Spawn `command` in its own process group with piped stdin/stdout and stderr to `stderr`;
+/// with `env_clear`, it gets only [`INHERITED_ENV`] and `env` of benchgen's environment.
 pub fn spawn(
     command: &str,
     args: &[String],
     env: &std::collections::BTreeMap<String, String>,
+    env_clear: bool,
     cwd: Option<&std::path::Path>,
     stderr: std::fs::File,
 ) -> std::io::Result<(ChildGuard, ChildStdout, ChildStdin)> {
     let mut cmd = CommandWrap::with_new(command, |c| {
+        if env_clear {
+            c.env_clear();
+            for k in INHERITED_ENV {
+                if let Some(v) = std::env::var_os(k) {
+                    c.env(k, v);
+                }
+            }
+        }
         c.args(args)
             .envs(env)
             .stdin(std::process::Stdio::piped())

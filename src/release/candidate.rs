@@ -17,8 +17,9 @@ pub const STAGE: &str = "release-candidate";
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "release candidate",
-    // 2: writes `servers.json`, as `release` does. 3: and the Inspect AI task.
-    version: 3,
+    // 2: writes `servers.json`, as `release` does. 3: and the Inspect AI task. 4: its
+    // `servers.json` counts log samples apart and redacts credentials, as `release` 9.
+    version: 4,
     about: "the release's files, unpublished, for the eval panel to audit before `release` publishes",
     reads: super::pool_reads!(),
     writes: super::WRITES,

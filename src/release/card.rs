@@ -217,6 +217,7 @@ pub fn render(s: &Summary) -> String {
             ct += u.completion_tokens;
         }
         md.push_str(&format!("\nToken cost: {pt} prompt + {ct} completion = {} tokens.\n\n", pt + ct));
+        md.push_str(&batched_note(&s.llm));
     }
     if !s.event_kinds.is_empty() {
         md.push_str("Ledger events behind the released samples, by kind: ");
@@ -325,6 +326,20 @@ pub fn agreement_from_report(report: &str) -> Option<String> {
     (!text.trim().is_empty()).then_some(text)
 }
 
+/// Which of the requests batch jobs answered, per model; empty when none did (a card of
+/// live calls reads as before). Said because batch jobs cost less per token than live calls.
+fn batched_note(llm: &BTreeMap<(String, String), ModelUse>) -> String {
+    let batched: Vec<String> = llm
+        .iter()
+        .filter(|(_, u)| u.batched > 0)
+        .map(|((provider, model), u)| format!("{provider} {model}: {} of {}", u.batched, u.requests))
+        .collect();
+    if batched.is_empty() {
+        return String::new();
+    }
+    format!("Requests answered by batch jobs (priced at the batch prices): {}.\n\n", batched.join("; "))
+}
+
 /// Per provider and model: what the released samples cost.
 #[derive(Debug, Default, Clone)]
 pub struct ModelUse {
@@ -332,6 +347,8 @@ pub struct ModelUse {
     pub requests: usize,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Of `requests`, those a batch job answered.
+    pub batched: usize,
 }
 
 pub fn model_use(llm: &BTreeMap<String, super::lineage::LlmUse>) -> BTreeMap<(String, String), ModelUse> {
@@ -345,6 +362,7 @@ pub fn model_use(llm: &BTreeMap<String, super::lineage::LlmUse>) -> BTreeMap<(St
         m.requests += 1;
         m.prompt_tokens += u.prompt_tokens;
         m.completion_tokens += u.completion_tokens;
+        m.batched += usize::from(u.batched);
     }
     out
 }

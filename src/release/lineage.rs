@@ -54,6 +54,8 @@ pub struct LlmUse {
     pub role: String,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Answered by a batch job (the exchange names its batch).
+    pub batched: bool,
 }
 
 struct Node {
@@ -119,6 +121,7 @@ impl Index {
                     role: s("role"),
                     prompt_tokens: p["usage"]["prompt_tokens"].as_u64().unwrap_or(0),
                     completion_tokens: p["usage"]["completion_tokens"].as_u64().unwrap_or(0),
+                    batched: p["batch"].is_string(),
                 };
                 (format!("request:{hash}"), Some((hash, u)))
             } else if let Some(call) = p["call_hash"].as_str().filter(|_| k == kind::MCP_CALL) {

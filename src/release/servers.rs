@@ -9,7 +9,11 @@
 //! released samples whose calls went to it. A sample never executed (the registry track,
 //! built from a registry snapshot) names the snapshot's servers of its reference tools:
 //! those are listed with `"source": "registry snapshot"` and only the input-schema hashes
-//! the snapshot gives, with no start, version or handshake, since none was run.
+//! the snapshot gives, with no start, version or handshake, since none was run. A log sample
+//! (`log:…`, [`lineage::origin`] `real`) was not executed by benchgen either: its calls were
+//! copied from a third-party tool-call log, made on whatever servers its author ran. It is
+//! attributed to no pin (the domain sandbox `synth roleplay` pins serves tools of the same
+//! names, but did not answer those calls): `logged` counts such samples and names their tools.
 //!
 //! Wire format (pretty JSON; servers sorted by name then source, tools by name):
 //!
@@ -25,12 +29,14 @@
 //!    "protocol_version": "2025-11-25", "server_info": {"name": "mcp-time", "version": "1.20.0"},
 //!    "tools_sha256": "sha256:…",
 //!    "tools": {"get_current_time": {"input_schema": "sha256:…", "definition": "sha256:…"}}}],
-//!  "unpinned_tools": ["get_quote"]}
+//!  "unpinned_tools": ["get_quote"],
+//!  "logged": {"samples": 40, "tools": ["get_news", "get_quote"]}}
 //! ```
 //!
-//! `unpinned_tools` (absent when empty) are tools released samples called successfully on
-//! no recorded server: executed before benchgen recorded servers, or by a run no longer
-//! behind the artifacts. `benchgen release verify DIR --servers` starts each server again ([`check`]).
+//! `unpinned_tools` (absent when empty) are tools executed samples (chains, dialogues) called
+//! successfully on no recorded server: executed before benchgen recorded servers, or by a run
+//! no longer behind the artifacts. `logged` (absent when none) is [`Logged`].
+//! `benchgen release verify DIR --servers` starts each server again ([`check`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufRead, BufReader};
@@ -41,6 +47,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::CatalogTool;
+use super::lineage;
 use super::verified::{ServerCheck, Verified};
 use crate::ledger::kind;
 use crate::mcp::config::{Lifecycle, ToolIds};
@@ -68,6 +75,18 @@ pub struct Servers {
     pub servers: Vec<Entry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unpinned_tools: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logged: Option<Logged>,
+}
+
+/// The released log samples (`log:…` ids): their calls were copied from third-party
+/// tool-call logs, made on the servers of whoever logged them, which benchgen never met, so
+/// they are attributed to no server and their tools are not `unpinned_tools`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Logged {
+    pub samples: usize,
+    /// Every tool their recorded calls name, sorted.
+    pub tools: Vec<String>,
 }
 
 /// One server of `servers.json`: a pin ([`ServerPin`]) with where it comes from and how
@@ -103,7 +122,8 @@ impl Entry {
             name: pin.name.clone(),
             source: EXECUTION.into(),
             samples,
-            start: Some(pin.start.clone()),
+            // Pins recorded before benchgen redacted starts may hold a credential.
+            start: Some(pin.start.clone().redact()),
             package: pin.package.clone(),
             lifecycle: Some(pin.lifecycle),
             tool_ids: Some(pin.tool_ids),
@@ -137,26 +157,33 @@ fn recorded(s: &Settings) -> Result<BTreeMap<String, ServerPin>> {
     Ok(out)
 }
 
-/// Write `tmp/servers.json` for the samples of `tmp/samples.jsonl` (streamed); returns the
-/// number of servers.
-pub(super) fn write(s: &Settings, tmp: &Path, release: &str, catalog: &HashMap<String, CatalogTool>) -> Result<usize> {
-    let pins = recorded(s)?;
-    // Tool id (as samples name it) → the recorded server that offered it.
-    let by_tool: HashMap<String, &str> =
-        pins.values().flat_map(|p| p.tool_ids().map(move |id| (id, p.name.as_str()))).collect();
-    let mut executed: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut snapshot: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut unpinned: BTreeSet<String> = BTreeSet::new();
-    let src = tmp.join("samples.jsonl");
-    let f = std::fs::File::open(&src).with_context(|| format!("cannot read `{}`", src.display()))?;
-    for (i, line) in BufReader::with_capacity(1 << 20, f).lines().enumerate() {
-        let line = line.with_context(|| format!("cannot read `{}`", src.display()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let sample: Sample = serde_json::from_str(&line).with_context(|| format!("samples.jsonl line {}", i + 1))?;
+/// The servers the released samples ran against, counted sample by sample.
+#[derive(Debug, Default)]
+struct Tally<'a> {
+    /// Released samples per recorded server their calls went to.
+    executed: BTreeMap<&'a str, usize>,
+    /// Released samples per registry-snapshot server of their reference tools.
+    snapshot: BTreeMap<&'a str, usize>,
+    unpinned: BTreeSet<String>,
+    /// Released log samples, and the tools their calls name.
+    logged: usize,
+    logged_tools: BTreeSet<String>,
+}
+
+impl<'a> Tally<'a> {
+    /// Count one sample: a log sample as logged, one never executed under the registry
+    /// snapshot's servers of its reference tools, an executed one under the recorded
+    /// servers (`by_tool`: tool id → server) its calls went to.
+    fn add(&mut self, sample: &Sample, by_tool: &HashMap<String, &'a str>, catalog: &'a HashMap<String, CatalogTool>) {
         let calls: Vec<&RecordedCall> = sample.turns.iter().flat_map(|t| t.trajectory.iter().flatten()).collect();
-        let mut servers: BTreeSet<&str> = BTreeSet::new();
+        // Copied from a third-party log: no server benchgen met answered these calls, though
+        // the domain sandbox serves tools of the same names.
+        if lineage::origin(sample) == "real" {
+            self.logged += 1;
+            self.logged_tools.extend(calls.iter().map(|c| c.tool.clone()));
+            return;
+        }
+        let mut servers: BTreeSet<&'a str> = BTreeSet::new();
         if calls.is_empty() {
             // Never executed: the registry snapshot's servers of its reference tools.
             let plan = sample.turns.iter().flat_map(|t| &t.reference_plan).flat_map(|c| &c.alternatives);
@@ -165,9 +192,9 @@ pub(super) fn write(s: &Settings, tmp: &Path, release: &str, catalog: &HashMap<S
                 servers.insert(t.server.as_str());
             }
             for name in servers {
-                *snapshot.entry(name).or_default() += 1;
+                *self.snapshot.entry(name).or_default() += 1;
             }
-            continue;
+            return;
         }
         for call in calls {
             match by_tool.get(&call.tool) {
@@ -177,19 +204,42 @@ pub(super) fn write(s: &Settings, tmp: &Path, release: &str, catalog: &HashMap<S
                 // Only a call that succeeded surely reached a server (a refused one may name
                 // a tool that exists nowhere).
                 None if call.result.is_some() && call.error.is_none() => {
-                    unpinned.insert(call.tool.clone());
+                    self.unpinned.insert(call.tool.clone());
                 }
                 None => {}
             }
         }
         for name in servers {
-            *executed.entry(name).or_default() += 1;
+            *self.executed.entry(name).or_default() += 1;
         }
     }
-    let mut servers: Vec<Entry> = executed.iter().map(|(name, n)| Entry::executed(&pins[*name], *n)).collect();
-    servers.extend(snapshot_entries(&snapshot, catalog));
+}
+
+/// Write `tmp/servers.json` for the samples of `tmp/samples.jsonl` (streamed); returns the
+/// number of servers.
+pub(super) fn write(s: &Settings, tmp: &Path, release: &str, catalog: &HashMap<String, CatalogTool>) -> Result<usize> {
+    let pins = recorded(s)?;
+    // Tool id (as samples name it) → the recorded server that offered it.
+    let by_tool: HashMap<String, &str> =
+        pins.values().flat_map(|p| p.tool_ids().map(move |id| (id, p.name.as_str()))).collect();
+    let mut tally = Tally::default();
+    let src = tmp.join("samples.jsonl");
+    let f = std::fs::File::open(&src).with_context(|| format!("cannot read `{}`", src.display()))?;
+    for (i, line) in BufReader::with_capacity(1 << 20, f).lines().enumerate() {
+        let line = line.with_context(|| format!("cannot read `{}`", src.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let sample: Sample = serde_json::from_str(&line).with_context(|| format!("samples.jsonl line {}", i + 1))?;
+        tally.add(&sample, &by_tool, catalog);
+    }
+    let mut servers: Vec<Entry> = tally.executed.iter().map(|(name, n)| Entry::executed(&pins[*name], *n)).collect();
+    servers.extend(snapshot_entries(&tally.snapshot, catalog));
     servers.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.source.cmp(&b.source)));
-    let file = Servers { release: release.to_string(), servers, unpinned_tools: unpinned.into_iter().collect() };
+    let tools: Vec<String> = tally.logged_tools.into_iter().collect();
+    let logged = (tally.logged > 0).then_some(Logged { samples: tally.logged, tools });
+    let unpinned_tools = tally.unpinned.into_iter().collect();
+    let file = Servers { release: release.to_string(), servers, unpinned_tools, logged };
     let mut bytes = serde_json::to_vec_pretty(&file)?;
     bytes.push(b'\n');
     std::fs::write(tmp.join(FILE), bytes).with_context(|| format!("cannot write `{FILE}`"))?;
@@ -266,6 +316,9 @@ pub(super) fn verify(dir: &Path, v: &mut Verified) {
         if !file.unpinned_tools.is_empty() {
             line.push_str(&format!("; {} called tools on no recorded server", file.unpinned_tools.len()));
         }
+        if let Some(l) = &file.logged {
+            line.push_str(&format!("; {} log samples, their calls copied from tool-call logs", l.samples));
+        }
         v.checks.push(line);
     }
 }
@@ -277,32 +330,36 @@ pub(super) fn verify(dir: &Path, v: &mut Verified) {
 pub struct Live {
     pub configured: BTreeMap<String, ServerSpec>,
     pub opts: ClientOptions,
+    /// `--trust-recorded-starts`: run the recorded stdio commands (and connect to recorded
+    /// URLs naming `${VAR}`s) that are otherwise printed and skipped (`untrusted`).
+    pub trust_recorded: bool,
 }
 
 impl Live {
     /// What `--servers` starts: nothing without it; with it, the servers of the config when
-    /// one was given explicitly (`--config`, or `BENCHGEN_CONFIG`), else the recorded starts.
-    pub fn from_args(servers: bool, config: &Path) -> Result<Option<Self>> {
+    /// one was given explicitly (`--config`, or `BENCHGEN_CONFIG`), else the recorded starts
+    /// (a stdio one only with `trust`).
+    pub fn from_args(servers: bool, trust: bool, config: &Path) -> Result<Option<Self>> {
         if !servers {
             return Ok(None);
         }
         let explicit =
             config != Path::new(crate::settings::DEFAULT_CONFIG) || std::env::var_os("BENCHGEN_CONFIG").is_some();
-        if !explicit {
-            return Ok(Some(Self::recorded()));
-        }
-        Ok(Some(Self::configured(&Settings::load(config)?)?))
+        let mut live = if explicit { Self::configured(&Settings::load(config)?)? } else { Self::recorded() };
+        live.trust_recorded = trust;
+        Ok(Some(live))
     }
 
     /// The recorded starts only, with the default client limits.
     pub fn recorded() -> Self {
-        Live { configured: BTreeMap::new(), opts: ClientOptions::new(&std::env::temp_dir()) }
+        Live { configured: BTreeMap::new(), opts: ClientOptions::new(&std::env::temp_dir()), trust_recorded: false }
     }
 
     /// The servers and client limits of a project's config.
     pub fn configured(s: &Settings) -> Result<Self> {
         let mcp = s.section::<crate::mcp::McpSettings>();
-        Ok(Live { configured: mcp.all_servers(&s.root)?, opts: ClientOptions::from_settings(s, mcp) })
+        let configured = mcp.all_servers(&s.root)?;
+        Ok(Live { configured, opts: ClientOptions::from_settings(s, mcp), trust_recorded: false })
     }
 }
 
@@ -327,7 +384,7 @@ pub fn check(dir: &Path, live: &Live, v: &mut Verified) -> Result<()> {
         .build()
         .context("cannot start tokio")?;
     for e in &file.servers {
-        let c = rt.block_on(check_one(e, live.configured.get(&e.name), &opts));
+        let c = rt.block_on(check_one(e, live.configured.get(&e.name), &opts, live.trust_recorded));
         report(&c, v);
         v.servers.push(c);
     }
@@ -335,7 +392,7 @@ pub fn check(dir: &Path, live: &Live, v: &mut Verified) -> Result<()> {
     Ok(())
 }
 
-async fn check_one(e: &Entry, configured: Option<&ServerSpec>, opts: &ClientOptions) -> ServerCheck {
+async fn check_one(e: &Entry, configured: Option<&ServerSpec>, opts: &ClientOptions, trust: bool) -> ServerCheck {
     let mut c = ServerCheck {
         name: e.name.clone(),
         source: e.source.clone(),
@@ -346,7 +403,13 @@ async fn check_one(e: &Entry, configured: Option<&ServerSpec>, opts: &ClientOpti
     };
     let (spec, how) = match (configured, e.spec()) {
         (Some(spec), _) => (spec.clone(), "configured server"),
-        (None, Some(spec)) => (spec, "recorded start"),
+        (None, Some(spec)) => {
+            if let Some(notes) = untrusted(e, trust) {
+                c.notes = notes;
+                return c;
+            }
+            (spec, "recorded start")
+        }
         (None, None) => {
             let why = if e.source == SNAPSHOT { "never executed" } else { "served in process by benchgen" };
             c.notes.push(format!(
@@ -374,6 +437,36 @@ async fn check_one(e: &Entry, configured: Option<&ServerSpec>, opts: &ClientOpti
     c.status = if c.changes.is_empty() { "unchanged" } else { "changed" };
     c.notes = differences(e, handshake, pin::package_of(client.spec(), client.root()));
     c
+}
+
+/// Why a recorded start is skipped without `--trust-recorded-starts`, after `recorded
+/// <transport> `.
+const NOT_TRUSTED: &str = "start not run without --trust-recorded-starts; pass it after reading the commands \
+     above, or --config to start your configured servers";
+
+/// Why a recorded start is not run, as the notes of its skipped check; `None` to run it. A
+/// start with a credential redacted at release cannot work. A stdio command, or a URL that
+/// would send the values of the verifier's variables it names, comes from the release
+/// folder, a download anyone may have crafted: without `trust` it is printed, to be read,
+/// and skipped. A URL naming no variable is only connected to.
+fn untrusted(e: &Entry, trust: bool) -> Option<Vec<String>> {
+    let start = e.start.as_ref()?;
+    if start.redacted() {
+        return Some(vec![format!(
+            "its recorded start had a credential replaced by `{}` at release: name a server `{}` in the config \
+             given with `--config` to compare one",
+            pin::REDACTED,
+            e.name
+        )]);
+    }
+    let (would, transport) = match start {
+        Start::Stdio { .. } => (format!("would run `{}`", start.command_line()?), "stdio"),
+        Start::Http { url, .. } if url.contains("${") => {
+            (format!("would connect to {} with the values of the variables it names", pin::shown(url)), "http")
+        }
+        _ => return None,
+    };
+    (!trust).then(|| vec![would, format!("recorded {transport} {NOT_TRUSTED}")])
 }
 
 /// The protocol, `serverInfo` and package versions that differ from the pin's.
@@ -453,7 +546,12 @@ mod tests {
         let mut snap = entry("Alpha", SNAPSHOT);
         snap.tools.insert("x".into(), ToolHash { input_schema: "sha256:03".into(), definition: None });
         assert_eq!(snap.spec(), None, "a registry snapshot's server has nothing to start");
-        let file = Servers { release: "b-1".into(), servers: vec![snap.clone(), e.clone()], unpinned_tools: vec![] };
+        let file = Servers {
+            release: "b-1".into(),
+            servers: vec![snap.clone(), e.clone()],
+            unpinned_tools: vec![],
+            logged: None,
+        };
         let back = read(&serde_json::to_vec_pretty(&file).unwrap()).unwrap();
         assert_eq!(back, file);
         let v = verified(&file);
@@ -495,5 +593,70 @@ mod tests {
         let mut v = Verified::default();
         report(&c, &mut v);
         assert!(v.failures.is_empty() && v.warnings[0].starts_with("servers.json: `quotes` (execution)"), "{v:?}");
+    }
+
+    fn sample(id: &str, tools: &[&str]) -> Sample {
+        let calls: Vec<Value> = tools.iter().map(|t| json!({"tool": t, "arguments": {}, "result": "ok"})).collect();
+        serde_json::from_value(json!({
+            "id": id, "family": "finmcp", "kind": "single_tool", "difficulty": "easy",
+            "turns": [{"user": "u", "reference_plan": [], "trajectory": [calls]}]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn log_samples_are_counted_apart_and_never_attributed_to_the_sandbox() {
+        // The domain sandbox `synth roleplay` pins serves the log tools under their names.
+        let by_tool = HashMap::from([("get_quote".to_string(), "sandbox"), ("get_news".to_string(), "sandbox")]);
+        let catalog: HashMap<String, CatalogTool> = HashMap::new();
+        let mut tally = Tally::default();
+        for s in [
+            sample("log:s1#0", &["get_quote"]),
+            sample("log:s2#0", &["get_news", "get_fx"]),
+            sample("dialogue-1", &["get_quote", "get_rate"]),
+            sample("chain-1", &["get_news"]),
+        ] {
+            tally.add(&s, &by_tool, &catalog);
+        }
+        assert_eq!(tally.executed, BTreeMap::from([("sandbox", 2)]), "the dialogue and the chain only");
+        assert_eq!(tally.logged, 2);
+        assert_eq!(tally.logged_tools, BTreeSet::from(["get_fx", "get_news", "get_quote"].map(String::from)));
+        assert_eq!(tally.unpinned, BTreeSet::from(["get_rate".to_string()]), "a log tool is not unpinned");
+    }
+
+    #[test]
+    fn a_recorded_stdio_start_runs_only_when_trusted_and_in_a_cleared_environment() {
+        let mut e = entry("time", EXECUTION);
+        e.start = Some(Start::Stdio {
+            command: "uvx".into(),
+            args: vec!["mcp-server-time==1.0".into()],
+            env: vec!["TZ".into()],
+            cwd: None,
+            redacted: false,
+        });
+        let notes = untrusted(&e, false).unwrap();
+        assert_eq!(
+            notes,
+            [
+                "would run `uvx mcp-server-time==1.0 (env: TZ)`",
+                "recorded stdio start not run without --trust-recorded-starts; pass it after reading the commands \
+                 above, or --config to start your configured servers"
+            ]
+        );
+        assert_eq!(untrusted(&e, true), None);
+        let spec = e.spec().unwrap();
+        assert!(spec.env_clear && spec.env["TZ"] == "${TZ}", "{spec:?}");
+
+        // A URL is only connected to, unless it would send the verifier's variables.
+        e.start = Some(Start::Http { url: "http://h/mcp".into(), headers: vec![], redacted: false });
+        assert_eq!(untrusted(&e, false), None);
+        e.start = Some(Start::Http { url: "http://h/mcp?k=${KEY}".into(), headers: vec![], redacted: false });
+        assert!(untrusted(&e, false).unwrap()[1].starts_with("recorded http start not run"));
+        assert_eq!(untrusted(&e, true), None);
+        // A redacted start cannot work, trusted or not.
+        e.start = Some(Start::Http { url: "http://h/mcp?k=***".into(), headers: vec![], redacted: true });
+        assert!(untrusted(&e, true).unwrap()[0].contains("replaced by `***`"));
+        e.start = Some(Start::InProcess);
+        assert_eq!(untrusted(&e, false), None);
     }
 }

@@ -26,6 +26,7 @@ use serde_json::json;
 
 use super::agreement::{self, DimensionAgreement};
 use super::assign::{ASSIGNMENTS, Assignments, SAMPLES};
+use super::submissions::WebAdjudication;
 use super::{Role, Score, ScoreKind};
 use crate::csvout::restore_cell;
 use crate::error::{InputError, Problem};
@@ -132,22 +133,7 @@ pub fn adjudications_path(s: &Settings) -> PathBuf {
 }
 
 pub fn web_adjudications_path(s: &Settings) -> PathBuf {
-    super::sheets::web_dir(s).join("adjudications.jsonl")
-}
-
-/// An adjudication as the web app dumps it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct WebAdjudication {
-    pub sample_id: String,
-    pub content_hash: String,
-    pub decision: String,
-    pub adjudicator: String,
-    pub reason: String,
-    pub at: String,
-    /// 1 for the first decision on a sample, then 2, 3, …: every revision is dumped and
-    /// the highest counts (dumps of earlier versions have one line per sample, no field).
-    #[serde(default = "one")]
-    pub revision: u32,
+    super::submissions::web_dir(s).join("adjudications.jsonl")
 }
 
 pub struct MergeStage;
@@ -168,7 +154,7 @@ impl Stage for MergeStage {
     fn prepare(&self, s: &Settings, _: &crate::printer::Printer) -> Result<()> {
         // Events a killed web app left in its outbox reach the ledger, and its scores and
         // adjudications reach `reviews/web/`, before this stage hashes them.
-        super::serve::dump(s).map(drop)
+        super::submissions::dump(s).map(drop)
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let r = super::settings(s);

@@ -19,6 +19,7 @@ pub mod merge;
 pub mod prereview;
 pub mod serve;
 pub mod sheets;
+pub mod submissions;
 pub mod view;
 
 use std::collections::BTreeMap;

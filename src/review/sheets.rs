@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::assign::{ASSIGNMENTS, Assignments, SAMPLES};
+use super::submissions::{WebScore, web_dir};
 use super::{Score, ScoreKind};
 use crate::csvout::{SheetRow, restore_cell};
 use crate::error::{InputError, Problem};
@@ -189,11 +190,6 @@ pub fn returned_dir(s: &Settings) -> PathBuf {
     s.root.join("reviews").join("returned")
 }
 
-/// `reviews/web/`: what the web app collected, as files the pipeline reads.
-pub fn web_dir(s: &Settings) -> PathBuf {
-    s.root.join("reviews").join("web")
-}
-
 pub fn web_scores_path(s: &Settings) -> PathBuf {
     web_dir(s).join("scores.jsonl")
 }
@@ -215,18 +211,6 @@ pub fn returned_sheets(s: &Settings) -> Vec<PathBuf> {
         .unwrap_or_default();
     v.sort();
     v
-}
-
-/// A submission of the web app as dumped to `reviews/web/scores.jsonl`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct WebScore {
-    pub sample_id: String,
-    pub reviewer: String,
-    pub content_hash: String,
-    pub scores: BTreeMap<String, u8>,
-    #[serde(default)]
-    pub note: String,
-    pub submitted_at: String,
 }
 
 /// What an import found.
@@ -540,7 +524,7 @@ impl Stage for ImportStage {
     fn prepare(&self, s: &Settings, _: &crate::printer::Printer) -> Result<()> {
         // Events a killed web app left in its outbox reach the ledger, and its scores and
         // adjudications reach `reviews/web/`, before this stage hashes them.
-        super::serve::dump(s).map(drop)
+        super::submissions::dump(s).map(drop)
     }
     fn enabled(&self, s: &Settings) -> bool {
         s.section::<super::ReviewSettings>().is_some()

@@ -15,7 +15,6 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::serve::esc;
 use crate::model::{PlanCall, RecordedCall, Sample};
 use crate::settings::Settings;
 
@@ -101,6 +100,23 @@ impl Tools {
     pub fn is_empty(&self) -> bool {
         self.by_id.is_empty()
     }
+}
+
+/// HTML escaping for text and attribute values (the sample page's, and the server's
+/// other pages').
+pub fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            _ => o.push(c),
+        }
+    }
+    o
 }
 
 /// Every tool description the pipeline's catalogs hold; unreadable catalogs are warnings

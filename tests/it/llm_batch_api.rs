@@ -3,7 +3,8 @@
 //! batches endpoints (`support::batch_api`): delays, failed lines, an expired batch and cut
 //! connections end in the same artifacts as a live run, with every exchange once in the
 //! ledger and a rerun that asks nothing; a run killed while it polls is followed up by the
-//! next one, which submits nothing twice.
+//! next one, which submits nothing twice; `llm batch-export` and `batch-import` answer a
+//! stage through an offline engine's files with no request at all.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -11,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::batch_api::{BatchApi, Faults, Pick};
-use crate::support::scripted_llm::{Answer, Seen};
+use crate::support::scripted_llm::{Answer, Seen, reply};
 use serde_json::{Value, json};
 
 fn repo() -> PathBuf {
@@ -300,4 +301,62 @@ fn llm_ping_calls_a_batch_role_live_and_batch_settings_are_checked_at_load() {
     assert!(e.contains("llm.roles.r.batch") && e.contains("`poll_s`") && e.contains("`max_requests`"), "{e}");
     let e = load("provider = \"vllm\"\nmodel = \"m\"\nmode = \"sometimes\"");
     assert!(e.contains("sometimes"), "{e}");
+}
+
+/// An offline engine's run over an export file: every line answered by `rule`, as the
+/// scripted server would have answered it live (OpenAI batch output format).
+fn answer_offline(input: &Path, output: &Path, rule: fn(&Seen) -> Answer) -> usize {
+    let text = std::fs::read_to_string(input).unwrap();
+    let mut out = String::new();
+    for (n, line) in text.lines().enumerate() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        assert_eq!((&v["method"], &v["url"]), (&json!("POST"), &json!("/v1/chat/completions")), "{v}");
+        let path = "/v1/chat/completions".to_string();
+        let seen = Seen { n, at: Instant::now(), path, authorization: None, body: v["body"].clone() };
+        let (code, _, body) = reply(&seen, rule(&seen));
+        let body: Value = serde_json::from_str(&body).unwrap();
+        let entry = json!({"id": format!("vllm-{n}"), "custom_id": v["custom_id"],
+                           "response": {"status_code": code, "request_id": format!("vllm-{n}"), "body": body},
+                           "error": null});
+        out.push_str(&format!("{entry}\n"));
+    }
+    std::fs::write(output, out).unwrap();
+    text.lines().count()
+}
+
+#[test]
+fn batch_export_then_import_answers_a_stage_offline_without_a_request() {
+    let (want, asked) = live_reference(keep_or_drop);
+    let api = BatchApi::start(keep_or_drop, Faults::default());
+    let p = project(&api.base_url(), BATCH);
+    ok(p.path(), &["registry", "import"]);
+    let r = json_of(p.path(), &["--json", "llm", "batch-export", "--stage", "filter", "--out", "in.jsonl"]);
+    assert_eq!(r["requests"], asked, "{r:#}");
+    assert_eq!(r["roles"]["c"], asked);
+    assert!(r["batch_id"].as_str().unwrap().starts_with("export:"), "{r:#}");
+    assert!(api.requests().is_empty(), "an export sends nothing: {:#?}", api.requests());
+    assert!(!p.path().join("artifacts/filter").exists(), "an export writes no stage artifacts");
+
+    // Bad output files are refused, naming the file, the line and the field.
+    std::fs::write(p.path().join("bad.jsonl"), "{\"custom_id\": \"nope\"}\n").unwrap();
+    let (success, out, err) = run(p.path(), &["llm", "batch-import", "bad.jsonl"]);
+    assert!(!success && err.contains("bad.jsonl") && err.contains("line 1") && err.contains("nope"), "{out}{err}");
+
+    let lines = answer_offline(&p.path().join("in.jsonl"), &p.path().join("out.jsonl"), keep_or_drop);
+    assert_eq!(lines, asked);
+    let r = json_of(p.path(), &["--json", "llm", "batch-import", "out.jsonl"]);
+    assert_eq!((r["answered"].as_u64(), r["failed"].as_array().map(Vec::len)), (Some(asked as u64), Some(0)));
+
+    ok(p.path(), &["filter"]);
+    assert!(api.requests().is_empty(), "the stage ran from the ledger: {:#?}", api.requests());
+    assert_eq!(stage_files(p.path(), "filter"), want, "the artifacts are byte-identical to the live run's");
+    assert_eq!(each_exchange_once(p.path()), asked);
+    for e in live_exchanges(p.path()) {
+        assert!(e["batch"].as_str().unwrap().starts_with("export:"), "{e}");
+    }
+
+    // Nothing is pending any more: an empty file, and the stage done.
+    let r = json_of(p.path(), &["--json", "llm", "batch-export", "--stage", "filter", "--out", "again.jsonl"]);
+    assert_eq!(r["requests"], 0, "{r:#}");
+    assert_eq!(std::fs::read(p.path().join("again.jsonl")).unwrap(), b"");
 }

@@ -194,6 +194,47 @@ async fn a_server_that_cannot_start_is_a_connect_failure() {
     assert!(matches!(&err, CallFailure::Connect { message } if message.contains("boom")), "{err:?}");
 }
 
+/// A spec with `env_clear` (a start read from a release) spawns its server with only `PATH`,
+/// `HOME` and its own `env`; without it, the server inherits benchgen's environment.
+#[tokio::test]
+async fn a_cleared_environment_passes_on_only_path_home_and_the_spec_env() {
+    let dir = tempfile::tempdir().unwrap();
+    // A variable of this process, set and not empty, that only inheritance can pass on
+    // (cargo sets several).
+    let parent_only = std::env::vars_os()
+        .filter(|(_, v)| !v.is_empty())
+        .filter_map(|(k, _)| k.into_string().ok())
+        .find(|k| {
+            !["PATH", "HOME", "TZ", "PWD", "OLDPWD", "SHLVL", "_"].contains(&k.as_str())
+                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !k.starts_with(|c: char| c.is_ascii_digit())
+        })
+        .expect("the test process has an environment variable besides PATH and HOME");
+    // No `${…}`: benchgen expands those in arguments itself.
+    let test = format!("test -n \"${parent_only}\" && a=set || a=unset; test -n \"$PATH\" && b=path");
+    let script = format!("{test}; echo \"seen:$a:$b:$TZ\" >&2; exit 3");
+    let spec = |env_clear: bool| ServerSpec {
+        command: Some("sh".into()),
+        args: vec!["-c".into(), script.clone()],
+        env: [("TZ".to_string(), "UTC".to_string())].into(),
+        env_clear,
+        ..Default::default()
+    };
+    let seen = |name: &str, env_clear: bool| {
+        let c = McpClient::new(name, spec(env_clear), opts(dir.path(), Duration::from_secs(5)));
+        async move {
+            match c.list_tools().await.unwrap_err() {
+                CallFailure::Connect { message } => message,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    let cleared = seen("cleared", true).await;
+    assert!(cleared.contains("seen:unset:path:UTC"), "{parent_only} must not reach the server: {cleared}");
+    let inherited = seen("inherited", false).await;
+    assert!(inherited.contains("seen:set:path:UTC"), "{parent_only} is inherited: {inherited}");
+}
+
 /// A log session (benchgen's session JSONL) with one successful call of `tool`.
 fn recorded_session(tool: &str) -> String {
     json!({

@@ -552,7 +552,8 @@ fn verify_fails_on_each_planted_defect() {
     assert!(e.contains("croissant.json: `samples.jsonl` does not match its sha256"), "{e}");
     let e = planted(&p, "no_croissant", |d| std::fs::remove_file(d.join("croissant.json")).unwrap(), false);
     assert!(e.contains("croissant.json: cannot read"), "{e}");
-    // The Inspect AI task edited (every checksum recomputed), and its tools file removed.
+    // The Inspect AI task edited after publishing: SHA256SUMS catches it, and the task is
+    // named as not this benchgen's (only a warning alone: another version writes another).
     let e = planted(
         &p,
         "inspect_task",
@@ -561,9 +562,9 @@ fn verify_fails_on_each_planted_defect() {
             let text = std::fs::read_to_string(&path).unwrap();
             std::fs::write(&path, text.replace("max_calls=20", "max_calls=5")).unwrap();
         },
-        true,
+        false,
     );
-    assert!(e.contains("inspect/benchgen_task.py: not the task this benchgen writes"), "{e}");
+    assert!(e.contains("inspect/benchgen_task.py"), "{e}");
     let e = planted(&p, "no_inspect_tools", |d| std::fs::remove_file(d.join("inspect/tools.json")).unwrap(), false);
     assert!(e.contains("inspect/tools.json: cannot read"), "{e}");
 }
@@ -961,7 +962,8 @@ fn a_published_folder_removed_by_hand_is_published_again() {
 /// Issue 42: the servers the samples ran against are pinned in `servers.json` (from the
 /// `mcp.server` event `execute` recorded when it connected), and a server whose `tools/list`
 /// changed after the release is reported by `release verify --servers` with every changed
-/// tool; unchanged, it passes.
+/// tool; unchanged, it passes. The recorded stdio command runs only with
+/// `--trust-recorded-starts`: without it, it is printed and skipped.
 #[test]
 fn verify_servers_reports_every_tool_a_pinned_server_changed_since_the_release() {
     let llm = ScriptedLlm::start(|_| Answer::text("Done."));
@@ -998,14 +1000,29 @@ fn verify_servers_reports_every_tool_a_pinned_server_changed_since_the_release()
     let card = std::fs::read_to_string(d.join("README.md")).unwrap();
     assert!(card.contains("[`servers.json`](servers.json)") && card.contains("[`croissant.json`](croissant.json)"));
 
-    let verify = |json: bool| {
+    let verify = |json: bool, trust: bool| {
         let mut args = vec!["release", "verify", "release/it-bench-1.0.0", "--servers"];
+        if trust {
+            args.push("--trust-recorded-starts");
+        }
         if json {
             args.insert(0, "--json");
         }
         p.run(&args)
     };
-    let o = verify(false);
+    // A release's recorded command is not run untrusted: it is shown, with why it was not run.
+    let o = verify(false, false);
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    assert!(out.contains("servers.json: `quotes` (execution): would run `"), "{out}");
+    assert!(out.contains(" --quiet sandbox --catalog "), "the whole command line is shown: {out}");
+    assert!(
+        out.contains("recorded stdio start not run without --trust-recorded-starts; pass it after reading the commands above, or --config to start your configured servers"),
+        "{out}"
+    );
+    assert!(!out.contains("every pinned tool as released"), "{out}");
+
+    let o = verify(false, true);
     assert_code(&o, 0);
     let out = stdout(&o);
     assert!(out.contains("servers.json: `quotes` (recorded start): every pinned tool as released"), "{out}");
@@ -1014,7 +1031,7 @@ fn verify_servers_reports_every_tool_a_pinned_server_changed_since_the_release()
     // After the release the server changes: one schema widened, one tool gone, one new.
     let wider = json!({"type": "object", "properties": {"symbol": {"type": "string"}, "date": {"type": "string"}}});
     write_tools(json!([tool("get_quote", &schema), tool("get_fx", &wider), tool("get_rate", &schema)]));
-    let o = verify(true);
+    let o = verify(true, true);
     assert_code(&o, 1);
     let err = stderr(&o);
     assert!(

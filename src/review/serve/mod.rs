@@ -22,18 +22,15 @@
 //! saved on every change (autosave), a submission is one transaction, and every
 //! submission and adjudication is a `review` / `review.adjudication` event in the
 //! ledger. The event is queued in the same transaction (table `outbox`) and moved into
-//! the ledger by one drainer task, exactly once (see [`drain_outbox`]); what a killed
-//! server left queued is moved at its next start or by `review import` / `review merge`.
+//! the ledger by one drainer task, exactly once (see [`drain_outbox`], in the app's storage
+//! [`super::submissions`]); what a killed server left queued is moved at its next start or
+//! by `review import` / `review merge`.
 //! Submissions reach the pipeline through `reviews/web/scores.jsonl` and
 //! `reviews/web/adjudications.jsonl`, rewritten every few seconds while serving and by
 //! `review import` / `review merge`.
 
 mod pages;
 mod signin;
-mod store;
-
-pub use pages::esc;
-pub use store::{LEDGER_STAGE, drain_outbox, dump, open_db, outbox_pending};
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -51,6 +48,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Role;
 use super::assign::Assignments;
+use super::submissions::{db_path, drain_outbox, dump_from, open_db};
 use crate::ledger::RunRecorder;
 use crate::model::Sample;
 use crate::settings::Settings;
@@ -59,7 +57,6 @@ use pages::{
     sample_page, security_headers, submit,
 };
 use signin::{login_get, login_post, logout};
-use store::dump_from;
 
 /// `[review.serve]`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -110,10 +107,6 @@ fn default_window() -> u64 {
 
 fn default_session_hours() -> u64 {
     12
-}
-
-pub fn db_path(s: &Settings) -> PathBuf {
-    s.resolve(&super::settings(s).serve.db)
 }
 
 /// The running app's shared state.
@@ -209,7 +202,7 @@ pub fn serve(s: &Settings, printer: &crate::printer::Printer, addr: Option<Socke
         dirty: AtomicBool::new(true),
         outbox: tokio::sync::Notify::new(),
     });
-    let web_dir = super::sheets::web_dir(s);
+    let web_dir = super::submissions::web_dir(s);
     // Ctrl-C stops serving gracefully (final dump of `reviews/web/`), not the process at once.
     crate::children::set_graceful_interrupt();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -327,11 +320,4 @@ fn router(app: Arc<App>) -> Router {
         .fallback(|| async { page(StatusCode::NOT_FOUND, "Not found", "<p>No such page.</p>", None) })
         .layer(axum::middleware::map_response(security_headers))
         .with_state(app)
-}
-
-fn random_hex() -> String {
-    use rand::TryRngCore;
-    let mut b = [0u8; 32];
-    rand::rngs::OsRng.try_fill_bytes(&mut b).expect("the OS random source");
-    hex::encode(b)
 }

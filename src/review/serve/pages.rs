@@ -4,9 +4,10 @@
 
 use super::App;
 use super::signin::{check_write, forbidden, session, unauthorised};
-use super::store::{Row, adjudication_revisions, enqueue, row};
 use crate::model::Sample;
 use crate::review;
+use crate::review::submissions::{Row, adjudication_revisions, enqueue, row};
+use crate::review::view::esc;
 use anyhow::Result;
 use axum::body::Body;
 use axum::extract::Form;
@@ -44,22 +45,6 @@ pub(super) async fn security_headers(mut r: Response) -> Response {
 
 pub(super) fn asset(ct: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, ct)], body).into_response()
-}
-
-/// HTML escaping for text and attribute values.
-pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            _ => o.push(c),
-        }
-    }
-    o
 }
 
 pub(super) fn page(status: StatusCode, title: &str, body: &str, csrf: Option<&str>) -> Response {

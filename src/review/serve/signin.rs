@@ -3,9 +3,10 @@
 //! write passes (same origin, CSRF token).
 
 use super::App;
-use super::pages::{esc, page};
-use super::random_hex;
+use super::pages::page;
 use crate::review;
+use crate::review::submissions::random_hex;
+use crate::review::view::esc;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::extract::Form;

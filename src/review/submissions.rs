@@ -1,21 +1,21 @@
-//! The app's storage: the SQLite schema, score and adjudication rows, and the outbox that
-//! carries each submission's ledger event into the ledger exactly once; `dump` writes the
-//! submissions out to `reviews/web/` for the pipeline.
+//! The review web app's storage: the SQLite schema, score and adjudication rows, and the
+//! outbox that carries each submission's ledger event into the ledger exactly once; `dump`
+//! writes the submissions out to `reviews/web/` for the pipeline. Kept out of `serve` so
+//! that `review import` and `review merge`, which dump before they read, depend on the
+//! storage and not on the server (issue 41), and the server on the storage.
 
-use super::{db_path, random_hex};
 use crate::ledger::NewEvent;
 use crate::review;
-use crate::review::merge::WebAdjudication;
-use crate::review::sheets::WebScore;
 use crate::settings::Settings;
 use anyhow::Context;
 use anyhow::Result;
 use rusqlite::Connection;
 use rusqlite::OptionalExtension;
 use rusqlite::params;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 // Adjudications are kept as revisions (`adjudication_revisions`), every one of them; the
@@ -49,6 +49,56 @@ INSERT INTO adjudication_revisions(sample_id, revision, content_hash, decision, 
 
 /// The ledger stage name of the web app's events.
 pub const LEDGER_STAGE: &str = "review-serve";
+
+/// `reviews/web/`: what the web app collected, as files the pipeline reads.
+pub fn web_dir(s: &Settings) -> PathBuf {
+    s.root.join("reviews").join("web")
+}
+
+/// The app's database (`[review.serve] db`).
+pub fn db_path(s: &Settings) -> PathBuf {
+    s.resolve(&review::settings(s).serve.db)
+}
+
+/// A submission of the web app as dumped to `reviews/web/scores.jsonl`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WebScore {
+    pub sample_id: String,
+    pub reviewer: String,
+    pub content_hash: String,
+    pub scores: BTreeMap<String, u8>,
+    #[serde(default)]
+    pub note: String,
+    pub submitted_at: String,
+}
+
+/// An adjudication as the web app dumps it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WebAdjudication {
+    pub sample_id: String,
+    pub content_hash: String,
+    pub decision: String,
+    pub adjudicator: String,
+    pub reason: String,
+    pub at: String,
+    /// 1 for the first decision on a sample, then 2, 3, …: every revision is dumped and
+    /// the highest counts (dumps of earlier versions have one line per sample, no field).
+    #[serde(default = "one")]
+    pub revision: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// 32 random bytes from the OS, hex: outbox keys here, session ids and CSRF tokens in
+/// the server.
+pub(super) fn random_hex() -> String {
+    use rand::TryRngCore;
+    let mut b = [0u8; 32];
+    rand::rngs::OsRng.try_fill_bytes(&mut b).expect("the OS random source");
+    hex::encode(b)
+}
 
 /// Queue a ledger event in the app database, inside the caller's transaction: it commits
 /// (or not) together with the score or adjudication it describes. [`drain_outbox`] moves
@@ -153,7 +203,7 @@ pub fn dump(s: &Settings) -> Result<Option<(usize, usize)>> {
             format!("cannot move the web app's pending review events into `{}`", ledger.path().display())
         })?;
     }
-    dump_from(&c, &review::sheets::web_dir(s)).map(Some)
+    dump_from(&c, &web_dir(s)).map(Some)
 }
 
 pub(super) fn dump_from(c: &Connection, dir: &Path) -> Result<(usize, usize)> {

@@ -1,0 +1,235 @@
+//! Batch files for offline engines (`vllm run-batch`): `benchgen llm batch-export` runs a
+//! stage with its batch roles keeping their first round here instead of sending it, and
+//! writes that round as an OpenAI batch input file; `benchgen llm batch-import` ingests the
+//! engine's output file into `llm_batch_results` exactly as a downloaded output file is, so
+//! the stage then answers those requests from the ledger.
+//!
+//! The export records its requests in the ledger as a batch row whose id is
+//! `export:<file sha256, 16 hex>` (state `exported`, never followed), so the import finds
+//! each `custom_id`'s role and cache key there.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use anyhow::{Context, Result, bail};
+use rusqlite::params;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{Api, Remote, SCHEMA, line_outcome, store_answers};
+use crate::ledger::Ledger;
+use crate::llm::redact::Redactor;
+use crate::settings::Settings;
+
+/// One request an export run kept instead of sending it.
+struct Kept {
+    role: String,
+    stage: String,
+    base_url: String,
+    key: String,
+    hash: String,
+    line: Vec<u8>,
+}
+
+/// The requests kept while exporting: `Some` during [`export`]. Process-wide, because the
+/// stage builds its own LLM client, out of the command's reach.
+static KEPT: Mutex<Option<Vec<Kept>>> = Mutex::new(None);
+
+fn kept() -> std::sync::MutexGuard<'static, Option<Vec<Kept>>> {
+    KEPT.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether this process is exporting (batch jobs built now keep their rounds).
+pub(super) fn exporting() -> bool {
+    kept().is_some()
+}
+
+/// Keep a round of role `role` (`(key, hash, JSONL line)`).
+pub(super) fn keep(role: &str, stage: &str, base_url: &str, lines: Vec<(String, String, Vec<u8>)>) {
+    if let Some(all) = kept().as_mut() {
+        for (key, hash, line) in lines {
+            let (role, stage, base_url) = (role.to_string(), stage.to_string(), base_url.to_string());
+            all.push(Kept { role, stage, base_url, key, hash, line });
+        }
+    }
+}
+
+/// What `benchgen llm batch-export` wrote.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExportReport {
+    pub file: String,
+    /// Lines of the file (requests, one per request hash).
+    pub requests: usize,
+    /// Requests per role.
+    pub roles: BTreeMap<String, usize>,
+    /// The ledger's id of the export (`export:<sha>`); none when nothing was pending.
+    pub batch_id: Option<String>,
+}
+
+/// Run the stage (`run`) with every batch role keeping its first round, then write those
+/// requests to `out` (OpenAI batch input format, sorted by cache key) and record them in
+/// the ledger. A stage that needs no request runs to its end and `out` is empty.
+pub fn export(settings: &Settings, out: &Path, run: impl FnOnce() -> Result<()>) -> Result<ExportReport> {
+    *kept() = Some(Vec::new());
+    let ran = run();
+    let mut all = kept().take().unwrap_or_default();
+    if all.is_empty() {
+        ran?;
+    }
+    all.sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.role.cmp(&b.role)));
+    let mut file = Vec::new();
+    let mut hashes = std::collections::BTreeSet::new();
+    let mut roles: BTreeMap<String, usize> = BTreeMap::new();
+    for k in &all {
+        // `custom_id` must be unique in a file: two roles on one server asking the same.
+        if hashes.insert(k.hash.as_str()) {
+            file.extend_from_slice(&k.line);
+            *roles.entry(k.role.clone()).or_default() += 1;
+        }
+    }
+    crate::store::write_atomic(out, &file).with_context(|| format!("cannot write `{}`", out.display()))?;
+    let batch_id = if all.is_empty() {
+        None
+    } else {
+        let id = format!("export:{}", &crate::store::sha256_hex(&file)[..16]);
+        record_export(settings, &id, &all).context("cannot record the export in the ledger")?;
+        Some(id)
+    };
+    Ok(ExportReport { file: settings.display_path(out), requests: hashes.len(), roles, batch_id })
+}
+
+/// One done batch row per role (never followed: no provider knows it), with its requests.
+fn record_export(settings: &Settings, id: &str, all: &[Kept]) -> Result<()> {
+    let l = Ledger::open(&settings.artifacts)?;
+    l.connection().execute_batch(SCHEMA)?;
+    let tx = l.connection().unchecked_transaction()?;
+    let now = crate::ledger::now();
+    let mut rows: BTreeMap<&str, i64> = BTreeMap::new();
+    for k in all {
+        let row = match rows.get(k.role.as_str()) {
+            Some(row) => *row,
+            None => {
+                let n = all.iter().filter(|x| x.role == k.role).count() as i64;
+                tx.execute(
+                    "INSERT INTO llm_batches(batch_id, role, stage, base_url, input_file_id, state, requests,
+                     created_at, updated_at, done) VALUES (?1, ?2, ?3, ?4, ?1, 'exported', ?5, ?6, ?6, 1)",
+                    params![id, k.role, k.stage, k.base_url, n, now],
+                )?;
+                let new = tx.last_insert_rowid();
+                rows.insert(k.role.as_str(), new);
+                new
+            }
+        };
+        tx.execute(
+            "INSERT OR IGNORE INTO llm_batch_requests(batch, key, hash) VALUES (?1, ?2, ?3)",
+            params![row, k.key, k.hash],
+        )?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+pub fn render_export(r: &ExportReport) -> String {
+    let Some(id) = &r.batch_id else {
+        return format!("nothing to export: the stage ran from the ledger; wrote an empty `{}`\n", r.file);
+    };
+    let roles: Vec<String> = r.roles.iter().map(|(role, n)| format!("{role}: {n}")).collect();
+    format!(
+        "wrote {} requests to `{}` ({}; {id})\n\
+         only the stage's first round: answer it (`vllm run-batch -i {} -o OUT`), \
+         `benchgen llm batch-import OUT`, then run the stage again, or export its next round\n",
+        r.requests,
+        r.file,
+        roles.join(", "),
+        r.file
+    )
+}
+
+/// What `benchgen llm batch-import` took.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImportReport {
+    pub file: String,
+    /// Requests answered (their answers are in the ledger).
+    pub answered: usize,
+    /// Lines with no answer (an error status or error object), each `custom_id: why`: the
+    /// stage sends those requests anew.
+    pub failed: Vec<String>,
+}
+
+/// Ingest an output file of an offline engine: each line's answer goes into the ledger
+/// under the cache keys the export recorded for its `custom_id`.
+pub fn import(settings: &Settings, file: &Path) -> Result<ImportReport> {
+    let shown = settings.display_path(file);
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read `{shown}`"))?;
+    let Some(l) = Ledger::open_existing(&settings.artifacts)? else {
+        bail!("`{shown}`: the project has no ledger yet; run `benchgen llm batch-export` first")
+    };
+    l.connection().execute_batch(SCHEMA)?;
+    let (redactors, none) = (role_redactors(settings), Redactor::default());
+    let mut answers: BTreeMap<i64, Vec<(String, Value)>> = BTreeMap::new();
+    let mut failed = Vec::new();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let at = format!("`{shown}` line {}", n + 1);
+        let v: Value = serde_json::from_str(line).with_context(|| format!("{at}: not JSON"))?;
+        let Some(hash) = v["custom_id"].as_str() else { bail!("{at}: no `custom_id` string") };
+        let targets = exported_keys(&l, hash)?;
+        let Some((_, _, role)) = targets.first() else {
+            bail!("{at}: `custom_id` {hash} is no request of a `benchgen llm batch-export`")
+        };
+        match line_outcome(redactors.get(role).unwrap_or(&none), &v) {
+            Ok(response) => {
+                for (row, key, _) in targets {
+                    answers.entry(row).or_default().push((key, response.clone()));
+                }
+            }
+            Err(f) => failed.push(format!("{hash}: {}: {}", f.status, f.message)),
+        }
+    }
+    let mut answered = 0;
+    for (row, got) in answers {
+        let batch_id: String =
+            l.connection().query_row("SELECT batch_id FROM llm_batches WHERE id = ?1", [row], |r| r.get(0))?;
+        let b = Remote { id: batch_id, status: "imported".into(), completed: got.len() as u64, ..Remote::default() };
+        store_answers(&l, row, &b, &got).with_context(|| format!("cannot store the answers of `{shown}`"))?;
+        answered += got.len();
+    }
+    Ok(ImportReport { file: shown, answered, failed })
+}
+
+/// `(batch row, cache key, role)` of every exported request with this hash, newest export
+/// first (one per key).
+fn exported_keys(l: &Ledger, hash: &str) -> Result<Vec<(i64, String, String)>> {
+    let mut st = l.connection().prepare_cached(
+        "SELECT q.batch, q.key, b.role FROM llm_batch_requests q JOIN llm_batches b ON b.id = q.batch
+         WHERE q.hash = ?1 AND b.batch_id LIKE 'export:%' ORDER BY b.id DESC",
+    )?;
+    let rows = st.query_map([hash], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    let mut out: Vec<(i64, String, String)> = Vec::new();
+    for r in rows {
+        let r: (i64, String, String) = r?;
+        if !out.iter().any(|o| o.1 == r.1) {
+            out.push(r);
+        }
+    }
+    Ok(out)
+}
+
+/// Each role's key redactor: an imported answer is stored like a live one, never with a key.
+fn role_redactors(settings: &Settings) -> BTreeMap<String, Redactor> {
+    let roles = &settings.section::<crate::llm::LlmSettings>().roles;
+    roles.iter().filter_map(|(name, r)| Api::new(r).ok().map(|a| (name.clone(), a.redactor))).collect()
+}
+
+pub fn render_import(r: &ImportReport) -> String {
+    let mut out = format!("`{}`: {} requests answered into the ledger", r.file, r.answered);
+    if r.failed.is_empty() {
+        out.push_str("; run the stage again\n");
+        return out;
+    }
+    out.push_str(&format!("; {} not answered (the stage sends them anew):\n", r.failed.len()));
+    for f in &r.failed {
+        out.push_str(&format!("  {f}\n"));
+    }
+    out
+}
