@@ -231,7 +231,8 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             let default = settings.artifacts.join("llm").join(format!("batch-export-{}.jsonl", a.stage));
             let out = a.out.clone().unwrap_or(default);
             // Not `--force`: a stage that is up to date needs no request, and its file is empty.
-            let r = llm::batch_api::export(&settings, &out, || {
+            let roles: Vec<String> = exported.roles(&settings).into_iter().map(|r| r.name).collect();
+            let r = llm::batch_api::export(&settings, &out, &roles, || {
                 exported.prepare(&settings, printer)?;
                 let states = pipeline::states(&settings);
                 stage::execute(&settings, printer, exported.as_ref(), false, &states).map(|_| ())

@@ -146,6 +146,23 @@ enum CallError {
     Failed(String),
 }
 
+/// Why a batch was not created: a call error that surely made none (`Call`), or a failure
+/// after which it may exist on the server (`Uncertain`): the row then stays unfinished and
+/// the rerun looks for it before creating another, so no file becomes two batches.
+enum CreateError {
+    Call(CallError),
+    Uncertain(String),
+}
+
+impl CreateError {
+    fn uncertain(e: CallError) -> Self {
+        match e {
+            CallError::Cancelled => CreateError::Call(CallError::Cancelled),
+            CallError::Failed(why) => CreateError::Uncertain(why),
+        }
+    }
+}
+
 /// One failed HTTP attempt.
 struct Attempt {
     status: String,
@@ -350,8 +367,8 @@ impl Api {
         window: &str,
         adopt: bool,
         cancel: &CancellationToken,
-    ) -> Result<Remote, CallError> {
-        if adopt && let Some(b) = self.made_from(file_id, cancel).await? {
+    ) -> Result<Remote, CreateError> {
+        if adopt && let Some(b) = self.made_from(file_id, cancel).await.map_err(CreateError::uncertain)? {
             return Ok(b);
         }
         let url = format!("{}/batches", self.base);
@@ -363,29 +380,33 @@ impl Api {
             attempts += 1;
             let r = tokio::select! {
                 biased;
-                _ = cancel.cancelled() => return Err(CallError::Cancelled),
+                _ = cancel.cancelled() => return Err(CreateError::Call(CallError::Cancelled)),
                 r = self.once(&build, self.timeout) => r,
             };
             let a = match r {
                 Ok(bytes) => {
-                    let v = self.json("creating the batch", &bytes)?;
-                    return Remote::parse(&v).map_err(CallError::Failed);
+                    // The server made a batch whose answer we cannot read: it may exist.
+                    let v = self.json("creating the batch", &bytes).map_err(CreateError::uncertain)?;
+                    return Remote::parse(&v).map_err(CreateError::Uncertain);
                 }
                 Err(a) => a,
             };
             // A retryable failure may have come after the batch was made.
             if a.retryable
-                && let Some(b) = self.made_from(file_id, cancel).await?
+                && let Some(b) = self.made_from(file_id, cancel).await.map_err(CreateError::uncertain)?
             {
                 return Ok(b);
             }
             if !a.retryable || attempts > self.retries {
-                return Err(CallError::Failed(self.shown("creating the batch", &a)));
+                let why = self.shown("creating the batch", &a);
+                // Only a refusal of the first request of a fresh file surely made no batch.
+                let sure = attempts == 1 && !a.retryable && !adopt;
+                return Err(if sure { CreateError::Call(CallError::Failed(why)) } else { CreateError::Uncertain(why) });
             }
             let delay = retry_delay(self.backoff_ms, attempts, a.retry_after);
             tokio::select! {
                 biased;
-                _ = cancel.cancelled() => return Err(CallError::Cancelled),
+                _ = cancel.cancelled() => return Err(CreateError::Call(CallError::Cancelled)),
                 _ = tokio::time::sleep(delay) => {}
             }
         }
@@ -500,19 +521,6 @@ impl BatchJobs {
             biased;
             _ = self.cancel.cancelled() => Outcome::Cancelled,
             r = rx => r.unwrap_or_else(|_| Outcome::Setup("the batch task ended without an answer".into())),
-        }
-    }
-
-    /// Note that the answer to `key` is recorded as exchange `event` (it is not handed out
-    /// again from `llm_batch_results`).
-    pub(crate) fn recorded(&self, key: &str, event: i64) {
-        let r = self
-            .recorder
-            .lock()
-            .connection()
-            .execute("UPDATE llm_batch_results SET recorded_event = ?2 WHERE key = ?1", params![key, event]);
-        if let Err(e) = r {
-            tracing::warn!("cannot note a recorded batch answer in the ledger: {e}");
         }
     }
 
@@ -686,8 +694,14 @@ impl BatchJobs {
         }
         let b = match self.api.create(&row.file_id, &self.s.completion_window, row.resumed, &self.cancel).await {
             Ok(b) => b,
-            Err(CallError::Cancelled) => return Err(Stop::Cancelled),
-            Err(CallError::Failed(why)) => return Err(Stop::Refused(why)),
+            Err(CreateError::Call(CallError::Cancelled)) => return Err(Stop::Cancelled),
+            Err(CreateError::Call(CallError::Failed(why))) => return Err(Stop::Refused(why)),
+            Err(CreateError::Uncertain(why)) => {
+                return Err(Stop::Setup(format!(
+                    "the batch of role `{}` may have been created ({why}); it stays in the ledger and a rerun looks for it before creating another",
+                    self.role
+                )));
+            }
         };
         update_batch(&self.recorder.lock(), row.id, &b, false).map_err(|e| Stop::Setup(format!("ledger: {e:#}")))?;
         tracing::info!("role `{}`: batch {} of {} requests created", self.role, b.id, b.total);
@@ -701,7 +715,25 @@ impl BatchJobs {
         let pb = crate::printer::Printer::default().progress(0, "batch");
         pb.set_message(format!("{id} (role {})", self.role));
         let mut wait = self.s.poll_s;
+        // A batch the server never finishes must not hold the stage for ever: past its
+        // completion window (and a tenth more) it is taken as expired and its requests go on
+        // as an expired batch's do (a next batch, then live).
+        let window = Duration::from_secs(self.s.window_hours().unwrap_or(24) * 3_600);
+        let deadline = tokio::time::Instant::now() + window + window / 10;
         loop {
+            if tokio::time::Instant::now() >= deadline {
+                pb.finish_and_clear();
+                tracing::warn!(
+                    "role `{}`: batch {id} not finished within its completion window; taken as expired",
+                    self.role
+                );
+                let mut b = self.api.get(&id, &self.cancel).await.map_err(|e| match e {
+                    CallError::Cancelled => Stop::Cancelled,
+                    CallError::Failed(why) => self.unfollowable(&id, &why),
+                })?;
+                b.status = "expired".into();
+                return Ok(b);
+            }
             tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
@@ -974,6 +1006,35 @@ fn store_answers(l: &Ledger, id: i64, b: &Remote, answers: &[(String, Value)]) -
     update_row(&tx, id, b, true)?;
     tx.commit()?;
     Ok(())
+}
+
+/// Note that the answer to `key` a batch brought is recorded as exchange `event` (it is not
+/// handed out again from `llm_batch_results`).
+pub(crate) fn mark_recorded(recorder: &Recorder, key: &str, event: i64) {
+    let r = recorder
+        .lock()
+        .connection()
+        .execute("UPDATE llm_batch_results SET recorded_event = ?2 WHERE key = ?1", params![key, event]);
+    if let Err(e) = r {
+        tracing::warn!("cannot note a recorded batch answer in the ledger: {e}");
+    }
+}
+
+/// For a role that is not in batch mode: an answer a batch brought for `key` and no exchange
+/// recorded (a run with `--batch` stopped after its batch finished, or `llm batch-import`),
+/// so that turning batch mode off neither loses it nor pays for the request again. None in
+/// a ledger that never held a batch.
+pub(crate) fn stored_answer(recorder: &Recorder, key: &str) -> Result<Option<(String, Value)>> {
+    let l = recorder.lock();
+    let tables: i64 = l.connection().query_row(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('llm_batch_results', 'llm_batches')",
+        [],
+        |r| r.get(0),
+    )?;
+    if tables < 2 {
+        return Ok(None);
+    }
+    unrecorded_answer(&l, key)
 }
 
 /// An answer a batch brought for `key` that no exchange has recorded yet, with the

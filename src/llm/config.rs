@@ -262,9 +262,15 @@ impl BatchSettings {
         if !(self.poll_max_s.is_finite() && self.poll_max_s >= self.poll_s) {
             problems.push(Problem::new(&loc, "`poll_max_s` must be a number of seconds, at least `poll_s`"));
         }
-        if self.completion_window.trim().is_empty() {
-            problems.push(Problem::new(&loc, "`completion_window` must not be empty (OpenAI: `24h`)"));
+        if self.window_hours().is_none() {
+            problems.push(Problem::new(&loc, "`completion_window` must be a whole number of hours such as `24h`"));
         }
+    }
+
+    /// `completion_window` in hours (`24h` → 24); `None` when it is not of that form.
+    pub fn window_hours(&self) -> Option<u64> {
+        let w = self.completion_window.trim().strip_suffix('h')?;
+        w.parse().ok().filter(|h| *h > 0)
     }
 }
 

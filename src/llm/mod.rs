@@ -819,8 +819,8 @@ impl LlmClient {
                 let parents: Vec<i64> = parent.into_iter().collect();
                 let id = inner.recorder.record(kind::LLM_EXCHANGE, item, p, &parents).map_err(ledger_err)?;
                 inner.recorder.cache_put(&key, id).map_err(ledger_err)?;
-                if let (Some(_), Some(jobs)) = (&sent.batch, &r.batch) {
-                    jobs.recorded(&key, id);
+                if sent.batch.is_some() {
+                    batch_api::mark_recorded(&inner.recorder, &key, id);
                 }
                 Ok(Exchange { response: sent.response, event_id: id, cached: false, hash })
             }
@@ -833,6 +833,12 @@ impl LlmClient {
     async fn send(&self, r: &Role, body: &Value, key: &str, hash: &str, est_tokens: u64) -> Result<Sent, SendError> {
         let cancel = &self.inner.cancel;
         let Some(jobs) = &r.batch else {
+            // An answer a batch brought while the role was in batch mode is not asked again.
+            let stored = batch_api::stored_answer(&self.inner.recorder, key)
+                .map_err(|e| SendError::Setup(format!("ledger: {e:#}")))?;
+            if let Some((batch, response)) = stored {
+                return Ok(Sent { response, attempts: 1, latency_ms: 0, replica: 0, batch: Some(batch) });
+            }
             // Batch jobs gather a round of requests; only live calls send the first alone.
             let _first = FirstAlone::enter(r).await;
             return r.endpoint.send(&r.settings, body, est_tokens, cancel).await;

@@ -150,14 +150,37 @@ const SECRET_WORDS: &[&str] = &[
     "auth",
     "bearer",
     "cookie",
+    // `--header "Authorization: Bearer …"` is how remote MCP bridges take their credential.
+    "header",
+    "headers",
 ];
 
 /// Whether an option (`--api-key`) or variable (`GITHUB_TOKEN`) name holds a credential.
 fn secret_name(name: &str) -> bool {
     let name = name.trim_start_matches('-');
+    // `-H`: curl's and mcp-remote's short form of `--header`.
+    if name == "H" {
+        return true;
+    }
+    // camelCase (`--accessToken`, `--clientSecret`) splits into its words too.
+    let mut words = String::with_capacity(name.len() + 4);
+    let mut prev_lower = false;
+    for c in name.chars() {
+        if c.is_ascii_uppercase() && prev_lower {
+            words.push('-');
+        }
+        prev_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        words.push(c);
+    }
     !name.is_empty()
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && name.to_ascii_lowercase().split(['-', '_', '.']).any(|w| SECRET_WORDS.contains(&w))
+        && words.to_ascii_lowercase().split(['-', '_', '.']).any(|w| SECRET_WORDS.contains(&w))
+}
+
+/// A credential that says what it is: `Bearer …`, `Basic …`, or an `Authorization:` header.
+fn credential_value(a: &str) -> bool {
+    let lower = a.trim_start().to_ascii_lowercase();
+    ["bearer ", "basic ", "authorization:"].iter().any(|p| lower.starts_with(p))
 }
 
 /// `--api-key=V` or `API_KEY=V` as its name and value, when the name holds a credential
@@ -196,7 +219,7 @@ fn redact_args(args: &[String]) -> (Vec<String>, bool) {
     let mut any = false;
     let mut after_secret_option = false;
     for a in args {
-        let (kept, replaced) = if after_secret_option && !a.starts_with("--") {
+        let (kept, replaced) = if (after_secret_option && !a.starts_with("--")) || credential_value(a) {
             redact_whole(a)
         } else if let Some((name, value)) = secret_assignment(a) {
             let (value, replaced) = redact_whole(value);
@@ -726,6 +749,13 @@ mod tests {
         redacts(&["--secret", "s", "--x-token=t"], &["--secret", "***", "--x-token=***"]);
         redacts(&["--api-key=sk-1"], &["--api-key=***"]);
         redacts(&["-e", "GITHUB_TOKEN=ghp_1"], &["-e", "GITHUB_TOKEN=***"]);
+        // How remote MCP bridges take their credential, and camelCase option names.
+        redacts(
+            &["mcp-remote", "https://h/mcp", "--header", "Authorization: Bearer sk-1"],
+            &["mcp-remote", "https://h/mcp", "--header", "***"],
+        );
+        redacts(&["-H", "X-Api: v", "Bearer sk-2"], &["-H", "***", "***"]);
+        redacts(&["--accessToken", "a", "--clientSecret", "c"], &["--accessToken", "***", "--clientSecret", "***"]);
 
         // `${VAR}` references name a variable, not a secret; a package and its version and
         // other arguments are kept.

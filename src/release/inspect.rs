@@ -90,7 +90,7 @@ pub fn verify(
         // Another benchgen version writes another task: not a defect of the release (an edit
         // after publishing is SHA256SUMS's to catch), so a warning, not a failure.
         Ok(b) if b != TASK_SOURCE.as_bytes() => warnings.push(format!(
-            "{TASK}: not the task this benchgen writes (written by another version of benchgen; SHA256SUMS tells whether it was edited)"
+            "{TASK}: not the task this benchgen writes (another version of benchgen writes another; SHA256SUMS cannot tell an edit whose checksums were recomputed, so read it before `inspect eval` runs it)"
         )),
         Ok(_) => {}
     }

@@ -360,3 +360,37 @@ fn batch_export_then_import_answers_a_stage_offline_without_a_request() {
     assert_eq!(r["requests"], 0, "{r:#}");
     assert_eq!(std::fs::read(p.path().join("again.jsonl")).unwrap(), b"");
 }
+
+/// An export where no role of the stage is a batch role is refused before the stage runs:
+/// it would make its requests live, pay for them and write its artifacts.
+#[test]
+fn batch_export_without_a_batch_role_is_refused_and_sends_nothing() {
+    let api = BatchApi::start(keep_or_drop, Faults::default());
+    let p = project(&api.base_url(), "");
+    ok(p.path(), &["registry", "import"]);
+    let (success, out, err) = run(p.path(), &["llm", "batch-export", "--stage", "filter", "--out", "in.jsonl"]);
+    assert!(!success, "{out}{err}");
+    assert!(err.contains("none of the stage's roles sends its requests as batch jobs (its roles: c)"), "{err}");
+    assert!(err.contains("--batch"), "{err}");
+    assert!(api.requests().is_empty(), "nothing was asked: {:#?}", api.requests());
+    assert!(!p.path().join("artifacts/filter").exists() && !p.path().join("in.jsonl").exists());
+}
+
+/// `--batch` puts a live role into batch mode for one command; the answers a batch brought
+/// are then taken by the role without batch mode too: turning it off neither loses them nor
+/// pays for the requests again.
+#[test]
+fn answers_a_batch_brought_are_taken_by_the_role_once_batch_mode_is_off() {
+    let (want, asked) = live_reference(keep_or_drop);
+    let api = BatchApi::start(keep_or_drop, Faults::default());
+    let p = project(&api.base_url(), "");
+    ok(p.path(), &["registry", "import"]);
+    let r = json_of(p.path(), &["--json", "--batch", "llm", "batch-export", "--stage", "filter", "--out", "in.jsonl"]);
+    assert_eq!(r["requests"], asked, "{r:#}");
+    assert_eq!(answer_offline(&p.path().join("in.jsonl"), &p.path().join("out.jsonl"), keep_or_drop), asked);
+    ok(p.path(), &["llm", "batch-import", "out.jsonl"]);
+    ok(p.path(), &["filter"]);
+    assert!(api.requests().is_empty(), "the live role took the batch's answers: {:#?}", api.requests());
+    assert_eq!(stage_files(p.path(), "filter"), want, "the artifacts are byte-identical to the live run's");
+    assert_eq!(each_exchange_once(p.path()), asked);
+}

@@ -70,7 +70,22 @@ pub struct ExportReport {
 /// Run the stage (`run`) with every batch role keeping its first round, then write those
 /// requests to `out` (OpenAI batch input format, sorted by cache key) and record them in
 /// the ledger. A stage that needs no request runs to its end and `out` is empty.
-pub fn export(settings: &Settings, out: &Path, run: impl FnOnce() -> Result<()>) -> Result<ExportReport> {
+/// Refused before anything runs when none of the stage's `roles` is a batch role: the stage
+/// would otherwise make its requests live, pay for them and write its artifacts.
+pub fn export(
+    settings: &Settings,
+    out: &Path,
+    roles: &[String],
+    run: impl FnOnce() -> Result<()>,
+) -> Result<ExportReport> {
+    if !roles.iter().any(|r| batch_role(settings, r)) {
+        let named =
+            if roles.is_empty() { "it asks no LLM".to_string() } else { format!("its roles: {}", roles.join(", ")) };
+        return Err(crate::error::UsageError(format!(
+            "nothing to export: none of the stage's roles sends its requests as batch jobs ({named}), so the stage would run live; set `mode = \"batch\"` in `[llm.roles.NAME]` or pass `--batch` (every role whose provider is not `local`)"
+        ))
+        .into());
+    }
     *kept() = Some(Vec::new());
     let ran = run();
     let mut all = kept().take().unwrap_or_default();
@@ -100,6 +115,15 @@ pub fn export(settings: &Settings, out: &Path, run: impl FnOnce() -> Result<()>)
 }
 
 /// One done batch row per role (never followed: no provider knows it), with its requests.
+/// Whether the role `name` runs as batch jobs, as the client decides it.
+fn batch_role(settings: &Settings, name: &str) -> bool {
+    let llm = settings.section::<crate::llm::LlmSettings>();
+    llm.roles.get(name).is_some_and(|r| {
+        r.mode == crate::llm::config::RoleMode::Batch
+            || (settings.llm_batch && r.provider != crate::llm::config::Provider::Local)
+    })
+}
+
 fn record_export(settings: &Settings, id: &str, all: &[Kept]) -> Result<()> {
     let l = Ledger::open(&settings.artifacts)?;
     l.connection().execute_batch(SCHEMA)?;
