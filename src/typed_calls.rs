@@ -86,6 +86,15 @@ pub fn sites() -> Vec<Entry> {
             )
         }),
         of::<levels::l1::QueryCheck>("src/levels/l1.rs", "levels L1/L2: verify"),
+        one(
+            "src/levels/l1.rs",
+            "levels L1/L2: asked again",
+            Answer::<levels::l1::Drafts>::new(
+                "Drafts",
+                crate::llm::schema_with_max_items::<levels::l1::Drafts>("queries", 1),
+            ),
+        ),
+        of::<levels::l1::QueryCheck>("src/levels/l1.rs", "levels L1/L2: verify the query asked again"),
         of::<levels::l3::ChainVerdict>("src/levels/l3.rs", "levels L3: verify"),
         one("src/levels/l3.rs", "levels L3: query", levels::l3::query_answer()),
         sizes("src/levels/l3.rs", "levels L3: deps", &[1, 2, 5], |n| levels::l3::deps_answer(&names(n))),

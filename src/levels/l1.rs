@@ -22,13 +22,16 @@ pub const STAGE: &str = "levels-l1";
 pub const QUERIES: Artifact<LevelOut> = Artifact::new(STAGE, "queries.json");
 pub const WRITE_TEMPLATE: &str = "levels_l1_write";
 pub const VERIFY_TEMPLATE: &str = "levels_l1_verify";
+/// The writer's template for a query whose every candidate was refused (L1 and L2).
+pub const AGAIN_TEMPLATE: &str = "levels_query_rewrite";
 
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "levels l1",
     // 2: a query that copies a tool's description, signature or function name is refused.
     // 3: the plan check (`plan_check`, issue 38) on every kept query.
-    version: 3,
+    // 4: an item whose every candidate was refused is asked again once, with the reason.
+    version: 4,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
@@ -58,6 +61,10 @@ pub struct Candidate {
     pub verified: bool,
     pub reason: String,
     pub exchange: String,
+    /// The exchange that asked the writer again for this query, after every first
+    /// candidate was refused (absent on first candidates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked_again: Option<String>,
 }
 
 /// A write-and-verify item's checkpointed value.
@@ -137,31 +144,82 @@ pub async fn write_and_verify(
     .await;
     let checks = batch::all(checks)?;
     let wording = super::wording_of(vars);
-    let candidates = queries
+    let mut candidates: Vec<Candidate> = queries
         .into_iter()
         .zip(checks)
         .map(|(query, c)| {
-            let v = &c.value;
-            let failed: Vec<&str> = [
-                (v.intent_matches, "intent does not match"),
-                (v.platform_rule_obeyed, "platform rule broken"),
-                (v.self_contained, "not self-contained"),
-                (v.no_meta_language, "meta-language"),
-            ]
-            .iter()
-            .filter(|(ok, _)| !ok)
-            .map(|(_, w)| *w)
-            .collect();
-            let rule = mention.check(&query).or_else(|| super::copied_wording(&query, &wording));
-            let (verified, reason) = match (failed.is_empty(), rule) {
-                (true, None) => (true, super::one_line(&v.reason)),
-                (true, Some(m)) => (false, m),
-                (false, _) => (false, format!("{}: {}", failed.join(", "), super::one_line(&v.reason))),
-            };
-            Candidate { query, verified, reason, exchange: c.exchange }
+            let (verified, reason) = verdict(&query, &c.value, mention, &wording);
+            Candidate { query, verified, reason, exchange: c.exchange, asked_again: None }
         })
         .collect();
+    if !candidates.iter().any(|c| c.verified) {
+        let again = ask_again(llm, (writer, judge), verify_t, &wv, &candidates[0], mention).await?;
+        candidates.extend(again);
+    }
     Ok(Drafted { write_exchange: drafts.exchange, candidates })
+}
+
+/// A query's verdict: the verifier's four rules, then the mechanical ones (the platform
+/// mention, no copied wording).
+fn verdict(query: &str, v: &QueryCheck, mention: &Mention, wording: &[super::Wording]) -> (bool, String) {
+    let failed: Vec<&str> = [
+        (v.intent_matches, "intent does not match"),
+        (v.platform_rule_obeyed, "platform rule broken"),
+        (v.self_contained, "not self-contained"),
+        (v.no_meta_language, "meta-language"),
+    ]
+    .iter()
+    .filter(|(ok, _)| !ok)
+    .map(|(_, w)| *w)
+    .collect();
+    let rule = mention.check(query).or_else(|| super::copied_wording(query, wording));
+    match (failed.is_empty(), rule) {
+        (true, None) => (true, super::one_line(&v.reason)),
+        (true, Some(m)) => (false, m),
+        (false, _) => (false, format!("{}: {}", failed.join(", "), super::one_line(&v.reason))),
+    }
+}
+
+/// Ask the writer once more, with the first refused query and why it was refused, and
+/// verify the new query the same way. A small model often writes a function call or
+/// leaves out the platform; told so, it usually fixes just that. `None`: the writer
+/// returned no query (its exchange stays in the ledger).
+async fn ask_again(
+    llm: &Item,
+    (writer, judge): (&str, &str),
+    verify_t: &str,
+    wv: &Value,
+    refused: &Candidate,
+    mention: &Mention,
+) -> Result<Option<Candidate>, ItemError> {
+    let tools = wv.get("tools").cloned().unwrap_or_else(|| json!([wv["tool"].clone()]));
+    let av = json!({"rule": mention.text(), "tools": tools, "query": refused.query, "reason": refused.reason});
+    let schema = crate::llm::schema_with_max_items::<Drafts>("queries", 1);
+    let prompt = Prompt::new(AGAIN_TEMPLATE, av);
+    let r = llm.typed_schema::<Drafts>(writer, &prompt, Some("write-again"), ("Drafts", schema), |_| Ok(())).await?;
+    let Some(query) = r.value.queries.first().map(|q| super::one_line(q)).filter(|q| !q.is_empty()) else {
+        return Ok(None);
+    };
+    let mut v = wv.clone();
+    v["query"] = json!(query);
+    let c = llm.typed_as::<QueryCheck>(judge, &Prompt::new(verify_t, v), "verify-again").await?;
+    let (verified, reason) = verdict(&query, &c.value, mention, &super::wording_of(wv));
+    Ok(Some(Candidate { query, verified, reason, exchange: c.exchange, asked_again: Some(r.exchange) }))
+}
+
+/// The writer's template for asking again, with example variables.
+pub fn again_prompt() -> PromptRef {
+    let tool = json!({"id": "s::t", "name": "t", "server": "s", "description": "d", "inputs": ["`x` (required): d (Type: string)"]});
+    let vars = json!({"rule": "MUST mention the platform \"P\" explicitly", "tools": [tool], "query": "t(x=1)", "reason": "platform not named: `P` does not occur"});
+    PromptRef::new("levels.query_rewrite", AGAIN_TEMPLATE, vars)
+}
+
+/// How many items were asked again, and how many of those were verified then (the
+/// funnel's two lines after `verified`).
+pub fn again_counts<'a>(drafted: impl Iterator<Item = &'a Drafted>) -> (usize, usize) {
+    let again: Vec<&Candidate> =
+        drafted.flat_map(|d| d.candidates.iter().filter(|c| c.asked_again.is_some())).collect();
+    (again.len(), again.iter().filter(|c| c.verified).count())
 }
 
 /// The kept query of a drafted item (a seeded choice among the verified ones), or why none.
@@ -172,8 +230,14 @@ pub fn choose(d: &Drafted, seed: u64, key: &str) -> Result<(String, Vec<String>)
         return Err("no draft: the writer returned no query".into());
     }
     match ok.choose(&mut super::rng(seed, key)) {
-        Some(c) => Ok((c.query.clone(), vec![d.write_exchange.clone(), c.exchange.clone()])),
-        None => Err(format!("not verified: {}", d.candidates[0].reason)),
+        Some(c) => {
+            let exchanges = std::iter::once(&d.write_exchange).chain(&c.asked_again).chain([&c.exchange]);
+            Ok((c.query.clone(), exchanges.cloned().collect()))
+        }
+        None => match d.candidates.iter().find(|c| c.asked_again.is_some()) {
+            Some(again) => Err(format!("not verified: {}; asked again: {}", d.candidates[0].reason, again.reason)),
+            None => Err(format!("not verified: {}", d.candidates[0].reason)),
+        },
     }
 }
 
@@ -216,6 +280,7 @@ impl Stage for L1Stage {
         vec![
             PromptRef::new("levels.l1_write", WRITE_TEMPLATE, vars),
             PromptRef::new("levels.l1_verify", VERIFY_TEMPLATE, v),
+            again_prompt(),
         ]
     }
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
@@ -295,6 +360,9 @@ impl Stage for L1Stage {
             }
         }
         funnel.step("verified", verified);
+        let (again, again_ok) = again_counts(done.values.values());
+        funnel.step("asked again", again);
+        funnel.step("verified after asking again", again_ok);
         checks.count(&mut funnel, queries.len());
         LevelOut { level: 1, queries, funnel, plan_checks: checks.records }.write(out)
     }

@@ -30,7 +30,8 @@ pub static SPEC: StageSpec = StageSpec {
     command: "levels l2",
     // 2: a query that copies a tool's description, signature or function name is refused.
     // 3: the plan check (`plan_check`, issue 38) on every kept query.
-    version: 3,
+    // 4: an item whose every candidate was refused is asked again once, with the reason.
+    version: 4,
     about: "ETOM L2: implicit queries under the coupling rule; EFS members share one query whose ground truth lists the whole set",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read(), FINAL.optional()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
@@ -177,6 +178,7 @@ impl Stage for L2Stage {
         vec![
             PromptRef::new("levels.l2_write", WRITE_TEMPLATE, vars),
             PromptRef::new("levels.l2_verify", VERIFY_TEMPLATE, v),
+            super::l1::again_prompt(),
         ]
     }
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
@@ -249,6 +251,9 @@ impl Stage for L2Stage {
             }
         }
         funnel.step("verified", verified);
+        let (again, again_ok) = super::l1::again_counts(done.values.values());
+        funnel.step("asked again", again);
+        funnel.step("verified after asking again", again_ok);
         checks.count(&mut funnel, queries.len());
         out.count("efs_queries", queries.iter().filter(|q| q.key.starts_with("set:")).count());
         LevelOut { level: 2, queries, funnel, plan_checks: checks.records }.write(out)

@@ -260,9 +260,22 @@ pub fn check_judged(
         step_dec[i] = Some(decided(i, &primary[i], Decision::Duplicate, why));
     }
     let q = content(query);
+    // L1 and L2 queries name the platform by rule (or may, under L2's coupling rule), so
+    // its words say nothing about which of its tools is meant.
+    let single = level <= 2;
+    let q_of = |i: usize| -> BTreeSet<String> {
+        if !single {
+            return q.clone();
+        }
+        let servers: BTreeSet<String> = infos[i]
+            .iter()
+            .flat_map(|(id, t)| content(t.as_ref().map_or(server_of(id).as_str(), |t| t.server.as_str())))
+            .collect();
+        q.difference(&servers).cloned().collect()
+    };
     let ev: Vec<Evidence> =
-        (0..n).map(|i| evidence(&q, &infos[i], similarity.and_then(|s| s.get(i)).copied())).collect();
-    let (pruned, open) = requested(&canon, &kept_deps, &ev, (q.len(), judged), cfg, &primary, &mut step_dec);
+        (0..n).map(|i| evidence((&q, &q_of(i)), &infos[i], similarity.and_then(|s| s.get(i)).copied())).collect();
+    let (pruned, open) = requested(&canon, &kept_deps, &ev, (q.len(), judged, single), cfg, &primary, &mut step_dec);
     let kept: Vec<usize> = (0..n).filter(|&i| !pruned[i]).collect();
     let pos: BTreeMap<usize, usize> = kept.iter().enumerate().map(|(new, &old)| (old, new)).collect();
     let plan: Vec<Step> = kept
@@ -504,8 +517,14 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
-fn evidence(q: &BTreeSet<String>, tools: &[(String, Option<ToolInfo>)], embedded: Option<f32>) -> Evidence {
-    let mention = tools.iter().find_map(|(id, t)| mention_of(q, id, t.as_ref()));
+/// The evidence for one step: a mention by the whole query (`full`), a share of `q` (the
+/// query's words that may tell its tools apart).
+fn evidence(
+    (full, q): (&BTreeSet<String>, &BTreeSet<String>),
+    tools: &[(String, Option<ToolInfo>)],
+    embedded: Option<f32>,
+) -> Evidence {
+    let mention = tools.iter().find_map(|(id, t)| mention_of(full, id, t.as_ref()));
     let mut shared: Vec<String> = Vec::new();
     for (id, t) in tools {
         let s: Vec<String> = q.intersection(&tool_words(id, t.as_ref())).cloned().collect();
@@ -597,7 +616,7 @@ fn requested(
     canon: &[usize],
     kept_deps: &[BTreeSet<usize>],
     ev: &[Evidence],
-    (query_words, judged): (usize, &BTreeMap<usize, Judged>),
+    (query_words, judged, single): (usize, &BTreeMap<usize, Judged>, bool),
     cfg: &PlanCheckSettings,
     primary: &[String],
     out: &mut [Option<StepDecision>],
@@ -645,6 +664,12 @@ fn requested(
                 "unrequested: {what}, and the query names none of its tools; step {} is clearly requested",
                 j + 1
             );
+            (Decision::Unrequested, why)
+        } else if let (true, true) = (cfg.prune_unrequested, single) {
+            // L1/L2: the only step; a query that shares no word with it asks for something
+            // else (a 0.5B writer asked a currency tool for a weather forecast).
+            pruned[i] = true;
+            let why = format!("unrequested: {what} (the platform's name aside), and the query names none of its tools");
             (Decision::Unrequested, why)
         } else if cfg.prune_unrequested {
             open.push(i);
@@ -1236,6 +1261,40 @@ mod tests {
     }
 
     const L4_1_QUERY: &str = "Get the company profile for ticker: TSLA";
+
+    /// The demo's 0.5B writer, asked for a currency conversion on "FX Rates MCP", wrote
+    /// a weather request naming the platform: the platform's words are shared with the
+    /// server's name, not with what the tool does, so the only step is unrequested.
+    #[test]
+    fn a_single_step_query_that_shares_only_the_platform_name_with_its_tool_is_rejected() {
+        let tools = vec![tool(
+            "fx-rates-mcp::convert_currency",
+            "Convert an amount from one currency to another at the current mid-market exchange rate.",
+            json!({"amount": {"type": "number"}, "from": {"type": "string"}, "to": {"type": "string"}}),
+            None,
+        )];
+        let cfg = PlanCheckSettings::default();
+        let weather = "Check FX Rates MCP for tomorrow's forecast in Lyon, France.";
+        for level in [1, 2] {
+            let c = check_plan(
+                level,
+                weather,
+                &[step(&["fx-rates-mcp::convert_currency"], &[])],
+                &lookup(&tools),
+                None,
+                &cfg,
+            );
+            assert_eq!(c.verdict, Verdict::Reject(format!("plan does not fit L{level}: no step is left")));
+            let d = about(&c, 1);
+            assert_eq!(d.decision, Decision::Unrequested, "{d:?}");
+            assert!(d.reason.contains("shares no word with the query (the platform's name aside)"), "{}", d.reason);
+        }
+        // A request for the conversion is kept.
+        let convert = "On FX Rates MCP, convert 250 EUR to JPY at today's rate.";
+        let c = check_plan(1, convert, &[step(&["fx-rates-mcp::convert_currency"], &[])], &lookup(&tools), None, &cfg);
+        assert!(matches!(c.verdict, Verdict::Ok(ref p) if p.len() == 1), "{:?}", c.verdict);
+        assert_eq!(about(&c, 1).decision, Decision::Kept);
+    }
 
     /// The released `L4-1` plan: eight steps in group 0, the first three repeated at the end.
     fn l4_1_plan() -> Vec<Step> {

@@ -48,6 +48,7 @@ pub const BUILTIN: &[(&str, &str)] = builtins![
     "levels_output_schema",
     "levels_platform",
     "levels_query_again",
+    "levels_query_rewrite",
     "levels_step_need",
     "levels_tool_profile",
     "llm-ping",

@@ -988,6 +988,109 @@ fn an_l4_whose_query_still_needs_one_server_when_asked_again_is_rejected_with_bo
     assert!(funnel_has(&out, "plan checked", 0), "{}", out["funnel"]);
 }
 
+/// What the L1/L2 writer is asked when every candidate of an item was refused.
+const REWRITE: &str = "was refused. Write it again";
+
+/// The alpha-markets L1 writer of the rewrite tests: a function call for the company
+/// profile (rewritten as asked when `mends`), a weather request for the stock quote, and
+/// function calls for the rest, asked again or not.
+fn l1_rewrite_answer(seen: &Seen, mends: bool) -> Answer {
+    let text = seen.all_text();
+    let tool = cap(r"Tool `([^`]+)`", &text);
+    if text.contains(REWRITE) {
+        if mends && tool == "get_company_profile" {
+            return Answer::json(
+                json!({"queries": ["On alpha-markets, show me the company profile of Tesla (TSLA)."]}),
+            );
+        }
+        return Answer::json(json!({"queries": [format!("alpha-markets: {tool}(symbol='TSLA')")]}));
+    }
+    if text.contains("direct-command requests") {
+        let q = match tool.as_str() {
+            "get_stock_quote" => "On alpha-markets, what will the weather be in Lyon tomorrow?".to_string(),
+            _ => format!("alpha-markets: {tool}(symbol='TSLA')"),
+        };
+        return Answer::json(json!({"queries": [q]}));
+    }
+    answer(seen)
+}
+
+/// A project on the demo registry cut to alpha-markets, one L1 candidate per tool;
+/// `registry import`, `filter`, `levels profiles` and `levels l1` run. Returns L1's
+/// `queries.json` and the prompts that asked the writer again.
+fn l1_rewrite_run(llm: &ScriptedLlm) -> (Value, Vec<String>) {
+    let p = project(llm, 1);
+    let demo = repo().join("raw/demo/registry.json");
+    let mut reg: Value = serde_json::from_slice(&std::fs::read(&demo).unwrap()).unwrap();
+    let servers: Vec<Value> = reg["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["server_name"] == "alpha-markets-mcp")
+        .cloned()
+        .collect();
+    reg["total_servers"] = json!(1);
+    reg["total_tools"] = json!(servers[0]["tools"].as_array().unwrap().len());
+    reg["servers"] = json!(servers);
+    let registry = p.path("registry.json");
+    std::fs::write(&registry, serde_json::to_vec_pretty(&reg).unwrap()).unwrap();
+    let cfg = std::fs::read_to_string(&p.config).unwrap();
+    let cfg =
+        cfg.replace(&demo.display().to_string(), &registry.display().to_string()) + "\n[levels.l1]\ncandidates = 1\n";
+    std::fs::write(&p.config, cfg).unwrap();
+    for args in [&["registry", "import"][..], &["filter"], &["levels", "profiles"], &["levels", "l1"]] {
+        p.ok(args);
+    }
+    let asked: Vec<String> = llm.requests().iter().map(Seen::all_text).filter(|t| t.contains(REWRITE)).collect();
+    (p.json("artifacts/levels-l1/queries.json"), asked)
+}
+
+fn rejection<'a>(out: &'a Value, item: &str) -> &'a str {
+    let r = out["funnel"]["rejected"].as_array().unwrap().iter().find(|r| r["item"] == item);
+    r.and_then(|r| r["reason"].as_str()).unwrap_or_else(|| panic!("{item} not rejected: {}", out["funnel"]))
+}
+
+#[test]
+fn an_l1_query_refused_by_rule_is_asked_again_once_and_kept_when_mended() {
+    let llm = ScriptedLlm::start(|seen: &Seen| l1_rewrite_answer(seen, true));
+    let (out, asked) = l1_rewrite_run(&llm);
+    // Asked again for the three function calls (with the query and the reason), never
+    // for the weather request, which passed the writer's rules and fails the plan check.
+    assert_eq!(asked.len(), 3, "{asked:?}");
+    let profile = asked.iter().find(|t| t.contains("Tool `get_company_profile`")).expect("asked about the profile");
+    assert!(profile.contains("The refused request:\nalpha-markets: get_company_profile(symbol='TSLA')\n"), "{profile}");
+    assert!(profile.contains("names the function `get_company_profile` instead of asking for the task"), "{profile}");
+    assert!(profile.contains(r#"MUST mention the platform "alpha-markets" explicitly"#), "{profile}");
+    let queries = out["queries"].as_array().unwrap();
+    assert_eq!(queries.len(), 1, "{out}");
+    assert_eq!(queries[0]["key"], "tool:alpha-markets-mcp::get_company_profile");
+    assert_eq!(queries[0]["query"], "On alpha-markets, show me the company profile of Tesla (TSLA).");
+    // Its lineage: the first draft, the exchange that asked again, the verification.
+    assert_eq!(queries[0]["exchanges"].as_array().unwrap().len(), 3, "{}", queries[0]);
+    // The weather request for the stock quote: verified, then its only step pruned by rule.
+    assert_eq!(rejection(&out, "alpha-markets-mcp::get_stock_quote"), "plan does not fit L1: no step is left");
+    let d = &out["plan_checks"]["tool:alpha-markets-mcp::get_stock_quote"]["decisions"][0];
+    assert_eq!(d["decision"], "unrequested", "{d}");
+    assert_eq!(d["by"], "rule", "{d}");
+    assert!(funnel_has(&out, "asked again", 3), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "verified after asking again", 1), "{}", out["funnel"]);
+}
+
+#[test]
+fn an_l1_query_still_refused_when_asked_again_is_rejected_with_both_reasons() {
+    let llm = ScriptedLlm::start(|seen: &Seen| l1_rewrite_answer(seen, false));
+    let (out, asked) = l1_rewrite_run(&llm);
+    assert_eq!(asked.len(), 3, "asked again once per item: {asked:?}");
+    assert!(out["queries"].as_array().unwrap().is_empty(), "{out}");
+    let why = "names the function `get_company_profile` instead of asking for the task";
+    assert_eq!(
+        rejection(&out, "alpha-markets-mcp::get_company_profile"),
+        format!("not verified: {why}; asked again: {why}")
+    );
+    assert!(funnel_has(&out, "asked again", 3), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "verified after asking again", 0), "{}", out["funnel"]);
+}
+
 // ---------------------------------------------------------------------------------------
 // ETOM's defects, its rule and ours side by side on the same input.
 
