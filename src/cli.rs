@@ -220,7 +220,8 @@ pub enum ReleaseCommand {
     /// the same name; else by its recorded start. A recorded URL is connected to. A recorded
     /// stdio command (or a URL naming `${VAR}`s) comes from a folder anyone may have crafted:
     /// it is printed and skipped (a warning) unless `--trust-recorded-starts` is given, after
-    /// reading it. Servers with nothing to start (benchgen's in-process sandbox, a registry
+    /// reading it; when that leaves no server started, nothing was verified: exit 1, saying
+    /// so. Servers with nothing to start (benchgen's in-process sandbox, a registry
     /// snapshot's server, a start whose credential was redacted at release) are warned about
     /// unless the config names one. Each start and listing has a deadline (`[mcp]
     /// startup_timeout_secs`, `list_timeout_secs`: 30 s and 120 s by default).
@@ -257,8 +258,8 @@ pub enum LlmCommand {
     /// Batch jobs of the roles in `mode = "batch"` (OpenAI batch API), oldest first: the
     /// provider's batch id, stage, role, state, whether benchgen has taken its answers,
     /// request counts, cost at the role's batch prices (when it has `prices`) and when it was
-    /// created. Reads `artifacts/ledger.sqlite`; writes nothing.
-    Batches,
+    /// created. Reads `artifacts/ledger.sqlite`; writes nothing, except with `--forget`.
+    Batches(LlmBatchesArgs),
     /// Write the requests a stage would send through its `mode = "batch"` roles and the
     /// ledger cannot answer, as a batch input file for an offline engine (`vllm run-batch
     /// -i FILE -o OUT`): `custom_id` is the request hash. Runs the stage (its upstream must
@@ -271,6 +272,17 @@ pub enum LlmCommand {
     /// the ledger without a request. Every `custom_id` must be a request of a `benchgen llm
     /// batch-export`.
     BatchImport(BatchImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LlmBatchesArgs {
+    /// Give up on an unfinished batch, such as one the server no longer has (a poll or
+    /// download answering 404 stops every run that follows it): its ledger row stays, as
+    /// state `forgotten`, and the next run of its stage submits its requests again. BATCH_ID
+    /// is the provider's batch id, or for a batch never created, its `input_file_id`
+    /// (`--json`). Forget a batch the server still runs and its requests are paid twice.
+    #[arg(long, value_name = "BATCH_ID")]
+    pub forget: Option<String>,
 }
 
 #[derive(Debug, Args)]

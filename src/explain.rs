@@ -2,9 +2,12 @@
 //! produced the current artifacts.
 //!
 //! IDs: a tool (`server::tool`), a server (`server`), a filter decision
-//! (`filter:<tool or server>`), a log session (`log:<session id>`), a log-track sample
-//! (`sample:<id>`), a ledger event (`#123`), or an LLM exchange or MCP call by the hash an
-//! artifact names it with (`sha256:…`).
+//! (`filter:<tool or server>`), a ledger event (`#123`), or an LLM exchange or MCP call by
+//! the hash an artifact names it with (`sha256:…`). Every other id is a family's, answered
+//! by the family through the stage list ([`crate::stage::Stage::explain_subject`]): a log
+//! session (`log:<session id>`), an EFS set (`efs:<set id>`), a graph edge
+//! (`edge:<from>-><to>`), a sample (`sample:<id>`). This file names no family's event kind:
+//! each family describes its own ([`crate::stage::Stage::describe_event`]).
 
 use anyhow::Result;
 use serde_json::Value;
@@ -29,9 +32,10 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
         )));
     };
     let id = raw_id.trim();
+    let stages = crate::stages::all();
     // Ids a stage answers for first (a released sample: its release record, then its
     // ledger lineage).
-    for stage in crate::stages::all() {
+    for stage in &stages {
         if let Some(x) = stage.explain(settings, id)? {
             return Ok(x);
         }
@@ -62,22 +66,20 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
         return Ok(Explanation { id: id.into(), item: "event", status, record: None, lineage });
     }
 
-    if let Some(sample) = crate::model::Sample::id_in_subject(id) {
-        return explain_sample(settings, &ledger, sample);
-    }
-    if id.starts_with("log:") {
-        return explain_log(settings, &ledger, id);
-    }
-    if id.starts_with("efs:") || id.starts_with("edge:") {
-        return explain_decided(settings, &ledger, id);
+    // Only the runs behind the current artifacts count.
+    let runs = current_runs(settings);
+    // Ids a family files its events under (`log:`, `efs:`, `edge:`, `sample:`): the family
+    // says where the item stands.
+    for stage in &stages {
+        if let Some(x) = stage.explain_subject(&ledger, &runs, id)? {
+            return Ok(x);
+        }
     }
     let (subject, only_filter) = match id.strip_prefix("filter:") {
         Some(rest) => (norm_tool_id(rest), true),
         None => (norm_tool_id(id), false),
     };
     let item = if subject.contains(TOOL_ID_SEP) { "tool" } else { "server" };
-    // Only the runs behind the current artifacts count.
-    let runs = current_runs(settings);
     let direct = ledger.events_for(&subject, &runs)?;
     let roots: Vec<i64> =
         direct.iter().filter(|e| !only_filter || e.kind == kind::FILTER_DECISION).map(|e| e.id).collect();
@@ -113,97 +115,6 @@ fn current_runs(settings: &Settings) -> Vec<i64> {
         .filter_map(|s| Manifest::load(&settings.artifacts, s).ok().flatten())
         .map(|m| m.run_id)
         .collect()
-}
-
-/// An EFS set (`efs:<set id>`) or a graph edge (`edge:<from>-><to>`): what decided it.
-fn explain_decided(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Explanation> {
-    let runs = current_runs(settings);
-    let direct = ledger.events_for(id, &runs)?;
-    let item = if id.starts_with("efs:") { "EFS set" } else { "graph edge" };
-    if direct.is_empty() {
-        return Err(hinted(
-            format!("no {item} `{id}` in the current artifacts"),
-            "set ids are in `artifacts/efs-finalize/final.json`, edges in `artifacts/graph-build/graph.json`",
-        ));
-    }
-    let lineage = ledger.lineage(&direct.iter().map(|e| e.id).collect::<Vec<_>>())?;
-    let p = &direct.last().expect("not empty").payload;
-    let status = match direct.last().map(|e| e.kind.as_str()) {
-        Some(crate::efs::finalize::SET_EVENT) => format!(
-            "final set ({}) of {} member(s): {}",
-            p["status"].as_str().unwrap_or("?"),
-            p["members"].as_array().map_or(0, Vec::len),
-            p["members"].as_array().into_iter().flatten().filter_map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
-        ),
-        _ if p["check"] == "graph-edge" => format!(
-            "{} by `graph build`: {}",
-            if p["accepted"] == true { "accepted" } else { "rejected" },
-            p["reason"].as_str().unwrap_or("")
-        ),
-        Some(k) => format!("{k} of stage `{}`", direct.last().map(|e| e.stage.as_str()).unwrap_or("?")),
-        None => unreachable!("not empty"),
-    };
-    Ok(Explanation { id: id.into(), item, status, record: None, lineage })
-}
-
-/// A log session (`log:<session id>`): its curation decision and split pool.
-fn explain_log(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Explanation> {
-    let runs = current_runs(settings);
-    let direct = ledger.events_for(id, &runs)?;
-    if direct.is_empty() {
-        return Err(hinted(
-            format!("no log session `{id}` in the current artifacts"),
-            "session ids are in `artifacts/logs-import/sessions.jsonl` (field `id`); run `benchgen logs curate` first",
-        ));
-    }
-    let lineage = ledger.lineage(&direct.iter().map(|e| e.id).collect::<Vec<_>>())?;
-    let mut status = Vec::new();
-    if let Some(d) = direct.iter().rev().find(|e| e.kind == crate::logs::kind::DECISION) {
-        status.push(crate::logs::curate::describe(&d.payload));
-    }
-    if let Some(sp) = direct.iter().rev().find(|e| e.kind == crate::logs::kind::SPLIT) {
-        status.push(format!("pool: {}", sp.payload["pool"].as_str().unwrap_or("?")));
-    }
-    let status = if status.is_empty() { "imported; not curated yet".into() } else { status.join("; ") };
-    Ok(Explanation { id: id.into(), item: "log session", status, record: None, lineage })
-}
-
-/// A log-track sample (`sample:<id>`): how it was made (chain and seed examples, query,
-/// agent exchanges and MCP calls, or the dialogue) and its validation verdict.
-/// A sample of the pool: how it was made and validated (synthesis events) and how it was
-/// reviewed (review events); both record under the subject `sample:<id>`.
-fn explain_sample(settings: &Settings, ledger: &Ledger, id: &str) -> Result<Explanation> {
-    let runs = current_runs(settings);
-    let subject = crate::model::Sample::subject_for(id);
-    let direct = ledger.events_for(&subject, &runs)?;
-    if direct.is_empty() {
-        return Err(hinted(
-            format!("no sample `{id}` in the current artifacts"),
-            "sample ids are in `artifacts/validate/verdicts.jsonl` and `artifacts/review-assign/samples.jsonl` \
-             (field `id`); run `benchgen validate` or `benchgen review assign` first",
-        ));
-    }
-    let lineage = ledger.lineage(&direct.iter().map(|e| e.id).collect::<Vec<_>>())?;
-    let review = crate::review::kind::DECISION;
-    let reviews = direct.iter().filter(|e| e.kind == crate::review::kind::REVIEW).count();
-    let status = match (
-        direct.iter().rev().find(|e| e.kind == review),
-        direct.iter().rev().find(|e| e.kind == crate::synth::kind::VALIDATION),
-    ) {
-        (Some(d), _) => crate::review::describe(&d.kind, &d.payload),
-        (None, Some(v)) if v.payload["accepted"] == true && reviews > 0 => {
-            format!("accepted by `validate`; {reviews} review(s) so far, not merged yet")
-        }
-        (None, Some(v)) if v.payload["accepted"] == true => "accepted by `validate`".to_string(),
-        (None, Some(v)) => {
-            let reasons: Vec<&str> =
-                v.payload["reasons"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-            format!("rejected by `validate`: {}", reasons.join("; "))
-        }
-        (None, None) if reviews > 0 => format!("{reviews} review(s) so far, not merged yet"),
-        (None, None) => "made; neither validated nor reviewed yet".into(),
-    };
-    Ok(Explanation { id: subject, item: "sample", status, record: None, lineage })
 }
 
 fn current_record(settings: &Settings, subject: &str) -> Result<Option<Value>> {
@@ -353,6 +264,71 @@ mod tests {
         }
         assert_ne!(curated, p.to_string());
         assert_eq!(describe(&ev("nobody.records.this", &p), &stages), p.to_string());
+    }
+
+    #[test]
+    fn each_familys_ids_are_answered_by_one_stage_of_the_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = Ledger::open(dir.path()).unwrap();
+        let ev = |k: &str, subject: &str, p: Value| crate::ledger::NewEvent::new(k, Some(subject), p);
+        let events = [
+            ev(crate::logs::kind::SPLIT, "log:a", json!({"pool": "benchmark"})),
+            ev(crate::efs::finalize::SET_EVENT, "efs:s1", json!({"status": "verified", "members": ["x::a", "y::b"]})),
+            ev(kind::VERDICT, "edge:a->b", json!({"check": "graph-edge", "accepted": true, "reason": "r"})),
+            ev(crate::synth::kind::VALIDATION, "sample:c1", json!({"accepted": false, "reasons": ["r1", "r2"]})),
+            ev(crate::review::kind::REVIEW, "sample:c1", json!({})),
+            ev(crate::synth::kind::VALIDATION, "sample:c2", json!({"accepted": true})),
+            ev(crate::review::kind::REVIEW, "sample:c2", json!({})),
+        ];
+        let (run, _) = ledger.record_run("s", "c", "v", &events).unwrap();
+        let stages = crate::stages::all();
+        let answers = |id: &str| -> Vec<Explanation> {
+            stages.iter().filter_map(|s| s.explain_subject(&ledger, &[run], id).unwrap()).collect()
+        };
+        let want = [
+            ("log:a", "log session", "pool: benchmark"),
+            ("efs:s1", "EFS set", "final set (verified) of 2 member(s): x::a, y::b"),
+            ("edge:a->b", "graph edge", "accepted by `graph build`: r"),
+            ("sample:c1", "sample", "rejected by `validate`: r1; r2"),
+            ("sample:c2", "sample", "accepted by `validate`; 1 review(s) so far, not merged yet"),
+        ];
+        for (id, item, status) in want {
+            let x = answers(id);
+            assert_eq!(x.len(), 1, "`{id}` is answered by {} stages", x.len());
+            assert_eq!((x[0].item, x[0].status.as_str()), (item, status), "{id}");
+        }
+        assert!(answers("srv::tool").is_empty(), "tools and servers are explain's own");
+        // A family's id with no event in the current runs: the family says where its ids are.
+        let missing = stages.iter().find_map(|s| s.explain_subject(&ledger, &[run], "log:nope").err()).unwrap();
+        assert!(missing.to_string().contains("no log session `log:nope`"), "{missing}");
+    }
+
+    #[test]
+    fn explain_names_no_familys_event_kind() {
+        // Each family describes its events and explains its ids through the stage list:
+        // explain names the foundation's kinds (`ledger::kind`) and the LLM client's only.
+        let code = include_str!("explain.rs").split("#[cfg(test)]").next().unwrap();
+        // Shaped like an event kind: lower-case words joined by dots (`logs.decision`).
+        let kind_like = |l: &str| {
+            let word = |w: &str| !w.is_empty() && w.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+            l.contains('.') && l.split('.').all(word)
+        };
+        for k in [
+            crate::logs::kind::DECISION,
+            crate::logs::kind::SPLIT,
+            crate::review::kind::DECISION,
+            crate::synth::kind::VALIDATION,
+            crate::efs::finalize::SET_EVENT,
+        ] {
+            assert!(kind_like(k), "`{k}` is not read as an event kind");
+        }
+        // The string literals (the text between quotes) of its code.
+        for l in code.split('"').skip(1).step_by(2) {
+            assert!(!kind_like(l) && l != "graph-edge", "explain.rs names `{l}`: its family should describe it");
+        }
+        for family in ["efs", "graph", "logs", "release", "review", "synth"] {
+            assert!(!code.contains(&format!("crate::{family}::")), "explain.rs names `crate::{family}`");
+        }
     }
 
     #[test]

@@ -192,21 +192,7 @@ pub fn init(a: &InitArgs) -> Result<Created> {
     }
     // Refuse to overwrite: any config under pipeline/ or any file init would write.
     let config_rel = format!("pipeline/{name}.toml");
-    if let Ok(rd) = std::fs::read_dir(dir.join("pipeline")) {
-        let mut existing: Vec<String> = rd
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".toml"))
-            .collect();
-        existing.sort();
-        if !existing.is_empty() {
-            bail!(
-                "`{}` already holds a benchgen project (pipeline/{}): `benchgen init` never overwrites one",
-                dir.display(),
-                existing.join(", pipeline/")
-            );
-        }
-    }
+    refuse_existing_project(&dir)?;
     let logs_on = matches!(a.track, Track::Logs | Track::Both);
     let registry_on = matches!(a.track, Track::Registry | Track::Both);
     if !logs_on && (a.logs.is_some() || a.catalog.is_some()) {
@@ -274,20 +260,53 @@ pub fn init(a: &InitArgs) -> Result<Created> {
     if logs_on {
         files.push(("raw/personas.toml".into(), PERSONAS.into()));
     }
-    for (rel, _) in &files {
+    refuse_overwrite(&dir, &files, &copies)?;
+    let written = write_files(&dir, &files, &copies)?;
+    std::fs::create_dir_all(dir.join("artifacts")).with_context(|| format!("cannot create `{}`", dir.display()))?;
+    Ok(Created { dir: dir.display().to_string(), config: config_rel, files: written, notes })
+}
+
+/// Refuse a folder that already holds a project: any config under `pipeline/`.
+fn refuse_existing_project(dir: &Path) -> Result<()> {
+    if let Ok(rd) = std::fs::read_dir(dir.join("pipeline")) {
+        let mut existing: Vec<String> = rd
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".toml"))
+            .collect();
+        existing.sort();
+        if !existing.is_empty() {
+            bail!(
+                "`{}` already holds a benchgen project (pipeline/{}): `benchgen init` never overwrites one",
+                dir.display(),
+                existing.join(", pipeline/")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Refuse to overwrite any file init would write (`.gitignore` is added to instead).
+fn refuse_overwrite(dir: &Path, files: &[(String, String)], copies: &[Copy]) -> Result<()> {
+    for (rel, _) in files {
         let p = dir.join(rel);
         if p.exists() && rel != ".gitignore" {
             bail!("`{}` exists: `benchgen init` never overwrites a file", p.display());
         }
     }
-    for c in &copies {
+    for c in copies {
         if dir.join(&c.to).exists() {
             bail!("`{}` exists: `benchgen init` never overwrites a file", dir.join(&c.to).display());
         }
     }
-    // Everything is checked; now write (each file atomically).
+    Ok(())
+}
+
+/// Write the project's files (each atomically; a `.gitignore` that exists gets the lines it
+/// misses) and copy the user's files in, once everything is checked: the paths written.
+fn write_files(dir: &Path, files: &[(String, String)], copies: &[Copy]) -> Result<Vec<String>> {
     let mut written = Vec::new();
-    for (rel, text) in &files {
+    for (rel, text) in files {
         let p = dir.join(rel);
         if rel == ".gitignore" && p.exists() {
             // Append what is missing rather than replace the user's file.
@@ -304,7 +323,7 @@ pub fn init(a: &InitArgs) -> Result<Created> {
         }
         written.push(rel.clone());
     }
-    for c in &copies {
+    for c in copies {
         let bytes = std::fs::read(&c.from).with_context(|| format!("cannot read `{}`", c.from.display()))?;
         let p = dir.join(&c.to);
         if let Some(parent) = p.parent() {
@@ -313,8 +332,7 @@ pub fn init(a: &InitArgs) -> Result<Created> {
         crate::store::write_atomic(&p, &bytes)?;
         written.push(c.to.clone());
     }
-    std::fs::create_dir_all(dir.join("artifacts")).with_context(|| format!("cannot create `{}`", dir.display()))?;
-    Ok(Created { dir: dir.display().to_string(), config: config_rel, files: written, notes })
+    Ok(written)
 }
 
 fn write(p: &Path, text: &str) -> Result<()> {

@@ -385,8 +385,9 @@ impl Ledger {
     }
 
     /// Prompt tokens, completion tokens and latency (ms) of the oldest `llm.exchange` event
-    /// with this request hash sent by `role`: zeros without one, or when its payload cannot
-    /// be read, and 0 for a field it lacks (an exchange recorded without usage still counts).
+    /// with this request hash sent by `role`: zeros without one, and 0 for a field it lacks
+    /// (an exchange recorded without usage still counts). A ledger that cannot be read, or a
+    /// field of the wrong type, is an error: zeros would pass for a free exchange.
     pub fn exchange_usage(&self, request_hash: &str, role: &str) -> Result<(u64, u64, f64)> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT json_extract(payload, '$.usage.prompt_tokens'), json_extract(payload, '$.usage.completion_tokens'),
@@ -402,6 +403,7 @@ impl Ledger {
                     row.get::<_, Option<f64>>(2)?.unwrap_or(0.0),
                 ))
             })
+            .optional()?
             .unwrap_or_default())
     }
 
@@ -639,6 +641,24 @@ mod tests {
             .collect::<rusqlite::Result<_>>()
             .unwrap();
         assert!(plan.iter().any(|p| p.contains("events_exchange_hash")), "{plan:?}");
+    }
+
+    /// Eval's tokens per request: the oldest exchange of the role, zeros without one, and an
+    /// error, not zeros, for a payload it cannot read (zeros would pass for a free exchange).
+    #[test]
+    fn exchange_usage_reads_the_oldest_of_the_role_and_fails_on_what_it_cannot_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Ledger::open(dir.path()).unwrap();
+        let ex = |h: &str, prompt: Value| {
+            let usage = json!({"prompt_tokens": prompt, "completion_tokens": 2});
+            let payload = json!({"request_hash": h, "role": "a", "usage": usage, "latency_ms": 7});
+            NewEvent::new(kind::LLM_EXCHANGE, Some("i"), payload)
+        };
+        l.record_run("s", "c", "v", &[ex("h1", json!(10)), ex("h1", json!(99)), ex("h2", json!("many"))]).unwrap();
+        assert_eq!(l.exchange_usage("h1", "a").unwrap(), (10, 2, 7.0));
+        assert_eq!(l.exchange_usage("h1", "b").unwrap(), (0, 0, 0.0));
+        assert_eq!(l.exchange_usage("h3", "a").unwrap(), (0, 0, 0.0));
+        assert!(l.exchange_usage("h2", "a").is_err(), "a token count that is not a number is an error");
     }
 
     #[test]

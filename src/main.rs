@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::Parser;
 
 use benchgen::cli::{
-    Cli, Command, EfsCommand, EfsReviewCommand, GraphCommand, GraphReviewCommand, LlmCommand, McpCommand,
+    Cli, Command, EfsCommand, EfsReviewCommand, GraphCommand, GraphReviewCommand, InitArgs, LlmCommand, McpCommand,
     RegistryCommand, ReleaseArgs, ReviewCommand, StagesFormat,
 };
 use benchgen::printer::Printer;
@@ -79,28 +79,7 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
     }
     // `init` writes a project; it needs none.
     if let Command::Init(a) = &cli.command {
-        let created = benchgen::init::init(a)?;
-        let mut text = format!("created a benchgen project in `{}`:\n", created.dir);
-        for f in &created.files {
-            text.push_str(&format!("  {f}\n"));
-        }
-        for n in &created.notes {
-            text.push_str(&format!("  {n}\n"));
-        }
-        text.push_str("next: read its README.md (files to drop under raw/, variables to set), then `benchgen check`");
-        // The first run's LLM work, as `check` reckons it (files still to drop under raw/
-        // only loosen the bounds; a config that does not load yet is `check`'s to explain).
-        let estimates = Settings::load(&std::path::Path::new(&created.dir).join(&created.config))
-            .map(|s| benchgen::estimate::table(&s))
-            .ok();
-        match &estimates {
-            Some(t) if !t.rows.is_empty() => text.push_str(&format!("\n{}", benchgen::estimate::render(t))),
-            _ => text.push_str("\nrun `benchgen check` for the first run's LLM exchanges and time"),
-        }
-        let mut summary = serde_json::to_value(&created)?;
-        summary["estimates"] = serde_json::to_value(&estimates)?;
-        printer.summary(&text, &summary);
-        return Ok(());
+        return init_command(a, printer);
     }
     // The sandbox serving an explicit `--catalog` needs no pipeline config: a
     // spawned `benchgen sandbox` must work from any folder.
@@ -144,13 +123,46 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
     if let Some((stage, force)) = single {
         return pipeline::run_one(&ctx, stage.as_ref(), force);
     }
-    match &cli.command {
-        Command::Registry(RegistryCommand::Scrape(a)) => registry::commands::scrape(&settings, printer, a),
-        Command::Registry(RegistryCommand::Merge(a)) => registry::commands::merge(&settings, printer, a),
-        Command::Registry(RegistryCommand::Tools(a)) => registry::commands::tools(&settings, printer, a),
-        Command::Efs(c) => efs_command(&ctx, c),
+    project_command(&ctx, &cli.command)
+}
+
+/// `init`: write the project, list what it holds and what the first run asks of the LLM.
+fn init_command(a: &InitArgs, printer: &Printer) -> Result<()> {
+    let created = benchgen::init::init(a)?;
+    let mut text = format!("created a benchgen project in `{}`:\n", created.dir);
+    for f in &created.files {
+        text.push_str(&format!("  {f}\n"));
+    }
+    for n in &created.notes {
+        text.push_str(&format!("  {n}\n"));
+    }
+    text.push_str("next: read its README.md (files to drop under raw/, variables to set), then `benchgen check`");
+    // The first run's LLM work, as `check` reckons it (files still to drop under raw/
+    // only loosen the bounds; a config that does not load yet is `check`'s to explain).
+    let estimates = Settings::load(&std::path::Path::new(&created.dir).join(&created.config))
+        .map(|s| benchgen::estimate::table(&s))
+        .ok();
+    match &estimates {
+        Some(t) if !t.rows.is_empty() => text.push_str(&format!("\n{}", benchgen::estimate::render(t))),
+        _ => text.push_str("\nrun `benchgen check` for the first run's LLM exchanges and time"),
+    }
+    let mut summary = serde_json::to_value(&created)?;
+    summary["estimates"] = serde_json::to_value(&estimates)?;
+    printer.summary(&text, &summary);
+    Ok(())
+}
+
+/// A command that needs the project's config, loaded and checked: the ones that are not a
+/// single stage.
+fn project_command(ctx: &Ctx, command: &Command) -> Result<()> {
+    let (settings, printer) = (ctx.settings, ctx.printer);
+    match command {
+        Command::Registry(RegistryCommand::Scrape(a)) => registry::commands::scrape(settings, printer, a),
+        Command::Registry(RegistryCommand::Merge(a)) => registry::commands::merge(settings, printer, a),
+        Command::Registry(RegistryCommand::Tools(a)) => registry::commands::tools(settings, printer, a),
+        Command::Efs(c) => efs_command(ctx, c),
         Command::Graph(GraphCommand::Review(GraphReviewCommand::Export(f))) => {
-            let (path, n) = benchgen::graph::review::export(&settings, f.force)?;
+            let (path, n) = benchgen::graph::review::export(settings, f.force)?;
             let shown = settings.display_path(&path);
             printer.summary(
                 &format!("wrote `{shown}` ({n} candidate edges); fill in `decision` (add/remove) and `reviewer`"),
@@ -158,24 +170,24 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             );
             Ok(())
         }
-        Command::Review(ReviewCommand::Serve(a)) => benchgen::review::serve::serve(&settings, printer, a.addr),
+        Command::Review(ReviewCommand::Serve(a)) => benchgen::review::serve::serve(settings, printer, a.addr),
         Command::Run(a) => {
             // Each stage is prepared as it comes (the review stages drain the web app's outbox).
-            let reports = pipeline::run(&ctx, a.from.as_deref(), a.until.as_deref(), a.force)?;
+            let reports = pipeline::run(ctx, a.from.as_deref(), a.until.as_deref(), a.force)?;
             printer.summary("", &reports); // the human text was streamed per stage
             Ok(())
         }
         Command::Status => {
-            let rows = pipeline::status(&settings);
+            let rows = pipeline::status(settings);
             printer.summary(&pipeline::render_status(&rows), &rows);
             Ok(())
         }
         Command::Check => {
-            stages::check(&settings)?;
-            let n = stages::enabled(&settings).len();
+            stages::check(settings)?;
+            let n = stages::enabled(settings).len();
             let shown = settings.display_path(&settings.config_path);
             // What the first run asks of the LLM, and how long that takes here.
-            let estimates = benchgen::estimate::table(&settings);
+            let estimates = benchgen::estimate::table(settings);
             printer.summary(
                 &format!(
                     "`{shown}`: no problems ({n} stages in the pipeline)\n{}",
@@ -186,17 +198,17 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             Ok(())
         }
         Command::Stages(a) => {
-            let rows = stages::rows(&settings);
+            let rows = stages::rows(settings);
             let text = match a.format {
                 StagesFormat::Text => stages::render_text(&rows),
                 StagesFormat::Dot => stages::render_dot(&rows),
-                StagesFormat::Markdown => stages::markdown_table(&settings),
+                StagesFormat::Markdown => stages::markdown_table(settings),
             };
             printer.summary(&text, &rows);
             Ok(())
         }
         Command::Clean(a) => {
-            let c = clean::clean(&settings, &a.stages)?;
+            let c = clean::clean(settings, &a.stages)?;
             printer.summary(&clean::render(&c), &c);
             Ok(())
         }
@@ -204,51 +216,15 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
             unreachable!("handled before the config is loaded")
         }
         Command::Explain(a) => {
-            let x = explain::explain(&settings, &a.id)?;
+            let x = explain::explain(settings, &a.id)?;
             printer.summary(&explain::render(&x), &x);
             Ok(())
         }
-        Command::Llm(LlmCommand::Ping(a)) => {
-            let results = llm::ping::ping(&settings, a.role.as_deref())?;
-            printer.summary(&llm::ping::render(&results), &results);
-            match results.iter().find(|r| !r.ok) {
-                Some(r) => Err(anyhow::anyhow!("role `{}` failed the ping", r.role)),
-                None => Ok(()),
-            }
-        }
-        Command::Llm(LlmCommand::Stats(a)) => {
-            let rows = llm::stats::collect(&settings, a.stage.as_deref())?;
-            printer.summary(&llm::stats::render(&rows), &rows);
-            Ok(())
-        }
-        Command::Llm(LlmCommand::Batches) => {
-            let rows = llm::batch_api::list(&settings)?;
-            printer.summary(&llm::batch_api::render(&rows), &rows);
-            Ok(())
-        }
-        Command::Llm(LlmCommand::BatchExport(a)) => {
-            let exported = stages::get(&a.stage)?;
-            let default = settings.artifacts.join("llm").join(format!("batch-export-{}.jsonl", a.stage));
-            let out = a.out.clone().unwrap_or(default);
-            // Not `--force`: a stage that is up to date needs no request, and its file is empty.
-            let roles: Vec<String> = exported.roles(&settings).into_iter().map(|r| r.name).collect();
-            let r = llm::batch_api::export(&settings, &out, &roles, || {
-                exported.prepare(&settings, printer)?;
-                let states = pipeline::states(&settings);
-                stage::execute(&settings, printer, exported.as_ref(), false, &states).map(|_| ())
-            })?;
-            printer.summary(&llm::batch_api::render_export(&r), &r);
-            Ok(())
-        }
-        Command::Llm(LlmCommand::BatchImport(a)) => {
-            let r = llm::batch_api::import(&settings, &a.file)?;
-            printer.summary(&llm::batch_api::render_import(&r), &r);
-            Ok(())
-        }
-        Command::Mcp(McpCommand::Tools(a)) => mcp::commands::tools(&settings, printer, &a.server),
-        Command::Mcp(McpCommand::Call(a)) => mcp::commands::call(&settings, printer, &a.server, &a.tool, &a.args),
+        Command::Llm(c) => llm_command(ctx, c),
+        Command::Mcp(McpCommand::Tools(a)) => mcp::commands::tools(settings, printer, &a.server),
+        Command::Mcp(McpCommand::Call(a)) => mcp::commands::call(settings, printer, &a.server, &a.tool, &a.args),
         Command::Mcp(McpCommand::Import(a)) => mcp::commands::import(printer, &a.file),
-        Command::Sandbox(a) => sandbox::command::run(&settings, printer, a),
+        Command::Sandbox(a) => sandbox::command::run(settings, printer, a),
         Command::Stage(_)
         | Command::Execute(_)
         | Command::Release(_)
@@ -273,6 +249,55 @@ fn stage_command(c: &Command) -> Result<Option<(Box<dyn Stage>, bool)>> {
         _ => return Ok(None),
     };
     Ok(Some((stage, force)))
+}
+
+/// The `llm` commands: ping the roles, their exchange stats, the batches and their files.
+fn llm_command(ctx: &Ctx, c: &LlmCommand) -> Result<()> {
+    let (settings, printer) = (ctx.settings, ctx.printer);
+    match c {
+        LlmCommand::Ping(a) => {
+            let results = llm::ping::ping(settings, a.role.as_deref())?;
+            printer.summary(&llm::ping::render(&results), &results);
+            match results.iter().find(|r| !r.ok) {
+                Some(r) => Err(anyhow::anyhow!("role `{}` failed the ping", r.role)),
+                None => Ok(()),
+            }
+        }
+        LlmCommand::Stats(a) => {
+            let rows = llm::stats::collect(settings, a.stage.as_deref())?;
+            printer.summary(&llm::stats::render(&rows), &rows);
+            Ok(())
+        }
+        LlmCommand::Batches(a) => {
+            if let Some(id) = &a.forget {
+                let f = llm::batch_api::forget(settings, id)?;
+                printer.summary(&llm::batch_api::render_forgotten(&f), &f);
+                return Ok(());
+            }
+            let rows = llm::batch_api::list(settings)?;
+            printer.summary(&llm::batch_api::render(&rows), &rows);
+            Ok(())
+        }
+        LlmCommand::BatchExport(a) => {
+            let exported = stages::get(&a.stage)?;
+            let default = settings.artifacts.join("llm").join(format!("batch-export-{}.jsonl", a.stage));
+            let out = a.out.clone().unwrap_or(default);
+            // Not `--force`: a stage that is up to date needs no request, and its file is empty.
+            let roles: Vec<String> = exported.roles(settings).into_iter().map(|r| r.name).collect();
+            let r = llm::batch_api::export(settings, &out, &roles, || {
+                exported.prepare(settings, printer)?;
+                let states = pipeline::states(settings);
+                stage::execute(settings, printer, exported.as_ref(), false, &states).map(|_| ())
+            })?;
+            printer.summary(&llm::batch_api::render_export(&r), &r);
+            Ok(())
+        }
+        LlmCommand::BatchImport(a) => {
+            let r = llm::batch_api::import(settings, &a.file)?;
+            printer.summary(&llm::batch_api::render_import(&r), &r);
+            Ok(())
+        }
+    }
 }
 
 fn efs_command(ctx: &Ctx, c: &EfsCommand) -> Result<()> {

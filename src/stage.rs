@@ -570,8 +570,8 @@ pub trait Stage: Send + Sync {
     }
     /// Range checks of its own settings (reported with every other problem by `check`).
     fn check(&self, _settings: &Settings, _problems: &mut Vec<Problem>) {}
-    /// `benchgen explain ID` for ids this stage answers for before the generic explainers
-    /// (a released sample); `None`: not one of its ids.
+    /// `benchgen explain ID` for ids this stage answers for before every other explainer,
+    /// [`Stage::explain_subject`] too (a released sample); `None`: not one of its ids.
     fn explain(&self, _settings: &Settings, _id: &str) -> Result<Option<crate::ledger::Explanation>> {
         Ok(None)
     }
@@ -579,6 +579,18 @@ pub trait Stage: Send + Sync {
     /// `None`: not one of its kinds (one stage of each family answers for the family).
     fn describe_event(&self, _kind: &str, _payload: &Value) -> Option<String> {
         None
+    }
+    /// `benchgen explain ID` for an id its family files ledger events under (`log:<id>`),
+    /// from those events in `runs` (the runs behind the current artifacts); `None`: not one
+    /// of its family's ids (one stage of each family answers for the family). An id of its
+    /// family with no event there is an error saying where such ids are.
+    fn explain_subject(
+        &self,
+        _ledger: &Ledger,
+        _runs: &[i64],
+        _id: &str,
+    ) -> Result<Option<crate::ledger::Explanation>> {
+        Ok(None)
     }
     /// What the stage writes outside `artifacts/` (the published release folder): a run
     /// is stale when one is missing.
@@ -870,31 +882,9 @@ fn execute_inner(
 ) -> Result<StageReport> {
     let spec = stage.spec();
     recover_if_idle(settings, printer)?;
-    // Run alone, a stage needs its upstream output to exist; stale upstream
-    // output is used with a warning (`benchgen run` brings it up to date first).
-    for up in spec.upstream() {
-        if let Some(Freshness::Missing(_)) = upstream.get(up) {
-            return Err(crate::error::hinted(
-                format!("`{}` needs the output of `{up}`, which has not been produced", spec.command),
-                "run `benchgen run` to bring every stage up to date, or run the upstream stage first",
-            ));
-        }
-    }
-    for up in spec.upstream().chain(spec.optional_upstream()) {
-        if let Some(Freshness::Stale(why)) = upstream.get(up) {
-            printer.warn(&format!("`{up}` is stale ({why}); `{}` reads its last complete output", spec.command))
-        }
-    }
+    check_upstream(spec, printer, upstream)?;
     if !force && freshness(stage, settings, upstream).is_done() {
-        let m = Manifest::load(&settings.artifacts, spec.name)?.context("manifest vanished")?;
-        return Ok(StageReport {
-            stage: spec.name.into(),
-            status: RunStatus::Skipped,
-            run_id: Some(m.run_id),
-            counts: m.counts,
-            notes: vec!["up to date (use --force to rerun)".into()],
-            duration_ms: 0,
-        });
+        return skipped(settings, spec);
     }
     // Said only here, past the freshness check: a stage that is up to date never "runs".
     if printer.announce {
@@ -946,23 +936,7 @@ fn execute_inner(
         None => ledger.record_run(spec.name, &plan.config_hash, CODE_VERSION, &out.events)?.0,
     };
     let mut staging = StagingDir::create(&settings.artifacts, spec.name)?;
-    let staged = (|| -> Result<()> {
-        for (rel, bytes) in &out.files {
-            staging.write(rel, bytes)?;
-        }
-        for (rel, path) in &out.streamed {
-            staging.adopt(rel, path)?;
-        }
-        Ok(())
-    })();
-    if let Err(e) = staged {
-        // A write that failed (a full disk) leaves no staging folder for the next run to
-        // warn about; the ledger run stays unreferenced, as after a crash.
-        let _ = std::fs::remove_dir_all(staging.path());
-        let _ = std::fs::remove_dir(settings.artifacts.join(".staging"));
-        let _ = std::fs::remove_dir_all(&stream_dir);
-        return Err(e);
-    }
+    stage_outputs(&mut staging, &out, &settings.artifacts, &stream_dir)?;
     let duration_ms = clock.elapsed().as_millis() as u64;
     let manifest = Manifest {
         stage: spec.name.into(),
@@ -989,6 +963,61 @@ fn execute_inner(
         notes: out.notes,
         duration_ms,
     })
+}
+
+/// Run alone, a stage needs its upstream output to exist; stale upstream output is used
+/// with a warning (`benchgen run` brings it up to date first).
+fn check_upstream(spec: &StageSpec, printer: &Printer, upstream: &BTreeMap<String, Freshness>) -> Result<()> {
+    for up in spec.upstream() {
+        if let Some(Freshness::Missing(_)) = upstream.get(up) {
+            return Err(crate::error::hinted(
+                format!("`{}` needs the output of `{up}`, which has not been produced", spec.command),
+                "run `benchgen run` to bring every stage up to date, or run the upstream stage first",
+            ));
+        }
+    }
+    for up in spec.upstream().chain(spec.optional_upstream()) {
+        if let Some(Freshness::Stale(why)) = upstream.get(up) {
+            printer.warn(&format!("`{up}` is stale ({why}); `{}` reads its last complete output", spec.command))
+        }
+    }
+    Ok(())
+}
+
+/// The report of a stage that is up to date: its last run's counts, not run again.
+fn skipped(settings: &Settings, spec: &StageSpec) -> Result<StageReport> {
+    let m = Manifest::load(&settings.artifacts, spec.name)?.context("manifest vanished")?;
+    Ok(StageReport {
+        stage: spec.name.into(),
+        status: RunStatus::Skipped,
+        run_id: Some(m.run_id),
+        counts: m.counts,
+        notes: vec!["up to date (use --force to rerun)".into()],
+        duration_ms: 0,
+    })
+}
+
+/// Write the run's files into its staging folder and adopt the streamed ones; when that
+/// fails, remove both.
+fn stage_outputs(staging: &mut StagingDir, out: &Output, artifacts: &Path, stream_dir: &Path) -> Result<()> {
+    let staged = (|| -> Result<()> {
+        for (rel, bytes) in &out.files {
+            staging.write(rel, bytes)?;
+        }
+        for (rel, path) in &out.streamed {
+            staging.adopt(rel, path)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = staged {
+        // A write that failed (a full disk) leaves no staging folder for the next run to
+        // warn about; the ledger run stays unreferenced, as after a crash.
+        let _ = std::fs::remove_dir_all(staging.path());
+        let _ = std::fs::remove_dir(artifacts.join(".staging"));
+        let _ = std::fs::remove_dir_all(stream_dir);
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// Finish or undo what a killed commit left behind, unless another process is

@@ -57,6 +57,12 @@ pub fn sites() -> Vec<Entry> {
     use crate::{efs, filter, graph, levels, logs, registry, review, synth};
     let names = |n: usize| -> Vec<String> { (1..=n).map(|i| format!("srv::tool_{i}")).collect() };
     let taxonomy = |n: usize| -> Vec<String> { (1..=n).map(|i| format!("Label {i}")).collect() };
+    let drafts = |n: usize| {
+        Answer::<levels::l1::Drafts>::new(
+            "Drafts",
+            crate::llm::schema_with_max_items::<levels::l1::Drafts>("queries", n),
+        )
+    };
     let etom: Vec<String> = registry::categories::ETOM_TAXONOMY.iter().map(|s| s.to_string()).collect();
     let assignments = |lo: u8, hi: u8| review::assign::Assignments {
         rule: String::new(),
@@ -79,21 +85,9 @@ pub fn sites() -> Vec<Entry> {
         sizes("src/efs/verify.rs", "efs verify: listwise", &[1, 2, 10], efs::verify::list_answer),
         of::<filter::LlmVerdict>("src/filter.rs", "filter: classifier"),
         of::<graph::build::EdgeVerdict>("src/graph/build.rs", "graph build: edge"),
-        sizes("src/levels/l1.rs", "levels L1/L2: drafts", &[1, 5], |n| {
-            Answer::<levels::l1::Drafts>::new(
-                "Drafts",
-                crate::llm::schema_with_max_items::<levels::l1::Drafts>("queries", n),
-            )
-        }),
+        sizes("src/levels/l1.rs", "levels L1/L2: drafts", &[1, 5], drafts),
         of::<levels::l1::QueryCheck>("src/levels/l1.rs", "levels L1/L2: verify"),
-        one(
-            "src/levels/l1.rs",
-            "levels L1/L2: asked again",
-            Answer::<levels::l1::Drafts>::new(
-                "Drafts",
-                crate::llm::schema_with_max_items::<levels::l1::Drafts>("queries", 1),
-            ),
-        ),
+        one("src/levels/l1.rs", "levels L1/L2: asked again", drafts(1)),
         of::<levels::l1::QueryCheck>("src/levels/l1.rs", "levels L1/L2: verify the query asked again"),
         of::<levels::l3::ChainVerdict>("src/levels/l3.rs", "levels L3: verify"),
         one("src/levels/l3.rs", "levels L3: query", levels::l3::query_answer()),

@@ -28,6 +28,7 @@ use super::build::{CandidateSet, Evidence, Sets};
 use super::review::Decision;
 use super::topdown::ReviewItem;
 use crate::formats::etom::{EfsFile, EfsSet, SetTool};
+use crate::ledger::{Explanation, Ledger};
 use crate::model::Catalog;
 use crate::settings::{Settings, section_hash};
 use crate::stage::{Artifact, Ctx, Inputs, Manifest, Output, Plan, Read, Stage, StageSpec};
@@ -486,6 +487,14 @@ impl Stage for FinalizeStage {
          and are marked `unreviewed`. Skipped when up to date."
     }
 
+    /// The EFS family's ids: a set (`efs:<set id>`), final or a candidate.
+    fn explain_subject(&self, ledger: &Ledger, runs: &[i64], id: &str) -> Result<Option<Explanation>> {
+        if !id.starts_with("efs:") {
+            return Ok(None);
+        }
+        explain_set(ledger, runs, id).map(Some)
+    }
+
     fn plan(&self, settings: &Settings) -> Result<Plan> {
         Ok(Plan { inputs: vec![], config_hash: section_hash(&super::efs_settings(settings).finalize)? })
     }
@@ -542,11 +551,35 @@ impl Stage for FinalizeStage {
 /// link to.
 pub const SET_EVENT: &str = "efs.set";
 
+/// `benchgen explain efs:<set id>`: the final set, else the last event that decided about it.
+fn explain_set(ledger: &Ledger, runs: &[i64], id: &str) -> Result<Explanation> {
+    let direct = ledger.events_for(id, runs)?;
+    let Some(last) = direct.last() else {
+        return Err(crate::error::hinted(
+            format!("no EFS set `{id}` in the current artifacts"),
+            "set ids are in `artifacts/efs-finalize/final.json`, edges in `artifacts/graph-build/graph.json`",
+        ));
+    };
+    let lineage = ledger.lineage(&direct.iter().map(|e| e.id).collect::<Vec<_>>())?;
+    let p = &last.payload;
+    let status = if last.kind == SET_EVENT {
+        format!(
+            "final set ({}) of {} member(s): {}",
+            p["status"].as_str().unwrap_or("?"),
+            p["members"].as_array().map_or(0, Vec::len),
+            p["members"].as_array().into_iter().flatten().filter_map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
+        )
+    } else {
+        format!("{} of stage `{}`", last.kind, last.stage)
+    };
+    Ok(Explanation { id: id.into(), item: "EFS set", status, record: None, lineage })
+}
+
 /// One `efs.set` event per final set, its parents the decisions behind it: the verdicts of
 /// its evidence pairs (`efs-verify`), the top-down findings and the review decisions about
 /// the candidate sets it came from (`efs-topdown`, `efs-review-import`).
 fn set_events(ctx: &Ctx, fin: &Final) -> Result<Vec<crate::ledger::NewEvent>> {
-    use crate::ledger::{Ledger, NewEvent, Parent, kind};
+    use crate::ledger::{NewEvent, Parent, kind};
     let runs = |st: &str| ctx.manifest_of(st).map(|m| vec![m.run_id]).unwrap_or_default();
     let (verdicts, found, reviews) = match Ledger::open_read_only(&ctx.settings.artifacts)? {
         Some(l) => (

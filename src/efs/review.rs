@@ -150,82 +150,19 @@ pub fn import_sheets(
                 continue;
             }
             let c: Vec<String> = rec.iter().map(restore_cell).collect();
-            let (set_id, row, tool, decision, target, reviewer, note) =
-                (&c[0], &c[1], &c[2], c[6].to_lowercase(), &c[7], &c[8], &c[9]);
-            let mut bad = |m: String| problems.push(Problem::new(&loc, m));
-            let Some(set) = set_ids.get(set_id.as_str()) else {
-                bad(format!("unknown set id `{set_id}` (rerun `benchgen efs review export` if the sets changed)"));
-                continue;
-            };
-            let allowed: &[&str] = match row.as_str() {
-                "set" => &["approve", "reject", "merge"],
-                "member" => &["drop", "split", "keep"],
-                "candidate" => &["add"],
-                other => {
-                    bad(format!("row kind must be `set`, `member` or `candidate`, found `{other}`"));
-                    continue;
-                }
-            };
-            if decision.is_empty() {
-                if !target.is_empty() {
-                    bad("a `target` without a decision".into());
-                }
-                continue;
+            match row_decision(&c, &set_ids, &tool_ids) {
+                Err(m) => problems.push(Problem::new(&loc, m)),
+                Ok(None) => {}
+                Ok(Some(action)) => out.push(Decision {
+                    set_id: c[0].clone(),
+                    action,
+                    tool_id: c[2].clone(),
+                    target: c[7].clone(),
+                    reviewer: c[8].clone(),
+                    note: c[9].clone(),
+                    source: loc,
+                }),
             }
-            if !allowed.contains(&decision.as_str()) {
-                bad(format!("decision `{decision}` is not allowed on a `{row}` row (allowed: {})", allowed.join(", ")));
-                continue;
-            }
-            if reviewer.is_empty() {
-                bad(format!("decision `{decision}` has no reviewer"));
-                continue;
-            }
-            match row.as_str() {
-                "set" if !tool.is_empty() => {
-                    bad("a `set` row names no tool".into());
-                    continue;
-                }
-                "member" if !set.members.contains(tool) => {
-                    bad(format!("`{tool}` is not a member of set `{set_id}`"));
-                    continue;
-                }
-                "candidate" if !tool_ids.contains(tool.as_str()) => {
-                    bad(format!("`{tool}` is not a tool of the catalog"));
-                    continue;
-                }
-                "candidate" if set.members.contains(tool) => {
-                    bad(format!("`{tool}` is already a member of set `{set_id}`"));
-                    continue;
-                }
-                _ => {}
-            }
-            match decision.as_str() {
-                "merge" if !set_ids.contains_key(target.as_str()) || target == set_id => {
-                    bad(format!("`merge` needs another existing set id as target, found `{target}`"));
-                    continue;
-                }
-                "split" if target.is_empty() => {
-                    bad("`split` needs a target label (members sharing a label form a new set)".into());
-                    continue;
-                }
-                "approve" | "reject" | "drop" | "add" | "keep" if !target.is_empty() => {
-                    bad(format!("`{decision}` takes no target, found `{target}`"));
-                    continue;
-                }
-                _ => {}
-            }
-            if decision == "keep" {
-                continue; // the default; nothing to record
-            }
-            out.push(Decision {
-                set_id: set_id.clone(),
-                action: decision,
-                tool_id: tool.clone(),
-                target: target.clone(),
-                reviewer: reviewer.clone(),
-                note: note.clone(),
-                source: loc,
-            });
         }
     }
     // A tool may be added to one set only.
@@ -239,6 +176,65 @@ pub fn import_sheets(
         }
     }
     if problems.is_empty() { Ok(out) } else { Err(InputError { file: "reviews/efs".into(), problems }) }
+}
+
+/// The decision to record from one filled-in row, its cells `c` in [`HEADER`] order
+/// (`None`: no decision, or `keep`), or what is wrong with the row.
+fn row_decision(
+    c: &[String],
+    set_ids: &HashMap<&str, &CandidateSet>,
+    tool_ids: &BTreeSet<&str>,
+) -> std::result::Result<Option<String>, String> {
+    let (set_id, row, tool, decision, target, reviewer) = (&c[0], &c[1], &c[2], c[6].to_lowercase(), &c[7], &c[8]);
+    let Some(set) = set_ids.get(set_id.as_str()) else {
+        return Err(format!("unknown set id `{set_id}` (rerun `benchgen efs review export` if the sets changed)"));
+    };
+    let allowed: &[&str] = match row.as_str() {
+        "set" => &["approve", "reject", "merge"],
+        "member" => &["drop", "split", "keep"],
+        "candidate" => &["add"],
+        other => return Err(format!("row kind must be `set`, `member` or `candidate`, found `{other}`")),
+    };
+    if decision.is_empty() {
+        return if target.is_empty() { Ok(None) } else { Err("a `target` without a decision".into()) };
+    }
+    if !allowed.contains(&decision.as_str()) {
+        return Err(format!("decision `{decision}` is not allowed on a `{row}` row (allowed: {})", allowed.join(", ")));
+    }
+    if reviewer.is_empty() {
+        return Err(format!("decision `{decision}` has no reviewer"));
+    }
+    match row.as_str() {
+        "set" if !tool.is_empty() => {
+            return Err("a `set` row names no tool".into());
+        }
+        "member" if !set.members.contains(tool) => {
+            return Err(format!("`{tool}` is not a member of set `{set_id}`"));
+        }
+        "candidate" if !tool_ids.contains(tool.as_str()) => {
+            return Err(format!("`{tool}` is not a tool of the catalog"));
+        }
+        "candidate" if set.members.contains(tool) => {
+            return Err(format!("`{tool}` is already a member of set `{set_id}`"));
+        }
+        _ => {}
+    }
+    match decision.as_str() {
+        "merge" if !set_ids.contains_key(target.as_str()) || target == set_id => {
+            return Err(format!("`merge` needs another existing set id as target, found `{target}`"));
+        }
+        "split" if target.is_empty() => {
+            return Err("`split` needs a target label (members sharing a label form a new set)".into());
+        }
+        "approve" | "reject" | "drop" | "add" | "keep" if !target.is_empty() => {
+            return Err(format!("`{decision}` takes no target, found `{target}`"));
+        }
+        _ => {}
+    }
+    if decision == "keep" {
+        return Ok(None); // the default; nothing to record
+    }
+    Ok(Some(decision))
 }
 
 pub fn review_dir(s: &Settings) -> PathBuf {

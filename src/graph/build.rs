@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::render::{self, ToolInfo};
 use super::{Candidate, Edge, GraphSettings, Judged};
-use crate::ledger::{NewEvent, Parent, kind};
+use crate::ledger::{Explanation, Ledger, NewEvent, Parent, kind};
 use crate::llm::Prompt;
 use crate::llm::batch::{Batch, BatchOptions, Item};
 use crate::logs::Session;
@@ -115,6 +115,14 @@ impl Stage for BuildStage {
          Reads `logs-split/graph_source.jsonl` and `logs-import/catalog.json`. Writes
          `artifacts/graph-build/`: `candidates.json`, `graph.json`, `graph.dot`,
          `graph.svg`, `report.md` and `failed.json` (candidates whose judgement failed)."
+    }
+
+    /// The graph family's ids: an edge (`edge:<from>-><to>`).
+    fn explain_subject(&self, ledger: &Ledger, runs: &[i64], id: &str) -> Result<Option<Explanation>> {
+        if !id.starts_with("edge:") {
+            return Ok(None);
+        }
+        explain_edge(ledger, runs, id).map(Some)
     }
 
     fn enabled(&self, s: &Settings) -> bool {
@@ -251,6 +259,31 @@ impl Stage for BuildStage {
         ));
         Ok(())
     }
+}
+
+/// `benchgen explain edge:<from>-><to>`: the verdict of `graph build` on the edge, else the
+/// last event about it (a decision of `graph review import`).
+fn explain_edge(ledger: &Ledger, runs: &[i64], id: &str) -> Result<Explanation> {
+    let direct = ledger.events_for(id, runs)?;
+    let Some(last) = direct.last() else {
+        return Err(crate::error::hinted(
+            format!("no graph edge `{id}` in the current artifacts"),
+            "set ids are in `artifacts/efs-finalize/final.json`, edges in `artifacts/graph-build/graph.json`",
+        ));
+    };
+    let lineage = ledger.lineage(&direct.iter().map(|e| e.id).collect::<Vec<_>>())?;
+    let p = &last.payload;
+    // `run` above marks its verdicts `"check": "graph-edge"`.
+    let status = if p["check"] == "graph-edge" {
+        format!(
+            "{} by `graph build`: {}",
+            if p["accepted"] == true { "accepted" } else { "rejected" },
+            p["reason"].as_str().unwrap_or("")
+        )
+    } else {
+        format!("{} of stage `{}`", last.kind, last.stage)
+    };
+    Ok(Explanation { id: id.into(), item: "graph edge", status, record: None, lineage })
 }
 
 pub fn path(s: &Settings, file: &str) -> std::path::PathBuf {

@@ -31,7 +31,9 @@
 //! * **HTTP**: the role's `max_retries` and `backoff_ms` apply to every call to the files
 //!   and batches endpoints (408, 409, 429, 5xx, connection errors). A poll or download that
 //!   still fails stops the stage; its batch stays unfinished in the ledger and a rerun
-//!   goes on with it.
+//!   goes on with it, unless the server answered 404: `benchgen llm batches --forget`
+//!   ([`forget`]) then gives the batch up. An upload or create the server refuses sends
+//!   the batch's requests live at once, with a warning.
 //! * **Offline engines** ([`offline`]): `benchgen llm batch-export` keeps a stage's first
 //!   round in a file for `vllm run-batch` instead of sending it, and `benchgen llm
 //!   batch-import` ingests the engine's output file as a downloaded one is.
@@ -44,7 +46,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -97,6 +99,10 @@ CREATE TABLE IF NOT EXISTS llm_batch_results(
 /// Uploads and downloads may be large (OpenAI allows 200 MB files): they get this long.
 const TRANSFER_TIMEOUT: Duration = Duration::from_secs(1800);
 
+/// Pages of 100 batches looked through for the batch made from a file (the newest 2,000):
+/// a bound, so a server with a long history cannot hold a stage listing it.
+const LIST_PAGES: usize = 20;
+
 /// How a request handed to [`BatchJobs::ask`] ended.
 #[derive(Debug, Clone)]
 pub(crate) enum Outcome {
@@ -144,6 +150,8 @@ enum Stop {
 enum CallError {
     Cancelled,
     Failed(String),
+    /// A 404: the server does not know the batch or file (or has no such endpoint).
+    Gone(String),
 }
 
 /// Why a batch was not created: a call error that surely made none (`Call`), or a failure
@@ -158,7 +166,7 @@ impl CreateError {
     fn uncertain(e: CallError) -> Self {
         match e {
             CallError::Cancelled => CreateError::Call(CallError::Cancelled),
-            CallError::Failed(why) => CreateError::Uncertain(why),
+            CallError::Failed(why) | CallError::Gone(why) => CreateError::Uncertain(why),
         }
     }
 }
@@ -317,6 +325,7 @@ impl Api {
                         _ = tokio::time::sleep(delay) => {}
                     }
                 }
+                Err(a) if a.status == "HTTP 404" => return Err(CallError::Gone(self.shown(what, &a))),
                 Err(a) => return Err(CallError::Failed(self.shown(what, &a))),
             }
         }
@@ -348,14 +357,33 @@ impl Api {
         }
     }
 
-    /// The batch made from `file_id`, when one is among the newest 100 (a create whose
-    /// answer was lost, or one a stopped process made).
+    /// The batch made from `file_id` (a create whose answer was lost, or one a stopped
+    /// process made), looked for among the server's batches, newest first, a page of 100 at
+    /// a time (`after` the last one seen) while the server has more. Past [`LIST_PAGES`]
+    /// pages it is an error, not "none": creating the batch again could make a second one.
     async fn made_from(&self, file_id: &str, cancel: &CancellationToken) -> Result<Option<Remote>, CallError> {
-        let url = format!("{}/batches?limit=100", self.base);
-        let bytes = self.call("listing batches", self.timeout, cancel, |h| h.get(&url)).await?;
-        let v = self.json("listing batches", &bytes)?;
-        let found = v["data"].as_array().and_then(|d| d.iter().find(|b| b["input_file_id"] == file_id));
-        found.map(|b| Remote::parse(b).map_err(CallError::Failed)).transpose()
+        let mut after: Option<String> = None;
+        for _ in 0..LIST_PAGES {
+            let mut query = vec![("limit", "100".to_string())];
+            query.extend(after.take().map(|a| ("after", a)));
+            let url = reqwest::Url::parse_with_params(&format!("{}/batches", self.base), &query)
+                .map_err(|e| CallError::Failed(format!("listing batches: not a URL: {e}")))?;
+            let bytes = self.call("listing batches", self.timeout, cancel, |h| h.get(url.clone())).await?;
+            let v = self.json("listing batches", &bytes)?;
+            let data = v["data"].as_array().map(Vec::as_slice).unwrap_or_default();
+            if let Some(b) = data.iter().find(|b| b["input_file_id"] == file_id) {
+                return Remote::parse(b).map(Some).map_err(CallError::Failed);
+            }
+            let last = v["last_id"].as_str().or_else(|| data.last().and_then(|b| b["id"].as_str()));
+            match last {
+                Some(id) if v["has_more"] == true => after = Some(id.to_string()),
+                _ => return Ok(None),
+            }
+        }
+        Err(CallError::Failed(format!(
+            "listing batches: no batch made from file {file_id} among the server's newest {} batches",
+            LIST_PAGES * 100
+        )))
     }
 
     /// Create the batch of `file_id`, or adopt the one already made from it (`adopt`: look
@@ -646,13 +674,23 @@ impl BatchJobs {
             return self.fail_all(None, &keys, why);
         }
         let file: Vec<u8> = lines.iter().flat_map(|l| l.2.iter().copied()).collect();
+        let requests: Vec<(String, String)> = lines.into_iter().map(|(k, h, _)| (k, h)).collect();
         let file_id = match self.api.upload(file, &self.cancel).await {
             Ok(id) => id,
             Err(CallError::Cancelled) => return,
-            Err(CallError::Failed(why)) => return self.unanswered(None, &keys, &why),
+            Err(CallError::Failed(why) | CallError::Gone(why)) => {
+                // In the ledger as a refused batch (no file), so `llm batches` counts what
+                // went live instead.
+                let what: [&str; 4] = [&self.role, &self.stage, &self.api.base, ""];
+                let refused = insert_batch(&self.recorder.lock(), what, "refused", &requests);
+                if let Err(e) = refused {
+                    tracing::warn!("cannot record a refused batch in the ledger: {e:#}");
+                }
+                return self.unanswered(None, &keys, &why);
+            }
         };
-        let requests: Vec<(String, String)> = lines.into_iter().map(|(k, h, _)| (k, h)).collect();
-        let row = insert_batch(&self.recorder.lock(), [&self.role, &self.stage, &self.api.base, &file_id], &requests);
+        let what: [&str; 4] = [&self.role, &self.stage, &self.api.base, &file_id];
+        let row = insert_batch(&self.recorder.lock(), what, "submitting", &requests);
         match row {
             Ok(id) => {
                 self.lock().following.insert(id);
@@ -695,11 +733,13 @@ impl BatchJobs {
         let b = match self.api.create(&row.file_id, &self.s.completion_window, row.resumed, &self.cancel).await {
             Ok(b) => b,
             Err(CreateError::Call(CallError::Cancelled)) => return Err(Stop::Cancelled),
-            Err(CreateError::Call(CallError::Failed(why))) => return Err(Stop::Refused(why)),
+            Err(CreateError::Call(CallError::Failed(why) | CallError::Gone(why))) => return Err(Stop::Refused(why)),
             Err(CreateError::Uncertain(why)) => {
+                let (role, file) = (&self.role, &row.file_id);
                 return Err(Stop::Setup(format!(
-                    "the batch of role `{}` may have been created ({why}); it stays in the ledger and a rerun looks for it before creating another",
-                    self.role
+                    "the batch of role `{role}` may have been created ({why}); it stays in the ledger and a rerun \
+                     looks for it before creating another (if the server surely has none made from file {file}, \
+                     `benchgen llm batches --forget {file}` lets the next run submit its requests again)"
                 )));
             }
         };
@@ -727,10 +767,7 @@ impl BatchJobs {
                     "role `{}`: batch {id} not finished within its completion window; taken as expired",
                     self.role
                 );
-                let mut b = self.api.get(&id, &self.cancel).await.map_err(|e| match e {
-                    CallError::Cancelled => Stop::Cancelled,
-                    CallError::Failed(why) => self.unfollowable(&id, &why),
-                })?;
+                let mut b = self.api.get(&id, &self.cancel).await.map_err(|e| self.unfollowable(&id, e))?;
                 b.status = "expired".into();
                 return Ok(b);
             }
@@ -740,11 +777,7 @@ impl BatchJobs {
                 _ = tokio::time::sleep(Duration::from_secs_f64(wait)) => {}
             }
             wait = (wait * 1.5).min(self.s.poll_max_s);
-            let b = match self.api.get(&id, &self.cancel).await {
-                Ok(b) => b,
-                Err(CallError::Cancelled) => return Err(Stop::Cancelled),
-                Err(CallError::Failed(why)) => return Err(self.unfollowable(&id, &why)),
-            };
+            let b = self.api.get(&id, &self.cancel).await.map_err(|e| self.unfollowable(&id, e))?;
             pb.set_length(b.total);
             pb.set_position(b.completed + b.failed);
             pb.set_message(format!("{id} (role {}): {}", self.role, b.status));
@@ -759,11 +792,21 @@ impl BatchJobs {
         }
     }
 
-    fn unfollowable(&self, id: &str, why: &str) -> Stop {
+    /// Why batch `id` cannot be followed now: it stays unfinished in the ledger for a rerun,
+    /// unless the server does not know it (a 404, which every rerun would meet again): then
+    /// `llm batches --forget` gives it up.
+    fn unfollowable(&self, id: &str, e: CallError) -> Stop {
         let role = &self.role;
-        Stop::Setup(format!(
-            "batch {id} of role `{role}` cannot be followed now ({why}); it stays in the ledger for a rerun"
-        ))
+        match e {
+            CallError::Cancelled => Stop::Cancelled,
+            CallError::Failed(why) => Stop::Setup(format!(
+                "batch {id} of role `{role}` cannot be followed now ({why}); it stays in the ledger for a rerun"
+            )),
+            CallError::Gone(why) => Stop::Setup(format!(
+                "batch {id} of role `{role}` is not on the server ({why}), so every rerun would stop here: \
+                 `benchgen llm batches --forget {id}` gives it up, and the next run submits its requests again"
+            )),
+        }
     }
 
     /// The answers (by key) and the unanswered requests of a finished batch, from its
@@ -773,11 +816,7 @@ impl BatchJobs {
         let mut answers = Vec::new();
         let mut failed = BTreeMap::new();
         for file in [&b.output_file_id, &b.error_file_id].into_iter().flatten() {
-            let bytes = match self.api.content(file, &self.cancel).await {
-                Ok(bytes) => bytes,
-                Err(CallError::Cancelled) => return Err(Stop::Cancelled),
-                Err(CallError::Failed(why)) => return Err(self.unfollowable(&b.id, &why)),
-            };
+            let bytes = self.api.content(file, &self.cancel).await.map_err(|e| self.unfollowable(&b.id, e))?;
             for line in String::from_utf8_lossy(&bytes).lines().filter(|l| !l.trim().is_empty()) {
                 let v: Value = serde_json::from_str(line).unwrap_or(Value::Null);
                 let Some(key) = v["custom_id"].as_str().and_then(|h| by_hash.get(h)) else {
@@ -874,19 +913,20 @@ impl BatchJobs {
         }
         for (key, f) in failed {
             if let Some(p) = st.sent.remove(&key) {
-                self.after_failure(st, key, p, &f);
+                self.after_failure(st, key, p, &f, true);
             }
         }
     }
 
-    /// A request its batch did not answer: into the next batch, live, or failed.
-    fn after_failure(self: &Arc<Self>, st: &mut State, key: String, p: Pending, f: &Failure) {
+    /// A request its batch did not answer: into the next batch (when `resubmit`), live, or
+    /// failed.
+    fn after_failure(self: &Arc<Self>, st: &mut State, key: String, p: Pending, f: &Failure, resubmit: bool) {
         // A request of a resumed batch that no call asked for: a call that asks later
         // sends it anew.
         if p.waiters.is_empty() || p.line.is_none() {
             return;
         }
-        if f.retryable && p.tries <= self.s.resubmits {
+        if resubmit && f.retryable && p.tries <= self.s.resubmits {
             tracing::info!(
                 "role `{}`: request {} goes into the next batch ({}: {})",
                 self.role,
@@ -906,7 +946,10 @@ impl BatchJobs {
         }
     }
 
-    /// Every request of a batch the server would not take goes on as an unanswered one.
+    /// The requests of a batch the server would not take (upload or create refused after
+    /// the role's retries) go live, or fail without `live_fallback`: not into another batch,
+    /// which the server would refuse as well (a server with no files endpoint answers 404
+    /// every time). A warning says so, naming the role, the server and its answer.
     fn unanswered(self: &Arc<Self>, row: Option<i64>, keys: &[String], why: &str) {
         let mut guard = self.lock();
         let st = &mut *guard;
@@ -914,10 +957,17 @@ impl BatchJobs {
             st.following.remove(&row);
         }
         let f = Failure { status: "batch refused".into(), message: why.to_string(), retryable: true };
+        let mut asked = 0;
         for key in keys {
             if let Some(p) = st.sent.remove(key) {
-                self.after_failure(st, key.clone(), p, &f);
+                asked += usize::from(!p.waiters.is_empty() && p.line.is_some());
+                self.after_failure(st, key.clone(), p, &f, false);
             }
+        }
+        if asked > 0 {
+            let then = if self.s.live_fallback { "they go live" } else { "they fail (`live_fallback = false`)" };
+            let (role, base) = (&self.role, &self.api.base);
+            tracing::warn!("role `{role}`: the batch API at {base} would not take {asked} requests ({why}); {then}");
         }
     }
 
@@ -939,15 +989,16 @@ impl BatchJobs {
 
 // ---- the ledger tables ----
 
-/// Record a batch about to be created from a file (`what`: role, stage, base URL, file id),
-/// with its requests `(key, hash)`.
-fn insert_batch(l: &Ledger, what: [&str; 4], requests: &[(String, String)]) -> Result<i64> {
+/// Record a batch about to be created from a file (`what`: role, stage, base URL, file id;
+/// `state` `submitting`), or one whose upload the server refused (`refused`, no file id,
+/// taken at once), with its requests `(key, hash)`.
+fn insert_batch(l: &Ledger, what: [&str; 4], state: &str, requests: &[(String, String)]) -> Result<i64> {
     let tx = l.connection().unchecked_transaction()?;
     let now = crate::ledger::now();
     tx.execute(
-        "INSERT INTO llm_batches(role, stage, base_url, input_file_id, state, requests, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, 'submitting', ?5, ?6, ?6)",
-        params![what[0], what[1], what[2], what[3], requests.len() as i64, now],
+        "INSERT INTO llm_batches(role, stage, base_url, input_file_id, state, requests, created_at, updated_at, done)
+         VALUES (?1, ?2, ?3, ?4, ?7, ?5, ?6, ?6, ?8)",
+        params![what[0], what[1], what[2], what[3], requests.len() as i64, now, state, state == "refused"],
     )?;
     let id = tx.last_insert_rowid();
     {
@@ -1020,6 +1071,23 @@ pub(crate) fn mark_recorded(recorder: &Recorder, key: &str, event: i64) {
     }
 }
 
+/// The exchange that recorded the answer batch `batch` brought for `key`, once a call has:
+/// identical requests of one round share that answer, and the calls after the first
+/// record it as cache hits of that exchange ([`super::LlmClient`]'s `record_sent`).
+pub(crate) fn recorded_event(recorder: &Recorder, key: &str, batch: &str) -> Result<Option<i64>> {
+    let l = recorder.lock();
+    let event = l
+        .connection()
+        .query_row(
+            "SELECT r.recorded_event FROM llm_batch_results r JOIN llm_batches b ON b.id = r.batch
+             WHERE r.key = ?1 AND COALESCE(b.batch_id, '') = ?2",
+            params![key, batch],
+            |r| r.get::<_, Option<i64>>(0),
+        )
+        .optional()?;
+    Ok(event.flatten())
+}
+
 /// For a role that is not in batch mode: an answer a batch brought for `key` and no exchange
 /// recorded (a run with `--batch` stopped after its batch finished, or `llm batch-import`),
 /// so that turning batch mode off neither loses it nor pays for the request again. None in
@@ -1082,10 +1150,14 @@ pub struct BatchInfo {
     pub role: String,
     pub stage: String,
     /// The provider's status (`validating`, `in_progress`, `completed`, `expired`, …), or
-    /// `submitting` (uploaded, not yet created) or `refused`.
+    /// `submitting` (uploaded, not yet created), `refused` (upload or create refused),
+    /// `exported` or `forgotten` (`benchgen llm batches --forget`).
     pub state: String,
     /// Whether benchgen has taken its answers (or given up on it).
     pub done: bool,
+    /// The uploaded file it was made from (empty when the upload was refused): the name
+    /// `--forget` takes for a batch that never got its id.
+    pub input_file_id: String,
     pub requests: u64,
     pub completed: u64,
     pub failed: u64,
@@ -1108,7 +1180,8 @@ pub fn list(settings: &Settings) -> Result<Vec<BatchInfo>> {
     let mut st = c.prepare(
         "SELECT b.batch_id, b.role, b.stage, b.state, b.done, b.requests, b.completed, b.failed, b.created_at,
                 CAST(COALESCE(SUM(json_extract(r.response, '$.usage.prompt_tokens')), 0) AS INTEGER),
-                CAST(COALESCE(SUM(json_extract(r.response, '$.usage.completion_tokens')), 0) AS INTEGER)
+                CAST(COALESCE(SUM(json_extract(r.response, '$.usage.completion_tokens')), 0) AS INTEGER),
+                b.input_file_id
          FROM llm_batches b LEFT JOIN llm_batch_results r ON r.batch = b.id GROUP BY b.id ORDER BY b.id",
     )?;
     let n = |r: &rusqlite::Row, i: usize| r.get::<_, i64>(i).map(|v| v.max(0) as u64);
@@ -1119,6 +1192,7 @@ pub fn list(settings: &Settings) -> Result<Vec<BatchInfo>> {
             stage: r.get(2)?,
             state: r.get(3)?,
             done: r.get(4)?,
+            input_file_id: r.get(11)?,
             requests: n(r, 5)?,
             completed: n(r, 6)?,
             failed: n(r, 7)?,
@@ -1135,6 +1209,74 @@ pub fn list(settings: &Settings) -> Result<Vec<BatchInfo>> {
         b.cost_usd = prices.map(|p| p.cost(b.prompt_tokens, b.completion_tokens, true));
     }
     Ok(out)
+}
+
+/// What `benchgen llm batches --forget` gave up.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Forgotten {
+    /// The id it was named by: the provider's batch id, or its input file's.
+    pub batch: String,
+    pub role: String,
+    pub stage: String,
+    /// Its state before: what the ledger last knew of it.
+    pub was: String,
+    pub requests: u64,
+}
+
+/// Give up on an unfinished batch (`id`: the provider's batch id, or for one that never got
+/// it, its input file's id), such as one the server no longer has: a poll or download that
+/// answers 404 stops every run that follows the batch. Its row stays, as state `forgotten`
+/// and taken, so `llm batches` still shows what was sent; no run follows it any more, and
+/// the next run of its stage submits its requests again.
+pub fn forget(settings: &Settings, id: &str) -> Result<Forgotten> {
+    let unknown = || {
+        anyhow::anyhow!(
+            "no batch `{id}` in the ledger: `benchgen llm batches` lists them (one not yet created goes by its \
+             `input_file_id` in `--json`)"
+        )
+    };
+    let Some(l) = Ledger::open_existing(&settings.artifacts)? else { return Err(unknown()) };
+    let c = l.connection();
+    let tables = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'llm_batches'";
+    if c.query_row(tables, [], |r| r.get::<_, i64>(0))? == 0 {
+        return Err(unknown());
+    }
+    // An unfinished row first: an id shared by rows (an export, one row per role) is
+    // forgotten where it still matters.
+    let found = c
+        .query_row(
+            "SELECT id, done, role, stage, state, requests FROM llm_batches
+             WHERE batch_id = ?1 OR (batch_id IS NULL AND input_file_id = ?1) ORDER BY done, id DESC LIMIT 1",
+            [id],
+            |r| {
+                let info = Forgotten {
+                    batch: id.to_string(),
+                    role: r.get(2)?,
+                    stage: r.get(3)?,
+                    was: r.get(4)?,
+                    requests: r.get::<_, i64>(5)?.max(0) as u64,
+                };
+                Ok((r.get::<_, i64>(0)?, r.get::<_, bool>(1)?, info))
+            },
+        )
+        .optional()?;
+    let Some((row, done, info)) = found else { return Err(unknown()) };
+    if done {
+        bail!("batch `{id}` is not followed any more (state `{}`): there is nothing to forget", info.was);
+    }
+    c.execute(
+        "UPDATE llm_batches SET state = 'forgotten', done = 1, updated_at = ?2 WHERE id = ?1",
+        params![row, crate::ledger::now()],
+    )?;
+    Ok(info)
+}
+
+pub fn render_forgotten(f: &Forgotten) -> String {
+    let Forgotten { batch, role, stage, was, requests } = f;
+    format!(
+        "batch {batch} (role {role}, stage {stage}, was {was}) forgotten: no run follows it any more, and the next \
+         run of `{stage}` submits its {requests} requests again\n"
+    )
 }
 
 pub fn render(rows: &[BatchInfo]) -> String {

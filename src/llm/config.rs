@@ -222,7 +222,8 @@ pub struct BatchSettings {
     #[serde(default = "default_poll_max")]
     pub poll_max_s: f64,
     /// Further batches a request that failed in one (an error line, an expired, failed or
-    /// cancelled batch) is sent in before `live_fallback` decides.
+    /// cancelled batch) is sent in before `live_fallback` decides; none after a batch the
+    /// server refused (its upload or create), which the next would meet too.
     #[serde(default = "default_resubmits")]
     pub resubmits: u32,
     /// After `resubmits`, send the request as a live call (with the role's retries);

@@ -11,7 +11,7 @@
 //! whose registry alone stops every child on a signal, a closed stdout or a second Ctrl-C.
 
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -77,6 +77,80 @@ fn log_tail(path: &PathBuf) -> String {
     lines[lines.len().saturating_sub(8)..].join("\n")
 }
 
+/// llama-server's command for `spec` on `port`, its output into `log` (created here), in its
+/// own process group and killed with the thread that spawns it.
+fn server_command(spec: &LocalSpec, port: u16, log: &Path) -> Result<Command, String> {
+    let log_file = std::fs::File::create(log).map_err(|e| format!("cannot create `{}`: {e}", log.display()))?;
+    let mut cmd = Command::new(&spec.binary);
+    cmd.arg("-m")
+        .arg(&spec.model)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["-t", &spec.threads.to_string(), "--no-webui"])
+        .args(["-c", &(spec.ctx_size as usize * spec.parallel).to_string(), "-np", &spec.parallel.to_string()])
+        .args(&spec.extra_args)
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log_file)
+        .process_group(0);
+    // SAFETY: prctl is async-signal-safe; it runs in the child between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    Ok(cmd)
+}
+
+/// The guard thread's work: spawn the server and send its pid (or why it did not start),
+/// watch it until stop is requested (or the owner is gone), then stop its group and reap it.
+fn guard_child(
+    mut cmd: Command,
+    pid_tx: mpsc::Sender<Result<u32, String>>,
+    stop_rx: mpsc::Receiver<()>,
+    exited: Arc<AtomicBool>,
+    status: Arc<std::sync::Mutex<Option<std::process::ExitStatus>>>,
+) {
+    // Held until the group is registered, so a signal landing in between still stops it.
+    let spawning = crate::children::spawn_guard();
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = pid_tx.send(Err(format!("cannot start llama-server: {e}")));
+            return;
+        }
+    };
+    let pg = child.id() as i32;
+    crate::children::register(child.id());
+    drop(spawning);
+    let _ = pid_tx.send(Ok(child.id()));
+    // Until stop is requested (or the owner is gone); an early exit is reported but
+    // the group is still reaped below.
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(Duration::from_millis(200)) {
+        if let Ok(Some(st)) = child.try_wait() {
+            *status.lock().unwrap_or_else(|p| p.into_inner()) = Some(st);
+            exited.store(true, Ordering::SeqCst);
+        }
+    }
+    // SAFETY: signals to our own child's process group.
+    unsafe {
+        libc::kill(-pg, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: as above; harmless when the group is already gone.
+    unsafe {
+        libc::kill(-pg, libc::SIGKILL);
+    }
+    let _ = child.wait();
+    crate::children::unregister(child.id());
+}
+
 impl LocalServer {
     /// Start llama-server and wait until `/health` answers 200.
     pub async fn start(spec: &LocalSpec) -> Result<LocalServer, String> {
@@ -91,25 +165,7 @@ impl LocalServer {
             .map_err(|e| format!("cannot create `{}`: {e}", spec.log_dir.display()))?;
         remove_stale_logs(&spec.log_dir);
         let log = spec.log_dir.join(format!("llama-server.{}-{port}.log", std::process::id()));
-        let log_file = std::fs::File::create(&log).map_err(|e| format!("cannot create `{}`: {e}", log.display()))?;
-        let mut cmd = Command::new(&spec.binary);
-        cmd.arg("-m")
-            .arg(&spec.model)
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["-t", &spec.threads.to_string(), "--no-webui"])
-            .args(["-c", &(spec.ctx_size as usize * spec.parallel).to_string(), "-np", &spec.parallel.to_string()])
-            .args(&spec.extra_args)
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log_file)
-            .process_group(0);
-        // SAFETY: prctl is async-signal-safe; it runs in the child between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        let cmd = server_command(spec, port, &log)?;
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let (pid_tx, pid_rx) = mpsc::channel::<Result<u32, String>>();
         let exited = Arc::new(AtomicBool::new(false));
@@ -119,46 +175,7 @@ impl LocalServer {
         let status_t = status.clone();
         let guard = std::thread::Builder::new()
             .name("benchgen-llama-server".into())
-            .spawn(move || {
-                // Held until the group is registered, so a signal landing in between still stops it.
-                let spawning = crate::children::spawn_guard();
-                let mut child = match cmd.spawn() {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let _ = pid_tx.send(Err(format!("cannot start llama-server: {e}")));
-                        return;
-                    }
-                };
-                let pg = child.id() as i32;
-                crate::children::register(child.id());
-                drop(spawning);
-                let _ = pid_tx.send(Ok(child.id()));
-                // Until stop is requested (or the owner is gone); an early exit is reported but
-                // the group is still reaped below.
-                while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(Duration::from_millis(200)) {
-                    if let Ok(Some(st)) = child.try_wait() {
-                        *status_t.lock().unwrap_or_else(|p| p.into_inner()) = Some(st);
-                        exited_t.store(true, Ordering::SeqCst);
-                    }
-                }
-                // SAFETY: signals to our own child's process group.
-                unsafe {
-                    libc::kill(-pg, libc::SIGTERM);
-                }
-                let deadline = Instant::now() + Duration::from_secs(5);
-                while Instant::now() < deadline {
-                    if let Ok(Some(_)) = child.try_wait() {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                // SAFETY: as above; harmless when the group is already gone.
-                unsafe {
-                    libc::kill(-pg, libc::SIGKILL);
-                }
-                let _ = child.wait();
-                crate::children::unregister(child.id());
-            })
+            .spawn(move || guard_child(cmd, pid_tx, stop_rx, exited_t, status_t))
             .map_err(|e| format!("cannot start the llama-server guard thread: {e}"))?;
         let pid = match pid_rx.recv() {
             Ok(Ok(pid)) => pid,

@@ -274,6 +274,8 @@ struct Inner {
     prompts_dir: PathBuf,
     cancel: CancellationToken,
     counters: Counters,
+    /// Held while an answer a batch brought is recorded (see [`LlmClient::record_sent`]).
+    batch_answers: std::sync::Mutex<()>,
 }
 
 /// The LLM client of one stage run. Cheap to clone; `Send + Sync`.
@@ -421,6 +423,7 @@ impl LlmClient {
                 prompts_dir: settings.resolve(&settings.section::<crate::llm::LlmSettings>().prompts_dir),
                 cancel,
                 counters: Counters::default(),
+                batch_answers: std::sync::Mutex::new(()),
             }),
             tally: None,
         })
@@ -765,18 +768,7 @@ impl LlmClient {
         });
         if inner.mode != LlmMode::Live {
             if let Some((source, payload)) = self.cached(r, &key, &hash).map_err(ledger_err)? {
-                let mut p = base.clone();
-                p["cached"] = json!(true);
-                p["source_event"] = json!(source);
-                p["usage"] = payload["usage"].clone();
-                p["latency_ms"] = json!(0);
-                p["attempts"] = json!(0);
-                let mut parents = vec![source];
-                parents.extend(parent);
-                let id = inner.recorder.record(kind::LLM_EXCHANGE, item, p, &parents).map_err(ledger_err)?;
-                self.bump(|c| &c.cache_hits, 1);
-                self.bump(|c| &c.prompt_tokens, payload["usage"]["prompt_tokens"].as_u64().unwrap_or(0));
-                self.bump(|c| &c.completion_tokens, payload["usage"]["completion_tokens"].as_u64().unwrap_or(0));
+                let id = self.record_hit(base, (item, parent), source, &payload).map_err(ledger_err)?;
                 return Ok(Exchange { response: payload["response"].clone(), event_id: id, cached: true, hash });
             }
             if inner.mode == LlmMode::Replay {
@@ -791,41 +783,92 @@ impl LlmClient {
         let est_tokens = body_bytes.len() as u64 / 4 + u64::from(r.settings.max_tokens.unwrap_or(256));
         match self.send(r, &body, &key, &hash, est_tokens).await {
             Ok(sent) => {
-                let usage = &sent.response["usage"];
-                let (pt, ct) =
-                    (usage["prompt_tokens"].as_u64().unwrap_or(0), usage["completion_tokens"].as_u64().unwrap_or(0));
-                self.bump(|c| &c.calls, 1);
-                self.bump(|c| &c.retries, u64::from(sent.attempts - 1));
-                self.bump(|c| &c.prompt_tokens, pt);
-                self.bump(|c| &c.completion_tokens, ct);
-                let mut p = base;
-                p["cached"] = json!(false);
-                p["params"] = json!({
-                    "temperature": r.settings.temperature, "top_p": r.settings.top_p,
-                    "max_tokens": r.settings.max_tokens, "seed": r.settings.seed});
-                p["request"] = body;
-                p["response"] = sent.response.clone();
-                p["usage"] = json!({"prompt_tokens": pt, "completion_tokens": ct});
-                match &sent.batch {
-                    // The batch's time is not a request's latency: the batch's id instead.
-                    Some(b) => p["batch"] = json!(b),
-                    None => p["latency_ms"] = json!(sent.latency_ms),
-                }
-                p["attempts"] = json!(sent.attempts);
-                if r.endpoint.replica_count() > 1 && sent.batch.is_none() {
-                    // Which of `base_urls` answered (0-based); not part of the cache key.
-                    p["replica"] = json!(sent.replica);
-                }
-                let parents: Vec<i64> = parent.into_iter().collect();
-                let id = inner.recorder.record(kind::LLM_EXCHANGE, item, p, &parents).map_err(ledger_err)?;
-                inner.recorder.cache_put(&key, id).map_err(ledger_err)?;
-                if sent.batch.is_some() {
-                    batch_api::mark_recorded(&inner.recorder, &key, id);
-                }
-                Ok(Exchange { response: sent.response, event_id: id, cached: false, hash })
+                let (event_id, cached) =
+                    self.record_sent(r, base, body, &sent, &key, (item, parent)).map_err(ledger_err)?;
+                Ok(Exchange { response: sent.response, event_id, cached, hash })
             }
             Err(e) => Err(self.send_failed(r, item, parent, hash, e)),
         }
+    }
+
+    /// Record a request answered by an exchange already in the ledger (`source`, whose
+    /// `payload` gives the tokens): a cache hit, with no request of its own (`at`: the item
+    /// and the parent event). The source's `batch` is kept, so the dataset card counts the
+    /// request as a batch job's whichever of the two exchanges a sample's lineage reaches.
+    fn record_hit(&self, mut p: Value, at: (&str, Option<i64>), source: i64, payload: &Value) -> anyhow::Result<i64> {
+        let (item, parent) = at;
+        p["cached"] = json!(true);
+        p["source_event"] = json!(source);
+        p["usage"] = payload["usage"].clone();
+        p["latency_ms"] = json!(0);
+        p["attempts"] = json!(0);
+        if let Some(batch) = payload.get("batch") {
+            p["batch"] = batch.clone();
+        }
+        let mut parents = vec![source];
+        parents.extend(parent);
+        let id = self.inner.recorder.record(kind::LLM_EXCHANGE, item, p, &parents)?;
+        self.bump(|c| &c.cache_hits, 1);
+        self.bump(|c| &c.prompt_tokens, payload["usage"]["prompt_tokens"].as_u64().unwrap_or(0));
+        self.bump(|c| &c.completion_tokens, payload["usage"]["completion_tokens"].as_u64().unwrap_or(0));
+        Ok(id)
+    }
+
+    /// Record the answer `send` brought (`p`: the exchange's fields so far, `at`: the item
+    /// and the parent event): the event id, and whether it was recorded as a cache hit.
+    /// Identical requests of one batch round are sent once and share the batch's answer:
+    /// the first of their calls to get here records it as paid, the others as cache hits of
+    /// that exchange, as a live run records a repeated request, so `llm stats` and costs
+    /// count it once.
+    fn record_sent(
+        &self,
+        r: &Role,
+        mut p: Value,
+        body: Value,
+        sent: &Sent,
+        key: &str,
+        at: (&str, Option<i64>),
+    ) -> anyhow::Result<(i64, bool)> {
+        let inner = &self.inner;
+        let usage = &sent.response["usage"];
+        let (pt, ct) = (usage["prompt_tokens"].as_u64().unwrap_or(0), usage["completion_tokens"].as_u64().unwrap_or(0));
+        let usage = json!({"prompt_tokens": pt, "completion_tokens": ct});
+        // Held from the look-up to the mark, so that exactly one of the sharing calls pays.
+        let _one = sent.batch.is_some().then(|| inner.batch_answers.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(batch) = &sent.batch
+            && let Some(source) = batch_api::recorded_event(&inner.recorder, key, batch)?
+        {
+            let id = self.record_hit(p, at, source, &json!({"usage": usage, "batch": batch}))?;
+            return Ok((id, true));
+        }
+        self.bump(|c| &c.calls, 1);
+        self.bump(|c| &c.retries, u64::from(sent.attempts - 1));
+        self.bump(|c| &c.prompt_tokens, pt);
+        self.bump(|c| &c.completion_tokens, ct);
+        p["cached"] = json!(false);
+        p["params"] = json!({
+            "temperature": r.settings.temperature, "top_p": r.settings.top_p,
+            "max_tokens": r.settings.max_tokens, "seed": r.settings.seed});
+        p["request"] = body;
+        p["response"] = sent.response.clone();
+        p["usage"] = usage;
+        match &sent.batch {
+            // The batch's time is not a request's latency: the batch's id instead.
+            Some(b) => p["batch"] = json!(b),
+            None => p["latency_ms"] = json!(sent.latency_ms),
+        }
+        p["attempts"] = json!(sent.attempts);
+        if r.endpoint.replica_count() > 1 && sent.batch.is_none() {
+            // Which of `base_urls` answered (0-based); not part of the cache key.
+            p["replica"] = json!(sent.replica);
+        }
+        let parents: Vec<i64> = at.1.into_iter().collect();
+        let id = inner.recorder.record(kind::LLM_EXCHANGE, at.0, p, &parents)?;
+        inner.recorder.cache_put(key, id)?;
+        if sent.batch.is_some() {
+            batch_api::mark_recorded(&inner.recorder, key, id);
+        }
+        Ok((id, false))
     }
 
     /// Send one request: live, or through the role's batch jobs (live after all when they

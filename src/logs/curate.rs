@@ -37,7 +37,7 @@ use serde_json::{Value, json};
 
 use super::{CurateSettings, ScenarioSource, Session};
 use crate::efs::lexical;
-use crate::ledger::{NewEvent, Parent};
+use crate::ledger::{Explanation, Ledger, NewEvent, Parent};
 use crate::llm::Prompt;
 use crate::llm::batch::{Batch, BatchOptions, Item};
 use crate::settings::{Settings, section_hash};
@@ -574,6 +574,14 @@ impl Stage for CurateStage {
         (kind == super::kind::DECISION).then(|| describe(payload))
     }
 
+    /// The log family's ids: a session (`log:<session id>`, [`super::subject`]).
+    fn explain_subject(&self, ledger: &Ledger, runs: &[i64], id: &str) -> Result<Option<Explanation>> {
+        if !id.starts_with("log:") {
+            return Ok(None);
+        }
+        explain_session(ledger, runs, id).map(Some)
+    }
+
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         let c = super::import::settings(s).curate;
         let mut roles = vec![ConfigRef::new("logs.curate.judge_role", &c.judge_role)];
@@ -856,6 +864,27 @@ impl Tally {
             })
             .collect()
     }
+}
+
+/// `benchgen explain log:<session id>`: the session's curation decision and split pool.
+fn explain_session(ledger: &Ledger, runs: &[i64], id: &str) -> Result<Explanation> {
+    let direct = ledger.events_for(id, runs)?;
+    if direct.is_empty() {
+        return Err(crate::error::hinted(
+            format!("no log session `{id}` in the current artifacts"),
+            "session ids are in `artifacts/logs-import/sessions.jsonl` (field `id`); run `benchgen logs curate` first",
+        ));
+    }
+    let lineage = ledger.lineage(&direct.iter().map(|e| e.id).collect::<Vec<_>>())?;
+    let mut status = Vec::new();
+    if let Some(d) = direct.iter().rev().find(|e| e.kind == super::kind::DECISION) {
+        status.push(describe(&d.payload));
+    }
+    if let Some(sp) = direct.iter().rev().find(|e| e.kind == super::kind::SPLIT) {
+        status.push(format!("pool: {}", sp.payload["pool"].as_str().unwrap_or("?")));
+    }
+    let status = if status.is_empty() { "imported; not curated yet".into() } else { status.join("; ") };
+    Ok(Explanation { id: id.into(), item: "log session", status, record: None, lineage })
 }
 
 /// The decision of a session as recorded (for `explain log:<id>`).

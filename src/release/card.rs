@@ -89,27 +89,7 @@ fn avg(sum: usize, n: usize) -> String {
 /// The card's Markdown.
 pub fn render(s: &Summary) -> String {
     let mut md = String::new();
-    // YAML header: what the Hub reads (configs point at the released files).
-    md.push_str("---\n");
-    md.push_str(&format!("pretty_name: {}\n", yaml_str(&s.name)));
-    md.push_str(&format!("license: {}\n", yaml_str(&s.license)));
-    md.push_str("language:\n- en\n");
-    md.push_str("task_categories:\n- text-generation\n- question-answering\n");
-    md.push_str("tags:\n- tool-use\n- function-calling\n- mcp\n- agents\n- benchmark\n");
-    md.push_str(&format!("size_categories:\n- {}\n", size_category(s.samples)));
-    // Every config is JSON: `datasets` picks one loader for all of a card's configs (from the
-    // default's files), so a Parquet default made each JSON config fail ("Parquet magic
-    // bytes not found"); an empty part has no config (its loader finds "no data").
-    md.push_str("configs:\n");
-    md.push_str("- config_name: all\n  default: true\n  data_files:\n  - split: test\n    path: samples.jsonl\n");
-    for f in &s.files {
-        if let Some(name) = f.strip_suffix(".json").filter(|n| n.starts_with("level_") || n.starts_with("finmcp_"))
-            && !s.empty_files.contains(f)
-        {
-            md.push_str(&format!("- config_name: {name}\n  data_files:\n  - split: test\n    path: {f}\n"));
-        }
-    }
-    md.push_str("---\n\n");
+    yaml_header(&mut md, s);
 
     md.push_str(&format!("# {} {}\n\n", s.name, s.version));
     if !s.description.is_empty() {
@@ -179,6 +159,50 @@ pub fn render(s: &Summary) -> String {
     }
     md.push_str(&format!("| **release** | {} samples |\n\n", s.samples));
 
+    review_section(&mut md, s);
+
+    made_section(&mut md, s);
+
+    md.push_str("## Known limitations\n\n");
+    for l in &s.limitations {
+        md.push_str(&format!("- {l}\n"));
+    }
+    md.push('\n');
+
+    md.push_str("## Lineage and verification\n\n");
+    md.push_str("`lineage.jsonl` gives, per sample, the ledger events it descends from (stage, kind, subject and a content reference: the request hash of an LLM exchange, else the hash of the event's payload). `benchgen explain sample:<id>` prints the full chain from the ledger. `benchgen release verify <dir>` checks every file's format, scores oracle predictions on every part (100 % expected), the tools, dependencies, lineage and `SHA256SUMS`.\n");
+    if let Some(c) = &s.changelog_head {
+        md.push_str(&format!("\n## Changes\n\n{c} See `CHANGELOG.md`.\n"));
+    }
+    md
+}
+
+/// The card's YAML header: what the Hub reads (configs point at the released files).
+fn yaml_header(md: &mut String, s: &Summary) {
+    md.push_str("---\n");
+    md.push_str(&format!("pretty_name: {}\n", yaml_str(&s.name)));
+    md.push_str(&format!("license: {}\n", yaml_str(&s.license)));
+    md.push_str("language:\n- en\n");
+    md.push_str("task_categories:\n- text-generation\n- question-answering\n");
+    md.push_str("tags:\n- tool-use\n- function-calling\n- mcp\n- agents\n- benchmark\n");
+    md.push_str(&format!("size_categories:\n- {}\n", size_category(s.samples)));
+    // Every config is JSON: `datasets` picks one loader for all of a card's configs (from the
+    // default's files), so a Parquet default made each JSON config fail ("Parquet magic
+    // bytes not found"); an empty part has no config (its loader finds "no data").
+    md.push_str("configs:\n");
+    md.push_str("- config_name: all\n  default: true\n  data_files:\n  - split: test\n    path: samples.jsonl\n");
+    for f in &s.files {
+        if let Some(name) = f.strip_suffix(".json").filter(|n| n.starts_with("level_") || n.starts_with("finmcp_"))
+            && !s.empty_files.contains(f)
+        {
+            md.push_str(&format!("- config_name: {name}\n  data_files:\n  - split: test\n    path: {f}\n"));
+        }
+    }
+    md.push_str("---\n\n");
+}
+
+/// The review's decisions, who made them and the agreement figures, or that there was none.
+fn review_section(md: &mut String, s: &Summary) {
     md.push_str("## Review and agreement\n\n");
     match &s.review {
         Some(r) => {
@@ -198,7 +222,11 @@ pub fn render(s: &Summary) -> String {
         }
         None => md.push_str("Not reviewed.\n\n"),
     }
+}
 
+/// The models and endpoints behind the released samples, their tokens, and the ledger
+/// events by kind.
+fn made_section(md: &mut String, s: &Summary) {
     md.push_str("## How it was made\n\nModels and endpoints behind the released samples (each distinct LLM request counted once):\n\n");
     if s.llm.is_empty() {
         md.push_str("No LLM exchange is in the lineage of a released sample.\n\n");
@@ -224,19 +252,6 @@ pub fn render(s: &Summary) -> String {
         md.push_str(&s.event_kinds.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", "));
         md.push_str(".\n\n");
     }
-
-    md.push_str("## Known limitations\n\n");
-    for l in &s.limitations {
-        md.push_str(&format!("- {l}\n"));
-    }
-    md.push('\n');
-
-    md.push_str("## Lineage and verification\n\n");
-    md.push_str("`lineage.jsonl` gives, per sample, the ledger events it descends from (stage, kind, subject and a content reference: the request hash of an LLM exchange, else the hash of the event's payload). `benchgen explain sample:<id>` prints the full chain from the ledger. `benchgen release verify <dir>` checks every file's format, scores oracle predictions on every part (100 % expected), the tools, dependencies, lineage and `SHA256SUMS`.\n");
-    if let Some(c) = &s.changelog_head {
-        md.push_str(&format!("\n## Changes\n\n{c} See `CHANGELOG.md`.\n"));
-    }
-    md
 }
 
 /// The card's links to the files that describe the data rather than hold it, those this

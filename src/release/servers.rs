@@ -383,14 +383,29 @@ pub fn check(dir: &Path, live: &Live, v: &mut Verified) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start tokio")?;
+    let mut untrusted = 0;
     for e in &file.servers {
         let c = rt.block_on(check_one(e, live.configured.get(&e.name), &opts, live.trust_recorded));
+        untrusted += usize::from(c.notes.last().is_some_and(|n| n.ends_with(NOT_TRUSTED)));
         report(&c, v);
         v.servers.push(c);
     }
     let _ = std::fs::remove_dir_all(&logs);
+    // `--servers` asks whether the servers are as pinned: when every start that could answer
+    // was skipped for want of trust, nothing was verified, and a success would say otherwise.
+    if untrusted > 0 && v.servers.iter().all(|c| c.started_as.is_none()) {
+        v.fail(format!(
+            "{NOTHING_VERIFIED}: none was started ({untrusted} recorded start(s) not run without \
+             --trust-recorded-starts); read the commands above, then pass --trust-recorded-starts, or --config \
+             naming the servers to start"
+        ));
+    }
     Ok(())
 }
+
+/// How the failure of a `--servers` check that started no server begins (every recorded
+/// start skipped for want of `--trust-recorded-starts`).
+pub(super) const NOTHING_VERIFIED: &str = "servers.json: no server verified";
 
 async fn check_one(e: &Entry, configured: Option<&ServerSpec>, opts: &ClientOptions, trust: bool) -> ServerCheck {
     let mut c = ServerCheck {

@@ -595,8 +595,11 @@ pub fn command(dir: &Path, live: Option<&super::servers::Live>, printer: &crate:
         printer.summary(&render(&v), &v);
         return Ok(());
     }
+    // Nothing verified for want of trust: the report's warnings hold the commands to read.
+    let untrusted = v.failures.len() == 1 && v.failures[0].starts_with(super::servers::NOTHING_VERIFIED);
     if live.is_some() {
-        printer.summary("", &v);
+        let human = if untrusted { render(&v) } else { String::new() };
+        printer.summary(&human, &v);
     }
     let mut msg = format!("`{}` failed verification ({} problem(s)):", dir.display(), v.failures.len());
     for f in v.failures.iter().take(SHOWN) {
@@ -607,7 +610,10 @@ pub fn command(dir: &Path, live: Option<&super::servers::Live>, printer: &crate:
     }
     // Only live servers failed: the release is as it was built, the servers are not.
     let live_failed = v.servers.iter().any(|c| matches!(c.status, "changed" | "not started"));
-    let hint = if live_failed && v.failures.iter().all(|f| f.starts_with(super::servers::FILE)) {
+    let hint = if untrusted {
+        "the release is intact; to verify its servers, read the commands above and pass --trust-recorded-starts, or \
+         --config naming servers of the same names"
+    } else if live_failed && v.failures.iter().all(|f| f.starts_with(super::servers::FILE)) {
         "the release is intact, its servers are not as pinned: start the pinned versions (each server's `start` and \
          `package` in servers.json, or `--config` naming matching servers), or build a new release against them as they are"
     } else {

@@ -24,7 +24,7 @@ use serde_json::json;
 
 use super::{Dimension, Reviewer, Role};
 use crate::error::{InputError, Problem};
-use crate::ledger::NewEvent;
+use crate::ledger::{Explanation, Ledger, NewEvent};
 use crate::model::Sample;
 use crate::settings::{Settings, section_hash};
 use crate::stage::{Artifact, Ctx, Inputs, Output, Plan, Stage, StageSpec};
@@ -132,6 +132,13 @@ impl Stage for AssignStage {
     fn describe_event(&self, kind: &str, payload: &serde_json::Value) -> Option<String> {
         use super::kind::{ASSIGN, DECISION, REVIEW};
         [REVIEW, DECISION, ASSIGN].contains(&kind).then(|| super::describe(kind, payload))
+    }
+    /// The review family's ids: a sample of the pool (`sample:<id>`).
+    fn explain_subject(&self, ledger: &Ledger, runs: &[i64], id: &str) -> Result<Option<Explanation>> {
+        match Sample::id_in_subject(id) {
+            Some(sample) => super::explain_sample(ledger, runs, sample).map(Some),
+            None => Ok(None),
+        }
     }
     fn check(&self, s: &Settings, problems: &mut Vec<Problem>) {
         super::settings(s).check(problems);
@@ -293,27 +300,8 @@ pub fn assign(
     let mut unassigned = Vec::new();
     for id in todo {
         let smp = &samples[id];
-        let stags = tags(smp);
         let have = chosen.remove(id).unwrap_or_default();
-        let mut why_not: BTreeMap<&str, usize> = BTreeMap::new();
-        let mut cands: Vec<&Reviewer> = Vec::new();
-        for rv in roster {
-            let reason = if have.contains(&rv.id) {
-                Some("already assigned")
-            } else if smp.author.as_deref() == Some(rv.id.as_str()) {
-                Some("the author")
-            } else if rv.capacity.is_some_and(|c| load[rv.id.as_str()] >= c) {
-                Some("at capacity")
-            } else if !rv.expertise.is_empty() && !rv.expertise.iter().any(|t| stags.contains(&t.to_lowercase())) {
-                Some("no matching expertise")
-            } else {
-                None
-            };
-            match reason {
-                Some(w) => *why_not.entry(w).or_default() += 1,
-                None => cands.push(rv),
-            }
-        }
+        let (mut cands, why_not) = eligible(roster, smp, &have, &load);
         cands.sort_by_key(|rv| (load[rv.id.as_str()], rank(seed, id, &rv.id)));
         let need = 2 - have.len();
         if cands.len() < need {
@@ -342,33 +330,8 @@ pub fn assign(
         }
         chosen.insert(id, pair);
     }
-    let samples_out: Vec<Assigned> = chosen
-        .into_iter()
-        .map(|(id, reviewers)| {
-            let smp = &samples[id];
-            Assigned {
-                id: id.to_string(),
-                content_hash: smp.content_hash(),
-                family: smp.family,
-                kind: smp.kind,
-                scenario: smp.scenario.clone(),
-                author: smp.author.clone(),
-                reviewers,
-            }
-        })
-        .collect();
-    let reviewers = roster
-        .iter()
-        .map(|rv| RosterEntry {
-            id: rv.id.clone(),
-            name: rv.name.clone(),
-            role: rv.role,
-            expertise: rv.expertise.clone(),
-            capacity: rv.capacity,
-            token_version: rv.token_version,
-            assigned: load[rv.id.as_str()],
-        })
-        .collect();
+    let samples_out = assigned(chosen, samples);
+    let reviewers = roster_entries(roster, &load);
     unassigned.sort_by(|a, b| a.id.cmp(&b.id));
     (
         Assignments {
@@ -383,6 +346,72 @@ pub fn assign(
         },
         notes,
     )
+}
+
+/// The reviewers who may take an open slot of `smp` (not on it already, not its author,
+/// under capacity, with matching expertise), and how many were left out for each reason.
+fn eligible<'a>(
+    roster: &'a [Reviewer],
+    smp: &Sample,
+    have: &[String],
+    load: &BTreeMap<&str, usize>,
+) -> (Vec<&'a Reviewer>, BTreeMap<&'static str, usize>) {
+    let stags = tags(smp);
+    let mut why_not: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut cands: Vec<&Reviewer> = Vec::new();
+    for rv in roster {
+        let reason = if have.contains(&rv.id) {
+            Some("already assigned")
+        } else if smp.author.as_deref() == Some(rv.id.as_str()) {
+            Some("the author")
+        } else if rv.capacity.is_some_and(|c| load[rv.id.as_str()] >= c) {
+            Some("at capacity")
+        } else if !rv.expertise.is_empty() && !rv.expertise.iter().any(|t| stags.contains(&t.to_lowercase())) {
+            Some("no matching expertise")
+        } else {
+            None
+        };
+        match reason {
+            Some(w) => *why_not.entry(w).or_default() += 1,
+            None => cands.push(rv),
+        }
+    }
+    (cands, why_not)
+}
+
+/// Each sample's pair of reviewers, with what the sheet shows of the sample.
+fn assigned(chosen: BTreeMap<&str, Vec<String>>, samples: &BTreeMap<String, Sample>) -> Vec<Assigned> {
+    chosen
+        .into_iter()
+        .map(|(id, reviewers)| {
+            let smp = &samples[id];
+            Assigned {
+                id: id.to_string(),
+                content_hash: smp.content_hash(),
+                family: smp.family,
+                kind: smp.kind,
+                scenario: smp.scenario.clone(),
+                author: smp.author.clone(),
+                reviewers,
+            }
+        })
+        .collect()
+}
+
+/// The roster as assigned: each reviewer with how many samples they now hold.
+fn roster_entries(roster: &[Reviewer], load: &BTreeMap<&str, usize>) -> Vec<RosterEntry> {
+    roster
+        .iter()
+        .map(|rv| RosterEntry {
+            id: rv.id.clone(),
+            name: rv.name.clone(),
+            role: rv.role,
+            expertise: rv.expertise.clone(),
+            capacity: rv.capacity,
+            token_version: rv.token_version,
+            assigned: load[rv.id.as_str()],
+        })
+        .collect()
 }
 
 fn report(a: &Assignments, notes: &[String]) -> String {

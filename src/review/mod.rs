@@ -536,6 +536,34 @@ pub fn describe(kind_: &str, p: &serde_json::Value) -> String {
     }
 }
 
+/// `benchgen explain sample:<id>` for a sample of the pool (the release explains a released
+/// one first): how it was validated ([`crate::synth::validate::verdict_status`]) and how it
+/// was reviewed; both record under the subject `sample:<id>`.
+pub fn explain_sample(ledger: &crate::ledger::Ledger, runs: &[i64], id: &str) -> Result<crate::ledger::Explanation> {
+    let subject = crate::model::Sample::subject_for(id);
+    let direct = ledger.events_for(&subject, runs)?;
+    if direct.is_empty() {
+        return Err(crate::error::hinted(
+            format!("no sample `{id}` in the current artifacts"),
+            "sample ids are in `artifacts/validate/verdicts.jsonl` and `artifacts/review-assign/samples.jsonl` \
+             (field `id`); run `benchgen validate` or `benchgen review assign` first",
+        ));
+    }
+    let lineage = ledger.lineage(&direct.iter().map(|e| e.id).collect::<Vec<_>>())?;
+    let reviews = direct.iter().filter(|e| e.kind == kind::REVIEW).count();
+    let decision = direct.iter().rev().find(|e| e.kind == kind::DECISION);
+    let status = match (decision, crate::synth::validate::verdict_status(&direct)) {
+        (Some(d), _) => describe(&d.kind, &d.payload),
+        (None, Some((true, v))) if reviews > 0 => format!("{v}; {reviews} review(s) so far, not merged yet"),
+        // Accepted and not reviewed yet, or rejected (where the sample stopped, whatever
+        // reviews it had).
+        (None, Some((_, v))) => v,
+        (None, None) if reviews > 0 => format!("{reviews} review(s) so far, not merged yet"),
+        (None, None) => "made; neither validated nor reviewed yet".into(),
+    };
+    Ok(crate::ledger::Explanation { id: subject, item: "sample", status, record: None, lineage })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -531,6 +531,18 @@ pub fn validated_bound(s: &Settings) -> Option<crate::samples::PoolBound> {
     sample_bound(s, &cfg(s)).map(|b| crate::samples::PoolBound { samples: b.samples, turns: b.turns })
 }
 
+/// Where validation left a sample, from the events filed under its subject (for `explain
+/// sample:<id>`): `None` when no verdict is among them, else whether it was accepted and a
+/// line saying so (a rejection with its reasons).
+pub fn verdict_status(events: &[crate::ledger::Event]) -> Option<(bool, String)> {
+    let v = events.iter().rev().find(|e| e.kind == super::kind::VALIDATION)?;
+    if v.payload["accepted"] == true {
+        return Some((true, "accepted by `validate`".into()));
+    }
+    let reasons: Vec<&str> = v.payload["reasons"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    Some((false, format!("rejected by `validate`: {}", reasons.join("; "))))
+}
+
 /// Upper bounds of what `validate` checks, before anything runs (for its estimate).
 struct SampleBound {
     samples: u64,
@@ -648,39 +660,7 @@ impl Stage for ValidateStage {
         let s = ctx.settings;
         let sc = cfg(s);
         let v = &sc.validate;
-        let mut real =
-            crate::logs::read_sessions(inputs.open_of(&crate::logs::split::BENCHMARK)?, "logs-split/benchmark.jsonl")?;
-        real.sort_by(|a, b| a.id.cmp(&b.id));
-        let real_pool = real.len();
-        if let Some(n) = v.real_samples {
-            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(s.project.seed ^ 0x7661_6c69_6461_7465);
-            real.shuffle(&mut rng);
-            real.truncate(n);
-            real.sort_by(|a, b| a.id.cmp(&b.id));
-        }
-        let chains: Vec<ChainRecord> =
-            if inputs.has(&CHAINS) { jsonl(inputs.bytes_of(&CHAINS)?, "synth-chains/chains.jsonl")? } else { vec![] };
-        let trajectories: BTreeMap<String, Trajectory> = if inputs.has(&TRAJECTORIES) {
-            jsonl::<Trajectory>(inputs.bytes_of(&TRAJECTORIES)?, "execute/trajectories.jsonl")?
-                .into_iter()
-                .map(|t| (t.id.clone(), t))
-                .collect()
-        } else {
-            BTreeMap::new()
-        };
-        let dialogues: Vec<Dialogue> = if inputs.has(&DIALOGUES) {
-            jsonl(inputs.bytes_of(&DIALOGUES)?, "synth-roleplay/dialogues.jsonl")?
-        } else {
-            vec![]
-        };
-
-        let mut cands: Vec<Candidate> = real.iter().map(from_session).collect();
-        cands.extend(chains.iter().map(|c| from_chain(c, trajectories.get(&c.id), &sc.planner_role)));
-        cands.extend(dialogues.iter().map(|d| from_dialogue(d, &sc.user_role)));
-        cands.sort_by(|a, b| a.sample.id.cmp(&b.sample.id));
-        if let Some(w) = cands.windows(2).find(|w| w[0].sample.id == w[1].sample.id) {
-            anyhow::bail!("two samples share the id `{}`; sample ids must be unique", w[0].sample.id);
-        }
+        let Candidates { mut cands, real_pool, real, chains, dialogues } = candidates(s, &sc, inputs)?;
 
         let opts = BatchOptions::new(STAGE, "validate", "checks")
             .concurrency(v.concurrency.max(1))
@@ -707,35 +687,6 @@ impl Stage for ValidateStage {
 
         // Ledger links: each verdict's parents are the events that made the sample.
         let ledger = Ledger::open(&s.artifacts)?;
-        let run_of = |stage: &str| ctx.manifest_of(stage).map(|m| m.run_id);
-        let origin_event = |c: &Candidate| -> Result<Vec<i64>> {
-            let mut ids = Vec::new();
-            let last = |subject: &str, stage: &str, kind: &str| -> Result<Option<i64>> {
-                let Some(run) = run_of(stage) else { return Ok(None) };
-                Ok(ledger.events_for(subject, &[run])?.into_iter().rev().find(|e| e.kind == kind).map(|e| e.id))
-            };
-            match c.source {
-                Source::Real => {
-                    ids.extend(last(&crate::logs::subject(&c.origin), "logs-split", crate::logs::kind::SPLIT)?);
-                }
-                Source::Chain => {
-                    ids.extend(last(
-                        &crate::model::Sample::subject_for(&c.origin),
-                        super::chains::STAGE,
-                        super::kind::CHAIN,
-                    )?);
-                    ids.extend(last(&c.origin, "execute", crate::agent::TRAJECTORY)?);
-                }
-                Source::Dialogue => {
-                    ids.extend(last(
-                        &crate::model::Sample::subject_for(&c.origin),
-                        super::roleplay::STAGE,
-                        super::kind::DIALOGUE,
-                    )?);
-                }
-            }
-            Ok(ids)
-        };
 
         let mut verdicts = Vec::new();
         let mut accepted: Vec<&Candidate> = Vec::new();
@@ -771,7 +722,7 @@ impl Stage for ValidateStage {
             };
             let mut ev =
                 NewEvent::new(super::kind::VALIDATION, Some(&crate::model::Sample::subject_for(id)), json!(verdict));
-            for p in origin_event(c)? {
+            for p in origin_events(ctx, &ledger, c)? {
                 ev = ev.with_parent(Parent::Id(p));
             }
             for e in judge_event.iter().chain(&c.events) {
@@ -785,44 +736,133 @@ impl Stage for ValidateStage {
         }
         batch.finish(out)?;
 
-        let mut samples = Vec::new();
-        for c in &accepted {
-            serde_json::to_writer(&mut samples, &c.sample)?;
-            samples.push(b'\n');
-        }
-        out.file("samples.jsonl", samples);
-        let fin: Vec<Value> = accepted.iter().map(|c| finmcp_sample(c)).collect();
-        out.json("finmcp.json", &fin)?;
-        let mut lines = Vec::new();
-        for v in &verdicts {
-            serde_json::to_writer(&mut lines, v)?;
-            lines.push(b'\n');
-        }
-        out.file("verdicts.jsonl", lines);
-        let sampled = sampled_per_sub(inputs)?;
-        out.file("report.md", report(&verdicts, &accepted, &sampled, real_pool).into_bytes());
-        for src in [Source::Real, Source::Chain, Source::Dialogue] {
-            let name = format!("{src:?}").to_lowercase();
-            let all = verdicts.iter().filter(|v| v.source == src).count();
-            let ok = verdicts.iter().filter(|v| v.source == src && v.accepted).count();
-            out.count(&format!("{name}_candidates"), all);
-            out.count(&format!("{name}_accepted"), ok);
-        }
-        out.count("samples", accepted.len());
-        for d in [super::gold::Decision::Needed, super::gold::Decision::Repeated, super::gold::Decision::Unrequested] {
-            let n = verdicts.iter().flat_map(|v| &v.calls).filter(|c| c.decision == d).count();
-            out.count(&format!("calls_{}", d.as_str()), n);
-        }
+        write_results(inputs, out, &verdicts, &accepted, real_pool)?;
         out.notes.push(format!(
-            "{} of {} samples accepted ({} real, {} chains, {} dialogues checked)",
+            "{} of {} samples accepted ({real} real, {chains} chains, {dialogues} dialogues checked)",
             accepted.len(),
             verdicts.len(),
-            real.len(),
-            chains.len(),
-            dialogues.len()
         ));
         Ok(())
     }
+}
+
+/// The samples to validate, one candidate each, sorted by id, and how many came from where.
+struct Candidates {
+    cands: Vec<Candidate>,
+    /// Sessions in the benchmark pool (before `synth.validate.real_samples` picks some).
+    real_pool: usize,
+    real: usize,
+    chains: usize,
+    dialogues: usize,
+}
+
+/// Read the real sessions (a seeded subset with `synth.validate.real_samples`), the chains
+/// with their executions and the dialogues, each when present, as candidates sorted by id;
+/// two sharing an id is an error.
+fn candidates(s: &Settings, sc: &SynthSettings, inputs: &Inputs) -> Result<Candidates> {
+    let v = &sc.validate;
+    let mut real =
+        crate::logs::read_sessions(inputs.open_of(&crate::logs::split::BENCHMARK)?, "logs-split/benchmark.jsonl")?;
+    real.sort_by(|a, b| a.id.cmp(&b.id));
+    let real_pool = real.len();
+    if let Some(n) = v.real_samples {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(s.project.seed ^ 0x7661_6c69_6461_7465);
+        real.shuffle(&mut rng);
+        real.truncate(n);
+        real.sort_by(|a, b| a.id.cmp(&b.id));
+    }
+    let chains: Vec<ChainRecord> =
+        if inputs.has(&CHAINS) { jsonl(inputs.bytes_of(&CHAINS)?, "synth-chains/chains.jsonl")? } else { vec![] };
+    let trajectories: BTreeMap<String, Trajectory> = if inputs.has(&TRAJECTORIES) {
+        jsonl::<Trajectory>(inputs.bytes_of(&TRAJECTORIES)?, "execute/trajectories.jsonl")?
+            .into_iter()
+            .map(|t| (t.id.clone(), t))
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
+    let dialogues: Vec<Dialogue> = if inputs.has(&DIALOGUES) {
+        jsonl(inputs.bytes_of(&DIALOGUES)?, "synth-roleplay/dialogues.jsonl")?
+    } else {
+        vec![]
+    };
+
+    let mut cands: Vec<Candidate> = real.iter().map(from_session).collect();
+    cands.extend(chains.iter().map(|c| from_chain(c, trajectories.get(&c.id), &sc.planner_role)));
+    cands.extend(dialogues.iter().map(|d| from_dialogue(d, &sc.user_role)));
+    cands.sort_by(|a, b| a.sample.id.cmp(&b.sample.id));
+    if let Some(w) = cands.windows(2).find(|w| w[0].sample.id == w[1].sample.id) {
+        anyhow::bail!("two samples share the id `{}`; sample ids must be unique", w[0].sample.id);
+    }
+    Ok(Candidates { cands, real_pool, real: real.len(), chains: chains.len(), dialogues: dialogues.len() })
+}
+
+/// The ledger events that made a candidate (its session's split; its chain and the chain's
+/// execution; its dialogue): parents of its verdict.
+fn origin_events(ctx: &Ctx, ledger: &Ledger, c: &Candidate) -> Result<Vec<i64>> {
+    let run_of = |stage: &str| ctx.manifest_of(stage).map(|m| m.run_id);
+    let mut ids = Vec::new();
+    let last = |subject: &str, stage: &str, kind: &str| -> Result<Option<i64>> {
+        let Some(run) = run_of(stage) else { return Ok(None) };
+        Ok(ledger.events_for(subject, &[run])?.into_iter().rev().find(|e| e.kind == kind).map(|e| e.id))
+    };
+    match c.source {
+        Source::Real => {
+            ids.extend(last(&crate::logs::subject(&c.origin), "logs-split", crate::logs::kind::SPLIT)?);
+        }
+        Source::Chain => {
+            ids.extend(last(&crate::model::Sample::subject_for(&c.origin), super::chains::STAGE, super::kind::CHAIN)?);
+            ids.extend(last(&c.origin, "execute", crate::agent::TRAJECTORY)?);
+        }
+        Source::Dialogue => {
+            ids.extend(last(
+                &crate::model::Sample::subject_for(&c.origin),
+                super::roleplay::STAGE,
+                super::kind::DIALOGUE,
+            )?);
+        }
+    }
+    Ok(ids)
+}
+
+/// Write the accepted samples (unified and in FinMCP's format), every verdict, the report
+/// and the counts.
+fn write_results(
+    inputs: &Inputs,
+    out: &mut Output,
+    verdicts: &[Verdict],
+    accepted: &[&Candidate],
+    real_pool: usize,
+) -> Result<()> {
+    let mut samples = Vec::new();
+    for c in accepted {
+        serde_json::to_writer(&mut samples, &c.sample)?;
+        samples.push(b'\n');
+    }
+    out.file("samples.jsonl", samples);
+    let fin: Vec<Value> = accepted.iter().map(|c| finmcp_sample(c)).collect();
+    out.json("finmcp.json", &fin)?;
+    let mut lines = Vec::new();
+    for v in verdicts {
+        serde_json::to_writer(&mut lines, v)?;
+        lines.push(b'\n');
+    }
+    out.file("verdicts.jsonl", lines);
+    let sampled = sampled_per_sub(inputs)?;
+    out.file("report.md", report(verdicts, accepted, &sampled, real_pool).into_bytes());
+    for src in [Source::Real, Source::Chain, Source::Dialogue] {
+        let name = format!("{src:?}").to_lowercase();
+        let all = verdicts.iter().filter(|v| v.source == src).count();
+        let ok = verdicts.iter().filter(|v| v.source == src && v.accepted).count();
+        out.count(&format!("{name}_candidates"), all);
+        out.count(&format!("{name}_accepted"), ok);
+    }
+    out.count("samples", accepted.len());
+    for d in [super::gold::Decision::Needed, super::gold::Decision::Repeated, super::gold::Decision::Unrequested] {
+        let n = verdicts.iter().flat_map(|v| &v.calls).filter(|c| c.decision == d).count();
+        out.count(&format!("calls_{}", d.as_str()), n);
+    }
+    Ok(())
 }
 
 /// Input schemas of the log catalog's tools by name (for documented defaults), when

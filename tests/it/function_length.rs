@@ -12,8 +12,8 @@ use crate::support::source_text::code_only;
 /// Functions longer than this many lines are "long".
 const LONG: usize = 100;
 /// How many long functions `src/` may hold: today's count, so none is added. Lower it
-/// with each split; the goal is 12.
-const MAX_LONG: usize = 20;
+/// with each split; the goal of 12 is reached (issue 41).
+const MAX_LONG: usize = 12;
 
 /// One function with a body: where its `fn` is and how many lines it spans.
 #[derive(Debug, PartialEq)]

@@ -4,7 +4,10 @@
 //! connections end in the same artifacts as a live run, with every exchange once in the
 //! ledger and a rerun that asks nothing; a run killed while it polls is followed up by the
 //! next one, which submits nothing twice; `llm batch-export` and `batch-import` answer a
-//! stage through an offline engine's files with no request at all.
+//! stage through an offline engine's files with no request at all. Identical requests of a
+//! round are paid once; a batch the server lost stops every run until `llm batches
+//! --forget`; a server without the files endpoint is warned about and answered live; a lost
+//! create is looked for page by page, up to a bound.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -12,7 +15,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::batch_api::{BatchApi, Faults, Pick};
+use crate::support::llm_project::{self, Verdict};
 use crate::support::scripted_llm::{Answer, Seen, reply};
+use benchgen::llm::LlmMode;
 use serde_json::{Value, json};
 
 fn repo() -> PathBuf {
@@ -190,6 +195,7 @@ fn batch_jobs_with_delays_failures_an_expired_batch_and_cut_connections_end_as_a
         cut_first_create: true,
         cut_poll: Some(1),
         hold: false,
+        ..Faults::default()
     };
     let api = BatchApi::start(with_a_reask, faults);
     let p = project(&api.base_url(), &format!("{BATCH}resubmits = 1\n"));
@@ -393,4 +399,151 @@ fn answers_a_batch_brought_are_taken_by_the_role_once_batch_mode_is_off() {
     assert!(api.requests().is_empty(), "the live role took the batch's answers: {:#?}", api.requests());
     assert_eq!(stage_files(p.path(), "filter"), want, "the artifacts are byte-identical to the live run's");
     assert_eq!(each_exchange_once(p.path()), asked);
+}
+
+/// Identical requests of one round go into the batch once and share its answer: the first
+/// call records it as paid, the others as cache hits of that exchange (as a live run records
+/// a repeated request), so `llm stats` and the costs count it once.
+#[test]
+fn identical_requests_of_one_round_are_paid_once() {
+    let api = BatchApi::start(|_: &Seen| llm_project::good(), Faults::default());
+    let batch = "mode = \"batch\"\n[llm.roles.r.batch]\ngather_ms = 150\npoll_s = 0.05\npoll_max_s = 0.2";
+    let p = llm_project::project(&format!("base_url = \"{}\"", api.base_url()), batch);
+    let c = llm_project::client(&p, LlmMode::Cached);
+    let replies = llm_project::rt().block_on(async {
+        let calls: Vec<_> = ["a", "b", "c"]
+            .into_iter()
+            .map(|item| {
+                let c = c.clone();
+                tokio::spawn(async move { c.typed::<Verdict>("r", &llm_project::prompt("same"), item).await })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for h in calls {
+            out.push(h.await.unwrap().unwrap());
+        }
+        out
+    });
+    let jobs = api.jobs();
+    assert_eq!((jobs.len(), jobs[0].custom_ids().len()), (1, 1), "one request in one batch: {jobs:#?}");
+    assert_eq!(api.chats(), 0);
+    assert!(replies.iter().all(|r| r.value == replies[0].value));
+
+    let paid: Vec<i64> = replies.iter().filter(|r| !r.cached).map(|r| r.event_id).collect();
+    assert_eq!(paid.len(), 1, "one call pays for the answer");
+    let exchanges = llm_project::events(&p, "llm.exchange");
+    assert_eq!(exchanges.len(), 3);
+    let (live, hits): (Vec<&Value>, Vec<&Value>) = exchanges.iter().partition(|e| e["cached"] == false);
+    assert_eq!(live.len(), 1, "{exchanges:#?}");
+    assert_eq!(live[0]["batch"], "batch_1");
+    for h in &hits {
+        assert_eq!(h["source_event"], json!(paid[0]), "a hit names the paid exchange: {h}");
+        assert_eq!((h["attempts"].as_u64(), h["usage"].clone()), (Some(0), live[0]["usage"].clone()), "{h}");
+        assert_eq!(h["batch"], "batch_1", "the card counts the request as a batch job's either way: {h}");
+    }
+    let counts = c.counts();
+    assert_eq!((counts["llm_calls"].as_u64(), counts["llm_cache_hits"].as_u64()), (Some(1), Some(2)));
+    let stats = benchgen::llm::stats::collect(&p.settings, None).unwrap();
+    assert_eq!(stats.len(), 1, "{stats:#?}");
+    assert_eq!((stats[0].calls, stats[0].batched, stats[0].cache_hits), (1, 1, 2), "{stats:#?}");
+}
+
+/// A batch the server no longer has (its poll answers 404) stops every run that follows it,
+/// saying to forget it; `llm batches --forget` keeps its row as `forgotten`, refuses an
+/// unknown id, and the next run submits its requests again.
+#[test]
+fn a_batch_the_server_lost_stops_every_run_until_it_is_forgotten() {
+    let (want, asked) = live_reference(keep_or_drop);
+    let api = BatchApi::start(keep_or_drop, Faults { gone_first: true, ..Faults::default() });
+    let p = project(&api.base_url(), BATCH);
+    for _ in 0..2 {
+        let (success, out, err) = run(p.path(), &["run", "--until", "filter"]);
+        assert!(!success, "{out}{err}");
+        assert!(err.contains("batch batch_1 of role `c` is not on the server"), "{err}");
+        assert!(err.contains("HTTP 404") && err.contains("`benchgen llm batches --forget batch_1`"), "{err}");
+    }
+    assert_eq!(api.jobs().len(), 1, "the rerun followed the lost batch, it submitted nothing");
+
+    let (success, out, err) = run(p.path(), &["llm", "batches", "--forget", "batch_9"]);
+    assert!(!success && err.contains("no batch `batch_9` in the ledger"), "{out}{err}");
+    let out = ok(p.path(), &["llm", "batches", "--forget", "batch_1"]);
+    assert!(out.contains("batch batch_1 (role c, stage filter, was validating) forgotten"), "{out}");
+    let (success, out, err) = run(p.path(), &["llm", "batches", "--forget", "batch_1"]);
+    assert!(!success && err.contains("state `forgotten`") && err.contains("nothing to forget"), "{out}{err}");
+
+    ok(p.path(), &["run", "--until", "filter"]);
+    assert_eq!(stage_files(p.path(), "filter"), want, "the artifacts are byte-identical to the live run's");
+    assert_eq!(each_exchange_once(p.path()), asked);
+    let jobs = api.jobs();
+    assert_eq!(jobs.len(), 2, "{jobs:#?}");
+    assert_eq!(jobs[1].custom_ids().len(), asked, "the forgotten batch's requests were submitted again");
+    let rows = json_of(p.path(), &["--json", "llm", "batches"]);
+    assert_eq!((rows[0]["batch_id"].as_str(), rows[0]["state"].as_str()), (Some("batch_1"), Some("forgotten")));
+    assert_eq!((rows[0]["done"].as_bool(), rows[0]["requests"].as_u64()), (Some(true), Some(asked as u64)));
+    assert_eq!(rows[1]["state"], "completed", "{rows:#}");
+}
+
+/// A server without the files endpoint refuses every batch (404): a warning names the role,
+/// the server and its answer and says the requests go live, which they do at once (not into
+/// another batch), and `llm batches` lists the refused batch with its requests.
+#[test]
+fn a_server_without_the_batch_api_is_warned_about_and_answered_live() {
+    let (want, asked) = live_reference(keep_or_drop);
+    let api = BatchApi::start(keep_or_drop, Faults { no_files: true, ..Faults::default() });
+    let p = project(&api.base_url(), BATCH);
+    let (success, out, err) = run(p.path(), &["run", "--until", "filter"]);
+    assert!(success, "{out}{err}");
+    let warning = format!(
+        "role `c`: the batch API at {} would not take {asked} requests (uploading the batch file: HTTP 404:",
+        api.base_url()
+    );
+    assert!(err.contains(&warning) && err.contains("they go live"), "{err}");
+    assert_eq!(stage_files(p.path(), "filter"), want, "the artifacts are byte-identical to the live run's");
+    assert!(api.jobs().is_empty() && api.uploads() == 0);
+    let posts = api.requests().iter().filter(|r| r.as_str() == "POST /v1/files").count();
+    assert_eq!(posts, 1, "one refusal, then live: {:#?}", api.requests());
+    assert_eq!(api.chats(), asked, "every request went live once");
+    assert_eq!(each_exchange_once(p.path()), asked);
+    let rows = json_of(p.path(), &["--json", "llm", "batches"]);
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let row = (rows[0]["state"].as_str(), rows[0]["requests"].as_u64(), rows[0]["input_file_id"].as_str());
+    assert_eq!(row, (Some("refused"), Some(asked as u64), Some("")), "{rows:#?}");
+}
+
+/// The `GET /v1/batches` requests benchgen made.
+fn listings(api: &BatchApi) -> Vec<String> {
+    api.requests().into_iter().filter(|r| r.starts_with("GET /v1/batches?")).collect()
+}
+
+/// A create whose answer was cut is looked for page by page (`after` the last batch seen)
+/// when others made many batches since. Past 20 pages (2,000 batches) the stage stops,
+/// naming the file, instead of creating a second batch; `--forget` of that file lets the
+/// next run submit its requests again.
+#[test]
+fn a_lost_create_is_looked_for_page_by_page_up_to_a_bound() {
+    let (want, asked) = live_reference(keep_or_drop);
+    let api = BatchApi::start(keep_or_drop, Faults { cut_first_create: true, others: 250, ..Faults::default() });
+    let p = project(&api.base_url(), BATCH);
+    ok(p.path(), &["run", "--until", "filter"]);
+    assert_eq!(stage_files(p.path(), "filter"), want, "the artifacts are byte-identical to the live run's");
+    assert_eq!(api.jobs().len(), 1, "the cut create's batch was found on the third page: {:#?}", api.requests());
+    let lists = listings(&api);
+    assert_eq!(lists.len(), 3, "{lists:#?}");
+    assert!(lists[1].ends_with("&after=batch_other_151") && lists[2].ends_with("&after=batch_other_51"), "{lists:#?}");
+
+    let api = BatchApi::start(keep_or_drop, Faults { cut_first_create: true, others: 2_100, ..Faults::default() });
+    let p = project(&api.base_url(), BATCH);
+    let (success, out, err) = run(p.path(), &["run", "--until", "filter"]);
+    assert!(!success, "{out}{err}");
+    assert!(err.contains("no batch made from file file-1 among the server's newest 2000 batches"), "{err}");
+    assert!(err.contains("`benchgen llm batches --forget file-1`"), "{err}");
+    assert_eq!(listings(&api).len(), 20, "the search is bounded");
+    assert_eq!(api.jobs().len(), 1, "no second batch was created");
+
+    ok(p.path(), &["llm", "batches", "--forget", "file-1"]);
+    ok(p.path(), &["run", "--until", "filter"]);
+    assert_eq!(stage_files(p.path(), "filter"), want);
+    assert_eq!(each_exchange_once(p.path()), asked);
+    assert_eq!(api.jobs().len(), 2, "the forgotten file's requests went into a new batch");
 }

@@ -1010,9 +1010,16 @@ fn verify_servers_reports_every_tool_a_pinned_server_changed_since_the_release()
         }
         p.run(&args)
     };
-    // A release's recorded command is not run untrusted: it is shown, with why it was not run.
+    // A release's recorded command is not run untrusted: it is shown, with why it was not run,
+    // and as no server was started, nothing was verified: exit 1, saying how to trust.
     let o = verify(false, false);
-    assert_code(&o, 0);
+    assert_code(&o, 1);
+    let err = stderr(&o);
+    assert!(
+        err.contains("servers.json: no server verified: none was started (1 recorded start(s) not run without --trust-recorded-starts)"),
+        "{err}"
+    );
+    assert!(err.contains("hint: the release is intact; to verify its servers, read the commands above"), "{err}");
     let out = stdout(&o);
     assert!(out.contains("servers.json: `quotes` (execution): would run `"), "{out}");
     assert!(out.contains(" --quiet sandbox --catalog "), "the whole command line is shown: {out}");

@@ -7,7 +7,10 @@
 //! Faults, all off by default ([`Faults`]): batches stay in progress for some polls or while
 //! held, chosen requests fail in their first batches (a 500 line in the error file), the
 //! first batch expires with half its requests unanswered, the first create cuts its
-//! connection after the batch was made, and one poll cuts its connection.
+//! connection after the batch was made, one poll cuts its connection, the first batch is
+//! lost (its polls answer 404), there is no files endpoint (404), and the list of batches
+//! holds many of others before the stand-in's own (`GET /v1/batches` pages by `limit` and
+//! `after`, as OpenAI's does).
 //!
 //! Hand-written HTTP/1.1 like `scripted_llm`, on its own thread and tokio runtime, so it
 //! serves benchgen subprocesses.
@@ -43,6 +46,12 @@ pub struct Faults {
     pub cut_poll: Option<usize>,
     /// Batches stay `in_progress` until [`BatchApi::release`].
     pub hold: bool,
+    /// The server lost the first batch: `GET /v1/batches/batch_1` answers 404.
+    pub gone_first: bool,
+    /// No files endpoint (a server with chat completions only): `POST /v1/files` answers 404.
+    pub no_files: bool,
+    /// Batches of others, made after the stand-in's own: `GET /v1/batches` lists them first.
+    pub others: usize,
 }
 
 /// One batch as the stand-in keeps it.
@@ -253,7 +262,7 @@ fn route(st: &State, method: &str, path: &str, content_type: &str, body: &[u8]) 
             let (code, _, text) = reply(&seen, (st.rule)(&seen));
             Some((code, text))
         }
-        "POST" if p == "/files" => {
+        "POST" if p == "/files" && !st.faults.no_files => {
             let Some(content) = multipart_file(content_type, body) else { return not_found("`file` part") };
             log.uploads += 1;
             let id = format!("file-{}", log.files.len() + 1);
@@ -262,10 +271,7 @@ fn route(st: &State, method: &str, path: &str, content_type: &str, body: &[u8]) 
             Some((200, json!({"id": id, "object": "file", "bytes": bytes, "purpose": "batch"}).to_string()))
         }
         "POST" if p == "/batches" => create(st, &mut log, body),
-        "GET" if p == "/batches" || p.starts_with("/batches?") => {
-            let data: Vec<Value> = log.jobs.iter().rev().map(Job::object).collect();
-            Some((200, json!({"object": "list", "data": data, "has_more": false}).to_string()))
-        }
+        "GET" if p == "/batches" || p.starts_with("/batches?") => Some((200, list(st, &log, p))),
         "GET" if p.starts_with("/batches/") => poll(st, &mut log, &p["/batches/".len()..]),
         "GET" if p.starts_with("/files/") && p.ends_with("/content") => {
             let id = &p["/files/".len()..p.len() - "/content".len()];
@@ -307,11 +313,35 @@ fn create(st: &State, log: &mut Log, body: &[u8]) -> Option<(u16, String)> {
     Some((200, object.to_string()))
 }
 
+/// One page of `GET /v1/batches?limit=N&after=ID`, newest first: the batches of others
+/// ([`Faults::others`]), then the stand-in's own.
+fn list(st: &State, log: &Log, p: &str) -> String {
+    let query = p.split_once('?').map_or("", |(_, q)| q);
+    let param = |k: &str| query.split('&').find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='));
+    let limit = param("limit").and_then(|l| l.parse().ok()).unwrap_or(20);
+    let others = (1..=st.faults.others).rev().map(|k| {
+        json!({"id": format!("batch_other_{k}"), "object": "batch", "input_file_id": format!("file-other-{k}"),
+               "status": "completed", "request_counts": {"total": 1, "completed": 1, "failed": 0}})
+    });
+    let all: Vec<Value> = others.chain(log.jobs.iter().rev().map(Job::object)).collect();
+    let start = match param("after") {
+        Some(after) => all.iter().position(|b| b["id"] == after).map_or(all.len(), |i| i + 1),
+        None => 0,
+    };
+    let page: Vec<Value> = all.iter().skip(start).take(limit).cloned().collect();
+    let has_more = start + page.len() < all.len();
+    let (first, last) = (page.first().map(|b| b["id"].clone()), page.last().map(|b| b["id"].clone()));
+    json!({"object": "list", "data": page, "first_id": first, "last_id": last, "has_more": has_more}).to_string()
+}
+
 fn poll(st: &State, log: &mut Log, id: &str) -> Option<(u16, String)> {
     log.polls += 1;
     if st.faults.cut_poll == Some(log.polls) {
         log.cuts += 1;
         return None;
+    }
+    if st.faults.gone_first && id == "batch_1" {
+        return not_found("such batch");
     }
     let Some(i) = log.jobs.iter().position(|j| j.id == id) else { return not_found("such batch") };
     let held = st.held.load(Ordering::SeqCst);
