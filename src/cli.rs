@@ -168,6 +168,9 @@ pub enum Command {
     /// uses which template and which are overridden.
     #[command(subcommand)]
     Prompts(PromptsCommand),
+    /// The pipeline config's keys, from the settings types.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Start a benchgen project in DIR (default: the current folder).
     ///
     /// Writes a commented `pipeline/<name>.toml` with every section the track uses,
@@ -243,6 +246,16 @@ pub struct ReleaseVerifyArgs {
     /// variables its pin names, each with the value of the variable of the same name here.
     #[arg(long, requires = "servers")]
     pub trust_recorded_starts: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Every section and key of a pipeline config with its type, default and meaning.
+    ///
+    /// Markdown, made from the settings types: the reference part of docs/config.md (between
+    /// its `config:begin` and `config:end` markers), which a test holds to this output. Needs
+    /// no pipeline config.
+    Reference,
 }
 
 #[derive(Debug, Subcommand)]

@@ -25,6 +25,7 @@ use anyhow::Result;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
+use crate::config_doc::Key;
 use crate::error::Problem;
 use crate::ledger::{Ledger, NewEvent, Parent, kind};
 use crate::llm::Prompt;
@@ -448,6 +449,61 @@ pub struct FilterSettings {
 impl crate::settings::Section for FilterSettings {
     const NAME: &'static str = "filter";
     type Value = crate::settings::Always<Self>;
+    const KEYS: &'static [Key] = &[
+        Key::new(
+            "drop_servers_without_tools",
+            "bool",
+            "true",
+            "Drop servers that list no tools, and servers whose tools the rules all dropped.",
+        ),
+        Key::unset(
+            "classifier_role",
+            "string",
+            r#"LLM role deciding `action = "ask"` matches; unset: they are kept and listed in `undecided.csv`."#,
+        ),
+        Key::tables("rules", "A rule: what it matches is dropped (or asked about), with its class and reason."),
+        Key::required("rules.id", "string", "Unique id, recorded with every decision."),
+        Key::required("rules.target", r#""server" | "tool""#, "What it matches."),
+        Key::required(
+            "rules.class",
+            r#""no-tools" | "trivial" | "meta" | "template" | "custom""#,
+            "Why it drops (`no-tools` is built in: `drop_servers_without_tools`).",
+        ),
+        Key::required("rules.reason", "string", "Human reason recorded with every drop."),
+        Key::new("rules.name", "list of strings", "[]", "Regexes over the trimmed name."),
+        Key::new("rules.description", "list of strings", "[]", "Regexes over the description."),
+        Key::new(
+            "rules.server",
+            "list of strings",
+            "[]",
+            "Tool rules: regexes over the server's name; the rule applies only inside matching servers.",
+        ),
+        Key::new(
+            "rules.invalid_input_schema",
+            "bool",
+            "false",
+            "Tool rules: match tools whose input schema is not valid JSON Schema.",
+        ),
+        Key::new(
+            "rules.match",
+            r#""any" | "all""#,
+            r#""any""#,
+            "Whether one listed field matching is enough, or all must match.",
+        ),
+        Key::new(
+            "rules.action",
+            r#""drop" | "ask""#,
+            r#""drop""#,
+            "Drop what matches, or ask `classifier_role` (kept and listed until one is configured).",
+        ),
+    ];
+    const EXAMPLE: &'static str = r#"
+[[filter.rules]]
+id = "calculators"
+target = "tool"
+class = "trivial"
+reason = "a plain LLM calculates"
+"#;
     fn check(f: &Self::Value, settings: &Settings, problems: &mut Vec<Problem>) {
         check_rules(f, problems);
         if let Some(role) = &f.classifier_role

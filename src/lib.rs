@@ -9,6 +9,7 @@ pub mod agent;
 pub mod children;
 pub mod clean;
 pub mod cli;
+pub mod config_doc;
 pub mod csvout;
 pub mod efs;
 pub mod embed;

@@ -77,6 +77,12 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         let live = benchgen::release::servers::Live::from_args(a.servers, a.trust_recorded_starts, &cli.global.config)?;
         return benchgen::release::verify::command(&a.dir, live.as_ref(), printer);
     }
+    // `config reference` describes the settings types, not a config.
+    if let Command::Config(benchgen::cli::ConfigCommand::Reference) = &cli.command {
+        let docs: Vec<_> = stages::sections().iter().map(benchgen::settings::SectionDecl::doc).collect();
+        printer.summary(&benchgen::config_doc::markdown(&docs), &docs);
+        return Ok(());
+    }
     // `init` writes a project; it needs none.
     if let Command::Init(a) = &cli.command {
         return init_command(a, printer);
@@ -212,7 +218,7 @@ fn project_command(ctx: &Ctx, command: &Command) -> Result<()> {
             printer.summary(&clean::render(&c), &c);
             Ok(())
         }
-        Command::Score(_) | Command::Init(_) | Command::Prompts(_) => {
+        Command::Score(_) | Command::Init(_) | Command::Prompts(_) | Command::Config(_) => {
             unreachable!("handled before the config is loaded")
         }
         Command::Explain(a) => {

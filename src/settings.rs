@@ -14,6 +14,7 @@ use anyhow::{Context, Result};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::config_doc::{Key, SectionDoc};
 use crate::error::{InputError, Problem};
 
 pub const DEFAULT_CONFIG: &str = "pipeline/demo.toml";
@@ -48,12 +49,20 @@ pub fn discover_config() -> Result<Option<PathBuf>> {
 /// A top-level config section, declared by the family that owns it next to its settings
 /// type and read with [`Settings::section`]. `settings.rs` names no family: the list of
 /// sections is handed to [`Settings::read`] by the stage list (`stages::sections`).
-pub trait Section: DeserializeOwned + Serialize + Send + Sync + 'static {
+pub trait Section: DeserializeOwned + Serialize + std::fmt::Debug + Send + Sync + 'static {
     /// Its table name (`[levels]`).
     const NAME: &'static str;
     /// What [`Settings::section`] gives: `Option<Self>` for a section whose absence turns
     /// its family's stages off, [`Always<Self>`] for one read with its defaults when absent.
     type Value: SectionValue<Self>;
+    /// Every key of the section and of its tables, for `benchgen config reference` (the
+    /// reference in `docs/config.md`). Empty: not described yet, which
+    /// `tests/it/config_doc.rs` allows only for the sections it names.
+    const KEYS: &'static [Key] = &[];
+    /// A config holding this section with its required keys and an entry for each `<name>`
+    /// table and list of tables of [`Self::KEYS`] whose keys have defaults: the tests parse
+    /// it with and without each key to check that the default shown is the one the code gives.
+    const EXAMPLE: &'static str = "";
     /// Range and cross-section checks of its values, run at load with every other section's
     /// (all problems are reported at once).
     fn check(_value: &Self::Value, _settings: &Settings, _problems: &mut Vec<Problem>) {}
@@ -104,16 +113,60 @@ pub struct SectionDecl {
     name: &'static str,
     parse: fn(&str) -> Result<(Parsed, bool), toml::de::Error>,
     check: fn(&Settings, &mut Vec<Problem>),
+    keys: &'static [Key],
+    example: &'static str,
+    always: fn() -> bool,
+    debug: fn(&str) -> std::result::Result<String, String>,
 }
 
 impl SectionDecl {
     pub fn of<T: Section>() -> Self {
-        Self { name: T::NAME, parse: parse_section::<T>, check: check_section::<T> }
+        Self {
+            name: T::NAME,
+            parse: parse_section::<T>,
+            check: check_section::<T>,
+            keys: T::KEYS,
+            example: T::EXAMPLE,
+            always: always_on::<T>,
+            debug: debug_section::<T>,
+        }
     }
 
     pub fn name(&self) -> &'static str {
         self.name
     }
+
+    /// Its [`Section::KEYS`].
+    pub fn keys(&self) -> &'static [Key] {
+        self.keys
+    }
+
+    /// Its [`Section::EXAMPLE`].
+    pub fn example(&self) -> &'static str {
+        self.example
+    }
+
+    /// The section as `benchgen config reference` shows it.
+    pub fn doc(&self) -> SectionDoc {
+        SectionDoc { name: self.name, always: (self.always)(), keys: self.keys }
+    }
+
+    /// The section as read from the config `text`, in `Debug` form (every field, those no
+    /// hash takes too), or toml's message: the tests compare a key left out with its
+    /// documented default by it, and read a table's keys from its unknown-field message.
+    pub fn parse_debug(&self, text: &str) -> std::result::Result<String, String> {
+        (self.debug)(text)
+    }
+}
+
+/// Whether the section's stages are part of `run` when its table is absent.
+fn always_on<T: Section>() -> bool {
+    T::Value::from_parsed(None).is_on()
+}
+
+fn debug_section<T: Section>(text: &str) -> std::result::Result<String, String> {
+    let only: Only<T> = toml::from_str(text).map_err(|e| e.message().to_string())?;
+    Ok(format!("{:?}", only.0))
 }
 
 fn parse_section<T: Section>(text: &str) -> Result<(Parsed, bool), toml::de::Error> {
@@ -227,6 +280,12 @@ impl Default for ProjectSettings {
 impl Section for ProjectSettings {
     const NAME: &'static str = "project";
     type Value = Always<Self>;
+    const KEYS: &'static [Key] = &[
+        Key::new("name", "string", r#""benchgen""#, "A short name for this pipeline, shown in status and reports."),
+        Key::new("root", "path", r#""..""#, "The project root, relative to the config file's folder."),
+        Key::new("artifacts", "path", r#""artifacts""#, "The artifacts folder, relative to the project root."),
+        Key::new("seed", "integer", "0", "The seed every random choice derives from."),
+    ];
 }
 
 fn default_name() -> String {

@@ -201,12 +201,18 @@ impl StageSpec {
     }
 
     /// Stages whose output this one uses when it exists.
+    /// Each once: `eval` reads a dozen files of `release-candidate`, and a stale one was
+    /// warned about a dozen times.
     pub fn optional_upstream(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.reads
-            .iter()
-            .filter(|r| r.kind != ReadKind::Required)
-            .map(|r| r.stage)
-            .filter(|st| !self.reads_of(ReadKind::Required).any(|u| u == *st))
+        let mut seen: Vec<&'static str> = self.reads_of(ReadKind::Required).collect();
+        self.reads.iter().filter(|r| r.kind != ReadKind::Required).map(|r| r.stage).filter(move |st| {
+            if seen.contains(st) {
+                false
+            } else {
+                seen.push(*st);
+                true
+            }
+        })
     }
 
     fn reads_of(&self, kind: ReadKind) -> impl Iterator<Item = &'static str> + '_ {

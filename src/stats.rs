@@ -11,6 +11,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::config_doc::Key;
 use crate::model::Catalog;
 use crate::settings::{Settings, section_hash};
 use crate::stage::{Ctx, Inputs, Output, Plan, Stage, StageSpec};
@@ -254,6 +255,7 @@ pub struct StatsSettings {
 impl crate::settings::Section for StatsSettings {
     const NAME: &'static str = "stats";
     type Value = crate::settings::Always<Self>;
+    const KEYS: &'static [Key] = &[Key::new("chart_categories", "integer", "40", "Bars of the category chart.")];
 }
 
 impl Default for StatsSettings {

@@ -2,7 +2,7 @@
 # The official MCP conformance suite (npm @modelcontextprotocol/conformance), which needs
 # Node >= 22: npm's `node@22` package brings its own node binary, so the machine's Node 20
 # is left alone. Installed into $BENCHGEN_CACHE/mcp/conformance; the test
-# `it::harden::official_conformance_suite_*` runs it offline against `benchgen sandbox`.
+# `it::mcp_sandbox::official_conformance_suite_*` runs it offline against `benchgen sandbox`.
 # Idempotent: skipped when the stamp names the same versions and the entry points still
 # hash as recorded.
 set -euo pipefail

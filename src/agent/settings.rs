@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::AgentSettings;
+use crate::config_doc::Key;
 
 /// `[execute]`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -46,6 +47,46 @@ pub struct ExecuteSettings {
 impl crate::settings::Section for ExecuteSettings {
     const NAME: &'static str = "execute";
     type Value = crate::settings::Always<Self>;
+    const KEYS: &'static [Key] = &[
+        Key::unset(
+            "queries",
+            "path",
+            "Queries file (relative to the root); `benchgen execute --queries` overrides it.",
+        ),
+        Key::new(
+            "servers",
+            "list of strings",
+            "[]",
+            "Servers whose tools the agent gets; empty: every configured server.",
+        ),
+        Key::new("role", "string", r#""agent""#, "LLM role of the agent."),
+        Key::new("max_calls", "integer", "20", "Most tool calls executed per query."),
+        Key::new(
+            "stop_on_failure",
+            "bool",
+            "true",
+            "A transport failure ends the query as failed (else it goes back to the model).",
+        ),
+        Key::new(
+            "tool_result_chars",
+            "integer",
+            "8000",
+            "Characters of a tool result passed back to the model (cut with a note).",
+        ),
+        Key::new(
+            "system_prompt",
+            "string",
+            r#""You are an assistant with tools. Work through the user's request step by step: call the tool for the first step; when its result arrives, use the values in it (ids, names) to call the tool for the next step. Tools that do not depend on each other may be called in the same turn. Answer only when every step of the request is done.""#,
+            "The agent's system message.",
+        ),
+        Key::new(
+            "answer_nudge",
+            "string",
+            r#""Now answer the user in plain words, from the tool results above.""#,
+            "Sent once when the model stops after tool calls with neither calls nor text; empty: off.",
+        ),
+        Key::new("concurrency", "integer", "4", "Queries run at once (not hashed)."),
+    ];
 }
 
 impl Default for ExecuteSettings {

@@ -22,6 +22,8 @@ pub mod verify;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config_doc::Key;
+
 pub use pairs::PairSettings;
 
 /// `[efs]` in the pipeline config.
@@ -42,6 +44,87 @@ pub struct EfsSettings {
 impl crate::settings::Section for EfsSettings {
     const NAME: &'static str = "efs";
     type Value = Option<Self>;
+    const KEYS: &'static [Key] = &[
+        Key::table("pairs", "Candidate pairs from embeddings and lexical signals (`benchgen efs pairs`)."),
+        Key::new("pairs.top_k", "integer", "10", "Neighbours each tool keeps."),
+        Key::new("pairs.min_score", "number", "0.5", "Combined score a neighbour needs."),
+        Key::new("pairs.min_cosine", "number", "0.45", "Cosine below which a pair is never considered."),
+        Key::new("pairs.name_weight", "number", "0.25", "Weight of name-token overlap in the combined score."),
+        Key::new("pairs.param_weight", "number", "0.1", "Weight of parameter-token overlap in the combined score."),
+        Key::new(
+            "pairs.action_penalty",
+            "number",
+            "0.1",
+            "Subtracted when the two tools' actions (read, create, …) differ.",
+        ),
+        Key::new("pairs.same_server_penalty", "number", "0.1", "Subtracted for two tools of one server."),
+        Key::new("pairs.cross_server_only", "bool", "false", "Never pair two tools of one server."),
+        Key::new("pairs.mutual_only", "bool", "false", "Keep a pair only when both tools select each other."),
+        Key::new(
+            "pairs.rank_by",
+            r#""score" | "rrf""#,
+            r#""score""#,
+            "Rank neighbours by the combined score, or by reciprocal-rank fusion of four views.",
+        ),
+        Key::new("pairs.rrf_k", "number", "10.0", "RRF's constant k: a view's vote for rank r is `1 / (rrf_k + r)`."),
+        Key::new("pairs.list_size", "integer", "10", "Candidates shown in one listwise verification call."),
+        Key::new(
+            "pairs.max_calls",
+            "integer",
+            "0",
+            "Budget of planned LLM calls (0: none); the least valuable are left out.",
+        ),
+        Key::new(
+            "pairs.index",
+            r#""exact" | "blocked" | "ann" | "auto""#,
+            r#""auto""#,
+            "Plain loop (`exact`), matrix-multiply tiles (`blocked`, alias `ann`), or `auto`: blocked at 5,000 tools.",
+        ),
+        Key::new("pairs.threads", "integer", "0", "Worker threads (0: one per core; not hashed)."),
+        Key::table("verify", "The LLM judging the candidate pairs (`benchgen efs verify`)."),
+        Key::new("verify.role", "string", r#""verifier""#, "LLM role that judges pairs."),
+        Key::new(
+            "verify.mode",
+            r#""listwise" | "pairwise""#,
+            r#""listwise""#,
+            "One call per tool and its candidates, or one call per pair.",
+        ),
+        Key::new("verify.template", "string", r#""efs_verify""#, "Prompt template of pairwise calls."),
+        Key::new("verify.list_template", "string", r#""efs_verify_list""#, "Prompt template of listwise calls."),
+        Key::new("verify.concurrency", "integer", "4", "Pairs judged at once (not hashed)."),
+        Key::new(
+            "verify.max_failed_share",
+            "number",
+            "0.0",
+            "Share of pairs (0 to 1) whose answer may stay invalid; they are listed in `failed.json`.",
+        ),
+        Key::table("topdown", "Requests per set, retrieval and the LLM's selection (`benchgen efs topdown`)."),
+        Key::new("topdown.writer_role", "string", r#""generator""#, "LLM role that writes user requests for a set."),
+        Key::new(
+            "topdown.judge_role",
+            "string",
+            r#""verifier""#,
+            "LLM role that picks the retrieved tools serving a request.",
+        ),
+        Key::new("topdown.requests_template", "string", r#""efs_requests""#, "Prompt template of the requests."),
+        Key::new("topdown.select_template", "string", r#""efs_select""#, "Prompt template of the selection."),
+        Key::new("topdown.requests_per_set", "integer", "2", "Requests written per candidate set."),
+        Key::new("topdown.retrieve", "integer", "10", "Tools retrieved from the whole catalog per request."),
+        Key::new("topdown.concurrency", "integer", "4", "Sets, and LLM requests, in flight at once (not hashed)."),
+        Key::new(
+            "topdown.max_failed_share",
+            "number",
+            "0.0",
+            "Share of sets (0 to 1) that may fail; they are left out and listed in `failed.json`.",
+        ),
+        Key::table("finalize", "What `benchgen efs finalize` does with sets no person decided."),
+        Key::new(
+            "finalize.policy",
+            r#""keep" | "drop-unselected""#,
+            r#""keep""#,
+            "Keep every verified set as built, or also drop members the top-down judge never selected.",
+        ),
+    ];
 }
 
 /// `[efs.verify]`.

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::config_doc::Key;
 use crate::model::{Server, Tool};
 use crate::settings::Settings;
 
@@ -82,6 +83,76 @@ pub struct EmbedSettings {
 impl crate::settings::Section for EmbedSettings {
     const NAME: &'static str = "embed";
     type Value = Option<Self>;
+    const KEYS: &'static [Key] = &[
+        Key::new(
+            "provider",
+            r#""fastembed" | "openai""#,
+            r#""fastembed""#,
+            "A local ONNX model through fastembed, or an OpenAI-compatible `/v1/embeddings` server.",
+        ),
+        Key::derived(
+            "model_id",
+            "string",
+            "`all-MiniLM-L6-v2-int8` (fastembed), `model` (openai)",
+            "Name recorded with every vector; change it when pointing at another model.",
+        ),
+        Key::unset(
+            "model_dir",
+            "path",
+            "fastembed: the model's folder; unset: `$BENCHGEN_CACHE/embed/all-MiniLM-L6-v2-int8` (`make setup`).",
+        ),
+        Key::unset(
+            "ort_dylib",
+            "path",
+            "fastembed: ONNX Runtime library (1.24 or newer); unset: the one under `$BENCHGEN_CACHE/embed/`.",
+        ),
+        Key::derived("pooling", r#""mean" | "cls""#, r#"`"mean"`"#, "fastembed: pooling over the token vectors."),
+        Key::derived("max_length", "integer", "`256`", "fastembed: tokens per text; longer texts are truncated."),
+        Key::unset("base_url", "string", "openai: base URL ending in `/v1` (requests go to `{base_url}/embeddings`)."),
+        Key::unset("model", "string", "openai: the model name sent to the server."),
+        Key::unset("dimensions", "integer", "openai: sent as `dimensions` (models that can shorten their vectors)."),
+        Key::unset(
+            "api_key_env",
+            "string",
+            "openai: name of the environment variable holding the API key; unset: no `Authorization` header.",
+        ),
+        Key::derived("max_concurrency", "integer", "`4`", "openai: requests in flight at once."),
+        Key::derived("timeout_s", "number", "`120`", "openai: seconds per request."),
+        Key::derived(
+            "max_retries",
+            "integer",
+            "`5`",
+            "openai: retries of 408/409/429/5xx, connection errors, timeouts and malformed answers.",
+        ),
+        Key::derived("backoff_ms", "integer", "`500`", "openai: first back-off in milliseconds, doubled per retry."),
+        Key::derived(
+            "batch_size",
+            "integer",
+            "`8` (fastembed), `32` (openai)",
+            "Texts per inference batch or request (not hashed).",
+        ),
+        Key::table("text", "What goes into a tool's text, in order, joined by `separator`."),
+        Key::new(
+            "text.fields",
+            "list of strings",
+            r#"["name", "description", "parameters"]"#,
+            "Any of `name`, `description`, `parameters`, `server`, `server_description`.",
+        ),
+        Key::new(
+            "text.max_parameters",
+            "integer",
+            "5",
+            "At most this many parameters (those with a description, in schema order).",
+        ),
+        Key::new("text.separator", "string", r#"" | ""#, "Joins the fields."),
+        Key::new("text.max_chars", "integer", "2048", "Texts are cut to this many characters before tokenising."),
+        Key::new(
+            "text.strip_server_name",
+            "bool",
+            "true",
+            "Remove the server's own name from tool descriptions (vendor names hide equivalence).",
+        ),
+    ];
     fn check(e: &Self::Value, _: &Settings, problems: &mut Vec<crate::error::Problem>) {
         if let Some(e) = e {
             e.check(problems);

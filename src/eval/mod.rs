@@ -38,6 +38,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::config_doc::Key;
 use crate::error::Problem;
 use crate::settings::{Settings, check_positive, section_hash};
 use crate::stage::{ConfigRef, Ctx, Inputs, Output, Plan, Stage, StageSpec};
@@ -155,6 +156,55 @@ pub struct EvalSettings {
 impl crate::settings::Section for EvalSettings {
     const NAME: &'static str = STAGE;
     type Value = Option<Self>;
+    const KEYS: &'static [Key] = &[
+        Key::unset(
+            "release",
+            "path",
+            "The release folder to evaluate (relative to the root); unset: the release candidate.",
+        ),
+        Key::required("agents", "list of strings", "The panel: LLM roles, each one agent."),
+        Key::new("repeats", "integer", "1", "Runs of each agent on each sample (k of pass^k)."),
+        Key::new(
+            "bootstrap",
+            "integer",
+            "1000",
+            "Resamples for the leaderboard's 95 % intervals and the paired comparisons.",
+        ),
+        Key::unset(
+            "tool_space",
+            r#""oracle" | "standard" | "full""#,
+            "The one tool space every agent runs in; unset: `oracle`.",
+        ),
+        Key::unset(
+            "tool_spaces",
+            "list of strings",
+            "Several tool spaces instead of `tool_space`: every agent runs in each, reported per space.",
+        ),
+        Key::new(
+            "distractor_servers",
+            "integer",
+            "3",
+            "`standard`: other servers of the sample's track joining its oracle space.",
+        ),
+        Key::derived("max_calls", "integer", "`[execute] max_calls`", "Most tool calls an agent makes per turn."),
+        Key::new("concurrency", "integer", "4", "Runs at once (not hashed)."),
+        Key::new(
+            "max_failed_share",
+            "number",
+            "0.0",
+            "Share of runs (0 to 1) that may fail; a failed run scores as no prediction.",
+        ),
+        Key::new(
+            "reference_ranking",
+            "table of numbers",
+            "{}",
+            "Published scores of panel agents: the report gives Kendall's τ against the panel's ranking.",
+        ),
+    ];
+    const EXAMPLE: &'static str = r#"
+[eval]
+agents = ["agent"]
+"#;
 }
 
 fn one() -> usize {

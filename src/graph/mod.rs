@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::config_doc::Key;
 use crate::logs::Session;
 
 /// `[graph]`.
@@ -46,6 +47,23 @@ pub struct GraphSettings {
 impl crate::settings::Section for GraphSettings {
     const NAME: &'static str = "graph";
     type Value = Option<Self>;
+    const KEYS: &'static [Key] = &[
+        Key::new("role", "string", r#""judge""#, "LLM role validating candidate edges."),
+        Key::new("template", "string", r#""graph_edge""#, "Prompt template of the validation."),
+        Key::new(
+            "min_support",
+            "integer",
+            "1",
+            "Candidates seen in fewer sessions are not asked about (recorded as rejected).",
+        ),
+        Key::new("concurrency", "integer", "2", "Candidate edges validated at once."),
+        Key::new(
+            "max_failed_share",
+            "number",
+            "0.0",
+            "Share of candidate edges whose validation may fail; they are left out as rejected.",
+        ),
+    ];
 }
 
 impl Default for GraphSettings {

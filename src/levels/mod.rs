@@ -35,6 +35,7 @@ use anyhow::Result;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
+use crate::config_doc::Key;
 use crate::embedding::Embedder;
 use crate::model::{Catalog, Server, Tool};
 use crate::settings::Settings;
@@ -81,6 +82,125 @@ pub struct LevelsSettings {
 impl crate::settings::Section for LevelsSettings {
     const NAME: &'static str = "levels";
     type Value = Option<Self>;
+    const KEYS: &'static [Key] = &[
+        Key::new("writer_role", "string", r#""generator""#, "Writes queries, scenarios, schemas and labels."),
+        Key::new("judge_role", "string", r#""judge""#, "Classifies, verifies and judges."),
+        Key::derived("red_team_role", "string", "`judge_role`", "L5's red team (ETOM: a second, stronger model)."),
+        Key::new("concurrency", "integer", "4", "Items in flight per stage."),
+        Key::new(
+            "max_failed_share",
+            "number",
+            "0.0",
+            "Share of items that may fail without failing the stage; each stage lists them in `failed.json`.",
+        ),
+        Key::table("profiles", "Tool profiles (`benchgen levels profiles`)."),
+        Key::new(
+            "profiles.max_servers",
+            "integer",
+            "0",
+            "Profile the tools of at most this many servers (0: all), a seeded sample; L1/L2 skip the others.",
+        ),
+        Key::table("schemas", "Output schemas of the tools the catalog gives none (`benchgen levels schemas`)."),
+        Key::unset(
+            "schemas.review",
+            "path",
+            "A reviewed `tool_id,output_schema` CSV whose schemas replace the inferred ones (relative to the root).",
+        ),
+        Key::new(
+            "schemas.max_tools",
+            "integer",
+            "0",
+            "Infer schemas for at most this many tools (0: all), in catalog order.",
+        ),
+        Key::table("l1", "Level 1 (`benchgen levels l1`)."),
+        Key::new("l1.candidates", "integer", "2", "Candidate queries written per tool; one verified query is kept."),
+        Key::new("l1.max_items", "integer", "0", "At most this many eligible tools (0: all), a seeded sample."),
+        Key::table("l2", "Level 2 (`benchgen levels l2`)."),
+        Key::new(
+            "l2.candidates",
+            "integer",
+            "2",
+            "Candidate queries written per tool or EFS set; one verified query is kept.",
+        ),
+        Key::new(
+            "l2.max_items",
+            "integer",
+            "0",
+            "At most this many tools and EFS sets (0: all), a seeded sample taking EFS sets first.",
+        ),
+        Key::table("l3", "Level 3 (`benchgen levels l3`)."),
+        Key::new("l3.max_chain_len", "integer", "5", "Longest chain (tools) in a server's data-flow graph."),
+        Key::new(
+            "l3.max_chains_per_server",
+            "integer",
+            "6",
+            "Chains per server sent to the verifier (a seeded sample).",
+        ),
+        Key::new("l3.max_queries_per_server", "integer", "3", "Queries kept per server."),
+        Key::table("l4", "Level 4, cross-server scenarios (`benchgen levels l4`)."),
+        Key::new("l4.attempts", "integer", "20", "Scenario attempts."),
+        Key::new(
+            "l4.qc_rounds",
+            "integer",
+            "3",
+            "Quality-control rounds per scenario (the first and up to two regenerations).",
+        ),
+        Key::new("l4.min_score", "integer", "7", "Pass mark for solvability and utility (1–10)."),
+        Key::new("l4.min_servers", "integer", "2", "Fewest servers (distinct main categories) an attempt draws."),
+        Key::new("l4.max_servers", "integer", "4", "Most servers an attempt draws."),
+        Key::table("l5", "Level 5 (`benchgen levels l5`)."),
+        Key::new("l5.min_cluster_size", "integer", "5", "HDBSCAN's smallest cluster, over the tool embeddings."),
+        Key::new("l5.min_samples", "integer", "2", "HDBSCAN's `min_samples`."),
+        Key::new("l5.cluster_epsilon", "number", "0.5", "HDBSCAN's cluster selection epsilon."),
+        Key::new("l5.max_clusters", "integer", "0", "Label at most this many clusters (0: all), largest first."),
+        Key::new("l5.descriptions_per_cluster", "integer", "10", "Descriptions shown per cluster (a seeded sample)."),
+        Key::new("l5.universal_tasks", "integer", "100", "Everyday task categories the proposer brainstorms."),
+        Key::new(
+            "l5.top_labels",
+            "integer",
+            "10",
+            "Capability labels shown to the red team (most similar to the task).",
+        ),
+        Key::new(
+            "l5.personas",
+            "list of strings",
+            r#"["business analyst", "creative writer", "student", "casual user"]"#,
+            "Personas whose queries are written for each gap.",
+        ),
+        Key::new("l5.queries_per_persona", "integer", "2", "Queries per persona and gap."),
+        Key::new("l5.top_k", "integer", "5", "Tools retrieved for the out-of-scope judge."),
+        Key::table("plan_check", "The check of every kept query's reference plan."),
+        Key::new(
+            "plan_check.prune_unrequested",
+            "bool",
+            "true",
+            "Prune a step the query does not call for when another is clearly requested; false: mark it.",
+        ),
+        Key::new(
+            "plan_check.judge",
+            "bool",
+            "true",
+            "Ask `judge_role` about each step the rules leave open; false: such steps stay.",
+        ),
+        Key::new(
+            "plan_check.min_similarity",
+            "number",
+            "0.2",
+            "Query–tool cosine below which a step whose tool the query does not name is unrequested.",
+        ),
+        Key::new(
+            "plan_check.requested_similarity",
+            "number",
+            "0.45",
+            "Cosine at or above which a step is clearly requested.",
+        ),
+        Key::new(
+            "plan_check.requested_overlap",
+            "number",
+            "0.3",
+            "Without embeddings: share of the query's content words a step's tool text must hold to be requested.",
+        ),
+    ];
 }
 
 impl Default for LevelsSettings {

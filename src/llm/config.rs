@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config_doc::Key;
 use crate::error::Problem;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -25,6 +26,186 @@ pub struct LlmSettings {
 impl crate::settings::Section for LlmSettings {
     const NAME: &'static str = "llm";
     type Value = crate::settings::Always<Self>;
+    const KEYS: &'static [Key] = &[
+        Key::new(
+            "prompts_dir",
+            "path",
+            r#""pipeline/prompts""#,
+            "Folder of the project's prompt templates (`NAME.md`), relative to the project root.",
+        ),
+        Key::table("roles.<role>", "One LLM role: the server and model the calls of the stages naming it go to."),
+        Key::required(
+            "roles.<role>.provider",
+            r#""openai" | "vllm" | "sglang" | "ollama" | "llamacpp" | "local""#,
+            "Server kind: sets the default base URL and key variable (`local`: benchgen starts llama-server).",
+        ),
+        Key::derived(
+            "roles.<role>.base_url",
+            "string",
+            "the provider's",
+            "OpenAI-compatible base URL ending in `/v1` (unused for `local`).",
+        ),
+        Key::unset(
+            "roles.<role>.base_urls",
+            "list of strings",
+            "Several servers of one model instead of `base_url`: the least busy gets each request.",
+        ),
+        Key::derived(
+            "roles.<role>.model",
+            "string",
+            "required; `local`: the GGUF file's stem",
+            "Model name sent to the server.",
+        ),
+        Key::unset("roles.<role>.temperature", "number", "Sampling temperature sent; unset: the server's."),
+        Key::unset("roles.<role>.top_p", "number", "Nucleus sampling `top_p` sent; unset: the server's."),
+        Key::unset("roles.<role>.max_tokens", "integer", "Most tokens per answer, sent; unset: the server's."),
+        Key::unset("roles.<role>.seed", "integer", "Sampling seed, where the server supports one."),
+        Key::derived(
+            "roles.<role>.api_key_env",
+            "string",
+            "`OPENAI_API_KEY` for `openai`, else none",
+            "Name of the environment variable holding the API key (never the key itself).",
+        ),
+        Key::new(
+            "roles.<role>.json_schema",
+            "bool",
+            "true",
+            "Ask for `response_format: json_schema` in typed calls; false: the schema is in the prompt only.",
+        ),
+        Key::new("roles.<role>.timeout_s", "number", "120.0", "Per-request timeout in seconds."),
+        Key::new(
+            "roles.<role>.max_concurrency",
+            "integer",
+            "4",
+            "Requests in flight at once (to each of `base_urls`).",
+        ),
+        Key::new(
+            "roles.<role>.failover_after",
+            "integer",
+            "3",
+            "With `base_urls`: failed attempts in a row that take a server out.",
+        ),
+        Key::new(
+            "roles.<role>.cooldown_s",
+            "number",
+            "30.0",
+            "With `base_urls`: seconds a server stays out before it is tried again.",
+        ),
+        Key::new("roles.<role>.rpm", "integer", "0", "Requests per minute (0: unlimited)."),
+        Key::new(
+            "roles.<role>.tpm",
+            "integer",
+            "0",
+            "Tokens per minute, prompt estimate plus `max_tokens` (0: unlimited).",
+        ),
+        Key::new(
+            "roles.<role>.max_retries",
+            "integer",
+            "5",
+            "Retries of 429, 5xx, connection errors and timeouts after the first attempt.",
+        ),
+        Key::new(
+            "roles.<role>.backoff_ms",
+            "integer",
+            "500",
+            "First back-off in milliseconds; doubles per retry (capped at 60 s).",
+        ),
+        Key::new("roles.<role>.reask", "integer", "2", "Re-asks of a typed call whose answer does not validate."),
+        Key::new(
+            "roles.<role>.mode",
+            r#""live" | "batch""#,
+            r#""live""#,
+            "One request per call, or the requests of a stage as OpenAI batch jobs (docs/llm-batch-api.md).",
+        ),
+        Key::unset(
+            "roles.<role>.server_binary",
+            "path",
+            "`local`: the llama-server binary; unset: `$BENCHGEN_CACHE/llm/build/bin/llama-server`.",
+        ),
+        Key::unset(
+            "roles.<role>.model_path",
+            "path",
+            "`local`: the GGUF model; unset: the 1.5B Qwen2.5-Coder instruct in the setup cache.",
+        ),
+        Key::new("roles.<role>.threads", "integer", "2", "`local`: threads given to llama-server."),
+        Key::new("roles.<role>.ctx_size", "integer", "4096", "`local`: context size given to llama-server."),
+        Key::new(
+            "roles.<role>.startup_timeout_s",
+            "number",
+            "120.0",
+            "`local`: seconds to wait for `/health` after start.",
+        ),
+        Key::table("roles.<role>.prices", "Prices in USD per million tokens, for `benchgen llm stats` estimates."),
+        Key::required("roles.<role>.prices.prompt", "number", "USD per million prompt tokens."),
+        Key::required("roles.<role>.prices.completion", "number", "USD per million completion tokens."),
+        Key::derived(
+            "roles.<role>.prices.batch_prompt",
+            "number",
+            "`prompt`",
+            "USD per million prompt tokens of requests that ran in batch jobs.",
+        ),
+        Key::derived(
+            "roles.<role>.prices.batch_completion",
+            "number",
+            "`completion`",
+            "USD per million completion tokens of requests that ran in batch jobs.",
+        ),
+        Key::table(
+            "roles.<role>.batch",
+            r#"How `mode = "batch"` gathers, submits and polls (no knob changes an answer)."#,
+        ),
+        Key::new(
+            "roles.<role>.batch.gather_ms",
+            "integer",
+            "2000",
+            "A batch is sent once no new request has come for this long.",
+        ),
+        Key::new(
+            "roles.<role>.batch.max_requests",
+            "integer",
+            "50000",
+            "Requests per batch file (OpenAI's limit); more go into further batches.",
+        ),
+        Key::new(
+            "roles.<role>.batch.max_bytes",
+            "integer",
+            "209715200",
+            "Bytes per batch file (OpenAI's limit: 200 MB); more go into further batches.",
+        ),
+        Key::new(
+            "roles.<role>.batch.completion_window",
+            "string",
+            r#""24h""#,
+            "Each batch's `completion_window`, in whole hours.",
+        ),
+        Key::new(
+            "roles.<role>.batch.poll_s",
+            "number",
+            "10.0",
+            "Seconds before a batch's first poll; each further poll waits 1.5 times longer.",
+        ),
+        Key::new("roles.<role>.batch.poll_max_s", "number", "300.0", "Longest wait between polls, in seconds."),
+        Key::new(
+            "roles.<role>.batch.resubmits",
+            "integer",
+            "2",
+            "Further batches a request that failed in one is sent in before `live_fallback` decides.",
+        ),
+        Key::new(
+            "roles.<role>.batch.live_fallback",
+            "bool",
+            "true",
+            "After `resubmits`, send the request as a live call; false: it fails.",
+        ),
+    ];
+    const EXAMPLE: &'static str = r#"
+[llm.roles.judge]
+provider = "openai"
+
+[llm.roles.judge.prices]
+prompt = 0.15
+completion = 0.6
+"#;
     fn check(l: &Self::Value, _: &crate::settings::Settings, problems: &mut Vec<Problem>) {
         l.check(problems);
     }

@@ -17,6 +17,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::config_doc::Key;
+
 /// `[logs]`.
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -49,6 +51,117 @@ pub struct LogsSettings {
 impl crate::settings::Section for LogsSettings {
     const NAME: &'static str = "logs";
     type Value = Option<Self>;
+    const KEYS: &'static [Key] = &[
+        Key::derived(
+            "max_malformed_share",
+            "number",
+            "`0.5`",
+            "Largest share of a source's records that may be malformed (listed in `malformed.jsonl`).",
+        ),
+        Key::unset("sample", "integer", "Import a seeded random subset of this many sessions; unset: every session."),
+        Key::tables("sources", "A log file to import, in order."),
+        Key::derived("sources.name", "string", "the file stem", "Short name; session ids are `<name>:<native id>`."),
+        Key::required("sources.path", "path", "The file, relative to the project root."),
+        Key::new(
+            "sources.format",
+            r#""auto" | "finmcp" | "openai" | "events""#,
+            r#""auto""#,
+            "Its format; `auto` decides from the file's first byte and record.",
+        ),
+        Key::table("catalog", "Where the domain's tool catalog comes from; absent: tool names are not checked."),
+        Key::unset("catalog.path", "path", "A catalog file, relative to the project root."),
+        Key::new(
+            "catalog.format",
+            r#""mcp" | "catalog""#,
+            r#""mcp""#,
+            "An MCP `tools/list` result, or benchgen's catalog.",
+        ),
+        Key::unset("catalog.server", "string", "Or: fetch `tools/list` live from this `[mcp.servers.<name>]`."),
+        Key::table("anonymise", "Pseudonyms for personal data in the logs."),
+        Key::new(
+            "anonymise.secret_env",
+            "string",
+            r#""BENCHGEN_ANON_SECRET""#,
+            "Environment variable holding the pseudonym key (never written anywhere).",
+        ),
+        Key::new(
+            "anonymise.detectors",
+            "list of strings",
+            r#"["email", "id_cn", "bank_card", "iban", "ip", "phone"]"#,
+            "Built-in detectors to run.",
+        ),
+        Key::new(
+            "anonymise.phone_regions",
+            "list of strings",
+            r#"["CN", "GB", "US", "DE", "FR", "IN", "JP"]"#,
+            "Regions (ISO 3166 alpha-2) whose national phone formats the `phone` detector finds.",
+        ),
+        Key::tables("anonymise.rules", "An extra rule: the first capture group (or the whole match) is replaced."),
+        Key::required(
+            "anonymise.rules.name",
+            "string",
+            "Detector name in the report and the pseudonym prefix (upper-cased).",
+        ),
+        Key::required("anonymise.rules.pattern", "string", "The regex."),
+        Key::table("curate", "Which sessions are kept: a real need, resolved through tool calls, answered."),
+        Key::new(
+            "curate.judge_role",
+            "string",
+            r#""judge""#,
+            "LLM role judging genuine domain need and satisfactory answer.",
+        ),
+        Key::derived(
+            "curate.second_role",
+            "string",
+            "`judge_role`, seed + 1",
+            "LLM role for the second, independent verdict a drop by the LLM needs.",
+        ),
+        Key::new("curate.need_template", "string", r#""logs_need""#, "Prompt template of the need judgement."),
+        Key::new("curate.answer_template", "string", r#""logs_answer""#, "Prompt template of the answer judgement."),
+        Key::new("curate.label_template", "string", r#""logs_label""#, "Prompt template of the scenario label."),
+        Key::new("curate.domain", "string", r#""""#, "One line describing the domain, shown to the judge."),
+        Key::new(
+            "curate.scenarios",
+            r#""logs" | "llm""#,
+            r#""logs""#,
+            "Scenario labels from the logs (FinMCP `scenery`), or picked by the LLM from `taxonomy`.",
+        ),
+        Key::new("curate.taxonomy", "list of strings", "[]", "`scenario-sub-scenario` labels the LLM may assign."),
+        Key::new(
+            "curate.relabel",
+            "bool",
+            "false",
+            r#"With `scenarios = "llm"`: also relabel sessions that carry a label."#,
+        ),
+        Key::new("curate.concurrency", "integer", "2", "Sessions judged at once."),
+        Key::unset(
+            "curate.llm_sample",
+            "integer",
+            "Ask the LLM about at most this many sessions (seeded); the others pass as `unjudged`.",
+        ),
+        Key::new(
+            "curate.max_failed_share",
+            "number",
+            "0.0",
+            "Share of sessions whose judgement may fail; they are dropped with the reason.",
+        ),
+        Key::table("split", "Single-tool sessions split into a benchmark pool and a seed pool."),
+        Key::unset("split.seed_size", "integer", "Seed-pool size; wins over `seed_ratio`."),
+        Key::unset(
+            "split.benchmark_size",
+            "integer",
+            "Benchmark-pool size; unset: every single-tool session not in the seed pool.",
+        ),
+        Key::derived("split.seed_ratio", "number", "`0.5`", "Share of single-tool sessions for the seed pool."),
+    ];
+    const EXAMPLE: &'static str = r#"
+[[logs.sources]]
+path = "raw/logs.jsonl"
+
+[[logs.anonymise.rules]]
+name = "ticket"
+pattern = "T-[0-9]+"
+"#;
 }
 
 /// Default of `[logs] max_malformed_share`: more than half of a file unreadable is a wrong

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::config_doc::Key;
 use crate::error::{InputError, Problem};
 
 /// `[mcp]`: servers and client limits.
@@ -64,6 +65,82 @@ pub struct McpSettings {
 impl crate::settings::Section for McpSettings {
     const NAME: &'static str = "mcp";
     type Value = crate::settings::Always<Self>;
+    const KEYS: &'static [Key] = &[
+        Key::unset(
+            "import",
+            "path",
+            "A desktop-client `mcpServers` JSON file whose servers are added (relative to the root).",
+        ),
+        Key::new(
+            "call_timeout_secs",
+            "number",
+            "30.0",
+            "Per-call timeout in seconds (a server's `timeout_secs` wins).",
+        ),
+        Key::new(
+            "startup_timeout_secs",
+            "number",
+            "30.0",
+            "Seconds to spawn or reach a server and finish the handshake.",
+        ),
+        Key::new(
+            "max_result_bytes",
+            "integer",
+            "262144",
+            "Tool output kept per call; longer output is cut, and the cut noted.",
+        ),
+        Key::new(
+            "max_message_bytes",
+            "integer",
+            "16777216",
+            "Largest message taken from a server; a larger one fails its call.",
+        ),
+        Key::new("max_list_pages", "integer", "1000", "Most `tools/list` pages of one listing."),
+        Key::new("max_list_tools", "integer", "100000", "Most tools of one listing."),
+        Key::new("list_timeout_secs", "number", "120.0", "Seconds for one whole listing."),
+        Key::table(
+            "servers.<name>",
+            "One MCP server, spawned (`command`) or reached (`url`); its name is the `server` part of tool ids.",
+        ),
+        Key::unset("servers.<name>.command", "string", "Program to spawn (stdio)."),
+        Key::new(
+            "servers.<name>.args",
+            "list of strings",
+            "[]",
+            "Its arguments; `${VAR}` is replaced from the environment.",
+        ),
+        Key::new("servers.<name>.env", "table of strings", "{}", "Its environment variables; `${VAR}` is replaced."),
+        Key::unset("servers.<name>.cwd", "path", "Its working folder, relative to the project root."),
+        Key::unset("servers.<name>.url", "string", "Streamable HTTP endpoint; `${VAR}` is replaced."),
+        Key::new(
+            "servers.<name>.headers",
+            "table of strings",
+            "{}",
+            "HTTP headers sent to `url`; `${VAR}` is replaced.",
+        ),
+        Key::derived(
+            "servers.<name>.timeout_secs",
+            "number",
+            "`call_timeout_secs`",
+            "Per-call timeout for this server.",
+        ),
+        Key::new(
+            "servers.<name>.lifecycle",
+            r#""initialize" | "auto""#,
+            r#""initialize""#,
+            "Plain `initialize`, or probe with `server/discover` and fall back to `initialize`.",
+        ),
+        Key::new(
+            "servers.<name>.tool_ids",
+            r#""qualified" | "as-is""#,
+            r#""qualified""#,
+            "Tool ids `<server>::<tool>`, or the tool names as they are (a sandbox serving a catalog).",
+        ),
+    ];
+    const EXAMPLE: &'static str = r#"
+[mcp.servers.time]
+command = "mcp-server-time"
+"#;
     fn check(m: &Self::Value, _: &crate::settings::Settings, problems: &mut Vec<Problem>) {
         problems.extend(m.check());
     }

@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+use crate::config_doc::Key;
 use crate::error::{InputError, Problem};
 use crate::ledger::{NewEvent, Parent, kind};
 use crate::model::Catalog;
@@ -106,6 +107,146 @@ pub struct RegistrySettings {
 impl crate::settings::Section for RegistrySettings {
     const NAME: &'static str = "registry";
     type Value = crate::settings::Always<Self>;
+    const KEYS: &'static [Key] = &[
+        Key::unset(
+            "source",
+            "path",
+            "The snapshot file `benchgen registry import` and `run` read (relative to the root).",
+        ),
+        Key::new(
+            "format",
+            r#""etom" | "glama" | "official" | "smithery""#,
+            r#""etom""#,
+            "ETOM's `mcp_registry.json`, or a scraped snapshot folder of that registry.",
+        ),
+        Key::new(
+            "lenient",
+            "bool",
+            "false",
+            "Leave invalid records out (each listed with its reason) instead of failing.",
+        ),
+        Key::new(
+            "snapshots",
+            "list of paths",
+            "[]",
+            "Scraped snapshot folders merged into one catalog (in priority order) instead of reading `source`.",
+        ),
+        Key::table("sources.<name>", "A registry API that `benchgen registry scrape --source NAME` pages through."),
+        Key::required("sources.<name>.kind", r#""glama" | "official" | "smithery""#, "Which registry API it is."),
+        Key::required("sources.<name>.base_url", "string", "Its base URL, e.g. `https://glama.ai`."),
+        Key::unset(
+            "sources.<name>.api_key_env",
+            "string",
+            "Name of the environment variable holding the Bearer key (never the key itself).",
+        ),
+        Key::new("sources.<name>.page_size", "integer", "100", "Items per list page (at most 100 except `official`)."),
+        Key::new("sources.<name>.rate_per_s", "number", "2.0", "Requests per second, retries included."),
+        Key::new(
+            "sources.<name>.burst",
+            "integer",
+            "1",
+            "Requests that may go out back to back before the rate applies.",
+        ),
+        Key::new(
+            "sources.<name>.max_pages",
+            "integer",
+            "10000",
+            "More list pages than this stop the scrape with an error.",
+        ),
+        Key::new("sources.<name>.timeout_secs", "number", "30.0", "Whole-request timeout in seconds."),
+        Key::new("sources.<name>.connect_timeout_secs", "number", "10.0", "Connection timeout in seconds."),
+        Key::new("sources.<name>.max_response_bytes", "integer", "16777216", "A larger response stops the scrape."),
+        Key::new("sources.<name>.max_attempts", "integer", "6", "Attempts per request, the first included."),
+        Key::new(
+            "sources.<name>.backoff_ms",
+            "integer",
+            "500",
+            "Base of the exponential back-off when the server sends no `Retry-After`.",
+        ),
+        Key::new(
+            "sources.<name>.max_retry_after_secs",
+            "number",
+            "120.0",
+            "A longer `Retry-After` stops the scrape instead of sleeping.",
+        ),
+        Key::new("sources.<name>.query", "string", r#""""#, "Search text passed to the API; empty: everything."),
+        Key::new(
+            "sources.<name>.details",
+            "bool",
+            "true",
+            "Smithery: fetch each server's detail document (its tools); ignored elsewhere.",
+        ),
+        Key::new(
+            "sources.<name>.folder",
+            "path",
+            r#""raw/registry""#,
+            "Folder of its snapshots, relative to the root.",
+        ),
+        Key::table("categories", "The mapping of source categories onto one taxonomy."),
+        Key::unset("categories.taxonomy", "list of strings", "The target taxonomy; unset: ETOM's 30 categories."),
+        Key::new(
+            "categories.builtin_rules",
+            "bool",
+            "true",
+            "Append the built-in table (Glama attributes and keywords to ETOM categories).",
+        ),
+        Key::new(
+            "categories.max_categories",
+            "integer",
+            "3",
+            "At most this many categories per server (the first is the main one).",
+        ),
+        Key::unset(
+            "categories.classifier_role",
+            "string",
+            "An `[llm.roles]` role that classifies servers no rule placed.",
+        ),
+        Key::tables("categories.rules", "A rule tried before the built-in table."),
+        Key::unset("categories.rules.source", "string", "Only for servers from this source; unset: any."),
+        Key::unset("categories.rules.source_category", "string", "Regex over a source category (case-insensitive)."),
+        Key::unset("categories.rules.text", "string", "Regex over the name and description (case-insensitive)."),
+        Key::required("categories.rules.category", "string", "The category it assigns."),
+        Key::table("tools", "Live tool listing (`benchgen registry tools`)."),
+        Key::new(
+            "tools.allow",
+            "list of strings",
+            "[]",
+            "Only matches are run or contacted: patterns (`*` wildcard) of `npm:<pkg>`, `pypi:<pkg>`, `remote:<url>`.",
+        ),
+        Key::new(
+            "tools.npm",
+            "list of strings",
+            r#"["npx", "-y", "{package}@{version}"]"#,
+            "Command line for an npm package; `{package}` and `{version}` are replaced.",
+        ),
+        Key::new(
+            "tools.pypi",
+            "list of strings",
+            r#"["uvx", "{package}=={version}"]"#,
+            "Command line for a PyPI package.",
+        ),
+        Key::new(
+            "tools.time_limit_secs",
+            "number",
+            "60.0",
+            "Wall-clock limit per server: start, handshake and every tool page.",
+        ),
+        Key::new(
+            "tools.memory_limit_mb",
+            "integer",
+            "4096",
+            "Address-space limit of a spawned server in MiB (`prlimit --as`); 0: none.",
+        ),
+        Key::new("tools.max_tools", "integer", "1000", "Keep at most this many tools per server."),
+    ];
+    const EXAMPLE: &'static str = r#"
+[registry.sources.glama]
+kind = "glama"
+base_url = "https://glama.ai"
+
+[[registry.categories.rules]]
+category = "search"
+"#;
 }
 
 /// The imported catalog (`registry import`), read by `filter` and `stats`.

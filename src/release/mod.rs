@@ -44,6 +44,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::config_doc::Key;
 use crate::error::{InputError, Problem, hinted};
 use crate::ledger::NewEvent;
 use crate::model::{Family, Kind, Sample};
@@ -206,6 +207,41 @@ pub struct ReleaseSettings {
 impl crate::settings::Section for ReleaseSettings {
     const NAME: &'static str = "release";
     type Value = Option<Self>;
+    const KEYS: &'static [Key] = &[
+        Key::required("name", "string", "The benchmark's name (folder `release/<name>-<version>/`)."),
+        Key::required("version", "string", "Its version; a published version is never overwritten."),
+        Key::new(
+            "require_review",
+            "bool",
+            "true",
+            "Release only samples the review accepted; fail when there is no review.",
+        ),
+        Key::new("license", "string", r#""cc-by-4.0""#, "License on the dataset card (a Hugging Face license id)."),
+        Key::new("description", "string", r#""""#, "One paragraph for the top of the card."),
+        Key::new(
+            "limitations",
+            "list of strings",
+            "[]",
+            "Known limitations listed on the card, besides those it finds.",
+        ),
+        Key::new("dir", "path", r#""release""#, "Folder of releases, relative to the project root."),
+        Key::unset(
+            "eval_review",
+            "path",
+            "An adjudicated copy of `artifacts/eval/review.csv`: samples marked `leave out` leave this version.",
+        ),
+        Key::new(
+            "hold_flagged",
+            "bool",
+            "true",
+            "Hold back items `benchgen eval` flagged `all-fail` until `eval_review` decides them.",
+        ),
+    ];
+    const EXAMPLE: &'static str = r#"
+[release]
+name = "demo-bench"
+version = "0.1.0"
+"#;
 }
 
 fn yes() -> bool {

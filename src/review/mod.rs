@@ -29,6 +29,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::config_doc::Key;
 use crate::error::{InputError, Problem};
 use crate::settings::Settings;
 
@@ -120,6 +121,74 @@ pub struct ReviewSettings {
 impl crate::settings::Section for ReviewSettings {
     const NAME: &'static str = "review";
     type Value = Option<Self>;
+    const KEYS: &'static [Key] = &[
+        Key::new("roster", "path", r#""reviews/reviewers.toml""#, "Reviewer roster (TOML, `[[reviewer]]` tables)."),
+        Key::new(
+            "extra_samples",
+            "list of paths",
+            "[]",
+            "Extra sample files (unified JSONL) reviewed with the pool's.",
+        ),
+        Key::new("scale_min", "integer", "1", "Lowest score."),
+        Key::new("scale_max", "integer", "5", "Highest score (at most 9)."),
+        Key::new(
+            "accept_min",
+            "integer",
+            "4",
+            "A reviewer accepts a sample when every dimension scores at least this.",
+        ),
+        Key::new("result_chars", "integer", "300", "Characters of a tool result shown in sheets and pages."),
+        Key::new("bootstrap", "integer", "1000", "Bootstrap resamples for the agreement confidence intervals."),
+        Key::new(
+            "token_secret_env",
+            "string",
+            r#""BENCHGEN_REVIEW_SECRET""#,
+            "Environment variable holding the secret the reviewers' link tokens derive from.",
+        ),
+        Key::tables("dimensions", "A scored dimension of the rubric; absent: FinMCP-Bench's five."),
+        Key::required("dimensions.id", "string", "Column name in sheets and key in score maps (`[a-z0-9_]+`)."),
+        Key::required("dimensions.name", "string", "What reviewers see."),
+        Key::new(
+            "dimensions.description",
+            "string",
+            r#""""#,
+            "One line of guidance for reviewers and the LLM pre-reviewer.",
+        ),
+        Key::table("prereview", "LLM roles score each sample with the rubric; absent: no pre-review."),
+        Key::required(
+            "prereview.roles",
+            "list of strings",
+            "One or two LLM roles, each one LLM reviewer (`llm:<role>`).",
+        ),
+        Key::new("prereview.template", "string", r#""review_score""#, "Prompt template."),
+        Key::new(
+            "prereview.count_as_human",
+            "bool",
+            "false",
+            "LLM scores decide like human ones where people have not scored.",
+        ),
+        Key::new("prereview.concurrency", "integer", "2", "Samples in flight (not hashed)."),
+        Key::new("prereview.max_failed_share", "number", "0.0", "Share of samples whose scoring may fail."),
+        Key::table("serve", "The review web app (`benchgen review serve`)."),
+        Key::new("serve.addr", "string", r#""127.0.0.1:8377""#, "Listen address (`--addr` overrides)."),
+        Key::new("serve.db", "path", r#""reviews/review.sqlite""#, "The app's database (scores, drafts, sessions)."),
+        Key::new(
+            "serve.max_login_failures",
+            "integer",
+            "5",
+            "Failed sign-ins allowed per client address within `login_window_s`.",
+        ),
+        Key::new("serve.login_window_s", "integer", "60", "The window of `max_login_failures`, in seconds."),
+        Key::new("serve.session_hours", "integer", "12", "Hours a sign-in lasts."),
+    ];
+    const EXAMPLE: &'static str = r#"
+[[review.dimensions]]
+id = "relevance"
+name = "Question relevance"
+
+[review.prereview]
+roles = ["judge"]
+"#;
 }
 
 impl Default for ReviewSettings {

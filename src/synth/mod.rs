@@ -23,6 +23,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+use crate::config_doc::Key;
 use crate::logs::Session;
 use crate::logs::import::LogTool;
 use crate::mcp::{ClientOptions, McpClient};
@@ -60,6 +61,79 @@ pub struct SynthSettings {
 impl crate::settings::Section for SynthSettings {
     const NAME: &'static str = "synth";
     type Value = Option<Self>;
+    const KEYS: &'static [Key] = &[
+        Key::new("planner_role", "string", r#""synth""#, "Writes chain queries and dialogue goals."),
+        Key::new(
+            "user_role",
+            "string",
+            r#""synth""#,
+            "Plays the user in role-play (persona, goal and visible conversation only).",
+        ),
+        Key::new(
+            "assistant_role",
+            "string",
+            r#""synth""#,
+            "The agent with the MCP tools in role-play and on chain queries.",
+        ),
+        Key::new("judge_role", "string", r#""synth""#, "Checks that every user request of a dialogue was addressed."),
+        Key::unset(
+            "server",
+            "string",
+            "A `[mcp.servers]` entry to execute against; unset: a sandbox answering with the logs' responses.",
+        ),
+        Key::table("chains", "Chain queries from paths in the tool graph (`benchgen synth chains`)."),
+        Key::new(
+            "chains.per_sub_scenario",
+            "integer",
+            "2",
+            "Chains per sub-scenario (fewer when the graph has fewer paths).",
+        ),
+        Key::new(
+            "chains.lengths",
+            "table of numbers",
+            "{ 2 = 1.0, 3 = 1.0 }",
+            "Chain-length mix: weight per number of tools in the chain (keys at least 2).",
+        ),
+        Key::unset("chains.max_chains", "integer", "At most this many chains (a seeded subset); unset: no cap."),
+        Key::new("chains.paths_per_pair", "integer", "20", "Distinct paths enumerated per tool pair."),
+        Key::new("chains.template", "string", r#""synth_chain_query""#, "Prompt template of the chain query."),
+        Key::new("chains.concurrency", "integer", "4", "Chains in flight."),
+        Key::new("chains.max_failed_share", "number", "0.0", "Share of chains whose query may fail."),
+        Key::table("roleplay", "Persona-driven role-play dialogues (`benchgen synth roleplay`)."),
+        Key::new("roleplay.dialogues", "integer", "0", "Dialogues to simulate (0: the stage is off)."),
+        Key::new("roleplay.turn_cap", "integer", "4", "Most user turns per dialogue."),
+        Key::unset("roleplay.personas", "path", "Persona pool (TOML, `[[persona]]` tables; relative to the root)."),
+        Key::new("roleplay.goal_template", "string", r#""synth_goal""#, "Prompt template of a dialogue's goal."),
+        Key::new("roleplay.user_template", "string", r#""synth_user""#, "Prompt template of the simulated user."),
+        Key::new("roleplay.concurrency", "integer", "4", "Dialogues in flight."),
+        Key::new("roleplay.max_failed_share", "number", "0.0", "Share of dialogues that may fail."),
+        Key::table("validate", "The automatic check of every sample (`benchgen validate`)."),
+        Key::new(
+            "validate.check_template",
+            "string",
+            r#""synth_check""#,
+            "Prompt template of the check (role `judge_role`).",
+        ),
+        Key::new(
+            "validate.need_template",
+            "string",
+            r#""synth_need_call""#,
+            "The needed-call check of a call the rules leave open (role `judge_role`).",
+        ),
+        Key::new(
+            "validate.answer_template",
+            "string",
+            r#""synth_answer_again""#,
+            "The re-ask of an answer claiming what its calls did not do (role `assistant_role`).",
+        ),
+        Key::new("validate.concurrency", "integer", "4", "Samples in flight."),
+        Key::unset(
+            "validate.real_samples",
+            "integer",
+            "Real log samples to include (seeded, of the benchmark pool); unset: all.",
+        ),
+        Key::new("validate.max_failed_share", "number", "0.0", "Share of samples whose check may fail."),
+    ];
 }
 
 impl Default for SynthSettings {

@@ -65,7 +65,7 @@ fn full_space(seen: &Seen) -> bool {
     names == BTreeSet::from(["call_tool", "search_tools"])
 }
 
-fn agent_rule(seen: &Seen) -> Answer {
+pub(crate) fn agent_rule(seen: &Seen) -> Answer {
     scripted(seen, &plans(), NOISY)
 }
 
@@ -137,7 +137,7 @@ fn eval_config(llm: &ScriptedLlm, extra: &str) -> String {
 
 /// A released fixture project with `[eval]` added to its config and its release candidate
 /// built (what `eval` evaluates).
-fn project(llm: &ScriptedLlm, extra: &str) -> Project {
+pub(crate) fn project(llm: &ScriptedLlm, extra: &str) -> Project {
     let p = crate::release::project("0.1.0");
     let o = crate::release::release(&p, &[]);
     assert_code(&o, 0);
@@ -158,7 +158,7 @@ fn released_ids(p: &Project, version: &str) -> Vec<String> {
         .collect()
 }
 
-fn eval(p: &Project) -> std::process::Output {
+pub(crate) fn eval(p: &Project) -> std::process::Output {
     p.run(&["--config", CONFIG, "eval"])
 }
 

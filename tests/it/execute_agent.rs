@@ -1,9 +1,9 @@
 //! `benchgen execute` with the scripted LLM test server and a sandbox: a two-group
 //! trajectory (parallel, then dependent) recorded in the artifacts and the ledger, the call
-//! cap, the answer nudge after a blank turn, and a server crashing mid-run while the run
-//! goes on with the other queries.
+//! cap, the answer nudge after a blank turn, a server crashing mid-run while the run goes
+//! on with the other queries, and a killed run resumed with an uninterrupted run's counts.
 
-use crate::support::mcp_assets;
+use crate::support::{assert_code, mcp_assets};
 
 use crate::support::scripted_llm::{Answer, ScriptedLlm, Seen};
 use assert_cmd::Command;
@@ -311,4 +311,39 @@ fn bad_queries_file_names_every_problem() {
         .stderr(predicates::str::contains("line 2: not JSON"))
         .stderr(predicates::str::contains("chain[0].depends_on"));
     assert_eq!(llm.count(), 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 10, item 9 for `execute`: counts come from the checkpointed queries, not the process.
+
+#[test]
+fn a_killed_execute_resumes_with_the_counts_of_an_uninterrupted_run() {
+    let project = || {
+        let p = crate::pipeline::full_project();
+        let q: String = (1..=3).map(|i| format!("{{\"id\": \"q{i}\", \"query\": \"What is rate {i}?\"}}\n")).collect();
+        p.write("raw/queries.jsonl", q);
+        assert_code(&p.run(&["run", "--until", "filter"]), 0);
+        p
+    };
+    let whole = project();
+    assert_code(&whole.run(&["execute"]), 0);
+
+    let p = project();
+    let o = p.cmd().arg("execute").env("BENCHGEN_FAIL_AT", "execute_query:2").output().unwrap();
+    assert!(!o.status.success(), "the fail point stops the run after two queries");
+    assert!(!p.path("artifacts/execute/manifest.json").exists());
+    assert_code(&p.run(&["execute"]), 0);
+
+    let manifest = |p: &crate::support::Project| {
+        let m: serde_json::Value = serde_json::from_str(&p.read("artifacts/execute/manifest.json")).unwrap();
+        m["counts"].clone()
+    };
+    let (a, b) = (manifest(&whole), manifest(&p));
+    assert!(a["llm_exchanges"].as_u64().unwrap() >= 3, "{a}");
+    assert_eq!(a, b, "manifest counts after a resume");
+    let summary = |p: &crate::support::Project| {
+        let s: serde_json::Value = serde_json::from_str(&p.read("artifacts/execute/summary.json")).unwrap();
+        s["counts"].clone()
+    };
+    assert_eq!(summary(&whole), summary(&p));
 }

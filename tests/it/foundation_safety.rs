@@ -1,6 +1,6 @@
 //! Durability and input-safety guarantees of the stage runner: interrupted
-//! runs never leave torn output, bad input changes nothing, and runs are
-//! deterministic.
+//! runs never leave torn output, bad input changes nothing, a full disk is named
+//! first and changes nothing, and runs are deterministic.
 
 use std::collections::BTreeMap;
 
@@ -210,4 +210,52 @@ fn etom_snapshot_imports_491_servers_2375_tools_30_categories() {
         serde_json::from_str(&p.read("artifacts/registry-import/import_report.json")).unwrap();
     let trimmed = report["notes"].as_array().unwrap().iter().filter(|n| n["kind"] == "trimmed-name").count();
     assert_eq!(trimmed, 2, "{report}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 10, item 14: a full disk is named first: the stage, the file and the cause.
+
+fn first_line(o: &std::process::Output) -> String {
+    crate::support::stderr(o).lines().next().unwrap_or_default().to_string()
+}
+
+#[test]
+fn a_full_disk_names_stage_file_and_cause_first_and_leaves_artifacts_as_they_were() {
+    let p = crate::support::Project::demo();
+    assert_code(&p.run(&["run", "--until", "efs-pairs"]), 0);
+    let before = p.artifacts();
+
+    // An atomic write hits ENOSPC (fail point): the filter's outputs.
+    let o = p.cmd().args(["filter", "--force"]).env("BENCHGEN_FAIL_ENOSPC", "write_atomic").output().unwrap();
+    assert_code(&o, 1);
+    let line = first_line(&o);
+    assert!(line.starts_with("error: disk full in stage `filter`: cannot write `"), "{line}");
+    assert!(line.contains("filter/") && line.contains("No space left on device"), "{line}");
+    assert!(crate::support::stderr(&o).contains("hint: free space"), "{}", crate::support::stderr(&o));
+
+    // The ledger cannot grow in an LLM stage: SQLite's own "database or disk is full",
+    // named with the stage and the ledger file, not blamed on the LLM.
+    let o = p.cmd().args(["efs", "verify"]).env("BENCHGEN_FAIL_LEDGER_FULL", "1").output().unwrap();
+    assert_code(&o, 1);
+    let line = first_line(&o);
+    assert!(line.starts_with("error: disk full in stage `efs-verify`: cannot write `"), "{line}");
+    assert!(line.contains("ledger.sqlite") && line.contains("database or disk is full"), "{line}");
+
+    // Nothing was half-written: every artifact as before (the ledger may hold a failed run).
+    let after = p.artifacts();
+    for (k, v) in &before {
+        if k.starts_with("ledger.sqlite") || k.starts_with(".") {
+            continue;
+        }
+        assert!(after.get(k) == Some(v), "`{k}` changed");
+    }
+    let new: Vec<&String> = after
+        .keys()
+        .filter(|k| !before.contains_key(*k) && !k.starts_with("ledger.sqlite") && !k.starts_with('.'))
+        .collect();
+    assert!(new.is_empty(), "written after a full disk: {new:?}");
+
+    // With space again, the same commands run.
+    assert_code(&p.run(&["filter", "--force"]), 0);
+    assert_code(&p.run(&["efs", "verify"]), 0);
 }

@@ -1,7 +1,8 @@
 //! `provider = "local"`: benchgen starts llama-server itself and leaves no process behind —
-//! on success, on a start-up failure and on Ctrl-C. The smoke test runs the real 0.5B model
-//! from the setup cache; the others use small shell scripts standing in for the server
-//! binary (test doubles written by the tests into their temp folders).
+//! on success, on a start-up failure and on Ctrl-C — and a killed run leaves no server log
+//! in `$TMPDIR`. The smoke test runs the real 0.5B model from the setup cache; the others
+//! use small shell scripts standing in for the server binary (test doubles written by the
+//! tests into their temp folders).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -382,4 +383,75 @@ startup_timeout_s = 60
     let all = starts();
     assert_eq!(all.len(), 3, "one more server per stage command: {all:?}");
     assert!(all.iter().all(|&p| wait_dead(p)), "every server was stopped: {all:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 10, item 14: a killed run leaves no llama-server log in $TMPDIR; its log under
+// `artifacts/llm/logs` is removed by the next start.
+
+#[test]
+fn killed_runs_leave_no_local_server_log_in_tmpdir() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    // A stand-in llama-server that never gets healthy and writes its pid next to itself.
+    let fake = dir.path().join("fake-llama-server");
+    std::fs::write(&fake, "#!/bin/sh\necho $$ > \"$(dirname \"$0\")/server.pid\"\nexec sleep 1000\n").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.path().join("model.gguf"), b"not a model").unwrap();
+    std::fs::create_dir_all(dir.path().join("pipeline/prompts")).unwrap();
+    std::fs::copy(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("pipeline/prompts/llm-ping.md"),
+        dir.path().join("pipeline/prompts/llm-ping.md"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("pipeline/demo.toml"),
+        format!(
+            "[llm.roles.r]\nprovider = \"local\"\nserver_binary = \"{}\"\nmodel_path = \"{}\"\nstartup_timeout_s = 60\n",
+            fake.display(),
+            dir.path().join("model.gguf").display()
+        ),
+    )
+    .unwrap();
+    let logs = dir.path().join("artifacts/llm/logs");
+    let start_and_kill = || -> Vec<String> {
+        let _ = std::fs::remove_file(dir.path().join("server.pid"));
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_benchgen"))
+            .current_dir(dir.path())
+            .args(["llm", "ping"])
+            .env("BENCHGEN_NO_PROGRESS", "1")
+            .env_remove("BENCHGEN_LLM_MODE")
+            .env("TMPDIR", &tmp)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut server = None;
+        for _ in 0..500 {
+            if let Some(p) =
+                std::fs::read_to_string(dir.path().join("server.pid")).ok().and_then(|s| s.trim().parse::<u32>().ok())
+            {
+                server = Some(p);
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let server = server.expect("the stand-in server started");
+        let in_logs: Vec<String> = std::fs::read_dir(&logs)
+            .map(|r| r.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        child.kill().unwrap(); // SIGKILL: no destructor runs
+        child.wait().unwrap();
+        assert!(wait_dead(server), "PDEATHSIG stops the stand-in");
+        in_logs
+    };
+    let first = start_and_kill();
+    assert_eq!(first.len(), 1, "one log under artifacts/llm/logs: {first:?}");
+    let leftovers: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(leftovers.is_empty(), "nothing in $TMPDIR: {leftovers:?}");
+    assert!(logs.join(&first[0]).exists(), "the killed run's log is kept for the user");
+    let second = start_and_kill();
+    assert_eq!(second.len(), 1, "the next start removed the dead run's log: {second:?}");
+    assert_ne!(first, second);
 }

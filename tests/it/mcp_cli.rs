@@ -1,6 +1,10 @@
-//! `benchgen mcp tools|call|import` and `benchgen sandbox` from the command line.
+//! `benchgen mcp tools|call|import` and `benchgen sandbox` from the command line; a signal to
+//! `mcp tools` stops the server it spawned, and a closed stdout ends benchgen quietly.
 
-use crate::support::mcp_assets;
+use std::path::Path;
+use std::process::Output;
+
+use crate::support::{bin, mcp_assets, text};
 
 use assert_cmd::Command;
 use serde_json::Value;
@@ -138,4 +142,119 @@ fn spawned_sandbox_needs_no_default_config_in_its_folder() {
         .args(["--config", "pipeline/missing.toml", "sandbox", "--catalog", "x.json"])
         .assert()
         .code(1);
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 10, item 7: signals reach spawned servers; a closed stdout ends benchgen quietly.
+
+fn wait_gone(pid: i32) -> bool {
+    for _ in 0..250 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+        match stat {
+            Err(_) => return true,
+            // A zombie has exited; it waits for init to collect it.
+            Ok(s) if s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z') => return true,
+            Ok(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
+    false
+}
+
+/// A project whose server `slow` is a shell that writes its pid and never answers.
+fn silent_server_project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("pipeline")).unwrap();
+    std::fs::write(
+        dir.path().join("pipeline/demo.toml"),
+        format!(
+            "[mcp.servers.slow]\ncommand = \"sh\"\nargs = [\"-c\", \"echo $$ > {}; exec sleep 600\"]\n",
+            dir.path().join("server.pid").display()
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+fn signal_mcp_tools(sig: i32) {
+    let dir = silent_server_project();
+    let child = bin()
+        .current_dir(dir.path())
+        .args(["mcp", "tools", "slow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pidfile = dir.path().join("server.pid");
+    let mut server = None;
+    for _ in 0..500 {
+        if let Some(p) = std::fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
+            server = Some(p);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let server = server.expect("the server started");
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, sig) };
+    let o = child.wait_with_output();
+    let o = o.unwrap();
+    let gone = wait_gone(server);
+    if !gone {
+        // SAFETY: clean up the survivor so the test leaves nothing behind.
+        unsafe { libc::kill(server, libc::SIGKILL) };
+    }
+    assert!(gone, "the spawned server {server} outlived benchgen (signal {sig})");
+    assert_eq!(o.status.code(), Some(128 + sig), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("interrupted"), "{}", text(&o));
+}
+
+#[test]
+fn sigterm_to_mcp_tools_stops_the_spawned_server() {
+    signal_mcp_tools(libc::SIGTERM);
+}
+
+#[test]
+fn sigint_to_mcp_tools_stops_the_spawned_server() {
+    signal_mcp_tools(libc::SIGINT);
+}
+
+/// Run benchgen with a stdout pipe whose reader is already gone.
+fn with_closed_stdout(cwd: &Path, args: &[&str]) -> Output {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe(2) fills two fresh descriptors; we own both.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: fds[0] is ours; closing the read end makes every write fail with EPIPE.
+    unsafe { libc::close(fds[0]) };
+    // SAFETY: fds[1] is a valid descriptor we own; Stdio takes it over.
+    let w = unsafe { std::process::Stdio::from_raw_fd(fds[1]) };
+    bin().current_dir(cwd).args(args).stdout(w).stderr(std::process::Stdio::piped()).output().unwrap()
+}
+
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = crate::support::mcp_assets::write_fixture_catalog(dir.path());
+    std::fs::create_dir_all(dir.path().join("pipeline")).unwrap();
+    std::fs::write(
+        dir.path().join("pipeline/demo.toml"),
+        format!(
+            "[mcp.servers.sb]\ncommand = \"{}\"\nargs = [\"--quiet\", \"sandbox\", \"--catalog\", \"{}\"]\ntool_ids = \"as-is\"\n",
+            env!("CARGO_BIN_EXE_benchgen"),
+            catalog.display()
+        ),
+    )
+    .unwrap();
+    for args in [
+        &["mcp", "tools", "sb"][..],
+        &["--json", "mcp", "tools", "sb"],
+        &["stages"],
+        &["status"],
+        &["mcp", "call", "sb", "weather::forecast", "--args", "{\"city\": \"Oslo\"}"],
+    ] {
+        let o = with_closed_stdout(dir.path(), args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
+    }
 }

@@ -1,7 +1,10 @@
 //! The MCP client against our sandbox (in process and as a spawned binary) and against
-//! the real third-party servers that `make setup` installs (npm and PyPI).
+//! the real third-party servers that `make setup` installs (npm and PyPI); the bounds that
+//! stop paging through a `tools/list` that never ends.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::support::mcp_assets::*;
@@ -284,4 +287,107 @@ async fn mcp_server_git() {
     let log = ok_text(&client.call("git_log", &json!({"repo_path": repo}), None).await);
     assert!(log.contains("benchgen test commit"), "{log}");
     client.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 10, item 3: a server that always returns a new `nextCursor` must not be paged forever.
+
+/// TEST DOUBLE: a newline-delimited JSON-RPC MCP server over an in-process pipe that answers
+/// `initialize`, and every `tools/list` with `tools_per_page` new tools and a fresh cursor.
+/// Returns the pipe's client end and the page counter.
+fn endless_pager(
+    tools_per_page: usize,
+) -> (tokio::io::ReadHalf<tokio::io::DuplexStream>, tokio::io::WriteHalf<tokio::io::DuplexStream>, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (client, server) = tokio::io::duplex(1 << 16);
+    let pages = Arc::new(AtomicUsize::new(0));
+    let p = pages.clone();
+    tokio::spawn(async move {
+        let (r, mut w) = tokio::io::split(server);
+        let mut lines = tokio::io::BufReader::new(r).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let Ok(msg) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+            let Some(id) = msg.get("id").cloned() else { continue };
+            let result = match msg["method"].as_str() {
+                Some("initialize") => json!({
+                    "protocolVersion": msg["params"]["protocolVersion"],
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "endless-pager", "version": "0"}}),
+                Some("tools/list") => {
+                    let n = p.fetch_add(1, Ordering::SeqCst);
+                    let tools: Vec<_> = (0..tools_per_page)
+                        .map(|i| json!({"name": format!("t{n}_{i}"), "inputSchema": {"type": "object"}}))
+                        .collect();
+                    json!({"tools": tools, "nextCursor": format!("cursor-{n}")})
+                }
+                _ => json!({}),
+            };
+            let out = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string() + "\n";
+            if w.write_all(out.as_bytes()).await.is_err() {
+                break;
+            }
+        }
+    });
+    let (r, w) = tokio::io::split(client);
+    (r, w, pages)
+}
+
+#[tokio::test]
+async fn endless_pagination_stops_at_the_page_bound_naming_the_server() {
+    use benchgen::mcp::CallFailure;
+    let dir = tempfile::tempdir().unwrap();
+    let (r, w, pages) = endless_pager(1);
+    let mut o = ClientOptions::new(dir.path());
+    o.max_list_pages = 50;
+    let c = McpClient::from_io("pager", ToolIds::AsIs, o, r, w);
+    let err = c.list_tools().await.unwrap_err();
+    assert!(matches!(err, CallFailure::ListLimit { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("`pager`") && msg.contains("50 pages") && msg.contains("mcp.max_list_pages"), "{msg}");
+    assert_eq!(pages.load(Ordering::SeqCst), 50, "no page past the bound is requested");
+}
+
+#[tokio::test]
+async fn endless_pagination_stops_at_the_tool_and_time_bounds() {
+    use benchgen::mcp::CallFailure;
+    let dir = tempfile::tempdir().unwrap();
+    let (r, w, pages) = endless_pager(100);
+    let mut o = ClientOptions::new(dir.path());
+    o.max_list_tools = 1000;
+    let err = McpClient::from_io("wide", ToolIds::AsIs, o, r, w).list_tools().await.unwrap_err();
+    assert!(err.to_string().contains("`wide` listed more than 1000 tools"), "{err}");
+    assert!(matches!(err, CallFailure::ListLimit { .. }));
+    assert_eq!(pages.load(Ordering::SeqCst), 11);
+
+    // With the defaults' page and tool bounds out of reach, the time bound ends it.
+    let (r, w, pages) = endless_pager(1);
+    let mut o = ClientOptions::new(dir.path());
+    o.max_list_pages = usize::MAX;
+    o.max_list_tools = usize::MAX;
+    o.list_timeout = std::time::Duration::from_millis(300);
+    let err = McpClient::from_io("slow", ToolIds::AsIs, o, r, w).list_tools().await.unwrap_err();
+    assert!(
+        err.to_string().contains("`slow` did not finish listing its tools")
+            && err.to_string().contains("list_timeout_secs"),
+        "{err}"
+    );
+    assert!(pages.load(Ordering::SeqCst) > 1);
+}
+
+#[test]
+fn list_bounds_are_configurable_in_mcp_settings() {
+    let s: benchgen::mcp::config::McpSettings =
+        toml::from_str("max_list_pages = 7\nmax_list_tools = 9\nlist_timeout_secs = 1.5\n").unwrap();
+    let o = benchgen::mcp::client::ClientOptions::from_settings(
+        &benchgen::settings::Settings::load(&{
+            let d = tempfile::tempdir().unwrap().keep();
+            let p = d.join("p.toml");
+            std::fs::write(&p, "").unwrap();
+            p
+        })
+        .unwrap(),
+        &s,
+    );
+    assert_eq!((o.max_list_pages, o.max_list_tools), (7, 9));
+    assert_eq!(o.list_timeout, std::time::Duration::from_millis(1500));
 }

@@ -1,9 +1,13 @@
 //! `benchgen sandbox`: the ETOM snapshot's 2,375 tools, schema validation, determinism
-//! across restarts, and injected faults seen by the client as typed failures.
+//! across restarts, injected faults seen by the client as typed failures, the seed of
+//! `--catalog`, JSON-RPC errors for bad messages on both transports and the official MCP
+//! conformance suite.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::mcp_assets::*;
+use crate::support::{bin, text};
 use benchgen::mcp::config::{ServerSpec, ToolIds};
 use benchgen::mcp::{CallFailure, CallOutcome, ClientOptions, McpClient};
 use serde_json::{Value, json};
@@ -325,4 +329,207 @@ async fn recorded_sandbox_serves_log_catalogs_tools_list_files_and_server_tool_i
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 10, item 6: the sandbox seed is explicit, printed, and never read from a config file
+// in the current folder when `--catalog` is given.
+
+async fn sandbox_answer(cwd: &Path, catalog: &Path, extra: &[&str]) -> String {
+    let mut args = vec!["sandbox".to_string(), "--catalog".into(), catalog.display().to_string()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let spec = ServerSpec {
+        command: Some(env!("CARGO_BIN_EXE_benchgen").into()),
+        args,
+        cwd: Some(cwd.to_path_buf()),
+        tool_ids: ToolIds::AsIs,
+        ..Default::default()
+    };
+    let c = McpClient::new("sb", spec, ClientOptions::new(&cwd.join("logs")));
+    let o = c.call("weather::forecast", &json!({"city": "Oslo", "days": 2}), None).await;
+    c.shutdown().await;
+    match o {
+        CallOutcome::Ok { output, .. } => output.text,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn sandbox_catalog_answers_the_same_from_any_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = crate::support::mcp_assets::write_fixture_catalog(dir.path());
+    let plain = dir.path().join("plain");
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(&plain).unwrap();
+    std::fs::create_dir_all(project.join("pipeline")).unwrap();
+    // A project folder whose default config has another seed: it must not be read.
+    std::fs::write(project.join("pipeline/demo.toml"), "[project]\nseed = 99\n").unwrap();
+    let a = sandbox_answer(&plain, &catalog, &[]).await;
+    let b = sandbox_answer(&project, &catalog, &[]).await;
+    assert_eq!(a, b, "same call, same answer, whatever the folder");
+    assert_eq!(a, sandbox_answer(&plain, &catalog, &["--seed", "0"]).await, "the documented default is 0");
+    assert_ne!(a, sandbox_answer(&project, &catalog, &["--seed", "99"]).await, "--seed changes the answers");
+    let log = std::fs::read_to_string(project.join("logs/sb.stderr.log")).unwrap_or_default();
+    assert!(log.contains("sandbox: seed 99 (--seed)"), "the seed is printed: {log}");
+}
+
+#[test]
+fn sandbox_prints_its_seed() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = crate::support::mcp_assets::write_fixture_catalog(dir.path());
+    let o = bin()
+        .current_dir(dir.path())
+        .args(["sandbox", "--catalog", catalog.to_str().unwrap()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("sandbox: seed 0 (default for --catalog)"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 10, item 5: MCP conformance of the sandbox on both transports.
+
+#[test]
+fn sandbox_stdio_answers_bad_lines_with_json_rpc_errors() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = crate::support::mcp_assets::write_fixture_catalog(dir.path());
+    let mut child = bin()
+        .args(["--quiet", "sandbox", "--catalog", catalog.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    // A sandbox that stays silent (as before the fix) must fail the test, not hang it.
+    let pid = child.id() as i32;
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(20));
+        // SAFETY: signalling our own child; harmless if it has already exited and been reaped
+        // by then only if the pid was not reused, which 20 s in a test makes unlikely.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    });
+    let mut ask = |line: &str| -> serde_json::Value {
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        let mut l = String::new();
+        out.read_line(&mut l).unwrap();
+        serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l:?}"))
+    };
+    let e = ask("this is not json");
+    assert_eq!((e["id"].clone(), e["error"]["code"].clone()), (json!(null), json!(-32700)), "{e}");
+    let e =
+        ask(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"weather::forecast","arguments":[1]}}"#);
+    assert_eq!((e["id"].clone(), e["error"]["code"].clone()), (json!(4), json!(-32602)), "{e}");
+    let e =
+        ask(r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"weather::forecast","arguments":"x"}}"#);
+    assert_eq!(e["error"]["code"], -32602, "{e}");
+    let e = ask(r#"{"jsonrpc":"2.0","id":6,"result":"#);
+    assert_eq!(e["error"]["code"], -32700, "{e}");
+    // The connection still works afterwards.
+    let init = ask(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+    );
+    assert_eq!(init["result"]["serverInfo"]["name"], "benchgen-sandbox", "{init}");
+    drop(stdin);
+    child.wait().unwrap();
+}
+
+#[tokio::test]
+async fn sandbox_http_checks_origin_bodies_arguments_and_delete() {
+    use benchgen::sandbox::{Sandbox, SandboxOptions, serve_http};
+    let catalog: benchgen::model::Catalog =
+        serde_json::from_value(crate::support::mcp_assets::fixture_catalog()).unwrap();
+    let sb = Sandbox::new(&catalog, SandboxOptions::default()).unwrap();
+    let http = serve_http(&sb, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let url = http.url();
+    let c = reqwest::Client::new();
+    let post = |body: &str, origin: Option<&str>, session: Option<&str>| {
+        let mut r = c
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        if let Some(o) = origin {
+            r = r.header("origin", o);
+        }
+        if let Some(s) = session {
+            r = r.header("mcp-session-id", s).header("mcp-protocol-version", "2025-06-18");
+        }
+        r.send()
+    };
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+    let r = post(init, Some("http://evil.example"), None).await.unwrap();
+    assert_eq!(r.status(), 403, "a foreign Origin is refused");
+    let r = post(init, Some("http://localhost:5173"), None).await.unwrap();
+    assert_eq!(r.status(), 200, "a loopback Origin is served");
+    let r = post(init, None, None).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let session = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let _ = r.text().await;
+    let r = post("not json", None, Some(&session)).await.unwrap();
+    assert_eq!(r.status(), 400);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32700, "{body}");
+    let r = post(
+        r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"weather::forecast","arguments":[1]}}"#,
+        None,
+        Some(&session),
+    )
+    .await
+    .unwrap();
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (json!(9), json!(-32602)), "{body}");
+    let r = c.delete(&url).header("mcp-session-id", &session).send().await.unwrap();
+    assert!(r.status() == 200 || r.status() == 204, "session DELETE: {}", r.status());
+    http.stop.cancel();
+}
+
+/// The official MCP conformance suite (installed by `scripts/setup.d/35-mcp-conformance.sh`
+/// with its own Node 22) against `benchgen sandbox --http`, offline. Scenarios that test
+/// the reference server's own tools, resources, prompts, logging or completions (features a
+/// catalog sandbox does not offer) do not apply; every applicable one must pass.
+#[test]
+fn official_conformance_suite_passes_every_applicable_scenario() {
+    let root = mcp_cache().join("conformance/node_modules");
+    let Some(node) = require(root.join("node/bin/node"), "Node 22 (npm node@22)") else { return };
+    let Some(suite) = require(root.join("@modelcontextprotocol/conformance/dist/index.js"), "MCP conformance suite")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = write_fixture_catalog(dir.path());
+    let port = free_port();
+    let mut server = KillOnDrop(
+        bin()
+            .args([
+                "--quiet",
+                "sandbox",
+                "--catalog",
+                catalog.to_str().unwrap(),
+                "--http",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut url = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.0.stdout.take().unwrap()), &mut url).unwrap();
+    for scenario in
+        ["server-initialize", "ping", "tools-list", "server-sse-multiple-streams", "dns-rebinding-protection"]
+    {
+        let o = std::process::Command::new(&node)
+            .arg(&suite)
+            .args(["server", "--url", url.trim(), "--scenario", scenario])
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let out = text(&o);
+        assert!(o.status.success(), "scenario `{scenario}` failed:\n{out}");
+        assert!(out.contains(" 0 failed"), "scenario `{scenario}`:\n{out}");
+    }
 }

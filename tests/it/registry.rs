@@ -1,6 +1,7 @@
-//! Registry scraping, import, merge and live tool listing (issue 16), against loopback
-//! fixture servers that these tests start (`support/registry_fixture.rs`) and the real
-//! reference MCP servers that `make setup` installs.
+//! Registry scraping, import (tools whose input schema is not valid JSON Schema included),
+//! merge and live tool listing (issue 16), against loopback fixture servers that these tests
+//! start (`support/registry_fixture.rs`) and the real reference MCP servers that `make setup`
+//! installs.
 
 use crate::support as util;
 use crate::support::{mcp_assets, registry_fixture};
@@ -710,4 +711,72 @@ fn registry_tools_connects_to_an_allowed_streamable_http_remote() {
     assert!(r.registry.as_ref().unwrap().tools_from.as_deref().unwrap().contains(&format!("(remote:{url})")));
     let live: Value = serde_json::from_str(&p.read("out/live.json")).unwrap();
     assert_eq!(live["elsewhere"]["status"], "refused");
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 10, item 8: tools whose input schema is not valid JSON Schema are reported at import
+// and filter rules can drop them.
+
+#[test]
+fn invalid_input_schemas_are_reported_at_import_and_a_rule_drops_them() {
+    let p = crate::support::Project::demo();
+    let reg = p.read("raw/demo/registry.json");
+    let mut v: serde_json::Value = serde_json::from_str(&reg).unwrap();
+    let bad_id = format!(
+        "{}::{}",
+        v["servers"][0]["server_name"].as_str().unwrap(),
+        v["servers"][0]["tools"][0]["tool_name"].as_str().unwrap()
+    );
+    v["servers"][0]["tools"][0]["input_schema"] =
+        serde_json::json!({"type": "object", "properties": {"symbol": {"type": "strin"}}});
+    p.write("raw/demo/registry.json", serde_json::to_vec_pretty(&v).unwrap());
+
+    let o = p.run(&["registry", "import", "--json"]);
+    assert_code(&o, 0);
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["counts"]["invalid_input_schemas"], 1, "{s}");
+    let report: serde_json::Value =
+        serde_json::from_str(&p.read("artifacts/registry-import/import_report.json")).unwrap();
+    assert_eq!(report["invalid_input_schemas"], 1, "{report}");
+    let notes: Vec<&serde_json::Value> =
+        report["notes"].as_array().unwrap().iter().filter(|n| n["kind"] == "invalid-input-schema").collect();
+    assert_eq!(notes.len(), 1, "{report}");
+    assert_eq!(notes[0]["location"], bad_id.as_str());
+    assert!(notes[0]["message"].as_str().unwrap().contains("strin"), "{}", notes[0]);
+
+    // A filter rule acts on it, with the reason and the evidence in dropped.csv.
+    let cfg = p.read("pipeline/demo.toml").replacen(
+        "[[filter.rules]]",
+        "[[filter.rules]]\nid = \"invalid-schema\"\ntarget = \"tool\"\nclass = \"custom\"\n\
+         reason = \"the sandbox cannot validate its arguments\"\ninvalid_input_schema = true\n\n[[filter.rules]]",
+        1,
+    );
+    p.write("pipeline/demo.toml", cfg);
+    assert_code(&p.run(&["filter"]), 0);
+    let dropped = p.read("artifacts/filter/dropped.csv");
+    let line =
+        dropped.lines().find(|l| l.contains(&bad_id)).unwrap_or_else(|| panic!("{bad_id} not dropped:\n{dropped}"));
+    assert!(line.contains("invalid-schema") && line.contains("not valid JSON Schema"), "{line}");
+    assert_eq!(dropped.lines().filter(|l| l.contains("invalid-schema")).count(), 1, "{dropped}");
+
+    // A server rule cannot use it.
+    let cfg = p.read("pipeline/demo.toml").replacen(
+        "target = \"tool\"\nclass = \"custom\"",
+        "target = \"server\"\nclass = \"custom\"",
+        1,
+    );
+    p.write("pipeline/demo.toml", cfg);
+    let o = p.run(&["check"]);
+    assert_code(&o, 1);
+    assert!(crate::support::stderr(&o).contains("`invalid_input_schema` applies to tool rules only"));
+}
+
+#[test]
+fn the_etom_snapshot_reports_its_four_invalid_input_schemas() {
+    let Some(reg) = crate::support::shared_data("etom/mcp_registry.json") else { return };
+    let p = crate::support::Project::demo();
+    let o = p.run(&["registry", "import", reg.to_str().unwrap(), "--json"]);
+    assert_code(&o, 0);
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["counts"]["invalid_input_schemas"], 4, "{s}");
 }

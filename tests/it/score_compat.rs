@@ -1,5 +1,6 @@
 //! One table test per published-evaluator defect: the `--compat` number and the corrected
-//! number side by side (the README's difference table lists the same cases).
+//! number side by side (the README's difference table lists the same cases); the compat
+//! modes read what Python's `json.loads` reads.
 
 use crate::support::score_fixtures::*;
 use serde_json::{Value, json};
@@ -624,4 +625,117 @@ fn compat_finmcp_equals_evaluation_py_with_missing_ids_and_repeats() {
     assert!(second.iter().all(|d| d.id.is_some() && d.message.contains("the first is at record ")), "{second:#?}");
     let id_less: Vec<_> = cor.diagnostics.iter().filter(|d| d.id.is_none()).collect();
     assert_eq!(id_less.len(), 9, "{:#?}", cor.diagnostics);
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 10, item 15: the compat modes read what Python's `json.loads` reads, and count what
+// the published evaluators count.
+
+#[test]
+fn compat_reads_nan_infinity_1e400_and_lone_surrogates_like_json_loads() {
+    use benchgen::score::Mode;
+    let f = Fixture::new();
+    let q = serde_json::json!([{"query_id": 1, "query": "q", "ground_truth_tools": [t("s", "a", &[])], "ground_truth_tools_count": 1}]);
+    let bench = f.write("level_1.json", &q.to_string());
+    for extra in ["NaN", "Infinity", "-Infinity", "1e400", "\"\\ud800\""] {
+        // In an item string (eval.py runs json.loads on each) …
+        let item = format!(r#"{{"server": "s", "tool_name": "a", "x": {extra}}}"#);
+        let line = format!("{{\"id\": \"L1-1\", \"prediction\": [{}]}}\n", serde_json::Value::String(item));
+        let pred = f.write("pred.jsonl", &line);
+        let rep = run(vec![bench.clone()], pred, Mode::CompatEtom);
+        assert!(rep.results[0].em, "item with {extra}: {:?}", rep.diagnostics);
+        // … and in the record itself.
+        let line = format!(
+            "{{\"id\": \"L1-1\", \"prediction\": [{}], \"x\": {extra}}}\n",
+            serde_json::Value::String(r#"{"server": "s", "tool_name": "a"}"#.into())
+        );
+        let pred = f.write("pred.jsonl", &line);
+        let rep = run(vec![bench.clone()], pred.clone(), Mode::CompatEtom);
+        assert!(rep.results[0].em, "record with {extra}: {:?}", rep.diagnostics);
+        // The corrected mode follows the JSON standard: such a record is refused, named.
+        if extra != "1e400" && extra != "\"\\ud800\"" {
+            let rep = run(vec![bench.clone()], pred, Mode::Corrected);
+            assert!(rep.diagnostics.iter().any(|d| d.location == "line 1"), "{:?}", rep.diagnostics);
+        }
+    }
+    // A float where a name belongs is a float, as in Python: NaN behaves like 1.5.
+    let em = |name: &str| {
+        let item = format!(r#"{{"server": "s", "tool_name": {name}}}"#);
+        let line = format!("{{\"id\": \"L1-1\", \"prediction\": [{}]}}\n", serde_json::Value::String(item));
+        let rep = run(vec![bench.clone()], f.write("pred.jsonl", &line), Mode::CompatEtom);
+        (rep.results[0].em, rep.results[0].compat_status.clone())
+    };
+    assert_eq!(em("NaN"), em("1.5"));
+    assert_eq!(em("1e400"), em("1.5"));
+}
+
+#[test]
+fn finmcp_inference_error_records_without_id_and_the_inference_file_as_bench() {
+    use benchgen::score::Mode;
+    let g: &[&[&str]] = &[&["A"]];
+    let samples: Vec<serde_json::Value> =
+        (1..=3).map(|i| fin_sample(i, "single step", "x-y", "easy", messages(&[("q", g)]))).collect();
+    // What inference_api.py writes: the samples with `messages_pred`, and a failed sample
+    // replaced by an error record that has lost every other field, its id included.
+    let mut out = samples.clone();
+    for s in &mut out {
+        s["messages_pred"] = messages(&[("q", g)]);
+    }
+    out[1] = serde_json::json!({"error": true, "error_message": "boom", "messages_pred": []});
+    let f = Fixture::new();
+    let bench = f.write("bench.json", &serde_json::Value::Array(samples).to_string());
+    let eval = f.write("eval.json", &serde_json::Value::Array(out).to_string());
+
+    // evaluation.py: the error record is dropped, N = 2, both others exact.
+    let com = run(vec![bench.clone()], eval.clone(), Mode::CompatFinmcp);
+    let c = row(&com, "overall", "all");
+    assert_eq!((c.n, c.em), (2, 1.0), "{:?}", com.diagnostics);
+    assert!(!com.diagnostics.iter().any(|d| d.message.contains("no `id`")), "{:?}", com.diagnostics);
+
+    // The inference output as the benchmark too (as the FinMCP docs run it).
+    let com = run(vec![eval.clone()], eval.clone(), Mode::CompatFinmcp);
+    let c = row(&com, "overall", "all");
+    assert_eq!((c.n, c.em), (2, 1.0), "{:?}", com.diagnostics);
+    let left_out: Vec<_> = com.diagnostics.iter().filter(|d| d.message.contains("inference error record")).collect();
+    assert_eq!(left_out.len(), 1, "reported once: {:?}", com.diagnostics);
+    assert_eq!(left_out[0].location, "record 2");
+    let cor = run(vec![eval.clone()], eval, Mode::Corrected);
+    assert_eq!(row(&cor, "overall", "all").n, 2);
+}
+
+#[test]
+fn compat_etom_reports_status_counts_and_the_l4_efs_match_counts() {
+    let gt = serde_json::json!([t("s", "a", &[]), t("s", "b", &[0])]);
+    let (_, com) = etom(
+        4,
+        &[(1, gt.clone()), (2, gt)],
+        &[
+            ("L4-1".into(), serde_json::json!([sel("s", "a"), sel("s", "b")])),
+            ("L4-2".into(), serde_json::json!("No tools")),
+        ],
+    );
+    let e = &row(&com, "level", "L4").extras;
+    assert_eq!(e.get("efs_matches"), Some(&0.0), "{e:?}");
+    assert_eq!(e.get("total_efs_alternatives"), Some(&0.0), "{e:?}");
+    let statuses: f64 = e.iter().filter(|(k, _)| k.starts_with("status.")).map(|(_, v)| v).sum();
+    assert_eq!(statuses, 2.0, "every query has a status: {e:?}");
+    assert_eq!(e.get("status.tool_chain_efs"), Some(&1.0), "{e:?}");
+}
+
+#[test]
+fn compat_finmcp_scores_a_repeated_record_again_as_evaluation_py_does() {
+    let g: &[&[&str]] = &[&["A"]];
+    let wrong: &[&[&str]] = &[&["B"]];
+    let s = |i| fin_sample(i, "single step", "x-y", "easy", messages(&[("q", g)]));
+    let rec = |i: u32, m| serde_json::json!({"id": i, "messages_pred": m});
+    let (cor, com) = finmcp(
+        &[s(1), s(2)],
+        &[rec(1, messages(&[("q", g)])), rec(2, messages(&[("q", g)])), rec(1, messages(&[("q", wrong)]))],
+    );
+    let c = row(&com, "overall", "all");
+    assert_eq!(c.n, 3, "every record counts: {:?}", com.diagnostics);
+    assert!((c.em - 2.0 / 3.0).abs() < 1e-9, "{}", c.em);
+    let k = row(&cor, "overall", "all");
+    assert_eq!((k.n, k.em), (2, 1.0), "corrected: the first prediction only");
+    assert!(cor.diagnostics.iter().any(|d| d.message.contains("only the first is scored")));
 }

@@ -1,6 +1,7 @@
 //! Stage commands come from the stage list (issue 25): every stage is reachable at its
 //! command words with its reads and writes in `--help`, `main.rs` names no stage, and the
-//! user-visible output of the newer stages (help, report and status lines) is pinned by
+//! user-visible output of the newer stages (help, report and status lines, and the reports
+//! they write: synthesis, execute, validate, review, release card and eval) is pinned by
 //! snapshots, as the foundation stages' is in `foundation_cli.rs`.
 
 use crate::support::{assert_code, redact_times, stderr, stdout};
@@ -89,6 +90,7 @@ fn review_stage_lines() {
     step(&["review", "merge"]);
     step(&["status"]);
     insta::assert_snapshot!("review_lines", shown);
+    insta::assert_snapshot!("review_merge_report", rp.p.read("artifacts/review-merge/report.md"));
 }
 
 #[test]
@@ -105,6 +107,7 @@ fn release_stage_lines() {
     assert_code(&o, 0);
     shown.push_str(&format!("$ benchgen release verify release/it-bench-1.0.0\n{}\n", lines(&o)));
     insta::assert_snapshot!("release_lines", shown);
+    insta::assert_snapshot!("release_card", p.read("release/it-bench-1.0.0/README.md"));
 }
 
 #[test]
@@ -135,4 +138,26 @@ fn synth_stage_lines() {
     let mut shown = format!("$ benchgen run\n{}\n", split(redact_times(&sp.ok(&["run"]))));
     shown.push_str(&format!("$ benchgen status\n{}", split(redact_times(&sp.ok(&["status"])))));
     insta::assert_snapshot!("synth_lines", shown);
+    // The reports hold no time or path: the artifacts are byte-identical from run to run.
+    insta::assert_snapshot!("synth_chains_report", sp.read("artifacts/synth-chains/report.md"));
+    insta::assert_snapshot!("execute_summary", sp.read("artifacts/execute/summary.json"));
+    insta::assert_snapshot!("synth_roleplay_report", sp.read("artifacts/synth-roleplay/report.md"));
+    insta::assert_snapshot!("validate_report", sp.read("artifacts/validate/report.md"));
+}
+
+#[test]
+fn eval_stage_lines() {
+    let llm = crate::support::scripted_llm::ScriptedLlm::start(crate::eval::agent_rule);
+    let p = crate::eval::project(&llm, "");
+    // Each agent's mean model latency is wall-clock time.
+    let latency = regex::Regex::new(r"latency \d+ ms").unwrap();
+    let mut shown = String::new();
+    for _ in 0..2 {
+        let o = crate::eval::eval(&p);
+        assert_code(&o, 0);
+        let said = latency.replace_all(&lines(&o), "latency [ms] ms").into_owned();
+        shown.push_str(&format!("$ benchgen eval\n{said}\n"));
+    }
+    insta::assert_snapshot!("eval_lines", shown);
+    insta::assert_snapshot!("eval_report", p.read("artifacts/eval/report.md"));
 }

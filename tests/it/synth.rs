@@ -452,6 +452,11 @@ impl SynthProject {
         crate::support::stdout(&o)
     }
 
+    /// A file of the project, by its path from the project root.
+    pub(crate) fn read(&self, rel: &str) -> String {
+        self.p.read(rel)
+    }
+
     fn jsonl(&self, rel: &str) -> Vec<Value> {
         self.p.read(rel).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     }

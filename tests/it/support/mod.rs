@@ -190,6 +190,20 @@ pub fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
+/// `benchgen` as a plain child process, outside any project (for the tests that signal
+/// it, give it their own pipes or spawn it as a server), with progress bars off and no LLM
+/// mode from the environment.
+pub fn bin() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_benchgen"));
+    c.env("BENCHGEN_NO_PROGRESS", "1").env_remove("BENCHGEN_LLM_MODE");
+    c
+}
+
+/// Stdout then stderr of a command, as one text.
+pub fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
