@@ -268,8 +268,12 @@ impl Stage for L1Stage {
         super::estimates(
             s,
             vec![
-                Estimate::typed(&l.writer_role, items, format!("{basis} × 1 draft")),
-                Estimate::typed(&l.judge_role, items * n, format!("{basis} × {n} candidates verified")),
+                Estimate::typed(&l.writer_role, items * 2, format!("{basis} × (1 draft + ≤ 1 asked again)")),
+                Estimate::typed(
+                    &l.judge_role,
+                    items * (n + 1),
+                    format!("{basis} × ({n} candidates + ≤ 1 asked again) verified"),
+                ),
             ],
         )
     }
