@@ -117,6 +117,10 @@ pub enum Command {
     /// produced by an earlier stage, and every numeric setting's range. All problems are
     /// listed at once, each with its config key; exit 1 when there is any. Every command
     /// that loads a config runs the same check first. Reads the config and prompts only.
+    ///
+    /// Warnings are printed and do not fail it (`--json` lists them under `warnings`): a role
+    /// in batch mode that asks the turns of conversations (`execute`, `synth roleplay`,
+    /// `eval`), each turn then waiting for a batch. See docs/llm-batch-api.md.
     Check,
     /// The pipeline as a graph: each stage with its command, reads, writes and LLM roles.
     ///
@@ -278,7 +282,8 @@ pub enum LlmCommand {
     /// -i FILE -o OUT`): `custom_id` is the request hash. Runs the stage (its upstream must
     /// be done) up to its first round, which is all that can be exported: import the
     /// answers, then run the stage again or export its next round. Records the export in
-    /// the ledger (`benchgen llm batches`); writes no stage artifacts.
+    /// the ledger (`benchgen llm batches`); writes no stage artifacts. A stage that fails
+    /// for a reason of its own fails the export with that error, after writing what it kept.
     BatchExport(BatchExportArgs),
     /// Take an offline engine's batch output file (`vllm run-batch -o OUT`) into the
     /// ledger, as a downloaded batch output is: the stage then answers those requests from

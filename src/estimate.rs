@@ -239,10 +239,11 @@ max_items = 2
         // No bound of the stage's own: the role's 3 requests in flight share the 6 × 2 s.
         assert_eq!(r.seconds, Some(4.0));
         assert!(r.time.contains("2.0 s/exchange measured, 3 at once"), "{}", r.time);
-        // L1: 2 of the 4 tools, one draft each (writer), 3 candidates each verified (judge).
+        // L1: 2 of the 4 tools, one draft each and at most one asked again (writer), 3
+        // candidates and at most one asked again each verified (judge).
         let l1 = crate::levels::l1::L1Stage.estimate(&s);
         let by: BTreeMap<&str, (u64, u64)> = l1.iter().map(|e| (e.role.as_str(), (e.typed, e.plain))).collect();
-        assert_eq!(by, BTreeMap::from([("writer", (2, 0)), ("classifier", (6, 0))]));
+        assert_eq!(by, BTreeMap::from([("writer", (4, 0)), ("classifier", (8, 0))]));
     }
 
     #[test]

@@ -124,12 +124,30 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
         Some((stage, _)) => stages::check_stage(&settings, stage.spec().name)?,
         None => stages::check(&settings)?,
     }
+    for w in load_warnings(&settings, &cli.command, single.as_ref().map(|(s, _)| s.as_ref())) {
+        printer.warn(&format!("{}: {}", w.location, w.message));
+    }
     stage::recover_if_idle(&settings, printer)?;
     let ctx = Ctx::new(&settings, printer);
     if let Some((stage, force)) = single {
         return pipeline::run_one(&ctx, stage.as_ref(), force);
     }
     project_command(&ctx, &cli.command)
+}
+
+/// What the load warns of without failing ([`stages::warnings`]), for the stages the command
+/// runs: a stage command's or `llm batch-export`'s stage, the pipeline's for `run` and
+/// `check`. Other commands run no stage and are not warned.
+fn load_warnings(settings: &Settings, command: &Command, single: Option<&dyn Stage>) -> Vec<error::Problem> {
+    if let Some(stage) = single {
+        return stages::warnings(settings, stage);
+    }
+    let list = match command {
+        Command::Check | Command::Run(_) => stages::enabled(settings),
+        Command::Llm(LlmCommand::BatchExport(a)) => stages::get(&a.stage).into_iter().collect(),
+        _ => Vec::new(),
+    };
+    list.iter().flat_map(|s| stages::warnings(settings, s.as_ref())).collect()
 }
 
 /// `init`: write the project, list what it holds and what the first run asks of the LLM.
@@ -192,14 +210,21 @@ fn project_command(ctx: &Ctx, command: &Command) -> Result<()> {
             stages::check(settings)?;
             let n = stages::enabled(settings).len();
             let shown = settings.display_path(&settings.config_path);
+            // Printed as the config was loaded; counted here, and listed in the JSON.
+            let warnings = load_warnings(settings, command, None);
+            let warned = match warnings.len() {
+                0 => String::new(),
+                w => format!(", {w} warning{} (above)", if w == 1 { "" } else { "s" }),
+            };
             // What the first run asks of the LLM, and how long that takes here.
             let estimates = benchgen::estimate::table(settings);
             printer.summary(
                 &format!(
-                    "`{shown}`: no problems ({n} stages in the pipeline)\n{}",
+                    "`{shown}`: no problems ({n} stages in the pipeline){warned}\n{}",
                     benchgen::estimate::render(&estimates)
                 ),
-                &serde_json::json!({"config": shown, "problems": [], "stages": n, "estimates": estimates}),
+                &serde_json::json!({
+                    "config": shown, "problems": [], "warnings": warnings, "stages": n, "estimates": estimates}),
             );
             Ok(())
         }

@@ -560,6 +560,12 @@ pub trait Stage: Send + Sync {
     fn roles(&self, _settings: &Settings) -> Vec<ConfigRef> {
         Vec::new()
     }
+    /// Those of its roles whose requests are the turns of a conversation (an agent's next
+    /// turn, a simulated user's reply), each sent once the one before is answered: in batch
+    /// mode each turn waits for a batch, which `check` warns of.
+    fn turn_roles(&self, _settings: &Settings) -> Vec<ConfigRef> {
+        Vec::new()
+    }
     /// Prompt templates it renders, with example variables.
     fn prompts(&self, _settings: &Settings) -> Vec<PromptRef> {
         Vec::new()

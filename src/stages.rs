@@ -173,6 +173,36 @@ pub fn check_stage(settings: &Settings, name: &str) -> Result<()> {
     Err(InputError { file: settings.display_path(&settings.config_path), problems }.into())
 }
 
+/// What `check` warns of for `stage` without failing, each with the config key it comes
+/// from: a role in batch mode (`mode = "batch"`, or any role not `local` with `--batch`)
+/// among its [`Stage::turn_roles`]. Such a stage runs correctly, each turn of every
+/// conversation in flight one batch, but each turn waits for its batch, up to the completion
+/// window, before the next can be asked; it is warned of rather than refused because only
+/// the time suffers (docs/decisions.md).
+pub fn warnings(settings: &Settings, stage: &dyn Stage) -> Vec<Problem> {
+    let roles = &settings.section::<crate::llm::LlmSettings>().roles;
+    let name = stage.spec().name;
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for r in stage.turn_roles(settings) {
+        let Some(s) = roles.get(&r.name) else { continue };
+        if !crate::llm::batch_api::batch_role(settings, &r.name) || !seen.insert(r.name.clone()) {
+            continue;
+        }
+        let (role, window) = (&r.name, &s.batch.completion_window);
+        out.push(Problem::new(
+            &r.key,
+            format!(
+                "stage `{name}` sends the requests of role `{role}` as batch jobs, and they are turns of \
+                 conversations: each turn waits for a batch (up to its completion window, {window}) before the next \
+                 is asked; set `mode = \"live\"` in `[llm.roles.{role}]`, or use `--batch` only for stages of one \
+                 round"
+            ),
+        ));
+    }
+    out
+}
+
 /// Every problem [`check`] reports, in stage order.
 pub fn problems(settings: &Settings) -> Vec<Problem> {
     problems_of(settings, &all())

@@ -297,6 +297,11 @@ impl Stage for EvalStage {
         cfg.agents.iter().enumerate().map(|(i, a)| ConfigRef::new(format!("eval.agents[{i}]"), a)).collect()
     }
 
+    /// Every agent of the panel runs agent loops.
+    fn turn_roles(&self, s: &Settings) -> Vec<ConfigRef> {
+        self.roles(s)
+    }
+
     fn check(&self, s: &Settings, problems: &mut Vec<Problem>) {
         let Some(cfg) = s.section::<EvalSettings>() else { return };
         if cfg.agents.is_empty() {

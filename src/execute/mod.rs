@@ -147,6 +147,11 @@ impl Stage for ExecuteStage {
         }
     }
 
+    /// Its one role runs the agent loop.
+    fn turn_roles(&self, settings: &Settings) -> Vec<ConfigRef> {
+        self.roles(settings)
+    }
+
     fn estimate(&self, settings: &Settings) -> Vec<crate::stage::Estimate> {
         let mut agent = AgentSettings::from(&settings.section::<ExecuteSettings>().0);
         let queries = match self.source(settings) {

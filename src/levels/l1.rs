@@ -144,24 +144,39 @@ pub async fn write_and_verify(
     .await;
     let checks = batch::all(checks)?;
     let wording = super::wording_of(vars);
+    let tools = tool_vars(vars);
     let mut candidates: Vec<Candidate> = queries
         .into_iter()
         .zip(checks)
         .map(|(query, c)| {
-            let (verified, reason) = verdict(&query, &c.value, mention, &wording);
+            let (verified, reason) = verdict(&query, &c.value, mention, (&wording, &tools));
             Candidate { query, verified, reason, exchange: c.exchange, asked_again: None }
         })
         .collect();
     if !candidates.iter().any(|c| c.verified) {
         let again = ask_again(llm, (writer, judge), verify_t, &wv, &candidates[0], mention).await?;
-        candidates.extend(again);
+        candidates.push(again);
     }
     Ok(Drafted { write_exchange: drafts.exchange, candidates })
 }
 
+/// The item's tools as the templates show them (L1: `tool`, L2: `tools`).
+fn tool_vars(vars: &Value) -> Vec<Value> {
+    match (vars.get("tools").and_then(Value::as_array), vars.get("tool")) {
+        (Some(ts), _) => ts.clone(),
+        (None, Some(t)) => vec![t.clone()],
+        (None, None) => vec![],
+    }
+}
+
 /// A query's verdict: the verifier's four rules, then the mechanical ones (the platform
-/// mention, no copied wording).
-fn verdict(query: &str, v: &QueryCheck, mention: &Mention, wording: &[super::Wording]) -> (bool, String) {
+/// mention, no copied wording, a word in common with what a tool does).
+fn verdict(
+    query: &str,
+    v: &QueryCheck,
+    mention: &Mention,
+    (wording, tools): (&[super::Wording], &[Value]),
+) -> (bool, String) {
     let failed: Vec<&str> = [
         (v.intent_matches, "intent does not match"),
         (v.platform_rule_obeyed, "platform rule broken"),
@@ -172,7 +187,10 @@ fn verdict(query: &str, v: &QueryCheck, mention: &Mention, wording: &[super::Wor
     .filter(|(ok, _)| !ok)
     .map(|(_, w)| *w)
     .collect();
-    let rule = mention.check(query).or_else(|| super::copied_wording(query, wording));
+    let rule = mention
+        .check(query)
+        .or_else(|| super::copied_wording(query, wording))
+        .or_else(|| super::plan_check::unrelated(query, tools));
     match (failed.is_empty(), rule) {
         (true, None) => (true, super::one_line(&v.reason)),
         (true, Some(m)) => (false, m),
@@ -182,8 +200,8 @@ fn verdict(query: &str, v: &QueryCheck, mention: &Mention, wording: &[super::Wor
 
 /// Ask the writer once more, with the first refused query and why it was refused, and
 /// verify the new query the same way. A small model often writes a function call or
-/// leaves out the platform; told so, it usually fixes just that. `None`: the writer
-/// returned no query (its exchange stays in the ledger).
+/// leaves out the platform; told so, it usually fixes just that. A writer that returns no
+/// query gives a refused candidate with that reason (its exchange as both exchanges).
 async fn ask_again(
     llm: &Item,
     (writer, judge): (&str, &str),
@@ -191,20 +209,29 @@ async fn ask_again(
     wv: &Value,
     refused: &Candidate,
     mention: &Mention,
-) -> Result<Option<Candidate>, ItemError> {
-    let tools = wv.get("tools").cloned().unwrap_or_else(|| json!([wv["tool"].clone()]));
+) -> Result<Candidate, ItemError> {
+    let tools = tool_vars(wv);
     let av = json!({"rule": mention.text(), "tools": tools, "query": refused.query, "reason": refused.reason});
     let schema = crate::llm::schema_with_max_items::<Drafts>("queries", 1);
     let prompt = Prompt::new(AGAIN_TEMPLATE, av);
     let r = llm.typed_schema::<Drafts>(writer, &prompt, Some("write-again"), ("Drafts", schema), |_| Ok(())).await?;
     let Some(query) = r.value.queries.first().map(|q| super::one_line(q)).filter(|q| !q.is_empty()) else {
-        return Ok(None);
+        // Recorded, so the funnel counts the item as asked again and its rejection says so.
+        let reason = "the writer returned no query".to_string();
+        let exchange = r.exchange.clone();
+        return Ok(Candidate {
+            query: String::new(),
+            verified: false,
+            reason,
+            exchange,
+            asked_again: Some(r.exchange),
+        });
     };
     let mut v = wv.clone();
     v["query"] = json!(query);
     let c = llm.typed_as::<QueryCheck>(judge, &Prompt::new(verify_t, v), "verify-again").await?;
-    let (verified, reason) = verdict(&query, &c.value, mention, &super::wording_of(wv));
-    Ok(Some(Candidate { query, verified, reason, exchange: c.exchange, asked_again: Some(r.exchange) }))
+    let (verified, reason) = verdict(&query, &c.value, mention, (&super::wording_of(wv), &tools));
+    Ok(Candidate { query, verified, reason, exchange: c.exchange, asked_again: Some(r.exchange) })
 }
 
 /// The writer's template for asking again, with example variables.

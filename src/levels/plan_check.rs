@@ -275,7 +275,7 @@ pub fn check_judged(
     };
     let ev: Vec<Evidence> =
         (0..n).map(|i| evidence((&q, &q_of(i)), &infos[i], similarity.and_then(|s| s.get(i)).copied())).collect();
-    let (pruned, open) = requested(&canon, &kept_deps, &ev, (q.len(), judged, single), cfg, &primary, &mut step_dec);
+    let (pruned, open) = requested(&canon, &kept_deps, &ev, (judged, single), cfg, &primary, &mut step_dec);
     let kept: Vec<usize> = (0..n).filter(|&i| !pruned[i]).collect();
     let pos: BTreeMap<usize, usize> = kept.iter().enumerate().map(|(new, &old)| (old, new)).collect();
     let plan: Vec<Step> = kept
@@ -483,6 +483,8 @@ struct Evidence {
     shared: Vec<String>,
     /// The tool name the query names.
     mention: Option<String>,
+    /// How many query words the share is of (L1/L2: the platform's left out).
+    words: usize,
 }
 
 impl Evidence {
@@ -502,7 +504,8 @@ impl Evidence {
             }
     }
 
-    fn describe(&self, query_words: usize) -> String {
+    fn describe(&self) -> String {
+        let query_words = self.words;
         match self.kind {
             ScoreKind::Embedding => format!("similarity {:.2} to the query", self.score),
             ScoreKind::Lexical if self.shared.is_empty() => "shares no word with the query".to_string(),
@@ -537,7 +540,41 @@ fn evidence(
         None if q.is_empty() => (0.0, ScoreKind::Lexical),
         None => (shared.len() as f64 / q.len() as f64, ScoreKind::Lexical),
     };
-    Evidence { score: round3(score), kind, shared, mention }
+    Evidence { score: round3(score), kind, shared, mention, words: q.len() }
+}
+
+/// Why an L1/L2 query asks for nothing its tools do, if it does not: it shares no content
+/// word with any tool's name, description or input lines (`tools`: the writer's tool
+/// variables, `{name, server, description, inputs}`), the words of the tools' server names
+/// left out of the query (rule 3 as the plan check applies it to L1/L2, so that the writer
+/// is asked again instead of the plan check rejecting the query later).
+pub fn unrelated(query: &str, tools: &[Value]) -> Option<String> {
+    let text = |t: &Value, k: &str| t.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    let servers: BTreeSet<String> = tools.iter().flat_map(|t| content(&text(t, "server"))).collect();
+    let full = content(query);
+    let q: BTreeSet<String> = full.difference(&servers).cloned().collect();
+    let shares = |t: &Value| {
+        // Named (every word of the tool's name, its server's included: `search` of
+        // tavily-search), or a word in common besides the platform's.
+        let name = content(&text(t, "name"));
+        if !name.is_empty() && name.is_subset(&full) {
+            return true;
+        }
+        let mut w = name;
+        w.extend(content(&text(t, "description")));
+        for line in t.get("inputs").and_then(Value::as_array).into_iter().flatten() {
+            w.extend(content(line.as_str().unwrap_or_default()));
+        }
+        !q.is_disjoint(&w)
+    };
+    if tools.is_empty() || tools.iter().any(shares) {
+        return None;
+    }
+    let names: Vec<String> = tools.iter().map(|t| format!("`{}`", text(t, "name"))).collect();
+    Some(format!(
+        "asks for nothing {} does: shares no word with its name, description or inputs (the platform's name aside)",
+        names.join(" or ")
+    ))
 }
 
 /// The tool's name when the query holds every content word of it.
@@ -616,7 +653,7 @@ fn requested(
     canon: &[usize],
     kept_deps: &[BTreeSet<usize>],
     ev: &[Evidence],
-    (query_words, judged, single): (usize, &BTreeMap<usize, Judged>, bool),
+    (judged, single): (&BTreeMap<usize, Judged>, bool),
     cfg: &PlanCheckSettings,
     primary: &[String],
     out: &mut [Option<StepDecision>],
@@ -628,7 +665,7 @@ fn requested(
     // Last to first: whether a later step still needs a step is known when it is decided.
     for i in (0..n).rev().filter(|&i| canon[i] == i) {
         let e = &ev[i];
-        let what = e.describe(query_words);
+        let what = e.describe();
         let fed = (i + 1..n).find(|&b| !pruned[b] && kept_deps[b].contains(&i));
         let other = (0..n).find(|&j| j != i && clearly[j]);
         let mut by = DecidedBy::Rule;
@@ -669,7 +706,8 @@ fn requested(
             // L1/L2: the only step; a query that shares no word with it asks for something
             // else (a 0.5B writer asked a currency tool for a weather forecast).
             pruned[i] = true;
-            let why = format!("unrequested: {what} (the platform's name aside), and the query names none of its tools");
+            let aside = if e.kind == ScoreKind::Lexical { " (the platform's name aside)" } else { "" };
+            let why = format!("unrequested: {what}{aside}, and the query names none of its tools");
             (Decision::Unrequested, why)
         } else if cfg.prune_unrequested {
             open.push(i);
@@ -1289,6 +1327,13 @@ mod tests {
             assert_eq!(d.decision, Decision::Unrequested, "{d:?}");
             assert!(d.reason.contains("shares no word with the query (the platform's name aside)"), "{}", d.reason);
         }
+        // The writers' check (L1/L2) says so before the plan check, so the writer is asked
+        // again; a query sharing a word with the tool passes it.
+        let tv = json!({"name": "convert_currency", "server": "fx-rates-mcp",
+                        "description": tools[0].1.description, "inputs": ["`amount` (required): the amount"]});
+        let why = unrelated(weather, std::slice::from_ref(&tv)).expect("unrelated");
+        assert!(why.starts_with("asks for nothing `convert_currency` does"), "{why}");
+        assert_eq!(unrelated("How much is 250 EUR in JPY at today's exchange rate?", &[tv]), None);
         // A request for the conversion is kept.
         let convert = "On FX Rates MCP, convert 250 EUR to JPY at today's rate.";
         let c = check_plan(1, convert, &[step(&["fx-rates-mcp::convert_currency"], &[])], &lookup(&tools), None, &cfg);

@@ -40,7 +40,7 @@
 
 mod offline;
 
-pub use offline::{ExportReport, ImportReport, export, import, render_export, render_import};
+pub use offline::{ExportReport, ImportReport, batch_role, export, import, render_export, render_import};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -678,7 +678,18 @@ impl BatchJobs {
         let file_id = match self.api.upload(file, &self.cancel).await {
             Ok(id) => id,
             Err(CallError::Cancelled) => return,
-            Err(CallError::Failed(why) | CallError::Gone(why)) => {
+            // A server without the files endpoint (404) would refuse every upload: its
+            // requests go live at once. Any other failure, after the role's retries, may pass:
+            // they go into the next batch (up to `resubmits` times), as before.
+            Err(CallError::Failed(why)) => {
+                let what: [&str; 4] = [&self.role, &self.stage, &self.api.base, ""];
+                let refused = insert_batch(&self.recorder.lock(), what, "refused", &requests);
+                if let Err(e) = refused {
+                    tracing::warn!("cannot record a refused batch in the ledger: {e:#}");
+                }
+                return self.unanswered(None, &keys, &why, true);
+            }
+            Err(CallError::Gone(why)) => {
                 // In the ledger as a refused batch (no file), so `llm batches` counts what
                 // went live instead.
                 let what: [&str; 4] = [&self.role, &self.stage, &self.api.base, ""];
@@ -686,7 +697,7 @@ impl BatchJobs {
                 if let Err(e) = refused {
                     tracing::warn!("cannot record a refused batch in the ledger: {e:#}");
                 }
-                return self.unanswered(None, &keys, &why);
+                return self.unanswered(None, &keys, &why, false);
             }
         };
         let what: [&str; 4] = [&self.role, &self.stage, &self.api.base, &file_id];
@@ -718,7 +729,7 @@ impl BatchJobs {
                 if let Err(e) = marked {
                     tracing::warn!("cannot mark a refused batch in the ledger: {e:#}");
                 }
-                self.unanswered(Some(row.id), &keys, &why);
+                self.unanswered(Some(row.id), &keys, &why, false);
             }
             Err(Stop::Setup(why)) => self.fail_all(Some(row.id), &keys, &why),
         }
@@ -849,10 +860,7 @@ impl BatchJobs {
         let keys: Vec<String> = lines.iter().map(|l| l.0.clone()).collect();
         let n = lines.len();
         offline::keep(&self.role, &self.stage, &self.api.base, lines);
-        let why = format!(
-            "{n} requests of role `{}` exported, not answered: a batch-export run stops after its first round",
-            self.role
-        );
+        let why = format!("{n} requests of role `{}` exported, not answered: {}", self.role, offline::EXPORT_STOP);
         self.fail_all(None, &keys, &why);
     }
 }
@@ -949,8 +957,9 @@ impl BatchJobs {
     /// The requests of a batch the server would not take (upload or create refused after
     /// the role's retries) go live, or fail without `live_fallback`: not into another batch,
     /// which the server would refuse as well (a server with no files endpoint answers 404
-    /// every time). A warning says so, naming the role, the server and its answer.
-    fn unanswered(self: &Arc<Self>, row: Option<i64>, keys: &[String], why: &str) {
+    /// every time). With `resubmit` (an upload that failed otherwise) they go into the next
+    /// batch first. A warning says so, naming the role, the server and its answer.
+    fn unanswered(self: &Arc<Self>, row: Option<i64>, keys: &[String], why: &str, resubmit: bool) {
         let mut guard = self.lock();
         let st = &mut *guard;
         if let Some(row) = row {
@@ -961,11 +970,16 @@ impl BatchJobs {
         for key in keys {
             if let Some(p) = st.sent.remove(key) {
                 asked += usize::from(!p.waiters.is_empty() && p.line.is_some());
-                self.after_failure(st, key.clone(), p, &f, false);
+                self.after_failure(st, key.clone(), p, &f, resubmit);
             }
         }
         if asked > 0 {
-            let then = if self.s.live_fallback { "they go live" } else { "they fail (`live_fallback = false`)" };
+            let then = match (resubmit, self.s.live_fallback) {
+                (true, true) => "they go into the next batch, up to `resubmits` times, then live",
+                (true, false) => "they go into the next batch, up to `resubmits` times, then fail",
+                (false, true) => "they go live",
+                (false, false) => "they fail (`live_fallback = false`)",
+            };
             let (role, base) = (&self.role, &self.api.base);
             tracing::warn!("role `{role}`: the batch API at {base} would not take {asked} requests ({why}); {then}");
         }
@@ -1088,10 +1102,11 @@ pub(crate) fn recorded_event(recorder: &Recorder, key: &str, batch: &str) -> Res
     Ok(event.flatten())
 }
 
-/// For a role that is not in batch mode: an answer a batch brought for `key` and no exchange
-/// recorded (a run with `--batch` stopped after its batch finished, or `llm batch-import`),
-/// so that turning batch mode off neither loses it nor pays for the request again. None in
-/// a ledger that never held a batch.
+/// For a role that is not in batch mode, and for any role in replay mode: an answer a batch
+/// brought for `key` and no exchange recorded (a run with `--batch` stopped after its batch
+/// finished, or `llm batch-import`), so that turning batch mode off neither loses it nor
+/// pays for the request again, and replay answers it as it answers a recorded exchange.
+/// None in a ledger that never held a batch.
 pub(crate) fn stored_answer(recorder: &Recorder, key: &str) -> Result<Option<(String, Value)>> {
     let l = recorder.lock();
     let tables: i64 = l.connection().query_row(

@@ -772,6 +772,16 @@ impl LlmClient {
                 return Ok(Exchange { response: payload["response"].clone(), event_id: id, cached: true, hash });
             }
             if inner.mode == LlmMode::Replay {
+                // An answer a batch brought is in the ledger too, though no exchange records
+                // it yet (`llm batch-import`, or a batch run stopped after its download):
+                // replay records it as the run that waited for it would have, with no request.
+                let stored = batch_api::stored_answer(&inner.recorder, &key).map_err(ledger_err)?;
+                if let Some((batch, response)) = stored {
+                    let sent = Sent { response, attempts: 1, latency_ms: 0, replica: 0, batch: Some(batch) };
+                    let (event_id, cached) =
+                        self.record_sent(r, base, body, &sent, &key, (item, parent)).map_err(ledger_err)?;
+                    return Ok(Exchange { response: sent.response, event_id, cached, hash });
+                }
                 return Err(LlmError::ReplayMiss {
                     stage: inner.stage.clone(),
                     item: item.to_string(),

@@ -393,12 +393,22 @@ pub fn check(dir: &Path, live: &Live, v: &mut Verified) -> Result<()> {
     let _ = std::fs::remove_dir_all(&logs);
     // `--servers` asks whether the servers are as pinned: when every start that could answer
     // was skipped for want of trust, nothing was verified, and a success would say otherwise.
-    if untrusted > 0 && v.servers.iter().all(|c| c.started_as.is_none()) {
-        v.fail(format!(
-            "{NOTHING_VERIFIED}: none was started ({untrusted} recorded start(s) not run without \
-             --trust-recorded-starts); read the commands above, then pass --trust-recorded-starts, or --config \
-             naming the servers to start"
-        ));
+    // A recorded start skipped for another reason (a redacted credential, a variable its pin
+    // does not pass) verifies nothing either.
+    let executed = file.servers.iter().filter(|e| e.source == EXECUTION).count();
+    if v.servers.iter().all(|c| c.started_as.is_none()) && (untrusted > 0 || executed > 0) {
+        let why = if untrusted > 0 {
+            format!(
+                "{untrusted} recorded start(s) not run without --trust-recorded-starts); read the commands above, \
+                 then pass --trust-recorded-starts, or --config naming the servers to start"
+            )
+        } else {
+            format!(
+                "{executed} executed-against server(s), none could be started; see above); pass --config naming \
+                 the servers to start"
+            )
+        };
+        v.fail(format!("{NOTHING_VERIFIED}: none was started ({why}"));
     }
     Ok(())
 }

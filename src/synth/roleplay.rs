@@ -266,6 +266,12 @@ impl Stage for RoleplayStage {
         ]
     }
 
+    /// The simulated user and the assistant take turns; the planner asks once per dialogue.
+    fn turn_roles(&self, s: &Settings) -> Vec<ConfigRef> {
+        let c = cfg(s);
+        vec![ConfigRef::new("synth.user_role", &c.user_role), ConfigRef::new("synth.assistant_role", &c.assistant_role)]
+    }
+
     fn servers(&self, s: &Settings) -> Vec<ConfigRef> {
         cfg(s).server.iter().map(|n| ConfigRef::new("synth.server", n)).collect()
     }

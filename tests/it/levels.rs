@@ -1054,9 +1054,9 @@ fn rejection<'a>(out: &'a Value, item: &str) -> &'a str {
 fn an_l1_query_refused_by_rule_is_asked_again_once_and_kept_when_mended() {
     let llm = ScriptedLlm::start(|seen: &Seen| l1_rewrite_answer(seen, true));
     let (out, asked) = l1_rewrite_run(&llm);
-    // Asked again for the three function calls (with the query and the reason), never
-    // for the weather request, which passed the writer's rules and fails the plan check.
-    assert_eq!(asked.len(), 3, "{asked:?}");
+    // Asked again for the three function calls and the weather request (with the query and
+    // the reason).
+    assert_eq!(asked.len(), 4, "{asked:?}");
     let profile = asked.iter().find(|t| t.contains("Tool `get_company_profile`")).expect("asked about the profile");
     assert!(profile.contains("The refused request:\nalpha-markets: get_company_profile(symbol='TSLA')\n"), "{profile}");
     assert!(profile.contains("names the function `get_company_profile` instead of asking for the task"), "{profile}");
@@ -1067,12 +1067,18 @@ fn an_l1_query_refused_by_rule_is_asked_again_once_and_kept_when_mended() {
     assert_eq!(queries[0]["query"], "On alpha-markets, show me the company profile of Tesla (TSLA).");
     // Its lineage: the first draft, the exchange that asked again, the verification.
     assert_eq!(queries[0]["exchanges"].as_array().unwrap().len(), 3, "{}", queries[0]);
-    // The weather request for the stock quote: verified, then its only step pruned by rule.
-    assert_eq!(rejection(&out, "alpha-markets-mcp::get_stock_quote"), "plan does not fit L1: no step is left");
-    let d = &out["plan_checks"]["tool:alpha-markets-mcp::get_stock_quote"]["decisions"][0];
-    assert_eq!(d["decision"], "unrequested", "{d}");
-    assert_eq!(d["by"], "rule", "{d}");
-    assert!(funnel_has(&out, "asked again", 3), "{}", out["funnel"]);
+    // The weather request for the stock quote: the verifier said yes, the rule no.
+    let weather = asked.iter().find(|t| t.contains("Tool `get_stock_quote`")).expect("asked about the quote");
+    let unrelated = "asks for nothing `get_stock_quote` does: shares no word with its name, description or inputs \
+                     (the platform's name aside)";
+    assert!(weather.contains(unrelated), "{weather}");
+    assert_eq!(
+        rejection(&out, "alpha-markets-mcp::get_stock_quote"),
+        format!(
+            "not verified: {unrelated}; asked again: names the function `get_stock_quote` instead of asking for the task"
+        )
+    );
+    assert!(funnel_has(&out, "asked again", 4), "{}", out["funnel"]);
     assert!(funnel_has(&out, "verified after asking again", 1), "{}", out["funnel"]);
 }
 
@@ -1080,14 +1086,14 @@ fn an_l1_query_refused_by_rule_is_asked_again_once_and_kept_when_mended() {
 fn an_l1_query_still_refused_when_asked_again_is_rejected_with_both_reasons() {
     let llm = ScriptedLlm::start(|seen: &Seen| l1_rewrite_answer(seen, false));
     let (out, asked) = l1_rewrite_run(&llm);
-    assert_eq!(asked.len(), 3, "asked again once per item: {asked:?}");
+    assert_eq!(asked.len(), 4, "asked again once per item: {asked:?}");
     assert!(out["queries"].as_array().unwrap().is_empty(), "{out}");
     let why = "names the function `get_company_profile` instead of asking for the task";
     assert_eq!(
         rejection(&out, "alpha-markets-mcp::get_company_profile"),
         format!("not verified: {why}; asked again: {why}")
     );
-    assert!(funnel_has(&out, "asked again", 3), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "asked again", 4), "{}", out["funnel"]);
     assert!(funnel_has(&out, "verified after asking again", 0), "{}", out["funnel"]);
 }
 

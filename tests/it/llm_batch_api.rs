@@ -367,6 +367,75 @@ fn batch_export_then_import_answers_a_stage_offline_without_a_request() {
     assert_eq!(std::fs::read(p.path().join("again.jsonl")).unwrap(), b"");
 }
 
+/// `--llm-mode replay` answers from the ledger, and the answers `llm batch-import` stored are
+/// in the ledger though no exchange records them yet: the stage replays them with no server
+/// at all (none listens at the role's base URL any more), as the live run, and records each
+/// as an exchange of the export's batch once.
+#[test]
+fn replay_takes_the_answers_a_batch_import_stored_with_no_server() {
+    let (want, asked) = live_reference(keep_or_drop);
+    let api = BatchApi::start(keep_or_drop, Faults::default());
+    let p = project(&api.base_url(), BATCH);
+    ok(p.path(), &["registry", "import"]);
+    ok(p.path(), &["llm", "batch-export", "--stage", "filter", "--out", "in.jsonl"]);
+    assert_eq!(answer_offline(&p.path().join("in.jsonl"), &p.path().join("out.jsonl"), keep_or_drop), asked);
+    ok(p.path(), &["llm", "batch-import", "out.jsonl"]);
+    assert!(api.requests().is_empty(), "{:#?}", api.requests());
+    drop(api);
+
+    ok(p.path(), &["--llm-mode", "replay", "filter"]);
+    assert_eq!(stage_files(p.path(), "filter"), want, "the artifacts are byte-identical to the live run's");
+    assert_eq!(each_exchange_once(p.path()), asked);
+    for e in live_exchanges(p.path()) {
+        assert!(e["batch"].as_str().unwrap().starts_with("export:"), "{e}");
+    }
+    // Recorded now: the next replay meets them as exchanges.
+    ok(p.path(), &["--llm-mode", "replay", "filter", "--force"]);
+    assert_eq!(stage_files(p.path(), "filter"), want);
+    assert_eq!(each_exchange_once(p.path()), asked);
+}
+
+/// The filter project with `execute` added, its agent role `agent` (`mode` as given, empty
+/// for live), against a server and a queries file that `check` never touches.
+fn project_with_an_agent(mode: &str) -> tempfile::TempDir {
+    let p = project("http://127.0.0.1:9/v1", BATCH);
+    let cfg = p.path().join("pipeline/t.toml");
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str(&format!(
+        "[llm.roles.agent]\nprovider = \"vllm\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n{mode}\n\
+         [mcp.servers.sb]\ncommand = \"true\"\n\
+         [execute]\nqueries = \"raw/q.jsonl\"\nrole = \"agent\"\n"
+    ));
+    std::fs::write(&cfg, text).unwrap();
+    p
+}
+
+/// A batch role among the turns of an agent loop is slow, not wrong: `check` warns of it,
+/// naming the stage, the role and the way out, and passes; a batch role of a stage of one
+/// round (the filter's `c`) is not warned of, nor is the agent once it is live, unless
+/// `--batch` puts it in batch mode again.
+#[test]
+fn check_warns_of_a_batch_role_that_runs_an_agent_loop_and_passes() {
+    let p = project_with_an_agent("mode = \"batch\"");
+    let (success, out, err) = run(p.path(), &["check"]);
+    assert!(success, "a warning does not fail the check:\n{out}{err}");
+    let warning = "warning: execute.role: stage `execute` sends the requests of role `agent` as batch jobs";
+    assert!(err.contains(warning), "{err}");
+    assert!(err.contains("each turn waits for a batch (up to its completion window, 24h)"), "{err}");
+    assert!(err.contains("set `mode = \"live\"` in `[llm.roles.agent]`, or use `--batch` only"), "{err}");
+    assert_eq!(err.matches("warning:").count(), 1, "the filter's batch role runs one round: {err}");
+    assert!(out.contains("no problems") && out.contains("1 warning (above)"), "{out}");
+    let v = json_of(p.path(), &["--json", "check"]);
+    assert_eq!(v["warnings"].as_array().map(Vec::len), Some(1), "{v:#}");
+    assert_eq!(v["warnings"][0]["location"], "execute.role", "{v:#}");
+
+    let p = project_with_an_agent("");
+    let (success, out, err) = run(p.path(), &["check"]);
+    assert!(success && !err.contains("warning:") && !out.contains("warning"), "{out}{err}");
+    let (success, out, err) = run(p.path(), &["--batch", "check"]);
+    assert!(success && err.contains(warning), "{out}{err}");
+}
+
 /// An export where no role of the stage is a batch role is refused before the stage runs:
 /// it would make its requests live, pay for them and write its artifacts.
 #[test]

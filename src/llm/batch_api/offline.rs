@@ -69,7 +69,9 @@ pub struct ExportReport {
 
 /// Run the stage (`run`) with every batch role keeping its first round, then write those
 /// requests to `out` (OpenAI batch input format, sorted by cache key) and record them in
-/// the ledger. A stage that needs no request runs to its end and `out` is empty.
+/// the ledger. A stage that needs no request runs to its end and `out` is empty. A stage
+/// that fails for a reason of its own (see `own_failure`) fails the export with that error,
+/// after what it kept is written and recorded.
 /// Refused before anything runs when none of the stage's `roles` is a batch role: the stage
 /// would otherwise make its requests live, pay for them and write its artifacts.
 pub fn export(
@@ -89,9 +91,10 @@ pub fn export(
     *kept() = Some(Vec::new());
     let ran = run();
     let mut all = kept().take().unwrap_or_default();
-    if all.is_empty() {
-        ran?;
-    }
+    let own = match own_failure(ran, !all.is_empty()) {
+        Some(e) if all.is_empty() => return Err(e),
+        own => own,
+    };
     all.sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.role.cmp(&b.role)));
     let mut file = Vec::new();
     let mut hashes = std::collections::BTreeSet::new();
@@ -111,12 +114,39 @@ pub fn export(
         record_export(settings, &id, &all).context("cannot record the export in the ledger")?;
         Some(id)
     };
-    Ok(ExportReport { file: settings.display_path(out), requests: hashes.len(), roles, batch_id })
+    let report = ExportReport { file: settings.display_path(out), requests: hashes.len(), roles, batch_id };
+    match own {
+        None => Ok(report),
+        // What was kept is written and recorded all the same (its answers can be imported),
+        // but the stage's own failure is what the user must fix first.
+        Some(e) => Err(e.context(format!(
+            "stage `{}` failed for a reason of its own (below), not at the stop of its exported round; the {} \
+             requests it kept are written to `{}` ({}) all the same, for `benchgen llm batch-import`",
+            all[0].stage,
+            report.requests,
+            report.file,
+            report.batch_id.as_deref().unwrap_or("-")
+        ))),
+    }
 }
 
-/// One done batch row per role (never followed: no provider knows it), with its requests.
-/// Whether the role `name` runs as batch jobs, as the client decides it.
-fn batch_role(settings: &Settings, name: &str) -> bool {
+/// The stop of an exported round: every call of the round ends with a setup error saying
+/// this ([`super::BatchJobs`]'s `export_round`), and so does the stage.
+pub(super) const EXPORT_STOP: &str = "a batch-export run stops after its first round";
+
+/// The stage's own failure in the result of an export run (`kept`: whether it kept a
+/// round), if any. With nothing kept every failure is its own; with a round kept, the stop
+/// of that round ([`EXPORT_STOP`], anywhere in the error's text: errors of the LLM fan-out
+/// cross threads as text) is how an export ends, not a failure. A failure that names
+/// something else (a live role's server down, an input it cannot read, a bad answer past
+/// `max_failed_share`) is the stage's, and is not lost because a round was kept.
+fn own_failure(ran: Result<()>, kept: bool) -> Option<anyhow::Error> {
+    ran.err().filter(|e| !kept || !format!("{e:#}").contains(EXPORT_STOP))
+}
+
+/// Whether the role `name` runs as batch jobs, as the client decides it (`mode = "batch"`,
+/// or `--batch` and a provider that is not `local`).
+pub fn batch_role(settings: &Settings, name: &str) -> bool {
     let llm = settings.section::<crate::llm::LlmSettings>();
     llm.roles.get(name).is_some_and(|r| {
         r.mode == crate::llm::config::RoleMode::Batch
@@ -124,6 +154,7 @@ fn batch_role(settings: &Settings, name: &str) -> bool {
     })
 }
 
+/// One done batch row per role (never followed: no provider knows it), with its requests.
 fn record_export(settings: &Settings, id: &str, all: &[Kept]) -> Result<()> {
     let l = Ledger::open(&settings.artifacts)?;
     l.connection().execute_batch(SCHEMA)?;
@@ -256,4 +287,74 @@ pub fn render_import(r: &ImportReport) -> String {
         out.push_str(&format!("  {f}\n"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stage's failure as the stage runner wraps it, `root` its cause.
+    fn failed(root: String) -> Result<()> {
+        Err(anyhow::anyhow!(root).context("`filter` failed; its previous artifacts were left as they were"))
+    }
+
+    /// The stop of an exported round, as its calls end the stage.
+    fn stopped() -> Result<()> {
+        failed(format!(
+            "LLM setup failed in stage `filter`, item `a` (role `c`): 1 requests of role `c` exported, not answered: \
+             {EXPORT_STOP}"
+        ))
+    }
+
+    /// A failure of the stage's own: a live role's server down.
+    fn down() -> Result<()> {
+        failed("LLM call failed in stage `filter`, item `b` (role `l`) after 3 attempt(s); last status: refused".into())
+    }
+
+    #[test]
+    fn the_stop_of_an_exported_round_is_no_failure_but_the_stages_own_failure_is() {
+        assert!(own_failure(Ok(()), true).is_none() && own_failure(Ok(()), false).is_none());
+        assert!(own_failure(stopped(), true).is_none(), "the stop of a kept round is how an export ends");
+        let e = own_failure(down(), true).expect("a failure of its own is kept though a round was kept");
+        assert!(format!("{e:#}").contains("last status: refused"), "{e:#}");
+        assert!(own_failure(down(), false).is_some());
+        assert!(own_failure(stopped(), false).is_some(), "with nothing kept, every failure is the stage's");
+    }
+
+    /// A round kept, then the stage fails for a reason of its own: the file and the export's
+    /// ledger row are written all the same, and the export fails with the stage's error,
+    /// saying so. The stop of the kept round alone ends the export well.
+    #[test]
+    fn an_export_whose_stage_fails_on_its_own_writes_what_it_kept_and_fails_with_that_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("pipeline/t.toml");
+        std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+        let role = "[llm.roles.c]\nprovider = \"vllm\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n";
+        std::fs::write(&cfg, format!("{role}mode = \"batch\"\n")).unwrap();
+        let settings = Settings::load(&cfg).unwrap();
+        let (out, roles) = (dir.path().join("in.jsonl"), vec!["c".to_string()]);
+        let line = |hash: &str| format!("{{\"custom_id\":\"{hash}\"}}\n").into_bytes();
+        let base = "http://127.0.0.1:9/v1";
+
+        let e = export(&settings, &out, &roles, || {
+            keep("c", "filter", base, vec![("k1".into(), "h1".into(), line("h1"))]);
+            down()
+        })
+        .unwrap_err();
+        let text = format!("{e:#}");
+        assert!(text.contains("stage `filter` failed for a reason of its own"), "{text}");
+        assert!(text.contains("the 1 requests it kept are written to"), "{text}");
+        assert!(text.contains("last status: refused"), "the stage's own error: {text}");
+        assert_eq!(std::fs::read(&out).unwrap(), line("h1"), "what was kept is written");
+        let rows = super::super::list(&settings).unwrap();
+        assert_eq!((rows.len(), rows[0].state.as_str()), (1, "exported"), "and recorded: {rows:#?}");
+
+        let r = export(&settings, &out, &roles, || {
+            keep("c", "filter", base, vec![("k2".into(), "h2".into(), line("h2"))]);
+            stopped()
+        })
+        .unwrap();
+        assert_eq!(r.requests, 1);
+        assert_eq!(std::fs::read(&out).unwrap(), line("h2"));
+    }
 }
