@@ -4,8 +4,10 @@
 //! change recompiles and re-reasons everything; this test keeps one from coming back.
 //!
 //! A reference is a `crate::a::b` or `super::x` path (also inside `use crate::{…}`
-//! groups); comments, string literals and inline `#[cfg(test)]` items (a file's own
-//! `mod tests { … }`) are left out. Test-only files count like any other: one declared
+//! groups); comments and string literals are left out. Test code counts like any other
+//! (issue 41: `stage.rs`'s own tests named `stages::all()`, a loop through every family
+//! this check did not see): a file's inline `mod tests { … }` is read with the file (a
+//! `super::` inside it names the file's own module first), one declared
 //! `#[cfg(test)] mod x;` (or named `tests.rs`) is read where its place under `src/` puts
 //! it, one declared `#[path = "f.rs"] mod x;` as module `x` of the declaring module, so
 //! either is part of the declaring module's family. (Issue 41: the typed-call registry, a
@@ -103,54 +105,52 @@ fn strip_comments_and_strings(text: &str) -> String {
     String::from_utf8(source_text::code_only(text)).unwrap_or_default()
 }
 
-/// The text without its inline `#[cfg(test)]` items (`mod tests { … }`, a test-only `impl`
-/// or `fn`). A `#[cfg(test)] mod x;` declaration only names a file, which is read as a
-/// module of its own: test code in a file of its own counts (see the top of this file).
-fn strip_test_items(text: &str) -> String {
-    let mut out = text.to_string();
-    let mut from = 0;
-    while let Some(n) = out[from..].find("#[cfg(test)]") {
-        let at = from + n;
-        let item_start = at + "#[cfg(test)]".len();
-        let item = &out[item_start..];
-        let end = match (item.find(';'), item.find('{')) {
-            (Some(s), Some(b)) if s < b => item_start + s + 1,
-            (Some(s), None) => item_start + s + 1,
-            (None, None) => out.len(),
-            (_, Some(b)) => {
-                let mut depth = 0;
-                let mut end = out.len();
-                for (k, c) in out[item_start + b..].char_indices() {
-                    match c {
-                        '{' => depth += 1,
-                        '}' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                end = item_start + b + k + 1;
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                end
-            }
-        };
-        let blanked: String = out[at..end].chars().map(|c| if c == '\n' { '\n' } else { ' ' }).collect();
-        out.replace_range(at..end, &blanked);
-        from = end;
-    }
-    out
-}
-
 fn is_ident(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
+}
+
+/// The index just past the brace that closes the one at `open` (the text's end if none).
+fn block_end(code: &str, open: usize) -> usize {
+    let mut depth = 0;
+    for (k, c) in code[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return open + k + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+/// The byte ranges of the inline modules' bodies (`mod tests { … }`): a `super::` inside
+/// one names the file's own module first, not its parent.
+fn inline_modules(code: &str) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("mod ") {
+        if code[..at].chars().next_back().is_some_and(is_ident) {
+            continue;
+        }
+        let rest = code[at + "mod ".len()..].trim_start();
+        let name = rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len());
+        let body = rest[name..].trim_start();
+        if name > 0 && body.starts_with('{') {
+            let open = code.len() - body.len();
+            out.push(open..block_end(code, open));
+        }
+    }
+    out
 }
 
 /// The paths a file refers to, each as module segments from the crate root, with the
 /// line it is on.
 fn references(code: &str, module: &[String]) -> Vec<(Vec<String>, usize)> {
     let mut refs = Vec::new();
+    let inline = inline_modules(code);
     let chars: Vec<(usize, char)> = code.char_indices().collect();
     let line_of = |at: usize| code[..at].matches('\n').count() + 1;
     let mut i = 0;
@@ -163,11 +163,16 @@ fn references(code: &str, module: &[String]) -> Vec<(Vec<String>, usize)> {
         } else if rest.starts_with("crate::") {
             Some((Vec::new(), "crate::".len()))
         } else if rest.starts_with("super::") {
-            let mut base = module.to_vec();
-            let mut len = 0;
+            let (mut len, mut levels) = (0, 0);
             while code[at + len..].starts_with("super::") {
-                base.pop();
                 len += "super::".len();
+                levels += 1;
+            }
+            // Each inline module around the path takes one `super::` before the file's does.
+            let inside = inline.iter().filter(|r| r.contains(&at)).count();
+            let mut base = module.to_vec();
+            for _ in inside..levels {
+                base.pop();
             }
             Some((base, len))
         } else {
@@ -266,7 +271,7 @@ fn build(src: &Path) -> Graph {
     let mut code = BTreeMap::new();
     for (module, path) in &files {
         let text = std::fs::read_to_string(path).unwrap();
-        code.insert(module.clone(), strip_test_items(&strip_comments_and_strings(&text)));
+        code.insert(module.clone(), strip_comments_and_strings(&text));
     }
     let mut g = Graph { files: DiGraph::new(), why: BTreeMap::new() };
     let mut nodes: BTreeMap<Vec<String>, NodeIndex> = BTreeMap::new();
@@ -414,7 +419,7 @@ fn no_import_loop_between_top_level_modules() {
 }
 
 #[test]
-fn the_reader_finds_paths_groups_and_super_and_skips_tests_comments_and_strings() {
+fn the_reader_finds_paths_groups_and_super_in_code_and_tests_and_skips_comments_and_strings() {
     let text = r#"
 use crate::{a::{B, c::D}, e};
 use super::f::G;
@@ -422,15 +427,31 @@ use super::f::G;
 fn x() { let _ = "crate::quoted::Out"; crate::h::i(); }
 #[cfg(test)]
 mod tests {
+    use super::K;
     use crate::test_only::X;
 }
 #[cfg(test)]
 mod helpers;
 "#;
-    let code = strip_test_items(&strip_comments_and_strings(text));
+    let code = strip_comments_and_strings(text);
     let refs: Vec<String> =
         references(&code, &["m".to_string(), "n".to_string()]).into_iter().map(|(p, _)| p.join("::")).collect();
-    assert_eq!(refs, ["a::B", "a::c::D", "e", "m::f::G", "h::i"]);
+    // Inside `mod tests`, `super::K` is the `K` of the file's own module `m::n`.
+    assert_eq!(refs, ["a::B", "a::c::D", "e", "m::f::G", "h::i", "m::n::K", "test_only::X"]);
+}
+
+#[test]
+fn an_inline_test_module_counts_in_its_file() {
+    // Issue 41: `stage.rs`'s own tests named `stages::all()`, a loop through every family.
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::write(src.join("lib.rs"), "pub mod a;\npub mod b;\n").unwrap();
+    std::fs::write(src.join("a.rs"), "pub struct X;\n#[cfg(test)]\nmod tests {\n    use crate::b::Y;\n}\n").unwrap();
+    std::fs::write(src.join("b.rs"), "pub struct Y;\nfn f() { let _ = crate::a::X; }\n").unwrap();
+    let p = problems(&build(src));
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(p[0].starts_with("import loop between top-level modules {a, b}"), "{}", p[0]);
+    assert!(p[0].contains("a -> b (src/a.rs:4 `crate::b::Y`)"), "{}", p[0]);
 }
 
 #[test]

@@ -473,6 +473,100 @@ mod tests {
         }
     }
 
+    /// A project with an empty config: only the always-present sections.
+    fn project() -> (tempfile::TempDir, Settings) {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("pipeline/t.toml");
+        std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+        std::fs::write(&cfg, "").unwrap();
+        let s = Settings::load(&cfg).unwrap();
+        (dir, s)
+    }
+
+    /// The config hash (roles folded in) of every stage under `pipeline/demo.toml`, pinned so
+    /// a refactor of how sections are read cannot make existing artifacts stale. A stage whose
+    /// plan cannot be made here (an input missing in a clean clone) pins its error instead.
+    #[test]
+    fn demo_config_hashes_are_pinned() {
+        let cfg = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("pipeline/demo.toml");
+        let settings = Settings::load(&cfg).unwrap();
+        let got: Vec<String> = all()
+            .iter()
+            .map(|s| {
+                let on = if s.enabled(&settings) { "on" } else { "off" };
+                match crate::stage::config_hash(s.as_ref(), &settings) {
+                    Ok(h) => format!("{} {on} {h}", s.spec().name),
+                    Err(e) => format!("{} {on} error: {e:#}", s.spec().name),
+                }
+            })
+            .collect();
+        // `logs-import` folds in the pseudonym key's hash (`[logs.anonymise] secret_env`):
+        // unset here, or the demo's key that the Makefile exports for `make test`.
+        let logs_import = match std::env::var("BENCHGEN_ANON_SECRET").ok().as_deref() {
+            None => Some(PINNED_LOGS_IMPORT_NO_SECRET),
+            Some("benchgen-demo-only") => Some(PINNED_LOGS_IMPORT_DEMO_SECRET),
+            Some(_) => None, // another key: that line cannot be pinned
+        };
+        let want: Vec<String> = PINNED_DEMO_HASHES
+            .lines()
+            .map(|l| match (l.starts_with("logs-import "), logs_import) {
+                (true, Some(h)) => format!("logs-import on {h}"),
+                _ => l.to_string(),
+            })
+            .collect();
+        let keep = |v: &[String]| -> Vec<String> {
+            v.iter().filter(|l| logs_import.is_some() || !l.starts_with("logs-import ")).cloned().collect()
+        };
+        assert_eq!(keep(&got), keep(&want), "got:\n{}", got.join("\n"));
+        // Without any optional section, only the stages of the always-present ones are on.
+        let (_dir, empty) = project();
+        let on: Vec<&str> = all().iter().filter(|s| s.enabled(&empty)).map(|s| s.spec().name).collect();
+        assert_eq!(on, PINNED_EMPTY_ON, "{on:?}");
+    }
+
+    const PINNED_EMPTY_ON: &[&str] = &["registry-import", "filter", "stats"];
+    const PINNED_LOGS_IMPORT_NO_SECRET: &str =
+        "sha256:67765c4790fde165f499ea66466cf2ca9a490f9c0bcb1cedd421d1424178542b";
+    const PINNED_LOGS_IMPORT_DEMO_SECRET: &str =
+        "sha256:8bfdfc6c61392eeea016c995c1579eb9e7e9edfe6e55376b77ab51b02972de42";
+
+    const PINNED_DEMO_HASHES: &str = "\
+registry-import on sha256:76403acf45e3440358a1658db4e2fbac884a25f266988c45aac6ce28bef8f827
+filter on sha256:a926f124eeac941492f764ee75587593cd48834530ebd785721e13303163f957
+embed on sha256:af3be80e34395dc3d3bb0d34d2b963e86485682521d93e586bd4490805bbe383
+efs-pairs on sha256:a4220d3d781518c1696eea70377ac57331c31a1325d82bb7da1413f4132df964
+efs-verify on sha256:64c377b728bfb5d9c37dfc6cac10e425a60c4c2cccf811776921cb73087b1eba
+efs-build on sha256:db95fca634cf6cd9aab2515e84d4b98853e71dc6253b7ea63b04fafe02c9b973
+efs-topdown on sha256:6340d1f07c985f2f6e9cb38e7ee7980ef3a22ac12b991ea767c6037b5655f0bd
+efs-review-import off error: no review sheets in `reviews/efs`
+efs-finalize on sha256:701fc33b825767ea3693d5e53dee6511aa4c568d6439aff34b104ee6ed42e01d
+stats on sha256:1e6920158f62b687fca4dfd21e6a397809a9ead05ad76ab81ce4b9e8c2d3e36c
+levels-profiles on sha256:fa5e59ae0b5bde9a1162e2bb912c657fb2451dd698313a9e8ebcce5915f0aecf
+levels-schemas on sha256:017d0a3cd46703862a73a8bd82354ac828f234bbf32aaf71ad8a00ac48f2be5f
+levels-l1 on sha256:33c598f68cfccf023d1e6337b592df6100407997cf617a6d9e21c654d4d2eded
+levels-l2 on sha256:33c598f68cfccf023d1e6337b592df6100407997cf617a6d9e21c654d4d2eded
+levels-l3 on sha256:5eb6b5ab3b0e9d9328878347dd932faa4c7c26d610c8450ad1d0a647089f69be
+levels-l4 on sha256:c97376f538c0271c72f9cf893e6bb6106e68de08ea6b7cfe2baef6c618573b4f
+levels-l5 on sha256:cbad691672e407d50f9c047920878f0ce69b5e21a5a62a5fee62df28c82949e1
+levels-export on sha256:7120f58fbbf0d7b57be6f17cf4f5f62cad1d103fea65729e600951f942791bda
+logs-import on sha256:67765c4790fde165f499ea66466cf2ca9a490f9c0bcb1cedd421d1424178542b
+logs-curate on sha256:974fb8f6b76ad927d59090f3943e8e64f36eb9f2076aaa8ef8c18f81f699d7dd
+logs-split on sha256:cfaf55eb8d54eda5edd63246e5acac42ab0848c9e66f54bb9c8529dcba3261a5
+graph-build on sha256:25adaf7849d781c8a0cfbab0018e6467500b5a6d1540b46024da208e7c6c8a59
+graph-review-import off error: no review sheets in `reviews/graph`
+synth-chains on sha256:c764f289cc4891326c0f8a1ea6c240429c314f44112c6b819977fd0538f88095
+execute on sha256:97ccfba0e7d0202a080c59baf40c7c2f4080df2c67c1b8c3e95e374a16a2f5ee
+synth-roleplay on sha256:b0966764177561b420b332bba51f8e44202e8efd7e086491444816bed24382d2
+validate on sha256:e926734dfc22a62e81312db6f0b898ab6e258b25de030db6eba14ef840209719
+review-assign on sha256:fcddaa6f853884cd3122ed2f5c1f717d72651d2c32e47862595d2a6f45a5e3e9
+review-export on sha256:2590279cb0054a94f4772b72bfa8002e01d9491b47ca9181120f92ced5e25d44
+review-import off error: no filled sheets in `reviews/returned` and no web submissions in `reviews/web/scores.jsonl`
+review-prereview on sha256:2b4700bfb17781a0747432be04fe73de73a0fa6c174b7eb1827866b7b78622f6
+review-merge on sha256:e422bd5173c26174e26e964407cc6d94f1ca44013b1c0585cc72efdc1a1afa5d
+release-candidate on sha256:b7358d6be67e4dc4761ea1d93f68a2d8b9b2d0f8b895ddffc069fbfd2de4ff91
+eval on sha256:dc7203a939dc56d577f5ec84cd70fbf68a77e7fcff60efa0c4892ddadebf9f90
+release on sha256:b7358d6be67e4dc4761ea1d93f68a2d8b9b2d0f8b895ddffc069fbfd2de4ff91";
+
     #[test]
     fn declared_writes_match_files_and_folders() {
         let spec = &crate::execute::SPEC;

@@ -41,6 +41,7 @@ use crate::llm::batch::{Batch, BatchOptions, Item};
 use crate::model::{Catalog, Server, Tool};
 use crate::settings::{Settings, section_hash};
 use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
+use crate::text::one_line;
 
 /// One verdict (`verdicts.json` is a list of these, sorted by `(a, b)`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -441,11 +442,6 @@ fn pair_prompt(tools: &HashMap<&str, (&Server, &Tool)>, template: &str, a: &str,
         (tool_vars(sb, tb), tool_vars(sa, ta))
     };
     Ok(Prompt::new(template, json!({"tool_a": x, "tool_b": y})))
-}
-
-/// The reason on one line (models sometimes add line breaks).
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

@@ -24,30 +24,32 @@
 pub mod candidate;
 pub mod card;
 pub mod cassettes;
+mod changelog;
 pub mod content;
 pub mod convert;
 pub mod croissant;
 pub mod eval_review;
 pub mod inspect;
 pub mod lineage;
+mod pool;
+mod publish;
 pub mod servers;
 pub mod tables;
 pub mod verified;
 pub mod verify;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::config_doc::Key;
 use crate::error::{InputError, Problem, hinted};
-use crate::ledger::NewEvent;
-use crate::model::{Family, Kind, Sample};
+use crate::model::{Family, Sample};
 use crate::settings::{Settings, section_hash};
 use crate::stage::{Artifact, Ctx, Inputs, Manifest, Output, Plan, Stage, StageSpec};
 
@@ -480,81 +482,6 @@ pub struct Summary {
     pub anonymised: Option<u64>,
 }
 
-/// A JSON array written one element per line, so large files stream.
-struct ArrayWriter {
-    w: std::io::BufWriter<std::fs::File>,
-    n: usize,
-    /// The file's name in the release folder.
-    name: String,
-}
-
-impl ArrayWriter {
-    fn create(dir: &Path, name: String) -> Result<Self> {
-        let path = dir.join(&name);
-        let f = std::fs::File::create(&path).with_context(|| format!("cannot create `{}`", path.display()))?;
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-        w.write_all(b"[")?;
-        Ok(ArrayWriter { w, n: 0, name })
-    }
-
-    fn push<T: Serialize>(&mut self, v: &T) -> Result<()> {
-        self.w.write_all(if self.n == 0 { b"\n" } else { b",\n" })?;
-        serde_json::to_writer(&mut self.w, v)?;
-        self.n += 1;
-        Ok(())
-    }
-
-    fn finish(mut self) -> Result<()> {
-        self.w.write_all(if self.n == 0 { b"]\n" } else { b"\n]\n" })?;
-        self.w.flush()?;
-        Ok(())
-    }
-}
-
-/// One sorted JSONL source of the pool.
-struct Source<'a> {
-    name: &'static str,
-    file: String,
-    lines: std::io::Lines<BufReader<crate::stage::HashedReader>>,
-    line: usize,
-    last: Option<String>,
-    head: Option<(usize, Sample)>,
-    _inputs: std::marker::PhantomData<&'a ()>,
-}
-
-impl Source<'_> {
-    fn advance(&mut self) -> Result<()> {
-        self.head = None;
-        for l in self.lines.by_ref() {
-            self.line += 1;
-            let l = l.with_context(|| format!("cannot read `{}`", self.file))?;
-            if l.trim().is_empty() {
-                continue;
-            }
-            let s: Sample = serde_json::from_str(&l).map_err(|e| InputError {
-                file: self.file.clone(),
-                problems: vec![Problem::new(format!("line {}", self.line), format!("not a unified sample: {e}"))],
-            })?;
-            if let Some(prev) = &self.last
-                && s.id.as_str() <= prev.as_str()
-            {
-                return Err(InputError {
-                    file: self.file.clone(),
-                    problems: vec![Problem::new(
-                        format!("line {} ({})", self.line, s.id),
-                        format!("ids must be unique and sorted; `{}` follows `{prev}`", s.id),
-                    )],
-                }
-                .into());
-            }
-            self.last = Some(s.id.clone());
-            self.head = Some((self.line, s));
-            return Ok(());
-        }
-        Ok(())
-    }
-}
-
 /// A tool of the catalogs the release may use.
 struct CatalogTool {
     server: String,
@@ -700,16 +627,6 @@ pub fn checksums(dir: &Path) -> Result<String> {
     Ok(text)
 }
 
-/// Removes the partial folder unless publication took it.
-struct Partial(Option<PathBuf>);
-impl Drop for Partial {
-    fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            let _ = std::fs::remove_dir_all(p);
-        }
-    }
-}
-
 pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) -> Result<()> {
     let s = ctx.settings;
     let cfg = settings(s);
@@ -735,10 +652,10 @@ pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) ->
         std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot clear `{}`", tmp.display()))?;
     }
     std::fs::create_dir_all(tmp.join("plots")).with_context(|| format!("cannot create `{}`", tmp.display()))?;
-    let mut partial = Partial(Some(tmp.clone()));
+    let mut partial = publish::Partial(Some(tmp.clone()));
 
     // The pool, merged by id.
-    let mut pool = write_pool(s, &cfg, inputs, &tmp, &catalog, (decisions.as_ref(), &audit))?;
+    let mut pool = pool::write_pool(s, &cfg, inputs, &tmp, &catalog, (decisions.as_ref(), &audit))?;
     if !audit.hold {
         pool.summary.flagged_published = audit.flagged.keys().filter(|id| pool.current.contains_key(*id)).count();
     }
@@ -752,8 +669,8 @@ pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) ->
     write_tables(&tmp, &catalog, &mut pool, s.project.seed)?;
 
     // Changelog against the previous version.
-    let mut changelog = changelog(inputs, s, &cfg, &pool.current, &pool.left_out, decisions.as_ref())?;
-    changelog.0.push_str(&audit_log(&audit, &pool));
+    let mut changelog = changelog::changelog(inputs, s, &cfg, &pool.current, &pool.left_out, decisions.as_ref())?;
+    changelog.0.push_str(&changelog::audit_log(&audit, &pool));
     pool.summary.changelog_head = changelog.1;
     std::fs::write(tmp.join("CHANGELOG.md"), changelog.0)?;
 
@@ -764,7 +681,7 @@ pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) ->
 
     if mode == Mode::Candidate {
         // The stage's artifacts only; `partial` removes the scratch folder.
-        copy_out(out, &tmp)?;
+        publish::copy_out(out, &tmp)?;
         out.count("samples", summary.samples);
         out.count("pool", summary.pool);
         out.count("left_out", summary.pool - summary.samples);
@@ -777,20 +694,20 @@ pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) ->
         return Ok(());
     }
     // Into the stage's artifacts, then publish.
-    let shown = publish(s, out, &tmp, &target, &sums, &mut partial)?;
+    let shown = publish::publish(s, out, &tmp, &target, &sums, &mut partial)?;
     drop(partial);
 
-    published_notes(out, &summary, &shown);
+    publish::published_notes(out, &summary, &shown);
     let mut left: Vec<(&String, &String)> = left_out.iter().collect();
     left.sort();
     let release_event = json!({"name": cfg.name, "version": cfg.version, "dir": shown, "samples": summary.samples,
                                "sha256sums": crate::store::sha256_hex(sums.as_bytes())});
-    published_events(out, (&rel_name, release_event), published, left);
+    publish::published_events(out, (&rel_name, release_event), published, left);
     Ok(())
 }
 
 /// Ids the adjudicated eval sheet leaves out that are not in the pool: a warning.
-fn warn_unknown(out: &mut Output, audit: &Audit, pool: &Pooled) {
+fn warn_unknown(out: &mut Output, audit: &Audit, pool: &pool::Pooled) {
     let leave_out = audit.adjudicated.leave_out.keys().filter(|id| !pool.left_out.contains_key(*id));
     let keep =
         audit.adjudicated.keep.keys().filter(|id| !pool.current.contains_key(*id) && !pool.left_out.contains_key(*id));
@@ -804,324 +721,6 @@ fn warn_unknown(out: &mut Output, audit: &Audit, pool: &Pooled) {
             shown.join(", ")
         ));
     }
-}
-
-/// A published release's counts and notes (with the held items' next step).
-fn published_notes(out: &mut Output, summary: &Summary, shown: &str) {
-    let held = summary.left_out.get(HELD).copied().unwrap_or(0);
-    if held > 0 {
-        out.count("held", held);
-        out.notes.push(format!(
-            "{held} item(s) that no eval panel agent solved (`all-fail`) were held back: copy `artifacts/eval/review.csv` to `reviews/eval/`, write `keep` or `leave out` in `decision`, name it in `[release] eval_review`, and release a new version (CHANGELOG.md lists them)"
-        ));
-    }
-    out.count("samples", summary.samples);
-    out.count("pool", summary.pool);
-    out.count("left_out", summary.pool - summary.samples);
-    out.count("tools", summary.tools);
-    for (k, v) in &summary.by_kind {
-        out.count(&format!("kind_{k}"), v.n);
-    }
-    out.notes.push(format!(
-        "{} of {} pool samples released ({} tools); card `{shown}/README.md`",
-        summary.samples, summary.pool, summary.tools
-    ));
-}
-
-/// The ledger events of a publication: each released sample's, each left-out sample's
-/// (sorted by id) and the release's own.
-fn published_events(
-    out: &mut Output,
-    (rel_name, release): (&str, Value),
-    published: Vec<(String, Value)>,
-    left: Vec<(&String, &String)>,
-) {
-    for (subject, payload) in published {
-        out.event(NewEvent::new("release.published", Some(&subject), payload));
-    }
-    for (id, reason) in left {
-        out.event(NewEvent::new(
-            "release.left_out",
-            Some(&crate::model::Sample::subject_for(id)),
-            json!({"release": rel_name, "reason": reason}),
-        ));
-    }
-    out.event(NewEvent::new("release.published", Some(&format!("release:{rel_name}")), release));
-}
-
-/// What the pool pass keeps for the tables, the changelog and the card: small per-sample
-/// values only (the samples themselves are already written).
-struct Pooled {
-    summary: Summary,
-    review: Option<ReviewSummary>,
-    cols: tables::SampleColumns,
-    used: BTreeMap<String, u32>,
-    current: HashMap<String, String>,
-    left_out: HashMap<String, String>,
-    without_events: usize,
-    human: usize,
-    index: lineage::Index,
-    etom_track: bool,
-    fin_track: bool,
-    /// `name-version`, and the `release.published` event of each released sample, recorded
-    /// once the release is published (subject, payload).
-    release: String,
-    published: Vec<(String, Value)>,
-    /// The first released sample of each request text (see [`request_key`]).
-    requests: HashMap<String, String>,
-}
-
-/// A pool sample and the line it was read from.
-struct Drawn {
-    source: &'static str,
-    file: String,
-    line: usize,
-    sample: Sample,
-}
-
-/// The release files written while the pool streams past.
-struct PoolFiles {
-    samples_out: std::io::BufWriter<std::fs::File>,
-    lineage_out: std::io::BufWriter<std::fs::File>,
-    levels: Vec<Option<ArrayWriter>>,
-    fins: Vec<Option<ArrayWriter>>,
-}
-
-const FIN_KINDS: [Kind; 3] = [Kind::SingleTool, Kind::MultiTool, Kind::MultiTurn];
-
-/// Streams the pool, merged by id, into `samples.jsonl`, `lineage.jsonl` and the ETOM and
-/// FinMCP files under `tmp`; every problem of the pool (up to 50) fails it at once.
-fn write_pool(
-    s: &Settings,
-    cfg: &ReleaseSettings,
-    inputs: &Inputs,
-    tmp: &Path,
-    catalog: &HashMap<String, CatalogTool>,
-    (decisions, audit): (Option<&HashMap<String, Decision>>, &Audit),
-) -> Result<Pooled> {
-    let mut sources = open_pool(inputs)?;
-    let etom_track = inputs.has(&crate::samples::LEVELS);
-    let fin_track = inputs.has(&crate::samples::VALIDATED);
-    let mut files = PoolFiles::create(tmp, etom_track, fin_track)?;
-    let descriptions: convert::Descriptions = catalog
-        .iter()
-        .filter(|(_, t)| t.catalog == "filter")
-        .map(|(k, t)| (k.clone(), t.description.clone()))
-        .collect();
-    let index = lineage_index(s)?;
-
-    let mut pool = Pooled {
-        summary: Summary {
-            name: cfg.name.clone(),
-            version: cfg.version.clone(),
-            license: cfg.license.clone(),
-            description: cfg.description.clone(),
-            ..Default::default()
-        },
-        review: decisions.as_ref().map(|_| ReviewSummary::default()),
-        cols: tables::SampleColumns::default(),
-        used: BTreeMap::new(),
-        current: HashMap::new(),
-        left_out: HashMap::new(),
-        without_events: 0,
-        human: 0,
-        index,
-        etom_track,
-        fin_track,
-        release: format!("{}-{}", cfg.name, cfg.version),
-        published: Vec::new(),
-        requests: HashMap::new(),
-    };
-    let mut problems: Vec<Problem> = Vec::new();
-
-    while let Some(drawn) = next_sample(&mut sources)? {
-        let Drawn { file, line, sample, .. } = &drawn;
-        pool.summary.pool += 1;
-
-        let hash = sample.content_hash();
-        let decision = decisions.as_ref().and_then(|d| d.get(&sample.id));
-        pool.count_review(decision);
-        if let Some(reason) = why_not(decisions, decision, &hash) {
-            *pool.summary.left_out.entry(reason.clone()).or_default() += 1;
-            pool.left_out.insert(sample.id.clone(), reason);
-            continue;
-        }
-        if let Some((class, reason)) = audit.leaves_out(&sample.id) {
-            *pool.summary.left_out.entry(class.into()).or_default() += 1;
-            pool.left_out.insert(sample.id.clone(), reason);
-            continue;
-        }
-        let key = request_key(sample);
-        if pool.duplicate(sample, &key) {
-            continue;
-        }
-        if sample.kind.family() != sample.family {
-            problems.push(Problem::new(
-                format!("{file} line {line} ({})", sample.id),
-                format!("kind {} does not belong to family {:?}", sample.kind.as_str(), sample.family),
-            ));
-            continue;
-        }
-        let tools = plan_tools(&drawn, catalog, &mut problems);
-        if problems.len() > 50 {
-            break;
-        }
-        for t in &tools {
-            *pool.used.entry(t.to_string()).or_default() += 1;
-        }
-        let Some(released_as) = files.write(&drawn, tmp, &descriptions, &mut problems)? else { continue };
-        pool.write_lineage(&mut files.lineage_out, &drawn, &hash, &released_as, decision)?;
-        pool.requests.insert(key, sample.id.clone());
-        pool.add(&drawn, hash, &tools, released_as, decision);
-    }
-    if !problems.is_empty() {
-        problems.truncate(50);
-        return Err(InputError { file: "the sample pool".into(), problems }.into());
-    }
-    pool.summary.empty_files = files.finish()?;
-    if pool.summary.samples == 0 {
-        if let Some(w) = waiting(&pool.summary.left_out, pool.summary.pool) {
-            return Err(w.into());
-        }
-        return Err(hinted(
-            format!("nothing to release: none of the {} pool samples was accepted", pool.summary.pool),
-            "see `artifacts/review-merge/` for the decisions",
-        ));
-    }
-    Ok(pool)
-}
-
-/// The pool's sources that exist, each at its first sample; none is an error.
-fn open_pool<'a>(inputs: &'a Inputs) -> Result<Vec<Source<'a>>> {
-    let mut sources = Vec::new();
-    for (h, name) in [(&crate::samples::VALIDATED, "validate"), (&crate::samples::LEVELS, "levels-export")] {
-        if inputs.has(h) {
-            let mut src = Source {
-                name,
-                file: format!("{}/{}", h.stage, h.file),
-                lines: BufReader::with_capacity(1 << 20, inputs.open_of(h)?).lines(),
-                line: 0,
-                last: None,
-                head: None,
-                _inputs: Default::default(),
-            };
-            src.advance()?;
-            sources.push(src);
-        }
-    }
-    if sources.is_empty() {
-        return Err(hinted(
-            "the sample pool is empty: neither `validate` nor `levels export` has produced samples",
-            "run `benchgen run` (the log track needs `[synth]`, the registry track `[levels]`)",
-        ));
-    }
-    Ok(sources)
-}
-
-/// The ledger lineage of the runs behind the current artifacts of every other stage.
-fn lineage_index(s: &Settings) -> Result<lineage::Index> {
-    let runs: Vec<i64> = s
-        .stage_order
-        .clone()
-        .into_iter()
-        .chain(FUNNEL.iter().copied())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .filter(|st| *st != STAGE)
-        .filter_map(|st| Manifest::load(&s.artifacts, st).ok().flatten())
-        .map(|m| m.run_id)
-        .collect();
-    let mut order: Vec<&str> = s.stage_order.clone();
-    for f in FUNNEL {
-        if !order.contains(f) {
-            order.push(f);
-        }
-    }
-    lineage::Index::open(&s.artifacts, &runs, &order)
-}
-
-/// The sample with the smallest id among the sources' heads, the source moved past it; an
-/// id in two sources is an error.
-fn next_sample(sources: &mut [Source]) -> Result<Option<Drawn>> {
-    // The source whose head has the smallest id.
-    let pick = sources
-        .iter()
-        .enumerate()
-        .filter_map(|(i, s)| s.head.as_ref().map(|(_, h)| (i, h.id.clone())))
-        .min_by(|a, b| a.1.cmp(&b.1));
-    let Some((i, id)) = pick else { return Ok(None) };
-    if let Some(other) =
-        sources.iter().enumerate().find(|(j, s)| *j != i && s.head.as_ref().is_some_and(|h| h.1.id == id))
-    {
-        bail!(
-            "sample id `{id}` is in both `{}` and `{}`; ids must be unique across the pool",
-            sources[i].file,
-            other.1.file
-        );
-    }
-    let (line, sample) = sources[i].head.take().expect("picked a head");
-    let source = sources[i].name;
-    let file = sources[i].file.clone();
-    sources[i].advance()?;
-    Ok(Some(Drawn { source, file, line, sample }))
-}
-
-/// What makes two samples the same request: their user turns, lower-cased, with runs of
-/// whitespace and punctuation at the ends folded (so "Do X." and "do  x" are one request).
-fn request_key(sample: &Sample) -> String {
-    let turns: Vec<String> = sample
-        .turns
-        .iter()
-        .map(|t| {
-            let words: Vec<&str> = t.user.split_whitespace().collect();
-            words.join(" ").trim_matches(|c: char| c.is_ascii_punctuation()).to_lowercase()
-        })
-        .collect();
-    format!("{:?}\u{1f}{}", sample.family, turns.join("\u{1e}"))
-}
-
-/// Why a sample stays out of the release under the review decisions, if it does.
-/// Nothing accepted yet and samples waiting for a decision: the release waits for people
-/// (`benchgen run` stops here with exit code 3) instead of failing.
-fn waiting(left_out: &BTreeMap<String, usize>, pool: usize) -> Option<crate::error::Waiting> {
-    let unscored = left_out.get("not reviewed").copied().unwrap_or(0);
-    let undecided = left_out.get("review: undecided").copied().unwrap_or(0);
-    let held = left_out.get(HELD).copied().unwrap_or(0);
-    if unscored + undecided + held == 0 {
-        return None;
-    }
-    let mut parts = Vec::new();
-    if unscored > 0 {
-        parts.push(format!("{unscored} not reviewed yet"));
-    }
-    if undecided > 0 {
-        parts.push(format!(
-            "{undecided} undecided (waiting for a second score or an adjudication: `artifacts/review-merge/queue.csv`)"
-        ));
-    }
-    if held > 0 {
-        parts.push(format!(
-            "{held} held back after evaluation (no panel agent solved them: `artifacts/eval/review.csv`; write `keep` or `leave out` in a copy named in `[release] eval_review`)"
-        ));
-    }
-    Some(crate::error::Waiting {
-        message: format!(
-            "{} of the {pool} pool samples wait for review ({}); nothing is released until a sample is accepted",
-            unscored + undecided + held,
-            parts.join(", ")
-        ),
-        next: if unscored + undecided > 0 {
-            "reviewers fill their sheets (`artifacts/review-export/sheets/<reviewer>.csv` or .xlsx, returned \
-             into `reviews/returned/`) or score in the web app (`benchgen review serve`); disagreements are \
-             decided in `reviews/adjudications.csv`; then run `benchgen run` again (docs/review.md)"
-                .into()
-        } else {
-            "a person decides each held item: copy `artifacts/eval/review.csv` to `reviews/eval/`, write `keep` \
-             or `leave out` in `decision` (with a note), name the copy in `[release] eval_review`, then run \
-             `benchgen run` again (docs/eval.md)"
-                .into()
-        },
-    })
 }
 
 /// What `benchgen status` shows for the release: the review decisions accept no sample
@@ -1138,226 +737,7 @@ pub fn waiting_for_review(settings: &Settings) -> Option<crate::error::Waiting> 
         return None;
     }
     let undecided = counts.get("undecided").copied().unwrap_or(0);
-    waiting(&BTreeMap::from([("review: undecided".to_string(), undecided)]), pool)
-}
-
-fn why_not(decisions: Option<&HashMap<String, Decision>>, decision: Option<&Decision>, hash: &str) -> Option<String> {
-    match (&decisions, decision) {
-        (None, _) => None,
-        (Some(_), None) => Some("not reviewed".to_string()),
-        (Some(_), Some(d)) if d.decision != "accepted" => Some(format!("review: {}", d.decision)),
-        (Some(_), Some(d)) if d.content_hash != hash => {
-            Some("changed after review (content hash differs from the reviewed one)".to_string())
-        }
-        _ => None,
-    }
-}
-
-/// The tools a sample's reference plans name; a malformed call or a tool in no catalog is a
-/// problem.
-fn plan_tools<'a>(
-    drawn: &'a Drawn,
-    catalog: &HashMap<String, CatalogTool>,
-    problems: &mut Vec<Problem>,
-) -> BTreeSet<&'a str> {
-    let Drawn { file, line, sample, .. } = drawn;
-    let mut tools: BTreeSet<&str> = BTreeSet::new();
-    for (t, turn) in sample.turns.iter().enumerate() {
-        for (c, call) in turn.reference_plan.iter().enumerate() {
-            if call.alternatives.is_empty() {
-                problems.push(Problem::new(
-                    format!("{file} line {line} ({}).turns[{t}].reference_plan[{c}]", sample.id),
-                    "a reference call needs at least one alternative",
-                ));
-            }
-            if let Some(d) = call.depends_on.iter().find(|d| **d >= c) {
-                problems.push(Problem::new(
-                    format!("{file} line {line} ({}).turns[{t}].reference_plan[{c}].depends_on", sample.id),
-                    format!("depends on call {d}, which is not an earlier call"),
-                ));
-            }
-            for a in &call.alternatives {
-                if !catalog.contains_key(a) {
-                    problems.push(Problem::new(
-                        format!("{file} line {line} ({}).turns[{t}].reference_plan[{c}]", sample.id),
-                        format!("tool `{a}` is in no catalog (filter/catalog.json, logs-import/catalog.json)"),
-                    ));
-                }
-                tools.insert(a);
-            }
-        }
-    }
-    tools
-}
-
-impl PoolFiles {
-    /// `samples.jsonl`, `lineage.jsonl` and, for each track that ran, its files (so a track
-    /// that ran writes every one of them, even empty).
-    fn create(tmp: &Path, etom_track: bool, fin_track: bool) -> Result<Self> {
-        let samples_out = std::io::BufWriter::with_capacity(
-            1 << 20,
-            std::fs::File::create(tmp.join("samples.jsonl")).context("cannot create samples.jsonl")?,
-        );
-        let lineage_out = std::io::BufWriter::with_capacity(
-            1 << 20,
-            std::fs::File::create(tmp.join("lineage.jsonl")).context("cannot create lineage.jsonl")?,
-        );
-        let mut levels: Vec<Option<ArrayWriter>> = Vec::new();
-        for l in 1..=5 {
-            levels.push(if etom_track { Some(ArrayWriter::create(tmp, format!("level_{l}.json"))?) } else { None });
-        }
-        let mut fins: Vec<Option<ArrayWriter>> = Vec::new();
-        for k in FIN_KINDS {
-            fins.push(if fin_track {
-                Some(ArrayWriter::create(tmp, format!("finmcp_{}.json", k.as_str()))?)
-            } else {
-                None
-            });
-        }
-        Ok(Self { samples_out, lineage_out, levels, fins })
-    }
-
-    /// Writes a sample into its family's file and `samples.jsonl`; returns where it was
-    /// released, or `None` (with a problem) for an ETOM id without its query number.
-    fn write(
-        &mut self,
-        drawn: &Drawn,
-        tmp: &Path,
-        descriptions: &convert::Descriptions,
-        problems: &mut Vec<Problem>,
-    ) -> Result<Option<String>> {
-        let Drawn { file, line, sample, .. } = drawn;
-        let released_as = match sample.family {
-            Family::Etom => {
-                let level = sample.kind.level().expect("etom kind");
-                let Some(n) = convert::etom_query_number(&sample.id, level) else {
-                    problems.push(Problem::new(
-                        format!("{file} line {line} ({})", sample.id),
-                        format!("an ETOM L{level} sample needs the id `L{level}-<number>` (its query id in level_{level}.json)"),
-                    ));
-                    return Ok(None);
-                };
-                let w = match &mut self.levels[usize::from(level) - 1] {
-                    Some(w) => w,
-                    slot => slot.insert(ArrayWriter::create(tmp, format!("level_{level}.json"))?),
-                };
-                w.push(&convert::to_etom(sample, n, descriptions))?;
-                format!("level_{level}.json#{n}")
-            }
-            Family::Finmcp => {
-                let k = FIN_KINDS.iter().position(|k| *k == sample.kind).expect("finmcp kind");
-                let w = match &mut self.fins[k] {
-                    Some(w) => w,
-                    slot => slot.insert(ArrayWriter::create(tmp, format!("finmcp_{}.json", sample.kind.as_str()))?),
-                };
-                w.push(&convert::to_finmcp(sample))?;
-                format!("finmcp_{}.json#{}", sample.kind.as_str(), sample.id)
-            }
-        };
-
-        serde_json::to_writer(&mut self.samples_out, sample)?;
-        self.samples_out.write_all(b"\n")?;
-        Ok(Some(released_as))
-    }
-
-    /// Flushes every file; returns the names of the format files that hold no record.
-    fn finish(self) -> Result<BTreeSet<String>> {
-        let Self { mut samples_out, mut lineage_out, levels, fins } = self;
-        samples_out.flush()?;
-        lineage_out.flush()?;
-        drop((samples_out, lineage_out));
-        let mut empty = BTreeSet::new();
-        for w in levels.into_iter().chain(fins).flatten() {
-            if w.n == 0 {
-                empty.insert(w.name.clone());
-            }
-            w.finish()?;
-        }
-        Ok(empty)
-    }
-}
-
-impl Pooled {
-    fn count_review(&mut self, decision: Option<&Decision>) {
-        let Some(r) = self.review.as_mut() else { return };
-        let key = decision.map(|d| d.decision.as_str()).unwrap_or("not reviewed");
-        *r.decisions.entry(key.to_string()).or_default() += 1;
-        if let Some(d) = decision {
-            r.reviewed += 1;
-            *r.by.entry(if d.decided_by.is_empty() { "?".into() } else { d.decided_by.clone() }).or_default() += 1;
-        }
-    }
-
-    /// A request released twice (byte-identical queries of two L2 items, say) asks the same
-    /// thing twice: the first in id order stays, the other is left out with its reason.
-    fn duplicate(&mut self, sample: &Sample, key: &str) -> bool {
-        let Some(first) = self.requests.get(key) else { return false };
-        *self.summary.left_out.entry("duplicate request".into()).or_default() += 1;
-        self.left_out.insert(sample.id.clone(), format!("duplicate request: the same text as `{first}`"));
-        true
-    }
-
-    /// A released sample's line of `lineage.jsonl`: its source line, review and ledger events.
-    fn write_lineage(
-        &mut self,
-        lineage_out: &mut impl Write,
-        drawn: &Drawn,
-        hash: &str,
-        released_as: &str,
-        decision: Option<&Decision>,
-    ) -> Result<()> {
-        let Drawn { source, file, line, sample } = drawn;
-        let roots = self.index.roots(&sample.id, &sample.provenance_id)?;
-        let mut events = self.index.lineage(&roots)?;
-        if events.is_empty() {
-            self.without_events += 1;
-        }
-        let (entry, payload) = lineage::published(&self.release, &sample.id, hash, released_as);
-        self.published.push((entry.subject.clone().unwrap_or_default(), payload));
-        events.push(entry.into());
-        let mut l = json!({
-            "id": sample.id,
-            "content_hash": hash,
-            "source": {"stage": source, "file": file, "line": line},
-            "provenance_id": sample.provenance_id,
-            "released_as": released_as,
-        });
-        if let Some(d) = decision {
-            l["review"] = json!({"decision": d.decision, "decided_by": d.decided_by});
-            if d.decided_by == "human" || d.decided_by == "adjudication" {
-                self.human += 1;
-            }
-        }
-        l["events"] = serde_json::to_value(&events)?;
-        serde_json::to_writer(&mut *lineage_out, &l)?;
-        lineage_out.write_all(b"\n")?;
-        Ok(())
-    }
-
-    /// A released sample's figures for the card and its row of `samples.parquet`.
-    fn add(
-        &mut self,
-        drawn: &Drawn,
-        hash: String,
-        tools: &BTreeSet<&str>,
-        released_as: String,
-        decision: Option<&Decision>,
-    ) {
-        let Drawn { source, sample, .. } = drawn;
-        let summary = &mut self.summary;
-        let row = sample_row(sample, source, hash.clone(), tools.len(), released_as, decision);
-        let ks = summary.by_kind.entry(row.kind.clone()).or_default();
-        ks.n += 1;
-        ks.turns += sample.turns.len();
-        ks.calls += sample.reference_calls();
-        ks.steps += row.steps as usize;
-        ks.tools += tools.len();
-        *ks.difficulty.entry(row.difficulty.clone()).or_default() += 1;
-        *summary.scenarios.entry(row.category.clone()).or_default() += 1;
-        self.cols.push(row);
-        self.current.insert(sample.id.clone(), hash);
-        summary.samples += 1;
-    }
+    pool::waiting(&BTreeMap::from([("review: undecided".to_string(), undecided)]), pool)
 }
 
 /// A released sample's row of `samples.parquet`; `release verify` rebuilds it from
@@ -1409,7 +789,7 @@ fn write_sets(inputs: &Inputs, tmp: &Path, etom_track: bool) -> Result<()> {
 
 /// `tools.parquet` (the tools the released samples use), the Inspect AI task's `inspect/` files
 /// over them, and `samples.parquet`.
-fn write_tables(tmp: &Path, catalog: &HashMap<String, CatalogTool>, pool: &mut Pooled, seed: u64) -> Result<()> {
+fn write_tables(tmp: &Path, catalog: &HashMap<String, CatalogTool>, pool: &mut pool::Pooled, seed: u64) -> Result<()> {
     let tool_rows: Vec<tables::ToolRow> = pool
         .used
         .iter()
@@ -1441,9 +821,9 @@ fn write_card(
     inputs: &Inputs,
     cfg: &ReleaseSettings,
     tmp: &Path,
-    pool: Pooled,
+    pool: pool::Pooled,
 ) -> Result<(Summary, String)> {
-    let Pooled { mut summary, mut review, index, without_events, human, etom_track, fin_track, .. } = pool;
+    let pool::Pooled { mut summary, mut review, index, without_events, human, etom_track, fin_track, .. } = pool;
     for st in FUNNEL {
         if let Some(m) = ctx.manifest_of(st) {
             summary.funnel.push((st.to_string(), funnel_counts(&m)));
@@ -1494,67 +874,8 @@ fn write_card(
     if fin_track {
         summary.anonymised = ctx.manifest_of("logs-import").and_then(|m| m.counts.get("anonymised")?.as_u64());
     }
-    let sums = finish_folder(tmp, &mut summary)?;
+    let sums = publish::finish_folder(tmp, &mut summary)?;
     Ok((summary, sums))
-}
-
-/// `croissant.json` (listing the files written so far with their checksums), then the card
-/// and `SHA256SUMS`, which both list it; returns the checksums.
-fn finish_folder(tmp: &Path, summary: &mut Summary) -> Result<String> {
-    let mut files = list_files(tmp)?;
-    let mut listed: Vec<(String, String)> = Vec::new();
-    for f in files.iter().filter(|f| !croissant::UNLISTED.contains(&f.as_str())) {
-        listed.push((f.clone(), sha256_file(&tmp.join(f))?));
-    }
-    files.extend(["README.md", "SHA256SUMS", croissant::FILE].map(String::from));
-    files.sort();
-    files.dedup();
-    summary.files = files;
-    croissant::write(tmp, summary, &listed)?;
-    std::fs::write(tmp.join("README.md"), card::render(summary))?;
-    let sums = checksums(tmp)?;
-    std::fs::write(tmp.join("SHA256SUMS"), &sums)?;
-    Ok(sums)
-}
-
-/// Copies the release into the stage's artifacts and renames it into place; a version
-/// already published is left alone when its files are the same and an error otherwise.
-/// Returns the published folder as shown to the user.
-fn publish(
-    s: &Settings,
-    out: &mut Output,
-    tmp: &Path,
-    target: &Path,
-    sums: &str,
-    partial: &mut Partial,
-) -> Result<String> {
-    copy_out(out, tmp)?;
-    let shown = s.display_path(target);
-    if target.exists() {
-        let old = std::fs::read_to_string(target.join("SHA256SUMS")).unwrap_or_default();
-        if old != sums {
-            return Err(hinted(
-                format!("`{shown}` already exists with different content; a published version is never overwritten"),
-                "set a new `[release] version` in the config (the previous version stays as it is)",
-            ));
-        }
-        out.notes.push(format!("`{shown}` is already published with these exact files"));
-    } else {
-        std::fs::rename(tmp, target).with_context(|| format!("cannot publish `{shown}`"))?;
-        partial.0 = None;
-        out.notes.push(format!("published `{shown}`"));
-    }
-    Ok(shown)
-}
-
-/// Every file of the built folder into the stage's artifacts.
-fn copy_out(out: &mut Output, tmp: &Path) -> Result<()> {
-    for rel in list_files(tmp)? {
-        let mut f = out.create(&rel)?;
-        std::io::copy(&mut std::fs::File::open(tmp.join(&rel))?, &mut f)?;
-        f.finish()?;
-    }
-    Ok(())
 }
 
 /// The adjudicated eval sheet (`[release] eval_review`) and, when publishing with `[eval]`
@@ -1572,121 +893,6 @@ fn audit(s: &Settings, cfg: &ReleaseSettings, inputs: &Inputs, mode: Mode) -> Re
         flagged.retain(|id, _| !adjudicated.decided(id));
     }
     Ok(Audit { adjudicated, flagged, hold: cfg.hold_flagged })
-}
-
-/// The CHANGELOG's record of the eval audit: the items held back, and every decision of
-/// the adjudicated sheet on a pool item, with its reason.
-fn audit_log(audit: &Audit, pool: &Pooled) -> String {
-    let mut md = String::new();
-    let (title, listed): (&str, &dyn Fn(&String) -> bool) = if audit.hold {
-        // Held here, not left out earlier for another reason (a review's rejection).
-        ("Held back after evaluation", &|id| {
-            audit.leaves_out(id).is_some_and(|(class, why)| class == HELD && pool.left_out.get(id) == Some(&why))
-        })
-    } else {
-        ("Published undecided after evaluation (`[release] hold_flagged = false`)", &|id| pool.current.contains_key(id))
-    };
-    let rows: Vec<String> = audit
-        .flagged
-        .iter()
-        .filter(|(id, _)| listed(id))
-        .map(|(id, why)| format!("- `{id}`: {why}; waiting for `keep` or `leave out` in `[release] eval_review`\n"))
-        .collect();
-    if !rows.is_empty() {
-        md.push_str(&format!("\n### {title} ({})\n\n{}", rows.len(), rows.concat()));
-    }
-    let mut decided: Vec<(&String, &String)> = audit
-        .adjudicated
-        .keep
-        .iter()
-        .filter(|(id, _)| pool.current.contains_key(*id))
-        .chain(audit.adjudicated.leave_out.iter().filter(|(id, _)| pool.left_out.contains_key(*id)))
-        .collect();
-    decided.sort();
-    if !decided.is_empty() {
-        md.push_str(&format!("\n### Decided after evaluation ({})\n\n", decided.len()));
-        for (id, why) in decided {
-            md.push_str(&format!("- `{id}`: {why}\n"));
-        }
-    }
-    md
-}
-
-/// `CHANGELOG.md` and the one line the card shows.
-fn changelog(
-    inputs: &Inputs,
-    s: &Settings,
-    cfg: &ReleaseSettings,
-    current: &HashMap<String, String>,
-    left_out: &HashMap<String, String>,
-    decisions: Option<&HashMap<String, Decision>>,
-) -> Result<(String, Option<String>)> {
-    let mut md = format!("# Changelog of {}\n\n## {}\n\n", cfg.name, cfg.version);
-    let Some((prev_version, prev_dir)) = previous(s) else {
-        md.push_str(&format!("First version: {} samples.\n", current.len()));
-        return Ok((md, None));
-    };
-    let path = prev_dir.join("samples.jsonl");
-    let mut prev: HashMap<String, String> = HashMap::new();
-    for (i, l) in BufReader::new(inputs.open(&path)?).lines().enumerate() {
-        let l = l.with_context(|| format!("cannot read `{}`", s.display_path(&path)))?;
-        if l.trim().is_empty() {
-            continue;
-        }
-        let sample: Sample = serde_json::from_str(&l).map_err(|e| InputError {
-            file: s.display_path(&path),
-            problems: vec![Problem::new(format!("line {}", i + 1), format!("not a unified sample: {e}"))],
-        })?;
-        prev.insert(sample.id.clone(), sample.content_hash());
-    }
-    let mut added: Vec<&String> = current.keys().filter(|k| !prev.contains_key(*k)).collect();
-    let mut removed: Vec<(&String, String)> = prev
-        .keys()
-        .filter(|k| !current.contains_key(*k))
-        .map(|k| {
-            let why = left_out.get(k).cloned().unwrap_or_else(|| "no longer produced by the pipeline".into());
-            (k, why)
-        })
-        .collect();
-    let mut changed: Vec<(&String, String)> = current
-        .iter()
-        .filter(|(k, h)| prev.get(*k).is_some_and(|p| p != *h))
-        .map(|(k, _)| {
-            let why = match decisions.and_then(|d| d.get(k)) {
-                Some(d) => format!("content changed; reviewed again ({} by {})", d.decision, d.decided_by),
-                None => "content changed".into(),
-            };
-            (k, why)
-        })
-        .collect();
-    added.sort();
-    removed.sort();
-    changed.sort();
-    let head = format!(
-        "Against {prev_version}: {} added, {} removed, {} changed, {} unchanged.",
-        added.len(),
-        removed.len(),
-        changed.len(),
-        current.len() - added.len() - changed.len()
-    );
-    md.push_str(&format!("{head}\n"));
-    const CAP: usize = 1000;
-    let mut section = |title: &str, rows: Vec<String>| {
-        if rows.is_empty() {
-            return;
-        }
-        md.push_str(&format!("\n### {title} ({})\n\n", rows.len()));
-        for r in rows.iter().take(CAP) {
-            md.push_str(&format!("- {r}\n"));
-        }
-        if rows.len() > CAP {
-            md.push_str(&format!("- … and {} more\n", rows.len() - CAP));
-        }
-    };
-    section("Added", added.iter().map(|k| format!("`{k}`: new in the sample pool")).collect());
-    section("Removed", removed.iter().map(|(k, w)| format!("`{k}`: {w}")).collect());
-    section("Changed", changed.iter().map(|(k, w)| format!("`{k}`: {w}")).collect());
-    Ok((md, Some(head)))
 }
 
 /// `benchgen explain sample:<id>` for a released sample: its release record and ledger
