@@ -695,7 +695,32 @@ pub fn unsupported_claims(answer: &str, calls: &[&RecordedCall], seen: &str) -> 
             out.push(format!("names `{id}`, which no request, argument or result of the sample holds"));
         }
     }
+    out.extend(named_functions(answer, calls, &seen));
     out
+}
+
+/// snake_case names in an answer that no call of the turn made and no text it may quote
+/// holds: a function or parameter name. The demo's 1.5B agent answered "Find the on-call
+/// person … and send a message" with "To acknowledge the alert …, you can call the
+/// `acknowledge_alert` function with the `alert_id` parameter …": an instruction about a
+/// tool nobody called, not a report of what the calls found.
+fn named_functions(answer: &str, calls: &[&RecordedCall], seen: &str) -> Vec<String> {
+    let snake = |w: &str| {
+        w.contains('_')
+            && !w.starts_with('_')
+            && !w.ends_with('_')
+            && w.starts_with(|c: char| c.is_ascii_lowercase())
+            && w.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    let mut names: Vec<&str> =
+        answer.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| snake(w)).collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+        .into_iter()
+        .filter(|n| !seen.contains(n) && !calls.iter().any(|c| tool_name(&c.tool) == *n))
+        .map(|n| format!("names `{n}`, which no call of the turn made and no request, argument or result holds (an answer reports what the calls found, not which function to call)"))
+        .collect()
 }
 
 /// Is the claim at byte `pos` negated by one of the three words before it?
@@ -1592,6 +1617,24 @@ mod tests {
         assert!(unsupported_claims("It was not acknowledged.", &[], "").is_empty(), "a negated claim is no claim");
         let made_up = unsupported_claims("See INC-9999.", &[&ack], seen);
         assert!(made_up[0].contains("`INC-9999`"), "{made_up:?}");
+    }
+
+    /// chain-a2b4d34d7b of the demo release: asked for the on-call person and a message,
+    /// the answer told the user to call a function nobody called.
+    #[test]
+    fn an_answer_that_names_a_function_no_call_made_is_caught() {
+        let oncall = call("get_oncall", json!({"team": "database"}), r#"{"name":"Anna","email":"EMAIL_d5dd4ff5d1"}"#);
+        let notify = call("notify_user", json!({"email": "EMAIL_d5dd4ff5d1", "message": "hi"}), r#"{"id":"2fb281ef"}"#);
+        let seen = r#"find the on-call person for the database team {"team":"database"} {"name":"anna","email":"email_d5dd4ff5d1"} {"email":"email_d5dd4ff5d1","message":"hi"} {"id":"2fb281ef"}"#;
+        let answer = "To acknowledge the alert for the incident with ID \"2fb281ef\", you can call the \
+                      `acknowledge_alert` function with the `alert_id` parameter set to \"2fb281ef\".";
+        let found = unsupported_claims(answer, &[&oncall, &notify], seen);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].starts_with("names `acknowledge_alert`, which no call of the turn made"), "{found:?}");
+        assert!(found[1].starts_with("names `alert_id`"), "{found:?}");
+        // A report of what the calls did passes, a called tool and a quoted value named too.
+        let report = "I used notify_user to message Anna at EMAIL_d5dd4ff5d1; she is on call for the database team.";
+        assert!(unsupported_claims(report, &[&oncall, &notify], seen).is_empty());
     }
 
     #[test]

@@ -51,7 +51,8 @@ pub static SPEC: StageSpec = StageSpec {
     command: "validate",
     // 2: only the calls a request needs become the reference plan; arguments traced;
     // answers checked against their calls; dialogue turns that add nothing end the dialogue.
-    version: 2,
+    // 3: an answer naming a function or parameter no call of its turn made is unfaithful.
+    version: 3,
     about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),
