@@ -311,6 +311,18 @@ fn llm_command(ctx: &Ctx, c: &LlmCommand) -> Result<()> {
         }
         LlmCommand::BatchExport(a) => {
             let exported = stages::get(&a.stage)?;
+            // An agent loop records a turn whose model call failed (the export's stop among
+            // them) as a failed run and commits its artifacts: an export would leave the
+            // stage up to date with every query failed, and the imported answers unused.
+            if let Some(r) = exported.turn_roles(settings).first() {
+                return Err(benchgen::error::hinted(
+                    format!(
+                        "`{}` runs agent loops (role `{}`, `{}`), whose turns cannot be exported as one round",
+                        a.stage, r.name, r.key
+                    ),
+                    "run it live, or with the role in `mode = \"batch\"` (each turn a batch job); export the single-round stages",
+                ));
+            }
             let default = settings.artifacts.join("llm").join(format!("batch-export-{}.jsonl", a.stage));
             let out = a.out.clone().unwrap_or(default);
             // Not `--force`: a stage that is up to date needs no request, and its file is empty.

@@ -436,6 +436,18 @@ fn check_warns_of_a_batch_role_that_runs_an_agent_loop_and_passes() {
     assert!(success && err.contains(warning), "{out}{err}");
 }
 
+/// An agent-loop stage is not exported: its loop would record the export's stop as failed
+/// runs and commit them, leaving the stage up to date with every query failed.
+#[test]
+fn batch_export_of_an_agent_loop_stage_is_refused_before_it_runs() {
+    let p = project_with_an_agent("mode = \"batch\"");
+    let (success, out, err) = run(p.path(), &["llm", "batch-export", "--stage", "execute", "--out", "in.jsonl"]);
+    assert!(!success, "{out}{err}");
+    assert!(err.contains("`execute` runs agent loops (role `agent`, `execute.role`)"), "{err}");
+    assert!(err.contains("export the single-round stages"), "{err}");
+    assert!(!p.path().join("artifacts/execute").exists() && !p.path().join("in.jsonl").exists());
+}
+
 /// An export where no role of the stage is a batch role is refused before the stage runs:
 /// it would make its requests live, pay for them and write its artifacts.
 #[test]
