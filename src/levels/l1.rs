@@ -116,7 +116,7 @@ pub async fn write_and_verify(
     judge: &str,
     (write_t, verify_t): (&str, &str),
     vars: &Value,
-    n: usize,
+    (n, prune): (usize, bool),
     mention: &Mention,
 ) -> Result<Drafted, ItemError> {
     let mut wv = vars.clone();
@@ -146,16 +146,19 @@ pub async fn write_and_verify(
     let checks = batch::all(checks)?;
     let wording = super::wording_of(vars);
     let tools = tool_vars(vars);
+    let platform = vars.get("platform").and_then(Value::as_str).unwrap_or_default();
+    // Off with `levels.plan_check.prune_unrequested`, as the plan check's rule it mirrors.
+    let words = prune.then_some((tools.as_slice(), platform));
     let mut candidates: Vec<Candidate> = queries
         .into_iter()
         .zip(checks)
         .map(|(query, c)| {
-            let (verified, reason) = verdict(&query, &c.value, mention, (&wording, &tools));
+            let (verified, reason) = verdict(&query, &c.value, mention, (&wording, words));
             Candidate { query, verified, reason, exchange: c.exchange, asked_again: None }
         })
         .collect();
     if !candidates.iter().any(|c| c.verified) {
-        let again = ask_again(llm, (writer, judge), verify_t, &wv, &candidates[0], mention).await?;
+        let again = ask_again(llm, (writer, judge), verify_t, (&wv, prune), &candidates[0], mention).await?;
         candidates.push(again);
     }
     Ok(Drafted { write_exchange: drafts.exchange, candidates })
@@ -176,7 +179,7 @@ fn verdict(
     query: &str,
     v: &QueryCheck,
     mention: &Mention,
-    (wording, tools): (&[super::Wording], &[Value]),
+    (wording, words): (&[super::Wording], Option<(&[Value], &str)>),
 ) -> (bool, String) {
     let failed: Vec<&str> = [
         (v.intent_matches, "intent does not match"),
@@ -191,7 +194,7 @@ fn verdict(
     let rule = mention
         .check(query)
         .or_else(|| super::copied_wording(query, wording))
-        .or_else(|| super::plan_check::unrelated(query, tools));
+        .or_else(|| words.and_then(|(tools, platform)| super::plan_check::unrelated(query, tools, platform)));
     match (failed.is_empty(), rule) {
         (true, None) => (true, super::one_line(&v.reason)),
         (true, Some(m)) => (false, m),
@@ -207,11 +210,12 @@ async fn ask_again(
     llm: &Item,
     (writer, judge): (&str, &str),
     verify_t: &str,
-    wv: &Value,
+    (wv, prune): (&Value, bool),
     refused: &Candidate,
     mention: &Mention,
 ) -> Result<Candidate, ItemError> {
     let tools = tool_vars(wv);
+    let platform = wv.get("platform").and_then(Value::as_str).unwrap_or_default();
     let av = json!({"rule": mention.text(), "tools": tools, "query": refused.query, "reason": refused.reason});
     let schema = crate::llm::schema_with_max_items::<Drafts>("queries", 1);
     let prompt = Prompt::new(AGAIN_TEMPLATE, av);
@@ -231,7 +235,8 @@ async fn ask_again(
     let mut v = wv.clone();
     v["query"] = json!(query);
     let c = llm.typed_as::<QueryCheck>(judge, &Prompt::new(verify_t, v), "verify-again").await?;
-    let (verified, reason) = verdict(&query, &c.value, mention, (&super::wording_of(wv), &tools));
+    let words = prune.then_some((tools.as_slice(), platform));
+    let (verified, reason) = verdict(&query, &c.value, mention, (&super::wording_of(wv), words));
     Ok(Candidate { query, verified, reason, exchange: c.exchange, asked_again: Some(r.exchange) })
 }
 
@@ -363,8 +368,9 @@ impl Stage for L1Stage {
             .collect();
         let mut batch = Batch::new(ctx, super::batch_options(STAGE, "L1", "tools", s))?;
         let (writer, judge, n) = (l.writer_role.as_str(), l.judge_role.as_str(), l.l1.candidates);
+        let prune = l.plan_check.prune_unrequested;
         let done = batch.run(items, |(vars, mention): (Value, Mention), llm: Item| async move {
-            write_and_verify(&llm, writer, judge, (WRITE_TEMPLATE, VERIFY_TEMPLATE), &vars, n, &mention).await
+            write_and_verify(&llm, writer, judge, (WRITE_TEMPLATE, VERIFY_TEMPLATE), &vars, (n, prune), &mention).await
         })?;
         for f in &done.failed {
             funnel.reject(f.item.trim_start_matches("tool:"), format!("failed: {}", f.reason));

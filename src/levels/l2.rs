@@ -228,8 +228,9 @@ impl Stage for L2Stage {
         let items: Vec<(String, (Value, Mention))> = chosen.into_iter().map(|i| (i.key, (i.vars, i.mention))).collect();
         let mut batch = Batch::new(ctx, super::batch_options(STAGE, "L2", "tools and sets", s))?;
         let (writer, judge, n) = (l.writer_role.as_str(), l.judge_role.as_str(), l.l2.candidates);
+        let prune = l.plan_check.prune_unrequested;
         let done = batch.run(items, |(vars, mention): (Value, Mention), llm: Item| async move {
-            write_and_verify(&llm, writer, judge, (WRITE_TEMPLATE, VERIFY_TEMPLATE), &vars, n, &mention).await
+            write_and_verify(&llm, writer, judge, (WRITE_TEMPLATE, VERIFY_TEMPLATE), &vars, (n, prune), &mention).await
         })?;
         for f in &done.failed {
             funnel.reject(&f.item, format!("failed: {}", f.reason));

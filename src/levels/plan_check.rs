@@ -548,9 +548,10 @@ fn evidence(
 /// variables, `{name, server, description, inputs}`), the words of the tools' server names
 /// left out of the query (rule 3 as the plan check applies it to L1/L2, so that the writer
 /// is asked again instead of the plan check rejecting the query later).
-pub fn unrelated(query: &str, tools: &[Value]) -> Option<String> {
+pub fn unrelated(query: &str, tools: &[Value], platform: &str) -> Option<String> {
     let text = |t: &Value, k: &str| t.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
-    let servers: BTreeSet<String> = tools.iter().flat_map(|t| content(&text(t, "server"))).collect();
+    let mut servers: BTreeSet<String> = tools.iter().flat_map(|t| content(&text(t, "server"))).collect();
+    servers.extend(content(platform));
     let full = content(query);
     let q: BTreeSet<String> = full.difference(&servers).cloned().collect();
     let shares = |t: &Value| {
@@ -562,8 +563,11 @@ pub fn unrelated(query: &str, tools: &[Value]) -> Option<String> {
         }
         let mut w = name;
         w.extend(content(&text(t, "description")));
+        // An input line's form (`x` (required): … (Type: string)) says nothing of the tool.
+        let form =
+            ["required", "optional", "type", "string", "number", "integer", "boolean", "array", "null", "object"];
         for line in t.get("inputs").and_then(Value::as_array).into_iter().flatten() {
-            w.extend(content(line.as_str().unwrap_or_default()));
+            w.extend(content(line.as_str().unwrap_or_default()).into_iter().filter(|x| !form.contains(&x.as_str())));
         }
         !q.is_disjoint(&w)
     };
@@ -1331,9 +1335,15 @@ mod tests {
         // again; a query sharing a word with the tool passes it.
         let tv = json!({"name": "convert_currency", "server": "fx-rates-mcp",
                         "description": tools[0].1.description, "inputs": ["`amount` (required): the amount"]});
-        let why = unrelated(weather, std::slice::from_ref(&tv)).expect("unrelated");
+        let why = unrelated(weather, std::slice::from_ref(&tv), "FX Rates MCP").expect("unrelated");
         assert!(why.starts_with("asks for nothing `convert_currency` does"), "{why}");
-        assert_eq!(unrelated("How much is 250 EUR in JPY at today's exchange rate?", &[tv]), None);
+        assert_eq!(
+            unrelated("How much is 250 EUR in JPY at today's exchange rate?", std::slice::from_ref(&tv), "FX"),
+            None
+        );
+        // An input line's form is no common word: "number" in "(Type: number)".
+        let phone = "On FX Rates MCP, what is the phone number of my dentist?";
+        assert!(unrelated(phone, &[tv], "FX Rates MCP").is_some());
         // A request for the conversion is kept.
         let convert = "On FX Rates MCP, convert 250 EUR to JPY at today's rate.";
         let c = check_plan(1, convert, &[step(&["fx-rates-mcp::convert_currency"], &[])], &lookup(&tools), None, &cfg);

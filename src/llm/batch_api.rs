@@ -678,18 +678,7 @@ impl BatchJobs {
         let file_id = match self.api.upload(file, &self.cancel).await {
             Ok(id) => id,
             Err(CallError::Cancelled) => return,
-            // A server without the files endpoint (404) would refuse every upload: its
-            // requests go live at once. Any other failure, after the role's retries, may pass:
-            // they go into the next batch (up to `resubmits` times), as before.
-            Err(CallError::Failed(why)) => {
-                let what: [&str; 4] = [&self.role, &self.stage, &self.api.base, ""];
-                let refused = insert_batch(&self.recorder.lock(), what, "refused", &requests);
-                if let Err(e) = refused {
-                    tracing::warn!("cannot record a refused batch in the ledger: {e:#}");
-                }
-                return self.unanswered(None, &keys, &why, true);
-            }
-            Err(CallError::Gone(why)) => {
+            Err(CallError::Failed(why) | CallError::Gone(why)) => {
                 // In the ledger as a refused batch (no file), so `llm batches` counts what
                 // went live instead.
                 let what: [&str; 4] = [&self.role, &self.stage, &self.api.base, ""];
@@ -697,7 +686,7 @@ impl BatchJobs {
                 if let Err(e) = refused {
                     tracing::warn!("cannot record a refused batch in the ledger: {e:#}");
                 }
-                return self.unanswered(None, &keys, &why, false);
+                return self.unanswered(None, &keys, &why);
             }
         };
         let what: [&str; 4] = [&self.role, &self.stage, &self.api.base, &file_id];
@@ -729,7 +718,7 @@ impl BatchJobs {
                 if let Err(e) = marked {
                     tracing::warn!("cannot mark a refused batch in the ledger: {e:#}");
                 }
-                self.unanswered(Some(row.id), &keys, &why, false);
+                self.unanswered(Some(row.id), &keys, &why);
             }
             Err(Stop::Setup(why)) => self.fail_all(Some(row.id), &keys, &why),
         }
@@ -957,9 +946,9 @@ impl BatchJobs {
     /// The requests of a batch the server would not take (upload or create refused after
     /// the role's retries) go live, or fail without `live_fallback`: not into another batch,
     /// which the server would refuse as well (a server with no files endpoint answers 404
-    /// every time). With `resubmit` (an upload that failed otherwise) they go into the next
-    /// batch first. A warning says so, naming the role, the server and its answer.
-    fn unanswered(self: &Arc<Self>, row: Option<i64>, keys: &[String], why: &str, resubmit: bool) {
+    /// every time; an upload that failed after the role's retries is taken as refused too).
+    /// A warning says so, naming the role, the server and its answer.
+    fn unanswered(self: &Arc<Self>, row: Option<i64>, keys: &[String], why: &str) {
         let mut guard = self.lock();
         let st = &mut *guard;
         if let Some(row) = row {
@@ -970,16 +959,11 @@ impl BatchJobs {
         for key in keys {
             if let Some(p) = st.sent.remove(key) {
                 asked += usize::from(!p.waiters.is_empty() && p.line.is_some());
-                self.after_failure(st, key.clone(), p, &f, resubmit);
+                self.after_failure(st, key.clone(), p, &f, false);
             }
         }
         if asked > 0 {
-            let then = match (resubmit, self.s.live_fallback) {
-                (true, true) => "they go into the next batch, up to `resubmits` times, then live",
-                (true, false) => "they go into the next batch, up to `resubmits` times, then fail",
-                (false, true) => "they go live",
-                (false, false) => "they fail (`live_fallback = false`)",
-            };
+            let then = if self.s.live_fallback { "they go live" } else { "they fail (`live_fallback = false`)" };
             let (role, base) = (&self.role, &self.api.base);
             tracing::warn!("role `{role}`: the batch API at {base} would not take {asked} requests ({why}); {then}");
         }

@@ -699,27 +699,39 @@ pub fn unsupported_claims(answer: &str, calls: &[&RecordedCall], seen: &str) -> 
     out
 }
 
-/// snake_case names in an answer that no call of the turn made and no text it may quote
-/// holds: a function or parameter name. The demo's 1.5B agent answered "Find the on-call
-/// person … and send a message" with "To acknowledge the alert …, you can call the
-/// `acknowledge_alert` function with the `alert_id` parameter …": an instruction about a
-/// tool nobody called, not a report of what the calls found.
+/// snake_case names in an answer that talks about functions or calls, which no call of
+/// the sample made (`server__tool` counts as `tool`) and no text it may quote holds (tool
+/// names of every call so far are in `seen`): a function or parameter name. The demo's
+/// 1.5B agent answered "Find the on-call person … and send a message" with "To acknowledge
+/// the alert …, you can call the `acknowledge_alert` function with the `alert_id` parameter
+/// …": an instruction about a tool nobody called, not a report of what the calls found.
+/// An answer without such words ("no `due_date` was set") is left to the other checks.
 fn named_functions(answer: &str, calls: &[&RecordedCall], seen: &str) -> Vec<String> {
+    let lower = answer.to_lowercase();
+    let instructs = ["function", "parameter", "call the", "calling", "invoke", "endpoint"];
+    if !instructs.iter().any(|w| lower.contains(w)) {
+        return Vec::new();
+    }
     let snake = |w: &str| {
         w.contains('_')
             && !w.starts_with('_')
             && !w.ends_with('_')
             && w.starts_with(|c: char| c.is_ascii_lowercase())
             && w.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            && !is_identifier(w)
     };
     let mut names: Vec<&str> =
         answer.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| snake(w)).collect();
     names.sort_unstable();
     names.dedup();
+    let known = |n: &str| {
+        let bare = n.rsplit("__").next().unwrap_or(n);
+        [n, bare].iter().any(|x| seen.contains(x) || calls.iter().any(|c| tool_name(&c.tool) == *x))
+    };
     names
         .into_iter()
-        .filter(|n| !seen.contains(n) && !calls.iter().any(|c| tool_name(&c.tool) == *n))
-        .map(|n| format!("names `{n}`, which no call of the turn made and no request, argument or result holds (an answer reports what the calls found, not which function to call)"))
+        .filter(|n| !known(n))
+        .map(|n| format!("names `{n}`, which no call of the sample made and no request, argument or result holds (an answer reports what the calls found, not which function to call)"))
         .collect()
 }
 
@@ -1387,6 +1399,10 @@ pub fn unfaithful(c: &Candidate) -> Vec<(usize, Vec<String>, Value)> {
         seen.push_str(&t.user);
         seen.push('\n');
         let kept: Vec<&RecordedCall> = t.trajectory.iter().flatten().filter(|x| x.left_out.is_none()).collect();
+        for x in t.trajectory.iter().flatten() {
+            seen.push_str(&tool_name(&x.tool).to_lowercase());
+            seen.push('\n');
+        }
         for k in &kept {
             seen.push_str(&k.arguments.to_string());
             seen.push('\n');
@@ -1465,6 +1481,10 @@ pub fn settle_answer(c: &mut Candidate, ti: usize, claims: &[String], again: Res
     let mut seen = String::new();
     for t in &c.sample.turns[..=ti] {
         seen.push_str(&t.user);
+        for x in t.trajectory.iter().flatten() {
+            seen.push_str(&tool_name(&x.tool).to_lowercase());
+            seen.push('\n');
+        }
         for k in t.trajectory.iter().flatten().filter(|x| x.left_out.is_none()) {
             seen.push_str(&k.arguments.to_string());
             seen.push_str(k.result.as_deref().unwrap_or_default());
@@ -1630,11 +1650,16 @@ mod tests {
                       `acknowledge_alert` function with the `alert_id` parameter set to \"2fb281ef\".";
         let found = unsupported_claims(answer, &[&oncall, &notify], seen);
         assert_eq!(found.len(), 2, "{found:?}");
-        assert!(found[0].starts_with("names `acknowledge_alert`, which no call of the turn made"), "{found:?}");
+        assert!(found[0].starts_with("names `acknowledge_alert`, which no call of the sample made"), "{found:?}");
         assert!(found[1].starts_with("names `alert_id`"), "{found:?}");
         // A report of what the calls did passes, a called tool and a quoted value named too.
         let report = "I used notify_user to message Anna at EMAIL_d5dd4ff5d1; she is on call for the database team.";
         assert!(unsupported_claims(report, &[&oncall, &notify], seen).is_empty());
+        // The agent's own name of a called tool, and a parameter in an answer that gives no
+        // instruction, pass too.
+        let named = "I called the `pagerduty__notify_user` function to message Anna.";
+        assert!(unsupported_claims(named, &[&oncall, &notify], seen).is_empty());
+        assert!(unsupported_claims("Anna is on call; no due_date was set.", &[&oncall, &notify], seen).is_empty());
     }
 
     #[test]
