@@ -19,6 +19,8 @@
 //! * download + ingest: until every call has its answer (the output files downloaded, the
 //!   answers stored in the ledger, each exchange recorded and its answer checked).
 
+mod common;
+
 #[path = "../tests/it/support/scripted_llm.rs"]
 mod scripted_llm;
 // scripted_llm answers at a schema's edges with the tests' edge generator.
@@ -55,16 +57,6 @@ fn unix_now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(f64::NAN, |d| d.as_secs_f64())
 }
 
-fn peak_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
-}
-
 /// The child: a project with role `r` in batch mode at `base_url`, `n` requests through the
 /// client, then one JSON line of figures (times in Unix seconds).
 fn client_side(base_url: &str, n: usize) {
@@ -96,7 +88,7 @@ fn client_side(base_url: &str, n: usize) {
     });
     let end = unix_now();
     let files = benchgen::llm::batch_api::list(&s).unwrap().len();
-    println!("{}", json!({"t0": t0, "end": end, "files": files, "peak_mib": peak_rss_mib()}));
+    println!("{}", json!({"t0": t0, "end": end, "files": files, "peak_mib": common::peak_rss_mib()}));
 }
 
 /// Wait until `done` or the child's exit; past `deadline` the child is killed (a hang ends).

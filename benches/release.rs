@@ -3,21 +3,13 @@
 //! (run in a child process so the peak is the release's). `cargo bench --bench release -- N`
 //! (default 100,000); under `cargo test --all-targets` a small smoke run.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Instant;
 
 use serde_json::json;
-
-fn peak_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
-}
 
 fn write_stage(root: &std::path::Path, stage: &str, files: &[(&str, Vec<u8>)]) {
     let dir = root.join("artifacts").join(stage);
@@ -145,7 +137,7 @@ fn child(root: &str) {
         rep.counts["samples"],
         rep.counts["pool"],
         t0.elapsed().as_secs_f64(),
-        peak_rss_mib()
+        common::peak_rss_mib()
     );
     let dir = std::path::Path::new(root).join("release/bench-1.0.0");
     let size: u64 = std::fs::read_dir(&dir).unwrap().flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum();

@@ -9,6 +9,8 @@
 //! `cargo bench --bench score -- [N]` (default 1,000,000); `-- --etom DIR` scores the ETOM
 //! level files and predictions in DIR (scripts/bench.d/etom_gen.py) instead.
 
+mod common;
+
 use std::io::Write;
 use std::time::Instant;
 
@@ -165,16 +167,6 @@ fn cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-fn peak_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
-}
-
 /// Score once in this process and print one row (run as a child so the peak is this run's).
 fn child(mode: &str, pred: &str, n: usize, benches: &[String]) {
     let m = match mode {
@@ -234,7 +226,7 @@ fn child(mode: &str, pred: &str, n: usize, benches: &[String]) {
         n as f64 / cpu,
         n as f64 / (cpu - load_cpu).max(1e-9),
         core,
-        peak_rss_mib()
+        common::peak_rss_mib()
     );
 }
 

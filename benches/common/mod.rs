@@ -38,3 +38,14 @@ pub fn loadavg() -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// The peak resident set of this process (`VmHWM`), in MiB; NaN where /proc has none.
+pub fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
