@@ -1072,7 +1072,7 @@ pub fn lock_artifacts(artifacts: &Path) -> Result<std::fs::File> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A stage that copies a large input to its output through the streaming
@@ -1106,7 +1106,9 @@ mod tests {
         }
     }
 
-    fn project() -> (tempfile::TempDir, Settings) {
+    /// A project with an empty config: only the always-present sections (also the
+    /// project of `stages.rs`'s tests, which may import this file; this file names no stage).
+    pub(crate) fn project() -> (tempfile::TempDir, Settings) {
         let dir = tempfile::tempdir().unwrap();
         let cfg = dir.path().join("pipeline/t.toml");
         std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();

@@ -380,6 +380,7 @@ pub fn markdown_table(settings: &Settings) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stage::tests::project;
 
     #[test]
     fn names_are_commands_joined_by_dashes_and_unique() {
@@ -471,16 +472,6 @@ mod tests {
                 assert!(section_names().contains(&sec), "`{}` names an unknown section `{sec}`", s.spec().name);
             }
         }
-    }
-
-    /// A project with an empty config: only the always-present sections.
-    fn project() -> (tempfile::TempDir, Settings) {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = dir.path().join("pipeline/t.toml");
-        std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
-        std::fs::write(&cfg, "").unwrap();
-        let s = Settings::load(&cfg).unwrap();
-        (dir, s)
     }
 
     /// The config hash (roles folded in) of every stage under `pipeline/demo.toml`, pinned so

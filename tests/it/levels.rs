@@ -874,21 +874,20 @@ fn l4_1_answer(seen: &Seen, again: Option<&str>) -> Answer {
     }
 }
 
-/// A project on the demo registry cut to the `L4-1` servers, with one L4 attempt that
-/// draws all four; `registry import`, `filter` and `levels l4` run. Returns the L4's
-/// `queries.json` and the texts of the prompts that asked the writer again.
-fn l4_1_run(llm: &ScriptedLlm) -> (Value, Vec<String>) {
-    let p = project(llm, 1);
+/// The demo registry cut to the servers named `keep` (totals recounted), written to the
+/// project's `registry.json`; returns the project's config text naming that file in place of
+/// the demo's (the caller writes it back with its own changes).
+fn with_demo_registry_cut_to(p: &Project, keep: &[&str]) -> String {
     let demo = repo().join("raw/demo/registry.json");
     let mut reg: Value = serde_json::from_slice(&std::fs::read(&demo).unwrap()).unwrap();
     let servers: Vec<Value> = reg["servers"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|s| L4_1_SERVERS.contains(&s["server_name"].as_str().unwrap()))
+        .filter(|s| keep.contains(&s["server_name"].as_str().unwrap()))
         .cloned()
         .collect();
-    assert_eq!(servers.len(), L4_1_SERVERS.len());
+    assert_eq!(servers.len(), keep.len());
     let tools: usize = servers.iter().map(|s| s["tools"].as_array().unwrap().len()).sum();
     reg["total_servers"] = json!(servers.len());
     reg["total_tools"] = json!(tools);
@@ -896,10 +895,18 @@ fn l4_1_run(llm: &ScriptedLlm) -> (Value, Vec<String>) {
     let registry = p.path("registry.json");
     std::fs::write(&registry, serde_json::to_vec_pretty(&reg).unwrap()).unwrap();
     let cfg = std::fs::read_to_string(&p.config).unwrap();
+    cfg.replace(&demo.display().to_string(), &registry.display().to_string())
+}
+
+/// A project on the demo registry cut to the `L4-1` servers, with one L4 attempt that
+/// draws all four; `registry import`, `filter` and `levels l4` run. Returns the L4's
+/// `queries.json` and the texts of the prompts that asked the writer again.
+fn l4_1_run(llm: &ScriptedLlm) -> (Value, Vec<String>) {
+    let p = project(llm, 1);
+    let cfg = with_demo_registry_cut_to(&p, L4_1_SERVERS);
     assert!(cfg.contains("[levels.l4]\nattempts = 8\n"), "{cfg}");
-    let cfg = cfg
-        .replace(&demo.display().to_string(), &registry.display().to_string())
-        .replace("[levels.l4]\nattempts = 8\n", "[levels.l4]\nattempts = 1\nmin_servers = 4\nmax_servers = 4\n");
+    let cfg =
+        cfg.replace("[levels.l4]\nattempts = 8\n", "[levels.l4]\nattempts = 1\nmin_servers = 4\nmax_servers = 4\n");
     std::fs::write(&p.config, cfg).unwrap();
     for args in [&["registry", "import"][..], &["filter"], &["levels", "l4"]] {
         p.ok(args);
@@ -1020,23 +1027,7 @@ fn l1_rewrite_answer(seen: &Seen, mends: bool) -> Answer {
 /// `queries.json` and the prompts that asked the writer again.
 fn l1_rewrite_run(llm: &ScriptedLlm) -> (Value, Vec<String>) {
     let p = project(llm, 1);
-    let demo = repo().join("raw/demo/registry.json");
-    let mut reg: Value = serde_json::from_slice(&std::fs::read(&demo).unwrap()).unwrap();
-    let servers: Vec<Value> = reg["servers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["server_name"] == "alpha-markets-mcp")
-        .cloned()
-        .collect();
-    reg["total_servers"] = json!(1);
-    reg["total_tools"] = json!(servers[0]["tools"].as_array().unwrap().len());
-    reg["servers"] = json!(servers);
-    let registry = p.path("registry.json");
-    std::fs::write(&registry, serde_json::to_vec_pretty(&reg).unwrap()).unwrap();
-    let cfg = std::fs::read_to_string(&p.config).unwrap();
-    let cfg =
-        cfg.replace(&demo.display().to_string(), &registry.display().to_string()) + "\n[levels.l1]\ncandidates = 1\n";
+    let cfg = with_demo_registry_cut_to(&p, &["alpha-markets-mcp"]) + "\n[levels.l1]\ncandidates = 1\n";
     std::fs::write(&p.config, cfg).unwrap();
     for args in [&["registry", "import"][..], &["filter"], &["levels", "profiles"], &["levels", "l1"]] {
         p.ok(args);

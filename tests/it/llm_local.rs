@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::support::llm_ping_project;
 use benchgen::ledger::Ledger;
 use benchgen::llm::{LlmClient, LlmError, LlmMode, Prompt};
 use benchgen::settings::Settings;
@@ -399,21 +400,15 @@ fn killed_runs_leave_no_local_server_log_in_tmpdir() {
     std::fs::write(&fake, "#!/bin/sh\necho $$ > \"$(dirname \"$0\")/server.pid\"\nexec sleep 1000\n").unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(dir.path().join("model.gguf"), b"not a model").unwrap();
-    std::fs::create_dir_all(dir.path().join("pipeline/prompts")).unwrap();
-    std::fs::copy(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("pipeline/prompts/llm-ping.md"),
-        dir.path().join("pipeline/prompts/llm-ping.md"),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("pipeline/demo.toml"),
-        format!(
+    llm_ping_project(
+        dir.path(),
+        "pipeline/demo.toml",
+        &format!(
             "[llm.roles.r]\nprovider = \"local\"\nserver_binary = \"{}\"\nmodel_path = \"{}\"\nstartup_timeout_s = 60\n",
             fake.display(),
             dir.path().join("model.gguf").display()
         ),
-    )
-    .unwrap();
+    );
     let logs = dir.path().join("artifacts/llm/logs");
     let start_and_kill = || -> Vec<String> {
         let _ = std::fs::remove_file(dir.path().join("server.pid"));

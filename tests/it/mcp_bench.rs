@@ -81,24 +81,8 @@ async fn bench_sandbox_throughput() {
     one.shutdown().await;
 
     // Streamable HTTP: one server process, 1 and 32 separate client sessions.
-    let port = mcp_assets::free_port();
-    let mut server = mcp_assets::KillOnDrop(
-        std::process::Command::new(BIN)
-            .args([
-                "--quiet",
-                "sandbox",
-                "--catalog",
-                catalog.to_str().unwrap(),
-                "--http",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut url = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.0.stdout.take().unwrap()), &mut url).unwrap();
-    let http = ServerSpec { url: Some(url.trim().into()), tool_ids: ToolIds::AsIs, ..Default::default() };
+    let (_server, _, url) = mcp_assets::sandbox_http(&catalog);
+    let http = ServerSpec { url: Some(url), tool_ids: ToolIds::AsIs, ..Default::default() };
     let c1 = vec![Arc::new(McpClient::new("h", http.clone(), opts.clone()))];
     let r = drive(&c1, n).await;
     println!("sandbox http   1 client : {:>8.0} calls/s  p50 {:>6.2} ms  p99 {:>6.2} ms", r.0, r.1, r.2);
@@ -244,23 +228,7 @@ fn bench_sandbox_http_keep_alive_client() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = mcp_assets::write_fixture_catalog(dir.path());
     let n = env_usize("BENCH_CALLS", 2000).min(500);
-    let port = mcp_assets::free_port();
-    let mut server = mcp_assets::KillOnDrop(
-        std::process::Command::new(BIN)
-            .args([
-                "--quiet",
-                "sandbox",
-                "--catalog",
-                catalog.to_str().unwrap(),
-                "--http",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut url = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.0.stdout.take().unwrap()), &mut url).unwrap();
+    let (_server, port, _) = mcp_assets::sandbox_http(&catalog);
     let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     let mut s = std::io::BufReader::new(tcp);
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {

@@ -502,29 +502,13 @@ fn official_conformance_suite_passes_every_applicable_scenario() {
     };
     let dir = tempfile::tempdir().unwrap();
     let catalog = write_fixture_catalog(dir.path());
-    let port = free_port();
-    let mut server = KillOnDrop(
-        bin()
-            .args([
-                "--quiet",
-                "sandbox",
-                "--catalog",
-                catalog.to_str().unwrap(),
-                "--http",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut url = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.0.stdout.take().unwrap()), &mut url).unwrap();
+    let (_server, _, url) = sandbox_http(&catalog);
     for scenario in
         ["server-initialize", "ping", "tools-list", "server-sse-multiple-streams", "dns-rebinding-protection"]
     {
         let o = std::process::Command::new(&node)
             .arg(&suite)
-            .args(["server", "--url", url.trim(), "--scenario", scenario])
+            .args(["server", "--url", &url, "--scenario", scenario])
             .env("NO_COLOR", "1")
             .output()
             .unwrap();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::support::scripted_llm::{Answer, ScriptedLlm};
-use crate::support::{bin, text};
+use crate::support::{bin, llm_ping_project, text};
 use benchgen::ledger::Ledger;
 use benchgen::llm::{LlmClient, LlmMode, Prompt};
 use benchgen::settings::Settings;
@@ -177,20 +177,14 @@ fn api_key_straddling_the_display_cut_leaks_into_no_output_line() {
         Answer::Status { code: 500, retry_after: None, body: body(form, off) }
     });
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("pipeline/prompts")).unwrap();
-    std::fs::copy(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("pipeline/prompts/llm-ping.md"),
-        dir.path().join("pipeline/prompts/llm-ping.md"),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("pipeline/t.toml"),
-        format!(
+    llm_ping_project(
+        dir.path(),
+        "pipeline/t.toml",
+        &format!(
             "[llm.roles.c]\nprovider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"m\"\nmax_retries = 0\napi_key_env = \"BENCHGEN_SECRET_HARDEN\"\n",
             s.base_url()
         ),
-    )
-    .unwrap();
+    );
     let windows = leak_windows();
     for (off, form) in &offsets {
         let o = bin()

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
@@ -84,6 +84,29 @@ pub fn write_fixture_catalog(dir: &std::path::Path) -> PathBuf {
 /// A free loopback port (bound then released).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `benchgen --quiet sandbox --catalog <catalog> --http` on a free loopback port, killed
+/// when dropped, with that port and the endpoint URL it prints once it listens.
+pub fn sandbox_http(catalog: &Path) -> (KillOnDrop, u16, String) {
+    let port = free_port();
+    let mut server = KillOnDrop(
+        super::bin()
+            .args([
+                "--quiet",
+                "sandbox",
+                "--catalog",
+                catalog.to_str().unwrap(),
+                "--http",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut url = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.0.stdout.take().unwrap()), &mut url).unwrap();
+    (server, port, url.trim().to_string())
 }
 
 /// A child process killed when dropped.

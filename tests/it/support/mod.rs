@@ -66,6 +66,14 @@ pub fn local_llm_assets(test: &str) -> Option<(PathBuf, PathBuf, std::sync::Mute
     None
 }
 
+/// A bare project under `root` for `benchgen llm ping`: the repository's `llm-ping` prompt
+/// copied in and `config` written to `root/<config_rel>` (a file under `pipeline/`).
+pub fn llm_ping_project(root: &Path, config_rel: &str, config: &str) {
+    std::fs::create_dir_all(root.join("pipeline/prompts")).unwrap();
+    std::fs::copy(repo().join("pipeline/prompts/llm-ping.md"), root.join("pipeline/prompts/llm-ping.md")).unwrap();
+    std::fs::write(root.join(config_rel), config).unwrap();
+}
+
 pub struct Project {
     pub dir: tempfile::TempDir,
     /// Stands in for the demo's local model (see [`Project::demo`]).
