@@ -57,11 +57,13 @@ pub fn sites() -> Vec<Entry> {
     use crate::{efs, filter, graph, levels, logs, registry, review, synth};
     let names = |n: usize| -> Vec<String> { (1..=n).map(|i| format!("srv::tool_{i}")).collect() };
     let taxonomy = |n: usize| -> Vec<String> { (1..=n).map(|i| format!("Label {i}")).collect() };
+    // Both rules of a query's platform mention (L1, L2's tightly coupled tools: must; L2:
+    // must not), each with a name that needs escaping in the pattern.
+    let must = levels::l1::Mention::Must("Alpha+ Markets (beta)".into());
+    let must_not = levels::l1::Mention::MustNot(vec!["Alpha+ Markets".into()]);
     let drafts = |n: usize| {
-        Answer::<levels::l1::Drafts>::new(
-            "Drafts",
-            crate::llm::schema_with_max_items::<levels::l1::Drafts>("queries", n),
-        )
+        let mention = if n % 2 == 1 { &must } else { &must_not };
+        Answer::<levels::l1::Drafts>::new("Drafts", levels::l1::drafts_schema(n, mention))
     };
     let etom: Vec<String> = registry::categories::ETOM_TAXONOMY.iter().map(|s| s.to_string()).collect();
     let assignments = |lo: u8, hi: u8| review::assign::Assignments {
@@ -85,7 +87,7 @@ pub fn sites() -> Vec<Entry> {
         sizes("src/efs/verify.rs", "efs verify: listwise", &[1, 2, 10], efs::verify::list_answer),
         of::<filter::LlmVerdict>("src/filter.rs", "filter: classifier"),
         of::<graph::build::EdgeVerdict>("src/graph/build.rs", "graph build: edge"),
-        sizes("src/levels/l1.rs", "levels L1/L2: drafts", &[1, 5], drafts),
+        sizes("src/levels/l1.rs", "levels L1/L2: drafts", &[1, 2, 5], drafts),
         of::<levels::l1::QueryCheck>("src/levels/l1.rs", "levels L1/L2: verify"),
         one("src/levels/l1.rs", "levels L1/L2: asked again", drafts(1)),
         of::<levels::l1::QueryCheck>("src/levels/l1.rs", "levels L1/L2: verify the query asked again"),

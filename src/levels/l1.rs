@@ -32,7 +32,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 3: the plan check (`plan_check`, issue 38) on every kept query.
     // 4: an item whose every candidate was refused is asked again once, with the reason.
     // 5: a draft that shares no word with what its tool does is refused by rule.
-    version: 5,
+    // 6: the draft's schema holds the mention and function-name rules (`Mention::pattern`).
+    version: 6,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
@@ -106,6 +107,44 @@ impl Mention {
             Mention::MustNot(_) => "MUST NOT mention any platform, brand or product name".into(),
         }
     }
+
+    /// The `pattern` of a drafted query: plain text with no function-call characters and,
+    /// under `Must`, the platform's name as written. Why in the schema and not only in the
+    /// check: grammar-constrained servers (llama-server, vLLM, SGLang) then cannot decode a
+    /// query that the mention rule or the copied-wording rule would refuse. The demo's
+    /// local models wrote `get_company_profile(JPM)` or left the platform out of every
+    /// L1 draft, and every item was lost. The schema is stricter than the check (a name
+    /// in other letter case, or a file name with `_`, passes the check, not the pattern),
+    /// never looser. A platform holding `"` or `\` gets the plain-text part only.
+    pub fn pattern(&self) -> String {
+        let text = QUERY_CHARS;
+        match self {
+            Mention::Must(p) if !p.is_empty() && !p.contains(['"', '\\']) => {
+                format!("^{text}{{0,150}}{}{text}{{0,250}}$", pattern_literal(p))
+            }
+            _ => format!("^{text}{{1,400}}$"),
+        }
+    }
+}
+
+/// A drafted query's characters: none of a function call's (`x=1`, `{…}`, a snake_case
+/// name; parentheses stay, as in "Tesla (TSLA)") and none that JSON must escape, so that the pattern means the same
+/// text to a grammar builder (which reads the JSON string as written) and to a validator
+/// (which reads it decoded).
+const QUERY_CHARS: &str = r#"[^"\\\x00-\x1F{}=_]"#;
+
+/// `text` as a regular expression that matches it literally (its special characters
+/// escaped).
+fn pattern_literal(text: &str) -> String {
+    text.chars().map(|c| if ".^$|?*+()[]{}".contains(c) { format!("\\{c}") } else { c.to_string() }).collect()
+}
+
+/// The writer's answer: at most `n` queries, each plain text under `mention`'s rule (see
+/// [`Mention::pattern`]).
+pub fn drafts_schema(n: usize, mention: &Mention) -> Value {
+    let mut schema = crate::llm::schema_with_max_items::<Drafts>("queries", n);
+    schema["properties"]["queries"]["items"]["pattern"] = json!(mention.pattern());
+    schema
 }
 
 /// Draft `n` queries, then verify each one (in parallel); the mention rule is also
@@ -123,7 +162,7 @@ pub async fn write_and_verify(
     wv["n"] = json!(n);
     wv["rule"] = json!(mention.text());
     // At most `n` queries: a small model may repeat one query over and over.
-    let schema = crate::llm::schema_with_max_items::<Drafts>("queries", n);
+    let schema = drafts_schema(n, mention);
     let prompt = Prompt::new(write_t, wv.clone());
     let drafts = llm.typed_schema::<Drafts>(writer, &prompt, Some("write"), ("Drafts", schema), |_| Ok(())).await?;
     let mut queries: Vec<String> = Vec::new();
@@ -217,7 +256,7 @@ async fn ask_again(
     let tools = tool_vars(wv);
     let platform = wv.get("platform").and_then(Value::as_str).unwrap_or_default();
     let av = json!({"rule": mention.text(), "tools": tools, "query": refused.query, "reason": refused.reason});
-    let schema = crate::llm::schema_with_max_items::<Drafts>("queries", 1);
+    let schema = drafts_schema(1, mention);
     let prompt = Prompt::new(AGAIN_TEMPLATE, av);
     let r = llm.typed_schema::<Drafts>(writer, &prompt, Some("write-again"), ("Drafts", schema), |_| Ok(())).await?;
     let Some(query) = r.value.queries.first().map(|q| super::one_line(q)).filter(|q| !q.is_empty()) else {
@@ -408,4 +447,30 @@ impl Stage for L1Stage {
 
 fn sample_vars() -> Value {
     json!({"platform": "P", "n": 2, "rule": "MUST mention", "tool": {"id": "s::t", "name": "t", "server": "s", "description": "d", "inputs": ["`x` (required): d (Type: string)"]}})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::answer::Answer;
+
+    fn takes(mention: &Mention, query: &str) -> bool {
+        Answer::<Drafts>::new("Drafts", drafts_schema(2, mention)).accepts(&json!({ "queries": [query] })).is_ok()
+    }
+
+    #[test]
+    fn a_draft_in_function_call_form_or_without_its_platform_is_outside_the_schema() {
+        let must = Mention::Must("FX Rates (beta)".into());
+        assert!(takes(&must, "Convert 100 USD to JPY on FX Rates (beta), please."));
+        assert!(!takes(&must, "convert_currency(100, 'USD', 'JPY') on FX Rates (beta)"));
+        assert!(!takes(&must, "Convert 100 USD to JPY."), "the platform is missing");
+        assert!(!takes(&must, "Convert amount=100 on FX Rates (beta)"));
+        assert!(!takes(&must, "Convert 100 USD\non FX Rates (beta)"), "one line");
+        // Every query the schema takes passes the mechanical mention rule (never looser).
+        assert_eq!(must.check("Convert 100 USD to JPY on FX Rates (beta), please."), None);
+        let must_not = Mention::MustNot(vec!["FX Rates".into()]);
+        assert!(takes(&must_not, "What is 100 dollars in yen today?"));
+        assert!(!takes(&must_not, "get_latest_rates for USD"));
+        assert!(!takes(&must_not, ""), "empty");
+    }
 }

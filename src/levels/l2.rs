@@ -32,7 +32,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 3: the plan check (`plan_check`, issue 38) on every kept query.
     // 4: an item whose every candidate was refused is asked again once, with the reason.
     // 5: a draft that shares no word with what its tool does is refused by rule.
-    version: 5,
+    // 6: the draft's schema holds the mention and function-name rules (`Mention::pattern`).
+    version: 6,
     about: "ETOM L2: implicit queries under the coupling rule; EFS members share one query whose ground truth lists the whole set",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read(), FINAL.optional()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],

@@ -1004,18 +1004,21 @@ const REWRITE: &str = "was refused. Write it again";
 fn l1_rewrite_answer(seen: &Seen, mends: bool) -> Answer {
     let text = seen.all_text();
     let tool = cap(r"Tool `([^`]+)`", &text);
+    // A draft the answer schema allows (a function call it does not: `_` and `=` are out of
+    // its pattern) and the copied-wording rule refuses: the tool's description.
+    let copied = || format!("alpha-markets: {}", cap(r"Tool `[^`]+` \(server [^)]+\): ([^\n]+)", &text));
     if text.contains(REWRITE) {
         if mends && tool == "get_company_profile" {
             return Answer::json(
                 json!({"queries": ["On alpha-markets, show me the company profile of Tesla (TSLA)."]}),
             );
         }
-        return Answer::json(json!({"queries": [format!("alpha-markets: {tool}(symbol='TSLA')")]}));
+        return Answer::json(json!({"queries": [copied()]}));
     }
     if text.contains("direct-command requests") {
         let q = match tool.as_str() {
             "get_stock_quote" => "On alpha-markets, what will the weather be in Lyon tomorrow?".to_string(),
-            _ => format!("alpha-markets: {tool}(symbol='TSLA')"),
+            _ => copied(),
         };
         return Answer::json(json!({"queries": [q]}));
     }
@@ -1045,12 +1048,15 @@ fn rejection<'a>(out: &'a Value, item: &str) -> &'a str {
 fn an_l1_query_refused_by_rule_is_asked_again_once_and_kept_when_mended() {
     let llm = ScriptedLlm::start(|seen: &Seen| l1_rewrite_answer(seen, true));
     let (out, asked) = l1_rewrite_run(&llm);
-    // Asked again for the three function calls and the weather request (with the query and
-    // the reason).
+    // Asked again for the three copied descriptions and the weather request (with the query
+    // and the reason).
     assert_eq!(asked.len(), 4, "{asked:?}");
     let profile = asked.iter().find(|t| t.contains("Tool `get_company_profile`")).expect("asked about the profile");
-    assert!(profile.contains("The refused request:\nalpha-markets: get_company_profile(symbol='TSLA')\n"), "{profile}");
-    assert!(profile.contains("names the function `get_company_profile` instead of asking for the task"), "{profile}");
+    assert!(
+        profile.contains("The refused request:\nalpha-markets: Fetch the company profile for a ticker:"),
+        "{profile}"
+    );
+    assert!(profile.contains("copies the description of `get_company_profile` (\"fetch the company"), "{profile}");
     assert!(profile.contains(r#"MUST mention the platform "alpha-markets" explicitly"#), "{profile}");
     let queries = out["queries"].as_array().unwrap();
     assert_eq!(queries.len(), 1, "{out}");
@@ -1063,12 +1069,10 @@ fn an_l1_query_refused_by_rule_is_asked_again_once_and_kept_when_mended() {
     let unrelated = "asks for nothing `get_stock_quote` does: shares no word with its name, description or inputs \
                      (the platform's name aside)";
     assert!(weather.contains(unrelated), "{weather}");
-    assert_eq!(
-        rejection(&out, "alpha-markets-mcp::get_stock_quote"),
-        format!(
-            "not verified: {unrelated}; asked again: names the function `get_stock_quote` instead of asking for the task"
-        )
-    );
+    let quote = rejection(&out, "alpha-markets-mcp::get_stock_quote");
+    let again =
+        format!("not verified: {unrelated}; asked again: copies the description of `get_stock_quote` (\"get the");
+    assert!(quote.starts_with(&again), "{quote}");
     assert!(funnel_has(&out, "asked again", 4), "{}", out["funnel"]);
     assert!(funnel_has(&out, "verified after asking again", 1), "{}", out["funnel"]);
 }
@@ -1079,7 +1083,7 @@ fn an_l1_query_still_refused_when_asked_again_is_rejected_with_both_reasons() {
     let (out, asked) = l1_rewrite_run(&llm);
     assert_eq!(asked.len(), 4, "asked again once per item: {asked:?}");
     assert!(out["queries"].as_array().unwrap().is_empty(), "{out}");
-    let why = "names the function `get_company_profile` instead of asking for the task";
+    let why = "copies the description of `get_company_profile` (\"fetch the company profile for a ticker legal …\")";
     assert_eq!(
         rejection(&out, "alpha-markets-mcp::get_company_profile"),
         format!("not verified: {why}; asked again: {why}")

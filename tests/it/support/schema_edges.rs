@@ -83,6 +83,7 @@ fn node(root: &Value, s: &Value, pick: Pick) -> Value {
             let hi = s.get("maximum").and_then(Value::as_f64).unwrap_or(1e9);
             json!([lo, hi][pick(2)])
         }
+        "string" if s.get("pattern").is_some() => json!(pattern_edge(s["pattern"].as_str().unwrap_or(""), pick)),
         "string" => {
             let lo = int("minLength").unwrap_or(0) as usize;
             let hi = int("maxLength").map_or(lo + 1_000, |m| m as usize);
@@ -129,4 +130,60 @@ fn node(root: &Value, s: &Value, pick: Pick) -> Value {
         }
         other => panic!("the edge generator does not know JSON type `{other}` in {s}"),
     }
+}
+
+/// A text `pattern` matches, each repetition at its lowest or highest as `pick` chooses.
+/// Knows the subset answer schemas use (grammar builders handle no more): anchored with
+/// `^…$`, literal and `\`-escaped characters, `[…]` and `[^…]` classes, `{m}` and `{m,n}`.
+/// Anything else panics, naming the pattern, so that a schema using more gets a generator
+/// that knows it before its property test can pass.
+fn pattern_edge(pattern: &str, pick: Pick) -> String {
+    let unknown = |what: &str| -> ! { panic!("the edge generator does not know {what} in pattern `{pattern}`") };
+    let Some(body) = pattern.strip_prefix('^').and_then(|p| p.strip_suffix('$')) else {
+        unknown("an unanchored pattern")
+    };
+    let cs: Vec<char> = body.chars().collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < cs.len() {
+        // One atom: the character it stands for.
+        let c = match cs[i] {
+            '\\' => {
+                i += 2;
+                *cs.get(i - 1).unwrap_or_else(|| unknown("a trailing backslash"))
+            }
+            '[' => {
+                let end = (i + 1..cs.len())
+                    .find(|&j| cs[j] == ']' && cs[j - 1] != '\\')
+                    .unwrap_or_else(|| unknown("an open class"));
+                let class: String = cs[i + 1..end].iter().collect();
+                i = end + 1;
+                match class.strip_prefix('^') {
+                    // A letter the negated class does not name anywhere (escapes included).
+                    Some(not) => "yqkzjw".chars().find(|c| !not.contains(*c)).unwrap_or_else(|| unknown("a class")),
+                    None => class.trim_start_matches('\\').chars().next().unwrap_or_else(|| unknown("an empty class")),
+                }
+            }
+            '(' | ')' | '|' | '*' | '+' | '?' | '.' | '^' | '$' => unknown(&format!("`{}`", cs[i])),
+            c => {
+                i += 1;
+                c
+            }
+        };
+        let (lo, hi) = match cs.get(i) {
+            Some('{') => {
+                let end = (i..cs.len()).find(|&j| cs[j] == '}').unwrap_or_else(|| unknown("an open `{`"));
+                let inner: String = cs[i + 1..end].iter().collect();
+                i = end + 1;
+                let num = |t: &str| t.trim().parse::<usize>().unwrap_or_else(|_| unknown("a repetition"));
+                match inner.split_once(',') {
+                    Some((a, b)) => (num(a), num(b)),
+                    None => (num(&inner), num(&inner)),
+                }
+            }
+            _ => (1, 1),
+        };
+        out.extend(std::iter::repeat_n(c, [lo, hi][pick(2)]));
+    }
+    out
 }
