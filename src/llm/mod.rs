@@ -42,6 +42,7 @@ pub mod record;
 pub mod redact;
 pub mod stats;
 pub mod transport;
+pub mod turns;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
