@@ -537,6 +537,49 @@ impl RunRecorder {
         let ids = self.lock().append(self.run_id, &self.stage, std::slice::from_ref(&ev))?;
         Ok(ids[0])
     }
+
+    /// Several writes in one transaction, one commit for them all: `f` appends events of
+    /// the run with [`Group::record_text`] and writes other tables on [`Group::connection`];
+    /// all or nothing. A batch job's answers are recorded so: a commit per exchange made
+    /// recording them the slowest part of a batch.
+    pub fn group<T>(&self, f: impl FnOnce(&Group<'_>) -> Result<T>) -> Result<T> {
+        let mut l = self.lock();
+        let path = l.path.clone();
+        (|| {
+            let tx = l.conn.transaction()?;
+            let out = f(&Group { conn: &tx, run_id: self.run_id, stage: &self.stage, time: now() })?;
+            tx.commit()?;
+            Ok(out)
+        })()
+        .map_err(|e| full(&path, e))
+    }
+}
+
+/// The writes of one transaction of a [`RunRecorder`] ([`RunRecorder::group`]).
+pub struct Group<'a> {
+    conn: &'a Connection,
+    run_id: i64,
+    stage: &'a str,
+    /// The time of every event of the group.
+    time: String,
+}
+
+impl Group<'_> {
+    /// Append an event whose payload is JSON text already (an object, as a [`NewEvent`]'s
+    /// payload serialises), with its parents; returns its id.
+    pub fn record_text(&self, kind: &str, subject: &str, payload: &str, parents: &[i64]) -> Result<i64> {
+        insert_event(self.conn, (self.run_id, self.stage, self.time.as_str()), (kind, Some(subject), payload), parents)
+    }
+
+    /// The transaction's connection, for the rows of other tables written with the events.
+    pub fn connection(&self) -> &Connection {
+        self.conn
+    }
+
+    /// The time of the group's events, for the rows written with them.
+    pub fn time(&self) -> &str {
+        &self.time
+    }
 }
 
 /// SQLite's "database or disk is full" as a [`crate::error::DiskFull`] naming the ledger
@@ -563,26 +606,43 @@ fn update_run(conn: &Connection, run_id: i64, status: &str) -> Result<()> {
 
 fn insert_events(conn: &Connection, run_id: i64, stage: &str, events: &[NewEvent]) -> Result<Vec<i64>> {
     let mut ids = Vec::with_capacity(events.len());
-    let mut ins = conn.prepare_cached(
-        "INSERT INTO events(run_id, kind, stage, subject, time, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
-    let mut par = conn.prepare_cached("INSERT OR IGNORE INTO event_parents(event_id, parent_id) VALUES (?1, ?2)")?;
     let time = now();
     for ev in events {
-        ins.execute(params![run_id, ev.kind, stage, ev.subject, time, ev.payload.to_string()])?;
-        let id = conn.last_insert_rowid();
+        let mut parents = Vec::with_capacity(ev.parents.len());
         for p in &ev.parents {
-            let pid = match *p {
+            parents.push(match *p {
                 Parent::Id(i) => i,
                 Parent::Batch(i) => {
                     *ids.get(i).with_context(|| format!("event parent refers to batch item {i}, which comes later"))?
                 }
-            };
-            par.execute(params![id, pid])?;
+            });
         }
-        ids.push(id);
+        let payload = ev.payload.to_string();
+        let ev = (ev.kind.as_str(), ev.subject.as_deref(), payload.as_str());
+        ids.push(insert_event(conn, (run_id, stage, time.as_str()), ev, &parents)?);
     }
     Ok(ids)
+}
+
+/// Insert one event (`run`: run id, stage and time; `ev`: kind, subject and payload text)
+/// and its parent edges; returns its id. The statements are prepared once per connection.
+fn insert_event(
+    conn: &Connection,
+    run: (i64, &str, &str),
+    ev: (&str, Option<&str>, &str),
+    parents: &[i64],
+) -> Result<i64> {
+    let ((run_id, stage, time), (kind, subject, payload)) = (run, ev);
+    let mut ins = conn.prepare_cached(
+        "INSERT INTO events(run_id, kind, stage, subject, time, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    ins.execute(params![run_id, kind, stage, subject, time, payload])?;
+    let id = conn.last_insert_rowid();
+    let mut par = conn.prepare_cached("INSERT OR IGNORE INTO event_parents(event_id, parent_id) VALUES (?1, ?2)")?;
+    for parent in parents {
+        par.execute(params![id, parent])?;
+    }
+    Ok(id)
 }
 
 #[cfg(test)]
@@ -692,6 +752,38 @@ mod tests {
         );
         assert_eq!(l.events_for("s::t", &[run]).unwrap().len(), 1);
         assert_eq!(l.run(run).unwrap().unwrap().status, "ok");
+    }
+
+    /// A group writes the rows `record` writes, its events' payloads given as text, in one
+    /// transaction: an error in it leaves nothing.
+    #[test]
+    fn a_group_writes_what_record_writes_all_or_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = Ledger::open(dir.path()).unwrap().begin_run("s", "c", "v").unwrap();
+        let rec = RunRecorder::open(dir.path(), run, "s").unwrap();
+        let payload = json!({"request_hash": "h", "text": "ü \"q\"", "n": 1.5});
+        let one = rec.record(NewEvent::new(kind::LLM_EXCHANGE, Some("i"), payload.clone())).unwrap();
+        let ids = rec
+            .group(|g| {
+                let a = g.record_text(kind::LLM_EXCHANGE, "i", &payload.to_string(), &[])?;
+                let b = g.record_text(kind::LLM_EXCHANGE, "j", &payload.to_string(), &[one, a])?;
+                Ok([a, b])
+            })
+            .unwrap();
+        let l = rec.lock();
+        let (first, _) = l.event_row(one).unwrap().unwrap();
+        let (second, parents) = l.event_row(ids[0]).unwrap().unwrap();
+        assert_eq!((first, parents.len()), (second, 0), "the same kind, stage, subject and payload");
+        let (third, parents) = l.event_row(ids[1]).unwrap().unwrap();
+        assert_eq!((third.subject.as_deref(), parents), (Some("j"), vec![one, ids[0]]));
+        assert_eq!(l.exchange_event("h").unwrap(), Some(ids[1]), "found by its request hash");
+        drop(l);
+        let failed: Result<()> = rec.group(|g| {
+            g.record_text("k", "x", "{}", &[])?;
+            anyhow::bail!("stop")
+        });
+        assert!(failed.is_err());
+        assert_eq!(rec.lock().count_by_kind().unwrap().get("k"), None, "nothing of a failed group is kept");
     }
 
     #[test]

@@ -21,10 +21,12 @@
 //!   time up to `poll_max_s`, with a progress line of its request counts.
 //! * **Ingesting**: the output file's answers go into `llm_batch_results`, and the batch is
 //!   marked done, in one transaction before any waiting call hears of them, so a process
-//!   stopped after that finds them there. A request the batch did not answer (an error line
-//!   with a retryable status, an expired, failed or cancelled batch, no line at all) goes
-//!   into the next batch, up to `resubmits` times, then live (`live_fallback`) or fails; a
-//!   status that is not retried live (400) fails at once.
+//!   stopped after that finds them there; then their exchanges are recorded for the waiting
+//!   calls, all in a second one (`record_answers`), and each call gets its own. A request
+//!   the batch did not answer (an error line with a retryable status, an expired, failed or
+//!   cancelled batch, no line at all) goes into the next batch, up to `resubmits` times,
+//!   then live (`live_fallback`) or fails; a status that is not retried live (400) fails at
+//!   once.
 //! * **Resume**: a request first looks for an answer in `llm_batch_results` that no
 //!   exchange has recorded yet, then for an unfinished batch in the ledger that holds it:
 //!   that batch is followed (once per process) and nothing is submitted twice.
@@ -54,7 +56,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::config::{BatchSettings, RoleSettings};
-use super::record::Recorder;
+use super::record::{Recorder, cache_put_on};
 use super::redact::{Redactor, truncate};
 use super::transport::{error_chain, parse_retry_after, retry_delay, retryable_status};
 use crate::ledger::Ledger;
@@ -106,7 +108,10 @@ const LIST_PAGES: usize = 20;
 /// How a request handed to [`BatchJobs::ask`] ended.
 #[derive(Debug, Clone)]
 pub(crate) enum Outcome {
-    /// The batch's answer (a chat completion), the batch's id and the batches it took.
+    /// The batch's answer, recorded as the call's exchange when the batch was ingested.
+    Recorded(Recorded),
+    /// The batch's answer (a chat completion), the batch's id and the batches it took: an
+    /// answer a batch brought earlier that no exchange records yet (the call records it).
     Answer {
         response: Value,
         batch: String,
@@ -126,6 +131,78 @@ pub(crate) enum Outcome {
     /// The batch cannot be followed (ledger, or a poll or download that kept failing): the
     /// stage stops, and a rerun goes on with the same batch.
     Setup(String),
+}
+
+/// An answer the ingest of a batch recorded as a waiting call's exchange (`record_answers`).
+#[derive(Debug, Clone)]
+pub(crate) struct Recorded {
+    /// The chat completion, as the JSON text the ledger holds.
+    pub(crate) response: String,
+    pub(crate) event_id: i64,
+    /// Recorded as a cache hit of the exchange that paid (identical requests of a round).
+    pub(crate) cached: bool,
+    /// The batches it took (the paid exchange's `attempts`).
+    pub(crate) tries: u32,
+    /// Prompt and completion tokens.
+    pub(crate) tokens: (u64, u64),
+}
+
+/// What a call's exchange records once its batch answers, kept as text while it waits (a
+/// stage has every item in flight: the parsed request bodies and fields of 100,000 calls
+/// took most of 2.8 GiB). The ingest writes the payload [`super::LlmClient`]'s
+/// `record_sent` would (`paid_text`, `hit_text`).
+pub(crate) struct Draft {
+    /// The exchange's fields so far (`exchange_base`'s object) without its closing brace.
+    head: String,
+    /// The role's sampling parameters (`params`), serialised.
+    params: String,
+    /// The request body as sent: the JSONL line's `body`, the exchange's `request`.
+    body: String,
+    /// The ledger subject (the item) and the parent event.
+    item: String,
+    parent: Option<i64>,
+}
+
+impl Draft {
+    /// `base`: the exchange's fields so far (an object with fields); `body`: the request
+    /// body, serialised; `at`: the item and the parent event.
+    pub(crate) fn new(base: &Value, params: &Value, body: String, at: (&str, Option<i64>)) -> Draft {
+        let mut head = base.to_string();
+        head.truncate(head.len().saturating_sub(1));
+        Draft { head, params: params.to_string(), body, item: at.0.to_string(), parent: at.1 }
+    }
+}
+
+/// `{"prompt_tokens":…,"completion_tokens":…}`, as `record_sent` writes an exchange's usage.
+fn usage_text((prompt, completion): (u64, u64)) -> String {
+    format!("{{\"prompt_tokens\":{prompt},\"completion_tokens\":{completion}}}")
+}
+
+/// The payload of the paid exchange of an answer (`response`: its text, `tokens` its usage)
+/// batch `batch` brought after `tries` batches: `sent_payload(…).to_string()`, from text.
+fn paid_text(d: &Draft, response: &str, tokens: (u64, u64), batch: &str, tries: u32) -> String {
+    let (head, params, body, usage, batch) = (&d.head, &d.params, &d.body, usage_text(tokens), Value::from(batch));
+    format!(
+        "{head},\"cached\":false,\"params\":{params},\"request\":{body},\"response\":{response},\"usage\":{usage},\
+         \"batch\":{batch},\"attempts\":{tries}}}"
+    )
+}
+
+/// The payload of a cache hit of exchange `source`, the paid one of the same answer:
+/// `hit_payload(…).to_string()`, from text.
+fn hit_text(d: &Draft, source: i64, tokens: (u64, u64), batch: &str) -> String {
+    let (head, usage, batch) = (&d.head, usage_text(tokens), Value::from(batch));
+    format!(
+        "{head},\"cached\":true,\"source_event\":{source},\"usage\":{usage},\"latency_ms\":0,\"attempts\":0,\
+         \"batch\":{batch}}}"
+    )
+}
+
+/// A request's JSONL line: `{"custom_id":…,"method":"POST","url":…,"body":…}` and a newline,
+/// as `serde_json` writes it (`body`: the request body, serialised).
+fn jsonl_line(hash: &str, body: &str) -> Vec<u8> {
+    let (id, url) = (Value::from(hash), "/v1/chat/completions");
+    format!("{{\"custom_id\":{id},\"method\":\"POST\",\"url\":\"{url}\",\"body\":{body}}}\n").into_bytes()
 }
 
 /// One request of a batch that was not answered.
@@ -280,7 +357,8 @@ impl Api {
         let retry_after = parse_retry_after(resp.headers().get(reqwest::header::RETRY_AFTER));
         let body = resp.bytes().await.map_err(|e| lost("transfer error", &e))?;
         if status.is_success() {
-            return Ok(body.to_vec());
+            // Taken, not copied, when it can be (an output file may be large).
+            return Ok(body.into());
         }
         Err(Attempt {
             status: format!("HTTP {}", status.as_u16()),
@@ -453,16 +531,37 @@ impl Api {
     }
 }
 
-/// A call waiting for its batch.
-type Waiter = oneshot::Sender<Outcome>;
+/// A call waiting for its batch, with what its exchange records.
+struct Waiter {
+    tx: oneshot::Sender<Outcome>,
+    draft: Draft,
+}
 
-/// A finished batch's answers by key, and its unanswered requests by key.
-type Downloaded = (Vec<(String, Value)>, BTreeMap<String, Failure>);
+/// One answer of a finished batch: the request's cache key, the chat completion as the
+/// ledger stores it (JSON text: 50,000 parsed answers are some 130 MB) and its prompt and
+/// completion tokens.
+struct Answered {
+    key: String,
+    response: String,
+    tokens: (u64, u64),
+}
+
+impl Answered {
+    fn new(key: String, response: &Value) -> Answered {
+        let usage = &response["usage"];
+        let tokens = (usage["prompt_tokens"].as_u64().unwrap_or(0), usage["completion_tokens"].as_u64().unwrap_or(0));
+        Answered { key, response: response.to_string(), tokens }
+    }
+}
+
+/// A finished batch's answers, and its unanswered requests by key.
+type Downloaded = (Vec<Answered>, BTreeMap<String, Failure>);
 
 /// One request on its way through batches.
 struct Pending {
     hash: String,
-    /// Its JSONL line; absent for a request of a resumed batch that no call asked for yet.
+    /// Its JSONL line while it gathers: moved into the batch's file when sent, made again
+    /// from a waiter's draft if it goes into another batch.
     line: Option<Vec<u8>>,
     /// Batches it was sent in.
     tries: u32,
@@ -532,15 +631,10 @@ impl BatchJobs {
     }
 
     /// The answer to one request (`key`: its cache key, `hash`: its request hash, the
-    /// `custom_id`), through a batch.
-    pub(crate) async fn ask(self: &Arc<Self>, key: &str, hash: &str, body: &Value) -> Outcome {
-        let mut line = serde_json::to_vec(&json!({
-            "custom_id": hash, "method": "POST", "url": "/v1/chat/completions", "body": body,
-        }))
-        .unwrap_or_default();
-        line.push(b'\n');
+    /// `custom_id`), through a batch; `draft`: what its exchange records.
+    pub(crate) async fn ask(self: &Arc<Self>, key: &str, hash: &str, draft: Draft) -> Outcome {
         let (tx, rx) = oneshot::channel();
-        match self.register(key, hash, line, tx) {
+        match self.register(key, hash, Waiter { tx, draft }) {
             Ok(Some(now)) => return now,
             Ok(None) => {}
             Err(e) => return Outcome::Setup(format!("ledger: {e:#}")),
@@ -555,18 +649,15 @@ impl BatchJobs {
     /// Where a request waits: with a batch of this process, an answer already in the
     /// ledger, an unfinished batch of the ledger, or the next batch. Under the state lock,
     /// so an answer stored meanwhile is never missed and a request never sent twice.
-    fn register(self: &Arc<Self>, key: &str, hash: &str, line: Vec<u8>, tx: Waiter) -> Result<Option<Outcome>> {
+    fn register(self: &Arc<Self>, key: &str, hash: &str, w: Waiter) -> Result<Option<Outcome>> {
         let mut guard = self.lock();
         let st = &mut *guard;
         if let Some(p) = st.sent.get_mut(key) {
-            if p.line.is_none() {
-                p.line = Some(line);
-            }
-            p.waiters.push(tx);
+            p.waiters.push(w);
             return Ok(None);
         }
         if let Some(p) = st.gathering.get_mut(key) {
-            p.waiters.push(tx);
+            p.waiters.push(w);
             return Ok(None);
         }
         if let Some((batch, response)) = unrecorded_answer(&self.recorder.lock(), key)? {
@@ -576,12 +667,12 @@ impl BatchJobs {
         if let Some(row) = unfinished {
             self.resume(st, row)?;
             if let Some(p) = st.sent.get_mut(key) {
-                p.line = Some(line);
-                p.waiters.push(tx);
+                p.waiters.push(w);
                 return Ok(None);
             }
         }
-        let p = Pending { hash: hash.to_string(), line: Some(line), tries: 0, waiters: vec![tx] };
+        let line = jsonl_line(hash, &w.draft.body);
+        let p = Pending { hash: hash.to_string(), line: Some(line), tries: 0, waiters: vec![w] };
         self.enqueue(st, key.to_string(), p);
         Ok(None)
     }
@@ -657,7 +748,8 @@ impl BatchJobs {
         let mut lines = Vec::with_capacity(group.len());
         for (key, mut p) in group {
             p.tries += 1;
-            lines.push((key.clone(), p.hash.clone(), p.line.clone().unwrap_or_default()));
+            // Moved, not copied: the file holds it from now on.
+            lines.push((key.clone(), p.hash.clone(), p.line.take().unwrap_or_default()));
             st.sent.insert(key, p);
         }
         tokio::spawn(self.clone().submit(lines));
@@ -668,13 +760,18 @@ impl BatchJobs {
         if self.export {
             return self.export_round(lines);
         }
-        let keys: Vec<String> = lines.iter().map(|l| l.0.clone()).collect();
         // Without its key no batch call can succeed: the stage stops at once.
         if let Err(why) = &self.api.key {
+            let keys: Vec<String> = lines.into_iter().map(|l| l.0).collect();
             return self.fail_all(None, &keys, why);
         }
-        let file: Vec<u8> = lines.iter().flat_map(|l| l.2.iter().copied()).collect();
-        let requests: Vec<(String, String)> = lines.into_iter().map(|(k, h, _)| (k, h)).collect();
+        // Each line moved into the file (a file of 50,000 requests is some 50 MB).
+        let mut file = Vec::with_capacity(lines.iter().map(|l| l.2.len()).sum());
+        let mut requests = Vec::with_capacity(lines.len());
+        for (key, hash, line) in lines {
+            file.extend_from_slice(&line);
+            requests.push((key, hash));
+        }
         let file_id = match self.api.upload(file, &self.cancel).await {
             Ok(id) => id,
             Err(CallError::Cancelled) => return,
@@ -686,7 +783,7 @@ impl BatchJobs {
                 if let Err(e) = refused {
                     tracing::warn!("cannot record a refused batch in the ledger: {e:#}");
                 }
-                return self.unanswered(None, &keys, &why);
+                return self.unanswered(None, &keys_of(&requests), &why);
             }
         };
         let what: [&str; 4] = [&self.role, &self.stage, &self.api.base, &file_id];
@@ -696,13 +793,12 @@ impl BatchJobs {
                 self.lock().following.insert(id);
                 self.follow(Row { id, batch_id: None, file_id, resumed: false }, requests).await;
             }
-            Err(e) => self.fail_all(None, &keys, &format!("ledger: {e:#}")),
+            Err(e) => self.fail_all(None, &keys_of(&requests), &format!("ledger: {e:#}")),
         }
     }
 
     /// Follow a batch to its end and answer its requests (`(key, hash)`).
     async fn follow(self: Arc<Self>, row: Row, requests: Vec<(String, String)>) {
-        let keys: Vec<String> = requests.iter().map(|(k, _)| k.clone()).collect();
         let ended = async {
             let row = self.created(row.clone()).await?;
             let b = self.poll(&row).await?;
@@ -718,9 +814,9 @@ impl BatchJobs {
                 if let Err(e) = marked {
                     tracing::warn!("cannot mark a refused batch in the ledger: {e:#}");
                 }
-                self.unanswered(Some(row.id), &keys, &why);
+                self.unanswered(Some(row.id), &keys_of(&requests), &why);
             }
-            Err(Stop::Setup(why)) => self.fail_all(Some(row.id), &keys, &why),
+            Err(Stop::Setup(why)) => self.fail_all(Some(row.id), &keys_of(&requests), &why),
         }
     }
 
@@ -817,6 +913,7 @@ impl BatchJobs {
         let mut failed = BTreeMap::new();
         for file in [&b.output_file_id, &b.error_file_id].into_iter().flatten() {
             let bytes = self.api.content(file, &self.cancel).await.map_err(|e| self.unfollowable(&b.id, e))?;
+            // Line by line, each answer kept as the text the ledger stores.
             for line in String::from_utf8_lossy(&bytes).lines().filter(|l| !l.trim().is_empty()) {
                 let v: Value = serde_json::from_str(line).unwrap_or(Value::Null);
                 let Some(key) = v["custom_id"].as_str().and_then(|h| by_hash.get(h)) else {
@@ -824,14 +921,14 @@ impl BatchJobs {
                     continue;
                 };
                 match line_outcome(&self.api.redactor, &v) {
-                    Ok(response) => answers.push((key.to_string(), response)),
+                    Ok(response) => answers.push(Answered::new(key.to_string(), &response)),
                     Err(f) => {
                         failed.insert(key.to_string(), f);
                     }
                 }
             }
         }
-        let answered: BTreeSet<&str> = answers.iter().map(|(k, _)| k.as_str()).collect();
+        let answered: BTreeSet<&str> = answers.iter().map(|a| a.key.as_str()).collect();
         for (key, _) in requests {
             if !answered.contains(key.as_str()) && !failed.contains_key(key) {
                 let message =
@@ -883,31 +980,21 @@ fn line_outcome(redactor: &Redactor, v: &Value) -> Result<Value, Failure> {
 impl BatchJobs {
     /// Store a finished batch's answers (durable before any call hears of them), then
     /// answer its requests.
-    fn ingest(
-        self: &Arc<Self>,
-        row: i64,
-        b: &Remote,
-        answers: Vec<(String, Value)>,
-        failed: BTreeMap<String, Failure>,
-    ) {
+    fn ingest(self: &Arc<Self>, row: i64, b: &Remote, answers: Vec<Answered>, failed: BTreeMap<String, Failure>) {
         let mut guard = self.lock();
-        let stored = store_answers(&self.recorder.lock(), row, b, &answers);
+        let texts = answers.iter().map(|a| (a.key.as_str(), a.response.as_str()));
+        let stored = store_answers(&self.recorder.lock(), row, b, texts);
         if let Err(e) = stored {
             let why = format!("cannot store the answers of batch {} in the ledger: {e:#}", b.id);
-            let keys: Vec<String> = answers.into_iter().map(|a| a.0).chain(failed.into_keys()).collect();
+            let keys: Vec<String> = answers.into_iter().map(|a| a.key).chain(failed.into_keys()).collect();
             drop(guard);
             return self.fail_all(Some(row), &keys, &why);
         }
         let st = &mut *guard;
         st.following.remove(&row);
-        for (key, response) in answers {
-            if let Some(p) = st.sent.remove(&key) {
-                let answer = Outcome::Answer { response, batch: b.id.clone(), tries: p.tries };
-                for w in p.waiters {
-                    let _ = w.send(answer.clone());
-                }
-            }
-        }
+        let taken: Vec<(Answered, Pending)> =
+            answers.into_iter().filter_map(|a| st.sent.remove(&a.key).map(|p| (a, p))).collect();
+        self.record_answers(&b.id, taken);
         for (key, f) in failed {
             if let Some(p) = st.sent.remove(&key) {
                 self.after_failure(st, key, p, &f, true);
@@ -915,14 +1002,59 @@ impl BatchJobs {
         }
     }
 
+    /// Record the exchanges of a batch's answers (`taken`: each with its request) for the
+    /// calls that wait for them, all in one ledger transaction (a commit each made this the
+    /// slowest part of a batch), then hand each call its exchange. The first call of a
+    /// request records the answer as paid, the others as cache hits of it, as
+    /// [`super::LlmClient`]'s `record_sent` records them one by one. A ledger error fails
+    /// every call (the answers stay stored for a rerun).
+    fn record_answers(&self, batch: &str, taken: Vec<(Answered, Pending)>) {
+        let recorded = self.recorder.group(|g| {
+            let mut ids = Vec::with_capacity(taken.len());
+            for (a, p) in &taken {
+                let mut paid: Option<i64> = None;
+                for w in &p.waiters {
+                    let (d, cached) = (&w.draft, paid.is_some());
+                    let payload = match paid {
+                        None => paid_text(d, &a.response, a.tokens, batch, p.tries),
+                        Some(source) => hit_text(d, source, a.tokens, batch),
+                    };
+                    let parents: Vec<i64> = paid.into_iter().chain(d.parent).collect();
+                    let id = g.record_text(crate::ledger::kind::LLM_EXCHANGE, &d.item, &payload, &parents)?;
+                    if paid.is_none() {
+                        cache_put_on(g.connection(), &a.key, id, g.time())?;
+                        mark_recorded_on(g.connection(), &a.key, id)?;
+                        paid = Some(id);
+                    }
+                    ids.push((id, cached));
+                }
+            }
+            Ok(ids)
+        });
+        let mut ids = match recorded {
+            Ok(ids) => ids.into_iter(),
+            Err(e) => {
+                let why = format!("ledger: {e:#}");
+                for w in taken.into_iter().flat_map(|(_, p)| p.waiters) {
+                    let _ = w.tx.send(Outcome::Setup(why.clone()));
+                }
+                return;
+            }
+        };
+        for (a, p) in taken {
+            for (w, (event_id, cached)) in p.waiters.into_iter().zip(ids.by_ref()) {
+                let (response, tries, tokens) = (a.response.clone(), p.tries, a.tokens);
+                let _ = w.tx.send(Outcome::Recorded(Recorded { response, event_id, cached, tries, tokens }));
+            }
+        }
+    }
+
     /// A request its batch did not answer: into the next batch (when `resubmit`), live, or
     /// failed.
-    fn after_failure(self: &Arc<Self>, st: &mut State, key: String, p: Pending, f: &Failure, resubmit: bool) {
+    fn after_failure(self: &Arc<Self>, st: &mut State, key: String, mut p: Pending, f: &Failure, resubmit: bool) {
         // A request of a resumed batch that no call asked for: a call that asks later
         // sends it anew.
-        if p.waiters.is_empty() || p.line.is_none() {
-            return;
-        }
+        let Some(first) = p.waiters.first() else { return };
         if resubmit && f.retryable && p.tries <= self.s.resubmits {
             tracing::info!(
                 "role `{}`: request {} goes into the next batch ({}: {})",
@@ -931,6 +1063,8 @@ impl BatchJobs {
                 f.status,
                 f.message
             );
+            // Its line went into the file of the batch it was in.
+            p.line = Some(jsonl_line(&p.hash, &first.draft.body));
             return self.enqueue(st, key, p);
         }
         let outcome = if f.retryable && self.s.live_fallback {
@@ -939,7 +1073,7 @@ impl BatchJobs {
             Outcome::Failed { tries: p.tries, status: f.status.clone(), message: f.message.clone() }
         };
         for w in p.waiters {
-            let _ = w.send(outcome.clone());
+            let _ = w.tx.send(outcome.clone());
         }
     }
 
@@ -958,7 +1092,7 @@ impl BatchJobs {
         let mut asked = 0;
         for key in keys {
             if let Some(p) = st.sent.remove(key) {
-                asked += usize::from(!p.waiters.is_empty() && p.line.is_some());
+                asked += usize::from(!p.waiters.is_empty());
                 self.after_failure(st, key.clone(), p, &f, false);
             }
         }
@@ -978,7 +1112,7 @@ impl BatchJobs {
         for key in keys {
             if let Some(p) = st.sent.remove(key) {
                 for w in p.waiters {
-                    let _ = w.send(Outcome::Setup(why.to_string()));
+                    let _ = w.tx.send(Outcome::Setup(why.to_string()));
                 }
             }
         }
@@ -1041,15 +1175,21 @@ fn mark_refused(l: &Ledger, id: i64) -> Result<()> {
     Ok(())
 }
 
-/// A finished batch's answers and its final state, in one transaction.
-fn store_answers(l: &Ledger, id: i64, b: &Remote, answers: &[(String, Value)]) -> Result<()> {
+/// A finished batch's answers `(key, chat completion as JSON text)` and its final state,
+/// in one transaction.
+fn store_answers<'a>(
+    l: &Ledger,
+    id: i64,
+    b: &Remote,
+    answers: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<()> {
     let tx = l.connection().unchecked_transaction()?;
     {
         let mut ins = tx.prepare_cached(
             "INSERT OR REPLACE INTO llm_batch_results(key, batch, response, recorded_event) VALUES (?1, ?2, ?3, NULL)",
         )?;
         for (key, response) in answers {
-            ins.execute(params![key, id, response.to_string()])?;
+            ins.execute(params![key, id, response])?;
         }
     }
     update_row(&tx, id, b, true)?;
@@ -1060,13 +1200,15 @@ fn store_answers(l: &Ledger, id: i64, b: &Remote, answers: &[(String, Value)]) -
 /// Note that the answer to `key` a batch brought is recorded as exchange `event` (it is not
 /// handed out again from `llm_batch_results`).
 pub(crate) fn mark_recorded(recorder: &Recorder, key: &str, event: i64) {
-    let r = recorder
-        .lock()
-        .connection()
-        .execute("UPDATE llm_batch_results SET recorded_event = ?2 WHERE key = ?1", params![key, event]);
+    let r = mark_recorded_on(recorder.lock().connection(), key, event);
     if let Err(e) = r {
         tracing::warn!("cannot note a recorded batch answer in the ledger: {e}");
     }
+}
+
+/// [`mark_recorded`] on `c` (the ledger, or a transaction of it).
+fn mark_recorded_on(c: &Connection, key: &str, event: i64) -> rusqlite::Result<usize> {
+    c.prepare_cached("UPDATE llm_batch_results SET recorded_event = ?2 WHERE key = ?1")?.execute(params![key, event])
 }
 
 /// The exchange that recorded the answer batch `batch` brought for `key`, once a call has:
@@ -1076,12 +1218,11 @@ pub(crate) fn recorded_event(recorder: &Recorder, key: &str, batch: &str) -> Res
     let l = recorder.lock();
     let event = l
         .connection()
-        .query_row(
+        .prepare_cached(
             "SELECT r.recorded_event FROM llm_batch_results r JOIN llm_batches b ON b.id = r.batch
              WHERE r.key = ?1 AND COALESCE(b.batch_id, '') = ?2",
-            params![key, batch],
-            |r| r.get::<_, Option<i64>>(0),
-        )
+        )?
+        .query_row(params![key, batch], |r| r.get::<_, Option<i64>>(0))
         .optional()?;
     Ok(event.flatten())
 }
@@ -1107,14 +1248,14 @@ pub(crate) fn stored_answer(recorder: &Recorder, key: &str) -> Result<Option<(St
 /// An answer a batch brought for `key` that no exchange has recorded yet, with the
 /// batch's id.
 fn unrecorded_answer(l: &Ledger, key: &str) -> Result<Option<(String, Value)>> {
+    // Prepared once: every request of a batch role asks (100,000 in a round of a stage).
     let row: Option<(String, String)> = l
         .connection()
-        .query_row(
+        .prepare_cached(
             "SELECT COALESCE(b.batch_id, ''), r.response FROM llm_batch_results r JOIN llm_batches b ON b.id = r.batch
              WHERE r.key = ?1 AND r.recorded_event IS NULL",
-            [key],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+        )?
+        .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     Ok(row.and_then(|(batch, text)| serde_json::from_str(&text).ok().map(|v| (batch, v))))
 }
@@ -1122,13 +1263,17 @@ fn unrecorded_answer(l: &Ledger, key: &str) -> Result<Option<(String, Value)>> {
 /// The newest unfinished batch that holds `key`.
 fn unfinished_with(l: &Ledger, key: &str) -> Result<Option<Row>> {
     Ok(l.connection()
-        .query_row(
+        .prepare_cached(
             "SELECT b.id, b.batch_id, b.input_file_id FROM llm_batch_requests q JOIN llm_batches b ON b.id = q.batch
              WHERE q.key = ?1 AND b.done = 0 ORDER BY b.id DESC LIMIT 1",
-            [key],
-            |r| Ok(Row { id: r.get(0)?, batch_id: r.get(1)?, file_id: r.get(2)?, resumed: true }),
-        )
+        )?
+        .query_row([key], |r| Ok(Row { id: r.get(0)?, batch_id: r.get(1)?, file_id: r.get(2)?, resumed: true }))
         .optional()?)
+}
+
+/// The cache keys of requests `(key, hash)`.
+fn keys_of(requests: &[(String, String)]) -> Vec<String> {
+    requests.iter().map(|(k, _)| k.clone()).collect()
 }
 
 /// `(key, hash)` of every request of a batch.
@@ -1302,4 +1447,48 @@ pub fn render(rows: &[BatchInfo]) -> String {
         out.push_str(&line([id, &r.stage, &r.role, &r.state, taken, &nums[0], &nums[1], &nums[2], &cost, at]));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::transport::Sent;
+
+    /// The ingest of a batch writes exchanges and JSONL lines from text: byte for byte what
+    /// the payload functions of a call that records its own answer, and `serde_json`, write.
+    #[test]
+    fn payloads_and_lines_written_from_text_are_what_the_json_values_serialise_to() {
+        let base = json!({
+            "role": "r", "provider": "vllm", "model": "m/ü", "item": "i \"q\"\n", "template": null,
+            "template_hash": null, "request_hash": "sha256:ab", "endpoint": "vllm http://h/v1",
+        });
+        let params = json!({"temperature": 0.1, "top_p": null, "max_tokens": 5, "seed": 7});
+        let body = json!({
+            "model": "m", "messages": [{"role": "user", "content": "Ünïcode \"quoted\" \\ \t {x}"}],
+            "temperature": 0.1 + 0.2, "response_format": {"type": "json_schema", "json_schema": {
+                "name": "V", "schema": {"type": "object", "properties": {"n": {"type": "number", "minimum": 1e-7}}}}},
+            "stream": false,
+        });
+        let response = json!({
+            "id": "c1", "choices": [{"index": 0, "message": {"role": "assistant", "content": "{\"n\": 1}"}}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15},
+        });
+        let d = Draft::new(&base, &params, serde_json::to_string(&body).unwrap(), ("i \"q\"\n", Some(3)));
+        let a = Answered::new("k".into(), &response);
+        assert_eq!((a.response.as_str(), a.tokens), (response.to_string().as_str(), (11, 4)));
+
+        let usage = json!({"prompt_tokens": 11, "completion_tokens": 4});
+        let sent = Sent { response, attempts: 2, latency_ms: 0, replica: 0, batch: Some("batch_1".into()) };
+        let paid = crate::llm::sent_payload(base.clone(), params, body.clone(), &sent, usage.clone());
+        assert_eq!(paid_text(&d, &a.response, a.tokens, "batch_1", 2), paid.to_string());
+        let hit = crate::llm::hit_payload(base, 42, &json!({"usage": usage, "batch": "batch_1"}));
+        assert_eq!(hit_text(&d, 42, a.tokens, "batch_1"), hit.to_string());
+
+        let mut line = serde_json::to_vec(&json!({
+            "custom_id": "sha256:ab", "method": "POST", "url": "/v1/chat/completions", "body": body,
+        }))
+        .unwrap();
+        line.push(b'\n');
+        assert_eq!(String::from_utf8(jsonl_line("sha256:ab", &d.body)).unwrap(), String::from_utf8(line).unwrap());
+    }
 }

@@ -742,31 +742,21 @@ impl LlmClient {
         parent: Option<i64>,
     ) -> Result<Exchange, LlmError> {
         let inner = &self.inner;
-        let body = request_body(r, messages, extra);
-        let body_bytes = serde_json::to_vec(&body).unwrap_or_default();
+        let mut body = request_body(r, messages, extra);
+        let body_text = serde_json::to_string(&body).unwrap_or_default();
         // `hash` names the request (artifacts and lineage refer to exchanges by it, so they
         // do not depend on where the server runs); the cache key also holds who answers
         // (provider and endpoint identity): two roles that send the same body to different
         // servers never share an answer.
-        let hash = crate::store::sha256_hex(&body_bytes);
-        let endpoint = &r.identity;
-        let key = exchange_key(&body_bytes, endpoint);
+        let hash = crate::store::sha256_hex(body_text.as_bytes());
+        let key = exchange_key(body_text.as_bytes(), &r.identity);
         let ledger_err = |e: anyhow::Error| LlmError::Setup {
             stage: inner.stage.clone(),
             item: item.to_string(),
             role: r.name.clone(),
             message: format!("ledger: {e:#}"),
         };
-        let base = json!({
-            "role": r.name,
-            "provider": r.settings.provider.as_str(),
-            "model": r.model,
-            "item": item,
-            "template": template.map(|t| t.0),
-            "template_hash": template.map(|t| t.1),
-            "request_hash": hash,
-            "endpoint": endpoint,
-        });
+        let mut base = exchange_base(r, item, template, &hash);
         if inner.mode != LlmMode::Live {
             if let Some((source, payload)) = self.cached(r, &key, &hash).map_err(ledger_err)? {
                 let id = self.record_hit(base, (item, parent), source, &payload).map_err(ledger_err)?;
@@ -791,8 +781,26 @@ impl LlmClient {
                 });
             }
         }
-        let est_tokens = body_bytes.len() as u64 / 4 + u64::from(r.settings.max_tokens.unwrap_or(256));
-        match self.send(r, &body, &key, &hash, est_tokens).await {
+        let est_tokens = body_text.len() as u64 / 4 + u64::from(r.settings.max_tokens.unwrap_or(256));
+        let sent = match &r.batch {
+            Some(jobs) => {
+                // The request waits for its batch as text, its body and fields dropped meanwhile:
+                // a stage lets every item in flight at once, 100,000 of them held 2.8 GiB.
+                let draft = batch_api::Draft::new(&base, &role_params(r), body_text, (item, parent));
+                drop((body, base));
+                let outcome = jobs.ask(&key, &hash, draft).await;
+                let outcome = match outcome {
+                    Outcome::Recorded(rec) => return Ok(self.took(rec, hash)),
+                    other => other,
+                };
+                // An answer found in the ledger, or a live fall-back: the request and the
+                // exchange's fields are made again, as they were.
+                (body, base) = (request_body(r, messages, extra), exchange_base(r, item, template, &hash));
+                self.after_batch(r, &body, outcome, est_tokens).await
+            }
+            None => self.send(r, &body, &key, est_tokens).await,
+        };
+        match sent {
             Ok(sent) => {
                 let (event_id, cached) =
                     self.record_sent(r, base, body, &sent, &key, (item, parent)).map_err(ledger_err)?;
@@ -806,16 +814,9 @@ impl LlmClient {
     /// `payload` gives the tokens): a cache hit, with no request of its own (`at`: the item
     /// and the parent event). The source's `batch` is kept, so the dataset card counts the
     /// request as a batch job's whichever of the two exchanges a sample's lineage reaches.
-    fn record_hit(&self, mut p: Value, at: (&str, Option<i64>), source: i64, payload: &Value) -> anyhow::Result<i64> {
+    fn record_hit(&self, p: Value, at: (&str, Option<i64>), source: i64, payload: &Value) -> anyhow::Result<i64> {
         let (item, parent) = at;
-        p["cached"] = json!(true);
-        p["source_event"] = json!(source);
-        p["usage"] = payload["usage"].clone();
-        p["latency_ms"] = json!(0);
-        p["attempts"] = json!(0);
-        if let Some(batch) = payload.get("batch") {
-            p["batch"] = batch.clone();
-        }
+        let p = hit_payload(p, source, payload);
         let mut parents = vec![source];
         parents.extend(parent);
         let id = self.inner.recorder.record(kind::LLM_EXCHANGE, item, p, &parents)?;
@@ -834,7 +835,7 @@ impl LlmClient {
     fn record_sent(
         &self,
         r: &Role,
-        mut p: Value,
+        p: Value,
         body: Value,
         sent: &Sent,
         key: &str,
@@ -856,19 +857,7 @@ impl LlmClient {
         self.bump(|c| &c.retries, u64::from(sent.attempts - 1));
         self.bump(|c| &c.prompt_tokens, pt);
         self.bump(|c| &c.completion_tokens, ct);
-        p["cached"] = json!(false);
-        p["params"] = json!({
-            "temperature": r.settings.temperature, "top_p": r.settings.top_p,
-            "max_tokens": r.settings.max_tokens, "seed": r.settings.seed});
-        p["request"] = body;
-        p["response"] = sent.response.clone();
-        p["usage"] = usage;
-        match &sent.batch {
-            // The batch's time is not a request's latency: the batch's id instead.
-            Some(b) => p["batch"] = json!(b),
-            None => p["latency_ms"] = json!(sent.latency_ms),
-        }
-        p["attempts"] = json!(sent.attempts);
+        let mut p = sent_payload(p, role_params(r), body, sent, usage);
         if r.endpoint.replica_count() > 1 && sent.batch.is_none() {
             // Which of `base_urls` answered (0-based); not part of the cache key.
             p["replica"] = json!(sent.replica);
@@ -882,22 +871,42 @@ impl LlmClient {
         Ok((id, false))
     }
 
-    /// Send one request: live, or through the role's batch jobs (live after all when they
-    /// say so, with the batches counted as attempts).
-    async fn send(&self, r: &Role, body: &Value, key: &str, hash: &str, est_tokens: u64) -> Result<Sent, SendError> {
+    /// Send one request of a role that is not in batch mode.
+    async fn send(&self, r: &Role, body: &Value, key: &str, est_tokens: u64) -> Result<Sent, SendError> {
+        // An answer a batch brought while the role was in batch mode is not asked again.
+        let stored = batch_api::stored_answer(&self.inner.recorder, key)
+            .map_err(|e| SendError::Setup(format!("ledger: {e:#}")))?;
+        if let Some((batch, response)) = stored {
+            return Ok(Sent { response, attempts: 1, latency_ms: 0, replica: 0, batch: Some(batch) });
+        }
+        // Batch jobs gather a round of requests; only live calls send the first alone.
+        let _first = FirstAlone::enter(r).await;
+        r.endpoint.send(&r.settings, body, est_tokens, &self.inner.cancel).await
+    }
+
+    /// The exchange the ingest of its batch recorded for a call of a batch role
+    /// ([`batch_api::Recorded`]), counted as [`Self::record_sent`] counts one it records.
+    fn took(&self, rec: batch_api::Recorded, hash: String) -> Exchange {
+        let (pt, ct) = rec.tokens;
+        if rec.cached {
+            self.bump(|c| &c.cache_hits, 1);
+        } else {
+            self.bump(|c| &c.calls, 1);
+            self.bump(|c| &c.retries, u64::from(rec.tries.saturating_sub(1)));
+        }
+        self.bump(|c| &c.prompt_tokens, pt);
+        self.bump(|c| &c.completion_tokens, ct);
+        // The text the ingest wrote from a chat completion it parsed: it parses again.
+        let response = serde_json::from_str(&rec.response).unwrap_or(Value::Null);
+        Exchange { response, event_id: rec.event_id, cached: rec.cached, hash }
+    }
+
+    /// How a request of a batch role ended that its batch did not answer with a recorded
+    /// exchange: an answer found in the ledger, a live call (`body`) after its batches, with
+    /// them counted as attempts, or a failure.
+    async fn after_batch(&self, r: &Role, body: &Value, outcome: Outcome, est_tokens: u64) -> Result<Sent, SendError> {
         let cancel = &self.inner.cancel;
-        let Some(jobs) = &r.batch else {
-            // An answer a batch brought while the role was in batch mode is not asked again.
-            let stored = batch_api::stored_answer(&self.inner.recorder, key)
-                .map_err(|e| SendError::Setup(format!("ledger: {e:#}")))?;
-            if let Some((batch, response)) = stored {
-                return Ok(Sent { response, attempts: 1, latency_ms: 0, replica: 0, batch: Some(batch) });
-            }
-            // Batch jobs gather a round of requests; only live calls send the first alone.
-            let _first = FirstAlone::enter(r).await;
-            return r.endpoint.send(&r.settings, body, est_tokens, cancel).await;
-        };
-        match jobs.ask(key, hash, body).await {
+        match outcome {
             Outcome::Answer { response, batch, tries } => {
                 Ok(Sent { response, attempts: tries, latency_ms: 0, replica: 0, batch: Some(batch) })
             }
@@ -913,6 +922,8 @@ impl LlmClient {
             }
             Outcome::Cancelled => Err(SendError::Cancelled),
             Outcome::Setup(message) => Err(SendError::Setup(message)),
+            // Taken by `exchange` before it comes here.
+            Outcome::Recorded(_) => Err(SendError::Setup("internal: a recorded batch answer came back".into())),
         }
     }
 
@@ -1025,6 +1036,59 @@ pub(crate) fn exchange_key(body: &[u8], endpoint: &str) -> String {
     bytes.push(b'\n');
     bytes.extend_from_slice(endpoint.as_bytes());
     crate::store::sha256_hex(&bytes)
+}
+
+/// The fields every `llm.exchange` of a request starts with.
+fn exchange_base(r: &Role, item: &str, template: Option<(&str, &str)>, hash: &str) -> Value {
+    json!({
+        "role": r.name,
+        "provider": r.settings.provider.as_str(),
+        "model": r.model,
+        "item": item,
+        "template": template.map(|t| t.0),
+        "template_hash": template.map(|t| t.1),
+        "request_hash": hash,
+        "endpoint": r.identity,
+    })
+}
+
+/// The role's sampling parameters as a paid exchange records them (`params`).
+fn role_params(r: &Role) -> Value {
+    let s = &r.settings;
+    json!({"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed})
+}
+
+/// The payload of a paid exchange: `p` (the fields of [`exchange_base`]), the role's
+/// `params`, the request `body`, and what `send` brought (`usage`: its tokens). The batch
+/// ingest writes the same as text ([`batch_api`]'s `paid_text`).
+fn sent_payload(mut p: Value, params: Value, body: Value, sent: &Sent, usage: Value) -> Value {
+    p["cached"] = json!(false);
+    p["params"] = params;
+    p["request"] = body;
+    p["response"] = sent.response.clone();
+    p["usage"] = usage;
+    match &sent.batch {
+        // The batch's time is not a request's latency: the batch's id instead.
+        Some(b) => p["batch"] = json!(b),
+        None => p["latency_ms"] = json!(sent.latency_ms),
+    }
+    p["attempts"] = json!(sent.attempts);
+    p
+}
+
+/// The payload of a cache hit of exchange `source` (whose `payload` gives the tokens and
+/// the batch): `p` as in [`sent_payload`]. The batch ingest writes the same as text
+/// ([`batch_api`]'s `hit_text`).
+fn hit_payload(mut p: Value, source: i64, payload: &Value) -> Value {
+    p["cached"] = json!(true);
+    p["source_event"] = json!(source);
+    p["usage"] = payload["usage"].clone();
+    p["latency_ms"] = json!(0);
+    p["attempts"] = json!(0);
+    if let Some(batch) = payload.get("batch") {
+        p["batch"] = batch.clone();
+    }
+    p
 }
 
 fn request_body(r: &Role, messages: &[Value], extra: &serde_json::Map<String, Value>) -> Value {

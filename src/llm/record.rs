@@ -7,10 +7,10 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
-use crate::ledger::{Ledger, NewEvent, Parent, RunRecorder};
+use crate::ledger::{Group, Ledger, NewEvent, Parent, RunRecorder};
 
 const CACHE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS llm_cache(
     key TEXT PRIMARY KEY,
@@ -40,7 +40,8 @@ impl Recorder {
         let l = self.lock();
         let id: Option<i64> = l
             .connection()
-            .query_row("SELECT event_id FROM llm_cache WHERE key = ?1", [key], |r| r.get(0))
+            .prepare_cached("SELECT event_id FROM llm_cache WHERE key = ?1")?
+            .query_row([key], |r| r.get(0))
             .optional()?;
         let Some(id) = id else { return Ok(None) };
         Ok(l.event(id)?.map(|e| (id, e.payload)))
@@ -54,12 +55,23 @@ impl Recorder {
         self.run.record(ev)
     }
 
-    pub fn cache_put(&self, key: &str, event_id: i64) -> Result<()> {
-        self.lock().connection().execute(
-            "INSERT INTO llm_cache(key, event_id, created_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT(key) DO UPDATE SET event_id = excluded.event_id, created_at = excluded.created_at",
-            params![key, event_id, crate::ledger::now()],
-        )?;
-        Ok(())
+    /// Several writes of the run in one transaction ([`RunRecorder::group`]).
+    pub(crate) fn group<T>(&self, f: impl FnOnce(&Group<'_>) -> Result<T>) -> Result<T> {
+        self.run.group(f)
     }
+
+    pub fn cache_put(&self, key: &str, event_id: i64) -> Result<()> {
+        cache_put_on(self.lock().connection(), key, event_id, &crate::ledger::now())
+    }
+}
+
+/// Point the cache entry `key` at exchange `event_id`, written at time `at`, on `c` (the
+/// ledger, or a transaction of it: [`Recorder::group`]).
+pub(crate) fn cache_put_on(c: &Connection, key: &str, event_id: i64, at: &str) -> Result<()> {
+    let mut put = c.prepare_cached(
+        "INSERT INTO llm_cache(key, event_id, created_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT(key) DO UPDATE SET event_id = excluded.event_id, created_at = excluded.created_at",
+    )?;
+    put.execute(params![key, event_id, at])?;
+    Ok(())
 }

@@ -222,7 +222,8 @@ pub fn import(settings: &Settings, file: &Path) -> Result<ImportReport> {
     };
     l.connection().execute_batch(SCHEMA)?;
     let (redactors, none) = (role_redactors(settings), Redactor::default());
-    let mut answers: BTreeMap<i64, Vec<(String, Value)>> = BTreeMap::new();
+    // The answers as the ledger stores them (JSON text), by batch row.
+    let mut answers: BTreeMap<i64, Vec<(String, String)>> = BTreeMap::new();
     let mut failed = Vec::new();
     for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let at = format!("`{shown}` line {}", n + 1);
@@ -234,8 +235,9 @@ pub fn import(settings: &Settings, file: &Path) -> Result<ImportReport> {
         };
         match line_outcome(redactors.get(role).unwrap_or(&none), &v) {
             Ok(response) => {
+                let text = response.to_string();
                 for (row, key, _) in targets {
-                    answers.entry(row).or_default().push((key, response.clone()));
+                    answers.entry(row).or_default().push((key, text.clone()));
                 }
             }
             Err(f) => failed.push(format!("{hash}: {}: {}", f.status, f.message)),
@@ -246,7 +248,8 @@ pub fn import(settings: &Settings, file: &Path) -> Result<ImportReport> {
         let batch_id: String =
             l.connection().query_row("SELECT batch_id FROM llm_batches WHERE id = ?1", [row], |r| r.get(0))?;
         let b = Remote { id: batch_id, status: "imported".into(), completed: got.len() as u64, ..Remote::default() };
-        store_answers(&l, row, &b, &got).with_context(|| format!("cannot store the answers of `{shown}`"))?;
+        let texts = got.iter().map(|(key, response)| (key.as_str(), response.as_str()));
+        store_answers(&l, row, &b, texts).with_context(|| format!("cannot store the answers of `{shown}`"))?;
         answered += got.len();
     }
     Ok(ImportReport { file: shown, answered, failed })
