@@ -46,7 +46,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 5: a query whose plan has fewer tools than L3 needs is asked again once
     //    (`levels_query_again`); a step that repeats another once a dependency is dropped
     //    is pruned.
-    version: 5,
+    // 6: the chain's own data-flow edges join the annotated dependencies.
+    version: 6,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],
@@ -329,6 +330,25 @@ pub fn annotation_deps(chain: &[String], g: &DepGraph) -> Vec<Vec<usize>> {
     deps
 }
 
+/// The annotated dependencies plus the chain's own data flow: step k+1 depends on step k,
+/// the edge (k's outputs serve every input of k+1) the chain was built on. Why: the demo's
+/// 0.5B annotated `search_symbols → stock_price` with no dependency at all, and the plan
+/// check then pruned the search that "Find the current stock price of Apple Inc." needs
+/// (it names no ticker); an edge of the data-flow graph is no model's opinion.
+pub fn with_chain_edges(deps: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    deps.iter()
+        .enumerate()
+        .map(|(k, d)| {
+            let mut d = d.clone();
+            // Not against an annotation that reverses it (the repair reorders those).
+            if k > 0 && !d.contains(&(k - 1)) && !deps[k - 1].contains(&k) {
+                d.push(k - 1);
+            }
+            d
+        })
+        .collect()
+}
+
 /// One chain as the prompts show it.
 #[derive(Debug, Clone)]
 pub struct ChainItem {
@@ -527,7 +547,7 @@ impl Stage for L3Stage {
                 funnel.reject(key, format!("not a request: the query {why}"));
                 continue;
             }
-            let repaired = match super::repair_dependencies(&rec.deps) {
+            let repaired = match super::repair_dependencies(&with_chain_edges(&rec.deps)) {
                 Ok(r) => r,
                 Err(e) => {
                     funnel.reject(key, format!("dependencies rejected: {e}"));
@@ -587,6 +607,13 @@ fn chain_key(server: &str, chain: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_chains_data_flow_joins_the_annotation() {
+        assert_eq!(with_chain_edges(&[vec![], vec![], vec![]]), vec![vec![], vec![0], vec![1]]);
+        assert_eq!(with_chain_edges(&[vec![], vec![0], vec![0]]), vec![vec![], vec![0], vec![0, 1]]);
+        assert_eq!(with_chain_edges(&[vec![1], vec![]]), vec![vec![1], vec![]], "reversed by the annotation");
+    }
 
     #[test]
     fn chains_are_bounded_by_the_sample_or_by_every_path() {
