@@ -111,18 +111,19 @@ impl Mention {
     /// The `pattern` of a drafted query: plain text with no function-call characters and,
     /// under `Must`, the platform's name as written. Why in the schema and not only in the
     /// check: grammar-constrained servers (llama-server, vLLM, SGLang) then cannot decode a
-    /// query that the mention rule or the copied-wording rule would refuse. The demo's
+    /// query that the mention rule or the snake_case-name rule would refuse. The demo's
     /// local models wrote `get_company_profile(JPM)` or left the platform out of every
-    /// L1 draft, and every item was lost. The schema is stricter than the check (a name
-    /// in other letter case, or a file name with `_`, passes the check, not the pattern),
-    /// never looser. A platform holding `"` or `\` gets the plain-text part only.
-    pub fn pattern(&self) -> String {
+    /// L1 draft, and every item was lost. Under `Must` the pattern is never looser than
+    /// the mention rule (a name in other letter case passes the rule, not the pattern);
+    /// the names `MustNot` forbids are refused by the rule alone. `None` for a platform
+    /// holding a character a query may not (`"`, `\\`, a control character): no query
+    /// could both name it and match.
+    pub fn pattern(&self) -> Option<String> {
         let text = QUERY_CHARS;
         match self {
-            Mention::Must(p) if !p.is_empty() && !p.contains(['"', '\\']) => {
-                format!("^{text}{{0,150}}{}{text}{{0,250}}$", pattern_literal(p))
-            }
-            _ => format!("^{text}{{1,400}}$"),
+            Mention::Must(p) if p.chars().any(|c| c == '"' || c == '\\' || c.is_control()) => None,
+            Mention::Must(p) => Some(format!("^{text}{{0,150}}{}{text}{{0,250}}$", pattern_literal(p))),
+            Mention::MustNot(_) => Some(format!("^{text}{{1,400}}$")),
         }
     }
 }
@@ -143,7 +144,9 @@ fn pattern_literal(text: &str) -> String {
 /// [`Mention::pattern`]).
 pub fn drafts_schema(n: usize, mention: &Mention) -> Value {
     let mut schema = crate::llm::schema_with_max_items::<Drafts>("queries", n);
-    schema["properties"]["queries"]["items"]["pattern"] = json!(mention.pattern());
+    if let Some(p) = mention.pattern() {
+        schema["properties"]["queries"]["items"]["pattern"] = json!(p);
+    }
     schema
 }
 
@@ -472,5 +475,9 @@ mod tests {
         assert!(takes(&must_not, "What is 100 dollars in yen today?"));
         assert!(!takes(&must_not, "get_latest_rates for USD"));
         assert!(!takes(&must_not, ""), "empty");
+        // A platform no pattern can hold gets none (the rule alone decides).
+        let quoted = Mention::Must("Alpha \"Pro\"".into());
+        assert_eq!(quoted.pattern(), None);
+        assert!(takes(&quoted, "Quote AAPL on Alpha \"Pro\"."));
     }
 }

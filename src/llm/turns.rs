@@ -38,13 +38,40 @@ struct State {
     /// (those below).
     next_ticket: u64,
     admit_below: u64,
+    /// The holder's admitted requests that have not gone in yet: the turn is not passed on
+    /// while one is on its way (a request that ended at once must not strand the others).
+    granted: usize,
 }
 
 impl State {
-    /// The turn passes to the first server in the queue (or to none).
-    fn hand_over(&mut self) {
-        self.holder = self.queue.pop_front();
-        self.admit_below = self.next_ticket;
+    /// Passes the turn on when the holder has nothing running and nothing on its way: to
+    /// the first server in the queue with a waiting request (or to none).
+    fn settle(&mut self) -> bool {
+        if self.holder.is_none() || self.running > 0 || self.granted > 0 {
+            return false;
+        }
+        loop {
+            self.holder = self.queue.pop_front();
+            self.admit_below = self.next_ticket;
+            self.granted = self.holder.as_ref().and_then(|h| self.waiting.get(h)).copied().unwrap_or(0);
+            if self.holder.is_none() || self.granted > 0 {
+                return true;
+            }
+        }
+    }
+
+    /// A waiting request leaves, admitted or given up.
+    fn leave(&mut self, server: &str, ticket: u64) {
+        if let Some(n) = self.waiting.get_mut(server) {
+            *n -= 1;
+            if *n == 0 {
+                self.waiting.remove(server);
+                self.queue.retain(|q| q != server);
+            }
+        }
+        if self.holder.as_deref() == Some(server) && ticket < self.admit_below {
+            self.granted -= 1;
+        }
     }
 }
 
@@ -57,37 +84,32 @@ impl Drop for Turn {
     fn drop(&mut self) {
         let mut s = self.turns.lock();
         s.running -= 1;
-        if s.running == 0 {
-            s.hand_over();
+        if s.settle() {
             drop(s);
             self.turns.changed.notify_waiters();
         }
     }
 }
 
-/// A waiting request (registered in `waiting`); dropping it unregisters it, and passes an
-/// idle turn on when it was the last of its server's (a cancelled request).
+/// A waiting request (registered in `waiting`); dropping it unregisters it and passes an
+/// idle turn on (a cancelled request). An admitted one has left already.
 struct Waiting<'a> {
     turns: &'a Arc<Turns>,
     server: &'a str,
     ticket: u64,
+    admitted: bool,
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
+        if self.admitted {
+            return;
+        }
         let mut s = self.turns.lock();
-        let left = s.waiting.get_mut(self.server).map(|n| {
-            *n -= 1;
-            *n
-        });
-        if left == Some(0) {
-            s.waiting.remove(self.server);
-            s.queue.retain(|q| q != self.server);
-            if s.holder.as_deref() == Some(self.server) && s.running == 0 {
-                s.hand_over();
-                drop(s);
-                self.turns.changed.notify_waiters();
-            }
+        s.leave(self.server, self.ticket);
+        if s.settle() {
+            drop(s);
+            self.turns.changed.notify_waiters();
         }
     }
 }
@@ -113,11 +135,12 @@ impl Turns {
                     (Some(h), Some(w)) => h == server && w.ticket < s.admit_below,
                 };
                 if admitted {
+                    if let Some(w) = waiting.as_mut() {
+                        s.leave(server, w.ticket);
+                        w.admitted = true;
+                    }
                     s.holder = Some(server.to_string());
                     s.running += 1;
-                    drop(s);
-                    // Unregistered after the turn is taken, so its drop hands nothing over.
-                    drop(waiting);
                     return Turn { turns: self.clone() };
                 }
                 if waiting.is_none() {
@@ -127,7 +150,7 @@ impl Turns {
                     if !s.queue.iter().any(|q| q == server) {
                         s.queue.push_back(server.to_string());
                     }
-                    waiting = Some(Waiting { turns: self, server, ticket });
+                    waiting = Some(Waiting { turns: self, server, ticket, admitted: false });
                 }
             }
             changed.await;
@@ -225,5 +248,47 @@ mod tests {
         drop(c);
         let s = turns.lock();
         assert_eq!((s.holder.as_deref(), s.running, s.queue.len(), s.waiting.len()), (None, 0, 0, 0));
+    }
+
+    /// The review's race: the turn passes to x while x1 waits; y2 and x2 come; x1 is given
+    /// up before it runs. The turn must go on (to y2, then x2), not stay with x idle.
+    #[tokio::test]
+    async fn a_request_given_up_after_its_turn_came_passes_the_turn_on() {
+        use futures::FutureExt;
+        let turns = Arc::new(Turns::default());
+        let y1 = turns.take("y").await;
+        let mut x1 = Box::pin(turns.take("x"));
+        assert!((&mut x1).now_or_never().is_none(), "x1 waits");
+        drop(y1);
+        let mut y2 = Box::pin(turns.take("y"));
+        assert!((&mut y2).now_or_never().is_none(), "y2 waits: the turn is x's");
+        let mut x2 = Box::pin(turns.take("x"));
+        assert!((&mut x2).now_or_never().is_none(), "x2 waits: y waits before it");
+        drop(x1);
+        let y2 = (&mut y2).now_or_never().expect("the turn went on to y");
+        assert!((&mut x2).now_or_never().is_none());
+        drop(y2);
+        drop((&mut x2).now_or_never().expect("then to x"));
+        let s = turns.lock();
+        assert_eq!((s.holder.as_deref(), s.running, s.queue.len(), s.waiting.len()), (None, 0, 0, 0));
+    }
+
+    /// A request of the holder that ends at once does not strand the holder's other
+    /// admitted request (the review's second race).
+    #[tokio::test]
+    async fn an_admitted_request_is_not_stranded_by_one_that_ended_at_once() {
+        use futures::FutureExt;
+        let turns = Arc::new(Turns::default());
+        let y1 = turns.take("y").await;
+        let mut a = Box::pin(turns.take("x"));
+        let mut b = Box::pin(turns.take("x"));
+        assert!((&mut a).now_or_never().is_none() && (&mut b).now_or_never().is_none());
+        drop(y1);
+        drop((&mut a).now_or_never().expect("a goes in"));
+        let mut y2 = Box::pin(turns.take("y"));
+        assert!((&mut y2).now_or_never().is_none(), "b is on its way: y waits");
+        let b = (&mut b).now_or_never().expect("b goes in");
+        drop(b);
+        drop((&mut y2).now_or_never().expect("then y"));
     }
 }

@@ -150,7 +150,12 @@ fn pattern_edge(pattern: &str, pick: Pick) -> String {
         let c = match cs[i] {
             '\\' => {
                 i += 2;
-                *cs.get(i - 1).unwrap_or_else(|| unknown("a trailing backslash"))
+                match cs.get(i - 1) {
+                    // `\d`, `\w`, `\n`, `\x41`: a class or a code, not the letter.
+                    Some(c) if c.is_alphanumeric() => unknown(&format!("`\\{c}` outside a class")),
+                    Some(c) => *c,
+                    None => unknown("a trailing backslash"),
+                }
             }
             '[' => {
                 let end = (i + 1..cs.len())
