@@ -15,7 +15,9 @@
 //! property test can generate answers at each schema's edges and assert its check accepts
 //! them.
 
-use std::sync::Arc;
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -29,7 +31,10 @@ pub type Check<T> = Arc<dyn Fn(&T) -> Result<(), String> + Send + Sync>;
 /// prompt) and the check beyond the schema (refusals are re-asked with their message).
 pub struct Answer<T> {
     pub name: String,
-    pub schema: Value,
+    /// Shared, not copied: an answer type's own schema is made once ([`Answer::of`]), and a
+    /// batch role's calls, all in flight at once, each held a copy while they waited. The
+    /// helpers below change a call's own copy (`Arc::make_mut`).
+    pub schema: Arc<Value>,
     /// The request's sampling seed instead of the role's ([`Answer::with_seed`]).
     pub seed: Option<u64>,
     /// The schema is the answer type's own, the same for every item of a stage
@@ -54,8 +59,18 @@ impl<T> Clone for Answer<T> {
 impl<T: DeserializeOwned + schemars::JsonSchema + 'static> Answer<T> {
     /// `T`'s own schema ([`schema_of`]) and no check.
     pub fn of() -> Answer<T> {
-        Answer { fixed: true, ..Answer::new(&schema_name::<T>(), schema_of::<T>()) }
+        let (name, schema) = (schema_name::<T>(), own_schema::<T>());
+        Answer { name, schema, seed: None, fixed: true, check: Arc::new(|_: &T| Ok(())) }
     }
+}
+
+/// `T`'s schema ([`schema_of`], whose strings are bounded already), made once per type:
+/// schemars ran for every call before, and a stage makes an answer per call.
+fn own_schema<T: schemars::JsonSchema + 'static>() -> Arc<Value> {
+    // One map for every `T` (a generic function's static is not made per type).
+    static SCHEMAS: LazyLock<Mutex<HashMap<TypeId, Arc<Value>>>> = LazyLock::new(Default::default);
+    let mut schemas = SCHEMAS.lock().unwrap_or_else(|p| p.into_inner());
+    schemas.entry(TypeId::of::<T>()).or_insert_with(|| Arc::new(schema_of::<T>())).clone()
 }
 
 impl<T: DeserializeOwned + 'static> Answer<T> {
@@ -63,6 +78,7 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
     /// bounded as in [`schema_of`].
     pub fn new(name: &str, mut schema: Value) -> Answer<T> {
         bound_strings(&mut schema, None);
+        let schema = Arc::new(schema);
         Answer { name: name.to_string(), schema, seed: None, fixed: false, check: Arc::new(|_: &T| Ok(())) }
     }
 
@@ -83,7 +99,7 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
     /// The list property `list` holds at most `max` items (at least one), so a small model
     /// that keeps adding items ends in a valid answer.
     pub fn max_items(mut self, list: &str, max: usize) -> Answer<T> {
-        self.schema["properties"][list]["maxItems"] = json!(max.max(1));
+        Arc::make_mut(&mut self.schema)["properties"][list]["maxItems"] = json!(max.max(1));
         self
     }
 
@@ -91,7 +107,7 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
     /// the check refuses a blank text (which a schema cannot say without a `pattern`, which
     /// grammar builders handle unevenly). `get` reads the field.
     pub fn non_blank(mut self, field: &str, get: fn(&T) -> &str) -> Answer<T> {
-        self.schema["properties"][field]["minLength"] = json!(1);
+        Arc::make_mut(&mut self.schema)["properties"][field]["minLength"] = json!(1);
         let field = field.to_string();
         self.check(
             move |v| {
@@ -134,7 +150,7 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
             .get("description")
             .cloned()
             .unwrap_or_else(|| json!(format!("One entry per {noun}, in order.")));
-        self.schema["properties"][list] = json!({"type": "array", "description": description,
+        Arc::make_mut(&mut self.schema)["properties"][list] = json!({"type": "array", "description": description,
             "prefixItems": entries, "minItems": n, "maxItems": n});
         // `n` may differ from item to item (the turns of a dialogue).
         self.fixed = false;
@@ -207,7 +223,7 @@ pub struct Site {
 impl<T: DeserializeOwned + 'static> Answer<T> {
     /// This answer as a [`Site`] of `file`.
     pub fn site(self, file: &'static str, what: impl Into<String>) -> Site {
-        let schema = self.schema.clone();
+        let schema = Value::clone(&self.schema);
         Site { file, what: what.into(), schema, accepts: Box::new(move |v| self.accepts(v).map(|_| ())) }
     }
 }

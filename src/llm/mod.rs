@@ -44,10 +44,10 @@ pub mod stats;
 pub mod transport;
 pub mod turns;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -575,37 +575,18 @@ impl LlmClient {
         item: &str,
         answer: &Answer<T>,
     ) -> Result<Reply<T>, LlmError> {
-        let (name, schema) = (&answer.name, &answer.schema);
         let r = self.role(role, item)?;
         let (mut messages, hash) = self.render(role, prompt, item)?;
-        let validator = jsonschema::validator_for(schema).map_err(|e| LlmError::Setup {
+        let validator = instruct(&mut messages, answer).map_err(|message| LlmError::Setup {
             stage: self.inner.stage.clone(),
             item: item.to_string(),
             role: role.to_string(),
-            message: format!("the answer type's JSON schema is not usable: {e}"),
+            message,
         })?;
-        let instruction = format!(
-            "\n\nAnswer with only a JSON value that matches this JSON Schema, nothing else:\n```json\n{}\n```",
-            serde_json::to_string(schema).unwrap_or_default()
-        );
-        // Where the instruction goes decides how much of a request a server with prefix
-        // caching (llama.cpp, vLLM, SGLang) reuses from the stage's previous one: a schema
-        // that is the same for every item joins the system message, the fixed part that
-        // comes first; one built per item goes after the data, so the fixed part stays a
-        // shared prefix either way.
-        let system = messages.iter().position(|m| m["role"] == "system").filter(|_| answer.fixed);
-        let at = system.or_else(|| messages.iter().rposition(|m| m["role"] == "user"));
-        if let Some(m) = at.and_then(|i| messages.get_mut(i)) {
-            let text = format!("{}{instruction}", m["content"].as_str().unwrap_or_default());
-            m["content"] = Value::String(text);
-        }
+        // The schema goes out borrowed from `answer`, not copied into the call's fields: a
+        // batch role's calls, all in flight at once, each held that copy while they waited.
+        let format = r.settings.json_schema.then_some((answer.name.as_str(), &*answer.schema));
         let mut extra = serde_json::Map::new();
-        if r.settings.json_schema {
-            extra.insert(
-                "response_format".into(),
-                json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}}),
-            );
-        }
         if let Some(seed) = answer.seed {
             extra.insert("seed".into(), json!(seed));
         }
@@ -615,7 +596,8 @@ impl LlmClient {
         let (mut last_error, mut raw) = (String::new(), String::new());
         for _ in 0..=r.settings.reask {
             attempts += 1;
-            let ex = self.exchange(r, &messages, &extra, item, tmpl, parent).await?;
+            let req = Request { messages: &messages, format, extra: &extra };
+            let ex = self.exchange(r, req, item, tmpl, parent).await?;
             let content = ex.content().unwrap_or_default();
             match validate::<T>(&content, &validator).and_then(|v| answer.run_check(&v).map(|()| v)) {
                 Ok(value) => return Ok(Reply { value, event_id: ex.event_id, cached: ex.cached, exchange: ex.hash }),
@@ -651,8 +633,9 @@ impl LlmClient {
     pub async fn text(&self, role: &str, prompt: &Prompt, item: &str) -> Result<Reply<String>, LlmError> {
         let r = self.role(role, item)?;
         let (messages, hash) = self.render(role, prompt, item)?;
-        let ex =
-            self.exchange(r, &messages, &serde_json::Map::new(), item, Some((&prompt.template, &hash)), None).await?;
+        let none = serde_json::Map::new();
+        let req = Request { messages: &messages, format: None, extra: &none };
+        let ex = self.exchange(r, req, item, Some((&prompt.template, &hash)), None).await?;
         let text = extract::strip_think(&ex.content().unwrap_or_default()).trim().to_string();
         Ok(Reply { value: text, event_id: ex.event_id, cached: ex.cached, exchange: ex.hash })
     }
@@ -699,7 +682,7 @@ impl LlmClient {
                 ),
             );
         }
-        let ex = self.exchange(r, &wire, &extra, item, None, None).await?;
+        let ex = self.exchange(r, Request { messages: &wire, format: None, extra: &extra }, item, None, None).await?;
         let msg = ex.message();
         let tool_calls = msg["tool_calls"]
             .as_array()
@@ -735,14 +718,13 @@ impl LlmClient {
     async fn exchange(
         &self,
         r: &Role,
-        messages: &[Value],
-        extra: &serde_json::Map<String, Value>,
+        req: Request<'_>,
         item: &str,
         template: Option<(&str, &str)>,
         parent: Option<i64>,
     ) -> Result<Exchange, LlmError> {
         let inner = &self.inner;
-        let mut body = request_body(r, messages, extra);
+        let mut body = request_body(r, req);
         let body_text = serde_json::to_string(&body).unwrap_or_default();
         // `hash` names the request (artifacts and lineage refer to exchanges by it, so they
         // do not depend on where the server runs); the cache key also holds who answers
@@ -795,10 +777,13 @@ impl LlmClient {
                 };
                 // An answer found in the ledger, or a live fall-back: the request and the
                 // exchange's fields are made again, as they were.
-                (body, base) = (request_body(r, messages, extra), exchange_base(r, item, template, &hash));
-                self.after_batch(r, &body, outcome, est_tokens).await
+                (body, base) = (request_body(r, req), exchange_base(r, item, template, &hash));
+                Box::pin(self.after_batch(r, &body, outcome, est_tokens)).await
             }
-            None => self.send(r, &body, &key, est_tokens).await,
+            // Boxed, here and above: a live call's future (retries, timers, the HTTP client's
+            // futures) is large, and inline, every call of a batch role held room for it while
+            // it waited for its batch.
+            None => Box::pin(self.send(r, &body, &key, est_tokens)).await,
         };
         match sent {
             Ok(sent) => {
@@ -1091,10 +1076,20 @@ fn hit_payload(mut p: Value, source: i64, payload: &Value) -> Value {
     p
 }
 
-fn request_body(r: &Role, messages: &[Value], extra: &serde_json::Map<String, Value>) -> Value {
+/// What a request asks besides the role's settings, borrowed from its call: the messages,
+/// the answer's schema as `response_format` (its name and schema), and other fields of the
+/// body (`seed`, `tools`).
+#[derive(Clone, Copy)]
+struct Request<'a> {
+    messages: &'a [Value],
+    format: Option<(&'a str, &'a Value)>,
+    extra: &'a serde_json::Map<String, Value>,
+}
+
+fn request_body(r: &Role, req: Request<'_>) -> Value {
     let mut b = serde_json::Map::new();
     b.insert("model".into(), json!(r.model));
-    b.insert("messages".into(), Value::Array(messages.to_vec()));
+    b.insert("messages".into(), Value::Array(req.messages.to_vec()));
     let s = &r.settings;
     if let Some(t) = s.temperature {
         b.insert("temperature".into(), json!(t));
@@ -1108,7 +1103,14 @@ fn request_body(r: &Role, messages: &[Value], extra: &serde_json::Map<String, Va
     if let Some(t) = s.seed {
         b.insert("seed".into(), json!(t));
     }
-    for (k, v) in extra {
+    // `response_format` first among the extras, where the call's fields used to hold it.
+    if let Some((name, schema)) = req.format {
+        b.insert(
+            "response_format".into(),
+            json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}}),
+        );
+    }
+    for (k, v) in req.extra {
         b.insert(k.clone(), v.clone());
     }
     b.insert("stream".into(), json!(false));
@@ -1160,13 +1162,28 @@ pub fn openai_message(m: &ChatMessage, index: CallIndex) -> Value {
     }
 }
 
-/// Render a template with strict undefined variables.
+/// Render a template with strict undefined variables. A template is parsed once for its
+/// text and kept (by name, with the text it was parsed from): a stage renders one template
+/// per item, and parsed it anew each time.
 pub fn render_template(name: &str, source: &str, vars: &Value) -> Result<String, String> {
-    let mut env = minijinja::Environment::new();
-    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
-    env.add_template(name, source).map_err(|e| format!("prompt template `{name}`: {e}"))?;
-    let t = env.get_template(name).map_err(|e| format!("prompt template `{name}`: {e}"))?;
-    t.render(minijinja::value::Serde(vars)).map_err(|e| format!("prompt template `{name}`: {e}"))
+    type Parsed = HashMap<String, (String, Arc<minijinja::Environment<'static>>)>;
+    static PARSED: LazyLock<Mutex<Parsed>> = LazyLock::new(Default::default);
+    let err = |e: minijinja::Error| format!("prompt template `{name}`: {e}");
+    let parsed = || PARSED.lock().unwrap_or_else(|p| p.into_inner());
+    let kept = parsed().get(name).filter(|(text, _)| text == source).map(|(_, env)| env.clone());
+    let env = match kept {
+        Some(env) => env,
+        None => {
+            let mut env = minijinja::Environment::new();
+            env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+            env.add_template_owned(name.to_string(), source.to_string()).map_err(err)?;
+            let env = Arc::new(env);
+            parsed().insert(name.to_string(), (source.to_string(), env.clone()));
+            env
+        }
+    };
+    let t = env.get_template(name).map_err(err)?;
+    t.render(minijinja::value::Serde(vars)).map_err(err)
 }
 
 /// Split a rendered prompt at a `--- user ---` line into system and user messages.
@@ -1184,7 +1201,8 @@ fn split_messages(text: &str) -> Vec<Value> {
             offset += line.len();
         }
     }
-    let mut out = Vec::new();
+    // Room for the two it can hold: a call of a batch role keeps its messages while it waits.
+    let mut out = Vec::with_capacity(2);
     if let Some(s) = system.filter(|s| !s.is_empty()) {
         out.push(json!({"role": "system", "content": s}));
     }
@@ -1209,7 +1227,7 @@ pub fn schema_with_max_items<T: schemars::JsonSchema + serde::de::DeserializeOwn
     list: &str,
     max: usize,
 ) -> Value {
-    Answer::<T>::of().max_items(list, max).schema
+    Arc::unwrap_or_clone(Answer::<T>::of().max_items(list, max).schema)
 }
 
 /// `maxLength` of an explanation field (`reason`, `note`, `…_feedback`, …).
@@ -1264,6 +1282,50 @@ fn schema_name<T: schemars::JsonSchema>() -> String {
         .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
         .collect();
     if n.is_empty() { "answer".into() } else { n.chars().take(64).collect() }
+}
+
+/// States `answer`'s schema in the prompt's `messages` and gives its validator ([`compiled`]).
+/// Where the instruction goes decides how much of a request a server with prefix caching
+/// (llama.cpp, vLLM, SGLang) reuses from the stage's previous one: a schema that is the same
+/// for every item joins the system message, the fixed part that comes first; one built per
+/// item goes after the data, so the fixed part stays a shared prefix either way.
+fn instruct<T>(messages: &mut [Value], answer: &Answer<T>) -> Result<Arc<jsonschema::Validator>, String> {
+    let schema = serde_json::to_string(&*answer.schema).unwrap_or_default();
+    let validator =
+        compiled(&schema, &answer.schema).map_err(|e| format!("the answer type's JSON schema is not usable: {e}"))?;
+    let instruction = format!(
+        "\n\nAnswer with only a JSON value that matches this JSON Schema, nothing else:\n```json\n{schema}\n```"
+    );
+    let system = messages.iter().position(|m| m["role"] == "system").filter(|_| answer.fixed);
+    let at = system.or_else(|| messages.iter().rposition(|m| m["role"] == "user"));
+    if let Some(m) = at.and_then(|i| messages.get_mut(i)) {
+        let text = format!("{}{instruction}", m["content"].as_str().unwrap_or_default());
+        m["content"] = Value::String(text);
+    }
+    Ok(validator)
+}
+
+/// Schemas whose validators [`compiled`] keeps; past that it starts again.
+const COMPILED_KEPT: usize = 256;
+
+/// The validator of an answer schema (`text`: its JSON text), compiled once and shared.
+/// Compiling, which checks the schema against its meta-schema first, was most of a typed
+/// call's own work before it was sent, once per call; a stage asks with a few schemas. Some
+/// are made per item (an `enum` of the item's ids), so the map is emptied when full.
+fn compiled(text: &str, schema: &Value) -> Result<Arc<jsonschema::Validator>, String> {
+    static COMPILED: LazyLock<Mutex<HashMap<String, Arc<jsonschema::Validator>>>> = LazyLock::new(Default::default);
+    let kept = || COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(v) = kept().get(text) {
+        return Ok(v.clone());
+    }
+    // Compiled outside the lock: calls with other schemas do not wait for it.
+    let v = Arc::new(jsonschema::validator_for(schema).map_err(|e| e.to_string())?);
+    let mut map = kept();
+    if map.len() >= COMPILED_KEPT {
+        map.clear();
+    }
+    map.insert(text.to_string(), v.clone());
+    Ok(v)
 }
 
 /// Extract, schema-check and deserialise an answer.
@@ -1357,6 +1419,37 @@ mod tests {
         let long = "x".repeat(MAX_EXPLANATION_CHARS as usize + 1);
         let answer = json!({"reason": long, "solvability_feedback": "", "queries": [], "kind": "A"}).to_string();
         assert!(validate::<Bounded>(&answer, &val).unwrap_err().contains("reason"));
+    }
+
+    #[test]
+    fn an_answer_types_schema_and_validator_are_made_once_and_a_changed_schema_is_the_calls_own() {
+        let (a, b) = (Answer::<V>::of(), Answer::<V>::of());
+        assert!(Arc::ptr_eq(&a.schema, &b.schema), "one schema per type");
+        assert_eq!(*a.schema, schema_of::<V>());
+        let bounded = Answer::<V>::of().max_items("n", 2);
+        assert!(!Arc::ptr_eq(&a.schema, &bounded.schema));
+        assert_eq!(bounded.schema["properties"]["n"]["maxItems"], 2);
+        assert_eq!(Answer::<V>::of().schema["properties"]["n"].get("maxItems"), None, "the shared one is unchanged");
+        let text = serde_json::to_string(&*a.schema).unwrap();
+        let (one, two) = (compiled(&text, &a.schema).unwrap(), compiled(&text, &a.schema).unwrap());
+        assert!(Arc::ptr_eq(&one, &two), "one validator per schema");
+        assert!(validate::<V>("{\"verdict\": \"keep\", \"n\": 2}", &one).is_ok());
+        // A schema that does not compile is refused every time, never kept.
+        let bad = json!({"type": 5});
+        assert!(compiled(&bad.to_string(), &bad).is_err());
+        assert!(compiled(&bad.to_string(), &bad).is_err());
+    }
+
+    #[test]
+    fn a_kept_template_is_parsed_again_when_its_text_changes() {
+        let name = "kept_template_test";
+        assert_eq!(render_template(name, "one {{ x }}", &json!({"x": 1})).unwrap(), "one 1");
+        assert_eq!(render_template(name, "one {{ x }}", &json!({"x": 2})).unwrap(), "one 2");
+        assert_eq!(render_template(name, "two {{ x }}", &json!({"x": 3})).unwrap(), "two 3");
+        let err = render_template(name, "two {{ y }}", &json!({"x": 3})).unwrap_err();
+        assert!(err.contains("undefined") && err.contains(name), "{err}");
+        assert!(render_template(name, "bad {{", &json!({})).is_err());
+        assert_eq!(render_template(name, "two {{ x }}", &json!({"x": 4})).unwrap(), "two 4");
     }
 
     #[test]

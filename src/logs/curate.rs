@@ -89,7 +89,7 @@ pub(crate) fn label_answer(taxonomy: &[String]) -> crate::llm::Answer<LabelPick>
     let mut a = crate::llm::Answer::<LabelPick>::of();
     if !taxonomy.is_empty() {
         // An empty `enum` is not a valid schema; `check` refuses an empty taxonomy anyway.
-        a.schema["properties"]["scenario"]["enum"] = json!(taxonomy);
+        std::sync::Arc::make_mut(&mut a.schema)["properties"]["scenario"]["enum"] = json!(taxonomy);
     }
     let taxonomy = taxonomy.to_vec();
     a.check(move |p| {

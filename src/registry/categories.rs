@@ -375,7 +375,7 @@ pub(crate) fn category_answer(taxonomy: &[String]) -> crate::llm::Answer<LlmCate
     let mut names: Vec<String> = taxonomy.to_vec();
     names.push("none".into());
     let mut a = crate::llm::Answer::<LlmCategory>::of();
-    a.schema["properties"]["category"]["enum"] = serde_json::json!(names);
+    std::sync::Arc::make_mut(&mut a.schema)["properties"]["category"]["enum"] = serde_json::json!(names);
     a.check(move |c| {
         if names.iter().any(|t| normal(t) == normal(&c.category)) {
             Ok(())

@@ -184,6 +184,32 @@ fn a_schema_built_per_item_follows_the_data_and_two_items_share_their_fixed_pref
     assert!(shared >= data_at, "the shared prefix ends at {shared}, before the data at {data_at}: {one}");
 }
 
+/// A typed request's body, field by field in order, with the answer's schema as
+/// `response_format` and the answer's seed over the role's: its bytes are the request hash
+/// and the cache key, so a change here would miss every answer a ledger holds.
+#[test]
+fn a_typed_request_body_keeps_its_fields_and_their_order() {
+    let s = ScriptedLlm::start(|_| good());
+    let p = project(&s.base_url(), "");
+    let c = client(&p, LlmMode::Cached);
+    let answer = benchgen::llm::Answer::<Verdict>::of().with_seed(Some(7));
+    let reply = rt().block_on(c.ask("r", &prompt("a"), "a", &answer)).unwrap();
+    let body = &s.requests()[0].body;
+    let keys: Vec<&str> = body.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["model", "messages", "temperature", "seed", "response_format", "stream"]);
+    assert_eq!(body["seed"], 7);
+    let schema = benchgen::llm::schema_of::<Verdict>();
+    assert_eq!(
+        body["response_format"],
+        json!({"type": "json_schema", "json_schema": {"name": "Verdict", "schema": schema}})
+    );
+    let format: Vec<&str> = body["response_format"].as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(format, ["type", "json_schema"]);
+    // The exchange is named by the body it recorded.
+    let request = serde_json::to_string(&events(&p, "llm.exchange")[0]["request"]).unwrap();
+    assert_eq!(reply.exchange, benchgen::store::sha256_hex(request.as_bytes()));
+}
+
 #[test]
 fn invalid_answers_are_re_asked_with_the_error() {
     let s = ScriptedLlm::start(|r| match r.n {
