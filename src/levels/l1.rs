@@ -33,7 +33,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 4: an item whose every candidate was refused is asked again once, with the reason.
     // 5: a draft that shares no word with what its tool does is refused by rule.
     // 6: the draft's schema holds the mention and function-name rules (`Mention::pattern`).
-    version: 6,
+    // 7: a camelCase function name or an input line's form is refused; no backquotes.
+    version: 7,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
@@ -129,10 +130,10 @@ impl Mention {
 }
 
 /// A drafted query's characters: none of a function call's (`x=1`, `{…}`, a snake_case
-/// name; parentheses stay, as in "Tesla (TSLA)") and none that JSON must escape, so that the pattern means the same
+/// name, a backquoted name; parentheses stay, as in "Tesla (TSLA)") and none that JSON must escape, so that the pattern means the same
 /// text to a grammar builder (which reads the JSON string as written) and to a validator
 /// (which reads it decoded).
-const QUERY_CHARS: &str = r#"[^"\\\x00-\x1F{}=_]"#;
+const QUERY_CHARS: &str = r#"[^"\\\x00-\x1F{}=_`]"#;
 
 /// `text` as a regular expression that matches it literally (its special characters
 /// escaped).
@@ -468,6 +469,7 @@ mod tests {
         assert!(!takes(&must, "convert_currency(100, 'USD', 'JPY') on FX Rates (beta)"));
         assert!(!takes(&must, "Convert 100 USD to JPY."), "the platform is missing");
         assert!(!takes(&must, "Convert amount=100 on FX Rates (beta)"));
+        assert!(!takes(&must, "FX Rates (beta) has a tool `convertCurrency` for this"));
         assert!(!takes(&must, "Convert 100 USD\non FX Rates (beta)"), "one line");
         // Every query the schema takes passes the mechanical mention rule (never looser).
         assert_eq!(must.check("Convert 100 USD to JPY on FX Rates (beta), please."), None);

@@ -47,7 +47,8 @@ pub static SPEC: StageSpec = StageSpec {
     //    (`levels_query_again`); a step that repeats another once a dependency is dropped
     //    is pruned.
     // 6: the chain's own data-flow edges join the annotated dependencies.
-    version: 6,
+    // 7: a camelCase function name or an input line's form is refused.
+    version: 7,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],

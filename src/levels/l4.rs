@@ -39,7 +39,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 5: a query whose plan has fewer servers than L4 needs is asked again once
     //    (`levels_query_again`); a step that repeats another once a dependency is dropped
     //    is pruned.
-    version: 5,
+    // 6: a camelCase function name or an input line's form is refused.
+    version: 6,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],

@@ -48,7 +48,8 @@ pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "levels l5",
     // 2: the plan check (`plan_check`, issue 38): an L5 query has no plan.
-    version: 2,
+    // 3: `min_cover_similarity` can overrule a "doable" with no capability near the task.
+    version: 3,
     about: "ETOM L5: capability map (HDBSCAN + LLM labels), gap analysis with a red team, persona queries, verification",
     reads: &[crate::filter::CATALOG.read(), INDEX.read(), VECTORS.read()],
     writes: &["queries.json", "capability_map.json", "gaps.json", crate::llm::batch::FAILED_FILE],
@@ -231,6 +232,26 @@ pub struct TaskCheck {
     pub challenge: Option<Challenge>,
     pub gap: bool,
     pub exchanges: Vec<String>,
+    /// A "doable" of the judge or the red team that `min_cover_similarity` overruled, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overruled: Vec<String>,
+}
+
+/// Why a "doable" is not taken (`l5.min_cover_similarity`): no capability label is near the
+/// task. `best`: the nearest label and its cosine. Why: the demo's 0.5B judge called
+/// "ordering groceries online" covered by "historical financial data retrieval" and "code
+/// management tools"; no gap was ever found, and L5 stayed empty.
+pub fn far_from_every_label(min: f64, best: Option<(&str, f32)>) -> Option<String> {
+    if min <= 0.0 {
+        return None;
+    }
+    match best {
+        Some((_, cos)) if f64::from(cos) >= min => None,
+        Some((label, cos)) => {
+            Some(format!("no capability is near the task: the nearest, `{label}`, has cosine {cos:.2} < {min}"))
+        }
+        None => Some("no capability label to cover the task".into()),
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -445,7 +466,7 @@ impl Stage for L5Stage {
             }
         }
         funnel.step("universal tasks", task_list.len());
-        let (labels_ref, lv, top_labels) = (&labels, &label_vecs, c.top_labels);
+        let (labels_ref, lv, top_labels, min_cover) = (&labels, &label_vecs, c.top_labels, c.min_cover_similarity);
         let task_items: Vec<(String, String)> = task_list.iter().map(|t| (format!("task:{t}"), t.clone())).collect();
         // The tasks' vectors (for the red team's nearest labels) are computed ahead.
         let task_vecs = emb.prefetch(task_list.clone(), |i| !lv.is_empty() && !batch.is_done(&task_items[i].0))?;
@@ -465,14 +486,25 @@ impl Stage for L5Stage {
                 challenge: None,
                 gap: false,
                 exchanges: vec![can.exchange],
+                overruled: vec![],
             };
-            if rec.can {
-                return Ok(rec);
-            }
-            if !lv.is_empty() {
+            // The nearest label and its cosine, for the red team and the similarity guard.
+            let mut best: Option<(String, f32)> = None;
+            if !lv.is_empty() && (!rec.can || min_cover > 0.0) {
                 let q = task_vecs.get(&task).await?;
-                rec.nearest_labels =
-                    cosine_top(&q, lv, top_labels).into_iter().map(|i| labels_ref[i].clone()).collect();
+                let top = cosine_top(&q, lv, top_labels);
+                best = top.first().map(|&i| (labels_ref[i].clone(), super::dot(&q, &lv[i])));
+                rec.nearest_labels = top.into_iter().map(|i| labels_ref[i].clone()).collect();
+            }
+            let far = far_from_every_label(min_cover, best.as_ref().map(|(l, c)| (l.as_str(), *c)));
+            if rec.can {
+                match &far {
+                    Some(why) => {
+                        rec.can = false;
+                        rec.overruled.push(format!("judge: {why}"));
+                    }
+                    None => return Ok(rec),
+                }
             }
             let ch = llm
                 .typed_as::<Challenge>(
@@ -482,6 +514,10 @@ impl Stage for L5Stage {
                 )
                 .await?;
             rec.gap = !ch.value.is_challenge_valid;
+            if let (false, Some(why)) = (rec.gap, &far) {
+                rec.gap = true;
+                rec.overruled.push(format!("red team: {why}"));
+            }
             rec.exchanges.push(ch.exchange);
             rec.challenge = Some(Challenge {
                 is_challenge_valid: ch.value.is_challenge_valid,
@@ -500,6 +536,10 @@ impl Stage for L5Stage {
             } else {
                 gaps.push(task.to_string());
             }
+        }
+        if min_cover > 0.0 {
+            let overruled = checked.values.values().filter(|t| !t.overruled.is_empty()).count();
+            funnel.step("tasks whose \"doable\" no capability is near", overruled);
         }
         funnel.step("confirmed gaps", gaps.len());
 
@@ -610,6 +650,15 @@ impl Stage for L5Stage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_doable_counts_only_with_a_capability_near_the_task() {
+        assert_eq!(far_from_every_label(0.0, None), None, "off: the judge is trusted");
+        assert_eq!(far_from_every_label(0.3, Some(("stock market data", 0.31))), None);
+        let far = far_from_every_label(0.3, Some(("stock market data", 0.12))).unwrap();
+        assert_eq!(far, "no capability is near the task: the nearest, `stock market data`, has cosine 0.12 < 0.3");
+        assert!(far_from_every_label(0.3, None).is_some(), "no label at all");
+    }
 
     /// The `hdbscan` crate's Euclidean distance, as it computes it.
     fn crate_euclidean(a: &[f32], b: &[f32]) -> f32 {

@@ -169,6 +169,12 @@ impl crate::settings::Section for LevelsSettings {
         ),
         Key::new("l5.queries_per_persona", "integer", "2", "Queries per persona and gap."),
         Key::new("l5.top_k", "integer", "5", "Tools retrieved for the out-of-scope judge."),
+        Key::new(
+            "l5.min_cover_similarity",
+            "number",
+            "0",
+            "A judge's or red team's \"doable\" counts only when a capability label's cosine with the task reaches this (0: always).",
+        ),
         Key::table("plan_check", "The check of every kept query's reference plan."),
         Key::new(
             "plan_check.prune_unrequested",
@@ -375,6 +381,14 @@ pub struct L5Settings {
     /// Tools retrieved for the out-of-scope judge (ETOM: 5).
     #[serde(default = "default_top_k")]
     pub top_k: usize,
+    /// A "yes, doable" of the gap judge or the red team counts only when some capability
+    /// label's cosine with the task reaches this; 0 (the default, ETOM's way) trusts them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub min_cover_similarity: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl Default for L5Settings {
@@ -704,8 +718,13 @@ pub fn copied_wording(query: &str, tools: &[Wording]) -> Option<String> {
             }
         }
         let name = t.name.rsplit("::").next().unwrap_or(&t.name).to_lowercase();
-        if name.contains('_') && lower.contains(&name) {
+        // Snake case as written, or run together in camel case (`getDailyPrices`).
+        if name.contains('_') && (lower.contains(&name) || lower.contains(&name.replace('_', ""))) {
             return Some(format!("names the function `{name}` instead of asking for the task"));
+        }
+        // An input line's form, as the prompts show the inputs: `x` (required): … (Type: string).
+        if let Some(form) = ["(type:", "(required)", "(optional)"].iter().find(|f| lower.contains(*f)) {
+            return Some(format!("copies the form of the inputs' lines (\"{form}\")"));
         }
         // A parameter list: two or more parameter names inside one pair of parentheses.
         for group in lower.split('(').skip(1).filter_map(|g| g.split(')').next()) {

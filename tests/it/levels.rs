@@ -1228,3 +1228,43 @@ fn defect_unseeded_sampling_etom_vs_ours() {
         assert!((2..=4).contains(&draw.len()));
     }
 }
+
+/// L5 with a judge and a red team that call every task doable (as the demo's 0.5B did):
+/// `gaps.json` of a run with `min_cover_similarity` 0.3 and of one without.
+fn l5_always_doable(min_cover: Option<f64>) -> Value {
+    let llm = ScriptedLlm::start(|seen: &Seen| {
+        let text = seen.all_text();
+        if text.contains("Can the assistant fully perform tasks") {
+            return Answer::json(json!({"answer": "YES", "reason": "scripted: always"}));
+        }
+        if text.contains("skeptical engineer") {
+            return Answer::json(json!({"is_challenge_valid": true, "reasoning": "scripted: always"}));
+        }
+        answer(seen)
+    });
+    let p = project(&llm, 1);
+    if let Some(m) = min_cover {
+        let cfg = std::fs::read_to_string(&p.config).unwrap();
+        let cfg = cfg.replace("[levels.l5]\n", &format!("[levels.l5]\nmin_cover_similarity = {m}\n"));
+        std::fs::write(&p.config, cfg).unwrap();
+    }
+    for args in [&["registry", "import"][..], &["filter"], &["embed"], &["levels", "l5"]] {
+        p.ok(args);
+    }
+    p.json("artifacts/levels-l5/gaps.json")
+}
+
+#[test]
+fn a_doable_with_no_capability_near_the_task_is_overruled_into_a_gap() {
+    let gaps = l5_always_doable(Some(0.3));
+    let restaurant = &gaps["checks"]["task:booking a restaurant table"];
+    let overruled = restaurant["overruled"].to_string();
+    assert!(overruled.contains("judge: no capability is near the task: the nearest, `"), "{restaurant}");
+    assert!(overruled.contains("red team: no capability is near the task"), "{restaurant}");
+    assert_eq!(restaurant["gap"], true, "{restaurant}");
+    assert!(gaps["confirmed"].as_array().unwrap().iter().any(|g| g == "booking a restaurant table"), "{gaps}");
+    // Without the setting (ETOM's way) the same answers find no gap, and nothing is overruled.
+    let trusting = l5_always_doable(None);
+    assert_eq!(trusting["confirmed"], json!([]), "{trusting}");
+    assert!(!trusting.to_string().contains("overruled"), "{trusting}");
+}
