@@ -34,7 +34,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 5: a draft that shares no word with what its tool does is refused by rule.
     // 6: the draft's schema holds the mention and function-name rules (`Mention::pattern`).
     // 7: a camelCase function name or an input line's form is refused; no backquotes.
-    version: 7,
+    // 8: a query that makes the platform its subject ("Alpha Markets' CEO") is refused.
+    version: 8,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
@@ -94,6 +95,11 @@ impl Mention {
         match self {
             Mention::Must(p) if !q.contains(&p.to_lowercase()) => {
                 Some(format!("platform not named: `{p}` does not occur"))
+            }
+            // "What is Alpha Markets' company profile?": the platform is where to ask, not
+            // what is asked about (the demo's 1.5B wrote this; its verifier passed it).
+            Mention::Must(p) if q.contains(&format!("{}'", p.to_lowercase())) => {
+                Some(format!("asks about the platform itself (\"{p}'…\") instead of asking it for something"))
             }
             Mention::MustNot(ps) => ps
                 .iter()
@@ -473,6 +479,11 @@ mod tests {
         assert!(!takes(&must, "Convert 100 USD\non FX Rates (beta)"), "one line");
         // Every query the schema takes passes the mechanical mention rule (never looser).
         assert_eq!(must.check("Convert 100 USD to JPY on FX Rates (beta), please."), None);
+        // The platform as the subject: the rule alone refuses it.
+        let profile = Mention::Must("Alpha Markets".into());
+        assert!(profile.check("What is Alpha Markets' company profile?").unwrap().contains("the platform itself"));
+        assert!(profile.check("What is Alpha Markets's CEO?").is_some());
+        assert_eq!(profile.check("What is JPMorgan's company profile on Alpha Markets?"), None);
         let must_not = Mention::MustNot(vec!["FX Rates".into()]);
         assert!(takes(&must_not, "What is 100 dollars in yen today?"));
         assert!(!takes(&must_not, "get_latest_rates for USD"));

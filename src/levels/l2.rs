@@ -34,7 +34,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 5: a draft that shares no word with what its tool does is refused by rule.
     // 6: the draft's schema holds the mention and function-name rules (`Mention::pattern`).
     // 7: a camelCase function name or an input line's form is refused; no backquotes.
-    version: 7,
+    // 8: a query that makes the platform its subject ("Alpha Markets' CEO") is refused.
+    version: 8,
     about: "ETOM L2: implicit queries under the coupling rule; EFS members share one query whose ground truth lists the whole set",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read(), FINAL.optional()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],

@@ -548,7 +548,10 @@ impl Stage for L3Stage {
                 funnel.reject(key, format!("not a request: the query {why}"));
                 continue;
             }
-            let repaired = match super::repair_dependencies(&with_chain_edges(&rec.deps)) {
+            // The chain's edges may close a cycle with a mislabelled annotation: then the
+            // annotation alone, as before.
+            let joined = super::repair_dependencies(&with_chain_edges(&rec.deps));
+            let repaired = match joined.or_else(|_| super::repair_dependencies(&rec.deps)) {
                 Ok(r) => r,
                 Err(e) => {
                     funnel.reject(key, format!("dependencies rejected: {e}"));

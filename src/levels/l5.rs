@@ -237,20 +237,22 @@ pub struct TaskCheck {
     pub overruled: Vec<String>,
 }
 
-/// Why a "doable" is not taken (`l5.min_cover_similarity`): no capability label is near the
-/// task. `best`: the nearest label and its cosine. Why: the demo's 0.5B judge called
-/// "ordering groceries online" covered by "historical financial data retrieval" and "code
-/// management tools"; no gap was ever found, and L5 stayed empty.
-pub fn far_from_every_label(min: f64, best: Option<(&str, f32)>) -> Option<String> {
+/// Why a "doable" is not taken (`l5.min_cover_similarity`): nothing of `kind` is near the
+/// `subject` (a capability label near a task; a retrieved tool near a query). `best`: the
+/// nearest one and its cosine. Why: the demo's 0.5B judge called "ordering groceries
+/// online" covered by "historical financial data retrieval" and "code management tools",
+/// and "I want to order a cart of groceries" partly solvable by finance tools; no L5 query
+/// was ever kept.
+pub fn far_from(min: f64, best: Option<(&str, f32)>, (kind, subject): (&str, &str)) -> Option<String> {
     if min <= 0.0 {
         return None;
     }
     match best {
         Some((_, cos)) if f64::from(cos) >= min => None,
-        Some((label, cos)) => {
-            Some(format!("no capability is near the task: the nearest, `{label}`, has cosine {cos:.2} < {min}"))
+        Some((near, cos)) => {
+            Some(format!("no {kind} is near the {subject}: the nearest, `{near}`, has cosine {cos:.2} < {min}"))
         }
-        None => Some("no capability label to cover the task".into()),
+        None => Some(format!("no {kind} to serve the {subject}")),
     }
 }
 
@@ -266,6 +268,9 @@ pub struct QueryCheck {
     pub plan: String,
     pub accepted: bool,
     pub exchanges: Vec<String>,
+    /// A "solvable" or "partly" of the judge that `min_cover_similarity` overruled, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overruled: Vec<String>,
 }
 
 /// ETOM's self-check, made exact: the answer is the word IMPOSSIBLE and nothing else.
@@ -364,6 +369,8 @@ impl Stage for L5Stage {
         crate::settings::check_positive(problems, "levels.l5.queries_per_persona", c.queries_per_persona);
         crate::settings::check_positive(problems, "levels.l5.top_k", c.top_k);
         crate::settings::check_positive(problems, "levels.l5.top_labels", c.top_labels);
+        let min_cover = c.min_cover_similarity;
+        crate::settings::check_range(problems, "levels.l5.min_cover_similarity", min_cover, 0.0, 1.0);
         if c.personas.is_empty() {
             problems.push(crate::error::Problem::new("levels.l5.personas", "name at least one persona"));
         }
@@ -496,7 +503,7 @@ impl Stage for L5Stage {
                 best = top.first().map(|&i| (labels_ref[i].clone(), super::dot(&q, &lv[i])));
                 rec.nearest_labels = top.into_iter().map(|i| labels_ref[i].clone()).collect();
             }
-            let far = far_from_every_label(min_cover, best.as_ref().map(|(l, c)| (l.as_str(), *c)));
+            let far = far_from(min_cover, best.as_ref().map(|(l, c)| (l.as_str(), *c)), ("capability", "task"));
             if rec.can {
                 match &far {
                     Some(why) => {
@@ -584,16 +591,22 @@ impl Stage for L5Stage {
         let q_vecs = &q_vecs;
         let verified = batch.run(q_items, |(gap, query): (String, String), llm: Item| async move {
             let q = q_vecs.get(&query).await?;
-            let retrieved: Vec<String> = crate::efs::topdown::retrieve(vref, &q, top_k).into_iter().map(|r| vref.index.tools[r].id.clone()).collect();
+            let idx = crate::efs::topdown::retrieve(vref, &q, top_k);
+            // The nearest tool and its cosine, for the similarity guard.
+            let nearest = idx.first().map(|&r| (vref.index.tools[r].id.clone(), super::dot(vref.row(r), &q)));
+            let retrieved: Vec<String> = idx.iter().map(|&r| vref.index.tools[r].id.clone()).collect();
             let tools: Vec<Value> = retrieved
                 .iter()
                 .map(|id| json!({"id": id, "description": look_ref.get(id).map(|(_, t)| t.description.clone()).unwrap_or_default()}))
                 .collect();
             let vars = json!({"query": query, "tools": tools});
             let j = llm.typed_as::<Judged>(judge, &Prompt::new(JUDGE_TEMPLATE, vars.clone()), "judge").await?;
-            let mut rec = QueryCheck { gap, query, retrieved, verdict: j.value.final_verdict, analysis: super::one_line(&j.value.analysis), plan: String::new(), accepted: false, exchanges: vec![j.exchange] };
+            let mut rec = QueryCheck { gap, query, retrieved, verdict: j.value.final_verdict, analysis: super::one_line(&j.value.analysis), plan: String::new(), accepted: false, exchanges: vec![j.exchange], overruled: vec![] };
             if rec.verdict != Verdict::OutOfScope {
-                return Ok(rec);
+                match far_from(min_cover, nearest.as_ref().map(|(t, c)| (t.as_str(), *c)), ("tool", "query")) {
+                    Some(why) => rec.overruled.push(format!("judge: {why}")),
+                    None => return Ok(rec),
+                }
             }
             let p = llm.typed_as::<SelfCheck>(writer, &Prompt::new(SELF_CHECK_TEMPLATE, vars), "self-check").await?;
             rec.plan = super::one_line(&p.value.plan);
@@ -616,7 +629,7 @@ impl Stage for L5Stage {
         let mut accepted = 0;
         let mut queries = Vec::new();
         for (key, r) in &verified.values {
-            if r.verdict != Verdict::OutOfScope {
+            if r.verdict != Verdict::OutOfScope && r.overruled.is_empty() {
                 funnel.reject(key, format!("solvable: judged {:?} ({})", r.verdict, r.analysis));
             } else if !r.accepted {
                 funnel.reject(key, format!("self-check: a plan was found ({})", r.plan));
@@ -653,11 +666,12 @@ mod tests {
 
     #[test]
     fn a_doable_counts_only_with_a_capability_near_the_task() {
-        assert_eq!(far_from_every_label(0.0, None), None, "off: the judge is trusted");
-        assert_eq!(far_from_every_label(0.3, Some(("stock market data", 0.31))), None);
-        let far = far_from_every_label(0.3, Some(("stock market data", 0.12))).unwrap();
+        let task = ("capability", "task");
+        assert_eq!(far_from(0.0, None, task), None, "off: the judge is trusted");
+        assert_eq!(far_from(0.3, Some(("stock market data", 0.31)), task), None);
+        let far = far_from(0.3, Some(("stock market data", 0.12)), task).unwrap();
         assert_eq!(far, "no capability is near the task: the nearest, `stock market data`, has cosine 0.12 < 0.3");
-        assert!(far_from_every_label(0.3, None).is_some(), "no label at all");
+        assert!(far_from(0.3, None, task).is_some(), "no label at all");
     }
 
     /// The `hdbscan` crate's Euclidean distance, as it computes it.

@@ -718,12 +718,20 @@ pub fn copied_wording(query: &str, tools: &[Wording]) -> Option<String> {
             }
         }
         let name = t.name.rsplit("::").next().unwrap_or(&t.name).to_lowercase();
-        // Snake case as written, or run together in camel case (`getDailyPrices`).
-        if name.contains('_') && (lower.contains(&name) || lower.contains(&name.replace('_', ""))) {
+        // Snake case as written, or run together in camel case as a word of its own
+        // (`getDailyPrices`; "OpenWeatherMap" is not `open_weather`).
+        let camel = |w: &&str| w.chars().skip(1).any(char::is_uppercase) && w.to_lowercase() == name.replace('_', "");
+        if name.contains('_')
+            && (lower.contains(&name) || query.split(|c: char| !c.is_alphanumeric()).any(|w| camel(&w)))
+        {
             return Some(format!("names the function `{name}` instead of asking for the task"));
         }
-        // An input line's form, as the prompts show the inputs: `x` (required): … (Type: string).
-        if let Some(form) = ["(type:", "(required)", "(optional)"].iter().find(|f| lower.contains(*f)) {
+        // An input line's form, exactly as the prompts show the inputs: `x` (required): …
+        // (Type: string).
+        let types = ["string", "number", "integer", "boolean", "array", "object", "null", "any"];
+        let forms = ["(required):".to_string(), "(optional):".to_string()];
+        let forms = forms.into_iter().chain(types.iter().map(|t| format!("(type: {t})")));
+        if let Some(form) = forms.into_iter().find(|f| lower.contains(f.as_str())) {
             return Some(format!("copies the form of the inputs' lines (\"{form}\")"));
         }
         // A parameter list: two or more parameter names inside one pair of parentheses.
@@ -1019,6 +1027,14 @@ mod tests {
         assert!(copied_wording(named, std::slice::from_ref(&t)).unwrap().contains("names the function"));
         let fine = "On GitHub, tell the reporter of issue 12 in octo/app that the fix ships Friday";
         assert_eq!(copied_wording(fine, std::slice::from_ref(&t)), None);
+        let camel = "GitHub provides a tool `addIssueComment` for issue 12";
+        assert!(copied_wording(camel, std::slice::from_ref(&t)).unwrap().contains("names the function"));
+        let form = "Comment on issue 12 of octo/app (Type: string)";
+        assert!(copied_wording(form, std::slice::from_ref(&t)).unwrap().contains("the form of the inputs' lines"));
+        // Natural text that only looks like them passes.
+        let weather = Wording { name: "w::open_weather".into(), description: "d".into(), params: vec![] };
+        let natural = "Ask OpenWeatherMap for Lyon's forecast, and add a note (optional) on files (type: PDF)";
+        assert_eq!(copied_wording(natural, &[weather, t.clone()]), None);
         let vars = serde_json::json!({"tools": [{"name": "x_y", "description": "d", "inputs": ["`a` (required): z (Type: string)"]}]});
         assert_eq!(wording_of(&vars)[0].params, ["a"]);
     }

@@ -1240,6 +1240,9 @@ fn l5_always_doable(min_cover: Option<f64>) -> Value {
         if text.contains("skeptical engineer") {
             return Answer::json(json!({"is_challenge_valid": true, "reasoning": "scripted: always"}));
         }
+        if text.contains("look for a tool that solves it directly") {
+            return Answer::json(json!({"analysis": "scripted: always", "final_verdict": "Partially Solvable"}));
+        }
         answer(seen)
     });
     let p = project(&llm, 1);
@@ -1251,7 +1254,10 @@ fn l5_always_doable(min_cover: Option<f64>) -> Value {
     for args in [&["registry", "import"][..], &["filter"], &["embed"], &["levels", "l5"]] {
         p.ok(args);
     }
-    p.json("artifacts/levels-l5/gaps.json")
+    let queries = p.json("artifacts/levels-l5/queries.json");
+    let mut gaps = p.json("artifacts/levels-l5/gaps.json");
+    gaps["kept"] = queries["queries"].clone();
+    gaps
 }
 
 #[test]
@@ -1263,8 +1269,13 @@ fn a_doable_with_no_capability_near_the_task_is_overruled_into_a_gap() {
     assert!(overruled.contains("red team: no capability is near the task"), "{restaurant}");
     assert_eq!(restaurant["gap"], true, "{restaurant}");
     assert!(gaps["confirmed"].as_array().unwrap().iter().any(|g| g == "booking a restaurant table"), "{gaps}");
+    // The out-of-scope judge's "partly" on those gaps' queries is overruled the same way, and
+    // the writer's IMPOSSIBLE keeps them.
+    let kept = gaps["kept"].as_array().unwrap();
+    assert!(kept.iter().any(|q| q["category"] == "booking a restaurant table"), "{}", gaps["kept"]);
     // Without the setting (ETOM's way) the same answers find no gap, and nothing is overruled.
     let trusting = l5_always_doable(None);
     assert_eq!(trusting["confirmed"], json!([]), "{trusting}");
+    assert_eq!(trusting["kept"], json!([]), "{trusting}");
     assert!(!trusting.to_string().contains("overruled"), "{trusting}");
 }
