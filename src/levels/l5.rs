@@ -49,7 +49,8 @@ pub static SPEC: StageSpec = StageSpec {
     command: "levels l5",
     // 2: the plan check (`plan_check`, issue 38): an L5 query has no plan.
     // 3: `min_cover_similarity` can overrule a "doable" with no capability near the task.
-    version: 3,
+    // 4: ... and the out-of-scope judge's "solvable" with no tool near the query.
+    version: 4,
     about: "ETOM L5: capability map (HDBSCAN + LLM labels), gap analysis with a red team, persona queries, verification",
     reads: &[crate::filter::CATALOG.read(), INDEX.read(), VECTORS.read()],
     writes: &["queries.json", "capability_map.json", "gaps.json", crate::llm::batch::FAILED_FILE],
