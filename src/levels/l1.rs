@@ -129,7 +129,9 @@ impl Mention {
         let text = QUERY_CHARS;
         match self {
             Mention::Must(p) if p.chars().any(|c| c == '"' || c == '\\' || c.is_control()) => None,
-            Mention::Must(p) => Some(format!("^{text}{{0,150}}{}{text}{{0,250}}$", pattern_literal(p))),
+            // 300 characters before the name: a bound of 150 made the grammar force the name
+            // into a long query mid-word ("Please provide aAlpha Markets API token.").
+            Mention::Must(p) => Some(format!("^{text}{{0,300}}{}{text}{{0,200}}$", pattern_literal(p))),
             Mention::MustNot(_) => Some(format!("^{text}{{1,400}}$")),
         }
     }

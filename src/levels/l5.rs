@@ -50,7 +50,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 2: the plan check (`plan_check`, issue 38): an L5 query has no plan.
     // 3: `min_cover_similarity` can overrule a "doable" with no capability near the task.
     // 4: ... and the out-of-scope judge's "solvable" with no tool near the query.
-    version: 4,
+    // 5: ... and the self-check's plan with no tool near the query.
+    version: 5,
     about: "ETOM L5: capability map (HDBSCAN + LLM labels), gap analysis with a red team, persona queries, verification",
     reads: &[crate::filter::CATALOG.read(), INDEX.read(), VECTORS.read()],
     writes: &["queries.json", "capability_map.json", "gaps.json", crate::llm::batch::FAILED_FILE],
@@ -603,8 +604,9 @@ impl Stage for L5Stage {
             let vars = json!({"query": query, "tools": tools});
             let j = llm.typed_as::<Judged>(judge, &Prompt::new(JUDGE_TEMPLATE, vars.clone()), "judge").await?;
             let mut rec = QueryCheck { gap, query, retrieved, verdict: j.value.final_verdict, analysis: super::one_line(&j.value.analysis), plan: String::new(), accepted: false, exchanges: vec![j.exchange], overruled: vec![] };
+            let far = far_from(min_cover, nearest.as_ref().map(|(t, c)| (t.as_str(), *c)), ("tool", "query"));
             if rec.verdict != Verdict::OutOfScope {
-                match far_from(min_cover, nearest.as_ref().map(|(t, c)| (t.as_str(), *c)), ("tool", "query")) {
+                match &far {
                     Some(why) => rec.overruled.push(format!("judge: {why}")),
                     None => return Ok(rec),
                 }
@@ -612,6 +614,12 @@ impl Stage for L5Stage {
             let p = llm.typed_as::<SelfCheck>(writer, &Prompt::new(SELF_CHECK_TEMPLATE, vars), "self-check").await?;
             rec.plan = super::one_line(&p.value.plan);
             rec.accepted = is_impossible(&rec.plan);
+            // A plan is one more "doable": with no tool near the query it is overruled too
+            // (the 1.5B planned stock quotes for "apples, bananas and oranges").
+            if let (false, Some(why)) = (rec.accepted, &far) {
+                rec.accepted = true;
+                rec.overruled.push(format!("self-check: {why}"));
+            }
             rec.exchanges.push(p.exchange);
             Ok(rec)
         })?;

@@ -1243,6 +1243,9 @@ fn l5_always_doable(min_cover: Option<f64>) -> Value {
         if text.contains("look for a tool that solves it directly") {
             return Answer::json(json!({"analysis": "scripted: always", "final_verdict": "Partially Solvable"}));
         }
+        if text.contains("Write a plan that serves the request") {
+            return Answer::json(json!({"plan": "1. Use a tool anyway."}));
+        }
         answer(seen)
     });
     let p = project(&llm, 1);
@@ -1269,8 +1272,8 @@ fn a_doable_with_no_capability_near_the_task_is_overruled_into_a_gap() {
     assert!(overruled.contains("red team: no capability is near the task"), "{restaurant}");
     assert_eq!(restaurant["gap"], true, "{restaurant}");
     assert!(gaps["confirmed"].as_array().unwrap().iter().any(|g| g == "booking a restaurant table"), "{gaps}");
-    // The out-of-scope judge's "partly" on those gaps' queries is overruled the same way, and
-    // the writer's IMPOSSIBLE keeps them.
+    // The out-of-scope judge's "partly" and the writer's plan for those gaps' queries are
+    // overruled the same way, so the queries are kept.
     let kept = gaps["kept"].as_array().unwrap();
     assert!(kept.iter().any(|q| q["category"] == "booking a restaurant table"), "{}", gaps["kept"]);
     // Without the setting (ETOM's way) the same answers find no gap, and nothing is overruled.
