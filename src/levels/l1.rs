@@ -35,7 +35,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 6: the draft's schema holds the mention and function-name rules (`Mention::pattern`).
     // 7: a camelCase function name or an input line's form is refused; no backquotes.
     // 8: a query that makes the platform its subject ("Alpha Markets' CEO") is refused.
-    version: 8,
+    // 9: the platform may come after up to 300 characters (150 forced it in mid-word).
+    version: 9,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
