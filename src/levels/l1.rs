@@ -132,8 +132,12 @@ impl Mention {
             Mention::Must(p) if p.chars().any(|c| c == '"' || c == '\\' || c.is_control()) => None,
             // 300 characters before the name: a bound of 150 made the grammar force the name
             // into a long query mid-word ("Please provide aAlpha Markets API token.").
-            Mention::Must(p) => Some(format!("^{text}{{0,300}}{}{text}{{0,200}}$", pattern_literal(p))),
-            Mention::MustNot(_) => Some(format!("^{text}{{1,400}}$")),
+            // At most the 1,000 characters of any other answer string (`maxLength`).
+            Mention::Must(p) => {
+                let rest = 700usize.saturating_sub(p.chars().count());
+                Some(format!("^{text}{{0,300}}{}{text}{{0,{rest}}}$", pattern_literal(p)))
+            }
+            Mention::MustNot(_) => Some(format!("^{text}{{1,1000}}$")),
         }
     }
 }
