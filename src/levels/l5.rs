@@ -497,15 +497,17 @@ impl Stage for L5Stage {
                 exchanges: vec![can.exchange],
                 overruled: vec![],
             };
-            // The nearest label and its cosine, for the red team and the similarity guard.
-            let mut best: Option<(String, f32)> = None;
+            // The nearest labels, for the red team, and the first one's cosine, for the
+            // similarity guard.
+            let mut best_cos: Option<f32> = None;
             if !lv.is_empty() && (!rec.can || min_cover > 0.0) {
                 let q = task_vecs.get(&task).await?;
                 let top = cosine_top(&q, lv, top_labels);
-                best = top.first().map(|&i| (labels_ref[i].clone(), super::dot(&q, &lv[i])));
+                best_cos = top.first().map(|&i| super::dot(&q, &lv[i]));
                 rec.nearest_labels = top.into_iter().map(|i| labels_ref[i].clone()).collect();
             }
-            let far = far_from(min_cover, best.as_ref().map(|(l, c)| (l.as_str(), *c)), ("capability", "task"));
+            let best = rec.nearest_labels.first().map(String::as_str).zip(best_cos);
+            let far = far_from(min_cover, best, ("capability", "task"));
             if rec.can {
                 match &far {
                     Some(why) => {
@@ -594,8 +596,8 @@ impl Stage for L5Stage {
         let verified = batch.run(q_items, |(gap, query): (String, String), llm: Item| async move {
             let q = q_vecs.get(&query).await?;
             let idx = crate::efs::topdown::retrieve(vref, &q, top_k);
-            // The nearest tool and its cosine, for the similarity guard.
-            let nearest = idx.first().map(|&r| (vref.index.tools[r].id.clone(), super::dot(vref.row(r), &q)));
+            // The nearest tool's cosine, for the similarity guard.
+            let nearest_cos = idx.first().map(|&r| super::dot(vref.row(r), &q));
             let retrieved: Vec<String> = idx.iter().map(|&r| vref.index.tools[r].id.clone()).collect();
             let tools: Vec<Value> = retrieved
                 .iter()
@@ -604,7 +606,7 @@ impl Stage for L5Stage {
             let vars = json!({"query": query, "tools": tools});
             let j = llm.typed_as::<Judged>(judge, &Prompt::new(JUDGE_TEMPLATE, vars.clone()), "judge").await?;
             let mut rec = QueryCheck { gap, query, retrieved, verdict: j.value.final_verdict, analysis: super::one_line(&j.value.analysis), plan: String::new(), accepted: false, exchanges: vec![j.exchange], overruled: vec![] };
-            let far = far_from(min_cover, nearest.as_ref().map(|(t, c)| (t.as_str(), *c)), ("tool", "query"));
+            let far = far_from(min_cover, rec.retrieved.first().map(String::as_str).zip(nearest_cos), ("tool", "query"));
             if rec.verdict != Verdict::OutOfScope {
                 match &far {
                     Some(why) => rec.overruled.push(format!("judge: {why}")),

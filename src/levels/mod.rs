@@ -709,6 +709,13 @@ pub fn copied_wording(query: &str, tools: &[Wording]) -> Option<String> {
     };
     let q = words(query);
     let lower = query.to_lowercase();
+    // An input line's form, exactly as the prompts show the inputs: `x` (required): …
+    // (Type: string). It depends on the query alone: looked for once, reported in the
+    // order of the checks below.
+    let types = ["string", "number", "integer", "boolean", "array", "object", "null", "any"];
+    let forms = ["(required):".to_string(), "(optional):".to_string()];
+    let form =
+        forms.into_iter().chain(types.iter().map(|t| format!("(type: {t})"))).find(|f| lower.contains(f.as_str()));
     for t in tools {
         let d = words(&t.description);
         if d.len() >= COPIED_RUN && q.len() >= COPIED_RUN {
@@ -720,18 +727,14 @@ pub fn copied_wording(query: &str, tools: &[Wording]) -> Option<String> {
         let name = t.name.rsplit("::").next().unwrap_or(&t.name).to_lowercase();
         // Snake case as written, or run together in camel case as a word of its own
         // (`getDailyPrices`; "OpenWeatherMap" is not `open_weather`).
-        let camel = |w: &&str| w.chars().skip(1).any(char::is_uppercase) && w.to_lowercase() == name.replace('_', "");
+        let joined = name.replace('_', "");
+        let camel = |w: &&str| w.chars().skip(1).any(char::is_uppercase) && w.to_lowercase() == joined;
         if name.contains('_')
             && (lower.contains(&name) || query.split(|c: char| !c.is_alphanumeric()).any(|w| camel(&w)))
         {
             return Some(format!("names the function `{name}` instead of asking for the task"));
         }
-        // An input line's form, exactly as the prompts show the inputs: `x` (required): …
-        // (Type: string).
-        let types = ["string", "number", "integer", "boolean", "array", "object", "null", "any"];
-        let forms = ["(required):".to_string(), "(optional):".to_string()];
-        let forms = forms.into_iter().chain(types.iter().map(|t| format!("(type: {t})")));
-        if let Some(form) = forms.into_iter().find(|f| lower.contains(f.as_str())) {
+        if let Some(form) = &form {
             return Some(format!("copies the form of the inputs' lines (\"{form}\")"));
         }
         // A parameter list: two or more parameter names inside one pair of parentheses.
