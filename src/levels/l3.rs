@@ -48,7 +48,8 @@ pub static SPEC: StageSpec = StageSpec {
     //    is pruned.
     // 6: the chain's own data-flow edges join the annotated dependencies.
     // 7: a camelCase function name or an input line's form is refused.
-    version: 7,
+    // 8: the plan check also weighs each step's embedding similarity to the query.
+    version: 8,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],
@@ -572,7 +573,9 @@ impl Stage for L3Stage {
         }
         // The writer asked again (a query with fewer tools than L3 needs) is a parent too.
         let ask = super::plan_check::Askers { judge: l.plan_check.judge.then_some(judge), writer: Some(writer) };
-        let verdicts = checks.check_all(&mut batch, ask, 3, &cands, &info, &l.plan_check)?;
+        let embedder = super::LazyEmbedder::new(s);
+        let sim = |q: &str, steps: &[Step]| super::step_similarities(&embedder, &look, q, steps);
+        let verdicts = checks.check_all(&mut batch, ask, 3, &cands, (&info, Some(&sim)), &l.plan_check)?;
         batch.finish(out)?;
         for ((rec, cand), v) in recs.into_iter().zip(&cands).zip(verdicts) {
             let (key, it) = (cand.key, &meta[cand.key]);

@@ -40,7 +40,9 @@ pub static SPEC: StageSpec = StageSpec {
     //    (`levels_query_again`); a step that repeats another once a dependency is dropped
     //    is pruned.
     // 6: a camelCase function name or an input line's form is refused.
-    version: 6,
+    // 7: the plan check also weighs each step's embedding similarity to the query (a
+    //    Slack step shared "history" with a request for price history).
+    version: 7,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],
@@ -487,7 +489,9 @@ impl Stage for L4Stage {
             .collect();
         // The writer asked again (a query with fewer servers than L4 needs) is a parent too.
         let ask = super::plan_check::Askers { judge: l.plan_check.judge.then_some(judge), writer: Some(writer) };
-        let verdicts = checks.check_all(&mut batch, ask, 4, &checked, &info, &l.plan_check)?;
+        let embedder = super::LazyEmbedder::new(s);
+        let sim = |q: &str, steps: &[Step]| super::step_similarities(&embedder, &look, q, steps);
+        let verdicts = checks.check_all(&mut batch, ask, 4, &checked, (&info, Some(&sim)), &l.plan_check)?;
         batch.finish(out)?;
         for ((key, _, _), v) in cands.iter().zip(verdicts) {
             match v.verdict {

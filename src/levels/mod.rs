@@ -192,19 +192,19 @@ impl crate::settings::Section for LevelsSettings {
             "plan_check.min_similarity",
             "number",
             "0.2",
-            "Query–tool cosine below which a step whose tool the query does not name is unrequested.",
+            "L3/L4: query–tool cosine below which a step whose tool the query does not name is unrequested.",
         ),
         Key::new(
             "plan_check.requested_similarity",
             "number",
             "0.45",
-            "Cosine at or above which a step is clearly requested.",
+            "L3/L4: query–tool cosine at or above which a step is clearly requested.",
         ),
         Key::new(
             "plan_check.requested_overlap",
             "number",
             "0.3",
-            "Without embeddings: share of the query's content words a step's tool text must hold to be requested.",
+            "Share of the query's content words a step's tool text must hold to be clearly requested.",
         ),
     ];
 }
@@ -438,7 +438,7 @@ pub struct PlanCheckSettings {
     /// With embeddings: the cosine at or above which a step is clearly requested.
     #[serde(default = "default_requested_similarity")]
     pub requested_similarity: f64,
-    /// Without embeddings: the share of the query's content words a tool's text must hold
+    /// The share of the query's content words a tool's text must hold
     /// for its step to be clearly requested (a step sharing none is an unrequested candidate).
     #[serde(default = "default_requested_overlap")]
     pub requested_overlap: f64,
@@ -928,6 +928,36 @@ impl LazyEmbedder {
 
 /// Texts per embedding call of a [`Prefetch`] (the embedding batch size).
 pub const PREFETCH_CHUNK: usize = 32;
+
+/// The plan check's embedding similarities (see [`plan_check`], rule 3): the cosine of
+/// `query` with the text the `embed` stage embeds for each tool of each step, the best of
+/// the step's tools; NaN for a step none of whose tools is in the catalog.
+pub fn step_similarities(embedder: &LazyEmbedder, look: &Lookup<'_>, query: &str, steps: &[Step]) -> Result<Vec<f32>> {
+    let recipe = &crate::embedding::embed_settings(&embedder.settings).text;
+    let ids: Vec<String> = steps
+        .iter()
+        .flat_map(|s| &s.tools)
+        .map(|id| crate::model::norm_tool_id(id))
+        .collect::<BTreeSet<String>>()
+        .into_iter()
+        .filter(|id| look.get(id).is_some())
+        .collect();
+    let mut texts = vec![query.to_string()];
+    texts.extend(ids.iter().filter_map(|id| look.get(id)).map(|(s, t)| crate::embedding::tool_text(recipe, s, t)));
+    let mut vectors = embedder.embed(&texts)?.into_iter().map(crate::embedding::normalised);
+    let q = vectors.next().ok_or_else(|| anyhow::anyhow!("the embedding model returned no vector"))?;
+    let cosine: BTreeMap<&String, f32> =
+        ids.iter().zip(vectors).map(|(id, v)| (id, q.iter().zip(&v).map(|(a, b)| a * b).sum::<f32>())).collect();
+    Ok(steps
+        .iter()
+        .map(|s| {
+            s.tools
+                .iter()
+                .filter_map(|id| cosine.get(&crate::model::norm_tool_id(id)).copied())
+                .fold(f32::NAN, f32::max)
+        })
+        .collect())
+}
 
 type ChunkFuture = futures::future::Shared<futures::future::BoxFuture<'static, Result<Arc<Vec<Vec<f32>>>, String>>>;
 
