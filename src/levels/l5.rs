@@ -51,7 +51,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 3: `min_cover_similarity` can overrule a "doable" with no capability near the task.
     // 4: ... and the out-of-scope judge's "solvable" with no tool near the query.
     // 5: ... and the self-check's plan with no tool near the query.
-    version: 5,
+    // 6: the red team is not asked about a task no capability is near (its "doable"
+    //    would be overruled): one call saved per such task.
+    version: 6,
     about: "ETOM L5: capability map (HDBSCAN + LLM labels), gap analysis with a red team, persona queries, verification",
     reads: &[crate::filter::CATALOG.read(), INDEX.read(), VECTORS.read()],
     writes: &["queries.json", "capability_map.json", "gaps.json", crate::llm::batch::FAILED_FILE],
@@ -234,9 +236,13 @@ pub struct TaskCheck {
     pub challenge: Option<Challenge>,
     pub gap: bool,
     pub exchanges: Vec<String>,
-    /// A "doable" of the judge or the red team that `min_cover_similarity` overruled, and why.
+    /// A "doable" of the judge that `min_cover_similarity` overruled, and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overruled: Vec<String>,
+    /// Why the red team was not asked: with no capability near the task its "doable"
+    /// would be overruled, so the gap stands whatever it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unchallenged: Option<String>,
 }
 
 /// Why a "doable" is not taken (`l5.min_cover_similarity`): nothing of `kind` is near the
@@ -496,6 +502,7 @@ impl Stage for L5Stage {
                 gap: false,
                 exchanges: vec![can.exchange],
                 overruled: vec![],
+                unchallenged: None,
             };
             // The nearest labels, for the red team, and the first one's cosine, for the
             // similarity guard.
@@ -517,6 +524,11 @@ impl Stage for L5Stage {
                     None => return Ok(rec),
                 }
             }
+            if let Some(why) = far {
+                rec.gap = true;
+                rec.unchallenged = Some(format!("{why}: a \"doable\" of the red team would be overruled"));
+                return Ok(rec);
+            }
             let ch = llm
                 .typed_as::<Challenge>(
                     red,
@@ -525,10 +537,6 @@ impl Stage for L5Stage {
                 )
                 .await?;
             rec.gap = !ch.value.is_challenge_valid;
-            if let (false, Some(why)) = (rec.gap, &far) {
-                rec.gap = true;
-                rec.overruled.push(format!("red team: {why}"));
-            }
             rec.exchanges.push(ch.exchange);
             rec.challenge = Some(Challenge {
                 is_challenge_valid: ch.value.is_challenge_valid,
@@ -551,6 +559,8 @@ impl Stage for L5Stage {
         if min_cover > 0.0 {
             let overruled = checked.values.values().filter(|t| !t.overruled.is_empty()).count();
             funnel.step("tasks whose \"doable\" no capability is near", overruled);
+            let unchallenged = checked.values.values().filter(|t| t.unchallenged.is_some()).count();
+            funnel.step("gaps not put to the red team (no capability near)", unchallenged);
         }
         funnel.step("confirmed gaps", gaps.len());
 

@@ -1280,7 +1280,12 @@ fn a_doable_with_no_capability_near_the_task_is_overruled_into_a_gap() {
     let restaurant = &gaps["checks"]["task:booking a restaurant table"];
     let overruled = restaurant["overruled"].to_string();
     assert!(overruled.contains("judge: no capability is near the task: the nearest, `"), "{restaurant}");
-    assert!(overruled.contains("red team: no capability is near the task"), "{restaurant}");
+    // The red team is not asked: its "doable" would be overruled the same way.
+    assert!(!overruled.contains("red team"), "{restaurant}");
+    let why = restaurant["unchallenged"].as_str().unwrap();
+    assert!(why.starts_with("no capability is near the task") && why.ends_with("would be overruled"), "{why}");
+    assert_eq!(restaurant["challenge"], Value::Null, "{restaurant}");
+    assert_eq!(restaurant["exchanges"].as_array().unwrap().len(), 1, "the judge's only: {restaurant}");
     assert_eq!(restaurant["gap"], true, "{restaurant}");
     assert!(gaps["confirmed"].as_array().unwrap().iter().any(|g| g == "booking a restaurant table"), "{gaps}");
     // The out-of-scope judge's "partly" and the writer's plan for those gaps' queries are
