@@ -36,7 +36,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 7: a camelCase function name or an input line's form is refused; no backquotes.
     // 8: a query that makes the platform its subject ("Alpha Markets' CEO") is refused.
     // 9: the platform may come after up to 300 characters (150 forced it in mid-word).
-    version: 9,
+    // 10: ... and one that asks for something of the platform ("the company profile for
+    //     Alpha Markets?") too.
+    version: 10,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
@@ -80,6 +82,21 @@ pub struct Drafted {
     pub candidates: Vec<Candidate>,
 }
 
+/// The word before the platform's name (`p`, lower case) in `q` (lower case) where the
+/// name ends a sentence of the request and follows "for", "of" or "about": the platform
+/// is then what is asked about ("the company profile for alpha markets?").
+fn asked_of(q: &str, p: &str) -> Option<&'static str> {
+    q.match_indices(p).find_map(|(i, _)| {
+        let after = q[i + p.len()..].trim_start();
+        let ends = after.is_empty() || after.starts_with(['?', '.', '!', ',', ';']);
+        let before = q[..i].trim_end();
+        let word = ["for", "of", "about"].into_iter().find(|w| {
+            before.ends_with(w) && !before[..before.len() - w.len()].ends_with(|c: char| c.is_alphanumeric())
+        })?;
+        ends.then_some(word)
+    })
+}
+
 /// The platform-mention rule of a query.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub enum Mention {
@@ -102,6 +119,11 @@ impl Mention {
             Mention::Must(p) if q.contains(&format!("{}'", p.to_lowercase())) => {
                 Some(format!("asks about the platform itself (\"{p}'…\") instead of asking it for something"))
             }
+            // "What is the company profile for Alpha Markets?" (released as an L2 by the
+            // demo): the request's object is the platform, not something it should look up.
+            Mention::Must(p) if let Some(w) = asked_of(&q, &p.to_lowercase()) => Some(format!(
+                "asks about the platform itself (\"{w} {p}\" ends the request) instead of asking it for something"
+            )),
             Mention::MustNot(ps) => ps
                 .iter()
                 .find(|p| !p.is_empty() && q.contains(&p.to_lowercase()))
@@ -491,6 +513,16 @@ mod tests {
         assert!(profile.check("What is Alpha Markets' company profile?").unwrap().contains("the platform itself"));
         assert!(profile.check("What is Alpha Markets's CEO?").is_some());
         assert_eq!(profile.check("What is JPMorgan's company profile on Alpha Markets?"), None);
+        // ... or what the request ends asking for.
+        let why = profile.check("What is the company profile for Alpha Markets?").unwrap();
+        assert!(why.contains("\"for Alpha Markets\" ends the request"), "{why}");
+        assert!(profile.check("Tell me about alpha markets. I need JPM's sector.").is_some());
+        assert!(profile.check("List the executives of Alpha Markets, please").is_some());
+        assert_eq!(profile.check("Find JPM's company profile for me on Alpha Markets."), None);
+        assert_eq!(profile.check("Check JPM's sector for Alpha Markets clients."), None, "not where the request ends");
+        assert_eq!(profile.check("Get AAPL's profile from Alpha Markets."), None);
+        assert_eq!(Mention::Must("Forex".into()).check("What is 10 USD in EUR? Check Forex."), None);
+        assert!(Mention::Must("Forex".into()).check("What is 10 USD in EUR on the Forex? Ask of Forex.").is_some());
         let must_not = Mention::MustNot(vec!["FX Rates".into()]);
         assert!(takes(&must_not, "What is 100 dollars in yen today?"));
         assert!(!takes(&must_not, "get_latest_rates for USD"));

@@ -432,7 +432,9 @@ impl Stage for L3Stage {
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let l = super::settings(s);
-        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &(&l.l3, &l.plan_check))? })
+        // The plan check embeds the query and the tools with the `[embed]` model and recipe.
+        let embed = crate::embedding::embed_settings(s).hashed();
+        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &(&l.l3, &l.plan_check, embed))? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {

@@ -173,7 +173,7 @@ impl crate::settings::Section for LevelsSettings {
             "l5.min_cover_similarity",
             "number",
             "0",
-            "A judge's or red team's \"doable\" counts only when a capability label's cosine with the task reaches this (0: always).",
+            "A judge's \"doable\" counts only when a capability label's cosine with the task reaches this, and a task none is near is not put to the red team (0: always trusted).",
         ),
         Key::table("plan_check", "The check of every kept query's reference plan."),
         Key::new(
@@ -381,8 +381,9 @@ pub struct L5Settings {
     /// Tools retrieved for the out-of-scope judge (ETOM: 5).
     #[serde(default = "default_top_k")]
     pub top_k: usize,
-    /// A "yes, doable" of the gap judge or the red team counts only when some capability
-    /// label's cosine with the task reaches this; 0 (the default, ETOM's way) trusts them.
+    /// A "yes, doable" of the gap judge counts only when some capability label's cosine
+    /// with the task reaches this, and a task none reaches is not put to the red team (its
+    /// "doable" would not count either); 0 (the default, ETOM's way) trusts them.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub min_cover_similarity: f64,
 }

@@ -22,7 +22,7 @@
 //!    give one. Without an output schema, the words of an input's name must all occur in
 //!    a's name or description (`channel` in "List public channels … with channel ID"),
 //!    inputs that only say how much, which page or in what form (`count`, `limit`,
-//!    `page`, `format`, …) left out.
+//!    `page`, `format`, …) left out in both cases.
 //!    The heuristic errs towards keeping: it cannot see synonyms ("content snippet" never
 //!    feeds `text`). A dependency without such a link is dropped with the reason; so is one
 //!    that points forward or out of range.
@@ -133,7 +133,9 @@ pub enum DecidedBy {
     Llm,
 }
 
-/// What a step's score measures.
+/// What a step's score measures. One kind today: the embedding cosine has a field of its
+/// own (`similarity`), since both are recorded; the field stays so that the record says
+/// what `score` is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ScoreKind {
@@ -439,7 +441,7 @@ fn link(a: &ToolInfo, b: &ToolInfo) -> Result<String, String> {
     let input_names = join(inputs.iter().map(|(k, _)| k.as_str()));
     let outs: Vec<(&String, &Value)> = a.output_schema.as_ref().map(output_fields).unwrap_or_default();
     if !outs.is_empty() {
-        for (p, pv) in &inputs {
+        for (p, pv) in inputs.iter().filter(|(p, _)| !control_input(p)) {
             if let Some((o, _)) = outs.iter().find(|(o, ov)| param_match(p, o) && super::l3::types_compatible(pv, ov)) {
                 return Ok(format!("`{o}` of `{}` feeds `{p}` of `{}`", a.name, b.name));
             }
@@ -465,12 +467,13 @@ fn link(a: &ToolInfo, b: &ToolInfo) -> Result<String, String> {
 }
 
 /// An input that says how much, which page or in what form, not what: no tool's output
-/// feeds it. Why: Slack's history "with … reply count" seemed to feed a web search's
-/// `count` (how many results), which kept an unrequested Slack step in an L4 plan.
+/// feeds it (with an output schema or without). Why: Slack's history "with … reply
+/// count" seemed to feed a web search's `count` (how many results), which kept an
+/// unrequested Slack step in an L4 plan; an output `reply_count` would match it by name
+/// too. A `cursor` is left out of the list: a previous call's `next_cursor` feeds it.
 fn control_input(name: &str) -> bool {
     const CONTROL: &[&str] = &[
         "count",
-        "cursor",
         "direction",
         "format",
         "limit",
@@ -988,48 +991,75 @@ fn judge_rounds(
 
 /// The steps (0-based) the writer is asked to make its new query need: those the query
 /// already asks for and, for what the level lacks, the one unrequested step that adds it
-/// (L4: a step of a server the kept steps do not use; L3: a tool they do not use), the
-/// nearest to the query (similarity, else the lexical score; the first on a tie). Asking a
-/// small writer to need every step of a generated plan (the demo's L4 listed eight tools of
-/// four servers) gave the same query back. With no step kept, or none that adds what is
-/// lacking, every step the query does not need is listed as before.
-fn wanted(level: u8, c: &PlanCheck) -> Vec<usize> {
-    let of = |what: Decision| -> Vec<&StepDecision> {
+/// (L4: a step whose tool is of a server the kept steps do not use; L3: a step with a tool
+/// they do not use), preferring one with a kept data link to a kept step (L3 needs a
+/// dependency), then the nearest to the query (similarity, else the lexical score; the
+/// first on a tie). Asking a small writer to need every step of a generated plan (the
+/// demo's L4 listed eight tools of four servers) gave the same query back. With no step
+/// kept, every step the query does not need. `None` when no step can add what is lacking:
+/// no other query over these steps could fit the level, so nobody is asked.
+fn wanted(level: u8, c: &PlanCheck, steps: &[Step]) -> Option<Vec<usize>> {
+    let on = |what: Decision| -> Vec<&StepDecision> {
         c.decisions.iter().filter(|d| d.dependency.is_none() && d.decision == what).collect()
     };
-    let (kept, unrequested) = (of(Decision::Kept), of(Decision::Unrequested));
-    let key = |d: &StepDecision| if level == 4 { server_of(&d.tool) } else { d.tool.clone() };
-    let used: BTreeSet<String> = kept.iter().map(|d| key(d)).collect();
-    let near = |d: &StepDecision| (d.similarity.unwrap_or(f64::NEG_INFINITY), d.score.unwrap_or(0.0));
+    let (kept, unrequested) = (on(Decision::Kept), on(Decision::Unrequested));
+    if kept.is_empty() {
+        return (!unrequested.is_empty()).then(|| unrequested.iter().map(|d| d.step - 1).collect());
+    }
+    // What a step brings: its primary tool's server (L4, as the shape counts), its tools (L3).
+    let brings = |i: usize| -> BTreeSet<String> {
+        let tools = steps.get(i).map(|s| s.tools.as_slice()).unwrap_or_default();
+        match level {
+            4 => tools.first().map(|t| server_of(t)).into_iter().collect(),
+            _ => tools.iter().map(|t| crate::model::norm_tool_id(t)).collect(),
+        }
+    };
+    let is_kept: BTreeSet<usize> = kept.iter().map(|d| d.step - 1).collect();
+    let used: BTreeSet<String> = is_kept.iter().flat_map(|&i| brings(i)).collect();
+    let linked = |i: usize| {
+        c.decisions.iter().any(|d| match d.dependency {
+            Some(a) if d.decision == Decision::Kept => {
+                (d.step - 1 == i && is_kept.contains(&(a - 1))) || (a - 1 == i && is_kept.contains(&(d.step - 1)))
+            }
+            _ => false,
+        })
+    };
+    let rank =
+        |d: &StepDecision| (linked(d.step - 1), d.similarity.unwrap_or(f64::NEG_INFINITY), d.score.unwrap_or(0.0));
     let mut best: Option<&StepDecision> = None;
-    for d in unrequested.iter().filter(|d| !used.contains(&key(d))) {
-        if best.is_none_or(|b| near(d) > near(b)) {
+    for d in unrequested.iter().filter(|d| brings(d.step - 1).iter().any(|k| !used.contains(k))) {
+        if best.is_none_or(|b| rank(d) > rank(b)) {
             best = Some(d);
         }
     }
-    let extra: Vec<&StepDecision> = match best {
-        Some(d) if !kept.is_empty() => vec![d],
-        _ => unrequested,
-    };
-    let mut steps: Vec<usize> = kept.iter().chain(&extra).map(|d| d.step - 1).collect();
-    steps.sort_unstable();
-    steps.dedup();
-    steps
+    let mut out: Vec<usize> = is_kept.into_iter().chain(best.map(|d| d.step - 1)).collect();
+    out.sort_unstable();
+    best.map(|_| out)
+}
+
+/// The steps to list to the writer: [`wanted`]'s, each set of tools once, with its
+/// decision.
+fn listed_steps<'c>(level: u8, c: &'c PlanCheck, steps: &[Step]) -> Vec<(usize, &'c StepDecision)> {
+    let mut seen: BTreeSet<BTreeSet<String>> = BTreeSet::new();
+    let mut out = Vec::new();
+    for i in wanted(level, c, steps).unwrap_or_default() {
+        let d = c.decisions.iter().find(|d| d.dependency.is_none() && d.step == i + 1);
+        let tools = steps.get(i).map(|s| s.tools.iter().map(|t| crate::model::norm_tool_id(t)).collect());
+        if let (Some(d), Some(tools)) = (d, tools)
+            && seen.insert(tools)
+        {
+            out.push((i, d));
+        }
+    }
+    out
 }
 
 /// What the writer is told when its query's plan has too few tools: the tools the query
 /// asks for, those of [`wanted`] it must need too, and the level's verdict.
-fn fewer_reason(level: u8, c: &PlanCheck) -> String {
-    let wanted = wanted(level, c);
+fn fewer_reason(level: u8, c: &PlanCheck, steps: &[Step]) -> String {
+    let shown = listed_steps(level, c, steps);
     let tools = |what: Decision| -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        for d in c.decisions.iter().filter(|d| d.dependency.is_none() && d.decision == what) {
-            let t = format!("`{}`", d.tool);
-            if wanted.contains(&(d.step - 1)) && !out.contains(&t) {
-                out.push(t);
-            }
-        }
-        out
+        shown.iter().filter(|(_, d)| d.decision == what).map(|(_, d)| format!("`{}`", d.tool)).collect()
     };
     let (asked, missing) = (tools(Decision::Kept), tools(Decision::Unrequested));
     let asks = if asked.is_empty() { "for none of them".to_string() } else { format!("only for {}", listed(&asked)) };
@@ -1050,21 +1080,15 @@ fn listed(xs: &[String]) -> String {
     }
 }
 
-/// The writer's variables for asking again: the level, the steps of [`wanted`] (each
-/// repeated step once), its query and why it was refused.
+/// The writer's variables for asking again: the level, the steps of [`listed_steps`], its
+/// query and why it was refused.
 fn again_vars(level: u8, c: &Candidate, check: &PlanCheck, tool: &LookupFn<'_>) -> Value {
-    let reason = fewer_reason(level, check);
-    let wanted = wanted(level, check);
-    let mut seen: BTreeSet<BTreeSet<String>> = BTreeSet::new();
-    let steps: Vec<Value> = c
-        .steps
-        .iter()
+    let reason = fewer_reason(level, check, &c.steps);
+    let steps: Vec<Value> = listed_steps(level, check, &c.steps)
+        .into_iter()
         .enumerate()
-        .filter(|(i, _)| wanted.contains(i))
-        .map(|(_, s)| s)
-        .filter(|s| seen.insert(s.tools.iter().map(|t| crate::model::norm_tool_id(t)).collect()))
-        .enumerate()
-        .map(|(k, s)| {
+        .map(|(k, (i, _))| {
+            let s = &c.steps[i];
             let description = s.tools.first().and_then(|t| tool(t)).map(|t| t.description).unwrap_or_default();
             let description = crate::text::one_line(&description);
             serde_json::json!({"n": k + 1, "tool": s.tools.join(" or "), "description": description})
@@ -1099,7 +1123,10 @@ fn ask_again(
     first: &[(PlanCheck, usize)],
     tool: &LookupFn<'_>,
 ) -> anyhow::Result<BTreeMap<usize, Result<Again, String>>> {
-    let fewer: Vec<usize> = (0..cands.len()).filter(|&k| first[k].0.too_few).collect();
+    // A plan no query over its steps could mend is rejected without asking.
+    let fewer: Vec<usize> = (0..cands.len())
+        .filter(|&k| first[k].0.too_few && wanted(level, &first[k].0, &cands[k].steps).is_some())
+        .collect();
     if fewer.is_empty() {
         return Ok(BTreeMap::new());
     }
@@ -1243,7 +1270,7 @@ impl PlanChecks {
         if outcome.is_err() {
             self.tally(&first.decisions);
         }
-        let reason = fewer_reason(level, &first);
+        let reason = fewer_reason(level, &first, &c.steps);
         let prefix = format!("plan does not fit L{level}: ");
         let shape = |r: &str| r.strip_prefix(prefix.as_str()).unwrap_or(r).to_string();
         let before = match &first.verdict {
@@ -1482,29 +1509,29 @@ mod tests {
         // One step of another server is enough for L4: the nearest (all share no word and
         // have no similarity here, so the first).
         assert_eq!(
-            fewer_reason(4, &c),
+            fewer_reason(4, &c, &l4_1_plan()),
             format!(
                 "the query asks only for `alpha-markets-mcp::get_company_profile`; it must need \
                  `slack-mcp::get_channel_history` too ({ONE_SERVER_L4})"
             )
         );
-        assert_eq!(wanted(4, &c), vec![0, 2]);
+        assert_eq!(wanted(4, &c, &l4_1_plan()), Some(vec![0, 2]));
         // With similarities, the nearest of the other servers' steps.
         let sims: [f32; 8] = [0.05, 0.1, 0.8, 0.12, 0.18, 0.05, 0.1, 0.8];
         let near =
             check_plan(4, L4_1_QUERY, &l4_1_plan(), &lookup(&tools), Some(&sims[..]), &PlanCheckSettings::default());
-        assert_eq!(wanted(4, &near), vec![2, 4]);
+        assert_eq!(wanted(4, &near, &l4_1_plan()), Some(vec![2, 4]));
         assert!(
-            fewer_reason(4, &near).contains("it must need `tavily-search-mcp::search` too"),
+            fewer_reason(4, &near, &l4_1_plan()).contains("it must need `tavily-search-mcp::search` too"),
             "{}",
-            fewer_reason(4, &near)
+            fewer_reason(4, &near, &l4_1_plan())
         );
         let vars =
             again_vars(4, &Candidate { key: "k", query: L4_1_QUERY, steps: l4_1_plan() }, &near, &lookup(&tools));
         let listed: Vec<&str> = vars["steps"].as_array().unwrap().iter().map(|s| s["tool"].as_str().unwrap()).collect();
         assert_eq!(listed, ["alpha-markets-mcp::get_company_profile", "tavily-search-mcp::search"]);
         // L3 lacks a tool, not a server: another tool of the same server counts.
-        assert_eq!(wanted(3, &near), vec![2, 4]);
+        assert_eq!(wanted(3, &near, &l4_1_plan()), Some(vec![2, 4]));
 
         // Recorded and counted as a level stage does it.
         let mut checks = PlanChecks::default();
@@ -1748,6 +1775,38 @@ mod tests {
         assert_eq!(check_judged(4, q, &l4_1_plan(), (&lookup(&tools), None), &cfg, &all), c);
     }
 
+    /// Asking again lists what can mend the level: a step with a kept data link first
+    /// (L3 needs a dependency), then the nearest; nothing when no step adds what is lacking.
+    #[test]
+    fn the_writer_is_asked_for_the_one_step_that_can_mend_the_level() {
+        let tools = github_tools();
+        let plan = [
+            step(&["github-mcp::list_issues"], &[]),
+            step(&["github-mcp::add_issue_comment"], &[0]),
+            step(&["github-mcp::star_repository"], &[]),
+        ];
+        let query = "List the open issues of acme/app.";
+        let cfg = PlanCheckSettings::default();
+        let c = check_plan(3, query, &plan, &lookup(&tools), Some(&[0.6, 0.1, 0.15][..]), &cfg);
+        assert_eq!(about(&c, 2).decision, Decision::Unrequested, "{:?}", about(&c, 2));
+        assert_eq!(about(&c, 3).decision, Decision::Unrequested, "{:?}", about(&c, 3));
+        assert!(c.too_few);
+        // The comment (fed by the kept step) over the nearer star.
+        assert_eq!(wanted(3, &c, &plan), Some(vec![0, 1]));
+        let reason = fewer_reason(3, &c, &plan);
+        assert!(
+            reason.starts_with(
+                "the query asks only for `github-mcp::list_issues`; it must need `github-mcp::add_issue_comment` too"
+            ),
+            "{reason}"
+        );
+        // L4 lacks a server, and every step is of github: nobody can mend it.
+        let c4 = check_plan(4, query, &plan, &lookup(&tools), Some(&[0.6, 0.1, 0.15][..]), &cfg);
+        assert!(c4.too_few);
+        assert_eq!(wanted(4, &c4, &plan), None);
+        assert_eq!(listed_steps(4, &c4, &plan), vec![]);
+    }
+
     fn github_tools() -> Vec<(String, ToolInfo)> {
         let issues = json!({"type": "object", "properties": {"issues": {"type": "array", "items": {
             "type": "object", "properties": {"number": {"type": "integer"}, "title": {"type": "string"}}}}}});
@@ -1872,6 +1931,16 @@ mod tests {
         let e = link(&channels, &search).unwrap_err();
         assert!(e.contains("names an input of `web_search` (query, count, per_page)"), "{e}");
         assert!(control_input("max_results") && control_input("pageSize") && !control_input("channel"));
+        assert!(!control_input("cursor"), "a previous call's next cursor feeds it");
+        // With an output schema too: `reply_count` names no data for `count`.
+        let (_, history) = tool(
+            "slack-mcp::get_channel_history",
+            "Messages of a channel.",
+            json!({"channel": {"type": "string"}}),
+            Some(json!({"type": "object", "properties": {"reply_count": {"type": "integer"}}})),
+        );
+        let e = link(&history, &search).unwrap_err();
+        assert!(e.contains("matches an output of `get_channel_history` (reply_count)"), "{e}");
         let tools = l4_1_tools();
         let e = link(&tools[3].1, &tools[4].1).unwrap_err();
         assert!(e.contains("has no output schema") && e.contains("(urls, format)"), "{e}");

@@ -918,7 +918,7 @@ fn l4_1_run(llm: &ScriptedLlm) -> (Value, Vec<String>) {
 /// The first query's plan, pruned to `get_company_profile`, uses one server.
 const ONE_SERVER: &str = "needs two or more servers, uses 1 (alpha-markets-mcp)";
 
-/// The L4 funnel holds `step` with `n`.
+/// A level's funnel (`out["funnel"]`) holds `step` with `n`.
 fn funnel_has(out: &Value, step: &str, n: u64) -> bool {
     out["funnel"]["steps"].as_array().unwrap().iter().any(|s| s[0] == step && s[1] == n)
 }
@@ -1271,6 +1271,7 @@ fn l5_always_doable(min_cover: Option<f64>) -> Value {
     let queries = p.json("artifacts/levels-l5/queries.json");
     let mut gaps = p.json("artifacts/levels-l5/gaps.json");
     gaps["kept"] = queries["queries"].clone();
+    gaps["funnel"] = queries["funnel"].clone();
     gaps
 }
 
@@ -1287,6 +1288,10 @@ fn a_doable_with_no_capability_near_the_task_is_overruled_into_a_gap() {
     assert_eq!(restaurant["challenge"], Value::Null, "{restaurant}");
     assert_eq!(restaurant["exchanges"].as_array().unwrap().len(), 1, "the judge's only: {restaurant}");
     assert_eq!(restaurant["gap"], true, "{restaurant}");
+    let unchallenged = gaps["checks"].as_object().unwrap().values().filter(|t| t.get("unchallenged").is_some()).count();
+    assert!(unchallenged >= 1, "{gaps}");
+    let step = "gaps not put to the red team (no capability near)";
+    assert!(funnel_has(&gaps, step, unchallenged as u64), "{}", gaps["funnel"]);
     assert!(gaps["confirmed"].as_array().unwrap().iter().any(|g| g == "booking a restaurant table"), "{gaps}");
     // The out-of-scope judge's "partly" and the writer's plan for those gaps' queries are
     // overruled the same way, so the queries are kept.
