@@ -190,13 +190,24 @@ pub fn warnings(settings: &Settings, stage: &dyn Stage) -> Vec<Problem> {
             continue;
         }
         let (role, window) = (&r.name, &s.batch.completion_window);
+        // The way out depends on what put the role in batch mode: its `mode`, or only `--batch`
+        // (then `mode = "live"` is already set, and advising it would send the user in a circle).
+        let way_out = match s.mode {
+            crate::llm::config::RoleMode::Batch => {
+                format!("set `mode = \"live\"` in `[llm.roles.{role}]`, or use `--batch` only for stages of one round")
+            }
+            crate::llm::config::RoleMode::Live => format!(
+                "run `benchgen {}` without `--batch` (`[llm.roles.{role}]` is live; `--batch` suits stages of one \
+                 round)",
+                stage.spec().command
+            ),
+        };
         out.push(Problem::new(
             &r.key,
             format!(
                 "stage `{name}` sends the requests of role `{role}` as batch jobs, and they are turns of \
                  conversations: each turn waits for a batch (up to its completion window, {window}) before the next \
-                 is asked; set `mode = \"live\"` in `[llm.roles.{role}]`, or use `--batch` only for stages of one \
-                 round"
+                 is asked; {way_out}"
             ),
         ));
     }
@@ -534,7 +545,7 @@ efs-finalize on sha256:701fc33b825767ea3693d5e53dee6511aa4c568d6439aff34b104ee6e
 stats on sha256:1e6920158f62b687fca4dfd21e6a397809a9ead05ad76ab81ce4b9e8c2d3e36c
 levels-profiles on sha256:812fa21eddcee9ff8603cbc56aa7feeb0284e340e337f8f8a1bb9fd65b08f439
 levels-schemas on sha256:909f31e27234b09fbfd2a7f0c29770ec3e5faffe0179d97c1ed2a926ae64c907
-levels-l1 on sha256:5cb263c6073110900abb6865e1a86f2e75aa4959145c33277914c34515b92c3b
+levels-l1 on sha256:6a55d209ac41619cb2b609060101f9e89956ece6192b0bc7fc5e3cd98fb63fd7
 levels-l2 on sha256:5cb263c6073110900abb6865e1a86f2e75aa4959145c33277914c34515b92c3b
 levels-l3 on sha256:b4b29bb324bd7c4d50cd837c1a4b00606fa771fc287c0545d5caca443f21deea
 levels-l4 on sha256:bc2a7100a196c413b13944bc3d7a303fdda1cdbd6564945418c0bcf53c169c72
@@ -548,7 +559,7 @@ graph-review-import off error: no review sheets in `reviews/graph`
 synth-chains on sha256:c764f289cc4891326c0f8a1ea6c240429c314f44112c6b819977fd0538f88095
 execute on sha256:97ccfba0e7d0202a080c59baf40c7c2f4080df2c67c1b8c3e95e374a16a2f5ee
 synth-roleplay on sha256:b0966764177561b420b332bba51f8e44202e8efd7e086491444816bed24382d2
-validate on sha256:e926734dfc22a62e81312db6f0b898ab6e258b25de030db6eba14ef840209719
+validate on sha256:c095e34e26809d2256aa7d07a54047de4369a179c4cd2dafe90e0f897e37c919
 review-assign on sha256:fcddaa6f853884cd3122ed2f5c1f717d72651d2c32e47862595d2a6f45a5e3e9
 review-export on sha256:2590279cb0054a94f4772b72bfa8002e01d9491b47ca9181120f92ced5e25d44
 review-import off error: no filled sheets in `reviews/returned` and no web submissions in `reviews/web/scores.jsonl`
@@ -556,7 +567,8 @@ review-prereview on sha256:2b4700bfb17781a0747432be04fe73de73a0fa6c174b7eb182786
 review-merge on sha256:e422bd5173c26174e26e964407cc6d94f1ca44013b1c0585cc72efdc1a1afa5d
 release-candidate on sha256:b7358d6be67e4dc4761ea1d93f68a2d8b9b2d0f8b895ddffc069fbfd2de4ff91
 eval on sha256:dc7203a939dc56d577f5ec84cd70fbf68a77e7fcff60efa0c4892ddadebf9f90
-release on sha256:b7358d6be67e4dc4761ea1d93f68a2d8b9b2d0f8b895ddffc069fbfd2de4ff91";
+release on sha256:b7358d6be67e4dc4761ea1d93f68a2d8b9b2d0f8b895ddffc069fbfd2de4ff91
+";
 
     #[test]
     fn declared_writes_match_files_and_folders() {

@@ -434,6 +434,9 @@ fn check_warns_of_a_batch_role_that_runs_an_agent_loop_and_passes() {
     assert!(success && !err.contains("warning:") && !out.contains("warning"), "{out}{err}");
     let (success, out, err) = run(p.path(), &["--batch", "check"]);
     assert!(success && err.contains(warning), "{out}{err}");
+    // Batch mode from `--batch` alone: the way out is to leave the flag off, not `mode`.
+    assert!(err.contains("run `benchgen execute` without `--batch` (`[llm.roles.agent]` is live"), "{err}");
+    assert!(!err.contains("set `mode = \"live\"`"), "{err}");
 }
 
 /// An agent-loop stage is not exported: its loop would record the export's stop as failed
