@@ -42,7 +42,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 6: a camelCase function name or an input line's form is refused.
     // 7: the plan check also weighs each step's embedding similarity to the query (a
     //    Slack step shared "history" with a request for price history).
-    version: 7,
+    // 8: a query written when asked again goes through quality control too.
+    version: 8,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],
@@ -131,6 +132,10 @@ pub struct Attempt {
     pub rounds: Vec<Round>,
     pub passed: bool,
     pub exchanges: Vec<String>,
+    /// The quality control of the query the writer wrote when asked again by the plan
+    /// check (its exchange joins `exchanges`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked_again_quality: Option<Quality>,
 }
 
 /// Validate a passed scenario; `Ok` gives the steps with EFS alternatives.
@@ -362,23 +367,8 @@ impl Stage for L4Stage {
                 );
                 continue;
             };
-            let services: Vec<Value> = servers
-                .iter()
-                .enumerate()
-                .map(|(i, name)| {
-                    let srv = servers_by_name[name.as_str()];
-                    let tools: Vec<Value> = srv
-                        .tools
-                        .iter()
-                        .map(|t| {
-                            let req: Vec<Value> = t.input_schema.get("required").and_then(|r| r.as_array()).cloned().unwrap_or_default();
-                            json!({"id": crate::model::tool_id(&srv.name, &t.name), "description": t.description, "required": req})
-                        })
-                        .collect();
-                    json!({"n": i + 1, "name": name, "description": srv.description, "tools": tools})
-                })
-                .collect();
-            items.push((key, (servers, json!(services))));
+            let services = services_of(&servers, &servers_by_name);
+            items.push((key, (servers, services)));
         }
         funnel.step("sampled", items.len());
         let mut batch = Batch::new(ctx, super::batch_options(STAGE, "L4", "scenarios", s))?;
@@ -400,6 +390,7 @@ impl Stage for L4Stage {
                 rounds: vec![],
                 passed: false,
                 exchanges: vec![f.exchange],
+                asked_again_quality: None,
             };
             if !a.feasible {
                 return Ok(a);
@@ -412,24 +403,8 @@ impl Stage for L4Stage {
                     .ask(writer, &Prompt::new(SCENARIO_TEMPLATE, vars), Some(&part), &scenario_answer(&services))
                     .await?;
                 a.exchanges.push(sc.exchange);
-                let tools: Vec<Value> = sc
-                    .value
-                    .steps
-                    .iter()
-                    .map(|st| {
-                        let id = crate::model::norm_tool_id(&st.tool_id);
-                        let (server, description, required) = match look_ref.get(&id) {
-                            Some((s, t)) => (
-                                s.name.trim().to_string(),
-                                t.description.clone(),
-                                t.input_schema.get("required").cloned().unwrap_or(json!([])),
-                            ),
-                            None => (String::new(), "(not in the catalog)".to_string(), json!([])),
-                        };
-                        json!({"id": id, "server": server, "description": description, "required": required})
-                    })
-                    .collect();
-                let qv = json!({"services": services, "scenario": sc.value, "tools": tools});
+                let qv =
+                    json!({"services": services, "scenario": sc.value, "tools": qc_tools(look_ref, &sc.value.steps)});
                 let q = llm.typed_as::<Quality>(judge, &Prompt::new(QC_TEMPLATE, qv), &format!("qc-{r}")).await?;
                 a.exchanges.push(q.exchange);
                 let pass = q.value.solvability_score >= min_score && q.value.utility_score >= min_score;
@@ -494,13 +469,17 @@ impl Stage for L4Stage {
         let embedder = super::LazyEmbedder::new(s);
         let sim = |q: &str, steps: &[Step]| super::step_similarities(&embedder, &look, q, steps);
         let verdicts = checks.check_all(&mut batch, ask, 4, &checked, (&info, Some(&sim)), &l.plan_check)?;
+        let mut attempts = done.values.clone();
+        let again = QcAgain { judge, min_score, look: &look, servers_by_name: &servers_by_name };
+        let verdicts =
+            again.run(&mut batch, &mut attempts, cands.iter().map(|(k, _, _)| *k).zip(verdicts).collect())?;
         batch.finish(out)?;
-        for ((key, _, _), v) in cands.iter().zip(verdicts) {
+        for (key, v) in verdicts {
             match v.verdict {
                 Ok(steps) => {
-                    let mut exchanges = done.values[*key].exchanges.clone();
+                    let mut exchanges = attempts[key].exchanges.clone();
                     exchanges.extend(v.exchange);
-                    queries.push(Generated { key: (*key).clone(), query: v.query, steps, category: None, exchanges })
+                    queries.push(Generated { key: key.clone(), query: v.query, steps, category: None, exchanges })
                 }
                 Err(r) => funnel.reject(key, r),
             }
@@ -508,8 +487,122 @@ impl Stage for L4Stage {
         funnel.step("feasible", feasible);
         funnel.step("passed quality control", passed);
         funnel.step("valid", valid);
+        let requalified = attempts.values().filter(|a| a.asked_again_quality.is_some()).count();
+        funnel.step("asked again: quality controlled", requalified);
         checks.count(&mut funnel, queries.len());
-        out.json("attempts.json", &done.values)?;
+        out.json("attempts.json", &attempts)?;
         LevelOut { level: 4, queries, funnel, plan_checks: checks.records }.write(out)
+    }
+}
+
+/// The services of an attempt as the prompts show them: each server with its tools (id,
+/// description, required inputs).
+fn services_of(servers: &[String], by_name: &BTreeMap<&str, &crate::model::Server>) -> Value {
+    let services: Vec<Value> = servers
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let srv = by_name[name.as_str()];
+            let tools: Vec<Value> = srv
+                .tools
+                .iter()
+                .map(|t| {
+                    let req: Vec<Value> =
+                        t.input_schema.get("required").and_then(|r| r.as_array()).cloned().unwrap_or_default();
+                    json!({"id": crate::model::tool_id(&srv.name, &t.name), "description": t.description, "required": req})
+                })
+                .collect();
+            json!({"n": i + 1, "name": name, "description": srv.description, "tools": tools})
+        })
+        .collect();
+    json!(services)
+}
+
+/// The tools a scenario's steps use, as quality control sees them.
+fn qc_tools(look: &super::Lookup<'_>, steps: &[ScenarioStep]) -> Vec<Value> {
+    steps
+        .iter()
+        .map(|st| {
+            let id = crate::model::norm_tool_id(&st.tool_id);
+            let (server, description, required) = match look.get(&id) {
+                Some((s, t)) => (
+                    s.name.trim().to_string(),
+                    t.description.clone(),
+                    t.input_schema.get("required").cloned().unwrap_or(json!([])),
+                ),
+                None => (String::new(), "(not in the catalog)".to_string(), json!([])),
+            };
+            json!({"id": id, "server": server, "description": description, "required": required})
+        })
+        .collect()
+}
+
+/// Quality control of the queries the writer wrote when the plan check asked again (issue
+/// 38: they skipped it). Same judge, template and bar as a scenario's rounds, on the new
+/// query and its checked plan (items `qc-again:<key>`); a query below the bar is rejected,
+/// and so is one whose control failed.
+struct QcAgain<'a> {
+    judge: &'a str,
+    min_score: u8,
+    look: &'a super::Lookup<'a>,
+    servers_by_name: &'a BTreeMap<&'a str, &'a crate::model::Server>,
+}
+
+impl QcAgain<'_> {
+    fn run<'k>(
+        &self,
+        batch: &mut Batch<'_>,
+        attempts: &mut BTreeMap<String, Attempt>,
+        verdicts: Vec<(&'k String, super::plan_check::Checked)>,
+    ) -> Result<Vec<(&'k String, super::plan_check::Checked)>> {
+        let item = |key: &str| format!("qc-again:{key}");
+        let mut items: Vec<(String, Value)> = Vec::new();
+        for (key, v) in verdicts.iter().filter(|(_, v)| v.exchange.is_some()) {
+            let Ok(steps) = &v.verdict else { continue };
+            let steps: Vec<ScenarioStep> = steps
+                .iter()
+                .map(|s| ScenarioStep {
+                    tool_id: s.tools.first().cloned().unwrap_or_default(),
+                    dependencies: s.depends_on.clone(),
+                })
+                .collect();
+            let tools = qc_tools(self.look, &steps);
+            let scenario = Scenario { query: v.query.clone(), steps };
+            let services = services_of(&attempts[*key].servers, self.servers_by_name);
+            items.push((item(key), json!({"services": services, "scenario": scenario, "tools": tools})));
+        }
+        let judge = self.judge;
+        let done = batch.run(items, |vars: Value, llm: Item| async move {
+            let q = llm.typed_as::<Quality>(judge, &Prompt::new(QC_TEMPLATE, vars), "qc-again").await?;
+            Ok((q.value, q.exchange))
+        })?;
+        let mut out = Vec::with_capacity(verdicts.len());
+        for (key, mut v) in verdicts {
+            if v.exchange.is_some() && v.verdict.is_ok() {
+                let a = attempts.get_mut(key.as_str()).expect("every candidate is an attempt");
+                v.verdict = match done.values.get(&item(key)) {
+                    Some((q, exchange)) => {
+                        a.exchanges.push(exchange.clone());
+                        a.asked_again_quality = Some(q.clone());
+                        let (sol, uti, min) = (q.solvability_score, q.utility_score, self.min_score);
+                        match sol >= min && uti >= min {
+                            true => v.verdict,
+                            false => Err(format!(
+                                "quality control after asking again: below {min} (solvability {sol} utility {uti})"
+                            )),
+                        }
+                    }
+                    None => {
+                        let failed = done.failed.iter().find(|f| f.item == item(key));
+                        Err(format!(
+                            "quality control after asking again: {}",
+                            failed.map_or("failed", |f| f.reason.as_str())
+                        ))
+                    }
+                };
+            }
+            out.push((key, v));
+        }
+        Ok(out)
     }
 }

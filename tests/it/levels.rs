@@ -912,7 +912,9 @@ fn l4_1_run(llm: &ScriptedLlm) -> (Value, Vec<String>) {
         p.ok(args);
     }
     let asked: Vec<String> = llm.requests().iter().map(Seen::all_text).filter(|t| t.contains(ASKED_AGAIN)).collect();
-    (p.json("artifacts/levels-l4/queries.json"), asked)
+    let mut out = p.json("artifacts/levels-l4/queries.json");
+    out["attempts"] = p.json("artifacts/levels-l4/attempts.json");
+    (out, asked)
 }
 
 /// The first query's plan, pruned to `get_company_profile`, uses one server.
@@ -971,8 +973,37 @@ fn an_l4_whose_query_needs_one_server_is_asked_again_and_kept_when_the_new_query
     assert!(queries[0]["exchanges"].as_array().unwrap().iter().any(|e| e == exchange), "{}", queries[0]);
     assert!(funnel_has(&out, "plan check: asked again", 1), "{}", out["funnel"]);
     assert!(funnel_has(&out, "plan check: kept after asking again", 1), "{}", out["funnel"]);
+    // The new query went through quality control too; its exchange is a parent.
+    let attempt = &out["attempts"]["attempt:0000"];
+    assert!(attempt["asked_again_quality"]["solvability_score"].is_u64(), "{attempt}");
+    let qc = attempt["exchanges"].as_array().unwrap().last().unwrap();
+    assert!(queries[0]["exchanges"].as_array().unwrap().contains(qc), "{}", queries[0]);
+    assert!(funnel_has(&out, "asked again: quality controlled", 1), "{}", out["funnel"]);
     assert!(funnel_has(&out, "plan check: rejected after asking again", 0), "{}", out["funnel"]);
     assert!(funnel_has(&out, "plan checked", 1), "{}", out["funnel"]);
+}
+
+/// A new query that needs the servers but fails quality control is rejected: the query
+/// asked again is held to the bar the scenario's own rounds were.
+#[test]
+fn an_l4_query_written_when_asked_again_is_held_to_quality_control() {
+    let llm = ScriptedLlm::start(|seen: &Seen| {
+        let text = seen.all_text();
+        if text.contains("strict quality reviewer") && text.contains("Asked again: ") {
+            let low = json!({"solvability_score": 3, "utility_score": 9,
+                             "solvability_feedback": "scripted", "utility_feedback": "scripted"});
+            return Answer::json(low);
+        }
+        l4_1_answer(seen, None)
+    });
+    let (out, _) = l4_1_run(&llm);
+    assert_eq!(out["queries"], json!([]), "{out}");
+    let rejected: Vec<&Value> =
+        out["funnel"]["rejected"].as_array().unwrap().iter().filter(|r| r["item"] == "attempt:0000").collect();
+    assert_eq!(rejected.len(), 1, "{out}");
+    assert_eq!(rejected[0]["reason"], "quality control after asking again: below 7 (solvability 3 utility 9)");
+    assert_eq!(out["attempts"]["attempt:0000"]["asked_again_quality"]["solvability_score"], 3);
+    assert!(funnel_has(&out, "asked again: quality controlled", 1), "{}", out["funnel"]);
 }
 
 #[test]
