@@ -181,6 +181,8 @@ impl Executor {
         let mut llm_ms = 0.0f64;
         let mut nudged = false;
         let mut nudge_now = false;
+        // The calls this loop ran (not those of a dialogue's earlier turns), for `repeated`.
+        let first = t.calls.len();
         loop {
             let asked = Instant::now();
             // The nudge is part of this one request only, not of the conversation.
@@ -210,10 +212,16 @@ impl Executor {
             };
             let (content, tool_calls) = if parsed.is_empty() { (content, tool_calls) } else { (None, parsed) };
             let blank = tool_calls.is_empty() && content.as_deref().is_none_or(|c| c.trim().is_empty());
-            if blank && executed > 0 && !nudged && !self.settings.answer_nudge.is_empty() {
+            let repeat = repeated(&tool_calls, &t.calls[first..]);
+            if (repeat.is_some() || (blank && executed > 0)) && !nudged && !self.settings.answer_nudge.is_empty() {
                 nudged = true;
                 nudge_now = true;
                 continue;
+            }
+            if let Some(why) = repeat {
+                t.status = RunStatus::Repeated;
+                t.reason = Some(why);
+                break;
             }
             messages.push(ChatMessage::Assistant { content: content.clone(), tool_calls: tool_calls.clone() });
             if tool_calls.is_empty() {
@@ -223,18 +231,7 @@ impl Executor {
             let group = t.groups;
             t.groups += 1;
             if executed + tool_calls.len() > self.settings.max_calls {
-                let note = format!("not executed: the call cap of {} was reached", self.settings.max_calls);
-                for call in &tool_calls {
-                    let mut rec = self.record_base(t.calls.len(), group, call, &reply.exchange);
-                    rec.outcome = CallOutcome::ToolError { output: crate::mcp::ToolOutput::note(&note) };
-                    t.calls.push(rec);
-                }
-                t.status = RunStatus::CapReached;
-                t.reason = Some(format!(
-                    "the model asked for {} more call(s) after {executed}; the cap is {}",
-                    tool_calls.len(),
-                    self.settings.max_calls
-                ));
+                self.cap_reached(t, group, executed, &tool_calls, &reply.exchange);
                 break;
             }
             executed += tool_calls.len();
@@ -268,6 +265,22 @@ impl Executor {
         }
         trace.llm_ms = round3(llm_ms);
         trace
+    }
+
+    /// End the run at the call cap: the group that would pass it is recorded, not executed.
+    fn cap_reached(&self, t: &mut Trajectory, group: usize, executed: usize, tool_calls: &[ToolCall], exchange: &str) {
+        let note = format!("not executed: the call cap of {} was reached", self.settings.max_calls);
+        for call in tool_calls {
+            let mut rec = self.record_base(t.calls.len(), group, call, exchange);
+            rec.outcome = CallOutcome::ToolError { output: crate::mcp::ToolOutput::note(&note) };
+            t.calls.push(rec);
+        }
+        t.status = RunStatus::CapReached;
+        t.reason = Some(format!(
+            "the model asked for {} more call(s) after {executed}; the cap is {}",
+            tool_calls.len(),
+            self.settings.max_calls
+        ));
     }
 
     fn record_base(&self, index: usize, group: usize, call: &ToolCall, exchange: &str) -> CallRecord {
@@ -415,6 +428,24 @@ pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool
         calls.push(ToolCall { id: format!("text_call_{group}_{i}"), name: name.to_string(), arguments });
     }
     calls
+}
+
+/// Why a group of calls is not run: each call asks, with the same function and arguments,
+/// for one the loop already ran (`ran`), whose result the model was given. Small local
+/// models ask for the same call again and again until the cap, and each exchange costs
+/// seconds. A call that failed in transport (the model got no result) may be tried again.
+/// `None` for an empty group or when one call is new.
+fn repeated(group: &[ToolCall], ran: &[CallRecord]) -> Option<String> {
+    let given = |r: &&CallRecord| !matches!(r.outcome, CallOutcome::Failed { .. });
+    let earlier = |c: &ToolCall| ran.iter().filter(given).find(|r| r.function == c.name && r.arguments == c.arguments);
+    let first = earlier(group.first()?)?;
+    if !group.iter().all(|c| earlier(c).is_some()) {
+        return None;
+    }
+    let (i, function) = (first.index, &first.function);
+    Some(format!(
+        "the model asked again for call {i} (`{function}`) with the same arguments; its result was already given"
+    ))
 }
 
 fn ms(since: Instant) -> f64 {

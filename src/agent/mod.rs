@@ -7,10 +7,14 @@
 //! assistant message's tool calls run concurrently and form one parallel **group**; the
 //! results go back as `tool` messages in call order; the loop stops at a reply without
 //! tool calls (status `answered`) or when the next group would pass `max_calls`
-//! (`cap_reached`; that group is recorded, not executed). A transport failure (crash,
-//! timeout, invalid JSON-RPC, …) ends the query as `failed` when `stop_on_failure` (the
-//! default), with the reason; an LLM failure does too. Tool errors (`isError`), unknown
-//! tool names and non-object arguments go back to the model, which may correct itself.
+//! (`cap_reached`; that group is recorded, not executed). A group whose every call repeats,
+//! with the same arguments, one the loop already ran is not run again: small local models
+//! ask for one call again and again until the cap, each exchange costing seconds. The
+//! model gets the answer nudge (once per loop), else the loop ends as `repeated` (the
+//! repeated calls are not recorded). A transport failure (crash, timeout, invalid
+//! JSON-RPC, …) ends the query as `failed` when `stop_on_failure` (the default), with the
+//! reason; an LLM failure does too. Tool errors (`isError`), unknown tool names and
+//! non-object arguments go back to the model, which may correct itself.
 //!
 //! Every call is an `mcp.call` ledger event written as it finishes, with the LLM exchange
 //! that asked for it as parent; each query ends with an `execute.trajectory` event whose
@@ -44,7 +48,8 @@ pub struct AgentSettings {
     pub tool_result_chars: usize,
     pub system_prompt: String,
     /// Sent once, as a trailing system message, when the model ends its turn after tool
-    /// calls with neither calls nor text; empty: off.
+    /// calls with neither calls nor text, or asks again only for calls it was given the
+    /// results of; empty: off.
     pub answer_nudge: String,
     /// Queries [`Executor::run_all`] runs at once.
     pub concurrency: usize,

@@ -69,6 +69,9 @@ pub enum RunStatus {
     CapReached,
     /// The LLM failed, or a call failed with `stop_on_failure`.
     Failed,
+    /// The model asked again, with the same arguments, only for calls whose results it was
+    /// given (after the answer nudge, when there is one); those calls are not run again.
+    Repeated,
 }
 
 impl RunStatus {
@@ -77,6 +80,7 @@ impl RunStatus {
             RunStatus::Answered => "answered",
             RunStatus::CapReached => "cap_reached",
             RunStatus::Failed => "failed",
+            RunStatus::Repeated => "repeated",
         }
     }
 }
@@ -189,9 +193,12 @@ mod tests {
     #[test]
     fn run_status_serialises_as_before() {
         use super::RunStatus;
-        for (s, word) in
-            [(RunStatus::Answered, "answered"), (RunStatus::CapReached, "cap_reached"), (RunStatus::Failed, "failed")]
-        {
+        for (s, word) in [
+            (RunStatus::Answered, "answered"),
+            (RunStatus::CapReached, "cap_reached"),
+            (RunStatus::Failed, "failed"),
+            (RunStatus::Repeated, "repeated"),
+        ] {
             assert_eq!(serde_json::to_value(s).unwrap(), serde_json::json!(word));
             assert_eq!(serde_json::from_value::<RunStatus>(serde_json::json!(word)).unwrap(), s);
             assert_eq!(s.as_str(), word);

@@ -34,8 +34,9 @@ pub struct ExecuteSettings {
     #[serde(default = "default_system")]
     pub system_prompt: String,
     /// Sent once, as a trailing system message, when the model ends its turn after tool
-    /// calls with neither calls nor text (small models often stop there); the request and
-    /// its answer are in the ledger, the trajectory keeps only the answer. Empty: off.
+    /// calls with neither calls nor text, or asks again only for calls it was given the
+    /// results of (small models often stop or loop there); the request and its answer are
+    /// in the ledger, the trajectory keeps only the answer. Empty: off.
     #[serde(default = "default_answer_nudge")]
     pub answer_nudge: String,
     /// Queries run at once (a tuning knob, not part of the config hash).
@@ -83,7 +84,7 @@ impl crate::settings::Section for ExecuteSettings {
             "answer_nudge",
             "string",
             r#""Now answer the user in plain words, from the tool results above.""#,
-            "Sent once when the model stops after tool calls with neither calls nor text; empty: off.",
+            "Sent once when the model stops after tool calls with neither calls nor text, or repeats calls it has the results of; empty: off.",
         ),
         Key::new("concurrency", "integer", "4", "Queries run at once (not hashed)."),
     ];
@@ -136,8 +137,8 @@ fn default_answer_nudge() -> String {
 
 impl AgentSettings {
     /// Most LLM exchanges one run of the loop makes: each executes at least one tool call
-    /// up to `max_calls`, then one answers (or meets the cap), and the answer nudge may ask
-    /// once more.
+    /// up to `max_calls`, then one answers (or meets the cap, or repeats calls already run),
+    /// and the answer nudge may ask once more (after a blank reply or a repeat, not both).
     pub fn max_exchanges(&self) -> u64 {
         self.max_calls as u64 + 1 + u64::from(!self.answer_nudge.is_empty())
     }

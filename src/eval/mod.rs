@@ -52,8 +52,10 @@ pub static SPEC: StageSpec = StageSpec {
     // comparisons on the leaderboard, the items' flip rate (`unstable` when it is above 0).
     // 4: several tool spaces (`tool_spaces`), reported and analysed per space, so runs and
     // items name their space; the `all-fail` evidence names the plan two agents agree on
-    // and, on L2, the tool proposed for the sample's EFS set.
-    version: 4,
+    // and, on L2, the tool proposed for the sample's EFS set. 5: an agent's group of calls
+    // already run in the turn (same function and arguments) is not run again: the answer
+    // nudge, then the turn ends `repeated`.
+    version: 5,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[

@@ -31,7 +31,9 @@ pub static SPEC: StageSpec = StageSpec {
     command: "execute",
     // 4: records each server it connects to (`mcp.server`), which the release pins, and
     // every query's trajectory event in the run that writes the artifacts (resumed included).
-    version: 4,
+    // 5: a group of calls already run (same function and arguments) is not run again: the
+    // answer nudge, then the run ends `repeated`.
+    version: 5,
     about: "run queries with an LLM agent over MCP tools; record reference trajectories",
     reads: &[
         crate::synth::chains::QUERIES.optional(),
@@ -129,9 +131,11 @@ impl Stage for ExecuteStage {
          hash; timings are in the ledger), and every server it connects to an `mcp.server`
          event (how it was started, its handshake, the hashes of its `tools/list`), from
          which the release pins the servers in `servers.json`. The loop's settings
-         (`max_calls`, `system_prompt`, `answer_nudge` for a turn left blank after tool calls,
-         …) are in `[execute]`. A query that fails is recorded with its reason and the run
-         goes on. Finished queries are checkpointed; skipped when up to date."
+         (`max_calls`, `system_prompt`, `answer_nudge` for a turn left blank after tool calls
+         or asking again only for calls already run, …) are in `[execute]`; a repeat after
+         the nudge ends the query as `repeated`. A query that fails is recorded with its
+         reason and the run goes on. Finished queries are checkpointed; skipped when up to
+         date."
     }
 
     /// Part of `run` when the config names a queries file, or synthesis writes chain queries.
@@ -327,11 +331,12 @@ impl Stage for ExecuteStage {
         // The outcome in one line, as the other stages print theirs (the counts were only in
         // the manifest and summary.json).
         let mut line = format!(
-            "{} quer{}: {} answered, {} at the call cap, {} failed; {} calls",
+            "{} quer{}: {} answered, {} at the call cap, {} repeating calls, {} failed; {} calls",
             queries.len(),
             if queries.len() == 1 { "y" } else { "ies" },
             n("answered"),
             n("cap_reached"),
+            n("repeated"),
             n("failed"),
             n("calls")
         );

@@ -18,8 +18,9 @@ pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "release candidate",
     // 2: writes `servers.json`, as `release` does. 3: and the Inspect AI task. 4: its
-    // `servers.json` counts log samples apart and redacts credentials, as `release` 9.
-    version: 4,
+    // `servers.json` counts log samples apart and redacts credentials, as `release` 9. 5: the
+    // Inspect AI task's loop does not rerun repeated calls, as `release` 10.
+    version: 5,
     about: "the release's files, unpublished, for the eval panel to audit before `release` publishes",
     reads: super::pool_reads!(),
     writes: super::WRITES,

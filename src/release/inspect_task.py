@@ -21,7 +21,9 @@ Written into every release by `benchgen release` (as `inspect/benchgen_task.py`,
 - Agent: per user turn, the gold conversation of the earlier turns, then the model calls
   tools until it answers, at most `max_calls` calls per turn (the defaults of benchgen's
   `[execute]`; `-T max_calls=…`, `-T system_prompt=…`, `-T answer_nudge=…`,
-  `-T tool_result_chars=…`).
+  `-T tool_result_chars=…`). A reply asking again only for calls the turn already ran (same
+  function and arguments) runs none: the answer nudge asks once, then the turn ends
+  (`repeated`).
 - Scorer `benchgen`: the per-sample figures of `benchgen score` (corrected mode) on the
   calls the model made: exact match, precision, recall, F1 (score metadata: the whole
   per-sample record and the prediction in `benchgen score`'s unified format).
@@ -911,6 +913,9 @@ async def _turn(model, messages, infos, sandbox, cfg):
     """The agent loop on one turn, as `benchgen eval` runs it."""
     run = {"status": "answered", "calls": [], "answer": None}
     executed, groups, nudged, nudge_now = 0, 0, False, False
+    # (function, arguments) of the calls run in this turn: small models ask for one call again
+    # and again until the cap, so a group of only those is not run again.
+    ran = []
     while True:
         extra = [ChatMessageSystem(content=cfg["answer_nudge"])] if nudge_now else []
         output = await model.generate(messages + extra, tools=infos)
@@ -918,9 +923,13 @@ async def _turn(model, messages, infos, sandbox, cfg):
         reply = output.message
         calls = list(reply.tool_calls or [])
         blank = not calls and not (reply.text or "").strip()
-        if blank and executed > 0 and not nudged and cfg["answer_nudge"]:
+        repeat = bool(calls) and all((c.function, normal(c.arguments or {})) in ran for c in calls)
+        if (repeat or (blank and executed > 0)) and not nudged and cfg["answer_nudge"]:
             nudged = nudge_now = True
             continue
+        if repeat:
+            run["status"] = "repeated"
+            return run, output
         messages.append(reply)
         if not calls:
             run["answer"] = reply.text or ""
@@ -940,6 +949,7 @@ async def _turn(model, messages, infos, sandbox, cfg):
         for c in calls:
             record, told = _call(sandbox, c, group)
             run["calls"].append(record)
+            ran.append((c.function, normal(c.arguments or {})))
             content = _cut(told, cfg["tool_result_chars"])
             messages.append(ChatMessageTool(content=content, tool_call_id=c.id, function=c.function))
 

@@ -163,8 +163,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 5: holds back the items `eval` flagged `all-fail` until they are decided.
     // 6: writes `croissant.json`. 7: writes `servers.json` (the pinned MCP servers).
     // 8: writes an Inspect AI task (`inspect/`). 9: `servers.json` counts log samples apart
-    // (`logged`) and redacts credentials written in a pinned start.
-    version: 9,
+    // (`logged`) and redacts credentials written in a pinned start. 10: the Inspect AI task's
+    // agent loop does not run a group of calls already run again (nudge, then `repeated`).
+    version: 10,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, pinned servers, an Inspect AI task, checksums",
     reads: pool_reads!(eval_review::QUEUE.optional()),
     writes: WRITES,

@@ -46,8 +46,9 @@ pub static SPEC: StageSpec = StageSpec {
     command: "synth roleplay",
     // 3: a user turn that repeats an earlier one, or asks for an action the assistant does
     // not take, is asked again, then ends the dialogue. 4: records each server it connects
-    // to (`mcp.server`), which the release pins.
-    version: 4,
+    // to (`mcp.server`), which the release pins. 5: the agent's group of calls already run
+    // (same function and arguments) is not run again: the answer nudge, then `repeated`.
+    version: 5,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),

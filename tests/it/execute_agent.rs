@@ -1,7 +1,9 @@
 //! `benchgen execute` with the scripted LLM test server and a sandbox: a two-group
 //! trajectory (parallel, then dependent) recorded in the artifacts and the ledger, the call
-//! cap, the answer nudge after a blank turn, a server crashing mid-run while the run goes
-//! on with the other queries, and a killed run resumed with an uninterrupted run's counts.
+//! cap, the answer nudge after a blank turn, a call asked for again with the same arguments
+//! (not run again: the nudge, then the run ends), a server crashing mid-run while the run
+//! goes on with the other queries, and a killed run resumed with an uninterrupted run's
+//! counts.
 
 use crate::support::{assert_code, mcp_assets};
 
@@ -107,11 +109,11 @@ fn two_group_trajectory_is_recorded_and_the_chain_check_sees_the_order() {
                 ("books__find_book", json!({"title": "Dune"})),
                 ("books__get_reviews", json!({"isbn": "978-0441013593"})),
             ]),
-            // Endless calls: three per turn against a cap of four.
-            ("greedy", _) => calls(&[
-                ("weather__forecast", json!({"city": "A"})),
-                ("weather__forecast", json!({"city": "B"})),
-                ("weather__forecast", json!({"city": "C"})),
+            // Endless calls: three new ones per turn against a cap of four.
+            ("greedy", n) => calls(&[
+                ("weather__forecast", json!({"city": format!("A{n}")})),
+                ("weather__forecast", json!({"city": format!("B{n}")})),
+                ("weather__forecast", json!({"city": format!("C{n}")})),
             ]),
             _ => Answer::text("Here is your plan."),
         }
@@ -259,14 +261,106 @@ fn a_blank_turn_after_tool_calls_gets_one_nudge_and_the_answer_is_kept() {
 #[test]
 fn the_answer_nudge_can_be_turned_off() {
     let llm = ScriptedLlm::start(|r| match (query_of(r).as_str(), turn(r)) {
-        ("call first", 0) => calls(&[("weather__forecast", json!({"city": "Oslo"}))]),
+        (_, 0) | ("call again", _) => calls(&[("weather__forecast", json!({"city": "Oslo"}))]),
         _ => Answer::text(""),
     });
     let p = project(&llm.base_url(), "", "answer_nudge = \"\"");
-    let q = write_queries(&p, &[json!({"id": "a", "query": "call first"})]);
+    let q = write_queries(&p, &[json!({"id": "a", "query": "call first"}), json!({"id": "b", "query": "call again"})]);
     execute(&p, &q).success();
     assert_eq!(trajectory(&p, "a")["answer"], "");
-    assert_eq!(llm.count(), 2, "no nudge: the call and the blank turn");
+    let asked = |query: &str| llm.requests().iter().filter(|r| query_of(r) == query).count();
+    assert_eq!(asked("call first"), 2, "no nudge: the call and the blank turn");
+    // No nudge: the first repeat ends the run.
+    assert_eq!(trajectory(&p, "b")["status"], "repeated");
+    assert_eq!(asked("call again"), 2, "no nudge: the call and its repeat");
+    assert!(llm.requests().iter().all(|r| !nudged(r)));
+}
+
+const NUDGE: &str = "Now answer the user in plain words, from the tool results above.";
+
+/// The requests of one query, in the order they came.
+fn requests_of(llm: &ScriptedLlm, query: &str) -> Vec<Seen> {
+    let mut seen: Vec<Seen> = llm.requests().into_iter().filter(|r| query_of(r) == query).collect();
+    seen.sort_by_key(|r| r.n);
+    seen
+}
+
+#[test]
+fn a_call_repeated_with_the_same_arguments_is_not_run_again() {
+    let oslo = || calls(&[("weather__forecast", json!({"city": "Oslo"}))]);
+    let llm = ScriptedLlm::start(move |r| match (query_of(r).as_str(), turn(r), nudged(r)) {
+        (_, 0, _) => oslo(),
+        // Asked again for the same call (as the 0.5B local model does); nudged, it answers...
+        ("again", _, true) => Answer::text("Oslo: 12 °C and rain."),
+        // ... or asks for it once more.
+        _ => oslo(),
+    });
+    let p = project(&llm.base_url(), "", "");
+    let q = write_queries(&p, &[json!({"id": "again", "query": "again"}), json!({"id": "stuck", "query": "stuck"})]);
+    execute(&p, &q).success();
+
+    // The repeat is not run; the model is nudged once and its answer kept.
+    let t = trajectory(&p, "again");
+    assert_eq!(t["status"], "answered");
+    assert_eq!(t["answer"], "Oslo: 12 °C and rain.");
+    assert_eq!(t["calls"].as_array().unwrap().len(), 1, "the call ran once: {t}");
+    assert_eq!(t["groups"], 1);
+    let seen = requests_of(&llm, "again");
+    assert_eq!(seen.len(), 3, "the call, its repeat and the nudge");
+    let last = seen[2].body["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!((&last["role"], &last["content"]), (&json!("system"), &json!(NUDGE)));
+    // The repeat's exchange is recorded, its reply is not in the conversation.
+    assert_eq!(t["exchanges"].as_array().unwrap().len(), 3);
+    let roles: Vec<&str> = t["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant"]);
+
+    // Still the same call after the nudge: the run ends, the repeats not recorded as calls.
+    let s = trajectory(&p, "stuck");
+    assert_eq!(s["status"], "repeated");
+    let reason = s["reason"].as_str().unwrap();
+    assert!(reason.contains("call 0 (`weather__forecast`) with the same arguments"), "{reason}");
+    assert!(s.get("answer").is_none(), "{s}");
+    let c = s["calls"].as_array().unwrap();
+    assert_eq!(c.len(), 1, "only the call that ran: {s}");
+    assert_eq!((&c[0]["executed"], &c[0]["status"]), (&json!(true), &json!("ok")));
+    let seen = requests_of(&llm, "stuck");
+    assert_eq!(seen.len(), 3, "the call, its repeat and the nudge");
+    assert!(nudged(&seen[2]) && !nudged(&seen[1]));
+    assert_eq!(s["exchanges"].as_array().unwrap().len(), 3);
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(p.dir.path().join("artifacts/execute/summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["counts"], json!({"answered": 1, "calls": 2, "repeated": 1}));
+}
+
+#[test]
+fn a_call_asked_for_again_with_other_arguments_or_beside_a_new_one_runs() {
+    let llm = ScriptedLlm::start(|r| match turn(r) {
+        0 => calls(&[("weather__forecast", json!({"city": "Oslo"}))]),
+        // The same function, other arguments.
+        1 => calls(&[("weather__forecast", json!({"city": "Rome"}))]),
+        // A call already run, in a group with a new one: the group runs whole.
+        2 => calls(&[("weather__forecast", json!({"city": "Oslo"})), ("books__find_book", json!({"title": "Emma"}))]),
+        _ => Answer::text("Oslo, Rome and Emma."),
+    });
+    let p = project(&llm.base_url(), "", "");
+    let q = write_queries(&p, &[json!({"id": "on", "query": "on"})]);
+    execute(&p, &q).success();
+    let t = trajectory(&p, "on");
+    assert_eq!(t["status"], "answered");
+    assert_eq!(t["answer"], "Oslo, Rome and Emma.");
+    let c = t["calls"].as_array().unwrap();
+    let shape: Vec<(u64, &Value, bool)> =
+        c.iter().map(|c| (c["group"].as_u64().unwrap(), &c["arguments"], c["executed"] == true)).collect();
+    assert_eq!(
+        shape,
+        [
+            (0, &json!({"city": "Oslo"}), true),
+            (1, &json!({"city": "Rome"}), true),
+            (2, &json!({"city": "Oslo"}), true),
+            (2, &json!({"title": "Emma"}), true),
+        ]
+    );
+    assert_eq!(llm.count(), 4, "no nudge");
     assert!(llm.requests().iter().all(|r| !nudged(r)));
 }
 

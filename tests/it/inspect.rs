@@ -5,7 +5,8 @@
 //! - with Inspect's mock model (`mockllm/model`), which calls no tool;
 //! - with a scripted OpenAI-compatible endpoint (TEST DOUBLE) whose agent calls tools: a
 //!   recorded call, generated ones, invalid arguments, an unknown function, parallel calls,
-//!   a call past the cap, and a blank answer that the answer nudge follows up.
+//!   a call past the cap, and a blank answer and a call asked for again (not run) that the
+//!   answer nudge follows up.
 //!
 //! Each time every sample's figures in Inspect's log equal `benchgen score --per-sample` on
 //! the predictions the task writes, and every answer is the one benchgen's own sandbox
@@ -181,7 +182,8 @@ fn plan(user: &str) -> Vec<Vec<(String, Value)>> {
         // y in z's step: placed before its dependency.
         "z, then v or y with it." => vec![vec![call("Alpha__z", json!({})), call("Alpha__y", json!({}))]],
         "Pause my music." => vec![vec![call("Nope__x", json!({}))]],
-        "Quote for ACME?" => vec![vec![call("get_quote", acme())]],
+        // Then the same call again: not run, the answer nudge asks once more.
+        "Quote for ACME?" => vec![vec![call("get_quote", acme())], vec![call("get_quote", acme())]],
         // A symbol that is not a string (a tool error), then the right call, past the cap of 3.
         "Quote and news for ACME, then in EUR." => vec![
             vec![call("get_quote", acme()), call("get_news", acme())],
@@ -309,4 +311,9 @@ fn the_release_task_scores_a_scripted_agent_as_benchgen_score_does() {
     assert_eq!((&msgs[1]["content"], &msgs[4]["content"]), (&json!("Quote ACME."), &json!("10.")));
     let l3 = run.log["samples"].as_array().unwrap().iter().find(|s| s["id"] == "L3-1").unwrap();
     assert_eq!(l3["scores"]["benchgen"]["metadata"]["turns"][0]["answer"], "Done after the nudge.");
+    // fin-a asked for its call again: the repeat was not run nor predicted, the nudge answered.
+    let fin_a = run.log["samples"].as_array().unwrap().iter().find(|s| s["id"] == "fin-a").unwrap();
+    let turn = &fin_a["scores"]["benchgen"]["metadata"]["turns"][0];
+    assert_eq!(turn["calls"].as_array().unwrap().len(), 1, "{turn}");
+    assert_eq!((&turn["status"], &turn["answer"]), (&json!("answered"), &json!("Done after the nudge.")));
 }

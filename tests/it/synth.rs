@@ -561,7 +561,7 @@ fn log_track_with_synthesis_runs_end_to_end_and_explains_samples() {
     assert!(report.contains("4 chains sampled; 4 queries written.\n"), "{report}");
     assert!(!report.contains("failed.json") && !sp.p.path("artifacts/synth-chains/failed.json").exists());
     // `execute` says what became of its queries.
-    assert!(out.contains("4 queries: 4 answered, 0 at the call cap, 0 failed;"), "{out}");
+    assert!(out.contains("4 queries: 4 answered, 0 at the call cap, 0 repeating calls, 0 failed;"), "{out}");
     assert!(out.contains("chain order preserved in 4, broken in 0"), "{out}");
     // Everything is up to date now: `run` says "running" of no stage.
     let again = sp.run(&["run"], &[]);
@@ -576,7 +576,7 @@ fn log_track_with_synthesis_runs_end_to_end_and_explains_samples() {
     let by_source = |s: &str| verdicts.iter().filter(|v| v["source"] == s).collect::<Vec<_>>();
     assert_eq!(by_source("chain").len(), 4);
     assert!(by_source("chain").iter().all(|v| v["accepted"] == true), "{verdicts:?}");
-    assert_eq!(by_source("real").len(), 4, "real_samples = 4");
+    assert_eq!(by_source("real").len(), 2, "the demo's real_samples = 2");
     let samples = sp.jsonl("artifacts/validate/samples.jsonl");
     let ids: Vec<&str> = samples.iter().map(|s| s["id"].as_str().unwrap()).collect();
     let mut sorted = ids.clone();
@@ -765,9 +765,11 @@ fn real_local_models_produce_an_accepted_chain_sample() {
 // reference plan, with their reasons in the verdicts, the funnel and the lineage.
 
 /// [`rule`], with an agent that does more than it is asked: after the chain it repeats the
-/// chain's first call and acknowledges an alert (an action no request of the demo's chains
-/// asks for unless the chain holds it), then claims the acknowledgement. The needed-call
-/// check finds every call it is asked about not needed.
+/// chain's first call beside a new call (a group of only calls already run would not run
+/// again), then claims an acknowledgement. The new call acknowledges an alert (an action
+/// no request of the demo's chains asks for unless the chain holds it) or, when the chain
+/// acknowledges one (so an acknowledgement would be asked for), is the first call for
+/// another value. The needed-call check finds every call it is asked about not needed.
 fn rule_with_extra_calls(seen: &Seen) -> Answer {
     let t = seen.all_text();
     if seen.body.get("tools").is_some() {
@@ -778,10 +780,18 @@ fn rule_with_extra_calls(seen: &Seen) -> Answer {
         let chain: Vec<&str> =
             spec.split_whitespace().filter(|w| *w != ">").take_while(|w| !w.starts_with('(')).collect();
         let done = msgs[last_user..].iter().filter(|m| m["role"] == "assistant").count();
+        let new = if chain.iter().any(|t| t.ends_with("acknowledge_alert")) {
+            let mut other = fill(seen, chain[0]);
+            if let Value::Object(o) = &mut other {
+                o.values_mut().for_each(|v| *v = json!("X-2"));
+            }
+            (chain[0].to_string(), other)
+        } else {
+            ("acknowledge_alert".to_string(), json!({"alert_id": "X-1"}))
+        };
         return match done.checked_sub(chain.len()) {
             None => Answer::ToolCalls(vec![(chain[done].to_string(), fill(seen, chain[done]))]),
-            Some(0) => Answer::ToolCalls(vec![(chain[0].to_string(), fill(seen, chain[0]))]),
-            Some(1) => Answer::ToolCalls(vec![("acknowledge_alert".into(), json!({"alert_id": "X-1"}))]),
+            Some(0) => Answer::ToolCalls(vec![(chain[0].to_string(), fill(seen, chain[0])), new]),
             Some(_) => Answer::text(&format!("Done: {}. I also acknowledged the alert.", chain.join(", "))),
         };
     }
