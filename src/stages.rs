@@ -192,14 +192,18 @@ pub fn warnings(settings: &Settings, stage: &dyn Stage) -> Vec<Problem> {
         let (role, window) = (&r.name, &s.batch.completion_window);
         // The way out depends on what put the role in batch mode: its `mode`, or only `--batch`
         // (then `mode = "live"` is already set, and advising it would send the user in a circle).
-        let way_out = match s.mode {
-            crate::llm::config::RoleMode::Batch => {
+        let command = stage.spec().command;
+        let way_out = match (s.mode, settings.llm_batch) {
+            (crate::llm::config::RoleMode::Batch, false) => {
                 format!("set `mode = \"live\"` in `[llm.roles.{role}]`, or use `--batch` only for stages of one round")
             }
-            crate::llm::config::RoleMode::Live => format!(
-                "run `benchgen {}` without `--batch` (`[llm.roles.{role}]` is live; `--batch` suits stages of one \
-                 round)",
-                stage.spec().command
+            (crate::llm::config::RoleMode::Batch, true) => format!(
+                "set `mode = \"live\"` in `[llm.roles.{role}]` and run `benchgen {command}` without `--batch` \
+                 (either alone keeps the role in batch mode)"
+            ),
+            (crate::llm::config::RoleMode::Live, _) => format!(
+                "run `benchgen {command}` without `--batch` (`[llm.roles.{role}]` is live; `--batch` suits stages of \
+                 one round)"
             ),
         };
         out.push(Problem::new(

@@ -165,7 +165,8 @@ impl Executor {
     }
 
     /// Run the agent loop on `messages` (which end with a user message) until the model
-    /// answers, the cap is reached or a call fails; calls, groups, status and answer go
+    /// answers, the cap is reached, it asks again only for calls it already had answered
+    /// (after the one answer nudge) or a call fails; calls, groups, status and answer go
     /// into `t` (its counters continue, so a dialogue may run several turns into one
     /// trajectory or one each). `subject` names the item in ledger events. Returns the
     /// ledger events and the time spent waiting for the model (`other_ms` left at 0).
@@ -433,10 +434,12 @@ pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool
 /// Why a group of calls is not run: each call asks, with the same function and arguments,
 /// for one the loop already ran (`ran`), whose result the model was given. Small local
 /// models ask for the same call again and again until the cap, and each exchange costs
-/// seconds. A call that failed in transport (the model got no result) may be tried again.
-/// `None` for an empty group or when one call is new.
+/// seconds. A call that failed in transport may be tried again (only a transport failure
+/// says nothing of the call itself), and a call whose arguments are not a JSON object is
+/// never a repeat (the release's Inspect task, which mirrors this loop, cannot see such
+/// arguments as the model wrote them). `None` for an empty group or when one call is new.
 fn repeated(group: &[ToolCall], ran: &[CallRecord]) -> Option<String> {
-    let given = |r: &&CallRecord| !matches!(r.outcome, CallOutcome::Failed { .. });
+    let given = |r: &&CallRecord| !matches!(r.outcome, CallOutcome::Failed { .. }) && r.arguments.is_object();
     let earlier = |c: &ToolCall| ran.iter().filter(given).find(|r| r.function == c.name && r.arguments == c.arguments);
     let first = earlier(group.first()?)?;
     if !group.iter().all(|c| earlier(c).is_some()) {

@@ -487,9 +487,14 @@ impl Stage for L4Stage {
         funnel.step("feasible", feasible);
         funnel.step("passed quality control", passed);
         funnel.step("valid", valid);
-        let requalified = attempts.values().filter(|a| a.asked_again_quality.is_some()).count();
-        funnel.step("asked again: quality controlled", requalified);
         checks.count(&mut funnel, queries.len());
+        // Only where a query was asked again and kept by the plan check, as `count` does.
+        let requalified: Vec<&Quality> = attempts.values().filter_map(|a| a.asked_again_quality.as_ref()).collect();
+        if !requalified.is_empty() {
+            let below = requalified.iter().filter(|q| q.solvability_score.min(q.utility_score) < min_score).count();
+            funnel.step("asked again: quality controlled", requalified.len());
+            funnel.step("asked again: below the quality bar", below);
+        }
         out.json("attempts.json", &attempts)?;
         LevelOut { level: 4, queries, funnel, plan_checks: checks.records }.write(out)
     }

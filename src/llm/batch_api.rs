@@ -423,9 +423,14 @@ impl Api {
 
     async fn upload(&self, file: Vec<u8>, cancel: &CancellationToken) -> Result<String, CallError> {
         let url = format!("{}/files", self.base);
+        // Shared, not copied, by each attempt's part (a file of 50,000 requests is some 50 MB,
+        // and it was held twice while it went out). The part is what `Part::bytes` makes of a
+        // `Vec`, a body of these bytes with their length; `Bytes` is the `bytes` crate's, as
+        // axum re-exports it.
+        let file = axum::body::Bytes::from(file);
         let bytes = self
             .call("uploading the batch file", TRANSFER_TIMEOUT, cancel, |h| {
-                let part = reqwest::multipart::Part::bytes(file.clone()).file_name("benchgen-batch.jsonl");
+                let part = reqwest::multipart::Part::stream(file.clone()).file_name("benchgen-batch.jsonl");
                 h.post(&url).multipart(reqwest::multipart::Form::new().text("purpose", "batch").part("file", part))
             })
             .await?;
@@ -919,12 +924,12 @@ impl BatchJobs {
             let bytes = self.api.content(file, &self.cancel).await.map_err(|e| self.unfollowable(&b.id, e))?;
             // Line by line, each answer kept as the text the ledger stores.
             for line in String::from_utf8_lossy(&bytes).lines().filter(|l| !l.trim().is_empty()) {
-                let v: Value = serde_json::from_str(line).unwrap_or(Value::Null);
+                let mut v: Value = serde_json::from_str(line).unwrap_or(Value::Null);
                 let Some(key) = v["custom_id"].as_str().and_then(|h| by_hash.get(h)) else {
                     tracing::warn!("batch {}: a line of file {file} names no request of the batch", b.id);
                     continue;
                 };
-                match line_outcome(&self.api.redactor, &v) {
+                match line_outcome(&self.api.redactor, &mut v) {
                     Ok(response) => answers.push(Answered::new(key.to_string(), &response)),
                     Err(f) => {
                         failed.insert(key.to_string(), f);
@@ -955,9 +960,12 @@ impl BatchJobs {
     }
 }
 
-/// One line of an output or error file: the chat completion, or why there is none.
-fn line_outcome(redactor: &Redactor, v: &Value) -> Result<Value, Failure> {
-    let mut body = v["response"]["body"].clone();
+/// One line of an output or error file: the chat completion, or why there is none. The
+/// answer's body is taken out of the parsed line, not copied (a copy was made and dropped for
+/// every answer of a batch).
+fn line_outcome(redactor: &Redactor, v: &mut Value) -> Result<Value, Failure> {
+    // What `v["response"]["body"]` reads: null unless `response` is an object with a body.
+    let mut body = v.get_mut("response").and_then(|r| r.get_mut("body")).map(Value::take).unwrap_or_default();
     // Stored and shown like a live answer: never with the key in it.
     redactor.value(&mut body);
     let code = v["response"]["status_code"].as_u64();
@@ -1045,9 +1053,12 @@ impl BatchJobs {
                 return;
             }
         };
-        for (a, p) in taken {
-            for (w, (event_id, cached)) in p.waiters.into_iter().zip(ids.by_ref()) {
-                let (response, tries, tokens) = (a.response.clone(), p.tries, a.tokens);
+        for (mut a, p) in taken {
+            let last = p.waiters.len().saturating_sub(1);
+            for (i, (w, (event_id, cached))) in p.waiters.into_iter().zip(ids.by_ref()).enumerate() {
+                // The last call (mostly the only one) takes the text itself, the others a copy.
+                let response = if i == last { std::mem::take(&mut a.response) } else { a.response.clone() };
+                let (tries, tokens) = (p.tries, a.tokens);
                 let _ = w.tx.send(Outcome::Recorded(Recorded { response, event_id, cached, tries, tokens }));
             }
         }
@@ -1494,5 +1505,30 @@ mod tests {
         .unwrap();
         line.push(b'\n');
         assert_eq!(String::from_utf8(jsonl_line("sha256:ab", &d.body)).unwrap(), String::from_utf8(line).unwrap());
+    }
+
+    /// A line of an output or error file gives its chat completion (the key redacted), or why
+    /// there is none, whatever the line's shape: the answer is taken out of the parsed line, as
+    /// `v["response"]["body"]` reads it, never by writing into a line that has no such place.
+    #[test]
+    fn a_batch_file_line_gives_its_redacted_answer_or_why_not_whatever_its_shape() {
+        let answer = json!({"choices": [{"message": {"role": "assistant", "content": "{}"}}], "usage": {"n": 1}});
+        let none = Redactor::default();
+        let mut line = json!({"custom_id": "h", "response": {"status_code": 200, "body": answer.clone()}});
+        assert_eq!(line_outcome(&none, &mut line).unwrap(), answer);
+        let echoed = json!({"choices": [{"message": {"content": "key sk-test-0123456789"}}]});
+        let mut line = json!({"custom_id": "h", "response": {"status_code": 200, "body": echoed}});
+        let redacted = line_outcome(&Redactor::new("sk-test-0123456789"), &mut line).unwrap();
+        assert_eq!(redacted["choices"][0]["message"]["content"], "key [redacted]");
+        let why = |mut v: Value| {
+            let f = line_outcome(&none, &mut v).unwrap_err();
+            format!("{} {}", f.status, f.retryable)
+        };
+        assert_eq!(why(json!({"response": {"status_code": 200, "body": {"x": 1}}})), "malformed response true");
+        assert_eq!(why(json!({"response": {"status_code": 400, "body": {"error": "e"}}})), "HTTP 400 false");
+        assert_eq!(why(json!({"response": {"status_code": 429}})), "HTTP 429 true");
+        assert_eq!(why(json!({"error": {"code": "c", "message": "m"}})), "batch error c true");
+        assert_eq!(why(json!({"response": "not an object", "error": {"code": "c"}})), "batch error c true");
+        assert_eq!(why(json!({"response": [1]})), "batch error ? true");
     }
 }

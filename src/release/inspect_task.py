@@ -913,9 +913,18 @@ async def _turn(model, messages, infos, sandbox, cfg):
     """The agent loop on one turn, as `benchgen eval` runs it."""
     run = {"status": "answered", "calls": [], "answer": None}
     executed, groups, nudged, nudge_now = 0, 0, False, False
-    # (function, arguments) of the calls run in this turn: small models ask for one call again
-    # and again until the cap, so a group of only those is not run again.
-    ran = []
+    # (function, arguments as serde_json writes them) of the calls run in this turn: small models
+    # ask for one call again and again until the cap, so a group of only those is not run again.
+    # Keyed by their JSON text, as benchgen compares `serde_json::Value`s: 1, 1.0 and true differ.
+    # A call whose arguments are not a JSON object is never a repeat, as in benchgen.
+    ran = set()
+
+    def key(c):
+        args = c.arguments
+        if c.parse_error is not None or not isinstance(args, dict):
+            return None
+        return (c.function, dumps(canonical(normal(args))))
+
     while True:
         extra = [ChatMessageSystem(content=cfg["answer_nudge"])] if nudge_now else []
         output = await model.generate(messages + extra, tools=infos)
@@ -923,7 +932,7 @@ async def _turn(model, messages, infos, sandbox, cfg):
         reply = output.message
         calls = list(reply.tool_calls or [])
         blank = not calls and not (reply.text or "").strip()
-        repeat = bool(calls) and all((c.function, normal(c.arguments or {})) in ran for c in calls)
+        repeat = bool(calls) and all(key(c) in ran for c in calls)
         if (repeat or (blank and executed > 0)) and not nudged and cfg["answer_nudge"]:
             nudged = nudge_now = True
             continue
@@ -949,7 +958,8 @@ async def _turn(model, messages, infos, sandbox, cfg):
         for c in calls:
             record, told = _call(sandbox, c, group)
             run["calls"].append(record)
-            ran.append((c.function, normal(c.arguments or {})))
+            if key(c) is not None:
+                ran.add(key(c))
             content = _cut(told, cfg["tool_result_chars"])
             messages.append(ChatMessageTool(content=content, tool_call_id=c.id, function=c.function))
 

@@ -979,6 +979,7 @@ fn an_l4_whose_query_needs_one_server_is_asked_again_and_kept_when_the_new_query
     let qc = attempt["exchanges"].as_array().unwrap().last().unwrap();
     assert!(queries[0]["exchanges"].as_array().unwrap().contains(qc), "{}", queries[0]);
     assert!(funnel_has(&out, "asked again: quality controlled", 1), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "asked again: below the quality bar", 0), "{}", out["funnel"]);
     assert!(funnel_has(&out, "plan check: rejected after asking again", 0), "{}", out["funnel"]);
     assert!(funnel_has(&out, "plan checked", 1), "{}", out["funnel"]);
 }
@@ -1004,6 +1005,7 @@ fn an_l4_query_written_when_asked_again_is_held_to_quality_control() {
     assert_eq!(rejected[0]["reason"], "quality control after asking again: below 7 (solvability 3 utility 9)");
     assert_eq!(out["attempts"]["attempt:0000"]["asked_again_quality"]["solvability_score"], 3);
     assert!(funnel_has(&out, "asked again: quality controlled", 1), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "asked again: below the quality bar", 1), "{}", out["funnel"]);
 }
 
 #[test]

@@ -428,6 +428,9 @@ fn check_warns_of_a_batch_role_that_runs_an_agent_loop_and_passes() {
     let v = json_of(p.path(), &["--json", "check"]);
     assert_eq!(v["warnings"].as_array().map(Vec::len), Some(1), "{v:#}");
     assert_eq!(v["warnings"][0]["location"], "execute.role", "{v:#}");
+    // Both the role's `mode` and `--batch`: both must go.
+    let (success, out, err) = run(p.path(), &["--batch", "check"]);
+    assert!(success && err.contains("and run `benchgen execute` without `--batch` (either alone keeps"), "{out}{err}");
 
     let p = project_with_an_agent("");
     let (success, out, err) = run(p.path(), &["check"]);

@@ -784,6 +784,9 @@ fn rule_with_extra_calls(seen: &Seen) -> Answer {
             let mut other = fill(seen, chain[0]);
             if let Value::Object(o) = &mut other {
                 o.values_mut().for_each(|v| *v = json!("X-2"));
+                // A tool without required arguments (`list_services`) would give `{}` again:
+                // a repeat of the chain's first call, which the agent loop does not run.
+                o.insert("note".into(), json!("X-2"));
             }
             (chain[0].to_string(), other)
         } else {

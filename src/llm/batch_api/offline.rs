@@ -227,13 +227,14 @@ pub fn import(settings: &Settings, file: &Path) -> Result<ImportReport> {
     let mut failed = Vec::new();
     for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let at = format!("`{shown}` line {}", n + 1);
-        let v: Value = serde_json::from_str(line).with_context(|| format!("{at}: not JSON"))?;
-        let Some(hash) = v["custom_id"].as_str() else { bail!("{at}: no `custom_id` string") };
-        let targets = exported_keys(&l, hash)?;
+        let mut v: Value = serde_json::from_str(line).with_context(|| format!("{at}: not JSON"))?;
+        // Owned: the answer is taken out of `v`.
+        let Some(hash) = v["custom_id"].as_str().map(str::to_string) else { bail!("{at}: no `custom_id` string") };
+        let targets = exported_keys(&l, &hash)?;
         let Some((_, _, role)) = targets.first() else {
             bail!("{at}: `custom_id` {hash} is no request of a `benchgen llm batch-export`")
         };
-        match line_outcome(redactors.get(role).unwrap_or(&none), &v) {
+        match line_outcome(redactors.get(role).unwrap_or(&none), &mut v) {
             Ok(response) => {
                 let text = response.to_string();
                 for (row, key, _) in targets {
