@@ -102,6 +102,7 @@ pub fn sites() -> Vec<Entry> {
             levels::l4::scenario_answer(&json!(services))
         }),
         of::<levels::l4::Quality>("src/levels/l4.rs", "levels L4: quality"),
+        of::<levels::l4::Quality>("src/levels/l4.rs", "levels L4: quality of a query asked again"),
         of::<levels::l5::Label>("src/levels/l5.rs", "levels L5: label"),
         of::<levels::l5::Consensus>("src/levels/l5.rs", "levels L5: consensus"),
         of::<levels::l5::Tasks>("src/levels/l5.rs", "levels L5: tasks"),
