@@ -115,6 +115,13 @@ pub struct Quality {
     pub utility_feedback: String,
 }
 
+impl Quality {
+    /// Both scores reach `min_score` (a scenario's rounds and a query asked again alike).
+    fn passes(&self, min_score: u8) -> bool {
+        self.solvability_score >= min_score && self.utility_score >= min_score
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Round {
@@ -407,7 +414,7 @@ impl Stage for L4Stage {
                     json!({"services": services, "scenario": sc.value, "tools": qc_tools(look_ref, &sc.value.steps)});
                 let q = llm.typed_as::<Quality>(judge, &Prompt::new(QC_TEMPLATE, qv), &format!("qc-{r}")).await?;
                 a.exchanges.push(q.exchange);
-                let pass = q.value.solvability_score >= min_score && q.value.utility_score >= min_score;
+                let pass = q.value.passes(min_score);
                 feedback = format!(
                     "solvability {}/10: {} utility {}/10: {}",
                     q.value.solvability_score,
@@ -491,7 +498,7 @@ impl Stage for L4Stage {
         // Only where a query was asked again and kept by the plan check, as `count` does.
         let requalified: Vec<&Quality> = attempts.values().filter_map(|a| a.asked_again_quality.as_ref()).collect();
         if !requalified.is_empty() {
-            let below = requalified.iter().filter(|q| q.solvability_score.min(q.utility_score) < min_score).count();
+            let below = requalified.iter().filter(|q| !q.passes(min_score)).count();
             funnel.step("asked again: quality controlled", requalified.len());
             funnel.step("asked again: below the quality bar", below);
         }
@@ -590,7 +597,7 @@ impl QcAgain<'_> {
                         a.exchanges.push(exchange.clone());
                         a.asked_again_quality = Some(q.clone());
                         let (sol, uti, min) = (q.solvability_score, q.utility_score, self.min_score);
-                        match sol >= min && uti >= min {
+                        match q.passes(min) {
                             true => v.verdict,
                             false => Err(format!(
                                 "quality control after asking again: below {min} (solvability {sol} utility {uti})"

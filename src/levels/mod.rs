@@ -947,8 +947,7 @@ pub fn step_similarities(embedder: &LazyEmbedder, look: &Lookup<'_>, query: &str
     texts.extend(ids.iter().filter_map(|id| look.get(id)).map(|(s, t)| crate::embedding::tool_text(recipe, s, t)));
     let mut vectors = embedder.embed(&texts)?.into_iter().map(crate::embedding::normalised);
     let q = vectors.next().ok_or_else(|| anyhow::anyhow!("the embedding model returned no vector"))?;
-    let cosine: BTreeMap<&String, f32> =
-        ids.iter().zip(vectors).map(|(id, v)| (id, q.iter().zip(&v).map(|(a, b)| a * b).sum::<f32>())).collect();
+    let cosine: BTreeMap<&String, f32> = ids.iter().zip(vectors).map(|(id, v)| (id, dot(&q, &v))).collect();
     Ok(steps
         .iter()
         .map(|s| {

@@ -520,8 +520,8 @@ fn param_match(input: &str, output: &str) -> bool {
 /// What the query says about one step.
 #[derive(Debug, Clone)]
 struct Evidence {
+    /// The lexical share of the query's content words (3 decimals).
     score: f64,
-    kind: ScoreKind,
     /// Query content words found in the tool's text (lexical).
     shared: Vec<String>,
     /// The embedding cosine, when the caller has embeddings.
@@ -586,7 +586,7 @@ fn evidence(
     let score = if q.is_empty() { 0.0 } else { shared.len() as f64 / q.len() as f64 };
     // A step none of whose tools is known has no vector: no evidence either way.
     let similarity = embedded.filter(|x| x.is_finite()).map(|x| round3(f64::from(x)));
-    Evidence { score: round3(score), kind: ScoreKind::Lexical, shared, similarity, mention, words: q.len() }
+    Evidence { score: round3(score), shared, similarity, mention, words: q.len() }
 }
 
 /// Why an L1/L2 query asks for nothing its tools do, if it does not: it shares no content
@@ -771,7 +771,7 @@ fn requested(
         d.by = by;
         d.exchange = exchange;
         d.score = Some(e.score);
-        d.score_kind = Some(e.kind);
+        d.score_kind = Some(ScoreKind::Lexical);
         d.similarity = e.similarity;
         d.mention = e.mention.clone();
         out[i] = Some(d);
