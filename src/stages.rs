@@ -569,9 +569,9 @@ review-export on sha256:2590279cb0054a94f4772b72bfa8002e01d9491b47ca9181120f92ce
 review-import off error: no filled sheets in `reviews/returned` and no web submissions in `reviews/web/scores.jsonl`
 review-prereview on sha256:2b4700bfb17781a0747432be04fe73de73a0fa6c174b7eb1827866b7b78622f6
 review-merge on sha256:e422bd5173c26174e26e964407cc6d94f1ca44013b1c0585cc72efdc1a1afa5d
-release-candidate on sha256:b7358d6be67e4dc4761ea1d93f68a2d8b9b2d0f8b895ddffc069fbfd2de4ff91
+release-candidate on sha256:cec03fbbf885801222415fa7868d1403aa91426b982a64681d1314cdafaa7816
 eval on sha256:dc7203a939dc56d577f5ec84cd70fbf68a77e7fcff60efa0c4892ddadebf9f90
-release on sha256:b7358d6be67e4dc4761ea1d93f68a2d8b9b2d0f8b895ddffc069fbfd2de4ff91
+release on sha256:cec03fbbf885801222415fa7868d1403aa91426b982a64681d1314cdafaa7816
 ";
 
     #[test]

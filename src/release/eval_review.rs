@@ -8,10 +8,11 @@
 //! version until the adjudicated sheet says `keep` or `leave out` (issue 38: no all-fail
 //! item reaches a release without a recorded decision).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use anyhow::Result;
+use serde_json::Value;
 
 use crate::error::{InputError, Problem};
 use crate::settings::Settings;
@@ -32,6 +33,32 @@ pub const ALL_FAIL: &str = "all-fail";
 /// release reads it and must not import `eval`.
 pub const QUEUE: Artifact = Artifact::new("eval", "review.csv");
 
+/// `eval`'s analysis of every item (`items.jsonl`): where it says two or more panel agents
+/// agreed on a tool outside the reference (`evidence.agreed_tool`), the rule that stands in
+/// for a person (`[release] decide_flagged = "evidence"`) leaves the item out.
+pub const ITEMS: Artifact = Artifact::new("eval", "items.jsonl");
+
+/// Who decides the items the panel flagged `all-fail` that the adjudicated sheet leaves
+/// undecided (`[release] decide_flagged`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decider {
+    /// A person, in the adjudicated sheet (`[release] eval_review`); until then the item is
+    /// held back (or published and listed, `hold_flagged = false`).
+    #[default]
+    Person,
+    /// A rule standing in for a person, from the panel's evidence: left out where two or
+    /// more agents agree on a tool (or plan) outside the reference, kept where every agent
+    /// failed its own way. The card and the CHANGELOG say so.
+    Evidence,
+}
+
+impl Decider {
+    pub fn is_person(&self) -> bool {
+        *self == Decider::Person
+    }
+}
+
 /// What an adjudicated sheet decides: id → the reason as the CHANGELOG gives it.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Adjudicated {
@@ -39,6 +66,9 @@ pub struct Adjudicated {
     pub leave_out: HashMap<String, String>,
     /// "kept after evaluation: <flags>: <note>".
     pub keep: HashMap<String, String>,
+    /// The ids decided by rule from the panel's evidence ([`Decider::Evidence`]), standing
+    /// in for a person; the others were decided in the sheet.
+    pub by_rule: BTreeSet<String>,
 }
 
 impl Adjudicated {
@@ -46,6 +76,69 @@ impl Adjudicated {
     pub fn decided(&self, id: &str) -> bool {
         self.leave_out.contains_key(id) || self.keep.contains_key(id)
     }
+
+    /// Decides the flagged item `id` by rule ([`Decider::Evidence`]): left out when the
+    /// panel agreed on something else (`agreed`: what, as [`agreed`] gives it), kept
+    /// otherwise. `why` is the flag as [`all_fail`] gives it.
+    pub fn decide_by_rule(&mut self, id: &str, why: &str, agreed: Option<&String>) {
+        const BY: &str =
+            "by rule from the panel's evidence (`[release] decide_flagged = \"evidence\"`), standing in for a person";
+        match agreed {
+            Some(what) => {
+                let reason = format!("left out after evaluation {BY}: {why}; two or more agents agree on {what}");
+                self.leave_out.insert(id.to_string(), reason);
+            }
+            None => {
+                let reason = format!(
+                    "kept after evaluation {BY}: {why}; no two agents agree on an alternative to the reference, so the panel's failures are taken as the agents' own"
+                );
+                self.keep.insert(id.to_string(), reason);
+            }
+        }
+        self.by_rule.insert(id.to_string());
+    }
+
+    /// The lineage record of a kept decision on `id`: who decided and why.
+    pub fn kept(&self, id: &str) -> Option<Value> {
+        let reason = self.keep.get(id)?;
+        let by = if self.by_rule.contains(id) { "rule" } else { "person" };
+        Some(serde_json::json!({"decision": KEEP, "decided_by": by, "reason": reason}))
+    }
+}
+
+/// The items of `eval`'s `items.jsonl` (`name`) on which two or more panel agents agreed
+/// on a tool outside the reference, in any tool space: id → "`<tool>` (<the evidence's
+/// note>)", the first space's by file order. A line that is not an item record is an error
+/// naming it.
+pub fn agreed(name: &str, bytes: &[u8]) -> Result<BTreeMap<String, String>, InputError> {
+    let mut out = BTreeMap::new();
+    let mut problems = Vec::new();
+    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let loc = format!("line {}", i + 1);
+        let v: Value = match serde_json::from_slice(line) {
+            Ok(v) => v,
+            Err(e) => {
+                problems.push(Problem::new(&loc, format!("not a JSON item record: {e}")));
+                continue;
+            }
+        };
+        let Some(id) = v["id"].as_str() else {
+            problems.push(Problem::new(format!("{loc} (id)"), "missing: every item record has an `id`"));
+            continue;
+        };
+        let evidence = &v["evidence"];
+        if let Some(tool) = evidence["agreed_tool"].as_str() {
+            let note = evidence["note"].as_str().unwrap_or_default();
+            out.entry(id.to_string()).or_insert_with(|| format!("`{tool}` ({note})"));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(InputError { file: name.to_string(), problems });
+    }
+    Ok(out)
 }
 
 /// The decisions of an adjudicated eval review sheet. Every problem (header, cells, a
@@ -127,6 +220,30 @@ mod tests {
         let flagged = all_fail("review.csv", SHEET.as_bytes()).unwrap();
         assert_eq!(flagged.keys().collect::<Vec<_>>(), ["L1-1", "L3-1", "L4-1"]);
         assert_eq!(flagged["L1-1"], "flagged `all-fail` by the eval panel (solve rate 0.0000; 2 agents chose Beta::u)");
+    }
+
+    /// `decide_flagged = "evidence"`: the item on which two agents agree on another tool is
+    /// left out, the one every agent failed its own way is kept, each marked as the rule's.
+    #[test]
+    fn the_rule_leaves_out_what_the_panel_agreed_against_and_keeps_the_rest() {
+        let items = concat!(
+            r#"{"id":"L1-1","tool_space":"oracle","flags":["all-fail"],"evidence":{"called":{},"agreed_tool":"Beta::u","note":"`a`, `b` called `Beta::u`"}}"#,
+            "\n\n",
+            r#"{"id":"L3-1","tool_space":"oracle","flags":["all-fail"],"evidence":{"called":{},"note":"no two agents agree"}}"#,
+            "\n",
+        );
+        let agreed = agreed("items.jsonl", items.as_bytes()).unwrap();
+        assert_eq!(agreed.keys().collect::<Vec<_>>(), ["L1-1"]);
+        let mut a = Adjudicated::default();
+        for id in ["L1-1", "L3-1"] {
+            a.decide_by_rule(id, "flagged", agreed.get(id));
+        }
+        assert!(a.leave_out["L1-1"].contains("by rule") && a.leave_out["L1-1"].contains("`Beta::u` (`a`, `b`"));
+        assert!(a.keep["L3-1"].contains("by rule") && !a.leave_out.contains_key("L3-1"));
+        assert_eq!(a.kept("L3-1").unwrap()["decided_by"], "rule");
+        assert!(a.kept("L1-1").is_none());
+        let e = super::agreed("items.jsonl", b"{\"tool_space\":\"oracle\"}\nnot json\n").unwrap_err();
+        assert!(e.to_string().contains("line 1 (id)") && e.to_string().contains("line 2"), "{e}");
     }
 
     #[test]

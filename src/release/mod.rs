@@ -165,9 +165,11 @@ pub static SPEC: StageSpec = StageSpec {
     // 8: writes an Inspect AI task (`inspect/`). 9: `servers.json` counts log samples apart
     // (`logged`) and redacts credentials written in a pinned start. 10: the Inspect AI task's
     // agent loop does not run a group of calls already run again (nudge, then `repeated`).
-    version: 10,
+    // 11: `decide_flagged = "evidence"`: a rule decides flagged items from the panel's
+    // evidence; a kept flagged item's lineage record says who kept it and why.
+    version: 11,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, pinned servers, an Inspect AI task, checksums",
-    reads: pool_reads!(eval_review::QUEUE.optional()),
+    reads: pool_reads!(eval_review::QUEUE.optional(), eval_review::ITEMS.optional()),
     writes: WRITES,
     section: Some("release"),
 };
@@ -204,6 +206,10 @@ pub struct ReleaseSettings {
     /// until `eval_review` decides it (`keep` or `leave out`).
     #[serde(default = "yes")]
     pub hold_flagged: bool,
+    /// Who decides the flagged items the sheet leaves undecided: a person (the default) or
+    /// a rule from the panel's evidence standing in for one.
+    #[serde(default, skip_serializing_if = "eval_review::Decider::is_person")]
+    pub decide_flagged: eval_review::Decider,
 }
 
 /// `[release]`; absent: its stages are not part of `run` (each still runs alone, with defaults).
@@ -239,6 +245,12 @@ impl crate::settings::Section for ReleaseSettings {
             "true",
             "Hold back items `benchgen eval` flagged `all-fail` until `eval_review` decides them.",
         ),
+        Key::new(
+            "decide_flagged",
+            "string",
+            r#""person""#,
+            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: a rule standing in for a person leaves out those on which two panel agents agree on another tool, keeps the rest, and the card says so.",
+        ),
     ];
     const EXAMPLE: &'static str = r#"
 [release]
@@ -268,6 +280,7 @@ pub(crate) fn settings(s: &Settings) -> ReleaseSettings {
         dir: default_dir(),
         eval_review: None,
         hold_flagged: true,
+        decide_flagged: eval_review::Decider::Person,
     })
 }
 
@@ -384,7 +397,9 @@ impl Stage for ReleaseStage {
          runs the release with no benchgen), `CHANGELOG.md` and `SHA256SUMS`. A published version is never overwritten. With `[eval]`, the panel first
          audits the release candidate (`benchgen release candidate`), and every item it flagged
          `all-fail` (`eval/review.csv`) is held back until `[release] eval_review` decides it
-         (`hold_flagged = false`: published and listed on the card). `benchgen release verify
+         (`hold_flagged = false`: published and listed on the card; `decide_flagged =
+         \"evidence\"`: decided by a rule from the panel's evidence, standing in for a person,
+         and the card says so). `benchgen release verify
          DIR` checks a release; with `--servers` it also starts the pinned servers and reports
          every tool changed since."
     }
@@ -478,6 +493,9 @@ pub struct Summary {
     pub changelog_head: Option<String>,
     /// Items the eval panel flagged `all-fail`, published undecided (`hold_flagged = false`).
     pub flagged_published: usize,
+    /// Flagged items decided by rule from the panel's evidence (`decide_flagged =
+    /// "evidence"`): (kept, left out).
+    pub flagged_by_rule: (usize, usize),
     /// Values the log track's import anonymised (its manifest's `anonymised` count); `None`
     /// when the log track did not run. For `croissant.json`'s personal-information field.
     pub anonymised: Option<u64>,
@@ -660,6 +678,14 @@ pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) ->
     if !audit.hold {
         pool.summary.flagged_published = audit.flagged.keys().filter(|id| pool.current.contains_key(*id)).count();
     }
+    let by_rule = &audit.adjudicated.by_rule;
+    pool.summary.flagged_by_rule = (
+        by_rule.iter().filter(|id| pool.current.contains_key(*id)).count(),
+        by_rule
+            .iter()
+            .filter(|id| audit.adjudicated.leave_out.contains_key(*id) && pool.left_out.contains_key(*id))
+            .count(),
+    );
     warn_unknown(out, &audit, &pool);
     cassettes::write(&tmp)?;
     servers::write(s, &tmp, &rel_name, &catalog)?;
@@ -861,6 +887,13 @@ fn write_card(
             summary.flagged_published
         ));
     }
+    let (kept, left) = summary.flagged_by_rule;
+    if kept + left > 0 {
+        limits.push(format!(
+            "{} item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person (`[release] decide_flagged = \"evidence\"`): {kept} kept (no two agents agree on an alternative to the reference), {left} left out (two or more agents agree on another tool); CHANGELOG.md gives each reason.",
+            kept + left
+        ));
+    }
     if !etom_track {
         limits.push("No ETOM levels: the registry track did not run.".into());
     }
@@ -886,14 +919,34 @@ fn audit(s: &Settings, cfg: &ReleaseSettings, inputs: &Inputs, mode: Mode) -> Re
         Some(p) => eval_review::read(s, inputs, &s.resolve(p))?,
         None => eval_review::Adjudicated::default(),
     };
+    let mut adjudicated = adjudicated;
     let mut flagged = BTreeMap::new();
     // A queue left on disk by an eval that is no longer configured holds nothing back.
     if mode == Mode::Publish && s.section_on("eval") && inputs.has(&eval_review::QUEUE) {
         let name = format!("artifacts/{}/{}", eval_review::QUEUE.stage, eval_review::QUEUE.file);
         flagged = eval_review::all_fail(&name, inputs.bytes_of(&eval_review::QUEUE)?)?;
         flagged.retain(|id, _| !adjudicated.decided(id));
+        if cfg.decide_flagged == eval_review::Decider::Evidence && !flagged.is_empty() {
+            let agreed = agreed_items(inputs)?;
+            for (id, why) in std::mem::take(&mut flagged) {
+                adjudicated.decide_by_rule(&id, &why, agreed.get(&id));
+            }
+        }
     }
     Ok(Audit { adjudicated, flagged, hold: cfg.hold_flagged })
+}
+
+/// [`eval_review::agreed`] of `eval`'s `items.jsonl`, which `eval` writes beside the queue.
+fn agreed_items(inputs: &Inputs) -> Result<BTreeMap<String, String>> {
+    let items = &eval_review::ITEMS;
+    let name = format!("artifacts/{}/{}", items.stage, items.file);
+    if !inputs.has(items) {
+        return Err(hinted(
+            format!("`[release] decide_flagged = \"evidence\"` needs the panel's evidence, and `{name}` is missing"),
+            "run `benchgen eval` again: it writes `items.jsonl` beside `review.csv`",
+        ));
+    }
+    Ok(eval_review::agreed(&name, inputs.bytes_of(items)?)?)
 }
 
 /// `benchgen explain sample:<id>` for a released sample: its release record and ledger

@@ -217,7 +217,8 @@ pub(super) fn write_pool(
             *pool.used.entry(t.to_string()).or_default() += 1;
         }
         let Some(released_as) = files.write(&drawn, tmp, &descriptions, &mut problems)? else { continue };
-        pool.write_lineage(&mut files.lineage_out, &drawn, &hash, &released_as, decision)?;
+        let audited = audit.adjudicated.kept(&sample.id);
+        pool.write_lineage(&mut files.lineage_out, &drawn, (hash.as_str(), released_as.as_str()), decision, audited)?;
         pool.requests.insert(key, sample.id.clone());
         pool.add(&drawn, hash, &tools, released_as, decision);
     }
@@ -532,9 +533,9 @@ impl Pooled {
         &mut self,
         lineage_out: &mut impl Write,
         drawn: &Drawn,
-        hash: &str,
-        released_as: &str,
+        (hash, released_as): (&str, &str),
         decision: Option<&Decision>,
+        audited: Option<Value>,
     ) -> Result<()> {
         let Drawn { source, file, line, sample } = drawn;
         let roots = self.index.roots(&sample.id, &sample.provenance_id)?;
@@ -557,6 +558,11 @@ impl Pooled {
             if d.decided_by == "human" || d.decided_by == "adjudication" {
                 self.human += 1;
             }
+        }
+        // A flagged item kept after evaluation: who kept it (a person or the rule standing
+        // in for one) and why.
+        if let Some(a) = audited {
+            l["eval_audit"] = a;
         }
         l["events"] = serde_json::to_value(&events)?;
         serde_json::to_writer(&mut *lineage_out, &l)?;

@@ -32,6 +32,14 @@ pub(super) fn published_notes(out: &mut Output, summary: &Summary, shown: &str) 
             "{held} item(s) that no eval panel agent solved (`all-fail`) were held back: copy `artifacts/eval/review.csv` to `reviews/eval/`, write `keep` or `leave out` in `decision`, name it in `[release] eval_review`, and release a new version (CHANGELOG.md lists them)"
         ));
     }
+    let (kept, left) = summary.flagged_by_rule;
+    if kept + left > 0 {
+        out.count("decided_by_rule", kept + left);
+        out.notes.push(format!(
+            "{} item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person: {kept} kept, {left} left out (CHANGELOG.md gives each reason; a person's `keep` or `leave out` in `[release] eval_review` overrides it in a new version)",
+            kept + left
+        ));
+    }
     out.count("samples", summary.samples);
     out.count("pool", summary.pool);
     out.count("left_out", summary.pool - summary.samples);

@@ -91,6 +91,12 @@ fn answer(seen: &Seen) -> Answer {
         if last["role"] != "user" {
             return Answer::text("Here is what the tools returned.");
         }
+        // An L5 request (levels.rs writes "As a …, I need help with <gap> tonight"), which
+        // no tool can serve: a capable agent says so and calls nothing, so the eval panel
+        // solves it and the demo's rule for flagged items has nothing to decide.
+        if last["content"].as_str().is_some_and(|c| c.contains("I need help with")) {
+            return Answer::text("None of the tools I have can do that, sorry.");
+        }
         let word = last_word(last["content"].as_str().unwrap_or_default());
         return Answer::ToolCalls(tools.iter().take(2).map(|t| call_of(t, word)).collect());
     }

@@ -82,6 +82,15 @@ fn two_planted_rule(seen: &Seen) -> Answer {
     scripted(seen, &plans, NOISY_BESIDES_L2)
 }
 
+/// [`agent_rule`] where, on `L2-1` ("Do the x thing.", gold `Alpha::x` or `Beta::u`), the
+/// oracle calls `Alpha::y` and the noisy agent (which drops the call) nothing: failed by
+/// every agent, each its own way, so no two agree on another tool.
+fn split_rule(seen: &Seen) -> Answer {
+    let mut plans = plans();
+    plans.insert("Do the x thing.", vec![vec![("Alpha::y", json!({}))]]);
+    scripted(seen, &plans, NOISY)
+}
+
 /// The scripted panel: each agent answers the request from `plans` (by its user message),
 /// `noisy` dropping the last call of the requests in `noisy`, `none` calling nothing.
 fn scripted(seen: &Seen, plans: &BTreeMap<&str, Vec<Vec<(&str, Value)>>>, noisy: &[&str]) -> Answer {
@@ -939,4 +948,45 @@ fn an_item_every_agent_failed_is_held_back_until_a_person_keeps_it() {
     );
     assert!(!log.contains("Held back"), "{log}");
     assert!(!p.read("release/it-bench-0.2.0/README.md").contains("held back"));
+}
+
+/// With no person to adjudicate (`[release] decide_flagged = "evidence"`, the demo's
+/// setting; issue 38), a rule decides each `all-fail` item from the panel's evidence and the
+/// release says so: `L1-1`, on which two agents agree on `Beta::u` instead of the reference,
+/// is left out; `L2-1`, which every agent failed its own way, is kept, its lineage naming
+/// the rule; nothing is held back or published undecided.
+#[test]
+fn with_no_person_a_rule_decides_each_all_fail_item_from_the_panels_evidence() {
+    let llm = ScriptedLlm::start(split_rule);
+    let p = crate::release::project("0.1.0");
+    let cfg = p.read(CONFIG).replace("version = \"0.1.0\"", "version = \"0.1.0\"\ndecide_flagged = \"evidence\"");
+    p.write(CONFIG, format!("{cfg}\n{}", eval_config(&llm, "")));
+    assert_code(&candidate(&p), 0);
+    assert_code(&eval(&p), 0);
+    let flagged: Vec<String> = items(&p)
+        .iter()
+        .filter(|i| i["flags"].as_array().unwrap().contains(&json!("all-fail")))
+        .map(|i| i["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(flagged, ["L1-1", "L2-1"]);
+    let o = crate::release::release(&p, &[]);
+    assert_code(&o, 0);
+    let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(said.contains("2 item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person: 1 kept, 1 left out"), "{said}");
+    assert!(!said.contains("held back"), "{said}");
+    let ids = released_ids(&p, "0.1.0");
+    assert!(ids.contains(&"L2-1".to_string()) && !ids.contains(&"L1-1".to_string()), "{ids:?}");
+    let card = p.read("release/it-bench-0.1.0/README.md");
+    assert!(card.contains("were decided by rule from the panel's evidence, standing in for a person (`[release] decide_flagged = \"evidence\"`): 1 kept"), "{card}");
+    assert!(!card.contains("held back") && !card.contains("without a decision"), "{card}");
+    let log = p.read("release/it-bench-0.1.0/CHANGELOG.md");
+    assert!(log.contains("### Decided after evaluation (2)"), "{log}");
+    assert!(log.contains("- `L1-1`: left out after evaluation by rule from the panel's evidence"), "{log}");
+    assert!(log.contains("two or more agents agree on `Beta::u`"), "{log}");
+    assert!(log.contains("- `L2-1`: kept after evaluation by rule from the panel's evidence"), "{log}");
+    let lineage = p.read("release/it-bench-0.1.0/lineage.jsonl");
+    let l2: Value =
+        lineage.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|l| l["id"] == "L2-1").unwrap();
+    assert_eq!(l2["eval_audit"]["decision"], "keep");
+    assert_eq!(l2["eval_audit"]["decided_by"], "rule");
 }
