@@ -1,30 +1,28 @@
 //! `benchgen explain ID`: the lineage of one item, from the ledger runs that
 //! produced the current artifacts.
 //!
-//! IDs: a tool (`server::tool`), a server (`server`), a filter decision
-//! (`filter:<tool or server>`), a ledger event (`#123`), or an LLM exchange or MCP call by
-//! the hash an artifact names it with (`sha256:…`). Every other id is a family's, answered
-//! by the family through the stage list ([`crate::stage::Stage::explain_subject`]): a log
-//! session (`log:<session id>`), an EFS set (`efs:<set id>`), a graph edge
-//! (`edge:<from>-><to>`), a sample (`sample:<id>`). This file names no family's event kind:
-//! each family describes its own ([`crate::stage::Stage::describe_event`]).
+//! IDs of its own: a ledger event (`#123`), or an LLM exchange or MCP call by the hash an
+//! artifact names it with (`sha256:…`). Every other id is a family's, answered by the family
+//! through the stage list ([`crate::stage::Stage::explain_subject`]), asked from its end: a
+//! log session (`log:<session id>`), an EFS set (`efs:<set id>`), a graph edge
+//! (`edge:<from>-><to>`), a sample (`sample:<id>`), and last, by the first family, a tool
+//! (`server::tool`), a server (`server`) or its filter decision (`filter:<tool or server>`).
+//! An id no family answers is a tool or a server no current artifact has. This file names no
+//! family, nor an event kind a family declares: each family describes its own
+//! ([`crate::stage::Stage::describe_event`]); the foundation's (`ledger::kind`) and the LLM
+//! client's are described here.
 
 use anyhow::Result;
 use serde_json::Value;
 
 use crate::error::hinted;
-use crate::ledger::{Event, Explanation, Ledger, kind};
-use crate::model::{Catalog, TOOL_ID_SEP, norm_tool_id};
+use crate::ledger::{EXPLAIN_IDS, Event, Explanation, Ledger, kind};
+use crate::model::{TOOL_ID_SEP, norm_tool_id};
 use crate::settings::Settings;
-use crate::stage::Manifest;
+use crate::stage::{Manifest, Stage};
 
 pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
-    let not_found = |what: String| {
-        hinted(
-            what,
-            "ids look like `server::tool`, `server`, `filter:server::tool`, `#<event id>` or `sha256:<exchange or call hash>`; `benchgen status` shows what has run",
-        )
-    };
+    let not_found = |what: String| hinted(what, EXPLAIN_IDS);
     let Some(ledger) = Ledger::open_existing(&settings.artifacts)? else {
         return Err(not_found(format!(
             "nothing to explain yet: `{}` has no ledger",
@@ -55,7 +53,7 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
     if id.starts_with("sha256:") {
         let found = match ledger.exchange_event(id)? {
             Some(n) => Some(n),
-            None => crate::agent::call_event(&ledger, id)?,
+            None => ledger.call_event(id)?,
         };
         let Some(n) = found else {
             return Err(not_found(format!("no LLM exchange or MCP call with hash `{id}` in the ledger")));
@@ -68,44 +66,26 @@ pub fn explain(settings: &Settings, raw_id: &str) -> Result<Explanation> {
 
     // Only the runs behind the current artifacts count.
     let runs = current_runs(settings);
-    // Ids a family files its events under (`log:`, `efs:`, `edge:`, `sample:`): the family
-    // says where the item stands.
-    for stage in &stages {
-        if let Some(x) = stage.explain_subject(&ledger, &runs, id)? {
-            return Ok(x);
-        }
+    if let Some(x) = family_answer(&stages, &ledger, &runs, id)? {
+        return Ok(x);
     }
-    let (subject, only_filter) = match id.strip_prefix("filter:") {
-        Some(rest) => (norm_tool_id(rest), true),
-        None => (norm_tool_id(id), false),
-    };
+    // No family knows it: a tool or a server (by its shape) no event of the current runs is about.
+    let subject = norm_tool_id(id);
     let item = if subject.contains(TOOL_ID_SEP) { "tool" } else { "server" };
-    let direct = ledger.events_for(&subject, &runs)?;
-    let roots: Vec<i64> =
-        direct.iter().filter(|e| !only_filter || e.kind == kind::FILTER_DECISION).map(|e| e.id).collect();
-    if roots.is_empty() {
-        let what = if only_filter { "filter decision for" } else { item };
-        return Err(not_found(format!("no {what} `{subject}` in the current artifacts")));
-    }
-    let lineage = ledger.lineage(&roots)?;
-    let decision = direct.iter().rev().find(|e| e.kind == kind::FILTER_DECISION);
-    let status = match decision {
-        Some(d) => {
-            let p = &d.payload;
-            let verdict = p["verdict"].as_str().unwrap_or("?");
-            let word = match verdict {
-                "drop" => "dropped",
-                "keep" => "kept",
-                _ => "undecided",
-            };
-            let rule =
-                p["rule"].as_str().filter(|r| !r.is_empty()).map(|r| format!(" (rule `{r}`)")).unwrap_or_default();
-            format!("{word} by `filter`{rule}: {}", p["reason"].as_str().unwrap_or(""))
+    Err(not_found(format!("no {item} `{subject}` in the current artifacts")))
+}
+
+/// The answer of the family that files its events under `id`, asking the stage list from its
+/// end (the first answer wins): a later family's ids carry its prefix (`log:`, `efs:`, `edge:`,
+/// `sample:`), and the first family's — the catalog's tools and servers, and any other subject
+/// an event of `runs` is about — are asked for last.
+fn family_answer(stages: &[Box<dyn Stage>], ledger: &Ledger, runs: &[i64], id: &str) -> Result<Option<Explanation>> {
+    for stage in stages.iter().rev() {
+        if let Some(x) = stage.explain_subject(ledger, runs, id)? {
+            return Ok(Some(x));
         }
-        None => "imported; `filter` has not run".into(),
-    };
-    let record = current_record(settings, &subject)?;
-    Ok(Explanation { id: subject, item: if only_filter { "filter decision" } else { item }, status, record, lineage })
+    }
+    Ok(None)
 }
 
 /// The runs behind the current artifacts: the run of every stage's manifest.
@@ -117,34 +97,9 @@ fn current_runs(settings: &Settings) -> Vec<i64> {
         .collect()
 }
 
-fn current_record(settings: &Settings, subject: &str) -> Result<Option<Value>> {
-    let path = crate::registry::CATALOG.path(settings);
-    if !path.exists() {
-        return Ok(None);
-    }
-    let cat = Catalog::load(&path)?;
-    for s in &cat.servers {
-        if s.name == subject {
-            return Ok(Some(serde_json::json!({
-                "description": s.description, "categories": s.categories, "tools": s.tools.len(), "url": s.url,
-            })));
-        }
-        if let Some(t) = s.tools.iter().find(|t| t.id == subject) {
-            let params: Vec<&String> = t
-                .input_schema
-                .get("properties")
-                .and_then(Value::as_object)
-                .map(|p| p.keys().collect())
-                .unwrap_or_default();
-            return Ok(Some(serde_json::json!({"description": t.description, "parameters": params})));
-        }
-    }
-    Ok(None)
-}
-
 /// One line about an event: the foundation's and the LLM client's kinds here, every other
 /// kind by the family that records it (through the stage list), else the raw payload.
-fn describe(e: &Event, stages: &[Box<dyn crate::stage::Stage>]) -> String {
+fn describe(e: &Event, stages: &[Box<dyn Stage>]) -> String {
     let p = &e.payload;
     let s = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("");
     match e.kind.as_str() {
@@ -279,11 +234,17 @@ mod tests {
             ev(crate::review::kind::REVIEW, "sample:c1", json!({})),
             ev(crate::synth::kind::VALIDATION, "sample:c2", json!({"accepted": true})),
             ev(crate::review::kind::REVIEW, "sample:c2", json!({})),
+            ev(kind::CATALOG_TOOL, "srv::tool", json!({})),
+            ev(kind::FILTER_DECISION, "srv::tool", json!({"verdict": "drop", "rule": "meta", "reason": "why"})),
+            ev(kind::CATALOG_SERVER, "srv", json!({})),
         ];
         let (run, _) = ledger.record_run("s", "c", "v", &events).unwrap();
         let stages = crate::stages::all();
+        // Every stage that answers, but the first family's (`filter`), which `explain` asks
+        // last: it answers for any subject with events.
         let answers = |id: &str| -> Vec<Explanation> {
-            stages.iter().filter_map(|s| s.explain_subject(&ledger, &[run], id).unwrap()).collect()
+            let families = stages.iter().filter(|s| s.spec().name != crate::filter::SPEC.name);
+            families.filter_map(|s| s.explain_subject(&ledger, &[run], id).unwrap()).collect()
         };
         let want = [
             ("log:a", "log session", "pool: benchmark"),
@@ -296,8 +257,25 @@ mod tests {
             let x = answers(id);
             assert_eq!(x.len(), 1, "`{id}` is answered by {} stages", x.len());
             assert_eq!((x[0].item, x[0].status.as_str()), (item, status), "{id}");
+            // As `explain` asks: the family's answer comes first.
+            let first = family_answer(&stages, &ledger, &[run], id).unwrap().unwrap();
+            assert_eq!((first.item, first.status), (item, status.to_string()), "{id}");
         }
-        assert!(answers("srv::tool").is_empty(), "tools and servers are explain's own");
+        // Tools, servers and their decisions: `filter`'s, asked last.
+        let tools = [
+            ("srv::tool", "tool", "dropped by `filter` (rule `meta`): why"),
+            ("filter:srv::tool", "filter decision", "dropped by `filter` (rule `meta`): why"),
+            ("srv", "server", "imported; `filter` has not run"),
+        ];
+        for (id, item, status) in tools {
+            assert!(answers(id).is_empty(), "`{id}` is answered by another family");
+            let x = family_answer(&stages, &ledger, &[run], id).unwrap().unwrap();
+            assert_eq!((x.item, x.status.as_str()), (item, status), "{id}");
+        }
+        // A tool no event is about: no family answers (`explain` says so); its decision: an error.
+        assert!(family_answer(&stages, &ledger, &[run], "srv::nope").unwrap().is_none());
+        let no_decision = family_answer(&stages, &ledger, &[run], "filter:srv").unwrap_err();
+        assert!(no_decision.to_string().contains("no filter decision for `srv`"), "{no_decision}");
         // A family's id with no event in the current runs: the family says where its ids are.
         let missing = stages.iter().find_map(|s| s.explain_subject(&ledger, &[run], "log:nope").err()).unwrap();
         assert!(missing.to_string().contains("no log session `log:nope`"), "{missing}");
@@ -326,7 +304,7 @@ mod tests {
         for l in code.split('"').skip(1).step_by(2) {
             assert!(!kind_like(l) && l != "graph-edge", "explain.rs names `{l}`: its family should describe it");
         }
-        for family in ["efs", "graph", "logs", "release", "review", "synth"] {
+        for family in ["agent", "efs", "filter", "graph", "logs", "registry", "release", "review", "synth"] {
             assert!(!code.contains(&format!("crate::{family}::")), "explain.rs names `crate::{family}`");
         }
     }

@@ -27,10 +27,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::config_doc::Key;
 use crate::error::Problem;
-use crate::ledger::{Ledger, NewEvent, Parent, kind};
+use crate::ledger::{Explanation, Ledger, NewEvent, Parent, kind};
 use crate::llm::Prompt;
 use crate::llm::batch::{Batch, BatchOptions, Item, ItemError};
-use crate::model::{Catalog, Drops, Server, Tool};
+use crate::model::{Catalog, Drops, Server, TOOL_ID_SEP, Tool, norm_tool_id};
 use crate::settings::{Settings, section_hash};
 use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Read, Stage, StageSpec};
 
@@ -610,6 +610,13 @@ impl Stage for FilterStage {
          ledger; see `--llm-mode`). Skipped when up to date."#
     }
 
+    /// The catalog's items, a tool (`server::tool`) or a server, and their decisions
+    /// (`filter:<tool or server>`). Asked after every other family (`explain` asks the stage
+    /// list from its end), so an id of no family's shape comes here.
+    fn explain_subject(&self, ledger: &Ledger, runs: &[i64], id: &str) -> Result<Option<Explanation>> {
+        explain_item(ledger, runs, id)
+    }
+
     fn enabled(&self, settings: &Settings) -> bool {
         crate::registry::in_pipeline(settings)
     }
@@ -751,6 +758,81 @@ impl Stage for FilterStage {
         }
         Ok(())
     }
+}
+
+/// `benchgen explain` of a tool or a server (or any other subject an event of `runs` is
+/// about), or of its decision (`filter:<tool or server>`): the decision of the current
+/// `filter` run, the lineage, and its record in the imported catalog. `None`: no event of the
+/// current runs is about it (`explain` says so); an item without a decision, when its decision
+/// was asked for, is an error.
+fn explain_item(ledger: &Ledger, runs: &[i64], id: &str) -> Result<Option<Explanation>> {
+    let (subject, only_filter) = match id.strip_prefix("filter:") {
+        Some(rest) => (norm_tool_id(rest), true),
+        None => (norm_tool_id(id), false),
+    };
+    let direct = ledger.events_for(&subject, runs)?;
+    let roots: Vec<i64> =
+        direct.iter().filter(|e| !only_filter || e.kind == kind::FILTER_DECISION).map(|e| e.id).collect();
+    if roots.is_empty() {
+        if !only_filter {
+            return Ok(None);
+        }
+        return Err(crate::error::hinted(
+            format!("no filter decision for `{subject}` in the current artifacts"),
+            crate::ledger::EXPLAIN_IDS,
+        ));
+    }
+    let lineage = ledger.lineage(&roots)?;
+    let decision = direct.iter().rev().find(|e| e.kind == kind::FILTER_DECISION);
+    let status = match decision {
+        Some(d) => {
+            let p = &d.payload;
+            let verdict = p["verdict"].as_str().unwrap_or("?");
+            let word = match verdict {
+                "drop" => "dropped",
+                "keep" => "kept",
+                _ => "undecided",
+            };
+            let rule =
+                p["rule"].as_str().filter(|r| !r.is_empty()).map(|r| format!(" (rule `{r}`)")).unwrap_or_default();
+            format!("{word} by `filter`{rule}: {}", p["reason"].as_str().unwrap_or(""))
+        }
+        None => "imported; `filter` has not run".into(),
+    };
+    let record = catalog_record(ledger.artifacts(), &subject)?;
+    let item = match (only_filter, subject.contains(TOOL_ID_SEP)) {
+        (true, _) => "filter decision",
+        (false, true) => "tool",
+        (false, false) => "server",
+    };
+    Ok(Some(Explanation { id: subject, item, status, record, lineage }))
+}
+
+/// What `explain` shows of a server or a tool from the imported catalog (the registry's, not
+/// the filtered one: a dropped item has its record too); `None` without one.
+fn catalog_record(artifacts: &std::path::Path, subject: &str) -> Result<Option<serde_json::Value>> {
+    let path = artifacts.join(crate::registry::CATALOG.stage).join(crate::registry::CATALOG.file);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let cat = Catalog::load(&path)?;
+    for s in &cat.servers {
+        if s.name == subject {
+            return Ok(Some(serde_json::json!({
+                "description": s.description, "categories": s.categories, "tools": s.tools.len(), "url": s.url,
+            })));
+        }
+        if let Some(t) = s.tools.iter().find(|t| t.id == subject) {
+            let params: Vec<&String> = t
+                .input_schema
+                .get("properties")
+                .and_then(serde_json::Value::as_object)
+                .map(|p| p.keys().collect())
+                .unwrap_or_default();
+            return Ok(Some(serde_json::json!({"description": t.description, "parameters": params})));
+        }
+    }
+    Ok(None)
 }
 
 /// Prompt template (under `pipeline/prompts/`) of the LLM classifier.

@@ -115,6 +115,11 @@ pub struct Explanation {
     pub lineage: Vec<Event>,
 }
 
+/// The hint of `benchgen explain`'s not-found errors: the ids it takes. Declared here, beside
+/// [`Explanation`], for a family that answers for some of them (`filter`'s decisions).
+pub const EXPLAIN_IDS: &str = "ids look like `server::tool`, `server`, `filter:server::tool`, `#<event id>` or \
+                               `sha256:<exchange or call hash>`; `benchgen status` shows what has run";
+
 /// Metadata of one stage run.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Run {
@@ -229,6 +234,12 @@ impl Ledger {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The artifacts folder the ledger is in (the one it was opened in), for an explanation
+    /// that shows an item's record from an artifact beside it.
+    pub fn artifacts(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new(""))
     }
 
     /// Start a run; events are appended to it until [`Ledger::finish_run`].
@@ -382,6 +393,12 @@ impl Ledger {
                 |r| r.get(0),
             )
             .optional()?)
+    }
+
+    /// The newest `mcp.call` event with this call hash (how artifacts name a call,
+    /// `agent::call_hash`), for `explain` and for tests that follow a call to its event.
+    pub fn call_event(&self, call_hash: &str) -> Result<Option<i64>> {
+        self.newest_with_field(kind::MCP_CALL, "call_hash", call_hash)
     }
 
     /// Prompt tokens, completion tokens and latency (ms) of the oldest `llm.exchange` event
@@ -669,6 +686,18 @@ mod tests {
         let (row, parents) = l.event_row(ids[2]).unwrap().unwrap();
         assert_eq!((row.kind.as_str(), row.subject.as_deref(), parents.len()), ("b", Some("x"), 0));
         assert_eq!(serde_json::from_str::<Value>(&row.payload).unwrap(), json!({"k": "1"}));
+    }
+
+    #[test]
+    fn a_call_is_found_by_its_hash_and_the_ledger_knows_its_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Ledger::open(dir.path()).unwrap();
+        let call = |h: &str| NewEvent::new(kind::MCP_CALL, Some("s::t"), json!({"call_hash": h}));
+        let other = NewEvent::new(kind::LLM_EXCHANGE, Some("i"), json!({"call_hash": "h1"}));
+        let (_, ids) = l.record_run("execute", "c", "v", &[call("h1"), call("h2"), call("h1"), other]).unwrap();
+        assert_eq!(l.call_event("h1").unwrap(), Some(ids[2]), "the newest call with the hash");
+        assert_eq!(l.call_event("h3").unwrap(), None);
+        assert_eq!(l.artifacts(), dir.path());
     }
 
     #[test]

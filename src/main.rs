@@ -12,7 +12,7 @@ use benchgen::cli::{
 use benchgen::printer::Printer;
 use benchgen::settings::Settings;
 use benchgen::stage::{self, Ctx, Stage};
-use benchgen::{clean, error, execute, explain, llm, mcp, pipeline, registry, release, sandbox, stages};
+use benchgen::{clean, error, explain, llm, mcp, pipeline, registry, release, sandbox, stages};
 
 // Large inputs are parsed into many small strings and vectors (`score` on 50 MB of level
 // files spent about a tenth of its CPU in glibc's malloc and free).
@@ -275,7 +275,7 @@ fn stage_command(c: &Command) -> Result<Option<(Box<dyn Stage>, bool)>> {
         Command::Efs(EfsCommand::Review(EfsReviewCommand::Import(a))) => {
             (Box::new(benchgen::efs::review::ReviewStage { allow_empty: a.allow_empty }), a.force.force)
         }
-        Command::Execute(a) => (Box::new(execute::ExecuteStage { queries: a.queries.clone() }), a.force.force),
+        Command::Execute(a) => (Box::new(stages::execute_stage(a.queries.clone())), a.force.force),
         Command::Release(ReleaseArgs { command: None, force }) => (Box::new(release::ReleaseStage), force.force),
         _ => return Ok(None),
     };

@@ -595,7 +595,9 @@ pub trait Stage: Send + Sync {
     /// `benchgen explain ID` for an id its family files ledger events under (`log:<id>`),
     /// from those events in `runs` (the runs behind the current artifacts); `None`: not one
     /// of its family's ids (one stage of each family answers for the family). An id of its
-    /// family with no event there is an error saying where such ids are.
+    /// family with no event there is an error saying where such ids are. `explain` asks the
+    /// stage list from its end, so a family's prefixed ids come to it before the first
+    /// family's (`filter`: tools, servers and any other subject) are asked for.
     fn explain_subject(
         &self,
         _ledger: &Ledger,

@@ -42,7 +42,7 @@ pub fn all() -> Vec<Box<dyn Stage>> {
         Box::new(crate::graph::build::BuildStage),
         Box::new(crate::graph::review::ReviewStage),
         Box::new(crate::synth::chains::ChainsStage),
-        Box::new(crate::execute::ExecuteStage::default()),
+        Box::new(execute_stage(None)),
         Box::new(crate::synth::roleplay::RoleplayStage),
         Box::new(crate::synth::validate::ValidateStage),
         Box::new(crate::review::assign::AssignStage),
@@ -54,6 +54,12 @@ pub fn all() -> Vec<Box<dyn Stage>> {
         Box::new(crate::eval::EvalStage),
         Box::new(crate::release::ReleaseStage),
     ]
+}
+
+/// `execute` as the list has it: fed the chain queries of synthesis (`queries`: `--queries
+/// FILE`, which it runs instead).
+pub fn execute_stage(queries: Option<std::path::PathBuf>) -> crate::execute::ExecuteStage {
+    crate::execute::ExecuteStage { queries, chains: Some(&crate::synth::chains::FEED) }
 }
 
 /// Every config section's name, from [`sections`] (the one list), in the order an unknown
@@ -573,6 +579,26 @@ release-candidate on sha256:cec03fbbf885801222415fa7868d1403aa91426b982a64681d13
 eval on sha256:dc7203a939dc56d577f5ec84cd70fbf68a77e7fcff60efa0c4892ddadebf9f90
 release on sha256:cec03fbbf885801222415fa7868d1403aa91426b982a64681d1314cdafaa7816
 ";
+
+    #[test]
+    fn execute_runs_the_chain_queries_synthesis_feeds_it() {
+        // `execute` names the file by its place (a spec's reads are static): the one
+        // `synth chains` writes.
+        let (read, written) = (crate::execute::CHAIN_QUERIES, crate::synth::chains::QUERIES);
+        assert_eq!((read.stage, read.file), (written.stage, written.file));
+        // The list's `execute` runs them with `[synth]`'s assistant role; a queries file with
+        // its own role; unfed, it has nothing to run.
+        let cfg = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("pipeline/demo.toml");
+        let settings = Settings::load(&cfg).unwrap();
+        let fed = get("execute").unwrap();
+        assert!(fed.enabled(&settings));
+        let assistant = crate::synth::settings(&settings).assistant_role;
+        assert_eq!(fed.roles(&settings), [crate::stage::ConfigRef::new("synth.assistant_role", assistant)]);
+        let own = &settings.section::<crate::execute::ExecuteSettings>().role;
+        let file = execute_stage(Some("queries.jsonl".into()));
+        assert_eq!(file.roles(&settings), [crate::stage::ConfigRef::new("execute.role", own)]);
+        assert!(!crate::execute::ExecuteStage::default().enabled(&settings));
+    }
 
     #[test]
     fn declared_writes_match_files_and_folders() {

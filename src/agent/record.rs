@@ -8,12 +8,10 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{ChainCheck, ChainStep, Query};
-use crate::ledger::kind;
 use crate::mcp::CallOutcome;
 
 /// Ledger event kind of a finished query.
@@ -52,11 +50,6 @@ pub struct CallRecord {
 pub fn call_hash(exchange: &str, index: usize, function: &str, arguments: &Value) -> String {
     let named = json!([exchange, index, function, arguments]);
     crate::store::sha256_hex(serde_json::to_string(&named).unwrap_or_default().as_bytes())
-}
-
-/// The newest `mcp.call` ledger event with this [`call_hash`].
-pub fn call_event(ledger: &crate::ledger::Ledger, hash: &str) -> Result<Option<i64>> {
-    ledger.newest_with_field(kind::MCP_CALL, "call_hash", hash)
 }
 
 /// How the run of one query ended.

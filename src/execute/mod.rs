@@ -14,17 +14,52 @@ use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
 use crate::agent::{AgentSettings, Executor, Query, Recorder, parse_queries, trajectory_summary};
+use crate::logs::Session;
+use crate::logs::import::LogTool;
 use crate::mcp::{ClientOptions, McpClient};
 use crate::settings::Settings;
-use crate::stage::{ConfigRef, Ctx, Inputs, Output, Plan, Stage, StageSpec};
+use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, Stage, StageSpec};
 
 pub use crate::agent::ExecuteSettings;
 
-/// The `execute` stage; `queries` overrides `execute.queries` (`--queries FILE`).
+/// The `execute` stage; `queries` overrides `execute.queries` (`--queries FILE`), and
+/// `chains` (the stage list's: synthesis') feeds it chain queries when neither is set.
 #[derive(Debug, Clone, Default)]
 pub struct ExecuteStage {
     pub queries: Option<PathBuf>,
+    pub chains: Option<&'static Feed>,
 }
+
+/// The chain queries synthesis writes (`synth chains`), named by place as the pool's files
+/// are in `crate::samples`: the spec's reads are static, and `execute` imports no family
+/// that feeds it ([`Feed`]). `stages.rs`'s tests check that `synth chains` writes it.
+pub const CHAIN_QUERIES: Artifact<Query> = Artifact::new("synth-chains", "queries.jsonl");
+
+/// What running the chain queries ([`CHAIN_QUERIES`]) takes from the config of the family
+/// that writes them: declared by that family (`synth chains`, from `[synth]`) and handed in
+/// by the stage list, so `execute` reads only `[execute]` and names no synthesis setting.
+#[derive(Debug)]
+pub struct Feed {
+    /// Whether the family writes them under this config.
+    pub enabled: fn(&Settings) -> bool,
+    /// The config key naming the LLM role that runs them, and the role it names.
+    pub role_key: &'static str,
+    pub role: fn(&Settings) -> String,
+    /// The config key naming the MCP server they run against, and the server it names
+    /// (`None`: the domain sandbox serving the log catalog, which `clients` builds).
+    pub server_key: &'static str,
+    pub server: fn(&Settings) -> Option<String>,
+    /// What decides the server, for the config hash.
+    pub server_hash: fn(&Settings) -> Result<Value>,
+    /// The MCP clients they run against.
+    pub clients: FeedClients,
+    /// How many there are at most before they are written, and what was counted.
+    pub bound: fn(&Settings) -> Option<(u64, String)>,
+}
+
+/// [`Feed::clients`]: the MCP clients, from the log catalog and its sessions when the
+/// sandbox serves them (call inside a tokio runtime).
+pub type FeedClients = fn(&Settings, &[LogTool], &[Session]) -> Result<Vec<Arc<McpClient>>>;
 
 pub static SPEC: StageSpec = StageSpec {
     name: "execute",
@@ -36,7 +71,7 @@ pub static SPEC: StageSpec = StageSpec {
     version: 5,
     about: "run queries with an LLM agent over MCP tools; record reference trajectories",
     reads: &[
-        crate::synth::chains::QUERIES.optional(),
+        CHAIN_QUERIES.optional(),
         crate::logs::import::CATALOG.optional(),
         crate::logs::import::SESSIONS.optional(),
     ],
@@ -45,39 +80,30 @@ pub static SPEC: StageSpec = StageSpec {
 };
 
 /// Where the queries come from.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 enum Source {
     /// `--queries FILE` or `execute.queries`: run against `execute.servers`, role `execute.role`.
     File(PathBuf),
     /// `synth chains` output: run against `synth.server` or the domain sandbox, role
-    /// `synth.assistant_role`.
-    Chains,
-}
-
-/// What `execute` takes from `[synth]`, read here only: whether synthesis feeds it chain
-/// queries, the role that runs them, and the server they run against (`None`: the domain
-/// sandbox serving the log catalog).
-struct SynthView {
-    enabled: bool,
-    assistant_role: String,
-    server: Option<String>,
-}
-
-fn synth_view(settings: &Settings) -> SynthView {
-    let synth = crate::synth::settings(settings);
-    SynthView { enabled: crate::synth::enabled(settings), assistant_role: synth.assistant_role, server: synth.server }
+    /// `synth.assistant_role` (as the feed says).
+    Chains(&'static Feed),
 }
 
 impl ExecuteStage {
+    /// The feed of chain queries, when its family writes them under this config.
+    fn fed(&self, settings: &Settings) -> Option<&'static Feed> {
+        self.chains.filter(|f| (f.enabled)(settings))
+    }
+
     fn source(&self, settings: &Settings) -> Result<Source> {
         let q = self
             .queries
             .clone()
             .or_else(|| settings.section::<ExecuteSettings>().queries.as_ref().map(|p| settings.resolve(p)));
-        match q {
-            Some(q) => Ok(Source::File(crate::settings::normalize(&q))),
-            None if synth_view(settings).enabled => Ok(Source::Chains),
-            None => Err(crate::error::UsageError(
+        match (q, self.fed(settings)) {
+            (Some(q), _) => Ok(Source::File(crate::settings::normalize(&q))),
+            (None, Some(feed)) => Ok(Source::Chains(feed)),
+            (None, None) => Err(crate::error::UsageError(
                 "no queries: pass `--queries FILE`, set `execute.queries`, or configure `[synth]` so `synth chains` writes them"
                     .into(),
             )
@@ -105,10 +131,6 @@ impl ExecuteStage {
             out.insert(w.clone(), spec.clone());
         }
         Ok(out)
-    }
-
-    fn on_chains(&self, settings: &Settings) -> bool {
-        matches!(self.source(settings), Ok(Source::Chains))
     }
 }
 
@@ -140,14 +162,13 @@ impl Stage for ExecuteStage {
 
     /// Part of `run` when the config names a queries file, or synthesis writes chain queries.
     fn enabled(&self, settings: &Settings) -> bool {
-        settings.section::<ExecuteSettings>().queries.is_some() || synth_view(settings).enabled
+        settings.section::<ExecuteSettings>().queries.is_some() || self.fed(settings).is_some()
     }
 
     fn roles(&self, settings: &Settings) -> Vec<ConfigRef> {
-        if self.on_chains(settings) {
-            vec![ConfigRef::new("synth.assistant_role", &synth_view(settings).assistant_role)]
-        } else {
-            vec![ConfigRef::new("execute.role", &settings.section::<ExecuteSettings>().role)]
+        match self.source(settings) {
+            Ok(Source::Chains(f)) => vec![ConfigRef::new(f.role_key, (f.role)(settings))],
+            _ => vec![ConfigRef::new("execute.role", &settings.section::<ExecuteSettings>().role)],
         }
     }
 
@@ -163,9 +184,9 @@ impl Stage for ExecuteStage {
                 .ok()
                 .and_then(|b| parse_queries(&b, &settings.display_path(&path)).ok())
                 .map(|q| (q.len() as u64, "queries".to_string())),
-            Ok(Source::Chains) => {
-                agent.role = synth_view(settings).assistant_role;
-                crate::synth::chains::chain_bound(settings).map(|(n, basis)| (n, format!("chain queries ({basis})")))
+            Ok(Source::Chains(f)) => {
+                agent.role = (f.role)(settings);
+                (f.bound)(settings).map(|(n, basis)| (n, format!("chain queries ({basis})")))
             }
             Err(_) => None,
         };
@@ -187,9 +208,8 @@ impl Stage for ExecuteStage {
     fn servers(&self, settings: &Settings) -> Vec<ConfigRef> {
         let names = settings.section::<ExecuteSettings>().servers.iter().enumerate();
         let mut out: Vec<ConfigRef> = names.map(|(i, n)| ConfigRef::new(format!("execute.servers[{i}]"), n)).collect();
-        let synth = synth_view(settings);
-        if synth.enabled {
-            out.extend(synth.server.iter().map(|n| ConfigRef::new("synth.server", n)));
+        if let Some(f) = self.fed(settings) {
+            out.extend((f.server)(settings).map(|n| ConfigRef::new(f.server_key, n)));
         }
         out
     }
@@ -221,11 +241,11 @@ impl Stage for ExecuteStage {
                 )?;
                 Ok(Plan { inputs: vec![path], config_hash: hash })
             }
-            Source::Chains => {
+            Source::Chains(f) => {
                 let hash = crate::settings::section_hash(&json!({
                     "execute": settings.section::<ExecuteSettings>(),
-                    "role": synth_view(settings).assistant_role,
-                    "servers": crate::synth::server_hash_part(settings)?,
+                    "role": (f.role)(settings),
+                    "servers": (f.server_hash)(settings)?,
                 }))?;
                 Ok(Plan { inputs: vec![], config_hash: hash })
             }
@@ -239,17 +259,21 @@ impl Stage for ExecuteStage {
         let source = self.source(settings)?;
         let queries = match &source {
             Source::File(path) => parse_queries(inputs.bytes(path)?, &settings.display_path(path))?,
-            Source::Chains => {
-                agent.role = synth_view(settings).assistant_role;
-                parse_queries(inputs.bytes_of(&crate::synth::chains::QUERIES)?, "synth-chains/queries.jsonl")?
+            Source::Chains(f) => {
+                agent.role = (f.role)(settings);
+                parse_queries(inputs.bytes_of(&CHAIN_QUERIES)?, "synth-chains/queries.jsonl")?
             }
         };
         // The domain sandbox answers from the logs: read them only when it is used.
-        let (tools, sessions) = if source == Source::Chains && synth_view(settings).server.is_none() {
+        let sandbox = match &source {
+            Source::Chains(f) if (f.server)(settings).is_none() => Some(f.server_key),
+            _ => None,
+        };
+        let (tools, sessions) = if let Some(server_key) = sandbox {
             if !inputs.has(&crate::logs::import::CATALOG) || !inputs.has(&crate::logs::import::SESSIONS) {
                 return Err(crate::error::hinted(
                     "`execute` on chain queries serves the log catalog, and `logs import` has not written it",
-                    "run `benchgen logs import` (or `benchgen run`), or name a server in `synth.server`",
+                    format!("run `benchgen logs import` (or `benchgen run`), or name a server in `{server_key}`"),
                 ));
             }
             let tools = inputs.json(&crate::logs::import::CATALOG)?;
@@ -275,7 +299,7 @@ impl Stage for ExecuteStage {
                         .map(|(n, s)| Arc::new(McpClient::new(n, s.clone(), opts.clone())))
                         .collect()
                 }
-                Source::Chains => crate::synth::clients(settings, &tools, &sessions)?,
+                Source::Chains(f) => (f.clients)(settings, &tools, &sessions)?,
             };
             let recorder = Recorder::open(&settings.artifacts, run_id, "execute")?;
             Executor::connect(clients, agent.clone(), Some(recorder)).await

@@ -40,7 +40,8 @@ use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, St
 
 pub const STAGE: &str = "synth-chains";
 
-/// The chain queries in `execute`'s query format (read by `execute`).
+/// The chain queries in `execute`'s query format (read by `execute`, which names the file by
+/// its place, `crate::execute::CHAIN_QUERIES`, and runs it as [`FEED`] says).
 pub const QUERIES: Artifact<Query> = Artifact::new(STAGE, "queries.jsonl");
 /// Per sub-scenario, how the chains were drawn (read by `validate` for its funnel).
 pub const SAMPLING: Artifact<Vec<SubSampling>> = Artifact::new(STAGE, "sampling.json");
@@ -62,6 +63,29 @@ pub static SPEC: StageSpec = StageSpec {
     writes: &["queries.jsonl", "chains.jsonl", "sampling.json", "report.md", "failed.json"],
     section: Some("synth"),
 };
+
+/// How `execute` runs the queries this stage writes, from `[synth]`: handed to `execute` by
+/// the stage list, so `execute` reads only `[execute]`.
+pub static FEED: crate::execute::Feed = crate::execute::Feed {
+    enabled: super::enabled,
+    role_key: "synth.assistant_role",
+    role: assistant_role,
+    server_key: "synth.server",
+    server: execution_server,
+    server_hash: super::server_hash_part,
+    clients: super::clients,
+    bound: chain_bound,
+};
+
+/// The agent's role on the chain queries ([`FEED`]).
+fn assistant_role(s: &Settings) -> String {
+    cfg(s).assistant_role
+}
+
+/// The `[mcp.servers]` entry the chain queries run against ([`FEED`]); `None`: the sandbox.
+fn execution_server(s: &Settings) -> Option<String> {
+    cfg(s).server
+}
 
 /// A sampled chain before the query is written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

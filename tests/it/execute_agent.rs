@@ -172,7 +172,7 @@ fn two_group_trajectory_is_recorded_and_the_chain_check_sees_the_order() {
         assert!(t.get(k).is_none(), "`{k}` in a trajectory: {t}");
     }
     let hash = c[2]["call_hash"].as_str().unwrap();
-    let ev = benchgen::agent::call_event(&ledger, hash).unwrap().expect("the call's event");
+    let ev = ledger.call_event(hash).unwrap().expect("the call's event");
     let ev = ledger.event(ev).unwrap().unwrap();
     assert_eq!(ev.kind, "mcp.call");
     assert_eq!(ev.payload["group"], 1);

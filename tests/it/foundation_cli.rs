@@ -201,6 +201,18 @@ fn explain_shows_lineage_of_tools_servers_and_decisions() {
     let o = p.run(&["explain", "no-such-server::tool"]);
     assert_code(&o, 1);
     assert!(stderr(&o).contains("no tool `no-such-server::tool` in the current artifacts"), "{}", stderr(&o));
+    // Every not-found error ends with the ids `explain` takes, whoever answers for the id.
+    let hint = "\nhint: ids look like `server::tool`, `server`, `filter:server::tool`, `#<event id>` or \
+                `sha256:<exchange or call hash>`; `benchgen status` shows what has run\n";
+    assert!(stderr(&o).ends_with(hint), "{}", stderr(&o));
+    let o = p.run(&["explain", "no-such-server"]);
+    assert_code(&o, 1);
+    assert!(stderr(&o).contains("error: no server `no-such-server` in the current artifacts"), "{}", stderr(&o));
+    let o = p.run(&["explain", "filter:no-such-server::tool"]);
+    assert_code(&o, 1);
+    let e = stderr(&o);
+    assert!(e.contains("error: no filter decision for `no-such-server::tool` in the current artifacts"), "{e}");
+    assert!(e.ends_with(hint), "{e}");
 }
 
 #[test]

@@ -563,6 +563,18 @@ fn log_track_with_synthesis_runs_end_to_end_and_explains_samples() {
     // `execute` says what became of its queries.
     assert!(out.contains("4 queries: 4 answered, 0 at the call cap, 0 repeating calls, 0 failed;"), "{out}");
     assert!(out.contains("chain order preserved in 4, broken in 0"), "{out}");
+    // It ran them with the role synthesis names (`synth.assistant_role`, the demo's
+    // `synth_large`), not its own `execute.role`.
+    let ledger = benchgen::ledger::Ledger::open_read_only(&sp.p.path("artifacts")).unwrap().expect("a ledger");
+    let roles: BTreeSet<String> = ledger
+        .rows_of_kinds(&["llm.exchange"])
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.stage == "execute")
+        .map(|r| serde_json::from_str::<Value>(&r.payload).unwrap()["role"].as_str().unwrap_or("?").to_string())
+        .collect();
+    assert_eq!(roles, BTreeSet::from(["synth_large".to_string()]), "the roles of `execute`'s exchanges");
+    drop(ledger);
     // Everything is up to date now: `run` says "running" of no stage.
     let again = sp.run(&["run"], &[]);
     assert!(again.status.success());
