@@ -33,6 +33,7 @@ fn matrix(n: usize, agents: usize) -> Matrix {
                 kind: Kind::L1,
                 difficulty: Difficulty::Easy,
                 reference: ["S::a".to_string()].into_iter().collect(),
+                steps: vec![["S::a".to_string()].into_iter().collect()],
                 runs,
             }
         })

@@ -316,6 +316,12 @@ impl<'a> Panel<'a> {
                         .flat_map(|t| &t.reference_plan)
                         .flat_map(|c| c.alternatives.clone())
                         .collect(),
+                    steps: s
+                        .turns
+                        .iter()
+                        .flat_map(|t| &t.reference_plan)
+                        .map(|c| c.alternatives.iter().cloned().collect())
+                        .collect(),
                     runs,
                 }
             })

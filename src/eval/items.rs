@@ -61,6 +61,8 @@ pub struct ItemInput {
     pub difficulty: Difficulty,
     /// Every alternative of every reference call.
     pub reference: BTreeSet<String>,
+    /// The reference's calls, each as its alternatives (an L2 step: its EFS set).
+    pub steps: Vec<BTreeSet<String>>,
     /// `[agent][repeat]`; `None`: the run failed.
     pub runs: Vec<Vec<Option<Outcome>>>,
 }
@@ -128,6 +130,18 @@ pub struct Evidence {
     /// possible missing member of the sample's EFS set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proposed_efs_member: Option<String>,
+    /// Without `agreed_tool`: the reference tools (sorted, at least one) that two or more
+    /// agents called, and only those, leaving some reference call out — a sign the
+    /// reference has a call the request does not need (the most agents; ties: the first).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub agreed_short: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub agreed_short_by: Vec<String>,
+    /// The agents that called a tool for every call of the reference (one of its
+    /// alternatives each) and still failed, on arguments, order or extra calls: the panel's
+    /// support for the reference's plan.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub covered_by: Vec<String>,
     pub note: String,
 }
 
@@ -300,16 +314,7 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
     let best =
         by_tool.iter().filter(|(_, by)| by.len() >= 2).max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)));
     let Some((tool, by)) = best.map(|(t, by)| (t.to_string(), by.clone())) else {
-        let note = "no two agents agree on a tool outside the reference".to_string();
-        return Evidence {
-            called,
-            agreed_tool: None,
-            agreed_by: Vec::new(),
-            agreed_plan: Vec::new(),
-            agreed_plan_by: Vec::new(),
-            proposed_efs_member: None,
-            note,
-        };
+        return within_reference(it, called);
     };
     let (plan, plan_by) = agreed_plan(&called, &tool).unwrap_or_default();
     let chose = if plan.is_empty() {
@@ -336,6 +341,54 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
         agreed_plan: plan,
         agreed_plan_by: plan_by,
         proposed_efs_member,
+        agreed_short: Vec::new(),
+        agreed_short_by: Vec::new(),
+        covered_by: Vec::new(),
+        note,
+    }
+}
+
+/// The evidence of an item on which no two agents agree on a tool outside the reference:
+/// whether two or more called the same reference tools only, leaving a reference call out
+/// (or called nothing), and which agents called a tool for every reference call.
+fn within_reference(it: &ItemInput, called: BTreeMap<String, Vec<String>>) -> Evidence {
+    let covers = |tools: &[String]| it.steps.iter().all(|alts| tools.iter().any(|t| alts.contains(t)));
+    let covered_by: Vec<String> =
+        called.iter().filter(|(_, t)| !it.steps.is_empty() && covers(t)).map(|(a, _)| a.clone()).collect();
+    let mut by_set: BTreeMap<BTreeSet<&String>, Vec<String>> = BTreeMap::new();
+    // Calling nothing is left out: it is how a weak agent most often fails (no call made,
+    // or one written as text), so two agents doing it say little about the reference.
+    for (agent, tools) in called.iter().filter(|(_, t)| !t.is_empty() && !covers(t)) {
+        by_set.entry(tools.iter().collect()).or_default().push(agent.clone());
+    }
+    let best =
+        by_set.into_iter().filter(|(_, by)| by.len() >= 2).max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(&a.0)));
+    let (short, short_by): (Vec<String>, Vec<String>) =
+        best.map(|(set, by)| (set.into_iter().cloned().collect(), by)).unwrap_or_default();
+    let note = if !short_by.is_empty() {
+        format!(
+            "{} called only {}, leaving reference calls out: the reference may have a call the request does not need",
+            quoted(&short_by, ", "),
+            quoted(&short, ", ")
+        )
+    } else if !covered_by.is_empty() {
+        format!(
+            "no two agents agree on a tool outside the reference; {} called a tool for every reference call",
+            quoted(&covered_by, ", ")
+        )
+    } else {
+        "no two agents agree on a tool outside the reference".to_string()
+    };
+    Evidence {
+        called,
+        agreed_tool: None,
+        agreed_by: Vec::new(),
+        agreed_plan: Vec::new(),
+        agreed_plan_by: Vec::new(),
+        proposed_efs_member: None,
+        agreed_short: short,
+        agreed_short_by: short_by,
+        covered_by,
         note,
     }
 }
@@ -534,8 +587,46 @@ mod tests {
             kind,
             difficulty: Difficulty::Easy,
             reference: reference.iter().map(|t| t.to_string()).collect(),
+            steps: reference.iter().map(|t| BTreeSet::from([t.to_string()])).collect(),
             runs,
         }
+    }
+
+    /// Without a tool outside the reference agreed on: two agents calling the same part of a
+    /// two-call reference is a sign against it (two calling nothing is not: weak agents fail
+    /// that way); an agent calling a tool for each reference call is named as support.
+    #[test]
+    fn all_fail_evidence_inside_the_reference_names_a_shared_part_and_who_covered_it() {
+        let m = Matrix {
+            tool_space: ToolSpace::Oracle,
+            agents: vec!["a".into(), "b".into(), "c".into()],
+            repeats: 1,
+            items: vec![
+                item(
+                    "L3-1",
+                    Kind::L3,
+                    &["S::x", "S::y"],
+                    vec![vec![outcome(false, &["S::y"])], vec![outcome(false, &["S::y"])], vec![outcome(false, &[])]],
+                ),
+                item(
+                    "L3-2",
+                    Kind::L3,
+                    &["S::x", "S::y"],
+                    vec![vec![outcome(false, &["S::y", "S::x"])], vec![outcome(false, &[])], vec![outcome(false, &[])]],
+                ),
+            ],
+        };
+        let a = analyse(&m, &Options::default());
+        let short = a.items[0].evidence.as_ref().unwrap();
+        assert_eq!(
+            (short.agreed_short.as_slice(), short.agreed_short_by.as_slice()),
+            (&["S::y".to_string()][..], &["a".to_string(), "b".to_string()][..])
+        );
+        assert!(short.covered_by.is_empty() && short.note.contains("called only `S::y`"), "{}", short.note);
+        let covered = a.items[1].evidence.as_ref().unwrap();
+        assert!(covered.agreed_short_by.is_empty(), "two agents calling nothing is no agreement: {covered:?}");
+        assert_eq!(covered.covered_by, ["a"]);
+        assert!(covered.note.contains("`a` called a tool for every reference call"), "{}", covered.note);
     }
 
     #[test]

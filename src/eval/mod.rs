@@ -54,8 +54,10 @@ pub static SPEC: StageSpec = StageSpec {
     // items name their space; the `all-fail` evidence names the plan two agents agree on
     // and, on L2, the tool proposed for the sample's EFS set. 5: an agent's group of calls
     // already run in the turn (same function and arguments) is not run again: the answer
-    // nudge, then the turn ends `repeated`.
-    version: 5,
+    // nudge, then the turn ends `repeated`. 6: the `all-fail` evidence says where two agents
+    // called only part of the reference (or nothing) and which agents called a tool for
+    // every reference call (`agreed_short`, `covered_by`), for `[release] decide_flagged`.
+    version: 6,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[
@@ -134,7 +136,8 @@ pub struct EvalSettings {
     /// the config hash, so configs without the key keep their hash.
     #[serde(default = "default_distractor_servers", skip_serializing_if = "is_default_distractor_servers")]
     pub distractor_servers: i64,
-    /// Most tool calls an agent makes per turn (default: `[execute] max_calls`).
+    /// Most tool calls an agent makes per turn (default: `[execute] max_calls`); a turn whose
+    /// reference makes more may make as many as it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_calls: Option<usize>,
     /// Runs at once (a tuning knob, not part of the config hash).
@@ -188,7 +191,12 @@ impl crate::settings::Section for EvalSettings {
             "3",
             "`standard`: other servers of the sample's track joining its oracle space.",
         ),
-        Key::derived("max_calls", "integer", "`[execute] max_calls`", "Most tool calls an agent makes per turn."),
+        Key::derived(
+            "max_calls",
+            "integer",
+            "`[execute] max_calls`",
+            "Most tool calls an agent makes per turn; never fewer than the turn's reference makes.",
+        ),
         Key::new("concurrency", "integer", "4", "Runs at once (not hashed)."),
         Key::new(
             "max_failed_share",
@@ -500,8 +508,14 @@ fn evaluate(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
     out.file("review.csv", items::review_sheet(&analyses)?);
     let flagged = items::flagged(&analyses);
     if !flagged.is_empty() {
+        let release = match crate::release::settings(ctx.settings).decide_flagged {
+            crate::release::eval_review::Decider::Person => "`release` holds back the `all-fail` ones until decided",
+            crate::release::eval_review::Decider::Evidence => {
+                "`release` decides the `all-fail` ones it can by rule from the panel's evidence and holds back the rest until decided"
+            }
+        };
         out.notes.push(format!(
-            "{} flagged item(s) in `artifacts/eval/review.csv` (`release` holds back the `all-fail` ones until decided): copy it to `reviews/eval/`, write `leave out` or `keep` in `decision`, name it in `[release] eval_review`, and release",
+            "{} flagged item(s) in `artifacts/eval/review.csv` ({release}): copy it to `reviews/eval/`, write `leave out` or `keep` in `decision`, name it in `[release] eval_review`, and release",
             flagged.len()
         ));
     }

@@ -484,7 +484,13 @@ async fn run_one(env: &Env<'_>, job: Job, item: &Item) -> Result<RunRecord, Item
         .then(|| Arc::new(ToolSearch::new(env.rel, &space, env.s.project.seed, &sample.id)));
     let client = sandbox_client(env, &env.rel.catalog(&space), cassette, search.clone())?;
     let recorder = Recorder::open(&env.s.artifacts, env.run_id, STAGE)?;
-    let exec = Executor::connect(vec![client], agent_settings(env.s, env.cfg, agent), Some(recorder)).await?;
+    // A cap below the reference's own calls would make the item unsolvable by construction
+    // (the demo's 3 against a 4-step L4): each turn may make at least the calls its reference
+    // makes (one more in the `full` space, for the search).
+    let mut settings = agent_settings(env.s, env.cfg, agent);
+    let needed = sample.turns.iter().map(|t| t.reference_plan.len()).max().unwrap_or(0);
+    settings.max_calls = settings.max_calls.max(needed + usize::from(job.space == ToolSpace::Full));
+    let exec = Executor::connect(vec![client], settings, Some(recorder)).await?;
     let mut turns = Vec::with_capacity(sample.turns.len());
     for t in 0..sample.turns.len() {
         let mut messages = gold_history(&exec, sample, t, search.as_deref());

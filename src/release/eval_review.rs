@@ -33,9 +33,8 @@ pub const ALL_FAIL: &str = "all-fail";
 /// release reads it and must not import `eval`.
 pub const QUEUE: Artifact = Artifact::new("eval", "review.csv");
 
-/// `eval`'s analysis of every item (`items.jsonl`): where it says two or more panel agents
-/// agreed on a tool outside the reference (`evidence.agreed_tool`), the rule that stands in
-/// for a person (`[release] decide_flagged = "evidence"`) leaves the item out.
+/// `eval`'s analysis of every item (`items.jsonl`), whose evidence the rule that stands in
+/// for a person reads (`[release] decide_flagged = "evidence"`, [`evidence`]).
 pub const ITEMS: Artifact = Artifact::new("eval", "items.jsonl");
 
 /// Who decides the items the panel flagged `all-fail` that the adjudicated sheet leaves
@@ -47,9 +46,11 @@ pub enum Decider {
     /// held back (or published and listed, `hold_flagged = false`).
     #[default]
     Person,
-    /// A rule standing in for a person, from the panel's evidence: left out where two or
-    /// more agents agree on a tool (or plan) outside the reference, kept where every agent
-    /// failed its own way. The card and the CHANGELOG say so.
+    /// A rule standing in for a person where the panel's evidence can decide: left out
+    /// where two or more agents agree on something other than the reference (a tool
+    /// outside it, or only part of it), kept where an agent solved it in another tool space
+    /// or called a tool for every reference call; the rest is held back as for a person.
+    /// The card and the CHANGELOG say so.
     Evidence,
 }
 
@@ -77,25 +78,33 @@ impl Adjudicated {
         self.leave_out.contains_key(id) || self.keep.contains_key(id)
     }
 
-    /// Decides the flagged item `id` by rule ([`Decider::Evidence`]): left out when the
-    /// panel agreed on something else (`agreed`: what, as [`agreed`] gives it), kept
-    /// otherwise. `why` is the flag as [`all_fail`] gives it.
-    pub fn decide_by_rule(&mut self, id: &str, why: &str, agreed: Option<&String>) {
+    /// Decides the flagged item `id` by rule ([`Decider::Evidence`]) where the panel's
+    /// evidence can: left out where two or more agents agree on something other than the
+    /// reference, kept where an agent solved it in another space or called a tool for every
+    /// reference call. Returns whether it decided; `why` is the flag as [`all_fail`] gives it.
+    pub fn decide_by_rule(&mut self, id: &str, why: &str, evidence: &Evidence) -> bool {
         const BY: &str =
             "by rule from the panel's evidence (`[release] decide_flagged = \"evidence\"`), standing in for a person";
-        match agreed {
-            Some(what) => {
-                let reason = format!("left out after evaluation {BY}: {why}; two or more agents agree on {what}");
-                self.leave_out.insert(id.to_string(), reason);
+        let (keep, reason) = match evidence {
+            Evidence::AgreedOtherwise(_) => (false, format!("left out after evaluation {BY}: {why}")),
+            Evidence::SolvedIn(space) => {
+                (true, format!("kept after evaluation {BY}: {why}; an agent solved it in the `{space}` tool space"))
             }
-            None => {
-                let reason = format!(
-                    "kept after evaluation {BY}: {why}; no two agents agree on an alternative to the reference, so the panel's failures are taken as the agents' own"
-                );
-                self.keep.insert(id.to_string(), reason);
-            }
+            Evidence::Covered(_) => (
+                true,
+                format!(
+                    "kept after evaluation {BY}: {why}; the panel's calls cover the reference's, so it failed on arguments, order or extra calls"
+                ),
+            ),
+            Evidence::Silent => return false,
+        };
+        if keep {
+            self.keep.insert(id.to_string(), reason);
+        } else {
+            self.leave_out.insert(id.to_string(), reason);
         }
         self.by_rule.insert(id.to_string());
+        true
     }
 
     /// The lineage record of a kept decision on `id`: who decided and why.
@@ -106,12 +115,27 @@ impl Adjudicated {
     }
 }
 
-/// The items of `eval`'s `items.jsonl` (`name`) on which two or more panel agents agreed
-/// on a tool outside the reference, in any tool space: id → "`<tool>` (<the evidence's
-/// note>)", the first space's by file order. A line that is not an item record is an error
-/// naming it.
-pub fn agreed(name: &str, bytes: &[u8]) -> Result<BTreeMap<String, String>, InputError> {
-    let mut out = BTreeMap::new();
+/// What the panel's evidence says of a flagged item, for the rule that stands in for a
+/// person ([`Decider::Evidence`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Evidence {
+    /// An agent solved it in another tool space: (that space).
+    SolvedIn(String),
+    /// Two or more agents agree on something other than the reference: a tool outside it,
+    /// or only part of it (or no tool): (the evidence's note).
+    AgreedOtherwise(String),
+    /// No such agreement, and some agent called a tool for every reference call: (the note).
+    Covered(String),
+    /// Neither: the panel says nothing for or against the reference.
+    Silent,
+}
+
+/// The panel's evidence on each item of `eval`'s `items.jsonl` (`name`; one record per
+/// item and tool space), by id: solved in some space first, then agreement against the
+/// reference in any space, then a plan covered. A line that is not an item record is an
+/// error naming it.
+pub fn evidence(name: &str, bytes: &[u8]) -> Result<BTreeMap<String, Evidence>, InputError> {
+    let mut out: BTreeMap<String, Evidence> = BTreeMap::new();
     let mut problems = Vec::new();
     for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -129,16 +153,43 @@ pub fn agreed(name: &str, bytes: &[u8]) -> Result<BTreeMap<String, String>, Inpu
             problems.push(Problem::new(format!("{loc} (id)"), "missing: every item record has an `id`"));
             continue;
         };
-        let evidence = &v["evidence"];
-        if let Some(tool) = evidence["agreed_tool"].as_str() {
-            let note = evidence["note"].as_str().unwrap_or_default();
-            out.entry(id.to_string()).or_insert_with(|| format!("`{tool}` ({note})"));
+        let this = of_record(&v);
+        let rank = |e: &Evidence| match e {
+            Evidence::SolvedIn(_) => 0,
+            Evidence::AgreedOtherwise(_) => 1,
+            Evidence::Covered(_) => 2,
+            Evidence::Silent => 3,
+        };
+        // The strongest evidence of any space wins; among equals, the first by file order.
+        match out.get(id) {
+            Some(had) if rank(had) <= rank(&this) => {}
+            _ => {
+                out.insert(id.to_string(), this);
+            }
         }
     }
     if !problems.is_empty() {
         return Err(InputError { file: name.to_string(), problems });
     }
     Ok(out)
+}
+
+/// One item record's evidence (in its tool space).
+fn of_record(v: &Value) -> Evidence {
+    let all_fail = v["flags"].as_array().is_some_and(|f| f.iter().any(|x| x == ALL_FAIL));
+    if !all_fail {
+        return Evidence::SolvedIn(v["tool_space"].as_str().unwrap_or("?").to_string());
+    }
+    let ev = &v["evidence"];
+    let note = ev["note"].as_str().unwrap_or_default().to_string();
+    let listed = |k: &str| ev[k].as_array().is_some_and(|a| !a.is_empty());
+    if ev["agreed_tool"].is_string() || listed("agreed_short_by") {
+        Evidence::AgreedOtherwise(note)
+    } else if listed("covered_by") {
+        Evidence::Covered(note)
+    } else {
+        Evidence::Silent
+    }
 }
 
 /// The decisions of an adjudicated eval review sheet. Every problem (header, cells, a
@@ -222,27 +273,39 @@ mod tests {
         assert_eq!(flagged["L1-1"], "flagged `all-fail` by the eval panel (solve rate 0.0000; 2 agents chose Beta::u)");
     }
 
-    /// `decide_flagged = "evidence"`: the item on which two agents agree on another tool is
-    /// left out, the one every agent failed its own way is kept, each marked as the rule's.
+    /// `decide_flagged = "evidence"`: agreement against the reference (a tool outside it, or
+    /// only part of it) leaves an item out; solved in another space or a covered plan keeps
+    /// it; silence decides nothing; each decision is marked as the rule's.
     #[test]
-    fn the_rule_leaves_out_what_the_panel_agreed_against_and_keeps_the_rest() {
+    fn the_rule_decides_what_the_panels_evidence_can_and_nothing_else() {
         let items = concat!(
-            r#"{"id":"L1-1","tool_space":"oracle","flags":["all-fail"],"evidence":{"called":{},"agreed_tool":"Beta::u","note":"`a`, `b` called `Beta::u`"}}"#,
+            r#"{"id":"L1-1","tool_space":"oracle","flags":["all-fail"],"evidence":{"agreed_tool":"B::u","note":"two chose B::u"}}"#,
+            "\n",
+            r#"{"id":"L3-1","tool_space":"oracle","flags":["all-fail"],"evidence":{"agreed_short":["A::y"],"agreed_short_by":["a","b"],"note":"short"}}"#,
             "\n\n",
-            r#"{"id":"L3-1","tool_space":"oracle","flags":["all-fail"],"evidence":{"called":{},"note":"no two agents agree"}}"#,
+            r#"{"id":"L2-1","tool_space":"oracle","flags":["all-fail"],"evidence":{"covered_by":["a"],"note":"covered"}}"#,
+            "\n",
+            r#"{"id":"L4-1","tool_space":"oracle","flags":["all-fail"],"evidence":{"note":"no two agents agree"}}"#,
+            "\n",
+            r#"{"id":"L5-1","tool_space":"full","flags":["all-fail"],"evidence":{"agreed_tool":"B::u","note":"x"}}"#,
+            "\n",
+            r#"{"id":"L5-1","tool_space":"oracle","flags":[],"solve_rate":0.5}"#,
             "\n",
         );
-        let agreed = agreed("items.jsonl", items.as_bytes()).unwrap();
-        assert_eq!(agreed.keys().collect::<Vec<_>>(), ["L1-1"]);
+        let ev = evidence("items.jsonl", items.as_bytes()).unwrap();
+        assert_eq!(ev["L5-1"], Evidence::SolvedIn("oracle".into()), "solved anywhere wins");
         let mut a = Adjudicated::default();
-        for id in ["L1-1", "L3-1"] {
-            a.decide_by_rule(id, "flagged", agreed.get(id));
-        }
-        assert!(a.leave_out["L1-1"].contains("by rule") && a.leave_out["L1-1"].contains("`Beta::u` (`a`, `b`"));
-        assert!(a.keep["L3-1"].contains("by rule") && !a.leave_out.contains_key("L3-1"));
-        assert_eq!(a.kept("L3-1").unwrap()["decided_by"], "rule");
+        let decided: Vec<bool> = ["L1-1", "L2-1", "L3-1", "L4-1", "L5-1"]
+            .iter()
+            .map(|id| a.decide_by_rule(id, "flagged", &ev[*id]))
+            .collect();
+        assert_eq!(decided, [true, true, true, false, true]);
+        assert!(a.leave_out["L1-1"].contains("by rule") && a.leave_out.contains_key("L3-1"));
+        assert!(a.keep["L2-1"].contains("cover the reference's") && a.keep["L5-1"].contains("`oracle`"));
+        assert!(!a.decided("L4-1") && !a.by_rule.contains("L4-1"));
+        assert_eq!(a.kept("L2-1").unwrap()["decided_by"], "rule");
         assert!(a.kept("L1-1").is_none());
-        let e = super::agreed("items.jsonl", b"{\"tool_space\":\"oracle\"}\nnot json\n").unwrap_err();
+        let e = evidence("items.jsonl", b"{\"tool_space\":\"oracle\"}\nnot json\n").unwrap_err();
         assert!(e.to_string().contains("line 1 (id)") && e.to_string().contains("line 2"), "{e}");
     }
 

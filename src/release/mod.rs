@@ -16,8 +16,10 @@
 //! same files as a *release candidate* (`artifacts/release-candidate/`, [`candidate`],
 //! nothing published), `benchgen eval` runs the agent panel on it, and this stage then
 //! holds back every item the panel flagged `all-fail` until a person decides `keep` or
-//! `leave out` in the adjudicated sheet (`[release] eval_review`); the card counts the
-//! held items and the CHANGELOG lists them and every decision with its reason.
+//! `leave out` in the adjudicated sheet (`[release] eval_review`), or, with `[release]
+//! decide_flagged = "evidence"`, a rule standing in for a person decides where the panel's
+//! evidence can (`eval_review::Evidence`); the card counts the held and rule-decided items
+//! and the CHANGELOG lists them and every decision with its reason.
 //!
 //! See docs/release.md for the layout, the table schemas and `benchgen release verify`.
 
@@ -249,7 +251,7 @@ impl crate::settings::Section for ReleaseSettings {
             "decide_flagged",
             "string",
             r#""person""#,
-            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: a rule standing in for a person leaves out those on which two panel agents agree on another tool, keeps the rest, and the card says so.",
+            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: where the panel's evidence can, a rule standing in for a person leaves out (two agents agree on a tool outside the reference, or on only part of it) or keeps (an agent solved it in another tool space, or its calls cover the reference's); the card says so.",
         ),
     ];
     const EXAMPLE: &'static str = r#"
@@ -398,7 +400,7 @@ impl Stage for ReleaseStage {
          audits the release candidate (`benchgen release candidate`), and every item it flagged
          `all-fail` (`eval/review.csv`) is held back until `[release] eval_review` decides it
          (`hold_flagged = false`: published and listed on the card; `decide_flagged =
-         \"evidence\"`: decided by a rule from the panel's evidence, standing in for a person,
+         \"evidence\"`: where the panel's evidence can decide, a rule stands in for a person,
          and the card says so). `benchgen release verify
          DIR` checks a release; with `--servers` it also starts the pinned servers and reports
          every tool changed since."
@@ -683,7 +685,7 @@ pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) ->
         by_rule.iter().filter(|id| pool.current.contains_key(*id)).count(),
         by_rule
             .iter()
-            .filter(|id| audit.adjudicated.leave_out.contains_key(*id) && pool.left_out.contains_key(*id))
+            .filter(|id| audit.adjudicated.leave_out.get(*id).is_some_and(|r| pool.left_out.get(*id) == Some(r)))
             .count(),
     );
     warn_unknown(out, &audit, &pool);
@@ -735,9 +737,15 @@ pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) ->
 
 /// Ids the adjudicated eval sheet leaves out that are not in the pool: a warning.
 fn warn_unknown(out: &mut Output, audit: &Audit, pool: &pool::Pooled) {
-    let leave_out = audit.adjudicated.leave_out.keys().filter(|id| !pool.left_out.contains_key(*id));
-    let keep =
-        audit.adjudicated.keep.keys().filter(|id| !pool.current.contains_key(*id) && !pool.left_out.contains_key(*id));
+    // The rule decides only what the queue flagged: a person's sheet is what can name strays.
+    let by_person = |id: &&String| !audit.adjudicated.by_rule.contains(*id);
+    let leave_out = audit.adjudicated.leave_out.keys().filter(by_person).filter(|id| !pool.left_out.contains_key(*id));
+    let keep = audit
+        .adjudicated
+        .keep
+        .keys()
+        .filter(by_person)
+        .filter(|id| !pool.current.contains_key(*id) && !pool.left_out.contains_key(*id));
     let mut unknown: Vec<&String> = leave_out.chain(keep).collect();
     if !unknown.is_empty() {
         unknown.sort();
@@ -890,7 +898,7 @@ fn write_card(
     let (kept, left) = summary.flagged_by_rule;
     if kept + left > 0 {
         limits.push(format!(
-            "{} item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person (`[release] decide_flagged = \"evidence\"`): {kept} kept (no two agents agree on an alternative to the reference), {left} left out (two or more agents agree on another tool); CHANGELOG.md gives each reason.",
+            "{} item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person (`[release] decide_flagged = \"evidence\"`): {kept} kept (an agent solved it in another tool space, or the panel's calls cover the reference's), {left} left out (two or more agents agree on a tool outside the reference, or on only part of it); CHANGELOG.md gives each reason.",
             kept + left
         ));
     }
@@ -927,17 +935,26 @@ fn audit(s: &Settings, cfg: &ReleaseSettings, inputs: &Inputs, mode: Mode) -> Re
         flagged = eval_review::all_fail(&name, inputs.bytes_of(&eval_review::QUEUE)?)?;
         flagged.retain(|id, _| !adjudicated.decided(id));
         if cfg.decide_flagged == eval_review::Decider::Evidence && !flagged.is_empty() {
-            let agreed = agreed_items(inputs)?;
+            let (name, evidence) = panel_evidence(inputs)?;
             for (id, why) in std::mem::take(&mut flagged) {
-                adjudicated.decide_by_rule(&id, &why, agreed.get(&id));
+                let Some(ev) = evidence.get(&id) else {
+                    return Err(hinted(
+                        format!("`{id}` is flagged in the eval queue and has no record in `{name}`"),
+                        "run `benchgen eval` again: it writes both from one run",
+                    ));
+                };
+                if !adjudicated.decide_by_rule(&id, &why, ev) {
+                    flagged.insert(id, why);
+                }
             }
         }
     }
     Ok(Audit { adjudicated, flagged, hold: cfg.hold_flagged })
 }
 
-/// [`eval_review::agreed`] of `eval`'s `items.jsonl`, which `eval` writes beside the queue.
-fn agreed_items(inputs: &Inputs) -> Result<BTreeMap<String, String>> {
+/// [`eval_review::evidence`] of `eval`'s `items.jsonl`, which `eval` writes beside the
+/// queue, and its name.
+fn panel_evidence(inputs: &Inputs) -> Result<(String, BTreeMap<String, eval_review::Evidence>)> {
     let items = &eval_review::ITEMS;
     let name = format!("artifacts/{}/{}", items.stage, items.file);
     if !inputs.has(items) {
@@ -946,7 +963,8 @@ fn agreed_items(inputs: &Inputs) -> Result<BTreeMap<String, String>> {
             "run `benchgen eval` again: it writes `items.jsonl` beside `review.csv`",
         ));
     }
-    Ok(eval_review::agreed(&name, inputs.bytes_of(items)?)?)
+    let evidence = eval_review::evidence(&name, inputs.bytes_of(items)?)?;
+    Ok((name, evidence))
 }
 
 /// `benchgen explain sample:<id>` for a released sample: its release record and ledger

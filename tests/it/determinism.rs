@@ -50,7 +50,9 @@ fn named_tools<'a>(tools: &'a [Value], said: &str) -> Vec<&'a Value> {
         .filter_map(|t| {
             let name = t["function"]["name"].as_str()?;
             let short = name.rsplit("__").next().unwrap_or(name);
-            let re = regex::Regex::new(&format!(r"\b{}\b", regex::escape(short))).ok()?;
+            // Named as written (`get_quote`) or in words (`get quote`, as the L4 writer does).
+            let words = regex::escape(short).replace('_', "[_ ]");
+            let re = regex::Regex::new(&format!(r"\b{words}\b")).ok()?;
             re.find(said).map(|m| (m.start(), t))
         })
         .collect();

@@ -82,12 +82,24 @@ fn two_planted_rule(seen: &Seen) -> Answer {
     scripted(seen, &plans, NOISY_BESIDES_L2)
 }
 
-/// [`agent_rule`] where, on `L2-1` ("Do the x thing.", gold `Alpha::x` or `Beta::u`), the
-/// oracle calls `Alpha::y` and the noisy agent (which drops the call) nothing: failed by
-/// every agent, each its own way, so no two agree on another tool.
-fn split_rule(seen: &Seen) -> Answer {
+/// [`agent_rule`] with the panel's evidence of each kind `[release] decide_flagged =
+/// "evidence"` reads: on `L1-1` (planted) two agents agree on `Beta::u`; on `L3-1` ("x then
+/// y.") the oracle adds `Alpha::z` and the noisy agent calls `Beta::v`, so only the oracle's
+/// calls cover the reference; on `L4-1` ("z, then v or y with it.") the oracle calls
+/// `Alpha::x` and the noisy agent drops its last call: each fails its own way.
+fn evidence_rule(seen: &Seen) -> Answer {
     let mut plans = plans();
-    plans.insert("Do the x thing.", vec![vec![("Alpha::y", json!({}))]]);
+    let unit = |t: &'static str| vec![(t, json!({}))];
+    match seen.body["model"].as_str().unwrap_or_default() {
+        "oracle" => {
+            plans.insert("x then y.", vec![unit("Alpha::x"), unit("Alpha::y"), unit("Alpha::z")]);
+            plans.insert("z, then v or y with it.", vec![unit("Alpha::x")]);
+        }
+        "noisy" => {
+            plans.insert("x then y.", vec![unit("Beta::v")]);
+        }
+        _ => {}
+    }
     scripted(seen, &plans, NOISY)
 }
 
@@ -941,6 +953,12 @@ fn an_item_every_agent_failed_is_held_back_until_a_person_keeps_it() {
         assert_code(&o, 0);
     }
     assert!(released_ids(&p, "0.2.0").contains(&"L1-1".to_string()));
+    // Its lineage says who kept it and why.
+    let lineage = p.read("release/it-bench-0.2.0/lineage.jsonl");
+    let l1: Value =
+        lineage.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|l| l["id"] == "L1-1").unwrap();
+    assert_eq!(l1["eval_audit"]["decided_by"], "person", "{l1}");
+    assert!(l1["eval_audit"]["reason"].as_str().unwrap().contains("Alpha::x is what the request names"), "{l1}");
     let log = p.read("release/it-bench-0.2.0/CHANGELOG.md");
     assert!(
         log.contains("- `L1-1`: kept after evaluation: all-fail label-mismatch: Alpha::x is what the request names"),
@@ -951,42 +969,53 @@ fn an_item_every_agent_failed_is_held_back_until_a_person_keeps_it() {
 }
 
 /// With no person to adjudicate (`[release] decide_flagged = "evidence"`, the demo's
-/// setting; issue 38), a rule decides each `all-fail` item from the panel's evidence and the
-/// release says so: `L1-1`, on which two agents agree on `Beta::u` instead of the reference,
-/// is left out; `L2-1`, which every agent failed its own way, is kept, its lineage naming
-/// the rule; nothing is held back or published undecided.
+/// setting; issue 38), a rule decides each `all-fail` item the panel's evidence can decide,
+/// and the release says so: `L1-1`, on which two agents agree on `Beta::u` instead of the
+/// reference, is left out; `L3-1`, whose reference calls the oracle made (with one more),
+/// is kept, its lineage naming the rule; `L4-1`, which each agent failed its own way, is
+/// held back for a person.
 #[test]
-fn with_no_person_a_rule_decides_each_all_fail_item_from_the_panels_evidence() {
-    let llm = ScriptedLlm::start(split_rule);
+fn with_no_person_a_rule_decides_the_all_fail_items_the_panels_evidence_can_decide() {
+    let llm = ScriptedLlm::start(evidence_rule);
     let p = crate::release::project("0.1.0");
     let cfg = p.read(CONFIG).replace("version = \"0.1.0\"", "version = \"0.1.0\"\ndecide_flagged = \"evidence\"");
     p.write(CONFIG, format!("{cfg}\n{}", eval_config(&llm, "")));
     assert_code(&candidate(&p), 0);
     assert_code(&eval(&p), 0);
-    let flagged: Vec<String> = items(&p)
+    let items = items(&p);
+    let flagged: Vec<&str> = items
         .iter()
         .filter(|i| i["flags"].as_array().unwrap().contains(&json!("all-fail")))
-        .map(|i| i["id"].as_str().unwrap().to_string())
+        .map(|i| i["id"].as_str().unwrap())
         .collect();
-    assert_eq!(flagged, ["L1-1", "L2-1"]);
+    assert_eq!(flagged, ["L1-1", "L3-1", "L4-1"], "{items:#?}");
+    let l3 = items.iter().find(|i| i["id"] == "L3-1").unwrap();
+    assert_eq!(l3["evidence"]["covered_by"], json!(["oracle"]), "{l3}");
     let o = crate::release::release(&p, &[]);
     assert_code(&o, 0);
     let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
-    assert!(said.contains("2 item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person: 1 kept, 1 left out"), "{said}");
-    assert!(!said.contains("held back"), "{said}");
+    assert!(
+        said.contains("2 item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person: 1 kept, 1 left out"),
+        "{said}"
+    );
+    assert!(said.contains("1 item(s) that no eval panel agent solved (`all-fail`) were held back"), "{said}");
     let ids = released_ids(&p, "0.1.0");
-    assert!(ids.contains(&"L2-1".to_string()) && !ids.contains(&"L1-1".to_string()), "{ids:?}");
+    assert!(ids.contains(&"L3-1".to_string()), "{ids:?}");
+    assert!(!ids.contains(&"L1-1".to_string()) && !ids.contains(&"L4-1".to_string()), "{ids:?}");
     let card = p.read("release/it-bench-0.1.0/README.md");
-    assert!(card.contains("were decided by rule from the panel's evidence, standing in for a person (`[release] decide_flagged = \"evidence\"`): 1 kept"), "{card}");
-    assert!(!card.contains("held back") && !card.contains("without a decision"), "{card}");
+    assert!(
+        card.contains("2 item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person (`[release] decide_flagged = \"evidence\"`): 1 kept"),
+        "{card}"
+    );
+    assert!(card.contains("1 item(s) that no eval panel agent solved (`all-fail`) are held back"), "{card}");
     let log = p.read("release/it-bench-0.1.0/CHANGELOG.md");
+    assert!(log.contains("### Held back after evaluation (1)\n\n- `L4-1`: "), "{log}");
     assert!(log.contains("### Decided after evaluation (2)"), "{log}");
     assert!(log.contains("- `L1-1`: left out after evaluation by rule from the panel's evidence"), "{log}");
-    assert!(log.contains("two or more agents agree on `Beta::u`"), "{log}");
-    assert!(log.contains("- `L2-1`: kept after evaluation by rule from the panel's evidence"), "{log}");
+    assert!(log.contains("- `L3-1`: kept after evaluation by rule from the panel's evidence"), "{log}");
+    assert!(log.contains("the panel's calls cover the reference's"), "{log}");
     let lineage = p.read("release/it-bench-0.1.0/lineage.jsonl");
-    let l2: Value =
-        lineage.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|l| l["id"] == "L2-1").unwrap();
-    assert_eq!(l2["eval_audit"]["decision"], "keep");
-    assert_eq!(l2["eval_audit"]["decided_by"], "rule");
+    let line = |id: &str| lineage.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|l| l["id"] == id);
+    let l3 = line("L3-1").unwrap();
+    assert_eq!((&l3["eval_audit"]["decision"], &l3["eval_audit"]["decided_by"]), (&json!("keep"), &json!("rule")));
 }
