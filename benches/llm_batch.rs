@@ -43,6 +43,12 @@ use scripted_llm::{Answer, Seen};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+// The `benchgen` binary's allocator (src/main.rs), so the client's peak is the one a stage
+// run has: without it a bench binary runs on glibc's malloc, whose per-thread arenas keep
+// what one thread freed from another's allocations.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Requests per batch file (OpenAI's limit).
 const PER_FILE: usize = 50_000;
 

@@ -49,6 +49,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use futures::future::Either;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -105,6 +106,10 @@ const TRANSFER_TIMEOUT: Duration = Duration::from_secs(1800);
 /// a bound, so a server with a long history cannot hold a stage listing it.
 const LIST_PAGES: usize = 20;
 
+/// At most this much room is set aside for an answer body before it comes (its announced
+/// length; a larger one grows as it comes).
+const PRESIZE_MAX: u64 = 256 << 20;
+
 /// How a request handed to [`BatchJobs::ask`] ended.
 #[derive(Debug, Clone)]
 pub(crate) enum Outcome {
@@ -150,12 +155,11 @@ pub(crate) struct Recorded {
 /// What a call's exchange records once its batch answers, kept as text while it waits (a
 /// stage has every item in flight: the parsed request bodies and fields of 100,000 calls
 /// took most of 2.8 GiB). The ingest writes the payload [`super::LlmClient`]'s
-/// `record_sent` would (`paid_text`, `hit_text`).
+/// `record_sent` would (`paid_text`, `hit_text`); the role's sampling parameters, the same
+/// for each of its calls, are the batch jobs' (`BatchJobs::params`), not held by each.
 pub(crate) struct Draft {
     /// The exchange's fields so far (`exchange_base`'s object) without its closing brace.
     head: String,
-    /// The role's sampling parameters (`params`), serialised.
-    params: String,
     /// The request body as sent: the JSONL line's `body`, the exchange's `request`.
     body: String,
     /// The ledger subject (the item) and the parent event.
@@ -166,14 +170,14 @@ pub(crate) struct Draft {
 impl Draft {
     /// `base`: the exchange's fields so far (an object with fields); `body`: the request
     /// body, serialised; `at`: the item and the parent event.
-    pub(crate) fn new(base: &Value, params: &Value, mut body: String, at: (&str, Option<i64>)) -> Draft {
+    pub(crate) fn new(base: &Value, mut body: String, at: (&str, Option<i64>)) -> Draft {
         let mut head = base.to_string();
         head.truncate(head.len().saturating_sub(1));
         // Without the room a serialiser leaves (it doubles its buffer: 1 KiB for a body of
         // 600 bytes), as every call of a round holds its draft while the batch runs.
         head.shrink_to_fit();
         body.shrink_to_fit();
-        Draft { head, params: params.to_string(), body, item: at.0.to_string(), parent: at.1 }
+        Draft { head, body, item: at.0.to_string(), parent: at.1 }
     }
 }
 
@@ -183,9 +187,10 @@ fn usage_text((prompt, completion): (u64, u64)) -> String {
 }
 
 /// The payload of the paid exchange of an answer (`response`: its text, `tokens` its usage)
-/// batch `batch` brought after `tries` batches: `sent_payload(…).to_string()`, from text.
-fn paid_text(d: &Draft, response: &str, tokens: (u64, u64), batch: &str, tries: u32) -> String {
-    let (head, params, body, usage, batch) = (&d.head, &d.params, &d.body, usage_text(tokens), Value::from(batch));
+/// batch `batch` brought after `tries` batches, `params` the role's sampling parameters
+/// (serialised): `sent_payload(…).to_string()`, from text.
+fn paid_text(d: &Draft, params: &str, response: &str, tokens: (u64, u64), batch: &str, tries: u32) -> String {
+    let (head, body, usage, batch) = (&d.head, &d.body, usage_text(tokens), Value::from(batch));
     format!(
         "{head},\"cached\":false,\"params\":{params},\"request\":{body},\"response\":{response},\"usage\":{usage},\
          \"batch\":{batch},\"attempts\":{tries}}}"
@@ -202,11 +207,77 @@ fn hit_text(d: &Draft, source: i64, tokens: (u64, u64), batch: &str) -> String {
     )
 }
 
-/// A request's JSONL line: `{"custom_id":…,"method":"POST","url":…,"body":…}` and a newline,
-/// as `serde_json` writes it (`body`: the request body, serialised).
-fn jsonl_line(hash: &str, body: &str) -> Vec<u8> {
-    let (id, url) = (Value::from(hash), "/v1/chat/completions");
-    format!("{{\"custom_id\":{id},\"method\":\"POST\",\"url\":\"{url}\",\"body\":{body}}}\n").into_bytes()
+/// A request's JSONL line, `{"custom_id":…,"method":"POST","url":…,"body":…}` and a newline
+/// as `serde_json` writes it, is these around the request hash's text and the body.
+const LINE_START: &str = "{\"custom_id\":\"";
+const LINE_MIDDLE: &str = "\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":";
+const LINE_END: &str = "}\n";
+
+/// The length of the JSONL line of a request with this body (serialised).
+fn line_len(body: &str) -> u64 {
+    (LINE_START.len() + DIGEST_TEXT_LEN + LINE_MIDDLE.len() + body.len() + LINE_END.len()) as u64
+}
+
+/// Append a request's JSONL line to a batch file (`body`: the request body, serialised).
+/// Written when its round goes out, from the body its first call waits with: made when the
+/// call asked, each line was a second copy of its body (with a serialiser's spare room, some
+/// 1 KiB) for as long as the round gathered.
+fn write_line(file: &mut Vec<u8>, hash: &Digest, body: &str) {
+    let hash = hash.text();
+    for part in [LINE_START, hash.as_str(), LINE_MIDDLE, body, LINE_END] {
+        file.extend_from_slice(part.as_bytes());
+    }
+}
+
+/// What a request hash or a cache key starts with ([`super::request_hashes`]).
+const DIGEST_PREFIX: &str = "sha256:";
+/// The length of a request hash's or cache key's text: the prefix and 64 hex digits.
+const DIGEST_TEXT_LEN: usize = DIGEST_PREFIX.len() + 64;
+
+/// A request hash or cache key as its 32 bytes, where its text (`sha256:` and 64 lowercase
+/// hex digits) took 71 on the heap for each copy: a round's requests are kept by key with
+/// their hash while they wait, and listed again by the batch that follows them. The order is
+/// the text's (lowercase hex sorts as its bytes), so a file's lines stay in cache key order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Digest([u8; 32]);
+
+impl Digest {
+    /// `sha256:` and 64 lowercase hex digits; anything else is none, as its text could not be
+    /// made again byte for byte.
+    fn parse(text: &str) -> Option<Digest> {
+        let hex = text.strip_prefix(DIGEST_PREFIX)?.as_bytes();
+        if hex.len() != 64 {
+            return None;
+        }
+        let nibble = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        };
+        let mut out = [0u8; 32];
+        for (o, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
+            *o = (nibble(pair[0])? << 4) | nibble(pair[1])?;
+        }
+        Some(Digest(out))
+    }
+
+    /// Its text, as the ledger and the batch files hold it.
+    fn text(&self) -> String {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut out = String::with_capacity(DIGEST_TEXT_LEN);
+        out.push_str(DIGEST_PREFIX);
+        for b in self.0 {
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+        out
+    }
+}
+
+impl std::fmt::Display for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text())
+    }
 }
 
 /// One request of a batch that was not answered.
@@ -356,13 +427,18 @@ impl Api {
             retryable: !e.is_builder(),
             retry_after: None,
         };
-        let resp = req.send().await.map_err(|e| lost("connection error", &e))?;
+        let mut resp = req.send().await.map_err(|e| lost("connection error", &e))?;
         let status = resp.status();
         let retry_after = parse_retry_after(resp.headers().get(reqwest::header::RETRY_AFTER));
-        let body = resp.bytes().await.map_err(|e| lost("transfer error", &e))?;
+        // Into one buffer of the length the server announces, chunk by chunk: `bytes()`
+        // gathers the chunks, then copies them into one buffer, so an output file (some
+        // 20 MB for 50,000 short answers) was held twice as it came.
+        let mut body = Vec::with_capacity(resp.content_length().map_or(0, |n| n.min(PRESIZE_MAX) as usize));
+        while let Some(chunk) = resp.chunk().await.map_err(|e| lost("transfer error", &e))? {
+            body.extend_from_slice(&chunk);
+        }
         if status.is_success() {
-            // Taken, not copied, when it can be (an output file may be large).
-            return Ok(body.into());
+            return Ok(body);
         }
         Err(Attempt {
             status: format!("HTTP {}", status.as_u16()),
@@ -550,28 +626,30 @@ struct Waiter {
 /// ledger stores it (JSON text: 50,000 parsed answers are some 130 MB) and its prompt and
 /// completion tokens.
 struct Answered {
-    key: String,
+    key: Digest,
     response: String,
     tokens: (u64, u64),
 }
 
 impl Answered {
-    fn new(key: String, response: &Value) -> Answered {
+    fn new(key: Digest, response: &Value) -> Answered {
         let usage = &response["usage"];
         let tokens = (usage["prompt_tokens"].as_u64().unwrap_or(0), usage["completion_tokens"].as_u64().unwrap_or(0));
-        Answered { key, response: response.to_string(), tokens }
+        let mut response = response.to_string();
+        // Without the serialiser's spare room (up to as much again): each answer of a batch
+        // is held until its call takes it.
+        response.shrink_to_fit();
+        Answered { key, response, tokens }
     }
 }
 
 /// A finished batch's answers, and its unanswered requests by key.
-type Downloaded = (Vec<Answered>, BTreeMap<String, Failure>);
+type Downloaded = (Vec<Answered>, BTreeMap<Digest, Failure>);
 
-/// One request on its way through batches.
+/// One request on its way through batches. Its JSONL line is written into the file of each
+/// batch it goes in, from its first call's body.
 struct Pending {
-    hash: String,
-    /// Its JSONL line while it gathers: moved into the batch's file when sent, made again
-    /// from a waiter's draft if it goes into another batch.
-    line: Option<Vec<u8>>,
+    hash: Digest,
     /// Batches it was sent in.
     tries: u32,
     waiters: Vec<Waiter>,
@@ -580,12 +658,13 @@ struct Pending {
 #[derive(Default)]
 struct State {
     /// Requests for the next batch, by cache key (so its lines are sorted).
-    gathering: BTreeMap<String, Pending>,
+    gathering: BTreeMap<Digest, Pending>,
+    /// The length of their batch file.
     bytes: u64,
     arrivals: u64,
     gatherer: bool,
     /// Requests in batches this process follows, by cache key.
-    sent: BTreeMap<String, Pending>,
+    sent: BTreeMap<Digest, Pending>,
     /// Ledger rows of those batches.
     following: BTreeSet<i64>,
 }
@@ -607,6 +686,9 @@ pub(crate) struct BatchJobs {
     /// An export run: rounds go to [`offline`]'s file instead of the server.
     export: bool,
     s: BatchSettings,
+    /// The role's sampling parameters as its paid exchanges record them (`params`),
+    /// serialised once: the same for all its calls, each of which held a copy.
+    params: String,
     api: Api,
     recorder: Arc<Recorder>,
     cancel: CancellationToken,
@@ -627,6 +709,7 @@ impl BatchJobs {
             stage: stage.to_string(),
             export: offline::exporting(),
             s: settings.batch.clone(),
+            params: super::role_params(settings).to_string(),
             api: Api::new(settings)?,
             recorder,
             cancel,
@@ -640,18 +723,26 @@ impl BatchJobs {
     }
 
     /// The answer to one request (`key`: its cache key, `hash`: its request hash, the
-    /// `custom_id`), through a batch; `draft`: what its exchange records.
-    pub(crate) async fn ask(self: &Arc<Self>, key: &str, hash: &str, draft: Draft) -> Outcome {
+    /// `custom_id`), through a batch; `draft`: what its exchange records. The request is
+    /// registered when this is called; the future only waits for its answer, holding no more
+    /// than the receiver and the token (as an `async fn`, each call of a round kept its
+    /// arguments, the draft's fields among them, in its future while it waited).
+    pub(crate) fn ask(self: &Arc<Self>, key: &str, hash: &str, draft: Draft) -> impl Future<Output = Outcome> {
         let (tx, rx) = oneshot::channel();
-        match self.register(key, hash, Waiter { tx, draft }) {
-            Ok(Some(now)) => return now,
-            Ok(None) => {}
-            Err(e) => return Outcome::Setup(format!("ledger: {e:#}")),
-        }
-        tokio::select! {
-            biased;
-            _ = self.cancel.cancelled() => Outcome::Cancelled,
-            r = rx => r.unwrap_or_else(|_| Outcome::Setup("the batch task ended without an answer".into())),
+        let now = match self.register(key, hash, Waiter { tx, draft }) {
+            Ok(now) => now,
+            Err(e) => Some(Outcome::Setup(format!("ledger: {e:#}"))),
+        };
+        let cancel = self.cancel.clone();
+        match now {
+            Some(now) => Either::Left(std::future::ready(now)),
+            None => Either::Right(async move {
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => Outcome::Cancelled,
+                    r = rx => r.unwrap_or_else(|_| Outcome::Setup("the batch task ended without an answer".into())),
+                }
+            }),
         }
     }
 
@@ -659,13 +750,16 @@ impl BatchJobs {
     /// ledger, an unfinished batch of the ledger, or the next batch. Under the state lock,
     /// so an answer stored meanwhile is never missed and a request never sent twice.
     fn register(self: &Arc<Self>, key: &str, hash: &str, w: Waiter) -> Result<Option<Outcome>> {
+        let (Some(k), Some(h)) = (Digest::parse(key), Digest::parse(hash)) else {
+            bail!("internal: request hash `{hash}` or cache key `{key}` is not a sha256 digest");
+        };
         let mut guard = self.lock();
         let st = &mut *guard;
-        if let Some(p) = st.sent.get_mut(key) {
+        if let Some(p) = st.sent.get_mut(&k) {
             p.waiters.push(w);
             return Ok(None);
         }
-        if let Some(p) = st.gathering.get_mut(key) {
+        if let Some(p) = st.gathering.get_mut(&k) {
             p.waiters.push(w);
             return Ok(None);
         }
@@ -675,14 +769,12 @@ impl BatchJobs {
         let unfinished = unfinished_with(&self.recorder.lock(), key)?;
         if let Some(row) = unfinished {
             self.resume(st, row)?;
-            if let Some(p) = st.sent.get_mut(key) {
+            if let Some(p) = st.sent.get_mut(&k) {
                 p.waiters.push(w);
                 return Ok(None);
             }
         }
-        let line = jsonl_line(hash, &w.draft.body);
-        let p = Pending { hash: hash.to_string(), line: Some(line), tries: 0, waiters: vec![w] };
-        self.enqueue(st, key.to_string(), p);
+        self.enqueue(st, k, Pending { hash: h, tries: 0, waiters: vec![w] });
         Ok(None)
     }
 
@@ -693,9 +785,8 @@ impl BatchJobs {
         }
         let requests = batch_requests(&self.recorder.lock(), row.id)?;
         st.following.insert(row.id);
-        for (key, hash) in &requests {
-            let p = || Pending { hash: hash.clone(), line: None, tries: 1, waiters: Vec::new() };
-            st.sent.entry(key.clone()).or_insert_with(p);
+        for &(key, hash) in &requests {
+            st.sent.entry(key).or_insert_with(|| Pending { hash, tries: 1, waiters: Vec::new() });
         }
         tracing::info!(
             "role `{}`: following batch {} of an earlier run",
@@ -707,8 +798,8 @@ impl BatchJobs {
     }
 
     /// Add a request to the next batch; a full one is sent first.
-    fn enqueue(self: &Arc<Self>, st: &mut State, key: String, p: Pending) {
-        let len = p.line.as_ref().map_or(0, |l| l.len() as u64);
+    fn enqueue(self: &Arc<Self>, st: &mut State, key: Digest, p: Pending) {
+        let len = p.waiters.first().map_or(0, |w| line_len(&w.draft.body));
         let full = st.gathering.len() >= self.s.max_requests || st.bytes + len > self.s.max_bytes;
         // An exported round stays one file: `vllm run-batch` has no such limits, and a part
         // sent early would stop the stage before the rest of the round had asked.
@@ -750,37 +841,35 @@ impl BatchJobs {
         }
     }
 
-    /// What has gathered becomes a batch: a task submits and follows it.
+    /// What has gathered becomes a batch: its file, a line per request in cache key order
+    /// written from the first waiting call's body, and a task that submits and follows it.
     fn send_gathered(self: &Arc<Self>, st: &mut State) {
         let group = std::mem::take(&mut st.gathering);
-        st.bytes = 0;
-        let mut lines = Vec::with_capacity(group.len());
+        // Its length exactly: what `enqueue` counted (a file of 50,000 requests is some 35 MB).
+        let mut file = Vec::with_capacity(std::mem::take(&mut st.bytes) as usize);
+        let mut requests = Vec::with_capacity(group.len());
         for (key, mut p) in group {
+            // Every gathered request has a call (`register`, `after_failure`).
+            let Some(first) = p.waiters.first() else { continue };
+            write_line(&mut file, &p.hash, &first.draft.body);
             p.tries += 1;
-            // Moved, not copied: the file holds it from now on.
-            lines.push((key.clone(), p.hash.clone(), p.line.take().unwrap_or_default()));
+            requests.push((key, p.hash));
             st.sent.insert(key, p);
         }
-        tokio::spawn(self.clone().submit(lines));
+        tokio::spawn(self.clone().submit(requests, file));
     }
 
-    /// Upload the requests and record the batch in the ledger, then follow it.
-    async fn submit(self: Arc<Self>, lines: Vec<(String, String, Vec<u8>)>) {
+    /// Upload a round's file (`requests`: its `(key, hash)`, in the order of its lines) and
+    /// record the batch in the ledger, then follow it.
+    async fn submit(self: Arc<Self>, requests: Vec<(Digest, Digest)>, file: Vec<u8>) {
         if self.export {
-            return self.export_round(lines);
+            return self.export_round(&requests, &file);
         }
         // Without its key no batch call can succeed: the stage stops at once.
         if let Err(why) = &self.api.key {
-            let keys: Vec<String> = lines.into_iter().map(|l| l.0).collect();
-            return self.fail_all(None, &keys, why);
+            return self.fail_all(None, &keys_of(&requests), why);
         }
-        // Each line moved into the file (a file of 50,000 requests is some 50 MB).
-        let mut file = Vec::with_capacity(lines.iter().map(|l| l.2.len()).sum());
-        let mut requests = Vec::with_capacity(lines.len());
-        for (key, hash, line) in lines {
-            file.extend_from_slice(&line);
-            requests.push((key, hash));
-        }
+        // Moved into the upload, and dropped once it is done.
         let file_id = match self.api.upload(file, &self.cancel).await {
             Ok(id) => id,
             Err(CallError::Cancelled) => return,
@@ -807,7 +896,7 @@ impl BatchJobs {
     }
 
     /// Follow a batch to its end and answer its requests (`(key, hash)`).
-    async fn follow(self: Arc<Self>, row: Row, requests: Vec<(String, String)>) {
+    async fn follow(self: Arc<Self>, row: Row, requests: Vec<(Digest, Digest)>) {
         let ended = async {
             let row = self.created(row.clone()).await?;
             let b = self.poll(&row).await?;
@@ -916,8 +1005,8 @@ impl BatchJobs {
 
     /// The answers (by key) and the unanswered requests of a finished batch, from its
     /// output and error files; a request with no line in either is unanswered too.
-    async fn download(&self, b: &Remote, requests: &[(String, String)]) -> Result<Downloaded, Stop> {
-        let by_hash: BTreeMap<&str, &str> = requests.iter().map(|(k, h)| (h.as_str(), k.as_str())).collect();
+    async fn download(&self, b: &Remote, requests: &[(Digest, Digest)]) -> Result<Downloaded, Stop> {
+        let by_hash: BTreeMap<&Digest, Digest> = requests.iter().map(|(k, h)| (h, *k)).collect();
         let mut answers = Vec::new();
         let mut failed = BTreeMap::new();
         for file in [&b.output_file_id, &b.error_file_id].into_iter().flatten() {
@@ -925,38 +1014,45 @@ impl BatchJobs {
             // Line by line, each answer kept as the text the ledger stores.
             for line in String::from_utf8_lossy(&bytes).lines().filter(|l| !l.trim().is_empty()) {
                 let mut v: Value = serde_json::from_str(line).unwrap_or(Value::Null);
-                let Some(key) = v["custom_id"].as_str().and_then(|h| by_hash.get(h)) else {
+                let key = v["custom_id"].as_str().and_then(Digest::parse).and_then(|h| by_hash.get(&h).copied());
+                let Some(key) = key else {
                     tracing::warn!("batch {}: a line of file {file} names no request of the batch", b.id);
                     continue;
                 };
                 match line_outcome(&self.api.redactor, &mut v) {
-                    Ok(response) => answers.push(Answered::new(key.to_string(), &response)),
+                    Ok(response) => answers.push(Answered::new(key, &response)),
                     Err(f) => {
-                        failed.insert(key.to_string(), f);
+                        failed.insert(key, f);
                     }
                 }
             }
         }
-        let answered: BTreeSet<&str> = answers.iter().map(|a| a.key.as_str()).collect();
+        let answered: BTreeSet<&Digest> = answers.iter().map(|a| &a.key).collect();
         for (key, _) in requests {
-            if !answered.contains(key.as_str()) && !failed.contains_key(key) {
+            if !answered.contains(key) && !failed.contains_key(key) {
                 let message =
                     if b.errors.is_empty() { "no answer in the batch's files".to_string() } else { b.errors.clone() };
                 let f = Failure { status: format!("batch {}", b.status), message, retryable: true };
-                failed.insert(key.clone(), f);
+                failed.insert(*key, f);
             }
         }
         Ok((answers, failed))
     }
 
-    /// Keep a round for the export file instead of sending it; its calls then stop the
-    /// stage (a setup error: no artifacts), as only a first round can be exported.
-    fn export_round(&self, lines: Vec<(String, String, Vec<u8>)>) {
-        let keys: Vec<String> = lines.iter().map(|l| l.0.clone()).collect();
-        let n = lines.len();
+    /// Keep a round (`requests`, with the file of their lines) for the export file instead
+    /// of sending it; its calls then stop the stage (a setup error: no artifacts), as only a
+    /// first round can be exported.
+    fn export_round(&self, requests: &[(Digest, Digest)], file: &[u8]) {
+        // A line per request, in their order (a serialised body holds no raw newline).
+        let lines = requests
+            .iter()
+            .zip(file.split_inclusive(|&b| b == b'\n'))
+            .map(|((key, hash), line)| (key.text(), hash.text(), line.to_vec()))
+            .collect();
         offline::keep(&self.role, &self.stage, &self.api.base, lines);
-        let why = format!("{n} requests of role `{}` exported, not answered: {}", self.role, offline::EXPORT_STOP);
-        self.fail_all(None, &keys, &why);
+        let (n, role) = (requests.len(), &self.role);
+        let why = format!("{n} requests of role `{role}` exported, not answered: {}", offline::EXPORT_STOP);
+        self.fail_all(None, &keys_of(requests), &why);
     }
 }
 
@@ -992,13 +1088,13 @@ fn line_outcome(redactor: &Redactor, v: &mut Value) -> Result<Value, Failure> {
 impl BatchJobs {
     /// Store a finished batch's answers (durable before any call hears of them), then
     /// answer its requests.
-    fn ingest(self: &Arc<Self>, row: i64, b: &Remote, answers: Vec<Answered>, failed: BTreeMap<String, Failure>) {
+    fn ingest(self: &Arc<Self>, row: i64, b: &Remote, answers: Vec<Answered>, failed: BTreeMap<Digest, Failure>) {
         let mut guard = self.lock();
-        let texts = answers.iter().map(|a| (a.key.as_str(), a.response.as_str()));
+        let texts = answers.iter().map(|a| (a.key.text(), a.response.as_str()));
         let stored = store_answers(&self.recorder.lock(), row, b, texts);
         if let Err(e) = stored {
             let why = format!("cannot store the answers of batch {} in the ledger: {e:#}", b.id);
-            let keys: Vec<String> = answers.into_iter().map(|a| a.key).chain(failed.into_keys()).collect();
+            let keys: Vec<Digest> = answers.into_iter().map(|a| a.key).chain(failed.into_keys()).collect();
             drop(guard);
             return self.fail_all(Some(row), &keys, &why);
         }
@@ -1024,18 +1120,19 @@ impl BatchJobs {
         let recorded = self.recorder.group(|g| {
             let mut ids = Vec::with_capacity(taken.len());
             for (a, p) in &taken {
+                let key = a.key.text();
                 let mut paid: Option<i64> = None;
                 for w in &p.waiters {
                     let (d, cached) = (&w.draft, paid.is_some());
                     let payload = match paid {
-                        None => paid_text(d, &a.response, a.tokens, batch, p.tries),
+                        None => paid_text(d, &self.params, &a.response, a.tokens, batch, p.tries),
                         Some(source) => hit_text(d, source, a.tokens, batch),
                     };
                     let parents: Vec<i64> = paid.into_iter().chain(d.parent).collect();
                     let id = g.record_text(crate::ledger::kind::LLM_EXCHANGE, &d.item, &payload, &parents)?;
                     if paid.is_none() {
-                        cache_put_on(g.connection(), &a.key, id, g.time())?;
-                        mark_recorded_on(g.connection(), &a.key, id)?;
+                        cache_put_on(g.connection(), &key, id, g.time())?;
+                        mark_recorded_on(g.connection(), &key, id)?;
                         paid = Some(id);
                     }
                     ids.push((id, cached));
@@ -1066,10 +1163,12 @@ impl BatchJobs {
 
     /// A request its batch did not answer: into the next batch (when `resubmit`), live, or
     /// failed.
-    fn after_failure(self: &Arc<Self>, st: &mut State, key: String, mut p: Pending, f: &Failure, resubmit: bool) {
+    fn after_failure(self: &Arc<Self>, st: &mut State, key: Digest, p: Pending, f: &Failure, resubmit: bool) {
         // A request of a resumed batch that no call asked for: a call that asks later
         // sends it anew.
-        let Some(first) = p.waiters.first() else { return };
+        if p.waiters.is_empty() {
+            return;
+        }
         if resubmit && f.retryable && p.tries <= self.s.resubmits {
             tracing::info!(
                 "role `{}`: request {} goes into the next batch ({}: {})",
@@ -1078,8 +1177,7 @@ impl BatchJobs {
                 f.status,
                 f.message
             );
-            // Its line went into the file of the batch it was in.
-            p.line = Some(jsonl_line(&p.hash, &first.draft.body));
+            // Its line is written again, into the next batch's file.
             return self.enqueue(st, key, p);
         }
         let outcome = if f.retryable && self.s.live_fallback {
@@ -1097,7 +1195,7 @@ impl BatchJobs {
     /// which the server would refuse as well (a server with no files endpoint answers 404
     /// every time; an upload that failed after the role's retries is taken as refused too).
     /// A warning says so, naming the role, the server and its answer.
-    fn unanswered(self: &Arc<Self>, row: Option<i64>, keys: &[String], why: &str) {
+    fn unanswered(self: &Arc<Self>, row: Option<i64>, keys: &[Digest], why: &str) {
         let mut guard = self.lock();
         let st = &mut *guard;
         if let Some(row) = row {
@@ -1108,7 +1206,7 @@ impl BatchJobs {
         for key in keys {
             if let Some(p) = st.sent.remove(key) {
                 asked += usize::from(!p.waiters.is_empty());
-                self.after_failure(st, key.clone(), p, &f, false);
+                self.after_failure(st, *key, p, &f, false);
             }
         }
         if asked > 0 {
@@ -1119,7 +1217,7 @@ impl BatchJobs {
     }
 
     /// The calls waiting for these requests fail with `why` (the stage stops).
-    fn fail_all(&self, row: Option<i64>, keys: &[String], why: &str) {
+    fn fail_all(&self, row: Option<i64>, keys: &[Digest], why: &str) {
         let mut st = self.lock();
         if let Some(row) = row {
             st.following.remove(&row);
@@ -1139,7 +1237,7 @@ impl BatchJobs {
 /// Record a batch about to be created from a file (`what`: role, stage, base URL, file id;
 /// `state` `submitting`), or one whose upload the server refused (`refused`, no file id,
 /// taken at once), with its requests `(key, hash)`.
-fn insert_batch(l: &Ledger, what: [&str; 4], state: &str, requests: &[(String, String)]) -> Result<i64> {
+fn insert_batch(l: &Ledger, what: [&str; 4], state: &str, requests: &[(Digest, Digest)]) -> Result<i64> {
     let tx = l.connection().unchecked_transaction()?;
     let now = crate::ledger::now();
     tx.execute(
@@ -1152,7 +1250,7 @@ fn insert_batch(l: &Ledger, what: [&str; 4], state: &str, requests: &[(String, S
         let mut ins =
             tx.prepare_cached("INSERT OR IGNORE INTO llm_batch_requests(batch, key, hash) VALUES (?1, ?2, ?3)")?;
         for (key, hash) in requests {
-            ins.execute(params![id, key, hash])?;
+            ins.execute(params![id, key.text(), hash.text()])?;
         }
     }
     tx.commit()?;
@@ -1192,11 +1290,11 @@ fn mark_refused(l: &Ledger, id: i64) -> Result<()> {
 
 /// A finished batch's answers `(key, chat completion as JSON text)` and its final state,
 /// in one transaction.
-fn store_answers<'a>(
+fn store_answers<'a, K: AsRef<str>>(
     l: &Ledger,
     id: i64,
     b: &Remote,
-    answers: impl IntoIterator<Item = (&'a str, &'a str)>,
+    answers: impl IntoIterator<Item = (K, &'a str)>,
 ) -> Result<()> {
     let tx = l.connection().unchecked_transaction()?;
     {
@@ -1204,7 +1302,7 @@ fn store_answers<'a>(
             "INSERT OR REPLACE INTO llm_batch_results(key, batch, response, recorded_event) VALUES (?1, ?2, ?3, NULL)",
         )?;
         for (key, response) in answers {
-            ins.execute(params![key, id, response])?;
+            ins.execute(params![key.as_ref(), id, response])?;
         }
     }
     update_row(&tx, id, b, true)?;
@@ -1287,16 +1385,26 @@ fn unfinished_with(l: &Ledger, key: &str) -> Result<Option<Row>> {
 }
 
 /// The cache keys of requests `(key, hash)`.
-fn keys_of(requests: &[(String, String)]) -> Vec<String> {
-    requests.iter().map(|(k, _)| k.clone()).collect()
+fn keys_of(requests: &[(Digest, Digest)]) -> Vec<Digest> {
+    requests.iter().map(|(k, _)| *k).collect()
 }
 
-/// `(key, hash)` of every request of a batch.
-fn batch_requests(l: &Ledger, id: i64) -> Result<Vec<(String, String)>> {
+/// `(key, hash)` of every request of a batch. A row whose key or hash is not a sha256 digest
+/// was not written by a client (which writes nothing else) and is left out, with a warning:
+/// a call that asks for it sends it anew.
+fn batch_requests(l: &Ledger, id: i64) -> Result<Vec<(Digest, Digest)>> {
     let mut st =
         l.connection().prepare_cached("SELECT key, hash FROM llm_batch_requests WHERE batch = ?1 ORDER BY key")?;
-    let rows = st.query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    let rows = st.query_map([id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (key, hash) = row?;
+        match (Digest::parse(&key), Digest::parse(&hash)) {
+            (Some(k), Some(h)) => out.push((k, h)),
+            _ => tracing::warn!("batch row {id} of the ledger: request {hash} (key {key}) is not a sha256 digest"),
+        }
+    }
+    Ok(out)
 }
 
 // ---- `benchgen llm batches` ----
@@ -1470,12 +1578,14 @@ mod tests {
     use crate::llm::transport::Sent;
 
     /// The ingest of a batch writes exchanges and JSONL lines from text: byte for byte what
-    /// the payload functions of a call that records its own answer, and `serde_json`, write.
+    /// the payload functions of a call that records its own answer, and `serde_json`, write;
+    /// a line is as long as counted before it is written.
     #[test]
     fn payloads_and_lines_written_from_text_are_what_the_json_values_serialise_to() {
+        let hash = format!("sha256:{}", "0123456789abcdef".repeat(4));
         let base = json!({
             "role": "r", "provider": "vllm", "model": "m/ü", "item": "i \"q\"\n", "template": null,
-            "template_hash": null, "request_hash": "sha256:ab", "endpoint": "vllm http://h/v1",
+            "template_hash": null, "request_hash": hash, "endpoint": "vllm http://h/v1",
         });
         let params = json!({"temperature": 0.1, "top_p": null, "max_tokens": 5, "seed": 7});
         let body = json!({
@@ -1488,23 +1598,66 @@ mod tests {
             "id": "c1", "choices": [{"index": 0, "message": {"role": "assistant", "content": "{\"n\": 1}"}}],
             "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15},
         });
-        let d = Draft::new(&base, &params, serde_json::to_string(&body).unwrap(), ("i \"q\"\n", Some(3)));
-        let a = Answered::new("k".into(), &response);
+        let d = Draft::new(&base, serde_json::to_string(&body).unwrap(), ("i \"q\"\n", Some(3)));
+        let digest = Digest::parse(&hash).unwrap();
+        let a = Answered::new(digest, &response);
         assert_eq!((a.response.as_str(), a.tokens), (response.to_string().as_str(), (11, 4)));
 
         let usage = json!({"prompt_tokens": 11, "completion_tokens": 4});
         let sent = Sent { response, attempts: 2, latency_ms: 0, replica: 0, batch: Some("batch_1".into()) };
+        let params_text = params.to_string();
         let paid = crate::llm::sent_payload(base.clone(), params, body.clone(), &sent, usage.clone());
-        assert_eq!(paid_text(&d, &a.response, a.tokens, "batch_1", 2), paid.to_string());
+        assert_eq!(paid_text(&d, &params_text, &a.response, a.tokens, "batch_1", 2), paid.to_string());
         let hit = crate::llm::hit_payload(base, 42, &json!({"usage": usage, "batch": "batch_1"}));
         assert_eq!(hit_text(&d, 42, a.tokens, "batch_1"), hit.to_string());
 
         let mut line = serde_json::to_vec(&json!({
-            "custom_id": "sha256:ab", "method": "POST", "url": "/v1/chat/completions", "body": body,
+            "custom_id": hash, "method": "POST", "url": "/v1/chat/completions", "body": body,
         }))
         .unwrap();
         line.push(b'\n');
-        assert_eq!(String::from_utf8(jsonl_line("sha256:ab", &d.body)).unwrap(), String::from_utf8(line).unwrap());
+        assert_eq!(line_len(&d.body), line.len() as u64);
+        let mut file = b"before\n".to_vec();
+        write_line(&mut file, &digest, &d.body);
+        assert_eq!(String::from_utf8(file[7..].to_vec()).unwrap(), String::from_utf8(line).unwrap());
+    }
+
+    /// Request hashes and cache keys are kept as their 32 bytes: the text comes back byte for
+    /// byte, they sort as their texts do (a batch file's lines stay in cache key order), and
+    /// anything but `sha256:` and 64 lowercase hex digits is none, as its text would not come
+    /// back.
+    #[test]
+    fn a_digest_gives_back_its_text_and_sorts_as_the_text_does() {
+        let mut texts: Vec<String> = (0..200)
+            .flat_map(|i| {
+                let (hash, key) = crate::llm::request_hashes(format!("{{\"n\":{i}}}").as_bytes(), "vllm http://h/v1");
+                [hash, key]
+            })
+            .collect();
+        texts.extend([format!("sha256:{}", "0".repeat(64)), format!("sha256:{}", "f".repeat(64))]);
+        let mut digests: Vec<Digest> = texts.iter().map(|t| Digest::parse(t).unwrap()).collect();
+        for (t, d) in texts.iter().zip(&digests) {
+            assert_eq!((&d.text(), &d.to_string()), (t, t));
+        }
+        texts.sort();
+        digests.sort();
+        assert_eq!(digests.iter().map(Digest::text).collect::<Vec<_>>(), texts);
+
+        let hex = &texts[0]["sha256:".len()..];
+        let bad = [
+            String::new(),
+            "sha256:".into(),
+            hex.to_string(),
+            format!("sha256:{}", &hex[1..]),
+            format!("sha256:{hex}0"),
+            format!("SHA256:{hex}"),
+            format!("sha256:{}", "AB".repeat(32)),
+            format!("sha256:{}g", &hex[1..]),
+            format!("sha256: {}", &hex[1..]),
+        ];
+        for b in &bad {
+            assert_eq!(Digest::parse(b), None, "{b}");
+        }
     }
 
     /// A line of an output or error file gives its chat completion (the key redacted), or why

@@ -767,7 +767,7 @@ impl LlmClient {
             Some(jobs) => {
                 // The request waits for its batch as text, its body and fields dropped meanwhile:
                 // a stage lets every item in flight at once, 100,000 of them held 2.8 GiB.
-                let draft = batch_api::Draft::new(&base, &role_params(r), body_text, (item, parent));
+                let draft = batch_api::Draft::new(&base, body_text, (item, parent));
                 drop((body, base));
                 let outcome = jobs.ask(&key, &hash, draft).await;
                 let outcome = match outcome {
@@ -841,7 +841,7 @@ impl LlmClient {
         self.bump(|c| &c.retries, u64::from(sent.attempts - 1));
         self.bump(|c| &c.prompt_tokens, pt);
         self.bump(|c| &c.completion_tokens, ct);
-        let mut p = sent_payload(p, role_params(r), body, sent, usage);
+        let mut p = sent_payload(p, role_params(&r.settings), body, sent, usage);
         if r.endpoint.replica_count() > 1 && sent.batch.is_none() {
             // Which of `base_urls` answered (0-based); not part of the cache key.
             p["replica"] = json!(sent.replica);
@@ -1044,8 +1044,7 @@ fn exchange_base(r: &Role, item: &str, template: Option<(&str, &str)>, hash: &st
 }
 
 /// The role's sampling parameters as a paid exchange records them (`params`).
-fn role_params(r: &Role) -> Value {
-    let s = &r.settings;
+fn role_params(s: &RoleSettings) -> Value {
     json!({"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed})
 }
 
