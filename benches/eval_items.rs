@@ -25,7 +25,7 @@ fn matrix(n: usize, agents: usize) -> Matrix {
                     let p = 1.0 / (1.0 + (b - t).exp());
                     let solved = rng.random_bool(p);
                     let tools = if solved { vec!["S::a".to_string()] } else { vec!["S::b".to_string()] };
-                    vec![Some(Outcome { solved, f1: if solved { 1.0 } else { 0.0 }, tools })]
+                    vec![Some(Outcome { solved, f1: if solved { 1.0 } else { 0.0 }, offered: tools.clone(), tools })]
                 })
                 .collect();
             ItemInput {

@@ -32,7 +32,7 @@ pub use record::{
     CallRecord, LoopTrace, RunStatus, TRAJECTORIES, TRAJECTORY, Trajectory, call_hash, recorded_groups,
     trajectory_summary,
 };
-pub use settings::ExecuteSettings;
+pub use settings::{ExecuteSettings, NO_TOOL_FITS};
 
 /// How the agent runs: built by the caller from its own section (`[execute]`, with
 /// `[synth]`'s assistant role for synthesis), so the loop depends on no stage.

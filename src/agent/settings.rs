@@ -77,7 +77,7 @@ impl crate::settings::Section for ExecuteSettings {
         Key::new(
             "system_prompt",
             "string",
-            r#""You are an assistant with tools. Work through the user's request step by step: call the tool for the first step; when its result arrives, use the values in it (ids, names) to call the tool for the next step. Tools that do not depend on each other may be called in the same turn. Answer only when every step of the request is done. If none of your tools can do what the user asks, say so and call none.""#,
+            r#""You are an assistant with tools. Work through the user's request step by step: call the tool for the first step; when its result arrives, use the values in it (ids, names) to call the tool for the next step. Tools that do not depend on each other may be called in the same turn. Answer only when every step of the request is done.""#,
             "The agent's system message.",
         ),
         Key::new(
@@ -121,16 +121,19 @@ fn default_result_chars() -> usize {
 fn default_concurrency() -> usize {
     4
 }
+/// What `benchgen eval` (and a release's Inspect AI task) adds to the agent's system prompt:
+/// a benchmark asks requests no tool serves (an ETOM L5), and an agent told only to work
+/// through every step calls some tool on each (the demo's panel did). Not in `execute`'s
+/// prompt, whose queries each need their tools.
+pub const NO_TOOL_FITS: &str = "If none of your tools can do what the user asks, say so and call none.";
+
 fn default_system() -> String {
     // Step-by-step wording: with the older "gather what the request needs" prompt the 1.5B
     // local model answered after the first call of a two-step chain (docs/synth.md#the-demo).
-    // The last sentence: a request no tool serves (an ETOM L5) is answered without a call;
-    // told only to work through every step, the demo's panel called some tool on each.
     "You are an assistant with tools. Work through the user's request step by step: call the tool for \
      the first step; when its result arrives, use the values in it (ids, names) to call the tool for the \
      next step. Tools that do not depend on each other may be called in the same turn. Answer only when \
-     every step of the request is done. If none of your tools can do what the user asks, say so and call \
-     none."
+     every step of the request is done."
         .into()
 }
 

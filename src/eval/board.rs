@@ -301,7 +301,8 @@ impl<'a> Panel<'a> {
                             .map(|k| {
                                 let rec = self.runs.records.get(&key(self.space, a, k, &s.id))?;
                                 let sc = by_agent[a.as_str()].iter().find(|x| x.repeat == k)?.samples.get(&s.id)?;
-                                Some(items::Outcome { solved: sc.solved, f1: sc.f1, tools: called(rec) })
+                                let (tools, offered) = called(rec);
+                                Some(items::Outcome { solved: sc.solved, f1: sc.f1, tools, offered })
                             })
                             .collect()
                     })
@@ -330,15 +331,19 @@ impl<'a> Panel<'a> {
     }
 }
 
-/// The distinct tools a run called (within the cap), in order of first call.
-fn called(r: &RunRecord) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
+/// The distinct tools a run called (within the cap), in order of first call, and those of
+/// them it was offered.
+fn called(r: &RunRecord) -> (Vec<String>, Vec<String>) {
+    let (mut all, mut offered): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
     for c in r.turns.iter().flat_map(RunRecord::predicted) {
-        if !out.contains(&c.tool) {
-            out.push(c.tool.clone());
+        if !all.contains(&c.tool) {
+            all.push(c.tool.clone());
+        }
+        if c.offered && !offered.contains(&c.tool) {
+            offered.push(c.tool.clone());
         }
     }
-    out
+    (all, offered)
 }
 
 /// Column means of `table` (`[sample][column]`) over `resamples` bootstrap resamples of the

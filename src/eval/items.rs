@@ -51,6 +51,8 @@ pub struct Outcome {
     pub f1: f64,
     /// Distinct tools the agent called, in order of first call.
     pub tools: Vec<String>,
+    /// Those of `tools` the run was offered (a name the model made up is not).
+    pub offered: Vec<String>,
 }
 
 /// One released sample and its runs.
@@ -137,9 +139,9 @@ pub struct Evidence {
     pub agreed_short: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub agreed_short_by: Vec<String>,
-    /// The agents that called a tool for every call of the reference (one of its
-    /// alternatives each) and still failed, on arguments, order or extra calls: the panel's
-    /// support for the reference's plan.
+    /// The agents with a run that called an offered tool for every call of the reference
+    /// (one of its alternatives each), making at least half of its calls as it does
+    /// ([`COVER_F1`]), and still failed: the panel's support for the reference's plan.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub covered_by: Vec<String>,
     pub note: String,
@@ -304,9 +306,21 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
         }
         called.insert(m.agents[a].clone(), tools);
     }
+    let covered_by = covering(m, it);
+    // An agreement counts offered tools only (a name two agents made up alike is no choice)
+    // and agents whose calls did not cover the reference (a tool called besides it is not
+    // one called instead of it).
     let mut by_tool: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for (agent, tools) in &called {
-        for t in tools.iter().filter(|t| !it.reference.contains(*t)) {
+    for (a, reps) in it.runs.iter().enumerate() {
+        let agent = &m.agents[a];
+        if covered_by.contains(agent) {
+            continue;
+        }
+        let mut offered: BTreeSet<&str> = BTreeSet::new();
+        for o in reps.iter().flatten() {
+            offered.extend(o.offered.iter().map(String::as_str));
+        }
+        for t in offered.into_iter().filter(|t| !it.reference.contains(*t)) {
             by_tool.entry(t).or_default().push(agent.clone());
         }
     }
@@ -314,7 +328,7 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
     let best =
         by_tool.iter().filter(|(_, by)| by.len() >= 2).max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)));
     let Some((tool, by)) = best.map(|(t, by)| (t.to_string(), by.clone())) else {
-        return within_reference(it, called);
+        return within_reference(it, called, covered_by);
     };
     let (plan, plan_by) = agreed_plan(&called, &tool).unwrap_or_default();
     let chose = if plan.is_empty() {
@@ -343,18 +357,31 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
         proposed_efs_member,
         agreed_short: Vec::new(),
         agreed_short_by: Vec::new(),
-        covered_by: Vec::new(),
+        covered_by,
         note,
     }
+}
+
+/// The least call-level F1 of a run that [`covering`] takes as the panel's support: at
+/// least half the reference's calls made as the reference makes them (tool and arguments).
+pub const COVER_F1: f64 = 0.5;
+
+/// The agents with a run that called an offered tool for every reference call (one of its
+/// alternatives each) with a call-level F1 of at least [`COVER_F1`], and still failed: on
+/// extra calls, order or some arguments. In the `oracle` space, where only the reference's
+/// tools are offered, calling them says little; making its calls does.
+fn covering(m: &Matrix, it: &ItemInput) -> Vec<String> {
+    let covers = |o: &Outcome| it.steps.iter().all(|alts| o.offered.iter().any(|t| alts.contains(t)));
+    let runs = it.runs.iter().enumerate();
+    let by = runs.filter(|(_, reps)| reps.iter().flatten().any(|o| o.f1 >= COVER_F1 && covers(o)));
+    by.filter(|_| !it.steps.is_empty()).map(|(a, _)| m.agents[a].clone()).collect()
 }
 
 /// The evidence of an item on which no two agents agree on a tool outside the reference:
 /// whether two or more called the same reference tools only, leaving a reference call out
 /// (or called nothing), and which agents called a tool for every reference call.
-fn within_reference(it: &ItemInput, called: BTreeMap<String, Vec<String>>) -> Evidence {
+fn within_reference(it: &ItemInput, called: BTreeMap<String, Vec<String>>, covered_by: Vec<String>) -> Evidence {
     let covers = |tools: &[String]| it.steps.iter().all(|alts| tools.iter().any(|t| alts.contains(t)));
-    let covered_by: Vec<String> =
-        called.iter().filter(|(_, t)| !it.steps.is_empty() && covers(t)).map(|(a, _)| a.clone()).collect();
     let mut by_set: BTreeMap<BTreeSet<&String>, Vec<String>> = BTreeMap::new();
     // Calling nothing is left out: it is how a weak agent most often fails (no call made,
     // or one written as text), so two agents doing it say little about the reference.
@@ -373,7 +400,7 @@ fn within_reference(it: &ItemInput, called: BTreeMap<String, Vec<String>>) -> Ev
         )
     } else if !covered_by.is_empty() {
         format!(
-            "no two agents agree on a tool outside the reference; {} called a tool for every reference call",
+            "no two agents agree on a tool outside the reference; {} called a tool for every reference call, making at least half of its calls as it does",
             quoted(&covered_by, ", ")
         )
     } else {
@@ -578,6 +605,7 @@ mod tests {
             solved,
             f1: if solved { 1.0 } else { 0.0 },
             tools: tools.iter().map(|t| t.to_string()).collect(),
+            offered: tools.iter().map(|t| t.to_string()).collect(),
         })
     }
 
@@ -612,7 +640,18 @@ mod tests {
                     "L3-2",
                     Kind::L3,
                     &["S::x", "S::y"],
-                    vec![vec![outcome(false, &["S::y", "S::x"])], vec![outcome(false, &[])], vec![outcome(false, &[])]],
+                    vec![
+                        vec![near(0.8, &["S::y", "S::x", "S::q"])],
+                        vec![near(0.4, &["S::x", "S::y"])],
+                        vec![outcome(false, &[])],
+                    ],
+                ),
+                // Two agents name the same tool nobody offered: no agreement.
+                item(
+                    "L1-5",
+                    Kind::L1,
+                    &["S::x"],
+                    vec![vec![made_up("U")], vec![made_up("U")], vec![outcome(false, &[])]],
                 ),
             ],
         };
@@ -625,8 +664,21 @@ mod tests {
         assert!(short.covered_by.is_empty() && short.note.contains("called only `S::y`"), "{}", short.note);
         let covered = a.items[1].evidence.as_ref().unwrap();
         assert!(covered.agreed_short_by.is_empty(), "two agents calling nothing is no agreement: {covered:?}");
-        assert_eq!(covered.covered_by, ["a"]);
+        assert_eq!(covered.covered_by, ["a"], "`b` covered with F1 0.4: too few of the calls made right");
         assert!(covered.note.contains("`a` called a tool for every reference call"), "{}", covered.note);
+        let made_up = a.items[2].evidence.as_ref().unwrap();
+        assert!(made_up.agreed_tool.is_none() && made_up.called["a"] == ["U"], "{made_up:?}");
+    }
+
+    /// A failed run with call-level F1 `f1` that called the offered `tools`.
+    fn near(f1: f64, tools: &[&str]) -> Option<Outcome> {
+        let tools: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
+        Some(Outcome { solved: false, f1, offered: tools.clone(), tools })
+    }
+
+    /// A failed run that called `name`, which it was not offered.
+    fn made_up(name: &str) -> Option<Outcome> {
+        Some(Outcome { solved: false, f1: 0.0, tools: vec![name.to_string()], offered: Vec::new() })
     }
 
     #[test]

@@ -136,8 +136,8 @@ pub struct EvalSettings {
     /// the config hash, so configs without the key keep their hash.
     #[serde(default = "default_distractor_servers", skip_serializing_if = "is_default_distractor_servers")]
     pub distractor_servers: i64,
-    /// Most tool calls an agent makes per turn (default: `[execute] max_calls`); a turn whose
-    /// reference makes more may make as many as it does.
+    /// Most tool calls an agent makes per turn (default: `[execute] max_calls`); never fewer
+    /// than the sample's largest turn's reference makes (twice that in `full`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_calls: Option<usize>,
     /// Runs at once (a tuning knob, not part of the config hash).
@@ -195,7 +195,7 @@ impl crate::settings::Section for EvalSettings {
             "max_calls",
             "integer",
             "`[execute] max_calls`",
-            "Most tool calls an agent makes per turn; never fewer than the turn's reference makes.",
+            "Most tool calls an agent makes per turn; never fewer than the sample's largest turn's reference makes (twice that in `full`).",
         ),
         Key::new("concurrency", "integer", "4", "Runs at once (not hashed)."),
         Key::new(

@@ -180,10 +180,12 @@ impl Runs {
     }
 }
 
-/// The agent loop's settings for one agent: `[execute]`'s prompts and limits, the agent's
-/// role, and `[eval] max_calls` when set.
+/// The agent loop's settings for one agent: `[execute]`'s prompts (the system prompt ending
+/// with [`crate::agent::NO_TOOL_FITS`]) and limits, the agent's role, and `[eval] max_calls`
+/// when set.
 pub fn agent_settings(s: &Settings, cfg: &EvalSettings, role: &str) -> AgentSettings {
     let mut a = AgentSettings::from(&s.section::<ExecuteSettings>().0);
+    a.system_prompt = format!("{} {}", a.system_prompt, crate::agent::NO_TOOL_FITS);
     a.role = role.to_string();
     if let Some(m) = cfg.max_calls {
         a.max_calls = m;
@@ -485,11 +487,12 @@ async fn run_one(env: &Env<'_>, job: Job, item: &Item) -> Result<RunRecord, Item
     let client = sandbox_client(env, &env.rel.catalog(&space), cassette, search.clone())?;
     let recorder = Recorder::open(&env.s.artifacts, env.run_id, STAGE)?;
     // A cap below the reference's own calls would make the item unsolvable by construction
-    // (the demo's 3 against a 4-step L4): each turn may make at least the calls its reference
-    // makes (one more in the `full` space, for the search).
+    // (the demo's 3 against a 4-step L4): each turn may make at least the calls the sample's
+    // largest turn makes (twice as many in the `full` space: a search before each).
     let mut settings = agent_settings(env.s, env.cfg, agent);
     let needed = sample.turns.iter().map(|t| t.reference_plan.len()).max().unwrap_or(0);
-    settings.max_calls = settings.max_calls.max(needed + usize::from(job.space == ToolSpace::Full));
+    let needed = if job.space == ToolSpace::Full { 2 * needed } else { needed };
+    settings.max_calls = settings.max_calls.max(needed);
     let exec = Executor::connect(vec![client], settings, Some(recorder)).await?;
     let mut turns = Vec::with_capacity(sample.turns.len());
     for t in 0..sample.turns.len() {

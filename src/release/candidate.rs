@@ -20,8 +20,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 2: writes `servers.json`, as `release` does. 3: and the Inspect AI task. 4: its
     // `servers.json` counts log samples apart and redacts credentials, as `release` 9. 5: the
     // Inspect AI task's loop does not rerun repeated calls, as `release` 10. 6: a flagged item
-    // kept by the adjudicated sheet has its decision in `lineage.jsonl`, as `release` 11.
-    version: 6,
+    // kept by the adjudicated sheet has its decision in `lineage.jsonl`, as `release` 11. 7:
+    // the Inspect AI task's system prompt, as `release` 12.
+    version: 7,
     about: "the release's files, unpublished, for the eval panel to audit before `release` publishes",
     reads: super::pool_reads!(),
     writes: super::WRITES,

@@ -47,9 +47,9 @@ pub enum Decider {
     #[default]
     Person,
     /// A rule standing in for a person where the panel's evidence can decide: left out
-    /// where two or more agents agree on something other than the reference (a tool
-    /// outside it, or only part of it), kept where an agent solved it in another tool space
-    /// or called a tool for every reference call; the rest is held back as for a person.
+    /// where two or more agents agree on an offered tool outside the reference, kept where
+    /// an agent solved it in another tool space or made at least half of the reference's
+    /// calls as it does while calling for every one; the rest is held back as for a person.
     /// The card and the CHANGELOG say so.
     Evidence,
 }
@@ -79,9 +79,9 @@ impl Adjudicated {
     }
 
     /// Decides the flagged item `id` by rule ([`Decider::Evidence`]) where the panel's
-    /// evidence can: left out where two or more agents agree on something other than the
-    /// reference, kept where an agent solved it in another space or called a tool for every
-    /// reference call. Returns whether it decided; `why` is the flag as [`all_fail`] gives it.
+    /// evidence can: left out where two or more agents agree on an offered tool outside the
+    /// reference, kept where an agent solved it in another space or its calls cover the
+    /// reference's ([`Evidence::Covered`]). Returns whether it decided; `why` is the flag as [`all_fail`] gives it.
     pub fn decide_by_rule(&mut self, id: &str, why: &str, evidence: &Evidence) -> bool {
         const BY: &str =
             "by rule from the panel's evidence (`[release] decide_flagged = \"evidence\"`), standing in for a person";
@@ -121,10 +121,12 @@ impl Adjudicated {
 pub enum Evidence {
     /// An agent solved it in another tool space: (that space).
     SolvedIn(String),
-    /// Two or more agents agree on something other than the reference: a tool outside it,
-    /// or only part of it (or no tool): (the evidence's note).
+    /// Two or more agents agree on an offered tool outside the reference instead of it (an
+    /// L2's agreed tool, a possible missing member of its EFS set, does not count): (the
+    /// evidence's note).
     AgreedOtherwise(String),
-    /// No such agreement, and some agent called a tool for every reference call: (the note).
+    /// No such agreement, and some agent's run called for every reference call, making at
+    /// least half of its calls as it does: (the note).
     Covered(String),
     /// Neither: the panel says nothing for or against the reference.
     Silent,
@@ -183,7 +185,9 @@ fn of_record(v: &Value) -> Evidence {
     let ev = &v["evidence"];
     let note = ev["note"].as_str().unwrap_or_default().to_string();
     let listed = |k: &str| ev[k].as_array().is_some_and(|a| !a.is_empty());
-    if ev["agreed_tool"].is_string() || listed("agreed_short_by") {
+    // Two agents calling only part of the reference (`agreed_short`) is left to a person:
+    // weak agents stop early that way, so it does not tell a needless call from a lapse.
+    if ev["agreed_tool"].is_string() && ev["proposed_efs_member"].is_null() {
         Evidence::AgreedOtherwise(note)
     } else if listed("covered_by") {
         Evidence::Covered(note)
@@ -281,11 +285,13 @@ mod tests {
         let items = concat!(
             r#"{"id":"L1-1","tool_space":"oracle","flags":["all-fail"],"evidence":{"agreed_tool":"B::u","note":"two chose B::u"}}"#,
             "\n",
-            r#"{"id":"L3-1","tool_space":"oracle","flags":["all-fail"],"evidence":{"agreed_short":["A::y"],"agreed_short_by":["a","b"],"note":"short"}}"#,
+            r#"{"id":"L3-1","tool_space":"oracle","flags":["all-fail"],"evidence":{"agreed_tool":"A::z","note":"two chose A::z"}}"#,
             "\n\n",
             r#"{"id":"L2-1","tool_space":"oracle","flags":["all-fail"],"evidence":{"covered_by":["a"],"note":"covered"}}"#,
             "\n",
-            r#"{"id":"L4-1","tool_space":"oracle","flags":["all-fail"],"evidence":{"note":"no two agents agree"}}"#,
+            r#"{"id":"L4-1","tool_space":"oracle","flags":["all-fail"],"evidence":{"agreed_short":["A::y"],"agreed_short_by":["a","b"],"note":"short"}}"#,
+            "\n",
+            r#"{"id":"L2-2","tool_space":"oracle","flags":["all-fail"],"evidence":{"agreed_tool":"B::w","proposed_efs_member":"B::w","note":"efs"}}"#,
             "\n",
             r#"{"id":"L5-1","tool_space":"full","flags":["all-fail"],"evidence":{"agreed_tool":"B::u","note":"x"}}"#,
             "\n",
@@ -295,11 +301,13 @@ mod tests {
         let ev = evidence("items.jsonl", items.as_bytes()).unwrap();
         assert_eq!(ev["L5-1"], Evidence::SolvedIn("oracle".into()), "solved anywhere wins");
         let mut a = Adjudicated::default();
-        let decided: Vec<bool> = ["L1-1", "L2-1", "L3-1", "L4-1", "L5-1"]
+        let decided: Vec<bool> = ["L1-1", "L2-1", "L3-1", "L4-1", "L5-1", "L2-2"]
             .iter()
             .map(|id| a.decide_by_rule(id, "flagged", &ev[*id]))
             .collect();
-        assert_eq!(decided, [true, true, true, false, true]);
+        // Two agents calling only part of the reference, or agreeing on a tool an L2's EFS
+        // set may lack, is left to a person.
+        assert_eq!(decided, [true, true, true, false, true, false]);
         assert!(a.leave_out["L1-1"].contains("by rule") && a.leave_out.contains_key("L3-1"));
         assert!(a.keep["L2-1"].contains("cover the reference's") && a.keep["L5-1"].contains("`oracle`"));
         assert!(!a.decided("L4-1") && !a.by_rule.contains("L4-1"));

@@ -205,7 +205,7 @@ mod tests {
         let start = TASK_SOURCE.find("SYSTEM_PROMPT = (").expect("the prompt") + "SYSTEM_PROMPT = (".len();
         let block = &TASK_SOURCE[start..start + TASK_SOURCE[start..].find(")\n").expect("its end")];
         let prompt: String = block.split('"').skip(1).step_by(2).collect();
-        assert_eq!(prompt, d.system_prompt);
+        assert_eq!(prompt, format!("{} {}", d.system_prompt, crate::agent::NO_TOOL_FITS));
         assert!(TASK_SOURCE.contains(&format!("ANSWER_NUDGE = {:?}\n", d.answer_nudge)));
         for (k, v) in [("max_calls", d.max_calls), ("tool_result_chars", d.tool_result_chars)] {
             assert!(TASK_SOURCE.contains(&format!("{k}={v}")), "{k}");

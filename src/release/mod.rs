@@ -168,8 +168,9 @@ pub static SPEC: StageSpec = StageSpec {
     // (`logged`) and redacts credentials written in a pinned start. 10: the Inspect AI task's
     // agent loop does not run a group of calls already run again (nudge, then `repeated`).
     // 11: `decide_flagged = "evidence"`: a rule decides flagged items from the panel's
-    // evidence; a kept flagged item's lineage record says who kept it and why.
-    version: 11,
+    // evidence; a kept flagged item's lineage record says who kept it and why. 12: the
+    // Inspect AI task's system prompt ends as `benchgen eval`'s (`agent::NO_TOOL_FITS`).
+    version: 12,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, pinned servers, an Inspect AI task, checksums",
     reads: pool_reads!(eval_review::QUEUE.optional(), eval_review::ITEMS.optional()),
     writes: WRITES,
