@@ -378,8 +378,8 @@ fn covering(m: &Matrix, it: &ItemInput) -> Vec<String> {
 }
 
 /// The evidence of an item on which no two agents agree on a tool outside the reference:
-/// whether two or more called the same reference tools only, leaving a reference call out
-/// (or called nothing), and which agents called a tool for every reference call.
+/// whether two or more called the same reference tools only (at least one), leaving a
+/// reference call out, and which agents covered it ([`covering`], passed in).
 fn within_reference(it: &ItemInput, called: BTreeMap<String, Vec<String>>, covered_by: Vec<String>) -> Evidence {
     let covers = |tools: &[String]| it.steps.iter().all(|alts| tools.iter().any(|t| alts.contains(t)));
     let mut by_set: BTreeMap<BTreeSet<&String>, Vec<String>> = BTreeMap::new();

@@ -55,8 +55,9 @@ pub static SPEC: StageSpec = StageSpec {
     // and, on L2, the tool proposed for the sample's EFS set. 5: an agent's group of calls
     // already run in the turn (same function and arguments) is not run again: the answer
     // nudge, then the turn ends `repeated`. 6: the `all-fail` evidence says where two agents
-    // called only part of the reference (or nothing) and which agents called a tool for
-    // every reference call (`agreed_short`, `covered_by`), for `[release] decide_flagged`.
+    // called only part of the reference and which agents' runs covered it, with at least half
+    // of its calls made right (`agreed_short`, `covered_by`), for `[release] decide_flagged`;
+    // an agreement counts only offered tools of agents that did not cover the reference.
     version: 6,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
