@@ -25,7 +25,7 @@
 //! Model latency is not in it (it differs between runs of the same inputs): it is in the
 //! ledger and printed by the stage.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -307,22 +307,18 @@ impl<'a> Panel<'a> {
                             .collect()
                     })
                     .collect();
+                let steps: Vec<BTreeSet<String>> = s
+                    .turns
+                    .iter()
+                    .flat_map(|t| &t.reference_plan)
+                    .map(|c| c.alternatives.iter().cloned().collect())
+                    .collect();
                 items::ItemInput {
                     id: s.id.clone(),
                     kind: s.kind,
                     difficulty: s.difficulty,
-                    reference: s
-                        .turns
-                        .iter()
-                        .flat_map(|t| &t.reference_plan)
-                        .flat_map(|c| c.alternatives.clone())
-                        .collect(),
-                    steps: s
-                        .turns
-                        .iter()
-                        .flat_map(|t| &t.reference_plan)
-                        .map(|c| c.alternatives.iter().cloned().collect())
-                        .collect(),
+                    reference: steps.iter().flatten().cloned().collect(),
+                    steps,
                     runs,
                 }
             })

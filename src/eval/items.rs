@@ -111,7 +111,7 @@ pub struct Rasch {
 }
 
 /// What the agents did on an item none of them solved.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Evidence {
     /// Per agent: the distinct tools it called (over its repeats, in order of first call);
     /// empty: no tool.
@@ -355,10 +355,9 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
         agreed_plan: plan,
         agreed_plan_by: plan_by,
         proposed_efs_member,
-        agreed_short: Vec::new(),
-        agreed_short_by: Vec::new(),
         covered_by,
         note,
+        ..Default::default()
     }
 }
 
@@ -371,9 +370,8 @@ pub const COVER_F1: f64 = 0.5;
 /// extra calls, order or some arguments. In the `oracle` space, where only the reference's
 /// tools are offered, calling them says little; making its calls does.
 fn covering(m: &Matrix, it: &ItemInput) -> Vec<String> {
-    let covers = |o: &Outcome| it.steps.iter().all(|alts| o.offered.iter().any(|t| alts.contains(t)));
     let runs = it.runs.iter().enumerate();
-    let by = runs.filter(|(_, reps)| reps.iter().flatten().any(|o| o.f1 >= COVER_F1 && covers(o)));
+    let by = runs.filter(|(_, reps)| reps.iter().flatten().any(|o| o.f1 >= COVER_F1 && covers(it, &o.offered)));
     by.filter(|_| !it.steps.is_empty()).map(|(a, _)| m.agents[a].clone()).collect()
 }
 
@@ -381,11 +379,10 @@ fn covering(m: &Matrix, it: &ItemInput) -> Vec<String> {
 /// whether two or more called the same reference tools only (at least one), leaving a
 /// reference call out, and which agents covered it ([`covering`], passed in).
 fn within_reference(it: &ItemInput, called: BTreeMap<String, Vec<String>>, covered_by: Vec<String>) -> Evidence {
-    let covers = |tools: &[String]| it.steps.iter().all(|alts| tools.iter().any(|t| alts.contains(t)));
     let mut by_set: BTreeMap<BTreeSet<&String>, Vec<String>> = BTreeMap::new();
     // Calling nothing is left out: it is how a weak agent most often fails (no call made,
     // or one written as text), so two agents doing it say little about the reference.
-    for (agent, tools) in called.iter().filter(|(_, t)| !t.is_empty() && !covers(t)) {
+    for (agent, tools) in called.iter().filter(|(_, t)| !t.is_empty() && !covers(it, t)) {
         by_set.entry(tools.iter().collect()).or_default().push(agent.clone());
     }
     let best =
@@ -406,18 +403,12 @@ fn within_reference(it: &ItemInput, called: BTreeMap<String, Vec<String>>, cover
     } else {
         "no two agents agree on a tool outside the reference".to_string()
     };
-    Evidence {
-        called,
-        agreed_tool: None,
-        agreed_by: Vec::new(),
-        agreed_plan: Vec::new(),
-        agreed_plan_by: Vec::new(),
-        proposed_efs_member: None,
-        agreed_short: short,
-        agreed_short_by: short_by,
-        covered_by,
-        note,
-    }
+    Evidence { called, agreed_short: short, agreed_short_by: short_by, covered_by, note, ..Default::default() }
+}
+
+/// Whether `tools` hold one alternative of every reference call of `it` (vacuously, with none).
+fn covers(it: &ItemInput, tools: &[String]) -> bool {
+    it.steps.iter().all(|alts| tools.iter().any(|t| alts.contains(t)))
 }
 
 /// Names in backticks, joined by `sep`.

@@ -86,11 +86,11 @@ impl Adjudicated {
         const BY: &str =
             "by rule from the panel's evidence (`[release] decide_flagged = \"evidence\"`), standing in for a person";
         let (keep, reason) = match evidence {
-            Evidence::AgreedOtherwise(_) => (false, format!("left out after evaluation {BY}: {why}")),
+            Evidence::AgreedOtherwise => (false, format!("left out after evaluation {BY}: {why}")),
             Evidence::SolvedIn(space) => {
                 (true, format!("kept after evaluation {BY}: {why}; an agent solved it in the `{space}` tool space"))
             }
-            Evidence::Covered(_) => (
+            Evidence::Covered => (
                 true,
                 format!(
                     "kept after evaluation {BY}: {why}; the panel's calls cover the reference's, so it failed on arguments, order or extra calls"
@@ -122,12 +122,11 @@ pub enum Evidence {
     /// An agent solved it in another tool space: (that space).
     SolvedIn(String),
     /// Two or more agents agree on an offered tool outside the reference instead of it (an
-    /// L2's agreed tool, a possible missing member of its EFS set, does not count): (the
-    /// evidence's note).
-    AgreedOtherwise(String),
+    /// L2's agreed tool, a possible missing member of its EFS set, does not count).
+    AgreedOtherwise,
     /// No such agreement, and some agent's run called for every reference call, making at
-    /// least half of its calls as it does: (the note).
-    Covered(String),
+    /// least half of its calls as it does.
+    Covered,
     /// Neither: the panel says nothing for or against the reference.
     Silent,
 }
@@ -137,6 +136,12 @@ pub enum Evidence {
 /// reference in any space, then a plan covered. A line that is not an item record is an
 /// error naming it.
 pub fn evidence(name: &str, bytes: &[u8]) -> Result<BTreeMap<String, Evidence>, InputError> {
+    let rank = |e: &Evidence| match e {
+        Evidence::SolvedIn(_) => 0,
+        Evidence::AgreedOtherwise => 1,
+        Evidence::Covered => 2,
+        Evidence::Silent => 3,
+    };
     let mut out: BTreeMap<String, Evidence> = BTreeMap::new();
     let mut problems = Vec::new();
     for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
@@ -156,12 +161,6 @@ pub fn evidence(name: &str, bytes: &[u8]) -> Result<BTreeMap<String, Evidence>, 
             continue;
         };
         let this = of_record(&v);
-        let rank = |e: &Evidence| match e {
-            Evidence::SolvedIn(_) => 0,
-            Evidence::AgreedOtherwise(_) => 1,
-            Evidence::Covered(_) => 2,
-            Evidence::Silent => 3,
-        };
         // The strongest evidence of any space wins; among equals, the first by file order.
         match out.get(id) {
             Some(had) if rank(had) <= rank(&this) => {}
@@ -183,14 +182,13 @@ fn of_record(v: &Value) -> Evidence {
         return Evidence::SolvedIn(v["tool_space"].as_str().unwrap_or("?").to_string());
     }
     let ev = &v["evidence"];
-    let note = ev["note"].as_str().unwrap_or_default().to_string();
     let listed = |k: &str| ev[k].as_array().is_some_and(|a| !a.is_empty());
     // Two agents calling only part of the reference (`agreed_short`) is left to a person:
     // weak agents stop early that way, so it does not tell a needless call from a lapse.
     if ev["agreed_tool"].is_string() && ev["proposed_efs_member"].is_null() {
-        Evidence::AgreedOtherwise(note)
+        Evidence::AgreedOtherwise
     } else if listed("covered_by") {
-        Evidence::Covered(note)
+        Evidence::Covered
     } else {
         Evidence::Silent
     }
