@@ -252,7 +252,7 @@ impl crate::settings::Section for ReleaseSettings {
             "decide_flagged",
             "string",
             r#""person""#,
-            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: where the panel's evidence can, a rule standing in for a person leaves out (two agents agree on a tool outside the reference, or on only part of it) or keeps (an agent solved it in another tool space, or its calls cover the reference's); the card says so.",
+            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: where the panel's evidence can, a rule standing in for a person leaves out (two agents agree on an offered tool outside the reference) or keeps (an agent solved it in another tool space, or its calls cover the reference's); the card says so.",
         ),
     ];
     const EXAMPLE: &'static str = r#"
@@ -924,11 +924,10 @@ fn write_card(
 /// The adjudicated eval sheet (`[release] eval_review`) and, when publishing with `[eval]`
 /// configured, the items of `eval`'s queue flagged `all-fail` that it does not decide.
 fn audit(s: &Settings, cfg: &ReleaseSettings, inputs: &Inputs, mode: Mode) -> Result<Audit> {
-    let adjudicated = match &cfg.eval_review {
+    let mut adjudicated = match &cfg.eval_review {
         Some(p) => eval_review::read(s, inputs, &s.resolve(p))?,
         None => eval_review::Adjudicated::default(),
     };
-    let mut adjudicated = adjudicated;
     let mut flagged = BTreeMap::new();
     // A queue left on disk by an eval that is no longer configured holds nothing back.
     if mode == Mode::Publish && s.section_on("eval") && inputs.has(&eval_review::QUEUE) {
