@@ -34,6 +34,7 @@ fn matrix(n: usize, agents: usize) -> Matrix {
                 difficulty: Difficulty::Easy,
                 reference: ["S::a".to_string()].into_iter().collect(),
                 steps: vec![["S::a".to_string()].into_iter().collect()],
+                efs_siblings: Default::default(),
                 runs,
             }
         })

@@ -313,12 +313,21 @@ impl<'a> Panel<'a> {
                     .flat_map(|t| &t.reference_plan)
                     .map(|c| c.alternatives.iter().cloned().collect())
                     .collect();
+                let reference: BTreeSet<String> = steps.iter().flatten().cloned().collect();
+                // A tool in the sets of two reference tools is named with the first by name.
+                let mut efs_siblings = BTreeMap::new();
+                for t in &reference {
+                    for m in self.rel.efs.get(t).into_iter().flatten().filter(|m| !reference.contains(*m)) {
+                        efs_siblings.entry(m.clone()).or_insert_with(|| t.clone());
+                    }
+                }
                 items::ItemInput {
                     id: s.id.clone(),
                     kind: s.kind,
                     difficulty: s.difficulty,
-                    reference: steps.iter().flatten().cloned().collect(),
+                    reference,
                     steps,
+                    efs_siblings,
                     runs,
                 }
             })

@@ -65,6 +65,9 @@ pub struct ItemInput {
     pub reference: BTreeSet<String>,
     /// The reference's calls, each as its alternatives (an L2 step: its EFS set).
     pub steps: Vec<BTreeSet<String>>,
+    /// Tools outside the reference that are in the EFS set of a reference tool, each with
+    /// that tool: an L1 or L3 step takes no EFS alternative, yet the tool does the same.
+    pub efs_siblings: BTreeMap<String, String>,
     /// `[agent][repeat]`; `None`: the run failed.
     pub runs: Vec<Vec<Option<Outcome>>>,
 }
@@ -132,6 +135,11 @@ pub struct Evidence {
     /// possible missing member of the sample's EFS set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proposed_efs_member: Option<String>,
+    /// Off an L2 item: the reference tool whose EFS set holds `agreed_tool`. The agents chose
+    /// an equivalent tool of another server, which says the request may not pin its server,
+    /// not that the reference is wrong.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub efs_sibling_of: Option<String>,
     /// Without `agreed_tool`: the reference tools (sorted, at least one) that two or more
     /// agents called, and only those, leaving some reference call out — a sign the
     /// reference has a call the request does not need (the most agents; ties: the first).
@@ -344,9 +352,17 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
     // On L2 the gold step is a set of equivalent tools (its EFS set): a tool the agents agree
     // on instead may be one the set lacks rather than a sign of wrong ground truth.
     let proposed_efs_member = (it.kind == Kind::L2).then(|| tool.clone());
-    let note = match &proposed_efs_member {
-        Some(t) => format!("{chose} {instead}: `{t}` is proposed as a possible missing member of the sample's EFS set"),
-        None => format!("{chose} {instead}: the ground truth may be wrong"),
+    // Elsewhere, an agreed tool of a reference tool's EFS set is the same function on another
+    // server: the request may not say which server, so this is no sign of a wrong reference.
+    let efs_sibling_of = proposed_efs_member.is_none().then(|| it.efs_siblings.get(&tool).cloned()).flatten();
+    let note = match (&proposed_efs_member, &efs_sibling_of) {
+        (Some(t), _) => {
+            format!("{chose} {instead}: `{t}` is proposed as a possible missing member of the sample's EFS set")
+        }
+        (None, Some(of)) => format!(
+            "{chose} {instead}: `{tool}` is in the EFS set of the reference's `{of}`, which this level does not take in its place; the request may not say which server to use"
+        ),
+        (None, None) => format!("{chose} {instead}: the ground truth may be wrong"),
     };
     Evidence {
         called,
@@ -355,6 +371,7 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
         agreed_plan: plan,
         agreed_plan_by: plan_by,
         proposed_efs_member,
+        efs_sibling_of,
         covered_by,
         note,
         ..Default::default()
@@ -607,6 +624,7 @@ mod tests {
             difficulty: Difficulty::Easy,
             reference: reference.iter().map(|t| t.to_string()).collect(),
             steps: reference.iter().map(|t| BTreeSet::from([t.to_string()])).collect(),
+            efs_siblings: BTreeMap::new(),
             runs,
         }
     }
@@ -725,6 +743,25 @@ mod tests {
         assert!(a.items[2].discrimination.unwrap() > 0.0);
         assert_eq!(a.items[1].discrimination, None, "an item every run solved does not vary");
         assert!(a.items[0].rasch.is_none() && a.items[1].rasch.is_none(), "extreme items have no finite estimate");
+    }
+
+    /// Off L2, a tool two agents agree on that shares a reference tool's EFS set is named as
+    /// its sibling, not as a sign of a wrong reference; a tool of no such set still is one.
+    #[test]
+    fn an_agreed_efs_sibling_of_a_reference_tool_is_named_as_such() {
+        let mut it = item("L3-1", Kind::L3, &["S::x", "S::y"], vec![vec![outcome(false, &["T::x"])]; 2]);
+        it.efs_siblings = BTreeMap::from([("T::x".to_string(), "S::x".to_string())]);
+        let m =
+            Matrix { tool_space: ToolSpace::Oracle, agents: vec!["a".into(), "b".into()], repeats: 1, items: vec![it] };
+        let ev = analyse(&m, &Options::default()).items[0].evidence.clone().unwrap();
+        assert_eq!((ev.agreed_tool.as_deref(), ev.efs_sibling_of.as_deref()), (Some("T::x"), Some("S::x")));
+        assert_eq!(ev.proposed_efs_member, None);
+        assert!(ev.note.ends_with("`T::x` is in the EFS set of the reference's `S::x`, which this level does not take in its place; the request may not say which server to use"), "{}", ev.note);
+        let mut other = m.clone();
+        other.items[0].efs_siblings.clear();
+        let ev = analyse(&other, &Options::default()).items[0].evidence.clone().unwrap();
+        assert_eq!(ev.efs_sibling_of, None);
+        assert!(ev.note.ends_with("the ground truth may be wrong"), "{}", ev.note);
     }
 
     #[test]

@@ -58,7 +58,9 @@ pub static SPEC: StageSpec = StageSpec {
     // called only part of the reference and which agents' runs covered it, with at least half
     // of its calls made right (`agreed_short`, `covered_by`), for `[release] decide_flagged`;
     // an agreement counts only offered tools of agents that did not cover the reference.
-    version: 6,
+    // 7: off L2, an agreed tool of a reference tool's EFS set is named as its sibling
+    // (`efs_sibling_of`), not as a sign of a wrong reference.
+    version: 7,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[

@@ -185,7 +185,9 @@ fn of_record(v: &Value) -> Evidence {
     let listed = |k: &str| ev[k].as_array().is_some_and(|a| !a.is_empty());
     // Two agents calling only part of the reference (`agreed_short`) is left to a person:
     // weak agents stop early that way, so it does not tell a needless call from a lapse.
-    if ev["agreed_tool"].is_string() && ev["proposed_efs_member"].is_null() {
+    // An agreed tool proposed for the EFS set (L2) or of a reference tool's EFS set (other
+    // levels) is left to a person too: it is the same function, so not a sign against it.
+    if ev["agreed_tool"].is_string() && ev["proposed_efs_member"].is_null() && ev["efs_sibling_of"].is_null() {
         Evidence::AgreedOtherwise
     } else if listed("covered_by") {
         Evidence::Covered
@@ -291,6 +293,8 @@ mod tests {
             "\n",
             r#"{"id":"L2-2","tool_space":"oracle","flags":["all-fail"],"evidence":{"agreed_tool":"B::w","proposed_efs_member":"B::w","note":"efs"}}"#,
             "\n",
+            r#"{"id":"L3-2","tool_space":"oracle","flags":["all-fail"],"evidence":{"agreed_tool":"B::u","efs_sibling_of":"A::x","note":"sibling"}}"#,
+            "\n",
             r#"{"id":"L5-1","tool_space":"full","flags":["all-fail"],"evidence":{"agreed_tool":"B::u","note":"x"}}"#,
             "\n",
             r#"{"id":"L5-1","tool_space":"oracle","flags":[],"solve_rate":0.5}"#,
@@ -299,13 +303,13 @@ mod tests {
         let ev = evidence("items.jsonl", items.as_bytes()).unwrap();
         assert_eq!(ev["L5-1"], Evidence::SolvedIn("oracle".into()), "solved anywhere wins");
         let mut a = Adjudicated::default();
-        let decided: Vec<bool> = ["L1-1", "L2-1", "L3-1", "L4-1", "L5-1", "L2-2"]
+        let decided: Vec<bool> = ["L1-1", "L2-1", "L3-1", "L4-1", "L5-1", "L2-2", "L3-2"]
             .iter()
             .map(|id| a.decide_by_rule(id, "flagged", &ev[*id]))
             .collect();
-        // Two agents calling only part of the reference, or agreeing on a tool an L2's EFS
-        // set may lack, is left to a person.
-        assert_eq!(decided, [true, true, true, false, true, false]);
+        // Two agents calling only part of the reference, agreeing on a tool an L2's EFS set
+        // may lack, or on a reference tool's EFS sibling, is left to a person.
+        assert_eq!(decided, [true, true, true, false, true, false, false]);
         assert!(a.leave_out["L1-1"].contains("by rule") && a.leave_out.contains_key("L3-1"));
         assert!(a.keep["L2-1"].contains("cover the reference's") && a.keep["L5-1"].contains("`oracle`"));
         assert!(!a.decided("L4-1") && !a.by_rule.contains("L4-1"));

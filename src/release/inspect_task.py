@@ -19,7 +19,8 @@ Written into every release by `benchgen release` (as `inspect/benchgen_task.py`,
   from the release's seed, the tool and the arguments); arguments that do not fit the
   tool's input schema get a tool error naming each field.
 - Agent: per user turn, the gold conversation of the earlier turns, then the model calls
-  tools until it answers, at most `max_calls` calls per turn (the defaults of benchgen's
+  tools until it answers, at most `max_calls` calls per turn but never fewer than the
+  sample's largest turn makes in its reference (the defaults of benchgen's
   `[execute]`; `-T max_calls=…`, `-T system_prompt=…`, `-T answer_nudge=…`,
   `-T tool_result_chars=…`). A reply asking again only for calls the turn already ran (same
   function and arguments) runs none: the answer nudge asks once, then the turn ends
@@ -974,10 +975,14 @@ def benchgen_agent(max_calls=20, system_prompt=SYSTEM_PROMPT, answer_nudge=ANSWE
         sandbox = Sandbox(_release(), sample)
         infos = [tool_info(sandbox, t) for t in sandbox.ids]
         model = get_model()
+        # As in `benchgen eval`: a cap below the reference's own calls would make the sample
+        # unsolvable by construction, so each turn may make the calls of its largest turn.
+        needed = max([len(t["reference_plan"]) for t in sample["turns"]] or [0])
+        turn_cfg = dict(cfg, max_calls=max(cfg["max_calls"], needed))
         turns = []
         for t in range(len(sample["turns"])):
             messages = _history(sample, t, sandbox, system_prompt)
-            run, output = await _turn(model, messages, infos, sandbox, cfg)
+            run, output = await _turn(model, messages, infos, sandbox, turn_cfg)
             turns.append(run)
             state.messages, state.output = messages, output
         state.store.set("benchgen_turns", turns)

@@ -170,7 +170,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 11: `decide_flagged = "evidence"`: a rule decides flagged items from the panel's
     // evidence; a kept flagged item's lineage record says who kept it and why. 12: the
     // Inspect AI task's system prompt ends as `benchgen eval`'s (`agent::NO_TOOL_FITS`).
-    version: 12,
+    // 13: the rule holds an item whose agents agree on a reference tool's EFS sibling; the
+    // Inspect AI task gives each turn at least the calls of the sample's largest turn.
+    version: 13,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, pinned servers, an Inspect AI task, checksums",
     reads: pool_reads!(eval_review::QUEUE.optional(), eval_review::ITEMS.optional()),
     writes: WRITES,
@@ -252,7 +254,7 @@ impl crate::settings::Section for ReleaseSettings {
             "decide_flagged",
             "string",
             r#""person""#,
-            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: where the panel's evidence can, a rule standing in for a person leaves out (two agents agree on an offered tool outside the reference) or keeps (an agent solved it in another tool space, or its calls cover the reference's); the card says so.",
+            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: where the panel's evidence can, a rule standing in for a person leaves out (two agents agree on an offered tool outside the reference and its tools' EFS sets) or keeps (an agent solved it in another tool space, or its calls cover the reference's); the card says so.",
         ),
     ];
     const EXAMPLE: &'static str = r#"

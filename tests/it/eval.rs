@@ -83,24 +83,26 @@ fn two_planted_rule(seen: &Seen) -> Answer {
 }
 
 /// [`agent_rule`] with the panel's evidence of each kind `[release] decide_flagged =
-/// "evidence"` reads: on `L1-1` (planted) two agents agree on `Beta::u`; on `L3-1` ("x then
-/// y.") the oracle adds `Alpha::z` and the noisy agent calls `Beta::v`, so only the oracle's
-/// calls cover the reference; on `L4-1` ("z, then v or y with it.") the oracle calls
-/// `Alpha::x` and the noisy agent drops its last call: each fails its own way.
+/// "evidence"` reads, in the `standard` space (every registry tool offered): on `L1-1`
+/// (planted) two agents agree on `Beta::u`, the EFS sibling of its `Alpha::x`; on `L3-1` ("x
+/// then y.") the oracle adds `Alpha::z` and the noisy agent calls `Beta::v`, so only the
+/// oracle's calls cover the reference; on `L4-1` ("z, then v or y with it.") both call
+/// `Alpha::x`, a tool of no reference tool's EFS set.
 fn evidence_rule(seen: &Seen) -> Answer {
     let mut plans = plans();
     let unit = |t: &'static str| vec![(t, json!({}))];
+    plans.insert("z, then v or y with it.", vec![unit("Alpha::x")]);
     match seen.body["model"].as_str().unwrap_or_default() {
         "oracle" => {
             plans.insert("x then y.", vec![unit("Alpha::x"), unit("Alpha::y"), unit("Alpha::z")]);
-            plans.insert("z, then v or y with it.", vec![unit("Alpha::x")]);
         }
         "noisy" => {
             plans.insert("x then y.", vec![unit("Beta::v")]);
         }
         _ => {}
     }
-    scripted(seen, &plans, NOISY)
+    let noisy: Vec<&str> = NOISY.iter().copied().filter(|q| *q != "z, then v or y with it.").collect();
+    scripted(seen, &plans, &noisy)
 }
 
 /// The scripted panel: each agent answers the request from `plans` (by its user message),
@@ -360,8 +362,8 @@ fn in_the_standard_space_two_planted_wrong_items_are_flagged_with_the_tool_the_a
     let l1 = all_fail["L1-1"];
     assert_eq!((&l1["agreed_tool"], &l1["agreed_by"]), (&json!("Beta::u"), &json!(["noisy", "oracle"])));
     assert!(l1.get("proposed_efs_member").is_none(), "{l1}");
-    let l1_note =
-        "`noisy`, `oracle` called `Beta::u` instead of the reference tools (`Alpha::x`): the ground truth may be wrong";
+    assert_eq!(l1["efs_sibling_of"], "Alpha::x", "{l1}");
+    let l1_note = "`noisy`, `oracle` called `Beta::u` instead of the reference tools (`Alpha::x`): `Beta::u` is in the EFS set of the reference's `Alpha::x`, which this level does not take in its place; the request may not say which server to use";
     assert_eq!(l1["note"], l1_note);
     let l2 = all_fail["L2-1"];
     assert_eq!((&l2["agreed_tool"], &l2["agreed_by"]), (&json!("Alpha::z"), &json!(["noisy", "oracle"])));
@@ -979,7 +981,7 @@ fn with_no_person_a_rule_decides_the_all_fail_items_the_panels_evidence_can_deci
     let llm = ScriptedLlm::start(evidence_rule);
     let p = crate::release::project("0.1.0");
     let cfg = p.read(CONFIG).replace("version = \"0.1.0\"", "version = \"0.1.0\"\ndecide_flagged = \"evidence\"");
-    p.write(CONFIG, format!("{cfg}\n{}", eval_config(&llm, "")));
+    p.write(CONFIG, format!("{cfg}\n{}", eval_config(&llm, "tool_space = \"standard\"\n")));
     assert_code(&candidate(&p), 0);
     assert_code(&eval(&p), 0);
     let items = items(&p);
@@ -1009,9 +1011,10 @@ fn with_no_person_a_rule_decides_the_all_fail_items_the_panels_evidence_can_deci
     );
     assert!(card.contains("1 item(s) that no eval panel agent solved (`all-fail`) are held back"), "{card}");
     let log = p.read("release/it-bench-0.1.0/CHANGELOG.md");
-    assert!(log.contains("### Held back after evaluation (1)\n\n- `L4-1`: "), "{log}");
+    // `L1-1`'s agents chose its reference tool's EFS sibling: a person decides.
+    assert!(log.contains("### Held back after evaluation (1)\n\n- `L1-1`: "), "{log}");
     assert!(log.contains("### Decided after evaluation (2)"), "{log}");
-    assert!(log.contains("- `L1-1`: left out after evaluation by rule from the panel's evidence"), "{log}");
+    assert!(log.contains("- `L4-1`: left out after evaluation by rule from the panel's evidence"), "{log}");
     assert!(log.contains("- `L3-1`: kept after evaluation by rule from the panel's evidence"), "{log}");
     assert!(log.contains("the panel's calls cover the reference's"), "{log}");
     let lineage = p.read("release/it-bench-0.1.0/lineage.jsonl");
