@@ -25,7 +25,8 @@ fn matrix(n: usize, agents: usize) -> Matrix {
                     let p = 1.0 / (1.0 + (b - t).exp());
                     let solved = rng.random_bool(p);
                     let tools = if solved { vec!["S::a".to_string()] } else { vec!["S::b".to_string()] };
-                    vec![Some(Outcome { solved, f1: if solved { 1.0 } else { 0.0 }, offered: tools.clone(), tools })]
+                    let offered_by_turn = vec![tools.clone()];
+                    vec![Some(Outcome { solved, f1: if solved { 1.0 } else { 0.0 }, offered_by_turn, tools })]
                 })
                 .collect();
             ItemInput {
@@ -33,7 +34,7 @@ fn matrix(n: usize, agents: usize) -> Matrix {
                 kind: Kind::L1,
                 difficulty: Difficulty::Easy,
                 reference: ["S::a".to_string()].into_iter().collect(),
-                steps: vec![["S::a".to_string()].into_iter().collect()],
+                turn_steps: vec![vec![["S::a".to_string()].into_iter().collect()]],
                 efs_siblings: Default::default(),
                 runs,
             }

@@ -76,7 +76,7 @@ pub fn sites() -> Vec<Entry> {
         samples: vec![],
         unassigned: vec![],
     };
-    vec![
+    let mut all = vec![
         sizes("src/efs/topdown.rs", "efs topdown: requests", &[1, 3, 10], |n| {
             Answer::<efs::topdown::Requests>::new("Requests", efs::topdown::requests_schema(n))
         }),
@@ -94,6 +94,9 @@ pub fn sites() -> Vec<Entry> {
         of::<levels::l3::ChainVerdict>("src/levels/l3.rs", "levels L3: verify"),
         one("src/levels/l3.rs", "levels L3: query", levels::l3::query_answer()),
         sizes("src/levels/l3.rs", "levels L3: deps", &[1, 2, 5], |n| levels::l3::deps_answer(&names(n))),
+        sizes("src/levels/l3.rs", "levels L3: deps of a query asked again", &[1, 2, 5], |n| {
+            levels::l3::deps_answer(&names(n))
+        }),
         of::<levels::l4::Feasibility>("src/levels/l4.rs", "levels L4: feasible"),
         sizes("src/levels/l4.rs", "levels L4: scenario", &[1, 2, 3], |n| {
             let services: Vec<Value> = (1..=n)
@@ -103,14 +106,9 @@ pub fn sites() -> Vec<Entry> {
         }),
         of::<levels::l4::Quality>("src/levels/l4.rs", "levels L4: quality"),
         of::<levels::l4::Quality>("src/levels/l4.rs", "levels L4: quality of a query asked again"),
-        of::<levels::l5::Label>("src/levels/l5.rs", "levels L5: label"),
-        of::<levels::l5::Consensus>("src/levels/l5.rs", "levels L5: consensus"),
-        of::<levels::l5::Tasks>("src/levels/l5.rs", "levels L5: tasks"),
-        of::<levels::l5::CanDo>("src/levels/l5.rs", "levels L5: can"),
-        of::<levels::l5::Challenge>("src/levels/l5.rs", "levels L5: challenge"),
-        of::<levels::l5::PersonaQueries>("src/levels/l5.rs", "levels L5: persona queries"),
-        of::<levels::l5::Judged>("src/levels/l5.rs", "levels L5: judge"),
-        of::<levels::l5::SelfCheck>("src/levels/l5.rs", "levels L5: self-check"),
+    ];
+    all.extend(l5_sites());
+    all.extend(vec![
         of::<levels::profiles::PlatformAnswer>("src/levels/profiles.rs", "levels profiles: platform"),
         of::<levels::profiles::ProfileAnswer>("src/levels/profiles.rs", "levels profiles: profile"),
         one("src/levels/schemas.rs", "levels schemas: output schema", levels::schemas::schema_answer()),
@@ -151,6 +149,22 @@ pub fn sites() -> Vec<Entry> {
         // The query asked again: the same answer as L3's query.
         one("src/levels/plan_check.rs", "levels plan check: query asked again", levels::l3::query_answer()),
         one("src/synth/validate.rs", "synth validate: answer again", synth::gold::again_answer()),
+    ]);
+    all
+}
+
+/// The L5 stage's typed calls, each with its own answer type's schema.
+fn l5_sites() -> Vec<Entry> {
+    use crate::levels::l5;
+    vec![
+        of::<l5::Label>("src/levels/l5.rs", "levels L5: label"),
+        of::<l5::Consensus>("src/levels/l5.rs", "levels L5: consensus"),
+        of::<l5::Tasks>("src/levels/l5.rs", "levels L5: tasks"),
+        of::<l5::CanDo>("src/levels/l5.rs", "levels L5: can"),
+        of::<l5::Challenge>("src/levels/l5.rs", "levels L5: challenge"),
+        of::<l5::PersonaQueries>("src/levels/l5.rs", "levels L5: persona queries"),
+        of::<l5::Judged>("src/levels/l5.rs", "levels L5: judge"),
+        of::<l5::SelfCheck>("src/levels/l5.rs", "levels L5: self-check"),
     ]
 }
 

@@ -301,19 +301,19 @@ impl<'a> Panel<'a> {
                             .map(|k| {
                                 let rec = self.runs.records.get(&key(self.space, a, k, &s.id))?;
                                 let sc = by_agent[a.as_str()].iter().find(|x| x.repeat == k)?.samples.get(&s.id)?;
-                                let (tools, offered) = called(rec);
-                                Some(items::Outcome { solved: sc.solved, f1: sc.f1, tools, offered })
+                                let (tools, offered_by_turn) = called(rec);
+                                Some(items::Outcome { solved: sc.solved, f1: sc.f1, tools, offered_by_turn })
                             })
                             .collect()
                     })
                     .collect();
-                let steps: Vec<BTreeSet<String>> = s
+                // Per turn: a run covers the reference only with each turn's calls in that turn.
+                let turn_steps: Vec<Vec<BTreeSet<String>>> = s
                     .turns
                     .iter()
-                    .flat_map(|t| &t.reference_plan)
-                    .map(|c| c.alternatives.iter().cloned().collect())
+                    .map(|t| t.reference_plan.iter().map(|c| c.alternatives.iter().cloned().collect()).collect())
                     .collect();
-                let reference: BTreeSet<String> = steps.iter().flatten().cloned().collect();
+                let reference: BTreeSet<String> = turn_steps.iter().flatten().flatten().cloned().collect();
                 // A tool in the sets of two reference tools is named with the first by name.
                 let mut efs_siblings = BTreeMap::new();
                 for t in &reference {
@@ -326,7 +326,7 @@ impl<'a> Panel<'a> {
                     kind: s.kind,
                     difficulty: s.difficulty,
                     reference,
-                    steps,
+                    turn_steps,
                     efs_siblings,
                     runs,
                 }
@@ -336,17 +336,23 @@ impl<'a> Panel<'a> {
     }
 }
 
-/// The distinct tools a run called (within the cap), in order of first call, and those of
-/// them it was offered.
-fn called(r: &RunRecord) -> (Vec<String>, Vec<String>) {
-    let (mut all, mut offered): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
-    for c in r.turns.iter().flat_map(RunRecord::predicted) {
-        if !all.contains(&c.tool) {
-            all.push(c.tool.clone());
+/// The distinct tools a run called (within the cap) over its turns, in order of first call,
+/// and per turn (the run's turns are the sample's) those it called in that turn and was
+/// offered.
+fn called(r: &RunRecord) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut all: Vec<String> = Vec::new();
+    let mut offered = Vec::with_capacity(r.turns.len());
+    for turn in &r.turns {
+        let mut here: Vec<String> = Vec::new();
+        for c in RunRecord::predicted(turn) {
+            if !all.contains(&c.tool) {
+                all.push(c.tool.clone());
+            }
+            if c.offered && !here.contains(&c.tool) {
+                here.push(c.tool.clone());
+            }
         }
-        if c.offered && !offered.contains(&c.tool) {
-            offered.push(c.tool.clone());
-        }
+        offered.push(here);
     }
     (all, offered)
 }

@@ -49,10 +49,11 @@ pub struct Outcome {
     pub solved: bool,
     /// Call-level F1 (corrected).
     pub f1: f64,
-    /// Distinct tools the agent called, in order of first call.
+    /// Distinct tools the agent called over the turns, in order of first call.
     pub tools: Vec<String>,
-    /// Those of `tools` the run was offered (a name the model made up is not).
-    pub offered: Vec<String>,
+    /// Per turn of the run (the sample's turns, in order): the distinct tools it called in
+    /// that turn and was offered (a name the model made up is not).
+    pub offered_by_turn: Vec<Vec<String>>,
 }
 
 /// One released sample and its runs.
@@ -63,8 +64,9 @@ pub struct ItemInput {
     pub difficulty: Difficulty,
     /// Every alternative of every reference call.
     pub reference: BTreeSet<String>,
-    /// The reference's calls, each as its alternatives (an L2 step: its EFS set).
-    pub steps: Vec<BTreeSet<String>>,
+    /// Per turn of the sample, the reference's calls, each as its alternatives (an L2 step:
+    /// its EFS set).
+    pub turn_steps: Vec<Vec<BTreeSet<String>>>,
     /// Tools outside the reference that are in the EFS set of a reference tool, each with
     /// that tool: an L1 or L3 step takes no EFS alternative, yet the tool does the same.
     pub efs_siblings: BTreeMap<String, String>,
@@ -126,7 +128,8 @@ pub struct Evidence {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub agreed_by: Vec<String>,
     /// The plan two or more agents chose instead of the reference: the same tools (more than
-    /// one, `agreed_tool` among them) in the same order of first call.
+    /// one, `agreed_tool` among them) in the same order of first call, each agent in one run
+    /// (the most agents; ties: the first plan in order).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub agreed_plan: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -141,15 +144,17 @@ pub struct Evidence {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub efs_sibling_of: Option<String>,
     /// Without `agreed_tool`: the reference tools (sorted, at least one) that two or more
-    /// agents called, and only those, leaving some reference call out — a sign the
+    /// agents not in `covered_by` each called in one run, and only those, leaving some
+    /// reference call out altogether (not merely made in another turn) — a sign the
     /// reference has a call the request does not need (the most agents; ties: the first).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub agreed_short: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub agreed_short_by: Vec<String>,
     /// The agents with a run that called an offered tool for every call of the reference
-    /// (one of its alternatives each), making at least half of its calls as it does
-    /// ([`COVER_F1`]), and still failed: the panel's support for the reference's plan.
+    /// (one of its alternatives each) in that call's turn, making at least half of its calls
+    /// as it does ([`COVER_F1`]), and still failed: the panel's support for the reference's
+    /// plan.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub covered_by: Vec<String>,
     pub note: String,
@@ -326,7 +331,7 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
         }
         let mut offered: BTreeSet<&str> = BTreeSet::new();
         for o in reps.iter().flatten() {
-            offered.extend(o.offered.iter().map(String::as_str));
+            offered.extend(o.offered_by_turn.iter().flatten().map(String::as_str));
         }
         for t in offered.into_iter().filter(|t| !it.reference.contains(*t)) {
             by_tool.entry(t).or_default().push(agent.clone());
@@ -336,9 +341,9 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
     let best =
         by_tool.iter().filter(|(_, by)| by.len() >= 2).max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)));
     let Some((tool, by)) = best.map(|(t, by)| (t.to_string(), by.clone())) else {
-        return within_reference(it, called, covered_by);
+        return within_reference(m, it, called, covered_by);
     };
-    let (plan, plan_by) = agreed_plan(&called, &tool).unwrap_or_default();
+    let (plan, plan_by) = agreed_plan(m, it, &tool).unwrap_or_default();
     let chose = if plan.is_empty() {
         format!("{} called `{tool}`", quoted(&by, ", "))
     } else {
@@ -383,29 +388,37 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
 pub const COVER_F1: f64 = 0.5;
 
 /// The agents with a run that called an offered tool for every reference call (one of its
-/// alternatives each) with a call-level F1 of at least [`COVER_F1`], and still failed: on
-/// extra calls, order or some arguments. In the `oracle` space, where only the reference's
-/// tools are offered, calling them says little; making its calls does.
+/// alternatives each) in that call's turn ([`covers_by_turn`]) with a call-level F1 of at
+/// least [`COVER_F1`], and still failed: on extra calls, order or some arguments. In the
+/// `oracle` space, where only the reference's tools are offered, calling them says little;
+/// making its calls does.
 fn covering(m: &Matrix, it: &ItemInput) -> Vec<String> {
     let runs = it.runs.iter().enumerate();
-    let by = runs.filter(|(_, reps)| reps.iter().flatten().any(|o| o.f1 >= COVER_F1 && covers(it, &o.offered)));
-    by.filter(|_| !it.steps.is_empty()).map(|(a, _)| m.agents[a].clone()).collect()
+    let by = runs.filter(|(_, reps)| reps.iter().flatten().any(|o| o.f1 >= COVER_F1 && covers_by_turn(it, o)));
+    by.filter(|_| it.turn_steps.iter().any(|t| !t.is_empty())).map(|(a, _)| m.agents[a].clone()).collect()
 }
 
 /// The evidence of an item on which no two agents agree on a tool outside the reference:
-/// whether two or more called the same reference tools only (at least one), leaving a
-/// reference call out, and which agents covered it ([`covering`], passed in).
-fn within_reference(it: &ItemInput, called: BTreeMap<String, Vec<String>>, covered_by: Vec<String>) -> Evidence {
-    let mut by_set: BTreeMap<BTreeSet<&String>, Vec<String>> = BTreeMap::new();
+/// whether two or more called the same reference tools only (at least one) in one run each,
+/// leaving a reference call out, and which agents covered it ([`covering`], passed in).
+fn within_reference(
+    m: &Matrix,
+    it: &ItemInput,
+    called: BTreeMap<String, Vec<String>>,
+    covered_by: Vec<String>,
+) -> Evidence {
+    // Judged per run: the union of an agent's repeats may hold a set no run of it called.
     // Calling nothing is left out: it is how a weak agent most often fails (no call made,
-    // or one written as text), so two agents doing it say little about the reference.
-    for (agent, tools) in called.iter().filter(|(_, t)| !t.is_empty() && !covers(it, t)) {
-        by_set.entry(tools.iter().collect()).or_default().push(agent.clone());
-    }
-    let best =
-        by_set.into_iter().filter(|(_, by)| by.len() >= 2).max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(&a.0)));
+    // or one written as text), so two agents doing it say little about the reference. A run
+    // whose tools hold every reference call, in other turns than the reference's, left none
+    // out; an agent that covered the reference in some run supports it rather than a part.
+    let sets = per_run(m, it, |o| {
+        let tools: BTreeSet<&String> = o.tools.iter().collect();
+        (!tools.is_empty() && !covers(it.turn_steps.iter().flatten(), &o.tools)).then_some(tools)
+    });
+    let sets: BTreeMap<&String, _> = sets.into_iter().filter(|&(agent, _)| !covered_by.contains(agent)).collect();
     let (short, short_by): (Vec<String>, Vec<String>) =
-        best.map(|(set, by)| (set.into_iter().cloned().collect(), by)).unwrap_or_default();
+        most_shared(sets).map(|(set, by)| (set.into_iter().cloned().collect(), by)).unwrap_or_default();
     let note = if !short_by.is_empty() {
         format!(
             "{} called only {}, leaving reference calls out: the reference may have a call the request does not need",
@@ -423,9 +436,40 @@ fn within_reference(it: &ItemInput, called: BTreeMap<String, Vec<String>>, cover
     Evidence { called, agreed_short: short, agreed_short_by: short_by, covered_by, note, ..Default::default() }
 }
 
-/// Whether `tools` hold one alternative of every reference call of `it` (vacuously, with none).
-fn covers(it: &ItemInput, tools: &[String]) -> bool {
-    it.steps.iter().all(|alts| tools.iter().any(|t| alts.contains(t)))
+/// Whether `tools` hold one alternative of each of `steps` (vacuously, with none).
+fn covers<'a>(mut steps: impl Iterator<Item = &'a BTreeSet<String>>, tools: &[String]) -> bool {
+    steps.all(|alts| tools.iter().any(|t| alts.contains(t)))
+}
+
+/// Whether a run covers the reference turn by turn: each turn's offered tools hold one
+/// alternative of every reference call of that turn. Pooled over the turns, a run that made
+/// turn 2's call in turn 1 would count.
+fn covers_by_turn(it: &ItemInput, o: &Outcome) -> bool {
+    let turn = |i: usize| o.offered_by_turn.get(i).map(Vec::as_slice).unwrap_or_default();
+    it.turn_steps.iter().enumerate().all(|(i, steps)| covers(steps.iter(), turn(i)))
+}
+
+/// Per agent (by name), the distinct keys `key` gives its runs (`None`: the run counts for
+/// nothing).
+fn per_run<'a, K: Ord>(
+    m: &'a Matrix,
+    it: &'a ItemInput,
+    key: impl Fn(&'a Outcome) -> Option<K>,
+) -> BTreeMap<&'a String, BTreeSet<K>> {
+    let runs = m.agents.iter().zip(&it.runs);
+    runs.map(|(agent, reps)| (agent, reps.iter().flatten().filter_map(&key).collect::<BTreeSet<K>>())).collect()
+}
+
+/// The key most agents share, two or more (ties: the first key in order), with those agents
+/// by name: an agent counts once for each key of [`per_run`].
+fn most_shared<K: Ord>(per_agent: BTreeMap<&String, BTreeSet<K>>) -> Option<(K, Vec<String>)> {
+    let mut by_key: BTreeMap<K, Vec<String>> = BTreeMap::new();
+    for (agent, keys) in per_agent {
+        for k in keys {
+            by_key.entry(k).or_default().push(agent.clone());
+        }
+    }
+    by_key.into_iter().filter(|(_, by)| by.len() >= 2).max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(&a.0)))
 }
 
 /// Names in backticks, joined by `sep`.
@@ -433,16 +477,15 @@ fn quoted<'a>(names: impl IntoIterator<Item = &'a String>, sep: &str) -> String 
     names.into_iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(sep)
 }
 
-/// The plan most agents share, two or more: an agent's distinct tools in order of first
-/// call, more than one and `tool` among them (ties: the first in order); with the agents.
-fn agreed_plan(called: &BTreeMap<String, Vec<String>>, tool: &str) -> Option<(Vec<String>, Vec<String>)> {
-    let mut by_plan: BTreeMap<&[String], Vec<String>> = BTreeMap::new();
-    for (agent, tools) in called.iter().filter(|(_, t)| t.len() > 1 && t.iter().any(|x| x == tool)) {
-        by_plan.entry(tools.as_slice()).or_default().push(agent.clone());
-    }
-    let best =
-        by_plan.into_iter().filter(|(_, by)| by.len() >= 2).max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)));
-    best.map(|(plan, by)| (plan.to_vec(), by))
+/// The plan most agents share, two or more: a run's distinct tools in order of first call,
+/// more than one and `tool` among them (ties: the first in order); with the agents. Judged
+/// per run: the union of an agent's repeats may be a plan none of its runs chose.
+fn agreed_plan(m: &Matrix, it: &ItemInput, tool: &str) -> Option<(Vec<String>, Vec<String>)> {
+    let plans = per_run(m, it, |o| {
+        let with_tool = o.tools.len() > 1 && o.tools.iter().any(|x| x == tool);
+        with_tool.then_some(o.tools.as_slice())
+    });
+    most_shared(plans).map(|(plan, by)| (plan.to_vec(), by))
 }
 
 /// Joint maximum-likelihood Rasch estimates: items' difficulties with standard errors, by
@@ -613,7 +656,7 @@ mod tests {
             solved,
             f1: if solved { 1.0 } else { 0.0 },
             tools: tools.iter().map(|t| t.to_string()).collect(),
-            offered: tools.iter().map(|t| t.to_string()).collect(),
+            offered_by_turn: vec![tools.iter().map(|t| t.to_string()).collect()],
         })
     }
 
@@ -623,7 +666,7 @@ mod tests {
             kind,
             difficulty: Difficulty::Easy,
             reference: reference.iter().map(|t| t.to_string()).collect(),
-            steps: reference.iter().map(|t| BTreeSet::from([t.to_string()])).collect(),
+            turn_steps: vec![reference.iter().map(|t| BTreeSet::from([t.to_string()])).collect()],
             efs_siblings: BTreeMap::new(),
             runs,
         }
@@ -682,12 +725,116 @@ mod tests {
     /// A failed run with call-level F1 `f1` that called the offered `tools`.
     fn near(f1: f64, tools: &[&str]) -> Option<Outcome> {
         let tools: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
-        Some(Outcome { solved: false, f1, offered: tools.clone(), tools })
+        Some(Outcome { solved: false, f1, offered_by_turn: vec![tools.clone()], tools })
     }
 
     /// A failed run that called `name`, which it was not offered.
     fn made_up(name: &str) -> Option<Outcome> {
-        Some(Outcome { solved: false, f1: 0.0, tools: vec![name.to_string()], offered: Vec::new() })
+        Some(Outcome { solved: false, f1: 0.0, tools: vec![name.to_string()], offered_by_turn: vec![Vec::new()] })
+    }
+
+    /// A failed run with call-level F1 `f1` that called the offered tools `by_turn`, turn by
+    /// turn.
+    fn turned(f1: f64, by_turn: &[&[&str]]) -> Option<Outcome> {
+        let offered_by_turn: Vec<Vec<String>> =
+            by_turn.iter().map(|t| t.iter().map(|x| x.to_string()).collect()).collect();
+        let mut tools: Vec<String> = Vec::new();
+        for t in offered_by_turn.iter().flatten() {
+            if !tools.contains(t) {
+                tools.push(t.clone());
+            }
+        }
+        Some(Outcome { solved: false, f1, tools, offered_by_turn })
+    }
+
+    /// A two-turn item's reference is covered only by a run that makes each turn's call in
+    /// that turn: `a` called both tools, each in the other's turn, and is not named (pooled
+    /// over the turns it would be); `b` called them in their turns and is. Nor does `a` count
+    /// as calling only part of the reference: its calls left no reference call out.
+    #[test]
+    fn a_multi_turn_reference_is_covered_only_by_each_turns_calls_in_that_turn() {
+        let runs = vec![
+            vec![turned(0.5, &[&["S::y"], &["S::x"]])],
+            vec![turned(0.5, &[&["S::x"], &["S::y"]])],
+            vec![outcome(false, &[])],
+        ];
+        let mut it = item("D-1", Kind::MultiTurn, &["S::x", "S::y"], runs);
+        it.turn_steps = vec![vec![BTreeSet::from(["S::x".to_string()])], vec![BTreeSet::from(["S::y".to_string()])]];
+        let m = Matrix {
+            tool_space: ToolSpace::Oracle,
+            agents: vec!["a".into(), "b".into(), "c".into()],
+            repeats: 1,
+            items: vec![it],
+        };
+        let ev = analyse(&m, &Options::default()).items[0].evidence.clone().unwrap();
+        assert_eq!(ev.covered_by, ["b"], "{ev:?}");
+        assert!(ev.agreed_short.is_empty() && ev.agreed_tool.is_none(), "{ev:?}");
+        let support = "`b` called a tool for every reference call, making at least half of its calls as it does";
+        assert!(ev.note.ends_with(support), "{}", ev.note);
+        assert_eq!(ev.called["a"], ["S::y", "S::x"], "`called` still pools the turns");
+    }
+
+    /// Two agents agree on calling only part of the reference when one run of each called
+    /// it, whatever their other repeats did; the union of an agent's repeats is no run. On
+    /// `L3-1` `a` called `S::x` then `S::y` and `b` both at once: their unions agree, no two
+    /// runs do. On `L3-2` `a`'s repeats together cover the reference, yet one of them called
+    /// `S::x` alone, as both of `b`'s did. On `L3-3` the plan `S::w` → `S::x` is the union of
+    /// `a`'s repeats and a run of `b`, so the agents agree on the tool but on no plan.
+    #[test]
+    fn agents_agree_on_part_of_the_reference_or_a_plan_in_single_runs_not_over_their_repeats() {
+        let none = vec![outcome(false, &[]), outcome(false, &[])];
+        let m = Matrix {
+            tool_space: ToolSpace::Oracle,
+            agents: vec!["a".into(), "b".into(), "c".into()],
+            repeats: 2,
+            items: vec![
+                item(
+                    "L3-1",
+                    Kind::L3,
+                    &["S::x", "S::y", "S::z"],
+                    vec![
+                        vec![outcome(false, &["S::x"]), outcome(false, &["S::y"])],
+                        vec![outcome(false, &["S::x", "S::y"]), outcome(false, &[])],
+                        none.clone(),
+                    ],
+                ),
+                item(
+                    "L3-2",
+                    Kind::L3,
+                    &["S::x", "S::y"],
+                    vec![
+                        vec![near(0.5, &["S::x"]), near(0.5, &["S::y"])],
+                        vec![outcome(false, &["S::x"]), outcome(false, &["S::x"])],
+                        none.clone(),
+                    ],
+                ),
+                item(
+                    "L3-3",
+                    Kind::L3,
+                    &["S::x"],
+                    vec![
+                        vec![outcome(false, &["S::w"]), outcome(false, &["S::x", "S::w"])],
+                        vec![outcome(false, &["S::w", "S::x"]), outcome(false, &[])],
+                        none,
+                    ],
+                ),
+            ],
+        };
+        let a = analyse(&m, &Options::default());
+        let apart = a.items[0].evidence.as_ref().unwrap();
+        assert_eq!(apart.called["a"], ["S::x", "S::y"], "`called` still pools the repeats");
+        assert_eq!(apart.called["b"], ["S::x", "S::y"]);
+        assert!(apart.agreed_short_by.is_empty(), "{apart:?}");
+        assert_eq!(apart.note, "no two agents agree on a tool outside the reference");
+        let part = a.items[1].evidence.as_ref().unwrap();
+        assert_eq!(part.agreed_short, ["S::x"], "{part:?}");
+        assert_eq!(part.agreed_short_by, ["a", "b"]);
+        assert!(part.covered_by.is_empty(), "no run of `a` covered the reference: {part:?}");
+        let plan = a.items[2].evidence.as_ref().unwrap();
+        assert_eq!(plan.agreed_tool.as_deref(), Some("S::w"));
+        assert_eq!(plan.agreed_by, ["a", "b"]);
+        assert!(plan.agreed_plan.is_empty() && plan.agreed_plan_by.is_empty(), "{plan:?}");
+        assert!(plan.note.starts_with("`a`, `b` called `S::w` instead of"), "{}", plan.note);
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //!
 //! Chains are verified LOGICAL by the judge, turned into one query each by the writer,
 //! then annotated with dependencies; the annotation is repaired so every dependency points
-//! backwards (topological order) or the chain is rejected (cycle), with the reason.
+//! backwards (topological order) or the chain is rejected (cycle), with the reason. A query
+//! the plan check asks the writer for again is annotated anew (`annotate_again`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -49,7 +50,10 @@ pub static SPEC: StageSpec = StageSpec {
     // 6: the chain's own data-flow edges join the annotated dependencies.
     // 7: a camelCase function name or an input line's form is refused.
     // 8: the plan check also weighs each step's embedding similarity to the query.
-    version: 8,
+    // 9: the step judge writes its reason before its verdict; a query asked again gets its
+    //    own dependency annotation, not the first query's (issue 38); a dependency of the
+    //    first it leaves out is recorded as dropped.
+    version: 9,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],
@@ -402,6 +406,7 @@ impl Stage for L3Stage {
             Estimate::typed(&l.judge_role, chains * 2, format!("{basis} × (verify + deps)")),
             Estimate::typed(&l.writer_role, chains, format!("{basis} × 1 query")),
             Estimate::typed(&l.writer_role, chains, format!("{basis} × ≤ 1 query asked again")),
+            Estimate::typed(&l.judge_role, chains, format!("{basis} × ≤ 1 deps of a query asked again")),
         ];
         // The plan check's judge: at most every step of every chain is open, for the query
         // and the one asked again.
@@ -551,30 +556,24 @@ impl Stage for L3Stage {
                 funnel.reject(key, format!("not a request: the query {why}"));
                 continue;
             }
-            // The chain's edges may close a cycle with a mislabelled annotation: then the
-            // annotation alone, as before.
-            let joined = super::repair_dependencies(&with_chain_edges(&rec.deps));
-            let repaired = match joined.or_else(|_| super::repair_dependencies(&rec.deps)) {
-                Ok(r) => r,
+            let steps = match chain_plan(it, &rec.deps) {
+                Ok(steps) => steps,
                 Err(e) => {
-                    funnel.reject(key, format!("dependencies rejected: {e}"));
+                    funnel.reject(key, e);
                     continue;
                 }
             };
-            let steps: Vec<Step> = repaired
-                .order
-                .iter()
-                .zip(&repaired.deps)
-                .map(|(&old, d)| Step {
-                    tools: vec![crate::model::tool_id(&it.server, &it.chain[old])],
-                    depends_on: d.clone(),
-                })
-                .collect();
             recs.push(rec);
             cands.push(super::plan_check::Candidate { key, query: &rec.query, steps });
         }
-        // The writer asked again (a query with fewer tools than L3 needs) is a parent too.
-        let ask = super::plan_check::Askers { judge: l.plan_check.judge.then_some(judge), writer: Some(writer) };
+        // The writer asked again (a query with fewer tools than L3 needs) is a parent too, and
+        // so is the judge that annotates the new query's dependencies.
+        let replan = |b: &mut Batch<'_>, asked: &[(&str, &str)]| annotate_again(b, judge, &meta, asked);
+        let ask = super::plan_check::Askers {
+            judge: l.plan_check.judge.then_some(judge),
+            writer: Some(writer),
+            replan: Some(&replan),
+        };
         let embedder = super::LazyEmbedder::new(s);
         let sim = |q: &str, steps: &[Step]| super::step_similarities(&embedder, &look, q, steps);
         let verdicts = checks.check_all(&mut batch, ask, 3, &cands, (&info, Some(&sim)), &l.plan_check)?;
@@ -599,6 +598,7 @@ impl Stage for L3Stage {
             *n += 1;
             let mut exchanges = rec.exchanges.clone();
             exchanges.extend(v.exchange);
+            exchanges.extend(v.replanned);
             queries.push(Generated { key: key.to_string(), query: v.query, steps, category: None, exchanges });
         }
         funnel.step("logical", logical);
@@ -611,6 +611,62 @@ impl Stage for L3Stage {
 
 fn chain_key(server: &str, chain: &[String]) -> String {
     format!("chain:{server}:{}", chain.join(">"))
+}
+
+/// The plan of a chain from its annotated dependencies (0-based per chain position) joined
+/// with the chain's data-flow edges, repaired to point backwards; why not, when it cannot be.
+fn chain_plan(it: &ChainItem, deps: &[Vec<usize>]) -> Result<Vec<Step>, String> {
+    // The chain's edges may close a cycle with a mislabelled annotation: then the
+    // annotation alone, as before.
+    let joined = super::repair_dependencies(&with_chain_edges(deps));
+    let repaired =
+        joined.or_else(|_| super::repair_dependencies(deps)).map_err(|e| format!("dependencies rejected: {e}"))?;
+    Ok(repaired
+        .order
+        .iter()
+        .zip(repaired.deps)
+        .map(|(&old, depends_on)| Step { tools: vec![crate::model::tool_id(&it.server, &it.chain[old])], depends_on })
+        .collect())
+}
+
+/// The dependencies of each query the plan check asked the writer for again (`asked`: item
+/// key and new query), annotated by `judge` as the first query's were (items
+/// `deps-again:<key>`), and the chain's plan from them. Why: the new query was kept with the
+/// dependencies annotated for the query it replaced (issue 38), which it need not imply.
+/// Per key the plan, or why there is none.
+fn annotate_again(
+    batch: &mut Batch<'_>,
+    judge: &str,
+    meta: &BTreeMap<String, ChainItem>,
+    asked: &[(&str, &str)],
+) -> Result<super::plan_check::Replans> {
+    let item = |key: &str| format!("deps-again:{key}");
+    let items: Vec<(String, (Vec<String>, Value))> = asked
+        .iter()
+        .map(|&(key, query)| {
+            let it = &meta[key];
+            let mut vars = it.vars.clone();
+            vars["query"] = json!(query);
+            (item(key), (it.chain.clone(), vars))
+        })
+        .collect();
+    let done = batch.run(items, |(chain, vars): (Vec<String>, Value), llm: Item| async move {
+        let d = llm.ask(judge, &Prompt::new(DEPS_TEMPLATE, vars), None, &deps_answer(&chain)).await?;
+        Ok((annotation_deps(&chain, &d.value), d.exchange))
+    })?;
+    let mut out = BTreeMap::new();
+    for &(key, _) in asked {
+        let plan = match done.values.get(&item(key)) {
+            Some((deps, exchange)) => chain_plan(&meta[key], deps)
+                .map(|steps| super::plan_check::Replanned { steps, exchange: exchange.clone() }),
+            None => {
+                let failed = done.failed.iter().find(|f| f.item == item(key));
+                Err(format!("no valid answer: {}", failed.map_or("the item failed", |f| f.reason.as_str())))
+            }
+        };
+        out.insert(key.to_string(), plan);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

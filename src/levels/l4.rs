@@ -43,7 +43,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 7: the plan check also weighs each step's embedding similarity to the query (a
     //    Slack step shared "history" with a request for price history).
     // 8: a query written when asked again goes through quality control too.
-    version: 8,
+    // 9: the step judge writes its reason before its verdict.
+    version: 9,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],
@@ -472,7 +473,13 @@ impl Stage for L4Stage {
             .map(|(key, query, steps)| super::plan_check::Candidate { key, query, steps: steps.clone() })
             .collect();
         // The writer asked again (a query with fewer servers than L4 needs) is a parent too.
-        let ask = super::plan_check::Askers { judge: l.plan_check.judge.then_some(judge), writer: Some(writer) };
+        // The new query keeps the scenario's dependencies: the writer wrote them with the first
+        // query, and no call annotates them (quality control below sees them with the new one).
+        let ask = super::plan_check::Askers {
+            judge: l.plan_check.judge.then_some(judge),
+            writer: Some(writer),
+            replan: None,
+        };
         let embedder = super::LazyEmbedder::new(s);
         let sim = |q: &str, steps: &[Step]| super::step_similarities(&embedder, &look, q, steps);
         let verdicts = checks.check_all(&mut batch, ask, 4, &checked, (&info, Some(&sim)), &l.plan_check)?;

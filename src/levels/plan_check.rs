@@ -68,6 +68,11 @@
 //!    only for `a::x`; it must need `b::y` too (plan does not fit L4: …)"). The new query
 //!    is checked as the first was; it is kept if it passes, else the item is rejected with
 //!    both reasons. `queries.json` records the first query's check under `asked_again`.
+//!    With a re-planner ([`Askers::replan`]; L3) the new query's plan is made anew before
+//!    its check: its dependencies annotated for it, not kept from the query it replaces. A
+//!    dependency of the first plan the new one leaves out is a `dependency_dropped`
+//!    decision by `llm` with that exchange; a query whose plan cannot be made anew is
+//!    rejected with the reason.
 //!
 //! Every decision is a [`StepDecision`] `{step, tool, decision, by, reason, score?,
 //! score_kind?, similarity?, mention?, exchange?}`; `by` is `rule` or `llm` (with its exchange).
@@ -231,6 +236,9 @@ pub struct AskedAgain {
     /// Request hash of the exchange that asked again (none when it gave no usable query).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exchange: Option<String>,
+    /// Request hash of the exchange that annotated the new query's dependencies anew (L3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotated: Option<String>,
 }
 
 /// Check a candidate plan of `level` for `query` (see the module doc). `tool` looks a tool
@@ -876,12 +884,32 @@ pub struct Candidate<'a> {
 }
 
 /// Whom [`PlanChecks::check_all`] asks: the judge about open steps, the writer again about
-/// a query with fewer tools than its level needs (`None`: nobody, the rules decide).
-#[derive(Debug, Clone, Copy, Default)]
+/// a query with fewer tools than its level needs (`None`: nobody, the rules decide), and
+/// who makes the plan of the query the writer wrote when asked again anew (`None`: it keeps
+/// the first query's plan).
+#[derive(Clone, Copy, Default)]
 pub struct Askers<'a> {
     pub judge: Option<&'a str>,
     pub writer: Option<&'a str>,
+    pub replan: Option<&'a ReplanFn<'a>>,
 }
+
+/// The plan made anew for a query the writer wrote when asked again, and the exchange that
+/// made it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replanned {
+    pub steps: Vec<Step>,
+    /// Request hash of the exchange.
+    pub exchange: String,
+}
+
+/// Per item key, the plan made anew or why there is none.
+pub type Replans = BTreeMap<String, Result<Replanned, String>>;
+
+/// Makes the plans of the queries the writer wrote when asked again, given as `(item key,
+/// new query)`, anew (L3: annotates their dependencies, which the first query's annotation
+/// need not be, issue 38).
+pub type ReplanFn<'a> = dyn Fn(&mut crate::llm::batch::Batch<'_>, &[(&str, &str)]) -> anyhow::Result<Replans> + 'a;
 
 /// What became of a candidate.
 #[derive(Debug, Clone, PartialEq)]
@@ -892,6 +920,9 @@ pub struct Checked {
     pub verdict: Result<Vec<Step>, String>,
     /// The exchange that asked the writer again (one of the sample's parents).
     pub exchange: Option<String>,
+    /// The exchange that made the new query's plan anew (L3: annotated its dependencies),
+    /// another of the sample's parents.
+    pub replanned: Option<String>,
 }
 
 /// The writer's new query for a candidate (the batch's checkpoint line).
@@ -1156,6 +1187,64 @@ fn ask_again(
     Ok(out)
 }
 
+/// With `replan`, the plan made anew for each query the writer wrote when asked again (by
+/// candidate index); a query whose plan could not be made anew is refused: its entry in
+/// `again` becomes the reason.
+fn plan_anew(
+    batch: &mut crate::llm::batch::Batch<'_>,
+    replan: Option<&ReplanFn<'_>>,
+    cands: &[Candidate<'_>],
+    again: &mut BTreeMap<usize, Result<Again, String>>,
+) -> anyhow::Result<BTreeMap<usize, Replanned>> {
+    let asked: Vec<(&str, &str)> =
+        again.iter().filter_map(|(&k, a)| a.as_ref().ok().map(|a| (cands[k].key, a.query.as_str()))).collect();
+    let Some(replan) = replan.filter(|_| !asked.is_empty()) else { return Ok(BTreeMap::new()) };
+    let mut got = replan(batch, &asked)?;
+    let mut out = BTreeMap::new();
+    for (&k, a) in again.iter_mut().filter(|(_, a)| a.is_ok()) {
+        match got.remove(cands[k].key) {
+            Some(Ok(r)) => {
+                out.insert(k, r);
+            }
+            Some(Err(e)) => *a = Err(format!("the dependencies of the new query: {e}")),
+            None => *a = Err("the dependencies of the new query: not annotated".to_string()),
+        }
+    }
+    Ok(out)
+}
+
+/// A decision per dependency of the first query's plan that the plan made anew for the
+/// query asked again (`r`) leaves out, numbered as in the new plan (its steps matched by
+/// their tools): the new query does not imply it, says the exchange behind `r`. Why: the
+/// query asked again kept the dependencies annotated for the query it replaced (issue 38).
+fn not_implied(first: &[Step], r: &Replanned) -> Vec<StepDecision> {
+    let tools = |s: &Step| -> BTreeSet<String> { s.tools.iter().map(|t| crate::model::norm_tool_id(t)).collect() };
+    let new: Vec<BTreeSet<String>> = r.steps.iter().map(tools).collect();
+    let at = |s: &Step| new.iter().position(|t| *t == tools(s));
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for s in first {
+        let Some(i) = at(s) else { continue };
+        for a in s.depends_on.iter().filter_map(|&a| first.get(a)).filter_map(at) {
+            if r.steps[i].depends_on.contains(&a) || !seen.insert((i, a)) {
+                continue;
+            }
+            let why = format!(
+                "step {} no longer depends on step {}: annotated for the first query, the dependency is not among \
+                 those annotated for the query asked again",
+                i + 1,
+                a + 1
+            );
+            let tool = r.steps[i].tools.first().map_or("", String::as_str);
+            let mut d = on_dependency(i, a, tool, Decision::DependencyDropped, why);
+            d.by = DecidedBy::Llm;
+            d.exchange = Some(r.exchange.clone());
+            out.push(d);
+        }
+    }
+    out
+}
+
 impl PlanChecks {
     /// Check the plan of item `key` (lexical scores), record the decisions, and give the
     /// pruned plan or the rejection reason (for the funnel).
@@ -1189,14 +1278,19 @@ impl PlanChecks {
         cfg: &PlanCheckSettings,
     ) -> anyhow::Result<Vec<Checked>> {
         let first = judge_rounds(batch, ask.judge, level, cands, (tool, sim, cfg), "need")?;
-        let again = match ask.writer {
+        let mut again = match ask.writer {
             Some(writer) => ask_again(batch, writer, level, cands, &first, tool)?,
             None => BTreeMap::new(),
         };
+        let replans = plan_anew(batch, ask.replan, cands, &mut again)?;
         let (asked, seconds): (Vec<usize>, Vec<Candidate<'_>>) = again
             .iter()
             .filter_map(|(&k, a)| a.as_ref().ok().map(|a| (k, a)))
-            .map(|(k, a)| (k, Candidate { key: cands[k].key, query: &a.query, steps: cands[k].steps.clone() }))
+            .map(|(k, a)| {
+                // The new query's own plan where it was made anew, else the first query's.
+                let steps = replans.get(&k).map_or(&cands[k].steps, |r| &r.steps).clone();
+                (k, Candidate { key: cands[k].key, query: &a.query, steps })
+            })
             .unzip();
         let checked = judge_rounds(batch, ask.judge, level, &seconds, (tool, sim, cfg), "need-again")?;
         let mut second: BTreeMap<usize, (PlanCheck, usize)> = asked.into_iter().zip(checked).collect();
@@ -1204,10 +1298,13 @@ impl PlanChecks {
         for (k, (c, (check, judged))) in cands.iter().zip(first).enumerate() {
             self.count_judged(&check, judged);
             let done = match again.get(&k) {
-                None => Checked { query: c.query.to_string(), verdict: self.record(c.key, check), exchange: None },
+                None => {
+                    let verdict = self.record(c.key, check);
+                    Checked { query: c.query.to_string(), verdict, exchange: None, replanned: None }
+                }
                 Some(a) => {
                     let outcome = match (a, second.remove(&k)) {
-                        (Ok(a), Some((new, judged))) => Ok((a, new, judged)),
+                        (Ok(a), Some((new, judged))) => Ok((a, replans.get(&k), new, judged)),
                         (Ok(_), None) => Err("the new query was not checked"),
                         (Err(e), _) => Err(e.as_str()),
                     };
@@ -1255,14 +1352,15 @@ impl PlanChecks {
     }
 
     /// Count and record an item whose writer was asked again: `first` is the first query's
-    /// check, `outcome` the new query with its check (and the judge's answers on it), or why
-    /// there is none. Kept when the new query passes, else rejected with both reasons.
+    /// check, `outcome` the new query with its plan made anew (if it was), its check (and the
+    /// judge's answers on it), or why there is none. Kept when the new query passes, else
+    /// rejected with both reasons.
     fn record_again(
         &mut self,
         level: u8,
         c: &Candidate<'_>,
         first: PlanCheck,
-        outcome: Result<(&Again, PlanCheck, usize), &str>,
+        outcome: Result<(&Again, Option<&Replanned>, PlanCheck, usize), &str>,
     ) -> Checked {
         self.asked_again += 1;
         // The funnel counts each step once: the new query's decisions when it was written,
@@ -1277,17 +1375,28 @@ impl PlanChecks {
             Verdict::Reject(r) => shape(r.as_str()),
             Verdict::Ok(_) => String::new(),
         };
-        let mut asked = AskedAgain { query: c.query.to_string(), decisions: first.decisions, reason, exchange: None };
+        let mut asked = AskedAgain {
+            query: c.query.to_string(),
+            decisions: first.decisions,
+            reason,
+            exchange: None,
+            annotated: None,
+        };
         let (query, decisions, verdict) = match outcome {
-            Ok((a, new, judged)) => {
+            Ok((a, replanned, new, judged)) => {
                 self.count_judged(&new, judged);
-                self.tally(&new.decisions);
+                let mut decisions = new.decisions;
+                if let Some(r) = replanned {
+                    decisions.extend(not_implied(&c.steps, r));
+                    asked.annotated = Some(r.exchange.clone());
+                }
+                self.tally(&decisions);
                 asked.exchange = Some(a.exchange.clone());
                 let verdict = match new.verdict {
                     Verdict::Ok(plan) => Ok(plan),
                     Verdict::Reject(r) => Err(shape(r.as_str())),
                 };
-                (a.query.clone(), new.decisions, verdict)
+                (a.query.clone(), decisions, verdict)
             }
             Err(why) => (c.query.to_string(), Vec::new(), Err(why.to_string())),
         };
@@ -1298,10 +1407,10 @@ impl PlanChecks {
             Ok(_) => self.kept_again += 1,
             Err(_) => self.rejected_again += 1,
         }
-        let exchange = asked.exchange.clone();
+        let (exchange, replanned) = (asked.exchange.clone(), asked.annotated.clone());
         let rejected = verdict.as_ref().err().cloned();
         self.records.insert(c.key.to_string(), PlanRecord { decisions, rejected, asked_again: Some(asked) });
-        Checked { query, verdict, exchange }
+        Checked { query, verdict, exchange, replanned }
     }
 
     /// The counts as funnel steps; `kept` is the number of queries that passed.
@@ -1904,6 +2013,30 @@ mod tests {
         let plan = [step(&["github-mcp::list_issues"], &[]), step(&[comment], &[0]), step(&[comment], &[])];
         let c = check_plan(3, q, &plan, &lookup(&tools), None, &PlanCheckSettings::default());
         assert_ne!(about(&c, 3).decision, Decision::Duplicate, "{:#?}", c.decisions);
+    }
+
+    /// Issue 38: an L3 query asked again kept the dependencies annotated for the query it
+    /// replaced. Its plan is made anew; each dependency of the first plan the new one leaves
+    /// out is recorded, by the exchange that annotated the new query.
+    #[test]
+    fn a_dependency_the_new_querys_annotation_leaves_out_is_recorded_as_dropped() {
+        let first = [step(&["s::a"], &[]), step(&["s::b"], &[0]), step(&["s::c"], &[0, 1])];
+        let steps = vec![step(&["s::a"], &[]), step(&["s::b"], &[0]), step(&["s::c"], &[1])];
+        let d = not_implied(&first, &Replanned { steps, exchange: "sha256:07".into() });
+        assert_eq!(d.len(), 1, "{d:#?}");
+        assert_eq!(
+            (d[0].step, d[0].dependency, d[0].decision, d[0].by),
+            (3, Some(1), Decision::DependencyDropped, DecidedBy::Llm)
+        );
+        assert_eq!((d[0].tool.as_str(), d[0].exchange.as_deref()), ("s::c", Some("sha256:07")));
+        assert!(d[0].reason.starts_with("step 3 no longer depends on step 1: annotated for the first query"));
+        // Steps are matched by their tools, and numbered as in the new plan.
+        let steps = vec![step(&["s::b"], &[]), step(&["s::a"], &[0]), step(&["s::c"], &[0, 1])];
+        let d = not_implied(&first, &Replanned { steps, exchange: "sha256:08".into() });
+        assert_eq!((d.len(), d[0].step, d[0].dependency), (1, 1, Some(2)), "b no longer needs a: {d:#?}");
+        // A plan made anew with every dependency of the first: nothing to record.
+        let d = not_implied(&first, &Replanned { steps: first.to_vec(), exchange: "sha256:09".into() });
+        assert!(d.is_empty(), "{d:#?}");
     }
 
     #[test]

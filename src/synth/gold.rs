@@ -1085,12 +1085,17 @@ use crate::llm::Answer;
 // The needed-call check's answer about a call the rules left open. Its doc comments are
 // the schema's descriptions, which the model reads: they speak to it.
 /// Is this call needed to do what the user asked?
+///
+/// The reason comes first: a model decodes the fields in schema order, and a verdict written
+/// before its reason was often contradicted by it (the 0.5B judge's "not needed" because
+/// "the user asks for the price, which this tool returns").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NeedCheck {
+    /// One short sentence: what the user asked for and whether this call gives it, in your
+    /// own words.
+    pub reason: String,
     /// True when doing what the user asked needs this call.
     pub needed: bool,
-    /// One short sentence: why it is needed or not, in your own words.
-    pub reason: String,
 }
 
 /// What the needed-call check sends and accepts.

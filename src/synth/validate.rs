@@ -52,7 +52,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 2: only the calls a request needs become the reference plan; arguments traced;
     // answers checked against their calls; dialogue turns that add nothing end the dialogue.
     // 3: an answer naming a function or parameter no call of its turn made is unfaithful.
-    version: 3,
+    // 4: the needed-call check writes its reason before its verdict.
+    version: 4,
     about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),

@@ -1039,6 +1039,100 @@ fn an_l4_whose_query_still_needs_one_server_when_asked_again_is_rejected_with_bo
     assert!(funnel_has(&out, "plan checked", 0), "{}", out["funnel"]);
 }
 
+// ---------------------------------------------------------------------------------------
+// An L3 query asked again is annotated anew (issue 38): its plan holds the dependencies its
+// own annotation gives, not those annotated for the query it replaces.
+
+/// The scripted model for one three-step github chain: the first query asks for step 1's
+/// task only and the judge finds the other steps not needed, so the writer is asked again
+/// (and the judge finds every step of the new query needed); the first query's annotation
+/// makes step 3 need step 1 (the chain's edge adds step 2), the new query's only step 2.
+fn reannotated_answer(seen: &Seen) -> Answer {
+    let text = seen.all_text();
+    if text.contains("Write one request that needs every step") {
+        let query = format!("Please {} for acme/widgets", words(&cap(r"- Step 1 \(([^)]+)\)", &text)));
+        return Answer::json(json!({"query": query, "chain_of_thought": "scripted"}));
+    }
+    if text.contains("need a call to this step's tool?") {
+        let needed = text.contains("Asked again: ");
+        return Answer::json(json!({"needed": needed, "reason": format!("scripted: needed = {needed}")}));
+    }
+    if text.contains("Answer `dependency_graph`") {
+        let again = text.contains("Request: Asked again: ");
+        let tools: Vec<String> = regex::Regex::new(r"(?m)^- (\d+) \(([^)]+)\)")
+            .unwrap()
+            .captures_iter(&text)
+            .map(|c| c[2].to_string())
+            .collect();
+        let deps = |k: usize| -> Vec<usize> {
+            match k {
+                1 => vec![],
+                3 if !again => vec![1],
+                _ => vec![k - 1],
+            }
+        };
+        let g: Vec<Value> = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| json!({"id": i + 1, "tool_name": t, "dependencies": deps(i + 1)}))
+            .collect();
+        return Answer::json(json!({"dependency_graph": g}));
+    }
+    answer(seen)
+}
+
+#[test]
+fn an_l3_query_asked_again_gets_its_own_dependencies_not_the_first_querys() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm = ScriptedLlm::start(reannotated_answer);
+    let p = project(&llm, 1);
+    let cfg = with_demo_registry_cut_to(&p, &["github-mcp"]);
+    // One chain of three github tools (each feeds every other); every step the query does
+    // not name is left open by the rules, for the scripted judge to decide.
+    let cfg = format!(
+        "{cfg}\n[levels.l3]\nmax_chain_len = 3\nmax_chains_per_server = 1\n\n[levels.plan_check]\n\
+         min_similarity = -1.0\nrequested_similarity = 1.0\nrequested_overlap = 1.0\n"
+    );
+    std::fs::write(&p.config, cfg).unwrap();
+    for args in [&["registry", "import"][..], &["filter"], &["levels", "schemas"], &["levels", "l3"]] {
+        p.ok(args);
+    }
+    let out = p.json("artifacts/levels-l3/queries.json");
+    let queries = out["queries"].as_array().unwrap();
+    assert_eq!(queries.len(), 1, "{out}");
+    let q = &queries[0];
+    assert!(q["query"].as_str().unwrap().starts_with("Asked again: "), "{q}");
+    // Step 3 depends on step 2 only, as the new query's annotation says; the first query's
+    // step 1 → step 3 is gone.
+    let deps: Value = q["steps"].as_array().unwrap().iter().map(|s| s["depends_on"].clone()).collect();
+    assert_eq!(deps, json!([[], [0], [1]]), "{q}");
+    let checks = out["plan_checks"].as_object().unwrap();
+    assert_eq!(checks.len(), 1, "{out}");
+    let rec = &out["plan_checks"][q["key"].as_str().unwrap()];
+    let annotated = rec["asked_again"]["annotated"].as_str().expect("the new query's annotation is recorded");
+    assert!(annotated.starts_with("sha256:"), "{rec}");
+    assert!(q["exchanges"].as_array().unwrap().iter().any(|e| e == annotated), "a parent of the sample: {q}");
+    // The first query's check kept the dependency; the new query's records it dropped, by
+    // the annotation that left it out.
+    let on = |d: &Value| d["step"] == 3 && d["dependency"] == 1;
+    let first = rec["asked_again"]["decisions"].as_array().unwrap();
+    assert!(first.iter().any(|d| on(d) && d["decision"] == "kept"), "{rec}");
+    let dropped: Vec<&Value> = rec["decisions"].as_array().unwrap().iter().filter(|d| on(d)).collect();
+    assert_eq!(dropped.len(), 1, "{rec}");
+    assert_eq!((dropped[0]["decision"].as_str(), dropped[0]["by"].as_str()), (Some("dependency_dropped"), Some("llm")));
+    assert_eq!(dropped[0]["exchange"], annotated);
+    let reason = dropped[0]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("step 3 no longer depends on step 1: annotated for the first query"), "{reason}");
+    // Annotated twice: for the first query, and for the new one.
+    let annotations: Vec<String> =
+        llm.requests().iter().map(Seen::all_text).filter(|t| t.contains("Answer `dependency_graph`")).collect();
+    assert_eq!(annotations.len(), 2, "{annotations:?}");
+    assert!(annotations[1].contains("Request: Asked again: "), "{}", annotations[1]);
+    assert!(funnel_has(&out, "plan check: kept after asking again", 1), "{}", out["funnel"]);
+}
+
 /// What the L1/L2 writer is asked when every candidate of an item was refused.
 const REWRITE: &str = "was refused. Write it again";
 
