@@ -317,7 +317,10 @@ impl<'a> Panel<'a> {
                 // A tool in the sets of two reference tools is named with the first by name.
                 let mut efs_siblings = BTreeMap::new();
                 for t in &reference {
-                    for m in self.rel.efs.get(t).into_iter().flatten().filter(|m| !reference.contains(*m)) {
+                    // Only a call without alternatives (L1, L3) can leave its EFS set out.
+                    let single = turn_steps.iter().flatten().any(|alts| alts.len() == 1 && alts.contains(t));
+                    let members = self.rel.efs.get(t).into_iter().flatten().filter(|_| single);
+                    for m in members.filter(|m| !reference.contains(*m)) {
                         efs_siblings.entry(m.clone()).or_insert_with(|| t.clone());
                     }
                 }

@@ -337,9 +337,14 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
             by_tool.entry(t).or_default().push(agent.clone());
         }
     }
-    // The tool most agents agree on (ties: the first by name).
-    let best =
-        by_tool.iter().filter(|(_, by)| by.len() >= 2).max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)));
+    // The tool most agents agree on (ties: the first by name), one of no reference tool's EFS
+    // set first: such an agreement is a sign against the reference, a sibling's is not, and
+    // which of the two an item shows must not hang on the tools' names.
+    let sibling = |t: &str| it.efs_siblings.contains_key(t);
+    let best = by_tool
+        .iter()
+        .filter(|(_, by)| by.len() >= 2)
+        .max_by(|a, b| (!sibling(a.0), a.1.len()).cmp(&(!sibling(b.0), b.1.len())).then(b.0.cmp(a.0)));
     let Some((tool, by)) = best.map(|(t, by)| (t.to_string(), by.clone())) else {
         return within_reference(m, it, called, covered_by);
     };
@@ -365,7 +370,7 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
             format!("{chose} {instead}: `{t}` is proposed as a possible missing member of the sample's EFS set")
         }
         (None, Some(of)) => format!(
-            "{chose} {instead}: `{tool}` is in the EFS set of the reference's `{of}`, which this level does not take in its place; the request may not say which server to use"
+            "{chose} {instead}: `{tool}` is in the EFS set of the reference's `{of}`, which is not among that call's alternatives; the request may not say which server to use"
         ),
         (None, None) => format!("{chose} {instead}: the ground truth may be wrong"),
     };
@@ -412,9 +417,12 @@ fn within_reference(
     // or one written as text), so two agents doing it say little about the reference. A run
     // whose tools hold every reference call, in other turns than the reference's, left none
     // out; an agent that covered the reference in some run supports it rather than a part.
+    // A run counts only with reference tools alone: a name two runs made up alike, or any
+    // tool besides the reference's, is no part of the reference.
     let sets = per_run(m, it, |o| {
         let tools: BTreeSet<&String> = o.tools.iter().collect();
-        (!tools.is_empty() && !covers(it.turn_steps.iter().flatten(), &o.tools)).then_some(tools)
+        let only_reference = tools.iter().all(|t| it.reference.contains(*t));
+        (!tools.is_empty() && only_reference && !covers(it.turn_steps.iter().flatten(), &o.tools)).then_some(tools)
     });
     let sets: BTreeMap<&String, _> = sets.into_iter().filter(|&(agent, _)| !covered_by.contains(agent)).collect();
     let (short, short_by): (Vec<String>, Vec<String>) =
@@ -720,6 +728,7 @@ mod tests {
         assert!(covered.note.contains("`a` called a tool for every reference call"), "{}", covered.note);
         let made_up = a.items[2].evidence.as_ref().unwrap();
         assert!(made_up.agreed_tool.is_none() && made_up.called["a"] == ["U"], "{made_up:?}");
+        assert!(made_up.agreed_short.is_empty(), "a made-up name is no part of the reference: {made_up:?}");
     }
 
     /// A failed run with call-level F1 `f1` that called the offered `tools`.
@@ -903,7 +912,13 @@ mod tests {
         let ev = analyse(&m, &Options::default()).items[0].evidence.clone().unwrap();
         assert_eq!((ev.agreed_tool.as_deref(), ev.efs_sibling_of.as_deref()), (Some("T::x"), Some("S::x")));
         assert_eq!(ev.proposed_efs_member, None);
-        assert!(ev.note.ends_with("`T::x` is in the EFS set of the reference's `S::x`, which this level does not take in its place; the request may not say which server to use"), "{}", ev.note);
+        assert!(ev.note.ends_with("`T::x` is in the EFS set of the reference's `S::x`, which is not among that call's alternatives; the request may not say which server to use"), "{}", ev.note);
+        // Agreed on both a sibling and a tool of no reference tool's set, as many agents each:
+        // the one against the reference is named, whatever the names' order.
+        let mut both = m.clone();
+        both.items[0].runs = vec![vec![outcome(false, &["T::x", "Z::q"])]; 2];
+        let ev = analyse(&both, &Options::default()).items[0].evidence.clone().unwrap();
+        assert_eq!((ev.agreed_tool.as_deref(), ev.efs_sibling_of.as_deref()), (Some("Z::q"), None));
         let mut other = m.clone();
         other.items[0].efs_siblings.clear();
         let ev = analyse(&other, &Options::default()).items[0].evidence.clone().unwrap();

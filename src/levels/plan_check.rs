@@ -56,7 +56,7 @@
 //!    kept because no other step is clearly requested, is *open*. With
 //!    `[levels.plan_check] judge = true` (the default) the levels' `judge_role` is asked per
 //!    open step ([`PlanChecks::check_all`], template `levels_step_need`, the same
-//!    `{needed, reason}` answer as `validate`'s needed-call check,
+//!    `{reason, needed}` answer as `validate`'s needed-call check,
 //!    [`crate::synth::gold::need_answer`]); a step it calls not needed is pruned by `llm`
 //!    (unless a kept step depends on it), one it calls needed is kept by `llm`, and the
 //!    shape is checked on what is left. A step the rules decided is never asked about, so a

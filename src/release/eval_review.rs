@@ -47,10 +47,11 @@ pub enum Decider {
     #[default]
     Person,
     /// A rule standing in for a person where the panel's evidence can decide: left out
-    /// where two or more agents agree on an offered tool outside the reference, kept where
-    /// an agent solved it in another tool space or made at least half of the reference's
-    /// calls as it does while calling for every one; the rest is held back as for a person.
-    /// The card and the CHANGELOG say so.
+    /// where two or more agents agree on an offered tool outside the reference (not one an
+    /// L2's EFS set may lack, nor a reference tool's EFS sibling), kept where an agent solved
+    /// it in another tool space or made at least half of the reference's calls as it does
+    /// while calling for every one; the rest is held back as for a person. The card and the
+    /// CHANGELOG say so.
     Evidence,
 }
 
@@ -80,8 +81,9 @@ impl Adjudicated {
 
     /// Decides the flagged item `id` by rule ([`Decider::Evidence`]) where the panel's
     /// evidence can: left out where two or more agents agree on an offered tool outside the
-    /// reference, kept where an agent solved it in another space or its calls cover the
-    /// reference's ([`Evidence::Covered`]). Returns whether it decided; `why` is the flag as [`all_fail`] gives it.
+    /// reference ([`Evidence::AgreedOtherwise`]), kept where an agent solved it in another
+    /// space or its calls cover the reference's ([`Evidence::Covered`]). Returns whether it
+    /// decided; `why` is the flag as [`all_fail`] gives it.
     pub fn decide_by_rule(&mut self, id: &str, why: &str, evidence: &Evidence) -> bool {
         const BY: &str =
             "by rule from the panel's evidence (`[release] decide_flagged = \"evidence\"`), standing in for a person";
@@ -96,7 +98,7 @@ impl Adjudicated {
                     "kept after evaluation {BY}: {why}; the panel's calls cover the reference's, so it failed on arguments, order or extra calls"
                 ),
             ),
-            Evidence::Silent => return false,
+            Evidence::ForPerson | Evidence::Silent => return false,
         };
         if keep {
             self.keep.insert(id.to_string(), reason);
@@ -121,11 +123,15 @@ impl Adjudicated {
 pub enum Evidence {
     /// An agent solved it in another tool space: (that space).
     SolvedIn(String),
-    /// Two or more agents agree on an offered tool outside the reference instead of it (an
-    /// L2's agreed tool, a possible missing member of its EFS set, does not count).
+    /// Two or more agents agree on an offered tool outside the reference instead of it.
     AgreedOtherwise,
-    /// No such agreement, and some agent's run called for every reference call, making at
-    /// least half of its calls as it does.
+    /// Two or more agents agree on a tool that is no sign against the reference: one an L2's
+    /// EFS set may lack (`proposed_efs_member`), or a reference tool's EFS sibling
+    /// (`efs_sibling_of`, the request may not name its server). A person decides, even where
+    /// another agent's calls cover the reference: the question is the request's.
+    ForPerson,
+    /// No agreement on another tool, and some agent's run called for every reference call,
+    /// making at least half of its calls as it does.
     Covered,
     /// Neither: the panel says nothing for or against the reference.
     Silent,
@@ -136,11 +142,14 @@ pub enum Evidence {
 /// reference in any space, then a plan covered. A line that is not an item record is an
 /// error naming it.
 pub fn evidence(name: &str, bytes: &[u8]) -> Result<BTreeMap<String, Evidence>, InputError> {
+    // An agreement against the reference in one space outweighs a question for a person in
+    // another; that question outweighs a covered plan.
     let rank = |e: &Evidence| match e {
         Evidence::SolvedIn(_) => 0,
         Evidence::AgreedOtherwise => 1,
-        Evidence::Covered => 2,
-        Evidence::Silent => 3,
+        Evidence::ForPerson => 2,
+        Evidence::Covered => 3,
+        Evidence::Silent => 4,
     };
     let mut out: BTreeMap<String, Evidence> = BTreeMap::new();
     let mut problems = Vec::new();
@@ -186,9 +195,12 @@ fn of_record(v: &Value) -> Evidence {
     // Two agents calling only part of the reference (`agreed_short`) is left to a person:
     // weak agents stop early that way, so it does not tell a needless call from a lapse.
     // An agreed tool proposed for the EFS set (L2) or of a reference tool's EFS set (other
-    // levels) is left to a person too: it is the same function, so not a sign against it.
-    if ev["agreed_tool"].is_string() && ev["proposed_efs_member"].is_null() && ev["efs_sibling_of"].is_null() {
+    // levels) is left to a person: it is the same function, so not a sign against it.
+    let for_person = !ev["proposed_efs_member"].is_null() || !ev["efs_sibling_of"].is_null();
+    if ev["agreed_tool"].is_string() && !for_person {
         Evidence::AgreedOtherwise
+    } else if ev["agreed_tool"].is_string() {
+        Evidence::ForPerson
     } else if listed("covered_by") {
         Evidence::Covered
     } else {
@@ -295,6 +307,16 @@ mod tests {
             "\n",
             r#"{"id":"L3-2","tool_space":"oracle","flags":["all-fail"],"evidence":{"agreed_tool":"B::u","efs_sibling_of":"A::x","note":"sibling"}}"#,
             "\n",
+            r#"{"id":"L3-3","tool_space":"oracle","flags":["all-fail"],"evidence":{"agreed_tool":"B::u","efs_sibling_of":"A::x","covered_by":["c"],"note":"sibling, covered"}}"#,
+            "\n",
+            r#"{"id":"L4-2","tool_space":"full","flags":["all-fail"],"evidence":{"covered_by":["c"],"note":"covered"}}"#,
+            "\n",
+            r#"{"id":"L4-2","tool_space":"oracle","flags":["all-fail"],"evidence":{"agreed_tool":"B::u","efs_sibling_of":"A::x","note":"sibling"}}"#,
+            "\n",
+            r#"{"id":"L4-3","tool_space":"oracle","flags":["all-fail"],"evidence":{"agreed_tool":"B::u","efs_sibling_of":"A::x","note":"sibling"}}"#,
+            "\n",
+            r#"{"id":"L4-3","tool_space":"full","flags":["all-fail"],"evidence":{"agreed_tool":"C::q","note":"two chose C::q"}}"#,
+            "\n",
             r#"{"id":"L5-1","tool_space":"full","flags":["all-fail"],"evidence":{"agreed_tool":"B::u","note":"x"}}"#,
             "\n",
             r#"{"id":"L5-1","tool_space":"oracle","flags":[],"solve_rate":0.5}"#,
@@ -303,13 +325,17 @@ mod tests {
         let ev = evidence("items.jsonl", items.as_bytes()).unwrap();
         assert_eq!(ev["L5-1"], Evidence::SolvedIn("oracle".into()), "solved anywhere wins");
         let mut a = Adjudicated::default();
-        let decided: Vec<bool> = ["L1-1", "L2-1", "L3-1", "L4-1", "L5-1", "L2-2", "L3-2"]
+        let decided: Vec<bool> = ["L1-1", "L2-1", "L3-1", "L4-1", "L5-1", "L2-2", "L3-2", "L3-3", "L4-2", "L4-3"]
             .iter()
             .map(|id| a.decide_by_rule(id, "flagged", &ev[*id]))
             .collect();
         // Two agents calling only part of the reference, agreeing on a tool an L2's EFS set
-        // may lack, or on a reference tool's EFS sibling, is left to a person.
-        assert_eq!(decided, [true, true, true, false, true, false, false]);
+        // may lack, or on a reference tool's EFS sibling, is left to a person, even where
+        // another agent covered the reference, in the same space or another (L3-3, L4-2);
+        // an agreement against the reference in another space outweighs it (L4-3).
+        assert_eq!(decided, [true, true, true, false, true, false, false, false, false, true]);
+        assert_eq!(ev["L4-2"], Evidence::ForPerson);
+        assert!(a.leave_out.contains_key("L4-3"));
         assert!(a.leave_out["L1-1"].contains("by rule") && a.leave_out.contains_key("L3-1"));
         assert!(a.keep["L2-1"].contains("cover the reference's") && a.keep["L5-1"].contains("`oracle`"));
         assert!(!a.decided("L4-1") && !a.by_rule.contains("L4-1"));

@@ -254,7 +254,7 @@ impl crate::settings::Section for ReleaseSettings {
             "decide_flagged",
             "string",
             r#""person""#,
-            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: where the panel's evidence can, a rule standing in for a person leaves out (two agents agree on an offered tool outside the reference and its tools' EFS sets) or keeps (an agent solved it in another tool space, or its calls cover the reference's); the card says so.",
+            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: where the panel's evidence can, a rule standing in for a person leaves out (two agents agree on an offered tool outside the reference, other than a tool proposed for an L2's EFS set or a reference tool's EFS sibling) or keeps (an agent solved it in another tool space, or its calls cover the reference's); the card says so.",
         ),
     ];
     const EXAMPLE: &'static str = r#"
@@ -901,7 +901,7 @@ fn write_card(
     let (kept, left) = summary.flagged_by_rule;
     if kept + left > 0 {
         limits.push(format!(
-            "{} item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person (`[release] decide_flagged = \"evidence\"`): {kept} kept (an agent solved it in another tool space, or the panel's calls cover the reference's), {left} left out (two or more agents agree on an offered tool outside the reference); CHANGELOG.md gives each reason.",
+            "{} item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person (`[release] decide_flagged = \"evidence\"`): {kept} kept (an agent solved it in another tool space, or the panel's calls cover the reference's), {left} left out (two or more agents agree on an offered tool outside the reference, not an EFS equivalent of a reference tool); CHANGELOG.md gives each reason.",
             kept + left
         ));
     }

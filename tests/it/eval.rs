@@ -363,7 +363,7 @@ fn in_the_standard_space_two_planted_wrong_items_are_flagged_with_the_tool_the_a
     assert_eq!((&l1["agreed_tool"], &l1["agreed_by"]), (&json!("Beta::u"), &json!(["noisy", "oracle"])));
     assert!(l1.get("proposed_efs_member").is_none(), "{l1}");
     assert_eq!(l1["efs_sibling_of"], "Alpha::x", "{l1}");
-    let l1_note = "`noisy`, `oracle` called `Beta::u` instead of the reference tools (`Alpha::x`): `Beta::u` is in the EFS set of the reference's `Alpha::x`, which this level does not take in its place; the request may not say which server to use";
+    let l1_note = "`noisy`, `oracle` called `Beta::u` instead of the reference tools (`Alpha::x`): `Beta::u` is in the EFS set of the reference's `Alpha::x`, which is not among that call's alternatives; the request may not say which server to use";
     assert_eq!(l1["note"], l1_note);
     let l2 = all_fail["L2-1"];
     assert_eq!((&l2["agreed_tool"], &l2["agreed_by"]), (&json!("Alpha::z"), &json!(["noisy", "oracle"])));
