@@ -159,9 +159,9 @@ pub(crate) struct Recorded {
 /// for each of its calls, are the batch jobs' (`BatchJobs::params`), not held by each.
 pub(crate) struct Draft {
     /// The exchange's fields so far (`exchange_base`'s object) without its closing brace.
-    head: String,
+    head: Body,
     /// The request body as sent: the JSONL line's `body`, the exchange's `request`.
-    body: String,
+    body: Body,
     /// The ledger subject (the item) and the parent event.
     item: String,
     parent: Option<i64>,
@@ -177,7 +177,70 @@ impl Draft {
         // 600 bytes), as every call of a round holds its draft while the batch runs.
         head.shrink_to_fit();
         body.shrink_to_fit();
-        Draft { head, body, item: at.0.to_string(), parent: at.1 }
+        Draft { head: Body::plain(head), body: Body::plain(body), item: at.0.to_string(), parent: at.1 }
+    }
+}
+
+/// A waiting call's request body (or its exchange's fields): as text, or compressed (zstd)
+/// against its role's first as a raw-content dictionary ([`Packer`]). A stage's requests
+/// share most of their text (the system prompt, the answer's schema twice), so the part that
+/// varies is what a waiting call holds: 100,000 waiting calls held some 100 MB of bodies in
+/// full.
+pub(crate) struct Body {
+    bytes: Box<[u8]>,
+    /// The text's length in bytes.
+    len: u32,
+    /// The packer that compressed `bytes`; none: `bytes` is the text.
+    packer: Option<Arc<Packer>>,
+}
+
+impl Body {
+    fn plain(text: String) -> Body {
+        Body { len: text.len() as u32, bytes: text.into_bytes().into_boxed_slice(), packer: None }
+    }
+
+    /// The body's text.
+    fn text(&self) -> std::borrow::Cow<'_, str> {
+        let Some(packer) = &self.packer else {
+            return String::from_utf8_lossy(&self.bytes);
+        };
+        let mut unpack = packer.unpack.lock().unwrap_or_else(|p| p.into_inner());
+        // What it compressed comes back whole, so a failure here is a broken invariant.
+        let text = unpack.decompress(&self.bytes, self.len as usize).expect("a packed request body unpacks");
+        std::borrow::Cow::Owned(String::from_utf8(text).expect("a packed request body is the text it was"))
+    }
+
+    fn len(&self) -> usize {
+        self.len as usize
+    }
+}
+
+/// The compressor and decompressor of one role's request bodies, with its first body as
+/// their dictionary (kept by both contexts).
+pub(crate) struct Packer {
+    pack: Mutex<zstd::bulk::Compressor<'static>>,
+    unpack: Mutex<zstd::bulk::Decompressor<'static>>,
+}
+
+impl Packer {
+    fn new(dictionary: &[u8]) -> Option<Arc<Packer>> {
+        let pack = zstd::bulk::Compressor::with_dictionary(1, dictionary).ok()?;
+        let unpack = zstd::bulk::Decompressor::with_dictionary(dictionary).ok()?;
+        Some(Arc::new(Packer { pack: Mutex::new(pack), unpack: Mutex::new(unpack) }))
+    }
+
+    /// `body` compressed, where that makes it smaller (else as it was).
+    fn pack(self: &Arc<Self>, body: Body) -> Body {
+        if body.packer.is_some() {
+            return body;
+        }
+        let packed = self.pack.lock().unwrap_or_else(|p| p.into_inner()).compress(&body.bytes);
+        match packed {
+            Ok(bytes) if bytes.len() < body.bytes.len() => {
+                Body { bytes: bytes.into_boxed_slice(), len: body.len, packer: Some(self.clone()) }
+            }
+            _ => body,
+        }
     }
 }
 
@@ -190,7 +253,7 @@ fn usage_text((prompt, completion): (u64, u64)) -> String {
 /// batch `batch` brought after `tries` batches, `params` the role's sampling parameters
 /// (serialised): `sent_payload(…).to_string()`, from text.
 fn paid_text(d: &Draft, params: &str, response: &str, tokens: (u64, u64), batch: &str, tries: u32) -> String {
-    let (head, body, usage, batch) = (&d.head, &d.body, usage_text(tokens), Value::from(batch));
+    let (head, body, usage, batch) = (d.head.text(), d.body.text(), usage_text(tokens), Value::from(batch));
     format!(
         "{head},\"cached\":false,\"params\":{params},\"request\":{body},\"response\":{response},\"usage\":{usage},\
          \"batch\":{batch},\"attempts\":{tries}}}"
@@ -200,7 +263,7 @@ fn paid_text(d: &Draft, params: &str, response: &str, tokens: (u64, u64), batch:
 /// The payload of a cache hit of exchange `source`, the paid one of the same answer:
 /// `hit_payload(…).to_string()`, from text.
 fn hit_text(d: &Draft, source: i64, tokens: (u64, u64), batch: &str) -> String {
-    let (head, usage, batch) = (&d.head, usage_text(tokens), Value::from(batch));
+    let (head, usage, batch) = (d.head.text(), usage_text(tokens), Value::from(batch));
     format!(
         "{head},\"cached\":true,\"source_event\":{source},\"usage\":{usage},\"latency_ms\":0,\"attempts\":0,\
          \"batch\":{batch}}}"
@@ -214,7 +277,7 @@ const LINE_MIDDLE: &str = "\",\"method\":\"POST\",\"url\":\"/v1/chat/completions
 const LINE_END: &str = "}\n";
 
 /// The length of the JSONL line of a request with this body (serialised).
-fn line_len(body: &str) -> u64 {
+fn line_len(body: &Body) -> u64 {
     (LINE_START.len() + DIGEST_TEXT_LEN + LINE_MIDDLE.len() + body.len() + LINE_END.len()) as u64
 }
 
@@ -693,6 +756,10 @@ pub(crate) struct BatchJobs {
     recorder: Arc<Recorder>,
     cancel: CancellationToken,
     state: Mutex<State>,
+    /// The packers of the role's request bodies and exchange fields, each made from the
+    /// first (none: they stay text).
+    packer: std::sync::OnceLock<Option<Arc<Packer>>>,
+    head_packer: std::sync::OnceLock<Option<Arc<Packer>>>,
 }
 
 impl BatchJobs {
@@ -714,6 +781,8 @@ impl BatchJobs {
             recorder,
             cancel,
             state: Mutex::new(State::default()),
+            packer: std::sync::OnceLock::new(),
+            head_packer: std::sync::OnceLock::new(),
         }))
     }
 
@@ -727,7 +796,13 @@ impl BatchJobs {
     /// registered when this is called; the future only waits for its answer, holding no more
     /// than the receiver and the token (as an `async fn`, each call of a round kept its
     /// arguments, the draft's fields among them, in its future while it waited).
-    pub(crate) fn ask(self: &Arc<Self>, key: &str, hash: &str, draft: Draft) -> impl Future<Output = Outcome> {
+    pub(crate) fn ask(self: &Arc<Self>, key: &str, hash: &str, mut draft: Draft) -> impl Future<Output = Outcome> {
+        if let Some(packer) = self.packer.get_or_init(|| Packer::new(&draft.body.bytes)) {
+            draft.body = packer.pack(draft.body);
+        }
+        if let Some(packer) = self.head_packer.get_or_init(|| Packer::new(&draft.head.bytes)) {
+            draft.head = packer.pack(draft.head);
+        }
         let (tx, rx) = oneshot::channel();
         let now = match self.register(key, hash, Waiter { tx, draft }) {
             Ok(now) => now,
@@ -851,7 +926,7 @@ impl BatchJobs {
         for (key, mut p) in group {
             // Every gathered request has a call (`register`, `after_failure`).
             let Some(first) = p.waiters.first() else { continue };
-            write_line(&mut file, &p.hash, &first.draft.body);
+            write_line(&mut file, &p.hash, &first.draft.body.text());
             p.tries += 1;
             requests.push((key, p.hash));
             st.sent.insert(key, p);
@@ -1618,8 +1693,26 @@ mod tests {
         line.push(b'\n');
         assert_eq!(line_len(&d.body), line.len() as u64);
         let mut file = b"before\n".to_vec();
-        write_line(&mut file, &digest, &d.body);
+        write_line(&mut file, &digest, &d.body.text());
         assert_eq!(String::from_utf8(file[7..].to_vec()).unwrap(), String::from_utf8(line).unwrap());
+    }
+
+    /// A waiting call's body is held compressed against its role's first body and comes back
+    /// byte for byte, its line counted from the text; a body compression does not shrink
+    /// stays text.
+    #[test]
+    fn a_packed_body_comes_back_byte_for_byte_and_smaller() {
+        let system = "You judge one item of a benchmark. ".repeat(20);
+        let first = json!({"model": "m", "messages": [
+            {"role": "system", "content": system}, {"role": "user", "content": "Item 1"}]})
+        .to_string();
+        let other = first.replace("Item 1", "Item 2: Ünïcode \"q\"");
+        let packer = Packer::new(first.as_bytes()).unwrap();
+        let body = packer.pack(Body::plain(other.clone()));
+        assert!(body.packer.is_some() && body.bytes.len() * 4 < other.len(), "{} of {}", body.bytes.len(), other.len());
+        assert_eq!((body.text(), body.len()), (std::borrow::Cow::Borrowed(other.as_str()), other.len()));
+        let tiny = packer.pack(Body::plain("{}".into()));
+        assert!(tiny.packer.is_none() && tiny.text() == "{}");
     }
 
     /// Request hashes and cache keys are kept as their 32 bytes: the text comes back byte for

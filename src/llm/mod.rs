@@ -516,6 +516,12 @@ impl LlmClient {
 
     /// Render a prompt into chat messages; returns them with (template name, template hash).
     fn render(&self, role: &str, prompt: &Prompt, item: &str) -> Result<(Vec<Value>, String), LlmError> {
+        let (text, hash) = self.render_text(role, prompt, item)?;
+        Ok((split_messages(&text), hash))
+    }
+
+    /// The prompt's rendered text (before it is split into messages) and its template's hash.
+    fn render_text(&self, role: &str, prompt: &Prompt, item: &str) -> Result<(String, String), LlmError> {
         let err = |message: String| LlmError::Setup {
             stage: self.inner.stage.clone(),
             item: item.to_string(),
@@ -524,7 +530,7 @@ impl LlmClient {
         };
         let template = prompts::resolve(&self.inner.prompts_dir, &prompt.template).map_err(err)?;
         let text = render_template(&prompt.template, &template.text, &prompt.vars).map_err(err)?;
-        Ok((split_messages(&text), template.hash()))
+        Ok((text, template.hash()))
     }
 
     /// Typed structured output (response_format json_schema when supported; else extract);
@@ -576,8 +582,8 @@ impl LlmClient {
         answer: &Answer<T>,
     ) -> Result<Reply<T>, LlmError> {
         let r = self.role(role, item)?;
-        let (mut messages, hash) = self.render(role, prompt, item)?;
-        let validator = instruct(&mut messages, answer).map_err(|message| LlmError::Setup {
+        let (text, hash) = self.render_text(role, prompt, item)?;
+        let validator = validator_of(answer).map_err(|message| LlmError::Setup {
             stage: self.inner.stage.clone(),
             item: item.to_string(),
             role: role.to_string(),
@@ -594,10 +600,23 @@ impl LlmClient {
         let mut parent = None;
         let mut attempts = 0;
         let (mut last_error, mut raw) = (String::new(), String::new());
+        // What the model answered and was told after each answer the checks refused.
+        let mut again: Vec<Value> = Vec::new();
         for _ in 0..=r.settings.reask {
             attempts += 1;
-            let req = Request { messages: &messages, format, extra: &extra };
-            let ex = self.exchange(r, req, item, tmpl, parent).await?;
+            // The messages are made from the rendered text when the request needs them, not
+            // held parsed: a batch role's calls all wait at once, and each one's parsed
+            // messages with the schema's instruction took about 0.8 KB while it waited.
+            let ex = {
+                let make = || {
+                    let mut messages = split_messages(&text);
+                    instruct(&mut messages, answer);
+                    messages.extend(again.iter().cloned());
+                    messages
+                };
+                let req = Request { messages: Messages::Made(&make), format, extra: &extra };
+                self.exchange(r, req, item, tmpl, parent).await?
+            };
             let content = ex.content().unwrap_or_default();
             match validate::<T>(&content, &validator).and_then(|v| answer.run_check(&v).map(|()| v)) {
                 Ok(value) => return Ok(Reply { value, event_id: ex.event_id, cached: ex.cached, exchange: ex.hash }),
@@ -605,8 +624,8 @@ impl LlmClient {
                     last_error = e;
                     raw = content.clone();
                     parent = Some(ex.event_id);
-                    messages.push(json!({"role": "assistant", "content": content}));
-                    messages.push(json!({"role": "user", "content": format!(
+                    again.push(json!({"role": "assistant", "content": content}));
+                    again.push(json!({"role": "user", "content": format!(
                         "That answer is not valid: {last_error}. Reply again with only the corrected JSON value."
                     )}));
                 }
@@ -634,7 +653,7 @@ impl LlmClient {
         let r = self.role(role, item)?;
         let (messages, hash) = self.render(role, prompt, item)?;
         let none = serde_json::Map::new();
-        let req = Request { messages: &messages, format: None, extra: &none };
+        let req = Request { messages: Messages::Given(&messages), format: None, extra: &none };
         let ex = self.exchange(r, req, item, Some((&prompt.template, &hash)), None).await?;
         let text = extract::strip_think(&ex.content().unwrap_or_default()).trim().to_string();
         Ok(Reply { value: text, event_id: ex.event_id, cached: ex.cached, exchange: ex.hash })
@@ -682,7 +701,8 @@ impl LlmClient {
                 ),
             );
         }
-        let ex = self.exchange(r, Request { messages: &wire, format: None, extra: &extra }, item, None, None).await?;
+        let req = Request { messages: Messages::Given(&wire), format: None, extra: &extra };
+        let ex = self.exchange(r, req, item, None, None).await?;
         let msg = ex.message();
         let tool_calls = msg["tool_calls"]
             .as_array()
@@ -1081,12 +1101,20 @@ fn hit_payload(mut p: Value, source: i64, payload: &Value) -> Value {
     p
 }
 
+/// A request's messages: given (a chat turn's), or made when needed (a typed call's, from
+/// its prompt's text; see [`LlmClient::ask`]).
+#[derive(Clone, Copy)]
+enum Messages<'a> {
+    Given(&'a [Value]),
+    Made(&'a (dyn Fn() -> Vec<Value> + Send + Sync)),
+}
+
 /// What a request asks besides the role's settings, borrowed from its call: the messages,
 /// the answer's schema as `response_format` (its name and schema), and other fields of the
 /// body (`seed`, `tools`).
 #[derive(Clone, Copy)]
 struct Request<'a> {
-    messages: &'a [Value],
+    messages: Messages<'a>,
     format: Option<(&'a str, &'a Value)>,
     extra: &'a serde_json::Map<String, Value>,
 }
@@ -1094,7 +1122,11 @@ struct Request<'a> {
 fn request_body(r: &Role, req: Request<'_>) -> Value {
     let mut b = serde_json::Map::new();
     b.insert("model".into(), json!(r.model));
-    b.insert("messages".into(), Value::Array(req.messages.to_vec()));
+    let messages = match req.messages {
+        Messages::Given(m) => m.to_vec(),
+        Messages::Made(make) => make(),
+    };
+    b.insert("messages".into(), Value::Array(messages));
     let s = &r.settings;
     if let Some(t) = s.temperature {
         b.insert("temperature".into(), json!(t));
@@ -1289,15 +1321,19 @@ fn schema_name<T: schemars::JsonSchema>() -> String {
     if n.is_empty() { "answer".into() } else { n.chars().take(64).collect() }
 }
 
-/// States `answer`'s schema in the prompt's `messages` and gives its validator ([`compiled`]).
-/// Where the instruction goes decides how much of a request a server with prefix caching
-/// (llama.cpp, vLLM, SGLang) reuses from the stage's previous one: a schema that is the same
-/// for every item joins the system message, the fixed part that comes first; one built per
-/// item goes after the data, so the fixed part stays a shared prefix either way.
-fn instruct<T>(messages: &mut [Value], answer: &Answer<T>) -> Result<Arc<jsonschema::Validator>, String> {
+/// The compiled validator of `answer`'s schema ([`compiled`]).
+fn validator_of<T>(answer: &Answer<T>) -> Result<Arc<jsonschema::Validator>, String> {
     let schema = serde_json::to_string(&*answer.schema).unwrap_or_default();
-    let validator =
-        compiled(&schema, &answer.schema).map_err(|e| format!("the answer type's JSON schema is not usable: {e}"))?;
+    compiled(&schema, &answer.schema).map_err(|e| format!("the answer type's JSON schema is not usable: {e}"))
+}
+
+/// States `answer`'s schema in the prompt's `messages`. Where the instruction goes decides
+/// how much of a request a server with prefix caching (llama.cpp, vLLM, SGLang) reuses from
+/// the stage's previous one: a schema that is the same for every item joins the system
+/// message, the fixed part that comes first; one built per item goes after the data, so the
+/// fixed part stays a shared prefix either way.
+fn instruct<T>(messages: &mut [Value], answer: &Answer<T>) {
+    let schema = serde_json::to_string(&*answer.schema).unwrap_or_default();
     let instruction = format!(
         "\n\nAnswer with only a JSON value that matches this JSON Schema, nothing else:\n```json\n{schema}\n```"
     );
@@ -1307,7 +1343,6 @@ fn instruct<T>(messages: &mut [Value], answer: &Answer<T>) -> Result<Arc<jsonsch
         let text = format!("{}{instruction}", m["content"].as_str().unwrap_or_default());
         m["content"] = Value::String(text);
     }
-    Ok(validator)
 }
 
 /// Schemas whose validators [`compiled`] keeps; past that it starts again.
