@@ -1201,13 +1201,17 @@ fn plan_anew(
     let Some(replan) = replan.filter(|_| !asked.is_empty()) else { return Ok(BTreeMap::new()) };
     let mut got = replan(batch, &asked)?;
     let mut out = BTreeMap::new();
-    for (&k, a) in again.iter_mut().filter(|(_, a)| a.is_ok()) {
+    for (&k, a) in again.iter_mut() {
+        let Ok(asked) = a.as_ref() else { continue };
+        // The reason names the new query and the exchange that wrote it: the rejection is
+        // the only record of them.
+        let of = format!("the dependencies of the new query \"{}\" (exchange {})", asked.query, asked.exchange);
         match got.remove(cands[k].key) {
             Some(Ok(r)) => {
                 out.insert(k, r);
             }
-            Some(Err(e)) => *a = Err(format!("the dependencies of the new query: {e}")),
-            None => *a = Err("the dependencies of the new query: not annotated".to_string()),
+            Some(Err(e)) => *a = Err(format!("{of}: {e}")),
+            None => *a = Err(format!("{of}: not annotated")),
         }
     }
     Ok(out)

@@ -189,14 +189,14 @@ impl Draft {
 pub(crate) struct Body {
     bytes: Box<[u8]>,
     /// The text's length in bytes.
-    len: u32,
+    len: usize,
     /// The packer that compressed `bytes`; none: `bytes` is the text.
     packer: Option<Arc<Packer>>,
 }
 
 impl Body {
     fn plain(text: String) -> Body {
-        Body { len: text.len() as u32, bytes: text.into_bytes().into_boxed_slice(), packer: None }
+        Body { len: text.len(), bytes: text.into_bytes().into_boxed_slice(), packer: None }
     }
 
     /// The body's text.
@@ -206,12 +206,12 @@ impl Body {
         };
         let mut unpack = packer.unpack.lock().unwrap_or_else(|p| p.into_inner());
         // What it compressed comes back whole, so a failure here is a broken invariant.
-        let text = unpack.decompress(&self.bytes, self.len as usize).expect("a packed request body unpacks");
+        let text = unpack.decompress(&self.bytes, self.len).expect("a packed request body unpacks");
         std::borrow::Cow::Owned(String::from_utf8(text).expect("a packed request body is the text it was"))
     }
 
     fn len(&self) -> usize {
-        self.len as usize
+        self.len
     }
 }
 
@@ -1673,7 +1673,15 @@ mod tests {
             "id": "c1", "choices": [{"index": 0, "message": {"role": "assistant", "content": "{\"n\": 1}"}}],
             "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15},
         });
-        let d = Draft::new(&base, serde_json::to_string(&body).unwrap(), ("i \"q\"\n", Some(3)));
+        let plain = Draft::new(&base, serde_json::to_string(&body).unwrap(), ("i \"q\"\n", Some(3)));
+        // The same, packed as `BatchJobs::ask` packs it: against another request's body and
+        // exchange fields.
+        let mut packed = Draft::new(&base, serde_json::to_string(&body).unwrap(), ("i \"q\"\n", Some(3)));
+        let (other_body, other_head) =
+            (body.to_string().replace("quoted", "other"), base.to_string().replace("i \\\"q", "j"));
+        packed.body = Packer::new(other_body.as_bytes()).unwrap().pack(packed.body);
+        packed.head = Packer::new(other_head.as_bytes()).unwrap().pack(packed.head);
+        assert!(packed.body.packer.is_some() && packed.head.packer.is_some());
         let digest = Digest::parse(&hash).unwrap();
         let a = Answered::new(digest, &response);
         assert_eq!((a.response.as_str(), a.tokens), (response.to_string().as_str(), (11, 4)));
@@ -1682,19 +1690,20 @@ mod tests {
         let sent = Sent { response, attempts: 2, latency_ms: 0, replica: 0, batch: Some("batch_1".into()) };
         let params_text = params.to_string();
         let paid = crate::llm::sent_payload(base.clone(), params, body.clone(), &sent, usage.clone());
-        assert_eq!(paid_text(&d, &params_text, &a.response, a.tokens, "batch_1", 2), paid.to_string());
         let hit = crate::llm::hit_payload(base, 42, &json!({"usage": usage, "batch": "batch_1"}));
-        assert_eq!(hit_text(&d, 42, a.tokens, "batch_1"), hit.to_string());
-
         let mut line = serde_json::to_vec(&json!({
             "custom_id": hash, "method": "POST", "url": "/v1/chat/completions", "body": body,
         }))
         .unwrap();
         line.push(b'\n');
-        assert_eq!(line_len(&d.body), line.len() as u64);
-        let mut file = b"before\n".to_vec();
-        write_line(&mut file, &digest, &d.body.text());
-        assert_eq!(String::from_utf8(file[7..].to_vec()).unwrap(), String::from_utf8(line).unwrap());
+        for d in [&plain, &packed] {
+            assert_eq!(paid_text(d, &params_text, &a.response, a.tokens, "batch_1", 2), paid.to_string());
+            assert_eq!(hit_text(d, 42, a.tokens, "batch_1"), hit.to_string());
+            assert_eq!(line_len(&d.body), line.len() as u64);
+            let mut file = b"before\n".to_vec();
+            write_line(&mut file, &digest, &d.body.text());
+            assert_eq!(String::from_utf8(file[7..].to_vec()).unwrap(), String::from_utf8(line.clone()).unwrap());
+        }
     }
 
     /// A waiting call's body is held compressed against its role's first body and comes back

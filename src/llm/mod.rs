@@ -1238,7 +1238,7 @@ fn split_messages(text: &str) -> Vec<Value> {
             offset += line.len();
         }
     }
-    // Room for the two it can hold: a call of a batch role keeps its messages while it waits.
+    // Room for the two it can hold, no spare: a plain-text call keeps its messages while it waits.
     let mut out = Vec::with_capacity(2);
     if let Some(s) = system.filter(|s| !s.is_empty()) {
         out.push(json!({"role": "system", "content": s}));
