@@ -668,6 +668,11 @@ mod tests {
         })
     }
 
+    /// The `oracle` space's results of `agents`, `repeats` runs each, on `items`.
+    fn oracle(agents: &[&str], repeats: usize, items: Vec<ItemInput>) -> Matrix {
+        Matrix { tool_space: ToolSpace::Oracle, agents: agents.iter().map(|a| a.to_string()).collect(), repeats, items }
+    }
+
     fn item(id: &str, kind: Kind, reference: &[&str], runs: Vec<Vec<Option<Outcome>>>) -> ItemInput {
         ItemInput {
             id: id.into(),
@@ -685,11 +690,10 @@ mod tests {
     /// that way); an agent calling a tool for each reference call is named as support.
     #[test]
     fn all_fail_evidence_inside_the_reference_names_a_shared_part_and_who_covered_it() {
-        let m = Matrix {
-            tool_space: ToolSpace::Oracle,
-            agents: vec!["a".into(), "b".into(), "c".into()],
-            repeats: 1,
-            items: vec![
+        let m = oracle(
+            &["a", "b", "c"],
+            1,
+            vec![
                 item(
                     "L3-1",
                     Kind::L3,
@@ -714,7 +718,7 @@ mod tests {
                     vec![vec![made_up("U")], vec![made_up("U")], vec![outcome(false, &[])]],
                 ),
             ],
-        };
+        );
         let a = analyse(&m, &Options::default());
         let short = a.items[0].evidence.as_ref().unwrap();
         assert_eq!(
@@ -769,12 +773,7 @@ mod tests {
         ];
         let mut it = item("D-1", Kind::MultiTurn, &["S::x", "S::y"], runs);
         it.turn_steps = vec![vec![BTreeSet::from(["S::x".to_string()])], vec![BTreeSet::from(["S::y".to_string()])]];
-        let m = Matrix {
-            tool_space: ToolSpace::Oracle,
-            agents: vec!["a".into(), "b".into(), "c".into()],
-            repeats: 1,
-            items: vec![it],
-        };
+        let m = oracle(&["a", "b", "c"], 1, vec![it]);
         let ev = analyse(&m, &Options::default()).items[0].evidence.clone().unwrap();
         assert_eq!(ev.covered_by, ["b"], "{ev:?}");
         assert!(ev.agreed_short.is_empty() && ev.agreed_tool.is_none(), "{ev:?}");
@@ -792,11 +791,10 @@ mod tests {
     #[test]
     fn agents_agree_on_part_of_the_reference_or_a_plan_in_single_runs_not_over_their_repeats() {
         let none = vec![outcome(false, &[]), outcome(false, &[])];
-        let m = Matrix {
-            tool_space: ToolSpace::Oracle,
-            agents: vec!["a".into(), "b".into(), "c".into()],
-            repeats: 2,
-            items: vec![
+        let m = oracle(
+            &["a", "b", "c"],
+            2,
+            vec![
                 item(
                     "L3-1",
                     Kind::L3,
@@ -828,7 +826,7 @@ mod tests {
                     ],
                 ),
             ],
-        };
+        );
         let a = analyse(&m, &Options::default());
         let apart = a.items[0].evidence.as_ref().unwrap();
         assert_eq!(apart.called["a"], ["S::x", "S::y"], "`called` still pools the repeats");
@@ -848,11 +846,10 @@ mod tests {
 
     #[test]
     fn flags_name_all_fail_with_the_tool_two_agents_agree_on() {
-        let m = Matrix {
-            tool_space: ToolSpace::Oracle,
-            agents: vec!["a".into(), "b".into(), "c".into()],
-            repeats: 1,
-            items: vec![
+        let m = oracle(
+            &["a", "b", "c"],
+            1,
+            vec![
                 item(
                     "L2-1",
                     Kind::L2,
@@ -877,7 +874,7 @@ mod tests {
                     vec![vec![outcome(true, &["S::x"])], vec![outcome(true, &["S::x"])], vec![None]],
                 ),
             ],
-        };
+        );
         let a = analyse(&m, &Options::default());
         let fail = &a.items[0];
         assert_eq!(fail.flags, ["all-fail", "label-mismatch"]);
@@ -907,8 +904,7 @@ mod tests {
     fn an_agreed_efs_sibling_of_a_reference_tool_is_named_as_such() {
         let mut it = item("L3-1", Kind::L3, &["S::x", "S::y"], vec![vec![outcome(false, &["T::x"])]; 2]);
         it.efs_siblings = BTreeMap::from([("T::x".to_string(), "S::x".to_string())]);
-        let m =
-            Matrix { tool_space: ToolSpace::Oracle, agents: vec!["a".into(), "b".into()], repeats: 1, items: vec![it] };
+        let m = oracle(&["a", "b"], 1, vec![it]);
         let ev = analyse(&m, &Options::default()).items[0].evidence.clone().unwrap();
         assert_eq!((ev.agreed_tool.as_deref(), ev.efs_sibling_of.as_deref()), (Some("T::x"), Some("S::x")));
         assert_eq!(ev.proposed_efs_member, None);
@@ -995,11 +991,10 @@ mod tests {
 
     #[test]
     fn unstable_items_lose_their_solves_across_repeats() {
-        let m = Matrix {
-            tool_space: ToolSpace::Oracle,
-            agents: vec!["a".into(), "b".into()],
-            repeats: 2,
-            items: vec![
+        let m = oracle(
+            &["a", "b"],
+            2,
+            vec![
                 item("x", Kind::L1, &["S::x"], vec![vec![outcome(true, &[]), outcome(false, &[])]; 2]),
                 item(
                     "y",
@@ -1008,7 +1003,7 @@ mod tests {
                     vec![vec![outcome(true, &[]), outcome(true, &[])], vec![outcome(false, &[]), outcome(false, &[])]],
                 ),
             ],
-        };
+        );
         let a = analyse(&m, &Options::default());
         assert_eq!((a.items[0].solve_rate, a.items[0].pass_k), (0.5, 0.0));
         assert_eq!(a.items[0].flip_rate, 1.0, "both agents' repeats disagree");

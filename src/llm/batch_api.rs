@@ -229,6 +229,14 @@ impl Packer {
         Some(Arc::new(Packer { pack: Mutex::new(pack), unpack: Mutex::new(unpack) }))
     }
 
+    /// `body` compressed by the packer of `cell`, made from `body` when it has none yet.
+    fn packed(cell: &std::sync::OnceLock<Option<Arc<Packer>>>, body: Body) -> Body {
+        match cell.get_or_init(|| Packer::new(&body.bytes)) {
+            Some(packer) => packer.pack(body),
+            None => body,
+        }
+    }
+
     /// `body` compressed, where that makes it smaller (else as it was).
     fn pack(self: &Arc<Self>, body: Body) -> Body {
         if body.packer.is_some() {
@@ -797,12 +805,8 @@ impl BatchJobs {
     /// than the receiver and the token (as an `async fn`, each call of a round kept its
     /// arguments, the draft's fields among them, in its future while it waited).
     pub(crate) fn ask(self: &Arc<Self>, key: &str, hash: &str, mut draft: Draft) -> impl Future<Output = Outcome> {
-        if let Some(packer) = self.packer.get_or_init(|| Packer::new(&draft.body.bytes)) {
-            draft.body = packer.pack(draft.body);
-        }
-        if let Some(packer) = self.head_packer.get_or_init(|| Packer::new(&draft.head.bytes)) {
-            draft.head = packer.pack(draft.head);
-        }
+        draft.body = Packer::packed(&self.packer, draft.body);
+        draft.head = Packer::packed(&self.head_packer, draft.head);
         let (tx, rx) = oneshot::channel();
         let now = match self.register(key, hash, Waiter { tx, draft }) {
             Ok(now) => now,
