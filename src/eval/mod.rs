@@ -144,6 +144,12 @@ pub struct EvalSettings {
     /// than the sample's largest turn's reference makes (twice that in `full`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_calls: Option<usize>,
+    /// Most completion tokens of one agent turn, for every agent (default: each agent role's
+    /// `max_tokens`). A turn needs a tool call or a short answer; a small model that writes a
+    /// call as text often goes on to make up its result until its role's limit. Left out of
+    /// the config hash when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
     /// Runs at once (a tuning knob, not part of the config hash).
     #[serde(default = "default_concurrency", skip_serializing)]
     pub concurrency: usize,
@@ -200,6 +206,12 @@ impl crate::settings::Section for EvalSettings {
             "integer",
             "`[execute] max_calls`",
             "Most tool calls an agent makes per turn; never fewer than the sample's largest turn's reference makes (twice that in `full`).",
+        ),
+        Key::derived(
+            "max_tokens",
+            "integer",
+            "each agent role's `max_tokens`",
+            "Most completion tokens of one agent turn (a tool call or a short answer), for every agent.",
         ),
         Key::new("concurrency", "integer", "4", "Runs at once (not hashed)."),
         Key::new(
@@ -337,6 +349,9 @@ impl Stage for EvalStage {
         check_positive(problems, "eval.concurrency", cfg.concurrency);
         if let Some(m) = cfg.max_calls {
             check_positive(problems, "eval.max_calls", m);
+        }
+        if let Some(m) = cfg.max_tokens {
+            check_positive(problems, "eval.max_tokens", m as usize);
         }
         if cfg.distractor_servers < 0 {
             problems.push(Problem::new(

@@ -454,10 +454,11 @@ fn sandbox_client(
 
 /// The model of one run: repeat 1 asks with the role's settings; repeat `r` > 1 with the
 /// sampling seed `role seed + r − 1`, so each repeat is a request of its own (the ledger
-/// cache would otherwise answer it with the first repeat's reply).
+/// cache would otherwise answer it with the first repeat's reply); every turn with
+/// `[eval] max_tokens` where set.
 struct Seeded<'a> {
     item: &'a Item,
-    seed: Option<u64>,
+    turn: crate::llm::TurnParams,
 }
 
 impl crate::agent::Chat for Seeded<'_> {
@@ -468,7 +469,7 @@ impl crate::agent::Chat for Seeded<'_> {
         tools: &[crate::llm::ToolSpec],
         _subject: &str,
     ) -> Result<crate::llm::Reply<crate::llm::ChatTurn>, crate::llm::LlmError> {
-        self.item.chat_seeded(role, messages, tools, self.seed).await
+        self.item.chat_seeded(role, messages, tools, self.turn).await
     }
 }
 
@@ -477,7 +478,7 @@ async fn run_one(env: &Env<'_>, job: Job, item: &Item) -> Result<RunRecord, Item
     let agent = &env.cfg.agents[job.agent];
     let role_seed = env.s.section::<crate::llm::LlmSettings>().roles.get(agent).and_then(|r| r.seed).unwrap_or(0);
     let seed = (job.repeat > 1).then(|| role_seed.wrapping_add(job.repeat as u64 - 1));
-    let llm = &Seeded { item, seed };
+    let llm = &Seeded { item, turn: crate::llm::TurnParams { seed, max_tokens: env.cfg.max_tokens } };
     let space = env.rel.tool_space(job.space, env.cfg.distractors(), env.s.project.seed, sample);
     let cassette = env.rel.cassettes.get(&sample.id);
     // The `full` space's search over the track: its server answers the agent, and the run

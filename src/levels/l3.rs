@@ -16,6 +16,13 @@
 //! then annotated with dependencies; the annotation is repaired so every dependency points
 //! backwards (topological order) or the chain is rejected (cycle), with the reason. A query
 //! the plan check asks the writer for again is annotated anew (`annotate_again`).
+//!
+//! Beyond ETOM (issue 38), the query must be answerable by this server's chain and need its
+//! first step: where `levels-profiles` found the server's user-facing platform, the writer is
+//! given it and the query must name it as where to look (L1's mention rule, enforced by the
+//! plan check, which asks the writer again with the reason); and the writer is told to invent
+//! an entity the user knows only by a name or description (not a famous one whose id the
+//! assistant already knows), so that the first step is needed to find what later steps take.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,6 +30,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::profiles::{PROFILES, Profiles};
 use super::schemas::{SCHEMAS, Schemas};
 use super::{Funnel, Generated, LevelOut, Step};
 use crate::llm::Prompt;
@@ -53,9 +61,12 @@ pub static SPEC: StageSpec = StageSpec {
     // 9: the step judge writes its reason before its verdict; a query asked again gets its
     //    own dependency annotation, not the first query's (issue 38); a dependency of the
     //    first it leaves out is recorded as dropped.
-    version: 9,
+    // 10: the query names the server's platform (`levels-profiles`) as where to look, else the
+    //     writer is asked again and the query rejected with the reason; the writer is told to
+    //     invent an entity known only by name, so that the chain's first step is needed.
+    version: 10,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
-    reads: &[crate::filter::CATALOG.read(), SCHEMAS.read()],
+    reads: &[crate::filter::CATALOG.read(), SCHEMAS.read(), PROFILES.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],
     section: Some("levels"),
 };
@@ -360,7 +371,24 @@ pub fn with_chain_edges(deps: &[Vec<usize>]) -> Vec<Vec<usize>> {
 pub struct ChainItem {
     pub server: String,
     pub chain: Vec<String>,
+    /// The server's user-facing platform, which the query must name (`None`: none found, or
+    /// the server was not profiled; the query is written as ETOM's).
+    pub platform: Option<String>,
     pub vars: Value,
+}
+
+/// The item of `chain` on `server`: its steps with the tools' descriptions (`desc`, by tool
+/// name) and the server's platform from `profiles` (`platform` is `null` in the prompts'
+/// variables when there is none).
+fn chain_item(server: &str, chain: Vec<String>, desc: &BTreeMap<&str, &str>, profiles: &Profiles) -> ChainItem {
+    let steps: Vec<Value> = chain
+        .iter()
+        .enumerate()
+        .map(|(i, t)| json!({"n": i + 1, "tool": t, "description": desc.get(t.as_str()).copied().unwrap_or("")}))
+        .collect();
+    let platform = chain.first().and_then(|t| profiles.platform(&crate::model::tool_id(server, t))).map(str::to_string);
+    let vars = json!({"server": server, "steps": steps, "platform": platform});
+    ChainItem { server: server.to_string(), chain, platform, vars }
 }
 
 /// At most how many chains of a server with `tools` tools are asked about: its sample of
@@ -384,8 +412,11 @@ impl Stage for L3Stage {
     fn help(&self) -> &'static str {
         "L3: single-server chains from data-flow graphs, verified, with backward dependencies.
 
-         Reads `filter/catalog.json` and `levels-schemas/schemas.json`. Writes
-         `artifacts/levels-l3/queries.json`, `chains.json` (and `failed.json`)."
+         Reads `filter/catalog.json`, `levels-schemas/schemas.json` and
+         `levels-profiles/profiles.json`. Writes `artifacts/levels-l3/queries.json`,
+         `chains.json` (and `failed.json`).
+
+         Where `levels-profiles` found a server's platform, its queries name it."
     }
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         super::roles(s)
@@ -418,7 +449,8 @@ impl Stage for L3Stage {
         super::estimates(s, rows)
     }
     fn prompts(&self, _s: &Settings) -> Vec<PromptRef> {
-        let vars = json!({"server": "s", "steps": [{"n": 1, "tool": "a", "description": "d"}], "query": "q"});
+        let step = json!({"n": 1, "tool": "a", "description": "d"});
+        let vars = json!({"server": "s", "steps": [step], "query": "q", "platform": "P"});
         vec![
             PromptRef::new("levels.l3_verify", VERIFY_TEMPLATE, vars.clone()),
             PromptRef::new("levels.l3_query", QUERY_TEMPLATE, vars.clone()),
@@ -449,6 +481,7 @@ impl Stage for L3Stage {
         let seed = s.project.seed;
         let catalog = inputs.json(&crate::filter::CATALOG)?;
         let schemas: Schemas = inputs.json(&SCHEMAS)?;
+        let profiles: Profiles = inputs.json(&PROFILES)?;
         let mut funnel = Funnel::default();
         let mut items: Vec<(String, ChainItem)> = Vec::new();
         let mut chains_doc = BTreeMap::new();
@@ -485,9 +518,7 @@ impl Stage for L3Stage {
             let desc: BTreeMap<&str, &str> =
                 srv.tools.iter().map(|t| (t.name.trim(), t.description.as_str())).collect();
             for ch in picked {
-                let steps: Vec<Value> = ch.iter().enumerate().map(|(i, t)| json!({"n": i + 1, "tool": t, "description": desc.get(t.as_str()).copied().unwrap_or("")})).collect();
-                let vars = json!({"server": server, "steps": steps});
-                items.push((chain_key(&server, &ch), ChainItem { server: server.clone(), chain: ch, vars }));
+                items.push((chain_key(&server, &ch), chain_item(&server, ch, &desc, &profiles)));
             }
         }
         funnel.step("data-flow edges", n_edges);
@@ -564,7 +595,9 @@ impl Stage for L3Stage {
                 }
             };
             recs.push(rec);
-            cands.push(super::plan_check::Candidate { key, query: &rec.query, steps });
+            // The platform the query must name: a query that does not is asked again (issue 38).
+            let platform = it.platform.as_deref();
+            cands.push(super::plan_check::Candidate { key, query: &rec.query, steps, platform });
         }
         // The writer asked again (a query with fewer tools than L3 needs) is a parent too, and
         // so is the judge that annotates the new query's dependencies.
@@ -672,6 +705,41 @@ fn annotate_again(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The writer is shown the server's platform when `levels-profiles` found one, and no
+    /// platform otherwise (a server without one, or not profiled); either way it is asked for
+    /// an entity known only by name, with the famous one as the bad example (issue 38).
+    #[test]
+    fn the_query_prompt_carries_the_platform_only_when_the_server_has_one() {
+        use crate::levels::profiles::ServerProfile;
+        let server = |platform: Option<&str>| ServerProfile {
+            platform: platform.map(str::to_string),
+            reason: "scripted".into(),
+            exchange: "sha256:0".into(),
+        };
+        let servers = [("yfinance-mcp", server(Some("Yahoo Finance"))), ("calculator-mcp", server(None))];
+        let profiles = Profiles {
+            servers: servers.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            tools: BTreeMap::new(),
+        };
+        let desc = BTreeMap::from([("search_symbols", "Search tickers by company name."), ("stock_price", "A price.")]);
+        let chain = vec!["search_symbols".to_string(), "stock_price".to_string()];
+        let text = crate::llm::prompts::builtin(QUERY_TEMPLATE).expect("a built-in template");
+        let render = |it: &ChainItem| crate::llm::render_template(QUERY_TEMPLATE, text, &it.vars).unwrap();
+        let with = chain_item("yfinance-mcp", chain.clone(), &desc, &profiles);
+        assert_eq!(with.platform.as_deref(), Some("Yahoo Finance"));
+        let shown = render(&with);
+        assert!(shown.trim_end().ends_with("- Step 2 (stock_price): \"A price.\"\nPlatform: Yahoo Finance"), "{shown}");
+        assert!(shown.contains("bad: \"Find the current stock price of Apple Inc.\" (a famous company"), "{shown}");
+        for name in ["calculator-mcp", "unprofiled-mcp"] {
+            let without = chain_item(name, chain.clone(), &desc, &profiles);
+            assert_eq!((without.platform.as_deref(), &without.vars["platform"]), (None, &Value::Null));
+            let shown = render(&without);
+            assert!(!shown.contains("Platform:"), "{shown}");
+            assert!(shown.trim_end().ends_with("- Step 2 (stock_price): \"A price.\""), "{shown}");
+            assert!(shown.contains("knows only by its name"), "the entity rule holds without a platform too: {shown}");
+        }
+    }
 
     #[test]
     fn the_chains_data_flow_joins_the_annotation() {

@@ -468,9 +468,15 @@ impl Stage for L4Stage {
                 Err(e) => funnel.reject(key, e),
             }
         }
+        // No platform to name: an L4 query spans servers (the platform rule is L3's).
         let checked: Vec<super::plan_check::Candidate> = cands
             .iter()
-            .map(|(key, query, steps)| super::plan_check::Candidate { key, query, steps: steps.clone() })
+            .map(|(key, query, steps)| super::plan_check::Candidate {
+                key,
+                query,
+                steps: steps.clone(),
+                platform: None,
+            })
             .collect();
         // The writer asked again (a query with fewer servers than L4 needs) is a parent too.
         // The new query keeps the scenario's dependencies: the writer wrote them with the first

@@ -74,6 +74,16 @@
 //!    decision by `llm` with that exchange; a query whose plan cannot be made anew is
 //!    rejected with the reason.
 //!
+//!    The writer is asked again, the same way, for a query that must name its platform
+//!    ([`Candidate::platform`]; L3, beyond ETOM) and does not: L1's mention rule
+//!    ([`super::l1::Mention::check`]) refuses it when the platform is not named, or is named
+//!    as what is asked about. A plan that fits is then listed whole; a plan with too few
+//!    tools as above, the writer told both reasons. A new query that still breaks the rule is
+//!    rejected before its plan is made or checked: "platform rule broken after asking again:
+//!    first query: platform not named: `github` does not occur; asked again: the new query
+//!    "…" (exchange sha256:…): platform not named: …". A query nobody can ask again for (its
+//!    plan outside the level's shape for another reason) is rejected with both reasons.
+//!
 //! Every decision is a [`StepDecision`] `{step, tool, decision, by, reason, score?,
 //! score_kind?, similarity?, mention?, exchange?}`; `by` is `rule` or `llm` (with its exchange).
 
@@ -867,26 +877,33 @@ pub struct PlanChecks {
     pub asked_again: usize,
     pub kept_again: usize,
     pub rejected_again: usize,
+    /// Queries that broke the platform rule (see the module doc, 6), and new queries written
+    /// when asked again that still did.
+    pub platform_broken: usize,
+    pub platform_broken_again: usize,
 }
 
 /// The prompt template of the per-step judge.
 pub const STEP_NEED_TEMPLATE: &str = "levels_step_need";
 
 /// The prompt template that asks the writer again for a query whose plan has fewer tools
-/// than its level needs (see the module doc, 6).
+/// than its level needs, or that does not name its platform (see the module doc, 6).
 pub const QUERY_AGAIN_TEMPLATE: &str = "levels_query_again";
 
-/// A candidate of a level stage for [`PlanChecks::check_all`]: its item key, query and plan.
+/// A candidate of a level stage for [`PlanChecks::check_all`]: its item key, query and plan,
+/// and the platform its query must name as where to look (L3, when `levels-profiles` found
+/// one for the server; `None`: no such rule).
 pub struct Candidate<'a> {
     pub key: &'a str,
     pub query: &'a str,
     pub steps: Vec<Step>,
+    pub platform: Option<&'a str>,
 }
 
 /// Whom [`PlanChecks::check_all`] asks: the judge about open steps, the writer again about
-/// a query with fewer tools than its level needs (`None`: nobody, the rules decide), and
-/// who makes the plan of the query the writer wrote when asked again anew (`None`: it keeps
-/// the first query's plan).
+/// a query with fewer tools than its level needs or that does not name its platform
+/// (`None`: nobody, the rules decide), and who makes the plan of the query the writer wrote
+/// when asked again anew (`None`: it keeps the first query's plan).
 #[derive(Clone, Copy, Default)]
 pub struct Askers<'a> {
     pub judge: Option<&'a str>,
@@ -945,7 +962,7 @@ pub fn step_need_prompt() -> crate::stage::PromptRef {
 pub fn query_again_prompt() -> crate::stage::PromptRef {
     let steps: Vec<Value> =
         (1..=2).map(|n| serde_json::json!({"n": n, "tool": format!("s::t{n}"), "description": "d"})).collect();
-    let vars = serde_json::json!({"level": 3, "steps": steps, "query": "q", "reason": "asks only for `s::t1`"});
+    let vars = serde_json::json!({"level": 3, "steps": steps, "query": "q", "reason": "asks only for `s::t1`", "platform": "P"});
     crate::stage::PromptRef::new("levels.plan_check.query_again", QUERY_AGAIN_TEMPLATE, vars)
 }
 
@@ -1068,12 +1085,12 @@ fn wanted(level: u8, c: &PlanCheck, steps: &[Step]) -> Option<Vec<usize>> {
     best.map(|_| out)
 }
 
-/// The steps to list to the writer: [`wanted`]'s, each set of tools once, with its
+/// The steps to list to the writer: [`asked_steps`]' steps, each set of tools once, with its
 /// decision.
 fn listed_steps<'c>(level: u8, c: &'c PlanCheck, steps: &[Step]) -> Vec<(usize, &'c StepDecision)> {
     let mut seen: BTreeSet<BTreeSet<String>> = BTreeSet::new();
     let mut out = Vec::new();
-    for i in wanted(level, c, steps).unwrap_or_default() {
+    for i in asked_steps(level, c, steps) {
         let d = c.decisions.iter().find(|d| d.dependency.is_none() && d.step == i + 1);
         let tools = steps.get(i).map(|s| s.tools.iter().map(|t| crate::model::norm_tool_id(t)).collect());
         if let (Some(d), Some(tools)) = (d, tools)
@@ -1083,6 +1100,53 @@ fn listed_steps<'c>(level: u8, c: &'c PlanCheck, steps: &[Step]) -> Vec<(usize, 
         }
     }
     out
+}
+
+/// Why `query` breaks the platform rule when it must name `platform` (L1's mention rule:
+/// the platform not named, or named as what is asked about). Why L3 has the rule (beyond
+/// ETOM): a chain's query that names no platform is served as well by an EFS sibling of
+/// another server; the demo's eval panel answered "Find the current stock price of Apple
+/// Inc." (yfinance's `search_symbols → stock_price`) with `alpha-markets-mcp::get_stock_quote`.
+fn unnamed(platform: Option<&str>, query: &str) -> Option<String> {
+    platform.and_then(|p| super::l1::Mention::Must(p.to_string()).check(query))
+}
+
+/// Whether the writer is asked again for `c` (see the module doc, 6): its plan has too few
+/// tools and a query that needs more can mend it, or its plan fits and only its query breaks
+/// the platform rule. A plan outside its shape for another reason no query can mend.
+fn asks_again(level: u8, c: &Candidate, check: &PlanCheck) -> bool {
+    match check.verdict {
+        Verdict::Reject(_) => check.too_few && wanted(level, check, &c.steps).is_some(),
+        Verdict::Ok(_) => unnamed(c.platform, c.query).is_some(),
+    }
+}
+
+/// The steps (0-based) listed to the writer asked again: [`wanted`]'s when the plan has too
+/// few tools; else (a plan that fits, whose query breaks the platform rule) the kept ones.
+fn asked_steps(level: u8, c: &PlanCheck, steps: &[Step]) -> Vec<usize> {
+    if c.too_few {
+        return wanted(level, c, steps).unwrap_or_default();
+    }
+    c.decisions.iter().filter(|d| d.dependency.is_none() && d.decision == Decision::Kept).map(|d| d.step - 1).collect()
+}
+
+/// What the writer asked again is told: why the plan has too few tools ([`fewer_reason`])
+/// and why the query breaks the platform rule, whichever hold.
+fn told(level: u8, c: &Candidate, check: &PlanCheck) -> String {
+    let fewer = check.too_few.then(|| fewer_reason(level, check, &c.steps));
+    fewer.into_iter().chain(unnamed(c.platform, c.query)).collect::<Vec<_>>().join("; ")
+}
+
+/// `c` with the platform rule's verdict on its query (`why`) joined, for a candidate nobody
+/// asks again: a plan that fits is rejected for `why`, a rejected one for both reasons.
+fn with_platform_rule(mut c: PlanCheck, why: Option<String>) -> PlanCheck {
+    if let Some(why) = why {
+        c.verdict = match c.verdict {
+            Verdict::Ok(_) => Verdict::Reject(why),
+            Verdict::Reject(r) => Verdict::Reject(format!("{r}, and {why}")),
+        };
+    }
+    c
 }
 
 /// What the writer is told when its query's plan has too few tools: the tools the query
@@ -1112,9 +1176,9 @@ fn listed(xs: &[String]) -> String {
 }
 
 /// The writer's variables for asking again: the level, the steps of [`listed_steps`], its
-/// query and why it was refused.
+/// query, why it was refused ([`told`]) and the platform it must name (`null`: none).
 fn again_vars(level: u8, c: &Candidate, check: &PlanCheck, tool: &LookupFn<'_>) -> Value {
-    let reason = fewer_reason(level, check, &c.steps);
+    let reason = told(level, c, check);
     let steps: Vec<Value> = listed_steps(level, check, &c.steps)
         .into_iter()
         .enumerate()
@@ -1125,7 +1189,7 @@ fn again_vars(level: u8, c: &Candidate, check: &PlanCheck, tool: &LookupFn<'_>) 
             serde_json::json!({"n": k + 1, "tool": s.tools.join(" or "), "description": description})
         })
         .collect();
-    serde_json::json!({"level": level, "steps": steps, "query": c.query, "reason": reason})
+    serde_json::json!({"level": level, "steps": steps, "query": c.query, "reason": reason, "platform": c.platform})
 }
 
 /// Does `query` copy the wording of one of its steps' tools (see [`super::copied_wording`])?
@@ -1143,9 +1207,9 @@ fn copies(query: &str, steps: &[Step], tool: &LookupFn<'_>) -> Option<String> {
     super::copied_wording(query, &wording)
 }
 
-/// Ask `writer` once more for each candidate whose plan has too few tools (items
-/// `again:<key>`): per candidate (by index) the new query, or why there is none (no valid
-/// answer, or a query that copies a tool's wording).
+/// Ask `writer` once more for each candidate [`asks_again`] picks (items `again:<key>`): per
+/// candidate (by index) the new query, or why there is none (no valid answer, or a query
+/// that copies a tool's wording).
 fn ask_again(
     batch: &mut crate::llm::batch::Batch<'_>,
     writer: &str,
@@ -1155,22 +1219,20 @@ fn ask_again(
     tool: &LookupFn<'_>,
 ) -> anyhow::Result<BTreeMap<usize, Result<Again, String>>> {
     // A plan no query over its steps could mend is rejected without asking.
-    let fewer: Vec<usize> = (0..cands.len())
-        .filter(|&k| first[k].0.too_few && wanted(level, &first[k].0, &cands[k].steps).is_some())
-        .collect();
-    if fewer.is_empty() {
+    let asked: Vec<usize> = (0..cands.len()).filter(|&k| asks_again(level, &cands[k], &first[k].0)).collect();
+    if asked.is_empty() {
         return Ok(BTreeMap::new());
     }
     let key = |k: usize| format!("again:{}", cands[k].key);
     let items: Vec<(String, Value)> =
-        fewer.iter().map(|&k| (key(k), again_vars(level, &cands[k], &first[k].0, tool))).collect();
+        asked.iter().map(|&k| (key(k), again_vars(level, &cands[k], &first[k].0, tool))).collect();
     let done = batch.run(items, |vars: Value, llm: crate::llm::batch::Item| async move {
         let prompt = crate::llm::Prompt::new(QUERY_AGAIN_TEMPLATE, vars);
         let r = llm.ask(writer, &prompt, None, &super::l3::query_answer()).await?;
         Ok(Again { query: super::one_line(&r.value.query), exchange: r.exchange })
     })?;
     let mut out = BTreeMap::new();
-    for k in fewer {
+    for k in asked {
         let got = match done.values.get(&key(k)) {
             Some(a) => match copies(&a.query, &cands[k].steps, tool) {
                 Some(why) => Err(format!("not a request: the query {why}")),
@@ -1268,10 +1330,10 @@ impl PlanChecks {
     /// Check every candidate's plan (see the module doc): the rules (with `sim`, the
     /// embedding similarities too) and the judge
     /// (`judge_rounds`, items `need:<key>:<step>`); then, with a writer, each query whose
-    /// plan has too few tools for its level is asked again once (items `again:<key>`) and
-    /// the new query checked the same way (items `need-again:<key>:<step>`). Records every
-    /// decision and returns, in the candidates' order, the query with its pruned plan or
-    /// why it does not fit its level.
+    /// plan has too few tools for its level, or that breaks the platform rule, is asked
+    /// again once (items `again:<key>`) and the new query checked the same way (items
+    /// `need-again:<key>:<step>`). Records every decision and returns, in the candidates'
+    /// order, the query with its pruned plan or why it does not fit its level.
     pub fn check_all(
         &mut self,
         batch: &mut crate::llm::batch::Batch<'_>,
@@ -1282,10 +1344,12 @@ impl PlanChecks {
         cfg: &PlanCheckSettings,
     ) -> anyhow::Result<Vec<Checked>> {
         let first = judge_rounds(batch, ask.judge, level, cands, (tool, sim, cfg), "need")?;
+        self.platform_broken += cands.iter().filter(|c| unnamed(c.platform, c.query).is_some()).count();
         let mut again = match ask.writer {
             Some(writer) => ask_again(batch, writer, level, cands, &first, tool)?,
             None => BTreeMap::new(),
         };
+        self.refuse_unnamed(cands, &mut again);
         let replans = plan_anew(batch, ask.replan, cands, &mut again)?;
         let (asked, seconds): (Vec<usize>, Vec<Candidate<'_>>) = again
             .iter()
@@ -1293,7 +1357,7 @@ impl PlanChecks {
             .map(|(k, a)| {
                 // The new query's own plan where it was made anew, else the first query's.
                 let steps = replans.get(&k).map_or(&cands[k].steps, |r| &r.steps).clone();
-                (k, Candidate { key: cands[k].key, query: &a.query, steps })
+                (k, Candidate { key: cands[k].key, query: &a.query, steps, platform: cands[k].platform })
             })
             .unzip();
         let checked = judge_rounds(batch, ask.judge, level, &seconds, (tool, sim, cfg), "need-again")?;
@@ -1303,7 +1367,7 @@ impl PlanChecks {
             self.count_judged(&check, judged);
             let done = match again.get(&k) {
                 None => {
-                    let verdict = self.record(c.key, check);
+                    let verdict = self.record(c.key, with_platform_rule(check, unnamed(c.platform, c.query)));
                     Checked { query: c.query.to_string(), verdict, exchange: None, replanned: None }
                 }
                 Some(a) => {
@@ -1318,6 +1382,22 @@ impl PlanChecks {
             out.push(done);
         }
         Ok(out)
+    }
+
+    /// Refuse each query the writer wrote when asked again that still breaks its candidate's
+    /// platform rule, before its plan is made anew or checked (no call is spent on it). The
+    /// reason names the new query and the exchange that wrote it: the only record of them.
+    fn refuse_unnamed(&mut self, cands: &[Candidate<'_>], again: &mut BTreeMap<usize, Result<Again, String>>) {
+        for (&k, a) in again.iter_mut() {
+            let refused = a.as_ref().ok().and_then(|new| {
+                let why = unnamed(cands[k].platform, &new.query)?;
+                Some(format!("the new query \"{}\" (exchange {}): {why}", new.query, new.exchange))
+            });
+            if let Some(r) = refused {
+                self.platform_broken_again += 1;
+                *a = Err(r);
+            }
+        }
     }
 
     /// Count the judge's answers on one check and the steps it pruned.
@@ -1372,13 +1452,17 @@ impl PlanChecks {
         if outcome.is_err() {
             self.tally(&first.decisions);
         }
-        let reason = fewer_reason(level, &first, &c.steps);
+        let reason = told(level, c, &first);
         let prefix = format!("plan does not fit L{level}: ");
         let shape = |r: &str| r.strip_prefix(prefix.as_str()).unwrap_or(r).to_string();
-        let before = match &first.verdict {
-            Verdict::Reject(r) => shape(r.as_str()),
-            Verdict::Ok(_) => String::new(),
+        let plan = match &first.verdict {
+            Verdict::Reject(r) => Some(shape(r.as_str())),
+            Verdict::Ok(_) => None,
         };
+        // Headed by the plan's refusal when there is one (as before the platform rule), else
+        // by the platform rule's.
+        let what = if plan.is_some() { format!("plan does not fit L{level}") } else { "platform rule broken".into() };
+        let before = plan.into_iter().chain(unnamed(c.platform, c.query)).collect::<Vec<_>>().join(", and ");
         let mut asked = AskedAgain {
             query: c.query.to_string(),
             decisions: first.decisions,
@@ -1404,9 +1488,8 @@ impl PlanChecks {
             }
             Err(why) => (c.query.to_string(), Vec::new(), Err(why.to_string())),
         };
-        let verdict = verdict.map_err(|again| {
-            format!("plan does not fit L{level} after asking again: first query: {before}; asked again: {again}")
-        });
+        let verdict =
+            verdict.map_err(|again| format!("{what} after asking again: first query: {before}; asked again: {again}"));
         match &verdict {
             Ok(_) => self.kept_again += 1,
             Err(_) => self.rejected_again += 1,
@@ -1424,6 +1507,11 @@ impl PlanChecks {
         funnel.step("plan check: open steps asked of the judge", self.judged);
         funnel.step("plan check: steps the judge pruned", self.judge_pruned);
         funnel.step("plan check: dependencies dropped", self.dependencies_dropped);
+        // Only where a query broke the platform rule (L3), so the other funnels read as before.
+        if self.platform_broken > 0 {
+            funnel.step("plan check: platform rule broken", self.platform_broken);
+            funnel.step("plan check: platform rule broken after asking again", self.platform_broken_again);
+        }
         // Only where the writer was asked again, so the other funnels read as before.
         if self.asked_again > 0 {
             funnel.step("plan check: asked again", self.asked_again);
@@ -1639,8 +1727,8 @@ mod tests {
             "{}",
             fewer_reason(4, &near, &l4_1_plan())
         );
-        let vars =
-            again_vars(4, &Candidate { key: "k", query: L4_1_QUERY, steps: l4_1_plan() }, &near, &lookup(&tools));
+        let cand = Candidate { key: "k", query: L4_1_QUERY, steps: l4_1_plan(), platform: None };
+        let vars = again_vars(4, &cand, &near, &lookup(&tools));
         let listed: Vec<&str> = vars["steps"].as_array().unwrap().iter().map(|s| s["tool"].as_str().unwrap()).collect();
         assert_eq!(listed, ["alpha-markets-mcp::get_company_profile", "tavily-search-mcp::search"]);
         // L3 lacks a tool, not a server: another tool of the same server counts.
@@ -1961,6 +2049,54 @@ mod tests {
         let c = check_plan(3, q, &plan, &lookup(&tools), None, &PlanCheckSettings::default());
         assert_eq!(c.verdict, Verdict::Ok(plan.to_vec()), "{:#?}", c.decisions);
         assert!(about(&c, 1).reason.starts_with("feeds step 2"), "{}", about(&c, 1).reason);
+    }
+
+    /// A query that must name its platform and does not is asked again although its plan fits
+    /// (the writer shown the kept steps and told why); one that names it as where to look, or
+    /// one with no platform to name, is not; a query nobody asks again for is rejected with
+    /// the reason (issue 38: the demo's L3 named no platform, and the eval panel answered it
+    /// with an EFS sibling of another server).
+    #[test]
+    fn a_query_that_does_not_name_its_platform_is_asked_again_with_the_reason() {
+        let tools = github_tools();
+        let q = "Comment 'fixed' on the newest issue of octo/app";
+        let plan = [step(&["github-mcp::list_issues"], &[]), step(&["github-mcp::add_issue_comment"], &[0])];
+        let c = check_plan(3, q, &plan, &lookup(&tools), None, &PlanCheckSettings::default());
+        assert_eq!(c.verdict, Verdict::Ok(plan.to_vec()), "{:#?}", c.decisions);
+        let cand = Candidate { key: "k", query: q, steps: plan.to_vec(), platform: Some("GitHub") };
+        assert!(asks_again(3, &cand, &c));
+        let why = "platform not named: `GitHub` does not occur";
+        assert_eq!(told(3, &cand, &c), why);
+        let vars = again_vars(3, &cand, &c, &lookup(&tools));
+        assert_eq!((vars["platform"].as_str(), vars["reason"].as_str()), (Some("GitHub"), Some(why)));
+        let listed: Vec<&str> = vars["steps"].as_array().unwrap().iter().map(|s| s["tool"].as_str().unwrap()).collect();
+        assert_eq!(listed, ["github-mcp::list_issues", "github-mcp::add_issue_comment"]);
+        let named = "Comment 'fixed' on the newest issue of octo/app on GitHub";
+        let named = Candidate { key: "k", query: named, steps: plan.to_vec(), platform: Some("GitHub") };
+        assert!(!asks_again(3, &named, &c));
+        let free = Candidate { key: "k", query: q, steps: plan.to_vec(), platform: None };
+        assert!(!asks_again(3, &free, &c));
+        assert_eq!(again_vars(3, &free, &c, &lookup(&tools))["platform"], Value::Null);
+        // Named as what is asked about: the mention rule refuses it too.
+        let query = "What is GitHub's newest issue?";
+        let subject = Candidate { key: "k", query, steps: plan.to_vec(), platform: Some("GitHub") };
+        assert!(asks_again(3, &subject, &c));
+        // Nobody to ask again: rejected for the rule (with the plan's reason, when it has one).
+        let refused = with_platform_rule(c.clone(), unnamed(cand.platform, cand.query));
+        assert_eq!(refused.verdict, Verdict::Reject(why.into()));
+        let rejected = PlanCheck { verdict: Verdict::Reject("plan does not fit L3: x".into()), ..c };
+        let both = with_platform_rule(rejected, unnamed(cand.platform, cand.query));
+        assert_eq!(both.verdict, Verdict::Reject(format!("plan does not fit L3: x, and {why}")));
+        // Counted only where a query broke the rule.
+        let checks = PlanChecks { platform_broken: 2, platform_broken_again: 1, ..Default::default() };
+        let mut funnel = Funnel::default();
+        checks.count(&mut funnel, 0);
+        assert!(funnel.steps.contains(&("plan check: platform rule broken".to_string(), 2)), "{:?}", funnel.steps);
+        let again = ("plan check: platform rule broken after asking again".to_string(), 1);
+        assert!(funnel.steps.contains(&again), "{:?}", funnel.steps);
+        let mut quiet = Funnel::default();
+        PlanChecks::default().count(&mut quiet, 0);
+        assert!(!quiet.steps.iter().any(|(s, _)| s.contains("platform")), "{:?}", quiet.steps);
     }
 
     fn gift_tools() -> Vec<(String, ToolInfo)> {

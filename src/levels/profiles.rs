@@ -1,10 +1,11 @@
 //! `benchgen levels profiles` (stage `levels-profiles`): what L1 and L2 may use.
 //!
 //! Per server the user-facing platform (ETOM A.6 step 1: a proper noun, never a generic
-//! word or the protocol; `none` when there is none). Per tool one typed answer: final goal
-//! or middleware, user- or system-facing, tightly coupled to the platform or a generic
-//! concept, each with its reason. Middleware, system-facing and platform-less tools are
-//! excluded from L1/L2; `profiles.json` records the reason for every exclusion.
+//! word or the protocol; `none` when there is none), which L3's queries name too (issue
+//! 38). Per tool one typed answer: final goal or middleware, user- or system-facing,
+//! tightly coupled to the platform or a generic concept, each with its reason. Middleware,
+//! system-facing and platform-less tools are excluded from L1/L2; `profiles.json` records
+//! the reason for every exclusion.
 
 use std::collections::{BTreeMap, BTreeSet};
 

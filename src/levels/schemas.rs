@@ -29,7 +29,8 @@ pub const TEMPLATE: &str = "levels_output_schema";
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "levels schemas",
-    version: 1,
+    // 2: the answer schema is stated in the system message, the prompt's fixed part.
+    version: 2,
     about: "an output JSON Schema per tool (the catalog's, inferred by the LLM, or from the review sheet)",
     reads: &[crate::filter::CATALOG.read()],
     writes: &["schemas.json", "schemas.csv", crate::llm::batch::FAILED_FILE],
@@ -91,10 +92,12 @@ pub(crate) fn schema_answer() -> crate::llm::Answer<SchemaAnswer> {
         "required": ["output_schema"],
         "additionalProperties": false,
     });
-    crate::llm::Answer::new("SchemaAnswer", schema).check(|a: &SchemaAnswer| match schema_problem(&a.output_schema) {
-        Some(p) => Err(format!("`output_schema` is not usable: {p}")),
-        None => Ok(()),
-    })
+    crate::llm::Answer::new("SchemaAnswer", schema).same_for_every_item().check(
+        |a: &SchemaAnswer| match schema_problem(&a.output_schema) {
+            Some(p) => Err(format!("`output_schema` is not usable: {p}")),
+            None => Ok(()),
+        },
+    )
 }
 
 /// Why `schema` cannot serve as an output schema, if it cannot.

@@ -82,6 +82,15 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
         Answer { name: name.to_string(), schema, seed: None, fixed: false, check: Arc::new(|_: &T| Ok(())) }
     }
 
+    /// A schema built at run time that is nevertheless the same for every item of the stage
+    /// (built from the config or the catalog, not from the item): its instruction joins the
+    /// prompt's fixed part as an answer type's own does ([`Answer::of`]), so a server with
+    /// prefix caching processes it once. The prereview's rubric is about half of its prompt.
+    pub fn same_for_every_item(mut self) -> Answer<T> {
+        self.fixed = true;
+        self
+    }
+
     /// Ask with the sampling `seed` instead of the role's (`None`: the role's): a second,
     /// independent answer to the same prompt (the seed is part of the request hash, so the
     /// ledger cache does not return the first answer). Like [`super::LlmClient::chat_seeded`].

@@ -313,16 +313,16 @@ impl Item {
         self.client.chat(role, messages, tools, &self.key).await
     }
 
-    /// One tool-calling turn with the request's sampling seed set (see [`LlmClient::chat_seeded`]).
+    /// One tool-calling turn with the request's sampling parameters set (see [`LlmClient::chat_seeded`]).
     pub async fn chat_seeded(
         &self,
         role: &str,
         messages: &[ChatMessage],
         tools: &[ToolSpec],
-        seed: Option<u64>,
+        turn: crate::llm::TurnParams,
     ) -> Result<Reply<ChatTurn>, LlmError> {
         let _p = self.calls.acquire().await;
-        self.client.chat_seeded(role, messages, tools, &self.key, seed).await
+        self.client.chat_seeded(role, messages, tools, &self.key, turn).await
     }
 }
 

@@ -84,6 +84,15 @@ impl Prompt {
     }
 }
 
+/// Sampling parameters of one tool-calling turn that replace the role's where set
+/// ([`LlmClient::chat_seeded`]); the request body carries them, the exchange's `params`
+/// stay the role's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TurnParams {
+    pub seed: Option<u64>,
+    pub max_tokens: Option<u32>,
+}
+
 /// A successful answer.
 #[derive(Debug, Clone)]
 pub struct Reply<T> {
@@ -667,25 +676,29 @@ impl LlmClient {
         tools: &[ToolSpec],
         item: &str,
     ) -> Result<Reply<ChatTurn>, LlmError> {
-        self.chat_seeded(role, messages, tools, item, None).await
+        self.chat_seeded(role, messages, tools, item, TurnParams::default()).await
     }
 
-    /// [`Self::chat`] with the sampling `seed` of the request set to `seed` instead of the
-    /// role's (a repeated run of the same conversation asks again instead of meeting its
-    /// first answer in the ledger cache: the seed is part of the request hash).
+    /// [`Self::chat`] with the request's sampling parameters set by `turn` instead of the
+    /// role's: the `seed` (a repeated run of the same conversation asks again instead of
+    /// meeting its first answer in the ledger cache: the seed is part of the request hash)
+    /// and `max_tokens` (an eval panel's turn limit).
     pub async fn chat_seeded(
         &self,
         role: &str,
         messages: &[ChatMessage],
         tools: &[ToolSpec],
         item: &str,
-        seed: Option<u64>,
+        turn: TurnParams,
     ) -> Result<Reply<ChatTurn>, LlmError> {
         let r = self.role(role, item)?;
         let wire: Vec<Value> = messages.iter().map(|m| openai_message(m, CallIndex::Omit)).collect();
         let mut extra = serde_json::Map::new();
-        if let Some(seed) = seed {
+        if let Some(seed) = turn.seed {
             extra.insert("seed".into(), json!(seed));
+        }
+        if let Some(max) = turn.max_tokens {
+            extra.insert("max_tokens".into(), json!(max));
         }
         if !tools.is_empty() {
             extra.insert(

@@ -32,7 +32,9 @@ pub const SCORES: Artifact<Score> = Artifact::new(STAGE, "scores.jsonl");
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "review prereview",
-    version: 2,
+    // 3: the rubric's answer schema is stated in the system message, the prompt's fixed part
+    //    (a server with prefix caching processes it once), not after each sample.
+    version: 3,
     about: "LLM pre-review: LLM roles score each sample with the rubric (marked as LLM scores)",
     reads: &[ASSIGNMENTS.read(), SAMPLES.read()],
     writes: &["scores.jsonl", "report.md"],
@@ -131,7 +133,7 @@ pub fn answer_schema(a: &Assignments) -> Value {
 pub(crate) fn review_answer(a: &Assignments) -> crate::llm::Answer<LlmReview> {
     let dims: Vec<String> = a.dimensions.iter().map(|d| d.id.clone()).collect();
     let (lo, hi) = (i64::from(a.scale_min), i64::from(a.scale_max));
-    crate::llm::Answer::new("review", answer_schema(a)).check(move |r: &LlmReview| {
+    crate::llm::Answer::new("review", answer_schema(a)).same_for_every_item().check(move |r: &LlmReview| {
         for d in &dims {
             match r.scores.get(d) {
                 None => return Err(format!("the answer has no score for `{d}`")),

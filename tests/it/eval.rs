@@ -718,6 +718,31 @@ fn a_killed_eval_resumes_without_asking_again_and_gives_the_same_bytes() {
     assert_eq!(seeds.into_iter().collect::<Vec<_>>(), ["1", "2"]);
 }
 
+#[test]
+fn the_eval_turn_limit_replaces_each_agents_own_in_every_request_beside_the_repeat_seed() {
+    let llm = ScriptedLlm::start(agent_rule);
+    let p = project(&llm, "concurrency = 1\nrepeats = 2\nmax_tokens = 64\n");
+    assert_code(&eval(&p), 0);
+    let requests = llm.requests();
+    assert!(!requests.is_empty());
+    for r in &requests {
+        assert_eq!(r.body["max_tokens"], 64, "{}", r.body);
+    }
+    let seeds: BTreeSet<String> = requests.iter().map(|r| r.body["seed"].to_string()).collect();
+    assert_eq!(seeds.into_iter().collect::<Vec<_>>(), ["1", "2"]);
+    // Without it, an agent's turns ask with its role's settings (none here: the server's).
+    let llm = ScriptedLlm::start(agent_rule);
+    let p = project(&llm, "concurrency = 1\n");
+    assert_code(&eval(&p), 0);
+    assert!(llm.requests().iter().all(|r| r.body.get("max_tokens").is_none()));
+    // A limit of 0 is refused by `check`, naming the key.
+    let cfg = p.read(CONFIG);
+    p.write(CONFIG, cfg.replace("concurrency = 1\n", "concurrency = 1\nmax_tokens = 0\n"));
+    let o = p.run(&["--config", CONFIG, "check"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("eval.max_tokens"), "{}", stderr(&o));
+}
+
 // ---------------------------------------------------------------------------
 // The real local 0.5B model as a two-agent panel (two sampling seeds).
 

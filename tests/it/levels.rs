@@ -84,6 +84,13 @@ fn github_schema() -> Value {
 /// What the plan check's prompt that asks the writer again says (`levels_query_again`).
 const ASKED_AGAIN: &str = "does not need enough of them for its level";
 
+/// The platform an L3 query prompt (or the prompt that asks again) gives, if any, as a
+/// suffix that names it where to look (" on github"); empty without one.
+fn on_platform(text: &str) -> String {
+    let platform = cap(r"(?m)^Platform: (.+)$", text);
+    if platform.is_empty() { String::new() } else { format!(" on {platform}") }
+}
+
 pub(crate) fn answer(req: &Seen) -> Answer {
     let text = req.all_text();
     // --- levels ---
@@ -167,16 +174,15 @@ pub(crate) fn answer(req: &Seen) -> Answer {
         // The plan check asks again (issue 38): a request that names every listed step.
         let steps: Vec<String> =
             regex::Regex::new(r"- Step \d+ \(([^)]+)\)").unwrap().captures_iter(&text).map(|c| words(&c[1])).collect();
-        return Answer::json(
-            json!({"query": format!("Asked again: {}", steps.join(", then ")), "chain_of_thought": "scripted"}),
-        );
+        let query = format!("Asked again: {}{}", steps.join(", then "), on_platform(&text));
+        return Answer::json(json!({"query": query, "chain_of_thought": "scripted"}));
     }
     if text.contains("Write one request that needs every step") {
         let steps: Vec<String> =
             regex::Regex::new(r"- Step \d+ \(([^)]+)\)").unwrap().captures_iter(&text).map(|c| words(&c[1])).collect();
-        return Answer::json(
-            json!({"query": format!("For repo acme/widgets: {}", steps.join(" then ")), "chain_of_thought": "scripted"}),
-        );
+        // The platform where the prompt gives one (issue 38: an L3 query names it).
+        let query = format!("For repo acme/widgets{}: {}", on_platform(&text), steps.join(" then "));
+        return Answer::json(json!({"query": query, "chain_of_thought": "scripted"}));
     }
     if text.contains("Answer `dependency_graph`") {
         let tools: Vec<String> = regex::Regex::new(r"(?m)^- (\d+) \(([^)]+)\)")
@@ -1096,7 +1102,9 @@ fn an_l3_query_asked_again_gets_its_own_dependencies_not_the_first_querys() {
          min_similarity = -1.0\nrequested_similarity = 1.0\nrequested_overlap = 1.0\n"
     );
     std::fs::write(&p.config, cfg).unwrap();
-    for args in [&["registry", "import"][..], &["filter"], &["levels", "schemas"], &["levels", "l3"]] {
+    for args in
+        [&["registry", "import"][..], &["filter"], &["levels", "profiles"], &["levels", "schemas"], &["levels", "l3"]]
+    {
         p.ok(args);
     }
     let out = p.json("artifacts/levels-l3/queries.json");
@@ -1104,6 +1112,9 @@ fn an_l3_query_asked_again_gets_its_own_dependencies_not_the_first_querys() {
     assert_eq!(queries.len(), 1, "{out}");
     let q = &queries[0];
     assert!(q["query"].as_str().unwrap().starts_with("Asked again: "), "{q}");
+    // Asked again for too few tools and for the platform its first query did not name.
+    let told = out["plan_checks"][q["key"].as_str().unwrap()]["asked_again"]["reason"].as_str().unwrap();
+    assert!(told.ends_with("; platform not named: `github` does not occur"), "{told}");
     // Step 3 depends on step 2 only, as the new query's annotation says; the first query's
     // step 1 → step 3 is gone.
     let deps: Value = q["steps"].as_array().unwrap().iter().map(|s| s["depends_on"].clone()).collect();
@@ -1131,6 +1142,117 @@ fn an_l3_query_asked_again_gets_its_own_dependencies_not_the_first_querys() {
     assert_eq!(annotations.len(), 2, "{annotations:?}");
     assert!(annotations[1].contains("Request: Asked again: "), "{}", annotations[1]);
     assert!(funnel_has(&out, "plan check: kept after asking again", 1), "{}", out["funnel"]);
+}
+
+// ---------------------------------------------------------------------------------------
+// An L3 query names its server's platform (issue 38): the demo's "Find the current stock price
+// of Apple Inc." named none, and the eval panel answered it with another server's EFS sibling.
+
+/// The scripted model for one github chain whose writer leaves the platform out of its first
+/// query; asked again, it names the platform when `mends` (else it leaves it out again).
+fn unnamed_platform_answer(seen: &Seen, mends: bool) -> Answer {
+    let text = seen.all_text();
+    let steps = || -> Vec<String> {
+        regex::Regex::new(r"- Step \d+ \(([^)]+)\)").unwrap().captures_iter(&text).map(|c| words(&c[1])).collect()
+    };
+    if text.contains(ASKED_AGAIN) && !mends {
+        let query = format!("Asked again: {}", steps().join(", then "));
+        return Answer::json(json!({"query": query, "chain_of_thought": "scripted"}));
+    }
+    if text.contains("Write one request that needs every step") {
+        let query = format!("For repo acme/widgets: {}", steps().join(" then "));
+        return Answer::json(json!({"query": query, "chain_of_thought": "scripted"}));
+    }
+    answer(seen)
+}
+
+/// A project on the demo registry cut to github-mcp, one chain of three tools; `registry
+/// import`, `filter`, `levels profiles`, `levels schemas` and `levels l3` run. Returns L3's
+/// `queries.json` and the prompts that asked the writer again.
+fn unnamed_platform_run(llm: &ScriptedLlm) -> (Value, Vec<String>) {
+    let p = project(llm, 1);
+    let cfg = with_demo_registry_cut_to(&p, &["github-mcp"]);
+    let cfg = format!("{cfg}\n[levels.l3]\nmax_chain_len = 3\nmax_chains_per_server = 1\n");
+    std::fs::write(&p.config, cfg).unwrap();
+    for args in
+        [&["registry", "import"][..], &["filter"], &["levels", "profiles"], &["levels", "schemas"], &["levels", "l3"]]
+    {
+        p.ok(args);
+    }
+    let texts: Vec<String> = llm.requests().iter().map(Seen::all_text).collect();
+    let first: Vec<&String> = texts.iter().filter(|t| t.contains("Write one request that needs every step")).collect();
+    assert_eq!(first.len(), 1, "one chain: {first:?}");
+    assert!(first[0].contains("\nPlatform: github"), "the writer is given the platform: {}", first[0]);
+    let asked = texts.iter().filter(|t| t.contains(ASKED_AGAIN)).cloned().collect();
+    (p.json("artifacts/levels-l3/queries.json"), asked)
+}
+
+const UNNAMED: &str = "platform not named: `github` does not occur";
+
+#[test]
+fn an_l3_query_that_does_not_name_its_platform_is_asked_again_and_kept_when_it_does() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm = ScriptedLlm::start(|seen: &Seen| unnamed_platform_answer(seen, true));
+    let (out, asked) = unnamed_platform_run(&llm);
+    // Asked once, with the platform, the refused query and the reason.
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].contains("\nPlatform: github\n"), "{}", asked[0]);
+    assert!(asked[0].contains("The refused request:\nFor repo acme/widgets: "), "{}", asked[0]);
+    assert!(asked[0].contains(&format!("Why it was refused:\n{UNNAMED}")), "{}", asked[0]);
+    let queries = out["queries"].as_array().unwrap();
+    assert_eq!(queries.len(), 1, "{out}");
+    let q = &queries[0];
+    let query = q["query"].as_str().unwrap();
+    assert!(query.starts_with("Asked again: ") && query.ends_with(" on github"), "{q}");
+    let rec = &out["plan_checks"][q["key"].as_str().unwrap()];
+    assert_eq!(rec["asked_again"]["reason"], UNNAMED, "{rec}");
+    assert!(rec["asked_again"]["query"].as_str().unwrap().starts_with("For repo acme/widgets: "), "{rec}");
+    // The exchange that asked again and the new query's annotation are parents of the sample.
+    let exchanges = q["exchanges"].as_array().unwrap();
+    for k in ["exchange", "annotated"] {
+        let e = rec["asked_again"][k].as_str().unwrap_or_else(|| panic!("`{k}` recorded: {rec}"));
+        assert!(exchanges.iter().any(|x| x == e), "{k} is a parent: {q}");
+    }
+    assert!(funnel_has(&out, "plan check: platform rule broken", 1), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan check: platform rule broken after asking again", 0), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan check: asked again", 1), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan check: kept after asking again", 1), "{}", out["funnel"]);
+}
+
+#[test]
+fn an_l3_query_that_still_does_not_name_its_platform_when_asked_again_is_rejected_with_the_reason() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm = ScriptedLlm::start(|seen: &Seen| unnamed_platform_answer(seen, false));
+    let (out, asked) = unnamed_platform_run(&llm);
+    assert_eq!(asked.len(), 1, "asked again once, not twice: {asked:?}");
+    assert_eq!(out["queries"], json!([]), "{out}");
+    let head = format!("platform rule broken after asking again: first query: {UNNAMED}; asked again: ");
+    let rejected: Vec<&Value> = out["funnel"]["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["reason"].as_str().unwrap().starts_with(&head))
+        .collect();
+    assert_eq!(rejected.len(), 1, "{out}");
+    let reason = rejected[0]["reason"].as_str().unwrap();
+    // The new query and the exchange that wrote it: the rejection is their only record.
+    assert!(reason[head.len()..].starts_with("the new query \"Asked again: "), "{reason}");
+    assert!(reason.contains("\" (exchange sha256:") && reason.ends_with(&format!("): {UNNAMED}")), "{reason}");
+    let rec = &out["plan_checks"][rejected[0]["item"].as_str().unwrap()];
+    assert_eq!(rec["rejected"], reason, "{rec}");
+    assert_eq!(rec["asked_again"]["reason"], UNNAMED, "{rec}");
+    // Refused before its plan was made: its dependencies were annotated for the first query only.
+    assert!(rec["asked_again"].get("annotated").is_none(), "{rec}");
+    let annotated = llm.requests().iter().filter(|s| s.all_text().contains("Request: Asked again: ")).count();
+    assert_eq!(annotated, 0, "no call is spent on a refused query");
+    assert!(funnel_has(&out, "plan check: platform rule broken", 1), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan check: platform rule broken after asking again", 1), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan check: rejected after asking again", 1), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan checked", 0), "{}", out["funnel"]);
 }
 
 /// What the L1/L2 writer is asked when every candidate of an item was refused.

@@ -184,6 +184,28 @@ fn a_schema_built_per_item_follows_the_data_and_two_items_share_their_fixed_pref
     assert!(shared >= data_at, "the shared prefix ends at {shared}, before the data at {data_at}: {one}");
 }
 
+#[test]
+fn a_schema_built_at_run_time_but_the_same_for_every_item_joins_the_system_message() {
+    let s = ScriptedLlm::start(|_| good());
+    let p = project(&s.base_url(), "");
+    let c = client(&p, LlmMode::Cached);
+    let schema = json!({"type": "object", "properties": {"verdict": {"type": "string", "enum": ["keep", "drop"]},
+        "reason": {"type": "string"}}, "required": ["verdict", "reason"]});
+    let rubric = benchgen::llm::Answer::<Verdict>::new("rubric", schema).same_for_every_item();
+    rt().block_on(c.ask("r", &prompt("a"), "a", &rubric)).unwrap();
+    rt().block_on(c.ask("r", &prompt("b"), "b", &rubric)).unwrap();
+    let reqs = s.requests();
+    let system = |i: usize| reqs[i].body["messages"][0]["content"].as_str().unwrap().to_string();
+    assert!(system(0).starts_with("You judge tools.") && system(0).contains("JSON Schema"), "{}", system(0));
+    assert_eq!(system(0), system(1), "the two items share the system message, schema included");
+    assert!(!reqs[0].last_user().contains("JSON Schema"));
+    // The check beyond the schema still holds after the mark.
+    let strict = benchgen::llm::Answer::<Verdict>::new("strict", json!({"type": "object"}))
+        .same_for_every_item()
+        .check(|v: &Verdict| if v.verdict == "never" { Ok(()) } else { Err("not `never`".into()) });
+    assert!(rt().block_on(c.ask("r", &prompt("c"), "c", &strict)).is_err());
+}
+
 /// A typed request's body, field by field in order, with the answer's schema as
 /// `response_format` and the answer's seed over the role's: its bytes are the request hash
 /// and the cache key, so a change here would miss every answer a ledger holds.
