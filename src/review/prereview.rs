@@ -33,7 +33,8 @@ pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "review prereview",
     // 3: the rubric's answer schema is stated in the system message, the prompt's fixed part
-    //    (a server with prefix caching processes it once), not after each sample.
+    //    (a server with prefix caching processes it once), not after each sample; reasons of
+    //    at most 48 characters (90 before) and a note of 80 (120).
     version: 3,
     about: "LLM pre-review: LLM roles score each sample with the rubric (marked as LLM scores)",
     reads: &[ASSIGNMENTS.read(), SAMPLES.read()],
@@ -108,8 +109,10 @@ pub fn answer_schema(a: &Assignments) -> Value {
         "properties": {
             // A few words: a shorter bound than other explanations', as a reviewer writes one
             // per dimension and the pre-review's time is its output (on the demo's 2 cores
-            // the 0.5B model spent 200 tokens a sample, copying the dimensions' descriptions).
-            "reason": {"type": "string", "description": "A few words saying why.", "maxLength": 90},
+            // the 0.5B model spent 200 tokens a sample, copying the dimensions' descriptions,
+            // 70-90 characters each, into its reasons, which a bound of 90 let through; cold
+            // run of 2026-12-05: 24 reviews, 152-225 completion tokens each).
+            "reason": {"type": "string", "description": "A few words saying why.", "maxLength": 48},
             "score": {"type": "integer", "minimum": a.scale_min, "maximum": a.scale_max},
         },
         "required": ["reason", "score"],
@@ -121,7 +124,7 @@ pub fn answer_schema(a: &Assignments) -> Value {
         "type": "object",
         "properties": {
             "scores": {"type": "object", "properties": props, "required": ids, "additionalProperties": false},
-            "note": {"type": "string", "description": "A few words overall.", "maxLength": 120},
+            "note": {"type": "string", "description": "A few words overall.", "maxLength": 80},
         },
         "required": ["scores", "note"],
         "additionalProperties": false,
