@@ -439,7 +439,8 @@ fn check_distinct_agents(s: &Settings, cfg: &EvalSettings, problems: &mut Vec<Pr
             r.model_name(&resolve),
             r.temperature,
             r.top_p,
-            r.max_tokens,
+            // `[eval] max_tokens` replaces each role's in every turn's request.
+            cfg.max_tokens.or(r.max_tokens),
             r.seed
         ])
         .to_string();

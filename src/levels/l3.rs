@@ -730,7 +730,7 @@ mod tests {
         assert_eq!(with.platform.as_deref(), Some("Yahoo Finance"));
         let shown = render(&with);
         assert!(shown.trim_end().ends_with("- Step 2 (stock_price): \"A price.\"\nPlatform: Yahoo Finance"), "{shown}");
-        assert!(shown.contains("bad: \"Find the current stock price of Apple Inc.\" (a famous company"), "{shown}");
+        assert!(shown.contains("bad: \"List the open issues of the Linux kernel.\" (a famous project"), "{shown}");
         for name in ["calculator-mcp", "unprofiled-mcp"] {
             let without = chain_item(name, chain.clone(), &desc, &profiles);
             assert_eq!((without.platform.as_deref(), &without.vars["platform"]), (None, &Value::Null));

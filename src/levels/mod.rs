@@ -98,7 +98,7 @@ impl crate::settings::Section for LevelsSettings {
             "profiles.max_servers",
             "integer",
             "0",
-            "Profile the tools of at most this many servers (0: all), a seeded sample; L1/L2 skip the others.",
+            "Profile the tools of at most this many servers (0: all), a seeded sample; L1/L2 skip the others and L3 names no platform for them.",
         ),
         Key::table("schemas", "Output schemas of the tools the catalog gives none (`benchgen levels schemas`)."),
         Key::unset(

@@ -291,11 +291,14 @@ pub fn check_judged(
         step_dec[i] = Some(decided(i, &primary[i], Decision::Duplicate, why));
     }
     let q = content(query);
-    // L1 and L2 queries name the platform by rule (or may, under L2's coupling rule), so
-    // its words say nothing about which of its tools is meant.
+    // L1 and L2 queries name the platform by rule (or may, under L2's coupling rule), and an
+    // L3 query by rule where its server has one while every step is of that one server, so
+    // the server's words say nothing about which of its tools is meant (they would make every
+    // L3 step share a word with the query, and none clearly low).
     let single = level <= 2;
+    let one_server = level <= 3;
     let q_of = |i: usize| -> BTreeSet<String> {
-        if !single {
+        if !one_server {
             return q.clone();
         }
         let servers: BTreeSet<String> = infos[i]
@@ -1508,7 +1511,9 @@ impl PlanChecks {
         funnel.step("plan check: steps the judge pruned", self.judge_pruned);
         funnel.step("plan check: dependencies dropped", self.dependencies_dropped);
         // Only where a query broke the platform rule (L3), so the other funnels read as before.
-        if self.platform_broken > 0 {
+        // A new query asked for too few tools may break the rule its first query kept: then
+        // only the second count is above 0.
+        if self.platform_broken + self.platform_broken_again > 0 {
             funnel.step("plan check: platform rule broken", self.platform_broken);
             funnel.step("plan check: platform rule broken after asking again", self.platform_broken_again);
         }

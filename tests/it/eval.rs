@@ -720,8 +720,14 @@ fn a_killed_eval_resumes_without_asking_again_and_gives_the_same_bytes() {
 
 #[test]
 fn the_eval_turn_limit_replaces_each_agents_own_in_every_request_beside_the_repeat_seed() {
+    // Every agent role has a limit of its own, which the eval's replaces.
+    let with_role_limit = |p: &Project| {
+        let cfg = p.read(CONFIG);
+        p.write(CONFIG, cfg.replace("seed = 1\n", "seed = 1\nmax_tokens = 300\n"));
+    };
     let llm = ScriptedLlm::start(agent_rule);
     let p = project(&llm, "concurrency = 1\nrepeats = 2\nmax_tokens = 64\n");
+    with_role_limit(&p);
     assert_code(&eval(&p), 0);
     let requests = llm.requests();
     assert!(!requests.is_empty());
@@ -730,11 +736,12 @@ fn the_eval_turn_limit_replaces_each_agents_own_in_every_request_beside_the_repe
     }
     let seeds: BTreeSet<String> = requests.iter().map(|r| r.body["seed"].to_string()).collect();
     assert_eq!(seeds.into_iter().collect::<Vec<_>>(), ["1", "2"]);
-    // Without it, an agent's turns ask with its role's settings (none here: the server's).
+    // Without it, an agent's turns ask with its role's limit.
     let llm = ScriptedLlm::start(agent_rule);
     let p = project(&llm, "concurrency = 1\n");
+    with_role_limit(&p);
     assert_code(&eval(&p), 0);
-    assert!(llm.requests().iter().all(|r| r.body.get("max_tokens").is_none()));
+    assert!(llm.requests().iter().all(|r| r.body["max_tokens"] == 300));
     // A limit of 0 is refused by `check`, naming the key.
     let cfg = p.read(CONFIG);
     p.write(CONFIG, cfg.replace("concurrency = 1\n", "concurrency = 1\nmax_tokens = 0\n"));
