@@ -132,6 +132,16 @@ pub struct Run {
     pub code_version: String,
 }
 
+/// What [`Ledger::exchange_usage`] reads of one exchange.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ExchangeUsage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub latency_ms: f64,
+    /// The answer stopped at the request's completion-token limit (`finish_reason` "length").
+    pub cut: bool,
+}
+
 pub struct Ledger {
     conn: Connection,
     path: PathBuf,
@@ -401,24 +411,27 @@ impl Ledger {
         self.newest_with_field(kind::MCP_CALL, "call_hash", call_hash)
     }
 
-    /// Prompt tokens, completion tokens and latency (ms) of the oldest `llm.exchange` event
+    /// Prompt tokens, completion tokens, latency (ms) and whether the answer stopped at the
+    /// completion-token limit (`finish_reason` "length") of the oldest `llm.exchange` event
     /// with this request hash sent by `role`: zeros without one, and 0 for a field it lacks
     /// (an exchange recorded without usage still counts). A ledger that cannot be read, or a
     /// field of the wrong type, is an error: zeros would pass for a free exchange.
-    pub fn exchange_usage(&self, request_hash: &str, role: &str) -> Result<(u64, u64, f64)> {
+    pub fn exchange_usage(&self, request_hash: &str, role: &str) -> Result<ExchangeUsage> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT json_extract(payload, '$.usage.prompt_tokens'), json_extract(payload, '$.usage.completion_tokens'),
-                    json_extract(payload, '$.latency_ms')
+                    json_extract(payload, '$.latency_ms'),
+                    json_extract(payload, '$.response.choices[0].finish_reason') = 'length'
              FROM events WHERE kind = 'llm.exchange' AND json_extract(payload, '$.request_hash') = ?1
                AND json_extract(payload, '$.role') = ?2 ORDER BY id LIMIT 1",
         )?;
         Ok(stmt
             .query_row(params![request_hash, role], |row| {
-                Ok((
-                    row.get::<_, Option<u64>>(0)?.unwrap_or(0),
-                    row.get::<_, Option<u64>>(1)?.unwrap_or(0),
-                    row.get::<_, Option<f64>>(2)?.unwrap_or(0.0),
-                ))
+                Ok(ExchangeUsage {
+                    prompt_tokens: row.get::<_, Option<u64>>(0)?.unwrap_or(0),
+                    completion_tokens: row.get::<_, Option<u64>>(1)?.unwrap_or(0),
+                    latency_ms: row.get::<_, Option<f64>>(2)?.unwrap_or(0.0),
+                    cut: row.get::<_, Option<bool>>(3)?.unwrap_or(false),
+                })
             })
             .optional()?
             .unwrap_or_default())
@@ -743,10 +756,18 @@ mod tests {
             let payload = json!({"request_hash": h, "role": "a", "usage": usage, "latency_ms": 7});
             NewEvent::new(kind::LLM_EXCHANGE, Some("i"), payload)
         };
-        l.record_run("s", "c", "v", &[ex("h1", json!(10)), ex("h1", json!(99)), ex("h2", json!("many"))]).unwrap();
-        assert_eq!(l.exchange_usage("h1", "a").unwrap(), (10, 2, 7.0));
-        assert_eq!(l.exchange_usage("h1", "b").unwrap(), (0, 0, 0.0));
-        assert_eq!(l.exchange_usage("h3", "a").unwrap(), (0, 0, 0.0));
+        let mut cut = ex("h4", json!(5));
+        cut.payload["response"] = json!({"choices": [{"finish_reason": "length"}]});
+        let mut stopped = ex("h5", json!(5));
+        stopped.payload["response"] = json!({"choices": [{"finish_reason": "stop"}]});
+        l.record_run("s", "c", "v", &[ex("h1", json!(10)), ex("h1", json!(99)), ex("h2", json!("many")), cut, stopped])
+            .unwrap();
+        let usage = |p, c, ms, cut| ExchangeUsage { prompt_tokens: p, completion_tokens: c, latency_ms: ms, cut };
+        assert_eq!(l.exchange_usage("h1", "a").unwrap(), usage(10, 2, 7.0, false));
+        assert_eq!(l.exchange_usage("h1", "b").unwrap(), usage(0, 0, 0.0, false));
+        assert_eq!(l.exchange_usage("h3", "a").unwrap(), usage(0, 0, 0.0, false));
+        assert_eq!(l.exchange_usage("h4", "a").unwrap(), usage(5, 2, 7.0, true));
+        assert_eq!(l.exchange_usage("h5", "a").unwrap(), usage(5, 2, 7.0, false));
         assert!(l.exchange_usage("h2", "a").is_err(), "a token count that is not a number is an error");
     }
 

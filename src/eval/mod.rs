@@ -650,6 +650,7 @@ fn summary_notes(cfg: &EvalSettings, results: &[board::SpaceReport], usage: &run
         }
     }
     out.notes.extend(usage.latency_notes(&cfg.agents));
+    out.notes.extend(usage.cut_notes(&cfg.agents, cfg.max_tokens));
     for x in results {
         let within = if several { format!(" in `{}`", x.space.as_str()) } else { String::new() };
         let flagged: Vec<String> = x.analysis.flag_counts.iter().map(|(f, n)| format!("{n} {f}")).collect();

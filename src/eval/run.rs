@@ -529,6 +529,8 @@ async fn run_one(env: &Env<'_>, job: Job, item: &Item) -> Result<RunRecord, Item
 pub struct Usage {
     /// Run key → (prompt tokens, completion tokens, model latency ms).
     pub per_run: BTreeMap<String, (u64, u64, f64)>,
+    /// Run key → its model turns that stopped at the completion-token limit (absent: none).
+    pub cut: BTreeMap<String, usize>,
 }
 
 impl Usage {
@@ -546,6 +548,29 @@ impl Usage {
             .collect()
     }
 
+    /// One line per agent with model turns cut at the completion-token limit (`limit`: `[eval]
+    /// max_tokens`, else each role's own): a call or an answer written past it is lost, and
+    /// an item's all-fail evidence may come from such runs, so a person reading the flags
+    /// should know.
+    pub fn cut_notes(&self, agents: &[String], limit: Option<u32>) -> Vec<String> {
+        let limit = limit.map_or("its role's `max_tokens`".to_string(), |m| format!("`[eval] max_tokens` = {m}"));
+        agents
+            .iter()
+            .filter_map(|a| {
+                let of = |k: &str| k.split('/').nth(1) == Some(a.as_str());
+                let cut: Vec<usize> = self.cut.iter().filter(|(k, _)| of(k.as_str())).map(|(_, n)| *n).collect();
+                let turns: usize = cut.iter().sum();
+                (turns > 0).then(|| {
+                    format!(
+                        "{a}: {turns} model turn(s) in {} run(s) stopped at the completion-token limit ({limit}); \
+                         what the model wrote past it is not in the run",
+                        cut.len()
+                    )
+                })
+            })
+            .collect()
+    }
+
     pub fn tokens(&self, key: &str) -> (u64, u64) {
         self.per_run.get(key).map(|u| (u.0, u.1)).unwrap_or_default()
     }
@@ -553,10 +578,11 @@ impl Usage {
 
 pub fn usage(artifacts: &std::path::Path, runs: &Runs) -> Result<Usage> {
     let ledger = crate::ledger::Ledger::open(artifacts)?;
-    let mut seen: BTreeMap<String, (u64, u64, f64)> = BTreeMap::new();
+    let mut seen: BTreeMap<String, crate::ledger::ExchangeUsage> = BTreeMap::new();
     let mut out = Usage::default();
     for (k, r) in &runs.records {
         let mut acc = (0u64, 0u64, 0f64);
+        let mut cut = 0usize;
         for x in r.turns.iter().flat_map(|t| &t.exchanges) {
             // Two agents may send the same body (roles that differ only in their endpoint):
             // each exchange is the agent's own.
@@ -569,9 +595,13 @@ pub fn usage(artifacts: &std::path::Path, runs: &Runs) -> Result<Usage> {
                     u
                 }
             };
-            acc = (acc.0 + u.0, acc.1 + u.1, acc.2 + u.2);
+            acc = (acc.0 + u.prompt_tokens, acc.1 + u.completion_tokens, acc.2 + u.latency_ms);
+            cut += usize::from(u.cut);
         }
         out.per_run.insert(k.clone(), acc);
+        if cut > 0 {
+            out.cut.insert(k.clone(), cut);
+        }
     }
     Ok(out)
 }

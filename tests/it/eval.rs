@@ -725,10 +725,30 @@ fn the_eval_turn_limit_replaces_each_agents_own_in_every_request_beside_the_repe
         let cfg = p.read(CONFIG);
         p.write(CONFIG, cfg.replace("seed = 1\n", "seed = 1\nmax_tokens = 300\n"));
     };
-    let llm = ScriptedLlm::start(agent_rule);
+    // The `none` agent's every answer stops at the limit: the stage says so, for it alone.
+    let cut_for_none = |seen: &Seen| match seen.body["model"].as_str() {
+        Some("none") => Answer::Raw(
+            json!({"id": "x", "object": "chat.completion", "created": 0, "model": "none",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "I cannot do th"},
+                "finish_reason": "length"}], "usage": {"prompt_tokens": 9, "completion_tokens": 64}})
+            .to_string(),
+        ),
+        _ => agent_rule(seen),
+    };
+    let llm = ScriptedLlm::start(cut_for_none);
     let p = project(&llm, "concurrency = 1\nrepeats = 2\nmax_tokens = 64\n");
     with_role_limit(&p);
-    assert_code(&eval(&p), 0);
+    let o = eval(&p);
+    assert_code(&o, 0);
+    let said = crate::support::stdout(&o);
+    let samples = released_ids(&p, "0.1.0").len();
+    // Every run of `none` (two repeats of each sample) has a cut turn; a dialogue has several.
+    let want = format!(
+        "model turn(s) in {} run(s) stopped at the completion-token limit (`[eval] max_tokens` = 64)",
+        2 * samples
+    );
+    assert!(said.lines().any(|l| l.trim_start().starts_with("none: ") && l.contains(&want)), "{said}");
+    assert!(!said.lines().any(|l| l.contains("oracle:") && l.contains("completion-token limit")), "{said}");
     let requests = llm.requests();
     assert!(!requests.is_empty());
     for r in &requests {
