@@ -412,17 +412,20 @@ impl Ledger {
     }
 
     /// Prompt tokens, completion tokens, latency (ms) and whether the answer stopped at the
-    /// completion-token limit (`finish_reason` "length") of the oldest `llm.exchange` event
-    /// with this request hash sent by `role`: zeros without one, and 0 for a field it lacks
+    /// completion-token limit (`finish_reason` "length"; a cache hit's from the exchange it
+    /// reused, as a hit records no response) of the oldest `llm.exchange` event with this
+    /// request hash sent by `role`: zeros without one, and 0 for a field it lacks
     /// (an exchange recorded without usage still counts). A ledger that cannot be read, or a
     /// field of the wrong type, is an error: zeros would pass for a free exchange.
     pub fn exchange_usage(&self, request_hash: &str, role: &str) -> Result<ExchangeUsage> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT json_extract(payload, '$.usage.prompt_tokens'), json_extract(payload, '$.usage.completion_tokens'),
-                    json_extract(payload, '$.latency_ms'),
-                    json_extract(payload, '$.response.choices[0].finish_reason') = 'length'
-             FROM events WHERE kind = 'llm.exchange' AND json_extract(payload, '$.request_hash') = ?1
-               AND json_extract(payload, '$.role') = ?2 ORDER BY id LIMIT 1",
+            "SELECT json_extract(e.payload, '$.usage.prompt_tokens'), json_extract(e.payload, '$.usage.completion_tokens'),
+                    json_extract(e.payload, '$.latency_ms'),
+                    COALESCE(json_extract(e.payload, '$.response.choices[0].finish_reason'),
+                             (SELECT json_extract(s.payload, '$.response.choices[0].finish_reason') FROM events s
+                               WHERE s.id = json_extract(e.payload, '$.source_event'))) = 'length'
+             FROM events e WHERE e.kind = 'llm.exchange' AND json_extract(e.payload, '$.request_hash') = ?1
+               AND json_extract(e.payload, '$.role') = ?2 ORDER BY e.id LIMIT 1",
         )?;
         Ok(stmt
             .query_row(params![request_hash, role], |row| {
@@ -762,12 +765,19 @@ mod tests {
         stopped.payload["response"] = json!({"choices": [{"finish_reason": "stop"}]});
         l.record_run("s", "c", "v", &[ex("h1", json!(10)), ex("h1", json!(99)), ex("h2", json!("many")), cut, stopped])
             .unwrap();
+        // A cache hit of `h4` by role `b` records no response: the cut is the source's.
+        let h4 = l.newest_with_field(kind::LLM_EXCHANGE, "request_hash", "h4").unwrap().unwrap();
+        let mut hit = ex("h4", json!(5));
+        hit.payload["role"] = json!("b");
+        hit.payload["source_event"] = json!(h4);
+        l.record_run("s", "c", "v", &[hit]).unwrap();
         let usage = |p, c, ms, cut| ExchangeUsage { prompt_tokens: p, completion_tokens: c, latency_ms: ms, cut };
         assert_eq!(l.exchange_usage("h1", "a").unwrap(), usage(10, 2, 7.0, false));
         assert_eq!(l.exchange_usage("h1", "b").unwrap(), usage(0, 0, 0.0, false));
         assert_eq!(l.exchange_usage("h3", "a").unwrap(), usage(0, 0, 0.0, false));
         assert_eq!(l.exchange_usage("h4", "a").unwrap(), usage(5, 2, 7.0, true));
         assert_eq!(l.exchange_usage("h5", "a").unwrap(), usage(5, 2, 7.0, false));
+        assert_eq!(l.exchange_usage("h4", "b").unwrap(), usage(5, 2, 7.0, true));
         assert!(l.exchange_usage("h2", "a").is_err(), "a token count that is not a number is an error");
     }
 

@@ -553,7 +553,8 @@ impl Usage {
     /// an item's all-fail evidence may come from such runs, so a person reading the flags
     /// should know.
     pub fn cut_notes(&self, agents: &[String], limit: Option<u32>) -> Vec<String> {
-        let limit = limit.map_or("its role's `max_tokens`".to_string(), |m| format!("`[eval] max_tokens` = {m}"));
+        let limit = limit
+            .map_or("its role's `max_tokens`, else the server's".to_string(), |m| format!("`[eval] max_tokens` = {m}"));
         agents
             .iter()
             .filter_map(|a| {

@@ -64,7 +64,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 10: the query names the server's platform (`levels-profiles`) as where to look, else the
     //     writer is asked again and the query rejected with the reason; the writer is told to
     //     invent an entity known only by name, so that the chain's first step is needed.
-    version: 10,
+    // 11: the plan check leaves the server's and the platform's words out of the query's
+    //     share (they made every step look requested); the prompts' example is of another domain.
+    version: 11,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read(), PROFILES.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],

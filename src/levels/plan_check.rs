@@ -274,6 +274,19 @@ pub fn check_judged(
     cfg: &PlanCheckSettings,
     judged: &BTreeMap<usize, Judged>,
 ) -> PlanCheck {
+    check_on_platform((level, None), query, steps, (tool, similarity), cfg, judged)
+}
+
+/// [`check_judged`] for a query that must name `platform` (an L3 query on a server with
+/// one): the platform's words, like its server's, say nothing about which step is meant.
+fn check_on_platform(
+    (level, platform): (u8, Option<&str>),
+    query: &str,
+    steps: &[Step],
+    (tool, similarity): (&LookupFn<'_>, Option<&[f32]>),
+    cfg: &PlanCheckSettings,
+    judged: &BTreeMap<usize, Judged>,
+) -> PlanCheck {
     let n = steps.len();
     let infos: Vec<Tools> = steps
         .iter()
@@ -293,19 +306,21 @@ pub fn check_judged(
     let q = content(query);
     // L1 and L2 queries name the platform by rule (or may, under L2's coupling rule), and an
     // L3 query by rule where its server has one while every step is of that one server, so
-    // the server's words say nothing about which of its tools is meant (they would make every
-    // L3 step share a word with the query, and none clearly low).
+    // the server's and the platform's words say nothing about which of its tools is meant
+    // (in L3 they made every step share words with the query and look clearly requested;
+    // yfinance's tools all say "Yahoo Finance").
     let single = level <= 2;
     let one_server = level <= 3;
     let q_of = |i: usize| -> BTreeSet<String> {
         if !one_server {
             return q.clone();
         }
-        let servers: BTreeSet<String> = infos[i]
+        let mut named: BTreeSet<String> = infos[i]
             .iter()
             .flat_map(|(id, t)| content(t.as_ref().map_or(server_of(id).as_str(), |t| t.server.as_str())))
             .collect();
-        q.difference(&servers).cloned().collect()
+        named.extend(platform.map(content).unwrap_or_default());
+        q.difference(&named).cloned().collect()
     };
     let ev: Vec<Evidence> =
         (0..n).map(|i| evidence((&q, &q_of(i)), &infos[i], similarity.and_then(|s| s.get(i)).copied())).collect();
@@ -549,7 +564,7 @@ struct Evidence {
     similarity: Option<f64>,
     /// The tool name the query names.
     mention: Option<String>,
-    /// How many query words the share is of (L1/L2: the platform's left out).
+    /// How many query words the share is of (L1–L3: the server's and the platform's left out).
     words: usize,
 }
 
@@ -1004,7 +1019,7 @@ fn judge_rounds(
     let mut checks: Vec<PlanCheck> = cands
         .iter()
         .zip(&sims)
-        .map(|(c, s)| check_judged(level, c.query, &c.steps, (tool, s.as_deref()), cfg, &none))
+        .map(|(c, s)| check_on_platform((level, c.platform), c.query, &c.steps, (tool, s.as_deref()), cfg, &none))
         .collect();
     let mut judged: Vec<BTreeMap<usize, Judged>> = vec![BTreeMap::new(); cands.len()];
     if let Some(role) = judge {
@@ -1032,7 +1047,8 @@ fn judge_rounds(
                     }
                 }
                 if judged[k].len() > before {
-                    checks[k] = check_judged(level, c.query, &c.steps, (tool, sims[k].as_deref()), cfg, &judged[k]);
+                    let lookup = (tool, sims[k].as_deref());
+                    checks[k] = check_on_platform((level, c.platform), c.query, &c.steps, lookup, cfg, &judged[k]);
                 }
             }
         }
@@ -1564,6 +1580,35 @@ mod tests {
 
     fn step(tools: &[&str], deps: &[usize]) -> Step {
         Step { tools: tools.iter().map(|t| t.to_string()).collect(), depends_on: deps.to_vec() }
+    }
+
+    /// An L3 query names its platform, which every tool of the server also names: those words
+    /// say nothing about which step is meant, so they are not part of a step's share.
+    #[test]
+    fn an_l3_steps_share_leaves_out_its_servers_and_platforms_words() {
+        let tools = vec![
+            tool(
+                "yfinance-mcp::search_symbols",
+                "Search Yahoo Finance tickers by company name.",
+                json!({"query": {}}),
+                None,
+            ),
+            tool("yfinance-mcp::stock_price", "Latest Yahoo Finance price of a ticker.", json!({"ticker": {}}), None),
+            tool("yfinance-mcp::news", "Latest Yahoo Finance headlines of a ticker.", json!({"ticker": {}}), None),
+        ];
+        let plan = [
+            step(&["yfinance-mcp::search_symbols"], &[]),
+            step(&["yfinance-mcp::stock_price"], &[0]),
+            step(&["yfinance-mcp::news"], &[0]),
+        ];
+        let q = "What is the share price of Quillmoor Robotics? Check Yahoo Finance.";
+        let cfg = PlanCheckSettings { judge: false, ..PlanCheckSettings::default() };
+        let none = BTreeMap::new();
+        let with = check_on_platform((3, Some("Yahoo Finance")), q, &plan, (&lookup(&tools), None), &cfg, &none);
+        let without = check_on_platform((3, None), q, &plan, (&lookup(&tools), None), &cfg, &none);
+        // The headlines step shares only the platform's words with the query.
+        assert_eq!(about(&with, 3).score, Some(0.0), "{:?}", about(&with, 3));
+        assert!(about(&without, 3).score.unwrap_or(0.0) > 0.0, "{:?}", about(&without, 3));
     }
 
     /// The decision about step `k` itself (not about one of its dependencies).
