@@ -31,7 +31,7 @@ pub mod search;
 pub mod source;
 pub mod validity;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -427,11 +427,16 @@ impl Stage for EvalStage {
 
 /// Two panel agents whose roles send the same request to the same endpoint (the same
 /// endpoint identity as the exchange cache key's, model name and sampling settings) are one
-/// agent twice: their exchanges would be one and the same.
+/// agent twice: their exchanges would be one and the same. Repeat `r` > 1 asks with the
+/// seed `role seed + r − 1` ([`run`]), so two agents whose seeds are fewer than `repeats`
+/// apart share the answers of some repeats (seeds 1 and 2 with two repeats: the first's
+/// second repeat is the second's first).
 fn check_distinct_agents(s: &Settings, cfg: &EvalSettings, problems: &mut Vec<Problem>) {
     let roles = &s.section::<crate::llm::LlmSettings>().roles;
     let resolve = |p: &std::path::Path| s.resolve(p);
-    let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+    // Per identity: each agent, its role's seed, and the seeds its repeats ask with.
+    type Agent<'a> = (&'a str, Option<u64>, BTreeSet<Option<u64>>);
+    let mut seen: BTreeMap<String, Vec<Agent>> = BTreeMap::new();
     for (i, a) in cfg.agents.iter().enumerate() {
         let Some(r) = roles.get(a) else { continue };
         let identity = json!([
@@ -441,17 +446,26 @@ fn check_distinct_agents(s: &Settings, cfg: &EvalSettings, problems: &mut Vec<Pr
             r.top_p,
             // `[eval] max_tokens` replaces each role's in every turn's request.
             cfg.max_tokens.or(r.max_tokens),
-            r.seed
         ])
         .to_string();
-        if let Some(first) = seen.insert(identity, a) {
-            problems.push(Problem::new(
-                format!("eval.agents[{i}]"),
+        let base = r.seed.unwrap_or(0);
+        let seeds: BTreeSet<Option<u64>> =
+            std::iter::once(r.seed).chain((2..=cfg.repeats).map(|k| Some(base.wrapping_add(k as u64 - 1)))).collect();
+        let same = seen.entry(identity).or_default();
+        if let Some((first, their_seed, _)) = same.iter().find(|(_, _, theirs)| !theirs.is_disjoint(&seeds)) {
+            let why = if *their_seed != r.seed {
+                format!(
+                    "`{a}` and `{first}` would share the answers of some repeats (same provider, endpoint, model and sampling settings; repeat r asks with the role's seed + r - 1): give their seeds at least {} apart, or another endpoint or model",
+                    cfg.repeats
+                )
+            } else {
                 format!(
                     "`{a}` cannot be told apart from `{first}` (same provider, endpoint, model and sampling settings): they would share every answer; give one another endpoint, model or seed"
-                ),
-            ));
+                )
+            };
+            problems.push(Problem::new(format!("eval.agents[{i}]"), why));
         }
+        same.push((a.as_str(), r.seed, seeds));
     }
 }
 

@@ -897,6 +897,17 @@ fn indistinguishable_panel_agents_are_refused() {
     let fixed = p.read(CONFIG).replace(&twin, &twin.replace("seed = 1", "seed = 2"));
     p.write(CONFIG, fixed);
     assert_code(&p.run(&["--config", CONFIG, "check"]), 0);
+    // Unless repeats reach it: repeat 2 of `oracle` (seed 1) asks with seed 2, `twin`'s first.
+    let cfg = p.read(CONFIG);
+    let eval_at = cfg.find("[eval]").unwrap();
+    let with_repeats = format!("{}[eval]\nrepeats = 2\n{}", &cfg[..eval_at], &cfg[eval_at + "[eval]\n".len()..]);
+    p.write(CONFIG, with_repeats.clone());
+    let o = p.run(&["--config", CONFIG, "check"]);
+    assert_code(&o, 1);
+    let err = stderr(&o);
+    assert!(err.contains("eval.agents[1]") && err.contains("give their seeds at least 2 apart"), "{err}");
+    p.write(CONFIG, with_repeats.replace("seed = 2\n", "seed = 3\n"));
+    assert_code(&p.run(&["--config", CONFIG, "check"]), 0);
 }
 
 /// With repeats, every leaderboard figure carries its 95 % bootstrap interval over the
