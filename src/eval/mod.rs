@@ -428,7 +428,7 @@ impl Stage for EvalStage {
 /// Two panel agents whose roles send the same request to the same endpoint (the same
 /// endpoint identity as the exchange cache key's, model name and sampling settings) are one
 /// agent twice: their exchanges would be one and the same. Repeat `r` > 1 asks with the
-/// seed `role seed + r − 1` ([`run`]), so two agents whose seeds are fewer than `repeats`
+/// seed `role seed + r − 1` ([`run::repeat_seed`]), so two agents whose seeds are fewer than `repeats`
 /// apart share the answers of some repeats (seeds 1 and 2 with two repeats: the first's
 /// second repeat is the second's first).
 fn check_distinct_agents(s: &Settings, cfg: &EvalSettings, problems: &mut Vec<Problem>) {
@@ -448,9 +448,7 @@ fn check_distinct_agents(s: &Settings, cfg: &EvalSettings, problems: &mut Vec<Pr
             cfg.max_tokens.or(r.max_tokens),
         ])
         .to_string();
-        let base = r.seed.unwrap_or(0);
-        let seeds: BTreeSet<Option<u64>> =
-            std::iter::once(r.seed).chain((2..=cfg.repeats).map(|k| Some(base.wrapping_add(k as u64 - 1)))).collect();
+        let seeds: BTreeSet<Option<u64>> = (1..=cfg.repeats.max(1)).map(|k| run::repeat_seed(r.seed, k)).collect();
         let same = seen.entry(identity).or_default();
         if let Some((first, their_seed, _)) = same.iter().find(|(_, _, theirs)| !theirs.is_disjoint(&seeds)) {
             let why = if *their_seed != r.seed {

@@ -140,6 +140,22 @@ pub fn key(space: ToolSpace, agent: &str, repeat: usize, id: &str) -> String {
     format!("{}/{agent}/r{repeat}/{id}", space.as_str())
 }
 
+/// Whether the run [`key`] `k` is one of `agent`'s (neither a space nor a role has a `/`).
+fn of_agent(k: &str, agent: &str) -> bool {
+    k.split('/').nth(1) == Some(agent)
+}
+
+/// The sampling seed the requests of repeat `repeat` (from 1) carry for an agent whose role
+/// has `role_seed`: repeat 1 the role's own, repeat `r` > 1 `role seed + r − 1` (0 for a role
+/// without one), so each repeat is a request of its own. `check` compares these between
+/// agents, so that two agents never share a repeat's answers.
+pub fn repeat_seed(role_seed: Option<u64>, repeat: usize) -> Option<u64> {
+    match repeat {
+        0 | 1 => role_seed,
+        r => Some(role_seed.unwrap_or(0).wrapping_add(r as u64 - 1)),
+    }
+}
+
 /// Every finished run, by key.
 pub struct Runs {
     pub records: BTreeMap<String, RunRecord>,
@@ -476,8 +492,9 @@ impl crate::agent::Chat for Seeded<'_> {
 async fn run_one(env: &Env<'_>, job: Job, item: &Item) -> Result<RunRecord, ItemError> {
     let sample = &env.rel.samples[job.sample];
     let agent = &env.cfg.agents[job.agent];
-    let role_seed = env.s.section::<crate::llm::LlmSettings>().roles.get(agent).and_then(|r| r.seed).unwrap_or(0);
-    let seed = (job.repeat > 1).then(|| role_seed.wrapping_add(job.repeat as u64 - 1));
+    let role_seed = env.s.section::<crate::llm::LlmSettings>().roles.get(agent).and_then(|r| r.seed);
+    // Repeat 1 asks with the role's settings as they are (no seed of its own in the body).
+    let seed = (job.repeat > 1).then(|| repeat_seed(role_seed, job.repeat)).flatten();
     let llm = &Seeded { item, turn: crate::llm::TurnParams { seed, max_tokens: env.cfg.max_tokens } };
     let space = env.rel.tool_space(job.space, env.cfg.distractors(), env.s.project.seed, sample);
     let cassette = env.rel.cassettes.get(&sample.id);
@@ -539,9 +556,7 @@ impl Usage {
         agents
             .iter()
             .map(|a| {
-                // A key is `<space>/<agent>/r<k>/<id>`, and neither a space nor a role has a `/`.
-                let of = |k: &str| k.split('/').nth(1) == Some(a.as_str());
-                let v: Vec<f64> = self.per_run.iter().filter(|(k, _)| of(k.as_str())).map(|(_, u)| u.2).collect();
+                let v: Vec<f64> = self.per_run.iter().filter(|(k, _)| of_agent(k, a)).map(|(_, u)| u.2).collect();
                 let mean = if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
                 format!("{a}: mean model latency {:.0} ms per run ({} runs)", mean, v.len())
             })
@@ -558,8 +573,7 @@ impl Usage {
         agents
             .iter()
             .filter_map(|a| {
-                let of = |k: &str| k.split('/').nth(1) == Some(a.as_str());
-                let cut: Vec<usize> = self.cut.iter().filter(|(k, _)| of(k.as_str())).map(|(_, n)| *n).collect();
+                let cut: Vec<usize> = self.cut.iter().filter(|(k, _)| of_agent(k, a)).map(|(_, n)| *n).collect();
                 let turns: usize = cut.iter().sum();
                 (turns > 0).then(|| {
                     format!(
