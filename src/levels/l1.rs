@@ -38,7 +38,7 @@ pub static SPEC: StageSpec = StageSpec {
     // 9: the platform may come after up to 300 characters (150 forced it in mid-word).
     // 10: ... and one that asks for something of the platform ("the company profile for
     //     Alpha Markets?") too.
-    version: 10,
+    version: 11,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],

@@ -38,7 +38,7 @@ pub static SPEC: StageSpec = StageSpec {
     // 9: the platform may come after up to 300 characters (150 forced it in mid-word).
     // 10: ... and one that asks for something of the platform ("the company profile for
     //     Alpha Markets?") too.
-    version: 10,
+    version: 11,
     about: "ETOM L2: implicit queries under the coupling rule; EFS members share one query whose ground truth lists the whole set",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read(), FINAL.optional()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],

@@ -44,7 +44,7 @@ pub static SPEC: StageSpec = StageSpec {
     //    Slack step shared "history" with a request for price history).
     // 8: a query written when asked again goes through quality control too.
     // 9: the step judge writes its reason before its verdict.
-    version: 9,
+    version: 10,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],
@@ -184,11 +184,13 @@ pub(crate) fn scenario_answer(services: &Value) -> crate::llm::Answer<Scenario> 
         })
         .collect();
     let schema = json!({"type": "object",
+        // Steps before the query: the demo's 1.5B writer, writing the query first, asked for
+        // what one service does alone and then listed the other's tools anyway (2026-12-06).
         "properties": {
-            "query": {"type": "string", "minLength": 1},
             "steps": {"type": "array", "prefixItems": steps, "minItems": n.max(1), "maxItems": max},
+            "query": {"type": "string", "minLength": 1},
         },
-        "required": ["query", "steps"], "additionalProperties": false});
+        "required": ["steps", "query"], "additionalProperties": false});
     crate::llm::Answer::new("Scenario", schema).non_blank("query", |s: &Scenario| s.query.as_str()).check(
         move |sc: &Scenario| {
             if sc.steps.is_empty() {

@@ -192,7 +192,7 @@ impl crate::settings::Section for LevelsSettings {
             "plan_check.min_similarity",
             "number",
             "0.2",
-            "L3/L4: query–tool cosine below which a step whose tool the query does not name is unrequested.",
+            "L3/L4: query–tool cosine below which a step the query does not name, sharing at most one word with it, is unrequested.",
         ),
         Key::new(
             "plan_check.requested_similarity",
@@ -433,7 +433,8 @@ pub struct PlanCheckSettings {
     #[serde(default = "yes")]
     pub judge: bool,
     /// With embeddings: the query–tool cosine below which a step whose tool the query does
-    /// not name is an unrequested candidate.
+    /// not name, and which shares at most one content word with the query, is an
+    /// unrequested candidate.
     #[serde(default = "default_min_similarity")]
     pub min_similarity: f64,
     /// With embeddings: the cosine at or above which a step is clearly requested.

@@ -27,14 +27,17 @@
 //!    feeds `text`). A dependency without such a link is dropped with the reason; so is one
 //!    that points forward or out of range.
 //! 3. **Steps the query never calls for.** Each step gets evidence: a *mention* (the query
-//!    holds every content word of one of its tools' names: "company profile" names
-//!    `get_company_profile`), a lexical *score* (the share of the query's content words that
+//!    holds every content word of one of its tools' names close together, within a run of
+//!    one content word more, in any order: "company profile" and "the profile of the
+//!    company" name `get_company_profile`, "a channel named 'Finance Updates' with the
+//!    price history" does not name `get_channel_history`), a lexical *score* (the share of the query's content words that
 //!    occur in the tool's text: server and tool name, description, parameter names and
 //!    descriptions; stop words and generic verbs such as get/fetch/find left out, plurals
 //!    folded) and, when the caller has embeddings (L3, L4), a *similarity*: the cosine
 //!    between the query and the tool text the `embed` stage embeds (the best of the step's
 //!    tools). A step with no mention and a clearly low score (a similarity below
-//!    `min_similarity`; without one, no shared word at all) is an *unrequested candidate*.
+//!    `min_similarity` and at most one shared word; without a similarity, no shared word
+//!    at all) is an *unrequested candidate*.
 //!    The similarity decides lowness where there is one because each signal misses what
 //!    the other sees: one shared word ("history" in a Slack channel's history and a stock's
 //!    price history) kept a Slack step in a released L4 about market data, while a web
@@ -43,7 +46,9 @@
 //!    when another step is clearly requested (a mention, a score at or above
 //!    `requested_overlap`, or a similarity at or above `requested_similarity`) and no kept
 //!    step depends on it through a kept dependency (a step that feeds a kept step stays);
-//!    otherwise it is kept and marked so. Levels plans carry no argument values, so a
+//!    otherwise it is kept and marked so. A step that feeds a kept step only by a name (no
+//!    output schema: Slack's channel history "names" `send_message`'s `channel`, which the
+//!    query may give itself) and is neither named nor clearly requested is open instead. Levels plans carry no argument values, so a
 //!    mention is by tool name.
 //! 4. **The level's shape**, on what is left: L1 exactly one step with one tool; L2 exactly
 //!    one step (a tool and its EFS alternatives); L3 two or more distinct tools, all of one
@@ -298,12 +303,13 @@ fn check_on_platform(
     for i in (0..n).filter(|&i| canon[i] != i) {
         step_dec[i] = Some(decided(i, &primary[i], Decision::Duplicate, format!("repeats step {}", canon[i] + 1)));
     }
-    let (mut kept_deps, dep_dec) = links(steps, &canon, &deps, &infos, &primary);
+    let (mut kept_deps, dep_dec, by_name) = links(steps, &canon, &deps, &infos, &primary);
     for (i, j) in repeats_after_links(steps, &mut canon, &mut kept_deps) {
         let why = format!("repeats step {} once the dependencies without a data link are dropped", j + 1);
         step_dec[i] = Some(decided(i, &primary[i], Decision::Duplicate, why));
     }
     let q = content(query);
+    let in_order = content_words(query);
     // L1 and L2 queries name the platform by rule (or may, under L2's coupling rule), and an
     // L3 query by rule where its server has one while every step is of that one server, so
     // the server's and the platform's words say nothing about which of its tools is meant
@@ -322,9 +328,10 @@ fn check_on_platform(
         named.extend(platform.map(content).unwrap_or_default());
         q.difference(&named).cloned().collect()
     };
-    let ev: Vec<Evidence> =
-        (0..n).map(|i| evidence((&q, &q_of(i)), &infos[i], similarity.and_then(|s| s.get(i)).copied())).collect();
-    let (pruned, open) = requested(&canon, &kept_deps, &ev, (judged, single), cfg, &primary, &mut step_dec);
+    let ev: Vec<Evidence> = (0..n)
+        .map(|i| evidence((&in_order, &q_of(i)), &infos[i], similarity.and_then(|s| s.get(i)).copied()))
+        .collect();
+    let (pruned, open) = requested(&canon, (&kept_deps, &by_name), &ev, (judged, single), cfg, &primary, &mut step_dec);
     let kept: Vec<usize> = (0..n).filter(|&i| !pruned[i]).collect();
     let pos: BTreeMap<usize, usize> = kept.iter().enumerate().map(|(new, &old)| (old, new)).collect();
     let plan: Vec<Step> = kept
@@ -352,6 +359,9 @@ pub type LookupFn<'a> = dyn Fn(&str) -> Option<ToolInfo> + 'a;
 /// Gives a query's embedding cosine with each step of a plan (the best of its tools; NaN
 /// for a step none of whose tools has a vector).
 pub type SimilarityFn<'a> = dyn Fn(&str, &[Step]) -> anyhow::Result<Vec<f32>> + 'a;
+
+/// Kept dependencies (step b, step a) whose link only a name shows (no output schema).
+type ByName = BTreeSet<(usize, usize)>;
 
 /// A step's tools: normalised id and what is known of it.
 type Tools = Vec<(String, Option<ToolInfo>)>;
@@ -422,9 +432,10 @@ fn links(
     deps: &[BTreeSet<usize>],
     infos: &[Tools],
     primary: &[String],
-) -> (Vec<BTreeSet<usize>>, Vec<Vec<StepDecision>>) {
+) -> (Vec<BTreeSet<usize>>, Vec<Vec<StepDecision>>, ByName) {
     let n = steps.len();
     let mut kept: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
+    let mut by_name = BTreeSet::new();
     let mut out: Vec<Vec<StepDecision>> = vec![Vec::new(); n];
     for i in (0..n).filter(|&i| canon[i] == i) {
         for &j in steps[i].depends_on.iter().filter(|&&j| j >= i) {
@@ -433,7 +444,10 @@ fn links(
         }
         for &a in &deps[i] {
             match step_link(&infos[a], &infos[i]) {
-                Ok(why) => {
+                Ok((why, by_schema)) => {
+                    if !by_schema {
+                        by_name.insert((i, a));
+                    }
                     kept[i].insert(a);
                     out[i].push(on_dependency(i, a, &primary[i], Decision::Kept, why));
                 }
@@ -444,19 +458,20 @@ fn links(
             }
         }
     }
-    (kept, out)
+    (kept, out, by_name)
 }
 
-/// A link from any tool of step a to any tool of step b.
-fn step_link(a: &[(String, Option<ToolInfo>)], b: &[(String, Option<ToolInfo>)]) -> Result<String, String> {
+/// A link from any tool of step a to any tool of step b, and whether an output schema
+/// shows it (false: only a's name or description names the input).
+fn step_link(a: &[(String, Option<ToolInfo>)], b: &[(String, Option<ToolInfo>)]) -> Result<(String, bool), String> {
     let mut first_err: Option<String> = None;
     for (ida, ta) in a {
         for (idb, tb) in b {
             let (Some(ta), Some(tb)) = (ta, tb) else {
-                return Ok(format!("`{ida}` or `{idb}` is not in the catalog: the link cannot be checked"));
+                return Ok((format!("`{ida}` or `{idb}` is not in the catalog: the link cannot be checked"), true));
             };
             match link(ta, tb) {
-                Ok(why) => return Ok(why),
+                Ok(why) => return Ok((why, ta.output_schema.as_ref().is_some_and(|o| !output_fields(o).is_empty()))),
                 Err(e) => {
                     if first_err.is_none() {
                         first_err = Some(e);
@@ -576,12 +591,16 @@ impl Evidence {
     }
 
     fn low(&self, cfg: &PlanCheckSettings) -> bool {
-        // With a similarity it alone says "clearly low": a cosine between the bounds is a
-        // possible need the lexical score cannot see (a web search to find "the top 5
-        // companies by market cap" shares no word with it), which the judge then decides.
+        // With a similarity it says "clearly low" unless the step shares two or more of the
+        // query's words: a cosine between the bounds is a possible need the
+        // lexical score cannot see (a web search to find "the top 5 companies by market cap"
+        // shares no word with it), and a long query about two things puts a plainly asked
+        // step under `min_similarity` ("… then post a message to a channel named 'Finance
+        // Updates'": `send_message` at 0.20 while sharing channel, message, post, finance).
+        // Either way the judge then decides.
         self.mention.is_none()
             && match self.similarity {
-                Some(x) => x < cfg.min_similarity,
+                Some(x) => x < cfg.min_similarity && self.shared.len() < 2,
                 None => self.shared.is_empty(),
             }
     }
@@ -604,10 +623,10 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
-/// The evidence for one step: a mention by the whole query (`full`), a share of `q` (the
-/// query's words that may tell its tools apart).
+/// The evidence for one step: a mention by the whole query (`full`, its content words in
+/// order), a share of `q` (the query's words that may tell its tools apart).
 fn evidence(
-    (full, q): (&BTreeSet<String>, &BTreeSet<String>),
+    (full, q): (&[String], &BTreeSet<String>),
     tools: &[(String, Option<ToolInfo>)],
     embedded: Option<f32>,
 ) -> Evidence {
@@ -663,14 +682,22 @@ pub fn unrelated(query: &str, tools: &[Value], platform: &str) -> Option<String>
     ))
 }
 
-/// The tool's name when the query holds every content word of it.
-fn mention_of(q: &BTreeSet<String>, id: &str, t: Option<&ToolInfo>) -> Option<String> {
+/// The tool's name when the query holds every content word of it close together: within
+/// a run of one content word more than the name has, in any order ("the open issues" names
+/// `list_issues`, "profile of the company" `get_company_profile`). Words of the name far
+/// apart do not: "… to a channel named 'Finance Updates' with the price history" does not
+/// name `get_channel_history` (a released L4 kept a Slack step on that mention).
+fn mention_of(q: &[String], id: &str, t: Option<&ToolInfo>) -> Option<String> {
     let name = match t {
         Some(t) => t.name.clone(),
         None => crate::model::split_tool_id(id).map_or(id, |(_, n)| n).to_string(),
     };
     let words = content(&name);
-    (!words.is_empty() && words.is_subset(q)).then_some(name)
+    if words.is_empty() || words.len() > q.len() {
+        return None;
+    }
+    let span = (words.len() + 1).min(q.len());
+    q.windows(span).any(|run| words.iter().all(|w| run.contains(w))).then_some(name)
 }
 
 /// The content words of a tool's text: server and tool name, description, parameter
@@ -702,6 +729,11 @@ const STOP: &[&str] = &[
 /// Content words: lowercase words of two or more characters, stop words left out, plurals
 /// folded.
 fn content(text: &str) -> BTreeSet<String> {
+    content_words(text).into_iter().collect()
+}
+
+/// The content words of `text` in their order (repeats kept), for how close they stand.
+fn content_words(text: &str) -> Vec<String> {
     split_words(text)
         .into_iter()
         .filter(|w| w.chars().count() >= 2 && !STOP.contains(&w.as_str()))
@@ -737,7 +769,7 @@ fn stem(w: &str) -> String {
 /// (repeats included) and the open steps no judge decided.
 fn requested(
     canon: &[usize],
-    kept_deps: &[BTreeSet<usize>],
+    (kept_deps, by_name): (&[BTreeSet<usize>], &ByName),
     ev: &[Evidence],
     (judged, single): (&BTreeMap<usize, Judged>, bool),
     cfg: &PlanCheckSettings,
@@ -752,7 +784,13 @@ fn requested(
     for i in (0..n).rev().filter(|&i| canon[i] == i) {
         let e = &ev[i];
         let what = e.describe();
-        let fed = (i + 1..n).find(|&b| !pruned[b] && kept_deps[b].contains(&i));
+        let feeds = |b: usize| !pruned[b] && kept_deps[b].contains(&i);
+        // Fed through an output schema, a step stays by rule; through a name alone ("channel"
+        // in Slack's history feeding `send_message`'s channel, which the query gives), a step
+        // the query does not name or clearly request is the judge's to decide.
+        let fed = (i + 1..n).find(|&b| feeds(b) && !by_name.contains(&(b, i)));
+        let fed_by_name = (i + 1..n).find(|&b| feeds(b));
+        let weakly_fed = fed.is_none() && fed_by_name.is_some() && e.mention.is_none() && !clearly[i];
         let other = (0..n).find(|&j| j != i && clearly[j]);
         let mut by = DecidedBy::Rule;
         let mut exchange = None;
@@ -762,7 +800,7 @@ fn requested(
             (Decision::Kept, format!("requested: the query names `{m}`"))
         } else if clearly[i] {
             (Decision::Kept, format!("requested: {what}"))
-        } else if (!e.low(cfg) || other.is_none() || !cfg.prune_unrequested)
+        } else if (!e.low(cfg) || other.is_none() || !cfg.prune_unrequested || weakly_fed)
             && let Some(j) = judged.get(&i)
         {
             // Open to the rules: the judge decides (module doc, 5).
@@ -778,6 +816,9 @@ fn requested(
                 let off = "`levels.plan_check.prune_unrequested` is off";
                 (Decision::Kept, format!("not needed, says the judge: {said} (rules: {what}; {off})"))
             }
+        } else if let Some(b) = fed_by_name {
+            open.push(i);
+            (Decision::Kept, format!("feeds step {} by a name only (no output schema); {what}", b + 1))
         } else if !e.low(cfg) {
             open.push(i);
             (Decision::Kept, format!("kept: {what}"))
@@ -1918,6 +1959,67 @@ mod tests {
         let llm = StepDecision { by: DecidedBy::Llm, exchange: Some("sha256:ab".into()), ..about(&c, 3).clone() };
         let back: StepDecision = serde_json::from_value(serde_json::to_value(&llm).unwrap()).unwrap();
         assert_eq!(back, llm);
+    }
+
+    /// A draft of the demo's L4 (2026-12-06): the words of `get_channel_history` stand far
+    /// apart in the query ("a channel named …", "the price history"), which is no mention;
+    /// the `send_message` it plainly asks for has a low similarity in a long query about two
+    /// things, but shares four words, so the similarity alone does not prune it; and the
+    /// history, which feeds the message's `channel` by a name only, is the judge's to decide.
+    #[test]
+    fn a_name_is_mentioned_only_by_words_close_together_and_shared_words_keep_a_low_similarity_open() {
+        let mut tools = l4_1_tools();
+        tools.push(tool(
+            "slack-mcp::send_message",
+            "Post a message to a Slack channel, or reply in a thread when a thread timestamp is given.",
+            json!({"channel": {"type": "string", "description": "Channel ID or name"},
+                   "text": {"type": "string", "description": "Message text"}}),
+            None,
+        ));
+        tools.push(tool(
+            "yfinance-mcp::price_history",
+            "Download daily historical prices for a ticker between two dates.",
+            json!({"ticker": {"type": "string"}, "start": {"type": "string"}, "end": {"type": "string"}}),
+            None,
+        ));
+        let query = "Search for the stock 'Apple' and find its price history over the last 30 days, then post a \
+                     message to a channel named 'Finance Updates' with the price history.";
+        let plan = [
+            step(&["slack-mcp::get_channel_history"], &[]),
+            step(&["yfinance-mcp::price_history"], &[]),
+            step(&["slack-mcp::send_message"], &[0, 1]),
+        ];
+        let sims: [f32; 3] = [0.15, 0.52, 0.19];
+        let cfg = PlanCheckSettings::default();
+        let c = check_plan(4, query, &plan, &lookup(&tools), Some(&sims[..]), &cfg);
+        let history = about(&c, 1);
+        assert_eq!((history.decision, history.mention.as_deref()), (Decision::Kept, None));
+        assert!(
+            history.reason.starts_with("feeds step 3 by a name only (no output schema); shares 3"),
+            "{}",
+            history.reason
+        );
+        assert_eq!(about(&c, 2).mention.as_deref(), Some("price_history"));
+        let post = about(&c, 3);
+        assert_eq!((post.decision, post.similarity), (Decision::Kept, Some(0.19)), "{}", post.reason);
+        assert!(post.reason.starts_with("kept: shares 3 of"), "{}", post.reason);
+        assert_eq!(c.open, vec![0, 2], "the judge decides the history and the message");
+        let judged = BTreeMap::from([
+            (0, Judged { needed: false, reason: "The channel is named.".into(), exchange: "sha256:01".into() }),
+            (2, Judged { needed: true, reason: "It posts the message.".into(), exchange: "sha256:02".into() }),
+        ]);
+        let c = check_judged(4, query, &plan, (&lookup(&tools), Some(&sims[..])), &cfg, &judged);
+        assert_eq!((about(&c, 1).decision, about(&c, 1).by), (Decision::Unrequested, DecidedBy::Llm));
+        assert_eq!((about(&c, 3).decision, about(&c, 3).by), (Decision::Kept, DecidedBy::Llm));
+        let (ph, post) = ("yfinance-mcp::price_history", "slack-mcp::send_message");
+        // Which price history the message carries is no link the rules can see (no schema
+        // names `text`): that dependency goes, as the module doc's rule 2 says.
+        assert_eq!(c.verdict, Verdict::Ok(vec![step(&[ph], &[]), step(&[post], &[])]));
+        // Close together in any order is a mention; the profile's words are one apart.
+        let q = "Show the profile of the company behind TSLA.";
+        let plan = [step(&["alpha-markets-mcp::get_company_profile"], &[])];
+        let c = check_plan(4, q, &plan, &lookup(&tools), None, &PlanCheckSettings::default());
+        assert_eq!(about(&c, 1).mention.as_deref(), Some("get_company_profile"));
     }
 
     #[test]
