@@ -66,7 +66,7 @@ pub static SPEC: StageSpec = StageSpec {
     //     invent an entity known only by name, so that the chain's first step is needed.
     // 11: the plan check leaves the server's and the platform's words out of the query's
     //     share (they made every step look requested); the prompts' example is of another domain.
-    version: 12,
+    version: 13,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read(), PROFILES.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],

@@ -44,7 +44,7 @@ pub static SPEC: StageSpec = StageSpec {
     //    Slack step shared "history" with a request for price history).
     // 8: a query written when asked again goes through quality control too.
     // 9: the step judge writes its reason before its verdict.
-    version: 10,
+    version: 11,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],

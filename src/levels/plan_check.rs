@@ -57,14 +57,22 @@
 //!    uses 1 (alpha-markets-mcp)".
 //!
 //! 5. **The judge, where the rules cannot tell.** A step kept only because its evidence is
-//!    neither clearly low nor clearly requested (`kept: …`), or an unrequested candidate
-//!    kept because no other step is clearly requested, is *open*. With
+//!    neither clearly low nor clearly requested (`kept: …`), an unrequested candidate kept
+//!    because no other step is clearly requested, or a step that feeds a kept step only by
+//!    a name, is *open*. With
 //!    `[levels.plan_check] judge = true` (the default) the levels' `judge_role` is asked per
 //!    open step ([`PlanChecks::check_all`], template `levels_step_need`, the same
 //!    `{reason, needed}` answer as `validate`'s needed-call check,
 //!    [`crate::synth::gold::need_answer`]); a step it calls not needed is pruned by `llm`
-//!    (unless a kept step depends on it), one it calls needed is kept by `llm`, and the
-//!    shape is checked on what is left. A step the rules decided is never asked about, so a
+//!    (unless a kept step depends on it), one it calls needed is kept by `llm` only when a
+//!    part of the request is the step's own: the request split into parts at punctuation
+//!    and at "and" and "then", some part holds a word the step's tools say and no other
+//!    step's do, or the step is the nearest to a part by embedding similarity (at
+//!    `min_similarity` or more). Otherwise the rule prunes it (`rule`, with the judge's
+//!    exchange and both reasons): the demo's judges, 0.5B and 1.5B alike, said "needed" to
+//!    every open step of an L4, a Slack channel history included, with the same reason
+//!    ("The user asks for the price history, which this step provides"). The shape is
+//!    checked on what is left. A step the rules decided is never asked about, so a
 //!    small model's "yes" never keeps a repeat or an unrequested step the rules pruned.
 //! 6. **Asking again.** A query whose plan, pruned, has fewer tools than its level needs
 //!    (no step left; L3 fewer than two distinct tools, L4 fewer than two servers) is put
@@ -223,6 +231,11 @@ pub struct Judged {
     pub reason: String,
     /// Request hash of the exchange.
     pub exchange: String,
+    /// Whether a "needed" rests on a part of the request the step alone does ([`grounds`]):
+    /// `Ok` says which, `Err` why not. Worked out from the plan, not asked, so never
+    /// checkpointed; `None` (not worked out) leaves the judge's word.
+    #[serde(skip)]
+    pub grounds: Option<Result<String, String>>,
 }
 
 /// What `queries.json` records per item (`plan_checks`).
@@ -804,18 +817,11 @@ fn requested(
             && let Some(j) = judged.get(&i)
         {
             // Open to the rules: the judge decides (module doc, 5).
-            by = DecidedBy::Llm;
             exchange = Some(j.exchange.clone());
-            let said = crate::text::one_line(&j.reason);
-            if j.needed {
-                (Decision::Kept, format!("needed, says the judge: {said} (rules: {what})"))
-            } else if cfg.prune_unrequested {
-                pruned[i] = true;
-                (Decision::Unrequested, format!("not needed, says the judge: {said} (rules: {what})"))
-            } else {
-                let off = "`levels.plan_check.prune_unrequested` is off";
-                (Decision::Kept, format!("not needed, says the judge: {said} (rules: {what}; {off})"))
-            }
+            let (decision, reason, judge_by, prune) = judge_says(j, &what, cfg.prune_unrequested);
+            by = judge_by;
+            pruned[i] = prune;
+            (decision, reason)
         } else if let Some(b) = fed_by_name {
             open.push(i);
             (Decision::Kept, format!("feeds step {} by a name only (no output schema); {what}", b + 1))
@@ -855,6 +861,36 @@ fn requested(
     }
     open.sort_unstable();
     (pruned, open)
+}
+
+/// The decision on an open step the judge answered (module doc, 5): what it decides, why,
+/// by whom, and whether the step is pruned.
+fn judge_says(j: &Judged, what: &str, prune: bool) -> (Decision, String, DecidedBy, bool) {
+    let said = crate::text::one_line(&j.reason);
+    let off = "`levels.plan_check.prune_unrequested` is off";
+    let llm = DecidedBy::Llm;
+    match (&j.grounds, j.needed) {
+        (Some(Ok(why)), true) => {
+            (Decision::Kept, format!("needed, says the judge: {said} ({why}; rules: {what})"), llm, false)
+        }
+        // A small judge says "needed" to nearly every step, giving the request back as its
+        // reason: its yes counts only where the step does a part of the request no other
+        // step does.
+        (Some(Err(why)), true) if prune => {
+            let reason = format!("needed, says the judge: {said}; but {why} (rules: {what})");
+            (Decision::Unrequested, reason, DecidedBy::Rule, true)
+        }
+        (Some(Err(why)), true) => {
+            (Decision::Kept, format!("needed, says the judge: {said}; but {why} (rules: {what}; {off})"), llm, false)
+        }
+        (None, true) => (Decision::Kept, format!("needed, says the judge: {said} (rules: {what})"), llm, false),
+        (_, false) if prune => {
+            (Decision::Unrequested, format!("not needed, says the judge: {said} (rules: {what})"), llm, true)
+        }
+        (_, false) => {
+            (Decision::Kept, format!("not needed, says the judge: {said} (rules: {what}; {off})"), llm, false)
+        }
+    }
 }
 
 fn join<S: AsRef<str>>(xs: impl IntoIterator<Item = S>) -> String {
@@ -932,6 +968,9 @@ pub struct PlanChecks {
     /// Open steps the judge was asked about, and those it pruned.
     pub judged: usize,
     pub judge_pruned: usize,
+    /// Steps the judge called needed that the rule pruned: no part of the request is theirs
+    /// alone ([`GroundsBasis::grounds`]).
+    pub judge_overruled: usize,
     /// Queries the writer was asked to write again, and what became of them.
     pub asked_again: usize,
     pub kept_again: usize,
@@ -1078,13 +1117,23 @@ fn judge_rounds(
             let done = batch.run(items, |vars: Value, llm: crate::llm::batch::Item| async move {
                 let prompt = crate::llm::Prompt::new(STEP_NEED_TEMPLATE, vars);
                 let r = llm.ask(role, &prompt, Some("need"), &crate::synth::gold::need_answer()).await?;
-                Ok(Judged { needed: r.value.needed, reason: r.value.reason, exchange: r.exchange })
+                Ok(Judged { needed: r.value.needed, reason: r.value.reason, exchange: r.exchange, grounds: None })
             })?;
             for (k, c) in cands.iter().enumerate() {
                 let before = judged[k].len();
+                let mut basis: Option<GroundsBasis> = None;
                 for &i in &checks[k].open {
                     if let Some(r) = done.values.get(&format!("{prefix}:{}:{}", c.key, i + 1)) {
-                        judged[k].insert(i, r.clone());
+                        let mut r = r.clone();
+                        if r.needed {
+                            let b = match basis.take() {
+                                Some(b) => b,
+                                None => GroundsBasis::of(c, tool, sim)?,
+                            };
+                            r.grounds = Some(b.grounds(i, cfg.min_similarity));
+                            basis = Some(b);
+                        }
+                        judged[k].insert(i, r);
                     }
                 }
                 if judged[k].len() > before {
@@ -1095,6 +1144,88 @@ fn judge_rounds(
         }
     }
     Ok(checks.into_iter().zip(judged).map(|(c, j)| (c, j.len())).collect())
+}
+
+/// What [`GroundsBasis::grounds`] weighs a judge's "needed" against: the request's parts
+/// (clauses, split at punctuation and at "and" and "then", each with its content words),
+/// each step's words (its tools' names, descriptions and inputs) and, with embeddings, each
+/// part's cosine with each step.
+struct GroundsBasis {
+    parts: Vec<(String, BTreeSet<String>)>,
+    words: Vec<BTreeSet<String>>,
+    near: Option<Vec<Vec<f32>>>,
+}
+
+impl GroundsBasis {
+    fn of(c: &Candidate<'_>, tool: &LookupFn<'_>, sim: Option<&SimilarityFn<'_>>) -> anyhow::Result<Self> {
+        let parts = request_parts(c.query);
+        let words = c
+            .steps
+            .iter()
+            .map(|s| {
+                s.tools.iter().flat_map(|id| tool_words(&crate::model::norm_tool_id(id), tool(id).as_ref())).collect()
+            })
+            .collect();
+        let near = match sim {
+            Some(f) => Some(parts.iter().map(|(text, _)| f(text, &c.steps)).collect::<anyhow::Result<Vec<_>>>()?),
+            None => None,
+        };
+        Ok(GroundsBasis { parts, words, near })
+    }
+
+    /// Whether a "needed" for step `i` rests on the request (module doc, 5): a part of it
+    /// holds a word that step `i`'s tools say and no other step's do, or step `i` is the
+    /// nearest step to a part (at `min` or more). `Err` says why not.
+    fn grounds(&self, i: usize, min: f64) -> Result<String, String> {
+        let words = &self.words;
+        for (p, (text, w)) in self.parts.iter().enumerate() {
+            let others: BTreeSet<&String> = (0..words.len())
+                .filter(|&k| k != i && words[k] != words[i])
+                .flat_map(|k| w.intersection(&words[k]))
+                .collect();
+            let alone: Vec<&str> =
+                w.intersection(&words[i]).filter(|x| !others.contains(x)).map(String::as_str).collect();
+            if !alone.is_empty() {
+                return Ok(format!("of the request's \"{text}\", only this step's tools say {}", join(alone)));
+            }
+            let Some(cos) = self.near.as_ref().and_then(|n| n.get(p)) else { continue };
+            let best = (0..cos.len())
+                .filter(|&k| cos[k].is_finite())
+                .max_by(|&a, &b| cos[a].total_cmp(&cos[b]).then(b.cmp(&a)));
+            if best == Some(i) && f64::from(cos[i]) >= min {
+                return Ok(format!("it is the nearest step to the request's \"{text}\" (similarity {:.2})", cos[i]));
+            }
+        }
+        Err("no part of the request is this step's alone: other steps' tools say each of its words, and another \
+             step is nearer to each part"
+            .to_string())
+    }
+}
+
+/// The request's parts: its clauses, split at punctuation and at the words "and" and
+/// "then", with their content words; a part without any, or said twice, is left out.
+fn request_parts(query: &str) -> Vec<(String, BTreeSet<String>)> {
+    let mut parts: Vec<(String, BTreeSet<String>)> = Vec::new();
+    for chunk in query.split(|c: char| ".,;:!?\n".contains(c)) {
+        let mut words: Vec<&str> = Vec::new();
+        let mut end = |words: &mut Vec<&str>| {
+            let text = words.join(" ");
+            words.clear();
+            let w = content(&text);
+            if !w.is_empty() && !parts.iter().any(|(t, _)| *t == text) {
+                parts.push((text, w));
+            }
+        };
+        for w in chunk.split_whitespace() {
+            if w.eq_ignore_ascii_case("and") || w.eq_ignore_ascii_case("then") {
+                end(&mut words);
+            } else {
+                words.push(w);
+            }
+        }
+        end(&mut words);
+    }
+    parts
 }
 
 /// The steps (0-based) the writer is asked to make its new query need: those the query
@@ -1465,6 +1596,11 @@ impl PlanChecks {
         self.judged += judged;
         self.judge_pruned +=
             c.decisions.iter().filter(|d| d.by == DecidedBy::Llm && d.decision == Decision::Unrequested).count();
+        self.judge_overruled += c
+            .decisions
+            .iter()
+            .filter(|d| d.by == DecidedBy::Rule && d.exchange.is_some() && d.decision == Decision::Unrequested)
+            .count();
     }
 
     /// Count decisions by kind.
@@ -1566,6 +1702,10 @@ impl PlanChecks {
         funnel.step("plan check: unrequested steps pruned", self.unrequested);
         funnel.step("plan check: open steps asked of the judge", self.judged);
         funnel.step("plan check: steps the judge pruned", self.judge_pruned);
+        // Only where it happened, so the other funnels read as before.
+        if self.judge_overruled > 0 {
+            funnel.step("plan check: judge's needed without a part of its own", self.judge_overruled);
+        }
         funnel.step("plan check: dependencies dropped", self.dependencies_dropped);
         // Only where a query broke the platform rule (L3), so the other funnels read as before.
         // A new query asked for too few tools may break the rule its first query kept: then
@@ -2005,8 +2145,24 @@ mod tests {
         assert!(post.reason.starts_with("kept: shares 3 of"), "{}", post.reason);
         assert_eq!(c.open, vec![0, 2], "the judge decides the history and the message");
         let judged = BTreeMap::from([
-            (0, Judged { needed: false, reason: "The channel is named.".into(), exchange: "sha256:01".into() }),
-            (2, Judged { needed: true, reason: "It posts the message.".into(), exchange: "sha256:02".into() }),
+            (
+                0,
+                Judged {
+                    needed: false,
+                    reason: "The channel is named.".into(),
+                    exchange: "sha256:01".into(),
+                    grounds: None,
+                },
+            ),
+            (
+                2,
+                Judged {
+                    needed: true,
+                    reason: "It posts the message.".into(),
+                    exchange: "sha256:02".into(),
+                    grounds: None,
+                },
+            ),
         ]);
         let c = check_judged(4, query, &plan, (&lookup(&tools), Some(&sims[..])), &cfg, &judged);
         assert_eq!((about(&c, 1).decision, about(&c, 1).by), (Decision::Unrequested, DecidedBy::Llm));
@@ -2020,6 +2176,105 @@ mod tests {
         let plan = [step(&["alpha-markets-mcp::get_company_profile"], &[])];
         let c = check_plan(4, q, &plan, &lookup(&tools), None, &PlanCheckSettings::default());
         assert_eq!(about(&c, 1).mention.as_deref(), Some("get_company_profile"));
+    }
+
+    /// The demo's judge (0.5B, and the 1.5B alike) said "needed" to every open step of the L4
+    /// draft with the same reason ("The user asks for the price history, which this step
+    /// provides"); its yes counts only for a step that does a part of the request alone.
+    #[test]
+    fn a_judges_needed_counts_only_for_a_step_that_does_a_part_of_the_request_alone() {
+        let mut tools = l4_1_tools();
+        tools.push(tool(
+            "slack-mcp::send_message",
+            "Post a message to a Slack channel, or reply in a thread when a thread timestamp is given.",
+            json!({"channel": {"type": "string", "description": "Channel ID or name"},
+                   "text": {"type": "string", "description": "Message text"}}),
+            None,
+        ));
+        tools.push(tool(
+            "yfinance-mcp::price_history",
+            "Download daily historical prices for a ticker between two dates.",
+            json!({"ticker": {"type": "string"}, "start": {"type": "string"}, "end": {"type": "string"}}),
+            None,
+        ));
+        tools.push(tool(
+            "yfinance-mcp::search_symbols",
+            "Search Yahoo Finance for ticker symbols matching a company name or keyword.",
+            json!({"query": {"type": "string"}}),
+            None,
+        ));
+        let query = "Search for the stock 'Apple' and find its price history over the last 30 days, then post a \
+                     message to a channel named 'Finance Updates' with the price history.";
+        let parts: Vec<String> = request_parts(query).into_iter().map(|(t, _)| t).collect();
+        assert_eq!(
+            parts,
+            [
+                "Search for the stock 'Apple'",
+                "find its price history over the last 30 days",
+                "post a message to a channel named 'Finance Updates' with the price history"
+            ]
+        );
+        let plan = vec![
+            step(&["slack-mcp::get_channel_history"], &[]),
+            step(&["yfinance-mcp::search_symbols"], &[]),
+            step(&["yfinance-mcp::price_history"], &[]),
+            step(&["slack-mcp::send_message"], &[0]),
+        ];
+        let c = Candidate { key: "attempt:0001", query, steps: plan.clone(), platform: None };
+        let look = lookup(&tools);
+        let basis = GroundsBasis::of(&c, &look, None).unwrap();
+        let why = basis.grounds(0, 0.2).unwrap_err();
+        assert!(why.starts_with("no part of the request is this step's alone"), "{why}");
+        assert_eq!(
+            basis.grounds(1, 0.2).unwrap(),
+            "of the request's \"Search for the stock 'Apple'\", only this step's tools say search"
+        );
+        assert!(basis.grounds(3, 0.2).unwrap().contains("only this step's tools say post"));
+        // With embeddings the nearest step to a part is grounded even without a word of its own.
+        let near = GroundsBasis { near: Some(vec![vec![0.1, 0.2, 0.3, 0.1]; 3]), ..basis };
+        let expected = "it is the nearest step to the request's \"Search for the stock 'Apple'\" (similarity 0.30)";
+        assert_eq!(near.grounds(2, 0.2).unwrap(), expected, "the parts in their order: the first that grounds it");
+        let one_word =
+            GroundsBasis { parts: vec![("the message".into(), BTreeSet::from(["message".to_string()]))], ..near };
+        let near_only = GroundsBasis { near: Some(vec![vec![0.1, 0.2, 0.3, 0.6]]), ..one_word };
+        assert_eq!(
+            near_only.grounds(3, 0.2).unwrap(),
+            "it is the nearest step to the request's \"the message\" (similarity 0.60)"
+        );
+        assert!(near_only.grounds(0, 0.2).is_err());
+        // In the check: the history's yes is overruled by the rule, the message's stands.
+        let say = |i: usize| {
+            let grounds = Some(basis_for(&c, &look).grounds(i, 0.2));
+            (
+                i,
+                Judged {
+                    needed: true,
+                    reason: "The user asks for the price history.".into(),
+                    exchange: format!("sha256:0{i}"),
+                    grounds,
+                },
+            )
+        };
+        let judged: BTreeMap<usize, Judged> = [0, 3].into_iter().map(say).collect();
+        let sims: [f32; 4] = [0.21, 0.31, 0.52, 0.2];
+        let c = check_judged(4, query, &plan, (&look, Some(&sims[..])), &PlanCheckSettings::default(), &judged);
+        let history = about(&c, 1);
+        assert_eq!(
+            (history.decision, history.by, history.exchange.as_deref()),
+            (Decision::Unrequested, DecidedBy::Rule, Some("sha256:00"))
+        );
+        assert!(
+            history.reason.starts_with("needed, says the judge: The user asks for the price history.; but no part"),
+            "{}",
+            history.reason
+        );
+        let post = about(&c, 4);
+        assert_eq!((post.decision, post.by), (Decision::Kept, DecidedBy::Llm));
+        assert!(post.reason.contains("only this step's tools say post"), "{}", post.reason);
+    }
+
+    fn basis_for(c: &Candidate<'_>, look: &LookupFn<'_>) -> GroundsBasis {
+        GroundsBasis::of(c, look, None).unwrap()
     }
 
     #[test]
@@ -2060,8 +2315,24 @@ mod tests {
         // The judge: step 1 needed, step 2 not. Step 2 is pruned by the LLM, with its
         // exchange, and what is left is one server: not an L4.
         let judged = BTreeMap::from([
-            (0, Judged { needed: true, reason: "the user asks to add an entry".into(), exchange: "sha256:01".into() }),
-            (1, Judged { needed: false, reason: "events are only the topic".into(), exchange: "sha256:02".into() }),
+            (
+                0,
+                Judged {
+                    needed: true,
+                    reason: "the user asks to add an entry".into(),
+                    exchange: "sha256:01".into(),
+                    grounds: None,
+                },
+            ),
+            (
+                1,
+                Judged {
+                    needed: false,
+                    reason: "events are only the topic".into(),
+                    exchange: "sha256:02".into(),
+                    grounds: None,
+                },
+            ),
         ]);
         let c = check_judged(4, q, &plan, (&lookup(&tools), None), &cfg, &judged);
         assert!(c.open.is_empty());
@@ -2103,8 +2374,17 @@ mod tests {
         let cfg = PlanCheckSettings::default();
         let c = check_plan(4, q, &plan, &lookup(&tools), None, &cfg);
         assert_eq!(c.open, [1], "step 1 feeds step 2, so only step 2 is open: {:#?}", c.decisions);
-        let no =
-            |i: usize| (i, Judged { needed: false, reason: "not asked for".into(), exchange: format!("sha256:{i}") });
+        let no = |i: usize| {
+            (
+                i,
+                Judged {
+                    needed: false,
+                    reason: "not asked for".into(),
+                    exchange: format!("sha256:{i}"),
+                    grounds: None,
+                },
+            )
+        };
         let round1 = BTreeMap::from([no(1)]);
         let c = check_judged(4, q, &plan, (&lookup(&tools), None), &cfg, &round1);
         assert_eq!(c.open, [0], "step 2 is gone: step 1 feeds nothing now and is open");
@@ -2123,7 +2403,9 @@ mod tests {
         let cfg = PlanCheckSettings::default();
         let c = check_plan(4, q, &l4_1_plan(), &lookup(&tools), None, &cfg);
         assert!(c.open.is_empty(), "{:?}", c.open);
-        let yes = |i: usize| (i, Judged { needed: true, reason: "yes".into(), exchange: format!("sha256:{i}") });
+        let yes = |i: usize| {
+            (i, Judged { needed: true, reason: "yes".into(), exchange: format!("sha256:{i}"), grounds: None })
+        };
         let all: BTreeMap<usize, Judged> = (0..8).map(yes).collect();
         assert_eq!(check_judged(4, q, &l4_1_plan(), (&lookup(&tools), None), &cfg, &all), c);
     }
