@@ -38,6 +38,7 @@ pub static SPEC: StageSpec = StageSpec {
     // 9: the platform may come after up to 300 characters (150 forced it in mid-word).
     // 10: ... and one that asks for something of the platform ("the company profile for
     //     Alpha Markets?") too.
+    // 11: a tool is named only by its name's words close together (plan check, `unrelated`).
     version: 11,
     about: "ETOM L2: implicit queries under the coupling rule; EFS members share one query whose ground truth lists the whole set",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read(), FINAL.optional()],

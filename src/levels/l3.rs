@@ -66,6 +66,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     invent an entity known only by name, so that the chain's first step is needed.
     // 11: the plan check leaves the server's and the platform's words out of the query's
     //     share (they made every step look requested); the prompts' example is of another domain.
+    // 12: a tool is named only by its name's words close together; a step sharing two or
+    //     more words is not clearly low; a step fed by a name only is open.
+    // 13: the judge's "needed" stands only where a part of the request is the step's own.
     version: 13,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read(), PROFILES.read()],

@@ -44,6 +44,10 @@ pub static SPEC: StageSpec = StageSpec {
     //    Slack step shared "history" with a request for price history).
     // 8: a query written when asked again goes through quality control too.
     // 9: the step judge writes its reason before its verdict.
+    // 10: the writer lists the steps before the query; a tool is named only by its name's
+    //     words close together; a step sharing two or more words is not clearly low; a
+    //     step fed by a name only is open.
+    // 11: the judge's "needed" stands only where a part of the request is the step's own.
     version: 11,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],

@@ -38,7 +38,7 @@
 //!    tools). A step with no mention and a clearly low score (a similarity below
 //!    `min_similarity` and at most one shared word; without a similarity, no shared word
 //!    at all) is an *unrequested candidate*.
-//!    The similarity decides lowness where there is one because each signal misses what
+//!    The similarity weighs most in lowness where there is one because each signal misses what
 //!    the other sees: one shared word ("history" in a Slack channel's history and a stock's
 //!    price history) kept a Slack step in a released L4 about market data, while a web
 //!    search to find "the top 5 companies by market capitalization" shares no word with
@@ -64,7 +64,7 @@
 //!    open step ([`PlanChecks::check_all`], template `levels_step_need`, the same
 //!    `{reason, needed}` answer as `validate`'s needed-call check,
 //!    [`crate::synth::gold::need_answer`]); a step it calls not needed is pruned by `llm`
-//!    (unless a kept step depends on it), one it calls needed is kept by `llm` only when a
+//!    (unless a kept step depends on it through an output schema), one it calls needed is kept by `llm` only when a
 //!    part of the request is the step's own: the request split into parts at punctuation
 //!    and at "and" and "then", some part holds a word the step's tools say and no other
 //!    step's do, or the step is the nearest to a part by embedding similarity (at
@@ -231,11 +231,6 @@ pub struct Judged {
     pub reason: String,
     /// Request hash of the exchange.
     pub exchange: String,
-    /// Whether a "needed" rests on a part of the request the step alone does ([`grounds`]):
-    /// `Ok` says which, `Err` why not. Worked out from the plan, not asked, so never
-    /// checkpointed; `None` (not worked out) leaves the judge's word.
-    #[serde(skip)]
-    pub grounds: Option<Result<String, String>>,
 }
 
 /// What `queries.json` records per item (`plan_checks`).
@@ -292,7 +287,7 @@ pub fn check_judged(
     cfg: &PlanCheckSettings,
     judged: &BTreeMap<usize, Judged>,
 ) -> PlanCheck {
-    check_on_platform((level, None), query, steps, (tool, similarity), cfg, judged)
+    check_on_platform((level, None), query, steps, (tool, similarity), cfg, (judged, None))
 }
 
 /// [`check_judged`] for a query that must name `platform` (an L3 query on a server with
@@ -303,7 +298,7 @@ fn check_on_platform(
     steps: &[Step],
     (tool, similarity): (&LookupFn<'_>, Option<&[f32]>),
     cfg: &PlanCheckSettings,
-    judged: &BTreeMap<usize, Judged>,
+    (judged, basis): (&BTreeMap<usize, Judged>, Option<&GroundsBasis>),
 ) -> PlanCheck {
     let n = steps.len();
     let infos: Vec<Tools> = steps
@@ -321,6 +316,8 @@ fn check_on_platform(
         let why = format!("repeats step {} once the dependencies without a data link are dropped", j + 1);
         step_dec[i] = Some(decided(i, &primary[i], Decision::Duplicate, why));
     }
+    // Name links move with the dependencies they mark, to the step a late repeat repeats.
+    let by_name: ByName = by_name.into_iter().map(|(b, a)| (b, canon[a])).collect();
     let q = content(query);
     let in_order = content_words(query);
     // L1 and L2 queries name the platform by rule (or may, under L2's coupling rule), and an
@@ -344,7 +341,9 @@ fn check_on_platform(
     let ev: Vec<Evidence> = (0..n)
         .map(|i| evidence((&in_order, &q_of(i)), &infos[i], similarity.and_then(|s| s.get(i)).copied()))
         .collect();
-    let (pruned, open) = requested(&canon, (&kept_deps, &by_name), &ev, (judged, single), cfg, &primary, &mut step_dec);
+    let (pruned, open) =
+        requested(&canon, (&kept_deps, &by_name), &ev, (judged, single, basis), cfg, &primary, &mut step_dec);
+    let dep_dec = drop_pruned_links(dep_dec, &canon, &pruned);
     let kept: Vec<usize> = (0..n).filter(|&i| !pruned[i]).collect();
     let pos: BTreeMap<usize, usize> = kept.iter().enumerate().map(|(new, &old)| (old, new)).collect();
     let plan: Vec<Step> = kept
@@ -667,12 +666,14 @@ pub fn unrelated(query: &str, tools: &[Value], platform: &str) -> Option<String>
     let mut servers: BTreeSet<String> = tools.iter().flat_map(|t| content(&text(t, "server"))).collect();
     servers.extend(content(platform));
     let full = content(query);
+    let in_order = content_words(query);
     let q: BTreeSet<String> = full.difference(&servers).cloned().collect();
     let shares = |t: &Value| {
-        // Named (every word of the tool's name, its server's included: `search` of
-        // tavily-search), or a word in common besides the platform's.
+        // Named (every word of the tool's name close together, as rule 3 has it, its
+        // server's included: `search` of tavily-search), or a word in common besides the
+        // platform's.
         let name = content(&text(t, "name"));
-        if !name.is_empty() && name.is_subset(&full) {
+        if close_together(&in_order, &name) {
             return true;
         }
         let mut w = name;
@@ -696,7 +697,7 @@ pub fn unrelated(query: &str, tools: &[Value], platform: &str) -> Option<String>
 }
 
 /// The tool's name when the query holds every content word of it close together: within
-/// a run of one content word more than the name has, in any order ("the open issues" names
+/// a run of one content word more than the name has, in any order ("list the open issues" names
 /// `list_issues`, "profile of the company" `get_company_profile`). Words of the name far
 /// apart do not: "… to a channel named 'Finance Updates' with the price history" does not
 /// name `get_channel_history` (a released L4 kept a Slack step on that mention).
@@ -705,12 +706,17 @@ fn mention_of(q: &[String], id: &str, t: Option<&ToolInfo>) -> Option<String> {
         Some(t) => t.name.clone(),
         None => crate::model::split_tool_id(id).map_or(id, |(_, n)| n).to_string(),
     };
-    let words = content(&name);
+    close_together(q, &content(&name)).then_some(name)
+}
+
+/// Whether `q` (content words in order) holds every word of `words` within a run of one
+/// word more than they are, in any order ([`mention_of`]).
+fn close_together(q: &[String], words: &BTreeSet<String>) -> bool {
     if words.is_empty() || words.len() > q.len() {
-        return None;
+        return false;
     }
     let span = (words.len() + 1).min(q.len());
-    q.windows(span).any(|run| words.iter().all(|w| run.contains(w))).then_some(name)
+    q.windows(span).any(|run| words.iter().all(|w| run.contains(w)))
 }
 
 /// The content words of a tool's text: server and tool name, description, parameter
@@ -784,7 +790,7 @@ fn requested(
     canon: &[usize],
     (kept_deps, by_name): (&[BTreeSet<usize>], &ByName),
     ev: &[Evidence],
-    (judged, single): (&BTreeMap<usize, Judged>, bool),
+    (judged, single, basis): (&BTreeMap<usize, Judged>, bool, Option<&GroundsBasis>),
     cfg: &PlanCheckSettings,
     primary: &[String],
     out: &mut [Option<StepDecision>],
@@ -818,7 +824,13 @@ fn requested(
         {
             // Open to the rules: the judge decides (module doc, 5).
             exchange = Some(j.exchange.clone());
-            let (decision, reason, judge_by, prune) = judge_says(j, &what, cfg.prune_unrequested);
+            // Against the steps still in the plan: the later ones are decided, the earlier
+            // ones (decided after) count as in.
+            let grounds = basis.filter(|_| j.needed).map(|b| {
+                let out: Vec<bool> = (0..n).map(|k| pruned[k] || canon[k] != k).collect();
+                b.grounds(i, cfg.min_similarity, &out)
+            });
+            let (decision, reason, judge_by, prune) = judge_says(j, grounds, &what, cfg.prune_unrequested);
             by = judge_by;
             pruned[i] = prune;
             (decision, reason)
@@ -863,13 +875,36 @@ fn requested(
     (pruned, open)
 }
 
-/// The decision on an open step the judge answered (module doc, 5): what it decides, why,
-/// by whom, and whether the step is pruned.
-fn judge_says(j: &Judged, what: &str, prune: bool) -> (Decision, String, DecidedBy, bool) {
+/// The dependency decisions with a kept link to a step the check pruned turned into drops
+/// (a step the judge or a rule pruned may have fed a kept step by a name): the plan loses
+/// that dependency, and the record and the funnel say so.
+fn drop_pruned_links(mut dep_dec: Vec<Vec<StepDecision>>, canon: &[usize], pruned: &[bool]) -> Vec<Vec<StepDecision>> {
+    for (b, decs) in dep_dec.iter_mut().enumerate().filter(|(b, _)| !pruned[*b]) {
+        for d in decs.iter_mut().filter(|d| d.decision == Decision::Kept) {
+            let Some(a) = d.dependency.map(|x| canon[x - 1]) else { continue };
+            if pruned[a] {
+                d.decision = Decision::DependencyDropped;
+                d.reason =
+                    format!("step {} is pruned, so step {} cannot use it (the link: {})", a + 1, b + 1, d.reason);
+            }
+        }
+    }
+    dep_dec
+}
+
+/// The decision on an open step the judge answered (module doc, 5), with whether its
+/// "needed" has grounds (`None`: not weighed, the judge's word stands): what it decides,
+/// why, by whom, and whether the step is pruned.
+fn judge_says(
+    j: &Judged,
+    grounds: Option<Result<String, String>>,
+    what: &str,
+    prune: bool,
+) -> (Decision, String, DecidedBy, bool) {
     let said = crate::text::one_line(&j.reason);
     let off = "`levels.plan_check.prune_unrequested` is off";
     let llm = DecidedBy::Llm;
-    match (&j.grounds, j.needed) {
+    match (grounds, j.needed) {
         (Some(Ok(why)), true) => {
             (Decision::Kept, format!("needed, says the judge: {said} ({why}; rules: {what})"), llm, false)
         }
@@ -1099,9 +1134,13 @@ fn judge_rounds(
     let mut checks: Vec<PlanCheck> = cands
         .iter()
         .zip(&sims)
-        .map(|(c, s)| check_on_platform((level, c.platform), c.query, &c.steps, (tool, s.as_deref()), cfg, &none))
+        .map(|(c, s)| {
+            check_on_platform((level, c.platform), c.query, &c.steps, (tool, s.as_deref()), cfg, (&none, None))
+        })
         .collect();
     let mut judged: Vec<BTreeMap<usize, Judged>> = vec![BTreeMap::new(); cands.len()];
+    // What a judge's "needed" is weighed against, per candidate (made at its first "needed").
+    let mut bases: Vec<Option<GroundsBasis>> = (0..cands.len()).map(|_| None).collect();
     if let Some(role) = judge {
         let mut asked: BTreeSet<(usize, usize)> = BTreeSet::new();
         loop {
@@ -1117,28 +1156,22 @@ fn judge_rounds(
             let done = batch.run(items, |vars: Value, llm: crate::llm::batch::Item| async move {
                 let prompt = crate::llm::Prompt::new(STEP_NEED_TEMPLATE, vars);
                 let r = llm.ask(role, &prompt, Some("need"), &crate::synth::gold::need_answer()).await?;
-                Ok(Judged { needed: r.value.needed, reason: r.value.reason, exchange: r.exchange, grounds: None })
+                Ok(Judged { needed: r.value.needed, reason: r.value.reason, exchange: r.exchange })
             })?;
             for (k, c) in cands.iter().enumerate() {
                 let before = judged[k].len();
-                let mut basis: Option<GroundsBasis> = None;
                 for &i in &checks[k].open {
                     if let Some(r) = done.values.get(&format!("{prefix}:{}:{}", c.key, i + 1)) {
-                        let mut r = r.clone();
-                        if r.needed {
-                            let b = match basis.take() {
-                                Some(b) => b,
-                                None => GroundsBasis::of(c, tool, sim)?,
-                            };
-                            r.grounds = Some(b.grounds(i, cfg.min_similarity));
-                            basis = Some(b);
+                        if r.needed && bases[k].is_none() {
+                            bases[k] = Some(GroundsBasis::of(c, tool, sim)?);
                         }
-                        judged[k].insert(i, r);
+                        judged[k].insert(i, r.clone());
                     }
                 }
                 if judged[k].len() > before {
                     let lookup = (tool, sims[k].as_deref());
-                    checks[k] = check_on_platform((level, c.platform), c.query, &c.steps, lookup, cfg, &judged[k]);
+                    let answers = (&judged[k], bases[k].as_ref());
+                    checks[k] = check_on_platform((level, c.platform), c.query, &c.steps, lookup, cfg, answers);
                 }
             }
         }
@@ -1175,12 +1208,14 @@ impl GroundsBasis {
 
     /// Whether a "needed" for step `i` rests on the request (module doc, 5): a part of it
     /// holds a word that step `i`'s tools say and no other step's do, or step `i` is the
-    /// nearest step to a part (at `min` or more). `Err` says why not.
-    fn grounds(&self, i: usize, min: f64) -> Result<String, String> {
+    /// nearest step to a part (at `min` or more); steps `out` marks (pruned, repeats) do not
+    /// compete. `Err` says why not.
+    fn grounds(&self, i: usize, min: f64, out: &[bool]) -> Result<String, String> {
         let words = &self.words;
+        let rival = |k: usize| k != i && !out.get(k).copied().unwrap_or(false);
         for (p, (text, w)) in self.parts.iter().enumerate() {
             let others: BTreeSet<&String> = (0..words.len())
-                .filter(|&k| k != i && words[k] != words[i])
+                .filter(|&k| rival(k) && words[k] != words[i])
                 .flat_map(|k| w.intersection(&words[k]))
                 .collect();
             let alone: Vec<&str> =
@@ -1189,11 +1224,13 @@ impl GroundsBasis {
                 return Ok(format!("of the request's \"{text}\", only this step's tools say {}", join(alone)));
             }
             let Some(cos) = self.near.as_ref().and_then(|n| n.get(p)) else { continue };
+            // Rounded as the steps' similarities are, so that a tie is a tie on every machine.
+            let at = |k: usize| round3(f64::from(cos[k]));
             let best = (0..cos.len())
-                .filter(|&k| cos[k].is_finite())
-                .max_by(|&a, &b| cos[a].total_cmp(&cos[b]).then(b.cmp(&a)));
-            if best == Some(i) && f64::from(cos[i]) >= min {
-                return Ok(format!("it is the nearest step to the request's \"{text}\" (similarity {:.2})", cos[i]));
+                .filter(|&k| (k == i || rival(k)) && cos[k].is_finite())
+                .max_by(|&a, &b| at(a).total_cmp(&at(b)).then(b.cmp(&a)));
+            if best == Some(i) && at(i) >= min {
+                return Ok(format!("it is the nearest step to the request's \"{text}\" (similarity {:.2})", at(i)));
             }
         }
         Err("no part of the request is this step's alone: other steps' tools say each of its words, and another \
@@ -1785,8 +1822,9 @@ mod tests {
         let q = "What is the share price of Quillmoor Robotics? Check Yahoo Finance.";
         let cfg = PlanCheckSettings { judge: false, ..PlanCheckSettings::default() };
         let none = BTreeMap::new();
-        let with = check_on_platform((3, Some("Yahoo Finance")), q, &plan, (&lookup(&tools), None), &cfg, &none);
-        let without = check_on_platform((3, None), q, &plan, (&lookup(&tools), None), &cfg, &none);
+        let with =
+            check_on_platform((3, Some("Yahoo Finance")), q, &plan, (&lookup(&tools), None), &cfg, (&none, None));
+        let without = check_on_platform((3, None), q, &plan, (&lookup(&tools), None), &cfg, (&none, None));
         // The headlines step shares only the platform's words with the query.
         assert_eq!(about(&with, 3).score, Some(0.0), "{:?}", about(&with, 3));
         assert!(about(&without, 3).score.unwrap_or(0.0) > 0.0, "{:?}", about(&without, 3));
@@ -2145,24 +2183,8 @@ mod tests {
         assert!(post.reason.starts_with("kept: shares 3 of"), "{}", post.reason);
         assert_eq!(c.open, vec![0, 2], "the judge decides the history and the message");
         let judged = BTreeMap::from([
-            (
-                0,
-                Judged {
-                    needed: false,
-                    reason: "The channel is named.".into(),
-                    exchange: "sha256:01".into(),
-                    grounds: None,
-                },
-            ),
-            (
-                2,
-                Judged {
-                    needed: true,
-                    reason: "It posts the message.".into(),
-                    exchange: "sha256:02".into(),
-                    grounds: None,
-                },
-            ),
+            (0, Judged { needed: false, reason: "The channel is named.".into(), exchange: "sha256:01".into() }),
+            (2, Judged { needed: true, reason: "It posts the message.".into(), exchange: "sha256:02".into() }),
         ]);
         let c = check_judged(4, query, &plan, (&lookup(&tools), Some(&sims[..])), &cfg, &judged);
         assert_eq!((about(&c, 1).decision, about(&c, 1).by), (Decision::Unrequested, DecidedBy::Llm));
@@ -2223,41 +2245,38 @@ mod tests {
         let c = Candidate { key: "attempt:0001", query, steps: plan.clone(), platform: None };
         let look = lookup(&tools);
         let basis = GroundsBasis::of(&c, &look, None).unwrap();
-        let why = basis.grounds(0, 0.2).unwrap_err();
+        let why = basis.grounds(0, 0.2, &[]).unwrap_err();
         assert!(why.starts_with("no part of the request is this step's alone"), "{why}");
         assert_eq!(
-            basis.grounds(1, 0.2).unwrap(),
+            basis.grounds(1, 0.2, &[]).unwrap(),
             "of the request's \"Search for the stock 'Apple'\", only this step's tools say search"
         );
-        assert!(basis.grounds(3, 0.2).unwrap().contains("only this step's tools say post"));
+        assert!(basis.grounds(3, 0.2, &[]).unwrap().contains("only this step's tools say post"));
         // With embeddings the nearest step to a part is grounded even without a word of its own.
         let near = GroundsBasis { near: Some(vec![vec![0.1, 0.2, 0.3, 0.1]; 3]), ..basis };
         let expected = "it is the nearest step to the request's \"Search for the stock 'Apple'\" (similarity 0.30)";
-        assert_eq!(near.grounds(2, 0.2).unwrap(), expected, "the parts in their order: the first that grounds it");
+        assert_eq!(near.grounds(2, 0.2, &[]).unwrap(), expected, "the parts in their order: the first that grounds it");
         let one_word =
             GroundsBasis { parts: vec![("the message".into(), BTreeSet::from(["message".to_string()]))], ..near };
         let near_only = GroundsBasis { near: Some(vec![vec![0.1, 0.2, 0.3, 0.6]]), ..one_word };
         assert_eq!(
-            near_only.grounds(3, 0.2).unwrap(),
+            near_only.grounds(3, 0.2, &[]).unwrap(),
             "it is the nearest step to the request's \"the message\" (similarity 0.60)"
         );
-        assert!(near_only.grounds(0, 0.2).is_err());
+        assert!(near_only.grounds(0, 0.2, &[]).is_err());
+        // A pruned step does not compete: without the message step, "message" is the history's.
+        let without_post = near_only.grounds(0, 0.2, &[false, false, false, true]);
+        assert_eq!(without_post.unwrap(), "of the request's \"the message\", only this step's tools say message");
         // In the check: the history's yes is overruled by the rule, the message's stands.
         let say = |i: usize| {
-            let grounds = Some(basis_for(&c, &look).grounds(i, 0.2));
-            (
-                i,
-                Judged {
-                    needed: true,
-                    reason: "The user asks for the price history.".into(),
-                    exchange: format!("sha256:0{i}"),
-                    grounds,
-                },
-            )
+            let reason = "The user asks for the price history.".into();
+            (i, Judged { needed: true, reason, exchange: format!("sha256:0{i}") })
         };
         let judged: BTreeMap<usize, Judged> = [0, 3].into_iter().map(say).collect();
         let sims: [f32; 4] = [0.21, 0.31, 0.52, 0.2];
-        let c = check_judged(4, query, &plan, (&look, Some(&sims[..])), &PlanCheckSettings::default(), &judged);
+        let cfg = PlanCheckSettings::default();
+        let basis = basis_for(&c, &look);
+        let c = check_on_platform((4, None), query, &plan, (&look, Some(&sims[..])), &cfg, (&judged, Some(&basis)));
         let history = about(&c, 1);
         assert_eq!(
             (history.decision, history.by, history.exchange.as_deref()),
@@ -2268,6 +2287,9 @@ mod tests {
             "{}",
             history.reason
         );
+        let link = c.decisions.iter().find(|d| d.step == 4 && d.dependency == Some(1)).expect("the name link");
+        assert_eq!(link.decision, Decision::DependencyDropped, "{}", link.reason);
+        assert!(link.reason.starts_with("step 1 is pruned, so step 4 cannot use it"), "{}", link.reason);
         let post = about(&c, 4);
         assert_eq!((post.decision, post.by), (Decision::Kept, DecidedBy::Llm));
         assert!(post.reason.contains("only this step's tools say post"), "{}", post.reason);
@@ -2315,24 +2337,8 @@ mod tests {
         // The judge: step 1 needed, step 2 not. Step 2 is pruned by the LLM, with its
         // exchange, and what is left is one server: not an L4.
         let judged = BTreeMap::from([
-            (
-                0,
-                Judged {
-                    needed: true,
-                    reason: "the user asks to add an entry".into(),
-                    exchange: "sha256:01".into(),
-                    grounds: None,
-                },
-            ),
-            (
-                1,
-                Judged {
-                    needed: false,
-                    reason: "events are only the topic".into(),
-                    exchange: "sha256:02".into(),
-                    grounds: None,
-                },
-            ),
+            (0, Judged { needed: true, reason: "the user asks to add an entry".into(), exchange: "sha256:01".into() }),
+            (1, Judged { needed: false, reason: "events are only the topic".into(), exchange: "sha256:02".into() }),
         ]);
         let c = check_judged(4, q, &plan, (&lookup(&tools), None), &cfg, &judged);
         assert!(c.open.is_empty());
@@ -2374,17 +2380,8 @@ mod tests {
         let cfg = PlanCheckSettings::default();
         let c = check_plan(4, q, &plan, &lookup(&tools), None, &cfg);
         assert_eq!(c.open, [1], "step 1 feeds step 2, so only step 2 is open: {:#?}", c.decisions);
-        let no = |i: usize| {
-            (
-                i,
-                Judged {
-                    needed: false,
-                    reason: "not asked for".into(),
-                    exchange: format!("sha256:{i}"),
-                    grounds: None,
-                },
-            )
-        };
+        let no =
+            |i: usize| (i, Judged { needed: false, reason: "not asked for".into(), exchange: format!("sha256:{i}") });
         let round1 = BTreeMap::from([no(1)]);
         let c = check_judged(4, q, &plan, (&lookup(&tools), None), &cfg, &round1);
         assert_eq!(c.open, [0], "step 2 is gone: step 1 feeds nothing now and is open");
@@ -2403,9 +2400,7 @@ mod tests {
         let cfg = PlanCheckSettings::default();
         let c = check_plan(4, q, &l4_1_plan(), &lookup(&tools), None, &cfg);
         assert!(c.open.is_empty(), "{:?}", c.open);
-        let yes = |i: usize| {
-            (i, Judged { needed: true, reason: "yes".into(), exchange: format!("sha256:{i}"), grounds: None })
-        };
+        let yes = |i: usize| (i, Judged { needed: true, reason: "yes".into(), exchange: format!("sha256:{i}") });
         let all: BTreeMap<usize, Judged> = (0..8).map(yes).collect();
         assert_eq!(check_judged(4, q, &l4_1_plan(), (&lookup(&tools), None), &cfg, &all), c);
     }

@@ -795,7 +795,7 @@ impl LlmClient {
                 });
             }
         }
-        let est_tokens = body_text.len() as u64 / 4 + u64::from(r.settings.max_tokens.unwrap_or(256));
+        let est_tokens = estimated_tokens(&body_text, &body, r.settings.max_tokens);
         let sent = match &r.batch {
             Some(jobs) => {
                 // The request waits for its batch as text, its body and fields dropped meanwhile:
@@ -1399,9 +1399,25 @@ fn validate_value<T: serde::de::DeserializeOwned>(
     serde_json::from_value(value).map_err(|e| format!("does not match the expected shape: {e}"))
 }
 
+/// What a request may cost the tpm limiter: its text's tokens (about 4 characters each) and
+/// the completion limit the request carries (an eval turn's `[eval] max_tokens` replaces the
+/// role's there), else the role's, else 256.
+fn estimated_tokens(body_text: &str, body: &Value, role_max: Option<u32>) -> u64 {
+    let completion = body.get("max_tokens").and_then(Value::as_u64).or(role_max.map(u64::from)).unwrap_or(256);
+    body_text.len() as u64 / 4 + completion
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_limiters_estimate_takes_the_completion_limit_the_request_carries() {
+        let body = json!({"messages": [], "max_tokens": 160});
+        assert_eq!(estimated_tokens(&"x".repeat(400), &body, Some(300)), 100 + 160, "the request's, not the role's");
+        assert_eq!(estimated_tokens(&"x".repeat(400), &json!({}), Some(300)), 100 + 300);
+        assert_eq!(estimated_tokens("", &json!({}), None), 256);
+    }
 
     #[test]
     fn templates_are_strict_and_split_into_messages() {
