@@ -69,7 +69,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 12: a tool is named only by its name's words close together; a step sharing two or
     //     more words is not clearly low; a step fed by a name only is open.
     // 13: the judge's "needed" stands only where a part of the request is the step's own.
-    version: 13,
+    // 14: a dependency named twice is read once (the schema no longer says `uniqueItems`).
+    version: 14,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read(), PROFILES.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],
@@ -275,7 +276,7 @@ pub(crate) fn query_answer() -> crate::llm::Answer<ChainQuery> {
 }
 
 /// The judge's dependency graph of `chain`: one node per step in order (`id` k, the step's
-/// `tool_name`), each depending only on earlier steps, each at most once — so every graph
+/// `tool_name`), each depending only on earlier steps (one named twice counts once) — so every graph
 /// the schema allows is acyclic and names only steps of the chain (a cyclic or
 /// out-of-range one used to be rejected after the call). The check repeats that for
 /// servers that ignore the schema.
@@ -286,7 +287,9 @@ pub(crate) fn deps_answer(chain: &[String]) -> crate::llm::Answer<DepGraph> {
         .enumerate()
         .map(|(i, tool)| {
             let k = i + 1;
-            let mut deps = json!({"type": "array", "uniqueItems": true, "maxItems": i,
+            // No `uniqueItems`: llama.cpp's grammar cannot hold it, so a step named twice
+            // failed the answer three times over; the repair reads the list as a set.
+            let mut deps = json!({"type": "array", "maxItems": i,
                 "description": "1-based ids of the earlier tools whose output this tool strictly needs."});
             deps["items"] = if i == 0 {
                 json!({"type": "integer", "minimum": 1, "maximum": 1})

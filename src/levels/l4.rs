@@ -48,7 +48,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     words close together; a step sharing two or more words is not clearly low; a
     //     step fed by a name only is open.
     // 11: the judge's "needed" stands only where a part of the request is the step's own.
-    version: 11,
+    // 12: the writer is told to ask for nothing the steps do not do; a dependency named
+    //     twice is read once (the schema no longer says `uniqueItems`).
+    version: 13,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],
@@ -154,7 +156,7 @@ pub struct Attempt {
 /// The writer's scenario for the sampled `services` (the prompt's list: `[{tools: [{id}]}]`):
 /// a query that is not blank and steps whose step k (k < the number of services) uses a
 /// tool of service k, later steps (up to twice as many as services) any listed tool, each
-/// depending only on earlier steps, each at most once. Every scenario the schema allows
+/// depending only on earlier steps (a step named twice counts once). Every scenario the schema allows
 /// then uses every sampled service, names only listed tools and has acyclic dependencies
 /// — what [`validate`] used to reject after quality control. The check repeats it for
 /// servers that ignore the schema.
@@ -176,7 +178,9 @@ pub(crate) fn scenario_answer(services: &Value) -> crate::llm::Answer<Scenario> 
             let deps = if i == 0 {
                 json!({"type": "array", "maxItems": 0, "items": {"type": "integer", "minimum": 0, "maximum": 0}})
             } else {
-                json!({"type": "array", "uniqueItems": true, "maxItems": i,
+                // No `uniqueItems`: llama.cpp's grammar cannot hold it, and the demo's writer
+                // gave `[0, 0, 1]` three times over; the validation reads the list as a set.
+                json!({"type": "array", "maxItems": i,
                     "items": {"type": "integer", "enum": (0..i).collect::<Vec<_>>(), "minimum": 0, "maximum": i - 1}})
             };
             let mut tool = json!({"type": "string", "description": "`ServerName::tool_name`."});
