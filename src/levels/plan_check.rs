@@ -2139,13 +2139,11 @@ mod tests {
         assert_eq!(back, llm);
     }
 
-    /// A draft of the demo's L4 (2026-12-06): the words of `get_channel_history` stand far
-    /// apart in the query ("a channel named …", "the price history"), which is no mention;
-    /// the `send_message` it plainly asks for has a low similarity in a long query about two
-    /// things, but shares four words, so the similarity alone does not prune it; and the
-    /// history, which feeds the message's `channel` by a name only, is the judge's to decide.
-    #[test]
-    fn a_name_is_mentioned_only_by_words_close_together_and_shared_words_keep_a_low_similarity_open() {
+    /// A draft of the demo's L4 (2026-12-06), and its tools besides those of `L4-1`.
+    const DRAFT_L4: &str = "Search for the stock 'Apple' and find its price history over the last 30 days, then \
+                            post a message to a channel named 'Finance Updates' with the price history.";
+
+    fn draft_l4_tools() -> Vec<(String, ToolInfo)> {
         let mut tools = l4_1_tools();
         tools.push(tool(
             "slack-mcp::send_message",
@@ -2160,8 +2158,17 @@ mod tests {
             json!({"ticker": {"type": "string"}, "start": {"type": "string"}, "end": {"type": "string"}}),
             None,
         ));
-        let query = "Search for the stock 'Apple' and find its price history over the last 30 days, then post a \
-                     message to a channel named 'Finance Updates' with the price history.";
+        tools
+    }
+
+    /// A draft of the demo's L4 (2026-12-06): the words of `get_channel_history` stand far
+    /// apart in the query ("a channel named …", "the price history"), which is no mention;
+    /// the `send_message` it plainly asks for has a low similarity in a long query about two
+    /// things, but shares four words, so the similarity alone does not prune it; and the
+    /// history, which feeds the message's `channel` by a name only, is the judge's to decide.
+    #[test]
+    fn a_name_is_mentioned_only_by_words_close_together_and_shared_words_keep_a_low_similarity_open() {
+        let (tools, query) = (draft_l4_tools(), DRAFT_L4);
         let plan = [
             step(&["slack-mcp::get_channel_history"], &[]),
             step(&["yfinance-mcp::price_history"], &[]),
@@ -2205,28 +2212,14 @@ mod tests {
     /// provides"); its yes counts only for a step that does a part of the request alone.
     #[test]
     fn a_judges_needed_counts_only_for_a_step_that_does_a_part_of_the_request_alone() {
-        let mut tools = l4_1_tools();
-        tools.push(tool(
-            "slack-mcp::send_message",
-            "Post a message to a Slack channel, or reply in a thread when a thread timestamp is given.",
-            json!({"channel": {"type": "string", "description": "Channel ID or name"},
-                   "text": {"type": "string", "description": "Message text"}}),
-            None,
-        ));
-        tools.push(tool(
-            "yfinance-mcp::price_history",
-            "Download daily historical prices for a ticker between two dates.",
-            json!({"ticker": {"type": "string"}, "start": {"type": "string"}, "end": {"type": "string"}}),
-            None,
-        ));
+        let mut tools = draft_l4_tools();
         tools.push(tool(
             "yfinance-mcp::search_symbols",
             "Search Yahoo Finance for ticker symbols matching a company name or keyword.",
             json!({"query": {"type": "string"}}),
             None,
         ));
-        let query = "Search for the stock 'Apple' and find its price history over the last 30 days, then post a \
-                     message to a channel named 'Finance Updates' with the price history.";
+        let query = DRAFT_L4;
         let parts: Vec<String> = request_parts(query).into_iter().map(|(t, _)| t).collect();
         assert_eq!(
             parts,
