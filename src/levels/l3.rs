@@ -276,8 +276,8 @@ pub(crate) fn query_answer() -> crate::llm::Answer<ChainQuery> {
 }
 
 /// The judge's dependency graph of `chain`: one node per step in order (`id` k, the step's
-/// `tool_name`), each depending only on earlier steps (one named twice counts once) — so every graph
-/// the schema allows is acyclic and names only steps of the chain (a cyclic or
+/// `tool_name`), each depending only on earlier steps (one named twice counts once) — so
+/// every graph the schema allows is acyclic and names only steps of the chain (a cyclic or
 /// out-of-range one used to be rejected after the call). The check repeats that for
 /// servers that ignore the schema.
 pub(crate) fn deps_answer(chain: &[String]) -> crate::llm::Answer<DepGraph> {
@@ -616,7 +616,7 @@ impl Stage for L3Stage {
             replan: Some(&replan),
         };
         let embedder = super::LazyEmbedder::new(s);
-        let sim = |q: &str, steps: &[Step]| super::step_similarities(&embedder, &look, q, steps);
+        let sim = |qs: &[&str], steps: &[Step]| super::step_similarities(&embedder, &look, qs, steps);
         let verdicts = checks.check_all(&mut batch, ask, 3, &cands, (&info, Some(&sim)), &l.plan_check)?;
         batch.finish(out)?;
         for ((rec, cand), v) in recs.into_iter().zip(&cands).zip(verdicts) {

@@ -48,8 +48,8 @@ pub static SPEC: StageSpec = StageSpec {
     //     words close together; a step sharing two or more words is not clearly low; a
     //     step fed by a name only is open.
     // 11: the judge's "needed" stands only where a part of the request is the step's own.
-    // 12: the writer is told to ask for nothing the steps do not do; a dependency named
-    //     twice is read once (the schema no longer says `uniqueItems`).
+    // 12: the writer is told to ask for nothing the steps do not do.
+    // 13: a dependency named twice is read once (the schema no longer says `uniqueItems`).
     version: 13,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
@@ -156,8 +156,8 @@ pub struct Attempt {
 /// The writer's scenario for the sampled `services` (the prompt's list: `[{tools: [{id}]}]`):
 /// a query that is not blank and steps whose step k (k < the number of services) uses a
 /// tool of service k, later steps (up to twice as many as services) any listed tool, each
-/// depending only on earlier steps (a step named twice counts once). Every scenario the schema allows
-/// then uses every sampled service, names only listed tools and has acyclic dependencies
+/// depending only on earlier steps (a step named twice counts once). Every scenario the
+/// schema allows then uses every sampled service, names only listed tools and has acyclic dependencies
 /// — what [`validate`] used to reject after quality control. The check repeats it for
 /// servers that ignore the schema.
 pub(crate) fn scenario_answer(services: &Value) -> crate::llm::Answer<Scenario> {
@@ -497,7 +497,7 @@ impl Stage for L4Stage {
             replan: None,
         };
         let embedder = super::LazyEmbedder::new(s);
-        let sim = |q: &str, steps: &[Step]| super::step_similarities(&embedder, &look, q, steps);
+        let sim = |qs: &[&str], steps: &[Step]| super::step_similarities(&embedder, &look, qs, steps);
         let verdicts = checks.check_all(&mut batch, ask, 4, &checked, (&info, Some(&sim)), &l.plan_check)?;
         let mut attempts = done.values.clone();
         let again = QcAgain { judge, min_score, look: &look, servers_by_name: &servers_by_name };

@@ -931,10 +931,17 @@ impl LazyEmbedder {
 /// Texts per embedding call of a [`Prefetch`] (the embedding batch size).
 pub const PREFETCH_CHUNK: usize = 32;
 
-/// The plan check's embedding similarities (see [`plan_check`], rule 3): the cosine of
-/// `query` with the text the `embed` stage embeds for each tool of each step, the best of
-/// the step's tools; NaN for a step none of whose tools is in the catalog.
-pub fn step_similarities(embedder: &LazyEmbedder, look: &Lookup<'_>, query: &str, steps: &[Step]) -> Result<Vec<f32>> {
+/// The plan check's embedding similarities (see [`plan_check`], rule 3), per text of
+/// `queries` (a query, or the parts of one): the cosine of the text with the text the
+/// `embed` stage embeds for each tool of each step, the best of the step's tools; NaN for a
+/// step none of whose tools is in the catalog. One embedding call for all of them, so a
+/// tool is embedded once however many texts are weighed against it.
+pub fn step_similarities(
+    embedder: &LazyEmbedder,
+    look: &Lookup<'_>,
+    queries: &[&str],
+    steps: &[Step],
+) -> Result<Vec<Vec<f32>>> {
     let recipe = &crate::embedding::embed_settings(&embedder.settings).text;
     let ids: Vec<String> = steps
         .iter()
@@ -944,18 +951,26 @@ pub fn step_similarities(embedder: &LazyEmbedder, look: &Lookup<'_>, query: &str
         .into_iter()
         .filter(|id| look.get(id).is_some())
         .collect();
-    let mut texts = vec![query.to_string()];
+    let mut texts: Vec<String> = queries.iter().map(|q| q.to_string()).collect();
     texts.extend(ids.iter().filter_map(|id| look.get(id)).map(|(s, t)| crate::embedding::tool_text(recipe, s, t)));
-    let mut vectors = embedder.embed(&texts)?.into_iter().map(crate::embedding::normalised);
-    let q = vectors.next().ok_or_else(|| anyhow::anyhow!("the embedding model returned no vector"))?;
-    let cosine: BTreeMap<&String, f32> = ids.iter().zip(vectors).map(|(id, v)| (id, dot(&q, &v))).collect();
-    Ok(steps
+    let mut vectors: Vec<Vec<f32>> = embedder.embed(&texts)?.into_iter().map(crate::embedding::normalised).collect();
+    if vectors.len() != texts.len() {
+        anyhow::bail!("the embedding model returned {} vectors for {} texts", vectors.len(), texts.len());
+    }
+    let tools = vectors.split_off(queries.len());
+    Ok(vectors
         .iter()
-        .map(|s| {
-            s.tools
+        .map(|q| {
+            let cosine: BTreeMap<&String, f32> = ids.iter().zip(&tools).map(|(id, v)| (id, dot(q, v))).collect();
+            steps
                 .iter()
-                .filter_map(|id| cosine.get(&crate::model::norm_tool_id(id)).copied())
-                .fold(f32::NAN, f32::max)
+                .map(|s| {
+                    s.tools
+                        .iter()
+                        .filter_map(|id| cosine.get(&crate::model::norm_tool_id(id)).copied())
+                        .fold(f32::NAN, f32::max)
+                })
+                .collect()
         })
         .collect())
 }

@@ -30,8 +30,8 @@
 //!    holds every content word of one of its tools' names close together, within a run of
 //!    one content word more, in any order: "company profile" and "the profile of the
 //!    company" name `get_company_profile`, "a channel named 'Finance Updates' with the
-//!    price history" does not name `get_channel_history`), a lexical *score* (the share of the query's content words that
-//!    occur in the tool's text: server and tool name, description, parameter names and
+//!    price history" does not name `get_channel_history`), a lexical *score* (the share
+//!    of the query's content words that occur in the tool's text: server and tool name, description, parameter names and
 //!    descriptions; stop words and generic verbs such as get/fetch/find left out, plurals
 //!    folded) and, when the caller has embeddings (L3, L4), a *similarity*: the cosine
 //!    between the query and the tool text the `embed` stage embeds (the best of the step's
@@ -48,8 +48,8 @@
 //!    step depends on it through a kept dependency (a step that feeds a kept step stays);
 //!    otherwise it is kept and marked so. A step that feeds a kept step only by a name (no
 //!    output schema: Slack's channel history "names" `send_message`'s `channel`, which the
-//!    query may give itself) and is neither named nor clearly requested is open instead. Levels plans carry no argument values, so a
-//!    mention is by tool name.
+//!    query may give itself) and is neither named nor clearly requested is open instead.
+//!    Levels plans carry no argument values, so a mention is by tool name.
 //! 4. **The level's shape**, on what is left: L1 exactly one step with one tool; L2 exactly
 //!    one step (a tool and its EFS alternatives); L3 two or more distinct tools, all of one
 //!    server, with at least one dependency; L4 two or more servers; L5 no plan at all. A
@@ -64,8 +64,8 @@
 //!    open step ([`PlanChecks::check_all`], template `levels_step_need`, the same
 //!    `{reason, needed}` answer as `validate`'s needed-call check,
 //!    [`crate::synth::gold::need_answer`]); a step it calls not needed is pruned by `llm`
-//!    (unless a kept step depends on it through an output schema), one it calls needed is kept by `llm` only when a
-//!    part of the request is the step's own: the request split into parts at punctuation
+//!    (unless a kept step depends on it through an output schema), one it calls needed is
+//!    kept by `llm` only when a part of the request is the step's own: the request split into parts at punctuation
 //!    and at "and" and "then", some part holds a word the step's tools say and no other
 //!    step's do, or the step is the nearest to a part by embedding similarity (at
 //!    `min_similarity` or more). Otherwise the rule prunes it (`rule`, with the judge's
@@ -368,9 +368,10 @@ fn check_on_platform(
 /// Looks a tool id up.
 pub type LookupFn<'a> = dyn Fn(&str) -> Option<ToolInfo> + 'a;
 
-/// Gives a query's embedding cosine with each step of a plan (the best of its tools; NaN
-/// for a step none of whose tools has a vector).
-pub type SimilarityFn<'a> = dyn Fn(&str, &[Step]) -> anyhow::Result<Vec<f32>> + 'a;
+/// Gives each text's (a query's, or its parts') embedding cosine with each step of a plan
+/// (the best of its tools; NaN for a step none of whose tools has a vector), one list per
+/// text.
+pub type SimilarityFn<'a> = dyn Fn(&[&str], &[Step]) -> anyhow::Result<Vec<Vec<f32>>> + 'a;
 
 /// Kept dependencies (step b, step a) whose link only a name shows (no output schema).
 type ByName = BTreeSet<(usize, usize)>;
@@ -808,8 +809,8 @@ fn requested(
         // in Slack's history feeding `send_message`'s channel, which the query gives), a step
         // the query does not name or clearly request is the judge's to decide.
         let fed = (i + 1..n).find(|&b| feeds(b) && !by_name.contains(&(b, i)));
+        // Only reached where `fed` is none and the step neither named nor clearly requested.
         let fed_by_name = (i + 1..n).find(|&b| feeds(b));
-        let weakly_fed = fed.is_none() && fed_by_name.is_some() && e.mention.is_none() && !clearly[i];
         let other = (0..n).find(|&j| j != i && clearly[j]);
         let mut by = DecidedBy::Rule;
         let mut exchange = None;
@@ -819,7 +820,7 @@ fn requested(
             (Decision::Kept, format!("requested: the query names `{m}`"))
         } else if clearly[i] {
             (Decision::Kept, format!("requested: {what}"))
-        } else if (!e.low(cfg) || other.is_none() || !cfg.prune_unrequested || weakly_fed)
+        } else if (!e.low(cfg) || other.is_none() || !cfg.prune_unrequested || fed_by_name.is_some())
             && let Some(j) = judged.get(&i)
         {
             // Open to the rules: the judge decides (module doc, 5).
@@ -1129,8 +1130,11 @@ fn judge_rounds(
     prefix: &str,
 ) -> anyhow::Result<Vec<(PlanCheck, usize)>> {
     let none = BTreeMap::new();
+    let of_query = |f: &SimilarityFn<'_>, c: &Candidate<'_>| -> anyhow::Result<Vec<f32>> {
+        f(&[c.query], &c.steps)?.into_iter().next().ok_or_else(|| anyhow::anyhow!("no similarities for the query"))
+    };
     let sims: Vec<Option<Vec<f32>>> =
-        cands.iter().map(|c| sim.map(|f| f(c.query, &c.steps)).transpose()).collect::<anyhow::Result<_>>()?;
+        cands.iter().map(|c| sim.map(|f| of_query(f, c)).transpose()).collect::<anyhow::Result<_>>()?;
     let mut checks: Vec<PlanCheck> = cands
         .iter()
         .zip(&sims)
@@ -1199,10 +1203,8 @@ impl GroundsBasis {
                 s.tools.iter().flat_map(|id| tool_words(&crate::model::norm_tool_id(id), tool(id).as_ref())).collect()
             })
             .collect();
-        let near = match sim {
-            Some(f) => Some(parts.iter().map(|(text, _)| f(text, &c.steps)).collect::<anyhow::Result<Vec<_>>>()?),
-            None => None,
-        };
+        let texts: Vec<&str> = parts.iter().map(|(text, _)| text.as_str()).collect();
+        let near = sim.map(|f| f(&texts, &c.steps)).transpose()?;
         Ok(GroundsBasis { parts, words, near })
     }
 
