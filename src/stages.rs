@@ -576,7 +576,7 @@ review-import off error: no filled sheets in `reviews/returned` and no web submi
 review-prereview on sha256:07fbc8236b3b5b5cc0f34cf59c90ef405ac82cad3d9375c27ab524977315044d
 review-merge on sha256:e422bd5173c26174e26e964407cc6d94f1ca44013b1c0585cc72efdc1a1afa5d
 release-candidate on sha256:cec03fbbf885801222415fa7868d1403aa91426b982a64681d1314cdafaa7816
-eval on sha256:1aa47dc400ee13d713d668658dbaf9d113bcbc14b4ddd0193211751a1217c443
+eval on sha256:20a4a406a727cece89aac0f46a48a41028e120ef4d22a22fa16791d542f7b1a0
 release on sha256:cec03fbbf885801222415fa7868d1403aa91426b982a64681d1314cdafaa7816
 ";
 

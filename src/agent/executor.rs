@@ -402,11 +402,13 @@ pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool
     if text.contains("<tool_call>") {
         for block in text.split("<tool_call>").skip(1) {
             let body = block.split("</tool_call>").next().unwrap_or(block);
-            match crate::llm::extract::extract_json(body) {
-                Ok(v) => values.push(v),
-                Err(_) => return Vec::new(),
+            match leading_call(body).or_else(|| crate::llm::extract::extract_json(body).ok()) {
+                Some(v) => values.push(v),
+                None => return Vec::new(),
             }
         }
+    } else if let Some(v) = leading_call(&text) {
+        values.push(v);
     } else if let Ok(v) = crate::llm::extract::extract_json(&text) {
         match v {
             Value::Array(items) => values.extend(items),
@@ -429,6 +431,37 @@ pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool
         calls.push(ToolCall { id: format!("text_call_{group}_{i}"), name: name.to_string(), arguments });
     }
     calls
+}
+
+/// The call object that the text opens with (bare or after a fence line), read up to its
+/// `name` and `arguments` (or `parameters`), whether or not the object is complete: small
+/// models go on after the call, making up its result in the same object (`"result_id": …,
+/// "items": [`) until their completion limit cuts it, and a cut object is no JSON (the first
+/// balanced value in it is the arguments, which are no call). The call ends where both are
+/// read, as it would have with a stop sequence; what follows is not read. `None` when the text
+/// does not open with an object or a member before both is cut or malformed.
+fn leading_call(text: &str) -> Option<Value> {
+    let trimmed = text.trim_start();
+    let body = match trimmed.strip_prefix("```") {
+        Some(fenced) => fenced.split_once('\n')?.1.trim_start(),
+        None => trimmed,
+    };
+    let mut rest = body.strip_prefix('{')?;
+    let mut members = serde_json::Map::new();
+    loop {
+        let mut keys = serde_json::Deserializer::from_str(rest).into_iter::<String>();
+        let key = keys.next()?.ok()?;
+        rest = rest[keys.byte_offset()..].trim_start().strip_prefix(':')?;
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+        let value = values.next()?.ok()?;
+        rest = rest[values.byte_offset()..].trim_start();
+        members.insert(key, value);
+        let named = members.get("name").is_some_and(Value::is_string);
+        if named && (members.contains_key("arguments") || members.contains_key("parameters")) {
+            return Some(Value::Object(members));
+        }
+        rest = rest.strip_prefix(',')?;
+    }
 }
 
 /// Why a group of calls is not run: each call asks, with the same function and arguments,
@@ -489,5 +522,33 @@ mod tests {
         assert!(text_tool_calls("{\"name\": \"Ada\", \"team\": \"db\"}", 0, known).is_empty());
         assert!(text_tool_calls("The on-call engineer is Ada.", 0, known).is_empty());
         assert!(text_tool_calls("{\"answer\": 3}", 0, known).is_empty());
+    }
+
+    #[test]
+    fn a_call_cut_while_the_model_makes_up_its_result_is_taken_up_to_its_arguments() {
+        let known = |n: &str| ["yfinance-mcp__price_history", "slack-mcp__send_message"].contains(&n);
+        // The demo's 1.5B agent on L4-1 (eval, 2026-12-06): the call, then a made-up result in
+        // the same object until its 160 tokens ran out.
+        let cut = "{\"name\": \"yfinance-mcp__price_history\", \"arguments\": {\"ticker\": \"Apple\", \"auto_adjust\": true}, \"result_id\": \"r-98\", \"items\":[{\"id\":\"be4cba2f\",\"name\":\"tundra";
+        let calls = text_tool_calls(cut, 1, known);
+        assert_eq!(calls.len(), 1);
+        assert_eq!((calls[0].id.as_str(), calls[0].name.as_str()), ("text_call_1_0", "yfinance-mcp__price_history"));
+        assert_eq!(calls[0].arguments, json!({"ticker": "Apple", "auto_adjust": true}));
+        // Arguments first, name second, fenced; and in an unclosed Qwen tag.
+        let fenced = "```json\n{\"arguments\": {\"channel\": \"#news\"}, \"name\": \"slack-mcp__send_message\", \"summary\": \"sent";
+        assert_eq!(text_tool_calls(fenced, 0, known)[0].arguments, json!({"channel": "#news"}));
+        let tagged =
+            "<tool_call>\n{\"name\": \"slack-mcp__send_message\", \"arguments\": {\"text\": \"hi\"}, \"ok\": tr";
+        assert_eq!(text_tool_calls(tagged, 0, known)[0].name, "slack-mcp__send_message");
+        // Cut inside the arguments, before the name, after prose, or no call's shape: an answer.
+        for text in [
+            "{\"name\": \"slack-mcp__send_message\", \"arguments\": {\"text\": \"hi",
+            "{\"arguments\": {\"text\": \"hi\"}, \"na",
+            "I will call {\"name\": \"slack-mcp__send_message\", \"arguments\": {}, \"x\": [",
+            "{\"name\": \"Ada\", \"team\": \"db\", \"notes\": [",
+            "{\"name\": 3, \"arguments\": {}, \"x\": [",
+        ] {
+            assert!(text_tool_calls(text, 0, known).is_empty(), "{text}");
+        }
     }
 }

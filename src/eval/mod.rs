@@ -60,8 +60,10 @@ pub static SPEC: StageSpec = StageSpec {
     // an agreement counts only offered tools of agents that did not cover the reference.
     // 7: off L2, an agreed tool of a reference tool's EFS set is named as its sibling
     // (`efs_sibling_of`), not as a sign of a wrong reference. 8: the `all-fail` evidence is
-    // judged per run and per turn (`covered_by`, `agreed_short`, `agreed_plan`).
-    version: 8,
+    // judged per run and per turn (`covered_by`, `agreed_short`, `agreed_plan`). 9: a call
+    // written as text is read up to its name and arguments, so one the agent cut while
+    // making up its result is run (it was the turn's answer).
+    version: 9,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[

@@ -67,8 +67,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 4: records each server it connects to (`mcp.server`), which the release pins, and
     // every query's trajectory event in the run that writes the artifacts (resumed included).
     // 5: a group of calls already run (same function and arguments) is not run again: the
-    // answer nudge, then the run ends `repeated`.
-    version: 5,
+    // answer nudge, then the run ends `repeated`. 6: a call written as text is read up to its
+    // name and arguments, so one the model cut while making up its result is run.
+    version: 6,
     about: "run queries with an LLM agent over MCP tools; record reference trajectories",
     reads: &[
         CHAIN_QUERIES.optional(),

@@ -48,7 +48,9 @@ pub static SPEC: StageSpec = StageSpec {
     // not take, is asked again, then ends the dialogue. 4: records each server it connects
     // to (`mcp.server`), which the release pins. 5: the agent's group of calls already run
     // (same function and arguments) is not run again: the answer nudge, then `repeated`.
-    version: 5,
+    // 6: a call written as text is read up to its name and arguments, so one the assistant
+    // cut while making up its result is run.
+    version: 6,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),
