@@ -433,7 +433,7 @@ pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool
     calls
 }
 
-/// The call object that the text opens with (bare or after a fence line), read up to its
+/// The call object that the text opens with (bare, or in its first fenced block), read up to its
 /// `name` and `arguments` (or `parameters`), whether or not the object is complete: small
 /// models go on after the call, making up its result in the same object (`"result_id": …,
 /// "items": [`) until their completion limit cuts it, and a cut object is no JSON (the first
@@ -442,9 +442,11 @@ pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool
 /// does not open with an object or a member before both is cut or malformed.
 fn leading_call(text: &str) -> Option<Value> {
     let trimmed = text.trim_start();
-    let body = match trimmed.strip_prefix("```") {
-        Some(fenced) => fenced.split_once('\n')?.1.trim_start(),
-        None => trimmed,
+    // The object opens the text, or the first fenced block (after a line such as "Here is
+    // the call:"); an object inside prose is not a call.
+    let body = match trimmed.starts_with('{') {
+        true => trimmed,
+        false => trimmed[trimmed.find("```")? + 3..].split_once('\n')?.1.trim_start(),
     };
     let mut rest = body.strip_prefix('{')?;
     let mut members = serde_json::Map::new();
@@ -455,6 +457,10 @@ fn leading_call(text: &str) -> Option<Value> {
         let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
         let value = values.next()?.ok()?;
         rest = rest[values.byte_offset()..].trim_start();
+        // A number the text ends with may be cut (`12` of `123`).
+        if value.is_number() && rest.is_empty() {
+            return None;
+        }
         members.insert(key, value);
         let named = members.get("name").is_some_and(Value::is_string);
         if named && (members.contains_key("arguments") || members.contains_key("parameters")) {
@@ -540,8 +546,16 @@ mod tests {
         let tagged =
             "<tool_call>\n{\"name\": \"slack-mcp__send_message\", \"arguments\": {\"text\": \"hi\"}, \"ok\": tr";
         assert_eq!(text_tool_calls(tagged, 0, known)[0].name, "slack-mcp__send_message");
-        // Cut inside the arguments, before the name, after prose, or no call's shape: an answer.
+        // After a line of prose, in a fence; CRLF line ends and non-ASCII text.
+        let preamble = "Here is the call:\r\n```json\r\n{\"name\": \"slack-mcp__send_message\",\r\n \"arguments\": {\"text\": \"Prix en €\"}, \"résultat\": [";
+        assert_eq!(text_tool_calls(preamble, 0, known)[0].arguments, json!({"text": "Prix en €"}));
+        // Complete calls, one or several, read as before.
+        let list = "[{\"name\": \"slack-mcp__send_message\", \"arguments\": {}}, {\"name\": \"yfinance-mcp__price_history\", \"arguments\": {\"ticker\": \"AAPL\"}}]";
+        assert_eq!(text_tool_calls(list, 0, known).len(), 2);
+        // Cut inside the arguments, before the name, after prose, in a number the text ends
+        // with, or no call's shape: an answer.
         for text in [
+            "{\"name\": \"slack-mcp__send_message\", \"arguments\": 12",
             "{\"name\": \"slack-mcp__send_message\", \"arguments\": {\"text\": \"hi",
             "{\"arguments\": {\"text\": \"hi\"}, \"na",
             "I will call {\"name\": \"slack-mcp__send_message\", \"arguments\": {}, \"x\": [",

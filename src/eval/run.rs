@@ -505,7 +505,7 @@ async fn run_one(env: &Env<'_>, job: Job, item: &Item) -> Result<RunRecord, Item
     let client = sandbox_client(env, &env.rel.catalog(&space), cassette, search.clone())?;
     let recorder = Recorder::open(&env.s.artifacts, env.run_id, STAGE)?;
     // A cap below the reference's own calls would make the item unsolvable by construction
-    // (the demo's 3 against a 4-step L4): each turn may make at least the calls the sample's
+    // (a cap of 3 against a 4-step L4): each turn may make at least the calls the sample's
     // largest turn makes (twice as many in the `full` space: a search before each).
     let mut settings = agent_settings(env.s, env.cfg, agent);
     let needed = sample.turns.iter().map(|t| t.reference_plan.len()).max().unwrap_or(0);
