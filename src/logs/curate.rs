@@ -47,6 +47,9 @@ pub const STAGE: &str = "logs-curate";
 
 /// Kept sessions (one JSON [`Session`] a line), read by `logs split`.
 pub const CURATED: Artifact<Session> = Artifact::new(STAGE, "curated.jsonl");
+/// The curation's figures (`report.json`): drops per criterion and decider, with their share
+/// and examples; the release card shows them.
+pub const REPORT: Artifact = Artifact::new(STAGE, "report.json");
 
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,

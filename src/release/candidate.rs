@@ -21,8 +21,9 @@ pub static SPEC: StageSpec = StageSpec {
     // `servers.json` counts log samples apart and redacts credentials, as `release` 9. 5: the
     // Inspect AI task's loop does not rerun repeated calls, as `release` 10. 6: a flagged item
     // kept by the adjudicated sheet has its decision in `lineage.jsonl`, as `release` 11. 7:
-    // the Inspect AI task's system prompt, as `release` 12.
-    version: 7,
+    // the Inspect AI task's system prompt, as `release` 12. 8: the card's curation section,
+    // as `release` 14.
+    version: 8,
     about: "the release's files, unpublished, for the eval panel to audit before `release` publishes",
     reads: super::pool_reads!(),
     writes: super::WRITES,

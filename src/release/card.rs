@@ -158,6 +158,7 @@ pub fn render(s: &Summary) -> String {
         md.push_str(&format!("| left out | {n}: {reason} |\n"));
     }
     md.push_str(&format!("| **release** | {} samples |\n\n", s.samples));
+    curation_section(&mut md, s);
 
     review_section(&mut md, s);
 
@@ -175,6 +176,43 @@ pub fn render(s: &Summary) -> String {
         md.push_str(&format!("\n## Changes\n\n{c} See `CHANGELOG.md`.\n"));
     }
     md
+}
+
+/// How `logs curate` decided the real sessions: each criterion's drops by who decided them
+/// (`rule`, `feedback`, `llm` for one verdict, `llm-agreed` for two agreeing ones, …), their
+/// share of the sessions and one example with its reason.
+fn curation_section(md: &mut String, s: &Summary) {
+    let Some(c) = &s.curation else { return };
+    md.push_str(
+        "## Real sessions: curation
+
+",
+    );
+    md.push_str(&format!("`logs curate` kept {} of {} logged sessions", c.kept, c.sessions));
+    if c.dropped.is_empty() {
+        md.push_str(" and dropped none.\n\n");
+        return;
+    }
+    md.push_str(". Dropped, per criterion and by whom (`rule`: by rule; `llm`: one LLM verdict; `llm-agreed`: two agreeing verdicts; `llm-failed`: the judgement failed), with the share of all sessions (`artifacts/logs-curate/report.json` has up to three examples each):\n\n");
+    md.push_str("| criterion | decided by | sessions | share | example |\n|---|---|---:|---:|---|\n");
+    for d in &c.dropped {
+        let example = d.examples.first().map_or(String::new(), |e| {
+            let reason = crate::text::one_line(&e.reason).replace('|', "\\|");
+            let reason: String = match reason.chars().count() > 160 {
+                true => reason.chars().take(159).chain(['…']).collect(),
+                false => reason,
+            };
+            format!("`{}`: {reason}", e.id)
+        });
+        md.push_str(&format!(
+            "| {} | {} | {} | {:.1} % | {example} |\n",
+            d.criterion,
+            d.by,
+            d.sessions,
+            d.share * 100.0
+        ));
+    }
+    md.push('\n');
 }
 
 /// The card's YAML header: what the Hub reads (configs point at the released files).
@@ -391,6 +429,42 @@ mod tests {
         let r = "# Review\n\nx\n\n## Agreement\n\n| dim | kappa |\n|---|---|\n| a | 0.5 |\n\n## Next\nno\n";
         assert_eq!(agreement_from_report(r).unwrap().trim(), "| dim | kappa |\n|---|---|\n| a | 0.5 |");
         assert_eq!(agreement_from_report("# Review\nnothing"), None);
+    }
+
+    #[test]
+    fn the_card_shows_each_curation_drop_with_its_decider_share_and_an_example() {
+        use super::super::{Curation, CurationDrop, CurationExample};
+        let ex = |id: &str, reason: &str| CurationExample { id: id.into(), reason: reason.into() };
+        let mut s =
+            Summary { curation: Some(Curation { sessions: 219, kept: 219, dropped: vec![] }), ..Default::default() };
+        assert!(render(&s).contains("`logs curate` kept 219 of 219 logged sessions and dropped none."));
+        let drop = |criterion: &str, by: &str, sessions, share, examples| CurationDrop {
+            criterion: criterion.into(),
+            by: by.into(),
+            sessions,
+            share,
+            examples,
+        };
+        s.curation = Some(Curation {
+            sessions: 219,
+            kept: 206,
+            dropped: vec![
+                drop("resolved", "rule", 9, 0.0411, vec![ex("ops-0007", "every call failed")]),
+                drop("need", "llm-agreed", 4, 0.0183, vec![ex("ops-0101", "a | pipe\nand a line"), ex("x", "y")]),
+                drop("answer", "llm-failed", 0, 0.0, vec![]),
+            ],
+        });
+        let md = render(&s);
+        assert!(
+            md.contains("`logs curate` kept 206 of 219 logged sessions. Dropped, per criterion and by whom"),
+            "{md}"
+        );
+        assert!(md.contains("| resolved | rule | 9 | 4.1 % | `ops-0007`: every call failed |\n"), "{md}");
+        assert!(md.contains("| need | llm-agreed | 4 | 1.8 % | `ops-0101`: a \\| pipe and a line |\n"), "{md}");
+        assert!(md.contains("| answer | llm-failed | 0 | 0.0 % |  |\n"), "{md}");
+        // The section comes after the funnel, and only with the log track.
+        assert!(md.find("## Yield funnel").unwrap() < md.find("## Real sessions: curation").unwrap());
+        assert!(!render(&Summary::default()).contains("## Real sessions"));
     }
 
     #[test]

@@ -140,6 +140,7 @@ macro_rules! pool_reads {
             crate::release::REVIEW_REPORT.optional(),
             crate::filter::CATALOG.optional(),
             crate::logs::import::CATALOG.optional(),
+            crate::logs::curate::REPORT.optional(),
             crate::efs::finalize::ETOM_SETS.optional(),
             crate::stage::Read::manifest("registry-import"),
             crate::stage::Read::manifest("filter"),
@@ -172,7 +173,8 @@ pub static SPEC: StageSpec = StageSpec {
     // Inspect AI task's system prompt ends as `benchgen eval`'s (`agent::NO_TOOL_FITS`).
     // 13: the rule holds an item whose agents agree on a reference tool's EFS sibling; the
     // Inspect AI task gives each turn at least the calls of the sample's largest turn.
-    version: 13,
+    // 14: the card's "Real sessions: curation" section (drops per criterion and decider).
+    version: 14,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, pinned servers, an Inspect AI task, checksums",
     reads: pool_reads!(eval_review::QUEUE.optional(), eval_review::ITEMS.optional()),
     writes: WRITES,
@@ -504,6 +506,37 @@ pub struct Summary {
     /// Values the log track's import anonymised (its manifest's `anonymised` count); `None`
     /// when the log track did not run. For `croissant.json`'s personal-information field.
     pub anonymised: Option<u64>,
+    /// How `logs curate` decided the real sessions (its `report.json`); `None` when the log
+    /// track did not run.
+    pub curation: Option<Curation>,
+}
+
+/// The card's account of `logs curate` (issue 38: a real session dropped, by which
+/// criterion and by whom, with an example).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Curation {
+    pub sessions: u64,
+    pub kept: u64,
+    pub dropped: Vec<CurationDrop>,
+}
+
+/// One row of [`Curation`]: the sessions a criterion dropped as decided by `by` (`rule`,
+/// `feedback`, `llm`, `llm-agreed`, `llm-failed`, …), their share of all sessions and up
+/// to three examples.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct CurationDrop {
+    pub criterion: String,
+    pub by: String,
+    pub sessions: u64,
+    pub share: f64,
+    #[serde(default)]
+    pub examples: Vec<CurationExample>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct CurationExample {
+    pub id: String,
+    pub reason: String,
 }
 
 /// A tool of the catalogs the release may use.
@@ -918,6 +951,13 @@ fn write_card(
     }
     if fin_track {
         summary.anonymised = ctx.manifest_of("logs-import").and_then(|m| m.counts.get("anonymised")?.as_u64());
+    }
+    if inputs.has(&crate::logs::curate::REPORT) {
+        let path = crate::logs::curate::REPORT.path(ctx.settings);
+        summary.curation = Some(
+            serde_json::from_slice(inputs.bytes_of(&crate::logs::curate::REPORT)?)
+                .with_context(|| format!("`{}`: not a `logs curate` report", path.display()))?,
+        );
     }
     let sums = publish::finish_folder(tmp, &mut summary)?;
     Ok((summary, sums))

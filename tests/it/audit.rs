@@ -106,6 +106,7 @@ fn releases_are_byte_identical_whatever_else_the_ledger_holds_and_every_kind_rea
         assert!(kinds.contains(kind), "the demo released no sample of kind `{kind}`: {kinds:?}");
     }
     every_level_step_is_decided(&a, &samples);
+    curation_is_on_the_card(&a, &String::from_utf8_lossy(&ra["README.md"]));
     for (kind, stages) in REQUIRED {
         let Some(line) = first.get(*kind) else { continue };
         let have: BTreeSet<&str> =
@@ -116,6 +117,27 @@ fn releases_are_byte_identical_whatever_else_the_ledger_holds_and_every_kind_rea
     let o = a.run(&["release", "verify", RELEASE]);
     assert_code(&o, 0);
     assert!(stdout(&o).contains("lineage"), "{}", stdout(&o));
+}
+
+/// The card gives `logs curate`'s drops as its report has them: per criterion and decider,
+/// with the share of all sessions and the first example (issue 38, deliverable 5).
+fn curation_is_on_the_card(p: &Project, card: &str) {
+    let report: Value = serde_json::from_str(&p.read("artifacts/logs-curate/report.json")).unwrap();
+    let (kept, sessions) = (report["kept"].as_u64().unwrap(), report["sessions"].as_u64().unwrap());
+    assert!(card.contains(&format!("`logs curate` kept {kept} of {sessions} logged sessions")), "{card}");
+    for d in report["dropped"].as_array().unwrap() {
+        let share = d["share"].as_f64().unwrap() * 100.0;
+        let id = &d["examples"][0]["id"];
+        let row = format!(
+            "| {} | {} | {} | {share:.1} % | `{}`: ",
+            d["criterion"].as_str().unwrap(),
+            d["by"].as_str().unwrap(),
+            d["sessions"],
+            id.as_str().unwrap()
+        );
+        assert!(card.contains(&row), "no row `{row}` on the card: {card}");
+    }
+    assert_eq!(kept < sessions, !report["dropped"].as_array().unwrap().is_empty(), "{report}");
 }
 
 /// Kept decisions about steps (not about their dependencies).
