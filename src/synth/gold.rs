@@ -20,7 +20,7 @@
 //! an argument taken from an unrelated result (an alert id that is a notification's
 //! result id), or one with no source at all rejects the sample, naming call and argument.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -367,6 +367,93 @@ pub fn trace(arg: &str, value: &Value, request: &str, earlier: &[Earlier], defau
         }
     }
     unrelated.unwrap_or(Trace::Nowhere)
+}
+
+/// Values each parameter name is known to take, lower-case: the input schemas' enums and
+/// what the domain's logged calls gave it, pooled over the domain's tools (a `service` is a
+/// service to every tool of one domain; the demo's logs give `query_metrics` three of its
+/// eight). Single words only (`auth`, `cpu`, `last_hour`): free text (a message, a search
+/// query) is no value a request names.
+#[derive(Debug, Default, Clone)]
+pub struct KnownValues(BTreeMap<String, BTreeSet<String>>);
+
+impl KnownValues {
+    /// The string leaves of a logged call's arguments.
+    pub fn add_call(&mut self, arguments: &Value) {
+        for (name, v) in argument_leaves(arguments) {
+            if let Some(s) = v.as_str() {
+                self.insert(&name, s);
+            }
+        }
+    }
+
+    /// The string enums of a tool's input schema's properties.
+    pub fn add_schema(&mut self, schema: &Value) {
+        for (name, p) in schema["properties"].as_object().into_iter().flatten() {
+            for e in p["enum"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                self.insert(name, e);
+            }
+        }
+    }
+
+    fn insert(&mut self, param: &str, value: &str) {
+        let v = value.trim().to_lowercase();
+        let word = v.chars().count() >= 2 && v.chars().count() <= 40 && !v.contains(char::is_whitespace);
+        if word && !v.chars().all(|c| c.is_ascii_digit()) {
+            self.0.entry(param.to_string()).or_default().insert(v);
+        }
+    }
+}
+
+/// Values the request names for a parameter that the needed calls give other values only:
+/// the request names two or more known values of `service` (`auth`, `notifications`), the
+/// calls gave `service` only `auth`, and no call gives `notifications` anywhere. Part of the
+/// request is then not done, or done with another value (the demo's 1.5B answered "the CPU
+/// usage for notifications" from a call about `auth`), and the trajectory is no reference
+/// for it. A parameter no needed call gives is not judged (which tool the request needs is
+/// the needed-call check's), nor a value the request does not name beside a given one, nor
+/// a word of a called tool's name (`search` is a service of the demo's domain and what
+/// `search_logs` does). Earlier turns' calls count as given.
+pub fn unserved_values(t: &TurnInput, decisions: &[(Decision, String)], known: &KnownValues) -> Vec<String> {
+    let request = t.request.to_lowercase();
+    let needed = t.calls.iter().zip(decisions).filter(|(_, d)| d.0 == Decision::Needed).map(|(c, _)| *c);
+    // Parameter → the values the calls gave it, and the tools that took it.
+    let mut given: BTreeMap<String, (BTreeSet<String>, BTreeSet<&str>)> = BTreeMap::new();
+    for c in t.context.iter().copied().chain(needed) {
+        for (name, v) in argument_leaves(&c.arguments) {
+            if let Some(s) = v.as_str() {
+                let e = given.entry(name).or_default();
+                e.0.insert(s.trim().to_lowercase());
+                e.1.insert(tool_name(&c.tool));
+            }
+        }
+    }
+    let anywhere: Vec<&String> = given.values().flat_map(|(v, _)| v).collect();
+    let tool_words: BTreeSet<String> = t
+        .context
+        .iter()
+        .chain(&t.calls)
+        .flat_map(|c| tool_name(&c.tool).to_lowercase().split(['_', '-']).map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    let mut out = Vec::new();
+    for (param, (values, tools)) in &given {
+        let Some(known) = known.0.get(param) else { continue };
+        if !values.iter().any(|v| has_word(&request, v)) {
+            continue;
+        }
+        for k in known {
+            if has_word(&request, k) && !anywhere.iter().any(|v| has_word(v, k)) && !tool_words.contains(k) {
+                let quote = |xs: Vec<&str>| xs.iter().map(|x| format!("`{x}`")).collect::<Vec<_>>().join(", ");
+                out.push(format!(
+                    "the request names `{k}`, a `{param}` of the domain's calls, but the needed calls ({}) give \
+                     `{param}` only {}: that part of the request is not done",
+                    quote(tools.iter().copied().collect()),
+                    quote(values.iter().map(String::as_str).collect())
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// Every leaf argument of a call with the name it goes by (the key above it).
@@ -1220,6 +1307,7 @@ impl Review {
         checks: &BTreeMap<String, Asked<NeedCheck>>,
         failed: &BTreeMap<String, String>,
         schemas: &BTreeMap<String, Value>,
+        known: &KnownValues,
     ) {
         let strict = c.source != Origin::Real;
         let mut all: Vec<Vec<(Decision, String)>> = Vec::new();
@@ -1275,7 +1363,12 @@ impl Review {
             }
             let d: Vec<(Decision, String)> =
                 d.into_iter().map(|x| x.unwrap_or((Decision::Needed, String::new()))).collect();
-            let (reasons, notes) = argument_reasons(&t, &d, schemas, strict);
+            let (mut reasons, notes) = argument_reasons(&t, &d, schemas, strict);
+            // A real session is what its user asked and got; a synthesised one must do all
+            // its request names.
+            if strict {
+                reasons.extend(unserved_values(&t, &d, known));
+            }
             c.reasons.extend(reasons.into_iter().map(|r| format!("turn {}: {r}", ti + 1)));
             c.notes.extend(notes.into_iter().map(|r| format!("turn {}: {r}", ti + 1)));
             if !t.calls.is_empty() && d.iter().all(|x| x.0 != Decision::Needed) && c.sample.turns.len() == 1 {
@@ -1555,6 +1648,55 @@ mod tests {
             context: vec![],
         };
         assert_eq!(decide(&t), [Some(Decision::Needed), Some(Decision::Needed), Some(Decision::Unrequested)]);
+    }
+
+    #[test]
+    fn a_value_the_request_names_beside_a_given_one_must_be_given_too() {
+        let mut known = KnownValues::default();
+        for service in ["auth", "notifications", "search", "payments"] {
+            known.add_call(&json!({"service": service, "window": "1h", "text": "free text, many words"}));
+        }
+        known.add_schema(&json!({"properties": {"metric": {"type": "string", "enum": ["cpu", "memory"]}}}));
+        let needed = |n: usize| vec![(Decision::Needed, String::new()); n];
+        // The demo's chain (clean run of 2026-12-06): two services asked for, one served.
+        let calls = [
+            call("get_service_status", json!({"service": "auth"}), r#"{"state":"up"}"#),
+            call("query_metrics", json!({"service": "auth", "metric": "cpu", "window": "1h"}), r#"{"v":697.05}"#),
+        ];
+        let mut t = TurnInput {
+            request: "Find the health of the auth service and the CPU usage for notifications over the last hour.",
+            answer: None,
+            calls: calls.iter().collect(),
+            chain_steps: vec![0, 1],
+            context: vec![],
+        };
+        let r = unserved_values(&t, &needed(2), &known);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert!(r[0].starts_with("the request names `notifications`, a `service` of the domain's calls, but the needed calls (`get_service_status`, `query_metrics`) give `service` only `auth`"), "{r:?}");
+        // A schema's enum counts; a value another parameter got does too.
+        t.request = "CPU and memory of auth";
+        assert!(unserved_values(&t, &needed(2), &known)[0].contains("names `memory`, a `metric`"));
+        // Served by a call, or given to another parameter: nothing to say.
+        let both = [calls[0].clone(), call("query_metrics", json!({"service": "notifications"}), "{}")];
+        t.request = "Find the health of the auth service and the CPU usage for notifications.";
+        t.calls = both.iter().collect();
+        assert!(unserved_values(&t, &needed(2), &known).is_empty());
+        // Not judged: the request names no given value; a value that is a called tool's
+        // word; a call that is not needed; a real value left for an earlier turn.
+        t.calls = calls.iter().collect();
+        t.request = "How are payments doing?";
+        assert!(unserved_values(&t, &needed(2), &known).is_empty(), "`auth` is not named: another check's business");
+        let logs = [call("search_logs", json!({"service": "auth"}), "{}")];
+        t.calls = logs.iter().collect();
+        t.request = "Search the auth logs";
+        assert!(unserved_values(&t, &needed(1), &known).is_empty(), "`search` is what the tool does");
+        t.calls = calls.iter().collect();
+        t.request = "Find the health of auth and notifications.";
+        let left_out = vec![(Decision::Unrequested, String::new()); 2];
+        assert!(unserved_values(&t, &left_out, &known).is_empty(), "no needed call gives `service`");
+        let earlier = [call("get_service_status", json!({"service": "notifications"}), "{}")];
+        t.context = earlier.iter().collect();
+        assert!(unserved_values(&t, &needed(2), &known).is_empty(), "an earlier turn gave it");
     }
 
     #[test]

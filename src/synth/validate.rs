@@ -52,11 +52,14 @@ pub static SPEC: StageSpec = StageSpec {
     // 2: only the calls a request needs become the reference plan; arguments traced;
     // answers checked against their calls; dialogue turns that add nothing end the dialogue.
     // 3: an answer naming a function or parameter no call of its turn made is unfaithful.
-    // 4: the needed-call check writes its reason before its verdict.
-    version: 4,
+    // 4: the needed-call check writes its reason before its verdict. 5: a synthesised turn
+    // whose request names a parameter's known value that its needed calls do not give is
+    // rejected (`gold::unserved_values`).
+    version: 5,
     about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),
+        crate::logs::curate::CURATED.optional(),
         CHAINS.optional(),
         super::chains::SAMPLING.optional(),
         TRAJECTORIES.optional(),
@@ -589,7 +592,8 @@ impl Stage for ValidateStage {
     fn help(&self) -> &'static str {
         "Automatic validation of every log-track sample (real, chains, dialogues), with labels.
 
-         Reads the benchmark pool `logs-split/benchmark.jsonl`, the chains
+         Reads the benchmark pool `logs-split/benchmark.jsonl` (and the curated sessions
+         `logs-curate/curated.jsonl`, for the values their calls gave each parameter), the chains
          `synth-chains/chains.jsonl` (with `synth-chains/sampling.json` for the funnel) and their
          executions `execute/trajectories.jsonl`, and the
          dialogues `synth-roleplay/dialogues.jsonl` (each when present). A sample passes when
@@ -662,7 +666,7 @@ impl Stage for ValidateStage {
         let s = ctx.settings;
         let sc = cfg(s);
         let v = &sc.validate;
-        let Candidates { mut cands, real_pool, real, chains, dialogues } = candidates(s, &sc, inputs)?;
+        let Candidates { mut cands, real_pool, real, chains, dialogues, mut known } = candidates(s, &sc, inputs)?;
 
         let opts = BatchOptions::new(STAGE, "validate", "checks")
             .concurrency(v.concurrency.max(1))
@@ -670,7 +674,10 @@ impl Stage for ValidateStage {
             .fail_point("validate_dialogue");
         let mut batch = Batch::new(ctx, opts)?;
         let schemas = tool_schemas(inputs)?;
-        ground_truth(&mut batch, &mut cands, &sc, &schemas)?;
+        for schema in schemas.values() {
+            known.add_schema(schema);
+        }
+        ground_truth(&mut batch, &mut cands, &sc, &schemas, &known)?;
         let items: Vec<(String, (Prompt, usize))> = cands
             .iter()
             .filter(|c| needs_judge(c))
@@ -756,6 +763,8 @@ struct Candidates {
     real: usize,
     chains: usize,
     dialogues: usize,
+    /// The values the benchmark pool's logged calls gave each tool parameter.
+    known: super::gold::KnownValues,
 }
 
 /// Read the real sessions (a seeded subset with `synth.validate.real_samples`), the chains
@@ -767,6 +776,17 @@ fn candidates(s: &Settings, sc: &SynthSettings, inputs: &Inputs) -> Result<Candi
         crate::logs::read_sessions(inputs.open_of(&crate::logs::split::BENCHMARK)?, "logs-split/benchmark.jsonl")?;
     real.sort_by(|a, b| a.id.cmp(&b.id));
     let real_pool = real.len();
+    // Every curated session's calls (the benchmark pool is a third of them).
+    let curated = match inputs.has(&crate::logs::curate::CURATED) {
+        true => {
+            crate::logs::read_sessions(inputs.open_of(&crate::logs::curate::CURATED)?, "logs-curate/curated.jsonl")?
+        }
+        false => Vec::new(),
+    };
+    let mut known = super::gold::KnownValues::default();
+    for call in real.iter().chain(&curated).flat_map(|s| &s.turns).flat_map(|t| &t.groups).flatten() {
+        known.add_call(&call.arguments);
+    }
     if let Some(n) = v.real_samples {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(s.project.seed ^ 0x7661_6c69_6461_7465);
         real.shuffle(&mut rng);
@@ -796,7 +816,7 @@ fn candidates(s: &Settings, sc: &SynthSettings, inputs: &Inputs) -> Result<Candi
     if let Some(w) = cands.windows(2).find(|w| w[0].sample.id == w[1].sample.id) {
         anyhow::bail!("two samples share the id `{}`; sample ids must be unique", w[0].sample.id);
     }
-    Ok(Candidates { cands, real_pool, real: real.len(), chains: chains.len(), dialogues: dialogues.len() })
+    Ok(Candidates { cands, real_pool, real: real.len(), chains: chains.len(), dialogues: dialogues.len(), known })
 }
 
 /// The ledger events that made a candidate (its session's split; its chain and the chain's
@@ -886,6 +906,7 @@ fn ground_truth(
     cands: &mut [Candidate],
     sc: &SynthSettings,
     schemas: &BTreeMap<String, Value>,
+    known: &super::gold::KnownValues,
 ) -> Result<()> {
     use super::gold::{self, Asked, Review};
     let mut reviews = Vec::new();
@@ -905,7 +926,7 @@ fn ground_truth(
     let failed: BTreeMap<String, String> = checks.failed.iter().map(|f| (f.item.clone(), f.reason.clone())).collect();
     let reviewed: Vec<usize> = reviews.iter().map(|(i, _)| *i).collect();
     for (i, r) in reviews {
-        r.settle(&mut cands[i], &checks.values, &failed, schemas);
+        r.settle(&mut cands[i], &checks.values, &failed, schemas, known);
     }
     let mut asks = Vec::new();
     let mut claims = BTreeMap::new();

@@ -77,7 +77,7 @@ fn check(mut c: Candidate, llm: &[(&str, bool)]) -> Candidate {
         let value = NeedCheck { needed: *needed, reason: "planted LLM verdict".into() };
         checks.insert(o.key.clone(), Asked { value, exchange: "sha256:x".into(), event: None });
     }
-    review.settle(&mut c, &checks, &BTreeMap::new(), &BTreeMap::new());
+    review.settle(&mut c, &checks, &BTreeMap::new(), &BTreeMap::new(), &benchgen::synth::gold::KnownValues::default());
     c
 }
 
