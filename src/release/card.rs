@@ -193,26 +193,43 @@ fn curation_section(md: &mut String, s: &Summary) {
         md.push_str(" and dropped none.\n\n");
         return;
     }
-    md.push_str(". Dropped, per criterion and by whom (`rule`: by rule; `llm`: one LLM verdict; `llm-agreed`: two agreeing verdicts; `llm-failed`: the judgement failed), with the share of all sessions (`artifacts/logs-curate/report.json` has up to three examples each):\n\n");
+    md.push_str(". Dropped, per criterion and by whom (`rule`: by rule; `feedback`: the user's own feedback; `llm`: one LLM verdict; `llm-agreed`: two agreeing verdicts; `llm-failed`: the judgement failed), with the share of all sessions (`artifacts/logs-curate/report.json` has up to three examples each):\n\n");
     md.push_str("| criterion | decided by | sessions | share | example |\n|---|---|---:|---:|---|\n");
     for d in &c.dropped {
-        let example = d.examples.first().map_or(String::new(), |e| {
-            let reason = crate::text::one_line(&e.reason).replace('|', "\\|");
-            let reason: String = match reason.chars().count() > 160 {
-                true => reason.chars().take(159).chain(['…']).collect(),
-                false => reason,
-            };
-            format!("`{}`: {reason}", e.id)
-        });
+        let example =
+            d.examples.first().map_or(String::new(), |e| format!("{}: {}", cell(&e.id, 80), cell(&e.reason, 160)));
         md.push_str(&format!(
             "| {} | {} | {} | {:.1} % | {example} |\n",
-            d.criterion,
-            d.by,
+            cell(&d.criterion, 40),
+            cell(&d.by, 40),
             d.sessions,
             d.share * 100.0
         ));
     }
     md.push('\n');
+}
+
+/// `text` as one table cell of at most `max` characters: on one line, cut first (a cut
+/// must not split an escape), then `\`, `|`, `<` and `` ` `` escaped, since ids and reasons
+/// come from the user's logs and from an LLM.
+fn cell(text: &str, max: usize) -> String {
+    let text = crate::text::one_line(text);
+    let text: String = match text.chars().count() > max {
+        true => text.chars().take(max - 1).chain(['…']).collect(),
+        false => text,
+    };
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' | '|' | '`' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '<' => out.push_str("&lt;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The card's YAML header: what the Hub reads (configs point at the released files).
@@ -451,6 +468,7 @@ mod tests {
             dropped: vec![
                 drop("resolved", "rule", 9, 0.0411, vec![ex("ops-0007", "every call failed")]),
                 drop("need", "llm-agreed", 4, 0.0183, vec![ex("ops-0101", "a | pipe\nand a line"), ex("x", "y")]),
+                drop("need", "llm", 1, 0.0046, vec![ex("a|b`c", "<b>bold</b> a\\|b")]),
                 drop("answer", "llm-failed", 0, 0.0, vec![]),
             ],
         });
@@ -459,9 +477,11 @@ mod tests {
             md.contains("`logs curate` kept 206 of 219 logged sessions. Dropped, per criterion and by whom"),
             "{md}"
         );
-        assert!(md.contains("| resolved | rule | 9 | 4.1 % | `ops-0007`: every call failed |\n"), "{md}");
-        assert!(md.contains("| need | llm-agreed | 4 | 1.8 % | `ops-0101`: a \\| pipe and a line |\n"), "{md}");
+        assert!(md.contains("| resolved | rule | 9 | 4.1 % | ops-0007: every call failed |\n"), "{md}");
+        assert!(md.contains("| need | llm-agreed | 4 | 1.8 % | ops-0101: a \\| pipe and a line |\n"), "{md}");
         assert!(md.contains("| answer | llm-failed | 0 | 0.0 % |  |\n"), "{md}");
+        // What the logs and the model wrote cannot break the table or become HTML.
+        assert!(md.contains("| need | llm | 1 | 0.5 % | a\\|b\\`c: &lt;b>bold&lt;/b> a\\\\\\|b |\n"), "{md}");
         // The section comes after the funnel, and only with the log track.
         assert!(md.find("## Yield funnel").unwrap() < md.find("## Real sessions: curation").unwrap());
         assert!(!render(&Summary::default()).contains("## Real sessions"));

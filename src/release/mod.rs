@@ -514,6 +514,7 @@ pub struct Summary {
 /// The card's account of `logs curate` (issue 38: a real session dropped, by which
 /// criterion and by whom, with an example).
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct Curation {
     pub sessions: u64,
     pub kept: u64,
@@ -524,16 +525,17 @@ pub struct Curation {
 /// `feedback`, `llm`, `llm-agreed`, `llm-failed`, …), their share of all sessions and up
 /// to three examples.
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct CurationDrop {
     pub criterion: String,
     pub by: String,
     pub sessions: u64,
     pub share: f64,
-    #[serde(default)]
     pub examples: Vec<CurationExample>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct CurationExample {
     pub id: String,
     pub reason: String,

@@ -290,14 +290,15 @@ fn word_positions(hay: &str, needle: &str) -> Vec<usize> {
     if needle.is_empty() {
         return out;
     }
-    let b = hay.as_bytes();
     let mut start = 0;
     while let Some(i) = hay[start..].find(needle) {
         let at = start + i;
         let end = at + needle.len();
-        if (at == 0 || !(b[at - 1] as char).is_alphanumeric())
-            && (end >= b.len() || !(b[end] as char).is_alphanumeric())
-        {
+        // The characters around the match, decoded (a byte of a multi-byte character read
+        // as a `char` is some Latin-1 letter).
+        let before = hay[..at].chars().next_back();
+        let after = hay[end..].chars().next();
+        if before.is_none_or(|c| !c.is_alphanumeric()) && after.is_none_or(|c| !c.is_alphanumeric()) {
             out.push(at);
         }
         start = end;
@@ -405,21 +406,35 @@ impl KnownValues {
     }
 }
 
-/// Values the request names for a parameter that the needed calls give other values only:
-/// the request names two or more known values of `service` (`auth`, `notifications`), the
-/// calls gave `service` only `auth`, and no call gives `notifications` anywhere. Part of the
-/// request is then not done, or done with another value (the demo's 1.5B answered "the CPU
-/// usage for notifications" from a call about `auth`), and the trajectory is no reference
-/// for it. A parameter no needed call gives is not judged (which tool the request needs is
-/// the needed-call check's), nor a value the request does not name beside a given one, nor
-/// a word of a called tool's name (`search` is a service of the demo's domain and what
-/// `search_logs` does). Earlier turns' calls count as given.
-pub fn unserved_values(t: &TurnInput, decisions: &[(Decision, String)], known: &KnownValues) -> Vec<String> {
-    let request = t.request.to_lowercase();
-    let needed = t.calls.iter().zip(decisions).filter(|(_, d)| d.0 == Decision::Needed).map(|(c, _)| *c);
+/// Fewer known values than this make a parameter enum-like (a severity, a metric, a window),
+/// whose values are everyday words ("any", "high", "memory"): only entity-like parameters
+/// (services, teams, hosts) are judged.
+const MIN_KNOWN: usize = 5;
+
+/// Values a turn's own message names for a parameter that the needed calls give other
+/// values only: the message names two or more known values of `service` (`auth`,
+/// `notifications`), the calls gave `service` only `auth`, and neither an argument nor a
+/// result of the sample's needed calls holds `notifications`. Part of the request is then
+/// not done, or done with another value (the demo's 1.5B answered "the CPU usage for
+/// notifications" from a call about `auth`), and the trajectory is no reference for it.
+///
+/// Judged only where a reading is hard to get wrong: an entity-like parameter
+/// ([`MIN_KNOWN`] values or more) that a needed call gives and whose given value the
+/// message names too; a mention that is not negated ("not billing"); a value that is no word
+/// of a called tool's name (`search` is a service of the demo's domain and what
+/// `search_logs` does). Earlier turns' calls count as given; `own` is this turn's message
+/// alone (a dialogue's request holds the earlier turns', which their own turns judged).
+pub fn unserved_values(t: &TurnInput, own: &str, decisions: &[(Decision, String)], known: &KnownValues) -> Vec<String> {
+    let own = own.to_lowercase();
+    let needed: Vec<&RecordedCall> = t
+        .context
+        .iter()
+        .copied()
+        .chain(t.calls.iter().zip(decisions).filter(|(_, d)| d.0 == Decision::Needed).map(|(c, _)| *c))
+        .collect();
     // Parameter → the values the calls gave it, and the tools that took it.
     let mut given: BTreeMap<String, (BTreeSet<String>, BTreeSet<&str>)> = BTreeMap::new();
-    for c in t.context.iter().copied().chain(needed) {
+    for c in &needed {
         for (name, v) in argument_leaves(&c.arguments) {
             if let Some(s) = v.as_str() {
                 let e = given.entry(name).or_default();
@@ -428,21 +443,23 @@ pub fn unserved_values(t: &TurnInput, decisions: &[(Decision, String)], known: &
             }
         }
     }
-    let anywhere: Vec<&String> = given.values().flat_map(|(v, _)| v).collect();
-    let tool_words: BTreeSet<String> = t
-        .context
-        .iter()
-        .chain(&t.calls)
-        .flat_map(|c| tool_name(&c.tool).to_lowercase().split(['_', '-']).map(str::to_string).collect::<Vec<_>>())
-        .collect();
+    // What the calls hold: their arguments and their results' values (a value the answer
+    // reads from a result, "does checkout depend on gateway?", is served).
+    let mut held: Vec<String> = given.values().flat_map(|(v, _)| v.iter().cloned()).collect();
+    held.extend(
+        needed.iter().filter_map(|c| c.result.as_deref()).flat_map(result_leaves).map(|(_, v)| v.to_lowercase()),
+    );
+    let tool_words: BTreeSet<String> =
+        t.context.iter().chain(&t.calls).flat_map(|c| words(tool_name(&c.tool))).map(|w| w.to_lowercase()).collect();
+    let named = |v: &str| word_positions(&own, v).into_iter().any(|at| !negated(&own, at));
     let mut out = Vec::new();
     for (param, (values, tools)) in &given {
-        let Some(known) = known.0.get(param) else { continue };
-        if !values.iter().any(|v| has_word(&request, v)) {
+        let Some(known) = known.0.get(param).filter(|k| k.len() >= MIN_KNOWN) else { continue };
+        if !values.iter().any(|v| named(v)) {
             continue;
         }
         for k in known {
-            if has_word(&request, k) && !anywhere.iter().any(|v| has_word(v, k)) && !tool_words.contains(k) {
+            if named(k) && !held.iter().any(|v| has_word(v, k)) && !tool_words.contains(k) {
                 let quote = |xs: Vec<&str>| xs.iter().map(|x| format!("`{x}`")).collect::<Vec<_>>().join(", ");
                 out.push(format!(
                     "the request names `{k}`, a `{param}` of the domain's calls, but the needed calls ({}) give \
@@ -1367,7 +1384,7 @@ impl Review {
             // A real session is what its user asked and got; a synthesised one must do all
             // its request names.
             if strict {
-                reasons.extend(unserved_values(&t, &d, known));
+                reasons.extend(unserved_values(&t, &view.sample.turns[ti].user, &d, known));
             }
             c.reasons.extend(reasons.into_iter().map(|r| format!("turn {}: {r}", ti + 1)));
             c.notes.extend(notes.into_iter().map(|r| format!("turn {}: {r}", ti + 1)));
@@ -1653,11 +1670,18 @@ mod tests {
     #[test]
     fn a_value_the_request_names_beside_a_given_one_must_be_given_too() {
         let mut known = KnownValues::default();
-        for service in ["auth", "notifications", "search", "payments"] {
+        for service in ["auth", "notifications", "search", "payments", "billing", "gateway", "checkout"] {
             known.add_call(&json!({"service": service, "window": "1h", "text": "free text, many words"}));
         }
-        known.add_schema(&json!({"properties": {"metric": {"type": "string", "enum": ["cpu", "memory"]}}}));
+        for severity in ["any", "high", "critical"] {
+            known.add_call(&json!({"severity": severity}));
+        }
+        known.add_schema(&json!({"properties": {"team": {"type": "string", "enum": ["sre", "network", "database", "platform", "payments-dev"]}}}));
+        fn turn<'a>(request: &'a str, calls: &'a [RecordedCall]) -> TurnInput<'a> {
+            TurnInput { request, answer: None, calls: calls.iter().collect(), chain_steps: vec![], context: vec![] }
+        }
         let needed = |n: usize| vec![(Decision::Needed, String::new()); n];
+        let check = |t: &TurnInput, n: usize| unserved_values(t, t.request, &needed(n), &known);
         // The demo's chain (clean run of 2026-12-06): two services asked for, one served.
         let calls = [
             call("get_service_status", json!({"service": "auth"}), r#"{"state":"up"}"#),
@@ -1670,33 +1694,49 @@ mod tests {
             chain_steps: vec![0, 1],
             context: vec![],
         };
-        let r = unserved_values(&t, &needed(2), &known);
+        let r = check(&t, 2);
         assert_eq!(r.len(), 1, "{r:?}");
         assert!(r[0].starts_with("the request names `notifications`, a `service` of the domain's calls, but the needed calls (`get_service_status`, `query_metrics`) give `service` only `auth`"), "{r:?}");
-        // A schema's enum counts; a value another parameter got does too.
-        t.request = "CPU and memory of auth";
-        assert!(unserved_values(&t, &needed(2), &known)[0].contains("names `memory`, a `metric`"));
-        // Served by a call, or given to another parameter: nothing to say.
+        // The demo's dialogue: a schema's enum counts as known.
+        let oncall = [call("get_oncall", json!({"team": "network"}), r#"{"email":"n@corp.example"}"#)];
+        let d = turn("Who is on call for network and sre?", &oncall);
+        assert!(check(&d, 1)[0].contains("names `sre`, a `team`"), "{:?}", check(&d, 1));
+        // Served by a call's argument or result: nothing to say.
         let both = [calls[0].clone(), call("query_metrics", json!({"service": "notifications"}), "{}")];
-        t.request = "Find the health of the auth service and the CPU usage for notifications.";
         t.calls = both.iter().collect();
-        assert!(unserved_values(&t, &needed(2), &known).is_empty());
-        // Not judged: the request names no given value; a value that is a called tool's
-        // word; a call that is not needed; a real value left for an earlier turn.
+        assert!(check(&t, 2).is_empty());
+        let deps = [call("get_service_dependencies", json!({"service": "checkout"}), r#"{"depends_on":["gateway"]}"#)];
+        let d = turn("Does checkout depend on gateway?", &deps);
+        assert!(check(&d, 1).is_empty(), "read from the result");
+        // Not judged: an enum-like parameter (few values); a negated or tool-word mention; a
+        // message that names no given value; a call that is not needed; an earlier turn's call.
+        let alerts = [call("get_alerts", json!({"service": "billing", "severity": "critical"}), "{}")];
+        let d = turn("Are there any critical alerts on billing?", &alerts);
+        assert!(check(&d, 1).is_empty(), "`any` is a severity, and an everyday word");
+        let d = turn("Check the alerts of billing, not gateway", &alerts);
+        assert!(check(&d, 1).is_empty(), "negated");
+        let logs = [call("searchLogs", json!({"service": "auth"}), "{}")];
+        let d = turn("Search the auth logs", &logs);
+        assert!(check(&d, 1).is_empty(), "`search` is what the tool does");
         t.calls = calls.iter().collect();
         t.request = "How are payments doing?";
-        assert!(unserved_values(&t, &needed(2), &known).is_empty(), "`auth` is not named: another check's business");
-        let logs = [call("search_logs", json!({"service": "auth"}), "{}")];
-        t.calls = logs.iter().collect();
-        t.request = "Search the auth logs";
-        assert!(unserved_values(&t, &needed(1), &known).is_empty(), "`search` is what the tool does");
-        t.calls = calls.iter().collect();
+        assert!(check(&t, 2).is_empty(), "`auth` is not named: another check's business");
         t.request = "Find the health of auth and notifications.";
         let left_out = vec![(Decision::Unrequested, String::new()); 2];
-        assert!(unserved_values(&t, &left_out, &known).is_empty(), "no needed call gives `service`");
+        assert!(unserved_values(&t, t.request, &left_out, &known).is_empty(), "no needed call gives `service`");
         let earlier = [call("get_service_status", json!({"service": "notifications"}), "{}")];
         t.context = earlier.iter().collect();
-        assert!(unserved_values(&t, &needed(2), &known).is_empty(), "an earlier turn gave it");
+        assert!(check(&t, 2).is_empty(), "an earlier turn gave it");
+        // A dialogue's later turn is judged by its own message only.
+        t.context = vec![];
+        let own = "And its CPU?";
+        assert!(unserved_values(&t, own, &needed(2), &known).is_empty());
+    }
+
+    #[test]
+    fn words_are_whole_words_around_multibyte_characters_too() {
+        assert!(has_word("prix du café auth", "auth") && !has_word("authé", "auth") && !has_word("éauth", "auth"));
+        assert!(has_word("服务 auth，", "auth"));
     }
 
     #[test]

@@ -54,8 +54,10 @@ pub static SPEC: StageSpec = StageSpec {
     // 3: an answer naming a function or parameter no call of its turn made is unfaithful.
     // 4: the needed-call check writes its reason before its verdict. 5: a synthesised turn
     // whose request names a parameter's known value that its needed calls do not give is
-    // rejected (`gold::unserved_values`).
-    version: 5,
+    // rejected (`gold::unserved_values`). 6: that rule judges each turn's own message, only
+    // entity-like parameters (5 known values or more), not a negated mention, and counts a
+    // value a needed call's result holds as served.
+    version: 6,
     about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),
@@ -763,7 +765,8 @@ struct Candidates {
     real: usize,
     chains: usize,
     dialogues: usize,
-    /// The values the benchmark pool's logged calls gave each tool parameter.
+    /// The values the curated sessions' calls (the benchmark pool's among them) gave each
+    /// parameter (`gold::unserved_values`).
     known: super::gold::KnownValues,
 }
 

@@ -129,7 +129,7 @@ fn curation_is_on_the_card(p: &Project, card: &str) {
         let share = d["share"].as_f64().unwrap() * 100.0;
         let id = &d["examples"][0]["id"];
         let row = format!(
-            "| {} | {} | {} | {share:.1} % | `{}`: ",
+            "| {} | {} | {} | {share:.1} % | {}: ",
             d["criterion"].as_str().unwrap(),
             d["by"].as_str().unwrap(),
             d["sessions"],
@@ -137,7 +137,10 @@ fn curation_is_on_the_card(p: &Project, card: &str) {
         );
         assert!(card.contains(&row), "no row `{row}` on the card: {card}");
     }
-    assert_eq!(kept < sessions, !report["dropped"].as_array().unwrap().is_empty(), "{report}");
+    assert!(
+        kept < sessions && !report["dropped"].as_array().unwrap().is_empty(),
+        "the demo's logs drop sessions: {report}"
+    );
 }
 
 /// Kept decisions about steps (not about their dependencies).

@@ -1035,10 +1035,10 @@ fn an_item_every_agent_failed_is_held_back_until_a_person_keeps_it() {
 
 /// With no person to adjudicate (`[release] decide_flagged = "evidence"`, the demo's
 /// setting; issue 38), a rule decides each `all-fail` item the panel's evidence can decide,
-/// and the release says so: `L1-1`, on which two agents agree on `Beta::u` instead of the
-/// reference, is left out; `L3-1`, whose reference calls the oracle made (with one more),
-/// is kept, its lineage naming the rule; `L4-1`, which each agent failed its own way, is
-/// held back for a person.
+/// and the release says so: `L1-1`, on which two agents agree on its reference tool's EFS
+/// sibling, is held back for a person; `L3-1`, whose reference calls the oracle made (with
+/// one more), is kept, its lineage naming the rule; `L4-1`, on which two agents agree on a
+/// tool outside its reference, is left out.
 #[test]
 fn with_no_person_a_rule_decides_the_all_fail_items_the_panels_evidence_can_decide() {
     let llm = ScriptedLlm::start(evidence_rule);
