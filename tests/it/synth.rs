@@ -501,7 +501,7 @@ fn a_looping_chain_query_is_asked_again_and_then_left_out_with_its_reason() {
 
 #[test]
 fn roleplay_plans_from_labelled_sub_scenarios_and_leaves_out_a_looping_user() {
-    let sp = synth_project_with(&[("dialogues = 1", "dialogues = 6")], |seen| {
+    let sp = synth_project_with(&[("dialogues = 2", "dialogues = 6")], |seen| {
         let t = seen.all_text();
         match t.contains("You play a user") && t.contains("mood: patient") {
             true => {
@@ -536,7 +536,7 @@ fn roleplay_plans_from_labelled_sub_scenarios_and_leaves_out_a_looping_user() {
 fn log_track_with_synthesis_runs_end_to_end_and_explains_samples() {
     let sp = synth_project(&[
         ("max_chains = 3", "max_chains = 4"),
-        ("dialogues = 1", "dialogues = 4"),
+        ("dialogues = 2", "dialogues = 4"),
         ("turn_cap = 2", "turn_cap = 3"),
     ]);
     let out = sp.ok(&["run"]);
@@ -690,7 +690,7 @@ fn log_track_with_synthesis_runs_end_to_end_and_explains_samples() {
 
 #[test]
 fn killed_synthesis_resumes_without_repeating_a_sample_or_an_exchange() {
-    let quiet = [("[synth.chains]\n", "[synth.chains]\nconcurrency = 1\n"), ("dialogues = 1", "dialogues = 0")];
+    let quiet = [("[synth.chains]\n", "[synth.chains]\nconcurrency = 1\n"), ("dialogues = 2", "dialogues = 0")];
     // An uninterrupted run, for comparison.
     let whole = synth_project(&quiet);
     whole.ok(&["run"]);
@@ -747,7 +747,7 @@ fn real_local_models_produce_an_accepted_chain_sample() {
     let sp = synth_project(&[
         ("max_chains = 3", "max_chains = 4"),
         ("lengths = { \"2\" = 1, \"3\" = 1 }", "lengths = { \"2\" = 1 }"),
-        ("dialogues = 1", "dialogues = 0"),
+        ("dialogues = 2", "dialogues = 0"),
     ]);
     let cfg = sp.p.read("pipeline/demo.toml");
     let scripted = format!("provider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"", sp.llm.base_url());
@@ -819,7 +819,7 @@ fn rule_with_extra_calls(seen: &Seen) -> Answer {
 #[test]
 fn an_agent_s_extra_calls_leave_the_reference_plan_which_equals_the_sampled_chain() {
     let sp = synth_project_with(
-        &[("max_chains = 3", "max_chains = 4"), ("dialogues = 1", "dialogues = 0")],
+        &[("max_chains = 3", "max_chains = 4"), ("dialogues = 2", "dialogues = 0")],
         rule_with_extra_calls,
     );
     sp.ok(&["run"]);
@@ -910,7 +910,7 @@ fn rule_with_a_repeating_user(seen: &Seen) -> Answer {
 
 #[test]
 fn a_user_turn_that_repeats_an_earlier_one_is_asked_again_then_ends_the_dialogue() {
-    let sp = synth_project_with(&[("dialogues = 1", "dialogues = 6")], rule_with_a_repeating_user);
+    let sp = synth_project_with(&[("dialogues = 2", "dialogues = 6")], rule_with_a_repeating_user);
     sp.ok(&["run"]);
     let dialogues = sp.jsonl("artifacts/synth-roleplay/dialogues.jsonl");
     let (mut repeated, mut asked_anew) = (0, 0);
@@ -959,7 +959,7 @@ fn rule_with_an_unserved_action(seen: &Seen) -> Answer {
 
 #[test]
 fn a_user_turn_asking_for_an_action_the_assistant_does_not_take_is_asked_again_then_ends_the_dialogue() {
-    let sp = synth_project_with(&[("dialogues = 1", "dialogues = 6")], rule_with_an_unserved_action);
+    let sp = synth_project_with(&[("dialogues = 2", "dialogues = 6")], rule_with_an_unserved_action);
     sp.ok(&["run"]);
     let dialogues = sp.jsonl("artifacts/synth-roleplay/dialogues.jsonl");
     let (mut ended, mut asked_anew) = (0, 0);
@@ -981,7 +981,7 @@ fn a_user_turn_asking_for_an_action_the_assistant_does_not_take_is_asked_again_t
 #[test]
 fn a_released_chain_s_lineage_reaches_its_sources_and_records_the_left_out_calls() {
     // The log track with synthesis, an agent that makes extra calls, released unreviewed.
-    let sp = synth_project_with(&[("dialogues = 1", "dialogues = 0")], rule_with_extra_calls);
+    let sp = synth_project_with(&[("dialogues = 2", "dialogues = 0")], rule_with_extra_calls);
     let cfg = sp.p.read("pipeline/demo.toml");
     sp.p.write(
         "pipeline/demo.toml",
