@@ -133,7 +133,9 @@ pub fn sites() -> Vec<Entry> {
             ],
         ),
         one("src/synth/chains.rs", "synth chains: query", synth::chains::query_answer()),
-        one("src/synth/roleplay.rs", "synth roleplay: goal", synth::roleplay::goal_answer()),
+        sizes("src/synth/roleplay.rs", "synth roleplay: goal", &[1, 2, 4], |n| {
+            synth::roleplay::goal_answer(n, vec!["get_oncall".into()])
+        }),
         entry(
             "src/synth/roleplay.rs",
             "synth roleplay: user turn",

@@ -112,6 +112,20 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
         self
     }
 
+    /// The list property `list` holds at least `min` items (see [`Answer::max_items`]). Its
+    /// check is the caller's: a list shorter than this must be refused there too.
+    pub fn min_items(mut self, list: &str, min: usize) -> Answer<T> {
+        Arc::make_mut(&mut self.schema)["properties"][list]["minItems"] = json!(min);
+        self
+    }
+
+    /// The strings of list property `list` are not empty (`minLength: 1`); as with
+    /// [`Answer::non_blank`], the caller's check refuses a blank one.
+    pub fn non_blank_items(mut self, list: &str) -> Answer<T> {
+        Arc::make_mut(&mut self.schema)["properties"][list]["items"]["minLength"] = json!(1);
+        self
+    }
+
     /// The string property `field` (of the answer object) is not empty: `minLength: 1`, and
     /// the check refuses a blank text (which a schema cannot say without a `pattern`, which
     /// grammar builders handle unevenly). `get` reads the field.

@@ -363,6 +363,8 @@ mod tests {
             ("count", json!(3)),
             ("sessions", json!(2)),
             ("turn", json!(1)),
+            ("min_requests", json!(2)),
+            ("max_requests", json!(3)),
             ("turn_cap", json!(2)),
             ("round", json!(1)),
             ("scale_min", json!(1)),

@@ -105,6 +105,12 @@ impl crate::settings::Section for SynthSettings {
         Key::unset("roleplay.personas", "path", "Persona pool (TOML, `[[persona]]` tables; relative to the root)."),
         Key::new("roleplay.goal_template", "string", r#""synth_goal""#, "Prompt template of a dialogue's goal."),
         Key::new("roleplay.user_template", "string", r#""synth_user""#, "Prompt template of the simulated user."),
+        Key::new(
+            "roleplay.user_turns",
+            "string",
+            r#""simulated""#,
+            "`simulated`: a user simulator writes each message, given the conversation and the turn's request of the goal's plan; `planned`: each message is the plan's request itself (no simulator; the dialogue ends with the plan).",
+        ),
         Key::new("roleplay.concurrency", "integer", "4", "Dialogues in flight."),
         Key::new("roleplay.max_failed_share", "number", "0.0", "Share of dialogues that may fail."),
         Key::table("validate", "The automatic check of every sample (`benchgen validate`)."),
@@ -216,6 +222,9 @@ pub struct RoleplaySettings {
     pub goal_template: String,
     #[serde(default = "default_user_template")]
     pub user_template: String,
+    /// Who writes the user's messages (see [`UserTurns`]).
+    #[serde(default)]
+    pub user_turns: UserTurns,
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,
     #[serde(
@@ -224,6 +233,22 @@ pub struct RoleplaySettings {
         skip_serializing_if = "crate::llm::batch::is_zero_share"
     )]
     pub max_failed_share: f64,
+}
+
+/// Who writes a dialogue's user messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UserTurns {
+    /// A user simulator (`synth.user_role`), given the persona, the goal and its plan, the
+    /// conversation so far and the turn's request: FinMCP's role-play. It may end early
+    /// (`done`) and may go on past the plan up to `turn_cap`.
+    #[default]
+    Simulated,
+    /// The goal's planned requests, one a turn, as written by the planner (who plays the
+    /// user ahead of the conversation): no simulator exchange, and no reaction to what the
+    /// assistant said. For small models that copy the assistant's reply as the user's
+    /// next message (the demo's 1.5B did).
+    Planned,
 }
 
 impl Default for RoleplaySettings {

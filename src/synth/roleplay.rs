@@ -3,11 +3,14 @@
 //!
 //! Per dialogue: the planner draws a persona (one value per attribute of the persona
 //! pool's templates) and a sub-scenario (both seeded), and the LLM (`planner_role`) writes
-//! a goal from them, the sub-scenario's tools and a few of its real queries. Then the user
-//! simulator (`user_role`) and the assistant (`assistant_role`, with the MCP tools)
-//! alternate. The simulator sees the persona, the goal and the **visible** conversation
-//! only: user messages and the assistant's final replies, never tool calls or results. It
-//! ends the dialogue with `done` (recorded as FinMCP's `###STOP###`), or the turn cap does.
+//! a goal from them, the sub-scenario's tools and a few of its real queries, with its plan:
+//! the user's requests, one per turn. Then the user simulator (`user_role`) and the
+//! assistant (`assistant_role`, with the MCP tools) alternate. The simulator sees the
+//! persona, the goal, its plan, the turn's request and the **visible** conversation only:
+//! user messages and the assistant's final replies, never tool calls or results. It ends
+//! the dialogue with `done` (recorded as FinMCP's `###STOP###`), or the turn cap does. With
+//! `user_turns = "planned"` the plan's requests are the user's messages themselves, and the
+//! dialogue ends with the plan (also recorded as `###STOP###`).
 //! Each turn's tool-call groups are recorded. A turn whose agent run fails ends the
 //! dialogue; validation rejects it with the reason.
 //!
@@ -49,8 +52,9 @@ pub static SPEC: StageSpec = StageSpec {
     // to (`mcp.server`), which the release pins. 5: the agent's group of calls already run
     // (same function and arguments) is not run again: the answer nudge, then `repeated`.
     // 6: a call written as text is read up to its name and arguments, so one the assistant
-    // cut while making up its result is run.
-    version: 6,
+    // cut while making up its result is run. 7: the goal comes with its plan of requests,
+    // one per user turn, and the simulator is given the turn's request.
+    version: 7,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),
@@ -122,6 +126,9 @@ pub fn plan_dialogues(pool: &PersonaPool, subs: &[String], n: usize, seed: u64) 
 pub struct Goal {
     /// What this user wants to get done in the conversation, in one or two sentences.
     pub goal: String,
+    /// The messages the user will send, in order: each asks for one part of the goal that
+    /// one of the tools does; a later one may build on what an earlier one found.
+    pub requests: Vec<String>,
 }
 
 /// The user simulator's typed answer.
@@ -133,11 +140,47 @@ pub struct UserTurn {
     pub done: bool,
 }
 
-/// The planner's answer: a goal that is not blank and does not loop.
-pub(crate) fn goal_answer() -> crate::llm::Answer<Goal> {
-    crate::llm::Answer::<Goal>::of()
+/// The planner's answer: a goal that is not blank and does not loop, and its requests, one
+/// per user turn: at least two (one when `turn_cap` is 1), at most `turn_cap`, none blank
+/// and none naming one of the `tools` (the 1.5B planner wrote "search_incidents by free text
+/// and status; …" as a request, and the simulator then spoke as the assistant).
+///
+/// Why a plan of requests: told only the goal, the demo's 1.5B user simulator asked for all
+/// of it in its first message, the assistant did it all in one turn, and the simulator then
+/// repeated itself (`repeated`) or thanked it (`no_action`): both of the clean run's
+/// dialogues had one turn, and no multi-turn sample was released.
+pub(crate) fn goal_answer(turn_cap: usize, tools: Vec<String>) -> crate::llm::Answer<Goal> {
+    let (min, max) = request_bounds(turn_cap);
+    let mut a = crate::llm::Answer::<Goal>::of()
         .non_blank("goal", |g: &Goal| g.goal.as_str())
-        .check(|g| crate::llm::extract::check_no_loop(&g.goal, "the goal"))
+        .max_items("requests", max)
+        .min_items("requests", min)
+        .non_blank_items("requests");
+    a = a.check(|g| crate::llm::extract::check_no_loop(&g.goal, "the goal"));
+    a.check(move |g| {
+        if g.requests.len() < min || g.requests.len() > max {
+            return Err(format!("`requests` has {} entries; write {min} to {max}, one per message", g.requests.len()));
+        }
+        if let Some(i) = g.requests.iter().position(|r| r.trim().is_empty()) {
+            return Err(format!("request {} is blank; write it out", i + 1));
+        }
+        for (i, r) in g.requests.iter().enumerate() {
+            let lower = r.to_lowercase();
+            if let Some(t) = tools.iter().find(|t| lower.contains(&t.to_lowercase())) {
+                return Err(format!(
+                    "request {} names the tool `{t}`; write it as the message the user types, in the first person, without tool names",
+                    i + 1
+                ));
+            }
+        }
+        g.requests.iter().try_for_each(|r| crate::llm::extract::check_no_loop(r, "a request"))
+    })
+}
+
+/// How many requests a goal plans: `(min, max)` for a dialogue of at most `turn_cap` turns.
+pub(crate) fn request_bounds(turn_cap: usize) -> (usize, usize) {
+    let max = turn_cap.max(1);
+    (2.min(max), max)
 }
 
 /// The user simulator's answer: a message that does not loop; on the `first` turn a
@@ -176,6 +219,11 @@ pub struct DialogueTurn {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+    /// The reminder the assistant was given with the user's message on a second try
+    /// (`user_turns = "planned"`: its first answer made no call); not part of the
+    /// conversation, recorded so that an audit sees it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
     /// Tool-call groups of this turn (calls in one group ran in parallel).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<Vec<RecordedCall>>,
@@ -188,9 +236,14 @@ pub struct Dialogue {
     pub sub_scenario: String,
     pub persona: BTreeMap<String, String>,
     pub goal: String,
+    /// The goal's plan: the user's requests, one per turn ([`Goal::requests`]; empty in a
+    /// dialogue made before synth-roleplay v7).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<String>,
     pub goal_exchange: String,
     pub turns: Vec<DialogueTurn>,
-    /// `user` (the simulator said done), `cap` (turn cap), `repeated` (the simulator repeated an
+    /// `user` (the simulator said done), `plan` (every request of the goal's plan was made,
+    /// `user_turns = "planned"`), `cap` (turn cap), `repeated` (the simulator repeated an
     /// earlier turn after being asked again), `no_action` (a turn asked twice for an action
     /// the assistant did not take) or `failed` (a turn failed).
     pub ended: String,
@@ -262,17 +315,24 @@ impl Stage for RoleplayStage {
 
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         let c = cfg(s);
-        vec![
-            ConfigRef::new("synth.planner_role", &c.planner_role),
-            ConfigRef::new("synth.user_role", &c.user_role),
-            ConfigRef::new("synth.assistant_role", &c.assistant_role),
-        ]
+        let user = (c.roleplay.user_turns == super::UserTurns::Simulated)
+            .then(|| ConfigRef::new("synth.user_role", &c.user_role));
+        let mut roles = vec![ConfigRef::new("synth.planner_role", &c.planner_role)];
+        roles.extend(user);
+        roles.push(ConfigRef::new("synth.assistant_role", &c.assistant_role));
+        roles
     }
 
     /// The simulated user and the assistant take turns; the planner asks once per dialogue.
     fn turn_roles(&self, s: &Settings) -> Vec<ConfigRef> {
         let c = cfg(s);
-        vec![ConfigRef::new("synth.user_role", &c.user_role), ConfigRef::new("synth.assistant_role", &c.assistant_role)]
+        match c.roleplay.user_turns {
+            super::UserTurns::Simulated => vec![
+                ConfigRef::new("synth.user_role", &c.user_role),
+                ConfigRef::new("synth.assistant_role", &c.assistant_role),
+            ],
+            super::UserTurns::Planned => vec![ConfigRef::new("synth.assistant_role", &c.assistant_role)],
+        }
     }
 
     fn servers(&self, s: &Settings) -> Vec<ConfigRef> {
@@ -287,16 +347,18 @@ impl Stage for RoleplayStage {
         let mut agent = AgentSettings::from(&s.section::<crate::agent::ExecuteSettings>().0);
         agent.role = sc.assistant_role.clone();
         let per = agent.max_exchanges();
-        // Every user turn may be asked again once when the assistant did not act on it.
-        let rows = [
-            Estimate::typed(&sc.planner_role, n, format!("{n} dialogues × 1 goal")),
-            Estimate::typed(&sc.user_role, n * cap * 2, format!("≤ {n} dialogues × {cap} turns × 2 tries")),
-            Estimate::plain(
-                &sc.assistant_role,
-                n * cap * 2 * per,
-                format!("≤ {n} dialogues × {cap} turns × 2 tries × {per} agent turns"),
-            ),
-        ];
+        // Every simulated user turn may be asked again once when the assistant did not act
+        // on it; a planned one is not (it would be the same message).
+        let tries = if rp.user_turns == super::UserTurns::Simulated { 2 } else { 1 };
+        let mut rows = vec![Estimate::typed(&sc.planner_role, n, format!("{n} dialogues × 1 goal"))];
+        if tries == 2 {
+            rows.push(Estimate::typed(&sc.user_role, n * cap * 2, format!("≤ {n} dialogues × {cap} turns × 2 tries")));
+        }
+        rows.push(Estimate::plain(
+            &sc.assistant_role,
+            n * cap * tries * per,
+            format!("≤ {n} dialogues × {cap} turns × {tries} tries × {per} agent turns"),
+        ));
         crate::stage::merge_by_role(rows).into_iter().map(|e| e.in_flight(rp.concurrency.max(1))).collect()
     }
 
@@ -308,13 +370,14 @@ impl Stage for RoleplayStage {
             PromptRef::new(
                 "synth.roleplay.goal_template",
                 &c.roleplay.goal_template,
-                json!({"persona": persona, "sub_scenario": "A-B", "tools": [tool], "examples": ["q"]}),
+                json!({"persona": persona, "sub_scenario": "A-B", "tools": [tool], "examples": ["q"],
+                       "min_requests": 2, "max_requests": 3}),
             ),
             PromptRef::new(
                 "synth.roleplay.user_template",
                 &c.roleplay.user_template,
                 json!({"persona": persona, "goal": "g", "conversation": [{"role": "user", "text": "t"}],
-                       "turn": 1, "turn_cap": 3}),
+                       "requests": ["r1", "r2"], "request": "r2", "turn": 2, "turn_cap": 3}),
             ),
         ]
     }
@@ -406,7 +469,7 @@ impl Stage for RoleplayStage {
                 super::kind::DIALOGUE,
                 Some(&crate::model::Sample::subject_for(id)),
                 json!({"sub_scenario": d.dialogue.sub_scenario, "persona": d.dialogue.persona, "goal": d.dialogue.goal,
-                       "turns": d.dialogue.turns.len(), "ended": d.dialogue.ended}),
+                       "requests": d.dialogue.requests, "turns": d.dialogue.turns.len(), "ended": d.dialogue.ended}),
             );
             for e in &d.events {
                 ev = ev.with_parent(Parent::Id(*e));
@@ -446,6 +509,15 @@ fn unserved_action(t: &Trajectory, message: &str, names: &[String]) -> Option<&'
     super::gold::asks_for_action(message, Some(names))
 }
 
+/// What a planned request's second try adds to the user's message for the assistant.
+pub const PLANNED_HINT: &str = "This request needs one of your tools: call it before you answer.";
+
+/// A planned request the assistant answered without a successful call (`Some("do")`).
+fn unserved_request(t: &Trajectory) -> Option<&'static str> {
+    let acted = t.calls.iter().any(|c| matches!(c.outcome, crate::mcp::CallOutcome::Ok { .. }));
+    (t.status == RunStatus::Answered && !acted).then_some("do")
+}
+
 /// The user simulator's message for turn `k` (0-based); `None` when it was asked again and
 /// still repeats an earlier turn (the dialogue ends with the turns it has).
 async fn ask_user(
@@ -482,51 +554,80 @@ async fn simulate(
         .iter()
         .map(|t| json!({"name": t, "description": tools.get(t).map(|x| x.description.clone()).unwrap_or_default()}))
         .collect();
+    let names: Vec<String> = tools.keys().cloned().collect();
+    let (min_requests, max_requests) = request_bounds(rp.turn_cap);
     let goal_prompt = Prompt::new(
         &rp.goal_template,
-        json!({"persona": plan.persona, "sub_scenario": plan.sub_scenario, "tools": tool_vars, "examples": examples}),
+        json!({"persona": plan.persona, "sub_scenario": plan.sub_scenario, "tools": tool_vars, "examples": examples,
+               "min_requests": min_requests, "max_requests": max_requests}),
     );
-    let goal = llm.ask(&sc.planner_role, &goal_prompt, Some("goal"), &goal_answer()).await?;
+    let goal = llm.ask(&sc.planner_role, &goal_prompt, Some("goal"), &goal_answer(rp.turn_cap, names.clone())).await?;
+    let requests: Vec<String> = goal.value.requests.iter().map(|r| r.trim().to_string()).collect();
     let mut events = vec![goal.event_id];
     let mut messages = vec![ChatMessage::System(exec.system_prompt().to_string())];
     let mut visible: Vec<Visible> = Vec::new();
     let mut turns = Vec::new();
     let mut ended = "cap".to_string();
-    let names: Vec<String> = tools.keys().cloned().collect();
+    let planned = rp.user_turns == super::UserTurns::Planned;
     'turns: for k in 0..rp.turn_cap {
         // A turn that asks for an action the assistant does not take (no successful call) is
         // asked again once, with the reason; the second time the dialogue ends before it.
         let mut note: Option<String> = None;
         for attempt in 0..2 {
             let before = messages.len();
-            let vars = json!({"persona": plan.persona, "goal": goal.value.goal, "conversation": visible,
-                              "turn": k + 1, "turn_cap": rp.turn_cap, "note": note});
-            let part = if attempt == 0 { format!("user{}", k + 1) } else { format!("user{}-again", k + 1) };
-            let earlier: Vec<String> = turns.iter().map(|t: &DialogueTurn| t.user.clone()).collect();
-            let prompt = Prompt::new(&rp.user_template, vars);
-            let Some(u) = ask_user(llm, sc, prompt, &part, k, earlier, &mut events).await? else {
-                ended = "repeated".into();
-                break 'turns;
+            let (message, user_exchange) = if planned {
+                // The plan's request itself; the plan done, the dialogue is.
+                match requests.get(k) {
+                    Some(r) => (r.clone(), goal.exchange.clone()),
+                    None => {
+                        ended = "plan".into();
+                        break 'turns;
+                    }
+                }
+            } else {
+                // This turn's request from the goal's plan; past its end, the user may finish.
+                let vars = json!({"persona": plan.persona, "goal": goal.value.goal, "conversation": visible,
+                                  "requests": requests, "request": requests.get(k),
+                                  "turn": k + 1, "turn_cap": rp.turn_cap, "note": note});
+                let part = if attempt == 0 { format!("user{}", k + 1) } else { format!("user{}-again", k + 1) };
+                let earlier: Vec<String> = turns.iter().map(|t: &DialogueTurn| t.user.clone()).collect();
+                let prompt = Prompt::new(&rp.user_template, vars);
+                let Some(u) = ask_user(llm, sc, prompt, &part, k, earlier, &mut events).await? else {
+                    ended = "repeated".into();
+                    break 'turns;
+                };
+                events.push(u.event_id);
+                let message = u.value.message.trim().to_string();
+                // The first turn always has a request; later, `done` (or nothing to say) ends it.
+                if k > 0 && (u.value.done || message.is_empty()) {
+                    ended = "user".into();
+                    break 'turns;
+                }
+                if message.is_empty() {
+                    return Err(ItemError::Failed("the user simulator wrote an empty first message".into()));
+                }
+                (message, u.exchange)
             };
-            events.push(u.event_id);
-            let message = u.value.message.trim().to_string();
-            // The first turn always has a request; later, `done` (or nothing to say) ends it.
-            if k > 0 && (u.value.done || message.is_empty()) {
-                ended = "user".into();
-                break 'turns;
-            }
-            if message.is_empty() {
-                return Err(ItemError::Failed("the user simulator wrote an empty first message".into()));
-            }
-            messages.push(ChatMessage::User(message.clone()));
+            // A planned request's second try reminds the assistant that it needs a tool; the
+            // reminder stays out of the conversation, which holds the request as planned.
+            let hint = (planned && attempt == 1).then_some(PLANNED_HINT);
+            let sent = hint.map_or_else(|| message.clone(), |h| format!("{message}\n\n({h})"));
+            messages.push(ChatMessage::User(sent));
             let q = Query { id: format!("{}:turn{}", plan.id, k + 1), query: message.clone(), chain: vec![] };
             let mut t = Trajectory::start(&q);
             let trace = exec.run_loop(llm, &q.id, &mut messages, &mut t).await;
             events.extend(trace.llm_events.iter().chain(&trace.call_events).copied());
-            if let Some(action) = unserved_action(&t, &message, &names) {
+            if hint.is_some() {
+                messages[before] = ChatMessage::User(message.clone());
+            }
+            // Every planned request asks for something a tool does (the plan's contract), so
+            // an answer without a successful call leaves it undone; a simulated message only
+            // when it asks for an action of the catalog.
+            let unserved = if planned { unserved_request(&t) } else { unserved_action(&t, &message, &names) };
+            if let Some(action) = unserved {
                 messages.truncate(before);
                 if attempt == 0 {
-                    note = Some(format!(
+                    note = (!planned).then(|| format!(
                         "Your last message (\"{}\") asked the assistant to {action} something, and it did not: ask again in other words, ask for something else your goal needs, or set `done` to true.",
                         crate::text::one_line(&message)
                     ));
@@ -542,10 +643,11 @@ async fn simulate(
             let failed = t.status != RunStatus::Answered;
             turns.push(DialogueTurn {
                 user: message,
-                user_exchange: u.exchange,
+                user_exchange,
                 status: t.status,
                 reason: t.reason.clone(),
                 answer: t.answer.clone(),
+                hint: hint.map(str::to_string),
                 groups: crate::agent::recorded_groups(&t.calls),
             });
             if failed {
@@ -561,6 +663,7 @@ async fn simulate(
             sub_scenario: plan.sub_scenario,
             persona: plan.persona,
             goal: goal.value.goal,
+            requests,
             goal_exchange: goal.exchange,
             turns,
             ended,
@@ -587,4 +690,57 @@ fn report(dialogues: &[Dialogue], planned: usize, subs: &[String]) -> String {
         ));
     }
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn goal(requests: &[&str]) -> Value {
+        json!({"goal": "Find the on-call for database and message them", "requests": requests})
+    }
+
+    #[test]
+    fn a_goal_plans_two_to_turn_cap_requests_none_blank() {
+        let a = goal_answer(3, vec!["get_oncall".into(), "notify_user".into()]);
+        assert_eq!(a.schema["properties"]["requests"]["minItems"], 2);
+        assert_eq!(a.schema["properties"]["requests"]["maxItems"], 3);
+        assert_eq!(a.schema["properties"]["requests"]["items"]["minLength"], 1);
+        let two = a.accepts(&goal(&["Who is on call for database?", "Send them a message about the outage"])).unwrap();
+        assert_eq!(two.requests.len(), 2);
+        for (bad, why) in [
+            (goal(&["Who is on call for database, and message them"]), "minItems"),
+            (goal(&["a", "b", "c", "d"]), "maxItems"),
+        ] {
+            assert!(a.accepts(&bad).is_err(), "{why}: {bad}");
+        }
+        // What a server that ignores the schema may send: the check refuses it too.
+        let blank: Goal = serde_json::from_value(goal(&["Who is on call for database?", "  "])).unwrap();
+        assert!(a.run_check(&blank).unwrap_err().contains("request 2 is blank"));
+        let one: Goal = serde_json::from_value(goal(&["Who is on call?"])).unwrap();
+        assert!(a.run_check(&one).unwrap_err().contains("write 2 to 3"));
+        // A dialogue of one turn at most plans one request.
+        assert_eq!(request_bounds(1), (1, 1));
+        assert!(goal_answer(1, vec![]).accepts(&goal(&["Who is on call for database?"])).is_ok());
+        // A request that names a tool is the planner writing for the assistant.
+        let named = a.accepts(&goal(&["Who is on call for database?", "notify_user with the outage"])).unwrap_err();
+        assert!(named.contains("request 2 names the tool `notify_user`"), "{named}");
+    }
+
+    #[test]
+    fn the_simulator_is_given_its_turn_s_request_and_told_when_the_plan_is_done() {
+        let text = crate::llm::prompts::builtin("synth_user").expect("built in");
+        let render = |turn: usize, request: Option<&str>| {
+            let vars = json!({"persona": {"age": "30"}, "goal": "g", "conversation": [], "note": null,
+                              "requests": ["Who is on call for database?", "Message them"], "request": request,
+                              "turn": turn, "turn_cap": 3});
+            crate::llm::render_template("synth_user", text, &vars).unwrap()
+        };
+        let first = render(1, Some("Who is on call for database?"));
+        assert!(first.contains("1. Who is on call for database?\n2. Message them\n"), "{first}");
+        assert!(first.contains("The request for this turn: Who is on call for database?"), "{first}");
+        let past = render(3, None);
+        assert!(past.contains("Every request of your plan has been made."), "{past}");
+        assert!(!past.contains("The request for this turn"), "{past}");
+    }
 }

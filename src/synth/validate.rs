@@ -424,7 +424,8 @@ pub fn from_dialogue(d: &Dialogue, author_role: &str) -> Candidate {
         sub_scenario: d.sub_scenario.clone(),
         reasons,
         executed: !d.turns.is_empty(),
-        stopped_by_user: d.ended == "user",
+        // The user's own end: the simulator said done, or the planned user had no request left.
+        stopped_by_user: d.ended == "user" || d.ended == "plan",
         origin: d.id.clone(),
         chain_steps: vec![],
         decisions: vec![],

@@ -70,7 +70,7 @@ fn no_csv_of_a_demo_run_carries_a_formula_cell() {
         } else if text.contains("Write ONE user request") {
             serde_json::json!({"query": format!("={FORMULA}")})
         } else if text.contains("Write this user's goal") {
-            serde_json::json!({"goal": reason})
+            serde_json::json!({"goal": reason, "requests": [reason, format!("{reason} again")]})
         } else if text.contains("You play a user") {
             serde_json::json!({"message": reason, "done": true})
         } else if text.contains("addressed the user's request") {

@@ -384,6 +384,7 @@ fn dialogue(turns: Vec<(&str, Vec<RecordedCall>, &str)>) -> Candidate {
         sub_scenario: "Ops-Alerts".into(),
         persona: BTreeMap::new(),
         goal: "g".into(),
+        requests: vec![],
         goal_exchange: "h".into(),
         turns: turns
             .into_iter()
@@ -393,6 +394,7 @@ fn dialogue(turns: Vec<(&str, Vec<RecordedCall>, &str)>) -> Candidate {
                 status: RunStatus::Answered,
                 reason: None,
                 answer: Some(answer.into()),
+                hint: None,
                 groups: if calls.is_empty() { vec![] } else { vec![calls] },
             })
             .collect(),

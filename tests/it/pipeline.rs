@@ -64,7 +64,7 @@ pub(crate) fn full_answer(seen: &Seen) -> Option<Answer> {
     } else if text.contains("Write ONE user request") {
         serde_json::json!({"query": "scripted chain query"})
     } else if text.contains("Write this user's goal") {
-        serde_json::json!({"goal": "scripted goal"})
+        serde_json::json!({"goal": "scripted goal", "requests": ["scripted request one", "scripted request two"]})
     } else if text.contains("You play a user") {
         serde_json::json!({"message": "scripted request", "done": true})
     } else if text.contains("addressed the user's request") {

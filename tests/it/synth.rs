@@ -339,7 +339,7 @@ fn rule(seen: &Seen) -> Answer {
         json!({"query": format!("CHAIN: {} (for X-1)", tools.join(" > "))})
     } else if t.contains("Write this user's goal") {
         let first = t.lines().find_map(|l| l.strip_prefix("- `")).and_then(|l| l.split('`').next()).unwrap_or("none");
-        json!({"goal": format!("use {first}")})
+        json!({"goal": format!("use {first}"), "requests": ["Please do the first ask", "Please do the second ask"]})
     } else if t.contains("You play a user") {
         let turn: usize =
             t.split("This is turn ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap().parse().unwrap();
@@ -417,6 +417,9 @@ fn synth_project_with(
     let mut cfg = track
         .replace("llm_sample = 3\n", "llm_sample = 20\n")
         .replace("min_support = 14", "min_support = 3")
+        // The user simulator (the default) is what these tests script; the demo's planned
+        // user turns have their own test.
+        .replace("user_turns = \"planned\"\n", "")
         .replace("model_path = \"qwen2.5-coder-0.5b-instruct.gguf\"\n", "")
         .replace(
             "provider = \"local\"",
@@ -650,7 +653,20 @@ fn log_track_with_synthesis_runs_end_to_end_and_explains_samples() {
             assert!(!text.contains(res.as_str()), "the simulator saw a tool result: {res}");
         }
         assert!(r.body.get("tools").is_none());
+        // It is given its goal's plan and the turn's request from it; past the plan's end
+        // (turn 3 of the two-request plans here), that the plan is done.
+        assert!(text.contains("Your plan, one request per message:\n1. Please do the first ask\n2. Please"), "{text}");
+        let turn: usize =
+            text.split("This is turn ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+        let request = text.split("The request for this turn: ").nth(1).and_then(|r| r.lines().next());
+        match turn {
+            1 => assert_eq!(request, Some("Please do the first ask"), "{text}"),
+            2 => assert_eq!(request, Some("Please do the second ask"), "{text}"),
+            _ => assert!(request.is_none() && text.contains("Every request of your plan has been made."), "{text}"),
+        }
     }
+    // Each dialogue keeps its plan.
+    assert!(dialogues.iter().all(|d| d["requests"].as_array().is_some_and(|r| r.len() == 2)), "{dialogues:?}");
     let moods: BTreeMap<&str, Vec<&Value>> = dialogues.iter().fold(BTreeMap::new(), |mut m, d| {
         m.entry(d["persona"]["mood"].as_str().unwrap()).or_default().push(d);
         m
@@ -1037,4 +1053,74 @@ fn a_released_chain_s_lineage_reaches_its_sources_and_records_the_left_out_calls
     assert!(samples.contains("\"left_out\":\"unrequested: "), "{samples}");
     let o = sp.run(&["release", "verify", rel.to_str().unwrap()], &[]);
     assert!(o.status.success(), "{}", crate::support::stderr(&o));
+}
+
+/// [`rule`], with a goal of two planned requests: the scripted agent calls a tool for the
+/// first at once and answers the second without a call until reminded that it needs a
+/// tool, except for a brief user's, which says "never" (the agent then never calls).
+fn rule_with_planned_requests(seen: &Seen) -> Answer {
+    let t = seen.all_text();
+    if t.contains("Write this user's goal") {
+        let second =
+            if t.contains("mood: brief") { "Please look X-1 up, never mind how" } else { "Please look X-1 up" };
+        return Answer::json(json!({"goal": "look into X-1", "requests": ["Please find X-1", second]}));
+    }
+    if seen.body.get("tools").is_some() {
+        let msgs = seen.body["messages"].as_array().unwrap();
+        let last_user = msgs.iter().rposition(|m| m["role"] == "user").unwrap();
+        let user = msgs[last_user]["content"].as_str().unwrap_or_default();
+        if user.starts_with("Please find X-1") || user.starts_with("Please look X-1 up") {
+            let called = msgs[last_user..].iter().any(|m| m["role"] == "tool");
+            let tool = seen.body["tools"][0]["function"]["name"].as_str().unwrap().to_string();
+            // The first request is done at once; the second only when reminded.
+            let hinted = user.contains(benchgen::synth::roleplay::PLANNED_HINT) && !user.contains("never");
+            return match (user.starts_with("Please find") || hinted) && !called {
+                true => Answer::ToolCalls(vec![(tool.clone(), fill(seen, &tool))]),
+                false => Answer::text("Done."),
+            };
+        }
+    }
+    rule(seen)
+}
+
+#[test]
+fn planned_user_turns_are_the_goal_s_requests_and_an_undone_one_is_retried_with_a_hint() {
+    let sp = synth_project_with(
+        &[("dialogues = 2", "dialogues = 6"), ("turn_cap = 2", "turn_cap = 3\nuser_turns = \"planned\"")],
+        rule_with_planned_requests,
+    );
+    sp.ok(&["run", "--until", "synth-roleplay"]);
+    // No user simulator: the messages are the plan's.
+    assert!(!sp.llm.requests().iter().any(|r| r.all_text().contains("You play a user")));
+    let dialogues = sp.jsonl("artifacts/synth-roleplay/dialogues.jsonl");
+    let (mut planned, mut undone) = (0, 0);
+    for d in &dialogues {
+        let requests: Vec<&str> = d["requests"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+        let turns = d["turns"].as_array().unwrap();
+        let users: Vec<&str> = turns.iter().map(|t| t["user"].as_str().unwrap()).collect();
+        assert_eq!(users[..], requests[..users.len()], "the user's messages are the plan's requests: {d}");
+        assert!(turns[0].get("hint").is_none(), "the first request was done at once: {d}");
+        if d["persona"]["mood"] == "brief" {
+            // Not done even when reminded: the dialogue ends before it.
+            assert_eq!((users.len(), d["ended"].as_str().unwrap()), (1, "no_action"), "{d}");
+            undone += 1;
+        } else {
+            // Done when reminded; the reminder is recorded, not part of the conversation.
+            assert_eq!((users.len(), d["ended"].as_str().unwrap()), (2, "plan"), "the plan ends it under the cap: {d}");
+            assert_eq!(turns[1]["hint"], benchgen::synth::roleplay::PLANNED_HINT, "{d}");
+            assert!(!users[1].contains("needs one of your tools"), "{d}");
+            assert_eq!(turns[1]["groups"].as_array().unwrap().len(), 1, "{d}");
+            planned += 1;
+        }
+    }
+    assert!(planned > 0 && undone > 0, "both kinds of user occur: {dialogues:?}");
+    // The second request went to the assistant twice: plainly, then with the reminder.
+    let agent: Vec<Seen> = sp.llm.requests().into_iter().filter(|r| r.body.get("tools").is_some()).collect();
+    let last_user = |r: &Seen| {
+        let msgs = r.body["messages"].as_array().unwrap().clone();
+        msgs.iter().rev().find(|m| m["role"] == "user").unwrap()["content"].as_str().unwrap().to_string()
+    };
+    let seconds: Vec<String> = agent.iter().map(last_user).filter(|u| u.starts_with("Please look X-1 up")).collect();
+    assert!(seconds.iter().any(|u| !u.contains(benchgen::synth::roleplay::PLANNED_HINT)), "{seconds:?}");
+    assert!(seconds.iter().any(|u| u.contains(benchgen::synth::roleplay::PLANNED_HINT)), "{seconds:?}");
 }
