@@ -77,7 +77,7 @@ impl crate::settings::Section for ExecuteSettings {
         Key::new(
             "system_prompt",
             "string",
-            r#""You are an assistant with tools. Work through the user's request step by step: call the tool for the first step; when its result arrives, use the values in it (ids, names) to call the tool for the next step. Tools that do not depend on each other may be called in the same turn. Answer only when every step of the request is done.""#,
+            r#""You are an assistant with tools. Work through the user's request step by step: call the tool for the first step; when its result arrives, use the values in it (ids, names) to call the tool for the next step. Tools that do not depend on each other may be called in the same turn. Take no action the user did not ask for. Answer only when every step of the request is done.""#,
             "The agent's system message.",
         ),
         Key::new(
@@ -130,10 +130,15 @@ pub const NO_TOOL_FITS: &str = "If none of your tools can do what the user asks,
 fn default_system() -> String {
     // Step-by-step wording: with the older "gather what the request needs" prompt the 1.5B
     // local model answered after the first call of a two-step chain (docs/synth.md#the-demo).
+    // "Take no action the user did not ask for": in a dialogue's first turn ("Find the open
+    // incident about notifications errors") the 1.5B also resolved the incident and
+    // acknowledged an alert, and its answer claimed both, so `validate` rejected the
+    // dialogue; with the sentence it did one such call (left out of the plan) and the
+    // dialogue was accepted (demo artifacts, 2026-12-06).
     "You are an assistant with tools. Work through the user's request step by step: call the tool for \
      the first step; when its result arrives, use the values in it (ids, names) to call the tool for the \
-     next step. Tools that do not depend on each other may be called in the same turn. Answer only when \
-     every step of the request is done."
+     next step. Tools that do not depend on each other may be called in the same turn. Take no action \
+     the user did not ask for. Answer only when every step of the request is done."
         .into()
 }
 
