@@ -653,6 +653,15 @@ fn resolve(stage: &dyn Stage, settings: &Settings) -> Result<Resolved> {
     Ok(Resolved { inputs, prompts, config_hash })
 }
 
+/// The inputs `stage` would read if it ran now, hashed as a run hashes them: for a look
+/// at them outside a run that writes nothing (`benchgen status` applies the release's eval
+/// audit to the candidate with them).
+pub fn inputs_now(stage: &dyn Stage, settings: &Settings) -> Result<Inputs> {
+    let plan = resolve(stage, settings)?;
+    let (_, files) = hash_inputs(settings, &plan.inputs)?;
+    Ok(Inputs { artifacts: settings.artifacts.clone(), files })
+}
+
 /// The config hash a run of `stage` is recorded under (its roles folded in): the pinned demo
 /// hashes of `stages.rs`'s tests, which name every stage (this file names none).
 #[cfg(test)]

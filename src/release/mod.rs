@@ -796,21 +796,48 @@ fn warn_unknown(out: &mut Output, audit: &Audit, pool: &pool::Pooled) {
     }
 }
 
-/// What `benchgen status` shows for the release: the review decisions accept no sample
-/// yet and some wait for people (the state in which `release` stops with exit code 3).
+/// What `benchgen status` shows for the release when it waits for people (the state in
+/// which `release` stops with exit code 3): the review decisions accept no sample yet and
+/// some wait for a score or an adjudication, or every sample that would be released is held
+/// back after evaluation until a person decides it.
 pub fn waiting_for_review(settings: &Settings) -> Option<crate::error::Waiting> {
     let path = settings.artifacts.join(DECISIONS.stage).join(DECISIONS.file);
-    let text = std::fs::read_to_string(path).ok()?;
     let (mut counts, mut pool): (BTreeMap<String, usize>, usize) = (BTreeMap::new(), 0);
-    for d in text.lines().filter_map(|l| serde_json::from_str::<Decision>(l).ok()) {
+    let reviewed = std::fs::read_to_string(path).ok();
+    for d in reviewed.iter().flat_map(|t| t.lines()).filter_map(|l| serde_json::from_str::<Decision>(l).ok()) {
         pool += 1;
         *counts.entry(d.decision).or_default() += 1;
     }
-    if counts.get("accepted").copied().unwrap_or(0) > 0 {
-        return None;
-    }
     let undecided = counts.get("undecided").copied().unwrap_or(0);
-    pool::waiting(&BTreeMap::from([("review: undecided".to_string(), undecided)]), pool)
+    let mut left_out = BTreeMap::from([("review: undecided".to_string(), undecided)]);
+    if reviewed.is_none() || counts.get("accepted").copied().unwrap_or(0) > 0 {
+        // The samples that pass review (all, without one) may all be held back after
+        // evaluation (the demo's were once): `release` then waits for people, and so must
+        // `status`.
+        let (held, candidate_pool) = held_candidate(settings)?;
+        left_out.insert(HELD.to_string(), held);
+        pool = pool.max(candidate_pool);
+    }
+    pool::waiting(&left_out, pool)
+}
+
+/// When the eval audit of a publishing run would hold back every sample of the release
+/// candidate: how many it holds, and the candidate's pool. `None` otherwise, or when there
+/// is no candidate to look at.
+fn held_candidate(settings: &Settings) -> Option<(usize, usize)> {
+    let text = std::fs::read_to_string(settings.artifacts.join(candidate::STAGE).join("samples.jsonl")).ok()?;
+    let ids: Vec<String> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["id"].as_str().map(str::to_string))
+        .collect();
+    let inputs = crate::stage::inputs_now(&ReleaseStage, settings).ok()?;
+    let audit = audit(settings, &self::settings(settings), &inputs, Mode::Publish).ok()?;
+    let out: Vec<&'static str> = ids.iter().filter_map(|id| audit.leaves_out(id).map(|(class, _)| class)).collect();
+    let held = out.iter().filter(|c| **c == HELD).count();
+    let manifest = Manifest::load(&settings.artifacts, candidate::STAGE).ok().flatten();
+    let pool = manifest.and_then(|m| m.counts.get("pool").and_then(Value::as_u64)).unwrap_or(0) as usize;
+    (!ids.is_empty() && out.len() == ids.len() && held > 0).then_some((held, pool.max(ids.len())))
 }
 
 /// A released sample's row of `samples.parquet`; `release verify` rebuilds it from

@@ -1085,3 +1085,56 @@ fn with_no_person_a_rule_decides_the_all_fail_items_the_panels_evidence_can_deci
     let l3 = line("L3-1").unwrap();
     assert_eq!((&l3["eval_audit"]["decision"], &l3["eval_audit"]["decided_by"]), (&json!("keep"), &json!("rule")));
 }
+
+/// A panel that solves nothing (every agent calls a tool that does not exist, so even an L5
+/// request, which needs no call, fails) flags every item `all-fail`: `release` holds them
+/// all back and waits for a person (exit 3, not an error), and `status` says the same (it
+/// said nothing when the review had accepted samples: issue 39).
+#[test]
+fn when_the_panel_fails_every_item_release_and_status_wait_for_a_person() {
+    let llm = ScriptedLlm::start(|_: &Seen| Answer::ToolCalls(vec![("no_such_tool".into(), json!({}))]));
+    let p = crate::release::project("0.1.0");
+    let cfg = p.read(CONFIG);
+    p.write(CONFIG, format!("{cfg}\n{}", eval_config(&llm, "")));
+    assert_code(&candidate(&p), 0);
+    assert_code(&eval(&p), 0);
+    let o = crate::release::release(&p, &[]);
+    assert_code(&o, 3);
+    let err = stderr(&o);
+    assert!(!err.contains("error:"), "waiting is not failing: {err}");
+    assert!(err.contains("waiting for people: ") && err.contains("held back after evaluation"), "{err}");
+    assert!(!p.path("release/it-bench-0.1.0").exists(), "nothing published");
+    let o = p.run(&["--config", CONFIG, "status"]);
+    assert_code(&o, 0);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains("waiting for people: ") && out.contains("held back after evaluation"), "{out}");
+    assert!(out.contains("artifacts/eval/review.csv"), "{out}");
+    // Once a person keeps the items, nothing waits.
+    let mut r = csv::Reader::from_path(p.path("artifacts/eval/review.csv")).unwrap();
+    let header = r.headers().unwrap().clone();
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(&header).unwrap();
+    for rec in r.records() {
+        let row: Vec<String> = header
+            .iter()
+            .zip(rec.unwrap().iter())
+            .map(|(h, v)| match h {
+                "decision" => "keep".to_string(),
+                "note" => "a person read it".to_string(),
+                _ => v.to_string(),
+            })
+            .collect();
+        w.write_record(&row).unwrap();
+    }
+    p.write("reviews/eval/review.csv", String::from_utf8(w.into_inner().unwrap()).unwrap());
+    p.write(
+        CONFIG,
+        p.read(CONFIG).replace("version = \"0.1.0\"", "version = \"0.1.0\"\neval_review = \"reviews/eval/review.csv\""),
+    );
+    let o = p.run(&["--config", CONFIG, "status"]);
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("waiting for people"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
