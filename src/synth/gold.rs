@@ -4,10 +4,13 @@
 //! A trajectory is what an agent did; the reference plan is what the request needs. Every
 //! call of a turn is classified by rules first:
 //!
-//! - **needed**: a step of the sampled chain; an action (a tool whose name says it changes
-//!   something: acknowledge, notify, create, …) that the request asks for; a call whose
-//!   result the answer quotes; or a call whose result a needed call consumes (one of its
-//!   arguments is a value of that result);
+//! - **needed**: an action (a tool whose name says it changes something: acknowledge,
+//!   notify, create, …) that the request asks for; a call whose result the answer quotes;
+//!   or a call whose result a needed call consumes (one of its arguments is a value of that
+//!   result). A step of the sampled chain is needed on this evidence or the LLM check's
+//!   word only, as any call: a chain step found not needed rejects the chain sample (its
+//!   query does not ask for the chain: "Find open incidents about slow checkout" for the
+//!   chain `search_incidents` → `get_incident` was released by the demo before);
 //! - **repeated**: the same tool and arguments as an earlier call of the turn, with no
 //!   successful action between them (nothing new to read);
 //! - **unrequested**: an action the request does not ask for (never needed, whatever the
@@ -623,11 +626,8 @@ pub fn classify(t: &TurnInput) -> Classified {
     }
     let mut reasons = Vec::new();
     for &i in &t.chain_steps {
-        match &d[i] {
-            Some((Decision::Unrequested, why)) => {
-                reasons.push(format!("{}, a step of the sampled chain: {why}", call_label(i, t.calls[i])))
-            }
-            _ => d[i] = Some((Decision::Needed, "a step of the sampled chain".into())),
+        if let Some((Decision::Unrequested, why)) = &d[i] {
+            reasons.push(format!("{}, a step of the sampled chain: {why}", call_label(i, t.calls[i])))
         }
     }
     // A read call whose result the answer quotes (a value not already in the request, nor
@@ -1380,6 +1380,16 @@ impl Review {
             }
             let d: Vec<(Decision, String)> =
                 d.into_iter().map(|x| x.unwrap_or((Decision::Needed, String::new()))).collect();
+            // A chain sample is its chain: a step its query does not need (the LLM check's
+            // word, an action's aside: `classify` gave that reason) rejects it.
+            for &i in t.chain_steps.iter().filter(|&&i| by[i] == By::Llm && d[i].0 == Decision::Unrequested) {
+                c.reasons.push(format!(
+                    "turn {}: {}, a step of the sampled chain, is not needed by the request: {}",
+                    ti + 1,
+                    call_label(i, t.calls[i]),
+                    d[i].1
+                ));
+            }
             let (mut reasons, notes) = argument_reasons(&t, &d, schemas, strict);
             // A real session is what its user asked and got; a synthesised one must do all
             // its request names.
@@ -1734,6 +1744,31 @@ mod tests {
     }
 
     #[test]
+    fn a_chain_step_is_needed_on_evidence_only() {
+        // The demo's released chain (clean run at 4b1af71): the query asks for the search;
+        // nothing says it needs the incident's details.
+        let calls = [
+            call(
+                "search_incidents",
+                json!({"query": "slow checkout", "status": "open"}),
+                r#"{"incidents":[{"id":"INC-2231","title":"slow checkout"}]}"#,
+            ),
+            call("get_incident", json!({"incident_id": "INC-2231"}), r#"{"id":"INC-2231","severity":"high"}"#),
+        ];
+        let mut t = TurnInput {
+            request: "Find open incidents about slow checkout",
+            answer: Some("The open incidents about slow checkout are: slow checkout"),
+            calls: calls.iter().collect(),
+            chain_steps: vec![0, 1],
+            context: vec![],
+        };
+        assert_eq!(decide(&t), [None, None], "both open for the LLM check");
+        // An answer quoting the details makes the second step needed, and the first with it.
+        t.answer = Some("INC-2231 is open, with high severity.");
+        assert_eq!(decide(&t), [Some(Decision::Needed), Some(Decision::Needed)]);
+    }
+
+    #[test]
     fn words_are_whole_words_around_multibyte_characters_too() {
         assert!(has_word("prix du café auth", "auth") && !has_word("authé", "auth") && !has_word("éauth", "auth"));
         assert!(has_word("服务 auth，", "auth"));
@@ -1752,7 +1787,8 @@ mod tests {
             chain_steps: vec![0],
             context: vec![],
         };
-        assert_eq!(decide(&t), [Some(Decision::Needed), Some(Decision::Repeated)]);
+        // The chain step itself has no evidence here (no answer): the LLM check decides it.
+        assert_eq!(decide(&t), [None, Some(Decision::Repeated)]);
         let calls = [
             call("get_alerts", json!({"service": "gateway"}), r#"{"alerts":[{"id":"A-1"}]}"#),
             call("acknowledge_alert", json!({"alert_id": "A-1"}), r#"{"ok":true}"#),

@@ -56,8 +56,9 @@ pub static SPEC: StageSpec = StageSpec {
     // whose request names a parameter's known value that its needed calls do not give is
     // rejected (`gold::unserved_values`). 6: that rule judges each turn's own message, only
     // entity-like parameters (5 known values or more), not a negated mention, and counts a
-    // value a needed call's result holds as served.
-    version: 6,
+    // value a needed call's result holds as served. 7: a step of the sampled chain is needed
+    // on evidence or the LLM check's word only, and one found not needed rejects the chain.
+    version: 7,
     about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),

@@ -194,7 +194,9 @@ fn an_argument_from_an_unrelated_result_or_from_nowhere_rejects_the_sample_namin
         ],
         "Here are the details.",
     );
-    let c = check(c, &[]);
+    // The chain's steps have no evidence here (the answer quotes nothing): the LLM check
+    // decides them (validate v7), and finds both needed.
+    let c = check(c, &[(":1.1", true), (":1.2", true)]);
     assert_eq!(c.reasons.len(), 1, "{:?}", c.reasons);
     assert!(c.reasons[0].contains("argument `incident_id` = \"INC-77\" of call 2 `get_incident` comes from nowhere"));
 }
@@ -225,7 +227,8 @@ fn an_answer_that_claims_what_no_call_did_is_asked_again_once_then_kept_or_rejec
             "INC-5 is open, and I acknowledged it.",
         )
     };
-    let c = check(planted(), &[]);
+    // The details step has no evidence (the answer quotes nothing new): the LLM check's.
+    let c = check(planted(), &[(":1.1", true), (":1.2", true)]);
     assert!(c.reasons.is_empty(), "{:?}", c.reasons);
     let found = unfaithful(&c);
     assert_eq!(found.len(), 1);

@@ -64,7 +64,12 @@ pub(crate) fn full_answer(seen: &Seen) -> Option<Answer> {
     } else if text.contains("Write ONE user request") {
         serde_json::json!({"query": "scripted chain query"})
     } else if text.contains("Write this user's goal") {
-        serde_json::json!({"goal": "scripted goal", "requests": ["scripted request one", "scripted request two"]})
+        // The plan's requests ask in words for what the scripted agents do (the demo's user
+        // turns are planned: these are its dialogues' messages), the value last.
+        serde_json::json!({"goal": "scripted goal", "requests": [
+            "scripted request, the first one: acknowledge and assign it for alpha",
+            "scripted request, the second one: acknowledge and assign it for bravo",
+        ]})
     } else if text.contains("You play a user") {
         serde_json::json!({"message": "scripted request", "done": true})
     } else if text.contains("addressed the user's request") {

@@ -827,7 +827,15 @@ fn rule_with_extra_calls(seen: &Seen) -> Answer {
         };
     }
     if t.contains("Does doing what the user asked need this call?") {
-        return Answer::json(json!({"needed": false, "reason": "scripted: nothing asks for it"}));
+        // A call whose tool ran before (the repeated read) adds nothing; a chain step,
+        // which `validate` judges too (it is needed on evidence only), is needed.
+        let before = t.split("The calls made before it:").nth(1).and_then(|r| r.split("The call to judge:").next());
+        let judged = t.split("The call to judge:\n").nth(1).and_then(|r| r.split(['(', ' ']).nth(1)).unwrap_or("");
+        let again = before.is_some_and(|b| b.contains(&format!(" {judged}(")));
+        return Answer::json(match again {
+            true => json!({"needed": false, "reason": "scripted: nothing asks for it"}),
+            false => json!({"needed": true, "reason": "scripted: the chain asks for it"}),
+        });
     }
     rule(seen)
 }
@@ -1123,4 +1131,36 @@ fn planned_user_turns_are_the_goal_s_requests_and_an_undone_one_is_retried_with_
     let seconds: Vec<String> = agent.iter().map(last_user).filter(|u| u.starts_with("Please look X-1 up")).collect();
     assert!(seconds.iter().any(|u| !u.contains(benchgen::synth::roleplay::PLANNED_HINT)), "{seconds:?}");
     assert!(seconds.iter().any(|u| u.contains(benchgen::synth::roleplay::PLANNED_HINT)), "{seconds:?}");
+}
+
+/// [`rule`], with a judge that finds no call needed: every chain step without evidence is
+/// decided by it (the scripted agent's answer quotes no result, and its arguments come from
+/// the request).
+fn rule_with_a_judge_needing_nothing(seen: &Seen) -> Answer {
+    if seen.all_text().contains("Does doing what the user asked need this call?") {
+        return Answer::json(json!({"needed": false, "reason": "scripted: the request asks for none of it"}));
+    }
+    rule(seen)
+}
+
+#[test]
+fn a_chain_step_the_request_does_not_need_rejects_the_chain() {
+    let sp = synth_project_with(&[("dialogues = 2", "dialogues = 0")], rule_with_a_judge_needing_nothing);
+    sp.ok(&["run", "--until", "validate"]);
+    let verdicts = sp.jsonl("artifacts/validate/verdicts.jsonl");
+    let chains: Vec<&Value> = verdicts.iter().filter(|v| v["source"] == "chain").collect();
+    assert!(!chains.is_empty());
+    for v in chains {
+        assert_eq!(v["accepted"], false, "{v}");
+        let reasons = v["reasons"].to_string();
+        assert!(
+            reasons.contains(
+                "a step of the sampled chain, is not needed by the request: scripted: the request asks for none of it"
+            ),
+            "{v}"
+        );
+        // Decided by the LLM check, and recorded so.
+        let calls = v["calls"].as_array().unwrap();
+        assert!(calls.iter().any(|c| c["by"] == "llm" && c["decision"] == "unrequested"), "{v}");
+    }
 }
