@@ -13,16 +13,18 @@ use crate::stage::{self, Ctx, Freshness, RunStatus, StageReport};
 
 /// Freshness of every stage of the pipeline, in order.
 pub fn status(settings: &Settings) -> Vec<StatusRow> {
-    status_of(settings, crate::stages::enabled(settings))
+    status_of(settings, crate::stages::enabled(settings), true)
 }
 
 /// Freshness of every stage in the list, enabled or not (what a stage run on
 /// its own checks its upstream against).
 pub fn states(settings: &Settings) -> BTreeMap<String, Freshness> {
-    status_of(settings, crate::stages::all()).into_iter().map(|r| (r.stage.to_string(), r.state)).collect()
+    status_of(settings, crate::stages::all(), false).into_iter().map(|r| (r.stage.to_string(), r.state)).collect()
 }
 
-fn status_of(settings: &Settings, stages: Vec<Box<dyn crate::stage::Stage>>) -> Vec<StatusRow> {
+/// `with_waiting`: also say what a release waiting for people waits for (reads the review
+/// decisions and, when they accept samples, the eval audit of the candidate).
+fn status_of(settings: &Settings, stages: Vec<Box<dyn crate::stage::Stage>>, with_waiting: bool) -> Vec<StatusRow> {
     let mut states: BTreeMap<String, Freshness> = BTreeMap::new();
     let mut rows = Vec::new();
     let release = crate::stage::Stage::spec(&crate::release::ReleaseStage).name;
@@ -32,9 +34,14 @@ fn status_of(settings: &Settings, stages: Vec<Box<dyn crate::stage::Stage>>) -> 
         let state = stage::freshness(stage.as_ref(), settings, &states);
         let manifest = stage::Manifest::load(&settings.artifacts, name).ok().flatten();
         states.insert(name.to_string(), state.clone());
-        // A release not yet made because samples wait for people says so.
-        let waiting = (name == release && state != Freshness::Done)
-            .then(|| crate::release::waiting_for_review(settings))
+        // A release not yet made because samples wait for people says so. Held items count
+        // only when the candidate and its evaluation are up to date: otherwise `run` has
+        // work to do first, which may change them.
+        let audited = [crate::release::candidate::STAGE, crate::eval::STAGE]
+            .iter()
+            .all(|s| states.get(*s).is_some_and(|x| *x == Freshness::Done));
+        let waiting = (with_waiting && name == release && state != Freshness::Done)
+            .then(|| crate::release::waiting_for_review(settings, audited))
             .flatten()
             .map(|w| Waiting { message: w.message, next: w.next });
         rows.push(StatusRow {

@@ -174,7 +174,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 13: the rule holds an item whose agents agree on a reference tool's EFS sibling; the
     // Inspect AI task gives each turn at least the calls of the sample's largest turn.
     // 14: the card's "Real sessions: curation" section (drops per criterion and decider).
-    version: 14,
+    // 15: the Inspect AI task's system prompt says to take no action the user did not ask for.
+    version: 15,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, pinned servers, an Inspect AI task, checksums",
     reads: pool_reads!(eval_review::QUEUE.optional(), eval_review::ITEMS.optional()),
     writes: WRITES,
@@ -800,7 +801,9 @@ fn warn_unknown(out: &mut Output, audit: &Audit, pool: &pool::Pooled) {
 /// which `release` stops with exit code 3): the review decisions accept no sample yet and
 /// some wait for a score or an adjudication, or every sample that would be released is held
 /// back after evaluation until a person decides it.
-pub fn waiting_for_review(settings: &Settings) -> Option<crate::error::Waiting> {
+/// `audited`: the release candidate and its evaluation are up to date, so the items the
+/// audit holds back are the ones `release` would hold (stale, they are not counted).
+pub fn waiting_for_review(settings: &Settings, audited: bool) -> Option<crate::error::Waiting> {
     let path = settings.artifacts.join(DECISIONS.stage).join(DECISIONS.file);
     let (mut counts, mut pool): (BTreeMap<String, usize>, usize) = (BTreeMap::new(), 0);
     let reviewed = std::fs::read_to_string(path).ok();
@@ -811,6 +814,9 @@ pub fn waiting_for_review(settings: &Settings) -> Option<crate::error::Waiting> 
     let undecided = counts.get("undecided").copied().unwrap_or(0);
     let mut left_out = BTreeMap::from([("review: undecided".to_string(), undecided)]);
     if reviewed.is_none() || counts.get("accepted").copied().unwrap_or(0) > 0 {
+        if !audited {
+            return None;
+        }
         // The samples that pass review (all, without one) may all be held back after
         // evaluation (the demo's were once): `release` then waits for people, and so must
         // `status`.

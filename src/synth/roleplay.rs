@@ -173,6 +173,8 @@ pub(crate) fn goal_answer(turn_cap: usize, tools: Vec<String>) -> crate::llm::An
                 ));
             }
         }
+        // A request that repeats an earlier one is not refused here (the schema's edges, two
+        // equal strings, would be): `simulate` ends a planned dialogue before it instead.
         g.requests.iter().try_for_each(|r| crate::llm::extract::check_no_loop(r, "a request"))
     })
 }
@@ -212,7 +214,7 @@ pub(crate) fn user_answer(first: bool, earlier: Vec<String>) -> crate::llm::Answ
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DialogueTurn {
     pub user: String,
-    /// Request hash of the simulator's exchange.
+    /// Request hash of the simulator's exchange (the goal's, for a planned message).
     pub user_exchange: String,
     pub status: RunStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -347,17 +349,16 @@ impl Stage for RoleplayStage {
         let mut agent = AgentSettings::from(&s.section::<crate::agent::ExecuteSettings>().0);
         agent.role = sc.assistant_role.clone();
         let per = agent.max_exchanges();
-        // Every simulated user turn may be asked again once when the assistant did not act
-        // on it; a planned one is not (it would be the same message).
-        let tries = if rp.user_turns == super::UserTurns::Simulated { 2 } else { 1 };
+        // Every user turn may be tried twice when the assistant did not act on it: a
+        // simulated one asked again, a planned one sent again with a reminder.
         let mut rows = vec![Estimate::typed(&sc.planner_role, n, format!("{n} dialogues × 1 goal"))];
-        if tries == 2 {
+        if rp.user_turns == super::UserTurns::Simulated {
             rows.push(Estimate::typed(&sc.user_role, n * cap * 2, format!("≤ {n} dialogues × {cap} turns × 2 tries")));
         }
         rows.push(Estimate::plain(
             &sc.assistant_role,
-            n * cap * tries * per,
-            format!("≤ {n} dialogues × {cap} turns × {tries} tries × {per} agent turns"),
+            n * cap * 2 * per,
+            format!("≤ {n} dialogues × {cap} turns × 2 tries × {per} agent turns"),
         ));
         crate::stage::merge_by_role(rows).into_iter().map(|e| e.in_flight(rp.concurrency.max(1))).collect()
     }
@@ -576,8 +577,15 @@ async fn simulate(
         for attempt in 0..2 {
             let before = messages.len();
             let (message, user_exchange) = if planned {
-                // The plan's request itself; the plan done, the dialogue is.
+                // The plan's request itself; the plan done, the dialogue is. A request that
+                // repeats an earlier turn adds nothing: the dialogue ends before it, as a
+                // simulator that repeats itself ends it.
+                let said: Vec<&str> = turns.iter().map(|t: &DialogueTurn| t.user.as_str()).collect();
                 match requests.get(k) {
+                    Some(r) if super::gold::repeats(&said, r).is_some() => {
+                        ended = "repeated".into();
+                        break 'turns;
+                    }
                     Some(r) => (r.clone(), goal.exchange.clone()),
                     None => {
                         ended = "plan".into();
@@ -656,6 +664,10 @@ async fn simulate(
             }
             break;
         }
+    }
+    // A plan as long as the turn cap ends with the loop: it ended by the plan all the same.
+    if planned && ended == "cap" && turns.len() == requests.len() {
+        ended = "plan".into();
     }
     Ok(Done1 {
         dialogue: Dialogue {

@@ -797,7 +797,8 @@ fn real_local_models_produce_an_accepted_chain_sample() {
 /// again), then claims an acknowledgement. The new call acknowledges an alert (an action
 /// no request of the demo's chains asks for unless the chain holds it) or, when the chain
 /// acknowledges one (so an acknowledgement would be asked for), is the first call for
-/// another value. The needed-call check finds every call it is asked about not needed.
+/// another value. The needed-call check finds a call whose tool ran before not needed, and
+/// a chain step (which it decides too, `validate` v7) needed.
 fn rule_with_extra_calls(seen: &Seen) -> Answer {
     let t = seen.all_text();
     if seen.body.get("tools").is_some() {
@@ -1069,8 +1070,14 @@ fn a_released_chain_s_lineage_reaches_its_sources_and_records_the_left_out_calls
 fn rule_with_planned_requests(seen: &Seen) -> Answer {
     let t = seen.all_text();
     if t.contains("Write this user's goal") {
-        let second =
-            if t.contains("mood: brief") { "Please look X-1 up, never mind how" } else { "Please look X-1 up" };
+        // A sloppy user's plan asks the same thing twice.
+        let second = if t.contains("mood: brief") {
+            "Please look X-1 up, never mind how"
+        } else if t.contains("mood: sloppy") {
+            "please find x-1"
+        } else {
+            "Please look X-1 up"
+        };
         return Answer::json(json!({"goal": "look into X-1", "requests": ["Please find X-1", second]}));
     }
     if seen.body.get("tools").is_some() {
@@ -1093,15 +1100,28 @@ fn rule_with_planned_requests(seen: &Seen) -> Answer {
 
 #[test]
 fn planned_user_turns_are_the_goal_s_requests_and_an_undone_one_is_retried_with_a_hint() {
+    // A turn cap above the plan's length: the plan ends the dialogue before the cap.
+    planned_user_turns(3);
+}
+
+#[test]
+fn a_planned_dialogue_as_long_as_its_turn_cap_ends_by_its_plan() {
+    planned_user_turns(2);
+}
+
+fn planned_user_turns(turn_cap: usize) {
     let sp = synth_project_with(
-        &[("dialogues = 2", "dialogues = 6"), ("turn_cap = 2", "turn_cap = 3\nuser_turns = \"planned\"")],
+        &[
+            ("dialogues = 2", "dialogues = 6"),
+            ("turn_cap = 2", &format!("turn_cap = {turn_cap}\nuser_turns = \"planned\"")),
+        ],
         rule_with_planned_requests,
     );
     sp.ok(&["run", "--until", "synth-roleplay"]);
     // No user simulator: the messages are the plan's.
     assert!(!sp.llm.requests().iter().any(|r| r.all_text().contains("You play a user")));
     let dialogues = sp.jsonl("artifacts/synth-roleplay/dialogues.jsonl");
-    let (mut planned, mut undone) = (0, 0);
+    let (mut planned, mut undone, mut repeated) = (0, 0, 0);
     for d in &dialogues {
         let requests: Vec<&str> = d["requests"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
         let turns = d["turns"].as_array().unwrap();
@@ -1112,6 +1132,10 @@ fn planned_user_turns_are_the_goal_s_requests_and_an_undone_one_is_retried_with_
             // Not done even when reminded: the dialogue ends before it.
             assert_eq!((users.len(), d["ended"].as_str().unwrap()), (1, "no_action"), "{d}");
             undone += 1;
+        } else if d["persona"]["mood"] == "sloppy" {
+            // A planned request that repeats an earlier turn is not sent.
+            assert_eq!((users.len(), d["ended"].as_str().unwrap()), (1, "repeated"), "{d}");
+            repeated += 1;
         } else {
             // Done when reminded; the reminder is recorded, not part of the conversation.
             assert_eq!((users.len(), d["ended"].as_str().unwrap()), (2, "plan"), "the plan ends it under the cap: {d}");
@@ -1121,7 +1145,7 @@ fn planned_user_turns_are_the_goal_s_requests_and_an_undone_one_is_retried_with_
             planned += 1;
         }
     }
-    assert!(planned > 0 && undone > 0, "both kinds of user occur: {dialogues:?}");
+    assert!(planned > 0 && undone > 0 && repeated > 0, "every kind of user occurs: {dialogues:?}");
     // The second request went to the assistant twice: plainly, then with the reminder.
     let agent: Vec<Seen> = sp.llm.requests().into_iter().filter(|r| r.body.get("tools").is_some()).collect();
     let last_user = |r: &Seen| {
