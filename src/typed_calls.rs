@@ -51,6 +51,11 @@ fn sizes<T: serde::de::DeserializeOwned + 'static>(
     entry(file, what, ns.iter().map(|&n| f(n).site(file, format!("{what} (n = {n})"))).collect())
 }
 
+/// The role-play goal's answer for a turn cap of `n`, over a catalog with one tool.
+fn roleplay_goal(n: usize) -> Answer<crate::synth::roleplay::Goal> {
+    crate::synth::roleplay::goal_answer(n, vec!["get_oncall".into()])
+}
+
 /// Every typed call site, in the order of their files. Keep in step with the code: the
 /// call sites use the same functions (or `T`'s own schema where the entry says `of`).
 pub fn sites() -> Vec<Entry> {
@@ -133,9 +138,7 @@ pub fn sites() -> Vec<Entry> {
             ],
         ),
         one("src/synth/chains.rs", "synth chains: query", synth::chains::query_answer()),
-        sizes("src/synth/roleplay.rs", "synth roleplay: goal", &[1, 2, 4], |n| {
-            synth::roleplay::goal_answer(n, vec!["get_oncall".into()])
-        }),
+        sizes("src/synth/roleplay.rs", "synth roleplay: goal", &[1, 2, 4], roleplay_goal),
         entry(
             "src/synth/roleplay.rs",
             "synth roleplay: user turn",

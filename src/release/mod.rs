@@ -801,8 +801,8 @@ fn warn_unknown(out: &mut Output, audit: &Audit, pool: &pool::Pooled) {
 /// which `release` stops with exit code 3): the review decisions accept no sample yet and
 /// some wait for a score or an adjudication, or every sample that would be released is held
 /// back after evaluation until a person decides it.
-/// `audited`: the release candidate and its evaluation are up to date, so the items the
-/// audit holds back are the ones `release` would hold (stale, they are not counted).
+/// `audited`: `eval` audited the latest release candidate, so the items the audit holds
+/// back are the ones `release` would hold (otherwise they are not counted).
 pub fn waiting_for_review(settings: &Settings, audited: bool) -> Option<crate::error::Waiting> {
     let path = settings.artifacts.join(DECISIONS.stage).join(DECISIONS.file);
     let (mut counts, mut pool): (BTreeMap<String, usize>, usize) = (BTreeMap::new(), 0);

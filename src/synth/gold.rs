@@ -1380,16 +1380,7 @@ impl Review {
             }
             let d: Vec<(Decision, String)> =
                 d.into_iter().map(|x| x.unwrap_or((Decision::Needed, String::new()))).collect();
-            // A chain sample is its chain: a step its query does not need (the LLM check's
-            // word, an action's aside: `classify` gave that reason) rejects it.
-            for &i in t.chain_steps.iter().filter(|&&i| by[i] == By::Llm && d[i].0 == Decision::Unrequested) {
-                c.reasons.push(format!(
-                    "turn {}: {}, a step of the sampled chain, is not needed by the request: {}",
-                    ti + 1,
-                    call_label(i, t.calls[i]),
-                    d[i].1
-                ));
-            }
+            c.reasons.extend(unneeded_chain_steps(&t, &d, &by, ti));
             let (mut reasons, notes) = argument_reasons(&t, &d, schemas, strict);
             // A real session is what its user asked and got; a synthesised one must do all
             // its request names.
@@ -1425,6 +1416,23 @@ impl Review {
             cut_dialogue(c, schemas);
         }
     }
+}
+
+/// A chain sample is its chain: a step its query does not need (the LLM check's word; an
+/// action's was given by `classify`) rejects it.
+fn unneeded_chain_steps(t: &TurnInput, d: &[(Decision, String)], by: &[By], ti: usize) -> Vec<String> {
+    t.chain_steps
+        .iter()
+        .filter(|&&i| by[i] == By::Llm && d[i].0 == Decision::Unrequested)
+        .map(|&i| {
+            format!(
+                "turn {}: {}, a step of the sampled chain, is not needed by the request: {}",
+                ti + 1,
+                call_label(i, t.calls[i]),
+                d[i].1
+            )
+        })
+        .collect()
 }
 
 /// Mark a turn's left-out calls and rebuild its plan from the needed ones: groups as they

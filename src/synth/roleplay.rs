@@ -231,6 +231,22 @@ pub struct DialogueTurn {
     pub groups: Vec<Vec<RecordedCall>>,
 }
 
+impl DialogueTurn {
+    /// The turn of `user`'s message (made by exchange `user_exchange`) and the assistant's
+    /// run `t`, sent with `hint` (a planned request's second try).
+    fn of(user: String, user_exchange: String, t: &Trajectory, hint: Option<&str>) -> DialogueTurn {
+        DialogueTurn {
+            user,
+            user_exchange,
+            status: t.status,
+            reason: t.reason.clone(),
+            answer: t.answer.clone(),
+            hint: hint.map(str::to_string),
+            groups: crate::agent::recorded_groups(&t.calls),
+        }
+    }
+}
+
 /// A simulated dialogue (a line of `dialogues.jsonl`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Dialogue {
@@ -540,6 +556,84 @@ async fn ask_user(
     }
 }
 
+/// The planner's goal and plan for one dialogue.
+async fn ask_goal(
+    sc: &SynthSettings,
+    subs: &BTreeMap<String, SubInfo>,
+    tools: &BTreeMap<String, &LogTool>,
+    plan: &Plan1,
+    llm: &Item,
+) -> Result<crate::llm::Reply<Goal>, ItemError> {
+    let rp = &sc.roleplay;
+    let (sub_tools, examples, _) = subs.get(&plan.sub_scenario).cloned().unwrap_or_default();
+    let tool_vars: Vec<Value> = sub_tools
+        .iter()
+        .map(|t| json!({"name": t, "description": tools.get(t).map(|x| x.description.clone()).unwrap_or_default()}))
+        .collect();
+    let (min_requests, max_requests) = request_bounds(rp.turn_cap);
+    let goal_prompt = Prompt::new(
+        &rp.goal_template,
+        json!({"persona": plan.persona, "sub_scenario": plan.sub_scenario, "tools": tool_vars, "examples": examples,
+               "min_requests": min_requests, "max_requests": max_requests}),
+    );
+    let names: Vec<String> = tools.keys().cloned().collect();
+    Ok(llm.ask(&sc.planner_role, &goal_prompt, Some("goal"), &goal_answer(rp.turn_cap, names)).await?)
+}
+
+/// A planned dialogue's message for turn `k`: the plan's request itself, or how the
+/// dialogue ends before the turn: `plan` (no request left) or `repeated` (the request
+/// repeats an earlier turn, which adds nothing, as when a simulator repeats itself).
+fn planned_message(requests: &[String], k: usize, turns: &[DialogueTurn]) -> Result<String, &'static str> {
+    let said: Vec<&str> = turns.iter().map(|t| t.user.as_str()).collect();
+    match requests.get(k) {
+        Some(r) if super::gold::repeats(&said, r).is_some() => Err("repeated"),
+        Some(r) => Ok(r.clone()),
+        None => Err("plan"),
+    }
+}
+
+/// What the user simulator sees of a dialogue.
+struct UserView<'a> {
+    plan: &'a Plan1,
+    goal: &'a str,
+    requests: &'a [String],
+    visible: &'a [Visible],
+}
+
+/// The simulator's message for turn `k` (try `attempt`, with the `note` of a first try the
+/// assistant did not act on) and its exchange, or how the dialogue ends before the turn:
+/// `repeated` (it still repeats an earlier turn) or `user` (it is done).
+async fn simulated_message(
+    llm: &Item,
+    sc: &SynthSettings,
+    user: &UserView<'_>,
+    turns: &[DialogueTurn],
+    (k, attempt, note): (usize, usize, Option<&str>),
+    events: &mut Vec<i64>,
+) -> Result<Result<(String, String), &'static str>, ItemError> {
+    let rp = &sc.roleplay;
+    // This turn's request from the goal's plan; past its end, the user may finish.
+    let vars = json!({"persona": user.plan.persona, "goal": user.goal, "conversation": user.visible,
+                      "requests": user.requests, "request": user.requests.get(k),
+                      "turn": k + 1, "turn_cap": rp.turn_cap, "note": note});
+    let part = if attempt == 0 { format!("user{}", k + 1) } else { format!("user{}-again", k + 1) };
+    let earlier: Vec<String> = turns.iter().map(|t| t.user.clone()).collect();
+    let prompt = Prompt::new(&rp.user_template, vars);
+    let Some(u) = ask_user(llm, sc, prompt, &part, k, earlier, events).await? else {
+        return Ok(Err("repeated"));
+    };
+    events.push(u.event_id);
+    let message = u.value.message.trim().to_string();
+    // The first turn always has a request; later, `done` (or nothing to say) ends it.
+    if k > 0 && (u.value.done || message.is_empty()) {
+        return Ok(Err("user"));
+    }
+    if message.is_empty() {
+        return Err(ItemError::Failed("the user simulator wrote an empty first message".into()));
+    }
+    Ok(Ok((message, u.exchange)))
+}
+
 /// Run one dialogue: goal, then user and assistant turns until done, the cap or a failure.
 async fn simulate(
     exec: &Executor,
@@ -550,19 +644,8 @@ async fn simulate(
     llm: &Item,
 ) -> Result<Done1, ItemError> {
     let rp = &sc.roleplay;
-    let (sub_tools, examples, _) = subs.get(&plan.sub_scenario).cloned().unwrap_or_default();
-    let tool_vars: Vec<Value> = sub_tools
-        .iter()
-        .map(|t| json!({"name": t, "description": tools.get(t).map(|x| x.description.clone()).unwrap_or_default()}))
-        .collect();
     let names: Vec<String> = tools.keys().cloned().collect();
-    let (min_requests, max_requests) = request_bounds(rp.turn_cap);
-    let goal_prompt = Prompt::new(
-        &rp.goal_template,
-        json!({"persona": plan.persona, "sub_scenario": plan.sub_scenario, "tools": tool_vars, "examples": examples,
-               "min_requests": min_requests, "max_requests": max_requests}),
-    );
-    let goal = llm.ask(&sc.planner_role, &goal_prompt, Some("goal"), &goal_answer(rp.turn_cap, names.clone())).await?;
+    let goal = ask_goal(sc, subs, tools, &plan, llm).await?;
     let requests: Vec<String> = goal.value.requests.iter().map(|r| r.trim().to_string()).collect();
     let mut events = vec![goal.event_id];
     let mut messages = vec![ChatMessage::System(exec.system_prompt().to_string())];
@@ -576,45 +659,18 @@ async fn simulate(
         let mut note: Option<String> = None;
         for attempt in 0..2 {
             let before = messages.len();
-            let (message, user_exchange) = if planned {
-                // The plan's request itself; the plan done, the dialogue is. A request that
-                // repeats an earlier turn adds nothing: the dialogue ends before it, as a
-                // simulator that repeats itself ends it.
-                let said: Vec<&str> = turns.iter().map(|t: &DialogueTurn| t.user.as_str()).collect();
-                match requests.get(k) {
-                    Some(r) if super::gold::repeats(&said, r).is_some() => {
-                        ended = "repeated".into();
-                        break 'turns;
-                    }
-                    Some(r) => (r.clone(), goal.exchange.clone()),
-                    None => {
-                        ended = "plan".into();
-                        break 'turns;
-                    }
-                }
+            let next = if planned {
+                planned_message(&requests, k, &turns).map(|m| (m, goal.exchange.clone()))
             } else {
-                // This turn's request from the goal's plan; past its end, the user may finish.
-                let vars = json!({"persona": plan.persona, "goal": goal.value.goal, "conversation": visible,
-                                  "requests": requests, "request": requests.get(k),
-                                  "turn": k + 1, "turn_cap": rp.turn_cap, "note": note});
-                let part = if attempt == 0 { format!("user{}", k + 1) } else { format!("user{}-again", k + 1) };
-                let earlier: Vec<String> = turns.iter().map(|t: &DialogueTurn| t.user.clone()).collect();
-                let prompt = Prompt::new(&rp.user_template, vars);
-                let Some(u) = ask_user(llm, sc, prompt, &part, k, earlier, &mut events).await? else {
-                    ended = "repeated".into();
-                    break 'turns;
-                };
-                events.push(u.event_id);
-                let message = u.value.message.trim().to_string();
-                // The first turn always has a request; later, `done` (or nothing to say) ends it.
-                if k > 0 && (u.value.done || message.is_empty()) {
-                    ended = "user".into();
+                let user = UserView { plan: &plan, goal: &goal.value.goal, requests: &requests, visible: &visible };
+                simulated_message(llm, sc, &user, &turns, (k, attempt, note.as_deref()), &mut events).await?
+            };
+            let (message, user_exchange) = match next {
+                Ok(m) => m,
+                Err(end) => {
+                    ended = end.into();
                     break 'turns;
                 }
-                if message.is_empty() {
-                    return Err(ItemError::Failed("the user simulator wrote an empty first message".into()));
-                }
-                (message, u.exchange)
             };
             // A planned request's second try reminds the assistant that it needs a tool; the
             // reminder stays out of the conversation, which holds the request as planned.
@@ -649,15 +705,7 @@ async fn simulate(
                 visible.push(Visible { role: "assistant", text: a.clone() });
             }
             let failed = t.status != RunStatus::Answered;
-            turns.push(DialogueTurn {
-                user: message,
-                user_exchange,
-                status: t.status,
-                reason: t.reason.clone(),
-                answer: t.answer.clone(),
-                hint: hint.map(str::to_string),
-                groups: crate::agent::recorded_groups(&t.calls),
-            });
+            turns.push(DialogueTurn::of(message, user_exchange, &t, hint));
             if failed {
                 ended = "failed".into();
                 break 'turns;
