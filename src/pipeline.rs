@@ -34,16 +34,9 @@ fn status_of(settings: &Settings, stages: Vec<Box<dyn crate::stage::Stage>>, wit
         let state = stage::freshness(stage.as_ref(), settings, &states);
         let manifest = stage::Manifest::load(&settings.artifacts, name).ok().flatten();
         states.insert(name.to_string(), state.clone());
-        // A release not yet made because samples wait for people says so. Held items count
-        // only when `eval` audited the latest candidate (it ran after it): a candidate made
-        // since would be audited anew by `run` first.
-        let run_of = |s: &str| stage::Manifest::load(&settings.artifacts, s).ok().flatten().map(|m| m.run_id);
-        let audited = matches!(
-            (run_of(crate::release::candidate::STAGE), run_of(crate::eval::STAGE)),
-            (Some(c), Some(e)) if e > c
-        );
+        // A release not yet made because samples wait for people says so.
         let waiting = (with_waiting && name == release && state != Freshness::Done)
-            .then(|| crate::release::waiting_for_review(settings, audited))
+            .then(|| crate::release::waiting_for_review(settings))
             .flatten()
             .map(|w| Waiting { message: w.message, next: w.next });
         rows.push(StatusRow {

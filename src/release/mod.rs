@@ -801,9 +801,7 @@ fn warn_unknown(out: &mut Output, audit: &Audit, pool: &pool::Pooled) {
 /// which `release` stops with exit code 3): the review decisions accept no sample yet and
 /// some wait for a score or an adjudication, or every sample that would be released is held
 /// back after evaluation until a person decides it.
-/// `audited`: `eval` audited the latest release candidate, so the items the audit holds
-/// back are the ones `release` would hold (otherwise they are not counted).
-pub fn waiting_for_review(settings: &Settings, audited: bool) -> Option<crate::error::Waiting> {
+pub fn waiting_for_review(settings: &Settings) -> Option<crate::error::Waiting> {
     let path = settings.artifacts.join(DECISIONS.stage).join(DECISIONS.file);
     let (mut counts, mut pool): (BTreeMap<String, usize>, usize) = (BTreeMap::new(), 0);
     let reviewed = std::fs::read_to_string(path).ok();
@@ -814,7 +812,10 @@ pub fn waiting_for_review(settings: &Settings, audited: bool) -> Option<crate::e
     let undecided = counts.get("undecided").copied().unwrap_or(0);
     let mut left_out = BTreeMap::from([("review: undecided".to_string(), undecided)]);
     if reviewed.is_none() || counts.get("accepted").copied().unwrap_or(0) > 0 {
-        if !audited {
+        // Held items count only when `eval` audited the latest candidate (it ran after it):
+        // a candidate made since would be audited anew by `run` first.
+        let run_of = |s: &str| Manifest::load(&settings.artifacts, s).ok().flatten().map(|m| m.run_id);
+        if !matches!((run_of(candidate::STAGE), run_of(crate::eval::STAGE)), (Some(c), Some(e)) if e > c) {
             return None;
         }
         // The samples that pass review (all, without one) may all be held back after

@@ -519,11 +519,7 @@ impl Stage for RoleplayStage {
 /// The action a turn asked for and the assistant did not take (it answered without a
 /// successful call), when the catalog has a tool for it.
 fn unserved_action(t: &Trajectory, message: &str, names: &[String]) -> Option<&'static str> {
-    let acted = t.calls.iter().any(|c| matches!(c.outcome, crate::mcp::CallOutcome::Ok { .. }));
-    if t.status != RunStatus::Answered || acted {
-        return None;
-    }
-    super::gold::asks_for_action(message, Some(names))
+    unserved_request(t).and_then(|_| super::gold::asks_for_action(message, Some(names)))
 }
 
 /// What a planned request's second try adds to the user's message for the assistant.
