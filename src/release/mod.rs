@@ -815,7 +815,7 @@ pub fn waiting_for_review(settings: &Settings) -> Option<crate::error::Waiting> 
         // Held items count only when `eval` audited the latest candidate (it ran after it):
         // a candidate made since would be audited anew by `run` first.
         let run_of = |s: &str| Manifest::load(&settings.artifacts, s).ok().flatten().map(|m| m.run_id);
-        if !matches!((run_of(candidate::STAGE), run_of(crate::eval::STAGE)), (Some(c), Some(e)) if e > c) {
+        if !matches!((run_of(candidate::STAGE), run_of(eval_review::QUEUE.stage)), (Some(c), Some(e)) if e > c) {
             return None;
         }
         // The samples that pass review (all, without one) may all be held back after
