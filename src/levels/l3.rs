@@ -20,9 +20,10 @@
 //! Beyond ETOM (issue 38), the query must be answerable by this server's chain and need its
 //! first step: where `levels-profiles` found the server's user-facing platform, the writer is
 //! given it and the query must name it as where to look (L1's mention rule, enforced by the
-//! plan check, which asks the writer again with the reason); and the writer is told to invent
-//! an entity the user knows only by a name or description (not a famous one whose id the
-//! assistant already knows), so that the first step is needed to find what later steps take.
+//! plan check, which asks the writer again with the reason); and the query is about an
+//! invented entity whose seeded name the writer is given (`invented_name`) and must name (the
+//! same check), not a famous one whose id the assistant already knows, so that the first step
+//! is needed to find what later steps take.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -70,7 +71,8 @@ pub static SPEC: StageSpec = StageSpec {
     //     more words is not clearly low; a step fed by a name only is open.
     // 13: the judge's "needed" stands only where a part of the request is the step's own.
     // 14: a dependency named twice is read once (the schema no longer says `uniqueItems`).
-    version: 14,
+    // 15: the query is about an invented entity whose name is given (seeded per chain).
+    version: 15,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read(), PROFILES.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],
@@ -386,16 +388,25 @@ pub struct ChainItem {
 }
 
 /// The item of `chain` on `server`: its steps with the tools' descriptions (`desc`, by tool
-/// name) and the server's platform from `profiles` (`platform` is `null` in the prompts'
-/// variables when there is none).
-fn chain_item(server: &str, chain: Vec<String>, desc: &BTreeMap<&str, &str>, profiles: &Profiles) -> ChainItem {
+/// name), the server's platform from `profiles` (`platform` is `null` in the prompts'
+/// variables when there is none) and the invented entity its query is about (`entity`,
+/// seeded by `seed` and the chain).
+fn chain_item(
+    server: &str,
+    chain: Vec<String>,
+    desc: &BTreeMap<&str, &str>,
+    profiles: &Profiles,
+    seed: u64,
+) -> ChainItem {
     let steps: Vec<Value> = chain
         .iter()
         .enumerate()
         .map(|(i, t)| json!({"n": i + 1, "tool": t, "description": desc.get(t.as_str()).copied().unwrap_or("")}))
         .collect();
     let platform = chain.first().and_then(|t| profiles.platform(&crate::model::tool_id(server, t))).map(str::to_string);
-    let vars = json!({"server": server, "steps": steps, "platform": platform});
+    // The entity the query is about, invented and seeded per chain (see `invented_name`).
+    let entity = super::invented_name(seed, &format!("l3-entity:{}", chain_key(server, &chain)));
+    let vars = json!({"server": server, "steps": steps, "platform": platform, "entity": entity});
     ChainItem { server: server.to_string(), chain, platform, vars }
 }
 
@@ -458,7 +469,7 @@ impl Stage for L3Stage {
     }
     fn prompts(&self, _s: &Settings) -> Vec<PromptRef> {
         let step = json!({"n": 1, "tool": "a", "description": "d"});
-        let vars = json!({"server": "s", "steps": [step], "query": "q", "platform": "P"});
+        let vars = json!({"server": "s", "steps": [step], "query": "q", "platform": "P", "entity": "E"});
         vec![
             PromptRef::new("levels.l3_verify", VERIFY_TEMPLATE, vars.clone()),
             PromptRef::new("levels.l3_query", QUERY_TEMPLATE, vars.clone()),
@@ -526,7 +537,7 @@ impl Stage for L3Stage {
             let desc: BTreeMap<&str, &str> =
                 srv.tools.iter().map(|t| (t.name.trim(), t.description.as_str())).collect();
             for ch in picked {
-                items.push((chain_key(&server, &ch), chain_item(&server, ch, &desc, &profiles)));
+                items.push((chain_key(&server, &ch), chain_item(&server, ch, &desc, &profiles, seed)));
             }
         }
         funnel.step("data-flow edges", n_edges);
@@ -603,9 +614,11 @@ impl Stage for L3Stage {
                 }
             };
             recs.push(rec);
-            // The platform the query must name: a query that does not is asked again (issue 38).
+            // The platform and the entity the query must name: a query that does not is asked
+            // again (issue 38).
             let platform = it.platform.as_deref();
-            cands.push(super::plan_check::Candidate { key, query: &rec.query, steps, platform });
+            let entity = it.vars["entity"].as_str();
+            cands.push(super::plan_check::Candidate { key, query: &rec.query, steps, platform, entity });
         }
         // The writer asked again (a query with fewer tools than L3 needs) is a parent too, and
         // so is the judge that annotates the new query's dependencies.
@@ -734,18 +747,24 @@ mod tests {
         let chain = vec!["search_symbols".to_string(), "stock_price".to_string()];
         let text = crate::llm::prompts::builtin(QUERY_TEMPLATE).expect("a built-in template");
         let render = |it: &ChainItem| crate::llm::render_template(QUERY_TEMPLATE, text, &it.vars).unwrap();
-        let with = chain_item("yfinance-mcp", chain.clone(), &desc, &profiles);
+        let with = chain_item("yfinance-mcp", chain.clone(), &desc, &profiles, 7);
         assert_eq!(with.platform.as_deref(), Some("Yahoo Finance"));
         let shown = render(&with);
-        assert!(shown.trim_end().ends_with("- Step 2 (stock_price): \"A price.\"\nPlatform: Yahoo Finance"), "{shown}");
+        let entity = with.vars["entity"].as_str().expect("an entity").to_string();
+        let tail = format!("- Step 2 (stock_price): \"A price.\"\nPlatform: Yahoo Finance\nEntity: {entity}");
+        assert!(shown.trim_end().ends_with(&tail), "{shown}");
         assert!(shown.contains("bad: \"List the open issues of the Linux kernel.\" (a famous project"), "{shown}");
+        // The entity is invented and seeded per chain: the same for the same seed and chain.
+        assert_eq!(chain_item("yfinance-mcp", chain.clone(), &desc, &profiles, 7).vars["entity"], json!(entity));
         for name in ["calculator-mcp", "unprofiled-mcp"] {
-            let without = chain_item(name, chain.clone(), &desc, &profiles);
+            let without = chain_item(name, chain.clone(), &desc, &profiles, 7);
             assert_eq!((without.platform.as_deref(), &without.vars["platform"]), (None, &Value::Null));
             let shown = render(&without);
             assert!(!shown.contains("Platform:"), "{shown}");
-            assert!(shown.trim_end().ends_with("- Step 2 (stock_price): \"A price.\""), "{shown}");
-            assert!(shown.contains("knows only by its name"), "the entity rule holds without a platform too: {shown}");
+            let tail =
+                format!("- Step 2 (stock_price): \"A price.\"\nEntity: {}", without.vars["entity"].as_str().unwrap());
+            assert!(shown.trim_end().ends_with(&tail), "{shown}");
+            assert!(shown.contains("knows only by this name"), "the entity rule holds without a platform too: {shown}");
         }
     }
 

@@ -478,7 +478,7 @@ impl Stage for L4Stage {
                 Err(e) => funnel.reject(key, e),
             }
         }
-        // No platform to name: an L4 query spans servers (the platform rule is L3's).
+        // No platform or entity to name: an L4 query spans servers (the naming rule is L3's).
         let checked: Vec<super::plan_check::Candidate> = cands
             .iter()
             .map(|(key, query, steps)| super::plan_check::Candidate {
@@ -486,6 +486,7 @@ impl Stage for L4Stage {
                 query,
                 steps: steps.clone(),
                 platform: None,
+                entity: None,
             })
             .collect();
         // The writer asked again (a query with fewer servers than L4 needs) is a parent too.

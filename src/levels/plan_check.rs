@@ -87,12 +87,13 @@
 //!    decision by `llm` with that exchange; a query whose plan cannot be made anew is
 //!    rejected with the reason.
 //!
-//!    The writer is asked again, the same way, for a query that must name its platform
-//!    ([`Candidate::platform`]; L3, beyond ETOM) and does not: L1's mention rule
+//!    The writer is asked again, the same way, for a query that breaks the naming rule (L3,
+//!    beyond ETOM): it must name its platform ([`Candidate::platform`]), and L1's mention rule
 //!    ([`super::l1::Mention::check`]) refuses it when the platform is not named, or is named
-//!    as what is asked about. A plan that fits is then listed whole; a plan with too few
+//!    as what is asked about; and it must name the invented entity the writer was given
+//!    ([`Candidate::entity`]: "entity not named: `Morvira` does not occur"). A plan that fits is then listed whole; a plan with too few
 //!    tools as above, the writer told both reasons. A new query that still breaks the rule is
-//!    rejected before its plan is made or checked: "platform rule broken after asking again:
+//!    rejected before its plan is made or checked: "naming rule broken after asking again:
 //!    first query: platform not named: `github` does not occur; asked again: the new query
 //!    "…" (exchange sha256:…): platform not named: …". A query nobody can ask again for (its
 //!    plan outside the level's shape for another reason) is rejected with both reasons.
@@ -1011,10 +1012,10 @@ pub struct PlanChecks {
     pub asked_again: usize,
     pub kept_again: usize,
     pub rejected_again: usize,
-    /// Queries that broke the platform rule (see the module doc, 6), and new queries written
+    /// Queries that broke the naming rule (see the module doc, 6), and new queries written
     /// when asked again that still did.
-    pub platform_broken: usize,
-    pub platform_broken_again: usize,
+    pub naming_broken: usize,
+    pub naming_broken_again: usize,
 }
 
 /// The prompt template of the per-step judge.
@@ -1025,13 +1026,15 @@ pub const STEP_NEED_TEMPLATE: &str = "levels_step_need";
 pub const QUERY_AGAIN_TEMPLATE: &str = "levels_query_again";
 
 /// A candidate of a level stage for [`PlanChecks::check_all`]: its item key, query and plan,
-/// and the platform its query must name as where to look (L3, when `levels-profiles` found
-/// one for the server; `None`: no such rule).
+/// the platform its query must name as where to look (L3, when `levels-profiles` found
+/// one for the server; `None`: no such rule) and the invented entity it must be about (L3:
+/// the name the writer was given, so that the chain's first step is needed; `None`: none).
 pub struct Candidate<'a> {
     pub key: &'a str,
     pub query: &'a str,
     pub steps: Vec<Step>,
     pub platform: Option<&'a str>,
+    pub entity: Option<&'a str>,
 }
 
 /// Whom [`PlanChecks::check_all`] asks: the judge about open steps, the writer again about
@@ -1096,7 +1099,7 @@ pub fn step_need_prompt() -> crate::stage::PromptRef {
 pub fn query_again_prompt() -> crate::stage::PromptRef {
     let steps: Vec<Value> =
         (1..=2).map(|n| serde_json::json!({"n": n, "tool": format!("s::t{n}"), "description": "d"})).collect();
-    let vars = serde_json::json!({"level": 3, "steps": steps, "query": "q", "reason": "asks only for `s::t1`", "platform": "P"});
+    let vars = serde_json::json!({"level": 3, "steps": steps, "query": "q", "reason": "asks only for `s::t1`", "platform": "P", "entity": "E"});
     crate::stage::PromptRef::new("levels.plan_check.query_again", QUERY_AGAIN_TEMPLATE, vars)
 }
 
@@ -1332,27 +1335,44 @@ fn listed_steps<'c>(level: u8, c: &'c PlanCheck, steps: &[Step]) -> Vec<(usize, 
     out
 }
 
-/// Why `query` breaks the platform rule when it must name `platform` (L1's mention rule:
-/// the platform not named, or named as what is asked about). Why L3 has the rule (beyond
+/// Why `query` (`c`'s, or the one written for it when asked again) breaks the naming rule:
+/// it must name `c`'s platform (L1's mention rule: the platform not named, or named as what
+/// is asked about) and `c`'s entity (its words, in order). Why L3 has the rule (beyond
 /// ETOM): a chain's query that names no platform is served as well by an EFS sibling of
 /// another server; the demo's eval panel answered "Find the current stock price of Apple
-/// Inc." (yfinance's `search_symbols → stock_price`) with `alpha-markets-mcp::get_stock_quote`.
-fn unnamed(platform: Option<&str>, query: &str) -> Option<String> {
-    platform.and_then(|p| super::l1::Mention::Must(p.to_string()).check(query))
+/// Inc." (yfinance's `search_symbols → stock_price`) with `alpha-markets-mcp::get_stock_quote`;
+/// and one about a famous entity needs no lookup: both agents answered "the company 'Tesla'"
+/// with the price of TSLA alone.
+fn unnamed(c: &Candidate<'_>, query: &str) -> Option<String> {
+    let platform = c.platform.and_then(|p| super::l1::Mention::Must(p.to_string()).check(query));
+    let entity =
+        c.entity.filter(|e| !names_entity(query, e)).map(|e| format!("entity not named: `{e}` does not occur"));
+    let why: Vec<String> = platform.into_iter().chain(entity).collect();
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// Whether `query` holds the words of `entity` in a row (case aside): "the Morvira
+/// project" names `Morvira`, "Morviras" and "Morvira-Labs" only the latter.
+fn names_entity(query: &str, entity: &str) -> bool {
+    let words = |t: &str| -> Vec<String> {
+        t.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+    };
+    let (q, e) = (words(query), words(entity));
+    !e.is_empty() && q.windows(e.len()).any(|w| w == e.as_slice())
 }
 
 /// Whether the writer is asked again for `c` (see the module doc, 6): its plan has too few
 /// tools and a query that needs more can mend it, or its plan fits and only its query breaks
-/// the platform rule. A plan outside its shape for another reason no query can mend.
+/// the naming rule. A plan outside its shape for another reason no query can mend.
 fn asks_again(level: u8, c: &Candidate, check: &PlanCheck) -> bool {
     match check.verdict {
         Verdict::Reject(_) => check.too_few && wanted(level, check, &c.steps).is_some(),
-        Verdict::Ok(_) => unnamed(c.platform, c.query).is_some(),
+        Verdict::Ok(_) => unnamed(c, c.query).is_some(),
     }
 }
 
 /// The steps (0-based) listed to the writer asked again: [`wanted`]'s when the plan has too
-/// few tools; else (a plan that fits, whose query breaks the platform rule) the kept ones.
+/// few tools; else (a plan that fits, whose query breaks the naming rule) the kept ones.
 fn asked_steps(level: u8, c: &PlanCheck, steps: &[Step]) -> Vec<usize> {
     if c.too_few {
         return wanted(level, c, steps).unwrap_or_default();
@@ -1361,15 +1381,15 @@ fn asked_steps(level: u8, c: &PlanCheck, steps: &[Step]) -> Vec<usize> {
 }
 
 /// What the writer asked again is told: why the plan has too few tools ([`fewer_reason`])
-/// and why the query breaks the platform rule, whichever hold.
+/// and why the query breaks the naming rule, whichever hold.
 fn told(level: u8, c: &Candidate, check: &PlanCheck) -> String {
     let fewer = check.too_few.then(|| fewer_reason(level, check, &c.steps));
-    fewer.into_iter().chain(unnamed(c.platform, c.query)).collect::<Vec<_>>().join("; ")
+    fewer.into_iter().chain(unnamed(c, c.query)).collect::<Vec<_>>().join("; ")
 }
 
-/// `c` with the platform rule's verdict on its query (`why`) joined, for a candidate nobody
+/// `c` with the naming rule's verdict on its query (`why`) joined, for a candidate nobody
 /// asks again: a plan that fits is rejected for `why`, a rejected one for both reasons.
-fn with_platform_rule(mut c: PlanCheck, why: Option<String>) -> PlanCheck {
+fn with_naming_rule(mut c: PlanCheck, why: Option<String>) -> PlanCheck {
     if let Some(why) = why {
         c.verdict = match c.verdict {
             Verdict::Ok(_) => Verdict::Reject(why),
@@ -1419,7 +1439,7 @@ fn again_vars(level: u8, c: &Candidate, check: &PlanCheck, tool: &LookupFn<'_>) 
             serde_json::json!({"n": k + 1, "tool": s.tools.join(" or "), "description": description})
         })
         .collect();
-    serde_json::json!({"level": level, "steps": steps, "query": c.query, "reason": reason, "platform": c.platform})
+    serde_json::json!({"level": level, "steps": steps, "query": c.query, "reason": reason, "platform": c.platform, "entity": c.entity})
 }
 
 /// Does `query` copy the wording of one of its steps' tools (see [`super::copied_wording`])?
@@ -1560,7 +1580,7 @@ impl PlanChecks {
     /// Check every candidate's plan (see the module doc): the rules (with `sim`, the
     /// embedding similarities too) and the judge
     /// (`judge_rounds`, items `need:<key>:<step>`); then, with a writer, each query whose
-    /// plan has too few tools for its level, or that breaks the platform rule, is asked
+    /// plan has too few tools for its level, or that breaks the naming rule, is asked
     /// again once (items `again:<key>`) and the new query checked the same way (items
     /// `need-again:<key>:<step>`). Records every decision and returns, in the candidates'
     /// order, the query with its pruned plan or why it does not fit its level.
@@ -1574,7 +1594,7 @@ impl PlanChecks {
         cfg: &PlanCheckSettings,
     ) -> anyhow::Result<Vec<Checked>> {
         let first = judge_rounds(batch, ask.judge, level, cands, (tool, sim, cfg), "need")?;
-        self.platform_broken += cands.iter().filter(|c| unnamed(c.platform, c.query).is_some()).count();
+        self.naming_broken += cands.iter().filter(|c| unnamed(c, c.query).is_some()).count();
         let mut again = match ask.writer {
             Some(writer) => ask_again(batch, writer, level, cands, &first, tool)?,
             None => BTreeMap::new(),
@@ -1587,7 +1607,8 @@ impl PlanChecks {
             .map(|(k, a)| {
                 // The new query's own plan where it was made anew, else the first query's.
                 let steps = replans.get(&k).map_or(&cands[k].steps, |r| &r.steps).clone();
-                (k, Candidate { key: cands[k].key, query: &a.query, steps, platform: cands[k].platform })
+                let c = &cands[k];
+                (k, Candidate { key: c.key, query: &a.query, steps, platform: c.platform, entity: c.entity })
             })
             .unzip();
         let checked = judge_rounds(batch, ask.judge, level, &seconds, (tool, sim, cfg), "need-again")?;
@@ -1597,7 +1618,7 @@ impl PlanChecks {
             self.count_judged(&check, judged);
             let done = match again.get(&k) {
                 None => {
-                    let verdict = self.record(c.key, with_platform_rule(check, unnamed(c.platform, c.query)));
+                    let verdict = self.record(c.key, with_naming_rule(check, unnamed(c, c.query)));
                     Checked { query: c.query.to_string(), verdict, exchange: None, replanned: None }
                 }
                 Some(a) => {
@@ -1615,16 +1636,16 @@ impl PlanChecks {
     }
 
     /// Refuse each query the writer wrote when asked again that still breaks its candidate's
-    /// platform rule, before its plan is made anew or checked (no call is spent on it). The
+    /// naming rule, before its plan is made anew or checked (no call is spent on it). The
     /// reason names the new query and the exchange that wrote it: the only record of them.
     fn refuse_unnamed(&mut self, cands: &[Candidate<'_>], again: &mut BTreeMap<usize, Result<Again, String>>) {
         for (&k, a) in again.iter_mut() {
             let refused = a.as_ref().ok().and_then(|new| {
-                let why = unnamed(cands[k].platform, &new.query)?;
+                let why = unnamed(&cands[k], &new.query)?;
                 Some(format!("the new query \"{}\" (exchange {}): {why}", new.query, new.exchange))
             });
             if let Some(r) = refused {
-                self.platform_broken_again += 1;
+                self.naming_broken_again += 1;
                 *a = Err(r);
             }
         }
@@ -1694,10 +1715,10 @@ impl PlanChecks {
             Verdict::Reject(r) => Some(shape(r.as_str())),
             Verdict::Ok(_) => None,
         };
-        // Headed by the plan's refusal when there is one (as before the platform rule), else
-        // by the platform rule's.
-        let what = if plan.is_some() { format!("plan does not fit L{level}") } else { "platform rule broken".into() };
-        let before = plan.into_iter().chain(unnamed(c.platform, c.query)).collect::<Vec<_>>().join(", and ");
+        // Headed by the plan's refusal when there is one (as before the naming rule), else
+        // by the naming rule's.
+        let what = if plan.is_some() { format!("plan does not fit L{level}") } else { "naming rule broken".into() };
+        let before = plan.into_iter().chain(unnamed(c, c.query)).collect::<Vec<_>>().join(", and ");
         let mut asked = AskedAgain {
             query: c.query.to_string(),
             decisions: first.decisions,
@@ -1746,12 +1767,12 @@ impl PlanChecks {
             funnel.step("plan check: judge's needed without a part of its own", self.judge_overruled);
         }
         funnel.step("plan check: dependencies dropped", self.dependencies_dropped);
-        // Only where a query broke the platform rule (L3), so the other funnels read as before.
+        // Only where a query broke the naming rule (L3), so the other funnels read as before.
         // A new query asked for too few tools may break the rule its first query kept: then
         // only the second count is above 0.
-        if self.platform_broken + self.platform_broken_again > 0 {
-            funnel.step("plan check: platform rule broken", self.platform_broken);
-            funnel.step("plan check: platform rule broken after asking again", self.platform_broken_again);
+        if self.naming_broken + self.naming_broken_again > 0 {
+            funnel.step("plan check: naming rule broken", self.naming_broken);
+            funnel.step("plan check: naming rule broken after asking again", self.naming_broken_again);
         }
         // Only where the writer was asked again, so the other funnels read as before.
         if self.asked_again > 0 {
@@ -1998,7 +2019,7 @@ mod tests {
             "{}",
             fewer_reason(4, &near, &l4_1_plan())
         );
-        let cand = Candidate { key: "k", query: L4_1_QUERY, steps: l4_1_plan(), platform: None };
+        let cand = Candidate { key: "k", query: L4_1_QUERY, steps: l4_1_plan(), platform: None, entity: None };
         let vars = again_vars(4, &cand, &near, &lookup(&tools));
         let listed: Vec<&str> = vars["steps"].as_array().unwrap().iter().map(|s| s["tool"].as_str().unwrap()).collect();
         assert_eq!(listed, ["alpha-markets-mcp::get_company_profile", "tavily-search-mcp::search"]);
@@ -2237,7 +2258,7 @@ mod tests {
             step(&["yfinance-mcp::price_history"], &[]),
             step(&["slack-mcp::send_message"], &[0]),
         ];
-        let c = Candidate { key: "attempt:0001", query, steps: plan.clone(), platform: None };
+        let c = Candidate { key: "attempt:0001", query, steps: plan.clone(), platform: None, entity: None };
         let look = lookup(&tools);
         let basis = GroundsBasis::of(&c, &look, None).unwrap();
         let why = basis.grounds(0, 0.2, &[]).unwrap_err();
@@ -2487,7 +2508,7 @@ mod tests {
         let plan = [step(&["github-mcp::list_issues"], &[]), step(&["github-mcp::add_issue_comment"], &[0])];
         let c = check_plan(3, q, &plan, &lookup(&tools), None, &PlanCheckSettings::default());
         assert_eq!(c.verdict, Verdict::Ok(plan.to_vec()), "{:#?}", c.decisions);
-        let cand = Candidate { key: "k", query: q, steps: plan.to_vec(), platform: Some("GitHub") };
+        let cand = Candidate { key: "k", query: q, steps: plan.to_vec(), platform: Some("GitHub"), entity: None };
         assert!(asks_again(3, &cand, &c));
         let why = "platform not named: `GitHub` does not occur";
         assert_eq!(told(3, &cand, &c), why);
@@ -2496,31 +2517,62 @@ mod tests {
         let listed: Vec<&str> = vars["steps"].as_array().unwrap().iter().map(|s| s["tool"].as_str().unwrap()).collect();
         assert_eq!(listed, ["github-mcp::list_issues", "github-mcp::add_issue_comment"]);
         let named = "Comment 'fixed' on the newest issue of octo/app on GitHub";
-        let named = Candidate { key: "k", query: named, steps: plan.to_vec(), platform: Some("GitHub") };
+        let named = Candidate { key: "k", query: named, steps: plan.to_vec(), platform: Some("GitHub"), entity: None };
         assert!(!asks_again(3, &named, &c));
-        let free = Candidate { key: "k", query: q, steps: plan.to_vec(), platform: None };
+        let free = Candidate { key: "k", query: q, steps: plan.to_vec(), platform: None, entity: None };
         assert!(!asks_again(3, &free, &c));
         assert_eq!(again_vars(3, &free, &c, &lookup(&tools))["platform"], Value::Null);
         // Named as what is asked about: the mention rule refuses it too.
         let query = "What is GitHub's newest issue?";
-        let subject = Candidate { key: "k", query, steps: plan.to_vec(), platform: Some("GitHub") };
+        let subject = Candidate { key: "k", query, steps: plan.to_vec(), platform: Some("GitHub"), entity: None };
         assert!(asks_again(3, &subject, &c));
         // Nobody to ask again: rejected for the rule (with the plan's reason, when it has one).
-        let refused = with_platform_rule(c.clone(), unnamed(cand.platform, cand.query));
+        let refused = with_naming_rule(c.clone(), unnamed(&cand, cand.query));
         assert_eq!(refused.verdict, Verdict::Reject(why.into()));
         let rejected = PlanCheck { verdict: Verdict::Reject("plan does not fit L3: x".into()), ..c };
-        let both = with_platform_rule(rejected, unnamed(cand.platform, cand.query));
+        let both = with_naming_rule(rejected, unnamed(&cand, cand.query));
         assert_eq!(both.verdict, Verdict::Reject(format!("plan does not fit L3: x, and {why}")));
         // Counted only where a query broke the rule.
-        let checks = PlanChecks { platform_broken: 2, platform_broken_again: 1, ..Default::default() };
+        let checks = PlanChecks { naming_broken: 2, naming_broken_again: 1, ..Default::default() };
         let mut funnel = Funnel::default();
         checks.count(&mut funnel, 0);
-        assert!(funnel.steps.contains(&("plan check: platform rule broken".to_string(), 2)), "{:?}", funnel.steps);
-        let again = ("plan check: platform rule broken after asking again".to_string(), 1);
+        assert!(funnel.steps.contains(&("plan check: naming rule broken".to_string(), 2)), "{:?}", funnel.steps);
+        let again = ("plan check: naming rule broken after asking again".to_string(), 1);
         assert!(funnel.steps.contains(&again), "{:?}", funnel.steps);
         let mut quiet = Funnel::default();
         PlanChecks::default().count(&mut quiet, 0);
-        assert!(!quiet.steps.iter().any(|(s, _)| s.contains("platform")), "{:?}", quiet.steps);
+        assert!(!quiet.steps.iter().any(|(s, _)| s.contains("naming")), "{:?}", quiet.steps);
+    }
+
+    /// An L3 query must name the invented entity its writer was given, in any case, as whole
+    /// words: one about a famous entity needs no lookup (issue 38: both agents answered "the
+    /// company 'Tesla'" with TSLA's price alone). The writer asked again is told the entity.
+    #[test]
+    fn a_query_that_does_not_name_its_entity_is_asked_again_with_the_reason() {
+        let tools = github_tools();
+        let plan = [step(&["github-mcp::list_issues"], &[]), step(&["github-mcp::add_issue_comment"], &[0])];
+        let q = "Comment 'fixed' on the newest issue of the Linux kernel on GitHub";
+        let c = check_plan(3, q, &plan, &lookup(&tools), None, &PlanCheckSettings::default());
+        assert_eq!(c.verdict, Verdict::Ok(plan.to_vec()), "{:#?}", c.decisions);
+        let cand =
+            Candidate { key: "k", query: q, steps: plan.to_vec(), platform: Some("GitHub"), entity: Some("Morvira") };
+        assert!(asks_again(3, &cand, &c));
+        let why = "entity not named: `Morvira` does not occur";
+        assert_eq!(told(3, &cand, &c), why);
+        let vars = again_vars(3, &cand, &c, &lookup(&tools));
+        assert_eq!((vars["entity"].as_str(), vars["reason"].as_str()), (Some("Morvira"), Some(why)));
+        for named in ["Comment 'fixed' on the newest issue of the morvira project on GitHub", "… of MORVIRA (GitHub)"]
+        {
+            assert_eq!(unnamed(&cand, named), None, "{named}");
+        }
+        for unnamed_q in ["… of the Morviras on GitHub", "… of Morvir on GitHub"] {
+            assert_eq!(unnamed(&cand, unnamed_q).as_deref(), Some(why), "{unnamed_q}");
+        }
+        // Both rules broken: both reasons, the platform's first.
+        let both = unnamed(&cand, "Comment on the newest issue of the Linux kernel");
+        assert_eq!(both.as_deref(), Some(format!("platform not named: `GitHub` does not occur; {why}").as_str()));
+        let free = Candidate { entity: None, ..cand };
+        assert!(!asks_again(3, &free, &c), "no entity given, no rule");
     }
 
     fn gift_tools() -> Vec<(String, ToolInfo)> {

@@ -91,6 +91,13 @@ fn on_platform(text: &str) -> String {
     if platform.is_empty() { String::new() } else { format!(" on {platform}") }
 }
 
+/// The invented entity an L3 query prompt (or the prompt that asks again) gives the writer
+/// (issue 38: the query must name it); "acme-widgets" without one.
+fn entity(text: &str) -> String {
+    let e = cap(r"(?m)^Entity: (.+)$", text);
+    if e.is_empty() { "acme-widgets".into() } else { e }
+}
+
 pub(crate) fn answer(req: &Seen) -> Answer {
     let text = req.all_text();
     // --- levels ---
@@ -174,14 +181,14 @@ pub(crate) fn answer(req: &Seen) -> Answer {
         // The plan check asks again (issue 38): a request that names every listed step.
         let steps: Vec<String> =
             regex::Regex::new(r"- Step \d+ \(([^)]+)\)").unwrap().captures_iter(&text).map(|c| words(&c[1])).collect();
-        let query = format!("Asked again: {}{}", steps.join(", then "), on_platform(&text));
+        let query = format!("Asked again: {} for {}{}", steps.join(", then "), entity(&text), on_platform(&text));
         return Answer::json(json!({"query": query, "chain_of_thought": "scripted"}));
     }
     if text.contains("Write one request that needs every step") {
         let steps: Vec<String> =
             regex::Regex::new(r"- Step \d+ \(([^)]+)\)").unwrap().captures_iter(&text).map(|c| words(&c[1])).collect();
         // The platform where the prompt gives one (issue 38: an L3 query names it).
-        let query = format!("For repo acme/widgets{}: {}", on_platform(&text), steps.join(" then "));
+        let query = format!("For repo {}{}: {}", entity(&text), on_platform(&text), steps.join(" then "));
         return Answer::json(json!({"query": query, "chain_of_thought": "scripted"}));
     }
     if text.contains("Answer `dependency_graph`") {
@@ -1061,7 +1068,7 @@ fn an_l4_whose_query_still_needs_one_server_when_asked_again_is_rejected_with_bo
 fn reannotated_answer(seen: &Seen) -> Answer {
     let text = seen.all_text();
     if text.contains("Write one request that needs every step") {
-        let query = format!("Please {} for acme/widgets", words(&cap(r"- Step 1 \(([^)]+)\)", &text)));
+        let query = format!("Please {} for {}", words(&cap(r"- Step 1 \(([^)]+)\)", &text)), entity(&text));
         return Answer::json(json!({"query": query, "chain_of_thought": "scripted"}));
     }
     if text.contains("need a call to this step's tool?") {
@@ -1161,11 +1168,11 @@ fn unnamed_platform_answer(seen: &Seen, mends: bool) -> Answer {
         regex::Regex::new(r"- Step \d+ \(([^)]+)\)").unwrap().captures_iter(&text).map(|c| words(&c[1])).collect()
     };
     if text.contains(ASKED_AGAIN) && !mends {
-        let query = format!("Asked again: {}", steps().join(", then "));
+        let query = format!("Asked again: {} for {}", steps().join(", then "), entity(&text));
         return Answer::json(json!({"query": query, "chain_of_thought": "scripted"}));
     }
     if text.contains("Write one request that needs every step") {
-        let query = format!("For repo acme/widgets: {}", steps().join(" then "));
+        let query = format!("For repo {}: {}", entity(&text), steps().join(" then "));
         return Answer::json(json!({"query": query, "chain_of_thought": "scripted"}));
     }
     answer(seen)
@@ -1204,7 +1211,11 @@ fn an_l3_query_that_does_not_name_its_platform_is_asked_again_and_kept_when_it_d
     // Asked once, with the platform, the refused query and the reason.
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert!(asked[0].contains("\nPlatform: github\n"), "{}", asked[0]);
-    assert!(asked[0].contains("The refused request:\nFor repo acme/widgets: "), "{}", asked[0]);
+    assert!(asked[0].contains("The refused request:\nFor repo "), "{}", asked[0]);
+    // The writer asked again is told the entity as well (the query names it, so only the
+    // platform's reason is given).
+    let entity = entity(&asked[0]);
+    assert!(asked[0].contains(&format!("\nEntity: {entity}\n")) && entity != "acme-widgets", "{}", asked[0]);
     assert!(asked[0].contains(&format!("Why it was refused:\n{UNNAMED}")), "{}", asked[0]);
     let queries = out["queries"].as_array().unwrap();
     assert_eq!(queries.len(), 1, "{out}");
@@ -1213,15 +1224,15 @@ fn an_l3_query_that_does_not_name_its_platform_is_asked_again_and_kept_when_it_d
     assert!(query.starts_with("Asked again: ") && query.ends_with(" on github"), "{q}");
     let rec = &out["plan_checks"][q["key"].as_str().unwrap()];
     assert_eq!(rec["asked_again"]["reason"], UNNAMED, "{rec}");
-    assert!(rec["asked_again"]["query"].as_str().unwrap().starts_with("For repo acme/widgets: "), "{rec}");
+    assert!(rec["asked_again"]["query"].as_str().unwrap().starts_with(&format!("For repo {entity}: ")), "{rec}");
     // The exchange that asked again and the new query's annotation are parents of the sample.
     let exchanges = q["exchanges"].as_array().unwrap();
     for k in ["exchange", "annotated"] {
         let e = rec["asked_again"][k].as_str().unwrap_or_else(|| panic!("`{k}` recorded: {rec}"));
         assert!(exchanges.iter().any(|x| x == e), "{k} is a parent: {q}");
     }
-    assert!(funnel_has(&out, "plan check: platform rule broken", 1), "{}", out["funnel"]);
-    assert!(funnel_has(&out, "plan check: platform rule broken after asking again", 0), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan check: naming rule broken", 1), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan check: naming rule broken after asking again", 0), "{}", out["funnel"]);
     assert!(funnel_has(&out, "plan check: asked again", 1), "{}", out["funnel"]);
     assert!(funnel_has(&out, "plan check: kept after asking again", 1), "{}", out["funnel"]);
 }
@@ -1235,7 +1246,7 @@ fn an_l3_query_that_still_does_not_name_its_platform_when_asked_again_is_rejecte
     let (out, asked) = unnamed_platform_run(&llm);
     assert_eq!(asked.len(), 1, "asked again once, not twice: {asked:?}");
     assert_eq!(out["queries"], json!([]), "{out}");
-    let head = format!("platform rule broken after asking again: first query: {UNNAMED}; asked again: ");
+    let head = format!("naming rule broken after asking again: first query: {UNNAMED}; asked again: ");
     let rejected: Vec<&Value> = out["funnel"]["rejected"]
         .as_array()
         .unwrap()
@@ -1254,10 +1265,40 @@ fn an_l3_query_that_still_does_not_name_its_platform_when_asked_again_is_rejecte
     assert!(rec["asked_again"].get("annotated").is_none(), "{rec}");
     let annotated = llm.requests().iter().filter(|s| s.all_text().contains("Request: Asked again: ")).count();
     assert_eq!(annotated, 0, "no call is spent on a refused query");
-    assert!(funnel_has(&out, "plan check: platform rule broken", 1), "{}", out["funnel"]);
-    assert!(funnel_has(&out, "plan check: platform rule broken after asking again", 1), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan check: naming rule broken", 1), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan check: naming rule broken after asking again", 1), "{}", out["funnel"]);
     assert!(funnel_has(&out, "plan check: rejected after asking again", 1), "{}", out["funnel"]);
     assert!(funnel_has(&out, "plan checked", 0), "{}", out["funnel"]);
+}
+
+/// An L3 query about a famous entity in place of the invented one it was given (issue 38:
+/// "the company 'Tesla'", whose ticker every agent knows, needs no lookup) is asked again
+/// with the reason, and kept once it names the entity.
+#[test]
+fn an_l3_query_that_does_not_name_its_invented_entity_is_asked_again_with_the_reason() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm = ScriptedLlm::start(|seen: &Seen| {
+        let text = seen.all_text();
+        if text.contains("Write one request that needs every step") {
+            let query = format!("For the Linux kernel{}: list its issues", on_platform(&text));
+            return Answer::json(json!({"query": query, "chain_of_thought": "scripted"}));
+        }
+        answer(seen)
+    });
+    let (out, asked) = unnamed_platform_run(&llm);
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let entity = entity(&asked[0]);
+    let why = format!("entity not named: `{entity}` does not occur");
+    assert!(asked[0].contains(&format!("\nEntity: {entity}\n")), "{}", asked[0]);
+    assert!(asked[0].contains(&format!("Why it was refused:\n{why}")), "{}", asked[0]);
+    let q = &out["queries"][0];
+    assert!(q["query"].as_str().unwrap().contains(&format!(" for {entity} on github")), "{out}");
+    let rec = &out["plan_checks"][q["key"].as_str().unwrap()];
+    assert_eq!(rec["asked_again"]["reason"], why.as_str(), "{rec}");
+    assert!(funnel_has(&out, "plan check: naming rule broken", 1), "{}", out["funnel"]);
+    assert!(funnel_has(&out, "plan check: kept after asking again", 1), "{}", out["funnel"]);
 }
 
 /// What the L1/L2 writer is asked when every candidate of an item was refused.
