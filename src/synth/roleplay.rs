@@ -53,8 +53,9 @@ pub static SPEC: StageSpec = StageSpec {
     // (same function and arguments) is not run again: the answer nudge, then `repeated`.
     // 6: a call written as text is read up to its name and arguments, so one the assistant
     // cut while making up its result is run. 7: the goal comes with its plan of requests,
-    // one per user turn, and the simulator is given the turn's request.
-    version: 7,
+    // one per user turn, and the simulator is given the turn's request. 8: a planned request
+    // names a tool only by its whole identifier, and a plain-word tool name (`search`) never.
+    version: 8,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),
@@ -165,8 +166,7 @@ pub(crate) fn goal_answer(turn_cap: usize, tools: Vec<String>) -> crate::llm::An
             return Err(format!("request {} is blank; write it out", i + 1));
         }
         for (i, r) in g.requests.iter().enumerate() {
-            let lower = r.to_lowercase();
-            if let Some(t) = tools.iter().find(|t| lower.contains(&t.to_lowercase())) {
+            if let Some(t) = tools.iter().find(|t| names_tool(r, t)) {
                 return Err(format!(
                     "request {} names the tool `{t}`; write it as the message the user types, in the first person, without tool names",
                     i + 1
@@ -176,6 +176,25 @@ pub(crate) fn goal_answer(turn_cap: usize, tools: Vec<String>) -> crate::llm::An
         // A request that repeats an earlier one is not refused here (the schema's edges, two
         // equal strings, would be): `simulate` ends a planned dialogue before it instead.
         g.requests.iter().try_for_each(|r| crate::llm::extract::check_no_loop(r, "a request"))
+    })
+}
+
+/// Whether `request` names the tool `tool` as the assistant would call it: the tool's name
+/// as a whole identifier (case aside), not inside a longer one, and only a name no plain
+/// word is (one with `_`, `-`, `.` or `:`, or a capital inside, as `search_incidents` or
+/// `getQuote`): a tool called `search` or `echo` is named by every request that says
+/// "search" or "echo", and refusing those would refuse ordinary requests.
+fn names_tool(request: &str, tool: &str) -> bool {
+    let identifier = tool.contains(['_', '-', '.', ':']) || tool.chars().skip(1).any(char::is_uppercase);
+    if !identifier {
+        return false;
+    }
+    let (r, t) = (request.to_lowercase(), tool.to_lowercase());
+    let part = |c: char| c.is_alphanumeric() || c == '_';
+    r.match_indices(&t).any(|(at, _)| {
+        let before = r[..at].chars().next_back();
+        let after = r[at + t.len()..].chars().next();
+        !before.is_some_and(part) && !after.is_some_and(part)
     })
 }
 
@@ -781,6 +800,14 @@ mod tests {
         // A request that names a tool is the planner writing for the assistant.
         let named = a.accepts(&goal(&["Who is on call for database?", "notify_user with the outage"])).unwrap_err();
         assert!(named.contains("request 2 names the tool `notify_user`"), "{named}");
+        // Named only as a whole identifier, and only a name no plain word is.
+        assert!(names_tool("Please run Notify_User now", "notify_user"));
+        assert!(names_tool("call `getQuote`.", "getQuote"));
+        assert!(!names_tool("notify_users_all of it", "notify_user"), "inside a longer identifier");
+        assert!(!names_tool("Search the web for the outage", "search"), "a plain word");
+        assert!(!names_tool("Echo what I said", "echo"));
+        let plain = goal_answer(3, vec!["search".into(), "echo".into()]);
+        assert!(plain.accepts(&goal(&["Search the web for it", "Echo it back"])).is_ok());
     }
 
     #[test]

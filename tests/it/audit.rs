@@ -148,6 +148,23 @@ fn kept_steps(decisions: &[Value]) -> usize {
     decisions.iter().filter(|d| d["decision"] == "kept" && d.get("dependency").is_none()).count()
 }
 
+/// How many steps the candidate plan of the level sample `s` (item `key`) had before the
+/// plan check: one for L1 and L2, its chain's tools for L3 (`chain:<server>:<a>><b>…`), and
+/// its scenario's steps for L4 (the last round of its attempt: rounds stop at the one
+/// quality control passes).
+fn candidate_steps(p: &Project, s: &Value, key: &str) -> usize {
+    match s["kind"].as_str().unwrap() {
+        "L1" | "L2" => 1,
+        "L3" => key.rsplit(':').next().unwrap().split('>').count(),
+        "L4" => {
+            let attempts: Value = serde_json::from_str(&p.read("artifacts/levels-l4/attempts.json")).unwrap();
+            let rounds = attempts[key]["rounds"].as_array().unwrap_or_else(|| panic!("no rounds of `{key}`"));
+            rounds.last().unwrap()["scenario"]["steps"].as_array().unwrap().len()
+        }
+        other => panic!("no candidate plan for {other}"),
+    }
+}
+
 /// Every released L1–L4 sample has the plan check's decision on every step of its
 /// candidate plan, one kept decision per step of its released plan, in its level's
 /// `queries.json` and in each of its `levels.sample` lineage events.
@@ -170,7 +187,8 @@ fn every_level_step_is_decided(p: &Project, samples: &BTreeMap<String, Value>) {
         assert_eq!(kept_steps(decisions), plan, "{id}: one kept decision per step of its plan: {decisions:?}");
         let decided: BTreeSet<u64> =
             decisions.iter().filter(|d| d.get("dependency").is_none()).filter_map(|d| d["step"].as_u64()).collect();
-        let every: BTreeSet<u64> = (1..=decided.len() as u64).collect();
+        // The candidate plan's length from where the plan came from, not from the decisions.
+        let every: BTreeSet<u64> = (1..=candidate_steps(p, s, key) as u64).collect();
         assert_eq!(decided, every, "{id}: a decision on every step of the candidate plan: {decisions:?}");
         let lineage: Vec<&Value> = events.iter().filter(|e| e["id"] == id).collect();
         assert!(!lineage.is_empty(), "{id} has no `levels.sample` event");
