@@ -764,7 +764,10 @@ mod tests {
             let tail =
                 format!("- Step 2 (stock_price): \"A price.\"\nEntity: {}", without.vars["entity"].as_str().unwrap());
             assert!(shown.trim_end().ends_with(&tail), "{shown}");
-            assert!(shown.contains("knows only by this name"), "the entity rule holds without a platform too: {shown}");
+            assert!(
+                shown.contains("knows it only by that name"),
+                "the entity rule holds without a platform too: {shown}"
+            );
         }
     }
 

@@ -377,6 +377,7 @@ mod tests {
             ("domain", json!("finance")),
             ("rule", json!("MUST mention the platform \"P\" explicitly")),
             ("platform", json!("P")),
+            ("entity", json!("Morvira")),
             ("task", json!("the task")),
             ("gap", json!("the gap")),
             ("perspective", json!("a user")),
