@@ -36,6 +36,8 @@ fn matrix(n: usize, agents: usize) -> Matrix {
                 reference: ["S::a".to_string()].into_iter().collect(),
                 turn_steps: vec![vec![["S::a".to_string()].into_iter().collect()]],
                 efs_siblings: Default::default(),
+                lookups: Default::default(),
+                invented: None,
                 runs,
             }
         })

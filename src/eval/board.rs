@@ -324,6 +324,17 @@ impl<'a> Panel<'a> {
                         efs_siblings.entry(m.clone()).or_insert_with(|| t.clone());
                     }
                 }
+                // The reference calls a later call of their turn depends on: what they find,
+                // the later one takes.
+                let lookups: BTreeSet<String> = s
+                    .turns
+                    .iter()
+                    .flat_map(|t| {
+                        let plan = &t.reference_plan;
+                        let fed = |i: usize| plan.iter().any(|c| c.depends_on.contains(&i));
+                        plan.iter().enumerate().filter(move |&(i, _)| fed(i)).flat_map(|(_, c)| c.alternatives.clone())
+                    })
+                    .collect();
                 items::ItemInput {
                     id: s.id.clone(),
                     kind: s.kind,
@@ -331,6 +342,8 @@ impl<'a> Panel<'a> {
                     reference,
                     turn_steps,
                     efs_siblings,
+                    lookups,
+                    invented: self.rel.invented.get(&s.id).cloned(),
                     runs,
                 }
             })

@@ -70,6 +70,11 @@ pub struct ItemInput {
     /// Tools outside the reference that are in the EFS set of a reference tool, each with
     /// that tool: an L1 or L3 step takes no EFS alternative, yet the tool does the same.
     pub efs_siblings: BTreeMap<String, String>,
+    /// The alternatives of the reference calls a later call of their turn depends on.
+    pub lookups: BTreeSet<String>,
+    /// The entity `levels l3` invented for the request (see `source::Release::invented`):
+    /// no agent can know its id, so a lookup of it the agents leave out is their lapse.
+    pub invented: Option<String>,
     /// `[agent][repeat]`; `None`: the run failed.
     pub runs: Vec<Vec<Option<Outcome>>>,
 }
@@ -157,6 +162,11 @@ pub struct Evidence {
     /// plan.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub covered_by: Vec<String>,
+    /// With `agreed_short`: the entity `levels l3` invented for the request, when every
+    /// reference call the agents left out is a lookup a later call depends on. No agent can
+    /// know that entity's id, so the agents lapsed: `release`'s rule keeps the item.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invented_entity: Option<String>,
     pub note: String,
 }
 
@@ -427,7 +437,15 @@ fn within_reference(
     let sets: BTreeMap<&String, _> = sets.into_iter().filter(|&(agent, _)| !covered_by.contains(agent)).collect();
     let (short, short_by): (Vec<String>, Vec<String>) =
         most_shared(sets).map(|(set, by)| (set.into_iter().cloned().collect(), by)).unwrap_or_default();
-    let note = if !short_by.is_empty() {
+    let invented_entity = invented_lookup(it, &short).filter(|_| !short_by.is_empty());
+    let note = if let (Some(entity), Some(left)) = (&invented_entity, left_out(it, &short)) {
+        format!(
+            "{} called only {}, leaving out {}, which finds what a later reference call takes: the request is about `{entity}`, an entity `levels l3` invented, whose id no agent can know without it (the agents' lapse, not a call the request does not need)",
+            quoted(&short_by, ", "),
+            quoted(&short, ", "),
+            quoted(&left, ", ")
+        )
+    } else if !short_by.is_empty() {
         format!(
             "{} called only {}, leaving reference calls out: the reference may have a call the request does not need",
             quoted(&short_by, ", "),
@@ -441,7 +459,36 @@ fn within_reference(
     } else {
         "no two agents agree on a tool outside the reference".to_string()
     };
-    Evidence { called, agreed_short: short, agreed_short_by: short_by, covered_by, note, ..Default::default() }
+    Evidence {
+        called,
+        agreed_short: short,
+        agreed_short_by: short_by,
+        covered_by,
+        invented_entity,
+        note,
+        ..Default::default()
+    }
+}
+
+/// The reference calls none of `short`'s tools makes, each as its alternatives.
+fn left_sets<'a>(it: &'a ItemInput, short: &[String]) -> Vec<&'a BTreeSet<String>> {
+    it.turn_steps.iter().flatten().filter(|alts| !alts.iter().any(|t| short.contains(t))).collect()
+}
+
+/// [`left_sets`], each by its first alternative (`None`: none left out).
+fn left_out(it: &ItemInput, short: &[String]) -> Option<Vec<String>> {
+    let left: Vec<String> = left_sets(it, short).into_iter().filter_map(|alts| alts.first().cloned()).collect();
+    (!left.is_empty()).then_some(left)
+}
+
+/// The item's invented entity ([`ItemInput::invented`]) when every reference call `short`
+/// leaves out (one at least) is a lookup ([`ItemInput::lookups`]): what it finds, a later
+/// call takes, and of an entity nobody can know, so leaving it out is no sign against the
+/// reference.
+fn invented_lookup(it: &ItemInput, short: &[String]) -> Option<String> {
+    let left = left_sets(it, short);
+    let lookups = !left.is_empty() && left.iter().all(|alts| alts.iter().any(|t| it.lookups.contains(t)));
+    it.invented.clone().filter(|_| lookups)
 }
 
 /// Whether `tools` hold one alternative of each of `steps` (vacuously, with none).
@@ -681,6 +728,8 @@ mod tests {
             reference: reference.iter().map(|t| t.to_string()).collect(),
             turn_steps: vec![reference.iter().map(|t| BTreeSet::from([t.to_string()])).collect()],
             efs_siblings: BTreeMap::new(),
+            lookups: BTreeSet::new(),
+            invented: None,
             runs,
         }
     }
@@ -733,6 +782,37 @@ mod tests {
         let made_up = a.items[2].evidence.as_ref().unwrap();
         assert!(made_up.agreed_tool.is_none() && made_up.called["a"] == ["U"], "{made_up:?}");
         assert!(made_up.agreed_short.is_empty(), "a made-up name is no part of the reference: {made_up:?}");
+    }
+
+    /// Two agents that call only the second step of an L3 chain about an entity `levels l3`
+    /// invented leave out a lookup nobody can do without: the evidence names the entity (the
+    /// release's rule keeps the item). Without the entity, or when the call left out is no
+    /// lookup, it is the plain sign against the reference.
+    #[test]
+    fn a_left_out_lookup_of_an_invented_entity_is_the_agents_lapse() {
+        let short = || vec![vec![outcome(false, &["S::price"])], vec![outcome(false, &["S::price"])]];
+        let chain = |invented: Option<&str>, lookups: &[&str]| ItemInput {
+            lookups: lookups.iter().map(|t| t.to_string()).collect(),
+            invented: invented.map(str::to_string),
+            ..item("L3-1", Kind::L3, &["S::search", "S::price"], short())
+        };
+        let evidence = |it: ItemInput| {
+            analyse(&oracle(&["a", "b"], 1, vec![it]), &Options::default()).items[0].evidence.clone().unwrap()
+        };
+        let lapse = evidence(chain(Some("Morvira"), &["S::search"]));
+        assert_eq!(lapse.invented_entity.as_deref(), Some("Morvira"), "{lapse:?}");
+        assert_eq!(lapse.agreed_short, ["S::price"]);
+        assert!(
+            lapse.note.contains("leaving out `S::search`, which finds what a later reference call takes"),
+            "{}",
+            lapse.note
+        );
+        assert!(lapse.note.contains("`Morvira`, an entity `levels l3` invented"), "{}", lapse.note);
+        for (invented, lookups) in [(None, &["S::search"][..]), (Some("Morvira"), &[][..])] {
+            let plain = evidence(chain(invented, lookups));
+            assert!(plain.invented_entity.is_none(), "{plain:?}");
+            assert!(plain.note.contains("the reference may have a call the request does not need"), "{}", plain.note);
+        }
     }
 
     /// A failed run with call-level F1 `f1` that called the offered `tools`.

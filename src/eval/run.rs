@@ -658,6 +658,7 @@ mod tests {
             cassettes: BTreeMap::new(),
             efs: HashMap::new(),
             benches: BTreeMap::new(),
+            invented: BTreeMap::new(),
         }
     }
 

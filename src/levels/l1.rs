@@ -472,7 +472,9 @@ impl Stage for L1Stage {
             verified += 1;
             let steps = vec![Step { tools: vec![id.to_string()], depends_on: vec![] }];
             match checks.apply(key, 1, &query, &steps, &info, &l.plan_check) {
-                Ok(steps) => queries.push(Generated { key: key.clone(), query, steps, category: None, exchanges }),
+                Ok(steps) => {
+                    queries.push(Generated { key: key.clone(), query, steps, category: None, entity: None, exchanges })
+                }
                 Err(r) => funnel.reject(id, r),
             }
         }

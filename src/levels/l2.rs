@@ -259,7 +259,9 @@ impl Stage for L2Stage {
             verified += 1;
             let steps = vec![Step { tools: members[key].clone(), depends_on: vec![] }];
             match checks.apply(key, 2, &query, &steps, &info, &l.plan_check) {
-                Ok(steps) => queries.push(Generated { key: key.clone(), query, steps, category: None, exchanges }),
+                Ok(steps) => {
+                    queries.push(Generated { key: key.clone(), query, steps, category: None, entity: None, exchanges })
+                }
                 Err(r) => funnel.reject(key, r),
             }
         }

@@ -72,7 +72,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 13: the judge's "needed" stands only where a part of the request is the step's own.
     // 14: a dependency named twice is read once (the schema no longer says `uniqueItems`).
     // 15: the query is about an invented entity whose name is given (seeded per chain).
-    version: 15,
+    // 16: `queries.json` records each query's entity (`eval` reads it).
+    version: 16,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read(), PROFILES.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],
@@ -653,7 +654,9 @@ impl Stage for L3Stage {
             let mut exchanges = rec.exchanges.clone();
             exchanges.extend(v.exchange);
             exchanges.extend(v.replanned);
-            queries.push(Generated { key: key.to_string(), query: v.query, steps, category: None, exchanges });
+            // The query names its entity (the naming rule held), so it is about it.
+            let entity = it.vars["entity"].as_str().map(str::to_string);
+            queries.push(Generated { key: key.to_string(), query: v.query, steps, category: None, entity, exchanges });
         }
         funnel.step("logical", logical);
         checks.count(&mut funnel, checked);

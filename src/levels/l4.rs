@@ -510,7 +510,14 @@ impl Stage for L4Stage {
                 Ok(steps) => {
                     let mut exchanges = attempts[key].exchanges.clone();
                     exchanges.extend(v.exchange);
-                    queries.push(Generated { key: key.clone(), query: v.query, steps, category: None, exchanges })
+                    queries.push(Generated {
+                        key: key.clone(),
+                        query: v.query,
+                        steps,
+                        category: None,
+                        entity: None,
+                        exchanges,
+                    })
                 }
                 Err(r) => funnel.reject(key, r),
             }

@@ -666,6 +666,7 @@ impl Stage for L5Stage {
                         query: r.query.clone(),
                         steps,
                         category: Some(r.gap.clone()),
+                        entity: None,
                         exchanges,
                     }),
                     Err(e) => funnel.reject(key, e),

@@ -592,6 +592,10 @@ pub struct Generated {
     /// L5: the capability gap the query falls into.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub category: Option<String>,
+    /// L3: the invented entity the query is about and names (the naming rule), whose id no
+    /// agent can know: `eval`'s evidence reads a left-out lookup of it as the agents' lapse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entity: Option<String>,
     /// Request hashes of the exchanges behind this query.
     pub exchanges: Vec<String>,
 }

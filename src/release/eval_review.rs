@@ -49,8 +49,9 @@ pub enum Decider {
     /// A rule standing in for a person where the panel's evidence can decide: left out
     /// where two or more agents agree on an offered tool outside the reference (not one an
     /// L2's EFS set may lack, nor a reference tool's EFS sibling), kept where an agent solved
-    /// it in another tool space or made at least half of the reference's calls as it does
-    /// while calling for every one; the rest is held back as for a person. The card and the
+    /// it in another tool space, made at least half of the reference's calls as it does
+    /// while calling for every one, or where two or more left out only a lookup of an entity
+    /// `levels l3` invented; the rest is held back as for a person. The card and the
     /// CHANGELOG say so.
     Evidence,
 }
@@ -82,7 +83,8 @@ impl Adjudicated {
     /// Decides the flagged item `id` by rule ([`Decider::Evidence`]) where the panel's
     /// evidence can: left out where two or more agents agree on an offered tool outside the
     /// reference ([`Evidence::AgreedOtherwise`]), kept where an agent solved it in another
-    /// space or its calls cover the reference's ([`Evidence::Covered`]). Returns whether it
+    /// space, its calls cover the reference's ([`Evidence::Covered`]), or it left out only a
+    /// lookup of an invented entity ([`Evidence::Invented`]). Returns whether it
     /// decided; `why` is the flag as [`all_fail`] gives it.
     pub fn decide_by_rule(&mut self, id: &str, why: &str, evidence: &Evidence) -> bool {
         const BY: &str =
@@ -92,6 +94,10 @@ impl Adjudicated {
             Evidence::SolvedIn(space) => {
                 (true, format!("kept after evaluation {BY}: {why}; an agent solved it in the `{space}` tool space"))
             }
+            Evidence::Invented(entity) => (
+                true,
+                format!("kept after evaluation {BY}: {why}; the lookup of `{entity}` the agents left out is needed"),
+            ),
             Evidence::Covered => (
                 true,
                 format!(
@@ -133,6 +139,10 @@ pub enum Evidence {
     /// No agreement on another tool, and some agent's run called for every reference call,
     /// making at least half of its calls as it does.
     Covered,
+    /// Two or more agents called only part of the reference, leaving out only lookups of an
+    /// entity `levels l3` invented for the request (`invented_entity`, held here): no agent
+    /// can know its id, so the left-out lookup is the agents' lapse, not a needless call.
+    Invented(String),
     /// Neither: the panel says nothing for or against the reference.
     Silent,
 }
@@ -148,7 +158,7 @@ pub fn evidence(name: &str, bytes: &[u8]) -> Result<BTreeMap<String, Evidence>, 
         Evidence::SolvedIn(_) => 0,
         Evidence::AgreedOtherwise => 1,
         Evidence::ForPerson => 2,
-        Evidence::Covered => 3,
+        Evidence::Covered | Evidence::Invented(_) => 3,
         Evidence::Silent => 4,
     };
     let mut out: BTreeMap<String, Evidence> = BTreeMap::new();
@@ -203,6 +213,8 @@ fn of_record(v: &Value) -> Evidence {
         Evidence::ForPerson
     } else if listed("covered_by") {
         Evidence::Covered
+    } else if let Some(entity) = ev["invented_entity"].as_str().filter(|_| listed("agreed_short")) {
+        Evidence::Invented(entity.to_string())
     } else {
         Evidence::Silent
     }
@@ -321,6 +333,8 @@ mod tests {
             "\n",
             r#"{"id":"L5-1","tool_space":"oracle","flags":[],"solve_rate":0.5}"#,
             "\n",
+            r#"{"id":"L3-4","tool_space":"oracle","flags":["all-fail"],"evidence":{"agreed_short":["A::b"],"agreed_short_by":["a","b"],"invented_entity":"Morvira","note":"short of a lookup"}}"#,
+            "\n",
         );
         let ev = evidence("items.jsonl", items.as_bytes()).unwrap();
         assert_eq!(ev["L5-1"], Evidence::SolvedIn("oracle".into()), "solved anywhere wins");
@@ -335,6 +349,14 @@ mod tests {
         // an agreement against the reference in another space outweighs it (L4-3).
         assert_eq!(decided, [true, true, true, false, true, false, false, false, false, true]);
         assert_eq!(ev["L4-2"], Evidence::ForPerson);
+        // Short only of a lookup of an invented entity: the agents' lapse, kept.
+        assert_eq!(ev["L3-4"], Evidence::Invented("Morvira".into()));
+        assert!(a.decide_by_rule("L3-4", "flagged", &ev["L3-4"]));
+        assert!(
+            a.keep["L3-4"].ends_with("the lookup of `Morvira` the agents left out is needed"),
+            "{}",
+            a.keep["L3-4"]
+        );
         assert!(a.leave_out.contains_key("L4-3"));
         assert!(a.leave_out["L1-1"].contains("by rule") && a.leave_out.contains_key("L3-1"));
         assert!(a.keep["L2-1"].contains("cover the reference's") && a.keep["L5-1"].contains("`oracle`"));

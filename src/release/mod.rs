@@ -970,7 +970,7 @@ fn write_card(
     let (kept, left) = summary.flagged_by_rule;
     if kept + left > 0 {
         limits.push(format!(
-            "{} item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person (`[release] decide_flagged = \"evidence\"`): {kept} kept (an agent solved it in another tool space, or the panel's calls cover the reference's), {left} left out (two or more agents agree on an offered tool outside the reference, not an EFS equivalent of a reference tool); CHANGELOG.md gives each reason.",
+            "{} item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person (`[release] decide_flagged = \"evidence\"`): {kept} kept (an agent solved it in another tool space, the panel's calls cover the reference's, or the agents left out only a lookup of an entity `levels l3` invented), {left} left out (two or more agents agree on an offered tool outside the reference, not an EFS equivalent of a reference tool); CHANGELOG.md gives each reason.",
             kept + left
         ));
     }
