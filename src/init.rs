@@ -149,9 +149,12 @@ pub struct InitArgs {
     /// Project name (default: the folder's name); the config is `pipeline/<name>.toml`.
     #[arg(long)]
     pub name: Option<String>,
-    /// Your tool-call log file (JSON Lines or JSON); copied to `raw/logs/`, format detected.
+    /// Your tool-call logs (JSON Lines or JSON): a file, or a folder whose `.json` and
+    /// `.jsonl` files are each a log (a file in no log format, such as a catalog, is
+    /// skipped with the reason); repeat for more. Each is copied to `raw/logs/`, its format
+    /// detected, and becomes a `[[logs.sources]]` entry.
     #[arg(long)]
-    pub logs: Option<PathBuf>,
+    pub logs: Vec<PathBuf>,
     /// The tool catalog your logs call (benchgen catalog, MCP `tools/list` result, or a
     /// list of tools); copied to `raw/`.
     #[arg(long)]
@@ -195,7 +198,7 @@ pub fn init(a: &InitArgs) -> Result<Created> {
     refuse_existing_project(&dir)?;
     let logs_on = matches!(a.track, Track::Logs | Track::Both);
     let registry_on = matches!(a.track, Track::Registry | Track::Both);
-    if !logs_on && (a.logs.is_some() || a.catalog.is_some()) {
+    if !logs_on && (!a.logs.is_empty() || a.catalog.is_some()) {
         bail!("`--logs` and `--catalog` are for the log track: add `--track logs` or `--track both`");
     }
     if !registry_on && a.registry.is_some() {
@@ -210,16 +213,7 @@ pub fn init(a: &InitArgs) -> Result<Created> {
 
     let mut copies = Vec::new();
     let mut notes = Vec::new();
-    let (logs_path, logs_format) = match &a.logs {
-        Some(p) => {
-            let f = detect_logs(p)?;
-            let to = format!("raw/logs/{}", file_name(p)?);
-            copies.push(Copy { from: p.clone(), to: to.clone() });
-            notes.push(format!("logs: `{}` → `{to}` (format `{}`)", p.display(), f.as_str()));
-            (to, f.as_str())
-        }
-        None => ("raw/logs/sessions.jsonl".to_string(), "auto"),
-    };
+    let logs = log_files(&a.logs, &mut copies, &mut notes)?;
     let (catalog_path, catalog_format) = match &a.catalog {
         Some(p) => {
             let f = detect_catalog(p)?;
@@ -247,7 +241,7 @@ pub fn init(a: &InitArgs) -> Result<Created> {
         config.push_str(&registry_sections(&registry_path));
     }
     if logs_on {
-        config.push_str(&logs_sections(&logs_path, logs_format, &catalog_path, catalog_format));
+        config.push_str(&logs_sections(&logs, &catalog_path, catalog_format));
     }
     config.push_str(&review_and_release(&name));
 
@@ -255,7 +249,7 @@ pub fn init(a: &InitArgs) -> Result<Created> {
         (config_rel.clone(), config),
         ("reviews/reviewers.toml".into(), REVIEWERS.into()),
         (".gitignore".into(), GITIGNORE.into()),
-        ("README.md".into(), readme(&name, a.track, &logs_path, &catalog_path, &registry_path, &a.provider)),
+        ("README.md".into(), readme(&name, a.track, &logs, &catalog_path, &registry_path, &a.provider)),
     ];
     if logs_on {
         files.push(("raw/personas.toml".into(), PERSONAS.into()));
@@ -405,7 +399,91 @@ fn registry_sections(registry: &str) -> String {
     )
 }
 
-fn logs_sections(logs: &str, logs_format: &str, catalog: &str, catalog_format: &str) -> String {
+/// One log of the new project: its `[[logs.sources]]` name, where it is (copied) under the
+/// project and its format (`auto`: detected when imported).
+struct LogFile {
+    name: String,
+    path: String,
+    format: &'static str,
+}
+
+/// The project's logs from `--logs` (files, and the log files of folders), each copied to
+/// `raw/logs/` (`copies`) with its detected format; a folder's file in no log format is
+/// skipped, the reason in `notes`. None given: one source at `raw/logs/sessions.jsonl` for
+/// the user to fill.
+fn log_files(given: &[PathBuf], copies: &mut Vec<Copy>, notes: &mut Vec<String>) -> Result<Vec<LogFile>> {
+    if given.is_empty() {
+        return Ok(vec![LogFile { name: "logs".into(), path: "raw/logs/sessions.jsonl".into(), format: "auto" }]);
+    }
+    let mut out: Vec<LogFile> = Vec::new();
+    for p in given {
+        let files = if p.is_dir() { folder_logs(p, notes)? } else { vec![(p.clone(), detect_logs(p)?)] };
+        for (file, format) in files {
+            let to = format!("raw/logs/{}", file_name(&file)?);
+            if out.iter().any(|l| l.path == to) {
+                bail!("two of your logs are named `{}`: rename one (each is copied to `raw/logs/`)", file_name(&file)?);
+            }
+            notes.push(format!("logs: `{}` → `{to}` (format `{}`)", file.display(), format.as_str()));
+            copies.push(Copy { from: file.clone(), to: to.clone() });
+            out.push(LogFile { name: source_name(&file, &out), path: to, format: format.as_str() });
+        }
+    }
+    Ok(out)
+}
+
+/// The `.json` and `.jsonl` files of `dir` (sorted by name) in a log format, with it; the
+/// others are skipped with the reason (in `notes`). A folder with none is an error listing
+/// what it holds.
+fn folder_logs(dir: &Path, notes: &mut Vec<String>) -> Result<Vec<(PathBuf, LogFormat)>> {
+    let rd = std::fs::read_dir(dir).with_context(|| format!("cannot read the folder `{}`", dir.display()))?;
+    let mut files: Vec<PathBuf> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json" || x == "jsonl"))
+        .collect();
+    files.sort();
+    let (mut logs, mut skipped) = (Vec::new(), Vec::new());
+    for f in files {
+        match detect_logs(&f) {
+            Ok(format) => logs.push((f, format)),
+            Err(e) => skipped.push(format!("`{}`: {e:#}", f.display())),
+        }
+    }
+    if logs.is_empty() {
+        let held = if skipped.is_empty() { "no `.json` or `.jsonl` file".to_string() } else { skipped.join("; ") };
+        bail!("`{}` holds no tool-call log: {held}", dir.display());
+    }
+    notes.extend(skipped.into_iter().map(|s| format!("logs: skipped {s} (a catalog goes in `--catalog`)")));
+    Ok(logs)
+}
+
+/// A `[[logs.sources]]` name for `file`: its stem in letters, digits, `-` and `_`, made
+/// unique among `taken` with `-2`, `-3`, ….
+fn source_name(file: &Path, taken: &[LogFile]) -> String {
+    let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let base: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' }).collect();
+    let base = if base.is_empty() { "logs".to_string() } else { base };
+    let mut name = base.clone();
+    let mut k = 2;
+    while taken.iter().any(|l| l.name == name) {
+        name = format!("{base}-{k}");
+        k += 1;
+    }
+    name
+}
+
+fn logs_sections(logs: &[LogFile], catalog: &str, catalog_format: &str) -> String {
+    let sources: String = logs
+        .iter()
+        .map(|l| {
+            format!(
+                "[[logs.sources]]\nname = {}\npath = {}\nformat = \"{}\"\n\n",
+                toml_str(&l.name),
+                toml_str(&l.path),
+                l.format
+            )
+        })
+        .collect();
     format!(
         "# ---- Log track (docs/logs.md, docs/synth.md) --------------------------------------\n\
          # Your tool-call logs: FinMCP sample JSON, OpenAI chat JSONL or tool-event JSONL\n\
@@ -413,7 +491,7 @@ fn logs_sections(logs: &str, logs_format: &str, catalog: &str, catalog_format: &
          # For a first look at a few sessions, uncomment these two lines:\n\
          # [logs]\n\
          # sample = 50   # a seeded subset for a first look; remove for the whole log\n\
-         [[logs.sources]]\nname = \"logs\"\npath = {}\nformat = \"{logs_format}\"\n\n\
+         {sources}\
          # The tools your logs call: an MCP `tools/list` result (`mcp`) or a benchgen catalog.\n\
          [logs.catalog]\npath = {}\nformat = \"{catalog_format}\"\n\n\
          # Personal data is replaced by keyed pseudonyms (e-mails, phones, names, ids, …).\n\
@@ -435,7 +513,6 @@ fn logs_sections(logs: &str, logs_format: &str, catalog: &str, catalog_format: &
          # The agent loop that executes the synthesised queries (docs/mcp.md#benchgen-execute):\n\
          # by default against a sandbox serving your catalog with the results in your logs.\n\
          [execute]\nmax_calls = 12\n\n",
-        toml_str(logs),
         toml_str(catalog)
     )
 }
@@ -454,7 +531,8 @@ fn review_and_release(name: &str) -> String {
     )
 }
 
-fn readme(name: &str, track: Track, logs: &str, catalog: &str, registry: &str, provider: &str) -> String {
+fn readme(name: &str, track: Track, logs: &[LogFile], catalog: &str, registry: &str, provider: &str) -> String {
+    let logs = logs.iter().map(|l| l.path.as_str()).collect::<Vec<_>>().join("`, `");
     let mut s = format!(
         "# {name}\n\nA benchgen project (`pipeline/{name}.toml`). Made by `benchgen init`.\n\n## Your files\n\n"
     );

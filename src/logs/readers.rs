@@ -109,7 +109,7 @@ pub fn detect(path: &Path, display: &str) -> Result<LogFormat> {
     loop {
         line.clear();
         n += 1;
-        if r.read_until(b'\n', &mut line)? == 0 {
+        if r.read_until(b'\n', &mut line).with_context(|| format!("cannot read log `{display}`"))? == 0 {
             anyhow::bail!("`{display}` is empty: cannot tell its log format (set `format` on the source)");
         }
         let t = content(&line);
@@ -119,9 +119,18 @@ pub fn detect(path: &Path, display: &str) -> Result<LogFormat> {
         if t[0] == b'[' {
             return Ok(LogFormat::Finmcp);
         }
-        let v: Value = crate::json::value_from_slice(t).map_err(|e| {
-            anyhow::anyhow!("`{display}:{n}`: cannot tell the log format: the first record is not JSON ({}); set `format` on the source", serde_msg(&e))
-        })?;
+        let v: Value = match crate::json::value_from_slice(t) {
+            Ok(v) => v,
+            // One JSON object over several lines (a catalog, a config) is no log: say so
+            // rather than that its first line ends early.
+            Err(_) if t[0] == b'{' && one_json_object(path) => anyhow::bail!(
+                "`{display}` is one JSON object over several lines, not a log (one record per line, or a JSON array of FinMCP samples)"
+            ),
+            Err(e) => anyhow::bail!(
+                "`{display}:{n}`: cannot tell the log format: the first record is not JSON ({}); set `format` on the source",
+                serde_msg(&e)
+            ),
+        };
         if v.get("messages").is_some() {
             return Ok(LogFormat::Openai);
         }
@@ -132,6 +141,12 @@ pub fn detect(path: &Path, display: &str) -> Result<LogFormat> {
             "`{display}:{n}`: cannot tell the log format: the first record has neither `messages` nor `session` + `tool`; set `format` on the source"
         );
     }
+}
+
+/// Whether the whole file at `path` is one JSON object.
+fn one_json_object(path: &Path) -> bool {
+    let Ok(f) = File::open(path) else { return false };
+    serde_json::from_reader::<_, Value>(BufReader::new(f)).is_ok_and(|v| v.is_object())
 }
 
 // ---------------------------------------------------------------------------

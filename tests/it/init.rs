@@ -194,6 +194,55 @@ fn init_both_tracks_passes_check() {
     }
 }
 
+/// `--logs` takes a folder (each of its log files a source; a catalog beside them skipped
+/// with the reason) and repeats; `check` passes on what it writes. A folder with no log,
+/// and two logs of one name, are refused with nothing written.
+#[test]
+fn init_takes_a_folder_of_logs_and_several_files() {
+    let llm = ScriptedLlm::start(answer);
+    let dir = tempfile::tempdir().unwrap();
+    users_files(dir.path());
+    let logs = dir.path().join("exported");
+    std::fs::create_dir(&logs).unwrap();
+    for f in ["chats.jsonl", "catalog.json"] {
+        std::fs::copy(repo().join("raw/demo/logs").join(f), logs.join(f)).unwrap();
+    }
+    let o = init(
+        dir.path(),
+        &llm,
+        &["--track", "logs", "--logs", "exported", "--logs", "my_logs.jsonl", "--catalog", "tools.json"],
+    );
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    assert!(out.contains("→ `raw/logs/chats.jsonl` (format `openai`)"), "{out}");
+    assert!(out.contains("→ `raw/logs/my_logs.jsonl` (format `events`)"), "{out}");
+    assert!(
+        out.contains("logs: skipped `") && out.contains("catalog.json` is one JSON object over several lines"),
+        "{out}"
+    );
+    let proj = dir.path().join("proj");
+    let config = std::fs::read_to_string(proj.join("pipeline/proj.toml")).unwrap();
+    for (name, path, format) in
+        [("chats", "raw/logs/chats.jsonl", "openai"), ("my_logs", "raw/logs/my_logs.jsonl", "events")]
+    {
+        let source = format!("[[logs.sources]]\nname = \"{name}\"\npath = \"{path}\"\nformat = \"{format}\"\n");
+        assert!(config.contains(&source), "{source} in {config}");
+    }
+    assert!(!proj.join("raw/logs/catalog.json").exists(), "the skipped file is not copied");
+    assert_code(&run(&proj, &["check"]), 0);
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let o = run(dir.path(), &["init", "p", "--track", "logs", "--logs", "empty"]);
+    assert_code(&o, 1);
+    assert!(stderr(&o).contains("holds no tool-call log: no `.json` or `.jsonl` file"), "{}", stderr(&o));
+    std::fs::copy(dir.path().join("my_logs.jsonl"), logs.join("my_logs.jsonl")).unwrap();
+    let o = run(dir.path(), &["init", "p", "--track", "logs", "--logs", "exported", "--logs", "my_logs.jsonl"]);
+    assert_code(&o, 1);
+    assert!(stderr(&o).contains("two of your logs are named `my_logs.jsonl`"), "{}", stderr(&o));
+    assert!(!dir.path().join("p").exists(), "nothing written on bad input");
+}
+
 #[test]
 fn init_refuses_bad_input_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
