@@ -151,6 +151,7 @@ macro_rules! pool_reads {
             crate::stage::Read::manifest("levels-export"),
             crate::stage::Read::manifest("validate"),
             crate::stage::Read::manifest("review-merge"),
+            crate::stage::Read::manifest("review-prereview"),
             $($extra),*
         ]
     };
@@ -949,7 +950,10 @@ fn write_card(
     if summary.review.is_none() {
         limits.push("Not reviewed: samples passed automatic validation only.".into());
     } else if summary.review.as_ref().is_some_and(|r| r.llm_stand_in) {
-        limits.push("Review decisions come from an LLM pre-review standing in for human reviewers.".into());
+        limits.push(format!(
+            "Review decisions come from an LLM pre-review standing in for human reviewers.{}",
+            rubric_copies(ctx)
+        ));
     }
     if without_events > 0 {
         limits.push(format!(
@@ -1106,6 +1110,21 @@ pub fn explain(s: &Settings, id: &str) -> Result<Option<crate::ledger::Explanati
         record: Some(record),
         lineage,
     }))
+}
+
+/// What the card adds to the LLM pre-review's limitation when some of its reviews copied
+/// the rubric's descriptions as every reason (`review-prereview`'s `rubric_copies`): " In N
+/// of its M reviews every reason is the rubric's own description of its dimension, not
+/// something said of the sample." Empty when none did or the stage never ran.
+fn rubric_copies(ctx: &Ctx) -> String {
+    let Some(m) = ctx.manifest_of(crate::review::prereview::STAGE) else { return String::new() };
+    let count = |k: &str| m.counts.get(k).and_then(Value::as_u64).unwrap_or(0);
+    match (count("rubric_copies"), count("llm_reviews")) {
+        (0, _) => String::new(),
+        (n, all) => format!(
+            " In {n} of its {all} reviews every reason is the rubric's own description of its dimension, not something said of the sample: their scores say little about it."
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! makes from them (`decided_by = "llm"`) and in its report. Runs on `llm::batch`
 //! (checkpointed per sample and role, resumable, ledger-linked).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -35,7 +35,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 3: the rubric's answer schema is stated in the system message, the prompt's fixed part
     //    (a server with prefix caching processes it once), not after each sample; reasons of
     //    at most 48 characters (90 before) and a note of 80 (120).
-    version: 3,
+    // 4: counts the reviews whose every reason copies its dimension's description
+    //    (`rubric_copies`; the report and the release card say how many).
+    version: 4,
     about: "LLM pre-review: LLM roles score each sample with the rubric (marked as LLM scores)",
     reads: &[ASSIGNMENTS.read(), SAMPLES.read()],
     writes: &["scores.jsonl", "report.md"],
@@ -148,6 +150,33 @@ pub(crate) fn review_answer(a: &Assignments) -> crate::llm::Answer<LlmReview> {
         }
         Ok(())
     })
+}
+
+/// Whether `reason` copies `description`, the rubric's guidance for its dimension, rather
+/// than saying something of the sample: its words (three or more, case and punctuation
+/// aside) are the description's first words, the last one perhaps cut short (the answer's
+/// `maxLength` cuts a copy mid-word), or four in five of them are the description's words.
+/// The demo's 0.5B and 1.5B reviewers both wrote "The tool calls cover everything the query
+/// needs" for `completeness`, whatever the sample.
+pub fn copies_rubric(reason: &str, description: &str) -> bool {
+    let words = |t: &str| -> Vec<String> {
+        t.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+    };
+    let (r, d) = (words(reason), words(description));
+    if r.len() < 3 || d.is_empty() {
+        return false;
+    }
+    let (head, last) = r.split_at(r.len() - 1);
+    let prefix = d.len() >= r.len() && d[..head.len()] == *head && d[head.len()].starts_with(last[0].as_str());
+    let known: BTreeSet<&String> = d.iter().collect();
+    prefix || r.iter().filter(|w| known.contains(w)).count() * 5 >= r.len() * 4
+}
+
+/// Whether every reason of a review copies its dimension's description ([`copies_rubric`]):
+/// the review says nothing of its sample.
+fn copies_every_reason(reasons: &BTreeMap<String, String>, dimensions: &[super::Dimension]) -> bool {
+    let description = |id: &str| dimensions.iter().find(|d| d.id == id).map_or("", |d| d.description.as_str());
+    !reasons.is_empty() && reasons.iter().all(|(id, r)| copies_rubric(r, description(id)))
 }
 
 /// What is checkpointed per (sample, role).
@@ -316,12 +345,58 @@ impl Stage for PrereviewStage {
         all.sort_by(|x, y| (&x.sample_id, &x.reviewer).cmp(&(&y.sample_id, &y.reviewer)));
         let passing = all.iter().filter(|x| super::settings(s).passes(&x.scores)).count();
         report.push_str(&format!("{} LLM reviews; {passing} pass the acceptance rule.\n", all.len()));
+        let copies = done.values.values().filter(|sc| copies_every_reason(&sc.reasons, &a.dimensions)).count();
+        if copies > 0 {
+            report.push_str(&format!(
+                "\n{copies} of the {} LLM reviews copy the rubric: each of their reasons is its dimension's description, not something said of the sample, so their scores say little about it.\n",
+                all.len()
+            ));
+        }
         batch.finish(out)?;
         out.file("scores.jsonl", super::to_jsonl(&all)?);
         out.file("report.md", report.into_bytes());
         out.count("llm_reviews", all.len());
         out.count("llm_passing", passing);
+        out.count("rubric_copies", copies);
         out.notes.push(format!("{} LLM reviews (marked as LLM scores); {passing} pass the rule", all.len()));
+        if copies > 0 {
+            out.notes.push(format!("{copies} of them copy the rubric's descriptions as every reason (report.md)"));
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The demo's reviewers' reasons, cut by the answer's `maxLength`, copy the rubric; a
+    /// reason about the sample does not, nor one too short to tell.
+    #[test]
+    fn a_reason_that_is_its_dimension_s_description_copies_the_rubric() {
+        let dims = super::super::default_dimensions();
+        let desc = |id: &str| dims.iter().find(|d| d.id == id).unwrap().description.clone();
+        for (id, reason) in [
+            ("completeness", "The tool calls cover everything the query needs;"),
+            ("consistency", "The calls come in a sensible order, each using a"),
+            ("freshness", "Time-sensitive data comes from the tools, not"),
+            ("reliability", "every claim can be traced to the final answer"),
+        ] {
+            assert!(copies_rubric(reason, &desc(id)), "{id}: {reason}");
+        }
+        for (id, reason) in [
+            ("completeness", "Misses the step that finds the ticker"),
+            ("relevance", "A plausible question about Tesla's price"),
+            ("relevance", "Realistic request"),
+        ] {
+            assert!(!copies_rubric(reason, &desc(id)), "{id}: {reason}");
+        }
+        let copied: BTreeMap<String, String> =
+            dims.iter().map(|d| (d.id.clone(), d.description.chars().take(48).collect())).collect();
+        assert!(copies_every_reason(&copied, &dims));
+        let mut one_own = copied.clone();
+        one_own.insert("relevance".into(), "Asks for a made-up company's price".into());
+        assert!(!copies_every_reason(&one_own, &dims), "one reason of its own");
+        assert!(!copies_every_reason(&BTreeMap::new(), &dims));
     }
 }
