@@ -61,8 +61,13 @@ fn answer(req: &Seen) -> Answer {
         json!({"intent_matches": true, "platform_rule_obeyed": true, "self_contained": true, "no_meta_language": true, "reason": "s"})
     } else if text.contains("Is this chain of tools") {
         json!({"judgement": "LOGICAL", "reason": "s"})
-    } else if text.contains("Write one request that needs every step") {
-        json!({"query": "Do the whole workflow", "chain_of_thought": "s"})
+    } else if text.contains("Write one request that needs every step")
+        || text.contains("does not need enough of them for its level")
+    {
+        // The query names its entity and platform (the naming rule), as a kept one does.
+        let (entity, platform) = (cap(r"(?m)^Entity: (.+)$", &text), cap(r"(?m)^Platform: (.+)$", &text));
+        let on = if platform.is_empty() { String::new() } else { format!(" Check {platform}.") };
+        json!({"query": format!("Do the whole workflow for {entity}.{on}"), "chain_of_thought": "s"})
     } else if text.contains("Answer `dependency_graph`") {
         let tools: Vec<String> = regex::Regex::new(r"(?m)^- (\d+) \(([^)]+)\)")
             .unwrap()

@@ -213,7 +213,7 @@ pub fn init(a: &InitArgs) -> Result<Created> {
 
     let mut copies = Vec::new();
     let mut notes = Vec::new();
-    let logs = log_files(&a.logs, &mut copies, &mut notes)?;
+    let logs = log_files(&a.logs, a.catalog.as_deref(), &mut copies, &mut notes)?;
     let (catalog_path, catalog_format) = match &a.catalog {
         Some(p) => {
             let f = detect_catalog(p)?;
@@ -408,19 +408,33 @@ struct LogFile {
 }
 
 /// The project's logs from `--logs` (files, and the log files of folders), each copied to
-/// `raw/logs/` (`copies`) with its detected format; a folder's file in no log format is
-/// skipped, the reason in `notes`. None given: one source at `raw/logs/sessions.jsonl` for
-/// the user to fill.
-fn log_files(given: &[PathBuf], copies: &mut Vec<Copy>, notes: &mut Vec<String>) -> Result<Vec<LogFile>> {
+/// `raw/logs/` (`copies`) with its detected format; a folder's file in no log format (or the
+/// `catalog` file) is skipped, the reason in `notes`. None given: one source at
+/// `raw/logs/sessions.jsonl` for the user to fill.
+fn log_files(
+    given: &[PathBuf],
+    catalog: Option<&Path>,
+    copies: &mut Vec<Copy>,
+    notes: &mut Vec<String>,
+) -> Result<Vec<LogFile>> {
     if given.is_empty() {
         return Ok(vec![LogFile { name: "logs".into(), path: "raw/logs/sessions.jsonl".into(), format: "auto" }]);
     }
     let mut out: Vec<LogFile> = Vec::new();
+    let mut seen: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let catalog = catalog.and_then(|c| c.canonicalize().ok());
     for p in given {
-        let files = if p.is_dir() { folder_logs(p, notes)? } else { vec![(p.clone(), detect_logs(p)?)] };
+        let files =
+            if p.is_dir() { folder_logs(p, catalog.as_deref(), notes)? } else { vec![(p.clone(), detect_logs(p)?)] };
         for (file, format) in files {
+            let real = file.canonicalize().unwrap_or_else(|_| file.clone());
+            if let Some((first, _)) = seen.iter().find(|(_, r)| *r == real) {
+                bail!("`{}` is given twice (also as `{}`): name each log once", file.display(), first.display());
+            }
+            seen.push((file.clone(), real));
             let to = format!("raw/logs/{}", file_name(&file)?);
-            if out.iter().any(|l| l.path == to) {
+            // Case aside: on a case-insensitive file system one copy would overwrite the other.
+            if out.iter().any(|l| l.path.eq_ignore_ascii_case(&to)) {
                 bail!("two of your logs are named `{}`: rename one (each is copied to `raw/logs/`)", file_name(&file)?);
             }
             notes.push(format!("logs: `{}` → `{to}` (format `{}`)", file.display(), format.as_str()));
@@ -431,20 +445,30 @@ fn log_files(given: &[PathBuf], copies: &mut Vec<Copy>, notes: &mut Vec<String>)
     Ok(out)
 }
 
-/// The `.json` and `.jsonl` files of `dir` (sorted by name) in a log format, with it; the
-/// others are skipped with the reason (in `notes`). A folder with none is an error listing
-/// what it holds.
-fn folder_logs(dir: &Path, notes: &mut Vec<String>) -> Result<Vec<(PathBuf, LogFormat)>> {
+/// The `.json` and `.jsonl` files of `dir` (sorted by name; the extension in any case) in a
+/// log format, with it; the others, a list of tools and the `catalog` file are skipped with
+/// the reason (in `notes`). A folder with none is an error listing what it holds.
+fn folder_logs(dir: &Path, catalog: Option<&Path>, notes: &mut Vec<String>) -> Result<Vec<(PathBuf, LogFormat)>> {
     let rd = std::fs::read_dir(dir).with_context(|| format!("cannot read the folder `{}`", dir.display()))?;
-    let mut files: Vec<PathBuf> = rd
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json" || x == "jsonl"))
-        .collect();
+    let mut files = Vec::new();
+    for e in rd {
+        let p = e.with_context(|| format!("cannot read the folder `{}`", dir.display()))?.path();
+        let ext = p.extension().map(|x| x.to_string_lossy().to_lowercase());
+        if p.is_file() && matches!(ext.as_deref(), Some("json" | "jsonl")) {
+            files.push(p);
+        }
+    }
     files.sort();
     let (mut logs, mut skipped) = (Vec::new(), Vec::new());
     for f in files {
+        if catalog.is_some_and(|c| f.canonicalize().is_ok_and(|r| r == c)) {
+            skipped.push(format!("`{}`: the `--catalog` file", f.display()));
+            continue;
+        }
         match detect_logs(&f) {
+            Ok(LogFormat::Finmcp) if tool_list(&f) => {
+                skipped.push(format!("`{}`: a list of tools, not a log (a catalog goes in `--catalog`)", f.display()))
+            }
             Ok(format) => logs.push((f, format)),
             Err(e) => skipped.push(format!("`{}`: {e:#}", f.display())),
         }
@@ -453,8 +477,17 @@ fn folder_logs(dir: &Path, notes: &mut Vec<String>) -> Result<Vec<(PathBuf, LogF
         let held = if skipped.is_empty() { "no `.json` or `.jsonl` file".to_string() } else { skipped.join("; ") };
         bail!("`{}` holds no tool-call log: {held}", dir.display());
     }
-    notes.extend(skipped.into_iter().map(|s| format!("logs: skipped {s} (a catalog goes in `--catalog`)")));
+    notes.extend(skipped.into_iter().map(|s| format!("logs: skipped {s}")));
     Ok(logs)
+}
+
+/// Whether the JSON array at `path` is a list of tools (its first element has a name and an
+/// input schema), which `--catalog` takes, rather than FinMCP samples.
+fn tool_list(path: &Path) -> bool {
+    let Ok(v) = read_json(path) else { return false };
+    let first = v.as_array().and_then(|a| a.first());
+    first
+        .is_some_and(|t| t.get("name").is_some() && (t.get("inputSchema").is_some() || t.get("input_schema").is_some()))
 }
 
 /// A `[[logs.sources]]` name for `file`: its stem in letters, digits, `-` and `_`, made

@@ -324,17 +324,6 @@ impl<'a> Panel<'a> {
                         efs_siblings.entry(m.clone()).or_insert_with(|| t.clone());
                     }
                 }
-                // The reference calls a later call of their turn depends on: what they find,
-                // the later one takes.
-                let lookups: BTreeSet<String> = s
-                    .turns
-                    .iter()
-                    .flat_map(|t| {
-                        let plan = &t.reference_plan;
-                        let fed = |i: usize| plan.iter().any(|c| c.depends_on.contains(&i));
-                        plan.iter().enumerate().filter(move |&(i, _)| fed(i)).flat_map(|(_, c)| c.alternatives.clone())
-                    })
-                    .collect();
                 items::ItemInput {
                     id: s.id.clone(),
                     kind: s.kind,
@@ -342,7 +331,7 @@ impl<'a> Panel<'a> {
                     reference,
                     turn_steps,
                     efs_siblings,
-                    lookups,
+                    lookups: lookups(s),
                     invented: self.rel.invented.get(&s.id).cloned(),
                     runs,
                 }
@@ -350,6 +339,23 @@ impl<'a> Panel<'a> {
             .collect();
         items::Matrix { tool_space: self.space, agents: self.cfg.agents.clone(), repeats: self.cfg.repeats, items }
     }
+}
+
+/// The alternatives of `s`'s lookups: reference calls that take nothing from an earlier
+/// call and feed a later call of their turn, so what they find from the request alone the
+/// later one takes (a middle step of a chain takes its input from a call, not the request).
+fn lookups(s: &crate::model::Sample) -> BTreeSet<String> {
+    s.turns
+        .iter()
+        .flat_map(|t| {
+            let plan = &t.reference_plan;
+            let fed = |i: usize| plan.iter().any(|c| c.depends_on.contains(&i));
+            plan.iter()
+                .enumerate()
+                .filter(move |(i, c)| c.depends_on.is_empty() && fed(*i))
+                .flat_map(|(_, c)| c.alternatives.clone())
+        })
+        .collect()
 }
 
 /// The distinct tools a run called (within the cap) over its turns, in order of first call,
@@ -658,6 +664,23 @@ fn item_section(s: &mut String, analysis: &Analysis, repeats: usize, within: &st
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// In a chain a → b → c only `a` is a lookup: `b` takes its input from `a`, and `c`
+    /// feeds nothing; a call on its own (no dependency either way) is none.
+    #[test]
+    fn only_a_first_step_that_feeds_a_later_one_is_a_lookup() {
+        let s: crate::model::Sample = serde_json::from_value(serde_json::json!({
+            "id": "L3-1", "family": "etom", "kind": "L3", "difficulty": "easy",
+            "turns": [{"user": "q", "reference_plan": [
+                {"alternatives": ["S::a", "T::a"], "group": 0},
+                {"alternatives": ["S::b"], "group": 1, "depends_on": [0]},
+                {"alternatives": ["S::c"], "group": 2, "depends_on": [1]},
+                {"alternatives": ["S::d"], "group": 0}
+            ]}]
+        }))
+        .unwrap();
+        assert_eq!(lookups(&s), BTreeSet::from(["S::a".to_string(), "T::a".to_string()]));
+    }
 
     #[test]
     fn a_difference_on_one_sample_of_eight_is_not_resolved_one_on_all_eight_is() {

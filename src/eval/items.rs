@@ -70,7 +70,8 @@ pub struct ItemInput {
     /// Tools outside the reference that are in the EFS set of a reference tool, each with
     /// that tool: an L1 or L3 step takes no EFS alternative, yet the tool does the same.
     pub efs_siblings: BTreeMap<String, String>,
-    /// The alternatives of the reference calls a later call of their turn depends on.
+    /// The alternatives of the reference's lookups: calls that take nothing from an earlier
+    /// call and feed a later call of their turn.
     pub lookups: BTreeSet<String>,
     /// The entity `levels l3` invented for the request (see `source::Release::invented`):
     /// no agent can know its id, so a lookup of it the agents leave out is their lapse.

@@ -62,8 +62,10 @@ pub static SPEC: StageSpec = StageSpec {
     // (`efs_sibling_of`), not as a sign of a wrong reference. 8: the `all-fail` evidence is
     // judged per run and per turn (`covered_by`, `agreed_short`, `agreed_plan`). 9: a call
     // written as text is read up to its name and arguments, so one the agent cut while
-    // making up its result is run (it was the turn's answer).
-    version: 9,
+    // making up its result is run (it was the turn's answer). 10: an `all-fail` item whose
+    // agents left out only a lookup of an entity `levels l3` invented names it
+    // (`invented_entity`; reads `levels-l3/queries.json`).
+    version: 10,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[
@@ -297,7 +299,8 @@ impl Stage for EvalStage {
          Reads the release (`[eval] release = \"release/NAME-VERSION\"`, or the release
          candidate `artifacts/release-candidate/`, which `benchgen run` builds before this
          audit and publishes after it): `samples.jsonl`, `tools.parquet`, `cassettes.jsonl`,
-         `tool_equivalence_sets.json` and the ETOM and FinMCP files. Every agent
+         `tool_equivalence_sets.json` and the ETOM and FinMCP files (and, where the project
+         has it, `levels-l3/queries.json`: the entities its L3 queries are about). Every agent
          (`[eval] agents`, LLM roles) runs every sample `repeats` times through MCP: an
          in-process sandbox serves the sample's tool space (`tool_space = \"oracle\"`: its
          ground-truth tools and their EFS members; `\"standard\"`: those and the tools of the

@@ -539,14 +539,15 @@ pub fn rng(seed: u64, what: &str) -> rand_chacha::ChaCha8Rng {
 }
 
 /// Halves of the names [`invented_name`] joins: syllables of no common word, so that the
-/// joined name is one no model has seen as a company, project or place.
+/// joined name is not a company, product or place's. The 256 joins were read through by
+/// hand: tails `ava`, `ova` and `ette` went, as they made Ostrava, Quilava and Corvette.
 const NAME_HEADS: [&str; 16] = [
     "Quil", "Brav", "Tarsk", "Velm", "Corv", "Halv", "Ostr", "Feyl", "Lurn", "Wyndr", "Sabr", "Dunv", "Kess", "Morv",
     "Pelr", "Thav",
 ];
 const NAME_TAILS: [&str; 16] = [
-    "amoor", "enwick", "idane", "oster", "ava", "ento", "ira", "undel", "oric", "ash", "eline", "ova", "arin", "esk",
-    "ith", "ette",
+    "amoor", "enwick", "idane", "oster", "uvel", "ento", "ira", "undel", "oric", "ash", "eline", "ibel", "arin", "esk",
+    "ith", "orne",
 ];
 
 /// A seeded invented name for one purpose (`what`) under the project seed ("Quilamoor",

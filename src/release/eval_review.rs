@@ -149,7 +149,8 @@ pub enum Evidence {
 
 /// The panel's evidence on each item of `eval`'s `items.jsonl` (`name`; one record per
 /// item and tool space), by id: solved in some space first, then agreement against the
-/// reference in any space, then a plan covered. A line that is not an item record is an
+/// reference in any space, then one held for a person, then a plan covered or a left-out
+/// lookup of an invented entity. A line that is not an item record is an
 /// error naming it.
 pub fn evidence(name: &str, bytes: &[u8]) -> Result<BTreeMap<String, Evidence>, InputError> {
     // An agreement against the reference in one space outweighs a question for a person in
@@ -203,7 +204,9 @@ fn of_record(v: &Value) -> Evidence {
     let ev = &v["evidence"];
     let listed = |k: &str| ev[k].as_array().is_some_and(|a| !a.is_empty());
     // Two agents calling only part of the reference (`agreed_short`) is left to a person:
-    // weak agents stop early that way, so it does not tell a needless call from a lapse.
+    // weak agents stop early that way, so it does not tell a needless call from a lapse;
+    // unless all they left out is a lookup of an entity `levels l3` invented
+    // (`invented_entity`): no agent can know its id, so it is a lapse.
     // An agreed tool proposed for the EFS set (L2) or of a reference tool's EFS set (other
     // levels) is left to a person: it is the same function, so not a sign against it.
     let for_person = !ev["proposed_efs_member"].is_null() || !ev["efs_sibling_of"].is_null();

@@ -258,7 +258,7 @@ impl crate::settings::Section for ReleaseSettings {
             "decide_flagged",
             "string",
             r#""person""#,
-            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: where the panel's evidence can, a rule standing in for a person leaves out (two agents agree on an offered tool outside the reference, other than a tool proposed for an L2's EFS set or a reference tool's EFS sibling) or keeps (an agent solved it in another tool space, or its calls cover the reference's); the card says so.",
+            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: where the panel's evidence can, a rule standing in for a person leaves out (two agents agree on an offered tool outside the reference, other than a tool proposed for an L2's EFS set or a reference tool's EFS sibling) or keeps (an agent solved it in another tool space, its calls cover the reference's, or two agents left out only a lookup of an entity `levels l3` invented); the card says so.",
         ),
     ];
     const EXAMPLE: &'static str = r#"

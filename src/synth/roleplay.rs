@@ -181,11 +181,13 @@ pub(crate) fn goal_answer(turn_cap: usize, tools: Vec<String>) -> crate::llm::An
 
 /// Whether `request` names the tool `tool` as the assistant would call it: the tool's name
 /// as a whole identifier (case aside), not inside a longer one, and only a name no plain
-/// word is (one with `_`, `-`, `.` or `:`, or a capital inside, as `search_incidents` or
-/// `getQuote`): a tool called `search` or `echo` is named by every request that says
-/// "search" or "echo", and refusing those would refuse ordinary requests.
+/// word is (one with `_`, `-`, `.` or `:`, or a lower-case letter followed by a capital, as
+/// `search_incidents` or `getQuote`): a tool called `search`, `echo` or `SQL` is named by
+/// every request that says "search", "echo" or "SQL", and refusing those would refuse
+/// ordinary requests.
 fn names_tool(request: &str, tool: &str) -> bool {
-    let identifier = tool.contains(['_', '-', '.', ':']) || tool.chars().skip(1).any(char::is_uppercase);
+    let camel = tool.chars().zip(tool.chars().skip(1)).any(|(a, b)| a.is_lowercase() && b.is_uppercase());
+    let identifier = tool.contains(['_', '-', '.', ':']) || camel;
     if !identifier {
         return false;
     }
@@ -806,6 +808,7 @@ mod tests {
         assert!(!names_tool("notify_users_all of it", "notify_user"), "inside a longer identifier");
         assert!(!names_tool("Search the web for the outage", "search"), "a plain word");
         assert!(!names_tool("Echo what I said", "echo"));
+        assert!(!names_tool("Run this SQL on the sales table", "SQL"), "an acronym is a plain word");
         let plain = goal_answer(3, vec!["search".into(), "echo".into()]);
         assert!(plain.accepts(&goal(&["Search the web for it", "Echo it back"])).is_ok());
     }

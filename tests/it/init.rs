@@ -207,6 +207,8 @@ fn init_takes_a_folder_of_logs_and_several_files() {
     for f in ["chats.jsonl", "catalog.json"] {
         std::fs::copy(repo().join("raw/demo/logs").join(f), logs.join(f)).unwrap();
     }
+    std::fs::write(logs.join("tool_list.JSON"), r#"[{"name": "get_quote", "inputSchema": {"type": "object"}}]"#)
+        .unwrap();
     let o = init(
         dir.path(),
         &llm,
@@ -220,6 +222,7 @@ fn init_takes_a_folder_of_logs_and_several_files() {
         out.contains("logs: skipped `") && out.contains("catalog.json` is one JSON object over several lines"),
         "{out}"
     );
+    assert!(out.contains("tool_list.JSON`: a list of tools, not a log"), "a tool list is no FinMCP log: {out}");
     let proj = dir.path().join("proj");
     let config = std::fs::read_to_string(proj.join("pipeline/proj.toml")).unwrap();
     for (name, path, format) in
@@ -236,6 +239,9 @@ fn init_takes_a_folder_of_logs_and_several_files() {
     let o = run(dir.path(), &["init", "p", "--track", "logs", "--logs", "empty"]);
     assert_code(&o, 1);
     assert!(stderr(&o).contains("holds no tool-call log: no `.json` or `.jsonl` file"), "{}", stderr(&o));
+    let o = run(dir.path(), &["init", "p", "--track", "logs", "--logs", "exported", "--logs", "exported/chats.jsonl"]);
+    assert_code(&o, 1);
+    assert!(stderr(&o).contains("chats.jsonl` is given twice"), "{}", stderr(&o));
     std::fs::copy(dir.path().join("my_logs.jsonl"), logs.join("my_logs.jsonl")).unwrap();
     let o = run(dir.path(), &["init", "p", "--track", "logs", "--logs", "exported", "--logs", "my_logs.jsonl"]);
     assert_code(&o, 1);
