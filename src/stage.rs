@@ -478,6 +478,8 @@ pub struct Ctx<'a> {
 struct RunHandle {
     stage: &'static str,
     config_hash: String,
+    /// What the stage's per-item checkpoint is keyed by ([`checkpoint_key`]).
+    checkpoint_key: String,
     /// The LLM roles it calls ([`Stage::roles`]).
     roles: Vec<String>,
     id: std::cell::OnceCell<i64>,
@@ -519,7 +521,15 @@ impl<'a> Ctx<'a> {
     /// They survive a failed or killed run and are cleared once the stage commits.
     pub fn checkpoint(&self) -> Result<store::Checkpoint> {
         let h = self.run.as_ref().context("internal: no stage is being executed")?;
-        store::Checkpoint::open(&work_dir(&self.settings.artifacts, h.stage))
+        let (c, discarded) =
+            store::Checkpoint::open_keyed(&work_dir(&self.settings.artifacts, h.stage), &h.checkpoint_key)?;
+        if discarded > 0 {
+            self.printer.info(&format!(
+                "discarded {discarded} checkpointed item(s) of an interrupted `{}` run made with other settings, inputs or prompts",
+                h.stage
+            ));
+        }
+        Ok(c)
     }
 
     /// The manifest of a stage this one declared with [`Read::manifest`].
@@ -716,6 +726,16 @@ impl Freshness {
 
 /// Path → content hash.
 type Hashes = BTreeMap<String, String>;
+
+/// What a stage's per-item checkpoint is keyed by: its code and stage versions, config
+/// hash, input and prompt hashes. An interrupted run resumes its items only under the same
+/// key; with another (a changed setting, input or prompt, or a new benchgen) they are made
+/// anew, their LLM exchanges still answered from the ledger where the requests are the same.
+fn checkpoint_key(spec: &StageSpec, config_hash: &str, inputs: &Hashes, prompts: &Hashes) -> String {
+    let text = serde_json::json!({"code": CODE_VERSION, "stage": spec.version, "config": config_hash,
+                                  "inputs": inputs, "prompts": prompts});
+    store::sha256_hex(text.to_string().as_bytes())
+}
 
 fn hash_inputs(settings: &Settings, paths: &[PathBuf]) -> Result<(Hashes, BTreeMap<PathBuf, InputFile>)> {
     let mut hashes = BTreeMap::new();
@@ -922,13 +942,20 @@ fn execute_inner(
     }
     let plan = resolve(stage, settings)?;
     let roles = stage.roles(settings).into_iter().map(|r| r.name).collect();
+    let (input_hashes, files) = hash_inputs(settings, &plan.inputs)?;
+    let prompt_hashes = hash_prompts(settings, &plan.prompts)?;
+    let checkpoint_key = checkpoint_key(spec, &plan.config_hash, &input_hashes, &prompt_hashes);
     let ctx = Ctx {
         settings,
         printer,
-        run: Some(RunHandle { stage: spec.name, config_hash: plan.config_hash.clone(), roles, id: Default::default() }),
+        run: Some(RunHandle {
+            stage: spec.name,
+            config_hash: plan.config_hash.clone(),
+            checkpoint_key,
+            roles,
+            id: Default::default(),
+        }),
     };
-    let (input_hashes, files) = hash_inputs(settings, &plan.inputs)?;
-    let prompt_hashes = hash_prompts(settings, &plan.prompts)?;
     let inputs = Inputs { artifacts: settings.artifacts.clone(), files };
     let started_at = crate::ledger::now();
     let clock = Instant::now();

@@ -316,6 +316,26 @@ impl Checkpoint {
         Ok(Self { dir: dir.to_path_buf(), done, file: None })
     }
 
+    /// [`Checkpoint::open`] for work whose inputs `key` names (the stage's settings, input
+    /// and prompt hashes, versions): the items of an interrupted run made with another key,
+    /// or with none (an older layout), are discarded, never reused for inputs they were not
+    /// made from. Returns the checkpoint and how many items were discarded.
+    pub fn open_keyed(dir: &Path, key: &str) -> Result<(Self, usize)> {
+        let key_path = dir.join("key");
+        let had = fs::read_to_string(&key_path).ok();
+        let mut discarded = 0;
+        if had.as_deref() != Some(key) {
+            let items = dir.join("items.jsonl");
+            if items.exists() {
+                discarded = Self::open(dir)?.len();
+                fs::remove_file(&items).with_context(|| format!("cannot remove `{}`", items.display()))?;
+            }
+            fs::create_dir_all(dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
+            write_atomic(&key_path, key.as_bytes())?;
+        }
+        Ok((Self::open(dir)?, discarded))
+    }
+
     pub fn get(&self, id: &str) -> Option<&serde_json::Value> {
         self.done.get(id)
     }
@@ -445,6 +465,30 @@ mod tests {
         assert_eq!(notes.len(), 2);
         assert_eq!(fs::read(art.join("filter/x.txt")).unwrap(), b"v1");
         assert!(!art.join(".staging").exists() && !art.join(".trash").exists());
+    }
+
+    /// A checkpoint is reused only for the key it was made with: another key (other inputs
+    /// or settings) or none (an older layout) discards its items.
+    #[test]
+    fn a_keyed_checkpoint_is_reused_only_under_its_own_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().join(".work/verify");
+        let (mut c, discarded) = Checkpoint::open_keyed(&w, "k1").unwrap();
+        assert_eq!((c.len(), discarded), (0, 0));
+        c.put("a", serde_json::json!(1)).unwrap();
+        c.put("b", serde_json::json!(2)).unwrap();
+        let (c, discarded) = Checkpoint::open_keyed(&w, "k1").unwrap();
+        assert_eq!((c.len(), discarded), (2, 0), "the same key resumes");
+        let (c, discarded) = Checkpoint::open_keyed(&w, "k2").unwrap();
+        assert_eq!((c.len(), discarded), (0, 2), "another key starts over");
+        let (c, _) = Checkpoint::open_keyed(&w, "k2").unwrap();
+        assert_eq!(c.len(), 0);
+        // An older layout (items, no key) is not trusted either.
+        let mut old = Checkpoint::open(&w).unwrap();
+        old.put("c", serde_json::json!(3)).unwrap();
+        fs::remove_file(w.join("key")).unwrap();
+        let (c, discarded) = Checkpoint::open_keyed(&w, "k2").unwrap();
+        assert_eq!((c.len(), discarded), (0, 1));
     }
 
     #[test]

@@ -55,7 +55,8 @@ pub static SPEC: StageSpec = StageSpec {
     // cut while making up its result is run. 7: the goal comes with its plan of requests,
     // one per user turn, and the simulator is given the turn's request. 8: a planned request
     // names a tool only by its whole identifier, and a plain-word tool name (`search`) never.
-    version: 8,
+    // 9: the dialogue's `synth.dialogue` event holds the hints of its planned turns.
+    version: 9,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),
@@ -503,12 +504,19 @@ impl Stage for RoleplayStage {
         let mut lines = Vec::new();
         let mut dialogues = Vec::new();
         for (id, d) in &done.values {
-            let mut ev = NewEvent::new(
-                super::kind::DIALOGUE,
-                Some(&crate::model::Sample::subject_for(id)),
-                json!({"sub_scenario": d.dialogue.sub_scenario, "persona": d.dialogue.persona, "goal": d.dialogue.goal,
-                       "requests": d.dialogue.requests, "turns": d.dialogue.turns.len(), "ended": d.dialogue.ended}),
-            );
+            let mut payload = json!({"sub_scenario": d.dialogue.sub_scenario, "persona": d.dialogue.persona,
+                                     "goal": d.dialogue.goal, "requests": d.dialogue.requests,
+                                     "turns": d.dialogue.turns.len(), "ended": d.dialogue.ended});
+            // The reminders a planned turn's second try was sent with: not part of the
+            // conversation, so the lineage is where an audit finds them (only when given, so
+            // other dialogues' events stay as they were).
+            let hints: Vec<Value> = (d.dialogue.turns.iter().enumerate())
+                .filter_map(|(k, t)| t.hint.as_ref().map(|h| json!({"turn": k + 1, "hint": h})))
+                .collect();
+            if !hints.is_empty() {
+                payload["hints"] = json!(hints);
+            }
+            let mut ev = NewEvent::new(super::kind::DIALOGUE, Some(&crate::model::Sample::subject_for(id)), payload);
             for e in &d.events {
                 ev = ev.with_parent(Parent::Id(*e));
             }

@@ -338,6 +338,43 @@ fn killed_verify_resumes_without_repeating_verdicts() {
     assert!(!p.path("artifacts/.work/efs-verify").exists(), "checkpoints cleared after the commit");
 }
 
+/// A killed run's checkpoint is reused only for what it was made from: once a prompt has
+/// changed, its items are discarded (with a line saying so) and every call is asked anew.
+#[test]
+fn a_killed_verify_whose_prompt_changed_starts_over() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm = scripted();
+    let p = project(&llm);
+    p.ok(&["run", "--until", "efs-pairs"]);
+    let killed = Command::cargo_bin("benchgen")
+        .unwrap()
+        .current_dir(p.dir.path())
+        .env("BENCHGEN_NO_PROGRESS", "1")
+        .env("BENCHGEN_FAIL_AT", "efs_verify_call:3")
+        .arg("--config")
+        .arg(&p.config)
+        .args(["efs", "verify"])
+        .output()
+        .unwrap();
+    assert!(!killed.status.success(), "the fail point aborts the run");
+    assert!(p.path("artifacts/.work/efs-verify/key").is_file(), "the checkpoint is keyed");
+    for t in ["efs_verify", "efs_verify_list"] {
+        let path = p.path(&format!("pipeline/prompts/{t}.md"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replacen("--- user ---\n", "--- user ---\nBe strict.\n", 1)).unwrap();
+    }
+    let before = verify_requests(&llm).len();
+    let o = p.cmd(&["efs", "verify"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("discarded 3 checkpointed item(s) of an interrupted `efs-verify` run"), "{out}");
+    assert!(out.contains("(0 calls resumed from an interrupted run)"), "{out}");
+    let asked = verify_requests(&llm).len() - before;
+    assert_eq!(asked, planned_calls(&p).len(), "every call asked anew under the changed prompt");
+}
+
 #[test]
 fn max_calls_trims_the_plan_by_expected_value_and_says_what_was_left_out() {
     if !assets_or_skip() {
