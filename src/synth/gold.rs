@@ -314,6 +314,47 @@ fn has_word(hay: &str, needle: &str) -> bool {
     !word_positions(hay, needle).is_empty()
 }
 
+/// A message the agent composed (free text of five words or more, such as an e-mail body or
+/// a note, holding at least one identifier: an id, an e-mail address) is traced by its
+/// identifiers: each must occur in the request or an earlier result; its prose is the
+/// agent's own. Found (at the first result an identifier came from, else the request) when
+/// all do; nowhere when one does not (a made-up id); `None` for other values. Before, a
+/// message with an `@` was an identifier as a whole, found only where a result held it
+/// whole (never, for a message the agent wrote), and one without passed on any word the
+/// request said, made-up ids and all. The demo's on-call chain (2026-12-06) wrote "… Please
+/// contact her at Anna@company.com or call her at PHONE_34f473d0b5." to `notify_user`
+/// while `get_oncall` returned `EMAIL_d5dd4ff5d1`: the made-up address is what this refuses.
+fn composed(value: &Value, text: &str, request: &str, earlier: &[Earlier]) -> Option<Trace> {
+    let Value::String(_) = value else { return None };
+    // Five words or more: text, whatever `is_identifier` makes of its `@`.
+    if text.split_whitespace().count() < 5 {
+        return None;
+    }
+    let trim = |t: &str| t.trim_matches(|c: char| !c.is_alphanumeric()).to_string();
+    let ids: Vec<String> = text.split_whitespace().map(trim).filter(|t| is_identifier(t)).collect();
+    if ids.is_empty() {
+        return None;
+    }
+    let mut first = None;
+    for id in &ids {
+        if has_word(request, id) {
+            continue;
+        }
+        let from = earlier.iter().find_map(|e| {
+            let leaves = result_leaves(e.result?);
+            let (path, _) = leaves.into_iter().find(|(_, leaf)| has_word(&leaf.to_lowercase(), id))?;
+            Some(Source::Result { call: e.call, path })
+        });
+        match from {
+            Some(src) => {
+                first.get_or_insert(src);
+            }
+            None => return Some(Trace::Nowhere),
+        }
+    }
+    Some(Trace::Found(first.unwrap_or(Source::Request)))
+}
+
 /// Trace one argument value (`arg` names it) of a call.
 pub fn trace(arg: &str, value: &Value, request: &str, earlier: &[Earlier], default: Option<&Value>) -> Trace {
     if value.is_null() || value.as_str().is_some_and(|s| s.trim().is_empty()) {
@@ -337,6 +378,9 @@ pub fn trace(arg: &str, value: &Value, request: &str, earlier: &[Earlier], defau
     };
     if has_word(&request, &text) {
         return Trace::Found(Source::Request);
+    }
+    if let Some(found) = composed(value, &text, &request, earlier) {
+        return found;
     }
     let ident = is_identifier(&text);
     // A word value (a status, a metric, a search phrase) may be said loosely: `open` for
@@ -1853,6 +1897,30 @@ mod tests {
             Trace::Found(Source::Result { call: 1, path: "user".into() }),
             "kindred words: owner ~ user"
         );
+    }
+
+    /// A message the agent composed is traced by its identifiers: all from a result (or the
+    /// request) is found, at the first result one came from; one made up is from nowhere;
+    /// a message without an identifier is traced as before.
+    #[test]
+    fn a_composed_message_is_traced_by_its_identifiers() {
+        let oncall = r#"{"team":"database","user":"anna","email":"anna@company.com","phone":"PHONE_34f473d0b5"}"#;
+        let earlier = [Earlier { call: 1, tool: "ops::get_oncall", result: Some(oncall) }];
+        let request = "Who is on call for the database team? E-mail them the outage";
+        let message = "The current on-call person for the database team is Anna. Please contact her at Anna@company.com or call her at PHONE_34f473d0b5.";
+        assert_eq!(
+            trace("message", &json!(message), request, &earlier, None),
+            Trace::Found(Source::Result { call: 1, path: "email".into() })
+        );
+        let made_up = "Anna is on call: reach her at anna@company.com about INC-9999 today.";
+        assert_eq!(trace("message", &json!(made_up), request, &earlier, None), Trace::Nowhere);
+        let from_request = "Please look at INC-8983 as soon as you can, thanks.";
+        let asked = "Tell the sre team about INC-8983";
+        assert_eq!(trace("message", &json!(from_request), asked, &[], None), Trace::Found(Source::Request));
+        // Short values and prose are traced as before.
+        assert_eq!(trace("alert_id", &json!("A-8"), "ack it", &earlier, None), Trace::Nowhere);
+        let prose = "The database team is looking into the outage now.";
+        assert_eq!(trace("message", &json!(prose), request, &earlier, None), Trace::Found(Source::Request));
     }
 
     #[test]

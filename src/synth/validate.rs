@@ -58,7 +58,8 @@ pub static SPEC: StageSpec = StageSpec {
     // entity-like parameters (5 known values or more), not a negated mention, and counts a
     // value a needed call's result holds as served. 7: a step of the sampled chain is needed
     // on evidence or the LLM check's word only, and one found not needed rejects the chain.
-    version: 7,
+    // 8: a message the agent composed is traced by its identifiers (`gold::composed`).
+    version: 8,
     about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),
