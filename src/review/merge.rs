@@ -43,7 +43,8 @@ pub const DECISIONS: Artifact<Decision> = Artifact::new(STAGE, "decisions.jsonl"
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "review merge",
-    version: 1,
+    // 2: an agreement figure that rounds to zero reads `0.000`, never `-0.000`.
+    version: 2,
     about: "decisions per sample (rule, adjudication, exclusions) and reviewer agreement (κ, α, heatmap)",
     reads: &[ASSIGNMENTS.read(), SAMPLES.read(), super::sheets::SCORES.optional(), super::prereview::SCORES.optional()],
     writes: &["decisions.jsonl", "agreement.json", "report.md", "heatmap.svg", "queue.csv"],
@@ -687,12 +688,19 @@ pub fn agreement_of(r: &super::ReviewSettings, a: &Assignments, decisions: &[Dec
 }
 
 fn f(v: Option<f64>) -> String {
-    v.map(|x| format!("{x:.3}")).unwrap_or_else(|| "–".into())
+    v.map(three).unwrap_or_else(|| "–".into())
+}
+
+/// `x` to three decimals, a negative zero (κ of two reviewers who always agree, less a
+/// rounding error) as `0.000`: the demo's card read "-0.000 [-0.000, -0.000]".
+fn three(x: f64) -> String {
+    let s = format!("{x:.3}");
+    if s == "-0.000" { "0.000".into() } else { s }
 }
 
 fn est(e: &agreement::Estimate) -> String {
     match (e.value, e.ci_low, e.ci_high) {
-        (Some(v), Some(l), Some(h)) => format!("{v:.3} [{l:.3}, {h:.3}]"),
+        (Some(v), Some(l), Some(h)) => format!("{} [{}, {}]", three(v), three(l), three(h)),
         (v, _, _) => f(v),
     }
 }
@@ -902,4 +910,19 @@ fn heatmap(a: &Assignments, ds: &[Decision]) -> Result<String> {
         root.present().map_err(|e| anyhow::anyhow!("svg: {e}"))?;
     }
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agreement_figures_never_read_as_negative_zero() {
+        assert_eq!(three(-0.0000001), "0.000");
+        assert_eq!(three(-0.0004), "0.000");
+        assert_eq!(three(-0.0005001), "-0.001");
+        let e = agreement::Estimate { value: Some(-1e-12), ci_low: Some(-0.25), ci_high: Some(-0.0) };
+        assert_eq!(est(&e), "0.000 [-0.250, 0.000]");
+        assert_eq!(f(None), "–");
+    }
 }
