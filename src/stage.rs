@@ -1011,7 +1011,8 @@ fn execute_inner(
     };
     staging.write_json(MANIFEST, &manifest)?;
     staging.commit()?;
-    ctx.checkpoint()?.clear()?;
+    // Cleared without its key: nothing is written only to be removed.
+    store::Checkpoint::open(&work_dir(&settings.artifacts, spec.name))?.clear()?;
     Ok(StageReport {
         stage: spec.name.into(),
         status: RunStatus::Ran,

@@ -299,6 +299,9 @@ pub struct Checkpoint {
     dir: PathBuf,
     done: std::collections::BTreeMap<String, serde_json::Value>,
     file: Option<File>,
+    /// What the items are made from ([`Checkpoint::open_keyed`]), written beside them with
+    /// the first one (a stage that checkpoints nothing writes nothing).
+    key: Option<String>,
 }
 
 impl Checkpoint {
@@ -313,7 +316,7 @@ impl Checkpoint {
                 }
             }
         }
-        Ok(Self { dir: dir.to_path_buf(), done, file: None })
+        Ok(Self { dir: dir.to_path_buf(), done, file: None, key: None })
     }
 
     /// [`Checkpoint::open`] for work whose inputs `key` names (the stage's settings, input
@@ -321,19 +324,16 @@ impl Checkpoint {
     /// or with none (an older layout), are discarded, never reused for inputs they were not
     /// made from. Returns the checkpoint and how many items were discarded.
     pub fn open_keyed(dir: &Path, key: &str) -> Result<(Self, usize)> {
-        let key_path = dir.join("key");
-        let had = fs::read_to_string(&key_path).ok();
+        let had = fs::read_to_string(dir.join("key")).ok();
         let mut discarded = 0;
-        if had.as_deref() != Some(key) {
-            let items = dir.join("items.jsonl");
-            if items.exists() {
-                discarded = Self::open(dir)?.len();
-                fs::remove_file(&items).with_context(|| format!("cannot remove `{}`", items.display()))?;
-            }
-            fs::create_dir_all(dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
-            write_atomic(&key_path, key.as_bytes())?;
+        let items = dir.join("items.jsonl");
+        if had.as_deref() != Some(key) && items.exists() {
+            discarded = Self::open(dir)?.len();
+            fs::remove_file(&items).with_context(|| format!("cannot remove `{}`", items.display()))?;
         }
-        Ok((Self::open(dir)?, discarded))
+        let mut c = Self::open(dir)?;
+        c.key = Some(key.to_string());
+        Ok((c, discarded))
     }
 
     pub fn get(&self, id: &str) -> Option<&serde_json::Value> {
@@ -357,6 +357,12 @@ impl Checkpoint {
     fn file(&mut self) -> Result<&mut File> {
         if self.file.is_none() {
             fs::create_dir_all(&self.dir).with_context(|| format!("cannot create `{}`", self.dir.display()))?;
+            // The key before the first item, so no item is ever on disk without it.
+            if let Some(key) = &self.key
+                && fs::read_to_string(self.dir.join("key")).ok().as_deref() != Some(key.as_str())
+            {
+                write_atomic(&self.dir.join("key"), key.as_bytes())?;
+            }
             let path = self.path();
             let mut f = fs::OpenOptions::new()
                 .create(true)
@@ -475,20 +481,23 @@ mod tests {
         let w = dir.path().join(".work/verify");
         let (mut c, discarded) = Checkpoint::open_keyed(&w, "k1").unwrap();
         assert_eq!((c.len(), discarded), (0, 0));
+        assert!(!w.exists(), "nothing written before the first item");
         c.put("a", serde_json::json!(1)).unwrap();
+        assert_eq!(fs::read_to_string(w.join("key")).unwrap(), "k1");
         c.put("b", serde_json::json!(2)).unwrap();
         let (c, discarded) = Checkpoint::open_keyed(&w, "k1").unwrap();
         assert_eq!((c.len(), discarded), (2, 0), "the same key resumes");
-        let (c, discarded) = Checkpoint::open_keyed(&w, "k2").unwrap();
+        let (mut c, discarded) = Checkpoint::open_keyed(&w, "k2").unwrap();
         assert_eq!((c.len(), discarded), (0, 2), "another key starts over");
+        c.put("z", serde_json::json!(0)).unwrap();
         let (c, _) = Checkpoint::open_keyed(&w, "k2").unwrap();
-        assert_eq!(c.len(), 0);
+        assert_eq!(c.len(), 1, "the new key's items resume");
         // An older layout (items, no key) is not trusted either.
         let mut old = Checkpoint::open(&w).unwrap();
         old.put("c", serde_json::json!(3)).unwrap();
         fs::remove_file(w.join("key")).unwrap();
         let (c, discarded) = Checkpoint::open_keyed(&w, "k2").unwrap();
-        assert_eq!((c.len(), discarded), (0, 1));
+        assert_eq!((c.len(), discarded), (0, 2));
     }
 
     #[test]

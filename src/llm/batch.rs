@@ -566,7 +566,7 @@ impl<'a> Batch<'a> {
         let share = if total == 0 { 0.0 } else { failed.len() as f64 / total as f64 };
         if !failed.is_empty() && share > opts.max_failed_share {
             bail!(
-                "{} of {total} {} failed ({:.1}%, more than `{}` = {}); the {} finished are kept and a rerun retries only the failed ones:\n  {}",
+                "{} of {total} {} failed ({:.1}%, more than `{}` = {}); the {} finished are kept and a rerun with the same settings retries only the failed ones:\n  {}",
                 failed.len(),
                 opts.noun,
                 share * 100.0,

@@ -324,18 +324,20 @@ fn has_word(hay: &str, needle: &str) -> bool {
 /// request said, made-up ids and all. The demo's on-call chain (2026-12-06) wrote "… Please
 /// contact her at Anna@company.com or call her at PHONE_34f473d0b5." to `notify_user`
 /// while `get_oncall` returned `EMAIL_d5dd4ff5d1`: the made-up address is what this refuses.
-fn composed(value: &Value, text: &str, request: &str, earlier: &[Earlier]) -> Option<Trace> {
+fn composed(arg: &str, value: &Value, text: &str, request: &str, earlier: &[Earlier]) -> Option<Trace> {
     let Value::String(_) = value else { return None };
     // Five words or more: text, whatever `is_identifier` makes of its `@`.
     if text.split_whitespace().count() < 5 {
         return None;
     }
-    let trim = |t: &str| t.trim_matches(|c: char| !c.is_alphanumeric()).to_string();
-    let ids: Vec<String> = text.split_whitespace().map(trim).filter(|t| is_identifier(t)).collect();
+    let ids = message_ids(text);
     if ids.is_empty() {
         return None;
     }
-    let mut first = None;
+    // Each identifier's source; the one returned is a result of this turn's calls whose
+    // field is related to the argument where there is one, so `propagate` marks the call
+    // the message draws on, not a listing that happens to hold an id too.
+    let mut sources = Vec::new();
     for id in &ids {
         if has_word(request, id) {
             continue;
@@ -343,16 +345,30 @@ fn composed(value: &Value, text: &str, request: &str, earlier: &[Earlier]) -> Op
         let from = earlier.iter().find_map(|e| {
             let leaves = result_leaves(e.result?);
             let (path, _) = leaves.into_iter().find(|(_, leaf)| has_word(&leaf.to_lowercase(), id))?;
-            Some(Source::Result { call: e.call, path })
+            Some((e.call, e.tool, path))
         });
         match from {
-            Some(src) => {
-                first.get_or_insert(src);
-            }
+            Some(src) => sources.push(src),
             None => return Some(Trace::Nowhere),
         }
     }
-    Some(Trace::Found(first.unwrap_or(Source::Request)))
+    let rank = |(call, tool, path): &(usize, &str, String)| (*call == 0, !related(arg, tool, path));
+    let best = sources.into_iter().min_by_key(rank);
+    Some(Trace::Found(best.map_or(Source::Request, |(call, _, path)| Source::Result { call, path })))
+}
+
+/// The identifiers of a message (lower-case): its parts between spaces and punctuation
+/// that separates (`,;/()[]<>:` and quotes), a possessive `'s` cut, that
+/// [`is_identifier`] takes for one and that are more than a short name of a thing (`S3`,
+/// `EC2`, `p99`, `v2`: three characters or fewer without `-`, `_`, `@` or `.`).
+fn message_ids(text: &str) -> Vec<String> {
+    let parts = text.split(|c: char| c.is_whitespace() || ",;/()[]<>:\"'`".contains(c));
+    parts
+        .map(|t| t.trim_matches(|c: char| !c.is_alphanumeric()))
+        .map(|t| t.strip_suffix("\u{2019}s").unwrap_or(t))
+        .filter(|t| is_identifier(t) && (t.len() > 3 || t.contains(['-', '_', '@', '.'])))
+        .map(str::to_string)
+        .collect()
 }
 
 /// Trace one argument value (`arg` names it) of a call.
@@ -379,7 +395,7 @@ pub fn trace(arg: &str, value: &Value, request: &str, earlier: &[Earlier], defau
     if has_word(&request, &text) {
         return Trace::Found(Source::Request);
     }
-    if let Some(found) = composed(value, &text, &request, earlier) {
+    if let Some(found) = composed(arg, value, &text, &request, earlier) {
         return found;
     }
     let ident = is_identifier(&text);
@@ -1921,6 +1937,10 @@ mod tests {
         assert_eq!(trace("alert_id", &json!("A-8"), "ack it", &earlier, None), Trace::Nowhere);
         let prose = "The database team is looking into the outage now.";
         assert_eq!(trace("message", &json!(prose), request, &earlier, None), Trace::Found(Source::Request));
+        // Ids between punctuation and with a possessive are read; short names of things are
+        // not ids.
+        let punctuated = "Please close INC-8983's duplicate (see A-1,A-2) on EC2 and S3 by 10:30am today.";
+        assert_eq!(message_ids(&punctuated.to_lowercase()), ["inc-8983", "a-1", "a-2"]);
     }
 
     #[test]
