@@ -436,7 +436,9 @@ impl Stage for L3Stage {
          `levels-profiles/profiles.json`. Writes `artifacts/levels-l3/queries.json`,
          `chains.json` (and `failed.json`).
 
-         Where `levels-profiles` found a server's platform, its queries name it."
+         Where `levels-profiles` found a server's platform, its queries name it. Each query
+         is about an invented entity whose seeded name the writer is given and must name
+         (`queries.json` records it), so the chain's first step is needed to find it."
     }
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         super::roles(s)
