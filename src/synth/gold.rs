@@ -314,7 +314,7 @@ fn has_word(hay: &str, needle: &str) -> bool {
     !word_positions(hay, needle).is_empty()
 }
 
-/// A message the agent composed (free text of five words or more, such as an e-mail body or
+/// A message the agent composed (free text of two words or more, such as an e-mail body or
 /// a note, holding at least one identifier: an id, an e-mail address) is traced by its
 /// identifiers: each must occur in the request or an earlier result; its prose is the
 /// agent's own. Found (at the first result an identifier came from, else the request) when
@@ -326,8 +326,9 @@ fn has_word(hay: &str, needle: &str) -> bool {
 /// while `get_oncall` returned `EMAIL_d5dd4ff5d1`: the made-up address is what this refuses.
 fn composed(arg: &str, value: &Value, text: &str, request: &str, earlier: &[Earlier]) -> Option<Trace> {
     let Value::String(_) = value else { return None };
-    // Five words or more: text, whatever `is_identifier` makes of its `@`.
-    if text.split_whitespace().count() < 5 {
+    // Two words or more: text, whatever `is_identifier` makes of its `@` (a short note
+    // such as "Ack INC-9999" holds a made-up id as well as a long one).
+    if text.split_whitespace().count() < 2 {
         return None;
     }
     let ids = message_ids(text);
@@ -1930,6 +1931,7 @@ mod tests {
         );
         let made_up = "Anna is on call: reach her at anna@company.com about INC-9999 today.";
         assert_eq!(trace("message", &json!(made_up), request, &earlier, None), Trace::Nowhere);
+        assert_eq!(trace("note", &json!("Ack INC-9999"), "ack the database alert", &earlier, None), Trace::Nowhere);
         let from_request = "Please look at INC-8983 as soon as you can, thanks.";
         let asked = "Tell the sre team about INC-8983";
         assert_eq!(trace("message", &json!(from_request), asked, &[], None), Trace::Found(Source::Request));
