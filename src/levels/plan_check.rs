@@ -1354,10 +1354,7 @@ fn unnamed(c: &Candidate<'_>, query: &str) -> Option<String> {
 /// Whether `query` holds the words of `entity` in a row (case aside): "the Morvira
 /// project" names `Morvira`, "Morviras" and "Morvira-Labs" only the latter.
 fn names_entity(query: &str, entity: &str) -> bool {
-    let words = |t: &str| -> Vec<String> {
-        t.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
-    };
-    let (q, e) = (words(query), words(entity));
+    let (q, e) = (split_words(query), split_words(entity));
     !e.is_empty() && q.windows(e.len()).any(|w| w == e.as_slice())
 }
 

@@ -169,13 +169,7 @@ fn candidate_steps(p: &Project, s: &Value, key: &str) -> usize {
 /// candidate plan, one kept decision per step of its released plan, in its level's
 /// `queries.json` and in each of its `levels.sample` lineage events.
 fn every_level_step_is_decided(p: &Project, samples: &BTreeMap<String, Value>) {
-    let conn = rusqlite::Connection::open(p.path("artifacts/ledger.sqlite")).unwrap();
-    let mut st = conn.prepare("SELECT payload FROM events WHERE kind = 'levels.sample'").unwrap();
-    let events: Vec<Value> = st
-        .query_map([], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(|x| serde_json::from_str(&x.unwrap()).unwrap())
-        .collect();
+    let events = crate::support::ledger_events(&p.path("artifacts"), "levels.sample");
     let mut checked = 0;
     for s in samples.values().filter(|s| s["family"] == "etom" && s["kind"] != "L5") {
         let id = s["id"].as_str().unwrap();

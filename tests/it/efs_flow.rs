@@ -296,13 +296,9 @@ fn demo_groups_end_in_one_set_each_and_rerun_makes_no_llm_call() {
     assert_eq!(final_sets(&p), sets, "and gives the same sets");
 }
 
-#[test]
-fn killed_verify_resumes_without_repeating_verdicts() {
-    if !assets_or_skip() {
-        return;
-    }
-    let llm = scripted();
-    let p = project(&llm);
+/// A project run up to `efs-pairs`, then `efs verify` killed at its third call.
+fn killed_verify(llm: &ScriptedLlm) -> Project {
+    let p = project(llm);
     p.ok(&["run", "--until", "efs-pairs"]);
     let killed = Command::cargo_bin("benchgen")
         .unwrap()
@@ -315,6 +311,16 @@ fn killed_verify_resumes_without_repeating_verdicts() {
         .output()
         .unwrap();
     assert!(!killed.status.success(), "the fail point aborts the run");
+    p
+}
+
+#[test]
+fn killed_verify_resumes_without_repeating_verdicts() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm = scripted();
+    let p = killed_verify(&llm);
     let done = std::fs::read_to_string(p.path("artifacts/.work/efs-verify/items.jsonl")).unwrap();
     let done_keys: Vec<String> =
         done.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].as_str().unwrap().to_string()).collect();
@@ -346,19 +352,7 @@ fn a_killed_verify_whose_prompt_changed_starts_over() {
         return;
     }
     let llm = scripted();
-    let p = project(&llm);
-    p.ok(&["run", "--until", "efs-pairs"]);
-    let killed = Command::cargo_bin("benchgen")
-        .unwrap()
-        .current_dir(p.dir.path())
-        .env("BENCHGEN_NO_PROGRESS", "1")
-        .env("BENCHGEN_FAIL_AT", "efs_verify_call:3")
-        .arg("--config")
-        .arg(&p.config)
-        .args(["efs", "verify"])
-        .output()
-        .unwrap();
-    assert!(!killed.status.success(), "the fail point aborts the run");
+    let p = killed_verify(&llm);
     assert!(p.path("artifacts/.work/efs-verify/key").is_file(), "the checkpoint is keyed");
     for t in ["efs_verify", "efs_verify_list"] {
         let path = p.path(&format!("pipeline/prompts/{t}.md"));

@@ -764,13 +764,7 @@ fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
     assert!(funnel.contains("[\"plan check: steps the judge pruned\",0]"), "{funnel}");
     let overruled = format!("[\"plan check: judge's needed without a part of its own\",{}]", judged.len());
     assert!(funnel.contains(&overruled), "{funnel}");
-    let conn = rusqlite::Connection::open(p.path("artifacts/ledger.sqlite")).unwrap();
-    let mut st = conn.prepare("SELECT payload FROM events WHERE kind = 'levels.sample'").unwrap();
-    let payloads: Vec<Value> = st
-        .query_map([], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(|x| serde_json::from_str(&x.unwrap()).unwrap())
-        .collect();
+    let payloads = crate::support::ledger_events(&p.path("artifacts"), "levels.sample");
     assert!(!payloads.is_empty());
     for ev in &payloads {
         let level5 = ev["id"].as_str().unwrap().starts_with("L5-");

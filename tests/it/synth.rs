@@ -1147,13 +1147,7 @@ fn planned_user_turns(turn_cap: usize) {
     }
     assert!(planned > 0 && undone > 0 && repeated > 0, "every kind of user occurs: {dialogues:?}");
     // The hints are in the dialogues' lineage: their `synth.dialogue` events (turn 2 each).
-    let conn = rusqlite::Connection::open(sp.p.path("artifacts/ledger.sqlite")).unwrap();
-    let mut st = conn.prepare("SELECT payload FROM events WHERE kind = 'synth.dialogue'").unwrap();
-    let events: Vec<Value> = st
-        .query_map([], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(|x| serde_json::from_str(&x.unwrap()).unwrap())
-        .collect();
+    let events = crate::support::ledger_events(&sp.p.path("artifacts"), "synth.dialogue");
     let hinted: Vec<&Value> = events.iter().filter_map(|e| e.get("hints")).collect();
     assert_eq!(hinted.len(), planned, "one event with hints per hinted dialogue: {events:?}");
     for h in hinted {

@@ -70,10 +70,5 @@ pub fn prompt(name: &str) -> Prompt {
 
 /// The payloads of the ledger's events of `kind`, oldest first.
 pub fn events(p: &Project, kind: &str) -> Vec<Value> {
-    let l = Ledger::open(&p.settings.artifacts).unwrap();
-    let mut st = l.connection().prepare("SELECT payload FROM events WHERE kind = ?1 ORDER BY id").unwrap();
-    st.query_map([kind], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(|s| serde_json::from_str(&s.unwrap()).unwrap())
-        .collect()
+    super::ledger_events(&p.settings.artifacts, kind)
 }

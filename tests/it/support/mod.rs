@@ -21,6 +21,16 @@ pub mod source_text;
 pub mod upstream;
 
 /// The repository root (where Cargo.toml is).
+/// The payloads of the ledger's events of `kind` under `artifacts`, oldest first.
+pub fn ledger_events(artifacts: &Path, kind: &str) -> Vec<serde_json::Value> {
+    let conn = rusqlite::Connection::open(artifacts.join("ledger.sqlite")).unwrap();
+    let mut st = conn.prepare("SELECT payload FROM events WHERE kind = ?1 ORDER BY id").unwrap();
+    st.query_map([kind], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|s| serde_json::from_str(&s.unwrap()).unwrap())
+        .collect()
+}
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
