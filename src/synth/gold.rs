@@ -335,26 +335,20 @@ fn composed(arg: &str, value: &Value, text: &str, request: &str, earlier: &[Earl
     if ids.is_empty() {
         return None;
     }
-    // Each identifier's source; the one returned is a result of this turn's calls whose
-    // field is related to the argument where there is one, so `propagate` marks the call
-    // the message draws on, not a listing that happens to hold an id too.
+    // Each identifier traced as a value of its own (one word, so this is not reached again);
+    // a message may cite a field unrelated to its argument. The source returned is a result
+    // of this turn's calls, a related field first, so `propagate` marks the call the message
+    // draws on, not a listing that happens to hold an id too.
     let mut sources = Vec::new();
     for id in &ids {
-        if has_word(request, id) {
-            continue;
-        }
-        let from = earlier.iter().find_map(|e| {
-            let leaves = result_leaves(e.result?);
-            let (path, _) = leaves.into_iter().find(|(_, leaf)| has_word(&leaf.to_lowercase(), id))?;
-            Some((e.call, e.tool, path))
-        });
-        match from {
-            Some(src) => sources.push(src),
-            None => return Some(Trace::Nowhere),
+        match trace(arg, &Value::String(id.clone()), request, earlier, None) {
+            Trace::Found(Source::Result { call, path }) => sources.push((call, true, path)),
+            Trace::Unrelated { call, path } => sources.push((call, false, path)),
+            Trace::Found(_) => {}
+            Trace::Nowhere => return Some(Trace::Nowhere),
         }
     }
-    let rank = |(call, tool, path): &(usize, &str, String)| (*call == 0, !related(arg, tool, path));
-    let best = sources.into_iter().min_by_key(rank);
+    let best = sources.into_iter().min_by_key(|(call, related, _)| (*call == 0, !related));
     Some(Trace::Found(best.map_or(Source::Request, |(call, _, path)| Source::Result { call, path })))
 }
 
