@@ -438,8 +438,10 @@ fn within_reference(
     let sets: BTreeMap<&String, _> = sets.into_iter().filter(|&(agent, _)| !covered_by.contains(agent)).collect();
     let (short, short_by): (Vec<String>, Vec<String>) =
         most_shared(sets).map(|(set, by)| (set.into_iter().cloned().collect(), by)).unwrap_or_default();
-    let invented_entity = invented_lookup(it, &short).filter(|_| !short_by.is_empty());
-    let note = if let (Some(entity), Some(left)) = (&invented_entity, left_out(it, &short)) {
+    let left = left_sets(it, &short);
+    let invented_entity = invented_lookup(it, &left).filter(|_| !short_by.is_empty());
+    let note = if let Some(entity) = &invented_entity {
+        let left: Vec<String> = left.iter().filter_map(|alts| alts.first().cloned()).collect();
         format!(
             "{} called only {}, leaving out {}, which finds what a later reference call takes: the request is about `{entity}`, an entity `levels l3` invented, whose id no agent can know without it (the agents' lapse, not a call the request does not need)",
             quoted(&short_by, ", "),
@@ -476,18 +478,11 @@ fn left_sets<'a>(it: &'a ItemInput, short: &[String]) -> Vec<&'a BTreeSet<String
     it.turn_steps.iter().flatten().filter(|alts| !alts.iter().any(|t| short.contains(t))).collect()
 }
 
-/// [`left_sets`], each by its first alternative (`None`: none left out).
-fn left_out(it: &ItemInput, short: &[String]) -> Option<Vec<String>> {
-    let left: Vec<String> = left_sets(it, short).into_iter().filter_map(|alts| alts.first().cloned()).collect();
-    (!left.is_empty()).then_some(left)
-}
-
-/// The item's invented entity ([`ItemInput::invented`]) when every reference call `short`
-/// leaves out (one at least) is a lookup ([`ItemInput::lookups`]): what it finds, a later
-/// call takes, and of an entity nobody can know, so leaving it out is no sign against the
-/// reference.
-fn invented_lookup(it: &ItemInput, short: &[String]) -> Option<String> {
-    let left = left_sets(it, short);
+/// The item's invented entity ([`ItemInput::invented`]) when every reference call left out
+/// (`left`, one at least: [`left_sets`]) is a lookup ([`ItemInput::lookups`]): what it
+/// finds, a later call takes, and of an entity nobody can know, so leaving it out is no
+/// sign against the reference.
+fn invented_lookup(it: &ItemInput, left: &[&BTreeSet<String>]) -> Option<String> {
     let lookups = !left.is_empty() && left.iter().all(|alts| alts.iter().any(|t| it.lookups.contains(t)));
     it.invented.clone().filter(|_| lookups)
 }
