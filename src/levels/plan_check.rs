@@ -81,7 +81,7 @@
 //!    only for `a::x`; it must need `b::y` too (plan does not fit L4: …)"). The new query
 //!    is checked as the first was; it is kept if it passes, else the item is rejected with
 //!    both reasons. `queries.json` records the first query's check under `asked_again`.
-//!    With a re-planner ([`Askers::replan`]; L3) the new query's plan is made anew before
+//!    With a re-planner ([`Askers::replan`]; L3 and L4) the new query's plan is made anew before
 //!    its check: its dependencies annotated for it, not kept from the query it replaces. A
 //!    dependency of the first plan the new one leaves out is a `dependency_dropped`
 //!    decision by `llm` with that exchange; a query whose plan cannot be made anew is
