@@ -91,7 +91,9 @@
 //!    beyond ETOM): it must name its platform ([`Candidate::platform`]), and L1's mention rule
 //!    ([`super::l1::Mention::check`]) refuses it when the platform is not named, or is named
 //!    as what is asked about; and it must name the invented entity the writer was given
-//!    ([`Candidate::entity`]: "entity not named: `Morvira` does not occur"). A plan that fits is then listed whole; a plan with too few
+//!    ([`Candidate::entity`]: "entity not named: `Morvira` does not occur") without an id made
+//!    of its letters beside it ("entity given with an id: `MRVA` is made of the letters of
+//!    `Morvira`, …"). A plan that fits is then listed whole; a plan with too few
 //!    tools as above, the writer told both reasons. A new query that still breaks the rule is
 //!    rejected before its plan is made or checked: "naming rule broken after asking again:
 //!    first query: platform not named: `github` does not occur; asked again: the new query
@@ -1347,7 +1349,10 @@ fn unnamed(c: &Candidate<'_>, query: &str) -> Option<String> {
     let platform = c.platform.and_then(|p| super::l1::Mention::Must(p.to_string()).check(query));
     let entity =
         c.entity.filter(|e| !names_entity(query, e)).map(|e| format!("entity not named: `{e}` does not occur"));
-    let why: Vec<String> = platform.into_iter().chain(entity).collect();
+    let id = c.entity.and_then(|e| id_of(query, e)).map(|(id, e)| {
+        format!("entity given with an id: `{id}` is made of the letters of `{e}`, so the lookup is not needed")
+    });
+    let why: Vec<String> = platform.into_iter().chain(entity).chain(id).collect();
     (!why.is_empty()).then(|| why.join("; "))
 }
 
@@ -1356,6 +1361,28 @@ fn unnamed(c: &Candidate<'_>, query: &str) -> Option<String> {
 fn names_entity(query: &str, entity: &str) -> bool {
     let (q, e) = (split_words(query), split_words(entity));
     !e.is_empty() && q.windows(e.len()).any(|w| w == e.as_slice())
+}
+
+/// The first word of `query` that reads as an id of `entity` made up from its name, with
+/// the entity: two to six capitals (digits aside) that start with the entity's first letter
+/// and take the rest of theirs from its letters in order ("MRVA", "MOR1" of `Morvira`), the
+/// name itself aside. Why: the demo's 1.5B writer gave the ticker beside the invented name
+/// ("Morvira (MRVA)"), so the chain's first step, the lookup, was no longer needed. An id
+/// not made of the name's letters ("ticker XQZ") is not seen.
+fn id_of<'e>(query: &str, entity: &'e str) -> Option<(String, &'e str)> {
+    let name: Vec<char> = entity.chars().filter(char::is_ascii_alphabetic).map(|c| c.to_ascii_uppercase()).collect();
+    let first = *name.first()?;
+    let made_of = |w: &str| {
+        let letters: Vec<char> = w.chars().filter(char::is_ascii_alphabetic).collect();
+        let mut rest = name.iter();
+        letters.len() >= 2
+            && letters[0] == first
+            && w.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+            && (2..=6).contains(&w.len())
+            && letters.iter().all(|l| rest.any(|n| n == l))
+            && letters != name
+    };
+    query.split(|c: char| !c.is_ascii_alphanumeric()).find(|w| made_of(w)).map(|w| (w.to_string(), entity))
 }
 
 /// Whether the writer is asked again for `c` (see the module doc, 6): its plan has too few
@@ -2564,6 +2591,24 @@ mod tests {
         }
         for unnamed_q in ["… of the Morviras on GitHub", "… of Morvir on GitHub"] {
             assert_eq!(unnamed(&cand, unnamed_q).as_deref(), Some(why), "{unnamed_q}");
+        }
+        // An id made of the name's letters beside it breaks the rule too; a word that is not
+        // (the platform's, an unrelated acronym, the name in capitals) does not.
+        let id = "entity given with an id: `MRVA` is made of the letters of `Morvira`, so the lookup is not needed";
+        for with_id in
+            ["Comment 'fixed' on the newest issue of Morvira (MRVA) on GitHub", "… of Morvira, id MRVA, on GitHub"]
+        {
+            assert_eq!(unnamed(&cand, with_id).as_deref(), Some(id), "{with_id}");
+        }
+        let mor = unnamed(&cand, "… of Morvira (MOR2) on GitHub");
+        assert!(mor.is_some_and(|w| w.contains("`MOR2` is made of the letters")));
+        for no_id in [
+            "… of Morvira on GitHub (PR 12)",
+            "… of Morvira's API on GitHub",
+            "… of MORVIRA on GitHub",
+            "… of Morvira (MZ) on GitHub",
+        ] {
+            assert_eq!(unnamed(&cand, no_id), None, "{no_id}");
         }
         // Both rules broken: both reasons, the platform's first.
         let both = unnamed(&cand, "Comment on the newest issue of the Linux kernel");
