@@ -59,7 +59,8 @@ pub static SPEC: StageSpec = StageSpec {
     // value a needed call's result holds as served. 7: a step of the sampled chain is needed
     // on evidence or the LLM check's word only, and one found not needed rejects the chain.
     // 8: a message the agent composed is traced by its identifiers (`gold::composed`).
-    version: 8,
+    // 9: the report groups rejections by what went wrong, not by "turn".
+    version: 9,
     about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),
@@ -1024,6 +1025,21 @@ fn mean_median(xs: &mut [usize]) -> String {
 }
 
 /// The report: yield funnel per source and sub-scenario, rejection reasons, Table-1 stats.
+/// The kind of a rejection reason, for the report's table: where it happened (`turn 1:`,
+/// `turn 2 group 1:`) and the values it quotes left out, then the text before the first `:`
+/// with numbers dropped. Why: the demo's report grouped every reason of a turn as "turn",
+/// an argument made up, a step not needed and a part not done alike.
+fn reason_kind(reason: &str) -> String {
+    static WHERE: std::sync::LazyLock<regex::Regex> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r"^turn \d+( group \d+)?: ").expect("a valid pattern"));
+    static QUOTED: std::sync::LazyLock<regex::Regex> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r#""(?:[^"\\]|\\.)*""#).expect("a valid pattern"));
+    let what = WHERE.replace(reason, "");
+    let what = QUOTED.replace_all(&what, "…");
+    let head: String = what.split(':').next().unwrap_or_default().chars().filter(|c| !c.is_ascii_digit()).collect();
+    head.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 pub fn report(
     verdicts: &[Verdict],
     accepted: &[&Candidate],
@@ -1059,9 +1075,7 @@ pub fn report(
     let mut reasons: BTreeMap<(String, String), usize> = BTreeMap::new();
     for v in verdicts.iter().filter(|v| !v.accepted) {
         for r in &v.reasons {
-            // Group reasons by their kind: the text before the first `:` with numbers dropped.
-            let head: String = r.split(':').next().unwrap_or(r).chars().filter(|c| !c.is_ascii_digit()).collect();
-            *reasons.entry((format!("{:?}", v.source).to_lowercase(), head.trim().to_string())).or_default() += 1;
+            *reasons.entry((format!("{:?}", v.source).to_lowercase(), reason_kind(r))).or_default() += 1;
         }
     }
     md.push_str("\n### Rejection reasons\n\n");
@@ -1103,4 +1117,37 @@ pub fn report(
         ));
     }
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The demo's rejections (clean run at 96741c6) each get their own kind, not "turn".
+    #[test]
+    fn a_reason_is_grouped_by_what_went_wrong_not_where() {
+        let cases = [
+            (
+                r#"turn 1: argument `message` = "The on-call person is Anna: mail Anna@company.com." of call 2 `notify_user` comes from nowhere: not in the request"#,
+                "argument `message` = … of call `notify_user` comes from nowhere",
+            ),
+            (
+                "turn 1: call 2 `get_incident`, a step of the sampled chain, is not needed by the request: The user's …",
+                "call `get_incident`, a step of the sampled chain, is not needed by the request",
+            ),
+            (
+                "turn 1: the answer is not supported by its calls: says `acknowledged` (asked again once: …)",
+                "the answer is not supported by its calls",
+            ),
+            ("turn 2 group 1: `get_incident` did not succeed: timeout", "`get_incident` did not succeed"),
+            (
+                "the dialogue has one turn (it ended `no_action`); a multi-turn sample needs two",
+                "the dialogue has one turn (it ended `no_action`); a multi-turn sample needs two",
+            ),
+            ("turn 3 has no final answer", "turn has no final answer"),
+        ];
+        for (reason, kind) in cases {
+            assert_eq!(reason_kind(reason), kind, "{reason}");
+        }
+    }
 }
