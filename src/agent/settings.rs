@@ -77,7 +77,7 @@ impl crate::settings::Section for ExecuteSettings {
         Key::new(
             "system_prompt",
             "string",
-            r#""You are an assistant with tools. Work through the user's request step by step: call the tool for the first step; when its result arrives, use the values in it (ids, names) to call the tool for the next step. Tools that do not depend on each other may be called in the same turn. Take no action the user did not ask for. Answer only when every step of the request is done.""#,
+            r#""You are an assistant with tools. Work through the user's request step by step: call the tool for the first step; when its result arrives, use the values in it (ids, names) to call the tool for the next step. Tools that do not depend on each other may be called in the same turn. Take no action the user did not ask for. Never make up a value (an id, a name, an e-mail address): use only what the request and the tool results give. Answer only when every step of the request is done.""#,
             "The agent's system message.",
         ),
         Key::new(
@@ -135,10 +135,15 @@ fn default_system() -> String {
     // acknowledged an alert, and its answer claimed both, so `validate` rejected the
     // dialogue; with the sentence it did one such call (left out of the plan) and the
     // dialogue was accepted (demo artifacts, 2026-12-06).
+    // "Never make up a value": the on-call chain's message gave `Anna@company.com` while
+    // `get_oncall` returned another address, and `validate` rejected it; with the sentence the
+    // 1.5B sent the returned address and the chain was accepted (`execute --force` on the
+    // demo's artifacts, 2026-12-06; one run of a nondeterministic server, not a proof).
     "You are an assistant with tools. Work through the user's request step by step: call the tool for \
      the first step; when its result arrives, use the values in it (ids, names) to call the tool for the \
      next step. Tools that do not depend on each other may be called in the same turn. Take no action \
-     the user did not ask for. Answer only when every step of the request is done."
+     the user did not ask for. Never make up a value (an id, a name, an e-mail address): use only what \
+     the request and the tool results give. Answer only when every step of the request is done."
         .into()
 }
 
