@@ -38,6 +38,7 @@ fn matrix(n: usize, agents: usize) -> Matrix {
                 efs_siblings: Default::default(),
                 lookups: Default::default(),
                 invented: None,
+                unrelated: Default::default(),
                 runs,
             }
         })

@@ -292,7 +292,7 @@ impl<'a> Panel<'a> {
             .samples
             .iter()
             .map(|s| {
-                let runs = self
+                let runs: Vec<Vec<Option<items::Outcome>>> = self
                     .cfg
                     .agents
                     .iter()
@@ -324,6 +324,8 @@ impl<'a> Panel<'a> {
                         efs_siblings.entry(m.clone()).or_insert_with(|| t.clone());
                     }
                 }
+                let unrelated =
+                    if reference.is_empty() { unrelated(s, &runs, &self.rel.tools) } else { BTreeMap::new() };
                 items::ItemInput {
                     id: s.id.clone(),
                     kind: s.kind,
@@ -333,12 +335,37 @@ impl<'a> Panel<'a> {
                     efs_siblings,
                     lookups: lookups(s),
                     invented: self.rel.invented.get(&s.id).cloned(),
+                    unrelated,
                     runs,
                 }
             })
             .collect();
         items::Matrix { tool_space: self.space, agents: self.cfg.agents.clone(), repeats: self.cfg.repeats, items }
     }
+}
+
+/// The tools the agents called on `s` (`runs`) that ask for nothing its request does, each
+/// with why: the levels' rule for an L1/L2 query that needs none of its tools
+/// ([`crate::levels::plan_check::unrelated`]: no word shared with the tool's name,
+/// description or inputs, its server's name aside). A tool not in the release is left out.
+fn unrelated(
+    s: &crate::model::Sample,
+    runs: &[Vec<Option<items::Outcome>>],
+    tools: &BTreeMap<String, super::source::ReleasedTool>,
+) -> BTreeMap<String, String> {
+    let request: Vec<&str> = s.turns.iter().map(|t| t.user.as_str()).collect();
+    let request = request.join(" ");
+    let called: BTreeSet<&String> = runs.iter().flatten().flatten().flat_map(|o| &o.tools).collect();
+    let mut out = BTreeMap::new();
+    for id in called {
+        let Some(t) = tools.get(id) else { continue };
+        let vars = serde_json::json!({"name": t.tool.name.trim(), "server": t.server, "description": t.tool.description,
+            "inputs": crate::levels::input_lines(&t.tool.input_schema)});
+        if crate::levels::plan_check::unrelated(&request, &[vars], "").is_some() {
+            out.insert(id.clone(), "shares no word of its name, description or inputs with the request".to_string());
+        }
+    }
+    out
 }
 
 /// The alternatives of `s`'s lookups: reference calls that take nothing from an earlier
@@ -680,6 +707,52 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(lookups(&s), BTreeSet::from(["S::a".to_string(), "T::a".to_string()]));
+    }
+
+    /// The demo's L5 request and the Slack tool both agents called on it (clean run at
+    /// 96741c6): the tool shares no word with the request; a tool that does is not listed, nor
+    /// one outside the release.
+    #[test]
+    fn a_called_tool_that_shares_no_word_with_an_l5_request_is_unrelated() {
+        let s: crate::model::Sample = serde_json::from_value(serde_json::json!({
+            "id": "L5-1", "family": "etom", "kind": "L5", "difficulty": "easy", "out_of_scope": true,
+            "turns": [{"user": "Can I set up a calendar event for the first of September?", "reference_plan": []}]
+        }))
+        .unwrap();
+        let tool = |name: &str, description: &str, inputs: serde_json::Value| super::super::source::ReleasedTool {
+            server: "slack-mcp".into(),
+            tool: crate::model::Tool {
+                id: format!("slack-mcp::{name}"),
+                name: name.into(),
+                description: description.into(),
+                input_schema: serde_json::json!({"type": "object", "properties": inputs}),
+                output_schema: None,
+            },
+            catalog: "filter".into(),
+        };
+        let send = tool(
+            "send_message",
+            "Post a message to a Slack channel, or reply in a thread when a thread timestamp is given. Supports Slack mrkdwn formatting. Returns the channel ID and message timestamp.",
+            serde_json::json!({"channel": {"description": "Channel ID or name, e.g. 'C024BE91L' or '#finance-alerts'."},
+                "text": {"description": "Message text, formatted with Slack mrkdwn."},
+                "thread_ts": {"description": "Timestamp of the parent message to reply in its thread."}}),
+        );
+        let remind = tool("set_reminder", "Set a reminder in Slack for a date.", serde_json::json!({}));
+        let tools = BTreeMap::from([
+            ("slack-mcp::send_message".to_string(), send),
+            ("slack-mcp::set_reminder".to_string(), remind),
+        ]);
+        let run = |t: &[&str]| {
+            Some(items::Outcome {
+                solved: false,
+                f1: 0.0,
+                tools: t.iter().map(|x| x.to_string()).collect(),
+                offered_by_turn: vec![],
+            })
+        };
+        let runs = vec![vec![run(&["slack-mcp::send_message", "slack-mcp::set_reminder"])], vec![run(&["x::made_up"])]];
+        let got = unrelated(&s, &runs, &tools);
+        assert_eq!(got.keys().collect::<Vec<_>>(), ["slack-mcp::send_message"], "{got:?}");
     }
 
     #[test]

@@ -76,6 +76,11 @@ pub struct ItemInput {
     /// The entity `levels l3` invented for the request (see `source::Release::invented`):
     /// no agent can know its id, so a lookup of it the agents leave out is their lapse.
     pub invented: Option<String>,
+    /// On an item with no reference call (L5: no tool can serve the request), each tool an
+    /// agent called that asks for nothing the request does, with why (it shares no word
+    /// with the tool's name, description or inputs): two weak agents calling it alike are
+    /// no sign that some tool serves the request.
+    pub unrelated: BTreeMap<String, String>,
     /// `[agent][repeat]`; `None`: the run failed.
     pub runs: Vec<Vec<Option<Outcome>>>,
 }
@@ -168,6 +173,12 @@ pub struct Evidence {
     /// know that entity's id, so the agents lapsed: `release`'s rule keeps the item.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invented_entity: Option<String>,
+    /// With `agreed_tool` on an item with no reference call (L5): why that tool asks for
+    /// nothing the request does. The agents agree on a tool that does not serve the
+    /// request, so their agreement says nothing against "no tool can": `release`'s rule
+    /// keeps the item.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unrelated_to_request: Option<String>,
     pub note: String,
 }
 
@@ -376,7 +387,14 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
     // Elsewhere, an agreed tool of a reference tool's EFS set is the same function on another
     // server: the request may not say which server, so this is no sign of a wrong reference.
     let efs_sibling_of = proposed_efs_member.is_none().then(|| it.efs_siblings.get(&tool).cloned()).flatten();
+    // With no reference call (L5), a tool that shares nothing with the request is no tool
+    // that serves it: the demo's 0.5B and 1.5B both sent a Slack message for "Can I set up a
+    // calendar event for the first of September?".
+    let unrelated_to_request = it.reference.is_empty().then(|| it.unrelated.get(&tool).cloned()).flatten();
     let note = match (&proposed_efs_member, &efs_sibling_of) {
+        _ if let Some(why) = &unrelated_to_request => {
+            format!("{chose} {instead}: `{tool}` {why}, so the agreement is no sign that a tool serves it")
+        }
         (Some(t), _) => {
             format!("{chose} {instead}: `{t}` is proposed as a possible missing member of the sample's EFS set")
         }
@@ -394,6 +412,7 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
         proposed_efs_member,
         efs_sibling_of,
         covered_by,
+        unrelated_to_request,
         note,
         ..Default::default()
     }
@@ -726,6 +745,7 @@ mod tests {
             efs_siblings: BTreeMap::new(),
             lookups: BTreeSet::new(),
             invented: None,
+            unrelated: BTreeMap::new(),
             runs,
         }
     }
@@ -809,6 +829,29 @@ mod tests {
             assert!(plain.invented_entity.is_none(), "{plain:?}");
             assert!(plain.note.contains("the reference may have a call the request does not need"), "{}", plain.note);
         }
+    }
+
+    /// Two agents that call one tool on an L5 item (no reference call) are a sign that some
+    /// tool serves it, unless that tool shares nothing with the request: then the evidence
+    /// says why (the release's rule keeps the item).
+    #[test]
+    fn an_l5_whose_agents_agree_on_an_unrelated_tool_keeps_its_reference() {
+        let both =
+            || vec![vec![outcome(false, &["slack::send_message"])], vec![outcome(false, &["slack::send_message"])]];
+        let evidence = |unrelated: &[&str]| {
+            let it = ItemInput {
+                unrelated: unrelated.iter().map(|t| (t.to_string(), "shares no word".to_string())).collect(),
+                ..item("L5-1", Kind::L5, &[], both())
+            };
+            analyse(&oracle(&["a", "b"], 1, vec![it]), &Options::default()).items[0].evidence.clone().unwrap()
+        };
+        let e = evidence(&["slack::send_message"]);
+        assert_eq!(e.agreed_tool.as_deref(), Some("slack::send_message"));
+        assert_eq!(e.unrelated_to_request.as_deref(), Some("shares no word"));
+        assert!(e.note.contains("`slack::send_message` shares no word, so the agreement is no sign"), "{}", e.note);
+        let plain = evidence(&[]);
+        assert!(plain.unrelated_to_request.is_none());
+        assert!(plain.note.ends_with("the ground truth may be wrong"), "{}", plain.note);
     }
 
     /// A failed run with call-level F1 `f1` that called the offered `tools`.

@@ -64,8 +64,10 @@ pub static SPEC: StageSpec = StageSpec {
     // written as text is read up to its name and arguments, so one the agent cut while
     // making up its result is run (it was the turn's answer). 10: an `all-fail` item whose
     // agents left out only a lookup of an entity `levels l3` invented names it
-    // (`invented_entity`; reads `levels-l3/queries.json`).
-    version: 10,
+    // (`invented_entity`; reads `levels-l3/queries.json`). 11: on an item with no reference
+    // call (L5), an agreed tool that shares no word with the request is named so
+    // (`unrelated_to_request`); the agent's system prompt says never to make up a value.
+    version: 11,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[
