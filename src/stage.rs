@@ -144,6 +144,20 @@ impl Estimate {
     }
 }
 
+/// A seeded random `n` of `ids` (all of them when there are no more than `n`): `[logs]
+/// sample`'s sessions, `[registry] sample`'s servers. The ids are sorted first, so the
+/// choice depends on the seed and the set of ids, not on their order.
+pub fn seeded_sample(mut ids: Vec<String>, n: usize, seed: u64) -> std::collections::HashSet<String> {
+    use rand::SeedableRng;
+    use rand::seq::SliceRandom;
+    if ids.len() > n {
+        ids.sort();
+        ids.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x7361_6d70_6c65));
+        ids.truncate(n);
+    }
+    ids.into_iter().collect()
+}
+
 /// `n` within a configured `cap` (0: no cap), for estimates.
 pub fn capped(n: u64, cap: usize) -> u64 {
     if cap == 0 { n } else { n.min(cap as u64) }

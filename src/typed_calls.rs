@@ -111,11 +111,6 @@ pub fn sites() -> Vec<Entry> {
         }),
         of::<levels::l4::Quality>("src/levels/l4.rs", "levels L4: quality"),
         of::<levels::l4::Quality>("src/levels/l4.rs", "levels L4: quality of a query asked again"),
-        // Server-prefixed tool ids, as L4's steps name their tools.
-        sizes("src/levels/l4.rs", "levels L4: deps of a query asked again", &[2, 4], |n| {
-            let ids: Vec<String> = (1..=n).map(|k| format!("srv{k}::tool_{k}")).collect();
-            levels::l3::deps_answer(&ids)
-        }),
     ];
     all.extend(l5_sites());
     all.extend(vec![

@@ -324,8 +324,8 @@ impl<'a> Panel<'a> {
                         efs_siblings.entry(m.clone()).or_insert_with(|| t.clone());
                     }
                 }
-                let unrelated =
-                    if reference.is_empty() { unrelated(s, &runs, &self.rel.tools) } else { BTreeMap::new() };
+                let l5 = s.kind == crate::model::Kind::L5 && reference.is_empty();
+                let unrelated = if l5 { unrelated(s, &runs, &self.rel.tools) } else { BTreeMap::new() };
                 items::ItemInput {
                     id: s.id.clone(),
                     kind: s.kind,

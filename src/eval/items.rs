@@ -76,10 +76,9 @@ pub struct ItemInput {
     /// The entity `levels l3` invented for the request (see `source::Release::invented`):
     /// no agent can know its id, so a lookup of it the agents leave out is their lapse.
     pub invented: Option<String>,
-    /// On an item with no reference call (L5: no tool can serve the request), each tool an
-    /// agent called that asks for nothing the request does, with why (it shares no word
-    /// with the tool's name, description or inputs): two weak agents calling it alike are
-    /// no sign that some tool serves the request.
+    /// On an L5 (no tool can serve the request), each tool an agent called that shares no
+    /// word with the request, with why: two weak agents calling it alike are no sign that
+    /// some tool serves the request.
     pub unrelated: BTreeMap<String, String>,
     /// `[agent][repeat]`; `None`: the run failed.
     pub runs: Vec<Vec<Option<Outcome>>>,
@@ -173,10 +172,10 @@ pub struct Evidence {
     /// know that entity's id, so the agents lapsed: `release`'s rule keeps the item.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invented_entity: Option<String>,
-    /// With `agreed_tool` on an item with no reference call (L5): why that tool asks for
-    /// nothing the request does. The agents agree on a tool that does not serve the
-    /// request, so their agreement says nothing against "no tool can": `release`'s rule
-    /// keeps the item.
+    /// With `agreed_tool` on an L5 (no reference call), when every tool two or more agents
+    /// agree on shares no word with the request: why. Their agreement is then no sign that a
+    /// tool serves the request, but a word test cannot see a synonym, so `release`'s rule
+    /// holds the item for a person instead of leaving it out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unrelated_to_request: Option<String>,
     pub note: String,
@@ -387,13 +386,19 @@ fn evidence(m: &Matrix, it: &ItemInput) -> Evidence {
     // Elsewhere, an agreed tool of a reference tool's EFS set is the same function on another
     // server: the request may not say which server, so this is no sign of a wrong reference.
     let efs_sibling_of = proposed_efs_member.is_none().then(|| it.efs_siblings.get(&tool).cloned()).flatten();
-    // With no reference call (L5), a tool that shares nothing with the request is no tool
-    // that serves it: the demo's 0.5B and 1.5B both sent a Slack message for "Can I set up a
-    // calendar event for the first of September?".
-    let unrelated_to_request = it.reference.is_empty().then(|| it.unrelated.get(&tool).cloned()).flatten();
+    // With no reference call (L5), tools that share nothing with the request are no sign that
+    // a tool serves it: the demo's 0.5B and 1.5B both sent a Slack message for "Can I set up a
+    // calendar event for the first of September?". Only when every tool two or more agents
+    // agree on is such a tool, so that which one is named does not hang on the tools' names.
+    let agreed = by_tool.iter().filter(|(_, by)| by.len() >= 2).map(|(t, _)| *t);
+    let all_unrelated = agreed.clone().all(|t| it.unrelated.contains_key(t));
+    let unrelated_to_request =
+        (it.reference.is_empty() && all_unrelated).then(|| it.unrelated.get(&tool).cloned()).flatten();
     let note = match (&proposed_efs_member, &efs_sibling_of) {
         _ if let Some(why) = &unrelated_to_request => {
-            format!("{chose} {instead}: `{tool}` {why}, so the agreement is no sign that a tool serves it")
+            format!(
+                "{chose} {instead}: `{tool}` {why}, so the agreement is no sign that a tool serves it (a person decides)"
+            )
         }
         (Some(t), _) => {
             format!("{chose} {instead}: `{t}` is proposed as a possible missing member of the sample's EFS set")
@@ -849,6 +854,19 @@ mod tests {
         assert_eq!(e.agreed_tool.as_deref(), Some("slack::send_message"));
         assert_eq!(e.unrelated_to_request.as_deref(), Some("shares no word"));
         assert!(e.note.contains("`slack::send_message` shares no word, so the agreement is no sign"), "{}", e.note);
+        // Two agents that also agree on a related tool: no longer named so.
+        let also = || {
+            vec![
+                vec![outcome(false, &["slack::send_message", "cal::add_event"])],
+                vec![outcome(false, &["slack::send_message", "cal::add_event"])],
+            ]
+        };
+        let it = ItemInput {
+            unrelated: BTreeMap::from([("slack::send_message".to_string(), "shares no word".to_string())]),
+            ..item("L5-1", Kind::L5, &[], also())
+        };
+        let mixed = analyse(&oracle(&["a", "b"], 1, vec![it]), &Options::default()).items[0].evidence.clone().unwrap();
+        assert!(mixed.unrelated_to_request.is_none(), "{mixed:?}");
         let plain = evidence(&[]);
         assert!(plain.unrelated_to_request.is_none());
         assert!(plain.note.ends_with("the ground truth may be wrong"), "{}", plain.note);

@@ -50,9 +50,11 @@ pub static SPEC: StageSpec = StageSpec {
     // 11: the judge's "needed" stands only where a part of the request is the step's own.
     // 12: the writer is told to ask for nothing the steps do not do.
     // 13: a dependency named twice is read once (the schema no longer says `uniqueItems`).
-    // 14: the dependencies of a query written when asked again are annotated anew
-    //     (`levels_l3_deps`), not kept from the scenario's first query.
-    version: 14,
+    // 14: the dependencies of a query asked again were annotated anew; withdrawn in 15.
+    // 15: a query asked again keeps the scenario's dependencies (rule 2 drops those with no
+    //     data link, as for the first query): a small judge's annotation could drop a real
+    //     data link ("extract needs search"), and the step feeding it would be pruned.
+    version: 15,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],
@@ -302,7 +304,6 @@ impl Stage for L4Stage {
             Estimate::typed(&l.judge_role, n * (1 + rounds), format!("≤ {n} attempts × (1 + {rounds} checks)")),
             Estimate::typed(&l.writer_role, n * rounds, format!("≤ {n} attempts × {rounds} rounds")),
             Estimate::typed(&l.writer_role, n, format!("≤ {n} attempts × ≤ 1 query asked again")),
-            Estimate::typed(&l.judge_role, n, format!("≤ {n} attempts × ≤ 1 deps of a query asked again")),
         ];
         // The plan check's judge: at most every distinct tool of a scenario's servers is an
         // open step (repeats are decided by rule), for the query and the one asked again.
@@ -334,11 +335,6 @@ impl Stage for L4Stage {
             ),
             super::plan_check::step_need_prompt(),
             super::plan_check::query_again_prompt(),
-            PromptRef::new(
-                "levels.l3_deps",
-                super::l3::DEPS_TEMPLATE,
-                json!({"query": "q", "steps": [{"n": 1, "tool": "s::t", "description": "d"}]}),
-            ),
         ]
     }
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
@@ -497,15 +493,13 @@ impl Stage for L4Stage {
                 entity: None,
             })
             .collect();
-        // The writer asked again (a query with fewer servers than L4 needs) is a parent too,
-        // and so is the judge that annotates the new query's dependencies: the scenario's were
-        // written for the first query, which the new one need not share (issue 38).
-        let plans: BTreeMap<&str, &[Step]> = cands.iter().map(|(k, _, steps)| (k.as_str(), steps.as_slice())).collect();
-        let replan = |b: &mut Batch<'_>, asked: &[(&str, &str)]| annotate_again(b, judge, &look, &plans, asked);
+        // The writer asked again (a query with fewer servers than L4 needs) is a parent too.
+        // The new query keeps the scenario's dependencies: the writer wrote them with the first
+        // query, and no call annotates them (quality control below sees them with the new one).
         let ask = super::plan_check::Askers {
             judge: l.plan_check.judge.then_some(judge),
             writer: Some(writer),
-            replan: Some(&replan),
+            replan: None,
         };
         let embedder = super::LazyEmbedder::new(s);
         let sim = |qs: &[&str], steps: &[Step]| super::step_similarities(&embedder, &look, qs, steps);
@@ -520,7 +514,6 @@ impl Stage for L4Stage {
                 Ok(steps) => {
                     let mut exchanges = attempts[key].exchanges.clone();
                     exchanges.extend(v.exchange);
-                    exchanges.extend(v.replanned);
                     queries.push(Generated {
                         key: key.clone(),
                         query: v.query,
@@ -589,65 +582,6 @@ fn qc_tools(look: &super::Lookup<'_>, steps: &[ScenarioStep]) -> Vec<Value> {
             json!({"id": id, "server": server, "description": description, "required": required})
         })
         .collect()
-}
-
-/// The dependencies of each query the plan check asked the writer for again (`asked`: item
-/// key and new query), annotated by `judge` over its scenario's steps (`plans`, each by its
-/// primary tool) with L3's dependency template (items `deps-again:<key>`), and the plan in
-/// their order. Why: the scenario's dependencies were written with the first query, and a
-/// new query that asks for other things need not imply them (issue 38). Per key the plan,
-/// or why there is none.
-fn annotate_again(
-    batch: &mut Batch<'_>,
-    judge: &str,
-    look: &super::Lookup<'_>,
-    plans: &BTreeMap<&str, &[Step]>,
-    asked: &[(&str, &str)],
-) -> Result<super::plan_check::Replans> {
-    let item = |key: &str| format!("deps-again:{key}");
-    let primary = |key: &str| -> Vec<String> { plans[key].iter().map(|s| s.tools[0].clone()).collect() };
-    let items: Vec<(String, (Vec<String>, Value))> = asked
-        .iter()
-        .map(|&(key, query)| {
-            let chain = primary(key);
-            let steps: Vec<Value> = chain
-                .iter()
-                .enumerate()
-                .map(|(i, id)| {
-                    let description = look.get(id).map_or("", |(_, t)| t.description.as_str());
-                    json!({"n": i + 1, "tool": id, "description": description})
-                })
-                .collect();
-            (item(key), (chain, json!({"query": query, "steps": steps})))
-        })
-        .collect();
-    let done = batch.run(items, |(chain, vars): (Vec<String>, Value), llm: Item| async move {
-        let template = super::l3::DEPS_TEMPLATE;
-        let d = llm.ask(judge, &Prompt::new(template, vars), None, &super::l3::deps_answer(&chain)).await?;
-        Ok((super::l3::annotation_deps(&chain, &d.value), d.exchange))
-    })?;
-    let mut out = BTreeMap::new();
-    for &(key, _) in asked {
-        let plan = match done.values.get(&item(key)) {
-            Some((deps, exchange)) => super::repair_dependencies(deps)
-                .map_err(|e| format!("dependencies rejected: {e}"))
-                .map(|r| super::plan_check::Replanned {
-                    steps: r
-                        .order
-                        .iter()
-                        .zip(r.deps)
-                        .map(|(&old, depends_on)| Step { tools: plans[key][old].tools.clone(), depends_on })
-                        .collect(),
-                    exchange: exchange.clone(),
-                }),
-            None => {
-                let failed = done.failed.iter().find(|f| f.item == item(key));
-                Err(format!("no valid answer: {}", failed.map_or("the item failed", |f| f.reason.as_str())))
-            }
-        };
-        out.insert(key.to_string(), plan);
-    }
-    Ok(out)
 }
 
 /// Quality control of the queries the writer wrote when the plan check asked again (issue

@@ -81,7 +81,7 @@
 //!    only for `a::x`; it must need `b::y` too (plan does not fit L4: …)"). The new query
 //!    is checked as the first was; it is kept if it passes, else the item is rejected with
 //!    both reasons. `queries.json` records the first query's check under `asked_again`.
-//!    With a re-planner ([`Askers::replan`]; L3 and L4) the new query's plan is made anew before
+//!    With a re-planner ([`Askers::replan`]; L3) the new query's plan is made anew before
 //!    its check: its dependencies annotated for it, not kept from the query it replaces. A
 //!    dependency of the first plan the new one leaves out is a `dependency_dropped`
 //!    decision by `llm` with that exchange; a query whose plan cannot be made anew is
@@ -1363,26 +1363,47 @@ fn names_entity(query: &str, entity: &str) -> bool {
     !e.is_empty() && q.windows(e.len()).any(|w| w == e.as_slice())
 }
 
-/// The first word of `query` that reads as an id of `entity` made up from its name, with
-/// the entity: two to six capitals (digits aside) that start with the entity's first letter
-/// and take the rest of theirs from its letters in order ("MRVA", "MOR1" of `Morvira`), the
-/// name itself aside. Why: the demo's 1.5B writer gave the ticker beside the invented name
-/// ("Morvira (MRVA)"), so the chain's first step, the lookup, was no longer needed. An id
-/// not made of the name's letters ("ticker XQZ") is not seen.
+/// The first word of `query` beside a mention of `entity` (up to three words after it, or
+/// two before) that reads as an id made up from its name, with the entity: three to six
+/// capital letters (digits aside, ten characters at most) that start with the entity's
+/// first letter and take the rest of theirs from its letters in order ("MRVA", "MOR1" of
+/// `Morvira`), the name itself aside. Why: the demo's 1.5B writer gave the ticker beside the
+/// invented name ("Morvira (MRVA)"), so the chain's first step, the lookup, was no longer
+/// needed. Beside the name only and three letters at least, so that a common acronym
+/// elsewhere ("PR 12" for an entity `Pelrix`, "FY2024" for `Feylor`) is not taken for one;
+/// an id not made of the name's letters ("ticker XQZ") is not seen.
 fn id_of<'e>(query: &str, entity: &'e str) -> Option<(String, &'e str)> {
     let name: Vec<char> = entity.chars().filter(char::is_ascii_alphabetic).map(|c| c.to_ascii_uppercase()).collect();
     let first = *name.first()?;
     let made_of = |w: &str| {
         let letters: Vec<char> = w.chars().filter(char::is_ascii_alphabetic).collect();
         let mut rest = name.iter();
-        letters.len() >= 2
+        (3..=6).contains(&letters.len())
+            && w.len() <= 10
             && letters[0] == first
             && w.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
-            && (2..=6).contains(&w.len())
             && letters.iter().all(|l| rest.any(|n| n == l))
             && letters != name
     };
-    query.split(|c: char| !c.is_ascii_alphanumeric()).find(|w| made_of(w)).map(|w| (w.to_string(), entity))
+    let split = |t: &'e str| -> Vec<&'e str> {
+        t.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty()).collect()
+    };
+    let e: Vec<String> = split(entity).iter().map(|w| w.to_ascii_lowercase()).collect();
+    let words: Vec<&str> = query.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    let lower: Vec<String> = words.iter().map(|w| w.to_ascii_lowercase()).collect();
+    if e.is_empty() || words.len() < e.len() {
+        return None;
+    }
+    let n = e.len();
+    let beside = |at: usize| {
+        let (from, to) = (at.saturating_sub(2), (at + n + 3).min(words.len()));
+        (from..to).filter(move |&i| i < at || i >= at + n)
+    };
+    (0..=words.len() - e.len())
+        .filter(|&at| lower[at..at + e.len()] == e[..])
+        .flat_map(beside)
+        .find(|&i| made_of(words[i]))
+        .map(|i| (words[i].to_string(), entity))
 }
 
 /// Whether the writer is asked again for `c` (see the module doc, 6): its plan has too few
@@ -2607,9 +2628,25 @@ mod tests {
             "… of Morvira's API on GitHub",
             "… of MORVIRA on GitHub",
             "… of Morvira (MZ) on GitHub",
+            "MRVA: the newest issue of the project we know as Morvira, on GitHub",
         ] {
             assert_eq!(unnamed(&cand, no_id), None, "{no_id}");
         }
+        // A common acronym that happens to fit the name's letters, away from the name, is no id.
+        let pelrix = |q: &'static str| {
+            let c = Candidate {
+                key: "k",
+                query: q,
+                steps: plan.to_vec(),
+                platform: Some("GitHub"),
+                entity: Some("Pelrix"),
+            };
+            unnamed(&c, q)
+        };
+        assert_eq!(pelrix("Comment on PRX, the newest of Pelrix's issues on GitHub"), None, "four words before");
+        assert_eq!(pelrix("Comment on the newest PR of Pelrix on GitHub"), None, "two letters");
+        let near = pelrix("Comment on the newest issue of Pelrix (PLX) on GitHub");
+        assert!(near.is_some_and(|w| w.contains("`PLX` is made of the letters of `Pelrix`")));
         // Both rules broken: both reasons, the platform's first.
         let both = unnamed(&cand, "Comment on the newest issue of the Linux kernel");
         assert_eq!(both.as_deref(), Some(format!("platform not named: `GitHub` does not occur; {why}").as_str()));

@@ -335,20 +335,7 @@ pub fn sample_ids(
     let mut record = |s: &Session| ids.push(s.id.clone());
     let mut sink = std::io::sink();
     import_sources(files, known, &mut anon, &mut sink, &mut |_, _| Ok(()), &mut record)?;
-    Ok(Keep { sample: n, ids: seeded_sample(ids, n, seed) })
-}
-
-/// A seeded random `n` of `ids` (all of them when there are no more than `n`). The ids are
-/// sorted first, so the choice depends on the seed and the set of ids, not on their order.
-pub fn seeded_sample(mut ids: Vec<String>, n: usize, seed: u64) -> HashSet<String> {
-    use rand::SeedableRng;
-    use rand::seq::SliceRandom;
-    if ids.len() > n {
-        ids.sort();
-        ids.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x7361_6d70_6c65));
-        ids.truncate(n);
-    }
-    ids.into_iter().collect()
+    Ok(Keep { sample: n, ids: crate::stage::seeded_sample(ids, n, seed) })
 }
 
 fn finish_session(

@@ -88,6 +88,10 @@ pub struct RegistrySettings {
     /// Drop invalid records (each recorded with its reason) instead of failing.
     #[serde(default)]
     pub lenient: bool,
+    /// Import a seeded random subset of this many servers, each with all its tools (a first
+    /// look at a large registry); `None`: every server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<usize>,
     /// Scraped snapshot folders that `registry import` merges into one catalog (in priority
     /// order) instead of reading `source` (see `docs/registry.md`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -124,6 +128,11 @@ impl crate::settings::Section for RegistrySettings {
             "bool",
             "false",
             "Leave invalid records out (each listed with its reason) instead of failing.",
+        ),
+        Key::unset(
+            "sample",
+            "integer",
+            "Import a seeded random subset of this many servers, each with all its tools (a first look); unset: every server.",
         ),
         Key::new(
             "snapshots",
@@ -310,7 +319,8 @@ impl ImportStage {
 
     fn settings(&self, settings: &Settings) -> ImportSettings {
         let reg = &settings.section::<RegistrySettings>();
-        ImportSettings { format: self.format.unwrap_or(reg.format), lenient: self.lenient || reg.lenient }
+        let sample = reg.sample.map(|n| (n, settings.project.seed));
+        ImportSettings { format: self.format.unwrap_or(reg.format), lenient: self.lenient || reg.lenient, sample }
     }
 }
 
@@ -318,6 +328,42 @@ impl ImportStage {
 struct ImportSettings {
     format: RegistryFormat,
     lenient: bool,
+    /// `[registry] sample` with the project seed that draws it. Left out of the hash when
+    /// unset, so a project without it keeps its import.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sample: Option<(usize, u64)>,
+}
+
+/// `import_report.json` → `sample`: what `[registry] sample = N` left out of the catalog.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SampleReport {
+    /// The configured `[registry] sample`.
+    pub sample: usize,
+    /// Servers the source holds: those kept and those left out.
+    pub read: usize,
+    /// Servers left out (with all their tools), sorted.
+    pub not_sampled: Vec<String>,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// `[registry] sample = n`: keep a seeded random `n` of `catalog`'s servers (all when it
+/// holds no more) with all their tools, and `origins` of the kept ones only. The draw
+/// depends on the seed and the set of server names, not their order in the file.
+pub fn sample_servers(catalog: &mut Catalog, origins: &mut Vec<Origin>, n: usize, seed: u64) -> SampleReport {
+    let read = catalog.servers.len();
+    let names: Vec<String> = catalog.servers.iter().map(|s| s.name.clone()).collect();
+    let keep = crate::stage::seeded_sample(names, n, seed);
+    let mut not_sampled: Vec<String> =
+        catalog.servers.iter().filter(|s| !keep.contains(&s.name)).map(|s| s.name.clone()).collect();
+    not_sampled.sort();
+    catalog.servers.retain(|s| keep.contains(&s.name));
+    origins.retain(|o| keep.contains(o.id.split(crate::model::TOOL_ID_SEP).next().unwrap_or(&o.id)));
+    let reason = format!(
+        "left out by `[registry] sample = {n}`: a seeded subset of {} of {read} servers (project seed {seed})",
+        catalog.servers.len()
+    );
+    SampleReport { sample: n, read, not_sampled, reason }
 }
 
 #[derive(Serialize)]
@@ -331,6 +377,9 @@ struct ImportReport<'a> {
     invalid_input_schemas: usize,
     notes: &'a [Note],
     rejected: &'a [Rejected],
+    /// Absent without `[registry] sample`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sample: Option<SampleReport>,
 }
 
 /// Notes and outputs for the tools whose input schema does not compile (see [`schema`]).
@@ -362,7 +411,10 @@ pub fn catalog_size(settings: &Settings, made: &[Artifact<Catalog>]) -> Option<C
     let r = settings.section::<RegistrySettings>();
     let bytes = std::fs::read(settings.resolve(r.source.as_ref()?)).ok()?;
     // Lenient: records an import would reject still bound what it keeps.
-    let imported = etom::parse(&bytes, true).ok()?;
+    let mut imported = etom::parse(&bytes, true).ok()?;
+    if let Some(n) = r.sample {
+        sample_servers(&mut imported.catalog, &mut imported.origins, n, settings.project.seed);
+    }
     Some(CatalogSize::of(&imported.catalog, "registry.source"))
 }
 
@@ -474,7 +526,7 @@ impl Stage for ImportStage {
             return self.run_snapshots(ctx, inputs, out, &snapshots);
         }
         let source = self.source(ctx.settings)?;
-        let ImportSettings { format, lenient } = self.settings(ctx.settings);
+        let ImportSettings { format, lenient, sample: drawn } = self.settings(ctx.settings);
         let bytes = inputs.bytes(&source)?;
         let shown = ctx.settings.display_path(&source);
         let imported = match format {
@@ -485,6 +537,8 @@ impl Stage for ImportStage {
         if !imported.problems.is_empty() {
             return Err(InputError { file: shown, problems: imported.problems }.into());
         }
+        let mut imported = imported;
+        let sample = drawn.map(|(n, seed)| sample_servers(&mut imported.catalog, &mut imported.origins, n, seed));
         for n in &imported.notes {
             if ctx.printer.verbose > 0 {
                 ctx.printer.warn(&format!("{shown}: {}: {}", n.location, n.message));
@@ -514,6 +568,7 @@ impl Stage for ImportStage {
                 invalid_input_schemas,
                 notes: &notes,
                 rejected: &imported.rejected,
+                sample: sample.clone(),
             },
         )?;
         out.count("servers", catalog.servers.len());
@@ -530,8 +585,31 @@ impl Stage for ImportStage {
         if !imported.rejected.is_empty() {
             out.notes.push(format!("{} records left out (see import_report.json)", imported.rejected.len()));
         }
+        sample_note(sample.as_ref(), out);
         Ok(())
     }
+
+    fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
+        if s.section::<RegistrySettings>().sample == Some(0) {
+            problems.push(crate::error::Problem::new(
+                "registry.sample",
+                "must be at least 1 (it is the number of servers a first look imports; leave it out for all)",
+            ));
+        }
+    }
+}
+
+/// The run's line about `[registry] sample`, and its count.
+fn sample_note(sample: Option<&SampleReport>, out: &mut Output) {
+    let Some(s) = sample else { return };
+    out.count("not_sampled", s.not_sampled.len());
+    out.notes.push(format!(
+        "sample: {} of {} servers kept (`[registry] sample = {}`); the {} left out are listed in import_report.json",
+        s.read - s.not_sampled.len(),
+        s.read,
+        s.sample,
+        s.not_sampled.len()
+    ));
 }
 
 /// The ledger events of one import: the input read, a record per server and tool (a tool's
@@ -625,6 +703,17 @@ impl ImportStage {
             ));
         }
         let (mut merged, mut cats, mut notes) = commands::build_catalog(&snaps, cats_cfg)?;
+        // Sampled before the LLM classifies any server: a first look asks about its sample only.
+        let sample = self
+            .settings(ctx.settings)
+            .sample
+            .map(|(n, seed)| sample_servers(&mut merged.catalog, &mut Vec::new(), n, seed));
+        if sample.is_some() {
+            // `categories.csv` lists the catalog's servers; `merge.md` still tells the whole merge.
+            let kept: std::collections::BTreeSet<&str> =
+                merged.catalog.servers.iter().map(|s| s.name.as_str()).collect();
+            cats.unassigned.retain(|n| kept.contains(n.as_str()));
+        }
         categories::classify_with_llm(ctx, &mut merged.catalog.servers, cats_cfg, &mut cats, out)?;
         for n in &notes {
             if ctx.printer.verbose > 0 {
@@ -649,6 +738,7 @@ impl ImportStage {
                 invalid_input_schemas,
                 notes: &notes,
                 rejected: &[],
+                sample: sample.clone(),
             },
         )?;
         out.count("servers", catalog.servers.len());
@@ -663,6 +753,7 @@ impl ImportStage {
             categories.len(),
             snaps.len()
         ));
+        sample_note(sample.as_ref(), out);
         Ok(())
     }
 }

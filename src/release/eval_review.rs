@@ -50,9 +50,10 @@ pub enum Decider {
     /// where two or more agents agree on an offered tool outside the reference (not one an
     /// L2's EFS set may lack, nor a reference tool's EFS sibling), kept where an agent solved
     /// it in another tool space, made at least half of the reference's calls as it does
-    /// while calling for every one, where two or more left out only a lookup of an entity
-    /// `levels l3` invented, or where an L5's agents agree on a tool that shares no word with
-    /// the request; the rest is held back as for a person. The card and the CHANGELOG say so.
+    /// while calling for every one, or where two or more left out only a lookup of an entity
+    /// `levels l3` invented; the rest is held back as for a person (an L5 whose agents agree
+    /// only on tools that share no word with the request among them). The card and the
+    /// CHANGELOG say so.
     Evidence,
 }
 
@@ -83,9 +84,8 @@ impl Adjudicated {
     /// Decides the flagged item `id` by rule ([`Decider::Evidence`]) where the panel's
     /// evidence can: left out where two or more agents agree on an offered tool outside the
     /// reference ([`Evidence::AgreedOtherwise`]), kept where an agent solved it in another
-    /// space, its calls cover the reference's ([`Evidence::Covered`]), it left out only a
-    /// lookup of an invented entity ([`Evidence::Invented`]), or an L5's agents agree on a
-    /// tool unrelated to the request ([`Evidence::Unrelated`]). Returns whether it
+    /// space, its calls cover the reference's ([`Evidence::Covered`]), or it left out only a
+    /// lookup of an invented entity ([`Evidence::Invented`]). Returns whether it
     /// decided; `why` is the flag as [`all_fail`] gives it.
     pub fn decide_by_rule(&mut self, id: &str, why: &str, evidence: &Evidence) -> bool {
         const BY: &str =
@@ -98,12 +98,6 @@ impl Adjudicated {
             Evidence::Invented(entity) => (
                 true,
                 format!("kept after evaluation {BY}: {why}; the lookup of `{entity}` the agents left out is needed"),
-            ),
-            Evidence::Unrelated(tool) => (
-                true,
-                format!(
-                    "kept after evaluation {BY}: {why}; the tool the agents agree on, `{tool}`, shares no word with the request, so no tool is shown to serve it"
-                ),
             ),
             Evidence::Covered => (
                 true,
@@ -150,10 +144,6 @@ pub enum Evidence {
     /// entity `levels l3` invented for the request (`invented_entity`, held here): no agent
     /// can know its id, so the left-out lookup is the agents' lapse, not a needless call.
     Invented(String),
-    /// Two or more agents agree on a tool on an item with no reference call (L5), a tool
-    /// that shares nothing with the request (`unrelated_to_request`, held here with the
-    /// tool): no sign that a tool serves the request.
-    Unrelated(String),
     /// Neither: the panel says nothing for or against the reference.
     Silent,
 }
@@ -170,7 +160,7 @@ pub fn evidence(name: &str, bytes: &[u8]) -> Result<BTreeMap<String, Evidence>, 
         Evidence::SolvedIn(_) => 0,
         Evidence::AgreedOtherwise => 1,
         Evidence::ForPerson => 2,
-        Evidence::Covered | Evidence::Invented(_) | Evidence::Unrelated(_) => 3,
+        Evidence::Covered | Evidence::Invented(_) => 3,
         Evidence::Silent => 4,
     };
     let mut out: BTreeMap<String, Evidence> = BTreeMap::new();
@@ -221,12 +211,12 @@ fn of_record(v: &Value) -> Evidence {
     // An agreed tool proposed for the EFS set (L2) or of a reference tool's EFS set (other
     // levels) is left to a person: it is the same function, so not a sign against it.
     let for_person = !ev["proposed_efs_member"].is_null() || !ev["efs_sibling_of"].is_null();
-    // An L5 whose agents agree on a tool that shares nothing with the request keeps its
-    // "no tool can" (`unrelated_to_request`).
-    let unrelated = ev["unrelated_to_request"].as_str().and(ev["agreed_tool"].as_str());
-    if let Some(tool) = unrelated {
-        Evidence::Unrelated(tool.to_string())
-    } else if ev["agreed_tool"].is_string() && !for_person {
+    // An L5 whose agents agree only on tools that share no word with the request
+    // (`unrelated_to_request`) is left to a person too: weak agents flail that way, so it is
+    // no sign that a tool serves the request, but a word test cannot see a synonym
+    // ("remind me" and `set_reminder`).
+    let for_person = for_person || ev["unrelated_to_request"].is_string();
+    if ev["agreed_tool"].is_string() && !for_person {
         Evidence::AgreedOtherwise
     } else if ev["agreed_tool"].is_string() {
         Evidence::ForPerson
@@ -378,12 +368,10 @@ mod tests {
             "{}",
             a.keep["L3-4"]
         );
-        // An L5's agents agreeing on a tool that shares nothing with the request: kept.
-        assert_eq!(ev["L5-2"], Evidence::Unrelated("S::send".into()));
-        assert!(a.decide_by_rule("L5-2", "flagged", &ev["L5-2"]));
-        assert!(
-            a.keep["L5-2"].ends_with("`S::send`, shares no word with the request, so no tool is shown to serve it")
-        );
+        // An L5's agents agreeing on a tool that shares no word with the request: no sign
+        // against the reference, and none for it either; a person decides.
+        assert_eq!(ev["L5-2"], Evidence::ForPerson);
+        assert!(!a.decide_by_rule("L5-2", "flagged", &ev["L5-2"]));
         assert!(a.leave_out.contains_key("L4-3"));
         assert!(a.leave_out["L1-1"].contains("by rule") && a.leave_out.contains_key("L3-1"));
         assert!(a.keep["L2-1"].contains("cover the reference's") && a.keep["L5-1"].contains("`oracle`"));

@@ -64,8 +64,9 @@ SYSTEM_PROMPT = (
     "You are an assistant with tools. Work through the user's request step by step: call the tool for "
     "the first step; when its result arrives, use the values in it (ids, names) to call the tool for the "
     "next step. Tools that do not depend on each other may be called in the same turn. Take no action "
-    "the user did not ask for. Answer only when every step of the request is done. If none of your tools "
-    "can do what the user asks, say so and call none."
+    "the user did not ask for. Never make up a value (an id, a name, an e-mail address): use only what "
+    "the request and the tool results give. Answer only when every step of the request is done. If none "
+    "of your tools can do what the user asks, say so and call none."
 )
 ANSWER_NUDGE = "Now answer the user in plain words, from the tool results above."
 

@@ -176,8 +176,9 @@ pub static SPEC: StageSpec = StageSpec {
     // Inspect AI task gives each turn at least the calls of the sample's largest turn.
     // 14: the card's "Real sessions: curation" section (drops per criterion and decider).
     // 15: the Inspect AI task's system prompt says to take no action the user did not ask for.
-    // 16: ... and never to make up a value; the rule keeps an L5 whose agents agree on a tool
-    //     that shares no word with the request (`evidence.unrelated_to_request`).
+    // 16: ... and never to make up a value; the rule holds an L5 whose agents agree only on
+    //     tools that share no word with the request (`evidence.unrelated_to_request`) for a
+    //     person instead of leaving it out.
     version: 16,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, pinned servers, an Inspect AI task, checksums",
     reads: pool_reads!(eval_review::QUEUE.optional(), eval_review::ITEMS.optional()),
@@ -260,7 +261,7 @@ impl crate::settings::Section for ReleaseSettings {
             "decide_flagged",
             "string",
             r#""person""#,
-            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: where the panel's evidence can, a rule standing in for a person leaves out (two agents agree on an offered tool outside the reference, other than a tool proposed for an L2's EFS set, a reference tool's EFS sibling, or, on an L5, a tool that shares no word with the request) or keeps (an agent solved it in another tool space, its calls cover the reference's, two agents left out only a lookup of an entity `levels l3` invented, or an L5's agents agree on a tool that shares no word with the request); the card says so.",
+            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: where the panel's evidence can, a rule standing in for a person leaves out (two agents agree on an offered tool outside the reference, other than a tool proposed for an L2's EFS set, a reference tool's EFS sibling, or, on an L5, tools that share no word with the request, which a person decides) or keeps (an agent solved it in another tool space, its calls cover the reference's, or two agents left out only a lookup of an entity `levels l3` invented); the card says so.",
         ),
     ];
     const EXAMPLE: &'static str = r#"
@@ -976,7 +977,7 @@ fn write_card(
     let (kept, left) = summary.flagged_by_rule;
     if kept + left > 0 {
         limits.push(format!(
-            "{} item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person (`[release] decide_flagged = \"evidence\"`): {kept} kept (an agent solved it in another tool space, the panel's calls cover the reference's, or the agents left out only a lookup of an entity `levels l3` invented), {left} left out (two or more agents agree on an offered tool outside the reference, not an EFS equivalent of a reference tool); CHANGELOG.md gives each reason.",
+            "{} item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person (`[release] decide_flagged = \"evidence\"`): {kept} kept (an agent solved it in another tool space, the panel's calls cover the reference's, or the agents left out only a lookup of an entity `levels l3` invented), {left} left out (two or more agents agree on an offered tool outside the reference, not an EFS equivalent of a reference tool nor, on an L5, only tools that share no word with the request); CHANGELOG.md gives each reason.",
             kept + left
         ));
     }

@@ -1024,22 +1024,27 @@ fn mean_median(xs: &mut [usize]) -> String {
     format!("{mean:.2} / {median}")
 }
 
-/// The report: yield funnel per source and sub-scenario, rejection reasons, Table-1 stats.
 /// The kind of a rejection reason, for the report's table: where it happened (`turn 1:`,
-/// `turn 2 group 1:`) and the values it quotes left out, then the text before the first `:`
-/// with numbers dropped. Why: the demo's report grouped every reason of a turn as "turn",
-/// an argument made up, a step not needed and a part not done alike.
+/// `turn 2 group 1:`, "turn 1 call 2 `x`:") and the values it quotes left out (an
+/// argument's value whatever its type, every quoted string), then the text before the first
+/// `:` with numbers dropped. Why: the demo's report grouped every reason of a turn as
+/// "turn", an argument made up, a step not needed and a part not done alike.
 fn reason_kind(reason: &str) -> String {
-    static WHERE: std::sync::LazyLock<regex::Regex> =
-        std::sync::LazyLock::new(|| regex::Regex::new(r"^turn \d+( group \d+)?: ").expect("a valid pattern"));
-    static QUOTED: std::sync::LazyLock<regex::Regex> =
-        std::sync::LazyLock::new(|| regex::Regex::new(r#""(?:[^"\\]|\\.)*""#).expect("a valid pattern"));
+    use std::sync::LazyLock;
+    static WHERE: LazyLock<regex::Regex> =
+        LazyLock::new(|| regex::Regex::new(r"^turn \d+(?: group \d+| call \d+ `[^`]*`)?: ").expect("a valid pattern"));
+    static VALUE: LazyLock<regex::Regex> =
+        LazyLock::new(|| regex::Regex::new(r"(argument `[^`]*`) = .*? (of call \d+ `)").expect("a valid pattern"));
+    static QUOTED: LazyLock<regex::Regex> =
+        LazyLock::new(|| regex::Regex::new(r#""(?:[^"\\]|\\.)*""#).expect("a valid pattern"));
     let what = WHERE.replace(reason, "");
+    let what = VALUE.replace_all(&what, "$1 = … $2");
     let what = QUOTED.replace_all(&what, "…");
     let head: String = what.split(':').next().unwrap_or_default().chars().filter(|c| !c.is_ascii_digit()).collect();
     head.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// The report: yield funnel per source and sub-scenario, rejection reasons, Table-1 stats.
 pub fn report(
     verdicts: &[Verdict],
     accepted: &[&Candidate],
@@ -1145,6 +1150,18 @@ mod tests {
                 "the dialogue has one turn (it ended `no_action`); a multi-turn sample needs two",
             ),
             ("turn 3 has no final answer", "turn has no final answer"),
+            (
+                "turn 1 call 2 `get_incident`: the needed-call check gave no usable verdict: timeout",
+                "the needed-call check gave no usable verdict",
+            ),
+            (
+                r#"turn 1: argument `filter` = {"status": "open"} of call 1 `search` comes from nowhere: not in the request"#,
+                "argument `filter` = … of call `search` comes from nowhere",
+            ),
+            (
+                "turn 2: argument `urgent` = true of call 1 `notify` comes from nowhere: not in the request",
+                "argument `urgent` = … of call `notify` comes from nowhere",
+            ),
         ];
         for (reason, kind) in cases {
             assert_eq!(reason_kind(reason), kind, "{reason}");

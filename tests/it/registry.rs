@@ -624,6 +624,62 @@ mod fuzz {
     }
 }
 
+/// `[registry] sample = 20` on ETOM's 491 servers: 20 servers with all their tools, the
+/// other 471 listed with the reason; the same seed draws the same servers, another seed
+/// others; `sample = 0` is refused by `check` before anything runs.
+#[test]
+fn a_registry_sample_imports_a_seeded_subset_and_lists_the_servers_left_out() {
+    let Some(reg) = crate::support::shared_data("etom/mcp_registry.json") else { return };
+    let import = |seed: u64, sample: usize| -> (Catalog, Value, String) {
+        let p = project(&format!("[registry]\nsource = {:?}\nsample = {sample}\n", reg.to_str().unwrap()));
+        let cfg = p.read("pipeline/demo.toml").replace("[project]\n", &format!("[project]\nseed = {seed}\n"));
+        p.write("pipeline/demo.toml", cfg);
+        let o = p.run(&["registry", "import"]);
+        assert_code(&o, 0);
+        let catalog = p.read("artifacts/registry-import/catalog.json");
+        let report: Value = serde_json::from_str(&p.read("artifacts/registry-import/import_report.json")).unwrap();
+        (serde_json::from_str(&catalog).unwrap(), report, catalog)
+    };
+    let (cat, report, text) = import(7, 20);
+    assert_eq!(cat.servers.len(), 20);
+    let full: Value = serde_json::from_slice(&std::fs::read(&reg).unwrap()).unwrap();
+    let tools_of = |name: &str| {
+        full["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["server_name"].as_str().map(str::trim) == Some(name))
+            .map(|s| s["tools"].as_array().unwrap().len())
+    };
+    for s in &cat.servers {
+        assert_eq!(Some(s.tools.len()), tools_of(&s.name), "{} keeps every tool", s.name);
+    }
+    let sample = &report["sample"];
+    assert_eq!((sample["sample"].as_u64(), sample["read"].as_u64()), (Some(20), Some(491)), "{sample}");
+    let left: Vec<&str> = sample["not_sampled"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(left.len(), 471);
+    assert!(left.windows(2).all(|w| w[0] < w[1]), "sorted");
+    let kept: BTreeSet<&str> = cat.servers.iter().map(|s| s.name.as_str()).collect();
+    assert!(left.iter().all(|n| !kept.contains(n)));
+    assert_eq!(
+        sample["reason"],
+        "left out by `[registry] sample = 20`: a seeded subset of 20 of 491 servers (project seed 7)"
+    );
+    assert_eq!(report["servers"], 20, "the report counts what was imported");
+    // The same seed, the same bytes; another seed, other servers.
+    assert!(import(7, 20).2 == text, "the same seed gives the same catalog bytes");
+    let other: BTreeSet<String> = import(8, 20).0.servers.into_iter().map(|s| s.name).collect();
+    assert_ne!(other.iter().map(String::as_str).collect::<BTreeSet<_>>(), kept);
+    // A sample of more servers than there are keeps them all.
+    assert_eq!(import(7, 1000).0.servers.len(), 491);
+    // Zero is refused before anything is written.
+    let p = project(&format!("[registry]\nsource = {:?}\nsample = 0\n", reg.to_str().unwrap()));
+    let o = p.run(&["registry", "import"]);
+    assert_code(&o, 1);
+    assert!(stderr(&o).contains("registry.sample") && stderr(&o).contains("must be at least 1"), "{}", stderr(&o));
+    assert!(!p.path("artifacts/registry-import/catalog.json").exists());
+}
+
 #[test]
 fn servers_no_rule_places_go_to_the_llm_classifier_with_its_reason() {
     let (fx, u) = start(Kind::Official, 60, Faults::default());
