@@ -381,7 +381,8 @@ fn roles(e: &Endpoint, seed: u64, logs: bool, registry: bool) -> String {
 fn registry_sections(registry: &str) -> String {
     format!(
         "# ---- Registry track (docs/registry.md, docs/efs.md, docs/levels.md) ---------------\n\
-         [registry]\nsource = {}\nformat = \"etom\"\n\n\
+         [registry]\nsource = {}\nformat = \"etom\"\n\
+         # sample = 20   # a seeded subset of servers (all their tools) for a first look; remove for all\n\n\
          # Rules that drop what a benchmark must not contain (`[[filter.rules]]`, see\n\
          # docs/registry.md#filter; benchgen's pipeline/demo.toml has a full set to copy).\n\
          [filter]\ndrop_servers_without_tools = true\nclassifier_role = \"classifier\"\n\n\
