@@ -837,10 +837,10 @@ mod tests {
     }
 
     /// Two agents that call one tool on an L5 item (no reference call) are a sign that some
-    /// tool serves it, unless that tool shares nothing with the request: then the evidence
-    /// says why (the release's rule keeps the item).
+    /// tool serves it, unless every tool they agree on shares nothing with the request: then
+    /// the evidence says why (the release's rule holds the item for a person).
     #[test]
-    fn an_l5_whose_agents_agree_on_an_unrelated_tool_keeps_its_reference() {
+    fn an_l5_whose_agents_agree_only_on_unrelated_tools_is_named_so() {
         let both =
             || vec![vec![outcome(false, &["slack::send_message"])], vec![outcome(false, &["slack::send_message"])]];
         let evidence = |unrelated: &[&str]| {
@@ -854,11 +854,12 @@ mod tests {
         assert_eq!(e.agreed_tool.as_deref(), Some("slack::send_message"));
         assert_eq!(e.unrelated_to_request.as_deref(), Some("shares no word"));
         assert!(e.note.contains("`slack::send_message` shares no word, so the agreement is no sign"), "{}", e.note);
-        // Two agents that also agree on a related tool: no longer named so.
+        // Two agents that also agree on a related tool: no longer named so, though the
+        // unrelated one is the tool the evidence names (the first by name of a tie).
         let also = || {
             vec![
-                vec![outcome(false, &["slack::send_message", "cal::add_event"])],
-                vec![outcome(false, &["slack::send_message", "cal::add_event"])],
+                vec![outcome(false, &["slack::send_message", "zcal::add_event"])],
+                vec![outcome(false, &["slack::send_message", "zcal::add_event"])],
             ]
         };
         let it = ItemInput {
@@ -866,6 +867,7 @@ mod tests {
             ..item("L5-1", Kind::L5, &[], also())
         };
         let mixed = analyse(&oracle(&["a", "b"], 1, vec![it]), &Options::default()).items[0].evidence.clone().unwrap();
+        assert_eq!(mixed.agreed_tool.as_deref(), Some("slack::send_message"), "{mixed:?}");
         assert!(mixed.unrelated_to_request.is_none(), "{mixed:?}");
         let plain = evidence(&[]);
         assert!(plain.unrelated_to_request.is_none());

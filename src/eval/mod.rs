@@ -67,7 +67,8 @@ pub static SPEC: StageSpec = StageSpec {
     // (`invented_entity`; reads `levels-l3/queries.json`). 11: on an item with no reference
     // call (L5), an agreed tool that shares no word with the request is named so
     // (`unrelated_to_request`); the agent's system prompt says never to make up a value.
-    version: 11,
+    // 12: `unrelated_to_request` only on an L5 and only when every agreed tool is unrelated.
+    version: 12,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[

@@ -75,7 +75,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 16: `queries.json` records each query's entity (`eval` reads it).
     // 17: a query that gives an id made of its entity's letters ("Morvira (MRVA)") breaks
     //     the naming rule.
-    version: 17,
+    // 18: ... only beside the name and with three letters at least (no "PR" or "FY").
+    version: 18,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read(), PROFILES.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],

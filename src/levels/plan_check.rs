@@ -1363,7 +1363,7 @@ fn names_entity(query: &str, entity: &str) -> bool {
     !e.is_empty() && q.windows(e.len()).any(|w| w == e.as_slice())
 }
 
-/// The first word of `query` beside a mention of `entity` (up to three words after it, or
+/// The first word of `query` beside a mention of `entity` (up to four words after it, or
 /// two before) that reads as an id made up from its name, with the entity: three to six
 /// capital letters (digits aside, ten characters at most) that start with the entity's
 /// first letter and take the rest of theirs from its letters in order ("MRVA", "MOR1" of
@@ -1389,14 +1389,16 @@ fn id_of<'e>(query: &str, entity: &'e str) -> Option<(String, &'e str)> {
         t.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty()).collect()
     };
     let e: Vec<String> = split(entity).iter().map(|w| w.to_ascii_lowercase()).collect();
-    let words: Vec<&str> = query.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    // A possessive's `s` ("Morvira's") is no word of its own.
+    let words: Vec<&str> =
+        query.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty() && *w != "s").collect();
     let lower: Vec<String> = words.iter().map(|w| w.to_ascii_lowercase()).collect();
     if e.is_empty() || words.len() < e.len() {
         return None;
     }
     let n = e.len();
     let beside = |at: usize| {
-        let (from, to) = (at.saturating_sub(2), (at + n + 3).min(words.len()));
+        let (from, to) = (at.saturating_sub(2), (at + n + 4).min(words.len()));
         (from..to).filter(move |&i| i < at || i >= at + n)
     };
     (0..=words.len() - e.len())
@@ -2622,6 +2624,10 @@ mod tests {
             assert_eq!(unnamed(&cand, with_id).as_deref(), Some(id), "{with_id}");
         }
         let mor = unnamed(&cand, "… of Morvira (MOR2) on GitHub");
+        for far in ["… of Morvira's ticker symbol MRVA on GitHub", "… of Morvira, whose ticker is MRVA, on GitHub"]
+        {
+            assert_eq!(unnamed(&cand, far).as_deref(), Some(id), "{far}");
+        }
         assert!(mor.is_some_and(|w| w.contains("`MOR2` is made of the letters")));
         for no_id in [
             "… of Morvira on GitHub (PR 12)",

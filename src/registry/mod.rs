@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::config_doc::Key;
 use crate::error::{InputError, Problem};
 use crate::ledger::{NewEvent, Parent, kind};
-use crate::model::Catalog;
+use crate::model::{Catalog, Server};
 use crate::settings::{Settings, section_hash};
 use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, Stage, StageSpec};
 
@@ -358,7 +358,10 @@ pub fn sample_servers(catalog: &mut Catalog, origins: &mut Vec<Origin>, n: usize
         catalog.servers.iter().filter(|s| !keep.contains(&s.name)).map(|s| s.name.clone()).collect();
     not_sampled.sort();
     catalog.servers.retain(|s| keep.contains(&s.name));
-    origins.retain(|o| keep.contains(o.id.split(crate::model::TOOL_ID_SEP).next().unwrap_or(&o.id)));
+    // By id, not by splitting it: a server's name may hold the separator itself.
+    let tools: std::collections::HashSet<&str> =
+        catalog.servers.iter().flat_map(|s| s.tools.iter().map(|t| t.id.as_str())).collect();
+    origins.retain(|o| if o.is_server { keep.contains(&o.id) } else { tools.contains(o.id.as_str()) });
     let reason = format!(
         "left out by `[registry] sample = {n}`: a seeded subset of {} of {read} servers (project seed {seed})",
         catalog.servers.len()
@@ -402,13 +405,15 @@ fn report_invalid_schemas(catalog: &Catalog, notes: &mut Vec<Note>, out: &mut Ou
 /// own, else the snapshot file `registry.source` names. `None` when none can be read
 /// (scraped snapshot folders are read by `registry import` only). For estimates.
 pub fn catalog_size(settings: &Settings, made: &[Artifact<Catalog>]) -> Option<CatalogSize> {
+    let r = settings.section::<RegistrySettings>();
     for a in made.iter().chain([&CATALOG]) {
         let parsed = std::fs::read(a.path(settings)).ok().and_then(|b| serde_json::from_slice::<Catalog>(&b).ok());
         if let Some(c) = parsed {
-            return Some(CatalogSize::of(&c, a.stage));
+            // A catalog made before `sample` was set still holds every server: the sample
+            // bounds what the next run reads.
+            return Some(CatalogSize::of(&c, a.stage).at_most(r.sample));
         }
     }
-    let r = settings.section::<RegistrySettings>();
     let bytes = std::fs::read(settings.resolve(r.source.as_ref()?)).ok()?;
     // Lenient: records an import would reject still bound what it keeps.
     let mut imported = etom::parse(&bytes, true).ok()?;
@@ -434,6 +439,16 @@ impl CatalogSize {
         let mut per_server: Vec<u64> = c.servers.iter().map(|s| s.tools.len() as u64).collect();
         per_server.sort_unstable_by_key(|&n| std::cmp::Reverse(n));
         Self { servers: c.servers.len() as u64, tools: c.tool_count() as u64, per_server, from }
+    }
+
+    /// At most the `sample` servers with the most tools (a bound on any seeded sample).
+    fn at_most(mut self, sample: Option<usize>) -> Self {
+        if let Some(n) = sample.filter(|&n| n < self.per_server.len()) {
+            self.per_server.truncate(n);
+            self.servers = n as u64;
+            self.tools = self.per_server.iter().sum();
+        }
+        self
     }
 
     /// Tools of the `n` servers with the most (all servers when `n` is 0): what any
@@ -490,7 +505,10 @@ impl Stage for ImportStage {
         }
         // Only servers the category rules leave unassigned are asked about.
         let (n, basis) = match crate::registry::catalog_size(settings, &[]) {
-            Some(c) => (c.servers, format!("≤ {} servers in {}", c.servers, c.from)),
+            Some(c) => {
+                let c = c.at_most(r.sample);
+                (c.servers, format!("≤ {} servers in {}", c.servers, c.from))
+            }
             None => (0, "unknown until `registry import` has merged the snapshots".to_string()),
         };
         vec![crate::stage::Estimate::typed(role, n, basis).in_flight(0)]
@@ -537,6 +555,7 @@ impl Stage for ImportStage {
         if !imported.problems.is_empty() {
             return Err(InputError { file: shown, problems: imported.problems }.into());
         }
+        refuse_empty_sample(drawn)?;
         let mut imported = imported;
         let sample = drawn.map(|(n, seed)| sample_servers(&mut imported.catalog, &mut imported.origins, n, seed));
         for n in &imported.notes {
@@ -596,6 +615,38 @@ impl Stage for ImportStage {
                 "must be at least 1 (it is the number of servers a first look imports; leave it out for all)",
             ));
         }
+    }
+}
+
+/// `sample = 0` would import an empty catalog. `check` refuses it before a run; this covers
+/// `registry import FILE` in a project whose registry track is off (`check` skips it).
+fn refuse_empty_sample(sample: Option<(usize, u64)>) -> Result<()> {
+    if let Some((0, _)) = sample {
+        return Err(crate::error::hinted(
+            "`[registry] sample = 0` would import no server",
+            "set it to at least 1 (the number of servers a first look imports), or remove it for all",
+        ));
+    }
+    Ok(())
+}
+
+/// The category counts of the sampled servers, from their own reasons: `merge.md`'s category
+/// line and `categories.csv` describe the catalog written, as its server counts do not.
+fn sample_categories(servers: &[Server]) -> categories::CategoryReport {
+    let reasons = servers.iter().filter_map(|s| s.registry.as_ref()).flat_map(|r| &r.category_reasons);
+    let (mut by_rule, mut by_source) = (0, 0);
+    for r in reasons {
+        match r.by.as_str() {
+            "rule" => by_rule += 1,
+            "source" => by_source += 1,
+            _ => {}
+        }
+    }
+    categories::CategoryReport {
+        assigned: servers.iter().filter(|s| !s.categories.is_empty()).count(),
+        by_rule,
+        by_source,
+        unassigned: servers.iter().filter(|s| s.categories.is_empty()).map(|s| s.name.clone()).collect(),
     }
 }
 
@@ -704,15 +755,11 @@ impl ImportStage {
         }
         let (mut merged, mut cats, mut notes) = commands::build_catalog(&snaps, cats_cfg)?;
         // Sampled before the LLM classifies any server: a first look asks about its sample only.
-        let sample = self
-            .settings(ctx.settings)
-            .sample
-            .map(|(n, seed)| sample_servers(&mut merged.catalog, &mut Vec::new(), n, seed));
+        let drawn = self.settings(ctx.settings).sample;
+        refuse_empty_sample(drawn)?;
+        let sample = drawn.map(|(n, seed)| sample_servers(&mut merged.catalog, &mut Vec::new(), n, seed));
         if sample.is_some() {
-            // `categories.csv` lists the catalog's servers; `merge.md` still tells the whole merge.
-            let kept: std::collections::BTreeSet<&str> =
-                merged.catalog.servers.iter().map(|s| s.name.as_str()).collect();
-            cats.unassigned.retain(|n| kept.contains(n.as_str()));
+            cats = sample_categories(&merged.catalog.servers);
         }
         categories::classify_with_llm(ctx, &mut merged.catalog.servers, cats_cfg, &mut cats, out)?;
         for n in &notes {
@@ -755,5 +802,49 @@ impl ImportStage {
         ));
         sample_note(sample.as_ref(), out);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sample bounds the estimate by the servers with the most tools, however many the
+    /// catalog it reads holds; a sample larger than the catalog changes nothing.
+    #[test]
+    fn a_sample_bounds_the_catalog_size_by_its_largest_servers() {
+        let size = CatalogSize { servers: 4, tools: 10, per_server: vec![5, 3, 1, 1], from: "filter" };
+        let two = size.clone().at_most(Some(2));
+        assert_eq!((two.servers, two.tools, two.per_server.clone()), (2, 8, vec![5, 3]));
+        assert_eq!(size.clone().at_most(Some(9)), size);
+        assert_eq!(size.clone().at_most(None), size);
+    }
+
+    /// Origins are kept by id: a server whose name holds `::` keeps its own, and a tool's
+    /// follows the tool, not a server whose name its id begins with.
+    #[test]
+    fn sampled_origins_follow_their_server_and_tool_ids() {
+        let server = |name: &str, tool: &str| -> Server {
+            serde_json::from_value(serde_json::json!({"name": name, "description": "d", "summary": "", "url": "",
+                "categories": [], "tools": [
+                {"id": format!("{name}::{tool}"), "name": tool, "description": "d", "input_schema": {"type": "object"}}
+            ]}))
+            .unwrap()
+        };
+        let mut catalog = Catalog { servers: vec![server("a", "x"), server("a::b", "y")] };
+        let origin = |id: &str, is_server: bool| Origin {
+            id: id.into(),
+            is_server,
+            location: String::new(),
+            original_name: None,
+        };
+        let mut origins =
+            vec![origin("a", true), origin("a::x", false), origin("a::b", true), origin("a::b::y", false)];
+        let report = sample_servers(&mut catalog, &mut origins, 1, 3);
+        let kept = catalog.servers[0].name.clone();
+        assert_eq!(report.not_sampled.len(), 1);
+        let ids: Vec<&str> = origins.iter().map(|o| o.id.as_str()).collect();
+        let want: Vec<&str> = if kept == "a" { vec!["a", "a::x"] } else { vec!["a::b", "a::b::y"] };
+        assert_eq!(ids, want);
     }
 }

@@ -179,7 +179,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 16: ... and never to make up a value; the rule holds an L5 whose agents agree only on
     //     tools that share no word with the request (`evidence.unrelated_to_request`) for a
     //     person instead of leaving it out.
-    version: 16,
+    // 17: such an L5 is held for a person (v16 as first committed kept it).
+    version: 17,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, pinned servers, an Inspect AI task, checksums",
     reads: pool_reads!(eval_review::QUEUE.optional(), eval_review::ITEMS.optional()),
     writes: WRITES,

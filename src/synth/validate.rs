@@ -60,7 +60,8 @@ pub static SPEC: StageSpec = StageSpec {
     // on evidence or the LLM check's word only, and one found not needed rejects the chain.
     // 8: a message the agent composed is traced by its identifiers (`gold::composed`).
     // 9: the report groups rejections by what went wrong, not by "turn".
-    version: 9,
+    // 10: ... a `server::tool` id and any argument value left whole.
+    version: 10,
     about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),
@@ -1027,7 +1028,7 @@ fn mean_median(xs: &mut [usize]) -> String {
 /// The kind of a rejection reason, for the report's table: where it happened (`turn 1:`,
 /// `turn 2 group 1:`, "turn 1 call 2 `x`:") and the values it quotes left out (an
 /// argument's value whatever its type, every quoted string), then the text before the first
-/// `:` with numbers dropped. Why: the demo's report grouped every reason of a turn as
+/// `: ` with numbers dropped. Why: the demo's report grouped every reason of a turn as
 /// "turn", an argument made up, a step not needed and a part not done alike.
 fn reason_kind(reason: &str) -> String {
     use std::sync::LazyLock;
@@ -1040,7 +1041,8 @@ fn reason_kind(reason: &str) -> String {
     let what = WHERE.replace(reason, "");
     let what = VALUE.replace_all(&what, "$1 = … $2");
     let what = QUOTED.replace_all(&what, "…");
-    let head: String = what.split(':').next().unwrap_or_default().chars().filter(|c| !c.is_ascii_digit()).collect();
+    // At ": ", not ':': a `server::tool` id holds colons of its own.
+    let head: String = what.split(": ").next().unwrap_or_default().chars().filter(|c| !c.is_ascii_digit()).collect();
     head.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -1145,6 +1147,10 @@ mod tests {
                 "the answer is not supported by its calls",
             ),
             ("turn 2 group 1: `get_incident` did not succeed: timeout", "`get_incident` did not succeed"),
+            (
+                "turn 2 group 1: `pagerduty-mcp::get_incident` did not succeed: timeout",
+                "`pagerduty-mcp::get_incident` did not succeed",
+            ),
             (
                 "the dialogue has one turn (it ended `no_action`); a multi-turn sample needs two",
                 "the dialogue has one turn (it ended `no_action`); a multi-turn sample needs two",
