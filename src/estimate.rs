@@ -39,18 +39,31 @@ pub struct Table {
     pub seconds: f64,
     /// Roles in the table without a timing (their rows add nothing to `seconds`).
     pub unmeasured: Vec<String>,
+    /// Roles timed by `benchgen llm ping` alone: its prompt and answer are a few tokens, a
+    /// stage's are hundreds, so their time is a lower bound (the table says `≥`).
+    pub ping_only: Vec<String>,
 }
 
 /// The table over the stages `run` includes under `settings`.
 pub fn table(settings: &Settings) -> Table {
     let timings = seconds_per_exchange(settings);
+    let pinged = ping_only(settings);
     let mut rows = Vec::new();
     for stage in crate::stages::enabled(settings) {
         for e in crate::stage::merge_by_role(stage.estimate(settings)) {
             let per = timings.get(&e.role).copied();
-            rows.push(row(settings, stage.spec().name, e, per));
+            let mut r = row(settings, stage.spec().name, e, per);
+            if r.seconds.is_some() && pinged.contains(&r.role) {
+                r.time =
+                    format!("{} from `llm ping` only: a stage's exchange takes longer", r.time.replacen('≈', "≥", 1));
+            }
+            rows.push(r);
         }
     }
+    let mut ping_only: Vec<String> =
+        rows.iter().filter(|r| r.seconds.is_some() && pinged.contains(&r.role)).map(|r| r.role.clone()).collect();
+    ping_only.sort();
+    ping_only.dedup();
     let mut unmeasured: Vec<String> =
         rows.iter().filter(|r| r.seconds.is_none() && r.first_try > 0).map(|r| r.role.clone()).collect();
     unmeasured.sort();
@@ -59,6 +72,7 @@ pub fn table(settings: &Settings) -> Table {
         exchanges: rows.iter().map(|r| r.exchanges).sum(),
         seconds: rows.iter().filter_map(|r| r.seconds).sum(),
         unmeasured,
+        ping_only,
         rows,
     }
 }
@@ -96,6 +110,14 @@ pub fn seconds_per_exchange(settings: &Settings) -> BTreeMap<String, f64> {
     let timed: Vec<_> = rows.into_iter().filter(|r| r.calls > r.batched && r.seconds > 0.0).collect();
     let totals = crate::llm::stats::role_totals(&timed);
     totals.into_iter().map(|t| (t.role, t.seconds / (t.calls - t.batched) as f64)).collect()
+}
+
+/// The roles whose only timed exchanges are `benchgen llm ping`'s (see [`Table::ping_only`]).
+fn ping_only(settings: &Settings) -> std::collections::BTreeSet<String> {
+    let rows = crate::llm::stats::collect(settings, None).unwrap_or_default();
+    let timed: Vec<_> = rows.into_iter().filter(|r| r.calls > r.batched && r.seconds > 0.0).collect();
+    let roles: std::collections::BTreeSet<String> = timed.iter().map(|r| r.role.clone()).collect();
+    roles.into_iter().filter(|role| timed.iter().filter(|r| &r.role == role).all(|r| r.stage == "llm-ping")).collect()
 }
 
 /// Requests of `role` a stage has in flight at once. One local server shares this
@@ -144,9 +166,12 @@ pub fn render(t: &Table) -> String {
         .map(|r| [r.stage.clone(), r.role.clone(), r.exchanges.to_string(), r.basis.clone(), r.time.clone()])
         .collect();
     let measured = t.rows.iter().any(|r| r.seconds.is_some());
+    let about = if t.ping_only.is_empty() { "≈" } else { "≥" };
     let total_time = match (measured, t.unmeasured.is_empty()) {
-        (true, true) => format!("≈ {}", duration(t.seconds)),
-        (true, false) => format!("≈ {} + roles not measured: {}", duration(t.seconds), t.unmeasured.join(", ")),
+        (true, true) => format!("{about} {}", duration(t.seconds)),
+        (true, false) => {
+            format!("{about} {} + roles not measured: {}", duration(t.seconds), t.unmeasured.join(", "))
+        }
         (false, _) => format!("not measured: {}", t.unmeasured.join(", ")),
     };
     cells.push(["total".into(), String::new(), t.exchanges.to_string(), String::new(), total_time]);

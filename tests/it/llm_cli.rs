@@ -241,8 +241,11 @@ fn ctrl_c_stops_the_stage_keeps_finished_exchanges_and_the_rerun_reuses_them() {
 #[test]
 fn ping_checks_each_role() {
     let s = ScriptedLlm::start(|seen| {
-        // The ping asks for a sum; answer it correctly.
+        // The ping asks for a sum; answer it correctly. The filter's classifier as usual.
         let u = seen.last_user();
+        if !u.contains("Put the result in the field `sum`") {
+            return keep_or_drop(seen);
+        }
         let nums: Vec<i64> = u.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
         Answer::json(json!({"sum": nums[0] + nums[1]}))
     });
@@ -253,6 +256,18 @@ fn ping_checks_each_role() {
     let o = run(dir.path(), &["llm", "ping", "--role", "nope"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("llm.roles.nope"), "{}", text(&o));
+    // Timed by the ping alone, the role's time in `check` is a lower bound, and says so; once a
+    // stage has timed it, it is the stage's.
+    let row = |dir: &Path| {
+        let o = run(dir, &["check"]);
+        text(&o).lines().find(|l| l.starts_with("filter ")).map(str::to_string).unwrap_or_else(|| text(&o))
+    };
+    let pinged = row(dir.path());
+    assert!(pinged.contains("≥ ") && pinged.contains("from `llm ping` only"), "{pinged}");
+    let o = run(dir.path(), &["run", "--until", "filter"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let timed = row(dir.path());
+    assert!(timed.contains("≈ ") && !timed.contains("llm ping"), "{timed}");
 }
 
 #[test]
