@@ -347,13 +347,20 @@ pub struct SampleReport {
     pub reason: String,
 }
 
-/// `[registry] sample = n`: keep a seeded random `n` of `catalog`'s servers (all when it
-/// holds no more) with all their tools, and `origins` of the kept ones only. The draw
-/// depends on the seed and the set of server names, not their order in the file.
+/// `[registry] sample = n`: keep a seeded random `n` of `catalog`'s servers with tools (all
+/// when it holds no more) with all their tools, and `origins` of the kept ones only. The
+/// draw depends on the seed and the set of server names, not their order in the file. A
+/// server without tools is not drawn and stays, for `filter` to decide on as without a
+/// sample: drawn, it would take the place of one that has tools.
 pub fn sample_servers(catalog: &mut Catalog, origins: &mut Vec<Origin>, n: usize, seed: u64) -> SampleReport {
     let read = catalog.servers.len();
-    let names: Vec<String> = catalog.servers.iter().map(|s| s.name.clone()).collect();
-    let keep = crate::stage::seeded_sample(names, n, seed);
+    let with_tools = |s: &&Server| !s.tools.is_empty();
+    let names: Vec<String> = catalog.servers.iter().filter(with_tools).map(|s| s.name.clone()).collect();
+    let drawn = names.len();
+    let mut keep = crate::stage::seeded_sample(names, n, seed);
+    let toolless: Vec<String> = catalog.servers.iter().filter(|s| s.tools.is_empty()).map(|s| s.name.clone()).collect();
+    let without = toolless.len();
+    keep.extend(toolless);
     let mut not_sampled: Vec<String> =
         catalog.servers.iter().filter(|s| !keep.contains(&s.name)).map(|s| s.name.clone()).collect();
     not_sampled.sort();
@@ -362,10 +369,13 @@ pub fn sample_servers(catalog: &mut Catalog, origins: &mut Vec<Origin>, n: usize
     let tools: std::collections::HashSet<&str> =
         catalog.servers.iter().flat_map(|s| s.tools.iter().map(|t| t.id.as_str())).collect();
     origins.retain(|o| if o.is_server { keep.contains(&o.id) } else { tools.contains(o.id.as_str()) });
-    let reason = format!(
-        "left out by `[registry] sample = {n}`: a seeded subset of {} of {read} servers (project seed {seed})",
-        catalog.servers.len()
-    );
+    let kept = catalog.servers.len() - without;
+    let mut reason =
+        format!("left out by `[registry] sample = {n}`: a seeded subset of {kept} of {drawn} servers with tools");
+    if without > 0 {
+        reason.push_str(&format!(" ({without} without tools kept for `filter`)"));
+    }
+    reason.push_str(&format!(" (project seed {seed})"));
     SampleReport { sample: n, read, not_sampled, reason }
 }
 
@@ -832,6 +842,16 @@ mod tests {
             .unwrap()
         };
         let mut catalog = Catalog { servers: vec![server("a", "x"), server("a::b", "y")] };
+        // A server without tools is not drawn: it stays, and the one with tools is sampled.
+        let mut bare = Catalog { servers: vec![server("c", "z"), server("d", "w"), server("e", "v")] };
+        bare.servers[0].tools.clear();
+        let report = sample_servers(&mut bare, &mut Vec::new(), 1, 3);
+        assert_eq!(bare.servers.len(), 2, "{:?}", bare.servers);
+        assert_eq!(bare.servers[0].name, "c");
+        assert_eq!(report.not_sampled.len(), 1);
+        assert!(
+            report.reason.contains("a seeded subset of 1 of 2 servers with tools (1 without tools kept for `filter`)")
+        );
         let origin = |id: &str, is_server: bool| Origin {
             id: id.into(),
             is_server,

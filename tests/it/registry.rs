@@ -663,7 +663,7 @@ fn a_registry_sample_imports_a_seeded_subset_and_lists_the_servers_left_out() {
     assert!(left.iter().all(|n| !kept.contains(n)));
     assert_eq!(
         sample["reason"],
-        "left out by `[registry] sample = 20`: a seeded subset of 20 of 491 servers (project seed 7)"
+        "left out by `[registry] sample = 20`: a seeded subset of 20 of 491 servers with tools (project seed 7)"
     );
     assert_eq!(report["servers"], 20, "the report counts what was imported");
     // The same seed, the same bytes; another seed, other servers.
