@@ -46,8 +46,9 @@ pub struct Table {
 
 /// The table over the stages `run` includes under `settings`.
 pub fn table(settings: &Settings) -> Table {
-    let timings = seconds_per_exchange(settings);
-    let pinged = ping_only(settings);
+    let timed = timed_rows(settings);
+    let timings = seconds_per_exchange(&timed);
+    let pinged = ping_only(&timed);
     let mut rows = Vec::new();
     for stage in crate::stages::enabled(settings) {
         for e in crate::stage::merge_by_role(stage.estimate(settings)) {
@@ -102,20 +103,23 @@ pub fn row(settings: &Settings, stage: &str, e: Estimate, per: Option<f64>) -> R
     }
 }
 
-/// Mean latency of each role's live exchanges in the ledger, over every stage and
-/// `llm ping` (exchanges answered by batch jobs have no latency of their own and are left
-/// out). A ledger that cannot be read measures nothing (the table says so).
-pub fn seconds_per_exchange(settings: &Settings) -> BTreeMap<String, f64> {
+/// The ledger's per-stage, per-role rows with live exchanges timed (exchanges answered by
+/// batch jobs have no latency of their own and are left out). A ledger that cannot be read
+/// times nothing (the table says so).
+fn timed_rows(settings: &Settings) -> Vec<crate::llm::stats::RoleStats> {
     let rows = crate::llm::stats::collect(settings, None).unwrap_or_default();
-    let timed: Vec<_> = rows.into_iter().filter(|r| r.calls > r.batched && r.seconds > 0.0).collect();
-    let totals = crate::llm::stats::role_totals(&timed);
+    rows.into_iter().filter(|r| r.calls > r.batched && r.seconds > 0.0).collect()
+}
+
+/// Mean latency of each role's live exchanges in `timed` ([`timed_rows`]), over every
+/// stage and `llm ping`.
+fn seconds_per_exchange(timed: &[crate::llm::stats::RoleStats]) -> BTreeMap<String, f64> {
+    let totals = crate::llm::stats::role_totals(timed);
     totals.into_iter().map(|t| (t.role, t.seconds / (t.calls - t.batched) as f64)).collect()
 }
 
 /// The roles whose only timed exchanges are `benchgen llm ping`'s (see [`Table::ping_only`]).
-fn ping_only(settings: &Settings) -> std::collections::BTreeSet<String> {
-    let rows = crate::llm::stats::collect(settings, None).unwrap_or_default();
-    let timed: Vec<_> = rows.into_iter().filter(|r| r.calls > r.batched && r.seconds > 0.0).collect();
+fn ping_only(timed: &[crate::llm::stats::RoleStats]) -> std::collections::BTreeSet<String> {
     let roles: std::collections::BTreeSet<String> = timed.iter().map(|r| r.role.clone()).collect();
     roles.into_iter().filter(|role| timed.iter().filter(|r| &r.role == role).all(|r| r.stage == "llm-ping")).collect()
 }

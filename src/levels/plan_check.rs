@@ -1385,24 +1385,23 @@ fn id_of<'e>(query: &str, entity: &'e str) -> Option<(String, &'e str)> {
             && letters.iter().all(|l| rest.any(|n| n == l))
             && letters != name
     };
-    let split = |t: &'e str| -> Vec<&'e str> {
-        t.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty()).collect()
-    };
+    // Case kept (an id is capitals); a possessive's `s` ("Morvira's") is no word of its own.
+    fn split(t: &str) -> Vec<&str> {
+        t.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty() && *w != "s").collect()
+    }
     let e: Vec<String> = split(entity).iter().map(|w| w.to_ascii_lowercase()).collect();
-    // A possessive's `s` ("Morvira's") is no word of its own.
-    let words: Vec<&str> =
-        query.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty() && *w != "s").collect();
+    let words = split(query);
     let lower: Vec<String> = words.iter().map(|w| w.to_ascii_lowercase()).collect();
-    if e.is_empty() || words.len() < e.len() {
+    let n = e.len();
+    if n == 0 || words.len() < n {
         return None;
     }
-    let n = e.len();
     let beside = |at: usize| {
         let (from, to) = (at.saturating_sub(2), (at + n + 4).min(words.len()));
         (from..to).filter(move |&i| i < at || i >= at + n)
     };
-    (0..=words.len() - e.len())
-        .filter(|&at| lower[at..at + e.len()] == e[..])
+    (0..=words.len() - n)
+        .filter(|&at| lower[at..at + n] == e[..])
         .flat_map(beside)
         .find(|&i| made_of(words[i]))
         .map(|i| (words[i].to_string(), entity))

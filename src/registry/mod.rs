@@ -513,12 +513,10 @@ impl Stage for ImportStage {
         if self.snapshots(settings).is_empty() {
             return Vec::new();
         }
-        // Only servers the category rules leave unassigned are asked about.
+        // Only servers the category rules leave unassigned are asked about (the sample
+        // bounds the size already).
         let (n, basis) = match crate::registry::catalog_size(settings, &[]) {
-            Some(c) => {
-                let c = c.at_most(r.sample);
-                (c.servers, format!("≤ {} servers in {}", c.servers, c.from))
-            }
+            Some(c) => (c.servers, format!("≤ {} servers in {}", c.servers, c.from)),
             None => (0, "unknown until `registry import` has merged the snapshots".to_string()),
         };
         vec![crate::stage::Estimate::typed(role, n, basis).in_flight(0)]
@@ -557,7 +555,7 @@ impl Stage for ImportStage {
         let ImportSettings { format, lenient, sample: drawn } = self.settings(ctx.settings);
         let bytes = inputs.bytes(&source)?;
         let shown = ctx.settings.display_path(&source);
-        let imported = match format {
+        let mut imported = match format {
             RegistryFormat::Etom => etom::parse(bytes, lenient),
             _ => unreachable!("scraped formats are imported as snapshot folders"),
         }
@@ -566,7 +564,6 @@ impl Stage for ImportStage {
             return Err(InputError { file: shown, problems: imported.problems }.into());
         }
         refuse_empty_sample(drawn)?;
-        let mut imported = imported;
         let sample = drawn.map(|(n, seed)| sample_servers(&mut imported.catalog, &mut imported.origins, n, seed));
         for n in &imported.notes {
             if ctx.printer.verbose > 0 {
