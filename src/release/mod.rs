@@ -1116,17 +1116,17 @@ pub fn explain(s: &Settings, id: &str) -> Result<Option<crate::ledger::Explanati
     }))
 }
 
-/// What the card adds to the LLM pre-review's limitation when some of its reviews copied
-/// the rubric's descriptions as every reason (`review-prereview`'s `rubric_copies`): " In N
-/// of its M reviews every reason is the rubric's own description of its dimension, not
-/// something said of the sample." Empty when none did or the stage never ran.
+/// What the card adds to the LLM pre-review's limitation when some of its reviews copied a
+/// rubric description as their note (`review-prereview`'s `rubric_copies`): " In N of its
+/// M reviews the note is the rubric's own description of a dimension, not something said
+/// of the sample." Empty when none did or the stage never ran.
 fn rubric_copies(ctx: &Ctx) -> String {
     let Some(m) = ctx.manifest_of(crate::review::prereview::STAGE) else { return String::new() };
     let count = |k: &str| m.counts.get(k).and_then(Value::as_u64).unwrap_or(0);
     match (count("rubric_copies"), count("llm_reviews")) {
         (0, _) => String::new(),
         (n, all) => format!(
-            " In {n} of its {all} reviews every reason is the rubric's own description of its dimension, not something said of the sample: their scores say little about it."
+            " In {n} of its {all} reviews the note is the rubric's own description of a dimension, not something said of the sample: their scores say little about it."
         ),
     }
 }

@@ -1,6 +1,7 @@
 //! `benchgen review prereview` (stage `review-prereview`): one or two LLM roles score
-//! every assigned sample with the reviewers' rubric, each dimension with a reason, so a
-//! team can triage before people review, and the demo runs end to end.
+//! every assigned sample with the reviewers' rubric, after a note of their own on the
+//! sample (as a person's sheet has one note), so a team can triage before people review,
+//! and the demo runs end to end.
 //!
 //! These are **LLM scores**: each is recorded with `kind = "llm"` and reviewer
 //! `llm:<role>`; `review merge` counts them as human scores only when
@@ -37,7 +38,12 @@ pub static SPEC: StageSpec = StageSpec {
     //    at most 48 characters (90 before) and a note of 80 (120).
     // 4: counts the reviews whose every reason copies its dimension's description
     //    (`rubric_copies`; the report and the release card say how many).
-    version: 4,
+    // 5: one note on the sample, written first, then a whole number per dimension, with no
+    //    reason per dimension: the demo's 0.5B reviewers copied the dimension's description
+    //    as the reason in 19 of 22 reviews, and those reasons were most of a review's 176
+    //    completion tokens, the pre-review's time. `rubric_copies` counts notes that copy a
+    //    description.
+    version: 5,
     about: "LLM pre-review: LLM roles score each sample with the rubric (marked as LLM scores)",
     reads: &[ASSIGNMENTS.read(), SAMPLES.read()],
     writes: &["scores.jsonl", "report.md"],
@@ -85,20 +91,13 @@ impl PrereviewSettings {
     }
 }
 
-/// The LLM's answer: `scores` has one entry per rubric dimension, keyed by its id.
+/// The LLM's answer: a note on the sample, then `scores`, one whole number per rubric
+/// dimension, keyed by its id.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LlmReview {
-    pub scores: BTreeMap<String, DimScore>,
-    /// One line overall.
+    /// A few words of the reviewer's own on this sample, written before the scores.
     pub note: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct DimScore {
-    /// One line saying why.
-    pub reason: String,
-    /// A whole number on the scale.
-    pub score: i64,
+    pub scores: BTreeMap<String, i64>,
 }
 
 /// The answer's JSON Schema for this rubric: every dimension a required property and every
@@ -106,29 +105,25 @@ pub struct DimScore {
 /// leave a dimension out or score off the scale (the 0.5B model answered `"scores": []`
 /// against a free-form list), and any other server's answer is checked and re-asked.
 pub fn answer_schema(a: &Assignments) -> Value {
-    let dim = json!({
-        "type": "object",
-        "properties": {
-            // A few words: a shorter bound than other explanations', as a reviewer writes one
-            // per dimension and the pre-review's time is its output (on the demo's 2 cores
-            // the 0.5B model spent 200 tokens a sample, copying the dimensions' descriptions,
-            // 70-90 characters each, into its reasons, which a bound of 90 let through; cold
-            // run of 2026-12-05: 24 reviews, 152-225 completion tokens each).
-            "reason": {"type": "string", "description": "A few words saying why.", "maxLength": 48},
-            "score": {"type": "integer", "minimum": a.scale_min, "maximum": a.scale_max},
-        },
-        "required": ["reason", "score"],
-        "additionalProperties": false,
-    });
+    let dim = json!({"type": "integer", "minimum": a.scale_min, "maximum": a.scale_max});
     let props: serde_json::Map<String, Value> = a.dimensions.iter().map(|d| (d.id.clone(), dim.clone())).collect();
     let ids: Vec<&str> = a.dimensions.iter().map(|d| d.id.as_str()).collect();
+    // The note comes first, so the scores follow what the reviewer said of the sample (a
+    // server that decodes to the schema writes the properties in this order). One note,
+    // not a reason per dimension: the pre-review's time is its output, and the demo's 0.5B
+    // reviewers spent most of theirs copying each dimension's description as its reason
+    // (176 completion tokens a review, 19 of 22 reviews copies; demo run of 2026-12-06).
     json!({
         "type": "object",
         "properties": {
+            "note": {
+                "type": "string",
+                "description": "A few words of your own on this sample: what it does well or badly.",
+                "maxLength": 100,
+            },
             "scores": {"type": "object", "properties": props, "required": ids, "additionalProperties": false},
-            "note": {"type": "string", "description": "A few words overall.", "maxLength": 80},
         },
-        "required": ["scores", "note"],
+        "required": ["note", "scores"],
         "additionalProperties": false,
     })
 }
@@ -142,8 +137,8 @@ pub(crate) fn review_answer(a: &Assignments) -> crate::llm::Answer<LlmReview> {
         for d in &dims {
             match r.scores.get(d) {
                 None => return Err(format!("the answer has no score for `{d}`")),
-                Some(ds) if ds.score < lo || ds.score > hi => {
-                    return Err(format!("`{d}` scored {} outside {lo}-{hi}", ds.score));
+                Some(&score) if score < lo || score > hi => {
+                    return Err(format!("`{d}` scored {score} outside {lo}-{hi}"));
                 }
                 Some(_) => {}
             }
@@ -172,18 +167,16 @@ pub fn copies_rubric(reason: &str, description: &str) -> bool {
     prefix || r.iter().filter(|w| known.contains(w)).count() * 5 >= r.len() * 4
 }
 
-/// Whether every reason of a review copies its dimension's description ([`copies_rubric`]):
-/// the review says nothing of its sample.
-fn copies_every_reason(reasons: &BTreeMap<String, String>, dimensions: &[super::Dimension]) -> bool {
-    let description = |id: &str| dimensions.iter().find(|d| d.id == id).map_or("", |d| d.description.as_str());
-    !reasons.is_empty() && reasons.iter().all(|(id, r)| copies_rubric(r, description(id)))
+/// Whether a review's note copies one of the rubric's descriptions ([`copies_rubric`]): the
+/// review says nothing of its sample.
+fn note_copies_rubric(note: &str, dimensions: &[super::Dimension]) -> bool {
+    dimensions.iter().any(|d| copies_rubric(note, &d.description))
 }
 
 /// What is checkpointed per (sample, role).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Scored {
     pub scores: BTreeMap<String, u8>,
-    pub reasons: BTreeMap<String, String>,
     pub note: String,
     pub exchange: String,
 }
@@ -293,16 +286,14 @@ impl Stage for PrereviewStage {
         let done = batch.run(items, |(role, pr): (String, Prompt), llm: Item| async move {
             let reply = llm.ask(&role, &pr, None, answer).await?;
             let mut scores = BTreeMap::new();
-            let mut reasons = BTreeMap::new();
             for d in &aref.dimensions {
                 // The check made sure every dimension is scored on the scale.
-                let Some(ds) = reply.value.scores.get(&d.id) else {
+                let Some(&score) = reply.value.scores.get(&d.id) else {
                     return Err(ItemError::Failed(format!("internal: the answer has no score for `{}`", d.id)));
                 };
-                scores.insert(d.id.clone(), ds.score as u8);
-                reasons.insert(d.id.clone(), super::clip(&ds.reason, 300));
+                scores.insert(d.id.clone(), score as u8);
             }
-            Ok(Scored { scores, reasons, note: super::clip(&reply.value.note, 300), exchange: reply.exchange })
+            Ok(Scored { scores, note: super::clip(&reply.value.note, 300), exchange: reply.exchange })
         })?;
         let mut all = Vec::new();
         let mut report = String::from(
@@ -317,18 +308,13 @@ impl Stage for PrereviewStage {
         for (key, sc) in &done.values {
             let (id, role) = key.rsplit_once('@').expect("key shape");
             let x = a.sample(id).expect("assigned");
-            let reasons: Vec<String> = sc.reasons.iter().map(|(k, v)| format!("{k}: {v}")).collect();
             let score = Score {
                 sample_id: id.to_string(),
                 reviewer: format!("llm:{role}"),
                 kind: ScoreKind::Llm,
                 content_hash: x.content_hash.clone(),
                 scores: sc.scores.clone(),
-                note: if sc.note.is_empty() {
-                    reasons.join("; ")
-                } else {
-                    format!("{} ({})", sc.note, reasons.join("; "))
-                },
+                note: sc.note.clone(),
                 source: format!("llm:{}", sc.exchange),
             };
             let mut ev = NewEvent::new(
@@ -345,10 +331,10 @@ impl Stage for PrereviewStage {
         all.sort_by(|x, y| (&x.sample_id, &x.reviewer).cmp(&(&y.sample_id, &y.reviewer)));
         let passing = all.iter().filter(|x| super::settings(s).passes(&x.scores)).count();
         report.push_str(&format!("{} LLM reviews; {passing} pass the acceptance rule.\n", all.len()));
-        let copies = done.values.values().filter(|sc| copies_every_reason(&sc.reasons, &a.dimensions)).count();
+        let copies = done.values.values().filter(|sc| note_copies_rubric(&sc.note, &a.dimensions)).count();
         if copies > 0 {
             report.push_str(&format!(
-                "\n{copies} of the {} LLM reviews copy the rubric: each of their reasons is its dimension's description, not something said of the sample, so their scores say little about it.\n",
+                "\n{copies} of the {} LLM reviews copy the rubric: their note is a dimension's description, not something said of the sample, so their scores say little about it.\n",
                 all.len()
             ));
         }
@@ -360,7 +346,7 @@ impl Stage for PrereviewStage {
         out.count("rubric_copies", copies);
         out.notes.push(format!("{} LLM reviews (marked as LLM scores); {passing} pass the rule", all.len()));
         if copies > 0 {
-            out.notes.push(format!("{copies} of them copy the rubric's descriptions as every reason (report.md)"));
+            out.notes.push(format!("{copies} of them copy a rubric description as their note (report.md)"));
         }
         Ok(())
     }
@@ -370,10 +356,11 @@ impl Stage for PrereviewStage {
 mod tests {
     use super::*;
 
-    /// The demo's reviewers' reasons, cut by the answer's `maxLength`, copy the rubric; a
-    /// reason about the sample does not, nor one too short to tell.
+    /// The demo's reviewers' reasons (v4), cut by the answer's `maxLength`, copied the
+    /// rubric, and so does a note that is a description; words about the sample do not, nor
+    /// words too short to tell.
     #[test]
-    fn a_reason_that_is_its_dimension_s_description_copies_the_rubric() {
+    fn a_note_or_reason_that_is_a_dimension_s_description_copies_the_rubric() {
         let dims = super::super::default_dimensions();
         let desc = |id: &str| dims.iter().find(|d| d.id == id).unwrap().description.clone();
         for (id, reason) in [
@@ -391,12 +378,11 @@ mod tests {
         ] {
             assert!(!copies_rubric(reason, &desc(id)), "{id}: {reason}");
         }
-        let copied: BTreeMap<String, String> =
-            dims.iter().map(|d| (d.id.clone(), d.description.chars().take(48).collect())).collect();
-        assert!(copies_every_reason(&copied, &dims));
-        let mut one_own = copied.clone();
-        one_own.insert("relevance".into(), "Asks for a made-up company's price".into());
-        assert!(!copies_every_reason(&one_own, &dims), "one reason of its own");
-        assert!(!copies_every_reason(&BTreeMap::new(), &dims));
+        for d in &dims {
+            let cut: String = d.description.chars().take(48).collect();
+            assert!(note_copies_rubric(&cut, &dims), "{}: {cut}", d.id);
+        }
+        assert!(!note_copies_rubric("Asks for a made-up company's price", &dims), "a note of its own");
+        assert!(!note_copies_rubric("", &dims));
     }
 }

@@ -92,9 +92,9 @@ fn no_csv_of_a_demo_run_carries_a_formula_cell() {
             let scores: serde_json::Map<_, _> =
                 ["relevance", "completeness", "consistency", "reliability", "freshness"]
                     .iter()
-                    .map(|d| (d.to_string(), serde_json::json!({"score": 5, "reason": reason})))
+                    .map(|d| (d.to_string(), serde_json::json!(5)))
                     .collect();
-            serde_json::json!({"scores": scores, "note": reason})
+            serde_json::json!({"note": reason, "scores": scores})
         } else if text.contains("User request:") {
             serde_json::json!({"selected": []})
         } else if text.contains("user requests") {

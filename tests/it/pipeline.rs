@@ -84,9 +84,9 @@ pub(crate) fn full_answer(seen: &Seen) -> Option<Answer> {
         // LLM pre-review: every sample passes on every dimension.
         let scores: serde_json::Map<_, _> = ["relevance", "completeness", "consistency", "reliability", "freshness"]
             .iter()
-            .map(|d| (d.to_string(), serde_json::json!({"score": 5, "reason": "scripted"})))
+            .map(|d| (d.to_string(), serde_json::json!(5)))
             .collect();
-        serde_json::json!({"scores": scores, "note": "scripted"})
+        serde_json::json!({"note": "scripted", "scores": scores})
     } else {
         return None;
     }))

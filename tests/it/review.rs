@@ -831,11 +831,9 @@ fn llm_prereview_is_marked_and_decides_only_when_the_config_says_so() {
         let odd = text.contains("fund F1?") || text.contains("fund F11?");
         let f = if strict && odd { 2 } else { 4 };
         let dims = ["relevance", "completeness", "consistency", "reliability", "freshness"];
-        let scores: serde_json::Map<String, Value> = dims
-            .iter()
-            .map(|d| (d.to_string(), json!({"score": if *d == "freshness" { f } else { 5 }, "reason": "scripted"})))
-            .collect();
-        Answer::json(json!({"scores": scores, "note": "scripted review"}))
+        let scores: serde_json::Map<String, Value> =
+            dims.iter().map(|d| (d.to_string(), json!(if *d == "freshness" { f } else { 5 }))).collect();
+        Answer::json(json!({"note": "scripted review", "scores": scores}))
     });
     let roles = format!(
         "[review.prereview]\nroles = [\"strict\", \"lenient\"]\ncount_as_human = COUNT\n\n\
