@@ -39,7 +39,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 10: ... and one that asks for something of the platform ("the company profile for
     //     Alpha Markets?") too.
     // 11: a tool is named only by its name's words close together (plan check, `unrelated`).
-    version: 11,
+    // 12: a drafted query is at most 500 characters (`MAX_QUERY_CHARS`; 1,000 before).
+    version: 12,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
@@ -153,14 +154,14 @@ impl Mention {
         let text = QUERY_CHARS;
         match self {
             Mention::Must(p) if p.chars().any(|c| c == '"' || c == '\\' || c.is_control()) => None,
-            // 300 characters before the name: a bound of 150 made the grammar force the name
+            // 250 characters before the name: a bound of 150 made the grammar force the name
             // into a long query mid-word ("Please provide aAlpha Markets API token.").
-            // At most the 1,000 characters of any other answer string (`maxLength`).
+            // At most `MAX_QUERY_CHARS` in all, as the items' `maxLength` says.
             Mention::Must(p) => {
-                let rest = 700usize.saturating_sub(p.chars().count());
-                Some(format!("^{text}{{0,300}}{}{text}{{0,{rest}}}$", pattern_literal(p)))
+                let rest = (MAX_QUERY_CHARS - BEFORE_NAME).saturating_sub(p.chars().count());
+                Some(format!("^{text}{{0,{BEFORE_NAME}}}{}{text}{{0,{rest}}}$", pattern_literal(p)))
             }
-            Mention::MustNot(_) => Some(format!("^{text}{{1,1000}}$")),
+            Mention::MustNot(_) => Some(format!("^{text}{{1,{MAX_QUERY_CHARS}}}$")),
         }
     }
 }
@@ -177,10 +178,19 @@ fn pattern_literal(text: &str) -> String {
     text.chars().map(|c| if ".^$|?*+()[]{}".contains(c) { format!("\\{c}") } else { c.to_string() }).collect()
 }
 
-/// The writer's answer: at most `n` queries, each plain text under `mention`'s rule (see
-/// [`Mention::pattern`]).
+/// Most characters of a drafted L1/L2 query. ETOM's examples are at most 316 (an L4); the
+/// demo's 1.5B writer looped ("Provide only the link to the document. Provide only …")
+/// until the 1,000 of any answer string, 280 tokens a draft, and a bound a grammar keeps
+/// ends such a loop sooner (the loop is refused either way: it copies the description).
+pub const MAX_QUERY_CHARS: usize = 500;
+/// Most characters before the platform's name under [`Mention::Must`].
+const BEFORE_NAME: usize = 250;
+
+/// The writer's answer: at most `n` queries, each plain text of at most [`MAX_QUERY_CHARS`]
+/// under `mention`'s rule (see [`Mention::pattern`]).
 pub fn drafts_schema(n: usize, mention: &Mention) -> Value {
     let mut schema = crate::llm::schema_with_max_items::<Drafts>("queries", n);
+    schema["properties"]["queries"]["items"]["maxLength"] = json!(MAX_QUERY_CHARS);
     if let Some(p) = mention.pattern() {
         schema["properties"]["queries"]["items"]["pattern"] = json!(p);
     }

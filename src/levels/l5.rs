@@ -53,7 +53,11 @@ pub static SPEC: StageSpec = StageSpec {
     // 5: ... and the self-check's plan with no tool near the query.
     // 6: the red team is not asked about a task no capability is near (its "doable"
     //    would be overruled): one call saved per such task.
-    version: 6,
+    // 7: nor is the writer's self-check asked about a query no tool is near (its plan would
+    //    be overruled, so the query is kept whatever it answers): one call of the writer
+    //    saved per such query (two 1.5B calls of about 250 tokens, 48 s, in the demo); a
+    //    plan is at most 400 characters.
+    version: 7,
     about: "ETOM L5: capability map (HDBSCAN + LLM labels), gap analysis with a red team, persona queries, verification",
     reads: &[crate::filter::CATALOG.read(), INDEX.read(), VECTORS.read()],
     writes: &["queries.json", "capability_map.json", "gaps.json", crate::llm::batch::FAILED_FILE],
@@ -212,6 +216,9 @@ pub struct Judged {
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 pub struct SelfCheck {
     /// A plan using only the listed tools, or exactly "IMPOSSIBLE".
+    // 400 characters name a few steps; the 1.5B wrote 250-token plans (about 1,000
+    // characters) that only repeated the listed tools' descriptions.
+    #[schemars(length(max = 400))]
     pub plan: String,
 }
 
@@ -623,15 +630,17 @@ impl Stage for L5Stage {
                     None => return Ok(rec),
                 }
             }
+            // A plan is one more "doable": with no tool near the query it would be overruled
+            // too (the 1.5B planned stock quotes for "apples, bananas and oranges"), so the
+            // query is kept whatever the self-check says, and it is not asked.
+            if let Some(why) = far {
+                rec.accepted = true;
+                rec.overruled.push(format!("self-check: not asked, {why}"));
+                return Ok(rec);
+            }
             let p = llm.typed_as::<SelfCheck>(writer, &Prompt::new(SELF_CHECK_TEMPLATE, vars), "self-check").await?;
             rec.plan = super::one_line(&p.value.plan);
             rec.accepted = is_impossible(&rec.plan);
-            // A plan is one more "doable": with no tool near the query it is overruled too
-            // (the 1.5B planned stock quotes for "apples, bananas and oranges").
-            if let (false, Some(why)) = (rec.accepted, &far) {
-                rec.accepted = true;
-                rec.overruled.push(format!("self-check: {why}"));
-            }
             rec.exchanges.push(p.exchange);
             Ok(rec)
         })?;
@@ -677,7 +686,9 @@ impl Stage for L5Stage {
         checks.count(&mut funnel, queries.len());
         let map: BTreeMap<String, &ClusterLabel> = labelled.values.iter().map(|(k, v)| (k.clone(), v)).collect();
         out.json("capability_map.json", &json!({"noise_tools": noise, "clusters": map}))?;
-        out.json("gaps.json", &json!({"confirmed": gaps, "checks": checked.values}))?;
+        // The queries' checks too: a judge's verdict or a self-check that was overruled or
+        // not asked is recorded nowhere else.
+        out.json("gaps.json", &json!({"confirmed": gaps, "checks": checked.values, "query_checks": verified.values}))?;
         LevelOut { level: 5, queries, funnel, plan_checks: checks.records }.write(out)
     }
 }
@@ -685,6 +696,17 @@ impl Stage for L5Stage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The self-check's plan is bounded in the schema sent, and the same schema's check
+    /// refuses a longer one (for a server that ignores it).
+    #[test]
+    fn a_self_check_plan_is_at_most_400_characters() {
+        let schema = crate::llm::schema_of::<SelfCheck>();
+        assert_eq!(schema["properties"]["plan"]["maxLength"], 400, "{schema}");
+        let answer = crate::llm::Answer::<SelfCheck>::of();
+        assert!(answer.accepts(&json!({"plan": "IMPOSSIBLE"})).is_ok());
+        assert!(answer.accepts(&json!({"plan": "x".repeat(401)})).is_err());
+    }
 
     #[test]
     fn a_doable_counts_only_with_a_capability_near_the_task() {

@@ -1640,6 +1640,18 @@ fn a_doable_with_no_capability_near_the_task_is_overruled_into_a_gap() {
     // overruled the same way, so the queries are kept.
     let kept = gaps["kept"].as_array().unwrap();
     assert!(kept.iter().any(|q| q["category"] == "booking a restaurant table"), "{}", gaps["kept"]);
+    // The self-check is not asked about such a query: its plan would be overruled too.
+    let query_checks = gaps["query_checks"].as_object().unwrap();
+    let restaurant_queries: Vec<&Value> =
+        query_checks.values().filter(|q| q["gap"] == "booking a restaurant table").collect();
+    assert!(!restaurant_queries.is_empty(), "{}", gaps["query_checks"]);
+    for q in restaurant_queries {
+        let overruled = q["overruled"].to_string();
+        assert!(overruled.contains("self-check: not asked, no tool is near the query"), "{q}");
+        assert_eq!(q["plan"], "", "{q}");
+        assert_eq!(q["accepted"], true, "{q}");
+        assert_eq!(q["exchanges"].as_array().unwrap().len(), 1, "the judge's only: {q}");
+    }
     // Without the setting (ETOM's way) the same answers find no gap, and nothing is overruled.
     let trusting = l5_always_doable(None);
     assert_eq!(trusting["confirmed"], json!([]), "{trusting}");
