@@ -68,7 +68,9 @@ pub static SPEC: StageSpec = StageSpec {
     // call (L5), an agreed tool that shares no word with the request is named so
     // (`unrelated_to_request`); the agent's system prompt says never to make up a value.
     // 12: `unrelated_to_request` only on an L5 and only when every agreed tool is unrelated.
-    version: 12,
+    // 13: the invented entities come from the release's `invented_entities.json`, not from
+    //     the project's `levels-l3/queries.json`, so a published folder carries its own.
+    version: 13,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[
@@ -302,8 +304,8 @@ impl Stage for EvalStage {
          Reads the release (`[eval] release = \"release/NAME-VERSION\"`, or the release
          candidate `artifacts/release-candidate/`, which `benchgen run` builds before this
          audit and publishes after it): `samples.jsonl`, `tools.parquet`, `cassettes.jsonl`,
-         `tool_equivalence_sets.json` and the ETOM and FinMCP files (and, where the project
-         has it, `levels-l3/queries.json`: the entities its L3 queries are about). Every agent
+         `tool_equivalence_sets.json`, the ETOM and FinMCP files and, where the release has
+         it, `invented_entities.json` (the entities its L3 requests are about). Every agent
          (`[eval] agents`, LLM roles) runs every sample `repeats` times through MCP: an
          in-process sandbox serves the sample's tool space (`tool_space = \"oracle\"`: its
          ground-truth tools and their EFS members; `\"standard\"`: those and the tools of the

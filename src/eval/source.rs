@@ -28,9 +28,10 @@ const LEVEL_5: Artifact = Artifact::new(crate::release::candidate::STAGE, "level
 const FIN_SINGLE: Artifact = Artifact::new(crate::release::candidate::STAGE, "finmcp_single_tool.json");
 const FIN_MULTI: Artifact = Artifact::new(crate::release::candidate::STAGE, "finmcp_multi_tool.json");
 const FIN_TURN: Artifact = Artifact::new(crate::release::candidate::STAGE, "finmcp_multi_turn.json");
+const INVENTED: Artifact = Artifact::new(crate::release::candidate::STAGE, crate::release::invented::FILE);
 
 /// Every file of a release `eval` reads, as handles.
-const FILES: [&Artifact; 12] = [
+const FILES: [&Artifact; 13] = [
     &SAMPLES,
     &TOOLS,
     &CASSETTES,
@@ -43,12 +44,12 @@ const FILES: [&Artifact; 12] = [
     &FIN_SINGLE,
     &FIN_MULTI,
     &FIN_TURN,
+    &INVENTED,
 ];
 
 /// The stage's reads: the release candidate's files (optional: `[eval] release` may name a
 /// published folder instead).
 pub const READS: &[Read] = &[
-    crate::levels::l3::QUERIES.optional(),
     SAMPLES.optional(),
     TOOLS.optional(),
     CASSETTES.optional(),
@@ -61,6 +62,7 @@ pub const READS: &[Read] = &[
     FIN_SINGLE.optional(),
     FIN_MULTI.optional(),
     FIN_TURN.optional(),
+    INVENTED.optional(),
 ];
 
 /// The published folder `[eval] release` names, if any.
@@ -101,30 +103,9 @@ pub struct Release {
     /// The files `benchgen score` reads: name → bytes (those the release has).
     pub benches: BTreeMap<&'static str, Vec<u8>>,
     /// Sample id → the entity `levels l3` invented for its request (seeded, and named by the
-    /// request under the naming rule), for the L3 samples whose provenance and request match
-    /// a query of this project's `levels-l3/queries.json`; empty without one.
+    /// request under the naming rule): the release's `invented_entities.json`
+    /// ([`crate::release::invented`]); empty without one.
     pub invented: BTreeMap<String, String>,
-}
-
-/// Sample id → the invented entity of its L3 query ([`Release::invented`]): a sample counts
-/// only when its provenance is the query's item and its request the query itself, so a
-/// release made from another run of `levels l3` gets nothing it did not ask.
-fn invented_entities(samples: &[Sample], l3: &crate::levels::LevelOut) -> BTreeMap<String, String> {
-    let by_key: BTreeMap<String, (&str, &str)> = l3
-        .queries
-        .iter()
-        .filter_map(|g| {
-            Some((format!("{}:{}", crate::levels::l3::STAGE, g.key), (g.query.as_str(), g.entity.as_deref()?)))
-        })
-        .collect();
-    samples
-        .iter()
-        .filter_map(|s| {
-            let (query, entity) = by_key.get(&s.provenance_id)?;
-            let asked = s.turns.first().is_some_and(|t| t.user == *query);
-            asked.then(|| (s.id.clone(), entity.to_string()))
-        })
-        .collect()
 }
 
 impl Release {
@@ -173,10 +154,9 @@ impl Release {
             }
         }
         benches.insert(SAMPLES.file, samples_bytes);
-        let invented = if inputs.has(&crate::levels::l3::QUERIES) {
-            invented_entities(&samples, &inputs.json(&crate::levels::l3::QUERIES)?)
-        } else {
-            BTreeMap::new()
+        let invented = match get(&INVENTED)? {
+            Some(b) => crate::release::invented::read(&b, &format!("{shown}/{}", INVENTED.file))?,
+            None => BTreeMap::new(),
         };
         Ok(Release { shown, samples, tools, cassettes, efs, benches, invented })
     }
@@ -471,39 +451,6 @@ mod tests {
             "turns": [{"user": user, "reference_plan": [{"alternatives": tools, "group": 0}]}]
         }))
         .unwrap()
-    }
-
-    /// An L3 sample gets its query's invented entity only when its provenance is the
-    /// query's item and its request the query itself (a release from another run of
-    /// `levels l3` may hold another query of the same chain).
-    #[test]
-    fn an_l3_sample_gets_the_entity_of_its_own_query_only() {
-        let with = |provenance: &str, user: &str| {
-            let mut s = sample("etom", "L3", user, &["S::search", "S::price"]);
-            s.provenance_id = provenance.to_string();
-            s
-        };
-        let l3: crate::levels::LevelOut = serde_json::from_value(json!({
-            "level": 3,
-            "queries": [
-                {"key": "chain:S:search>price", "query": "What does Morvira cost?", "steps": [], "entity": "Morvira", "exchanges": []},
-                {"key": "chain:S:list>price", "query": "What do they cost?", "steps": [], "exchanges": []}
-            ],
-            "funnel": {"steps": [], "rejected": []}
-        }))
-        .unwrap();
-        let own = with("levels-l3:chain:S:search>price", "What does Morvira cost?");
-        assert_eq!(
-            invented_entities(std::slice::from_ref(&own), &l3),
-            BTreeMap::from([("L3-1".into(), "Morvira".into())])
-        );
-        for other in [
-            with("levels-l3:chain:S:search>price", "What does Tesla cost?"),
-            with("levels-l3:chain:S:list>price", "What do they cost?"),
-            with("levels-l4:chain:S:search>price", "What does Morvira cost?"),
-        ] {
-            assert!(invented_entities(&[other], &l3).is_empty());
-        }
     }
 
     fn weather() -> Sample {

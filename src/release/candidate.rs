@@ -22,8 +22,9 @@ pub static SPEC: StageSpec = StageSpec {
     // Inspect AI task's loop does not rerun repeated calls, as `release` 10. 6: a flagged item
     // kept by the adjudicated sheet has its decision in `lineage.jsonl`, as `release` 11. 7:
     // the Inspect AI task's system prompt, as `release` 12. 8: the card's curation section,
-    // as `release` 14. 9: the Inspect AI task's system prompt, as `release` 15.
-    version: 9,
+    // as `release` 14. 9: the Inspect AI task's system prompt, as `release` 15. 10:
+    // `invented_entities.json`, as `release` 18.
+    version: 10,
     about: "the release's files, unpublished, for the eval panel to audit before `release` publishes",
     reads: super::pool_reads!(),
     writes: super::WRITES,

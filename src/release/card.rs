@@ -364,6 +364,9 @@ pub(super) fn describe_file(f: &str) -> &'static str {
             "an Inspect AI task over `samples.jsonl`: `inspect eval inspect/benchgen_task.py --model <model>` runs the benchmark without benchgen"
         }
         "inspect/tools.json" => "the tools' schemas and the answers' seed, for the Inspect AI task",
+        "invented_entities.json" => {
+            "per L3 sample whose request is about an entity `levels l3` invented, that entity (no agent can know its id without the lookup; `benchgen eval` reads it)"
+        }
         f if f.starts_with("level_") => "ETOM level file (ETOM's evaluator and `benchgen score --compat etom` read it)",
         f if f.starts_with("finmcp_") => "FinMCP sample JSON (`benchgen score --compat finmcp` reads it)",
         f if f.starts_with("plots/") => "plot",

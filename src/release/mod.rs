@@ -32,6 +32,7 @@ pub mod convert;
 pub mod croissant;
 pub mod eval_review;
 pub mod inspect;
+pub mod invented;
 pub mod lineage;
 mod pool;
 mod publish;
@@ -107,6 +108,7 @@ macro_rules! release_files {
             "finmcp_multi_turn.json",
             "inspect/benchgen_task.py",
             "inspect/tools.json",
+            "invented_entities.json",
             $($extra),*
         ]
     };
@@ -142,6 +144,7 @@ macro_rules! pool_reads {
             crate::logs::import::CATALOG.optional(),
             crate::logs::curate::REPORT.optional(),
             crate::efs::finalize::ETOM_SETS.optional(),
+            crate::levels::l3::QUERIES.optional(),
             crate::stage::Read::manifest("registry-import"),
             crate::stage::Read::manifest("filter"),
             crate::stage::Read::manifest("efs-finalize"),
@@ -180,7 +183,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     tools that share no word with the request (`evidence.unrelated_to_request`) for a
     //     person instead of leaving it out.
     // 17: such an L5 is held for a person (v16 as first committed kept it).
-    version: 17,
+    // 18: `invented_entities.json`: the entities `levels l3` invented, by sample, for `eval`
+    //     wherever the release is evaluated.
+    version: 18,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, pinned servers, an Inspect AI task, checksums",
     reads: pool_reads!(eval_review::QUEUE.optional(), eval_review::ITEMS.optional()),
     writes: WRITES,
@@ -738,6 +743,8 @@ pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) ->
 
     // EFS sets, where the registry track made levels.
     write_sets(inputs, &tmp, pool.etom_track)?;
+    // The entities `levels l3` invented, for `eval` wherever the release is evaluated.
+    invented::write(inputs, &tmp)?;
     // Tools used, and the Inspect AI task over them.
     write_tables(&tmp, &catalog, &mut pool, s.project.seed)?;
 

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::{Project, assert_code, stderr, stdout, tree};
 
@@ -106,6 +106,7 @@ fn releases_are_byte_identical_whatever_else_the_ledger_holds_and_every_kind_rea
         assert!(kinds.contains(kind), "the demo released no sample of kind `{kind}`: {kinds:?}");
     }
     every_level_step_is_decided(&a, &samples);
+    the_invented_entity_travels_with_the_release(&a, &samples, &ra);
     curation_is_on_the_card(&a, &String::from_utf8_lossy(&ra["README.md"]));
     for (kind, stages) in REQUIRED {
         let Some(line) = first.get(*kind) else { continue };
@@ -117,6 +118,26 @@ fn releases_are_byte_identical_whatever_else_the_ledger_holds_and_every_kind_rea
     let o = a.run(&["release", "verify", RELEASE]);
     assert_code(&o, 0);
     assert!(stdout(&o).contains("lineage"), "{}", stdout(&o));
+}
+
+/// The entity `levels l3` invented for the released L3 request is in the release's
+/// `invented_entities.json`, so `eval` finds it wherever the folder is evaluated.
+fn the_invented_entity_travels_with_the_release(
+    p: &Project,
+    samples: &BTreeMap<String, Value>,
+    release: &BTreeMap<String, Vec<u8>>,
+) {
+    let l3: Value = serde_json::from_str(&p.read("artifacts/levels-l3/queries.json")).unwrap();
+    let mut expected = serde_json::Map::new();
+    for sample in samples.values().filter(|s| s["kind"] == "L3") {
+        let query = l3["queries"].as_array().unwrap().iter().find(|q| q["query"] == sample["turns"][0]["user"]);
+        let entity = query.and_then(|q| q["entity"].as_str()).unwrap_or_else(|| panic!("no entity for {sample}: {l3}"));
+        expected.insert(sample["id"].as_str().unwrap().to_string(), json!(entity));
+    }
+    assert!(!expected.is_empty(), "no L3 sample released");
+    let file = release.get("invented_entities.json").expect("the release has invented_entities.json");
+    let invented: Value = serde_json::from_slice(file).unwrap();
+    assert_eq!(invented, Value::Object(expected));
 }
 
 /// The card gives `logs curate`'s drops as its report has them: per criterion and decider,
