@@ -523,6 +523,15 @@ fn evaluate(ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
     let s = ctx.settings;
     let cfg = settings(s)?;
     let rel = source::Release::read(s, cfg, inputs)?;
+    if !rel.invented.is_empty() {
+        // Said, so a maintainer evaluating a published folder sees that it carried them.
+        out.notes.push(format!(
+            "{} L3 request(s) about an entity `levels l3` invented (`{}/{}`)",
+            rel.invented.len(),
+            rel.shown,
+            crate::release::invented::FILE
+        ));
+    }
     let scratch = crate::stage::work_dir(&s.artifacts, STAGE).join("scratch");
     if scratch.exists() {
         std::fs::remove_dir_all(&scratch).with_context(|| format!("cannot clear `{}`", scratch.display()))?;

@@ -39,7 +39,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 10: ... and one that asks for something of the platform ("the company profile for
     //     Alpha Markets?") too.
     // 11: a tool is named only by its name's words close together (plan check, `unrelated`).
-    // 12: a drafted query is at most 500 characters (`MAX_QUERY_CHARS`; 1,000 before).
+    // 12: a drafted query is at most 500 characters (`MAX_QUERY_CHARS`; 1,000 before), the
+    //     platform's name within its first 250 (300).
     version: 12,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
@@ -148,18 +149,26 @@ impl Mention {
     /// L1 draft, and every item was lost. Under `Must` the pattern is never looser than
     /// the mention rule (a name in other letter case passes the rule, not the pattern);
     /// the names `MustNot` forbids are refused by the rule alone. `None` for a platform
-    /// holding a character a query may not (`"`, `\\`, a control character): no query
-    /// could both name it and match.
+    /// holding a character a query may not (`"`, `\\`, a control character), or too long
+    /// for a query of [`MAX_QUERY_CHARS`]: no query could both name it and match.
+    ///
+    /// A pattern cannot bound a total length, so it bounds both sides of the name: at most
+    /// 250 characters before it, and after it what is left of [`MAX_QUERY_CHARS`] (a query
+    /// that opens with "Alpha Markets" has about 237 more), never more than the items'
+    /// `maxLength`.
     pub fn pattern(&self) -> Option<String> {
         let text = QUERY_CHARS;
         match self {
             Mention::Must(p) if p.chars().any(|c| c == '"' || c == '\\' || c.is_control()) => None,
+            Mention::Must(p) if p.chars().count() > MAX_QUERY_CHARS => None,
             // 250 characters before the name: a bound of 150 made the grammar force the name
             // into a long query mid-word ("Please provide aAlpha Markets API token.").
             // At most `MAX_QUERY_CHARS` in all, as the items' `maxLength` says.
             Mention::Must(p) => {
-                let rest = (MAX_QUERY_CHARS - BEFORE_NAME).saturating_sub(p.chars().count());
-                Some(format!("^{text}{{0,{BEFORE_NAME}}}{}{text}{{0,{rest}}}$", pattern_literal(p)))
+                let name = p.chars().count();
+                let before = BEFORE_NAME.min(MAX_QUERY_CHARS - name);
+                let rest = MAX_QUERY_CHARS - before - name;
+                Some(format!("^{text}{{0,{before}}}{}{text}{{0,{rest}}}$", pattern_literal(p)))
             }
             Mention::MustNot(_) => Some(format!("^{text}{{1,{MAX_QUERY_CHARS}}}$")),
         }
@@ -544,5 +553,32 @@ mod tests {
         let quoted = Mention::Must("Alpha \"Pro\"".into());
         assert_eq!(quoted.pattern(), None);
         assert!(takes(&quoted, "Quote AAPL on Alpha \"Pro\"."));
+    }
+
+    /// A drafted query is at most `MAX_QUERY_CHARS` whatever the platform's name: the
+    /// pattern's bounds before and after the name never add up to more than the items'
+    /// `maxLength` (a grammar built from the pattern alone cannot write a query the check
+    /// refuses), and a name too long for any query gets no pattern.
+    #[test]
+    fn a_drafted_query_is_at_most_500_characters_whatever_the_platform() {
+        let bounds = |p: &str| -> (usize, usize) {
+            let n: Vec<usize> = p.split("{0,").skip(1).map(|x| x.split('}').next().unwrap().parse().unwrap()).collect();
+            (n[0], n[1])
+        };
+        for name in ["Alpha Markets".to_string(), "N".repeat(250), "N".repeat(300), "N".repeat(500)] {
+            let (before, after) = bounds(&Mention::Must(name.clone()).pattern().unwrap());
+            assert_eq!(before + name.len() + after, MAX_QUERY_CHARS, "{}", name.len());
+            assert!(before <= BEFORE_NAME);
+        }
+        assert_eq!(Mention::Must("N".repeat(501)).pattern(), None);
+        let must = Mention::Must("Alpha Markets".into());
+        let longest = format!("{}Alpha Markets{}", "a".repeat(250), "b".repeat(237));
+        assert_eq!(longest.len(), MAX_QUERY_CHARS);
+        assert!(takes(&must, &longest));
+        assert!(!takes(&must, &format!("{longest}b")), "501 characters");
+        let late = format!("{}Alpha Markets.", "a".repeat(251));
+        assert!(!takes(&must, &late), "the name after character 250");
+        assert!(takes(&Mention::MustNot(vec![]), &"a".repeat(MAX_QUERY_CHARS)));
+        assert!(!takes(&Mention::MustNot(vec![]), &"a".repeat(MAX_QUERY_CHARS + 1)));
     }
 }

@@ -39,7 +39,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 10: ... and one that asks for something of the platform ("the company profile for
     //     Alpha Markets?") too.
     // 11: a tool is named only by its name's words close together (plan check, `unrelated`).
-    // 12: a drafted query is at most 500 characters (`MAX_QUERY_CHARS`; 1,000 before).
+    // 12: a drafted query is at most 500 characters (`MAX_QUERY_CHARS`; 1,000 before), the
+    //     platform's name within its first 250 (300).
     version: 12,
     about: "ETOM L2: implicit queries under the coupling rule; EFS members share one query whose ground truth lists the whole set",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read(), FINAL.optional()],

@@ -39,28 +39,45 @@ pub fn of_samples(samples: &[Sample], l3: &crate::levels::LevelOut) -> BTreeMap<
 }
 
 /// Writes [`FILE`] into the release folder being built (`tmp`, whose `samples.jsonl` is
-/// written), from `levels-l3/queries.json` when the project has it.
-pub(super) fn write(inputs: &Inputs, tmp: &Path) -> Result<()> {
+/// written), from `levels-l3/queries.json` when the project has it. The file only helps
+/// `eval` read an agent's lapse, so a `queries.json` it cannot read (another benchgen's
+/// format) does not stop the release: the warning returned says so, and no file is written.
+pub(super) fn write(inputs: &Inputs, tmp: &Path) -> Result<Option<String>> {
+    use std::io::BufRead;
     if !inputs.has(&crate::levels::l3::QUERIES) {
-        return Ok(());
+        return Ok(None);
     }
-    let l3 = inputs.json(&crate::levels::l3::QUERIES)?;
-    let text = std::fs::read_to_string(tmp.join("samples.jsonl")).context("cannot read the release's samples.jsonl")?;
+    let l3: crate::levels::LevelOut = match inputs.json(&crate::levels::l3::QUERIES) {
+        Ok(l3) => l3,
+        Err(e) => {
+            return Ok(Some(format!(
+                "warning: no `{FILE}` in this release: `artifacts/levels-l3/queries.json` cannot be read ({e:#}); rerun `benchgen levels l3`"
+            )));
+        }
+    };
+    // Streamed, keeping only the samples an L3 query made (a release may hold 100,000).
+    let prefix = format!("{}:", crate::levels::l3::STAGE);
+    let file = std::fs::File::open(tmp.join("samples.jsonl")).context("cannot read the release's samples.jsonl")?;
     let mut samples = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        samples.push(
-            serde_json::from_str::<Sample>(line)
-                .with_context(|| format!("the release's samples.jsonl line {}: not a sample", i + 1))?,
-        );
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.context("cannot read the release's samples.jsonl")?;
+        if line.trim().is_empty() || !line.contains(&prefix) {
+            continue;
+        }
+        let s = serde_json::from_str::<Sample>(&line)
+            .with_context(|| format!("the release's samples.jsonl line {}: not a sample", i + 1))?;
+        if s.provenance_id.starts_with(&prefix) {
+            samples.push(s);
+        }
     }
     let map = of_samples(&samples, &l3);
     if map.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let mut bytes = serde_json::to_vec_pretty(&map)?;
     bytes.push(b'\n');
     std::fs::write(tmp.join(FILE), bytes).with_context(|| format!("cannot write `{FILE}`"))?;
-    Ok(())
+    Ok(None)
 }
 
 /// Reads [`FILE`] of a release; `shown` names it in errors.

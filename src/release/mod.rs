@@ -400,7 +400,8 @@ impl Stage for ReleaseStage {
          Reads the sample pool (`validate/samples.jsonl`, `levels-export/samples.jsonl`), the
          review decisions (`review-merge/decisions.jsonl`, required unless `[release]
          require_review = false`) and agreement figures (`review-merge/report.md`), the catalogs (`filter/catalog.json`,
-         `logs-import/catalog.json`), `efs-finalize/tool_equivalence_sets.json`, the ledger and
+         `logs-import/catalog.json`), `efs-finalize/tool_equivalence_sets.json`,
+         `levels-l3/queries.json` (the entities its L3 queries are about), the ledger and
          the previous version's `samples.jsonl`. Writes `artifacts/release/` and the same files
          into `release/<name>-<version>/`: `level_1.json`, `level_2.json`, `level_3.json`,
          `level_4.json`, `level_5.json`,
@@ -412,7 +413,9 @@ impl Stage for ReleaseStage {
          the samples were executed against, pinned from the `mcp.server` events of `execute`
          and `synth roleplay`: start, package version, protocol, `tools/list` hashes), an
          Inspect AI task (`inspect/benchgen_task.py` with `inspect/tools.json`: `inspect eval`
-         runs the release with no benchgen), `CHANGELOG.md` and `SHA256SUMS`. A published version is never overwritten. With `[eval]`, the panel first
+         runs the release with no benchgen), `invented_entities.json` (where an L3 request is
+         about an entity `levels l3` invented, for `benchgen eval`), `CHANGELOG.md` and
+         `SHA256SUMS`. A published version is never overwritten. With `[eval]`, the panel first
          audits the release candidate (`benchgen release candidate`), and every item it flagged
          `all-fail` (`eval/review.csv`) is held back until `[release] eval_review` decides it
          (`hold_flagged = false`: published and listed on the card; `decide_flagged =
@@ -744,7 +747,9 @@ pub(crate) fn build(ctx: &Ctx, inputs: &Inputs, out: &mut Output, mode: Mode) ->
     // EFS sets, where the registry track made levels.
     write_sets(inputs, &tmp, pool.etom_track)?;
     // The entities `levels l3` invented, for `eval` wherever the release is evaluated.
-    invented::write(inputs, &tmp)?;
+    if let Some(warning) = invented::write(inputs, &tmp)? {
+        out.notes.push(warning);
+    }
     // Tools used, and the Inspect AI task over them.
     write_tables(&tmp, &catalog, &mut pool, s.project.seed)?;
 

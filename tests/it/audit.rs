@@ -106,7 +106,6 @@ fn releases_are_byte_identical_whatever_else_the_ledger_holds_and_every_kind_rea
         assert!(kinds.contains(kind), "the demo released no sample of kind `{kind}`: {kinds:?}");
     }
     every_level_step_is_decided(&a, &samples);
-    the_invented_entity_travels_with_the_release(&a, &samples, &ra);
     curation_is_on_the_card(&a, &String::from_utf8_lossy(&ra["README.md"]));
     for (kind, stages) in REQUIRED {
         let Some(line) = first.get(*kind) else { continue };
@@ -118,6 +117,7 @@ fn releases_are_byte_identical_whatever_else_the_ledger_holds_and_every_kind_rea
     let o = a.run(&["release", "verify", RELEASE]);
     assert_code(&o, 0);
     assert!(stdout(&o).contains("lineage"), "{}", stdout(&o));
+    the_invented_entity_travels_with_the_release(&a, &samples, &ra);
 }
 
 /// The entity `levels l3` invented for the released L3 request is in the release's
@@ -137,7 +137,18 @@ fn the_invented_entity_travels_with_the_release(
     assert!(!expected.is_empty(), "no L3 sample released");
     let file = release.get("invented_entities.json").expect("the release has invented_entities.json");
     let invented: Value = serde_json::from_slice(file).unwrap();
+    let n = expected.len();
     assert_eq!(invented, Value::Object(expected));
+    // `eval` on the published folder finds them there, with the project's `levels-l3/` gone
+    // (as where the folder is evaluated elsewhere).
+    std::fs::remove_dir_all(p.path("artifacts/levels-l3")).unwrap();
+    let cfg = p.read("pipeline/demo.toml").replace("[eval]\n", &format!("[eval]\nrelease = \"{RELEASE}\"\n"));
+    p.write("pipeline/demo.toml", cfg);
+    let o = p.run(&["eval"]);
+    assert_code(&o, 0);
+    let said = format!("{}{}", stdout(&o), stderr(&o));
+    let note = format!("{n} L3 request(s) about an entity `levels l3` invented (`{RELEASE}/invented_entities.json`)");
+    assert!(said.contains(&note), "{said}");
 }
 
 /// The card gives `logs curate`'s drops as its report has them: per criterion and decider,
