@@ -43,7 +43,8 @@ pub static SPEC: StageSpec = StageSpec {
     //    as the reason in 19 of 22 reviews, and those reasons were most of a review's 176
     //    completion tokens, the pre-review's time. `rubric_copies` counts notes that copy a
     //    description.
-    version: 5,
+    // 6: ... or pieces of several descriptions.
+    version: 6,
     about: "LLM pre-review: LLM roles score each sample with the rubric (marked as LLM scores)",
     reads: &[ASSIGNMENTS.read(), SAMPLES.read()],
     writes: &["scores.jsonl", "report.md"],
@@ -167,10 +168,11 @@ pub fn copies_rubric(reason: &str, description: &str) -> bool {
     prefix || r.iter().filter(|w| known.contains(w)).count() * 5 >= r.len() * 4
 }
 
-/// Whether a review's note copies one of the rubric's descriptions ([`copies_rubric`]): the
-/// review says nothing of its sample.
+/// Whether a review's note copies the rubric's descriptions ([`copies_rubric`]), one of them
+/// or pieces of several: the review says nothing of its sample.
 fn note_copies_rubric(note: &str, dimensions: &[super::Dimension]) -> bool {
-    dimensions.iter().any(|d| copies_rubric(note, &d.description))
+    let all: Vec<&str> = dimensions.iter().map(|d| d.description.as_str()).collect();
+    dimensions.iter().any(|d| copies_rubric(note, &d.description)) || copies_rubric(note, &all.join(" "))
 }
 
 /// What is checkpointed per (sample, role).
@@ -383,6 +385,8 @@ mod tests {
             assert!(note_copies_rubric(&cut, &dims), "{}: {cut}", d.id);
         }
         assert!(!note_copies_rubric("Asks for a made-up company's price", &dims), "a note of its own");
+        let stitched = "the query is a realistic request and the calls come in a sensible order";
+        assert!(note_copies_rubric(stitched, &dims), "pieces of two descriptions");
         assert!(!note_copies_rubric("", &dims));
     }
 }
