@@ -161,7 +161,9 @@ pub(crate) fn answer(req: &Seen) -> Answer {
             regex::Regex::new(r"Tool `([^`]+)`").unwrap().captures_iter(&text).map(|c| c[1].to_string()).collect();
         let tools: Vec<String> = tools.iter().map(|t| words(t)).collect();
         let q = if must.is_empty() {
-            format!("Help me with {}", tools.join(" or "))
+            // A few of the set's tools: one request (at most 500 characters, as a grammar
+            // server decodes it), not a list of every member of a large scripted set.
+            format!("Help me with {}", tools.iter().take(3).cloned().collect::<Vec<_>>().join(" or "))
         } else {
             format!("On {must}, help me with {}", tools[0])
         };
