@@ -23,8 +23,9 @@ pub static SPEC: StageSpec = StageSpec {
     // kept by the adjudicated sheet has its decision in `lineage.jsonl`, as `release` 11. 7:
     // the Inspect AI task's system prompt, as `release` 12. 8: the card's curation section,
     // as `release` 14. 9: the Inspect AI task's system prompt, as `release` 15. 10:
-    // `invented_entities.json`, as `release` 18.
-    version: 10,
+    // `invented_entities.json`, as `release` 18. 11: the card counts the tie-break's
+    // decisions, as `release` 19.
+    version: 11,
     about: "the release's files, unpublished, for the eval panel to audit before `release` publishes",
     reads: super::pool_reads!(),
     writes: super::WRITES,

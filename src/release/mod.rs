@@ -185,7 +185,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 17: such an L5 is held for a person (v16 as first committed kept it).
     // 18: `invented_entities.json`: the entities `levels l3` invented, by sample, for `eval`
     //     wherever the release is evaluated.
-    version: 18,
+    // 19: the card's limitations say how many splits of the two LLM reviewers a third LLM
+    //     reviewer decided (`[review.prereview] tiebreak`).
+    version: 19,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, pinned servers, an Inspect AI task, checksums",
     reads: pool_reads!(eval_review::QUEUE.optional(), eval_review::ITEMS.optional()),
     writes: WRITES,
@@ -967,8 +969,9 @@ fn write_card(
         limits.push("Not reviewed: samples passed automatic validation only.".into());
     } else if summary.review.as_ref().is_some_and(|r| r.llm_stand_in) {
         limits.push(format!(
-            "Review decisions come from an LLM pre-review standing in for human reviewers.{}",
-            rubric_copies(ctx)
+            "Review decisions come from an LLM pre-review standing in for human reviewers.{}{}",
+            rubric_copies(ctx),
+            tiebreaks(ctx)
         ));
     }
     if without_events > 0 {
@@ -1139,6 +1142,17 @@ fn rubric_copies(ctx: &Ctx) -> String {
         (0, _) => String::new(),
         (n, all) => format!(
             " In {n} of its {all} reviews the note is the rubric's own description of a dimension, not something said of the sample: their scores say little about it."
+        ),
+    }
+}
+
+/// What the card says of the LLM reviewers' splits a third LLM reviewer decided.
+fn tiebreaks(ctx: &Ctx) -> String {
+    let Some(m) = ctx.manifest_of(crate::review::merge::STAGE) else { return String::new() };
+    match m.counts.get("decided_by_tiebreak").and_then(Value::as_u64).unwrap_or(0) {
+        0 => String::new(),
+        n => format!(
+            " {n} sample(s) on which the two LLM reviewers split were decided by a third LLM reviewer (`[review.prereview] tiebreak`, a majority of three), not by a lead."
         ),
     }
 }

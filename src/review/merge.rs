@@ -9,7 +9,9 @@
 //! way. Everything else is **undecided**, and undecided samples stay out of the release
 //! (each listed with its reason) until decided or excluded. Human scores decide; LLM pre-review scores decide only where no
 //! pair of human scores exists and `[review.prereview] count_as_human = true`, and those
-//! decisions say `decided_by = "llm"`.
+//! decisions say `decided_by = "llm"`; where the two LLM reviewers split and
+//! `[review.prereview] tiebreak` reviewed the sample, its verdict decides (a majority of
+//! three) unless a person adjudicated.
 //!
 //! `decisions.jsonl` ([`DECISIONS`], one [`Decision`] per sample sorted by id) is what
 //! the release reads. `report.md` has the counts, the agreement figures (quadratic κ,
@@ -44,7 +46,9 @@ pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "review merge",
     // 2: an agreement figure that rounds to zero reads `0.000`, never `-0.000`.
-    version: 2,
+    // 3: a split of the LLM reviewers is decided by the `[review.prereview] tiebreak`
+    //    reviewer's verdict where LLM scores stand in for people.
+    version: 3,
     about: "decisions per sample (rule, adjudication, exclusions) and reviewer agreement (κ, α, heatmap)",
     reads: &[ASSIGNMENTS.read(), SAMPLES.read(), super::sheets::SCORES.optional(), super::prereview::SCORES.optional()],
     writes: &["decisions.jsonl", "agreement.json", "report.md", "heatmap.svg", "queue.csv"],
@@ -79,6 +83,10 @@ pub struct ReviewOf {
     /// Whether these scores alone satisfy the rule.
     pub passes: bool,
     pub source: String,
+    /// The `[review.prereview] tiebreak` reviewer's, asked because the two LLM reviewers
+    /// split (not one of the pair: left out of the agreement figures).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tiebreak: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -164,6 +172,7 @@ impl Stage for MergeStage {
         let hash = section_hash(&json!({
             "seed": s.project.seed, "bootstrap": r.bootstrap,
             "count_as_human": r.prereview.as_ref().is_some_and(|p| p.count_as_human),
+            "tiebreak": r.prereview.as_ref().and_then(|p| p.tiebreak.clone()),
         }))?;
         Ok(Plan { inputs, config_hash: hash })
     }
@@ -230,6 +239,7 @@ impl Stage for MergeStage {
         out.count("decided_by_human", by(DecidedBy::Human));
         out.count("decided_by_llm", by(DecidedBy::Llm));
         out.count("decided_by_adjudication", by(DecidedBy::Adjudication));
+        out.count("decided_by_tiebreak", merged.tiebroken);
         out.notes.push(format!(
             "{} samples: {} accepted, {} rejected, {} excluded, {} undecided ({} in the adjudication queue); decided by human {}, LLM {}, adjudication {}",
             merged.decisions.len(),
@@ -251,6 +261,12 @@ impl Stage for MergeStage {
         if by(DecidedBy::Llm) > 0 {
             out.notes.push("LLM pre-review scores stood in for human reviewers (`count_as_human = true`)".into());
         }
+        if merged.tiebroken > 0 {
+            out.notes.push(format!(
+                "{} split(s) of the two LLM reviewers decided by the tie-break reviewer (`[review.prereview] tiebreak`)",
+                merged.tiebroken
+            ));
+        }
         Ok(())
     }
 }
@@ -260,6 +276,8 @@ impl Stage for MergeStage {
 pub struct Merged {
     pub decisions: Vec<Decision>,
     pub queue: usize,
+    /// Splits of the LLM reviewers decided by the tie-break reviewer.
+    pub tiebroken: usize,
     /// Web adjudications left out because their sample changed.
     pub web_stale: Vec<String>,
 }
@@ -297,6 +315,7 @@ pub fn merge(
     let rule = r.rule();
     let mut decisions = Vec::new();
     let mut queue = 0;
+    let mut tiebroken = 0;
     for smp in samples {
         let p = pre.remove(smp.id.as_str()).expect("every sample");
         let assigned = a.sample(&smp.id);
@@ -315,6 +334,14 @@ pub fn merge(
                     o,
                     Some(DecidedBy::Adjudication),
                     format!("reviewers disagreed; `{}` decided: {}", x.adjudicator, x.reason),
+                )
+            } else if let (DecidedBy::Llm, Some((who, passes))) = (by, &p.tiebreak) {
+                let (o, verb) = if *passes { (Outcome::Accepted, "accepts") } else { (Outcome::Rejected, "rejects") };
+                tiebroken += 1;
+                (
+                    o,
+                    Some(DecidedBy::Llm),
+                    format!("LLM reviewers split; the tie-break reviewer `{who}` {verb} (a majority of three)"),
                 )
             } else {
                 queue += 1;
@@ -340,7 +367,7 @@ pub fn merge(
             reason,
         });
     }
-    Ok(Merged { decisions, queue, web_stale })
+    Ok(Merged { decisions, queue, tiebroken, web_stale })
 }
 
 /// A sample's reviews before adjudication: its scores for the current content, the pair
@@ -348,6 +375,8 @@ pub fn merge(
 struct Pre {
     reviews: Vec<ReviewOf>,
     pair: Option<(DecidedBy, Vec<bool>)>,
+    /// The tie-break reviewer's verdict, when it reviewed the sample.
+    tiebreak: Option<(String, bool)>,
     waiting: Vec<String>,
 }
 
@@ -363,6 +392,8 @@ fn pair_outcomes<'a>(
     for sc in scores {
         by_sample.entry(sc.sample_id.as_str()).or_default().push(sc);
     }
+    let tiebreaker = r.prereview.as_ref().and_then(|p| p.tiebreak.as_ref()).map(|t| format!("llm:{t}"));
+    let is_tiebreak = |sc: &Score| sc.kind == ScoreKind::Llm && tiebreaker.as_ref() == Some(&sc.reviewer);
     let review_of = |sc: &Score| ReviewOf {
         reviewer: sc.reviewer.clone(),
         kind: sc.kind,
@@ -370,6 +401,7 @@ fn pair_outcomes<'a>(
         note: sc.note.clone(),
         passes: r.passes(&sc.scores),
         source: sc.source.clone(),
+        tiebreak: is_tiebreak(sc),
     };
     let mut pre: BTreeMap<&str, Pre> = BTreeMap::new();
     for smp in samples {
@@ -391,8 +423,11 @@ fn pair_outcomes<'a>(
                 None => waiting.push(rv.clone()),
             }
         }
-        let llm: Vec<&Score> = all.iter().copied().filter(|x| x.kind == ScoreKind::Llm).collect();
+        let llm: Vec<&Score> = all.iter().copied().filter(|x| x.kind == ScoreKind::Llm && !is_tiebreak(x)).collect();
         reviews.extend(llm.iter().map(|x| review_of(x)));
+        let tb = all.iter().copied().find(|x| is_tiebreak(x));
+        reviews.extend(tb.map(review_of));
+        let tiebreak = tb.map(|x| (x.reviewer.clone(), r.passes(&x.scores)));
         let pair = if assigned.is_some() && humans.len() == 2 {
             Some((DecidedBy::Human, humans))
         } else if count_as_human && !llm.is_empty() {
@@ -400,7 +435,7 @@ fn pair_outcomes<'a>(
         } else {
             None
         };
-        pre.insert(smp.id.as_str(), Pre { reviews, pair, waiting });
+        pre.insert(smp.id.as_str(), Pre { reviews, pair, tiebreak, waiting });
     }
     pre
 }
@@ -637,7 +672,7 @@ pub struct Agreement {
 pub fn pairs_of(a: &Assignments, decisions: &[Decision], kind: ScoreKind) -> BTreeMap<String, Vec<(u8, u8)>> {
     let mut out: BTreeMap<String, Vec<(u8, u8)>> = a.dimensions.iter().map(|d| (d.id.clone(), vec![])).collect();
     for d in decisions {
-        let rs: Vec<&ReviewOf> = d.reviews.iter().filter(|x| x.kind == kind).collect();
+        let rs: Vec<&ReviewOf> = d.reviews.iter().filter(|x| x.kind == kind && !x.tiebreak).collect();
         if rs.len() != 2 {
             continue;
         }
@@ -676,7 +711,7 @@ pub fn agreement_of(r: &super::ReviewSettings, a: &Assignments, decisions: &[Dec
         let verdicts: Vec<(bool, bool)> = decisions
             .iter()
             .filter_map(|d| {
-                let rs: Vec<&ReviewOf> = d.reviews.iter().filter(|x| x.kind == kind).collect();
+                let rs: Vec<&ReviewOf> = d.reviews.iter().filter(|x| x.kind == kind && !x.tiebreak).collect();
                 (rs.len() == 2).then(|| (rs[0].passes, rs[1].passes))
             })
             .collect();
@@ -733,6 +768,14 @@ fn report(r: &super::ReviewSettings, m: &Merged, ag: &[Agreement], count_as_huma
             s,
             "**LLM pre-review stood in for human reviewers** (`[review.prereview] count_as_human = true`): \
              decisions with `decided_by = llm` rest on LLM scores, not on people.\n"
+        );
+    }
+    if m.tiebroken > 0 {
+        let _ = writeln!(
+            s,
+            "{} of them, on which the two LLM reviewers split, were decided by the tie-break reviewer \
+             (`[review.prereview] tiebreak`, a majority of three).\n",
+            m.tiebroken
         );
     }
     if n(Outcome::Undecided) > 0 {

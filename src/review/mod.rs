@@ -167,6 +167,11 @@ impl crate::settings::Section for ReviewSettings {
             "false",
             "LLM scores decide like human ones where people have not scored.",
         ),
+        Key::unset(
+            "prereview.tiebreak",
+            "string",
+            "A third LLM role, asked only about samples the two `roles` split on; with `count_as_human`, its verdict decides them (a majority of three).",
+        ),
         Key::new("prereview.concurrency", "integer", "2", "Samples in flight (not hashed)."),
         Key::new("prereview.max_failed_share", "number", "0.0", "Share of samples whose scoring may fail."),
         Key::table("serve", "The review web app (`benchgen review serve`)."),

@@ -44,7 +44,8 @@ pub static SPEC: StageSpec = StageSpec {
     //    completion tokens, the pre-review's time. `rubric_copies` counts notes that copy a
     //    description.
     // 6: ... or pieces of several descriptions.
-    version: 6,
+    // 7: `tiebreak`: a third role reviews the samples the two LLM reviewers split on.
+    version: 7,
     about: "LLM pre-review: LLM roles score each sample with the rubric (marked as LLM scores)",
     reads: &[ASSIGNMENTS.read(), SAMPLES.read()],
     writes: &["scores.jsonl", "report.md"],
@@ -62,6 +63,11 @@ pub struct PrereviewSettings {
     /// Let LLM scores decide like human ones where people have not scored (the demo).
     #[serde(default)]
     pub count_as_human: bool,
+    /// A third LLM role, asked only about the samples on which the two roles split (one
+    /// passes the rule, the other fails it): where LLM scores stand in for people, its
+    /// verdict decides them (a majority of three) instead of leaving them for a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tiebreak: Option<String>,
     /// How many items are in flight: operational, so not in the config hash.
     #[serde(default = "default_concurrency", skip_serializing)]
     pub concurrency: usize,
@@ -87,6 +93,20 @@ impl PrereviewSettings {
         }
         if self.roles.len() == 2 && self.roles[0] == self.roles[1] {
             problems.push(Problem::new("review.prereview.roles", "the two LLM reviewers must be different roles"));
+        }
+        if let Some(t) = &self.tiebreak {
+            if self.roles.len() != 2 {
+                problems.push(Problem::new(
+                    "review.prereview.tiebreak",
+                    "breaks ties between two LLM reviewers: name two roles in `roles`",
+                ));
+            }
+            if self.roles.contains(t) {
+                problems.push(Problem::new(
+                    "review.prereview.tiebreak",
+                    format!("`{t}` is already one of `roles`; a tie-break is a third, independent reviewer"),
+                ));
+            }
         }
         crate::settings::check_positive(problems, "review.prereview.concurrency", self.concurrency);
     }
@@ -215,7 +235,9 @@ impl Stage for PrereviewStage {
         &SPEC
     }
     fn help(&self) -> &'static str {
-        "LLM pre-review: `[review.prereview] roles` score every sample with the rubric.
+        "LLM pre-review: `[review.prereview] roles` score every sample with the rubric;
+         `tiebreak`, a third role, reviews only the samples the two split on (with
+         `count_as_human`, its verdict decides them in `review merge`).
 
          Reads `review-assign/assignments.json` and `samples.jsonl` and the prompt
          `pipeline/prompts/review_score.md`. Writes `artifacts/review-prereview/scores.jsonl`
@@ -227,11 +249,14 @@ impl Stage for PrereviewStage {
     fn roles(&self, s: &Settings) -> Vec<ConfigRef> {
         settings(s)
             .map(|p| {
-                p.roles
+                let mut refs: Vec<ConfigRef> = p
+                    .roles
                     .iter()
                     .enumerate()
                     .map(|(i, r)| ConfigRef::new(format!("review.prereview.roles[{i}]"), r))
-                    .collect()
+                    .collect();
+                refs.extend(p.tiebreak.iter().map(|t| ConfigRef::new("review.prereview.tiebreak", t)));
+                refs
             })
             .unwrap_or_default()
     }
@@ -241,7 +266,14 @@ impl Stage for PrereviewStage {
             Some((n, from)) => (n, format!("≤ {n} samples ({from}) × 1 review")),
             None => (0, "unknown until the sample pool's inputs can be read".to_string()),
         };
-        let rows = p.roles.iter().map(|r| crate::stage::Estimate::typed(r, n, basis.clone()));
+        let mut rows: Vec<_> = p.roles.iter().map(|r| crate::stage::Estimate::typed(r, n, basis.clone())).collect();
+        if let Some(t) = &p.tiebreak {
+            rows.push(crate::stage::Estimate::typed(
+                t,
+                n,
+                format!("≤ {n} samples the two reviewers split on × 1 review"),
+            ));
+        }
         // A concurrency of 0 leaves the roles' own bounds in charge.
         crate::stage::merge_by_role(rows).into_iter().map(|e| e.in_flight(p.concurrency)).collect()
     }
@@ -285,7 +317,7 @@ impl Stage for PrereviewStage {
         let mut batch = Batch::new(ctx, opts)?;
         let aref = &a;
         let answer = &review_answer(&a);
-        let done = batch.run(items, |(role, pr): (String, Prompt), llm: Item| async move {
+        let work = |(role, pr): (String, Prompt), llm: Item| async move {
             let reply = llm.ask(&role, &pr, None, answer).await?;
             let mut scores = BTreeMap::new();
             for d in &aref.dimensions {
@@ -296,7 +328,26 @@ impl Stage for PrereviewStage {
                 scores.insert(d.id.clone(), score as u8);
             }
             Ok(Scored { scores, note: super::clip(&reply.value.note, 300), exchange: reply.exchange })
-        })?;
+        };
+        let mut values = batch.run(items, work)?.values;
+        // The tie-break: a third reviewer for the samples the two split on, asked once both
+        // have answered (its question depends on their verdicts, so it is a second round).
+        let rule = super::settings(s);
+        let mut split = Vec::new();
+        if let (Some(t), [r0, r1]) = (&p.tiebreak, p.roles.as_slice()) {
+            let mut tb_items = Vec::new();
+            for x in &a.samples {
+                let verdict = |role: &str| values.get(&format!("{}@{role}", x.id)).map(|v| rule.passes(&v.scores));
+                if let (Some(v0), Some(v1)) = (verdict(r0), verdict(r1))
+                    && v0 != v1
+                {
+                    split.push(x.id.clone());
+                    let pr = prompt(&p.template, &a, by_id[x.id.as_str()], chars);
+                    tb_items.push((format!("{}@{t}", x.id), (t.clone(), pr)));
+                }
+            }
+            values.extend(batch.run(tb_items, work)?.values);
+        }
         let mut all = Vec::new();
         let mut report = String::from(
             "# LLM pre-review\n\nThese are LLM scores, not human reviews. They count as human scores only with \
@@ -307,7 +358,7 @@ impl Stage for PrereviewStage {
             p.roles.iter().map(|r| format!("`{r}`")).collect::<Vec<_>>().join(", "),
             a.samples.len()
         ));
-        for (key, sc) in &done.values {
+        for (key, sc) in &values {
             let (id, role) = key.rsplit_once('@').expect("key shape");
             let x = a.sample(id).expect("assigned");
             let score = Score {
@@ -333,11 +384,28 @@ impl Stage for PrereviewStage {
         all.sort_by(|x, y| (&x.sample_id, &x.reviewer).cmp(&(&y.sample_id, &y.reviewer)));
         let passing = all.iter().filter(|x| super::settings(s).passes(&x.scores)).count();
         report.push_str(&format!("{} LLM reviews; {passing} pass the acceptance rule.\n", all.len()));
-        let copies = done.values.values().filter(|sc| note_copies_rubric(&sc.note, &a.dimensions)).count();
+        let copies = values.values().filter(|sc| note_copies_rubric(&sc.note, &a.dimensions)).count();
         if copies > 0 {
             report.push_str(&format!(
                 "\n{copies} of the {} LLM reviews copy the rubric: their note is a dimension's description, not something said of the sample, so their scores say little about it.\n",
                 all.len()
+            ));
+        }
+        if let Some(t) = &p.tiebreak {
+            let passed = split
+                .iter()
+                .filter(|id| values.get(&format!("{id}@{t}")).is_some_and(|v| rule.passes(&v.scores)))
+                .count();
+            report.push_str(&format!(
+                "\nThe two LLM reviewers split on {} sample(s){}; the tie-break reviewer `{t}` passes {passed} of them.\n",
+                split.len(),
+                if split.is_empty() { String::new() } else { format!(" ({})", split.join(", ")) },
+            ));
+            out.count("split", split.len());
+            out.count("tiebreak_passing", passed);
+            out.notes.push(format!(
+                "{} sample(s) split the two LLM reviewers; the tie-break `{t}` passes {passed} of them",
+                split.len()
             ));
         }
         batch.finish(out)?;

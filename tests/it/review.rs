@@ -867,6 +867,89 @@ fn llm_prereview_is_marked_and_decides_only_when_the_config_says_so() {
     assert_eq!(ag[0]["between"], "llm");
 }
 
+#[test]
+fn a_split_of_the_llm_reviewers_is_decided_by_the_tiebreak_reviewer_asked_only_about_it() {
+    use crate::support::scripted_llm::{Answer, ScriptedLlm};
+    // `strict` rejects (freshness 2) the sample about fund F1, `lenient` accepts all, and the
+    // tie-break `senior` rejects everything: only the split sample may reach it.
+    let llm = ScriptedLlm::start(|seen| {
+        let text = seen.all_text();
+        let model = seen.body["model"].as_str().unwrap_or_default().to_string();
+        let odd = text.contains("fund F1?");
+        let f = if model == "senior" || (model == "strict" && odd) { 2 } else { 4 };
+        let dims = ["relevance", "completeness", "consistency", "reliability", "freshness"];
+        let scores: serde_json::Map<String, Value> =
+            dims.iter().map(|d| (d.to_string(), json!(if *d == "freshness" { f } else { 5 }))).collect();
+        Answer::json(json!({"note": format!("scripted review by {model}"), "scores": scores}))
+    });
+    let roles = format!(
+        "[review.prereview]\nroles = [\"strict\", \"lenient\"]\ntiebreak = \"senior\"\ncount_as_human = COUNT\n\n\
+         [llm.roles.strict]\nprovider = \"vllm\"\nbase_url = \"{u}\"\nmodel = \"strict\"\n\n\
+         [llm.roles.lenient]\nprovider = \"vllm\"\nbase_url = \"{u}\"\nmodel = \"lenient\"\n\n\
+         [llm.roles.senior]\nprovider = \"vllm\"\nbase_url = \"{u}\"\nmodel = \"senior\"\n",
+        u = llm.base_url()
+    );
+    let rp = RP::new(4, &roles.replace("COUNT", "false"));
+    rp.p.copy_in("pipeline/prompts/review_score.md");
+    rp.ok(&["review", "assign"]);
+    let out = rp.ok(&["review", "prereview"]);
+    assert!(out.contains("1 sample(s) split the two LLM reviewers; the tie-break `senior` passes 0 of them"), "{out}");
+    let scores = rp.p.read("artifacts/review-prereview/scores.jsonl");
+    let senior: Vec<&str> = scores.lines().filter(|l| l.contains("\"reviewer\":\"llm:senior\"")).collect();
+    assert_eq!(senior.len(), 1, "asked about the split sample only: {scores}");
+    assert!(senior[0].contains("\"sample_id\":\"s001\""), "{scores}");
+    assert_eq!(scores.lines().count(), 9, "4 samples × 2 reviewers + 1 tie-break");
+    assert!(rp.p.read("artifacts/review-prereview/report.md").contains("split on 1 sample(s) (s001)"));
+    // LLM scores that do not stand in for people decide nothing, the tie-break's included.
+    rp.ok(&["review", "merge"]);
+    assert!(rp.decisions().values().all(|d| d["decision"] == "undecided"));
+
+    rp.p.write(
+        "pipeline/demo.toml",
+        rp.p.read("pipeline/demo.toml").replace("count_as_human = false", "count_as_human = true"),
+    );
+    let out = rp.ok(&["review", "merge"]);
+    assert!(out.contains("1 split(s) of the two LLM reviewers decided by the tie-break reviewer"), "{out}");
+    let d = rp.decisions();
+    assert_eq!(d["s000"]["decision"], "accepted", "the two agree: the tie-break was not asked and decides nothing");
+    assert_eq!(d["s001"]["decision"], "rejected");
+    assert_eq!(d["s001"]["decided_by"], "llm");
+    let reason = d["s001"]["reason"].as_str().unwrap();
+    assert!(reason.contains("tie-break reviewer `llm:senior` rejects"), "{reason}");
+    let tb: Vec<&Value> = d["s001"]["reviews"].as_array().unwrap().iter().filter(|r| r["tiebreak"] == true).collect();
+    assert_eq!(tb.len(), 1);
+    assert_eq!(tb[0]["reviewer"], "llm:senior");
+    assert!(rp.p.read("artifacts/review-merge/report.md").contains("decided by the tie-break reviewer"));
+    // Agreement is between the two reviewers: four pairs, the tie-break's review in none.
+    let ag: Value = serde_json::from_str(&rp.p.read("artifacts/review-merge/agreement.json")).unwrap();
+    assert_eq!(ag[0]["between"], "llm");
+    assert_eq!(ag[0]["samples"], 4);
+    assert_eq!(ag[0]["verdict_exact"], 0.75, "{ag}");
+
+    // A person's adjudication still overrules the tie-break.
+    rp.p.write(
+        "reviews/adjudications.csv",
+        format!(
+            "sample_id,content_hash,reviews,decision,adjudicator,reason\ns001,{},,accept,consensus,alice and bob: fund F1 is a real fund\n",
+            d["s001"]["content_hash"].as_str().unwrap()
+        ),
+    );
+    rp.ok(&["review", "merge"]);
+    let d = rp.decisions();
+    assert_eq!(d["s001"]["decision"], "accepted");
+    assert_eq!(d["s001"]["decided_by"], "adjudication");
+}
+
+#[test]
+fn a_tiebreak_needs_two_reviewers_and_is_not_one_of_them() {
+    let rp = RP::new(2, "[review.prereview]\nroles = [\"a\"]\ntiebreak = \"a\"\n");
+    let o = rp.run(&["review", "prereview"]);
+    let err = stderr(&o);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("review.prereview.tiebreak") && err.contains("name two roles in `roles`"), "{err}");
+    assert!(err.contains("`a` is already one of `roles`"), "{err}");
+}
+
 /// A running `benchgen review serve` on a free loopback port, stopped on drop.
 pub struct Server {
     pub child: std::process::Child,
