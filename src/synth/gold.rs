@@ -5,7 +5,9 @@
 //! call of a turn is classified by rules first:
 //!
 //! - **needed**: an action (a tool whose name says it changes something: acknowledge,
-//!   notify, create, …) that the request asks for; a call whose result the answer quotes;
+//!   notify, create, …) that the request asks for; a call whose result the answer quotes
+//!   from a field the request asks about (`severity` for "what is its severity"; a quote of a field
+//!   the request never names only shows the agent used the call, so the LLM check decides);
 //!   or a call whose result a needed call consumes (one of its arguments is a value of that
 //!   result). A step of the sampled chain is needed on this evidence or the LLM check's
 //!   word only, as any call: a chain step found not needed rejects the chain sample (its
@@ -625,14 +627,26 @@ fn call_label(i: usize, c: &RecordedCall) -> String {
     format!("call {} `{}`", i + 1, tool_name(&c.tool))
 }
 
-/// Values of a result worth finding in an answer: identifiers, and longer words and numbers.
-fn quotable(result: &str) -> Vec<String> {
+/// Values of a result worth finding in an answer (identifiers, and longer words and
+/// numbers), each with its field's path.
+fn quotable(result: &str) -> Vec<(String, String)> {
     result_leaves(result)
         .into_iter()
         .filter(|(p, _)| !p.is_empty())
-        .map(|(_, v)| v.trim().to_lowercase())
-        .filter(|v| is_identifier(v) || v.chars().count() >= 4)
+        .map(|(p, v)| (p, v.trim().to_lowercase()))
+        .filter(|(_, v)| is_identifier(v) || v.chars().count() >= 4)
         .collect()
+}
+
+/// Does the request ask about the field at `path` (`incidents[0].severity`)? One of the
+/// path's words, other than a generic one (`id`, `name`) or an index, names what a word of
+/// the request names (`same_kind`: `assignee` for "who", `incidents` for "incident").
+fn asks_about(request: &str, path: &str) -> bool {
+    let asked = words(request);
+    words(path)
+        .iter()
+        .filter(|w| !GENERIC.contains(&w.as_str()) && !w.chars().all(|c| c.is_ascii_digit()))
+        .any(|w| asked.iter().any(|r| same_kind(w, r)))
 }
 
 /// Classify the calls of one turn by the rules (see the module doc).
@@ -686,19 +700,28 @@ pub fn classify(t: &TurnInput) -> Classified {
         }
     }
     // A read call whose result the answer quotes (a value not already in the request, nor
-    // in the result of an earlier call, which is where the answer could have it from).
+    // in the result of an earlier call, which is where the answer could have it from), from
+    // a field the request asks about. The answer is the agent's own writing: that it quotes
+    // a result shows the call was used, not that the request needed it ("Find the open
+    // incident" answered with the severity `get_incident` returned made that call a
+    // reference step of a released dialogue), so a quote of a field the request does not
+    // name is left to the LLM check.
     for (i, c) in t.calls.iter().enumerate() {
         if d[i].is_some() || answer.is_empty() {
             continue;
         }
         let before: Vec<String> =
             t.calls[..i].iter().filter(|x| ok(x)).filter_map(|x| x.result.as_deref()).map(str::to_lowercase).collect();
-        if let Some(v) =
-            c.result.as_deref().map(quotable).unwrap_or_default().into_iter().find(|v| {
-                has_word(&answer, v) && !has_word(&request_lower, v) && !before.iter().any(|b| has_word(b, v))
-            })
-        {
-            d[i] = Some((Decision::Needed, format!("the answer quotes its result (`{v}`)")));
+        if let Some((p, v)) = c.result.as_deref().map(quotable).unwrap_or_default().into_iter().find(|(p, v)| {
+            has_word(&answer, v)
+                && !has_word(&request_lower, v)
+                && !before.iter().any(|b| has_word(b, v))
+                && asks_about(t.request, p)
+        }) {
+            d[i] = Some((
+                Decision::Needed,
+                format!("the answer quotes its result's `{p}` (`{v}`), which the request asks about"),
+            ));
         }
     }
     propagate(t, &mut d);
@@ -1826,9 +1849,21 @@ mod tests {
             context: vec![],
         };
         assert_eq!(decide(&t), [None, None], "both open for the LLM check");
-        // An answer quoting the details makes the second step needed, and the first with it.
+        // An answer quoting a detail the request never asks about shows the agent used the
+        // call, not that the request needs it: still the LLM check's (the demo's dialogue
+        // of 2026-12-06, "Find the open incident about notifications errors", answered with
+        // the severity, had `get_incident` made a reference step by this quote alone).
+        // The search is needed: the answer quotes the id of the incidents the request asks for.
         t.answer = Some("INC-2231 is open, with high severity.");
+        assert_eq!(decide(&t), [Some(Decision::Needed), None]);
+        // A request that asks for the severity needs the details, and the search with them.
+        t.request = "What is the severity of the open incident about slow checkout?";
         assert_eq!(decide(&t), [Some(Decision::Needed), Some(Decision::Needed)]);
+        let why = classify(&t).decisions[1].clone().unwrap().1;
+        assert_eq!(why, "the answer quotes its result's `severity` (`high`), which the request asks about");
+        // "Who" asks about an assignee (kindred words).
+        assert!(asks_about("Who is handling INC-2231?", "assignee") && !asks_about("Find INC-2231", "assignee"));
+        assert!(!asks_about("Show item 0", "incidents[0].id"), "an index and a generic word name nothing");
     }
 
     #[test]

@@ -61,7 +61,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 8: a message the agent composed is traced by its identifiers (`gold::composed`).
     // 9: the report groups rejections by what went wrong, not by "turn".
     // 10: ... a `server::tool` id and any argument value left whole.
-    version: 10,
+    // 11: an answer quoting a call's result makes the call needed by rule only when the
+    //     quoted field is one the request asks about; otherwise the LLM check decides.
+    version: 11,
     about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),
