@@ -417,6 +417,10 @@ pub struct Batch<'a> {
     counts: LlmCounts,
     resumed: usize,
     failed: Vec<FailedItem>,
+    /// Items of every round so far: `max_failed_share` is a share of the stage's items, not
+    /// of one round's (a second round of three tie-break reviews with one failure is not a
+    /// third of the stage failing).
+    items: usize,
     /// The LLM roles the stage calls (`None`: not known, any configured role may be).
     roles: Option<Vec<String>>,
     rt: tokio::runtime::Runtime,
@@ -451,6 +455,7 @@ impl<'a> Batch<'a> {
             counts: LlmCounts::default(),
             resumed: 0,
             failed: Vec::new(),
+            items: 0,
             roles: None,
             rt,
         })
@@ -563,11 +568,12 @@ impl<'a> Batch<'a> {
         pb.finish_and_clear();
         outcome?;
         failed.sort_by(|a, b| a.item.cmp(&b.item));
-        let share = if total == 0 { 0.0 } else { failed.len() as f64 / total as f64 };
+        self.items += total;
+        let (all, all_failed) = (self.items, self.failed.len() + failed.len());
+        let share = if all == 0 { 0.0 } else { all_failed as f64 / all as f64 };
         if !failed.is_empty() && share > opts.max_failed_share {
             bail!(
-                "{} of {total} {} failed ({:.1}%, more than `{}` = {}); the {} finished are kept and a rerun with the same settings retries only the failed ones:\n  {}",
-                failed.len(),
+                "{all_failed} of {all} {} failed ({:.1}%, more than `{}` = {}); the {} finished are kept and a rerun with the same settings retries only the failed ones:\n  {}",
                 opts.noun,
                 share * 100.0,
                 opts.share_key,
@@ -718,6 +724,25 @@ mod tests {
         assert_eq!(done.values.values().copied().collect::<Vec<_>>(), [0, 10, 20, 30, 40, 50]);
         let e = b.run(vec![("a".to_string(), 1), ("a".to_string(), 2)], work(&[])).unwrap_err();
         assert!(e.to_string().contains("`a` is listed twice"), "{e}");
+    }
+
+    #[test]
+    fn the_failed_share_counts_the_items_of_every_round() {
+        // Ten items, then a second round of two (as `review prereview`'s tie-break): one
+        // failure in the second round is 1 of 12, within 0.1, not 1 of 2.
+        let dir = tempfile::tempdir().unwrap();
+        let printer = Printer::default();
+        let work = |fail: u32| {
+            move |i: u32, _: Item| async move { if i == fail { Err(ItemError::Failed("no luck".into())) } else { Ok(i) } }
+        };
+        let opts = BatchOptions::new("t", "t", "things").max_failed_share(0.1, "k");
+        let mut b = offline_batch(dir.path(), &printer, opts.clone());
+        b.run((0..10).map(|i| (format!("a{i}"), i)).collect(), work(99)).unwrap();
+        let done = b.run((0..2).map(|i| (format!("b{i}"), i)).collect(), work(1)).unwrap();
+        assert_eq!(done.failed.len(), 1);
+        // A second failure makes it 2 of 14, over 0.1, and says so.
+        let e = b.run((0..2).map(|i| (format!("c{i}"), i)).collect(), work(0)).unwrap_err().to_string();
+        assert!(e.starts_with("2 of 14 things failed (14.3%, more than `k` = 0.1)"), "{e}");
     }
 
     #[test]

@@ -1152,7 +1152,7 @@ fn tiebreaks(ctx: &Ctx) -> String {
     match m.counts.get("decided_by_tiebreak").and_then(Value::as_u64).unwrap_or(0) {
         0 => String::new(),
         n => format!(
-            " {n} sample(s) on which the two LLM reviewers split were decided by a third LLM reviewer (`[review.prereview] tiebreak`, a majority of three), not by a lead."
+            " {n} sample(s) of the review pool on which the two LLM reviewers split were decided by a third LLM reviewer (`[review.prereview] tiebreak`, a majority of three), not by a lead."
         ),
     }
 }

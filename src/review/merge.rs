@@ -427,12 +427,26 @@ fn pair_outcomes<'a>(
         reviews.extend(llm.iter().map(|x| review_of(x)));
         let tb = all.iter().copied().find(|x| is_tiebreak(x));
         reviews.extend(tb.map(review_of));
-        let tiebreak = tb.map(|x| (x.reviewer.clone(), r.passes(&x.scores)));
+        // The tie-break stands in for a lead only where no person has scored the sample:
+        // one person's verdict is not outvoted by LLM reviews.
+        let tiebreak = tb.filter(|_| humans.is_empty()).map(|x| (x.reviewer.clone(), r.passes(&x.scores)));
+        // Where LLM reviews stand in, every configured LLM reviewer's is due: one review
+        // whose partner failed (the demo tolerates failed reviews) decides nothing alone.
+        let missing_llm: Vec<String> = r
+            .prereview
+            .iter()
+            .flat_map(|p| &p.roles)
+            .map(|role| format!("llm:{role}"))
+            .filter(|who| !llm.iter().any(|x| &x.reviewer == who))
+            .collect();
         let pair = if assigned.is_some() && humans.len() == 2 {
             Some((DecidedBy::Human, humans))
-        } else if count_as_human && !llm.is_empty() {
+        } else if count_as_human && !llm.is_empty() && missing_llm.is_empty() {
             Some((DecidedBy::Llm, llm.iter().map(|x| r.passes(&x.scores)).collect()))
         } else {
+            if count_as_human && !llm.is_empty() {
+                waiting.extend(missing_llm);
+            }
             None
         };
         pre.insert(smp.id.as_str(), Pre { reviews, pair, tiebreak, waiting });

@@ -569,9 +569,10 @@ pub fn describe(kind_: &str, p: &serde_json::Value) -> String {
             let mut d = format!("{} (decided by {})", s("decision"), p["decided_by"].as_str().unwrap_or("nobody yet"));
             for r in p["reviews"].as_array().into_iter().flatten() {
                 d.push_str(&format!(
-                    "; {} `{}`: {}",
+                    "; {} `{}`{}: {}",
                     r["kind"].as_str().unwrap_or(""),
                     r["reviewer"].as_str().unwrap_or(""),
+                    if r["tiebreak"] == true { " (tie-break)" } else { "" },
                     scores(&r["scores"])
                 ));
             }

@@ -1,7 +1,8 @@
 //! `benchgen review prereview` (stage `review-prereview`): one or two LLM roles score
 //! every assigned sample with the reviewers' rubric, after a note of their own on the
 //! sample (as a person's sheet has one note), so a team can triage before people review,
-//! and the demo runs end to end.
+//! and the demo runs end to end. An optional third role, the tie-break, then reviews the
+//! samples the two split on (a second round, once both have answered).
 //!
 //! These are **LLM scores**: each is recorded with `kind = "llm"` and reviewer
 //! `llm:<role>`; `review merge` counts them as human scores only when
@@ -48,7 +49,8 @@ pub static SPEC: StageSpec = StageSpec {
     version: 7,
     about: "LLM pre-review: LLM roles score each sample with the rubric (marked as LLM scores)",
     reads: &[ASSIGNMENTS.read(), SAMPLES.read()],
-    writes: &["scores.jsonl", "report.md"],
+    // `failed.json`: the reviews that failed within `max_failed_share` (the demo allows them).
+    writes: &["scores.jsonl", "report.md", "failed.json"],
     section: Some("review"),
 };
 
@@ -354,8 +356,9 @@ impl Stage for PrereviewStage {
              `[review.prereview] count_as_human = true`.\n\n",
         );
         report.push_str(&format!(
-            "Roles: {}. Samples: {}.\n\n",
+            "Roles: {}{}. Samples: {}.\n\n",
             p.roles.iter().map(|r| format!("`{r}`")).collect::<Vec<_>>().join(", "),
+            p.tiebreak.as_ref().map(|t| format!("; tie-break `{t}`")).unwrap_or_default(),
             a.samples.len()
         ));
         for (key, sc) in &values {

@@ -638,15 +638,37 @@ fn quotable(result: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Does the request ask about the field at `path` (`incidents[0].severity`)? One of the
-/// path's words, other than a generic one (`id`, `name`) or an index, names what a word of
-/// the request names (`same_kind`: `assignee` for "who", `incidents` for "incident").
-fn asks_about(request: &str, path: &str) -> bool {
-    let asked = words(request);
-    words(path)
-        .iter()
-        .filter(|w| !GENERIC.contains(&w.as_str()) && !w.chars().all(|c| c.is_ascii_digit()))
-        .any(|w| asked.iter().any(|r| same_kind(w, r)))
+/// The word naming the field at `path` of `tool`'s result: the last telling word of its
+/// last key (`incident.severity` and `incident_severity` → `severity`, `created_at` →
+/// `created`); for a generic key (`id`, `name`), of the key holding it (`incidents[0].id` →
+/// `incidents`); for a bare list (`[0].id`), of the tool's name (`list_services` →
+/// `services`). Container and entity words name what holds the field, not the field, so
+/// they do not count while the field has a name of its own.
+fn field_word(tool: &str, path: &str) -> Option<String> {
+    // A tool name's read verb (`get`, `list`) names no field; a key's (`status`) does.
+    let telling = |s: &str, skip: &[&str]| {
+        words(s).into_iter().rev().find(|w| {
+            w.chars().count() >= 3
+                && !GENERIC.contains(&w.as_str())
+                && !skip.contains(&w.as_str())
+                && !w.chars().all(|c| c.is_ascii_digit())
+        })
+    };
+    path.split('.')
+        .map(|k| k.split('[').next().unwrap_or_default())
+        .filter(|k| !k.is_empty())
+        .rev()
+        .find_map(|k| telling(k, &[]))
+        .or_else(|| telling(tool_name(tool), READS))
+}
+
+/// Does the request ask about the field at `path` of `tool`'s result? Its
+/// [`field_word`] names what a word of the request names: the same word, singular or
+/// plural (`services`, "service"), or a kindred one (`assignee` for "who").
+fn asks_about(request: &str, tool: &str, path: &str) -> bool {
+    use crate::efs::lexical::stem as singular;
+    let Some(field) = field_word(tool, path) else { return false };
+    words(request).iter().any(|r| same_kind(&field, r) || singular(&field) == singular(r))
 }
 
 /// Classify the calls of one turn by the rules (see the module doc).
@@ -716,7 +738,7 @@ pub fn classify(t: &TurnInput) -> Classified {
             has_word(&answer, v)
                 && !has_word(&request_lower, v)
                 && !before.iter().any(|b| has_word(b, v))
-                && asks_about(t.request, p)
+                && asks_about(t.request, &c.tool, p)
         }) {
             d[i] = Some((
                 Decision::Needed,
@@ -1861,9 +1883,36 @@ mod tests {
         assert_eq!(decide(&t), [Some(Decision::Needed), Some(Decision::Needed)]);
         let why = classify(&t).decisions[1].clone().unwrap().1;
         assert_eq!(why, "the answer quotes its result's `severity` (`high`), which the request asks about");
+    }
+
+    #[test]
+    fn a_quoted_field_is_asked_about_by_its_own_name_not_its_container() {
+        let find = "Find the open incident about notifications errors";
+        // The field's own name, however the result wraps it (a helper's finding: the entity
+        // word of `incident.severity` made any wrapped result count as asked about).
+        for path in ["severity", "incident.severity", "data.incident.severity", "incidents[0].severity"] {
+            assert!(!asks_about(find, "ops::get_incident", path), "{path}");
+            assert!(asks_about("What is the severity of INC-7?", "ops::get_incident", path), "{path}");
+        }
+        assert!(!asks_about(find, "ops::get_incident", "incident_severity"));
+        assert!(!asks_about(find, "ops::get_incident", "incidentSeverity"));
+        // A generic key is named by what holds it, a bare list by the tool.
+        assert!(asks_about(find, "ops::search_incidents", "incidents[0].id"));
+        assert!(!asks_about("Show item 0", "ops::search_incidents", "incidents[0].id"));
+        assert!(
+            asks_about("Which service is down?", "ops::list_services", "[0].name"),
+            "plural tool, singular request"
+        );
+        assert!(asks_about("List the services", "ops::get_status", "service"), "singular field, plural request");
+        // Short words of a key (`at`, `to`) are no names: "is" and "at" in a request ask for nothing.
+        assert!(!asks_about("What is it? Look at it", "ops::get_incident", "created_at"));
+        assert!(!asks_about("I need to know", "ops::get_incident", "assigned_to"));
+        // A key that is a read verb elsewhere (`status`) is still the field's name.
+        assert!(!asks_about(find, "ops::get_incident", "incident.status"));
+        assert!(asks_about("What is the status of INC-7?", "ops::get_incident", "incident.status"));
         // "Who" asks about an assignee (kindred words).
-        assert!(asks_about("Who is handling INC-2231?", "assignee") && !asks_about("Find INC-2231", "assignee"));
-        assert!(!asks_about("Show item 0", "incidents[0].id"), "an index and a generic word name nothing");
+        assert!(asks_about("Who is handling INC-2231?", "ops::get_incident", "assignee"));
+        assert!(!asks_about("Find INC-2231", "ops::get_incident", "assignee"));
     }
 
     #[test]

@@ -941,6 +941,39 @@ fn a_split_of_the_llm_reviewers_is_decided_by_the_tiebreak_reviewer_asked_only_a
 }
 
 #[test]
+fn one_llm_review_whose_partner_failed_decides_nothing_alone() {
+    use crate::support::scripted_llm::{Answer, ScriptedLlm};
+    // `flaky` cannot review the sample about fund F2 (no valid answer, the item fails within
+    // `max_failed_share`); `steady` accepts everything.
+    let llm = ScriptedLlm::start(|seen| {
+        let text = seen.all_text();
+        if seen.body["model"] == "flaky" && text.contains("fund F2?") {
+            return Answer::text("I would rather not say.");
+        }
+        let dims = ["relevance", "completeness", "consistency", "reliability", "freshness"];
+        let scores: serde_json::Map<String, Value> = dims.iter().map(|d| (d.to_string(), json!(5))).collect();
+        Answer::json(json!({"note": "scripted review", "scores": scores}))
+    });
+    let roles = format!(
+        "[review.prereview]\nroles = [\"steady\", \"flaky\"]\ncount_as_human = true\nmax_failed_share = 0.5\n\n\
+         [llm.roles.steady]\nprovider = \"vllm\"\nbase_url = \"{u}\"\nmodel = \"steady\"\nmax_retries = 0\n\n\
+         [llm.roles.flaky]\nprovider = \"vllm\"\nbase_url = \"{u}\"\nmodel = \"flaky\"\nmax_retries = 0\n",
+        u = llm.base_url()
+    );
+    let rp = RP::new(4, &roles);
+    rp.p.copy_in("pipeline/prompts/review_score.md");
+    rp.ok(&["review", "assign"]);
+    rp.ok(&["review", "prereview"]);
+    assert_eq!(rp.p.read("artifacts/review-prereview/scores.jsonl").lines().count(), 7, "one review failed");
+    rp.ok(&["review", "merge"]);
+    let d = rp.decisions();
+    assert_eq!(d["s001"]["decision"], "accepted");
+    assert_eq!(d["s002"]["decision"], "undecided", "{}", d["s002"]);
+    let reason = d["s002"]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("waiting for scores from") && reason.contains("llm:flaky"), "{reason}");
+}
+
+#[test]
 fn a_tiebreak_needs_two_reviewers_and_is_not_one_of_them() {
     let rp = RP::new(2, "[review.prereview]\nroles = [\"a\"]\ntiebreak = \"a\"\n");
     let o = rp.run(&["review", "prereview"]);
