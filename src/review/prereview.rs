@@ -230,6 +230,83 @@ fn assigned_bound(s: &Settings) -> Option<(u64, &'static str)> {
     super::pool_bound(s).map(|b| (b.samples, "the sample pool"))
 }
 
+/// Every review as an LLM [`Score`], sorted by (sample, reviewer), each recorded as a
+/// `review` event linked to its exchange.
+fn scores_of(
+    values: &BTreeMap<String, Scored>,
+    a: &Assignments,
+    batch: &Batch,
+    out: &mut Output,
+) -> Result<Vec<Score>> {
+    let mut all = Vec::new();
+    for (key, sc) in values {
+        let (id, role) = key.rsplit_once('@').expect("key shape");
+        let x = a.sample(id).expect("assigned");
+        let score = Score {
+            sample_id: id.to_string(),
+            reviewer: format!("llm:{role}"),
+            kind: ScoreKind::Llm,
+            content_hash: x.content_hash.clone(),
+            scores: sc.scores.clone(),
+            note: sc.note.clone(),
+            source: format!("llm:{}", sc.exchange),
+        };
+        let mut ev = NewEvent::new(
+            super::kind::REVIEW,
+            Some(&crate::model::Sample::subject_for(id)),
+            serde_json::to_value(&score)?,
+        );
+        if let Some(eid) = batch.exchange_event(&sc.exchange)? {
+            ev = ev.with_parent(Parent::Id(eid));
+        }
+        out.event(ev);
+        all.push(score);
+    }
+    all.sort_by(|x, y| (&x.sample_id, &x.reviewer).cmp(&(&y.sample_id, &y.reviewer)));
+    Ok(all)
+}
+
+/// The samples whose two LLM reviews split (one passes the rule, the other fails it), in
+/// assignment order; none without a tie-break or without two reviewers.
+fn splits(
+    p: &PrereviewSettings,
+    a: &Assignments,
+    values: &BTreeMap<String, Scored>,
+    rule: &super::ReviewSettings,
+) -> Vec<String> {
+    let (Some(_), [r0, r1]) = (&p.tiebreak, p.roles.as_slice()) else { return Vec::new() };
+    let verdict = |id: &str, role: &str| values.get(&format!("{id}@{role}")).map(|v| rule.passes(&v.scores));
+    a.samples
+        .iter()
+        .filter(|x| matches!((verdict(&x.id, r0), verdict(&x.id, r1)), (Some(v0), Some(v1)) if v0 != v1))
+        .map(|x| x.id.clone())
+        .collect()
+}
+
+/// What the report, the counts and the run's notes say of the splits and the tie-break.
+fn tiebreak_report(
+    t: &str,
+    split: &[String],
+    values: &BTreeMap<String, Scored>,
+    rule: &super::ReviewSettings,
+    report: &mut String,
+    out: &mut Output,
+) {
+    let passed =
+        split.iter().filter(|id| values.get(&format!("{id}@{t}")).is_some_and(|v| rule.passes(&v.scores))).count();
+    report.push_str(&format!(
+        "\nThe two LLM reviewers split on {} sample(s){}; the tie-break reviewer `{t}` passes {passed} of them.\n",
+        split.len(),
+        if split.is_empty() { String::new() } else { format!(" ({})", split.join(", ")) },
+    ));
+    out.count("split", split.len());
+    out.count("tiebreak_passing", passed);
+    out.notes.push(format!(
+        "{} sample(s) split the two LLM reviewers; the tie-break `{t}` passes {passed} of them",
+        split.len()
+    ));
+}
+
 pub struct PrereviewStage;
 
 impl Stage for PrereviewStage {
@@ -335,22 +412,14 @@ impl Stage for PrereviewStage {
         // The tie-break: a third reviewer for the samples the two split on, asked once both
         // have answered (its question depends on their verdicts, so it is a second round).
         let rule = super::settings(s);
-        let mut split = Vec::new();
-        if let (Some(t), [r0, r1]) = (&p.tiebreak, p.roles.as_slice()) {
-            let mut tb_items = Vec::new();
-            for x in &a.samples {
-                let verdict = |role: &str| values.get(&format!("{}@{role}", x.id)).map(|v| rule.passes(&v.scores));
-                if let (Some(v0), Some(v1)) = (verdict(r0), verdict(r1))
-                    && v0 != v1
-                {
-                    split.push(x.id.clone());
-                    let pr = prompt(&p.template, &a, by_id[x.id.as_str()], chars);
-                    tb_items.push((format!("{}@{t}", x.id), (t.clone(), pr)));
-                }
-            }
+        let split = splits(&p, &a, &values, &rule);
+        if let Some(t) = &p.tiebreak {
+            let tb_items = split
+                .iter()
+                .map(|id| (format!("{id}@{t}"), (t.clone(), prompt(&p.template, &a, by_id[id.as_str()], chars))))
+                .collect();
             values.extend(batch.run(tb_items, work)?.values);
         }
-        let mut all = Vec::new();
         let mut report = String::from(
             "# LLM pre-review\n\nThese are LLM scores, not human reviews. They count as human scores only with \
              `[review.prereview] count_as_human = true`.\n\n",
@@ -361,30 +430,7 @@ impl Stage for PrereviewStage {
             p.tiebreak.as_ref().map(|t| format!("; tie-break `{t}`")).unwrap_or_default(),
             a.samples.len()
         ));
-        for (key, sc) in &values {
-            let (id, role) = key.rsplit_once('@').expect("key shape");
-            let x = a.sample(id).expect("assigned");
-            let score = Score {
-                sample_id: id.to_string(),
-                reviewer: format!("llm:{role}"),
-                kind: ScoreKind::Llm,
-                content_hash: x.content_hash.clone(),
-                scores: sc.scores.clone(),
-                note: sc.note.clone(),
-                source: format!("llm:{}", sc.exchange),
-            };
-            let mut ev = NewEvent::new(
-                super::kind::REVIEW,
-                Some(&crate::model::Sample::subject_for(id)),
-                serde_json::to_value(&score)?,
-            );
-            if let Some(eid) = batch.exchange_event(&sc.exchange)? {
-                ev = ev.with_parent(Parent::Id(eid));
-            }
-            out.event(ev);
-            all.push(score);
-        }
-        all.sort_by(|x, y| (&x.sample_id, &x.reviewer).cmp(&(&y.sample_id, &y.reviewer)));
+        let all = scores_of(&values, &a, &batch, out)?;
         let passing = all.iter().filter(|x| super::settings(s).passes(&x.scores)).count();
         report.push_str(&format!("{} LLM reviews; {passing} pass the acceptance rule.\n", all.len()));
         let copies = values.values().filter(|sc| note_copies_rubric(&sc.note, &a.dimensions)).count();
@@ -395,21 +441,7 @@ impl Stage for PrereviewStage {
             ));
         }
         if let Some(t) = &p.tiebreak {
-            let passed = split
-                .iter()
-                .filter(|id| values.get(&format!("{id}@{t}")).is_some_and(|v| rule.passes(&v.scores)))
-                .count();
-            report.push_str(&format!(
-                "\nThe two LLM reviewers split on {} sample(s){}; the tie-break reviewer `{t}` passes {passed} of them.\n",
-                split.len(),
-                if split.is_empty() { String::new() } else { format!(" ({})", split.join(", ")) },
-            ));
-            out.count("split", split.len());
-            out.count("tiebreak_passing", passed);
-            out.notes.push(format!(
-                "{} sample(s) split the two LLM reviewers; the tie-break `{t}` passes {passed} of them",
-                split.len()
-            ));
+            tiebreak_report(t, &split, &values, &rule, &mut report, out);
         }
         batch.finish(out)?;
         out.file("scores.jsonl", super::to_jsonl(&all)?);
