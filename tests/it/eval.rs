@@ -783,9 +783,13 @@ fn real_local_models_evaluate_a_release_as_a_two_agent_panel() {
     let mut cfg = p.read(CONFIG);
     // Two agents on the 0.5B model with their own sampling seeds: the 1.5B model took most
     // of this test's minutes on 2 cores, and `make demo` runs the 0.5B/1.5B panel for real.
+    // 96 tokens hold a tool call or a short answer; at 200 a rambling turn of the 0.5B at
+    // this temperature ran to the cap, and this test was the longest of `make test` (384 s
+    // beside the other tests, 2026-12-06; alone 117 s at 200, 90 s at 96). A turn cut short
+    // is an answer that scores 0.
     for (role, seed) in [("small", 1), ("small_b", 2)] {
         cfg.push_str(&format!(
-            "\n[llm.roles.{role}]\nprovider = \"local\"\nmodel_path = \"{}\"\ntemperature = 0.7\nseed = {seed}\nmax_tokens = 200\nmax_retries = 1\ntimeout_s = 600\n",
+            "\n[llm.roles.{role}]\nprovider = \"local\"\nmodel_path = \"{}\"\ntemperature = 0.7\nseed = {seed}\nmax_tokens = 96\nmax_retries = 1\ntimeout_s = 600\n",
             small.display()
         ));
     }
