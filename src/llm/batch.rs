@@ -571,15 +571,25 @@ impl<'a> Batch<'a> {
         self.items += total;
         let (all, all_failed) = (self.items, self.failed.len() + failed.len());
         let share = if all == 0 { 0.0 } else { all_failed as f64 / all as f64 };
-        if !failed.is_empty() && share > opts.max_failed_share {
+        // A round whose every item failed is over the bound on its own, whatever the earlier
+        // rounds: a stage that asks for one thing in a round (the L5 task list after its
+        // clusters) must not go on without it because the earlier rounds were many.
+        let round_lost = failed.len() == total && 1.0 > opts.max_failed_share;
+        if !failed.is_empty() && (share > opts.max_failed_share || round_lost) {
             bail!(
-                "{all_failed} of {all} {} failed ({:.1}%, more than `{}` = {}); the {} finished are kept and a rerun with the same settings retries only the failed ones:\n  {}",
+                "{all_failed} of {all} {} failed ({:.1}%, more than `{}` = {}{}); the {} finished are kept and a rerun with the same settings retries only the failed ones:\n  {}",
                 opts.noun,
                 share * 100.0,
                 opts.share_key,
                 opts.max_failed_share,
-                values.len(),
-                failed.iter().map(|f| format!("{}: {}", f.item, f.reason)).collect::<Vec<_>>().join("\n  ")
+                if round_lost && share <= opts.max_failed_share { ", and every item of a round failed" } else { "" },
+                all - all_failed,
+                self.failed
+                    .iter()
+                    .chain(&failed)
+                    .map(|f| format!("{}: {}", f.item, f.reason))
+                    .collect::<Vec<_>>()
+                    .join("\n  ")
             );
         }
         self.failed.extend(failed.iter().cloned());
@@ -740,9 +750,20 @@ mod tests {
         b.run((0..10).map(|i| (format!("a{i}"), i)).collect(), work(99)).unwrap();
         let done = b.run((0..2).map(|i| (format!("b{i}"), i)).collect(), work(1)).unwrap();
         assert_eq!(done.failed.len(), 1);
-        // A second failure makes it 2 of 14, over 0.1, and says so.
+        // A second failure makes it 2 of 14, over 0.1, and says so, naming both.
         let e = b.run((0..2).map(|i| (format!("c{i}"), i)).collect(), work(0)).unwrap_err().to_string();
-        assert!(e.starts_with("2 of 14 things failed (14.3%, more than `k` = 0.1)"), "{e}");
+        assert!(e.starts_with("2 of 14 things failed (14.3%, more than `k` = 0.1); the 12 finished"), "{e}");
+        assert!(e.contains("b1: no luck\n  c0: no luck"), "{e}");
+        // A round of one item that fails is lost whatever the earlier rounds (the L5 task
+        // list after its clusters): 1 of 11 is within 0.1, the round is not.
+        drop(b);
+        let mut b = offline_batch(dir.path(), &printer, opts);
+        b.run((0..10).map(|i| (format!("d{i}"), i)).collect(), work(99)).unwrap();
+        let e = b.run(vec![("tasks".to_string(), 7)], work(7)).unwrap_err().to_string();
+        assert!(
+            e.starts_with("1 of 11 things failed (9.1%, more than `k` = 0.1, and every item of a round failed)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -48,7 +48,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 2: an agreement figure that rounds to zero reads `0.000`, never `-0.000`.
     // 3: a split of the LLM reviewers is decided by the `[review.prereview] tiebreak`
     //    reviewer's verdict where LLM scores stand in for people.
-    version: 3,
+    // 4: ... only where no person scored it; an LLM pair missing a configured reviewer's
+    //    review (it failed) waits instead of deciding on one review.
+    version: 4,
     about: "decisions per sample (rule, adjudication, exclusions) and reviewer agreement (κ, α, heatmap)",
     reads: &[ASSIGNMENTS.read(), SAMPLES.read(), super::sheets::SCORES.optional(), super::prereview::SCORES.optional()],
     writes: &["decisions.jsonl", "agreement.json", "report.md", "heatmap.svg", "queue.csv"],

@@ -63,7 +63,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 10: ... a `server::tool` id and any argument value left whole.
     // 11: an answer quoting a call's result makes the call needed by rule only when the
     //     quoted field is one the request asks about; otherwise the LLM check decides.
-    version: 11,
+    // 12: ... the field's own key, not the key or entity holding it (`gold::field_word`).
+    version: 12,
     about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),
