@@ -431,7 +431,7 @@ impl Stage for PrereviewStage {
             a.samples.len()
         ));
         let all = scores_of(&values, &a, &batch, out)?;
-        let passing = all.iter().filter(|x| super::settings(s).passes(&x.scores)).count();
+        let passing = all.iter().filter(|x| rule.passes(&x.scores)).count();
         report.push_str(&format!("{} LLM reviews; {passing} pass the acceptance rule.\n", all.len()));
         let copies = values.values().filter(|sc| note_copies_rubric(&sc.note, &a.dimensions)).count();
         if copies > 0 {

@@ -821,25 +821,36 @@ fn agreement_statistics_match_published_worked_examples() {
     assert!((int - 0.810845).abs() < 1e-6, "{int}");
 }
 
+/// A scripted pre-review answer: 5 on every rubric dimension but `freshness`.
+fn scripted_review(note: &str, freshness: u8) -> crate::support::scripted_llm::Answer {
+    let dims = ["relevance", "completeness", "consistency", "reliability", "freshness"];
+    let scores: serde_json::Map<String, Value> =
+        dims.iter().map(|d| (d.to_string(), json!(if *d == "freshness" { freshness } else { 5 }))).collect();
+    crate::support::scripted_llm::Answer::json(json!({"note": note, "scores": scores}))
+}
+
+/// `[llm.roles.<name>]` for each name on the scripted server at `url`, whose `model` is the
+/// name (so the double can answer as that role), each with the lines of `extra`.
+fn scripted_roles(url: &str, names: &[&str], extra: &str) -> String {
+    names
+        .iter()
+        .map(|n| format!("[llm.roles.{n}]\nprovider = \"vllm\"\nbase_url = \"{url}\"\nmodel = \"{n}\"\n{extra}\n"))
+        .collect()
+}
+
 #[test]
 fn llm_prereview_is_marked_and_decides_only_when_the_config_says_so() {
-    use crate::support::scripted_llm::{Answer, ScriptedLlm};
+    use crate::support::scripted_llm::ScriptedLlm;
     // Role `strict` rejects (freshness 2) samples whose id ends in 1; `lenient` accepts all.
     let llm = ScriptedLlm::start(|seen| {
         let text = seen.all_text();
         let strict = text.contains("You review benchmark samples") && seen.body["model"] == "strict";
         let odd = text.contains("fund F1?") || text.contains("fund F11?");
-        let f = if strict && odd { 2 } else { 4 };
-        let dims = ["relevance", "completeness", "consistency", "reliability", "freshness"];
-        let scores: serde_json::Map<String, Value> =
-            dims.iter().map(|d| (d.to_string(), json!(if *d == "freshness" { f } else { 5 }))).collect();
-        Answer::json(json!({"note": "scripted review", "scores": scores}))
+        scripted_review("scripted review", if strict && odd { 2 } else { 4 })
     });
     let roles = format!(
-        "[review.prereview]\nroles = [\"strict\", \"lenient\"]\ncount_as_human = COUNT\n\n\
-         [llm.roles.strict]\nprovider = \"vllm\"\nbase_url = \"{u}\"\nmodel = \"strict\"\n\n\
-         [llm.roles.lenient]\nprovider = \"vllm\"\nbase_url = \"{u}\"\nmodel = \"lenient\"\n",
-        u = llm.base_url()
+        "[review.prereview]\nroles = [\"strict\", \"lenient\"]\ncount_as_human = COUNT\n\n{}",
+        scripted_roles(&llm.base_url(), &["strict", "lenient"], "")
     );
     let rp = RP::new(4, &roles.replace("COUNT", "false"));
     rp.p.copy_in("pipeline/prompts/review_score.md");
@@ -869,7 +880,7 @@ fn llm_prereview_is_marked_and_decides_only_when_the_config_says_so() {
 
 #[test]
 fn a_split_of_the_llm_reviewers_is_decided_by_the_tiebreak_reviewer_asked_only_about_it() {
-    use crate::support::scripted_llm::{Answer, ScriptedLlm};
+    use crate::support::scripted_llm::ScriptedLlm;
     // `strict` rejects (freshness 2) the sample about fund F1, `lenient` accepts all, and the
     // tie-break `senior` rejects everything: only the split sample may reach it.
     let llm = ScriptedLlm::start(|seen| {
@@ -877,17 +888,11 @@ fn a_split_of_the_llm_reviewers_is_decided_by_the_tiebreak_reviewer_asked_only_a
         let model = seen.body["model"].as_str().unwrap_or_default().to_string();
         let odd = text.contains("fund F1?");
         let f = if model == "senior" || (model == "strict" && odd) { 2 } else { 4 };
-        let dims = ["relevance", "completeness", "consistency", "reliability", "freshness"];
-        let scores: serde_json::Map<String, Value> =
-            dims.iter().map(|d| (d.to_string(), json!(if *d == "freshness" { f } else { 5 }))).collect();
-        Answer::json(json!({"note": format!("scripted review by {model}"), "scores": scores}))
+        scripted_review(&format!("scripted review by {model}"), f)
     });
     let roles = format!(
-        "[review.prereview]\nroles = [\"strict\", \"lenient\"]\ntiebreak = \"senior\"\ncount_as_human = COUNT\n\n\
-         [llm.roles.strict]\nprovider = \"vllm\"\nbase_url = \"{u}\"\nmodel = \"strict\"\n\n\
-         [llm.roles.lenient]\nprovider = \"vllm\"\nbase_url = \"{u}\"\nmodel = \"lenient\"\n\n\
-         [llm.roles.senior]\nprovider = \"vllm\"\nbase_url = \"{u}\"\nmodel = \"senior\"\n",
-        u = llm.base_url()
+        "[review.prereview]\nroles = [\"strict\", \"lenient\"]\ntiebreak = \"senior\"\ncount_as_human = COUNT\n\n{}",
+        scripted_roles(&llm.base_url(), &["strict", "lenient", "senior"], "")
     );
     let rp = RP::new(4, &roles.replace("COUNT", "false"));
     rp.p.copy_in("pipeline/prompts/review_score.md");
@@ -950,15 +955,11 @@ fn one_llm_review_whose_partner_failed_decides_nothing_alone() {
         if seen.body["model"] == "flaky" && text.contains("fund F2?") {
             return Answer::text("I would rather not say.");
         }
-        let dims = ["relevance", "completeness", "consistency", "reliability", "freshness"];
-        let scores: serde_json::Map<String, Value> = dims.iter().map(|d| (d.to_string(), json!(5))).collect();
-        Answer::json(json!({"note": "scripted review", "scores": scores}))
+        scripted_review("scripted review", 5)
     });
     let roles = format!(
-        "[review.prereview]\nroles = [\"steady\", \"flaky\"]\ncount_as_human = true\nmax_failed_share = 0.5\n\n\
-         [llm.roles.steady]\nprovider = \"vllm\"\nbase_url = \"{u}\"\nmodel = \"steady\"\nmax_retries = 0\n\n\
-         [llm.roles.flaky]\nprovider = \"vllm\"\nbase_url = \"{u}\"\nmodel = \"flaky\"\nmax_retries = 0\n",
-        u = llm.base_url()
+        "[review.prereview]\nroles = [\"steady\", \"flaky\"]\ncount_as_human = true\nmax_failed_share = 0.5\n\n{}",
+        scripted_roles(&llm.base_url(), &["steady", "flaky"], "max_retries = 0\n")
     );
     let rp = RP::new(4, &roles);
     rp.p.copy_in("pipeline/prompts/review_score.md");
