@@ -199,9 +199,18 @@ fn upstream_fixture(root: &Path, validated: &[Value], levels: &[Value], rejected
 }
 
 pub(crate) fn project(version: &str) -> Project {
+    project_of(version, &[])
+}
+
+/// The release project with only the pool samples named in `keep` (all of them when empty):
+/// a smaller release for tests whose cost grows with each sample (a real model's panel).
+pub(crate) fn project_of(version: &str, keep: &[&str]) -> Project {
+    let kept = |pool: Vec<Value>| -> Vec<Value> {
+        pool.into_iter().filter(|s| keep.is_empty() || keep.contains(&s["id"].as_str().unwrap())).collect()
+    };
     let p = Project::empty();
     p.write(CONFIG, config(version, true));
-    upstream_fixture(p.root(), &validated_pool(), &levels_pool(), &["fin-d"]);
+    upstream_fixture(p.root(), &kept(validated_pool()), &kept(levels_pool()), &["fin-d"]);
     p
 }
 
