@@ -376,3 +376,41 @@ fn the_edges_catch_the_old_listwise_schema() {
     let refused = (0..4).chain([usize::MAX]).filter(|&k| (site.accepts)(&generated(&site, &[k])).is_err()).count();
     assert!(refused >= 2, "the edges of the old schema include answers its check refuses");
 }
+
+/// Every `description` in `v`, with its JSON path.
+fn descriptions(v: &Value, path: &str, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                match (k.as_str(), x) {
+                    ("description", Value::String(s)) => out.push((path.to_string(), s.clone())),
+                    _ => descriptions(x, &format!("{path}/{k}"), out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().enumerate().for_each(|(i, x)| descriptions(x, &format!("{path}/{i}"), out)),
+        _ => {}
+    }
+}
+
+/// A schema's descriptions are what the model reads: a struct's doc comment that tells
+/// developers why (which model did what, how decoding works) reaches the prompt too. The
+/// need-check's once quoted the 0.5B judge's bad reason ("the user asks for the price, which
+/// this tool returns"), and the judge of the 2026-12-06 demo gave exactly that reason.
+#[test]
+fn schema_descriptions_speak_to_the_model_not_to_developers() {
+    let developer = ["0.5B", "1.5B", "schema order", "decodes", "docs/", "issue ", "a verdict written", "[`"];
+    let mut found = Vec::new();
+    for e in sites() {
+        for site in &e.answers {
+            let mut d = Vec::new();
+            descriptions(&site.schema, "", &mut d);
+            for (path, text) in d {
+                if developer.iter().any(|w| text.contains(w)) {
+                    found.push(format!("{} ({}) at `{path}`: {text}", e.what, e.file));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "descriptions written for developers:\n{}", found.join("\n"));
+}

@@ -61,20 +61,23 @@ pub const VERDICTS: Artifact<Vec<Verdict>> = Artifact::new("efs-verify", "verdic
 pub static SPEC: StageSpec = StageSpec {
     name: "efs-verify",
     command: "efs verify",
-    version: 1,
+    // 2: the pair answer's schema describes the answer to the model, not to developers.
+    version: 2,
     about: "the LLM judges the candidate pairs as planned (listwise: an anchor against its candidates), with reasons",
     reads: &[crate::filter::CATALOG.read(), super::pairs::PAIRS.read(), super::pairs::CALLS.read()],
     writes: &["verdicts.json", CONFLICTS_FILE, crate::llm::batch::FAILED_FILE],
     section: Some("efs"),
 };
 
-/// The verifier's typed answer.
+// The verifier's typed answer. `reason` comes before `equivalent` (here and in
+// `CandidateVerdict`): the schema's property order is the order a grammar-constrained server
+// writes the answer in, so the verdict follows the reasoning instead of being rationalised
+// after it. Replaying the demo's seven planned calls, the 1.5B model found 1 of the 6
+// planted equivalents with the verdict first and all 6 with the reason first (docs/efs.md).
+// Doc comments here are the schema's descriptions, which the model reads: this note is a
+// plain comment so that it stays out of the prompt.
+/// Do the two tools do the same thing?
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-/// `reason` comes before `equivalent` (here and in [`CandidateVerdict`]): the schema's
-/// property order is the order a grammar-constrained server writes the answer in, so the
-/// verdict follows the reasoning instead of being rationalised after it. Replaying the
-/// demo's seven planned calls, the 1.5B model found 1 of the 6 planted equivalents with
-/// the verdict first and all 6 with the reason first (docs/efs.md).
 pub struct PairJudgement {
     /// One line saying why.
     pub reason: String,

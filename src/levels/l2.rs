@@ -41,7 +41,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 11: a tool is named only by its name's words close together (plan check, `unrelated`).
     // 12: a drafted query is at most 500 characters (`MAX_QUERY_CHARS`; 1,000 before), the
     //     platform's name within its first 250 (300).
-    version: 12,
+    // 13: the needed-call check's schema describes the answer only (its developer
+    //     note, with a bad reason about a price, had reached the prompt).
+    version: 13,
     about: "ETOM L2: implicit queries under the coupling rule; EFS members share one query whose ground truth lists the whole set",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read(), FINAL.optional()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],

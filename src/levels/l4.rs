@@ -54,7 +54,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 15: a query asked again keeps the scenario's dependencies (rule 2 drops those with no
     //     data link, as for the first query): a small judge's annotation could drop a real
     //     data link ("extract needs search"), and the step feeding it would be pruned.
-    version: 15,
+    // 16: the needed-call check's schema describes the answer only (its developer
+    //     note, with a bad reason about a price, had reached the prompt).
+    version: 16,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],

@@ -1287,12 +1287,12 @@ use super::validate::{Candidate, Source as Origin};
 use crate::llm::Answer;
 
 // The needed-call check's answer about a call the rules left open. Its doc comments are
-// the schema's descriptions, which the model reads: they speak to it.
+// the schema's descriptions, which the model reads: they speak to it. The reason comes
+// first: a model decodes the fields in schema order, and a verdict written before its
+// reason was often contradicted by it. (This note was once the struct's doc comment, so the
+// 0.5B judge read a bad reason it had given, about a price, in its schema, and gave it
+// again for a request that mentions no price.)
 /// Is this call needed to do what the user asked?
-///
-/// The reason comes first: a model decodes the fields in schema order, and a verdict written
-/// before its reason was often contradicted by it (the 0.5B judge's "not needed" because
-/// "the user asks for the price, which this tool returns").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NeedCheck {
     /// One short sentence: what the user asked for and whether this call gives it, in your

@@ -64,7 +64,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 11: an answer quoting a call's result makes the call needed by rule only when the
     //     quoted field is one the request asks about; otherwise the LLM check decides.
     // 12: ... the field's own key, not the key or entity holding it (`gold::field_word`).
-    version: 12,
+    // 13: the needed-call check's schema describes the answer only (its developer
+    //     note, with a bad reason about a price, had reached the prompt).
+    version: 13,
     about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),
