@@ -565,4 +565,37 @@ mod tests {
             assert!(text_tool_calls(text, 0, known).is_empty(), "{text}");
         }
     }
+
+    #[test]
+    fn a_turn_stopped_at_its_second_text_call_reads_as_the_whole_turn() {
+        use crate::llm::TEXT_CALL_STOPS;
+        let known = |n: &str| ["get_oncall", "notify_user"].contains(&n);
+        let one = "{\"name\": \"get_oncall\", \"arguments\": {\"team\": \"db\"}}";
+        // The demo's 0.5B agent: the same call line after line; the 1.5B: one call a line.
+        for text in [
+            format!("{one}\n{one}\n{one}"),
+            format!("{one}\n\n{one}"),
+            format!("{one}\n{{\"name\": \"notify_user\", \"arguments\": {{}}}}"),
+            format!("```json\n{one}\n{one}\n```"),
+        ] {
+            let (at, stop) = TEXT_CALL_STOPS
+                .iter()
+                .filter_map(|s| text.find(s).map(|i| (i, s)))
+                .min()
+                .unwrap_or_else(|| panic!("no stop in {text:?}"));
+            // The server leaves the stop out of what it sends back.
+            let sent = &text[..at];
+            assert!(!sent.contains(stop));
+            let (whole, cut) = (text_tool_calls(&text, 0, known), text_tool_calls(sent, 0, known));
+            assert_eq!(whole.len(), 1, "{text:?}");
+            assert_eq!((cut[0].name.as_str(), &cut[0].arguments), (whole[0].name.as_str(), &whole[0].arguments));
+        }
+        // Qwen's own call format and a list of calls never meet a stop: every call is read.
+        let tagged = format!("<tool_call>\n{one}\n</tool_call>\n<tool_call>\n{one}\n</tool_call>");
+        let list = format!("[{one},\n{one}]");
+        for text in [tagged, list] {
+            assert!(TEXT_CALL_STOPS.iter().all(|s| !text.contains(s)), "{text:?}");
+            assert_eq!(text_tool_calls(&text, 0, known).len(), 2);
+        }
+    }
 }

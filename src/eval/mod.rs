@@ -70,7 +70,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 12: `unrelated_to_request` only on an L5 and only when every agreed tool is unrelated.
     // 13: the invented entities come from the release's `invented_entities.json`, not from
     //     the project's `levels-l3/queries.json`, so a published folder carries its own.
-    version: 13,
+    // 14: an agent turn on an open-weights server stops at a second call written as text
+    //     (`llm::TEXT_CALL_STOPS`), which the loop never read.
+    version: 14,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[

@@ -69,7 +69,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 5: a group of calls already run (same function and arguments) is not run again: the
     // answer nudge, then the run ends `repeated`. 6: a call written as text is read up to its
     // name and arguments, so one the model cut while making up its result is run.
-    version: 6,
+    // 7: an agent turn on an open-weights server stops at a second call written as text
+    //     (`llm::TEXT_CALL_STOPS`), which the loop never read.
+    version: 7,
     about: "run queries with an LLM agent over MCP tools; record reference trajectories",
     reads: &[
         CHAIN_QUERIES.optional(),

@@ -56,7 +56,9 @@ pub static SPEC: StageSpec = StageSpec {
     // one per user turn, and the simulator is given the turn's request. 8: a planned request
     // names a tool only by its whole identifier, and a plain-word tool name (`search`) never.
     // 9: the dialogue's `synth.dialogue` event holds the hints of its planned turns.
-    version: 9,
+    // 10: an agent turn on an open-weights server stops at a second call written as text
+    //     (`llm::TEXT_CALL_STOPS`), which the loop never read.
+    version: 10,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),

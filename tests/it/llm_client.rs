@@ -371,6 +371,24 @@ fn chat_turns_carry_tools_and_parse_tool_calls() {
     let body = &s.requests()[0].body;
     assert_eq!(body["tools"][0]["function"]["name"], "get_weather");
     assert_eq!(body["messages"][1]["content"], "weather in Oslo?");
+    // An open-weights server stops the turn at a second call written as text (the agent
+    // loop reads only the first); OpenAI, whose reasoning models refuse `stop`, is not sent it.
+    assert_eq!(body["stop"], json!(benchgen::llm::TEXT_CALL_STOPS), "{body}");
+    let cfg = p.dir.path().join("pipeline/test.toml");
+    std::fs::write(
+        &cfg,
+        std::fs::read_to_string(&cfg)
+            .unwrap()
+            .replace("\"vllm\"", "\"openai\"\napi_key_env = \"BENCHGEN_TEST_KEY_STOP\""),
+    )
+    .unwrap();
+    // SAFETY: set before the client reads it; no other test of this binary reads this name.
+    unsafe { std::env::set_var("BENCHGEN_TEST_KEY_STOP", "sk-test-stop") };
+    let openai = Project { settings: benchgen::settings::Settings::load(&cfg).unwrap(), dir: p.dir };
+    rt().block_on(client(&openai, LlmMode::Cached).chat("r", &msgs, &tools, "task-2")).unwrap();
+    let body = &s.requests()[1].body;
+    assert_eq!(body["tools"][0]["function"]["name"], "get_weather");
+    assert!(body.get("stop").is_none(), "{body}");
 }
 
 #[test]
