@@ -1624,30 +1624,51 @@ fn cut_dialogue(c: &mut Candidate, schemas: &BTreeMap<String, Value>) {
     }
 }
 
+/// Adds what a turn showed to `seen` (the text an answer may take ids and names from): the
+/// request, the names of every call, and the arguments and results of the `kept` ones.
+pub fn see_turn(seen: &mut String, user: &str, calls: &[&RecordedCall], kept: &[&RecordedCall]) {
+    seen.push_str(user);
+    seen.push('\n');
+    for x in calls {
+        seen.push_str(&tool_name(&x.tool).to_lowercase());
+        seen.push('\n');
+    }
+    for k in kept {
+        seen.push_str(&k.arguments.to_string());
+        seen.push('\n');
+        seen.push_str(k.result.as_deref().unwrap_or_default());
+        seen.push('\n');
+    }
+}
+
+/// The claims of `answer` that its turn's `kept` calls do not support (see
+/// [`unsupported_claims`]; `seen` holds the turn, [`see_turn`]), with the prompt variables
+/// of the answer's re-ask; `None` for a supported answer.
+pub fn answer_problems(
+    seen: &str,
+    request: &str,
+    kept: &[&RecordedCall],
+    answer: &str,
+) -> Option<(Vec<String>, Value)> {
+    let claims = unsupported_claims(answer, kept, seen);
+    if claims.is_empty() {
+        return None;
+    }
+    let calls: Vec<Value> = kept.iter().enumerate().map(|(i, x)| call_vars(i + 1, x)).collect();
+    let vars = serde_json::json!({"request": request, "calls": calls, "answer": answer, "problems": claims});
+    Some((claims, vars))
+}
+
 /// Turns whose answer claims what the calls did not do: (turn, the claims, prompt vars).
 pub fn unfaithful(c: &Candidate) -> Vec<(usize, Vec<String>, Value)> {
     let mut out = Vec::new();
     let mut seen = String::new();
     for (ti, t) in c.sample.turns.iter().enumerate() {
-        seen.push_str(&t.user);
-        seen.push('\n');
-        let kept: Vec<&RecordedCall> = t.trajectory.iter().flatten().filter(|x| x.left_out.is_none()).collect();
-        for x in t.trajectory.iter().flatten() {
-            seen.push_str(&tool_name(&x.tool).to_lowercase());
-            seen.push('\n');
-        }
-        for k in &kept {
-            seen.push_str(&k.arguments.to_string());
-            seen.push('\n');
-            seen.push_str(k.result.as_deref().unwrap_or_default());
-            seen.push('\n');
-        }
+        let calls: Vec<&RecordedCall> = t.trajectory.iter().flatten().collect();
+        let kept: Vec<&RecordedCall> = calls.iter().copied().filter(|x| x.left_out.is_none()).collect();
+        see_turn(&mut seen, &t.user, &calls, &kept);
         if let Some(a) = &t.gold_reply {
-            let claims = unsupported_claims(a, &kept, &seen);
-            if !claims.is_empty() {
-                let calls: Vec<Value> = kept.iter().enumerate().map(|(i, x)| call_vars(i + 1, x)).collect();
-                let vars = serde_json::json!({"request": request_of(&c.sample, ti), "calls": calls,
-                                              "answer": a, "problems": claims});
+            if let Some((claims, vars)) = answer_problems(&seen, &request_of(&c.sample, ti), &kept, a) {
                 out.push((ti, claims, vars));
             }
             seen.push_str(a);

@@ -57,8 +57,9 @@ pub static SPEC: StageSpec = StageSpec {
     // names a tool only by its whole identifier, and a plain-word tool name (`search`) never.
     // 9: the dialogue's `synth.dialogue` event holds the hints of its planned turns.
     // 10: an agent turn on an open-weights server stops at a second call written as text
-    //     (`llm::TEXT_CALL_STOPS`), which the loop never read.
-    version: 10,
+    //     (`llm::TEXT_CALL_STOPS`), which the loop never read. 11: a turn's answer that claims
+    //     what its calls did not do is asked again before the next turn (`answer_again`).
+    version: 11,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),
@@ -253,12 +254,23 @@ pub struct DialogueTurn {
     /// Tool-call groups of this turn (calls in one group ran in parallel).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<Vec<RecordedCall>>,
+    /// What was wrong with the assistant's first answer, when it was asked again before the
+    /// next turn and its second answer (`answer`) passed the check (see [`answer_again`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_asked_again: Option<String>,
 }
 
 impl DialogueTurn {
     /// The turn of `user`'s message (made by exchange `user_exchange`) and the assistant's
-    /// run `t`, sent with `hint` (a planned request's second try).
-    fn of(user: String, user_exchange: String, t: &Trajectory, hint: Option<&str>) -> DialogueTurn {
+    /// run `t`, sent with `hint` (a planned request's second try), its answer asked again
+    /// for the reason `asked_again` ([`answer_again`]).
+    fn of(
+        user: String,
+        user_exchange: String,
+        t: &Trajectory,
+        hint: Option<&str>,
+        asked_again: Option<String>,
+    ) -> DialogueTurn {
         DialogueTurn {
             user,
             user_exchange,
@@ -267,6 +279,7 @@ impl DialogueTurn {
             answer: t.answer.clone(),
             hint: hint.map(str::to_string),
             groups: crate::agent::recorded_groups(&t.calls),
+            answer_asked_again: asked_again,
         }
     }
 }
@@ -400,6 +413,7 @@ impl Stage for RoleplayStage {
             n * cap * 2 * per,
             format!("≤ {n} dialogues × {cap} turns × 2 tries × {per} agent turns"),
         ));
+        rows.push(Estimate::typed(&sc.assistant_role, n * cap, format!("≤ {n} dialogues × {cap} answers asked again")));
         crate::stage::merge_by_role(rows).into_iter().map(|e| e.in_flight(rp.concurrency.max(1))).collect()
     }
 
@@ -419,6 +433,14 @@ impl Stage for RoleplayStage {
                 &c.roleplay.user_template,
                 json!({"persona": persona, "goal": "g", "conversation": [{"role": "user", "text": "t"}],
                        "requests": ["r1", "r2"], "request": "r2", "turn": 2, "turn_cap": 3}),
+            ),
+            // A turn's answer that claims what its calls did not do is asked again with
+            // `validate`'s prompt before the next turn ([`answer_again`]).
+            PromptRef::new(
+                "synth.validate.answer_template",
+                &c.validate.answer_template,
+                json!({"request": "q", "calls": [{"n": 1, "tool": "t", "arguments": "{}", "result": "r"}],
+                       "answer": "a", "problems": ["p"]}),
             ),
         ]
     }
@@ -661,6 +683,49 @@ async fn simulated_message(
     Ok(Ok((message, u.exchange)))
 }
 
+/// Checks a played turn's answer as `validate` will ([`super::gold::answer_problems`]) and,
+/// when it claims what its calls did not do, asks the assistant once again before the next
+/// turn. A small assistant repeats its last answer: the demo's 1.5B answered who is on call
+/// with "you would call the `acknowledge_alert` function …", and then gave the same words
+/// to the next request, twice, so the dialogue ended after one turn. A second answer that
+/// passes replaces the first in the conversation and in the run; otherwise the first stays
+/// (`validate` asks again or rejects). Returns the first answer's problems when replaced.
+/// `seen` is what the conversation showed before the turn; the turn is added to it.
+async fn answer_again(
+    llm: &Item,
+    sc: &SynthSettings,
+    (k, message): (usize, &str),
+    seen: &mut String,
+    t: &mut Trajectory,
+    messages: &mut [ChatMessage],
+    events: &mut Vec<i64>,
+) -> Result<Option<String>, ItemError> {
+    use super::gold;
+    let calls: Vec<RecordedCall> = crate::agent::recorded_groups(&t.calls).into_iter().flatten().collect();
+    let refs: Vec<&RecordedCall> = calls.iter().collect();
+    gold::see_turn(seen, message, &refs, &refs);
+    let mut replaced = None;
+    if let Some(first) = t.answer.clone().filter(|_| t.status == RunStatus::Answered)
+        && let Some((claims, vars)) = gold::answer_problems(seen, message, &refs, &first)
+    {
+        let prompt = Prompt::new(&sc.validate.answer_template, vars);
+        let r = llm.ask(&sc.assistant_role, &prompt, Some(&format!("answer{}", k + 1)), &gold::again_answer()).await?;
+        events.push(r.event_id);
+        let second = r.value.answer.trim().to_string();
+        if gold::answer_problems(seen, message, &refs, &second).is_none() {
+            // The loop's last message is the answer it ended with.
+            if let Some(ChatMessage::Assistant { content, .. }) = messages.last_mut() {
+                *content = Some(second.clone());
+            }
+            t.answer = Some(second);
+            replaced = Some(claims.join("; "));
+        }
+    }
+    seen.push_str(t.answer.as_deref().unwrap_or_default());
+    seen.push('\n');
+    Ok(replaced)
+}
+
 /// Run one dialogue: goal, then user and assistant turns until done, the cap or a failure.
 async fn simulate(
     exec: &Executor,
@@ -679,6 +744,7 @@ async fn simulate(
     let mut visible: Vec<Visible> = Vec::new();
     let mut turns = Vec::new();
     let mut ended = "cap".to_string();
+    let mut seen = String::new();
     let planned = rp.user_turns == super::UserTurns::Planned;
     'turns: for k in 0..rp.turn_cap {
         // A turn that asks for an action the assistant does not take (no successful call) is
@@ -727,12 +793,14 @@ async fn simulate(
                 ended = "no_action".into();
                 break 'turns;
             }
+            let asked_again =
+                answer_again(llm, sc, (k, &message), &mut seen, &mut t, &mut messages, &mut events).await?;
             visible.push(Visible { role: "user", text: message.clone() });
             if let Some(a) = &t.answer {
                 visible.push(Visible { role: "assistant", text: a.clone() });
             }
             let failed = t.status != RunStatus::Answered;
-            turns.push(DialogueTurn::of(message, user_exchange, &t, hint));
+            turns.push(DialogueTurn::of(message, user_exchange, &t, hint, asked_again));
             if failed {
                 ended = "failed".into();
                 break 'turns;
@@ -774,6 +842,21 @@ fn report(dialogues: &[Dialogue], planned: usize, subs: &[String]) -> String {
             calls,
             d.ended,
             crate::text::one_line(&d.goal).replace('|', "\\|")
+        ));
+    }
+    let again: Vec<String> = dialogues
+        .iter()
+        .flat_map(|d| {
+            d.turns.iter().enumerate().filter_map(move |(i, t)| {
+                t.answer_asked_again.as_ref().map(|why| format!("- `{}` turn {}: it {why}", d.id, i + 1))
+            })
+        })
+        .collect();
+    if !again.is_empty() {
+        md.push_str(&format!(
+            "\n## Answers asked again\n\n{} answer(s) claimed what the turn's calls did not do and were asked again once before the next turn; the second answer passed the check and replaced the first:\n\n{}\n",
+            again.len(),
+            again.join("\n")
         ));
     }
     md

@@ -398,6 +398,7 @@ fn dialogue(turns: Vec<(&str, Vec<RecordedCall>, &str)>) -> Candidate {
                 reason: None,
                 answer: Some(answer.into()),
                 hint: None,
+                answer_asked_again: None,
                 groups: if calls.is_empty() { vec![] } else { vec![calls] },
             })
             .collect(),

@@ -986,6 +986,55 @@ fn rule_with_an_unserved_action(seen: &Seen) -> Answer {
     rule(seen)
 }
 
+/// [`rule`], with an assistant whose first answer of a dialogue claims a restart no call
+/// made (a test double).
+fn rule_with_a_wrong_first_answer(seen: &Seen) -> Answer {
+    if seen.body.get("tools").is_some() {
+        let msgs = seen.body["messages"].as_array().unwrap();
+        let users = msgs.iter().filter(|m| m["role"] == "user").count();
+        if let Answer::Content(_) = rule(seen)
+            && users == 1
+        {
+            return Answer::text("I restarted the checkout service for you.");
+        }
+    }
+    rule(seen)
+}
+
+#[test]
+fn a_turn_answer_claiming_what_its_calls_did_not_do_is_asked_again_before_the_next_turn() {
+    let sp = synth_project_with(&[], rule_with_a_wrong_first_answer);
+    sp.ok(&["run", "--until", "synth-roleplay"]);
+    let dialogues = sp.jsonl("artifacts/synth-roleplay/dialogues.jsonl");
+    assert!(!dialogues.is_empty());
+    for d in &dialogues {
+        let turns = d["turns"].as_array().unwrap();
+        // The second answer ("Done as asked.", from the re-ask's prompt) replaced the first.
+        assert_eq!(turns[0]["answer"], "Done as asked.", "{d}");
+        let why = turns[0]["answer_asked_again"].as_str().unwrap_or_else(|| panic!("no reason: {d}"));
+        assert!(why.contains("restarted"), "{why}");
+        assert!(turns.iter().skip(1).all(|t| t.get("answer_asked_again").is_none()), "{d}");
+    }
+    // The next turn was played on the corrected conversation: no agent request after the
+    // re-ask shows the wrong answer.
+    let requests = sp.llm.requests();
+    let reask = requests.iter().position(|r| r.all_text().contains("Your earlier reply was wrong")).unwrap();
+    let told = requests[reask].all_text();
+    assert!(told.contains("Your earlier reply was wrong, because it") && told.contains("restart"), "{told}");
+    let later: Vec<&Seen> = requests
+        .iter()
+        .filter(|r| r.body.get("tools").is_some())
+        .filter(|r| r.body["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "user").count() > 1)
+        .collect();
+    assert!(!later.is_empty());
+    for r in later {
+        let text = r.all_text();
+        assert!(!text.contains("I restarted") && text.contains("Done as asked."), "{text}");
+    }
+    let report = sp.read("artifacts/synth-roleplay/report.md");
+    assert!(report.contains("## Answers asked again") && report.contains("turn 1: it"), "{report}");
+}
+
 #[test]
 fn a_user_turn_asking_for_an_action_the_assistant_does_not_take_is_asked_again_then_ends_the_dialogue() {
     let sp = synth_project_with(&[("dialogues = 2", "dialogues = 6")], rule_with_an_unserved_action);
