@@ -577,16 +577,22 @@ mod tests {
             format!("{one}\n\n{one}"),
             format!("{one}\n{{\"name\": \"notify_user\", \"arguments\": {{}}}}"),
             format!("```json\n{one}\n{one}\n```"),
+            // After a line of prose the reader takes the first whole object.
+            format!("Let me check.\n{one}\n{one}"),
+            // A made-up result in the call's own object, as the sandbox's results look.
+            format!("{}, \"result_id\": \"r-1\", \"items\": [{{\"id\": \"a\"}}]}}", &one[..one.len() - 1]),
+            format!("{},\"result_id\":\"r-1\"}}", &one[..one.len() - 1]),
         ] {
             let (at, stop) = TEXT_CALL_STOPS
                 .iter()
                 .filter_map(|s| text.find(s).map(|i| (i, s)))
                 .min()
                 .unwrap_or_else(|| panic!("no stop in {text:?}"));
-            // The server leaves the stop out of what it sends back.
-            let sent = &text[..at];
+            // The server leaves the stop out of what it sends back; the client closes what
+            // the stop took.
+            let sent = crate::llm::closed_at_stop(&text[..at]);
             assert!(!sent.contains(stop));
-            let (whole, cut) = (text_tool_calls(&text, 0, known), text_tool_calls(sent, 0, known));
+            let (whole, cut) = (text_tool_calls(&text, 0, known), text_tool_calls(&sent, 0, known));
             assert_eq!(whole.len(), 1, "{text:?}");
             assert_eq!((cut[0].name.as_str(), &cut[0].arguments), (whole[0].name.as_str(), &whole[0].arguments));
         }
@@ -596,6 +602,13 @@ mod tests {
         for text in [tagged, list] {
             assert!(TEXT_CALL_STOPS.iter().all(|s| !text.contains(s)), "{text:?}");
             assert_eq!(text_tool_calls(&text, 0, known).len(), 2);
+        }
+        // An answer listing what it found as JSON lines keeps its lines.
+        let found = "{\"name\": \"Ada\", \"team\": \"db\"}\n{\"name\": \"Bo\", \"team\": \"web\"}";
+        assert!(TEXT_CALL_STOPS.iter().all(|s| !found.contains(s)));
+        // Text that did not end inside two objects is left as it came.
+        for text in ["Done.", "{\"a\": \"}}{{\"}", "{\"a\": 1", "{\"a\": {\"b\": {\"c\": 1"] {
+            assert_eq!(crate::llm::closed_at_stop(text), text);
         }
     }
 }

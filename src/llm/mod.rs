@@ -700,7 +700,8 @@ impl LlmClient {
         if let Some(max) = turn.max_tokens {
             extra.insert("max_tokens".into(), json!(max));
         }
-        if !tools.is_empty() && r.settings.provider != Provider::Openai {
+        let stops = !tools.is_empty() && r.settings.provider == Provider::Local;
+        if stops {
             extra.insert("stop".into(), json!(TEXT_CALL_STOPS));
         }
         if !tools.is_empty() {
@@ -741,10 +742,16 @@ impl LlmClient {
                     .collect()
             })
             .unwrap_or_default();
+        let finish_reason = ex.response["choices"][0]["finish_reason"].as_str().map(str::to_string);
+        let stopped = stops && finish_reason.as_deref() == Some("stop");
+        let content = msg["content"].as_str().map(|s| match stopped {
+            true => closed_at_stop(s),
+            false => s.to_string(),
+        });
         let turn = ChatTurn {
-            content: msg["content"].as_str().map(|s| extract::strip_think(s).trim().to_string()),
+            content: content.map(|s| extract::strip_think(&s).trim().to_string()),
             tool_calls,
-            finish_reason: ex.response["choices"][0]["finish_reason"].as_str().map(str::to_string),
+            finish_reason,
         };
         Ok(Reply { value: turn, event_id: ex.event_id, cached: ex.cached, exchange: ex.hash })
     }
@@ -1170,16 +1177,49 @@ fn request_body(r: &Role, req: Request<'_>) -> Value {
     Value::Object(b)
 }
 
-/// Where an agent turn stops on an open-weights server: a second call written as text on a
-/// line of its own, after the first. Small local models write a call as a bare JSON object
-/// and go on, the same call line after line until the completion limit; the agent loop reads
-/// only the call that opens the text ([`crate::agent::executor::text_tool_calls`]), so the
-/// rest was decode time for nothing: in the demo's eval of 2026-12-06, 859 of the panel's
-/// 4,450 completion tokens, about 98 s of its 414 s of decoding. The stop takes the first
-/// object's closing brace with it, which the loop's reading of a cut call does not need. Not
-/// `<tool_call>\n{"name"`: that opens Qwen's own call format. OpenAI's reasoning models
-/// refuse `stop`, and OpenAI's models do not write calls as text: it is not sent there.
-pub const TEXT_CALL_STOPS: [&str; 2] = ["}\n{\"name\"", "}\n\n{\"name\""];
+/// Where an agent turn stops on the local server: a second call written as text on a line of
+/// its own, after the first. Small local models write a call as a bare JSON object and go
+/// on, the same call line after line until the completion limit; the agent loop reads only
+/// the first call of such a text ([`crate::agent::text_tool_calls`]), so the rest
+/// was decode time for nothing: in the demo's eval of 2026-12-06, 859 of the panel's 4,450
+/// completion tokens, about 98 s of its 414 s of decoding. A call ends `}}` (its arguments,
+/// then itself); an answer that lists entities as JSON lines seldom does, and keeps its
+/// lines. The other two stops end a call the model goes on to make up a result for, in the
+/// same object, in the shape of the built-in sandbox's generated results (`"tool"`,
+/// `"arguments"`, `"result_id"`, …): 1,316 of those 4,450 tokens came after the call, 859
+/// of them in the JSON lines above. A stop takes the braces it meets with it;
+/// [`closed_at_stop`] puts them back. Not `<tool_call>\n{"name"`: that opens Qwen's own
+/// call format. Sent only to the `local`
+/// server (llama-server with the models `make setup` installs): a vLLM or Ollama server may
+/// parse calls written as JSON lines into parallel calls itself, and OpenAI's reasoning
+/// models refuse `stop`.
+pub const TEXT_CALL_STOPS: [&str; 4] = ["}}\n{\"name\"", "}}\n\n{\"name\"", "}, \"result_id\"", "},\"result_id\""];
+
+/// The text of an agent turn as it was before a [`TEXT_CALL_STOPS`] match took the closing
+/// brace of its first call's arguments (and of the call): a text that ends inside exactly
+/// two open objects (outside any string) gets them closed, so it reads as it would have
+/// without the stop (after a line of prose too, where the reader takes the first whole
+/// object). Any other text is unchanged (a turn that ended for another reason). A server
+/// does not say which stop it met.
+pub fn closed_at_stop(text: &str) -> String {
+    let (mut depth, mut in_string, mut escaped) = (0i64, false, false);
+    for c in text.chars() {
+        match (in_string, escaped, c) {
+            (true, true, _) => escaped = false,
+            (true, false, '\\') => escaped = true,
+            (true, false, '"') => in_string = false,
+            (true, false, _) => {}
+            (false, _, '"') => in_string = true,
+            (false, _, '{') => depth += 1,
+            (false, _, '}') => depth -= 1,
+            _ => {}
+        }
+    }
+    match (in_string, depth) {
+        (false, 2) => format!("{text}}}}}"),
+        _ => text.to_string(),
+    }
+}
 
 /// Whether the tool calls of an assistant message carry their position (`index`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1354,12 +1354,19 @@ fn call_vars(n: usize, c: &RecordedCall) -> Value {
 /// The request a turn answers: its user text, after the earlier turns' (a dialogue's
 /// follow-up reads with what came before).
 fn request_of(s: &crate::model::Sample, ti: usize) -> String {
-    if ti == 0 {
-        return s.turns[0].user.clone();
+    request_text(s.turns[..=ti].iter().map(|t| t.user.as_str()))
+}
+
+/// The request of a dialogue's last turn as the checks show it: alone for a first turn,
+/// else every turn's user text in order (`turn 1: …`).
+pub fn request_text<'a>(users: impl IntoIterator<Item = &'a str>) -> String {
+    let users: Vec<&str> = users.into_iter().collect();
+    if let [only] = users[..] {
+        return only.to_string();
     }
     let mut out = String::new();
-    for (i, t) in s.turns[..=ti].iter().enumerate() {
-        out.push_str(&format!("turn {}: {}\n", i + 1, t.user.trim()));
+    for (i, u) in users.iter().enumerate() {
+        out.push_str(&format!("turn {}: {}\n", i + 1, u.trim()));
     }
     out
 }
@@ -1730,20 +1737,17 @@ pub fn settle_answer(c: &mut Candidate, ti: usize, claims: &[String], again: Res
         }
     };
     c.events.extend(asked.event);
-    let t = &c.sample.turns[ti];
-    let kept: Vec<&RecordedCall> = t.trajectory.iter().flatten().filter(|x| x.left_out.is_none()).collect();
+    // What the conversation showed up to the turn, as the first check saw it (`unfaithful`).
     let mut seen = String::new();
-    for t in &c.sample.turns[..=ti] {
-        seen.push_str(&t.user);
-        for x in t.trajectory.iter().flatten() {
-            seen.push_str(&tool_name(&x.tool).to_lowercase());
+    let mut kept: Vec<&RecordedCall> = Vec::new();
+    for (i, t) in c.sample.turns[..=ti].iter().enumerate() {
+        let calls: Vec<&RecordedCall> = t.trajectory.iter().flatten().collect();
+        kept = calls.iter().copied().filter(|x| x.left_out.is_none()).collect();
+        see_turn(&mut seen, &t.user, &calls, &kept);
+        if let Some(a) = t.gold_reply.as_deref().filter(|_| i < ti) {
+            seen.push_str(a);
             seen.push('\n');
         }
-        for k in t.trajectory.iter().flatten().filter(|x| x.left_out.is_none()) {
-            seen.push_str(&k.arguments.to_string());
-            seen.push_str(k.result.as_deref().unwrap_or_default());
-        }
-        seen.push('\n');
     }
     let answer = asked.value.answer.trim().to_string();
     let still = unsupported_claims(&answer, &kept, &seen);

@@ -691,10 +691,11 @@ async fn simulated_message(
 /// passes replaces the first in the conversation and in the run; otherwise the first stays
 /// (`validate` asks again or rejects). Returns the first answer's problems when replaced.
 /// `seen` is what the conversation showed before the turn; the turn is added to it.
+/// `request` is the turn's request as `validate` shows it (the earlier turns' too).
 async fn answer_again(
     llm: &Item,
     sc: &SynthSettings,
-    (k, message): (usize, &str),
+    (k, message, request): (usize, &str, &str),
     seen: &mut String,
     t: &mut Trajectory,
     messages: &mut [ChatMessage],
@@ -706,13 +707,21 @@ async fn answer_again(
     gold::see_turn(seen, message, &refs, &refs);
     let mut replaced = None;
     if let Some(first) = t.answer.clone().filter(|_| t.status == RunStatus::Answered)
-        && let Some((claims, vars)) = gold::answer_problems(seen, message, &refs, &first)
+        && let Some((claims, vars)) = gold::answer_problems(seen, request, &refs, &first)
     {
         let prompt = Prompt::new(&sc.validate.answer_template, vars);
-        let r = llm.ask(&sc.assistant_role, &prompt, Some(&format!("answer{}", k + 1)), &gold::again_answer()).await?;
-        events.push(r.event_id);
-        let second = r.value.answer.trim().to_string();
-        if gold::answer_problems(seen, message, &refs, &second).is_none() {
+        let part = format!("answer{}", k + 1);
+        // An answer the model could not give (refused by its check after the re-asks) leaves
+        // the first one, as a second answer that fails the check does.
+        let second = match llm.ask(&sc.assistant_role, &prompt, Some(&part), &gold::again_answer()).await {
+            Ok(r) => {
+                events.push(r.event_id);
+                r.value.answer.trim().to_string()
+            }
+            Err(e) if e.is_item_level() => first.clone(),
+            Err(e) => return Err(e.into()),
+        };
+        if second != first && gold::answer_problems(seen, request, &refs, &second).is_none() {
             // The loop's last message is the answer it ended with.
             if let Some(ChatMessage::Assistant { content, .. }) = messages.last_mut() {
                 *content = Some(second.clone());
@@ -793,8 +802,9 @@ async fn simulate(
                 ended = "no_action".into();
                 break 'turns;
             }
-            let asked_again =
-                answer_again(llm, sc, (k, &message), &mut seen, &mut t, &mut messages, &mut events).await?;
+            let request = super::gold::request_text(turns.iter().map(|t| t.user.as_str()).chain([message.as_str()]));
+            let turn = (k, message.as_str(), request.as_str());
+            let asked_again = answer_again(llm, sc, turn, &mut seen, &mut t, &mut messages, &mut events).await?;
             visible.push(Visible { role: "user", text: message.clone() });
             if let Some(a) = &t.answer {
                 visible.push(Visible { role: "assistant", text: a.clone() });

@@ -371,9 +371,10 @@ fn chat_turns_carry_tools_and_parse_tool_calls() {
     let body = &s.requests()[0].body;
     assert_eq!(body["tools"][0]["function"]["name"], "get_weather");
     assert_eq!(body["messages"][1]["content"], "weather in Oslo?");
-    // An open-weights server stops the turn at a second call written as text (the agent
-    // loop reads only the first); OpenAI, whose reasoning models refuse `stop`, is not sent it.
-    assert_eq!(body["stop"], json!(benchgen::llm::TEXT_CALL_STOPS), "{body}");
+    // Only the local server is sent the text-call stops (tests/it/llm_local.rs): a vLLM
+    // server may read calls written as JSON lines as parallel calls, and OpenAI's reasoning
+    // models refuse `stop`.
+    assert!(body.get("stop").is_none(), "{body}");
     let cfg = p.dir.path().join("pipeline/test.toml");
     std::fs::write(
         &cfg,

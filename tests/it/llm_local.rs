@@ -257,8 +257,8 @@ fn real_local_model_gives_a_schema_valid_typed_answer() {
 }
 
 /// A stand-in llama-server (a test double): appends its pid to `starts.txt` beside itself,
-/// answers `/health`, and forwards every other request to the scripted endpoint on port
-/// `$BENCHGEN_TEST_UPSTREAM`.
+/// answers `/health`, and forwards every other request to the scripted endpoint on the port
+/// in `upstream.txt` beside itself, or else `$BENCHGEN_TEST_UPSTREAM`.
 fn forwarding_server(dir: &Path) -> PathBuf {
     let bin = dir.join("llama-server-standin");
     std::fs::write(
@@ -268,7 +268,10 @@ import http.server, os, sys, urllib.request
 port = int(sys.argv[sys.argv.index("--port") + 1])
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "starts.txt"), "a") as f:
     f.write(f"{os.getpid()}\n")
-upstream = f"http://127.0.0.1:{os.environ['BENCHGEN_TEST_UPSTREAM']}"
+here = os.path.dirname(os.path.abspath(__file__))
+port_file = os.path.join(here, "upstream.txt")
+upstream_port = open(port_file).read().strip() if os.path.exists(port_file) else os.environ['BENCHGEN_TEST_UPSTREAM']
+upstream = f"http://127.0.0.1:{upstream_port}"
 class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
     def reply(self, code, body):
@@ -449,4 +452,54 @@ fn killed_runs_leave_no_local_server_log_in_tmpdir() {
     let second = start_and_kill();
     assert_eq!(second.len(), 1, "the next start removed the dead run's log: {second:?}");
     assert_ne!(first, second);
+}
+
+// ---------------------------------------------------------------------------------------
+// An agent turn on the local server carries the text-call stops, and a turn cut at one
+// reads as its first call, whole (`llm::TEXT_CALL_STOPS`, `llm::closed_at_stop`).
+
+#[test]
+fn an_agent_turn_on_the_local_server_stops_at_a_second_text_call_and_keeps_the_first_whole() {
+    use crate::support::scripted_llm::{Answer, ScriptedLlm};
+    use benchgen::llm::{ChatMessage, TEXT_CALL_STOPS, ToolSpec};
+    // What llama-server sends back when the stop met the second call: the first one without
+    // its closing `}}`, after a line of prose.
+    let cut = "Let me look that up.\n{\"name\": \"get_oncall\", \"arguments\": {\"team\": \"db {x}\"";
+    let llm = ScriptedLlm::start(move |_| {
+        Answer::Raw(
+            json!({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                   "choices": [{"index": 0, "message": {"role": "assistant", "content": cut}, "finish_reason": "stop"}],
+                   "usage": {"prompt_tokens": 9, "completion_tokens": 20}})
+            .to_string(),
+        )
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let server = forwarding_server(dir.path());
+    std::fs::write(dir.path().join("upstream.txt"), llm.port().to_string()).unwrap();
+    std::fs::write(dir.path().join("model.gguf"), b"a stand-in model").unwrap();
+    let cfg = write_project(
+        dir.path(),
+        &format!(
+            "server_binary = \"{}\"\nmodel_path = \"{}\"\nstartup_timeout_s = 60",
+            server.display(),
+            dir.path().join("model.gguf").display()
+        ),
+    );
+    let c = client(&Settings::load(&cfg).unwrap());
+    let tools = [ToolSpec {
+        name: "get_oncall".into(),
+        description: "Who is on call for a team".into(),
+        parameters: json!({"type": "object", "properties": {"team": {"type": "string"}}}),
+    }];
+    let msgs = [ChatMessage::User("Who is on call for db?".into())];
+    let turn = rt().block_on(c.chat("r", &msgs, &tools, "t-1")).unwrap().value;
+    drop(c);
+    assert_eq!(llm.requests()[0].body["stop"], json!(TEXT_CALL_STOPS));
+    // The two braces the stop took are back (a brace inside a string counts for nothing),
+    // so the loop reads the call as it would have read the whole text.
+    let content = turn.content.unwrap();
+    assert_eq!(content, format!("{cut}}}}}"));
+    let calls = benchgen::agent::text_tool_calls(&content, 0, |n| n == "get_oncall");
+    assert_eq!(calls.len(), 1, "{content}");
+    assert_eq!(calls[0].arguments, json!({"team": "db {x}"}));
 }
