@@ -579,9 +579,6 @@ mod tests {
             format!("```json\n{one}\n{one}\n```"),
             // After a line of prose the reader takes the first whole object.
             format!("Let me check.\n{one}\n{one}"),
-            // A made-up result in the call's own object, as the sandbox's results look.
-            format!("{}, \"result_id\": \"r-1\", \"items\": [{{\"id\": \"a\"}}]}}", &one[..one.len() - 1]),
-            format!("{},\"result_id\":\"r-1\"}}", &one[..one.len() - 1]),
         ] {
             let (at, stop) = TEXT_CALL_STOPS
                 .iter()
@@ -591,7 +588,7 @@ mod tests {
             // The server leaves the stop out of what it sends back; the client closes what
             // the stop took.
             let sent = crate::llm::closed_at_stop(&text[..at]);
-            assert!(!sent.contains(stop));
+            assert_eq!(sent, format!("{}}}}}", &text[..at]), "{stop:?} in {text:?}");
             let (whole, cut) = (text_tool_calls(&text, 0, known), text_tool_calls(&sent, 0, known));
             assert_eq!(whole.len(), 1, "{text:?}");
             assert_eq!((cut[0].name.as_str(), &cut[0].arguments), (whole[0].name.as_str(), &whole[0].arguments));
@@ -606,9 +603,29 @@ mod tests {
         // An answer listing what it found as JSON lines keeps its lines.
         let found = "{\"name\": \"Ada\", \"team\": \"db\"}\n{\"name\": \"Bo\", \"team\": \"web\"}";
         assert!(TEXT_CALL_STOPS.iter().all(|s| !found.contains(s)));
-        // Text that did not end inside two objects is left as it came.
-        for text in ["Done.", "{\"a\": \"}}{{\"}", "{\"a\": 1", "{\"a\": {\"b\": {\"c\": 1"] {
+        // A made-up result in the call's own object meets no stop (a stop cannot tell the end
+        // of the arguments from a nested object in them); the loop reads the call up to it.
+        let made_up = format!("{}, \"result_id\": \"r-1\", \"items\": [{{\"id\": \"a\"", &one[..one.len() - 1]);
+        assert!(TEXT_CALL_STOPS.iter().all(|s| !made_up.contains(s)));
+        assert_eq!(text_tool_calls(&made_up, 0, known)[0].arguments, json!({"team": "db"}));
+        // Only a call that opens a line and ends inside its own two objects is closed; the end
+        // of a sequence (also `stop`) leaves prose, a whole call and deeper cuts as they came.
+        for text in [
+            "Done.",
+            "A set {a, {b",
+            "{\"a\": \"}}{{\"}",
+            "{\"a\": {\"b\": 1",
+            "I will call {\"name\": \"x\", \"arguments\": {\"a\": 1",
+            "{\"name\": \"x\", \"arguments\": {\"a\": 1}}",
+            "{\"name\": \"x\", \"arguments\": {\"a\": {\"b\": 1",
+            "{\"name\": \"x\", \"arguments\": {\"a\": \"open",
+        ] {
             assert_eq!(crate::llm::closed_at_stop(text), text);
         }
+        // Prose before the call's line counts for nothing, stray quotes and braces included.
+        let after = "A 27\" screen } or two {\n{\"name\": \"get_oncall\", \"arguments\": {\"team\": \"db\"";
+        let closed = crate::llm::closed_at_stop(after);
+        assert_eq!(closed, format!("{after}}}}}"));
+        assert_eq!(text_tool_calls(&closed, 0, known)[0].arguments, json!({"team": "db"}));
     }
 }

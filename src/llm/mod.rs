@@ -1180,30 +1180,36 @@ fn request_body(r: &Role, req: Request<'_>) -> Value {
 /// Where an agent turn stops on the local server: a second call written as text on a line of
 /// its own, after the first. Small local models write a call as a bare JSON object and go
 /// on, the same call line after line until the completion limit; the agent loop reads only
-/// the first call of such a text ([`crate::agent::text_tool_calls`]), so the rest
-/// was decode time for nothing: in the demo's eval of 2026-12-06, 859 of the panel's 4,450
-/// completion tokens, about 98 s of its 414 s of decoding. A call ends `}}` (its arguments,
-/// then itself); an answer that lists entities as JSON lines seldom does, and keeps its
-/// lines. The other two stops end a call the model goes on to make up a result for, in the
-/// same object, in the shape of the built-in sandbox's generated results (`"tool"`,
-/// `"arguments"`, `"result_id"`, …): 1,316 of those 4,450 tokens came after the call, 859
-/// of them in the JSON lines above. A stop takes the braces it meets with it;
-/// [`closed_at_stop`] puts them back. Not `<tool_call>\n{"name"`: that opens Qwen's own
-/// call format. Sent only to the `local`
+/// the first call of such a text ([`crate::agent::text_tool_calls`]), so the rest was decode
+/// time for nothing: in the demo's eval of 2026-12-06, 859 of the panel's 4,450 completion
+/// tokens, about 98 s of its 414 s of decoding. A call ends `}}` (its arguments, then
+/// itself); an answer that lists entities as JSON lines seldom does, and keeps its lines.
+/// The stop takes those two braces with it; [`closed_at_stop`] puts them back. Not
+/// `<tool_call>\n{"name"`: that opens Qwen's own call format. Sent only to the `local`
 /// server (llama-server with the models `make setup` installs): a vLLM or Ollama server may
 /// parse calls written as JSON lines into parallel calls itself, and OpenAI's reasoning
-/// models refuse `stop`.
-pub const TEXT_CALL_STOPS: [&str; 4] = ["}}\n{\"name\"", "}}\n\n{\"name\"", "}, \"result_id\"", "},\"result_id\""];
+/// models refuse `stop`. A made-up result in the call's own object (`, "result_id": …`, 457
+/// more of those tokens) has no stop: a stop string cannot tell the end of the arguments
+/// from a nested object inside them, and a call cut there would be lost.
+pub const TEXT_CALL_STOPS: [&str; 2] = ["}}\n{\"name\"", "}}\n\n{\"name\""];
 
 /// The text of an agent turn as it was before a [`TEXT_CALL_STOPS`] match took the closing
-/// brace of its first call's arguments (and of the call): a text that ends inside exactly
-/// two open objects (outside any string) gets them closed, so it reads as it would have
-/// without the stop (after a line of prose too, where the reader takes the first whole
-/// object). Any other text is unchanged (a turn that ended for another reason). A server
-/// does not say which stop it met.
+/// `}}` of its first call. Only a call that opens a line (`{"name"` or `{"arguments"`, after
+/// a line of prose, a fence or a `<tool_call>` tag) and ends inside exactly its own two
+/// objects (outside any string) is closed, so it reads as it would have without the stop;
+/// any other text is left as it came: llama-server says `stop` for the end of the sequence
+/// too, and a prose answer is never touched.
 pub fn closed_at_stop(text: &str) -> String {
+    let opens_call = |i: usize| {
+        let line_start = i == 0 || text[..i].ends_with('\n') || text[..i].ends_with("<tool_call>");
+        let key = text[i + 1..].trim_start();
+        line_start && (key.starts_with("\"name\"") || key.starts_with("\"arguments\""))
+    };
+    let Some(start) = text.match_indices('{').map(|(i, _)| i).find(|&i| opens_call(i)) else {
+        return text.to_string();
+    };
     let (mut depth, mut in_string, mut escaped) = (0i64, false, false);
-    for c in text.chars() {
+    for c in text[start..].chars() {
         match (in_string, escaped, c) {
             (true, true, _) => escaped = false,
             (true, false, '\\') => escaped = true,
@@ -1211,7 +1217,13 @@ pub fn closed_at_stop(text: &str) -> String {
             (true, false, _) => {}
             (false, _, '"') => in_string = true,
             (false, _, '{') => depth += 1,
-            (false, _, '}') => depth -= 1,
+            (false, _, '}') => {
+                depth -= 1;
+                // The call closed before the end: nothing of it was cut.
+                if depth == 0 {
+                    return text.to_string();
+                }
+            }
             _ => {}
         }
     }

@@ -718,7 +718,10 @@ async fn answer_again(
                 events.push(r.event_id);
                 r.value.answer.trim().to_string()
             }
-            Err(e) if e.is_item_level() => first.clone(),
+            Err(e) if e.is_item_level() => {
+                events.extend(e.event_id());
+                first.clone()
+            }
             Err(e) => return Err(e.into()),
         };
         if second != first && gold::answer_problems(seen, request, &refs, &second).is_none() {

@@ -465,10 +465,12 @@ fn an_agent_turn_on_the_local_server_stops_at_a_second_text_call_and_keeps_the_f
     // What llama-server sends back when the stop met the second call: the first one without
     // its closing `}}`, after a line of prose.
     let cut = "Let me look that up.\n{\"name\": \"get_oncall\", \"arguments\": {\"team\": \"db {x}\"";
-    let llm = ScriptedLlm::start(move |_| {
+    // The second request's answer ran to the completion limit instead: it is left as it came.
+    let llm = ScriptedLlm::start(move |seen| {
+        let finish = if seen.n == 0 { "stop" } else { "length" };
         Answer::Raw(
             json!({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                   "choices": [{"index": 0, "message": {"role": "assistant", "content": cut}, "finish_reason": "stop"}],
+                   "choices": [{"index": 0, "message": {"role": "assistant", "content": cut}, "finish_reason": finish}],
                    "usage": {"prompt_tokens": 9, "completion_tokens": 20}})
             .to_string(),
         )
@@ -493,7 +495,10 @@ fn an_agent_turn_on_the_local_server_stops_at_a_second_text_call_and_keeps_the_f
     }];
     let msgs = [ChatMessage::User("Who is on call for db?".into())];
     let turn = rt().block_on(c.chat("r", &msgs, &tools, "t-1")).unwrap().value;
+    let other = [ChatMessage::User("Who is on call for web?".into())];
+    let cut_short = rt().block_on(c.chat("r", &other, &tools, "t-2")).unwrap().value;
     drop(c);
+    assert_eq!(cut_short.content.as_deref(), Some(cut));
     assert_eq!(llm.requests()[0].body["stop"], json!(TEXT_CALL_STOPS));
     // The two braces the stop took are back (a brace inside a string counts for nothing),
     // so the loop reads the call as it would have read the whole text.
