@@ -148,8 +148,7 @@ pub fn sites() -> Vec<Entry> {
                     .site("src/synth/roleplay.rs", "later turn"),
             ],
         ),
-        // A turn's answer asked again before the next turn, as `validate` asks it.
-        one("src/synth/roleplay.rs", "synth roleplay: answer again", synth::gold::again_answer()),
+        one("src/synth/roleplay.rs", "synth roleplay: answer asked again", synth::gold::again_answer()),
         sizes("src/synth/validate.rs", "synth validate: dialogue", &[1, 2, 6], synth::validate::check_answer),
         one("src/synth/validate.rs", "synth validate: needed call", synth::gold::need_answer()),
         one("src/levels/plan_check.rs", "levels plan check: judge", synth::gold::need_answer()),

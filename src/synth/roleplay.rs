@@ -691,17 +691,20 @@ async fn simulated_message(
 /// passes replaces the first in the conversation and in the run; otherwise the first stays
 /// (`validate` asks again or rejects). Returns the first answer's problems when replaced.
 /// `seen` is what the conversation showed before the turn; the turn is added to it.
-/// `request` is the turn's request as `validate` shows it (the earlier turns' too).
+/// `earlier` are the dialogue's turns before it: the re-ask shows the turn's request with
+/// theirs, as `validate` does.
 async fn answer_again(
     llm: &Item,
     sc: &SynthSettings,
-    (k, message, request): (usize, &str, &str),
+    (k, message, earlier): (usize, &str, &[DialogueTurn]),
     seen: &mut String,
     t: &mut Trajectory,
     messages: &mut [ChatMessage],
     events: &mut Vec<i64>,
 ) -> Result<Option<String>, ItemError> {
     use super::gold;
+    let request = gold::request_text(earlier.iter().map(|t| t.user.as_str()).chain([message]));
+    let request = request.as_str();
     let calls: Vec<RecordedCall> = crate::agent::recorded_groups(&t.calls).into_iter().flatten().collect();
     let refs: Vec<&RecordedCall> = calls.iter().collect();
     gold::see_turn(seen, message, &refs, &refs);
@@ -805,8 +808,7 @@ async fn simulate(
                 ended = "no_action".into();
                 break 'turns;
             }
-            let request = super::gold::request_text(turns.iter().map(|t| t.user.as_str()).chain([message.as_str()]));
-            let turn = (k, message.as_str(), request.as_str());
+            let turn = (k, message.as_str(), turns.as_slice());
             let asked_again = answer_again(llm, sc, turn, &mut seen, &mut t, &mut messages, &mut events).await?;
             visible.push(Visible { role: "user", text: message.clone() });
             if let Some(a) = &t.answer {
