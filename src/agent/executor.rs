@@ -420,7 +420,8 @@ pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool
         // A listed name, or the call shape (`name` + `arguments`): an unknown name then goes
         // back to the model as an unknown tool, as a structured call would.
         let shaped = v.get("arguments").or_else(|| v.get("parameters")).is_some();
-        let Some(name) = v.get("name").and_then(Value::as_str).filter(|n| !n.is_empty() && (known(n) || shaped)) else {
+        let named = v.get("name").and_then(Value::as_str).filter(|n| !n.is_empty() && (known(n) || shaped));
+        let Some(name) = named.or_else(|| tool_keyed(v, &known)) else {
             return Vec::new();
         };
         let arguments = match v.get("arguments").or_else(|| v.get("parameters")) {
@@ -431,6 +432,17 @@ pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool
         calls.push(ToolCall { id: format!("text_call_{group}_{i}"), name: name.to_string(), arguments });
     }
     calls
+}
+
+/// The name of a call written `{"tool": NAME, "arguments": {…}}` (those two keys only, NAME
+/// a listed function): small models take the key from the tool results they were shown,
+/// whose generic sandbox shape opens with `tool` and `arguments` (the demo's 1.5B assistant
+/// answered "Assign the incident to sre" with `<tool_response>{"tool": "assign_incident",
+/// "arguments": {…}}</tool_response>`, twice, and the dialogue ended there). A result itself
+/// has more keys (`result_id`, `items`, …) and is never read as a call.
+fn tool_keyed<'a>(v: &'a Value, known: &impl Fn(&str) -> bool) -> Option<&'a str> {
+    let o = v.as_object().filter(|o| o.len() == 2 && o.get("arguments").is_some_and(Value::is_object))?;
+    o.get("tool").and_then(Value::as_str).filter(|n| known(n))
 }
 
 /// The call object that the text opens with (bare, or in its first fenced block), read up to its
@@ -528,6 +540,20 @@ mod tests {
         assert!(text_tool_calls("{\"name\": \"Ada\", \"team\": \"db\"}", 0, known).is_empty());
         assert!(text_tool_calls("The on-call engineer is Ada.", 0, known).is_empty());
         assert!(text_tool_calls("{\"answer\": 3}", 0, known).is_empty());
+        // A call keyed `tool`, as the sandbox's results are (the demo's 1.5B, 2026-12-06), is a
+        // call when it names a listed function and has nothing but its arguments; a result
+        // (more keys), an unlisted name or arguments that are no object are not.
+        let tool_keyed =
+            "<tool_response>\n{\"tool\":\"notify_user\",\"arguments\":{\"email\":\"E_1\"}}\n</tool_response>";
+        let calls = text_tool_calls(tool_keyed, 1, known);
+        assert_eq!((calls[0].name.as_str(), &calls[0].arguments), ("notify_user", &json!({"email": "E_1"})));
+        for text in [
+            "{\"tool\": \"notify_user\", \"arguments\": {}, \"result_id\": \"r-1\", \"items\": []}",
+            "{\"tool\": \"rm_rf\", \"arguments\": {}}",
+            "{\"tool\": \"notify_user\", \"arguments\": \"now\"}",
+        ] {
+            assert!(text_tool_calls(text, 0, known).is_empty(), "{text}");
+        }
     }
 
     #[test]

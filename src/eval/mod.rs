@@ -72,7 +72,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     the project's `levels-l3/queries.json`, so a published folder carries its own.
     // 14: an agent turn on an open-weights server stops at a second call written as text
     //     (`llm::TEXT_CALL_STOPS`), which the loop never read.
-    version: 14,
+    // 15: a call written `{"tool": NAME, "arguments": {…}}` (a listed NAME, nothing else) is read
+    //     as a call (`agent::executor::tool_keyed`).
+    version: 15,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[

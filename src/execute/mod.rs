@@ -71,7 +71,9 @@ pub static SPEC: StageSpec = StageSpec {
     // name and arguments, so one the model cut while making up its result is run.
     // 7: an agent turn on an open-weights server stops at a second call written as text
     //     (`llm::TEXT_CALL_STOPS`), which the loop never read.
-    version: 7,
+    // 8: a call written `{"tool": NAME, "arguments": {…}}` (a listed NAME, nothing else) is read
+    //     as a call (`agent::executor::tool_keyed`).
+    version: 8,
     about: "run queries with an LLM agent over MCP tools; record reference trajectories",
     reads: &[
         CHAIN_QUERIES.optional(),

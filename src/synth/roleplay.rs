@@ -59,7 +59,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 10: an agent turn on an open-weights server stops at a second call written as text
     //     (`llm::TEXT_CALL_STOPS`), which the loop never read. 11: a turn's answer that claims
     //     what its calls did not do is asked again before the next turn (`answer_again`).
-    version: 11,
+    // 12: a call written `{"tool": NAME, "arguments": {…}}` (a listed NAME, nothing else) is read
+    //     as a call (`agent::executor::tool_keyed`).
+    version: 12,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),
