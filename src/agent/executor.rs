@@ -605,6 +605,8 @@ mod tests {
             format!("```json\n{one}\n{one}\n```"),
             // After a line of prose the reader takes the first whole object.
             format!("Let me check.\n{one}\n{one}"),
+            // Keyed `tool`, as the sandbox's results are.
+            format!("{}\n{one}", one.replace("\"name\"", "\"tool\"")),
         ] {
             let (at, stop) = TEXT_CALL_STOPS
                 .iter()

@@ -1194,7 +1194,8 @@ fn request_body(r: &Role, req: Request<'_>) -> Value {
 pub const TEXT_CALL_STOPS: [&str; 2] = ["}}\n{\"name\"", "}}\n\n{\"name\""];
 
 /// The text of an agent turn as it was before a [`TEXT_CALL_STOPS`] match took the closing
-/// `}}` of its first call. Only a call that opens a line (`{"name"` or `{"arguments"`, after
+/// `}}` of its first call. Only a call that opens a line (`{"name"`, `{"arguments"` or
+/// `{"tool"` (see [`crate::agent::text_tool_calls`]), after
 /// a line of prose, a fence or a `<tool_call>` tag) and ends inside exactly its own two
 /// objects (outside any string) is closed, so it reads as it would have without the stop;
 /// any other text is left as it came: llama-server says `stop` for the end of the sequence
@@ -1203,7 +1204,7 @@ pub fn closed_at_stop(text: &str) -> String {
     let opens_call = |i: usize| {
         let line_start = i == 0 || text[..i].ends_with('\n') || text[..i].ends_with("<tool_call>");
         let key = text[i + 1..].trim_start();
-        line_start && (key.starts_with("\"name\"") || key.starts_with("\"arguments\""))
+        line_start && ["\"name\"", "\"arguments\"", "\"tool\""].iter().any(|k| key.starts_with(k))
     };
     let Some(start) = text.match_indices('{').map(|(i, _)| i).find(|&i| opens_call(i)) else {
         return text.to_string();
