@@ -1666,20 +1666,32 @@ pub fn answer_problems(
     Some((claims, vars))
 }
 
+/// What the conversation of `s` showed up to turn `ti`'s answer ([`see_turn`] of each turn,
+/// the earlier turns' answers between them), and that turn's kept calls: what its answer is
+/// checked against.
+fn conversation_to(s: &crate::model::Sample, ti: usize) -> (String, Vec<&RecordedCall>) {
+    let mut seen = String::new();
+    let mut kept = Vec::new();
+    for (i, t) in s.turns[..=ti].iter().enumerate() {
+        let calls: Vec<&RecordedCall> = t.trajectory.iter().flatten().collect();
+        kept = calls.iter().copied().filter(|x| x.left_out.is_none()).collect();
+        see_turn(&mut seen, &t.user, &calls, &kept);
+        if let Some(a) = t.gold_reply.as_deref().filter(|_| i < ti) {
+            seen.push_str(a);
+            seen.push('\n');
+        }
+    }
+    (seen, kept)
+}
+
 /// Turns whose answer claims what the calls did not do: (turn, the claims, prompt vars).
 pub fn unfaithful(c: &Candidate) -> Vec<(usize, Vec<String>, Value)> {
     let mut out = Vec::new();
-    let mut seen = String::new();
     for (ti, t) in c.sample.turns.iter().enumerate() {
-        let calls: Vec<&RecordedCall> = t.trajectory.iter().flatten().collect();
-        let kept: Vec<&RecordedCall> = calls.iter().copied().filter(|x| x.left_out.is_none()).collect();
-        see_turn(&mut seen, &t.user, &calls, &kept);
-        if let Some(a) = &t.gold_reply {
-            if let Some((claims, vars)) = answer_problems(&seen, &request_of(&c.sample, ti), &kept, a) {
-                out.push((ti, claims, vars));
-            }
-            seen.push_str(a);
-            seen.push('\n');
+        let Some(a) = &t.gold_reply else { continue };
+        let (seen, kept) = conversation_to(&c.sample, ti);
+        if let Some((claims, vars)) = answer_problems(&seen, &request_of(&c.sample, ti), &kept, a) {
+            out.push((ti, claims, vars));
         }
     }
     out
@@ -1738,17 +1750,7 @@ pub fn settle_answer(c: &mut Candidate, ti: usize, claims: &[String], again: Res
     };
     c.events.extend(asked.event);
     // What the conversation showed up to the turn, as the first check saw it (`unfaithful`).
-    let mut seen = String::new();
-    let mut kept: Vec<&RecordedCall> = Vec::new();
-    for (i, t) in c.sample.turns[..=ti].iter().enumerate() {
-        let calls: Vec<&RecordedCall> = t.trajectory.iter().flatten().collect();
-        kept = calls.iter().copied().filter(|x| x.left_out.is_none()).collect();
-        see_turn(&mut seen, &t.user, &calls, &kept);
-        if let Some(a) = t.gold_reply.as_deref().filter(|_| i < ti) {
-            seen.push_str(a);
-            seen.push('\n');
-        }
-    }
+    let (seen, kept) = conversation_to(&c.sample, ti);
     let answer = asked.value.answer.trim().to_string();
     let still = unsupported_claims(&answer, &kept, &seen);
     if still.is_empty() {
