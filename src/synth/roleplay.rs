@@ -264,15 +264,8 @@ pub struct DialogueTurn {
 
 impl DialogueTurn {
     /// The turn of `user`'s message (made by exchange `user_exchange`) and the assistant's
-    /// run `t`, sent with `hint` (a planned request's second try), its answer asked again
-    /// for the reason `asked_again` ([`answer_again`]).
-    fn of(
-        user: String,
-        user_exchange: String,
-        t: &Trajectory,
-        hint: Option<&str>,
-        asked_again: Option<String>,
-    ) -> DialogueTurn {
+    /// run `t`, sent with `hint` (a planned request's second try).
+    fn of(user: String, user_exchange: String, t: &Trajectory, hint: Option<&str>) -> DialogueTurn {
         DialogueTurn {
             user,
             user_exchange,
@@ -281,7 +274,7 @@ impl DialogueTurn {
             answer: t.answer.clone(),
             hint: hint.map(str::to_string),
             groups: crate::agent::recorded_groups(&t.calls),
-            answer_asked_again: asked_again,
+            answer_asked_again: None,
         }
     }
 }
@@ -690,29 +683,27 @@ async fn simulated_message(
 /// turn. A small assistant repeats its last answer: the demo's 1.5B answered who is on call
 /// with "you would call the `acknowledge_alert` function …", and then gave the same words
 /// to the next request, twice, so the dialogue ended after one turn. A second answer that
-/// passes replaces the first in the conversation and in the run; otherwise the first stays
-/// (`validate` asks again or rejects). Returns the first answer's problems when replaced.
+/// passes replaces the first in the conversation and in `turn` (whose `answer_asked_again`
+/// then says why); otherwise the first stays (`validate` asks again or rejects).
 /// `seen` is what the conversation showed before the turn; the turn is added to it.
 /// `earlier` are the dialogue's turns before it: the re-ask shows the turn's request with
 /// theirs, as `validate` does.
 async fn answer_again(
     llm: &Item,
     sc: &SynthSettings,
-    (k, message, earlier): (usize, &str, &[DialogueTurn]),
+    (k, earlier): (usize, &[DialogueTurn]),
     seen: &mut String,
-    t: &mut Trajectory,
+    turn: &mut DialogueTurn,
     messages: &mut [ChatMessage],
     events: &mut Vec<i64>,
-) -> Result<Option<String>, ItemError> {
+) -> Result<(), ItemError> {
     use super::gold;
+    let message = turn.user.as_str();
     let request = gold::request_text(earlier.iter().map(|t| t.user.as_str()).chain([message]));
-    let request = request.as_str();
-    let calls: Vec<RecordedCall> = crate::agent::recorded_groups(&t.calls).into_iter().flatten().collect();
-    let refs: Vec<&RecordedCall> = calls.iter().collect();
-    gold::see_turn(seen, message, &refs, &refs);
-    let mut replaced = None;
-    if let Some(first) = t.answer.clone().filter(|_| t.status == RunStatus::Answered)
-        && let Some((claims, vars)) = gold::answer_problems(seen, request, &refs, &first)
+    let calls: Vec<&RecordedCall> = turn.groups.iter().flatten().collect();
+    gold::see_turn(seen, message, &calls, &calls);
+    if let Some(first) = turn.answer.as_deref().filter(|_| turn.status == RunStatus::Answered)
+        && let Some((claims, vars)) = gold::answer_problems(seen, &request, &calls, first)
     {
         let prompt = Prompt::new(&sc.validate.answer_template, vars);
         let part = format!("answer{}", k + 1);
@@ -721,26 +712,26 @@ async fn answer_again(
         let second = match llm.ask(&sc.assistant_role, &prompt, Some(&part), &gold::again_answer()).await {
             Ok(r) => {
                 events.push(r.event_id);
-                r.value.answer.trim().to_string()
+                Some(r.value.answer.trim().to_string())
             }
             Err(e) if e.is_item_level() => {
                 events.extend(e.event_id());
-                first.clone()
+                None
             }
             Err(e) => return Err(e.into()),
         };
-        if second != first && gold::answer_problems(seen, request, &refs, &second).is_none() {
+        if let Some(second) = second.filter(|a| gold::answer_problems(seen, &request, &calls, a).is_none()) {
             // The loop's last message is the answer it ended with.
             if let Some(ChatMessage::Assistant { content, .. }) = messages.last_mut() {
                 *content = Some(second.clone());
             }
-            t.answer = Some(second);
-            replaced = Some(claims.join("; "));
+            turn.answer = Some(second);
+            turn.answer_asked_again = Some(claims.join("; "));
         }
     }
-    seen.push_str(t.answer.as_deref().unwrap_or_default());
+    seen.push_str(turn.answer.as_deref().unwrap_or_default());
     seen.push('\n');
-    Ok(replaced)
+    Ok(())
 }
 
 /// Run one dialogue: goal, then user and assistant turns until done, the cap or a failure.
@@ -810,14 +801,14 @@ async fn simulate(
                 ended = "no_action".into();
                 break 'turns;
             }
-            let turn = (k, message.as_str(), turns.as_slice());
-            let asked_again = answer_again(llm, sc, turn, &mut seen, &mut t, &mut messages, &mut events).await?;
-            visible.push(Visible { role: "user", text: message.clone() });
-            if let Some(a) = &t.answer {
+            let mut turn = DialogueTurn::of(message, user_exchange, &t, hint);
+            answer_again(llm, sc, (k, &turns), &mut seen, &mut turn, &mut messages, &mut events).await?;
+            visible.push(Visible { role: "user", text: turn.user.clone() });
+            if let Some(a) = &turn.answer {
                 visible.push(Visible { role: "assistant", text: a.clone() });
             }
-            let failed = t.status != RunStatus::Answered;
-            turns.push(DialogueTurn::of(message, user_exchange, &t, hint, asked_again));
+            let failed = turn.status != RunStatus::Answered;
+            turns.push(turn);
             if failed {
                 ended = "failed".into();
                 break 'turns;
