@@ -68,36 +68,45 @@ fn first_balanced(text: &str) -> Option<Value> {
         if b != b'{' && b != b'[' {
             continue;
         }
-        let mut depth = 0i32;
-        let mut in_str = false;
-        let mut escaped = false;
-        for (i, &c) in bytes.iter().enumerate().skip(start) {
-            if in_str {
-                match c {
-                    _ if escaped => escaped = false,
-                    b'\\' => escaped = true,
-                    b'"' => in_str = false,
-                    _ => {}
-                }
-                continue;
-            }
-            match c {
-                b'"' => in_str = true,
-                b'{' | b'[' => depth += 1,
-                b'}' | b']' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        if let Ok(v) = serde_json::from_str(&text[start..=i]) {
-                            return Some(v);
-                        }
-                        break;
-                    }
-                }
-                _ => {}
-            }
+        if let Ok(end) = closing(&text[start..])
+            && let Ok(v) = serde_json::from_str(&text[start..=start + end])
+        {
+            return Some(v);
         }
     }
     None
+}
+
+/// Where the JSON value that `text` opens with (`{` or `[`) closes: the byte index of its
+/// closing bracket, strings skipped; else the nesting depth at the end of the text and
+/// whether it ends inside a string (a value cut short).
+pub(crate) fn closing(text: &str) -> Result<usize, (i32, bool)> {
+    let mut depth = 0i32;
+    let mut in_str = false;
+    let mut escaped = false;
+    for (i, &c) in text.as_bytes().iter().enumerate() {
+        if in_str {
+            match c {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            b'"' => in_str = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Ok(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    Err((depth, in_str))
 }
 
 /// A phrase of [`LOOP_WORDS`] words that `text` repeats three times or more, as a small

@@ -1209,27 +1209,9 @@ pub fn closed_at_stop(text: &str) -> String {
     let Some(start) = text.match_indices('{').map(|(i, _)| i).find(|&i| opens_call(i)) else {
         return text.to_string();
     };
-    let (mut depth, mut in_string, mut escaped) = (0i64, false, false);
-    for c in text[start..].chars() {
-        match (in_string, escaped, c) {
-            (true, true, _) => escaped = false,
-            (true, false, '\\') => escaped = true,
-            (true, false, '"') => in_string = false,
-            (true, false, _) => {}
-            (false, _, '"') => in_string = true,
-            (false, _, '{') => depth += 1,
-            (false, _, '}') => {
-                depth -= 1;
-                // The call closed before the end: nothing of it was cut.
-                if depth == 0 {
-                    return text.to_string();
-                }
-            }
-            _ => {}
-        }
-    }
-    match (in_string, depth) {
-        (false, 2) => format!("{text}}}}}"),
+    match extract::closing(&text[start..]) {
+        Err((2, false)) => format!("{text}}}}}"),
+        // The call closed before the end (nothing of it was cut), or the text ends elsewhere.
         _ => text.to_string(),
     }
 }
