@@ -33,6 +33,19 @@ fn write_project(dir: &Path, role: &str) -> PathBuf {
     p
 }
 
+/// [`write_project`] for a stand-in server binary `bin` and the `model.gguf` in `dir`, with
+/// `extra` role lines.
+fn stand_in_project(dir: &Path, bin: &Path, extra: &str) -> PathBuf {
+    write_project(
+        dir,
+        &format!(
+            "server_binary = \"{}\"\nmodel_path = \"{}\"\n{extra}",
+            bin.display(),
+            dir.join("model.gguf").display()
+        ),
+    )
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
 }
@@ -92,14 +105,7 @@ fn read_pid(path: &Path) -> u32 {
 fn a_server_that_never_gets_healthy_is_stopped_with_its_children() {
     let dir = tempfile::tempdir().unwrap();
     let bin = hanging_server(dir.path());
-    let cfg = write_project(
-        dir.path(),
-        &format!(
-            "server_binary = \"{}\"\nmodel_path = \"{}\"\nstartup_timeout_s = 1.5",
-            bin.display(),
-            dir.path().join("model.gguf").display()
-        ),
-    );
+    let cfg = stand_in_project(dir.path(), &bin, "startup_timeout_s = 1.5");
     let settings = Settings::load(&cfg).unwrap();
     let c = client(&settings);
     let err = rt()
@@ -124,10 +130,7 @@ fn start_error(script: &str) -> String {
     std::fs::write(&bin, script).unwrap();
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(dir.path().join("model.gguf"), b"x").unwrap();
-    let cfg = write_project(
-        dir.path(),
-        &format!("server_binary = \"{}\"\nmodel_path = \"{}\"", bin.display(), dir.path().join("model.gguf").display()),
-    );
+    let cfg = stand_in_project(dir.path(), &bin, "");
     let settings = Settings::load(&cfg).unwrap();
     rt().block_on(client(&settings).text("r", &Prompt::new("capital", json!({"country": "France"})), "fr"))
         .unwrap_err()
@@ -178,14 +181,7 @@ fn missing_assets_point_at_make_setup() {
 fn ctrl_c_during_start_up_stops_the_server_and_exits_non_zero() {
     let dir = tempfile::tempdir().unwrap();
     let bin = hanging_server(dir.path());
-    let cfg = write_project(
-        dir.path(),
-        &format!(
-            "server_binary = \"{}\"\nmodel_path = \"{}\"\nstartup_timeout_s = 60",
-            bin.display(),
-            dir.path().join("model.gguf").display()
-        ),
-    );
+    let cfg = stand_in_project(dir.path(), &bin, "startup_timeout_s = 60");
     std::fs::create_dir_all(dir.path().join("pipeline/prompts")).unwrap();
     std::fs::copy(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("pipeline/prompts/llm-ping.md"),
@@ -479,14 +475,7 @@ fn an_agent_turn_on_the_local_server_stops_at_a_second_text_call_and_keeps_the_f
     let server = forwarding_server(dir.path());
     std::fs::write(dir.path().join("upstream.txt"), llm.port().to_string()).unwrap();
     std::fs::write(dir.path().join("model.gguf"), b"a stand-in model").unwrap();
-    let cfg = write_project(
-        dir.path(),
-        &format!(
-            "server_binary = \"{}\"\nmodel_path = \"{}\"\nstartup_timeout_s = 60",
-            server.display(),
-            dir.path().join("model.gguf").display()
-        ),
-    );
+    let cfg = stand_in_project(dir.path(), &server, "startup_timeout_s = 60");
     let c = client(&Settings::load(&cfg).unwrap());
     let tools = [ToolSpec {
         name: "get_oncall".into(),
