@@ -566,7 +566,8 @@ pub const CATALOG: Artifact<Catalog> = Artifact::new("filter", "catalog.json");
 pub static SPEC: StageSpec = StageSpec {
     name: "filter",
     command: "filter",
-    version: 1,
+    // 2: the answer's schema says what is asked, not "the X's typed answer" (developer wording the model read).
+    version: 2,
     about: "drop servers and tools a benchmark must not contain, with reasons",
     // The manifest leads to the import run's ledger events, each decision's parent.
     reads: &[crate::registry::CATALOG.read(), Read::manifest("registry-import")],
@@ -845,10 +846,11 @@ enum KeepOrDrop {
     Drop,
 }
 
-/// The classifier's typed answer.
+/// Does this item belong in a tool-use benchmark?
 #[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
 pub(crate) struct LlmVerdict {
-    /// One line saying why (asked before the verdict so the model reasons first).
+    // Asked before the verdict so that the verdict follows the reasoning.
+    /// One line saying why.
     reason: String,
     /// `keep` when the item belongs in a tool-use benchmark, `drop` when it does not.
     verdict: KeepOrDrop,

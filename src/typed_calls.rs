@@ -400,7 +400,19 @@ fn descriptions(v: &Value, path: &str, out: &mut Vec<(String, String)>) {
 /// this tool returns"), and the judge of the 2026-12-06 demo gave exactly that reason.
 #[test]
 fn schema_descriptions_speak_to_the_model_not_to_developers() {
-    let developer = ["0.5B", "1.5B", "schema order", "decodes", "docs/", "issue ", "a verdict written", "[`"];
+    let developer = [
+        "0.5B",
+        "1.5B",
+        "schema order",
+        "decodes",
+        "docs/",
+        "issue ",
+        "a verdict written",
+        "[`",
+        "typed answer",
+        "so the model",
+        "the model reasons",
+    ];
     let mut found = Vec::new();
     for e in sites() {
         for site in &e.answers {

@@ -33,7 +33,8 @@ pub const CANDIDATES: Artifact<Vec<Judged>> = Artifact::new(STAGE, "candidates.j
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "graph build",
-    version: 2,
+    // 3: the answer's schema says what is asked, not "the X's typed answer" (developer wording the model read).
+    version: 3,
     about: "tool dependency graph from the multi-tool sessions, each candidate edge validated by the LLM",
     reads: &[crate::logs::split::GRAPH_SOURCE.read(), crate::logs::import::CATALOG.read()],
     writes: &["candidates.json", "graph.json", "graph.dot", "graph.svg", "report.md", crate::llm::batch::FAILED_FILE],
@@ -49,7 +50,7 @@ pub struct EdgeRecord {
     pub exchange: String,
 }
 
-/// The validator's typed answer.
+/// Does the second tool need an output of the first?
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EdgeVerdict {
     /// True when the second tool typically needs an output of the first one.

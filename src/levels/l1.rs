@@ -43,7 +43,8 @@ pub static SPEC: StageSpec = StageSpec {
     //     platform's name within its first 250 (300).
     // 13: the needed-call check's schema describes the answer only (its developer
     //     note, with a bad reason about a price, had reached the prompt).
-    version: 13,
+    // 14: the answer's schema says what is asked, not "the X's typed answer" (developer wording the model read).
+    version: 14,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
@@ -55,7 +56,8 @@ pub struct Drafts {
     pub queries: Vec<String>,
 }
 
-/// The verifier's typed answer: one boolean per rule, and a one-sentence reason.
+// Doc comments of answer types are schema descriptions the model reads (typed_calls checks them).
+/// Does the query follow each rule? One true or false per rule, and a one-sentence reason.
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 pub struct QueryCheck {
     pub intent_matches: bool,

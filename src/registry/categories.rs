@@ -360,10 +360,11 @@ struct Answer {
     exchange: String,
 }
 
-/// The classifier's typed answer.
+/// The category this server belongs to.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 pub(crate) struct LlmCategory {
-    /// One short sentence saying why (asked first so the model reasons before answering).
+    // Asked first so that the category follows the reasoning.
+    /// One short sentence saying why.
     reason: String,
     /// One category name from the list, or `none`.
     category: String,

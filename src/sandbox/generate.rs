@@ -87,6 +87,13 @@ pub fn output(seed: u64, tool_id: &str, args: &Value, output_schema: Option<&Val
     }
 }
 
+/// Is this value the generic shape [`output`] answers with when a tool has no output
+/// schema (exactly its five keys)? Its fields are the sandbox's, not the tool's.
+pub fn is_generic(v: &Value) -> bool {
+    const KEYS: [&str; 5] = ["arguments", "items", "result_id", "summary", "tool"];
+    v.as_object().is_some_and(|o| o.len() == KEYS.len() && KEYS.iter().all(|k| o.contains_key(*k)))
+}
+
 fn from_schema(rng: &mut ChaCha8Rng, s: &Value, depth: usize) -> Value {
     let Some(o) = s.as_object() else {
         // `true` or a malformed schema: any value will do.
@@ -207,6 +214,8 @@ mod tests {
         assert_ne!(a, output(2, "s::t", &json!({"a": 1}), None));
         assert_eq!(a["tool"], "s::t");
         assert!(a["result_id"].as_str().unwrap().starts_with("r-"));
+        assert!(is_generic(&a), "{a}");
+        assert!(!is_generic(&json!({"tool": "s::t", "arguments": {}})));
     }
 
     #[test]

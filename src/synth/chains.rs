@@ -51,7 +51,8 @@ pub const CHAINS: Artifact<ChainRecord> = Artifact::new(STAGE, "chains.jsonl");
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "synth chains",
-    version: 2,
+    // 3: the answer's schema says what is asked, not "the X's typed answer" (developer wording the model read).
+    version: 3,
     about: "tool chains sampled from the dependency graph, each written as one user query by the LLM",
     reads: &[
         crate::graph::build::GRAPH.read(),
@@ -371,7 +372,7 @@ pub fn seed_examples(chain: &SampledChain, seeds: &BTreeMap<String, Vec<&Session
     out
 }
 
-/// The query writer's typed answer.
+/// The user's request for this chain of tools.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ChainQuery {
     /// The user's request: one message that needs every tool of the chain, in order.

@@ -61,7 +61,8 @@ pub static SPEC: StageSpec = StageSpec {
     //     what its calls did not do is asked again before the next turn (`answer_again`).
     // 12: a call written `{"tool": NAME, "arguments": {…}}` (a listed NAME, nothing else) is read
     //     as a call (`agent::executor::tool_keyed`).
-    version: 12,
+    // 13: the answer's schema says what is asked, not "the X's typed answer" (developer wording the model read).
+    version: 13,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),
@@ -128,7 +129,7 @@ pub fn plan_dialogues(pool: &PersonaPool, subs: &[String], n: usize, seed: u64) 
     out
 }
 
-/// The planner's typed answer.
+/// What this user wants, and the messages they will send.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Goal {
     /// What this user wants to get done in the conversation, in one or two sentences.
@@ -138,7 +139,7 @@ pub struct Goal {
     pub requests: Vec<String>,
 }
 
-/// The user simulator's typed answer.
+/// The user's next message.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UserTurn {
     /// The user's next message (empty when done).

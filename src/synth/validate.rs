@@ -66,7 +66,10 @@ pub static SPEC: StageSpec = StageSpec {
     // 12: ... the field's own key, not the key or entity holding it (`gold::field_word`).
     // 13: the needed-call check's schema describes the answer only (its developer
     //     note, with a bad reason about a price, had reached the prompt).
-    version: 13,
+    // 14: the answer's schema says what is asked, not "the X's typed answer" (developer wording the model read).
+    // 15: a read that only looks up again what an earlier call of its turn found, and adds
+    //     nothing the request names, is unrequested by rule (`gold::lookups_adding_nothing`).
+    version: 15,
     about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),
@@ -114,7 +117,7 @@ pub struct TurnCheck {
     pub reason: String,
 }
 
-/// The judge's typed answer about one dialogue.
+/// Your check of each user turn of the dialogue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DialogueCheck {
     /// One entry per user turn.
@@ -685,11 +688,11 @@ impl Stage for ValidateStage {
             .max_failed_share(v.max_failed_share, "synth.validate.max_failed_share")
             .fail_point("validate_dialogue");
         let mut batch = Batch::new(ctx, opts)?;
-        let schemas = tool_schemas(inputs)?;
+        let (schemas, about) = tool_schemas(inputs)?;
         for schema in schemas.values() {
             known.add_schema(schema);
         }
-        ground_truth(&mut batch, &mut cands, &sc, &schemas, &known)?;
+        ground_truth(&mut batch, &mut cands, &sc, &schemas, &about, &known)?;
         let items: Vec<(String, (Prompt, usize))> = cands
             .iter()
             .filter(|c| needs_judge(c))
@@ -900,14 +903,16 @@ fn write_results(
     Ok(())
 }
 
-/// Input schemas of the log catalog's tools by name (for documented defaults), when
-/// `logs import` wrote one.
-fn tool_schemas(inputs: &Inputs) -> Result<BTreeMap<String, Value>> {
+/// Input schemas (for documented defaults) and descriptions of the log catalog's tools by
+/// name, when `logs import` wrote one.
+#[allow(clippy::type_complexity)]
+fn tool_schemas(inputs: &Inputs) -> Result<(BTreeMap<String, Value>, BTreeMap<String, String>)> {
     if !inputs.has(&crate::logs::import::CATALOG) {
-        return Ok(BTreeMap::new());
+        return Ok(Default::default());
     }
-    let tools = inputs.json(&crate::logs::import::CATALOG)?;
-    Ok(tools.into_iter().map(|t| (t.name, t.input_schema)).collect())
+    let tools: Vec<crate::logs::import::LogTool> = inputs.json(&crate::logs::import::CATALOG)?;
+    let about = tools.iter().map(|t| (t.name.clone(), t.description.clone())).collect();
+    Ok((tools.into_iter().map(|t| (t.name, t.input_schema)).collect(), about))
 }
 
 /// The ground-truth checks of [`super::gold`] over every candidate that passed the
@@ -919,6 +924,7 @@ fn ground_truth(
     cands: &mut [Candidate],
     sc: &SynthSettings,
     schemas: &BTreeMap<String, Value>,
+    about: &BTreeMap<String, String>,
     known: &super::gold::KnownValues,
 ) -> Result<()> {
     use super::gold::{self, Asked, Review};
@@ -926,7 +932,7 @@ fn ground_truth(
     let mut open = Vec::new();
     for (i, c) in cands.iter().enumerate() {
         if c.reasons.is_empty() && c.executed {
-            let (r, o) = Review::start(c);
+            let (r, o) = Review::start(c, about);
             reviews.push((i, r));
             open.extend(o.into_iter().map(|o| (o.key, o.vars)));
         }

@@ -65,9 +65,14 @@ fn chain(query: &str, tools: &[&str], calls: Vec<CallRecord>, answer: &str) -> C
 
 /// The checks of `validate` without its LLM: the rules must decide every call (a call
 /// left to the LLM check fails the test unless `llm` answers it).
-fn check(mut c: Candidate, llm: &[(&str, bool)]) -> Candidate {
+fn check(c: Candidate, llm: &[(&str, bool)]) -> Candidate {
+    check_with(c, llm, &BTreeMap::new())
+}
+
+/// [`check`] with the tools' descriptions by name (the log catalog's).
+fn check_with(mut c: Candidate, llm: &[(&str, bool)], about: &BTreeMap<String, String>) -> Candidate {
     assert!(c.reasons.is_empty(), "the planted sample passes the automatic checks: {:?}", c.reasons);
-    let (review, open) = Review::start(&c);
+    let (review, open) = Review::start(&c, about);
     let mut checks = BTreeMap::new();
     for o in &open {
         let (_, needed) = llm
@@ -127,6 +132,88 @@ fn an_unrequested_action_is_left_out_of_the_plan_and_its_result_stays_recorded()
     // The decision is recorded with who made it.
     let d: Vec<String> = c.decisions.iter().map(|d| format!("{} {:?}", d.tool, d.decision)).collect();
     assert_eq!(d, ["ops::get_oncall Needed", "ops::notify_user Needed", "ops::acknowledge_alert Unrequested"]);
+}
+
+/// The demo catalog's descriptions of the two incident reads.
+fn incident_tools() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "search_incidents".to_string(),
+            "Search incidents by free text and status; returns incident ids, titles and services.".to_string(),
+        ),
+        (
+            "get_incident".to_string(),
+            "Full details of one incident: timeline, affected service, severity, assignee.".to_string(),
+        ),
+    ])
+}
+
+fn incident_calls() -> Vec<CallRecord> {
+    vec![
+        call(
+            0,
+            0,
+            "search_incidents",
+            json!({"query": "slow checkout", "status": "open"}),
+            json!({"incidents": [{"id": "INC-4821", "title": "Checkout latency", "service": "checkout"}]}),
+        ),
+        call(
+            1,
+            1,
+            "get_incident",
+            json!({"incident_id": "INC-4821"}),
+            json!({"id": "INC-4821", "service": "checkout", "severity": "SEV2", "assignee": "dana", "timeline": []}),
+        ),
+    ]
+}
+
+#[test]
+fn a_lookup_that_adds_nothing_the_request_names_is_unrequested_by_rule_whatever_the_judge_says() {
+    use benchgen::synth::gold::{By, Decision};
+    // The demo of 2026-12-06 released this chain: its query is answered by the search, and
+    // the 0.5B (and the 1.5B, asked by hand) judge said `get_incident` was needed. The
+    // search is needed by rule (the answer quotes the id the request asks about) and the
+    // lookup is decided by rule: `check_with` panics on a call the rules leave open that
+    // the planted verdicts do not answer, and none is planted for it.
+    let c = chain(
+        "Find open incidents about slow checkout",
+        &["search_incidents", "get_incident"],
+        incident_calls(),
+        "INC-4821 (Checkout latency) is open.",
+    );
+    let c = check_with(c, &[], &incident_tools());
+    assert_eq!(
+        c.reasons,
+        [
+            "turn 1: call 2 `get_incident`, a step of the sampled chain, only looks up again what call 1 `search_incidents` found (its `incidents[0].id`), and the request names nothing it adds (severity, assignee, timeline, full, details, affected)"
+        ]
+    );
+    let d = &c.decisions[1];
+    assert_eq!((d.decision, d.by), (Decision::Unrequested, By::Rule));
+
+    // A request that names what the lookup adds, as a word of its own or a related one,
+    // leaves it to the judge (here: needed).
+    for query in [
+        "Find open incidents about slow checkout and tell me their severity",
+        "How severe are the open incidents about slow checkout?",
+        "Find open incidents about slow checkout and show their details",
+    ] {
+        let c = chain(query, &["search_incidents", "get_incident"], incident_calls(), "INC-4821 is open.");
+        let c = check_with(c, &[(":1.1", true), (":1.2", true)], &incident_tools());
+        assert!(c.reasons.is_empty(), "{query}: {:?}", c.reasons);
+        assert_eq!(plan(&c, 0), ["search_incidents", "get_incident"], "{query}");
+        assert_eq!(c.decisions[1].by, By::Llm, "{query}");
+    }
+    // Without the tool's description the rule cannot tell what it brings: the judge decides.
+    let c = chain(
+        "Find open incidents about slow checkout",
+        &["search_incidents", "get_incident"],
+        incident_calls(),
+        "INC-4821 is open.",
+    );
+    let c = check_with(c, &[(":1.1", true), (":1.2", true)], &BTreeMap::new());
+    assert!(c.reasons.is_empty(), "{:?}", c.reasons);
+    assert_eq!(c.decisions[1].by, By::Llm);
 }
 
 #[test]
