@@ -417,6 +417,7 @@ pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool
     }
     let mut calls = Vec::new();
     for (i, v) in values.iter().enumerate() {
+        let v = function_wrapped(v).unwrap_or(v);
         // A listed name, or the call shape (`name` + `arguments`): an unknown name then goes
         // back to the model as an unknown tool, as a structured call would.
         let shaped = v.get("arguments").or_else(|| v.get("parameters")).is_some();
@@ -432,6 +433,20 @@ pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool
         calls.push(ToolCall { id: format!("text_call_{group}_{i}"), name: name.to_string(), arguments });
     }
     calls
+}
+
+/// The call inside OpenAI's tool-call shape written as text, `{"type": "function",
+/// "function": {"name": N, "arguments": …}}` (an `id` may come too): the demo's 1.5B agent
+/// wrote "Find the open incident about notifications errors" that way when asked again
+/// (2026-12-06, by hand). A tool's definition in the same wrapper, which small models echo
+/// from their prompt, has `parameters` and no `arguments`, and is no call.
+fn function_wrapped(v: &Value) -> Option<&Value> {
+    let o = v.as_object()?;
+    if !o.keys().all(|k| ["type", "function", "id"].contains(&k.as_str())) {
+        return None;
+    }
+    let f = o.get("function")?;
+    (f.get("name").is_some_and(Value::is_string) && f.get("arguments").is_some()).then_some(f)
 }
 
 /// The name of a call written `{"tool": NAME, "arguments": {…}}` (those two keys only, NAME
@@ -543,6 +558,15 @@ mod tests {
         // A call keyed `tool`, as the sandbox's results are (the demo's 1.5B, 2026-12-06), is a
         // call when it names a listed function and has nothing but its arguments; a result
         // (more keys), an unlisted name or arguments that are no object are not.
+        // OpenAI's tool-call shape as text is a call; a tool's definition in it is not.
+        let wrapped = "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_oncall\", \"arguments\": {\"team\": \"db\"}}}\n</tools>";
+        let calls = text_tool_calls(wrapped, 0, known);
+        assert_eq!((calls[0].name.as_str(), &calls[0].arguments), ("get_oncall", &json!({"team": "db"})));
+        let definition = "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_oncall\", \"description\": \"Who is on call\", \"parameters\": {\"type\": \"object\"}}}\n</tools>";
+        assert!(text_tool_calls(definition, 0, known).is_empty());
+        let more =
+            "{\"type\": \"function\", \"function\": {\"name\": \"get_oncall\", \"arguments\": {}}, \"result\": 1}";
+        assert!(text_tool_calls(more, 0, known).is_empty(), "a wrapper with other keys is no call");
         let tool_keyed =
             "<tool_response>\n{\"tool\":\"notify_user\",\"arguments\":{\"email\":\"E_1\"}}\n</tool_response>";
         let calls = text_tool_calls(tool_keyed, 1, known);

@@ -167,6 +167,13 @@ pub struct Evidence {
     /// plan.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub covered_by: Vec<String>,
+    /// On a multi-turn item that no run covered ([`covering`]): per turn, the first agent (in
+    /// panel order) with a run that called an offered tool for every reference call of that
+    /// turn in it ([`turn_by_turn`]); empty unless every turn has one. The panel made each
+    /// turn's calls, though no agent held the whole conversation: the demo's 1.5B made
+    /// "Find the open incident …"'s search and the 0.5B the assignment of the next turn.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub turns_covered_by: Vec<String>,
     /// With `agreed_short`: the entity `levels l3` invented for the request, when every
     /// reference call the agents left out is a lookup a later call depends on. No agent can
     /// know that entity's id, so the agents lapsed: `release`'s rule keeps the item.
@@ -460,6 +467,7 @@ fn within_reference(
         (!tools.is_empty() && only_reference && !covers(it.turn_steps.iter().flatten(), &o.tools)).then_some(tools)
     });
     let sets: BTreeMap<&String, _> = sets.into_iter().filter(|&(agent, _)| !covered_by.contains(agent)).collect();
+    let turns_covered_by = if covered_by.is_empty() { turn_by_turn(m, it) } else { Vec::new() };
     let (short, short_by): (Vec<String>, Vec<String>) =
         most_shared(sets).map(|(set, by)| (set.into_iter().cloned().collect(), by)).unwrap_or_default();
     let left = left_sets(it, &short);
@@ -483,6 +491,13 @@ fn within_reference(
             "no two agents agree on a tool outside the reference; {} called a tool for every reference call, making at least half of its calls as it does",
             quoted(&covered_by, ", ")
         )
+    } else if !turns_covered_by.is_empty() {
+        let turns: Vec<String> =
+            turns_covered_by.iter().enumerate().map(|(i, a)| format!("turn {}: `{a}`", i + 1)).collect();
+        format!(
+            "no two agents agree on a tool outside the reference; no run made every turn's calls, but each turn's were made in that turn by some agent ({})",
+            turns.join(", ")
+        )
     } else {
         "no two agents agree on a tool outside the reference".to_string()
     };
@@ -491,10 +506,29 @@ fn within_reference(
         agreed_short: short,
         agreed_short_by: short_by,
         covered_by,
+        turns_covered_by,
         invented_entity,
         note,
         ..Default::default()
     }
+}
+
+/// Per turn of a multi-turn item whose every turn has reference calls, the first agent with a
+/// run that called an offered tool for each of that turn's reference calls in that turn;
+/// empty when some turn has none.
+fn turn_by_turn(m: &Matrix, it: &ItemInput) -> Vec<String> {
+    if it.turn_steps.len() < 2 || it.turn_steps.iter().any(Vec::is_empty) {
+        return Vec::new();
+    }
+    let mut by = Vec::with_capacity(it.turn_steps.len());
+    for (t, steps) in it.turn_steps.iter().enumerate() {
+        let made = |o: &Outcome| covers(steps.iter(), o.offered_by_turn.get(t).map(Vec::as_slice).unwrap_or_default());
+        match it.runs.iter().position(|reps| reps.iter().flatten().any(made)) {
+            Some(a) => by.push(m.agents[a].clone()),
+            None => return Vec::new(),
+        }
+    }
+    by
 }
 
 /// The reference calls none of `short`'s tools makes, each as its alternatives.
@@ -919,6 +953,28 @@ mod tests {
         let support = "`b` called a tool for every reference call, making at least half of its calls as it does";
         assert!(ev.note.ends_with(support), "{}", ev.note);
         assert_eq!(ev.called["a"], ["S::y", "S::x"], "`called` still pools the turns");
+    }
+
+    /// A two-turn item no run covered, whose turns two agents made one each in its turn: `a`
+    /// the first turn's call (and a wrong one in the second), `b` the second's; the evidence
+    /// names them per turn. With the second turn's call made by nobody, it names none.
+    #[test]
+    fn a_multi_turn_reference_whose_turns_the_panel_made_one_each_names_them_per_turn() {
+        let steps = vec![vec![BTreeSet::from(["S::x".to_string()])], vec![BTreeSet::from(["S::y".to_string()])]];
+        let split = vec![vec![turned(1.0, &[&["S::x"], &[]])], vec![turned(0.5, &[&["S::y"], &["S::y"]])]];
+        let mut it = item("D-1", Kind::MultiTurn, &["S::x", "S::y"], split);
+        it.turn_steps = steps.clone();
+        let m = oracle(&["a", "b"], 1, vec![it]);
+        let ev = analyse(&m, &Options::default()).items[0].evidence.clone().unwrap();
+        assert!(ev.covered_by.is_empty(), "{ev:?}");
+        assert_eq!(ev.turns_covered_by, ["a", "b"], "{ev:?}");
+        assert!(ev.note.ends_with("by some agent (turn 1: `a`, turn 2: `b`)"), "{}", ev.note);
+        let half = vec![vec![turned(1.0, &[&["S::x"], &[]])], vec![turned(0.0, &[&[], &[]])]];
+        let mut it = item("D-2", Kind::MultiTurn, &["S::x", "S::y"], half);
+        it.turn_steps = steps;
+        let m = oracle(&["a", "b"], 1, vec![it]);
+        let ev = analyse(&m, &Options::default()).items[0].evidence.clone().unwrap();
+        assert!(ev.turns_covered_by.is_empty(), "{ev:?}");
     }
 
     /// Two agents agree on calling only part of the reference when one run of each called

@@ -74,7 +74,10 @@ pub static SPEC: StageSpec = StageSpec {
     //     (`llm::TEXT_CALL_STOPS`), which the loop never read.
     // 15: a call written `{"tool": NAME, "arguments": {…}}` (a listed NAME, nothing else) is read
     //     as a call (`agent::executor::tool_keyed`).
-    version: 15,
+    // 16: a call written in OpenAI's tool-call shape (`{"type": "function", "function":
+    //     {…}}`) is read as a call (`agent::executor::function_wrapped`); a multi-turn
+    //     `all-fail` item's evidence names who made each turn's calls (`turns_covered_by`).
+    version: 16,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[

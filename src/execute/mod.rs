@@ -73,7 +73,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     (`llm::TEXT_CALL_STOPS`), which the loop never read.
     // 8: a call written `{"tool": NAME, "arguments": {…}}` (a listed NAME, nothing else) is read
     //     as a call (`agent::executor::tool_keyed`).
-    version: 8,
+    // 9: a call written in OpenAI's tool-call shape, `{"type": "function", "function":
+    //     {"name", "arguments"}}`, is read as a call (`agent::executor::function_wrapped`).
+    version: 9,
     about: "run queries with an LLM agent over MCP tools; record reference trajectories",
     reads: &[
         CHAIN_QUERIES.optional(),

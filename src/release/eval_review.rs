@@ -84,8 +84,9 @@ impl Adjudicated {
     /// Decides the flagged item `id` by rule ([`Decider::Evidence`]) where the panel's
     /// evidence can: left out where two or more agents agree on an offered tool outside the
     /// reference ([`Evidence::AgreedOtherwise`]), kept where an agent solved it in another
-    /// space, its calls cover the reference's ([`Evidence::Covered`]), or it left out only a
-    /// lookup of an invented entity ([`Evidence::Invented`]). Returns whether it
+    /// space, its calls cover the reference's ([`Evidence::Covered`]), each turn's calls were
+    /// made by some agent ([`Evidence::TurnsCovered`]), or it left out only a lookup of an
+    /// invented entity ([`Evidence::Invented`]). Returns whether it
     /// decided; `why` is the flag as [`all_fail`] gives it.
     pub fn decide_by_rule(&mut self, id: &str, why: &str, evidence: &Evidence) -> bool {
         const BY: &str =
@@ -105,6 +106,16 @@ impl Adjudicated {
                     "kept after evaluation {BY}: {why}; the panel's calls cover the reference's, so it failed on arguments, order or extra calls"
                 ),
             ),
+            Evidence::TurnsCovered(by) => {
+                let turns: Vec<String> = by.iter().enumerate().map(|(i, a)| format!("turn {}: `{a}`", i + 1)).collect();
+                (
+                    true,
+                    format!(
+                        "kept after evaluation {BY}: {why}; each turn's reference calls were made in that turn by a panel agent ({}), though no agent held the whole conversation",
+                        turns.join(", ")
+                    ),
+                )
+            }
             Evidence::ForPerson | Evidence::Silent => return false,
         };
         if keep {
@@ -144,6 +155,9 @@ pub enum Evidence {
     /// entity `levels l3` invented for the request (`invented_entity`, held here): no agent
     /// can know its id, so the left-out lookup is the agents' lapse, not a needless call.
     Invented(String),
+    /// A multi-turn item that no run covered, each of whose turns some agent made in that
+    /// turn (`turns_covered_by`, held here): the panel made every turn's calls.
+    TurnsCovered(Vec<String>),
     /// Neither: the panel says nothing for or against the reference.
     Silent,
 }
@@ -160,7 +174,7 @@ pub fn evidence(name: &str, bytes: &[u8]) -> Result<BTreeMap<String, Evidence>, 
         Evidence::SolvedIn(_) => 0,
         Evidence::AgreedOtherwise => 1,
         Evidence::ForPerson => 2,
-        Evidence::Covered | Evidence::Invented(_) => 3,
+        Evidence::Covered | Evidence::Invented(_) | Evidence::TurnsCovered(_) => 3,
         Evidence::Silent => 4,
     };
     let mut out: BTreeMap<String, Evidence> = BTreeMap::new();
@@ -224,6 +238,9 @@ fn of_record(v: &Value) -> Evidence {
         Evidence::Covered
     } else if let Some(entity) = ev["invented_entity"].as_str().filter(|_| listed("agreed_short")) {
         Evidence::Invented(entity.to_string())
+    } else if listed("turns_covered_by") {
+        let by = ev["turns_covered_by"].as_array().into_iter().flatten().filter_map(Value::as_str);
+        Evidence::TurnsCovered(by.map(str::to_string).collect())
     } else {
         Evidence::Silent
     }
@@ -346,6 +363,8 @@ mod tests {
             "\n",
             r#"{"id":"L5-2","tool_space":"oracle","flags":["all-fail"],"evidence":{"agreed_tool":"S::send","unrelated_to_request":"shares no word","note":"unrelated"}}"#,
             "\n",
+            r#"{"id":"dialog-1","tool_space":"oracle","flags":["all-fail"],"evidence":{"turns_covered_by":["b","a"],"note":"turn by turn"}}"#,
+            "\n",
         );
         let ev = evidence("items.jsonl", items.as_bytes()).unwrap();
         assert_eq!(ev["L5-1"], Evidence::SolvedIn("oracle".into()), "solved anywhere wins");
@@ -367,6 +386,14 @@ mod tests {
             a.keep["L3-4"].ends_with("the lookup of `Morvira` the agents left out is needed"),
             "{}",
             a.keep["L3-4"]
+        );
+        // A dialogue whose every turn some agent made in that turn: the reference holds, kept.
+        assert_eq!(ev["dialog-1"], Evidence::TurnsCovered(vec!["b".into(), "a".into()]));
+        assert!(a.decide_by_rule("dialog-1", "flagged", &ev["dialog-1"]));
+        assert!(
+            a.keep["dialog-1"].contains("made in that turn by a panel agent (turn 1: `b`, turn 2: `a`)"),
+            "{}",
+            a.keep["dialog-1"]
         );
         // An L5's agents agreeing on a tool that shares no word with the request: no sign
         // against the reference, and none for it either; a person decides.

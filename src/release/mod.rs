@@ -187,7 +187,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     wherever the release is evaluated.
     // 19: the card's limitations say how many splits of the two LLM reviewers a third LLM
     //     reviewer decided (`[review.prereview] tiebreak`).
-    version: 19,
+    // 20: the rule keeps a dialogue each of whose turns some panel agent made in that turn
+    //     (`evidence.turns_covered_by`).
+    version: 20,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, pinned servers, an Inspect AI task, checksums",
     reads: pool_reads!(eval_review::QUEUE.optional(), eval_review::ITEMS.optional()),
     writes: WRITES,
@@ -269,7 +271,7 @@ impl crate::settings::Section for ReleaseSettings {
             "decide_flagged",
             "string",
             r#""person""#,
-            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: where the panel's evidence can, a rule standing in for a person leaves out (two agents agree on an offered tool outside the reference, other than a tool proposed for an L2's EFS set, a reference tool's EFS sibling, or, on an L5, tools that share no word with the request, which a person decides) or keeps (an agent solved it in another tool space, its calls cover the reference's, or two agents left out only a lookup of an entity `levels l3` invented); the card says so.",
+            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: where the panel's evidence can, a rule standing in for a person leaves out (two agents agree on an offered tool outside the reference, other than a tool proposed for an L2's EFS set, a reference tool's EFS sibling, or, on an L5, tools that share no word with the request, which a person decides) or keeps (an agent solved it in another tool space, its calls cover the reference's, each turn of a dialogue was made in that turn by some agent, or two agents left out only a lookup of an entity `levels l3` invented); the card says so.",
         ),
     ];
     const EXAMPLE: &'static str = r#"
@@ -993,7 +995,7 @@ fn write_card(
     let (kept, left) = summary.flagged_by_rule;
     if kept + left > 0 {
         limits.push(format!(
-            "{} item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person (`[release] decide_flagged = \"evidence\"`): {kept} kept (an agent solved it in another tool space, the panel's calls cover the reference's, or the agents left out only a lookup of an entity `levels l3` invented), {left} left out (two or more agents agree on an offered tool outside the reference, not an EFS equivalent of a reference tool nor, on an L5, only tools that share no word with the request); CHANGELOG.md gives each reason.",
+            "{} item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person (`[release] decide_flagged = \"evidence\"`): {kept} kept (an agent solved it in another tool space, the panel's calls cover the reference's, each turn of a dialogue was made in that turn by some agent, or the agents left out only a lookup of an entity `levels l3` invented), {left} left out (two or more agents agree on an offered tool outside the reference, not an EFS equivalent of a reference tool nor, on an L5, only tools that share no word with the request); CHANGELOG.md gives each reason.",
             kept + left
         ));
     }

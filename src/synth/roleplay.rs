@@ -62,7 +62,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 12: a call written `{"tool": NAME, "arguments": {…}}` (a listed NAME, nothing else) is read
     //     as a call (`agent::executor::tool_keyed`).
     // 13: the answer's schema says what is asked, not "the X's typed answer" (developer wording the model read).
-    version: 13,
+    // 14: a call written in OpenAI's tool-call shape (`{"type": "function", "function":
+    //     {…}}`) is read as a call (`agent::executor::function_wrapped`).
+    version: 14,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),
