@@ -181,17 +181,17 @@ impl Executor {
         let mut executed = 0usize;
         let mut llm_ms = 0.0f64;
         let mut nudged = false;
-        let mut nudge_now = false;
+        let mut nudge_now: Option<&str> = None;
         // The calls this loop ran (not those of a dialogue's earlier turns), for `repeated`.
         let first = t.calls.len();
         loop {
             let asked = Instant::now();
             // The nudge is part of this one request only, not of the conversation.
-            if nudge_now {
-                messages.push(ChatMessage::System(self.settings.answer_nudge.clone()));
+            if let Some(nudge) = nudge_now {
+                messages.push(ChatMessage::System(nudge.to_string()));
             }
             let reply = llm.chat(&self.settings.role, messages, &self.specs, subject).await;
-            if std::mem::take(&mut nudge_now) {
+            if nudge_now.take().is_some() {
                 messages.pop();
             }
             llm_ms += ms(asked);
@@ -212,11 +212,17 @@ impl Executor {
                 false => Vec::new(),
             };
             let (content, tool_calls) = if parsed.is_empty() { (content, tool_calls) } else { (None, parsed) };
-            let blank = tool_calls.is_empty() && content.as_deref().is_none_or(|c| c.trim().is_empty());
+            let blank = tool_calls.is_empty() && content.as_deref().is_none_or(wordless);
             let repeat = repeated(&tool_calls, &t.calls[first..]);
-            if (repeat.is_some() || (blank && executed > 0)) && !nudged && !self.settings.answer_nudge.is_empty() {
+            // After calls (or a repeat) the model is asked to answer; before any, to call or
+            // answer. One nudge per turn.
+            let nudge = match executed > 0 || repeat.is_some() {
+                true => &self.settings.answer_nudge,
+                false => &self.settings.call_nudge,
+            };
+            if (repeat.is_some() || blank) && !nudged && !nudge.is_empty() {
                 nudged = true;
-                nudge_now = true;
+                nudge_now = Some(nudge);
                 continue;
             }
             if let Some(why) = repeat {
@@ -449,6 +455,15 @@ fn function_wrapped(v: &Value) -> Option<&Value> {
     (f.get("name").is_some_and(Value::is_string) && f.get("arguments").is_some()).then_some(f)
 }
 
+/// Does a reply say nothing: no words once markup tags (`<tools>`, `</tool_call>`) and code
+/// fences are taken out? The demo's 1.5B agent answered a request with `<tools></tools>`.
+pub fn wordless(text: &str) -> bool {
+    static MARKUP: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"</?[A-Za-z_][A-Za-z0-9_]*>|```[A-Za-z]*").expect("a valid pattern")
+    });
+    MARKUP.replace_all(text, "").trim().is_empty()
+}
+
 /// The name of a call written `{"tool": NAME, "arguments": {…}}` (those two keys only, NAME
 /// a listed function): small models take the key from the tool results they were shown,
 /// whose generic sandbox shape opens with `tool` and `arguments` (the demo's 1.5B assistant
@@ -536,6 +551,16 @@ fn truncate_chars(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reply_of_markup_alone_is_wordless() {
+        for text in ["", " \n", "<tools></tools>", "<tool_call>\n</tool_call>", "```json\n```"] {
+            assert!(wordless(text), "{text:?}");
+        }
+        for text in ["No tool fits.", "<tools>none</tools>", "a < b > c"] {
+            assert!(!wordless(text), "{text:?}");
+        }
+    }
 
     #[test]
     fn text_tool_calls_are_taken_only_when_they_name_listed_tools() {

@@ -51,6 +51,9 @@ pub struct AgentSettings {
     /// calls with neither calls nor text, or asks again only for calls it was given the
     /// results of; empty: off.
     pub answer_nudge: String,
+    /// Sent once, as a trailing system message, when the model's first reply of a turn has
+    /// neither calls nor words ([`executor::wordless`]); one nudge per turn at most; empty: off.
+    pub call_nudge: String,
     /// Queries [`Executor::run_all`] runs at once.
     pub concurrency: usize,
 }

@@ -39,6 +39,12 @@ pub struct ExecuteSettings {
     /// in the ledger, the trajectory keeps only the answer. Empty: off.
     #[serde(default = "default_answer_nudge")]
     pub answer_nudge: String,
+    /// Sent once, as a trailing system message, when the model's first reply of a turn has
+    /// neither calls nor words (empty, or only markup such as `<tools></tools>`, which the
+    /// demo's 1.5B agent answered "Find the open incident about notifications errors" with).
+    /// A turn gets one nudge at most, this or `answer_nudge`. Empty: off.
+    #[serde(default = "default_call_nudge")]
+    pub call_nudge: String,
     /// Queries run at once (a tuning knob, not part of the config hash).
     #[serde(default = "default_concurrency", skip_serializing)]
     pub concurrency: usize,
@@ -84,7 +90,13 @@ impl crate::settings::Section for ExecuteSettings {
             "answer_nudge",
             "string",
             r#""Now answer the user in plain words, from the tool results above.""#,
-            "Sent once when the model stops after tool calls with neither calls nor text, or repeats calls it has the results of; empty: off.",
+            "Sent once when the model stops after tool calls with neither calls nor words, or repeats calls it has the results of; empty: off.",
+        ),
+        Key::new(
+            "call_nudge",
+            "string",
+            r#""Reply with a tool call for the first step of the user's request, or answer in plain words.""#,
+            "Sent once when the model's first reply of a turn has neither calls nor words (empty, or only markup such as `<tools></tools>`); a turn gets one nudge at most; empty: off.",
         ),
         Key::new("concurrency", "integer", "4", "Queries run at once (not hashed)."),
     ];
@@ -101,6 +113,7 @@ impl Default for ExecuteSettings {
             tool_result_chars: default_result_chars(),
             system_prompt: default_system(),
             answer_nudge: default_answer_nudge(),
+            call_nudge: default_call_nudge(),
             concurrency: default_concurrency(),
         }
     }
@@ -151,12 +164,18 @@ fn default_answer_nudge() -> String {
     "Now answer the user in plain words, from the tool results above.".into()
 }
 
+fn default_call_nudge() -> String {
+    // Of two wordings tried by hand on the recorded request (2026-12-06), this one had the
+    // 1.5B write the call; "Your reply was empty. Call the tool …" had it describe the call.
+    "Reply with a tool call for the first step of the user's request, or answer in plain words.".into()
+}
+
 impl AgentSettings {
     /// Most LLM exchanges one run of the loop makes: each executes at least one tool call
     /// up to `max_calls`, then one answers (or meets the cap, or repeats calls already run),
-    /// and the answer nudge may ask once more (after a blank reply or a repeat, not both).
+    /// and one nudge may ask once more (after a blank reply or a repeat, not both).
     pub fn max_exchanges(&self) -> u64 {
-        self.max_calls as u64 + 1 + u64::from(!self.answer_nudge.is_empty())
+        self.max_calls as u64 + 1 + u64::from(!self.answer_nudge.is_empty() || !self.call_nudge.is_empty())
     }
 }
 
@@ -170,6 +189,7 @@ impl From<&ExecuteSettings> for AgentSettings {
             tool_result_chars: e.tool_result_chars,
             system_prompt: e.system_prompt.clone(),
             answer_nudge: e.answer_nudge.clone(),
+            call_nudge: e.call_nudge.clone(),
             concurrency: e.concurrency,
         }
     }

@@ -170,8 +170,8 @@ pub struct Evidence {
     /// On a multi-turn item that no run covered ([`covering`]): per turn, the first agent (in
     /// panel order) with a run that called an offered tool for every reference call of that
     /// turn in it ([`turn_by_turn`]); empty unless every turn has one. The panel made each
-    /// turn's calls, though no agent held the whole conversation: the demo's 1.5B made
-    /// "Find the open incident …"'s search and the 0.5B the assignment of the next turn.
+    /// turn's calls, though no agent held the whole conversation (the demo's 0.5B made the
+    /// second turn's assignment of its incident dialogue, not the first turn's search).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub turns_covered_by: Vec<String>,
     /// With `agreed_short`: the entity `levels l3` invented for the request, when every

@@ -77,7 +77,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 16: a call written in OpenAI's tool-call shape (`{"type": "function", "function":
     //     {…}}`) is read as a call (`agent::executor::function_wrapped`); a multi-turn
     //     `all-fail` item's evidence names who made each turn's calls (`turns_covered_by`).
-    version: 16,
+    // 17: a reply with neither calls nor words (`<tools></tools>`) before any call gets
+    //      `call_nudge` once (`agent::executor::wordless`).
+    version: 17,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[
@@ -398,7 +400,7 @@ impl Stage for EvalStage {
             "eval": cfg,
             "agent": {"max_calls": agent.max_calls, "stop_on_failure": agent.stop_on_failure,
                       "tool_result_chars": agent.tool_result_chars, "system_prompt": agent.system_prompt,
-                      "answer_nudge": agent.answer_nudge},
+                      "answer_nudge": agent.answer_nudge, "call_nudge": agent.call_nudge},
             "seed": s.project.seed,
             "prices": prices,
         }))?;

@@ -75,7 +75,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     as a call (`agent::executor::tool_keyed`).
     // 9: a call written in OpenAI's tool-call shape, `{"type": "function", "function":
     //     {"name", "arguments"}}`, is read as a call (`agent::executor::function_wrapped`).
-    version: 9,
+    // 10: a reply with neither calls nor words (`<tools></tools>`) before any call gets
+    //      `call_nudge` once (`agent::executor::wordless`).
+    version: 10,
     about: "run queries with an LLM agent over MCP tools; record reference trajectories",
     reads: &[
         CHAIN_QUERIES.optional(),

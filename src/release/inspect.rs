@@ -207,6 +207,7 @@ mod tests {
         let prompt: String = block.split('"').skip(1).step_by(2).collect();
         assert_eq!(prompt, format!("{} {}", d.system_prompt, crate::agent::NO_TOOL_FITS));
         assert!(TASK_SOURCE.contains(&format!("ANSWER_NUDGE = {:?}\n", d.answer_nudge)));
+        assert!(TASK_SOURCE.contains(&format!("CALL_NUDGE = {:?}\n", d.call_nudge)));
         for (k, v) in [("max_calls", d.max_calls), ("tool_result_chars", d.tool_result_chars)] {
             assert!(TASK_SOURCE.contains(&format!("{k}={v}")), "{k}");
         }

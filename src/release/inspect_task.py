@@ -22,9 +22,11 @@ Written into every release by `benchgen release` (as `inspect/benchgen_task.py`,
   tools until it answers, at most `max_calls` calls per turn but never fewer than the
   sample's largest turn makes in its reference (the defaults of benchgen's
   `[execute]`; `-T max_calls=…`, `-T system_prompt=…`, `-T answer_nudge=…`,
-  `-T tool_result_chars=…`). A reply asking again only for calls the turn already ran (same
-  function and arguments) runs none: the answer nudge asks once, then the turn ends
-  (`repeated`).
+  `-T call_nudge=…`, `-T tool_result_chars=…`). A reply asking again only for calls the turn
+  already ran (same function and arguments) runs none: the answer nudge asks once, then the
+  turn ends (`repeated`). A reply with neither calls nor words (markup such as
+  `<tools></tools>` aside) gets one nudge: the call nudge before any call, the answer nudge
+  after; a turn gets one nudge at most.
 - Scorer `benchgen`: the per-sample figures of `benchgen score` (corrected mode) on the
   calls the model made: exact match, precision, recall, F1 (score metadata: the whole
   per-sample record and the prediction in `benchgen score`'s unified format).
@@ -69,6 +71,13 @@ SYSTEM_PROMPT = (
     "of your tools can do what the user asks, say so and call none."
 )
 ANSWER_NUDGE = "Now answer the user in plain words, from the tool results above."
+CALL_NUDGE = "Reply with a tool call for the first step of the user's request, or answer in plain words."
+_MARKUP = re.compile(r"</?[A-Za-z_][A-Za-z0-9_]*>|```[A-Za-z]*")
+
+
+def _wordless(text):
+    """No words once markup tags and code fences are taken out (benchgen's `wordless`)."""
+    return not _MARKUP.sub("", text or "").strip()
 
 
 # --- JSON as benchgen writes and compares it (serde_json) ----------------------------------
@@ -915,7 +924,7 @@ def _call(sandbox, call, group):
 async def _turn(model, messages, infos, sandbox, cfg):
     """The agent loop on one turn, as `benchgen eval` runs it."""
     run = {"status": "answered", "calls": [], "answer": None}
-    executed, groups, nudged, nudge_now = 0, 0, False, False
+    executed, groups, nudged, nudge = 0, 0, False, None
     # (function, arguments as serde_json writes them) of the calls run in this turn: small models
     # ask for one call again and again until the cap, so a group of only those is not run again.
     # Keyed by their JSON text, as benchgen compares `serde_json::Value`s: 1, 1.0 and true differ.
@@ -929,15 +938,17 @@ async def _turn(model, messages, infos, sandbox, cfg):
         return (c.function, dumps(canonical(normal(args))))
 
     while True:
-        extra = [ChatMessageSystem(content=cfg["answer_nudge"])] if nudge_now else []
+        extra = [ChatMessageSystem(content=nudge)] if nudge else []
         output = await model.generate(messages + extra, tools=infos)
-        nudge_now = False
+        nudge = None
         reply = output.message
         calls = list(reply.tool_calls or [])
-        blank = not calls and not (reply.text or "").strip()
+        blank = not calls and _wordless(reply.text)
         repeat = bool(calls) and all(key(c) in ran for c in calls)
-        if (repeat or (blank and executed > 0)) and not nudged and cfg["answer_nudge"]:
-            nudged = nudge_now = True
+        # After calls (or a repeat) the model is asked to answer; before any, to call or answer.
+        text = cfg["answer_nudge"] if (executed > 0 or repeat) else cfg["call_nudge"]
+        if (repeat or blank) and not nudged and text:
+            nudged, nudge = True, text
             continue
         if repeat:
             run["status"] = "repeated"
@@ -968,8 +979,15 @@ async def _turn(model, messages, infos, sandbox, cfg):
 
 
 @solver
-def benchgen_agent(max_calls=20, system_prompt=SYSTEM_PROMPT, answer_nudge=ANSWER_NUDGE, tool_result_chars=8000):
-    cfg = {"max_calls": int(max_calls), "answer_nudge": answer_nudge, "tool_result_chars": int(tool_result_chars)}
+def benchgen_agent(
+    max_calls=20, system_prompt=SYSTEM_PROMPT, answer_nudge=ANSWER_NUDGE, call_nudge=CALL_NUDGE, tool_result_chars=8000
+):
+    cfg = {
+        "max_calls": int(max_calls),
+        "answer_nudge": answer_nudge,
+        "call_nudge": call_nudge,
+        "tool_result_chars": int(tool_result_chars),
+    }
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         sample = state.metadata["sample"]
@@ -1019,7 +1037,9 @@ def _release():
 
 
 @task
-def benchgen(max_calls=20, system_prompt=SYSTEM_PROMPT, answer_nudge=ANSWER_NUDGE, tool_result_chars=8000):
+def benchgen(
+    max_calls=20, system_prompt=SYSTEM_PROMPT, answer_nudge=ANSWER_NUDGE, call_nudge=CALL_NUDGE, tool_result_chars=8000
+):
     """Every released sample, its oracle tools answered from the release's recordings."""
     samples = [
         Sample(
@@ -1032,7 +1052,7 @@ def benchgen(max_calls=20, system_prompt=SYSTEM_PROMPT, answer_nudge=ANSWER_NUDG
     ]
     return Task(
         dataset=MemoryDataset(samples, name=RELEASE.name),
-        solver=benchgen_agent(max_calls, system_prompt, answer_nudge, tool_result_chars),
+        solver=benchgen_agent(max_calls, system_prompt, answer_nudge, call_nudge, tool_result_chars),
         scorer=benchgen_scorer(),
     )
 

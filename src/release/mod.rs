@@ -189,7 +189,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     reviewer decided (`[review.prereview] tiebreak`).
     // 20: the rule keeps a dialogue each of whose turns some panel agent made in that turn
     //     (`evidence.turns_covered_by`).
-    version: 20,
+    // 21: the Inspect AI task's agent loop nudges a wordless first reply as `eval` does
+    //      (`CALL_NUDGE`).
+    version: 21,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, pinned servers, an Inspect AI task, checksums",
     reads: pool_reads!(eval_review::QUEUE.optional(), eval_review::ITEMS.optional()),
     writes: WRITES,

@@ -64,7 +64,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 13: the answer's schema says what is asked, not "the X's typed answer" (developer wording the model read).
     // 14: a call written in OpenAI's tool-call shape (`{"type": "function", "function":
     //     {…}}`) is read as a call (`agent::executor::function_wrapped`).
-    version: 14,
+    // 15: a reply with neither calls nor words (`<tools></tools>`) before any call gets
+    //      `call_nudge` once (`agent::executor::wordless`).
+    version: 15,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),

@@ -218,6 +218,9 @@ fn nudged(r: &Seen) -> bool {
 fn a_blank_turn_after_tool_calls_gets_one_nudge_and_the_answer_is_kept() {
     let llm = ScriptedLlm::start(|r| match (query_of(r).as_str(), turn(r), nudged(r)) {
         ("silent", _, _) => Answer::text(""),
+        // Markup and no words (the demo's 1.5B); nudged, it calls, then answers.
+        ("tagged", 0, false) => Answer::text("<tools></tools>"),
+        ("tagged", 1.., _) => Answer::text("Oslo: 12 °C and rain."),
         (_, 0, _) => calls(&[("weather__forecast", json!({"city": "Oslo"}))]),
         // Blank after the result (as the 1.5B local model does), an answer when nudged...
         ("quiet", _, true) => Answer::text("Oslo: 12 °C and rain."),
@@ -231,6 +234,7 @@ fn a_blank_turn_after_tool_calls_gets_one_nudge_and_the_answer_is_kept() {
             json!({"id": "quiet", "query": "quiet"}),
             json!({"id": "mute", "query": "mute"}),
             json!({"id": "silent", "query": "silent"}),
+            json!({"id": "tagged", "query": "tagged"}),
         ],
     );
     execute(&p, &q).success();
@@ -253,10 +257,21 @@ fn a_blank_turn_after_tool_calls_gets_one_nudge_and_the_answer_is_kept() {
     assert_eq!(m["answer"], "");
     let asked = llm.requests().iter().filter(|r| query_of(r) == "mute").count();
     assert_eq!(asked, 3, "the call, the blank turn and one nudge");
-    // No nudge before any tool call: a blank first turn is the answer as it is.
+    // Before any tool call a blank reply gets the call nudge instead, once: still blank,
+    // the answer is empty.
     assert_eq!(trajectory(&p, "silent")["answer"], "");
-    assert_eq!(llm.requests().iter().filter(|r| query_of(r) == "silent").count(), 1);
+    let silent = requests_of(&llm, "silent");
+    assert_eq!(silent.len(), 2, "the blank reply and one call nudge");
+    let last = |r: &Seen| r.body["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+    assert_eq!(last(&silent[1]), CALL_NUDGE);
+    // A reply of markup only says nothing either: nudged, the model calls and answers.
+    let t = trajectory(&p, "tagged");
+    assert_eq!(t["answer"], "Oslo: 12 °C and rain.");
+    assert_eq!(t["calls"].as_array().unwrap().len(), 1, "{t}");
+    assert_eq!(requests_of(&llm, "tagged").len(), 3, "the markup, the nudged call and the answer");
 }
+
+const CALL_NUDGE: &str = "Reply with a tool call for the first step of the user's request, or answer in plain words.";
 
 #[test]
 fn the_answer_nudge_can_be_turned_off() {
