@@ -180,7 +180,9 @@ impl Executor {
         let mut trace = LoopTrace::default();
         let mut executed = 0usize;
         let mut llm_ms = 0.0f64;
-        let mut nudged = false;
+        // Each nudge is sent once per turn: the call nudge before any call, the answer nudge
+        // after (a model nudged into its first call may still stop blank after its result).
+        let (mut call_nudged, mut answer_nudged) = (false, false);
         let mut nudge_now: Option<&str> = None;
         // The calls this loop ran (not those of a dialogue's earlier turns), for `repeated`.
         let first = t.calls.len();
@@ -215,13 +217,13 @@ impl Executor {
             let blank = tool_calls.is_empty() && content.as_deref().is_none_or(wordless);
             let repeat = repeated(&tool_calls, &t.calls[first..]);
             // After calls (or a repeat) the model is asked to answer; before any, to call or
-            // answer. One nudge per turn.
-            let nudge = match executed > 0 || repeat.is_some() {
-                true => &self.settings.answer_nudge,
-                false => &self.settings.call_nudge,
+            // answer.
+            let (nudge, nudged) = match executed > 0 || repeat.is_some() {
+                true => (&self.settings.answer_nudge, &mut answer_nudged),
+                false => (&self.settings.call_nudge, &mut call_nudged),
             };
-            if (repeat.is_some() || blank) && !nudged && !nudge.is_empty() {
-                nudged = true;
+            if (repeat.is_some() || blank) && !*nudged && !nudge.is_empty() {
+                *nudged = true;
                 nudge_now = Some(nudge);
                 continue;
             }
@@ -448,7 +450,9 @@ pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool
 /// from their prompt, has `parameters` and no `arguments`, and is no call.
 fn function_wrapped(v: &Value) -> Option<&Value> {
     let o = v.as_object()?;
-    if !o.keys().all(|k| ["type", "function", "id"].contains(&k.as_str())) {
+    if !o.keys().all(|k| ["type", "function", "id"].contains(&k.as_str()))
+        || o.get("type").is_some_and(|t| t != "function")
+    {
         return None;
     }
     let f = o.get("function")?;
@@ -592,6 +596,8 @@ mod tests {
         let more =
             "{\"type\": \"function\", \"function\": {\"name\": \"get_oncall\", \"arguments\": {}}, \"result\": 1}";
         assert!(text_tool_calls(more, 0, known).is_empty(), "a wrapper with other keys is no call");
+        let other = "{\"type\": \"code\", \"function\": {\"name\": \"get_oncall\", \"arguments\": {}}}";
+        assert!(text_tool_calls(other, 0, known).is_empty(), "a wrapper of another type is no call");
         let tool_keyed =
             "<tool_response>\n{\"tool\":\"notify_user\",\"arguments\":{\"email\":\"E_1\"}}\n</tool_response>";
         let calls = text_tool_calls(tool_keyed, 1, known);

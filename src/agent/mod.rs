@@ -48,11 +48,11 @@ pub struct AgentSettings {
     pub tool_result_chars: usize,
     pub system_prompt: String,
     /// Sent once, as a trailing system message, when the model ends its turn after tool
-    /// calls with neither calls nor text, or asks again only for calls it was given the
-    /// results of; empty: off.
+    /// calls with neither calls nor words ([`executor::wordless`]), or asks again only for
+    /// calls it was given the results of; empty: off.
     pub answer_nudge: String,
     /// Sent once, as a trailing system message, when the model's first reply of a turn has
-    /// neither calls nor words ([`executor::wordless`]); one nudge per turn at most; empty: off.
+    /// neither calls nor words ([`executor::wordless`]); empty: off.
     pub call_nudge: String,
     /// Queries [`Executor::run_all`] runs at once.
     pub concurrency: usize,

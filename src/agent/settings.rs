@@ -42,7 +42,7 @@ pub struct ExecuteSettings {
     /// Sent once, as a trailing system message, when the model's first reply of a turn has
     /// neither calls nor words (empty, or only markup such as `<tools></tools>`, which the
     /// demo's 1.5B agent answered "Find the open incident about notifications errors" with).
-    /// A turn gets one nudge at most, this or `answer_nudge`. Empty: off.
+    /// Each nudge is sent once per turn at most. Empty: off.
     #[serde(default = "default_call_nudge")]
     pub call_nudge: String,
     /// Queries run at once (a tuning knob, not part of the config hash).
@@ -96,7 +96,7 @@ impl crate::settings::Section for ExecuteSettings {
             "call_nudge",
             "string",
             r#""Reply with a tool call for the first step of the user's request, or answer in plain words.""#,
-            "Sent once when the model's first reply of a turn has neither calls nor words (empty, or only markup such as `<tools></tools>`); a turn gets one nudge at most; empty: off.",
+            "Sent once when the model's first reply of a turn has neither calls nor words (empty, or only markup such as `<tools></tools>`); empty: off.",
         ),
         Key::new("concurrency", "integer", "4", "Queries run at once (not hashed)."),
     ];
@@ -173,9 +173,10 @@ fn default_call_nudge() -> String {
 impl AgentSettings {
     /// Most LLM exchanges one run of the loop makes: each executes at least one tool call
     /// up to `max_calls`, then one answers (or meets the cap, or repeats calls already run),
-    /// and one nudge may ask once more (after a blank reply or a repeat, not both).
+    /// the call nudge may ask once more before the first call, and the answer nudge once
+    /// after calls (after a blank reply or a repeat, not both).
     pub fn max_exchanges(&self) -> u64 {
-        self.max_calls as u64 + 1 + u64::from(!self.answer_nudge.is_empty() || !self.call_nudge.is_empty())
+        self.max_calls as u64 + 1 + u64::from(!self.answer_nudge.is_empty()) + u64::from(!self.call_nudge.is_empty())
     }
 }
 

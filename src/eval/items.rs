@@ -467,10 +467,11 @@ fn within_reference(
         (!tools.is_empty() && only_reference && !covers(it.turn_steps.iter().flatten(), &o.tools)).then_some(tools)
     });
     let sets: BTreeMap<&String, _> = sets.into_iter().filter(|&(agent, _)| !covered_by.contains(agent)).collect();
-    let turns_covered_by = if covered_by.is_empty() { turn_by_turn(m, it) } else { Vec::new() };
     let (short, short_by): (Vec<String>, Vec<String>) =
         most_shared(sets).map(|(set, by)| (set.into_iter().cloned().collect(), by)).unwrap_or_default();
     let left = left_sets(it, &short);
+    // Two agents leaving the same calls out is a question for a person, whoever made a turn.
+    let turns_covered_by = if covered_by.is_empty() && short_by.is_empty() { turn_by_turn(m, it) } else { Vec::new() };
     let invented_entity = invented_lookup(it, &left).filter(|_| !short_by.is_empty());
     let note = if let Some(entity) = &invented_entity {
         let left: Vec<String> = left.iter().filter_map(|alts| alts.first().cloned()).collect();
@@ -514,15 +515,19 @@ fn within_reference(
 }
 
 /// Per turn of a multi-turn item whose every turn has reference calls, the first agent with a
-/// run that called an offered tool for each of that turn's reference calls in that turn;
-/// empty when some turn has none.
+/// run that called an offered tool for each of that turn's reference calls in that turn and
+/// made at least [`COVER_F1`] of the reference's calls right over the whole run (as
+/// [`covering`] asks: calling an offered tool alone says little); empty when some turn has
+/// none.
 fn turn_by_turn(m: &Matrix, it: &ItemInput) -> Vec<String> {
     if it.turn_steps.len() < 2 || it.turn_steps.iter().any(Vec::is_empty) {
         return Vec::new();
     }
     let mut by = Vec::with_capacity(it.turn_steps.len());
     for (t, steps) in it.turn_steps.iter().enumerate() {
-        let made = |o: &Outcome| covers(steps.iter(), o.offered_by_turn.get(t).map(Vec::as_slice).unwrap_or_default());
+        let made = |o: &Outcome| {
+            o.f1 >= COVER_F1 && covers(steps.iter(), o.offered_by_turn.get(t).map(Vec::as_slice).unwrap_or_default())
+        };
         match it.runs.iter().position(|reps| reps.iter().flatten().any(made)) {
             Some(a) => by.push(m.agents[a].clone()),
             None => return Vec::new(),
@@ -969,6 +974,13 @@ mod tests {
         assert!(ev.covered_by.is_empty(), "{ev:?}");
         assert_eq!(ev.turns_covered_by, ["a", "b"], "{ev:?}");
         assert!(ev.note.ends_with("by some agent (turn 1: `a`, turn 2: `b`)"), "{}", ev.note);
+        // Each turn's tool called, but hardly a call made right: no sign for the reference.
+        let wrong = vec![vec![turned(0.4, &[&["S::x"], &[]])], vec![turned(0.0, &[&[], &["S::y"]])]];
+        let mut it = item("D-3", Kind::MultiTurn, &["S::x", "S::y"], wrong);
+        it.turn_steps = steps.clone();
+        let m = oracle(&["a", "b"], 1, vec![it]);
+        let ev = analyse(&m, &Options::default()).items[0].evidence.clone().unwrap();
+        assert!(ev.turns_covered_by.is_empty(), "{ev:?}");
         let half = vec![vec![turned(1.0, &[&["S::x"], &[]])], vec![turned(0.0, &[&[], &[]])]];
         let mut it = item("D-2", Kind::MultiTurn, &["S::x", "S::y"], half);
         it.turn_steps = steps;

@@ -78,7 +78,8 @@ pub static SPEC: StageSpec = StageSpec {
     //     {…}}`) is read as a call (`agent::executor::function_wrapped`); a multi-turn
     //     `all-fail` item's evidence names who made each turn's calls (`turns_covered_by`).
     // 17: a reply with neither calls nor words (`<tools></tools>`) before any call gets
-    //      `call_nudge` once (`agent::executor::wordless`).
+    //      `call_nudge` once (`agent::executor::wordless`),
+    //      and a wordless reply after calls the answer nudge; each nudge once per turn.
     version: 17,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,

@@ -76,7 +76,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 9: a call written in OpenAI's tool-call shape, `{"type": "function", "function":
     //     {"name", "arguments"}}`, is read as a call (`agent::executor::function_wrapped`).
     // 10: a reply with neither calls nor words (`<tools></tools>`) before any call gets
-    //      `call_nudge` once (`agent::executor::wordless`).
+    //      `call_nudge` once (`agent::executor::wordless`),
+    //      and a wordless reply after calls the answer nudge; each nudge once per turn.
     version: 10,
     about: "run queries with an LLM agent over MCP tools; record reference trajectories",
     reads: &[
@@ -163,7 +164,8 @@ impl Stage for ExecuteStage {
          event (how it was started, its handshake, the hashes of its `tools/list`), from
          which the release pins the servers in `servers.json`. The loop's settings
          (`max_calls`, `system_prompt`, `answer_nudge` for a turn left blank after tool calls
-         or asking again only for calls already run, …) are in `[execute]`; a repeat after
+         or asking again only for calls already run, `call_nudge` for a blank first reply,
+         …) are in `[execute]`; a repeat after
          the nudge ends the query as `repeated`. A query that fails is recorded with its
          reason and the run goes on. Finished queries are checkpointed; skipped when up to
          date."

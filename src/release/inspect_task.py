@@ -25,8 +25,8 @@ Written into every release by `benchgen release` (as `inspect/benchgen_task.py`,
   `-T call_nudge=…`, `-T tool_result_chars=…`). A reply asking again only for calls the turn
   already ran (same function and arguments) runs none: the answer nudge asks once, then the
   turn ends (`repeated`). A reply with neither calls nor words (markup such as
-  `<tools></tools>` aside) gets one nudge: the call nudge before any call, the answer nudge
-  after; a turn gets one nudge at most.
+  `<tools></tools>` aside) gets a nudge: the call nudge before any call, the answer nudge
+  after; each once per turn.
 - Scorer `benchgen`: the per-sample figures of `benchgen score` (corrected mode) on the
   calls the model made: exact match, precision, recall, F1 (score metadata: the whole
   per-sample record and the prediction in `benchgen score`'s unified format).
@@ -73,11 +73,13 @@ SYSTEM_PROMPT = (
 ANSWER_NUDGE = "Now answer the user in plain words, from the tool results above."
 CALL_NUDGE = "Reply with a tool call for the first step of the user's request, or answer in plain words."
 _MARKUP = re.compile(r"</?[A-Za-z_][A-Za-z0-9_]*>|```[A-Za-z]*")
+_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.S)
 
 
 def _wordless(text):
-    """No words once markup tags and code fences are taken out (benchgen's `wordless`)."""
-    return not _MARKUP.sub("", text or "").strip()
+    """No words once reasoning, markup tags and code fences are taken out (benchgen's
+    `wordless`, on a reply whose `<think>` block benchgen's client already took out)."""
+    return not _MARKUP.sub("", _THINK.sub("", text or "")).strip()
 
 
 # --- JSON as benchgen writes and compares it (serde_json) ----------------------------------
@@ -924,7 +926,8 @@ def _call(sandbox, call, group):
 async def _turn(model, messages, infos, sandbox, cfg):
     """The agent loop on one turn, as `benchgen eval` runs it."""
     run = {"status": "answered", "calls": [], "answer": None}
-    executed, groups, nudged, nudge = 0, 0, False, None
+    # Each nudge once per turn: the call nudge before any call, the answer nudge after.
+    executed, groups, nudged, nudge = 0, 0, set(), None
     # (function, arguments as serde_json writes them) of the calls run in this turn: small models
     # ask for one call again and again until the cap, so a group of only those is not run again.
     # Keyed by their JSON text, as benchgen compares `serde_json::Value`s: 1, 1.0 and true differ.
@@ -946,9 +949,10 @@ async def _turn(model, messages, infos, sandbox, cfg):
         blank = not calls and _wordless(reply.text)
         repeat = bool(calls) and all(key(c) in ran for c in calls)
         # After calls (or a repeat) the model is asked to answer; before any, to call or answer.
-        text = cfg["answer_nudge"] if (executed > 0 or repeat) else cfg["call_nudge"]
-        if (repeat or blank) and not nudged and text:
-            nudged, nudge = True, text
+        which = "answer_nudge" if (executed > 0 or repeat) else "call_nudge"
+        if (repeat or blank) and which not in nudged and cfg[which]:
+            nudged.add(which)
+            nudge = cfg[which]
             continue
         if repeat:
             run["status"] = "repeated"

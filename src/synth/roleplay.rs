@@ -65,7 +65,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 14: a call written in OpenAI's tool-call shape (`{"type": "function", "function":
     //     {…}}`) is read as a call (`agent::executor::function_wrapped`).
     // 15: a reply with neither calls nor words (`<tools></tools>`) before any call gets
-    //      `call_nudge` once (`agent::executor::wordless`).
+    //      `call_nudge` once (`agent::executor::wordless`),
+    //      and a wordless reply after calls the answer nudge; each nudge once per turn.
     version: 15,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[

@@ -221,6 +221,10 @@ fn a_blank_turn_after_tool_calls_gets_one_nudge_and_the_answer_is_kept() {
         // Markup and no words (the demo's 1.5B); nudged, it calls, then answers.
         ("tagged", 0, false) => Answer::text("<tools></tools>"),
         ("tagged", 1.., _) => Answer::text("Oslo: 12 °C and rain."),
+        // The same, but blank after the result too: the answer nudge is still there.
+        ("shy", 0, false) => Answer::text("<tools></tools>"),
+        ("shy", 1.., false) => Answer::text(""),
+        ("shy", 1.., true) => Answer::text("Oslo: 12 °C and rain."),
         (_, 0, _) => calls(&[("weather__forecast", json!({"city": "Oslo"}))]),
         // Blank after the result (as the 1.5B local model does), an answer when nudged...
         ("quiet", _, true) => Answer::text("Oslo: 12 °C and rain."),
@@ -235,6 +239,7 @@ fn a_blank_turn_after_tool_calls_gets_one_nudge_and_the_answer_is_kept() {
             json!({"id": "mute", "query": "mute"}),
             json!({"id": "silent", "query": "silent"}),
             json!({"id": "tagged", "query": "tagged"}),
+            json!({"id": "shy", "query": "shy"}),
         ],
     );
     execute(&p, &q).success();
@@ -269,6 +274,11 @@ fn a_blank_turn_after_tool_calls_gets_one_nudge_and_the_answer_is_kept() {
     assert_eq!(t["answer"], "Oslo: 12 °C and rain.");
     assert_eq!(t["calls"].as_array().unwrap().len(), 1, "{t}");
     assert_eq!(requests_of(&llm, "tagged").len(), 3, "the markup, the nudged call and the answer");
+    // Each nudge once per turn: nudged into its call, then blank, the model is nudged again.
+    assert_eq!(trajectory(&p, "shy")["answer"], "Oslo: 12 °C and rain.");
+    let shy = requests_of(&llm, "shy");
+    assert_eq!(shy.len(), 4, "the markup, the nudged call, the blank reply and the nudged answer");
+    assert_eq!(last(&shy[3]), NUDGE);
 }
 
 const CALL_NUDGE: &str = "Reply with a tool call for the first step of the user's request, or answer in plain words.";

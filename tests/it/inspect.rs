@@ -181,6 +181,7 @@ fn plan(user: &str) -> Vec<Vec<(String, Value)>> {
         "x then y." => vec![vec![call("Alpha__x", json!({}))], vec![call("Alpha__y", json!({}))]],
         // y in z's step: placed before its dependency.
         "z, then v or y with it." => vec![vec![call("Alpha__z", json!({})), call("Alpha__y", json!({}))]],
+        // After a first reply of markup alone, the call nudge (see `agent`).
         "Pause my music." => vec![vec![call("Nope__x", json!({}))]],
         // Then the same call again: not run, the answer nudge asks once more.
         "Quote for ACME?" => vec![vec![call("get_quote", acme())], vec![call("get_quote", acme())]],
@@ -206,10 +207,13 @@ fn agent(seen: &Seen) -> Answer {
     if instruction && last["content"].as_str().is_some_and(|c| c.starts_with("Now answer")) {
         return Answer::text("Done after the nudge.");
     }
+    let nudged_to_call =
+        instruction && last["content"].as_str().is_some_and(|c| c.starts_with("Reply with a tool call"));
     let user = seen.last_user();
     let from = msgs.iter().rposition(|m| m["role"] == "user").unwrap_or(0);
     let done = msgs[from..].iter().filter(|m| m["role"] == "assistant" && m["tool_calls"].is_array()).count();
     match plan(&user).get(done) {
+        Some(_) if user == "Pause my music." && done == 0 && !nudged_to_call => Answer::text("<tools></tools>"),
         Some(calls) => Answer::ToolCalls(calls.clone()),
         None if user == "x then y." => Answer::text(""),
         None => Answer::text("Done."),
@@ -314,6 +318,13 @@ fn the_release_task_scores_a_scripted_agent_as_benchgen_score_does() {
     assert_eq!((&msgs[1]["content"], &msgs[4]["content"]), (&json!("Quote ACME."), &json!("10.")));
     let l3 = run.log["samples"].as_array().unwrap().iter().find(|s| s["id"] == "L3-1").unwrap();
     assert_eq!(l3["scores"]["benchgen"]["metadata"]["turns"][0]["answer"], "Done after the nudge.");
+    // The L5's first reply was markup alone: the call nudge asked once more, and its call ran.
+    let music: Vec<Seen> = llm.requests().into_iter().filter(|s| s.last_user() == "Pause my music.").collect();
+    let last_of = |s: &Seen| s.body["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+    assert!(music.iter().any(|s| last_of(s) == json!(benchgen::agent::ExecuteSettings::default().call_nudge)));
+    let l5 = run.log["samples"].as_array().unwrap().iter().find(|s| s["id"] == "L5-1").unwrap();
+    let turn = &l5["scores"]["benchgen"]["metadata"]["turns"][0];
+    assert_eq!(turn["calls"][0]["tool"], "Nope__x", "{turn}");
     // fin-a asked for its call again: the repeat was not run nor predicted, the nudge answered.
     let fin_a = run.log["samples"].as_array().unwrap().iter().find(|s| s["id"] == "fin-a").unwrap();
     let turn = &fin_a["scores"]["benchgen"]["metadata"]["turns"][0];
