@@ -180,9 +180,7 @@ impl Executor {
         let mut trace = LoopTrace::default();
         let mut executed = 0usize;
         let mut llm_ms = 0.0f64;
-        // Each nudge is sent once per turn: the call nudge before any call, the answer nudge
-        // after (a model nudged into its first call may still stop blank after its result).
-        let (mut call_nudged, mut answer_nudged) = (false, false);
+        let mut nudged = Nudged::default();
         let mut nudge_now: Option<&str> = None;
         // The calls this loop ran (not those of a dialogue's earlier turns), for `repeated`.
         let first = t.calls.len();
@@ -216,14 +214,9 @@ impl Executor {
             let (content, tool_calls) = if parsed.is_empty() { (content, tool_calls) } else { (None, parsed) };
             let blank = tool_calls.is_empty() && content.as_deref().is_none_or(wordless);
             let repeat = repeated(&tool_calls, &t.calls[first..]);
-            // After calls (or a repeat) the model is asked to answer; before any, to call or
-            // answer.
-            let (nudge, nudged) = match executed > 0 || repeat.is_some() {
-                true => (&self.settings.answer_nudge, &mut answer_nudged),
-                false => (&self.settings.call_nudge, &mut call_nudged),
-            };
-            if (repeat.is_some() || blank) && !*nudged && !nudge.is_empty() {
-                *nudged = true;
+            if (repeat.is_some() || blank)
+                && let Some(nudge) = nudged.next(&self.settings, executed > 0 || repeat.is_some())
+            {
                 nudge_now = Some(nudge);
                 continue;
             }
@@ -457,6 +450,26 @@ fn function_wrapped(v: &Value) -> Option<&Value> {
     }
     let f = o.get("function")?;
     (f.get("name").is_some_and(Value::is_string) && f.get("arguments").is_some()).then_some(f)
+}
+
+/// The nudges a turn has sent. Each goes once per turn: the call nudge before any call, the
+/// answer nudge after calls or a repeat (a model nudged into its first call may still stop
+/// blank after its result).
+#[derive(Default)]
+struct Nudged {
+    call: bool,
+    answer: bool,
+}
+
+impl Nudged {
+    /// The nudge to send now (`answer`: after calls or a repeat), if it is on and unsent.
+    fn next<'a>(&mut self, settings: &'a AgentSettings, answer: bool) -> Option<&'a str> {
+        let (text, sent) = match answer {
+            true => (&settings.answer_nudge, &mut self.answer),
+            false => (&settings.call_nudge, &mut self.call),
+        };
+        (!text.is_empty() && !std::mem::replace(sent, true)).then_some(text.as_str())
+    }
 }
 
 /// Does a reply say nothing: no words once markup tags (`<tools>`, `</tool_call>`) and code
