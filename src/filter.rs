@@ -566,7 +566,8 @@ pub const CATALOG: Artifact<Catalog> = Artifact::new("filter", "catalog.json");
 pub static SPEC: StageSpec = StageSpec {
     name: "filter",
     command: "filter",
-    // 2: the answer's schema says what is asked, not "the X's typed answer" (developer wording the model read).
+    // 2: the answer's schema says what is asked, not "the X's typed answer" (developer
+    //     wording the model read).
     version: 2,
     about: "drop servers and tools a benchmark must not contain, with reasons",
     // The manifest leads to the import run's ledger events, each decision's parent.

@@ -62,7 +62,8 @@ pub static SPEC: StageSpec = StageSpec {
     name: "efs-verify",
     command: "efs verify",
     // 2: the pair answer's schema describes the answer to the model, not to developers.
-    // 3: the answer's schema says what is asked, not "the X's typed answer" (developer wording the model read).
+    // 3: the answer's schema says what is asked, not "the X's typed answer" (developer
+    //     wording the model read).
     version: 3,
     about: "the LLM judges the candidate pairs as planned (listwise: an anchor against its candidates), with reasons",
     reads: &[crate::filter::CATALOG.read(), super::pairs::PAIRS.read(), super::pairs::CALLS.read()],

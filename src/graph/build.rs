@@ -33,7 +33,8 @@ pub const CANDIDATES: Artifact<Vec<Judged>> = Artifact::new(STAGE, "candidates.j
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "graph build",
-    // 3: the answer's schema says what is asked, not "the X's typed answer" (developer wording the model read).
+    // 3: the answer's schema says what is asked, not "the X's typed answer" (developer
+    //     wording the model read).
     version: 3,
     about: "tool dependency graph from the multi-tool sessions, each candidate edge validated by the LLM",
     reads: &[crate::logs::split::GRAPH_SOURCE.read(), crate::logs::import::CATALOG.read()],

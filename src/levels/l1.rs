@@ -43,7 +43,8 @@ pub static SPEC: StageSpec = StageSpec {
     //     platform's name within its first 250 (300).
     // 13: the needed-call check's schema describes the answer only (its developer
     //     note, with a bad reason about a price, had reached the prompt).
-    // 14: the answer's schema says what is asked, not "the X's typed answer" (developer wording the model read).
+    // 14: the answer's schema says what is asked, not "the X's typed answer" (developer
+    //     wording the model read).
     version: 14,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],

@@ -264,7 +264,8 @@ pub const CATALOG: Artifact<Catalog> = Artifact::new("registry-import", "catalog
 pub static SPEC: StageSpec = StageSpec {
     name: "registry-import",
     command: "registry import",
-    // 2: the answer's schema says what is asked, not "the X's typed answer" (developer wording the model read).
+    // 2: the answer's schema says what is asked, not "the X's typed answer" (developer
+    //     wording the model read).
     version: 2,
     about: "import a registry snapshot into a normalised catalog",
     reads: &[],

@@ -51,7 +51,8 @@ pub const CHAINS: Artifact<ChainRecord> = Artifact::new(STAGE, "chains.jsonl");
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "synth chains",
-    // 3: the answer's schema says what is asked, not "the X's typed answer" (developer wording the model read).
+    // 3: the answer's schema says what is asked, not "the X's typed answer" (developer
+    //     wording the model read).
     version: 3,
     about: "tool chains sampled from the dependency graph, each written as one user query by the LLM",
     reads: &[

@@ -862,6 +862,8 @@ pub fn lookups_adding_nothing(t: &TurnInput, cl: &mut Classified, about: &BTreeM
     if asked.iter().any(|w| MORE.contains(&w.as_str())) {
         return;
     }
+    // The calls whose results some call's arguments take (traced once for the turn).
+    let used: BTreeSet<usize> = (0..t.calls.len()).flat_map(|k| sources(t, k)).map(|(i, _)| i).collect();
     for j in 0..t.calls.len() {
         let c = t.calls[j];
         let Some(description) = about.get(tool_name(&c.tool)).or_else(|| about.get(&c.tool)) else { continue };
@@ -878,11 +880,7 @@ pub fn lookups_adding_nothing(t: &TurnInput, cl: &mut Classified, about: &BTreeM
                 _ => all_found = false,
             }
         }
-        if !all_found
-            || from.is_empty()
-            || from.iter().any(|(i, _)| t.calls[*i].tool == c.tool)
-            || (j + 1..t.calls.len()).any(|k| sources(t, k).iter().any(|(i, _)| *i == j))
-        {
+        if !all_found || from.is_empty() || from.iter().any(|(i, _)| t.calls[*i].tool == c.tool) || used.contains(&j) {
             continue;
         }
         let known: Vec<String> = from.iter().flat_map(|(i, _)| result_words(t.calls[*i])).collect();

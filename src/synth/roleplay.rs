@@ -61,7 +61,8 @@ pub static SPEC: StageSpec = StageSpec {
     //     what its calls did not do is asked again before the next turn (`answer_again`).
     // 12: a call written `{"tool": NAME, "arguments": {…}}` (a listed NAME, nothing else) is read
     //     as a call (`agent::executor::tool_keyed`).
-    // 13: the answer's schema says what is asked, not "the X's typed answer" (developer wording the model read).
+    // 13: the answer's schema says what is asked, not "the X's typed answer" (developer
+    //     wording the model read).
     // 14: a call written in OpenAI's tool-call shape (`{"type": "function", "function":
     //     {…}}`) is read as a call (`agent::executor::function_wrapped`).
     // 15: a reply with neither calls nor words (`<tools></tools>`) before any call gets

@@ -66,7 +66,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 12: ... the field's own key, not the key or entity holding it (`gold::field_word`).
     // 13: the needed-call check's schema describes the answer only (its developer
     //     note, with a bad reason about a price, had reached the prompt).
-    // 14: the answer's schema says what is asked, not "the X's typed answer" (developer wording the model read).
+    // 14: the answer's schema says what is asked, not "the X's typed answer" (developer
+    //     wording the model read).
     // 15: a read that only looks up again what an earlier call of its turn found, and adds
     //     nothing the request names, is unrequested by rule (`gold::lookups_adding_nothing`).
     version: 15,
