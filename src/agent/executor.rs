@@ -11,7 +11,9 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 use super::names::ToolNames;
-use super::{AgentSettings, CallRecord, LoopTrace, Query, RunStatus, TRAJECTORY, Trajectory, call_hash, check_chain};
+use super::{
+    AgentSettings, CallRecord, LoopTrace, Query, RunStatus, TRAJECTORY, Trajectory, Withheld, call_hash, check_chain,
+};
 use crate::ledger::{NewEvent, Parent, RunRecorder, kind};
 use crate::llm::{ChatMessage, ChatTurn, LlmClient, LlmCounts, ToolCall, ToolSpec};
 use crate::mcp::pin::ServerPin;
@@ -177,6 +179,21 @@ impl Executor {
         messages: &mut Vec<ChatMessage>,
         t: &mut Trajectory,
     ) -> LoopTrace {
+        self.run_guarded(llm, subject, messages, t, None).await
+    }
+
+    /// [`Executor::run_loop`] with a `guard` over the calls the model asks for: a call it
+    /// refuses is withheld (not run, not in the conversation; recorded in `t.withheld`), and
+    /// a reply left with nothing to run is nudged as a blank one is. A reply that holds only
+    /// withheld calls once no nudge is left ends the run as failed.
+    pub async fn run_guarded<C: Chat>(
+        &self,
+        llm: &C,
+        subject: &str,
+        messages: &mut Vec<ChatMessage>,
+        t: &mut Trajectory,
+        guard: Guard<'_>,
+    ) -> LoopTrace {
         let mut trace = LoopTrace::default();
         let mut executed = 0usize;
         let mut llm_ms = 0.0f64;
@@ -211,7 +228,8 @@ impl Executor {
                 true => text_tool_calls(content.as_deref().unwrap_or(""), t.groups, |n| self.names.id(n).is_some()),
                 false => Vec::new(),
             };
-            let (content, tool_calls) = if parsed.is_empty() { (content, tool_calls) } else { (None, parsed) };
+            let (content, mut tool_calls) = if parsed.is_empty() { (content, tool_calls) } else { (None, parsed) };
+            let withheld = self.withhold(guard, &mut tool_calls, t);
             let blank = tool_calls.is_empty() && content.as_deref().is_none_or(wordless);
             let repeat = repeated(&tool_calls, &t.calls[first..]);
             if (repeat.is_some() || blank)
@@ -220,9 +238,12 @@ impl Executor {
                 nudge_now = Some(nudge);
                 continue;
             }
-            if let Some(why) = repeat {
-                t.status = RunStatus::Repeated;
-                t.reason = Some(why);
+            let ended = match repeat {
+                Some(why) => Some((RunStatus::Repeated, why)),
+                None => (blank && withheld).then(|| (RunStatus::Failed, WITHHELD_AGAIN.to_string())),
+            };
+            if let Some((status, why)) = ended {
+                (t.status, t.reason) = (status, Some(why));
                 break;
             }
             messages.push(ChatMessage::Assistant { content: content.clone(), tool_calls: tool_calls.clone() });
@@ -237,27 +258,8 @@ impl Executor {
                 break;
             }
             executed += tool_calls.len();
-            let base = t.calls.len();
-            let runs = tool_calls
-                .iter()
-                .enumerate()
-                .map(|(i, call)| self.run_call(subject, base + i, group, call, &reply.exchange, reply.event_id));
-            let records = futures::future::join_all(runs).await;
-            let mut failed = None;
-            for (rec, call_ms, event) in records {
-                trace.call_ms.insert(rec.index, call_ms);
-                trace.call_events.extend(event);
-                let text = truncate_chars(&rec.outcome.as_text(), self.settings.tool_result_chars);
-                messages.push(ChatMessage::Tool { call_id: rec.call_id.clone(), content: text });
-                if rec.executed
-                    && let CallOutcome::Failed { failure } = &rec.outcome
-                    && failed.is_none()
-                {
-                    failed = Some(format!("call {} (`{}`) failed: {failure}", rec.index, rec.function));
-                }
-                t.calls.push(rec);
-            }
-            if let Some(why) = failed
+            let sent = (group, reply.exchange.as_str(), reply.event_id);
+            if let Some(why) = self.run_group(subject, &tool_calls, sent, (messages, t, &mut trace)).await
                 && self.settings.stop_on_failure
             {
                 t.status = RunStatus::Failed;
@@ -267,6 +269,53 @@ impl Executor {
         }
         trace.llm_ms = round3(llm_ms);
         trace
+    }
+
+    /// Run one group of calls (`sent`: the group, and the exchange and event of the reply
+    /// that asked for them); their results go into `messages`, their records into `t` and
+    /// their timings and events into `trace`. Returns why the first executed call that
+    /// failed failed.
+    async fn run_group(
+        &self,
+        subject: &str,
+        tool_calls: &[ToolCall],
+        (group, exchange, llm_event): (usize, &str, i64),
+        (messages, t, trace): (&mut Vec<ChatMessage>, &mut Trajectory, &mut LoopTrace),
+    ) -> Option<String> {
+        let base = t.calls.len();
+        let runs = tool_calls
+            .iter()
+            .enumerate()
+            .map(|(i, call)| self.run_call(subject, base + i, group, call, exchange, llm_event));
+        let records = futures::future::join_all(runs).await;
+        let mut failed = None;
+        for (rec, call_ms, event) in records {
+            trace.call_ms.insert(rec.index, call_ms);
+            trace.call_events.extend(event);
+            let text = truncate_chars(&rec.outcome.as_text(), self.settings.tool_result_chars);
+            messages.push(ChatMessage::Tool { call_id: rec.call_id.clone(), content: text });
+            if rec.executed
+                && let CallOutcome::Failed { failure } = &rec.outcome
+                && failed.is_none()
+            {
+                failed = Some(format!("call {} (`{}`) failed: {failure}", rec.index, rec.function));
+            }
+            t.calls.push(rec);
+        }
+        failed
+    }
+
+    /// Take the calls `guard` refuses out of `tool_calls` into `t.withheld`; whether any was.
+    fn withhold(&self, guard: Guard<'_>, tool_calls: &mut Vec<ToolCall>, t: &mut Trajectory) -> bool {
+        let Some(guard) = guard else { return false };
+        let before = tool_calls.len();
+        tool_calls.retain(|call| {
+            let tool = self.names.id(&call.name).unwrap_or(&call.name);
+            let Some(reason) = guard(tool) else { return true };
+            t.withheld.push(Withheld { function: call.name.clone(), arguments: call.arguments.clone(), reason });
+            false
+        });
+        tool_calls.len() < before
     }
 
     /// End the run at the call cap: the group that would pass it is recorded, not executed.
@@ -391,6 +440,13 @@ impl Executor {
         Ok(results.into_iter().flatten().collect())
     }
 }
+
+/// What [`Executor::run_guarded`] asks of a call the model wants, by tool id (the name
+/// the model used when no listed tool has it): `Some(reason)` withholds the call.
+pub type Guard<'a> = Option<&'a (dyn Fn(&str) -> Option<String> + Sync)>;
+
+/// Why a guarded run ended when the model, nudged already, asked only for withheld calls.
+pub const WITHHELD_AGAIN: &str = "the model asked again only for calls that were withheld";
 
 /// Tool calls a model wrote as text instead of structured `tool_calls`: a JSON object
 /// `{"name", "arguments"}` (or a list of them), bare, fenced or in Qwen's `<tool_call>` tags,
@@ -568,6 +624,69 @@ fn truncate_chars(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A test double for the model: its replies in order, and the messages of each request.
+    struct ScriptedChat {
+        replies: std::sync::Mutex<Vec<ChatTurn>>,
+        seen: std::sync::Mutex<Vec<Vec<ChatMessage>>>,
+    }
+
+    impl Chat for ScriptedChat {
+        async fn chat(
+            &self,
+            _role: &str,
+            messages: &[ChatMessage],
+            _tools: &[ToolSpec],
+            _subject: &str,
+        ) -> Result<crate::llm::Reply<ChatTurn>, crate::llm::LlmError> {
+            self.seen.lock().unwrap().push(messages.to_vec());
+            let value = self.replies.lock().unwrap().remove(0);
+            Ok(crate::llm::Reply { value, event_id: 1, cached: false, exchange: "x".into() })
+        }
+    }
+
+    fn call_of(name: &str) -> ChatTurn {
+        let call = ToolCall { id: "c".into(), name: name.into(), arguments: json!({}) };
+        ChatTurn { content: None, tool_calls: vec![call], finish_reason: None }
+    }
+
+    fn said(text: &str) -> ChatTurn {
+        ChatTurn { content: Some(text.into()), tool_calls: vec![], finish_reason: None }
+    }
+
+    /// Run a guarded loop (which withholds `notify_user`) on `replies`.
+    async fn guarded(replies: Vec<ChatTurn>) -> (Trajectory, Vec<Vec<ChatMessage>>, Vec<ChatMessage>) {
+        let settings = AgentSettings::from(&crate::agent::ExecuteSettings::default());
+        let exec = Executor::connect(vec![], settings, None).await.unwrap();
+        let chat = ScriptedChat { replies: std::sync::Mutex::new(replies), seen: Default::default() };
+        let q = Query { id: "q".into(), query: "Who is on call?".into(), chain: vec![] };
+        let mut t = Trajectory::start(&q);
+        let mut messages = vec![ChatMessage::User(q.query.clone())];
+        let guard = |tool: &str| (tool == "notify_user").then(|| "not asked for".to_string());
+        exec.run_guarded(&chat, "q", &mut messages, &mut t, Some(&guard)).await;
+        let seen = chat.seen.into_inner().unwrap();
+        (t, seen, messages)
+    }
+
+    #[tokio::test]
+    async fn a_withheld_call_is_not_run_nor_in_the_conversation_and_the_model_is_nudged() {
+        let (t, seen, messages) = guarded(vec![call_of("notify_user"), said("Ada is on call.")]).await;
+        assert_eq!((t.status, t.answer.as_deref()), (RunStatus::Answered, Some("Ada is on call.")));
+        assert!(t.calls.is_empty());
+        assert_eq!(t.withheld.len(), 1);
+        assert_eq!((t.withheld[0].function.as_str(), t.withheld[0].reason.as_str()), ("notify_user", "not asked for"));
+        // Asked again with the call nudge (no call had run), which is not kept.
+        let nudge = AgentSettings::from(&crate::agent::ExecuteSettings::default()).call_nudge;
+        assert_eq!(seen[1].last(), Some(&ChatMessage::System(nudge)));
+        assert_eq!(messages.len(), 2, "the request and the answer: {messages:?}");
+    }
+
+    #[tokio::test]
+    async fn a_model_asking_again_only_for_withheld_calls_fails_the_run() {
+        let (t, seen, _) = guarded(vec![call_of("notify_user"), call_of("notify_user")]).await;
+        assert_eq!((t.status, t.reason.as_deref()), (RunStatus::Failed, Some(WITHHELD_AGAIN)));
+        assert_eq!((t.withheld.len(), seen.len(), t.calls.len()), (2, 2, 0));
+    }
 
     #[test]
     fn a_reply_of_markup_alone_is_wordless() {

@@ -26,10 +26,10 @@ mod query;
 mod record;
 mod settings;
 
-pub use executor::{Chat, Executor, Recorder, text_tool_calls};
+pub use executor::{Chat, Executor, Guard, Recorder, WITHHELD_AGAIN, text_tool_calls};
 pub use query::{ChainCheck, ChainStep, Query, check_chain, parse_queries};
 pub use record::{
-    CallRecord, LoopTrace, RunStatus, TRAJECTORIES, TRAJECTORY, Trajectory, call_hash, recorded_groups,
+    CallRecord, LoopTrace, RunStatus, TRAJECTORIES, TRAJECTORY, Trajectory, Withheld, call_hash, recorded_groups,
     trajectory_summary,
 };
 pub use settings::{ExecuteSettings, NO_TOOL_FITS};

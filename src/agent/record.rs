@@ -106,6 +106,19 @@ pub struct Trajectory {
     pub chain_check: Option<ChainCheck>,
     /// Request hashes of the LLM exchanges, in order (the answer nudge's included).
     pub exchanges: Vec<String>,
+    /// Calls the model asked for that a guard withheld (role-play: actions the user did
+    /// not ask for); never run, and not in `messages`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withheld: Vec<Withheld>,
+}
+
+/// A call the model asked for and the loop did not run, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Withheld {
+    /// The function name as the model wrote it.
+    pub function: String,
+    pub arguments: Value,
+    pub reason: String,
 }
 
 /// What a run of the agent loop leaves for the ledger rather than the trajectory: event
@@ -139,6 +152,7 @@ impl Trajectory {
             chain: q.chain.clone(),
             chain_check: None,
             exchanges: Vec::new(),
+            withheld: Vec::new(),
         }
     }
 }

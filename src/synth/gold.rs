@@ -671,6 +671,17 @@ fn asks_about(request: &str, tool: &str, path: &str) -> bool {
     words(request).iter().any(|r| same_kind(&field, r) || singular(&field) == singular(r))
 }
 
+fn unrequested_reason(tool: &str, a: &Action) -> String {
+    format!("`{}` is an action ({}) the request does not ask for", tool_name(tool), a.name)
+}
+
+/// Why a call of `tool` would be an action `request` does not ask for (what [`classify`]
+/// decides `unrequested` by), if it would. Role-play withholds such a call before it runs.
+pub fn unrequested_action(request: &str, tool: &str) -> Option<String> {
+    let a = action_of(tool)?;
+    asks_for(request, a).is_none().then(|| unrequested_reason(tool, a))
+}
+
 /// Classify the calls of one turn by the rules (see the module doc).
 pub fn classify(t: &TurnInput) -> Classified {
     let n = t.calls.len();
@@ -704,15 +715,10 @@ pub fn classify(t: &TurnInput) -> Classified {
             continue;
         }
         if let Some(a) = action_of(&c.tool) {
-            match asks_for(t.request, a) {
-                None => {
-                    d[i] = Some((
-                        Decision::Unrequested,
-                        format!("`{}` is an action ({}) the request does not ask for", tool_name(&c.tool), a.name),
-                    ))
-                }
-                Some(w) => d[i] = Some((Decision::Needed, format!("the request asks for it (\"{w}\")"))),
-            }
+            d[i] = Some(match asks_for(t.request, a) {
+                None => (Decision::Unrequested, unrequested_reason(&c.tool, a)),
+                Some(w) => (Decision::Needed, format!("the request asks for it (\"{w}\")")),
+            });
         }
     }
     let mut reasons = Vec::new();

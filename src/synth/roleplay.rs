@@ -68,7 +68,10 @@ pub static SPEC: StageSpec = StageSpec {
     // 15: a reply with neither calls nor words (`<tools></tools>`) before any call gets
     //      `call_nudge` once (`agent::executor::wordless`),
     //      and a wordless reply after calls the answer nudge; each nudge once per turn.
-    version: 15,
+    // 16: a call of an action the user's requests so far do not ask for is withheld before it
+    //     runs (`gold::unrequested_action`, `agent::Executor::run_guarded`) and the turn's
+    //     `withheld` records it; the assistant is nudged to answer from what it has.
+    version: 16,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),
@@ -267,6 +270,11 @@ pub struct DialogueTurn {
     /// next turn and its second answer (`answer`) passed the check (see [`answer_again`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer_asked_again: Option<String>,
+    /// Calls the assistant asked for and was not given: actions the user's requests so far
+    /// do not ask for ([`super::gold::unrequested_action`]). They never ran and are not in
+    /// the conversation; recorded so that an audit sees them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withheld: Vec<crate::agent::Withheld>,
 }
 
 impl DialogueTurn {
@@ -282,6 +290,7 @@ impl DialogueTurn {
             hint: hint.map(str::to_string),
             groups: crate::agent::recorded_groups(&t.calls),
             answer_asked_again: None,
+            withheld: t.withheld.clone(),
         }
     }
 }
@@ -530,18 +539,7 @@ impl Stage for RoleplayStage {
         let mut lines = Vec::new();
         let mut dialogues = Vec::new();
         for (id, d) in &done.values {
-            let mut payload = json!({"sub_scenario": d.dialogue.sub_scenario, "persona": d.dialogue.persona,
-                                     "goal": d.dialogue.goal, "requests": d.dialogue.requests,
-                                     "turns": d.dialogue.turns.len(), "ended": d.dialogue.ended});
-            // The reminders a planned turn's second try was sent with: not part of the
-            // conversation, so the lineage is where an audit finds them (only when given, so
-            // other dialogues' events stay as they were).
-            let hints: Vec<Value> = (d.dialogue.turns.iter().enumerate())
-                .filter_map(|(k, t)| t.hint.as_ref().map(|h| json!({"turn": k + 1, "hint": h})))
-                .collect();
-            if !hints.is_empty() {
-                payload["hints"] = json!(hints);
-            }
+            let payload = lineage_payload(&d.dialogue);
             let mut ev = NewEvent::new(super::kind::DIALOGUE, Some(&crate::model::Sample::subject_for(id)), payload);
             for e in &d.events {
                 ev = ev.with_parent(Parent::Id(*e));
@@ -741,6 +739,36 @@ async fn answer_again(
     Ok(())
 }
 
+/// Run the assistant on the user's `message` (`id` names the turn), sent with `hint`, which
+/// stays out of the conversation: `messages` then hold the message as the user wrote it.
+/// A call of an action that neither this message nor an `earlier` turn's asks for is
+/// withheld (the turn's rules in `validate` would leave it out of the reference, and the
+/// answer that reported it would then claim what the reference did not do): the demo's
+/// 1.5B assigned the incident that "Find the open incident about notifications errors"
+/// found, and messaged the on-call engineer it was only asked to name.
+async fn assistant_turn(
+    exec: &Executor,
+    llm: &Item,
+    (id, message, hint): (&str, &str, Option<&str>),
+    earlier: &[DialogueTurn],
+    messages: &mut Vec<ChatMessage>,
+    events: &mut Vec<i64>,
+) -> Trajectory {
+    let before = messages.len();
+    let sent = hint.map_or_else(|| message.to_string(), |h| format!("{message}\n\n({h})"));
+    messages.push(ChatMessage::User(sent));
+    let q = Query { id: id.to_string(), query: message.to_string(), chain: vec![] };
+    let mut t = Trajectory::start(&q);
+    let request = super::gold::request_text(earlier.iter().map(|t| t.user.as_str()).chain([message]));
+    let guard = |tool: &str| super::gold::unrequested_action(&request, tool);
+    let trace = exec.run_guarded(llm, &q.id, messages, &mut t, Some(&guard)).await;
+    events.extend(trace.llm_events.iter().chain(&trace.call_events).copied());
+    if hint.is_some() {
+        messages[before] = ChatMessage::User(message.to_string());
+    }
+    t
+}
+
 /// Run one dialogue: goal, then user and assistant turns until done, the cap or a failure.
 async fn simulate(
     exec: &Executor,
@@ -780,18 +808,10 @@ async fn simulate(
                     break 'turns;
                 }
             };
-            // A planned request's second try reminds the assistant that it needs a tool; the
-            // reminder stays out of the conversation, which holds the request as planned.
+            // A planned request's second try reminds the assistant that it needs a tool.
             let hint = (planned && attempt == 1).then_some(PLANNED_HINT);
-            let sent = hint.map_or_else(|| message.clone(), |h| format!("{message}\n\n({h})"));
-            messages.push(ChatMessage::User(sent));
-            let q = Query { id: format!("{}:turn{}", plan.id, k + 1), query: message.clone(), chain: vec![] };
-            let mut t = Trajectory::start(&q);
-            let trace = exec.run_loop(llm, &q.id, &mut messages, &mut t).await;
-            events.extend(trace.llm_events.iter().chain(&trace.call_events).copied());
-            if hint.is_some() {
-                messages[before] = ChatMessage::User(message.clone());
-            }
+            let id = format!("{}:turn{}", plan.id, k + 1);
+            let t = assistant_turn(exec, llm, (&id, &message, hint), &turns, &mut messages, &mut events).await;
             // Every planned request asks for something a tool does (the plan's contract), so
             // an answer without a successful call leaves it undone; a simulated message only
             // when it asks for an action of the catalog.
@@ -840,6 +860,29 @@ async fn simulate(
         },
         events,
     })
+}
+
+/// A dialogue's `synth.dialogue` event payload. The reminders a planned turn's second try
+/// was sent with and the calls withheld from the assistant are in no other event (neither
+/// is part of the conversation), so the lineage is where an audit finds them; each key only
+/// when given, so other dialogues' events stay as they were.
+fn lineage_payload(d: &Dialogue) -> Value {
+    let mut payload = json!({"sub_scenario": d.sub_scenario, "persona": d.persona,
+                             "goal": d.goal, "requests": d.requests,
+                             "turns": d.turns.len(), "ended": d.ended});
+    let hints: Vec<Value> = (d.turns.iter().enumerate())
+        .filter_map(|(k, t)| t.hint.as_ref().map(|h| json!({"turn": k + 1, "hint": h})))
+        .collect();
+    if !hints.is_empty() {
+        payload["hints"] = json!(hints);
+    }
+    let withheld: Vec<Value> = (d.turns.iter().enumerate())
+        .flat_map(|(k, t)| t.withheld.iter().map(move |w| json!({"turn": k + 1, "call": w})))
+        .collect();
+    if !withheld.is_empty() {
+        payload["withheld"] = json!(withheld);
+    }
+    payload
 }
 
 fn report(dialogues: &[Dialogue], planned: usize, subs: &[String]) -> String {

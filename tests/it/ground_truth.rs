@@ -50,6 +50,7 @@ fn chain(query: &str, tools: &[&str], calls: Vec<CallRecord>, answer: &str) -> C
         calls,
         chain: steps,
         exchanges: vec![],
+        withheld: vec![],
     };
     let rec = ChainRecord {
         id: "chain-planted".into(),
@@ -486,6 +487,7 @@ fn dialogue(turns: Vec<(&str, Vec<RecordedCall>, &str)>) -> Candidate {
                 answer: Some(answer.into()),
                 hint: None,
                 answer_asked_again: None,
+                withheld: vec![],
                 groups: if calls.is_empty() { vec![] } else { vec![calls] },
             })
             .collect(),

@@ -182,6 +182,7 @@ fn run(id: &str, tools: &[&str], calls: Vec<CallRecord>) -> (ChainRecord, Trajec
         calls,
         chain,
         exchanges: vec![],
+        withheld: vec![],
     };
     let rec = ChainRecord {
         id: id.into(),
@@ -1141,8 +1142,17 @@ fn rule_with_planned_requests(seen: &Seen) -> Answer {
         let user = msgs[last_user]["content"].as_str().unwrap_or_default();
         if user.starts_with("Please find X-1") || user.starts_with("Please look X-1 up") {
             let called = msgs[last_user..].iter().any(|m| m["role"] == "tool");
-            let tool = seen.body["tools"][0]["function"]["name"].as_str().unwrap().to_string();
-            // The first request is done at once; the second only when reminded.
+            let tool = "get_alerts".to_string();
+            // The first request is looked up at once, and then the assistant goes on to an
+            // action nobody asked for: withheld, it is nudged to answer instead.
+            if user.starts_with("Please find") && called {
+                let nudged = msgs.last().is_some_and(|m| m["role"] == "system");
+                return match nudged {
+                    false => Answer::ToolCalls(vec![("acknowledge_alert".into(), json!({"alert_id": "X-1"}))]),
+                    true => Answer::text("Found X-1."),
+                };
+            }
+            // The second is done only when reminded.
             let hinted = user.contains(benchgen::synth::roleplay::PLANNED_HINT) && !user.contains("never");
             return match (user.starts_with("Please find") || hinted) && !called {
                 true => Answer::ToolCalls(vec![(tool.clone(), fill(seen, &tool))]),
@@ -1183,6 +1193,17 @@ fn planned_user_turns(turn_cap: usize) {
         let users: Vec<&str> = turns.iter().map(|t| t["user"].as_str().unwrap()).collect();
         assert_eq!(users[..], requests[..users.len()], "the user's messages are the plan's requests: {d}");
         assert!(turns[0].get("hint").is_none(), "the first request was done at once: {d}");
+        // The action the first request did not ask for was withheld: not run, recorded.
+        assert_eq!(turns[0]["groups"].as_array().unwrap().len(), 1, "{d}");
+        assert_eq!(turns[0]["groups"][0][0]["tool"], "get_alerts", "{d}");
+        assert_eq!(turns[0]["answer"], "Found X-1.", "{d}");
+        let withheld = turns[0]["withheld"].as_array().expect("the withheld call is recorded");
+        assert_eq!(withheld.len(), 1, "{d}");
+        assert_eq!(withheld[0]["function"], "acknowledge_alert", "{d}");
+        assert_eq!(
+            withheld[0]["reason"], "`acknowledge_alert` is an action (acknowledge) the request does not ask for",
+            "{d}"
+        );
         if d["persona"]["mood"] == "brief" {
             // Not done even when reminded: the dialogue ends before it.
             assert_eq!((users.len(), d["ended"].as_str().unwrap()), (1, "no_action"), "{d}");
@@ -1208,6 +1229,13 @@ fn planned_user_turns(turn_cap: usize) {
     for h in hinted {
         assert_eq!(h, &json!([{"turn": 2, "hint": benchgen::synth::roleplay::PLANNED_HINT}]));
     }
+    // So are the withheld calls, which no `mcp.call` event holds.
+    for e in &events {
+        assert_eq!(e["withheld"][0]["turn"], 1, "{e}");
+        assert_eq!(e["withheld"][0]["call"]["function"], "acknowledge_alert", "{e}");
+    }
+    let calls = crate::support::ledger_events(&sp.p.path("artifacts"), "mcp.call");
+    assert!(calls.iter().all(|c| !c.to_string().contains("acknowledge_alert")), "{calls:?}");
     // The second request went to the assistant twice: plainly, then with the reminder.
     let agent: Vec<Seen> = sp.llm.requests().into_iter().filter(|r| r.body.get("tools").is_some()).collect();
     let last_user = |r: &Seen| {
