@@ -184,8 +184,9 @@ impl Executor {
 
     /// [`Executor::run_loop`] with a `guard` over the calls the model asks for: a call it
     /// refuses is withheld (not run, not in the conversation; recorded in `t.withheld`), and
-    /// a reply left with nothing to run is nudged as a blank one is. A reply that holds only
-    /// withheld calls once no nudge is left ends the run as failed.
+    /// a reply left with nothing to run is nudged as a blank one is (its words, if any, are
+    /// no answer). A reply that holds only withheld calls once no nudge is left ends the run
+    /// as failed ([`WITHHELD_ONLY`]).
     pub async fn run_guarded<C: Chat>(
         &self,
         llm: &C,
@@ -230,7 +231,9 @@ impl Executor {
             };
             let (content, mut tool_calls) = if parsed.is_empty() { (content, tool_calls) } else { (None, parsed) };
             let withheld = self.withhold(guard, &mut tool_calls, t);
-            let blank = tool_calls.is_empty() && content.as_deref().is_none_or(wordless);
+            // A reply left with nothing to run is nudged as a blank one is, whatever words came
+            // with the withheld calls ("I'll assign it now." is no answer).
+            let blank = tool_calls.is_empty() && (withheld || content.as_deref().is_none_or(wordless));
             let repeat = repeated(&tool_calls, &t.calls[first..]);
             if (repeat.is_some() || blank)
                 && let Some(nudge) = nudged.next(&self.settings, executed > 0 || repeat.is_some())
@@ -240,7 +243,7 @@ impl Executor {
             }
             let ended = match repeat {
                 Some(why) => Some((RunStatus::Repeated, why)),
-                None => (blank && withheld).then(|| (RunStatus::Failed, WITHHELD_AGAIN.to_string())),
+                None => (blank && withheld).then(|| (RunStatus::Failed, WITHHELD_ONLY.to_string())),
             };
             if let Some((status, why)) = ended {
                 (t.status, t.reason) = (status, Some(why));
@@ -445,8 +448,9 @@ impl Executor {
 /// the model used when no listed tool has it): `Some(reason)` withholds the call.
 pub type Guard<'a> = Option<&'a (dyn Fn(&str) -> Option<String> + Sync)>;
 
-/// Why a guarded run ended when the model, nudged already, asked only for withheld calls.
-pub const WITHHELD_AGAIN: &str = "the model asked again only for calls that were withheld";
+/// Why a guarded run ended when the model asked only for withheld calls and the nudge it
+/// would have been sent had been sent already.
+pub const WITHHELD_ONLY: &str = "the model asked only for calls that were withheld, with no nudge left to send";
 
 /// Tool calls a model wrote as text instead of structured `tool_calls`: a JSON object
 /// `{"name", "arguments"}` (or a list of them), bare, fenced or in Qwen's `<tool_call>` tags,
@@ -684,8 +688,30 @@ mod tests {
     #[tokio::test]
     async fn a_model_asking_again_only_for_withheld_calls_fails_the_run() {
         let (t, seen, _) = guarded(vec![call_of("notify_user"), call_of("notify_user")]).await;
-        assert_eq!((t.status, t.reason.as_deref()), (RunStatus::Failed, Some(WITHHELD_AGAIN)));
+        assert_eq!((t.status, t.reason.as_deref()), (RunStatus::Failed, Some(WITHHELD_ONLY)));
         assert_eq!((t.withheld.len(), seen.len(), t.calls.len()), (2, 2, 0));
+    }
+
+    #[tokio::test]
+    async fn words_that_come_with_a_withheld_call_are_no_answer() {
+        let mut announced = call_of("notify_user");
+        announced.content = Some("I'll message the on-call engineer now.".into());
+        let (t, seen, _) = guarded(vec![announced, said("Ada is on call.")]).await;
+        assert_eq!((t.status, t.answer.as_deref()), (RunStatus::Answered, Some("Ada is on call.")));
+        assert_eq!((t.withheld.len(), seen.len()), (1, 2));
+    }
+
+    #[tokio::test]
+    async fn only_the_withheld_calls_of_a_group_are_left_out() {
+        let mut both = call_of("get_oncall");
+        both.tool_calls.push(ToolCall { id: "d".into(), name: "notify_user".into(), arguments: json!({}) });
+        let (t, seen, messages) = guarded(vec![both, said("Ada is on call.")]).await;
+        // The lookup goes on (to the unknown-tool note: this executor has no servers).
+        assert_eq!(t.calls.iter().map(|c| c.function.as_str()).collect::<Vec<_>>(), ["get_oncall"]);
+        assert_eq!((t.withheld.len(), t.groups, seen.len()), (1, 1, 2));
+        let ChatMessage::Assistant { tool_calls, .. } = &messages[1] else { panic!("{messages:?}") };
+        assert_eq!(tool_calls.len(), 1, "the conversation holds the call that ran only");
+        assert_eq!(t.answer.as_deref(), Some("Ada is on call."));
     }
 
     #[test]

@@ -26,7 +26,7 @@ mod query;
 mod record;
 mod settings;
 
-pub use executor::{Chat, Executor, Guard, Recorder, WITHHELD_AGAIN, text_tool_calls};
+pub use executor::{Chat, Executor, Guard, Recorder, WITHHELD_ONLY, text_tool_calls};
 pub use query::{ChainCheck, ChainStep, Query, check_chain, parse_queries};
 pub use record::{
     CallRecord, LoopTrace, RunStatus, TRAJECTORIES, TRAJECTORY, Trajectory, Withheld, call_hash, recorded_groups,

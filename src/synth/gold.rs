@@ -1808,10 +1808,10 @@ pub fn see_turn(seen: &mut String, user: &str, calls: &[&RecordedCall], kept: &[
 pub fn answer_problems(
     seen: &str,
     request: &str,
-    kept: &[&RecordedCall],
+    (kept, left): (&[&RecordedCall], &[&RecordedCall]),
     answer: &str,
 ) -> Option<(Vec<String>, Value)> {
-    let claims = unsupported_claims(answer, kept, seen);
+    let claims = turn_claims(answer, (kept, left), seen);
     if claims.is_empty() {
         return None;
     }
@@ -1820,22 +1820,45 @@ pub fn answer_problems(
     Some((claims, vars))
 }
 
+/// [`unsupported_claims`] against a turn's `kept` calls, and the values the answer quotes
+/// from the results of the calls its reference leaves out (`left`) that nothing else it may
+/// quote (`seen`) holds: such an answer reports what the reference never looked up. The
+/// demo's incident dialogue answered "Find the open incident about notifications errors"
+/// with "… has a severity of high.", from the `get_incident` call `validate` left out as a
+/// lookup that adds nothing the request names.
+fn turn_claims(answer: &str, (kept, left): (&[&RecordedCall], &[&RecordedCall]), seen: &str) -> Vec<String> {
+    let mut out = unsupported_claims(answer, kept, seen);
+    let (lower, seen) = (answer.to_lowercase(), seen.to_lowercase());
+    for c in left.iter().filter(|c| ok(c)) {
+        let quoted = quotable(c.result.as_deref().unwrap_or_default())
+            .into_iter()
+            .find(|(_, v)| has_word(&lower, v) && !has_word(&seen, v));
+        if let Some((path, v)) = quoted {
+            out.push(format!(
+                "quotes `{v}` (the `{path}` of `{}`'s result), a call the reference leaves out",
+                tool_name(&c.tool)
+            ));
+        }
+    }
+    out
+}
+
 /// What the conversation of `s` showed up to turn `ti`'s answer ([`see_turn`] of each turn,
-/// the earlier turns' answers between them), and that turn's kept calls: what its answer is
-/// checked against.
-fn conversation_to(s: &crate::model::Sample, ti: usize) -> (String, Vec<&RecordedCall>) {
+/// the earlier turns' answers between them), and that turn's kept and left-out calls: what
+/// its answer is checked against.
+fn conversation_to(s: &crate::model::Sample, ti: usize) -> (String, Vec<&RecordedCall>, Vec<&RecordedCall>) {
     let mut seen = String::new();
-    let mut kept = Vec::new();
+    let (mut kept, mut left) = (Vec::new(), Vec::new());
     for (i, t) in s.turns[..=ti].iter().enumerate() {
         let calls: Vec<&RecordedCall> = t.trajectory.iter().flatten().collect();
-        kept = calls.iter().copied().filter(|x| x.left_out.is_none()).collect();
+        (kept, left) = calls.iter().copied().partition(|x| x.left_out.is_none());
         see_turn(&mut seen, &t.user, &calls, &kept);
         if let Some(a) = t.gold_reply.as_deref().filter(|_| i < ti) {
             seen.push_str(a);
             seen.push('\n');
         }
     }
-    (seen, kept)
+    (seen, kept, left)
 }
 
 /// Turns whose answer claims what the calls did not do: (turn, the claims, prompt vars).
@@ -1843,8 +1866,8 @@ pub fn unfaithful(c: &Candidate) -> Vec<(usize, Vec<String>, Value)> {
     let mut out = Vec::new();
     for (ti, t) in c.sample.turns.iter().enumerate() {
         let Some(a) = &t.gold_reply else { continue };
-        let (seen, kept) = conversation_to(&c.sample, ti);
-        if let Some((claims, vars)) = answer_problems(&seen, &request_of(&c.sample, ti), &kept, a) {
+        let (seen, kept, left) = conversation_to(&c.sample, ti);
+        if let Some((claims, vars)) = answer_problems(&seen, &request_of(&c.sample, ti), (&kept, &left), a) {
             out.push((ti, claims, vars));
         }
     }
@@ -1904,9 +1927,9 @@ pub fn settle_answer(c: &mut Candidate, ti: usize, claims: &[String], again: Res
     };
     c.events.extend(asked.event);
     // What the conversation showed up to the turn, as the first check saw it (`unfaithful`).
-    let (seen, kept) = conversation_to(&c.sample, ti);
+    let (seen, kept, left) = conversation_to(&c.sample, ti);
     let answer = asked.value.answer.trim().to_string();
-    let still = unsupported_claims(&answer, &kept, &seen);
+    let still = turn_claims(&answer, (&kept, &left), &seen);
     if still.is_empty() {
         c.notes.push(format!("turn {}: the answer was asked again ({first})", ti + 1));
         c.sample.turns[ti].gold_reply = Some(answer);

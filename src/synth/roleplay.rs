@@ -313,6 +313,11 @@ pub struct Dialogue {
     /// earlier turn after being asked again), `no_action` (a turn asked twice for an action
     /// the assistant did not take) or `failed` (a turn failed).
     pub ended: String,
+    /// Calls withheld from the assistant in a try of a turn that was not kept (it answered
+    /// without a successful call, so the turn was tried again or the dialogue ended before
+    /// it), with the turn (1-based); a kept try's are in its turn's `withheld`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withheld_in_dropped_tries: Vec<(usize, crate::agent::Withheld)>,
 }
 
 /// The checkpointed value: the dialogue and the ledger events it links to.
@@ -708,7 +713,7 @@ async fn answer_again(
     let calls: Vec<&RecordedCall> = turn.groups.iter().flatten().collect();
     gold::see_turn(seen, message, &calls, &calls);
     if let Some(first) = turn.answer.as_deref().filter(|_| turn.status == RunStatus::Answered)
-        && let Some((claims, vars)) = gold::answer_problems(seen, &request, &calls, first)
+        && let Some((claims, vars)) = gold::answer_problems(seen, &request, (&calls, &[]), first)
     {
         let prompt = Prompt::new(&sc.validate.answer_template, vars);
         let part = format!("answer{}", k + 1);
@@ -725,7 +730,7 @@ async fn answer_again(
             }
             Err(e) => return Err(e.into()),
         };
-        if let Some(second) = second.filter(|a| gold::answer_problems(seen, &request, &calls, a).is_none()) {
+        if let Some(second) = second.filter(|a| gold::answer_problems(seen, &request, (&calls, &[]), a).is_none()) {
             // The loop's last message is the answer it ended with.
             if let Some(ChatMessage::Assistant { content, .. }) = messages.last_mut() {
                 *content = Some(second.clone());
@@ -788,6 +793,7 @@ async fn simulate(
     let mut turns = Vec::new();
     let mut ended = "cap".to_string();
     let mut seen = String::new();
+    let mut dropped = Vec::new();
     let planned = rp.user_turns == super::UserTurns::Planned;
     'turns: for k in 0..rp.turn_cap {
         // A turn that asks for an action the assistant does not take (no successful call) is
@@ -818,6 +824,7 @@ async fn simulate(
             let unserved = if planned { unserved_request(&t) } else { unserved_action(&t, &message, &names) };
             if let Some(action) = unserved {
                 messages.truncate(before);
+                dropped.extend(t.withheld.iter().map(|w| (k + 1, w.clone())));
                 if attempt == 0 {
                     note = (!planned).then(|| format!(
                         "Your last message (\"{}\") asked the assistant to {action} something, and it did not: ask again in other words, ask for something else your goal needs, or set `done` to true.",
@@ -857,6 +864,7 @@ async fn simulate(
             goal_exchange: goal.exchange,
             turns,
             ended,
+            withheld_in_dropped_tries: dropped,
         },
         events,
     })
@@ -881,6 +889,11 @@ fn lineage_payload(d: &Dialogue) -> Value {
         .collect();
     if !withheld.is_empty() {
         payload["withheld"] = json!(withheld);
+    }
+    if !d.withheld_in_dropped_tries.is_empty() {
+        let dropped: Vec<Value> =
+            d.withheld_in_dropped_tries.iter().map(|(k, w)| json!({"turn": k, "call": w})).collect();
+        payload["withheld_in_dropped_tries"] = json!(dropped);
     }
     payload
 }

@@ -70,7 +70,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     wording the model read).
     // 15: a read that only looks up again what an earlier call of its turn found, and adds
     //     nothing the request names, is unrequested by rule (`gold::lookups_adding_nothing`).
-    version: 15,
+    // 16: an answer quoting a value only a left-out call's result holds is asked again,
+    //     then rejected (`gold::turn_claims`).
+    version: 16,
     about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),

@@ -218,6 +218,55 @@ fn a_lookup_that_adds_nothing_the_request_names_is_unrequested_by_rule_whatever_
 }
 
 #[test]
+fn an_answer_quoting_a_lookup_the_reference_leaves_out_is_asked_again_once_then_kept_or_rejected() {
+    // The demo's incident dialogue (2026-12-06): the lookup is left out by rule, and the
+    // answer reported what only it had found ("… has a severity of high").
+    let search = recorded(
+        "search_incidents",
+        json!({"query": "slow checkout", "status": "open"}),
+        json!({"incidents": [{"id": "INC-4821", "title": "Checkout latency", "service": "checkout"}]}),
+    );
+    let lookup = recorded(
+        "get_incident",
+        json!({"incident_id": "INC-4821"}),
+        json!({"id": "INC-4821", "service": "checkout", "severity": "SEV2", "assignee": "dana", "timeline": []}),
+    );
+    let assign = recorded("assign_incident", json!({"incident_id": "INC-4821", "team": "sre"}), json!({"ok": true}));
+    let c = dialogue(vec![
+        (
+            "Find open incidents about slow checkout",
+            vec![search, lookup],
+            "The open incident about slow checkout is INC-4821; Dana handles it.",
+        ),
+        ("Assign it to sre", vec![assign], "INC-4821 is assigned to sre."),
+    ]);
+    let c = check_with(c, &[], &incident_tools());
+    assert!(c.reasons.is_empty(), "{:?}", c.reasons);
+    assert_eq!(plan(&c, 0), ["search_incidents"]);
+    let found = unfaithful(&c);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (_, claims, vars) = &found[0];
+    assert_eq!(
+        claims[..],
+        ["quotes `dana` (the `assignee` of `get_incident`'s result), a call the reference leaves out"]
+    );
+    assert_eq!(vars["calls"].as_array().unwrap().len(), 1, "the re-ask shows the plan's call only");
+    let asked =
+        |answer: &str| Asked { value: AnswerAgain { answer: answer.into() }, exchange: "x".into(), event: None };
+    let mut kept = c.clone();
+    settle_answer(&mut kept, 0, claims, Ok(&asked("INC-4821 (Checkout latency) is open.")));
+    assert!(kept.reasons.is_empty(), "{:?}", kept.reasons);
+    let mut rejected = c.clone();
+    settle_answer(&mut rejected, 0, claims, Ok(&asked("INC-4821 is open; Dana has it.")));
+    assert_eq!(rejected.reasons.len(), 1, "{:?}", rejected.reasons);
+    assert!(rejected.reasons[0].contains("asked again once: quotes `dana`"), "{:?}", rejected.reasons);
+    // A value the kept search found too (the service) is no such quote.
+    let mut clean = c;
+    clean.sample.turns[0].gold_reply = Some("INC-4821 is open on checkout.".into());
+    assert!(unfaithful(&clean).is_empty());
+}
+
+#[test]
 fn a_repeated_call_is_left_out_and_a_read_after_an_action_goes_to_the_llm_check() {
     // chain-963ddb8bdf: get_alerts, acknowledge ×2, then get_alerts again.
     let alerts = json!({"alerts": [{"id": "A-1"}, {"id": "A-2"}]});
@@ -492,6 +541,7 @@ fn dialogue(turns: Vec<(&str, Vec<RecordedCall>, &str)>) -> Candidate {
             })
             .collect(),
         ended: "cap".into(),
+        withheld_in_dropped_tries: vec![],
     };
     from_dialogue(&d, "synth")
 }

@@ -1152,6 +1152,10 @@ fn rule_with_planned_requests(seen: &Seen) -> Answer {
                     true => Answer::text("Found X-1."),
                 };
             }
+            // A brief user's second request gets the same action, withheld on each try.
+            if user.contains("never mind") && msgs.last().is_some_and(|m| m["role"] == "user") {
+                return Answer::ToolCalls(vec![("acknowledge_alert".into(), json!({"alert_id": "X-1"}))]);
+            }
             // The second is done only when reminded.
             let hinted = user.contains(benchgen::synth::roleplay::PLANNED_HINT) && !user.contains("never");
             return match (user.starts_with("Please find") || hinted) && !called {
@@ -1205,8 +1209,12 @@ fn planned_user_turns(turn_cap: usize) {
             "{d}"
         );
         if d["persona"]["mood"] == "brief" {
-            // Not done even when reminded: the dialogue ends before it.
+            // Not done even when reminded: the dialogue ends before it. The action its tries
+            // asked for was withheld each time, and is recorded with the dialogue.
             assert_eq!((users.len(), d["ended"].as_str().unwrap()), (1, "no_action"), "{d}");
+            let dropped = d["withheld_in_dropped_tries"].as_array().expect("recorded");
+            assert_eq!(dropped.len(), 2, "{d}");
+            assert!(dropped.iter().all(|w| w[0] == 2 && w[1]["function"] == "acknowledge_alert"), "{d}");
             undone += 1;
         } else if d["persona"]["mood"] == "sloppy" {
             // A planned request that repeats an earlier turn is not sent.
@@ -1234,6 +1242,9 @@ fn planned_user_turns(turn_cap: usize) {
         assert_eq!(e["withheld"][0]["turn"], 1, "{e}");
         assert_eq!(e["withheld"][0]["call"]["function"], "acknowledge_alert", "{e}");
     }
+    let dropped: Vec<&Value> = events.iter().filter_map(|e| e.get("withheld_in_dropped_tries")).collect();
+    assert_eq!(dropped.len(), undone, "{events:?}");
+    assert!(dropped.iter().all(|w| w[1]["turn"] == 2), "{dropped:?}");
     let calls = crate::support::ledger_events(&sp.p.path("artifacts"), "mcp.call");
     assert!(calls.iter().all(|c| !c.to_string().contains("acknowledge_alert")), "{calls:?}");
     // The second request went to the assistant twice: plainly, then with the reminder.
