@@ -1802,63 +1802,83 @@ pub fn see_turn(seen: &mut String, user: &str, calls: &[&RecordedCall], kept: &[
     }
 }
 
-/// The claims of `answer` that its turn's `kept` calls do not support (see
-/// [`unsupported_claims`]; `seen` holds the turn, [`see_turn`]), with the prompt variables
-/// of the answer's re-ask; `None` for a supported answer.
-pub fn answer_problems(
-    seen: &str,
-    request: &str,
-    (kept, left): (&[&RecordedCall], &[&RecordedCall]),
-    answer: &str,
-) -> Option<(Vec<String>, Value)> {
-    let claims = turn_claims(answer, (kept, left), seen);
+/// The claims of `answer` that its conversation `c` does not support ([`turn_claims`]),
+/// with the prompt variables of the answer's re-ask; `None` for a supported answer.
+pub fn answer_problems(c: &Conversation, request: &str, answer: &str) -> Option<(Vec<String>, Value)> {
+    let claims = turn_claims(answer, c);
     if claims.is_empty() {
         return None;
     }
-    let calls: Vec<Value> = kept.iter().enumerate().map(|(i, x)| call_vars(i + 1, x)).collect();
+    let calls: Vec<Value> = c.kept.iter().enumerate().map(|(i, x)| call_vars(i + 1, x)).collect();
     let vars = serde_json::json!({"request": request, "calls": calls, "answer": answer, "problems": claims});
     Some((claims, vars))
 }
 
-/// [`unsupported_claims`] against a turn's `kept` calls, and the values the answer quotes
-/// from the results of the calls its reference leaves out (`left`) that nothing else it may
-/// quote (`seen`) holds: such an answer reports what the reference never looked up. The
-/// demo's incident dialogue answered "Find the open incident about notifications errors"
-/// with "… has a severity of high.", from the `get_incident` call `validate` left out as a
-/// lookup that adds nothing the request names.
-fn turn_claims(answer: &str, (kept, left): (&[&RecordedCall], &[&RecordedCall]), seen: &str) -> Vec<String> {
-    let mut out = unsupported_claims(answer, kept, seen);
-    let (lower, seen) = (answer.to_lowercase(), seen.to_lowercase());
-    for c in left.iter().filter(|c| ok(c)) {
-        let quoted = quotable(c.result.as_deref().unwrap_or_default())
-            .into_iter()
-            .find(|(_, v)| has_word(&lower, v) && !has_word(&seen, v));
+/// What a turn's answer is checked against ([`conversation_to`]).
+pub struct Conversation<'a> {
+    /// What the conversation showed up to the answer ([`see_turn`] of each turn, the earlier
+    /// turns' answers between them).
+    pub seen: String,
+    /// The same without the earlier answers: what the calls and requests gave.
+    pub given: String,
+    /// The turn's reference calls.
+    pub kept: Vec<&'a RecordedCall>,
+    /// The calls left out of the reference, in this turn and the earlier ones.
+    pub left: Vec<&'a RecordedCall>,
+}
+
+/// [`unsupported_claims`] against a turn's kept calls, and the values the answer quotes
+/// from the results of calls the reference leaves out that the calls and requests kept do
+/// not give (an earlier answer that quoted it is no source: it may be rewritten): such an
+/// answer reports what the reference never looked up. A value counts when the answer also
+/// names its field (the `severity` of "… has a severity of high"), so a common word that
+/// happens to be some left-out field's value is no quote; identifiers are
+/// [`unsupported_claims`]' own finding. The demo's incident dialogue answered "Find the open
+/// incident about notifications errors" with "… has a severity of high.", from the
+/// `get_incident` call `validate` left out as a lookup that adds nothing the request names.
+pub fn turn_claims(answer: &str, c: &Conversation) -> Vec<String> {
+    let mut out = unsupported_claims(answer, &c.kept, &c.seen);
+    let (lower, given) = (answer.to_lowercase(), c.given.to_lowercase());
+    for x in c.left.iter().filter(|x| ok(x)) {
+        let quoted = result_leaves(x.result.as_deref().unwrap_or_default()).into_iter().find(|(p, v)| {
+            let v = v.trim().to_lowercase();
+            !p.is_empty()
+                && !is_identifier(&v)
+                && has_word(&lower, &v)
+                && !has_word(&given, &v)
+                && asks_about(answer, &x.tool, p)
+        });
         if let Some((path, v)) = quoted {
-            out.push(format!(
-                "quotes `{v}` (the `{path}` of `{}`'s result), a call the reference leaves out",
-                tool_name(&c.tool)
-            ));
+            let claim = format!(
+                "quotes `{}`, the `{path}` of `{}`, a call left out as not needed",
+                v.trim().to_lowercase(),
+                tool_name(&x.tool)
+            );
+            if !out.contains(&claim) {
+                out.push(claim);
+            }
         }
     }
     out
 }
 
-/// What the conversation of `s` showed up to turn `ti`'s answer ([`see_turn`] of each turn,
-/// the earlier turns' answers between them), and that turn's kept and left-out calls: what
-/// its answer is checked against.
-fn conversation_to(s: &crate::model::Sample, ti: usize) -> (String, Vec<&RecordedCall>, Vec<&RecordedCall>) {
-    let mut seen = String::new();
-    let (mut kept, mut left) = (Vec::new(), Vec::new());
+/// What the conversation of `s` showed up to turn `ti`'s answer, and the calls it is
+/// checked against.
+fn conversation_to(s: &crate::model::Sample, ti: usize) -> Conversation<'_> {
+    let mut c = Conversation { seen: String::new(), given: String::new(), kept: Vec::new(), left: Vec::new() };
     for (i, t) in s.turns[..=ti].iter().enumerate() {
         let calls: Vec<&RecordedCall> = t.trajectory.iter().flatten().collect();
-        (kept, left) = calls.iter().copied().partition(|x| x.left_out.is_none());
-        see_turn(&mut seen, &t.user, &calls, &kept);
+        let left;
+        (c.kept, left) = calls.iter().copied().partition(|x| x.left_out.is_none());
+        c.left.extend(left);
+        see_turn(&mut c.seen, &t.user, &calls, &c.kept);
+        see_turn(&mut c.given, &t.user, &calls, &c.kept);
         if let Some(a) = t.gold_reply.as_deref().filter(|_| i < ti) {
-            seen.push_str(a);
-            seen.push('\n');
+            c.seen.push_str(a);
+            c.seen.push('\n');
         }
     }
-    (seen, kept, left)
+    c
 }
 
 /// Turns whose answer claims what the calls did not do: (turn, the claims, prompt vars).
@@ -1866,8 +1886,8 @@ pub fn unfaithful(c: &Candidate) -> Vec<(usize, Vec<String>, Value)> {
     let mut out = Vec::new();
     for (ti, t) in c.sample.turns.iter().enumerate() {
         let Some(a) = &t.gold_reply else { continue };
-        let (seen, kept, left) = conversation_to(&c.sample, ti);
-        if let Some((claims, vars)) = answer_problems(&seen, &request_of(&c.sample, ti), (&kept, &left), a) {
+        let conv = conversation_to(&c.sample, ti);
+        if let Some((claims, vars)) = answer_problems(&conv, &request_of(&c.sample, ti), a) {
             out.push((ti, claims, vars));
         }
     }
@@ -1927,9 +1947,9 @@ pub fn settle_answer(c: &mut Candidate, ti: usize, claims: &[String], again: Res
     };
     c.events.extend(asked.event);
     // What the conversation showed up to the turn, as the first check saw it (`unfaithful`).
-    let (seen, kept, left) = conversation_to(&c.sample, ti);
+    let conv = conversation_to(&c.sample, ti);
     let answer = asked.value.answer.trim().to_string();
-    let still = turn_claims(&answer, (&kept, &left), &seen);
+    let still = turn_claims(&answer, &conv);
     if still.is_empty() {
         c.notes.push(format!("turn {}: the answer was asked again ({first})", ti + 1));
         c.sample.turns[ti].gold_reply = Some(answer);

@@ -71,7 +71,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 16: a call of an action the user's requests so far do not ask for is withheld before it
     //     runs (`gold::unrequested_action`, `agent::Executor::run_guarded`) and the turn's
     //     `withheld` records it; the assistant is nudged to answer from what it has.
-    version: 16,
+    // 17: words that come with a withheld call are no answer (nudged as a blank reply), and
+    //     the calls withheld in a try that was not kept are recorded.
+    version: 17,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),
@@ -688,7 +690,8 @@ async fn simulated_message(
     Ok(Ok((message, u.exchange)))
 }
 
-/// Checks a played turn's answer as `validate` will ([`super::gold::answer_problems`]) and,
+/// Checks a played turn's answer as `validate` will ([`super::gold::answer_problems`], with
+/// no call left out: which are is `validate`'s to decide) and,
 /// when it claims what its calls did not do, asks the assistant once again before the next
 /// turn. A small assistant repeats its last answer: the demo's 1.5B answered who is on call
 /// with "you would call the `acknowledge_alert` function …", and then gave the same words
@@ -712,8 +715,10 @@ async fn answer_again(
     let request = gold::request_text(earlier.iter().map(|t| t.user.as_str()).chain([message]));
     let calls: Vec<&RecordedCall> = turn.groups.iter().flatten().collect();
     gold::see_turn(seen, message, &calls, &calls);
+    // Nothing is left out of a turn yet (that is `validate`'s to decide).
+    let conv = gold::Conversation { seen: seen.clone(), given: String::new(), kept: calls, left: vec![] };
     if let Some(first) = turn.answer.as_deref().filter(|_| turn.status == RunStatus::Answered)
-        && let Some((claims, vars)) = gold::answer_problems(seen, &request, (&calls, &[]), first)
+        && let Some((claims, vars)) = gold::answer_problems(&conv, &request, first)
     {
         let prompt = Prompt::new(&sc.validate.answer_template, vars);
         let part = format!("answer{}", k + 1);
@@ -730,7 +735,7 @@ async fn answer_again(
             }
             Err(e) => return Err(e.into()),
         };
-        if let Some(second) = second.filter(|a| gold::answer_problems(seen, &request, (&calls, &[]), a).is_none()) {
+        if let Some(second) = second.filter(|a| gold::answer_problems(&conv, &request, a).is_none()) {
             // The loop's last message is the answer it ended with.
             if let Some(ChatMessage::Assistant { content, .. }) = messages.last_mut() {
                 *content = Some(second.clone());

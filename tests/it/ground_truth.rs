@@ -236,7 +236,7 @@ fn an_answer_quoting_a_lookup_the_reference_leaves_out_is_asked_again_once_then_
         (
             "Find open incidents about slow checkout",
             vec![search, lookup],
-            "The open incident about slow checkout is INC-4821; Dana handles it.",
+            "The open incident about slow checkout is INC-4821; its assignee is Dana.",
         ),
         ("Assign it to sre", vec![assign], "INC-4821 is assigned to sre."),
     ]);
@@ -246,10 +246,7 @@ fn an_answer_quoting_a_lookup_the_reference_leaves_out_is_asked_again_once_then_
     let found = unfaithful(&c);
     assert_eq!(found.len(), 1, "{found:?}");
     let (_, claims, vars) = &found[0];
-    assert_eq!(
-        claims[..],
-        ["quotes `dana` (the `assignee` of `get_incident`'s result), a call the reference leaves out"]
-    );
+    assert_eq!(claims[..], ["quotes `dana`, the `assignee` of `get_incident`, a call left out as not needed"]);
     assert_eq!(vars["calls"].as_array().unwrap().len(), 1, "the re-ask shows the plan's call only");
     let asked =
         |answer: &str| Asked { value: AnswerAgain { answer: answer.into() }, exchange: "x".into(), event: None };
@@ -257,13 +254,23 @@ fn an_answer_quoting_a_lookup_the_reference_leaves_out_is_asked_again_once_then_
     settle_answer(&mut kept, 0, claims, Ok(&asked("INC-4821 (Checkout latency) is open.")));
     assert!(kept.reasons.is_empty(), "{:?}", kept.reasons);
     let mut rejected = c.clone();
-    settle_answer(&mut rejected, 0, claims, Ok(&asked("INC-4821 is open; Dana has it.")));
+    settle_answer(&mut rejected, 0, claims, Ok(&asked("INC-4821 is open; Dana is the assignee.")));
     assert_eq!(rejected.reasons.len(), 1, "{:?}", rejected.reasons);
     assert!(rejected.reasons[0].contains("asked again once: quotes `dana`"), "{:?}", rejected.reasons);
-    // A value the kept search found too (the service) is no such quote.
-    let mut clean = c;
-    clean.sample.turns[0].gold_reply = Some("INC-4821 is open on checkout.".into());
-    assert!(unfaithful(&clean).is_empty());
+    // A value the kept search found too (the service), or one whose field the answer does
+    // not name, is no such quote.
+    for answer in ["INC-4821 is open on checkout.", "INC-4821 is open; Dana handles it."] {
+        let mut clean = c.clone();
+        clean.sample.turns[0].gold_reply = Some(answer.into());
+        assert!(unfaithful(&clean).is_empty(), "{answer}");
+    }
+    // An earlier turn's left-out lookup is no source for a later answer either.
+    let mut later = c;
+    later.sample.turns[0].gold_reply = Some("INC-4821 is open.".into());
+    later.sample.turns[1].gold_reply = Some("INC-4821 is assigned to sre; its assignee was Dana.".into());
+    let found = unfaithful(&later);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, 1);
 }
 
 #[test]
