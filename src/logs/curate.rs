@@ -5,9 +5,10 @@
 //!    and every failing call (an error result or arguments that are not JSON) is followed,
 //!    later in the same turn, by a successful call of the same tool.
 //! 2. **Genuine need of the domain**: rules first ([`need_by_rule`]): a successful call
-//!    whose tool the request names, or one of whose argument values the request contains,
-//!    or positive feedback, keeps the session with `by: "rule"` and no LLM call. Only where
-//!    the rules cannot tell is the LLM asked (typed [`NeedVerdict`]).
+//!    whose tool the request names or describes (as the log catalog describes it), or one
+//!    of whose argument values the request contains, or positive feedback, keeps the
+//!    session with `by: "rule"` and no LLM call. Only where the rules cannot tell is the
+//!    LLM asked (typed [`NeedVerdict`]).
 //! 3. **Satisfactory answer**: the logs' feedback field when present; otherwise no final
 //!    answer fails, and an answer is judged by the LLM (typed [`AnswerVerdict`]).
 //!
@@ -54,9 +55,11 @@ pub const REPORT: Artifact = Artifact::new(STAGE, "report.json");
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "logs curate",
-    version: 4,
+    // 5: a request that says what a called tool's catalog description says keeps the
+    //    session by rule (`described_words`); the catalog is read when present.
+    version: 5,
     about: "keeps sessions resolved through tools, with a genuine need and a satisfactory answer (LLM judge)",
-    reads: &[super::import::SESSIONS.read()],
+    reads: &[super::import::SESSIONS.read(), super::import::CATALOG.optional()],
     writes: &["curated.jsonl", "decisions.jsonl", "report.json", crate::llm::batch::FAILED_FILE],
     section: Some("logs"),
 };
@@ -314,15 +317,37 @@ fn in_request(value: &str, r: &RequestWords) -> bool {
     r.seqs.iter().any(|seq| seq.windows(words.len()).any(|win| win == words.as_slice()))
 }
 
+/// How many content words a request must share with a tool's name and description
+/// together, one of them the name's, for the tool to answer it by description.
+const DESCRIBED_SHARED: usize = 2;
+
+/// The content words `request` shares with `tool`'s name and its catalog description
+/// (`about`, by tool name), when one of the name's is among them and there are
+/// [`DESCRIBED_SHARED`] or more: "What are electricity prices in Texas?" and
+/// `get_grid_prices`, "Electricity prices on the grid, per hour and region" share
+/// `electricity` and `price`. The demo's 0.5B judge had dropped such a session as "not a
+/// typical use case for the get_grid_prices tool".
+fn described_words(tool: &str, r: &RequestWords, about: &BTreeMap<String, String>) -> Option<Vec<String>> {
+    let name = name_words(tool);
+    let description = about.get(tool).or_else(|| about.get(crate::model::split_tool_id(tool)?.1))?;
+    let mut shared: BTreeSet<String> = lexical::content_tokens(description);
+    shared.extend(name.iter().cloned());
+    shared.retain(|w| w.chars().count() >= 3 && r.stems.contains(w) && !TRIVIAL.contains(&w.as_str()));
+    (shared.len() >= DESCRIBED_SHARED && name.iter().any(|w| shared.contains(w))).then(|| shared.into_iter().collect())
+}
+
 /// Criterion 2 by rule: `Some` (kept, `by: "rule"`, the signals as the reason) when a
 /// successful call plainly answers the request — the request names its tool (the tool
 /// name's content words are all among the request's, singular and plural folded), or
-/// contains one of its argument values — or the user's feedback was positive; `None`
-/// when the rules cannot tell (the LLM judges). Embedding similarity is no signal here:
-/// this stage has no embeddings of requests or tools (docs/logs.md, "Curation").
-pub fn need_by_rule(s: &Session) -> Option<Criterion> {
+/// says what its catalog description says ([`described_words`]; `about`: the log
+/// catalog's descriptions by tool name), or contains one of its argument values — or the
+/// user's feedback was positive; `None` when the rules cannot tell (the LLM judges).
+/// Embedding similarity is no signal here: this stage has no embeddings of requests or
+/// tools (docs/logs.md, "Curation").
+pub fn need_by_rule(s: &Session, about: &BTreeMap<String, String>) -> Option<Criterion> {
     let r = request_words(s);
     let mut named: Option<(String, Vec<String>)> = None;
+    let mut described: Option<(String, Vec<String>)> = None;
     let mut argument: Option<(String, String, String)> = None;
     let mut any_succeeded = false;
     for call in s.calls().filter(|c| succeeded(c)) {
@@ -332,6 +357,9 @@ pub fn need_by_rule(s: &Session) -> Option<Criterion> {
             if !words.is_empty() && words.iter().all(|w| r.stems.contains(w)) {
                 named = Some((call.tool.clone(), words));
             }
+        }
+        if named.is_none() && described.is_none() {
+            described = described_words(&call.tool, &r, about).map(|w| (call.tool.clone(), w));
         }
         if argument.is_none() {
             let mut values = Vec::new();
@@ -344,6 +372,8 @@ pub fn need_by_rule(s: &Session) -> Option<Criterion> {
     let mut why: Vec<String> = Vec::new();
     if let Some((tool, words)) = &named {
         why.push(format!("the request names `{tool}` ({})", words.join(", ")));
+    } else if let Some((tool, words)) = &described {
+        why.push(format!("the request says what `{tool}` does, by its description ({})", words.join(", ")));
     }
     if let Some((tool, key, value)) = &argument {
         let key = if key.is_empty() { "an argument".to_string() } else { format!("the argument `{key}`") };
@@ -365,8 +395,8 @@ fn final_answer(s: &Session) -> Option<&String> {
 
 /// Whether judging a session that passes `resolved` may ask the LLM: its need is not
 /// settled by rule, its answer has no feedback, or it gets an LLM label.
-fn needs_llm(s: &Session, c: &CurateSettings) -> bool {
-    need_by_rule(s).is_none()
+fn needs_llm(s: &Session, c: &CurateSettings, about: &BTreeMap<String, String>) -> bool {
+    need_by_rule(s, about).is_none()
         || (s.feedback.is_none() && final_answer(s).is_some())
         || (c.scenarios == ScenarioSource::Llm && (s.scenario.is_none() || c.relabel))
 }
@@ -472,7 +502,7 @@ fn judged(mut d: Decision, exchanges: Vec<String>) -> Judged {
 pub async fn judge(
     llm: &Item,
     c: &CurateSettings,
-    second: &SecondAsk,
+    (second, about): (&SecondAsk, &BTreeMap<String, String>),
     s: &Session,
     sampled: bool,
 ) -> Result<Judged, crate::llm::LlmError> {
@@ -498,7 +528,7 @@ pub async fn judge(
             "unjudged",
         )
     };
-    d.need = Some(match need_by_rule(s) {
+    d.need = Some(match need_by_rule(s, about) {
         Some(kept) => kept,
         None if sampled => {
             llm_criterion::<NeedVerdict>(llm, c, second, &need_prompt(c, s), "need", need_read, &mut exchanges).await?
@@ -541,11 +571,16 @@ pub async fn judge(
 
 /// The sessions the LLM judges: all those passing the `resolved` rule whose judgement
 /// needs the LLM ([`needs_llm`]), or a seeded sample of `llm_sample` of them.
-pub fn sample(sessions: &[Session], c: &CurateSettings, seed: u64) -> std::collections::HashSet<String> {
+pub fn sample(
+    sessions: &[Session],
+    c: &CurateSettings,
+    about: &BTreeMap<String, String>,
+    seed: u64,
+) -> std::collections::HashSet<String> {
     use rand::SeedableRng;
     use rand::seq::SliceRandom;
     let mut ids: Vec<&str> =
-        sessions.iter().filter(|s| resolved(s).ok && needs_llm(s, c)).map(|s| s.id.as_str()).collect();
+        sessions.iter().filter(|s| resolved(s).ok && needs_llm(s, c, about)).map(|s| s.id.as_str()).collect();
     if let Some(n) = c.llm_sample {
         ids.sort();
         ids.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x6375_7261_7465));
@@ -565,7 +600,8 @@ impl Stage for CurateStage {
          got a satisfactory answer (LLM judge with `[logs.curate]`; each decision in the
          ledger, see `benchgen explain log:<id>`).
 
-         Reads `logs-import/sessions.jsonl`. Writes `artifacts/logs-curate/`:
+         Reads `logs-import/sessions.jsonl` (and the catalog's tool descriptions, for the
+         need rules). Writes `artifacts/logs-curate/`:
          `curated.jsonl` (kept sessions), `decisions.jsonl` (one decision per session),
          `report.json`, `failed.json` (judgements that failed, with their reasons). Resumable
          per session; a session whose answers stay invalid
@@ -661,7 +697,13 @@ impl Stage for CurateStage {
         let s = ctx.settings;
         let c = super::import::settings(s).curate;
         let sessions = super::read_sessions(inputs.open_of(&super::import::SESSIONS)?, "logs-import/sessions.jsonl")?;
-        let sampled = sample(&sessions, &c, s.project.seed);
+        // The catalog's descriptions, for the need rule that reads them (a project made
+        // before the catalog was written has none: that rule then says nothing).
+        let about: BTreeMap<String, String> = match inputs.has(&super::import::CATALOG) {
+            true => inputs.json(&super::import::CATALOG)?.into_iter().map(|t| (t.name, t.description)).collect(),
+            false => BTreeMap::new(),
+        };
+        let sampled = sample(&sessions, &c, &about, s.project.seed);
         let items: Vec<(String, (Session, bool))> =
             sessions.iter().map(|x| (x.id.clone(), (x.clone(), sampled.contains(&x.id)))).collect();
         let opts = BatchOptions::new(STAGE, "curate", "sessions")
@@ -670,9 +712,9 @@ impl Stage for CurateStage {
             .fail_point("logs_curate_session");
         let mut batch = Batch::new(ctx, opts)?;
         let second = SecondAsk::of(s, &c);
-        let (cref, sref) = (&c, &second);
+        let (cref, sref, aref) = (&c, &second, &about);
         let done = batch.run(items, |(sess, in_sample): (Session, bool), llm: Item| async move {
-            Ok(judge(&llm, cref, sref, &sess, in_sample).await?)
+            Ok(judge(&llm, cref, (sref, aref), &sess, in_sample).await?)
         })?;
         let resumed = done.resumed;
         // Each decision's first parent: the session's import record (its `file:line`).

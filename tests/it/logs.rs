@@ -1024,21 +1024,38 @@ fn a_session_whose_called_tool_plainly_answers_its_request_is_kept_by_rule_witho
             "turns": [{"user": user, "groups": [[{"tool": tool, "arguments": arguments, "result": "ok"}]]}]}))
         .unwrap()
     };
-    let named = need_by_rule(&session("What are the grid prices for tomorrow?", "get_grid_prices", json!({})))
+    let none = BTreeMap::new();
+    let named = need_by_rule(&session("What are the grid prices for tomorrow?", "get_grid_prices", json!({})), &none)
         .expect("the request names the tool");
     assert!(named.ok && named.by == "rule" && named.reason.contains("`get_grid_prices`"), "{named:?}");
     let folded = session("Show me the electricity price of the grid", "get_grid_prices", json!({}));
-    assert!(need_by_rule(&folded).is_some(), "plural and singular fold");
+    assert!(need_by_rule(&folded, &none).is_some(), "plural and singular fold");
     let oncall = session("Who is on call for network?", "get_oncall", json!({}));
-    assert!(need_by_rule(&oncall).is_some(), "`on call` names `get_oncall`");
+    assert!(need_by_rule(&oncall, &none).is_some(), "`on call` names `get_oncall`");
     let host = session("Reboot web-42 please, it hangs", "restart_machine", json!({"host": "web-42"}));
-    let by_argument = need_by_rule(&host).expect("the request contains an argument value");
+    let by_argument = need_by_rule(&host, &none).expect("the request contains an argument value");
     assert!(by_argument.reason.contains("`host`") && by_argument.reason.contains("web-42"), "{by_argument:?}");
     let poem = session("OFF-TOPIC: write a poem about my cat", "get_runbook", json!({"topic": "cats"}));
-    assert!(need_by_rule(&poem).is_none(), "neither the tool nor an argument is asked for: the LLM judges");
+    assert!(need_by_rule(&poem, &none).is_none(), "neither the tool nor an argument is asked for: the LLM judges");
+    // A request that says what the tool's catalog description says (the session `logs
+    // curate` had dropped on the 0.5B judge's word), but not one that shares the
+    // description's words without the name's, or one word only.
+    let about: BTreeMap<String, String> =
+        [("get_grid_prices".to_string(), "Electricity prices on the grid, per hour and region.".to_string())].into();
+    let electricity = session("What are electricity prices in Texas today?", "get_grid_prices", json!({}));
+    assert!(need_by_rule(&electricity, &none).is_none(), "without the description the rules cannot tell");
+    let described = need_by_rule(&electricity, &about).expect("the request says what the description says");
+    assert_eq!(
+        described.reason,
+        "the request says what `get_grid_prices` does, by its description (electricity, price), with a successful call"
+    );
+    let region = session("Which region has the most electricity outages?", "get_grid_prices", json!({}));
+    assert!(need_by_rule(&region, &about).is_none(), "no word of the tool's name: {region:?}");
+    let price = session("What is the price of a poem?", "get_grid_prices", json!({}));
+    assert!(need_by_rule(&price, &about).is_none(), "one shared word only");
     let mut failed = session("What are the grid prices for tomorrow?", "get_grid_prices", json!({}));
     failed.turns[0].groups[0][0].error = Some("upstream timeout".into());
-    assert!(need_by_rule(&failed).is_none(), "a failed call settles nothing");
+    assert!(need_by_rule(&failed, &none).is_none(), "a failed call settles nothing");
 
     // Through the stage, with a judge that says "not needed" to whatever it is asked.
     let llm = ScriptedLlm::start(|seen| {
