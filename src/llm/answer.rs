@@ -37,6 +37,8 @@ pub struct Answer<T> {
     pub schema: Arc<Value>,
     /// The request's sampling seed instead of the role's ([`Answer::with_seed`]).
     pub seed: Option<u64>,
+    /// The request's sampling temperature instead of the role's ([`Answer::with_temperature`]).
+    pub temperature: Option<f64>,
     /// The schema is the answer type's own, the same for every item of a stage
     /// ([`Answer::of`]): its instruction can go with the prompt's fixed part (see
     /// [`super::LlmClient::ask`]).
@@ -50,6 +52,7 @@ impl<T> Clone for Answer<T> {
             name: self.name.clone(),
             schema: self.schema.clone(),
             seed: self.seed,
+            temperature: self.temperature,
             fixed: self.fixed,
             check: self.check.clone(),
         }
@@ -60,7 +63,7 @@ impl<T: DeserializeOwned + schemars::JsonSchema + 'static> Answer<T> {
     /// `T`'s own schema ([`schema_of`]) and no check.
     pub fn of() -> Answer<T> {
         let (name, schema) = (schema_name::<T>(), own_schema::<T>());
-        Answer { name, schema, seed: None, fixed: true, check: Arc::new(|_: &T| Ok(())) }
+        Answer { name, schema, seed: None, temperature: None, fixed: true, check: Arc::new(|_: &T| Ok(())) }
     }
 }
 
@@ -79,7 +82,14 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
     pub fn new(name: &str, mut schema: Value) -> Answer<T> {
         bound_strings(&mut schema, None);
         let schema = Arc::new(schema);
-        Answer { name: name.to_string(), schema, seed: None, fixed: false, check: Arc::new(|_: &T| Ok(())) }
+        Answer {
+            name: name.to_string(),
+            schema,
+            seed: None,
+            temperature: None,
+            fixed: false,
+            check: Arc::new(|_: &T| Ok(())),
+        }
     }
 
     /// A schema built at run time that is nevertheless the same for every item of the stage
@@ -96,6 +106,13 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
     /// ledger cache does not return the first answer). Like [`super::LlmClient::chat_seeded`].
     pub fn with_seed(mut self, seed: Option<u64>) -> Answer<T> {
         self.seed = seed;
+        self
+    }
+
+    /// Ask at the sampling `temperature` instead of the role's (`None`: the role's): with
+    /// [`Answer::with_seed`], a second answer that is not the greedy first one again.
+    pub fn with_temperature(mut self, temperature: Option<f64>) -> Answer<T> {
+        self.temperature = temperature;
         self
     }
 

@@ -605,6 +605,9 @@ impl LlmClient {
         if let Some(seed) = answer.seed {
             extra.insert("seed".into(), json!(seed));
         }
+        if let Some(t) = answer.temperature {
+            extra.insert("temperature".into(), json!(t));
+        }
         let tmpl = Some((prompt.template.as_str(), hash.as_str()));
         let mut parent = None;
         let mut attempts = 0;

@@ -55,9 +55,10 @@ pub const REPORT: Artifact = Artifact::new(STAGE, "report.json");
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "logs curate",
+    // 6: the second verdict of the judge role is asked at `second_temperature` (0.7).
     // 5: a request that says what a called tool's catalog description says keeps the
     //    session by rule (`described_words`); the catalog is read when present.
-    version: 5,
+    version: 6,
     about: "keeps sessions resolved through tools, with a genuine need and a satisfactory answer (LLM judge)",
     reads: &[super::import::SESSIONS.read(), super::import::CATALOG.optional()],
     writes: &["curated.jsonl", "decisions.jsonl", "report.json", crate::llm::batch::FAILED_FILE],
@@ -137,24 +138,33 @@ pub struct SecondVerdict {
     /// The sampling seed it was asked with (absent: the role's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// The sampling temperature it was asked with (absent: the role's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
 }
 
 /// How the second verdict is asked: `[logs.curate] second_role` when set, else the judge
-/// role again with its seed + 1 (its seed: `[llm.roles.<judge>] seed`, 0 when unset).
+/// role again with its seed + 1 (its seed: `[llm.roles.<judge>] seed`, 0 when unset) at
+/// `second_temperature`, so that a judge decoding greedily does not just repeat itself.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SecondAsk {
     pub role: String,
     pub seed: Option<u64>,
+    pub temperature: Option<f64>,
 }
 
 impl SecondAsk {
     pub fn of(s: &Settings, c: &CurateSettings) -> Self {
         match &c.second_role {
-            Some(role) => SecondAsk { role: role.clone(), seed: None },
+            Some(role) => SecondAsk { role: role.clone(), seed: None, temperature: None },
             None => {
                 let llm = s.section::<crate::llm::LlmSettings>();
                 let own = llm.roles.get(&c.judge_role).and_then(|r| r.seed).unwrap_or(0);
-                SecondAsk { role: c.judge_role.clone(), seed: Some(own.wrapping_add(1)) }
+                SecondAsk {
+                    role: c.judge_role.clone(),
+                    seed: Some(own.wrapping_add(1)),
+                    temperature: Some(c.second_temperature),
+                }
             }
         }
     }
@@ -461,7 +471,7 @@ async fn llm_criterion<T: DeserializeOwned + schemars::JsonSchema + 'static>(
     if ok {
         return Ok(Criterion::new(true, reason, "llm"));
     }
-    let answer = crate::llm::Answer::<T>::of().with_seed(second.seed);
+    let answer = crate::llm::Answer::<T>::of().with_seed(second.seed).with_temperature(second.temperature);
     let part = format!("{part}:second");
     let again = llm.ask(&second.role, prompt, Some(part.as_str()), &answer).await?;
     exchanges.push(again.exchange);
@@ -471,6 +481,7 @@ async fn llm_criterion<T: DeserializeOwned + schemars::JsonSchema + 'static>(
         reason: crate::text::one_line(&reason2),
         role: second.role.clone(),
         seed: second.seed,
+        temperature: second.temperature,
     };
     let reason = if ok2 { format!("kept: the verdicts disagree; the first said no ({reason})") } else { reason };
     Ok(Criterion { ok: ok2, reason, by: "llm".into(), second: Some(verdict) })

@@ -116,6 +116,12 @@ impl crate::settings::Section for LogsSettings {
             "`judge_role`, seed + 1",
             "LLM role for the second, independent verdict a drop by the LLM needs.",
         ),
+        Key::new(
+            "curate.second_temperature",
+            "number",
+            "0.7",
+            "Sampling temperature of the second verdict when `second_role` is absent (the judge asked again).",
+        ),
         Key::new("curate.need_template", "string", r#""logs_need""#, "Prompt template of the need judgement."),
         Key::new("curate.answer_template", "string", r#""logs_answer""#, "Prompt template of the answer judgement."),
         Key::new("curate.label_template", "string", r#""logs_label""#, "Prompt template of the scenario label."),
@@ -294,6 +300,11 @@ pub struct CurateSettings {
     /// (`need` or `answer`). Absent: `judge_role` again, with its seed + 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub second_role: Option<String>,
+    /// The sampling temperature of the second verdict when `second_role` is absent: the
+    /// judge role asked again at its own temperature (0 in the demo and in `benchgen init`'s
+    /// configuration) decodes greedily, and a new seed alone then repeats the first verdict.
+    #[serde(default = "default_second_temperature", skip_serializing_if = "is_default_second_temperature")]
+    pub second_temperature: f64,
     #[serde(default = "default_need_template")]
     pub need_template: String,
     #[serde(default = "default_answer_template")]
@@ -334,6 +345,7 @@ impl Default for CurateSettings {
         Self {
             judge_role: default_judge(),
             second_role: None,
+            second_temperature: default_second_temperature(),
             need_template: default_need_template(),
             answer_template: default_answer_template(),
             label_template: default_label_template(),
@@ -346,6 +358,14 @@ impl Default for CurateSettings {
             max_failed_share: 0.0,
         }
     }
+}
+
+fn default_second_temperature() -> f64 {
+    0.7
+}
+
+fn is_default_second_temperature(t: &f64) -> bool {
+    *t == default_second_temperature()
 }
 
 fn default_judge() -> String {

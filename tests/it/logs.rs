@@ -1143,6 +1143,12 @@ fn a_drop_by_the_llm_needs_two_agreeing_verdicts_asked_with_the_judge_seed_and_t
     };
     assert_eq!(seeds("last night"), [41, 42]);
     assert_eq!(seeds("Sing me a song"), [41, 42]);
+    // The second is asked at `second_temperature` (greedy decoding would only repeat the
+    // first); the first at the role's own.
+    for r in llm.requests().iter().filter(|r| r.all_text().contains("genuine need")) {
+        let second = r.body["seed"] == 42;
+        assert_eq!(r.body["temperature"] == json!(0.7), second, "{}", r.body);
+    }
     let d = decisions_of(&p);
 
     // The verdicts disagree: kept, and marked for review.
@@ -1159,7 +1165,7 @@ fn a_drop_by_the_llm_needs_two_agreeing_verdicts_asked_with_the_judge_seed_and_t
     assert_eq!(song["need"]["reason"], "scripted need, seed 41", "{song}");
     assert_eq!(
         song["need"]["second"],
-        json!({"ok": false, "reason": "scripted need, seed 42", "role": "judge", "seed": 42}),
+        json!({"ok": false, "reason": "scripted need, seed 42", "role": "judge", "seed": 42, "temperature": 0.7}),
         "{song}"
     );
     assert!(song.get("review").is_none(), "{song}");
