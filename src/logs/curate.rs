@@ -327,23 +327,27 @@ fn in_request(value: &str, r: &RequestWords) -> bool {
     r.seqs.iter().any(|seq| seq.windows(words.len()).any(|win| win == words.as_slice()))
 }
 
-/// How many content words a request must share with a tool's name and description
-/// together, one of them the name's, for the tool to answer it by description.
-const DESCRIBED_SHARED: usize = 2;
+/// The fewest letters of a description word that counts for [`described_words`]: shorter
+/// words are mostly everyday ones ("per", "hour", "now") that many requests hold.
+const DESCRIBED_MIN_LETTERS: usize = 5;
 
-/// The content words `request` shares with `tool`'s name and its catalog description
-/// (`about`, by tool name), when one of the name's is among them and there are
-/// [`DESCRIBED_SHARED`] or more: "What are electricity prices in Texas?" and
-/// `get_grid_prices`, "Electricity prices on the grid, per hour and region" share
-/// `electricity` and `price`. The demo's 0.5B judge had dropped such a session as "not a
-/// typical use case for the get_grid_prices tool".
+/// The words a request shares with `tool`'s name and its catalog description (`about`, by
+/// tool name), when it holds a word of the name and one of the description that the name
+/// does not have ([`DESCRIBED_MIN_LETTERS`] letters or more): "What are electricity prices
+/// in Texas?" and `get_grid_prices`, "Electricity prices on the grid, per hour and region",
+/// share `price` and `electricity`. The demo's 0.5B judge had dropped such a session as "not
+/// a typical use case for the get_grid_prices tool". "The price per hour for a babysitter"
+/// shares only `price` and the everyday `hour`: the LLM judges it.
 fn described_words(tool: &str, r: &RequestWords, about: &BTreeMap<String, String>) -> Option<Vec<String>> {
     let name = name_words(tool);
     let description = about.get(tool).or_else(|| about.get(crate::model::split_tool_id(tool)?.1))?;
-    let mut shared: BTreeSet<String> = lexical::content_tokens(description);
-    shared.extend(name.iter().cloned());
-    shared.retain(|w| w.chars().count() >= 3 && r.stems.contains(w) && !TRIVIAL.contains(&w.as_str()));
-    (shared.len() >= DESCRIBED_SHARED && name.iter().any(|w| shared.contains(w))).then(|| shared.into_iter().collect())
+    let from_name: Vec<&String> = name.iter().filter(|w| r.stems.contains(*w)).collect();
+    let from_description: Vec<String> = lexical::content_tokens(description)
+        .into_iter()
+        .filter(|w| w.chars().count() >= DESCRIBED_MIN_LETTERS && !name.contains(w) && r.stems.contains(w))
+        .collect();
+    let first = from_name.first()?;
+    (!from_description.is_empty()).then(|| std::iter::once((*first).clone()).chain(from_description).collect())
 }
 
 /// Criterion 2 by rule: `Some` (kept, `by: "rule"`, the signals as the reason) when a
@@ -688,6 +692,12 @@ impl Stage for CurateStage {
             problems.push(crate::error::Problem::new(
                 "logs.curate.taxonomy",
                 "is empty, but `scenarios = \"llm\"` picks labels from it",
+            ));
+        }
+        if !(0.0..=2.0).contains(&c.second_temperature) {
+            problems.push(crate::error::Problem::new(
+                "logs.curate.second_temperature",
+                format!("is {}; a sampling temperature is between 0 and 2", c.second_temperature),
             ));
         }
         if c.second_role.as_deref() == Some(c.judge_role.as_str()) {

@@ -1047,12 +1047,14 @@ fn a_session_whose_called_tool_plainly_answers_its_request_is_kept_by_rule_witho
     let described = need_by_rule(&electricity, &about).expect("the request says what the description says");
     assert_eq!(
         described.reason,
-        "the request says what `get_grid_prices` does, by its description (electricity, price), with a successful call"
+        "the request says what `get_grid_prices` does, by its description (price, electricity), with a successful call"
     );
     let region = session("Which region has the most electricity outages?", "get_grid_prices", json!({}));
     assert!(need_by_rule(&region, &about).is_none(), "no word of the tool's name: {region:?}");
     let price = session("What is the price of a poem?", "get_grid_prices", json!({}));
     assert!(need_by_rule(&price, &about).is_none(), "one shared word only");
+    let babysitter = session("What's the price per hour for a babysitter?", "get_grid_prices", json!({}));
+    assert!(need_by_rule(&babysitter, &about).is_none(), "`hour` is an everyday word, no sign of the tool");
     let mut failed = session("What are the grid prices for tomorrow?", "get_grid_prices", json!({}));
     failed.turns[0].groups[0][0].error = Some("upstream timeout".into());
     assert!(need_by_rule(&failed, &none).is_none(), "a failed call settles nothing");
@@ -1188,6 +1190,14 @@ fn a_drop_by_the_llm_needs_two_agreeing_verdicts_asked_with_the_judge_seed_and_t
     let m: Value = serde_json::from_str(&p.read("artifacts/logs-curate/manifest.json")).unwrap();
     assert_eq!(m["counts"]["dropped_need_by_llm-agreed"], 1, "{m}");
     assert_eq!(m["counts"]["kept_verdicts_disagree"], 1, "{m}");
+
+    // A second temperature no server takes is refused before anything runs.
+    let cfg = p.read("pipeline/demo.toml");
+    p.write("pipeline/demo.toml", cfg.replace("[logs.curate]\n", "[logs.curate]\nsecond_temperature = 3.0\n"));
+    let o = p.run(&["check"]);
+    crate::support::assert_code(&o, 1);
+    let err = crate::support::stderr(&o);
+    assert!(err.contains("logs.curate.second_temperature: is 3; a sampling temperature is between 0 and 2"), "{err}");
 }
 
 // ---------------------------------------------------------------------------
