@@ -331,23 +331,26 @@ fn in_request(value: &str, r: &RequestWords) -> bool {
 /// words are mostly everyday ones ("per", "hour", "now") that many requests hold.
 const DESCRIBED_MIN_LETTERS: usize = 5;
 
-/// The words a request shares with `tool`'s name and its catalog description (`about`, by
-/// tool name), when it holds a word of the name and one of the description that the name
+/// The words a request shares with `tool`'s name (its [`name_words`], `name`) and its catalog
+/// description (`about`, by tool name), when it holds a word of the name and one of the description that the name
 /// does not have ([`DESCRIBED_MIN_LETTERS`] letters or more): "What are electricity prices
 /// in Texas?" and `get_grid_prices`, "Electricity prices on the grid, per hour and region",
 /// share `price` and `electricity`. The demo's 0.5B judge had dropped such a session as "not
 /// a typical use case for the get_grid_prices tool". "The price per hour for a babysitter"
 /// shares only `price` and the everyday `hour`: the LLM judges it.
-fn described_words(tool: &str, r: &RequestWords, about: &BTreeMap<String, String>) -> Option<Vec<String>> {
-    let name = name_words(tool);
+fn described_words(
+    tool: &str,
+    name: &[String],
+    r: &RequestWords,
+    about: &BTreeMap<String, String>,
+) -> Option<Vec<String>> {
     let description = about.get(tool).or_else(|| about.get(crate::model::split_tool_id(tool)?.1))?;
-    let from_name: Vec<&String> = name.iter().filter(|w| r.stems.contains(*w)).collect();
+    let from_name = name.iter().find(|w| r.stems.contains(*w))?;
     let from_description: Vec<String> = lexical::content_tokens(description)
         .into_iter()
         .filter(|w| w.chars().count() >= DESCRIBED_MIN_LETTERS && !name.contains(w) && r.stems.contains(w))
         .collect();
-    let first = from_name.first()?;
-    (!from_description.is_empty()).then(|| std::iter::once((*first).clone()).chain(from_description).collect())
+    (!from_description.is_empty()).then(|| std::iter::once(from_name.clone()).chain(from_description).collect())
 }
 
 /// Criterion 2 by rule: `Some` (kept, `by: "rule"`, the signals as the reason) when a
@@ -370,10 +373,9 @@ pub fn need_by_rule(s: &Session, about: &BTreeMap<String, String>) -> Option<Cri
             let words = name_words(&call.tool);
             if !words.is_empty() && words.iter().all(|w| r.stems.contains(w)) {
                 named = Some((call.tool.clone(), words));
+            } else if described.is_none() {
+                described = described_words(&call.tool, &words, &r, about).map(|w| (call.tool.clone(), w));
             }
-        }
-        if named.is_none() && described.is_none() {
-            described = described_words(&call.tool, &r, about).map(|w| (call.tool.clone(), w));
         }
         if argument.is_none() {
             let mut values = Vec::new();
