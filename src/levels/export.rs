@@ -51,7 +51,8 @@ pub static SPEC: StageSpec = StageSpec {
     command: "levels export",
     // 3: a sample whose query was asked again carries the first query's check
     //    (`asked_again`) in its `levels.sample` event.
-    version: 3,
+    // 4: an L5 sample's event says its plan check had no step to decide (`plan_check: []`).
+    version: 4,
     about: "ETOM level files level_1.json … level_5.json, unified samples, Table-1 statistics, plots and yield funnels",
     reads: &[
         crate::filter::CATALOG.read(),
@@ -464,7 +465,7 @@ fn sample_events(ctx: &Ctx, samples: &[Sample], levels: &[LevelOut]) -> Result<V
         parents.extend(&sets);
         let mut payload = serde_json::json!({"id": s.id, "key": g.key, "exchanges": g.exchanges,
                            "tools": g.steps.iter().map(|x| &x.tools).collect::<Vec<_>>(), "efs_sets": sets.len(),
-                           "plan_check": checks.map(|c| &c.decisions)});
+                           "plan_check": checks.map_or(&[][..], |c| &c.decisions[..])});
         // The first query and its check, when the writer was asked again (only then, so the
         // events of other samples stay as they were).
         if let Some(a) = checks.and_then(|c| c.asked_again.as_ref()) {

@@ -56,7 +56,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     data link ("extract needs search"), and the step feeding it would be pruned.
     // 16: the needed-call check's schema describes the answer only (its developer
     //     note, with a bad reason about a price, had reached the prompt).
-    version: 16,
+    // 17: a plan one server could answer through its steps' EFS alternatives is no L4
+    //     (servers were counted by each step's first alternative).
+    version: 17,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],

@@ -52,7 +52,8 @@
 //!    Levels plans carry no argument values, so a mention is by tool name.
 //! 4. **The level's shape**, on what is left: L1 exactly one step with one tool; L2 exactly
 //!    one step (a tool and its EFS alternatives); L3 two or more distinct tools, all of one
-//!    server, with at least one dependency; L4 two or more servers; L5 no plan at all. A
+//!    server, with at least one dependency; L4 two or more servers whichever EFS
+//!    alternatives are called (no one server offers a tool of every step); L5 no plan at all. A
 //!    plan outside it rejects the query: "plan does not fit L4: needs two or more servers,
 //!    uses 1 (alpha-markets-mcp)".
 //!
@@ -954,9 +955,12 @@ fn shape(level: u8, plan: &[Step]) -> Result<(), String> {
         2 if plan[0].tools.is_empty() => Some("step 1 lists no tool".to_string()),
         3 => l3_shape(plan),
         4 => {
-            let servers: BTreeSet<String> = plan.iter().filter_map(|s| s.tools.first()).map(|t| server_of(t)).collect();
-            (servers.len() < 2)
-                .then(|| format!("needs two or more servers, uses {} ({})", servers.len(), join(&servers)))
+            one_server(plan).map(|s| match plan.iter().all(|st| st.tools.first().is_some_and(|t| server_of(t) == s)) {
+                true => format!("needs two or more servers, uses 1 ({s})"),
+                false => {
+                    format!("needs two or more servers whichever alternatives are called, `{s}` serves every step")
+                }
+            })
         }
         5 if n > 0 => {
             Some(format!("an out-of-scope query has no plan, this one has {n} step{}", if n == 1 { "" } else { "s" }))
@@ -976,9 +980,25 @@ fn shape(level: u8, plan: &[Step]) -> Result<(), String> {
 fn too_few(level: u8, plan: &[Step]) -> bool {
     match level {
         3 => plan.iter().flat_map(|s| &s.tools).collect::<BTreeSet<&String>>().len() < 2,
-        4 => plan.iter().filter_map(|s| s.tools.first()).map(|t| server_of(t)).collect::<BTreeSet<String>>().len() < 2,
+        4 => one_server(plan).is_some(),
         _ => false,
     }
+}
+
+/// A server that offers a tool of every step (the first in name order), if any: then an
+/// agent may answer the query from that one server by picking its alternatives, so the
+/// plan is no L4 (two or more servers whichever tools are called), though its first
+/// alternatives may span several.
+fn one_server(plan: &[Step]) -> Option<String> {
+    let mut common: Option<BTreeSet<String>> = None;
+    for step in plan {
+        let here: BTreeSet<String> = step.tools.iter().map(|t| server_of(t)).collect();
+        common = Some(match common {
+            None => here,
+            Some(c) => c.intersection(&here).cloned().collect(),
+        });
+    }
+    common.and_then(|c| c.into_iter().next())
 }
 
 fn l3_shape(plan: &[Step]) -> Option<String> {
@@ -2376,6 +2396,28 @@ mod tests {
             c.verdict,
             Verdict::Reject("plan does not fit L4: needs two or more servers, uses 1 (github-mcp)".into())
         );
+    }
+
+    #[test]
+    fn an_l4_one_server_can_answer_through_its_alternatives_is_rejected() {
+        // The first alternatives span two servers, but yfinance-mcp offers a tool of both
+        // steps: an agent may answer from it alone.
+        let plan = [
+            step(&["yfinance-mcp::search_symbols"], &[]),
+            step(&["alpha-markets-mcp::get_daily_prices", "yfinance-mcp::price_history"], &[0]),
+        ];
+        assert_eq!(
+            shape(4, &plan),
+            Err("plan does not fit L4: needs two or more servers whichever alternatives are called, \
+                 `yfinance-mcp` serves every step"
+                .into())
+        );
+        assert!(too_few(4, &plan));
+        // With a step only another server serves, it is an L4.
+        let mut three = plan.to_vec();
+        three.push(step(&["slack-mcp::send_message"], &[]));
+        assert_eq!(shape(4, &three), Ok(()));
+        assert!(!too_few(4, &three));
     }
 
     /// Two steps the rules cannot tell apart: each shares a word or two with the query,

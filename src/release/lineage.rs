@@ -62,6 +62,9 @@ struct Node {
     entry: Arc<Entry>,
     parents: Vec<i64>,
     llm: Option<(String, LlmUse)>,
+    /// A level sample's plan check: the decision on each step of its query's plan (the
+    /// `plan_check` of its `levels.sample` event).
+    steps: Option<Value>,
 }
 
 /// Lineage lookups over one ledger, with every event read once.
@@ -134,10 +137,27 @@ impl Index {
             // which item's event a link reaches depends on the order they finished: an
             // exchange is named by its request alone.
             let subject = if k == kind::LLM_EXCHANGE { None } else { subject };
+            let steps =
+                (k == crate::levels::export::SAMPLE_EVENT).then(|| p["plan_check"].clone()).filter(|v| !v.is_null());
             let entry = Arc::new(Entry { stage, kind: k, subject, reference });
-            self.cache.insert(id, Node { entry, parents, llm });
+            self.cache.insert(id, Node { entry, parents, llm, steps });
         }
         Ok(self.cache.get(&id))
+    }
+
+    /// A level sample's plan check (issue 38), from the latest `levels.sample` event among
+    /// its roots: the decision on every step of its query's plan, by rule or LLM, with its
+    /// reason, so a holder of the release reads them without the ledger. `None` for other
+    /// samples.
+    pub fn step_decisions(&mut self, roots: &[i64]) -> Result<Option<Value>> {
+        let mut ids = roots.to_vec();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        for id in ids {
+            if let Some(steps) = self.node(id)?.and_then(|n| n.steps.clone()) {
+                return Ok(Some(steps));
+            }
+        }
+        Ok(None)
     }
 
     /// The released lineage of a sample: every event its roots descend from, deduplicated

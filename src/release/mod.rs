@@ -191,7 +191,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     (`evidence.turns_covered_by`).
     // 21: the Inspect AI task's agent loop nudges a wordless first reply as `eval` does
     //      (`CALL_NUDGE`).
-    version: 21,
+    // 22: a level sample's lineage line carries its plan check's decision on every step
+    //     (`plan_check`, from its `levels.sample` event), readable without the ledger.
+    version: 22,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, pinned servers, an Inspect AI task, checksums",
     reads: pool_reads!(eval_review::QUEUE.optional(), eval_review::ITEMS.optional()),
     writes: WRITES,

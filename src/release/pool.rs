@@ -540,6 +540,7 @@ impl Pooled {
         let Drawn { source, file, line, sample } = drawn;
         let roots = self.index.roots(&sample.id, &sample.provenance_id)?;
         let mut events = self.index.lineage(&roots)?;
+        let steps = self.index.step_decisions(&roots)?;
         if events.is_empty() {
             self.without_events += 1;
         }
@@ -563,6 +564,10 @@ impl Pooled {
         // in for one) and why.
         if let Some(a) = audited {
             l["eval_audit"] = a;
+        }
+        // A level sample: the plan check's decision on each step (issue 38).
+        if let Some(s) = steps {
+            l["plan_check"] = s;
         }
         l["events"] = serde_json::to_value(&events)?;
         serde_json::to_writer(&mut *lineage_out, &l)?;

@@ -234,6 +234,7 @@ fn check_lineage(dir: &Path, v: &mut Verified, unified: &Unified) -> Result<Hash
             }
             let mut missing = 0;
             let mut incomplete = 0;
+            let mut unchecked = 0;
             let by_id: HashMap<&str, &Sample> = unified.samples.iter().map(|s| (s.id.as_str(), s)).collect();
             for id in ids {
                 match lineage.get(id) {
@@ -247,6 +248,7 @@ fn check_lineage(dir: &Path, v: &mut Verified, unified: &Unified) -> Result<Hash
                         }
                         if let Some(s) = by_id.get(id.as_str()) {
                             incomplete += usize::from(!lineage_complete(v, s, x, incomplete < SHOWN));
+                            unchecked += usize::from(!plan_checked(v, s, x, unchecked < SHOWN));
                         }
                         let has_events = x["events"].as_array().is_some_and(|a| !a.is_empty());
                         let has_source = x["source"]["stage"].is_string() && x["source"]["file"].is_string();
@@ -255,6 +257,14 @@ fn check_lineage(dir: &Path, v: &mut Verified, unified: &Unified) -> Result<Hash
                         }
                     }
                 }
+            }
+            let levels = unified.samples.iter().filter(|s| super::lineage::origin(s) == "level").count();
+            if unchecked == 0 && levels > 0 {
+                v.checks.push(format!(
+                    "lineage.jsonl: each of {levels} level samples gives a `kept` decision of its plan check on every step"
+                ));
+            } else if unchecked > SHOWN {
+                v.fail(format!("lineage.jsonl: … {} more level samples miss a step decision", unchecked - SHOWN));
             }
             if missing == 0 && incomplete == 0 {
                 v.checks.push(format!(
@@ -267,6 +277,43 @@ fn check_lineage(dir: &Path, v: &mut Verified, unified: &Unified) -> Result<Hash
         }
     }
     Ok(lineage)
+}
+
+/// A level sample's lineage line gives its plan check (issue 38): a `kept` decision on each
+/// step of the released plan, by a tool of that step (the check's decisions on pruned
+/// steps and on dependencies may be there too); a gap is a failure (listed when `show`).
+fn plan_checked(v: &mut Verified, s: &Sample, line: &Value, show: bool) -> bool {
+    if super::lineage::origin(s) != "level" {
+        return true;
+    }
+    let Some(decisions) = line["plan_check"].as_array() else {
+        if show {
+            v.fail(format!("lineage of `{}` gives no plan check (`plan_check`)", s.id));
+        }
+        return false;
+    };
+    let mut kept: Vec<&str> = decisions
+        .iter()
+        .filter(|d| d.get("dependency").is_none() && d["decision"] == "kept")
+        .filter_map(|d| d["tool"].as_str())
+        .collect();
+    let calls: Vec<&crate::model::PlanCall> = s.turns.iter().flat_map(|t| &t.reference_plan).collect();
+    let mut gaps = Vec::new();
+    for (i, c) in calls.iter().enumerate() {
+        match kept.iter().position(|t| c.alternatives.iter().any(|a| a == t)) {
+            Some(k) => {
+                kept.remove(k);
+            }
+            None => gaps.push(format!("step {} ({})", i + 1, c.alternatives.join(" | "))),
+        }
+    }
+    if !kept.is_empty() {
+        gaps.push(format!("kept step(s) not in the released plan: {}", kept.join(", ")));
+    }
+    if !gaps.is_empty() && show {
+        v.fail(format!("lineage of `{}`: the plan check has no `kept` decision on {}", s.id, gaps.join("; ")));
+    }
+    gaps.is_empty()
 }
 
 /// A sample's lineage line reaches every stage [`super::lineage::required_stages`] names;

@@ -153,11 +153,22 @@ fn upstream_fixture(root: &Path, validated: &[Value], levels: &[Value], rejected
                 .with_parent(parent),
         );
     }
-    events.entry("levels-export".into()).or_default().extend(
-        levels
+    // A level sample's event gives its plan check's decision on each step, as `levels
+    // export` records it; the release copies them into the sample's lineage line.
+    events.entry("levels-export".into()).or_default().extend(levels.iter().map(|s| {
+        let steps: Vec<Value> = s["turns"][0]["reference_plan"]
+            .as_array()
+            .unwrap()
             .iter()
-            .map(|s| NewEvent::new("levels.query", Some(s["provenance_id"].as_str().unwrap()), json!({"id": s["id"]}))),
-    );
+            .enumerate()
+            .map(|(i, c)| {
+                json!({"step": i + 1, "tool": c["alternatives"][0], "decision": "kept", "by": "rule",
+                       "reason": "requested: the query names it"})
+            })
+            .collect();
+        let id = s["id"].as_str().unwrap();
+        NewEvent::new("levels.sample", Some(&format!("sample:{id}")), json!({"id": id, "plan_check": steps}))
+    }));
     for s in validated.iter().chain(levels) {
         let sample: benchgen::model::Sample = serde_json::from_value(s.clone()).unwrap();
         for stage in benchgen::release::lineage::required_stages(&sample, true) {
@@ -413,6 +424,16 @@ fn release_parses_scores_100_and_has_a_full_card() {
     // Lineage, and `explain` of a released id.
     let lineage = std::fs::read_to_string(d.join("lineage.jsonl")).unwrap();
     let fb: Value = serde_json::from_str(lineage.lines().find(|l| l.contains("\"fin-b\"")).unwrap()).unwrap();
+    // A level sample's line gives its plan check's decision on each step; others have none.
+    let l4: Value = serde_json::from_str(lineage.lines().find(|l| l.contains("\"L4-1\"")).unwrap()).unwrap();
+    let steps: Vec<(&str, &str)> = l4["plan_check"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["tool"].as_str().unwrap(), d["decision"].as_str().unwrap()))
+        .collect();
+    assert_eq!(steps, [("Alpha::z", "kept"), ("Beta::v", "kept")], "{l4}");
+    assert!(fb.get("plan_check").is_none(), "{fb}");
     let events = fb["events"].as_array().unwrap();
     let of = |stage: &str| -> Vec<&Value> { events.iter().filter(|e| e["stage"] == stage).collect() };
     let kinds: Vec<&str> = of("validate").iter().map(|e| e["kind"].as_str().unwrap()).collect();
@@ -457,7 +478,7 @@ fn release_parses_scores_100_and_has_a_full_card() {
     assert_eq!(x["lineage"].as_array().unwrap().len(), 8, "{x}");
     let o = p.run(&["--config", CONFIG, "explain", "sample:L3-1"]);
     assert_code(&o, 0);
-    assert!(stdout(&o).contains("levels.query"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("levels.sample"), "{}", stdout(&o));
 }
 
 #[test]
@@ -673,6 +694,32 @@ fn verify_fails_on_a_consistent_edit_of_each_format_file() {
         true,
     );
     assert!(e.contains("lineage of `L2-1` (level L2) misses the required stage(s) `efs-finalize`"), "{e}");
+
+    // A level sample whose plan check decided a step out, or gives no decisions at all.
+    let e = planted(
+        &p,
+        "step_decisions",
+        |d| {
+            let text = std::fs::read_to_string(d.join("lineage.jsonl")).unwrap();
+            let kept: String = text
+                .lines()
+                .map(|l| {
+                    let mut v: Value = serde_json::from_str(l).unwrap();
+                    if v["id"] == "L4-1" {
+                        v["plan_check"][1]["decision"] = json!("unrequested");
+                    }
+                    if v["id"] == "L1-1" {
+                        v.as_object_mut().unwrap().remove("plan_check");
+                    }
+                    format!("{v}\n")
+                })
+                .collect();
+            std::fs::write(d.join("lineage.jsonl"), kept).unwrap();
+        },
+        true,
+    );
+    assert!(e.contains("lineage of `L1-1` gives no plan check (`plan_check`)"), "{e}");
+    assert!(e.contains("lineage of `L4-1`: the plan check has no `kept` decision on step 2 ("), "{e}");
 }
 
 #[test]
