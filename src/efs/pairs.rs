@@ -622,7 +622,8 @@ pub const CALLS: Artifact = Artifact::new("efs-pairs", CALLS_JSONL);
 pub static SPEC: StageSpec = StageSpec {
     name: "efs-pairs",
     command: "efs pairs",
-    version: 1,
+    // 2: lexical signals fold plurals by `text::singular` (`status` stays, `ids` → `id`).
+    version: 2,
     about: "candidate pairs of possibly equivalent tools and the plan of LLM calls that will judge them (no LLM)",
     reads: &[crate::filter::CATALOG.read(), crate::embed::INDEX.read(), crate::embed::VECTORS.read()],
     writes: &[PAIRS_CSV, CALLS_JSONL, LEFT_OUT_CSV, "similarity.svg", "summary.json"],

@@ -80,7 +80,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 17: a reply with neither calls nor words (`<tools></tools>`) before any call gets
     //      `call_nudge` once (`agent::executor::wordless`),
     //      and a wordless reply after calls the answer nudge; each nudge once per turn.
-    version: 17,
+    // 18: the server shortlist folds plurals as every check does (`text::singular`).
+    version: 18,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[

@@ -275,12 +275,12 @@ const STOP: &[&str] = &[
 ];
 
 /// Bag of words of `text`: lower-case alphanumeric words (identifiers split as
-/// [`crate::efs::lexical::words`] splits them), crudely singular, without [`STOP`] words.
+/// [`crate::text::words`] splits them), crudely singular, without [`STOP`] words.
 fn bag(text: &str) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
-    for w in crate::efs::lexical::words(text) {
+    for w in crate::text::words(text) {
         if !STOP.contains(&w.as_str()) {
-            *out.entry(crate::efs::lexical::stem(&w)).or_insert(0.0) += 1.0;
+            *out.entry(crate::text::singular(&w)).or_insert(0.0) += 1.0;
         }
     }
     out

@@ -138,34 +138,9 @@ pub fn feeds(a_out: &Value, b_in: &Value) -> bool {
         && ins.iter().all(|(i, iv)| outs.iter().any(|(o, ov)| names_match(i, o) && types_compatible(iv, ov)))
 }
 
-/// Words of a tool name (snake, kebab, camel case), lowercase.
-pub fn name_words(name: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut cur = String::new();
-    let mut prev_lower = false;
-    for c in name.chars() {
-        if !c.is_alphanumeric() {
-            if !cur.is_empty() {
-                words.push(std::mem::take(&mut cur));
-            }
-            prev_lower = false;
-            continue;
-        }
-        if c.is_uppercase() && prev_lower && !cur.is_empty() {
-            words.push(std::mem::take(&mut cur));
-        }
-        prev_lower = c.is_lowercase() || c.is_numeric();
-        cur.extend(c.to_lowercase());
-    }
-    if !cur.is_empty() {
-        words.push(cur);
-    }
-    words
-}
-
 /// The start filter on whole words.
 pub fn starts_well(tool: &str) -> bool {
-    name_words(tool).iter().any(|w| START_WORDS.contains(&w.as_str()))
+    crate::text::words(tool).iter().any(|w| START_WORDS.contains(&w.as_str()))
 }
 
 /// Every simple path of 2..=`max_len` nodes (node indices), at most [`MAX_PATHS`].
@@ -799,7 +774,6 @@ mod tests {
 
     #[test]
     fn words_and_plurals() {
-        assert_eq!(name_words("getUserIds"), ["get", "user", "ids"]);
         assert!(starts_well("list_issues"));
         assert!(!starts_well("target_lookup"));
         assert!(names_match("userId", "user_ids"));

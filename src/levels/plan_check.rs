@@ -110,6 +110,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Funnel, PlanCheckSettings, Step};
+use crate::text::{content, content_words, singular, words as split_words};
 
 /// What the check knows of one tool.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -574,7 +575,7 @@ fn output_fields(schema: &Value) -> Vec<(&String, &Value)> {
 /// camelCase and plurals aside, or the same letters joined), or a one-word name that is
 /// the other's last word.
 fn param_match(input: &str, output: &str) -> bool {
-    let stems = |s: &str| -> Vec<String> { split_words(s).iter().map(|w| stem(w)).collect() };
+    let stems = |s: &str| -> Vec<String> { split_words(s).iter().map(|w| singular(w)).collect() };
     let (a, b) = (stems(input), stems(output));
     if a.is_empty() || b.is_empty() {
         return false;
@@ -736,56 +737,6 @@ fn tool_words(id: &str, t: Option<&ToolInfo>) -> BTreeSet<String> {
         w.extend(content(v.get("description").and_then(Value::as_str).unwrap_or("")));
     }
     w
-}
-
-/// Words that say nothing about which tool is meant.
-const STOP: &[&str] = &[
-    "a", "about", "after", "all", "also", "an", "and", "any", "are", "as", "at", "be", "been", "before", "but", "by",
-    "can", "could", "did", "do", "does", "done", "e", "each", "eg", "etc", "every", "fetch", "find", "for", "from",
-    "g", "get", "give", "had", "has", "have", "he", "here", "how", "i", "if", "in", "into", "is", "it", "its", "just",
-    "let", "like", "make", "may", "me", "might", "more", "most", "must", "my", "need", "no", "not", "of", "on", "one",
-    "onto", "or", "other", "our", "out", "over", "per", "please", "retrieve", "she", "should", "show", "so", "some",
-    "such", "tell", "than", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "to",
-    "up", "us", "use", "using", "via", "want", "was", "we", "were", "what", "when", "where", "which", "who", "whom",
-    "why", "will", "with", "would", "you", "your",
-];
-
-/// Content words: lowercase words of two or more characters, stop words left out, plurals
-/// folded.
-fn content(text: &str) -> BTreeSet<String> {
-    content_words(text).into_iter().collect()
-}
-
-/// The content words of `text` in their order (repeats kept), for how close they stand.
-fn content_words(text: &str) -> Vec<String> {
-    split_words(text)
-        .into_iter()
-        .filter(|w| w.chars().count() >= 2 && !STOP.contains(&w.as_str()))
-        .map(|w| stem(&w))
-        .filter(|w| !STOP.contains(&w.as_str()))
-        .collect()
-}
-
-/// Words of a text or a name: runs of letters and digits, split at camelCase, lowercase
-/// (the splitter L3 uses for tool names).
-fn split_words(text: &str) -> Vec<String> {
-    super::l3::name_words(text)
-}
-
-/// An English plural folded to its singular (`entries` → `entry`, `addresses` →
-/// `address`, `ids` → `id`; `status` and `analysis` stay).
-fn stem(w: &str) -> String {
-    let n = w.len();
-    if n > 4 && w.ends_with("ies") {
-        return format!("{}y", &w[..n - 3]);
-    }
-    if n > 4 && ["sses", "xes", "ches", "shes", "uses"].iter().any(|e| w.ends_with(e)) {
-        return w[..n - 2].to_string();
-    }
-    if n > 2 && w.ends_with('s') && !["ss", "us", "is"].iter().any(|e| w.ends_with(e)) {
-        return w[..n - 1].to_string();
-    }
-    w.to_string()
 }
 
 /// Which steps the query does not call for are pruned (see the module doc, rules 3 and 5);
@@ -2822,11 +2773,6 @@ mod tests {
         assert!(param_match("issue_number", "number") && param_match("id", "channel_id"));
         assert!(param_match("userId", "user_ids") && param_match("per_page", "perpage"));
         assert!(!param_match("channel_id", "user_id") && !param_match("owner", "number"));
-        for (w, s) in [("entries", "entry"), ("addresses", "address"), ("ids", "id"), ("status", "status")] {
-            assert_eq!(stem(w), s);
-        }
-        assert_eq!(stem("analysis"), "analysis");
-        assert_eq!(stem("tables"), "table");
     }
 
     #[test]

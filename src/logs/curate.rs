@@ -58,7 +58,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 6: the second verdict of the judge role is asked at `second_temperature` (0.7).
     // 5: a request that says what a called tool's catalog description says keeps the
     //    session by rule (`described_words`); the catalog is read when present.
-    version: 6,
+    // 7: words fold their plurals as every check's do (`text::singular`: `status` stays,
+    //    `boxes` → `box`, `ids` → `id`).
+    version: 7,
     about: "keeps sessions resolved through tools, with a genuine need and a satisfactory answer (LLM judge)",
     reads: &[super::import::SESSIONS.read(), super::import::CATALOG.optional()],
     writes: &["curated.jsonl", "decisions.jsonl", "report.json", crate::llm::batch::FAILED_FILE],
@@ -253,7 +255,10 @@ fn succeeded(c: &super::Call) -> bool {
 /// The content words of a tool name, singular, without generic actions:
 /// `get_grid_prices` → `grid`, `price`; `getOncall` → `oncall`.
 pub fn name_words(tool: &str) -> Vec<String> {
-    lexical::content_tokens(tool).into_iter().filter(|w| !ACTIONS.iter().any(|a| lexical::stem(a) == *w)).collect()
+    lexical::content_tokens(tool)
+        .into_iter()
+        .filter(|w| !ACTIONS.iter().any(|a| crate::text::singular(a) == *w))
+        .collect()
 }
 
 /// The words of a session's requests, as the need rules read them.
@@ -270,12 +275,12 @@ struct RequestWords {
 fn request_words(s: &Session) -> RequestWords {
     let mut r = RequestWords { seqs: Vec::new(), stems: BTreeSet::new(), texts: Vec::new() };
     for t in &s.turns {
-        let words = lexical::words(&t.user);
+        let words = crate::text::words(&t.user);
         for w in &words {
-            r.stems.insert(lexical::stem(w));
+            r.stems.insert(crate::text::singular(w));
         }
         for pair in words.windows(2) {
-            r.stems.insert(lexical::stem(&format!("{}{}", pair[0], pair[1])));
+            r.stems.insert(crate::text::singular(&format!("{}{}", pair[0], pair[1])));
         }
         r.texts.push(t.user.to_lowercase());
         r.seqs.push(words);
@@ -319,7 +324,7 @@ fn in_request(value: &str, r: &RequestWords) -> bool {
         let v = v.to_lowercase();
         return v.chars().count() >= 2 && r.texts.iter().any(|t| t.contains(v.as_str()));
     }
-    let words = lexical::words(v);
+    let words = crate::text::words(v);
     let letters: usize = words.iter().map(|w| w.chars().count()).sum();
     if words.is_empty() || words.len() > 12 || letters < 3 || words.iter().all(|w| TRIVIAL.contains(&w.as_str())) {
         return false;

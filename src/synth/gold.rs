@@ -30,8 +30,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::efs::lexical::words;
 use crate::model::RecordedCall;
+use crate::text::{root, singular, words};
 
 /// One family of side-effect tools: the words a tool name uses, the words a request
 /// asks for it with (prefixes of words, or phrases), and the words an answer claims it with.
@@ -135,21 +135,9 @@ const KINDRED: &[&[&str]] = &[
     &["host", "server", "node", "instance", "machine"],
 ];
 
-/// A word without its plural or verb ending, for loose matching (`alerts` → `alert`).
-fn stem(w: &str) -> &str {
-    for suffix in ["ies", "es", "s", "ing", "ed"] {
-        if let Some(s) = w.strip_suffix(suffix)
-            && s.len() >= 3
-        {
-            return s;
-        }
-    }
-    w
-}
-
 fn same_kind(a: &str, b: &str) -> bool {
-    let (a, b) = (stem(a), stem(b));
-    a == b || KINDRED.iter().any(|k| k.iter().any(|w| stem(w) == a) && k.iter().any(|w| stem(w) == b))
+    let (a, b) = (root(a), root(b));
+    a == b || KINDRED.iter().any(|k| k.iter().any(|w| root(w) == a) && k.iter().any(|w| root(w) == b))
 }
 
 /// The tool part of a tool id (`server::tool` → `tool`).
@@ -384,7 +372,7 @@ pub fn trace(arg: &str, value: &Value, request: &str, earlier: &[Earlier], defau
             let named = words(arg)
                 .iter()
                 .filter(|w| w.len() >= 3 && !GENERIC.contains(&w.as_str()))
-                .any(|w| words(&request).iter().any(|r| stem(r) == stem(w)));
+                .any(|w| words(&request).iter().any(|r| root(r) == root(w)));
             return if named || (!b && default.is_none()) { Trace::Found(Source::Request) } else { Trace::Nowhere };
         }
         other => other.to_string().to_lowercase(),
@@ -399,9 +387,9 @@ pub fn trace(arg: &str, value: &Value, request: &str, earlier: &[Earlier], defau
     // A word value (a status, a metric, a search phrase) may be said loosely: `open` for
     // "open incidents"; a name with a short suffix too (`latency_p99` for "its latency").
     if value.is_string() && !text.contains('@') {
-        let rw: Vec<String> = words(&request).iter().map(|w| stem(w).to_string()).collect();
+        let rw: Vec<String> = words(&request).iter().map(|w| root(w).to_string()).collect();
         let ws = words(&text);
-        let said = |w: &String| rw.contains(&stem(w).to_string());
+        let said = |w: &String| rw.contains(&root(w).to_string());
         let loose = if ident {
             ws.iter().any(|w| w.len() >= 4 && w.chars().all(char::is_alphabetic) && said(w))
                 && ws.iter().all(|w| said(w) || w.len() <= 3)
@@ -666,7 +654,6 @@ fn field_word(tool: &str, path: &str) -> Option<String> {
 /// [`field_word`] names what a word of the request names: the same word, singular or
 /// plural (`services`, "service"), or a kindred one (`assignee` for "who").
 fn asks_about(request: &str, tool: &str, path: &str) -> bool {
-    use crate::efs::lexical::stem as singular;
     let Some(field) = field_word(tool, path) else { return false };
     words(request).iter().any(|r| same_kind(&field, r) || singular(&field) == singular(r))
 }
@@ -797,7 +784,6 @@ const MORE: &[&str] = &[
 /// Do two words name the same thing: kindred, one the other's singular, or sharing their
 /// first five letters (`severe` and `severity`, `assigned` and `assignee`)?
 fn names_same(a: &str, b: &str) -> bool {
-    use crate::efs::lexical::stem as singular;
     let prefix = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
     same_kind(a, b) || singular(a) == singular(b) || prefix >= 5
 }
@@ -1405,7 +1391,7 @@ fn list_finding(action: &str, targets: &[Vec<(String, String)>], list: &[(String
 /// Does a later user turn repeat an earlier one? (Same words, order and case aside.)
 pub fn repeats(earlier: &[&str], user: &str) -> Option<usize> {
     let set = |s: &str| -> std::collections::BTreeSet<String> {
-        words(s).into_iter().filter(|w| w.len() >= 3).map(|w| stem(&w).to_string()).collect()
+        words(s).into_iter().filter(|w| w.len() >= 3).map(|w| root(&w).to_string()).collect()
     };
     let now = set(user);
     if now.is_empty() {

@@ -72,7 +72,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     nothing the request names, is unrequested by rule (`gold::lookups_adding_nothing`).
     // 16: an answer quoting a value only a left-out call's result holds is asked again,
     //     then rejected (`gold::turn_claims`).
-    version: 16,
+    // 17: a field and a request's word are one another's singular by `text::singular`
+    //     (`status` no longer folds to `statu`), the words every check shares.
+    version: 17,
     about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),

@@ -706,11 +706,13 @@ fn verify_failure_share_fails_naming_counts_or_records_failed_pairs() {
 }
 
 /// SHA-256 of the demo's `pairs.csv`, `calls.jsonl` and `summary.json` as the pair search
-/// wrote them before `[efs.pairs] index` existed (main at 63f465c, default settings). They
-/// change only when the demo catalog, the embedding model or the pair settings do; the
-/// search must not.
+/// wrote them before `[efs.pairs] index` existed (main at 63f465c, default settings), but
+/// for `pairs.csv`'s one parameter overlap that the shared word folding changed
+/// (`text::singular`, efs-pairs v2: GitHub's and GitLab's `create_issue` pair, 0.3 →
+/// 0.3333, the same pairs and calls). They change only when the demo catalog, the embedding
+/// model, the pair settings or the words do; the search must not.
 const DEMO_TODAY: [(&str, &str); 3] = [
-    ("pairs.csv", "sha256:6867dfa1afd609bc29ca52274842fc2ec3891891138bc8904f6ccb50459213f2"),
+    ("pairs.csv", "sha256:469c43bd0cb52c06bd1da2bd9754a9407586e710addb4e6a89149b22b5e4172b"),
     ("calls.jsonl", "sha256:8ffa0ccd820bca7a17bf21ec73419ed618b1fc214490a7a33d5a343b8230baf5"),
     ("summary.json", "sha256:565b2b0709d64dfa7e23740b608821b382ad4f903c2e012b07f46eda7b30224f"),
 ];
