@@ -535,7 +535,11 @@ fn logs_sections(logs: &[LogFile], catalog: &str, catalog_format: &str) -> Strin
          # One line on your domain, shown to the judge.\n\
          domain = \"the services and tools these logs come from\"\n\
          # Sub-scenario labels from the logs (`scenery`); `llm` lets the judge label them.\n\
-         scenarios = \"logs\"\n\n\
+         scenarios = \"logs\"\n\
+         # A session the word rules cannot tell is kept when a tool it called is this near its\n\
+         # requests (cosine of `make setup`'s all-MiniLM-L6-v2, the `[embed]` default); the\n\
+         # others go to the judge (docs/logs.md#curation).\n\
+         keep_similarity = 0.45\n\n\
          [logs.split]\n# Share of sessions that seed synthesis; the rest are candidate real samples.\nseed_ratio = 0.5\n\n\
          # The tool-dependency graph mined from the logs (docs/logs.md#graph).\n\
          [graph]\nrole = \"judge\"\n\n\

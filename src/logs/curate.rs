@@ -7,8 +7,10 @@
 //! 2. **Genuine need of the domain**: rules first ([`need_by_rule`]): a successful call
 //!    whose tool the request names or describes (as the log catalog describes it), or one
 //!    of whose argument values the request contains, or positive feedback, keeps the
-//!    session with `by: "rule"` and no LLM call. Only where the rules cannot tell is the
-//!    LLM asked (typed [`NeedVerdict`]).
+//!    session with `by: "rule"` and no LLM call; then, with `keep_similarity`, a called
+//!    tool whose text is that near the requests by embedding ([`need_by_similarity`],
+//!    `by: "similarity"`). Only where the rules cannot tell is the LLM asked (typed
+//!    [`NeedVerdict`]).
 //! 3. **Satisfactory answer**: the logs' feedback field when present; otherwise no final
 //!    answer fails, and an answer is judged by the LLM (typed [`AnswerVerdict`]).
 //!
@@ -55,12 +57,14 @@ pub const REPORT: Artifact = Artifact::new(STAGE, "report.json");
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "logs curate",
+    // 8: `keep_similarity`: a session the word rules cannot tell is kept by rule when a
+    //    called tool's text is that near its requests (embeddings); `near` in decisions.
     // 6: the second verdict of the judge role is asked at `second_temperature` (0.7).
     // 5: a request that says what a called tool's catalog description says keeps the
     //    session by rule (`described_words`); the catalog is read when present.
     // 7: words fold their plurals as every check's do (`text::singular`: `status` stays,
     //    `boxes` → `box`, `ids` → `id`).
-    version: 7,
+    version: 8,
     about: "keeps sessions resolved through tools, with a genuine need and a satisfactory answer (LLM judge)",
     reads: &[super::import::SESSIONS.read(), super::import::CATALOG.optional()],
     writes: &["curated.jsonl", "decisions.jsonl", "report.json", crate::llm::batch::FAILED_FILE],
@@ -190,7 +194,102 @@ pub struct Decision {
     /// disagreed, so the session was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review: Option<String>,
+    /// With `keep_similarity`: the called tool nearest the requests, for a session whose
+    /// need the word rules could not tell (kept by it at the threshold, else judged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub near: Option<Near>,
 }
+
+/// The successful call whose tool is nearest a session's requests ([`nearest_tools`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Near {
+    pub tool: String,
+    /// Cosine of the embeddings, 3 decimals.
+    pub similarity: f64,
+}
+
+/// The text embedded for a log tool: its name and its log-catalog description (as the
+/// `[embed]` recipe's first two fields write a registry tool's; a log tool has no server).
+fn log_tool_text(tool: &str, about: &BTreeMap<String, String>) -> String {
+    match about.get(tool).map(|d| d.trim()).filter(|d| !d.is_empty()) {
+        Some(d) => format!("Tool: {tool}\nDescription: {d}"),
+        None => format!("Tool: {tool}"),
+    }
+}
+
+/// Embeds texts, one vector each (the `[embed]` model; a test double in tests).
+pub type EmbedFn<'a> = dyn FnMut(&[String]) -> Result<Vec<Vec<f32>>> + 'a;
+
+/// Per session that passes `resolved`, whose need the word rules cannot tell
+/// ([`need_by_rule`]) and that has a request, the successful call whose tool is nearest its
+/// requests: the cosine between the embedding of its requests (joined) and that of the
+/// tool's [`log_tool_text`]; ties go to the first tool in name order. `embed` is called
+/// once, for every request and tool together, and not at all when no session is open.
+pub fn nearest_tools(
+    embed: &mut EmbedFn<'_>,
+    sessions: &[Session],
+    about: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, Near>> {
+    let open: Vec<(&Session, BTreeSet<&str>)> = sessions
+        .iter()
+        .filter(|s| resolved(s).ok && !requests(s).is_empty() && need_by_rule(s, about).is_none())
+        .map(|s| (s, s.calls().filter(|c| succeeded(c)).map(|c| c.tool.as_str()).collect()))
+        .collect();
+    if open.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let tools: BTreeSet<&str> = open.iter().flat_map(|(_, t)| t.iter().copied()).collect();
+    let mut texts: Vec<String> = open.iter().map(|(s, _)| requests(s).join("\n")).collect();
+    texts.extend(tools.iter().map(|t| log_tool_text(t, about)));
+    let vectors: Vec<Vec<f32>> = embed(&texts)?.into_iter().map(crate::embedding::normalised).collect();
+    if vectors.len() != texts.len() {
+        anyhow::bail!("the embedding model returned {} vectors for {} texts", vectors.len(), texts.len());
+    }
+    let (asked, tool_vectors) = vectors.split_at(open.len());
+    let of: BTreeMap<&str, &Vec<f32>> = tools.iter().copied().zip(tool_vectors).collect();
+    let mut out = BTreeMap::new();
+    for ((s, called), q) in open.iter().zip(asked) {
+        let mut best: Option<(&str, f32)> = None;
+        for t in called {
+            let cos: f32 = q.iter().zip(of[t]).map(|(a, b)| a * b).sum();
+            if best.is_none_or(|(_, b)| cos > b) {
+                best = Some((t, cos));
+            }
+        }
+        if let Some((tool, cos)) = best {
+            let similarity = (f64::from(cos) * 1000.0).round() / 1000.0;
+            out.insert(s.id.clone(), Near { tool: tool.to_string(), similarity });
+        }
+    }
+    Ok(out)
+}
+
+/// The need rule of embeddings: a session the word rules cannot tell is kept by it when its
+/// nearest called tool ([`nearest_tools`]) is at least `keep_similarity` near its requests.
+/// Below it, nothing is settled: the judge decides.
+pub fn need_by_similarity(near: Option<&Near>, keep_similarity: Option<f64>) -> Option<Criterion> {
+    let (n, at) = (near?, keep_similarity?);
+    (n.similarity >= at).then(|| {
+        Criterion::new(
+            true,
+            format!(
+                "the request is near what `{}` does (similarity {:.3}, at least {at}), with a successful call",
+                n.tool, n.similarity
+            ),
+            "similarity",
+        )
+    })
+}
+
+/// The need rules in order: words ([`need_by_rule`]), then embeddings
+/// ([`need_by_similarity`], with `keep_similarity`).
+fn rule_need(s: &Session, c: &CurateSettings, (about, near): Known<'_>) -> Option<Criterion> {
+    need_by_rule(s, about).or_else(|| need_by_similarity(near.get(&s.id), c.keep_similarity))
+}
+
+/// What the need rules know besides the session: the log catalog's descriptions by tool
+/// name, and each open session's nearest called tool.
+pub type Known<'a> = (&'a BTreeMap<String, String>, &'a BTreeMap<String, Near>);
 
 /// A decision with the request hashes of the LLM exchanges behind it (the
 /// checkpointed value; the hashes become event parents, not artifact fields).
@@ -202,7 +301,7 @@ pub struct Judged {
 }
 
 /// The decision of a session whose LLM judgement failed (within `max_failed_share`).
-fn llm_failed(s: &Session, reason: &str) -> Judged {
+fn llm_failed(s: &Session, reason: &str, near: Option<&Near>) -> Judged {
     let decision = Decision {
         id: s.id.clone(),
         keep: false,
@@ -212,6 +311,7 @@ fn llm_failed(s: &Session, reason: &str) -> Judged {
         answer: None,
         scenario: s.scenario.clone(),
         review: None,
+        near: near.cloned(),
     };
     Judged { decision, exchanges: Vec::new() }
 }
@@ -364,8 +464,7 @@ fn described_words(
 /// says what its catalog description says ([`described_words`]; `about`: the log
 /// catalog's descriptions by tool name), or contains one of its argument values — or the
 /// user's feedback was positive; `None` when the rules cannot tell (the LLM judges).
-/// Embedding similarity is no signal here: this stage has no embeddings of requests or
-/// tools (docs/logs.md, "Curation").
+/// Embedding similarity is the next rule ([`need_by_similarity`]), when configured.
 pub fn need_by_rule(s: &Session, about: &BTreeMap<String, String>) -> Option<Criterion> {
     let r = request_words(s);
     let mut named: Option<(String, Vec<String>)> = None;
@@ -416,8 +515,8 @@ fn final_answer(s: &Session) -> Option<&String> {
 
 /// Whether judging a session that passes `resolved` may ask the LLM: its need is not
 /// settled by rule, its answer has no feedback, or it gets an LLM label.
-fn needs_llm(s: &Session, c: &CurateSettings, about: &BTreeMap<String, String>) -> bool {
-    need_by_rule(s, about).is_none()
+fn needs_llm(s: &Session, c: &CurateSettings, known: Known<'_>) -> bool {
+    rule_need(s, c, known).is_none()
         || (s.feedback.is_none() && final_answer(s).is_some())
         || (c.scenarios == ScenarioSource::Llm && (s.scenario.is_none() || c.relabel))
 }
@@ -524,7 +623,7 @@ fn judged(mut d: Decision, exchanges: Vec<String>) -> Judged {
 pub async fn judge(
     llm: &Item,
     c: &CurateSettings,
-    (second, about): (&SecondAsk, &BTreeMap<String, String>),
+    (second, known): (&SecondAsk, Known<'_>),
     s: &Session,
     sampled: bool,
 ) -> Result<Judged, crate::llm::LlmError> {
@@ -538,6 +637,7 @@ pub async fn judge(
         answer: None,
         scenario: s.scenario.clone(),
         review: None,
+        near: known.1.get(&s.id).cloned(),
     };
     if !d.resolved.ok {
         d.dropped_by = Some("resolved".into());
@@ -550,7 +650,7 @@ pub async fn judge(
             "unjudged",
         )
     };
-    d.need = Some(match need_by_rule(s, about) {
+    d.need = Some(match rule_need(s, c, known) {
         Some(kept) => kept,
         None if sampled => {
             llm_criterion::<NeedVerdict>(llm, c, second, &need_prompt(c, s), "need", need_read, &mut exchanges).await?
@@ -596,13 +696,13 @@ pub async fn judge(
 pub fn sample(
     sessions: &[Session],
     c: &CurateSettings,
-    about: &BTreeMap<String, String>,
+    known: Known<'_>,
     seed: u64,
 ) -> std::collections::HashSet<String> {
     use rand::SeedableRng;
     use rand::seq::SliceRandom;
     let mut ids: Vec<&str> =
-        sessions.iter().filter(|s| resolved(s).ok && needs_llm(s, c, about)).map(|s| s.id.as_str()).collect();
+        sessions.iter().filter(|s| resolved(s).ok && needs_llm(s, c, known)).map(|s| s.id.as_str()).collect();
     if let Some(n) = c.llm_sample {
         ids.sort();
         ids.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x6375_7261_7465));
@@ -707,6 +807,12 @@ impl Stage for CurateStage {
                 format!("is {}; a sampling temperature is between 0 and 2", c.second_temperature),
             ));
         }
+        if let Some(x) = c.keep_similarity.filter(|x| !(0.0..=1.0).contains(x)) {
+            problems.push(crate::error::Problem::new(
+                "logs.curate.keep_similarity",
+                format!("is {x}; a cosine threshold is between 0 and 1"),
+            ));
+        }
         if c.second_role.as_deref() == Some(c.judge_role.as_str()) {
             problems.push(crate::error::Problem::new(
                 "logs.curate.second_role",
@@ -718,7 +824,13 @@ impl Stage for CurateStage {
 
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let c = super::import::settings(s).curate;
-        Ok(Plan { inputs: vec![], config_hash: section_hash(&json!({"curate": c}))? })
+        // The embedding model decides `keep_similarity`'s keeps: it is part of the
+        // configuration only when that rule is on (other configurations keep their hash).
+        let mut hashed = json!({"curate": c});
+        if c.keep_similarity.is_some() {
+            hashed["embed"] = serde_json::to_value(crate::embedding::embed_settings(s))?;
+        }
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&hashed)? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
@@ -731,7 +843,26 @@ impl Stage for CurateStage {
             true => inputs.json(&super::import::CATALOG)?.into_iter().map(|t| (t.name, t.description)).collect(),
             false => BTreeMap::new(),
         };
-        let sampled = sample(&sessions, &c, &about, s.project.seed);
+        // With `keep_similarity`, the nearest called tool of each session the word rules
+        // cannot tell; the embedding model is loaded only when there is one.
+        let near = match c.keep_similarity {
+            Some(_) => {
+                let mut model: Option<crate::embedding::Embedder> = None;
+                let hidden = indicatif::ProgressBar::hidden();
+                nearest_tools(
+                    &mut |texts| {
+                        if model.is_none() {
+                            model = Some(crate::embedding::Embedder::load(s)?);
+                        }
+                        model.as_mut().expect("loaded above").embed(texts, 32, &hidden)
+                    },
+                    &sessions,
+                    &about,
+                )?
+            }
+            None => BTreeMap::new(),
+        };
+        let sampled = sample(&sessions, &c, (&about, &near), s.project.seed);
         let items: Vec<(String, (Session, bool))> =
             sessions.iter().map(|x| (x.id.clone(), (x.clone(), sampled.contains(&x.id)))).collect();
         let opts = BatchOptions::new(STAGE, "curate", "sessions")
@@ -740,9 +871,9 @@ impl Stage for CurateStage {
             .fail_point("logs_curate_session");
         let mut batch = Batch::new(ctx, opts)?;
         let second = SecondAsk::of(s, &c);
-        let (cref, sref, aref) = (&c, &second, &about);
+        let (cref, sref, known) = (&c, &second, (&about, &near));
         let done = batch.run(items, |(sess, in_sample): (Session, bool), llm: Item| async move {
-            Ok(judge(&llm, cref, (sref, aref), &sess, in_sample).await?)
+            Ok(judge(&llm, cref, (sref, known), &sess, in_sample).await?)
         })?;
         let resumed = done.resumed;
         // Each decision's first parent: the session's import record (its `file:line`).
@@ -760,7 +891,7 @@ impl Stage for CurateStage {
             // A session whose judgement failed within `max_failed_share` is dropped, never lost.
             let j = match (done.values.get(&sess.id), failed.get(sess.id.as_str())) {
                 (Some(j), _) => j.clone(),
-                (None, Some(reason)) => llm_failed(sess, reason),
+                (None, Some(reason)) => llm_failed(sess, reason, near.get(&sess.id)),
                 (None, None) => anyhow::bail!("internal: session {} has no decision", sess.id),
             };
             let d = j.decision.clone();
@@ -835,6 +966,7 @@ fn report(
     }
     let need = |who: &str| tally.decided.get("need").and_then(|m| m.get(who)).copied().unwrap_or(0);
     out.count("need_by_rule", need("rule"));
+    out.count("need_by_similarity", need("similarity"));
     out.count("kept_verdicts_disagree", tally.disagree.0);
     let drops: Vec<String> = by.iter().filter(|(k, _)| *k != "kept").map(|(k, v)| format!("{v} by `{k}`")).collect();
     out.notes.push(format!(
@@ -845,9 +977,10 @@ fn report(
     ));
     if tally.decided.contains_key("need") {
         out.notes.push(format!(
-            "need: {} settled by rule, {} by one LLM verdict, {} dropped on two agreeing verdicts, {} kept as \
+            "need: {} settled by rule, {} by embedding similarity, {} by one LLM verdict, {} dropped on two agreeing verdicts, {} kept as \
                  the verdicts disagree (for review), {} unjudged",
             need("rule"),
+            need("similarity"),
             need("llm"),
             need("llm-agreed"),
             need("llm-disagreed"),

@@ -122,6 +122,12 @@ impl crate::settings::Section for LogsSettings {
             "0.7",
             "Sampling temperature of the second verdict when `second_role` is absent (the judge asked again).",
         ),
+        Key::derived(
+            "curate.keep_similarity",
+            "number",
+            "absent: off",
+            "Keep by rule a session the word rules cannot tell whose called tool's text is at least this near its requests (`[embed]` model cosine, 0–1); the demo and `benchgen init` set 0.5.",
+        ),
         Key::new("curate.need_template", "string", r#""logs_need""#, "Prompt template of the need judgement."),
         Key::new("curate.answer_template", "string", r#""logs_answer""#, "Prompt template of the answer judgement."),
         Key::new("curate.label_template", "string", r#""logs_label""#, "Prompt template of the scenario label."),
@@ -305,6 +311,12 @@ pub struct CurateSettings {
     /// configuration) decodes greedily, and a new seed alone then repeats the first verdict.
     #[serde(default = "default_second_temperature", skip_serializing_if = "is_default_second_temperature")]
     pub second_temperature: f64,
+    /// Keep by rule a session whose need the word rules cannot tell when a successful
+    /// call's tool (its name and log-catalog description, embedded by the `[embed]` model)
+    /// is at least this near its requests (cosine). Absent: no embedding is made and such
+    /// sessions go to the judge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_similarity: Option<f64>,
     #[serde(default = "default_need_template")]
     pub need_template: String,
     #[serde(default = "default_answer_template")]
@@ -346,6 +358,7 @@ impl Default for CurateSettings {
             judge_role: default_judge(),
             second_role: None,
             second_temperature: default_second_temperature(),
+            keep_similarity: None,
             need_template: default_need_template(),
             answer_template: default_answer_template(),
             label_template: default_label_template(),

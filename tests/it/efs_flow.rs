@@ -48,7 +48,7 @@ fn repo() -> PathBuf {
 }
 
 /// Whether the embedding assets are there; fails under CI when they are not.
-fn assets_or_skip() -> bool {
+pub fn assets_or_skip() -> bool {
     let cache = std::env::var_os("BENCHGEN_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/benchgen"));

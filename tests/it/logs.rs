@@ -985,7 +985,12 @@ fn logged_call(session: &str, tool: &str, arguments: Value, user: &str, feedback
 /// A project whose only log source is `lines` (events), its judge (`seed = 41`) on `llm`;
 /// imported and curated.
 fn judged_project(lines: &[String], llm: &ScriptedLlm) -> Project {
-    let p = Project::empty();
+    judged_project_in(Project::empty(), lines, llm, "")
+}
+
+/// [`judged_project`] in a project that may hold files already, with `extra` configuration
+/// after `[logs.curate]`'s keys (which `extra` may go on with, then open other tables).
+fn judged_project_in(p: Project, lines: &[String], llm: &ScriptedLlm, extra: &str) -> Project {
     for t in ["logs_need", "logs_answer"] {
         p.copy_in(&format!("pipeline/prompts/{t}.md"));
     }
@@ -994,7 +999,7 @@ fn judged_project(lines: &[String], llm: &ScriptedLlm) -> Project {
         "pipeline/demo.toml",
         format!(
             "[project]\nseed = 5\n\n[logs]\n\n[[logs.sources]]\npath = \"raw/ops.jsonl\"\nformat = \"events\"\n\n\
-             [logs.curate]\njudge_role = \"judge\"\ndomain = \"energy prices and IT operations\"\n\n\
+             [logs.curate]\njudge_role = \"judge\"\ndomain = \"energy prices and IT operations\"\n{extra}\n\
              [llm.roles.judge]\nprovider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"\nseed = 41\n",
             llm.base_url()
         ),
@@ -1111,6 +1116,114 @@ fn a_session_whose_called_tool_plainly_answers_its_request_is_kept_by_rule_witho
     assert_eq!(drops[0]["examples"][0]["id"], "ops:chat", "{report}");
     let m: Value = serde_json::from_str(&p.read("artifacts/logs-curate/manifest.json")).unwrap();
     assert_eq!(m["counts"]["need_by_rule"], 2, "{m}");
+}
+
+/// The grid session of the similarity tests: a request no word rule ties to the tool.
+const POWER_COST: &str = "What will electricity cost per hour tomorrow in my region?";
+const GRID_ABOUT: &str = "Electricity prices on the grid, per hour and region.";
+
+#[test]
+fn a_request_near_its_called_tool_is_kept_by_similarity_and_the_embedder_sees_only_open_sessions() {
+    use benchgen::logs::curate::{Near, nearest_tools, need_by_rule, need_by_similarity};
+    let session = |id: &str, user: &str, tool: &str, error: Option<&str>| -> Session {
+        let mut s: Session = serde_json::from_value(json!({"id": id, "source": "x", "format": "events",
+            "location": "x:1", "turns": [{"user": user, "groups": [[{"tool": tool, "arguments": {}, "result": "ok"}]]}]}))
+        .unwrap();
+        s.turns[0].groups[0][0].error = error.map(str::to_string);
+        s
+    };
+    let about: BTreeMap<String, String> = [("get_grid_prices".to_string(), GRID_ABOUT.to_string())].into();
+    let power = session("power", POWER_COST, "get_grid_prices", None);
+    assert!(need_by_rule(&power, &about).is_none(), "no word rule ties it to the tool");
+    let sessions = vec![
+        power,
+        session("named", "What are the grid prices for tomorrow?", "get_grid_prices", None),
+        session("failed", POWER_COST, "get_grid_prices", Some("timeout")),
+    ];
+    // A test double of the embedding model: the request along one axis, the tool's text
+    // 0.8 along it, anything else across.
+    let mut seen: Vec<Vec<String>> = Vec::new();
+    let mut fake_embedder = |texts: &[String]| -> anyhow::Result<Vec<Vec<f32>>> {
+        seen.push(texts.to_vec());
+        Ok(texts
+            .iter()
+            .map(|t| match t.as_str() {
+                POWER_COST => vec![2.0, 0.0],
+                t if t.starts_with("Tool: get_grid_prices") => vec![0.8, 0.6],
+                _ => vec![0.0, 1.0],
+            })
+            .collect())
+    };
+    let near = nearest_tools(&mut fake_embedder, &sessions, &about).unwrap();
+    let want = Near { tool: "get_grid_prices".into(), similarity: 0.8 };
+    assert_eq!(near, BTreeMap::from([("power".to_string(), want.clone())]), "only the session the rules leave open");
+    assert_eq!(
+        seen,
+        [vec![POWER_COST.to_string(), format!("Tool: get_grid_prices\nDescription: {GRID_ABOUT}")]],
+        "one call, the open requests and their tools"
+    );
+    let kept = need_by_similarity(Some(&want), Some(0.5)).expect("0.8 is at least 0.5");
+    assert_eq!((kept.ok, kept.by.as_str()), (true, "similarity"));
+    assert_eq!(
+        kept.reason,
+        "the request is near what `get_grid_prices` does (similarity 0.800, at least 0.5), with a successful call"
+    );
+    assert!(need_by_similarity(Some(&want), Some(0.9)).is_none(), "below the threshold the judge decides");
+    assert!(need_by_similarity(Some(&want), None).is_none(), "off unless configured");
+    // Nothing open: the model is not asked (nor loaded).
+    let mut calls = 0;
+    let none = nearest_tools(
+        &mut |_: &[String]| -> anyhow::Result<Vec<Vec<f32>>> {
+            calls += 1;
+            Ok(vec![])
+        },
+        &sessions[1..],
+        &about,
+    )
+    .unwrap();
+    assert!(none.is_empty() && calls == 0);
+}
+
+#[test]
+fn with_keep_similarity_the_stage_keeps_a_near_session_without_the_judge_and_records_every_similarity() {
+    if !crate::efs_flow::assets_or_skip() {
+        return;
+    }
+    let llm = ScriptedLlm::start(|seen| {
+        let v = if seen.all_text().contains("genuine need") {
+            json!({"genuine": false, "reason": "not a typical use case for the tool"})
+        } else {
+            json!({"satisfactory": true, "reason": "scripted answer"})
+        };
+        Answer::json(v)
+    });
+    let tools = json!({"tools": [{"name": "get_grid_prices", "description": GRID_ABOUT,
+        "inputSchema": {"type": "object", "properties": {"day": {"type": "string"}}}}]});
+    let lines = [
+        logged_call("power", "get_grid_prices", json!({"day": "2026-03-02"}), POWER_COST, None),
+        logged_call("chat", "get_grid_prices", json!({"day": "2026-03-02"}), "Tell me something nice", None),
+    ];
+    let extra = "keep_similarity = 0.45\n\n[logs.catalog]\npath = \"raw/tools.json\"\n";
+    let p = Project::empty();
+    p.write("raw/tools.json", tools.to_string());
+    let p = judged_project_in(p, &lines, &llm, extra);
+    let d = decisions_of(&p);
+    let (power, chat) = (&d["ops:power"], &d["ops:chat"]);
+    let sim = |x: &Value| x["near"]["similarity"].as_f64().unwrap();
+    assert!(sim(power) >= 0.45 && sim(chat) < 0.45, "power {} chat {}", power["near"], chat["near"]);
+    assert_eq!((&power["keep"], &power["need"]["by"]), (&json!(true), &json!("similarity")), "{power}");
+    assert_eq!(power["near"]["tool"], "get_grid_prices");
+    assert_eq!((&chat["dropped_by"], &chat["need"]["by"]), (&json!("need"), &json!("llm")), "{chat}");
+    let asked: Vec<String> = llm.requests().iter().map(|r| r.all_text()).collect();
+    assert!(asked.iter().filter(|t| t.contains("genuine need")).all(|t| !t.contains(POWER_COST)), "{asked:?}");
+    let m: Value = serde_json::from_str(&p.read("artifacts/logs-curate/manifest.json")).unwrap();
+    assert_eq!(m["counts"]["need_by_similarity"], 1, "{m}");
+    // A threshold outside 0–1 is refused before anything runs.
+    let cfg = p.read("pipeline/demo.toml").replace("keep_similarity = 0.45", "keep_similarity = 1.5");
+    p.write("pipeline/demo.toml", cfg);
+    let o = p.run(&["check"]);
+    assert!(!o.status.success());
+    assert!(crate::support::stderr(&o).contains("logs.curate.keep_similarity"), "{}", crate::support::stderr(&o));
 }
 
 #[test]
