@@ -40,17 +40,37 @@ pub fn words(s: &str) -> Vec<String> {
     out
 }
 
+/// Words of four letters or more that end in `s` and are no plural.
+const NOT_PLURAL: &[&str] = &["this", "thus", "plus", "axis", "does", "news", "series", "species", "always", "lens"];
+
 /// An English plural folded to its singular (`entries` → `entry`, `addresses` →
-/// `address`, `boxes` → `box`, `ids` → `id`; `status` and `analysis` stay).
+/// `address`, `boxes` → `box`, `batches` → `batch`, `caches` → `cache`, `causes` →
+/// `cause`, `statuses` → `status`, `cpus` → `cpu`, `ids` → `id`; `status`, `analysis`,
+/// `dns` and `this` stay). A word of three letters folds only if it is `ids` (`gas`,
+/// `aws`, `ops` stay); one of five or more that ends in `us` or `is` is taken for a
+/// singular (`status`, `virus`, `basis`).
 pub fn singular(w: &str) -> String {
     let n = w.len();
+    let vowel_before = |suffix: &str| w[..n - suffix.len()].ends_with(['a', 'e', 'i', 'o', 'u']);
+    if NOT_PLURAL.contains(&w) {
+        return w.to_string();
+    }
     if n > 4 && w.ends_with("ies") {
         return format!("{}y", &w[..n - 3]);
     }
-    if n > 4 && ["sses", "xes", "ches", "shes", "uses"].iter().any(|e| w.ends_with(e)) {
+    if n > 4 && ["sses", "xes", "shes", "zzes"].iter().any(|e| w.ends_with(e)) {
         return w[..n - 2].to_string();
     }
-    if n > 2 && w.ends_with('s') && !["ss", "us", "is"].iter().any(|e| w.ends_with(e)) {
+    // `batches`, `statuses` drop `es`; `caches`, `causes` only `s`.
+    if n > 4 && ["ches", "uses"].iter().any(|e| w.ends_with(e)) {
+        let cut = if vowel_before(&w[n - 4..]) { 1 } else { 2 };
+        return w[..n - cut].to_string();
+    }
+    if w == "ids" {
+        return "id".to_string();
+    }
+    let latin = n >= 5 && (w.ends_with("us") || w.ends_with("is"));
+    if n >= 4 && w.ends_with('s') && !w.ends_with("ss") && !latin {
         return w[..n - 1].to_string();
     }
     w.to_string()
@@ -114,12 +134,27 @@ mod tests {
 
     #[test]
     fn plurals_fold_to_singulars_and_roots_are_looser() {
-        let pairs =
-            [("entries", "entry"), ("addresses", "address"), ("boxes", "box"), ("ids", "id"), ("alerts", "alert")];
+        let pairs = [
+            ("entries", "entry"),
+            ("addresses", "address"),
+            ("boxes", "box"),
+            ("ids", "id"),
+            ("alerts", "alert"),
+            ("batches", "batch"),
+            ("caches", "cache"),
+            ("causes", "cause"),
+            ("houses", "house"),
+            ("statuses", "status"),
+            ("viruses", "virus"),
+            ("cpus", "cpu"),
+            ("apis", "api"),
+            ("uses", "use"),
+            ("tables", "table"),
+        ];
         for (w, s) in pairs {
             assert_eq!(singular(w), s, "{w}");
         }
-        for w in ["status", "analysis", "class", "bus"] {
+        for w in ["status", "analysis", "class", "bus", "gas", "dns", "aws", "this", "plus", "news", "cpu"] {
             assert_eq!(singular(w), w, "{w}");
         }
         assert_eq!(root("assigned"), "assign");

@@ -44,6 +44,22 @@ fn init_ort(dylib: &Path) -> Result<ort::environment::Environment> {
     }
 }
 
+/// The files a local `[embed]` model needs that are not there (none for a server), so that a
+/// stage's `check` can say so before anything runs.
+pub fn missing_assets(settings: &Settings) -> Vec<PathBuf> {
+    let cfg = embed_settings(settings);
+    if cfg.provider == EmbedProvider::Openai {
+        return Vec::new();
+    }
+    let dir = cfg.model_dir(settings);
+    ["model.onnx", "tokenizer.json", "config.json", "special_tokens_map.json"]
+        .iter()
+        .map(|f| dir.join(f))
+        .chain(std::iter::once(cfg.ort_dylib(settings)))
+        .filter(|p| !p.exists())
+        .collect()
+}
+
 impl Embedder {
     /// The model of `[embed]`: fastembed loads it here; for a server this only reads the
     /// API key (the first request shows whether the server answers).
@@ -61,12 +77,7 @@ impl Embedder {
         }
         let dir = cfg.model_dir(settings);
         let dylib = cfg.ort_dylib(settings);
-        let missing: Vec<PathBuf> = ["model.onnx", "tokenizer.json", "config.json", "special_tokens_map.json"]
-            .iter()
-            .map(|f| dir.join(f))
-            .chain(std::iter::once(dylib.clone()))
-            .filter(|p| !p.exists())
-            .collect();
+        let missing = missing_assets(settings);
         if !missing.is_empty() {
             return Err(hinted(
                 format!(

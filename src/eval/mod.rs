@@ -81,7 +81,9 @@ pub static SPEC: StageSpec = StageSpec {
     //      `call_nudge` once (`agent::executor::wordless`),
     //      and a wordless reply after calls the answer nudge; each nudge once per turn.
     // 18: the server shortlist folds plurals as every check does (`text::singular`).
-    version: 18,
+    // 19: plurals fold by the shared `text::singular` as refined: `caches` → `cache`, `causes` →
+    //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
+    version: 19,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[

@@ -446,6 +446,16 @@ fn sample_events(ctx: &Ctx, samples: &[Sample], levels: &[LevelOut]) -> Result<V
             lv.queries.iter().map(move |g| (format!("levels-l{}:{}", lv.level, g.key), (g, lv.plan_checks.get(&g.key))))
         })
         .collect();
+    // The check's decisions; an L5 query has no plan, so its check decided no step (`[]`),
+    // while a missing record of another level stays missing (`null`), which `release
+    // verify` reports.
+    let plan_check = |s: &Sample, checks: Option<&super::plan_check::PlanRecord>| -> serde_json::Value {
+        match (checks, s.kind.level()) {
+            (Some(c), _) => serde_json::to_value(&c.decisions).unwrap_or(serde_json::Value::Null),
+            (None, Some(5)) => serde_json::Value::Array(vec![]),
+            (None, _) => serde_json::Value::Null,
+        }
+    };
     let mut events = Vec::new();
     for s in samples {
         let Some(&(g, checks)) = generated.get(&s.provenance_id) else { continue };
@@ -465,7 +475,7 @@ fn sample_events(ctx: &Ctx, samples: &[Sample], levels: &[LevelOut]) -> Result<V
         parents.extend(&sets);
         let mut payload = serde_json::json!({"id": s.id, "key": g.key, "exchanges": g.exchanges,
                            "tools": g.steps.iter().map(|x| &x.tools).collect::<Vec<_>>(), "efs_sets": sets.len(),
-                           "plan_check": checks.map_or(&[][..], |c| &c.decisions[..])});
+                           "plan_check": plan_check(s, checks)});
         // The first query and its check, when the writer was asked again (only then, so the
         // events of other samples stay as they were).
         if let Some(a) = checks.and_then(|c| c.asked_again.as_ref()) {

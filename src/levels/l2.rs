@@ -45,7 +45,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     note, with a bad reason about a price, had reached the prompt).
     // 14: the answer's schema says what is asked, not "the X's typed answer" (developer
     //     wording the model read).
-    version: 14,
+    // 15: the plan check's plurals fold by the shared `text::singular` as refined: `caches` → `cache`, `causes` →
+    //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
+    version: 15,
     about: "ETOM L2: implicit queries under the coupling rule; EFS members share one query whose ground truth lists the whole set",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read(), FINAL.optional()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],

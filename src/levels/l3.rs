@@ -78,7 +78,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 18: ... only beside the name and with three letters at least (no "PR" or "FY").
     // 19: the needed-call check's schema describes the answer only (its developer
     //     note, with a bad reason about a price, had reached the prompt).
-    version: 19,
+    // 20: the plan check's plurals fold by the shared `text::singular` as refined: `caches` → `cache`, `causes` →
+    //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
+    version: 20,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read(), PROFILES.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],

@@ -58,7 +58,11 @@ pub static SPEC: StageSpec = StageSpec {
     //     note, with a bad reason about a price, had reached the prompt).
     // 17: a plan one server could answer through its steps' EFS alternatives is no L4
     //     (servers were counted by each step's first alternative).
-    version: 17,
+    // 18: asked again, the step that mends a one-server plan is one none of whose tools is of
+    //     a server serving every kept step; a plan with no step left is asked again; the plan
+    //     check's plurals fold by the shared `text::singular` as refined: `caches` → `cache`, `causes` →
+    //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
+    version: 18,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],

@@ -931,7 +931,7 @@ fn shape(level: u8, plan: &[Step]) -> Result<(), String> {
 fn too_few(level: u8, plan: &[Step]) -> bool {
     match level {
         3 => plan.iter().flat_map(|s| &s.tools).collect::<BTreeSet<&String>>().len() < 2,
-        4 => one_server(plan).is_some(),
+        4 => plan.is_empty() || one_server(plan).is_some(),
         _ => false,
     }
 }
@@ -949,7 +949,14 @@ fn one_server(plan: &[Step]) -> Option<String> {
             Some(c) => c.intersection(&here).cloned().collect(),
         });
     }
-    common.and_then(|c| c.into_iter().next())
+    let common = common?;
+    // The server of every step's first tool, when it is one of them: the message then says
+    // "uses 1 (it)".
+    let first = plan.first().and_then(|s| s.tools.first()).map(|t| server_of(t));
+    match first.filter(|f| common.contains(f)) {
+        Some(f) => Some(f),
+        None => common.into_iter().next(),
+    }
 }
 
 fn l3_shape(plan: &[Step]) -> Option<String> {
@@ -1245,7 +1252,7 @@ fn request_parts(query: &str) -> Vec<(String, BTreeSet<String>)> {
 
 /// The steps (0-based) the writer is asked to make its new query need: those the query
 /// already asks for and, for what the level lacks, the one unrequested step that adds it
-/// (L4: a step whose tool is of a server the kept steps do not use; L3: a step with a tool
+/// (L4: a step none of whose tools is of a server that offers a tool of every kept step; L3: a step with a tool
 /// they do not use), preferring one with a kept data link to a kept step (L3 needs a
 /// dependency), then the nearest to the query (similarity, else the lexical score; the
 /// first on a tie). Asking a small writer to need every step of a generated plan (the
@@ -1260,16 +1267,19 @@ fn wanted(level: u8, c: &PlanCheck, steps: &[Step]) -> Option<Vec<usize>> {
     if kept.is_empty() {
         return (!unrequested.is_empty()).then(|| unrequested.iter().map(|d| d.step - 1).collect());
     }
-    // What a step brings: its primary tool's server (L4, as the shape counts), its tools (L3).
-    let brings = |i: usize| -> BTreeSet<String> {
-        let tools = steps.get(i).map(|s| s.tools.as_slice()).unwrap_or_default();
-        match level {
-            4 => tools.first().map(|t| server_of(t)).into_iter().collect(),
-            _ => tools.iter().map(|t| crate::model::norm_tool_id(t)).collect(),
-        }
-    };
+    let tools_of = |i: usize| steps.get(i).map(|s| s.tools.as_slice()).unwrap_or_default();
+    let servers = |i: usize| -> BTreeSet<String> { tools_of(i).iter().map(|t| server_of(t)).collect() };
     let is_kept: BTreeSet<usize> = kept.iter().map(|d| d.step - 1).collect();
-    let used: BTreeSet<String> = is_kept.iter().flat_map(|&i| brings(i)).collect();
+    // L3: a step brings a tool the kept steps do not use. L4, as the shape counts: no
+    // server may offer a tool of every step, so a step helps only if none of its tools is
+    // of a server that serves every kept step.
+    let used: BTreeSet<String> =
+        is_kept.iter().flat_map(|&i| tools_of(i).iter().map(|t| crate::model::norm_tool_id(t))).collect();
+    let common: BTreeSet<String> = is_kept.iter().map(|&i| servers(i)).reduce(|a, b| &a & &b).unwrap_or_default();
+    let adds = |i: usize| match level {
+        4 => servers(i).is_disjoint(&common),
+        _ => tools_of(i).iter().any(|t| !used.contains(&crate::model::norm_tool_id(t))),
+    };
     let linked = |i: usize| {
         c.decisions.iter().any(|d| match d.dependency {
             Some(a) if d.decision == Decision::Kept => {
@@ -1281,7 +1291,7 @@ fn wanted(level: u8, c: &PlanCheck, steps: &[Step]) -> Option<Vec<usize>> {
     let rank =
         |d: &StepDecision| (linked(d.step - 1), d.similarity.unwrap_or(f64::NEG_INFINITY), d.score.unwrap_or(0.0));
     let mut best: Option<&StepDecision> = None;
-    for d in unrequested.iter().filter(|d| brings(d.step - 1).iter().any(|k| !used.contains(k))) {
+    for d in unrequested.iter().filter(|d| adds(d.step - 1)) {
         if best.is_none_or(|b| rank(d) > rank(b)) {
             best = Some(d);
         }
@@ -2369,6 +2379,33 @@ mod tests {
         three.push(step(&["slack-mcp::send_message"], &[]));
         assert_eq!(shape(4, &three), Ok(()));
         assert!(!too_few(4, &three));
+        // No step left: too few, so the writer may be asked again.
+        assert!(too_few(4, &[]));
+        // Every first tool is of one server that serves every step: named as the one used.
+        let one = [step(&["yfinance-mcp::search_symbols"], &[]), step(&["yfinance-mcp::price_history"], &[0])];
+        assert_eq!(
+            shape(4, &one),
+            Err("plan does not fit L4: needs two or more servers, uses 1 (yfinance-mcp)".into())
+        );
+
+        // Asked again, the step that mends it is one no tool of which is of yfinance-mcp:
+        // `get_company_profile` of alpha-markets-mcp, though alpha-markets-mcp already is a
+        // first alternative of a kept step; not yfinance's `stock_price`.
+        let mut with = plan.to_vec();
+        with.push(step(&["alpha-markets-mcp::get_company_profile"], &[]));
+        with.push(step(&["yfinance-mcp::stock_price"], &[]));
+        let kept = |i: usize| decided(i, &with[i].tools[0], Decision::Kept, "kept".into());
+        let out = |i: usize| StepDecision {
+            similarity: Some(if i == 3 { 0.9 } else { 0.1 }),
+            ..decided(i, &with[i].tools[0], Decision::Unrequested, "not asked for".into())
+        };
+        let c = PlanCheck {
+            decisions: vec![kept(0), kept(1), out(2), out(3)],
+            verdict: Verdict::Reject("plan does not fit L4".into()),
+            open: vec![],
+            too_few: true,
+        };
+        assert_eq!(wanted(4, &c, &with), Some(vec![0, 1, 2]), "the nearer stock_price cannot mend it");
     }
 
     /// Two steps the rules cannot tell apart: each shares a word or two with the query,

@@ -887,7 +887,8 @@ impl LlmClient {
         self.bump(|c| &c.retries, u64::from(sent.attempts - 1));
         self.bump(|c| &c.prompt_tokens, pt);
         self.bump(|c| &c.completion_tokens, ct);
-        let mut p = sent_payload(p, role_params(&r.settings), body, sent, usage);
+        let params = sent_params(&r.settings, &body);
+        let mut p = sent_payload(p, params, body, sent, usage);
         if r.endpoint.replica_count() > 1 && sent.batch.is_none() {
             // Which of `base_urls` answered (0-based); not part of the cache key.
             p["replica"] = json!(sent.replica);
@@ -1094,9 +1095,24 @@ fn role_params(s: &RoleSettings) -> Value {
     json!({"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed})
 }
 
-/// The payload of a paid exchange: `p` (the fields of [`exchange_base`]), the role's
-/// `params`, the request `body`, and what `send` brought (`usage`: its tokens). The batch
-/// ingest writes the same as text ([`batch_api`]'s `paid_text`).
+/// The sampling parameters a live exchange records (`params`): the role's, except where the
+/// request body itself set one (a seed or temperature of the request,
+/// [`Answer::with_seed`] and [`Answer::with_temperature`]: curation's second verdict at 0.7
+/// was recorded with the judge role's 0), so the record says what was sent.
+fn sent_params(s: &RoleSettings, body: &Value) -> Value {
+    let mut p = role_params(s);
+    for k in ["temperature", "seed"] {
+        if let Some(v) = body.get(k).filter(|v| !v.is_null()) {
+            p[k] = v.clone();
+        }
+    }
+    p
+}
+
+/// The payload of a paid exchange: `p` (the fields of [`exchange_base`]), its `params`
+/// ([`sent_params`]), the request `body`, and what `send` brought (`usage`: its tokens).
+/// The batch ingest writes the same as text ([`batch_api`]'s `paid_text`, with the role's
+/// parameters).
 fn sent_payload(mut p: Value, params: Value, body: Value, sent: &Sent, usage: Value) -> Value {
     p["cached"] = json!(false);
     p["params"] = params;

@@ -64,7 +64,9 @@ pub static SPEC: StageSpec = StageSpec {
     //    session by rule (`described_words`); the catalog is read when present.
     // 7: words fold their plurals as every check's do (`text::singular`: `status` stays,
     //    `boxes` → `box`, `ids` → `id`).
-    version: 8,
+    // 9: plurals fold by the shared `text::singular` as refined: `caches` → `cache`, `causes` →
+    //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
+    version: 9,
     about: "keeps sessions resolved through tools, with a genuine need and a satisfactory answer (LLM judge)",
     reads: &[super::import::SESSIONS.read(), super::import::CATALOG.optional()],
     writes: &["curated.jsonl", "decisions.jsonl", "report.json", crate::llm::batch::FAILED_FILE],
@@ -813,6 +815,18 @@ impl Stage for CurateStage {
                 format!("is {x}; a cosine threshold is between 0 and 1"),
             ));
         }
+        // The rule embeds with the `[embed]` model: a missing one is said before the run.
+        let missing = c.keep_similarity.map(|_| crate::embedding::missing_assets(s)).unwrap_or_default();
+        if !missing.is_empty() {
+            problems.push(crate::error::Problem::new(
+                "logs.curate.keep_similarity",
+                format!(
+                    "needs the `[embed]` model, whose files are missing: {} (run `make setup`, or leave \
+                     `keep_similarity` out and the judge decides those sessions)",
+                    missing.iter().map(|p| format!("`{}`", p.display())).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
         if c.second_role.as_deref() == Some(c.judge_role.as_str()) {
             problems.push(crate::error::Problem::new(
                 "logs.curate.second_role",
@@ -828,7 +842,7 @@ impl Stage for CurateStage {
         // configuration only when that rule is on (other configurations keep their hash).
         let mut hashed = json!({"curate": c});
         if c.keep_similarity.is_some() {
-            hashed["embed"] = serde_json::to_value(crate::embedding::embed_settings(s))?;
+            hashed["embed"] = serde_json::to_value(crate::embedding::embed_settings(s).hashed())?;
         }
         Ok(Plan { inputs: vec![], config_hash: section_hash(&hashed)? })
     }

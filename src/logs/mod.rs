@@ -126,7 +126,7 @@ impl crate::settings::Section for LogsSettings {
             "curate.keep_similarity",
             "number",
             "absent: off",
-            "Keep by rule a session the word rules cannot tell whose called tool's text is at least this near its requests (`[embed]` model cosine, 0–1); the demo and `benchgen init` set 0.5.",
+            "Keep by rule a session the word rules cannot tell whose called tool's text is at least this near its requests (`[embed]` model cosine, 0–1); the demo and `benchgen init` set 0.45.",
         ),
         Key::new("curate.need_template", "string", r#""logs_need""#, "Prompt template of the need judgement."),
         Key::new("curate.answer_template", "string", r#""logs_answer""#, "Prompt template of the answer judgement."),

@@ -280,8 +280,10 @@ fn check_lineage(dir: &Path, v: &mut Verified, unified: &Unified) -> Result<Hash
 }
 
 /// A level sample's lineage line gives its plan check (issue 38): a `kept` decision on each
-/// step of the released plan, by a tool of that step (the check's decisions on pruned
-/// steps and on dependencies may be there too); a gap is a failure (listed when `show`).
+/// step of the released plan, by a tool of that step — the kept steps in their order are
+/// the released plan's calls in theirs (the check prunes, it does not reorder), and the
+/// decisions on pruned steps and on dependencies may be there too; a gap is a failure
+/// (listed when `show`).
 fn plan_checked(v: &mut Verified, s: &Sample, line: &Value, show: bool) -> bool {
     if super::lineage::origin(s) != "level" {
         return true;
@@ -292,23 +294,22 @@ fn plan_checked(v: &mut Verified, s: &Sample, line: &Value, show: bool) -> bool 
         }
         return false;
     };
-    let mut kept: Vec<&str> = decisions
+    let mut kept: Vec<(u64, &str)> = decisions
         .iter()
         .filter(|d| d.get("dependency").is_none() && d["decision"] == "kept")
-        .filter_map(|d| d["tool"].as_str())
+        .map(|d| (d["step"].as_u64().unwrap_or(0), d["tool"].as_str().unwrap_or("")))
         .collect();
+    kept.sort_unstable();
     let calls: Vec<&crate::model::PlanCall> = s.turns.iter().flat_map(|t| &t.reference_plan).collect();
     let mut gaps = Vec::new();
     for (i, c) in calls.iter().enumerate() {
-        match kept.iter().position(|t| c.alternatives.iter().any(|a| a == t)) {
-            Some(k) => {
-                kept.remove(k);
-            }
-            None => gaps.push(format!("step {} ({})", i + 1, c.alternatives.join(" | "))),
+        if !kept.get(i).is_some_and(|(_, t)| c.alternatives.iter().any(|a| a == t)) {
+            gaps.push(format!("step {} ({})", i + 1, c.alternatives.join(" | ")));
         }
     }
-    if !kept.is_empty() {
-        gaps.push(format!("kept step(s) not in the released plan: {}", kept.join(", ")));
+    if kept.len() > calls.len() {
+        let extra: Vec<&str> = kept[calls.len()..].iter().map(|(_, t)| *t).collect();
+        gaps.push(format!("kept step(s) not in the released plan: {}", extra.join(", ")));
     }
     if !gaps.is_empty() && show {
         v.fail(format!("lineage of `{}`: the plan check has no `kept` decision on {}", s.id, gaps.join("; ")));

@@ -1218,6 +1218,12 @@ fn with_keep_similarity_the_stage_keeps_a_near_session_without_the_judge_and_rec
     assert!(asked.iter().filter(|t| t.contains("genuine need")).all(|t| !t.contains(POWER_COST)), "{asked:?}");
     let m: Value = serde_json::from_str(&p.read("artifacts/logs-curate/manifest.json")).unwrap();
     assert_eq!(m["counts"]["need_by_similarity"], 1, "{m}");
+    // Without the model's files, `check` says so before anything runs.
+    let empty = tempfile::tempdir().unwrap();
+    let o = p.cmd().args(["check"]).env("BENCHGEN_CACHE", empty.path()).output().unwrap();
+    assert!(!o.status.success());
+    let err = crate::support::stderr(&o);
+    assert!(err.contains("logs.curate.keep_similarity: needs the `[embed]` model, whose files are missing"), "{err}");
     // A threshold outside 0–1 is refused before anything runs.
     let cfg = p.read("pipeline/demo.toml").replace("keep_similarity = 0.45", "keep_similarity = 1.5");
     p.write("pipeline/demo.toml", cfg);
@@ -1264,6 +1270,17 @@ fn a_drop_by_the_llm_needs_two_agreeing_verdicts_asked_with_the_judge_seed_and_t
         let second = r.body["seed"] == 42;
         assert_eq!(r.body["temperature"] == json!(0.7), second, "{}", r.body);
     }
+    // The ledger records what each request sent, not the role's own seed and temperature.
+    let need_exchanges: Vec<Value> = crate::support::ledger_events(&p.path("artifacts"), "llm.exchange")
+        .into_iter()
+        .filter(|e| e["request"].to_string().contains("genuine need"))
+        .collect();
+    assert!(!need_exchanges.is_empty());
+    for e in &need_exchanges {
+        let (params, sent) = (&e["params"], &e["request"]);
+        assert_eq!((&params["seed"], &params["temperature"]), (&sent["seed"], &sent["temperature"]), "{e}");
+    }
+    assert!(need_exchanges.iter().any(|e| e["params"]["temperature"] == json!(0.7)));
     let d = decisions_of(&p);
 
     // The verdicts disagree: kept, and marked for review.
