@@ -47,7 +47,10 @@ pub static SPEC: StageSpec = StageSpec {
     //     wording the model read).
     // 15: the plan check's plurals fold by the shared `text::singular` as refined: `caches` → `cache`, `causes` →
     //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
-    version: 15,
+    // 16: the plan check weighs the step's embedding similarity to the query, as in L3
+    //     and L4 (a step clearly low by it and by its words is pruned, and the query
+    //     rejected), so the level's judge is not the only guard.
+    version: 16,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
@@ -433,7 +436,9 @@ impl Stage for L1Stage {
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let l = super::settings(s);
-        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &(&l.l1, &l.plan_check))? })
+        // The plan check embeds the query and the tool with the `[embed]` model and recipe.
+        let embed = crate::embedding::embed_settings(s).hashed();
+        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &(&l.l1, &l.plan_check, embed))? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
@@ -484,6 +489,7 @@ impl Stage for L1Stage {
         let look = super::Lookup::new(&catalog);
         let info = |id: &str| super::plan_check::catalog_tool(&look, id);
         let mut checks = super::plan_check::PlanChecks::default();
+        let embedder = super::LazyEmbedder::new(s);
         let mut verified = 0;
         let mut queries = Vec::new();
         for (key, d) in &done.values {
@@ -497,7 +503,11 @@ impl Stage for L1Stage {
             };
             verified += 1;
             let steps = vec![Step { tools: vec![id.to_string()], depends_on: vec![] }];
-            match checks.apply(key, 1, &query, &steps, &info, &l.plan_check) {
+            // The step's embedding similarity to the query weighs in the rules as in L3 and
+            // L4, so the level's judge saying yes is not the only guard (issue 38).
+            let sim = super::step_similarities(&embedder, &look, &[query.as_str()], &steps)?;
+            let sim = sim.first().map(Vec::as_slice);
+            match checks.apply((key, 1), &query, &steps, (&info, sim), &l.plan_check) {
                 Ok(steps) => {
                     queries.push(Generated { key: key.clone(), query, steps, category: None, entity: None, exchanges })
                 }

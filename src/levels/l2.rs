@@ -47,7 +47,10 @@ pub static SPEC: StageSpec = StageSpec {
     //     wording the model read).
     // 15: the plan check's plurals fold by the shared `text::singular` as refined: `caches` → `cache`, `causes` →
     //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
-    version: 15,
+    // 16: the plan check weighs the step's embedding similarity to the query, as in L3
+    //     and L4 (a step clearly low by it and by its words is pruned, and the query
+    //     rejected), so the level's judge is not the only guard.
+    version: 16,
     about: "ETOM L2: implicit queries under the coupling rule; EFS members share one query whose ground truth lists the whole set",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read(), FINAL.optional()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
@@ -206,7 +209,9 @@ impl Stage for L2Stage {
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let l = super::settings(s);
-        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &(&l.l2, &l.plan_check))? })
+        // The plan check embeds the query and the tool with the `[embed]` model and recipe.
+        let embed = crate::embedding::embed_settings(s).hashed();
+        Ok(Plan { inputs: vec![], config_hash: super::common_hash(s, &(&l.l2, &l.plan_check, embed))? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
@@ -254,6 +259,7 @@ impl Stage for L2Stage {
         let look = super::Lookup::new(&catalog);
         let info = |id: &str| super::plan_check::catalog_tool(&look, id);
         let mut checks = super::plan_check::PlanChecks::default();
+        let embedder = super::LazyEmbedder::new(s);
         let mut verified = 0;
         let mut queries = Vec::new();
         for (key, d) in &done.values {
@@ -266,7 +272,11 @@ impl Stage for L2Stage {
             };
             verified += 1;
             let steps = vec![Step { tools: members[key].clone(), depends_on: vec![] }];
-            match checks.apply(key, 2, &query, &steps, &info, &l.plan_check) {
+            // The step's embedding similarity to the query weighs in the rules as in L3 and
+            // L4, so the level's judge saying yes is not the only guard (issue 38).
+            let sim = super::step_similarities(&embedder, &look, &[query.as_str()], &steps)?;
+            let sim = sim.first().map(Vec::as_slice);
+            match checks.apply((key, 2), &query, &steps, (&info, sim), &l.plan_check) {
                 Ok(steps) => {
                     queries.push(Generated { key: key.clone(), query, steps, category: None, entity: None, exchanges })
                 }

@@ -670,7 +670,7 @@ impl Stage for L5Stage {
                 exchanges.extend(r.exchanges.iter().cloned());
                 accepted += 1;
                 let no_tool = &super::plan_check::no_tool;
-                match checks.apply(key, 5, &r.query, &[], no_tool, &l.plan_check) {
+                match checks.apply((key, 5), &r.query, &[], (no_tool, None), &l.plan_check) {
                     Ok(steps) => queries.push(Generated {
                         key: key.clone(),
                         query: r.query.clone(),

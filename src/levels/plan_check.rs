@@ -33,7 +33,7 @@
 //!    price history" does not name `get_channel_history`), a lexical *score* (the share
 //!    of the query's content words that occur in the tool's text: server and tool name, description, parameter names and
 //!    descriptions; stop words and generic verbs such as get/fetch/find left out, plurals
-//!    folded) and, when the caller has embeddings (L3, L4), a *similarity*: the cosine
+//!    folded) and, when the caller has embeddings (L1–L4), a *similarity*: the cosine
 //!    between the query and the tool text the `embed` stage embeds (the best of the step's
 //!    tools). A step with no mention and a clearly low score (a similarity below
 //!    `min_similarity` and at most one shared word; without a similarity, no shared word
@@ -1589,18 +1589,19 @@ fn not_implied(first: &[Step], r: &Replanned) -> Vec<StepDecision> {
 }
 
 impl PlanChecks {
-    /// Check the plan of item `key` (lexical scores), record the decisions, and give the
-    /// pruned plan or the rejection reason (for the funnel).
+    /// Check the plan of item `key` by the rules alone (lexical scores, and with
+    /// `similarity` one embedding cosine per step), record the decisions, and give the pruned
+    /// plan or the rejection reason (for the funnel). L1 and L2, whose query the level's own
+    /// judge verified against its one tool, and L5, whose plan is empty.
     pub fn apply(
         &mut self,
-        key: &str,
-        level: u8,
+        (key, level): (&str, u8),
         query: &str,
         steps: &[Step],
-        tool: &dyn Fn(&str) -> Option<ToolInfo>,
+        (tool, similarity): (&LookupFn<'_>, Option<&[f32]>),
         cfg: &PlanCheckSettings,
     ) -> Result<Vec<Step>, String> {
-        let c = check_plan(level, query, steps, tool, None, cfg);
+        let c = check_plan(level, query, steps, tool, similarity, cfg);
         self.record(key, c)
     }
 
@@ -2056,7 +2057,13 @@ mod tests {
         // Recorded and counted as a level stage does it.
         let mut checks = PlanChecks::default();
         let tool_of = lookup(&tools);
-        let r = checks.apply("attempt:0000", 4, L4_1_QUERY, &l4_1_plan(), &tool_of, &PlanCheckSettings::default());
+        let r = checks.apply(
+            ("attempt:0000", 4),
+            L4_1_QUERY,
+            &l4_1_plan(),
+            (&tool_of, None),
+            &PlanCheckSettings::default(),
+        );
         assert_eq!(r, Err(ONE_SERVER_L4.to_string()));
         assert_eq!((checks.repeated, checks.unrequested, checks.dependencies_dropped), (3, 4, 0));
         assert_eq!(checks.records["attempt:0000"].rejected.as_deref(), Some(ONE_SERVER_L4));
@@ -2071,6 +2078,25 @@ mod tests {
 
     /// The demo's released L4-1 (ninth round): a request for market data kept a Slack step
     /// because "history" is a word of both; the embedding similarity tells them apart.
+    /// L1's one step, verified by the level's judge, is still pruned by the rules when the
+    /// query is far from its tool by words and by embeddings: the query then has no step.
+    #[test]
+    fn an_l1_query_far_from_its_tool_is_rejected_whatever_its_judge_said() {
+        let tools = l4_1_tools();
+        let plan = [step(&["alpha-markets-mcp::get_company_profile"], &[])];
+        let cfg = PlanCheckSettings::default();
+        let query = "Post a short note about the weather to my team";
+        // Sharing no word and far by similarity: pruned, rejected with the reason.
+        let c = check_plan(1, query, &plan, &lookup(&tools), Some(&[0.04][..]), &cfg);
+        assert_eq!(about(&c, 1).decision, Decision::Unrequested, "{:?}", about(&c, 1));
+        assert_eq!(about(&c, 1).similarity, Some(0.04));
+        assert_eq!(c.verdict, Verdict::Reject("plan does not fit L1: no step is left".into()));
+        // Near by similarity, the same words keep it.
+        let c = check_plan(1, query, &plan, &lookup(&tools), Some(&[0.6][..]), &cfg);
+        assert_eq!(about(&c, 1).decision, Decision::Kept, "{:?}", about(&c, 1));
+        assert!(matches!(c.verdict, Verdict::Ok(ref p) if p.len() == 1));
+    }
+
     #[test]
     fn a_low_similarity_prunes_a_step_that_shares_only_a_word_and_pruning_can_be_switched_off() {
         let mut tools = l4_1_tools();

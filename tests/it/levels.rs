@@ -772,8 +772,14 @@ fn five_levels_on_the_demo_catalog_load_in_score_and_keep_their_promises() {
         let level5 = ev["id"].as_str().unwrap().starts_with("L5-");
         let steps = ev["tools"].as_array().unwrap().len();
         match ev["plan_check"].as_array() {
-            Some(d) => assert!(d.iter().filter(|d| d["decision"] == "kept").count() >= steps, "{ev}"),
-            None => assert!(level5, "a level sample without its plan check in the lineage: {ev}"),
+            Some(d) => {
+                assert!(d.iter().filter(|d| d["decision"] == "kept").count() >= steps, "{ev}");
+                // Every level with steps weighs each one's embedding similarity (L1 and L2 too).
+                let on_steps = d.iter().filter(|d| d.get("dependency").is_none());
+                assert!(on_steps.clone().all(|d| d["similarity"].is_number()), "{ev}");
+                assert_eq!(level5, d.is_empty(), "{ev}");
+            }
+            None => panic!("a level sample without its plan check in the lineage: {ev}"),
         }
     }
 
