@@ -64,9 +64,11 @@ pub static SPEC: StageSpec = StageSpec {
     //    session by rule (`described_words`); the catalog is read when present.
     // 7: words fold their plurals as every check's do (`text::singular`: `status` stays,
     //    `boxes` → `box`, `ids` → `id`).
+    // 10: `keep_similarity` weighs each request of a session on its own (the best of them),
+    //     not the requests joined, which the model cut at its length.
     // 9: plurals fold by the shared `text::singular` as refined: `caches` → `cache`, `causes` →
     //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
-    version: 9,
+    version: 10,
     about: "keeps sessions resolved through tools, with a genuine need and a satisfactory answer (LLM judge)",
     reads: &[super::import::SESSIONS.read(), super::import::CATALOG.optional()],
     writes: &["curated.jsonl", "decisions.jsonl", "report.json", crate::llm::batch::FAILED_FILE],
@@ -223,10 +225,12 @@ fn log_tool_text(tool: &str, about: &BTreeMap<String, String>) -> String {
 pub type EmbedFn<'a> = dyn FnMut(&[String]) -> Result<Vec<Vec<f32>>> + 'a;
 
 /// Per session that passes `resolved`, whose need the word rules cannot tell
-/// ([`need_by_rule`]) and that has a request, the successful call whose tool is nearest its
-/// requests: the cosine between the embedding of its requests (joined) and that of the
-/// tool's [`log_tool_text`]; ties go to the first tool in name order. `embed` is called
-/// once, for every request and tool together, and not at all when no session is open.
+/// ([`need_by_rule`]) and that has a request, the successful call whose tool is nearest one
+/// of its requests: the best cosine between the embedding of a request (each turn's on its
+/// own, so a long session's later turns are not cut off at the model's length) and that of
+/// the tool's [`log_tool_text`]; ties go to the earlier request, then the first tool in name
+/// order. `embed` is called once, for every request and tool together, and not at all when
+/// no session is open.
 pub fn nearest_tools(
     embed: &mut EmbedFn<'_>,
     sessions: &[Session],
@@ -241,21 +245,26 @@ pub fn nearest_tools(
         return Ok(BTreeMap::new());
     }
     let tools: BTreeSet<&str> = open.iter().flat_map(|(_, t)| t.iter().copied()).collect();
-    let mut texts: Vec<String> = open.iter().map(|(s, _)| requests(s).join("\n")).collect();
+    let asked: Vec<Vec<String>> = open.iter().map(|(s, _)| requests(s)).collect();
+    let mut texts: Vec<String> = asked.iter().flatten().cloned().collect();
+    let n_requests = texts.len();
     texts.extend(tools.iter().map(|t| log_tool_text(t, about)));
     let vectors: Vec<Vec<f32>> = embed(&texts)?.into_iter().map(crate::embedding::normalised).collect();
     if vectors.len() != texts.len() {
         anyhow::bail!("the embedding model returned {} vectors for {} texts", vectors.len(), texts.len());
     }
-    let (asked, tool_vectors) = vectors.split_at(open.len());
+    let (request_vectors, tool_vectors) = vectors.split_at(n_requests);
     let of: BTreeMap<&str, &Vec<f32>> = tools.iter().copied().zip(tool_vectors).collect();
     let mut out = BTreeMap::new();
-    for ((s, called), q) in open.iter().zip(asked) {
+    let mut next = request_vectors.iter();
+    for ((s, called), requests) in open.iter().zip(&asked) {
         let mut best: Option<(&str, f32)> = None;
-        for t in called {
-            let cos: f32 = q.iter().zip(of[t]).map(|(a, b)| a * b).sum();
-            if best.is_none_or(|(_, b)| cos > b) {
-                best = Some((t, cos));
+        for q in next.by_ref().take(requests.len()) {
+            for t in called {
+                let cos: f32 = q.iter().zip(of[t]).map(|(a, b)| a * b).sum();
+                if best.is_none_or(|(_, b)| cos > b) {
+                    best = Some((t, cos));
+                }
             }
         }
         if let Some((tool, cos)) = best {
@@ -723,6 +732,12 @@ impl Stage for CurateStage {
         "Keep sessions that reflect a genuine need, were resolved through tool calls and
          got a satisfactory answer (LLM judge with `[logs.curate]`; each decision in the
          ledger, see `benchgen explain log:<id>`).
+
+         The need is decided by rules first (the request names or describes a tool it
+         called, or holds one of its argument values; positive feedback), then, with
+         `keep_similarity`, by the embedding similarity of the requests and the called
+         tools (the `[embed]` model), and only then by the judge; a drop by the judge needs
+         a second, independent verdict that agrees.
 
          Reads `logs-import/sessions.jsonl` (and the catalog's tool descriptions, for the
          need rules). Writes `artifacts/logs-curate/`:

@@ -1065,14 +1065,7 @@ fn a_session_whose_called_tool_plainly_answers_its_request_is_kept_by_rule_witho
     assert!(need_by_rule(&failed, &none).is_none(), "a failed call settles nothing");
 
     // Through the stage, with a judge that says "not needed" to whatever it is asked.
-    let llm = ScriptedLlm::start(|seen| {
-        let v = if seen.all_text().contains("genuine need") {
-            json!({"genuine": false, "reason": "not a typical use case for the tool"})
-        } else {
-            json!({"satisfactory": true, "reason": "scripted answer"})
-        };
-        Answer::json(v)
-    });
+    let llm = never_needed_judge();
     let p = judged_project(
         &[
             logged_call(
@@ -1118,6 +1111,19 @@ fn a_session_whose_called_tool_plainly_answers_its_request_is_kept_by_rule_witho
     assert_eq!(m["counts"]["need_by_rule"], 2, "{m}");
 }
 
+/// A scripted judge that says "not needed" to every need it is asked about and
+/// "satisfactory" to every answer.
+fn never_needed_judge() -> ScriptedLlm {
+    ScriptedLlm::start(|seen| {
+        let v = if seen.all_text().contains("genuine need") {
+            json!({"genuine": false, "reason": "not a typical use case for the tool"})
+        } else {
+            json!({"satisfactory": true, "reason": "scripted answer"})
+        };
+        Answer::json(v)
+    })
+}
+
 /// The grid session of the similarity tests: a request no word rule ties to the tool.
 const POWER_COST: &str = "What will electricity cost per hour tomorrow in my region?";
 const GRID_ABOUT: &str = "Electricity prices on the grid, per hour and region.";
@@ -1135,10 +1141,16 @@ fn a_request_near_its_called_tool_is_kept_by_similarity_and_the_embedder_sees_on
     let about: BTreeMap<String, String> = [("get_grid_prices".to_string(), GRID_ABOUT.to_string())].into();
     let power = session("power", POWER_COST, "get_grid_prices", None);
     assert!(need_by_rule(&power, &about).is_none(), "no word rule ties it to the tool");
+    // Two turns, the second the one near the tool: each request is weighed on its own.
+    let later: Session = serde_json::from_value(json!({"id": "later", "source": "x", "format": "events",
+        "location": "x:2", "turns": [{"user": "Hello there", "groups": []},
+        {"user": POWER_COST, "groups": [[{"tool": "get_grid_prices", "arguments": {}, "result": "ok"}]]}]}))
+    .unwrap();
     let sessions = vec![
         power,
         session("named", "What are the grid prices for tomorrow?", "get_grid_prices", None),
         session("failed", POWER_COST, "get_grid_prices", Some("timeout")),
+        later,
     ];
     // A test double of the embedding model: the request along one axis, the tool's text
     // 0.8 along it, anything else across.
@@ -1156,12 +1168,11 @@ fn a_request_near_its_called_tool_is_kept_by_similarity_and_the_embedder_sees_on
     };
     let near = nearest_tools(&mut fake_embedder, &sessions, &about).unwrap();
     let want = Near { tool: "get_grid_prices".into(), similarity: 0.8 };
-    assert_eq!(near, BTreeMap::from([("power".to_string(), want.clone())]), "only the session the rules leave open");
-    assert_eq!(
-        seen,
-        [vec![POWER_COST.to_string(), format!("Tool: get_grid_prices\nDescription: {GRID_ABOUT}")]],
-        "one call, the open requests and their tools"
-    );
+    let open = BTreeMap::from([("later".to_string(), want.clone()), ("power".to_string(), want.clone())]);
+    assert_eq!(near, open, "only the sessions the rules leave open; `later` by its second request");
+    let tool_text = format!("Tool: get_grid_prices\nDescription: {GRID_ABOUT}");
+    let texts = [POWER_COST, "Hello there", POWER_COST, tool_text.as_str()].map(String::from).to_vec();
+    assert_eq!(seen, [texts], "one call, every open request on its own and the tools");
     let kept = need_by_similarity(Some(&want), Some(0.5)).expect("0.8 is at least 0.5");
     assert_eq!((kept.ok, kept.by.as_str()), (true, "similarity"));
     assert_eq!(
@@ -1177,7 +1188,7 @@ fn a_request_near_its_called_tool_is_kept_by_similarity_and_the_embedder_sees_on
             calls += 1;
             Ok(vec![])
         },
-        &sessions[1..],
+        &sessions[1..3],
         &about,
     )
     .unwrap();
@@ -1189,14 +1200,7 @@ fn with_keep_similarity_the_stage_keeps_a_near_session_without_the_judge_and_rec
     if !crate::efs_flow::assets_or_skip() {
         return;
     }
-    let llm = ScriptedLlm::start(|seen| {
-        let v = if seen.all_text().contains("genuine need") {
-            json!({"genuine": false, "reason": "not a typical use case for the tool"})
-        } else {
-            json!({"satisfactory": true, "reason": "scripted answer"})
-        };
-        Answer::json(v)
-    });
+    let llm = never_needed_judge();
     let tools = json!({"tools": [{"name": "get_grid_prices", "description": GRID_ABOUT,
         "inputSchema": {"type": "object", "properties": {"day": {"type": "string"}}}}]});
     let lines = [

@@ -519,6 +519,20 @@ fn planted(p: &Project, name: &str, edit: impl FnOnce(&Path), resum: bool) -> St
     stderr(&o)
 }
 
+/// Rewrite each line of a release folder's `lineage.jsonl` with `f`.
+fn edit_lineage(d: &Path, f: impl Fn(&mut Value)) {
+    let text = std::fs::read_to_string(d.join("lineage.jsonl")).unwrap();
+    let lines: String = text
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            f(&mut v);
+            format!("{v}\n")
+        })
+        .collect();
+    std::fs::write(d.join("lineage.jsonl"), lines).unwrap();
+}
+
 fn replace_in(path: &Path, from: &str, to: &str) {
     let text = std::fs::read_to_string(path).unwrap();
     assert!(text.contains(from), "{from} not in {}", path.display());
@@ -678,18 +692,11 @@ fn verify_fails_on_a_consistent_edit_of_each_format_file() {
         &p,
         "lineage_gap",
         |d| {
-            let text = std::fs::read_to_string(d.join("lineage.jsonl")).unwrap();
-            let kept: String = text
-                .lines()
-                .map(|l| {
-                    let mut v: Value = serde_json::from_str(l).unwrap();
-                    if v["id"] == "L2-1" {
-                        v["events"].as_array_mut().unwrap().retain(|e| e["stage"] != "efs-finalize");
-                    }
-                    format!("{v}\n")
-                })
-                .collect();
-            std::fs::write(d.join("lineage.jsonl"), kept).unwrap();
+            edit_lineage(d, |v| {
+                if v["id"] == "L2-1" {
+                    v["events"].as_array_mut().unwrap().retain(|e| e["stage"] != "efs-finalize");
+                }
+            })
         },
         true,
     );
@@ -700,21 +707,14 @@ fn verify_fails_on_a_consistent_edit_of_each_format_file() {
         &p,
         "step_decisions",
         |d| {
-            let text = std::fs::read_to_string(d.join("lineage.jsonl")).unwrap();
-            let kept: String = text
-                .lines()
-                .map(|l| {
-                    let mut v: Value = serde_json::from_str(l).unwrap();
-                    if v["id"] == "L4-1" {
-                        v["plan_check"][1]["decision"] = json!("unrequested");
-                    }
-                    if v["id"] == "L1-1" {
-                        v.as_object_mut().unwrap().remove("plan_check");
-                    }
-                    format!("{v}\n")
-                })
-                .collect();
-            std::fs::write(d.join("lineage.jsonl"), kept).unwrap();
+            edit_lineage(d, |v| {
+                if v["id"] == "L4-1" {
+                    v["plan_check"][1]["decision"] = json!("unrequested");
+                }
+                if v["id"] == "L1-1" {
+                    v.as_object_mut().unwrap().remove("plan_check");
+                }
+            })
         },
         true,
     );
