@@ -40,18 +40,22 @@ pub fn words(s: &str) -> Vec<String> {
     out
 }
 
+/// Three-letter plurals of the field's two-letter words (other three-letter words ending in
+/// `s`, `gas`, `aws`, `dns`, `ops`, stay).
+const SHORT_PLURALS: &[&str] = &["ids", "ips", "vms", "prs"];
+
 /// Words of four letters or more that end in `s` and are no plural.
 const NOT_PLURAL: &[&str] = &["this", "thus", "plus", "axis", "does", "news", "series", "species", "always", "lens"];
 
 /// An English plural folded to its singular (`entries` → `entry`, `addresses` →
 /// `address`, `boxes` → `box`, `batches` → `batch`, `caches` → `cache`, `causes` →
-/// `cause`, `statuses` → `status`, `cpus` → `cpu`, `ids` → `id`; `status`, `analysis`,
-/// `dns` and `this` stay). A word of three letters folds only if it is `ids` (`gas`,
-/// `aws`, `ops` stay); one of five or more that ends in `us` or `is` is taken for a
-/// singular (`status`, `virus`, `basis`).
+/// `cause`, `breaches` → `breach`, `statuses` → `status`, `cpus` → `cpu`, `ids` → `id`;
+/// `status`, `analysis`, `dns` and `this` stay). A word of three letters folds only if it
+/// is one of [`SHORT_PLURALS`]; one of five or more that ends in `us` or `is` is taken for
+/// a singular (`status`, `virus`, `basis`; so `menus` stays too).
 pub fn singular(w: &str) -> String {
     let n = w.len();
-    let vowel_before = |suffix: &str| w[..n - suffix.len()].ends_with(['a', 'e', 'i', 'o', 'u']);
+    let vowel = |c: Option<char>| c.is_some_and(|c| "aeiou".contains(c));
     if NOT_PLURAL.contains(&w) {
         return w.to_string();
     }
@@ -61,13 +65,15 @@ pub fn singular(w: &str) -> String {
     if n > 4 && ["sses", "xes", "shes", "zzes"].iter().any(|e| w.ends_with(e)) {
         return w[..n - 2].to_string();
     }
-    // `batches`, `statuses` drop `es`; `caches`, `causes` only `s`.
+    // `batches`, `statuses`, `breaches`, `touches` drop `es`; `caches`, `causes`, `aches`
+    // only `s` (one vowel before `ch`/`us`).
     if n > 4 && ["ches", "uses"].iter().any(|e| w.ends_with(e)) {
-        let cut = if vowel_before(&w[n - 4..]) { 1 } else { 2 };
+        let mut before = w[..n - 4].chars().rev();
+        let cut = if vowel(before.next()) && !vowel(before.next()) { 1 } else { 2 };
         return w[..n - cut].to_string();
     }
-    if w == "ids" {
-        return "id".to_string();
+    if SHORT_PLURALS.contains(&w) {
+        return w[..n - 1].to_string();
     }
     let latin = n >= 5 && (w.ends_with("us") || w.ends_with("is"));
     if n >= 4 && w.ends_with('s') && !w.ends_with("ss") && !latin {
@@ -143,6 +149,11 @@ mod tests {
             ("batches", "batch"),
             ("caches", "cache"),
             ("causes", "cause"),
+            ("aches", "ache"),
+            ("breaches", "breach"),
+            ("touches", "touch"),
+            ("speeches", "speech"),
+            ("ips", "ip"),
             ("houses", "house"),
             ("statuses", "status"),
             ("viruses", "virus"),

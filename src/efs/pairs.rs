@@ -625,7 +625,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 2: lexical signals fold plurals by `text::singular` (`status` stays, `ids` → `id`).
     // 3: plurals fold by the shared `text::singular` as refined: `caches` → `cache`, `causes` →
     //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
-    version: 3,
+    // 4: plurals fold by `text::singular` with two vowels before `ch`/`us` read as one
+    //     (`breaches` → `breach`, not `breache`), and `ips`, `vms`, `prs` fold.
+    version: 4,
     about: "candidate pairs of possibly equivalent tools and the plan of LLM calls that will judge them (no LLM)",
     reads: &[crate::filter::CATALOG.read(), crate::embed::INDEX.read(), crate::embed::VECTORS.read()],
     writes: &[PAIRS_CSV, CALLS_JSONL, LEFT_OUT_CSV, "similarity.svg", "summary.json"],

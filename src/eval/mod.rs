@@ -83,7 +83,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 18: the server shortlist folds plurals as every check does (`text::singular`).
     // 19: plurals fold by the shared `text::singular` as refined: `caches` → `cache`, `causes` →
     //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
-    version: 19,
+    // 20: plurals fold by `text::singular` with two vowels before `ch`/`us` read as one
+    //     (`breaches` → `breach`, not `breache`), and `ips`, `vms`, `prs` fold.
+    version: 20,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[

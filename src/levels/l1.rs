@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::profiles::{PROFILES, Profiles};
-use super::{Funnel, Generated, LevelOut, Step};
+use super::{Funnel, LevelOut, Step};
 use crate::llm::Prompt;
 use crate::llm::batch::{self, Batch, Item, ItemError};
 use crate::settings::Settings;
@@ -50,7 +50,10 @@ pub static SPEC: StageSpec = StageSpec {
     // 16: the plan check weighs the step's embedding similarity to the query, as in L3
     //     and L4 (a step clearly low by it and by its words is pruned, and the query
     //     rejected), so the level's judge is not the only guard.
-    version: 16,
+    // 17: a plan-check step the rules leave open is put to the per-step judge
+    //     (`levels_step_need`), as in L3 and L4; plurals fold by `text::singular` with two vowels before `ch`/`us` read as one
+    //     (`breaches` → `breach`, not `breache`), and `ips`, `vms`, `prs` fold.
+    version: 17,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
@@ -413,7 +416,9 @@ impl Stage for L1Stage {
                 Estimate::typed(
                     &l.judge_role,
                     items * (n + 1),
-                    format!("{basis} × ({n} candidates + ≤ 1 asked again) verified"),
+                    format!(
+                        "{basis} × ({n} candidates + ≤ 1 asked again) verified (+ ≤ 1 plan-check step the rules leave open)"
+                    ),
                 ),
             ],
         )
@@ -426,13 +431,25 @@ impl Stage for L1Stage {
             PromptRef::new("levels.l1_write", WRITE_TEMPLATE, vars),
             PromptRef::new("levels.l1_verify", VERIFY_TEMPLATE, v),
             again_prompt(),
+            super::plan_check::step_need_prompt(),
         ]
     }
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
         let l = super::settings(s);
         crate::settings::check_positive(problems, "levels.l1.candidates", l.l1.candidates);
-        // `[levels.plan_check]` serves L1–L4; checked here once.
+        // `[levels.plan_check]` serves L1–L4; checked here once, with the embedding model its
+        // similarities need (said before any LLM work, not when the check first embeds).
         super::plan_check::check_settings(&l.plan_check, problems);
+        let missing = crate::embedding::missing_assets(s);
+        if !missing.is_empty() {
+            problems.push(crate::error::Problem::new(
+                "levels.plan_check",
+                format!(
+                    "needs the `[embed]` model for its similarities, whose files are missing: {} (run `make setup`)",
+                    missing.iter().map(|p| format!("`{}`", p.display())).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let l = super::settings(s);
@@ -485,36 +502,26 @@ impl Stage for L1Stage {
         for f in &done.failed {
             funnel.reject(f.item.trim_start_matches("tool:"), format!("failed: {}", f.reason));
         }
-        batch.finish(out)?;
         let look = super::Lookup::new(&catalog);
-        let info = |id: &str| super::plan_check::catalog_tool(&look, id);
         let mut checks = super::plan_check::PlanChecks::default();
-        let embedder = super::LazyEmbedder::new(s);
-        let mut verified = 0;
-        let mut queries = Vec::new();
+        let mut verified = Vec::new();
         for (key, d) in &done.values {
             let id = key.trim_start_matches("tool:");
-            let (query, exchanges) = match choose(d, seed, key) {
-                Ok(v) => v,
-                Err(r) => {
-                    funnel.reject(id, r);
-                    continue;
-                }
-            };
-            verified += 1;
-            let steps = vec![Step { tools: vec![id.to_string()], depends_on: vec![] }];
-            // The step's embedding similarity to the query weighs in the rules as in L3 and
-            // L4, so the level's judge saying yes is not the only guard (issue 38).
-            let sim = super::step_similarities(&embedder, &look, &[query.as_str()], &steps)?;
-            let sim = sim.first().map(Vec::as_slice);
-            match checks.apply((key, 1), &query, &steps, (&info, sim), &l.plan_check) {
-                Ok(steps) => {
-                    queries.push(Generated { key: key.clone(), query, steps, category: None, entity: None, exchanges })
+            match choose(d, seed, key) {
+                Ok((query, exchanges)) => {
+                    let step = Step { tools: vec![id.to_string()], depends_on: vec![] };
+                    verified.push(super::Verified { key: key.clone(), query, exchanges, step });
                 }
                 Err(r) => funnel.reject(id, r),
             }
         }
-        funnel.step("verified", verified);
+        funnel.step("verified", verified.len());
+        // The plan check: the rules with the step's embedding similarity, the judge on an
+        // open step, as in L3 and L4, so the verifier's yes is not the only guard (issue 38).
+        let name = |key: &str| key.trim_start_matches("tool:").to_string();
+        let queries =
+            super::check_single_steps(&mut batch, (s, &look, 1), verified, (&mut checks, &mut funnel), &name)?;
+        batch.finish(out)?;
         let (again, again_ok) = again_counts(done.values.values());
         funnel.step("asked again", again);
         funnel.step("verified after asking again", again_ok);

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::l1::{Mention, choose, write_and_verify};
 use super::profiles::{Coupling, PROFILES, Profiles};
-use super::{Funnel, Generated, LevelOut, Step};
+use super::{Funnel, LevelOut, Step};
 use crate::efs::finalize::{FINAL, Final};
 use crate::llm::batch::{Batch, Item};
 use crate::settings::Settings;
@@ -50,7 +50,10 @@ pub static SPEC: StageSpec = StageSpec {
     // 16: the plan check weighs the step's embedding similarity to the query, as in L3
     //     and L4 (a step clearly low by it and by its words is pruned, and the query
     //     rejected), so the level's judge is not the only guard.
-    version: 16,
+    // 17: a plan-check step the rules leave open is put to the per-step judge
+    //     (`levels_step_need`), as in L3 and L4; plurals fold by `text::singular` with two vowels before `ch`/`us` read as one
+    //     (`breaches` → `breach`, not `breache`), and `ips`, `vms`, `prs` fold.
+    version: 17,
     about: "ETOM L2: implicit queries under the coupling rule; EFS members share one query whose ground truth lists the whole set",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read(), FINAL.optional()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
@@ -202,6 +205,7 @@ impl Stage for L2Stage {
             PromptRef::new("levels.l2_write", WRITE_TEMPLATE, vars),
             PromptRef::new("levels.l2_verify", VERIFY_TEMPLATE, v),
             super::l1::again_prompt(),
+            super::plan_check::step_need_prompt(),
         ]
     }
     fn check(&self, s: &Settings, problems: &mut Vec<crate::error::Problem>) {
@@ -255,35 +259,25 @@ impl Stage for L2Stage {
         for f in &done.failed {
             funnel.reject(&f.item, format!("failed: {}", f.reason));
         }
-        batch.finish(out)?;
         let look = super::Lookup::new(&catalog);
-        let info = |id: &str| super::plan_check::catalog_tool(&look, id);
         let mut checks = super::plan_check::PlanChecks::default();
-        let embedder = super::LazyEmbedder::new(s);
-        let mut verified = 0;
-        let mut queries = Vec::new();
+        let mut verified = Vec::new();
         for (key, d) in &done.values {
-            let (query, exchanges) = match choose(d, seed, key) {
-                Ok(v) => v,
-                Err(r) => {
-                    funnel.reject(key, r);
-                    continue;
-                }
-            };
-            verified += 1;
-            let steps = vec![Step { tools: members[key].clone(), depends_on: vec![] }];
-            // The step's embedding similarity to the query weighs in the rules as in L3 and
-            // L4, so the level's judge saying yes is not the only guard (issue 38).
-            let sim = super::step_similarities(&embedder, &look, &[query.as_str()], &steps)?;
-            let sim = sim.first().map(Vec::as_slice);
-            match checks.apply((key, 2), &query, &steps, (&info, sim), &l.plan_check) {
-                Ok(steps) => {
-                    queries.push(Generated { key: key.clone(), query, steps, category: None, entity: None, exchanges })
+            match choose(d, seed, key) {
+                Ok((query, exchanges)) => {
+                    let step = Step { tools: members[key].clone(), depends_on: vec![] };
+                    verified.push(super::Verified { key: key.clone(), query, exchanges, step });
                 }
                 Err(r) => funnel.reject(key, r),
             }
         }
-        funnel.step("verified", verified);
+        funnel.step("verified", verified.len());
+        // The plan check: the rules with the step's embedding similarity, the judge on an
+        // open step, as in L3 and L4, so the verifier's yes is not the only guard (issue 38).
+        let name = |key: &str| key.to_string();
+        let queries =
+            super::check_single_steps(&mut batch, (s, &look, 2), verified, (&mut checks, &mut funnel), &name)?;
+        batch.finish(out)?;
         let (again, again_ok) = super::l1::again_counts(done.values.values());
         funnel.step("asked again", again);
         funnel.step("verified after asking again", again_ok);

@@ -62,7 +62,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     a server serving every kept step; a plan with no step left is asked again; the plan
     //     check's plurals fold by the shared `text::singular` as refined: `caches` → `cache`, `causes` →
     //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
-    version: 18,
+    // 19: plurals fold by `text::singular` with two vowels before `ch`/`us` read as one
+    //     (`breaches` → `breach`, not `breache`), and `ips`, `vms`, `prs` fold.
+    version: 19,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],

@@ -1069,6 +1069,61 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 pub use crate::text::one_line;
 
+/// A verified L1 or L2 query before its plan check: its item key, the query, the exchanges
+/// behind it and its one step (a tool, with its EFS alternatives in L2).
+pub struct Verified {
+    pub key: String,
+    pub query: String,
+    pub exchanges: Vec<String>,
+    pub step: Step,
+}
+
+/// L1 and L2's plan check, as L3 and L4 have it: the rules with each step's embedding
+/// similarity to the query, then the per-step judge (`judge_role`, template
+/// `levels_step_need`, when `[levels.plan_check] judge`) on a step the rules leave open;
+/// nobody is asked again (one step cannot lack a tool). Gives the queries kept; the others
+/// are rejected into `funnel` under `name(key)` with the reason.
+pub fn check_single_steps(
+    batch: &mut crate::llm::batch::Batch<'_>,
+    (s, look, level): (&Settings, &Lookup<'_>, u8),
+    verified: Vec<Verified>,
+    (checks, funnel): (&mut plan_check::PlanChecks, &mut Funnel),
+    name: &dyn Fn(&str) -> String,
+) -> Result<Vec<Generated>> {
+    let l = settings(s);
+    let info = |id: &str| plan_check::catalog_tool(look, id);
+    let embedder = LazyEmbedder::new(s);
+    let sim = |qs: &[&str], steps: &[Step]| step_similarities(&embedder, look, qs, steps);
+    let cands: Vec<plan_check::Candidate> = verified
+        .iter()
+        .map(|v| plan_check::Candidate {
+            key: &v.key,
+            query: &v.query,
+            steps: vec![v.step.clone()],
+            platform: None,
+            entity: None,
+        })
+        .collect();
+    let ask =
+        plan_check::Askers { judge: l.plan_check.judge.then_some(l.judge_role.as_str()), writer: None, replan: None };
+    let checked = checks.check_all(batch, ask, level, &cands, (&info, Some(&sim)), &l.plan_check)?;
+    let mut out = Vec::new();
+    for (v, c) in verified.into_iter().zip(checked) {
+        match c.verdict {
+            Ok(steps) => out.push(Generated {
+                key: v.key,
+                query: v.query,
+                steps,
+                category: None,
+                entity: None,
+                exchanges: v.exchanges,
+            }),
+            Err(r) => funnel.reject(&name(&v.key), r),
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

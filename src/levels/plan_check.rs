@@ -936,7 +936,8 @@ fn too_few(level: u8, plan: &[Step]) -> bool {
     }
 }
 
-/// A server that offers a tool of every step (the first in name order), if any: then an
+/// A server that offers a tool of every step, if any (that of the first step's first tool
+/// when it is one, else the first in name order): then an
 /// agent may answer the query from that one server by picking its alternatives, so the
 /// plan is no L4 (two or more servers whichever tools are called), though its first
 /// alternatives may span several.
@@ -2076,8 +2077,6 @@ mod tests {
         assert_eq!(funnel.steps[5], ("plan checked".to_string(), 0));
     }
 
-    /// The demo's released L4-1 (ninth round): a request for market data kept a Slack step
-    /// because "history" is a word of both; the embedding similarity tells them apart.
     /// L1's one step, verified by the level's judge, is still pruned by the rules when the
     /// query is far from its tool by words and by embeddings: the query then has no step.
     #[test]
@@ -2097,6 +2096,8 @@ mod tests {
         assert!(matches!(c.verdict, Verdict::Ok(ref p) if p.len() == 1));
     }
 
+    /// The demo's released L4-1 (ninth round): a request for market data kept a Slack step
+    /// because "history" is a word of both; the embedding similarity tells them apart.
     #[test]
     fn a_low_similarity_prunes_a_step_that_shares_only_a_word_and_pruning_can_be_switched_off() {
         let mut tools = l4_1_tools();
@@ -2407,12 +2408,10 @@ mod tests {
         assert!(!too_few(4, &three));
         // No step left: too few, so the writer may be asked again.
         assert!(too_few(4, &[]));
-        // Every first tool is of one server that serves every step: named as the one used.
-        let one = [step(&["yfinance-mcp::search_symbols"], &[]), step(&["yfinance-mcp::price_history"], &[0])];
-        assert_eq!(
-            shape(4, &one),
-            Err("plan does not fit L4: needs two or more servers, uses 1 (yfinance-mcp)".into())
-        );
+        // Every first tool is of one server, and another server (first in name order) serves
+        // every step too: the message names the one the first tools use.
+        let one = [step(&["b-mcp::x", "a-mcp::y"], &[]), step(&["b-mcp::z", "a-mcp::w"], &[0])];
+        assert_eq!(shape(4, &one), Err("plan does not fit L4: needs two or more servers, uses 1 (b-mcp)".into()));
 
         // Asked again, the step that mends it is one no tool of which is of yfinance-mcp:
         // `get_company_profile` of alpha-markets-mcp, though alpha-markets-mcp already is a

@@ -1096,12 +1096,12 @@ fn role_params(s: &RoleSettings) -> Value {
 }
 
 /// The sampling parameters a live exchange records (`params`): the role's, except where the
-/// request body itself set one (a seed or temperature of the request,
+/// request body itself set one (a turn's own `max_tokens`, a seed or temperature of the request,
 /// [`Answer::with_seed`] and [`Answer::with_temperature`]: curation's second verdict at 0.7
 /// was recorded with the judge role's 0), so the record says what was sent.
 fn sent_params(s: &RoleSettings, body: &Value) -> Value {
     let mut p = role_params(s);
-    for k in ["temperature", "seed"] {
+    for k in ["temperature", "top_p", "max_tokens", "seed"] {
         if let Some(v) = body.get(k).filter(|v| !v.is_null()) {
             p[k] = v.clone();
         }

@@ -57,18 +57,20 @@ pub const REPORT: Artifact = Artifact::new(STAGE, "report.json");
 pub static SPEC: StageSpec = StageSpec {
     name: STAGE,
     command: "logs curate",
-    // 8: `keep_similarity`: a session the word rules cannot tell is kept by rule when a
-    //    called tool's text is that near its requests (embeddings); `near` in decisions.
-    // 6: the second verdict of the judge role is asked at `second_temperature` (0.7).
     // 5: a request that says what a called tool's catalog description says keeps the
     //    session by rule (`described_words`); the catalog is read when present.
+    // 6: the second verdict of the judge role is asked at `second_temperature` (0.7).
     // 7: words fold their plurals as every check's do (`text::singular`: `status` stays,
     //    `boxes` → `box`, `ids` → `id`).
-    // 10: `keep_similarity` weighs each request of a session on its own (the best of them),
-    //     not the requests joined, which the model cut at its length.
+    // 8: `keep_similarity`: a session the word rules cannot tell is kept by rule when a
+    //    called tool's text is that near its requests (embeddings); `near` in decisions.
     // 9: plurals fold by the shared `text::singular` as refined: `caches` → `cache`, `causes` →
     //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
-    version: 10,
+    // 10: `keep_similarity` weighs each request of a session on its own (the best of them),
+    //     not the requests joined, which the model cut at its length.
+    // 11: plurals fold by `text::singular` with two vowels before `ch`/`us` read as one
+    //     (`breaches` → `breach`, not `breache`), and `ips`, `vms`, `prs` fold.
+    version: 11,
     about: "keeps sessions resolved through tools, with a genuine need and a satisfactory answer (LLM judge)",
     reads: &[super::import::SESSIONS.read(), super::import::CATALOG.optional()],
     writes: &["curated.jsonl", "decisions.jsonl", "report.json", crate::llm::batch::FAILED_FILE],

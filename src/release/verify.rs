@@ -301,14 +301,22 @@ fn plan_checked(v: &mut Verified, s: &Sample, line: &Value, show: bool) -> bool 
         .collect();
     kept.sort_unstable();
     let calls: Vec<&crate::model::PlanCall> = s.turns.iter().flat_map(|t| &t.reference_plan).collect();
+    // In order: each call takes the next kept decision by one of its tools; kept decisions
+    // passed over, or left at the end, are in no released call.
     let mut gaps = Vec::new();
+    let mut extra: Vec<&str> = Vec::new();
+    let mut at = 0;
     for (i, c) in calls.iter().enumerate() {
-        if !kept.get(i).is_some_and(|(_, t)| c.alternatives.iter().any(|a| a == t)) {
-            gaps.push(format!("step {} ({})", i + 1, c.alternatives.join(" | ")));
+        match kept[at..].iter().position(|(_, t)| c.alternatives.iter().any(|a| a == t)) {
+            Some(p) => {
+                extra.extend(kept[at..at + p].iter().map(|(_, t)| *t));
+                at += p + 1;
+            }
+            None => gaps.push(format!("step {} ({})", i + 1, c.alternatives.join(" | "))),
         }
     }
-    if kept.len() > calls.len() {
-        let extra: Vec<&str> = kept[calls.len()..].iter().map(|(_, t)| *t).collect();
+    extra.extend(kept[at..].iter().map(|(_, t)| *t));
+    if !extra.is_empty() {
         gaps.push(format!("kept step(s) not in the released plan: {}", extra.join(", ")));
     }
     if !gaps.is_empty() && show {

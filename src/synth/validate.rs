@@ -76,7 +76,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     (`status` no longer folds to `statu`), the words every check shares.
     // 18: plurals fold by the shared `text::singular` as refined: `caches` → `cache`, `causes` →
     //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
-    version: 18,
+    // 19: plurals fold by `text::singular` with two vowels before `ch`/`us` read as one
+    //     (`breaches` → `breach`, not `breache`), and `ips`, `vms`, `prs` fold.
+    version: 19,
     about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),
