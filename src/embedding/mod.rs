@@ -8,7 +8,7 @@ mod model;
 mod settings;
 mod vectors;
 
-pub use model::{BatchDone, Embedder, missing_assets, normalised};
+pub use model::{BatchDone, Embedder, dot, missing_assets, missing_problem, normalised};
 pub use settings::{
     EmbedProvider, EmbedSettings, PoolingKind, TextField, TextRecipe, cache_dir, described_parameters, embed_settings,
     tool_text,

@@ -44,6 +44,22 @@ fn init_ort(dylib: &Path) -> Result<ort::environment::Environment> {
     }
 }
 
+/// Cosine of two unit vectors ([`normalised`] ones), summed in order.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The problem `check` reports under `key` when what embeds there (`what`, with `hint` on
+/// what to do) would find the local `[embed]` model's files missing ([`missing_assets`]);
+/// `None` when they are there.
+pub fn missing_problem(settings: &Settings, key: &str, (what, hint): (&str, &str)) -> Option<crate::error::Problem> {
+    let missing = missing_assets(settings);
+    (!missing.is_empty()).then(|| {
+        let files: Vec<String> = missing.iter().map(|p| format!("`{}`", p.display())).collect();
+        crate::error::Problem::new(key, format!("{what}, whose files are missing: {} ({hint})", files.join(", ")))
+    })
+}
+
 /// The files a local `[embed]` model needs that are not there (none for a server), so that a
 /// stage's `check` can say so before anything runs.
 pub fn missing_assets(settings: &Settings) -> Vec<PathBuf> {

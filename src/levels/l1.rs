@@ -440,16 +440,8 @@ impl Stage for L1Stage {
         // `[levels.plan_check]` serves L1–L4; checked here once, with the embedding model its
         // similarities need (said before any LLM work, not when the check first embeds).
         super::plan_check::check_settings(&l.plan_check, problems);
-        let missing = crate::embedding::missing_assets(s);
-        if !missing.is_empty() {
-            problems.push(crate::error::Problem::new(
-                "levels.plan_check",
-                format!(
-                    "needs the `[embed]` model for its similarities, whose files are missing: {} (run `make setup`)",
-                    missing.iter().map(|p| format!("`{}`", p.display())).collect::<Vec<_>>().join(", ")
-                ),
-            ));
-        }
+        let what = ("needs the `[embed]` model for its similarities", "run `make setup`");
+        problems.extend(crate::embedding::missing_problem(s, "levels.plan_check", what));
     }
     fn plan(&self, s: &Settings) -> Result<Plan> {
         let l = super::settings(s);

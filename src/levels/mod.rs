@@ -1062,10 +1062,7 @@ impl Drop for LazyEmbedder {
     }
 }
 
-/// Cosine of two unit vectors.
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
+pub use crate::embedding::dot;
 
 pub use crate::text::one_line;
 

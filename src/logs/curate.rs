@@ -263,7 +263,7 @@ pub fn nearest_tools(
         let mut best: Option<(&str, f32)> = None;
         for q in next.by_ref().take(requests.len()) {
             for t in called {
-                let cos: f32 = q.iter().zip(of[t]).map(|(a, b)| a * b).sum();
+                let cos = crate::embedding::dot(q, of[t]);
                 if best.is_none_or(|(_, b)| cos > b) {
                     best = Some((t, cos));
                 }
@@ -833,17 +833,13 @@ impl Stage for CurateStage {
             ));
         }
         // The rule embeds with the `[embed]` model: a missing one is said before the run.
-        let missing = c.keep_similarity.map(|_| crate::embedding::missing_assets(s)).unwrap_or_default();
-        if !missing.is_empty() {
-            problems.push(crate::error::Problem::new(
-                "logs.curate.keep_similarity",
-                format!(
-                    "needs the `[embed]` model, whose files are missing: {} (run `make setup`, or leave \
-                     `keep_similarity` out and the judge decides those sessions)",
-                    missing.iter().map(|p| format!("`{}`", p.display())).collect::<Vec<_>>().join(", ")
-                ),
-            ));
-        }
+        let what = (
+            "needs the `[embed]` model",
+            "run `make setup`, or leave `keep_similarity` out and the judge decides those sessions",
+        );
+        problems.extend(
+            c.keep_similarity.and_then(|_| crate::embedding::missing_problem(s, "logs.curate.keep_similarity", what)),
+        );
         if c.second_role.as_deref() == Some(c.judge_role.as_str()) {
             problems.push(crate::error::Problem::new(
                 "logs.curate.second_role",
