@@ -19,7 +19,6 @@
 //! precision, recall, RAG hit) and `items.json` ([`ReviewItem`]s).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -28,7 +27,7 @@ use serde_json::json;
 use super::TopdownSettings;
 use super::build::{CandidateSet, Sets};
 use super::verify::tool_vars;
-use crate::embedding::{Embedder, Vectors};
+use crate::embedding::Vectors;
 use crate::ledger::{NewEvent, Parent, kind};
 use crate::llm::Prompt;
 use crate::llm::batch::{self, Batch, BatchOptions, Item};
@@ -212,23 +211,6 @@ fn select_prompt(
     (retrieved, Prompt::new(&t.select_template, json!({"request": request, "tools": cands})))
 }
 
-/// The embedding model, loaded by the first set that needs it (a fully resumed run
-/// needs none); sets in flight take turns.
-struct LazyEmbedder<'s> {
-    settings: &'s Settings,
-    cell: Mutex<Option<Embedder>>,
-}
-
-impl LazyEmbedder<'_> {
-    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
-        let mut e = self.cell.lock().map_err(|_| anyhow::anyhow!("internal: the embedder lock is poisoned"))?;
-        if e.is_none() {
-            *e = Some(Embedder::load(self.settings)?);
-        }
-        e.as_mut().expect("loaded above").embed(texts, 32, &indicatif::ProgressBar::hidden())
-    }
-}
-
 /// The writer's answer schema: at most `n` requests.
 pub(crate) fn requests_schema(n: usize) -> serde_json::Value {
     crate::llm::schema_with_max_items::<Requests>("requests", n)
@@ -356,7 +338,7 @@ impl Stage for TopdownStage {
         let vectors = Vectors::read(inputs)?;
         let tools: HashMap<&str, (&Server, &Tool)> =
             catalog.tools().map(|(sv, tl)| (tl.id.as_str(), (sv, tl))).collect();
-        let embedder = LazyEmbedder { settings: s, cell: Mutex::new(None) };
+        let embedder = crate::embedding::Lazy::new(s);
 
         let opts = BatchOptions::new(SPEC.name, "topdown", "sets")
             .concurrency(t.concurrency.max(1))
@@ -372,7 +354,7 @@ impl Stage for TopdownStage {
                 .typed_schema::<Requests>(&t.writer_role, &prompt, Some("requests"), ("Requests", schema), |_| Ok(()))
                 .await?;
             let texts: Vec<String> = reqs.value.requests.iter().take(t.requests_per_set).cloned().collect();
-            let qv = embedder.embed(&texts)?;
+            let qv = embedder.embed_async(texts.clone()).await?;
             let llm = &llm;
             let judged = futures::future::join_all(texts.iter().zip(&qv).enumerate().map(|(i, (text, q))| {
                 let (retrieved, prompt) = select_prompt(t, tools, vectors, text, q);

@@ -4,10 +4,12 @@
 //! `embed` stage (`src/embed.rs`) writes the catalog's vectors with them; `efs pairs`,
 //! `efs topdown` and `levels l5` read them, and the level stages embed texts of their own.
 
+mod lazy;
 mod model;
 mod settings;
 mod vectors;
 
+pub use lazy::{Lazy, PREFETCH_CHUNK, Prefetch};
 pub use model::{BatchDone, Embedder, dot, missing_assets, missing_problem, normalised};
 pub use settings::{
     EmbedProvider, EmbedSettings, PoolingKind, TextField, TextRecipe, cache_dir, described_parameters, embed_settings,

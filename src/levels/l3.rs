@@ -615,7 +615,7 @@ impl Stage for L3Stage {
             writer: Some(writer),
             replan: Some(&replan),
         };
-        let embedder = super::LazyEmbedder::new(s);
+        let embedder = crate::embedding::Lazy::new(s);
         let sim = |qs: &[&str], steps: &[Step]| super::step_similarities(&embedder, &look, qs, steps);
         let verdicts = checks.check_all(&mut batch, ask, 3, &cands, (&info, Some(&sim)), &l.plan_check)?;
         batch.finish(out)?;

@@ -511,7 +511,7 @@ impl Stage for L4Stage {
             writer: Some(writer),
             replan: None,
         };
-        let embedder = super::LazyEmbedder::new(s);
+        let embedder = crate::embedding::Lazy::new(s);
         let sim = |qs: &[&str], steps: &[Step]| super::step_similarities(&embedder, &look, qs, steps);
         let verdicts = checks.check_all(&mut batch, ask, 4, &checked, (&info, Some(&sim)), &l.plan_check)?;
         let mut attempts = done.values.clone();

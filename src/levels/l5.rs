@@ -23,8 +23,9 @@ use futures::future::join_all;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{Funnel, Generated, LazyEmbedder, LevelOut};
+use super::{Funnel, Generated, LevelOut};
 use crate::embed::{INDEX, VECTORS};
+use crate::embedding::Lazy;
 use crate::embedding::Vectors;
 use crate::llm::Prompt;
 use crate::llm::batch::{self, Batch, Item};
@@ -406,7 +407,7 @@ impl Stage for L5Stage {
         let (writer, judge) = (l.writer_role.as_str(), l.judge_role.as_str());
         let red = l.red_team_role.clone().unwrap_or_else(|| l.judge_role.clone());
         let red = red.as_str();
-        let embedder = LazyEmbedder::new(s);
+        let embedder = Lazy::new(s);
         let emb = &embedder;
         let mut funnel = Funnel::default();
         let mut batch = Batch::new(ctx, super::batch_options(STAGE, "L5", "items", s))?;

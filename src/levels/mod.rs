@@ -29,14 +29,12 @@ pub mod profiles;
 pub mod schemas;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use crate::config_doc::Key;
-use crate::embedding::Embedder;
 use crate::model::{Catalog, Server, Tool};
 use crate::settings::Settings;
 
@@ -872,105 +870,18 @@ pub struct Repaired {
     pub notes: Vec<String>,
 }
 
-/// One embedding request to the [`LazyEmbedder`]'s thread: texts and where the vectors go.
-type EmbedJob = (Vec<String>, tokio::sync::oneshot::Sender<Result<Vec<Vec<f32>>>>);
-
-/// The embedding model on a thread of its own, loaded there on first use (a fully resumed
-/// run needs none). A work item awaits its vectors ([`LazyEmbedder::embed_async`]) while
-/// the model runs, so the other items' LLM requests go on; computed on the task that
-/// polls the items, one embedding stopped them all. Requests are served one at a time,
-/// each as its own call, so a text's vector does not depend on which other items asked
-/// at the same moment (byte-identical reruns).
-pub struct LazyEmbedder {
-    settings: Settings,
-    worker: Mutex<Option<(std::sync::mpsc::Sender<EmbedJob>, std::thread::JoinHandle<()>)>>,
-}
-
-impl LazyEmbedder {
-    pub fn new(settings: &Settings) -> Self {
-        Self { settings: settings.clone(), worker: Mutex::new(None) }
-    }
-
-    fn sender(&self) -> Result<std::sync::mpsc::Sender<EmbedJob>> {
-        let mut w = self.worker.lock().map_err(|_| anyhow::anyhow!("internal: the embedder lock is poisoned"))?;
-        if w.is_none() {
-            let (tx, rx) = std::sync::mpsc::channel::<EmbedJob>();
-            let settings = self.settings.clone();
-            let handle = std::thread::Builder::new()
-                .name("benchgen-embed".into())
-                .spawn(move || {
-                    let mut model: Option<Embedder> = None;
-                    for (texts, reply) in rx {
-                        let mut run = || -> Result<Vec<Vec<f32>>> {
-                            if model.is_none() {
-                                model = Some(Embedder::load(&settings)?);
-                            }
-                            model.as_mut().expect("loaded above").embed(&texts, 32, &indicatif::ProgressBar::hidden())
-                        };
-                        let _ = reply.send(run());
-                    }
-                })
-                .map_err(|e| anyhow::anyhow!("cannot start the embedding thread: {e}"))?;
-            *w = Some((tx, handle));
-        }
-        Ok(w.as_ref().expect("started above").0.clone())
-    }
-
-    /// Vectors of `texts` (from async work items: the wait does not block other items).
-    pub async fn embed_async(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.sender()?.send((texts, tx)).map_err(|_| anyhow::anyhow!("the embedding thread has stopped"))?;
-        rx.await.map_err(|_| anyhow::anyhow!("the embedding thread has stopped"))?
-    }
-
-    /// Vectors of `texts`, waiting for them (outside the async items).
-    pub fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
-        futures::executor::block_on(self.embed_async(texts.to_vec()))
-    }
-
-    /// Load the model on the embedding thread now, while the caller does other work.
-    pub fn preload(&self) -> Result<()> {
-        let (tx, _) = tokio::sync::oneshot::channel();
-        self.sender()?.send((Vec::new(), tx)).map_err(|_| anyhow::anyhow!("the embedding thread has stopped"))
-    }
-
-    /// Vectors of a fixed list of texts for work items ([`Prefetch::get`]): computed on the
-    /// embedding thread in chunks of [`PREFETCH_CHUNK`] texts in list order, each chunk
-    /// once. Chunks holding a text for which `wanted(position)` is true start at once (in
-    /// order, ahead of the items that will ask); the others only if asked. A text's vector
-    /// thus depends on the list alone, never on which items were still to do or when they
-    /// asked, and a fully resumed run embeds nothing.
-    pub fn prefetch(&self, texts: Vec<String>, wanted: impl Fn(usize) -> bool) -> Result<Prefetch<'_>> {
-        let mut index = std::collections::HashMap::new();
-        for (i, t) in texts.iter().enumerate() {
-            index.entry(t.clone()).or_insert(i);
-        }
-        let n_chunks = texts.len().div_ceil(PREFETCH_CHUNK);
-        let p = Prefetch { embedder: self, texts, index, chunks: Mutex::new(vec![None; n_chunks]) };
-        for c in 0..n_chunks {
-            if (c * PREFETCH_CHUNK..((c + 1) * PREFETCH_CHUNK).min(p.texts.len())).any(&wanted) {
-                p.start(c)?;
-            }
-        }
-        Ok(p)
-    }
-}
-
-/// Texts per embedding call of a [`Prefetch`] (the embedding batch size).
-pub const PREFETCH_CHUNK: usize = 32;
-
 /// The plan check's embedding similarities (see [`plan_check`], rule 3), per text of
 /// `queries` (a query, or the parts of one): the cosine of the text with the text the
 /// `embed` stage embeds for each tool of each step, the best of the step's tools; NaN for a
 /// step none of whose tools is in the catalog. One embedding call for all of them, so a
 /// tool is embedded once however many texts are weighed against it.
 pub fn step_similarities(
-    embedder: &LazyEmbedder,
+    embedder: &crate::embedding::Lazy,
     look: &Lookup<'_>,
     queries: &[&str],
     steps: &[Step],
 ) -> Result<Vec<Vec<f32>>> {
-    let recipe = &crate::embedding::embed_settings(&embedder.settings).text;
+    let recipe = &crate::embedding::embed_settings(embedder.settings()).text;
     let ids: Vec<String> = steps
         .iter()
         .flat_map(|s| &s.tools)
@@ -1003,65 +914,6 @@ pub fn step_similarities(
         .collect())
 }
 
-type ChunkFuture = futures::future::Shared<futures::future::BoxFuture<'static, Result<Arc<Vec<Vec<f32>>>, String>>>;
-
-/// See [`LazyEmbedder::prefetch`].
-pub struct Prefetch<'e> {
-    embedder: &'e LazyEmbedder,
-    texts: Vec<String>,
-    /// First position of each text.
-    index: std::collections::HashMap<String, usize>,
-    chunks: Mutex<Vec<Option<ChunkFuture>>>,
-}
-
-impl Prefetch<'_> {
-    /// Send chunk `c` to the embedding thread unless it was sent already.
-    fn start(&self, c: usize) -> Result<()> {
-        self.chunk(c).map(drop)
-    }
-
-    /// Chunk `c`'s vectors, started on the embedding thread if they were not yet.
-    fn chunk(&self, c: usize) -> Result<ChunkFuture> {
-        use futures::FutureExt;
-        let mut chunks = self.chunks.lock().map_err(|_| anyhow::anyhow!("internal: the prefetch lock is poisoned"))?;
-        if let Some(f) = &chunks[c] {
-            return Ok(f.clone());
-        }
-        let part = self.texts[c * PREFETCH_CHUNK..((c + 1) * PREFETCH_CHUNK).min(self.texts.len())].to_vec();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.embedder.sender()?.send((part, tx)).map_err(|_| anyhow::anyhow!("the embedding thread has stopped"))?;
-        // The thread works on the chunk from now on; the future only waits for its answer.
-        let f = async move {
-            match rx.await {
-                Ok(Ok(v)) => Ok(Arc::new(v)),
-                Ok(Err(e)) => Err(format!("{e:#}")),
-                Err(_) => Err("the embedding thread has stopped".to_string()),
-            }
-        }
-        .boxed()
-        .shared();
-        chunks[c] = Some(f.clone());
-        Ok(f)
-    }
-
-    /// The vector of `text` (one of the listed texts).
-    pub async fn get(&self, text: &str) -> Result<Vec<f32>> {
-        let i = *self.index.get(text).ok_or_else(|| anyhow::anyhow!("internal: `{text}` was not prefetched"))?;
-        let vectors = self.chunk(i / PREFETCH_CHUNK)?.await.map_err(anyhow::Error::msg)?;
-        Ok(vectors[i % PREFETCH_CHUNK].clone())
-    }
-}
-
-impl Drop for LazyEmbedder {
-    fn drop(&mut self) {
-        let worker = self.worker.get_mut().map(Option::take).unwrap_or_else(|p| p.into_inner().take());
-        if let Some((tx, handle)) = worker {
-            drop(tx);
-            let _ = handle.join();
-        }
-    }
-}
-
 pub use crate::embedding::dot;
 
 pub use crate::text::one_line;
@@ -1089,7 +941,7 @@ pub fn check_single_steps(
 ) -> Result<Vec<Generated>> {
     let l = settings(s);
     let info = |id: &str| plan_check::catalog_tool(look, id);
-    let embedder = LazyEmbedder::new(s);
+    let embedder = crate::embedding::Lazy::new(s);
     let sim = |qs: &[&str], steps: &[Step]| step_similarities(&embedder, look, qs, steps);
     let cands: Vec<plan_check::Candidate> = verified
         .iter()

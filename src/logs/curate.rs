@@ -874,18 +874,8 @@ impl Stage for CurateStage {
         // cannot tell; the embedding model is loaded only when there is one.
         let near = match c.keep_similarity {
             Some(_) => {
-                let mut model: Option<crate::embedding::Embedder> = None;
-                let hidden = indicatif::ProgressBar::hidden();
-                nearest_tools(
-                    &mut |texts| {
-                        if model.is_none() {
-                            model = Some(crate::embedding::Embedder::load(s)?);
-                        }
-                        model.as_mut().expect("loaded above").embed(texts, 32, &hidden)
-                    },
-                    &sessions,
-                    &about,
-                )?
+                let model = crate::embedding::Lazy::new(s);
+                nearest_tools(&mut |texts| model.embed(texts), &sessions, &about)?
             }
             None => BTreeMap::new(),
         };

@@ -97,7 +97,7 @@ impl crate::settings::Section for SynthSettings {
         Key::unset("chains.max_chains", "integer", "At most this many chains (a seeded subset); unset: no cap."),
         Key::new("chains.paths_per_pair", "integer", "20", "Distinct paths enumerated per tool pair."),
         Key::new("chains.template", "string", r#""synth_chain_query""#, "Prompt template of the chain query."),
-        Key::new("chains.concurrency", "integer", "4", "Chains in flight."),
+        Key::new("chains.concurrency", "integer", "4", "Chains in flight (not hashed)."),
         Key::new("chains.max_failed_share", "number", "0.0", "Share of chains whose query may fail."),
         Key::table("roleplay", "Persona-driven role-play dialogues (`benchgen synth roleplay`)."),
         Key::new("roleplay.dialogues", "integer", "0", "Dialogues to simulate (0: the stage is off)."),
@@ -111,7 +111,7 @@ impl crate::settings::Section for SynthSettings {
             r#""simulated""#,
             "`simulated`: a user simulator writes each message, given the conversation and the turn's request of the goal's plan; `planned`: each message is the plan's request itself (no simulator; the dialogue ends with the plan).",
         ),
-        Key::new("roleplay.concurrency", "integer", "4", "Dialogues in flight."),
+        Key::new("roleplay.concurrency", "integer", "4", "Dialogues in flight (not hashed)."),
         Key::new("roleplay.max_failed_share", "number", "0.0", "Share of dialogues that may fail."),
         Key::table("validate", "The automatic check of every sample (`benchgen validate`)."),
         Key::new(
@@ -132,7 +132,7 @@ impl crate::settings::Section for SynthSettings {
             r#""synth_answer_again""#,
             "The re-ask of an answer claiming what its calls did not do (role `assistant_role`).",
         ),
-        Key::new("validate.concurrency", "integer", "4", "Samples in flight."),
+        Key::new("validate.concurrency", "integer", "4", "Samples in flight (not hashed)."),
         Key::unset(
             "validate.real_samples",
             "integer",
@@ -173,7 +173,8 @@ pub struct ChainSettings {
     pub paths_per_pair: usize,
     #[serde(default = "default_chain_template")]
     pub template: String,
-    #[serde(default = "default_concurrency")]
+    /// A tuning knob, not part of the config hash (as `[execute] concurrency`).
+    #[serde(default = "default_concurrency", skip_serializing)]
     pub concurrency: usize,
     #[serde(
         default,
@@ -225,7 +226,8 @@ pub struct RoleplaySettings {
     /// Who writes the user's messages (see [`UserTurns`]).
     #[serde(default)]
     pub user_turns: UserTurns,
-    #[serde(default = "default_concurrency")]
+    /// A tuning knob, not part of the config hash (as `[execute] concurrency`).
+    #[serde(default = "default_concurrency", skip_serializing)]
     pub concurrency: usize,
     #[serde(
         default,
@@ -279,7 +281,8 @@ pub struct ValidateSettings {
     /// The re-ask of an answer that claims what its calls did not do, role `assistant_role`.
     #[serde(default = "default_answer_template")]
     pub answer_template: String,
-    #[serde(default = "default_concurrency")]
+    /// A tuning knob, not part of the config hash (as `[execute] concurrency`).
+    #[serde(default = "default_concurrency", skip_serializing)]
     pub concurrency: usize,
     /// Real log samples to include (a seeded sample of the benchmark pool; absent: all).
     #[serde(default)]

@@ -712,14 +712,17 @@ fn killed_synthesis_resumes_without_repeating_a_sample_or_an_exchange() {
     let whole = synth_project(&quiet);
     whole.ok(&["run"]);
     // Killed in `synth chains` after the second chain, then in `execute` after the first
-    // query (one at a time), then run to the end.
-    let sp = synth_project(&[quiet[0], quiet[1], ("[execute]\n", "[execute]\nconcurrency = 1\n")]);
+    // query (one at a time, as the demo's `[execute] concurrency = 1` runs them), then run to
+    // the end.
+    let sp = synth_project(&quiet);
+    let cfg: toml::Value = toml::from_str(&sp.p.read("pipeline/demo.toml")).unwrap();
+    assert_eq!(cfg["execute"]["concurrency"].as_integer(), Some(1));
     let o = sp.run(&["run"], &[("BENCHGEN_FAIL_AT", "synth_chain:2")]);
     assert!(!o.status.success());
     assert!(!sp.p.path("artifacts/synth-chains/manifest.json").exists());
     let o = sp.run(&["run"], &[("BENCHGEN_FAIL_AT", "execute_query:1")]);
     assert!(!o.status.success(), "{}", crate::support::stderr(&o));
-    assert!(sp.p.path("artifacts/synth-chains/manifest.json").exists());
+    assert!(sp.p.path("artifacts/synth-chains/manifest.json").exists(), "{}", crate::support::stderr(&o));
     assert!(!sp.p.path("artifacts/execute/manifest.json").exists());
     sp.ok(&["run"]);
     for f in
