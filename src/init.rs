@@ -241,7 +241,7 @@ pub fn init(a: &InitArgs) -> Result<Created> {
         config.push_str(&registry_sections(&registry_path));
     }
     if logs_on {
-        config.push_str(&logs_sections(&logs, &catalog_path, catalog_format));
+        config.push_str(&logs_sections(&logs, &catalog_path, catalog_format, a.provider == "local"));
     }
     config.push_str(&review_and_release(&name));
 
@@ -506,7 +506,8 @@ fn source_name(file: &Path, taken: &[LogFile]) -> String {
     name
 }
 
-fn logs_sections(logs: &[LogFile], catalog: &str, catalog_format: &str) -> String {
+/// `local`: the roles run on the embedded llama-server (`provider = "local"`).
+fn logs_sections(logs: &[LogFile], catalog: &str, catalog_format: &str, local: bool) -> String {
     let sources: String = logs
         .iter()
         .map(|l| {
@@ -518,6 +519,16 @@ fn logs_sections(logs: &[LogFile], catalog: &str, catalog_format: &str) -> Strin
             )
         })
         .collect();
+    // The local server evaluates the tools' shared prompt prefix once when the agent loops
+    // run one after another (docs/llm.md#prompts); other servers cache it across requests.
+    let one_at_a_time = match local {
+        true => {
+            "# One at a time: the local model server then evaluates your tools' shared prompt\n\
+                 # prefix once (docs/llm.md#prompts); raise it with a server that caches prefixes.\n\
+                 concurrency = 1\n"
+        }
+        false => "",
+    };
     format!(
         "# ---- Log track (docs/logs.md, docs/synth.md) --------------------------------------\n\
          # Your tool-call logs: FinMCP sample JSON, OpenAI chat JSONL or tool-event JSONL\n\
@@ -547,10 +558,10 @@ fn logs_sections(logs: &[LogFile], catalog: &str, catalog_format: &str) -> Strin
          [synth]\nplanner_role = \"writer\"\nuser_role = \"writer\"\nassistant_role = \"agent\"\njudge_role = \"judge\"\n\n\
          # Role-play: a few simulated multi-turn dialogues, so a first release has multi-turn\n\
          # samples of its own; raise `dialogues` once the first ones read well.\n\
-         [synth.roleplay]\npersonas = \"raw/personas.toml\"\ndialogues = 2\nturn_cap = 3\n\n\
+         [synth.roleplay]\npersonas = \"raw/personas.toml\"\ndialogues = 2\nturn_cap = 3\n{one_at_a_time}\n\
          # The agent loop that executes the synthesised queries (docs/mcp.md#benchgen-execute):\n\
          # by default against a sandbox serving your catalog with the results in your logs.\n\
-         [execute]\nmax_calls = 12\n\n",
+         [execute]\nmax_calls = 12\n{one_at_a_time}\n",
         toml_str(catalog)
     )
 }

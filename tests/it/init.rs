@@ -194,6 +194,31 @@ fn init_both_tracks_passes_check() {
     }
 }
 
+/// On the local model (the default provider) the agent loops of a new project run one at a
+/// time, so the local server evaluates the tools' shared prompt prefix once
+/// (docs/llm.md#prompts); on an endpoint that caches prefixes they keep the default.
+#[test]
+fn init_on_the_local_model_runs_agent_loops_one_at_a_time() {
+    let concurrency = |proj: &Path| {
+        let text = std::fs::read_to_string(proj.join("pipeline/proj.toml")).unwrap();
+        let cfg: toml::Value = toml::from_str(&text).unwrap();
+        let get = |t: &toml::Value| t.get("concurrency").and_then(toml::Value::as_integer);
+        (get(&cfg["execute"]), get(&cfg["synth"]["roleplay"]))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    users_files(dir.path());
+    let o = run(dir.path(), &["init", "proj", "--track", "logs", "--logs", "my_logs.jsonl", "--catalog", "tools.json"]);
+    assert_code(&o, 0);
+    assert_eq!(concurrency(&dir.path().join("proj")), (Some(1), Some(1)));
+
+    let llm = ScriptedLlm::start(answer);
+    let dir = tempfile::tempdir().unwrap();
+    users_files(dir.path());
+    let o = init(dir.path(), &llm, &["--track", "logs", "--logs", "my_logs.jsonl", "--catalog", "tools.json"]);
+    assert_code(&o, 0);
+    assert_eq!(concurrency(&dir.path().join("proj")), (None, None));
+}
+
 /// `--logs` takes a folder (each of its log files a source; a catalog beside them skipped
 /// with the reason) and repeats; `check` passes on what it writes. A folder with no log,
 /// and two logs of one name, are refused with nothing written.
