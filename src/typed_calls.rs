@@ -168,7 +168,9 @@ fn l5_sites() -> Vec<Entry> {
         of::<l5::Tasks>("src/levels/l5.rs", "levels L5: tasks"),
         of::<l5::CanDo>("src/levels/l5.rs", "levels L5: can"),
         of::<l5::Challenge>("src/levels/l5.rs", "levels L5: challenge"),
-        of::<l5::PersonaQueries>("src/levels/l5.rs", "levels L5: persona queries"),
+        sizes("src/levels/l5.rs", "levels L5: persona queries", &[1, 3, 10], |n| {
+            Answer::<l5::PersonaQueries>::new("PersonaQueries", l5::persona_queries_schema(n))
+        }),
         of::<l5::Judged>("src/levels/l5.rs", "levels L5: judge"),
         of::<l5::SelfCheck>("src/levels/l5.rs", "levels L5: self-check"),
     ]
