@@ -53,7 +53,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 17: a plan-check step the rules leave open is put to the per-step judge
     //     (`levels_step_need`), as in L3 and L4; plurals fold by `text::singular` with two vowels before `ch`/`us` read as one
     //     (`breaches` → `breach`, not `breache`), and `ips`, `vms`, `prs` fold.
-    version: 17,
+    // 18: the verifier's reason is at most 160 characters (`QueryCheck`).
+    version: 18,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
@@ -73,6 +74,11 @@ pub struct QueryCheck {
     pub platform_rule_obeyed: bool,
     pub self_contained: bool,
     pub no_meta_language: bool,
+    /// One sentence.
+    // 160 characters, not the 300 of other explanations: the demo's 0.5B verifier ran
+    // to the 300 in all 10 of its answers of a run by repeating its sentences ("The
+    // request is self-contained and unambiguous. …"), about 35 tokens an answer.
+    #[schemars(length(max = 160))]
     pub reason: String,
 }
 

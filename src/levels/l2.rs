@@ -53,7 +53,8 @@ pub static SPEC: StageSpec = StageSpec {
     // 17: a plan-check step the rules leave open is put to the per-step judge
     //     (`levels_step_need`), as in L3 and L4; plurals fold by `text::singular` with two vowels before `ch`/`us` read as one
     //     (`breaches` → `breach`, not `breache`), and `ips`, `vms`, `prs` fold.
-    version: 17,
+    // 18: the verifier's reason is at most 160 characters (`QueryCheck`).
+    version: 18,
     about: "ETOM L2: implicit queries under the coupling rule; EFS members share one query whose ground truth lists the whole set",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read(), FINAL.optional()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
