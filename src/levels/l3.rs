@@ -82,7 +82,8 @@ pub static SPEC: StageSpec = StageSpec {
     //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
     // 21: plurals fold by `text::singular` with two vowels before `ch`/`us` read as one
     //     (`breaches` → `breach`, not `breache`), and `ips`, `vms`, `prs` fold.
-    version: 21,
+    // 22: the chain verifier's reason is at most 160 characters (`ChainVerdict`).
+    version: 22,
     about: "ETOM L3: single-server chains from data-flow graphs, verified, one query each, backward dependencies",
     reads: &[crate::filter::CATALOG.read(), SCHEMAS.read(), PROFILES.read()],
     writes: &["queries.json", "chains.json", crate::llm::batch::FAILED_FILE],
@@ -234,6 +235,10 @@ pub enum Judgement {
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 pub struct ChainVerdict {
     pub judgement: Judgement,
+    /// One sentence.
+    // 160 characters, as the L1/L2 verifier's `reason`: the demo's 0.5B judge ran to the
+    // 300 of other explanations after its verdict ("… no redundant steps, or a single, ").
+    #[schemars(length(max = 160))]
     pub reason: String,
 }
 

@@ -64,7 +64,8 @@ pub static SPEC: StageSpec = StageSpec {
     //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
     // 19: plurals fold by `text::singular` with two vowels before `ch`/`us` read as one
     //     (`breaches` → `breach`, not `breache`), and `ips`, `vms`, `prs` fold.
-    version: 19,
+    // 20: the feasibility judge's reason is at most 160 characters (`Feasibility`).
+    version: 20,
     about: "ETOM L4: 2–4 servers of distinct main categories, feasibility, scenario, quality control, validation, EFS alternatives",
     reads: &[crate::filter::CATALOG.read(), FINAL.optional()],
     writes: &["queries.json", "attempts.json", crate::llm::batch::FAILED_FILE],
@@ -111,6 +112,10 @@ pub fn sample_servers(
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 pub struct Feasibility {
     pub is_feasible: bool,
+    /// One sentence.
+    // 160 characters, as the L1/L2 verifier's `reason`: the demo's 0.5B judge ran to the
+    // 300 of other explanations in both answers of a run, after its verdict.
+    #[schemars(length(max = 160))]
     pub reason: String,
 }
 
