@@ -54,7 +54,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     (`levels_step_need`), as in L3 and L4; plurals fold by `text::singular` with two vowels before `ch`/`us` read as one
     //     (`breaches` → `breach`, not `breache`), and `ips`, `vms`, `prs` fold.
     // 18: the verifier's reason is at most 160 characters (`QueryCheck`).
-    version: 18,
+    // 19: v18's cap withdrawn: the 0.5B verifier's verdicts changed with its prompt and the
+    //     demo lost its L2.
+    version: 19,
     about: "ETOM L1: per eligible tool, queries naming the platform, verified by ETOM's four rules; one kept",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],
@@ -74,11 +76,9 @@ pub struct QueryCheck {
     pub platform_rule_obeyed: bool,
     pub self_contained: bool,
     pub no_meta_language: bool,
-    /// One sentence.
-    // 160 characters, not the 300 of other explanations: the demo's 0.5B verifier ran
-    // to the 300 in all 10 of its answers of a run by repeating its sentences ("The
-    // request is self-contained and unambiguous. …"), about 35 tokens an answer.
-    #[schemars(length(max = 160))]
+    // Not capped below the 300 of other explanations, though the demo's 0.5B verifier
+    // fills them by repeating itself (all 10 answers of a run): with 160 (v18) the same
+    // model changed its verdicts and refused all four of the demo's L2 queries.
     pub reason: String,
 }
 

@@ -54,7 +54,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     (`levels_step_need`), as in L3 and L4; plurals fold by `text::singular` with two vowels before `ch`/`us` read as one
     //     (`breaches` → `breach`, not `breache`), and `ips`, `vms`, `prs` fold.
     // 18: the verifier's reason is at most 160 characters (`QueryCheck`).
-    version: 18,
+    // 19: v18's cap withdrawn: the 0.5B verifier's verdicts changed with its prompt and the
+    //     demo lost its L2.
+    version: 19,
     about: "ETOM L2: implicit queries under the coupling rule; EFS members share one query whose ground truth lists the whole set",
     reads: &[crate::filter::CATALOG.read(), PROFILES.read(), FINAL.optional()],
     writes: &["queries.json", crate::llm::batch::FAILED_FILE],

@@ -236,7 +236,7 @@ pub enum Judgement {
 pub struct ChainVerdict {
     pub judgement: Judgement,
     /// One sentence.
-    // 160 characters, as the L1/L2 verifier's `reason`: the demo's 0.5B judge ran to the
+    // 160 characters, not the 300 of other explanations: the demo's 0.5B judge ran to the
     // 300 of other explanations after its verdict ("… no redundant steps, or a single, ").
     #[schemars(length(max = 160))]
     pub reason: String,

@@ -113,7 +113,7 @@ pub fn sample_servers(
 pub struct Feasibility {
     pub is_feasible: bool,
     /// One sentence.
-    // 160 characters, as the L1/L2 verifier's `reason`: the demo's 0.5B judge ran to the
+    // 160 characters, not the 300 of other explanations: the demo's 0.5B judge ran to the
     // 300 of other explanations in both answers of a run, after its verdict.
     #[schemars(length(max = 160))]
     pub reason: String,
