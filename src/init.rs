@@ -521,13 +521,12 @@ fn logs_sections(logs: &[LogFile], catalog: &str, catalog_format: &str, local: b
         .collect();
     // The local server evaluates the tools' shared prompt prefix once when the agent loops
     // run one after another (docs/llm.md#prompts); other servers cache it across requests.
-    let one_at_a_time = match local {
-        true => {
-            "# One at a time: the local model server then evaluates your tools' shared prompt\n\
-                 # prefix once (docs/llm.md#prompts); raise it with a server that caches prefixes.\n\
-                 concurrency = 1\n"
-        }
-        false => "",
+    let one_at_a_time = if local {
+        "# One at a time: the local model server then evaluates your tools' shared prompt\n\
+         # prefix once (docs/llm.md#prompts); raise it with a server that caches prefixes.\n\
+         concurrency = 1\n"
+    } else {
+        ""
     };
     format!(
         "# ---- Log track (docs/logs.md, docs/synth.md) --------------------------------------\n\

@@ -236,8 +236,8 @@ pub enum Judgement {
 pub struct ChainVerdict {
     pub judgement: Judgement,
     /// One sentence.
-    // 160 characters, not the 300 of other explanations: the demo's 0.5B judge ran to the
-    // 300 of other explanations after its verdict ("… no redundant steps, or a single, ").
+    // 160 characters, not the 300 of other explanations: after its verdict, the demo's 0.5B
+    // judge filled all 300 by repeating itself ("… no redundant steps, or a single, ").
     #[schemars(length(max = 160))]
     pub reason: String,
 }

@@ -113,8 +113,8 @@ pub fn sample_servers(
 pub struct Feasibility {
     pub is_feasible: bool,
     /// One sentence.
-    // 160 characters, not the 300 of other explanations: the demo's 0.5B judge ran to the
-    // 300 of other explanations in both answers of a run, after its verdict.
+    // 160 characters, not the 300 of other explanations: after its verdict, the demo's 0.5B
+    // judge filled all 300 in both answers of a run by repeating itself.
     #[schemars(length(max = 160))]
     pub reason: String,
 }

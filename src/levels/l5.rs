@@ -25,8 +25,7 @@ use serde_json::{Value, json};
 
 use super::{Funnel, Generated, LevelOut};
 use crate::embed::{INDEX, VECTORS};
-use crate::embedding::Lazy;
-use crate::embedding::Vectors;
+use crate::embedding::{Lazy, Vectors};
 use crate::llm::Prompt;
 use crate::llm::batch::{self, Batch, Item};
 use crate::settings::Settings;
