@@ -463,12 +463,12 @@ pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool
     if text.contains("<tool_call>") {
         for block in text.split("<tool_call>").skip(1) {
             let body = block.split("</tool_call>").next().unwrap_or(block);
-            match leading_call(body).or_else(|| crate::llm::extract::extract_json(body).ok()) {
+            match crate::llm::extract::leading_call(body).or_else(|| crate::llm::extract::extract_json(body).ok()) {
                 Some(v) => values.push(v),
                 None => return Vec::new(),
             }
         }
-    } else if let Some(v) = leading_call(&text) {
+    } else if let Some(v) = crate::llm::extract::leading_call(&text) {
         values.push(v);
     } else if let Ok(v) = crate::llm::extract::extract_json(&text) {
         match v {
@@ -550,43 +550,6 @@ pub fn wordless(text: &str) -> bool {
 fn tool_keyed<'a>(v: &'a Value, known: &impl Fn(&str) -> bool) -> Option<&'a str> {
     let o = v.as_object().filter(|o| o.len() == 2 && o.get("arguments").is_some_and(Value::is_object))?;
     o.get("tool").and_then(Value::as_str).filter(|n| known(n))
-}
-
-/// The call object that the text opens with (bare, or in its first fenced block), read up to its
-/// `name` and `arguments` (or `parameters`), whether or not the object is complete: small
-/// models go on after the call, making up its result in the same object (`"result_id": …,
-/// "items": [`) until their completion limit cuts it, and a cut object is no JSON (the first
-/// balanced value in it is the arguments, which are no call). The call ends where both are
-/// read, as it would have with a stop sequence; what follows is not read. `None` when the text
-/// does not open with an object or a member before both is cut or malformed.
-fn leading_call(text: &str) -> Option<Value> {
-    let trimmed = text.trim_start();
-    // The object opens the text, or the first fenced block (after a line such as "Here is
-    // the call:"); an object inside prose is not a call.
-    let body = match trimmed.starts_with('{') {
-        true => trimmed,
-        false => trimmed[trimmed.find("```")? + 3..].split_once('\n')?.1.trim_start(),
-    };
-    let mut rest = body.strip_prefix('{')?;
-    let mut members = serde_json::Map::new();
-    loop {
-        let mut keys = serde_json::Deserializer::from_str(rest).into_iter::<String>();
-        let key = keys.next()?.ok()?;
-        rest = rest[keys.byte_offset()..].trim_start().strip_prefix(':')?;
-        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
-        let value = values.next()?.ok()?;
-        rest = rest[values.byte_offset()..].trim_start();
-        // A number the text ends with may be cut (`12` of `123`).
-        if value.is_number() && rest.is_empty() {
-            return None;
-        }
-        members.insert(key, value);
-        let named = members.get("name").is_some_and(Value::is_string);
-        if named && (members.contains_key("arguments") || members.contains_key("parameters")) {
-            return Some(Value::Object(members));
-        }
-        rest = rest.strip_prefix(',')?;
-    }
 }
 
 /// Why a group of calls is not run: each call asks, with the same function and arguments,

@@ -85,7 +85,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
     // 20: plurals fold by `text::singular` with two vowels before `ch`/`us` read as one
     //     (`breaches` → `breach`, not `breache`), and `ips`, `vms`, `prs` fold.
-    version: 20,
+    // 21: an agent turn on the local server streams and ends where a call written as text is
+    //     whole (`llm::stream`): its request asks to stream, so its hash changes.
+    version: 21,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[

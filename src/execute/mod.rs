@@ -78,7 +78,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 10: a reply with neither calls nor words (`<tools></tools>`) before any call gets
     //      `call_nudge` once (`agent::executor::wordless`),
     //      and a wordless reply after calls the answer nudge; each nudge once per turn.
-    version: 10,
+    // 11: an agent turn on the local server streams and ends where a call written as text is
+    //     whole (`llm::stream`): its request asks to stream, so its hash changes.
+    version: 11,
     about: "run queries with an LLM agent over MCP tools; record reference trajectories",
     reads: &[
         CHAIN_QUERIES.optional(),

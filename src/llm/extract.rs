@@ -22,6 +22,53 @@ pub fn strip_think(text: &str) -> String {
     out
 }
 
+/// The call object that the text opens with (bare, or in its first fenced block), read up to its
+/// `name` and `arguments` (or `parameters`), whether or not the object is complete: small
+/// models go on after the call, making up its result in the same object (`"result_id": …,
+/// "items": [`) until their completion limit cuts it, and a cut object is no JSON (the first
+/// balanced value in it is the arguments, which are no call). The call ends where both are
+/// read, as it would have with a stop sequence; what follows is not read. `None` when the text
+/// does not open with an object or a member before both is cut or malformed.
+pub fn leading_call(text: &str) -> Option<Value> {
+    let trimmed = text.trim_start();
+    // The object opens the text, or the first fenced block (after a line such as "Here is
+    // the call:"); an object inside prose is not a call.
+    let body = match trimmed.starts_with('{') {
+        true => trimmed,
+        false => trimmed[trimmed.find("```")? + 3..].split_once('\n')?.1.trim_start(),
+    };
+    let mut rest = body.strip_prefix('{')?;
+    let mut members = serde_json::Map::new();
+    loop {
+        let mut keys = serde_json::Deserializer::from_str(rest).into_iter::<String>();
+        let key = keys.next()?.ok()?;
+        rest = rest[keys.byte_offset()..].trim_start().strip_prefix(':')?;
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+        let value = values.next()?.ok()?;
+        rest = rest[values.byte_offset()..].trim_start();
+        // A number the text ends with may be cut (`12` of `123`).
+        if value.is_number() && rest.is_empty() {
+            return None;
+        }
+        members.insert(key, value);
+        let named = members.get("name").is_some_and(Value::is_string);
+        if named && (members.contains_key("arguments") || members.contains_key("parameters")) {
+            return Some(Value::Object(members));
+        }
+        rest = rest.strip_prefix(',')?;
+    }
+}
+
+/// Whether an agent turn's text so far holds a whole tool call written as text, as
+/// [`crate::agent::text_tool_calls`] reads one: a [`leading_call`] (its `name` and
+/// `arguments` read), outside Qwen's `<tool_call>` blocks (a model may write several of
+/// those, each a call of the turn). The loop reads nothing after such a call, so a streamed
+/// turn can end there ([`crate::llm::TEXT_CALL_STOPS`]).
+pub fn text_call_complete(text: &str) -> bool {
+    let text = strip_think(text);
+    !text.contains("<tool_call>") && leading_call(&text).is_some()
+}
+
 /// The JSON value in a model answer, or why there is none.
 pub fn extract_json(text: &str) -> Result<Value, String> {
     let text = strip_think(text);
@@ -144,6 +191,28 @@ pub const LOOP_WORDS: usize = 6;
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_text_call_is_whole_once_its_name_and_arguments_are_read() {
+        let call = "{\"name\": \"get_oncall\", \"arguments\": {\"team\": \"db\"}";
+        // Each prefix of the call is not whole yet; the call is, with or without what follows.
+        for end in 0..call.len() {
+            assert!(!text_call_complete(&call[..end]), "{:?}", &call[..end]);
+        }
+        assert!(text_call_complete(call));
+        assert!(text_call_complete(&format!("{call}, \"result_id\": \"r-1\", \"items\": [")));
+        assert!(text_call_complete(&format!("Here is the call:\n```json\n{call}")));
+        assert!(text_call_complete(&format!("<think>which tool</think>{call}")));
+        // Arguments before the name: whole only when the name is read.
+        assert!(!text_call_complete("{\"arguments\": {\"team\": \"db\"}, \"name\": \"get_o"));
+        assert!(text_call_complete("{\"arguments\": {\"team\": \"db\"}, \"name\": \"get_oncall\""));
+        // Qwen's blocks may hold several calls of one turn; prose and a list of calls are no call
+        // the text opens with (a list is read whole, when it ends).
+        assert!(!text_call_complete(&format!("<tool_call>\n{call}}}\n</tool_call>\n")));
+        assert!(!text_call_complete(&format!("I will call it: {call}")));
+        assert!(!text_call_complete(&format!("[{call}}}, ")));
+        assert!(!text_call_complete("<think>{\"name\": \"a\", \"arguments\": {}}"));
+    }
 
     #[test]
     fn extracts_from_the_usual_shapes() {

@@ -41,6 +41,7 @@ pub mod prompts;
 pub mod record;
 pub mod redact;
 pub mod stats;
+pub mod stream;
 pub mod transport;
 pub mod turns;
 
@@ -626,7 +627,7 @@ impl LlmClient {
                     messages.extend(again.iter().cloned());
                     messages
                 };
-                let req = Request { messages: Messages::Made(&make), format, extra: &extra };
+                let req = Request { messages: Messages::Made(&make), format, extra: &extra, until: None };
                 self.exchange(r, req, item, tmpl, parent).await?
             };
             let content = ex.content().unwrap_or_default();
@@ -665,7 +666,7 @@ impl LlmClient {
         let r = self.role(role, item)?;
         let (messages, hash) = self.render(role, prompt, item)?;
         let none = serde_json::Map::new();
-        let req = Request { messages: Messages::Given(&messages), format: None, extra: &none };
+        let req = Request { messages: Messages::Given(&messages), format: None, extra: &none, until: None };
         let ex = self.exchange(r, req, item, Some((&prompt.template, &hash)), None).await?;
         let text = extract::strip_think(&ex.content().unwrap_or_default()).trim().to_string();
         Ok(Reply { value: text, event_id: ex.event_id, cached: ex.cached, exchange: ex.hash })
@@ -721,7 +722,10 @@ impl LlmClient {
                 ),
             );
         }
-        let req = Request { messages: Messages::Given(&wire), format: None, extra: &extra };
+        // On the local server, the turn streams and ends once a call written as text is whole
+        // (`stream`): what a small model writes after it is never read.
+        let until = stops.then_some(extract::text_call_complete as fn(&str) -> bool);
+        let req = Request { messages: Messages::Given(&wire), format: None, extra: &extra, until };
         let ex = self.exchange(r, req, item, None, None).await?;
         let msg = ex.message();
         let tool_calls = msg["tool_calls"]
@@ -828,7 +832,7 @@ impl LlmClient {
             // Boxed, here and above: a live call's future (retries, timers, the HTTP client's
             // futures) is large, and inline, every call of a batch role held room for it while
             // it waited for its batch.
-            None => Box::pin(self.send(r, &body, &key, est_tokens)).await,
+            None => Box::pin(self.send(r, &body, &key, est_tokens, req.until)).await,
         };
         match sent {
             Ok(sent) => {
@@ -903,7 +907,14 @@ impl LlmClient {
     }
 
     /// Send one request of a role that is not in batch mode.
-    async fn send(&self, r: &Role, body: &Value, key: &str, est_tokens: u64) -> Result<Sent, SendError> {
+    async fn send(
+        &self,
+        r: &Role,
+        body: &Value,
+        key: &str,
+        est_tokens: u64,
+        until: Option<fn(&str) -> bool>,
+    ) -> Result<Sent, SendError> {
         // An answer a batch brought while the role was in batch mode is not asked again.
         let stored = batch_api::stored_answer(&self.inner.recorder, key)
             .map_err(|e| SendError::Setup(format!("ledger: {e:#}")))?;
@@ -912,7 +923,7 @@ impl LlmClient {
         }
         // Batch jobs gather a round of requests; only live calls send the first alone.
         let _first = FirstAlone::enter(r).await;
-        r.endpoint.send(&r.settings, body, est_tokens, &self.inner.cancel).await
+        r.endpoint.send(&r.settings, body, est_tokens, until, &self.inner.cancel).await
     }
 
     /// The exchange the ingest of its batch recorded for a call of a batch role
@@ -941,7 +952,7 @@ impl LlmClient {
             Outcome::Answer { response, batch, tries } => {
                 Ok(Sent { response, attempts: tries, latency_ms: 0, replica: 0, batch: Some(batch) })
             }
-            Outcome::Live { tries } => match r.endpoint.send(&r.settings, body, est_tokens, cancel).await {
+            Outcome::Live { tries } => match r.endpoint.send(&r.settings, body, est_tokens, None, cancel).await {
                 Ok(sent) => Ok(Sent { attempts: sent.attempts + tries, ..sent }),
                 Err(SendError::Failed { attempts, last_status, message }) => {
                     Err(SendError::Failed { attempts: attempts + tries, last_status, message })
@@ -1159,6 +1170,9 @@ struct Request<'a> {
     messages: Messages<'a>,
     format: Option<(&'a str, &'a Value)>,
     extra: &'a serde_json::Map<String, Value>,
+    /// Stream the answer and end it once its text is whole by this test
+    /// ([`stream::Assembled::may_cut`]); `None`: one answer, not streamed.
+    until: Option<fn(&str) -> bool>,
 }
 
 fn request_body(r: &Role, req: Request<'_>) -> Value {
@@ -1192,7 +1206,13 @@ fn request_body(r: &Role, req: Request<'_>) -> Value {
     for (k, v) in req.extra {
         b.insert(k.clone(), v.clone());
     }
-    b.insert("stream".into(), json!(false));
+    b.insert("stream".into(), json!(req.until.is_some()));
+    if req.until.is_some() {
+        // The usage comes with the last chunk, which a cut answer never gets; llama-server's
+        // timings with every chunk count its tokens until the cut.
+        b.insert("stream_options".into(), json!({"include_usage": true}));
+        b.insert("timings_per_token".into(), json!(true));
+    }
     Value::Object(b)
 }
 
@@ -1207,9 +1227,9 @@ fn request_body(r: &Role, req: Request<'_>) -> Value {
 /// `<tool_call>\n{"name"`: that opens Qwen's own call format. Sent only to the `local`
 /// server (llama-server with the models `make setup` installs): a vLLM or Ollama server may
 /// parse calls written as JSON lines into parallel calls itself, and OpenAI's reasoning
-/// models refuse `stop`. A made-up result in the call's own object (`, "result_id": …`, 457
-/// more of those tokens) has no stop: a stop string cannot tell the end of the arguments
-/// from a nested object inside them, and a call cut there would be lost.
+/// models refuse `stop`. A made-up result in the call's own object (`, "result_id": …`) has
+/// no stop string (one cannot tell the end of the arguments from a nested object inside
+/// them): the same turns stream, and the client ends them there ([`stream`]).
 pub const TEXT_CALL_STOPS: [&str; 2] = ["}}\n{\"name\"", "}}\n\n{\"name\""];
 
 /// The text of an agent turn as it was before a [`TEXT_CALL_STOPS`] match took the closing

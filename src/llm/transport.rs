@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
 use async_openai::middleware::HttpRequestFactory;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -350,6 +350,7 @@ impl Endpoint {
         s: &RoleSettings,
         body: &Value,
         est_tokens: u64,
+        until: Option<fn(&str) -> bool>,
         cancel: &CancellationToken,
     ) -> Result<Sent, SendError> {
         if cancel.is_cancelled() {
@@ -409,10 +410,16 @@ impl Endpoint {
             };
             let started = Instant::now();
             let chat = conn.client.chat();
+            let call = async {
+                match until {
+                    None => chat.create_byot::<&Value, Value>(body).await,
+                    Some(whole) => streamed(chat.create_stream_byot::<&Value, Value>(body).await?, whole).await,
+                }
+            };
             let result = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(SendError::Cancelled),
-                r = tokio::time::timeout(timeout, chat.create_byot::<&Value, Value>(body)) => r,
+                r = tokio::time::timeout(timeout, call) => r,
             };
             let latency_ms = started.elapsed().as_millis() as u64;
             drop(turn);
@@ -464,6 +471,26 @@ impl Endpoint {
             }
         }
     }
+}
+
+/// A streamed answer read until the model finishes or its text is `whole`
+/// ([`super::stream`]); dropping the stream then closes the connection, and llama-server
+/// stops decoding for it. A stream that ends before either is no chat completion (the
+/// caller's malformed-response retry).
+async fn streamed(
+    mut chunks: impl futures::Stream<Item = Result<Value, OpenAIError>> + Unpin,
+    whole: fn(&str) -> bool,
+) -> Result<Value, OpenAIError> {
+    use futures::StreamExt;
+    let mut a = super::stream::Assembled::default();
+    while let Some(chunk) = chunks.next().await {
+        a.add(&chunk?);
+        if a.may_cut(whole) {
+            a.cut();
+            break;
+        }
+    }
+    Ok(a.response().unwrap_or_else(|| json!({"error": "the stream ended before the answer did"})))
 }
 
 /// (status text, message, retryable, Retry-After) of a failed attempt.

@@ -73,7 +73,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     `withheld` records it; the assistant is nudged to answer from what it has.
     // 17: words that come with a withheld call are no answer (nudged as a blank reply), and
     //     the calls withheld in a try that was not kept are recorded.
-    version: 17,
+    // 18: an agent turn on the local server streams and ends where a call written as text is
+    //     whole (`llm::stream`): its request asks to stream, so its hash changes.
+    version: 18,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),

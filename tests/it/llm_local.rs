@@ -270,9 +270,9 @@ upstream_port = open(port_file).read().strip() if os.path.exists(port_file) else
 upstream = f"http://127.0.0.1:{upstream_port}"
 class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
-    def reply(self, code, body):
+    def reply(self, code, body, content_type="application/json"):
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -282,7 +282,7 @@ class H(http.server.BaseHTTPRequestHandler):
         data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         req = urllib.request.Request(upstream + self.path, data, {"Content-Type": "application/json"})
         with urllib.request.urlopen(req) as r:
-            self.reply(r.status, r.read())
+            self.reply(r.status, r.read(), r.headers.get("Content-Type", "application/json"))
 http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
 "#,
     )
@@ -496,4 +496,64 @@ fn an_agent_turn_on_the_local_server_stops_at_a_second_text_call_and_keeps_the_f
     let calls = benchgen::agent::text_tool_calls(&content, 0, |n| n == "get_oncall");
     assert_eq!(calls.len(), 1, "{content}");
     assert_eq!(calls[0].arguments, json!({"team": "db {x}"}));
+}
+
+// An agent turn on the local server streams and ends where a call written as text is whole:
+// small models go on after the call, making up its result in the same object, and the loop
+// reads nothing after the call (`llm::stream`).
+
+#[test]
+fn an_agent_turn_on_the_local_server_ends_where_its_text_call_is_whole() {
+    use crate::support::scripted_llm::{Answer, ScriptedLlm};
+    use benchgen::llm::ChatMessage;
+    use benchgen::llm::ToolSpec;
+    let call = r#"{"name": "get_oncall", "arguments": {"team": "db", "when": {"day": "mon"}}"#;
+    let made_up = r#", "result_id": "r-1", "items": [{"id": "a", "name": "Anna"}]"#.repeat(20);
+    let full = format!("{call}{made_up}");
+    let answered = full.clone();
+    // The second turn is an answer in words: it streams to its end.
+    let llm = ScriptedLlm::start(move |seen| match seen.n {
+        0 => Answer::Content(answered.clone()),
+        _ => Answer::text("Anna is on call for db."),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let server = forwarding_server(dir.path());
+    std::fs::write(dir.path().join("upstream.txt"), llm.port().to_string()).unwrap();
+    std::fs::write(dir.path().join("model.gguf"), b"a stand-in model").unwrap();
+    let cfg = stand_in_project(dir.path(), &server, "startup_timeout_s = 60");
+    let settings = Settings::load(&cfg).unwrap();
+    let c = client(&settings);
+    let tools = [ToolSpec {
+        name: "get_oncall".into(),
+        description: "Who is on call for a team".into(),
+        parameters: json!({"type": "object", "properties": {"team": {"type": "string"}}}),
+    }];
+    let msgs = [ChatMessage::User("Who is on call for db?".into())];
+    let reply = rt().block_on(c.chat("r", &msgs, &tools, "t-1")).unwrap();
+    let other = [ChatMessage::User("And who is that?".into())];
+    let words = rt().block_on(c.chat("r", &other, &tools, "t-2")).unwrap();
+    drop(c);
+    let body = &llm.requests()[0].body;
+    assert_eq!((&body["stream"], &body["timings_per_token"]), (&json!(true), &json!(true)), "{body}");
+    assert_eq!(body["stream_options"], json!({"include_usage": true}));
+    // The text ends in the piece where the arguments close (the stand-in sends four
+    // characters a piece), and reads as that call.
+    let content = reply.value.content.unwrap();
+    assert!(content.len() >= call.len() && content.len() < call.len() + 4, "{content}");
+    assert_eq!(content, full[..content.len()]);
+    let calls = benchgen::agent::text_tool_calls(&content, 0, |n| n == "get_oncall");
+    assert_eq!(calls.len(), 1, "{content}");
+    assert_eq!(calls[0].arguments, json!({"team": "db", "when": {"day": "mon"}}));
+    assert_eq!(words.value.content.as_deref(), Some("Anna is on call for db."));
+    // The ledger says the client ended it, and counts the tokens generated until then from
+    // the last piece's timings.
+    let ledger = Ledger::open(&settings.artifacts).unwrap();
+    let ex = ledger.event(reply.event_id).unwrap().unwrap().payload;
+    assert_eq!(ex["response"]["cut_by_client"], benchgen::llm::stream::CUT_REASON, "{ex}");
+    assert_eq!(ex["response"]["choices"][0]["finish_reason"], "stop");
+    let pieces = content.chars().count().div_ceil(4) as u64;
+    assert_eq!(ex["usage"]["completion_tokens"], pieces, "{ex}");
+    let whole = ledger.event(words.event_id).unwrap().unwrap().payload;
+    assert!(whole["response"].get("cut_by_client").is_none(), "{whole}");
+    assert_eq!(whole["response"]["choices"][0]["message"]["content"], "Anna is on call for db.");
 }

@@ -280,6 +280,10 @@ async fn serve(sock: tokio::net::TcpStream, st: Arc<State>) -> std::io::Result<(
         }
         st.in_flight.fetch_sub(1, Ordering::SeqCst);
         let (code, retry_after, body) = reply(&seen, answer);
+        if code == 200 && seen.body["stream"] == true {
+            write_as(&mut w, (code, "text/event-stream"), None, &events(&body)).await?;
+            continue;
+        }
         write(&mut w, code, retry_after.as_deref(), &body).await?;
     }
 }
@@ -329,9 +333,60 @@ fn completion(model: &Value, message: Value, finish: &str, pt: usize, ct: usize)
     .to_string()
 }
 
+/// A chat completion (`body`) as the server-sent events of the streamed answer that a
+/// request with `stream: true` asks for: the content in pieces of four characters, each
+/// tool call in a delta of its own, the finish, then the usage; every piece carries
+/// llama-server's running `timings` (its `timings_per_token`). A body that is no chat
+/// completion goes as it is.
+pub fn events(body: &str) -> String {
+    let Ok(v) = serde_json::from_str::<Value>(body) else {
+        return body.to_string();
+    };
+    let Some(choice) = v["choices"].get(0) else {
+        return body.to_string();
+    };
+    let prompt = v["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
+    let mut n = 0u64;
+    let mut out = String::new();
+    let mut push = |delta: Value, finish: Value, n: u64| {
+        let chunk = json!({"id": v["id"], "object": "chat.completion.chunk", "created": v["created"], "model": v["model"],
+                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                           "timings": {"prompt_n": prompt, "cache_n": 0, "predicted_n": n}});
+        out.push_str(&format!("data: {chunk}\n\n"));
+    };
+    push(json!({"role": "assistant", "content": null}), Value::Null, n);
+    let chars: Vec<char> = choice["message"]["content"].as_str().unwrap_or("").chars().collect();
+    for piece in chars.chunks(4) {
+        n += 1;
+        push(json!({"content": piece.iter().collect::<String>()}), Value::Null, n);
+    }
+    for (i, call) in choice["message"]["tool_calls"].as_array().into_iter().flatten().enumerate() {
+        n += 1;
+        let mut c = call.clone();
+        c["index"] = json!(i);
+        push(json!({"tool_calls": [c]}), Value::Null, n);
+    }
+    push(json!({}), choice["finish_reason"].clone(), n);
+    out.push_str(&format!(
+        "data: {}\n\ndata: [DONE]\n\n",
+        json!({"id": v["id"], "object": "chat.completion.chunk", "choices": [], "usage": v["usage"]})
+    ));
+    out
+}
+
 pub async fn write(
     w: &mut tokio::net::tcp::OwnedWriteHalf,
     code: u16,
+    retry_after: Option<&str>,
+    body: &str,
+) -> std::io::Result<()> {
+    write_as(w, (code, "application/json"), retry_after, body).await
+}
+
+/// [`write`] with the body's content type.
+pub async fn write_as(
+    w: &mut tokio::net::tcp::OwnedWriteHalf,
+    (code, content_type): (u16, &str),
     retry_after: Option<&str>,
     body: &str,
 ) -> std::io::Result<()> {
@@ -343,7 +398,7 @@ pub async fn write(
         _ => "Status",
     };
     let mut head =
-        format!("HTTP/1.1 {code} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n", body.len());
+        format!("HTTP/1.1 {code} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n", body.len());
     if let Some(ra) = retry_after {
         head.push_str(&format!("retry-after: {ra}\r\n"));
     }
