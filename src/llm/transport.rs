@@ -105,7 +105,7 @@ enum Target {
 struct Conn {
     client: async_openai::Client<OpenAIConfig>,
     /// Shared with later stages of the same command (see `local::shared`).
-    _server: Option<std::sync::Arc<LocalServer>>,
+    server: Option<std::sync::Arc<LocalServer>>,
 }
 
 /// Evenly spaced admission (no bursts): each request takes the next free slot of the
@@ -340,7 +340,7 @@ impl Endpoint {
             .with_org_id("")
             .with_project_id("");
         let client = async_openai::Client::with_config(config).with_http_service(service);
-        Ok(Conn { client, _server: server })
+        Ok(Conn { client, server })
     }
 
     /// Send one request with retries. Cancellation is honoured while waiting for a slot,
@@ -422,6 +422,11 @@ impl Endpoint {
                 r = tokio::time::timeout(timeout, call) => r,
             };
             let latency_ms = started.elapsed().as_millis() as u64;
+            if let (Ok(Ok(v)), Some(server), Some(turn)) = (&result, &conn.server, &turn)
+                && v.get("cut_by_client").is_some()
+            {
+                settle(&self.http, &server.base_url(), turn.others()).await;
+            }
             drop(turn);
             drop(permit);
             let index = outstanding.index;
@@ -491,6 +496,31 @@ async fn streamed(
         }
     }
     Ok(a.response().unwrap_or_else(|| json!({"error": "the stream ended before the answer did"})))
+}
+
+/// After the client ended a streamed answer, wait until the local server has let go of
+/// the answer's slot: it sees the closed connection only at its next token, and the
+/// conversation's next turn, sent at once, went to the other, idle slot and evaluated its
+/// whole prompt again there (20 s for `execute`'s 1,700-token prompt, demo of 2026-12-07)
+/// instead of reusing the slot that holds it. Busy slots are read from llama-server's
+/// `/slots` until no more run than `others` (this process's other requests on the server);
+/// at most 2 s, and a server that does not say (no `/slots`) is not waited for.
+async fn settle(http: &reqwest::Client, base_url: &str, others: usize) {
+    let url = format!("{}/slots", base_url.trim_end_matches("/v1"));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        let busy = match http.get(&url).timeout(Duration::from_millis(500)).send().await {
+            Ok(r) if r.status().is_success() => r.bytes().await.ok().and_then(|b| {
+                let slots: Value = serde_json::from_slice(&b).ok()?;
+                Some(slots.as_array()?.iter().filter(|s| s["is_processing"] == true).count())
+            }),
+            _ => None,
+        };
+        match busy {
+            Some(n) if n > others => tokio::time::sleep(Duration::from_millis(10)).await,
+            _ => return,
+        }
+    }
 }
 
 /// (status text, message, retryable, Retry-After) of a failed attempt.

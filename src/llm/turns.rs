@@ -80,6 +80,13 @@ pub struct Turn {
     turns: Arc<Turns>,
 }
 
+impl Turn {
+    /// How many other requests of this process run on the same server now (the holder's).
+    pub fn others(&self) -> usize {
+        self.turns.lock().running.saturating_sub(1)
+    }
+}
+
 impl Drop for Turn {
     fn drop(&mut self) {
         let mut s = self.turns.lock();

@@ -253,7 +253,8 @@ fn real_local_model_gives_a_schema_valid_typed_answer() {
 }
 
 /// A stand-in llama-server (a test double): appends its pid to `starts.txt` beside itself,
-/// answers `/health`, and forwards every other request to the scripted endpoint on the port
+/// answers `/health`, answers `/slots` with one busy slot for its first three reads (each
+/// read a line in `slots.txt`), and forwards every other request to the scripted endpoint on the port
 /// in `upstream.txt` beside itself, or else `$BENCHGEN_TEST_UPSTREAM`.
 fn forwarding_server(dir: &Path) -> PathBuf {
     let bin = dir.join("llama-server-standin");
@@ -277,6 +278,14 @@ class H(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
     def do_GET(self):
+        if self.path == "/slots":
+            # llama-server's slots: the first three reads say one is still busy.
+            with open(os.path.join(here, "slots.txt"), "a") as f:
+                f.write("read\n")
+            reads = len(open(os.path.join(here, "slots.txt")).readlines())
+            busy = "true" if reads <= 3 else "false"
+            self.reply(200, ('[{"id": 0, "is_processing": %s}, {"id": 1, "is_processing": false}]' % busy).encode())
+            return
         self.reply(200, b'{"status":"ok"}')
     def do_POST(self):
         data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -553,6 +562,10 @@ fn an_agent_turn_on_the_local_server_ends_where_its_text_call_is_whole() {
     assert_eq!(ex["response"]["choices"][0]["finish_reason"], "stop");
     let pieces = content.chars().count().div_ceil(4) as u64;
     assert_eq!(ex["usage"]["completion_tokens"], pieces, "{ex}");
+    // After the cut, the client waited until the server had let go of the slot (three busy
+    // reads, then an idle one) before the next turn; the turn the model finished did not ask.
+    let reads = std::fs::read_to_string(dir.path().join("slots.txt")).unwrap();
+    assert_eq!(reads.lines().count(), 4, "{reads}");
     let whole = ledger.event(words.event_id).unwrap().unwrap().payload;
     assert!(whole["response"].get("cut_by_client").is_none(), "{whole}");
     assert_eq!(whole["response"]["choices"][0]["message"]["content"], "Anna is on call for db.");
