@@ -95,7 +95,10 @@ impl Assembled {
         let finish = self.finish?;
         let mut message = json!({"role": "assistant", "content": self.content});
         if !self.calls.is_empty() {
-            message["content"] = Value::Null;
+            // As llama-server answers unstreamed: words before a structured call are kept.
+            if self.content.is_empty() {
+                message["content"] = Value::Null;
+            }
             message["tool_calls"] = self
                 .calls
                 .into_iter()
@@ -174,6 +177,13 @@ mod tests {
         assert_eq!(m["tool_calls"][0]["function"], json!({"name": "get_oncall", "arguments": "{\"team\": \"db\"}"}));
         assert_eq!(m["tool_calls"][1]["id"], "b");
         assert_eq!(r["choices"][0]["finish_reason"], "tool_calls");
+        // Words that come with a structured call stay, as in an unstreamed answer.
+        let mut a = Assembled::default();
+        a.add(&chunk(json!({"content": "I'll check the on-call."}), Value::Null));
+        a.add(&chunk(call(0, Some("a"), Some("get_oncall"), "{}"), json!("tool_calls")));
+        let r = a.response().unwrap();
+        assert_eq!(r["choices"][0]["message"]["content"], "I'll check the on-call.");
+        assert_eq!(r["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_oncall");
     }
 
     #[test]

@@ -425,7 +425,12 @@ impl Endpoint {
             if let (Ok(Ok(v)), Some(server), Some(turn)) = (&result, &conn.server, &turn)
                 && v.get("cut_by_client").is_some()
             {
-                settle(&self.http, &server.base_url(), turn.others()).await;
+                let base_url = server.base_url();
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return Err(SendError::Cancelled),
+                    _ = settle(&self.http, &base_url, turn) => {}
+                }
             }
             drop(turn);
             drop(permit);
@@ -489,7 +494,14 @@ async fn streamed(
     use futures::StreamExt;
     let mut a = super::stream::Assembled::default();
     while let Some(chunk) = chunks.next().await {
-        a.add(&chunk?);
+        let chunk = chunk?;
+        // An error the server sends inside the stream (the request was taken, then failed):
+        // classified by its code as an HTTP status would be (a 4xx is not asked again).
+        if let Some(e) = chunk.get("error") {
+            let status = e["code"].as_u64().and_then(|c| u16::try_from(c).ok()).unwrap_or(500);
+            return Err(OpenAIError::Boxed(Box::new(HttpStatus { status, retry_after: None, body: e.to_string() })));
+        }
+        a.add(&chunk);
         if a.may_cut(whole) {
             a.cut();
             break;
@@ -503,13 +515,18 @@ async fn streamed(
 /// conversation's next turn, sent at once, went to the other, idle slot and evaluated its
 /// whole prompt again there (20 s for `execute`'s 1,700-token prompt, demo of 2026-12-07)
 /// instead of reusing the slot that holds it. Busy slots are read from llama-server's
-/// `/slots` until no more run than `others` (this process's other requests on the server);
-/// at most 2 s, and a server that does not say (no `/slots`) is not waited for.
-async fn settle(http: &reqwest::Client, base_url: &str, others: usize) {
+/// `/slots` until no more run than this process's other requests on the server (counted at
+/// each read: one may start or end meanwhile); at most 2 s in all, and a server that does
+/// not say (no `/slots`) is not waited for.
+async fn settle(http: &reqwest::Client, base_url: &str, turn: &super::turns::Turn) {
     let url = format!("{}/slots", base_url.trim_end_matches("/v1"));
     let deadline = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < deadline {
-        let busy = match http.get(&url).timeout(Duration::from_millis(500)).send().await {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let busy = match http.get(&url).timeout(left.min(Duration::from_millis(500))).send().await {
             Ok(r) if r.status().is_success() => r.bytes().await.ok().and_then(|b| {
                 let slots: Value = serde_json::from_slice(&b).ok()?;
                 Some(slots.as_array()?.iter().filter(|s| s["is_processing"] == true).count())
@@ -517,7 +534,7 @@ async fn settle(http: &reqwest::Client, base_url: &str, others: usize) {
             _ => None,
         };
         match busy {
-            Some(n) if n > others => tokio::time::sleep(Duration::from_millis(10)).await,
+            Some(n) if n > turn.others() => tokio::time::sleep(Duration::from_millis(10)).await,
             _ => return,
         }
     }
@@ -551,6 +568,8 @@ fn classify(e: OpenAIError) -> (String, String, bool, Option<Duration>) {
         OpenAIError::JSONDeserialize(err, body) => {
             ("malformed response".into(), format!("the response body is not JSON ({err}): {body}"), true, None)
         }
+        // A stream whose connection broke partway (unstreamed, the same is a reqwest error).
+        OpenAIError::StreamError(e) => ("transfer error".into(), e.to_string(), true, None),
         OpenAIError::ApiError(a) => {
             let code = a.status_code.as_u16();
             (format!("HTTP {code}"), a.api_error.message, code == 429 || code >= 500, None)
@@ -562,6 +581,60 @@ fn classify(e: OpenAIError) -> (String, String, bool, Option<Duration>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::StreamExt;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().build().unwrap()
+    }
+
+    fn piece(content: &str, finish: Option<&str>) -> Result<Value, OpenAIError> {
+        Ok(json!({"choices": [{"index": 0, "delta": {"content": content}, "finish_reason": finish}]}))
+    }
+
+    #[test]
+    fn a_streamed_turn_is_read_until_its_text_call_is_whole_and_no_further() {
+        let read = std::sync::atomic::AtomicUsize::new(0);
+        let pieces = vec![
+            piece("{\"name\": \"f\", ", None),
+            piece("\"arguments\": {}", None),
+            piece(", \"result_id\": ", None),
+            piece("\"r-1\"}", Some("stop")),
+        ];
+        let chunks = futures::stream::iter(pieces).inspect(|_| {
+            read.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        });
+        let whole = crate::llm::extract::text_call_complete;
+        let r = rt().block_on(streamed(Box::pin(chunks), whole)).unwrap();
+        assert_eq!(read.load(std::sync::atomic::Ordering::SeqCst), 2, "nothing read after the cut");
+        assert_eq!(r["choices"][0]["message"]["content"], "{\"name\": \"f\", \"arguments\": {}");
+        assert_eq!(r["cut_by_client"], crate::llm::stream::CUT_REASON);
+        // Never whole: read to the model's end, as it came.
+        let pieces = vec![piece("Anna is ", None), piece("on call.", Some("stop"))];
+        let r = rt().block_on(streamed(futures::stream::iter(pieces), whole)).unwrap();
+        assert_eq!(r["choices"][0]["message"]["content"], "Anna is on call.");
+        assert!(r.get("cut_by_client").is_none());
+    }
+
+    #[test]
+    fn a_streamed_error_or_a_broken_stream_is_classified_as_its_unstreamed_form_would_be() {
+        let never = |_: &str| false;
+        let too_long = vec![Ok(json!({"error": {"code": 400, "message": "the request exceeds the context"}}))];
+        let e = rt().block_on(streamed(futures::stream::iter(too_long), never)).unwrap_err();
+        let (status, message, retryable, _) = classify(e);
+        assert_eq!((status.as_str(), retryable), ("HTTP 400", false), "{message}");
+        assert!(message.contains("exceeds the context"), "{message}");
+        let busy = vec![piece("An", None), Ok(json!({"error": {"code": 503, "message": "loading"}}))];
+        let (status, _, retryable, _) =
+            classify(rt().block_on(streamed(futures::stream::iter(busy), never)).unwrap_err());
+        assert_eq!((status.as_str(), retryable), ("HTTP 503", true));
+        let broken = OpenAIError::StreamError(Box::new(async_openai::error::StreamError::EventStream("reset".into())));
+        let (status, _, retryable, _) = classify(broken);
+        assert_eq!((status.as_str(), retryable), ("transfer error", true));
+        // Ended before the model finished: no chat completion, so the malformed-answer retry.
+        let cut_off = vec![piece("An", None)];
+        let r = rt().block_on(streamed(futures::stream::iter(cut_off), never)).unwrap();
+        assert!(!r["choices"][0]["message"].is_object(), "{r}");
+    }
 
     #[test]
     fn limiter_spaces_requests_evenly() {
