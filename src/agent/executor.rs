@@ -15,6 +15,7 @@ use super::{
     AgentSettings, CallRecord, LoopTrace, Query, RunStatus, TRAJECTORY, Trajectory, Withheld, call_hash, check_chain,
 };
 use crate::ledger::{NewEvent, Parent, RunRecorder, kind};
+use crate::llm::extract::{extract_json, leading_call, strip_think};
 use crate::llm::{ChatMessage, ChatTurn, LlmClient, LlmCounts, ToolCall, ToolSpec};
 use crate::mcp::pin::ServerPin;
 use crate::mcp::{CallFailure, CallOutcome, McpClient};
@@ -458,19 +459,19 @@ pub const WITHHELD_ONLY: &str = "the model asked only for calls that were withhe
 /// (`known`) or has the call's shape (`name` and `arguments`); otherwise the text is an
 /// answer. Ids are `text_call_<group>_<i>`.
 pub fn text_tool_calls(content: &str, group: usize, known: impl Fn(&str) -> bool) -> Vec<ToolCall> {
-    let text = crate::llm::extract::strip_think(content);
+    let text = strip_think(content);
     let mut values = Vec::new();
     if text.contains("<tool_call>") {
         for block in text.split("<tool_call>").skip(1) {
             let body = block.split("</tool_call>").next().unwrap_or(block);
-            match crate::llm::extract::leading_call(body).or_else(|| crate::llm::extract::extract_json(body).ok()) {
+            match leading_call(body).or_else(|| extract_json(body).ok()) {
                 Some(v) => values.push(v),
                 None => return Vec::new(),
             }
         }
-    } else if let Some(v) = crate::llm::extract::leading_call(&text) {
+    } else if let Some(v) = leading_call(&text) {
         values.push(v);
-    } else if let Ok(v) = crate::llm::extract::extract_json(&text) {
+    } else if let Ok(v) = extract_json(&text) {
         match v {
             Value::Array(items) => values.extend(items),
             v => values.push(v),

@@ -138,6 +138,15 @@ fn a_native_build_that_dies_by_sigill_is_rebuilt_portable_and_proved() {
     for flag in ["-DGGML_AMX_TILE=OFF", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_AVX512=OFF"] {
         assert!(portable.contains(flag), "{flag} missing from {portable}");
     }
+    // Both flavours compile through the launcher that sets each file's level, given the
+    // vendored sources' folder, and ccache never takes its place.
+    let sources = c.join("llm/src/llama_cpp_python-0.3.36/vendor/llama.cpp");
+    let launcher = format!("{};{}", repo().join("scripts/setup.d/llama-compile").display(), sources.display());
+    for configure in calls(dir.path()).lines().filter(|l| l.contains("-DGGML_NATIVE=")) {
+        assert!(configure.contains(&format!("-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}")), "{configure}");
+        assert!(configure.contains(&format!("-DCMAKE_C_COMPILER_LAUNCHER={launcher}")), "{configure}");
+        assert!(configure.contains("-DGGML_CCACHE=OFF"), "{configure}");
+    }
 
     // The next setup proves the cached build again and leaves it alone.
     std::fs::remove_file(dir.path().join("cmake-calls.txt")).unwrap();
@@ -192,4 +201,46 @@ fn a_server_that_never_answers_fails_setup_with_its_log() {
     assert!(out.contains("exited with status 1 during start-up"), "{out}");
     assert!(out.contains("model file is not a GGUF"), "the server log's tail is shown: {out}");
     assert!(out.contains("does not run on this machine even as a portable build"), "{out}");
+}
+
+/// The llama-server build's compiler launcher: the models' arithmetic (ggml) and libllama's
+/// per-token code keep the configured level; the rest is compiled lower, and nothing but the
+/// level changes in the command it runs.
+#[test]
+fn the_build_launcher_lowers_only_code_that_does_not_run_per_token() {
+    let root = "/cache/llm/src/llama_cpp_python-0.3.36/vendor/llama.cpp";
+    let level = |file: &str| {
+        let o = Command::new(repo().join("scripts/setup.d/llama-compile"))
+            .args([root, "echo", "c++", "-DX", "-O3", "-DNDEBUG", "-o", "x.o", "-c", file])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let line = String::from_utf8(o.stdout).unwrap();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        // The command is the same but for its level, the compiler first.
+        assert_eq!(words.len(), 8, "{line}");
+        assert_eq!(words[0], "c++", "{line}");
+        assert_eq!(words[7], file, "{line}");
+        words[2].to_string()
+    };
+    for (file, expected) in [
+        ("ggml/src/ggml-cpu/ggml-cpu.c", "-O3"),
+        ("ggml/src/ggml-cpu/llamafile/sgemm.cpp", "-O3"),
+        ("src/llama-sampler.cpp", "-O3"),
+        ("src/llama-grammar.cpp", "-O3"),
+        ("src/llama-vocab.cpp", "-O3"),
+        ("src/llama-model.cpp", "-O1"),
+        ("src/models/qwen2.cpp", "-O1"),
+        ("tools/server/server-context.cpp", "-O1"),
+        ("common/arg.cpp", "-O1"),
+        ("vendor/cpp-httplib/httplib.cpp", "-O1"),
+        ("tools/mtmd/clip.cpp", "-O0"),
+    ] {
+        assert_eq!(level(&format!("{root}/{file}")), expected, "{file}");
+    }
+    // CMake's unity batches of src/models/ live in the build tree, not under the sources.
+    assert_eq!(level("/cache/llm/build/src/CMakeFiles/llama.dir/Unity/unity_3_cxx.cxx"), "-O1");
+    // The sources' own folder may contain `src/` (here `llm/src/`): levels follow the path
+    // inside the sources, so the server is not taken for libllama.
+    assert_eq!(level(&format!("{root}/tools/server/server.cpp")), "-O1");
 }
