@@ -156,7 +156,8 @@ pub(crate) struct Recorded {
 /// stage has every item in flight: the parsed request bodies and fields of 100,000 calls
 /// took most of 2.8 GiB). The ingest writes the payload [`super::LlmClient`]'s
 /// `record_sent` would (`paid_text`, `hit_text`); the role's sampling parameters, the same
-/// for each of its calls, are the batch jobs' (`BatchJobs::params`), not held by each.
+/// for almost all of its calls, are the batch jobs' (`BatchJobs::params`), held by a call
+/// only where its request set its own.
 pub(crate) struct Draft {
     /// The exchange's fields so far (`exchange_base`'s object) without its closing brace.
     head: Body,
@@ -165,6 +166,10 @@ pub(crate) struct Draft {
     /// The ledger subject (the item) and the parent event.
     item: String,
     parent: Option<i64>,
+    /// The sampling parameters the exchange records (serialised) where the request body set
+    /// its own (curation's second verdict: its seed and temperature); none: the role's
+    /// (`BatchJobs::params`), as for almost every call.
+    params: Option<Box<str>>,
 }
 
 impl Draft {
@@ -177,7 +182,13 @@ impl Draft {
         // 600 bytes), as every call of a round holds its draft while the batch runs.
         head.shrink_to_fit();
         body.shrink_to_fit();
-        Draft { head: Body::plain(head), body: Body::plain(body), item: at.0.to_string(), parent: at.1 }
+        Draft { head: Body::plain(head), body: Body::plain(body), item: at.0.to_string(), parent: at.1, params: None }
+    }
+
+    /// The sampling parameters this call sent where they are not its role's (serialised).
+    pub(crate) fn with_params(mut self, params: Option<String>) -> Draft {
+        self.params = params.map(String::into_boxed_str);
+        self
     }
 }
 
@@ -258,8 +269,8 @@ fn usage_text((prompt, completion): (u64, u64)) -> String {
 }
 
 /// The payload of the paid exchange of an answer (`response`: its text, `tokens` its usage)
-/// batch `batch` brought after `tries` batches, `params` the role's sampling parameters
-/// (serialised): `sent_payload(…).to_string()`, from text.
+/// batch `batch` brought after `tries` batches, `params` the sampling parameters it was sent
+/// with (serialised): `sent_payload(…).to_string()`, from text.
 fn paid_text(d: &Draft, params: &str, response: &str, tokens: (u64, u64), batch: &str, tries: u32) -> String {
     let (head, body, usage, batch) = (d.head.text(), d.body.text(), usage_text(tokens), Value::from(batch));
     format!(
@@ -1204,7 +1215,10 @@ impl BatchJobs {
                 for w in &p.waiters {
                     let (d, cached) = (&w.draft, paid.is_some());
                     let payload = match paid {
-                        None => paid_text(d, &self.params, &a.response, a.tokens, batch, p.tries),
+                        None => {
+                            let params = d.params.as_deref().unwrap_or(&self.params);
+                            paid_text(d, params, &a.response, a.tokens, batch, p.tries)
+                        }
                         Some(source) => hit_text(d, source, a.tokens, batch),
                     };
                     let parents: Vec<i64> = paid.into_iter().chain(d.parent).collect();

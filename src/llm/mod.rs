@@ -817,7 +817,11 @@ impl LlmClient {
             Some(jobs) => {
                 // The request waits for its batch as text, its body and fields dropped meanwhile:
                 // a stage lets every item in flight at once, 100,000 of them held 2.8 GiB.
-                let draft = batch_api::Draft::new(&base, body_text, (item, parent));
+                // The sampling parameters it records: the role's, held once by the batch
+                // jobs, unless the request set its own (as a live exchange records them).
+                let params = sent_params(&r.settings, &body);
+                let own = (params != role_params(&r.settings)).then(|| params.to_string());
+                let draft = batch_api::Draft::new(&base, body_text, (item, parent)).with_params(own);
                 drop((body, base));
                 let outcome = jobs.ask(&key, &hash, draft).await;
                 let outcome = match outcome {
@@ -1122,8 +1126,7 @@ fn sent_params(s: &RoleSettings, body: &Value) -> Value {
 
 /// The payload of a paid exchange: `p` (the fields of [`exchange_base`]), its `params`
 /// ([`sent_params`]), the request `body`, and what `send` brought (`usage`: its tokens).
-/// The batch ingest writes the same as text ([`batch_api`]'s `paid_text`, with the role's
-/// parameters).
+/// The batch ingest writes the same as text ([`batch_api`]'s `paid_text`).
 fn sent_payload(mut p: Value, params: Value, body: Value, sent: &Sent, usage: Value) -> Value {
     p["cached"] = json!(false);
     p["params"] = params;

@@ -2,10 +2,11 @@
 //! curation, split, the dependency graph and its review, on fixtures, the real FinMCP
 //! files and the demo's IT-operations logs, with the scripted LLM (a test double).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use crate::support::scripted_llm::{Answer, ScriptedLlm};
+use crate::support::batch_api::{BatchApi, Faults};
+use crate::support::scripted_llm::{Answer, ScriptedLlm, Seen};
 use crate::support::{Project, repo};
 use benchgen::logs::readers::{Item, read_source};
 use benchgen::logs::{LogFormat, Session};
@@ -985,12 +986,14 @@ fn logged_call(session: &str, tool: &str, arguments: Value, user: &str, feedback
 /// A project whose only log source is `lines` (events), its judge (`seed = 41`) on `llm`;
 /// imported and curated.
 fn judged_project(lines: &[String], llm: &ScriptedLlm) -> Project {
-    judged_project_in(Project::empty(), lines, llm, "")
+    judged_project_in(Project::empty(), lines, &llm.base_url(), ["", ""])
 }
 
-/// [`judged_project`] in a project that may hold files already, with `extra` configuration
-/// after `[logs.curate]`'s keys (which `extra` may go on with, then open other tables).
-fn judged_project_in(p: Project, lines: &[String], llm: &ScriptedLlm, extra: &str) -> Project {
+/// [`judged_project`] in a project that may hold files already, its judge at `base_url`,
+/// with `extra` configuration after `[logs.curate]`'s keys (which `extra` may go on with,
+/// then open other tables) and `role` at the end of the judge role's table (which it may go
+/// on with, then open the role's `batch` table).
+fn judged_project_in(p: Project, lines: &[String], base_url: &str, [extra, role]: [&str; 2]) -> Project {
     for t in ["logs_need", "logs_answer"] {
         p.copy_in(&format!("pipeline/prompts/{t}.md"));
     }
@@ -1000,8 +1003,8 @@ fn judged_project_in(p: Project, lines: &[String], llm: &ScriptedLlm, extra: &st
         format!(
             "[project]\nseed = 5\n\n[logs]\n\n[[logs.sources]]\npath = \"raw/ops.jsonl\"\nformat = \"events\"\n\n\
              [logs.curate]\njudge_role = \"judge\"\ndomain = \"energy prices and IT operations\"\n{extra}\n\
-             [llm.roles.judge]\nprovider = \"vllm\"\nbase_url = \"{}\"\nmodel = \"scripted\"\nseed = 41\n",
-            llm.base_url()
+             [llm.roles.judge]\nprovider = \"vllm\"\nbase_url = \"{base_url}\"\nmodel = \"scripted\"\nseed = 41\n\
+             {role}",
         ),
     );
     for args in [&["logs", "import"][..], &["logs", "curate"]] {
@@ -1210,7 +1213,7 @@ fn with_keep_similarity_the_stage_keeps_a_near_session_without_the_judge_and_rec
     let extra = "keep_similarity = 0.45\n\n[logs.catalog]\npath = \"raw/tools.json\"\n";
     let p = Project::empty();
     p.write("raw/tools.json", tools.to_string());
-    let p = judged_project_in(p, &lines, &llm, extra);
+    let p = judged_project_in(p, &lines, &llm.base_url(), [extra, ""]);
     let d = decisions_of(&p);
     let (power, chat) = (&d["ops:power"], &d["ops:chat"]);
     let sim = |x: &Value| x["near"]["similarity"].as_f64().unwrap();
@@ -1236,19 +1239,50 @@ fn with_keep_similarity_the_stage_keeps_a_near_session_without_the_judge_and_rec
     assert!(crate::support::stderr(&o).contains("logs.curate.keep_similarity"), "{}", crate::support::stderr(&o));
 }
 
+/// The scripted judge of the two-verdict tests: "last night" is genuine on the second seed
+/// only (42: the judge's 41 + 1); the song never; every session's answer is satisfactory.
+fn two_verdict_judge(seen: &Seen) -> Answer {
+    let t = seen.all_text();
+    let v = if t.contains("genuine need") {
+        let genuine = t.contains("last night") && seen.body["seed"] == 42;
+        json!({"genuine": genuine, "reason": format!("scripted need, seed {}", seen.body["seed"])})
+    } else {
+        json!({"satisfactory": true, "reason": "scripted answer"})
+    };
+    Answer::json(v)
+}
+
+/// A judge in batch mode (OpenAI batch jobs) records what each request sent, as a live one
+/// does: the second verdict's own seed and temperature, not the role's.
+#[test]
+fn a_batch_judge_records_the_seed_and_temperature_each_request_sent() {
+    let api = BatchApi::start(two_verdict_judge, Faults::default());
+    let role = "mode = \"batch\"\n[llm.roles.judge.batch]\ngather_ms = 150\npoll_s = 0.05\npoll_max_s = 0.2\n";
+    let lines = [
+        logged_call("maybe", "get_grid_prices", json!({"day": "2026-03-01"}), "What happened last night?", None),
+        logged_call("song", "get_grid_prices", json!({"day": "2026-03-01"}), "Sing me a song about the sea", None),
+    ];
+    let p = judged_project_in(Project::empty(), &lines, &api.base_url(), ["", role]);
+    assert!(!api.jobs().is_empty(), "the judge's requests went in batches");
+    let need: Vec<Value> = crate::support::ledger_events(&p.path("artifacts"), "llm.exchange")
+        .into_iter()
+        .filter(|e| e["cached"] == false && e["request"].to_string().contains("genuine need"))
+        .collect();
+    assert!(need.iter().all(|e| e["batch"].is_string()), "{need:?}");
+    for e in &need {
+        let (params, sent) = (&e["params"], &e["request"]);
+        assert_eq!((&params["seed"], &params["temperature"]), (&sent["seed"], &sent["temperature"]), "{e}");
+    }
+    // Both kinds are there: the first verdicts at the role's seed, the second at its own.
+    let seeds: BTreeSet<u64> = need.iter().map(|e| e["params"]["seed"].as_u64().unwrap()).collect();
+    assert_eq!(seeds, BTreeSet::from([41, 42]));
+    assert!(need.iter().any(|e| e["params"]["temperature"] == json!(0.7)));
+    assert_eq!(decisions_of(&p)["ops:maybe"]["need"]["second"]["seed"], 42);
+}
+
 #[test]
 fn a_drop_by_the_llm_needs_two_agreeing_verdicts_asked_with_the_judge_seed_and_the_next() {
-    // "last night" is genuine on the second seed only (42: the judge's 41 + 1); the song never.
-    let llm = ScriptedLlm::start(|seen| {
-        let t = seen.all_text();
-        let v = if t.contains("genuine need") {
-            let genuine = t.contains("last night") && seen.body["seed"] == 42;
-            json!({"genuine": genuine, "reason": format!("scripted need, seed {}", seen.body["seed"])})
-        } else {
-            json!({"satisfactory": true, "reason": "scripted answer"})
-        };
-        Answer::json(v)
-    });
+    let llm = ScriptedLlm::start(two_verdict_judge);
     let p = judged_project(
         &[
             logged_call("maybe", "get_grid_prices", json!({"day": "2026-03-01"}), "What happened last night?", None),
