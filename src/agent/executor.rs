@@ -706,6 +706,11 @@ mod tests {
         assert!(text_tool_calls("{\"name\": \"Ada\", \"team\": \"db\"}", 0, known).is_empty());
         assert!(text_tool_calls("The on-call engineer is Ada.", 0, known).is_empty());
         assert!(text_tool_calls("{\"answer\": 3}", 0, known).is_empty());
+        // Qwen2.5's `<tools>` tag and doubled braces around a call, as the 1.5B writes it.
+        let echoed = "<tools>\n{{\"name\": \"get_oncall\", \"arguments\": {\"team\": \"db\"}}}\n</tools>";
+        let calls = text_tool_calls(echoed, 1, known);
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        assert_eq!((calls[0].name.as_str(), &calls[0].arguments), ("get_oncall", &json!({"team": "db"})));
         // A call keyed `tool`, as the sandbox's results are (the demo's 1.5B, 2026-12-06), is a
         // call when it names a listed function and has nothing but its arguments; a result
         // (more keys), an unlisted name or arguments that are no object are not.

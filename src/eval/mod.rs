@@ -87,7 +87,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     (`breaches` → `breach`, not `breache`), and `ips`, `vms`, `prs` fold.
     // 21: an agent turn on the local server streams and ends where a call written as text is
     //     whole (`llm::stream`): its request asks to stream, so its hash changes.
-    version: 21,
+    // 22: a call written in `<tools>` tags or between doubled braces (Qwen2.5's 1.5B) is read
+    //     as the call (`llm::extract::leading_call`), and its streamed turn ends there.
+    version: 22,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[

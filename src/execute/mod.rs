@@ -80,7 +80,9 @@ pub static SPEC: StageSpec = StageSpec {
     //      and a wordless reply after calls the answer nudge; each nudge once per turn.
     // 11: an agent turn on the local server streams and ends where a call written as text is
     //     whole (`llm::stream`): its request asks to stream, so its hash changes.
-    version: 11,
+    // 12: a call written in `<tools>` tags or between doubled braces (Qwen2.5's 1.5B) is read
+    //     as the call (`llm::extract::leading_call`), and its streamed turn ends there.
+    version: 12,
     about: "run queries with an LLM agent over MCP tools; record reference trajectories",
     reads: &[
         CHAIN_QUERIES.optional(),

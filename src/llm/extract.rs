@@ -29,15 +29,22 @@ pub fn strip_think(text: &str) -> String {
 /// balanced value in it is the arguments, which are no call). The call ends where both are
 /// read, as it would have with a stop sequence; what follows is not read. `None` when the text
 /// does not open with an object or a member before both is cut or malformed.
+///
+/// Qwen2.5's chat template lists the tools inside `<tools>` tags and shows a call's shape
+/// between doubled braces in some renderings, and the 1.5B model writes its calls that way
+/// (`<tools>\n{{"name": "search_incidents", "arguments": {…}}}\n</tools>`: every call it made
+/// in the demo's incident dialogue). Neither the opening tag nor a doubled brace can start
+/// JSON, so reading through them takes nothing that was not written as a call.
 pub fn leading_call(text: &str) -> Option<Value> {
     let trimmed = text.trim_start();
+    let trimmed = trimmed.strip_prefix("<tools>").map_or(trimmed, str::trim_start);
     // The object opens the text, or the first fenced block (after a line such as "Here is
     // the call:"); an object inside prose is not a call.
     let body = match trimmed.starts_with('{') {
         true => trimmed,
         false => trimmed[trimmed.find("```")? + 3..].split_once('\n')?.1.trim_start(),
     };
-    let mut rest = body.strip_prefix('{')?;
+    let mut rest = body.strip_prefix("{{").or_else(|| body.strip_prefix('{'))?;
     let mut members = serde_json::Map::new();
     loop {
         let mut keys = serde_json::Deserializer::from_str(rest).into_iter::<String>();
@@ -212,6 +219,31 @@ mod tests {
         assert!(!text_call_complete(&format!("I will call it: {call}")));
         assert!(!text_call_complete(&format!("[{call}}}, ")));
         assert!(!text_call_complete("<think>{\"name\": \"a\", \"arguments\": {}}"));
+    }
+
+    #[test]
+    fn a_call_in_tools_tags_or_between_doubled_braces_is_read_as_the_call() {
+        // As the demo's 1.5B wrote its first call of the incident dialogue (eval, 2026-12-07).
+        let echoed = "<tools>\n{{\"name\": \"search_incidents\", \"arguments\": {\"query\": \"notifications errors\", \
+                      \"status\": \"open\"}}}\n</tools>";
+        let call =
+            json!({"name": "search_incidents", "arguments": {"query": "notifications errors", "status": "open"}});
+        assert_eq!(leading_call(echoed), Some(call.clone()));
+        // Whole once its arguments close, not before.
+        let whole = echoed.find("}}}").unwrap() + 1;
+        for end in 0..whole {
+            assert!(!text_call_complete(&echoed[..end]), "{:?}", &echoed[..end]);
+        }
+        assert!(text_call_complete(&echoed[..whole]));
+        assert_eq!(leading_call("{{\"name\": \"a\", \"arguments\": {}}}"), Some(json!({"name": "a", "arguments": {}})));
+        assert_eq!(
+            leading_call("<tools>{\"name\": \"a\", \"arguments\": {}}</tools>"),
+            Some(json!({"name": "a", "arguments": {}}))
+        );
+        // The tag around prose, or a doubled brace around what is no call, is still no call.
+        assert_eq!(leading_call("<tools>I cannot do that.</tools>"), None);
+        assert_eq!(leading_call("{{\"answer\": 3}}"), None);
+        assert_eq!(leading_call("Here: <tools>{\"name\": \"a\", \"arguments\": {}}</tools>"), None);
     }
 
     #[test]

@@ -75,7 +75,9 @@ pub static SPEC: StageSpec = StageSpec {
     //     the calls withheld in a try that was not kept are recorded.
     // 18: an agent turn on the local server streams and ends where a call written as text is
     //     whole (`llm::stream`): its request asks to stream, so its hash changes.
-    version: 18,
+    // 19: a call written in `<tools>` tags or between doubled braces (Qwen2.5's 1.5B) is read
+    //     as the call (`llm::extract::leading_call`), and its streamed turn ends there.
+    version: 19,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),
