@@ -116,7 +116,9 @@ source_dir() {
 # build FLAVOUR: a clean cmake build of llama-server.
 build() {
   local flavour="$1" src launcher flags=()
-  src=$(source_dir)
+  # Absolute and without `//` or a trailing slash, as CMake writes the source paths the
+  # launcher compares with it (a BENCHGEN_CACHE ending in `/` would otherwise match none).
+  src=$(cd "$(source_dir)" && pwd)
   if [ "$flavour" = native ]; then
     flags=(-DGGML_NATIVE=ON)
   else
@@ -140,10 +142,14 @@ build() {
   fi
   echo "  building llama-server ($flavour: ${flags[*]}; cmake -j2, a few minutes)"
   rm -rf "$LLM/build"
-  # The launcher compiles what does not run per token at a lower level (llama-compile says
-  # which and why): minutes of the cold setup, no change to the models' arithmetic.
-  # GGML_CCACHE=OFF: ggml would otherwise put ccache in the launcher's place where found.
-  launcher="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/llama-compile;$src"
+  # The launcher compiles what is not the models' arithmetic at a lower level (llama-compile
+  # says which and why): a minute of the cold setup, no change to the answers or their speed.
+  # Copied into the cache beside the build, whose CMake cache names it: a later `cmake
+  # --build` there must not depend on the checkout that ran setup. GGML_CCACHE=OFF: ccache
+  # is then never tried (ggml already leaves it out where a launcher is set).
+  cp "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/llama-compile" "$LLM/llama-compile"
+  chmod +x "$LLM/llama-compile"
+  launcher="$LLM/llama-compile;$src"
   "$CMAKE" -S "$src" -B "$LLM/build" "${flags[@]}" \
     -DGGML_CCACHE=OFF -DCMAKE_C_COMPILER_LAUNCHER="$launcher" -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \

@@ -89,7 +89,8 @@ pub static SPEC: StageSpec = StageSpec {
     //     whole (`llm::stream`): its request asks to stream, so its hash changes.
     // 22: a call written in `<tools>` tags or between doubled braces (Qwen2.5's 1.5B) is read
     //     as the call (`llm::extract::leading_call`), and its streamed turn ends there.
-    version: 22,
+    // 23: a call written after the echoed `<tools>` definition of its tool is read as the call.
+    version: 23,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[

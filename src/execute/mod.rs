@@ -82,7 +82,8 @@ pub static SPEC: StageSpec = StageSpec {
     //     whole (`llm::stream`): its request asks to stream, so its hash changes.
     // 12: a call written in `<tools>` tags or between doubled braces (Qwen2.5's 1.5B) is read
     //     as the call (`llm::extract::leading_call`), and its streamed turn ends there.
-    version: 12,
+    // 13: a call written after the echoed `<tools>` definition of its tool is read as the call.
+    version: 13,
     about: "run queries with an LLM agent over MCP tools; record reference trajectories",
     reads: &[
         CHAIN_QUERIES.optional(),

@@ -36,7 +36,7 @@ pub fn strip_think(text: &str) -> String {
 /// in the demo's incident dialogue). Neither the opening tag nor a doubled brace can start
 /// JSON, so reading through them takes nothing that was not written as a call.
 pub fn leading_call(text: &str) -> Option<Value> {
-    let trimmed = text.trim_start();
+    let trimmed = past_echoed_tools(text).trim_start();
     let trimmed = trimmed.strip_prefix("<tools>").map_or(trimmed, str::trim_start);
     // The object opens the text, or the first fenced block (after a line such as "Here is
     // the call:"); an object inside prose is not a call.
@@ -64,6 +64,28 @@ pub fn leading_call(text: &str) -> Option<Value> {
         }
         rest = rest.strip_prefix(',')?;
     }
+}
+
+/// The text after a closed `<tools>…</tools>` block that holds tool definitions and nothing
+/// else (a prose line may come before it), the text itself when it has none. Qwen2.5's
+/// template lists the tools that way, and the 1.5B echoes its tool's definition in the tags
+/// before writing the call (twice in the demo's eval, 2026-12-07: `<tools>\n{"type":
+/// "function", "function": {…, "parameters": …}}\n</tools>\n{{"name": …, "arguments": …}}}`).
+/// A definition has `parameters` and no `arguments`, so no call is skipped.
+fn past_echoed_tools(text: &str) -> &str {
+    let Some(open) = text.find("<tools>") else { return text };
+    let body = &text[open + "<tools>".len()..];
+    let Some(close) = body.find("</tools>") else { return text };
+    let mut any = false;
+    for v in serde_json::Deserializer::from_str(&body[..close]).into_iter::<Value>() {
+        let Ok(v) = v else { return text };
+        let f = v.get("function").unwrap_or(&v);
+        if !(f["name"].is_string() && f.get("parameters").is_some() && f.get("arguments").is_none()) {
+            return text;
+        }
+        any = true;
+    }
+    if any { &body[close + "</tools>".len()..] } else { text }
 }
 
 /// Whether an agent turn's text so far holds a whole tool call written as text, as
@@ -244,6 +266,36 @@ mod tests {
         assert_eq!(leading_call("<tools>I cannot do that.</tools>"), None);
         assert_eq!(leading_call("{{\"answer\": 3}}"), None);
         assert_eq!(leading_call("Here: <tools>{\"name\": \"a\", \"arguments\": {}}</tools>"), None);
+    }
+
+    #[test]
+    fn a_call_after_the_echoed_definition_of_its_tool_is_read() {
+        // As the demo's 1.5B wrote two first turns of the real sessions (eval, 2026-12-07).
+        let def = "{\"type\": \"function\", \"function\": {\"name\": \"list_deployments\", \"description\": \
+                   \"Recent deployments.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"service\": \
+                   {\"type\": \"string\"}}, \"required\": [\"service\"]}}}";
+        let call = "{{\"name\": \"list_deployments\", \"arguments\": {\"service\": \"payments\"}}}";
+        let expected = json!({"name": "list_deployments", "arguments": {"service": "payments"}});
+        let bare = format!("<tools>\n{def}\n</tools>\n{call}");
+        let after_prose =
+            format!("To answer this, I need to call `list_deployments`.\n\n<tools>\n{def}\n</tools>\n\n{call}");
+        for text in [&bare, &after_prose] {
+            assert_eq!(leading_call(text), Some(expected.clone()), "{text}");
+            // Whole once the call's arguments close, not before (nor at the definition).
+            let whole = text.rfind("}}}").unwrap() + 1;
+            for end in 0..whole {
+                assert!(!text_call_complete(&text[..end]), "{:?}", &text[..end]);
+            }
+            assert!(text_call_complete(&text[..whole]));
+        }
+        // The definition alone is no call; nor is a block that holds a call among definitions
+        // (its call is not skipped), nor prose after the block.
+        assert_eq!(leading_call(&format!("<tools>\n{def}\n</tools>")), None);
+        assert_eq!(
+            leading_call(&format!("<tools>\n{def}\n{{\"name\": \"a\", \"arguments\": {{}}}}\n</tools>\nDone.")),
+            None
+        );
+        assert_eq!(leading_call(&format!("<tools>\n{def}\n</tools>\nI cannot call it.")), None);
     }
 
     #[test]

@@ -77,7 +77,8 @@ pub static SPEC: StageSpec = StageSpec {
     //     whole (`llm::stream`): its request asks to stream, so its hash changes.
     // 19: a call written in `<tools>` tags or between doubled braces (Qwen2.5's 1.5B) is read
     //     as the call (`llm::extract::leading_call`), and its streamed turn ends there.
-    version: 19,
+    // 20: a call written after the echoed `<tools>` definition of its tool is read as the call.
+    version: 20,
     about: "multi-turn dialogues: a persona's goal, a user simulator and an assistant with the MCP tools",
     reads: &[
         crate::logs::split::GRAPH_SOURCE.read(),

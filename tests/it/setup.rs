@@ -140,8 +140,11 @@ fn a_native_build_that_dies_by_sigill_is_rebuilt_portable_and_proved() {
     }
     // Both flavours compile through the launcher that sets each file's level, given the
     // vendored sources' folder, and ccache never takes its place.
+    // The launcher is the cache's copy (the build's CMake cache names it; the checkout may go).
     let sources = c.join("llm/src/llama_cpp_python-0.3.36/vendor/llama.cpp");
-    let launcher = format!("{};{}", repo().join("scripts/setup.d/llama-compile").display(), sources.display());
+    let copy = c.join("llm/llama-compile");
+    assert_eq!(std::fs::read(&copy).unwrap(), std::fs::read(repo().join("scripts/setup.d/llama-compile")).unwrap());
+    let launcher = format!("{};{}", copy.display(), sources.display());
     for configure in calls(dir.path()).lines().filter(|l| l.contains("-DGGML_NATIVE=")) {
         assert!(configure.contains(&format!("-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}")), "{configure}");
         assert!(configure.contains(&format!("-DCMAKE_C_COMPILER_LAUNCHER={launcher}")), "{configure}");
@@ -204,12 +207,12 @@ fn a_server_that_never_answers_fails_setup_with_its_log() {
 }
 
 /// The llama-server build's compiler launcher: the models' arithmetic (ggml) and libllama's
-/// per-token code keep the configured level; the rest is compiled lower, and nothing but the
-/// level changes in the command it runs.
+/// sampling, grammar, tokenizer and context keep the configured level; the rest is compiled
+/// lower, and nothing but the level changes in the command it runs.
 #[test]
-fn the_build_launcher_lowers_only_code_that_does_not_run_per_token() {
+fn the_build_launcher_lowers_all_but_the_arithmetic_and_libllama() {
     let root = "/cache/llm/src/llama_cpp_python-0.3.36/vendor/llama.cpp";
-    let level = |file: &str| {
+    let level_with = |root: &str, file: &str| {
         let o = Command::new(repo().join("scripts/setup.d/llama-compile"))
             .args([root, "echo", "c++", "-DX", "-O3", "-DNDEBUG", "-o", "x.o", "-c", file])
             .output()
@@ -223,6 +226,7 @@ fn the_build_launcher_lowers_only_code_that_does_not_run_per_token() {
         assert_eq!(words[7], file, "{line}");
         words[2].to_string()
     };
+    let level = |file: &str| level_with(root, file);
     for (file, expected) in [
         ("ggml/src/ggml-cpu/ggml-cpu.c", "-O3"),
         ("ggml/src/ggml-cpu/llamafile/sgemm.cpp", "-O3"),
@@ -243,4 +247,11 @@ fn the_build_launcher_lowers_only_code_that_does_not_run_per_token() {
     // The sources' own folder may contain `src/` (here `llm/src/`): levels follow the path
     // inside the sources, so the server is not taken for libllama.
     assert_eq!(level(&format!("{root}/tools/server/server.cpp")), "-O1");
+    // A file outside the sources (another spelling of their folder) compiles as configured:
+    // a mismatch never lowers ggml.
+    assert_eq!(level("/elsewhere/llama.cpp/ggml/src/ggml.c"), "-O3");
+    assert_eq!(level("/elsewhere/llama.cpp/common/arg.cpp"), "-O3");
+    // The sources' folder given with a trailing slash is the same folder.
+    assert_eq!(level_with(&format!("{root}/"), &format!("{root}/common/arg.cpp")), "-O1");
+    assert_eq!(level_with(&format!("{root}/"), &format!("{root}/ggml/src/ggml.c")), "-O3");
 }
