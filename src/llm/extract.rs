@@ -71,7 +71,9 @@ pub fn leading_call(text: &str) -> Option<Value> {
 /// template lists the tools that way, and the 1.5B echoes its tool's definition in the tags
 /// before writing the call (twice in the demo's eval, 2026-12-07: `<tools>\n{"type":
 /// "function", "function": {…, "parameters": …}}\n</tools>\n{{"name": …, "arguments": …}}}`).
-/// A definition has `parameters` and no `arguments`, so no call is skipped.
+/// A definition has `parameters` and no `arguments`, so no call with its `arguments` is
+/// skipped (a `{"name", "parameters"}` object, which [`leading_call`] reads as a call
+/// elsewhere, counts as a definition inside the tags that list definitions).
 fn past_echoed_tools(text: &str) -> &str {
     let Some(open) = text.find("<tools>") else { return text };
     let body = &text[open + "<tools>".len()..];
