@@ -83,6 +83,35 @@ fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Er
     Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
 }
 
+/// The release's reasons (its summary's `left_out` classes) for a sample the review has not
+/// accepted yet; what an undecided one waits for says where people should look.
+const NOT_REVIEWED: &str = "not reviewed";
+const WAITING_SCORES: &str = "review: waiting for scores";
+const IN_QUEUE: &str = "review: in the adjudication queue";
+const NOT_ASSIGNED: &str = "review: not assigned";
+/// An undecided sample of decisions written before review-merge v5 (no `waiting_for`).
+const UNDECIDED: &str = "review: undecided";
+
+impl Decision {
+    /// Why the review keeps the sample out (`None`: accepted): `review: <decision>`, and for
+    /// an undecided sample what it waits for (review-merge's `waiting_for`).
+    fn left_out_reason(&self) -> Option<String> {
+        match self.decision.as_str() {
+            "accepted" => None,
+            "undecided" => Some(
+                match self.extra.get("waiting_for").and_then(Value::as_str) {
+                    Some("scores") => WAITING_SCORES,
+                    Some("adjudication") => IN_QUEUE,
+                    Some("assignment") => NOT_ASSIGNED,
+                    _ => UNDECIDED,
+                }
+                .to_string(),
+            ),
+            other => Some(format!("review: {other}")),
+        }
+    }
+}
+
 /// The files of a release, then `$extra`: one list for [`FILES`] and [`WRITES`].
 macro_rules! release_files {
     ($($extra:expr),*) => {
@@ -828,15 +857,17 @@ fn warn_unknown(out: &mut Output, audit: &Audit, pool: &pool::Pooled) {
 /// back after evaluation until a person decides it.
 pub fn waiting_for_review(settings: &Settings) -> Option<crate::error::Waiting> {
     let path = settings.artifacts.join(DECISIONS.stage).join(DECISIONS.file);
-    let (mut counts, mut pool): (BTreeMap<String, usize>, usize) = (BTreeMap::new(), 0);
+    let (mut accepted, mut pool, mut left_out) = (0, 0, BTreeMap::<String, usize>::new());
     let reviewed = std::fs::read_to_string(path).ok();
     for d in reviewed.iter().flat_map(|t| t.lines()).filter_map(|l| serde_json::from_str::<Decision>(l).ok()) {
         pool += 1;
-        *counts.entry(d.decision).or_default() += 1;
+        match d.left_out_reason() {
+            None => accepted += 1,
+            Some(why) if d.decision == "undecided" => *left_out.entry(why).or_default() += 1,
+            Some(_) => {}
+        }
     }
-    let undecided = counts.get("undecided").copied().unwrap_or(0);
-    let mut left_out = BTreeMap::from([("review: undecided".to_string(), undecided)]);
-    if reviewed.is_none() || counts.get("accepted").copied().unwrap_or(0) > 0 {
+    if reviewed.is_none() || accepted > 0 {
         // Held items count only when `eval` audited the latest candidate (it ran after it):
         // a candidate made since would be audited anew by `run` first.
         let run_of = |s: &str| Manifest::load(&settings.artifacts, s).ok().flatten().map(|m| m.run_id);
@@ -1192,6 +1223,7 @@ mod tests {
             adjudication: Some(adj("accept", 2, vec![adj("reject", 1, vec![])])),
             rule: "both".into(),
             reason: "reviewers disagreed; `lena` decided: revision 2".into(),
+            waiting_for: None,
         };
         let d: Decision = serde_json::from_str(&serde_json::to_string(&merged).unwrap()).unwrap();
         assert_eq!((d.decision.as_str(), d.decided_by.as_str()), ("accepted", "adjudication"));
@@ -1215,11 +1247,13 @@ mod tests {
             adjudication: None,
             rule: "both".into(),
             reason: "split".into(),
+            waiting_for: Some(crate::review::merge::WaitingFor::Adjudication),
         };
         let line = serde_json::to_string(&merged).unwrap();
         assert!(line.contains("\"decided_by\":null"), "{line}");
         let d: Decision = serde_json::from_str(&line).unwrap();
         assert_eq!((d.decision.as_str(), d.decided_by.as_str()), ("undecided", ""));
+        assert_eq!(d.left_out_reason().as_deref(), Some(IN_QUEUE));
     }
 
     #[test]
@@ -1237,5 +1271,61 @@ mod tests {
         .unwrap();
         assert_eq!(score_mean(&m), Some(4.0));
         assert_eq!(score_mean(&Map::new()), None);
+    }
+
+    #[test]
+    fn the_waiting_message_counts_what_each_sample_waits_for_and_lists_only_their_steps() {
+        use crate::review::merge::{Decision as Merged, Outcome, WaitingFor};
+        let merged = |id: &str, waiting_for: Option<WaitingFor>| Merged {
+            id: id.into(),
+            content_hash: "sha256:00".into(),
+            decision: Outcome::Undecided,
+            decided_by: None,
+            kind: crate::model::Kind::MultiTool,
+            scenario: vec![],
+            reviewers: vec![],
+            reviews: vec![],
+            adjudication: None,
+            rule: "both".into(),
+            reason: String::new(),
+            waiting_for,
+        };
+        let reason = |m: Merged| {
+            let d: Decision = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+            d.left_out_reason().unwrap()
+        };
+        let mut left_out = BTreeMap::new();
+        for (m, n) in [(merged("a", Some(WaitingFor::Scores)), 3), (merged("b", Some(WaitingFor::Adjudication)), 2)] {
+            left_out.insert(reason(m), n);
+        }
+        left_out.insert(NOT_REVIEWED.to_string(), 1);
+        left_out.insert("review: rejected".to_string(), 4);
+        let w = pool::waiting(&left_out, 10).unwrap();
+        assert_eq!(
+            w.message,
+            "6 of the 10 pool samples wait for review (4 not scored yet, 2 in the adjudication queue (their reviewers \
+             disagree: `artifacts/review-merge/queue.csv`)); nothing is released until a sample is accepted"
+        );
+        assert!(w.next.starts_with("reviewers fill their sheets") && w.next.contains("`reviews/adjudications.csv`"));
+        assert!(!w.next.contains("eval_review") && !w.next.contains("roster"), "{}", w.next);
+
+        // Only scores missing: no word of a queue; only an assignment short of reviewers: the roster.
+        let only = |k: String| pool::waiting(&BTreeMap::from([(k, 5)]), 5).unwrap();
+        let w = only(reason(merged("a", Some(WaitingFor::Scores))));
+        assert!(w.message.contains("(5 not scored yet)") && !w.next.contains("adjudication"), "{w:?}");
+        let w = only(reason(merged("a", Some(WaitingFor::Assignment))));
+        assert!(w.message.contains("5 without two eligible reviewers") && w.next.contains("roster"), "{w:?}");
+        assert!(!w.next.contains("sheets"), "{}", w.next);
+        // Decisions from before review-merge v5 say only `undecided`.
+        let w = only(reason(merged("a", None)));
+        assert!(w.message.contains("5 undecided") && w.next.contains("sheets") && w.next.contains("adjudications"));
+        // Held items alone: the eval sheet, not the review docs.
+        let w = only(HELD.to_string());
+        assert!(
+            w.next.starts_with("a person decides each held item") && !w.next.contains("docs/review.md"),
+            "{}",
+            w.next
+        );
+        assert!(pool::waiting(&BTreeMap::from([("review: rejected".to_string(), 3)]), 3).is_none());
     }
 }

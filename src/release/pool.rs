@@ -13,8 +13,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{
-    Audit, CatalogTool, Decision, FUNNEL, HELD, ReleaseSettings, ReviewSummary, STAGE, Summary, convert, lineage,
-    sample_row, tables,
+    Audit, CatalogTool, Decision, FUNNEL, HELD, IN_QUEUE, NOT_ASSIGNED, NOT_REVIEWED, ReleaseSettings, ReviewSummary,
+    STAGE, Summary, UNDECIDED, WAITING_SCORES, convert, lineage, sample_row, tables,
 };
 use crate::error::{InputError, Problem, hinted};
 use crate::model::{Family, Kind, Sample};
@@ -328,55 +328,81 @@ fn request_key(sample: &Sample) -> String {
     format!("{:?}\u{1f}{}", sample.family, turns.join("\u{1e}"))
 }
 
-/// Why a sample stays out of the release under the review decisions, if it does.
-/// Nothing accepted yet and samples waiting for a decision: the release waits for people
-/// (`benchgen run` stops here with exit code 3) instead of failing.
+/// Nothing accepted yet and samples waiting for people: the release waits (`benchgen run`
+/// stops here with exit code 3) instead of failing. The message counts what each group waits
+/// for and where its people work; `next` lists their steps.
 pub(super) fn waiting(left_out: &BTreeMap<String, usize>, pool: usize) -> Option<crate::error::Waiting> {
-    let unscored = left_out.get("not reviewed").copied().unwrap_or(0);
-    let undecided = left_out.get("review: undecided").copied().unwrap_or(0);
-    let held = left_out.get(HELD).copied().unwrap_or(0);
-    if unscored + undecided + held == 0 {
+    let count = |k: &str| left_out.get(k).copied().unwrap_or(0);
+    let unscored = count(NOT_REVIEWED) + count(WAITING_SCORES);
+    // Decisions written before review-merge v5 do not say why they are undecided; most wait
+    // in the queue or for a second score, and both are named for them.
+    let (queued, legacy) = (count(IN_QUEUE), count(UNDECIDED));
+    let unassigned = count(NOT_ASSIGNED);
+    let held = count(HELD);
+    let total = unscored + queued + legacy + unassigned + held;
+    if total == 0 {
         return None;
     }
     let mut parts = Vec::new();
+    let mut steps = Vec::new();
     if unscored > 0 {
-        parts.push(format!("{unscored} not reviewed yet"));
+        parts.push(format!("{unscored} not scored yet"));
     }
-    if undecided > 0 {
+    if unscored + legacy > 0 {
+        steps.push(
+            "reviewers fill their sheets (`artifacts/review-export/sheets/<reviewer>.csv` or .xlsx, returned into \
+             `reviews/returned/`) or score in the web app (`benchgen review serve`)",
+        );
+    }
+    if queued > 0 {
         parts.push(format!(
-            "{undecided} undecided (waiting for a second score or an adjudication: `artifacts/review-merge/queue.csv`)"
+            "{queued} in the adjudication queue (their reviewers disagree: `artifacts/review-merge/queue.csv`)"
         ));
+    }
+    if legacy > 0 {
+        parts.push(format!(
+            "{legacy} undecided (waiting for a second score or an adjudication: `artifacts/review-merge/report.md`)"
+        ));
+    }
+    if queued + legacy > 0 {
+        steps.push(
+            "a lead decides each disagreement in `reviews/adjudications.csv` (a copy of \
+             `artifacts/review-merge/queue.csv` with `decision`, `adjudicator` and `reason` filled)",
+        );
+    }
+    if unassigned > 0 {
+        parts.push(format!(
+            "{unassigned} without two eligible reviewers (`artifacts/review-assign/report.md` says why)"
+        ));
+        steps.push("add reviewers to the `[review]` roster or widen who may review what, so that each sample gets two");
     }
     if held > 0 {
         parts.push(format!(
-            "{held} held back after evaluation (no panel agent solved them: `artifacts/eval/review.csv`; write `keep` or `leave out` in a copy named in `[release] eval_review`)"
+            "{held} held back after evaluation (no panel agent solved them: `artifacts/eval/review.csv`)"
         ));
+        steps.push(
+            "a person decides each held item: copy `artifacts/eval/review.csv` to `reviews/eval/`, write `keep` or \
+             `leave out` in `decision` (with a note) and name the copy in `[release] eval_review` (docs/eval.md)",
+        );
     }
     Some(crate::error::Waiting {
         message: format!(
-            "{} of the {pool} pool samples wait for review ({}); nothing is released until a sample is accepted",
-            unscored + undecided + held,
+            "{total} of the {pool} pool samples wait for review ({}); nothing is released until a sample is accepted",
             parts.join(", ")
         ),
-        next: if unscored + undecided > 0 {
-            "reviewers fill their sheets (`artifacts/review-export/sheets/<reviewer>.csv` or .xlsx, returned \
-             into `reviews/returned/`) or score in the web app (`benchgen review serve`); disagreements are \
-             decided in `reviews/adjudications.csv`; then run `benchgen run` again (docs/review.md)"
-                .into()
-        } else {
-            "a person decides each held item: copy `artifacts/eval/review.csv` to `reviews/eval/`, write `keep` \
-             or `leave out` in `decision` (with a note), name the copy in `[release] eval_review`, then run \
-             `benchgen run` again (docs/eval.md)"
-                .into()
-        },
+        next: format!(
+            "{}; then run `benchgen run` again{}",
+            steps.join("; "),
+            if unscored + queued + legacy + unassigned > 0 { " (docs/review.md)" } else { "" }
+        ),
     })
 }
 
 fn why_not(decisions: Option<&HashMap<String, Decision>>, decision: Option<&Decision>, hash: &str) -> Option<String> {
     match (&decisions, decision) {
         (None, _) => None,
-        (Some(_), None) => Some("not reviewed".to_string()),
-        (Some(_), Some(d)) if d.decision != "accepted" => Some(format!("review: {}", d.decision)),
+        (Some(_), None) => Some(NOT_REVIEWED.to_string()),
+        (Some(_), Some(d)) if d.decision != "accepted" => d.left_out_reason(),
         (Some(_), Some(d)) if d.content_hash != hash => {
             Some("changed after review (content hash differs from the reviewed one)".to_string())
         }
@@ -511,7 +537,7 @@ impl PoolFiles {
 impl Pooled {
     fn count_review(&mut self, decision: Option<&Decision>) {
         let Some(r) = self.review.as_mut() else { return };
-        let key = decision.map(|d| d.decision.as_str()).unwrap_or("not reviewed");
+        let key = decision.map(|d| d.decision.as_str()).unwrap_or(NOT_REVIEWED);
         *r.decisions.entry(key.to_string()).or_default() += 1;
         if let Some(d) = decision {
             r.reviewed += 1;

@@ -50,7 +50,9 @@ pub static SPEC: StageSpec = StageSpec {
     //    reviewer's verdict where LLM scores stand in for people.
     // 4: ... only where no person scored it; an LLM pair missing a configured reviewer's
     //    review (it failed) waits instead of deciding on one review.
-    version: 4,
+    // 5: an undecided sample says what it waits for (`waiting_for`), so the release and
+    //    `status` can send people to the right place.
+    version: 5,
     about: "decisions per sample (rule, adjudication, exclusions) and reviewer agreement (κ, α, heatmap)",
     reads: &[ASSIGNMENTS.read(), SAMPLES.read(), super::sheets::SCORES.optional(), super::prereview::SCORES.optional()],
     writes: &["decisions.jsonl", "agreement.json", "report.md", "heatmap.svg", "queue.csv"],
@@ -64,6 +66,16 @@ pub enum Outcome {
     Rejected,
     Excluded,
     Undecided,
+}
+
+/// What an undecided sample waits for: the scores of its assigned reviewers, an adjudication
+/// of their disagreement, or reviewers at all (the assignment could not place it).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum WaitingFor {
+    Scores,
+    Adjudication,
+    Assignment,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
@@ -137,6 +149,10 @@ pub struct Decision {
     pub rule: String,
     /// Why, in one line.
     pub reason: String,
+    /// What an undecided sample waits for (absent once decided, and in decisions written
+    /// before review-merge v5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<WaitingFor>,
 }
 
 pub fn adjudications_path(s: &Settings) -> PathBuf {
@@ -322,20 +338,28 @@ pub fn merge(
         let p = pre.remove(smp.id.as_str()).expect("every sample");
         let assigned = a.sample(&smp.id);
         let adjud = adj.remove(&smp.id);
-        let (decision, decided_by, reason) = if let Some(x) = adjud.as_ref().filter(|x| x.decision == "exclude") {
-            (Outcome::Excluded, Some(DecidedBy::Adjudication), format!("excluded by `{}`: {}", x.adjudicator, x.reason))
+        let (decision, decided_by, reason, waiting_for) = if let Some(x) =
+            adjud.as_ref().filter(|x| x.decision == "exclude")
+        {
+            (
+                Outcome::Excluded,
+                Some(DecidedBy::Adjudication),
+                format!("excluded by `{}`: {}", x.adjudicator, x.reason),
+                None,
+            )
         } else if let Some((by, passes)) = &p.pair {
             let who = if *by == DecidedBy::Llm { "LLM reviewers (standing in for humans)" } else { "both reviewers" };
             if passes.iter().all(|x| *x) {
-                (Outcome::Accepted, Some(*by), format!("{who} accept"))
+                (Outcome::Accepted, Some(*by), format!("{who} accept"), None)
             } else if passes.iter().all(|x| !*x) {
-                (Outcome::Rejected, Some(*by), format!("{who} reject"))
+                (Outcome::Rejected, Some(*by), format!("{who} reject"), None)
             } else if let Some(x) = &adjud {
                 let o = if x.decision == "accept" { Outcome::Accepted } else { Outcome::Rejected };
                 (
                     o,
                     Some(DecidedBy::Adjudication),
                     format!("reviewers disagreed; `{}` decided: {}", x.adjudicator, x.reason),
+                    None,
                 )
             } else if let (DecidedBy::Llm, Some((who, passes))) = (by, &p.tiebreak) {
                 let (o, verb) = if *passes { (Outcome::Accepted, "accepts") } else { (Outcome::Rejected, "rejects") };
@@ -344,16 +368,27 @@ pub fn merge(
                     o,
                     Some(DecidedBy::Llm),
                     format!("LLM reviewers split; the tie-break reviewer `{who}` {verb} (a majority of three)"),
+                    None,
                 )
             } else {
                 queue += 1;
-                (Outcome::Undecided, None, "reviewers disagree: in the adjudication queue".into())
+                (
+                    Outcome::Undecided,
+                    None,
+                    "reviewers disagree: in the adjudication queue".into(),
+                    Some(WaitingFor::Adjudication),
+                )
             }
         } else if assigned.is_none() {
             let why = a.unassigned.iter().find(|u| u.id == smp.id).map(|u| u.reason.clone()).unwrap_or_default();
-            (Outcome::Undecided, None, format!("not assigned: {why}"))
+            (Outcome::Undecided, None, format!("not assigned: {why}"), Some(WaitingFor::Assignment))
         } else {
-            (Outcome::Undecided, None, format!("waiting for scores from {}", p.waiting.join(" and ")))
+            (
+                Outcome::Undecided,
+                None,
+                format!("waiting for scores from {}", p.waiting.join(" and ")),
+                Some(WaitingFor::Scores),
+            )
         };
         decisions.push(Decision {
             id: smp.id.clone(),
@@ -367,6 +402,7 @@ pub fn merge(
             adjudication: adjud,
             rule: rule.clone(),
             reason,
+            waiting_for,
         });
     }
     Ok(Merged { decisions, queue, tiebroken, web_stale })
@@ -879,7 +915,7 @@ fn report(r: &super::ReviewSettings, m: &Merged, ag: &[Agreement], count_as_huma
 fn queue_csv(ds: &[Decision]) -> Result<Vec<u8>> {
     let mut w = crate::csvout::Writer::new();
     w.write_record(["sample_id", "content_hash", "reviews", "decision", "adjudicator", "reason"])?;
-    for d in ds.iter().filter(|d| d.decision == Outcome::Undecided && d.reason.contains("adjudication queue")) {
+    for d in ds.iter().filter(|d| d.waiting_for == Some(WaitingFor::Adjudication)) {
         let reviews: Vec<String> = d
             .reviews
             .iter()

@@ -97,13 +97,23 @@ fn run_to_release(proj: &Path) -> String {
     assert_code(&o, 3);
     let err = stderr(&o);
     assert!(!err.contains("error:") && !err.contains("failed"), "waiting is not failing: {err}");
-    assert!(err.contains("waiting for people: ") && err.contains("pool samples wait for review"), "{err}");
+    // Every sample waits for its reviewers' scores: the message says so, and sends nobody to
+    // the (empty) adjudication queue.
+    let line = err.lines().find(|l| l.starts_with("waiting for people: ")).unwrap_or_else(|| panic!("{err}"));
+    let n = line["waiting for people: ".len()..].split(' ').next().unwrap();
+    assert_eq!(
+        line,
+        format!(
+            "waiting for people: {n} of the {n} pool samples wait for review ({n} not scored yet); nothing is released until a sample is accepted"
+        )
+    );
+    assert!(!err.contains("queue.csv") && !err.contains("adjudication"), "{err}");
     assert!(err.contains("next: ") && err.contains("benchgen review serve") && err.contains("benchgen run"), "{err}");
     assert!(!proj.join("release/proj-0.1.0").exists(), "nothing released while every sample waits");
     // `status` says the same, in text and JSON.
     let o = run(proj, &["status"]);
     assert_code(&o, 0);
-    assert!(stdout(&o).contains("waiting for people: "), "{}", stdout(&o));
+    assert!(stdout(&o).lines().any(|l| l == line), "{}", stdout(&o));
     let o = run(proj, &["--json", "status"]);
     let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let release = rows.as_array().unwrap().iter().find(|r| r["stage"] == "release").unwrap();

@@ -861,6 +861,7 @@ fn llm_prereview_is_marked_and_decides_only_when_the_config_says_so() {
     assert!(scores.lines().all(|l| l.contains("\"kind\":\"llm\"") && l.contains("\"reviewer\":\"llm:")), "{scores}");
     rp.ok(&["review", "merge"]);
     assert!(rp.decisions().values().all(|d| d["decision"] == "undecided"), "LLM scores do not count by default");
+    assert!(rp.decisions().values().all(|d| d["waiting_for"] == "scores"), "each waits for its reviewers' scores");
 
     // With count_as_human, LLM scores decide, and say so.
     rp.p.write(
@@ -872,6 +873,8 @@ fn llm_prereview_is_marked_and_decides_only_when_the_config_says_so() {
     assert_eq!(d["s000"]["decision"], "accepted");
     assert_eq!(d["s000"]["decided_by"], "llm");
     assert_eq!(d["s001"]["decision"], "undecided", "strict rejects, lenient accepts: queued");
+    assert_eq!(d["s001"]["waiting_for"], "adjudication", "{}", d["s001"]);
+    assert!(d["s000"].get("waiting_for").is_none(), "a decided sample waits for nothing: {}", d["s000"]);
     assert!(out.contains("LLM pre-review scores stood in for human reviewers"), "{out}");
     assert!(rp.p.read("artifacts/review-merge/report.md").contains("**LLM pre-review stood in for human reviewers**"));
     let ag: Value = serde_json::from_str(&rp.p.read("artifacts/review-merge/agreement.json")).unwrap();
