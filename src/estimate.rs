@@ -28,6 +28,9 @@ pub struct Row {
     pub seconds: Option<f64>,
     /// The time column as printed.
     pub time: String,
+    /// Its exchanges cannot be counted yet (the basis says until when): counted as 0.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unknown: bool,
 }
 
 /// The whole table with its total.
@@ -39,6 +42,8 @@ pub struct Table {
     pub seconds: f64,
     /// Roles in the table without a timing (their rows add nothing to `seconds`).
     pub unmeasured: Vec<String>,
+    /// Stages with a row that cannot be counted yet: the total leaves them out and says so.
+    pub uncounted: Vec<String>,
     /// Roles timed by `benchgen llm ping` alone: its prompt and answer are a few tokens, a
     /// stage's are hundreds, so their time is a lower bound (the table says `≥`).
     pub ping_only: Vec<String>,
@@ -69,7 +74,10 @@ pub fn table(settings: &Settings) -> Table {
         rows.iter().filter(|r| r.seconds.is_none() && r.first_try > 0).map(|r| r.role.clone()).collect();
     unmeasured.sort();
     unmeasured.dedup();
+    let mut uncounted: Vec<String> = rows.iter().filter(|r| r.unknown).map(|r| r.stage.clone()).collect();
+    uncounted.dedup();
     Table {
+        uncounted,
         exchanges: rows.iter().map(|r| r.exchanges).sum(),
         seconds: rows.iter().filter_map(|r| r.seconds).sum(),
         unmeasured,
@@ -84,6 +92,7 @@ pub fn row(settings: &Settings, stage: &str, e: Estimate, per: Option<f64>) -> R
     let reask = crate::llm::role_reask(settings, &e.role);
     let exchanges = e.typed * (1 + u64::from(reask)) + e.plain;
     let first_try = e.typed + e.plain;
+    let unknown = e.unknown;
     let mut basis = e.basis;
     if e.typed > 0 && reask > 0 {
         basis.push_str(&format!("; typed answers × {} with re-asks", reask + 1));
@@ -100,6 +109,7 @@ pub fn row(settings: &Settings, stage: &str, e: Estimate, per: Option<f64>) -> R
         seconds_per_exchange: per,
         seconds,
         time,
+        unknown,
     }
 }
 
@@ -178,7 +188,13 @@ pub fn render(t: &Table) -> String {
         }
         (false, _) => format!("not measured: {}", t.unmeasured.join(", ")),
     };
-    cells.push(["total".into(), String::new(), t.exchanges.to_string(), String::new(), total_time]);
+    // A stage whose inputs cannot be read yet adds 0: the total is a bound without it.
+    let left = if t.uncounted.is_empty() {
+        String::new()
+    } else {
+        format!("without {} (not countable yet)", t.uncounted.join(", "))
+    };
+    cells.push(["total".into(), String::new(), t.exchanges.to_string(), left, total_time]);
     let width =
         |i: usize| cells.iter().map(|c| c[i].chars().count()).chain([head[i].chars().count()]).max().unwrap_or(0);
     let widths: Vec<usize> = (0..4).map(width).collect();
@@ -269,10 +285,33 @@ max_items = 2
         assert_eq!(r.seconds, Some(4.0));
         assert!(r.time.contains("2.0 s/exchange measured, 3 at once"), "{}", r.time);
         // L1: 2 of the 4 tools, one draft each and at most one asked again (writer), 3
-        // candidates and at most one asked again each verified (judge).
+        // candidates and at most one asked again each verified, and the plan check's one step
+        // the rules may leave open (judge).
         let l1 = crate::levels::l1::L1Stage.estimate(&s);
         let by: BTreeMap<&str, (u64, u64)> = l1.iter().map(|e| (e.role.as_str(), (e.typed, e.plain))).collect();
-        assert_eq!(by, BTreeMap::from([("writer", (4, 0)), ("classifier", (8, 0))]));
+        assert_eq!(by, BTreeMap::from([("writer", (4, 0)), ("classifier", (10, 0))]));
+        let judge = l1.iter().find(|e| e.role == "classifier").unwrap();
+        assert!(judge.basis.contains("plan-check step"), "{}", judge.basis);
+    }
+
+    #[test]
+    fn a_stage_that_cannot_count_yet_is_named_beside_the_total() {
+        // The registry file is not there yet: the registry's stages count nothing, and the
+        // total says it is a bound without them rather than passing their 0 as a count.
+        let (_dir, s) = project(REGISTRY, &[]);
+        let t = table(&s);
+        let filter = t.rows.iter().find(|r| r.stage == "filter").unwrap_or_else(|| panic!("{t:?}"));
+        assert!(filter.unknown && filter.exchanges == 0, "{filter:?}");
+        assert!(filter.basis.starts_with("unknown until `registry import` can read the registry"), "{}", filter.basis);
+        assert!(t.uncounted.contains(&"filter".to_string()) && t.uncounted.contains(&"levels-l1".to_string()), "{t:?}");
+        let text = render(&t);
+        let total = text.lines().last().unwrap();
+        assert!(total.starts_with("total") && total.contains("without filter, "), "{text}");
+        // With the registry there, nothing is left out.
+        let (_dir, s) = project(REGISTRY, &[registry()]);
+        let t = table(&s);
+        assert!(t.uncounted.is_empty() && t.rows.iter().all(|r| !r.unknown), "{t:?}");
+        assert!(!render(&t).contains("not countable"));
     }
 
     #[test]

@@ -631,11 +631,15 @@ impl Stage for FilterStage {
     fn estimate(&self, settings: &Settings) -> Vec<crate::stage::Estimate> {
         let Some(role) = settings.section::<FilterSettings>().classifier_role.as_ref() else { return Vec::new() };
         // Only matches of `ask` rules are asked about: at most every server and tool once.
-        let (n, basis) = match crate::registry::catalog_size(settings, &[]) {
-            Some(c) => (c.servers + c.tools, format!("≤ {} servers + {} tools in {}", c.servers, c.tools, c.from)),
-            None => (0, "unknown until `registry import` can read the registry".to_string()),
+        let e = match crate::registry::catalog_size(settings, &[]) {
+            Some(c) => crate::stage::Estimate::typed(
+                role,
+                c.servers + c.tools,
+                format!("≤ {} servers + {} tools in {}", c.servers, c.tools, c.from),
+            ),
+            None => crate::stage::Estimate::unknown(role, "`registry import` can read the registry"),
         };
-        vec![crate::stage::Estimate::typed(role, n, basis).in_flight(0)]
+        vec![e.in_flight(0)]
     }
 
     fn prompts(&self, settings: &Settings) -> Vec<PromptRef> {

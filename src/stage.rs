@@ -115,17 +115,26 @@ pub struct Estimate {
     pub basis: String,
     /// Items the stage keeps in flight (0: only the role's `max_concurrency` bounds them).
     pub in_flight: usize,
+    /// The bound cannot be known yet (an input the stage counts cannot be read): the row
+    /// counts 0 and the table's total says the stage is not in it.
+    pub unknown: bool,
 }
 
 impl Estimate {
     /// At most `asks` typed calls of `role`.
     pub fn typed(role: &str, asks: u64, basis: impl Into<String>) -> Self {
-        Self { role: role.to_string(), typed: asks, plain: 0, basis: basis.into(), in_flight: 1 }
+        Self { role: role.to_string(), typed: asks, plain: 0, basis: basis.into(), in_flight: 1, unknown: false }
+    }
+
+    /// `role`'s exchanges cannot be counted until `until` (`registry import` can read the
+    /// registry, say).
+    pub fn unknown(role: &str, until: &str) -> Self {
+        Self { unknown: true, ..Self::typed(role, 0, format!("unknown until {until}")) }
     }
 
     /// At most `asks` calls of `role` whose answers are not validated (chat turns).
     pub fn plain(role: &str, asks: u64, basis: impl Into<String>) -> Self {
-        Self { role: role.to_string(), typed: 0, plain: asks, basis: basis.into(), in_flight: 1 }
+        Self { role: role.to_string(), typed: 0, plain: asks, basis: basis.into(), in_flight: 1, unknown: false }
     }
 
     /// The stage runs `n` items at once (its batch's `concurrency`; 0: the role's bound).
@@ -140,6 +149,7 @@ impl Estimate {
         self.typed += other.typed;
         self.plain += other.plain;
         self.basis = format!("{} + {}", self.basis, other.basis);
+        self.unknown |= other.unknown;
         self
     }
 }

@@ -293,7 +293,14 @@ impl Stage for TopdownStage {
         let (sets, basis) = match (built, crate::registry::catalog_size(settings, &[crate::filter::CATALOG])) {
             (Some(n), _) => (n, format!("{n} sets built")),
             (None, Some(c)) => (c.tools / 2, format!("≤ {} sets ({} tools / 2)", c.tools / 2, c.tools)),
-            (None, None) => (0, "unknown until `registry import` can read the registry".to_string()),
+            (None, None) => {
+                let until = "`registry import` can read the registry";
+                let rows = [Estimate::unknown(&t.writer_role, until), Estimate::unknown(&t.judge_role, until)];
+                return crate::stage::merge_by_role(rows)
+                    .into_iter()
+                    .map(|e| e.in_flight(t.concurrency.max(1)))
+                    .collect();
+            }
         };
         let per = t.requests_per_set as u64;
         let rows = vec![

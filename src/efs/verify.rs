@@ -140,7 +140,12 @@ impl Stage for VerifyStage {
                 let n = crate::stage::capped(all, e.pairs.max_calls);
                 (n, format!("≤ {n} calls ({} tools × {per}, max_calls {})", c.tools, e.pairs.max_calls))
             }
-            (None, None) => (0, "unknown until `registry import` can read the registry".to_string()),
+            (None, None) => {
+                let until = "`registry import` can read the registry";
+                return vec![
+                    crate::stage::Estimate::unknown(&e.verify.role, until).in_flight(e.verify.concurrency.max(1)),
+                ];
+            }
         };
         let v = &e.verify;
         vec![crate::stage::Estimate::typed(&v.role, n, basis).in_flight(v.concurrency.max(1))]

@@ -139,7 +139,7 @@ impl Stage for BuildStage {
         let g = settings(s);
         // Candidates over every session the track can carry: the split's graph sessions are
         // some of them, and an edge's support only shrinks with fewer sessions.
-        let (n, basis) = match crate::logs::import::sessions_before_run(s) {
+        let e = match crate::logs::import::sessions_before_run(s) {
             Some((mut sessions, from)) => {
                 // Support counts sessions by id: one id each, as import makes them unique.
                 for (i, x) in sessions.iter_mut().enumerate() {
@@ -147,11 +147,12 @@ impl Stage for BuildStage {
                 }
                 let cands = super::candidates(&sessions);
                 let asked = cands.iter().filter(|c| c.support.sessions.len() >= g.min_support).count();
-                (asked as u64, format!("≤ {asked} candidate edges (support ≥ {}) in {from}", g.min_support))
+                let basis = format!("≤ {asked} candidate edges (support ≥ {}) in {from}", g.min_support);
+                crate::stage::Estimate::typed(&g.role, asked as u64, basis)
             }
-            None => (0, "unknown until `logs import` can read the log files".to_string()),
+            None => crate::stage::Estimate::unknown(&g.role, "`logs import` can read the log files"),
         };
-        vec![crate::stage::Estimate::typed(&g.role, n, basis).in_flight(g.concurrency.max(1))]
+        vec![e.in_flight(g.concurrency.max(1))]
     }
 
     fn prompts(&self, s: &Settings) -> Vec<PromptRef> {

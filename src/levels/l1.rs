@@ -422,11 +422,12 @@ impl Stage for L1Stage {
                 Estimate::typed(
                     &l.judge_role,
                     items * (n + 1),
-                    format!(
-                        "{basis} × ({n} candidates + ≤ 1 asked again) verified (+ ≤ 1 plan-check step the rules leave open)"
-                    ),
+                    format!("{basis} × ({n} candidates + ≤ 1 asked again) verified"),
                 ),
-            ],
+            ]
+            .into_iter()
+            .chain(super::single_step_check_estimate(&l, items, &basis))
+            .collect(),
         )
     }
     fn prompts(&self, _s: &Settings) -> Vec<PromptRef> {

@@ -196,7 +196,10 @@ impl Stage for L2Stage {
                     items * (n + 1),
                     format!("{basis} × ({n} candidates + ≤ 1 asked again) verified"),
                 ),
-            ],
+            ]
+            .into_iter()
+            .chain(super::single_step_check_estimate(&l, items, &basis))
+            .collect(),
         )
     }
     fn prompts(&self, _s: &Settings) -> Vec<PromptRef> {

@@ -319,6 +319,7 @@ impl Stage for L4Stage {
             Estimate::typed(&l.judge_role, n * (1 + rounds), format!("≤ {n} attempts × (1 + {rounds} checks)")),
             Estimate::typed(&l.writer_role, n * rounds, format!("≤ {n} attempts × {rounds} rounds")),
             Estimate::typed(&l.writer_role, n, format!("≤ {n} attempts × ≤ 1 query asked again")),
+            Estimate::typed(&l.judge_role, n, format!("≤ {n} attempts × ≤ 1 quality check of a query asked again")),
         ];
         // The plan check's judge: at most every distinct tool of a scenario's servers is an
         // open step (repeats are decided by rule), for the query and the one asked again.

@@ -497,8 +497,8 @@ pub fn roles(s: &Settings) -> Vec<crate::stage::ConfigRef> {
 pub fn estimate_catalog(s: &Settings) -> Result<crate::registry::CatalogSize, Vec<crate::stage::Estimate>> {
     crate::registry::catalog_size(s, &[crate::filter::CATALOG]).ok_or_else(|| {
         let l = settings(s);
-        let why = "unknown until `registry import` can read the registry";
-        vec![crate::stage::Estimate::typed(&l.writer_role, 0, why).in_flight(l.concurrency.max(1))]
+        let until = "`registry import` can read the registry";
+        vec![crate::stage::Estimate::unknown(&l.writer_role, until).in_flight(l.concurrency.max(1))]
     })
 }
 
@@ -925,6 +925,18 @@ pub struct Verified {
     pub query: String,
     pub exchanges: Vec<String>,
     pub step: Step,
+}
+
+/// The judge's exchanges of [`check_single_steps`] in an estimate: at most its one step of
+/// each item the rules leave open (none without `[levels.plan_check] judge`).
+pub fn single_step_check_estimate(l: &LevelsSettings, items: u64, basis: &str) -> Option<crate::stage::Estimate> {
+    l.plan_check.judge.then(|| {
+        crate::stage::Estimate::typed(
+            &l.judge_role,
+            items,
+            format!("{basis} × ≤ 1 plan-check step the rules leave open"),
+        )
+    })
 }
 
 /// L1 and L2's plan check, as L3 and L4 have it: the rules with each step's embedding

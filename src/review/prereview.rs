@@ -343,7 +343,11 @@ impl Stage for PrereviewStage {
         let Some(p) = settings(s) else { return Vec::new() };
         let (n, basis) = match assigned_bound(s) {
             Some((n, from)) => (n, format!("≤ {n} samples ({from}) × 1 review")),
-            None => (0, "unknown until the sample pool's inputs can be read".to_string()),
+            None => {
+                let until = "the sample pool's inputs can be read";
+                let rows = p.roles.iter().chain(&p.tiebreak).map(|r| crate::stage::Estimate::unknown(r, until));
+                return crate::stage::merge_by_role(rows).into_iter().map(|e| e.in_flight(p.concurrency)).collect();
+            }
         };
         let mut rows: Vec<_> = p.roles.iter().map(|r| crate::stage::Estimate::typed(r, n, basis.clone())).collect();
         if let Some(t) = &p.tiebreak {
