@@ -1,12 +1,17 @@
 //! Output modes in one place: quiet / default / verbose, human or `--json`
 //! summaries on stdout, warnings and progress bars on stderr.
 //!
-//! Progress bars are hidden when stderr is not a terminal, with `--quiet`, or
-//! when `BENCHGEN_NO_PROGRESS` is set (tests set it for stable output).
+//! Progress bars are hidden with `--quiet`, `--json`, or when `BENCHGEN_NO_PROGRESS` is set
+//! (tests set it for stable output). When stderr is not a terminal (`make demo | tee`, CI,
+//! a log file) a bar is written as a plain line at its start and then at most every
+//! [`PLAIN_EVERY`], so a long stage still says how far it is and when it should end.
 
 use std::io::IsTerminal;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
 use serde::Serialize;
 
 /// Write to stdout and flush. A reader that has gone away (`benchgen … | head -1`) ends
@@ -74,12 +79,20 @@ impl Printer {
     }
 
     pub fn progress(&self, len: u64, what: &str) -> ProgressBar {
-        let hidden = self.quiet
-            || self.json
-            || std::env::var_os("BENCHGEN_NO_PROGRESS").is_some()
-            || !std::io::stderr().is_terminal();
-        if hidden {
+        if self.quiet || self.json || std::env::var_os("BENCHGEN_NO_PROGRESS").is_some() {
             return ProgressBar::hidden();
+        }
+        if !std::io::stderr().is_terminal() {
+            let pb = ProgressBar::with_draw_target(
+                Some(len),
+                ProgressDrawTarget::term_like(Box::new(PlainLines::new(PLAIN_EVERY, |line| eprintln!("{line}")))),
+            );
+            pb.set_style(
+                ProgressStyle::with_template("{prefix}: {pos}/{len} ({elapsed}, eta {eta}) {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            pb.set_prefix(what.to_string());
+            return pb;
         }
         let pb = ProgressBar::new(len);
         pb.set_style(
@@ -89,5 +102,118 @@ impl Printer {
         );
         pb.set_prefix(what.to_string());
         pb
+    }
+}
+
+/// How often a progress bar writes a plain line where stderr is not a terminal.
+pub const PLAIN_EVERY: Duration = Duration::from_secs(30);
+
+/// A progress bar's drawing as plain lines for a log: each redraw's text is kept, and
+/// written as one line when the last was written `every` ago or more (the first at once);
+/// cursor moves and clears, which a log cannot undo, are dropped.
+pub struct PlainLines {
+    every: Duration,
+    /// The text of the redraw in progress, and when a line was last written.
+    state: Mutex<(String, Option<Instant>)>,
+    write: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+impl PlainLines {
+    pub fn new(every: Duration, write: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        Self { every, state: Mutex::new((String::new(), None)), write: Box::new(write) }
+    }
+}
+
+impl std::fmt::Debug for PlainLines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlainLines").field("every", &self.every).finish_non_exhaustive()
+    }
+}
+
+impl TermLike for PlainLines {
+    fn width(&self) -> u16 {
+        // Wide enough that a bar's line is never cut; the filler spaces are trimmed.
+        200
+    }
+
+    fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.write_str(s)
+    }
+
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).0.push_str(s);
+        Ok(())
+    }
+
+    fn clear_line(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let text = std::mem::take(&mut st.0);
+        let line = text.replace('\r', "");
+        let line = line.trim();
+        let due = st.1.is_none_or(|t| t.elapsed() >= self.every);
+        // A cleared bar (its stage is done) draws nothing: no line for it.
+        if !line.is_empty() && due {
+            (self.write)(line);
+            st.1 = Some(Instant::now());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn collected(every: Duration) -> (ProgressBar, Arc<Mutex<Vec<String>>>) {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let term = PlainLines::new(every, move |l| sink.lock().unwrap().push(l.to_string()));
+        let pb = ProgressBar::with_draw_target(Some(4), ProgressDrawTarget::term_like(Box::new(term)));
+        pb.set_style(ProgressStyle::with_template("{prefix}: {pos}/{len}").unwrap());
+        pb.set_prefix("efs-verify");
+        (pb, lines)
+    }
+
+    #[test]
+    fn a_bar_without_a_terminal_writes_plain_lines_at_most_every_interval() {
+        // Every redraw is due when the interval is zero: one clean line each, no escape
+        // codes, no carriage returns, no filler.
+        let (pb, lines) = collected(Duration::ZERO);
+        pb.inc(1);
+        pb.inc(1);
+        pb.finish_and_clear();
+        let got = lines.lock().unwrap().clone();
+        assert!(got.len() >= 2, "{got:?}");
+        assert!(got.iter().all(|l| l.starts_with("efs-verify: ") && !l.contains('\r') && l.trim() == l), "{got:?}");
+        assert!(got.contains(&"efs-verify: 2/4".to_string()), "{got:?}");
+        // A long interval: only the first drawing is written, however often it redraws.
+        let (pb, lines) = collected(Duration::from_secs(3600));
+        for _ in 0..4 {
+            pb.inc(1);
+        }
+        pb.finish_and_clear();
+        let got = lines.lock().unwrap().clone();
+        assert_eq!(got.len(), 1, "{got:?}");
     }
 }
