@@ -593,10 +593,18 @@ fn truncate_chars(s: &str, max: usize) -> String {
 mod tests {
     use super::*;
 
-    /// A test double for the model: its replies in order, and the messages of each request.
+    /// A test double for the model: its replies in order, and the messages and tools of
+    /// each request.
     struct ScriptedChat {
         replies: std::sync::Mutex<Vec<ChatTurn>>,
         seen: std::sync::Mutex<Vec<Vec<ChatMessage>>>,
+        tools: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl ScriptedChat {
+        fn new(replies: Vec<ChatTurn>) -> Self {
+            Self { replies: std::sync::Mutex::new(replies), seen: Default::default(), tools: Default::default() }
+        }
     }
 
     impl Chat for ScriptedChat {
@@ -604,10 +612,11 @@ mod tests {
             &self,
             _role: &str,
             messages: &[ChatMessage],
-            _tools: &[ToolSpec],
+            tools: &[ToolSpec],
             _subject: &str,
         ) -> Result<crate::llm::Reply<ChatTurn>, crate::llm::LlmError> {
             self.seen.lock().unwrap().push(messages.to_vec());
+            self.tools.lock().unwrap().push(serde_json::to_string(tools).unwrap());
             let value = self.replies.lock().unwrap().remove(0);
             Ok(crate::llm::Reply { value, event_id: 1, cached: false, exchange: "x".into() })
         }
@@ -626,7 +635,7 @@ mod tests {
     async fn guarded(replies: Vec<ChatTurn>) -> (Trajectory, Vec<Vec<ChatMessage>>, Vec<ChatMessage>) {
         let settings = AgentSettings::from(&crate::agent::ExecuteSettings::default());
         let exec = Executor::connect(vec![], settings, None).await.unwrap();
-        let chat = ScriptedChat { replies: std::sync::Mutex::new(replies), seen: Default::default() };
+        let chat = ScriptedChat::new(replies);
         let q = Query { id: "q".into(), query: "Who is on call?".into(), chain: vec![] };
         let mut t = Trajectory::start(&q);
         let mut messages = vec![ChatMessage::User(q.query.clone())];
@@ -634,6 +643,62 @@ mod tests {
         exec.run_guarded(&chat, "q", &mut messages, &mut t, Some(&guard)).await;
         let seen = chat.seen.into_inner().unwrap();
         (t, seen, messages)
+    }
+
+    /// An executor over an in-process sandbox serving `tools` (names in the given order).
+    async fn sandboxed(tools: &[&str]) -> Executor {
+        let tool = |n: &&str| crate::model::Tool {
+            id: format!("ops::{n}"),
+            name: n.to_string(),
+            description: format!("{n} of a service"),
+            input_schema: json!({"type": "object", "properties": {"service": {"type": "string"}}}),
+            output_schema: None,
+        };
+        let catalog = crate::model::Catalog {
+            servers: vec![crate::model::Server {
+                name: "ops".into(),
+                description: "operations".into(),
+                summary: String::new(),
+                url: String::new(),
+                categories: vec![],
+                license: None,
+                tools: tools.iter().map(tool).collect(),
+                registry: None,
+            }],
+        };
+        let sandbox = crate::sandbox::Sandbox::new(&catalog, crate::sandbox::SandboxOptions::default()).unwrap();
+        let (client_end, server_end) = tokio::io::duplex(1 << 16);
+        let (sr, sw) = tokio::io::split(server_end);
+        tokio::spawn(async move { crate::sandbox::serve_io(&sandbox, sr, sw).await });
+        let (cr, cw) = tokio::io::split(client_end);
+        let logs = std::env::temp_dir();
+        let opts = crate::mcp::client::ClientOptions::new(&logs);
+        let client = McpClient::from_io("ops", crate::mcp::config::ToolIds::AsIs, opts, cr, cw);
+        let settings = AgentSettings::from(&crate::agent::ExecuteSettings::default());
+        Executor::connect(vec![Arc::new(client)], settings, None).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn two_queries_send_the_same_system_message_and_tools_so_a_server_reuses_that_prefix() {
+        // The agent stages (execute, synth roleplay, eval) send no template: their fixed part
+        // is the system message and the tools, which a chat template renders first. Two
+        // queries must send both byte for byte, whatever order the server listed its tools.
+        let exec = sandboxed(&["list_hosts", "get_oncall", "acknowledge_alert"]).await;
+        let chat = ScriptedChat::new(vec![said("Ada."), said("Three hosts.")]);
+        for (id, text) in [("q1", "Who is on call for db?"), ("q2", "Which hosts serve checkout?")] {
+            let q = Query { id: id.into(), query: text.into(), chain: vec![] };
+            let (t, _) = exec.run_query(&chat, &q).await;
+            assert_eq!(t.status, RunStatus::Answered, "{t:?}");
+        }
+        let (seen, tools) = (chat.seen.into_inner().unwrap(), chat.tools.into_inner().unwrap());
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0][0], seen[1][0], "the system message");
+        assert!(matches!(&seen[0][0], ChatMessage::System(_)), "{:?}", seen[0][0]);
+        assert_ne!(seen[0][1], seen[1][1], "the varying part comes after");
+        assert_eq!(tools[0], tools[1], "the tools");
+        let names: Vec<&str> = exec.tool_specs().iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["ops__acknowledge_alert", "ops__get_oncall", "ops__list_hosts"], "sorted, not as listed");
+        exec.shutdown().await;
     }
 
     #[tokio::test]
