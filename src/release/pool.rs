@@ -328,6 +328,11 @@ fn request_key(sample: &Sample) -> String {
     format!("{:?}\u{1f}{}", sample.family, turns.join("\u{1e}"))
 }
 
+/// Pool samples the review has not decided yet (not scored, in the queue, not assigned).
+pub(super) fn review_pending(left_out: &BTreeMap<String, usize>) -> usize {
+    [NOT_REVIEWED, WAITING_SCORES, IN_QUEUE, UNDECIDED, NOT_ASSIGNED].iter().filter_map(|k| left_out.get(*k)).sum()
+}
+
 /// Nothing accepted yet and samples waiting for people: the release waits (`benchgen run`
 /// stops here with exit code 3) instead of failing. The message counts what each group waits
 /// for and where its people work; `next` lists their steps.

@@ -32,6 +32,14 @@ pub(super) fn published_notes(out: &mut Output, summary: &Summary, shown: &str) 
             "{held} item(s) that no eval panel agent solved (`all-fail`) were held back: copy `artifacts/eval/review.csv` to `reviews/eval/`, write `keep` or `leave out` in `decision`, name it in `[release] eval_review`, and release a new version (CHANGELOG.md lists them)"
         ));
     }
+    // A version is never overwritten: what the review decides later needs a new one.
+    let pending = super::pool::review_pending(&summary.left_out);
+    if pending > 0 {
+        out.count("review_pending", pending);
+        out.notes.push(format!(
+            "{pending} pool sample(s) still wait for review and are not in this version (`artifacts/review-merge/report.md` says what each waits for): once they are decided, set a new `[release] version` and run again to publish them"
+        ));
+    }
     let (kept, left) = summary.flagged_by_rule;
     if kept + left > 0 {
         out.count("decided_by_rule", kept + left);

@@ -100,6 +100,11 @@ fn decisions(pool: &[Value], rejected: &[&str]) -> Vec<Value> {
         .iter()
         .map(|s| {
             let id = s["id"].as_str().unwrap();
+            // `?id` in `rejected`: the sample waits for its reviewers' scores.
+            if rejected.contains(&format!("?{id}").as_str()) {
+                return json!({"id": id, "content_hash": hash(s), "decision": "undecided", "decided_by": null,
+                              "reviewers": [], "rule": "both >= 4", "waiting_for": "scores"});
+            }
             let decision = if rejected.contains(&id) { "rejected" } else { "accepted" };
             json!({"id": id, "content_hash": hash(s), "decision": decision, "decided_by": "llm",
                    "reviewers": [{"id": "llm:pre", "scores": {"relevance": 5, "completeness": 4}}], "rule": "both >= 4"})
@@ -991,6 +996,28 @@ fn a_request_released_twice_is_left_out_the_second_time_with_its_reason() {
         x.contains("release.left_out") && x.contains("duplicate request: the same text as `L2-1`"),
         "the drop is in the ledger with its reason: {x}"
     );
+}
+
+/// A sample still waiting for scores stays out with what it waits for, and the publication
+/// says that a later decision needs a new version (a published one is never overwritten).
+#[test]
+fn a_release_published_while_samples_wait_for_review_says_they_need_a_new_version() {
+    let p = Project::empty();
+    p.write(CONFIG, config("0.1.0", true));
+    upstream_fixture(p.root(), &validated_pool(), &levels_pool(), &["fin-d", "?L2-1"]);
+    let o = release(&p, &[]);
+    assert_code(&o, 0);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        out.contains("1 pool sample(s) still wait for review and are not in this version")
+            && out.contains("set a new `[release] version`"),
+        "{out}"
+    );
+    let card = std::fs::read_to_string(dir(&p, "0.1.0").join("README.md")).unwrap();
+    assert!(card.contains("review: waiting for scores"), "{card}");
+    let o = p.run(&["--config", CONFIG, "--json", "explain", "sample:L2-1"]);
+    let x = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(x.contains("release.left_out") && x.contains("review: waiting for scores"), "{x}");
 }
 
 #[test]
