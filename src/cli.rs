@@ -22,6 +22,10 @@ pub use crate::sandbox::command::SandboxArgs;
 /// with a `manifest.json`, and is skipped when that manifest is up to date.
 /// Every decision is recorded in the ledger (`artifacts/ledger.sqlite`), so
 /// `benchgen explain ID` can show how any item was made.
+///
+/// Exit codes: 0 success; 1 a failure you can act on (bad input, a failed stage: the error
+/// names file, record and field); 2 a usage error; 3 waiting for people (`run` or `release`
+/// stopped because samples wait for review or a decision: not a failure).
 #[derive(Debug, Parser)]
 #[command(name = "benchgen", version, propagate_version = true, max_term_width = 100)]
 pub struct TypedCli {
@@ -109,6 +113,11 @@ pub enum Command {
     /// exit code 3 (not a failure: 1 is). `benchgen status` shows the same.
     Run(RunArgs),
     /// Show every stage as done, stale (with the reason) or missing.
+    ///
+    /// When the release waits for people (the state in which `run` stops with exit code
+    /// 3), two more lines say so: "waiting for people: …" (how many samples wait, for what,
+    /// and where) and "next: …" (what to do, then `benchgen run`); `--json` gives them as
+    /// `waiting` on the `release` row. `status` itself exits 0.
     Status,
     /// Check the whole pipeline config before anything runs.
     ///

@@ -115,7 +115,20 @@ pub fn run(ctx: &Ctx, from: Option<&str>, until: Option<&str>, force: bool) -> R
             continue;
         }
         let announcing = Printer { announce: true, ..*ctx.printer };
-        let report = stage::execute(ctx.settings, &announcing, stage.as_ref(), force, &states)?;
+        let report = match stage::execute(ctx.settings, &announcing, stage.as_ref(), force, &states) {
+            Ok(r) => r,
+            Err(e) => {
+                // Waiting for people is a result, not a failure: `--json` gets the stages run
+                // so far and what waits (exit code 3 all the same).
+                let waiting = e.chain().find_map(|x| x.downcast_ref::<crate::error::Waiting>());
+                if let Some(w) = waiting.filter(|_| ctx.printer.json) {
+                    let value =
+                        serde_json::json!({"reports": reports, "waiting": {"message": w.message, "next": w.next}});
+                    ctx.printer.summary("", &value);
+                }
+                return Err(e);
+            }
+        };
         // Each result as soon as it is known; `--json` gets the whole list at the end.
         ctx.printer.partial(&render_report(&report));
         states.insert(spec.name.into(), Freshness::Done);

@@ -457,7 +457,11 @@ impl Stage for ReleaseStage {
          `all-fail` (`eval/review.csv`) is held back until `[release] eval_review` decides it
          (`hold_flagged = false`: published and listed on the card; `decide_flagged =
          \"evidence\"`: where the panel's evidence can decide, a rule stands in for a person,
-         and the card says so). `benchgen release verify
+         and the card says so). When no sample is accepted yet and some wait for people
+         (scores, an adjudication, reviewers, or a decision on held items), it stops with
+         \"waiting for people\", what each group waits for and where, the next step, and exit
+         code 3 (not a failure: 1 is); published while some still wait, it says a new version
+         publishes them. `benchgen release verify
          DIR` checks a release; with `--servers` it also starts the pinned servers and reports
          every tool changed since."
     }

@@ -118,6 +118,13 @@ fn run_to_release(proj: &Path) -> String {
     let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let release = rows.as_array().unwrap().iter().find(|r| r["stage"] == "release").unwrap();
     assert!(release["waiting"]["message"].as_str().unwrap().contains("wait for review"), "{release}");
+    // `--json run` while waiting: the stages' reports (all up to date now) and what waits.
+    let o = run(proj, &["--json", "run"]);
+    assert_code(&o, 3);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(&o)));
+    assert!(v["waiting"]["message"].as_str().unwrap().contains("not scored yet"), "{v}");
+    assert!(v["waiting"]["next"].as_str().unwrap().contains("benchgen run"), "{v}");
+    assert!(v["reports"].as_array().unwrap().iter().any(|r| r["stage"] == "review-export"), "{v}");
     assert!(fill_sheets(proj) > 0, "no sample reached the reviewers");
     let o = run(proj, &["run"]);
     assert_code(&o, 0);
