@@ -609,14 +609,18 @@ fn readme(name: &str, track: Track, logs: &[LogFile], catalog: &str, registry: &
         s.push_str("- the API key variable named by `api_key_env` in the config, if your server needs one.\n");
     }
     s.push_str(&format!(
-        "\n## Run\n\n```console\n$ benchgen check                          # the config and prompts, before anything runs\n\
-         $ benchgen run --until review-export     # every stage up to the reviewers' sheets\n\
+        "\n## Run\n\n```console\n$ benchgen llm ping                       # one short call per LLM role: it works, and how fast\n\
+         $ benchgen check                          # the config and prompts; the first run's LLM exchanges and time\n\
+         $ benchgen run                            # every stage; stops with exit code 3: the samples wait for review\n\
          # reviewers fill artifacts/review-export/sheets/NAME.csv (or .xlsx; or `benchgen review serve`)\n\
          # and return them into reviews/returned/\n\
-         $ benchgen run                           # imports the sheets, merges, releases\n\
+         $ benchgen run                            # imports the sheets, merges, releases\n\
          $ benchgen release verify release/{name}-0.1.0\n```\n\n\
-         `benchgen status` shows what is done or stale and why; `benchgen explain sample:ID` how a\n\
-         sample was made. Prompts: `benchgen prompts list`.\n"
+         Exit code 3 means \"waiting for people\", not failure: `run` says how many samples wait, for\n\
+         what and where, and what to run next; `benchgen status` shows the same. For a first look\n\
+         at a large input, uncomment `sample = N` in the config (a seeded subset). `benchgen status`\n\
+         shows what is done or stale and why; `benchgen explain sample:ID` how a sample was made.\n\
+         Prompts: `benchgen prompts list`.\n"
     ));
     s
 }
