@@ -275,7 +275,8 @@ pub enum ConfigCommand {
 pub enum LlmCommand {
     /// Check roles end to end: one live typed call each (starting the local model server
     /// for `provider = "local"`). Records the exchange in the ledger (stage `llm-ping`);
-    /// writes nothing else. Fails when any role fails.
+    /// writes nothing else. Fails when any role fails. `--probe` also times one
+    /// stage-sized exchange per role for `check`'s time column.
     Ping(PingArgs),
     /// LLM accounting from the ledger, per stage and role: calls, cache hits, retries,
     /// failures, prompt/completion tokens, latency p50/p90/p99 and estimated cost (when the
@@ -333,6 +334,11 @@ pub struct PingArgs {
     /// Only this role (default: every configured role).
     #[arg(long)]
     pub role: Option<String>,
+    /// Also time one stage-sized exchange per role (a ~600-token prompt, a one-sentence
+    /// JSON answer; ledger stage `llm-probe`), so `check` and `init` reckon how long the
+    /// first run takes here instead of giving the ping's lower bound.
+    #[arg(long)]
+    pub probe: bool,
 }
 
 #[derive(Debug, Args)]

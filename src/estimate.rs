@@ -54,14 +54,19 @@ pub fn table(settings: &Settings) -> Table {
     let timed = timed_rows(settings);
     let timings = seconds_per_exchange(&timed);
     let pinged = ping_only(&timed);
+    let probed = probe_only(&timed);
     let mut rows = Vec::new();
     for stage in crate::stages::enabled(settings) {
         for e in crate::stage::merge_by_role(stage.estimate(settings)) {
             let per = timings.get(&e.role).copied();
             let mut r = row(settings, stage.spec().name, e, per);
             if r.seconds.is_some() && pinged.contains(&r.role) {
-                r.time =
-                    format!("{} from `llm ping` only: a stage's exchange takes longer", r.time.replacen('≈', "≥", 1));
+                r.time = format!(
+                    "{} from `llm ping` only: a stage's exchange takes longer (`llm ping --probe` times one)",
+                    r.time.replacen('≈', "≥", 1)
+                );
+            } else if r.seconds.is_some() && probed.contains(&r.role) {
+                r.time = format!("{} from `llm ping --probe`: one stage-sized exchange", r.time);
             }
             rows.push(r);
         }
@@ -121,17 +126,36 @@ fn timed_rows(settings: &Settings) -> Vec<crate::llm::stats::RoleStats> {
     rows.into_iter().filter(|r| r.calls > r.batched && r.seconds > 0.0).collect()
 }
 
+/// The ledger stages of `benchgen llm ping` and of its `--probe`.
+const PING: &str = "llm-ping";
+const PROBE: &str = "llm-probe";
+
 /// Mean latency of each role's live exchanges in `timed` ([`timed_rows`]), over every
-/// stage and `llm ping`.
+/// stage and `llm ping --probe`; `llm ping`'s few tokens only where nothing else timed the
+/// role (averaged in, they would pull a stage-sized mean down).
 fn seconds_per_exchange(timed: &[crate::llm::stats::RoleStats]) -> BTreeMap<String, f64> {
-    let totals = crate::llm::stats::role_totals(timed);
+    let pinged = ping_only(timed);
+    let used: Vec<crate::llm::stats::RoleStats> =
+        timed.iter().filter(|r| r.stage != PING || pinged.contains(&r.role)).cloned().collect();
+    let totals = crate::llm::stats::role_totals(&used);
     totals.into_iter().map(|t| (t.role, t.seconds / (t.calls - t.batched) as f64)).collect()
 }
 
 /// The roles whose only timed exchanges are `benchgen llm ping`'s (see [`Table::ping_only`]).
 fn ping_only(timed: &[crate::llm::stats::RoleStats]) -> std::collections::BTreeSet<String> {
+    only(timed, |stage| stage == PING)
+}
+
+/// The roles timed by `llm ping --probe` and no stage.
+fn probe_only(timed: &[crate::llm::stats::RoleStats]) -> std::collections::BTreeSet<String> {
+    let probed = only(timed, |stage| stage == PING || stage == PROBE);
+    probed.into_iter().filter(|role| timed.iter().any(|r| &r.role == role && r.stage == PROBE)).collect()
+}
+
+/// The roles all of whose timed rows are of stages `of` accepts.
+fn only(timed: &[crate::llm::stats::RoleStats], of: impl Fn(&str) -> bool) -> std::collections::BTreeSet<String> {
     let roles: std::collections::BTreeSet<String> = timed.iter().map(|r| r.role.clone()).collect();
-    roles.into_iter().filter(|role| timed.iter().filter(|r| &r.role == role).all(|r| r.stage == "llm-ping")).collect()
+    roles.into_iter().filter(|role| timed.iter().filter(|r| &r.role == role).all(|r| of(&r.stage))).collect()
 }
 
 /// Requests of `role` a stage has in flight at once. One local server shares this
@@ -153,7 +177,7 @@ fn time_text(per: Option<f64>, seconds: Option<f64>, at_once: usize, role: &str)
             let spread = if at_once > 1 { format!(", {at_once} at once") } else { String::new() };
             format!("≈ {} ({per:.1} s/exchange measured{spread})", duration(secs))
         }
-        _ => format!("not measured: `benchgen llm ping --role {role}` measures the role"),
+        _ => format!("not measured: `benchgen llm ping --probe --role {role}` measures the role"),
     }
 }
 
@@ -336,9 +360,37 @@ max_items = 2
         assert!(t.rows.iter().all(|r| r.seconds.is_none()), "{t:?}");
         assert_eq!(t.exchanges, t.rows.iter().map(|r| r.exchanges).sum::<u64>());
         let text = render(&t);
-        assert!(text.contains("exchanges (≤)") && text.contains("`benchgen llm ping --role classifier`"), "{text}");
+        assert!(
+            text.contains("exchanges (≤)") && text.contains("`benchgen llm ping --probe --role classifier`"),
+            "{text}"
+        );
         assert!(text.lines().last().unwrap().starts_with("total"), "{text}");
         assert!(t.unmeasured.contains(&"classifier".to_string()) && t.unmeasured.contains(&"writer".to_string()));
+    }
+
+    #[test]
+    fn a_probe_or_a_stage_times_a_role_and_the_pings_few_tokens_count_only_alone() {
+        let stats = |stage: &str, role: &str, calls: u64, seconds: f64| crate::llm::stats::RoleStats {
+            stage: stage.into(),
+            role: role.into(),
+            calls,
+            seconds,
+            ..Default::default()
+        };
+        let timed = vec![
+            stats(PING, "a", 1, 0.5),
+            stats(PING, "b", 1, 0.5),
+            stats(PROBE, "b", 1, 6.0),
+            stats(PING, "c", 2, 1.0),
+            stats(PROBE, "c", 1, 7.0),
+            stats("efs-verify", "c", 4, 32.0),
+        ];
+        let per = seconds_per_exchange(&timed);
+        // `a`: the ping alone (a lower bound); `b`: its probe, not the mean with the ping;
+        // `c`: the probe and the stage, 39 s over 5 exchanges.
+        assert_eq!((per["a"], per["b"], per["c"]), (0.5, 6.0, 39.0 / 5.0));
+        assert_eq!(ping_only(&timed).into_iter().collect::<Vec<_>>(), ["a"]);
+        assert_eq!(probe_only(&timed).into_iter().collect::<Vec<_>>(), ["b"]);
     }
 
     #[test]

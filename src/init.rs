@@ -609,7 +609,7 @@ fn readme(name: &str, track: Track, logs: &[LogFile], catalog: &str, registry: &
         s.push_str("- the API key variable named by `api_key_env` in the config, if your server needs one.\n");
     }
     s.push_str(&format!(
-        "\n## Run\n\n```console\n$ benchgen llm ping                       # one short call per LLM role: it works, and how fast\n\
+        "\n## Run\n\n```console\n$ benchgen llm ping --probe               # each LLM role answers; one stage-sized exchange timed\n\
          $ benchgen check                          # the config and prompts; the first run's LLM exchanges and time\n\
          $ benchgen run                            # every stage; stops with exit code 3: the samples wait for review\n\
          # reviewers fill artifacts/review-export/sheets/NAME.csv (or .xlsx; or `benchgen review serve`)\n\

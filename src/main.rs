@@ -287,7 +287,7 @@ fn llm_command(ctx: &Ctx, c: &LlmCommand) -> Result<()> {
     let (settings, printer) = (ctx.settings, ctx.printer);
     match c {
         LlmCommand::Ping(a) => {
-            let results = llm::ping::ping(settings, a.role.as_deref())?;
+            let results = llm::ping::ping(settings, a.role.as_deref(), a.probe)?;
             printer.summary(&llm::ping::render(&results), &results);
             match results.iter().find(|r| !r.ok) {
                 Some(r) => Err(anyhow::anyhow!("role `{}` failed the ping", r.role)),

@@ -118,6 +118,7 @@ pub fn sites() -> Vec<Entry> {
         of::<levels::profiles::ProfileAnswer>("src/levels/profiles.rs", "levels profiles: profile"),
         one("src/levels/schemas.rs", "levels schemas: output schema", levels::schemas::schema_answer()),
         of::<crate::llm::ping::PingAnswer>("src/llm/ping.rs", "llm ping"),
+        of::<crate::llm::ping::ProbeAnswer>("src/llm/ping.rs", "llm ping --probe"),
         of::<logs::curate::NeedVerdict>("src/logs/curate.rs", "logs curate: need"),
         of::<logs::curate::AnswerVerdict>("src/logs/curate.rs", "logs curate: answer"),
         sizes("src/logs/curate.rs", "logs curate: label", &[1, 4], |n| logs::curate::label_answer(&taxonomy(n))),

@@ -52,6 +52,7 @@ pub const BUILTIN: &[(&str, &str)] = builtins![
     "levels_step_need",
     "levels_tool_profile",
     "llm-ping",
+    "llm-probe",
     "logs_answer",
     "logs_label",
     "logs_need",

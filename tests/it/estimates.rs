@@ -21,7 +21,7 @@ fn every_stage_makes_at_most_the_exchanges_check_estimated_before_the_run() {
     let columns: Vec<&str> = header.split('|').map(str::trim).collect();
     assert_eq!(columns, ["stage", "role", "exchanges (≤)", "basis", "time ≈"], "{text}");
     // Nothing has run yet: no role is timed, and the table says how to time one.
-    assert!(text.contains("not measured: `benchgen llm ping --role"), "{text}");
+    assert!(text.contains("not measured: `benchgen llm ping --probe --role"), "{text}");
 
     let o = p.run(&["--json", "check"]);
     assert_code(&o, 0);

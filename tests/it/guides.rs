@@ -73,6 +73,10 @@ fn answer(seen: &Seen) -> Answer {
             .unwrap_or_default();
         return Answer::json(serde_json::json!({"sum": nums.iter().sum::<i64>()}));
     }
+    // `llm ping --probe`'s stage-sized exchange: a tool of its catalog.
+    if seen.all_text().contains("Which tool should be called first?") {
+        return Answer::json(serde_json::json!({"tool": "get_oncall", "reason": "It names who is on call."}));
+    }
     match crate::levels::answer(seen) {
         Answer::Status { .. } => crate::pipeline::pipeline_answer(seen),
         a => a,

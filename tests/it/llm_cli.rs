@@ -271,6 +271,33 @@ fn ping_checks_each_role() {
 }
 
 #[test]
+fn a_probe_times_a_stage_sized_exchange_that_check_reckons_with() {
+    let s = ScriptedLlm::start(|seen| {
+        let u = seen.last_user();
+        if u.contains("Which tool should be called first?") {
+            assert!(u.contains("get_oncall") && u.len() > 1000, "the probe carries a stage's data: {u}");
+            return Answer::json(json!({"tool": "get_oncall", "reason": "The request asks who is on call."}));
+        }
+        if u.contains("Put the result in the field `sum`") {
+            let nums: Vec<i64> = u.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+            return Answer::json(json!({"sum": nums[0] + nums[1]}));
+        }
+        keep_or_drop(seen)
+    });
+    let dir = project(&s.base_url(), "");
+    let o = run(dir.path(), &["llm", "ping", "--probe", "--role", "c"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("17 + 25 = 42") && text(&o).contains("probe (a stage-sized exchange)"), "{}", text(&o));
+    let o = run(dir.path(), &["--json", "llm", "stats"]);
+    let stats: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(stats.as_array().unwrap().iter().any(|r| r["stage"] == "llm-probe" && r["calls"] == 1), "{stats}");
+    // Timed by the probe, `check`'s time is a reckoning (≈), not the ping's lower bound.
+    let o = run(dir.path(), &["check"]);
+    let row = text(&o).lines().find(|l| l.starts_with("filter ")).map(str::to_string).unwrap_or_else(|| text(&o));
+    assert!(row.contains("≈ ") && !row.contains("≥") && row.contains("from `llm ping --probe`"), "{row}");
+}
+
+#[test]
 fn invalid_verdicts_leave_items_undecided_with_the_error() {
     let s = ScriptedLlm::constant("I would rather not say.");
     let dir = project(&s.base_url(), "reask = 1");
