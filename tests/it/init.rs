@@ -185,7 +185,7 @@ fn init_registry_track_checks_and_runs_to_a_verified_release() {
 }
 
 #[test]
-fn init_both_tracks_passes_check() {
+fn init_both_tracks_checks_and_runs_to_a_verified_release_of_both_families() {
     let llm = ScriptedLlm::start(answer);
     let dir = tempfile::tempdir().unwrap();
     users_files(dir.path());
@@ -209,6 +209,9 @@ fn init_both_tracks_passes_check() {
     for s in ["registry-import", "efs-verify", "levels-l1", "logs-import", "synth-chains", "execute", "release"] {
         assert!(enabled.contains(&s), "{s} not in {enabled:?}");
     }
+    // Both tracks' first run waits for the reviewers as one; then one release holds both.
+    let samples = run_to_release(&dir.path().join("proj"));
+    assert!(samples.contains("\"L1-") && samples.contains("\"family\":\"finmcp\""), "both families: {samples}");
 }
 
 /// On the local model (the default provider) the agent loops of a new project run one at a
