@@ -334,7 +334,7 @@ pub struct PingArgs {
     /// Only this role (default: every configured role).
     #[arg(long)]
     pub role: Option<String>,
-    /// Also time one stage-sized exchange per role (a ~600-token prompt, a one-sentence
+    /// Also time one stage-sized exchange per role (a ~500-token prompt, a one-sentence
     /// JSON answer; ledger stage `llm-probe`), so `check` and `init` reckon how long the
     /// first run takes here instead of giving the ping's lower bound.
     #[arg(long)]

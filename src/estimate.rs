@@ -103,8 +103,14 @@ pub fn row(settings: &Settings, stage: &str, e: Estimate, per: Option<f64>) -> R
         basis.push_str(&format!("; typed answers × {} with re-asks", reask + 1));
     }
     let at_once = at_once(settings, &e.role, e.in_flight);
+    // A bound not known yet has no time either (its 0 exchanges would read "≈ 0 s").
+    let per = per.filter(|_| !e.unknown);
     let seconds = per.map(|s| first_try as f64 * s / at_once as f64);
-    let time = time_text(per, seconds, at_once, &e.role);
+    let time = if e.unknown {
+        "unknown until its input can be read".into()
+    } else {
+        time_text(per, seconds, at_once, &e.role)
+    };
     Row {
         stage: stage.to_string(),
         role: e.role,
@@ -325,7 +331,8 @@ max_items = 2
         let (_dir, s) = project(REGISTRY, &[]);
         let t = table(&s);
         let filter = t.rows.iter().find(|r| r.stage == "filter").unwrap_or_else(|| panic!("{t:?}"));
-        assert!(filter.unknown && filter.exchanges == 0, "{filter:?}");
+        assert!(filter.unknown && filter.exchanges == 0 && filter.seconds.is_none(), "{filter:?}");
+        assert_eq!(filter.time, "unknown until its input can be read");
         assert!(filter.basis.starts_with("unknown until `registry import` can read the registry"), "{}", filter.basis);
         assert!(t.uncounted.contains(&"filter".to_string()) && t.uncounted.contains(&"levels-l1".to_string()), "{t:?}");
         let text = render(&t);

@@ -637,7 +637,7 @@ impl Stage for FilterStage {
                 c.servers + c.tools,
                 format!("≤ {} servers + {} tools in {}", c.servers, c.tools, c.from),
             ),
-            None => crate::stage::Estimate::unknown(role, "`registry import` can read the registry"),
+            None => crate::stage::Estimate::unknown(role, crate::stage::UNTIL_REGISTRY),
         };
         vec![e.in_flight(0)]
     }

@@ -289,8 +289,8 @@ fn llm_command(ctx: &Ctx, c: &LlmCommand) -> Result<()> {
         LlmCommand::Ping(a) => {
             let results = llm::ping::ping(settings, a.role.as_deref(), a.probe)?;
             printer.summary(&llm::ping::render(&results), &results);
-            match results.iter().find(|r| !r.ok) {
-                Some(r) => Err(anyhow::anyhow!("role `{}` failed the ping", r.role)),
+            match results.iter().find_map(|r| r.failure().map(|what| (r, what))) {
+                Some((r, what)) => Err(anyhow::anyhow!("role `{}` failed {what}", r.role)),
                 None => Ok(()),
             }
         }

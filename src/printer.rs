@@ -79,21 +79,53 @@ impl Printer {
     }
 
     pub fn progress(&self, len: u64, what: &str) -> ProgressBar {
+        self.progress_at(len, 0, what)
+    }
+
+    /// A progress bar starting at `done` of `len` (a resumed stage's items already answered):
+    /// its ETA counts only what is done from here, and its first plain line shows `done`.
+    pub fn progress_at(&self, len: u64, done: u64, what: &str) -> ProgressBar {
         if self.quiet || self.json || std::env::var_os("BENCHGEN_NO_PROGRESS").is_some() {
             return ProgressBar::hidden();
         }
         if !std::io::stderr().is_terminal() {
-            let pb = ProgressBar::with_draw_target(
-                Some(len),
-                ProgressDrawTarget::term_like(Box::new(PlainLines::new(PLAIN_EVERY, |line| eprintln!("{line}")))),
-            );
+            // Drawn from its starting position on: attached after it is set.
+            let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::hidden());
             pb.set_style(
                 ProgressStyle::with_template("{prefix}: {pos}/{len} ({elapsed}, eta {eta}) {msg}")
                     .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
             pb.set_prefix(what.to_string());
+            pb.set_position(done);
+            pb.reset_eta();
+            let plain = PlainLines::new(PLAIN_EVERY, |line| {
+                use std::io::Write;
+                // A closed stderr ends the line, not benchgen.
+                let _ = writeln!(std::io::stderr(), "{line}");
+            });
+            pb.set_draw_target(ProgressDrawTarget::term_like(Box::new(plain)));
+            pb.tick();
+            // A stage whose next item takes minutes still says it is alive, and its ETA.
+            pb.enable_steady_tick(PLAIN_EVERY);
             return pb;
         }
+        self.terminal_bar(len, done, what)
+    }
+
+    /// A bar drawn only on a terminal (hidden elsewhere, and with `--quiet`, `--json` or
+    /// `BENCHGEN_NO_PROGRESS`).
+    pub fn terminal_progress(&self, len: u64, what: &str) -> ProgressBar {
+        if self.quiet
+            || self.json
+            || std::env::var_os("BENCHGEN_NO_PROGRESS").is_some()
+            || !std::io::stderr().is_terminal()
+        {
+            return ProgressBar::hidden();
+        }
+        self.terminal_bar(len, 0, what)
+    }
+
+    fn terminal_bar(&self, len: u64, done: u64, what: &str) -> ProgressBar {
         let pb = ProgressBar::new(len);
         pb.set_style(
             ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})")
@@ -101,6 +133,8 @@ impl Printer {
                 .progress_chars("=> "),
         );
         pb.set_prefix(what.to_string());
+        pb.set_position(done);
+        pb.reset_eta();
         pb
     }
 }

@@ -99,6 +99,11 @@ pub enum ReadKind {
     Manifest,
 }
 
+/// What an [`Estimate::unknown`] waits for, where stages share it.
+pub const UNTIL_REGISTRY: &str = "`registry import` can read the registry";
+pub const UNTIL_LOGS: &str = "`logs import` can read the log files";
+pub const UNTIL_POOL: &str = "the sample pool's inputs can be read";
+
 /// The LLM exchanges a stage's first run makes for one role, known before it runs (`check`
 /// and `init` print them with the time they take here, see `benchgen::estimate`). Counts
 /// are upper bounds of first tries; the table adds the re-asks each role's `reask` allows
@@ -123,18 +128,22 @@ pub struct Estimate {
 impl Estimate {
     /// At most `asks` typed calls of `role`.
     pub fn typed(role: &str, asks: u64, basis: impl Into<String>) -> Self {
-        Self { role: role.to_string(), typed: asks, plain: 0, basis: basis.into(), in_flight: 1, unknown: false }
+        let basis = basis.into();
+        debug_assert!(!basis.starts_with("unknown until"), "an unknown bound is `Estimate::unknown`: {basis}");
+        Self { role: role.to_string(), typed: asks, plain: 0, basis, in_flight: 1, unknown: false }
     }
 
-    /// `role`'s exchanges cannot be counted until `until` (`registry import` can read the
-    /// registry, say).
+    /// `role`'s exchanges cannot be counted until `until` ([`UNTIL_REGISTRY`], say).
     pub fn unknown(role: &str, until: &str) -> Self {
-        Self { unknown: true, ..Self::typed(role, 0, format!("unknown until {until}")) }
+        let basis = format!("unknown until {until}");
+        Self { role: role.to_string(), typed: 0, plain: 0, basis, in_flight: 1, unknown: true }
     }
 
     /// At most `asks` calls of `role` whose answers are not validated (chat turns).
     pub fn plain(role: &str, asks: u64, basis: impl Into<String>) -> Self {
-        Self { role: role.to_string(), typed: 0, plain: asks, basis: basis.into(), in_flight: 1, unknown: false }
+        let basis = basis.into();
+        debug_assert!(!basis.starts_with("unknown until"), "an unknown bound is `Estimate::unknown`: {basis}");
+        Self { role: role.to_string(), typed: 0, plain: asks, basis, in_flight: 1, unknown: false }
     }
 
     /// The stage runs `n` items at once (its batch's `concurrency`; 0: the role's bound).
@@ -148,7 +157,10 @@ impl Estimate {
     pub fn plus(mut self, other: Estimate) -> Self {
         self.typed += other.typed;
         self.plain += other.plain;
-        self.basis = format!("{} + {}", self.basis, other.basis);
+        // Two rows of one role waiting for the same input say so once.
+        if other.basis != self.basis {
+            self.basis = format!("{} + {}", self.basis, other.basis);
+        }
         self.unknown |= other.unknown;
         self
     }

@@ -682,23 +682,29 @@ mod tests {
     async fn two_queries_send_the_same_system_message_and_tools_so_a_server_reuses_that_prefix() {
         // The agent stages (execute, synth roleplay, eval) send no template: their fixed part
         // is the system message and the tools, which a chat template renders first. Two
-        // queries must send both byte for byte, whatever order the server listed its tools.
-        let exec = sandboxed(&["list_hosts", "get_oncall", "acknowledge_alert"]).await;
-        let chat = ScriptedChat::new(vec![said("Ada."), said("Three hosts.")]);
-        for (id, text) in [("q1", "Who is on call for db?"), ("q2", "Which hosts serve checkout?")] {
+        // queries must send both byte for byte, even from two connections whose server listed
+        // the tools in different orders (each stage, each eval run connects anew).
+        let mut seen = Vec::new();
+        for (listing, (id, text)) in [
+            (["list_hosts", "get_oncall", "acknowledge_alert"], ("q1", "Who is on call for db?")),
+            (["acknowledge_alert", "list_hosts", "get_oncall"], ("q2", "Which hosts serve checkout?")),
+        ] {
+            let exec = sandboxed(&listing).await;
+            let chat = ScriptedChat::new(vec![said("Done.")]);
             let q = Query { id: id.into(), query: text.into(), chain: vec![] };
             let (t, _) = exec.run_query(&chat, &q).await;
             assert_eq!(t.status, RunStatus::Answered, "{t:?}");
+            let messages = chat.seen.into_inner().unwrap().remove(0);
+            seen.push((messages, chat.tools.into_inner().unwrap().remove(0)));
+            exec.shutdown().await;
         }
-        let (seen, tools) = (chat.seen.into_inner().unwrap(), chat.tools.into_inner().unwrap());
-        assert_eq!(seen.len(), 2);
-        assert_eq!(seen[0][0], seen[1][0], "the system message");
-        assert!(matches!(&seen[0][0], ChatMessage::System(_)), "{:?}", seen[0][0]);
-        assert_ne!(seen[0][1], seen[1][1], "the varying part comes after");
-        assert_eq!(tools[0], tools[1], "the tools");
-        let names: Vec<&str> = exec.tool_specs().iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["ops__acknowledge_alert", "ops__get_oncall", "ops__list_hosts"], "sorted, not as listed");
-        exec.shutdown().await;
+        let ((m1, t1), (m2, t2)) = (&seen[0], &seen[1]);
+        assert!(matches!(&m1[0], ChatMessage::System(_)), "{:?}", m1[0]);
+        assert_eq!(m1[0], m2[0], "the system message");
+        assert_eq!(t1, t2, "the tools, whatever order the server listed them in");
+        assert_ne!(m1[1], m2[1], "the varying part comes after");
+        let first = |t: &str| t.find("ops__acknowledge_alert").unwrap() < t.find("ops__get_oncall").unwrap();
+        assert!(first(t1), "sorted by name: {t1}");
     }
 
     #[tokio::test]

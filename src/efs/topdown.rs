@@ -294,7 +294,7 @@ impl Stage for TopdownStage {
             (Some(n), _) => (n, format!("{n} sets built")),
             (None, Some(c)) => (c.tools / 2, format!("≤ {} sets ({} tools / 2)", c.tools / 2, c.tools)),
             (None, None) => {
-                let until = "`registry import` can read the registry";
+                let until = crate::stage::UNTIL_REGISTRY;
                 let rows = [Estimate::unknown(&t.writer_role, until), Estimate::unknown(&t.judge_role, until)];
                 return crate::stage::merge_by_role(rows)
                     .into_iter()

@@ -141,7 +141,7 @@ impl Stage for VerifyStage {
                 (n, format!("≤ {n} calls ({} tools × {per}, max_calls {})", c.tools, e.pairs.max_calls))
             }
             (None, None) => {
-                let until = "`registry import` can read the registry";
+                let until = crate::stage::UNTIL_REGISTRY;
                 return vec![
                     crate::stage::Estimate::unknown(&e.verify.role, until).in_flight(e.verify.concurrency.max(1)),
                 ];

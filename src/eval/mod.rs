@@ -439,17 +439,18 @@ impl Stage for EvalStage {
         let rows = cfg.agents.iter().map(|agent| {
             // Every turn of a sample runs the agent loop once.
             let per = run::agent_settings(s, cfg, agent).max_exchanges();
-            let (n, basis) = match pool {
-                Some((b, from)) => (
+            let e = match pool {
+                Some((b, from)) => crate::stage::Estimate::plain(
+                    agent,
                     spaces * repeats * b.turns * per,
                     format!(
                         "≤ {repeats} × {} turns of {} samples {from} × {per} agent turns{in_spaces}",
                         b.turns, b.samples
                     ),
                 ),
-                None => (0, "unknown until the sample pool's inputs can be read".to_string()),
+                None => crate::stage::Estimate::unknown(agent, crate::stage::UNTIL_POOL),
             };
-            crate::stage::Estimate::plain(agent, n, basis).in_flight(cfg.concurrency)
+            e.in_flight(cfg.concurrency)
         });
         rows.collect()
     }

@@ -213,7 +213,7 @@ impl Stage for ExecuteStage {
                 n * per,
                 format!("≤ {n} {what} × {per} turns (max_calls {} + answer + nudge)", agent.max_calls),
             ),
-            None => crate::stage::Estimate::plain(&agent.role, 0, "unknown until the queries can be read"),
+            None => crate::stage::Estimate::unknown(&agent.role, "the queries can be read"),
         };
         vec![e.in_flight(agent.concurrency.max(1))]
     }

@@ -150,7 +150,7 @@ impl Stage for BuildStage {
                 let basis = format!("≤ {asked} candidate edges (support ≥ {}) in {from}", g.min_support);
                 crate::stage::Estimate::typed(&g.role, asked as u64, basis)
             }
-            None => crate::stage::Estimate::unknown(&g.role, "`logs import` can read the log files"),
+            None => crate::stage::Estimate::unknown(&g.role, crate::stage::UNTIL_LOGS),
         };
         vec![e.in_flight(g.concurrency.max(1))]
     }

@@ -324,13 +324,18 @@ impl Stage for L4Stage {
         // The plan check's judge: at most every distinct tool of a scenario's servers is an
         // open step (repeats are decided by rule), for the query and the one asked again.
         if l.plan_check.judge {
-            let widest = super::estimate_catalog(s).map(|c| c.per_server.iter().copied().max().unwrap_or(0));
-            let steps = (l.l4.max_servers as u64).saturating_mul(widest.unwrap_or(0));
-            let why = format!(
-                "≤ {n} attempts × 2 queries × ≤ {steps} open steps ({} servers × their widest)",
-                l.l4.max_servers
-            );
-            rows.push(Estimate::typed(&l.judge_role, n.saturating_mul(steps).saturating_mul(2), why));
+            match super::estimate_catalog(s) {
+                Ok(c) => {
+                    let widest = c.per_server.iter().copied().max().unwrap_or(0);
+                    let steps = (l.l4.max_servers as u64).saturating_mul(widest);
+                    let why = format!(
+                        "≤ {n} attempts × 2 queries × ≤ {steps} open steps ({} servers × their widest)",
+                        l.l4.max_servers
+                    );
+                    rows.push(Estimate::typed(&l.judge_role, n.saturating_mul(steps).saturating_mul(2), why));
+                }
+                Err(_) => rows.push(Estimate::unknown(&l.judge_role, crate::stage::UNTIL_REGISTRY)),
+            }
         }
         super::estimates(s, rows)
     }

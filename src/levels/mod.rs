@@ -497,7 +497,7 @@ pub fn roles(s: &Settings) -> Vec<crate::stage::ConfigRef> {
 pub fn estimate_catalog(s: &Settings) -> Result<crate::registry::CatalogSize, Vec<crate::stage::Estimate>> {
     crate::registry::catalog_size(s, &[crate::filter::CATALOG]).ok_or_else(|| {
         let l = settings(s);
-        let until = "`registry import` can read the registry";
+        let until = crate::stage::UNTIL_REGISTRY;
         vec![crate::stage::Estimate::unknown(&l.writer_role, until).in_flight(l.concurrency.max(1))]
     })
 }

@@ -491,10 +491,8 @@ impl<'a> Batch<'a> {
         }
         let resumed = values.len();
         self.resumed += resumed;
-        let pb = self.printer.progress(total as u64, self.opts.label);
-        pb.inc(resumed as u64);
         // What the ledger held took no time now: the ETA counts only the items asked from here.
-        pb.reset_eta();
+        let pb = self.printer.progress_at(total as u64, resumed as u64, self.opts.label);
         // A role in batch mode answers a round of the stage in one batch job: every item is
         // let in flight then (they wait on the batch, not on a server).
         let bound = match self.opts.concurrency {

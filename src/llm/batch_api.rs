@@ -1036,7 +1036,9 @@ impl BatchJobs {
     /// Poll until the batch has finished, with a progress line of its request counts.
     async fn poll(&self, row: &Row) -> Result<Remote, Stop> {
         let id = row.batch_id.clone().unwrap_or_default();
-        let pb = crate::printer::Printer::default().progress(0, "batch");
+        // No printer reaches the poller (its state goes to the log through `tracing`): the bar
+        // is a terminal's only, as before plain progress lines existed.
+        let pb = crate::printer::Printer::default().terminal_progress(0, "batch");
         pb.set_message(format!("{id} (role {})", self.role));
         let mut wait = self.s.poll_s;
         // A batch the server never finishes must not hold the stage for ever: past its

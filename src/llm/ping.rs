@@ -88,9 +88,23 @@ pub struct PingResult {
     pub correct: bool,
     pub latency_ms: u64,
     pub detail: String,
-    /// With `--probe`: the stage-sized exchange's latency, or why it failed.
+    /// With `--probe`: the stage-sized exchange's latency…
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub probe: Option<Result<u64, String>>,
+    pub probe_ms: Option<u64>,
+    /// … or why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_error: Option<String>,
+}
+
+impl PingResult {
+    /// Why the role failed, in a few words: its ping, or (the ping answered) its probe.
+    pub fn failure(&self) -> Option<&'static str> {
+        match (self.ok, &self.probe_error) {
+            (_, Some(_)) => Some("the probe"),
+            (false, None) => Some("the ping"),
+            (true, None) => None,
+        }
+    }
 }
 
 /// Ping one role or every configured role. Always live: a cached ping would prove nothing.
@@ -139,7 +153,8 @@ pub fn ping(settings: &Settings, role: Option<&str>, probe: bool) -> Result<Vec<
                     correct: reply.value.sum == a + b,
                     latency_ms,
                     detail: format!("{a} + {b} = {} (ledger event #{})", reply.value.sum, reply.event_id),
-                    probe: None,
+                    probe_ms: None,
+                    probe_error: None,
                 },
                 Err(e) => PingResult {
                     role: r.clone(),
@@ -147,25 +162,28 @@ pub fn ping(settings: &Settings, role: Option<&str>, probe: bool) -> Result<Vec<
                     correct: false,
                     latency_ms,
                     detail: e.to_string(),
-                    probe: None,
+                    probe_ms: None,
+                    probe_error: None,
                 },
             };
             // A role that cannot answer a ping is not probed: its failure is already said.
             if let Some(p) = prober.as_ref().filter(|_| result.ok) {
                 let prompt = Prompt::new("llm-probe", probe_vars(i));
                 let started = std::time::Instant::now();
-                let res = p.typed::<ProbeAnswer>(r, &prompt, &format!("probe:{r}")).await;
-                result.probe = Some(res.map(|_| started.elapsed().as_millis() as u64).map_err(|e| e.to_string()));
-                result.ok = matches!(result.probe, Some(Ok(_)));
+                match p.typed::<ProbeAnswer>(r, &prompt, &format!("probe:{r}")).await {
+                    Ok(_) => result.probe_ms = Some(started.elapsed().as_millis() as u64),
+                    Err(e) => result.probe_error = Some(e.to_string()),
+                }
             }
             out.push(result);
         }
         anyhow::Ok(out)
     });
-    let status = if results.as_ref().is_ok_and(|r| r.iter().all(|p| p.ok)) { "ok" } else { "failed" };
-    ledger.finish_run(run, status)?;
+    // Each run says how its own calls went.
+    let status = |ok: bool| if ok { "ok" } else { "failed" };
+    ledger.finish_run(run, status(results.as_ref().is_ok_and(|r| r.iter().all(|p| p.ok))))?;
     if let Some(r) = probe_run {
-        ledger.finish_run(r, status)?;
+        ledger.finish_run(r, status(results.as_ref().is_ok_and(|r| r.iter().all(|p| p.probe_error.is_none()))))?;
     }
     results
 }
@@ -174,15 +192,15 @@ pub fn render(results: &[PingResult]) -> String {
     results
         .iter()
         .map(|r| {
-            let probe = match &r.probe {
-                None => String::new(),
-                Some(Ok(ms)) => format!("; probe (a stage-sized exchange) {ms} ms"),
-                Some(Err(e)) => format!("; probe FAILED: {e}"),
+            let probe = match (r.probe_ms, &r.probe_error) {
+                (Some(ms), _) => format!("; probe (a stage-sized exchange) {ms} ms"),
+                (None, Some(e)) => format!("; probe FAILED: {e}"),
+                (None, None) => String::new(),
             };
             format!(
                 "{:<14} {:<6} {:>6} ms  {}{probe}\n",
                 r.role,
-                if !r.ok {
+                if r.failure().is_some() {
                     "FAILED"
                 } else if r.correct {
                     "ok"

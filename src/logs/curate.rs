@@ -775,7 +775,7 @@ impl Stage for CurateStage {
         use crate::stage::Estimate;
         let c = super::import::settings(s).curate;
         let Some((n, what)) = super::import::session_bound(s) else {
-            return vec![Estimate::typed(&c.judge_role, 0, "unknown until `logs import` can read the log files")];
+            return vec![Estimate::unknown(&c.judge_role, crate::stage::UNTIL_LOGS)];
         };
         let (sessions, what) = match c.llm_sample {
             Some(k) if (k as u64) < n => (k as u64, "`logs.curate.llm_sample`".to_string()),

@@ -517,11 +517,11 @@ impl Stage for ImportStage {
         }
         // Only servers the category rules leave unassigned are asked about (the sample
         // bounds the size already).
-        let (n, basis) = match crate::registry::catalog_size(settings, &[]) {
-            Some(c) => (c.servers, format!("≤ {} servers in {}", c.servers, c.from)),
-            None => (0, "unknown until `registry import` has merged the snapshots".to_string()),
+        let e = match crate::registry::catalog_size(settings, &[]) {
+            Some(c) => crate::stage::Estimate::typed(role, c.servers, format!("≤ {} servers in {}", c.servers, c.from)),
+            None => crate::stage::Estimate::unknown(role, "`registry import` has merged the snapshots"),
         };
-        vec![crate::stage::Estimate::typed(role, n, basis).in_flight(0)]
+        vec![e.in_flight(0)]
     }
 
     fn prompts(&self, settings: &Settings) -> Vec<PromptRef> {

@@ -87,6 +87,7 @@ fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Er
 /// accepted yet; what an undecided one waits for says where people should look.
 const NOT_REVIEWED: &str = "not reviewed";
 const WAITING_SCORES: &str = "review: waiting for scores";
+const WAITING_PREREVIEW: &str = "review: waiting for an LLM review that failed";
 const IN_QUEUE: &str = "review: in the adjudication queue";
 const NOT_ASSIGNED: &str = "review: not assigned";
 /// An undecided sample of decisions written before review-merge v5 (no `waiting_for`).
@@ -101,6 +102,7 @@ impl Decision {
             "undecided" => Some(
                 match self.extra.get("waiting_for").and_then(Value::as_str) {
                     Some("scores") => WAITING_SCORES,
+                    Some("prereview") => WAITING_PREREVIEW,
                     Some("adjudication") => IN_QUEUE,
                     Some("assignment") => NOT_ASSIGNED,
                     _ => UNDECIDED,
@@ -857,8 +859,8 @@ fn warn_unknown(out: &mut Output, audit: &Audit, pool: &pool::Pooled) {
 
 /// What `benchgen status` shows for the release when it waits for people (the state in
 /// which `release` stops with exit code 3): the review decisions accept no sample yet and
-/// some wait for a score or an adjudication, or every sample that would be released is held
-/// back after evaluation until a person decides it.
+/// some wait for scores, an adjudication or reviewers, or every sample that would be
+/// released is held back after evaluation until a person decides it.
 pub fn waiting_for_review(settings: &Settings) -> Option<crate::error::Waiting> {
     let path = settings.artifacts.join(DECISIONS.stage).join(DECISIONS.file);
     let (mut accepted, mut pool, mut left_out) = (0, 0, BTreeMap::<String, usize>::new());
@@ -1307,10 +1309,12 @@ mod tests {
         let w = pool::waiting(&left_out, 10).unwrap();
         assert_eq!(
             w.message,
-            "6 of the 10 pool samples wait for review (4 not scored yet, 2 in the adjudication queue (their reviewers \
-             disagree: `artifacts/review-merge/queue.csv`)); nothing is released until a sample is accepted"
+            "6 of the 10 pool samples wait for review (1 not yet assigned to reviewers, 3 not scored yet, 2 in the \
+             adjudication queue (their reviewers disagree: `artifacts/review-merge/queue.csv`)); nothing is released \
+             until a sample is accepted"
         );
-        assert!(w.next.starts_with("reviewers fill their sheets") && w.next.contains("`reviews/adjudications.csv`"));
+        assert!(w.next.starts_with("`benchgen run` assigns them") && w.next.contains("reviewers fill their sheets"));
+        assert!(w.next.contains("`reviews/adjudications.csv`"), "{}", w.next);
         assert!(!w.next.contains("eval_review") && !w.next.contains("roster"), "{}", w.next);
 
         // Only scores missing: no word of a queue; only an assignment short of reviewers: the roster.
@@ -1320,6 +1324,10 @@ mod tests {
         let w = only(reason(merged("a", Some(WaitingFor::Assignment))));
         assert!(w.message.contains("5 without two eligible reviewers") && w.next.contains("roster"), "{w:?}");
         assert!(!w.next.contains("sheets"), "{}", w.next);
+        // An LLM review standing in for people failed: its settings, not a sheet.
+        let w = only(reason(merged("a", Some(WaitingFor::Prereview))));
+        assert!(w.message.contains("5 whose LLM review, standing in for people, failed"), "{w:?}");
+        assert!(w.next.contains("`benchgen review prereview`") && !w.next.contains("sheets"), "{}", w.next);
         // Decisions from before review-merge v5 say only `undecided`.
         let w = only(reason(merged("a", None)));
         assert!(w.message.contains("5 undecided") && w.next.contains("sheets") && w.next.contains("adjudications"));

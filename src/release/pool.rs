@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::{
     Audit, CatalogTool, Decision, FUNNEL, HELD, IN_QUEUE, NOT_ASSIGNED, NOT_REVIEWED, ReleaseSettings, ReviewSummary,
-    STAGE, Summary, UNDECIDED, WAITING_SCORES, convert, lineage, sample_row, tables,
+    STAGE, Summary, UNDECIDED, WAITING_PREREVIEW, WAITING_SCORES, convert, lineage, sample_row, tables,
 };
 use crate::error::{InputError, Problem, hinted};
 use crate::model::{Family, Kind, Sample};
@@ -330,7 +330,10 @@ fn request_key(sample: &Sample) -> String {
 
 /// Pool samples the review has not decided yet (not scored, in the queue, not assigned).
 pub(super) fn review_pending(left_out: &BTreeMap<String, usize>) -> usize {
-    [NOT_REVIEWED, WAITING_SCORES, IN_QUEUE, UNDECIDED, NOT_ASSIGNED].iter().filter_map(|k| left_out.get(*k)).sum()
+    [NOT_REVIEWED, WAITING_SCORES, WAITING_PREREVIEW, IN_QUEUE, UNDECIDED, NOT_ASSIGNED]
+        .iter()
+        .filter_map(|k| left_out.get(*k))
+        .sum()
 }
 
 /// Nothing accepted yet and samples waiting for people: the release waits (`benchgen run`
@@ -338,18 +341,25 @@ pub(super) fn review_pending(left_out: &BTreeMap<String, usize>) -> usize {
 /// for and where its people work; `next` lists their steps.
 pub(super) fn waiting(left_out: &BTreeMap<String, usize>, pool: usize) -> Option<crate::error::Waiting> {
     let count = |k: &str| left_out.get(k).copied().unwrap_or(0);
-    let unscored = count(NOT_REVIEWED) + count(WAITING_SCORES);
+    let unscored = count(WAITING_SCORES);
+    // In the pool but in no review decision: the review stages have not seen it yet.
+    let unexported = count(NOT_REVIEWED);
+    let prereview = count(WAITING_PREREVIEW);
     // Decisions written before review-merge v5 do not say why they are undecided; most wait
     // in the queue or for a second score, and both are named for them.
     let (queued, legacy) = (count(IN_QUEUE), count(UNDECIDED));
     let unassigned = count(NOT_ASSIGNED);
     let held = count(HELD);
-    let total = unscored + queued + legacy + unassigned + held;
-    if total == 0 {
+    let review = unscored + unexported + prereview + queued + legacy + unassigned;
+    if review + held == 0 {
         return None;
     }
     let mut parts = Vec::new();
     let mut steps = Vec::new();
+    if unexported > 0 {
+        parts.push(format!("{unexported} not yet assigned to reviewers"));
+        steps.push("`benchgen run` assigns them and writes their reviewers' sheets");
+    }
     if unscored > 0 {
         parts.push(format!("{unscored} not scored yet"));
     }
@@ -357,6 +367,15 @@ pub(super) fn waiting(left_out: &BTreeMap<String, usize>, pool: usize) -> Option
         steps.push(
             "reviewers fill their sheets (`artifacts/review-export/sheets/<reviewer>.csv` or .xlsx, returned into \
              `reviews/returned/`) or score in the web app (`benchgen review serve`)",
+        );
+    }
+    if prereview > 0 {
+        parts.push(format!(
+            "{prereview} whose LLM review, standing in for people, failed (`artifacts/review-prereview/`)"
+        ));
+        steps.push(
+            "change the failed LLM reviewer's settings (its seed or model) and rerun `benchgen review prereview`, \
+             or have people score those samples",
         );
     }
     if queued > 0 {
@@ -392,13 +411,14 @@ pub(super) fn waiting(left_out: &BTreeMap<String, usize>, pool: usize) -> Option
     }
     Some(crate::error::Waiting {
         message: format!(
-            "{total} of the {pool} pool samples wait for review ({}); nothing is released until a sample is accepted",
+            "{} of the {pool} pool samples wait for review ({}); nothing is released until a sample is accepted",
+            review + held,
             parts.join(", ")
         ),
         next: format!(
             "{}; then run `benchgen run` again{}",
             steps.join("; "),
-            if unscored + queued + legacy + unassigned > 0 { " (docs/review.md)" } else { "" }
+            if review > 0 { " (docs/review.md)" } else { "" }
         ),
     })
 }

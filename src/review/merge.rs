@@ -68,12 +68,14 @@ pub enum Outcome {
     Undecided,
 }
 
-/// What an undecided sample waits for: the scores of its assigned reviewers, an adjudication
-/// of their disagreement, or reviewers at all (the assignment could not place it).
+/// What an undecided sample waits for: the scores of its assigned reviewers, an LLM review
+/// standing in for them that failed, an adjudication of their disagreement, or reviewers at
+/// all (the assignment could not place it).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]
 pub enum WaitingFor {
     Scores,
+    Prereview,
     Adjudication,
     Assignment,
 }
@@ -387,7 +389,13 @@ pub fn merge(
                 Outcome::Undecided,
                 None,
                 format!("waiting for scores from {}", p.waiting.join(" and ")),
-                Some(WaitingFor::Scores),
+                // A failed LLM review standing in for people: its settings, not a sheet, need
+                // a change (a plain rerun replays the same answer).
+                Some(if p.waiting.iter().any(|w| w.starts_with("llm:")) {
+                    WaitingFor::Prereview
+                } else {
+                    WaitingFor::Scores
+                }),
             )
         };
         decisions.push(Decision {

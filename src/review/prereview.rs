@@ -344,7 +344,7 @@ impl Stage for PrereviewStage {
         let (n, basis) = match assigned_bound(s) {
             Some((n, from)) => (n, format!("≤ {n} samples ({from}) × 1 review")),
             None => {
-                let until = "the sample pool's inputs can be read";
+                let until = crate::stage::UNTIL_POOL;
                 let rows = p.roles.iter().chain(&p.tiebreak).map(|r| crate::stage::Estimate::unknown(r, until));
                 return crate::stage::merge_by_role(rows).into_iter().map(|e| e.in_flight(p.concurrency)).collect();
             }

@@ -521,11 +521,11 @@ impl Stage for ChainsStage {
 
     fn estimate(&self, s: &Settings) -> Vec<crate::stage::Estimate> {
         let c = cfg(s);
-        let (n, basis) = match chain_bound(s) {
-            Some(b) => b,
-            None => (0, "unknown until `logs import` can read the log files".to_string()),
+        let e = match chain_bound(s) {
+            Some((n, basis)) => crate::stage::Estimate::typed(&c.planner_role, n, basis),
+            None => crate::stage::Estimate::unknown(&c.planner_role, crate::stage::UNTIL_LOGS),
         };
-        vec![crate::stage::Estimate::typed(&c.planner_role, n, basis).in_flight(c.chains.concurrency.max(1))]
+        vec![e.in_flight(c.chains.concurrency.max(1))]
     }
 
     fn prompts(&self, s: &Settings) -> Vec<PromptRef> {

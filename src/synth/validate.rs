@@ -644,7 +644,7 @@ impl Stage for ValidateStage {
         use crate::stage::Estimate;
         let sc = cfg(s);
         let Some(b) = sample_bound(s, &sc) else {
-            return vec![Estimate::typed(&sc.judge_role, 0, "unknown until `logs import` can read the log files")];
+            return vec![Estimate::unknown(&sc.judge_role, crate::stage::UNTIL_LOGS)];
         };
         let rows = [
             Estimate::typed(

@@ -975,6 +975,7 @@ fn one_llm_review_whose_partner_failed_decides_nothing_alone() {
     assert_eq!(d["s002"]["decision"], "undecided", "{}", d["s002"]);
     let reason = d["s002"]["reason"].as_str().unwrap();
     assert!(reason.starts_with("waiting for scores from") && reason.contains("llm:flaky"), "{reason}");
+    assert_eq!(d["s002"]["waiting_for"], "prereview", "a failed LLM review, not a sheet, holds it");
 }
 
 #[test]
