@@ -39,6 +39,7 @@ fn matrix(n: usize, agents: usize) -> Matrix {
                 lookups: Default::default(),
                 invented: None,
                 unrelated: Default::default(),
+                asked_actions: vec![false],
                 runs,
             }
         })

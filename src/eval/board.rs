@@ -336,12 +336,21 @@ impl<'a> Panel<'a> {
                     lookups: lookups(s),
                     invented: self.rel.invented.get(&s.id).cloned(),
                     unrelated,
+                    asked_actions: s.turns.iter().map(asks_its_actions).collect(),
                     runs,
                 }
             })
             .collect();
         items::Matrix { tool_space: self.space, agents: self.cfg.agents.clone(), repeats: self.cfg.repeats, items }
     }
+}
+
+/// Whether every reference call of `t` (each alternative) is an action its request asks for
+/// by name, as the gold rules read a request (one call at least).
+fn asks_its_actions(t: &crate::model::Turn) -> bool {
+    use crate::synth::gold::{is_action, unrequested_action};
+    let asked = |tool: &String| is_action(tool) && unrequested_action(&t.user, tool).is_none();
+    !t.reference_plan.is_empty() && t.reference_plan.iter().all(|c| c.alternatives.iter().all(asked))
 }
 
 /// The tools the agents called on `s` (`runs`) that ask for nothing its request does, each

@@ -80,6 +80,10 @@ pub struct ItemInput {
     /// word with the request, with why: two weak agents calling it alike are no sign that
     /// some tool serves the request.
     pub unrelated: BTreeMap<String, String>,
+    /// Per turn: every reference call of the turn is an action its request asks for by name
+    /// ("Assign the incident to sre" → `assign_incident`; the gold rules' reading): an agent
+    /// that answers such a turn without any call lapsed, whatever the reference.
+    pub asked_actions: Vec<bool>,
     /// `[agent][repeat]`; `None`: the run failed.
     pub runs: Vec<Vec<Option<Outcome>>>,
 }
@@ -169,9 +173,12 @@ pub struct Evidence {
     pub covered_by: Vec<String>,
     /// On a multi-turn item that no run covered ([`covering`]): per turn, the first agent (in
     /// panel order) with a run that called an offered tool for every reference call of that
-    /// turn in it ([`turn_by_turn`]); empty unless every turn has one. The panel made each
-    /// turn's calls, though no agent held the whole conversation (the demo's 0.5B made the
-    /// second turn's assignment of its incident dialogue, not the first turn's search).
+    /// turn in it ([`turn_by_turn`]), or [`LAPSED`] for a turn that asks for the action its
+    /// reference call does and in which no agent called anything; empty unless every turn has
+    /// one and some agent made a turn. The panel made each turn's calls, or left out an action
+    /// the request names without trying any (the demo's 0.5B once made the second turn's
+    /// assignment of its incident dialogue, not the first turn's search; later both agents
+    /// answered "assigned" to that turn without a call).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub turns_covered_by: Vec<String>,
     /// With `agreed_short`: the entity `levels l3` invented for the request, when every
@@ -492,12 +499,15 @@ fn within_reference(
             "no two agents agree on a tool outside the reference; {} called a tool for every reference call, making at least half of its calls as it does",
             quoted(&covered_by, ", ")
         )
+    } else if !turns_covered_by.is_empty() && turns_covered_by.iter().any(|a| a == LAPSED) {
+        format!(
+            "no two agents agree on a tool outside the reference; no run made every turn's calls, but each turn's were made in that turn by some agent or are an action its request names that the agents left out without trying any call ({}): the agents' lapse",
+            turns_text(&turns_covered_by)
+        )
     } else if !turns_covered_by.is_empty() {
-        let turns: Vec<String> =
-            turns_covered_by.iter().enumerate().map(|(i, a)| format!("turn {}: `{a}`", i + 1)).collect();
         format!(
             "no two agents agree on a tool outside the reference; no run made every turn's calls, but each turn's were made in that turn by some agent ({})",
-            turns.join(", ")
+            turns_text(&turns_covered_by)
         )
     } else {
         "no two agents agree on a tool outside the reference".to_string()
@@ -525,15 +535,42 @@ fn turn_by_turn(m: &Matrix, it: &ItemInput) -> Vec<String> {
     }
     let mut by = Vec::with_capacity(it.turn_steps.len());
     for (t, steps) in it.turn_steps.iter().enumerate() {
-        let made = |o: &Outcome| {
-            o.f1 >= COVER_F1 && covers(steps.iter(), o.offered_by_turn.get(t).map(Vec::as_slice).unwrap_or_default())
+        let in_turn = |o: &Outcome| o.offered_by_turn.get(t).map(Vec::as_slice).unwrap_or_default().to_vec();
+        let made = |o: &Outcome| o.f1 >= COVER_F1 && covers(steps.iter(), &in_turn(o));
+        // The request names the action and no run tried any tool in that turn (a run that
+        // failed tried nothing either): nothing speaks against the reference's call.
+        let lapsed = || {
+            it.asked_actions.get(t).copied().unwrap_or(false)
+                && it.runs.iter().flatten().flatten().all(|o| in_turn(o).is_empty())
         };
         match it.runs.iter().position(|reps| reps.iter().flatten().any(made)) {
             Some(a) => by.push(m.agents[a].clone()),
+            None if lapsed() => by.push(LAPSED.to_string()),
             None => return Vec::new(),
         }
     }
+    // Some agent must have made a turn: a panel that called nothing anywhere says nothing.
+    if by.iter().all(|a| a == LAPSED) {
+        return Vec::new();
+    }
     by
+}
+
+/// In [`Evidence::turns_covered_by`]: a turn no agent made, whose request asks for the action
+/// its reference call does, and in which no agent called anything.
+pub const LAPSED: &str = "";
+
+/// [`Evidence::turns_covered_by`] as words: who made each turn, or that its requested action
+/// was left out without a call.
+pub fn turns_text(by: &[String]) -> String {
+    let turn = |(i, a): (usize, &String)| match a.as_str() {
+        LAPSED => format!(
+            "turn {}: no agent called anything, though its request asks for the action its reference call does",
+            i + 1
+        ),
+        a => format!("turn {}: `{a}`", i + 1),
+    };
+    by.iter().enumerate().map(turn).collect::<Vec<_>>().join(", ")
 }
 
 /// The reference calls none of `short`'s tools makes, each as its alternatives.
@@ -790,6 +827,7 @@ mod tests {
             lookups: BTreeSet::new(),
             invented: None,
             unrelated: BTreeMap::new(),
+            asked_actions: vec![],
             runs,
         }
     }
@@ -987,6 +1025,41 @@ mod tests {
         let m = oracle(&["a", "b"], 1, vec![it]);
         let ev = analyse(&m, &Options::default()).items[0].evidence.clone().unwrap();
         assert!(ev.turns_covered_by.is_empty(), "{ev:?}");
+    }
+
+    /// The demo's incident dialogue: `a` made the first turn's search (and an assignment nobody
+    /// asked for), and in the second, "Assign the incident to sre", neither agent called
+    /// anything. A turn that asks for its reference's action and that nobody tried is the
+    /// agents' lapse; one where an agent tried another tool, or that asks for no action, is not.
+    #[test]
+    fn a_requested_action_no_agent_tried_counts_as_the_agents_lapse_in_a_dialogue() {
+        let steps =
+            vec![vec![BTreeSet::from(["S::search".to_string()])], vec![BTreeSet::from(["S::assign".to_string()])]];
+        let dialogue = |runs: Vec<Vec<Option<Outcome>>>, asked: Vec<bool>| {
+            let mut it = item("D-1", Kind::MultiTurn, &["S::search", "S::assign"], runs);
+            it.turn_steps = steps.clone();
+            it.asked_actions = asked;
+            let m = oracle(&["a", "b"], 1, vec![it]);
+            analyse(&m, &Options::default()).items[0].evidence.clone().unwrap()
+        };
+        let silent_second =
+            || vec![vec![turned(0.5, &[&["S::search", "S::assign"], &[]])], vec![turned(0.0, &[&["S::assign"], &[]])]];
+        let ev = dialogue(silent_second(), vec![false, true]);
+        assert_eq!(ev.turns_covered_by, ["a", LAPSED], "{ev:?}");
+        assert!(
+            ev.note.contains("turn 2: no agent called anything") && ev.note.ends_with("the agents' lapse"),
+            "{}",
+            ev.note
+        );
+        // The second turn asks for no action: nothing says the reference's call is needed.
+        assert!(dialogue(silent_second(), vec![false, false]).turns_covered_by.is_empty());
+        // An agent tried another tool in the second turn: a question for a person.
+        let tried =
+            vec![vec![turned(0.5, &[&["S::search"], &[]])], vec![turned(0.0, &[&["S::assign"], &["S::search"]])]];
+        assert!(dialogue(tried, vec![false, true]).turns_covered_by.is_empty());
+        // No agent made any turn: a panel that called nothing anywhere says nothing.
+        let nothing = vec![vec![turned(0.0, &[&[], &[]])], vec![turned(0.0, &[&[], &[]])]];
+        assert!(dialogue(nothing, vec![true, true]).turns_covered_by.is_empty());
     }
 
     /// Two agents agree on calling only part of the reference when one run of each called

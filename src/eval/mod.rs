@@ -90,7 +90,9 @@ pub static SPEC: StageSpec = StageSpec {
     // 22: a call written in `<tools>` tags or between doubled braces (Qwen2.5's 1.5B) is read
     //     as the call (`llm::extract::leading_call`), and its streamed turn ends there.
     // 23: a call written after the echoed `<tools>` definition of its tool is read as the call.
-    version: 23,
+    // 24: an `all-fail` dialogue's evidence counts a turn that asks for its reference's action
+    //     and in which no agent called anything as the agents' lapse (`turns_covered_by`).
+    version: 24,
     about: "a panel of agents runs the release over MCP on its recorded responses: predictions in both reference formats, scores, leaderboard, item analysis",
     reads: source::READS,
     writes: &[

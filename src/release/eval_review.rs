@@ -107,12 +107,17 @@ impl Adjudicated {
                 ),
             ),
             Evidence::TurnsCovered(by) => {
-                let turns: Vec<String> = by.iter().enumerate().map(|(i, a)| format!("turn {}: `{a}`", i + 1)).collect();
+                let lapsed = by.iter().any(|a| a == crate::eval::items::LAPSED);
+                let what = if lapsed {
+                    "each turn's reference calls were made in that turn by a panel agent, or are the action its request names, which the agents left out without trying any call"
+                } else {
+                    "each turn's reference calls were made in that turn by a panel agent"
+                };
                 (
                     true,
                     format!(
-                        "kept after evaluation {BY}: {why}; each turn's reference calls were made in that turn by a panel agent ({}), though no agent held the whole conversation",
-                        turns.join(", ")
+                        "kept after evaluation {BY}: {why}; {what} ({}), though no agent held the whole conversation",
+                        crate::eval::items::turns_text(by)
                     ),
                 )
             }

@@ -224,7 +224,9 @@ pub static SPEC: StageSpec = StageSpec {
     //      (`CALL_NUDGE`).
     // 22: a level sample's lineage line carries its plan check's decision on every step
     //     (`plan_check`, from its `levels.sample` event), readable without the ledger.
-    version: 22,
+    // 23: the rule also keeps a dialogue where a turn no agent made asks for its reference's
+    //     action and no agent called anything in it (and some agent made another turn).
+    version: 23,
     about: "the versioned benchmark folder: ETOM and FinMCP files, unified JSONL and Parquet, per-sample lineage, dataset card, Croissant metadata, pinned servers, an Inspect AI task, checksums",
     reads: pool_reads!(eval_review::QUEUE.optional(), eval_review::ITEMS.optional()),
     writes: WRITES,
@@ -306,7 +308,7 @@ impl crate::settings::Section for ReleaseSettings {
             "decide_flagged",
             "string",
             r#""person""#,
-            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: where the panel's evidence can, a rule standing in for a person leaves out (two agents agree on an offered tool outside the reference, other than a tool proposed for an L2's EFS set, a reference tool's EFS sibling, or, on an L5, tools that share no word with the request, which a person decides) or keeps (an agent solved it in another tool space, its calls cover the reference's, each turn of a dialogue was made in that turn by some agent, or two agents left out only a lookup of an entity `levels l3` invented); the card says so.",
+            "Who decides `all-fail` items `eval_review` leaves undecided: `\"person\"` (held back until the sheet says), or `\"evidence\"`: where the panel's evidence can, a rule standing in for a person leaves out (two agents agree on an offered tool outside the reference, other than a tool proposed for an L2's EFS set, a reference tool's EFS sibling, or, on an L5, tools that share no word with the request, which a person decides) or keeps (an agent solved it in another tool space, its calls cover the reference's, each turn of a dialogue was made in that turn by some agent, or asks for the action its reference call does and no agent tried any call in it, or two agents left out only a lookup of an entity `levels l3` invented); the card says so.",
         ),
     ];
     const EXAMPLE: &'static str = r#"
@@ -1036,7 +1038,7 @@ fn write_card(
     let (kept, left) = summary.flagged_by_rule;
     if kept + left > 0 {
         limits.push(format!(
-            "{} item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person (`[release] decide_flagged = \"evidence\"`): {kept} kept (an agent solved it in another tool space, the panel's calls cover the reference's, each turn of a dialogue was made in that turn by some agent, or the agents left out only a lookup of an entity `levels l3` invented), {left} left out (two or more agents agree on an offered tool outside the reference, not an EFS equivalent of a reference tool nor, on an L5, only tools that share no word with the request); CHANGELOG.md gives each reason.",
+            "{} item(s) that no eval panel agent solved (`all-fail`) were decided by rule from the panel's evidence, standing in for a person (`[release] decide_flagged = \"evidence\"`): {kept} kept (an agent solved it in another tool space, the panel's calls cover the reference's, each turn of a dialogue was made in that turn by some agent, or asks for the action its reference call does and no agent tried any call in it, or the agents left out only a lookup of an entity `levels l3` invented), {left} left out (two or more agents agree on an offered tool outside the reference, not an EFS equivalent of a reference tool nor, on an L5, only tools that share no word with the request); CHANGELOG.md gives each reason.",
             kept + left
         ));
     }
