@@ -412,6 +412,24 @@ impl Sample {
     }
 }
 
+/// In an eval item's `evidence.turns_covered_by` (written by `eval`, read by `release`'s rule
+/// in place of a person): a turn no agent made, whose request asks for the action its
+/// reference call does, and in which no agent called anything. Here, where both read it.
+pub const LAPSED_TURN: &str = "";
+
+/// `evidence.turns_covered_by` as words: who made each turn, or that its requested action was
+/// left out without a call.
+pub fn turns_text(by: &[String]) -> String {
+    let turn = |(i, a): (usize, &String)| match a.as_str() {
+        LAPSED_TURN => format!(
+            "turn {}: no agent called anything, though its request asks for the action its reference call does",
+            i + 1
+        ),
+        a => format!("turn {}: `{a}`", i + 1),
+    };
+    by.iter().enumerate().map(turn).collect::<Vec<_>>().join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

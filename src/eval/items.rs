@@ -558,20 +558,7 @@ fn turn_by_turn(m: &Matrix, it: &ItemInput) -> Vec<String> {
 
 /// In [`Evidence::turns_covered_by`]: a turn no agent made, whose request asks for the action
 /// its reference call does, and in which no agent called anything.
-pub const LAPSED: &str = "";
-
-/// [`Evidence::turns_covered_by`] as words: who made each turn, or that its requested action
-/// was left out without a call.
-pub fn turns_text(by: &[String]) -> String {
-    let turn = |(i, a): (usize, &String)| match a.as_str() {
-        LAPSED => format!(
-            "turn {}: no agent called anything, though its request asks for the action its reference call does",
-            i + 1
-        ),
-        a => format!("turn {}: `{a}`", i + 1),
-    };
-    by.iter().enumerate().map(turn).collect::<Vec<_>>().join(", ")
-}
+pub use crate::model::{LAPSED_TURN as LAPSED, turns_text};
 
 /// The reference calls none of `short`'s tools makes, each as its alternatives.
 fn left_sets<'a>(it: &'a ItemInput, short: &[String]) -> Vec<&'a BTreeSet<String>> {

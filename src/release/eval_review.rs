@@ -107,7 +107,7 @@ impl Adjudicated {
                 ),
             ),
             Evidence::TurnsCovered(by) => {
-                let lapsed = by.iter().any(|a| a == crate::eval::items::LAPSED);
+                let lapsed = by.iter().any(|a| a == crate::model::LAPSED_TURN);
                 let what = if lapsed {
                     "each turn's reference calls were made in that turn by a panel agent, or are the action its request names, which the agents left out without trying any call"
                 } else {
@@ -117,7 +117,7 @@ impl Adjudicated {
                     true,
                     format!(
                         "kept after evaluation {BY}: {why}; {what} ({}), though no agent held the whole conversation",
-                        crate::eval::items::turns_text(by)
+                        crate::model::turns_text(by)
                     ),
                 )
             }
