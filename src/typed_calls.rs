@@ -113,12 +113,11 @@ pub fn sites() -> Vec<Entry> {
         of::<levels::l4::Quality>("src/levels/l4.rs", "levels L4: quality of a query asked again"),
     ];
     all.extend(l5_sites());
+    all.extend(llm_sites());
     all.extend(vec![
         of::<levels::profiles::PlatformAnswer>("src/levels/profiles.rs", "levels profiles: platform"),
         of::<levels::profiles::ProfileAnswer>("src/levels/profiles.rs", "levels profiles: profile"),
         one("src/levels/schemas.rs", "levels schemas: output schema", levels::schemas::schema_answer()),
-        of::<crate::llm::ping::PingAnswer>("src/llm/ping.rs", "llm ping"),
-        of::<crate::llm::ping::ProbeAnswer>("src/llm/ping.rs", "llm ping --probe"),
         of::<logs::curate::NeedVerdict>("src/logs/curate.rs", "logs curate: need"),
         of::<logs::curate::AnswerVerdict>("src/logs/curate.rs", "logs curate: answer"),
         sizes("src/logs/curate.rs", "logs curate: label", &[1, 4], |n| logs::curate::label_answer(&taxonomy(n))),
@@ -158,6 +157,12 @@ pub fn sites() -> Vec<Entry> {
         one("src/synth/validate.rs", "synth validate: answer again", synth::gold::again_answer()),
     ]);
     all
+}
+
+/// `benchgen llm ping`'s typed calls.
+fn llm_sites() -> Vec<Entry> {
+    use crate::llm::ping::{PingAnswer, ProbeAnswer};
+    vec![of::<PingAnswer>("src/llm/ping.rs", "llm ping"), of::<ProbeAnswer>("src/llm/ping.rs", "llm ping --probe")]
 }
 
 /// The L5 stage's typed calls, each with its own answer type's schema.

@@ -381,22 +381,8 @@ pub fn merge(
                     Some(WaitingFor::Adjudication),
                 )
             }
-        } else if assigned.is_none() {
-            let why = a.unassigned.iter().find(|u| u.id == smp.id).map(|u| u.reason.clone()).unwrap_or_default();
-            (Outcome::Undecided, None, format!("not assigned: {why}"), Some(WaitingFor::Assignment))
         } else {
-            (
-                Outcome::Undecided,
-                None,
-                format!("waiting for scores from {}", p.waiting.join(" and ")),
-                // A failed LLM review standing in for people: its settings, not a sheet, need
-                // a change (a plain rerun replays the same answer).
-                Some(if p.waiting.iter().any(|w| w.starts_with("llm:")) {
-                    WaitingFor::Prereview
-                } else {
-                    WaitingFor::Scores
-                }),
-            )
+            incomplete(a, &smp.id, assigned.is_some(), &p.waiting)
         };
         decisions.push(Decision {
             id: smp.id.clone(),
@@ -414,6 +400,25 @@ pub fn merge(
         });
     }
     Ok(Merged { decisions, queue, tiebroken, web_stale })
+}
+
+/// The decision of a sample without a complete pair of reviews: undecided, and what it waits
+/// for (reviewers, their scores, or a failed LLM review standing in for them).
+fn incomplete(
+    a: &Assignments,
+    id: &str,
+    assigned: bool,
+    waiting: &[String],
+) -> (Outcome, Option<DecidedBy>, String, Option<WaitingFor>) {
+    if !assigned {
+        let why = a.unassigned.iter().find(|u| u.id == id).map(|u| u.reason.clone()).unwrap_or_default();
+        return (Outcome::Undecided, None, format!("not assigned: {why}"), Some(WaitingFor::Assignment));
+    }
+    // A failed LLM review standing in for people: its settings, not a sheet, need a change (a
+    // plain rerun replays the same answer).
+    let llm = waiting.iter().any(|w| w.starts_with("llm:"));
+    let what = if llm { WaitingFor::Prereview } else { WaitingFor::Scores };
+    (Outcome::Undecided, None, format!("waiting for scores from {}", waiting.join(" and ")), Some(what))
 }
 
 /// A sample's reviews before adjudication: its scores for the current content, the pair
