@@ -85,7 +85,7 @@ impl Printer {
     /// A progress bar starting at `done` of `len` (a resumed stage's items already answered):
     /// its ETA counts only what is done from here, and its first plain line shows `done`.
     pub fn progress_at(&self, len: u64, done: u64, what: &str) -> ProgressBar {
-        if self.quiet || self.json || std::env::var_os("BENCHGEN_NO_PROGRESS").is_some() {
+        if self.no_progress() {
             return ProgressBar::hidden();
         }
         if !std::io::stderr().is_terminal() {
@@ -115,14 +115,15 @@ impl Printer {
     /// A bar drawn only on a terminal (hidden elsewhere, and with `--quiet`, `--json` or
     /// `BENCHGEN_NO_PROGRESS`).
     pub fn terminal_progress(&self, len: u64, what: &str) -> ProgressBar {
-        if self.quiet
-            || self.json
-            || std::env::var_os("BENCHGEN_NO_PROGRESS").is_some()
-            || !std::io::stderr().is_terminal()
-        {
+        if self.no_progress() || !std::io::stderr().is_terminal() {
             return ProgressBar::hidden();
         }
         self.terminal_bar(len, 0, what)
+    }
+
+    /// No bar at all: `--quiet`, `--json` or `BENCHGEN_NO_PROGRESS`.
+    fn no_progress(&self) -> bool {
+        self.quiet || self.json || std::env::var_os("BENCHGEN_NO_PROGRESS").is_some()
     }
 
     fn terminal_bar(&self, len: u64, done: u64, what: &str) -> ProgressBar {

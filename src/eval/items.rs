@@ -56,6 +56,13 @@ pub struct Outcome {
     pub offered_by_turn: Vec<Vec<String>>,
 }
 
+impl Outcome {
+    /// The offered tools the run called in turn `t` (none past its last turn).
+    fn in_turn(&self, t: usize) -> &[String] {
+        self.offered_by_turn.get(t).map(Vec::as_slice).unwrap_or_default()
+    }
+}
+
 /// One released sample and its runs.
 #[derive(Debug, Clone)]
 pub struct ItemInput {
@@ -535,13 +542,12 @@ fn turn_by_turn(m: &Matrix, it: &ItemInput) -> Vec<String> {
     }
     let mut by = Vec::with_capacity(it.turn_steps.len());
     for (t, steps) in it.turn_steps.iter().enumerate() {
-        let in_turn = |o: &Outcome| o.offered_by_turn.get(t).map(Vec::as_slice).unwrap_or_default().to_vec();
-        let made = |o: &Outcome| o.f1 >= COVER_F1 && covers(steps.iter(), &in_turn(o));
+        let made = |o: &Outcome| o.f1 >= COVER_F1 && covers(steps.iter(), o.in_turn(t));
         // The request names the action and no run tried any tool in that turn (a run that
         // failed tried nothing either): nothing speaks against the reference's call.
         let lapsed = || {
             it.asked_actions.get(t).copied().unwrap_or(false)
-                && it.runs.iter().flatten().flatten().all(|o| in_turn(o).is_empty())
+                && it.runs.iter().flatten().flatten().all(|o| o.in_turn(t).is_empty())
         };
         match it.runs.iter().position(|reps| reps.iter().flatten().any(made)) {
             Some(a) => by.push(m.agents[a].clone()),
@@ -583,8 +589,7 @@ fn covers<'a>(mut steps: impl Iterator<Item = &'a BTreeSet<String>>, tools: &[St
 /// alternative of every reference call of that turn. Pooled over the turns, a run that made
 /// turn 2's call in turn 1 would count.
 fn covers_by_turn(it: &ItemInput, o: &Outcome) -> bool {
-    let turn = |i: usize| o.offered_by_turn.get(i).map(Vec::as_slice).unwrap_or_default();
-    it.turn_steps.iter().enumerate().all(|(i, steps)| covers(steps.iter(), turn(i)))
+    it.turn_steps.iter().enumerate().all(|(i, steps)| covers(steps.iter(), o.in_turn(i)))
 }
 
 /// Per agent (by name), the distinct keys `key` gives its runs (`None`: the run counts for

@@ -146,26 +146,16 @@ pub fn ping(settings: &Settings, role: Option<&str>, probe: bool) -> Result<Vec<
             let prompt = Prompt::new("llm-ping", json!({"a": a, "b": b}));
             let res = client.typed::<PingAnswer>(r, &prompt, &format!("ping:{r}")).await;
             let latency_ms = started.elapsed().as_millis() as u64;
-            let mut result = match res {
-                Ok(reply) => PingResult {
-                    role: r.clone(),
-                    ok: true,
-                    correct: reply.value.sum == a + b,
-                    latency_ms,
-                    detail: format!("{a} + {b} = {} (ledger event #{})", reply.value.sum, reply.event_id),
-                    probe_ms: None,
-                    probe_error: None,
-                },
-                Err(e) => PingResult {
-                    role: r.clone(),
-                    ok: false,
-                    correct: false,
-                    latency_ms,
-                    detail: e.to_string(),
-                    probe_ms: None,
-                    probe_error: None,
-                },
+            let (ok, correct, detail) = match res {
+                Ok(reply) => (
+                    true,
+                    reply.value.sum == a + b,
+                    format!("{a} + {b} = {} (ledger event #{})", reply.value.sum, reply.event_id),
+                ),
+                Err(e) => (false, false, e.to_string()),
             };
+            let mut result =
+                PingResult { role: r.clone(), ok, correct, latency_ms, detail, probe_ms: None, probe_error: None };
             // A role that cannot answer a ping is not probed: its failure is already said.
             if let Some(p) = prober.as_ref().filter(|_| result.ok) {
                 let prompt = Prompt::new("llm-probe", probe_vars(i));
