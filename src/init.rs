@@ -176,6 +176,11 @@ pub struct InitArgs {
     /// Environment variable holding the API key (the key itself is never written).
     #[arg(long)]
     pub api_key_env: Option<String>,
+    /// Once the project is written, time one stage-sized exchange per LLM role (as
+    /// `benchgen llm ping --probe`), so that the first run's table says about how long each
+    /// stage takes here. On the local model this starts it: about half a minute on 2 cores.
+    #[arg(long)]
+    pub probe: bool,
 }
 
 /// Run `benchgen init`.

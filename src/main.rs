@@ -163,15 +163,36 @@ fn init_command(a: &InitArgs, printer: &Printer) -> Result<()> {
     text.push_str("next: read its README.md (files to drop under raw/, variables to set), then `benchgen check`");
     // The first run's LLM work, as `check` reckons it (files still to drop under raw/
     // only loosen the bounds; a config that does not load yet is `check`'s to explain).
-    let estimates = Settings::load(&std::path::Path::new(&created.dir).join(&created.config))
-        .map(|s| benchgen::estimate::table(&s))
-        .ok();
+    let settings = Settings::load(&std::path::Path::new(&created.dir).join(&created.config)).ok();
+    // `--probe`: the roles are timed before the table is reckoned, which then uses them. A
+    // role that fails leaves the project written: the failure is shown, with `check` next.
+    let probed = match (&settings, a.probe) {
+        (Some(s), true) => Some(llm::ping::ping(s, None, true).map_err(|e| format!("{e:#}"))),
+        (None, true) => Some(Err("the new config does not load yet (`benchgen check` says why)".to_string())),
+        (_, false) => None,
+    };
+    match &probed {
+        Some(Ok(results)) => {
+            text.push_str(&format!("\n{}", llm::ping::render(results)));
+            if results.iter().any(|r| r.failure().is_some()) {
+                text.push_str("\nfix the failed role in the config, then `benchgen llm ping --probe`");
+            }
+        }
+        Some(Err(e)) => text.push_str(&format!("\nthe probe did not run: {e}")),
+        None => {}
+    }
+    let estimates = settings.as_ref().map(benchgen::estimate::table);
     match &estimates {
         Some(t) if !t.rows.is_empty() => text.push_str(&format!("\n{}", benchgen::estimate::render(t))),
         _ => text.push_str("\nrun `benchgen check` for the first run's LLM exchanges and time"),
     }
     let mut summary = serde_json::to_value(&created)?;
     summary["estimates"] = serde_json::to_value(&estimates)?;
+    match &probed {
+        Some(Ok(results)) => summary["probe"] = serde_json::to_value(results)?,
+        Some(Err(e)) => summary["probe_error"] = serde_json::Value::String(e.clone()),
+        None => {}
+    }
     printer.summary(&text, &summary);
     Ok(())
 }

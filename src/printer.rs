@@ -91,10 +91,11 @@ impl Printer {
         if !std::io::stderr().is_terminal() {
             // Drawn from its starting position on: attached after it is set.
             let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::hidden());
-            pb.set_style(
-                ProgressStyle::with_template("{prefix}: {pos}/{len} ({elapsed}, eta {eta}) {msg}")
+            pb.set_style(with_eta(
+                ProgressStyle::with_template("{prefix}: {pos}/{len} ({elapsed}, {left}) {msg}")
                     .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
+                done,
+            ));
             pb.set_prefix(what.to_string());
             pb.set_position(done);
             pb.reset_eta();
@@ -128,16 +129,45 @@ impl Printer {
 
     fn terminal_bar(&self, len: u64, done: u64, what: &str) -> ProgressBar {
         let pb = ProgressBar::new(len);
-        pb.set_style(
-            ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})")
+        pb.set_style(with_eta(
+            ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} {msg} ({elapsed}, {left})")
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
-        );
+            done,
+        ));
         pb.set_prefix(what.to_string());
         pb.set_position(done);
         pb.reset_eta();
         pb
     }
+}
+
+/// `style` with its `{left}` key: `eta ?` until an item finishes in this run, then the items
+/// left at the mean pace of this run's items so far, counting down until the next finishes
+/// (`from`: the position the bar started at, a resumed stage's items already answered).
+/// indicatif's own `{eta}` says `0s` before the first item (an LLM stage's first item can
+/// take a minute) and, weighting the last seconds, grows between items that take 30 s each.
+fn with_eta(style: ProgressStyle, from: u64) -> ProgressStyle {
+    // The position last drawn and when it was first drawn (the pace is measured at it).
+    let seen = std::sync::Arc::new(Mutex::new((from, Duration::ZERO)));
+    style.with_key("left", move |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        if s.pos() != seen.0 {
+            *seen = (s.pos(), s.elapsed());
+        }
+        let _ = w.write_str(&eta_text(s.pos(), s.len(), from, seen.1, s.elapsed()));
+    })
+}
+
+/// The `{left}` text of a bar at `pos` of `len` that started at `from`, reached `pos`
+/// `reached` after its start and is `elapsed` after it now.
+fn eta_text(pos: u64, len: Option<u64>, from: u64, reached: Duration, elapsed: Duration) -> String {
+    let (Some(len), Some(done)) = (len, pos.checked_sub(from).filter(|d| *d > 0)) else {
+        return "eta ?".to_string();
+    };
+    let at_pace = len.saturating_sub(pos) as f64 * reached.as_secs_f64() / done as f64;
+    let left = (at_pace - elapsed.saturating_sub(reached).as_secs_f64()).max(0.0);
+    format!("eta {:#}", indicatif::HumanDuration(Duration::from_secs_f64(left)))
 }
 
 /// How often a progress bar writes a plain line where stderr is not a terminal.
@@ -219,6 +249,19 @@ impl TermLike for PlainLines {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    #[test]
+    fn the_eta_is_unknown_until_an_item_finishes_then_the_mean_pace_of_this_run() {
+        let s = Duration::from_secs;
+        assert_eq!(eta_text(0, Some(4), 0, s(0), s(30)), "eta ?", "no item done: not `0s`");
+        assert_eq!(eta_text(2, Some(6), 2, s(0), s(90)), "eta ?", "a resumed stage's items took no time now");
+        assert_eq!(eta_text(1, Some(4), 0, s(30), s(30)), "eta 2m", "90 s, as indicatif rounds it");
+        assert_eq!(eta_text(3, Some(6), 2, s(20), s(20)), "eta 60s", "only this run's item sets the pace");
+        assert_eq!(eta_text(3, Some(6), 2, s(20), s(50)), "eta 30s", "it counts down until the next item");
+        assert_eq!(eta_text(3, Some(6), 2, s(20), s(95)), "eta 0s", "and stops at zero, not below");
+        assert_eq!(eta_text(4, Some(4), 0, s(40), s(40)), "eta 0s");
+        assert_eq!(eta_text(1, None, 0, s(5), s(5)), "eta ?");
+    }
 
     fn collected(every: Duration) -> (ProgressBar, Arc<Mutex<Vec<String>>>) {
         let lines = Arc::new(Mutex::new(Vec::new()));

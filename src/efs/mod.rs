@@ -110,6 +110,11 @@ impl crate::settings::Section for EfsSettings {
         Key::new("topdown.select_template", "string", r#""efs_select""#, "Prompt template of the selection."),
         Key::new("topdown.requests_per_set", "integer", "2", "Requests written per candidate set."),
         Key::new("topdown.retrieve", "integer", "10", "Tools retrieved from the whole catalog per request."),
+        Key::unset(
+            "topdown.max_sets",
+            "integer",
+            "Cross-check a seeded sample (`project.seed`) of this many sets (unset: every set); the others keep their verified members, with a `not-cross-checked` review item.",
+        ),
         Key::new("topdown.concurrency", "integer", "4", "Sets, and LLM requests, in flight at once (not hashed)."),
         Key::new(
             "topdown.max_failed_share",
@@ -190,6 +195,10 @@ pub struct TopdownSettings {
     /// Tools retrieved from the whole catalog per request.
     #[serde(default = "d_retrieve")]
     pub retrieve: usize,
+    /// Cross-check a seeded sample of this many sets (`None`: every set); the others are
+    /// kept as built and listed as not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sets: Option<usize>,
     /// Sets, and LLM requests, in flight at once (a tuning knob, not hashed).
     #[serde(default = "d_concurrency", skip_serializing)]
     pub concurrency: usize,
@@ -212,6 +221,7 @@ impl Default for TopdownSettings {
             select_template: d_select_template(),
             requests_per_set: d_requests(),
             retrieve: d_retrieve(),
+            max_sets: None,
             concurrency: d_concurrency(),
             max_failed_share: 0.0,
         }

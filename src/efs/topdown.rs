@@ -8,7 +8,9 @@
 //! - `outside-selected`: a tool outside the set was selected (a missing member?);
 //! - `member-never-selected`: a member was never selected for any request (a false member?);
 //! - `split-across-requests`: members were selected, but no request selected two
-//!   of them together (the set may be two sets).
+//!   of them together (the set may be two sets);
+//! - `not-cross-checked`: with `max_sets`, a set outside the seeded sample (so a person,
+//!   the review sheet and `final.json` can tell it from a set checked without findings).
 //!
 //! Each set is one [`crate::llm::batch`] item (write requests, embed, retrieve,
 //! select per request), checkpointed with its LLM counts; LLM exchanges are in the
@@ -40,7 +42,8 @@ use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, St
 #[serde(deny_unknown_fields)]
 pub struct ReviewItem {
     pub set_id: String,
-    /// `outside-selected`, `member-never-selected` or `split-across-requests`.
+    /// `outside-selected`, `member-never-selected`, `split-across-requests`, or
+    /// `not-cross-checked` (a set outside the seeded sample of `max_sets`).
     pub kind: String,
     /// The tool concerned (empty for set-level items).
     pub tool_id: String,
@@ -53,7 +56,8 @@ pub const ITEMS: Artifact<Vec<ReviewItem>> = Artifact::new("efs-topdown", "items
 pub static SPEC: StageSpec = StageSpec {
     name: "efs-topdown",
     command: "efs topdown",
-    version: 1,
+    // 2: `max_sets` (a seeded sample of sets; `results.json` lists the others as `not_checked`).
+    version: 2,
     about: "cross-check each set from the user's side: requests, retrieval, LLM selection",
     reads: &[
         crate::filter::CATALOG.read(),
@@ -271,6 +275,8 @@ impl Stage for TopdownStage {
          tools, metrics per set) and `items.json` (review items: outside tools
          selected, members never selected, sets split across requests); `failed.json`
          lists sets left out when `[efs.topdown] max_failed_share` lets some fail.
+         With `max_sets = N`, a seeded sample of N sets is checked and the others are
+         listed in `results.json` as `not_checked` (kept as verified).
          Resumable per set. Skipped when up to date."
     }
 
@@ -302,6 +308,10 @@ impl Stage for TopdownStage {
                     .collect();
             }
         };
+        let (sets, basis) = match t.max_sets {
+            Some(m) if (m as u64) < sets => (m as u64, format!("{m} of {basis} (`max_sets`)")),
+            _ => (sets, basis),
+        };
         let per = t.requests_per_set as u64;
         let rows = vec![
             Estimate::typed(&t.writer_role, sets, format!("{basis} × 1 request list")),
@@ -330,11 +340,19 @@ impl Stage for TopdownStage {
         check_positive(problems, "efs.topdown.requests_per_set", t.requests_per_set);
         check_positive(problems, "efs.topdown.retrieve", t.retrieve);
         check_positive(problems, "efs.topdown.concurrency", t.concurrency);
+        if let Some(m) = t.max_sets {
+            check_positive(problems, "efs.topdown.max_sets", m);
+        }
     }
 
     fn plan(&self, settings: &Settings) -> Result<Plan> {
         let t = &super::efs_settings(settings).topdown;
-        Ok(Plan { inputs: vec![], config_hash: section_hash(&json!({"topdown": t}))? })
+        // The sample is drawn from the project seed, which matters only when there is one.
+        let hashed = match t.max_sets {
+            Some(_) => json!({"topdown": t, "seed": settings.project.seed}),
+            None => json!({"topdown": t}),
+        };
+        Ok(Plan { inputs: vec![], config_hash: section_hash(&hashed)? })
     }
 
     fn run(&self, ctx: &Ctx, inputs: &Inputs, out: &mut Output) -> Result<()> {
@@ -352,7 +370,8 @@ impl Stage for TopdownStage {
             .max_failed_share(t.max_failed_share, "efs.topdown.max_failed_share")
             .fail_point("efs_topdown_set");
         let mut batch = Batch::new(ctx, opts)?;
-        let items = sets.sets.iter().map(|set| (format!("set:{}", set.id), set)).collect();
+        let (checked, not_checked) = sample_sets(&sets.sets, t.max_sets, s.project.seed);
+        let items = checked.iter().map(|set| (format!("set:{}", set.id), *set)).collect();
         let (tools, vectors, embedder) = (&tools, &vectors, &embedder);
         let done = batch.run(items, |set: &CandidateSet, llm: Item| async move {
             let prompt = requests_prompt(t, tools, set)?;
@@ -403,6 +422,7 @@ impl Stage for TopdownStage {
             results.push(SetResult { set_id, requests_exchange, requests, precision, recall, rag_hit });
         }
         batch.finish(out)?;
+        items.extend(not_checked_items(&not_checked, t.max_sets.unwrap_or(0)));
         let n = results.len().max(1) as f64;
         let mean = |f: &dyn Fn(&SetResult) -> f64| round4(results.iter().map(f).sum::<f64>() / n);
         out.json(
@@ -412,10 +432,12 @@ impl Stage for TopdownStage {
                 "mean_precision": mean(&|r| r.precision),
                 "mean_recall": mean(&|r| r.recall),
                 "rag_hit_rate": mean(&|r| f64::from(u8::from(r.rag_hit))),
+                "not_checked": not_checked,
             }),
         )?;
         out.json(ITEMS.file, &items)?;
         out.count("sets", results.len());
+        out.count("sets_not_checked", not_checked.len());
         out.count("review_items", items.len());
         let count = |k: &str| items.iter().filter(|i| i.kind == k).count();
         out.notes.push(format!(
@@ -425,8 +447,41 @@ impl Stage for TopdownStage {
             count("member-never-selected"),
             count("split-across-requests")
         ));
+        if !not_checked.is_empty() {
+            let (k, n, rest) = (checked.len(), sets.sets.len(), not_checked.len());
+            out.notes.push(format!(
+                "a seeded sample of {k} of the {n} sets was cross-checked (`efs.topdown.max_sets`); the other {rest} keep their verified members, each with a `{NOT_CHECKED}` review item"
+            ));
+        }
         Ok(())
     }
+}
+
+/// The review item of a set outside the sample of `max_sets`.
+pub const NOT_CHECKED: &str = "not-cross-checked";
+
+/// One [`NOT_CHECKED`] review item per set outside the sample of `max_sets`.
+fn not_checked_items(ids: &[String], max_sets: usize) -> impl Iterator<Item = ReviewItem> + '_ {
+    ids.iter().map(move |id| ReviewItem {
+        set_id: id.clone(),
+        kind: NOT_CHECKED.into(),
+        tool_id: String::new(),
+        detail: format!("not cross-checked: outside the seeded sample of {max_sets} sets (`efs.topdown.max_sets`)"),
+    })
+}
+
+/// The sets to cross-check — every set, or a seeded sample of `max_sets` of them (drawn
+/// from the sorted ids, so the order of `sets.json` does not matter), in the built order —
+/// and the ids of the others, sorted.
+fn sample_sets(sets: &[CandidateSet], max_sets: Option<usize>, seed: u64) -> (Vec<&CandidateSet>, Vec<String>) {
+    let Some(m) = max_sets.filter(|m| *m < sets.len()) else {
+        return (sets.iter().collect(), Vec::new());
+    };
+    let chosen = crate::stage::seeded_sample(sets.iter().map(|s| s.id.clone()).collect(), m, seed);
+    let (keep, rest): (Vec<&CandidateSet>, Vec<&CandidateSet>) = sets.iter().partition(|s| chosen.contains(&s.id));
+    let mut rest: Vec<String> = rest.into_iter().map(|s| s.id.clone()).collect();
+    rest.sort();
+    (keep, rest)
 }
 
 #[cfg(test)]
@@ -450,6 +505,38 @@ mod tests {
             unknown: vec![],
             exchange: "sha256:1".into(),
         }
+    }
+
+    #[test]
+    fn a_seeded_sample_of_sets_is_stable_and_lists_the_rest() {
+        // Built in an order that is not the ids' (`sets.json` lists sets by first member).
+        let sets: Vec<CandidateSet> = ["S9", "S2", "S7", "S1", "S5", "S3"]
+            .iter()
+            .map(|i| CandidateSet { id: i.to_string(), ..set(&["a::x", "b::y"]) })
+            .collect();
+        let (all, none) = sample_sets(&sets, None, 7);
+        assert_eq!((all.len(), none.len()), (6, 0));
+        let (all, none) = sample_sets(&sets, Some(6), 7);
+        assert_eq!((all.len(), none.len()), (6, 0), "a cap at the count checks every set");
+        let (two, rest) = sample_sets(&sets, Some(2), 7);
+        assert_eq!((two.len(), rest.len()), (2, 4));
+        let ids: Vec<&str> = two.iter().map(|s| s.id.as_str()).collect();
+        let at = |id: &str| sets.iter().position(|s| s.id == id).unwrap();
+        assert!(at(ids[0]) < at(ids[1]), "in the built order: {ids:?}");
+        let mut reversed = sets.clone();
+        reversed.reverse();
+        let mut other: Vec<String> = sample_sets(&reversed, Some(2), 7).0.iter().map(|s| s.id.clone()).collect();
+        other.sort();
+        let mut same: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+        same.sort();
+        assert_eq!(other, same, "the draw does not depend on the sets' order");
+        assert!(ids.iter().all(|i| !rest.iter().any(|r| r == i)), "{ids:?} / {rest:?}");
+        assert!(rest.windows(2).all(|w| w[0] < w[1]), "{rest:?}");
+        let again: Vec<&str> = sample_sets(&sets, Some(2), 7).0.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, again, "the same seed draws the same sets");
+        let draws: BTreeSet<Vec<String>> =
+            (0..20).map(|seed| sample_sets(&sets, Some(2), seed).0.iter().map(|s| s.id.clone()).collect()).collect();
+        assert!(draws.len() > 1, "the seed decides the sample");
     }
 
     #[test]

@@ -495,6 +495,7 @@ impl Stage for L1Stage {
         let mut batch = Batch::new(ctx, super::batch_options(STAGE, "L1", "tools", s))?;
         let (writer, judge, n) = (l.writer_role.as_str(), l.judge_role.as_str(), l.l1.candidates);
         let prune = l.plan_check.prune_unrequested;
+        batch.phase("queries");
         let done = batch.run(items, |(vars, mention): (Value, Mention), llm: Item| async move {
             write_and_verify(&llm, writer, judge, (WRITE_TEMPLATE, VERIFY_TEMPLATE), &vars, (n, prune), &mention).await
         })?;

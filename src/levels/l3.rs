@@ -538,6 +538,7 @@ impl Stage for L3Stage {
         let meta: BTreeMap<String, ChainItem> = items.iter().cloned().collect();
         let mut batch = Batch::new(ctx, super::batch_options(STAGE, "L3", "chains", s))?;
         let (writer, judge) = (l.writer_role.as_str(), l.judge_role.as_str());
+        batch.phase("queries");
         let done = batch.run(items, |it: ChainItem, llm: Item| async move {
             let v =
                 llm.typed_as::<ChainVerdict>(judge, &Prompt::new(VERIFY_TEMPLATE, it.vars.clone()), "verify").await?;
@@ -698,6 +699,7 @@ fn annotate_again(
             (item(key), (it.chain.clone(), vars))
         })
         .collect();
+    batch.phase("step dependencies");
     let done = batch.run(items, |(chain, vars): (Vec<String>, Value), llm: Item| async move {
         let d = llm.ask(judge, &Prompt::new(DEPS_TEMPLATE, vars), None, &deps_answer(&chain)).await?;
         Ok((annotation_deps(&chain, &d.value), d.exchange))

@@ -418,6 +418,7 @@ impl Stage for L4Stage {
         let (writer, judge) = (l.writer_role.as_str(), l.judge_role.as_str());
         let (rounds, min_score) = (c.qc_rounds, c.min_score);
         let look_ref = &look;
+        batch.phase("scenarios");
         let done = batch.run(items, |(servers, services): (Vec<String>, Value), llm: Item| async move {
             let f = llm
                 .typed_as::<Feasibility>(
@@ -640,6 +641,7 @@ impl QcAgain<'_> {
             items.push((item(key), json!({"services": services, "scenario": scenario, "tools": tools})));
         }
         let judge = self.judge;
+        batch.phase("qc again");
         let done = batch.run(items, |vars: Value, llm: Item| async move {
             let q = llm.typed_as::<Quality>(judge, &Prompt::new(QC_TEMPLATE, vars), "qc-again").await?;
             Ok((q.value, q.exchange))

@@ -451,6 +451,7 @@ impl Stage for L5Stage {
                 (format!("cluster:{cl:04}"), (rows.len(), descs))
             })
             .collect();
+        batch.phase("cluster labels");
         let labelled = batch.run(cluster_items, |(size, descs): (usize, Vec<String>), llm: Item| async move {
             let llm = &llm;
             let calls = join_all(PERSPECTIVES.iter().enumerate().map(|(i, p)| {
@@ -484,6 +485,7 @@ impl Stage for L5Stage {
 
         // 2. Gap analysis.
         let n_tasks = c.universal_tasks;
+        batch.phase("everyday tasks");
         let tasks = batch.run(vec![("tasks".to_string(), ())], |_: (), llm: Item| async move {
             let r = llm.typed::<Tasks>(writer, &Prompt::new(TASKS_TEMPLATE, json!({"n": n_tasks}))).await?;
             Ok((r.value.universal_tasks, r.exchange))
@@ -503,6 +505,7 @@ impl Stage for L5Stage {
         // The tasks' vectors (for the red team's nearest labels) are computed ahead.
         let task_vecs = emb.prefetch(task_list.clone(), |i| !lv.is_empty() && !batch.is_done(&task_items[i].0))?;
         let task_vecs = &task_vecs;
+        batch.phase("task coverage");
         let checked = batch.run(task_items, |task: String, llm: Item| async move {
             let can = llm
                 .typed_as::<CanDo>(
@@ -584,6 +587,7 @@ impl Stage for L5Stage {
         // 3. Persona queries per gap.
         let (personas, per) = (&c.personas, c.queries_per_persona);
         let gap_items: Vec<(String, String)> = gaps.iter().map(|g| (format!("gap:{g}"), g.clone())).collect();
+        batch.phase("persona queries");
         let written = batch.run(gap_items, |gap: String, llm: Item| async move {
             let llm = &llm;
             let calls = join_all(personas.iter().enumerate().map(|(i, p)| {
@@ -622,6 +626,7 @@ impl Stage for L5Stage {
         let q_vecs =
             emb.prefetch(q_items.iter().map(|(_, (_, q))| q.clone()).collect(), |i| !batch.is_done(&q_items[i].0))?;
         let q_vecs = &q_vecs;
+        batch.phase("query checks");
         let verified = batch.run(q_items, |(gap, query): (String, String), llm: Item| async move {
             let q = q_vecs.get(&query).await?;
             let idx = crate::efs::topdown::retrieve(vref, &q, top_k);

@@ -1141,6 +1141,7 @@ fn judge_rounds(
             if items.is_empty() {
                 break;
             }
+            batch.phase("plan check");
             let done = batch.run(items, |vars: Value, llm: crate::llm::batch::Item| async move {
                 let prompt = crate::llm::Prompt::new(STEP_NEED_TEMPLATE, vars);
                 let r = llm.ask(role, &prompt, Some("need"), &crate::synth::gold::need_answer()).await?;
@@ -1504,6 +1505,7 @@ fn ask_again(
     let key = |k: usize| format!("again:{}", cands[k].key);
     let items: Vec<(String, Value)> =
         asked.iter().map(|&k| (key(k), again_vars(level, &cands[k], &first[k].0, tool))).collect();
+    batch.phase("queries again");
     let done = batch.run(items, |vars: Value, llm: crate::llm::batch::Item| async move {
         let prompt = crate::llm::Prompt::new(QUERY_AGAIN_TEMPLATE, vars);
         let r = llm.ask(writer, &prompt, None, &super::l3::query_answer()).await?;

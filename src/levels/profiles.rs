@@ -200,7 +200,7 @@ impl Stage for ProfilesStage {
                 (format!("server:{}", s.name.trim()), Prompt::new(PLATFORM_TEMPLATE, vars))
             })
             .collect();
-        let servers = batch.run(items, |p: Prompt, llm: Item| async move {
+        let servers = batch.phase("servers").run(items, |p: Prompt, llm: Item| async move {
             let r = llm.typed::<PlatformAnswer>(role, &p).await?;
             Ok(ServerProfile {
                 platform: platform_of(&r.value.platform),
@@ -223,7 +223,7 @@ impl Stage for ProfilesStage {
                 (format!("tool:{}", crate::model::tool_id(&s.name, &t.name)), Prompt::new(TOOL_TEMPLATE, vars))
             })
             .collect();
-        let tools = batch.run(items, |p: Prompt, llm: Item| async move {
+        let tools = batch.phase("tools").run(items, |p: Prompt, llm: Item| async move {
             let r = llm.typed::<ProfileAnswer>(role, &p).await?;
             Ok((r.value, r.exchange))
         })?;

@@ -423,6 +423,9 @@ pub struct Batch<'a> {
     items: usize,
     /// The LLM roles the stage calls (`None`: not known, any configured role may be).
     roles: Option<Vec<String>>,
+    /// What the next round asks, after the stage's label on its progress bar (a stage of
+    /// several rounds — L5's labels, tasks, queries — says which one a bar counts).
+    phase: Option<&'static str>,
     rt: tokio::runtime::Runtime,
 }
 
@@ -457,8 +460,15 @@ impl<'a> Batch<'a> {
             failed: Vec::new(),
             items: 0,
             roles: None,
+            phase: None,
             rt,
         })
+    }
+
+    /// Name the rounds from here on on the progress bar (`L5 persona queries: 1/2`).
+    pub fn phase(&mut self, what: &'static str) -> &mut Self {
+        self.phase = Some(what);
+        self
     }
 
     /// Run `work` for every item not already checkpointed. Returns once every item
@@ -492,7 +502,18 @@ impl<'a> Batch<'a> {
         let resumed = values.len();
         self.resumed += resumed;
         // What the ledger held took no time now: the ETA counts only the items asked from here.
-        let pb = self.printer.progress_at(total as u64, resumed as u64, self.opts.label);
+        // A round with nothing to ask (L4's retry round when every draft passed, or one the
+        // checkpoint answered whole) draws no bar.
+        let pb = match todo.len() {
+            0 => indicatif::ProgressBar::hidden(),
+            _ => {
+                let label = match self.phase {
+                    Some(p) => format!("{} {p}", self.opts.label),
+                    None => self.opts.label.to_string(),
+                };
+                self.printer.progress_at(total as u64, resumed as u64, &label)
+            }
+        };
         // A role in batch mode answers a round of the stage in one batch job: every item is
         // let in flight then (they wait on the batch, not on a server).
         let bound = match self.opts.concurrency {

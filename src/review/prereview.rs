@@ -422,7 +422,7 @@ impl Stage for PrereviewStage {
                 .iter()
                 .map(|id| (format!("{id}@{t}"), (t.clone(), prompt(&p.template, &a, by_id[id.as_str()], chars))))
                 .collect();
-            values.extend(batch.run(tb_items, work)?.values);
+            values.extend(batch.phase("tie-breaks").run(tb_items, work)?.values);
         }
         let mut report = String::from(
             "# LLM pre-review\n\nThese are LLM scores, not human reviews. They count as human scores only with \

@@ -708,6 +708,7 @@ impl Stage for ValidateStage {
             .map(|c| (c.sample.id.clone(), (check_prompt(&v.check_template, &c.sample), c.sample.turns.len())))
             .collect();
         let role = sc.judge_role.as_str();
+        batch.phase("samples");
         let done = batch.run(items, |(prompt, turns): (Prompt, usize), llm: Item| async move {
             let reply = llm.ask(role, &prompt, None, &check_answer(turns)).await?;
             let mut turns = reply.value.turns;
@@ -947,6 +948,7 @@ fn ground_truth(
         }
     }
     let (role, template) = (sc.judge_role.as_str(), sc.validate.need_template.as_str());
+    batch.phase("need checks");
     let checks = batch.run(open, |vars: Value, llm: Item| async move {
         let r = llm.ask(role, &Prompt::new(template, vars), None, &gold::need_answer()).await?;
         Ok(Asked { value: r.value, exchange: r.exchange, event: Some(r.event_id) })
@@ -966,6 +968,7 @@ fn ground_truth(
         }
     }
     let (role, template) = (sc.assistant_role.as_str(), sc.validate.answer_template.as_str());
+    batch.phase("answers again");
     let again = batch.run(asks, |vars: Value, llm: Item| async move {
         let r = llm.ask(role, &Prompt::new(template, vars), None, &gold::again_answer()).await?;
         Ok(Asked { value: r.value, exchange: r.exchange, event: Some(r.event_id) })

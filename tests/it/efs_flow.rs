@@ -296,6 +296,59 @@ fn demo_groups_end_in_one_set_each_and_rerun_makes_no_llm_call() {
     assert_eq!(final_sets(&p), sets, "and gives the same sets");
 }
 
+#[test]
+fn topdown_max_sets_cross_checks_a_seeded_sample_and_keeps_the_other_sets() {
+    if !assets_or_skip() {
+        return;
+    }
+    let llm = scripted();
+    let p = project(&llm);
+    let mut cfg = std::fs::read_to_string(&p.config).unwrap();
+    cfg.push_str("\n[efs.topdown]\nmax_sets = 2\n");
+    std::fs::write(&p.config, cfg).unwrap();
+    let out = p.ok(&["run"]);
+    assert!(out.contains("a seeded sample of 2 of the 6 sets was cross-checked (`efs.topdown.max_sets`)"), "{out}");
+    // A set not checked is told from one checked without findings: a review item of its own.
+    let items = p.json("artifacts/efs-topdown/items.json");
+    let flagged: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["kind"] == "not-cross-checked")
+        .map(|i| i["set_id"].as_str().unwrap())
+        .collect();
+    let results = p.json("artifacts/efs-topdown/results.json");
+    let checked: Vec<&str> =
+        results["sets"].as_array().unwrap().iter().map(|s| s["set_id"].as_str().unwrap()).collect();
+    let rest: Vec<&str> = results["not_checked"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    assert_eq!((checked.len(), rest.len()), (2, 4), "{results}");
+    assert!(checked.iter().all(|c| !rest.contains(c)));
+    assert_eq!(flagged, rest, "{items}");
+    let fin = p.json("artifacts/efs-finalize/final.json");
+    let open = |kind: &str| {
+        fin["sets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["open_items"].as_array().unwrap().iter().any(|i| i["kind"] == kind))
+            .count()
+    };
+    assert_eq!(open("not-cross-checked"), 4, "{fin}");
+    let requests = llm.requests().iter().map(Seen::all_text).filter(|t| t.contains("User request:")).count();
+    assert_eq!(requests, 2 * 2, "two requests judged per checked set, none for the others");
+    assert_eq!(final_sets(&p).len(), 6, "the sets not checked are kept as verified");
+    let est = p.ok(&["check"]);
+    assert!(est.contains("2 of 6 sets built (`max_sets`)"), "{est}");
+    // The sample is part of the stage's config: the same one is up to date, another reruns.
+    let calls = llm.count();
+    assert!(p.ok(&["run"]).contains("efs-topdown: up to date, skipped"));
+    let cfg = std::fs::read_to_string(&p.config).unwrap().replace("max_sets = 2", "max_sets = 3");
+    std::fs::write(&p.config, cfg).unwrap();
+    let out = p.ok(&["run"]);
+    assert!(out.contains("a seeded sample of 3 of the 6 sets"), "{out}");
+    assert!(llm.count() > calls, "the third set is asked about");
+}
+
 /// A project run up to `efs-pairs`, then `efs verify` killed at its third call.
 fn killed_verify(llm: &ScriptedLlm) -> Project {
     let p = project(llm);

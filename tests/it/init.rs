@@ -171,6 +171,41 @@ fn init_logs_track_checks_and_runs_to_a_verified_release_with_nothing_copied() {
     assert!(stderr(&o).contains("already holds a benchgen project"), "{}", stderr(&o));
 }
 
+/// `init --probe` times one stage-sized exchange per role before it reckons the first run,
+/// so its table says about how long each stage takes (≈), where without it says nothing.
+#[test]
+fn init_with_probe_times_each_role_and_reckons_the_first_run_with_it() {
+    let llm = ScriptedLlm::start(|seen| {
+        let u = seen.last_user();
+        if u.contains("Which tool should be called first?") {
+            // A stage-sized exchange takes time; a test double's 1 ms rounds to none.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            return Answer::json(serde_json::json!({"tool": "get_oncall", "reason": "It asks who is on call."}));
+        }
+        if u.contains("Put the result in the field `sum`") {
+            let nums: Vec<i64> = u.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+            return Answer::json(serde_json::json!({"sum": nums[0] + nums[1]}));
+        }
+        Answer::status(400)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    users_files(dir.path());
+    let o =
+        init(dir.path(), &llm, &["--track", "logs", "--logs", "my_logs.jsonl", "--catalog", "tools.json", "--probe"]);
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    assert!(out.contains("probe (a stage-sized exchange)"), "{out}");
+    let curate = out.lines().find(|l| l.starts_with("logs-curate ")).unwrap_or_else(|| panic!("no estimate: {out}"));
+    assert!(curate.contains("≈ ") && curate.contains("from `llm ping --probe`"), "{out}");
+    let o = run(
+        dir.path(),
+        &["--json", "init", "other", "--provider", "vllm", "--base-url", &llm.base_url(), "--model", "m", "--probe"],
+    );
+    assert_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["probe"].as_array().is_some_and(|r| !r.is_empty() && r.iter().all(|r| r["probe_ms"].is_u64())), "{v}");
+}
+
 #[test]
 fn init_registry_track_checks_and_runs_to_a_verified_release() {
     let llm = ScriptedLlm::start(answer);
