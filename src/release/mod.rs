@@ -867,12 +867,27 @@ pub fn waiting_for_review(settings: &Settings) -> Option<crate::error::Waiting> 
     let path = settings.artifacts.join(DECISIONS.stage).join(DECISIONS.file);
     let (mut accepted, mut pool, mut left_out) = (0, 0, BTreeMap::<String, usize>::new());
     let reviewed = std::fs::read_to_string(path).ok();
+    let mut decided = std::collections::HashSet::new();
     for d in reviewed.iter().flat_map(|t| t.lines()).filter_map(|l| serde_json::from_str::<Decision>(l).ok()) {
         pool += 1;
         match d.left_out_reason() {
             None => accepted += 1,
             Some(why) if d.decision == "undecided" => *left_out.entry(why).or_default() += 1,
             Some(_) => {}
+        }
+        decided.insert(d.id);
+    }
+    // Samples that reached the pool after the review stages last ran have no decision yet:
+    // the release counts them as not reviewed, and so does `status`.
+    let pool_ids = reviewed.as_ref().and_then(|_| {
+        let inputs = crate::stage::inputs_now(&ReleaseStage, settings).ok()?;
+        pool::pool_ids(&inputs)
+    });
+    if let Some(ids) = pool_ids {
+        let new = ids.iter().filter(|id| !decided.contains(*id)).count();
+        if new > 0 {
+            *left_out.entry(NOT_REVIEWED.to_string()).or_default() += new;
+            pool = pool.max(ids.len());
         }
     }
     if reviewed.is_none() || accepted > 0 {

@@ -239,6 +239,17 @@ pub(super) fn write_pool(
     Ok(pool)
 }
 
+/// The ids of the pool's samples, in id order (what `status` counts against the review's
+/// decisions); `None` when the pool cannot be read.
+pub(super) fn pool_ids(inputs: &Inputs) -> Option<Vec<String>> {
+    let mut sources = open_pool(inputs).ok()?;
+    let mut ids = Vec::new();
+    while let Some(d) = next_sample(&mut sources).ok()? {
+        ids.push(d.sample.id);
+    }
+    Some(ids)
+}
+
 /// The pool's sources that exist, each at its first sample; none is an error.
 fn open_pool<'a>(inputs: &'a Inputs) -> Result<Vec<Source<'a>>> {
     let mut sources = Vec::new();

@@ -118,6 +118,7 @@ fn run_to_release(proj: &Path) -> String {
     let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let release = rows.as_array().unwrap().iter().find(|r| r["stage"] == "release").unwrap();
     assert!(release["waiting"]["message"].as_str().unwrap().contains("wait for review"), "{release}");
+    new_sample_waits_unassigned(proj, n.parse().unwrap());
     // `--json run` while waiting: the stages' reports (all up to date now) and what waits.
     let o = run(proj, &["--json", "run"]);
     assert_code(&o, 3);
@@ -133,6 +134,30 @@ fn run_to_release(proj: &Path) -> String {
     let o = run(proj, &["release", "verify", release.to_str().unwrap()]);
     assert_code(&o, 0);
     std::fs::read_to_string(release.join("samples.jsonl")).unwrap()
+}
+
+/// A sample that reaches the pool after the review stages ran (here written into the pool
+/// by hand, then taken out again) has no decision: `status` counts it as the release does,
+/// not yet assigned to reviewers.
+fn new_sample_waits_unassigned(proj: &Path, n: usize) {
+    let file = ["validate", "levels-export"]
+        .iter()
+        .map(|s| proj.join(format!("artifacts/{s}/samples.jsonl")))
+        .find(|p| p.is_file())
+        .unwrap();
+    let before = std::fs::read(&file).unwrap();
+    let text = String::from_utf8(before.clone()).unwrap();
+    let mut last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    last["id"] = serde_json::Value::String("zzz-added-later".into());
+    std::fs::write(&file, format!("{text}{last}\n")).unwrap();
+    let o = run(proj, &["status"]);
+    std::fs::write(&file, before).unwrap();
+    let want = format!(
+        "{} of the {} pool samples wait for review (1 not yet assigned to reviewers, {n} not scored yet)",
+        n + 1,
+        n + 1
+    );
+    assert!(stdout(&o).contains(&want), "{want}\n{}", stdout(&o));
 }
 
 #[test]
