@@ -174,13 +174,6 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
         let entries: Vec<Value> = (1..=n)
             .map(|k| {
                 let mut e = item.clone();
-                // The first entry says what each field means; the others repeat its shape
-                // only. The schema is stated after the item's data, where no server reuses
-                // a prefix: each description repeated per candidate was prompt tokens paid
-                // on every call (a ten-candidate `efs verify` call, about 2,000 characters).
-                if k > 1 {
-                    strip_descriptions(&mut e);
-                }
                 let mut p = e["properties"][index].take();
                 if let Some(o) = p.as_object_mut() {
                     o.remove("format");
@@ -197,11 +190,8 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
             .get("description")
             .cloned()
             .unwrap_or_else(|| json!(format!("One entry per {noun}, in order.")));
-        let schema = Arc::make_mut(&mut self.schema);
-        schema["properties"][list] = json!({"type": "array", "description": description,
+        Arc::make_mut(&mut self.schema)["properties"][list] = json!({"type": "array", "description": description,
             "prefixItems": entries, "minItems": n, "maxItems": n});
-        // The item's definition is inlined in each entry now: unused, it was stated anyway.
-        prune_defs(schema);
         // `n` may differ from item to item (the turns of a dialogue).
         self.fixed = false;
         self.check(move |v| check_numbered(&get(v), n, noun))
@@ -228,47 +218,6 @@ impl<T> Answer<T> {
 }
 
 /// Follows a local `$ref` (`#/$defs/X`) to its schema; any other schema is returned as is.
-/// Remove every `description` of a schema (an object's property named `description` stays).
-fn strip_descriptions(v: &mut Value) {
-    match v {
-        Value::Object(o) => {
-            o.remove("description");
-            for (k, child) in o.iter_mut() {
-                if k == "properties" {
-                    if let Some(props) = child.as_object_mut() {
-                        props.values_mut().for_each(strip_descriptions);
-                    }
-                } else {
-                    strip_descriptions(child);
-                }
-            }
-        }
-        Value::Array(a) => a.iter_mut().for_each(strip_descriptions),
-        _ => {}
-    }
-}
-
-/// Drop the `$defs` nothing refers to any more (repeatedly: a definition may be used only
-/// by another unused one); no `$defs` at all when none is left.
-fn prune_defs(schema: &mut Value) {
-    loop {
-        let Some(defs) = schema.get("$defs").and_then(Value::as_object) else { return };
-        let unused = defs.keys().find(|name| {
-            let mut rest = schema.clone();
-            if let Some(d) = rest["$defs"].as_object_mut() {
-                d.remove(*name);
-            }
-            !rest.to_string().contains(&format!("\"#/$defs/{name}\""))
-        });
-        let Some(name) = unused.cloned() else { return };
-        let defs = schema["$defs"].as_object_mut().expect("checked above");
-        defs.remove(&name);
-        if defs.is_empty() {
-            schema.as_object_mut().expect("a schema with `$defs` is an object").remove("$defs");
-        }
-    }
-}
-
 fn resolve<'a>(root: &'a Value, s: &'a Value) -> &'a Value {
     match s.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/")) {
         Some(path) => path.split('/').fold(root, |v, k| &v[k]),
@@ -316,38 +265,5 @@ impl<T: DeserializeOwned + 'static> Answer<T> {
     pub fn site(self, file: &'static str, what: impl Into<String>) -> Site {
         let schema = Value::clone(&self.schema);
         Site { file, what: what.into(), schema, accepts: Box::new(move |v| self.accepts(v).map(|_| ())) }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unused_defs_go_also_when_only_another_unused_one_refers_to_them() {
-        let mut s = json!({"$defs": {
-            "A": {"type": "string"},
-            "B": {"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}}},
-            "C": {"type": "integer"}},
-            "type": "object", "properties": {"c": {"$ref": "#/$defs/C"}}});
-        prune_defs(&mut s);
-        assert_eq!(s["$defs"], json!({"C": {"type": "integer"}}));
-        let mut none = json!({"$defs": {"A": {"type": "string"}}, "type": "object"});
-        prune_defs(&mut none);
-        assert_eq!(none, json!({"type": "object"}));
-    }
-
-    #[test]
-    fn descriptions_go_but_a_property_named_description_stays() {
-        let mut s = json!({"type": "object", "description": "d", "properties": {
-            "description": {"type": "string", "description": "the text"},
-            "n": {"type": "array", "items": {"type": "integer", "description": "x"}}}});
-        strip_descriptions(&mut s);
-        assert_eq!(
-            s,
-            json!({"type": "object", "properties": {
-                "description": {"type": "string"},
-                "n": {"type": "array", "items": {"type": "integer"}}}})
-        );
     }
 }

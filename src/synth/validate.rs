@@ -78,8 +78,7 @@ pub static SPEC: StageSpec = StageSpec {
     //     `cause`, `cpus` → `cpu`; three-letter words but `ids` and `this`, `news` stay.
     // 19: plurals fold by `text::singular` with two vowels before `ch`/`us` read as one
     //     (`breaches` → `breach`, not `breache`), and `ips`, `vms`, `prs` fold.
-    // 20: the dialogue check's schema states each field's description once, no unused `$defs`.
-    version: 20,
+    version: 19,
     about: "automatic validation of real and synthesised log-track samples (calls ran, chain kept, requests addressed, ground truth needed), with labels",
     reads: &[
         crate::logs::split::BENCHMARK.read(),
