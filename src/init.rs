@@ -397,7 +397,8 @@ fn registry_sections(registry: &str) -> String {
          # Equal function sets: candidate pairs, LLM verdicts, a top-down check, review.\n\
          [efs.pairs]\ntop_k = 10\n\n\
          [efs.verify]\nrole = \"judge\"\nmode = \"listwise\"\n\n\
-         [efs.topdown]\nwriter_role = \"writer\"\njudge_role = \"judge\"\n\n\
+         [efs.topdown]\nwriter_role = \"writer\"\njudge_role = \"judge\"\n\
+         # max_sets = 20   # cross-check a seeded sample of the sets for a first look; remove for all\n\n\
          [efs.finalize]\npolicy = \"keep\"\n\n\
          # ETOM's five levels, with ETOM's defaults (docs/levels.md).\n\
          [levels]\nwriter_role = \"writer\"\njudge_role = \"judge\"\n\n",
