@@ -85,7 +85,7 @@ fn dispatch(cli: &Cli, printer: &Printer) -> Result<()> {
     }
     // `init` writes a project; it needs none.
     if let Command::Init(a) = &cli.command {
-        return init_command(a, printer);
+        return init_command(a, &cli.global, printer);
     }
     // The sandbox serving an explicit `--catalog` needs no pipeline config: a
     // spawned `benchgen sandbox` must work from any folder.
@@ -151,7 +151,7 @@ fn load_warnings(settings: &Settings, command: &Command, single: Option<&dyn Sta
 }
 
 /// `init`: write the project, list what it holds and what the first run asks of the LLM.
-fn init_command(a: &InitArgs, printer: &Printer) -> Result<()> {
+fn init_command(a: &InitArgs, global: &benchgen::cli::GlobalArgs, printer: &Printer) -> Result<()> {
     let created = benchgen::init::init(a)?;
     let mut text = format!("created a benchgen project in `{}`:\n", created.dir);
     for f in &created.files {
@@ -163,7 +163,12 @@ fn init_command(a: &InitArgs, printer: &Printer) -> Result<()> {
     text.push_str("next: read its README.md (files to drop under raw/, variables to set), then `benchgen check`");
     // The first run's LLM work, as `check` reckons it (files still to drop under raw/
     // only loosen the bounds; a config that does not load yet is `check`'s to explain).
-    let settings = Settings::load(&std::path::Path::new(&created.dir).join(&created.config)).ok();
+    // `--probe` asks as `llm ping --probe` would under the same global flags.
+    let settings = Settings::load(&std::path::Path::new(&created.dir).join(&created.config)).ok().map(|mut s| {
+        s.llm_mode = global.llm_mode;
+        s.llm_batch = global.batch;
+        s
+    });
     // `--probe`: the roles are timed before the table is reckoned, which then uses them. A
     // role that fails leaves the project written: the failure is shown, with `check` next.
     let probed = match (&settings, a.probe) {

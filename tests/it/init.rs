@@ -229,6 +229,16 @@ fn init_with_probe_times_each_role_and_reckons_the_first_run_with_it() {
     assert_code(&o, 0);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["probe"].as_array().is_some_and(|r| !r.is_empty() && r.iter().all(|r| r["probe_ms"].is_u64())), "{v}");
+    // The global `--llm-mode` holds for the probe too: `replay` sends nothing.
+    let sent = llm.count();
+    let url = llm.base_url();
+    let o = run(
+        dir.path(),
+        &["--llm-mode", "replay", "init", "third", "--provider", "vllm", "--base-url", &url, "--model", "m", "--probe"],
+    );
+    assert_code(&o, 0);
+    assert_eq!(llm.count(), sent, "a replayed probe asks the endpoint nothing");
+    assert!(stdout(&o).contains("the probe did not run") && stdout(&o).contains("replay mode"), "{}", stdout(&o));
 }
 
 #[test]
