@@ -179,6 +179,8 @@ pub struct InitArgs {
     /// Once the project is written, time one stage-sized exchange per LLM role (as
     /// `benchgen llm ping --probe`), so that the first run's table says about how long each
     /// stage takes here. On the local model this starts it: about half a minute on 2 cores.
+    /// A role that fails is reported and the project stays written (exit 0; with `--json`,
+    /// `probe` holds each role's result, `probe_error` why the probe did not run).
     #[arg(long)]
     pub probe: bool,
 }

@@ -365,7 +365,15 @@ pub struct Funnel {
     pub tools_in_candidate_sets: usize,
     pub final_sets: usize,
     pub tools_in_final_sets: usize,
+    /// Findings of the top-down check (a set outside its sample is not one).
     pub review_items: usize,
+    /// Sets outside the top-down check's sample (`[efs.topdown] max_sets`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sets_not_cross_checked: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 pub fn report(f: &Final, funnel: &Funnel, sets: &[CandidateSet], costs: &[StepCost]) -> String {
@@ -382,6 +390,10 @@ pub fn report(f: &Final, funnel: &Funnel, sets: &[CandidateSet], costs: &[StepCo
         ("tools in final sets", funnel.tools_in_final_sets),
     ] {
         md.push_str(&format!("| {k} | {v} |\n"));
+    }
+    if funnel.sets_not_cross_checked > 0 {
+        let n = funnel.sets_not_cross_checked;
+        md.push_str(&format!("| sets not cross-checked (`efs.topdown.max_sets`) | {n} |\n"));
     }
     let reviewed = f.sets.iter().filter(|s| s.status == SetStatus::Reviewed).count();
     md.push_str(&format!(
@@ -451,7 +463,8 @@ const COSTED: [&str; 6] = ["embed", "efs-pairs", "efs-verify", "efs-build", "efs
 pub static SPEC: StageSpec = StageSpec {
     name: "efs-finalize",
     command: "efs finalize",
-    version: 2,
+    // 3: report.md counts the sets outside the top-down sample apart from its findings.
+    version: 3,
     about: "apply review decisions (or the automatic policy): final sets and a report",
     reads: &[
         crate::filter::CATALOG.read(),
@@ -523,7 +536,8 @@ impl Stage for FinalizeStage {
             tools_in_candidate_sets: sets.sets.iter().map(|x| x.members.len()).sum(),
             final_sets: fin.sets.len(),
             tools_in_final_sets: fin.sets.iter().map(|x| x.members.len()).sum(),
-            review_items: items.len(),
+            review_items: items.iter().filter(|i| i.kind != super::topdown::NOT_CHECKED).count(),
+            sets_not_cross_checked: items.iter().filter(|i| i.kind == super::topdown::NOT_CHECKED).count(),
         };
         let costs: Vec<StepCost> = COSTED.iter().map(|st| step_cost(s, st)).collect();
         out.json(FINAL.file, &fin)?;

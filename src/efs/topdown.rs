@@ -438,7 +438,7 @@ impl Stage for TopdownStage {
         out.json(ITEMS.file, &items)?;
         out.count("sets", results.len());
         out.count("sets_not_checked", not_checked.len());
-        out.count("review_items", items.len());
+        out.count("review_items", items.len() - not_checked.len());
         let count = |k: &str| items.iter().filter(|i| i.kind == k).count();
         out.notes.push(format!(
             "{} sets cross-checked: {} outside tools selected, {} members never selected, {} sets split across requests",
@@ -470,15 +470,23 @@ fn not_checked_items(ids: &[String], max_sets: usize) -> impl Iterator<Item = Re
     })
 }
 
-/// The sets to cross-check — every set, or a seeded sample of `max_sets` of them (drawn
-/// from the sorted ids, so the order of `sets.json` does not matter), in the built order —
-/// and the ids of the others, sorted.
+/// The sets to cross-check — every set, or the `max_sets` whose ids rank first by a seeded
+/// hash, in the built order — and the ids of the others, sorted. A set's rank depends on its
+/// id and the seed alone: neither the order of `sets.json` nor a set added or removed
+/// elsewhere changes which of the others are checked (a shuffle would redraw them all, and
+/// their checkpointed checks would be lost).
 fn sample_sets(sets: &[CandidateSet], max_sets: Option<usize>, seed: u64) -> (Vec<&CandidateSet>, Vec<String>) {
     let Some(m) = max_sets.filter(|m| *m < sets.len()) else {
         return (sets.iter().collect(), Vec::new());
     };
-    let chosen = crate::stage::seeded_sample(sets.iter().map(|s| s.id.clone()).collect(), m, seed);
-    let (keep, rest): (Vec<&CandidateSet>, Vec<&CandidateSet>) = sets.iter().partition(|s| chosen.contains(&s.id));
+    let mut ranked: Vec<(String, &str)> = sets
+        .iter()
+        .map(|s| (crate::store::sha256_hex(format!("{seed}:efs-topdown:{}", s.id).as_bytes()), s.id.as_str()))
+        .collect();
+    ranked.sort();
+    let chosen: std::collections::HashSet<&str> = ranked.iter().take(m).map(|(_, id)| *id).collect();
+    let (keep, rest): (Vec<&CandidateSet>, Vec<&CandidateSet>) =
+        sets.iter().partition(|s| chosen.contains(s.id.as_str()));
     let mut rest: Vec<String> = rest.into_iter().map(|s| s.id.clone()).collect();
     rest.sort();
     (keep, rest)
@@ -530,6 +538,13 @@ mod tests {
         let mut same: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
         same.sort();
         assert_eq!(other, same, "the draw does not depend on the sets' order");
+        // A set added elsewhere leaves the others' ranks as they were: the sample keeps every
+        // set it had unless the new one outranks it.
+        let mut more = sets.clone();
+        more.push(CandidateSet { id: "S4".into(), ..set(&["a::x", "b::y"]) });
+        let grown: Vec<String> = sample_sets(&more, Some(2), 7).0.iter().map(|s| s.id.clone()).collect();
+        assert!(grown.contains(&"S4".to_string()) || grown.iter().all(|g| same.contains(g)), "{grown:?} / {same:?}");
+        assert!(same.iter().filter(|s| grown.contains(s)).count() >= 1, "{grown:?} / {same:?}");
         assert!(ids.iter().all(|i| !rest.iter().any(|r| r == i)), "{ids:?} / {rest:?}");
         assert!(rest.windows(2).all(|w| w[0] < w[1]), "{rest:?}");
         let again: Vec<&str> = sample_sets(&sets, Some(2), 7).0.iter().map(|s| s.id.as_str()).collect();

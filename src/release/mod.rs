@@ -867,8 +867,16 @@ pub fn waiting_for_review(settings: &Settings) -> Option<crate::error::Waiting> 
     let path = settings.artifacts.join(DECISIONS.stage).join(DECISIONS.file);
     let (mut accepted, mut pool, mut left_out) = (0, 0, BTreeMap::<String, usize>::new());
     let reviewed = std::fs::read_to_string(path).ok();
+    // As the release counts: the samples in the pool now, each by its decision, and those
+    // that reached the pool after the review stages last ran (none yet) as not reviewed; a
+    // decision whose sample left the pool counts for nothing. Without a readable pool, the
+    // decisions alone.
+    let in_pool = reviewed.as_ref().and_then(|_| pool::pool_ids(settings));
     let mut decided = std::collections::HashSet::new();
     for d in reviewed.iter().flat_map(|t| t.lines()).filter_map(|l| serde_json::from_str::<Decision>(l).ok()) {
+        if in_pool.as_ref().is_some_and(|ids| !ids.contains(&d.id)) {
+            continue;
+        }
         pool += 1;
         match d.left_out_reason() {
             None => accepted += 1,
@@ -877,18 +885,12 @@ pub fn waiting_for_review(settings: &Settings) -> Option<crate::error::Waiting> 
         }
         decided.insert(d.id);
     }
-    // Samples that reached the pool after the review stages last ran have no decision yet:
-    // the release counts them as not reviewed, and so does `status`.
-    let pool_ids = reviewed.as_ref().and_then(|_| {
-        let inputs = crate::stage::inputs_now(&ReleaseStage, settings).ok()?;
-        pool::pool_ids(&inputs)
-    });
-    if let Some(ids) = pool_ids {
+    if let Some(ids) = &in_pool {
         let new = ids.iter().filter(|id| !decided.contains(*id)).count();
         if new > 0 {
             *left_out.entry(NOT_REVIEWED.to_string()).or_default() += new;
-            pool = pool.max(ids.len());
         }
+        pool = ids.len();
     }
     if reviewed.is_none() || accepted > 0 {
         // Held items count only when `eval` audited the latest candidate (it ran after it):

@@ -239,15 +239,31 @@ pub(super) fn write_pool(
     Ok(pool)
 }
 
-/// The ids of the pool's samples, in id order (what `status` counts against the review's
-/// decisions); `None` when the pool cannot be read.
-pub(super) fn pool_ids(inputs: &Inputs) -> Option<Vec<String>> {
-    let mut sources = open_pool(inputs).ok()?;
-    let mut ids = Vec::new();
-    while let Some(d) = next_sample(&mut sources).ok()? {
-        ids.push(d.sample.id);
+/// The ids of the pool's samples now (what `status` counts against the review's
+/// decisions), read from the pool's files, as the release finds them, without the rest of
+/// each sample; `None` when there is no pool file or one cannot be read.
+pub(super) fn pool_ids(settings: &Settings) -> Option<BTreeSet<String>> {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: String,
     }
-    Some(ids)
+    let mut ids = BTreeSet::new();
+    let mut read = false;
+    for a in [&crate::samples::VALIDATED, &crate::samples::LEVELS] {
+        let path = a.path(settings);
+        if !path.is_file() {
+            continue;
+        }
+        read = true;
+        let file = std::fs::File::open(&path).ok()?;
+        for line in BufReader::new(file).lines() {
+            let line = line.ok()?;
+            if !line.trim().is_empty() {
+                ids.insert(serde_json::from_str::<Id>(&line).ok()?.id);
+            }
+        }
+    }
+    read.then_some(ids)
 }
 
 /// The pool's sources that exist, each at its first sample; none is an error.

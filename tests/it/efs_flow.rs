@@ -334,6 +334,10 @@ fn topdown_max_sets_cross_checks_a_seeded_sample_and_keeps_the_other_sets() {
             .count()
     };
     assert_eq!(open("not-cross-checked"), 4, "{fin}");
+    // The report counts them apart from the check's findings (none from this judge).
+    let report = std::fs::read_to_string(p.path("artifacts/efs-finalize/report.md")).unwrap();
+    assert!(report.contains("| top-down review items (`efs topdown`) | 0 |"), "{report}");
+    assert!(report.contains("| sets not cross-checked (`efs.topdown.max_sets`) | 4 |"), "{report}");
     let requests = llm.requests().iter().map(Seen::all_text).filter(|t| t.contains("User request:")).count();
     assert_eq!(requests, 2 * 2, "two requests judged per checked set, none for the others");
     assert_eq!(final_sets(&p).len(), 6, "the sets not checked are kept as verified");

@@ -138,7 +138,7 @@ fn run_to_release(proj: &Path) -> String {
 
 /// A sample that reaches the pool after the review stages ran (here written into the pool
 /// by hand, then taken out again) has no decision: `status` counts it as the release does,
-/// not yet assigned to reviewers.
+/// not yet assigned to reviewers; a decision whose sample left the pool counts for nothing.
 fn new_sample_waits_unassigned(proj: &Path, n: usize) {
     let file = ["validate", "levels-export"]
         .iter()
@@ -147,17 +147,35 @@ fn new_sample_waits_unassigned(proj: &Path, n: usize) {
         .unwrap();
     let before = std::fs::read(&file).unwrap();
     let text = String::from_utf8(before.clone()).unwrap();
-    let mut last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
-    last["id"] = serde_json::Value::String("zzz-added-later".into());
-    std::fs::write(&file, format!("{text}{last}\n")).unwrap();
-    let o = run(proj, &["status"]);
-    std::fs::write(&file, before).unwrap();
+    let (head, last) = text.trim_end().rsplit_once('\n').unwrap_or(("", text.trim_end()));
+    let mut renamed: serde_json::Value = serde_json::from_str(last).unwrap();
+    renamed["id"] = serde_json::Value::String("zzz-added-later".into());
+    let status_with = |pool: String| {
+        std::fs::write(&file, pool).unwrap();
+        let o = run(proj, &["status"]);
+        std::fs::write(&file, &before).unwrap();
+        stdout(&o)
+    };
+    // One more sample.
+    let out = status_with(format!("{text}{renamed}\n"));
     let want = format!(
         "{} of the {} pool samples wait for review (1 not yet assigned to reviewers, {n} not scored yet)",
         n + 1,
         n + 1
     );
-    assert!(stdout(&o).contains(&want), "{want}\n{}", stdout(&o));
+    assert!(out.contains(&want), "{want}\n{out}");
+    // The last sample renamed: its decision is for a sample no longer in the pool.
+    let pool = if head.is_empty() { format!("{renamed}\n") } else { format!("{head}\n{renamed}\n") };
+    let out = status_with(pool);
+    let want = if n > 1 {
+        format!(
+            "{n} of the {n} pool samples wait for review (1 not yet assigned to reviewers, {} not scored yet)",
+            n - 1
+        )
+    } else {
+        "1 of the 1 pool samples wait for review (1 not yet assigned to reviewers)".to_string()
+    };
+    assert!(out.contains(&want), "{want}\n{out}");
 }
 
 #[test]
