@@ -377,7 +377,7 @@ pub(super) fn waiting(left_out: &BTreeMap<String, usize>, pool: usize) -> Option
     let (queued, legacy) = (count(IN_QUEUE), count(UNDECIDED));
     let unassigned = count(NOT_ASSIGNED);
     let held = count(HELD);
-    let review = unscored + unexported + prereview + queued + legacy + unassigned;
+    let review = review_pending(left_out);
     if review + held == 0 {
         return None;
     }
