@@ -91,6 +91,54 @@ pub fn table(settings: &Settings) -> Table {
     }
 }
 
+/// The ledger's pace of each role for `run`'s stage notes: read once as the run starts and
+/// brought up to date as each stage finishes (its own rows read again), so a stage's note
+/// counts every exchange timed before it, this run's too.
+pub struct Pace {
+    timed: Vec<crate::llm::stats::RoleStats>,
+}
+
+impl Pace {
+    pub fn read(settings: &Settings) -> Self {
+        Pace { timed: timed_rows(settings) }
+    }
+
+    /// After `stage` ran: its rows as the ledger has them now.
+    pub fn update(&mut self, settings: &Settings, stage: &str) {
+        self.timed.retain(|r| r.stage != stage);
+        let rows = crate::llm::stats::collect(settings, Some(stage)).unwrap_or_default();
+        self.timed.extend(rows.into_iter().filter(is_timed));
+    }
+
+    /// What `run` adds as `stage` starts: about how many LLM exchanges it makes and, where
+    /// each of its roles has been timed, about how long they take (a multi-round stage's
+    /// bars each time one round). `None` for a stage without LLM exchanges.
+    pub fn note(&self, settings: &Settings, stage: &dyn crate::stage::Stage) -> Option<String> {
+        let timings = seconds_per_exchange(&self.timed);
+        let name = stage.spec().name;
+        let rows: Vec<Row> = crate::stage::merge_by_role(stage.estimate(settings))
+            .into_iter()
+            .map(|e| {
+                let per = timings.get(&e.role).copied();
+                row(settings, name, e, per)
+            })
+            .filter(|r| r.first_try > 0 && !r.unknown)
+            .collect();
+        let exchanges: u64 = rows.iter().map(|r| r.first_try).sum();
+        if exchanges == 0 {
+            return None;
+        }
+        let n = if exchanges == 1 { "1 LLM exchange".to_string() } else { format!("{exchanges} LLM exchanges") };
+        // Timed by `llm ping`'s few tokens alone, a role's pace is a lower bound.
+        let pinged = ping_only(&self.timed);
+        let about = if rows.iter().any(|r| pinged.contains(&r.role)) { "≥" } else { "≈" };
+        Some(match rows.iter().map(|r| r.seconds).sum::<Option<f64>>() {
+            Some(secs) => format!("about {n}, {about} {} at the pace the ledger has timed", duration(secs)),
+            None => format!("about {n}"),
+        })
+    }
+}
+
 /// One stage's estimate for one role as a row: the bound with every typed answer re-asked
 /// as often as the role's `reask` allows, and the time of the first tries.
 pub fn row(settings: &Settings, stage: &str, e: Estimate, per: Option<f64>) -> Row {
@@ -129,7 +177,11 @@ pub fn row(settings: &Settings, stage: &str, e: Estimate, per: Option<f64>) -> R
 /// times nothing (the table says so).
 fn timed_rows(settings: &Settings) -> Vec<crate::llm::stats::RoleStats> {
     let rows = crate::llm::stats::collect(settings, None).unwrap_or_default();
-    rows.into_iter().filter(|r| r.calls > r.batched && r.seconds > 0.0).collect()
+    rows.into_iter().filter(is_timed).collect()
+}
+
+fn is_timed(r: &crate::llm::stats::RoleStats) -> bool {
+    r.calls > r.batched && r.seconds > 0.0
 }
 
 /// The ledger stages of `benchgen llm ping` and of its `--probe`.

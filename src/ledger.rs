@@ -475,11 +475,19 @@ impl Ledger {
 
     /// Every event of these kinds, oldest first, without parents (for scans over many events).
     pub fn rows_of_kinds(&self, kinds: &[&str]) -> Result<Vec<EventRow>> {
+        self.rows_of_kinds_in(kinds, None)
+    }
+
+    /// [`Self::rows_of_kinds`] of one stage (`None`: every stage), filtered by the database
+    /// rather than after reading every payload.
+    pub fn rows_of_kinds_in(&self, kinds: &[&str], stage: Option<&str>) -> Result<Vec<EventRow>> {
         let marks = vec!["?"; kinds.len()].join(", ");
+        let of_stage = if stage.is_some() { " AND stage = ?" } else { "" };
         let mut stmt = self.conn.prepare(&format!(
-            "SELECT kind, stage, subject, payload FROM events WHERE kind IN ({marks}) ORDER BY id"
+            "SELECT kind, stage, subject, payload FROM events WHERE kind IN ({marks}){of_stage} ORDER BY id"
         ))?;
-        let rows = stmt.query_map(rusqlite::params_from_iter(kinds), event_row)?;
+        let params = kinds.iter().copied().chain(stage);
+        let rows = stmt.query_map(rusqlite::params_from_iter(params), event_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 

@@ -105,6 +105,8 @@ pub fn run(ctx: &Ctx, from: Option<&str>, until: Option<&str>, force: bool) -> R
     }
     let mut states: BTreeMap<String, Freshness> = BTreeMap::new();
     let mut reports = Vec::new();
+    // Read once only when stages are announced (not under `--quiet` or `--json`).
+    let mut pace = (!ctx.printer.quiet && !ctx.printer.json).then(|| crate::estimate::Pace::read(ctx.settings));
     for stage in crate::stages::enabled(ctx.settings) {
         let spec = stage.spec();
         let i = index_of(spec.name)?;
@@ -115,7 +117,8 @@ pub fn run(ctx: &Ctx, from: Option<&str>, until: Option<&str>, force: bool) -> R
             continue;
         }
         let announcing = Printer { announce: true, ..*ctx.printer };
-        let report = match stage::execute(ctx.settings, &announcing, stage.as_ref(), force, &states) {
+        let note = || pace.as_ref().and_then(|p| p.note(ctx.settings, stage.as_ref()));
+        let report = match stage::execute_noted(ctx.settings, &announcing, stage.as_ref(), force, &states, &note) {
             Ok(r) => r,
             Err(e) => {
                 // Waiting for people is a result, not a failure: `--json` gets the stages run
@@ -131,6 +134,9 @@ pub fn run(ctx: &Ctx, from: Option<&str>, until: Option<&str>, force: bool) -> R
         };
         // Each result as soon as it is known; `--json` gets the whole list at the end.
         ctx.printer.partial(&render_report(&report));
+        if let Some(p) = pace.as_mut().filter(|_| report.status == RunStatus::Ran) {
+            p.update(ctx.settings, spec.name);
+        }
         states.insert(spec.name.into(), Freshness::Done);
         reports.push(report);
     }

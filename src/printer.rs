@@ -130,7 +130,7 @@ impl Printer {
     fn terminal_bar(&self, len: u64, done: u64, what: &str) -> ProgressBar {
         let pb = ProgressBar::new(len);
         pb.set_style(with_eta(
-            ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} {msg} ({elapsed}, {left})")
+            ProgressStyle::with_template(&bar_template(what))
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
             done,
@@ -140,6 +140,16 @@ impl Printer {
         pb.reset_eta();
         pb
     }
+}
+
+/// The terminal bar's template: a label longer than the 12 columns the others are aligned
+/// to (a multi-round stage's `levels-l3 step dependencies`) takes its columns from the bar,
+/// down to 10, so the line keeps its width and does not wrap (a wrapped line is redrawn
+/// below itself on every tick).
+fn bar_template(label: &str) -> String {
+    let over = label.chars().count().saturating_sub(12);
+    let bar = 30usize.saturating_sub(over).max(10);
+    format!("{{prefix:>12}} [{{bar:{bar}}}] {{pos}}/{{len}} {{msg}} ({{elapsed}}, {{left}})")
 }
 
 /// `style` with its `{left}` key: `eta ?` until an item finishes in this run, then the items
@@ -261,6 +271,18 @@ mod tests {
         assert_eq!(eta_text(3, Some(6), 2, s(20), s(95)), "eta 0s", "and stops at zero, not below");
         assert_eq!(eta_text(4, Some(4), 0, s(40), s(40)), "eta 0s");
         assert_eq!(eta_text(1, None, 0, s(5), s(5)), "eta ?");
+    }
+
+    #[test]
+    fn a_long_round_label_takes_its_columns_from_the_bar() {
+        let width = |label: &str| {
+            let t = bar_template(label);
+            let bar: usize = t.split("{bar:").nth(1).unwrap().split('}').next().unwrap().parse().unwrap();
+            label.chars().count().max(12) + bar
+        };
+        assert!(bar_template("embed").contains("{bar:30}"));
+        assert_eq!(width("levels-l3 step dependencies"), width("embed"), "the line keeps its width");
+        assert!(bar_template(&"x".repeat(60)).contains("{bar:10}"), "a bar stays visible");
     }
 
     fn collected(every: Duration) -> (ProgressBar, Arc<Mutex<Vec<String>>>) {

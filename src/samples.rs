@@ -17,9 +17,12 @@ pub const VALIDATED: Artifact<Sample> = Artifact::new("validate", "samples.jsonl
 /// ETOM level queries L1–L5 in the unified shape, written by `benchgen levels export`.
 pub const LEVELS: Artifact<Sample> = Artifact::new("levels-export", "samples.jsonl");
 
+/// The pool's files, in pipeline order: every place that reads the pool reads these.
+pub const POOL: [&Artifact<Sample>; 2] = [&VALIDATED, &LEVELS];
+
 /// The pool's reads, in pipeline order (each optional: a track may be off).
 pub const fn reads() -> [Read; 2] {
-    [VALIDATED.optional(), LEVELS.optional()]
+    [POOL[0].optional(), POOL[1].optional()]
 }
 
 /// Upper bounds of samples and their turns, before anything runs (for estimates).

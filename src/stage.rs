@@ -937,17 +937,32 @@ pub fn execute(
     force: bool,
     upstream: &BTreeMap<String, Freshness>,
 ) -> Result<StageReport> {
+    execute_noted(settings, printer, stage, force, upstream, &|| None)
+}
+
+/// [`execute`], with `note` said in brackets after "running `STAGE` …" when the stage runs
+/// (`run`: about how many LLM exchanges and how long).
+pub fn execute_noted(
+    settings: &Settings,
+    printer: &Printer,
+    stage: &dyn Stage,
+    force: bool,
+    upstream: &BTreeMap<String, Freshness>,
+    note: &dyn Fn() -> Option<String>,
+) -> Result<StageReport> {
     crate::error::clear_disk_full();
-    execute_inner(settings, printer, stage, force, upstream).map_err(|e| match crate::error::disk_full_behind(&e) {
-        // A full disk is the cause whatever failed on top of it (an LLM call recording its
-        // exchange, a checkpoint, the commit): say so first, with the stage and the file.
-        Some(df) => e.context(format!(
-            "disk full in stage `{}`: cannot write `{}` ({}); its previous artifacts were left as they were",
-            stage.spec().name,
-            df.file,
-            df.cause
-        )),
-        None => e,
+    execute_inner(settings, printer, stage, force, upstream, note).map_err(|e| {
+        match crate::error::disk_full_behind(&e) {
+            // A full disk is the cause whatever failed on top of it (an LLM call recording its
+            // exchange, a checkpoint, the commit): say so first, with the stage and the file.
+            Some(df) => e.context(format!(
+                "disk full in stage `{}`: cannot write `{}` ({}); its previous artifacts were left as they were",
+                stage.spec().name,
+                df.file,
+                df.cause
+            )),
+            None => e,
+        }
     })
 }
 
@@ -959,12 +974,23 @@ fn stage_failed(spec: &StageSpec, e: anyhow::Error) -> anyhow::Error {
     e.context(format!("`{}` failed; its previous artifacts were left as they were", spec.command))
 }
 
+/// "running `STAGE` …", with `note` in brackets when there is one (`run` only).
+fn announce(printer: &Printer, spec: &StageSpec, note: &dyn Fn() -> Option<String>) {
+    if printer.announce {
+        match note() {
+            Some(n) => printer.info(&format!("running `{}` … ({n})", spec.command)),
+            None => printer.info(&format!("running `{}` …", spec.command)),
+        }
+    }
+}
+
 fn execute_inner(
     settings: &Settings,
     printer: &Printer,
     stage: &dyn Stage,
     force: bool,
     upstream: &BTreeMap<String, Freshness>,
+    note: &dyn Fn() -> Option<String>,
 ) -> Result<StageReport> {
     let spec = stage.spec();
     recover_if_idle(settings, printer)?;
@@ -973,9 +999,7 @@ fn execute_inner(
         return skipped(settings, spec);
     }
     // Said only here, past the freshness check: a stage that is up to date never "runs".
-    if printer.announce {
-        printer.info(&format!("running `{}` …", spec.command));
-    }
+    announce(printer, spec, note);
     let plan = resolve(stage, settings)?;
     let roles = stage.roles(settings).into_iter().map(|r| r.name).collect();
     let (input_hashes, files) = hash_inputs(settings, &plan.inputs)?;

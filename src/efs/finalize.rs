@@ -370,6 +370,9 @@ pub struct Funnel {
     /// Sets outside the top-down check's sample (`[efs.topdown] max_sets`).
     #[serde(skip_serializing_if = "is_zero")]
     pub sets_not_cross_checked: usize,
+    /// Sets whose top-down check failed (`[efs.topdown] max_failed_share` let it).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sets_check_failed: usize,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -394,6 +397,10 @@ pub fn report(f: &Final, funnel: &Funnel, sets: &[CandidateSet], costs: &[StepCo
     if funnel.sets_not_cross_checked > 0 {
         let n = funnel.sets_not_cross_checked;
         md.push_str(&format!("| sets not cross-checked (`efs.topdown.max_sets`) | {n} |\n"));
+    }
+    if funnel.sets_check_failed > 0 {
+        let n = funnel.sets_check_failed;
+        md.push_str(&format!("| sets whose cross-check failed (`efs.topdown.max_failed_share`) | {n} |\n"));
     }
     let reviewed = f.sets.iter().filter(|s| s.status == SetStatus::Reviewed).count();
     md.push_str(&format!(
@@ -464,7 +471,8 @@ pub static SPEC: StageSpec = StageSpec {
     name: "efs-finalize",
     command: "efs finalize",
     // 3: report.md counts the sets outside the top-down sample apart from its findings.
-    version: 3,
+    // 4: and the sets whose top-down check failed.
+    version: 4,
     about: "apply review decisions (or the automatic policy): final sets and a report",
     reads: &[
         crate::filter::CATALOG.read(),
@@ -536,8 +544,9 @@ impl Stage for FinalizeStage {
             tools_in_candidate_sets: sets.sets.iter().map(|x| x.members.len()).sum(),
             final_sets: fin.sets.len(),
             tools_in_final_sets: fin.sets.iter().map(|x| x.members.len()).sum(),
-            review_items: items.iter().filter(|i| i.kind != super::topdown::NOT_CHECKED).count(),
+            review_items: items.iter().filter(|i| super::topdown::is_finding(&i.kind)).count(),
             sets_not_cross_checked: items.iter().filter(|i| i.kind == super::topdown::NOT_CHECKED).count(),
+            sets_check_failed: items.iter().filter(|i| i.kind == super::topdown::CHECK_FAILED).count(),
         };
         let costs: Vec<StepCost> = COSTED.iter().map(|st| step_cost(s, st)).collect();
         out.json(FINAL.file, &fin)?;

@@ -43,7 +43,8 @@ use crate::stage::{Artifact, ConfigRef, Ctx, Inputs, Output, Plan, PromptRef, St
 pub struct ReviewItem {
     pub set_id: String,
     /// `outside-selected`, `member-never-selected`, `split-across-requests`, or
-    /// `not-cross-checked` (a set outside the seeded sample of `max_sets`).
+    /// `not-cross-checked` (a set outside the seeded sample of `max_sets`), or
+    /// `cross-check-failed` (its check failed; `max_failed_share` let the stage go on).
     pub kind: String,
     /// The tool concerned (empty for set-level items).
     pub tool_id: String,
@@ -57,7 +58,8 @@ pub static SPEC: StageSpec = StageSpec {
     name: "efs-topdown",
     command: "efs topdown",
     // 2: `max_sets` (a seeded sample of sets; `results.json` lists the others as `not_checked`).
-    version: 2,
+    // v3: a set whose check failed gets a `cross-check-failed` review item.
+    version: 3,
     about: "cross-check each set from the user's side: requests, retrieval, LLM selection",
     reads: &[
         crate::filter::CATALOG.read(),
@@ -396,32 +398,12 @@ impl Stage for TopdownStage {
             Ok(SetRequests { set_id: set.id.clone(), requests_exchange: reqs.exchange, requests: batch::all(judged)? })
         })?;
 
-        // Metrics and review items are computed here, not checkpointed, so resumed sets
-        // give the same bytes.
-        let by_id: HashMap<&str, &CandidateSet> = sets.sets.iter().map(|x| (x.id.as_str(), x)).collect();
-        let (mut results, mut items) = (Vec::new(), Vec::new());
-        for r in done.values.into_values() {
-            let (its, precision, recall, rag_hit) = cross_check(by_id[r.set_id.as_str()], &r.requests);
-            let mut parents: Vec<i64> = Vec::new();
-            for h in std::iter::once(&r.requests_exchange).chain(r.requests.iter().map(|q| &q.exchange)) {
-                parents.extend(batch.exchange_event(h)?);
-            }
-            for it in &its {
-                let mut ev = NewEvent::new(
-                    kind::VERDICT,
-                    Some(&format!("efs:{}", r.set_id)),
-                    json!({"check": "efs-topdown", "item": it}),
-                );
-                for p in &parents {
-                    ev = ev.with_parent(Parent::Id(*p));
-                }
-                out.event(ev);
-            }
-            items.extend(its);
-            let SetRequests { set_id, requests_exchange, requests } = r;
-            results.push(SetResult { set_id, requests_exchange, requests, precision, recall, rag_hit });
-        }
+        let batch::Done { values, failed, .. } = done;
+        let (results, mut items) = checked_results(&batch, &sets.sets, values, out)?;
         batch.finish(out)?;
+        // A set whose check failed (allowed by `max_failed_share`) is not a set checked
+        // without findings: it gets an item of its own, as a set outside the sample does.
+        items.extend(failed.iter().map(check_failed_item));
         items.extend(not_checked_items(&not_checked, t.max_sets.unwrap_or(0)));
         let n = results.len().max(1) as f64;
         let mean = |f: &dyn Fn(&SetResult) -> f64| round4(results.iter().map(f).sum::<f64>() / n);
@@ -438,7 +420,8 @@ impl Stage for TopdownStage {
         out.json(ITEMS.file, &items)?;
         out.count("sets", results.len());
         out.count("sets_not_checked", not_checked.len());
-        out.count("review_items", items.len() - not_checked.len());
+        out.count("sets_check_failed", failed.len());
+        out.count("review_items", items.iter().filter(|i| is_finding(&i.kind)).count());
         let count = |k: &str| items.iter().filter(|i| i.kind == k).count();
         out.notes.push(format!(
             "{} sets cross-checked: {} outside tools selected, {} members never selected, {} sets split across requests",
@@ -457,8 +440,60 @@ impl Stage for TopdownStage {
     }
 }
 
+/// Each checked set's metrics and review items, with a verdict event per item linked to the
+/// set's exchanges. Computed here, not checkpointed, so resumed sets give the same bytes.
+fn checked_results(
+    batch: &Batch<'_>,
+    sets: &[CandidateSet],
+    values: BTreeMap<String, SetRequests>,
+    out: &mut Output,
+) -> Result<(Vec<SetResult>, Vec<ReviewItem>)> {
+    let by_id: HashMap<&str, &CandidateSet> = sets.iter().map(|x| (x.id.as_str(), x)).collect();
+    let (mut results, mut items) = (Vec::new(), Vec::new());
+    for r in values.into_values() {
+        let (its, precision, recall, rag_hit) = cross_check(by_id[r.set_id.as_str()], &r.requests);
+        let mut parents: Vec<i64> = Vec::new();
+        for h in std::iter::once(&r.requests_exchange).chain(r.requests.iter().map(|q| &q.exchange)) {
+            parents.extend(batch.exchange_event(h)?);
+        }
+        for it in &its {
+            let mut ev = NewEvent::new(
+                kind::VERDICT,
+                Some(&format!("efs:{}", r.set_id)),
+                json!({"check": "efs-topdown", "item": it}),
+            );
+            for p in &parents {
+                ev = ev.with_parent(Parent::Id(*p));
+            }
+            out.event(ev);
+        }
+        items.extend(its);
+        let SetRequests { set_id, requests_exchange, requests } = r;
+        results.push(SetResult { set_id, requests_exchange, requests, precision, recall, rag_hit });
+    }
+    Ok((results, items))
+}
+
 /// The review item of a set outside the sample of `max_sets`.
 pub const NOT_CHECKED: &str = "not-cross-checked";
+
+/// The review item of a set whose cross-check failed (`max_failed_share` let it).
+pub const CHECK_FAILED: &str = "cross-check-failed";
+
+/// Whether a review item of this kind is a finding of the check (a set outside the sample,
+/// or one whose check failed, is not: nothing was found about it).
+pub fn is_finding(kind: &str) -> bool {
+    kind != NOT_CHECKED && kind != CHECK_FAILED
+}
+
+fn check_failed_item(f: &batch::FailedItem) -> ReviewItem {
+    ReviewItem {
+        set_id: f.item.strip_prefix("set:").unwrap_or(&f.item).to_string(),
+        kind: CHECK_FAILED.into(),
+        tool_id: String::new(),
+        detail: format!("not cross-checked: the check failed (`efs.topdown.max_failed_share`): {}", f.reason),
+    }
+}
 
 /// One [`NOT_CHECKED`] review item per set outside the sample of `max_sets`.
 fn not_checked_items(ids: &[String], max_sets: usize) -> impl Iterator<Item = ReviewItem> + '_ {

@@ -56,13 +56,10 @@ type Acc = (RoleStats, Vec<u64>, [u64; 2]);
 /// Accounting rows, sorted by stage and role; `stage` limits to one stage.
 pub fn collect(settings: &Settings, stage: Option<&str>) -> Result<Vec<RoleStats>> {
     let Some(ledger) = Ledger::open_existing(&settings.artifacts)? else { return Ok(Vec::new()) };
-    let rows = ledger.rows_of_kinds(&[kind::LLM_EXCHANGE, super::LLM_FAILURE])?;
+    let rows = ledger.rows_of_kinds_in(&[kind::LLM_EXCHANGE, super::LLM_FAILURE], stage)?;
     let mut acc: BTreeMap<(String, String), Acc> = BTreeMap::new();
     for row in rows {
         let crate::ledger::EventRow { kind: k, stage: st, payload, .. } = row;
-        if stage.is_some_and(|s| s != st) {
-            continue;
-        }
         let p: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
         let role = p["role"].as_str().unwrap_or("?").to_string();
         let (s, lat, batch_tokens) = acc.entry((st.clone(), role.clone())).or_insert_with(|| {

@@ -868,13 +868,22 @@ pub fn waiting_for_review(settings: &Settings) -> Option<crate::error::Waiting> 
     let (mut accepted, mut pool, mut left_out) = (0, 0, BTreeMap::<String, usize>::new());
     let reviewed = std::fs::read_to_string(path).ok();
     // As the release counts: the samples in the pool now, each by its decision, and those
-    // that reached the pool after the review stages last ran (none yet) as not reviewed; a
+    // that reached the pool or changed after the review stages last ran as not reviewed; a
     // decision whose sample left the pool counts for nothing. Without a readable pool, the
     // decisions alone.
-    let in_pool = reviewed.as_ref().and_then(|_| pool::pool_ids(settings));
+    let in_pool = reviewed.as_ref().and_then(|_| pool::pool_hashes(settings));
     let mut decided = std::collections::HashSet::new();
     for d in reviewed.iter().flat_map(|t| t.lines()).filter_map(|l| serde_json::from_str::<Decision>(l).ok()) {
-        if in_pool.as_ref().is_some_and(|ids| !ids.contains(&d.id)) {
+        let hash = match &in_pool {
+            Some(hashes) => match hashes.get(&d.id) {
+                Some(h) => Some(h),
+                None => continue,
+            },
+            None => None,
+        };
+        // A sample that changed after its review is reviewed anew: `run` assigns it again,
+        // as it does a new one (the release leaves it out until then).
+        if hash.is_some_and(|h| *h != d.content_hash) {
             continue;
         }
         pool += 1;
@@ -886,7 +895,7 @@ pub fn waiting_for_review(settings: &Settings) -> Option<crate::error::Waiting> 
         decided.insert(d.id);
     }
     if let Some(ids) = &in_pool {
-        let new = ids.iter().filter(|id| !decided.contains(*id)).count();
+        let new = ids.keys().filter(|id| !decided.contains(*id)).count();
         if new > 0 {
             *left_out.entry(NOT_REVIEWED.to_string()).or_default() += new;
         }

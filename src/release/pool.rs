@@ -239,17 +239,13 @@ pub(super) fn write_pool(
     Ok(pool)
 }
 
-/// The ids of the pool's samples now (what `status` counts against the review's
-/// decisions), read from the pool's files, as the release finds them, without the rest of
-/// each sample; `None` when there is no pool file or one cannot be read.
-pub(super) fn pool_ids(settings: &Settings) -> Option<BTreeSet<String>> {
-    #[derive(serde::Deserialize)]
-    struct Id {
-        id: String,
-    }
-    let mut ids = BTreeSet::new();
+/// The pool's samples now (what `status` counts against the review's decisions), by id with
+/// their content hashes, read from the pool's files as the release finds them; `None` when
+/// there is no pool file or one cannot be read.
+pub(super) fn pool_hashes(settings: &Settings) -> Option<BTreeMap<String, String>> {
+    let mut hashes = BTreeMap::new();
     let mut read = false;
-    for a in [&crate::samples::VALIDATED, &crate::samples::LEVELS] {
+    for a in crate::samples::POOL {
         let path = a.path(settings);
         if !path.is_file() {
             continue;
@@ -259,20 +255,21 @@ pub(super) fn pool_ids(settings: &Settings) -> Option<BTreeSet<String>> {
         for line in BufReader::new(file).lines() {
             let line = line.ok()?;
             if !line.trim().is_empty() {
-                ids.insert(serde_json::from_str::<Id>(&line).ok()?.id);
+                let sample: Sample = serde_json::from_str(&line).ok()?;
+                hashes.insert(sample.id.clone(), sample.content_hash());
             }
         }
     }
-    read.then_some(ids)
+    read.then_some(hashes)
 }
 
 /// The pool's sources that exist, each at its first sample; none is an error.
 fn open_pool<'a>(inputs: &'a Inputs) -> Result<Vec<Source<'a>>> {
     let mut sources = Vec::new();
-    for (h, name) in [(&crate::samples::VALIDATED, "validate"), (&crate::samples::LEVELS, "levels-export")] {
+    for h in crate::samples::POOL {
         if inputs.has(h) {
             let mut src = Source {
-                name,
+                name: h.stage,
                 file: format!("{}/{}", h.stage, h.file),
                 lines: BufReader::with_capacity(1 << 20, inputs.open_of(h)?).lines(),
                 line: 0,

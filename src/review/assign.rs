@@ -163,9 +163,9 @@ impl Stage for AssignStage {
         let roster = super::parse_roster(&roster_text, &s.display_path(&roster_path))?;
 
         let mut sources: Vec<(String, Vec<u8>)> = Vec::new();
-        for a in [crate::samples::VALIDATED, crate::samples::LEVELS] {
-            if inputs.has(&a) {
-                sources.push((format!("artifacts/{}/{}", a.stage, a.file), inputs.bytes_of(&a)?.to_vec()));
+        for a in crate::samples::POOL {
+            if inputs.has(a) {
+                sources.push((format!("artifacts/{}/{}", a.stage, a.file), inputs.bytes_of(a)?.to_vec()));
             }
         }
         for p in extra_paths(s) {

@@ -353,6 +353,56 @@ fn topdown_max_sets_cross_checks_a_seeded_sample_and_keeps_the_other_sets() {
     assert!(llm.count() > calls, "the third set is asked about");
 }
 
+#[test]
+fn topdown_set_whose_check_failed_gets_a_review_item_of_its_own() {
+    if !assets_or_skip() {
+        return;
+    }
+    // The writer answers prose (invalid every time) for the weather set's requests.
+    let llm = ScriptedLlm::start(|req: &Seen| {
+        let text = req.all_text();
+        if text.contains("diverse, realistic and specific user requests") && text.contains("(server: openweather-mcp)")
+        {
+            return Answer::text("Here are some requests about the weather.");
+        }
+        scripted_answer(req)
+    });
+    let p = project(&llm);
+    let mut cfg = std::fs::read_to_string(&p.config).unwrap();
+    cfg.push_str("\n[efs.topdown]\nmax_failed_share = 0.5\n");
+    std::fs::write(&p.config, cfg).unwrap();
+    p.ok(&["run"]);
+    let results = p.json("artifacts/efs-topdown/results.json");
+    assert_eq!(results["sets"].as_array().unwrap().len(), 5, "{results}");
+    let failed = p.json("artifacts/efs-topdown/failed.json");
+    let set = failed[0]["item"].as_str().unwrap().strip_prefix("set:").unwrap().to_string();
+    // Told from a set checked without findings: an item naming the set and the reason.
+    let items = p.json("artifacts/efs-topdown/items.json");
+    let its = items.as_array().unwrap();
+    assert_eq!(its.len(), 1, "{items}");
+    assert_eq!((its[0]["kind"].as_str(), its[0]["set_id"].as_str()), (Some("cross-check-failed"), Some(set.as_str())));
+    assert!(its[0]["detail"].as_str().unwrap().contains("is still invalid after"), "{items}");
+    let fin = p.json("artifacts/efs-finalize/final.json");
+    let weather = fin["sets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| {
+            s["members"].as_array().unwrap().iter().any(|m| m["tool_id"] == "openweather-mcp::get_current_weather")
+        })
+        .unwrap();
+    assert_eq!(weather["open_items"][0]["kind"], "cross-check-failed", "{fin}");
+    let report = std::fs::read_to_string(p.path("artifacts/efs-finalize/report.md")).unwrap();
+    assert!(report.contains("| top-down review items (`efs topdown`) | 0 |"), "{report}");
+    assert!(report.contains("| sets whose cross-check failed (`efs.topdown.max_failed_share`) | 1 |"), "{report}");
+    assert_eq!(final_sets(&p).len(), 6, "the set is kept as verified");
+    // The review sheet's row of the set says so.
+    p.ok(&["efs", "review", "export"]);
+    let sheet = std::fs::read_to_string(p.path("reviews/efs/efs_review.csv")).unwrap();
+    let row = sheet.lines().find(|l| l.starts_with(&format!("{set},set,"))).unwrap();
+    assert!(row.contains("the check failed"), "{sheet}");
+}
+
 /// A project run up to `efs-pairs`, then `efs verify` killed at its third call.
 fn killed_verify(llm: &ScriptedLlm) -> Project {
     let p = project(llm);

@@ -138,7 +138,8 @@ fn run_to_release(proj: &Path) -> String {
 
 /// A sample that reaches the pool after the review stages ran (here written into the pool
 /// by hand, then taken out again) has no decision: `status` counts it as the release does,
-/// not yet assigned to reviewers; a decision whose sample left the pool counts for nothing.
+/// not yet assigned to reviewers, and so one changed since its review; a decision whose
+/// sample left the pool counts for nothing.
 fn new_sample_waits_unassigned(proj: &Path, n: usize) {
     let file = ["validate", "levels-export"]
         .iter()
@@ -164,18 +165,24 @@ fn new_sample_waits_unassigned(proj: &Path, n: usize) {
         n + 1
     );
     assert!(out.contains(&want), "{want}\n{out}");
-    // The last sample renamed: its decision is for a sample no longer in the pool.
-    let pool = if head.is_empty() { format!("{renamed}\n") } else { format!("{head}\n{renamed}\n") };
-    let out = status_with(pool);
-    let want = if n > 1 {
-        format!(
-            "{n} of the {n} pool samples wait for review (1 not yet assigned to reviewers, {} not scored yet)",
-            n - 1
-        )
-    } else {
-        "1 of the 1 pool samples wait for review (1 not yet assigned to reviewers)".to_string()
-    };
-    assert!(out.contains(&want), "{want}\n{out}");
+    // The last sample renamed: its decision is for a sample no longer in the pool. The last
+    // sample changed: its decision is for other content (its hash differs), so `run` assigns
+    // it anew, as the release would leave it out until then.
+    let mut changed: serde_json::Value = serde_json::from_str(last).unwrap();
+    changed["scenario"].as_array_mut().unwrap().push("changed after review".into());
+    for other in [renamed, changed] {
+        let pool = if head.is_empty() { format!("{other}\n") } else { format!("{head}\n{other}\n") };
+        let out = status_with(pool);
+        let want = if n > 1 {
+            format!(
+                "{n} of the {n} pool samples wait for review (1 not yet assigned to reviewers, {} not scored yet)",
+                n - 1
+            )
+        } else {
+            "1 of the 1 pool samples wait for review (1 not yet assigned to reviewers)".to_string()
+        };
+        assert!(out.contains(&want), "{want}\n{out}");
+    }
 }
 
 #[test]
@@ -229,7 +236,7 @@ fn init_with_probe_times_each_role_and_reckons_the_first_run_with_it() {
             let nums: Vec<i64> = u.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
             return Answer::json(serde_json::json!({"sum": nums[0] + nums[1]}));
         }
-        Answer::status(400)
+        answer(seen)
     });
     let dir = tempfile::tempdir().unwrap();
     users_files(dir.path());
@@ -240,6 +247,16 @@ fn init_with_probe_times_each_role_and_reckons_the_first_run_with_it() {
     assert!(out.contains("probe (a stage-sized exchange)"), "{out}");
     let curate = out.lines().find(|l| l.starts_with("logs-curate ")).unwrap_or_else(|| panic!("no estimate: {out}"));
     assert!(curate.contains("≈ ") && curate.contains("from `llm ping --probe`"), "{out}");
+    // `run` says it again as each stage starts, at the pace timed so far.
+    let o = run(&dir.path().join("proj"), &["run", "--until", "logs-curate"]);
+    assert_code(&o, 0);
+    let err = stderr(&o);
+    let line = err.lines().find(|l| l.starts_with("running `logs curate` … (")).unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        line.contains(" LLM exchange") && line.contains(", ≈ ") && line.ends_with("the ledger has timed)"),
+        "{line}"
+    );
+    assert!(err.lines().any(|l| l == "running `logs import` …"), "a stage without LLM exchanges has no note: {err}");
     let o = run(
         dir.path(),
         &["--json", "init", "other", "--provider", "vllm", "--base-url", &llm.base_url(), "--model", "m", "--probe"],
