@@ -114,7 +114,7 @@ impl Pace {
     /// each of its roles has been timed, about how long they take (a multi-round stage's
     /// bars each time one round). `None` for a stage without LLM exchanges.
     pub fn note(&self, settings: &Settings, stage: &dyn crate::stage::Stage) -> Option<String> {
-        let timings = seconds_per_exchange(&self.timed);
+        let timings = with_siblings(settings, seconds_per_exchange(&self.timed));
         let name = stage.spec().name;
         let rows: Vec<Row> = crate::stage::merge_by_role(stage.estimate(settings))
             .into_iter()
@@ -137,6 +137,30 @@ impl Pace {
             None => format!("about {n}"),
         })
     }
+}
+
+/// `timings` with each untimed role given the mean pace of the timed roles on the same
+/// endpoint and model: a model's pace on a machine is the model's, whichever role asks
+/// (the demo's six 1.5B roles share one llama-server).
+fn with_siblings(settings: &Settings, mut timings: BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    let roles = &settings.section::<crate::llm::LlmSettings>().roles;
+    let resolve = |p: &std::path::Path| settings.resolve(p);
+    let server = |r: &crate::llm::RoleSettings| format!("{} {}", r.endpoint_identity(&resolve), r.model_name(&resolve));
+    let mut by_server: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for (name, per) in &timings {
+        if let Some(r) = roles.get(name) {
+            by_server.entry(server(r)).or_default().push(*per);
+        }
+    }
+    for (name, r) in roles {
+        if timings.contains_key(name) {
+            continue;
+        }
+        if let Some(pers) = by_server.get(&server(r)) {
+            timings.insert(name.clone(), pers.iter().sum::<f64>() / pers.len() as f64);
+        }
+    }
+    timings
 }
 
 /// One stage's estimate for one role as a row: the bound with every typed answer re-asked
@@ -425,6 +449,39 @@ max_items = 2
         );
         assert!(text.lines().last().unwrap().starts_with("total"), "{text}");
         assert!(t.unmeasured.contains(&"classifier".to_string()) && t.unmeasured.contains(&"writer".to_string()));
+    }
+
+    #[test]
+    fn runs_stage_note_times_a_role_by_its_siblings_on_the_same_server_and_model() {
+        let stats = |role: &str| crate::llm::stats::RoleStats {
+            stage: "filter".into(),
+            role: role.into(),
+            calls: 2,
+            seconds: 4.0,
+            ..Default::default()
+        };
+        let l1 = crate::levels::l1::L1Stage;
+        let writer = |url: &str| {
+            format!("{REGISTRY}\n[llm.roles.writer]\nprovider = \"vllm\"\nbase_url = \"{url}\"\nmodel = \"m\"\n")
+        };
+        // The writer asks the classifier's server and model: timed by the classifier's pace.
+        let (_dir, s) = project(&writer("http://127.0.0.1:9/v1"), &[registry()]);
+        let pace = Pace { timed: vec![stats("classifier")] };
+        let note = pace.note(&s, &l1).unwrap();
+        assert!(
+            note.starts_with("about 14 LLM exchanges, ≈ ") && note.ends_with(" at the pace the ledger has timed"),
+            "{note}"
+        );
+        // Another server: the writer is not timed, so neither is the stage.
+        let (_dir, s) = project(&writer("http://127.0.0.1:10/v1"), &[registry()]);
+        assert_eq!(pace.note(&s, &l1).unwrap(), "about 14 LLM exchanges");
+        // Timed by `llm ping` alone, the pace is a lower bound.
+        let pace = Pace { timed: vec![crate::llm::stats::RoleStats { stage: PING.into(), ..stats("classifier") }] };
+        assert!(pace.note(&s, &crate::filter::FilterStage).unwrap().contains(", ≥ "));
+        // Nothing timed: the count alone; a stage that asks no LLM says nothing.
+        let untimed = Pace { timed: vec![] };
+        assert_eq!(untimed.note(&s, &crate::filter::FilterStage), Some("about 6 LLM exchanges".into()));
+        assert_eq!(untimed.note(&s, &crate::embed::EmbedStage), None);
     }
 
     #[test]
