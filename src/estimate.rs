@@ -52,7 +52,7 @@ pub struct Table {
 /// The table over the stages `run` includes under `settings`.
 pub fn table(settings: &Settings) -> Table {
     let timed = timed_rows(settings);
-    let timings = seconds_per_exchange(&timed);
+    let timings = seconds_per_exchange(settings, &timed);
     let pinged = ping_only(&timed);
     let probed = probe_only(&timed);
     let mut rows = Vec::new();
@@ -91,30 +91,39 @@ pub fn table(settings: &Settings) -> Table {
     }
 }
 
-/// The ledger's pace of each role for `run`'s stage notes: read once as the run starts and
-/// brought up to date as each stage finishes (its own rows read again), so a stage's note
-/// counts every exchange timed before it, this run's too.
+/// The ledger's pace of each role for `run`'s stage notes: read when the first stage runs
+/// (a run with every stage up to date reads nothing) and brought up to date with each
+/// stage's own exchanges as it finishes, so a stage's note counts every exchange timed
+/// before it, this run's too.
+#[derive(Default)]
 pub struct Pace {
-    timed: Vec<crate::llm::stats::RoleStats>,
+    timed: std::cell::OnceCell<Vec<crate::llm::stats::RoleStats>>,
 }
 
 impl Pace {
-    pub fn read(settings: &Settings) -> Self {
-        Pace { timed: timed_rows(settings) }
+    fn timed(&self, settings: &Settings) -> &[crate::llm::stats::RoleStats] {
+        self.timed.get_or_init(|| timed_rows(settings))
     }
 
-    /// After `stage` ran: its rows as the ledger has them now.
-    pub fn update(&mut self, settings: &Settings, stage: &str) {
-        self.timed.retain(|r| r.stage != stage);
-        let rows = crate::llm::stats::collect(settings, Some(stage)).unwrap_or_default();
-        self.timed.extend(rows.into_iter().filter(is_timed));
+    /// After a stage's run `run_id`: its exchanges join the pace (read by the run's id, which
+    /// the ledger indexes). A ledger that cannot be read adds nothing.
+    pub fn update(&mut self, settings: &Settings, run_id: i64) {
+        if let Some(timed) = self.timed.get_mut() {
+            let rows = crate::llm::stats::collect_run(settings, run_id).unwrap_or_default();
+            timed.extend(rows.into_iter().filter(is_timed));
+        }
     }
 
-    /// What `run` adds as `stage` starts: about how many LLM exchanges it makes and, where
-    /// each of its roles has been timed, about how long they take (a multi-round stage's
-    /// bars each time one round). `None` for a stage without LLM exchanges.
+    /// What `run` adds as `stage` starts: how many LLM exchanges it makes at most (first
+    /// tries) and, where each of its roles has been timed, about how long they take (a
+    /// multi-round stage's bars each time one round). `None` for a stage without LLM
+    /// exchanges.
     pub fn note(&self, settings: &Settings, stage: &dyn crate::stage::Stage) -> Option<String> {
-        let timings = with_siblings(settings, seconds_per_exchange(&self.timed));
+        // `llm ping`'s few tokens do not time a stage (its pace would be a lower bound).
+        let timed = self.timed(settings);
+        let pinged = ping_only(timed);
+        let measured = seconds_per_exchange(settings, timed).into_iter().filter(|(role, _)| !pinged.contains(role));
+        let timings = with_siblings(settings, measured.collect());
         let name = stage.spec().name;
         let rows: Vec<Row> = crate::stage::merge_by_role(stage.estimate(settings))
             .into_iter()
@@ -128,13 +137,12 @@ impl Pace {
         if exchanges == 0 {
             return None;
         }
+        // `check`'s bound: exact where the stage's caps fix the count, more where the input
+        // decides (`filter` counts every server and tool an `ask` rule might match).
         let n = if exchanges == 1 { "1 LLM exchange".to_string() } else { format!("{exchanges} LLM exchanges") };
-        // Timed by `llm ping`'s few tokens alone, a role's pace is a lower bound.
-        let pinged = ping_only(&self.timed);
-        let about = if rows.iter().any(|r| pinged.contains(&r.role)) { "≥" } else { "≈" };
         Some(match rows.iter().map(|r| r.seconds).sum::<Option<f64>>() {
-            Some(secs) => format!("about {n}, {about} {} at the pace the ledger has timed", duration(secs)),
-            None => format!("about {n}"),
+            Some(secs) => format!("up to {n}, at most about {} at the pace the ledger has timed", duration(secs)),
+            None => format!("up to {n}"),
         })
     }
 }
@@ -144,19 +152,17 @@ impl Pace {
 /// (the demo's six 1.5B roles share one llama-server).
 fn with_siblings(settings: &Settings, mut timings: BTreeMap<String, f64>) -> BTreeMap<String, f64> {
     let roles = &settings.section::<crate::llm::LlmSettings>().roles;
-    let resolve = |p: &std::path::Path| settings.resolve(p);
-    let server = |r: &crate::llm::RoleSettings| format!("{} {}", r.endpoint_identity(&resolve), r.model_name(&resolve));
     let mut by_server: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for (name, per) in &timings {
-        if let Some(r) = roles.get(name) {
-            by_server.entry(server(r)).or_default().push(*per);
+        if roles.contains_key(name) {
+            by_server.entry(server_of(settings, name)).or_default().push(*per);
         }
     }
-    for (name, r) in roles {
+    for name in roles.keys() {
         if timings.contains_key(name) {
             continue;
         }
-        if let Some(pers) = by_server.get(&server(r)) {
+        if let Some(pers) = by_server.get(&server_of(settings, name)) {
             timings.insert(name.clone(), pers.iter().sum::<f64>() / pers.len() as f64);
         }
     }
@@ -212,15 +218,64 @@ fn is_timed(r: &crate::llm::stats::RoleStats) -> bool {
 const PING: &str = "llm-ping";
 const PROBE: &str = "llm-probe";
 
-/// Mean latency of each role's live exchanges in `timed` ([`timed_rows`]), over every
+/// Wall seconds per live exchange of each role in `timed` ([`timed_rows`]), over every
 /// stage and `llm ping --probe`; `llm ping`'s few tokens only where nothing else timed the
-/// role (averaged in, they would pull a stage-sized mean down).
-fn seconds_per_exchange(timed: &[crate::llm::stats::RoleStats]) -> BTreeMap<String, f64> {
+/// role (averaged in, they would pull a stage-sized mean down). Requests that overlapped on
+/// one server share their time: per stage and server (roles of one endpoint and model, see
+/// [`server_of`]), the time any of its requests was running, over their count — two
+/// requests in flight on a local server take about the time of one each, not two (a sum
+/// of latencies counted the demo's stages two to three times over). Rows without spans
+/// count their latencies.
+fn seconds_per_exchange(settings: &Settings, timed: &[crate::llm::stats::RoleStats]) -> BTreeMap<String, f64> {
     let pinged = ping_only(timed);
-    let used: Vec<crate::llm::stats::RoleStats> =
-        timed.iter().filter(|r| r.stage != PING || pinged.contains(&r.role)).cloned().collect();
-    let totals = crate::llm::stats::role_totals(&used);
-    totals.into_iter().map(|t| (t.role, t.seconds / (t.calls - t.batched) as f64)).collect()
+    let used: Vec<&crate::llm::stats::RoleStats> =
+        timed.iter().filter(|r| r.stage != PING || pinged.contains(&r.role)).collect();
+    // (stage, server) → (its rows' spans, latencies of rows without spans, live exchanges)
+    type Group = (Vec<(i64, i64)>, f64, u64);
+    let mut groups: BTreeMap<(&str, String), Group> = BTreeMap::new();
+    for r in &used {
+        let g = groups.entry((r.stage.as_str(), server_of(settings, &r.role))).or_default();
+        g.0.extend(&r.spans);
+        if r.spans.is_empty() {
+            g.1 += r.seconds;
+        }
+        g.2 += r.calls - r.batched;
+    }
+    let pace: BTreeMap<(&str, String), f64> = groups
+        .into_iter()
+        .map(|(k, (spans, unspanned, calls))| (k, (covered_ms(spans) as f64 / 1000.0 + unspanned) / calls as f64))
+        .collect();
+    let mut by_role: BTreeMap<String, (f64, u64)> = BTreeMap::new();
+    for r in &used {
+        let calls = r.calls - r.batched;
+        let t = by_role.entry(r.role.clone()).or_default();
+        t.0 += pace[&(r.stage.as_str(), server_of(settings, &r.role))] * calls as f64;
+        t.1 += calls;
+    }
+    by_role.into_iter().map(|(role, (secs, calls))| (role, secs / calls as f64)).collect()
+}
+
+/// Who answers a role: its endpoint and model (a role no longer configured is its own).
+fn server_of(settings: &Settings, role: &str) -> String {
+    let resolve = |p: &std::path::Path| settings.resolve(p);
+    match settings.section::<crate::llm::LlmSettings>().roles.get(role) {
+        Some(r) => format!("{} {}", r.endpoint_identity(&resolve), r.model_name(&resolve)),
+        None => format!("role {role}"),
+    }
+}
+
+/// Milliseconds covered by the union of `spans`.
+fn covered_ms(mut spans: Vec<(i64, i64)>) -> i64 {
+    spans.sort_unstable();
+    let (mut total, mut reach) = (0, i64::MIN);
+    for (start, end) in spans {
+        let from = start.max(reach);
+        if end > from {
+            total += end - from;
+        }
+        reach = reach.max(end);
+    }
+    total
 }
 
 /// The roles whose only timed exchanges are `benchgen llm ping`'s (see [`Table::ping_only`]).
@@ -466,21 +521,23 @@ max_items = 2
         };
         // The writer asks the classifier's server and model: timed by the classifier's pace.
         let (_dir, s) = project(&writer("http://127.0.0.1:9/v1"), &[registry()]);
-        let pace = Pace { timed: vec![stats("classifier")] };
+        let pace = Pace { timed: vec![stats("classifier")].into() };
         let note = pace.note(&s, &l1).unwrap();
         assert!(
-            note.starts_with("about 14 LLM exchanges, ≈ ") && note.ends_with(" at the pace the ledger has timed"),
+            note.starts_with("up to 14 LLM exchanges, at most about ")
+                && note.ends_with(" at the pace the ledger has timed"),
             "{note}"
         );
         // Another server: the writer is not timed, so neither is the stage.
         let (_dir, s) = project(&writer("http://127.0.0.1:10/v1"), &[registry()]);
-        assert_eq!(pace.note(&s, &l1).unwrap(), "about 14 LLM exchanges");
-        // Timed by `llm ping` alone, the pace is a lower bound.
-        let pace = Pace { timed: vec![crate::llm::stats::RoleStats { stage: PING.into(), ..stats("classifier") }] };
-        assert!(pace.note(&s, &crate::filter::FilterStage).unwrap().contains(", ≥ "));
+        assert_eq!(pace.note(&s, &l1).unwrap(), "up to 14 LLM exchanges");
+        // Timed by `llm ping`'s few tokens alone, a role does not time a stage.
+        let pace =
+            Pace { timed: vec![crate::llm::stats::RoleStats { stage: PING.into(), ..stats("classifier") }].into() };
+        assert_eq!(pace.note(&s, &crate::filter::FilterStage).unwrap(), "up to 6 LLM exchanges");
         // Nothing timed: the count alone; a stage that asks no LLM says nothing.
-        let untimed = Pace { timed: vec![] };
-        assert_eq!(untimed.note(&s, &crate::filter::FilterStage), Some("about 6 LLM exchanges".into()));
+        let untimed = Pace { timed: vec![].into() };
+        assert_eq!(untimed.note(&s, &crate::filter::FilterStage), Some("up to 6 LLM exchanges".into()));
         assert_eq!(untimed.note(&s, &crate::embed::EmbedStage), None);
     }
 
@@ -501,12 +558,40 @@ max_items = 2
             stats(PROBE, "c", 1, 7.0),
             stats("efs-verify", "c", 4, 32.0),
         ];
-        let per = seconds_per_exchange(&timed);
+        let (_dir, s) = project(REGISTRY, &[]);
+        let per = seconds_per_exchange(&s, &timed);
         // `a`: the ping alone (a lower bound); `b`: its probe, not the mean with the ping;
         // `c`: the probe and the stage, 39 s over 5 exchanges.
         assert_eq!((per["a"], per["b"], per["c"]), (0.5, 6.0, 39.0 / 5.0));
         assert_eq!(ping_only(&timed).into_iter().collect::<Vec<_>>(), ["a"]);
         assert_eq!(probe_only(&timed).into_iter().collect::<Vec<_>>(), ["b"]);
+    }
+
+    #[test]
+    fn requests_in_flight_together_on_one_server_share_their_time() {
+        let writer = |url: &str| {
+            format!("{REGISTRY}\n[llm.roles.writer]\nprovider = \"vllm\"\nbase_url = \"{url}\"\nmodel = \"m\"\n")
+        };
+        let spans = |role: &str, spans: Vec<(i64, i64)>| crate::llm::stats::RoleStats {
+            stage: "review".into(),
+            role: role.into(),
+            calls: spans.len() as u64,
+            seconds: spans.iter().map(|(a, b)| (b - a) as f64 / 1000.0).sum(),
+            spans,
+            ..Default::default()
+        };
+        // Four requests of 10 s, two of each role, two at a time: 20 s for the four.
+        let timed = vec![
+            spans("classifier", vec![(0, 10_000), (10_000, 20_000)]),
+            spans("writer", vec![(0, 10_000), (10_000, 20_000)]),
+        ];
+        let (_dir, s) = project(&writer("http://127.0.0.1:9/v1"), &[]);
+        let per = seconds_per_exchange(&s, &timed);
+        assert_eq!((per["classifier"], per["writer"]), (5.0, 5.0), "one server: they shared it");
+        let (_dir, s) = project(&writer("http://127.0.0.1:10/v1"), &[]);
+        let per = seconds_per_exchange(&s, &timed);
+        assert_eq!((per["classifier"], per["writer"]), (10.0, 10.0), "two servers: each ran its own");
+        assert_eq!(covered_ms(vec![(20, 30), (0, 10), (5, 15)]), 25);
     }
 
     #[test]

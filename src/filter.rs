@@ -309,6 +309,21 @@ pub fn apply(catalog: &Catalog, settings: &FilterSettings, classifier: &dyn Clas
     Ok(Filtered { catalog: kept, decisions })
 }
 
+/// How many items of `catalog` an `ask` rule matches first (what the classifier is asked,
+/// at most); `None` when a rule does not compile (`check` names it).
+fn count_asks(catalog: &Catalog, settings: &FilterSettings) -> Option<u64> {
+    struct CountAsks(std::cell::Cell<u64>);
+    impl Classifier for CountAsks {
+        fn classify(&self, _c: &Candidate) -> Result<Classification> {
+            self.0.set(self.0.get() + 1);
+            Ok(Classification::Keep { reason: String::new() })
+        }
+    }
+    let counter = CountAsks(std::cell::Cell::new(0));
+    apply(catalog, settings, &counter).ok()?;
+    Some(counter.0.get())
+}
+
 /// A rule's outcome for one item, with its reason.
 enum Resolution {
     Drop(String),
@@ -629,8 +644,20 @@ impl Stage for FilterStage {
     }
 
     fn estimate(&self, settings: &Settings) -> Vec<crate::stage::Estimate> {
-        let Some(role) = settings.section::<FilterSettings>().classifier_role.as_ref() else { return Vec::new() };
-        // Only matches of `ask` rules are asked about: at most every server and tool once.
+        let f = settings.section::<FilterSettings>();
+        let Some(role) = f.classifier_role.as_ref() else { return Vec::new() };
+        // Once the registry is imported (as `run` reaches this stage), its `ask` matches are
+        // counted: the rules run with every asked item kept, so a server an answer would
+        // drop still counts its tools' matches.
+        let imported = std::fs::read(crate::registry::CATALOG.path(settings))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Catalog>(&b).ok());
+        if let Some(asks) = imported.and_then(|c| count_asks(&c, f)) {
+            let basis = format!("≤ {asks} `ask` rule matches in the imported catalog");
+            return vec![crate::stage::Estimate::typed(role, asks, basis).in_flight(0)];
+        }
+        // Before it: only matches of `ask` rules are asked about, at most every server and
+        // tool once.
         let e = match crate::registry::catalog_size(settings, &[]) {
             Some(c) => crate::stage::Estimate::typed(
                 role,
@@ -1131,5 +1158,32 @@ mod tests {
         assert_eq!(f.decisions[1].verdict, "drop");
         assert_eq!(f.decisions[1].reason, "classifier dropped s::a");
         assert_eq!(f.catalog.tool_count(), 1);
+    }
+
+    #[test]
+    fn the_estimate_counts_the_items_an_ask_rule_matches_first() {
+        let cat = Catalog {
+            servers: vec![
+                server("s", "an example server", vec![tool("s", "a", ""), tool("s", "b", ""), tool("s", "c", "")]),
+                server("t", "", vec![tool("t", "a", "")]),
+            ],
+        };
+        let ask = |id: &str, target, name: &[&str], desc: &[&str]| {
+            rule(id, target, RuleClass::Meta, name, desc, MatchMode::Any, RuleAction::Ask)
+        };
+        let settings = FilterSettings {
+            drop_servers_without_tools: true,
+            classifier_role: Some("c".into()),
+            rules: vec![
+                // Asked about server `s`; were it dropped, its tools would not be asked, but
+                // the bound counts them.
+                ask("srv", RuleTarget::Server, &[], &["example"]),
+                // `b` is dropped by rule before the ask below can match it.
+                rule("drop-b", RuleTarget::Tool, RuleClass::Trivial, &["^b$"], &[], MatchMode::Any, RuleAction::Drop),
+                ask("ab", RuleTarget::Tool, &["^(a|b)$"], &[]),
+            ],
+        };
+        // The server `s`, then `s::a` and `t::a`.
+        assert_eq!(count_asks(&cat, &settings), Some(3));
     }
 }

@@ -93,10 +93,12 @@ pub struct EventRow {
     pub stage: String,
     pub subject: Option<String>,
     pub payload: String,
+    /// When it was recorded (RFC 3339).
+    pub time: String,
 }
 
 fn event_row(r: &rusqlite::Row) -> rusqlite::Result<EventRow> {
-    Ok(EventRow { kind: r.get(0)?, stage: r.get(1)?, subject: r.get(2)?, payload: r.get(3)? })
+    Ok(EventRow { kind: r.get(0)?, stage: r.get(1)?, subject: r.get(2)?, payload: r.get(3)?, time: r.get(4)? })
 }
 
 /// What `benchgen explain ID` says about one item: where it stands and its lineage.
@@ -478,13 +480,25 @@ impl Ledger {
         self.rows_of_kinds_in(kinds, None)
     }
 
+    /// [`Self::rows_of_kinds`] recorded by one run (the index on run and kind finds them).
+    pub fn rows_of_kinds_in_run(&self, kinds: &[&str], run_id: i64) -> Result<Vec<EventRow>> {
+        let marks = vec!["?"; kinds.len()].join(", ");
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT kind, stage, subject, payload, time FROM events WHERE run_id = ? AND kind IN ({marks}) ORDER BY id"
+        ))?;
+        let params = std::iter::once(rusqlite::types::Value::Integer(run_id))
+            .chain(kinds.iter().map(|k| rusqlite::types::Value::Text(k.to_string())));
+        let rows = stmt.query_map(rusqlite::params_from_iter(params), event_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// [`Self::rows_of_kinds`] of one stage (`None`: every stage), filtered by the database
     /// rather than after reading every payload.
     pub fn rows_of_kinds_in(&self, kinds: &[&str], stage: Option<&str>) -> Result<Vec<EventRow>> {
         let marks = vec!["?"; kinds.len()].join(", ");
         let of_stage = if stage.is_some() { " AND stage = ?" } else { "" };
         let mut stmt = self.conn.prepare(&format!(
-            "SELECT kind, stage, subject, payload FROM events WHERE kind IN ({marks}){of_stage} ORDER BY id"
+            "SELECT kind, stage, subject, payload, time FROM events WHERE kind IN ({marks}){of_stage} ORDER BY id"
         ))?;
         let params = kinds.iter().copied().chain(stage);
         let rows = stmt.query_map(rusqlite::params_from_iter(params), event_row)?;
@@ -535,7 +549,7 @@ impl Ledger {
     pub fn event_row(&self, id: i64) -> Result<Option<(EventRow, Vec<i64>)>> {
         let row = self
             .conn
-            .prepare_cached("SELECT kind, stage, subject, payload FROM events WHERE id = ?1")?
+            .prepare_cached("SELECT kind, stage, subject, payload, time FROM events WHERE id = ?1")?
             .query_row(params![id], event_row)
             .optional()?;
         let Some(row) = row else { return Ok(None) };

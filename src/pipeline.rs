@@ -105,8 +105,8 @@ pub fn run(ctx: &Ctx, from: Option<&str>, until: Option<&str>, force: bool) -> R
     }
     let mut states: BTreeMap<String, Freshness> = BTreeMap::new();
     let mut reports = Vec::new();
-    // Read once only when stages are announced (not under `--quiet` or `--json`).
-    let mut pace = (!ctx.printer.quiet && !ctx.printer.json).then(|| crate::estimate::Pace::read(ctx.settings));
+    // Only where stages are announced (not under `--quiet` or `--json`).
+    let mut pace = (!ctx.printer.quiet && !ctx.printer.json).then(crate::estimate::Pace::default);
     for stage in crate::stages::enabled(ctx.settings) {
         let spec = stage.spec();
         let i = index_of(spec.name)?;
@@ -134,8 +134,8 @@ pub fn run(ctx: &Ctx, from: Option<&str>, until: Option<&str>, force: bool) -> R
         };
         // Each result as soon as it is known; `--json` gets the whole list at the end.
         ctx.printer.partial(&render_report(&report));
-        if let Some(p) = pace.as_mut().filter(|_| report.status == RunStatus::Ran) {
-            p.update(ctx.settings, spec.name);
+        if let (Some(p), Some(run)) = (pace.as_mut(), report.run_id.filter(|_| report.status == RunStatus::Ran)) {
+            p.update(ctx.settings, run);
         }
         states.insert(spec.name.into(), Freshness::Done);
         reports.push(report);

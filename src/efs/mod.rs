@@ -120,7 +120,7 @@ impl crate::settings::Section for EfsSettings {
             "topdown.max_failed_share",
             "number",
             "0.0",
-            "Share of sets (0 to 1) that may fail; they are left out and listed in `failed.json`.",
+            "Share of sets (0 to 1) whose check may fail; they are listed in `failed.json` and keep their verified members, each with a `cross-check-failed` review item.",
         ),
         Key::table("finalize", "What `benchgen efs finalize` does with sets no person decided."),
         Key::new(

@@ -275,10 +275,13 @@ impl Stage for TopdownStage {
          `artifacts/embed/` (`index.json`, `vectors.f32`) and `[efs.topdown]`.
          Writes `artifacts/efs-topdown/results.json` (requests, retrieved and selected
          tools, metrics per set) and `items.json` (review items: outside tools
-         selected, members never selected, sets split across requests); `failed.json`
-         lists sets left out when `[efs.topdown] max_failed_share` lets some fail.
+         selected, members never selected, sets split across requests; and, not
+         findings, `not-cross-checked` and `cross-check-failed`); `failed.json` lists
+         sets whose check failed when `[efs.topdown] max_failed_share` lets some fail
+         (kept as verified, each with a `cross-check-failed` item).
          With `max_sets = N`, a seeded sample of N sets is checked and the others are
-         listed in `results.json` as `not_checked` (kept as verified).
+         listed in `results.json` as `not_checked` (kept as verified, each with a
+         `not-cross-checked` item).
          Resumable per set. Skipped when up to date."
     }
 

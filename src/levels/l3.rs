@@ -400,6 +400,36 @@ fn chain_item(
     ChainItem { server: server.to_string(), chain, platform, vars }
 }
 
+/// The chains `run` asks about, counted from the filtered catalog and the output schemas
+/// on disk (`None` before both are there): per server, its maximal chains up to
+/// `max_chains_per_server`.
+fn chains_asked(s: &Settings) -> Option<u64> {
+    let read = |p: std::path::PathBuf| std::fs::read(p).ok();
+    let catalog: crate::model::Catalog = serde_json::from_slice(&read(crate::filter::CATALOG.path(s))?).ok()?;
+    let schemas: Schemas = serde_json::from_slice(&read(SCHEMAS.path(s))?).ok()?;
+    let c = &super::settings(s).l3;
+    let mut n = 0;
+    for srv in &catalog.servers {
+        let chains = server_chains(&chain_tools(srv, &schemas), c.max_chain_len).0.len();
+        // As `seeded_subset` draws: 0 takes them all.
+        n += if c.max_chains_per_server == 0 { chains } else { chains.min(c.max_chains_per_server) } as u64;
+    }
+    Some(n)
+}
+
+/// A server's tools as [`server_chains`] reads them: name, input schema and output schema
+/// (`null` where none is known).
+fn chain_tools(srv: &crate::model::Server, schemas: &Schemas) -> Vec<(String, Value, Value)> {
+    srv.tools
+        .iter()
+        .map(|t| {
+            let id = crate::model::tool_id(&srv.name, &t.name);
+            let out = schemas.get(&id).map(|e| e.schema.clone()).unwrap_or(Value::Null);
+            (t.name.trim().to_string(), t.input_schema.clone(), out)
+        })
+        .collect()
+}
+
 /// At most how many chains of a server with `tools` tools are asked about: its sample of
 /// `per_server` (0 = all), or every path of 2 to `max_len` distinct tools there can be.
 fn chain_bound(tools: u64, max_len: usize, per_server: usize) -> u64 {
@@ -440,9 +470,17 @@ impl Stage for L3Stage {
             Err(unknown) => return unknown,
         };
         let cfg = &l.l3;
-        let chains: u64 =
-            c.per_server.iter().map(|&t| chain_bound(t, cfg.max_chain_len, cfg.max_chains_per_server)).sum();
-        let basis = format!("≤ {chains} chains of {} servers", c.servers);
+        // Once the filtered catalog and the output schemas are there (as `run` reaches this
+        // stage), the chains asked about are counted as `run` draws them; before, bounded by
+        // each server's tool count.
+        let (chains, basis) = match chains_asked(s) {
+            Some(n) => (n, format!("{n} chains asked (from the output schemas)")),
+            None => {
+                let chains: u64 =
+                    c.per_server.iter().map(|&t| chain_bound(t, cfg.max_chain_len, cfg.max_chains_per_server)).sum();
+                (chains, format!("≤ {chains} chains of {} servers", c.servers))
+            }
+        };
         // Each chain: verified; a logical one gets a query and its dependencies.
         let mut rows = vec![
             Estimate::typed(&l.judge_role, chains * 2, format!("{basis} × (verify + deps)")),
@@ -498,16 +536,7 @@ impl Stage for L3Stage {
         let mut chains_doc = BTreeMap::new();
         let (mut n_edges, mut n_chains) = (0, 0);
         for srv in &catalog.servers {
-            let tools: Vec<(String, Value, Value)> = srv
-                .tools
-                .iter()
-                .map(|t| {
-                    let id = crate::model::tool_id(&srv.name, &t.name);
-                    let out = schemas.get(&id).map(|e| e.schema.clone()).unwrap_or(Value::Null);
-                    (t.name.trim().to_string(), t.input_schema.clone(), out)
-                })
-                .collect();
-            let (chains, edges, truncated) = server_chains(&tools, c.max_chain_len);
+            let (chains, edges, truncated) = server_chains(&chain_tools(srv, &schemas), c.max_chain_len);
             n_edges += edges;
             n_chains += chains.len();
             let server = srv.name.trim().to_string();

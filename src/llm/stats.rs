@@ -38,6 +38,11 @@ pub struct RoleStats {
     /// Latencies of the live exchanges, summed.
     pub seconds: f64,
     pub cost_usd: Option<f64>,
+    /// When each live exchange (not batched) ran: milliseconds since the epoch, from its
+    /// recording time less its latency (what an estimate needs to tell requests that
+    /// overlapped from requests one after another).
+    #[serde(skip)]
+    pub spans: Vec<(i64, i64)>,
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -57,9 +62,20 @@ type Acc = (RoleStats, Vec<u64>, [u64; 2]);
 pub fn collect(settings: &Settings, stage: Option<&str>) -> Result<Vec<RoleStats>> {
     let Some(ledger) = Ledger::open_existing(&settings.artifacts)? else { return Ok(Vec::new()) };
     let rows = ledger.rows_of_kinds_in(&[kind::LLM_EXCHANGE, super::LLM_FAILURE], stage)?;
+    Ok(summarise(settings, rows))
+}
+
+/// The accounting rows of one run's exchanges (`run`'s stage notes add each stage's).
+pub fn collect_run(settings: &Settings, run_id: i64) -> Result<Vec<RoleStats>> {
+    let Some(ledger) = Ledger::open_existing(&settings.artifacts)? else { return Ok(Vec::new()) };
+    let rows = ledger.rows_of_kinds_in_run(&[kind::LLM_EXCHANGE, super::LLM_FAILURE], run_id)?;
+    Ok(summarise(settings, rows))
+}
+
+fn summarise(settings: &Settings, rows: Vec<crate::ledger::EventRow>) -> Vec<RoleStats> {
     let mut acc: BTreeMap<(String, String), Acc> = BTreeMap::new();
     for row in rows {
-        let crate::ledger::EventRow { kind: k, stage: st, payload, .. } = row;
+        let crate::ledger::EventRow { kind: k, stage: st, payload, time, .. } = row;
         let p: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
         let role = p["role"].as_str().unwrap_or("?").to_string();
         let (s, lat, batch_tokens) = acc.entry((st.clone(), role.clone())).or_insert_with(|| {
@@ -91,6 +107,12 @@ pub fn collect(settings: &Settings, stage: Option<&str>) -> Result<Vec<RoleStats
             if let Some(l) = p["latency_ms"].as_u64() {
                 lat.push(l);
                 s.seconds += l as f64 / 1000.0;
+                if p.get("batch").is_none()
+                    && let Ok(end) = time.parse::<jiff::Timestamp>()
+                {
+                    let end = end.as_millisecond();
+                    s.spans.push((end - l as i64, end));
+                }
             }
         }
     }
@@ -106,7 +128,7 @@ pub fn collect(settings: &Settings, stage: Option<&str>) -> Result<Vec<RoleStats
         }
         out.push(s);
     }
-    Ok(out)
+    out
 }
 
 /// One row per role over every stage (percentiles are not summed: left out).
@@ -211,6 +233,7 @@ mod tests {
             latency_ms_p99: None,
             seconds: 1.5,
             cost_usd: None,
+            spans: Vec::new(),
         };
         let text = render(&[row("review-prereview", "reviewer_a"), row("filter", "classifier")]);
         let role_at: Vec<usize> = text

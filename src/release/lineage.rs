@@ -103,7 +103,7 @@ impl Index {
     fn node(&mut self, id: i64) -> Result<Option<&Node>> {
         if !self.cache.contains_key(&id) {
             let Some(ledger) = &self.ledger else { return Ok(None) };
-            let Some((EventRow { kind: k, stage, subject, payload }, parents)) = ledger.event_row(id)? else {
+            let Some((EventRow { kind: k, stage, subject, payload, .. }, parents)) = ledger.event_row(id)? else {
                 return Ok(None);
             };
             let p: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);

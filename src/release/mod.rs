@@ -867,29 +867,24 @@ pub fn waiting_for_review(settings: &Settings) -> Option<crate::error::Waiting> 
     let path = settings.artifacts.join(DECISIONS.stage).join(DECISIONS.file);
     let (mut accepted, mut pool, mut left_out) = (0, 0, BTreeMap::<String, usize>::new());
     let reviewed = std::fs::read_to_string(path).ok();
-    // As the release counts: the samples in the pool now, each by its decision, and those
-    // that reached the pool or changed after the review stages last ran as not reviewed; a
-    // decision whose sample left the pool counts for nothing. Without a readable pool, the
-    // decisions alone.
+    // As the release counts: the samples in the pool now, each by its decision (an accepted
+    // one whose content changed since as changed after review), and those that reached the
+    // pool after the review stages last ran as not reviewed; a decision whose sample left
+    // the pool counts for nothing. Without a readable pool, the decisions alone.
     let in_pool = reviewed.as_ref().and_then(|_| pool::pool_hashes(settings));
     let mut decided = std::collections::HashSet::new();
     for d in reviewed.iter().flat_map(|t| t.lines()).filter_map(|l| serde_json::from_str::<Decision>(l).ok()) {
         let hash = match &in_pool {
             Some(hashes) => match hashes.get(&d.id) {
-                Some(h) => Some(h),
+                Some(h) => h.as_str(),
                 None => continue,
             },
-            None => None,
+            None => d.content_hash.as_str(),
         };
-        // A sample that changed after its review is reviewed anew: `run` assigns it again,
-        // as it does a new one (the release leaves it out until then).
-        if hash.is_some_and(|h| *h != d.content_hash) {
-            continue;
-        }
         pool += 1;
-        match d.left_out_reason() {
+        match pool::left_out_by_review(&d, hash) {
             None => accepted += 1,
-            Some(why) if d.decision == "undecided" => *left_out.entry(why).or_default() += 1,
+            Some(why) if d.decision == "undecided" || why == pool::CHANGED => *left_out.entry(why).or_default() += 1,
             Some(_) => {}
         }
         decided.insert(d.id);

@@ -354,7 +354,7 @@ fn request_key(sample: &Sample) -> String {
 
 /// Pool samples the review has not decided yet (not scored, in the queue, not assigned).
 pub(super) fn review_pending(left_out: &BTreeMap<String, usize>) -> usize {
-    [NOT_REVIEWED, WAITING_SCORES, WAITING_PREREVIEW, IN_QUEUE, UNDECIDED, NOT_ASSIGNED]
+    [NOT_REVIEWED, CHANGED, WAITING_SCORES, WAITING_PREREVIEW, IN_QUEUE, UNDECIDED, NOT_ASSIGNED]
         .iter()
         .filter_map(|k| left_out.get(*k))
         .sum()
@@ -380,8 +380,14 @@ pub(super) fn waiting(left_out: &BTreeMap<String, usize>, pool: usize) -> Option
     }
     let mut parts = Vec::new();
     let mut steps = Vec::new();
+    let changed = count(CHANGED);
     if unexported > 0 {
         parts.push(format!("{unexported} not yet assigned to reviewers"));
+    }
+    if changed > 0 {
+        parts.push(format!("{changed} changed since their review"));
+    }
+    if unexported + changed > 0 {
         steps.push("`benchgen run` assigns them and writes their reviewers' sheets");
     }
     if unscored > 0 {
@@ -451,12 +457,21 @@ fn why_not(decisions: Option<&HashMap<String, Decision>>, decision: Option<&Deci
     match (&decisions, decision) {
         (None, _) => None,
         (Some(_), None) => Some(NOT_REVIEWED.to_string()),
-        (Some(_), Some(d)) if d.decision != "accepted" => d.left_out_reason(),
-        (Some(_), Some(d)) if d.content_hash != hash => {
-            Some("changed after review (content hash differs from the reviewed one)".to_string())
-        }
-        _ => None,
+        (Some(_), Some(d)) => left_out_by_review(d, hash),
     }
+}
+
+/// An accepted sample whose content is not the reviewed one: the next `run` sends it to its
+/// reviewers again (their scores were for other content).
+pub(super) const CHANGED: &str = "changed after review (content hash differs from the reviewed one)";
+
+/// Why the review keeps a sample with this decision and content hash out (`None`: accepted,
+/// as reviewed). The release and `status` both count by it.
+pub(super) fn left_out_by_review(d: &Decision, hash: &str) -> Option<String> {
+    if d.decision != "accepted" {
+        return d.left_out_reason();
+    }
+    (d.content_hash != hash).then(|| CHANGED.to_string())
 }
 
 /// The tools a sample's reference plans name; a malformed call or a tool in no catalog is a

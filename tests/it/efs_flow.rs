@@ -365,13 +365,28 @@ fn topdown_set_whose_check_failed_gets_a_review_item_of_its_own() {
         {
             return Answer::text("Here are some requests about the weather.");
         }
+        if text.contains("Anchor: `") {
+            // A verdict takes time (a test double's 1 ms may round to none), so the run's
+            // note can time the next stage by it.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         scripted_answer(req)
     });
     let p = project(&llm);
     let mut cfg = std::fs::read_to_string(&p.config).unwrap();
     cfg.push_str("\n[efs.topdown]\nmax_failed_share = 0.5\n");
     std::fs::write(&p.config, cfg).unwrap();
-    p.ok(&["run"]);
+    let o = p.cmd(&["run"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // As each LLM stage starts, `run` says its exchanges; nothing was timed before `efs
+    // verify`, whose exchanges then time `efs topdown` (its writer by the verifier, a role
+    // on the same endpoint and model).
+    let err = String::from_utf8_lossy(&o.stderr);
+    let line = |cmd: &str| err.lines().find(|l| l.starts_with(&format!("running `{cmd}` …"))).unwrap().to_string();
+    let verify = line("efs verify");
+    assert!(verify.starts_with("running `efs verify` … (up to ") && !verify.contains("about"), "{err}");
+    let topdown = line("efs topdown");
+    assert!(topdown.contains(" LLM exchanges, at most about ") && topdown.ends_with(" has timed)"), "{err}");
     let results = p.json("artifacts/efs-topdown/results.json");
     assert_eq!(results["sets"].as_array().unwrap().len(), 5, "{results}");
     let failed = p.json("artifacts/efs-topdown/failed.json");

@@ -133,13 +133,13 @@ fn run_to_release(proj: &Path) -> String {
     assert!(release.join("samples.jsonl").is_file(), "no release: {}", stdout(&o));
     let o = run(proj, &["release", "verify", release.to_str().unwrap()]);
     assert_code(&o, 0);
+    accepted_samples_changed_wait_again(proj);
     std::fs::read_to_string(release.join("samples.jsonl")).unwrap()
 }
 
 /// A sample that reaches the pool after the review stages ran (here written into the pool
 /// by hand, then taken out again) has no decision: `status` counts it as the release does,
-/// not yet assigned to reviewers, and so one changed since its review; a decision whose
-/// sample left the pool counts for nothing.
+/// not yet assigned to reviewers; a decision whose sample left the pool counts for nothing.
 fn new_sample_waits_unassigned(proj: &Path, n: usize) {
     let file = ["validate", "levels-export"]
         .iter()
@@ -165,24 +165,67 @@ fn new_sample_waits_unassigned(proj: &Path, n: usize) {
         n + 1
     );
     assert!(out.contains(&want), "{want}\n{out}");
-    // The last sample renamed: its decision is for a sample no longer in the pool. The last
-    // sample changed: its decision is for other content (its hash differs), so `run` assigns
-    // it anew, as the release would leave it out until then.
+    // The last sample renamed: its decision is for a sample no longer in the pool.
+    let pool = if head.is_empty() { format!("{renamed}\n") } else { format!("{head}\n{renamed}\n") };
+    let out = status_with(pool);
+    let want = if n > 1 {
+        format!(
+            "{n} of the {n} pool samples wait for review (1 not yet assigned to reviewers, {} not scored yet)",
+            n - 1
+        )
+    } else {
+        "1 of the 1 pool samples wait for review (1 not yet assigned to reviewers)".to_string()
+    };
+    assert!(out.contains(&want), "{want}\n{out}");
+    // The last sample changed: it waits for its scores as before (undecided, the release
+    // counts it by its decision whatever its content).
     let mut changed: serde_json::Value = serde_json::from_str(last).unwrap();
     changed["scenario"].as_array_mut().unwrap().push("changed after review".into());
-    for other in [renamed, changed] {
-        let pool = if head.is_empty() { format!("{other}\n") } else { format!("{head}\n{other}\n") };
-        let out = status_with(pool);
-        let want = if n > 1 {
-            format!(
-                "{n} of the {n} pool samples wait for review (1 not yet assigned to reviewers, {} not scored yet)",
-                n - 1
-            )
-        } else {
-            "1 of the 1 pool samples wait for review (1 not yet assigned to reviewers)".to_string()
-        };
-        assert!(out.contains(&want), "{want}\n{out}");
+    let pool = if head.is_empty() { format!("{changed}\n") } else { format!("{head}\n{changed}\n") };
+    let want = format!("{n} of the {n} pool samples wait for review ({n} not scored yet)");
+    let out = status_with(pool);
+    assert!(out.contains(&want), "{want}\n{out}");
+}
+
+/// Every sample of the pool changed after it was accepted (written into the pool by hand,
+/// then put back): `status` counts them as the release does, changed after review, and
+/// waits for their reviewers again.
+fn accepted_samples_changed_wait_again(proj: &Path) {
+    let files: Vec<std::path::PathBuf> = ["validate", "levels-export"]
+        .iter()
+        .map(|s| proj.join(format!("artifacts/{s}/samples.jsonl")))
+        .filter(|p| p.is_file())
+        .collect();
+    let before: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    let mut total = 0;
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let changed: String = text
+            .lines()
+            .map(|l| {
+                let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["scenario"].as_array_mut().unwrap().push("changed after review".into());
+                total += 1;
+                format!("{v}\n")
+            })
+            .collect();
+        std::fs::write(f, changed).unwrap();
     }
+    let o = run(proj, &["status"]);
+    for (f, b) in files.iter().zip(&before) {
+        std::fs::write(f, b).unwrap();
+    }
+    let out = stdout(&o);
+    let line = out.lines().find(|l| l.starts_with("waiting for people: ")).unwrap_or_else(|| panic!("{out}"));
+    let k = line["waiting for people: ".len()..].split(' ').next().unwrap();
+    assert_eq!(
+        line,
+        format!(
+            "waiting for people: {k} of the {total} pool samples wait for review ({k} changed since their review); nothing is released until a sample is accepted"
+        )
+    );
+    assert!(k.parse::<usize>().unwrap() > 0, "{line}");
+    assert!(out.contains("`benchgen run` assigns them"), "{out}");
 }
 
 #[test]
@@ -253,7 +296,7 @@ fn init_with_probe_times_each_role_and_reckons_the_first_run_with_it() {
     let err = stderr(&o);
     let line = err.lines().find(|l| l.starts_with("running `logs curate` … (")).unwrap_or_else(|| panic!("{err}"));
     assert!(
-        line.contains(" LLM exchange") && line.contains(", ≈ ") && line.ends_with("the ledger has timed)"),
+        line.contains("(up to ") && line.contains(", at most about ") && line.ends_with("the ledger has timed)"),
         "{line}"
     );
     assert!(err.lines().any(|l| l == "running `logs import` …"), "a stage without LLM exchanges has no note: {err}");
