@@ -141,8 +141,10 @@ impl Pace {
         // decides (`filter` counts every server and tool an `ask` rule might match).
         let n = if exchanges == 1 { "1 LLM exchange".to_string() } else { format!("{exchanges} LLM exchanges") };
         Some(match rows.iter().map(|r| r.seconds).sum::<Option<f64>>() {
-            Some(secs) => format!("up to {n}, at most about {} at the pace the ledger has timed", duration(secs)),
-            None => format!("up to {n}"),
+            Some(secs) => {
+                format!("up to {n} (re-asks aside), about {} at the pace the ledger has timed", duration(secs))
+            }
+            None => format!("up to {n} (re-asks aside)"),
         })
     }
 }
@@ -218,39 +220,45 @@ fn is_timed(r: &crate::llm::stats::RoleStats) -> bool {
 const PING: &str = "llm-ping";
 const PROBE: &str = "llm-probe";
 
-/// Wall seconds per live exchange of each role in `timed` ([`timed_rows`]), over every
-/// stage and `llm ping --probe`; `llm ping`'s few tokens only where nothing else timed the
-/// role (averaged in, they would pull a stage-sized mean down). Requests that overlapped on
-/// one server share their time: per stage and server (roles of one endpoint and model, see
-/// [`server_of`]), the time any of its requests was running, over their count — two
-/// requests in flight on a local server take about the time of one each, not two (a sum
-/// of latencies counted the demo's stages two to three times over). Rows without spans
-/// count their latencies.
+/// Seconds per live exchange of each role in `timed` ([`timed_rows`]), over every stage and
+/// `llm ping --probe`; `llm ping`'s few tokens only where nothing else timed the role
+/// (averaged in, they would pull a stage-sized mean down). On a local server, requests
+/// that overlapped share their time: per stage, the time any request of the server (roles
+/// of one model, see [`server_of`]) was running, shared among its roles by their summed
+/// latencies, over each role's count — two requests in flight on two cores take about the
+/// time of one each, not two (summed latencies counted the demo's stages two to three times
+/// over). A remote endpoint serves requests side by side: its latency is the pace, and
+/// [`row`] spreads a stage's exchanges over those in flight. Rows without spans count their
+/// latencies.
 fn seconds_per_exchange(settings: &Settings, timed: &[crate::llm::stats::RoleStats]) -> BTreeMap<String, f64> {
     let pinged = ping_only(timed);
     let used: Vec<&crate::llm::stats::RoleStats> =
         timed.iter().filter(|r| r.stage != PING || pinged.contains(&r.role)).collect();
-    // (stage, server) → (its rows' spans, latencies of rows without spans, live exchanges)
-    type Group = (Vec<(i64, i64)>, f64, u64);
+    let local = |role: &str| {
+        settings.section::<crate::llm::LlmSettings>().roles.get(role).is_some_and(|r| r.provider == Provider::Local)
+    };
+    // (stage, server) → (the spans of its local rows, their summed latency)
+    type Group = (Vec<(i64, i64)>, f64);
     let mut groups: BTreeMap<(&str, String), Group> = BTreeMap::new();
-    for r in &used {
+    for r in used.iter().filter(|r| local(&r.role) && !r.spans.is_empty()) {
         let g = groups.entry((r.stage.as_str(), server_of(settings, &r.role))).or_default();
         g.0.extend(&r.spans);
-        if r.spans.is_empty() {
-            g.1 += r.seconds;
-        }
-        g.2 += r.calls - r.batched;
+        g.1 += r.seconds;
     }
-    let pace: BTreeMap<(&str, String), f64> = groups
+    let covered: BTreeMap<(&str, String), f64> = groups
         .into_iter()
-        .map(|(k, (spans, unspanned, calls))| (k, (covered_ms(spans) as f64 / 1000.0 + unspanned) / calls as f64))
+        .map(|(k, (spans, latency))| (k, covered_ms(spans) as f64 / 1000.0 / latency.max(f64::MIN_POSITIVE)))
         .collect();
+    // role → (seconds, live exchanges)
     let mut by_role: BTreeMap<String, (f64, u64)> = BTreeMap::new();
     for r in &used {
-        let calls = r.calls - r.batched;
+        let share = match covered.get(&(r.stage.as_str(), server_of(settings, &r.role))) {
+            Some(wall_per_latency) if local(&r.role) && !r.spans.is_empty() => *wall_per_latency,
+            _ => 1.0,
+        };
         let t = by_role.entry(r.role.clone()).or_default();
-        t.0 += pace[&(r.stage.as_str(), server_of(settings, &r.role))] * calls as f64;
-        t.1 += calls;
+        t.0 += r.seconds * share;
+        t.1 += r.calls - r.batched;
     }
     by_role.into_iter().map(|(role, (secs, calls))| (role, secs / calls as f64)).collect()
 }
@@ -524,20 +532,20 @@ max_items = 2
         let pace = Pace { timed: vec![stats("classifier")].into() };
         let note = pace.note(&s, &l1).unwrap();
         assert!(
-            note.starts_with("up to 14 LLM exchanges, at most about ")
+            note.starts_with("up to 14 LLM exchanges (re-asks aside), about ")
                 && note.ends_with(" at the pace the ledger has timed"),
             "{note}"
         );
         // Another server: the writer is not timed, so neither is the stage.
         let (_dir, s) = project(&writer("http://127.0.0.1:10/v1"), &[registry()]);
-        assert_eq!(pace.note(&s, &l1).unwrap(), "up to 14 LLM exchanges");
+        assert_eq!(pace.note(&s, &l1).unwrap(), "up to 14 LLM exchanges (re-asks aside)");
         // Timed by `llm ping`'s few tokens alone, a role does not time a stage.
         let pace =
             Pace { timed: vec![crate::llm::stats::RoleStats { stage: PING.into(), ..stats("classifier") }].into() };
-        assert_eq!(pace.note(&s, &crate::filter::FilterStage).unwrap(), "up to 6 LLM exchanges");
+        assert_eq!(pace.note(&s, &crate::filter::FilterStage).unwrap(), "up to 6 LLM exchanges (re-asks aside)");
         // Nothing timed: the count alone; a stage that asks no LLM says nothing.
         let untimed = Pace { timed: vec![].into() };
-        assert_eq!(untimed.note(&s, &crate::filter::FilterStage), Some("up to 6 LLM exchanges".into()));
+        assert_eq!(untimed.note(&s, &crate::filter::FilterStage), Some("up to 6 LLM exchanges (re-asks aside)".into()));
         assert_eq!(untimed.note(&s, &crate::embed::EmbedStage), None);
     }
 
@@ -568,9 +576,12 @@ max_items = 2
     }
 
     #[test]
-    fn requests_in_flight_together_on_one_server_share_their_time() {
-        let writer = |url: &str| {
-            format!("{REGISTRY}\n[llm.roles.writer]\nprovider = \"vllm\"\nbase_url = \"{url}\"\nmodel = \"m\"\n")
+    fn requests_in_flight_together_on_one_local_server_share_their_time() {
+        let roles = |writer_model: &str| {
+            format!(
+                "{REGISTRY}\n[llm.roles.judge]\nprovider = \"local\"\nmodel_path = \"small.gguf\"\n\n\
+                 [llm.roles.writer]\nprovider = \"local\"\nmodel_path = \"{writer_model}\"\n"
+            )
         };
         let spans = |role: &str, spans: Vec<(i64, i64)>| crate::llm::stats::RoleStats {
             stage: "review".into(),
@@ -580,17 +591,24 @@ max_items = 2
             spans,
             ..Default::default()
         };
-        // Four requests of 10 s, two of each role, two at a time: 20 s for the four.
+        // Two requests of each role, two at a time: the judge's take 10 s each, the writer's
+        // 10 and 20 s; the four took 30 s.
         let timed = vec![
-            spans("classifier", vec![(0, 10_000), (10_000, 20_000)]),
-            spans("writer", vec![(0, 10_000), (10_000, 20_000)]),
+            spans("judge", vec![(0, 10_000), (10_000, 20_000)]),
+            spans("writer", vec![(0, 10_000), (10_000, 30_000)]),
+            spans("classifier", vec![(0, 10_000), (0, 10_000)]),
         ];
-        let (_dir, s) = project(&writer("http://127.0.0.1:9/v1"), &[]);
+        let (_dir, s) = project(&roles("small.gguf"), &[]);
         let per = seconds_per_exchange(&s, &timed);
-        assert_eq!((per["classifier"], per["writer"]), (5.0, 5.0), "one server: they shared it");
-        let (_dir, s) = project(&writer("http://127.0.0.1:10/v1"), &[]);
+        // One server: the 30 s shared by latency (20 : 30), over each role's two requests.
+        assert_eq!((per["judge"], per["writer"]), (6.0, 9.0), "{per:?}");
+        // Two models (two servers): each ran its own requests one after another.
+        let (_dir, s) = project(&roles("large.gguf"), &[]);
         let per = seconds_per_exchange(&s, &timed);
-        assert_eq!((per["classifier"], per["writer"]), (10.0, 10.0), "two servers: each ran its own");
+        assert_eq!((per["judge"], per["writer"]), (10.0, 15.0), "{per:?}");
+        // A remote endpoint's latency is its pace (`row` spreads a stage over its requests in
+        // flight), overlapping or not.
+        assert_eq!(per["classifier"], 10.0);
         assert_eq!(covered_ms(vec![(20, 30), (0, 10), (5, 15)]), 25);
     }
 

@@ -1362,5 +1362,16 @@ mod tests {
             w.next
         );
         assert!(pool::waiting(&BTreeMap::from([("review: rejected".to_string(), 3)]), 3).is_none());
+        // Accepted, then changed: the release waits for their reviewers again (it used to
+        // fail with nothing to release), as `status` says.
+        let accepted = |hash: &str| -> Decision {
+            serde_json::from_value(serde_json::json!({"id": "a", "decision": "accepted", "content_hash": hash}))
+                .unwrap()
+        };
+        let why = pool::left_out_by_review(&accepted("sha256:1"), "sha256:2").unwrap();
+        assert_eq!(pool::left_out_by_review(&accepted("sha256:1"), "sha256:1"), None);
+        let w = only(why);
+        assert!(w.message.contains("(5 changed since their review)"), "{w:?}");
+        assert!(w.next.starts_with("`benchgen run` assigns them"), "{}", w.next);
     }
 }

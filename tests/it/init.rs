@@ -296,7 +296,7 @@ fn init_with_probe_times_each_role_and_reckons_the_first_run_with_it() {
     let err = stderr(&o);
     let line = err.lines().find(|l| l.starts_with("running `logs curate` … (")).unwrap_or_else(|| panic!("{err}"));
     assert!(
-        line.contains("(up to ") && line.contains(", at most about ") && line.ends_with("the ledger has timed)"),
+        line.contains("(up to ") && line.contains("(re-asks aside), about ") && line.ends_with("the ledger has timed)"),
         "{line}"
     );
     assert!(err.lines().any(|l| l == "running `logs import` …"), "a stage without LLM exchanges has no note: {err}");
