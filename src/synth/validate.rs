@@ -592,15 +592,42 @@ fn sample_bound(s: &Settings, sc: &SynthSettings) -> Option<SampleBound> {
         v.iter().take(take).sum()
     };
     let (real_calls, real_turns) = (largest(&|x| x.call_count() as u64), largest(&|x| x.turns.len().max(1) as u64));
-    let max_calls = s.section::<crate::agent::ExecuteSettings>().max_calls as u64;
-    let chains = super::chains::chain_bound(s).map_or(0, |(n, _)| n);
-    let rp = &sc.roleplay;
-    let (dialogues, cap) = (rp.dialogues as u64, rp.turn_cap as u64);
-    Some(SampleBound {
-        samples: take as u64 + chains + dialogues,
-        turns: real_turns + chains + dialogues * cap,
-        calls: real_calls + (chains + dialogues * cap) * max_calls,
-    })
+    let (samples, turns, calls) = match made_samples(s) {
+        Some(made) => made,
+        None => {
+            let max_calls = s.section::<crate::agent::ExecuteSettings>().max_calls as u64;
+            let chains = super::chains::chain_bound(s).map_or(0, |(n, _)| n);
+            let rp = &sc.roleplay;
+            let (dialogues, cap) = (rp.dialogues as u64, rp.turn_cap as u64);
+            (chains + dialogues, chains + dialogues * cap, (chains + dialogues * cap) * max_calls)
+        }
+    };
+    Some(SampleBound { samples: take as u64 + samples, turns: real_turns + turns, calls: real_calls + calls })
+}
+
+/// Once `execute` and `synth roleplay` have written theirs (as `run` reaches this stage):
+/// the executed chains and the dialogues as samples, turns and calls — what validation
+/// checks of them. `None` before both files are there (a track without one: before it).
+fn made_samples(s: &Settings) -> Option<(u64, u64, u64)> {
+    let lines = |path: std::path::PathBuf| -> Option<Vec<String>> {
+        Some(std::fs::read_to_string(path).ok()?.lines().filter(|l| !l.trim().is_empty()).map(String::from).collect())
+    };
+    let (mut samples, mut turns, mut calls) = (0, 0, 0);
+    // Chains are executed whenever synthesis runs; dialogues only when some are asked for.
+    if super::enabled(s) {
+        for l in lines(TRAJECTORIES.path(s))? {
+            let t: Trajectory = serde_json::from_str(&l).ok()?;
+            (samples, turns, calls) = (samples + 1, turns + 1, calls + t.calls.len() as u64);
+        }
+    }
+    if super::enabled(s) && cfg(s).roleplay.dialogues > 0 {
+        for l in lines(DIALOGUES.path(s))? {
+            let d: Dialogue = serde_json::from_str(&l).ok()?;
+            let n: usize = d.turns.iter().flat_map(|t| &t.groups).map(Vec::len).sum();
+            (samples, turns, calls) = (samples + 1, turns + d.turns.len() as u64, calls + n as u64);
+        }
+    }
+    Some((samples, turns, calls))
 }
 
 fn cfg(s: &Settings) -> SynthSettings {
