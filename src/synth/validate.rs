@@ -577,6 +577,8 @@ struct SampleBound {
     samples: u64,
     turns: u64,
     calls: u64,
+    /// Counted from the executed chains and the dialogues on disk ([`made_samples`]).
+    made: bool,
 }
 
 /// Real samples (the sessions with the most calls when `real_samples` takes some), chain
@@ -592,7 +594,8 @@ fn sample_bound(s: &Settings, sc: &SynthSettings) -> Option<SampleBound> {
         v.iter().take(take).sum()
     };
     let (real_calls, real_turns) = (largest(&|x| x.call_count() as u64), largest(&|x| x.turns.len().max(1) as u64));
-    let (samples, turns, calls) = match made_samples(s) {
+    let made = made_samples(s);
+    let (samples, turns, calls) = match made {
         Some(made) => made,
         None => {
             let max_calls = s.section::<crate::agent::ExecuteSettings>().max_calls as u64;
@@ -602,30 +605,40 @@ fn sample_bound(s: &Settings, sc: &SynthSettings) -> Option<SampleBound> {
             (chains + dialogues, chains + dialogues * cap, (chains + dialogues * cap) * max_calls)
         }
     };
-    Some(SampleBound { samples: take as u64 + samples, turns: real_turns + turns, calls: real_calls + calls })
+    Some(SampleBound {
+        samples: take as u64 + samples,
+        turns: real_turns + turns,
+        calls: real_calls + calls,
+        made: made.is_some(),
+    })
 }
 
 /// Once `execute` and `synth roleplay` have written theirs (as `run` reaches this stage):
 /// the executed chains and the dialogues as samples, turns and calls — what validation
 /// checks of them. `None` before both files are there (a track without one: before it).
 fn made_samples(s: &Settings) -> Option<(u64, u64, u64)> {
-    let lines = |path: std::path::PathBuf| -> Option<Vec<String>> {
-        Some(std::fs::read_to_string(path).ok()?.lines().filter(|l| !l.trim().is_empty()).map(String::from).collect())
+    // Read whenever there (validation checks an optional input it finds); needed where the
+    // stage that writes it is on: chains whenever synthesis runs, dialogues when some are
+    // asked for.
+    let lines = |path: std::path::PathBuf, needed: bool| -> Option<Vec<String>> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Some(text.lines().filter(|l| !l.trim().is_empty()).map(String::from).collect()),
+            Err(_) if needed => None,
+            Err(_) => Some(Vec::new()),
+        }
     };
+    // A run stopped at the call cap records its whole last group; validation checks no more
+    // than `max_calls` of a turn's calls.
+    let max_calls = s.section::<crate::agent::ExecuteSettings>().max_calls;
     let (mut samples, mut turns, mut calls) = (0, 0, 0);
-    // Chains are executed whenever synthesis runs; dialogues only when some are asked for.
-    if super::enabled(s) {
-        for l in lines(TRAJECTORIES.path(s))? {
-            let t: Trajectory = serde_json::from_str(&l).ok()?;
-            (samples, turns, calls) = (samples + 1, turns + 1, calls + t.calls.len() as u64);
-        }
+    for l in lines(TRAJECTORIES.path(s), super::enabled(s))? {
+        let t: Trajectory = serde_json::from_str(&l).ok()?;
+        (samples, turns, calls) = (samples + 1, turns + 1, calls + t.calls.len().min(max_calls) as u64);
     }
-    if super::enabled(s) && cfg(s).roleplay.dialogues > 0 {
-        for l in lines(DIALOGUES.path(s))? {
-            let d: Dialogue = serde_json::from_str(&l).ok()?;
-            let n: usize = d.turns.iter().flat_map(|t| &t.groups).map(Vec::len).sum();
-            (samples, turns, calls) = (samples + 1, turns + d.turns.len() as u64, calls + n as u64);
-        }
+    for l in lines(DIALOGUES.path(s), super::enabled(s) && cfg(s).roleplay.dialogues > 0)? {
+        let d: Dialogue = serde_json::from_str(&l).ok()?;
+        let n: usize = d.turns.iter().map(|t| t.groups.iter().map(Vec::len).sum::<usize>().min(max_calls)).sum();
+        (samples, turns, calls) = (samples + 1, turns + d.turns.len() as u64, calls + n as u64);
     }
     Some((samples, turns, calls))
 }
@@ -677,7 +690,12 @@ impl Stage for ValidateStage {
             Estimate::typed(
                 &sc.judge_role,
                 b.calls + b.samples,
-                format!("≤ {} calls' need checks + {} samples' dialogue checks", b.calls, b.samples),
+                format!(
+                    "≤ {} calls' need checks + {} samples' dialogue checks{}",
+                    b.calls,
+                    b.samples,
+                    if b.made { " (of the executed chains and dialogues on disk)" } else { "" }
+                ),
             ),
             Estimate::typed(&sc.assistant_role, b.turns, format!("≤ {} turns' answer re-asks", b.turns)),
         ];
