@@ -649,10 +649,7 @@ impl Stage for FilterStage {
         // Once the registry is imported (as `run` reaches this stage), its `ask` matches are
         // counted: the rules run with every asked item kept, so a server an answer would
         // drop still counts its tools' matches.
-        let imported = std::fs::read(crate::registry::CATALOG.path(settings))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Catalog>(&b).ok());
-        if let Some(asks) = imported.and_then(|c| count_asks(&c, f)) {
+        if let Some(asks) = crate::registry::CATALOG.on_disk(settings).and_then(|c| count_asks(&c, f)) {
             let basis = format!("≤ {asks} `ask` rule matches in the imported catalog");
             return vec![crate::stage::Estimate::typed(role, asks, basis).in_flight(0)];
         }

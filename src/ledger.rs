@@ -85,7 +85,8 @@ pub struct Event {
     pub parents: Vec<i64>,
 }
 
-/// An event's columns without its id, run and parents: what scans over many events read. The payload is the stored JSON text, for callers to parse as they need.
+/// An event's columns without its id, run and parents: what scans over many events read.
+/// The payload is the stored JSON text, for callers to parse as they need.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventRow {
     pub kind: String,
@@ -481,25 +482,31 @@ impl Ledger {
 
     /// [`Self::rows_of_kinds`] recorded by one run (the index on run and kind finds them).
     pub fn rows_of_kinds_in_run(&self, kinds: &[&str], run_id: i64) -> Result<Vec<EventRow>> {
-        let marks = vec!["?"; kinds.len()].join(", ");
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT kind, stage, subject, payload, time FROM events WHERE run_id = ? AND kind IN ({marks}) ORDER BY id"
-        ))?;
-        let params = std::iter::once(rusqlite::types::Value::Integer(run_id))
-            .chain(kinds.iter().map(|k| rusqlite::types::Value::Text(k.to_string())));
-        let rows = stmt.query_map(rusqlite::params_from_iter(params), event_row)?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        self.rows_of_kinds_where(kinds, Some(("run_id", rusqlite::types::Value::Integer(run_id))))
     }
 
     /// [`Self::rows_of_kinds`] of one stage (`None`: every stage), filtered by the database
     /// rather than after reading every payload.
     pub fn rows_of_kinds_in(&self, kinds: &[&str], stage: Option<&str>) -> Result<Vec<EventRow>> {
+        self.rows_of_kinds_where(kinds, stage.map(|s| ("stage", rusqlite::types::Value::Text(s.to_string()))))
+    }
+
+    /// Events of these kinds whose `column` (a name of ours, never user input: it is spliced
+    /// into the statement) holds the value.
+    fn rows_of_kinds_where(
+        &self,
+        kinds: &[&str],
+        filter: Option<(&'static str, rusqlite::types::Value)>,
+    ) -> Result<Vec<EventRow>> {
         let marks = vec!["?"; kinds.len()].join(", ");
-        let of_stage = if stage.is_some() { " AND stage = ?" } else { "" };
+        let (clause, value) = match filter {
+            Some((column, value)) => (format!(" AND {column} = ?"), Some(value)),
+            None => (String::new(), None),
+        };
         let mut stmt = self.conn.prepare(&format!(
-            "SELECT kind, stage, subject, payload, time FROM events WHERE kind IN ({marks}){of_stage} ORDER BY id"
+            "SELECT kind, stage, subject, payload, time FROM events WHERE kind IN ({marks}){clause} ORDER BY id"
         ))?;
-        let params = kinds.iter().copied().chain(stage);
+        let params = kinds.iter().map(|k| rusqlite::types::Value::Text(k.to_string())).chain(value);
         let rows = stmt.query_map(rusqlite::params_from_iter(params), event_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }

@@ -65,6 +65,15 @@ impl<T: ?Sized> Artifact<T> {
     }
 }
 
+impl<T: serde::de::DeserializeOwned> Artifact<T> {
+    /// What its stage last committed, when the file is there and parses: for what reads
+    /// it outside a run (estimates, a stage's sticky state). A stage's inputs go through
+    /// [`Inputs::json`], which hashes what it reads and names the file in its errors.
+    pub fn on_disk(&self, settings: &Settings) -> Option<T> {
+        serde_json::from_slice(&std::fs::read(self.path(settings)).ok()?).ok()
+    }
+}
+
 impl<T: ?Sized> Clone for Artifact<T> {
     fn clone(&self) -> Self {
         *self

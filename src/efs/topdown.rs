@@ -296,10 +296,7 @@ impl Stage for TopdownStage {
     fn estimate(&self, settings: &Settings) -> Vec<crate::stage::Estimate> {
         use crate::stage::Estimate;
         let t = &super::efs_settings(settings).topdown;
-        let built = std::fs::read(super::build::SETS.path(settings))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Sets>(&b).ok())
-            .map(|s| s.sets.len() as u64);
+        let built = super::build::SETS.on_disk(settings).map(|s| s.sets.len() as u64);
         // Sets are disjoint (union–find) and hold two tools or more.
         let (sets, basis) = match (built, crate::registry::catalog_size(settings, &[crate::filter::CATALOG])) {
             (Some(n), _) => (n, format!("{n} sets built")),

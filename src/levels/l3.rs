@@ -404,9 +404,7 @@ fn chain_item(
 /// on disk (`None` before both are there): per server, its maximal chains up to
 /// `max_chains_per_server`.
 fn chains_asked(s: &Settings) -> Option<u64> {
-    let read = |p: std::path::PathBuf| std::fs::read(p).ok();
-    let catalog: crate::model::Catalog = serde_json::from_slice(&read(crate::filter::CATALOG.path(s))?).ok()?;
-    let schemas: Schemas = serde_json::from_slice(&read(SCHEMAS.path(s))?).ok()?;
+    let (catalog, schemas) = (crate::filter::CATALOG.on_disk(s)?, SCHEMAS.on_disk(s)?);
     let c = &super::settings(s).l3;
     let mut n = 0;
     for srv in &catalog.servers {

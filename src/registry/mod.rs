@@ -419,8 +419,7 @@ fn report_invalid_schemas(catalog: &Catalog, notes: &mut Vec<Note>, out: &mut Ou
 pub fn catalog_size(settings: &Settings, made: &[Artifact<Catalog>]) -> Option<CatalogSize> {
     let r = settings.section::<RegistrySettings>();
     for a in made.iter().chain([&CATALOG]) {
-        let parsed = std::fs::read(a.path(settings)).ok().and_then(|b| serde_json::from_slice::<Catalog>(&b).ok());
-        if let Some(c) = parsed {
+        if let Some(c) = a.on_disk(settings) {
             // A catalog made before `sample` was set still holds every server: the sample
             // bounds what the next run reads.
             return Some(CatalogSize::of(&c, a.stage).at_most(r.sample));

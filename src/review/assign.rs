@@ -204,8 +204,7 @@ impl Stage for AssignStage {
 
 /// This stage's last committed assignments (the sticky state), if any and readable.
 fn previous(s: &Settings) -> Option<Assignments> {
-    let bytes = std::fs::read(ASSIGNMENTS.path(s)).ok()?;
-    serde_json::from_slice(&bytes).ok()
+    ASSIGNMENTS.on_disk(s)
 }
 
 /// Samples from each source, by id; a duplicate id or a bad line is an error naming

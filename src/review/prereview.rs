@@ -222,9 +222,7 @@ fn settings(s: &Settings) -> Option<PrereviewSettings> {
 /// At most how many samples are assigned for review, before anything runs: the assignments
 /// when made, else the pool's bound.
 fn assigned_bound(s: &Settings) -> Option<(u64, &'static str)> {
-    if let Ok(b) = std::fs::read(ASSIGNMENTS.path(s))
-        && let Ok(a) = serde_json::from_slice::<Assignments>(&b)
-    {
+    if let Some(a) = ASSIGNMENTS.on_disk(s) {
         return Some((a.samples.len() as u64, "assigned"));
     }
     super::pool_bound(s).map(|b| (b.samples, "the sample pool"))
