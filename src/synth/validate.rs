@@ -620,23 +620,21 @@ fn made_samples(s: &Settings) -> Option<(u64, u64, u64)> {
     // Read whenever there (validation checks an optional input it finds); needed where the
     // stage that writes it is on: chains whenever synthesis runs, dialogues when some are
     // asked for.
-    let lines = |path: std::path::PathBuf, needed: bool| -> Option<Vec<String>> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => Some(text.lines().filter(|l| !l.trim().is_empty()).map(String::from).collect()),
+    fn read<T: serde::de::DeserializeOwned>(path: std::path::PathBuf, needed: bool) -> Option<Vec<T>> {
+        match std::fs::read(path) {
+            Ok(bytes) => jsonl(&bytes, "").ok(),
             Err(_) if needed => None,
             Err(_) => Some(Vec::new()),
         }
-    };
+    }
     // A run stopped at the call cap records its whole last group; validation checks no more
     // than `max_calls` of a turn's calls.
     let max_calls = s.section::<crate::agent::ExecuteSettings>().max_calls;
     let (mut samples, mut turns, mut calls) = (0, 0, 0);
-    for l in lines(TRAJECTORIES.path(s), super::enabled(s))? {
-        let t: Trajectory = serde_json::from_str(&l).ok()?;
+    for t in read::<Trajectory>(TRAJECTORIES.path(s), super::enabled(s))? {
         (samples, turns, calls) = (samples + 1, turns + 1, calls + t.calls.len().min(max_calls) as u64);
     }
-    for l in lines(DIALOGUES.path(s), super::enabled(s) && cfg(s).roleplay.dialogues > 0)? {
-        let d: Dialogue = serde_json::from_str(&l).ok()?;
+    for d in read::<Dialogue>(DIALOGUES.path(s), super::enabled(s) && cfg(s).roleplay.dialogues > 0)? {
         let n: usize = d.turns.iter().map(|t| t.groups.iter().map(Vec::len).sum::<usize>().min(max_calls)).sum();
         (samples, turns, calls) = (samples + 1, turns + d.turns.len() as u64, calls + n as u64);
     }
