@@ -31,6 +31,20 @@ pub struct Row {
     /// Its exchanges cannot be counted yet (the basis says until when): counted as 0.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub unknown: bool,
+    /// The role's live exchanges in the stage's last run that asked a model ([`LastRun`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<u64>,
+}
+
+/// A stage's latest finished run that asked a model, from the ledger: what the stage took
+/// last time, under whatever settings it had. Where the models decide how many exchanges a
+/// stage makes, the bounds are ceilings (the demo's: 37 min for a 15-minute run) and this is
+/// the forecast.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LastRun {
+    pub run: i64,
+    pub seconds: f64,
+    pub exchanges: u64,
 }
 
 /// The whole table with its total.
@@ -47,6 +61,8 @@ pub struct Table {
     /// Roles timed by `benchgen llm ping` alone: its prompt and answer are a few tokens, a
     /// stage's are hundreds, so their time is a lower bound (the table says `≥`).
     pub ping_only: Vec<String>,
+    /// The last run that asked a model of each stage in the table that has one.
+    pub last_runs: BTreeMap<String, LastRun>,
 }
 
 /// The table over the stages `run` includes under `settings`.
@@ -55,11 +71,22 @@ pub fn table(settings: &Settings) -> Table {
     let timings = seconds_per_exchange(settings, &timed);
     let pinged = ping_only(&timed);
     let probed = probe_only(&timed);
+    let model_runs = model_runs(settings);
+    let mut last_runs = BTreeMap::new();
     let mut rows = Vec::new();
     for stage in crate::stages::enabled(settings) {
+        let name = stage.spec().name;
+        let last = model_runs.get(name);
+        if let Some(m) = last {
+            last_runs.insert(
+                name.to_string(),
+                LastRun { run: m.id, seconds: m.seconds(), exchanges: m.exchanges.values().sum() },
+            );
+        }
         for e in crate::stage::merge_by_role(stage.estimate(settings)) {
             let per = timings.get(&e.role).copied();
-            let mut r = row(settings, stage.spec().name, e, per);
+            let mut r = row(settings, name, e, per);
+            r.last_run = last.map(|m| m.exchanges.get(&r.role).copied().unwrap_or(0));
             if r.seconds.is_some() && pinged.contains(&r.role) {
                 r.time = format!(
                     "{} from `llm ping` only: a stage's exchange takes longer (`llm ping --probe` times one)",
@@ -87,8 +114,18 @@ pub fn table(settings: &Settings) -> Table {
         seconds: rows.iter().filter_map(|r| r.seconds).sum(),
         unmeasured,
         ping_only,
+        last_runs,
         rows,
     }
+}
+
+/// The ledger's last run that asked a model of each stage (none where it cannot be read).
+fn model_runs(settings: &Settings) -> BTreeMap<String, crate::ledger::ModelRun> {
+    crate::ledger::Ledger::open_read_only(&settings.artifacts)
+        .ok()
+        .flatten()
+        .and_then(|l| l.last_model_runs().ok())
+        .unwrap_or_default()
 }
 
 /// The ledger's pace of each role for `run`'s stage notes: read when the first stage runs
@@ -98,6 +135,8 @@ pub fn table(settings: &Settings) -> Table {
 #[derive(Default)]
 pub struct Pace {
     timed: std::cell::OnceCell<Vec<crate::llm::stats::RoleStats>>,
+    /// Each stage's last run that asked a model before this run (read with `timed`).
+    model_runs: std::cell::OnceCell<BTreeMap<String, crate::ledger::ModelRun>>,
 }
 
 impl Pace {
@@ -140,12 +179,19 @@ impl Pace {
         // `check`'s bound: exact where the stage's caps fix the count, more where the input
         // decides (`filter` counts every server and tool an `ask` rule might match).
         let n = if exchanges == 1 { "1 LLM exchange".to_string() } else { format!("{exchanges} LLM exchanges") };
-        Some(match rows.iter().map(|r| r.seconds).sum::<Option<f64>>() {
+        let mut note = match rows.iter().map(|r| r.seconds).sum::<Option<f64>>() {
             Some(secs) => {
                 format!("up to {n} (re-asks aside), about {} at the pace the ledger has timed", duration(secs))
             }
             None => format!("up to {n} (re-asks aside)"),
-        })
+        };
+        // Where the models decide the count, the bound is a ceiling; what the stage made
+        // and took last time is the forecast.
+        if let Some(last) = self.model_runs.get_or_init(|| model_runs(settings)).get(name) {
+            let made: u64 = last.exchanges.values().sum();
+            note.push_str(&format!("; its last run made {made} in {}", duration(last.seconds())));
+        }
+        Some(note)
     }
 }
 
@@ -201,6 +247,7 @@ pub fn row(settings: &Settings, stage: &str, e: Estimate, per: Option<f64>) -> R
         seconds,
         time,
         unknown,
+        last_run: None,
     }
 }
 
@@ -337,16 +384,35 @@ pub fn duration(secs: f64) -> String {
     }
 }
 
-/// The table as text, with a total line; empty when no enabled stage calls an LLM.
+/// The table as text, with a total line; empty when no enabled stage calls an LLM. Where
+/// the ledger has a stage's last run that asked a model, a `last run` column gives what it
+/// made and took.
 pub fn render(t: &Table) -> String {
     if t.rows.is_empty() {
         return String::new();
     }
-    let head = ["stage", "role", "exchanges (≤)", "basis", "time ≈"];
-    let mut cells: Vec<[String; 5]> = t
+    let with_last = !t.last_runs.is_empty();
+    let mut head = vec!["stage", "role", "exchanges (≤)", "basis", "time ≈"];
+    if with_last {
+        head.push("last run");
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut cells: Vec<Vec<String>> = t
         .rows
         .iter()
-        .map(|r| [r.stage.clone(), r.role.clone(), r.exchanges.to_string(), r.basis.clone(), r.time.clone()])
+        .map(|r| {
+            let mut c = vec![r.stage.clone(), r.role.clone(), r.exchanges.to_string(), r.basis.clone(), r.time.clone()];
+            if with_last {
+                c.push(match (r.last_run, t.last_runs.get(&r.stage)) {
+                    (Some(n), Some(last)) if seen.insert(r.stage.clone()) => {
+                        format!("{n} (the stage: {}, run {})", duration(last.seconds), last.run)
+                    }
+                    (Some(n), _) => n.to_string(),
+                    _ => "-".into(),
+                });
+            }
+            c
+        })
         .collect();
     let measured = t.rows.iter().any(|r| r.seconds.is_some());
     let about = if t.ping_only.is_empty() { "≈" } else { "≥" };
@@ -363,27 +429,35 @@ pub fn render(t: &Table) -> String {
     } else {
         format!("without {} (not countable yet)", t.uncounted.join(", "))
     };
-    cells.push(["total".into(), String::new(), t.exchanges.to_string(), left, total_time]);
+    let mut total = vec!["total".into(), String::new(), t.exchanges.to_string(), left, total_time];
+    if with_last {
+        let n: u64 = t.last_runs.values().map(|l| l.exchanges).sum();
+        let secs: f64 = t.last_runs.values().map(|l| l.seconds).sum();
+        let stages = t.last_runs.len();
+        total.push(format!("{n} ({} over {stages} stage{})", duration(secs), if stages == 1 { "" } else { "s" }));
+    }
+    cells.push(total);
     let width =
         |i: usize| cells.iter().map(|c| c[i].chars().count()).chain([head[i].chars().count()]).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..4).map(width).collect();
-    let line = |c: [&str; 5]| {
+    let widths: Vec<usize> = (0..head.len() - 1).map(width).collect();
+    let line = |c: &[&str]| {
         let pad = |s: &str, w: usize| format!("{s}{}", " ".repeat(w.saturating_sub(s.chars().count())));
-        format!(
-            "{} | {} | {} | {} | {}\n",
-            pad(c[0], widths[0]),
-            pad(c[1], widths[1]),
-            pad(c[2], widths[2]),
-            pad(c[3], widths[3]),
-            c[4]
-        )
+        let mut parts: Vec<String> = widths.iter().zip(c).map(|(w, s)| pad(s, *w)).collect();
+        parts.push(c[c.len() - 1].to_string());
+        format!("{}\n", parts.join(" | "))
     };
     let mut out = String::from(
-        "LLM exchanges of the first run (upper bounds; time: their first tries at this ledger's measured latency, a ceiling rather than a forecast):\n",
+        "LLM exchanges of the first run (upper bounds; time: their first tries at this ledger's measured latency, a ceiling rather than a forecast)",
     );
-    out.push_str(&line(head));
+    if with_last {
+        out.push_str(
+            "; last run: the live exchanges of the stage's latest run that asked a model and the stage's time, under the settings it had (where the models decide the count, the forecast)",
+        );
+    }
+    out.push_str(":\n");
+    out.push_str(&line(&head));
     for c in &cells {
-        out.push_str(&line([&c[0], &c[1], &c[2], &c[3], &c[4]]));
+        out.push_str(&line(&c.iter().map(String::as_str).collect::<Vec<_>>()));
     }
     out
 }
@@ -512,6 +586,37 @@ max_items = 2
         );
         assert!(text.lines().last().unwrap().starts_with("total"), "{text}");
         assert!(t.unmeasured.contains(&"classifier".to_string()) && t.unmeasured.contains(&"writer".to_string()));
+        assert!(!text.contains("last run"), "no stage ran: no column\n{text}");
+    }
+
+    #[test]
+    fn a_ledger_with_a_stage_s_last_model_run_adds_what_it_made_and_took() {
+        let (dir, s) = project(REGISTRY, &[registry()]);
+        let mut l = crate::ledger::Ledger::open(&dir.path().join("artifacts")).unwrap();
+        let ask = |role: &str| {
+            crate::ledger::NewEvent::new(crate::ledger::kind::LLM_EXCHANGE, Some("i"), json!({"role": role}))
+        };
+        let (run, _) = l.record_run("levels-l1", "c", "v", &[ask("writer"), ask("writer"), ask("classifier")]).unwrap();
+        drop(l);
+        let t = table(&s);
+        assert_eq!(t.last_runs.keys().collect::<Vec<_>>(), ["levels-l1"], "{t:?}");
+        assert_eq!((t.last_runs["levels-l1"].run, t.last_runs["levels-l1"].exchanges), (run, 3));
+        let l1: BTreeMap<&str, Option<u64>> =
+            t.rows.iter().filter(|r| r.stage == "levels-l1").map(|r| (r.role.as_str(), r.last_run)).collect();
+        assert_eq!(l1, BTreeMap::from([("classifier", Some(1)), ("writer", Some(2))]));
+        assert!(t.rows.iter().filter(|r| r.stage == "filter").all(|r| r.last_run.is_none()), "{t:?}");
+        let text = render(&t);
+        let header = text.lines().find(|l| l.starts_with("stage ")).unwrap();
+        assert_eq!(
+            header.split('|').map(str::trim).collect::<Vec<_>>(),
+            ["stage", "role", "exchanges (≤)", "basis", "time ≈", "last run"]
+        );
+        // The stage's first row carries its time and run; the total sums the stages that ran.
+        let cell = |l: &str| l.rsplit('|').next().unwrap().trim().to_string();
+        let rows: Vec<String> = text.lines().filter(|l| l.starts_with("levels-l1")).map(cell).collect();
+        assert_eq!(rows, [format!("2 (the stage: 0 s, run {run})"), "1".to_string()], "{text}");
+        assert!(text.lines().filter(|l| l.starts_with("filter")).all(|l| cell(l) == "-"), "{text}");
+        assert_eq!(cell(text.lines().last().unwrap()), "3 (0 s over 1 stage)", "{text}");
     }
 
     #[test]
@@ -529,7 +634,7 @@ max_items = 2
         };
         // The writer asks the classifier's server and model: timed by the classifier's pace.
         let (_dir, s) = project(&writer("http://127.0.0.1:9/v1"), &[registry()]);
-        let pace = Pace { timed: vec![stats("classifier")].into() };
+        let pace = Pace { timed: vec![stats("classifier")].into(), ..Default::default() };
         let note = pace.note(&s, &l1).unwrap();
         assert!(
             note.starts_with("up to 14 LLM exchanges (re-asks aside), about ")
@@ -540,13 +645,29 @@ max_items = 2
         let (_dir, s) = project(&writer("http://127.0.0.1:10/v1"), &[registry()]);
         assert_eq!(pace.note(&s, &l1).unwrap(), "up to 14 LLM exchanges (re-asks aside)");
         // Timed by `llm ping`'s few tokens alone, a role does not time a stage.
-        let pace =
-            Pace { timed: vec![crate::llm::stats::RoleStats { stage: PING.into(), ..stats("classifier") }].into() };
+        let pace = Pace {
+            timed: vec![crate::llm::stats::RoleStats { stage: PING.into(), ..stats("classifier") }].into(),
+            ..Default::default()
+        };
         assert_eq!(pace.note(&s, &crate::filter::FilterStage).unwrap(), "up to 6 LLM exchanges (re-asks aside)");
         // Nothing timed: the count alone; a stage that asks no LLM says nothing.
-        let untimed = Pace { timed: vec![].into() };
+        let untimed = Pace { timed: vec![].into(), ..Default::default() };
         assert_eq!(untimed.note(&s, &crate::filter::FilterStage), Some("up to 6 LLM exchanges (re-asks aside)".into()));
         assert_eq!(untimed.note(&s, &crate::embed::EmbedStage), None);
+        // The stage's last run that asked a model follows the bound: the forecast where the
+        // models decide the count.
+        let last = crate::ledger::ModelRun {
+            id: 7,
+            started_at: "2026-12-07T17:00:00Z".into(),
+            finished_at: "2026-12-07T17:01:12Z".into(),
+            exchanges: BTreeMap::from([("classifier".to_string(), 2), ("writer".to_string(), 1)]),
+        };
+        let ran = Pace { model_runs: BTreeMap::from([("filter".to_string(), last)]).into(), ..Default::default() };
+        assert_eq!(
+            ran.note(&s, &crate::filter::FilterStage).unwrap(),
+            "up to 6 LLM exchanges (re-asks aside); its last run made 3 in 72 s"
+        );
+        assert_eq!(ran.note(&s, &l1).unwrap(), "up to 14 LLM exchanges (re-asks aside)");
     }
 
     #[test]

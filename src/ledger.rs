@@ -134,6 +134,27 @@ pub struct Run {
     pub code_version: String,
 }
 
+/// A stage's run that asked a model ([`Ledger::last_model_runs`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelRun {
+    pub id: i64,
+    pub started_at: String,
+    pub finished_at: String,
+    /// Live exchanges per role.
+    pub exchanges: BTreeMap<String, u64>,
+}
+
+impl ModelRun {
+    /// Wall seconds from start to finish (0 where a time cannot be read).
+    pub fn seconds(&self) -> f64 {
+        let at = |t: &str| t.parse::<jiff::Timestamp>().ok();
+        match (at(&self.started_at), at(&self.finished_at)) {
+            (Some(a), Some(b)) => (b.as_millisecond() - a.as_millisecond()).max(0) as f64 / 1000.0,
+            _ => 0.0,
+        }
+    }
+}
+
 /// What [`Ledger::exchange_usage`] reads of one exchange.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ExchangeUsage {
@@ -475,6 +496,40 @@ impl Ledger {
             .optional()?)
     }
 
+    /// Per stage, its latest finished run that asked a model (an exchange not answered from
+    /// the cache): when it started and ended and how many such exchanges each role made.
+    /// What a stage took last time is the forecast `check` and `run` give beside their bounds.
+    pub fn last_model_runs(&self) -> Result<BTreeMap<String, ModelRun>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT r.stage, r.id, r.started_at, r.finished_at, json_extract(e.payload, '$.role'), COUNT(*)
+             FROM runs r JOIN events e ON e.run_id = r.id
+             WHERE r.status = 'ok' AND r.finished_at IS NOT NULL AND e.kind = ?1
+               AND json_extract(e.payload, '$.cached') IS NOT 1
+             GROUP BY r.id, json_extract(e.payload, '$.role') ORDER BY r.id",
+        )?;
+        let rows = stmt.query_map([kind::LLM_EXCHANGE], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, Option<String>>(4)?,
+                r.get::<_, i64>(5)?,
+            ))
+        })?;
+        let mut out: BTreeMap<String, ModelRun> = BTreeMap::new();
+        for row in rows {
+            let (stage, id, started_at, finished_at, role, n) = row?;
+            let run = out.entry(stage).or_default();
+            // Rows come by run id: a later run of the stage replaces the one before.
+            if run.id != id {
+                *run = ModelRun { id, started_at, finished_at, exchanges: BTreeMap::new() };
+            }
+            run.exchanges.insert(role.unwrap_or_else(|| "?".into()), n as u64);
+        }
+        Ok(out)
+    }
+
     /// Every event of these kinds, oldest first, without parents (for scans over many events).
     pub fn rows_of_kinds(&self, kinds: &[&str]) -> Result<Vec<EventRow>> {
         self.rows_of_kinds_in(kinds, None)
@@ -730,6 +785,38 @@ mod tests {
         let (row, parents) = l.event_row(ids[2]).unwrap().unwrap();
         assert_eq!((row.kind.as_str(), row.subject.as_deref(), parents.len()), ("b", Some("x"), 0));
         assert_eq!(serde_json::from_str::<Value>(&row.payload).unwrap(), json!({"k": "1"}));
+    }
+
+    #[test]
+    fn a_stage_s_last_model_run_is_its_latest_finished_run_that_asked_a_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Ledger::open(dir.path()).unwrap();
+        let ask = |role: &str, cached: bool| {
+            NewEvent::new(kind::LLM_EXCHANGE, Some("i"), json!({"role": role, "cached": cached}))
+        };
+        let (first, _) = l.record_run("s", "c", "v", &[ask("a", false), ask("a", false), ask("b", false)]).unwrap();
+        // A later run answered from the cache alone, and one that failed, ask no model.
+        l.record_run("s", "c", "v", &[ask("a", true)]).unwrap();
+        let failed = l.begin_run("s", "c", "v").unwrap();
+        l.append(failed, "s", &[ask("a", false)]).unwrap();
+        l.finish_run(failed, "failed").unwrap();
+        l.record_run("t", "c", "v", &[NewEvent::new("other", None, json!({}))]).unwrap();
+        let runs = l.last_model_runs().unwrap();
+        assert_eq!(runs.keys().collect::<Vec<_>>(), ["s"], "{runs:?}");
+        let s = &runs["s"];
+        assert_eq!(s.id, first);
+        assert_eq!(s.exchanges, BTreeMap::from([("a".to_string(), 2), ("b".to_string(), 1)]));
+        assert!(s.seconds() >= 0.0 && s.seconds() < 60.0, "{s:?}");
+        // A newer run that asks replaces it, with its own roles only.
+        let (newer, _) = l.record_run("s", "c", "v", &[ask("b", false)]).unwrap();
+        let s = &l.last_model_runs().unwrap()["s"];
+        assert_eq!((s.id, s.exchanges.clone()), (newer, BTreeMap::from([("b".to_string(), 1)])));
+        let timed = ModelRun {
+            started_at: "2026-12-07T17:09:24.5Z".into(),
+            finished_at: "2026-12-07T17:13:23.7Z".into(),
+            ..ModelRun::default()
+        };
+        assert_eq!(timed.seconds(), 239.2);
     }
 
     #[test]

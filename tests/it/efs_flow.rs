@@ -387,6 +387,14 @@ fn topdown_set_whose_check_failed_gets_a_review_item_of_its_own() {
     assert!(verify.starts_with("running `efs verify` … (up to ") && !verify.contains("about"), "{err}");
     let topdown = line("efs topdown");
     assert!(topdown.contains(" LLM exchanges (re-asks aside), about ") && topdown.ends_with(" has timed)"), "{err}");
+    // Run again, a stage's note adds what its last run that asked the model made and took.
+    let o = p.cmd(&["run", "--from", "efs-verify", "--until", "efs-verify", "--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let again = String::from_utf8_lossy(&o.stderr);
+    let verify = again.lines().find(|l| l.starts_with("running `efs verify` …")).unwrap();
+    let made = verify.split("; its last run made ").nth(1).unwrap_or_else(|| panic!("{again}"));
+    let (n, took) = made.split_once(" in ").unwrap();
+    assert!(n.parse::<u64>().unwrap() > 0 && took.ends_with(" s)"), "{again}");
     let results = p.json("artifacts/efs-topdown/results.json");
     assert_eq!(results["sets"].as_array().unwrap().len(), 5, "{results}");
     let failed = p.json("artifacts/efs-topdown/failed.json");

@@ -60,6 +60,32 @@ fn every_stage_makes_at_most_the_exchanges_check_estimated_before_the_run() {
     for stage in ["filter", "efs-verify", "levels-l4", "logs-curate", "synth-chains", "review-prereview", "eval"] {
         assert!(stages_with_calls.contains(stage), "`{stage}` made no exchange: {stages_with_calls:?}");
     }
+
+    // Now every stage that asked a model has a last run: what its roles made (as the ledger
+    // counts them, this run the only one), its time, and the total of those.
+    let o = p.run(&["--json", "check"]);
+    let summary: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let last = summary["estimates"]["last_runs"].as_object().expect("the JSON summary has the last runs");
+    let ran: std::collections::BTreeSet<String> = last.keys().cloned().collect();
+    assert_eq!(ran, stages_with_calls, "{last:?}");
+    for r in summary["estimates"]["rows"].as_array().unwrap() {
+        let (stage, role) = (r["stage"].as_str().unwrap(), r["role"].as_str().unwrap());
+        let made = stats
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["stage"] == stage && s["role"] == role)
+            .map_or(0, |s| s["calls"].as_u64().unwrap());
+        match r.get("last_run") {
+            Some(n) => assert_eq!(n.as_u64(), Some(made), "{r}"),
+            None => assert!(made == 0 && !ran.contains(stage), "{r}"),
+        }
+    }
+    let text = stdout(&p.run(&["check"]));
+    let header = text.lines().find(|l| l.starts_with("stage ")).unwrap();
+    assert!(header.ends_with("| last run"), "{text}");
+    let total = text.lines().find(|l| l.starts_with("total ")).unwrap();
+    assert!(total.ends_with(&format!("over {} stages)", ran.len())), "{text}");
 }
 
 /// `check --json`'s bound per stage and role.
