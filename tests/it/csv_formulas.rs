@@ -10,7 +10,7 @@ use crate::support::{assert_code, tree};
 const FORMULA: &str = "=HYPERLINK(\"http://evil.example\",\"x\")";
 
 fn is_plain_number(c: &str) -> bool {
-    regex::Regex::new(r"^-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$").unwrap().is_match(c)
+    crate::support::regex(r"^-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$").unwrap().is_match(c)
 }
 
 /// Every CSV under `dir`: (file, line, cell) of cells a spreadsheet would evaluate, and

@@ -52,7 +52,7 @@ fn named_tools<'a>(tools: &'a [Value], said: &str) -> Vec<&'a Value> {
             let short = name.rsplit("__").next().unwrap_or(name);
             // Named as written (`get_quote`) or in words (`get quote`, as the L4 writer does).
             let words = regex::escape(short).replace('_', "[_ ]");
-            let re = regex::Regex::new(&format!(r"\b{words}\b")).ok()?;
+            let re = crate::support::regex(&format!(r"\b{words}\b")).ok()?;
             re.find(said).map(|m| (m.start(), t))
         })
         .collect();
@@ -104,7 +104,7 @@ fn answer(seen: &Seen) -> Answer {
     }
     if text.contains("You play a user") {
         // Two turns (the demo's cap), so every dialogue is multi-turn and judged.
-        let turn = regex::Regex::new(r"This is turn (\d+)").unwrap().captures(&text).map(|c| c[1].to_string());
+        let turn = crate::support::regex(r"This is turn (\d+)").unwrap().captures(&text).map(|c| c[1].to_string());
         let turn: usize = turn.and_then(|t| t.parse().ok()).unwrap_or(1);
         // Each turn asks something new (a turn that repeats an earlier one ends the dialogue).
         // It asks in words for what the agent does (the first two tools offered: acknowledge
@@ -125,7 +125,7 @@ fn answer(seen: &Seen) -> Answer {
     // a stock quote returns its symbol, which a company profile takes (a data-flow chain
     // for L3 among the five tools `levels.schemas.max_tools` infers for).
     if text.contains("Write ONE user request") {
-        let names: Vec<String> = regex::Regex::new(r"(?m)^\d+\. `([^`]+)`")
+        let names: Vec<String> = crate::support::regex(r"(?m)^\d+\. `([^`]+)`")
             .unwrap()
             .captures_iter(&text)
             .map(|c| c[1].to_string())

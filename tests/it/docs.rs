@@ -137,7 +137,7 @@ fn resolve(root: &clap::Command, tokens: &[&str]) -> Result<Vec<String>, Vec<Str
 type Mention = (String, usize, Result<Vec<String>, Vec<String>>);
 
 fn mentions(root: &clap::Command) -> Vec<Mention> {
-    let word = regex::Regex::new(r"(^|[\s`$(;&|])benchgen\s+(.*)$").unwrap();
+    let word = crate::support::regex(r"(^|[\s`$(;&|])benchgen\s+(.*)$").unwrap();
     let mut out = Vec::new();
     for (path, text) in pages() {
         for (line, code) in code_of(&text) {
@@ -207,7 +207,7 @@ fn the_resolver_tells_commands_from_non_commands() {
 fn every_docs_page_is_linked_from_the_readme_and_every_link_resolves() {
     let all = pages();
     let readme = &all[0].1;
-    let link = regex::Regex::new(r"\]\(([^)\s#]+)(#[^)\s]*)?\)").unwrap();
+    let link = crate::support::regex(r"\]\(([^)\s#]+)(#[^)\s]*)?\)").unwrap();
     let mut problems = Vec::new();
     for (path, _) in &all[1..] {
         let name = rel(path);

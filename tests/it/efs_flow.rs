@@ -75,7 +75,7 @@ fn scripted_answer(req: &Seen) -> Answer {
     let text = req.all_text();
     if text.contains("Tool A: `") {
         let id = |label: &str| -> String {
-            let re = regex::Regex::new(&format!(r"Tool {label}: `([^`]+)` \(server: ([^)]+)\)")).unwrap();
+            let re = crate::support::regex(&format!(r"Tool {label}: `([^`]+)` \(server: ([^)]+)\)")).unwrap();
             let c = re.captures(&text).expect("tool in the verify prompt");
             format!("{}::{}", &c[2], &c[1])
         };
@@ -84,7 +84,7 @@ fn scripted_answer(req: &Seen) -> Answer {
         return Answer::json(json!({"equivalent": same, "reason": format!("scripted: {a} vs {b}")}));
     }
     if text.contains("Anchor: `") {
-        let re = regex::Regex::new(r"(?m)^(Anchor|Candidate (\d+)): `([^`]+)` \(server: ([^)]+)\)").unwrap();
+        let re = crate::support::regex(r"(?m)^(Anchor|Candidate (\d+)): `([^`]+)` \(server: ([^)]+)\)").unwrap();
         let mut anchor = String::new();
         let mut verdicts = Vec::new();
         for c in re.captures_iter(&text) {
@@ -104,7 +104,7 @@ fn scripted_answer(req: &Seen) -> Answer {
         return Answer::json(json!({"verdicts": verdicts}));
     }
     if text.contains("diverse, realistic and specific user requests") {
-        let re = regex::Regex::new(r"- `([^`]+)` \(server: ([^)]+)\): (.*)").unwrap();
+        let re = crate::support::regex(r"- `([^`]+)` \(server: ([^)]+)\): (.*)").unwrap();
         let c = re.captures(&text).expect("a tool in the requests prompt");
         let id = format!("{}::{}", &c[2], &c[1]);
         let desc = c[3].to_string();
@@ -114,9 +114,9 @@ fn scripted_answer(req: &Seen) -> Answer {
         ]}));
     }
     if text.contains("User request:") {
-        let tag = regex::Regex::new(r"\[for ([^\]]+)\]").unwrap();
+        let tag = crate::support::regex(r"\[for ([^\]]+)\]").unwrap();
         let id = tag.captures(&text).map(|c| c[1].to_string()).unwrap_or_default();
-        let cand = regex::Regex::new(r"(?m)^- `([^`]+)`:").unwrap();
+        let cand = crate::support::regex(r"(?m)^- `([^`]+)`:").unwrap();
         let selected: Vec<String> = cand
             .captures_iter(&text)
             .map(|c| c[1].to_string())

@@ -91,7 +91,7 @@ impl Project {
         let o = self.cmd(args);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        let re = regex::Regex::new(r"(\d+) tools: (\d+) embedded, (\d+) reused").unwrap();
+        let re = crate::support::regex(r"(\d+) tools: (\d+) embedded, (\d+) reused").unwrap();
         let c = re.captures(&out).unwrap_or_else(|| panic!("no embed note in {out}"));
         let n = |i: usize| c[i].parse::<u64>().unwrap();
         (n(1), n(2), n(3))

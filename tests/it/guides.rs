@@ -66,7 +66,7 @@ fn words(cmd: &str) -> Vec<String> {
 
 fn answer(seen: &Seen) -> Answer {
     if seen.all_text().contains("Put the result in the field `sum`") {
-        let nums: Vec<i64> = regex::Regex::new(r"What is (-?\d+) plus (-?\d+)")
+        let nums: Vec<i64> = crate::support::regex(r"What is (-?\d+) plus (-?\d+)")
             .unwrap()
             .captures(&seen.all_text())
             .map(|c| vec![c[1].parse().unwrap(), c[2].parse().unwrap()])

@@ -70,7 +70,7 @@ fn group_of(id: &str) -> Option<usize> {
 }
 
 fn cap(re: &str, text: &str) -> String {
-    regex::Regex::new(re).unwrap().captures(text).map(|c| c[1].to_string()).unwrap_or_default()
+    crate::support::regex(re).unwrap().captures(text).map(|c| c[1].to_string()).unwrap_or_default()
 }
 
 fn github_schema() -> Value {
@@ -158,7 +158,7 @@ pub(crate) fn answer(req: &Seen) -> Answer {
     if text.contains("natural requests that") {
         let must = cap(r#"MUST mention the platform "([^"]+)""#, &text);
         let tools: Vec<String> =
-            regex::Regex::new(r"Tool `([^`]+)`").unwrap().captures_iter(&text).map(|c| c[1].to_string()).collect();
+            crate::support::regex(r"Tool `([^`]+)`").unwrap().captures_iter(&text).map(|c| c[1].to_string()).collect();
         let tools: Vec<String> = tools.iter().map(|t| words(t)).collect();
         let q = if must.is_empty() {
             // A few of the set's tools: one request (at most 500 characters, as a grammar
@@ -181,20 +181,26 @@ pub(crate) fn answer(req: &Seen) -> Answer {
     }
     if text.contains(ASKED_AGAIN) {
         // The plan check asks again (issue 38): a request that names every listed step.
-        let steps: Vec<String> =
-            regex::Regex::new(r"- Step \d+ \(([^)]+)\)").unwrap().captures_iter(&text).map(|c| words(&c[1])).collect();
+        let steps: Vec<String> = crate::support::regex(r"- Step \d+ \(([^)]+)\)")
+            .unwrap()
+            .captures_iter(&text)
+            .map(|c| words(&c[1]))
+            .collect();
         let query = format!("Asked again: {} for {}{}", steps.join(", then "), entity(&text), on_platform(&text));
         return Answer::json(json!({"query": query, "chain_of_thought": "scripted"}));
     }
     if text.contains("Write one request that needs every step") {
-        let steps: Vec<String> =
-            regex::Regex::new(r"- Step \d+ \(([^)]+)\)").unwrap().captures_iter(&text).map(|c| words(&c[1])).collect();
+        let steps: Vec<String> = crate::support::regex(r"- Step \d+ \(([^)]+)\)")
+            .unwrap()
+            .captures_iter(&text)
+            .map(|c| words(&c[1]))
+            .collect();
         // The platform where the prompt gives one (issue 38: an L3 query names it).
         let query = format!("For repo {}{}: {}", entity(&text), on_platform(&text), steps.join(" then "));
         return Answer::json(json!({"query": query, "chain_of_thought": "scripted"}));
     }
     if text.contains("Answer `dependency_graph`") {
-        let tools: Vec<String> = regex::Regex::new(r"(?m)^- (\d+) \(([^)]+)\)")
+        let tools: Vec<String> = crate::support::regex(r"(?m)^- (\d+) \(([^)]+)\)")
             .unwrap()
             .captures_iter(&text)
             .map(|c| c[2].to_string())
@@ -300,7 +306,7 @@ pub(crate) fn answer(req: &Seen) -> Answer {
     // --- EFS stages (as in efs_flow.rs) ---
     if text.contains("Tool A: `") {
         let id = |label: &str| -> String {
-            let re = regex::Regex::new(&format!(r"Tool {label}: `([^`]+)` \(server: ([^)]+)\)")).unwrap();
+            let re = crate::support::regex(&format!(r"Tool {label}: `([^`]+)` \(server: ([^)]+)\)")).unwrap();
             let c = re.captures(&text).expect("tool in the verify prompt");
             format!("{}::{}", &c[2], &c[1])
         };
@@ -309,7 +315,7 @@ pub(crate) fn answer(req: &Seen) -> Answer {
         return Answer::json(json!({"equivalent": same, "reason": "scripted"}));
     }
     if text.contains("diverse, realistic and specific user requests") {
-        let re = regex::Regex::new(r"- `([^`]+)` \(server: ([^)]+)\): (.*)").unwrap();
+        let re = crate::support::regex(r"- `([^`]+)` \(server: ([^)]+)\): (.*)").unwrap();
         let c = re.captures(&text).expect("a tool in the requests prompt");
         let id = format!("{}::{}", &c[2], &c[1]);
         return Answer::json(json!({"requests": [format!("{} [for {id}]", &c[3])]}));
@@ -322,7 +328,7 @@ pub(crate) fn answer(req: &Seen) -> Answer {
     }
     if text.contains("User request:") {
         let id = cap(r"\[for ([^\]]+)\]", &text);
-        let cand = regex::Regex::new(r"(?m)^- `([^`]+)`:").unwrap();
+        let cand = crate::support::regex(r"(?m)^- `([^`]+)`:").unwrap();
         let selected: Vec<String> = cand
             .captures_iter(&text)
             .map(|c| c[1].to_string())
@@ -1133,7 +1139,7 @@ fn reannotated_answer(seen: &Seen) -> Answer {
     }
     if text.contains("Answer `dependency_graph`") {
         let again = text.contains("Request: Asked again: ");
-        let tools: Vec<String> = regex::Regex::new(r"(?m)^- (\d+) \(([^)]+)\)")
+        let tools: Vec<String> = crate::support::regex(r"(?m)^- (\d+) \(([^)]+)\)")
             .unwrap()
             .captures_iter(&text)
             .map(|c| c[2].to_string())
@@ -1221,7 +1227,7 @@ fn an_l3_query_asked_again_gets_its_own_dependencies_not_the_first_querys() {
 fn unnamed_platform_answer(seen: &Seen, mends: bool) -> Answer {
     let text = seen.all_text();
     let steps = || -> Vec<String> {
-        regex::Regex::new(r"- Step \d+ \(([^)]+)\)").unwrap().captures_iter(&text).map(|c| words(&c[1])).collect()
+        crate::support::regex(r"- Step \d+ \(([^)]+)\)").unwrap().captures_iter(&text).map(|c| words(&c[1])).collect()
     };
     if text.contains(ASKED_AGAIN) && !mends {
         let query = format!("Asked again: {} for {}", steps().join(", then "), entity(&text));

@@ -800,7 +800,7 @@ fn real_finmcp_samples_in_every_format_and_through_the_cli() {
     assert!(report["anonymised"]["user_id"].as_u64().unwrap() > 0, "{report}");
     let text = proj.read("artifacts/logs-import/sessions.jsonl");
     let raw_text = std::fs::read_to_string(&p).unwrap();
-    let re = regex::Regex::new("当前用户id是([0-9a-f]+)").unwrap();
+    let re = crate::support::regex("当前用户id是([0-9a-f]+)").unwrap();
     for c in re.captures_iter(&raw_text) {
         assert!(!text.contains(&c[1]), "user id {} survived", &c[1]);
     }

@@ -132,7 +132,7 @@ fn synth_stage_lines() {
     // in the ledger depends on timing (13 live + 1 from the ledger, or 14 live), so the
     // split is redacted; the total and the artifacts are the same either way.
     let split = |s: String| {
-        let re = regex::Regex::new(r"\(\d+ live, \d+ from the ledger\)").unwrap();
+        let re = crate::support::regex(r"\(\d+ live, \d+ from the ledger\)").unwrap();
         re.replace_all(&s, "([live], [from the ledger])").into_owned()
     };
     let mut shown = format!("$ benchgen run\n{}\n", split(redact_times(&sp.ok(&["run"]))));
@@ -150,7 +150,7 @@ fn eval_stage_lines() {
     let llm = crate::support::scripted_llm::ScriptedLlm::start(crate::eval::agent_rule);
     let p = crate::eval::project(&llm, "");
     // Each agent's mean model latency is wall-clock time.
-    let latency = regex::Regex::new(r"latency \d+ ms").unwrap();
+    let latency = crate::support::regex(r"latency \d+ ms").unwrap();
     let mut shown = String::new();
     for _ in 0..2 {
         let o = crate::eval::eval(&p);

@@ -190,6 +190,20 @@ impl Project {
     }
 }
 
+/// `regex::Regex::new`, compiled once per pattern for the whole test binary: the scripted
+/// models match every request they answer, and an unoptimised regex build per request was
+/// an eighth of the CPU of the longest scripted test (perf, 2026-12-07).
+pub fn regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    static CACHE: std::sync::LazyLock<std::sync::Mutex<BTreeMap<String, regex::Regex>>> =
+        std::sync::LazyLock::new(Default::default);
+    if let Some(re) = CACHE.lock().unwrap_or_else(|e| e.into_inner()).get(pattern) {
+        return Ok(re.clone());
+    }
+    let re = regex::Regex::new(pattern)?;
+    CACHE.lock().unwrap_or_else(|e| e.into_inner()).insert(pattern.to_string(), re.clone());
+    Ok(re)
+}
+
 pub fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
     fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
