@@ -68,9 +68,16 @@ pub struct Table {
 /// The table over the stages `run` includes under `settings`.
 pub fn table(settings: &Settings) -> Table {
     let timed = timed_rows(settings);
-    let timings = seconds_per_exchange(settings, &timed);
     let pinged = ping_only(&timed);
     let probed = probe_only(&timed);
+    let mut timings = seconds_per_exchange(settings, &timed);
+    // A role never timed takes the pace of the roles on its endpoint and model that a stage
+    // or a probe timed (as `run`'s notes do); `llm ping`'s few tokens lend none.
+    let lent: BTreeMap<String, f64> =
+        timings.iter().filter(|(r, _)| !pinged.contains(*r)).map(|(r, s)| (r.clone(), *s)).collect();
+    let borrowed: BTreeMap<String, f64> =
+        with_siblings(settings, lent).into_iter().filter(|(r, _)| !timings.contains_key(r)).collect();
+    timings.extend(borrowed.clone());
     let model_runs = model_runs(settings);
     let mut last_runs = BTreeMap::new();
     let mut rows = Vec::new();
@@ -94,6 +101,8 @@ pub fn table(settings: &Settings) -> Table {
                 );
             } else if r.seconds.is_some() && probed.contains(&r.role) {
                 r.time = format!("{} from `llm ping --probe`: one stage-sized exchange", r.time);
+            } else if r.seconds.is_some() && borrowed.contains_key(&r.role) {
+                r.time = r.time.replacen(" measured", " measured for the other roles of its endpoint and model", 1);
             }
             rows.push(r);
         }
@@ -668,6 +677,39 @@ max_items = 2
             "up to 6 LLM exchanges (re-asks aside); its last run made 3 in 72 s"
         );
         assert_eq!(ran.note(&s, &l1).unwrap(), "up to 14 LLM exchanges (re-asks aside)");
+    }
+
+    #[test]
+    fn check_times_a_role_never_timed_by_the_roles_of_its_endpoint_and_model() {
+        let config = format!(
+            "{REGISTRY}\n[llm.roles.writer]\nprovider = \"vllm\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n"
+        );
+        let table_after = |stage: &str| {
+            let (dir, s) = project(&config, &[registry()]);
+            let mut l = crate::ledger::Ledger::open(&dir.path().join("artifacts")).unwrap();
+            let ask = json!({"role": "classifier", "latency_ms": 2000});
+            l.record_run(
+                stage,
+                "c",
+                "v",
+                &[crate::ledger::NewEvent::new(crate::ledger::kind::LLM_EXCHANGE, None, ask)],
+            )
+            .unwrap();
+            table(&s)
+        };
+        // The classifier timed by a stage lends its pace to the writer on its endpoint and model.
+        let t = table_after("filter");
+        let writer: Vec<&Row> = t.rows.iter().filter(|r| r.role == "writer").collect();
+        assert!(!writer.is_empty(), "{t:?}");
+        for r in writer {
+            assert_eq!(r.seconds_per_exchange, Some(2.0), "{r:?}");
+            assert!(r.time.contains("2.0 s/exchange measured for the other roles of its endpoint and model"), "{r:?}");
+        }
+        assert!(t.unmeasured.is_empty(), "{t:?}");
+        // Timed by `llm ping`'s few tokens alone, it lends nothing.
+        let t = table_after(PING);
+        assert!(t.rows.iter().filter(|r| r.role == "writer").all(|r| r.seconds.is_none()), "{t:?}");
+        assert_eq!(t.unmeasured, ["writer"]);
     }
 
     #[test]
