@@ -1707,7 +1707,8 @@ mod tests {
         assert_eq!((a.response.as_str(), a.tokens), (response.to_string().as_str(), (11, 4)));
 
         let usage = json!({"prompt_tokens": 11, "completion_tokens": 4});
-        let sent = Sent { response, attempts: 2, latency_ms: 0, replica: 0, batch: Some("batch_1".into()) };
+        let sent =
+            Sent { response, attempts: 2, latency_ms: 0, replica: 0, batch: Some("batch_1".into()), started_at: None };
         let params_text = params.to_string();
         let paid = crate::llm::sent_payload(base.clone(), params, body.clone(), &sent, usage.clone());
         let hit = crate::llm::hit_payload(base, 42, &json!({"usage": usage, "batch": "batch_1"}));

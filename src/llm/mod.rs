@@ -799,7 +799,8 @@ impl LlmClient {
                 // replay records it as the run that waited for it would have, with no request.
                 let stored = batch_api::stored_answer(&inner.recorder, &key).map_err(ledger_err)?;
                 if let Some((batch, response)) = stored {
-                    let sent = Sent { response, attempts: 1, latency_ms: 0, replica: 0, batch: Some(batch) };
+                    let sent =
+                        Sent { response, attempts: 1, latency_ms: 0, replica: 0, batch: Some(batch), started_at: None };
                     let (event_id, cached) =
                         self.record_sent(r, base, body, &sent, &key, (item, parent)).map_err(ledger_err)?;
                     return Ok(Exchange { response: sent.response, event_id, cached, hash });
@@ -923,7 +924,7 @@ impl LlmClient {
         let stored = batch_api::stored_answer(&self.inner.recorder, key)
             .map_err(|e| SendError::Setup(format!("ledger: {e:#}")))?;
         if let Some((batch, response)) = stored {
-            return Ok(Sent { response, attempts: 1, latency_ms: 0, replica: 0, batch: Some(batch) });
+            return Ok(Sent { response, attempts: 1, latency_ms: 0, replica: 0, batch: Some(batch), started_at: None });
         }
         // Batch jobs gather a round of requests; only live calls send the first alone.
         let _first = FirstAlone::enter(r).await;
@@ -954,7 +955,7 @@ impl LlmClient {
         let cancel = &self.inner.cancel;
         match outcome {
             Outcome::Answer { response, batch, tries } => {
-                Ok(Sent { response, attempts: tries, latency_ms: 0, replica: 0, batch: Some(batch) })
+                Ok(Sent { response, attempts: tries, latency_ms: 0, replica: 0, batch: Some(batch), started_at: None })
             }
             Outcome::Live { tries } => match r.endpoint.send(&r.settings, body, est_tokens, None, cancel).await {
                 Ok(sent) => Ok(Sent { attempts: sent.attempts + tries, ..sent }),
@@ -1136,7 +1137,12 @@ fn sent_payload(mut p: Value, params: Value, body: Value, sent: &Sent, usage: Va
     match &sent.batch {
         // The batch's time is not a request's latency: the batch's id instead.
         Some(b) => p["batch"] = json!(b),
-        None => p["latency_ms"] = json!(sent.latency_ms),
+        None => {
+            p["latency_ms"] = json!(sent.latency_ms);
+            if let Some(t) = &sent.started_at {
+                p["started_at"] = json!(t);
+            }
+        }
     }
     p["attempts"] = json!(sent.attempts);
     p

@@ -38,9 +38,10 @@ pub struct RoleStats {
     /// Latencies of the live exchanges, summed.
     pub seconds: f64,
     pub cost_usd: Option<f64>,
-    /// When each live exchange (not batched) ran: milliseconds since the epoch, from its
-    /// recording time less its latency (what an estimate needs to tell requests that
-    /// overlapped from requests one after another).
+    /// When each live exchange (not batched) ran: milliseconds since the epoch, from when
+    /// it was sent for its latency (an exchange recorded before `started_at`: back from its
+    /// recording time), what an estimate needs to tell requests that overlapped from
+    /// requests one after another.
     #[serde(skip)]
     pub spans: Vec<(i64, i64)>,
 }
@@ -107,11 +108,16 @@ fn summarise(settings: &Settings, rows: Vec<crate::ledger::EventRow>) -> Vec<Rol
             if let Some(l) = p["latency_ms"].as_u64() {
                 lat.push(l);
                 s.seconds += l as f64 / 1000.0;
-                if p.get("batch").is_none()
-                    && let Ok(end) = time.parse::<jiff::Timestamp>()
-                {
-                    let end = end.as_millisecond();
-                    s.spans.push((end - l as i64, end));
+                // The span the request ran: from when it was sent, where the exchange says
+                // (since 2026-12-07), else back from when it was recorded.
+                let at =
+                    |t: Option<&str>| t.and_then(|t| t.parse::<jiff::Timestamp>().ok()).map(|t| t.as_millisecond());
+                if p.get("batch").is_none() {
+                    match (at(p["started_at"].as_str()), at(Some(time.as_str()))) {
+                        (Some(start), _) => s.spans.push((start, start + l as i64)),
+                        (None, Some(end)) => s.spans.push((end - l as i64, end)),
+                        (None, None) => {}
+                    }
                 }
             }
         }
@@ -204,6 +210,29 @@ pub fn render(rows: &[RoleStats]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_live_exchange_runs_from_when_it_was_sent_for_its_latency() {
+        let row = |payload: serde_json::Value| crate::ledger::EventRow {
+            kind: kind::LLM_EXCHANGE.into(),
+            stage: "s".into(),
+            subject: None,
+            payload: payload.to_string(),
+            time: "2026-12-07T17:00:10Z".into(),
+        };
+        let recorded = "2026-12-07T17:00:10Z".parse::<jiff::Timestamp>().unwrap().as_millisecond();
+        let sent = json!({"role": "r", "latency_ms": 2000, "started_at": "2026-12-07T17:00:05Z"});
+        let older = json!({"role": "r", "latency_ms": 2000});
+        let batched = json!({"role": "r", "latency_ms": 0, "batch": "b"});
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("pipeline")).unwrap();
+        std::fs::write(dir.path().join("pipeline/t.toml"), "").unwrap();
+        let settings = Settings::load(&dir.path().join("pipeline/t.toml")).unwrap();
+        let rows = summarise(&settings, vec![row(sent), row(older), row(batched)]);
+        // Sent at :05 for 2 s; recorded at :10 after 2 s (no time of its own); none for a batch.
+        assert_eq!(rows[0].spans, [(recorded - 5000, recorded - 3000), (recorded - 2000, recorded)]);
+    }
 
     #[test]
     fn nearest_rank_percentiles() {

@@ -92,6 +92,9 @@ pub struct Sent {
     pub replica: usize,
     /// The batch job that answered, for a role in `mode = "batch"` (none: a live call).
     pub batch: Option<String>,
+    /// When the attempt that succeeded was sent (a live call): with its latency, the span
+    /// the request ran, which `check` and `run`'s notes time a local server by.
+    pub started_at: Option<String>,
 }
 
 enum Target {
@@ -409,6 +412,7 @@ impl Endpoint {
                 Target::Remote { .. } => None,
             };
             let started = Instant::now();
+            let started_at = crate::ledger::now();
             let chat = conn.client.chat();
             let call = async {
                 match until {
@@ -441,7 +445,14 @@ impl Endpoint {
                     self.pool.success(index);
                     // The answer is stored in the ledger and shown: it must not carry the key.
                     self.redactor.value(&mut v);
-                    return Ok(Sent { response: v, attempts, latency_ms, replica: index, batch: None });
+                    return Ok(Sent {
+                        response: v,
+                        attempts,
+                        latency_ms,
+                        replica: index,
+                        batch: None,
+                        started_at: Some(started_at),
+                    });
                 }
                 Ok(Ok(v)) => ("malformed response".to_string(), format!("not a chat completion: {v}"), true, None),
                 Ok(Err(e)) => classify(e),
