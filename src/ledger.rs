@@ -142,10 +142,14 @@ pub struct ModelRun {
     pub finished_at: String,
     /// Live exchanges per role.
     pub exchanges: BTreeMap<String, u64>,
+    /// Exchanges per role the ledger answered (a rerun after a kill or a changed prompt
+    /// asks the model only for what it has not answered).
+    pub cached: BTreeMap<String, u64>,
 }
 
 impl ModelRun {
-    /// Wall seconds from start to finish (0 where a time cannot be read).
+    /// Wall seconds from the run's first record to its end (0 where a time cannot be read):
+    /// a stage's work before its first exchange is not in it.
     pub fn seconds(&self) -> f64 {
         let at = |t: &str| t.parse::<jiff::Timestamp>().ok();
         match (at(&self.started_at), at(&self.finished_at)) {
@@ -497,14 +501,15 @@ impl Ledger {
     }
 
     /// Per stage, its latest finished run that asked a model (an exchange not answered from
-    /// the cache): when it started and ended and how many such exchanges each role made.
-    /// What a stage took last time is the forecast `check` and `run` give beside their bounds.
+    /// the cache): when it started (its first record) and ended, how many live exchanges
+    /// each role made and how many the cache answered. What a stage took last time is the
+    /// forecast `check` and `run` give beside their bounds.
     pub fn last_model_runs(&self) -> Result<BTreeMap<String, ModelRun>> {
         let mut stmt = self.conn.prepare(
-            "SELECT r.stage, r.id, r.started_at, r.finished_at, json_extract(e.payload, '$.role'), COUNT(*)
+            "SELECT r.stage, r.id, r.started_at, r.finished_at, json_extract(e.payload, '$.role'),
+                    SUM(json_extract(e.payload, '$.cached') IS NOT 1), SUM(json_extract(e.payload, '$.cached') IS 1)
              FROM runs r JOIN events e ON e.run_id = r.id
              WHERE r.status = 'ok' AND r.finished_at IS NOT NULL AND e.kind = ?1
-               AND json_extract(e.payload, '$.cached') IS NOT 1
              GROUP BY r.id, json_extract(e.payload, '$.role') ORDER BY r.id",
         )?;
         let rows = stmt.query_map([kind::LLM_EXCHANGE], |r| {
@@ -514,19 +519,36 @@ impl Ledger {
                 r.get::<_, String>(2)?,
                 r.get::<_, String>(3)?,
                 r.get::<_, Option<String>>(4)?,
-                r.get::<_, i64>(5)?,
+                [r.get::<_, i64>(5)?, r.get::<_, i64>(6)?],
             ))
         })?;
         let mut out: BTreeMap<String, ModelRun> = BTreeMap::new();
-        for row in rows {
-            let (stage, id, started_at, finished_at, role, n) = row?;
-            let run = out.entry(stage).or_default();
-            // Rows come by run id: a later run of the stage replaces the one before.
-            if run.id != id {
-                *run = ModelRun { id, started_at, finished_at, exchanges: BTreeMap::new() };
+        let mut current: Option<(String, ModelRun)> = None;
+        // Rows come by run id: a run's rows are together, and a later run of the stage that
+        // asked a model replaces the one before.
+        let mut close = |run: Option<(String, ModelRun)>| {
+            if let Some((stage, run)) = run.filter(|(_, r)| r.exchanges.values().any(|n| *n > 0)) {
+                out.insert(stage, run);
             }
-            run.exchanges.insert(role.unwrap_or_else(|| "?".into()), n as u64);
+        };
+        for row in rows {
+            let (stage, id, started_at, finished_at, role, [live, cached]) = row?;
+            if current.as_ref().is_none_or(|(_, r)| r.id != id) {
+                close(current.take());
+                let run = ModelRun { id, started_at, finished_at, ..ModelRun::default() };
+                current = Some((stage, run));
+            }
+            if let Some((_, run)) = current.as_mut() {
+                let role = role.unwrap_or_else(|| "?".into());
+                if live > 0 {
+                    run.exchanges.insert(role.clone(), live as u64);
+                }
+                if cached > 0 {
+                    run.cached.insert(role, cached as u64);
+                }
+            }
         }
+        close(current);
         Ok(out)
     }
 
@@ -796,7 +818,7 @@ mod tests {
         };
         let (first, _) = l.record_run("s", "c", "v", &[ask("a", false), ask("a", false), ask("b", false)]).unwrap();
         // A later run answered from the cache alone, and one that failed, ask no model.
-        l.record_run("s", "c", "v", &[ask("a", true)]).unwrap();
+        let (cached_only, _) = l.record_run("s", "c", "v", &[ask("a", true)]).unwrap();
         let failed = l.begin_run("s", "c", "v").unwrap();
         l.append(failed, "s", &[ask("a", false)]).unwrap();
         l.finish_run(failed, "failed").unwrap();
@@ -807,10 +829,19 @@ mod tests {
         assert_eq!(s.id, first);
         assert_eq!(s.exchanges, BTreeMap::from([("a".to_string(), 2), ("b".to_string(), 1)]));
         assert!(s.seconds() >= 0.0 && s.seconds() < 60.0, "{s:?}");
-        // A newer run that asks replaces it, with its own roles only.
-        let (newer, _) = l.record_run("s", "c", "v", &[ask("b", false)]).unwrap();
+        assert!(s.cached.is_empty() && cached_only > first, "{s:?}");
+        // A newer run that asks replaces it, with its own roles only, and says what the
+        // cache answered (an unnamed role is `?`).
+        let no_role = NewEvent::new(kind::LLM_EXCHANGE, None, json!({"cached": false}));
+        let (newer, _) = l.record_run("s", "c", "v", &[ask("b", false), ask("a", true), no_role]).unwrap();
         let s = &l.last_model_runs().unwrap()["s"];
-        assert_eq!((s.id, s.exchanges.clone()), (newer, BTreeMap::from([("b".to_string(), 1)])));
+        assert_eq!(s.id, newer);
+        assert_eq!(s.exchanges, BTreeMap::from([("?".to_string(), 1), ("b".to_string(), 1)]));
+        assert_eq!(s.cached, BTreeMap::from([("a".to_string(), 1)]));
+        // A run still going (or killed) is not a last run.
+        let running = l.begin_run("s", "c", "v").unwrap();
+        l.append(running, "s", &[ask("b", false)]).unwrap();
+        assert_eq!(l.last_model_runs().unwrap()["s"].id, newer);
         let timed = ModelRun {
             started_at: "2026-12-07T17:09:24.5Z".into(),
             finished_at: "2026-12-07T17:13:23.7Z".into(),
