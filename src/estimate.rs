@@ -84,14 +84,12 @@ pub fn table(settings: &Settings) -> Table {
     let pinged = ping_only(&timed);
     let probed = probe_only(&timed);
     let mut timings = seconds_per_exchange(settings, &timed);
-    // A role timed by no stage or probe takes the pace of the roles on its endpoint and
-    // model that were (as `run`'s notes do): `llm ping`'s few tokens lend none, and a role
-    // they alone timed takes a sibling's stage pace over its own lower bound.
-    let lent: BTreeMap<String, f64> =
-        timings.iter().filter(|(r, _)| !pinged.contains(*r)).map(|(r, s)| (r.clone(), *s)).collect();
-    let borrowed: BTreeMap<String, f64> =
-        with_siblings(settings, lent.clone()).into_iter().filter(|(r, _)| !lent.contains_key(r)).collect();
-    timings.extend(borrowed.clone());
+    // As `run`'s notes: a role timed by no stage or probe takes the pace of its siblings,
+    // over its own lower bound from `llm ping` too; one without a sibling keeps that.
+    let paced = stage_paces(settings, &timings, &pinged);
+    let borrowed: std::collections::BTreeSet<String> =
+        paced.keys().filter(|r| !timings.contains_key(*r) || pinged.contains(*r)).cloned().collect();
+    timings.extend(paced);
     let model_runs = model_runs(settings);
     let mut last_runs = BTreeMap::new();
     let mut rows = Vec::new();
@@ -117,7 +115,7 @@ pub fn table(settings: &Settings) -> Table {
             let mut r = row(settings, name, e, per);
             r.last_run = last.map(|m| m.exchanges.get(&r.role).copied().unwrap_or(0));
             r.last_run_cached = last.and_then(|m| m.cached.get(&r.role).copied()).unwrap_or(0);
-            if r.seconds.is_some() && borrowed.contains_key(&r.role) {
+            if r.seconds.is_some() && borrowed.contains(&r.role) {
                 r.time = r.time.replacen(" measured", " measured for the other roles of its endpoint and model", 1);
             } else if r.seconds.is_some() && pinged.contains(&r.role) {
                 r.time = format!(
@@ -132,7 +130,7 @@ pub fn table(settings: &Settings) -> Table {
     }
     let mut ping_only: Vec<String> = rows
         .iter()
-        .filter(|r| r.seconds.is_some() && pinged.contains(&r.role) && !borrowed.contains_key(&r.role))
+        .filter(|r| r.seconds.is_some() && pinged.contains(&r.role) && !borrowed.contains(&r.role))
         .map(|r| r.role.clone())
         .collect();
     ping_only.sort();
@@ -195,9 +193,7 @@ impl Pace {
     pub fn note(&self, settings: &Settings, stage: &dyn crate::stage::Stage) -> Option<String> {
         // `llm ping`'s few tokens do not time a stage (its pace would be a lower bound).
         let timed = self.timed(settings);
-        let pinged = ping_only(timed);
-        let measured = seconds_per_exchange(settings, timed).into_iter().filter(|(role, _)| !pinged.contains(role));
-        let timings = with_siblings(settings, measured.collect());
+        let timings = stage_paces(settings, &seconds_per_exchange(settings, timed), &ping_only(timed));
         let name = stage.spec().name;
         let rows: Vec<Row> = crate::stage::merge_by_role(stage.estimate(settings))
             .into_iter()
@@ -236,10 +232,18 @@ impl Pace {
     }
 }
 
-/// `timings` with each untimed role given the mean pace of the timed roles on the same
-/// endpoint and model: a model's pace on a machine is the model's, whichever role asks
-/// (the demo's six 1.5B roles share one llama-server).
-fn with_siblings(settings: &Settings, mut timings: BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+/// The pace a stage's exchanges go at, per role: `own` ([`seconds_per_exchange`]) where a
+/// stage or a probe timed the role, else the mean pace of such roles on the same endpoint
+/// and model — a model's pace on a machine is the model's, whichever role asks (the demo's
+/// six 1.5B roles share one llama-server). `llm ping`'s few tokens (`pinged`) time no stage
+/// and lend nothing. `run`'s notes and `check`'s table both time by it.
+fn stage_paces(
+    settings: &Settings,
+    own: &BTreeMap<String, f64>,
+    pinged: &std::collections::BTreeSet<String>,
+) -> BTreeMap<String, f64> {
+    let mut timings: BTreeMap<String, f64> =
+        own.iter().filter(|(r, _)| !pinged.contains(*r)).map(|(r, s)| (r.clone(), *s)).collect();
     let roles = &settings.section::<crate::llm::LlmSettings>().roles;
     let mut by_server: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for (name, per) in &timings {

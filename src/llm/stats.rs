@@ -110,10 +110,9 @@ fn summarise(settings: &Settings, rows: Vec<crate::ledger::EventRow>) -> Vec<Rol
                 s.seconds += l as f64 / 1000.0;
                 // The span the request ran: from when it was sent, where the exchange says
                 // (since 2026-12-07), else back from when it was recorded.
-                let at =
-                    |t: Option<&str>| t.and_then(|t| t.parse::<jiff::Timestamp>().ok()).map(|t| t.as_millisecond());
+                let at = |t: &str| t.parse::<jiff::Timestamp>().ok().map(|t| t.as_millisecond());
                 if p.get("batch").is_none() {
-                    match (at(p["started_at"].as_str()), at(Some(time.as_str()))) {
+                    match (p["started_at"].as_str().and_then(at), at(&time)) {
                         (Some(start), _) => s.spans.push((start, start + l as i64)),
                         (None, Some(end)) => s.spans.push((end - l as i64, end)),
                         (None, None) => {}
