@@ -13,14 +13,23 @@ export BENCHGEN_ANON_SECRET ?= benchgen-demo-only
 setup:
 	@scripts/setup.sh
 
+# $(call beside,A,B): run A in the background and B meanwhile; fails when either fails. Used
+# for a cargo build beside setup: both are CPU-bound, and each alone leaves a core idle at
+# times (a serial crate chain, a link, a download).
+beside = echo "$(1) (beside $(2))"; $(1) & first=$$!; $(2); second=$$?; wait $$first; first=$$?; [ $$first = 0 ] && [ $$second = 0 ]
+
 build:
 	$(CARGO) build --locked --bin benchgen
 
 build-release:
 	$(CARGO) build --release --locked
 
-## Run the whole pipeline on raw/demo with the local model.
-demo: setup build
+## Run the whole pipeline on raw/demo with the local model. Setup installs only what the demo
+## needs (`scripts/setup.sh demo`: the models, llama-server, the embedding assets) and the
+## build runs beside it, after the Debian packages the build needs.
+demo:
+	@scripts/setup.d/00-system.sh
+	@$(call beside,$(CARGO) build --locked --bin benchgen,scripts/setup.sh demo)
 	$(BENCHGEN) --config pipeline/demo.toml run
 	$(BENCHGEN) --config pipeline/demo.toml status
 
@@ -31,8 +40,13 @@ lint:
 unit:
 	$(CARGO) test --all-targets --locked
 
-## Everything CI checks.
-test: setup lint unit
+## Everything CI checks: the whole setup beside clippy (after the Debian packages clippy's
+## build scripts need), then the tests.
+test:
+	@scripts/setup.d/00-system.sh
+	$(CARGO) fmt --check
+	@$(call beside,$(CARGO) clippy --all-targets --locked -- -D warnings,scripts/setup.sh)
+	$(CARGO) test --all-targets --locked
 
 ## The long fuzz run (docs/inputs.md#the-fuzz-suite); `make test` runs 32 cases per surface.
 FUZZ_CASES ?= 2000

@@ -8,7 +8,18 @@
 # for the 0.5B model that 10-llm-models.sh assembles.
 #
 # Cache: $BENCHGEN_CACHE (default ~/.cache/benchgen), outside the repository.
+#
+# `scripts/setup.sh` (`make setup`, `make test`) runs every step; `scripts/setup.sh demo`
+# (`make demo`) only the steps whose header says `# needed by: make demo`, so on a fresh
+# machine the tests' own installs (MCP servers, chromium, the Python libraries the release
+# tests load a release with) neither delay the demo nor take CPU from the llama-server build.
 set -euo pipefail
+only=""
+case "${1:-}" in
+  "") ;;
+  demo) only=demo ;;
+  *) echo "usage: scripts/setup.sh [demo]   (no argument: every step; demo: what \`make demo\` needs)" >&2; exit 2 ;;
+esac
 here="$(cd "$(dirname "$0")" && pwd)"
 export BENCHGEN_CACHE="${BENCHGEN_CACHE:-$HOME/.cache/benchgen}"
 mkdir -p "$BENCHGEN_CACHE"
@@ -16,6 +27,7 @@ t0=$SECONDS
 background="$here/setup.d/15-llm-server.sh"
 bg_log="$BENCHGEN_CACHE/setup-llm-server.log"
 bg_pid=""
+skipped=()
 # The background build runs in its own process group, so a failing setup stops all of it.
 trap '[ -n "$bg_pid" ] && kill -- "-$bg_pid" 2>/dev/null || true' EXIT
 
@@ -28,6 +40,10 @@ run_step() {
 
 for step in "$here"/setup.d/*.sh; do
   [ -e "$step" ] || continue
+  if [ -n "$only" ] && ! grep -q "^# needed by: .*make $only\b" "$step"; then
+    skipped+=("$(basename "$step" .sh)")
+    continue
+  fi
   [ "$step" = "$background" ] && continue
   run_step "$step"
   if [ "$(basename "$step")" = 00-system.sh ]; then
@@ -45,3 +61,6 @@ if [ -n "$bg_pid" ]; then
   [ "$status" = 0 ] || { echo "setup: 15-llm-server.sh failed (see above)"; exit "$status"; }
 fi
 echo "setup: done in $((SECONDS - t0)) s (cache: $BENCHGEN_CACHE)"
+if [ ${#skipped[@]} -gt 0 ]; then
+  echo "setup: for \`make $only\` only; \`make setup\` (or \`make test\`) also installs ${skipped[*]}"
+fi

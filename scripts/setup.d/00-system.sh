@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Debian packages the build and tests need.
+# needed by: make demo, make test
 set -euo pipefail
 need=()
 command -v cmake >/dev/null || need+=(cmake)

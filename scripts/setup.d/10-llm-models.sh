@@ -7,6 +7,7 @@
 # Layout under $BENCHGEN_CACHE/llm/models:
 #   qwen2.5-coder-0.5b-instruct.gguf         tests, CI and setup's server check
 #   qwen2.5-coder-1.5b-instruct-q4_k_m.gguf  the demo's synthesis roles
+# needed by: make demo, make test
 set -euo pipefail
 CACHE="${BENCHGEN_CACHE:-$HOME/.cache/benchgen}"
 LLM="$CACHE/llm"

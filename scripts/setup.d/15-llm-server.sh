@@ -19,6 +19,7 @@
 #   server-check.log         the last check's server log
 # CMAKE (default `cmake`) is the build tool and BENCHGEN_CPUINFO (default /proc/cpuinfo) the
 # CPU description; tests put stand-ins there (tests/it/setup.rs).
+# needed by: make demo, make test
 set -euo pipefail
 CACHE="${BENCHGEN_CACHE:-$HOME/.cache/benchgen}"
 LLM="$CACHE/llm"

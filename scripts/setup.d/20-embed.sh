@@ -9,6 +9,7 @@
 #                          special_tokens_map.json, tokenizer_config.json}
 # Idempotent: every file is checked by sha256 first and fetched only when missing
 # or wrong; every assembled file is verified by sha256 afterwards.
+# needed by: make demo, make test
 set -euo pipefail
 cache="${BENCHGEN_CACHE:-$HOME/.cache/benchgen}/embed"
 ort_dir="$cache/onnxruntime-1.24.4"
