@@ -13,10 +13,15 @@ export BENCHGEN_ANON_SECRET ?= benchgen-demo-only
 setup:
 	@scripts/setup.sh
 
-# $(call beside,A,B): run A in the background and B meanwhile; fails when either fails. Used
-# for a cargo build beside setup: both are CPU-bound, and each alone leaves a core idle at
-# times (a serial crate chain, a link, a download).
-beside = echo "$(1) (beside $(2))"; $(1) & first=$$!; $(2); second=$$?; wait $$first; first=$$?; [ $$first = 0 ] && [ $$second = 0 ]
+# $(call beside,A,B): run A in the background and B meanwhile; fails, saying which, when
+# either fails. Used for a cargo build beside setup: both are CPU-bound, and each alone
+# leaves a core idle at times (a serial crate chain, a link, a download). A runs in a
+# session of its own (a recipe's background job ignores Ctrl-C) and is stopped with it on
+# Ctrl-C or a failure of this line, so no cargo outlives make.
+beside = echo '$(1) (beside $(2))'; setsid $(1) & first=$$!; trap 'kill -- -$$first 2>/dev/null' EXIT; \
+	trap 'exit 130' INT TERM; second=0; $(2) || second=$$?; first_rc=0; wait $$first || first_rc=$$?; \
+	trap - EXIT; [ $$first_rc = 0 ] || echo "make: $(1) failed (exit $$first_rc)"; \
+	[ $$second = 0 ] || echo "make: $(2) failed (exit $$second)"; [ $$first_rc = 0 ] && [ $$second = 0 ]
 
 build:
 	$(CARGO) build --locked --bin benchgen

@@ -15,6 +15,7 @@
 # tests load a release with) neither delay the demo nor take CPU from the llama-server build.
 set -euo pipefail
 only=""
+[ $# -le 1 ] || set -- usage
 case "${1:-}" in
   "") ;;
   demo) only=demo ;;
@@ -40,7 +41,8 @@ run_step() {
 
 for step in "$here"/setup.d/*.sh; do
   [ -e "$step" ] || continue
-  if [ -n "$only" ] && ! grep -q "^# needed by: .*make $only\b" "$step"; then
+  # The header line is a list: `# needed by: make demo, make test`.
+  if [ -n "$only" ] && ! grep -qE "^# needed by: (make [a-z]+, )*make $only(,|\$)" "$step"; then
     skipped+=("$(basename "$step" .sh)")
     continue
   fi

@@ -5,7 +5,8 @@
 # Installed into $BENCHGEN_CACHE/mcp/{npm,venv}. Idempotent: a step is skipped when its
 # stamp names the same versions and every entry point still has the sha256 recorded when
 # it was installed (npm and pip check the registry's own integrity hashes on download).
-# needed by: make test (the tests only; `make demo` skips it)
+# needed by: make test
+# (the tests only: `scripts/setup.sh demo` skips it)
 set -euo pipefail
 cache="${BENCHGEN_CACHE:-$HOME/.cache/benchgen}/mcp"
 mkdir -p "$cache"

@@ -5,7 +5,8 @@
 # `it::mcp_sandbox::official_conformance_suite_*` runs it offline against `benchgen sandbox`.
 # Idempotent: skipped when the stamp names the same versions and the entry points still
 # hash as recorded.
-# needed by: make test (the tests only; `make demo` skips it)
+# needed by: make test
+# (the tests only: `scripts/setup.sh demo` skips it)
 set -euo pipefail
 dir="${BENCHGEN_CACHE:-$HOME/.cache/benchgen}/mcp/conformance"
 CONFORMANCE_VERSION=0.1.16

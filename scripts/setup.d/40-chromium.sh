@@ -2,7 +2,8 @@
 # Debian's chromium and chromedriver, for the review web app's browser test
 # (tests/it/review_browser.rs drives /usr/bin/chromedriver over WebDriver). Idempotent:
 # nothing happens when /usr/bin/chromium is already there.
-# needed by: make test (the tests only; `make demo` skips it)
+# needed by: make test
+# (the tests only: `scripts/setup.sh demo` skips it)
 set -euo pipefail
 # Run both once: a headless page render and the driver's version, not just the files.
 prove() {

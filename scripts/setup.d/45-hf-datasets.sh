@@ -3,7 +3,8 @@
 # as the Hub's loader does (tests/it/release.rs): a venv of its own under the setup cache,
 # proved by loading a one-row JSON dataset, not just found. Idempotent: a venv whose
 # version answers is left alone.
-# needed by: make test (the tests only; `make demo` skips it)
+# needed by: make test
+# (the tests only: `scripts/setup.sh demo` skips it)
 set -euo pipefail
 cache="${BENCHGEN_CACHE:-$HOME/.cache/benchgen}"
 venv="$cache/hf-datasets"

@@ -3,7 +3,8 @@
 # record set of it (tests/it/release.rs): a venv of its own under the setup cache, proved by
 # validating and loading a one-record Croissant 1.1 file offline, not just found.
 # Idempotent: a venv whose version answers is left alone.
-# needed by: make test (the tests only; `make demo` skips it)
+# needed by: make test
+# (the tests only: `scripts/setup.sh demo` skips it)
 set -euo pipefail
 cache="${BENCHGEN_CACHE:-$HOME/.cache/benchgen}"
 venv="$cache/mlcroissant"

@@ -7,7 +7,8 @@
 # tiktoken's format and checked by sha256. Proved by running `inspect eval` on a one-sample
 # task with the mock model, offline, not just found. Idempotent: a venv that proves is left
 # alone.
-# needed by: make test (the tests only; `make demo` skips it)
+# needed by: make test
+# (the tests only: `scripts/setup.sh demo` skips it)
 set -euo pipefail
 cache="${BENCHGEN_CACHE:-$HOME/.cache/benchgen}"
 venv="$cache/inspect-ai"
