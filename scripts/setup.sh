@@ -14,14 +14,30 @@
 # machine the tests' own installs (MCP servers, chromium, the Python libraries the release
 # tests load a release with) neither delay the demo nor take CPU from the llama-server build.
 set -euo pipefail
-only=""
+only="" list=""
+[ "${1:-}" = --list ] && { list=1; shift; }
 [ $# -le 1 ] || set -- usage
 case "${1:-}" in
   "") ;;
   demo) only=demo ;;
-  *) echo "usage: scripts/setup.sh [demo]   (no argument: every step; demo: what \`make demo\` needs)" >&2; exit 2 ;;
+  *) echo "usage: scripts/setup.sh [--list] [demo]   (no argument: every step; demo: what \`make demo\` needs; --list: name the steps, run none)" >&2; exit 2 ;;
 esac
 here="$(cd "$(dirname "$0")" && pwd)"
+
+# The steps to run, in order: every one, or those whose header line lists `make $only`
+# (a list: `# needed by: make demo, make test`).
+selected() {
+  for step in "$here"/setup.d/*.sh; do
+    [ -e "$step" ] || continue
+    if [ -z "$only" ] || grep -qE "^# needed by: (make [a-z]+, )*make $only(,|\$)" "$step"; then
+      echo "$step"
+    fi
+  done
+}
+if [ -n "$list" ]; then
+  selected | xargs -n1 basename
+  exit 0
+fi
 export BENCHGEN_CACHE="${BENCHGEN_CACHE:-$HOME/.cache/benchgen}"
 mkdir -p "$BENCHGEN_CACHE"
 t0=$SECONDS
@@ -39,10 +55,10 @@ run_step() {
   echo "setup: $(basename "$step") took $((SECONDS - s0)) s"
 }
 
+chosen="$(selected)"
 for step in "$here"/setup.d/*.sh; do
   [ -e "$step" ] || continue
-  # The header line is a list: `# needed by: make demo, make test`.
-  if [ -n "$only" ] && ! grep -qE "^# needed by: (make [a-z]+, )*make $only(,|\$)" "$step"; then
+  if ! grep -qxF "$step" <<<"$chosen"; then
     skipped+=("$(basename "$step" .sh)")
     continue
   fi

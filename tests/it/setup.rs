@@ -255,3 +255,31 @@ fn the_build_launcher_lowers_all_but_the_arithmetic_and_libllama() {
     assert_eq!(level_with(&format!("{root}/"), &format!("{root}/common/arg.cpp")), "-O1");
     assert_eq!(level_with(&format!("{root}/"), &format!("{root}/ggml/src/ggml.c")), "-O3");
 }
+
+/// `make demo` runs only the setup steps its run needs (`scripts/setup.sh demo`), `make
+/// setup` and `make test` every step; a test-only step's note that names `make demo` must
+/// not pull it in (it did once: the pattern matched "`make demo` skips it").
+#[test]
+fn the_demo_s_setup_is_the_models_the_server_and_the_embedding_assets() {
+    let list = |args: &[&str]| {
+        let out = Command::new(repo().join("scripts/setup.sh")).arg("--list").args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    assert_eq!(list(&["demo"]), ["00-system.sh", "10-llm-models.sh", "15-llm-server.sh", "20-embed.sh"]);
+    let mut every: Vec<String> = std::fs::read_dir(repo().join("scripts/setup.d"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".sh"))
+        .collect();
+    every.sort();
+    assert_eq!(list(&[]), every);
+    // Every step says who needs it.
+    for step in &every {
+        let text = std::fs::read_to_string(repo().join("scripts/setup.d").join(step)).unwrap();
+        assert!(text.lines().any(|l| l.starts_with("# needed by: ")), "{step} has no `# needed by:` line");
+    }
+    let bad = Command::new(repo().join("scripts/setup.sh")).args(["--list", "nightly"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("usage: scripts/setup.sh [--list] [demo]"));
+}
