@@ -16,12 +16,15 @@ setup:
 # $(call beside,A,B): run A in the background and B meanwhile; fails, saying which, when
 # either fails. Used for a cargo build beside setup: both are CPU-bound, and each alone
 # leaves a core idle at times (a serial crate chain, a link, a download). A runs in a
-# session of its own (a recipe's background job ignores Ctrl-C) and is stopped with it on
-# Ctrl-C or a failure of this line, so no cargo outlives make.
-beside = echo '$(1) (beside $(2))'; setsid $(1) & first=$$!; trap 'kill -- -$$first 2>/dev/null' EXIT; \
-	trap 'exit 130' INT TERM; second=0; $(2) || second=$$?; first_rc=0; wait $$first || first_rc=$$?; \
-	trap - EXIT; [ $$first_rc = 0 ] || echo "make: $(1) failed (exit $$first_rc)"; \
-	[ $$second = 0 ] || echo "make: $(2) failed (exit $$second)"; [ $$first_rc = 0 ] && [ $$second = 0 ]
+# session of its own (a recipe's background job ignores Ctrl-C) and is stopped when B
+# fails or on Ctrl-C (once B has returned to the shell), so no cargo outlives make (its
+# group, or the job itself when B failed before `setsid` made the group).
+beside = echo '$(1) (beside $(2))'; setsid $(1) & first=$$!; trap 'kill -- -$$first 2>/dev/null || kill $$first 2>/dev/null' EXIT; \
+	trap 'exit 130' INT; trap 'exit 143' TERM; second=0; $(2) || second=$$?; \
+	[ $$second = 0 ] || { echo "make: $(2) failed (exit $$second)"; kill -- -$$first 2>/dev/null || kill $$first 2>/dev/null; }; \
+	first_rc=0; wait $$first || first_rc=$$?; trap - EXIT; \
+	[ $$second != 0 ] || [ $$first_rc = 0 ] || echo "make: $(1) failed (exit $$first_rc)"; \
+	[ $$first_rc = 0 ] && [ $$second = 0 ]
 
 build:
 	$(CARGO) build --locked --bin benchgen

@@ -35,7 +35,7 @@ selected() {
   done
 }
 if [ -n "$list" ]; then
-  selected | xargs -n1 basename
+  selected | while IFS= read -r step; do echo "${step##*/}"; done
   exit 0
 fi
 export BENCHGEN_CACHE="${BENCHGEN_CACHE:-$HOME/.cache/benchgen}"
@@ -64,7 +64,7 @@ for step in "$here"/setup.d/*.sh; do
   fi
   [ "$step" = "$background" ] && continue
   run_step "$step"
-  if [ "$(basename "$step")" = 00-system.sh ]; then
+  if [ "$(basename "$step")" = 00-system.sh ] && grep -qxF "$background" <<<"$chosen"; then
     echo "setup: 15-llm-server.sh (in the background; log $bg_log)"
     BENCHGEN_WAIT_FOR_MODEL=600 setsid bash -c 's0=$SECONDS; bash "$0" && echo "setup: 15-llm-server.sh took $((SECONDS - s0)) s"' \
       "$background" >"$bg_log" 2>&1 &

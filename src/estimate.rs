@@ -34,8 +34,7 @@ pub struct Row {
     /// The role's live exchanges in the stage's last run that asked a model ([`LastRun`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_run: Option<u64>,
-    /// The role's exchanges the ledger (its cache, or a batch job's stored answers) answered
-    /// in that run.
+    /// The role's exchanges the ledger answered in that run.
     #[serde(skip_serializing_if = "is_zero")]
     pub last_run_cached: u64,
 }
@@ -55,7 +54,7 @@ pub struct LastRun {
     pub seconds: f64,
     /// Live exchanges, every role's.
     pub exchanges: u64,
-    /// Exchanges the ledger answered (its cache, or a batch job's stored answers).
+    /// Exchanges the ledger answered.
     pub cached: u64,
     /// Live exchanges of roles the stage's rows do not name (a role since renamed).
     pub other_roles: u64,

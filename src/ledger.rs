@@ -140,12 +140,10 @@ pub struct ModelRun {
     pub id: i64,
     pub started_at: String,
     pub finished_at: String,
-    /// Live exchanges per role: requests this run sent and waited for.
+    /// Live exchanges per role.
     pub exchanges: BTreeMap<String, u64>,
-    /// Exchanges per role answered without a request of the run's own: by the cache (a
-    /// rerun after a kill or a changed prompt asks the model only for what it has not
-    /// answered) or by a batch job (`mode = "batch"`, or a replay of the answers a batch
-    /// brought), whose time is the batch's, not a request's.
+    /// Exchanges per role the ledger answered (a rerun after a kill or a changed prompt
+    /// asks the model only for what it has not answered).
     pub cached: BTreeMap<String, u64>,
 }
 
@@ -502,15 +500,14 @@ impl Ledger {
             .optional()?)
     }
 
-    /// Per stage, its latest finished run that asked a model (an exchange answered neither
-    /// from the cache nor by a batch job): when it started (its first record) and ended, how
-    /// many live exchanges each role made and how many the cache or a batch answered. What a stage took last time is the
+    /// Per stage, its latest finished run that asked a model (an exchange not answered from
+    /// the cache): when it started (its first record) and ended, how many live exchanges
+    /// each role made and how many the cache answered. What a stage took last time is the
     /// forecast `check` and `run` give beside their bounds.
     pub fn last_model_runs(&self) -> Result<BTreeMap<String, ModelRun>> {
         let mut stmt = self.conn.prepare(
             "SELECT r.stage, r.id, r.started_at, r.finished_at, json_extract(e.payload, '$.role'),
-                    SUM(json_extract(e.payload, '$.cached') IS NOT 1 AND json_extract(e.payload, '$.batch') IS NULL),
-                    SUM(json_extract(e.payload, '$.cached') IS 1 OR json_extract(e.payload, '$.batch') IS NOT NULL)
+                    SUM(json_extract(e.payload, '$.cached') IS NOT 1), SUM(json_extract(e.payload, '$.cached') IS 1)
              FROM runs r JOIN events e ON e.run_id = r.id
              WHERE r.status = 'ok' AND r.finished_at IS NOT NULL AND e.kind = ?1
              GROUP BY r.id, json_extract(e.payload, '$.role') ORDER BY r.id",
@@ -845,17 +842,6 @@ mod tests {
         let running = l.begin_run("s", "c", "v").unwrap();
         l.append(running, "s", &[ask("b", false)]).unwrap();
         assert_eq!(l.last_model_runs().unwrap()["s"].id, newer);
-        // Answers a batch job brought (a replay records them as not cached) are no live
-        // requests: a run of only those asked no model; beside live ones they count as cached.
-        let batched = |role: &str| {
-            NewEvent::new(kind::LLM_EXCHANGE, Some("i"), json!({"role": role, "cached": false, "batch": "batch_1"}))
-        };
-        l.record_run("s", "c", "v", &[batched("a"), batched("b")]).unwrap();
-        assert_eq!(l.last_model_runs().unwrap()["s"].id, newer);
-        let (mixed, _) = l.record_run("s", "c", "v", &[batched("a"), ask("b", false)]).unwrap();
-        let s = &l.last_model_runs().unwrap()["s"];
-        assert_eq!((s.id, &s.exchanges), (mixed, &BTreeMap::from([("b".to_string(), 1)])));
-        assert_eq!(s.cached, BTreeMap::from([("a".to_string(), 1)]));
         let timed = ModelRun {
             started_at: "2026-12-07T17:09:24.5Z".into(),
             finished_at: "2026-12-07T17:13:23.7Z".into(),
