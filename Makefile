@@ -26,8 +26,13 @@ beside = echo '$(1) (beside $(2))'; setsid $(1) & first=$$!; trap 'kill -- -$$fi
 	[ $$second != 0 ] || [ $$first_rc = 0 ] || echo "make: $(1) failed (exit $$first_rc)"; \
 	[ $$first_rc = 0 ] && [ $$second = 0 ]
 
+# The commands `make demo` and `make test` share with `build`, `lint` and `unit`.
+BUILD = $(CARGO) build --locked --bin benchgen
+CLIPPY = $(CARGO) clippy --all-targets --locked -- -D warnings
+TESTS = $(CARGO) test --all-targets --locked
+
 build:
-	$(CARGO) build --locked --bin benchgen
+	$(BUILD)
 
 build-release:
 	$(CARGO) build --release --locked
@@ -37,24 +42,24 @@ build-release:
 ## build runs beside it, after the Debian packages the build needs.
 demo:
 	@scripts/setup.d/00-system.sh
-	@$(call beside,$(CARGO) build --locked --bin benchgen,scripts/setup.sh demo)
+	@$(call beside,$(BUILD),scripts/setup.sh demo)
 	$(BENCHGEN) --config pipeline/demo.toml run
 	$(BENCHGEN) --config pipeline/demo.toml status
 
 lint:
 	$(CARGO) fmt --check
-	$(CARGO) clippy --all-targets --locked -- -D warnings
+	$(CLIPPY)
 
 unit:
-	$(CARGO) test --all-targets --locked
+	$(TESTS)
 
 ## Everything CI checks: the whole setup beside clippy (after the Debian packages clippy's
 ## build scripts need), then the tests.
 test:
 	@scripts/setup.d/00-system.sh
 	$(CARGO) fmt --check
-	@$(call beside,$(CARGO) clippy --all-targets --locked -- -D warnings,scripts/setup.sh)
-	$(CARGO) test --all-targets --locked
+	@$(call beside,$(CLIPPY),scripts/setup.sh)
+	$(TESTS)
 
 ## The long fuzz run (docs/inputs.md#the-fuzz-suite); `make test` runs 32 cases per surface.
 FUZZ_CASES ?= 2000
